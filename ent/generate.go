@@ -1,0 +1,3 @@
+package ent
+
+//go:generate go tool ent generate --feature sql/upsert,sql/lock,sql/modifier,sql/execquery ./schema

@@ -1,0 +1,66 @@
+package schema
+
+import (
+	"entgo.io/ent"
+	"entgo.io/ent/dialect/entsql"
+	"entgo.io/ent/schema/edge"
+	"entgo.io/ent/schema/field"
+	"entgo.io/ent/schema/index"
+)
+
+// Node is a bare-metal machine, with Ironic's field names so that Ironic
+// clients and enrolment files work unchanged.
+type Node struct{ ent.Schema }
+
+func (Node) Mixin() []ent.Mixin { return []ent.Mixin{TimeMixin{}} }
+
+func (Node) Fields() []ent.Field {
+	return []ent.Field{
+		field.String("uuid").Unique().Immutable().MaxLen(36),
+		// Names are unique when set; NULL (not "") marks an unnamed node so
+		// the unique index allows any number of them.
+		field.String("name").Optional().Nillable().Unique().MaxLen(255),
+		field.String("driver").MaxLen(255),
+		field.JSON("driver_info", map[string]any{}).Optional(),
+		field.String("owner").Optional().MaxLen(255),
+		field.String("lessee").Optional().MaxLen(255),
+		field.String("power_state").Optional().Nillable(),
+		field.String("target_power_state").Optional().Nillable(),
+		field.String("provision_state").Default("enroll"),
+		field.String("target_provision_state").Optional().Nillable(),
+		field.Text("last_error").Optional().Nillable(),
+		field.Bool("maintenance").Default(false),
+		field.Text("maintenance_reason").Optional().Nillable(),
+		// reservation is the hostname of the conductor holding the node's
+		// lock; it is taken and released with conditional UPDATEs only.
+		field.String("reservation").Optional().Nillable(),
+		field.JSON("properties", map[string]any{}).Optional(),
+		field.JSON("extra", map[string]any{}).Optional(),
+		field.JSON("instance_info", map[string]any{}).Optional(),
+		field.String("resource_class").Optional().Nillable().MaxLen(80),
+		field.String("instance_uuid").Optional().Nillable().MaxLen(36),
+		field.String("description").Optional().Nillable().MaxLen(4096),
+		field.JSON("clean_step", map[string]any{}).Optional(),
+		field.JSON("service_step", map[string]any{}).Optional(),
+		field.JSON("driver_internal_info", map[string]any{}).Optional(),
+		field.Time("provision_updated_at").Optional().Nillable(),
+	}
+}
+
+func (Node) Edges() []ent.Edge {
+	return []ent.Edge{
+		edge.To("traits", Trait.Type).Annotations(entsql.OnDelete(entsql.Cascade)),
+		edge.To("events", NodeEvent.Type).Annotations(entsql.OnDelete(entsql.Cascade)),
+		edge.To("allocation", Allocation.Type).Unique(),
+	}
+}
+
+func (Node) Indexes() []ent.Index {
+	return []ent.Index{
+		index.Fields("owner"),
+		index.Fields("lessee"),
+		index.Fields("provision_state"),
+		index.Fields("reservation"),
+		index.Fields("resource_class"),
+	}
+}

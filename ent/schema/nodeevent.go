@@ -1,0 +1,37 @@
+package schema
+
+import (
+	"time"
+
+	"entgo.io/ent"
+	"entgo.io/ent/schema/edge"
+	"entgo.io/ent/schema/field"
+	"entgo.io/ent/schema/index"
+)
+
+// NodeEvent is one entry of a node's history (Ironic's node history):
+// state changes, step start/end/failure, power changes seen on the BMC.
+type NodeEvent struct{ ent.Schema }
+
+func (NodeEvent) Fields() []ent.Field {
+	return []ent.Field{
+		field.String("uuid").Unique().Immutable().MaxLen(36),
+		field.Int("node_id"),
+		field.Time("created_at").Default(time.Now).Immutable(),
+		field.String("severity").Default("INFO"),
+		field.String("event_type").MaxLen(255),
+		field.Text("event"),
+		field.String("user").Optional(),
+		field.String("conductor").Optional(),
+	}
+}
+
+func (NodeEvent) Edges() []ent.Edge {
+	return []ent.Edge{
+		edge.From("node", Node.Type).Ref("events").Field("node_id").Unique().Required(),
+	}
+}
+
+func (NodeEvent) Indexes() []ent.Index {
+	return []ent.Index{index.Fields("node_id", "created_at")}
+}

@@ -1,0 +1,122 @@
+// Package store opens Anvil's database (SQLite through a pure-Go driver, or
+// PostgreSQL through pgx) and brings its schema up to date.
+package store
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"net/url"
+	"strings"
+	"time"
+
+	"entgo.io/ent/dialect"
+	entsql "entgo.io/ent/dialect/sql"
+	_ "github.com/jackc/pgx/v5/stdlib" // registers the "pgx" database/sql driver
+	_ "modernc.org/sqlite"             // registers the "sqlite" database/sql driver
+
+	"github.com/anvilproject/anvil/ent"
+	"github.com/anvilproject/anvil/ent/migrate"
+)
+
+// DB is an open database: the ent client plus what callers need to know
+// about the backend (locking and upsert syntax differ between the two).
+type DB struct {
+	*ent.Client
+	SQL     *sql.DB
+	Dialect string
+}
+
+// Open parses a database setting — a file path, sqlite://PATH or
+// postgres://… — and opens it. It does not migrate; call Migrate.
+func Open(ctx context.Context, setting string) (*DB, error) {
+	drv, dsn, dia, err := parse(setting)
+	if err != nil {
+		return nil, err
+	}
+	db, err := sql.Open(drv, dsn)
+	if err != nil {
+		return nil, fmt.Errorf("open database: %w", err)
+	}
+	if dia == dialect.SQLite {
+		// SQLite allows one writer at a time; a small pool with WAL keeps
+		// readers concurrent while the busy timeout serialises writers
+		// instead of failing them with SQLITE_BUSY.
+		db.SetMaxOpenConns(8)
+		db.SetMaxIdleConns(8)
+	} else {
+		db.SetMaxOpenConns(32)
+		db.SetMaxIdleConns(16)
+	}
+	db.SetConnMaxIdleTime(5 * time.Minute)
+	pingCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if err := db.PingContext(pingCtx); err != nil {
+		db.Close()
+		return nil, fmt.Errorf("connect to database: %w", err)
+	}
+	client := ent.NewClient(ent.Driver(entsql.OpenDB(dia, db)))
+	return &DB{Client: client, SQL: db, Dialect: dia}, nil
+}
+
+// Migrate creates missing tables, columns and indexes. Columns and indexes
+// that the schema no longer names are left in place: data is never dropped.
+func (d *DB) Migrate(ctx context.Context) error {
+	if err := d.Schema.Create(ctx, migrate.WithDropColumn(false), migrate.WithDropIndex(false)); err != nil {
+		return fmt.Errorf("migrate database: %w", err)
+	}
+	return nil
+}
+
+// Close closes the client and the pool.
+func (d *DB) Close() error { return d.Client.Close() }
+
+// Ping reports whether the database answers, for /readyz.
+func (d *DB) Ping(ctx context.Context) error { return d.SQL.PingContext(ctx) }
+
+func parse(setting string) (driver, dsn, dia string, err error) {
+	switch {
+	case setting == "":
+		return parse("anvil.db")
+	case strings.HasPrefix(setting, "postgres://"), strings.HasPrefix(setting, "postgresql://"):
+		return "pgx", setting, dialect.Postgres, nil
+	case strings.HasPrefix(setting, "sqlite://"):
+		return parse(strings.TrimPrefix(setting, "sqlite://"))
+	case strings.Contains(setting, "://"):
+		return "", "", "", fmt.Errorf("database %q: use a file path, sqlite://PATH or postgres://…", redact(setting))
+	}
+	path := setting
+	q := url.Values{}
+	if i := strings.IndexByte(setting, '?'); i >= 0 {
+		path = setting[:i]
+		if q, err = url.ParseQuery(setting[i+1:]); err != nil {
+			return "", "", "", fmt.Errorf("database %q: %w", setting, err)
+		}
+	}
+	// WAL lets readers run beside the single writer; the busy timeout makes
+	// concurrent writers wait rather than fail; foreign keys are off by
+	// default in SQLite and ent's cascades need them.
+	q.Add("_pragma", "foreign_keys(1)")
+	q.Add("_pragma", "journal_mode(WAL)")
+	q.Add("_pragma", "busy_timeout(10000)")
+	q.Add("_pragma", "synchronous(NORMAL)")
+	q.Set("_txlock", "immediate")
+	return "sqlite", "file:" + path + "?" + q.Encode(), dialect.SQLite, nil
+}
+
+// redact hides a password in a database URL so errors can be logged.
+func redact(setting string) string {
+	u, err := url.Parse(setting)
+	if err != nil {
+		return "(unparseable)"
+	}
+	return u.Redacted()
+}
+
+// Redacted is the setting as it may appear in logs.
+func Redacted(setting string) string {
+	if strings.Contains(setting, "://") {
+		return redact(setting)
+	}
+	return setting
+}
