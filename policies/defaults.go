@@ -1,0 +1,91 @@
+package policies
+
+// Rule is one named policy rule with its default check string.
+type Rule struct {
+	Name        string
+	Check       string
+	Scopes      []string // "system", "project"; empty for base rules other rules refer to
+	Description string
+	Operations  []string // "METHOD /path" the rule guards, for the sample file
+}
+
+// Named building blocks, as Ironic defines them, so operators' override
+// files can say rule:system_member exactly as they would for Ironic.
+const (
+	systemAdmin  = "role:admin and system_scope:all"
+	systemMember = "role:member and system_scope:all"
+	systemReader = "role:reader and system_scope:all"
+)
+
+var (
+	sys      = []string{"system"}
+	sysProj  = []string{"system", "project"}
+	baseRule = []string(nil)
+)
+
+// Defaults returns the default rule table. Where Anvil's defaults differ
+// from Ironic's they follow the specifications in ../shared/specs and say
+// so in the description.
+func Defaults() []Rule {
+	return []Rule{
+		// Base rules.
+		{"system_admin", systemAdmin, baseRule, "System-scoped admin.", nil},
+		{"system_member", systemMember, baseRule, "System-scoped member (or stronger).", nil},
+		{"system_reader", systemReader, baseRule, "System-scoped reader (or stronger).", nil},
+		{"is_node_owner", "project_id:%(node.owner)s", baseRule, "The caller's project owns the node.", nil},
+		{"is_node_lessee", "project_id:%(node.lessee)s", baseRule, "The caller's project leases the node.", nil},
+		{"project_reader", "role:reader and (rule:is_node_owner or rule:is_node_lessee)", baseRule, "Reader of the owner or lessee project.", nil},
+		{"owner_reader", "role:reader and rule:is_node_owner", baseRule, "Reader of the owner project.", nil},
+		{"owner_member", "role:member and rule:is_node_owner", baseRule, "Member of the owner project.", nil},
+		{"owner_admin", "role:admin and rule:is_node_owner", baseRule, "Admin of the owner project.", nil},
+		{"lessee_member", "role:member and rule:is_node_lessee", baseRule, "Member of the lessee project.", nil},
+		{"lessee_admin", "role:admin and rule:is_node_lessee", baseRule, "Admin of the lessee project.", nil},
+		{"system_or_project_reader", "rule:system_reader or rule:project_reader", baseRule, "Anyone who may see the node.", nil},
+		{"system_or_owner_reader", "rule:system_reader or rule:owner_reader", baseRule, "System readers and the owner's readers.", nil},
+		{"system_member_or_owner_admin", "rule:system_member or rule:owner_admin", baseRule, "System members and the owner's admins.", nil},
+		{"system_or_owner_member_and_lessee_admin", "rule:system_member or rule:owner_member or rule:lessee_admin", baseRule, "System members, owner members and lessee admins.", nil},
+		{"system_or_owner_or_lessee_member", "rule:system_member or rule:owner_member or rule:lessee_member", baseRule, "System members and members of the owner or lessee project.", nil},
+
+		// Nodes.
+		{"baremetal:node:create", "rule:system_admin", sysProj, "Create a node.", []string{"POST /v1/nodes"}},
+		{"baremetal:node:create:self_owned_node", "role:admin and project_id:%(node.owner)s", sysProj, "Create a node owned by the caller's own project.", []string{"POST /v1/nodes"}},
+		{"baremetal:node:list", "rule:system_or_project_reader", sysProj, "List the nodes the caller's project owns or leases.", []string{"GET /v1/nodes", "GET /v1/nodes/detail"}},
+		{"baremetal:node:list_all", "rule:system_reader", sysProj, "List every node.", []string{"GET /v1/nodes", "GET /v1/nodes/detail"}},
+		{"baremetal:node:get", "rule:system_or_project_reader", sysProj, "Show a node.", []string{"GET /v1/nodes/{node}"}},
+		{"baremetal:node:get:driver_info", "rule:system_or_owner_reader", sysProj, "See driver_info (secrets are always masked).", []string{"GET /v1/nodes/{node}"}},
+		{"baremetal:node:get:driver_internal_info", "rule:system_or_owner_reader", sysProj, "See driver_internal_info.", []string{"GET /v1/nodes/{node}"}},
+		{"baremetal:node:get:reservation", "rule:system_or_owner_reader", sysProj, "See which conductor holds the node's lock.", []string{"GET /v1/nodes/{node}"}},
+		{"baremetal:node:get:last_error", "rule:system_or_project_reader", sysProj, "See last_error. Ironic limits this to owners; lessees need it to act on failed runbooks.", []string{"GET /v1/nodes/{node}"}},
+		{"baremetal:node:update", "rule:system_or_owner_member_and_lessee_admin", sysProj, "Update node fields not covered by a narrower rule.", []string{"PATCH /v1/nodes/{node}"}},
+		{"baremetal:node:update:driver_info", "rule:system_member_or_owner_admin", sysProj, "Update driver or driver_info.", []string{"PATCH /v1/nodes/{node}"}},
+		{"baremetal:node:update:properties", "rule:system_member_or_owner_admin", sysProj, "Update properties.", []string{"PATCH /v1/nodes/{node}"}},
+		{"baremetal:node:update:name", "rule:system_member or rule:owner_member", sysProj, "Rename a node.", []string{"PATCH /v1/nodes/{node}"}},
+		{"baremetal:node:update:owner", "rule:system_member", sysProj, "Change a node's owner.", []string{"PATCH /v1/nodes/{node}"}},
+		{"baremetal:node:update:lessee", "rule:system_member_or_owner_admin", sysProj, "Change a node's lessee. A lessee can never re-lease the node.", []string{"PATCH /v1/nodes/{node}"}},
+		{"baremetal:node:update:driver_interfaces", "rule:system_member_or_owner_admin", sysProj, "Change the driver.", []string{"PATCH /v1/nodes/{node}"}},
+		{"baremetal:node:update_extra", "rule:system_or_owner_member_and_lessee_admin", sysProj, "Update extra.", []string{"PATCH /v1/nodes/{node}"}},
+		{"baremetal:node:update_instance_info", "rule:system_or_owner_member_and_lessee_admin", sysProj, "Update instance_info.", []string{"PATCH /v1/nodes/{node}"}},
+		{"baremetal:node:update:instance_uuid", "rule:system_or_owner_member_and_lessee_admin", sysProj, "Set or clear instance_uuid.", []string{"PATCH /v1/nodes/{node}"}},
+		{"baremetal:node:update_owner_provisioned", "rule:system_member", sysProj, "Change the owner of a provisioned (active) node.", []string{"PATCH /v1/nodes/{node}"}},
+		{"baremetal:node:delete", "rule:system_admin", sysProj, "Delete a node.", []string{"DELETE /v1/nodes/{node}"}},
+		{"baremetal:node:delete:self_owned_node", "role:admin and project_id:%(node.owner)s", sysProj, "Delete a node the caller's project owns.", []string{"DELETE /v1/nodes/{node}"}},
+		{"baremetal:node:set_maintenance", "rule:system_or_owner_member_and_lessee_admin", sysProj, "Put a node in maintenance.", []string{"PUT /v1/nodes/{node}/maintenance"}},
+		{"baremetal:node:clear_maintenance", "rule:system_or_owner_member_and_lessee_admin", sysProj, "Take a node out of maintenance.", []string{"DELETE /v1/nodes/{node}/maintenance"}},
+		{"baremetal:node:traits:list", "rule:system_or_project_reader", sysProj, "List a node's traits.", []string{"GET /v1/nodes/{node}/traits"}},
+		{"baremetal:node:traits:set", "rule:system_member_or_owner_admin", sysProj, "Add or replace a node's traits.", []string{"PUT /v1/nodes/{node}/traits", "PUT /v1/nodes/{node}/traits/{trait}"}},
+		{"baremetal:node:traits:delete", "rule:system_member_or_owner_admin", sysProj, "Remove a node's traits.", []string{"DELETE /v1/nodes/{node}/traits", "DELETE /v1/nodes/{node}/traits/{trait}"}},
+		{"baremetal:node:history:get", "rule:system_or_project_reader", sysProj, "Read a node's event history. Ironic limits this to owners; lessees see what happened to nodes they lease.", []string{"GET /v1/nodes/{node}/history"}},
+
+		// Anvil's own administration.
+		{"anvil:audit:list", "rule:system_reader", sys, "Read the audit log.", []string{"GET /v1/events"}},
+		{"anvil:policy:get", "rule:system_reader", sys, "Read the effective policy and its override status.", nil},
+		{"anvil:policy:update", "rule:system_admin", sys, "Upload a policy override.", nil},
+		{"anvil:user:manage", "rule:system_admin", sys, "Create, delete and grant roles to local users.", nil},
+		{"anvil:user:list", "rule:system_reader", sys, "List users and their roles.", nil},
+	}
+}
+
+// Protected names the rules overrides may never change: with them a system
+// admin can always repair the policy and the accounts, whatever an upload
+// says. The base rules they rely on are protected for the same reason.
+var Protected = []string{"anvil:policy:get", "anvil:policy:update", "anvil:user:manage", "anvil:user:list", "system_admin", "system_reader"}
