@@ -1,0 +1,92 @@
+// Package audit records who did what: every mutation and every denied
+// request becomes an AuditEvent row (and a log line), with the principal,
+// the rule that decided, the target and the request id.
+package audit
+
+import (
+	"context"
+	"log/slog"
+	"time"
+
+	"github.com/anvilproject/anvil/ent"
+	"github.com/anvilproject/anvil/policies"
+)
+
+// Request is the request-scoped information an audit row carries; the
+// HTTP layer puts it in the context once per request.
+type Request struct {
+	ID     string
+	Method string
+	Path   string
+}
+
+type requestKey struct{}
+
+// WithRequest returns ctx carrying r.
+func WithRequest(ctx context.Context, r Request) context.Context {
+	return context.WithValue(ctx, requestKey{}, r)
+}
+
+// RequestFrom returns the request info in ctx, or the zero Request for work
+// that no request started (the conductor, the CLI).
+func RequestFrom(ctx context.Context) Request {
+	r, _ := ctx.Value(requestKey{}).(Request)
+	return r
+}
+
+// Results an entry may have.
+const (
+	Allowed = "allowed" // a mutation that completed
+	Denied  = "denied"  // refused by policy
+	Failed  = "failed"  // refused after authorization (validation, conflict)
+)
+
+// Entry is one audited event.
+type Entry struct {
+	Rule       string
+	TargetType string
+	TargetID   string
+	Result     string
+	Status     int
+	Detail     map[string]any
+}
+
+// Log writes entries to the database and the structured log.
+type Log struct {
+	db  *ent.Client
+	log *slog.Logger
+}
+
+// New returns a Log writing through db.
+func New(db *ent.Client, log *slog.Logger) *Log { return &Log{db: db, log: log} }
+
+// Record stores e. An audit row that cannot be written is logged loudly
+// but does not undo the already-committed action it describes.
+func (l *Log) Record(ctx context.Context, e Entry) {
+	req := RequestFrom(ctx)
+	user, project, scope := "", "", ""
+	if p := policies.PrincipalFrom(ctx); p != nil {
+		user, project = p.User, p.Project
+		scope = "project"
+		if p.System {
+			scope = "system"
+		}
+	}
+	l.log.LogAttrs(ctx, slog.LevelInfo, "audit",
+		slog.String("request_id", req.ID), slog.String("user", user), slog.String("project", project),
+		slog.String("scope", scope), slog.String("rule", e.Rule), slog.String("target", e.TargetType+"/"+e.TargetID),
+		slog.String("result", e.Result), slog.Int("status", e.Status))
+	// Detached from the request's cancellation: a client hanging up must
+	// not lose the record of what it did.
+	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	err := l.db.AuditEvent.Create().
+		SetRequestID(req.ID).SetMethod(req.Method).SetPath(req.Path).
+		SetUser(user).SetProject(project).SetScope(scope).
+		SetRule(e.Rule).SetTargetType(e.TargetType).SetTargetID(e.TargetID).
+		SetResult(e.Result).SetStatus(e.Status).SetDetail(e.Detail).
+		Exec(wctx)
+	if err != nil {
+		l.log.Error("audit write failed", "err", err, "request_id", req.ID, "rule", e.Rule)
+	}
+}

@@ -1,0 +1,46 @@
+package audit
+
+import (
+	"context"
+
+	"github.com/anvilproject/anvil/ent"
+	"github.com/anvilproject/anvil/ent/auditevent"
+	"github.com/anvilproject/anvil/ent/predicate"
+)
+
+// Query filters the audit log. Marker is the id of the last event of the
+// previous page; pages run newest first.
+type Query struct {
+	User, Project, Result, Rule, TargetID string
+	Limit, Marker                         int
+}
+
+// List returns events matching q, newest first, and whether more follow.
+// Authorization is the caller's: the audit log is readable by system
+// readers only, a decision made where the request arrives.
+func (l *Log) List(ctx context.Context, q Query) ([]*ent.AuditEvent, bool, error) {
+	var ps []predicate.AuditEvent
+	for v, p := range map[string]func(string) predicate.AuditEvent{
+		q.User: auditevent.User, q.Project: auditevent.Project, q.Result: auditevent.Result,
+		q.Rule: auditevent.Rule, q.TargetID: auditevent.TargetID,
+	} {
+		if v != "" {
+			ps = append(ps, p(v))
+		}
+	}
+	if q.Marker > 0 {
+		ps = append(ps, auditevent.IDLT(q.Marker))
+	}
+	if q.Limit <= 0 || q.Limit > 1000 {
+		q.Limit = 1000
+	}
+	evs, err := l.db.AuditEvent.Query().Where(ps...).Order(ent.Desc(auditevent.FieldID)).Limit(q.Limit + 1).All(ctx)
+	if err != nil {
+		return nil, false, err
+	}
+	more := len(evs) > q.Limit
+	if more {
+		evs = evs[:q.Limit]
+	}
+	return evs, more, nil
+}

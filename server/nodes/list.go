@@ -1,0 +1,229 @@
+package nodes
+
+import (
+	"context"
+	"fmt"
+
+	entsql "entgo.io/ent/dialect/sql"
+
+	"github.com/anvilproject/anvil/ent"
+	"github.com/anvilproject/anvil/ent/node"
+	"github.com/anvilproject/anvil/ent/predicate"
+	"github.com/anvilproject/anvil/ent/trait"
+	"github.com/anvilproject/anvil/policies"
+	"github.com/anvilproject/anvil/server/errs"
+)
+
+// MaxLimit is the largest page, as Ironic's default api.max_limit.
+const MaxLimit = 1000
+
+// ListOptions are a node list's filters and paging.
+type ListOptions struct {
+	Owner, Lessee, ProvisionState, ResourceClass, Driver *string
+	Maintenance, Associated                              *bool
+	Limit                                                int
+	Marker                                               string
+	SortKey, SortDir                                     string
+	WithTraits                                           bool
+}
+
+// sortKeys maps the API's sort keys to columns; text columns that may be
+// NULL sort as "" so both databases order and page them the same way.
+var sortKeys = map[string]struct {
+	col      string
+	nullable bool
+}{
+	"id": {node.FieldID, false}, "uuid": {node.FieldUUID, false}, "name": {node.FieldName, true},
+	"created_at": {node.FieldCreatedAt, false}, "provision_state": {node.FieldProvisionState, false},
+	"power_state": {node.FieldPowerState, true}, "driver": {node.FieldDriver, false},
+	"owner": {node.FieldOwner, false}, "lessee": {node.FieldLessee, false},
+	"resource_class": {node.FieldResourceClass, true}, "maintenance": {node.FieldMaintenance, false},
+}
+
+// SortKeys lists the accepted sort keys, for error messages.
+func SortKeys() []string {
+	return []string{"id", "uuid", "name", "created_at", "provision_state", "power_state", "driver", "owner", "lessee", "resource_class", "maintenance"}
+}
+
+// Page is one page of a list and whether more follow.
+type Page struct {
+	Nodes []*View
+	More  bool
+}
+
+// List returns the nodes the caller may list, filtered in SQL: everything
+// for list_all, otherwise only nodes its project owns or leases.
+func (s *Service) List(ctx context.Context, o ListOptions) (*Page, error) {
+	q, err := s.scoped(ctx, o)
+	if err != nil {
+		return nil, err
+	}
+	if o.Limit <= 0 || o.Limit > MaxLimit {
+		o.Limit = MaxLimit
+	}
+	if o.SortDir == "" {
+		o.SortDir = "asc"
+	}
+	if o.SortDir != "asc" && o.SortDir != "desc" {
+		return nil, errs.BadRequest("sort_dir", "sort_dir %q is invalid; use asc or desc", o.SortDir)
+	}
+	if o.SortKey == "" {
+		o.SortKey = "id"
+	}
+	sk, ok := sortKeys[o.SortKey]
+	if !ok {
+		return nil, errs.BadRequest("sort_key", "sort_key %q is not supported; use one of %v", o.SortKey, SortKeys())
+	}
+	if o.Marker != "" {
+		m, err := lookup(ctx, s.db.Client, o.Marker)
+		if err != nil {
+			return nil, errs.BadRequest("marker", "marker %s does not name a node", o.Marker)
+		}
+		q = q.Where(after(sk.col, sk.nullable, o.SortDir, m))
+	}
+	q = q.Order(func(sel *entsql.Selector) {
+		expr := sortExpr(sel, sk.col, sk.nullable)
+		if o.SortDir == "desc" {
+			sel.OrderExpr(entsql.Expr(expr+" DESC"), entsql.Expr(sel.C(node.FieldID)+" DESC"))
+		} else {
+			sel.OrderExpr(entsql.Expr(expr), entsql.Expr(sel.C(node.FieldID)))
+		}
+	})
+	q = q.Limit(o.Limit + 1)
+	if o.WithTraits {
+		q = q.WithTraits(func(tq *ent.TraitQuery) { tq.Select(trait.FieldNodeID, trait.FieldTrait) })
+	}
+	ns, err := q.All(ctx)
+	if err != nil {
+		return nil, err
+	}
+	page := &Page{More: len(ns) > o.Limit}
+	if page.More {
+		ns = ns[:o.Limit]
+	}
+	r := newRedactor(s.guard)
+	page.Nodes = make([]*View, len(ns))
+	for i, n := range ns {
+		var ts []string
+		if o.WithTraits {
+			ts = make([]string, len(n.Edges.Traits))
+			for j, t := range n.Edges.Traits {
+				ts[j] = t.Trait
+			}
+		}
+		page.Nodes[i] = r.view(ctx, n, ts)
+	}
+	return page, nil
+}
+
+// scoped builds the filtered query, deciding list_all versus list once.
+func (s *Service) scoped(ctx context.Context, o ListOptions) (*ent.NodeQuery, error) {
+	q := s.db.Node.Query()
+	none := policies.Target{}
+	if !s.guard.Allowed(ctx, RuleListAll, none) {
+		p := policies.PrincipalFrom(ctx)
+		if p == nil || p.Project == "" {
+			return nil, s.guard.Authorize(ctx, RuleListAll, "node", "", none)
+		}
+		self := policies.Target{NodeOwner: p.Project, NodeLessee: p.Project}
+		if err := s.guard.Authorize(ctx, RuleList, "node", "", self); err != nil {
+			return nil, err
+		}
+		// Asking for another project's nodes by owner or lessee is refused
+		// rather than silently answered with nothing.
+		if o.Owner != nil && *o.Owner != p.Project {
+			return nil, errs.Forbidden("a project-scoped caller may only filter by its own project as owner")
+		}
+		if o.Lessee != nil && *o.Lessee != p.Project {
+			return nil, errs.Forbidden("a project-scoped caller may only filter by its own project as lessee")
+		}
+		q = q.Where(node.Or(node.Owner(p.Project), node.Lessee(p.Project)))
+	}
+	var ps []predicate.Node
+	if o.Owner != nil {
+		ps = append(ps, node.Owner(*o.Owner))
+	}
+	if o.Lessee != nil {
+		ps = append(ps, node.Lessee(*o.Lessee))
+	}
+	if o.ProvisionState != nil {
+		ps = append(ps, node.ProvisionState(*o.ProvisionState))
+	}
+	if o.ResourceClass != nil {
+		ps = append(ps, node.ResourceClass(*o.ResourceClass))
+	}
+	if o.Driver != nil {
+		ps = append(ps, node.Driver(*o.Driver))
+	}
+	if o.Maintenance != nil {
+		ps = append(ps, node.Maintenance(*o.Maintenance))
+	}
+	if o.Associated != nil {
+		if *o.Associated {
+			ps = append(ps, node.InstanceUUIDNotNil())
+		} else {
+			ps = append(ps, node.InstanceUUIDIsNil())
+		}
+	}
+	return q.Where(ps...), nil
+}
+
+func sortExpr(sel *entsql.Selector, col string, nullable bool) string {
+	if nullable {
+		return fmt.Sprintf("COALESCE(%s, '')", sel.C(col))
+	}
+	return sel.C(col)
+}
+
+// after is the keyset predicate for rows past the marker in sort order,
+// ties broken by id so pages never repeat or skip a row.
+func after(col string, nullable bool, dir string, m *ent.Node) predicate.Node {
+	val := markerValue(m, col)
+	return predicate.Node(func(sel *entsql.Selector) {
+		expr := sortExpr(sel, col, nullable)
+		op := ">"
+		if dir == "desc" {
+			op = "<"
+		}
+		cmp := func(col, op string, v any) *entsql.Predicate {
+			return entsql.P(func(b *entsql.Builder) { b.WriteString(col).WriteString(" " + op + " ").Arg(v) })
+		}
+		sel.Where(entsql.Or(
+			cmp(expr, op, val),
+			entsql.And(cmp(expr, "=", val), cmp(sel.C(node.FieldID), op, m.ID)),
+		))
+	})
+}
+
+// markerValue is the marker node's value in the sort column.
+func markerValue(m *ent.Node, col string) any {
+	str := func(p *string) string {
+		if p == nil {
+			return ""
+		}
+		return *p
+	}
+	switch col {
+	case node.FieldUUID:
+		return m.UUID
+	case node.FieldName:
+		return str(m.Name)
+	case node.FieldCreatedAt:
+		return m.CreatedAt
+	case node.FieldProvisionState:
+		return m.ProvisionState
+	case node.FieldPowerState:
+		return str(m.PowerState)
+	case node.FieldDriver:
+		return m.Driver
+	case node.FieldOwner:
+		return m.Owner
+	case node.FieldLessee:
+		return m.Lessee
+	case node.FieldResourceClass:
+		return str(m.ResourceClass)
+	case node.FieldMaintenance:
+		return m.Maintenance
+	}
+	return m.ID
+}

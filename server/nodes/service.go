@@ -1,0 +1,375 @@
+// Package nodes is the service layer for nodes: lookup, listing with
+// tenant filtering in SQL, creation, JSON-patch updates, deletion, traits,
+// maintenance and history. The JSON API and the portal both call it, so a
+// page can never do what the API could not.
+package nodes
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"strings"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/anvilproject/anvil/ent"
+	"github.com/anvilproject/anvil/ent/node"
+	"github.com/anvilproject/anvil/ent/nodeevent"
+	"github.com/anvilproject/anvil/ent/trait"
+	"github.com/anvilproject/anvil/policies"
+	"github.com/anvilproject/anvil/server/bmc"
+	"github.com/anvilproject/anvil/server/errs"
+	"github.com/anvilproject/anvil/server/guard"
+	"github.com/anvilproject/anvil/server/history"
+	"github.com/anvilproject/anvil/server/store"
+)
+
+// Policy rules this package enforces, named as Ironic names them.
+const (
+	RuleGet              = "baremetal:node:get"
+	RuleList             = "baremetal:node:list"
+	RuleListAll          = "baremetal:node:list_all"
+	RuleCreate           = "baremetal:node:create"
+	RuleCreateSelfOwned  = "baremetal:node:create:self_owned_node"
+	RuleDelete           = "baremetal:node:delete"
+	RuleUpdate           = "baremetal:node:update"
+	RuleUpdateExtra      = "baremetal:node:update_extra"
+	RuleUpdateInstInfo   = "baremetal:node:update_instance_info"
+	RuleOwnerProvisioned = "baremetal:node:update_owner_provisioned"
+	RuleSetMaintenance   = "baremetal:node:set_maintenance"
+	RuleClearMaintenance = "baremetal:node:clear_maintenance"
+	RuleTraitsList       = "baremetal:node:traits:list"
+	RuleTraitsSet        = "baremetal:node:traits:set"
+	RuleTraitsDelete     = "baremetal:node:traits:delete"
+	RuleHistory          = "baremetal:node:history:get"
+	RuleGetDriverInfo    = "baremetal:node:get:driver_info"
+	RuleGetInternal      = "baremetal:node:get:driver_internal_info"
+	RuleGetReservation   = "baremetal:node:get:reservation"
+	RuleGetLastError     = "baremetal:node:get:last_error"
+)
+
+// Service serves node operations for the principal in each call's context.
+type Service struct {
+	db    *store.DB
+	guard *guard.Guard
+}
+
+// New returns a node service.
+func New(db *store.DB, g *guard.Guard) *Service { return &Service{db: db, guard: g} }
+
+// Target is the policy target for n.
+func Target(n *ent.Node) policies.Target {
+	return policies.Target{NodeOwner: n.Owner, NodeLessee: n.Lessee}
+}
+
+func notFound(ident string) error { return errs.NotFound("Node %s could not be found.", ident) }
+
+// Lookup finds a node by UUID or name without any policy check: for
+// internal callers (the conductor) only.
+func (s *Service) Lookup(ctx context.Context, ident string) (*ent.Node, error) {
+	return lookup(ctx, s.db.Client, ident)
+}
+
+func lookup(ctx context.Context, c *ent.Client, ident string) (*ent.Node, error) {
+	q := c.Node.Query()
+	if IsUUID(ident) {
+		q = q.Where(node.UUID(strings.ToLower(ident)))
+	} else {
+		if ident == "" || len(ident) > maxNameLen {
+			return nil, notFound(ident)
+		}
+		q = q.Where(node.Name(ident))
+	}
+	n, err := q.Only(ctx)
+	if ent.IsNotFound(err) {
+		return nil, notFound(ident)
+	}
+	return n, err
+}
+
+// Authorized finds the node and checks every rule against it. A caller who
+// may not even see the node gets 404, as if it did not exist; one who may
+// see it but not do this gets 403.
+func (s *Service) Authorized(ctx context.Context, ident string, rules ...string) (*ent.Node, error) {
+	n, err := s.Lookup(ctx, ident)
+	if err != nil {
+		return nil, err
+	}
+	return n, s.authorize(ctx, n, ident, rules...)
+}
+
+func (s *Service) authorize(ctx context.Context, n *ent.Node, ident string, rules ...string) error {
+	t := Target(n)
+	for _, r := range rules {
+		if err := s.guard.Authorize(ctx, r, "node", n.UUID, t); err != nil {
+			if r == RuleGet || !s.guard.Allowed(ctx, RuleGet, t) {
+				return notFound(ident)
+			}
+			return err
+		}
+	}
+	return nil
+}
+
+// Get returns one node as the caller may see it.
+func (s *Service) Get(ctx context.Context, ident string) (*View, error) {
+	n, err := s.Authorized(ctx, ident, RuleGet)
+	if err != nil {
+		return nil, err
+	}
+	ts, err := n.QueryTraits().Select(trait.FieldTrait).Strings(ctx)
+	if err != nil {
+		return nil, err
+	}
+	r := newRedactor(s.guard)
+	return r.view(ctx, n, ts), nil
+}
+
+// CreateInput is a new node as given by a caller.
+type CreateInput struct {
+	UUID          string
+	Name          *string
+	Driver        string
+	DriverInfo    map[string]any
+	Properties    map[string]any
+	Extra         map[string]any
+	InstanceInfo  map[string]any
+	Owner         string
+	Lessee        string
+	ResourceClass *string
+	Description   *string
+	InstanceUUID  *string
+	// ProvisionState is where the node starts: enroll, or available for
+	// clients older than API 1.11.
+	ProvisionState string
+}
+
+// Create enrols a node.
+func (s *Service) Create(ctx context.Context, in CreateInput) (*View, error) {
+	t := policies.Target{NodeOwner: in.Owner, NodeLessee: in.Lessee}
+	if err := s.guard.Authorize(ctx, RuleCreate, "node", in.UUID, t); err != nil {
+		// A project-scoped caller may still enrol a node its project owns.
+		p := policies.PrincipalFrom(ctx)
+		if p == nil || p.System || (in.Owner != "" && in.Owner != p.Project) ||
+			s.guard.Authorize(ctx, RuleCreateSelfOwned, "node", in.UUID, policies.Target{NodeOwner: p.Project}) != nil {
+			return nil, err
+		}
+		in.Owner = p.Project
+	}
+	if err := ValidateCreate(&in); err != nil {
+		s.guard.Done(ctx, RuleCreate, "node", in.UUID, err, nil)
+		return nil, err
+	}
+	n, err := s.db.Node.Create().
+		SetUUID(in.UUID).SetNillableName(in.Name).SetDriver(in.Driver).
+		SetDriverInfo(in.DriverInfo).SetProperties(in.Properties).SetExtra(in.Extra).
+		SetInstanceInfo(in.InstanceInfo).SetOwner(in.Owner).SetLessee(in.Lessee).
+		SetNillableResourceClass(in.ResourceClass).SetNillableDescription(in.Description).
+		SetNillableInstanceUUID(in.InstanceUUID).SetProvisionState(in.ProvisionState).
+		SetPowerState("power off").
+		Save(ctx)
+	if err != nil {
+		err = constraintError(err, in.UUID, in.Name)
+		s.guard.Done(ctx, RuleCreate, "node", in.UUID, err, nil)
+		return nil, err
+	}
+	s.guard.Done(ctx, RuleCreate, "node", n.UUID, nil, map[string]any{"name": in.Name, "driver": in.Driver, "owner": in.Owner, "lessee": in.Lessee})
+	return newRedactor(s.guard).view(ctx, n, nil), nil
+}
+
+// ValidateCreate fills defaults and checks a new node's fields; shared by
+// the API and bulk import so both refuse the same things.
+func ValidateCreate(in *CreateInput) error {
+	if in.UUID == "" {
+		in.UUID = uuid.NewString()
+	} else if !IsUUID(in.UUID) {
+		return errs.BadRequest("uuid", "uuid %q is not a valid UUID", in.UUID)
+	}
+	in.UUID = strings.ToLower(in.UUID)
+	if in.Name != nil {
+		if err := ValidateName("name", *in.Name); err != nil {
+			return err
+		}
+	}
+	if in.Driver == "" {
+		return errs.BadRequest("driver", "driver is required; one of %s", strings.Join(bmc.Drivers(), ", "))
+	}
+	if in.DriverInfo == nil {
+		in.DriverInfo = map[string]any{}
+	}
+	if err := bmc.Validate(in.Driver, in.DriverInfo); err != nil {
+		return fieldError(err)
+	}
+	for f, v := range map[string]string{"owner": in.Owner, "lessee": in.Lessee} {
+		if err := ValidateProject(f, v); err != nil {
+			return err
+		}
+	}
+	if in.ResourceClass != nil && len(*in.ResourceClass) > 80 {
+		return errs.BadRequest("resource_class", "resource_class is longer than 80 characters")
+	}
+	if in.InstanceUUID != nil && !IsUUID(*in.InstanceUUID) {
+		return errs.BadRequest("instance_uuid", "instance_uuid %q is not a valid UUID", *in.InstanceUUID)
+	}
+	for _, m := range []*map[string]any{&in.Properties, &in.Extra, &in.InstanceInfo} {
+		if *m == nil {
+			*m = map[string]any{}
+		}
+	}
+	if in.ProvisionState == "" {
+		in.ProvisionState = StateEnroll
+	}
+	return nil
+}
+
+// fieldError turns a driver validation error into a 400 naming its field.
+func fieldError(err error) error {
+	var fe *bmc.FieldError
+	if errors.As(err, &fe) {
+		return errs.BadRequest(fe.Field, "%s", fe.Error())
+	}
+	return errs.BadRequest("driver", "%s", err.Error())
+}
+
+// constraintError explains a unique-constraint failure by the field that
+// caused it.
+func constraintError(err error, id string, name *string) error {
+	if !ent.IsConstraintError(err) {
+		return err
+	}
+	msg := err.Error()
+	switch {
+	case name != nil && strings.Contains(msg, "name"):
+		return &errs.Error{Status: 409, Field: "name", Msg: fmt.Sprintf("A node with name %s already exists.", *name)}
+	case strings.Contains(msg, "uuid"):
+		return &errs.Error{Status: 409, Field: "uuid", Msg: fmt.Sprintf("A node with UUID %s already exists.", id)}
+	}
+	return errs.Conflict("the node conflicts with an existing one: %v", err)
+}
+
+func lockedError(n *ent.Node) error {
+	return errs.Conflict("Node %s is locked by host %s, please retry after the current operation is completed.", n.UUID, *n.Reservation)
+}
+
+// Delete removes a node that nothing is running on.
+func (s *Service) Delete(ctx context.Context, ident string) error {
+	n, err := s.Authorized(ctx, ident, RuleDelete)
+	if err != nil {
+		return err
+	}
+	err = s.delete(ctx, n)
+	s.guard.Done(ctx, RuleDelete, "node", n.UUID, err, nil)
+	return err
+}
+
+func (s *Service) delete(ctx context.Context, n *ent.Node) error {
+	if n.Reservation != nil {
+		return lockedError(n)
+	}
+	if !deletable[n.ProvisionState] && !(n.Maintenance && n.ProvisionState == StateActive) {
+		return errs.Conflict("Node %s can not be deleted while in provision state %q; it must be one of enroll, manageable, available, clean failed or error (or in maintenance)", n.UUID, n.ProvisionState)
+	}
+	cnt, err := s.db.Node.Delete().Where(node.ID(n.ID), node.ReservationIsNil()).Exec(ctx)
+	if err != nil {
+		return err
+	}
+	if cnt == 0 {
+		return errs.Conflict("Node %s was locked or changed while being deleted; retry", n.UUID)
+	}
+	return nil
+}
+
+// SetMaintenance puts a node into maintenance with a reason, or takes it
+// out (on=false). A node in maintenance is left alone by the conductor.
+func (s *Service) SetMaintenance(ctx context.Context, ident string, on bool, reason string) error {
+	rule := RuleSetMaintenance
+	if !on {
+		rule = RuleClearMaintenance
+	}
+	n, err := s.Authorized(ctx, ident, rule)
+	if err != nil {
+		return err
+	}
+	if len(reason) > 4096 {
+		err = errs.BadRequest("reason", "reason is longer than 4096 characters")
+		s.guard.Done(ctx, rule, "node", n.UUID, err, nil)
+		return err
+	}
+	msg := "Maintenance cleared"
+	if on {
+		msg = "Maintenance set: " + reason
+	}
+	err = withTx(ctx, s.db, func(tx *ent.Client) error {
+		upd := tx.Node.UpdateOneID(n.ID).SetMaintenance(on).SetUpdatedAt(time.Now())
+		if on {
+			upd.SetMaintenanceReason(reason)
+		} else {
+			upd.ClearMaintenanceReason()
+		}
+		if err := upd.Exec(ctx); err != nil {
+			return err
+		}
+		return history.Record(ctx, tx, history.Event{NodeID: n.ID, Type: "maintenance", Message: msg, User: userOf(ctx)})
+	})
+	s.guard.Done(ctx, rule, "node", n.UUID, err, map[string]any{"maintenance": on, "reason": reason})
+	return err
+}
+
+func userOf(ctx context.Context) string {
+	if p := policies.PrincipalFrom(ctx); p != nil {
+		return p.User
+	}
+	return ""
+}
+
+// History returns a node's events, oldest first, at most limit of the
+// newest.
+func (s *Service) History(ctx context.Context, ident string, limit int) ([]*ent.NodeEvent, error) {
+	n, err := s.Authorized(ctx, ident, RuleHistory)
+	if err != nil {
+		return nil, err
+	}
+	evs, err := n.QueryEvents().Order(ent.Desc(nodeevent.FieldCreatedAt), ent.Desc(nodeevent.FieldID)).Limit(limit).All(ctx)
+	if err != nil {
+		return nil, err
+	}
+	for i, j := 0, len(evs)-1; i < j; i, j = i+1, j-1 {
+		evs[i], evs[j] = evs[j], evs[i]
+	}
+	return evs, nil
+}
+
+// HistoryEvent returns one event of a node's history.
+func (s *Service) HistoryEvent(ctx context.Context, ident, eventUUID string) (*ent.NodeEvent, error) {
+	n, err := s.Authorized(ctx, ident, RuleHistory)
+	if err != nil {
+		return nil, err
+	}
+	ev, err := n.QueryEvents().Where(nodeevent.UUID(eventUUID)).Only(ctx)
+	if ent.IsNotFound(err) {
+		return nil, errs.NotFound("Node history record %s could not be found.", eventUUID)
+	}
+	return ev, err
+}
+
+// withTx runs fn in a transaction and commits when it returns nil.
+func withTx(ctx context.Context, db *store.DB, fn func(tx *ent.Client) error) error {
+	tx, err := db.Tx(ctx)
+	if err != nil {
+		return err
+	}
+	if err := fn(tx.Client()); err != nil {
+		tx.Rollback()
+		return err
+	}
+	return tx.Commit()
+}
+
+func cloneMap(m map[string]any) map[string]any {
+	if m == nil {
+		return map[string]any{}
+	}
+	return maps.Clone(m)
+}

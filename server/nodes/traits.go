@@ -1,0 +1,111 @@
+package nodes
+
+import (
+	"context"
+	"sort"
+	"time"
+
+	"github.com/anvilproject/anvil/ent"
+	"github.com/anvilproject/anvil/ent/node"
+	"github.com/anvilproject/anvil/ent/trait"
+	"github.com/anvilproject/anvil/server/errs"
+)
+
+// Traits lists a node's traits, sorted.
+func (s *Service) Traits(ctx context.Context, ident string) ([]string, error) {
+	n, err := s.Authorized(ctx, ident, RuleTraitsList)
+	if err != nil {
+		return nil, err
+	}
+	ts, err := n.QueryTraits().Select(trait.FieldTrait).Strings(ctx)
+	sort.Strings(ts)
+	return ts, err
+}
+
+// SetTraits replaces all of a node's traits.
+func (s *Service) SetTraits(ctx context.Context, ident string, traits []string) error {
+	n, err := s.Authorized(ctx, ident, RuleTraitsSet)
+	if err != nil {
+		return err
+	}
+	err = ValidateTraits(traits)
+	if err == nil {
+		err = s.changeTraits(ctx, n, func(tx *ent.Client) error {
+			if _, err := tx.Trait.Delete().Where(trait.NodeID(n.ID)).Exec(ctx); err != nil {
+				return err
+			}
+			bulk := make([]*ent.TraitCreate, len(traits))
+			for i, t := range traits {
+				bulk[i] = tx.Trait.Create().SetNodeID(n.ID).SetTrait(t)
+			}
+			return tx.Trait.CreateBulk(bulk...).Exec(ctx)
+		})
+	}
+	s.guard.Done(ctx, RuleTraitsSet, "node", n.UUID, err, map[string]any{"traits": traits})
+	return err
+}
+
+// AddTrait adds one trait; adding a trait the node has is a no-op.
+func (s *Service) AddTrait(ctx context.Context, ident, t string) error {
+	n, err := s.Authorized(ctx, ident, RuleTraitsSet)
+	if err != nil {
+		return err
+	}
+	err = ValidateTrait(t)
+	if err == nil {
+		err = s.changeTraits(ctx, n, func(tx *ent.Client) error {
+			have, err := tx.Trait.Query().Where(trait.NodeID(n.ID)).Select(trait.FieldTrait).Strings(ctx)
+			if err != nil || contains(have, t) {
+				return err
+			}
+			if len(have) >= maxTraits {
+				return errs.BadRequest("traits", "node %s already has %d traits, the most allowed", n.UUID, maxTraits)
+			}
+			return tx.Trait.Create().SetNodeID(n.ID).SetTrait(t).Exec(ctx)
+		})
+	}
+	s.guard.Done(ctx, RuleTraitsSet, "node", n.UUID, err, map[string]any{"add": t})
+	return err
+}
+
+// RemoveTrait removes one trait, or all when t is empty.
+func (s *Service) RemoveTrait(ctx context.Context, ident, t string) error {
+	n, err := s.Authorized(ctx, ident, RuleTraitsDelete)
+	if err != nil {
+		return err
+	}
+	err = s.changeTraits(ctx, n, func(tx *ent.Client) error {
+		q := tx.Trait.Delete().Where(trait.NodeID(n.ID))
+		if t != "" {
+			q = q.Where(trait.Trait(t))
+		}
+		cnt, err := q.Exec(ctx)
+		if err == nil && cnt == 0 && t != "" {
+			return errs.NotFound("Node %s doesn't have a trait %s", n.UUID, t)
+		}
+		return err
+	})
+	s.guard.Done(ctx, RuleTraitsDelete, "node", n.UUID, err, map[string]any{"remove": t})
+	return err
+}
+
+// changeTraits runs fn in a transaction that also bumps updated_at under
+// the lock condition, so trait edits never race a conductor's work.
+func (s *Service) changeTraits(ctx context.Context, n *ent.Node, fn func(tx *ent.Client) error) error {
+	return withTx(ctx, s.db, func(tx *ent.Client) error {
+		cnt, err := tx.Node.Update().Where(node.ID(n.ID), node.ReservationIsNil()).SetUpdatedAt(time.Now()).Save(ctx)
+		if err != nil {
+			return err
+		}
+		if cnt == 0 {
+			cur, err := lookup(ctx, tx, n.UUID)
+			if err != nil {
+				return err
+			}
+			if cur.Reservation != nil {
+				return lockedError(cur)
+			}
+		}
+		return fn(tx)
+	})
+}
