@@ -1,0 +1,170 @@
+// Package api serves Anvil's Ironic-compatible JSON API under /v1. Handlers
+// are thin: parse, call one service method, write JSON. Identity comes from
+// the context the auth middleware filled; nothing here reads credentials.
+package api
+
+import (
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"strings"
+
+	"github.com/gofiber/fiber/v2"
+
+	"github.com/anvilproject/anvil/server/audit"
+	"github.com/anvilproject/anvil/server/errs"
+	"github.com/anvilproject/anvil/server/guard"
+	"github.com/anvilproject/anvil/server/nodes"
+)
+
+// MaxBody is the largest request body the API accepts.
+const MaxBody = 1 << 20
+
+// API holds the services the JSON handlers call.
+type API struct {
+	Nodes *nodes.Service
+	Guard *guard.Guard
+	Audit *audit.Log
+	Log   *slog.Logger
+}
+
+type verKey struct{}
+
+// ver returns the negotiated microversion of the request.
+func ver(c *fiber.Ctx) Version {
+	v, _ := c.Locals(verKey{}).(Version)
+	return v
+}
+
+// Negotiate is middleware for /v1: it settles the microversion, sets the
+// version headers on every response and bounds the body size.
+func Negotiate(c *fiber.Ctx) error {
+	v, err := negotiate(c)
+	versionHeaders(c, v)
+	if err != nil {
+		return err
+	}
+	c.Locals(verKey{}, v)
+	if len(c.Body()) > MaxBody {
+		return &errs.Error{Status: 413, Field: "body", Msg: "the request body is larger than 1 MiB"}
+	}
+	return c.Next()
+}
+
+// Register mounts the API's routes. Root version discovery lives outside
+// /v1 and needs no authentication, as in Ironic.
+func (a *API) Register(root fiber.Router, v1 fiber.Router) {
+	root.Get("/", a.root)
+	v1.Get("/", a.v1)
+	v1.Get("/nodes", a.listNodes(false))
+	v1.Get("/nodes/detail", a.listNodes(true))
+	v1.Post("/nodes", a.createNode)
+	v1.Get("/nodes/:node", a.getNode)
+	v1.Patch("/nodes/:node", a.patchNode)
+	v1.Delete("/nodes/:node", a.deleteNode)
+	v1.Get("/nodes/:node/traits", a.listTraits)
+	v1.Put("/nodes/:node/traits", a.setTraits)
+	v1.Delete("/nodes/:node/traits", a.deleteTraits)
+	v1.Put("/nodes/:node/traits/:trait", a.addTrait)
+	v1.Delete("/nodes/:node/traits/:trait", a.deleteTrait)
+	v1.Put("/nodes/:node/maintenance", a.setMaintenance)
+	v1.Delete("/nodes/:node/maintenance", a.clearMaintenance)
+	v1.Get("/nodes/:node/history", a.listHistory)
+	v1.Get("/nodes/:node/history/:event", a.getHistory)
+	v1.Get("/events", a.listEvents)
+}
+
+func baseURL(c *fiber.Ctx) string { return c.BaseURL() }
+
+func (a *API) root(c *fiber.Ctx) error {
+	versionHeaders(c, 0)
+	vi := versionInfo(baseURL(c))
+	return c.JSON(fiber.Map{
+		"name":            "OpenStack Ironic API",
+		"description":     "Anvil: bare-metal self-service with an Ironic-compatible API.",
+		"default_version": vi,
+		"versions":        []fiber.Map{vi},
+	})
+}
+
+func (a *API) v1(c *fiber.Ctx) error {
+	b := baseURL(c)
+	return c.JSON(fiber.Map{
+		"id":          "v1",
+		"links":       []fiber.Map{link(b+"/v1/", "self")},
+		"media_types": []fiber.Map{{"base": "application/json", "type": "application/vnd.openstack.ironic.v1+json"}},
+		"nodes":       []fiber.Map{link(b+"/v1/nodes/", "self"), link(b+"/nodes/", "bookmark")},
+		"version":     versionInfo(b),
+	})
+}
+
+// ErrorHandler writes every error in Ironic's shape: error_message holds a
+// JSON string with faultstring and faultcode, which Ironic's clients
+// decode and print. Unexpected errors are logged and reported without
+// internals.
+func ErrorHandler(log *slog.Logger) fiber.ErrorHandler {
+	return func(c *fiber.Ctx, err error) error {
+		status, msg := errs.Status(err), err.Error()
+		var fe *fiber.Error
+		if errors.As(err, &fe) {
+			status, msg = fe.Code, fe.Message
+			if status == 404 {
+				msg = "The resource could not be found: " + c.Path()
+			}
+		}
+		if status == 500 {
+			log.ErrorContext(c.UserContext(), "request failed", "err", err, "method", c.Method(), "path", c.Path())
+			msg = "An internal error occurred; the request id in the logs has details."
+		}
+		fault := "Client"
+		if status >= 500 {
+			fault = "Server"
+		}
+		inner, _ := json.Marshal(fiber.Map{"faultstring": msg, "faultcode": fault, "debuginfo": nil})
+		if c.Get(hdrIronicMin) == "" && strings.HasPrefix(c.Path(), "/v1") {
+			versionHeaders(c, 0)
+		}
+		return c.Status(status).JSON(fiber.Map{"error_message": string(inner)})
+	}
+}
+
+// bind decodes a JSON body into v, naming the problem on failure.
+func bind(c *fiber.Ctx, v any) error {
+	body := c.Body()
+	if len(body) == 0 {
+		return errs.BadRequest("body", "a JSON body is required")
+	}
+	dec := json.NewDecoder(strings.NewReader(string(body)))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		var ute *json.UnmarshalTypeError
+		if errors.As(err, &ute) {
+			return errs.BadRequest(ute.Field, "%s must be %s, not %s", ute.Field, jsonKind(ute.Type.Kind().String()), ute.Value)
+		}
+		if f, ok := strings.CutPrefix(err.Error(), "json: unknown field "); ok {
+			f = strings.Trim(f, `"`)
+			return errs.BadRequest(f, "unknown attribute %q", f)
+		}
+		return errs.BadRequest("body", "the body is not valid JSON: %v", err)
+	}
+	if dec.More() {
+		return errs.BadRequest("body", "the body holds more than one JSON value")
+	}
+	return nil
+}
+
+func jsonKind(k string) string {
+	switch k {
+	case "map", "struct":
+		return "an object"
+	case "slice":
+		return "a list"
+	case "string":
+		return "a string"
+	case "bool":
+		return "a boolean"
+	case "ptr":
+		return "a string or null"
+	}
+	return "a number"
+}

@@ -1,0 +1,145 @@
+package api_test
+
+import (
+	"bytes"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/anvilproject/anvil/server/store"
+	"github.com/anvilproject/anvil/server/store/storetest"
+)
+
+// cli runs Debian's baremetal client (python3-ironicclient) against url.
+type cli struct {
+	t    *testing.T
+	base []string
+}
+
+func newCLI(t *testing.T, url string, auth ...string) *cli {
+	t.Helper()
+	if _, err := exec.LookPath("baremetal"); err != nil {
+		if os.Getenv("CI") != "" {
+			t.Fatal("the baremetal CLI (python3-ironicclient) is required in CI")
+		}
+		t.Skip("skipping: the baremetal CLI (Debian python3-ironicclient) is not installed")
+	}
+	if len(auth) == 0 {
+		auth = []string{"--os-auth-type", "none"}
+	}
+	return &cli{t: t, base: append([]string{"--os-endpoint", url}, auth...)}
+}
+
+// run executes one command and returns stdout; a failure is fatal unless
+// the caller expects it.
+func (c *cli) run(wantErr bool, args ...string) string {
+	c.t.Helper()
+	cmd := exec.Command("baremetal", append(c.base, args...)...)
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	cmd.Env = append(os.Environ(), "OS_CLOUD=", "PYTHONWARNINGS=ignore")
+	start := time.Now()
+	err := cmd.Run()
+	if (err != nil) != wantErr {
+		c.t.Fatalf("baremetal %s: err=%v (after %s)\nstdout: %s\nstderr: %s", strings.Join(args, " "), err, time.Since(start), out.String(), errb.String())
+	}
+	if wantErr {
+		return errb.String()
+	}
+	return out.String()
+}
+
+func (c *cli) json(args ...string) any {
+	c.t.Helper()
+	out := c.run(false, append(args, "-f", "json")...)
+	var v any
+	if err := json.Unmarshal([]byte(out), &v); err != nil {
+		c.t.Fatalf("baremetal %s: not JSON: %v\n%s", strings.Join(args, " "), err, out)
+	}
+	return v
+}
+
+func names(rows any) []string {
+	var out []string
+	for _, r := range rows.([]any) {
+		out = append(out, r.(map[string]any)["Name"].(string))
+	}
+	return out
+}
+
+// TestBaremetalCLI drives the real python3-ironicclient through the node
+// life cycle and checks each result.
+func TestBaremetalCLI(t *testing.T) {
+	storetest.Each(t, func(t *testing.T, setting string, _ *store.DB) {
+		srv, _ := start(t, setting)
+		bm := newCLI(t, srv.URL)
+
+		n := bm.json("node", "create", "--driver", "fake", "--name", "cli-n1", "--property", "cpus=8", "--property", "memory_mb=4096").(map[string]any)
+		if n["name"] != "cli-n1" || n["provision_state"] != "enroll" || n["properties"].(map[string]any)["cpus"] != "8" {
+			t.Fatalf("create: %v", n)
+		}
+		bm.json("node", "create", "--driver", "fake", "--name", "cli-n2")
+		bm.run(false, "node", "set", "cli-n1", "--owner", "proj-owner", "--lessee", "proj-lessee")
+		bm.run(false, "node", "set", "cli-n2", "--owner", "proj-other")
+
+		if got := names(bm.json("node", "list")); len(got) != 2 {
+			t.Fatalf("list: %v", got)
+		}
+		long := bm.json("node", "list", "--long").([]any)
+		if len(long) != 2 || long[0].(map[string]any)["Owner"] == nil {
+			t.Fatalf("list --long: %v", long)
+		}
+		if got := names(bm.json("node", "list", "--owner", "proj-owner")); strings.Join(got, ",") != "cli-n1" {
+			t.Fatalf("list --owner: %v", got)
+		}
+		if got := names(bm.json("node", "list", "--lessee", "proj-lessee")); strings.Join(got, ",") != "cli-n1" {
+			t.Fatalf("list --lessee: %v", got)
+		}
+
+		bm.run(false, "node", "set", "cli-n1", "--name", "cli-renamed", "--extra", "rack=r7", "--property", "cpus=16")
+		s := bm.json("node", "show", "cli-renamed").(map[string]any)
+		if s["owner"] != "proj-owner" || s["lessee"] != "proj-lessee" || s["extra"].(map[string]any)["rack"] != "r7" || s["properties"].(map[string]any)["cpus"] != "16" {
+			t.Fatalf("show after set: %v", s)
+		}
+		bm.run(false, "node", "unset", "cli-renamed", "--lessee", "--extra", "rack", "--property", "memory_mb")
+		bm.run(false, "node", "unset", "cli-renamed", "--owner")
+		s = bm.json("node", "show", "cli-renamed").(map[string]any)
+		if s["owner"] != nil || s["lessee"] != nil || len(s["extra"].(map[string]any)) != 0 {
+			t.Fatalf("show after unset: %v", s)
+		}
+		if _, has := s["properties"].(map[string]any)["memory_mb"]; has {
+			t.Fatalf("memory_mb not unset: %v", s["properties"])
+		}
+
+		bm.run(false, "node", "add", "trait", "cli-renamed", "CUSTOM_FIRMWARE_UPDATE", "CUSTOM_GPU")
+		bm.run(false, "node", "remove", "trait", "cli-renamed", "CUSTOM_GPU")
+		traits := bm.json("node", "trait", "list", "cli-renamed").([]any)
+		if len(traits) != 1 || traits[0].(map[string]any)["Traits"] != "CUSTOM_FIRMWARE_UPDATE" {
+			t.Fatalf("traits: %v", traits)
+		}
+		if errOut := bm.run(true, "node", "add", "trait", "cli-renamed", "bad-trait"); !strings.Contains(errOut, "bad-trait") {
+			t.Fatalf("bad trait error does not name it: %s", errOut)
+		}
+
+		bm.run(false, "node", "maintenance", "set", "cli-renamed", "--reason", "fan noise")
+		s = bm.json("node", "show", "cli-renamed").(map[string]any)
+		if s["maintenance"] != true || s["maintenance_reason"] != "fan noise" {
+			t.Fatalf("maintenance set: %v", s)
+		}
+		bm.run(false, "node", "maintenance", "unset", "cli-renamed")
+		if s = bm.json("node", "show", "cli-renamed").(map[string]any); s["maintenance"] != false {
+			t.Fatalf("maintenance unset: %v", s)
+		}
+
+		if errOut := bm.run(true, "node", "show", "no-such-node"); !strings.Contains(errOut, "could not be found") {
+			t.Fatalf("show missing: %s", errOut)
+		}
+		bm.run(false, "node", "delete", "cli-renamed", "cli-n2")
+		if got := bm.json("node", "list").([]any); len(got) != 0 {
+			t.Fatalf("after delete: %v", got)
+		}
+	})
+}

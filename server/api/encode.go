@@ -1,0 +1,151 @@
+package api
+
+import (
+	"encoding/json"
+	"strconv"
+	"time"
+	"unicode/utf8"
+)
+
+// jw appends JSON by hand for the node list: a detailed page of a thousand
+// nodes is the API's hottest path, and writing fields in order into one
+// buffer avoids building a map per node only to have encoding/json sort it.
+type jw struct {
+	b     []byte
+	first bool
+}
+
+func (w *jw) open()  { w.b = append(w.b, '{'); w.first = true }
+func (w *jw) close() { w.b = append(w.b, '}'); w.first = false }
+
+func (w *jw) key(k string) {
+	if !w.first {
+		w.b = append(w.b, ',')
+	}
+	w.first = false
+	w.b = appendString(w.b, k)
+	w.b = append(w.b, ':')
+}
+
+func (w *jw) str(k, v string) { w.key(k); w.b = appendString(w.b, v) }
+
+func (w *jw) strp(k string, v *string) {
+	w.key(k)
+	if v == nil {
+		w.b = append(w.b, "null"...)
+		return
+	}
+	w.b = appendString(w.b, *v)
+}
+
+// proj writes an owner/lessee, which is stored as "" when unset.
+func (w *jw) proj(k, v string) {
+	w.key(k)
+	if v == "" {
+		w.b = append(w.b, "null"...)
+		return
+	}
+	w.b = appendString(w.b, v)
+}
+
+func (w *jw) boolean(k string, v bool) { w.key(k); w.b = strconv.AppendBool(w.b, v) }
+
+func (w *jw) time(k string, t *time.Time) {
+	w.key(k)
+	if t == nil || t.IsZero() {
+		w.b = append(w.b, "null"...)
+		return
+	}
+	w.b = append(w.b, '"')
+	w.b = t.UTC().AppendFormat(w.b, "2006-01-02T15:04:05.000000+00:00")
+	w.b = append(w.b, '"')
+}
+
+func (w *jw) any(k string, v any) {
+	w.key(k)
+	b, err := json.Marshal(v)
+	if err != nil {
+		b = []byte("null")
+	}
+	w.b = append(w.b, b...)
+}
+
+func (w *jw) obj(k string, m map[string]any) {
+	if m == nil {
+		m = map[string]any{}
+	}
+	w.any(k, m)
+}
+
+func (w *jw) strs(k string, v []string) {
+	w.key(k)
+	w.b = append(w.b, '[')
+	for i, s := range v {
+		if i > 0 {
+			w.b = append(w.b, ',')
+		}
+		w.b = appendString(w.b, s)
+	}
+	w.b = append(w.b, ']')
+}
+
+func (w *jw) links(self, bookmark string) {
+	w.key("links")
+	w.b = append(w.b, `[{"href":`...)
+	w.b = appendString(w.b, self)
+	w.b = append(w.b, `,"rel":"self"},{"href":`...)
+	w.b = appendString(w.b, bookmark)
+	w.b = append(w.b, `,"rel":"bookmark"}]`...)
+}
+
+const hexDigits = "0123456789abcdef"
+
+// appendString appends s as a JSON string, escaping what JSON requires
+// plus <, > and & as encoding/json does, and replacing invalid UTF-8.
+func appendString(b []byte, s string) []byte {
+	b = append(b, '"')
+	start := 0
+	for i := 0; i < len(s); {
+		c := s[i]
+		if c < utf8.RuneSelf {
+			if c >= 0x20 && c != '"' && c != '\\' && c != '<' && c != '>' && c != '&' {
+				i++
+				continue
+			}
+			b = append(b, s[start:i]...)
+			switch c {
+			case '"', '\\':
+				b = append(b, '\\', c)
+			case '\n':
+				b = append(b, '\\', 'n')
+			case '\r':
+				b = append(b, '\\', 'r')
+			case '\t':
+				b = append(b, '\\', 't')
+			default:
+				b = append(b, '\\', 'u', '0', '0', hexDigits[c>>4], hexDigits[c&0xf])
+			}
+			i++
+			start = i
+			continue
+		}
+		r, size := utf8.DecodeRuneInString(s[i:])
+		if r == utf8.RuneError && size == 1 {
+			b = append(b, s[start:i]...)
+			b = append(b, `\ufffd`...)
+			i += size
+			start = i
+			continue
+		}
+		if r == '\u2028' || r == '\u2029' {
+			b = append(b, s[start:i]...)
+			b = append(b, '\\', 'u', '2', '0', '2', hexDigits[r&0xf])
+			i += size
+			start = i
+			continue
+		}
+		i += size
+	}
+	b = append(b, s[start:]...)
+	return append(b, '"')
+}

@@ -1,0 +1,22 @@
+package api
+
+import (
+	"github.com/anvilproject/anvil/ent"
+)
+
+func eventJSON(e *ent.NodeEvent, detail bool, base string) []byte {
+	w := &jw{}
+	w.open()
+	w.str("uuid", e.UUID)
+	w.time("created_at", &e.CreatedAt)
+	w.str("severity", e.Severity)
+	w.str("event", e.Event)
+	if detail {
+		w.str("event_type", e.EventType)
+		w.str("user", e.User)
+		w.str("conductor", e.Conductor)
+	}
+	w.links(base+e.UUID, base+e.UUID)
+	w.close()
+	return w.b
+}

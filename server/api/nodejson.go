@@ -1,0 +1,141 @@
+package api
+
+import (
+	"sort"
+	"strings"
+
+	"github.com/anvilproject/anvil/server/errs"
+	"github.com/anvilproject/anvil/server/nodes"
+)
+
+// nodeField is one field of a node's JSON: the microversion that
+// introduced it and how to write it.
+type nodeField struct {
+	name  string
+	since Version
+	write func(w *jw, v *nodes.View, ver Version)
+}
+
+// nodeFields is the node's JSON in Ironic's field order. A field newer than
+// the request's version is left out, as Ironic does.
+var nodeFields = []nodeField{
+	{"uuid", VerMin, func(w *jw, v *nodes.View, _ Version) { w.str("uuid", v.UUID) }},
+	{"name", VerName, func(w *jw, v *nodes.View, _ Version) { w.strp("name", v.Name) }},
+	{"driver", VerMin, func(w *jw, v *nodes.View, _ Version) { w.str("driver", v.Driver) }},
+	{"driver_info", VerMin, func(w *jw, v *nodes.View, _ Version) { w.obj("driver_info", v.DriverInfo) }},
+	{"driver_internal_info", VerMin, func(w *jw, v *nodes.View, _ Version) { w.obj("driver_internal_info", v.DriverInternalInfo) }},
+	{"owner", VerOwner, func(w *jw, v *nodes.View, _ Version) { w.proj("owner", v.Owner) }},
+	{"lessee", VerLessee, func(w *jw, v *nodes.View, _ Version) { w.proj("lessee", v.Lessee) }},
+	{"description", VerDescription, func(w *jw, v *nodes.View, _ Version) { w.strp("description", v.Description) }},
+	{"power_state", VerMin, func(w *jw, v *nodes.View, _ Version) { w.strp("power_state", v.PowerState) }},
+	{"target_power_state", VerMin, func(w *jw, v *nodes.View, _ Version) { w.strp("target_power_state", v.TargetPowerState) }},
+	{"provision_state", VerMin, func(w *jw, v *nodes.View, ver Version) {
+		// Before 1.2 "available" was reported as no state at all.
+		if ver < 2 && v.ProvisionState == nodes.StateAvailable {
+			w.strp("provision_state", nil)
+			return
+		}
+		w.str("provision_state", v.ProvisionState)
+	}},
+	{"target_provision_state", VerMin, func(w *jw, v *nodes.View, _ Version) {
+		w.strp("target_provision_state", v.TargetProvisionState)
+	}},
+	{"provision_updated_at", VerMin, func(w *jw, v *nodes.View, _ Version) { w.time("provision_updated_at", v.ProvisionUpdatedAt) }},
+	{"last_error", VerMin, func(w *jw, v *nodes.View, _ Version) { w.strp("last_error", v.LastError) }},
+	{"maintenance", VerMin, func(w *jw, v *nodes.View, _ Version) { w.boolean("maintenance", v.Maintenance) }},
+	{"maintenance_reason", VerMin, func(w *jw, v *nodes.View, _ Version) { w.strp("maintenance_reason", v.MaintenanceReason) }},
+	{"reservation", VerMin, func(w *jw, v *nodes.View, _ Version) { w.strp("reservation", v.Reservation) }},
+	{"clean_step", VerCleanStep, func(w *jw, v *nodes.View, _ Version) { w.obj("clean_step", v.CleanStep) }},
+	{"resource_class", VerResourceClass, func(w *jw, v *nodes.View, _ Version) { w.strp("resource_class", v.ResourceClass) }},
+	{"traits", VerTraits, func(w *jw, v *nodes.View, _ Version) { w.strs("traits", v.Traits) }},
+	{"instance_uuid", VerMin, func(w *jw, v *nodes.View, _ Version) { w.strp("instance_uuid", v.InstanceUUID) }},
+	{"instance_info", VerMin, func(w *jw, v *nodes.View, _ Version) { w.obj("instance_info", v.InstanceInfo) }},
+	{"properties", VerMin, func(w *jw, v *nodes.View, _ Version) { w.obj("properties", v.Properties) }},
+	{"extra", VerMin, func(w *jw, v *nodes.View, _ Version) { w.obj("extra", v.Extra) }},
+	{"created_at", VerMin, func(w *jw, v *nodes.View, _ Version) { w.time("created_at", &v.CreatedAt) }},
+	{"updated_at", VerMin, func(w *jw, v *nodes.View, _ Version) { w.time("updated_at", v.UpdatedAt) }},
+}
+
+var nodeFieldIndex = func() map[string]int {
+	m := make(map[string]int, len(nodeFields))
+	for i, f := range nodeFields {
+		m[f.name] = i
+	}
+	return m
+}()
+
+// defaultListFields are what a list without detail returns.
+var defaultListFields = []string{"uuid", "name", "instance_uuid", "power_state", "provision_state", "maintenance"}
+
+// fieldSet selects which node fields a response holds.
+type fieldSet []int
+
+func allFields(ver Version) fieldSet {
+	fs := make(fieldSet, 0, len(nodeFields))
+	for i, f := range nodeFields {
+		if f.since <= ver {
+			fs = append(fs, i)
+		}
+	}
+	return fs
+}
+
+// parseFields reads ?fields=, refusing unknown fields and fields newer than
+// the request's version.
+func parseFields(raw string, ver Version) (fieldSet, error) {
+	var bad []string
+	fs := fieldSet{}
+	seen := map[int]bool{}
+	for _, name := range strings.Split(raw, ",") {
+		name = strings.TrimSpace(name)
+		if name == "" {
+			continue
+		}
+		i, ok := nodeFieldIndex[name]
+		if !ok || nodeFields[i].since > ver {
+			bad = append(bad, name)
+			continue
+		}
+		if !seen[i] {
+			seen[i] = true
+			fs = append(fs, i)
+		}
+	}
+	if len(bad) > 0 {
+		sort.Strings(bad)
+		return nil, errs.BadRequest("fields", "Field(s) %q are not valid for this API version", strings.Join(bad, ","))
+	}
+	sort.Ints(fs)
+	return fs, nil
+}
+
+func namedFields(names []string, ver Version) fieldSet {
+	fs, _ := parseFields(strings.Join(names, ","), ver)
+	return fs
+}
+
+// needsTraits reports whether fs includes traits, which cost a query.
+func (fs fieldSet) needsTraits() bool {
+	for _, i := range fs {
+		if nodeFields[i].name == "traits" {
+			return true
+		}
+	}
+	return false
+}
+
+func writeNode(w *jw, v *nodes.View, fs fieldSet, ver Version, base string) {
+	w.open()
+	for _, i := range fs {
+		nodeFields[i].write(w, v, ver)
+	}
+	w.links(base+"/v1/nodes/"+v.UUID, base+"/nodes/"+v.UUID)
+	w.close()
+}
+
+// versionGatedPatchFields maps patchable fields to the version that made
+// them visible, so a client cannot set what it cannot see.
+var versionGatedPatchFields = map[string]Version{
+	"name": VerName, "owner": VerOwner, "lessee": VerLessee, "description": VerDescription,
+	"resource_class": VerResourceClass,
+}

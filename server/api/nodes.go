@@ -1,0 +1,361 @@
+package api
+
+import (
+	"encoding/json"
+	"net/url"
+	"strconv"
+	"strings"
+
+	"github.com/gofiber/fiber/v2"
+
+	"github.com/anvilproject/anvil/server/errs"
+	"github.com/anvilproject/anvil/server/nodes"
+)
+
+func (a *API) listNodes(detail bool) fiber.Handler {
+	return func(c *fiber.Ctx) error {
+		v := ver(c)
+		o, fs, err := listOptions(c, v, detail)
+		if err != nil {
+			return err
+		}
+		page, err := a.Nodes.List(c.UserContext(), o)
+		if err != nil {
+			return err
+		}
+		base := baseURL(c)
+		w := &jw{b: make([]byte, 0, 256+len(page.Nodes)*len(fs)*48)}
+		w.b = append(w.b, `{"nodes":[`...)
+		for i, n := range page.Nodes {
+			if i > 0 {
+				w.b = append(w.b, ',')
+			}
+			writeNode(w, n, fs, v, base)
+		}
+		w.b = append(w.b, ']')
+		if page.More && len(page.Nodes) > 0 {
+			w.b = append(w.b, `,"next":`...)
+			w.b = appendString(w.b, nextURL(c, page.Nodes[len(page.Nodes)-1].UUID))
+		}
+		w.b = append(w.b, '}')
+		c.Set(fiber.HeaderContentType, fiber.MIMEApplicationJSON)
+		return c.Send(w.b)
+	}
+}
+
+// nextURL repeats the request's query with the marker moved on.
+func nextURL(c *fiber.Ctx, marker string) string {
+	q := url.Values{}
+	c.Context().QueryArgs().VisitAll(func(k, v []byte) { q.Add(string(k), string(v)) })
+	q.Set("marker", marker)
+	if q.Get("limit") == "" {
+		q.Set("limit", strconv.Itoa(nodes.MaxLimit))
+	}
+	return baseURL(c) + c.Path() + "?" + q.Encode()
+}
+
+func listOptions(c *fiber.Ctx, v Version, detail bool) (nodes.ListOptions, fieldSet, error) {
+	var o nodes.ListOptions
+	str := func(name string, since Version) (*string, error) {
+		s := c.Query(name)
+		if s == "" {
+			return nil, nil
+		}
+		if v < since {
+			return nil, errs.NotAcceptable("filter %s requires API version %s or later", name, since)
+		}
+		return &s, nil
+	}
+	boolean := func(name string) (*bool, error) {
+		s := c.Query(name)
+		if s == "" {
+			return nil, nil
+		}
+		b, err := strconv.ParseBool(s)
+		if err != nil {
+			return nil, errs.BadRequest(name, "%s must be true or false, not %q", name, s)
+		}
+		return &b, nil
+	}
+	var err error
+	for _, f := range []struct {
+		dst   **string
+		name  string
+		since Version
+	}{
+		{&o.Owner, "owner", VerOwner}, {&o.Lessee, "lessee", VerLessee},
+		{&o.ProvisionState, "provision_state", VerProvStateFilt},
+		{&o.ResourceClass, "resource_class", VerResourceClass}, {&o.Driver, "driver", VerDriverFilter},
+	} {
+		if *f.dst, err = str(f.name, f.since); err != nil {
+			return o, nil, err
+		}
+	}
+	if o.Maintenance, err = boolean("maintenance"); err != nil {
+		return o, nil, err
+	}
+	if o.Associated, err = boolean("associated"); err != nil {
+		return o, nil, err
+	}
+	if d := c.Query("detail"); d != "" {
+		if detail {
+			return o, nil, errs.BadRequest("detail", "detail cannot be combined with /nodes/detail")
+		}
+		if detail, err = strconv.ParseBool(d); err != nil {
+			return o, nil, errs.BadRequest("detail", "detail must be true or false, not %q", d)
+		}
+	}
+	if l := c.Query("limit"); l != "" {
+		n, err := strconv.Atoi(l)
+		if err != nil || n <= 0 {
+			return o, nil, errs.BadRequest("limit", "limit must be a positive integer, not %q", l)
+		}
+		o.Limit = n
+	}
+	o.Marker = c.Query("marker")
+	o.SortKey, o.SortDir = c.Query("sort_key"), c.Query("sort_dir")
+	var fs fieldSet
+	switch raw := c.Query("fields"); {
+	case raw != "" && detail:
+		return o, nil, errs.BadRequest("fields", "fields cannot be combined with detail")
+	case raw != "":
+		if v < VerFields {
+			return o, nil, errs.NotAcceptable("fields requires API version %s or later", VerFields)
+		}
+		if fs, err = parseFields(raw, v); err != nil {
+			return o, nil, err
+		}
+	case detail:
+		fs = allFields(v)
+	default:
+		fs = namedFields(defaultListFields, v)
+	}
+	o.WithTraits = fs.needsTraits()
+	return o, fs, nil
+}
+
+func (a *API) getNode(c *fiber.Ctx) error {
+	v := ver(c)
+	fs := allFields(v)
+	if raw := c.Query("fields"); raw != "" {
+		var err error
+		if fs, err = parseFields(raw, v); err != nil {
+			return err
+		}
+	}
+	n, err := a.Nodes.Get(c.UserContext(), c.Params("node"))
+	if err != nil {
+		return err
+	}
+	return sendNode(c, n, fs, v, 200)
+}
+
+func sendNode(c *fiber.Ctx, n *nodes.View, fs fieldSet, v Version, status int) error {
+	w := &jw{b: make([]byte, 0, 2048)}
+	writeNode(w, n, fs, v, baseURL(c))
+	c.Set(fiber.HeaderContentType, fiber.MIMEApplicationJSON)
+	return c.Status(status).Send(w.b)
+}
+
+// nodeCreate is the create body; unknown fields are refused by bind.
+type nodeCreate struct {
+	UUID          string         `json:"uuid"`
+	Name          *string        `json:"name"`
+	Driver        string         `json:"driver"`
+	DriverInfo    map[string]any `json:"driver_info"`
+	Properties    map[string]any `json:"properties"`
+	Extra         map[string]any `json:"extra"`
+	InstanceInfo  map[string]any `json:"instance_info"`
+	Owner         *string        `json:"owner"`
+	Lessee        *string        `json:"lessee"`
+	ResourceClass *string        `json:"resource_class"`
+	Description   *string        `json:"description"`
+	InstanceUUID  *string        `json:"instance_uuid"`
+}
+
+func (a *API) createNode(c *fiber.Ctx) error {
+	v := ver(c)
+	var in nodeCreate
+	if err := bind(c, &in); err != nil {
+		return err
+	}
+	for name, since := range map[string]Version{"name": VerName, "owner": VerOwner, "lessee": VerLessee, "description": VerDescription, "resource_class": VerResourceClass} {
+		set := map[string]bool{"name": in.Name != nil, "owner": in.Owner != nil, "lessee": in.Lessee != nil, "description": in.Description != nil, "resource_class": in.ResourceClass != nil}[name]
+		if set {
+			if err := requireVersion(v, since, name); err != nil {
+				return err
+			}
+		}
+	}
+	state := nodes.StateEnroll
+	if v < VerEnrollDefault {
+		state = nodes.StateAvailable
+	}
+	n, err := a.Nodes.Create(c.UserContext(), nodes.CreateInput{
+		UUID: in.UUID, Name: in.Name, Driver: in.Driver, DriverInfo: in.DriverInfo,
+		Properties: in.Properties, Extra: in.Extra, InstanceInfo: in.InstanceInfo,
+		Owner: deref(in.Owner), Lessee: deref(in.Lessee), ResourceClass: in.ResourceClass,
+		Description: in.Description, InstanceUUID: in.InstanceUUID, ProvisionState: state,
+	})
+	if err != nil {
+		return err
+	}
+	c.Location(baseURL(c) + "/v1/nodes/" + n.UUID)
+	return sendNode(c, n, allFields(v), v, 201)
+}
+
+func deref(p *string) string {
+	if p == nil {
+		return ""
+	}
+	return *p
+}
+
+func (a *API) patchNode(c *fiber.Ctx) error {
+	v := ver(c)
+	ops, err := nodes.ParsePatch(c.Body())
+	if err != nil {
+		return err
+	}
+	for _, op := range ops {
+		f, _ := nodes.PatchField(op.Path)
+		if since, ok := versionGatedPatchFields[f]; ok {
+			if err := requireVersion(v, since, f); err != nil {
+				return err
+			}
+		}
+	}
+	n, err := a.Nodes.Patch(c.UserContext(), c.Params("node"), c.Body())
+	if err != nil {
+		return err
+	}
+	return sendNode(c, n, allFields(v), v, 200)
+}
+
+func (a *API) deleteNode(c *fiber.Ctx) error {
+	if err := a.Nodes.Delete(c.UserContext(), c.Params("node")); err != nil {
+		return err
+	}
+	return c.SendStatus(204)
+}
+
+func (a *API) listTraits(c *fiber.Ctx) error {
+	if err := requireVersion(ver(c), VerTraits, "traits"); err != nil {
+		return err
+	}
+	ts, err := a.Nodes.Traits(c.UserContext(), c.Params("node"))
+	if err != nil {
+		return err
+	}
+	return c.JSON(fiber.Map{"traits": ts})
+}
+
+func (a *API) setTraits(c *fiber.Ctx) error {
+	if err := requireVersion(ver(c), VerTraits, "traits"); err != nil {
+		return err
+	}
+	var in struct {
+		Traits []string `json:"traits"`
+	}
+	if err := bind(c, &in); err != nil {
+		return err
+	}
+	if in.Traits == nil {
+		return errs.BadRequest("traits", "traits is required: a list of trait names")
+	}
+	if err := a.Nodes.SetTraits(c.UserContext(), c.Params("node"), in.Traits); err != nil {
+		return err
+	}
+	return c.SendStatus(204)
+}
+
+func (a *API) addTrait(c *fiber.Ctx) error {
+	if err := requireVersion(ver(c), VerTraits, "traits"); err != nil {
+		return err
+	}
+	t, _ := url.PathUnescape(c.Params("trait"))
+	if err := a.Nodes.AddTrait(c.UserContext(), c.Params("node"), t); err != nil {
+		return err
+	}
+	return c.SendStatus(204)
+}
+
+func (a *API) deleteTrait(c *fiber.Ctx) error {
+	if err := requireVersion(ver(c), VerTraits, "traits"); err != nil {
+		return err
+	}
+	t, _ := url.PathUnescape(c.Params("trait"))
+	if err := a.Nodes.RemoveTrait(c.UserContext(), c.Params("node"), t); err != nil {
+		return err
+	}
+	return c.SendStatus(204)
+}
+
+func (a *API) deleteTraits(c *fiber.Ctx) error {
+	if err := requireVersion(ver(c), VerTraits, "traits"); err != nil {
+		return err
+	}
+	if err := a.Nodes.RemoveTrait(c.UserContext(), c.Params("node"), ""); err != nil {
+		return err
+	}
+	return c.SendStatus(204)
+}
+
+func (a *API) setMaintenance(c *fiber.Ctx) error {
+	var in struct {
+		Reason string `json:"reason"`
+	}
+	if len(strings.TrimSpace(string(c.Body()))) > 0 {
+		if err := bind(c, &in); err != nil {
+			return err
+		}
+	}
+	if err := a.Nodes.SetMaintenance(c.UserContext(), c.Params("node"), true, in.Reason); err != nil {
+		return err
+	}
+	return c.SendStatus(202)
+}
+
+func (a *API) clearMaintenance(c *fiber.Ctx) error {
+	if err := a.Nodes.SetMaintenance(c.UserContext(), c.Params("node"), false, ""); err != nil {
+		return err
+	}
+	return c.SendStatus(202)
+}
+
+func (a *API) listHistory(c *fiber.Ctx) error {
+	if err := requireVersion(ver(c), VerHistory, "node history"); err != nil {
+		return err
+	}
+	detail, _ := strconv.ParseBool(c.Query("detail"))
+	limit := nodes.MaxLimit
+	if l := c.Query("limit"); l != "" {
+		n, err := strconv.Atoi(l)
+		if err != nil || n <= 0 {
+			return errs.BadRequest("limit", "limit must be a positive integer, not %q", l)
+		}
+		limit = min(n, nodes.MaxLimit)
+	}
+	evs, err := a.Nodes.History(c.UserContext(), c.Params("node"), limit)
+	if err != nil {
+		return err
+	}
+	out := make([]json.RawMessage, len(evs))
+	base := baseURL(c) + "/v1/nodes/" + c.Params("node") + "/history/"
+	for i, e := range evs {
+		out[i] = eventJSON(e, detail, base)
+	}
+	return c.JSON(fiber.Map{"history": out})
+}
+
+func (a *API) getHistory(c *fiber.Ctx) error {
+	if err := requireVersion(ver(c), VerHistory, "node history"); err != nil {
+		return err
+	}
+	e, err := a.Nodes.HistoryEvent(c.UserContext(), c.Params("node"), c.Params("event"))
+	if err != nil {
+		return err
+	}
+	c.Set(fiber.HeaderContentType, fiber.MIMEApplicationJSON)
+	return c.Send(eventJSON(e, true, baseURL(c)+"/v1/nodes/"+c.Params("node")+"/history/"))
+}

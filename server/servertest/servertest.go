@@ -1,0 +1,142 @@
+// Package servertest runs a real Anvil server on a loopback port for tests,
+// and gives them a small JSON client for its API.
+package servertest
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/anvilproject/anvil/server"
+)
+
+// Server is a running app and its base URL.
+type Server struct {
+	*server.App
+	URL string
+}
+
+// Start builds an app on the database setting and serves it until the test
+// ends.
+func Start(t testing.TB, o server.Options) *Server {
+	t.Helper()
+	if o.Log == nil {
+		o.Log = slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelWarn}))
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	app, err := server.New(ctx, o)
+	if err != nil {
+		cancel()
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		cancel()
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- app.Serve(ctx, ln) }()
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case <-done:
+		case <-time.After(35 * time.Second):
+			t.Error("server did not shut down")
+		}
+		app.Close()
+	})
+	return &Server{App: app, URL: "http://" + ln.Addr().String()}
+}
+
+// Response is what a request returned.
+type Response struct {
+	Status int
+	Header http.Header
+	Body   []byte
+}
+
+// JSON decodes the body into a generic value.
+func (r *Response) JSON(t testing.TB) map[string]any {
+	t.Helper()
+	var m map[string]any
+	if err := json.Unmarshal(r.Body, &m); err != nil {
+		t.Fatalf("body is not a JSON object: %v\n%s", err, r.Body)
+	}
+	return m
+}
+
+// Fault returns the faultstring of an Ironic-shaped error body.
+func (r *Response) Fault(t testing.TB) string {
+	t.Helper()
+	m := r.JSON(t)
+	s, ok := m["error_message"].(string)
+	if !ok {
+		t.Fatalf("no error_message string in %s", r.Body)
+	}
+	var inner map[string]any
+	if err := json.Unmarshal([]byte(s), &inner); err != nil {
+		t.Fatalf("error_message is not JSON: %v", err)
+	}
+	f, _ := inner["faultstring"].(string)
+	return f
+}
+
+// Client sends API requests with a fixed microversion and headers.
+type Client struct {
+	Base    string
+	Version string
+	Header  http.Header
+}
+
+// Client returns a client at the newest microversion.
+func (s *Server) Client() *Client {
+	return &Client{Base: s.URL, Version: "latest", Header: http.Header{}}
+}
+
+// Do sends a request; body may be nil, []byte, string or any JSON value.
+func (c *Client) Do(t testing.TB, method, path string, body any) *Response {
+	t.Helper()
+	var rd io.Reader
+	switch b := body.(type) {
+	case nil:
+	case []byte:
+		rd = bytes.NewReader(b)
+	case string:
+		rd = bytes.NewReader([]byte(b))
+	default:
+		raw, err := json.Marshal(b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rd = bytes.NewReader(raw)
+	}
+	req, err := http.NewRequest(method, c.Base+path, rd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for k, v := range c.Header {
+		req.Header[k] = v
+	}
+	if c.Version != "" {
+		req.Header.Set("X-OpenStack-Ironic-API-Version", c.Version)
+	}
+	if rd != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &Response{Status: resp.StatusCode, Header: resp.Header, Body: b}
+}
