@@ -1,0 +1,151 @@
+// Package server wires Anvil together: database, policy, services, the
+// JSON API, the portal and the conductor, behind one fiber app.
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"time"
+
+	"github.com/gofiber/fiber/v2"
+	"github.com/gofiber/fiber/v2/middleware/adaptor"
+	"github.com/gofiber/fiber/v2/middleware/recover"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/anvilproject/anvil/policies"
+	"github.com/anvilproject/anvil/server/api"
+	"github.com/anvilproject/anvil/server/audit"
+	"github.com/anvilproject/anvil/server/guard"
+	"github.com/anvilproject/anvil/server/nodes"
+	"github.com/anvilproject/anvil/server/obs"
+	"github.com/anvilproject/anvil/server/store"
+)
+
+// Options are the settings an App is built from.
+type Options struct {
+	Database string
+	// AuthNone turns authentication off: every request acts as a system
+	// admin. Only for development, and only on loopback.
+	AuthNone bool
+	Log      *slog.Logger
+}
+
+// App is a running Anvil: everything one process serves.
+type App struct {
+	DB      *store.DB
+	Policy  *policies.Enforcer
+	Audit   *audit.Log
+	Guard   *guard.Guard
+	Nodes   *nodes.Service
+	Fiber   *fiber.App
+	Metrics *obs.Metrics
+	opts    Options
+}
+
+// New opens the database, migrates it and builds the app.
+func New(ctx context.Context, o Options) (*App, error) {
+	if o.Log == nil {
+		o.Log = slog.Default()
+	}
+	db, err := store.Open(ctx, o.Database)
+	if err != nil {
+		return nil, err
+	}
+	if err := db.Migrate(ctx); err != nil {
+		db.Close()
+		return nil, err
+	}
+	enf, err := policies.New(policies.Defaults(), nil)
+	if err != nil {
+		db.Close()
+		return nil, fmt.Errorf("policy: %w", err)
+	}
+	a := &App{DB: db, Policy: enf, Metrics: obs.NewMetrics(), opts: o}
+	a.Audit = audit.New(db.Client, o.Log)
+	a.Guard = &guard.Guard{Enforcer: enf, Audit: a.Audit}
+	a.Nodes = nodes.New(db, a.Guard)
+	a.Fiber = a.routes()
+	return a, nil
+}
+
+func (a *App) routes() *fiber.App {
+	app := fiber.New(fiber.Config{
+		AppName:               "anvil",
+		ErrorHandler:          api.ErrorHandler(a.opts.Log),
+		BodyLimit:             16 << 20,
+		DisableStartupMessage: true,
+		ReadTimeout:           60 * time.Second,
+		WriteTimeout:          60 * time.Second,
+		IdleTimeout:           120 * time.Second,
+	})
+	app.Use(recover.New())
+	app.Use(obs.Middleware(a.opts.Log, a.Metrics))
+	app.Get("/healthz", func(c *fiber.Ctx) error { return c.SendString("ok") })
+	app.Get("/readyz", a.readyz)
+	app.Get("/metrics", adaptor.HTTPHandler(promhttp.HandlerFor(a.Metrics.Registry, promhttp.HandlerOpts{})))
+	v1 := app.Group("/v1", api.Negotiate, a.authenticate)
+	(&api.API{Nodes: a.Nodes, Guard: a.Guard, Audit: a.Audit, Log: a.opts.Log}).Register(app, v1)
+	return app
+}
+
+// authenticate puts the caller's principal into the request context.
+func (a *App) authenticate(c *fiber.Ctx) error {
+	if a.opts.AuthNone {
+		c.SetUserContext(policies.WithPrincipal(c.UserContext(), DevPrincipal()))
+	}
+	return c.Next()
+}
+
+// DevPrincipal is who every request is under --auth none.
+func DevPrincipal() *policies.Principal {
+	return &policies.Principal{User: "anonymous-dev", System: true, Roles: policies.ExpandRoles([]string{"admin"})}
+}
+
+func (a *App) readyz(c *fiber.Ctx) error {
+	ctx, cancel := context.WithTimeout(c.UserContext(), 2*time.Second)
+	defer cancel()
+	if err := a.DB.Ping(ctx); err != nil {
+		return c.Status(503).JSON(fiber.Map{"ready": false, "database": err.Error()})
+	}
+	return c.JSON(fiber.Map{"ready": true, "database": "ok"})
+}
+
+// Serve serves on ln until ctx ends, then shuts down gracefully: new
+// connections are refused and requests in flight get time to finish.
+func (a *App) Serve(ctx context.Context, ln net.Listener) error {
+	errc := make(chan error, 1)
+	go func() { errc <- a.Fiber.Listener(ln) }()
+	select {
+	case err := <-errc:
+		return err
+	case <-ctx.Done():
+	}
+	a.opts.Log.Info("shutting down")
+	if err := a.Fiber.ShutdownWithTimeout(30 * time.Second); err != nil {
+		return err
+	}
+	return nil
+}
+
+// Close releases the database.
+func (a *App) Close() error { return a.DB.Close() }
+
+// CheckLoopback refuses a listen address that is not loopback; used for
+// modes that must never face a network.
+func CheckLoopback(addr string) error {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return fmt.Errorf("listen address %q: %w", addr, err)
+	}
+	if host == "localhost" {
+		return nil
+	}
+	ip := net.ParseIP(host)
+	if ip == nil || !ip.IsLoopback() {
+		return errors.New("--auth none serves every request as a system admin; it only listens on a loopback address such as 127.0.0.1")
+	}
+	return nil
+}

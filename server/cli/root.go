@@ -1,0 +1,116 @@
+// Package cli is the anvil command: serve, migrate, node import, and the
+// operator subcommands. Every subcommand takes --database like serve, and
+// reads ANVIL_* variables and the --config file for flags not given.
+package cli
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"github.com/anvilproject/anvil/server/config"
+	"github.com/anvilproject/anvil/server/store"
+)
+
+// Execute runs the anvil command with the process's arguments.
+func Execute() int {
+	root := NewRoot(os.Stdout, os.Stderr)
+	if err := root.Execute(); err != nil {
+		fmt.Fprintln(os.Stderr, "anvil:", err)
+		return 1
+	}
+	return 0
+}
+
+// NewRoot builds the command tree writing to out and errOut; tests drive it
+// directly.
+func NewRoot(out, errOut io.Writer) *cobra.Command {
+	root := &cobra.Command{
+		Use:           "anvil",
+		Short:         "Bare-metal self-service: an Ironic-compatible API, a conductor and a portal in one binary",
+		SilenceUsage:  true,
+		SilenceErrors: true,
+	}
+	root.SetOut(out)
+	root.SetErr(errOut)
+	root.AddCommand(serveCmd(), migrateCmd(), nodeCmd())
+	return root
+}
+
+// globals are the flags every subcommand shares.
+type globals struct {
+	database  string
+	config    string
+	logLevel  string
+	logFormat string
+}
+
+func addGlobals(cmd *cobra.Command, g *globals) {
+	f := cmd.Flags()
+	f.StringVar(&g.database, "database", "anvil.db", "database: a SQLite file path, sqlite://PATH or postgres://…")
+	f.StringVar(&g.config, "config", os.Getenv("ANVIL_CONFIG"), "YAML config file; keys are flag names with underscores")
+	f.StringVar(&g.logLevel, "log-level", "info", "log level: debug, info, warn or error")
+	f.StringVar(&g.logFormat, "log-format", "text", "log format: text or json")
+	prev := cmd.PreRunE
+	cmd.PreRunE = func(c *cobra.Command, args []string) error {
+		if err := config.Apply(c.Flags(), g.config); err != nil {
+			return err
+		}
+		if prev != nil {
+			return prev(c, args)
+		}
+		return nil
+	}
+}
+
+func (g *globals) logger(w io.Writer) (*slog.Logger, error) {
+	var lvl slog.Level
+	if err := lvl.UnmarshalText([]byte(g.logLevel)); err != nil {
+		return nil, fmt.Errorf("--log-level: %w", err)
+	}
+	opts := &slog.HandlerOptions{Level: lvl}
+	switch strings.ToLower(g.logFormat) {
+	case "json":
+		return slog.New(slog.NewJSONHandler(w, opts)), nil
+	case "text":
+		return slog.New(slog.NewTextHandler(w, opts)), nil
+	}
+	return nil, fmt.Errorf("--log-format %q: use text or json", g.logFormat)
+}
+
+// open opens and migrates the database for an operator subcommand.
+func (g *globals) open(ctx context.Context) (*store.DB, error) {
+	db, err := store.Open(ctx, g.database)
+	if err != nil {
+		return nil, err
+	}
+	if err := db.Migrate(ctx); err != nil {
+		db.Close()
+		return nil, err
+	}
+	return db, nil
+}
+
+func migrateCmd() *cobra.Command {
+	var g globals
+	cmd := &cobra.Command{
+		Use:   "migrate",
+		Short: "Create or update the database schema (serve also does this at start); never drops data",
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			db, err := g.open(cmd.Context())
+			if err != nil {
+				return err
+			}
+			defer db.Close()
+			fmt.Fprintf(cmd.OutOrStdout(), "database %s is up to date\n", store.Redacted(g.database))
+			return nil
+		},
+	}
+	addGlobals(cmd, &g)
+	return cmd
+}

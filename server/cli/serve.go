@@ -1,0 +1,68 @@
+package cli
+
+import (
+	"fmt"
+	"net"
+	"os/signal"
+	"syscall"
+
+	"github.com/spf13/cobra"
+
+	"github.com/anvilproject/anvil/server"
+	"github.com/anvilproject/anvil/server/demo"
+	"github.com/anvilproject/anvil/server/store"
+)
+
+func serveCmd() *cobra.Command {
+	var (
+		g      globals
+		listen string
+		auth   string
+		demoN  int
+	)
+	cmd := &cobra.Command{
+		Use:   "serve",
+		Short: "Serve the API, the portal and the conductor",
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			log, err := g.logger(cmd.ErrOrStderr())
+			if err != nil {
+				return err
+			}
+			switch auth {
+			case "none":
+				if err := server.CheckLoopback(listen); err != nil {
+					return err
+				}
+				log.Warn("authentication is OFF (--auth none): every request acts as a system admin; development only")
+			default:
+				return fmt.Errorf("--auth %q: use none (loopback development mode)", auth)
+			}
+			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGINT, syscall.SIGTERM)
+			defer stop()
+			app, err := server.New(ctx, server.Options{Database: g.database, AuthNone: auth == "none", Log: log})
+			if err != nil {
+				return err
+			}
+			defer app.Close()
+			if demoN > 0 {
+				n, err := demo.Seed(ctx, app.DB, demoN)
+				if err != nil {
+					return fmt.Errorf("--demo: %w", err)
+				}
+				log.Info("demo nodes enrolled", "created", n)
+			}
+			ln, err := net.Listen("tcp", listen)
+			if err != nil {
+				return err
+			}
+			log.Info("anvil serving", "listen", "http://"+ln.Addr().String(), "database", store.Redacted(g.database))
+			return app.Serve(ctx, ln)
+		},
+	}
+	addGlobals(cmd, &g)
+	f := cmd.Flags()
+	f.StringVar(&listen, "listen", "127.0.0.1:6385", "address to listen on")
+	f.StringVar(&auth, "auth", "local", "authentication: local (accounts and tokens; OIDC when configured) or none (loopback-only development mode)")
+	f.IntVar(&demoN, "demo", 0, "enrol this many fake-driver demo nodes over a handful of owner and lessee projects (skipped if nodes exist)")
+	return cmd
+}

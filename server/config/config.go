@@ -1,0 +1,71 @@
+// Package config layers Anvil's settings: command-line flags win over
+// ANVIL_* environment variables, which win over the config file, which
+// wins over the built-in defaults.
+package config
+
+import (
+	"fmt"
+	"os"
+	"strings"
+
+	"github.com/spf13/pflag"
+	"gopkg.in/yaml.v3"
+)
+
+// EnvName is the environment variable for a flag: --policy-dir reads
+// ANVIL_POLICY_DIR.
+func EnvName(flag string) string {
+	return "ANVIL_" + strings.ToUpper(strings.ReplaceAll(flag, "-", "_"))
+}
+
+// FileKey is the config-file key for a flag: --policy-override-enabled is
+// policy_override_enabled.
+func FileKey(flag string) string { return strings.ReplaceAll(flag, "-", "_") }
+
+// Apply fills every flag the command line did not set from the
+// environment, then from the YAML file at path (if any). Unknown keys in
+// the file are an error naming them, so a typo does not silently fall back
+// to a default.
+func Apply(fs *pflag.FlagSet, path string) error {
+	file := map[string]any{}
+	if path != "" {
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return fmt.Errorf("config file: %w", err)
+		}
+		if err := yaml.Unmarshal(b, &file); err != nil {
+			return fmt.Errorf("config file %s: %w", path, err)
+		}
+		for k := range file {
+			if fs.Lookup(strings.ReplaceAll(k, "_", "-")) == nil {
+				return fmt.Errorf("config file %s: unknown setting %q", path, k)
+			}
+		}
+	}
+	var err error
+	fs.VisitAll(func(f *pflag.Flag) {
+		if err != nil || f.Changed || f.Name == "config" || f.Name == "help" {
+			return
+		}
+		if v, ok := os.LookupEnv(EnvName(f.Name)); ok {
+			if e := fs.Set(f.Name, v); e != nil {
+				err = fmt.Errorf("%s: %w", EnvName(f.Name), e)
+			}
+			return
+		}
+		if v, ok := file[FileKey(f.Name)]; ok {
+			s := fmt.Sprint(v)
+			if list, isList := v.([]any); isList {
+				parts := make([]string, len(list))
+				for i, x := range list {
+					parts[i] = fmt.Sprint(x)
+				}
+				s = strings.Join(parts, ",")
+			}
+			if e := fs.Set(f.Name, s); e != nil {
+				err = fmt.Errorf("config file %s: %s: %w", path, FileKey(f.Name), e)
+			}
+		}
+	})
+	return err
+}

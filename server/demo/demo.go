@@ -1,0 +1,53 @@
+// Package demo enrols fake-driver nodes spread over a handful of owner and
+// lessee projects, so a newcomer sees a populated fleet at once.
+package demo
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/anvilproject/anvil/server/nodes"
+	"github.com/anvilproject/anvil/server/store"
+)
+
+// Owners are the hardware-owning demo projects; Lessees rent from them.
+var (
+	Owners  = []string{"hw-east", "hw-west", "hw-lab"}
+	Lessees = []string{"tenant-blue", "tenant-green", "tenant-red", "tenant-gold"}
+)
+
+// Seed enrols n demo nodes unless the database already has nodes, and
+// returns how many it created.
+func Seed(ctx context.Context, db *store.DB, n int) (int, error) {
+	have, err := db.Node.Query().Count(ctx)
+	if err != nil || have > 0 {
+		return 0, err
+	}
+	recs := make([]nodes.ImportRecord, n)
+	classes := []string{"baremetal-small", "baremetal-large", "gpu"}
+	for i := range recs {
+		name := fmt.Sprintf("demo-%05d", i+1)
+		rc := classes[i%len(classes)]
+		in := nodes.CreateInput{
+			Name: &name, Driver: "fake", Owner: Owners[i%len(Owners)], ResourceClass: &rc,
+			Properties: map[string]any{"cpus": 16 << (i % 3), "memory_mb": 65536 << (i % 3), "local_gb": 960},
+		}
+		// Two nodes in three are leased out; the rest stay with their owner.
+		if i%3 != 2 {
+			in.Lessee = Lessees[i%len(Lessees)]
+		}
+		traits := []string{"CUSTOM_DEMO"}
+		if i%2 == 0 {
+			traits = append(traits, "CUSTOM_FIRMWARE_UPDATE")
+		}
+		if err := nodes.ValidateCreate(&in); err != nil {
+			return 0, err
+		}
+		in.ProvisionState = nodes.StateManageable
+		recs[i] = nodes.ImportRecord{Line: i + 1, Node: in, Traits: traits}
+	}
+	if err := nodes.Import(ctx, db, recs); err != nil {
+		return 0, err
+	}
+	return n, nil
+}

@@ -1,0 +1,82 @@
+// Package obs is Anvil's observability: request ids, one structured log
+// line per request, and Prometheus metrics by route and status.
+package obs
+
+import (
+	"log/slog"
+	"strconv"
+	"time"
+
+	"github.com/gofiber/fiber/v2"
+	"github.com/google/uuid"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	"github.com/anvilproject/anvil/server/audit"
+)
+
+// RequestIDHeader is the header Ironic uses for request ids; clients print it.
+const RequestIDHeader = "X-Openstack-Request-Id"
+
+// Metrics are the HTTP metrics; each App registers its own so tests can run
+// several servers in one process.
+type Metrics struct {
+	Registry *prometheus.Registry
+	requests *prometheus.CounterVec
+	latency  *prometheus.HistogramVec
+}
+
+// NewMetrics creates and registers the HTTP metrics plus Go runtime ones.
+func NewMetrics() *Metrics {
+	m := &Metrics{
+		Registry: prometheus.NewRegistry(),
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "anvil_http_requests_total", Help: "HTTP requests by route, method and status.",
+		}, []string{"route", "method", "status"}),
+		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "anvil_http_request_duration_seconds", Help: "HTTP request latency by route and method.",
+			Buckets: []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5},
+		}, []string{"route", "method"}),
+	}
+	m.Registry.MustRegister(m.requests, m.latency,
+		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return m
+}
+
+// Middleware assigns the request id, puts request info into the user
+// context for auditing, then logs and measures the request when it ends.
+func Middleware(log *slog.Logger, m *Metrics) fiber.Handler {
+	return func(c *fiber.Ctx) error {
+		start := time.Now()
+		rid := c.Get(RequestIDHeader)
+		if len(rid) < 8 || len(rid) > 64 {
+			rid = "req-" + uuid.NewString()
+		}
+		c.Set(RequestIDHeader, rid)
+		c.SetUserContext(audit.WithRequest(c.UserContext(), audit.Request{ID: rid, Method: c.Method(), Path: c.Path()}))
+		err := c.Next()
+		if err != nil {
+			// Let the app's error handler write the response now, so the
+			// status we record is the one the client gets.
+			if herr := c.App().ErrorHandler(c, err); herr != nil {
+				c.Status(500)
+			}
+		}
+		status := c.Response().StatusCode()
+		route := c.Route().Path
+		if status == 404 && route == "/" && c.Path() != "/" {
+			route = "unmatched"
+		}
+		d := time.Since(start)
+		m.requests.WithLabelValues(route, c.Method(), strconv.Itoa(status)).Inc()
+		m.latency.WithLabelValues(route, c.Method()).Observe(d.Seconds())
+		level := slog.LevelInfo
+		if status >= 500 {
+			level = slog.LevelError
+		}
+		log.LogAttrs(c.UserContext(), level, "request",
+			slog.String("request_id", rid), slog.String("method", c.Method()), slog.String("path", c.Path()),
+			slog.Int("status", status), slog.Duration("duration", d), slog.String("remote", c.IP()))
+		return nil
+	}
+}
