@@ -1,0 +1,239 @@
+// Package bench measures Anvil at the sizes the issues name: 10,000 nodes
+// over 500 owner/lessee projects, on SQLite and on PostgreSQL. It builds
+// the real binary, enrols through `anvil node import`, serves with
+// `anvil serve` in its own process and measures over loopback HTTP, so the
+// figures (and the RSS) are the server's, not a test harness's.
+//
+//	go test -run '^$' -bench . -benchtime 200x ./bench/
+package bench
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/anvilproject/anvil/server/store/storetest"
+)
+
+const (
+	fleet    = 10000
+	projects = 500
+)
+
+var (
+	buildOnce sync.Once
+	binPath   string
+	buildErr  error
+)
+
+// binary builds anvil once per run.
+func binary(b *testing.B) string {
+	buildOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "anvil-bench")
+		if err != nil {
+			buildErr = err
+			return
+		}
+		binPath = filepath.Join(dir, "anvil")
+		out, err := exec.Command("go", "build", "-o", binPath, "..").CombinedOutput()
+		if err != nil {
+			buildErr = fmt.Errorf("go build: %v\n%s", err, out)
+		}
+	})
+	if buildErr != nil {
+		b.Fatal(buildErr)
+	}
+	return binPath
+}
+
+// fleetFile writes an enrolment file of n fake nodes spread over the
+// projects: owner p(i%500), lessee p((i+7)%500) for two nodes in three.
+func fleetFile(b *testing.B, n int) string {
+	path := filepath.Join(b.TempDir(), "fleet.csv")
+	var sb strings.Builder
+	sb.WriteString("name,driver,owner,lessee,resource_class,traits,properties.cpus,properties.memory_mb\n")
+	for i := 0; i < n; i++ {
+		lessee := ""
+		if i%3 != 2 {
+			lessee = fmt.Sprintf("p%03d", (i+7)%projects)
+		}
+		fmt.Fprintf(&sb, "bench-%05d,fake,p%03d,%s,baremetal,CUSTOM_BENCH;CUSTOM_RACK_%d,%d,%d\n",
+			i, i%projects, lessee, i%20, 16<<(i%3), 65536)
+	}
+	if err := os.WriteFile(path, []byte(sb.String()), 0o644); err != nil {
+		b.Fatal(err)
+	}
+	return path
+}
+
+// server is a running `anvil serve` process.
+type server struct {
+	url string
+	cmd *exec.Cmd
+}
+
+func (s *server) rssMB() float64 {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", s.cmd.Process.Pid))
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if f := strings.Fields(line); len(f) >= 2 && f[0] == "VmRSS:" {
+			kb, _ := strconv.ParseFloat(f[1], 64)
+			return kb / 1024
+		}
+	}
+	return 0
+}
+
+type fixture struct {
+	srv      *server
+	enrolSec float64
+	showID   string
+}
+
+var (
+	fixMu    sync.Mutex
+	fixtures = map[string]*fixture{}
+)
+
+// setup enrols the fleet into a fresh database of the backend and starts a
+// server on it, once per backend per run.
+func setup(b *testing.B, backend string) *fixture {
+	fixMu.Lock()
+	defer fixMu.Unlock()
+	if f, ok := fixtures[backend]; ok {
+		return f
+	}
+	bin := binary(b)
+	// The database must outlive the sub-benchmark that first asks for it.
+	setting := storetest.Setting(&keepAlive{b}, backend)
+	file := fleetFile(b, fleet)
+	start := time.Now()
+	out, err := exec.Command(bin, "node", "import", "--database", setting, "--log-level", "warn", file).CombinedOutput()
+	if err != nil {
+		b.Fatalf("import: %v\n%s", err, out)
+	}
+	f := &fixture{enrolSec: time.Since(start).Seconds()}
+	port := freePort(b)
+	cmd := exec.Command(bin, "serve", "--auth", "none", "--listen", "127.0.0.1:"+port, "--database", setting, "--log-level", "warn")
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		b.Fatal(err)
+	}
+	f.srv = &server{url: "http://127.0.0.1:" + port, cmd: cmd}
+	waitReady(b, f.srv.url)
+	var list struct {
+		Nodes []struct{ UUID string } `json:"nodes"`
+	}
+	get(b, f.srv.url+"/v1/nodes?limit=1&sort_key=name", &list)
+	f.showID = list.Nodes[0].UUID
+	fixtures[backend] = f
+	return f
+}
+
+// keepAlive lets storetest register cleanups that run at process exit
+// rather than when one sub-benchmark ends.
+type keepAlive struct{ *testing.B }
+
+func (k *keepAlive) Cleanup(func())  {}
+func (k *keepAlive) TempDir() string { d, _ := os.MkdirTemp("", "anvil-bench-db"); return d }
+
+func freePort(b *testing.B) string {
+	for p := 20000 + os.Getpid()%20000; ; p++ {
+		if c, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/", p)); err == nil {
+			c.Body.Close()
+			continue
+		}
+		return strconv.Itoa(p)
+	}
+}
+
+func waitReady(b *testing.B, url string) {
+	for i := 0; i < 200; i++ {
+		if r, err := http.Get(url + "/readyz"); err == nil {
+			r.Body.Close()
+			if r.StatusCode == 200 {
+				return
+			}
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	b.Fatal("server did not become ready")
+}
+
+var client = &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 4}}
+
+func get(b *testing.B, url string, into any) int {
+	req, _ := http.NewRequest("GET", url, nil)
+	req.Header.Set("X-OpenStack-Ironic-API-Version", "latest")
+	resp, err := client.Do(req)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != 200 {
+		b.Fatalf("GET %s: %d %s", url, resp.StatusCode, body)
+	}
+	if into != nil {
+		if err := json.Unmarshal(body, into); err != nil {
+			b.Fatal(err)
+		}
+	}
+	return len(body)
+}
+
+// measure runs b.N sequential requests and reports p50 and p95 latency.
+func measure(b *testing.B, url string) {
+	get(b, url, nil) // warm connection and caches
+	lat := make([]time.Duration, b.N)
+	size := 0
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		t := time.Now()
+		size = get(b, url, nil)
+		lat[i] = time.Since(t)
+	}
+	b.StopTimer()
+	sort.Slice(lat, func(i, j int) bool { return lat[i] < lat[j] })
+	b.ReportMetric(float64(lat[len(lat)/2].Microseconds())/1000, "p50-ms")
+	b.ReportMetric(float64(lat[len(lat)*95/100].Microseconds())/1000, "p95-ms")
+	b.ReportMetric(float64(size), "bytes")
+}
+
+func BenchmarkNodes(b *testing.B) {
+	for _, backend := range storetest.Backends {
+		b.Run(backend, func(b *testing.B) {
+			f := setup(b, backend)
+			b.Run("enrol", func(b *testing.B) {
+				b.ReportMetric(float64(fleet)/f.enrolSec, "nodes/s")
+				b.ReportMetric(f.enrolSec, "total-s")
+			})
+			b.Run("list-detail-1000", func(b *testing.B) { measure(b, f.srv.url+"/v1/nodes?detail=true&limit=1000") })
+			b.Run("list-default", func(b *testing.B) { measure(b, f.srv.url+"/v1/nodes") })
+			b.Run("list-owner", func(b *testing.B) { measure(b, f.srv.url+"/v1/nodes?owner=p123") })
+			b.Run("show", func(b *testing.B) { measure(b, f.srv.url+"/v1/nodes/"+f.showID) })
+			b.Run("rss", func(b *testing.B) { b.ReportMetric(f.srv.rssMB(), "MB") })
+		})
+	}
+}
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	for _, f := range fixtures {
+		f.srv.cmd.Process.Kill()
+		f.srv.cmd.Wait()
+	}
+	os.Exit(code)
+}
