@@ -81,6 +81,8 @@ func Defaults() []Rule {
 		{"anvil:policy:get", "rule:system_reader", sys, "Read the effective policy and its override status.", nil},
 		{"anvil:policy:update", "rule:system_admin", sys, "Upload a policy override.", nil},
 		{"anvil:user:manage", "rule:system_admin", sys, "Create, delete and grant roles to local users.", nil},
+		{"anvil:token:create", "role:reader", sysProj, "Mint an API token carrying some of one's own roles.", nil},
+		{"anvil:token:revoke", "role:reader", sysProj, "Revoke one of one's own API tokens.", nil},
 		{"anvil:user:list", "rule:system_reader", sys, "List users and their roles.", nil},
 	}
 }

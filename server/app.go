@@ -18,7 +18,9 @@ import (
 	"github.com/anvilproject/anvil/policies"
 	"github.com/anvilproject/anvil/server/api"
 	"github.com/anvilproject/anvil/server/audit"
+	"github.com/anvilproject/anvil/server/authn"
 	"github.com/anvilproject/anvil/server/guard"
+	"github.com/anvilproject/anvil/server/identity"
 	"github.com/anvilproject/anvil/server/nodes"
 	"github.com/anvilproject/anvil/server/obs"
 	"github.com/anvilproject/anvil/server/store"
@@ -31,6 +33,9 @@ type Options struct {
 	// admin. Only for development, and only on loopback.
 	AuthNone bool
 	Log      *slog.Logger
+	// Bootstrap receives the first admin's one-time password when the
+	// database had no users; nil discards it (tests create their own).
+	Bootstrap func(user, password string)
 }
 
 // App is a running Anvil: everything one process serves.
@@ -40,6 +45,7 @@ type App struct {
 	Audit   *audit.Log
 	Guard   *guard.Guard
 	Nodes   *nodes.Service
+	IDs     *identity.Service
 	Fiber   *fiber.App
 	Metrics *obs.Metrics
 	opts    Options
@@ -67,6 +73,17 @@ func New(ctx context.Context, o Options) (*App, error) {
 	a.Audit = audit.New(db.Client, o.Log)
 	a.Guard = &guard.Guard{Enforcer: enf, Audit: a.Audit}
 	a.Nodes = nodes.New(db, a.Guard)
+	a.IDs = identity.New(db, a.Audit)
+	if !o.AuthNone {
+		pw, err := a.IDs.Bootstrap(ctx)
+		if err != nil {
+			db.Close()
+			return nil, fmt.Errorf("bootstrap admin: %w", err)
+		}
+		if pw != "" && o.Bootstrap != nil {
+			o.Bootstrap(identity.BootstrapUser, pw)
+		}
+	}
 	a.Fiber = a.routes()
 	return a, nil
 }
@@ -86,17 +103,20 @@ func (a *App) routes() *fiber.App {
 	app.Get("/healthz", func(c *fiber.Ctx) error { return c.SendString("ok") })
 	app.Get("/readyz", a.readyz)
 	app.Get("/metrics", adaptor.HTTPHandler(promhttp.HandlerFor(a.Metrics.Registry, promhttp.HandlerOpts{})))
-	v1 := app.Group("/v1", api.Negotiate, a.authenticate)
+	v1 := app.Group("/v1", api.Negotiate, a.authenticate())
 	(&api.API{Nodes: a.Nodes, Guard: a.Guard, Audit: a.Audit, Log: a.opts.Log}).Register(app, v1)
 	return app
 }
 
 // authenticate puts the caller's principal into the request context.
-func (a *App) authenticate(c *fiber.Ctx) error {
+func (a *App) authenticate() fiber.Handler {
 	if a.opts.AuthNone {
-		c.SetUserContext(policies.WithPrincipal(c.UserContext(), DevPrincipal()))
+		return func(c *fiber.Ctx) error {
+			c.SetUserContext(policies.WithPrincipal(c.UserContext(), DevPrincipal()))
+			return c.Next()
+		}
 	}
-	return c.Next()
+	return (&authn.API{IDs: a.IDs}).Require("/v1", "/v1/")
 }
 
 // DevPrincipal is who every request is under --auth none.

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	anvilcli "github.com/anvilproject/anvil/server/cli"
 	"github.com/anvilproject/anvil/server/store"
 	"github.com/anvilproject/anvil/server/store/storetest"
 )
@@ -78,7 +79,7 @@ func TestBaremetalCLI(t *testing.T) {
 		bm := newCLI(t, srv.URL)
 
 		n := bm.json("node", "create", "--driver", "fake", "--name", "cli-n1", "--property", "cpus=8", "--property", "memory_mb=4096").(map[string]any)
-		if n["name"] != "cli-n1" || n["provision_state"] != "enroll" || n["properties"].(map[string]any)["cpus"] != "8" {
+		if n["name"] != "cli-n1" || n["provision_state"] != "enroll" || n["properties"].(map[string]any)["cpus"] != float64(8) {
 			t.Fatalf("create: %v", n)
 		}
 		bm.json("node", "create", "--driver", "fake", "--name", "cli-n2")
@@ -101,7 +102,7 @@ func TestBaremetalCLI(t *testing.T) {
 
 		bm.run(false, "node", "set", "cli-n1", "--name", "cli-renamed", "--extra", "rack=r7", "--property", "cpus=16")
 		s := bm.json("node", "show", "cli-renamed").(map[string]any)
-		if s["owner"] != "proj-owner" || s["lessee"] != "proj-lessee" || s["extra"].(map[string]any)["rack"] != "r7" || s["properties"].(map[string]any)["cpus"] != "16" {
+		if s["owner"] != "proj-owner" || s["lessee"] != "proj-lessee" || s["extra"].(map[string]any)["rack"] != "r7" || s["properties"].(map[string]any)["cpus"] != float64(16) {
 			t.Fatalf("show after set: %v", s)
 		}
 		bm.run(false, "node", "unset", "cli-renamed", "--lessee", "--extra", "rack", "--property", "memory_mb")
@@ -140,6 +141,47 @@ func TestBaremetalCLI(t *testing.T) {
 		bm.run(false, "node", "delete", "cli-renamed", "cli-n2")
 		if got := bm.json("node", "list").([]any); len(got) != 0 {
 			t.Fatalf("after delete: %v", got)
+		}
+	})
+}
+
+// TestBaremetalCLIAsTenant mints a project member's token with the anvil
+// command, as an operator would, and hands it to the real client: the
+// member sees its project's owned and leased nodes and nothing else.
+func TestBaremetalCLIAsTenant(t *testing.T) {
+	storetest.Each(t, func(t *testing.T, setting string, _ *store.DB) {
+		srv, clients := startLocal(t, setting)
+		admin := clients["system-admin"]
+		for _, n := range []map[string]any{
+			{"name": "mine", "driver": "fake", "owner": "own"},
+			{"name": "leased", "driver": "fake", "owner": "oth", "lessee": "own"},
+			{"name": "theirs", "driver": "fake", "owner": "oth"},
+		} {
+			mustStatus(t, admin.Do(t, "POST", "/v1/nodes", n), 201)
+		}
+		var out, errOut bytes.Buffer
+		root := anvilcli.NewRoot(&out, &errOut)
+		root.SetArgs([]string{"token", "create", "--database", setting, "--user", "owner-member", "--project", "own", "--roles", "member", "--expires", "1h"})
+		if err := root.Execute(); err != nil {
+			t.Fatalf("anvil token create: %v\n%s", err, errOut.String())
+		}
+		token := strings.TrimSpace(out.String())
+		if !strings.HasPrefix(token, "anvil_") || strings.Contains(token, "\n") {
+			t.Fatalf("anvil token create printed %q, want only the token", out.String())
+		}
+
+		for _, auth := range [][]string{
+			{"--os-auth-type", "admin_token", "--os-token", token},
+			{"--os-auth-type", "http_basic", "--os-username", "owner-member", "--os-password", "password-owner-member"},
+		} {
+			bm := newCLI(t, srv.URL, append(auth, "--os-baremetal-api-version", "1.78")...)
+			got := names(bm.json("node", "list", "--sort", "name"))
+			if strings.Join(got, ",") != "leased,mine" {
+				t.Errorf("%s: node list = %v, want leased,mine", auth[1], got)
+			}
+			if msg := bm.run(true, "node", "show", "theirs"); !strings.Contains(msg, "could not be found") {
+				t.Errorf("%s: node show theirs: %s", auth[1], msg)
+			}
 		}
 	})
 }

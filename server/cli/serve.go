@@ -34,12 +34,19 @@ func serveCmd() *cobra.Command {
 					return err
 				}
 				log.Warn("authentication is OFF (--auth none): every request acts as a system admin; development only")
+			case "local":
 			default:
-				return fmt.Errorf("--auth %q: use none (loopback development mode)", auth)
+				return fmt.Errorf("--auth %q: use local (accounts and tokens) or none (loopback development mode)", auth)
 			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGINT, syscall.SIGTERM)
 			defer stop()
-			app, err := server.New(ctx, server.Options{Database: g.database, AuthNone: auth == "none", Log: log})
+			app, err := server.New(ctx, server.Options{
+				Database: g.database, AuthNone: auth == "none", Log: log,
+				Bootstrap: func(user, pw string) {
+					// Printed once, on stderr with the log, never stored in clear.
+					fmt.Fprintf(cmd.ErrOrStderr(), "\n  First start: created system admin %q with one-time password:\n\n      %s\n\n  Change it with: anvil user set-password %s --password-stdin\n\n", user, pw, user)
+				},
+			})
 			if err != nil {
 				return err
 			}

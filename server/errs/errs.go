@@ -25,6 +25,12 @@ func newf(status int, field, format string, a ...any) *Error {
 // BadRequest is a 400 about one field (field may be empty).
 func BadRequest(field, format string, a ...any) *Error { return newf(400, field, format, a...) }
 
+// Unauthorized is a 401: the caller did not prove who it is.
+func Unauthorized(format string, a ...any) *Error { return newf(401, "", format, a...) }
+
+// TooMany is a 429: the caller must slow down.
+func TooMany(format string, a ...any) *Error { return newf(429, "", format, a...) }
+
 // Forbidden is a 403: the caller may see the resource but not do this.
 func Forbidden(format string, a ...any) *Error { return newf(403, "", format, a...) }
 

@@ -261,7 +261,7 @@ func Import(ctx context.Context, db *store.DB, recs []ImportRecord) error {
 	if bad := clashes(ctx, db, recs); len(bad) > 0 {
 		return bad
 	}
-	return withTx(ctx, db, func(tx *ent.Client) error {
+	return store.WithTx(ctx, db, func(tx *ent.Client) error {
 		for start := 0; start < len(recs); start += importBatch {
 			part := recs[start:min(start+importBatch, len(recs))]
 			bulk := make([]*ent.NodeCreate, len(part))

@@ -34,6 +34,7 @@ const (
 	RuleCreate           = "baremetal:node:create"
 	RuleCreateSelfOwned  = "baremetal:node:create:self_owned_node"
 	RuleDelete           = "baremetal:node:delete"
+	RuleDeleteSelfOwned  = "baremetal:node:delete:self_owned_node"
 	RuleUpdate           = "baremetal:node:update"
 	RuleUpdateExtra      = "baremetal:node:update_extra"
 	RuleUpdateInstInfo   = "baremetal:node:update_instance_info"
@@ -255,9 +256,16 @@ func lockedError(n *ent.Node) error {
 
 // Delete removes a node that nothing is running on.
 func (s *Service) Delete(ctx context.Context, ident string) error {
-	n, err := s.Authorized(ctx, ident, RuleDelete)
+	n, err := s.Authorized(ctx, ident, RuleGet)
 	if err != nil {
 		return err
+	}
+	// An owner's admin may delete what its project owns (Ironic's
+	// self_owned_node rule); everyone else needs the general rule.
+	if !s.guard.Allowed(ctx, RuleDeleteSelfOwned, Target(n)) {
+		if err := s.authorize(ctx, n, ident, RuleDelete); err != nil {
+			return err
+		}
 	}
 	err = s.delete(ctx, n)
 	s.guard.Done(ctx, RuleDelete, "node", n.UUID, err, nil)
@@ -301,7 +309,7 @@ func (s *Service) SetMaintenance(ctx context.Context, ident string, on bool, rea
 	if on {
 		msg = "Maintenance set: " + reason
 	}
-	err = withTx(ctx, s.db, func(tx *ent.Client) error {
+	err = store.WithTx(ctx, s.db, func(tx *ent.Client) error {
 		upd := tx.Node.UpdateOneID(n.ID).SetMaintenance(on).SetUpdatedAt(time.Now())
 		if on {
 			upd.SetMaintenanceReason(reason)
@@ -352,19 +360,6 @@ func (s *Service) HistoryEvent(ctx context.Context, ident, eventUUID string) (*e
 		return nil, errs.NotFound("Node history record %s could not be found.", eventUUID)
 	}
 	return ev, err
-}
-
-// withTx runs fn in a transaction and commits when it returns nil.
-func withTx(ctx context.Context, db *store.DB, fn func(tx *ent.Client) error) error {
-	tx, err := db.Tx(ctx)
-	if err != nil {
-		return err
-	}
-	if err := fn(tx.Client()); err != nil {
-		tx.Rollback()
-		return err
-	}
-	return tx.Commit()
 }
 
 func cloneMap(m map[string]any) map[string]any {

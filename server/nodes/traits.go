@@ -9,6 +9,7 @@ import (
 	"github.com/anvilproject/anvil/ent/node"
 	"github.com/anvilproject/anvil/ent/trait"
 	"github.com/anvilproject/anvil/server/errs"
+	"github.com/anvilproject/anvil/server/store"
 )
 
 // Traits lists a node's traits, sorted.
@@ -92,7 +93,7 @@ func (s *Service) RemoveTrait(ctx context.Context, ident, t string) error {
 // changeTraits runs fn in a transaction that also bumps updated_at under
 // the lock condition, so trait edits never race a conductor's work.
 func (s *Service) changeTraits(ctx context.Context, n *ent.Node, fn func(tx *ent.Client) error) error {
-	return withTx(ctx, s.db, func(tx *ent.Client) error {
+	return store.WithTx(ctx, s.db, func(tx *ent.Client) error {
 		cnt, err := tx.Node.Update().Where(node.ID(n.ID), node.ReservationIsNil()).SetUpdatedAt(time.Now()).Save(ctx)
 		if err != nil {
 			return err

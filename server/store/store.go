@@ -120,3 +120,17 @@ func Redacted(setting string) string {
 	}
 	return setting
 }
+
+// WithTx runs fn in a transaction and commits when it returns nil, so a
+// multi-row change is all or nothing.
+func WithTx(ctx context.Context, db *DB, fn func(tx *ent.Client) error) error {
+	tx, err := db.Tx(ctx)
+	if err != nil {
+		return err
+	}
+	if err := fn(tx.Client()); err != nil {
+		_ = tx.Rollback()
+		return err
+	}
+	return tx.Commit()
+}

@@ -1,0 +1,267 @@
+package api_test
+
+import (
+	"context"
+	"encoding/base64"
+	"fmt"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/anvilproject/anvil/server"
+	"github.com/anvilproject/anvil/server/identity"
+	"github.com/anvilproject/anvil/server/servertest"
+	"github.com/anvilproject/anvil/server/store"
+	"github.com/anvilproject/anvil/server/store/storetest"
+)
+
+// personas, in the column order of the matrix below.
+var personas = []struct {
+	name  string
+	scope identity.Scope
+	role  string
+}{
+	{"anonymous", identity.Scope{}, ""},
+	{"system-admin", identity.Scope{System: true}, "admin"},
+	{"system-member", identity.Scope{System: true}, "member"},
+	{"system-reader", identity.Scope{System: true}, "reader"},
+	{"owner-admin", identity.Scope{Project: "own"}, "admin"},
+	{"owner-manager", identity.Scope{Project: "own"}, "manager"},
+	{"owner-member", identity.Scope{Project: "own"}, "member"},
+	{"owner-reader", identity.Scope{Project: "own"}, "reader"},
+	{"lessee-admin", identity.Scope{Project: "les"}, "admin"},
+	{"lessee-manager", identity.Scope{Project: "les"}, "manager"},
+	{"lessee-member", identity.Scope{Project: "les"}, "member"},
+	{"lessee-reader", identity.Scope{Project: "les"}, "reader"},
+	{"other-admin", identity.Scope{Project: "oth"}, "admin"},
+	{"other-manager", identity.Scope{Project: "oth"}, "manager"},
+	{"other-member", identity.Scope{Project: "oth"}, "member"},
+	{"other-reader", identity.Scope{Project: "oth"}, "reader"},
+}
+
+// matrix is the expected status of every node endpoint for every persona,
+// columns as in personas: anonymous | system admin, member, reader | owner
+// admin, manager, member, reader | lessee … | other project …. Every
+// request acts on a fresh node owned by "own" and leased to "les" that
+// carries trait CUSTOM_A, so one row's mutation cannot affect another.
+var matrix = []struct {
+	method, path, body string
+	want               string
+}{
+	{"GET", "/v1/nodes", "", "401 | 200 200 200 | 200 200 200 200 | 200 200 200 200 | 200 200 200 200"},
+	{"GET", "/v1/nodes/detail", "", "401 | 200 200 200 | 200 200 200 200 | 200 200 200 200 | 200 200 200 200"},
+	{"GET", "/v1/nodes/{n}", "", "401 | 200 200 200 | 200 200 200 200 | 200 200 200 200 | 404 404 404 404"},
+	{"GET", "/v1/nodes/{name}", "", "401 | 200 200 200 | 200 200 200 200 | 200 200 200 200 | 404 404 404 404"},
+	{"POST", "/v1/nodes", `{"driver":"fake"}`, "401 | 201 403 403 | 201 403 403 403 | 201 403 403 403 | 201 403 403 403"},
+	{"POST", "/v1/nodes", `{"driver":"fake","owner":"les"}`, "401 | 201 403 403 | 403 403 403 403 | 201 403 403 403 | 403 403 403 403"},
+	{"PATCH", "/v1/nodes/{n}", `[{"op":"add","path":"/extra/k","value":"v"}]`, "401 | 200 200 403 | 200 200 200 403 | 200 403 403 403 | 404 404 404 404"},
+	{"PATCH", "/v1/nodes/{n}", `[{"op":"add","path":"/instance_info/k","value":"v"}]`, "401 | 200 200 403 | 200 200 200 403 | 200 403 403 403 | 404 404 404 404"},
+	{"PATCH", "/v1/nodes/{n}", `[{"op":"replace","path":"/name","value":"renamed-{i}"}]`, "401 | 200 200 403 | 200 200 200 403 | 403 403 403 403 | 404 404 404 404"},
+	{"PATCH", "/v1/nodes/{n}", `[{"op":"replace","path":"/description","value":"d"}]`, "401 | 200 200 403 | 200 200 200 403 | 200 403 403 403 | 404 404 404 404"},
+	{"PATCH", "/v1/nodes/{n}", `[{"op":"replace","path":"/lessee","value":"oth"}]`, "401 | 200 200 403 | 200 403 403 403 | 403 403 403 403 | 404 404 404 404"},
+	{"PATCH", "/v1/nodes/{n}", `[{"op":"replace","path":"/owner","value":"oth"}]`, "401 | 200 200 403 | 403 403 403 403 | 403 403 403 403 | 404 404 404 404"},
+	{"PATCH", "/v1/nodes/{n}", `[{"op":"add","path":"/driver_info/ipmi_port","value":624}]`, "401 | 200 200 403 | 200 403 403 403 | 403 403 403 403 | 404 404 404 404"},
+	{"PATCH", "/v1/nodes/{n}", `[{"op":"add","path":"/properties/cpus","value":4}]`, "401 | 200 200 403 | 200 403 403 403 | 403 403 403 403 | 404 404 404 404"},
+	{"DELETE", "/v1/nodes/{n}", "", "401 | 204 403 403 | 204 403 403 403 | 403 403 403 403 | 404 404 404 404"},
+	{"GET", "/v1/nodes/{n}/traits", "", "401 | 200 200 200 | 200 200 200 200 | 200 200 200 200 | 404 404 404 404"},
+	{"PUT", "/v1/nodes/{n}/traits", `{"traits":["CUSTOM_B"]}`, "401 | 204 204 403 | 204 403 403 403 | 403 403 403 403 | 404 404 404 404"},
+	{"PUT", "/v1/nodes/{n}/traits/CUSTOM_B", "", "401 | 204 204 403 | 204 403 403 403 | 403 403 403 403 | 404 404 404 404"},
+	{"DELETE", "/v1/nodes/{n}/traits/CUSTOM_A", "", "401 | 204 204 403 | 204 403 403 403 | 403 403 403 403 | 404 404 404 404"},
+	{"DELETE", "/v1/nodes/{n}/traits", "", "401 | 204 204 403 | 204 403 403 403 | 403 403 403 403 | 404 404 404 404"},
+	{"PUT", "/v1/nodes/{n}/maintenance", `{"reason":"r"}`, "401 | 202 202 403 | 202 202 202 403 | 202 403 403 403 | 404 404 404 404"},
+	{"DELETE", "/v1/nodes/{n}/maintenance", "", "401 | 202 202 403 | 202 202 202 403 | 202 403 403 403 | 404 404 404 404"},
+	{"GET", "/v1/nodes/{n}/history", "", "401 | 200 200 200 | 200 200 200 200 | 200 200 200 200 | 404 404 404 404"},
+	{"GET", "/v1/events", "", "401 | 200 200 200 | 403 403 403 403 | 403 403 403 403 | 403 403 403 403"},
+	{"GET", "/v1", "", "200 | 200 200 200 | 200 200 200 200 | 200 200 200 200 | 200 200 200 200"},
+}
+
+// startLocal serves with authentication on and mints one token per
+// persona; it returns clients keyed by persona name.
+func startLocal(t *testing.T, setting string) (*servertest.Server, map[string]*servertest.Client) {
+	t.Helper()
+	srv := servertest.Start(t, server.Options{Database: setting})
+	ctx := context.Background()
+	clients := map[string]*servertest.Client{}
+	for _, p := range personas {
+		c := srv.Client()
+		clients[p.name] = c
+		if p.role == "" {
+			continue
+		}
+		if err := srv.IDs.CreateUser(ctx, p.name, "password-"+p.name); err != nil {
+			t.Fatal(err)
+		}
+		if err := srv.IDs.Grant(ctx, p.name, identity.Assignment{Scope: p.scope, Role: p.role}); err != nil {
+			t.Fatal(err)
+		}
+		secret, _, err := srv.IDs.CreateToken(ctx, identity.TokenRequest{User: p.name, Scope: p.scope, Roles: []string{p.role}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.Header.Set("X-Auth-Token", secret)
+	}
+	return srv, clients
+}
+
+func TestRBACMatrix(t *testing.T) {
+	storetest.Each(t, func(t *testing.T, setting string, _ *store.DB) {
+		_, clients := startLocal(t, setting)
+		admin := clients["system-admin"]
+		i := 0
+		for _, row := range matrix {
+			want := strings.Fields(strings.ReplaceAll(row.want, "|", ""))
+			if len(want) != len(personas) {
+				t.Fatalf("%s %s: %d expectations for %d personas", row.method, row.path, len(want), len(personas))
+			}
+			for col, p := range personas {
+				i++
+				name := fmt.Sprintf("rbac-%d", i)
+				r := admin.Do(t, "POST", "/v1/nodes", map[string]any{"name": name, "driver": "fake", "owner": "own", "lessee": "les"})
+				mustStatus(t, r, 201)
+				id := r.JSON(t)["uuid"].(string)
+				mustStatus(t, admin.Do(t, "PUT", "/v1/nodes/"+id+"/traits/CUSTOM_A", nil), 204)
+				path := strings.NewReplacer("{n}", id, "{name}", name).Replace(row.path)
+				var body any
+				if row.body != "" {
+					body = strings.ReplaceAll(row.body, "{i}", strconv.Itoa(i))
+				}
+				got := clients[p.name].Do(t, row.method, path, body)
+				if strconv.Itoa(got.Status) != want[col] {
+					t.Errorf("%s %s as %s: status %d, want %s: %s", row.method, row.path, p.name, got.Status, want[col], got.Body)
+				}
+			}
+		}
+	})
+}
+
+// TestTenantViews checks what each project sees, not only whether it may
+// look: lists hold exactly the owned and leased nodes, and secrets and
+// owner-only fields stay hidden from lessees.
+func TestTenantViews(t *testing.T) {
+	storetest.Each(t, func(t *testing.T, setting string, _ *store.DB) {
+		_, clients := startLocal(t, setting)
+		admin := clients["system-admin"]
+		for _, n := range []map[string]any{
+			{"name": "owned", "driver": "ipmi", "owner": "own", "driver_info": map[string]any{"ipmi_address": "192.0.2.1", "ipmi_password": "pw"}},
+			{"name": "leased", "driver": "fake", "owner": "x", "lessee": "own"},
+			{"name": "both", "driver": "ipmi", "owner": "own", "lessee": "les", "driver_info": map[string]any{"ipmi_address": "192.0.2.2", "ipmi_password": "pw"}},
+			{"name": "foreign", "driver": "fake", "owner": "oth"},
+		} {
+			mustStatus(t, admin.Do(t, "POST", "/v1/nodes", n), 201)
+		}
+		listNames := func(c *servertest.Client, query string) string {
+			r := c.Do(t, "GET", "/v1/nodes"+query, nil)
+			mustStatus(t, r, 200)
+			var names []string
+			for _, n := range r.JSON(t)["nodes"].([]any) {
+				names = append(names, n.(map[string]any)["name"].(string))
+			}
+			return strings.Join(names, ",")
+		}
+		for persona, want := range map[string]string{
+			"system-reader": "owned,leased,both,foreign",
+			"owner-reader":  "owned,leased,both",
+			"lessee-member": "both",
+			"other-admin":   "foreign",
+		} {
+			if got := listNames(clients[persona], "?sort_key=created_at"); got != want {
+				t.Errorf("%s lists %q, want %q", persona, got, want)
+			}
+		}
+		if got := listNames(clients["owner-reader"], "?owner=own&sort_key=created_at"); got != "owned,both" {
+			t.Errorf("owner filter lists %q", got)
+		}
+		mustStatus(t, clients["owner-reader"].Do(t, "GET", "/v1/nodes?owner=oth", nil), 403)
+
+		owner := clients["owner-reader"].Do(t, "GET", "/v1/nodes/both", nil).JSON(t)
+		if di := owner["driver_info"].(map[string]any); di["ipmi_password"] != "******" || di["ipmi_address"] != "192.0.2.2" {
+			t.Errorf("owner sees driver_info %v", di)
+		}
+		lessee := clients["lessee-admin"].Do(t, "GET", "/v1/nodes/both", nil).JSON(t)
+		if di := lessee["driver_info"].(map[string]any); di["ipmi_address"] != nil || di["ipmi_password"] != nil {
+			t.Errorf("lessee sees driver_info %v", di)
+		}
+	})
+}
+
+func TestAuthentication(t *testing.T) {
+	storetest.Each(t, func(t *testing.T, setting string, _ *store.DB) {
+		srv, clients := startLocal(t, setting)
+		ctx := context.Background()
+		basic := func(user, pw string) *servertest.Client {
+			c := srv.Client()
+			c.Header.Set("Authorization", "Basic "+base64.StdEncoding.EncodeToString([]byte(user+":"+pw)))
+			return c
+		}
+		mustStatus(t, basic("owner-member", "password-owner-member").Do(t, "GET", "/v1/nodes", nil), 200)
+		r := basic("owner-member", "wrong-password").Do(t, "GET", "/v1/nodes", nil)
+		mustStatus(t, r, 401)
+		if f := r.Fault(t); !strings.Contains(f, "invalid username or password") {
+			t.Errorf("bad password fault %q", f)
+		}
+		if r.Header.Get("WWW-Authenticate") == "" {
+			t.Error("401 without WWW-Authenticate")
+		}
+		if f := basic("nobody", "wrong-password").Do(t, "GET", "/v1/nodes", nil).Fault(t); f != r.Fault(t) {
+			t.Errorf("unknown user and wrong password answer differently: %q vs %q", f, r.Fault(t))
+		}
+		for _, h := range []string{"anvil_forged", "Bearer anvil_forged", "Bearer e30.e30.sig", "Digest x"} {
+			c := srv.Client()
+			if strings.HasPrefix(h, "anvil_") {
+				c.Header.Set("X-Auth-Token", h)
+			} else {
+				c.Header.Set("Authorization", h)
+			}
+			mustStatus(t, c.Do(t, "GET", "/v1/nodes", nil), 401)
+		}
+
+		// A token works as Bearer too, and stops working once revoked or
+		// once its user loses the role it carries.
+		secret, info, err := srv.IDs.CreateToken(ctx, identity.TokenRequest{User: "owner-manager", Scope: identity.Scope{Project: "own"}, Roles: []string{"member"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		bearer := srv.Client()
+		bearer.Header.Set("Authorization", "Bearer "+secret)
+		mustStatus(t, bearer.Do(t, "GET", "/v1/nodes", nil), 200)
+		if err := srv.IDs.RevokeToken(ctx, info.UUID, ""); err != nil {
+			t.Fatal(err)
+		}
+		mustStatus(t, bearer.Do(t, "GET", "/v1/nodes", nil), 401)
+		if err := srv.IDs.Revoke(ctx, "owner-reader", identity.Assignment{Scope: identity.Scope{Project: "own"}, Role: "reader"}); err != nil {
+			t.Fatal(err)
+		}
+		mustStatus(t, clients["owner-reader"].Do(t, "GET", "/v1/nodes", nil), 401)
+
+		// A token cannot carry a role its user does not hold.
+		if _, _, err := srv.IDs.CreateToken(ctx, identity.TokenRequest{User: "owner-member", Scope: identity.Scope{Project: "own"}, Roles: []string{"admin"}}); err == nil {
+			t.Error("minted a token with a role the user does not hold")
+		}
+
+		// Throttling: after five failures the right password is refused too.
+		for range 5 {
+			basic("lessee-reader", "wrong-password").Do(t, "GET", "/v1/nodes", nil)
+		}
+		mustStatus(t, basic("lessee-reader", "password-lessee-reader").Do(t, "GET", "/v1/nodes", nil), 429)
+
+		// Audit rows exist for denials and mutations, with who did them.
+		mustStatus(t, clients["system-admin"].Do(t, "POST", "/v1/nodes", map[string]any{"name": "audited", "driver": "fake", "owner": "own"}), 201)
+		mustStatus(t, clients["other-admin"].Do(t, "GET", "/v1/nodes/audited", nil), 404)
+		for query, wantUser := range map[string]string{
+			"?result=denied&user=other-admin":            "other-admin",
+			"?rule=baremetal:node:create&result=allowed": "system-admin",
+			"?rule=anvil:token:revoke":                   "",
+		} {
+			r = clients["system-reader"].Do(t, "GET", "/v1/events"+query, nil)
+			mustStatus(t, r, 200)
+			evs := r.JSON(t)["events"].([]any)
+			if len(evs) == 0 {
+				t.Errorf("no audit events for %s", query)
+				continue
+			}
+			if u := evs[0].(map[string]any)["user"]; wantUser != "" && u != wantUser {
+				t.Errorf("audit %s: user %v, want %s", query, u, wantUser)
+			}
+		}
+	})
+}

@@ -1,0 +1,87 @@
+package cli_test
+
+import (
+	"bytes"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/anvilproject/anvil/server/cli"
+)
+
+// run executes the anvil command in-process.
+func run(t *testing.T, stdin string, args ...string) (string, error) {
+	t.Helper()
+	var out, errOut bytes.Buffer
+	root := cli.NewRoot(&out, &errOut)
+	root.SetIn(strings.NewReader(stdin))
+	root.SetArgs(args)
+	err := root.Execute()
+	return out.String(), err
+}
+
+func TestUserAndTokenCommands(t *testing.T) {
+	db := filepath.Join(t.TempDir(), "anvil.db")
+	must := func(stdin string, args ...string) string {
+		t.Helper()
+		out, err := run(t, stdin, append(args, "--database", db)...)
+		if err != nil {
+			t.Fatalf("anvil %s: %v", strings.Join(args, " "), err)
+		}
+		return out
+	}
+	fails := func(want string, args ...string) {
+		t.Helper()
+		_, err := run(t, "", append(args, "--database", db)...)
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("anvil %s: err %v, want one containing %q", strings.Join(args, " "), err, want)
+		}
+	}
+
+	pw := strings.TrimSpace(must("", "user", "create", "carol"))
+	if len(pw) != 20 {
+		t.Errorf("generated password %q", pw)
+	}
+	must("correct horse battery\n", "user", "create", "dave", "--password-stdin")
+	fails("at least 12", "user", "create", "erin", "--password-stdin")
+	fails("already exists", "user", "create", "carol")
+	fails("user name", "user", "create", "bad name")
+
+	must("", "user", "grant", "carol", "--project", "p1", "--role", "member")
+	must("", "user", "grant", "carol", "--system", "--role", "reader")
+	fails("not one of", "user", "grant", "carol", "--project", "p1", "--role", "owner")
+	fails("[project system] is required", "user", "grant", "carol", "--role", "member")
+	fails("[project system] were all set", "user", "grant", "carol", "--project", "p1", "--system", "--role", "member")
+
+	list := must("", "user", "list")
+	for _, want := range []string{"carol", "member@project p1", "reader@system", "dave"} {
+		if !strings.Contains(list, want) {
+			t.Errorf("user list lacks %q:\n%s", want, list)
+		}
+	}
+
+	tok := strings.TrimSpace(must("", "token", "create", "--user", "carol", "--project", "p1", "--roles", "member", "--expires", "24h"))
+	if !strings.HasPrefix(tok, "anvil_") {
+		t.Errorf("token create printed %q", tok)
+	}
+	fails("does not hold role admin", "token", "create", "--user", "carol", "--project", "p1", "--roles", "admin")
+	fails("does not hold role reader", "token", "create", "--user", "carol", "--project", "p2", "--roles", "reader")
+	tokens := must("", "token", "list", "--user", "carol")
+	if !strings.Contains(tokens, "project p1") || strings.Contains(tokens, tok) {
+		t.Errorf("token list shows %q", tokens)
+	}
+	id := strings.Fields(strings.Split(tokens, "\n")[1])[0]
+	must("", "token", "revoke", id)
+	if !strings.Contains(must("", "token", "list"), "revoked") {
+		t.Error("revoked token not shown as revoked")
+	}
+	fails("already revoked", "token", "revoke", id)
+
+	must("", "user", "revoke", "carol", "--project", "p1", "--role", "member")
+	fails("does not hold role", "user", "revoke", "carol", "--project", "p1", "--role", "member")
+	must("", "user", "delete", "carol")
+	fails("does not exist", "user", "delete", "carol")
+	if strings.Contains(must("", "user", "list"), "carol") {
+		t.Error("deleted user still listed")
+	}
+}

@@ -1,0 +1,406 @@
+// Package identity is who a caller is: local accounts with bcrypt hashes
+// and login throttling, role assignments per project or on the system,
+// and API tokens. It turns a proven identity and a chosen scope into the
+// policies.Principal every decision is made for.
+package identity
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/base32"
+	"errors"
+	"regexp"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"golang.org/x/crypto/bcrypt"
+
+	"github.com/anvilproject/anvil/ent"
+	"github.com/anvilproject/anvil/ent/apitoken"
+	"github.com/anvilproject/anvil/ent/roleassignment"
+	"github.com/anvilproject/anvil/ent/user"
+	"github.com/anvilproject/anvil/policies"
+	"github.com/anvilproject/anvil/server/audit"
+	"github.com/anvilproject/anvil/server/errs"
+	"github.com/anvilproject/anvil/server/nodes"
+	"github.com/anvilproject/anvil/server/store"
+)
+
+// BootstrapUser is the system admin created on first start.
+const BootstrapUser = "admin"
+
+// MinPasswordLen is the shortest password accepted.
+const MinPasswordLen = 12
+
+// ErrInvalidLogin is the one answer to every failed login, whatever the
+// reason, so that nobody learns which account names exist.
+var ErrInvalidLogin = errors.New("invalid username or password")
+
+var userName = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._@-]{0,63}$`)
+
+// Service manages accounts, roles and tokens.
+type Service struct {
+	db       *store.DB
+	audit    *audit.Log
+	throttle *Throttle
+	cache    sync.Map // credential digest -> cachedPrincipal; see authCache
+	// dummy is compared against when an account does not exist, so a
+	// failed login costs the same time either way.
+	dummy []byte
+}
+
+// New returns the identity service.
+func New(db *store.DB, a *audit.Log) *Service {
+	dummy, _ := bcrypt.GenerateFromPassword([]byte("anvil-timing-equalizer"), bcrypt.DefaultCost)
+	return &Service{db: db, audit: a, throttle: NewThrottle(), dummy: dummy}
+}
+
+// Scope is what a principal acts on: the system or one project.
+type Scope struct {
+	System  bool
+	Project string
+}
+
+func (s Scope) String() string {
+	if s.System {
+		return "system"
+	}
+	return "project " + s.Project
+}
+
+// Assignment is one role a user holds in a scope.
+type Assignment struct {
+	Scope
+	Role string
+}
+
+// UserInfo is a user with its role assignments, for listings.
+type UserInfo struct {
+	Name      string
+	Disabled  bool
+	LastLogin *time.Time
+	Roles     []Assignment
+}
+
+func (s *Service) record(ctx context.Context, rule, target string, err error, detail map[string]any) {
+	e := audit.Entry{Rule: rule, TargetType: "user", TargetID: target, Result: audit.Allowed, Status: 200, Detail: detail}
+	if err != nil {
+		e.Result, e.Status = audit.Failed, errs.Status(err)
+		if e.Detail == nil {
+			e.Detail = map[string]any{}
+		}
+		e.Detail["error"] = err.Error()
+	}
+	s.audit.Record(ctx, e)
+}
+
+// GeneratePassword returns a random password of 20 base32 characters
+// (100 bits).
+func GeneratePassword() string {
+	b := make([]byte, 13)
+	_, _ = rand.Read(b)
+	return strings.ToLower(base32.StdEncoding.WithPadding(base32.NoPadding).EncodeToString(b))[:20]
+}
+
+func validatePassword(pw string) error {
+	if len(pw) < MinPasswordLen {
+		return errs.BadRequest("password", "password must be at least %d characters", MinPasswordLen)
+	}
+	if len(pw) > 72 {
+		// bcrypt reads only the first 72 bytes; refuse rather than
+		// silently ignore the rest.
+		return errs.BadRequest("password", "password must be at most 72 bytes")
+	}
+	return nil
+}
+
+// ValidateUserName checks an account name.
+func ValidateUserName(name string) error {
+	if !userName.MatchString(name) {
+		return errs.BadRequest("name", "user name %q must be 1-64 letters, digits, '.', '_', '@' or '-', starting with a letter or digit", name)
+	}
+	return nil
+}
+
+// CreateUser creates a local account.
+func (s *Service) CreateUser(ctx context.Context, name, password string) (err error) {
+	defer func() { s.record(ctx, "anvil:user:manage", name, err, map[string]any{"action": "create"}) }()
+	if err := ValidateUserName(name); err != nil {
+		return err
+	}
+	if err := validatePassword(password); err != nil {
+		return err
+	}
+	hash, err := bcrypt.GenerateFromPassword([]byte(password), bcrypt.DefaultCost)
+	if err != nil {
+		return err
+	}
+	err = s.db.User.Create().SetName(name).SetPasswordHash(string(hash)).Exec(ctx)
+	if ent.IsConstraintError(err) {
+		return errs.Conflict("user %s already exists", name)
+	}
+	return err
+}
+
+func (s *Service) user(ctx context.Context, name string) (*ent.User, error) {
+	u, err := s.db.User.Query().Where(user.Name(name)).Only(ctx)
+	if ent.IsNotFound(err) {
+		return nil, errs.NotFound("user %s does not exist", name)
+	}
+	return u, err
+}
+
+// SetPassword replaces a user's password.
+func (s *Service) SetPassword(ctx context.Context, name, password string) (err error) {
+	defer func() { s.record(ctx, "anvil:user:manage", name, err, map[string]any{"action": "set-password"}) }()
+	if err := validatePassword(password); err != nil {
+		return err
+	}
+	u, err := s.user(ctx, name)
+	if err != nil {
+		return err
+	}
+	hash, err := bcrypt.GenerateFromPassword([]byte(password), bcrypt.DefaultCost)
+	if err != nil {
+		return err
+	}
+	s.forget()
+	return u.Update().SetPasswordHash(string(hash)).Exec(ctx)
+}
+
+// DeleteUser removes a user with its roles and tokens.
+func (s *Service) DeleteUser(ctx context.Context, name string) (err error) {
+	defer func() { s.record(ctx, "anvil:user:manage", name, err, map[string]any{"action": "delete"}) }()
+	u, err := s.user(ctx, name)
+	if err != nil {
+		return err
+	}
+	s.forget()
+	return store.WithTx(ctx, s.db, func(tx *ent.Client) error {
+		if _, err := tx.RoleAssignment.Delete().Where(roleassignment.UserID(u.ID)).Exec(ctx); err != nil {
+			return err
+		}
+		if _, err := tx.APIToken.Delete().Where(apitoken.UserID(u.ID)).Exec(ctx); err != nil {
+			return err
+		}
+		return tx.User.DeleteOneID(u.ID).Exec(ctx)
+	})
+}
+
+func validateAssignment(a Assignment) error {
+	if !policies.KnownRole(a.Role) {
+		return errs.BadRequest("role", "role %q is not one of admin, manager, member, reader", a.Role)
+	}
+	if a.System == (a.Project != "") {
+		return errs.BadRequest("scope", "give exactly one of a project or the system")
+	}
+	if !a.System {
+		return nodes.ValidateProject("project", a.Project)
+	}
+	return nil
+}
+
+// Grant gives a user a role in a scope; granting a role held already is
+// not an error.
+func (s *Service) Grant(ctx context.Context, name string, a Assignment) (err error) {
+	defer func() {
+		s.record(ctx, "anvil:user:manage", name, err, map[string]any{"action": "grant", "scope": a.Scope.String(), "role": a.Role})
+	}()
+	if err := validateAssignment(a); err != nil {
+		return err
+	}
+	u, err := s.user(ctx, name)
+	if err != nil {
+		return err
+	}
+	s.forget()
+	return s.db.RoleAssignment.Create().SetUserID(u.ID).SetSystem(a.System).SetProject(a.Project).SetRole(a.Role).
+		OnConflictColumns(roleassignment.FieldUserID, roleassignment.FieldSystem, roleassignment.FieldProject, roleassignment.FieldRole).
+		DoNothing().Exec(ctx)
+}
+
+// Revoke takes a role away; revoking a role not held is a 404.
+func (s *Service) Revoke(ctx context.Context, name string, a Assignment) (err error) {
+	defer func() {
+		s.record(ctx, "anvil:user:manage", name, err, map[string]any{"action": "revoke", "scope": a.Scope.String(), "role": a.Role})
+	}()
+	if err := validateAssignment(a); err != nil {
+		return err
+	}
+	u, err := s.user(ctx, name)
+	if err != nil {
+		return err
+	}
+	s.forget()
+	n, err := s.db.RoleAssignment.Delete().Where(roleassignment.UserID(u.ID), roleassignment.System(a.System),
+		roleassignment.Project(a.Project), roleassignment.Role(a.Role)).Exec(ctx)
+	if err == nil && n == 0 {
+		return errs.NotFound("user %s does not hold role %s on %s", name, a.Role, a.Scope)
+	}
+	return err
+}
+
+// ListUsers returns every user with its roles, by name.
+func (s *Service) ListUsers(ctx context.Context) ([]UserInfo, error) {
+	us, err := s.db.User.Query().Order(ent.Asc(user.FieldName)).All(ctx)
+	if err != nil {
+		return nil, err
+	}
+	as, err := s.db.RoleAssignment.Query().All(ctx)
+	if err != nil {
+		return nil, err
+	}
+	byUser := map[int][]Assignment{}
+	for _, a := range as {
+		byUser[a.UserID] = append(byUser[a.UserID], Assignment{Scope{a.System, a.Project}, a.Role})
+	}
+	out := make([]UserInfo, len(us))
+	for i, u := range us {
+		rs := byUser[u.ID]
+		slices.SortFunc(rs, func(a, b Assignment) int {
+			return strings.Compare(a.Scope.String()+a.Role, b.Scope.String()+b.Role)
+		})
+		out[i] = UserInfo{Name: u.Name, Disabled: u.Disabled, LastLogin: u.LastLoginAt, Roles: rs}
+	}
+	return out, nil
+}
+
+// Bootstrap creates the first system admin when there are no users and
+// returns its one-time password; it returns "" when users exist.
+func (s *Service) Bootstrap(ctx context.Context) (string, error) {
+	n, err := s.db.User.Query().Count(ctx)
+	if err != nil || n > 0 {
+		return "", err
+	}
+	ctx = policies.WithPrincipal(ctx, &policies.Principal{User: "anvil-bootstrap", System: true, Method: "bootstrap"})
+	pw := GeneratePassword()
+	if err := s.CreateUser(ctx, BootstrapUser, pw); err != nil {
+		if errs.Status(err) == 409 {
+			return "", nil // another replica won the race
+		}
+		return "", err
+	}
+	if err := s.Grant(ctx, BootstrapUser, Assignment{Scope{System: true}, "admin"}); err != nil {
+		return "", err
+	}
+	return pw, nil
+}
+
+// Scopes lists the scopes a user may act in: the system first, then
+// projects by name.
+func (s *Service) Scopes(ctx context.Context, name string) ([]Scope, error) {
+	u, err := s.user(ctx, name)
+	if err != nil {
+		return nil, err
+	}
+	as, err := s.db.RoleAssignment.Query().Where(roleassignment.UserID(u.ID)).All(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return scopesOf(as), nil
+}
+
+func scopesOf(as []*ent.RoleAssignment) []Scope {
+	var out []Scope
+	for _, a := range as {
+		sc := Scope{a.System, a.Project}
+		if !slices.Contains(out, sc) {
+			out = append(out, sc)
+		}
+	}
+	slices.SortFunc(out, func(a, b Scope) int {
+		if a.System != b.System {
+			if a.System {
+				return -1
+			}
+			return 1
+		}
+		return strings.Compare(a.Project, b.Project)
+	})
+	return out
+}
+
+// principal builds the principal for u in scope from its assignments, or
+// a 403 when u holds no role there.
+func principal(u *ent.User, as []*ent.RoleAssignment, sc Scope, method string) (*policies.Principal, error) {
+	var roles []string
+	for _, a := range as {
+		if a.System == sc.System && a.Project == sc.Project {
+			roles = append(roles, a.Role)
+		}
+	}
+	if len(roles) == 0 {
+		return nil, errs.Forbidden("user %s holds no role on %s", u.Name, sc)
+	}
+	return &policies.Principal{User: u.Name, System: sc.System, Project: sc.Project, Roles: policies.ExpandRoles(roles), Method: method}, nil
+}
+
+// defaultScope picks the scope for a login that named none: the system
+// when the user holds a system role, else its only project.
+func defaultScope(name string, scopes []Scope) (Scope, error) {
+	switch {
+	case len(scopes) == 0:
+		return Scope{}, errs.Forbidden("user %s holds no role anywhere", name)
+	case scopes[0].System || len(scopes) == 1:
+		return scopes[0], nil
+	}
+	return Scope{}, errs.BadRequest("X-Project-Id", "user %s has roles in %d projects; name one in the X-Project-Id header or use a token", name, len(scopes))
+}
+
+// Login checks a password and returns the principal for scope (the
+// default scope when scope is nil). Failures are throttled per account
+// and per address and all look alike.
+func (s *Service) Login(ctx context.Context, name, password, addr string, scope *Scope) (*policies.Principal, error) {
+	if err := s.throttle.Allow(name, addr); err != nil {
+		return nil, err
+	}
+	u, err := s.db.User.Query().Where(user.Name(name)).Only(ctx)
+	if err != nil && !ent.IsNotFound(err) {
+		return nil, err
+	}
+	if u == nil || u.Disabled {
+		_ = bcrypt.CompareHashAndPassword(s.dummy, []byte(password))
+		s.throttle.Fail(name, addr)
+		return nil, ErrInvalidLogin
+	}
+	if bcrypt.CompareHashAndPassword([]byte(u.PasswordHash), []byte(password)) != nil {
+		s.throttle.Fail(name, addr)
+		return nil, ErrInvalidLogin
+	}
+	s.throttle.Succeed(name)
+	as, err := s.db.RoleAssignment.Query().Where(roleassignment.UserID(u.ID)).All(ctx)
+	if err != nil {
+		return nil, err
+	}
+	sc := Scope{}
+	if scope != nil {
+		sc = *scope
+	} else if sc, err = defaultScope(name, scopesOf(as)); err != nil {
+		return nil, err
+	}
+	p, err := principal(u, as, sc, "password")
+	if err != nil {
+		return nil, err
+	}
+	_ = u.Update().SetLastLoginAt(time.Now()).Exec(ctx)
+	return p, nil
+}
+
+// PrincipalFor re-reads a user's roles for scope: sessions call it so a
+// revoked role takes effect on the next request.
+func (s *Service) PrincipalFor(ctx context.Context, name string, sc Scope, method string) (*policies.Principal, error) {
+	u, err := s.user(ctx, name)
+	if err != nil {
+		return nil, err
+	}
+	if u.Disabled {
+		return nil, errs.Forbidden("user %s is disabled", name)
+	}
+	as, err := s.db.RoleAssignment.Query().Where(roleassignment.UserID(u.ID)).All(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return principal(u, as, sc, method)
+}
