@@ -24,6 +24,7 @@ import (
 	"github.com/anvilproject/anvil/server/nodes"
 	"github.com/anvilproject/anvil/server/obs"
 	"github.com/anvilproject/anvil/server/store"
+	"github.com/anvilproject/anvil/web"
 )
 
 // Options are the settings an App is built from.
@@ -36,6 +37,11 @@ type Options struct {
 	// Bootstrap receives the first admin's one-time password when the
 	// database had no users; nil discards it (tests create their own).
 	Bootstrap func(user, password string)
+	// SessionSecret derives the portal's cookie keys; empty means keys
+	// generated on first start and kept in the database.
+	SessionSecret string
+	// SSO signs portal users in with OpenID Connect; nil turns it off.
+	SSO web.SSO
 }
 
 // App is a running Anvil: everything one process serves.
@@ -46,6 +52,7 @@ type App struct {
 	Guard   *guard.Guard
 	Nodes   *nodes.Service
 	IDs     *identity.Service
+	Portal  *web.Portal
 	Fiber   *fiber.App
 	Metrics *obs.Metrics
 	opts    Options
@@ -84,6 +91,12 @@ func New(ctx context.Context, o Options) (*App, error) {
 			o.Bootstrap(identity.BootstrapUser, pw)
 		}
 	}
+	hash, block, err := web.LoadKeys(ctx, db, o.SessionSecret)
+	if err != nil {
+		db.Close()
+		return nil, fmt.Errorf("session keys: %w", err)
+	}
+	a.Portal = &web.Portal{IDs: a.IDs, Nodes: a.Nodes, Guard: a.Guard, Sessions: web.NewSessions(hash, block), SSO: o.SSO, Log: o.Log}
 	a.Fiber = a.routes()
 	return a, nil
 }
@@ -104,6 +117,11 @@ func (a *App) routes() *fiber.App {
 	app.Get("/readyz", a.readyz)
 	app.Get("/metrics", adaptor.HTTPHandler(promhttp.HandlerFor(a.Metrics.Registry, promhttp.HandlerOpts{})))
 	v1 := app.Group("/v1", api.Negotiate, a.authenticate())
+	if !a.opts.AuthNone {
+		// Before the API: the portal answers GET / for browsers and passes
+		// every other client on to version discovery.
+		a.Portal.Register(app)
+	}
 	(&api.API{Nodes: a.Nodes, Guard: a.Guard, Audit: a.Audit, Log: a.opts.Log}).Register(app, v1)
 	return app
 }

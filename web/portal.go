@@ -1,0 +1,295 @@
+package web
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"net/http"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/a-h/templ"
+	"github.com/gofiber/fiber/v2"
+	"github.com/gofiber/fiber/v2/middleware/filesystem"
+
+	"github.com/anvilproject/anvil/policies"
+	"github.com/anvilproject/anvil/server/errs"
+	"github.com/anvilproject/anvil/server/guard"
+	"github.com/anvilproject/anvil/server/identity"
+	"github.com/anvilproject/anvil/server/nodes"
+	"github.com/anvilproject/anvil/static"
+	"github.com/anvilproject/anvil/views"
+)
+
+// SSO is the OpenID Connect provider the portal signs users in with.
+type SSO interface {
+	AuthCodeURL(state, nonce, verifier string) string
+	// Exchange completes the code flow and returns the user and the role
+	// assignments its claims carry.
+	Exchange(ctx context.Context, code, verifier, nonce string) (user string, as []identity.Assignment, err error)
+}
+
+// Portal serves the browser pages.
+type Portal struct {
+	IDs      *identity.Service
+	Nodes    *nodes.Service
+	Guard    *guard.Guard
+	Sessions *Sessions
+	SSO      SSO // nil when OIDC is not configured
+	Log      *slog.Logger
+}
+
+const sessionLocal = "anvil.session"
+
+// Register mounts the portal on app.
+func (p *Portal) Register(app *fiber.App) {
+	app.Use("/static", filesystem.New(filesystem.Config{Root: http.FS(static.FS), MaxAge: 3600}))
+	// The session (and its CSRF check) wraps portal routes only: the JSON
+	// API authenticates with tokens and has no cookies to forge.
+	s := p.session
+	app.Get("/login", s, p.loginPage)
+	app.Post("/login", s, p.login)
+	app.Post("/logout", s, p.logout)
+	app.Get("/auth/oidc/login", s, p.ssoStart)
+	app.Get("/auth/oidc/callback", s, p.ssoCallback)
+	app.Get("/", browsersOnly)
+	app.Get("/nodes", s, p.signedIn, p.home)
+	app.Post("/scope", s, p.signedIn, p.switchScope)
+	app.Get("/account", s, p.signedIn, p.account)
+	app.Post("/account/tokens", s, p.signedIn, p.createToken)
+	app.Post("/account/tokens/:id/revoke", s, p.signedIn, p.revokeToken)
+}
+
+// session loads the cookie, refuses a state-changing request without the
+// session's CSRF token, and puts a signed-in user's principal into the
+// request context.
+func (p *Portal) session(c *fiber.Ctx) error {
+	sess := p.Sessions.Load(c)
+	c.Locals(sessionLocal, sess)
+	if c.Method() != fiber.MethodGet && c.Method() != fiber.MethodHead && !CSRFOK(c, sess) {
+		return c.Status(403).SendString("The form was stale or forged (CSRF token missing or wrong). Reload the page and try again.")
+	}
+	if sess.User == "" {
+		return c.Next()
+	}
+	pr, err := p.principal(c.UserContext(), sess)
+	if err != nil {
+		// Roles revoked or the account is gone: the session ends.
+		p.Log.Info("session ended", "user", sess.User, "reason", err)
+		_ = p.Sessions.Clear(c)
+		c.Locals(sessionLocal, &Session{CSRF: randomToken()})
+		return c.Next()
+	}
+	c.SetUserContext(policies.WithPrincipal(c.UserContext(), pr))
+	if now := time.Now(); now.Sub(time.Unix(sess.Seen, 0)) > time.Minute {
+		sess.Seen = now.Unix()
+		if err := p.Sessions.Save(c, sess); err != nil {
+			return err
+		}
+	}
+	return c.Next()
+}
+
+func (p *Portal) principal(ctx context.Context, s *Session) (*policies.Principal, error) {
+	if s.Method != "oidc" {
+		return p.IDs.PrincipalFor(ctx, s.User, s.Scope, "session")
+	}
+	var roles []string
+	for _, a := range s.Assignments {
+		if a.Scope == s.Scope {
+			roles = append(roles, a.Role)
+		}
+	}
+	if len(roles) == 0 {
+		return nil, errs.Forbidden("no role on %s", s.Scope)
+	}
+	return &policies.Principal{User: s.User, System: s.Scope.System, Project: s.Scope.Project, Roles: policies.ExpandRoles(roles), Method: "oidc"}, nil
+}
+
+func sessionOf(c *fiber.Ctx) *Session { return c.Locals(sessionLocal).(*Session) }
+
+// browsersOnly sends a browser at "/" to the portal and lets every other
+// client through to the API's version discovery there.
+func browsersOnly(c *fiber.Ctx) error {
+	if !strings.Contains(c.Get(fiber.HeaderAccept), "text/html") {
+		return c.Next()
+	}
+	return c.Redirect("/nodes", fiber.StatusSeeOther)
+}
+
+func (p *Portal) signedIn(c *fiber.Ctx) error {
+	if policies.PrincipalFrom(c.UserContext()) == nil {
+		return c.Redirect("/login", fiber.StatusSeeOther)
+	}
+	return c.Next()
+}
+
+func render(c *fiber.Ctx, status int, comp templ.Component) error {
+	c.Type("html", "utf-8")
+	c.Status(status)
+	return comp.Render(c.UserContext(), c.Response().BodyWriter())
+}
+
+// page fills the header every signed-in page shows.
+func (p *Portal) page(c *fiber.Ctx, title string) (views.Page, error) {
+	sess := sessionOf(c)
+	pg := views.Page{Title: title, CSRF: sess.CSRF}
+	pr := policies.PrincipalFrom(c.UserContext())
+	if pr == nil {
+		return pg, nil
+	}
+	pg.User, pg.Scope = pr.User, pr.Scope()
+	scopes, err := p.scopes(c.UserContext(), sess)
+	if err != nil {
+		return pg, err
+	}
+	for _, s := range scopes {
+		pg.Scopes = append(pg.Scopes, views.ScopeOption{Value: scopeValue(s), Label: s.String(), Active: s == sess.Scope})
+	}
+	return pg, nil
+}
+
+func (p *Portal) scopes(ctx context.Context, s *Session) ([]identity.Scope, error) {
+	if s.Method != "oidc" {
+		return p.IDs.Scopes(ctx, s.User)
+	}
+	var out []identity.Scope
+	for _, a := range s.Assignments {
+		if !slices.Contains(out, a.Scope) {
+			out = append(out, a.Scope)
+		}
+	}
+	return out, nil
+}
+
+func scopeValue(s identity.Scope) string {
+	if s.System {
+		return "system"
+	}
+	return "project:" + s.Project
+}
+
+func parseScope(v string) (identity.Scope, bool) {
+	if v == "system" {
+		return identity.Scope{System: true}, true
+	}
+	if p, ok := strings.CutPrefix(v, "project:"); ok && p != "" {
+		return identity.Scope{Project: p}, true
+	}
+	return identity.Scope{}, false
+}
+
+func (p *Portal) loginPage(c *fiber.Ctx) error {
+	if policies.PrincipalFrom(c.UserContext()) != nil {
+		return c.Redirect("/nodes", fiber.StatusSeeOther)
+	}
+	sess := sessionOf(c)
+	// The anonymous session exists only to carry the login form's CSRF token.
+	if err := p.Sessions.Save(c, sess); err != nil {
+		return err
+	}
+	return render(c, 200, views.Login(views.Page{Title: "Sign in", CSRF: sess.CSRF, Error: c.Query("error")}, "", p.SSO != nil))
+}
+
+func (p *Portal) login(c *fiber.Ctx) error {
+	name, pw := strings.TrimSpace(c.FormValue("username")), c.FormValue("password")
+	pr, err := p.IDs.Login(c.UserContext(), name, pw, c.IP(), nil)
+	if err == nil {
+		return p.startSession(c, Fresh(pr.User, "password", identity.Scope{System: pr.System, Project: pr.Project}, nil))
+	}
+	msg, status := identity.ErrInvalidLogin.Error(), 401
+	switch {
+	case errors.Is(err, identity.ErrInvalidLogin):
+	case errs.Status(err) == 429:
+		msg, status = err.Error(), 429
+	case errs.Status(err) == 400 || errs.Status(err) == 403:
+		// Right password, but no scope to act in (no roles, or several
+		// projects without a default): sign in to the first project.
+		scopes, serr := p.IDs.Scopes(c.UserContext(), name)
+		if serr == nil && len(scopes) > 0 {
+			if pr, err = p.IDs.Login(c.UserContext(), name, pw, c.IP(), &scopes[0]); err == nil {
+				return p.startSession(c, Fresh(pr.User, "password", scopes[0], nil))
+			}
+		}
+		msg, status = "This account holds no role on any project or the system; ask an administrator.", 403
+	default:
+		return err
+	}
+	sess := sessionOf(c)
+	return render(c, status, views.Login(views.Page{Title: "Sign in", CSRF: sess.CSRF, Error: msg}, name, p.SSO != nil))
+}
+
+func (p *Portal) startSession(c *fiber.Ctx, s *Session) error {
+	if err := p.Sessions.Save(c, s); err != nil {
+		return err
+	}
+	return c.Redirect("/nodes", fiber.StatusSeeOther)
+}
+
+func (p *Portal) logout(c *fiber.Ctx) error {
+	if err := p.Sessions.Clear(c); err != nil {
+		return err
+	}
+	return c.Redirect("/login", fiber.StatusSeeOther)
+}
+
+func (p *Portal) switchScope(c *fiber.Ctx) error {
+	sess := sessionOf(c)
+	sc, ok := parseScope(c.FormValue("scope"))
+	if !ok {
+		return c.Status(400).SendString("scope: choose the system or a project")
+	}
+	scopes, err := p.scopes(c.UserContext(), sess)
+	if err != nil {
+		return err
+	}
+	if !slices.Contains(scopes, sc) {
+		return c.Status(403).SendString("You hold no role on " + sc.String())
+	}
+	sess.Scope = sc
+	sess.Seen = time.Now().Unix()
+	return p.startSession(c, sess)
+}
+
+func (p *Portal) home(c *fiber.Ctx) error {
+	pg, err := p.page(c, "Nodes")
+	if err != nil {
+		return err
+	}
+	list, err := p.Nodes.List(c.UserContext(), nodes.ListOptions{Limit: 100, SortKey: "name"})
+	if err != nil && errs.Status(err) != 403 {
+		return err
+	}
+	var rows []views.NodeRow
+	more := false
+	if list != nil {
+		more = list.More
+		for _, n := range list.Nodes {
+			rows = append(rows, nodeRow(n))
+		}
+	}
+	return render(c, 200, views.Home(pg, rows, more))
+}
+
+func nodeRow(v *nodes.View) views.NodeRow {
+	str := func(s *string) string {
+		if s == nil {
+			return ""
+		}
+		return *s
+	}
+	rel := "system"
+	switch {
+	case v.Relation == nodes.RelBoth:
+		rel = "owner and lessee"
+	case v.Relation.Owned():
+		rel = "owner"
+	case v.Relation.Leased():
+		rel = "lessee"
+	case v.Relation == nodes.RelNone:
+		rel = "none"
+	}
+	return views.NodeRow{UUID: v.UUID, Name: str(v.Name), ProvisionState: v.ProvisionState, PowerState: str(v.PowerState),
+		Owner: v.Owner, Lessee: v.Lessee, Relation: rel, Maintenance: v.Maintenance}
+}

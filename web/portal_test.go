@@ -1,0 +1,207 @@
+package web_test
+
+import (
+	"context"
+	"io"
+	"net/http"
+	"net/http/cookiejar"
+	"net/url"
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/anvilproject/anvil/server"
+	"github.com/anvilproject/anvil/server/identity"
+	"github.com/anvilproject/anvil/server/servertest"
+	"github.com/anvilproject/anvil/server/store"
+	"github.com/anvilproject/anvil/server/store/storetest"
+)
+
+var csrfField = regexp.MustCompile(`name="csrf" value="([^"]+)"`)
+
+// browser is an HTTP client with cookies that remembers the last CSRF
+// token a page showed it, as a person's browser would.
+type browser struct {
+	t    *testing.T
+	c    *http.Client
+	base string
+	csrf string
+}
+
+func newBrowser(t *testing.T, base string) *browser {
+	jar, _ := cookiejar.New(nil)
+	return &browser{t: t, base: base, c: &http.Client{Jar: jar, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}}
+}
+
+func (b *browser) do(method, path string, form url.Values, header ...string) (int, string, http.Header) {
+	b.t.Helper()
+	var body io.Reader
+	if form != nil {
+		body = strings.NewReader(form.Encode())
+	}
+	req, err := http.NewRequest(method, b.base+path, body)
+	if err != nil {
+		b.t.Fatal(err)
+	}
+	req.Header.Set("Accept", "text/html")
+	if form != nil {
+		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	}
+	for i := 0; i+1 < len(header); i += 2 {
+		req.Header.Set(header[i], header[i+1])
+	}
+	resp, err := b.c.Do(req)
+	if err != nil {
+		b.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	raw, _ := io.ReadAll(resp.Body)
+	if m := csrfField.FindStringSubmatch(string(raw)); m != nil {
+		b.csrf = m[1]
+	}
+	return resp.StatusCode, string(raw), resp.Header
+}
+
+func (b *browser) cookie() string {
+	u, _ := url.Parse(b.base)
+	for _, c := range b.c.Jar.Cookies(u) {
+		if c.Name == "anvil_session" {
+			return c.Value
+		}
+	}
+	return ""
+}
+
+func TestPortalSessions(t *testing.T) {
+	storetest.Each(t, func(t *testing.T, setting string, _ *store.DB) {
+		srv := servertest.Start(t, server.Options{Database: setting})
+		ctx := context.Background()
+		ids := srv.IDs
+		if err := ids.CreateUser(ctx, "pat", "pat-password-1"); err != nil {
+			t.Fatal(err)
+		}
+		for _, p := range []string{"blue", "green"} {
+			if err := ids.Grant(ctx, "pat", identity.Assignment{Scope: identity.Scope{Project: p}, Role: "manager"}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		admin := srv.Client()
+		if err := ids.CreateUser(ctx, "root", "root-password-1"); err != nil {
+			t.Fatal(err)
+		}
+		if err := ids.Grant(ctx, "root", identity.Assignment{Scope: identity.Scope{System: true}, Role: "admin"}); err != nil {
+			t.Fatal(err)
+		}
+		tok, _, err := ids.CreateToken(ctx, identity.TokenRequest{User: "root", Scope: identity.Scope{System: true}, Roles: []string{"admin"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		admin.Header.Set("X-Auth-Token", tok)
+		for _, n := range []map[string]any{{"name": "blue-1", "driver": "fake", "owner": "blue"}, {"name": "green-1", "driver": "fake", "lessee": "green"}} {
+			if r := admin.Do(t, "POST", "/v1/nodes", n); r.Status != 201 {
+				t.Fatalf("create: %d %s", r.Status, r.Body)
+			}
+		}
+
+		b := newBrowser(t, srv.URL)
+		// Unauthenticated pages send the browser to the login form; API
+		// clients at / still get version discovery.
+		if st, _, h := b.do("GET", "/nodes", nil); st != 303 || h.Get("Location") != "/login" {
+			t.Fatalf("GET /nodes signed out: %d %s", st, h.Get("Location"))
+		}
+		if r := srv.Client().Do(t, "GET", "/", nil); r.Status != 200 || !strings.Contains(string(r.Body), "versions") {
+			t.Fatalf("GET / for API clients: %d %s", r.Status, r.Body)
+		}
+		st, page, _ := b.do("GET", "/login", nil)
+		if st != 200 || !strings.Contains(page, "Sign in to Anvil") || b.csrf == "" {
+			t.Fatalf("login page: %d", st)
+		}
+		anon := b.cookie()
+
+		// Without the CSRF token the login is refused, even with the right password.
+		if st, _, _ := b.do("POST", "/login", url.Values{"username": {"pat"}, "password": {"pat-password-1"}}); st != 403 {
+			t.Fatalf("login without CSRF: %d", st)
+		}
+		if st, page, _ := b.do("POST", "/login", url.Values{"csrf": {b.csrf}, "username": {"pat"}, "password": {"wrong-password"}}); st != 401 || !strings.Contains(page, "invalid username or password") {
+			t.Fatalf("bad password: %d", st)
+		}
+		if st, _, h := b.do("POST", "/login", url.Values{"csrf": {b.csrf}, "username": {"pat"}, "password": {"pat-password-1"}}); st != 303 || h.Get("Location") != "/nodes" {
+			t.Fatalf("login: %d %s", st, h.Get("Location"))
+		}
+		if b.cookie() == anon {
+			t.Fatal("the session cookie did not change at login (fixation)")
+		}
+		st, page, _ = b.do("GET", "/nodes", nil)
+		if st != 200 || !strings.Contains(page, "pat · project blue") || !strings.Contains(page, "blue-1") || strings.Contains(page, "green-1") {
+			t.Fatalf("nodes page as blue: %d\n%s", st, page)
+		}
+
+		// The project switcher: to a project the user belongs to, and not
+		// to one it does not.
+		if st, _, _ := b.do("POST", "/scope", url.Values{"csrf": {b.csrf}, "scope": {"project:red"}}); st != 403 {
+			t.Fatalf("switch to a foreign project: %d", st)
+		}
+		if st, _, _ := b.do("POST", "/scope", url.Values{"csrf": {b.csrf}, "scope": {"project:green"}}); st != 303 {
+			t.Fatalf("switch: %d", st)
+		}
+		if _, page, _ = b.do("GET", "/nodes", nil); !strings.Contains(page, "green-1") || strings.Contains(page, "blue-1") {
+			t.Fatalf("nodes page as green:\n%s", page)
+		}
+
+		// Tokens minted in the portal work on the API and can be revoked there.
+		st, page, _ = b.do("POST", "/account/tokens", url.Values{"csrf": {b.csrf}, "roles": {"member"}, "expires": {"24h"}, "description": {"ci"}}, "HX-Request", "true")
+		m := regexp.MustCompile(`data-testid="new-token">(anvil_[^<]+)<`).FindStringSubmatch(page)
+		if st != 200 || m == nil {
+			t.Fatalf("create token: %d\n%s", st, page)
+		}
+		api := srv.Client()
+		api.Header.Set("X-Auth-Token", m[1])
+		if r := api.Do(t, "GET", "/v1/nodes", nil); r.Status != 200 || !strings.Contains(string(r.Body), "green-1") || strings.Contains(string(r.Body), "blue-1") {
+			t.Fatalf("portal token on the API: %d %s", r.Status, r.Body)
+		}
+		if _, page, _ = b.do("POST", "/account/tokens", url.Values{"csrf": {b.csrf}, "roles": {"admin"}}, "HX-Request", "true"); !strings.Contains(page, "does not hold role admin") {
+			t.Fatalf("token with a role not held:\n%s", page)
+		}
+		id := regexp.MustCompile(`data-token="([^"]+)"`).FindStringSubmatch(page)
+		if id == nil {
+			t.Fatal("token row missing")
+		}
+		if st, _, _ := b.do("POST", "/account/tokens/"+id[1]+"/revoke", url.Values{"csrf": {b.csrf}}, "HX-Request", "true"); st != 200 {
+			t.Fatalf("revoke: %d", st)
+		}
+		if r := api.Do(t, "GET", "/v1/nodes", nil); r.Status != 401 {
+			t.Fatalf("revoked portal token: %d", r.Status)
+		}
+
+		// A tampered cookie is an anonymous visitor.
+		u, _ := url.Parse(srv.URL)
+		forged := newBrowser(t, srv.URL)
+		c := b.cookie()
+		forged.c.Jar.SetCookies(u, []*http.Cookie{{Name: "anvil_session", Value: c[:len(c)-4] + "AAAA"}})
+		if st, _, _ := forged.do("GET", "/nodes", nil); st != 303 {
+			t.Fatalf("tampered cookie: %d", st)
+		}
+
+		// Losing every role ends the session on the next request.
+		if err := ids.Revoke(ctx, "pat", identity.Assignment{Scope: identity.Scope{Project: "green"}, Role: "manager"}); err != nil {
+			t.Fatal(err)
+		}
+		if st, _, _ := b.do("GET", "/nodes", nil); st != 303 {
+			t.Fatalf("session survived losing its scope's role: %d", st)
+		}
+
+		// Logout clears the cookie.
+		b2 := newBrowser(t, srv.URL)
+		b2.do("GET", "/login", nil)
+		b2.do("POST", "/login", url.Values{"csrf": {b2.csrf}, "username": {"root"}, "password": {"root-password-1"}})
+		if st, page, _ := b2.do("GET", "/nodes", nil); st != 200 || !strings.Contains(page, "root · system") {
+			t.Fatalf("system login: %d", st)
+		}
+		if st, _, _ := b2.do("POST", "/logout", url.Values{"csrf": {b2.csrf}}); st != 303 {
+			t.Fatalf("logout: %d", st)
+		}
+		if b2.cookie() != "" {
+			t.Fatal("logout left the session cookie")
+		}
+	})
+}

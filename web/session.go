@@ -1,0 +1,180 @@
+// Package web is the portal: server-rendered pages (templ components in
+// views/) with htmx, behind gorilla/sessions cookies and a CSRF token on
+// every form. Handlers stay thin: they call the same services as the API.
+package web
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"crypto/subtle"
+	"database/sql"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"time"
+
+	"github.com/gofiber/fiber/v2"
+	"github.com/gofiber/fiber/v2/middleware/adaptor"
+	"github.com/gorilla/sessions"
+
+	"github.com/anvilproject/anvil/ent"
+	"github.com/anvilproject/anvil/ent/setting"
+	"github.com/anvilproject/anvil/server/identity"
+	"github.com/anvilproject/anvil/server/store"
+)
+
+const (
+	cookieName = "anvil_session"
+	// IdleTimeout ends a session nobody used for this long.
+	IdleTimeout = 30 * time.Minute
+	// AbsoluteTimeout ends every session this long after login.
+	AbsoluteTimeout    = 12 * time.Hour
+	sessionKeysSetting = "session_keys"
+)
+
+// Session is what the portal keeps about a browser, signed and encrypted
+// in its cookie.
+type Session struct {
+	User   string `json:"u,omitempty"`
+	Scope  identity.Scope
+	Method string `json:"m,omitempty"` // password or oidc
+	// Assignments are the roles an OIDC login's claims granted; local
+	// accounts re-read theirs from the database on every request.
+	Assignments []identity.Assignment `json:"a,omitempty"`
+	CSRF        string                `json:"c"`
+	Created     int64                 `json:"t0"`
+	Seen        int64                 `json:"t1"`
+	// OIDC login in flight.
+	State, Nonce, Verifier string `json:",omitempty"`
+}
+
+// LoggedIn reports whether the session belongs to a signed-in user whose
+// session has not timed out.
+func (s *Session) LoggedIn(now time.Time) bool {
+	return s.User != "" && now.Sub(time.Unix(s.Created, 0)) < AbsoluteTimeout && now.Sub(time.Unix(s.Seen, 0)) < IdleTimeout
+}
+
+// Sessions reads and writes Session values through gorilla/sessions.
+type Sessions struct {
+	store *sessions.CookieStore
+}
+
+// LoadKeys returns the session signing and encryption keys: derived from
+// secret when the operator configured one (so replicas agree), else
+// generated on first start and kept in the database.
+func LoadKeys(ctx context.Context, db *store.DB, secret string) (hash, block []byte, err error) {
+	if secret != "" {
+		h := sha256.Sum256([]byte("anvil-session-hash\x00" + secret))
+		b := sha256.Sum256([]byte("anvil-session-block\x00" + secret))
+		return h[:], b[:], nil
+	}
+	fresh := make([]byte, 64)
+	_, _ = rand.Read(fresh)
+	// Insert-if-absent, then read back: concurrent first starts agree on
+	// whichever row won.
+	err = db.Setting.Create().SetKey(sessionKeysSetting).SetValue(fresh).
+		OnConflictColumns(setting.FieldKey).DoNothing().Exec(ctx)
+	if err != nil && !ent.IsConstraintError(err) && !errors.Is(err, sql.ErrNoRows) {
+		return nil, nil, err
+	}
+	s, err := db.Setting.Query().Where(setting.Key(sessionKeysSetting)).Only(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	return s.Value[:32], s.Value[32:64], nil
+}
+
+// NewSessions returns a cookie session store with the given keys.
+func NewSessions(hash, block []byte) *Sessions {
+	cs := sessions.NewCookieStore(hash, block)
+	cs.Options = &sessions.Options{Path: "/", HttpOnly: true, SameSite: http.SameSiteLaxMode, MaxAge: int(AbsoluteTimeout.Seconds())}
+	cs.MaxAge(int(AbsoluteTimeout.Seconds()))
+	return &Sessions{store: cs}
+}
+
+func randomToken() string {
+	b := make([]byte, 32)
+	_, _ = rand.Read(b)
+	return base64.RawURLEncoding.EncodeToString(b)
+}
+
+// Load returns the browser's session; a missing, tampered or expired
+// cookie yields a fresh anonymous session with a new CSRF token.
+func (s *Sessions) Load(c *fiber.Ctx) *Session {
+	r, err := adaptor.ConvertRequest(c, false)
+	if err == nil {
+		if gs, err := s.store.Get(r, cookieName); err == nil {
+			if raw, ok := gs.Values["s"].(string); ok {
+				var sess Session
+				if json.Unmarshal([]byte(raw), &sess) == nil && sess.CSRF != "" {
+					if sess.User == "" || sess.LoggedIn(time.Now()) {
+						return &sess
+					}
+				}
+			}
+		}
+	}
+	return &Session{CSRF: randomToken()}
+}
+
+// headerWriter collects the Set-Cookie header gorilla writes, since a
+// fiber handler has no http.ResponseWriter.
+type headerWriter http.Header
+
+func (h headerWriter) Header() http.Header         { return http.Header(h) }
+func (h headerWriter) Write(b []byte) (int, error) { return len(b), nil }
+func (h headerWriter) WriteHeader(int)             {}
+
+// Save writes sess into the response's cookie.
+func (s *Sessions) Save(c *fiber.Ctx, sess *Session) error {
+	return s.write(c, sess, false)
+}
+
+// Clear removes the cookie.
+func (s *Sessions) Clear(c *fiber.Ctx) error { return s.write(c, &Session{}, true) }
+
+func (s *Sessions) write(c *fiber.Ctx, sess *Session, remove bool) error {
+	r, err := adaptor.ConvertRequest(c, false)
+	if err != nil {
+		return err
+	}
+	gs := sessions.NewSession(s.store, cookieName)
+	opts := *s.store.Options
+	opts.Secure = c.Protocol() == "https"
+	if remove {
+		opts.MaxAge = -1
+	}
+	gs.Options = &opts
+	raw, err := json.Marshal(sess)
+	if err != nil {
+		return err
+	}
+	gs.Values["s"] = string(raw)
+	h := headerWriter(http.Header{})
+	if err := s.store.Save(r, h, gs); err != nil {
+		return err
+	}
+	for _, v := range http.Header(h).Values("Set-Cookie") {
+		c.Response().Header.Add("Set-Cookie", v)
+	}
+	return nil
+}
+
+// Fresh starts a new signed-in session: nothing of the anonymous one
+// carries over, so a planted cookie cannot be promoted (no fixation).
+func Fresh(user, method string, sc identity.Scope, as []identity.Assignment) *Session {
+	now := time.Now().Unix()
+	return &Session{User: user, Method: method, Scope: sc, Assignments: as, CSRF: randomToken(), Created: now, Seen: now}
+}
+
+// CSRFOK reports whether the request carries the session's CSRF token in
+// the X-CSRF-Token header (htmx) or the csrf form field.
+func CSRFOK(c *fiber.Ctx, sess *Session) bool {
+	got := c.Get("X-CSRF-Token")
+	if got == "" {
+		got = c.FormValue("csrf")
+	}
+	return got != "" && subtle.ConstantTimeCompare([]byte(got), []byte(sess.CSRF)) == 1
+}
