@@ -19,6 +19,7 @@ func serveCmd() *cobra.Command {
 		listen string
 		auth   string
 		demoN  int
+		secret string
 	)
 	cmd := &cobra.Command{
 		Use:   "serve",
@@ -41,7 +42,7 @@ func serveCmd() *cobra.Command {
 			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGINT, syscall.SIGTERM)
 			defer stop()
 			app, err := server.New(ctx, server.Options{
-				Database: g.database, AuthNone: auth == "none", Log: log,
+				Database: g.database, AuthNone: auth == "none", Log: log, SessionSecret: secret,
 				Bootstrap: func(user, pw string) {
 					// Printed once, on stderr with the log, never stored in clear.
 					fmt.Fprintf(cmd.ErrOrStderr(), "\n  First start: created system admin %q with one-time password:\n\n      %s\n\n  Change it with: anvil user set-password %s --password-stdin\n\n", user, pw, user)
@@ -71,5 +72,6 @@ func serveCmd() *cobra.Command {
 	f.StringVar(&listen, "listen", "127.0.0.1:6385", "address to listen on")
 	f.StringVar(&auth, "auth", "local", "authentication: local (accounts and tokens; OIDC when configured) or none (loopback-only development mode)")
 	f.IntVar(&demoN, "demo", 0, "enrol this many fake-driver demo nodes over a handful of owner and lessee projects (skipped if nodes exist)")
+	f.StringVar(&secret, "session-secret", "", "secret the portal's cookie keys derive from (give every replica the same); default: generated once and kept in the database")
 	return cmd
 }
