@@ -131,6 +131,11 @@ func listOptions(c *fiber.Ctx, v Version, detail bool) (nodes.ListOptions, field
 		fs = namedFields(defaultListFields, v)
 	}
 	o.WithTraits = fs.needsTraits()
+	if !detail {
+		for _, i := range fs {
+			o.Columns = append(o.Columns, nodeFields[i].name)
+		}
+	}
 	return o, fs, nil
 }
 

@@ -3,6 +3,7 @@ package nodes
 import (
 	"context"
 	"fmt"
+	"slices"
 
 	entsql "entgo.io/ent/dialect/sql"
 
@@ -25,6 +26,9 @@ type ListOptions struct {
 	Marker                                               string
 	SortKey, SortDir                                     string
 	WithTraits                                           bool
+	// Columns, when set, limits the columns read to these (plus what
+	// access decisions need): a short list reads no JSON blobs.
+	Columns []string
 }
 
 // sortKeys maps the API's sort keys to columns; text columns that may be
@@ -93,7 +97,18 @@ func (s *Service) List(ctx context.Context, o ListOptions) (*Page, error) {
 	if o.WithTraits {
 		q = q.WithTraits(func(tq *ent.TraitQuery) { tq.Select(trait.FieldNodeID, trait.FieldTrait) })
 	}
-	ns, err := q.All(ctx)
+	var ns []*ent.Node
+	if len(o.Columns) > 0 {
+		cols := []string{node.FieldUUID, node.FieldOwner, node.FieldLessee}
+		for _, c := range o.Columns {
+			if node.ValidColumn(c) && !slices.Contains(cols, c) {
+				cols = append(cols, c)
+			}
+		}
+		ns, err = q.Select(cols...).All(ctx)
+	} else {
+		ns, err = q.All(ctx)
+	}
 	if err != nil {
 		return nil, err
 	}
