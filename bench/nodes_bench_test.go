@@ -64,7 +64,11 @@ func fleetFile(b *testing.B, n int) string {
 	sb.WriteString("name,driver,owner,lessee,resource_class,traits,properties.cpus,properties.memory_mb\n")
 	for i := 0; i < n; i++ {
 		lessee := ""
-		if i%3 != 2 {
+		switch {
+		case i%10 == 0:
+			// One large tenant leasing 1,000 nodes, for the project-scoped list.
+			lessee = "big-tenant"
+		case i%3 != 2:
 			lessee = fmt.Sprintf("p%03d", (i+7)%projects)
 		}
 		fmt.Fprintf(&sb, "bench-%05d,fake,p%03d,%s,baremetal,CUSTOM_BENCH;CUSTOM_RACK_%d,%d,%d\n",
@@ -98,6 +102,8 @@ func (s *server) rssMB() float64 {
 
 type fixture struct {
 	srv      *server
+	authSrv  *server // the same database behind authentication
+	token    string  // a member of big-tenant
 	enrolSec float64
 	showID   string
 }
@@ -133,6 +139,28 @@ func setup(b *testing.B, backend string) *fixture {
 	}
 	f.srv = &server{url: "http://127.0.0.1:" + port, cmd: cmd}
 	waitReady(b, f.srv.url)
+
+	for _, args := range [][]string{
+		{"user", "create", "bench-tenant"},
+		{"user", "grant", "bench-tenant", "--project", "big-tenant", "--role", "member"},
+	} {
+		if out, err := exec.Command(bin, append(args, "--database", setting)...).CombinedOutput(); err != nil {
+			b.Fatalf("anvil %v: %v\n%s", args, err, out)
+		}
+	}
+	tok, err := exec.Command(bin, "token", "create", "--user", "bench-tenant", "--project", "big-tenant", "--roles", "member", "--database", setting).Output()
+	if err != nil {
+		b.Fatalf("token create: %v", err)
+	}
+	f.token = strings.TrimSpace(string(tok))
+	port = freePort(b)
+	cmd = exec.Command(bin, "serve", "--listen", "127.0.0.1:"+port, "--database", setting, "--log-level", "warn")
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		b.Fatal(err)
+	}
+	f.authSrv = &server{url: "http://127.0.0.1:" + port, cmd: cmd}
+	waitReady(b, f.authSrv.url)
 	var list struct {
 		Nodes []struct{ UUID string } `json:"nodes"`
 	}
@@ -174,9 +202,12 @@ func waitReady(b *testing.B, url string) {
 
 var client = &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 4}}
 
-func get(b *testing.B, url string, into any) int {
+func get(b *testing.B, url string, into any, token ...string) int {
 	req, _ := http.NewRequest("GET", url, nil)
 	req.Header.Set("X-OpenStack-Ironic-API-Version", "latest")
+	if len(token) > 0 {
+		req.Header.Set("X-Auth-Token", token[0])
+	}
 	resp, err := client.Do(req)
 	if err != nil {
 		b.Fatal(err)
@@ -195,14 +226,14 @@ func get(b *testing.B, url string, into any) int {
 }
 
 // measure runs b.N sequential requests and reports p50 and p95 latency.
-func measure(b *testing.B, url string) {
-	get(b, url, nil) // warm connection and caches
+func measure(b *testing.B, url string, token ...string) {
+	get(b, url, nil, token...) // warm connection and caches
 	lat := make([]time.Duration, b.N)
 	size := 0
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
 		t := time.Now()
-		size = get(b, url, nil)
+		size = get(b, url, nil, token...)
 		lat[i] = time.Since(t)
 	}
 	b.StopTimer()
@@ -224,6 +255,11 @@ func BenchmarkNodes(b *testing.B) {
 			b.Run("list-default", func(b *testing.B) { measure(b, f.srv.url+"/v1/nodes") })
 			b.Run("list-owner", func(b *testing.B) { measure(b, f.srv.url+"/v1/nodes?owner=p123") })
 			b.Run("show", func(b *testing.B) { measure(b, f.srv.url+"/v1/nodes/"+f.showID) })
+			// A project member's token: authentication, policy and the SQL
+			// tenant filter, on a project that leases 1,000 of the 10,000.
+			b.Run("project-list-detail-1000", func(b *testing.B) {
+				measure(b, f.authSrv.url+"/v1/nodes?detail=true&limit=1000", f.token)
+			})
 			b.Run("rss", func(b *testing.B) { b.ReportMetric(f.srv.rssMB(), "MB") })
 		})
 	}
@@ -232,8 +268,12 @@ func BenchmarkNodes(b *testing.B) {
 func TestMain(m *testing.M) {
 	code := m.Run()
 	for _, f := range fixtures {
-		f.srv.cmd.Process.Kill()
-		f.srv.cmd.Wait()
+		for _, s := range []*server{f.srv, f.authSrv} {
+			if s != nil {
+				s.cmd.Process.Kill()
+				s.cmd.Wait()
+			}
+		}
 	}
 	os.Exit(code)
 }
