@@ -23,6 +23,7 @@ import (
 	"github.com/anvilproject/anvil/server/identity"
 	"github.com/anvilproject/anvil/server/nodes"
 	"github.com/anvilproject/anvil/server/obs"
+	"github.com/anvilproject/anvil/server/oidclogin"
 	"github.com/anvilproject/anvil/server/store"
 	"github.com/anvilproject/anvil/web"
 )
@@ -40,8 +41,9 @@ type Options struct {
 	// SessionSecret derives the portal's cookie keys; empty means keys
 	// generated on first start and kept in the database.
 	SessionSecret string
-	// SSO signs portal users in with OpenID Connect; nil turns it off.
-	SSO web.SSO
+	// OIDC signs portal users in and verifies bearer JWTs; nil turns
+	// OpenID Connect off.
+	OIDC *oidclogin.Provider
 }
 
 // App is a running Anvil: everything one process serves.
@@ -96,7 +98,10 @@ func New(ctx context.Context, o Options) (*App, error) {
 		db.Close()
 		return nil, fmt.Errorf("session keys: %w", err)
 	}
-	a.Portal = &web.Portal{IDs: a.IDs, Nodes: a.Nodes, Guard: a.Guard, Sessions: web.NewSessions(hash, block), SSO: o.SSO, Log: o.Log}
+	a.Portal = &web.Portal{IDs: a.IDs, Nodes: a.Nodes, Guard: a.Guard, Sessions: web.NewSessions(hash, block), Log: o.Log}
+	if o.OIDC != nil {
+		a.Portal.SSO = o.OIDC
+	}
 	a.Fiber = a.routes()
 	return a, nil
 }
@@ -134,7 +139,11 @@ func (a *App) authenticate() fiber.Handler {
 			return c.Next()
 		}
 	}
-	return (&authn.API{IDs: a.IDs}).Require("/v1", "/v1/")
+	api := &authn.API{IDs: a.IDs}
+	if a.opts.OIDC != nil {
+		api.OIDC = a.opts.OIDC
+	}
+	return api.Require("/v1", "/v1/")
 }
 
 // DevPrincipal is who every request is under --auth none.

@@ -10,6 +10,7 @@ import (
 
 	"github.com/anvilproject/anvil/server"
 	"github.com/anvilproject/anvil/server/demo"
+	"github.com/anvilproject/anvil/server/oidclogin"
 	"github.com/anvilproject/anvil/server/store"
 )
 
@@ -20,6 +21,7 @@ func serveCmd() *cobra.Command {
 		auth   string
 		demoN  int
 		secret string
+		oc     oidclogin.Config
 	)
 	cmd := &cobra.Command{
 		Use:   "serve",
@@ -41,8 +43,18 @@ func serveCmd() *cobra.Command {
 			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGINT, syscall.SIGTERM)
 			defer stop()
+			var provider *oidclogin.Provider
+			if oc.Issuer != "" {
+				if auth == "none" {
+					return fmt.Errorf("--oidc-issuer needs authentication on; drop --auth none")
+				}
+				if provider, err = oidclogin.New(ctx, oc); err != nil {
+					return err
+				}
+				log.Info("OpenID Connect sign-in enabled", "issuer", oc.Issuer)
+			}
 			app, err := server.New(ctx, server.Options{
-				Database: g.database, AuthNone: auth == "none", Log: log, SessionSecret: secret,
+				Database: g.database, AuthNone: auth == "none", Log: log, SessionSecret: secret, OIDC: provider,
 				Bootstrap: func(user, pw string) {
 					// Printed once, on stderr with the log, never stored in clear.
 					fmt.Fprintf(cmd.ErrOrStderr(), "\n  First start: created system admin %q with one-time password:\n\n      %s\n\n  Change it with: anvil user set-password %s --password-stdin\n\n", user, pw, user)
@@ -72,6 +84,12 @@ func serveCmd() *cobra.Command {
 	f.StringVar(&listen, "listen", "127.0.0.1:6385", "address to listen on")
 	f.StringVar(&auth, "auth", "local", "authentication: local (accounts and tokens; OIDC when configured) or none (loopback-only development mode)")
 	f.IntVar(&demoN, "demo", 0, "enrol this many fake-driver demo nodes over a handful of owner and lessee projects (skipped if nodes exist)")
+	f.StringVar(&oc.Issuer, "oidc-issuer", "", "OpenID Connect issuer URL; enables \"Sign in with SSO\" and bearer JWTs")
+	f.StringVar(&oc.ClientID, "oidc-client-id", "", "OpenID Connect client id (also the audience bearer JWTs must carry)")
+	f.StringVar(&oc.ClientSecret, "oidc-client-secret", "", "OpenID Connect client secret")
+	f.StringVar(&oc.RedirectURL, "oidc-redirect-url", "", "this portal's callback, e.g. https://anvil.example.com/auth/oidc/callback")
+	f.StringVar(&oc.UserClaim, "oidc-user-claim", "preferred_username", "claim naming the user (falls back to sub)")
+	f.StringVar(&oc.GroupsClaim, "oidc-groups-claim", "groups", "claim listing anvil:system:<role> and anvil:project:<id>:<role> entries")
 	f.StringVar(&secret, "session-secret", "", "secret the portal's cookie keys derive from (give every replica the same); default: generated once and kept in the database")
 	return cmd
 }

@@ -1,0 +1,224 @@
+// Package oidclogin signs people in with OpenID Connect: the authorization
+// code flow with PKCE for the portal, and verification of bearer JWTs from
+// the same issuer for the API. Roles come from a groups claim whose
+// entries read anvil:system:<role> or anvil:project:<id>:<role>.
+package oidclogin
+
+import (
+	"context"
+	"crypto/subtle"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/coreos/go-oidc/v3/oidc"
+	"golang.org/x/oauth2"
+
+	"github.com/anvilproject/anvil/policies"
+	"github.com/anvilproject/anvil/server/errs"
+	"github.com/anvilproject/anvil/server/identity"
+)
+
+// Config names the provider and the claims Anvil reads.
+type Config struct {
+	Issuer, ClientID, ClientSecret, RedirectURL string
+	// UserClaim names the account (default preferred_username, falling
+	// back to sub).
+	UserClaim string
+	// GroupsClaim holds the role entries (default groups).
+	GroupsClaim string
+}
+
+// Provider is a discovered OpenID provider.
+type Provider struct {
+	cfg      Config
+	provider *oidc.Provider
+	verifier *oidc.IDTokenVerifier
+	oauth    oauth2.Config
+}
+
+// New discovers the issuer's endpoints and keys.
+func New(ctx context.Context, c Config) (*Provider, error) {
+	if c.Issuer == "" || c.ClientID == "" {
+		return nil, errors.New("oidc: issuer and client id are required")
+	}
+	if c.UserClaim == "" {
+		c.UserClaim = "preferred_username"
+	}
+	if c.GroupsClaim == "" {
+		c.GroupsClaim = "groups"
+	}
+	p, err := oidc.NewProvider(ctx, c.Issuer)
+	if err != nil {
+		return nil, fmt.Errorf("oidc discovery at %s: %w", c.Issuer, err)
+	}
+	return &Provider{
+		cfg:      c,
+		provider: p,
+		// Checks signature (against the issuer's published keys), issuer,
+		// audience and expiry.
+		verifier: p.Verifier(&oidc.Config{ClientID: c.ClientID}),
+		oauth: oauth2.Config{
+			ClientID: c.ClientID, ClientSecret: c.ClientSecret, RedirectURL: c.RedirectURL,
+			Endpoint: p.Endpoint(), Scopes: []string{oidc.ScopeOpenID, "profile", "email"},
+		},
+	}, nil
+}
+
+// AuthCodeURL is where the browser goes to sign in, carrying state, nonce
+// and the PKCE challenge of verifier.
+func (p *Provider) AuthCodeURL(state, nonce, verifier string) string {
+	return p.oauth.AuthCodeURL(state, oidc.Nonce(nonce), oauth2.S256ChallengeOption(verifier))
+}
+
+// Exchange completes the code flow: it redeems code with the PKCE
+// verifier, verifies the ID token and its nonce, and reads the user and
+// role assignments from the token, or from the userinfo endpoint for
+// claims the token leaves out.
+func (p *Provider) Exchange(ctx context.Context, code, verifier, nonce string) (string, []identity.Assignment, error) {
+	tok, err := p.oauth.Exchange(ctx, code, oauth2.VerifierOption(verifier))
+	if err != nil {
+		return "", nil, errs.Unauthorized("the identity provider refused the code: %v", err)
+	}
+	raw, _ := tok.Extra("id_token").(string)
+	if raw == "" {
+		return "", nil, errs.Unauthorized("the identity provider returned no ID token")
+	}
+	idt, err := p.verifier.Verify(ctx, raw)
+	if err != nil {
+		return "", nil, errs.Unauthorized("the ID token is not valid: %v", err)
+	}
+	if err := checkNonce(idt, nonce); err != nil {
+		return "", nil, err
+	}
+	claims := map[string]any{}
+	if err := idt.Claims(&claims); err != nil {
+		return "", nil, errs.Unauthorized("the ID token's claims are unreadable")
+	}
+	if claims[p.cfg.UserClaim] == nil || claims[p.cfg.GroupsClaim] == nil {
+		ui, err := p.provider.UserInfo(ctx, oauth2.StaticTokenSource(tok))
+		if err != nil {
+			return "", nil, errs.Unauthorized("the userinfo endpoint failed: %v", err)
+		}
+		extra := map[string]any{}
+		if err := ui.Claims(&extra); err != nil {
+			return "", nil, errs.Unauthorized("the userinfo claims are unreadable")
+		}
+		// The ID token's subject wins over a userinfo that names another.
+		if extra["sub"] != nil && extra["sub"] != idt.Subject {
+			return "", nil, errs.Unauthorized("userinfo is for another subject")
+		}
+		for k, v := range extra {
+			if claims[k] == nil {
+				claims[k] = v
+			}
+		}
+	}
+	user, as := p.read(claims, idt.Subject)
+	return user, as, nil
+}
+
+// checkNonce ties the ID token to the browser session that started the
+// sign-in, so a token captured elsewhere cannot be replayed into it.
+func checkNonce(idt *oidc.IDToken, nonce string) error {
+	if nonce == "" || subtle.ConstantTimeCompare([]byte(idt.Nonce), []byte(nonce)) != 1 {
+		return errs.Unauthorized("the ID token's nonce does not match this sign-in")
+	}
+	return nil
+}
+
+func (p *Provider) read(claims map[string]any, sub string) (string, []identity.Assignment) {
+	user, _ := claims[p.cfg.UserClaim].(string)
+	if user == "" {
+		user = sub
+	}
+	var groups []string
+	switch g := claims[p.cfg.GroupsClaim].(type) {
+	case []any:
+		for _, v := range g {
+			if s, ok := v.(string); ok {
+				groups = append(groups, s)
+			}
+		}
+	case string:
+		groups = strings.Fields(g)
+	}
+	return user, ParseGroups(groups)
+}
+
+// ParseGroups turns group entries into role assignments, ignoring entries
+// that are not Anvil's, name an unknown role or a malformed project.
+func ParseGroups(groups []string) []identity.Assignment {
+	var out []identity.Assignment
+	for _, g := range groups {
+		parts := strings.Split(g, ":")
+		var a identity.Assignment
+		switch {
+		case len(parts) == 3 && parts[0] == "anvil" && parts[1] == "system":
+			a = identity.Assignment{Scope: identity.Scope{System: true}, Role: parts[2]}
+		case len(parts) == 4 && parts[0] == "anvil" && parts[1] == "project":
+			if parts[2] == "" || len(parts[2]) > 255 || strings.ContainsAny(parts[2], " \t\r\n") {
+				continue
+			}
+			a = identity.Assignment{Scope: identity.Scope{Project: parts[2]}, Role: parts[3]}
+		default:
+			continue
+		}
+		if policies.KnownRole(a.Role) && !slices.Contains(out, a) {
+			out = append(out, a)
+		}
+	}
+	return out
+}
+
+// PrincipalFromJWT verifies a bearer JWT from the issuer (audience: the
+// client id) and acts in its default scope: the system when it grants a
+// system role, else its only project.
+func (p *Provider) PrincipalFromJWT(ctx context.Context, raw string) (*policies.Principal, error) {
+	idt, err := p.verifier.Verify(ctx, raw)
+	if err != nil {
+		return nil, errs.Unauthorized("the bearer token is not valid")
+	}
+	claims := map[string]any{}
+	if err := idt.Claims(&claims); err != nil {
+		return nil, errs.Unauthorized("the bearer token's claims are unreadable")
+	}
+	user, as := p.read(claims, idt.Subject)
+	return Principal(user, as, nil)
+}
+
+// Principal builds the principal for an OIDC identity in scope, or in its
+// default scope when scope is nil.
+func Principal(user string, as []identity.Assignment, scope *identity.Scope) (*policies.Principal, error) {
+	var sc identity.Scope
+	switch {
+	case scope != nil:
+		sc = *scope
+	default:
+		projects := 0
+		for _, a := range as {
+			if a.System {
+				sc = a.Scope
+				break
+			}
+			if a.Scope != sc {
+				projects++
+				sc = a.Scope
+			}
+		}
+		if !sc.System && projects > 1 {
+			return nil, errs.Forbidden("%s holds roles in several projects; use an Anvil token for one of them", user)
+		}
+	}
+	var roles []string
+	for _, a := range as {
+		if a.Scope == sc {
+			roles = append(roles, a.Role)
+		}
+	}
+	if len(roles) == 0 {
+		return nil, errs.Forbidden("%s holds no Anvil role", user)
+	}
+	return &policies.Principal{User: user, System: sc.System, Project: sc.Project, Roles: policies.ExpandRoles(roles), Method: "oidc"}, nil
+}
