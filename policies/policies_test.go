@@ -5,6 +5,8 @@ import (
 	"errors"
 	"strings"
 	"testing"
+
+	"gopkg.in/yaml.v3"
 )
 
 func proj(project string, roles ...string) *Principal {
@@ -186,4 +188,61 @@ func BenchmarkAuthorize(b *testing.B) {
 			_ = e.Authorize(ctx, "baremetal:node:get", node)
 		}
 	})
+}
+
+// The sample file, uncommented, is a valid override of every rule with
+// its own default: an operator can start from it.
+func TestSampleRoundTrips(t *testing.T) {
+	var lines []string
+	for _, l := range strings.Split(Sample(Defaults()), "\n") {
+		if strings.HasPrefix(l, `#"`) {
+			lines = append(lines, strings.TrimPrefix(l, "#"))
+		}
+	}
+	if len(lines) != len(Defaults()) {
+		t.Fatalf("sample has %d rules, want %d", len(lines), len(Defaults()))
+	}
+	var m map[string]string
+	if err := yaml.Unmarshal([]byte(strings.Join(lines, "\n")), &m); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range Protected {
+		delete(m, p)
+	}
+	if err := Validate(Defaults(), m); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestMatrix(t *testing.T) {
+	e, _ := New(Defaults(), nil)
+	ps, err := SelectPersonas([]string{"owner-admin,lessee-member", "other-reader"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rules, allowed, err := e.Matrix(ps)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]string{}
+	for i, r := range rules {
+		var b strings.Builder
+		for _, ok := range allowed[i] {
+			b.WriteString(map[bool]string{true: "Y", false: "n"}[ok])
+		}
+		got[r] = b.String()
+	}
+	for rule, want := range map[string]string{
+		"baremetal:node:get":                    "YYn",
+		"baremetal:node:update:lessee":          "Ynn",
+		"baremetal:node:create:self_owned_node": "Ynn",
+		"anvil:audit:list":                      "nnn",
+	} {
+		if got[rule] != want {
+			t.Errorf("%s: %s, want %s", rule, got[rule], want)
+		}
+	}
+	if _, err := SelectPersonas([]string{"nobody"}); err == nil {
+		t.Error("an unknown persona was accepted")
+	}
 }

@@ -170,6 +170,19 @@ func TestBaremetalCLIAsTenant(t *testing.T) {
 			t.Fatalf("anvil token create printed %q, want only the token", out.String())
 		}
 
+		// The same token with curl, as a script would use it.
+		if _, err := exec.LookPath("curl"); err == nil {
+			out, err := exec.Command("curl", "-sS", "-f", "-H", "X-Auth-Token: "+token, "-H", "X-OpenStack-Ironic-API-Version: latest", srv.URL+"/v1/nodes?sort_key=name").Output()
+			if err != nil {
+				t.Fatalf("curl with the token: %v", err)
+			}
+			if !strings.Contains(string(out), `"leased"`) || !strings.Contains(string(out), `"mine"`) || strings.Contains(string(out), `"theirs"`) {
+				t.Errorf("curl lists %s", out)
+			}
+		} else if os.Getenv("CI") != "" {
+			t.Fatal("curl is required in CI")
+		}
+
 		for _, auth := range [][]string{
 			{"--os-auth-type", "admin_token", "--os-token", token},
 			{"--os-auth-type", "http_basic", "--os-username", "owner-member", "--os-password", "password-owner-member"},

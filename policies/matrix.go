@@ -1,0 +1,118 @@
+package policies
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+)
+
+// Persona is a typical caller, for the persona × rule matrix that
+// `anvil policy check` prints and the admin console shows.
+type Persona struct {
+	Name      string
+	Principal *Principal
+}
+
+// The matrix's projects: the node's owner, its lessee, and a stranger.
+const (
+	MatrixOwner  = "owner-project"
+	MatrixLessee = "lessee-project"
+	matrixOther  = "other-project"
+)
+
+// Personas returns the secure-RBAC personas: system admin, member and
+// reader, then each project role as the node's owner, its lessee and an
+// unrelated project.
+func Personas() []Persona {
+	var out []Persona
+	for _, r := range []string{"admin", "member", "reader"} {
+		out = append(out, Persona{"system-" + r, &Principal{User: "system-" + r, System: true, Roles: ExpandRoles([]string{r})}})
+	}
+	for _, rel := range []struct{ name, project string }{{"owner", MatrixOwner}, {"lessee", MatrixLessee}, {"other", matrixOther}} {
+		for _, r := range roleLadder {
+			n := rel.name + "-" + r
+			out = append(out, Persona{n, &Principal{User: n, Project: rel.project, Roles: ExpandRoles([]string{r})}})
+		}
+	}
+	return out
+}
+
+// PersonaNames lists the names Personas uses.
+func PersonaNames() []string {
+	var out []string
+	for _, p := range Personas() {
+		out = append(out, p.Name)
+	}
+	return out
+}
+
+// MatrixTarget is the resource every rule is checked against: a node,
+// runbook and allocation owned by the owner project and leased to the
+// lessee project.
+var MatrixTarget = Target{NodeOwner: MatrixOwner, NodeLessee: MatrixLessee, RunbookOwner: MatrixOwner, AllocationOwner: MatrixOwner}
+
+// Matrix decides every documented rule for every persona given: result
+// [rule][persona] is true when allowed.
+func (e *Enforcer) Matrix(personas []Persona) (rules []string, allowed [][]bool, err error) {
+	for _, r := range e.Rules() {
+		if len(r.Scopes) == 0 {
+			continue // base rules are building blocks, not actions
+		}
+		row := make([]bool, len(personas))
+		for i, p := range personas {
+			if row[i], err = e.Decide(p.Principal, r.Name, MatrixTarget); err != nil {
+				return nil, nil, err
+			}
+		}
+		rules = append(rules, r.Name)
+		allowed = append(allowed, row)
+	}
+	return rules, allowed, nil
+}
+
+// SelectPersonas returns the named personas, in the order given; names
+// may be separated by commas. Unknown names are an error listing the
+// known ones.
+func SelectPersonas(names []string) ([]Persona, error) {
+	all := Personas()
+	if len(names) == 0 {
+		return all, nil
+	}
+	byName := map[string]Persona{}
+	for _, p := range all {
+		byName[p.Name] = p
+	}
+	var out []Persona
+	for _, n := range names {
+		for _, n := range strings.Split(n, ",") {
+			p, ok := byName[strings.TrimSpace(n)]
+			if !ok {
+				known := PersonaNames()
+				sort.Strings(known)
+				return nil, fmt.Errorf("unknown persona %q; known: %s", n, strings.Join(known, ", "))
+			}
+			out = append(out, p)
+		}
+	}
+	return out, nil
+}
+
+// Sample renders a policy file an operator can copy into policy.d: every
+// rule commented out at its default, with its description, scopes and
+// the operations it guards, in Ironic's YAML policy format.
+func Sample(rules []Rule) string {
+	var b strings.Builder
+	b.WriteString("# Anvil policy sample. Uncomment and edit a rule to override it; files in\n")
+	b.WriteString("# policy.d are merged over the defaults in lexical order.\n")
+	for _, r := range rules {
+		b.WriteString("\n# " + r.Description + "\n")
+		if len(r.Scopes) > 0 {
+			b.WriteString("# Scope types: " + strings.Join(r.Scopes, ", ") + "\n")
+		}
+		for _, op := range r.Operations {
+			b.WriteString("# " + op + "\n")
+		}
+		fmt.Fprintf(&b, "#%q: %q\n", r.Name, r.Check)
+	}
+	return b.String()
+}
