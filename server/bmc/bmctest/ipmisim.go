@@ -1,0 +1,201 @@
+// Package bmctest runs OpenIPMI's ipmi_sim as a real BMC on a loopback
+// UDP port for tests, with a chassis-control script that keeps power and
+// boot-device state in files the test can read.
+package bmctest
+
+import (
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// User and Password are the simulated BMC's admin account.
+const (
+	User     = "admin"
+	Password = "sim-password"
+)
+
+// Sim is a running ipmi_sim.
+type Sim struct {
+	Port  int
+	state string
+	cmd   *exec.Cmd
+}
+
+// chassis is the control script: ipmi_sim runs it as
+// "chassis 0x20 get power boot" or "chassis 0x20 set power 1 …".
+const chassis = `#!/bin/sh
+STATE="$IPMI_SIM_STATE"
+mc=$1; shift; op=$1; shift
+readf() { if [ -s "$STATE/$1" ]; then cat "$STATE/$1"; else echo "$2"; fi; }
+case "$op" in
+get)
+  for name in "$@"; do
+    case "$name" in
+    power) echo "power:$(readf power 0)" ;;
+    boot) echo "boot:$(readf boot default)" ;;
+    *) exit 1 ;;
+    esac
+  done ;;
+set)
+  while [ $# -ge 2 ]; do
+    name=$1; val=$2; shift 2
+    echo "$name $val" >> "$STATE/events"
+    case "$name" in
+    power) echo "$val" > "$STATE/power" ;;
+    boot) echo "$val" > "$STATE/boot" ;;
+    shutdown) echo 0 > "$STATE/power" ;;
+    reset|identify) : ;;
+    *) exit 1 ;;
+    esac
+  done ;;
+check) exit 0 ;;
+*) exit 2 ;;
+esac
+exit 0
+`
+
+const lanConf = `name "anvilbmc"
+set_working_mc 0x20
+  startlan 1
+    addr 127.0.0.1 %d
+    priv_limit admin
+    allowed_auths_callback none md2 md5 straight
+    allowed_auths_user none md2 md5 straight
+    allowed_auths_operator none md2 md5 straight
+    allowed_auths_admin none md2 md5 straight
+    guid a1b2c3d4e5f60718293a4b5c6d7e8f90
+  endlan
+  chassis_control "%s 0x20"
+  user 1 false "" "" user 1 none
+  user 2 true "%s" "%s" admin 10 none md2 md5 straight
+`
+
+const emu = `mc_setbmc 0x20
+mc_add 0x20 0x00 no-device-sdrs 0x01 0x02 0x00 0x9f 0x1291 0x0f02
+sel_enable 0x20 1000 0x0a
+mc_enable 0x20
+`
+
+// Need skips the test when ipmi_sim or ipmitool is missing, except in CI
+// where their absence is a failure.
+func Need(t testing.TB) {
+	t.Helper()
+	for _, bin := range []string{"ipmi_sim", "ipmitool"} {
+		if _, err := exec.LookPath(bin); err != nil {
+			if os.Getenv("CI") != "" {
+				t.Fatalf("%s is required in CI (Debian packages openipmi, ipmitool)", bin)
+			}
+			t.Skipf("skipping: %s is not installed (Debian packages openipmi, ipmitool)", bin)
+		}
+	}
+}
+
+// Start runs a simulator until the test ends.
+func Start(t testing.TB) *Sim {
+	t.Helper()
+	Need(t)
+	dir := t.TempDir()
+	state := filepath.Join(dir, "state")
+	persist := filepath.Join(dir, "persist")
+	for _, d := range []string{state, persist} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	script := filepath.Join(dir, "chassis.sh")
+	if err := os.WriteFile(script, []byte(chassis), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	port := freeUDPPort(t)
+	if err := os.WriteFile(filepath.Join(dir, "lan.conf"), fmt.Appendf(nil, lanConf, port, script, User, Password), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "sim.emu"), []byte(emu), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(state, "power"), []byte("0\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command("ipmi_sim", "-n", "-c", filepath.Join(dir, "lan.conf"), "-f", filepath.Join(dir, "sim.emu"), "-s", persist)
+	cmd.Env = append(os.Environ(), "IPMI_SIM_STATE="+state)
+	log, _ := os.Create(filepath.Join(dir, "ipmi_sim.log"))
+	cmd.Stdout, cmd.Stderr = log, log
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	s := &Sim{Port: port, state: state, cmd: cmd}
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+		log.Close()
+	})
+	for i := 0; i < 100; i++ {
+		if s.answers() {
+			return s
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	out, _ := os.ReadFile(filepath.Join(dir, "ipmi_sim.log"))
+	t.Fatalf("ipmi_sim did not answer on port %d:\n%s", port, out)
+	return nil
+}
+
+func freeUDPPort(t testing.TB) int {
+	c, err := net.ListenPacket("udp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	return c.LocalAddr().(*net.UDPAddr).Port
+}
+
+// answers sends an RMCP presence ping.
+func (s *Sim) answers() bool {
+	conn, err := net.Dial("udp", fmt.Sprintf("127.0.0.1:%d", s.Port))
+	if err != nil {
+		return false
+	}
+	defer conn.Close()
+	_ = conn.SetDeadline(time.Now().Add(200 * time.Millisecond))
+	if _, err := conn.Write([]byte{0x06, 0x00, 0xff, 0x06, 0x00, 0x00, 0x11, 0xbe, 0x80, 0x00, 0x00, 0x00}); err != nil {
+		return false
+	}
+	buf := make([]byte, 64)
+	_, err = conn.Read(buf)
+	return err == nil
+}
+
+func (s *Sim) read(name, def string) string {
+	b, err := os.ReadFile(filepath.Join(s.state, name))
+	if err != nil || len(strings.TrimSpace(string(b))) == 0 {
+		return def
+	}
+	return strings.TrimSpace(string(b))
+}
+
+// Power is the simulated chassis power: "1" (on) or "0" (off).
+func (s *Sim) Power() string { return s.read("power", "0") }
+
+// Boot is the last boot device the BMC was told.
+func (s *Sim) Boot() string { return s.read("boot", "default") }
+
+// Events lists every set the chassis saw, oldest first ("power 1").
+func (s *Sim) Events() []string {
+	v := s.read("events", "")
+	if v == "" {
+		return nil
+	}
+	return strings.Split(v, "\n")
+}
+
+// DriverInfo is an ipmi driver_info for this simulator.
+func (s *Sim) DriverInfo(password string) map[string]any {
+	return map[string]any{"ipmi_address": "127.0.0.1", "ipmi_port": float64(s.Port), "ipmi_username": User,
+		"ipmi_password": password, "ipmi_cipher_suite": float64(3)}
+}
