@@ -76,6 +76,16 @@ func Defaults() []Rule {
 		{"baremetal:node:traits:delete", "rule:system_member_or_owner_admin", sysProj, "Remove a node's traits.", []string{"DELETE /v1/nodes/{node}/traits", "DELETE /v1/nodes/{node}/traits/{trait}"}},
 		{"baremetal:node:history:get", "rule:system_or_project_reader", sysProj, "Read a node's event history. Ironic limits this to owners; lessees see what happened to nodes they lease.", []string{"GET /v1/nodes/{node}/history"}},
 
+		// Hardware and the state machine.
+		{"baremetal:node:get_states", "rule:system_or_project_reader", sysProj, "Read a node's power and provision states.", []string{"GET /v1/nodes/{node}/states"}},
+		{"baremetal:node:set_power_state", "rule:system_or_owner_or_lessee_member", sysProj, "Power a node on, off or reboot it. Ironic asks lessees for admin; the lessee spec lets lessee members power the nodes they lease.", []string{"PUT /v1/nodes/{node}/states/power"}},
+		{"baremetal:node:get_boot_device", "rule:system_or_owner_member_and_lessee_admin", sysProj, "Read the next boot device.", []string{"GET /v1/nodes/{node}/management/boot_device"}},
+		{"baremetal:node:set_boot_device", "rule:system_member_or_owner_admin", sysProj, "Set the next boot device.", []string{"PUT /v1/nodes/{node}/management/boot_device"}},
+		{"baremetal:node:set_provision_state", "rule:system_or_owner_member_and_lessee_admin", sysProj, "Change a node's provision state (manage, provide, adopt, clean, service, abort, unhold).", []string{"PUT /v1/nodes/{node}/states/provision"}},
+		{"baremetal:node:set_provision_state:clean_steps", "rule:system_member", sysProj, "Clean with arbitrary, explicit steps. Projects use runbooks instead.", []string{"PUT /v1/nodes/{node}/states/provision"}},
+		{"baremetal:node:set_provision_state:service_steps", "rule:system_member", sysProj, "Service with arbitrary, explicit steps. Projects use runbooks instead.", []string{"PUT /v1/nodes/{node}/states/provision"}},
+		{"baremetal:conductor:get", "rule:system_reader", sys, "List conductors.", []string{"GET /v1/conductors"}},
+
 		// Anvil's own administration.
 		{"anvil:audit:list", "rule:system_reader", sys, "Read the audit log.", []string{"GET /v1/events"}},
 		{"anvil:policy:get", "rule:system_reader", sys, "Read the effective policy and its override status.", nil},

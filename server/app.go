@@ -19,6 +19,7 @@ import (
 	"github.com/anvilproject/anvil/server/api"
 	"github.com/anvilproject/anvil/server/audit"
 	"github.com/anvilproject/anvil/server/authn"
+	"github.com/anvilproject/anvil/server/conductor"
 	"github.com/anvilproject/anvil/server/guard"
 	"github.com/anvilproject/anvil/server/identity"
 	"github.com/anvilproject/anvil/server/nodes"
@@ -44,6 +45,9 @@ type Options struct {
 	// OIDC signs portal users in and verifies bearer JWTs; nil turns
 	// OpenID Connect off.
 	OIDC *oidclogin.Provider
+	// Conductor configures this process's conductor; its Name defaults
+	// to the host name.
+	Conductor conductor.Config
 }
 
 // App is a running Anvil: everything one process serves.
@@ -54,6 +58,7 @@ type App struct {
 	Guard   *guard.Guard
 	Nodes   *nodes.Service
 	IDs     *identity.Service
+	Cond    *conductor.Conductor
 	Portal  *web.Portal
 	Fiber   *fiber.App
 	Metrics *obs.Metrics
@@ -83,6 +88,7 @@ func New(ctx context.Context, o Options) (*App, error) {
 	a.Guard = &guard.Guard{Enforcer: enf, Audit: a.Audit}
 	a.Nodes = nodes.New(db, a.Guard)
 	a.IDs = identity.New(db, a.Audit)
+	a.Cond = conductor.New(db, o.Log, o.Conductor)
 	if !o.AuthNone {
 		pw, err := a.IDs.Bootstrap(ctx)
 		if err != nil {
@@ -127,7 +133,8 @@ func (a *App) routes() *fiber.App {
 		// every other client on to version discovery.
 		a.Portal.Register(app)
 	}
-	(&api.API{Nodes: a.Nodes, Guard: a.Guard, Audit: a.Audit, Log: a.opts.Log}).Register(app, v1)
+	ops := &conductor.Ops{C: a.Cond, Nodes: a.Nodes, Guard: a.Guard}
+	(&api.API{Nodes: a.Nodes, Ops: ops, Guard: a.Guard, Audit: a.Audit, Log: a.opts.Log}).Register(app, v1)
 	return app
 }
 
@@ -163,6 +170,12 @@ func (a *App) readyz(c *fiber.Ctx) error {
 // Serve serves on ln until ctx ends, then shuts down gracefully: new
 // connections are refused and requests in flight get time to finish.
 func (a *App) Serve(ctx context.Context, ln net.Listener) error {
+	if err := a.Cond.Start(ctx, ln.Addr().String()); err != nil {
+		return err
+	}
+	// The conductor stops after the last request: its running steps end
+	// or fail cleanly and no lock is left behind.
+	defer a.Cond.Stop()
 	errc := make(chan error, 1)
 	go func() { errc <- a.Fiber.Listener(ln) }()
 	select {

@@ -12,6 +12,7 @@ import (
 	"github.com/gofiber/fiber/v2"
 
 	"github.com/anvilproject/anvil/server/audit"
+	"github.com/anvilproject/anvil/server/conductor"
 	"github.com/anvilproject/anvil/server/errs"
 	"github.com/anvilproject/anvil/server/guard"
 	"github.com/anvilproject/anvil/server/nodes"
@@ -23,6 +24,7 @@ const MaxBody = 1 << 20
 // API holds the services the JSON handlers call.
 type API struct {
 	Nodes *nodes.Service
+	Ops   *conductor.Ops
 	Guard *guard.Guard
 	Audit *audit.Log
 	Log   *slog.Logger
@@ -72,6 +74,7 @@ func (a *API) Register(root fiber.Router, v1 fiber.Router) {
 	v1.Get("/nodes/:node/history", a.listHistory)
 	v1.Get("/nodes/:node/history/:event", a.getHistory)
 	v1.Get("/events", a.listEvents)
+	a.registerStates(v1)
 }
 
 func baseURL(c *fiber.Ctx) string { return c.BaseURL() }

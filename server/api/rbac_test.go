@@ -77,9 +77,14 @@ var matrix = []struct {
 
 // startLocal serves with authentication on and mints one token per
 // persona; it returns clients keyed by persona name.
-func startLocal(t *testing.T, setting string) (*servertest.Server, map[string]*servertest.Client) {
+func startLocal(t *testing.T, setting string, opts ...server.Options) (*servertest.Server, map[string]*servertest.Client) {
 	t.Helper()
-	srv := servertest.Start(t, server.Options{Database: setting})
+	o := server.Options{}
+	if len(opts) > 0 {
+		o = opts[0]
+	}
+	o.Database = setting
+	srv := servertest.Start(t, o)
 	ctx := context.Background()
 	clients := map[string]*servertest.Client{}
 	for _, p := range personas {

@@ -19,6 +19,7 @@ const (
 	VerMin            Version = 1  // initial API
 	VerName           Version = 5  // node name
 	VerCleanStep      Version = 7  // clean_step field
+	VerCleanSteps     Version = 15 // manual cleaning with explicit clean_steps
 	VerFields         Version = 8  // ?fields=
 	VerProvStateFilt  Version = 9  // ?provision_state=
 	VerEnrollDefault  Version = 11 // new nodes start in enroll, not available

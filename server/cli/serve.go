@@ -5,10 +5,12 @@ import (
 	"net"
 	"os/signal"
 	"syscall"
+	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/anvilproject/anvil/server"
+	"github.com/anvilproject/anvil/server/conductor"
 	"github.com/anvilproject/anvil/server/demo"
 	"github.com/anvilproject/anvil/server/oidclogin"
 	"github.com/anvilproject/anvil/server/store"
@@ -22,6 +24,7 @@ func serveCmd() *cobra.Command {
 		demoN  int
 		secret string
 		oc     oidclogin.Config
+		cc     conductor.Config
 	)
 	cmd := &cobra.Command{
 		Use:   "serve",
@@ -54,7 +57,7 @@ func serveCmd() *cobra.Command {
 				log.Info("OpenID Connect sign-in enabled", "issuer", oc.Issuer)
 			}
 			app, err := server.New(ctx, server.Options{
-				Database: g.database, AuthNone: auth == "none", Log: log, SessionSecret: secret, OIDC: provider,
+				Database: g.database, AuthNone: auth == "none", Log: log, SessionSecret: secret, OIDC: provider, Conductor: cc,
 				Bootstrap: func(user, pw string) {
 					// Printed once, on stderr with the log, never stored in clear.
 					fmt.Fprintf(cmd.ErrOrStderr(), "\n  First start: created system admin %q with one-time password:\n\n      %s\n\n  Change it with: anvil user set-password %s --password-stdin\n\n", user, pw, user)
@@ -90,6 +93,12 @@ func serveCmd() *cobra.Command {
 	f.StringVar(&oc.RedirectURL, "oidc-redirect-url", "", "this portal's callback, e.g. https://anvil.example.com/auth/oidc/callback")
 	f.StringVar(&oc.UserClaim, "oidc-user-claim", "preferred_username", "claim naming the user (falls back to sub)")
 	f.StringVar(&oc.GroupsClaim, "oidc-groups-claim", "groups", "claim listing anvil:system:<role> and anvil:project:<id>:<role> entries")
+	f.StringVar(&cc.Name, "conductor-name", "", "this conductor's name in locks and heartbeats (default host@listen-address; keep it stable across restarts)")
+	f.DurationVar(&cc.Heartbeat, "heartbeat", 5*time.Second, "how often the conductor reports it is alive")
+	f.DurationVar(&cc.HeartbeatTimeout, "heartbeat-timeout", 30*time.Second, "silence after which another conductor takes a conductor's nodes over")
+	f.DurationVar(&cc.PowerSync, "power-sync", time.Minute, "period of the power-state sync over every node (0 turns it off)")
+	f.IntVar(&cc.PowerSyncWorkers, "power-sync-workers", 16, "concurrent BMC calls during power sync")
+	f.DurationVar(&cc.BMC.Timeout, "bmc-timeout", 20*time.Second, "timeout of each BMC call")
 	f.StringVar(&secret, "session-secret", "", "secret the portal's cookie keys derive from (give every replica the same); default: generated once and kept in the database")
 	return cmd
 }

@@ -1,0 +1,146 @@
+package api
+
+import (
+	"time"
+
+	"github.com/gofiber/fiber/v2"
+
+	"github.com/anvilproject/anvil/policies"
+	cond "github.com/anvilproject/anvil/server/conductor"
+	"github.com/anvilproject/anvil/server/errs"
+	"github.com/anvilproject/anvil/server/nodes"
+)
+
+func (a *API) registerStates(v1 fiber.Router) {
+	v1.Get("/nodes/:node/states", a.getStates)
+	v1.Put("/nodes/:node/states/power", a.setPower)
+	v1.Put("/nodes/:node/states/provision", a.setProvision)
+	v1.Get("/nodes/:node/management/boot_device", a.getBootDevice)
+	v1.Put("/nodes/:node/management/boot_device", a.setBootDevice)
+	v1.Get("/nodes/:node/steps", a.listSteps)
+	v1.Get("/conductors", a.listConductors)
+}
+
+func (a *API) getStates(c *fiber.Ctx) error {
+	n, err := a.Nodes.Authorized(c.UserContext(), c.Params("node"), cond.RuleGetStates)
+	if err != nil {
+		return err
+	}
+	v, err := a.Nodes.Get(c.UserContext(), n.UUID)
+	if err != nil {
+		return err
+	}
+	return c.JSON(fiber.Map{
+		"power_state": v.PowerState, "target_power_state": v.TargetPowerState,
+		"provision_state": v.ProvisionState, "target_provision_state": v.TargetProvisionState,
+		"provision_updated_at": v.ProvisionUpdatedAt, "last_error": v.LastError,
+		"console_enabled": false, "raid_config": fiber.Map{}, "target_raid_config": fiber.Map{},
+	})
+}
+
+func (a *API) setPower(c *fiber.Ctx) error {
+	var in struct {
+		Target  string `json:"target"`
+		Timeout *int   `json:"timeout"`
+	}
+	if err := bind(c, &in); err != nil {
+		return err
+	}
+	if in.Timeout != nil && (*in.Timeout < 1 || *in.Timeout > 3600) {
+		return errs.BadRequest("timeout", "timeout must be 1 to 3600 seconds")
+	}
+	if (in.Target == "soft power off" || in.Target == "soft rebooting") && ver(c) < VerSoftPower {
+		return errs.NotAcceptable("%s requires API version %s or later", in.Target, VerSoftPower)
+	}
+	if err := a.Ops.SetPower(c.UserContext(), c.Params("node"), in.Target); err != nil {
+		return err
+	}
+	c.Set("Location", baseURL(c)+"/v1/nodes/"+c.Params("node")+"/states")
+	return c.SendStatus(202)
+}
+
+func (a *API) setProvision(c *fiber.Ctx) error {
+	var in struct {
+		Target         string      `json:"target"`
+		CleanSteps     []cond.Step `json:"clean_steps"`
+		ServiceSteps   []cond.Step `json:"service_steps"`
+		DisableRamdisk *bool       `json:"disable_ramdisk"`
+		ConfigDrive    any         `json:"configdrive"`
+		RescuePassword *string     `json:"rescue_password"`
+	}
+	if err := bind(c, &in); err != nil {
+		return err
+	}
+	switch {
+	case in.ConfigDrive != nil:
+		return errs.BadRequest("configdrive", "configdrive applies to deployment, which Anvil does not do")
+	case in.RescuePassword != nil:
+		return errs.BadRequest("rescue_password", "rescue is not supported")
+	case in.Target == "clean" && ver(c) < VerCleanSteps:
+		return errs.NotAcceptable("manual cleaning requires API version %s or later", VerCleanSteps)
+	case in.DisableRamdisk != nil && ver(c) < VerDisableRamdisk:
+		return errs.NotAcceptable("disable_ramdisk requires API version %s or later", VerDisableRamdisk)
+	}
+	r := cond.ProvisionRequest{Target: in.Target, CleanSteps: in.CleanSteps, ServiceSteps: in.ServiceSteps}
+	if in.DisableRamdisk != nil {
+		r.DisableRamdisk = *in.DisableRamdisk
+	}
+	if err := a.Ops.Provision(c.UserContext(), c.Params("node"), r); err != nil {
+		return err
+	}
+	c.Set("Location", baseURL(c)+"/v1/nodes/"+c.Params("node")+"/states")
+	return c.SendStatus(202)
+}
+
+func (a *API) getBootDevice(c *fiber.Ctx) error {
+	dev, err := a.Ops.BootDevice(c.UserContext(), c.Params("node"))
+	if err != nil {
+		return err
+	}
+	return c.JSON(fiber.Map{"boot_device": dev, "persistent": nil})
+}
+
+func (a *API) setBootDevice(c *fiber.Ctx) error {
+	var in struct {
+		BootDevice string `json:"boot_device"`
+		Persistent bool   `json:"persistent"`
+	}
+	if err := bind(c, &in); err != nil {
+		return err
+	}
+	if err := a.Ops.SetBootDevice(c.UserContext(), c.Params("node"), in.BootDevice, in.Persistent); err != nil {
+		return err
+	}
+	return c.SendStatus(204)
+}
+
+// listSteps shows the step catalogue a node can run: Anvil's drivers
+// share one catalogue, so the node only decides visibility.
+func (a *API) listSteps(c *fiber.Ctx) error {
+	if _, err := a.Nodes.Authorized(c.UserContext(), c.Params("node"), nodes.RuleGet); err != nil {
+		return err
+	}
+	var out []fiber.Map
+	for _, s := range cond.Catalogue() {
+		out = append(out, fiber.Map{"interface": s.Interface, "step": s.Step, "description": s.Description})
+	}
+	return c.JSON(fiber.Map{"steps": out})
+}
+
+func (a *API) listConductors(c *fiber.Ctx) error {
+	if err := a.Guard.Authorize(c.UserContext(), cond.RuleConductorGet, "conductor", "", policies.Target{}); err != nil {
+		return err
+	}
+	cs, err := a.Ops.C.List(c.UserContext())
+	if err != nil {
+		return err
+	}
+	b := baseURL(c)
+	out := make([]fiber.Map, len(cs))
+	for i, x := range cs {
+		out[i] = fiber.Map{"hostname": x.Hostname, "conductor_group": "", "alive": x.Alive, "drivers": x.Drivers,
+			"created_at": x.StartedAt.UTC().Format(time.RFC3339), "updated_at": x.HeartbeatAt.UTC().Format(time.RFC3339),
+			"links": []fiber.Map{link(b+"/v1/conductors/"+x.Hostname, "self")}}
+	}
+	return c.JSON(fiber.Map{"conductors": out})
+}

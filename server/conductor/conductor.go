@@ -1,0 +1,300 @@
+// Package conductor drives nodes' hardware: power and boot-device calls,
+// the cleaning and servicing state machine, node locks, conductor
+// heartbeats with takeover of a lost conductor's nodes, and power sync.
+// It runs inside anvil serve; with PostgreSQL every replica runs one.
+package conductor
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/anvilproject/anvil/ent"
+	"github.com/anvilproject/anvil/ent/conductor"
+	"github.com/anvilproject/anvil/ent/node"
+	"github.com/anvilproject/anvil/server/bmc"
+	"github.com/anvilproject/anvil/server/history"
+	"github.com/anvilproject/anvil/server/nodes"
+	"github.com/anvilproject/anvil/server/store"
+)
+
+// Config tunes a conductor.
+type Config struct {
+	// Name identifies this conductor in locks and heartbeats; keep it
+	// stable across restarts so a restart recognises its own stale work.
+	Name string
+	// Heartbeat is how often the row is refreshed; a conductor silent for
+	// HeartbeatTimeout is lost and its nodes are taken over.
+	Heartbeat, HeartbeatTimeout time.Duration
+	// PowerSync is the period of the power-state sync (0 turns it off);
+	// PowerSyncWorkers bounds its concurrent BMC calls.
+	PowerSync        time.Duration
+	PowerSyncWorkers int
+	BMC              bmc.Options
+}
+
+func (c Config) withDefaults() Config {
+	if c.Heartbeat <= 0 {
+		c.Heartbeat = 5 * time.Second
+	}
+	if c.HeartbeatTimeout <= 0 {
+		c.HeartbeatTimeout = 6 * c.Heartbeat
+	}
+	if c.PowerSyncWorkers <= 0 {
+		c.PowerSyncWorkers = 16
+	}
+	return c
+}
+
+// Conductor is this process's conductor.
+type Conductor struct {
+	cfg  Config
+	db   *store.DB
+	log  *slog.Logger
+	work sync.WaitGroup
+	// ctx ends when the conductor stops; running work watches it.
+	ctx    context.Context
+	cancel context.CancelFunc
+}
+
+// New returns a conductor; Start registers it and starts its loops.
+func New(db *store.DB, log *slog.Logger, cfg Config) *Conductor {
+	ctx, cancel := context.WithCancel(context.Background())
+	return &Conductor{cfg: cfg.withDefaults(), db: db, log: log, ctx: ctx, cancel: cancel}
+}
+
+// Name is the conductor's name, as locks record it.
+func (c *Conductor) Name() string { return c.cfg.Name }
+
+// Start registers the conductor, recovers its own interrupted work from a
+// previous run, and starts the heartbeat, takeover and power-sync loops.
+// Without a configured name it is the host name and the API's listen
+// address, stable across restarts of the same service.
+func (c *Conductor) Start(ctx context.Context, listen string) error {
+	if c.cfg.Name == "" {
+		host, _ := os.Hostname()
+		c.cfg.Name = host + "@" + listen
+	}
+	now := time.Now()
+	// Update, else create: a restart keeps its row (and its name).
+	n, err := c.db.Conductor.Update().Where(conductor.Hostname(c.cfg.Name)).
+		SetStartedAt(now).SetHeartbeatAt(now).SetOnline(true).SetDrivers(bmc.Drivers()).Save(ctx)
+	if err == nil && n == 0 {
+		err = c.db.Conductor.Create().SetHostname(c.cfg.Name).SetStartedAt(now).SetHeartbeatAt(now).
+			SetOnline(true).SetDrivers(bmc.Drivers()).Exec(ctx)
+	}
+	if err != nil {
+		return fmt.Errorf("registering conductor %s: %w", c.cfg.Name, err)
+	}
+	if n, err := c.recover(ctx, c.cfg.Name, "restarted"); err != nil {
+		return err
+	} else if n > 0 {
+		c.log.Warn("recovered interrupted nodes from this conductor's previous run", "nodes", n)
+	}
+	c.loop(c.cfg.Heartbeat, c.heartbeat)
+	c.loop(c.cfg.Heartbeat, c.takeOver)
+	if c.cfg.PowerSync > 0 {
+		c.loop(c.cfg.PowerSync, func(ctx context.Context) error { _, err := c.SyncPower(ctx); return err })
+	}
+	return nil
+}
+
+func (c *Conductor) loop(every time.Duration, fn func(context.Context) error) {
+	c.work.Add(1)
+	go func() {
+		defer c.work.Done()
+		t := time.NewTicker(every)
+		defer t.Stop()
+		for {
+			select {
+			case <-c.ctx.Done():
+				return
+			case <-t.C:
+				if err := fn(c.ctx); err != nil && c.ctx.Err() == nil {
+					c.log.Error("conductor loop", "err", err)
+				}
+			}
+		}
+	}()
+}
+
+// Stop ends the loops, lets each running step finish, fails the nodes
+// whose remaining steps will not run, releases every lock and marks the
+// conductor offline.
+func (c *Conductor) Stop() {
+	c.cancel()
+	c.work.Wait()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	_ = c.db.Conductor.Update().Where(conductor.Hostname(c.cfg.Name)).SetOnline(false).Exec(ctx)
+}
+
+func (c *Conductor) heartbeat(ctx context.Context) error {
+	return c.db.Conductor.Update().Where(conductor.Hostname(c.cfg.Name)).SetHeartbeatAt(time.Now()).SetOnline(true).Exec(ctx)
+}
+
+// takeOver finds conductors whose heartbeat expired and recovers their
+// nodes. Marking one offline is a conditional update, so of several
+// replicas noticing at once exactly one does the recovery.
+func (c *Conductor) takeOver(ctx context.Context) error {
+	dead, err := c.db.Conductor.Query().Where(conductor.Online(true), conductor.HostnameNEQ(c.cfg.Name),
+		conductor.HeartbeatAtLT(time.Now().Add(-c.cfg.HeartbeatTimeout))).All(ctx)
+	if err != nil {
+		return err
+	}
+	for _, d := range dead {
+		n, err := c.db.Conductor.Update().Where(conductor.ID(d.ID), conductor.Online(true), conductor.HeartbeatAt(d.HeartbeatAt)).
+			SetOnline(false).Save(ctx)
+		if err != nil || n == 0 {
+			continue
+		}
+		c.log.Warn("conductor lost; taking over its nodes", "conductor", d.Hostname, "last_heartbeat", d.HeartbeatAt)
+		if _, err := c.recover(ctx, d.Hostname, "lost (no heartbeat since "+d.HeartbeatAt.UTC().Format(time.RFC3339)+")"); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// failedState is where an interrupted operation leaves a node.
+var failedState = map[string]string{
+	nodes.StateCleaning: nodes.StateCleanFailed, nodes.StateCleanWait: nodes.StateCleanFailed,
+	nodes.StateServicing: nodes.StateServiceFailed, nodes.StateServiceWait: nodes.StateServiceFailed,
+	nodes.StateVerifying: nodes.StateEnroll, StateAdopting: nodes.StateManageable,
+}
+
+// recover releases every lock held by the named conductor and moves
+// nodes it was working on to their failed state with a last_error that
+// says what happened.
+func (c *Conductor) recover(ctx context.Context, owner, why string) (int, error) {
+	held, err := c.db.Node.Query().Where(node.Reservation(owner)).All(ctx)
+	if err != nil {
+		return 0, err
+	}
+	for _, n := range held {
+		msg := fmt.Sprintf("Conductor %s was %s while this node was %s", owner, why, n.ProvisionState)
+		if step := stepName(n.CleanStep, n.ServiceStep); step != "" {
+			msg += " (step " + step + ")"
+		}
+		upd := c.db.Node.Update().Where(node.ID(n.ID), node.Reservation(owner)).ClearReservation().ClearTargetPowerState()
+		if to, ok := failedState[n.ProvisionState]; ok {
+			upd.SetProvisionState(to).ClearTargetProvisionState().SetLastError(msg + "; run it again when ready.").
+				SetProvisionUpdatedAt(time.Now()).SetCleanStep(map[string]any{}).SetServiceStep(map[string]any{})
+		} else if n.TargetPowerState != nil {
+			upd.SetLastError(msg + "; the power action may not have completed.")
+		}
+		if _, err := upd.Save(ctx); err != nil {
+			return 0, err
+		}
+		_ = history.Record(ctx, c.db.Client, history.Event{NodeID: n.ID, Severity: history.Error, Type: "conductor", Message: msg, Conductor: c.cfg.Name})
+	}
+	return len(held), nil
+}
+
+func stepName(ms ...map[string]any) string {
+	for _, m := range ms {
+		if s, _ := m["step"].(string); s != "" {
+			i, _ := m["interface"].(string)
+			return i + "." + s
+		}
+	}
+	return ""
+}
+
+// ErrLocked is the 409 for a node another operation holds.
+var ErrLocked = errors.New("node locked")
+
+// lock takes a node's reservation with one conditional UPDATE.
+func (c *Conductor) lock(ctx context.Context, id int) error {
+	n, err := c.db.Node.Update().Where(node.ID(id), node.ReservationIsNil()).SetReservation(c.cfg.Name).Save(ctx)
+	if err != nil {
+		return err
+	}
+	if n == 0 {
+		return ErrLocked
+	}
+	return nil
+}
+
+// unlock releases a lock this conductor holds, detached from the caller's
+// cancellation: a lock must never outlive the work.
+func (c *Conductor) unlock(id int) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := c.db.Node.Update().Where(node.ID(id), node.Reservation(c.cfg.Name)).ClearReservation().Exec(ctx); err != nil {
+		c.log.Error("releasing node lock", "node", id, "err", err)
+	}
+}
+
+func (c *Conductor) client(n *ent.Node) (bmc.Client, error) {
+	return bmc.Open(n.Driver, n.UUID, n.DriverInfo, c.cfg.BMC)
+}
+
+// SyncPower reads every eligible node's power state with bounded
+// concurrency and records changes; nodes in maintenance or locked are left
+// alone. It returns how many nodes it read.
+func (c *Conductor) SyncPower(ctx context.Context) (int, error) {
+	ns, err := c.db.Node.Query().Where(node.Maintenance(false), node.ReservationIsNil()).
+		Select(node.FieldID, node.FieldUUID, node.FieldDriver, node.FieldDriverInfo, node.FieldPowerState).All(ctx)
+	if err != nil {
+		return 0, err
+	}
+	sem := make(chan struct{}, c.cfg.PowerSyncWorkers)
+	var wg sync.WaitGroup
+	for _, n := range ns {
+		if ctx.Err() != nil {
+			break
+		}
+		sem <- struct{}{}
+		wg.Add(1)
+		go func(n *ent.Node) {
+			defer func() { <-sem; wg.Done() }()
+			cl, err := c.client(n)
+			if err != nil {
+				return
+			}
+			defer cl.Close()
+			st, err := cl.PowerState(ctx)
+			if err != nil || (n.PowerState != nil && *n.PowerState == st) {
+				return
+			}
+			cnt, err := c.db.Node.Update().Where(node.ID(n.ID), node.ReservationIsNil()).SetPowerState(st).Save(ctx)
+			if err == nil && cnt == 1 {
+				prev := "unknown"
+				if n.PowerState != nil {
+					prev = *n.PowerState
+				}
+				_ = history.Record(ctx, c.db.Client, history.Event{NodeID: n.ID, Type: "power",
+					Message: fmt.Sprintf("Power state changed from %s to %s outside Anvil (power sync)", prev, st), Conductor: c.cfg.Name})
+			}
+		}(n)
+	}
+	wg.Wait()
+	return len(ns), nil
+}
+
+// Info describes a conductor for the API.
+type Info struct {
+	Hostname               string
+	Alive                  bool
+	Drivers                []string
+	StartedAt, HeartbeatAt time.Time
+}
+
+// List returns every conductor that ever registered, alive or not.
+func (c *Conductor) List(ctx context.Context) ([]Info, error) {
+	cs, err := c.db.Conductor.Query().Order(ent.Asc(conductor.FieldHostname)).All(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]Info, len(cs))
+	for i, x := range cs {
+		alive := x.Online && time.Since(x.HeartbeatAt) < c.cfg.HeartbeatTimeout
+		out[i] = Info{Hostname: x.Hostname, Alive: alive, Drivers: x.Drivers, StartedAt: x.StartedAt, HeartbeatAt: x.HeartbeatAt}
+	}
+	return out, nil
+}

@@ -1,0 +1,400 @@
+package conductor
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/anvilproject/anvil/ent"
+	"github.com/anvilproject/anvil/ent/node"
+	"github.com/anvilproject/anvil/policies"
+	"github.com/anvilproject/anvil/server/bmc"
+	"github.com/anvilproject/anvil/server/errs"
+	"github.com/anvilproject/anvil/server/guard"
+	"github.com/anvilproject/anvil/server/history"
+	"github.com/anvilproject/anvil/server/nodes"
+)
+
+// States beyond those the node service knows.
+const (
+	StateAdopting    = "adopting"
+	StateCleanHold   = "clean hold"
+	StateServiceHold = "service hold"
+)
+
+// Rules this package enforces, named as Ironic names them.
+const (
+	RuleSetPower        = "baremetal:node:set_power_state"
+	RuleGetBootDevice   = "baremetal:node:get_boot_device"
+	RuleSetBootDevice   = "baremetal:node:set_boot_device"
+	RuleGetStates       = "baremetal:node:get_states"
+	RuleProvision       = "baremetal:node:set_provision_state"
+	RuleCleanSteps      = "baremetal:node:set_provision_state:clean_steps"
+	RuleServiceSteps    = "baremetal:node:set_provision_state:service_steps"
+	RuleConductorGet    = "baremetal:conductor:get"
+	abortRequestedField = "abort_requested"
+)
+
+// Ops are the node operations the API and the portal call; each checks
+// its rule for the principal in the context.
+type Ops struct {
+	C     *Conductor
+	Nodes *nodes.Service
+	Guard *guard.Guard
+}
+
+func lockedErr(n *ent.Node) error {
+	holder := "another operation"
+	if n.Reservation != nil {
+		holder = "host " + *n.Reservation
+	}
+	return errs.Conflict("Node %s is locked by %s, please retry after the current operation is completed.", n.UUID, holder)
+}
+
+func actor(ctx context.Context) string {
+	if p := policies.PrincipalFrom(ctx); p != nil {
+		return p.User
+	}
+	return ""
+}
+
+// SetPower starts a power change and returns once the node is locked
+// and target_power_state set; the BMC call runs in the conductor.
+func (o *Ops) SetPower(ctx context.Context, ident, target string) (err error) {
+	n, err := o.Nodes.Authorized(ctx, ident, RuleSetPower)
+	if err != nil {
+		return err
+	}
+	defer func() { o.Guard.Done(ctx, RuleSetPower, "node", n.UUID, err, map[string]any{"target": target}) }()
+	if !slices.Contains([]string{bmc.PowerOn, bmc.PowerOff, bmc.Rebooting, bmc.SoftPowerOff, bmc.SoftRebooting}, target) {
+		return errs.BadRequest("target", "target %q is not one of power on, power off, rebooting, soft power off, soft rebooting", target)
+	}
+	if slices.Contains([]string{nodes.StateCleaning, nodes.StateCleanWait, nodes.StateServicing, nodes.StateServiceWait, nodes.StateVerifying, StateAdopting}, n.ProvisionState) {
+		return errs.Conflict("Node %s is %s; power actions wait until it finishes.", n.UUID, n.ProvisionState)
+	}
+	c := o.C
+	if err := c.lock(ctx, n.ID); err != nil {
+		if errors.Is(err, ErrLocked) {
+			return lockedErr(n)
+		}
+		return err
+	}
+	if err := c.db.Node.UpdateOneID(n.ID).SetTargetPowerState(target).Exec(ctx); err != nil {
+		c.unlock(n.ID)
+		return err
+	}
+	who := actor(ctx)
+	c.work.Add(1)
+	go func() {
+		defer c.work.Done()
+		defer c.unlock(n.ID)
+		// The call finishes even if the conductor is stopping: a half-done
+		// power action is worse than a late one.
+		bctx := context.WithoutCancel(c.ctx)
+		err := c.power(bctx, n, target)
+		upd := c.db.Node.UpdateOneID(n.ID).ClearTargetPowerState()
+		ev := history.Event{NodeID: n.ID, Type: "power", User: who, Conductor: c.cfg.Name}
+		if err != nil {
+			upd.SetLastError(err.Error())
+			ev.Severity, ev.Message = history.Error, "Power "+target+" failed: "+err.Error()
+		} else {
+			final := bmc.PowerOn
+			if target == bmc.PowerOff || target == bmc.SoftPowerOff {
+				final = bmc.PowerOff
+			}
+			upd.SetPowerState(final).ClearLastError()
+			ev.Message = "Power " + target + " done; power is " + final
+		}
+		if err := upd.Exec(bctx); err != nil {
+			c.log.Error("recording power result", "node", n.UUID, "err", err)
+		}
+		_ = history.Record(bctx, c.db.Client, ev)
+	}()
+	return nil
+}
+
+func (c *Conductor) power(ctx context.Context, n *ent.Node, target string) error {
+	cl, err := c.client(n)
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
+	return cl.SetPower(ctx, target)
+}
+
+// BootDevice reads the node's next boot device.
+func (o *Ops) BootDevice(ctx context.Context, ident string) (string, error) {
+	n, err := o.Nodes.Authorized(ctx, ident, RuleGetBootDevice)
+	if err != nil {
+		return "", err
+	}
+	cl, err := o.C.client(n)
+	if err != nil {
+		return "", errs.BadRequest("driver_info", "%v", err)
+	}
+	defer cl.Close()
+	dev, err := cl.BootDevice(ctx)
+	if errors.Is(err, bmc.ErrUnsupported) {
+		return "", errs.NotAcceptable("driver %s cannot read the boot device back", n.Driver)
+	}
+	if err != nil {
+		return "", errs.Unavailable("%v", err)
+	}
+	return dev, nil
+}
+
+// SetBootDevice sets the next boot device under the node's lock.
+func (o *Ops) SetBootDevice(ctx context.Context, ident, device string, persistent bool) (err error) {
+	n, err := o.Nodes.Authorized(ctx, ident, RuleSetBootDevice)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		o.Guard.Done(ctx, RuleSetBootDevice, "node", n.UUID, err, map[string]any{"boot_device": device, "persistent": persistent})
+	}()
+	if !slices.Contains(bmc.BootDevices, device) {
+		return errs.BadRequest("boot_device", "boot_device %q is not one of %s", device, strings.Join(bmc.BootDevices, ", "))
+	}
+	if err := o.C.lock(ctx, n.ID); err != nil {
+		if errors.Is(err, ErrLocked) {
+			return lockedErr(n)
+		}
+		return err
+	}
+	defer o.C.unlock(n.ID)
+	cl, err := o.C.client(n)
+	if err != nil {
+		return errs.BadRequest("driver_info", "%v", err)
+	}
+	defer cl.Close()
+	if err := cl.SetBootDevice(ctx, device, persistent); err != nil {
+		return errs.Unavailable("%v", err)
+	}
+	return history.Record(ctx, o.C.db.Client, history.Event{NodeID: n.ID, Type: "management", User: actor(ctx), Conductor: o.C.cfg.Name,
+		Message: fmt.Sprintf("Boot device set to %s (persistent: %v)", device, persistent)})
+}
+
+// ProvisionRequest is a PUT to states/provision.
+type ProvisionRequest struct {
+	Target         string
+	CleanSteps     []Step
+	ServiceSteps   []Step
+	DisableRamdisk bool
+}
+
+// transition says which verbs apply in which states and where they lead.
+type transition struct {
+	from []string
+	via  string // state while the conductor works; "" for an immediate change
+	to   string
+}
+
+var transitions = map[string]transition{
+	"manage":  {[]string{nodes.StateEnroll, nodes.StateAvailable, nodes.StateCleanFailed}, nodes.StateVerifying, nodes.StateManageable},
+	"provide": {[]string{nodes.StateManageable}, "", nodes.StateAvailable},
+	"adopt":   {[]string{nodes.StateManageable}, StateAdopting, nodes.StateActive},
+	"clean":   {[]string{nodes.StateManageable}, nodes.StateCleaning, nodes.StateManageable},
+	"service": {[]string{nodes.StateActive, nodes.StateServiceFailed}, nodes.StateServicing, nodes.StateActive},
+	"abort":   {[]string{nodes.StateCleaning, nodes.StateCleanWait, StateCleanHold, nodes.StateServicing, nodes.StateServiceWait, StateServiceHold, nodes.StateServiceFailed}, "", ""},
+	"unhold":  {[]string{StateCleanHold, StateServiceHold}, "", ""},
+}
+
+// Verbs lists the provision verbs, for error messages.
+func Verbs() []string {
+	out := make([]string, 0, len(transitions))
+	for v := range transitions {
+		out = append(out, v)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// Provision validates a request completely, then starts it. An
+// impossible transition is a 409 naming the current state.
+func (o *Ops) Provision(ctx context.Context, ident string, r ProvisionRequest) (err error) {
+	tr, ok := transitions[r.Target]
+	if !ok {
+		return errs.BadRequest("target", "target %q is not one of %s", r.Target, strings.Join(Verbs(), ", "))
+	}
+	rules := []string{RuleProvision}
+	var steps []Step
+	switch r.Target {
+	case "clean":
+		if len(r.ServiceSteps) > 0 {
+			return errs.BadRequest("service_steps", "service_steps go with target service, not clean")
+		}
+		if err := ValidateSteps("clean_steps", r.CleanSteps); err != nil {
+			return err
+		}
+		steps, rules = r.CleanSteps, append(rules, RuleCleanSteps)
+	case "service":
+		if len(r.CleanSteps) > 0 {
+			return errs.BadRequest("clean_steps", "clean_steps go with target clean, not service")
+		}
+		if err := ValidateSteps("service_steps", r.ServiceSteps); err != nil {
+			return err
+		}
+		steps, rules = r.ServiceSteps, append(rules, RuleServiceSteps)
+	default:
+		if len(r.CleanSteps) > 0 || len(r.ServiceSteps) > 0 {
+			return errs.BadRequest("clean_steps", "steps go only with target clean or service")
+		}
+	}
+	n, err := o.Nodes.Authorized(ctx, ident, rules...)
+	if err != nil {
+		return err
+	}
+	detail := map[string]any{"target": r.Target, "from": n.ProvisionState}
+	if len(steps) > 0 {
+		detail["steps"] = stepsToAny(steps)
+	}
+	defer func() { o.Guard.Done(ctx, RuleProvision, "node", n.UUID, err, detail) }()
+	if !slices.Contains(tr.from, n.ProvisionState) {
+		return errs.Conflict("The requested action %q can not be performed on node %s while it is in state %q.", r.Target, n.UUID, n.ProvisionState)
+	}
+	c := o.C
+	switch r.Target {
+	case "abort":
+		return c.abort(ctx, n)
+	case "unhold":
+		return c.unhold(ctx, n, actor(ctx))
+	}
+	if err := c.lock(ctx, n.ID); err != nil {
+		if errors.Is(err, ErrLocked) {
+			return lockedErr(n)
+		}
+		return err
+	}
+	who := actor(ctx)
+	if tr.via == "" {
+		defer c.unlock(n.ID)
+		err := c.db.Node.UpdateOneID(n.ID).SetProvisionState(tr.to).ClearTargetProvisionState().SetProvisionUpdatedAt(time.Now()).Exec(ctx)
+		if err == nil {
+			_ = history.Record(ctx, c.db.Client, history.Event{NodeID: n.ID, Type: "provision", User: who, Conductor: c.cfg.Name,
+				Message: fmt.Sprintf("%s: %s -> %s", r.Target, n.ProvisionState, tr.to)})
+		}
+		return err
+	}
+	upd := c.db.Node.UpdateOneID(n.ID).SetProvisionState(tr.via).SetTargetProvisionState(tr.to).SetProvisionUpdatedAt(time.Now()).ClearLastError()
+	info := cloneInfo(n.DriverInternalInfo)
+	delete(info, abortRequestedField)
+	delete(info, "pending_steps")
+	upd.SetDriverInternalInfo(info)
+	if err := upd.Exec(ctx); err != nil {
+		c.unlock(n.ID)
+		return err
+	}
+	c.work.Add(1)
+	go func() {
+		defer c.work.Done()
+		defer c.unlock(n.ID)
+		switch r.Target {
+		case "manage", "adopt":
+			c.verify(n, tr, who)
+		default:
+			c.runSteps(n.ID, r.Target, steps, who)
+		}
+	}()
+	return nil
+}
+
+func cloneInfo(m map[string]any) map[string]any {
+	out := map[string]any{}
+	for k, v := range m {
+		out[k] = v
+	}
+	return out
+}
+
+// verify reads the power state through the BMC: manage and adopt both
+// prove the credentials work before the node moves on.
+func (c *Conductor) verify(n *ent.Node, tr transition, who string) {
+	ctx := context.WithoutCancel(c.ctx)
+	ev := history.Event{NodeID: n.ID, Type: "provision", User: who, Conductor: c.cfg.Name}
+	cl, err := c.client(n)
+	var st string
+	if err == nil {
+		st, err = cl.PowerState(ctx)
+		cl.Close()
+	}
+	upd := c.db.Node.UpdateOneID(n.ID).ClearTargetProvisionState().SetProvisionUpdatedAt(time.Now())
+	if err != nil {
+		back := failedState[tr.via]
+		upd.SetProvisionState(back).SetLastError(fmt.Sprintf("Failed to verify the BMC: %v", err))
+		ev.Severity, ev.Message = history.Error, fmt.Sprintf("%s failed; back to %s: %v", tr.via, back, err)
+	} else {
+		upd.SetProvisionState(tr.to).SetPowerState(st)
+		ev.Message = fmt.Sprintf("BMC verified (power is %s); node is %s", st, tr.to)
+	}
+	if err := upd.Exec(ctx); err != nil {
+		c.log.Error("recording verification", "node", n.UUID, "err", err)
+	}
+	_ = history.Record(ctx, c.db.Client, ev)
+}
+
+// abort asks running steps to stop (they check between steps and while
+// waiting) or, for a node on hold or failed servicing, ends it at once.
+func (c *Conductor) abort(ctx context.Context, n *ent.Node) error {
+	switch n.ProvisionState {
+	case StateCleanHold, StateServiceHold, nodes.StateServiceFailed:
+		if err := c.lock(ctx, n.ID); err != nil {
+			return lockedErr(n)
+		}
+		defer c.unlock(n.ID)
+		to, msg := nodes.StateCleanFailed, "Aborted while on hold"
+		switch n.ProvisionState {
+		case StateServiceHold:
+			to = nodes.StateServiceFailed
+		case nodes.StateServiceFailed:
+			to, msg = nodes.StateActive, ""
+		}
+		upd := c.db.Node.UpdateOneID(n.ID).SetProvisionState(to).ClearTargetProvisionState().SetProvisionUpdatedAt(time.Now()).
+			SetCleanStep(map[string]any{}).SetServiceStep(map[string]any{})
+		if msg != "" {
+			upd.SetLastError(msg)
+		} else {
+			upd.ClearLastError()
+		}
+		if err := upd.Exec(ctx); err != nil {
+			return err
+		}
+		return history.Record(ctx, c.db.Client, history.Event{NodeID: n.ID, Type: "provision", User: actor(ctx), Conductor: c.cfg.Name,
+			Message: fmt.Sprintf("abort: %s -> %s", n.ProvisionState, to)})
+	}
+	info := cloneInfo(n.DriverInternalInfo)
+	info[abortRequestedField] = true
+	cnt, err := c.db.Node.Update().Where(node.ID(n.ID), node.ProvisionStateIn(nodes.StateCleaning, nodes.StateCleanWait, nodes.StateServicing, nodes.StateServiceWait)).
+		SetDriverInternalInfo(info).Save(ctx)
+	if err != nil {
+		return err
+	}
+	if cnt == 0 {
+		return errs.Conflict("Node %s finished before the abort arrived.", n.UUID)
+	}
+	return nil
+}
+
+func (c *Conductor) unhold(ctx context.Context, n *ent.Node, who string) error {
+	if err := c.lock(ctx, n.ID); err != nil {
+		return lockedErr(n)
+	}
+	kind, via := "clean", nodes.StateCleaning
+	if n.ProvisionState == StateServiceHold {
+		kind, via = "service", nodes.StateServicing
+	}
+	pending := stepsFromAny(n.DriverInternalInfo["pending_steps"])
+	if err := c.db.Node.UpdateOneID(n.ID).SetProvisionState(via).Exec(ctx); err != nil {
+		c.unlock(n.ID)
+		return err
+	}
+	c.work.Add(1)
+	go func() {
+		defer c.work.Done()
+		defer c.unlock(n.ID)
+		c.runSteps(n.ID, kind, pending, who)
+	}()
+	return nil
+}
