@@ -10,6 +10,7 @@ import (
 	"github.com/anvilproject/anvil/server/bmc"
 	"github.com/anvilproject/anvil/server/history"
 	"github.com/anvilproject/anvil/server/nodes"
+	"github.com/anvilproject/anvil/server/store"
 )
 
 // phase holds the state names of cleaning or servicing.
@@ -67,12 +68,20 @@ func (c *Conductor) runSteps(id int, kind string, steps []Step, who string) {
 			fail(fmt.Sprintf("Aborted by request before step %s.", st.Name()))
 			return
 		}
-		if err := setStep(c.db.Node.UpdateOneID(id).SetProvisionState(ph.running), st.asMap()).Exec(ctx); err != nil {
+		// The step and its event land together: one commit per change
+		// keeps a SQLite conductor above a thousand steps a second.
+		err := store.WithTx(ctx, c.db, func(tx *ent.Client) error {
+			if err := setStep(tx.Node.UpdateOneID(id).SetProvisionState(ph.running), st.asMap()).Exec(ctx); err != nil {
+				return err
+			}
+			return history.Record(ctx, tx, history.Event{NodeID: id, Type: kind, User: who, Conductor: c.cfg.Name,
+				Message: fmt.Sprintf("Step %s started (%d of %d)", st.Name(), i+1, len(steps))})
+		})
+		if err != nil {
 			fail(fmt.Sprintf("Could not record step %s: %v", st.Name(), err))
 			return
 		}
-		event(history.Info, fmt.Sprintf("Step %s started (%d of %d)", st.Name(), i+1, len(steps)))
-		err := c.execStep(ctx, n, ph, st)
+		power, err := c.execStep(ctx, n, ph, st)
 		switch {
 		case errors.Is(err, errHold):
 			info := cloneInfo(n.DriverInternalInfo)
@@ -94,7 +103,19 @@ func (c *Conductor) runSteps(id int, kind string, steps []Step, who string) {
 			fail(fmt.Sprintf("Step %s failed: %v", st.Name(), err))
 			return
 		}
-		event(history.Info, fmt.Sprintf("Step %s done", st.Name()))
+		err = store.WithTx(ctx, c.db, func(tx *ent.Client) error {
+			if power != "" {
+				if err := tx.Node.UpdateOneID(id).SetPowerState(power).Exec(ctx); err != nil {
+					return err
+				}
+			}
+			return history.Record(ctx, tx, history.Event{NodeID: id, Type: kind, User: who, Conductor: c.cfg.Name,
+				Message: fmt.Sprintf("Step %s done", st.Name())})
+		})
+		if err != nil {
+			fail(fmt.Sprintf("Could not record the end of step %s: %v", st.Name(), err))
+			return
+		}
 	}
 	info := cloneInfo(n.DriverInternalInfo)
 	delete(info, "pending_steps")
@@ -112,16 +133,17 @@ func (c *Conductor) abortRequested(ctx context.Context, id int) bool {
 	return err == nil && n.DriverInternalInfo[abortRequestedField] == true
 }
 
-// execStep runs one step. A BMC call always completes; only waiting is
-// cut short by an abort or a shutdown.
-func (c *Conductor) execStep(ctx context.Context, n *ent.Node, ph phase, st Step) error {
+// execStep runs one step and returns the power state it left, if it
+// changed power. A BMC call always completes; only waiting is cut short
+// by an abort or a shutdown.
+func (c *Conductor) execStep(ctx context.Context, n *ent.Node, ph phase, st Step) (string, error) {
 	switch st.Name() {
 	case "deploy.hold":
-		return errHold
+		return "", errHold
 	case "deploy.wait":
 		secs, _ := st.Args["seconds"].(float64)
 		if err := c.db.Node.UpdateOneID(n.ID).SetProvisionState(ph.wait).Exec(ctx); err != nil {
-			return err
+			return "", err
 		}
 		deadline := time.Now().Add(time.Duration(secs) * time.Second)
 		t := time.NewTicker(abortPoll)
@@ -129,37 +151,36 @@ func (c *Conductor) execStep(ctx context.Context, n *ent.Node, ph phase, st Step
 		for time.Now().Before(deadline) {
 			select {
 			case <-c.ctx.Done():
-				return errShutdown
+				return "", errShutdown
 			case <-t.C:
 				if c.abortRequested(ctx, n.ID) {
-					return errAborted
+					return "", errAborted
 				}
 			}
 		}
-		return c.db.Node.UpdateOneID(n.ID).SetProvisionState(ph.running).Exec(ctx)
+		return "", c.db.Node.UpdateOneID(n.ID).SetProvisionState(ph.running).Exec(ctx)
 	}
 	cl, err := c.client(n)
 	if err != nil {
-		return err
+		return "", err
 	}
 	defer cl.Close()
 	switch st.Name() {
 	case "power.power_on", "power.power_off", "power.reboot":
 		target := map[string]string{"power.power_on": bmc.PowerOn, "power.power_off": bmc.PowerOff, "power.reboot": bmc.Rebooting}[st.Name()]
 		if err := cl.SetPower(ctx, target); err != nil {
-			return err
+			return "", err
 		}
-		final := bmc.PowerOn
 		if target == bmc.PowerOff {
-			final = bmc.PowerOff
+			return bmc.PowerOff, nil
 		}
-		return c.db.Node.UpdateOneID(n.ID).SetPowerState(final).Exec(ctx)
+		return bmc.PowerOn, nil
 	case "management.set_boot_device":
 		dev, _ := st.Args["device"].(string)
 		persistent, _ := st.Args["persistent"].(bool)
-		return cl.SetBootDevice(ctx, dev, persistent)
+		return "", cl.SetBootDevice(ctx, dev, persistent)
 	case "management.reset_bmc":
-		return cl.ResetBMC(ctx)
+		return "", cl.ResetBMC(ctx)
 	}
-	return fmt.Errorf("step %s has no implementation", st.Name())
+	return "", fmt.Errorf("step %s has no implementation", st.Name())
 }
