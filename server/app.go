@@ -104,7 +104,8 @@ func New(ctx context.Context, o Options) (*App, error) {
 		db.Close()
 		return nil, fmt.Errorf("session keys: %w", err)
 	}
-	a.Portal = &web.Portal{IDs: a.IDs, Nodes: a.Nodes, Guard: a.Guard, Sessions: web.NewSessions(hash, block), Log: o.Log}
+	a.Portal = &web.Portal{IDs: a.IDs, Nodes: a.Nodes, Guard: a.Guard, Sessions: web.NewSessions(hash, block), Log: o.Log,
+		Ops: &conductor.Ops{C: a.Cond, Nodes: a.Nodes, Guard: a.Guard}}
 	if o.OIDC != nil {
 		a.Portal.SSO = o.OIDC
 	}
@@ -133,8 +134,7 @@ func (a *App) routes() *fiber.App {
 		// every other client on to version discovery.
 		a.Portal.Register(app)
 	}
-	ops := &conductor.Ops{C: a.Cond, Nodes: a.Nodes, Guard: a.Guard}
-	(&api.API{Nodes: a.Nodes, Ops: ops, Guard: a.Guard, Audit: a.Audit, Log: a.opts.Log}).Register(app, v1)
+	(&api.API{Nodes: a.Nodes, Ops: a.Portal.Ops, Guard: a.Guard, Audit: a.Audit, Log: a.opts.Log}).Register(app, v1)
 	return app
 }
 

@@ -14,6 +14,7 @@ import (
 	"github.com/gofiber/fiber/v2/middleware/filesystem"
 
 	"github.com/anvilproject/anvil/policies"
+	"github.com/anvilproject/anvil/server/conductor"
 	"github.com/anvilproject/anvil/server/errs"
 	"github.com/anvilproject/anvil/server/guard"
 	"github.com/anvilproject/anvil/server/identity"
@@ -34,6 +35,7 @@ type SSO interface {
 type Portal struct {
 	IDs      *identity.Service
 	Nodes    *nodes.Service
+	Ops      *conductor.Ops
 	Guard    *guard.Guard
 	Sessions *Sessions
 	SSO      SSO // nil when OIDC is not configured
@@ -55,6 +57,10 @@ func (p *Portal) Register(app *fiber.App) {
 	app.Get("/auth/oidc/callback", s, p.ssoCallback)
 	app.Get("/", browsersOnly)
 	app.Get("/nodes", s, p.signedIn, p.home)
+	app.Get("/nodes/:id", s, p.signedIn, p.nodePage)
+	app.Get("/nodes/:id/status", s, p.signedIn, p.nodeStatus)
+	app.Post("/nodes/:id/power", s, p.signedIn, p.nodePower)
+	app.Post("/nodes/:id/clean", s, p.signedIn, p.nodeClean)
 	app.Post("/scope", s, p.signedIn, p.switchScope)
 	app.Get("/account", s, p.signedIn, p.account)
 	app.Post("/account/tokens", s, p.signedIn, p.createToken)

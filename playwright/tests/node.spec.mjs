@@ -1,0 +1,32 @@
+import { test, expect } from '@playwright/test';
+
+async function signIn(page, user, password) {
+  await page.goto('/login');
+  await page.getByLabel('Username').fill(user);
+  await page.getByLabel('Password').fill(password);
+  await page.getByRole('button', { name: 'Sign in' }).click();
+  await expect(page).toHaveURL(/\/nodes$/);
+}
+
+test('an operator cleans a node with explicit steps and watches them run', async ({ page }) => {
+  await signIn(page, 'olga', 'operator-password-1');
+  await page.locator('table.nodes tbody tr a').first().click();
+  await expect(page.getByTestId('provision-state')).toHaveText('manageable');
+  await page.getByLabel('Steps (JSON list, run in order)').fill(
+    '[{"interface":"power","step":"power_on"},{"interface":"deploy","step":"wait","args":{"seconds":2}},{"interface":"power","step":"power_off"}]');
+  await page.getByRole('button', { name: 'Start cleaning' }).click();
+  // The status section polls itself while the conductor works.
+  await expect(page.getByTestId('provision-state')).toContainText('clean wait');
+  await expect(page.getByTestId('current-step')).toHaveText('deploy.wait');
+  await expect(page.getByTestId('provision-state')).toHaveText('manageable', { timeout: 15_000 });
+  await expect(page.getByRole('cell', { name: 'All 3 clean steps done; node is manageable' })).toBeVisible();
+  await expect(page.getByTestId('power-state')).toHaveText('power off');
+});
+
+test('a lessee member powers a leased node on and cannot run arbitrary steps', async ({ page }) => {
+  await signIn(page, 'tina', 'tenant-password-1');
+  await page.locator('table.nodes tbody tr a').first().click();
+  await expect(page.getByRole('button', { name: 'Start cleaning' })).toHaveCount(0);
+  await page.getByRole('button', { name: 'Power on' }).click();
+  await expect(page.getByTestId('power-state')).toHaveText('power on', { timeout: 10_000 });
+});

@@ -1,0 +1,131 @@
+package web
+
+import (
+	"encoding/json"
+	"slices"
+	"strings"
+
+	"github.com/gofiber/fiber/v2"
+
+	"github.com/anvilproject/anvil/server/conductor"
+	"github.com/anvilproject/anvil/server/errs"
+	"github.com/anvilproject/anvil/server/nodes"
+	"github.com/anvilproject/anvil/views"
+)
+
+// busyStates are those in which the conductor is working on a node.
+var busyStates = []string{nodes.StateCleaning, nodes.StateCleanWait, nodes.StateServicing, nodes.StateServiceWait,
+	nodes.StateVerifying, conductor.StateAdopting}
+
+// detail loads what the node page shows, deciding the buttons by policy.
+func (p *Portal) detail(c *fiber.Ctx) (views.NodeDetail, error) {
+	ctx := c.UserContext()
+	v, err := p.Nodes.Get(ctx, c.Params("id"))
+	if err != nil {
+		return views.NodeDetail{}, err
+	}
+	str := func(s *string) string {
+		if s == nil {
+			return ""
+		}
+		return *s
+	}
+	d := views.NodeDetail{UUID: v.UUID, Name: str(v.Name), Driver: v.Driver, Owner: v.Owner, Lessee: v.Lessee,
+		ProvisionState: v.ProvisionState, TargetProvisionState: str(v.TargetProvisionState),
+		PowerState: str(v.PowerState), TargetPowerState: str(v.TargetPowerState), LastError: str(v.LastError), Traits: v.Traits}
+	if d.PowerState == "" {
+		d.PowerState = "unknown"
+	}
+	if v.Maintenance {
+		d.Maintenance = "yes: " + str(v.MaintenanceReason)
+	}
+	for _, m := range []map[string]any{v.CleanStep, v.ServiceStep} {
+		if s, _ := m["step"].(string); s != "" {
+			i, _ := m["interface"].(string)
+			d.CurrentStep = i + "." + s
+		}
+	}
+	d.Busy = slices.Contains(busyStates, v.ProvisionState) || d.TargetPowerState != ""
+	t := nodes.Target(v.Node)
+	d.CanPower = p.Guard.Allowed(ctx, conductor.RuleSetPower, t)
+	d.CanSteps = p.Guard.Allowed(ctx, conductor.RuleProvision, t) && p.Guard.Allowed(ctx, conductor.RuleCleanSteps, t) &&
+		v.ProvisionState == nodes.StateManageable
+	if evs, err := p.Nodes.History(ctx, v.UUID, 20); err == nil {
+		for _, e := range evs {
+			d.History = append(d.History, views.EventRow{At: e.CreatedAt, Severity: e.Severity, Event: e.Event, User: e.User})
+		}
+	}
+	return d, nil
+}
+
+func (p *Portal) nodePage(c *fiber.Ctx) error {
+	d, err := p.detail(c)
+	if err != nil {
+		return p.fail(c, err)
+	}
+	pg, err := p.page(c, d.Name)
+	if err != nil {
+		return err
+	}
+	return render(c, 200, views.Node(pg, d))
+}
+
+// status renders the status section alone (htmx polling and actions),
+// with problem shown in it.
+func (p *Portal) status(c *fiber.Ctx, problem string) error {
+	d, err := p.detail(c)
+	if err != nil {
+		return p.fail(c, err)
+	}
+	pg := views.Page{CSRF: sessionOf(c).CSRF, Error: problem}
+	if c.Get("HX-Request") != "true" {
+		// Without JavaScript the form posted a whole page; go back to it.
+		return c.Redirect("/nodes/"+d.UUID, fiber.StatusSeeOther)
+	}
+	return render(c, 200, views.NodeStatus(pg, d))
+}
+
+func (p *Portal) nodeStatus(c *fiber.Ctx) error { return p.status(c, "") }
+
+// fail answers a 404 (hidden or missing node) or 403 as a page.
+func (p *Portal) fail(c *fiber.Ctx, err error) error {
+	st := errs.Status(err)
+	if st >= 500 {
+		return err
+	}
+	pg, perr := p.page(c, "Not available")
+	if perr != nil {
+		return perr
+	}
+	pg.Error = err.Error()
+	return render(c, st, views.Home(pg, nil, false))
+}
+
+func (p *Portal) nodePower(c *fiber.Ctx) error {
+	err := p.Ops.SetPower(c.UserContext(), c.Params("id"), c.FormValue("target"))
+	if err != nil && errs.Status(err) >= 500 {
+		return err
+	}
+	return p.status(c, errText(err))
+}
+
+func (p *Portal) nodeClean(c *fiber.Ctx) error {
+	var steps []conductor.Step
+	dec := json.NewDecoder(strings.NewReader(c.FormValue("steps")))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&steps); err != nil {
+		return p.status(c, "steps: not a JSON list of {interface, step, args}: "+err.Error())
+	}
+	err := p.Ops.Provision(c.UserContext(), c.Params("id"), conductor.ProvisionRequest{Target: "clean", CleanSteps: steps})
+	if err != nil && errs.Status(err) >= 500 {
+		return err
+	}
+	return p.status(c, errText(err))
+}
+
+func errText(err error) string {
+	if err == nil {
+		return ""
+	}
+	return err.Error()
+}

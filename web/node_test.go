@@ -1,0 +1,110 @@
+package web_test
+
+import (
+	"context"
+	"net/url"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/anvilproject/anvil/server"
+	"github.com/anvilproject/anvil/server/identity"
+	"github.com/anvilproject/anvil/server/servertest"
+	"github.com/anvilproject/anvil/server/store/storetest"
+)
+
+func TestNodePage(t *testing.T) {
+	srv := servertest.Start(t, server.Options{Database: storetest.Setting(t, "sqlite")})
+	ctx := context.Background()
+	for _, u := range []struct {
+		name  string
+		scope identity.Scope
+		role  string
+	}{
+		{"root", identity.Scope{System: true}, "admin"},
+		{"lena", identity.Scope{Project: "les"}, "member"},
+		{"rita", identity.Scope{Project: "les"}, "reader"},
+		{"oscar", identity.Scope{Project: "oth"}, "admin"},
+	} {
+		if err := srv.IDs.CreateUser(ctx, u.name, u.name+"-password-1"); err != nil {
+			t.Fatal(err)
+		}
+		if err := srv.IDs.Grant(ctx, u.name, identity.Assignment{Scope: u.scope, Role: u.role}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	signIn := func(user string) *browser {
+		b := newBrowser(t, srv.URL)
+		b.do("GET", "/login", nil)
+		if st, _, _ := b.do("POST", "/login", url.Values{"csrf": {b.csrf}, "username": {user}, "password": {user + "-password-1"}}); st != 303 {
+			t.Fatalf("sign in %s: %d", user, st)
+		}
+		return b
+	}
+	root := signIn("root")
+	tok, _, err := srv.IDs.CreateToken(ctx, identity.TokenRequest{User: "root", Scope: identity.Scope{System: true}, Roles: []string{"admin"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	api := srv.Client()
+	api.Header.Set("X-Auth-Token", tok)
+	r := api.Do(t, "POST", "/v1/nodes", map[string]any{"name": "page-1", "driver": "fake", "owner": "own", "lessee": "les"})
+	id := r.JSON(t)["uuid"].(string)
+	api.Do(t, "PUT", "/v1/nodes/"+id+"/states/provision", map[string]any{"target": "manage"})
+
+	page := func(b *browser) (int, string) {
+		st, body, _ := b.do("GET", "/nodes/"+id, nil)
+		return st, body
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		_, body := page(root)
+		if strings.Contains(body, `data-testid="provision-state">manageable`) {
+			if !strings.Contains(body, "Start cleaning") || !strings.Contains(body, "Power on") {
+				t.Fatal("system admin lacks the power buttons or the cleaning form")
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("node never became manageable:\n%s", body)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+
+	lena := signIn("lena")
+	_, body := page(lena)
+	if !strings.Contains(body, "Power on") || strings.Contains(body, "Start cleaning") {
+		t.Error("lessee member: wants power buttons and no arbitrary-steps form")
+	}
+	if _, body := page(signIn("rita")); strings.Contains(body, "Power on") {
+		t.Error("lessee reader sees power buttons")
+	}
+	if st, _ := page(signIn("oscar")); st != 404 {
+		t.Errorf("another project's admin gets %d for the node page", st)
+	}
+
+	// The lessee powers the node on from the page; the status fragment
+	// comes back and the node ends up on.
+	st, frag, _ := lena.do("POST", "/nodes/"+id+"/power", url.Values{"csrf": {lena.csrf}, "target": {"power on"}}, "HX-Request", "true")
+	if st != 200 || !strings.Contains(frag, `id="status"`) || strings.Contains(frag, "<html") {
+		t.Fatalf("power from the page: %d\n%s", st, frag)
+	}
+	deadline = time.Now().Add(10 * time.Second)
+	for !strings.Contains(frag, `data-testid="power-state">power on`) || strings.Contains(frag, "→") {
+		if time.Now().After(deadline) {
+			t.Fatalf("power on never showed:\n%s", frag)
+		}
+		time.Sleep(50 * time.Millisecond)
+		_, frag, _ = lena.do("GET", "/nodes/"+id+"/status", nil, "HX-Request", "true")
+	}
+	// Arbitrary steps from the page are refused for the lessee, and the
+	// refusal is shown, not a crash.
+	_, frag, _ = lena.do("POST", "/nodes/"+id+"/clean", url.Values{"csrf": {lena.csrf}, "steps": {`[{"interface":"power","step":"power_off"}]`}}, "HX-Request", "true")
+	if !strings.Contains(frag, "Access was denied") {
+		t.Errorf("lessee cleaning with steps:\n%s", frag)
+	}
+	_, frag, _ = root.do("POST", "/nodes/"+id+"/clean", url.Values{"csrf": {root.csrf}, "steps": {`not json`}}, "HX-Request", "true")
+	if !strings.Contains(frag, "steps: not a JSON list") {
+		t.Errorf("bad steps JSON:\n%s", frag)
+	}
+}
