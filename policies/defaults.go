@@ -86,6 +86,21 @@ func Defaults() []Rule {
 		{"baremetal:node:set_provision_state:service_steps", "rule:system_member", sysProj, "Service with arbitrary, explicit steps. Projects use runbooks instead.", []string{"PUT /v1/nodes/{node}/states/provision"}},
 		{"baremetal:conductor:get", "rule:system_reader", sys, "List conductors.", []string{"GET /v1/conductors"}},
 
+		{"baremetal:node:set_provision_state:runbook", "rule:system_or_owner_or_lessee_member", sysProj, "Clean or service a node with a runbook. Owner and lessee members may, as the self-service runbook spec's persona table says.", []string{"PUT /v1/nodes/{node}/states/provision"}},
+
+		// Runbooks.
+		{"is_runbook_owner", "project_id:%(runbook.owner)s", baseRule, "The caller's project owns the runbook.", nil},
+		{"is_runbook_public", "'True':%(runbook.public)s", baseRule, "The runbook is public.", nil},
+		{"baremetal:runbook:get", "rule:system_reader or (role:reader and (rule:is_runbook_owner or rule:is_runbook_public))", sysProj, "Show a runbook: system readers, and project readers for public and own-project runbooks.", []string{"GET /v1/runbooks/{runbook}"}},
+		{"baremetal:runbook:list", "role:reader", sysProj, "List runbooks (a project sees public and its own).", []string{"GET /v1/runbooks"}},
+		{"baremetal:runbook:list_all", "rule:system_reader", sysProj, "List every runbook.", []string{"GET /v1/runbooks"}},
+		{"baremetal:runbook:create", "rule:system_member or (role:manager and rule:is_runbook_owner)", sysProj, "Create a runbook: system members, and project managers for their project.", []string{"POST /v1/runbooks"}},
+		{"baremetal:runbook:update", "rule:system_member or (role:manager and rule:is_runbook_owner)", sysProj, "Update a runbook.", []string{"PATCH /v1/runbooks/{runbook}"}},
+		{"baremetal:runbook:delete", "rule:system_member or (role:manager and rule:is_runbook_owner)", sysProj, "Delete a runbook.", []string{"DELETE /v1/runbooks/{runbook}"}},
+		{"baremetal:runbook:update:public", "rule:system_member", sysProj, "Publish or unpublish a runbook.", []string{"POST /v1/runbooks", "PATCH /v1/runbooks/{runbook}"}},
+		{"baremetal:runbook:update:owner", "rule:system_member", sysProj, "Choose a runbook's owner.", []string{"POST /v1/runbooks", "PATCH /v1/runbooks/{runbook}"}},
+		{"baremetal:runbook:use", "rule:system_member or (role:member and (rule:is_runbook_owner or rule:is_runbook_public))", sysProj, "Run a runbook. Ironic asks for a project manager and owner; the spec lets members run public and own-project runbooks.", []string{"PUT /v1/nodes/{node}/states/provision"}},
+
 		// Anvil's own administration.
 		{"anvil:audit:list", "rule:system_reader", sys, "Read the audit log.", []string{"GET /v1/events"}},
 		{"anvil:policy:get", "rule:system_reader", sys, "Read the effective policy and its override status.", nil},

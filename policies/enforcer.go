@@ -196,3 +196,10 @@ func (e *Enforcer) Rules() []Rule {
 	}
 	return out
 }
+
+// Has reports whether a rule exists (defaults, or an operator's addition
+// such as a per-step rule).
+func (e *Enforcer) Has(rule string) bool {
+	_, ok := e.cur.Load().rules[rule]
+	return ok
+}

@@ -25,6 +25,7 @@ import (
 	"github.com/anvilproject/anvil/server/nodes"
 	"github.com/anvilproject/anvil/server/obs"
 	"github.com/anvilproject/anvil/server/oidclogin"
+	"github.com/anvilproject/anvil/server/runbooks"
 	"github.com/anvilproject/anvil/server/store"
 	"github.com/anvilproject/anvil/web"
 )
@@ -52,17 +53,19 @@ type Options struct {
 
 // App is a running Anvil: everything one process serves.
 type App struct {
-	DB      *store.DB
-	Policy  *policies.Enforcer
-	Audit   *audit.Log
-	Guard   *guard.Guard
-	Nodes   *nodes.Service
-	IDs     *identity.Service
-	Cond    *conductor.Conductor
-	Portal  *web.Portal
-	Fiber   *fiber.App
-	Metrics *obs.Metrics
-	opts    Options
+	DB     *store.DB
+	Policy *policies.Enforcer
+	Audit  *audit.Log
+	Guard  *guard.Guard
+	Nodes  *nodes.Service
+	IDs    *identity.Service
+	Cond   *conductor.Conductor
+	// Runbooks is the runbook service.
+	Runbooks *runbooks.Service
+	Portal   *web.Portal
+	Fiber    *fiber.App
+	Metrics  *obs.Metrics
+	opts     Options
 }
 
 // New opens the database, migrates it and builds the app.
@@ -88,6 +91,7 @@ func New(ctx context.Context, o Options) (*App, error) {
 	a.Guard = &guard.Guard{Enforcer: enf, Audit: a.Audit}
 	a.Nodes = nodes.New(db, a.Guard)
 	a.IDs = identity.New(db, a.Audit)
+	a.Runbooks = runbooks.New(db, a.Guard)
 	a.Cond = conductor.New(db, o.Log, o.Conductor)
 	if !o.AuthNone {
 		pw, err := a.IDs.Bootstrap(ctx)
@@ -105,7 +109,7 @@ func New(ctx context.Context, o Options) (*App, error) {
 		return nil, fmt.Errorf("session keys: %w", err)
 	}
 	a.Portal = &web.Portal{IDs: a.IDs, Nodes: a.Nodes, Guard: a.Guard, Sessions: web.NewSessions(hash, block), Log: o.Log,
-		Ops: &conductor.Ops{C: a.Cond, Nodes: a.Nodes, Guard: a.Guard}}
+		Ops: &conductor.Ops{C: a.Cond, Nodes: a.Nodes, Guard: a.Guard, Runbooks: a.Runbooks}}
 	if o.OIDC != nil {
 		a.Portal.SSO = o.OIDC
 	}
@@ -134,7 +138,7 @@ func (a *App) routes() *fiber.App {
 		// every other client on to version discovery.
 		a.Portal.Register(app)
 	}
-	(&api.API{Nodes: a.Nodes, Ops: a.Portal.Ops, Guard: a.Guard, Audit: a.Audit, Log: a.opts.Log}).Register(app, v1)
+	(&api.API{Nodes: a.Nodes, Ops: a.Portal.Ops, Runbooks: a.Runbooks, Guard: a.Guard, Audit: a.Audit, Log: a.opts.Log}).Register(app, v1)
 	return app
 }
 

@@ -16,6 +16,7 @@ import (
 	"github.com/anvilproject/anvil/server/errs"
 	"github.com/anvilproject/anvil/server/guard"
 	"github.com/anvilproject/anvil/server/nodes"
+	"github.com/anvilproject/anvil/server/runbooks"
 )
 
 // MaxBody is the largest request body the API accepts.
@@ -25,9 +26,11 @@ const MaxBody = 1 << 20
 type API struct {
 	Nodes *nodes.Service
 	Ops   *conductor.Ops
-	Guard *guard.Guard
-	Audit *audit.Log
-	Log   *slog.Logger
+	// Runbooks serves /v1/runbooks.
+	Runbooks *runbooks.Service
+	Guard    *guard.Guard
+	Audit    *audit.Log
+	Log      *slog.Logger
 }
 
 type verKey struct{}
@@ -75,6 +78,7 @@ func (a *API) Register(root fiber.Router, v1 fiber.Router) {
 	v1.Get("/nodes/:node/history/:event", a.getHistory)
 	v1.Get("/events", a.listEvents)
 	a.registerStates(v1)
+	a.registerRunbooks(v1)
 }
 
 func baseURL(c *fiber.Ctx) string { return c.BaseURL() }

@@ -62,6 +62,7 @@ func (a *API) setPower(c *fiber.Ctx) error {
 func (a *API) setProvision(c *fiber.Ctx) error {
 	var in struct {
 		Target         string      `json:"target"`
+		Runbook        string      `json:"runbook"`
 		CleanSteps     []cond.Step `json:"clean_steps"`
 		ServiceSteps   []cond.Step `json:"service_steps"`
 		DisableRamdisk *bool       `json:"disable_ramdisk"`
@@ -81,7 +82,7 @@ func (a *API) setProvision(c *fiber.Ctx) error {
 	case in.DisableRamdisk != nil && ver(c) < VerDisableRamdisk:
 		return errs.NotAcceptable("disable_ramdisk requires API version %s or later", VerDisableRamdisk)
 	}
-	r := cond.ProvisionRequest{Target: in.Target, CleanSteps: in.CleanSteps, ServiceSteps: in.ServiceSteps}
+	r := cond.ProvisionRequest{Target: in.Target, Runbook: in.Runbook, CleanSteps: in.CleanSteps, ServiceSteps: in.ServiceSteps}
 	if in.DisableRamdisk != nil {
 		r.DisableRamdisk = *in.DisableRamdisk
 	}

@@ -41,10 +41,21 @@ const (
 // Ops are the node operations the API and the portal call; each checks
 // its rule for the principal in the context.
 type Ops struct {
-	C     *Conductor
-	Nodes *nodes.Service
-	Guard *guard.Guard
+	C        *Conductor
+	Nodes    *nodes.Service
+	Guard    *guard.Guard
+	Runbooks Resolver
 }
+
+// Resolver turns a runbook reference into steps the caller may run on a
+// node with the given traits, with the runbook's disable_ramdisk.
+type Resolver interface {
+	Resolve(ctx context.Context, ident string, nodeTraits []string) ([]Step, bool, error)
+}
+
+// RuleProvisionRunbook lets a caller clean or service with a runbook
+// without the general provision rule.
+const RuleProvisionRunbook = "baremetal:node:set_provision_state:runbook"
 
 func lockedErr(n *ent.Node) error {
 	holder := "another operation"
@@ -180,6 +191,7 @@ func (o *Ops) SetBootDevice(ctx context.Context, ident, device string, persisten
 // ProvisionRequest is a PUT to states/provision.
 type ProvisionRequest struct {
 	Target         string
+	Runbook        string
 	CleanSteps     []Step
 	ServiceSteps   []Step
 	DisableRamdisk bool
@@ -221,8 +233,19 @@ func (o *Ops) Provision(ctx context.Context, ident string, r ProvisionRequest) (
 	}
 	rules := []string{RuleProvision}
 	var steps []Step
-	switch r.Target {
-	case "clean":
+	switch {
+	case r.Runbook != "":
+		if r.Target != "clean" && r.Target != "service" {
+			return errs.BadRequest("runbook", "a runbook goes with target clean or service")
+		}
+		if len(r.CleanSteps) > 0 || len(r.ServiceSteps) > 0 {
+			return errs.BadRequest("runbook", "give a runbook or explicit steps, not both")
+		}
+		if o.Runbooks == nil {
+			return errs.BadRequest("runbook", "runbooks are not available")
+		}
+		rules = []string{RuleProvisionRunbook}
+	case r.Target == "clean":
 		if len(r.ServiceSteps) > 0 {
 			return errs.BadRequest("service_steps", "service_steps go with target service, not clean")
 		}
@@ -230,7 +253,7 @@ func (o *Ops) Provision(ctx context.Context, ident string, r ProvisionRequest) (
 			return err
 		}
 		steps, rules = r.CleanSteps, append(rules, RuleCleanSteps)
-	case "service":
+	case r.Target == "service":
 		if len(r.CleanSteps) > 0 {
 			return errs.BadRequest("clean_steps", "clean_steps go with target clean, not service")
 		}
@@ -247,7 +270,16 @@ func (o *Ops) Provision(ctx context.Context, ident string, r ProvisionRequest) (
 	if err != nil {
 		return err
 	}
-	detail := map[string]any{"target": r.Target, "from": n.ProvisionState}
+	if r.Runbook != "" {
+		traits, err := o.Nodes.Traits(ctx, n.UUID)
+		if err != nil {
+			return err
+		}
+		if steps, r.DisableRamdisk, err = o.Runbooks.Resolve(ctx, r.Runbook, traits); err != nil {
+			return err
+		}
+	}
+	detail := map[string]any{"target": r.Target, "from": n.ProvisionState, "runbook": r.Runbook}
 	if len(steps) > 0 {
 		detail["steps"] = stepsToAny(steps)
 	}

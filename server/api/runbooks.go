@@ -1,0 +1,172 @@
+package api
+
+import (
+	"encoding/json"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/gofiber/fiber/v2"
+
+	"github.com/anvilproject/anvil/server/errs"
+	"github.com/anvilproject/anvil/server/runbooks"
+)
+
+// Runbooks live at /v1/runbooks at every microversion: Ironic put them
+// behind 1.92, past the newest version whose behaviour Anvil has in full,
+// so Anvil serves them as an extension rather than advertise 1.92.
+func (a *API) registerRunbooks(v1 fiber.Router) {
+	v1.Get("/runbooks", a.listRunbooks(false))
+	v1.Get("/runbooks/detail", a.listRunbooks(true))
+	v1.Post("/runbooks", a.createRunbook)
+	v1.Get("/runbooks/:rb", a.getRunbook)
+	v1.Patch("/runbooks/:rb", a.patchRunbook)
+	v1.Delete("/runbooks/:rb", a.deleteRunbook)
+}
+
+var runbookFields = []string{"uuid", "name", "public", "owner", "disable_ramdisk", "extra", "traits", "steps", "created_at", "updated_at"}
+
+func runbookJSON(c *fiber.Ctx, r *runbooks.Runbook, fields []string) fiber.Map {
+	b := baseURL(c)
+	var owner any
+	if r.Owner != nil {
+		owner = *r.Owner
+	}
+	var updated any
+	if r.UpdatedAt != nil {
+		updated = r.UpdatedAt.UTC().Format(time.RFC3339Nano)
+	}
+	traits := r.Traits
+	if traits == nil {
+		traits = []string{}
+	}
+	all := fiber.Map{
+		"uuid": r.UUID, "name": r.Name, "public": r.Public, "owner": owner, "disable_ramdisk": r.DisableRamdisk,
+		"extra": r.Extra, "traits": traits, "created_at": r.CreatedAt.UTC().Format(time.RFC3339Nano), "updated_at": updated,
+	}
+	if r.Steps != nil {
+		all["steps"] = r.Steps
+	}
+	out := fiber.Map{}
+	for _, f := range fields {
+		if v, ok := all[f]; ok {
+			out[f] = v
+		}
+	}
+	out["links"] = []fiber.Map{link(b+"/v1/runbooks/"+r.UUID, "self"), link(b+"/runbooks/"+r.UUID, "bookmark")}
+	return out
+}
+
+func runbookFieldList(c *fiber.Ctx, detail bool) ([]string, bool, error) {
+	raw := c.Query("fields")
+	if raw == "" {
+		if detail {
+			return runbookFields, true, nil
+		}
+		return []string{"uuid", "name", "public", "owner"}, false, nil
+	}
+	if detail {
+		return nil, false, errs.BadRequest("fields", "fields cannot be combined with detail")
+	}
+	var out []string
+	steps := false
+	for _, f := range strings.Split(raw, ",") {
+		f = strings.TrimSpace(f)
+		ok := false
+		for _, k := range runbookFields {
+			ok = ok || k == f
+		}
+		if !ok {
+			return nil, false, errs.BadRequest("fields", "unknown runbook field %q", f)
+		}
+		steps = steps || f == "steps"
+		out = append(out, f)
+	}
+	return out, steps, nil
+}
+
+func (a *API) listRunbooks(detailPath bool) fiber.Handler {
+	return func(c *fiber.Ctx) error {
+		detail := detailPath || c.QueryBool("detail")
+		fields, withSteps, err := runbookFieldList(c, detail)
+		if err != nil {
+			return err
+		}
+		o := runbooks.ListOptions{Marker: c.Query("marker"), Detail: withSteps}
+		if s := c.Query("limit"); s != "" {
+			n, err := strconv.Atoi(s)
+			if err != nil || n < 1 {
+				return errs.BadRequest("limit", "limit must be a positive integer, not %q", s)
+			}
+			o.Limit = n
+		}
+		if v := c.Query("owner"); v != "" {
+			o.Owner = &v
+		}
+		if v := c.Query("public"); v != "" {
+			b, err := strconv.ParseBool(v)
+			if err != nil {
+				return errs.BadRequest("public", "public must be true or false")
+			}
+			o.Public = &b
+		}
+		rs, more, err := a.Runbooks.List(c.UserContext(), o)
+		if err != nil {
+			return err
+		}
+		out := make([]fiber.Map, len(rs))
+		for i, r := range rs {
+			out[i] = runbookJSON(c, r, fields)
+		}
+		res := fiber.Map{"runbooks": out}
+		if more {
+			res["next"] = nextURL(c, rs[len(rs)-1].UUID)
+		}
+		return c.JSON(res)
+	}
+}
+
+func (a *API) getRunbook(c *fiber.Ctx) error {
+	r, err := a.Runbooks.Get(c.UserContext(), c.Params("rb"))
+	if err != nil {
+		return err
+	}
+	fields := runbookFields
+	if raw := c.Query("fields"); raw != "" {
+		if fields, _, err = runbookFieldList(c, false); err != nil {
+			return err
+		}
+	}
+	return c.JSON(runbookJSON(c, r, fields))
+}
+
+func (a *API) createRunbook(c *fiber.Ctx) error {
+	var in runbooks.Input
+	if err := bind(c, &in); err != nil {
+		return err
+	}
+	r, err := a.Runbooks.Create(c.UserContext(), in)
+	if err != nil {
+		return err
+	}
+	c.Set("Location", baseURL(c)+"/v1/runbooks/"+r.UUID)
+	return c.Status(201).JSON(runbookJSON(c, r, runbookFields))
+}
+
+func (a *API) patchRunbook(c *fiber.Ctx) error {
+	if !json.Valid(c.Body()) {
+		return errs.BadRequest("body", "the body is not JSON")
+	}
+	r, err := a.Runbooks.Patch(c.UserContext(), c.Params("rb"), c.Body())
+	if err != nil {
+		return err
+	}
+	return c.JSON(runbookJSON(c, r, runbookFields))
+}
+
+func (a *API) deleteRunbook(c *fiber.Ctx) error {
+	if err := a.Runbooks.Delete(c.UserContext(), c.Params("rb")); err != nil {
+		return err
+	}
+	return c.SendStatus(204)
+}
