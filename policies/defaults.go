@@ -101,6 +101,15 @@ func Defaults() []Rule {
 		{"baremetal:runbook:update:owner", "rule:system_member", sysProj, "Choose a runbook's owner.", []string{"POST /v1/runbooks", "PATCH /v1/runbooks/{runbook}"}},
 		{"baremetal:runbook:use", "rule:system_member or (role:member and (rule:is_runbook_owner or rule:is_runbook_public))", sysProj, "Run a runbook. Ironic asks for a project manager and owner; the spec lets members run public and own-project runbooks.", []string{"PUT /v1/nodes/{node}/states/provision"}},
 
+		// Allocations.
+		{"is_allocation_owner", "project_id:%(allocation.owner)s", baseRule, "The caller's project owns the allocation.", nil},
+		{"baremetal:allocation:get", "rule:system_reader or (role:reader and rule:is_allocation_owner)", sysProj, "Show an allocation.", []string{"GET /v1/allocations/{allocation}", "GET /v1/nodes/{node}/allocation"}},
+		{"baremetal:allocation:list", "role:reader", sysProj, "List allocations (a project sees its own).", []string{"GET /v1/allocations"}},
+		{"baremetal:allocation:list_all", "rule:system_reader", sysProj, "List every allocation.", []string{"GET /v1/allocations"}},
+		{"baremetal:allocation:create", "rule:system_member", sysProj, "Allocate a node for any owner, or none.", []string{"POST /v1/allocations"}},
+		{"baremetal:allocation:create_restricted", "role:member and rule:is_allocation_owner", sysProj, "Allocate, for the caller's own project, a node it owns or leases.", []string{"POST /v1/allocations"}},
+		{"baremetal:allocation:delete", "rule:system_member or (role:member and rule:is_allocation_owner)", sysProj, "Release an allocation.", []string{"DELETE /v1/allocations/{allocation}"}},
+
 		// Anvil's own administration.
 		{"anvil:audit:list", "rule:system_reader", sys, "Read the audit log.", []string{"GET /v1/events"}},
 		{"anvil:policy:get", "rule:system_reader", sys, "Read the effective policy and its override status.", nil},

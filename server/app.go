@@ -16,6 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/anvilproject/anvil/policies"
+	"github.com/anvilproject/anvil/server/allocations"
 	"github.com/anvilproject/anvil/server/api"
 	"github.com/anvilproject/anvil/server/audit"
 	"github.com/anvilproject/anvil/server/authn"
@@ -62,10 +63,12 @@ type App struct {
 	Cond   *conductor.Conductor
 	// Runbooks is the runbook service.
 	Runbooks *runbooks.Service
-	Portal   *web.Portal
-	Fiber    *fiber.App
-	Metrics  *obs.Metrics
-	opts     Options
+	// Allocations is the allocation service.
+	Allocations *allocations.Service
+	Portal      *web.Portal
+	Fiber       *fiber.App
+	Metrics     *obs.Metrics
+	opts        Options
 }
 
 // New opens the database, migrates it and builds the app.
@@ -92,6 +95,7 @@ func New(ctx context.Context, o Options) (*App, error) {
 	a.Nodes = nodes.New(db, a.Guard)
 	a.IDs = identity.New(db, a.Audit)
 	a.Runbooks = runbooks.New(db, a.Guard)
+	a.Allocations = allocations.New(db, a.Guard)
 	a.Cond = conductor.New(db, o.Log, o.Conductor)
 	if !o.AuthNone {
 		pw, err := a.IDs.Bootstrap(ctx)
@@ -138,7 +142,7 @@ func (a *App) routes() *fiber.App {
 		// every other client on to version discovery.
 		a.Portal.Register(app)
 	}
-	(&api.API{Nodes: a.Nodes, Ops: a.Portal.Ops, Runbooks: a.Runbooks, Guard: a.Guard, Audit: a.Audit, Log: a.opts.Log}).Register(app, v1)
+	(&api.API{Nodes: a.Nodes, Ops: a.Portal.Ops, Runbooks: a.Runbooks, Allocations: a.Allocations, Guard: a.Guard, Audit: a.Audit, Log: a.opts.Log}).Register(app, v1)
 	return app
 }
 

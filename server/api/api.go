@@ -11,6 +11,7 @@ import (
 
 	"github.com/gofiber/fiber/v2"
 
+	"github.com/anvilproject/anvil/server/allocations"
 	"github.com/anvilproject/anvil/server/audit"
 	"github.com/anvilproject/anvil/server/conductor"
 	"github.com/anvilproject/anvil/server/errs"
@@ -28,9 +29,11 @@ type API struct {
 	Ops   *conductor.Ops
 	// Runbooks serves /v1/runbooks.
 	Runbooks *runbooks.Service
-	Guard    *guard.Guard
-	Audit    *audit.Log
-	Log      *slog.Logger
+	// Allocations serves /v1/allocations.
+	Allocations *allocations.Service
+	Guard       *guard.Guard
+	Audit       *audit.Log
+	Log         *slog.Logger
 }
 
 type verKey struct{}
@@ -79,6 +82,7 @@ func (a *API) Register(root fiber.Router, v1 fiber.Router) {
 	v1.Get("/events", a.listEvents)
 	a.registerStates(v1)
 	a.registerRunbooks(v1)
+	a.registerAllocations(v1)
 }
 
 func baseURL(c *fiber.Ctx) string { return c.BaseURL() }

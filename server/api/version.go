@@ -20,6 +20,7 @@ const (
 	VerName           Version = 5  // node name
 	VerCleanStep      Version = 7  // clean_step field
 	VerCleanSteps     Version = 15 // manual cleaning with explicit clean_steps
+	VerAllocations    Version = 52 // /v1/allocations
 	VerFields         Version = 8  // ?fields=
 	VerProvStateFilt  Version = 9  // ?provision_state=
 	VerEnrollDefault  Version = 11 // new nodes start in enroll, not available
