@@ -113,6 +113,7 @@ func New(ctx context.Context, o Options) (*App, error) {
 		return nil, fmt.Errorf("session keys: %w", err)
 	}
 	a.Portal = &web.Portal{IDs: a.IDs, Nodes: a.Nodes, Guard: a.Guard, Sessions: web.NewSessions(hash, block), Log: o.Log,
+		Runbooks: a.Runbooks, Allocations: a.Allocations,
 		Ops: &conductor.Ops{C: a.Cond, Nodes: a.Nodes, Guard: a.Guard, Runbooks: a.Runbooks}}
 	if o.OIDC != nil {
 		a.Portal.SSO = o.OIDC

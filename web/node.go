@@ -50,6 +50,7 @@ func (p *Portal) detail(c *fiber.Ctx) (views.NodeDetail, error) {
 	d.CanPower = p.Guard.Allowed(ctx, conductor.RuleSetPower, t)
 	d.CanSteps = p.Guard.Allowed(ctx, conductor.RuleProvision, t) && p.Guard.Allowed(ctx, conductor.RuleCleanSteps, t) &&
 		v.ProvisionState == nodes.StateManageable
+	p.runnable(c, &d, v)
 	if evs, err := p.Nodes.History(ctx, v.UUID, 20); err == nil {
 		for _, e := range evs {
 			d.History = append(d.History, views.EventRow{At: e.CreatedAt, Severity: e.Severity, Event: e.Event, User: e.User})

@@ -14,11 +14,13 @@ import (
 	"github.com/gofiber/fiber/v2/middleware/filesystem"
 
 	"github.com/anvilproject/anvil/policies"
+	"github.com/anvilproject/anvil/server/allocations"
 	"github.com/anvilproject/anvil/server/conductor"
 	"github.com/anvilproject/anvil/server/errs"
 	"github.com/anvilproject/anvil/server/guard"
 	"github.com/anvilproject/anvil/server/identity"
 	"github.com/anvilproject/anvil/server/nodes"
+	"github.com/anvilproject/anvil/server/runbooks"
 	"github.com/anvilproject/anvil/static"
 	"github.com/anvilproject/anvil/views"
 )
@@ -33,13 +35,16 @@ type SSO interface {
 
 // Portal serves the browser pages.
 type Portal struct {
-	IDs      *identity.Service
-	Nodes    *nodes.Service
-	Ops      *conductor.Ops
-	Guard    *guard.Guard
-	Sessions *Sessions
-	SSO      SSO // nil when OIDC is not configured
-	Log      *slog.Logger
+	IDs   *identity.Service
+	Nodes *nodes.Service
+	Ops   *conductor.Ops
+	// Runbooks and Allocations back the self-service pages.
+	Runbooks    *runbooks.Service
+	Allocations *allocations.Service
+	Guard       *guard.Guard
+	Sessions    *Sessions
+	SSO         SSO // nil when OIDC is not configured
+	Log         *slog.Logger
 }
 
 const sessionLocal = "anvil.session"
@@ -61,6 +66,10 @@ func (p *Portal) Register(app *fiber.App) {
 	app.Get("/nodes/:id/status", s, p.signedIn, p.nodeStatus)
 	app.Post("/nodes/:id/power", s, p.signedIn, p.nodePower)
 	app.Post("/nodes/:id/clean", s, p.signedIn, p.nodeClean)
+	app.Post("/nodes/:id/runbook", s, p.signedIn, p.nodeRunbook)
+	app.Get("/runbooks", s, p.signedIn, p.runbooksPage)
+	app.Get("/allocations/new", s, p.signedIn, p.requestNodePage)
+	app.Post("/allocations", s, p.signedIn, p.requestNode)
 	app.Post("/scope", s, p.signedIn, p.switchScope)
 	app.Get("/account", s, p.signedIn, p.account)
 	app.Post("/account/tokens", s, p.signedIn, p.createToken)

@@ -120,12 +120,24 @@ func (c *Conductor) runSteps(id int, kind string, steps []Step, who string) {
 	info := cloneInfo(n.DriverInternalInfo)
 	delete(info, "pending_steps")
 	delete(info, abortRequestedField)
-	u := c.db.Node.UpdateOneID(id).SetProvisionState(ph.done).ClearTargetProvisionState().SetDriverInternalInfo(info).SetProvisionUpdatedAt(time.Now())
-	if err := setStep(u, map[string]any{}).Exec(ctx); err != nil {
+	// The final state and its event land together, so whoever sees the
+	// node done also sees why.
+	err = store.WithTx(ctx, c.db, func(tx *ent.Client) error {
+		u := tx.Node.UpdateOneID(id).SetProvisionState(ph.done).ClearTargetProvisionState().SetDriverInternalInfo(info).SetProvisionUpdatedAt(time.Now())
+		if kind == "clean" {
+			u.SetCleanStep(map[string]any{})
+		} else {
+			u.SetServiceStep(map[string]any{})
+		}
+		if err := u.Exec(ctx); err != nil {
+			return err
+		}
+		return history.Record(ctx, tx, history.Event{NodeID: id, Type: kind, User: who, Conductor: c.cfg.Name,
+			Message: fmt.Sprintf("All %d %s steps done; node is %s", len(steps), kind, ph.done)})
+	})
+	if err != nil {
 		c.log.Error("recording step completion", "node", id, "err", err)
-		return
 	}
-	event(history.Info, fmt.Sprintf("All %d %s steps done; node is %s", len(steps), kind, ph.done))
 }
 
 func (c *Conductor) abortRequested(ctx context.Context, id int) bool {

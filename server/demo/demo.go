@@ -6,6 +6,9 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/google/uuid"
+
+	"github.com/anvilproject/anvil/ent"
 	"github.com/anvilproject/anvil/server/nodes"
 	"github.com/anvilproject/anvil/server/store"
 )
@@ -43,11 +46,48 @@ func Seed(ctx context.Context, db *store.DB, n int) (int, error) {
 		if err := nodes.ValidateCreate(&in); err != nil {
 			return 0, err
 		}
+		// Every eighth node (from the fifth) is available for allocation;
+		// the rest are manageable, ready for runbooks.
 		in.ProvisionState = nodes.StateManageable
+		if i%8 == 4 {
+			in.ProvisionState = nodes.StateAvailable
+		}
 		recs[i] = nodes.ImportRecord{Line: i + 1, Node: in, Traits: traits}
 	}
 	if err := nodes.Import(ctx, db, recs); err != nil {
 		return 0, err
 	}
-	return n, nil
+	return n, runbooks(ctx, db)
+}
+
+// runbooks adds a public firmware runbook every tenant can run on nodes
+// with CUSTOM_FIRMWARE_UPDATE, and a private one for tenant-blue.
+func runbooks(ctx context.Context, db *store.DB) error {
+	return store.WithTx(ctx, db, func(tx *ent.Client) error {
+		for _, rb := range []struct {
+			name   string
+			owner  *string
+			public bool
+			steps  [][2]string
+		}{
+			{"CUSTOM_FIRMWARE_UPDATE", nil, true, [][2]string{{"power", "power_off"}, {"deploy", "wait"}, {"power", "power_on"}}},
+			{"CUSTOM_DEMO", &Lessees[0], false, [][2]string{{"power", "reboot"}}},
+		} {
+			r, err := tx.Runbook.Create().SetUUID(uuid.NewString()).SetName(rb.name).SetNillableOwner(rb.owner).SetPublic(rb.public).
+				SetExtra(map[string]any{}).Save(ctx)
+			if err != nil {
+				return err
+			}
+			for i, st := range rb.steps {
+				args := map[string]any{}
+				if st[1] == "wait" {
+					args["seconds"] = float64(3)
+				}
+				if err := tx.RunbookStep.Create().SetRunbookID(r.ID).SetInterface(st[0]).SetStep(st[1]).SetArgs(args).SetOrder(i + 1).Exec(ctx); err != nil {
+					return err
+				}
+			}
+		}
+		return nil
+	})
 }

@@ -1,0 +1,48 @@
+import { test, expect } from '@playwright/test';
+
+async function signIn(page, user, password) {
+  await page.goto('/login');
+  await page.getByLabel('Username').fill(user);
+  await page.getByLabel('Password').fill(password);
+  await page.getByRole('button', { name: 'Sign in' }).click();
+  await expect(page).toHaveURL(/\/nodes$/);
+}
+
+test('a tenant runs the public firmware runbook on a leased node and sees it complete', async ({ page }) => {
+  await signIn(page, 'tina', 'tenant-password-1');
+  await page.getByRole('link', { name: 'Runbooks' }).click();
+  await expect(page.locator('tr[data-runbook="CUSTOM_FIRMWARE_UPDATE"]')).toContainText('public');
+  await expect(page.locator('tr[data-runbook="CUSTOM_DEMO"]')).toContainText('project tenant-blue');
+
+  await page.getByRole('link', { name: 'Nodes' }).click();
+  const links = page.locator('table.nodes tbody tr a');
+  const count = await links.count();
+  let found = false;
+  for (let i = 0; i < count && !found; i++) {
+    await links.nth(i).click();
+    if (await page.getByText('CUSTOM_FIRMWARE_UPDATE', { exact: true }).filter({ has: page.locator('xpath=self::summary') }).count() > 0) {
+      found = true;
+      break;
+    }
+    await page.goBack();
+  }
+  expect(found).toBe(true);
+  await page.locator('summary', { hasText: 'CUSTOM_FIRMWARE_UPDATE' }).click();
+  await expect(page.locator('details[open] ol li')).toHaveText(['power.power_off', 'deploy.wait (seconds=3)', 'power.power_on']);
+  await page.getByRole('button', { name: 'Run CUSTOM_FIRMWARE_UPDATE (clean)' }).click();
+  await expect(page.getByTestId('provision-state')).toContainText('clean');
+  await expect(page.getByTestId('provision-state')).toHaveText('manageable', { timeout: 20_000 });
+  await expect(page.getByRole('cell', { name: 'All 3 clean steps done; node is manageable' }).first()).toBeVisible();
+  await expect(page.locator('table.history tbody tr').last()).toContainText('All 3 clean steps done');
+});
+
+test('a tenant requests a node among those its project owns or leases', async ({ page }) => {
+  await signIn(page, 'tina', 'tenant-password-1');
+  await page.getByRole('link', { name: 'Request a node' }).click();
+  await page.getByLabel('Resource class').fill('baremetal-large');
+  await page.getByRole('button', { name: 'Request' }).click();
+  await expect(page.getByTestId('allocation-result')).toContainText('is yours');
+  await page.getByLabel('Resource class').fill('no-such-class');
+  await page.getByRole('button', { name: 'Request' }).click();
+  await expect(page.getByRole('alert')).toContainText('No node is free');
+});

@@ -1,0 +1,144 @@
+package web
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/gofiber/fiber/v2"
+
+	"github.com/anvilproject/anvil/server/allocations"
+	"github.com/anvilproject/anvil/server/conductor"
+	"github.com/anvilproject/anvil/server/errs"
+	"github.com/anvilproject/anvil/server/nodes"
+	"github.com/anvilproject/anvil/server/runbooks"
+	"github.com/anvilproject/anvil/views"
+)
+
+func runbookRow(r *runbooks.Runbook) views.RunbookRow {
+	row := views.RunbookRow{UUID: r.UUID, Name: r.Name, Public: r.Public}
+	if r.Owner != nil {
+		row.Owner = *r.Owner
+	}
+	for _, s := range r.Steps {
+		row.Steps = append(row.Steps, s.Interface+"."+s.Step+argsText(s.Args))
+	}
+	return row
+}
+
+func argsText(args map[string]any) string {
+	if len(args) == 0 {
+		return ""
+	}
+	var parts []string
+	for k, v := range args {
+		parts = append(parts, fmt.Sprintf("%s=%v", k, v))
+	}
+	slices.Sort(parts)
+	return " (" + strings.Join(parts, ", ") + ")"
+}
+
+func (p *Portal) runbooksPage(c *fiber.Ctx) error {
+	pg, err := p.page(c, "Runbooks")
+	if err != nil {
+		return err
+	}
+	rs, _, err := p.Runbooks.List(c.UserContext(), runbooks.ListOptions{Detail: true})
+	if err != nil {
+		return p.fail(c, err)
+	}
+	rows := make([]views.RunbookRow, len(rs))
+	for i, r := range rs {
+		rows[i] = runbookRow(r)
+	}
+	return render(c, 200, views.Runbooks(pg, rows))
+}
+
+// runnable fills the runbooks the viewer may run on the node: use is
+// allowed and the node carries the runbook's trait (or shares one of its
+// traits). The server checks all of it again when one is run.
+func (p *Portal) runnable(c *fiber.Ctx, d *views.NodeDetail, v *nodes.View) {
+	ctx := c.UserContext()
+	switch v.ProvisionState {
+	case nodes.StateManageable:
+		d.RunVerb = "clean"
+	case nodes.StateActive:
+		d.RunVerb = "service"
+	default:
+		return
+	}
+	if !p.Guard.Allowed(ctx, conductor.RuleProvisionRunbook, nodes.Target(v.Node)) {
+		d.RunVerb = ""
+		return
+	}
+	rs, _, err := p.Runbooks.List(ctx, runbooks.ListOptions{Detail: true})
+	if err != nil {
+		return
+	}
+	for _, r := range rs {
+		fits := slices.Contains(v.Traits, r.Name)
+		if len(r.Traits) > 0 {
+			fits = slices.ContainsFunc(r.Traits, func(t string) bool { return slices.Contains(v.Traits, t) })
+		}
+		if fits && p.Guard.Allowed(ctx, runbooks.RuleUse, runbooks.Target(r.Runbook)) {
+			d.Runnable = append(d.Runnable, runbookRow(r))
+		}
+	}
+}
+
+func (p *Portal) nodeRunbook(c *fiber.Ctx) error {
+	ctx := c.UserContext()
+	v, err := p.Nodes.Get(ctx, c.Params("id"))
+	if err != nil {
+		return p.fail(c, err)
+	}
+	verb := "clean"
+	if v.ProvisionState == nodes.StateActive {
+		verb = "service"
+	}
+	err = p.Ops.Provision(ctx, v.UUID, conductor.ProvisionRequest{Target: verb, Runbook: c.FormValue("runbook")})
+	if err != nil && errs.Status(err) >= 500 {
+		return err
+	}
+	return p.status(c, errText(err))
+}
+
+func (p *Portal) requestNodePage(c *fiber.Ctx) error {
+	pg, err := p.page(c, "Request a node")
+	if err != nil {
+		return err
+	}
+	return render(c, 200, views.RequestNode(pg, ""))
+}
+
+func (p *Portal) requestNode(c *fiber.Ctx) error {
+	pg, err := p.page(c, "Request a node")
+	if err != nil {
+		return err
+	}
+	in := allocations.Input{ResourceClass: strings.TrimSpace(c.FormValue("resource_class"))}
+	for _, t := range strings.Split(c.FormValue("traits"), ",") {
+		if t = strings.TrimSpace(t); t != "" {
+			in.Traits = append(in.Traits, t)
+		}
+	}
+	a, err := p.Allocations.Create(c.UserContext(), in)
+	switch {
+	case err != nil && errs.Status(err) >= 500:
+		return err
+	case err != nil:
+		pg.Error = err.Error()
+		return render(c, errs.Status(err), views.RequestNode(pg, ""))
+	case a.State != allocations.StateActive:
+		pg.Error = "No node is free: " + deref(a.LastError)
+		return render(c, 200, views.RequestNode(pg, ""))
+	}
+	return render(c, 200, views.RequestNode(pg, fmt.Sprintf("Node %s is yours (allocation %s).", a.NodeUUID, a.UUID)))
+}
+
+func deref(s *string) string {
+	if s == nil {
+		return ""
+	}
+	return *s
+}
