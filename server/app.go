@@ -26,6 +26,7 @@ import (
 	"github.com/anvilproject/anvil/server/nodes"
 	"github.com/anvilproject/anvil/server/obs"
 	"github.com/anvilproject/anvil/server/oidclogin"
+	"github.com/anvilproject/anvil/server/override"
 	"github.com/anvilproject/anvil/server/runbooks"
 	"github.com/anvilproject/anvil/server/store"
 	"github.com/anvilproject/anvil/web"
@@ -47,6 +48,10 @@ type Options struct {
 	// OIDC signs portal users in and verifies bearer JWTs; nil turns
 	// OpenID Connect off.
 	OIDC *oidclogin.Provider
+	// PolicyDir is the policy.d directory; PolicyOverrideEnabled turns
+	// overrides on (off: the defaults, whatever the directory holds).
+	PolicyDir             string
+	PolicyOverrideEnabled bool
 	// Conductor configures this process's conductor; its Name defaults
 	// to the host name.
 	Conductor conductor.Config
@@ -66,9 +71,12 @@ type App struct {
 	// Allocations is the allocation service.
 	Allocations *allocations.Service
 	Portal      *web.Portal
-	Fiber       *fiber.App
-	Metrics     *obs.Metrics
-	opts        Options
+	// Overrides keeps the enforcer in step with policy.d and the stored
+	// override.
+	Overrides *override.Manager
+	Fiber     *fiber.App
+	Metrics   *obs.Metrics
+	opts      Options
 }
 
 // New opens the database, migrates it and builds the app.
@@ -91,6 +99,10 @@ func New(ctx context.Context, o Options) (*App, error) {
 	}
 	a := &App{DB: db, Policy: enf, Metrics: obs.NewMetrics(), opts: o}
 	a.Audit = audit.New(db.Client, o.Log)
+	if o.PolicyDir == "" {
+		o.PolicyDir = "policy.d"
+	}
+	a.Overrides = &override.Manager{DB: db, Enf: enf, Dir: o.PolicyDir, Enabled: o.PolicyOverrideEnabled, Log: o.Log}
 	a.Guard = &guard.Guard{Enforcer: enf, Audit: a.Audit}
 	a.Nodes = nodes.New(db, a.Guard)
 	a.IDs = identity.New(db, a.Audit)
@@ -113,7 +125,7 @@ func New(ctx context.Context, o Options) (*App, error) {
 		return nil, fmt.Errorf("session keys: %w", err)
 	}
 	a.Portal = &web.Portal{IDs: a.IDs, Nodes: a.Nodes, Guard: a.Guard, Sessions: web.NewSessions(hash, block), Log: o.Log,
-		Runbooks: a.Runbooks, Allocations: a.Allocations,
+		Runbooks: a.Runbooks, Allocations: a.Allocations, PolicyStatus: a.Overrides.Status,
 		Ops: &conductor.Ops{C: a.Cond, Nodes: a.Nodes, Guard: a.Guard, Runbooks: a.Runbooks}}
 	if o.OIDC != nil {
 		a.Portal.SSO = o.OIDC
@@ -171,14 +183,23 @@ func (a *App) readyz(c *fiber.Ctx) error {
 	ctx, cancel := context.WithTimeout(c.UserContext(), 2*time.Second)
 	defer cancel()
 	if err := a.DB.Ping(ctx); err != nil {
-		return c.Status(503).JSON(fiber.Map{"ready": false, "database": err.Error()})
+		return c.Status(503).JSON(fiber.Map{"ready": false, "database": err.Error(), "policy": a.policyStatus()})
 	}
-	return c.JSON(fiber.Map{"ready": true, "database": "ok"})
+	return c.JSON(fiber.Map{"ready": true, "database": "ok", "policy": a.policyStatus()})
+}
+
+func (a *App) policyStatus() string {
+	if s := a.Overrides.Status(); s != "" {
+		return s
+	}
+	return "defaults (overrides disabled)"
 }
 
 // Serve serves on ln until ctx ends, then shuts down gracefully: new
 // connections are refused and requests in flight get time to finish.
 func (a *App) Serve(ctx context.Context, ln net.Listener) error {
+	// Replicas pick up a new override within the 1 s poll.
+	a.Overrides.Run(ctx, time.Second)
 	if err := a.Cond.Start(ctx, ln.Addr().String()); err != nil {
 		return err
 	}

@@ -41,10 +41,12 @@ type Portal struct {
 	// Runbooks and Allocations back the self-service pages.
 	Runbooks    *runbooks.Service
 	Allocations *allocations.Service
-	Guard       *guard.Guard
-	Sessions    *Sessions
-	SSO         SSO // nil when OIDC is not configured
-	Log         *slog.Logger
+	// PolicyStatus is the override status system users see in the header.
+	PolicyStatus func() string
+	Guard        *guard.Guard
+	Sessions     *Sessions
+	SSO          SSO // nil when OIDC is not configured
+	Log          *slog.Logger
 }
 
 const sessionLocal = "anvil.session"
@@ -155,6 +157,9 @@ func (p *Portal) page(c *fiber.Ctx, title string) (views.Page, error) {
 		return pg, nil
 	}
 	pg.User, pg.Scope = pr.User, pr.Scope()
+	if pr.System && p.PolicyStatus != nil {
+		pg.PolicyStatus = p.PolicyStatus()
+	}
 	scopes, err := p.scopes(c.UserContext(), sess)
 	if err != nil {
 		return pg, err

@@ -1,7 +1,9 @@
 package cli_test
 
 import (
+	"archive/zip"
 	"bytes"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -83,5 +85,47 @@ func TestUserAndTokenCommands(t *testing.T) {
 	fails("does not exist", "user", "delete", "carol")
 	if strings.Contains(must("", "user", "list"), "carol") {
 		t.Error("deleted user still listed")
+	}
+}
+
+func writeZip(t *testing.T, path string, files map[string]string) {
+	t.Helper()
+	f, err := os.Create(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := zip.NewWriter(f)
+	for n, b := range files {
+		e, _ := w.Create(n)
+		e.Write([]byte(b))
+	}
+	w.Close()
+	f.Close()
+}
+
+func TestPolicyCommands(t *testing.T) {
+	dir := t.TempDir()
+	db := filepath.Join(dir, "anvil.db")
+	good, bad := filepath.Join(dir, "good.zip"), filepath.Join(dir, "bad.zip")
+	writeZip(t, good, map[string]string{"etc/10-a.yaml": `"baremetal:node:set_power_state": "rule:system_member"`, "README.txt": "docs"})
+	writeZip(t, bad, map[string]string{"20-b.yaml": `"anvil:user:manage": "@"`})
+
+	if out, err := run(t, "", "policy", "validate", good); err != nil || !strings.Contains(out, "valid: 1 file(s)") {
+		t.Errorf("validate good: %q %v", out, err)
+	}
+	if _, err := run(t, "", "policy", "validate", bad); err == nil || !strings.Contains(err.Error(), "protected") {
+		t.Errorf("validate bad: %v", err)
+	}
+	if out, err := run(t, "", "policy", "apply", good, "--database", db); err != nil || !strings.Contains(out, "revision 1") {
+		t.Fatalf("apply good: %q %v", out, err)
+	}
+	if out, _ := run(t, "", "policy", "status", "--database", db); !strings.HasPrefix(out, "PO: revision 1") {
+		t.Errorf("status after apply: %q", out)
+	}
+	if _, err := run(t, "", "policy", "apply", bad, "--database", db); err == nil || !strings.Contains(err.Error(), "unchanged") {
+		t.Errorf("apply bad: %v", err)
+	}
+	if out, _ := run(t, "", "policy", "status", "--database", db); !strings.HasPrefix(out, "PO (broken): ") || !strings.Contains(out, "protected") {
+		t.Errorf("status after a refused upload: %q", out)
 	}
 }

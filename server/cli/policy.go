@@ -2,17 +2,20 @@ package cli
 
 import (
 	"fmt"
+	"os"
 	"strings"
 	"text/tabwriter"
 
 	"github.com/spf13/cobra"
 
 	"github.com/anvilproject/anvil/policies"
+	"github.com/anvilproject/anvil/server/audit"
+	"github.com/anvilproject/anvil/server/override"
 )
 
 func policyCmd() *cobra.Command {
 	cmd := &cobra.Command{Use: "policy", Short: "Inspect the policy rules: list, sample file, persona matrix"}
-	cmd.AddCommand(policyListCmd(), policySampleCmd(), policyCheckCmd())
+	cmd.AddCommand(policyListCmd(), policySampleCmd(), policyCheckCmd(), policyValidateCmd(), policyApplyCmd(), policyStatusCmd())
 	return cmd
 }
 
@@ -103,5 +106,103 @@ func policyCheckCmd() *cobra.Command {
 		},
 	}
 	cmd.Flags().StringSliceVar(&personas, "persona", nil, "personas to show (repeat or comma-separate); default all: "+strings.Join(policies.PersonaNames(), ", "))
+	return cmd
+}
+
+// readOverride reads a zip or a policy.d directory.
+func readOverride(path string) (override.Files, error) {
+	st, err := os.Stat(path)
+	if err != nil {
+		return nil, err
+	}
+	if st.IsDir() {
+		return override.ReadDir(path)
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	return override.ReadZip(b)
+}
+
+func policyValidateCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "validate FILE.zip|DIR",
+		Short: "Validate an override offline, exactly as an upload is validated; non-zero exit with the reasons",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			files, err := readOverride(args[0])
+			if err != nil {
+				return err
+			}
+			rules, err := override.Rules(files)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "valid: %d file(s), %d rule(s) overridden: %s\n", len(files), len(rules), strings.Join(files.Names(), ", "))
+			return nil
+		},
+	}
+}
+
+func policyApplyCmd() *cobra.Command {
+	var g globals
+	cmd := &cobra.Command{
+		Use:   "apply FILE.zip",
+		Short: "Validate and store an override; every running replica applies it within 2 seconds",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ctx := operator(cmd.Context())
+			b, err := os.ReadFile(args[0])
+			if err != nil {
+				return err
+			}
+			db, err := g.open(ctx)
+			if err != nil {
+				return err
+			}
+			defer db.Close()
+			log, err := g.logger(cmd.ErrOrStderr())
+			if err != nil {
+				return err
+			}
+			files, err := override.ReadZip(b)
+			if err != nil {
+				return err
+			}
+			who := policies.PrincipalFrom(ctx).User
+			rev, err := override.Apply(ctx, db, audit.New(db.Client, log), files, who)
+			if err != nil {
+				return fmt.Errorf("refused; the policy in force is unchanged: %w", err)
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "stored as revision %d: %s\n", rev, strings.Join(files.Names(), ", "))
+			return nil
+		},
+	}
+	addGlobals(cmd, &g)
+	return cmd
+}
+
+func policyStatusCmd() *cobra.Command {
+	var g globals
+	cmd := &cobra.Command{
+		Use:   "status",
+		Short: "Show the stored override's state: PO: … or PO (broken): …",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			db, err := g.open(cmd.Context())
+			if err != nil {
+				return err
+			}
+			defer db.Close()
+			st, err := override.StoredStatus(cmd.Context(), db)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintln(cmd.OutOrStdout(), st)
+			return nil
+		},
+	}
+	addGlobals(cmd, &g)
 	return cmd
 }

@@ -25,6 +25,8 @@ func serveCmd() *cobra.Command {
 		secret string
 		oc     oidclogin.Config
 		cc     conductor.Config
+		pdir   string
+		penab  bool
 	)
 	cmd := &cobra.Command{
 		Use:   "serve",
@@ -57,7 +59,7 @@ func serveCmd() *cobra.Command {
 				log.Info("OpenID Connect sign-in enabled", "issuer", oc.Issuer)
 			}
 			app, err := server.New(ctx, server.Options{
-				Database: g.database, AuthNone: auth == "none", Log: log, SessionSecret: secret, OIDC: provider, Conductor: cc,
+				Database: g.database, AuthNone: auth == "none", Log: log, SessionSecret: secret, OIDC: provider, Conductor: cc, PolicyDir: pdir, PolicyOverrideEnabled: penab,
 				Bootstrap: func(user, pw string) {
 					// Printed once, on stderr with the log, never stored in clear.
 					fmt.Fprintf(cmd.ErrOrStderr(), "\n  First start: created system admin %q with one-time password:\n\n      %s\n\n  Change it with: anvil user set-password %s --password-stdin\n\n", user, pw, user)
@@ -99,6 +101,8 @@ func serveCmd() *cobra.Command {
 	f.DurationVar(&cc.PowerSync, "power-sync", time.Minute, "period of the power-state sync over every node (0 turns it off)")
 	f.IntVar(&cc.PowerSyncWorkers, "power-sync-workers", 16, "concurrent BMC calls during power sync")
 	f.DurationVar(&cc.BMC.Timeout, "bmc-timeout", 20*time.Second, "timeout of each BMC call")
+	f.StringVar(&pdir, "policy-dir", "policy.d", "directory of policy override files (Ironic's YAML policy format)")
+	f.BoolVar(&penab, "policy-override-enabled", false, "apply policy overrides from --policy-dir and uploads; off means the defaults, whatever the directory holds")
 	f.StringVar(&secret, "session-secret", "", "secret the portal's cookie keys derive from (give every replica the same); default: generated once and kept in the database")
 	return cmd
 }

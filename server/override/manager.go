@@ -1,0 +1,272 @@
+package override
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"maps"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/anvilproject/anvil/ent"
+	"github.com/anvilproject/anvil/ent/policyoverride"
+	"github.com/anvilproject/anvil/ent/setting"
+	"github.com/anvilproject/anvil/policies"
+	"github.com/anvilproject/anvil/server/audit"
+	"github.com/anvilproject/anvil/server/store"
+)
+
+// The setting that carries a refused upload's reason to every replica.
+const failedSetting = "policy_override_failed"
+
+// RuleUpdate is the rule an upload needs.
+const RuleUpdate = "anvil:policy:update"
+
+// Manager keeps one replica's enforcer in step with the stored override
+// and its policy.d directory.
+type Manager struct {
+	DB      *store.DB
+	Enf     *policies.Enforcer
+	Dir     string
+	Enabled bool
+	Log     *slog.Logger
+
+	mu       sync.Mutex
+	status   string
+	syncedTo int64  // the stored revision written to the directory
+	applied  string // digest of the files in force
+}
+
+// Status is the one-line policy state: "" when overrides are disabled,
+// "PO: …" when an override is in force, "PO (broken): …" when the last
+// attempt failed and the previous policy stays.
+func (m *Manager) Status() string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.status
+}
+
+func (m *Manager) setStatus(s string) {
+	m.mu.Lock()
+	changed := s != m.status
+	m.status = s
+	m.mu.Unlock()
+	if changed {
+		if strings.HasPrefix(s, "PO (broken)") {
+			m.Log.Error("policy override", "status", s)
+		} else {
+			m.Log.Info("policy override", "status", s)
+		}
+	}
+}
+
+// Run syncs at once and then every interval until ctx ends. With
+// overrides disabled it does nothing: the defaults stay, whatever the
+// directory holds.
+func (m *Manager) Run(ctx context.Context, every time.Duration) {
+	if !m.Enabled {
+		return
+	}
+	m.Sync(ctx)
+	go func() {
+		t := time.NewTicker(every)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+				m.Sync(ctx)
+			}
+		}
+	}()
+}
+
+// Sync writes a newer stored revision into the directory, then applies
+// the directory if it changed. A failure keeps the policy in force.
+func (m *Manager) Sync(ctx context.Context) {
+	if !m.Enabled {
+		return
+	}
+	latest, err := m.DB.PolicyOverride.Query().Order(ent.Desc(policyoverride.FieldRevision)).First(ctx)
+	if err != nil && !ent.IsNotFound(err) {
+		m.setStatus("PO (broken): cannot read the stored override: " + err.Error())
+		return
+	}
+	if latest != nil && latest.Revision > m.syncedTo {
+		if err := m.writeDir(latest.Files); err != nil {
+			m.setStatus("PO (broken): cannot write " + m.Dir + ": " + err.Error())
+			return
+		}
+		m.syncedTo = latest.Revision
+	}
+	files, err := ReadDir(m.Dir)
+	if err != nil {
+		m.setStatus("PO (broken): " + err.Error())
+		return
+	}
+	failed := ""
+	if s, err := m.DB.Setting.Query().Where(setting.Key(failedSetting)).Only(ctx); err == nil {
+		failed = string(s.Value)
+	}
+	if d := files.Digest(); d != m.applied {
+		rules, err := Rules(files)
+		if err == nil {
+			err = m.Enf.Reload(rules)
+		}
+		if err != nil {
+			m.setStatus("PO (broken): " + err.Error())
+			return
+		}
+		m.applied = d
+	}
+	switch {
+	case failed != "":
+		m.setStatus("PO (broken): " + failed)
+	case len(files) == 0:
+		m.setStatus("PO: no override files; defaults in force")
+	default:
+		m.setStatus(fmt.Sprintf("PO: %d file(s) in force (%s)", len(files), strings.Join(files.Names(), ", ")))
+	}
+}
+
+// writeDir makes the directory hold exactly files, logging each file it
+// removes that Anvil did not put there.
+func (m *Manager) writeDir(files map[string]string) error {
+	if err := os.MkdirAll(m.Dir, 0o755); err != nil {
+		return err
+	}
+	ents, err := os.ReadDir(m.Dir)
+	if err != nil {
+		return err
+	}
+	for _, e := range ents {
+		if _, keep := files[e.Name()]; keep || e.IsDir() {
+			continue
+		}
+		if err := os.Remove(filepath.Join(m.Dir, e.Name())); err != nil {
+			return err
+		}
+		m.Log.Warn("policy.d: removed a file the applied override does not contain", "file", e.Name())
+	}
+	for name, body := range files {
+		tmp := filepath.Join(m.Dir, "."+name+".tmp")
+		if err := os.WriteFile(tmp, []byte(body), 0o644); err != nil {
+			return err
+		}
+		if err := os.Rename(tmp, filepath.Join(m.Dir, name)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Apply validates an upload whole and stores it as the next revision,
+// which every replica then applies. A refused upload changes nothing but
+// the status, which says why. Both outcomes are audited with the diff of
+// effective rules.
+func Apply(ctx context.Context, db *store.DB, log *audit.Log, files Files, who string) (int64, error) {
+	before := map[string]string{}
+	latest, err := db.PolicyOverride.Query().Order(ent.Desc(policyoverride.FieldRevision)).First(ctx)
+	if err != nil && !ent.IsNotFound(err) {
+		return 0, err
+	}
+	if latest != nil {
+		prev := Files{}
+		for k, v := range latest.Files {
+			prev[k] = []byte(v)
+		}
+		if r, err := Rules(prev); err == nil {
+			before = r
+		}
+	}
+	rules, verr := Rules(files)
+	detail := map[string]any{"files": files.Names(), "by": who}
+	if verr == nil {
+		detail["diff"] = Diff(before, rules)
+	}
+	e := audit.Entry{Rule: RuleUpdate, TargetType: "policy", Result: audit.Allowed, Status: 200, Detail: detail}
+	if verr != nil {
+		e.Result, e.Status = audit.Failed, 400
+		detail["error"] = verr.Error()
+		log.Record(ctx, e)
+		if err := setFailed(ctx, db, verr.Error()); err != nil {
+			return 0, err
+		}
+		return 0, verr
+	}
+	var rev int64 = 1
+	if latest != nil {
+		rev = latest.Revision + 1
+	}
+	stored := map[string]string{}
+	for k, v := range files {
+		stored[k] = string(v)
+	}
+	err = store.WithTx(ctx, db, func(tx *ent.Client) error {
+		if err := tx.PolicyOverride.Create().SetRevision(rev).SetFiles(stored).SetUploadedBy(who).Exec(ctx); err != nil {
+			return err
+		}
+		_, err := tx.Setting.Delete().Where(setting.Key(failedSetting)).Exec(ctx)
+		return err
+	})
+	if err != nil {
+		return 0, err
+	}
+	e.TargetID = fmt.Sprint(rev)
+	log.Record(ctx, e)
+	return rev, nil
+}
+
+func setFailed(ctx context.Context, db *store.DB, reason string) error {
+	n, err := db.Setting.Update().Where(setting.Key(failedSetting)).SetValue([]byte(reason)).Save(ctx)
+	if err == nil && n == 0 {
+		err = db.Setting.Create().SetKey(failedSetting).SetValue([]byte(reason)).Exec(ctx)
+	}
+	return err
+}
+
+// Diff lists effective-rule changes as "rule: old -> new".
+func Diff(before, after map[string]string) []string {
+	keys := slices.Sorted(maps.Keys(after))
+	for k := range before {
+		if _, ok := after[k]; !ok {
+			keys = append(keys, k)
+		}
+	}
+	var out []string
+	for _, k := range keys {
+		if before[k] != after[k] {
+			out = append(out, fmt.Sprintf("%s: %q -> %q", k, before[k], after[k]))
+		}
+	}
+	return out
+}
+
+// StoredStatus describes the stored override for the CLI: its revision
+// and whether it validates with this binary, or the refused upload.
+func StoredStatus(ctx context.Context, db *store.DB) (string, error) {
+	if s, err := db.Setting.Query().Where(setting.Key(failedSetting)).Only(ctx); err == nil {
+		return "PO (broken): " + string(s.Value), nil
+	}
+	latest, err := db.PolicyOverride.Query().Order(ent.Desc(policyoverride.FieldRevision)).First(ctx)
+	if ent.IsNotFound(err) {
+		return "PO: no override uploaded; defaults in force", nil
+	}
+	if err != nil {
+		return "", err
+	}
+	files := Files{}
+	for k, v := range latest.Files {
+		files[k] = []byte(v)
+	}
+	if _, err := Rules(files); err != nil {
+		return "PO (broken): revision " + fmt.Sprint(latest.Revision) + ": " + err.Error(), nil
+	}
+	return fmt.Sprintf("PO: revision %d, %d file(s) (%s), uploaded by %s at %s", latest.Revision, len(files),
+		strings.Join(files.Names(), ", "), latest.UploadedBy, latest.UploadedAt.UTC().Format(time.RFC3339)), nil
+}
