@@ -13,4 +13,4 @@ $a user grant tina --project tenant-blue --role member --database "$db"
 $a user grant tina --project tenant-green --role reader --database "$db"
 echo 'operator-password-1' | $a user create olga --password-stdin --database "$db"
 $a user grant olga --system --role admin --database "$db"
-exec $a serve --database "$db" --listen 127.0.0.1:18085 --demo 40 --session-secret playwright-only-secret --log-level warn
+exec $a serve --database "$db" --listen 127.0.0.1:18085 --demo 40 --policy-override-enabled --policy-dir "$dir/policy.d" --session-secret playwright-only-secret --log-level warn

@@ -43,10 +43,12 @@ type Portal struct {
 	Allocations *allocations.Service
 	// PolicyStatus is the override status system users see in the header.
 	PolicyStatus func() string
-	Guard        *guard.Guard
-	Sessions     *Sessions
-	SSO          SSO // nil when OIDC is not configured
-	Log          *slog.Logger
+	// Admin backs the admin console.
+	Admin    *Admin
+	Guard    *guard.Guard
+	Sessions *Sessions
+	SSO      SSO // nil when OIDC is not configured
+	Log      *slog.Logger
 }
 
 const sessionLocal = "anvil.session"
@@ -72,6 +74,10 @@ func (p *Portal) Register(app *fiber.App) {
 	app.Get("/runbooks", s, p.signedIn, p.runbooksPage)
 	app.Get("/allocations/new", s, p.signedIn, p.requestNodePage)
 	app.Post("/allocations", s, p.signedIn, p.requestNode)
+	app.Get("/admin/policy", s, p.signedIn, p.policyPage)
+	app.Post("/admin/policy", s, p.signedIn, p.policyUpload)
+	app.Get("/admin/policy/sample.yaml", s, p.signedIn, p.policySample)
+	app.Get("/admin/policy/current.zip", s, p.signedIn, p.policyCurrent)
 	app.Post("/scope", s, p.signedIn, p.switchScope)
 	app.Get("/account", s, p.signedIn, p.account)
 	app.Post("/account/tokens", s, p.signedIn, p.createToken)
@@ -157,6 +163,7 @@ func (p *Portal) page(c *fiber.Ctx, title string) (views.Page, error) {
 		return pg, nil
 	}
 	pg.User, pg.Scope = pr.User, pr.Scope()
+	pg.System = pr.System
 	if pr.System && p.PolicyStatus != nil {
 		pg.PolicyStatus = p.PolicyStatus()
 	}

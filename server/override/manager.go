@@ -17,6 +17,7 @@ import (
 	"github.com/anvilproject/anvil/ent/setting"
 	"github.com/anvilproject/anvil/policies"
 	"github.com/anvilproject/anvil/server/audit"
+	"github.com/anvilproject/anvil/server/errs"
 	"github.com/anvilproject/anvil/server/store"
 )
 
@@ -197,7 +198,7 @@ func Apply(ctx context.Context, db *store.DB, log *audit.Log, files Files, who s
 		if err := setFailed(ctx, db, verr.Error()); err != nil {
 			return 0, err
 		}
-		return 0, verr
+		return 0, errs.BadRequest("policy", "%s", verr)
 	}
 	var rev int64 = 1
 	if latest != nil {

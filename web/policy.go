@@ -1,0 +1,208 @@
+package web
+
+import (
+	"archive/zip"
+	"bytes"
+	"fmt"
+	"io"
+	"strings"
+
+	"github.com/gofiber/fiber/v2"
+
+	"github.com/anvilproject/anvil/ent"
+	"github.com/anvilproject/anvil/ent/policyoverride"
+	"github.com/anvilproject/anvil/policies"
+	"github.com/anvilproject/anvil/server/audit"
+	"github.com/anvilproject/anvil/server/errs"
+	"github.com/anvilproject/anvil/server/override"
+	"github.com/anvilproject/anvil/server/store"
+	"github.com/anvilproject/anvil/views"
+)
+
+// Admin holds what the admin console's policy page needs.
+type Admin struct {
+	DB        *store.DB
+	Audit     *audit.Log
+	Enforcer  *policies.Enforcer
+	Overrides *override.Manager
+}
+
+const (
+	rulePolicyGet    = "anvil:policy:get"
+	rulePolicyUpdate = "anvil:policy:update"
+)
+
+func (p *Portal) policyData(c *fiber.Ctx) (views.PolicyPage, error) {
+	e := p.Admin.Enforcer
+	defaults := map[string]string{}
+	for _, r := range policies.Defaults() {
+		defaults[r.Name] = r.Check
+	}
+	var pp views.PolicyPage
+	for _, r := range e.Rules() {
+		pp.Rules = append(pp.Rules, views.PolicyRule{Name: r.Name, Scopes: strings.Join(r.Scopes, ", "), Default: defaults[r.Name],
+			Effective: r.Check, Description: r.Description, Overridden: r.Check != defaults[r.Name]})
+	}
+	ps := policies.Personas()
+	for _, x := range ps {
+		pp.Personas = append(pp.Personas, x.Name)
+	}
+	rules, allowed, err := e.Matrix(ps)
+	if err != nil {
+		return pp, err
+	}
+	pp.MatrixRules, pp.Matrix = rules, allowed
+	pp.CanUpdate = p.Guard.Allowed(c.UserContext(), rulePolicyUpdate, policies.Target{})
+	return pp, nil
+}
+
+func (p *Portal) policyPage(c *fiber.Ctx) error {
+	if err := p.Guard.Authorize(c.UserContext(), rulePolicyGet, "policy", "", policies.Target{}); err != nil {
+		return p.fail(c, err)
+	}
+	pg, err := p.page(c, "Policy")
+	if err != nil {
+		return err
+	}
+	pp, err := p.policyData(c)
+	if err != nil {
+		return err
+	}
+	return render(c, 200, views.Policy(pg, pp))
+}
+
+// policyUpload previews or applies an uploaded zip. A preview validates
+// and shows the diff of effective rules without changing anything.
+func (p *Portal) policyUpload(c *fiber.Ctx) error {
+	ctx := c.UserContext()
+	if err := p.Guard.Authorize(ctx, rulePolicyUpdate, "policy", "", policies.Target{}); err != nil {
+		return p.fail(c, err)
+	}
+	pg, err := p.page(c, "Policy")
+	if err != nil {
+		return err
+	}
+	problem := ""
+	var files override.Files
+	fh, err := c.FormFile("zip")
+	if err != nil {
+		problem = "zip: choose a zip file to upload"
+	} else if fh.Size > override.MaxZipBytes {
+		problem = fmt.Sprintf("zip: %d bytes; at most %d", fh.Size, override.MaxZipBytes)
+	} else {
+		f, err := fh.Open()
+		if err != nil {
+			return err
+		}
+		data, err := io.ReadAll(io.LimitReader(f, override.MaxZipBytes+1))
+		f.Close()
+		if err != nil {
+			return err
+		}
+		if files, err = override.ReadZip(data); err != nil {
+			problem = err.Error()
+		}
+	}
+	var preview []string
+	applied := ""
+	if problem == "" {
+		switch c.FormValue("action") {
+		case "apply":
+			who := pg.User
+			rev, err := override.Apply(ctx, p.Admin.DB, p.Admin.Audit, files, who)
+			if err != nil {
+				if errs.Status(err) >= 500 {
+					return err
+				}
+				problem = err.Error()
+			} else {
+				applied = fmt.Sprintf("Stored as revision %d; every replica applies it within 2 seconds.", rev)
+			}
+			// Apply on this replica now rather than at the next poll.
+			p.Admin.Overrides.Sync(ctx)
+			pg.PolicyStatus = p.Admin.Overrides.Status()
+		default:
+			rules, err := override.Rules(files)
+			if err != nil {
+				problem = err.Error()
+			} else {
+				preview = override.Diff(currentOverrides(p.Admin.Enforcer), rules)
+				if preview == nil {
+					preview = []string{}
+				}
+			}
+		}
+	}
+	pp, err := p.policyData(c)
+	if err != nil {
+		return err
+	}
+	pp.Preview, pp.PreviewErr, pp.Applied = preview, problem, applied
+	status := 200
+	if problem != "" {
+		status = 400
+	}
+	return render(c, status, views.Policy(pg, pp))
+}
+
+// currentOverrides are the effective rules that differ from the defaults.
+func currentOverrides(e *policies.Enforcer) map[string]string {
+	out := map[string]string{}
+	defaults := map[string]string{}
+	for _, r := range policies.Defaults() {
+		defaults[r.Name] = r.Check
+	}
+	for k, v := range e.Effective() {
+		if defaults[k] != v {
+			out[k] = v
+		}
+	}
+	return out
+}
+
+func (p *Portal) policySample(c *fiber.Ctx) error {
+	if err := p.Guard.Authorize(c.UserContext(), rulePolicyGet, "policy", "", policies.Target{}); err != nil {
+		return p.fail(c, err)
+	}
+	c.Set(fiber.HeaderContentDisposition, `attachment; filename="anvil-policy-sample.yaml"`)
+	c.Type("yaml")
+	return c.SendString(policies.Sample(policies.Defaults()))
+}
+
+func (p *Portal) policyCurrent(c *fiber.Ctx) error {
+	ctx := c.UserContext()
+	if err := p.Guard.Authorize(ctx, rulePolicyGet, "policy", "", policies.Target{}); err != nil {
+		return p.fail(c, err)
+	}
+	latest, err := p.Admin.DB.PolicyOverride.Query().Order(ent.Desc(policyoverride.FieldRevision)).First(ctx)
+	if err != nil && !ent.IsNotFound(err) {
+		return err
+	}
+	var buf bytes.Buffer
+	w := zip.NewWriter(&buf)
+	if latest != nil {
+		for _, n := range sortedNames(latest.Files) {
+			f, err := w.Create(n)
+			if err != nil {
+				return err
+			}
+			if _, err := f.Write([]byte(latest.Files[n])); err != nil {
+				return err
+			}
+		}
+	}
+	if err := w.Close(); err != nil {
+		return err
+	}
+	c.Set(fiber.HeaderContentDisposition, `attachment; filename="anvil-policy-override.zip"`)
+	c.Type("zip")
+	return c.Send(buf.Bytes())
+}
+
+func sortedNames(m map[string]string) []string {
+	f := override.Files{}
+	for k := range m {
+		f[k] = nil
+	}
+	return f.Names()
+}

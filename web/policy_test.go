@@ -1,0 +1,121 @@
+package web_test
+
+import (
+	"archive/zip"
+	"bytes"
+	"context"
+	"io"
+	"mime/multipart"
+	"net/http"
+	"net/url"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/anvilproject/anvil/server"
+	"github.com/anvilproject/anvil/server/identity"
+	"github.com/anvilproject/anvil/server/servertest"
+	"github.com/anvilproject/anvil/server/store/storetest"
+)
+
+func zipOf(t *testing.T, files map[string]string) []byte {
+	var buf bytes.Buffer
+	w := zip.NewWriter(&buf)
+	for n, b := range files {
+		f, _ := w.Create(n)
+		f.Write([]byte(b))
+	}
+	w.Close()
+	return buf.Bytes()
+}
+
+// upload posts a zip to the policy page as the browser's form would.
+func (b *browser) upload(action string, data []byte) (int, string) {
+	b.t.Helper()
+	var body bytes.Buffer
+	mw := multipart.NewWriter(&body)
+	mw.WriteField("csrf", b.csrf)
+	mw.WriteField("action", action)
+	fw, _ := mw.CreateFormFile("zip", "override.zip")
+	fw.Write(data)
+	mw.Close()
+	req, _ := http.NewRequest("POST", b.base+"/admin/policy", &body)
+	req.Header.Set("Content-Type", mw.FormDataContentType())
+	resp, err := b.c.Do(req)
+	if err != nil {
+		b.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	raw, _ := io.ReadAll(resp.Body)
+	if m := csrfField.FindStringSubmatch(string(raw)); m != nil {
+		b.csrf = m[1]
+	}
+	return resp.StatusCode, string(raw)
+}
+
+func TestAdminPolicyPage(t *testing.T) {
+	srv := servertest.Start(t, server.Options{Database: storetest.Setting(t, "sqlite"), PolicyOverrideEnabled: true, PolicyDir: filepath.Join(t.TempDir(), "policy.d")})
+	ctx := context.Background()
+	for _, u := range []struct {
+		name  string
+		scope identity.Scope
+		role  string
+	}{{"root", identity.Scope{System: true}, "admin"}, {"sue", identity.Scope{System: true}, "reader"}, {"pam", identity.Scope{Project: "p"}, "admin"}} {
+		srv.IDs.CreateUser(ctx, u.name, u.name+"-password-1")
+		srv.IDs.Grant(ctx, u.name, identity.Assignment{Scope: u.scope, Role: u.role})
+	}
+	signIn := func(user string) *browser {
+		b := newBrowser(t, srv.URL)
+		b.do("GET", "/login", nil)
+		b.do("POST", "/login", url.Values{"csrf": {b.csrf}, "username": {user}, "password": {user + "-password-1"}})
+		return b
+	}
+	root := signIn("root")
+	st, page, _ := root.do("GET", "/admin/policy", nil)
+	if st != 200 || !strings.Contains(page, `data-rule="baremetal:node:set_power_state"`) || !strings.Contains(page, "Preview") {
+		t.Fatalf("policy page: %d", st)
+	}
+	if st, _, _ := signIn("pam").do("GET", "/admin/policy", nil); st != 403 {
+		t.Errorf("a project admin got %d for the policy page", st)
+	}
+	if _, page, _ := signIn("sue").do("GET", "/admin/policy", nil); strings.Contains(page, "Upload an override") {
+		t.Error("a system reader is offered the upload form")
+	}
+
+	broken := zipOf(t, map[string]string{"p.yaml": `"baremetal:node:get": "role:admin and ("`})
+	st, page = root.upload("preview", broken)
+	if st != 400 || !strings.Contains(page, "Would be refused") {
+		t.Errorf("preview of a broken zip: %d", st)
+	}
+	st, page = root.upload("apply", broken)
+	if st != 400 || !strings.Contains(page, "PO (broken): ") {
+		t.Errorf("apply of a broken zip: %d, status shown: %v", st, strings.Contains(page, "PO (broken)"))
+	}
+	good := zipOf(t, map[string]string{"etc/10-power.yaml": `"baremetal:node:set_power_state": "rule:system_member"`})
+	st, page = root.upload("preview", good)
+	if st != 200 || !strings.Contains(page, "baremetal:node:set_power_state") || !strings.Contains(page, `data-testid="preview"`) {
+		t.Errorf("preview of a good zip: %d", st)
+	}
+	st, page = root.upload("apply", good)
+	if st != 200 || !strings.Contains(page, "Stored as revision") || !strings.Contains(page, "PO: 1 file(s)") {
+		t.Fatalf("apply of a good zip: %d\n%s", st, page)
+	}
+	// The matrix shows the new decision: lessee members may no longer power.
+	deadline := time.Now().Add(3 * time.Second)
+	for {
+		_, page, _ = root.do("GET", "/admin/policy", nil)
+		row := page[strings.Index(page, `data-rule="baremetal:node:set_power_state"`):]
+		row = row[:strings.Index(row, "</tr>")]
+		if strings.Count(row, ">allow<") == 2 { // system admin and member only
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("matrix row after the override: %s", row)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if st, body, _ := root.do("GET", "/admin/policy/current.zip", nil); st != 200 || !strings.HasPrefix(body, "PK") {
+		t.Errorf("current.zip: %d", st)
+	}
+}
