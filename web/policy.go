@@ -14,6 +14,7 @@ import (
 	"github.com/anvilproject/anvil/policies"
 	"github.com/anvilproject/anvil/server/audit"
 	"github.com/anvilproject/anvil/server/errs"
+	"github.com/anvilproject/anvil/server/nodes"
 	"github.com/anvilproject/anvil/server/override"
 	"github.com/anvilproject/anvil/server/store"
 	"github.com/anvilproject/anvil/views"
@@ -68,7 +69,56 @@ func (p *Portal) policyPage(c *fiber.Ctx) error {
 	if err != nil {
 		return err
 	}
+	if c.Query("node") != "" {
+		pp.WhatIf = p.whatIf(c)
+	}
 	return render(c, 200, views.Policy(pg, pp))
+}
+
+// whatIf answers which node rules a persona would pass on a real node,
+// with the effective policy.
+func (p *Portal) whatIf(c *fiber.Ctx) *views.WhatIf {
+	w := &views.WhatIf{Role: c.Query("role"), Scope: c.Query("scope"), Project: strings.TrimSpace(c.Query("project")), Node: c.Query("node")}
+	if !policies.KnownRole(w.Role) {
+		w.Error = "role: choose admin, manager, member or reader"
+		return w
+	}
+	pr := &policies.Principal{User: "what-if", Roles: policies.ExpandRoles([]string{w.Role})}
+	switch w.Scope {
+	case "system":
+		pr.System, w.Project = true, ""
+	case "project":
+		if w.Project == "" {
+			w.Error = "project: name the project for a project-scoped persona"
+			return w
+		}
+		pr.Project = w.Project
+	default:
+		w.Error = "scope: choose project or system"
+		return w
+	}
+	v, err := p.Nodes.Get(c.UserContext(), w.Node)
+	if err != nil {
+		w.Error = err.Error()
+		return w
+	}
+	t := nodes.Target(v.Node)
+	for _, r := range p.Admin.Enforcer.Rules() {
+		if !strings.HasPrefix(r.Name, "baremetal:node:") {
+			continue
+		}
+		ok, err := p.Admin.Enforcer.Decide(pr, r.Name, t)
+		if err != nil {
+			w.Error = err.Error()
+			return w
+		}
+		if ok {
+			w.Allowed = append(w.Allowed, r.Name)
+		} else {
+			w.Denied = append(w.Denied, r.Name)
+		}
+	}
+	return w
 }
 
 // policyUpload previews or applies an uploaded zip. A preview validates

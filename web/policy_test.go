@@ -115,6 +115,21 @@ func TestAdminPolicyPage(t *testing.T) {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
+	// What if: a lessee member of the node's lessee project, on a real node.
+	tok, _, _ := srv.IDs.CreateToken(ctx, identity.TokenRequest{User: "root", Scope: identity.Scope{System: true}, Roles: []string{"admin"}})
+	api := srv.Client()
+	api.Header.Set("X-Auth-Token", tok)
+	api.Do(t, "POST", "/v1/nodes", map[string]any{"name": "wi-1", "driver": "fake", "owner": "own", "lessee": "les"})
+	_, page, _ = root.do("GET", "/admin/policy?role=member&scope=project&project=les&node=wi-1", nil)
+	wi := page[strings.Index(page, `data-testid="whatif"`):]
+	allowed := wi[:strings.Index(wi, "<details>")]
+	if !strings.Contains(allowed, "baremetal:node:get<") || !strings.Contains(allowed, "baremetal:node:set_provision_state:runbook<") ||
+		strings.Contains(allowed, "baremetal:node:set_power_state<") || strings.Contains(allowed, "baremetal:node:update:owner<") {
+		t.Errorf("what-if for a lessee member (power overridden to system only):\n%s", allowed)
+	}
+	if _, page, _ = root.do("GET", "/admin/policy?role=member&scope=project&project=les&node=nope", nil); !strings.Contains(page, "could not be found") {
+		t.Error("what-if on a missing node does not say so")
+	}
 	if st, body, _ := root.do("GET", "/admin/policy/current.zip", nil); st != 200 || !strings.HasPrefix(body, "PK") {
 		t.Errorf("current.zip: %d", st)
 	}
