@@ -50,6 +50,7 @@ func (p *Portal) detail(c *fiber.Ctx) (views.NodeDetail, error) {
 	d.CanPower = p.Guard.Allowed(ctx, conductor.RuleSetPower, t)
 	d.CanSteps = p.Guard.Allowed(ctx, conductor.RuleProvision, t) && p.Guard.Allowed(ctx, conductor.RuleCleanSteps, t) &&
 		v.ProvisionState == nodes.StateManageable
+	d.CanTenancy = p.Guard.Allowed(ctx, "baremetal:node:update:owner", t) && p.Guard.Allowed(ctx, "baremetal:node:update:lessee", t)
 	p.runnable(c, &d, v)
 	if evs, err := p.Nodes.History(ctx, v.UUID, 20); err == nil {
 		for _, e := range evs {
@@ -129,4 +130,35 @@ func errText(err error) string {
 		return ""
 	}
 	return err.Error()
+}
+
+// nodeTenancy sets a node's owner and lessee through the same JSON patch
+// the API applies, so every field rule holds.
+func (p *Portal) nodeTenancy(c *fiber.Ctx) error {
+	ops := []map[string]any{}
+	for _, f := range []string{"owner", "lessee"} {
+		v := strings.TrimSpace(c.FormValue(f))
+		if v == "" {
+			ops = append(ops, map[string]any{"op": "replace", "path": "/" + f, "value": nil})
+		} else {
+			ops = append(ops, map[string]any{"op": "replace", "path": "/" + f, "value": v})
+		}
+	}
+	raw, _ := json.Marshal(ops)
+	if _, err := p.Nodes.Patch(c.UserContext(), c.Params("id"), raw); err != nil {
+		if errs.Status(err) >= 500 {
+			return err
+		}
+		d, derr := p.detail(c)
+		if derr != nil {
+			return p.fail(c, derr)
+		}
+		pg, perr := p.page(c, d.Name)
+		if perr != nil {
+			return perr
+		}
+		pg.Error = err.Error()
+		return render(c, errs.Status(err), views.Node(pg, d))
+	}
+	return c.Redirect("/nodes/"+c.Params("id"), fiber.StatusSeeOther)
 }

@@ -107,4 +107,18 @@ func TestNodePage(t *testing.T) {
 	if !strings.Contains(frag, "steps: not a JSON list") {
 		t.Errorf("bad steps JSON:\n%s", frag)
 	}
+
+	// A system admin re-leases the node from its page; the old lessee loses it.
+	if strings.Contains(body, "Save owner and lessee") {
+		t.Error("the lessee member is offered the owner and lessee form")
+	}
+	if st, _, _ := root.do("POST", "/nodes/"+id+"/tenancy", url.Values{"csrf": {root.csrf}, "owner": {"own"}, "lessee": {"new-tenant"}}); st != 303 {
+		t.Fatalf("set lessee: %d", st)
+	}
+	if st, _ := page(lena); st != 404 {
+		t.Errorf("the former lessee still sees the node: %d", st)
+	}
+	if st, _, _ := root.do("POST", "/nodes/"+id+"/tenancy", url.Values{"csrf": {root.csrf}, "owner": {strings.Repeat("x", 300)}, "lessee": {""}}); st != 400 {
+		t.Errorf("a malformed owner: %d", st)
+	}
 }

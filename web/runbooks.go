@@ -7,6 +7,7 @@ import (
 
 	"github.com/gofiber/fiber/v2"
 
+	"github.com/anvilproject/anvil/policies"
 	"github.com/anvilproject/anvil/server/allocations"
 	"github.com/anvilproject/anvil/server/conductor"
 	"github.com/anvilproject/anvil/server/errs"
@@ -47,11 +48,14 @@ func (p *Portal) runbooksPage(c *fiber.Ctx) error {
 	if err != nil {
 		return p.fail(c, err)
 	}
+	ctx := c.UserContext()
 	rows := make([]views.RunbookRow, len(rs))
 	for i, r := range rs {
 		rows[i] = runbookRow(r)
+		rows[i].Editable = p.Guard.Allowed(ctx, runbooks.RuleUpdate, runbooks.Target(r.Runbook))
 	}
-	return render(c, 200, views.Runbooks(pg, rows))
+	canCreate := p.Guard.Allowed(ctx, runbooks.RuleCreate, createTarget(policies.PrincipalFrom(ctx)))
+	return render(c, 200, views.Runbooks(pg, rows, canCreate))
 }
 
 // runnable fills the runbooks the viewer may run on the node: use is
