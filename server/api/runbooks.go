@@ -2,6 +2,7 @@ package api
 
 import (
 	"encoding/json"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -22,6 +23,72 @@ func (a *API) registerRunbooks(v1 fiber.Router) {
 	v1.Get("/runbooks/:rb", a.getRunbook)
 	v1.Patch("/runbooks/:rb", a.patchRunbook)
 	v1.Delete("/runbooks/:rb", a.deleteRunbook)
+	v1.Get("/runbooks/:rb/traits", a.runbookTraits)
+	v1.Put("/runbooks/:rb/traits", a.setRunbookTraits)
+	v1.Delete("/runbooks/:rb/traits", a.clearRunbookTraits)
+	v1.Put("/runbooks/:rb/traits/:trait", a.addRunbookTrait)
+	v1.Delete("/runbooks/:rb/traits/:trait", a.deleteRunbookTrait)
+}
+
+func (a *API) runbookTraits(c *fiber.Ctx) error {
+	ts, err := a.Runbooks.Traits(c.UserContext(), c.Params("rb"))
+	if err != nil {
+		return err
+	}
+	return c.JSON(fiber.Map{"traits": ts})
+}
+
+func (a *API) setRunbookTraits(c *fiber.Ctx) error {
+	var in struct {
+		Traits []string `json:"traits"`
+	}
+	if err := bind(c, &in); err != nil {
+		return err
+	}
+	if err := a.Runbooks.SetTraits(c.UserContext(), c.Params("rb"), in.Traits); err != nil {
+		return err
+	}
+	return c.SendStatus(204)
+}
+
+func (a *API) clearRunbookTraits(c *fiber.Ctx) error {
+	if err := a.Runbooks.SetTraits(c.UserContext(), c.Params("rb"), nil); err != nil {
+		return err
+	}
+	return c.SendStatus(204)
+}
+
+// editRunbookTraits reads the current traits and writes them back
+// changed; the service validates and authorizes the write.
+func (a *API) editRunbookTraits(c *fiber.Ctx, edit func([]string) ([]string, error)) error {
+	ts, err := a.Runbooks.Traits(c.UserContext(), c.Params("rb"))
+	if err != nil {
+		return err
+	}
+	next, err := edit(ts)
+	if err != nil {
+		return err
+	}
+	if err := a.Runbooks.SetTraits(c.UserContext(), c.Params("rb"), next); err != nil {
+		return err
+	}
+	return c.SendStatus(204)
+}
+
+func (a *API) addRunbookTrait(c *fiber.Ctx) error {
+	t := c.Params("trait")
+	return a.editRunbookTraits(c, func(ts []string) ([]string, error) { return append(ts, t), nil })
+}
+
+func (a *API) deleteRunbookTrait(c *fiber.Ctx) error {
+	t := c.Params("trait")
+	return a.editRunbookTraits(c, func(ts []string) ([]string, error) {
+		i := slices.Index(ts, t)
+		if i < 0 {
+			return nil, errs.NotFound("Runbook %s has no trait %s.", c.Params("rb"), t)
+		}
+		return slices.Delete(slices.Clone(ts), i, i+1), nil
+	})
 }
 
 var runbookFields = []string{"uuid", "name", "public", "owner", "disable_ramdisk", "extra", "traits", "steps", "created_at", "updated_at"}

@@ -171,8 +171,19 @@ func TestRunbookOwnershipAndUse(t *testing.T) {
 			t.Errorf("runbook ran %v", started)
 		}
 
-		// Runbook traits widen where it may run: any shared trait.
-		mustStatus(t, admin.Do(t, "PATCH", "/v1/runbooks/CUSTOM_SYS", `[{"op":"add","path":"/traits","value":["CUSTOM_RACK_A"]}, {"op":"replace","path":"/public","value":true}]`), 200)
+		// Runbook traits widen where it may run: any shared trait. The
+		// sub-resource edits them; a project manager cannot touch a system
+		// runbook's.
+		mustStatus(t, admin.Do(t, "PATCH", "/v1/runbooks/CUSTOM_SYS", `[{"op":"replace","path":"/public","value":true}]`), 200)
+		mustStatus(t, admin.Do(t, "PUT", "/v1/runbooks/CUSTOM_SYS/traits", map[string]any{"traits": []string{"CUSTOM_RACK_B"}}), 204)
+		mustStatus(t, admin.Do(t, "PUT", "/v1/runbooks/CUSTOM_SYS/traits/CUSTOM_RACK_A", nil), 204)
+		mustStatus(t, admin.Do(t, "DELETE", "/v1/runbooks/CUSTOM_SYS/traits/CUSTOM_RACK_B", nil), 204)
+		mustStatus(t, admin.Do(t, "DELETE", "/v1/runbooks/CUSTOM_SYS/traits/CUSTOM_NOPE", nil), 404)
+		mustStatus(t, admin.Do(t, "PUT", "/v1/runbooks/CUSTOM_SYS/traits/bad-trait", nil), 400)
+		mustStatus(t, manager.Do(t, "PUT", "/v1/runbooks/CUSTOM_SYS/traits/CUSTOM_X", nil), 403)
+		if ts := member.Do(t, "GET", "/v1/runbooks/CUSTOM_SYS/traits", nil).JSON(t)["traits"].([]any); len(ts) != 1 || ts[0] != "CUSTOM_RACK_A" {
+			t.Errorf("runbook traits %v", ts)
+		}
 		provision(t, member, id, map[string]any{"target": "clean", "runbook": "CUSTOM_SYS"}, 400)
 		mustStatus(t, admin.Do(t, "PUT", "/v1/nodes/"+id+"/traits/CUSTOM_RACK_A", nil), 204)
 		provision(t, member, id, map[string]any{"target": "clean", "runbook": "CUSTOM_SYS"}, 202)

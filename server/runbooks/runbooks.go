@@ -495,3 +495,40 @@ func (s *Service) Resolve(ctx context.Context, ident string, nodeTraits []string
 	}
 	return out, r.DisableRamdisk, nil
 }
+
+// Traits lists a runbook's traits.
+func (s *Service) Traits(ctx context.Context, ident string) ([]string, error) {
+	r, err := s.authorized(ctx, ident)
+	if err != nil {
+		return nil, err
+	}
+	if r.Traits == nil {
+		return []string{}, nil
+	}
+	return r.Traits, nil
+}
+
+// SetTraits replaces a runbook's traits (the update rule applies).
+func (s *Service) SetTraits(ctx context.Context, ident string, traits []string) (err error) {
+	r, err := s.authorized(ctx, ident, RuleUpdate)
+	if err != nil {
+		return err
+	}
+	defer func() { s.guard.Done(ctx, RuleUpdate, "runbook", r.UUID, err, map[string]any{"traits": traits}) }()
+	if len(traits) > 50 {
+		return errs.BadRequest("traits", "at most 50 traits")
+	}
+	var clean []string
+	for _, t := range traits {
+		if err := nodes.ValidateTrait(t); err != nil {
+			return errs.BadRequest("traits", "%v", err)
+		}
+		if !slices.Contains(clean, t) {
+			clean = append(clean, t)
+		}
+	}
+	if clean == nil {
+		clean = []string{}
+	}
+	return s.db.Runbook.UpdateOneID(r.ID).SetTraits(clean).Exec(ctx)
+}
