@@ -24,7 +24,7 @@ func when(t *time.Time, none string) string {
 	return t.UTC().Format("2006-01-02 15:04 UTC")
 }
 
-func Account(p Page, tokens []TokenRow, roles []string) templ.Component {
+func Account(p Page, tokens []TokenRow, roles []string, secret string) templ.Component {
 	return templruntime.GeneratedTemplate(func(templ_7745c5c3_Input templruntime.GeneratedComponentInput) (templ_7745c5c3_Err error) {
 		templ_7745c5c3_W, ctx := templ_7745c5c3_Input.Writer, templ_7745c5c3_Input.Context
 		if templ_7745c5c3_CtxErr := ctx.Err(); templ_7745c5c3_CtxErr != nil {
@@ -146,7 +146,7 @@ func Account(p Page, tokens []TokenRow, roles []string) templ.Component {
 			if templ_7745c5c3_Err != nil {
 				return templ_7745c5c3_Err
 			}
-			templ_7745c5c3_Err = Tokens(p, tokens, "").Render(ctx, templ_7745c5c3_Buffer)
+			templ_7745c5c3_Err = Tokens(p, tokens, secret).Render(ctx, templ_7745c5c3_Buffer)
 			if templ_7745c5c3_Err != nil {
 				return templ_7745c5c3_Err
 			}

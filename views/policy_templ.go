@@ -420,7 +420,7 @@ func Policy(p Page, pp PolicyPage) templ.Component {
 					}
 				}
 			}
-			templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 42, "</section><section aria-labelledby=\"matrix-title\"><h2 id=\"matrix-title\">Who may do what</h2><p>Against a node owned by owner-project and leased to lessee-project, with the effective policy.</p><div class=\"scroll\"><table class=\"matrix\"><thead><tr><th scope=\"col\">Rule</th>")
+			templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 42, "</section><section aria-labelledby=\"matrix-title\"><h2 id=\"matrix-title\">Who may do what</h2><p>Against a node owned by owner-project and leased to lessee-project, with the effective policy.</p><div class=\"scroll\" tabindex=\"0\" role=\"region\" aria-label=\"Persona by rule matrix\"><table class=\"matrix\"><thead><tr><th scope=\"col\">Rule</th>")
 			if templ_7745c5c3_Err != nil {
 				return templ_7745c5c3_Err
 			}
