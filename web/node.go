@@ -46,6 +46,12 @@ func (p *Portal) detail(c *fiber.Ctx) (views.NodeDetail, error) {
 		}
 	}
 	d.Busy = slices.Contains(busyStates, v.ProvisionState) || d.TargetPowerState != ""
+	for _, kind := range []string{"clean", "service"} {
+		if total, ok := v.Node.DriverInternalInfo[kind+"_step_total"].(float64); ok && d.Busy {
+			idx, _ := v.Node.DriverInternalInfo[kind+"_step_index"].(float64)
+			d.StepIndex, d.StepTotal = int(idx)+1, int(total)
+		}
+	}
 	t := nodes.Target(v.Node)
 	d.CanPower = p.Guard.Allowed(ctx, conductor.RuleSetPower, t)
 	d.CanSteps = p.Guard.Allowed(ctx, conductor.RuleProvision, t) && p.Guard.Allowed(ctx, conductor.RuleCleanSteps, t) &&

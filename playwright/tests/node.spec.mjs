@@ -18,6 +18,7 @@ test('an operator cleans a node with explicit steps and watches them run', async
   // The status section polls itself while the conductor works.
   await expect(page.getByTestId('provision-state')).toContainText('clean wait');
   await expect(page.getByTestId('current-step')).toHaveText('deploy.wait');
+  await expect(page.getByTestId('step-counter')).toHaveText('Step 2 of 3');
   await expect(page.getByTestId('provision-state')).toHaveText('manageable', { timeout: 15_000 });
   await expect(page.locator('table.history tbody tr').last()).toContainText('All 3 clean steps done; node is manageable');
   await expect(page.getByTestId('power-state')).toHaveText('power off');

@@ -31,6 +31,8 @@ test('a tenant runs the public firmware runbook on a leased node and sees it com
   await expect(page.locator('details[open] ol li')).toHaveText(['power.power_off', 'deploy.wait (seconds=3)', 'power.power_on']);
   await page.getByRole('button', { name: 'Run CUSTOM_FIRMWARE_UPDATE (clean)' }).click();
   await expect(page.getByTestId('provision-state')).toContainText('clean');
+  // The lessee sees progress too, though not driver_internal_info itself.
+  await expect(page.getByTestId('step-counter')).toHaveText('Step 2 of 3');
   await expect(page.getByTestId('provision-state')).toHaveText('manageable', { timeout: 20_000 });
   await expect(page.getByRole('cell', { name: 'All 3 clean steps done; node is manageable' }).first()).toBeVisible();
   await expect(page.locator('table.history tbody tr').last()).toContainText('All 3 clean steps done');

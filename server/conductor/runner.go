@@ -70,8 +70,14 @@ func (c *Conductor) runSteps(id int, kind string, steps []Step, who string) {
 		}
 		// The step and its event land together: one commit per change
 		// keeps a SQLite conductor above a thousand steps a second.
+		// Progress lives in driver_internal_info, as Ironic keeps its
+		// clean_step_index there: "step i of n" without reading history.
+		n.DriverInternalInfo = cloneInfo(n.DriverInternalInfo)
+		n.DriverInternalInfo[kind+"_step_index"] = i
+		n.DriverInternalInfo[kind+"_step_total"] = len(steps)
 		err := store.WithTx(ctx, c.db, func(tx *ent.Client) error {
-			if err := setStep(tx.Node.UpdateOneID(id).SetProvisionState(ph.running), st.asMap()).Exec(ctx); err != nil {
+			u := tx.Node.UpdateOneID(id).SetProvisionState(ph.running).SetDriverInternalInfo(n.DriverInternalInfo)
+			if err := setStep(u, st.asMap()).Exec(ctx); err != nil {
 				return err
 			}
 			return history.Record(ctx, tx, history.Event{NodeID: id, Type: kind, User: who, Conductor: c.cfg.Name,
@@ -120,6 +126,8 @@ func (c *Conductor) runSteps(id int, kind string, steps []Step, who string) {
 	info := cloneInfo(n.DriverInternalInfo)
 	delete(info, "pending_steps")
 	delete(info, abortRequestedField)
+	delete(info, kind+"_step_index")
+	delete(info, kind+"_step_total")
 	// The final state and its event land together, so whoever sees the
 	// node done also sees why.
 	err = store.WithTx(ctx, c.db, func(tx *ent.Client) error {
