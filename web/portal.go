@@ -4,14 +4,12 @@ import (
 	"context"
 	"errors"
 	"log/slog"
-	"net/http"
 	"slices"
 	"strings"
 	"time"
 
 	"github.com/a-h/templ"
 	"github.com/gofiber/fiber/v2"
-	"github.com/gofiber/fiber/v2/middleware/filesystem"
 
 	"github.com/anvilproject/anvil/policies"
 	"github.com/anvilproject/anvil/server/allocations"
@@ -55,7 +53,7 @@ const sessionLocal = "anvil.session"
 
 // Register mounts the portal on app.
 func (p *Portal) Register(app *fiber.App) {
-	app.Use("/static", filesystem.New(filesystem.Config{Root: http.FS(static.FS), MaxAge: 3600}))
+	app.Get("/static/:hash/:name", serveStatic)
 	// The session (and its CSRF check) wraps portal routes only: the JSON
 	// API authenticates with tokens and has no cookies to forge.
 	s := p.session
@@ -87,6 +85,16 @@ func (p *Portal) Register(app *fiber.App) {
 	app.Get("/account", s, p.signedIn, p.account)
 	app.Post("/account/tokens", s, p.signedIn, p.createToken)
 	app.Post("/account/tokens/:id/revoke", s, p.signedIn, p.revokeToken)
+}
+
+func serveStatic(c *fiber.Ctx) error {
+	a, ok := static.Lookup(c.Params("hash"), c.Params("name"))
+	if !ok {
+		return fiber.ErrNotFound
+	}
+	c.Set(fiber.HeaderCacheControl, "public, max-age=31536000, immutable")
+	c.Set(fiber.HeaderContentType, a.ContentType)
+	return c.Send(a.Body)
 }
 
 // session loads the cookie, refuses a state-changing request without the

@@ -205,3 +205,20 @@ func TestPortalSessions(t *testing.T) {
 		}
 	})
 }
+
+func TestStaticAssetsAreHashedAndCached(t *testing.T) {
+	srv := servertest.Start(t, server.Options{Database: storetest.Setting(t, "sqlite")})
+	b := newBrowser(t, srv.URL)
+	_, page, _ := b.do("GET", "/login", nil)
+	m := regexp.MustCompile(`href="(/static/[0-9a-f]{12}/anvil\.css)"`).FindStringSubmatch(page)
+	if m == nil {
+		t.Fatalf("no hashed stylesheet link:\n%s", page)
+	}
+	st, css, h := b.do("GET", m[1], nil)
+	if st != 200 || !strings.Contains(h.Get("Cache-Control"), "immutable") || !strings.Contains(css, "font") {
+		t.Fatalf("stylesheet: %d %q", st, h.Get("Cache-Control"))
+	}
+	if st, _, _ := b.do("GET", "/static/000000000000/anvil.css", nil); st != 404 {
+		t.Errorf("a stale hash answered %d", st)
+	}
+}
