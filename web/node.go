@@ -106,7 +106,7 @@ func (p *Portal) fail(c *fiber.Ctx, err error) error {
 		return perr
 	}
 	pg.Error = err.Error()
-	return render(c, st, views.Home(pg, nil, false))
+	return render(c, st, views.Home(pg, nil, ""))
 }
 
 func (p *Portal) nodePower(c *fiber.Ctx) error {

@@ -51,6 +51,9 @@ type Portal struct {
 
 const sessionLocal = "anvil.session"
 
+// pageSize is how many nodes a page of the portal's list shows.
+const pageSize = 50
+
 // Register mounts the portal on app.
 func (p *Portal) Register(app *fiber.App) {
 	app.Get("/static/:hash/:name", serveStatic)
@@ -297,19 +300,24 @@ func (p *Portal) home(c *fiber.Ctx) error {
 	if err != nil {
 		return err
 	}
-	list, err := p.Nodes.List(c.UserContext(), nodes.ListOptions{Limit: 100, SortKey: "name"})
+	list, err := p.Nodes.List(c.UserContext(), nodes.ListOptions{Limit: pageSize, SortKey: "name", Marker: c.Query("after")})
 	if err != nil && errs.Status(err) != 403 {
+		if errs.Status(err) == 400 {
+			return c.Redirect("/nodes", fiber.StatusSeeOther) // a stale marker: start over
+		}
 		return err
 	}
 	var rows []views.NodeRow
-	more := false
+	next := ""
 	if list != nil {
-		more = list.More
 		for _, n := range list.Nodes {
 			rows = append(rows, nodeRow(n))
 		}
+		if list.More && len(rows) > 0 {
+			next = "/nodes?after=" + rows[len(rows)-1].UUID
+		}
 	}
-	return render(c, 200, views.Home(pg, rows, more))
+	return render(c, 200, views.Home(pg, rows, next))
 }
 
 func nodeRow(v *nodes.View) views.NodeRow {

@@ -2,6 +2,7 @@ package web_test
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/cookiejar"
@@ -220,5 +221,30 @@ func TestStaticAssetsAreHashedAndCached(t *testing.T) {
 	}
 	if st, _, _ := b.do("GET", "/static/000000000000/anvil.css", nil); st != 404 {
 		t.Errorf("a stale hash answered %d", st)
+	}
+}
+
+func TestNodeListPages(t *testing.T) {
+	srv := servertest.Start(t, server.Options{Database: storetest.Setting(t, "sqlite")})
+	ctx := context.Background()
+	srv.IDs.CreateUser(ctx, "root", "root-password-1")
+	srv.IDs.Grant(ctx, "root", identity.Assignment{Scope: identity.Scope{System: true}, Role: "admin"})
+	tok, _, _ := srv.IDs.CreateToken(ctx, identity.TokenRequest{User: "root", Scope: identity.Scope{System: true}, Roles: []string{"admin"}})
+	api := srv.Client()
+	api.Header.Set("X-Auth-Token", tok)
+	for i := 0; i < 60; i++ {
+		api.Do(t, "POST", "/v1/nodes", map[string]any{"name": fmt.Sprintf("pg-%02d", i), "driver": "fake"})
+	}
+	b := newBrowser(t, srv.URL)
+	b.do("GET", "/login", nil)
+	b.do("POST", "/login", url.Values{"csrf": {b.csrf}, "username": {"root"}, "password": {"root-password-1"}})
+	_, page, _ := b.do("GET", "/nodes", nil)
+	next := regexp.MustCompile(`href="(/nodes\?after=[^"]+)" rel="next"`).FindStringSubmatch(page)
+	if strings.Count(page, "<tr data-node=") != 50 || next == nil || !strings.Contains(page, "pg-49") || strings.Contains(page, "pg-50") {
+		t.Fatalf("first page: %d rows, next %v", strings.Count(page, "<tr data-node="), next)
+	}
+	_, page, _ = b.do("GET", next[1], nil)
+	if strings.Count(page, "<tr data-node=") != 10 || strings.Contains(page, `rel="next"`) || !strings.Contains(page, "pg-59") {
+		t.Errorf("second page: %d rows", strings.Count(page, "<tr data-node="))
 	}
 }
