@@ -1,16 +1,34 @@
 #!/bin/sh
 # Starts a throwaway Anvil for the journeys: a fresh SQLite file, demo
-# nodes, and the accounts the tests sign in as.
+# nodes, the accounts the tests sign in as, and a loopback OpenID provider
+# (internal/testop) for the SSO journey.
 set -eu
 cd "$(dirname "$0")/.."
 dir=$(mktemp -d)
 go build -o "$dir/anvil" .
+go build -o "$dir/testop" ./internal/testop
 db="$dir/anvil.db"
 a="$dir/anvil"
 $a migrate --database "$db" >/dev/null
 echo 'tenant-password-1' | $a user create tina --password-stdin --database "$db"
 $a user grant tina --project tenant-blue --role member --database "$db"
 $a user grant tina --project tenant-green --role reader --database "$db"
+echo 'manager-password-1' | $a user create mark --password-stdin --database "$db"
+$a user grant mark --project tenant-blue --role manager --database "$db"
 echo 'operator-password-1' | $a user create olga --password-stdin --database "$db"
 $a user grant olga --system --role admin --database "$db"
-exec $a serve --database "$db" --listen 127.0.0.1:18085 --demo 40 --policy-override-enabled --policy-dir "$dir/policy.d" --session-secret playwright-only-secret --log-level warn
+
+"$dir/testop" -listen 127.0.0.1:18090 -redirect http://127.0.0.1:18085/auth/oidc/callback \
+  -groups anvil:project:tenant-blue:member &
+op=$!
+trap 'kill $op 2>/dev/null' EXIT INT TERM
+for _ in $(seq 1 50); do
+  curl -sf http://127.0.0.1:18090/.well-known/openid-configuration >/dev/null && break
+  sleep 0.1
+done
+
+$a serve --database "$db" --listen 127.0.0.1:18085 --demo 40 \
+  --policy-override-enabled --policy-dir "$dir/policy.d" \
+  --oidc-issuer http://127.0.0.1:18090 --oidc-client-id anvil --oidc-client-secret anvil-secret \
+  --oidc-redirect-url http://127.0.0.1:18085/auth/oidc/callback \
+  --session-secret playwright-only-secret --log-level warn
