@@ -48,3 +48,34 @@ test('a tenant requests a node among those its project owns or leases', async ({
   await page.getByRole('button', { name: 'Request' }).click();
   await expect(page.getByRole('alert')).toContainText('No node is free');
 });
+
+test('the run-a-runbook flow works from the keyboard alone', async ({ page }) => {
+  await page.goto('/login');
+  await page.getByLabel('Username').focus();
+  await page.keyboard.type('tina');
+  await page.keyboard.press('Tab');
+  await page.keyboard.type('tenant-password-1');
+  await page.keyboard.press('Enter');
+  await expect(page).toHaveURL(/\/nodes$/);
+  // Walk the node links with Tab until a node page offers the firmware runbook.
+  const links = page.locator('table.nodes tbody tr a');
+  for (let i = 0; i < await links.count(); i++) {
+    await links.nth(i).focus();
+    await page.keyboard.press('Enter');
+    await page.waitForURL(/\/nodes\/[0-9a-f-]{36}$/);
+    await expect(page.getByTestId('provision-state')).toBeVisible();
+    const summary = page.locator('summary', { hasText: 'CUSTOM_FIRMWARE_UPDATE' });
+    if (await summary.count() > 0) {
+      await summary.focus();
+      await page.keyboard.press('Enter');
+      await page.getByRole('button', { name: 'Run CUSTOM_FIRMWARE_UPDATE (clean)' }).focus();
+      await page.keyboard.press('Enter');
+      await expect(page.getByTestId('provision-state')).toHaveText('manageable', { timeout: 20_000 });
+      await expect(page.locator('table.history tbody tr').last()).toContainText('All 3 clean steps done');
+      return;
+    }
+    await page.goBack();
+    await page.waitForURL(/\/nodes$/);
+  }
+  throw new Error('no leased node offered the firmware runbook');
+});
