@@ -68,3 +68,23 @@ test('a form posted without its CSRF token is refused', async ({ page, request }
   });
   expect(res.status()).toBe(403);
 });
+
+test('a tenant gets the not-found page for another project\'s node, by direct URL', async ({ page }) => {
+  // An operator finds a node no tenant-blue/green project owns or leases.
+  await signIn(page, 'olga', 'operator-password-1');
+  const rows = page.locator('table.nodes tbody tr');
+  let foreign = null;
+  for (let i = 0; i < await rows.count() && !foreign; i++) {
+    const lessee = (await rows.nth(i).locator('td').nth(4).textContent()).trim();
+    if (lessee !== 'tenant-blue' && lessee !== 'tenant-green') {
+      foreign = await rows.nth(i).locator('a').getAttribute('href');
+    }
+  }
+  expect(foreign).not.toBeNull();
+  await page.getByRole('button', { name: 'Sign out' }).click();
+
+  await signIn(page, 'tina', 'tenant-password-1');
+  const res = await page.goto(foreign);
+  expect(res.status()).toBe(404);
+  await expect(page.getByRole('alert')).toContainText('could not be found');
+});
