@@ -40,6 +40,13 @@ test('every main page passes axe, at 1440 px and at 390 px, and the suite record
       await accessible(page, `${name}@${width}`);
       // Nothing is wider than the viewport but tables, which scroll.
       const overflow = await page.evaluate(() => document.documentElement.scrollWidth - window.innerWidth);
+      // At 390 px only wide tables may scroll; the page itself must not.
+      const bodyOverflow = await page.evaluate(() => {
+        const others = [...document.querySelectorAll('main > :not(table):not(.scroll):not(section), header')]
+          .map((e) => e.getBoundingClientRect().right);
+        return Math.max(0, ...others) - window.innerWidth;
+      });
+      expect(bodyOverflow, `${name}: a non-table element overflows at ${width}px`).toBeLessThanOrEqual(1);
       if (width === 1440) {
         expect(overflow, `${name} overflows at ${width}px`).toBeLessThanOrEqual(0);
         await page.screenshot({ path: path.join(shots, `${name}.png`), fullPage: false });

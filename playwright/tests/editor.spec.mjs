@@ -46,4 +46,10 @@ test('a project manager writes a runbook in the step editor; an operator publish
   await page.getByLabel('Lessee project (empty: not leased)').fill('tenant-gold');
   await page.getByRole('button', { name: 'Save owner and lessee' }).click();
   await expect(page.locator('dl.facts').first()).toContainText('tenant-gold');
+
+  await page.getByRole('link', { name: 'API tokens' }).click();
+  await page.getByLabel('Description').fill('operator automation');
+  await page.getByRole('button', { name: 'Create token' }).click();
+  await expect(page.getByTestId('new-token')).toContainText('anvil_');
+  await expect(page.locator('tr', { hasText: 'operator automation' })).toContainText('system');
 });
