@@ -10,6 +10,7 @@ import (
 
 	"github.com/anvilproject/anvil/ent"
 	"github.com/anvilproject/anvil/policies"
+	"github.com/anvilproject/anvil/server/errs"
 )
 
 // Request is the request-scoped information an audit row carries; the
@@ -59,6 +60,20 @@ type Log struct {
 
 // New returns a Log writing through db.
 func New(db *ent.Client, log *slog.Logger) *Log { return &Log{db: db, log: log} }
+
+// Done audits a completed or failed action: a failure records its
+// status and error, so every caller reports outcomes the same way.
+func (l *Log) Done(ctx context.Context, rule, targetType, targetID string, err error, detail map[string]any) {
+	e := Entry{Rule: rule, TargetType: targetType, TargetID: targetID, Result: Allowed, Status: 200, Detail: detail}
+	if err != nil {
+		e.Result, e.Status = Failed, errs.Status(err)
+		if e.Detail == nil {
+			e.Detail = map[string]any{}
+		}
+		e.Detail["error"] = err.Error()
+	}
+	l.Record(ctx, e)
+}
 
 // Record stores e. An audit row that cannot be written is logged loudly
 // but does not undo the already-committed action it describes.

@@ -41,13 +41,5 @@ func (g *Guard) Authorize(ctx context.Context, rule, targetType, targetID string
 
 // Done audits a completed (or failed) mutation.
 func (g *Guard) Done(ctx context.Context, rule, targetType, targetID string, err error, detail map[string]any) {
-	e := audit.Entry{Rule: rule, TargetType: targetType, TargetID: targetID, Result: audit.Allowed, Status: 200, Detail: detail}
-	if err != nil {
-		e.Result, e.Status = audit.Failed, errs.Status(err)
-		if detail == nil {
-			e.Detail = map[string]any{}
-		}
-		e.Detail["error"] = err.Error()
-	}
-	g.Audit.Record(ctx, e)
+	g.Audit.Done(ctx, rule, targetType, targetID, err, detail)
 }

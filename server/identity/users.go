@@ -85,15 +85,7 @@ type UserInfo struct {
 }
 
 func (s *Service) record(ctx context.Context, rule, target string, err error, detail map[string]any) {
-	e := audit.Entry{Rule: rule, TargetType: "user", TargetID: target, Result: audit.Allowed, Status: 200, Detail: detail}
-	if err != nil {
-		e.Result, e.Status = audit.Failed, errs.Status(err)
-		if e.Detail == nil {
-			e.Detail = map[string]any{}
-		}
-		e.Detail["error"] = err.Error()
-	}
-	s.audit.Record(ctx, e)
+	s.audit.Done(ctx, rule, "user", target, err, detail)
 }
 
 // GeneratePassword returns a random password of 20 base32 characters

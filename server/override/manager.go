@@ -190,15 +190,13 @@ func Apply(ctx context.Context, db *store.DB, log *audit.Log, files Files, who s
 	if verr == nil {
 		detail["diff"] = Diff(before, rules)
 	}
-	e := audit.Entry{Rule: RuleUpdate, TargetType: "policy", Result: audit.Allowed, Status: 200, Detail: detail}
 	if verr != nil {
-		e.Result, e.Status = audit.Failed, 400
-		detail["error"] = verr.Error()
-		log.Record(ctx, e)
+		refused := errs.BadRequest("policy", "%s", verr)
+		log.Done(ctx, RuleUpdate, "policy", "", refused, detail)
 		if err := setFailed(ctx, db, verr.Error()); err != nil {
 			return 0, err
 		}
-		return 0, errs.BadRequest("policy", "%s", verr)
+		return 0, refused
 	}
 	var rev int64 = 1
 	if latest != nil {
@@ -218,8 +216,7 @@ func Apply(ctx context.Context, db *store.DB, log *audit.Log, files Files, who s
 	if err != nil {
 		return 0, err
 	}
-	e.TargetID = fmt.Sprint(rev)
-	log.Record(ctx, e)
+	log.Done(ctx, RuleUpdate, "policy", fmt.Sprint(rev), nil, detail)
 	return rev, nil
 }
 
