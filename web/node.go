@@ -24,20 +24,14 @@ func (p *Portal) detail(c *fiber.Ctx) (views.NodeDetail, error) {
 	if err != nil {
 		return views.NodeDetail{}, err
 	}
-	str := func(s *string) string {
-		if s == nil {
-			return ""
-		}
-		return *s
-	}
-	d := views.NodeDetail{UUID: v.UUID, Name: str(v.Name), Driver: v.Driver, Owner: v.Owner, Lessee: v.Lessee,
-		ProvisionState: v.ProvisionState, TargetProvisionState: str(v.TargetProvisionState),
-		PowerState: str(v.PowerState), TargetPowerState: str(v.TargetPowerState), LastError: str(v.LastError), Traits: v.Traits}
+	d := views.NodeDetail{UUID: v.UUID, Name: deref(v.Name), Driver: v.Driver, Owner: v.Owner, Lessee: v.Lessee,
+		ProvisionState: v.ProvisionState, TargetProvisionState: deref(v.TargetProvisionState),
+		PowerState: deref(v.PowerState), TargetPowerState: deref(v.TargetPowerState), LastError: deref(v.LastError), Traits: v.Traits}
 	if d.PowerState == "" {
 		d.PowerState = "unknown"
 	}
 	if v.Maintenance {
-		d.Maintenance = "yes: " + str(v.MaintenanceReason)
+		d.Maintenance = "yes: " + deref(v.MaintenanceReason)
 	}
 	for _, m := range []map[string]any{v.CleanStep, v.ServiceStep} {
 		if s, _ := m["step"].(string); s != "" {

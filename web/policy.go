@@ -5,6 +5,8 @@ import (
 	"bytes"
 	"fmt"
 	"io"
+	"maps"
+	"slices"
 	"strings"
 
 	"github.com/gofiber/fiber/v2"
@@ -231,7 +233,7 @@ func (p *Portal) policyCurrent(c *fiber.Ctx) error {
 	var buf bytes.Buffer
 	w := zip.NewWriter(&buf)
 	if latest != nil {
-		for _, n := range sortedNames(latest.Files) {
+		for _, n := range slices.Sorted(maps.Keys(latest.Files)) {
 			f, err := w.Create(n)
 			if err != nil {
 				return err
@@ -247,12 +249,4 @@ func (p *Portal) policyCurrent(c *fiber.Ctx) error {
 	c.Set(fiber.HeaderContentDisposition, `attachment; filename="anvil-policy-override.zip"`)
 	c.Type("zip")
 	return c.Send(buf.Bytes())
-}
-
-func sortedNames(m map[string]string) []string {
-	f := override.Files{}
-	for k := range m {
-		f[k] = nil
-	}
-	return f.Names()
 }

@@ -321,12 +321,6 @@ func (p *Portal) home(c *fiber.Ctx) error {
 }
 
 func nodeRow(v *nodes.View) views.NodeRow {
-	str := func(s *string) string {
-		if s == nil {
-			return ""
-		}
-		return *s
-	}
 	rel := "system"
 	switch {
 	case v.Relation == nodes.RelBoth:
@@ -338,6 +332,6 @@ func nodeRow(v *nodes.View) views.NodeRow {
 	case v.Relation == nodes.RelNone:
 		rel = "none"
 	}
-	return views.NodeRow{UUID: v.UUID, Name: str(v.Name), ProvisionState: v.ProvisionState, PowerState: str(v.PowerState),
+	return views.NodeRow{UUID: v.UUID, Name: deref(v.Name), ProvisionState: v.ProvisionState, PowerState: deref(v.PowerState),
 		Owner: v.Owner, Lessee: v.Lessee, Relation: rel, Maintenance: v.Maintenance}
 }
