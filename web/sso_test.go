@@ -11,28 +11,12 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/zitadel/oidc/v3/example/server/exampleop"
-	"github.com/zitadel/oidc/v3/example/server/storage"
-	zoidc "github.com/zitadel/oidc/v3/pkg/oidc"
-
+	"github.com/anvilproject/anvil/internal/oidctest"
 	"github.com/anvilproject/anvil/server"
 	"github.com/anvilproject/anvil/server/oidclogin"
 	"github.com/anvilproject/anvil/server/servertest"
 	"github.com/anvilproject/anvil/server/store/storetest"
 )
-
-type groupStorage struct {
-	*storage.Storage
-	groups []string
-}
-
-func (s *groupStorage) SetUserinfoFromToken(ctx context.Context, ui *zoidc.UserInfo, tokenID, subject, origin string) error {
-	if err := s.Storage.SetUserinfoFromToken(ctx, ui, tokenID, subject, origin); err != nil {
-		return err
-	}
-	ui.AppendClaims("groups", s.groups)
-	return nil
-}
 
 // TestPortalSSO signs in to the portal through zitadel's OpenID provider
 // on loopback: the portal's redirect, the provider's form, the callback,
@@ -43,11 +27,8 @@ func TestPortalSSO(t *testing.T) {
 	opSrv := httptest.NewServer(nil)
 	defer opSrv.Close()
 	redirect := srv.URL + "/auth/oidc/callback"
-	storage.RegisterClients(storage.WebClient("anvil-portal", "portal-secret", redirect))
-	opSrv.Config.Handler = exampleop.SetupServer(opSrv.URL, &groupStorage{
-		Storage: storage.NewStorage(storage.NewUserStore(opSrv.URL)),
-		groups:  []string{"anvil:project:blue:reader"},
-	}, slog.New(slog.NewTextHandler(io.Discard, nil)), false)
+	opSrv.Config.Handler = oidctest.Handler(opSrv.URL, "anvil-portal", "portal-secret", redirect,
+		[]string{"anvil:project:blue:reader"}, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	p, err := oidclogin.New(ctx, oidclogin.Config{Issuer: opSrv.URL, ClientID: "anvil-portal", ClientSecret: "portal-secret", RedirectURL: redirect})
 	if err != nil {
 		t.Fatal(err)

@@ -1,11 +1,8 @@
-// Command testop is an OpenID provider for the browser journeys only:
-// zitadel's example provider on loopback, with one registered client and
-// Anvil's groups claim added to userinfo. Its user is
-// test-user@<host>, password verysecure.
+// Command testop runs internal/oidctest's OpenID provider on loopback for
+// the browser journeys only.
 package main
 
 import (
-	"context"
 	"flag"
 	"log"
 	"log/slog"
@@ -13,23 +10,8 @@ import (
 	"os"
 	"strings"
 
-	"github.com/zitadel/oidc/v3/example/server/exampleop"
-	"github.com/zitadel/oidc/v3/example/server/storage"
-	"github.com/zitadel/oidc/v3/pkg/oidc"
+	"github.com/anvilproject/anvil/internal/oidctest"
 )
-
-type groupStorage struct {
-	*storage.Storage
-	groups []string
-}
-
-func (s *groupStorage) SetUserinfoFromToken(ctx context.Context, ui *oidc.UserInfo, tokenID, subject, origin string) error {
-	if err := s.Storage.SetUserinfoFromToken(ctx, ui, tokenID, subject, origin); err != nil {
-		return err
-	}
-	ui.AppendClaims("groups", s.groups)
-	return nil
-}
 
 func main() {
 	listen := flag.String("listen", "127.0.0.1:18090", "address to serve on (loopback only)")
@@ -40,8 +22,7 @@ func main() {
 		log.Fatal("testop serves on loopback only")
 	}
 	issuer := "http://" + *listen
-	storage.RegisterClients(storage.WebClient("anvil", "anvil-secret", *redirect))
-	st := &groupStorage{Storage: storage.NewStorage(storage.NewUserStore(issuer)), groups: strings.Split(*groups, ",")}
-	h := exampleop.SetupServer(issuer, st, slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})), false)
+	h := oidctest.Handler(issuer, "anvil", "anvil-secret", *redirect, strings.Split(*groups, ","),
+		slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})))
 	log.Fatal(http.ListenAndServe(*listen, h))
 }

@@ -18,28 +18,11 @@ import (
 	"time"
 
 	jose "github.com/go-jose/go-jose/v4"
-	"github.com/zitadel/oidc/v3/example/server/exampleop"
-	"github.com/zitadel/oidc/v3/example/server/storage"
-	zoidc "github.com/zitadel/oidc/v3/pkg/oidc"
 	"golang.org/x/oauth2"
 
+	"github.com/anvilproject/anvil/internal/oidctest"
 	"github.com/anvilproject/anvil/server/identity"
 )
-
-// groupStorage is zitadel's example storage with Anvil's groups claim
-// added to userinfo, as a directory-backed provider would add it.
-type groupStorage struct {
-	*storage.Storage
-	groups []string
-}
-
-func (s *groupStorage) SetUserinfoFromToken(ctx context.Context, ui *zoidc.UserInfo, tokenID, subject, origin string) error {
-	if err := s.Storage.SetUserinfoFromToken(ctx, ui, tokenID, subject, origin); err != nil {
-		return err
-	}
-	ui.AppendClaims("groups", s.groups)
-	return nil
-}
 
 // TestCodeFlowAgainstRealProvider runs zitadel's OpenID provider on
 // loopback and signs in through it: authorization code, PKCE, state,
@@ -58,10 +41,8 @@ func TestCodeFlowAgainstRealProvider(t *testing.T) {
 	}))
 	defer rp.Close()
 	redirect := rp.URL + "/auth/oidc/callback"
-	storage.RegisterClients(storage.WebClient("anvil-test", "anvil-secret", redirect))
-	st := &groupStorage{Storage: storage.NewStorage(storage.NewUserStore(issuer)),
-		groups: []string{"anvil:project:blue:member", "anvil:system:reader", "unrelated"}}
-	opSrv.Config.Handler = exampleop.SetupServer(issuer, st, slog.New(slog.NewTextHandler(io.Discard, nil)), false)
+	opSrv.Config.Handler = oidctest.Handler(issuer, "anvil-test", "anvil-secret", redirect,
+		[]string{"anvil:project:blue:member", "anvil:system:reader", "unrelated"}, slog.New(slog.NewTextHandler(io.Discard, nil)))
 
 	p, err := New(ctx, Config{Issuer: issuer, ClientID: "anvil-test", ClientSecret: "anvil-secret", RedirectURL: redirect})
 	if err != nil {
