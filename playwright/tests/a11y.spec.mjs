@@ -1,4 +1,5 @@
 import { test, expect } from '@playwright/test';
+import { signIn } from './helpers.mjs';
 import { createRequire } from 'node:module';
 import fs from 'node:fs';
 import path from 'node:path';
@@ -15,13 +16,6 @@ async function accessible(page, name) {
   expect(bad.map((v) => `${name}: ${v.id} (${v.impact}): ${v.nodes.map((n) => n.target.join(' ')).join(', ')}`)).toEqual([]);
 }
 
-async function signIn(page, user, password) {
-  await page.goto('/login');
-  await page.getByLabel('Username').fill(user);
-  await page.getByLabel('Password').fill(password);
-  await page.getByRole('button', { name: 'Sign in' }).click();
-  await expect(page).toHaveURL(/\/nodes$/);
-}
 
 test('every main page passes axe, at 1440 px and at 390 px, and the suite records screenshots', async ({ page }) => {
   fs.mkdirSync(shots, { recursive: true });

@@ -1,13 +1,7 @@
 import { test, expect } from '@playwright/test';
+import { signIn } from './helpers.mjs';
 import path from 'node:path';
 
-async function signIn(page, user, password) {
-  await page.goto('/login');
-  await page.getByLabel('Username').fill(user);
-  await page.getByLabel('Password').fill(password);
-  await page.getByRole('button', { name: 'Sign in' }).click();
-  await expect(page).toHaveURL(/\/nodes$/);
-}
 
 test('an operator cleans a node with explicit steps and watches them run', async ({ page }) => {
   await signIn(page, 'olga', 'operator-password-1');

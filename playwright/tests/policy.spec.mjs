@@ -1,11 +1,9 @@
 import { test, expect } from '@playwright/test';
 import path from 'node:path';
+import { signIn } from './helpers.mjs';
 
 test('an admin uploads a broken policy, sees PO (broken), then a good one and sees the matrix change', async ({ page }) => {
-  await page.goto('/login');
-  await page.getByLabel('Username').fill('olga');
-  await page.getByLabel('Password').fill('operator-password-1');
-  await page.getByRole('button', { name: 'Sign in' }).click();
+  await signIn(page, 'olga', 'operator-password-1');
   await page.getByRole('link', { name: 'Policy' }).click();
   const row = page.locator('tr[data-rule="baremetal:conductor:get"]');
   await expect(row.locator('td.allow')).toHaveCount(3);

@@ -1,12 +1,6 @@
 import { test, expect } from '@playwright/test';
+import { signIn } from './helpers.mjs';
 
-async function signIn(page, user, password) {
-  await page.goto('/login');
-  await page.getByLabel('Username').fill(user);
-  await page.getByLabel('Password').fill(password);
-  await page.getByRole('button', { name: 'Sign in' }).click();
-  await expect(page).toHaveURL(/\/nodes$/);
-}
 
 test('a tenant runs the public firmware runbook on a leased node and sees it complete', async ({ page }) => {
   await signIn(page, 'tina', 'tenant-password-1');
