@@ -145,7 +145,7 @@ func (p *Portal) nodeTenancy(c *fiber.Ctx) error {
 		}
 	}
 	raw, _ := json.Marshal(ops)
-	if _, err := p.Nodes.Patch(c.UserContext(), c.Params("id"), raw); err != nil {
+	if _, err := p.Nodes.Patch(c.UserContext(), c.Params("id"), raw, nil); err != nil {
 		if errs.Status(err) >= 500 {
 			return err
 		}

@@ -218,19 +218,13 @@ func deref(p *string) string {
 
 func (a *API) patchNode(c *fiber.Ctx) error {
 	v := ver(c)
-	ops, err := nodes.ParsePatch(c.Body())
-	if err != nil {
-		return err
-	}
-	for _, op := range ops {
-		f, _ := nodes.PatchField(op.Path)
+	allowed := func(f string) error {
 		if since, ok := versionGatedPatchFields[f]; ok {
-			if err := requireVersion(v, since, f); err != nil {
-				return err
-			}
+			return requireVersion(v, since, f)
 		}
+		return nil
 	}
-	n, err := a.Nodes.Patch(c.UserContext(), c.Params("node"), c.Body())
+	n, err := a.Nodes.Patch(c.UserContext(), c.Params("node"), c.Body(), allowed)
 	if err != nil {
 		return err
 	}
@@ -257,6 +251,9 @@ func (a *API) listTraits(c *fiber.Ctx) error {
 
 func (a *API) setTraits(c *fiber.Ctx) error {
 	if err := requireVersion(ver(c), VerTraits, "traits"); err != nil {
+		return err
+	}
+	if err := a.authorizeFirst(c, nodes.RuleTraitsSet); err != nil {
 		return err
 	}
 	var in struct {
@@ -307,6 +304,9 @@ func (a *API) deleteTraits(c *fiber.Ctx) error {
 }
 
 func (a *API) setMaintenance(c *fiber.Ctx) error {
+	if err := a.authorizeFirst(c, nodes.RuleSetMaintenance); err != nil {
+		return err
+	}
 	var in struct {
 		Reason string `json:"reason"`
 	}

@@ -1,6 +1,7 @@
 package api
 
 import (
+	"encoding/json"
 	"time"
 
 	"github.com/gofiber/fiber/v2"
@@ -38,7 +39,19 @@ func (a *API) getStates(c *fiber.Ctx) error {
 	})
 }
 
+// authorizeFirst resolves the node and checks rules before the handler
+// reads the body: a caller who may not see the node gets 404 and one who
+// may not act gets 403, whatever the body holds, so neither learns
+// anything from validation messages.
+func (a *API) authorizeFirst(c *fiber.Ctx, rules ...string) error {
+	_, err := a.Nodes.Authorized(c.UserContext(), c.Params("node"), rules...)
+	return err
+}
+
 func (a *API) setPower(c *fiber.Ctx) error {
+	if err := a.authorizeFirst(c, cond.RuleSetPower); err != nil {
+		return err
+	}
 	var in struct {
 		Target  string `json:"target"`
 		Timeout *int   `json:"timeout"`
@@ -60,6 +73,21 @@ func (a *API) setPower(c *fiber.Ctx) error {
 }
 
 func (a *API) setProvision(c *fiber.Ctx) error {
+	// The rules depend on the request's shape; a lenient look at it picks
+	// them before the strict decode can refuse anything.
+	var shape struct {
+		Target       any             `json:"target"`
+		Runbook      any             `json:"runbook"`
+		CleanSteps   json.RawMessage `json:"clean_steps"`
+		ServiceSteps json.RawMessage `json:"service_steps"`
+	}
+	_ = json.Unmarshal(c.Body(), &shape)
+	target, _ := shape.Target.(string)
+	hasSteps := func(raw json.RawMessage) bool { return len(raw) > 0 && string(raw) != "null" && string(raw) != "[]" }
+	rules := cond.ProvisionRules(target, shape.Runbook != nil && shape.Runbook != "", hasSteps(shape.CleanSteps) || hasSteps(shape.ServiceSteps))
+	if err := a.authorizeFirst(c, rules...); err != nil {
+		return err
+	}
 	var in struct {
 		Target         string      `json:"target"`
 		Runbook        string      `json:"runbook"`
@@ -102,6 +130,9 @@ func (a *API) getBootDevice(c *fiber.Ctx) error {
 }
 
 func (a *API) setBootDevice(c *fiber.Ctx) error {
+	if err := a.authorizeFirst(c, cond.RuleSetBootDevice); err != nil {
+		return err
+	}
 	var in struct {
 		BootDevice string `json:"boot_device"`
 		Persistent bool   `json:"persistent"`

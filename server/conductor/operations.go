@@ -224,14 +224,35 @@ func Verbs() []string {
 	return out
 }
 
-// Provision validates a request completely, then starts it. An
-// impossible transition is a 409 naming the current state.
+// ProvisionRules are the rules a provision request needs, decided from
+// its shape alone so that they are checked before its content: a runbook
+// needs the runbook rule, explicit steps the steps rule besides the
+// provision rule.
+func ProvisionRules(target string, runbook, steps bool) []string {
+	switch {
+	case runbook:
+		return []string{RuleProvisionRunbook}
+	case steps && target == "service":
+		return []string{RuleProvision, RuleServiceSteps}
+	case steps:
+		return []string{RuleProvision, RuleCleanSteps}
+	}
+	return []string{RuleProvision}
+}
+
+// Provision checks the caller may see the node (404) and make this kind of
+// request (403), validates the request completely (400), then starts it.
+// An impossible transition is a 409 naming the current state.
 func (o *Ops) Provision(ctx context.Context, ident string, r ProvisionRequest) (err error) {
+	rules := ProvisionRules(r.Target, r.Runbook != "", len(r.CleanSteps) > 0 || len(r.ServiceSteps) > 0)
+	n, err := o.Nodes.Authorized(ctx, ident, rules...)
+	if err != nil {
+		return err
+	}
 	tr, ok := transitions[r.Target]
 	if !ok {
 		return errs.BadRequest("target", "target %q is not one of %s", r.Target, strings.Join(Verbs(), ", "))
 	}
-	rules := []string{RuleProvision}
 	var steps []Step
 	switch {
 	case r.Runbook != "":
@@ -244,7 +265,6 @@ func (o *Ops) Provision(ctx context.Context, ident string, r ProvisionRequest) (
 		if o.Runbooks == nil {
 			return errs.BadRequest("runbook", "runbooks are not available")
 		}
-		rules = []string{RuleProvisionRunbook}
 	case r.Target == "clean":
 		if len(r.ServiceSteps) > 0 {
 			return errs.BadRequest("service_steps", "service_steps go with target service, not clean")
@@ -252,7 +272,7 @@ func (o *Ops) Provision(ctx context.Context, ident string, r ProvisionRequest) (
 		if err := ValidateSteps("clean_steps", r.CleanSteps); err != nil {
 			return err
 		}
-		steps, rules = r.CleanSteps, append(rules, RuleCleanSteps)
+		steps = r.CleanSteps
 	case r.Target == "service":
 		if len(r.CleanSteps) > 0 {
 			return errs.BadRequest("clean_steps", "clean_steps go with target clean, not service")
@@ -260,15 +280,11 @@ func (o *Ops) Provision(ctx context.Context, ident string, r ProvisionRequest) (
 		if err := ValidateSteps("service_steps", r.ServiceSteps); err != nil {
 			return err
 		}
-		steps, rules = r.ServiceSteps, append(rules, RuleServiceSteps)
+		steps = r.ServiceSteps
 	default:
 		if len(r.CleanSteps) > 0 || len(r.ServiceSteps) > 0 {
 			return errs.BadRequest("clean_steps", "steps go only with target clean or service")
 		}
-	}
-	n, err := o.Nodes.Authorized(ctx, ident, rules...)
-	if err != nil {
-		return err
 	}
 	if r.Runbook != "" {
 		traits, err := o.Nodes.Traits(ctx, n.UUID)

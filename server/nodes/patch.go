@@ -15,6 +15,7 @@ import (
 	"github.com/anvilproject/anvil/ent/node"
 	"github.com/anvilproject/anvil/server/bmc"
 	"github.com/anvilproject/anvil/server/errs"
+	"github.com/anvilproject/anvil/server/store"
 )
 
 // fieldRules is what a JSON patch may change and the rule guarding each
@@ -52,9 +53,10 @@ type PatchOp struct {
 	From  string          `json:"from,omitempty"`
 }
 
-// ParsePatch decodes an RFC 6902 document and checks each operation's
-// shape and target field, naming the offending path on error.
-func ParsePatch(raw []byte) ([]PatchOp, error) {
+// DecodePatch decodes an RFC 6902 document's shape only: a non-empty list
+// of operations. What each operation may touch is decided after the
+// caller is known to see the node and to be allowed to change it.
+func DecodePatch(raw []byte) ([]PatchOp, error) {
 	var ops []PatchOp
 	if err := json.Unmarshal(raw, &ops); err != nil {
 		return nil, errs.BadRequest("patch", "the body must be a JSON patch: a list of {op, path, value} objects (%v)", err)
@@ -62,25 +64,42 @@ func ParsePatch(raw []byte) ([]PatchOp, error) {
 	if len(ops) == 0 {
 		return nil, errs.BadRequest("patch", "the patch is empty")
 	}
+	return ops, nil
+}
+
+// ParsePatch decodes a patch and checks each operation's shape and target
+// field, naming the offending path on error.
+func ParsePatch(raw []byte) ([]PatchOp, error) {
+	ops, err := DecodePatch(raw)
+	if err != nil {
+		return nil, err
+	}
+	return ops, checkOps(ops)
+}
+
+func checkOps(ops []PatchOp) error {
 	for i, op := range ops {
 		switch op.Op {
 		case "add", "replace", "test":
 			if op.Value == nil {
-				return nil, errs.BadRequest("patch", "operation %d (%s %s) needs a value", i, op.Op, op.Path)
+				return errs.BadRequest("patch", "operation %d (%s %s) needs a value", i, op.Op, op.Path)
 			}
 		case "remove":
 		case "move", "copy":
 			if _, err := PatchField(op.From); err != nil {
-				return nil, err
+				return err
+			}
+			if isSecretPath(op.From) {
+				return errs.BadRequest(strings.ReplaceAll(strings.TrimPrefix(op.From, "/"), "/", "."), "operation %d: %s holds a secret, which can be replaced or removed but not copied or moved", i, op.From)
 			}
 		default:
-			return nil, errs.BadRequest("patch", "operation %d has op %q; use add, replace, remove, move, copy or test", i, op.Op)
+			return errs.BadRequest("patch", "operation %d has op %q; use add, replace, remove, move, copy or test", i, op.Op)
 		}
 		if _, err := PatchField(op.Path); err != nil {
-			return nil, err
+			return err
 		}
 	}
-	return ops, nil
+	return nil
 }
 
 // PatchField returns the top-level node field a patch path touches, or an
@@ -89,7 +108,7 @@ func PatchField(path string) (string, error) {
 	if !strings.HasPrefix(path, "/") || len(path) < 2 {
 		return "", errs.BadRequest("patch", "path %q is not a JSON pointer such as /extra/foo", path)
 	}
-	f, _, _ := strings.Cut(path[1:], "/")
+	f := topField(path)
 	if readOnly[f] {
 		return "", errs.BadRequest(f, "'/%s' is an internal attribute and can not be updated", f)
 	}
@@ -99,8 +118,83 @@ func PatchField(path string) (string, error) {
 	return f, nil
 }
 
-// patchDoc is the node as the patch sees it: the real values, not masked
-// ones, so untouched secrets survive a patch of their neighbours.
+// isSecretPath reports whether path names a secret value itself, such as
+// /driver_info/ipmi_password. Reading one inside a patch would only yield
+// its mask, so copying or moving it is refused outright.
+func isSecretPath(path string) bool {
+	parts := strings.Split(strings.TrimPrefix(path, "/"), "/")
+	if len(parts) < 2 {
+		return false
+	}
+	switch parts[0] {
+	case "driver_info":
+		return bmc.IsSecretKey(parts[1])
+	case "instance_info":
+		return isInstanceSecret(parts[1])
+	}
+	return false
+}
+
+func topField(path string) string {
+	f, _, _ := strings.Cut(strings.TrimPrefix(path, "/"), "/")
+	return f
+}
+
+// patchRules are the rules a patch needs, decided from the paths it names
+// as Ironic decides them: a field with its own rule needs that rule, any
+// other field the generic update rule. A move also changes the field it
+// takes from, so its source counts too; a test names a field it probes.
+func patchRules(ops []PatchOp) []string {
+	seen := map[string]bool{}
+	var rules []string
+	add := func(path string) {
+		r, ok := fieldRules[topField(path)]
+		if !ok {
+			r = RuleUpdate
+		}
+		if !seen[r] {
+			seen[r] = true
+			rules = append(rules, r)
+		}
+	}
+	for _, op := range ops {
+		add(op.Path)
+		if op.Op == "move" {
+			add(op.From)
+		}
+	}
+	return rules
+}
+
+// readRules maps fields that not every caller who may see a node may read
+// to the rule that grants reading them. A patch that reads such a field
+// (copy or move from it, test against it) needs that rule as well, so a
+// write can never carry out what a read would not show.
+var readRules = map[string]string{
+	"driver_info": RuleGetDriverInfo,
+}
+
+func readRulesOf(ops []PatchOp) []string {
+	var rules []string
+	for _, op := range ops {
+		src := op.From
+		if op.Op == "test" {
+			src = op.Path
+		}
+		if op.Op != "copy" && op.Op != "move" && op.Op != "test" {
+			continue
+		}
+		if r, ok := readRules[topField(src)]; ok && !contains(rules, r) {
+			rules = append(rules, r)
+		}
+	}
+	return rules
+}
+
+// patchDoc is the node as the patch sees it: what the caller could read,
+// with every secret masked. Reads inside the patch (copy, move, test) thus
+// see exactly what a GET shows and cannot lift or probe a secret; secrets
+// left in place are restored after the patch by keepSecrets.
 func patchDoc(n *ent.Node) map[string]any {
 	str := func(p *string) any {
 		if p == nil {
@@ -115,19 +209,22 @@ func patchDoc(n *ent.Node) map[string]any {
 		return s
 	}
 	return map[string]any{
-		"name": str(n.Name), "driver": n.Driver, "driver_info": cloneMap(n.DriverInfo),
+		"name": str(n.Name), "driver": n.Driver, "driver_info": MaskSecrets(n.DriverInfo),
 		"properties": cloneMap(n.Properties), "extra": cloneMap(n.Extra),
-		"instance_info": cloneMap(n.InstanceInfo), "owner": proj(n.Owner), "lessee": proj(n.Lessee),
+		"instance_info": MaskInstanceInfo(n.InstanceInfo), "owner": proj(n.Owner), "lessee": proj(n.Lessee),
 		"resource_class": str(n.ResourceClass), "instance_uuid": str(n.InstanceUUID),
 		"description": str(n.Description),
 	}
 }
 
-// Patch applies an RFC 6902 patch to a node. Every changed field is
-// checked against its own rule before anything is written, and the write
-// only happens if no conductor has locked the node meanwhile.
-func (s *Service) Patch(ctx context.Context, ident string, raw []byte) (*View, error) {
-	ops, err := ParsePatch(raw)
+// Patch applies an RFC 6902 patch to a node: 404 when the caller may not
+// see it, 403 when a path the patch writes or reads is not the caller's to
+// touch, then 400 for a patch that does not fit the node. The read, the
+// patch and the write happen in one transaction that holds the node's row,
+// so concurrent patches serialise instead of overwriting each other.
+// allowed gates fields by API version; it may be nil.
+func (s *Service) Patch(ctx context.Context, ident string, raw []byte, allowed func(field string) error) (*View, error) {
+	ops, err := DecodePatch(raw)
 	if err != nil {
 		return nil, err
 	}
@@ -135,45 +232,78 @@ func (s *Service) Patch(ctx context.Context, ident string, raw []byte) (*View, e
 	if err != nil {
 		return nil, err
 	}
-	before := patchDoc(n)
-	after, err := applyPatch(before, raw)
-	if err != nil {
+	if err := s.authorize(ctx, n, ident, append(patchRules(ops), readRulesOf(ops)...)...); err != nil {
 		return nil, err
 	}
-	changed := diff(before, after)
-	if len(changed) == 0 {
-		return s.Get(ctx, n.UUID)
-	}
-	rules := []string{}
-	generic := false
-	for _, f := range changed {
-		r := fieldRules[f]
-		if r != RuleUpdateExtra && r != RuleUpdateInstInfo {
-			generic = true
-		}
-		if r != RuleUpdate {
-			rules = append(rules, r)
-		}
-	}
-	if generic {
-		rules = append([]string{RuleUpdate}, rules...)
-	}
-	if contains(changed, "owner") && n.ProvisionState == StateActive {
-		rules = append(rules, RuleOwnerProvisioned)
-	}
-	if err := s.authorize(ctx, n, ident, rules...); err != nil {
+	if err := checkOps(ops); err != nil {
 		return nil, err
 	}
-	detail := map[string]any{"changed": changed, "ops": len(ops)}
-	upd, err := s.validatePatched(n, after, changed)
-	if err == nil {
-		err = s.applyUpdate(ctx, n, upd)
+	if allowed != nil {
+		for _, op := range ops {
+			if err := allowed(topField(op.Path)); err != nil {
+				return nil, err
+			}
+		}
 	}
-	s.guard.Done(ctx, RuleUpdate, "node", n.UUID, err, detail)
+	var changed []string
+	err = store.WithTx(ctx, s.db, func(tx *ent.Client) error {
+		cur, err := lockRow(ctx, tx, n)
+		if err != nil {
+			return err
+		}
+		// The owner or lessee may have changed since the check above.
+		if cur.Owner != n.Owner || cur.Lessee != n.Lessee {
+			if err := s.authorize(ctx, cur, ident, append([]string{RuleGet}, patchRules(ops)...)...); err != nil {
+				return err
+			}
+		}
+		before := patchDoc(cur)
+		after, err := applyPatch(before, raw)
+		if err != nil {
+			return err
+		}
+		changed = diff(before, after)
+		if len(changed) == 0 {
+			return nil
+		}
+		if contains(changed, "owner") && cur.ProvisionState == StateActive && !s.guard.Allowed(ctx, RuleOwnerProvisioned, Target(cur)) {
+			return errs.Conflict("Cannot update owner of node \"%s\" while it is in state \"%s\".", cur.UUID, StateActive)
+		}
+		upd, err := s.validatePatched(cur, after, changed)
+		if err != nil {
+			return err
+		}
+		return applyUpdate(ctx, tx, cur, upd)
+	})
+	if len(changed) > 0 || err != nil {
+		s.guard.Done(ctx, RuleUpdate, "node", n.UUID, err, map[string]any{"changed": changed, "ops": len(ops)})
+	}
 	if err != nil {
 		return nil, err
 	}
 	return s.Get(ctx, n.UUID)
+}
+
+// lockRow takes the node's row for the rest of the transaction and returns
+// it as stored now. The UPDATE is the lock on PostgreSQL (a row lock until
+// commit) and SQLite (its one writer lock, taken at BEGIN IMMEDIATE); its
+// condition keeps a node a conductor holds out of reach.
+func lockRow(ctx context.Context, tx *ent.Client, n *ent.Node) (*ent.Node, error) {
+	cnt, err := tx.Node.Update().Where(node.ID(n.ID), node.ReservationIsNil()).SetUpdatedAt(time.Now()).Save(ctx)
+	if err != nil {
+		return nil, err
+	}
+	cur, err := tx.Node.Get(ctx, n.ID)
+	if ent.IsNotFound(err) {
+		return nil, notFound(n.UUID)
+	}
+	if err != nil {
+		return nil, err
+	}
+	if cnt == 0 && cur.Reservation != nil {
+		return nil, lockedError(cur)
+	}
+	return cur, nil
 }
 
 func applyPatch(doc map[string]any, raw []byte) (map[string]any, error) {
@@ -287,6 +417,12 @@ func (s *Service) validatePatched(n *ent.Node, after map[string]any, changed []s
 			u.fields[f] = v
 		}
 	}
+	if contains(changed, "instance_info") {
+		info := u.fields["instance_info"].(map[string]any)
+		if err := keepSecrets("instance_info", n.InstanceInfo, info, isInstanceSecret); err != nil {
+			return nil, err
+		}
+	}
 	// The driver and its info are validated together, whichever changed.
 	if contains(changed, "driver") || contains(changed, "driver_info") {
 		drv, _ := after["driver"].(string)
@@ -294,7 +430,9 @@ func (s *Service) validatePatched(n *ent.Node, after map[string]any, changed []s
 		if info == nil {
 			info = map[string]any{}
 		}
-		keepSecrets(n.DriverInfo, info)
+		if err := keepSecrets("driver_info", n.DriverInfo, info, bmc.IsSecretKey); err != nil {
+			return nil, err
+		}
 		if err := bmc.Validate(drv, info); err != nil {
 			return nil, fieldError(err)
 		}
@@ -303,16 +441,23 @@ func (s *Service) validatePatched(n *ent.Node, after map[string]any, changed []s
 	return u, nil
 }
 
-// keepSecrets restores secret values a client sent back masked, so that a
-// GET-modify-PUT round trip never stores "******" as a password.
-func keepSecrets(old, info map[string]any) {
+// keepSecrets puts back the stored value of every secret the patch left
+// masked: the patch worked on masked values, so "******" under a secret
+// key means "unchanged". A masked value under a secret key that held
+// nothing before was copied or moved there from elsewhere, and storing it
+// would replace a credential with asterisks, so it is refused.
+func keepSecrets(field string, old, info map[string]any, secret func(string) bool) error {
 	for k, v := range info {
-		if s, ok := v.(string); ok && s == Masked && bmc.IsSecretKey(k) {
-			if ov, ok := old[k]; ok {
-				info[k] = ov
-			}
+		if s, ok := v.(string); !ok || s != Masked || !secret(k) {
+			continue
 		}
+		ov, ok := old[k]
+		if !ok {
+			return errs.BadRequest(field+"."+k, "%s.%s is %q, the mask of a secret; send the secret itself", field, k, Masked)
+		}
+		info[k] = ov
 	}
+	return nil
 }
 
 func validateStrField(f, v string) error {
@@ -337,8 +482,8 @@ func validateStrField(f, v string) error {
 	return nil
 }
 
-func (s *Service) applyUpdate(ctx context.Context, n *ent.Node, u *nodeUpdate) error {
-	upd := s.db.Node.Update().Where(node.ID(n.ID), node.ReservationIsNil()).SetUpdatedAt(time.Now())
+func applyUpdate(ctx context.Context, tx *ent.Client, n *ent.Node, u *nodeUpdate) error {
+	upd := tx.Node.UpdateOneID(n.ID)
 	for f, v := range u.fields {
 		switch f {
 		case "name":
@@ -383,20 +528,12 @@ func (s *Service) applyUpdate(ctx context.Context, n *ent.Node, u *nodeUpdate) e
 			return fmt.Errorf("nodes: no writer for field %s", f)
 		}
 	}
-	cnt, err := upd.Save(ctx)
-	if err != nil {
+	if err := upd.Exec(ctx); err != nil {
 		var name *string
 		if p, ok := u.fields["name"].(*string); ok {
 			name = p
 		}
 		return constraintError(err, n.UUID, name)
-	}
-	if cnt == 0 {
-		cur, err := lookup(ctx, s.db.Client, n.UUID)
-		if err == nil && cur.Reservation != nil {
-			return lockedError(cur)
-		}
-		return errs.Conflict("Node %s changed while being updated; retry", n.UUID)
 	}
 	return nil
 }

@@ -23,6 +23,7 @@ type View struct {
 	*ent.Node
 	Traits             []string
 	DriverInfo         map[string]any
+	InstanceInfo       map[string]any
 	DriverInternalInfo map[string]any
 	Reservation        *string
 	LastError          *string
@@ -119,6 +120,7 @@ func (r *redactor) view(ctx context.Context, n *ent.Node, traits []string) *View
 	} else {
 		v.DriverInfo = redactedInfo
 	}
+	v.InstanceInfo = MaskInstanceInfo(n.InstanceInfo)
 	if d.internal {
 		v.DriverInternalInfo = cloneMap(n.DriverInternalInfo)
 	} else {
@@ -150,9 +152,23 @@ func MaskSecrets(info map[string]any) map[string]any {
 	return out
 }
 
+// MaskInstanceInfo returns a copy of instance_info with secrets masked:
+// the keys driver_info masks, and the config drive, which carries user
+// data and keys, as Ironic masks them.
+func MaskInstanceInfo(info map[string]any) map[string]any {
+	out := MaskSecrets(info)
+	if _, ok := out["configdrive"]; ok {
+		out["configdrive"] = Masked
+	}
+	return out
+}
+
+func isInstanceSecret(k string) bool { return k == "configdrive" || bmc.IsSecretKey(k) }
+
 var (
 	ipRE    = regexp.MustCompile(`\b(?:\d{1,3}\.){3}\d{1,3}(?::\d+)?\b|\[[0-9a-fA-F:]+\](?::\d+)?`)
 	urlRE   = regexp.MustCompile(`https?://[^\s"']+`)
+	hostRE  = regexp.MustCompile(`\b[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)+:\d+\b`)
 	credsRE = regexp.MustCompile(`(?i)(user(?:name)?|password|passwd|-U|-P)[=: ]+\S+`)
 )
 
@@ -162,5 +178,6 @@ var (
 func ScrubError(s string) string {
 	s = urlRE.ReplaceAllString(s, "[BMC]")
 	s = ipRE.ReplaceAllString(s, "[BMC]")
+	s = hostRE.ReplaceAllString(s, "[BMC]")
 	return credsRE.ReplaceAllString(s, "$1 [redacted]")
 }
