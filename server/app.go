@@ -201,6 +201,10 @@ func (a *App) policyStatus() string {
 func (a *App) Serve(ctx context.Context, ln net.Listener) error {
 	// Replicas pick up a new override within the 1 s poll.
 	a.Overrides.Run(ctx, time.Second)
+	actx, stopAudit := context.WithCancel(ctx)
+	auditDone := make(chan struct{})
+	go func() { a.Audit.Run(actx); close(auditDone) }()
+	defer func() { stopAudit(); <-auditDone }()
 	if err := a.Cond.Start(ctx, ln.Addr().String()); err != nil {
 		return err
 	}
@@ -221,8 +225,11 @@ func (a *App) Serve(ctx context.Context, ln net.Listener) error {
 	return nil
 }
 
-// Close releases the database.
-func (a *App) Close() error { return a.DB.Close() }
+// Close stores the denials not yet written and releases the database.
+func (a *App) Close() error {
+	a.Audit.Flush(context.Background())
+	return a.DB.Close()
+}
 
 // CheckLoopback refuses a listen address that is not loopback; used for
 // modes that must never face a network.

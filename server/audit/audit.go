@@ -1,6 +1,7 @@
-// Package audit records who did what: every mutation and every denied
-// request becomes an AuditEvent row (and a log line), with the principal,
-// the rule that decided, the target and the request id.
+// Package audit records who did what: every mutation becomes an AuditEvent
+// row (and a log line), with the principal, the rule that decided, the
+// target and the request id; denied requests are logged each and stored
+// aggregated (see Denied).
 package audit
 
 import (
@@ -9,7 +10,6 @@ import (
 	"time"
 
 	"github.com/anvilproject/anvil/ent"
-	"github.com/anvilproject/anvil/policies"
 	"github.com/anvilproject/anvil/server/errs"
 )
 
@@ -54,8 +54,9 @@ type Entry struct {
 
 // Log writes entries to the database and the structured log.
 type Log struct {
-	db  *ent.Client
-	log *slog.Logger
+	db      *ent.Client
+	log     *slog.Logger
+	denials denials
 }
 
 // New returns a Log writing through db.
@@ -79,14 +80,7 @@ func (l *Log) Done(ctx context.Context, rule, targetType, targetID string, err e
 // but does not undo the already-committed action it describes.
 func (l *Log) Record(ctx context.Context, e Entry) {
 	req := RequestFrom(ctx)
-	user, project, scope := "", "", ""
-	if p := policies.PrincipalFrom(ctx); p != nil {
-		user, project = p.User, p.Project
-		scope = "project"
-		if p.System {
-			scope = "system"
-		}
-	}
+	user, project, scope := principalOf(ctx)
 	l.log.LogAttrs(ctx, slog.LevelInfo, "audit",
 		slog.String("request_id", req.ID), slog.String("user", user), slog.String("project", project),
 		slog.String("scope", scope), slog.String("rule", e.Rule), slog.String("target", e.TargetType+"/"+e.TargetID),

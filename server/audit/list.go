@@ -19,13 +19,18 @@ type Query struct {
 // Authorization is the caller's: the audit log is readable by system
 // readers only, a decision made where the request arrives.
 func (l *Log) List(ctx context.Context, q Query) ([]*ent.AuditEvent, bool, error) {
+	// Denials noted but not yet written are part of the answer.
+	l.Flush(ctx)
 	var ps []predicate.AuditEvent
-	for v, p := range map[string]func(string) predicate.AuditEvent{
-		q.User: auditevent.User, q.Project: auditevent.Project, q.Result: auditevent.Result,
-		q.Rule: auditevent.Rule, q.TargetID: auditevent.TargetID,
+	for _, f := range []struct {
+		v string
+		p func(string) predicate.AuditEvent
+	}{
+		{q.User, auditevent.User}, {q.Project, auditevent.Project}, {q.Result, auditevent.Result},
+		{q.Rule, auditevent.Rule}, {q.TargetID, auditevent.TargetID},
 	} {
-		if v != "" {
-			ps = append(ps, p(v))
+		if f.v != "" {
+			ps = append(ps, f.p(f.v))
 		}
 	}
 	if q.Marker > 0 {

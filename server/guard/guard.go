@@ -35,7 +35,7 @@ func (g *Guard) Authorize(ctx context.Context, rule, targetType, targetID string
 	if !errors.Is(err, policies.ErrDenied) {
 		return err
 	}
-	g.Audit.Record(ctx, audit.Entry{Rule: rule, TargetType: targetType, TargetID: targetID, Result: audit.Denied, Status: 403})
+	g.Audit.Denied(ctx, audit.Entry{Rule: rule, TargetType: targetType, TargetID: targetID, Result: audit.Denied, Status: 403})
 	return errs.Forbidden("Access was denied to the following resource: %s (policy %s)", targetType, rule)
 }
 
