@@ -289,14 +289,21 @@ func (s *Service) ForNode(ctx context.Context, nodes *nodes.Service, ident strin
 	if err != nil {
 		return nil, err
 	}
+	unallocated := errs.NotFound("Node %s is not allocated.", ident)
 	a, err := s.db.Allocation.Query().Where(allocation.NodeID(n.ID)).Only(ctx)
 	if ent.IsNotFound(err) {
-		return nil, errs.NotFound("Node %s is not allocated.", ident)
+		return nil, unallocated
 	}
 	if err != nil {
 		return nil, err
 	}
-	return s.Get(ctx, a.UUID)
+	// An allocation the caller may not see answers as no allocation at
+	// all: its UUID is not the caller's to learn.
+	x, err := s.Get(ctx, a.UUID)
+	if errs.Status(err) == 404 {
+		return nil, unallocated
+	}
+	return x, err
 }
 
 // RuleGetNode is the node rule the node's allocation is shown under.

@@ -79,8 +79,10 @@ func (s *Service) List(ctx context.Context, o ListOptions) (*Page, error) {
 		return nil, errs.BadRequest("sort_key", "sort_key %q is not supported; use one of %v", o.SortKey, SortKeys())
 	}
 	if o.Marker != "" {
+		// A node the caller may not see is no marker, exactly as one that
+		// does not exist.
 		m, err := lookup(ctx, s.db.Client, o.Marker)
-		if err != nil {
+		if err != nil || !s.guard.Allowed(ctx, RuleGet, Target(m)) {
 			return nil, errs.BadRequest("marker", "marker %s does not name a node", o.Marker)
 		}
 		q = q.Where(after(sk.col, sk.nullable, o.SortDir, m))

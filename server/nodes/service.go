@@ -346,7 +346,20 @@ func (s *Service) History(ctx context.Context, ident string, limit int) ([]*ent.
 	for i, j := 0, len(evs)-1; i < j; i, j = i+1, j-1 {
 		evs[i], evs[j] = evs[j], evs[i]
 	}
+	scrubEvents(ctx, n, evs...)
 	return evs, nil
+}
+
+// scrubEvents hides BMC addresses and credentials in history from project
+// callers, exactly as last_error hides them: a history entry often is the
+// error that became last_error.
+func scrubEvents(ctx context.Context, n *ent.Node, evs ...*ent.NodeEvent) {
+	if RelationOf(policies.PrincipalFrom(ctx), n.Owner, n.Lessee) == RelSystem {
+		return
+	}
+	for _, e := range evs {
+		e.Event = ScrubError(e.Event)
+	}
 }
 
 // HistoryEvent returns one event of a node's history.
@@ -359,7 +372,11 @@ func (s *Service) HistoryEvent(ctx context.Context, ident, eventUUID string) (*e
 	if ent.IsNotFound(err) {
 		return nil, errs.NotFound("Node history record %s could not be found.", eventUUID)
 	}
-	return ev, err
+	if err != nil {
+		return nil, err
+	}
+	scrubEvents(ctx, n, ev)
+	return ev, nil
 }
 
 func cloneMap(m map[string]any) map[string]any {
