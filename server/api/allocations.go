@@ -10,11 +10,11 @@ import (
 )
 
 func (a *API) registerAllocations(v1 fiber.Router) {
-	v1.Get("/allocations", a.listAllocations)
+	v1.Get("/allocations", query(allocQuery...), a.listAllocations)
 	v1.Post("/allocations", a.createAllocation)
-	v1.Get("/allocations/:a", a.getAllocation)
+	v1.Get("/allocations/:a", query(), a.getAllocation)
 	v1.Delete("/allocations/:a", a.deleteAllocation)
-	v1.Get("/nodes/:node/allocation", a.nodeAllocation)
+	v1.Get("/nodes/:node/allocation", query(), a.nodeAllocation)
 }
 
 func allocationJSON(c *fiber.Ctx, x *allocations.Allocation) fiber.Map {

@@ -54,6 +54,22 @@ func nextURL(c *fiber.Ctx, marker string) string {
 	return baseURL(c) + c.Path() + "?" + q.Encode()
 }
 
+// unsupportedNodeFilters are Ironic's node filters on fields Anvil does not
+// have yet. They are refused with the reason: answering as if every node
+// had the field's default would be right today and silently wrong the day
+// the field arrives.
+var unsupportedNodeFilters = []struct{ name, why string }{
+	{"retired", "nodes have no retired field yet"},
+	{"fault", "nodes have no fault field yet"},
+	{"conductor_group", "conductor groups do not exist yet"},
+	{"conductor", "nodes are not mapped to conductors yet"},
+	{"chassis_uuid", "chassis do not exist yet"},
+	{"shard", "shards do not exist yet"},
+	{"sharded", "shards do not exist yet"},
+	{"parent_node", "child nodes do not exist yet"},
+	{"include_children", "child nodes do not exist yet"},
+}
+
 func listOptions(c *fiber.Ctx, v Version, detail bool) (nodes.ListOptions, fieldSet, error) {
 	var o nodes.ListOptions
 	str := func(name string, since Version) (*string, error) {
@@ -86,9 +102,16 @@ func listOptions(c *fiber.Ctx, v Version, detail bool) (nodes.ListOptions, field
 		{&o.Owner, "owner", VerOwner}, {&o.Lessee, "lessee", VerLessee},
 		{&o.ProvisionState, "provision_state", VerProvStateFilt},
 		{&o.ResourceClass, "resource_class", VerResourceClass}, {&o.Driver, "driver", VerDriverFilter},
+		{&o.Project, "project", VerLessee}, {&o.InstanceUUID, "instance_uuid", VerMin},
+		{&o.DescriptionContains, "description_contains", VerDescription},
 	} {
 		if *f.dst, err = str(f.name, f.since); err != nil {
 			return o, nil, err
+		}
+	}
+	for _, f := range unsupportedNodeFilters {
+		if c.Query(f.name) != "" {
+			return o, nil, errs.BadRequest(f.name, "filter %s is not supported: %s", f.name, f.why)
 		}
 	}
 	if o.Maintenance, err = boolean("maintenance"); err != nil {

@@ -17,13 +17,13 @@ import (
 // behind 1.92, past the newest version whose behaviour Anvil has in full,
 // so Anvil serves them as an extension rather than advertise 1.92.
 func (a *API) registerRunbooks(v1 fiber.Router) {
-	v1.Get("/runbooks", a.listRunbooks(false))
-	v1.Get("/runbooks/detail", a.listRunbooks(true))
+	v1.Get("/runbooks", query(runbookQuery...), a.listRunbooks(false))
+	v1.Get("/runbooks/detail", query(runbookQuery...), a.listRunbooks(true))
 	v1.Post("/runbooks", a.createRunbook)
-	v1.Get("/runbooks/:rb", a.getRunbook)
+	v1.Get("/runbooks/:rb", query(fieldsQuery...), a.getRunbook)
 	v1.Patch("/runbooks/:rb", a.patchRunbook)
 	v1.Delete("/runbooks/:rb", a.deleteRunbook)
-	v1.Get("/runbooks/:rb/traits", a.runbookTraits)
+	v1.Get("/runbooks/:rb/traits", query(), a.runbookTraits)
 	v1.Put("/runbooks/:rb/traits", a.setRunbookTraits)
 	v1.Delete("/runbooks/:rb/traits", a.clearRunbookTraits)
 	v1.Put("/runbooks/:rb/traits/:trait", a.addRunbookTrait)

@@ -13,13 +13,13 @@ import (
 )
 
 func (a *API) registerStates(v1 fiber.Router) {
-	v1.Get("/nodes/:node/states", a.getStates)
+	v1.Get("/nodes/:node/states", query(), a.getStates)
 	v1.Put("/nodes/:node/states/power", a.setPower)
 	v1.Put("/nodes/:node/states/provision", a.setProvision)
-	v1.Get("/nodes/:node/management/boot_device", a.getBootDevice)
+	v1.Get("/nodes/:node/management/boot_device", query(), a.getBootDevice)
 	v1.Put("/nodes/:node/management/boot_device", a.setBootDevice)
-	v1.Get("/nodes/:node/steps", a.listSteps)
-	v1.Get("/conductors", a.listConductors)
+	v1.Get("/nodes/:node/steps", query(), a.listSteps)
+	v1.Get("/conductors", query(), a.listConductors)
 }
 
 func (a *API) getStates(c *fiber.Ctx) error {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 
 	entsql "entgo.io/ent/dialect/sql"
 
@@ -21,11 +22,13 @@ const MaxLimit = 1000
 // ListOptions are a node list's filters and paging.
 type ListOptions struct {
 	Owner, Lessee, ProvisionState, ResourceClass, Driver *string
-	Maintenance, Associated                              *bool
-	Limit                                                int
-	Marker                                               string
-	SortKey, SortDir                                     string
-	WithTraits                                           bool
+	// Project matches nodes the project owns or leases.
+	Project, InstanceUUID, DescriptionContains *string
+	Maintenance, Associated                    *bool
+	Limit                                      int
+	Marker                                     string
+	SortKey, SortDir                           string
+	WithTraits                                 bool
 	// Columns, when set, limits the columns read to these (plus what
 	// access decisions need): a short list reads no JSON blobs.
 	Columns []string
@@ -174,6 +177,15 @@ func (s *Service) scoped(ctx context.Context, o ListOptions) (*ent.NodeQuery, er
 	}
 	if o.Maintenance != nil {
 		ps = append(ps, node.Maintenance(*o.Maintenance))
+	}
+	if o.Project != nil {
+		ps = append(ps, ownedOrLeased(*o.Project))
+	}
+	if o.InstanceUUID != nil {
+		ps = append(ps, node.InstanceUUID(strings.ToLower(*o.InstanceUUID)))
+	}
+	if o.DescriptionContains != nil {
+		ps = append(ps, node.DescriptionContains(*o.DescriptionContains))
 	}
 	if o.Associated != nil {
 		if *o.Associated {

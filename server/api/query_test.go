@@ -1,0 +1,65 @@
+package api_test
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/anvilproject/anvil/server/store"
+	"github.com/anvilproject/anvil/server/store/storetest"
+)
+
+// TestUnknownQueryParameters walks every GET endpoint with a parameter it
+// does not define: each answers 400 naming it, so a mistyped or
+// unsupported filter can never widen a list to everything.
+func TestUnknownQueryParameters(t *testing.T) {
+	storetest.Each(t, func(t *testing.T, setting string, _ *store.DB) {
+		_, clients := startLocal(t, setting)
+		admin := clients["system-admin"]
+		mustStatus(t, admin.Do(t, "POST", "/v1/nodes", map[string]any{"name": "q1", "driver": "fake", "owner": "own", "lessee": "les", "description": "rack 7 GPU box", "instance_uuid": "5a1c4e2b-9f2d-4f6e-8c1a-0b3d2e4f6a7c"}), 201)
+		mustStatus(t, admin.Do(t, "POST", "/v1/nodes", map[string]any{"name": "q2", "driver": "fake", "owner": "oth"}), 201)
+		r := admin.Do(t, "POST", "/v1/runbooks", map[string]any{"name": "CUSTOM_Q", "steps": []any{map[string]any{"interface": "power", "step": "power_on", "args": map[string]any{}, "order": 1}}})
+		mustStatus(t, r, 201)
+		rb := r.JSON(t)["uuid"].(string)
+		for _, path := range []string{
+			"/v1/nodes", "/v1/nodes/detail", "/v1/nodes/q1", "/v1/nodes/q1/traits", "/v1/nodes/q1/history",
+			"/v1/nodes/q1/states", "/v1/nodes/q1/management/boot_device", "/v1/nodes/q1/steps",
+			"/v1/nodes/q1/allocation", "/v1/conductors", "/v1/events", "/v1/allocations",
+			"/v1/runbooks", "/v1/runbooks/detail", "/v1/runbooks/" + rb, "/v1/runbooks/" + rb + "/traits",
+		} {
+			r := admin.Do(t, "GET", path+"?zzz=1&foo=bar", nil)
+			if r.Status != 400 || !strings.Contains(r.Fault(t), "Unexpected arguments: foo, zzz") {
+				t.Errorf("GET %s?foo=bar: %d %s", path, r.Status, r.Body)
+			}
+		}
+		// Ironic's filters on fields Anvil lacks say so instead of
+		// answering with every node.
+		for _, q := range []string{"conductor_group=g1", "fault=power%20failure", "retired=true", "chassis_uuid=x", "conductor=c1", "shard=s"} {
+			r := admin.Do(t, "GET", "/v1/nodes?"+q, nil)
+			if r.Status != 400 || !strings.Contains(r.Fault(t), "not supported") {
+				t.Errorf("GET /v1/nodes?%s: %d %s", q, r.Status, r.Body)
+			}
+		}
+		names := func(c string, query string) string {
+			r := clients[c].Do(t, "GET", "/v1/nodes?sort_key=name&"+query, nil)
+			mustStatus(t, r, 200)
+			var out []string
+			for _, n := range r.JSON(t)["nodes"].([]any) {
+				out = append(out, n.(map[string]any)["name"].(string))
+			}
+			return strings.Join(out, ",")
+		}
+		for _, row := range []struct{ persona, query, want string }{
+			{"system-admin", "project=own", "q1"},
+			{"system-admin", "project=les", "q1"},
+			{"system-admin", "project=oth", "q2"},
+			{"lessee-reader", "project=oth", ""},
+			{"system-admin", "description_contains=GPU", "q1"},
+			{"system-admin", "description_contains=nothing-like-it", ""},
+			{"system-admin", "instance_uuid=5A1C4E2B-9F2D-4F6E-8C1A-0B3D2E4F6A7C", "q1"},
+		} {
+			if got := names(row.persona, row.query); got != row.want {
+				t.Errorf("%s ?%s lists %q, want %q", row.persona, row.query, got, row.want)
+			}
+		}
+	})
+}
