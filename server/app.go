@@ -13,6 +13,7 @@ import (
 	"github.com/gofiber/fiber/v2"
 	"github.com/gofiber/fiber/v2/middleware/adaptor"
 	"github.com/gofiber/fiber/v2/middleware/recover"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/anvilproject/anvil/policies"
@@ -108,6 +109,9 @@ func New(ctx context.Context, o Options) (*App, error) {
 		return nil, fmt.Errorf("policy: %w", err)
 	}
 	a := &App{DB: db, Policy: enf, Metrics: obs.NewMetrics(), opts: o, accessLog: access}
+	// The pool's counters (go_sql_*: open, in use, waits, closed for being
+	// idle) show whether --db-max-open and --db-max-idle fit the load.
+	a.Metrics.Registry.MustRegister(collectors.NewDBStatsCollector(db.SQL, "anvil"))
 	a.Audit = audit.New(db.Client, o.Log)
 	if o.PolicyDir == "" {
 		o.PolicyDir = "policy.d"
