@@ -268,3 +268,35 @@ func TestDBOnPostgres(t *testing.T) {
 		t.Errorf("db backup on PostgreSQL: %v, want a pointer to pg_dump", err)
 	}
 }
+
+// TestServeSettingsRefused: bad pool and access-log settings stop serve
+// before it listens, naming the setting, from flags, the environment or
+// the config file alike.
+func TestServeSettingsRefused(t *testing.T) {
+	dir := t.TempDir()
+	db := filepath.Join(dir, "anvil.db")
+	cfg := filepath.Join(dir, "anvil.yaml")
+	if err := os.WriteFile(cfg, []byte("db_max_open: 4\ndb_max_idle: 9\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		env  [2]string
+		args []string
+		want string
+	}{
+		{args: []string{"--access-log", "sometimes"}, want: "--access-log"},
+		{args: []string{"--db-max-open", "10", "--db-max-idle", "40"}, want: "--db-max-idle 40: more than --db-max-open 10"},
+		{env: [2]string{"ANVIL_DB_MAX_OPEN", "-2"}, want: "--db-max-open -2"},
+		{args: []string{"--config", cfg}, want: "--db-max-idle 9: more than --db-max-open 4"},
+	} {
+		t.Run(tc.want, func(t *testing.T) {
+			if tc.env[0] != "" {
+				t.Setenv(tc.env[0], tc.env[1])
+			}
+			_, err := run(t, "", append([]string{"serve", "--listen", "127.0.0.1:0", "--database", db}, tc.args...)...)
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("serve %v %v: %v, want an error containing %q", tc.env, tc.args, err, tc.want)
+			}
+		})
+	}
+}
