@@ -106,6 +106,7 @@ type fixture struct {
 	token    string  // a member of big-tenant
 	enrolSec float64
 	showID   string
+	setting  string
 }
 
 var (
@@ -130,7 +131,7 @@ func setup(b *testing.B, backend string) *fixture {
 	if err != nil {
 		b.Fatalf("import: %v\n%s", err, out)
 	}
-	f := &fixture{enrolSec: time.Since(start).Seconds()}
+	f := &fixture{enrolSec: time.Since(start).Seconds(), setting: setting}
 	port := freePort(b)
 	cmd := exec.Command(bin, "serve", "--auth", "none", "--listen", "127.0.0.1:"+port, "--database", setting, "--log-level", "warn")
 	cmd.Stderr = os.Stderr

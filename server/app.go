@@ -13,6 +13,7 @@ import (
 	"github.com/gofiber/fiber/v2"
 	"github.com/gofiber/fiber/v2/middleware/adaptor"
 	"github.com/gofiber/fiber/v2/middleware/recover"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/anvilproject/anvil/policies"
@@ -35,6 +36,11 @@ import (
 // Options are the settings an App is built from.
 type Options struct {
 	Database string
+	// Pool sizes the database connection pool; zero values are defaults.
+	Pool store.Pool
+	// AccessLog is "on" (also when empty), "off" or a sample rate such as
+	// "0.1"; server errors are logged whatever it says.
+	AccessLog string
 	// AuthNone turns authentication off: every request acts as a system
 	// admin. Only for development, and only on loopback.
 	AuthNone bool
@@ -77,6 +83,7 @@ type App struct {
 	Fiber     *fiber.App
 	Metrics   *obs.Metrics
 	opts      Options
+	accessLog float64
 }
 
 // New opens the database, migrates it and builds the app.
@@ -84,7 +91,11 @@ func New(ctx context.Context, o Options) (*App, error) {
 	if o.Log == nil {
 		o.Log = slog.Default()
 	}
-	db, err := store.Open(ctx, o.Database)
+	access, err := obs.ParseAccessLog(o.AccessLog)
+	if err != nil {
+		return nil, err
+	}
+	db, err := store.OpenPool(ctx, o.Database, o.Pool)
 	if err != nil {
 		return nil, err
 	}
@@ -97,7 +108,10 @@ func New(ctx context.Context, o Options) (*App, error) {
 		db.Close()
 		return nil, fmt.Errorf("policy: %w", err)
 	}
-	a := &App{DB: db, Policy: enf, Metrics: obs.NewMetrics(), opts: o}
+	a := &App{DB: db, Policy: enf, Metrics: obs.NewMetrics(), opts: o, accessLog: access}
+	// The pool's counters (go_sql_*: open, in use, waits, closed for being
+	// idle) show whether --db-max-open and --db-max-idle fit the load.
+	a.Metrics.Registry.MustRegister(collectors.NewDBStatsCollector(db.SQL, "anvil"))
 	a.Audit = audit.New(db.Client, o.Log)
 	if o.PolicyDir == "" {
 		o.PolicyDir = "policy.d"
@@ -146,7 +160,7 @@ func (a *App) routes() *fiber.App {
 		IdleTimeout:           120 * time.Second,
 	})
 	app.Use(recover.New())
-	app.Use(obs.Middleware(a.opts.Log, a.Metrics))
+	app.Use(obs.Middleware(a.opts.Log, a.Metrics, a.accessLog))
 	app.Get("/healthz", func(c *fiber.Ctx) error { return c.SendString("ok") })
 	app.Get("/readyz", a.readyz)
 	app.Get("/metrics", adaptor.HTTPHandler(promhttp.HandlerFor(a.Metrics.Registry, promhttp.HandlerOpts{})))

@@ -38,7 +38,7 @@ func NewRoot(out, errOut io.Writer) *cobra.Command {
 	}
 	root.SetOut(out)
 	root.SetErr(errOut)
-	root.AddCommand(serveCmd(), migrateCmd(), nodeCmd(), userCmd(), tokenCmd(), policyCmd())
+	root.AddCommand(serveCmd(), migrateCmd(), nodeCmd(), userCmd(), tokenCmd(), policyCmd(), dbCmd())
 	return root
 }
 

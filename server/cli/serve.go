@@ -27,6 +27,8 @@ func serveCmd() *cobra.Command {
 		cc     conductor.Config
 		pdir   string
 		penab  bool
+		pool   store.Pool
+		access string
 	)
 	cmd := &cobra.Command{
 		Use:   "serve",
@@ -59,7 +61,7 @@ func serveCmd() *cobra.Command {
 				log.Info("OpenID Connect sign-in enabled", "issuer", oc.Issuer)
 			}
 			app, err := server.New(ctx, server.Options{
-				Database: g.database, AuthNone: auth == "none", Log: log, SessionSecret: secret, OIDC: provider, Conductor: cc, PolicyDir: pdir, PolicyOverrideEnabled: penab,
+				Database: g.database, Pool: pool, AccessLog: access, AuthNone: auth == "none", Log: log, SessionSecret: secret, OIDC: provider, Conductor: cc, PolicyDir: pdir, PolicyOverrideEnabled: penab,
 				Bootstrap: func(user, pw string) {
 					// Printed once, on stderr with the log, never stored in clear.
 					fmt.Fprintf(cmd.ErrOrStderr(), "\n  First start: created system admin %q with one-time password:\n\n      %s\n\n  Change it with: anvil user set-password %s --password-stdin\n\n", user, pw, user)
@@ -104,5 +106,9 @@ func serveCmd() *cobra.Command {
 	f.StringVar(&pdir, "policy-dir", "policy.d", "directory of policy override files (Ironic's YAML policy format)")
 	f.BoolVar(&penab, "policy-override-enabled", false, "apply policy overrides from --policy-dir and uploads; off means the defaults, whatever the directory holds")
 	f.StringVar(&secret, "session-secret", "", "secret the portal's cookie keys derive from (give every replica the same); default: generated once and kept in the database")
+	f.StringVar(&access, "access-log", "on", "request log lines: on, off, or a sample rate such as 0.1 (server errors are always logged)")
+	f.IntVar(&pool.MaxOpen, "db-max-open", 0, "most open database connections (0: 32 on PostgreSQL, 8 on SQLite)")
+	f.IntVar(&pool.MaxIdle, "db-max-idle", 0, "most idle database connections kept for reuse (0: as many as --db-max-open)")
+	f.DurationVar(&pool.MaxLifetime, "db-conn-max-lifetime", 0, "close database connections older than this (0: never), e.g. to follow a failover behind a proxy")
 	return cmd
 }

@@ -59,6 +59,8 @@ type Conductor struct {
 	// ctx ends when the conductor stops; running work watches it.
 	ctx    context.Context
 	cancel context.CancelFunc
+	// commits groups step writes (runner.go).
+	commits committer
 }
 
 // New returns a conductor; Start registers it and starts its loops.

@@ -29,11 +29,26 @@ type Event struct {
 
 // Record writes e with client (which may be a transaction's client).
 func Record(ctx context.Context, client *ent.Client, e Event) error {
+	return create(client, e).Exec(ctx)
+}
+
+// RecordAll writes events in one statement, for callers that gather many.
+func RecordAll(ctx context.Context, client *ent.Client, events []Event) error {
+	if len(events) == 0 {
+		return nil
+	}
+	rows := make([]*ent.NodeEventCreate, len(events))
+	for i, e := range events {
+		rows[i] = create(client, e)
+	}
+	return client.NodeEvent.CreateBulk(rows...).Exec(ctx)
+}
+
+func create(client *ent.Client, e Event) *ent.NodeEventCreate {
 	if e.Severity == "" {
 		e.Severity = Info
 	}
 	return client.NodeEvent.Create().
 		SetUUID(uuid.NewString()).SetNodeID(e.NodeID).SetSeverity(e.Severity).
-		SetEventType(e.Type).SetEvent(e.Message).SetUser(e.User).SetConductor(e.Conductor).
-		Exec(ctx)
+		SetEventType(e.Type).SetEvent(e.Message).SetUser(e.User).SetConductor(e.Conductor)
 }

@@ -3,7 +3,9 @@
 package obs
 
 import (
+	"fmt"
 	"log/slog"
+	"math/rand/v2"
 	"strconv"
 	"time"
 
@@ -43,9 +45,29 @@ func NewMetrics() *Metrics {
 	return m
 }
 
+// ParseAccessLog reads the --access-log setting: "on" (or empty) logs
+// every request, "off" none, and a rate such as 0.1 about that share of
+// them. It returns the share to log.
+func ParseAccessLog(s string) (float64, error) {
+	switch s {
+	case "", "on":
+		return 1, nil
+	case "off":
+		return 0, nil
+	}
+	r, err := strconv.ParseFloat(s, 64)
+	if err != nil || !(r >= 0 && r <= 1) {
+		return 0, fmt.Errorf("--access-log %q: use on, off or a sample rate from 0 to 1 such as 0.1", s)
+	}
+	return r, nil
+}
+
 // Middleware assigns the request id, puts request info into the user
 // context for auditing, then logs and measures the request when it ends.
-func Middleware(log *slog.Logger, m *Metrics) fiber.Handler {
+// It logs the share sample of requests (see ParseAccessLog), and every
+// server error whatever the share, since those are the lines someone
+// will look for.
+func Middleware(log *slog.Logger, m *Metrics, sample float64) fiber.Handler {
 	return func(c *fiber.Ctx) error {
 		start := time.Now()
 		rid := c.Get(RequestIDHeader)
@@ -73,6 +95,8 @@ func Middleware(log *slog.Logger, m *Metrics) fiber.Handler {
 		level := slog.LevelInfo
 		if status >= 500 {
 			level = slog.LevelError
+		} else if sample < 1 && (sample == 0 || rand.Float64() >= sample) {
+			return nil
 		}
 		log.LogAttrs(c.UserContext(), level, "request",
 			slog.String("request_id", rid), slog.String("method", c.Method()), slog.String("path", c.Path()),

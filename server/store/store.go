@@ -27,9 +27,47 @@ type DB struct {
 	Dialect string
 }
 
+// Pool sizes the connection pool. Zero values take the backend's
+// defaults: 8 open connections on SQLite, 32 on PostgreSQL, as many idle
+// as open, no lifetime limit.
+type Pool struct {
+	MaxOpen int
+	// MaxIdle defaults to MaxOpen: fewer idle than open connections makes
+	// a busy server close and reopen connections on every burst, which on
+	// PostgreSQL is a new backend process each time.
+	MaxIdle int
+	// MaxLifetime recycles connections, e.g. to follow a failover behind
+	// a proxy; 0 keeps them.
+	MaxLifetime time.Duration
+}
+
+// Validate rejects negative sizes and more idle than open connections.
+func (p Pool) Validate() error {
+	switch {
+	case p.MaxOpen < 0:
+		return fmt.Errorf("--db-max-open %d: must be 0 (the default) or more", p.MaxOpen)
+	case p.MaxIdle < 0:
+		return fmt.Errorf("--db-max-idle %d: must be 0 (as many as --db-max-open) or more", p.MaxIdle)
+	case p.MaxLifetime < 0:
+		return fmt.Errorf("--db-conn-max-lifetime %s: must be 0 (no limit) or more", p.MaxLifetime)
+	case p.MaxOpen > 0 && p.MaxIdle > p.MaxOpen:
+		return fmt.Errorf("--db-max-idle %d: more than --db-max-open %d", p.MaxIdle, p.MaxOpen)
+	}
+	return nil
+}
+
 // Open parses a database setting — a file path, sqlite://PATH or
-// postgres://… — and opens it. It does not migrate; call Migrate.
+// postgres://… — and opens it with the default pool. It does not migrate;
+// call Migrate.
 func Open(ctx context.Context, setting string) (*DB, error) {
+	return OpenPool(ctx, setting, Pool{})
+}
+
+// OpenPool is Open with the pool sized by p.
+func OpenPool(ctx context.Context, setting string, p Pool) (*DB, error) {
+	if err := p.Validate(); err != nil {
+		return nil, err
+	}
 	drv, dsn, dia, err := parse(setting)
 	if err != nil {
 		return nil, err
@@ -38,16 +76,21 @@ func Open(ctx context.Context, setting string) (*DB, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open database: %w", err)
 	}
-	if dia == dialect.SQLite {
+	if p.MaxOpen == 0 {
 		// SQLite allows one writer at a time; a small pool with WAL keeps
 		// readers concurrent while the busy timeout serialises writers
 		// instead of failing them with SQLITE_BUSY.
-		db.SetMaxOpenConns(8)
-		db.SetMaxIdleConns(8)
-	} else {
-		db.SetMaxOpenConns(32)
-		db.SetMaxIdleConns(16)
+		p.MaxOpen = 8
+		if dia == dialect.Postgres {
+			p.MaxOpen = 32
+		}
 	}
+	if p.MaxIdle == 0 {
+		p.MaxIdle = p.MaxOpen
+	}
+	db.SetMaxOpenConns(p.MaxOpen)
+	db.SetMaxIdleConns(p.MaxIdle)
+	db.SetConnMaxLifetime(p.MaxLifetime)
 	db.SetConnMaxIdleTime(5 * time.Minute)
 	pingCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()

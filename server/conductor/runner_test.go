@@ -1,0 +1,112 @@
+package conductor
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/google/uuid"
+
+	"github.com/anvilproject/anvil/ent"
+	"github.com/anvilproject/anvil/ent/node"
+	"github.com/anvilproject/anvil/ent/nodeevent"
+	"github.com/anvilproject/anvil/server/history"
+	"github.com/anvilproject/anvil/server/nodes"
+	"github.com/anvilproject/anvil/server/store"
+	"github.com/anvilproject/anvil/server/store/storetest"
+)
+
+func fakeNode(t *testing.T, db *store.DB, info map[string]any) *ent.Node {
+	t.Helper()
+	n, err := db.Node.Create().SetUUID(uuid.NewString()).SetDriver("fake").SetProvisionState(nodes.StateCleaning).
+		SetDriverInternalInfo(info).Save(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+func events(t *testing.T, db *store.DB, id int) []string {
+	t.Helper()
+	evs, err := db.NodeEvent.Query().Where(nodeevent.HasNodeWith(node.ID(id))).Order(ent.Asc(nodeevent.FieldID)).All(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := make([]string, len(evs))
+	for i, e := range evs {
+		out[i] = e.Event
+	}
+	return out
+}
+
+// TestCommitterIsolatesFailures sends many writes at once, some of which
+// cannot commit (an event for a node that does not exist): each good
+// write is committed and reported so, each bad one fails alone.
+func TestCommitterIsolatesFailures(t *testing.T) {
+	storetest.Each(t, func(t *testing.T, _ string, db *store.DB) {
+		ctx := context.Background()
+		n := fakeNode(t, db, nil)
+		var g committer
+		const writers = 300
+		errsSeen := make([]error, writers)
+		var wg sync.WaitGroup
+		for i := range writers {
+			wg.Go(func() {
+				target := n.ID
+				if i%10 == 0 {
+					target = n.ID + 1_000_000
+				}
+				errsSeen[i] = g.do(ctx, db, write{events: []history.Event{{NodeID: target, Type: "clean", Message: fmt.Sprintf("w%03d", i)}}})
+			})
+		}
+		wg.Wait()
+		for i, err := range errsSeen {
+			if (i%10 == 0) != (err != nil) {
+				t.Errorf("write %d: err %v", i, err)
+			}
+		}
+		got := events(t, db, n.ID)
+		if len(got) != writers-writers/10 {
+			t.Errorf("%d events committed, want %d", len(got), writers-writers/10)
+		}
+	})
+}
+
+// TestStepsRecordEachStepAndHonourAbort runs steps through the grouped
+// writes: every start and end is recorded in order, the node ends
+// manageable, and an abort requested before a step stops the run there.
+func TestStepsRecordEachStepAndHonourAbort(t *testing.T) {
+	storetest.Each(t, func(t *testing.T, _ string, db *store.DB) {
+		ctx := context.Background()
+		c := New(db, slog.New(slog.DiscardHandler), Config{Name: "test"})
+		steps := []Step{{Interface: "power", Step: "power_on"}, {Interface: "management", Step: "reset_bmc"}, {Interface: "power", Step: "power_off"}}
+
+		n := fakeNode(t, db, nil)
+		c.runSteps(n.ID, "clean", steps, "tester")
+		got, err := db.Node.Get(ctx, n.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got.ProvisionState != nodes.StateManageable || got.PowerState == nil || *got.PowerState != "power off" || got.LastError != nil {
+			t.Errorf("after the run: state %s, power %v, last_error %v", got.ProvisionState, got.PowerState, got.LastError)
+		}
+		want := []string{"Step power.power_on started (1 of 3)", "Step power.power_on done", "Step management.reset_bmc started (2 of 3)",
+			"Step management.reset_bmc done", "Step power.power_off started (3 of 3)", "Step power.power_off done", "All 3 clean steps done; node is manageable"}
+		if ev := events(t, db, n.ID); strings.Join(ev, "|") != strings.Join(want, "|") {
+			t.Errorf("events:\n%s\nwant:\n%s", strings.Join(ev, "\n"), strings.Join(want, "\n"))
+		}
+
+		aborted := fakeNode(t, db, map[string]any{abortRequestedField: true})
+		c.runSteps(aborted.ID, "clean", steps, "tester")
+		got, err = db.Node.Get(ctx, aborted.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got.ProvisionState != nodes.StateCleanFailed || got.LastError == nil || !strings.Contains(*got.LastError, "Aborted by request before step power.power_on") || got.PowerState != nil {
+			t.Errorf("aborted run: state %s, last_error %v, power %v (no step may run)", got.ProvisionState, got.LastError, got.PowerState)
+		}
+	})
+}

@@ -1,0 +1,128 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"slices"
+	"strings"
+
+	"entgo.io/ent/dialect"
+
+	"github.com/anvilproject/anvil/ent/migrate"
+)
+
+// ErrUseDump is Backup's answer on PostgreSQL, whose own tools make a
+// consistent copy of a running database.
+var ErrUseDump = errors.New("on PostgreSQL back up with pg_dump (e.g. pg_dump -Fc -f anvil.dump DATABASE_URL) and restore with pg_restore; see the README's Backup and restore")
+
+// Backup writes a consistent copy of a SQLite database to path while
+// others keep reading and writing it: VACUUM INTO reads one snapshot, as
+// any reader does under WAL. The copy is written to a temporary name
+// beside path and renamed, so path is either absent or complete.
+func (d *DB) Backup(ctx context.Context, path string) error {
+	if d.Dialect != dialect.SQLite {
+		return ErrUseDump
+	}
+	if _, err := os.Stat(path); err == nil {
+		return fmt.Errorf("backup %s: the file exists; name a new one", path)
+	}
+	tmp := path + ".partial"
+	_ = os.Remove(tmp)
+	if _, err := d.SQL.ExecContext(ctx, "VACUUM INTO ?", tmp); err != nil {
+		_ = os.Remove(tmp)
+		return fmt.Errorf("backup %s: %w", path, err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		_ = os.Remove(tmp)
+		return fmt.Errorf("backup %s: %w", path, err)
+	}
+	return nil
+}
+
+// Check reports what is wrong with the database, without changing it:
+// on SQLite, what PRAGMA integrity_check finds; on both, every table and
+// column the schema expects that the database lacks (anvil migrate adds
+// them). No problems means the database is fit to serve.
+func (d *DB) Check(ctx context.Context) ([]string, error) {
+	var problems []string
+	if d.Dialect == dialect.SQLite {
+		rows, err := d.SQL.QueryContext(ctx, "PRAGMA integrity_check")
+		if err != nil {
+			return nil, fmt.Errorf("integrity check: %w", err)
+		}
+		for rows.Next() {
+			var s string
+			if err := rows.Scan(&s); err != nil {
+				rows.Close()
+				return nil, fmt.Errorf("integrity check: %w", err)
+			}
+			if s != "ok" {
+				problems = append(problems, "integrity: "+s)
+			}
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return nil, fmt.Errorf("integrity check: %w", err)
+		}
+	}
+	for _, t := range migrate.Tables {
+		have, err := d.columns(ctx, t.Name)
+		if err != nil {
+			return nil, err
+		}
+		if len(have) == 0 {
+			problems = append(problems, fmt.Sprintf("schema: table %s is missing; run anvil migrate", t.Name))
+			continue
+		}
+		var missing []string
+		for _, c := range t.Columns {
+			if !slices.Contains(have, c.Name) {
+				missing = append(missing, c.Name)
+			}
+		}
+		if len(missing) > 0 {
+			problems = append(problems, fmt.Sprintf("schema: table %s lacks column(s) %s; run anvil migrate", t.Name, strings.Join(missing, ", ")))
+		}
+	}
+	return problems, nil
+}
+
+// columns lists the columns a table has (none when it does not exist).
+func (d *DB) columns(ctx context.Context, table string) ([]string, error) {
+	q := "SELECT name FROM pragma_table_info(?)"
+	if d.Dialect == dialect.Postgres {
+		q = "SELECT column_name FROM information_schema.columns WHERE table_schema = current_schema() AND table_name = $1"
+	}
+	rows, err := d.SQL.QueryContext(ctx, q, table)
+	if err != nil {
+		return nil, fmt.Errorf("columns of %s: %w", table, err)
+	}
+	defer rows.Close()
+	var cols []string
+	for rows.Next() {
+		var c string
+		if err := rows.Scan(&c); err != nil {
+			return nil, fmt.Errorf("columns of %s: %w", table, err)
+		}
+		cols = append(cols, c)
+	}
+	return cols, rows.Err()
+}
+
+// OpenExisting is Open for tools that inspect a database: a SQLite path
+// that does not exist is an error rather than a new, empty database.
+func OpenExisting(ctx context.Context, setting string) (*DB, error) {
+	_, dsn, dia, err := parse(setting)
+	if err != nil {
+		return nil, err
+	}
+	if dia == dialect.SQLite {
+		path, _, _ := strings.Cut(strings.TrimPrefix(dsn, "file:"), "?")
+		if _, err := os.Stat(path); err != nil {
+			return nil, fmt.Errorf("database: %w", err)
+		}
+	}
+	return Open(ctx, setting)
+}
