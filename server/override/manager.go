@@ -40,6 +40,10 @@ type Manager struct {
 	status   string
 	syncedTo int64  // the stored revision written to the directory
 	applied  string // digest of the files in force
+	// The verdict on the last set of files refused, kept until the files
+	// change, so a broken directory is not rendered again every poll.
+	refused    string
+	refusedErr error
 }
 
 // Status is the one-line policy state: "" when overrides are disabled,
@@ -114,16 +118,21 @@ func (m *Manager) Sync(ctx context.Context) {
 	if s, err := m.DB.Setting.Query().Where(setting.Key(failedSetting)).Only(ctx); err == nil {
 		failed = string(s.Value)
 	}
-	if d := files.Digest(); d != m.applied {
+	if d := files.Digest(); d == m.refused {
+		m.setStatus("PO (broken): " + m.refusedErr.Error())
+		return
+	} else if d != m.applied {
+		m.Log.Info("policy override: validating policy.d", "dir", m.Dir, "files", len(files), "digest", d)
 		rules, err := Rules(files)
 		if err == nil {
 			err = m.Enf.Reload(rules)
 		}
 		if err != nil {
+			m.refused, m.refusedErr = d, err
 			m.setStatus("PO (broken): " + err.Error())
 			return
 		}
-		m.applied = d
+		m.applied, m.refused, m.refusedErr = d, "", nil
 	}
 	switch {
 	case failed != "":
