@@ -125,3 +125,22 @@ func Defaults() []Rule {
 // admin can always repair the policy and the accounts, whatever an upload
 // says. The base rules they rely on are protected for the same reason.
 var Protected = []string{"anvil:policy:get", "anvil:policy:update", "anvil:user:manage", "anvil:user:list", "system_admin", "system_reader"}
+
+// IsBaseRule reports whether name is a building block other rules refer
+// to: a default without scopes, or a name Ironic's defaults use for one
+// (an operator's Ironic file may carry it). Overriding one silently
+// changes every rule built on it ("system_member": "@" makes everyone a
+// system member), so overrides may not; they change the rules that use
+// it instead.
+func IsBaseRule(name string) bool {
+	switch name {
+	case "project_member", "project_admin", "service_role":
+		return true
+	}
+	for _, r := range Defaults() {
+		if r.Name == name {
+			return len(r.Scopes) == 0
+		}
+	}
+	return false
+}

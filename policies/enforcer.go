@@ -109,6 +109,8 @@ func build(defaults []Rule, overrides map[string]string) (*state, error) {
 		switch {
 		case slices.Contains(Protected, name):
 			return nil, fmt.Errorf("rule %q is protected and cannot be overridden", name)
+		case IsBaseRule(name):
+			return nil, fmt.Errorf("rule %q is a base rule other rules are built on and cannot be overridden; override the rules that use it instead", name)
 		case eff[name] == "" && !strings.Contains(name, ":") && name != "":
 			// A helper rule of the operator's own, as oslo.policy allows.
 		case IsStepRule(name):

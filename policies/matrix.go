@@ -2,6 +2,7 @@ package policies
 
 import (
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 )
@@ -109,10 +110,69 @@ func Sample(rules []Rule) string {
 		if len(r.Scopes) > 0 {
 			b.WriteString("# Scope types: " + strings.Join(r.Scopes, ", ") + "\n")
 		}
+		switch {
+		case slices.Contains(Protected, r.Name):
+			b.WriteString("# Protected: an override may not change it.\n")
+		case IsBaseRule(r.Name):
+			b.WriteString("# A base rule other rules are built on: an override may not change it.\n")
+		}
 		for _, op := range r.Operations {
 			b.WriteString("# " + op + "\n")
 		}
 		fmt.Fprintf(&b, "#%q: %q\n", r.Name, r.Check)
 	}
 	return b.String()
+}
+
+// Widening compares two sets of overrides on the persona matrix and
+// returns, for every documented rule, the personas the second allows
+// that the first denied: what applying after in place of before would
+// newly let through.
+func Widening(before, after map[string]string) (map[string][]string, error) {
+	eb, err := New(Defaults(), before)
+	if err != nil {
+		return nil, err
+	}
+	ea, err := New(Defaults(), after)
+	if err != nil {
+		return nil, err
+	}
+	var rules []string
+	for _, r := range Defaults() {
+		if len(r.Scopes) > 0 {
+			rules = append(rules, r.Name)
+		}
+	}
+	// Per-step rules exist only in overrides; a missing one limits
+	// nothing, so dropping or loosening one widens.
+	for _, set := range []map[string]string{before, after} {
+		for name := range set {
+			if IsStepRule(name) && !slices.Contains(rules, name) {
+				rules = append(rules, name)
+			}
+		}
+	}
+	decide := func(e *Enforcer, p *Principal, rule string) (bool, error) {
+		if !e.Has(rule) {
+			return true, nil
+		}
+		return e.Decide(p, rule, MatrixTarget)
+	}
+	out := map[string][]string{}
+	for _, rule := range rules {
+		for _, p := range Personas() {
+			was, err := decide(eb, p.Principal, rule)
+			if err != nil {
+				return nil, err
+			}
+			now, err := decide(ea, p.Principal, rule)
+			if err != nil {
+				return nil, err
+			}
+			if now && !was {
+				out[rule] = append(out[rule], p.Name)
+			}
+		}
+	}
+	return out, nil
 }

@@ -3,6 +3,7 @@ package policies
 import (
 	"context"
 	"errors"
+	"slices"
 	"strings"
 	"testing"
 
@@ -206,8 +207,13 @@ func TestSampleRoundTrips(t *testing.T) {
 	if err := yaml.Unmarshal([]byte(strings.Join(lines, "\n")), &m); err != nil {
 		t.Fatal(err)
 	}
-	for _, p := range Protected {
-		delete(m, p)
+	for name := range m {
+		if slices.Contains(Protected, name) || IsBaseRule(name) {
+			if !strings.Contains(Sample(Defaults()), "may not change it.\n#\""+name+"\"") {
+				t.Errorf("the sample does not say %s cannot be overridden", name)
+			}
+			delete(m, name)
+		}
 	}
 	if err := Validate(Defaults(), m); err != nil {
 		t.Fatal(err)

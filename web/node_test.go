@@ -71,10 +71,24 @@ func TestNodePage(t *testing.T) {
 		time.Sleep(50 * time.Millisecond)
 	}
 
+	// The node's owner side set CUSTOM_PAGE; a system public runbook and
+	// a lessee's own runbook both list it, but the node runs only the
+	// system's, so the page offers only that one.
+	api.Do(t, "PUT", "/v1/nodes/"+id+"/traits/CUSTOM_PAGE", nil)
+	for _, rb := range []map[string]any{{"name": "CUSTOM_PAGE_PUB", "public": true}, {"name": "CUSTOM_PAGE_LES", "owner": "les"}} {
+		rb["traits"] = []string{"CUSTOM_PAGE"}
+		rb["steps"] = []map[string]any{{"interface": "power", "step": "power_on", "order": 1}}
+		if r := api.Do(t, "POST", "/v1/runbooks", rb); r.Status != 201 {
+			t.Fatalf("runbook %v: %d %s", rb["name"], r.Status, r.Body)
+		}
+	}
 	lena := signIn("lena")
 	_, body := page(lena)
 	if !strings.Contains(body, "Power on") || strings.Contains(body, "Start cleaning") {
 		t.Error("lessee member: wants power buttons and no arbitrary-steps form")
+	}
+	if !strings.Contains(body, "Run CUSTOM_PAGE_PUB") || strings.Contains(body, "Run CUSTOM_PAGE_LES") {
+		t.Error("lessee member: wants the system's runbook offered and not its own project's")
 	}
 	if _, body := page(signIn("rita")); strings.Contains(body, "Power on") {
 		t.Error("lessee reader sees power buttons")

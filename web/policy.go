@@ -190,6 +190,11 @@ func (p *Portal) policyUpload(c *fiber.Ctx) error {
 		return err
 	}
 	pp.Preview, pp.PreviewErr, pp.Applied = preview, problem, applied
+	for _, d := range preview {
+		if strings.Contains(d, override.WideningMark) {
+			pp.Widening++
+		}
+	}
 	status := 200
 	if problem != "" {
 		status = 400

@@ -97,6 +97,19 @@ func TestAdminPolicyPage(t *testing.T) {
 	if st != 200 || !strings.Contains(page, "baremetal:node:set_power_state") || !strings.Contains(page, `data-testid="preview"`) {
 		t.Errorf("preview of a good zip: %d", st)
 	}
+	// Narrowing a rule is no widening; widening one names who gains; a
+	// base rule is refused by name.
+	if strings.Contains(page, `data-testid="preview-widens"`) {
+		t.Error("a narrowing preview is marked as widening")
+	}
+	st, page = root.upload("preview", zipOf(t, map[string]string{"w.yaml": `"baremetal:node:update:owner": "rule:system_member or role:member"`}))
+	if st != 200 || !strings.Contains(page, `data-testid="preview-widens"`) || !strings.Contains(page, "WIDENS access for owner-admin, owner-manager, owner-member, lessee-admin") {
+		t.Errorf("preview of a widening zip: %d", st)
+	}
+	st, page = root.upload("preview", zipOf(t, map[string]string{"b.yaml": `"system_member": "@"`}))
+	if st != 400 || !strings.Contains(page, "system_member") || !strings.Contains(page, "base rule") {
+		t.Errorf("preview of a base-rule override: %d", st)
+	}
 	st, page = root.upload("apply", good)
 	if st != 200 || !strings.Contains(page, "Stored as revision") || !strings.Contains(page, "PO: 1 file(s)") {
 		t.Fatalf("apply of a good zip: %d\n%s", st, page)

@@ -59,8 +59,8 @@ func (p *Portal) runbooksPage(c *fiber.Ctx) error {
 }
 
 // runnable fills the runbooks the viewer may run on the node: use is
-// allowed and the node carries the runbook's trait (or shares one of its
-// traits). The server checks all of it again when one is run.
+// allowed and the node accepts the runbook (its owner's or the system's,
+// with a matching trait). The server checks all of it again when one is run.
 func (p *Portal) runnable(c *fiber.Ctx, d *views.NodeDetail, v *nodes.View) {
 	ctx := c.UserContext()
 	switch v.ProvisionState {
@@ -80,11 +80,7 @@ func (p *Portal) runnable(c *fiber.Ctx, d *views.NodeDetail, v *nodes.View) {
 		return
 	}
 	for _, r := range rs {
-		fits := slices.Contains(v.Traits, r.Name)
-		if len(r.Traits) > 0 {
-			fits = slices.ContainsFunc(r.Traits, func(t string) bool { return slices.Contains(v.Traits, t) })
-		}
-		if fits && p.Guard.Allowed(ctx, runbooks.RuleUse, runbooks.Target(r.Runbook)) {
+		if runbooks.Accepts(r.Runbook, v.Node, v.Traits) == nil && p.Guard.Allowed(ctx, runbooks.RuleUse, runbooks.Target(r.Runbook)) {
 			d.Runnable = append(d.Runnable, runbookRow(r))
 		}
 	}

@@ -3,6 +3,7 @@
 package migrate
 
 import (
+	"entgo.io/ent/dialect/entsql"
 	"entgo.io/ent/dialect/sql/schema"
 	"entgo.io/ent/schema/field"
 )
@@ -280,7 +281,7 @@ var (
 		{Name: "created_at", Type: field.TypeTime},
 		{Name: "updated_at", Type: field.TypeTime, Nullable: true},
 		{Name: "uuid", Type: field.TypeString, Unique: true, Size: 36},
-		{Name: "name", Type: field.TypeString, Unique: true, Size: 255},
+		{Name: "name", Type: field.TypeString, Size: 255},
 		{Name: "public", Type: field.TypeBool, Default: false},
 		{Name: "owner", Type: field.TypeString, Nullable: true, Size: 255},
 		{Name: "disable_ramdisk", Type: field.TypeBool, Default: false},
@@ -302,6 +303,19 @@ var (
 				Name:    "runbook_public",
 				Unique:  false,
 				Columns: []*schema.Column{RunbooksColumns[5]},
+			},
+			{
+				Name:    "runbook_owner_name",
+				Unique:  true,
+				Columns: []*schema.Column{RunbooksColumns[6], RunbooksColumns[4]},
+			},
+			{
+				Name:    "runbook_system_name",
+				Unique:  true,
+				Columns: []*schema.Column{RunbooksColumns[4]},
+				Annotation: &entsql.IndexAnnotation{
+					Where: "owner IS NULL",
+				},
 			},
 		},
 	}

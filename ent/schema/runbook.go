@@ -18,7 +18,9 @@ func (Runbook) Mixin() []ent.Mixin { return []ent.Mixin{TimeMixin{}} }
 func (Runbook) Fields() []ent.Field {
 	return []ent.Field{
 		field.String("uuid").Unique().Immutable().MaxLen(36),
-		field.String("name").Unique().MaxLen(255),
+		// name is unique per owner, not globally, so no project can squat a
+		// name the system (or another project) wants; see Indexes.
+		field.String("name").MaxLen(255),
 		field.Bool("public").Default(false),
 		field.String("owner").Optional().Nillable().MaxLen(255),
 		field.Bool("disable_ramdisk").Default(false),
@@ -36,5 +38,11 @@ func (Runbook) Edges() []ent.Edge {
 }
 
 func (Runbook) Indexes() []ent.Index {
-	return []ent.Index{index.Fields("owner"), index.Fields("public")}
+	return []ent.Index{
+		index.Fields("owner"), index.Fields("public"),
+		index.Fields("owner", "name").Unique(),
+		// SQL treats NULLs as distinct, so the system's runbooks (owner
+		// NULL) need their own index to keep their names unique.
+		index.Fields("name").Unique().StorageKey("runbook_system_name").Annotations(entsql.IndexWhere("owner IS NULL")),
+	}
 }

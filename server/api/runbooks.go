@@ -1,7 +1,6 @@
 package api
 
 import (
-	"encoding/json"
 	"slices"
 	"strconv"
 	"strings"
@@ -38,7 +37,14 @@ func (a *API) runbookTraits(c *fiber.Ctx) error {
 	return c.JSON(fiber.Map{"traits": ts})
 }
 
+// Runbook handlers find the runbook (404) and authorize (403) before they
+// read the body (400), so a caller without the right learns nothing from
+// a validation error.
+
 func (a *API) setRunbookTraits(c *fiber.Ctx) error {
+	if err := a.Runbooks.Authorize(c.UserContext(), c.Params("rb"), runbooks.RuleUpdate); err != nil {
+		return err
+	}
 	var in struct {
 		Traits []string `json:"traits"`
 	}
@@ -61,6 +67,9 @@ func (a *API) clearRunbookTraits(c *fiber.Ctx) error {
 // editRunbookTraits reads the current traits and writes them back
 // changed; the service validates and authorizes the write.
 func (a *API) editRunbookTraits(c *fiber.Ctx, edit func([]string) ([]string, error)) error {
+	if err := a.Runbooks.Authorize(c.UserContext(), c.Params("rb"), runbooks.RuleUpdate); err != nil {
+		return err
+	}
 	ts, err := a.Runbooks.Traits(c.UserContext(), c.Params("rb"))
 	if err != nil {
 		return err
@@ -208,6 +217,9 @@ func (a *API) getRunbook(c *fiber.Ctx) error {
 }
 
 func (a *API) createRunbook(c *fiber.Ctx) error {
+	if err := a.Runbooks.AuthorizeCreate(c.UserContext()); err != nil {
+		return err
+	}
 	var in runbooks.Input
 	if err := bind(c, &in); err != nil {
 		return err
@@ -220,10 +232,9 @@ func (a *API) createRunbook(c *fiber.Ctx) error {
 	return c.Status(201).JSON(runbookJSON(c, r, runbookFields))
 }
 
+// patchRunbook leaves the body to the service, which reads it only after
+// finding and authorizing the runbook.
 func (a *API) patchRunbook(c *fiber.Ctx) error {
-	if !json.Valid(c.Body()) {
-		return errs.BadRequest("body", "the body is not JSON")
-	}
 	r, err := a.Runbooks.Patch(c.UserContext(), c.Params("rb"), c.Body())
 	if err != nil {
 		return err

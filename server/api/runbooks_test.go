@@ -39,7 +39,7 @@ var runbookMatrix = []struct {
 	{"DELETE", "/v1/runbooks/{sys}", "", "401 | 204 204 403 | 404 404 404 404 | 404 404 404 404 | 404 404 404 404"},
 	{"PUT", "/v1/nodes/{n}/states/provision", `{"target":"clean","runbook":"{pub}"}`, "401 | 202 202 403 | 202 202 202 403 | 202 202 202 403 | 404 404 404 404"},
 	{"PUT", "/v1/nodes/{n}/states/provision", `{"target":"clean","runbook":"{own}"}`, "401 | 202 202 403 | 202 202 202 403 | 404 404 404 403 | 404 404 404 404"},
-	{"PUT", "/v1/nodes/{n}/states/provision", `{"target":"clean","runbook":"{oth}"}`, "401 | 202 202 403 | 404 404 404 403 | 404 404 404 403 | 404 404 404 404"},
+	{"PUT", "/v1/nodes/{n}/states/provision", `{"target":"clean","runbook":"{oth}"}`, "401 | 403 403 403 | 404 404 404 403 | 404 404 404 403 | 404 404 404 404"},
 	{"PUT", "/v1/nodes/{n}/states/provision", `{"target":"clean","runbook":"{sys}"}`, "401 | 202 202 403 | 404 404 404 403 | 404 404 404 403 | 404 404 404 404"},
 	{"PUT", "/v1/nodes/{n}/states/provision", `{"target":"clean","runbook":"{pub}","clean_steps":[{"interface":"power","step":"power_on"}]}`, "401 | 400 400 403 | 400 400 400 403 | 400 400 400 403 | 404 404 404 404"},
 }

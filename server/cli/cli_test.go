@@ -110,8 +110,18 @@ func TestPolicyCommands(t *testing.T) {
 	writeZip(t, good, map[string]string{"etc/10-a.yaml": `"baremetal:node:set_power_state": "rule:system_member"`, "README.txt": "docs"})
 	writeZip(t, bad, map[string]string{"20-b.yaml": `"anvil:user:manage": "@"`})
 
-	if out, err := run(t, "", "policy", "validate", good); err != nil || !strings.Contains(out, "valid: 1 file(s)") {
+	if out, err := run(t, "", "policy", "validate", good); err != nil || !strings.Contains(out, "valid: 1 file(s)") || strings.Contains(out, "WIDENS") {
 		t.Errorf("validate good: %q %v", out, err)
+	}
+	wide := filepath.Join(dir, "wide.zip")
+	writeZip(t, wide, map[string]string{"10-w.yaml": `"baremetal:node:update:owner": "@"`})
+	if out, err := run(t, "", "policy", "validate", wide); err != nil || !strings.Contains(out, "baremetal:node:update:owner") || !strings.Contains(out, "WIDENS access for system-reader") {
+		t.Errorf("validate a widening: %q %v", out, err)
+	}
+	base := filepath.Join(dir, "base.zip")
+	writeZip(t, base, map[string]string{"10-b.yaml": `"system_member": "@"`})
+	if _, err := run(t, "", "policy", "validate", base); err == nil || !strings.Contains(err.Error(), `"system_member" is a base rule`) {
+		t.Errorf("validate a base-rule override: %v", err)
 	}
 	if _, err := run(t, "", "policy", "validate", bad); err == nil || !strings.Contains(err.Error(), "protected") {
 		t.Errorf("validate bad: %v", err)

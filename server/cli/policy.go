@@ -128,7 +128,7 @@ func readOverride(path string) (override.Files, error) {
 func policyValidateCmd() *cobra.Command {
 	return &cobra.Command{
 		Use:   "validate FILE.zip|DIR",
-		Short: "Validate an override offline, exactly as an upload is validated; non-zero exit with the reasons",
+		Short: "Validate an override offline, exactly as an upload is validated, and print its diff from the defaults with widenings marked; non-zero exit with the reasons",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			files, err := readOverride(args[0])
@@ -139,7 +139,12 @@ func policyValidateCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			fmt.Fprintf(cmd.OutOrStdout(), "valid: %d file(s), %d rule(s) overridden: %s\n", len(files), len(rules), strings.Join(files.Names(), ", "))
+			out := cmd.OutOrStdout()
+			fmt.Fprintf(out, "valid: %d file(s), %d rule(s) overridden: %s\n", len(files), len(rules), strings.Join(files.Names(), ", "))
+			// The dry run's diff against the defaults, widenings marked.
+			for _, d := range override.Diff(map[string]string{}, rules) {
+				fmt.Fprintln(out, "  "+d)
+			}
 			return nil
 		},
 	}

@@ -48,9 +48,10 @@ type Ops struct {
 }
 
 // Resolver turns a runbook reference into steps the caller may run on a
-// node with the given traits, with the runbook's disable_ramdisk.
+// node (its owner decides which runbooks it takes) carrying the given
+// traits, with the runbook's disable_ramdisk.
 type Resolver interface {
-	Resolve(ctx context.Context, ident string, nodeTraits []string) ([]Step, bool, error)
+	Resolve(ctx context.Context, ident string, n *ent.Node, nodeTraits []string) ([]Step, bool, error)
 }
 
 // RuleProvisionRunbook lets a caller clean or service with a runbook
@@ -291,7 +292,7 @@ func (o *Ops) Provision(ctx context.Context, ident string, r ProvisionRequest) (
 		if err != nil {
 			return err
 		}
-		if steps, r.DisableRamdisk, err = o.Runbooks.Resolve(ctx, r.Runbook, traits); err != nil {
+		if steps, r.DisableRamdisk, err = o.Runbooks.Resolve(ctx, r.Runbook, n, traits); err != nil {
 			return err
 		}
 	}

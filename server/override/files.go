@@ -16,7 +16,6 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"text/template"
 
 	"gopkg.in/yaml.v3"
 
@@ -176,18 +175,6 @@ func (TemplateData) Default(rule string) string {
 		}
 	}
 	return ""
-}
-
-func render(name string, b []byte) ([]byte, error) {
-	t, err := template.New(name).Option("missingkey=error").Parse(string(b))
-	if err != nil {
-		return nil, fmt.Errorf("%s: template: %v", name, err)
-	}
-	var out bytes.Buffer
-	if err := t.Execute(&out, TemplateData{Roles: []string{"admin", "manager", "member", "reader"}}); err != nil {
-		return nil, fmt.Errorf("%s: template: %v", name, err)
-	}
-	return out.Bytes(), nil
 }
 
 // parseYAML reads one file as a flat map of rule name to check string,

@@ -75,6 +75,8 @@ func TestRefusedUploads(t *testing.T) {
 		"bad check":            {makeZip(t, entry{name: "p.yaml", body: `"baremetal:node:get": "role:admin and ("`}), "baremetal:node:get"},
 		"unknown rule":         {makeZip(t, entry{name: "p.yaml", body: `"baremetal:node:fly": "@"`}), "unknown rule"},
 		"deny-listed":          {makeZip(t, entry{name: "p.yaml", body: `"anvil:policy:update": "@"`}), "protected"},
+		"base rule":            {makeZip(t, entry{name: "base.yaml", body: `"system_member": "@"`}), `base.yaml: rule "system_member" is a base rule`},
+		"base rule, templated": {makeZip(t, entry{name: "base.tpl", body: `"is_node_lessee": "@"`}), `base.tpl: rule "is_node_lessee" is a base rule`},
 		"alias":                {makeZip(t, entry{name: "p.yaml", body: "x: &a \"@\"\n\"baremetal:node:get\": *a"}), "aliases"},
 		"custom tag":           {makeZip(t, entry{name: "p.yaml", body: `"baremetal:node:get": !shell "rm -rf /"`}), "custom tag"},
 		"bad template":         {makeZip(t, entry{name: "p.j2", body: `{{ .Nope }}`}), "template"},
@@ -116,4 +118,22 @@ func FuzzReadZip(f *testing.F) {
 		}
 		_, _ = Rules(files)
 	})
+}
+
+// The dry run's diff marks a change that lets personas through with who
+// gains, and leaves a narrowing unmarked.
+func TestDiffMarksWidening(t *testing.T) {
+	d := Diff(map[string]string{}, map[string]string{
+		"baremetal:node:set_power_state": "rule:system_member",
+		"baremetal:node:delete":          "rule:system_admin or role:admin",
+	})
+	if len(d) != 2 {
+		t.Fatalf("diff %q", d)
+	}
+	if strings.Contains(d[1], WideningMark) {
+		t.Errorf("a narrowing is marked: %s", d[1])
+	}
+	if !strings.Contains(d[0], "baremetal:node:delete") || !strings.Contains(d[0], WideningMark+"owner-admin, lessee-admin, other-admin") {
+		t.Errorf("the widening is not marked with who gains: %s", d[0])
+	}
 }

@@ -40,6 +40,10 @@ type Manager struct {
 	status   string
 	syncedTo int64  // the stored revision written to the directory
 	applied  string // digest of the files in force
+	// The verdict on the last set of files refused, kept until the files
+	// change, so a broken directory is not rendered again every poll.
+	refused    string
+	refusedErr error
 }
 
 // Status is the one-line policy state: "" when overrides are disabled,
@@ -114,16 +118,21 @@ func (m *Manager) Sync(ctx context.Context) {
 	if s, err := m.DB.Setting.Query().Where(setting.Key(failedSetting)).Only(ctx); err == nil {
 		failed = string(s.Value)
 	}
-	if d := files.Digest(); d != m.applied {
+	if d := files.Digest(); d == m.refused {
+		m.setStatus("PO (broken): " + m.refusedErr.Error())
+		return
+	} else if d != m.applied {
+		m.Log.Info("policy override: validating policy.d", "dir", m.Dir, "files", len(files), "digest", d)
 		rules, err := Rules(files)
 		if err == nil {
 			err = m.Enf.Reload(rules)
 		}
 		if err != nil {
+			m.refused, m.refusedErr = d, err
 			m.setStatus("PO (broken): " + err.Error())
 			return
 		}
-		m.applied = d
+		m.applied, m.refused, m.refusedErr = d, "", nil
 	}
 	switch {
 	case failed != "":
@@ -228,7 +237,14 @@ func setFailed(ctx context.Context, db *store.DB, reason string) error {
 	return err
 }
 
-// Diff lists effective-rule changes as "rule: old -> new".
+// WideningMark starts the note on a diff line whose change lets personas
+// through that were denied before.
+const WideningMark = "WIDENS access for "
+
+// Diff lists effective-rule changes as "rule: old -> new", and marks each
+// change that widens access with the personas of the persona × rule
+// matrix that gain it; a rule that widens only through a helper it
+// refers to gets a line of its own.
 func Diff(before, after map[string]string) []string {
 	keys := slices.Sorted(maps.Keys(after))
 	for k := range before {
@@ -236,10 +252,22 @@ func Diff(before, after map[string]string) []string {
 			keys = append(keys, k)
 		}
 	}
+	// Both sides have been validated; should either fail to build, the
+	// diff is still shown, unmarked.
+	wider, _ := policies.Widening(before, after)
 	var out []string
 	for _, k := range keys {
 		if before[k] != after[k] {
-			out = append(out, fmt.Sprintf("%s: %q -> %q", k, before[k], after[k]))
+			line := fmt.Sprintf("%s: %q -> %q", k, before[k], after[k])
+			if ps := wider[k]; len(ps) > 0 {
+				line += "  " + WideningMark + strings.Join(ps, ", ")
+			}
+			out = append(out, line)
+		}
+	}
+	for _, k := range slices.Sorted(maps.Keys(wider)) {
+		if before[k] == after[k] {
+			out = append(out, fmt.Sprintf("%s: unchanged, but a rule it refers to changed  %s%s", k, WideningMark, strings.Join(wider[k], ", ")))
 		}
 	}
 	return out

@@ -78,38 +78,94 @@ func Target(r *ent.Runbook) policies.Target {
 
 func notFound(ident string) error { return errs.NotFound("Runbook %s could not be found.", ident) }
 
-func (s *Service) lookup(ctx context.Context, ident string) (*ent.Runbook, error) {
+// find returns the runbook ident names for the caller, or a 404 when it
+// names none the caller may see: a hidden runbook and a missing one look
+// the same. A UUID names one runbook; a name is unique per owner, so it
+// resolves in order to the caller's own (its project's, or the system's
+// for a system caller), then the system's public one, then any other the
+// caller may see, and when that last step finds several, to a 409 asking
+// for the UUID. audit records a denial when only hidden runbooks matched.
+func (s *Service) find(ctx context.Context, ident string, audit bool) (*ent.Runbook, error) {
 	q := s.db.Runbook.Query()
 	if nodes.IsUUID(ident) {
 		q = q.Where(runbook.UUID(strings.ToLower(ident)))
 	} else {
 		q = q.Where(runbook.Name(ident))
 	}
-	r, err := q.Only(ctx)
-	if ent.IsNotFound(err) {
+	all, err := q.Order(ent.Asc(runbook.FieldID)).All(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var visible []*ent.Runbook
+	for _, r := range all {
+		if s.guard.Allowed(ctx, RuleGet, Target(r)) {
+			visible = append(visible, r)
+		}
+	}
+	if len(visible) == 0 {
+		if audit && len(all) > 0 {
+			_ = s.guard.Authorize(ctx, RuleGet, "runbook", all[0].UUID, Target(all[0])) // audits the denial
+		}
 		return nil, notFound(ident)
 	}
-	return r, err
+	if len(visible) == 1 {
+		return visible[0], nil
+	}
+	p := policies.PrincipalFrom(ctx)
+	mine := ""
+	if p != nil && !p.System {
+		mine = p.Project
+	}
+	for _, pick := range []func(r *ent.Runbook) bool{
+		func(r *ent.Runbook) bool { return ownerOf(r) == mine },
+		func(r *ent.Runbook) bool { return r.Owner == nil && r.Public },
+	} {
+		if i := slices.IndexFunc(visible, pick); i >= 0 {
+			return visible[i], nil
+		}
+	}
+	return nil, errs.Conflict("Several runbooks named %s are visible to you; name one by its UUID.", ident)
+}
+
+// ownerOf is a runbook's owner, "" for the system.
+func ownerOf(r *ent.Runbook) string {
+	if r.Owner == nil {
+		return ""
+	}
+	return *r.Owner
 }
 
 // authorized finds a runbook the caller may see and checks rules on it;
 // one the caller may not see is a 404, never a 403.
 func (s *Service) authorized(ctx context.Context, ident string, rules ...string) (*ent.Runbook, error) {
-	r, err := s.lookup(ctx, ident)
+	r, err := s.find(ctx, ident, true)
 	if err != nil {
 		return nil, err
 	}
-	t := Target(r)
-	if !s.guard.Allowed(ctx, RuleGet, t) {
-		_ = s.guard.Authorize(ctx, RuleGet, "runbook", r.UUID, t) // audits the denial
-		return nil, notFound(ident)
-	}
 	for _, rule := range rules {
-		if err := s.guard.Authorize(ctx, rule, "runbook", r.UUID, t); err != nil {
+		if err := s.guard.Authorize(ctx, rule, "runbook", r.UUID, Target(r)); err != nil {
 			return nil, err
 		}
 	}
 	return r, nil
+}
+
+// Authorize finds a runbook (404) and checks rules on it (403), so a
+// handler can refuse a caller before it reads the request body.
+func (s *Service) Authorize(ctx context.Context, ident string, rules ...string) error {
+	_, err := s.authorized(ctx, ident, rules...)
+	return err
+}
+
+// AuthorizeCreate checks that the caller may create a runbook of its own
+// (its project's, or the system's), before the body is read; Create
+// checks the body's owner and public flag again.
+func (s *Service) AuthorizeCreate(ctx context.Context) error {
+	t := policies.Target{}
+	if p := policies.PrincipalFrom(ctx); p != nil && !p.System {
+		t.RunbookOwner = p.Project
+	}
+	return s.guard.Authorize(ctx, RuleCreate, "runbook", "", t)
 }
 
 func (s *Service) steps(ctx context.Context, r *ent.Runbook) ([]Step, error) {
@@ -171,9 +227,14 @@ func (s *Service) List(ctx context.Context, o ListOptions) ([]*Runbook, bool, er
 		q = q.Where(runbook.Public(*o.Public))
 	}
 	if o.Marker != "" {
-		m, err := s.lookup(ctx, o.Marker)
+		// Only runbooks the caller may see can be markers, so a hidden
+		// one answers exactly as a missing one does.
+		m, err := s.find(ctx, o.Marker, false)
 		if err != nil {
-			return nil, false, errs.BadRequest("marker", "marker %s does not name a runbook", o.Marker)
+			if errs.Status(err) >= 500 {
+				return nil, false, err
+			}
+			return nil, false, errs.BadRequest("marker", "marker does not name a runbook")
 		}
 		q = q.Where(runbook.IDGT(m.ID))
 	}
@@ -299,8 +360,10 @@ func (s *Service) Create(ctx context.Context, in Input) (out *Runbook, err error
 	p := policies.PrincipalFrom(ctx)
 	id := uuid.NewString()
 	defer func() { s.guard.Done(ctx, RuleCreate, "runbook", id, err, map[string]any{"name": in.Name}) }()
-	if err := validate(&in); err != nil {
-		return nil, err
+	// Policy first, then the body: a caller who may not create learns
+	// nothing from a 400 about its input.
+	if in.Owner != nil && *in.Owner == "" {
+		in.Owner = nil
 	}
 	if p != nil && !p.System {
 		if in.Owner != nil && *in.Owner != p.Project {
@@ -331,6 +394,9 @@ func (s *Service) Create(ctx context.Context, in Input) (out *Runbook, err error
 	if err := s.stepRules(ctx, in.Steps, t, id); err != nil {
 		return nil, err
 	}
+	if err := validate(&in); err != nil {
+		return nil, err
+	}
 	err = store.WithTx(ctx, s.db, func(tx *ent.Client) error {
 		r, err := tx.Runbook.Create().SetUUID(id).SetName(in.Name).SetPublic(in.Public).SetNillableOwner(in.Owner).
 			SetDisableRamdisk(in.DisableRamdisk).SetExtra(in.Extra).SetTraits(in.Traits).Save(ctx)
@@ -340,12 +406,21 @@ func (s *Service) Create(ctx context.Context, in Input) (out *Runbook, err error
 		return createSteps(ctx, tx, r.ID, in.Steps)
 	})
 	if ent.IsConstraintError(err) {
-		return nil, errs.Conflict("A runbook named %s already exists.", in.Name)
+		return nil, nameTaken(in.Owner, in.Name)
 	}
 	if err != nil {
 		return nil, err
 	}
 	return s.Get(ctx, id)
+}
+
+// nameTaken is the 409 for a name its owner already uses; names are
+// unique per owner, so other owners' runbooks never collide.
+func nameTaken(owner *string, name string) error {
+	if owner == nil {
+		return errs.Conflict("A system runbook named %s already exists.", name)
+	}
+	return errs.Conflict("Project %s already has a runbook named %s.", *owner, name)
 }
 
 func createSteps(ctx context.Context, tx *ent.Client, id int, steps []Step) error {
@@ -412,8 +487,8 @@ func (s *Service) Patch(ctx context.Context, ident string, raw []byte) (out *Run
 	if after.Public && !before.Public && after.Owner != nil && before.Owner != nil && *after.Owner == *before.Owner {
 		after.Owner = nil
 	}
-	if err := validate(&after); err != nil {
-		return nil, err
+	if after.Owner != nil && *after.Owner == "" {
+		after.Owner = nil
 	}
 	p := policies.PrincipalFrom(ctx)
 	t := Target(r)
@@ -436,6 +511,9 @@ func (s *Service) Patch(ctx context.Context, ident string, raw []byte) (out *Run
 	if err := s.stepRules(ctx, after.Steps, t, r.UUID); err != nil {
 		return nil, err
 	}
+	if err := validate(&after); err != nil {
+		return nil, err
+	}
 	err = store.WithTx(ctx, s.db, func(tx *ent.Client) error {
 		u := tx.Runbook.UpdateOneID(r.ID).SetName(after.Name).SetPublic(after.Public).SetDisableRamdisk(after.DisableRamdisk).
 			SetExtra(after.Extra).SetTraits(after.Traits)
@@ -453,7 +531,7 @@ func (s *Service) Patch(ctx context.Context, ident string, raw []byte) (out *Run
 		return createSteps(ctx, tx, r.ID, after.Steps)
 	})
 	if ent.IsConstraintError(err) {
-		return nil, errs.Conflict("A runbook named %s already exists.", after.Name)
+		return nil, nameTaken(after.Owner, after.Name)
 	}
 	if err != nil {
 		return nil, err
@@ -465,20 +543,20 @@ func equalOwner(a, b *string) bool {
 	return (a == nil && b == nil) || (a != nil && b != nil && *a == *b)
 }
 
-// Resolve returns the steps of a runbook the caller may use on a node
-// with the given traits: the use rule, the trait gate and the per-step
-// rules, all checked here.
-func (s *Service) Resolve(ctx context.Context, ident string, nodeTraits []string) ([]conductor.Step, bool, error) {
+// Resolve returns the steps of a runbook the caller may use on a node:
+// visibility (404), the use rule (403), whether the node accepts the
+// runbook (403), the trait gate (400) and the per-step rules, in that
+// order.
+func (s *Service) Resolve(ctx context.Context, ident string, n *ent.Node, nodeTraits []string) ([]conductor.Step, bool, error) {
 	r, err := s.authorized(ctx, ident, RuleUse)
 	if err != nil {
 		return nil, false, err
 	}
-	if len(r.Traits) == 0 {
-		if !slices.Contains(nodeTraits, r.Name) {
-			return nil, false, errs.BadRequest("runbook", "the node lacks trait %s, which runbook %s requires", r.Name, r.Name)
+	if err := Accepts(r, n, nodeTraits); err != nil {
+		if errs.Status(err) == 403 {
+			s.guard.Done(ctx, RuleUse, "runbook", r.UUID, err, map[string]any{"node": n.UUID})
 		}
-	} else if !slices.ContainsFunc(r.Traits, func(t string) bool { return slices.Contains(nodeTraits, t) }) {
-		return nil, false, errs.BadRequest("runbook", "the node has none of runbook %s's traits (%s)", r.Name, strings.Join(r.Traits, ", "))
+		return nil, false, err
 	}
 	steps, err := s.steps(ctx, r)
 	if err != nil {
@@ -494,6 +572,27 @@ func (s *Service) Resolve(ctx context.Context, ident string, nodeTraits []string
 		out[i] = conductor.Step{Interface: st.Interface, Step: st.Step, Args: st.Args}
 	}
 	return out, r.DisableRamdisk, nil
+}
+
+// Accepts says whether node n, carrying traits, takes runbook r. Only the
+// node's owner side or the system decides what runs on a node: a system
+// runbook may run on any node (visibility and the use rule keep private
+// ones to system callers), a project's runbook only on nodes that project
+// owns, so a lessee's runbook never reaches the nodes it leases, whatever
+// traits its author lists. Then the trait gate: the node carries the
+// runbook's name as a trait, or one of its traits.
+func Accepts(r *ent.Runbook, n *ent.Node, traits []string) error {
+	if r.Owner != nil && n.Owner != *r.Owner {
+		return errs.Forbidden("runbook %s belongs to project %s, which does not own node %s; a node runs only its owner's and the system's runbooks", r.Name, *r.Owner, n.UUID)
+	}
+	if len(r.Traits) == 0 {
+		if !slices.Contains(traits, r.Name) {
+			return errs.BadRequest("runbook", "the node lacks trait %s, which runbook %s requires", r.Name, r.Name)
+		}
+	} else if !slices.ContainsFunc(r.Traits, func(t string) bool { return slices.Contains(traits, t) }) {
+		return errs.BadRequest("runbook", "the node has none of runbook %s's traits (%s)", r.Name, strings.Join(r.Traits, ", "))
+	}
+	return nil
 }
 
 // Traits lists a runbook's traits.

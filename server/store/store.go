@@ -104,9 +104,17 @@ func OpenPool(ctx context.Context, setting string, p Pool) (*DB, error) {
 
 // Migrate creates missing tables, columns and indexes. Columns and indexes
 // that the schema no longer names are left in place: data is never dropped.
+// The one exception is a superseded constraint that would still refuse
+// rows the schema now allows, dropped by name once the index replacing it
+// exists.
 func (d *DB) Migrate(ctx context.Context) error {
 	if err := d.Schema.Create(ctx, migrate.WithDropColumn(false), migrate.WithDropIndex(false)); err != nil {
 		return fmt.Errorf("migrate database: %w", err)
+	}
+	// Runbook names were once unique across owners, which let a project
+	// squat a name the system wanted; (owner, name) is unique now.
+	if _, err := d.SQL.ExecContext(ctx, "DROP INDEX IF EXISTS runbooks_name_key"); err != nil {
+		return fmt.Errorf("migrate database: drop the global unique index on runbook names: %w", err)
 	}
 	return nil
 }

@@ -1,0 +1,62 @@
+package store_test
+
+import (
+	"context"
+	"testing"
+
+	"github.com/google/uuid"
+
+	"github.com/anvilproject/anvil/ent"
+	"github.com/anvilproject/anvil/server/store"
+	"github.com/anvilproject/anvil/server/store/storetest"
+)
+
+// TestMigrateRunbookNamesPerOwner: a database from before names were
+// unique per owner keeps its runbooks, loses the global unique index on
+// names, and then takes one name per owner while still refusing a
+// duplicate within an owner.
+func TestMigrateRunbookNamesPerOwner(t *testing.T) {
+	storetest.Each(t, func(t *testing.T, setting string, db *store.DB) {
+		ctx := context.Background()
+		// Recreate the old schema's index, as an old database has it.
+		if _, err := db.SQL.ExecContext(ctx, "DROP INDEX IF EXISTS runbooks_name_key"); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := db.SQL.ExecContext(ctx, "CREATE UNIQUE INDEX runbooks_name_key ON runbooks (name)"); err != nil {
+			t.Fatal(err)
+		}
+		own := "own"
+		mk := func(name string, owner *string) error {
+			return db.Runbook.Create().SetUUID(uuid.NewString()).SetName(name).SetNillableOwner(owner).SetExtra(map[string]any{}).Exec(ctx)
+		}
+		if err := mk("CUSTOM_A", &own); err != nil {
+			t.Fatal(err)
+		}
+		if err := mk("CUSTOM_B", nil); err != nil {
+			t.Fatal(err)
+		}
+		if err := mk("CUSTOM_A", nil); !ent.IsConstraintError(err) {
+			t.Fatalf("the old index should refuse a second CUSTOM_A: %v", err)
+		}
+
+		if err := db.Migrate(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if n := db.Runbook.Query().CountX(ctx); n != 2 {
+			t.Fatalf("%d runbooks after migrating, want 2", n)
+		}
+		if err := mk("CUSTOM_A", nil); err != nil {
+			t.Errorf("the system's CUSTOM_A beside the project's: %v", err)
+		}
+		if err := mk("CUSTOM_A", nil); !ent.IsConstraintError(err) {
+			t.Errorf("a second system CUSTOM_A: %v", err)
+		}
+		if err := mk("CUSTOM_A", &own); !ent.IsConstraintError(err) {
+			t.Errorf("a second CUSTOM_A for project own: %v", err)
+		}
+		// Migrating again is a no-op.
+		if err := db.Migrate(ctx); err != nil {
+			t.Fatal(err)
+		}
+	})
+}
