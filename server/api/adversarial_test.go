@@ -122,8 +122,8 @@ func nodeID(t *testing.T, db *store.DB, id string) int {
 	return n
 }
 
-// TestConcurrentUpdatesAreNotLost: many clients changing one node at once
-// each see their change kept, on both databases.
+// TestConcurrentUpdatesAreNotLost: many clients changing one node or one
+// runbook at once each see their change kept, on both databases.
 func TestConcurrentUpdatesAreNotLost(t *testing.T) {
 	storetest.Each(t, func(t *testing.T, setting string, db *store.DB) {
 		_, clients := startLocal(t, setting)
@@ -150,6 +150,31 @@ func TestConcurrentUpdatesAreNotLost(t *testing.T) {
 		extra := admin.Do(t, "GET", "/v1/nodes/busy", nil).JSON(t)["extra"].(map[string]any)
 		if len(extra) != n {
 			t.Errorf("%d of %d concurrent extra keys stored", len(extra), n)
+		}
+
+		// The same for a runbook, patched by its project's managers.
+		r = clients["owner-manager"].Do(t, "POST", "/v1/runbooks", map[string]any{"name": "CUSTOM_BUSY", "steps": []any{map[string]any{"interface": "power", "step": "power_on", "args": map[string]any{}, "order": 1}}})
+		mustStatus(t, r, 201)
+		rb := r.JSON(t)["uuid"].(string)
+		const m = 60
+		statuses = make([]int, m)
+		for i := range m {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				c := clients[[]string{"owner-manager", "owner-admin", "system-admin"}[i%3]]
+				statuses[i] = c.Do(t, "PATCH", "/v1/runbooks/"+rb, fmt.Sprintf(`[{"op":"add","path":"/extra/k%d","value":%d}]`, i, i)).Status
+			}()
+		}
+		wg.Wait()
+		for i, s := range statuses {
+			if s != 200 {
+				t.Errorf("runbook patch %d: status %d", i, s)
+			}
+		}
+		rbExtra := admin.Do(t, "GET", "/v1/runbooks/"+rb, nil).JSON(t)["extra"].(map[string]any)
+		if len(rbExtra) != m {
+			t.Errorf("%d of %d concurrent runbook extra keys stored", len(rbExtra), m)
 		}
 	})
 }

@@ -10,6 +10,7 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"time"
 
 	jsonpatch "github.com/evanphx/json-patch/v5"
 	"github.com/google/uuid"
@@ -446,22 +447,15 @@ func (s *Service) Delete(ctx context.Context, ident string) (err error) {
 }
 
 // Patch applies an RFC 6902 patch. Publishing clears the owner; owner
-// and public are the system's to change.
+// and public are the system's to change. The read, the patch and the write
+// happen in one transaction that holds the runbook's row, so concurrent
+// patches serialise instead of overwriting each other.
 func (s *Service) Patch(ctx context.Context, ident string, raw []byte) (out *Runbook, err error) {
 	r, err := s.authorized(ctx, ident, RuleUpdate)
 	if err != nil {
 		return nil, err
 	}
 	defer func() { s.guard.Done(ctx, RuleUpdate, "runbook", r.UUID, err, nil) }()
-	steps, err := s.steps(ctx, r)
-	if err != nil {
-		return nil, err
-	}
-	before := Input{Name: r.Name, Public: r.Public, Owner: r.Owner, DisableRamdisk: r.DisableRamdisk, Extra: r.Extra, Traits: r.Traits, Steps: steps}
-	if before.Traits == nil {
-		before.Traits = []string{}
-	}
-	doc, _ := json.Marshal(before)
 	patch, err := jsonpatch.DecodePatch(raw)
 	if err != nil {
 		return nil, errs.BadRequest("patch", "not a JSON patch: %v", err)
@@ -473,48 +467,20 @@ func (s *Service) Patch(ctx context.Context, ident string, raw []byte) (out *Run
 			return nil, errs.BadRequest(field, "%s cannot be changed", path)
 		}
 	}
-	newDoc, err := patch.Apply(doc)
-	if err != nil {
-		return nil, errs.BadRequest("patch", "the patch does not apply: %v", err)
-	}
 	var after Input
-	dec := json.NewDecoder(strings.NewReader(string(newDoc)))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&after); err != nil {
-		return nil, errs.BadRequest("patch", "the patched runbook is not valid: %v", err)
-	}
-	// Publishing clears the owner, as the spec says.
-	if after.Public && !before.Public && after.Owner != nil && before.Owner != nil && *after.Owner == *before.Owner {
-		after.Owner = nil
-	}
-	if after.Owner != nil && *after.Owner == "" {
-		after.Owner = nil
-	}
-	p := policies.PrincipalFrom(ctx)
-	t := Target(r)
-	ownerChanged := !equalOwner(before.Owner, after.Owner)
-	if after.Public != before.Public || ownerChanged {
-		if p == nil || !p.System {
-			return nil, errs.Forbidden("a project cannot change a runbook's owner or public flag")
-		}
-		if after.Public != before.Public {
-			if err := s.guard.Authorize(ctx, RulePublish, "runbook", r.UUID, t); err != nil {
-				return nil, err
-			}
-		}
-		if ownerChanged && after.Owner != nil {
-			if err := s.guard.Authorize(ctx, RuleSetOwner, "runbook", r.UUID, t); err != nil {
-				return nil, err
-			}
-		}
-	}
-	if err := s.stepRules(ctx, after.Steps, t, r.UUID); err != nil {
-		return nil, err
-	}
-	if err := validate(&after); err != nil {
-		return nil, err
-	}
 	err = store.WithTx(ctx, s.db, func(tx *ent.Client) error {
+		// The UPDATE takes the row (PostgreSQL) or the writer lock (SQLite)
+		// before anything is read.
+		if err := tx.Runbook.UpdateOneID(r.ID).SetUpdatedAt(time.Now()).Exec(ctx); err != nil {
+			return err
+		}
+		cur, err := tx.Runbook.Get(ctx, r.ID)
+		if err != nil {
+			return err
+		}
+		if after, err = s.patched(ctx, cur, patch); err != nil {
+			return err
+		}
 		u := tx.Runbook.UpdateOneID(r.ID).SetName(after.Name).SetPublic(after.Public).SetDisableRamdisk(after.DisableRamdisk).
 			SetExtra(after.Extra).SetTraits(after.Traits)
 		if after.Owner != nil {
@@ -530,13 +496,68 @@ func (s *Service) Patch(ctx context.Context, ident string, raw []byte) (out *Run
 		}
 		return createSteps(ctx, tx, r.ID, after.Steps)
 	})
-	if ent.IsConstraintError(err) {
+	switch {
+	case ent.IsNotFound(err):
+		return nil, notFound(ident)
+	case ent.IsConstraintError(err):
 		return nil, nameTaken(after.Owner, after.Name)
-	}
-	if err != nil {
+	case err != nil:
 		return nil, err
 	}
 	return s.Get(ctx, r.UUID)
+}
+
+// patched applies patch to r as stored now and checks the result: the
+// rules for publishing, owners and steps first, then validity.
+func (s *Service) patched(ctx context.Context, r *ent.Runbook, patch jsonpatch.Patch) (Input, error) {
+	var after Input
+	steps, err := s.steps(ctx, r)
+	if err != nil {
+		return after, err
+	}
+	before := Input{Name: r.Name, Public: r.Public, Owner: r.Owner, DisableRamdisk: r.DisableRamdisk, Extra: r.Extra, Traits: r.Traits, Steps: steps}
+	if before.Traits == nil {
+		before.Traits = []string{}
+	}
+	doc, _ := json.Marshal(before)
+	newDoc, err := patch.Apply(doc)
+	if err != nil {
+		return after, errs.BadRequest("patch", "the patch does not apply: %v", err)
+	}
+	dec := json.NewDecoder(strings.NewReader(string(newDoc)))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&after); err != nil {
+		return after, errs.BadRequest("patch", "the patched runbook is not valid: %v", err)
+	}
+	// Publishing clears the owner, as the spec says.
+	if after.Public && !before.Public && after.Owner != nil && before.Owner != nil && *after.Owner == *before.Owner {
+		after.Owner = nil
+	}
+	if after.Owner != nil && *after.Owner == "" {
+		after.Owner = nil
+	}
+	p := policies.PrincipalFrom(ctx)
+	t := Target(r)
+	ownerChanged := !equalOwner(before.Owner, after.Owner)
+	if after.Public != before.Public || ownerChanged {
+		if p == nil || !p.System {
+			return after, errs.Forbidden("a project cannot change a runbook's owner or public flag")
+		}
+		if after.Public != before.Public {
+			if err := s.guard.Authorize(ctx, RulePublish, "runbook", r.UUID, t); err != nil {
+				return after, err
+			}
+		}
+		if ownerChanged && after.Owner != nil {
+			if err := s.guard.Authorize(ctx, RuleSetOwner, "runbook", r.UUID, t); err != nil {
+				return after, err
+			}
+		}
+	}
+	if err := s.stepRules(ctx, after.Steps, t, r.UUID); err != nil {
+		return after, err
+	}
+	return after, validate(&after)
 }
 
 func equalOwner(a, b *string) bool {
