@@ -248,3 +248,84 @@ func TestNodeListPages(t *testing.T) {
 		t.Errorf("second page: %d rows", strings.Count(page, "<tr data-node="))
 	}
 }
+
+// replay is a new browser that carries only a captured session cookie.
+func replay(t *testing.T, base, cookie string) *browser {
+	r := newBrowser(t, base)
+	u, _ := url.Parse(base)
+	r.c.Jar.SetCookies(u, []*http.Cookie{{Name: "anvil_session", Value: cookie}})
+	return r
+}
+
+// TestSessionsEndOnTheServer: a copy of a session cookie stops working
+// once its session ends, by logout, a password change, a revoked role or
+// a deleted account, on SQLite and PostgreSQL.
+func TestSessionsEndOnTheServer(t *testing.T) {
+	storetest.Each(t, func(t *testing.T, setting string, _ *store.DB) {
+		srv := servertest.Start(t, server.Options{Database: setting})
+		ctx := context.Background()
+		ids := srv.IDs
+		ends := map[string]func(b *browser, name string){
+			"logout": func(b *browser, _ string) {
+				if st, _, _ := b.do("POST", "/logout", url.Values{"csrf": {b.csrf}}); st != 303 {
+					t.Fatalf("logout: %d", st)
+				}
+			},
+			"set-password": func(_ *browser, name string) {
+				if err := ids.SetPassword(ctx, name, "another-password-2"); err != nil {
+					t.Fatal(err)
+				}
+			},
+			"revoke": func(_ *browser, name string) {
+				// A role outside the scope the session acts in: the session ends anyway.
+				if err := ids.Revoke(ctx, name, identity.Assignment{Scope: identity.Scope{Project: "green"}, Role: "reader"}); err != nil {
+					t.Fatal(err)
+				}
+			},
+			"delete": func(_ *browser, name string) {
+				if err := ids.DeleteUser(ctx, name); err != nil {
+					t.Fatal(err)
+				}
+			},
+		}
+		for how, end := range ends {
+			name := "user-" + how
+			if err := ids.CreateUser(ctx, name, "first-password-1"); err != nil {
+				t.Fatal(err)
+			}
+			for _, p := range []string{"blue", "green"} {
+				if err := ids.Grant(ctx, name, identity.Assignment{Scope: identity.Scope{Project: p}, Role: "reader"}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			b := newBrowser(t, srv.URL)
+			b.do("GET", "/login", nil)
+			if st, _, _ := b.do("POST", "/login", url.Values{"csrf": {b.csrf}, "username": {name}, "password": {"first-password-1"}}); st != 303 {
+				t.Fatalf("%s: login: %d", how, st)
+			}
+			b.do("GET", "/nodes", nil) // for the signed-in session's CSRF token
+			cookie := b.cookie()
+			if st, _, _ := replay(t, srv.URL, cookie).do("GET", "/nodes", nil); st != 200 {
+				t.Fatalf("%s: the captured cookie does not work before: %d", how, st)
+			}
+			end(b, name)
+			if st, _, h := replay(t, srv.URL, cookie).do("GET", "/nodes", nil); st != 303 || h.Get("Location") != "/login" {
+				t.Errorf("%s: the captured cookie still works: %d %s", how, st, h.Get("Location"))
+			}
+		}
+	})
+}
+
+// TestLoginErrorCodes: the login page shows fixed messages for known
+// codes and nothing of an unknown one.
+func TestLoginErrorCodes(t *testing.T) {
+	srv := servertest.Start(t, server.Options{Database: storetest.Setting(t, "sqlite")})
+	b := newBrowser(t, srv.URL)
+	if _, page, _ := b.do("GET", "/login?error=norole", nil); !strings.Contains(page, "holds no Anvil role") {
+		t.Errorf("known code: no message\n%s", page)
+	}
+	_, page, _ := b.do("GET", "/login?error="+url.QueryEscape("Your password expired; call +1-555-0100"), nil)
+	if strings.Contains(page, "555-0100") || strings.Contains(page, `class="error"`) {
+		t.Errorf("an unknown code's text was shown:\n%s", page)
+	}
+}
