@@ -20,6 +20,7 @@ import (
 	"github.com/anvilproject/anvil/server/api"
 	"github.com/anvilproject/anvil/server/audit"
 	"github.com/anvilproject/anvil/server/authn"
+	"github.com/anvilproject/anvil/server/clientip"
 	"github.com/anvilproject/anvil/server/conductor"
 	"github.com/anvilproject/anvil/server/guard"
 	"github.com/anvilproject/anvil/server/identity"
@@ -55,6 +56,9 @@ type Options struct {
 	// Conductor configures this process's conductor; its Name defaults
 	// to the host name.
 	Conductor conductor.Config
+	// TrustedProxies are the networks whose X-Forwarded-For is believed
+	// for the client's address (throttling, logs); none by default.
+	TrustedProxies []net.IPNet
 }
 
 // App is a running Anvil: everything one process serves.
@@ -146,6 +150,7 @@ func (a *App) routes() *fiber.App {
 		IdleTimeout:           120 * time.Second,
 	})
 	app.Use(recover.New())
+	app.Use(clientip.New(a.opts.TrustedProxies).Middleware())
 	app.Use(obs.Middleware(a.opts.Log, a.Metrics))
 	app.Get("/healthz", func(c *fiber.Ctx) error { return c.SendString("ok") })
 	app.Get("/readyz", a.readyz)

@@ -13,6 +13,7 @@ import (
 
 	"github.com/anvilproject/anvil/policies"
 	"github.com/anvilproject/anvil/server/allocations"
+	"github.com/anvilproject/anvil/server/clientip"
 	"github.com/anvilproject/anvil/server/conductor"
 	"github.com/anvilproject/anvil/server/errs"
 	"github.com/anvilproject/anvil/server/guard"
@@ -247,7 +248,7 @@ func (p *Portal) loginPage(c *fiber.Ctx) error {
 
 func (p *Portal) login(c *fiber.Ctx) error {
 	name, pw := strings.TrimSpace(c.FormValue("username")), c.FormValue("password")
-	pr, err := p.IDs.Login(c.UserContext(), name, pw, c.IP(), nil)
+	pr, err := p.IDs.Login(c.UserContext(), name, pw, clientip.Of(c), nil)
 	if err == nil {
 		return p.startSession(c, Fresh(pr.User, identity.Scope{System: pr.System, Project: pr.Project}))
 	}
@@ -261,7 +262,7 @@ func (p *Portal) login(c *fiber.Ctx) error {
 		// projects without a default): sign in to the first project.
 		scopes, serr := p.IDs.Scopes(c.UserContext(), name)
 		if serr == nil && len(scopes) > 0 {
-			if pr, err = p.IDs.Login(c.UserContext(), name, pw, c.IP(), &scopes[0]); err == nil {
+			if pr, err = p.IDs.Login(c.UserContext(), name, pw, clientip.Of(c), &scopes[0]); err == nil {
 				return p.startSession(c, Fresh(pr.User, scopes[0]))
 			}
 		}

@@ -2,13 +2,16 @@ package web_test
 
 import (
 	"context"
+	"encoding/base64"
 	"fmt"
+	"net"
 	"io"
 	"net/http"
 	"net/http/cookiejar"
 	"net/url"
 	"regexp"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/anvilproject/anvil/server"
@@ -327,5 +330,83 @@ func TestLoginErrorCodes(t *testing.T) {
 	_, page, _ := b.do("GET", "/login?error="+url.QueryEscape("Your password expired; call +1-555-0100"), nil)
 	if strings.Contains(page, "555-0100") || strings.Contains(page, `class="error"`) {
 		t.Errorf("an unknown code's text was shown:\n%s", page)
+	}
+}
+
+// TestLoginThrottleBehindProxy: behind a trusted proxy the throttle keys
+// on the address the proxy saw, so one guessing address does not lock
+// the account's owner out elsewhere; the message says how long to wait
+// and reads the same for an unknown account; without a trusted proxy a
+// forged X-Forwarded-For changes nothing; a burst over HTTP Basic reaches
+// the password check only as often as the limit allows.
+func TestLoginThrottleBehindProxy(t *testing.T) {
+	ctx := context.Background()
+	_, loopback, _ := net.ParseCIDR("127.0.0.1/32")
+	srv := servertest.Start(t, server.Options{Database: storetest.Setting(t, "sqlite"), TrustedProxies: []net.IPNet{*loopback}})
+	if err := srv.IDs.CreateUser(ctx, "pat", "pat-password-1"); err != nil {
+		t.Fatal(err)
+	}
+	if err := srv.IDs.Grant(ctx, "pat", identity.Assignment{Scope: identity.Scope{Project: "blue"}, Role: "reader"}); err != nil {
+		t.Fatal(err)
+	}
+	login := func(from, name, pw string) (int, string) {
+		b := newBrowser(t, srv.URL)
+		b.do("GET", "/login", nil)
+		st, page, _ := b.do("POST", "/login", url.Values{"csrf": {b.csrf}, "username": {name}, "password": {pw}}, "X-Forwarded-For", from)
+		return st, page
+	}
+	wait := regexp.MustCompile(`too many failed sign-in attempts; try again in \d+ minutes`)
+	var msgs []string
+	for _, name := range []string{"pat", "nobody-here"} {
+		for range 5 {
+			if st, _ := login("203.0.113.5", name, "wrong-password"); st != 401 {
+				t.Fatalf("%s: a failure answered %d", name, st)
+			}
+		}
+		st, page := login("203.0.113.5", name, "pat-password-1")
+		m := wait.FindString(page)
+		if st != 429 || m == "" {
+			t.Fatalf("%s after 5 failures: %d\n%s", name, st, page)
+		}
+		msgs = append(msgs, m)
+	}
+	if msgs[0] != msgs[1] {
+		t.Errorf("the lockout reads differently for a real account (%q) and an unknown one (%q)", msgs[0], msgs[1])
+	}
+	if st, _ := login("203.0.113.6", "pat", "pat-password-1"); st != 303 {
+		t.Errorf("the owner from another address: %d", st)
+	}
+
+	// Without a trusted proxy, a client rotating X-Forwarded-For is
+	// still one address.
+	direct := servertest.Start(t, server.Options{Database: storetest.Setting(t, "sqlite")})
+	direct.IDs.CreateUser(ctx, "pat", "pat-password-1")
+	direct.IDs.Grant(ctx, "pat", identity.Assignment{Scope: identity.Scope{Project: "blue"}, Role: "reader"})
+	srv = direct
+	for i := range 5 {
+		login(fmt.Sprintf("198.51.100.%d", i), "pat", "wrong-password")
+	}
+	if st, _ := login("198.51.100.99", "pat", "pat-password-1"); st != 429 {
+		t.Errorf("forged X-Forwarded-For escaped the throttle: %d", st)
+	}
+
+	// A burst of 40 wrong passwords over HTTP Basic.
+	direct.IDs.CreateUser(ctx, "lee", "lee-password-1")
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	got := map[int]int{}
+	for range 40 {
+		wg.Go(func() {
+			c := direct.Client()
+			c.Header.Set("Authorization", "Basic "+base64.StdEncoding.EncodeToString([]byte("lee:wrong-password")))
+			st := c.Do(t, "GET", "/v1/nodes", nil).Status
+			mu.Lock()
+			got[st]++
+			mu.Unlock()
+		})
+	}
+	wg.Wait()
+	if got[401] != 5 || got[429] != 35 {
+		t.Errorf("40 parallel Basic failures: %v; want 5 checked, 35 refused", got)
 	}
 }

@@ -27,6 +27,7 @@ func serveCmd() *cobra.Command {
 		cc     conductor.Config
 		pdir   string
 		penab  bool
+		proxy  []net.IPNet
 	)
 	cmd := &cobra.Command{
 		Use:   "serve",
@@ -60,6 +61,7 @@ func serveCmd() *cobra.Command {
 			}
 			app, err := server.New(ctx, server.Options{
 				Database: g.database, AuthNone: auth == "none", Log: log, SessionSecret: secret, OIDC: provider, Conductor: cc, PolicyDir: pdir, PolicyOverrideEnabled: penab,
+				TrustedProxies: proxy,
 				Bootstrap: func(user, pw string) {
 					// Printed once, on stderr with the log, never stored in clear.
 					fmt.Fprintf(cmd.ErrOrStderr(), "\n  First start: created system admin %q with one-time password:\n\n      %s\n\n  Change it with: anvil user set-password %s --password-stdin\n\n", user, pw, user)
@@ -104,5 +106,6 @@ func serveCmd() *cobra.Command {
 	f.StringVar(&pdir, "policy-dir", "policy.d", "directory of policy override files (Ironic's YAML policy format)")
 	f.BoolVar(&penab, "policy-override-enabled", false, "apply policy overrides from --policy-dir and uploads; off means the defaults, whatever the directory holds")
 	f.StringVar(&secret, "session-secret", "", "secret the portal's cookie keys derive from (give every replica the same); default: generated once and kept in the database")
+	f.IPNetSliceVar(&proxy, "trusted-proxies", nil, "reverse proxies (CIDRs, comma-separated) whose X-Forwarded-For names the client's address; default none: the peer is the client")
 	return cmd
 }
