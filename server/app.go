@@ -145,6 +145,10 @@ func (a *App) routes() *fiber.App {
 		ErrorHandler:          api.ErrorHandler(a.opts.Log),
 		BodyLimit:             16 << 20,
 		DisableStartupMessage: true,
+		// Fiber's strings (Method, Path, Params, Query, Get, FormValue)
+		// otherwise point into fasthttp's buffers, which the next request
+		// overwrites; metric labels, logs, audit rows and caches keep them.
+		Immutable: true,
 		ReadTimeout:           60 * time.Second,
 		WriteTimeout:          60 * time.Second,
 		IdleTimeout:           120 * time.Second,
