@@ -20,6 +20,7 @@ import (
 	"github.com/anvilproject/anvil/server/api"
 	"github.com/anvilproject/anvil/server/audit"
 	"github.com/anvilproject/anvil/server/authn"
+	"github.com/anvilproject/anvil/server/bodylimit"
 	"github.com/anvilproject/anvil/server/clientip"
 	"github.com/anvilproject/anvil/server/conductor"
 	"github.com/anvilproject/anvil/server/guard"
@@ -139,23 +140,38 @@ func New(ctx context.Context, o Options) (*App, error) {
 	return a, nil
 }
 
+// Request body limits: a portal form is a few fields (a runbook's steps
+// at most); a policy upload is a zip of at most override.MaxZipBytes in a
+// multipart envelope; the API's JSON has api.MaxBody.
+const (
+	portalFormMax   = 64 << 10
+	policyUploadMax = override.MaxZipBytes + 64<<10
+)
+
 func (a *App) routes() *fiber.App {
 	app := fiber.New(fiber.Config{
-		AppName:               "anvil",
-		ErrorHandler:          api.ErrorHandler(a.opts.Log),
-		BodyLimit:             16 << 20,
-		DisableStartupMessage: true,
+		AppName:      "anvil",
+		ErrorHandler: api.ErrorHandler(a.opts.Log),
+		// Bodies are streamed and bounded per route by bodylimit, before
+		// anything reads them; BodyLimit only sizes fasthttp's prefetch.
+		BodyLimit:                    policyUploadMax,
+		StreamRequestBody:            true,
+		DisablePreParseMultipartForm: true,
+		DisableStartupMessage:        true,
 		// Fiber's strings (Method, Path, Params, Query, Get, FormValue)
 		// otherwise point into fasthttp's buffers, which the next request
 		// overwrites; metric labels, logs, audit rows and caches keep them.
-		Immutable: true,
-		ReadTimeout:           60 * time.Second,
-		WriteTimeout:          60 * time.Second,
-		IdleTimeout:           120 * time.Second,
+		Immutable:    true,
+		ReadTimeout:  60 * time.Second,
+		WriteTimeout: 60 * time.Second,
+		IdleTimeout:  120 * time.Second,
 	})
 	app.Use(recover.New())
 	app.Use(clientip.New(a.opts.TrustedProxies).Middleware())
 	app.Use(obs.Middleware(a.opts.Log, a.Metrics))
+	app.Use(bodylimit.Middleware(portalFormMax,
+		bodylimit.Rule{Path: "/admin/policy", Max: policyUploadMax},
+		bodylimit.Rule{Prefix: "/v1", Max: api.MaxBody}))
 	app.Get("/healthz", func(c *fiber.Ctx) error { return c.SendString("ok") })
 	app.Get("/readyz", a.readyz)
 	app.Get("/metrics", adaptor.HTTPHandler(promhttp.HandlerFor(a.Metrics.Registry, promhttp.HandlerOpts{})))
