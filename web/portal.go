@@ -57,6 +57,9 @@ const pageSize = 50
 
 // Register mounts the portal on app.
 func (p *Portal) Register(app *fiber.App) {
+	// Ahead of every route registered after it: the portal's, and the
+	// API's, which lose nothing by them.
+	app.Use(securityHeaders)
 	app.Get("/static/:hash/:name", serveStatic)
 	// The session (and its CSRF check) wraps portal routes only: the JSON
 	// API authenticates with tokens and has no cookies to forge.

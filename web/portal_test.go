@@ -410,3 +410,53 @@ func TestLoginThrottleBehindProxy(t *testing.T) {
 		t.Errorf("40 parallel Basic failures: %v; want 5 checked, 35 refused", got)
 	}
 }
+
+// TestPortalSecurityHeaders: every portal page forbids framing, sniffing
+// and inline script or style, and carries nothing the policy would
+// block: no inline <script>, style attribute or event handler attribute.
+func TestPortalSecurityHeaders(t *testing.T) {
+	ctx := context.Background()
+	srv := servertest.Start(t, server.Options{Database: storetest.Setting(t, "sqlite")})
+	srv.IDs.CreateUser(ctx, "root", "root-password-1")
+	srv.IDs.Grant(ctx, "root", identity.Assignment{Scope: identity.Scope{System: true}, Role: "admin"})
+	srv.IDs.Grant(ctx, "root", identity.Assignment{Scope: identity.Scope{Project: "blue"}, Role: "admin"})
+	tok, _, _ := srv.IDs.CreateToken(ctx, identity.TokenRequest{User: "root", Scope: identity.Scope{System: true}, Roles: []string{"admin"}})
+	api := srv.Client()
+	api.Header.Set("X-Auth-Token", tok)
+	r := api.Do(t, "POST", "/v1/nodes", map[string]any{"name": "n1", "driver": "fake", "owner": "blue"})
+	if r.Status != 201 {
+		t.Fatalf("create node: %d %s", r.Status, r.Body)
+	}
+	uuid, _ := r.JSON(t)["uuid"].(string)
+	b := newBrowser(t, srv.URL)
+	b.do("GET", "/login", nil)
+	b.do("POST", "/login", url.Values{"csrf": {b.csrf}, "username": {"root"}, "password": {"root-password-1"}})
+	scripts := regexp.MustCompile(`(?i)<script[^>]*>[^<]*</script>`)
+	inline := regexp.MustCompile(`(?i)<style|\sstyle=|\son[a-z]+=|hx-on|javascript:`)
+	for _, path := range []string{"/login?error=state", "/nodes", "/nodes/" + uuid, "/runbooks", "/runbooks/new", "/account", "/admin/policy", "/allocations/new"} {
+		st, page, h := b.do("GET", path, nil)
+		if path == "/login?error=state" {
+			st, page, h = newBrowser(t, srv.URL).do("GET", path, nil)
+		}
+		if st != 200 {
+			t.Errorf("%s: %d", path, st)
+			continue
+		}
+		csp := h.Get("Content-Security-Policy")
+		if !strings.Contains(csp, "frame-ancestors 'none'") || !strings.Contains(csp, "script-src 'self'") || strings.Contains(csp, "unsafe") ||
+			h.Get("X-Frame-Options") != "DENY" || h.Get("X-Content-Type-Options") != "nosniff" || h.Get("Referrer-Policy") == "" {
+			t.Errorf("%s: headers %v", path, h)
+		}
+		if m := inline.FindString(page); m != "" {
+			t.Errorf("%s: %q would be blocked by the Content-Security-Policy", path, m)
+		}
+		if strings.Count(page, "<script") != len(scripts.FindAllString(page, -1)) {
+			t.Errorf("%s: a script element the test cannot read", path)
+		}
+		for _, sc := range scripts.FindAllString(page, -1) {
+			if !strings.Contains(sc, ` src="/static/`) || !strings.HasSuffix(sc, "></script>") {
+				t.Errorf("%s: inline script %q", path, sc)
+			}
+		}
+	}
+}
