@@ -169,9 +169,10 @@ func (a *App) routes() *fiber.App {
 	app.Use(recover.New())
 	app.Use(clientip.New(a.opts.TrustedProxies).Middleware())
 	app.Use(obs.Middleware(a.opts.Log, a.Metrics))
-	app.Use(bodylimit.Middleware(portalFormMax,
-		bodylimit.Rule{Path: "/admin/policy", Max: policyUploadMax},
-		bodylimit.Rule{Prefix: "/v1", Max: api.MaxBody}))
+	limits := bodylimit.Limits{Default: portalFormMax, Rules: []bodylimit.Rule{
+		{Path: "/admin/policy", Max: policyUploadMax}, {Prefix: "/v1", Max: api.MaxBody}}}
+	app.Server().ContinueHandler = limits.Continue
+	app.Use(limits.Middleware())
 	app.Get("/healthz", func(c *fiber.Ctx) error { return c.SendString("ok") })
 	app.Get("/readyz", a.readyz)
 	app.Get("/metrics", adaptor.HTTPHandler(promhttp.HandlerFor(a.Metrics.Registry, promhttp.HandlerOpts{})))

@@ -12,6 +12,7 @@ import (
 	"strings"
 
 	"github.com/gofiber/fiber/v2"
+	"github.com/valyala/fasthttp"
 
 	"github.com/anvilproject/anvil/server/errs"
 )
@@ -22,18 +23,29 @@ type Rule struct {
 	Max          int
 }
 
-// Middleware reads every request body up front, bounded by the first rule
-// matching the path, else by def. A body over the limit gets a 413 and
-// the connection is closed, since its unread rest cannot be skipped.
-func Middleware(def int, rules ...Rule) fiber.Handler {
-	return func(c *fiber.Ctx) error {
-		limit := def
-		for _, r := range rules {
-			if c.Path() == r.Path || r.Prefix != "" && strings.HasPrefix(c.Path(), r.Prefix) {
-				limit = r.Max
-				break
-			}
+// Limits are the body limits of every route: the first matching rule's,
+// else Default.
+type Limits struct {
+	Default int
+	Rules   []Rule
+}
+
+// For returns the limit for a request path.
+func (l Limits) For(path string) int {
+	for _, r := range l.Rules {
+		if path == r.Path || r.Prefix != "" && strings.HasPrefix(path, r.Prefix) {
+			return r.Max
 		}
+	}
+	return l.Default
+}
+
+// Middleware reads every request body up front, bounded by its route's
+// limit. A body over the limit gets a 413 and the connection is closed,
+// since its unread rest cannot be skipped.
+func (l Limits) Middleware() fiber.Handler {
+	return func(c *fiber.Ctx) error {
+		limit := l.For(c.Path())
 		req := c.Request()
 		n := req.Header.ContentLength()
 		if n > limit {
@@ -52,6 +64,23 @@ func Middleware(def int, rules ...Rule) fiber.Handler {
 		}
 		return c.Next()
 	}
+}
+
+// Continue is fasthttp's ContinueHandler: a client that asks before
+// sending ("Expect: 100-continue") a body larger than its route accepts
+// is answered 417 Expectation Failed instead of 100 Continue, so it never
+// sends the body. Without this, the server would invite the body and then
+// close the connection under the client's upload, which loses the 413.
+// The connection closes after the 417: fasthttp 1.51 would otherwise
+// answer every later request on it with an empty 200 without running a
+// handler.
+func (l Limits) Continue(h *fasthttp.RequestHeader) bool {
+	path, _, _ := strings.Cut(string(h.RequestURI()), "?")
+	if h.ContentLength() <= l.For(path) {
+		return true
+	}
+	h.SetConnectionClose()
+	return false
 }
 
 func tooLarge(c *fiber.Ctx, limit int) error {

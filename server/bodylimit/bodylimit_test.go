@@ -103,6 +103,18 @@ func TestBodyLimits(t *testing.T) {
 			}
 		}
 	}
+	// A client that asks first is told not to send at all.
+	u, _ := url.Parse(srv.URL)
+	conn, err := net.Dial("tcp", u.Host)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fmt.Fprintf(conn, "POST /login HTTP/1.1\r\nHost: %s\r\nContent-Type: %s\r\nContent-Length: %d\r\nExpect: 100-continue\r\n\r\n", u.Host, form, 15<<20)
+	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	conn.Close()
+	if err != nil || resp.StatusCode != http.StatusExpectationFailed || !resp.Close {
+		t.Errorf("Expect: 100-continue with 15 MiB on /login: %v %v; want 417 before the body, and the connection closed", resp, err)
+	}
 	// Within the limits, bodies still arrive whole.
 	if st, _ := raw(t, srv.URL, "POST", "/v1/nodes", "application/json", 900<<10, true, "X-Auth-Token", tok); st != 400 {
 		t.Errorf("a chunked 900 KiB API body (not JSON) answered %d, want the handler's 400", st)
@@ -121,7 +133,7 @@ func TestBodyLimits(t *testing.T) {
 		b, _ := io.ReadAll(resp.Body)
 		return csrf.FindStringSubmatch(string(b))[1]
 	}
-	resp, err := web.PostForm(srv.URL+"/login", url.Values{"csrf": {get("/login")}, "username": {"root"}, "password": {"root-password-1"}})
+	resp, err = web.PostForm(srv.URL+"/login", url.Values{"csrf": {get("/login")}, "username": {"root"}, "password": {"root-password-1"}})
 	if err != nil || resp.StatusCode != 303 {
 		t.Fatalf("login: %v %v", resp, err)
 	}
