@@ -22,6 +22,7 @@ import (
 	"github.com/anvilproject/anvil/ent/node"
 	"github.com/anvilproject/anvil/ent/nodeevent"
 	"github.com/anvilproject/anvil/ent/policyoverride"
+	"github.com/anvilproject/anvil/ent/portalsession"
 	"github.com/anvilproject/anvil/ent/roleassignment"
 	"github.com/anvilproject/anvil/ent/runbook"
 	"github.com/anvilproject/anvil/ent/runbookstep"
@@ -51,6 +52,8 @@ type Client struct {
 	NodeEvent *NodeEventClient
 	// PolicyOverride is the client for interacting with the PolicyOverride builders.
 	PolicyOverride *PolicyOverrideClient
+	// PortalSession is the client for interacting with the PortalSession builders.
+	PortalSession *PortalSessionClient
 	// RoleAssignment is the client for interacting with the RoleAssignment builders.
 	RoleAssignment *RoleAssignmentClient
 	// Runbook is the client for interacting with the Runbook builders.
@@ -81,6 +84,7 @@ func (c *Client) init() {
 	c.Node = NewNodeClient(c.config)
 	c.NodeEvent = NewNodeEventClient(c.config)
 	c.PolicyOverride = NewPolicyOverrideClient(c.config)
+	c.PortalSession = NewPortalSessionClient(c.config)
 	c.RoleAssignment = NewRoleAssignmentClient(c.config)
 	c.Runbook = NewRunbookClient(c.config)
 	c.RunbookStep = NewRunbookStepClient(c.config)
@@ -186,6 +190,7 @@ func (c *Client) Tx(ctx context.Context) (*Tx, error) {
 		Node:           NewNodeClient(cfg),
 		NodeEvent:      NewNodeEventClient(cfg),
 		PolicyOverride: NewPolicyOverrideClient(cfg),
+		PortalSession:  NewPortalSessionClient(cfg),
 		RoleAssignment: NewRoleAssignmentClient(cfg),
 		Runbook:        NewRunbookClient(cfg),
 		RunbookStep:    NewRunbookStepClient(cfg),
@@ -218,6 +223,7 @@ func (c *Client) BeginTx(ctx context.Context, opts *sql.TxOptions) (*Tx, error) 
 		Node:           NewNodeClient(cfg),
 		NodeEvent:      NewNodeEventClient(cfg),
 		PolicyOverride: NewPolicyOverrideClient(cfg),
+		PortalSession:  NewPortalSessionClient(cfg),
 		RoleAssignment: NewRoleAssignmentClient(cfg),
 		Runbook:        NewRunbookClient(cfg),
 		RunbookStep:    NewRunbookStepClient(cfg),
@@ -254,8 +260,8 @@ func (c *Client) Close() error {
 func (c *Client) Use(hooks ...Hook) {
 	for _, n := range []interface{ Use(...Hook) }{
 		c.APIToken, c.Allocation, c.AuditEvent, c.Conductor, c.Node, c.NodeEvent,
-		c.PolicyOverride, c.RoleAssignment, c.Runbook, c.RunbookStep, c.Setting,
-		c.Trait, c.User,
+		c.PolicyOverride, c.PortalSession, c.RoleAssignment, c.Runbook, c.RunbookStep,
+		c.Setting, c.Trait, c.User,
 	} {
 		n.Use(hooks...)
 	}
@@ -266,8 +272,8 @@ func (c *Client) Use(hooks ...Hook) {
 func (c *Client) Intercept(interceptors ...Interceptor) {
 	for _, n := range []interface{ Intercept(...Interceptor) }{
 		c.APIToken, c.Allocation, c.AuditEvent, c.Conductor, c.Node, c.NodeEvent,
-		c.PolicyOverride, c.RoleAssignment, c.Runbook, c.RunbookStep, c.Setting,
-		c.Trait, c.User,
+		c.PolicyOverride, c.PortalSession, c.RoleAssignment, c.Runbook, c.RunbookStep,
+		c.Setting, c.Trait, c.User,
 	} {
 		n.Intercept(interceptors...)
 	}
@@ -290,6 +296,8 @@ func (c *Client) Mutate(ctx context.Context, m Mutation) (Value, error) {
 		return c.NodeEvent.mutate(ctx, m)
 	case *PolicyOverrideMutation:
 		return c.PolicyOverride.mutate(ctx, m)
+	case *PortalSessionMutation:
+		return c.PortalSession.mutate(ctx, m)
 	case *RoleAssignmentMutation:
 		return c.RoleAssignment.mutate(ctx, m)
 	case *RunbookMutation:
@@ -1334,6 +1342,139 @@ func (c *PolicyOverrideClient) mutate(ctx context.Context, m *PolicyOverrideMuta
 	}
 }
 
+// PortalSessionClient is a client for the PortalSession schema.
+type PortalSessionClient struct {
+	config
+}
+
+// NewPortalSessionClient returns a client for the PortalSession from the given config.
+func NewPortalSessionClient(c config) *PortalSessionClient {
+	return &PortalSessionClient{config: c}
+}
+
+// Use adds a list of mutation hooks to the hooks stack.
+// A call to `Use(f, g, h)` equals to `portalsession.Hooks(f(g(h())))`.
+func (c *PortalSessionClient) Use(hooks ...Hook) {
+	c.hooks.PortalSession = append(c.hooks.PortalSession, hooks...)
+}
+
+// Intercept adds a list of query interceptors to the interceptors stack.
+// A call to `Intercept(f, g, h)` equals to `portalsession.Intercept(f(g(h())))`.
+func (c *PortalSessionClient) Intercept(interceptors ...Interceptor) {
+	c.inters.PortalSession = append(c.inters.PortalSession, interceptors...)
+}
+
+// Create returns a builder for creating a PortalSession entity.
+func (c *PortalSessionClient) Create() *PortalSessionCreate {
+	mutation := newPortalSessionMutation(c.config, OpCreate)
+	return &PortalSessionCreate{config: c.config, hooks: c.Hooks(), mutation: mutation}
+}
+
+// CreateBulk returns a builder for creating a bulk of PortalSession entities.
+func (c *PortalSessionClient) CreateBulk(builders ...*PortalSessionCreate) *PortalSessionCreateBulk {
+	return &PortalSessionCreateBulk{config: c.config, builders: builders}
+}
+
+// MapCreateBulk creates a bulk creation builder from the given slice. For each item in the slice, the function creates
+// a builder and applies setFunc on it.
+func (c *PortalSessionClient) MapCreateBulk(slice any, setFunc func(*PortalSessionCreate, int)) *PortalSessionCreateBulk {
+	rv := reflect.ValueOf(slice)
+	if rv.Kind() != reflect.Slice {
+		return &PortalSessionCreateBulk{err: fmt.Errorf("calling to PortalSessionClient.MapCreateBulk with wrong type %T, need slice", slice)}
+	}
+	builders := make([]*PortalSessionCreate, rv.Len())
+	for i := 0; i < rv.Len(); i++ {
+		builders[i] = c.Create()
+		setFunc(builders[i], i)
+	}
+	return &PortalSessionCreateBulk{config: c.config, builders: builders}
+}
+
+// Update returns an update builder for PortalSession.
+func (c *PortalSessionClient) Update() *PortalSessionUpdate {
+	mutation := newPortalSessionMutation(c.config, OpUpdate)
+	return &PortalSessionUpdate{config: c.config, hooks: c.Hooks(), mutation: mutation}
+}
+
+// UpdateOne returns an update builder for the given entity.
+func (c *PortalSessionClient) UpdateOne(_m *PortalSession) *PortalSessionUpdateOne {
+	mutation := newPortalSessionMutation(c.config, OpUpdateOne, withPortalSession(_m))
+	return &PortalSessionUpdateOne{config: c.config, hooks: c.Hooks(), mutation: mutation}
+}
+
+// UpdateOneID returns an update builder for the given id.
+func (c *PortalSessionClient) UpdateOneID(id int) *PortalSessionUpdateOne {
+	mutation := newPortalSessionMutation(c.config, OpUpdateOne, withPortalSessionID(id))
+	return &PortalSessionUpdateOne{config: c.config, hooks: c.Hooks(), mutation: mutation}
+}
+
+// Delete returns a delete builder for PortalSession.
+func (c *PortalSessionClient) Delete() *PortalSessionDelete {
+	mutation := newPortalSessionMutation(c.config, OpDelete)
+	return &PortalSessionDelete{config: c.config, hooks: c.Hooks(), mutation: mutation}
+}
+
+// DeleteOne returns a builder for deleting the given entity.
+func (c *PortalSessionClient) DeleteOne(_m *PortalSession) *PortalSessionDeleteOne {
+	return c.DeleteOneID(_m.ID)
+}
+
+// DeleteOneID returns a builder for deleting the given entity by its id.
+func (c *PortalSessionClient) DeleteOneID(id int) *PortalSessionDeleteOne {
+	builder := c.Delete().Where(portalsession.ID(id))
+	builder.mutation.id = &id
+	builder.mutation.op = OpDeleteOne
+	return &PortalSessionDeleteOne{builder}
+}
+
+// Query returns a query builder for PortalSession.
+func (c *PortalSessionClient) Query() *PortalSessionQuery {
+	return &PortalSessionQuery{
+		config: c.config,
+		ctx:    &QueryContext{Type: TypePortalSession},
+		inters: c.Interceptors(),
+	}
+}
+
+// Get returns a PortalSession entity by its id.
+func (c *PortalSessionClient) Get(ctx context.Context, id int) (*PortalSession, error) {
+	return c.Query().Where(portalsession.ID(id)).Only(ctx)
+}
+
+// GetX is like Get, but panics if an error occurs.
+func (c *PortalSessionClient) GetX(ctx context.Context, id int) *PortalSession {
+	obj, err := c.Get(ctx, id)
+	if err != nil {
+		panic(err)
+	}
+	return obj
+}
+
+// Hooks returns the client hooks.
+func (c *PortalSessionClient) Hooks() []Hook {
+	return c.hooks.PortalSession
+}
+
+// Interceptors returns the client interceptors.
+func (c *PortalSessionClient) Interceptors() []Interceptor {
+	return c.inters.PortalSession
+}
+
+func (c *PortalSessionClient) mutate(ctx context.Context, m *PortalSessionMutation) (Value, error) {
+	switch m.Op() {
+	case OpCreate:
+		return (&PortalSessionCreate{config: c.config, hooks: c.Hooks(), mutation: m}).Save(ctx)
+	case OpUpdate:
+		return (&PortalSessionUpdate{config: c.config, hooks: c.Hooks(), mutation: m}).Save(ctx)
+	case OpUpdateOne:
+		return (&PortalSessionUpdateOne{config: c.config, hooks: c.Hooks(), mutation: m}).Save(ctx)
+	case OpDelete, OpDeleteOne:
+		return (&PortalSessionDelete{config: c.config, hooks: c.Hooks(), mutation: m}).Exec(ctx)
+	default:
+		return nil, fmt.Errorf("ent: unknown PortalSession mutation op: %q", m.Op())
+	}
+}
+
 // RoleAssignmentClient is a client for the RoleAssignment schema.
 type RoleAssignmentClient struct {
 	config
@@ -2232,11 +2373,13 @@ func (c *UserClient) mutate(ctx context.Context, m *UserMutation) (Value, error)
 type (
 	hooks struct {
 		APIToken, Allocation, AuditEvent, Conductor, Node, NodeEvent, PolicyOverride,
-		RoleAssignment, Runbook, RunbookStep, Setting, Trait, User []ent.Hook
+		PortalSession, RoleAssignment, Runbook, RunbookStep, Setting, Trait,
+		User []ent.Hook
 	}
 	inters struct {
 		APIToken, Allocation, AuditEvent, Conductor, Node, NodeEvent, PolicyOverride,
-		RoleAssignment, Runbook, RunbookStep, Setting, Trait, User []ent.Interceptor
+		PortalSession, RoleAssignment, Runbook, RunbookStep, Setting, Trait,
+		User []ent.Interceptor
 	}
 )
 

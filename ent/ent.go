@@ -19,6 +19,7 @@ import (
 	"github.com/anvilproject/anvil/ent/node"
 	"github.com/anvilproject/anvil/ent/nodeevent"
 	"github.com/anvilproject/anvil/ent/policyoverride"
+	"github.com/anvilproject/anvil/ent/portalsession"
 	"github.com/anvilproject/anvil/ent/roleassignment"
 	"github.com/anvilproject/anvil/ent/runbook"
 	"github.com/anvilproject/anvil/ent/runbookstep"
@@ -92,6 +93,7 @@ func checkColumn(t, c string) error {
 			node.Table:           node.ValidColumn,
 			nodeevent.Table:      nodeevent.ValidColumn,
 			policyoverride.Table: policyoverride.ValidColumn,
+			portalsession.Table:  portalsession.ValidColumn,
 			roleassignment.Table: roleassignment.ValidColumn,
 			runbook.Table:        runbook.ValidColumn,
 			runbookstep.Table:    runbookstep.ValidColumn,

@@ -28,6 +28,8 @@ type Tx struct {
 	NodeEvent *NodeEventClient
 	// PolicyOverride is the client for interacting with the PolicyOverride builders.
 	PolicyOverride *PolicyOverrideClient
+	// PortalSession is the client for interacting with the PortalSession builders.
+	PortalSession *PortalSessionClient
 	// RoleAssignment is the client for interacting with the RoleAssignment builders.
 	RoleAssignment *RoleAssignmentClient
 	// Runbook is the client for interacting with the Runbook builders.
@@ -178,6 +180,7 @@ func (tx *Tx) init() {
 	tx.Node = NewNodeClient(tx.config)
 	tx.NodeEvent = NewNodeEventClient(tx.config)
 	tx.PolicyOverride = NewPolicyOverrideClient(tx.config)
+	tx.PortalSession = NewPortalSessionClient(tx.config)
 	tx.RoleAssignment = NewRoleAssignmentClient(tx.config)
 	tx.Runbook = NewRunbookClient(tx.config)
 	tx.RunbookStep = NewRunbookStepClient(tx.config)

@@ -37,18 +37,26 @@ func ExpandRoles(roles []string) []string {
 // Principal is who is asking: a user acting with exactly one scope, either
 // the system or one project.
 type Principal struct {
-	User    string
-	Project string // empty when System
-	System  bool
-	Roles   []string // expanded; see ExpandRoles
-	TokenID string   // the API token used, if any
-	Method  string   // how the caller proved who it is: password, token, oidc, session, none
+	User string
+	// Issuer and Subject identify an OpenID Connect identity; both are
+	// empty for a local account. User is then only a display name: an SSO
+	// user never acts as the local account of the same name.
+	Issuer, Subject string
+	Project         string // empty when System
+	System          bool
+	Roles           []string // expanded; see ExpandRoles
+	TokenID         string   // the API token used, if any
+	Method          string   // how the caller proved who it is: password, token, oidc, session, none
 }
 
 // HasRole reports whether the principal holds role (after expansion).
 func (p *Principal) HasRole(role string) bool {
 	return p != nil && slices.Contains(p.Roles, role)
 }
+
+// Local reports whether the principal is a local account (not an SSO
+// identity), the only kind that has API tokens and a password.
+func (p *Principal) Local() bool { return p != nil && p.Issuer == "" }
 
 // Scope renders the principal's scope for people: "system" or "project P".
 func (p *Principal) Scope() string {
@@ -68,6 +76,10 @@ func (p *Principal) key() string {
 	}
 	var b strings.Builder
 	b.WriteString(p.User)
+	b.WriteByte(0)
+	b.WriteString(p.Issuer)
+	b.WriteByte(0)
+	b.WriteString(p.Subject)
 	b.WriteByte(0)
 	if p.System {
 		b.WriteString("\x01sys")

@@ -21,6 +21,8 @@ import (
 	"github.com/anvilproject/anvil/server/api"
 	"github.com/anvilproject/anvil/server/audit"
 	"github.com/anvilproject/anvil/server/authn"
+	"github.com/anvilproject/anvil/server/bodylimit"
+	"github.com/anvilproject/anvil/server/clientip"
 	"github.com/anvilproject/anvil/server/conductor"
 	"github.com/anvilproject/anvil/server/guard"
 	"github.com/anvilproject/anvil/server/identity"
@@ -61,6 +63,9 @@ type Options struct {
 	// Conductor configures this process's conductor; its Name defaults
 	// to the host name.
 	Conductor conductor.Config
+	// TrustedProxies are the networks whose X-Forwarded-For is believed
+	// for the client's address (throttling, logs); none by default.
+	TrustedProxies []net.IPNet
 }
 
 // App is a running Anvil: everything one process serves.
@@ -149,18 +154,39 @@ func New(ctx context.Context, o Options) (*App, error) {
 	return a, nil
 }
 
+// Request body limits: a portal form is a few fields (a runbook's steps
+// at most); a policy upload is a zip of at most override.MaxZipBytes in a
+// multipart envelope; the API's JSON has api.MaxBody.
+const (
+	portalFormMax   = 64 << 10
+	policyUploadMax = override.MaxZipBytes + 64<<10
+)
+
 func (a *App) routes() *fiber.App {
 	app := fiber.New(fiber.Config{
-		AppName:               "anvil",
-		ErrorHandler:          api.ErrorHandler(a.opts.Log),
-		BodyLimit:             16 << 20,
-		DisableStartupMessage: true,
-		ReadTimeout:           60 * time.Second,
-		WriteTimeout:          60 * time.Second,
-		IdleTimeout:           120 * time.Second,
+		AppName:      "anvil",
+		ErrorHandler: api.ErrorHandler(a.opts.Log),
+		// Bodies are streamed and bounded per route by bodylimit, before
+		// anything reads them; BodyLimit only sizes fasthttp's prefetch.
+		BodyLimit:                    policyUploadMax,
+		StreamRequestBody:            true,
+		DisablePreParseMultipartForm: true,
+		DisableStartupMessage:        true,
+		// Fiber's strings (Method, Path, Params, Query, Get, FormValue)
+		// otherwise point into fasthttp's buffers, which the next request
+		// overwrites; metric labels, logs, audit rows and caches keep them.
+		Immutable:    true,
+		ReadTimeout:  60 * time.Second,
+		WriteTimeout: 60 * time.Second,
+		IdleTimeout:  120 * time.Second,
 	})
 	app.Use(recover.New())
+	app.Use(clientip.New(a.opts.TrustedProxies).Middleware())
 	app.Use(obs.Middleware(a.opts.Log, a.Metrics, a.accessLog))
+	limits := bodylimit.Limits{Default: portalFormMax, Rules: []bodylimit.Rule{
+		{Path: "/admin/policy", Max: policyUploadMax}, {Prefix: "/v1", Max: api.MaxBody}}}
+	app.Server().ContinueHandler = limits.Continue
+	app.Use(limits.Middleware())
 	app.Get("/healthz", func(c *fiber.Ctx) error { return c.SendString("ok") })
 	app.Get("/readyz", a.readyz)
 	app.Get("/metrics", adaptor.HTTPHandler(promhttp.HandlerFor(a.Metrics.Registry, promhttp.HandlerOpts{})))

@@ -13,7 +13,7 @@ import (
 	"path"
 )
 
-//go:embed anvil.css htmx.min.js
+//go:embed anvil.css anvil.js htmx.min.js
 var files embed.FS
 
 // Asset is one embedded file.
@@ -26,7 +26,7 @@ type Asset struct {
 var assets = map[string]Asset{}
 
 func init() {
-	for _, name := range []string{"anvil.css", "htmx.min.js"} {
+	for _, name := range []string{"anvil.css", "anvil.js", "htmx.min.js"} {
 		b, err := files.ReadFile(name)
 		if err != nil {
 			panic(err) // the embed directive guarantees the file

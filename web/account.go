@@ -18,8 +18,13 @@ const (
 	ruleTokenRevoke = "anvil:token:revoke"
 )
 
-func (p *Portal) tokenRows(c *fiber.Ctx, user string) ([]views.TokenRow, error) {
-	ts, err := p.IDs.ListTokens(c.UserContext(), user)
+func (p *Portal) tokenRows(c *fiber.Ctx, pr *policies.Principal) ([]views.TokenRow, error) {
+	if !pr.Local() {
+		// An SSO identity has no local account and no tokens, even when a
+		// local account shares its name.
+		return nil, nil
+	}
+	ts, err := p.IDs.ListTokens(c.UserContext(), pr.User)
 	if err != nil {
 		if errs.Status(err) == 404 {
 			return nil, nil // an OIDC user has no local account, hence no tokens
@@ -59,7 +64,7 @@ func (p *Portal) account(c *fiber.Ctx) error {
 		return err
 	}
 	pr := policies.PrincipalFrom(c.UserContext())
-	rows, err := p.tokenRows(c, pr.User)
+	rows, err := p.tokenRows(c, pr)
 	if err != nil {
 		return err
 	}
@@ -77,7 +82,7 @@ func (p *Portal) tokens(c *fiber.Ctx, secret, problem string) error {
 	}
 	pg.Error = problem
 	pr := policies.PrincipalFrom(c.UserContext())
-	rows, err := p.tokenRows(c, pr.User)
+	rows, err := p.tokenRows(c, pr)
 	if err != nil {
 		return err
 	}
@@ -131,6 +136,9 @@ func (p *Portal) revokeToken(c *fiber.Ctx) error {
 	pr := policies.PrincipalFrom(ctx)
 	if err := p.Guard.Authorize(ctx, ruleTokenRevoke, "token", c.Params("id"), policies.Target{}); err != nil {
 		return p.tokens(c, "", err.Error())
+	}
+	if !pr.Local() {
+		return p.tokens(c, "", "An SSO identity has no Anvil tokens.")
 	}
 	if err := p.IDs.RevokeToken(ctx, c.Params("id"), pr.User); err != nil {
 		if errs.Status(err) >= 500 {

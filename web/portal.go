@@ -13,6 +13,7 @@ import (
 
 	"github.com/anvilproject/anvil/policies"
 	"github.com/anvilproject/anvil/server/allocations"
+	"github.com/anvilproject/anvil/server/clientip"
 	"github.com/anvilproject/anvil/server/conductor"
 	"github.com/anvilproject/anvil/server/errs"
 	"github.com/anvilproject/anvil/server/guard"
@@ -26,9 +27,9 @@ import (
 // SSO is the OpenID Connect provider the portal signs users in with.
 type SSO interface {
 	AuthCodeURL(state, nonce, verifier string) string
-	// Exchange completes the code flow and returns the user and the role
-	// assignments its claims carry.
-	Exchange(ctx context.Context, code, verifier, nonce string) (user string, as []identity.Assignment, err error)
+	// Exchange completes the code flow and returns the identity with the
+	// role assignments its claims carry.
+	Exchange(ctx context.Context, code, verifier, nonce string) (identity.SSOUser, error)
 }
 
 // Portal serves the browser pages.
@@ -56,6 +57,9 @@ const pageSize = 50
 
 // Register mounts the portal on app.
 func (p *Portal) Register(app *fiber.App) {
+	// Ahead of every route registered after it: the portal's, and the
+	// API's, which lose nothing by them.
+	app.Use(securityHeaders)
 	app.Get("/static/:hash/:name", serveStatic)
 	// The session (and its CSRF check) wraps portal routes only: the JSON
 	// API authenticates with tokens and has no cookies to forge.
@@ -112,7 +116,16 @@ func (p *Portal) session(c *fiber.Ctx) error {
 	if sess.User == "" {
 		return c.Next()
 	}
-	pr, err := p.principal(c.UserContext(), sess)
+	active, err := p.IDs.SessionActive(c.UserContext(), sess.ID, sess.Principal())
+	if err != nil {
+		return err
+	}
+	var pr *policies.Principal
+	if !active {
+		err = errors.New("logged out, or the account's password or roles changed")
+	} else {
+		pr, err = p.principal(c.UserContext(), sess)
+	}
 	if err != nil {
 		// Roles revoked or the account is gone: the session ends.
 		p.Log.Info("session ended", "user", sess.User, "reason", err)
@@ -143,7 +156,8 @@ func (p *Portal) principal(ctx context.Context, s *Session) (*policies.Principal
 	if len(roles) == 0 {
 		return nil, errs.Forbidden("no role on %s", s.Scope)
 	}
-	return &policies.Principal{User: s.User, System: s.Scope.System, Project: s.Scope.Project, Roles: policies.ExpandRoles(roles), Method: "oidc"}, nil
+	return &policies.Principal{User: s.User, Issuer: s.Issuer, Subject: s.Subject, System: s.Scope.System, Project: s.Scope.Project,
+		Roles: policies.ExpandRoles(roles), Method: "oidc"}, nil
 }
 
 func sessionOf(c *fiber.Ctx) *Session { return c.Locals(sessionLocal).(*Session) }
@@ -232,14 +246,14 @@ func (p *Portal) loginPage(c *fiber.Ctx) error {
 	if err := p.Sessions.Save(c, sess); err != nil {
 		return err
 	}
-	return render(c, 200, views.Login(views.Page{Title: "Sign in", CSRF: sess.CSRF, Error: c.Query("error")}, "", p.SSO != nil))
+	return render(c, 200, views.Login(views.Page{Title: "Sign in", CSRF: sess.CSRF, Error: loginErrors[c.Query("error")]}, "", p.SSO != nil))
 }
 
 func (p *Portal) login(c *fiber.Ctx) error {
 	name, pw := strings.TrimSpace(c.FormValue("username")), c.FormValue("password")
-	pr, err := p.IDs.Login(c.UserContext(), name, pw, c.IP(), nil)
+	pr, err := p.IDs.Login(c.UserContext(), name, pw, clientip.Of(c), nil)
 	if err == nil {
-		return p.startSession(c, Fresh(pr.User, "password", identity.Scope{System: pr.System, Project: pr.Project}, nil))
+		return p.startSession(c, Fresh(pr.User, identity.Scope{System: pr.System, Project: pr.Project}))
 	}
 	msg, status := identity.ErrInvalidLogin.Error(), 401
 	switch {
@@ -251,8 +265,8 @@ func (p *Portal) login(c *fiber.Ctx) error {
 		// projects without a default): sign in to the first project.
 		scopes, serr := p.IDs.Scopes(c.UserContext(), name)
 		if serr == nil && len(scopes) > 0 {
-			if pr, err = p.IDs.Login(c.UserContext(), name, pw, c.IP(), &scopes[0]); err == nil {
-				return p.startSession(c, Fresh(pr.User, "password", scopes[0], nil))
+			if pr, err = p.IDs.Login(c.UserContext(), name, pw, clientip.Of(c), &scopes[0]); err == nil {
+				return p.startSession(c, Fresh(pr.User, scopes[0]))
 			}
 		}
 		msg, status = "This account holds no role on any project or the system; ask an administrator.", 403
@@ -263,7 +277,14 @@ func (p *Portal) login(c *fiber.Ctx) error {
 	return render(c, status, views.Login(views.Page{Title: "Sign in", CSRF: sess.CSRF, Error: msg}, name, p.SSO != nil))
 }
 
+// startSession records a new sign-in on the server and hands the browser
+// its cookie.
 func (p *Portal) startSession(c *fiber.Ctx, s *Session) error {
+	id, err := p.IDs.StartSession(c.UserContext(), s.Principal(), AbsoluteTimeout)
+	if err != nil {
+		return err
+	}
+	s.ID = id
 	if err := p.Sessions.Save(c, s); err != nil {
 		return err
 	}
@@ -271,6 +292,13 @@ func (p *Portal) startSession(c *fiber.Ctx, s *Session) error {
 }
 
 func (p *Portal) logout(c *fiber.Ctx) error {
+	// Ending the record, not only the cookie, makes a copy of the cookie
+	// worthless too.
+	if sess := sessionOf(c); sess.ID != "" {
+		if err := p.IDs.EndSession(c.UserContext(), sess.ID); err != nil {
+			return err
+		}
+	}
 	if err := p.Sessions.Clear(c); err != nil {
 		return err
 	}
@@ -292,7 +320,10 @@ func (p *Portal) switchScope(c *fiber.Ctx) error {
 	}
 	sess.Scope = sc
 	sess.Seen = time.Now().Unix()
-	return p.startSession(c, sess)
+	if err := p.Sessions.Save(c, sess); err != nil {
+		return err
+	}
+	return c.Redirect("/nodes", fiber.StatusSeeOther)
 }
 
 func (p *Portal) home(c *fiber.Ctx) error {

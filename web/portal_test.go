@@ -2,13 +2,16 @@ package web_test
 
 import (
 	"context"
+	"encoding/base64"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/cookiejar"
 	"net/url"
 	"regexp"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/anvilproject/anvil/server"
@@ -246,5 +249,214 @@ func TestNodeListPages(t *testing.T) {
 	_, page, _ = b.do("GET", next[1], nil)
 	if strings.Count(page, "<tr data-node=") != 10 || strings.Contains(page, `rel="next"`) || !strings.Contains(page, "pg-59") {
 		t.Errorf("second page: %d rows", strings.Count(page, "<tr data-node="))
+	}
+}
+
+// replay is a new browser that carries only a captured session cookie.
+func replay(t *testing.T, base, cookie string) *browser {
+	r := newBrowser(t, base)
+	u, _ := url.Parse(base)
+	r.c.Jar.SetCookies(u, []*http.Cookie{{Name: "anvil_session", Value: cookie}})
+	return r
+}
+
+// TestSessionsEndOnTheServer: a copy of a session cookie stops working
+// once its session ends, by logout, a password change, a revoked role or
+// a deleted account, on SQLite and PostgreSQL.
+func TestSessionsEndOnTheServer(t *testing.T) {
+	storetest.Each(t, func(t *testing.T, setting string, _ *store.DB) {
+		srv := servertest.Start(t, server.Options{Database: setting})
+		ctx := context.Background()
+		ids := srv.IDs
+		ends := map[string]func(b *browser, name string){
+			"logout": func(b *browser, _ string) {
+				if st, _, _ := b.do("POST", "/logout", url.Values{"csrf": {b.csrf}}); st != 303 {
+					t.Fatalf("logout: %d", st)
+				}
+			},
+			"set-password": func(_ *browser, name string) {
+				if err := ids.SetPassword(ctx, name, "another-password-2"); err != nil {
+					t.Fatal(err)
+				}
+			},
+			"revoke": func(_ *browser, name string) {
+				// A role outside the scope the session acts in: the session ends anyway.
+				if err := ids.Revoke(ctx, name, identity.Assignment{Scope: identity.Scope{Project: "green"}, Role: "reader"}); err != nil {
+					t.Fatal(err)
+				}
+			},
+			"delete": func(_ *browser, name string) {
+				if err := ids.DeleteUser(ctx, name); err != nil {
+					t.Fatal(err)
+				}
+			},
+		}
+		for how, end := range ends {
+			name := "user-" + how
+			if err := ids.CreateUser(ctx, name, "first-password-1"); err != nil {
+				t.Fatal(err)
+			}
+			for _, p := range []string{"blue", "green"} {
+				if err := ids.Grant(ctx, name, identity.Assignment{Scope: identity.Scope{Project: p}, Role: "reader"}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			b := newBrowser(t, srv.URL)
+			b.do("GET", "/login", nil)
+			if st, _, _ := b.do("POST", "/login", url.Values{"csrf": {b.csrf}, "username": {name}, "password": {"first-password-1"}}); st != 303 {
+				t.Fatalf("%s: login: %d", how, st)
+			}
+			b.do("GET", "/nodes", nil) // for the signed-in session's CSRF token
+			cookie := b.cookie()
+			if st, _, _ := replay(t, srv.URL, cookie).do("GET", "/nodes", nil); st != 200 {
+				t.Fatalf("%s: the captured cookie does not work before: %d", how, st)
+			}
+			end(b, name)
+			if st, _, h := replay(t, srv.URL, cookie).do("GET", "/nodes", nil); st != 303 || h.Get("Location") != "/login" {
+				t.Errorf("%s: the captured cookie still works: %d %s", how, st, h.Get("Location"))
+			}
+		}
+	})
+}
+
+// TestLoginErrorCodes: the login page shows fixed messages for known
+// codes and nothing of an unknown one.
+func TestLoginErrorCodes(t *testing.T) {
+	srv := servertest.Start(t, server.Options{Database: storetest.Setting(t, "sqlite")})
+	b := newBrowser(t, srv.URL)
+	if _, page, _ := b.do("GET", "/login?error=norole", nil); !strings.Contains(page, "holds no Anvil role") {
+		t.Errorf("known code: no message\n%s", page)
+	}
+	_, page, _ := b.do("GET", "/login?error="+url.QueryEscape("Your password expired; call +1-555-0100"), nil)
+	if strings.Contains(page, "555-0100") || strings.Contains(page, `class="error"`) {
+		t.Errorf("an unknown code's text was shown:\n%s", page)
+	}
+}
+
+// TestLoginThrottleBehindProxy: behind a trusted proxy the throttle keys
+// on the address the proxy saw, so one guessing address does not lock
+// the account's owner out elsewhere; the message says how long to wait
+// and reads the same for an unknown account; without a trusted proxy a
+// forged X-Forwarded-For changes nothing; a burst over HTTP Basic reaches
+// the password check only as often as the limit allows.
+func TestLoginThrottleBehindProxy(t *testing.T) {
+	ctx := context.Background()
+	_, loopback, _ := net.ParseCIDR("127.0.0.1/32")
+	srv := servertest.Start(t, server.Options{Database: storetest.Setting(t, "sqlite"), TrustedProxies: []net.IPNet{*loopback}})
+	if err := srv.IDs.CreateUser(ctx, "pat", "pat-password-1"); err != nil {
+		t.Fatal(err)
+	}
+	if err := srv.IDs.Grant(ctx, "pat", identity.Assignment{Scope: identity.Scope{Project: "blue"}, Role: "reader"}); err != nil {
+		t.Fatal(err)
+	}
+	login := func(from, name, pw string) (int, string) {
+		b := newBrowser(t, srv.URL)
+		b.do("GET", "/login", nil)
+		st, page, _ := b.do("POST", "/login", url.Values{"csrf": {b.csrf}, "username": {name}, "password": {pw}}, "X-Forwarded-For", from)
+		return st, page
+	}
+	wait := regexp.MustCompile(`too many failed sign-in attempts; try again in \d+ minutes`)
+	var msgs []string
+	for _, name := range []string{"pat", "nobody-here"} {
+		for range 5 {
+			if st, _ := login("203.0.113.5", name, "wrong-password"); st != 401 {
+				t.Fatalf("%s: a failure answered %d", name, st)
+			}
+		}
+		st, page := login("203.0.113.5", name, "pat-password-1")
+		m := wait.FindString(page)
+		if st != 429 || m == "" {
+			t.Fatalf("%s after 5 failures: %d\n%s", name, st, page)
+		}
+		msgs = append(msgs, m)
+	}
+	if msgs[0] != msgs[1] {
+		t.Errorf("the lockout reads differently for a real account (%q) and an unknown one (%q)", msgs[0], msgs[1])
+	}
+	if st, _ := login("203.0.113.6", "pat", "pat-password-1"); st != 303 {
+		t.Errorf("the owner from another address: %d", st)
+	}
+
+	// Without a trusted proxy, a client rotating X-Forwarded-For is
+	// still one address.
+	direct := servertest.Start(t, server.Options{Database: storetest.Setting(t, "sqlite")})
+	direct.IDs.CreateUser(ctx, "pat", "pat-password-1")
+	direct.IDs.Grant(ctx, "pat", identity.Assignment{Scope: identity.Scope{Project: "blue"}, Role: "reader"})
+	srv = direct
+	for i := range 5 {
+		login(fmt.Sprintf("198.51.100.%d", i), "pat", "wrong-password")
+	}
+	if st, _ := login("198.51.100.99", "pat", "pat-password-1"); st != 429 {
+		t.Errorf("forged X-Forwarded-For escaped the throttle: %d", st)
+	}
+
+	// A burst of 40 wrong passwords over HTTP Basic.
+	direct.IDs.CreateUser(ctx, "lee", "lee-password-1")
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	got := map[int]int{}
+	for range 40 {
+		wg.Go(func() {
+			c := direct.Client()
+			c.Header.Set("Authorization", "Basic "+base64.StdEncoding.EncodeToString([]byte("lee:wrong-password")))
+			st := c.Do(t, "GET", "/v1/nodes", nil).Status
+			mu.Lock()
+			got[st]++
+			mu.Unlock()
+		})
+	}
+	wg.Wait()
+	if got[401] != 5 || got[429] != 35 {
+		t.Errorf("40 parallel Basic failures: %v; want 5 checked, 35 refused", got)
+	}
+}
+
+// TestPortalSecurityHeaders: every portal page forbids framing, sniffing
+// and inline script or style, and carries nothing the policy would
+// block: no inline <script>, style attribute or event handler attribute.
+func TestPortalSecurityHeaders(t *testing.T) {
+	ctx := context.Background()
+	srv := servertest.Start(t, server.Options{Database: storetest.Setting(t, "sqlite")})
+	srv.IDs.CreateUser(ctx, "root", "root-password-1")
+	srv.IDs.Grant(ctx, "root", identity.Assignment{Scope: identity.Scope{System: true}, Role: "admin"})
+	srv.IDs.Grant(ctx, "root", identity.Assignment{Scope: identity.Scope{Project: "blue"}, Role: "admin"})
+	tok, _, _ := srv.IDs.CreateToken(ctx, identity.TokenRequest{User: "root", Scope: identity.Scope{System: true}, Roles: []string{"admin"}})
+	api := srv.Client()
+	api.Header.Set("X-Auth-Token", tok)
+	r := api.Do(t, "POST", "/v1/nodes", map[string]any{"name": "n1", "driver": "fake", "owner": "blue"})
+	if r.Status != 201 {
+		t.Fatalf("create node: %d %s", r.Status, r.Body)
+	}
+	uuid, _ := r.JSON(t)["uuid"].(string)
+	b := newBrowser(t, srv.URL)
+	b.do("GET", "/login", nil)
+	b.do("POST", "/login", url.Values{"csrf": {b.csrf}, "username": {"root"}, "password": {"root-password-1"}})
+	scripts := regexp.MustCompile(`(?i)<script[^>]*>[^<]*</script>`)
+	inline := regexp.MustCompile(`(?i)<style|\sstyle=|\son[a-z]+=|hx-on|javascript:`)
+	for _, path := range []string{"/login?error=state", "/nodes", "/nodes/" + uuid, "/runbooks", "/runbooks/new", "/account", "/admin/policy", "/allocations/new"} {
+		st, page, h := b.do("GET", path, nil)
+		if path == "/login?error=state" {
+			st, page, h = newBrowser(t, srv.URL).do("GET", path, nil)
+		}
+		if st != 200 {
+			t.Errorf("%s: %d", path, st)
+			continue
+		}
+		csp := h.Get("Content-Security-Policy")
+		if !strings.Contains(csp, "frame-ancestors 'none'") || !strings.Contains(csp, "script-src 'self'") || strings.Contains(csp, "unsafe") ||
+			h.Get("X-Frame-Options") != "DENY" || h.Get("X-Content-Type-Options") != "nosniff" || h.Get("Referrer-Policy") == "" {
+			t.Errorf("%s: headers %v", path, h)
+		}
+		if m := inline.FindString(page); m != "" {
+			t.Errorf("%s: %q would be blocked by the Content-Security-Policy", path, m)
+		}
+		if strings.Count(page, "<script") != len(scripts.FindAllString(page, -1)) {
+			t.Errorf("%s: a script element the test cannot read", path)
+		}
+		for _, sc := range scripts.FindAllString(page, -1) {
+			if !strings.Contains(sc, ` src="/static/`) || !strings.HasSuffix(sc, "></script>") {
+				t.Errorf("%s: inline script %q", path, sc)
+			}
+		}
 	}
 }

@@ -37,9 +37,16 @@ const (
 // Session is what the portal keeps about a browser, signed and encrypted
 // in its cookie.
 type Session struct {
-	User   string `json:"u,omitempty"`
-	Scope  identity.Scope
-	Method string `json:"m,omitempty"` // password or oidc
+	// ID names the server-side record (identity.StartSession) without
+	// which the cookie signs nobody in.
+	ID   string `json:"id,omitempty"`
+	User string `json:"u,omitempty"`
+	// Issuer and Subject identify an OIDC login; User is then only the
+	// name it is shown by.
+	Issuer  string `json:"iss,omitempty"`
+	Subject string `json:"sub,omitempty"`
+	Scope   identity.Scope
+	Method  string `json:"m,omitempty"` // password or oidc
 	// Assignments are the roles an OIDC login's claims granted; local
 	// accounts re-read theirs from the database on every request.
 	Assignments []identity.Assignment `json:"a,omitempty"`
@@ -54,6 +61,15 @@ type Session struct {
 // session has not timed out.
 func (s *Session) LoggedIn(now time.Time) bool {
 	return s.User != "" && now.Sub(time.Unix(s.Created, 0)) < AbsoluteTimeout && now.Sub(time.Unix(s.Seen, 0)) < IdleTimeout
+}
+
+// Principal is the identity the session's server-side record belongs
+// to: the local account's name, or the SSO identity's key.
+func (s *Session) Principal() string {
+	if s.Method == "oidc" {
+		return identity.SSOKey(s.Issuer, s.Subject)
+	}
+	return s.User
 }
 
 // Sessions reads and writes Session values through gorilla/sessions.
@@ -162,11 +178,19 @@ func (s *Sessions) write(c *fiber.Ctx, sess *Session, remove bool) error {
 	return nil
 }
 
-// Fresh starts a new signed-in session: nothing of the anonymous one
-// carries over, so a planted cookie cannot be promoted (no fixation).
-func Fresh(user, method string, sc identity.Scope, as []identity.Assignment) *Session {
+// Fresh starts a new signed-in session for a local account: nothing of
+// the anonymous one carries over, so a planted cookie cannot be promoted
+// (no fixation).
+func Fresh(user string, sc identity.Scope) *Session {
 	now := time.Now().Unix()
-	return &Session{User: user, Method: method, Scope: sc, Assignments: as, CSRF: randomToken(), Created: now, Seen: now}
+	return &Session{User: user, Method: "password", Scope: sc, CSRF: randomToken(), Created: now, Seen: now}
+}
+
+// FreshSSO starts a new signed-in session for an OpenID identity.
+func FreshSSO(u identity.SSOUser, sc identity.Scope) *Session {
+	s := Fresh(u.Name, sc)
+	s.Method, s.Issuer, s.Subject, s.Assignments = "oidc", u.Issuer, u.Subject, u.Assignments
+	return s
 }
 
 // CSRFOK reports whether the request carries the session's CSRF token in

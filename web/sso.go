@@ -11,6 +11,22 @@ import (
 	"github.com/anvilproject/anvil/server/identity"
 )
 
+// Codes the SSO callback sends to the login page, which shows only the
+// fixed message of a known code: the page never echoes text from the URL.
+const (
+	loginErrState      = "state"
+	loginErrRefused    = "refused"
+	loginErrUnverified = "unverified"
+	loginErrNoRole     = "norole"
+)
+
+var loginErrors = map[string]string{
+	loginErrState:      "The sign-in could not be verified (state mismatch); try again.",
+	loginErrRefused:    "The identity provider refused the sign-in.",
+	loginErrUnverified: "The identity provider's answer could not be verified; try again.",
+	loginErrNoRole:     "Your account holds no Anvil role; ask an administrator.",
+}
+
 func (p *Portal) ssoStart(c *fiber.Ctx) error {
 	if p.SSO == nil {
 		return fiber.ErrNotFound
@@ -33,26 +49,27 @@ func (p *Portal) ssoCallback(c *fiber.Ctx) error {
 		return fiber.ErrNotFound
 	}
 	sess := sessionOf(c)
-	fail := func(msg string) error {
-		return c.Redirect("/login?error="+msg, fiber.StatusSeeOther)
+	fail := func(code string) error {
+		return c.Redirect("/login?error="+code, fiber.StatusSeeOther)
 	}
 	if sess.State == "" || subtle.ConstantTimeCompare([]byte(c.Query("state")), []byte(sess.State)) != 1 {
-		return fail("The sign-in could not be verified (state mismatch); try again.")
+		return fail(loginErrState)
 	}
 	if e := c.Query("error"); e != "" {
-		return fail("The identity provider refused the sign-in: " + e)
+		p.Log.Warn("oidc sign-in refused by the provider", "error", e, "description", c.Query("error_description"))
+		return fail(loginErrRefused)
 	}
-	user, as, err := p.SSO.Exchange(c.UserContext(), c.Query("code"), sess.Verifier, sess.Nonce)
+	u, err := p.SSO.Exchange(c.UserContext(), c.Query("code"), sess.Verifier, sess.Nonce)
 	if err != nil {
 		p.Log.Warn("oidc sign-in failed", "err", err)
-		return fail("The identity provider's answer could not be verified; try again.")
+		return fail(loginErrUnverified)
 	}
 	var scopes []identity.Scope
-	for _, a := range as {
+	for _, a := range u.Assignments {
 		scopes = append(scopes, a.Scope)
 	}
 	if len(scopes) == 0 {
-		return fail("Your account holds no Anvil role; ask an administrator.")
+		return fail(loginErrNoRole)
 	}
 	first := scopes[0]
 	for _, s := range scopes {
@@ -60,5 +77,5 @@ func (p *Portal) ssoCallback(c *fiber.Ctx) error {
 			first = s
 		}
 	}
-	return p.startSession(c, Fresh(user, "oidc", first, as))
+	return p.startSession(c, FreshSSO(u, first))
 }

@@ -93,6 +93,18 @@ func (f PolicyOverrideFunc) Mutate(ctx context.Context, m ent.Mutation) (ent.Val
 	return nil, fmt.Errorf("unexpected mutation type %T. expect *ent.PolicyOverrideMutation", m)
 }
 
+// The PortalSessionFunc type is an adapter to allow the use of ordinary
+// function as PortalSession mutator.
+type PortalSessionFunc func(context.Context, *ent.PortalSessionMutation) (ent.Value, error)
+
+// Mutate calls f(ctx, m).
+func (f PortalSessionFunc) Mutate(ctx context.Context, m ent.Mutation) (ent.Value, error) {
+	if mv, ok := m.(*ent.PortalSessionMutation); ok {
+		return f(ctx, mv)
+	}
+	return nil, fmt.Errorf("unexpected mutation type %T. expect *ent.PortalSessionMutation", m)
+}
+
 // The RoleAssignmentFunc type is an adapter to allow the use of ordinary
 // function as RoleAssignment mutator.
 type RoleAssignmentFunc func(context.Context, *ent.RoleAssignmentMutation) (ent.Value, error)

@@ -241,6 +241,32 @@ var (
 		Columns:    PolicyOverridesColumns,
 		PrimaryKey: []*schema.Column{PolicyOverridesColumns[0]},
 	}
+	// PortalSessionsColumns holds the columns for the "portal_sessions" table.
+	PortalSessionsColumns = []*schema.Column{
+		{Name: "id", Type: field.TypeInt, Increment: true},
+		{Name: "id_hash", Type: field.TypeString, Unique: true},
+		{Name: "principal", Type: field.TypeString},
+		{Name: "created_at", Type: field.TypeTime},
+		{Name: "expires_at", Type: field.TypeTime},
+	}
+	// PortalSessionsTable holds the schema information for the "portal_sessions" table.
+	PortalSessionsTable = &schema.Table{
+		Name:       "portal_sessions",
+		Columns:    PortalSessionsColumns,
+		PrimaryKey: []*schema.Column{PortalSessionsColumns[0]},
+		Indexes: []*schema.Index{
+			{
+				Name:    "portalsession_principal",
+				Unique:  false,
+				Columns: []*schema.Column{PortalSessionsColumns[2]},
+			},
+			{
+				Name:    "portalsession_expires_at",
+				Unique:  false,
+				Columns: []*schema.Column{PortalSessionsColumns[4]},
+			},
+		},
+	}
 	// RoleAssignmentsColumns holds the columns for the "role_assignments" table.
 	RoleAssignmentsColumns = []*schema.Column{
 		{Name: "id", Type: field.TypeInt, Increment: true},
@@ -418,6 +444,7 @@ var (
 		NodesTable,
 		NodeEventsTable,
 		PolicyOverridesTable,
+		PortalSessionsTable,
 		RoleAssignmentsTable,
 		RunbooksTable,
 		RunbookStepsTable,

@@ -27,6 +27,9 @@ type NodeEvent func(*sql.Selector)
 // PolicyOverride is the predicate function for policyoverride builders.
 type PolicyOverride func(*sql.Selector)
 
+// PortalSession is the predicate function for portalsession builders.
+type PortalSession func(*sql.Selector)
+
 // RoleAssignment is the predicate function for roleassignment builders.
 type RoleAssignment func(*sql.Selector)
 

@@ -20,7 +20,8 @@ import (
 	"github.com/anvilproject/anvil/server/runbooks"
 )
 
-// MaxBody is the largest request body the API accepts.
+// MaxBody is the largest request body the API accepts; the app enforces it
+// before a body is read.
 const MaxBody = 1 << 20
 
 // API holds the services the JSON handlers call.
@@ -44,8 +45,9 @@ func ver(c *fiber.Ctx) Version {
 	return v
 }
 
-// Negotiate is middleware for /v1: it settles the microversion, sets the
-// version headers on every response and bounds the body size.
+// Negotiate is middleware for /v1: it settles the microversion and sets the
+// version headers on every response. Body sizes are bounded before this,
+// by the app's per-route limits (MaxBody for /v1).
 func Negotiate(c *fiber.Ctx) error {
 	v, err := negotiate(c)
 	versionHeaders(c, v)
@@ -53,9 +55,6 @@ func Negotiate(c *fiber.Ctx) error {
 		return err
 	}
 	c.Locals(verKey{}, v)
-	if len(c.Body()) > MaxBody {
-		return &errs.Error{Status: 413, Field: "body", Msg: "the request body is larger than 1 MiB"}
-	}
 	return c.Next()
 }
 

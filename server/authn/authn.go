@@ -12,6 +12,7 @@ import (
 	"github.com/gofiber/fiber/v2"
 
 	"github.com/anvilproject/anvil/policies"
+	"github.com/anvilproject/anvil/server/clientip"
 	"github.com/anvilproject/anvil/server/errs"
 	"github.com/anvilproject/anvil/server/identity"
 )
@@ -55,7 +56,7 @@ func (a *API) Principal(c *fiber.Ctx) (*policies.Principal, error) {
 		if p := strings.TrimSpace(c.Get("X-Project-Id")); p != "" {
 			scope = &identity.Scope{Project: p}
 		}
-		p, err := a.IDs.BasicAuth(ctx, user, pw, c.IP(), scope)
+		p, err := a.IDs.BasicAuth(ctx, user, pw, clientip.Of(c), scope)
 		if err == identity.ErrInvalidLogin {
 			return nil, errs.Unauthorized("%s", err)
 		}

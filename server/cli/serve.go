@@ -29,6 +29,7 @@ func serveCmd() *cobra.Command {
 		penab  bool
 		pool   store.Pool
 		access string
+		proxy  []net.IPNet
 	)
 	cmd := &cobra.Command{
 		Use:   "serve",
@@ -62,6 +63,7 @@ func serveCmd() *cobra.Command {
 			}
 			app, err := server.New(ctx, server.Options{
 				Database: g.database, Pool: pool, AccessLog: access, AuthNone: auth == "none", Log: log, SessionSecret: secret, OIDC: provider, Conductor: cc, PolicyDir: pdir, PolicyOverrideEnabled: penab,
+				TrustedProxies: proxy,
 				Bootstrap: func(user, pw string) {
 					// Printed once, on stderr with the log, never stored in clear.
 					fmt.Fprintf(cmd.ErrOrStderr(), "\n  First start: created system admin %q with one-time password:\n\n      %s\n\n  Change it with: anvil user set-password %s --password-stdin\n\n", user, pw, user)
@@ -110,5 +112,6 @@ func serveCmd() *cobra.Command {
 	f.IntVar(&pool.MaxOpen, "db-max-open", 0, "most open database connections (0: 32 on PostgreSQL, 8 on SQLite)")
 	f.IntVar(&pool.MaxIdle, "db-max-idle", 0, "most idle database connections kept for reuse (0: as many as --db-max-open)")
 	f.DurationVar(&pool.MaxLifetime, "db-conn-max-lifetime", 0, "close database connections older than this (0: never), e.g. to follow a failover behind a proxy")
+	f.IPNetSliceVar(&proxy, "trusted-proxies", nil, "reverse proxies (CIDRs, comma-separated) whose X-Forwarded-For names the client's address; default none: the peer is the client")
 	return cmd
 }

@@ -106,6 +106,18 @@ func (s *Service) CreateToken(ctx context.Context, r TokenRequest) (secret strin
 	if len(r.Description) > 255 {
 		return "", info, errs.BadRequest("description", "description is longer than 255 characters")
 	}
+	// Anyone but the operator's CLI mints only for itself, in the scope
+	// it acts in, and only roles it holds at this moment.
+	caller := policies.PrincipalFrom(ctx)
+	bounded := caller != nil && caller.Method != "cli" && caller.Method != "bootstrap"
+	if bounded {
+		if !caller.Local() {
+			return "", info, errs.Forbidden("an SSO identity has no Anvil account and no Anvil tokens; use your identity provider's token as a Bearer token")
+		}
+		if caller.User != r.User || caller.System != r.Scope.System || caller.Project != r.Scope.Project {
+			return "", info, errs.Forbidden("a token can only be minted for yourself in the scope you act in")
+		}
+	}
 	u, err := s.user(ctx, r.User)
 	if err != nil {
 		return "", info, err
@@ -120,7 +132,7 @@ func (s *Service) CreateToken(ctx context.Context, r TokenRequest) (secret strin
 		if !policies.KnownRole(role) {
 			return "", info, errs.BadRequest("roles", "role %q is not one of admin, manager, member, reader", role)
 		}
-		if !slices.Contains(held, role) {
+		if !slices.Contains(held, role) || bounded && !caller.HasRole(role) {
 			return "", info, errs.BadRequest("roles", "user %s does not hold role %s on %s", r.User, role, r.Scope)
 		}
 		if !slices.Contains(roles, role) {

@@ -19,6 +19,7 @@ import (
 
 	"github.com/anvilproject/anvil/ent"
 	"github.com/anvilproject/anvil/ent/apitoken"
+	"github.com/anvilproject/anvil/ent/portalsession"
 	"github.com/anvilproject/anvil/ent/roleassignment"
 	"github.com/anvilproject/anvil/ent/user"
 	"github.com/anvilproject/anvil/policies"
@@ -159,7 +160,11 @@ func (s *Service) SetPassword(ctx context.Context, name, password string) (err e
 		return err
 	}
 	s.forget()
-	return u.Update().SetPasswordHash(string(hash)).Exec(ctx)
+	if err := u.Update().SetPasswordHash(string(hash)).Exec(ctx); err != nil {
+		return err
+	}
+	// Whoever held a session may have known the old password.
+	return s.endSessions(ctx, name)
 }
 
 // DeleteUser removes a user with its roles and tokens.
@@ -175,6 +180,9 @@ func (s *Service) DeleteUser(ctx context.Context, name string) (err error) {
 			return err
 		}
 		if _, err := tx.APIToken.Delete().Where(apitoken.UserID(u.ID)).Exec(ctx); err != nil {
+			return err
+		}
+		if _, err := tx.PortalSession.Delete().Where(portalsession.Principal(name)).Exec(ctx); err != nil {
 			return err
 		}
 		return tx.User.DeleteOneID(u.ID).Exec(ctx)
@@ -228,10 +236,14 @@ func (s *Service) Revoke(ctx context.Context, name string, a Assignment) (err er
 	s.forget()
 	n, err := s.db.RoleAssignment.Delete().Where(roleassignment.UserID(u.ID), roleassignment.System(a.System),
 		roleassignment.Project(a.Project), roleassignment.Role(a.Role)).Exec(ctx)
-	if err == nil && n == 0 {
+	if err != nil {
+		return err
+	}
+	if n == 0 {
 		return errs.NotFound("user %s does not hold role %s on %s", name, a.Role, a.Scope)
 	}
-	return err
+	// The user signs in again and gets a session for what it still holds.
+	return s.endSessions(ctx, name)
 }
 
 // ListUsers returns every user with its roles, by name.
@@ -345,23 +357,24 @@ func defaultScope(name string, scopes []Scope) (Scope, error) {
 // default scope when scope is nil). Failures are throttled per account
 // and per address and all look alike.
 func (s *Service) Login(ctx context.Context, name, password, addr string, scope *Scope) (*policies.Principal, error) {
-	if err := s.throttle.Allow(name, addr); err != nil {
+	attempt, err := s.throttle.Begin(name, addr)
+	if err != nil {
 		return nil, err
 	}
+	ok := false
+	defer func() { attempt.Done(ok) }()
 	u, err := s.db.User.Query().Where(user.Name(name)).Only(ctx)
 	if err != nil && !ent.IsNotFound(err) {
 		return nil, err
 	}
 	if u == nil || u.Disabled {
 		_ = bcrypt.CompareHashAndPassword(s.dummy, []byte(password))
-		s.throttle.Fail(name, addr)
 		return nil, ErrInvalidLogin
 	}
 	if bcrypt.CompareHashAndPassword([]byte(u.PasswordHash), []byte(password)) != nil {
-		s.throttle.Fail(name, addr)
 		return nil, ErrInvalidLogin
 	}
-	s.throttle.Succeed(name)
+	ok = true
 	as, err := s.db.RoleAssignment.Query().Where(roleassignment.UserID(u.ID)).All(ctx)
 	if err != nil {
 		return nil, err

@@ -15,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/anvilproject/anvil/server/audit"
+	"github.com/anvilproject/anvil/server/clientip"
 )
 
 // RequestIDHeader is the header Ironic uses for request ids; clients print it.
@@ -100,7 +101,7 @@ func Middleware(log *slog.Logger, m *Metrics, sample float64) fiber.Handler {
 		}
 		log.LogAttrs(c.UserContext(), level, "request",
 			slog.String("request_id", rid), slog.String("method", c.Method()), slog.String("path", c.Path()),
-			slog.Int("status", status), slog.Duration("duration", d), slog.String("remote", c.IP()))
+			slog.Int("status", status), slog.Duration("duration", d), slog.String("remote", clientip.Of(c)))
 		return nil
 	}
 }

@@ -76,38 +76,38 @@ func (p *Provider) AuthCodeURL(state, nonce, verifier string) string {
 // verifier, verifies the ID token and its nonce, and reads the user and
 // role assignments from the token, or from the userinfo endpoint for
 // claims the token leaves out.
-func (p *Provider) Exchange(ctx context.Context, code, verifier, nonce string) (string, []identity.Assignment, error) {
+func (p *Provider) Exchange(ctx context.Context, code, verifier, nonce string) (identity.SSOUser, error) {
 	tok, err := p.oauth.Exchange(ctx, code, oauth2.VerifierOption(verifier))
 	if err != nil {
-		return "", nil, errs.Unauthorized("the identity provider refused the code: %v", err)
+		return identity.SSOUser{}, errs.Unauthorized("the identity provider refused the code: %v", err)
 	}
 	raw, _ := tok.Extra("id_token").(string)
 	if raw == "" {
-		return "", nil, errs.Unauthorized("the identity provider returned no ID token")
+		return identity.SSOUser{}, errs.Unauthorized("the identity provider returned no ID token")
 	}
 	idt, err := p.verifier.Verify(ctx, raw)
 	if err != nil {
-		return "", nil, errs.Unauthorized("the ID token is not valid: %v", err)
+		return identity.SSOUser{}, errs.Unauthorized("the ID token is not valid: %v", err)
 	}
 	if err := checkNonce(idt, nonce); err != nil {
-		return "", nil, err
+		return identity.SSOUser{}, err
 	}
 	claims := map[string]any{}
 	if err := idt.Claims(&claims); err != nil {
-		return "", nil, errs.Unauthorized("the ID token's claims are unreadable")
+		return identity.SSOUser{}, errs.Unauthorized("the ID token's claims are unreadable")
 	}
 	if claims[p.cfg.UserClaim] == nil || claims[p.cfg.GroupsClaim] == nil {
 		ui, err := p.provider.UserInfo(ctx, oauth2.StaticTokenSource(tok))
 		if err != nil {
-			return "", nil, errs.Unauthorized("the userinfo endpoint failed: %v", err)
+			return identity.SSOUser{}, errs.Unauthorized("the userinfo endpoint failed: %v", err)
 		}
 		extra := map[string]any{}
 		if err := ui.Claims(&extra); err != nil {
-			return "", nil, errs.Unauthorized("the userinfo claims are unreadable")
+			return identity.SSOUser{}, errs.Unauthorized("the userinfo claims are unreadable")
 		}
 		// The ID token's subject wins over a userinfo that names another.
 		if extra["sub"] != nil && extra["sub"] != idt.Subject {
-			return "", nil, errs.Unauthorized("userinfo is for another subject")
+			return identity.SSOUser{}, errs.Unauthorized("userinfo is for another subject")
 		}
 		for k, v := range extra {
 			if claims[k] == nil {
@@ -115,8 +115,7 @@ func (p *Provider) Exchange(ctx context.Context, code, verifier, nonce string) (
 			}
 		}
 	}
-	user, as := p.read(claims, idt.Subject)
-	return user, as, nil
+	return p.read(claims, idt), nil
 }
 
 // checkNonce ties the ID token to the browser session that started the
@@ -128,10 +127,10 @@ func checkNonce(idt *oidc.IDToken, nonce string) error {
 	return nil
 }
 
-func (p *Provider) read(claims map[string]any, sub string) (string, []identity.Assignment) {
+func (p *Provider) read(claims map[string]any, idt *oidc.IDToken) identity.SSOUser {
 	user, _ := claims[p.cfg.UserClaim].(string)
 	if user == "" {
-		user = sub
+		user = idt.Subject
 	}
 	var groups []string
 	switch g := claims[p.cfg.GroupsClaim].(type) {
@@ -144,7 +143,7 @@ func (p *Provider) read(claims map[string]any, sub string) (string, []identity.A
 	case string:
 		groups = strings.Fields(g)
 	}
-	return user, ParseGroups(groups)
+	return identity.SSOUser{Issuer: idt.Issuer, Subject: idt.Subject, Name: user, Assignments: ParseGroups(groups)}
 }
 
 // ParseGroups turns group entries into role assignments, ignoring entries
@@ -184,13 +183,14 @@ func (p *Provider) PrincipalFromJWT(ctx context.Context, raw string) (*policies.
 	if err := idt.Claims(&claims); err != nil {
 		return nil, errs.Unauthorized("the bearer token's claims are unreadable")
 	}
-	user, as := p.read(claims, idt.Subject)
-	return Principal(user, as, nil)
+	return Principal(p.read(claims, idt), nil)
 }
 
 // Principal builds the principal for an OIDC identity in scope, or in its
-// default scope when scope is nil.
-func Principal(user string, as []identity.Assignment, scope *identity.Scope) (*policies.Principal, error) {
+// default scope when scope is nil. It carries the roles the identity's
+// claims grant and nothing of a local account that shares its name.
+func Principal(u identity.SSOUser, scope *identity.Scope) (*policies.Principal, error) {
+	user, as := u.Name, u.Assignments
 	var sc identity.Scope
 	switch {
 	case scope != nil:
@@ -220,5 +220,6 @@ func Principal(user string, as []identity.Assignment, scope *identity.Scope) (*p
 	if len(roles) == 0 {
 		return nil, errs.Forbidden("%s holds no Anvil role", user)
 	}
-	return &policies.Principal{User: user, System: sc.System, Project: sc.Project, Roles: policies.ExpandRoles(roles), Method: "oidc"}, nil
+	return &policies.Principal{User: user, Issuer: u.Issuer, Subject: u.Subject, System: sc.System, Project: sc.Project,
+		Roles: policies.ExpandRoles(roles), Method: "oidc"}, nil
 }

@@ -90,23 +90,24 @@ func TestCodeFlowAgainstRealProvider(t *testing.T) {
 		return nil
 	}
 
-	if _, _, err := p.Exchange(ctx, signIn().Get("code"), verifier, "another-nonce"); err == nil {
+	if _, err := p.Exchange(ctx, signIn().Get("code"), verifier, "another-nonce"); err == nil {
 		t.Fatal("a wrong nonce was accepted")
 	}
-	if _, _, err := p.Exchange(ctx, signIn().Get("code"), oauth2Verifier(), nonce); err == nil {
+	if _, err := p.Exchange(ctx, signIn().Get("code"), oauth2Verifier(), nonce); err == nil {
 		t.Fatal("a wrong PKCE verifier was accepted")
 	}
 	back := signIn()
-	if _, _, err := p.Exchange(ctx, "forged-code", verifier, nonce); err == nil {
+	if _, err := p.Exchange(ctx, "forged-code", verifier, nonce); err == nil {
 		t.Fatal("a forged code was accepted")
 	}
-	user, as, err := p.Exchange(ctx, back.Get("code"), verifier, nonce)
+	u, err := p.Exchange(ctx, back.Get("code"), verifier, nonce)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if user != "test-user@"+host {
-		t.Errorf("user %q", user)
+	if u.Name != "test-user@"+host || u.Subject == "" || u.Issuer == "" {
+		t.Errorf("user %+v: want a name, the subject and the issuer", u)
 	}
+	as := u.Assignments
 	want := []identity.Assignment{{Scope: identity.Scope{Project: "blue"}, Role: "member"}, {Scope: identity.Scope{System: true}, Role: "reader"}}
 	if len(as) != 2 || as[0] != want[0] || as[1] != want[1] {
 		t.Errorf("assignments %v, want %v", as, want)
@@ -184,7 +185,7 @@ func TestBearerJWTs(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if pr.User != "ada" || !pr.System || !pr.HasRole("reader") || pr.HasRole("member") {
+	if pr.User != "ada" || pr.Issuer != is.srv.URL || pr.Subject != "u-1" || pr.Local() || !pr.System || !pr.HasRole("reader") || pr.HasRole("member") {
 		t.Errorf("principal %+v", pr)
 	}
 	projectOnly := sign(t, is.key, claims(func(c map[string]any) { c["groups"] = []string{"anvil:project:p1:manager"} }))
@@ -222,7 +223,7 @@ func TestParseGroups(t *testing.T) {
 	if len(got) != 2 || got[0].Project != "p1" || !got[1].System || got[1].Role != "admin" {
 		t.Errorf("ParseGroups = %v", got)
 	}
-	if _, err := Principal("ada", []identity.Assignment{{Scope: identity.Scope{Project: "a"}, Role: "member"}, {Scope: identity.Scope{Project: "b"}, Role: "member"}}, nil); err == nil {
+	if _, err := Principal(identity.SSOUser{Name: "ada", Assignments: []identity.Assignment{{Scope: identity.Scope{Project: "a"}, Role: "member"}, {Scope: identity.Scope{Project: "b"}, Role: "member"}}}, nil); err == nil {
 		t.Error("several projects without a choice got a principal")
 	}
 }
