@@ -120,6 +120,11 @@ func (l *Log) Run(ctx context.Context) {
 func principalOf(ctx context.Context) (user, project, scope string) {
 	if p := policies.PrincipalFrom(ctx); p != nil {
 		user, project, scope = p.User, p.Project, "project"
+		// An SSO user's name is only a display name and may equal a
+		// local account's; the record must not confuse the two.
+		if !p.Local() {
+			user = "sso:" + p.Subject + "@" + p.Issuer + " (" + p.User + ")"
+		}
 		if p.System {
 			scope = "system"
 		}
