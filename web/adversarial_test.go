@@ -1,0 +1,112 @@
+package web_test
+
+import (
+	"context"
+	"net/url"
+	"strings"
+	"testing"
+
+	"github.com/anvilproject/anvil/server"
+	"github.com/anvilproject/anvil/server/identity"
+	"github.com/anvilproject/anvil/server/servertest"
+	"github.com/anvilproject/anvil/server/store"
+	"github.com/anvilproject/anvil/server/store/storetest"
+)
+
+// TestPortalCrossProjectIDs is the portal's standing adversarial table: a
+// signed-in member of one project sends every form and htmx endpoint
+// another project's ids. Each is refused as not found (or forbidden where
+// the object is the caller's own but the act is not) and changes nothing.
+func TestPortalCrossProjectIDs(t *testing.T) {
+	storetest.Each(t, func(t *testing.T, setting string, _ *store.DB) {
+		srv := servertest.Start(t, server.Options{Database: setting})
+		ctx := context.Background()
+		ids := srv.IDs
+		for user, grant := range map[string]identity.Assignment{
+			"root":    {Scope: identity.Scope{System: true}, Role: "admin"},
+			"mallory": {Scope: identity.Scope{Project: "evil"}, Role: "admin"},
+			"victim":  {Scope: identity.Scope{Project: "blue"}, Role: "manager"},
+		} {
+			if err := ids.CreateUser(ctx, user, user+"-password-1"); err != nil {
+				t.Fatal(err)
+			}
+			if err := ids.Grant(ctx, user, grant); err != nil {
+				t.Fatal(err)
+			}
+		}
+		tok, _, err := ids.CreateToken(ctx, identity.TokenRequest{User: "root", Scope: identity.Scope{System: true}, Roles: []string{"admin"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		admin := srv.Client()
+		admin.Header.Set("X-Auth-Token", tok)
+		r := admin.Do(t, "POST", "/v1/nodes", map[string]any{"name": "blue-1", "driver": "fake", "owner": "blue", "lessee": "blue-tenant", "extra": map[string]any{"k": "v"}})
+		if r.Status != 201 {
+			t.Fatalf("create: %d %s", r.Status, r.Body)
+		}
+		node := r.JSON(t)["uuid"].(string)
+		victimTok, victimInfo, err := ids.CreateToken(ctx, identity.TokenRequest{User: "victim", Scope: identity.Scope{Project: "blue"}, Roles: []string{"member"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		r = admin.Do(t, "POST", "/v1/runbooks", map[string]any{"name": "CUSTOM_BLUE", "owner": "blue", "steps": []any{map[string]any{"interface": "power", "step": "power_on", "args": map[string]any{}, "order": 1}}})
+		if r.Status != 201 {
+			t.Fatalf("runbook: %d %s", r.Status, r.Body)
+		}
+		runbook := r.JSON(t)["uuid"].(string)
+		before := admin.Do(t, "GET", "/v1/nodes/"+node, nil).Body
+
+		b := newBrowser(t, srv.URL)
+		b.do("GET", "/login", nil)
+		if st, _, _ := b.do("POST", "/login", url.Values{"csrf": {b.csrf}, "username": {"mallory"}, "password": {"mallory-password-1"}}); st != 303 {
+			t.Fatalf("login: %d", st)
+		}
+		b.do("GET", "/nodes", nil)
+		for _, row := range []struct {
+			method, path string
+			form         url.Values
+			want         int
+		}{
+			{"GET", "/nodes/" + node, nil, 404},
+			{"GET", "/nodes/blue-1", nil, 404},
+			{"GET", "/nodes/" + node + "/status", nil, 404},
+			{"POST", "/nodes/" + node + "/power", url.Values{"target": {"power on"}}, 404},
+			{"POST", "/nodes/" + node + "/clean", url.Values{"steps": {`[{"interface":"power","step":"power_on"}]`}}, 404},
+			{"POST", "/nodes/" + node + "/runbook", url.Values{"runbook": {runbook}, "target": {"clean"}}, 404},
+			{"POST", "/nodes/" + node + "/tenancy", url.Values{"owner": {"evil"}, "lessee": {"evil"}}, 404},
+			{"GET", "/runbooks/" + runbook + "/edit", nil, 404},
+			{"GET", "/runbooks/CUSTOM_BLUE/edit", nil, 404},
+			{"POST", "/runbooks/CUSTOM_BLUE/edit", url.Values{"name": {"CUSTOM_BLUE"}, "steps": {`[]`}}, 404},
+			{"POST", "/scope", url.Values{"scope": {"project:blue"}}, 403},
+			{"POST", "/scope", url.Values{"scope": {"system"}}, 403},
+		} {
+			if row.form != nil {
+				row.form.Set("csrf", b.csrf)
+			}
+			st, page, _ := b.do(row.method, row.path, row.form)
+			if st != row.want {
+				t.Errorf("%s %s as another project: %d, want %d", row.method, row.path, st, row.want)
+			}
+			if strings.Contains(page, node) && !strings.Contains(row.path, node) || strings.Contains(page, "blue-tenant") {
+				t.Errorf("%s %s shows the hidden node", row.method, row.path)
+			}
+		}
+		// Another user's token answers as one that does not exist.
+		st1, page1, _ := b.do("POST", "/account/tokens/"+victimInfo.UUID+"/revoke", url.Values{"csrf": {b.csrf}})
+		st2, page2, _ := b.do("POST", "/account/tokens/00000000-0000-4000-8000-000000000000/revoke", url.Values{"csrf": {b.csrf}})
+		if st1 != st2 || st1 < 400 || strings.ReplaceAll(page1, victimInfo.UUID, "X") != strings.ReplaceAll(page2, "00000000-0000-4000-8000-000000000000", "X") {
+			t.Errorf("revoking another user's token answers %d, a missing one %d", st1, st2)
+		}
+		if after := admin.Do(t, "GET", "/v1/nodes/"+node, nil).Body; string(after) != string(before) {
+			t.Errorf("the hidden node changed:\nbefore %s\nafter  %s", before, after)
+		}
+		victim := srv.Client()
+		victim.Header.Set("X-Auth-Token", victimTok)
+		if r := victim.Do(t, "GET", "/v1/nodes", nil); r.Status != 200 {
+			t.Errorf("the victim's token stopped working: %d", r.Status)
+		}
+		if r := admin.Do(t, "GET", "/v1/runbooks/"+runbook, nil); r.Status != 200 || !strings.Contains(string(r.Body), `"owner":"blue"`) {
+			t.Errorf("the victim's runbook changed: %d %s", r.Status, r.Body)
+		}
+	})
+}
