@@ -6,6 +6,7 @@ package bmc
 import (
 	"fmt"
 	"net"
+	"net/netip"
 	"net/url"
 	"slices"
 	"strconv"
@@ -35,12 +36,16 @@ const (
 	kCipher
 	kURL
 	kBoolOrPath
+	kEnum
 )
 
 type key struct {
 	name     string
 	kind     kind
 	required bool
+	values   []string // kEnum
+	// What the key does, for the README and the validate endpoint.
+	doc string
 }
 
 // drivers lists each driver's driver_info keys, named as Ironic names
@@ -49,19 +54,51 @@ type key struct {
 var drivers = map[string][]key{
 	"fake": nil,
 	"ipmi": {
-		{"ipmi_address", kHost, true},
-		{"ipmi_port", kPort, false},
-		{"ipmi_username", kString, false},
-		{"ipmi_password", kString, false},
-		{"ipmi_cipher_suite", kCipher, false},
+		{name: "ipmi_address", kind: kHost, required: true, doc: "BMC host name or IP address (IPv6 without brackets)"},
+		{name: "ipmi_port", kind: kPort, doc: "UDP port, default 623"},
+		{name: "ipmi_username", kind: kString, doc: "user name; empty for the anonymous user"},
+		{name: "ipmi_password", kind: kString, doc: "password (secret: never shown)"},
+		{name: "ipmi_cipher_suite", kind: kCipher, doc: "IPMI 2.0 cipher suite (0-17), default 3 then 17"},
+		{name: "ipmi_protocol_version", kind: kEnum, values: []string{"2.0", "1.5"}, doc: "2.0 (lanplus, default) or 1.5 (lan)"},
+		{name: "ipmi_priv_level", kind: kEnum, values: []string{"ADMINISTRATOR", "OPERATOR", "USER", "CALLBACK"}, doc: "privilege level of the session, default ADMINISTRATOR"},
 	},
 	"redfish": {
-		{"redfish_address", kURL, true},
-		{"redfish_system_id", kString, false},
-		{"redfish_username", kString, false},
-		{"redfish_password", kString, false},
-		{"redfish_verify_ca", kBoolOrPath, false},
+		{name: "redfish_address", kind: kURL, required: true, doc: "BMC URL: scheme (https when left out), host or [IPv6], port, optional path prefix"},
+		{name: "redfish_system_id", kind: kString, doc: "the system's path, /redfish/v1/Systems/<Id> (or its bare Id); required when the BMC has several systems"},
+		{name: "redfish_username", kind: kString, doc: "user name"},
+		{name: "redfish_password", kind: kString, doc: "password (secret: never shown)"},
+		{name: "redfish_verify_ca", kind: kBoolOrPath, doc: "true (default: verify against the system CAs), false (no verification) or the path of a CA bundle on the conductor"},
+		{name: "redfish_auth_type", kind: kEnum, values: []string{"auto", "session", "basic"}, doc: "session (a Redfish session), basic (HTTP Basic on every request) or auto (default: session, falling back to basic)"},
 	},
+}
+
+// bootDevices are the devices each driver can set; anything else is a
+// 400 before any BMC is contacted.
+var bootDevices = map[string][]string{
+	"fake":    {"pxe", "disk", "cdrom", "bios", "safe"},
+	"ipmi":    {"pxe", "disk", "cdrom", "bios", "safe"},
+	"redfish": {"pxe", "disk", "cdrom", "bios"},
+}
+
+// BootDevices lists the boot devices driver can set.
+func BootDevices(driver string) []string { return slices.Clone(bootDevices[driver]) }
+
+// AllBootDevices lists every boot device some driver can set.
+func AllBootDevices() []string { return slices.Clone(bootDevices["ipmi"]) }
+
+// KeyDoc is a driver_info key and what it does.
+type KeyDoc struct {
+	Name, Doc string
+	Required  bool
+}
+
+// Keys lists driver's driver_info keys.
+func Keys(driver string) []KeyDoc {
+	var out []KeyDoc
+	for _, k := range drivers[driver] {
+		out = append(out, KeyDoc{k.name, k.doc, k.required})
+	}
+	return out
 }
 
 // Drivers returns the driver names, sorted.
@@ -124,11 +161,16 @@ func check(k key, v any) error {
 			return fieldErr(k.name, "driver_info/%s must be an integer from %d to %d, got %v", k.name, lo, hi, v)
 		}
 		return nil
+	case kEnum:
+		if !isString || !slices.Contains(k.values, s) {
+			return fieldErr(k.name, "driver_info/%s must be one of %s, got %v", k.name, strings.Join(k.values, ", "), v)
+		}
+		return nil
 	case kBoolOrPath:
 		if _, ok := v.(bool); ok {
 			return nil
 		}
-		if isString && s != "" {
+		if isString && (s == "true" || s == "false" || s == "True" || s == "False" || strings.HasPrefix(s, "/")) {
 			return nil
 		}
 		return fieldErr(k.name, "driver_info/%s must be true, false or a CA bundle path", k.name)
@@ -141,17 +183,48 @@ func check(k key, v any) error {
 		if strings.ContainsAny(s, " /\\\t\n") || (net.ParseIP(s) == nil && !validHostname(s)) {
 			return fieldErr(k.name, "driver_info/%s %q is not a host name or IP address", k.name, s)
 		}
+		return checkEnrolHost(k.name, s)
 	case kURL:
-		target := s
-		if !strings.Contains(s, "://") {
-			target = "https://" + s
+		u, err := ParseRedfishAddress(s)
+		if err != nil {
+			return fieldErr(k.name, "driver_info/%s %q is not an http(s) address: %v", k.name, s, err)
 		}
-		u, err := url.Parse(target)
-		if err != nil || u.Host == "" || (u.Scheme != "http" && u.Scheme != "https") {
-			return fieldErr(k.name, "driver_info/%s %q is not an http(s) address", k.name, s)
-		}
+		return checkEnrolHost(k.name, u.Hostname())
 	}
 	return nil
+}
+
+// ParseRedfishAddress reads redfish_address as Ironic does: https when
+// no scheme is given; an IPv6 address may come bare or in brackets; a
+// path is kept as a prefix before /redfish/v1.
+func ParseRedfishAddress(s string) (*url.URL, error) {
+	s = strings.TrimSpace(s)
+	if !strings.Contains(s, "://") {
+		if a, err := netip.ParseAddr(s); err == nil && a.Is6() {
+			s = "[" + s + "]"
+		}
+		s = "https://" + s
+	}
+	u, err := url.Parse(s)
+	if err != nil {
+		return nil, err
+	}
+	if u.Scheme != "http" && u.Scheme != "https" {
+		return nil, fmt.Errorf("scheme %q is not http or https", u.Scheme)
+	}
+	if u.Hostname() == "" {
+		return nil, fmt.Errorf("no host")
+	}
+	if u.User != nil || u.RawQuery != "" || u.Fragment != "" {
+		return nil, fmt.Errorf("credentials, queries and fragments do not belong in the address")
+	}
+	if p := u.Port(); p != "" {
+		if n, err := strconv.Atoi(p); err != nil || n < 1 || n > 65535 {
+			return nil, fmt.Errorf("port %q is not 1-65535", p)
+		}
+	}
+	u.Path = strings.TrimSuffix(strings.TrimSuffix(u.Path, "/"), "/redfish/v1")
+	return u, nil
 }
 
 func asInt(v any) (int, error) {

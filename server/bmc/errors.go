@@ -1,0 +1,173 @@
+package bmc
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"net"
+	"regexp"
+	"strings"
+
+	"github.com/stmcginnis/gofish/common"
+)
+
+// Kinds of BMC failure; every *Error wraps exactly one, so callers decide
+// with errors.Is and people read Summary.
+var (
+	ErrAuth        = errors.New("the BMC refused the credentials")
+	ErrUnreachable = errors.New("the BMC did not answer")
+	ErrTLS         = errors.New("the BMC's TLS certificate was not accepted")
+	ErrBMC         = errors.New("the BMC answered with an error")
+	ErrUnsupported = errors.New("the operation is not supported by this BMC")
+	// ErrPowerTimeout: the BMC took the command but never reported the
+	// target state before the deadline.
+	ErrPowerTimeout = errors.New("the BMC did not reach the requested power state in time")
+	// ErrNetwork: the address is outside the BMC networks Anvil may reach.
+	ErrNetwork = errors.New("the BMC address is outside the allowed BMC networks")
+)
+
+// Error is a classified BMC failure. Summary carries no address, dial
+// error or BMC text an untrusted reader could learn the network from;
+// Error() adds them for operators.
+type Error struct {
+	Op     string // "setting power on"
+	Kind   error  // one of the Err* kinds above
+	Where  string // host:port
+	Reason string // short word shown with the kind: "unreachable", "timeout"
+	// Message is what the BMC said (ErrBMC), safe for the summary.
+	Message string
+	// Detail is the underlying error text, credentials masked.
+	Detail string
+}
+
+func (e *Error) Error() string {
+	s := e.Op
+	if e.Where != "" {
+		s += " at " + e.Where
+	}
+	s += ": " + e.summary()
+	if e.Detail != "" {
+		s += " (" + e.Detail + ")"
+	}
+	return s
+}
+
+func (e *Error) Unwrap() error { return e.Kind }
+
+func (e *Error) summary() string {
+	s := e.Kind.Error()
+	if e.Message != "" {
+		s += ": " + e.Message
+	}
+	if e.Reason != "" {
+		s += " (" + e.Reason + ")"
+	}
+	return s
+}
+
+// Summary is err's text without addresses or dial details: what a
+// project-scoped caller may see. Errors that are not BMC errors pass
+// through unchanged.
+func Summary(err error) string {
+	var e *Error
+	if errors.As(err, &e) {
+		return e.summary()
+	}
+	return err.Error()
+}
+
+// Retryable reports whether trying again could help: only a BMC that did
+// not answer, never refused credentials, bad certificates or refusals.
+func Retryable(err error) bool {
+	var e *Error
+	return errors.As(err, &e) && e.Kind == ErrUnreachable
+}
+
+// classify turns a transport or protocol failure into an *Error. It
+// decides by the error's type, not its text, where types exist.
+func classify(op, where string, err error, secrets []string) *Error {
+	var e *Error
+	if errors.As(err, &e) {
+		return e // already classified: never wrap twice
+	}
+	out := &Error{Op: op, Where: where, Kind: ErrUnreachable, Detail: truncate(mask(err.Error(), secrets), 300)}
+	var (
+		rf       *common.Error
+		unknown  x509.UnknownAuthorityError
+		hostname x509.HostnameError
+		invalid  x509.CertificateInvalidError
+		verify   *tls.CertificateVerificationError
+		recordH  tls.RecordHeaderError
+		netErr   net.Error
+	)
+	switch {
+	case errors.Is(err, ErrNetwork):
+		out.Kind = ErrNetwork
+	case errors.As(err, &rf) && rf.HTTPReturnedStatusCode != 0:
+		switch rf.HTTPReturnedStatusCode {
+		case 401, 403:
+			out.Kind = ErrAuth
+		case 404, 405, 501:
+			out.Kind, out.Message = ErrUnsupported, redfishMessage(rf)
+		default:
+			out.Kind, out.Message = ErrBMC, fmt.Sprintf("HTTP %d %s", rf.HTTPReturnedStatusCode, redfishMessage(rf))
+		}
+		out.Message = strings.TrimSpace(truncate(mask(out.Message, secrets), 200))
+		out.Detail = ""
+	case errors.As(err, &unknown), errors.As(err, &hostname), errors.As(err, &invalid), errors.As(err, &verify):
+		out.Kind = ErrTLS
+	case errors.As(err, &recordH):
+		out.Kind, out.Reason = ErrTLS, "the BMC does not speak TLS there; use an http:// address"
+	case errors.Is(err, context.DeadlineExceeded), errors.As(err, &netErr) && netErr.Timeout():
+		out.Reason = "timeout"
+	default:
+		out.Reason = "unreachable"
+	}
+	return out
+}
+
+// redfishMessage picks the BMC's own words from a Redfish error body.
+func redfishMessage(rf *common.Error) string {
+	for _, x := range rf.ExtendedInfos {
+		if x.Message != "" {
+			return x.Message
+		}
+	}
+	if rf.Message != "" {
+		return rf.Message
+	}
+	// Not a Redfish error body (sushy answers plain text): the body is
+	// the message; its text after "NNN: " is what the BMC wrote.
+	s := rf.Error()
+	if i := strings.Index(s, ": "); i >= 0 {
+		s = s[i+2:]
+	}
+	return strings.Join(strings.Fields(s), " ")
+}
+
+func truncate(s string, n int) string {
+	if len(s) > n {
+		return s[:n] + "…"
+	}
+	return s
+}
+
+// mask replaces each credential where it stands as a whole token, not
+// inside other words: a password "occ" must not turn "occurred" into
+// "******urred".
+func mask(s string, secrets []string) string {
+	for _, sec := range secrets {
+		if sec == "" {
+			continue
+		}
+		re := regexp.MustCompile(`(^|[^\pL\pN_])` + regexp.QuoteMeta(sec) + `([^\pL\pN_]|$)`)
+		// Twice: adjacent matches share their separator, and one pass
+		// skips every second one.
+		for range 2 {
+			s = re.ReplaceAllString(s, "${1}******${2}")
+		}
+	}
+	return s
+}
