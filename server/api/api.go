@@ -77,6 +77,7 @@ func (a *API) Register(root fiber.Router, v1 fiber.Router) {
 	v1.Delete("/nodes/:node/traits/:trait", a.deleteTrait)
 	v1.Put("/nodes/:node/maintenance", a.setMaintenance)
 	v1.Delete("/nodes/:node/maintenance", a.clearMaintenance)
+	v1.Get("/nodes/:node/validate", a.validateNode)
 	v1.Get("/nodes/:node/history", a.listHistory)
 	v1.Get("/nodes/:node/history/:event", a.getHistory)
 	v1.Get("/events", a.listEvents)

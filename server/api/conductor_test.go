@@ -173,7 +173,7 @@ func TestCleaningStateMachine(t *testing.T) {
 func TestIPMINodeThroughAPI(t *testing.T) {
 	sim := bmctest.Start(t)
 	// Short BMC timeouts: the dead-port case waits them out.
-	_, clients := startLocal(t, storetest.Setting(t, "sqlite"), server.Options{Conductor: conductor.Config{BMC: bmc.Options{Timeout: 3 * time.Second, Retries: 1}}})
+	_, clients := startLocal(t, storetest.Setting(t, "sqlite"), server.Options{Conductor: conductor.Config{BMC: bmc.Options{Timeout: 3 * time.Second, Retries: 1, PowerPoll: 100 * time.Millisecond}}})
 	admin := clients["system-admin"]
 	r := admin.Do(t, "POST", "/v1/nodes", map[string]any{"name": "sim-1", "driver": "ipmi", "driver_info": sim.DriverInfo(bmctest.Password)})
 	mustStatus(t, r, 201)
@@ -192,9 +192,17 @@ func TestIPMINodeThroughAPI(t *testing.T) {
 	}
 	mustStatus(t, admin.Do(t, "PUT", "/v1/nodes/"+id+"/states/power", map[string]any{"target": "rebooting"}), 202)
 	waitState(t, admin, id, "manageable")
-	if ev := strings.Join(sim.Events(), ","); !strings.HasSuffix(ev, "power 0,power 1") {
-		t.Fatalf("reboot reached the simulator as %s", ev)
+	// A running machine reboots with the BMC's own reset, not off and on.
+	if ev := strings.Join(sim.Events(), ","); !strings.HasSuffix(ev, "reset 1") || sim.Power() != "1" {
+		t.Fatalf("reboot reached the simulator as %s, power %s", ev, sim.Power())
 	}
+
+	checkPowerVerbs(t, admin, id, func() string {
+		if sim.Power() == "1" {
+			return bmc.PowerOn
+		}
+		return bmc.PowerOff
+	})
 
 	// A wrong password and a dead port end in clean failed, saying which.
 	for _, c := range []struct {

@@ -116,11 +116,11 @@ func (o *Ops) SetPowerWithin(ctx context.Context, ident, target string, timeout 
 		upd := c.db.Node.UpdateOneID(n.ID).ClearTargetPowerState()
 		ev := history.Event{NodeID: n.ID, Type: "power", User: who, Conductor: c.cfg.Name}
 		if err != nil {
-			upd.SetLastError(powerFailed(target, err))
-			ev.Severity, ev.Message = history.Error, "Power "+target+" failed: "+err.Error()
+			upd.SetLastError(powerFailed(target, bmc.Summary(err)))
+			ev.Severity, ev.Message = history.Error, powerFailed(target, err.Error())
 		} else {
 			upd.SetPowerState(final).ClearLastError()
-			ev.Message = "Power " + target + " done; the BMC reports " + final
+			ev.Message = strings.ToUpper(target[:1]) + target[1:] + " done; the BMC reports " + final
 		}
 		if err := upd.Exec(bctx); err != nil {
 			c.log.Error("recording power result", "node", n.UUID, "err", err)
@@ -130,12 +130,11 @@ func (o *Ops) SetPowerWithin(ctx context.Context, ident, target string, timeout 
 	return nil
 }
 
-// powerFailed is last_error for a failed power action: the kind of
-// failure without the BMC's address or dial error, which any reader of
-// the node may see; history keeps the detail.
-func powerFailed(target string, err error) string {
-	verb := strings.ToUpper(target[:1]) + target[1:]
-	return verb + " failed: " + bmc.Summary(err)
+// powerFailed words a failed power action. last_error gets the kind of
+// failure only (bmc.Summary), without the BMC's address or dial error,
+// since any reader of the node may see it; history keeps the detail.
+func powerFailed(target, why string) string {
+	return strings.ToUpper(target[:1]) + target[1:] + " failed: " + why
 }
 
 // power runs a power action to its end: the BMC reports the state, or an
