@@ -6,9 +6,11 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"regexp"
 	"strings"
+	"syscall"
 
 	"github.com/stmcginnis/gofish/common"
 )
@@ -101,6 +103,8 @@ func classify(op, where string, err error, secrets []string) *Error {
 		verify   *tls.CertificateVerificationError
 		recordH  tls.RecordHeaderError
 		netErr   net.Error
+		dnsErr   *net.DNSError
+		opErr    *net.OpError
 	)
 	switch {
 	case errors.Is(err, ErrNetwork):
@@ -122,8 +126,14 @@ func classify(op, where string, err error, secrets []string) *Error {
 		out.Kind, out.Reason = ErrTLS, "the BMC does not speak TLS there; use an http:// address"
 	case errors.Is(err, context.DeadlineExceeded), errors.As(err, &netErr) && netErr.Timeout():
 		out.Reason = "timeout"
-	default:
+	case errors.As(err, &dnsErr):
+		out.Reason = "name not resolved"
+	case errors.As(err, &opErr), errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, syscall.ECONNRESET):
 		out.Reason = "unreachable"
+	default:
+		// The BMC answered something nobody understood: say so rather
+		// than claim it was silent.
+		out.Kind, out.Message = ErrBMC, "unexpected answer"
 	}
 	return out
 }
