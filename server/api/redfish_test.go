@@ -3,6 +3,7 @@ package api_test
 import (
 	"context"
 	"fmt"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -17,6 +18,12 @@ import (
 	"github.com/anvilproject/anvil/server/store"
 	"github.com/anvilproject/anvil/server/store/storetest"
 )
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	bmctest.StopShared()
+	os.Exit(code)
+}
 
 // bmcOpts: real waits, quick polls, no background sync (tests run it).
 var bmcOpts = server.Options{Conductor: conductor.Config{PowerTimeout: 20 * time.Second,
@@ -66,7 +73,7 @@ func checkPowerVerbs(t *testing.T, admin *servertest.Client, id string, simPower
 }
 
 func TestRedfishNodeThroughAPI(t *testing.T) {
-	sim := bmctest.StartRedfish(t)
+	sim := bmctest.SharedRedfish(t)
 	simPower := func() string {
 		if sim.Power(t, "1") == "On" {
 			return bmc.PowerOn
@@ -183,7 +190,7 @@ func TestRedfishNodeThroughAPI(t *testing.T) {
 // into maintenance with Ironic's fault; sync then leaves it alone, and
 // clearing maintenance clears the fault.
 func TestCredentialFailuresFaultTheNode(t *testing.T) {
-	sim := bmctest.StartRedfish(t)
+	sim := bmctest.SharedRedfish(t)
 	storetest.Each(t, func(t *testing.T, setting string, db *store.DB) {
 		srv, clients := startLocal(t, setting, bmcOpts)
 		admin := clients["system-admin"]

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net/netip"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -11,6 +12,12 @@ import (
 	"github.com/anvilproject/anvil/server/bmc"
 	"github.com/anvilproject/anvil/server/bmc/bmctest"
 )
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	bmctest.StopShared()
+	os.Exit(code)
+}
 
 var fast = bmc.Options{Timeout: 10 * time.Second, PowerPoll: 100 * time.Millisecond}
 
@@ -45,7 +52,7 @@ func ipmiBMC(sim *bmctest.Sim) bmcUnderTest {
 // reports the state it returns, which is the state the verb promises.
 func TestPowerVerbsEndInTheReportedState(t *testing.T) {
 	for _, mk := range []func(t *testing.T) bmcUnderTest{
-		func(t *testing.T) bmcUnderTest { return redfishBMC(t, bmctest.StartRedfish(t)) },
+		func(t *testing.T) bmcUnderTest { return redfishBMC(t, bmctest.SharedRedfish(t)) },
 		func(t *testing.T) bmcUnderTest { return ipmiBMC(bmctest.Start(t)) },
 	} {
 		b := mk(t)
@@ -87,17 +94,21 @@ func TestPowerVerbsEndInTheReportedState(t *testing.T) {
 }
 
 func TestRedfishRebootUsesTheBMCRestart(t *testing.T) {
-	sim := bmctest.StartRedfish(t, "SIM_POWER_STATE=On")
+	sim := bmctest.SharedRedfish(t)
 	ctx := context.Background()
 	c, _ := bmc.Open("redfish", "n1", sim.DriverInfo("1"), fast)
 	defer c.Close()
+	if _, err := bmc.Power(ctx, c, bmc.PowerOn, 20*time.Second, 100*time.Millisecond); err != nil {
+		t.Fatal(err)
+	}
+	before := len(sim.Bodies(t))
 	if _, err := bmc.Power(ctx, c, bmc.Rebooting, 20*time.Second, 100*time.Millisecond); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := bmc.Power(ctx, c, bmc.SoftRebooting, 20*time.Second, 100*time.Millisecond); err != nil {
 		t.Fatal(err)
 	}
-	bodies := strings.Join(sim.Bodies(t), "\n")
+	bodies := strings.Join(sim.Bodies(t)[before:], "\n")
 	if !strings.Contains(bodies, `"ForceRestart"`) || !strings.Contains(bodies, `"GracefulRestart"`) || strings.Contains(bodies, `"ForceOff"`) {
 		t.Fatalf("reboots should be ForceRestart and GracefulRestart, no ForceOff:\n%s", bodies)
 	}
@@ -106,23 +117,29 @@ func TestRedfishRebootUsesTheBMCRestart(t *testing.T) {
 // TestPowerTimeoutIsAnError: a BMC slower than the deadline fails the
 // action with a clear kind instead of reporting success.
 func TestPowerTimeoutIsAnError(t *testing.T) {
-	sim := bmctest.StartRedfish(t, "SIM_POWER_DELAY=3 3")
+	sim := bmctest.SharedRedfish(t)
 	c, _ := bmc.Open("redfish", "n1", sim.DriverInfo("1"), fast)
 	defer c.Close()
-	_, err := bmc.Power(context.Background(), c, bmc.PowerOn, time.Second, 100*time.Millisecond)
+	ctx := context.Background()
+	if _, err := bmc.Power(ctx, c, bmc.PowerOff, 20*time.Second, 100*time.Millisecond); err != nil {
+		t.Fatal(err)
+	}
+	// The simulator takes at least 0.2 s; the deadline is shorter.
+	_, err := bmc.Power(ctx, c, bmc.PowerOn, 100*time.Millisecond, 100*time.Millisecond)
 	if !errors.Is(err, bmc.ErrPowerTimeout) || !strings.Contains(err.Error(), "still reports power off") {
 		t.Fatalf("slow BMC: %v", err)
 	}
 }
 
 func TestRedfishBootDeviceKeepsTheBootMode(t *testing.T) {
-	sim := bmctest.StartRedfish(t)
+	sim := bmctest.SharedRedfish(t)
 	ctx := context.Background()
 	c, _ := bmc.Open("redfish", "n1", sim.DriverInfo("1"), fast)
 	defer c.Close()
 	if _, mode, _ := sim.Boot(t, "1"); mode != "UEFI" {
 		t.Fatalf("simulator starts in %q, expected UEFI", mode)
 	}
+	before := len(sim.Bodies(t))
 	for _, dev := range []string{"pxe", "disk", "cdrom"} {
 		if err := c.SetBootDevice(ctx, dev, dev == "disk", ""); err != nil {
 			t.Fatal(err)
@@ -136,7 +153,7 @@ func TestRedfishBootDeviceKeepsTheBootMode(t *testing.T) {
 			t.Fatalf("read back %+v, %v; want %s", b, err, dev)
 		}
 	}
-	for _, body := range sim.Bodies(t) {
+	for _, body := range sim.Bodies(t)[before:] {
 		if strings.Contains(body, "BootSourceOverrideMode") {
 			t.Fatalf("a boot device change sent a boot mode: %s", body)
 		}
@@ -147,6 +164,12 @@ func TestRedfishBootDeviceKeepsTheBootMode(t *testing.T) {
 	if _, mode, _ := sim.Boot(t, "1"); mode != "Legacy" {
 		t.Fatalf("asked for bios mode, got %q", mode)
 	}
+	if err := c.SetBootDevice(ctx, "pxe", false, "uefi"); err != nil {
+		t.Fatal(err)
+	}
+	if _, mode, _ := sim.Boot(t, "1"); mode != "UEFI" {
+		t.Fatalf("asked for uefi mode, got %q", mode)
+	}
 	if err := c.SetBootDevice(ctx, "safe", false, ""); !errors.Is(err, bmc.ErrUnsupported) {
 		t.Fatalf("safe on redfish: %v", err)
 	}
@@ -156,7 +179,7 @@ func TestRedfishBootDeviceKeepsTheBootMode(t *testing.T) {
 }
 
 func TestRedfishAuthTypes(t *testing.T) {
-	sim := bmctest.StartRedfish(t)
+	sim := bmctest.SharedRedfish(t)
 	ctx := context.Background()
 	for _, auth := range []string{"basic", "session", "auto"} {
 		before := len(sim.Requests(t))
@@ -189,7 +212,7 @@ func TestRedfishAuthTypes(t *testing.T) {
 }
 
 func TestRedfishVerifyCA(t *testing.T) {
-	sim := bmctest.StartRedfish(t)
+	sim := bmctest.SharedRedfish(t)
 	ctx := context.Background()
 	for _, tc := range []struct {
 		verify any
@@ -252,13 +275,14 @@ func TestRedfishSystemIDOnATwoSystemBMC(t *testing.T) {
 }
 
 func TestRedfishResetBMCIsARedfishRestart(t *testing.T) {
-	sim := bmctest.StartRedfish(t)
+	sim := bmctest.SharedRedfish(t)
 	c, _ := bmc.Open("redfish", "n1", sim.DriverInfo("1"), fast)
 	defer c.Close()
+	before := len(sim.Bodies(t))
 	if err := c.ResetBMC(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	bodies := strings.Join(sim.Bodies(t), "\n")
+	bodies := strings.Join(sim.Bodies(t)[before:], "\n")
 	if !strings.Contains(bodies, "Manager.Reset") || !strings.Contains(bodies, `"GracefulRestart"`) {
 		t.Fatalf("BMC reset bodies:\n%s", bodies)
 	}
@@ -314,7 +338,7 @@ func TestUnreachableSummaryHidesTheAddress(t *testing.T) {
 }
 
 func TestBMCNetworkAllowList(t *testing.T) {
-	sim := bmctest.StartRedfish(t)
+	sim := bmctest.SharedRedfish(t)
 	nets, err := bmc.ParseNetworks([]string{"10.0.0.0/8", "fd00::/8"})
 	if err != nil {
 		t.Fatal(err)

@@ -15,6 +15,7 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -80,12 +81,65 @@ func portBase() int {
 	return 7750 + int(h.Sum32()%10)*5
 }
 
-// StartRedfish runs a simulator until the test ends. env sets its knobs
-// (SIM_SYSTEMS=2, SIM_POWER_STATE=On, ...); power changes take 0.2-0.5 s
+// StartRedfish runs a simulator of its own until the test ends, for
+// tests that need a particular machine (env sets its knobs:
+// SIM_SYSTEMS=2, SIM_POWER_STATE=On, ...). Power changes take 0.2-0.5 s
 // unless SIM_POWER_DELAY says otherwise.
 func StartRedfish(t testing.TB, env ...string) *Redfish {
 	t.Helper()
 	NeedRedfish(t)
+	r, err := startRedfish(t.TempDir(), env)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(r.stop)
+	return r
+}
+
+var shared struct {
+	sync.Mutex
+	r   *Redfish
+	err error
+}
+
+// SharedRedfish is the test package's simulator (one system, default
+// knobs), started on first use; the package's TestMain calls StopShared
+// after m.Run. Tests leave it as they found it where others depend on it.
+func SharedRedfish(t testing.TB) *Redfish {
+	t.Helper()
+	NeedRedfish(t)
+	shared.Lock()
+	defer shared.Unlock()
+	if shared.r == nil && shared.err == nil {
+		dir, err := os.MkdirTemp("", "anvil-redfish-sim-")
+		if err == nil {
+			shared.r, err = startRedfish(dir, nil)
+		}
+		shared.err = err
+	}
+	if shared.err != nil {
+		t.Fatal(shared.err)
+	}
+	return shared.r
+}
+
+// StopShared stops the package's simulator, if one was started.
+func StopShared() {
+	shared.Lock()
+	defer shared.Unlock()
+	if shared.r != nil {
+		shared.r.stop()
+		_ = os.RemoveAll(filepath.Dir(shared.r.Dir)) // the MkdirTemp parent
+		shared.r = nil
+	}
+}
+
+func (r *Redfish) stop() {
+	_ = exec.Command(simScript(), "stop", r.Dir).Run()
+	_ = r.lock.Close()
+}
+
+func startRedfish(dir string, env []string) (*Redfish, error) {
 	base := portBase()
 	var last string
 	for i := range 50 {
@@ -94,20 +148,16 @@ func StartRedfish(t testing.TB, env ...string) *Redfish {
 		if !ok {
 			continue
 		}
-		r, out, err := startOn(t, port, env)
+		sub := filepath.Join(dir, strconv.Itoa(port))
+		r, out, err := startOn(sub, port, env)
 		if err == nil {
 			r.lock = lock
-			t.Cleanup(func() {
-				_ = exec.Command(simScript(), "stop", r.Dir).Run()
-				_ = lock.Close()
-			})
-			return r
+			return r, nil
 		}
 		_ = lock.Close()
 		last = fmt.Sprintf("port %d: %v\n%s", port, err, out)
 	}
-	t.Fatalf("redfish-sim: no free port in 7750-7799; last attempt: %s", last)
-	return nil
+	return nil, fmt.Errorf("redfish-sim: no free port in 7750-7799; last attempt: %s", last)
 }
 
 // lockPort takes an exclusive lock on the port across processes and
@@ -132,8 +182,7 @@ func lockPort(port int) (*os.File, bool) {
 
 var systemLine = regexp.MustCompile(`system id=(\S+) name=(\S+) uuid=(\S+)`)
 
-func startOn(t testing.TB, port int, env []string) (*Redfish, []byte, error) {
-	dir := t.TempDir()
+func startOn(dir string, port int, env []string) (*Redfish, []byte, error) {
 	cmd := exec.Command(simScript(), "start", dir, strconv.Itoa(port))
 	cmd.Env = append(os.Environ(), append([]string{"SIM_POWER_DELAY=0.2 0.5"}, env...)...)
 	out, err := cmd.CombinedOutput()
@@ -144,6 +193,7 @@ func startOn(t testing.TB, port int, env []string) (*Redfish, []byte, error) {
 	// leaves our emulator dead while the other one answered the probe.
 	time.Sleep(300 * time.Millisecond)
 	if exec.Command(simScript(), "status", dir).Run() != nil {
+		_ = exec.Command(simScript(), "stop", dir).Run()
 		return nil, out, fmt.Errorf("emulator exited after start")
 	}
 	r := &Redfish{URL: fmt.Sprintf("https://127.0.0.1:%d", port), Port: port, Dir: dir}
