@@ -413,6 +413,9 @@ func TestIPMIKeysReachIpmitool(t *testing.T) {
 		if err := c.SetBootDevice(ctx, "pxe", false, ""); err != nil || sim.Boot() != "pxe" {
 			t.Fatalf("%v: %v, boot %s", v, err, sim.Boot())
 		}
+		if b, err := c.BootDevice(ctx); err != nil || b.Device != "pxe" || b.Persistent == nil || *b.Persistent {
+			t.Fatalf("%v: read back %+v, %v", v, b, err)
+		}
 	}
 }
 

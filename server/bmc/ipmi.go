@@ -151,8 +151,31 @@ func (c *ipmiClient) Restart(ctx context.Context, soft bool) error {
 	return err
 }
 
-func (c *ipmiClient) BootDevice(context.Context) (Boot, error) {
-	return Boot{}, errUnsupported("reading the boot device", c.where)
+// BootDevice reads boot parameter 5 (boot flags), as Ironic's ipmitool
+// driver does.
+func (c *ipmiClient) BootDevice(ctx context.Context) (Boot, error) {
+	out, err := c.run(ctx, "reading the boot device", "chassis", "bootparam", "get", "5")
+	if err != nil {
+		return Boot{}, err
+	}
+	var b Boot
+	_, sel, _ := strings.Cut(out, "Boot Device Selector : ")
+	sel, _, _ = strings.Cut(sel, "\n")
+	switch {
+	case strings.Contains(sel, "PXE"):
+		b.Device = "pxe"
+	case strings.Contains(sel, "Hard-Drive") && strings.Contains(sel, "Safe-Mode"):
+		b.Device = "safe"
+	case strings.Contains(sel, "Hard-Drive"):
+		b.Device = "disk"
+	case strings.Contains(sel, "BIOS"):
+		b.Device = "bios"
+	case strings.Contains(sel, "CD/DVD"):
+		b.Device = "cdrom"
+	}
+	persistent := strings.Contains(out, "Options apply to all future boots")
+	b.Persistent = &persistent
+	return b, nil
 }
 
 func (c *ipmiClient) SetBootDevice(ctx context.Context, device string, persistent bool, mode string) error {
