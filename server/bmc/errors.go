@@ -110,16 +110,26 @@ func classify(op, where string, err error, secrets []string) *Error {
 	case errors.Is(err, ErrNetwork):
 		out.Kind = ErrNetwork
 	case errors.As(err, &rf) && rf.HTTPReturnedStatusCode != 0:
+		msg := redfishMessage(rf)
 		switch rf.HTTPReturnedStatusCode {
 		case 401, 403:
 			out.Kind = ErrAuth
 		case 404, 405, 501:
-			out.Kind, out.Message = ErrUnsupported, redfishMessage(rf)
+			out.Kind = ErrUnsupported
 		default:
-			out.Kind, out.Message = ErrBMC, fmt.Sprintf("HTTP %d %s", rf.HTTPReturnedStatusCode, redfishMessage(rf))
+			out.Kind = ErrBMC
+			msg = strings.TrimSpace(fmt.Sprintf("HTTP %d %s", rf.HTTPReturnedStatusCode, msg))
 		}
-		out.Message = strings.TrimSpace(truncate(mask(out.Message, secrets), 200))
+		if out.Kind != ErrAuth {
+			out.Message = truncate(mask(msg, secrets), 200)
+		}
 		out.Detail = ""
+		if redfishMessage(rf) == "" {
+			// Not a Redfish error body: whatever answered is kept for
+			// operators only, so a BMC address pointed at some other
+			// service cannot read that service through the summary.
+			out.Detail = truncate(mask(strings.Join(strings.Fields(rf.Error()), " "), secrets), 300)
+		}
 	case errors.As(err, &unknown), errors.As(err, &hostname), errors.As(err, &invalid), errors.As(err, &verify):
 		out.Kind = ErrTLS
 	case errors.As(err, &recordH):
@@ -138,23 +148,19 @@ func classify(op, where string, err error, secrets []string) *Error {
 	return out
 }
 
-// redfishMessage picks the BMC's own words from a Redfish error body.
+// redfishMessage picks the BMC's own words from a Redfish error body;
+// "" when the body is not one (gofish then copies the raw body into
+// Message, with no Code).
 func redfishMessage(rf *common.Error) string {
+	if rf.Code == "" && len(rf.ExtendedInfos) == 0 {
+		return ""
+	}
 	for _, x := range rf.ExtendedInfos {
 		if x.Message != "" {
 			return x.Message
 		}
 	}
-	if rf.Message != "" {
-		return rf.Message
-	}
-	// Not a Redfish error body (sushy answers plain text): the body is
-	// the message; its text after "NNN: " is what the BMC wrote.
-	s := rf.Error()
-	if i := strings.Index(s, ": "); i >= 0 {
-		s = s[i+2:]
-	}
-	return strings.Join(strings.Fields(s), " ")
+	return rf.Message
 }
 
 func truncate(s string, n int) string {
