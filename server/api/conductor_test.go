@@ -203,6 +203,21 @@ func TestIPMINodeThroughAPI(t *testing.T) {
 		}
 		return bmc.PowerOff
 	})
+	for _, seq := range [][]map[string]any{
+		steps(step("power", "power_off", nil), step("management", "set_boot_device", map[string]any{"device": "disk"}), step("power", "power_on", nil)),
+		steps(step("power", "power_on", nil), step("management", "set_boot_device", map[string]any{"device": "pxe"}), step("power", "reboot", nil)),
+	} {
+		provision(t, admin, id, map[string]any{"target": "clean", "clean_steps": seq}, 202)
+		n := waitState(t, admin, id, "manageable")
+		dev := seq[1]["args"].(map[string]any)["device"]
+		// ipmi_sim's chassis calls the hard disk "default".
+		if n["power_state"] != bmc.PowerOn || sim.Power() != "1" || sim.Boot() != map[any]string{"disk": "default", "pxe": "pxe"}[dev] || n["last_error"] != nil {
+			t.Fatalf("after %v: node %v, simulator power %s boot %s, last_error %v", seq, n["power_state"], sim.Power(), sim.Boot(), n["last_error"])
+		}
+		if b := admin.Do(t, "GET", "/v1/nodes/"+id+"/management/boot_device", nil); b.Status != 200 || b.JSON(t)["boot_device"] != dev {
+			t.Fatalf("boot device read back: %d %s", b.Status, b.Body)
+		}
+	}
 
 	// A wrong password and a dead port end in clean failed, saying which.
 	for _, c := range []struct {

@@ -271,3 +271,24 @@ func TestBMCNetworksAtEnrolment(t *testing.T) {
 		t.Fatalf("update outside the BMC networks: %d %s", p.Status, p.Body)
 	}
 }
+
+// TestValidateReportsBadDriverInfo: validate answers from what is stored,
+// naming the problem, without any BMC.
+func TestValidateReportsBadDriverInfo(t *testing.T) {
+	storetest.Each(t, func(t *testing.T, setting string, db *store.DB) {
+		_, clients := startLocal(t, setting)
+		admin := clients["system-admin"]
+		r := admin.Do(t, "POST", "/v1/nodes", map[string]any{"driver": "redfish", "owner": "own",
+			"driver_info": map[string]any{"redfish_address": "https://10.0.0.1", "redfish_verify_ca": "/nonexistent/ca.pem"}})
+		mustStatus(t, r, 201)
+		id := r.JSON(t)["uuid"].(string)
+		v := clients["owner-member"].Do(t, "GET", "/v1/nodes/"+id+"/validate", nil)
+		mustStatus(t, v, 200)
+		power, _ := v.JSON(t)["power"].(map[string]any)
+		reason, _ := power["reason"].(string)
+		if power["result"] != false || !strings.Contains(reason, "redfish_verify_ca") {
+			t.Fatalf("validate power: %v", power)
+		}
+		mustStatus(t, clients["owner-reader"].Do(t, "GET", "/v1/nodes/"+id+"/validate", nil), 403)
+	})
+}
