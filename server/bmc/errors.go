@@ -130,8 +130,12 @@ func classify(op, where string, err error, secrets []string) *Error {
 			// service cannot read that service through the summary.
 			out.Detail = truncate(mask(strings.Join(strings.Fields(rf.Error()), " "), secrets), 300)
 		}
-	case errors.As(err, &unknown), errors.As(err, &hostname), errors.As(err, &invalid), errors.As(err, &verify):
-		out.Kind = ErrTLS
+	case errors.As(err, &hostname):
+		out.Kind, out.Reason = ErrTLS, "issued for another name"
+	case errors.As(err, &unknown), errors.As(err, &verify) && errors.As(verify.Err, &unknown):
+		out.Kind, out.Reason = ErrTLS, "signed by an unknown authority; set driver_info/redfish_verify_ca to its CA bundle, or false"
+	case errors.As(err, &invalid), errors.As(err, &verify):
+		out.Kind, out.Reason = ErrTLS, "invalid certificate"
 	case errors.As(err, &recordH):
 		out.Kind, out.Reason = ErrTLS, "the BMC does not speak TLS there; use an http:// address"
 	case errors.Is(err, context.DeadlineExceeded), errors.As(err, &netErr) && netErr.Timeout():
