@@ -2,7 +2,6 @@ package bmc
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -205,6 +204,3 @@ func (f *fake) Close()                         {}
 func errUnsupported(op, where string) error {
 	return &Error{Op: op, Where: where, Kind: ErrUnsupported}
 }
-
-// IsUnsupported reports whether err says the BMC or driver cannot do it.
-func IsUnsupported(err error) bool { return errors.Is(err, ErrUnsupported) }

@@ -44,31 +44,30 @@ type key struct {
 	kind     kind
 	required bool
 	values   []string // kEnum
-	// What the key does, for the README and the validate endpoint.
-	doc string
 }
 
 // drivers lists each driver's driver_info keys, named as Ironic names
-// them so existing enrolment files work unchanged. Keys not listed are
-// kept as given: Ironic stores deploy and boot settings there too.
+// them so existing enrolment files work unchanged (the README's
+// Conductor section says what each does). Keys not listed are kept as
+// given: Ironic stores deploy and boot settings there too.
 var drivers = map[string][]key{
 	"fake": nil,
 	"ipmi": {
-		{name: "ipmi_address", kind: kHost, required: true, doc: "BMC host name or IP address (IPv6 without brackets)"},
-		{name: "ipmi_port", kind: kPort, doc: "UDP port, default 623"},
-		{name: "ipmi_username", kind: kString, doc: "user name; empty for the anonymous user"},
-		{name: "ipmi_password", kind: kString, doc: "password (secret: never shown)"},
-		{name: "ipmi_cipher_suite", kind: kCipher, doc: "IPMI 2.0 cipher suite (0-17), default 3 then 17"},
-		{name: "ipmi_protocol_version", kind: kEnum, values: []string{"2.0", "1.5"}, doc: "2.0 (lanplus, default) or 1.5 (lan)"},
-		{name: "ipmi_priv_level", kind: kEnum, values: []string{"ADMINISTRATOR", "OPERATOR", "USER", "CALLBACK"}, doc: "privilege level of the session, default ADMINISTRATOR"},
+		{name: "ipmi_address", kind: kHost, required: true},
+		{name: "ipmi_port", kind: kPort},
+		{name: "ipmi_username", kind: kString},
+		{name: "ipmi_password", kind: kString},
+		{name: "ipmi_cipher_suite", kind: kCipher},
+		{name: "ipmi_protocol_version", kind: kEnum, values: []string{"2.0", "1.5"}},
+		{name: "ipmi_priv_level", kind: kEnum, values: []string{"ADMINISTRATOR", "OPERATOR", "USER", "CALLBACK"}},
 	},
 	"redfish": {
-		{name: "redfish_address", kind: kURL, required: true, doc: "BMC URL: scheme (https when left out), host or [IPv6], port, optional path prefix"},
-		{name: "redfish_system_id", kind: kString, doc: "the system's path, /redfish/v1/Systems/<Id> (or its bare Id); required when the BMC has several systems"},
-		{name: "redfish_username", kind: kString, doc: "user name"},
-		{name: "redfish_password", kind: kString, doc: "password (secret: never shown)"},
-		{name: "redfish_verify_ca", kind: kBoolOrPath, doc: "true (default: verify against the system CAs), false (no verification) or the path of a CA bundle on the conductor"},
-		{name: "redfish_auth_type", kind: kEnum, values: []string{"auto", "session", "basic"}, doc: "session (a Redfish session), basic (HTTP Basic on every request) or auto (default: session, falling back to basic)"},
+		{name: "redfish_address", kind: kURL, required: true},
+		{name: "redfish_system_id", kind: kString},
+		{name: "redfish_username", kind: kString},
+		{name: "redfish_password", kind: kString},
+		{name: "redfish_verify_ca", kind: kBoolOrPath},
+		{name: "redfish_auth_type", kind: kEnum, values: []string{"auto", "session", "basic"}},
 	},
 }
 
@@ -85,21 +84,6 @@ func BootDevices(driver string) []string { return slices.Clone(bootDevices[drive
 
 // AllBootDevices lists every boot device some driver can set.
 func AllBootDevices() []string { return slices.Clone(bootDevices["ipmi"]) }
-
-// KeyDoc is a driver_info key and what it does.
-type KeyDoc struct {
-	Name, Doc string
-	Required  bool
-}
-
-// Keys lists driver's driver_info keys.
-func Keys(driver string) []KeyDoc {
-	var out []KeyDoc
-	for _, k := range drivers[driver] {
-		out = append(out, KeyDoc{k.name, k.doc, k.required})
-	}
-	return out
-}
 
 // Drivers returns the driver names, sorted.
 func Drivers() []string {
