@@ -114,7 +114,7 @@ func BenchmarkPowerSync(b *testing.B) {
 	b.ReportMetric(last.Seconds(), "cycle-s")
 }
 
-// BenchmarkIPMIPower compares a power-state read through bmclib with a
+// BenchmarkIPMIPower compares a power-state read through the ipmi driver with a
 // bare ipmitool call against the same ipmi_sim.
 func BenchmarkIPMIPower(b *testing.B) {
 	sim := bmctest.Start(b)

@@ -4135,6 +4135,7 @@ type NodeMutation struct {
 	last_error             *string
 	maintenance            *bool
 	maintenance_reason     *string
+	fault                  *string
 	reservation            *string
 	properties             *map[string]interface{}
 	extra                  *map[string]interface{}
@@ -4928,6 +4929,55 @@ func (m *NodeMutation) ResetMaintenanceReason() {
 	delete(m.clearedFields, node.FieldMaintenanceReason)
 }
 
+// SetFault sets the "fault" field.
+func (m *NodeMutation) SetFault(s string) {
+	m.fault = &s
+}
+
+// Fault returns the value of the "fault" field in the mutation.
+func (m *NodeMutation) Fault() (r string, exists bool) {
+	v := m.fault
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldFault returns the old "fault" field's value of the Node entity.
+// If the Node object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *NodeMutation) OldFault(ctx context.Context) (v *string, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldFault is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldFault requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldFault: %w", err)
+	}
+	return oldValue.Fault, nil
+}
+
+// ClearFault clears the value of the "fault" field.
+func (m *NodeMutation) ClearFault() {
+	m.fault = nil
+	m.clearedFields[node.FieldFault] = struct{}{}
+}
+
+// FaultCleared returns if the "fault" field was cleared in this mutation.
+func (m *NodeMutation) FaultCleared() bool {
+	_, ok := m.clearedFields[node.FieldFault]
+	return ok
+}
+
+// ResetFault resets all changes to the "fault" field.
+func (m *NodeMutation) ResetFault() {
+	m.fault = nil
+	delete(m.clearedFields, node.FieldFault)
+}
+
 // SetReservation sets the "reservation" field.
 func (m *NodeMutation) SetReservation(s string) {
 	m.reservation = &s
@@ -5648,7 +5698,7 @@ func (m *NodeMutation) Type() string {
 // order to get all numeric fields that were incremented/decremented, call
 // AddedFields().
 func (m *NodeMutation) Fields() []string {
-	fields := make([]string, 0, 26)
+	fields := make([]string, 0, 27)
 	if m.created_at != nil {
 		fields = append(fields, node.FieldCreatedAt)
 	}
@@ -5693,6 +5743,9 @@ func (m *NodeMutation) Fields() []string {
 	}
 	if m.maintenance_reason != nil {
 		fields = append(fields, node.FieldMaintenanceReason)
+	}
+	if m.fault != nil {
+		fields = append(fields, node.FieldFault)
 	}
 	if m.reservation != nil {
 		fields = append(fields, node.FieldReservation)
@@ -5765,6 +5818,8 @@ func (m *NodeMutation) Field(name string) (ent.Value, bool) {
 		return m.Maintenance()
 	case node.FieldMaintenanceReason:
 		return m.MaintenanceReason()
+	case node.FieldFault:
+		return m.Fault()
 	case node.FieldReservation:
 		return m.Reservation()
 	case node.FieldProperties:
@@ -5826,6 +5881,8 @@ func (m *NodeMutation) OldField(ctx context.Context, name string) (ent.Value, er
 		return m.OldMaintenance(ctx)
 	case node.FieldMaintenanceReason:
 		return m.OldMaintenanceReason(ctx)
+	case node.FieldFault:
+		return m.OldFault(ctx)
 	case node.FieldReservation:
 		return m.OldReservation(ctx)
 	case node.FieldProperties:
@@ -5961,6 +6018,13 @@ func (m *NodeMutation) SetField(name string, value ent.Value) error {
 			return fmt.Errorf("unexpected type %T for field %s", value, name)
 		}
 		m.SetMaintenanceReason(v)
+		return nil
+	case node.FieldFault:
+		v, ok := value.(string)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetFault(v)
 		return nil
 	case node.FieldReservation:
 		v, ok := value.(string)
@@ -6099,6 +6163,9 @@ func (m *NodeMutation) ClearedFields() []string {
 	if m.FieldCleared(node.FieldMaintenanceReason) {
 		fields = append(fields, node.FieldMaintenanceReason)
 	}
+	if m.FieldCleared(node.FieldFault) {
+		fields = append(fields, node.FieldFault)
+	}
 	if m.FieldCleared(node.FieldReservation) {
 		fields = append(fields, node.FieldReservation)
 	}
@@ -6175,6 +6242,9 @@ func (m *NodeMutation) ClearField(name string) error {
 		return nil
 	case node.FieldMaintenanceReason:
 		m.ClearMaintenanceReason()
+		return nil
+	case node.FieldFault:
+		m.ClearFault()
 		return nil
 	case node.FieldReservation:
 		m.ClearReservation()
@@ -6261,6 +6331,9 @@ func (m *NodeMutation) ResetField(name string) error {
 		return nil
 	case node.FieldMaintenanceReason:
 		m.ResetMaintenanceReason()
+		return nil
+	case node.FieldFault:
+		m.ResetFault()
 		return nil
 	case node.FieldReservation:
 		m.ResetReservation()

@@ -49,6 +49,8 @@ type Node struct {
 	Maintenance bool `json:"maintenance,omitempty"`
 	// MaintenanceReason holds the value of the "maintenance_reason" field.
 	MaintenanceReason *string `json:"maintenance_reason,omitempty"`
+	// Fault holds the value of the "fault" field.
+	Fault *string `json:"fault,omitempty"`
 	// Reservation holds the value of the "reservation" field.
 	Reservation *string `json:"reservation,omitempty"`
 	// Properties holds the value of the "properties" field.
@@ -130,7 +132,7 @@ func (*Node) scanValues(columns []string) ([]any, error) {
 			values[i] = new(sql.NullBool)
 		case node.FieldID:
 			values[i] = new(sql.NullInt64)
-		case node.FieldUUID, node.FieldName, node.FieldDriver, node.FieldOwner, node.FieldLessee, node.FieldPowerState, node.FieldTargetPowerState, node.FieldProvisionState, node.FieldTargetProvisionState, node.FieldLastError, node.FieldMaintenanceReason, node.FieldReservation, node.FieldResourceClass, node.FieldInstanceUUID, node.FieldDescription:
+		case node.FieldUUID, node.FieldName, node.FieldDriver, node.FieldOwner, node.FieldLessee, node.FieldPowerState, node.FieldTargetPowerState, node.FieldProvisionState, node.FieldTargetProvisionState, node.FieldLastError, node.FieldMaintenanceReason, node.FieldFault, node.FieldReservation, node.FieldResourceClass, node.FieldInstanceUUID, node.FieldDescription:
 			values[i] = new(sql.NullString)
 		case node.FieldCreatedAt, node.FieldUpdatedAt, node.FieldProvisionUpdatedAt:
 			values[i] = new(sql.NullTime)
@@ -253,6 +255,13 @@ func (_m *Node) assignValues(columns []string, values []any) error {
 			} else if value.Valid {
 				_m.MaintenanceReason = new(string)
 				*_m.MaintenanceReason = value.String
+			}
+		case node.FieldFault:
+			if value, ok := values[i].(*sql.NullString); !ok {
+				return fmt.Errorf("unexpected type %T for field fault", values[i])
+			} else if value.Valid {
+				_m.Fault = new(string)
+				*_m.Fault = value.String
 			}
 		case node.FieldReservation:
 			if value, ok := values[i].(*sql.NullString); !ok {
@@ -444,6 +453,11 @@ func (_m *Node) String() string {
 	builder.WriteString(", ")
 	if v := _m.MaintenanceReason; v != nil {
 		builder.WriteString("maintenance_reason=")
+		builder.WriteString(*v)
+	}
+	builder.WriteString(", ")
+	if v := _m.Fault; v != nil {
+		builder.WriteString("fault=")
 		builder.WriteString(*v)
 	}
 	builder.WriteString(", ")

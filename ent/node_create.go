@@ -211,6 +211,20 @@ func (_c *NodeCreate) SetNillableMaintenanceReason(v *string) *NodeCreate {
 	return _c
 }
 
+// SetFault sets the "fault" field.
+func (_c *NodeCreate) SetFault(v string) *NodeCreate {
+	_c.mutation.SetFault(v)
+	return _c
+}
+
+// SetNillableFault sets the "fault" field if the given value is not nil.
+func (_c *NodeCreate) SetNillableFault(v *string) *NodeCreate {
+	if v != nil {
+		_c.SetFault(*v)
+	}
+	return _c
+}
+
 // SetReservation sets the "reservation" field.
 func (_c *NodeCreate) SetReservation(v string) *NodeCreate {
 	_c.mutation.SetReservation(v)
@@ -457,6 +471,11 @@ func (_c *NodeCreate) check() error {
 	if _, ok := _c.mutation.Maintenance(); !ok {
 		return &ValidationError{Name: "maintenance", err: errors.New(`ent: missing required field "Node.maintenance"`)}
 	}
+	if v, ok := _c.mutation.Fault(); ok {
+		if err := node.FaultValidator(v); err != nil {
+			return &ValidationError{Name: "fault", err: fmt.Errorf(`ent: validator failed for field "Node.fault": %w`, err)}
+		}
+	}
 	if v, ok := _c.mutation.ResourceClass(); ok {
 		if err := node.ResourceClassValidator(v); err != nil {
 			return &ValidationError{Name: "resource_class", err: fmt.Errorf(`ent: validator failed for field "Node.resource_class": %w`, err)}
@@ -558,6 +577,10 @@ func (_c *NodeCreate) createSpec() (*Node, *sqlgraph.CreateSpec) {
 	if value, ok := _c.mutation.MaintenanceReason(); ok {
 		_spec.SetField(node.FieldMaintenanceReason, field.TypeString, value)
 		_node.MaintenanceReason = &value
+	}
+	if value, ok := _c.mutation.Fault(); ok {
+		_spec.SetField(node.FieldFault, field.TypeString, value)
+		_node.Fault = &value
 	}
 	if value, ok := _c.mutation.Reservation(); ok {
 		_spec.SetField(node.FieldReservation, field.TypeString, value)
@@ -916,6 +939,24 @@ func (u *NodeUpsert) UpdateMaintenanceReason() *NodeUpsert {
 // ClearMaintenanceReason clears the value of the "maintenance_reason" field.
 func (u *NodeUpsert) ClearMaintenanceReason() *NodeUpsert {
 	u.SetNull(node.FieldMaintenanceReason)
+	return u
+}
+
+// SetFault sets the "fault" field.
+func (u *NodeUpsert) SetFault(v string) *NodeUpsert {
+	u.Set(node.FieldFault, v)
+	return u
+}
+
+// UpdateFault sets the "fault" field to the value that was provided on create.
+func (u *NodeUpsert) UpdateFault() *NodeUpsert {
+	u.SetExcluded(node.FieldFault)
+	return u
+}
+
+// ClearFault clears the value of the "fault" field.
+func (u *NodeUpsert) ClearFault() *NodeUpsert {
+	u.SetNull(node.FieldFault)
 	return u
 }
 
@@ -1414,6 +1455,27 @@ func (u *NodeUpsertOne) UpdateMaintenanceReason() *NodeUpsertOne {
 func (u *NodeUpsertOne) ClearMaintenanceReason() *NodeUpsertOne {
 	return u.Update(func(s *NodeUpsert) {
 		s.ClearMaintenanceReason()
+	})
+}
+
+// SetFault sets the "fault" field.
+func (u *NodeUpsertOne) SetFault(v string) *NodeUpsertOne {
+	return u.Update(func(s *NodeUpsert) {
+		s.SetFault(v)
+	})
+}
+
+// UpdateFault sets the "fault" field to the value that was provided on create.
+func (u *NodeUpsertOne) UpdateFault() *NodeUpsertOne {
+	return u.Update(func(s *NodeUpsert) {
+		s.UpdateFault()
+	})
+}
+
+// ClearFault clears the value of the "fault" field.
+func (u *NodeUpsertOne) ClearFault() *NodeUpsertOne {
+	return u.Update(func(s *NodeUpsert) {
+		s.ClearFault()
 	})
 }
 
@@ -2111,6 +2173,27 @@ func (u *NodeUpsertBulk) UpdateMaintenanceReason() *NodeUpsertBulk {
 func (u *NodeUpsertBulk) ClearMaintenanceReason() *NodeUpsertBulk {
 	return u.Update(func(s *NodeUpsert) {
 		s.ClearMaintenanceReason()
+	})
+}
+
+// SetFault sets the "fault" field.
+func (u *NodeUpsertBulk) SetFault(v string) *NodeUpsertBulk {
+	return u.Update(func(s *NodeUpsert) {
+		s.SetFault(v)
+	})
+}
+
+// UpdateFault sets the "fault" field to the value that was provided on create.
+func (u *NodeUpsertBulk) UpdateFault() *NodeUpsertBulk {
+	return u.Update(func(s *NodeUpsert) {
+		s.UpdateFault()
+	})
+}
+
+// ClearFault clears the value of the "fault" field.
+func (u *NodeUpsertBulk) ClearFault() *NodeUpsertBulk {
+	return u.Update(func(s *NodeUpsert) {
+		s.ClearFault()
 	})
 }
 

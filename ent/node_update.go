@@ -266,6 +266,26 @@ func (_u *NodeUpdate) ClearMaintenanceReason() *NodeUpdate {
 	return _u
 }
 
+// SetFault sets the "fault" field.
+func (_u *NodeUpdate) SetFault(v string) *NodeUpdate {
+	_u.mutation.SetFault(v)
+	return _u
+}
+
+// SetNillableFault sets the "fault" field if the given value is not nil.
+func (_u *NodeUpdate) SetNillableFault(v *string) *NodeUpdate {
+	if v != nil {
+		_u.SetFault(*v)
+	}
+	return _u
+}
+
+// ClearFault clears the value of the "fault" field.
+func (_u *NodeUpdate) ClearFault() *NodeUpdate {
+	_u.mutation.ClearFault()
+	return _u
+}
+
 // SetReservation sets the "reservation" field.
 func (_u *NodeUpdate) SetReservation(v string) *NodeUpdate {
 	_u.mutation.SetReservation(v)
@@ -589,6 +609,11 @@ func (_u *NodeUpdate) check() error {
 			return &ValidationError{Name: "lessee", err: fmt.Errorf(`ent: validator failed for field "Node.lessee": %w`, err)}
 		}
 	}
+	if v, ok := _u.mutation.Fault(); ok {
+		if err := node.FaultValidator(v); err != nil {
+			return &ValidationError{Name: "fault", err: fmt.Errorf(`ent: validator failed for field "Node.fault": %w`, err)}
+		}
+	}
 	if v, ok := _u.mutation.ResourceClass(); ok {
 		if err := node.ResourceClassValidator(v); err != nil {
 			return &ValidationError{Name: "resource_class", err: fmt.Errorf(`ent: validator failed for field "Node.resource_class": %w`, err)}
@@ -693,6 +718,12 @@ func (_u *NodeUpdate) sqlSave(ctx context.Context) (_node int, err error) {
 	}
 	if _u.mutation.MaintenanceReasonCleared() {
 		_spec.ClearField(node.FieldMaintenanceReason, field.TypeString)
+	}
+	if value, ok := _u.mutation.Fault(); ok {
+		_spec.SetField(node.FieldFault, field.TypeString, value)
+	}
+	if _u.mutation.FaultCleared() {
+		_spec.ClearField(node.FieldFault, field.TypeString)
 	}
 	if value, ok := _u.mutation.Reservation(); ok {
 		_spec.SetField(node.FieldReservation, field.TypeString, value)
@@ -1135,6 +1166,26 @@ func (_u *NodeUpdateOne) ClearMaintenanceReason() *NodeUpdateOne {
 	return _u
 }
 
+// SetFault sets the "fault" field.
+func (_u *NodeUpdateOne) SetFault(v string) *NodeUpdateOne {
+	_u.mutation.SetFault(v)
+	return _u
+}
+
+// SetNillableFault sets the "fault" field if the given value is not nil.
+func (_u *NodeUpdateOne) SetNillableFault(v *string) *NodeUpdateOne {
+	if v != nil {
+		_u.SetFault(*v)
+	}
+	return _u
+}
+
+// ClearFault clears the value of the "fault" field.
+func (_u *NodeUpdateOne) ClearFault() *NodeUpdateOne {
+	_u.mutation.ClearFault()
+	return _u
+}
+
 // SetReservation sets the "reservation" field.
 func (_u *NodeUpdateOne) SetReservation(v string) *NodeUpdateOne {
 	_u.mutation.SetReservation(v)
@@ -1471,6 +1522,11 @@ func (_u *NodeUpdateOne) check() error {
 			return &ValidationError{Name: "lessee", err: fmt.Errorf(`ent: validator failed for field "Node.lessee": %w`, err)}
 		}
 	}
+	if v, ok := _u.mutation.Fault(); ok {
+		if err := node.FaultValidator(v); err != nil {
+			return &ValidationError{Name: "fault", err: fmt.Errorf(`ent: validator failed for field "Node.fault": %w`, err)}
+		}
+	}
 	if v, ok := _u.mutation.ResourceClass(); ok {
 		if err := node.ResourceClassValidator(v); err != nil {
 			return &ValidationError{Name: "resource_class", err: fmt.Errorf(`ent: validator failed for field "Node.resource_class": %w`, err)}
@@ -1592,6 +1648,12 @@ func (_u *NodeUpdateOne) sqlSave(ctx context.Context) (_node *Node, err error) {
 	}
 	if _u.mutation.MaintenanceReasonCleared() {
 		_spec.ClearField(node.FieldMaintenanceReason, field.TypeString)
+	}
+	if value, ok := _u.mutation.Fault(); ok {
+		_spec.SetField(node.FieldFault, field.TypeString, value)
+	}
+	if _u.mutation.FaultCleared() {
+		_spec.ClearField(node.FieldFault, field.TypeString)
 	}
 	if value, ok := _u.mutation.Reservation(); ok {
 		_spec.SetField(node.FieldReservation, field.TypeString, value)

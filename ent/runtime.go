@@ -142,16 +142,20 @@ func init() {
 	nodeDescMaintenance := nodeFields[11].Descriptor()
 	// node.DefaultMaintenance holds the default value on creation for the maintenance field.
 	node.DefaultMaintenance = nodeDescMaintenance.Default.(bool)
+	// nodeDescFault is the schema descriptor for fault field.
+	nodeDescFault := nodeFields[13].Descriptor()
+	// node.FaultValidator is a validator for the "fault" field. It is called by the builders before save.
+	node.FaultValidator = nodeDescFault.Validators[0].(func(string) error)
 	// nodeDescResourceClass is the schema descriptor for resource_class field.
-	nodeDescResourceClass := nodeFields[17].Descriptor()
+	nodeDescResourceClass := nodeFields[18].Descriptor()
 	// node.ResourceClassValidator is a validator for the "resource_class" field. It is called by the builders before save.
 	node.ResourceClassValidator = nodeDescResourceClass.Validators[0].(func(string) error)
 	// nodeDescInstanceUUID is the schema descriptor for instance_uuid field.
-	nodeDescInstanceUUID := nodeFields[18].Descriptor()
+	nodeDescInstanceUUID := nodeFields[19].Descriptor()
 	// node.InstanceUUIDValidator is a validator for the "instance_uuid" field. It is called by the builders before save.
 	node.InstanceUUIDValidator = nodeDescInstanceUUID.Validators[0].(func(string) error)
 	// nodeDescDescription is the schema descriptor for description field.
-	nodeDescDescription := nodeFields[19].Descriptor()
+	nodeDescDescription := nodeFields[20].Descriptor()
 	// node.DescriptionValidator is a validator for the "description" field. It is called by the builders before save.
 	node.DescriptionValidator = nodeDescDescription.Validators[0].(func(string) error)
 	nodeeventFields := schema.NodeEvent{}.Fields()

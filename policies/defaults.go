@@ -81,6 +81,7 @@ func Defaults() []Rule {
 		{"baremetal:node:set_power_state", "rule:system_or_owner_or_lessee_member", sysProj, "Power a node on, off or reboot it. Ironic asks lessees for admin; the lessee spec lets lessee members power the nodes they lease.", []string{"PUT /v1/nodes/{node}/states/power"}},
 		{"baremetal:node:get_boot_device", "rule:system_or_owner_member_and_lessee_admin", sysProj, "Read the next boot device.", []string{"GET /v1/nodes/{node}/management/boot_device"}},
 		{"baremetal:node:set_boot_device", "rule:system_member_or_owner_admin", sysProj, "Set the next boot device.", []string{"PUT /v1/nodes/{node}/management/boot_device"}},
+		{"baremetal:node:validate", "rule:system_or_owner_member_and_lessee_admin", sysProj, "Check a node's driver settings per interface, without contacting its BMC.", []string{"GET /v1/nodes/{node}/validate"}},
 		{"baremetal:node:set_provision_state", "rule:system_or_owner_member_and_lessee_admin", sysProj, "Change a node's provision state (manage, provide, adopt, clean, service, abort, unhold).", []string{"PUT /v1/nodes/{node}/states/provision"}},
 		{"baremetal:node:set_provision_state:clean_steps", "rule:system_member", sysProj, "Clean with arbitrary, explicit steps. Projects use runbooks instead.", []string{"PUT /v1/nodes/{node}/states/provision"}},
 		{"baremetal:node:set_provision_state:service_steps", "rule:system_member", sysProj, "Service with arbitrary, explicit steps. Projects use runbooks instead.", []string{"PUT /v1/nodes/{node}/states/provision"}},

@@ -363,6 +363,10 @@ func nodeRow(v *nodes.View) views.NodeRow {
 	case v.Relation == nodes.RelNone:
 		rel = "none"
 	}
-	return views.NodeRow{UUID: v.UUID, Name: deref(v.Name), ProvisionState: v.ProvisionState, PowerState: deref(v.PowerState),
+	power := deref(v.PowerState)
+	if power == "" {
+		power = "unknown" // no BMC has been asked yet
+	}
+	return views.NodeRow{UUID: v.UUID, Name: deref(v.Name), ProvisionState: v.ProvisionState, PowerState: power,
 		Owner: v.Owner, Lessee: v.Lessee, Relation: rel, Maintenance: v.Maintenance}
 }

@@ -149,6 +149,7 @@ var (
 		{Name: "last_error", Type: field.TypeString, Nullable: true, Size: 2147483647},
 		{Name: "maintenance", Type: field.TypeBool, Default: false},
 		{Name: "maintenance_reason", Type: field.TypeString, Nullable: true, Size: 2147483647},
+		{Name: "fault", Type: field.TypeString, Nullable: true, Size: 255},
 		{Name: "reservation", Type: field.TypeString, Nullable: true},
 		{Name: "properties", Type: field.TypeJSON, Nullable: true},
 		{Name: "extra", Type: field.TypeJSON, Nullable: true},
@@ -185,12 +186,12 @@ var (
 			{
 				Name:    "node_reservation",
 				Unique:  false,
-				Columns: []*schema.Column{NodesColumns[16]},
+				Columns: []*schema.Column{NodesColumns[17]},
 			},
 			{
 				Name:    "node_resource_class",
 				Unique:  false,
-				Columns: []*schema.Column{NodesColumns[20]},
+				Columns: []*schema.Column{NodesColumns[21]},
 			},
 		},
 	}

@@ -44,6 +44,8 @@ const (
 	FieldMaintenance = "maintenance"
 	// FieldMaintenanceReason holds the string denoting the maintenance_reason field in the database.
 	FieldMaintenanceReason = "maintenance_reason"
+	// FieldFault holds the string denoting the fault field in the database.
+	FieldFault = "fault"
 	// FieldReservation holds the string denoting the reservation field in the database.
 	FieldReservation = "reservation"
 	// FieldProperties holds the string denoting the properties field in the database.
@@ -115,6 +117,7 @@ var Columns = []string{
 	FieldLastError,
 	FieldMaintenance,
 	FieldMaintenanceReason,
+	FieldFault,
 	FieldReservation,
 	FieldProperties,
 	FieldExtra,
@@ -155,6 +158,8 @@ var (
 	DefaultProvisionState string
 	// DefaultMaintenance holds the default value on creation for the "maintenance" field.
 	DefaultMaintenance bool
+	// FaultValidator is a validator for the "fault" field. It is called by the builders before save.
+	FaultValidator func(string) error
 	// ResourceClassValidator is a validator for the "resource_class" field. It is called by the builders before save.
 	ResourceClassValidator func(string) error
 	// InstanceUUIDValidator is a validator for the "instance_uuid" field. It is called by the builders before save.
@@ -239,6 +244,11 @@ func ByMaintenance(opts ...sql.OrderTermOption) OrderOption {
 // ByMaintenanceReason orders the results by the maintenance_reason field.
 func ByMaintenanceReason(opts ...sql.OrderTermOption) OrderOption {
 	return sql.OrderByField(FieldMaintenanceReason, opts...).ToFunc()
+}
+
+// ByFault orders the results by the fault field.
+func ByFault(opts ...sql.OrderTermOption) OrderOption {
+	return sql.OrderByField(FieldFault, opts...).ToFunc()
 }
 
 // ByReservation orders the results by the reservation field.

@@ -125,6 +125,11 @@ func MaintenanceReason(v string) predicate.Node {
 	return predicate.Node(sql.FieldEQ(FieldMaintenanceReason, v))
 }
 
+// Fault applies equality check predicate on the "fault" field. It's identical to FaultEQ.
+func Fault(v string) predicate.Node {
+	return predicate.Node(sql.FieldEQ(FieldFault, v))
+}
+
 // Reservation applies equality check predicate on the "reservation" field. It's identical to ReservationEQ.
 func Reservation(v string) predicate.Node {
 	return predicate.Node(sql.FieldEQ(FieldReservation, v))
@@ -1053,6 +1058,81 @@ func MaintenanceReasonEqualFold(v string) predicate.Node {
 // MaintenanceReasonContainsFold applies the ContainsFold predicate on the "maintenance_reason" field.
 func MaintenanceReasonContainsFold(v string) predicate.Node {
 	return predicate.Node(sql.FieldContainsFold(FieldMaintenanceReason, v))
+}
+
+// FaultEQ applies the EQ predicate on the "fault" field.
+func FaultEQ(v string) predicate.Node {
+	return predicate.Node(sql.FieldEQ(FieldFault, v))
+}
+
+// FaultNEQ applies the NEQ predicate on the "fault" field.
+func FaultNEQ(v string) predicate.Node {
+	return predicate.Node(sql.FieldNEQ(FieldFault, v))
+}
+
+// FaultIn applies the In predicate on the "fault" field.
+func FaultIn(vs ...string) predicate.Node {
+	return predicate.Node(sql.FieldIn(FieldFault, vs...))
+}
+
+// FaultNotIn applies the NotIn predicate on the "fault" field.
+func FaultNotIn(vs ...string) predicate.Node {
+	return predicate.Node(sql.FieldNotIn(FieldFault, vs...))
+}
+
+// FaultGT applies the GT predicate on the "fault" field.
+func FaultGT(v string) predicate.Node {
+	return predicate.Node(sql.FieldGT(FieldFault, v))
+}
+
+// FaultGTE applies the GTE predicate on the "fault" field.
+func FaultGTE(v string) predicate.Node {
+	return predicate.Node(sql.FieldGTE(FieldFault, v))
+}
+
+// FaultLT applies the LT predicate on the "fault" field.
+func FaultLT(v string) predicate.Node {
+	return predicate.Node(sql.FieldLT(FieldFault, v))
+}
+
+// FaultLTE applies the LTE predicate on the "fault" field.
+func FaultLTE(v string) predicate.Node {
+	return predicate.Node(sql.FieldLTE(FieldFault, v))
+}
+
+// FaultContains applies the Contains predicate on the "fault" field.
+func FaultContains(v string) predicate.Node {
+	return predicate.Node(sql.FieldContains(FieldFault, v))
+}
+
+// FaultHasPrefix applies the HasPrefix predicate on the "fault" field.
+func FaultHasPrefix(v string) predicate.Node {
+	return predicate.Node(sql.FieldHasPrefix(FieldFault, v))
+}
+
+// FaultHasSuffix applies the HasSuffix predicate on the "fault" field.
+func FaultHasSuffix(v string) predicate.Node {
+	return predicate.Node(sql.FieldHasSuffix(FieldFault, v))
+}
+
+// FaultIsNil applies the IsNil predicate on the "fault" field.
+func FaultIsNil() predicate.Node {
+	return predicate.Node(sql.FieldIsNull(FieldFault))
+}
+
+// FaultNotNil applies the NotNil predicate on the "fault" field.
+func FaultNotNil() predicate.Node {
+	return predicate.Node(sql.FieldNotNull(FieldFault))
+}
+
+// FaultEqualFold applies the EqualFold predicate on the "fault" field.
+func FaultEqualFold(v string) predicate.Node {
+	return predicate.Node(sql.FieldEqualFold(FieldFault, v))
+}
+
+// FaultContainsFold applies the ContainsFold predicate on the "fault" field.
+func FaultContainsFold(v string) predicate.Node {
+	return predicate.Node(sql.FieldContainsFold(FieldFault, v))
 }
 
 // ReservationEQ applies the EQ predicate on the "reservation" field.

@@ -31,6 +31,9 @@ func (Node) Fields() []ent.Field {
 		field.Text("last_error").Optional().Nillable(),
 		field.Bool("maintenance").Default(false),
 		field.Text("maintenance_reason").Optional().Nillable(),
+		// fault says why the conductor put the node into maintenance
+		// ("power failure"), as Ironic's; clearing maintenance clears it.
+		field.String("fault").Optional().Nillable().MaxLen(255),
 		// reservation is the hostname of the conductor holding the node's
 		// lock; it is taken and released with conditional UPDATEs only.
 		field.String("reservation").Optional().Nillable(),

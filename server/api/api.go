@@ -76,6 +76,7 @@ func (a *API) Register(root fiber.Router, v1 fiber.Router) {
 	v1.Delete("/nodes/:node/traits/:trait", a.deleteTrait)
 	v1.Put("/nodes/:node/maintenance", a.setMaintenance)
 	v1.Delete("/nodes/:node/maintenance", a.clearMaintenance)
+	v1.Get("/nodes/:node/validate", query(), a.validateNode)
 	v1.Get("/nodes/:node/history", query(historyQuery...), a.listHistory)
 	v1.Get("/nodes/:node/history/:event", query(), a.getHistory)
 	v1.Get("/events", query(eventsQuery...), a.listEvents)

@@ -173,7 +173,7 @@ func TestCleaningStateMachine(t *testing.T) {
 func TestIPMINodeThroughAPI(t *testing.T) {
 	sim := bmctest.Start(t)
 	// Short BMC timeouts: the dead-port case waits them out.
-	_, clients := startLocal(t, storetest.Setting(t, "sqlite"), server.Options{Conductor: conductor.Config{BMC: bmc.Options{Timeout: 3 * time.Second, Retries: 1}}})
+	_, clients := startLocal(t, storetest.Setting(t, "sqlite"), server.Options{Conductor: conductor.Config{BMC: bmc.Options{Timeout: 3 * time.Second, Retries: 1, PowerPoll: 100 * time.Millisecond}}})
 	admin := clients["system-admin"]
 	r := admin.Do(t, "POST", "/v1/nodes", map[string]any{"name": "sim-1", "driver": "ipmi", "driver_info": sim.DriverInfo(bmctest.Password)})
 	mustStatus(t, r, 201)
@@ -192,8 +192,31 @@ func TestIPMINodeThroughAPI(t *testing.T) {
 	}
 	mustStatus(t, admin.Do(t, "PUT", "/v1/nodes/"+id+"/states/power", map[string]any{"target": "rebooting"}), 202)
 	waitState(t, admin, id, "manageable")
-	if ev := strings.Join(sim.Events(), ","); !strings.HasSuffix(ev, "power 0,power 1") {
-		t.Fatalf("reboot reached the simulator as %s", ev)
+	// A running machine reboots with the BMC's own reset, not off and on.
+	if ev := strings.Join(sim.Events(), ","); !strings.HasSuffix(ev, "reset 1") || sim.Power() != "1" {
+		t.Fatalf("reboot reached the simulator as %s, power %s", ev, sim.Power())
+	}
+
+	checkPowerVerbs(t, admin, id, func() string {
+		if sim.Power() == "1" {
+			return bmc.PowerOn
+		}
+		return bmc.PowerOff
+	})
+	for _, seq := range [][]map[string]any{
+		steps(step("power", "power_off", nil), step("management", "set_boot_device", map[string]any{"device": "disk"}), step("power", "power_on", nil)),
+		steps(step("power", "power_on", nil), step("management", "set_boot_device", map[string]any{"device": "pxe"}), step("power", "reboot", nil)),
+	} {
+		provision(t, admin, id, map[string]any{"target": "clean", "clean_steps": seq}, 202)
+		n := waitState(t, admin, id, "manageable")
+		dev := seq[1]["args"].(map[string]any)["device"]
+		// ipmi_sim's chassis calls the hard disk "default".
+		if n["power_state"] != bmc.PowerOn || sim.Power() != "1" || sim.Boot() != map[any]string{"disk": "default", "pxe": "pxe"}[dev] || n["last_error"] != nil {
+			t.Fatalf("after %v: node %v, simulator power %s boot %s, last_error %v", seq, n["power_state"], sim.Power(), sim.Boot(), n["last_error"])
+		}
+		if b := admin.Do(t, "GET", "/v1/nodes/"+id+"/management/boot_device", nil); b.Status != 200 || b.JSON(t)["boot_device"] != dev {
+			t.Fatalf("boot device read back: %d %s", b.Status, b.Body)
+		}
 	}
 
 	// A wrong password and a dead port end in clean failed, saying which.

@@ -44,6 +44,7 @@ var nodeFields = []nodeField{
 	{"last_error", VerMin, func(w *jw, v *nodes.View, _ Version) { w.strp("last_error", v.LastError) }},
 	{"maintenance", VerMin, func(w *jw, v *nodes.View, _ Version) { w.boolean("maintenance", v.Maintenance) }},
 	{"maintenance_reason", VerMin, func(w *jw, v *nodes.View, _ Version) { w.strp("maintenance_reason", v.MaintenanceReason) }},
+	{"fault", VerFault, func(w *jw, v *nodes.View, _ Version) { w.strp("fault", v.Fault) }},
 	{"reservation", VerMin, func(w *jw, v *nodes.View, _ Version) { w.strp("reservation", v.Reservation) }},
 	{"clean_step", VerCleanStep, func(w *jw, v *nodes.View, _ Version) { w.obj("clean_step", v.CleanStep) }},
 	{"resource_class", VerResourceClass, func(w *jw, v *nodes.View, _ Version) { w.strp("resource_class", v.ResourceClass) }},

@@ -65,7 +65,11 @@ func (a *API) setPower(c *fiber.Ctx) error {
 	if (in.Target == "soft power off" || in.Target == "soft rebooting") && ver(c) < VerSoftPower {
 		return errs.NotAcceptable("%s requires API version %s or later", in.Target, VerSoftPower)
 	}
-	if err := a.Ops.SetPower(c.UserContext(), c.Params("node"), in.Target); err != nil {
+	var timeout time.Duration
+	if in.Timeout != nil {
+		timeout = time.Duration(*in.Timeout) * time.Second
+	}
+	if err := a.Ops.SetPowerWithin(c.UserContext(), c.Params("node"), in.Target, timeout); err != nil {
 		return err
 	}
 	c.Set("Location", baseURL(c)+"/v1/nodes/"+c.Params("node")+"/states")
@@ -122,11 +126,15 @@ func (a *API) setProvision(c *fiber.Ctx) error {
 }
 
 func (a *API) getBootDevice(c *fiber.Ctx) error {
-	dev, err := a.Ops.BootDevice(c.UserContext(), c.Params("node"))
+	b, err := a.Ops.BootDevice(c.UserContext(), c.Params("node"))
 	if err != nil {
 		return err
 	}
-	return c.JSON(fiber.Map{"boot_device": dev, "persistent": nil})
+	var dev *string
+	if b.Device != "" {
+		dev = &b.Device
+	}
+	return c.JSON(fiber.Map{"boot_device": dev, "persistent": b.Persistent})
 }
 
 func (a *API) setBootDevice(c *fiber.Ctx) error {

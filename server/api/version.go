@@ -28,6 +28,7 @@ const (
 	VerResourceClass  Version = 21 // resource_class field and filter
 	VerSoftPower      Version = 27 // soft power off / soft reboot
 	VerTraits         Version = 37 // traits field and sub-resource
+	VerFault          Version = 42 // fault field
 	VerOwner          Version = 50 // owner field and filter
 	VerDescription    Version = 51 // description field
 	VerLessee         Version = 65 // lessee field and filter

@@ -2,16 +2,11 @@ package bmc
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"net"
-	"net/url"
 	"strconv"
 	"strings"
 	"sync"
 	"time"
-
-	bmclib "github.com/bmc-toolbox/bmclib/v2"
 )
 
 // Ironic's power state names.
@@ -23,22 +18,29 @@ const (
 	SoftRebooting = "soft rebooting"
 )
 
-// Boot devices a client may set.
-var BootDevices = []string{"pxe", "disk", "cdrom", "bios", "safe"}
+// PowerTargets lists the power targets a client may ask for.
+var PowerTargets = []string{PowerOn, PowerOff, Rebooting, SoftPowerOff, SoftRebooting}
 
-// Errors a person can act on; Client errors wrap one of them.
-var (
-	ErrAuth        = errors.New("the BMC refused the credentials")
-	ErrUnreachable = errors.New("the BMC did not answer")
-	ErrUnsupported = errors.New("the driver does not support this")
-)
+// Boot is a node's next boot device as the BMC reports it.
+type Boot struct {
+	Device     string // pxe, disk, cdrom, bios, safe; "" when the BMC has no override
+	Persistent *bool  // nil when the BMC does not say
+}
 
-// Client talks to one node's BMC.
+// Client talks to one node's BMC. SetPower and Restart only send the
+// command; Power (power.go) waits for the BMC to report the result.
 type Client interface {
 	PowerState(ctx context.Context) (string, error)
+	// SetPower asks for power on, power off or soft power off.
 	SetPower(ctx context.Context, target string) error
-	BootDevice(ctx context.Context) (string, error)
-	SetBootDevice(ctx context.Context, device string, persistent bool) error
+	// Restart restarts a running machine (gracefully when soft); it
+	// returns ErrUnsupported when the BMC has no such command, and the
+	// caller powers off and on instead.
+	Restart(ctx context.Context, soft bool) error
+	BootDevice(ctx context.Context) (Boot, error)
+	// SetBootDevice sets the next boot device; mode is "uefi" or "bios"
+	// to change the boot mode, "" to keep the machine's.
+	SetBootDevice(ctx context.Context, device string, persistent bool, mode string) error
 	ResetBMC(ctx context.Context) error
 	Close()
 }
@@ -46,7 +48,9 @@ type Client interface {
 // Options bound every BMC call.
 type Options struct {
 	Timeout time.Duration // per call; default 20 s
-	Retries int           // extra attempts when the BMC does not answer; default 1
+	Retries int           // extra attempts when the BMC does not answer; default 1, negative for none
+	// PowerPoll is how often Power reads the state while waiting; default 1 s.
+	PowerPoll time.Duration
 }
 
 func (o Options) withDefaults() Options {
@@ -58,6 +62,9 @@ func (o Options) withDefaults() Options {
 	} else if o.Retries == 0 {
 		o.Retries = 1
 	}
+	if o.PowerPoll <= 0 {
+		o.PowerPoll = time.Second
+	}
 	return o
 }
 
@@ -67,51 +74,29 @@ func Open(driver, nodeUUID string, info map[string]any, o Options) (Client, erro
 		return nil, err
 	}
 	o = o.withDefaults()
-	str := func(k string) string { s, _ := info[k].(string); return s }
 	switch driver {
 	case "fake":
 		return fakeFor(nodeUUID), nil
 	case "ipmi":
-		port := "623"
-		if v, ok := info["ipmi_port"]; ok && v != nil {
-			n, _ := asInt(v)
-			port = strconv.Itoa(n)
-		}
-		cipher := "3"
-		if v, ok := info["ipmi_cipher_suite"]; ok && v != nil {
-			n, _ := asInt(v)
-			cipher = strconv.Itoa(n)
-		}
-		host := str("ipmi_address")
-		c := bmclib.NewClient(host, str("ipmi_username"), str("ipmi_password"),
-			bmclib.WithIpmitoolPort(port), bmclib.WithIpmitoolCipherSuite(cipher), bmclib.WithPerProviderTimeout(o.Timeout))
-		// Only ipmitool: the registry would otherwise try every vendor's
-		// protocol against an IPMI-only BMC and wait on each.
-		c.Registry.Drivers = c.Registry.For("ipmitool")
-		return &libClient{c: c, o: o, where: net.JoinHostPort(host, port), secrets: secretsOf(info)}, nil
+		return openIPMI(info, o), nil
 	case "redfish":
-		addr := str("redfish_address")
-		if !strings.Contains(addr, "://") {
-			addr = "https://" + addr
-		}
-		u, err := url.Parse(addr)
-		if err != nil {
-			return nil, &FieldError{Field: "driver_info/redfish_address", Msg: err.Error()}
-		}
-		opts := []bmclib.Option{bmclib.WithPerProviderTimeout(o.Timeout)}
-		if p := u.Port(); p != "" {
-			opts = append(opts, bmclib.WithRedfishPort(p))
-		}
-		if sys := str("redfish_system_id"); sys != "" {
-			opts = append(opts, bmclib.WithRedfishSystemName(sys[strings.LastIndex(sys, "/")+1:]))
-		}
-		c := bmclib.NewClient(u.Hostname(), str("redfish_username"), str("redfish_password"), opts...)
-		c.Registry.Drivers = c.Registry.For("gofish")
-		return &libClient{c: c, o: o, where: u.Host, secrets: secretsOf(info)}, nil
+		return openRedfish(info, o)
 	}
 	return nil, fmt.Errorf("driver %s: %w", driver, ErrUnsupported)
 }
 
+func str(info map[string]any, k string) string { s, _ := info[k].(string); return s }
+
+func intOr(info map[string]any, k string, def int) string {
+	if v, ok := info[k]; ok && v != nil {
+		if n, err := asInt(v); err == nil {
+			return strconv.Itoa(n)
+		}
+	}
+	return strconv.Itoa(def)
+}
+
+// secretsOf lists the credential values to mask in messages.
 func secretsOf(info map[string]any) []string {
 	var out []string
 	for k, v := range info {
@@ -122,172 +107,46 @@ func secretsOf(info map[string]any) []string {
 	return out
 }
 
-// libClient drives a BMC through bmclib.
-type libClient struct {
-	c       *bmclib.Client
+// caller serialises a client's calls, bounds each with the timeout and
+// retries only a BMC that did not answer.
+type caller struct {
+	mu      sync.Mutex
 	o       Options
 	where   string
 	secrets []string
-	mu      sync.Mutex
-	open    bool
 }
 
-// call runs fn with a timeout, retrying a BMC that did not answer, and
-// turns failures into errors that name the BMC and never a credential.
-func (l *libClient) call(ctx context.Context, what string, fn func(ctx context.Context) error) error {
-	l.mu.Lock()
-	defer l.mu.Unlock()
+func (c *caller) call(ctx context.Context, op string, fn func(ctx context.Context) error) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
 	var err error
-	for attempt := 0; attempt <= l.o.Retries; attempt++ {
-		cctx, cancel := context.WithTimeout(ctx, l.o.Timeout)
-		if !l.open {
-			if err = l.c.Open(cctx); err == nil {
-				l.open = true
+	for attempt := 0; attempt <= c.o.Retries; attempt++ {
+		if attempt > 0 {
+			select {
+			case <-ctx.Done():
+				return err
+			case <-time.After(time.Duration(attempt) * 500 * time.Millisecond):
 			}
 		}
-		if err == nil {
-			err = fn(cctx)
-		}
+		cctx, cancel := context.WithTimeout(ctx, c.o.Timeout)
+		err = fn(cctx)
 		cancel()
 		if err == nil {
 			return nil
 		}
-		err = l.classify(what, err)
-		if !errors.Is(err, ErrUnreachable) || ctx.Err() != nil {
+		err = classify(op, c.where, err, c.secrets)
+		if !Retryable(err) || ctx.Err() != nil {
 			return err
 		}
 	}
 	return err
 }
 
-func (l *libClient) classify(what string, err error) error {
-	msg := err.Error()
-	for _, s := range l.secrets {
-		msg = strings.ReplaceAll(msg, s, "******")
-	}
-	low := strings.ToLower(msg)
-	kind := ErrUnreachable
-	switch {
-	case strings.Contains(low, "rakp") || strings.Contains(low, "password") || strings.Contains(low, "unauthorized") ||
-		strings.Contains(low, "authentication") || strings.Contains(low, "401"):
-		kind = ErrAuth
-	case strings.Contains(low, "not supported") || strings.Contains(low, "not implemented"):
-		kind = ErrUnsupported
-	}
-	// ipmitool answers a wrong password and a dead port alike ("unable to
-	// establish session"); tell them apart by whether the port answered.
-	if kind == ErrUnreachable && strings.Contains(low, "unable to establish") && l.answers() {
-		kind = ErrAuth
-	}
-	detail := msg
-	if len(detail) > 300 {
-		detail = detail[:300] + "…"
-	}
-	return fmt.Errorf("%s at %s: %w (%s)", what, l.where, kind, strings.TrimSpace(detail))
-}
-
-// answers probes the BMC's UDP port with an RMCP presence ping.
-func (l *libClient) answers() bool {
-	conn, err := net.DialTimeout("udp", l.where, time.Second)
-	if err != nil {
-		return false
-	}
-	defer conn.Close()
-	ping := []byte{0x06, 0x00, 0xff, 0x06, 0x00, 0x00, 0x11, 0xbe, 0x80, 0x00, 0x00, 0x00}
-	_ = conn.SetDeadline(time.Now().Add(time.Second))
-	if _, err := conn.Write(ping); err != nil {
-		return false
-	}
-	buf := make([]byte, 64)
-	_, err = conn.Read(buf)
-	return err == nil
-}
-
-func (l *libClient) PowerState(ctx context.Context) (string, error) {
-	var st string
-	err := l.call(ctx, "reading power state", func(ctx context.Context) error {
-		s, err := l.c.GetPowerState(ctx)
-		st = s
-		return err
-	})
-	if err != nil {
-		return "", err
-	}
-	// bmclib hands back the provider's words: "Chassis Power is on", "On".
-	low := strings.ToLower(st)
-	switch {
-	case strings.Contains(low, "off"):
-		return PowerOff, nil
-	case strings.Contains(low, "on"):
-		return PowerOn, nil
-	}
-	return "", fmt.Errorf("reading power state at %s: unexpected answer %q", l.where, strings.TrimSpace(st))
-}
-
-func (l *libClient) set(ctx context.Context, state string) error {
-	return l.call(ctx, "setting power "+state, func(ctx context.Context) error {
-		_, err := l.c.SetPowerState(ctx, state)
-		return err
-	})
-}
-
-func (l *libClient) SetPower(ctx context.Context, target string) error {
-	switch target {
-	case PowerOn:
-		return l.set(ctx, "on")
-	case PowerOff:
-		return l.set(ctx, "off")
-	case SoftPowerOff:
-		return l.set(ctx, "soft")
-	case Rebooting, SoftRebooting:
-		// Off then on works whatever the starting state; a BMC "cycle"
-		// refuses a machine that is off.
-		off := "off"
-		if target == SoftRebooting {
-			off = "soft"
-		}
-		if err := l.set(ctx, off); err != nil {
-			return err
-		}
-		return l.set(ctx, "on")
-	}
-	return fmt.Errorf("power state %q: %w", target, ErrUnsupported)
-}
-
-func (l *libClient) BootDevice(context.Context) (string, error) {
-	// bmclib v2.3 can set the boot device but not read it back.
-	return "", fmt.Errorf("reading the boot device: %w", ErrUnsupported)
-}
-
-func (l *libClient) SetBootDevice(ctx context.Context, device string, persistent bool) error {
-	return l.call(ctx, "setting boot device "+device, func(ctx context.Context) error {
-		_, err := l.c.SetBootDevice(ctx, device, persistent, false)
-		return err
-	})
-}
-
-func (l *libClient) ResetBMC(ctx context.Context) error {
-	return l.call(ctx, "resetting the BMC", func(ctx context.Context) error {
-		_, err := l.c.ResetBMC(ctx, "warm")
-		return err
-	})
-}
-
-func (l *libClient) Close() {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.open {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = l.c.Close(ctx)
-		l.open = false
-	}
-}
-
 // fake is an in-memory BMC per node, instant, for demos and scale tests.
 type fake struct {
 	mu          sync.Mutex
 	power, boot string
+	persistent  bool
 }
 
 var fakes sync.Map // node UUID -> *fake
@@ -307,7 +166,7 @@ func (f *fake) SetPower(_ context.Context, target string) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	switch target {
-	case PowerOn, Rebooting, SoftRebooting:
+	case PowerOn:
 		f.power = PowerOn
 	case PowerOff, SoftPowerOff:
 		f.power = PowerOff
@@ -317,18 +176,31 @@ func (f *fake) SetPower(_ context.Context, target string) error {
 	return nil
 }
 
-func (f *fake) BootDevice(context.Context) (string, error) {
+func (f *fake) Restart(context.Context, bool) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return f.boot, nil
+	f.power = PowerOn
+	return nil
 }
 
-func (f *fake) SetBootDevice(_ context.Context, device string, _ bool) error {
+func (f *fake) BootDevice(context.Context) (Boot, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	f.boot = device
+	p := f.persistent
+	return Boot{Device: f.boot, Persistent: &p}, nil
+}
+
+func (f *fake) SetBootDevice(_ context.Context, device string, persistent bool, _ string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.boot, f.persistent = device, persistent
 	return nil
 }
 
 func (f *fake) ResetBMC(context.Context) error { return nil }
 func (f *fake) Close()                         {}
+
+// errUnsupported is a classified "not supported" for op.
+func errUnsupported(op, where string) error {
+	return &Error{Op: op, Where: where, Kind: ErrUnsupported}
+}

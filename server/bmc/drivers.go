@@ -6,6 +6,7 @@ package bmc
 import (
 	"fmt"
 	"net"
+	"net/netip"
 	"net/url"
 	"slices"
 	"strconv"
@@ -35,34 +36,54 @@ const (
 	kCipher
 	kURL
 	kBoolOrPath
+	kEnum
 )
 
 type key struct {
 	name     string
 	kind     kind
 	required bool
+	values   []string // kEnum
 }
 
 // drivers lists each driver's driver_info keys, named as Ironic names
-// them so existing enrolment files work unchanged. Keys not listed are
-// kept as given: Ironic stores deploy and boot settings there too.
+// them so existing enrolment files work unchanged (the README's
+// Conductor section says what each does). Keys not listed are kept as
+// given: Ironic stores deploy and boot settings there too.
 var drivers = map[string][]key{
 	"fake": nil,
 	"ipmi": {
-		{"ipmi_address", kHost, true},
-		{"ipmi_port", kPort, false},
-		{"ipmi_username", kString, false},
-		{"ipmi_password", kString, false},
-		{"ipmi_cipher_suite", kCipher, false},
+		{name: "ipmi_address", kind: kHost, required: true},
+		{name: "ipmi_port", kind: kPort},
+		{name: "ipmi_username", kind: kString},
+		{name: "ipmi_password", kind: kString},
+		{name: "ipmi_cipher_suite", kind: kCipher},
+		{name: "ipmi_protocol_version", kind: kEnum, values: []string{"2.0", "1.5"}},
+		{name: "ipmi_priv_level", kind: kEnum, values: []string{"ADMINISTRATOR", "OPERATOR", "USER", "CALLBACK"}},
 	},
 	"redfish": {
-		{"redfish_address", kURL, true},
-		{"redfish_system_id", kString, false},
-		{"redfish_username", kString, false},
-		{"redfish_password", kString, false},
-		{"redfish_verify_ca", kBoolOrPath, false},
+		{name: "redfish_address", kind: kURL, required: true},
+		{name: "redfish_system_id", kind: kString},
+		{name: "redfish_username", kind: kString},
+		{name: "redfish_password", kind: kString},
+		{name: "redfish_verify_ca", kind: kBoolOrPath},
+		{name: "redfish_auth_type", kind: kEnum, values: []string{"auto", "session", "basic"}},
 	},
 }
+
+// bootDevices are the devices each driver can set; anything else is a
+// 400 before any BMC is contacted.
+var bootDevices = map[string][]string{
+	"fake":    {"pxe", "disk", "cdrom", "bios", "safe"},
+	"ipmi":    {"pxe", "disk", "cdrom", "bios", "safe"},
+	"redfish": {"pxe", "disk", "cdrom", "bios"},
+}
+
+// BootDevices lists the boot devices driver can set.
+func BootDevices(driver string) []string { return slices.Clone(bootDevices[driver]) }
+
+// AllBootDevices lists every boot device some driver can set.
+func AllBootDevices() []string { return slices.Clone(bootDevices["ipmi"]) }
 
 // Drivers returns the driver names, sorted.
 func Drivers() []string {
@@ -124,11 +145,16 @@ func check(k key, v any) error {
 			return fieldErr(k.name, "driver_info/%s must be an integer from %d to %d, got %v", k.name, lo, hi, v)
 		}
 		return nil
+	case kEnum:
+		if !isString || !slices.Contains(k.values, s) {
+			return fieldErr(k.name, "driver_info/%s must be one of %s, got %v", k.name, strings.Join(k.values, ", "), v)
+		}
+		return nil
 	case kBoolOrPath:
 		if _, ok := v.(bool); ok {
 			return nil
 		}
-		if isString && s != "" {
+		if isString && (s == "true" || s == "false" || s == "True" || s == "False" || strings.HasPrefix(s, "/")) {
 			return nil
 		}
 		return fieldErr(k.name, "driver_info/%s must be true, false or a CA bundle path", k.name)
@@ -141,17 +167,48 @@ func check(k key, v any) error {
 		if strings.ContainsAny(s, " /\\\t\n") || (net.ParseIP(s) == nil && !validHostname(s)) {
 			return fieldErr(k.name, "driver_info/%s %q is not a host name or IP address", k.name, s)
 		}
+		return checkEnrolHost(k.name, s)
 	case kURL:
-		target := s
-		if !strings.Contains(s, "://") {
-			target = "https://" + s
+		u, err := ParseRedfishAddress(s)
+		if err != nil {
+			return fieldErr(k.name, "driver_info/%s %q is not an http(s) address: %v", k.name, s, err)
 		}
-		u, err := url.Parse(target)
-		if err != nil || u.Host == "" || (u.Scheme != "http" && u.Scheme != "https") {
-			return fieldErr(k.name, "driver_info/%s %q is not an http(s) address", k.name, s)
-		}
+		return checkEnrolHost(k.name, u.Hostname())
 	}
 	return nil
+}
+
+// ParseRedfishAddress reads redfish_address as Ironic does: https when
+// no scheme is given; an IPv6 address may come bare or in brackets; a
+// path is kept as a prefix before /redfish/v1.
+func ParseRedfishAddress(s string) (*url.URL, error) {
+	s = strings.TrimSpace(s)
+	if !strings.Contains(s, "://") {
+		if a, err := netip.ParseAddr(s); err == nil && a.Is6() {
+			s = "[" + s + "]"
+		}
+		s = "https://" + s
+	}
+	u, err := url.Parse(s)
+	if err != nil {
+		return nil, err
+	}
+	if u.Scheme != "http" && u.Scheme != "https" {
+		return nil, fmt.Errorf("scheme %q is not http or https", u.Scheme)
+	}
+	if u.Hostname() == "" {
+		return nil, fmt.Errorf("no host")
+	}
+	if u.User != nil || u.RawQuery != "" || u.Fragment != "" {
+		return nil, fmt.Errorf("credentials, queries and fragments do not belong in the address")
+	}
+	if p := u.Port(); p != "" {
+		if n, err := strconv.Atoi(p); err != nil || n < 1 || n > 65535 {
+			return nil, fmt.Errorf("port %q is not 1-65535", p)
+		}
+	}
+	u.Path = strings.TrimSuffix(strings.TrimSuffix(u.Path, "/"), "/redfish/v1")
+	return u, nil
 }
 
 func asInt(v any) (int, error) {

@@ -10,6 +10,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/anvilproject/anvil/server"
+	"github.com/anvilproject/anvil/server/bmc"
 	"github.com/anvilproject/anvil/server/conductor"
 	"github.com/anvilproject/anvil/server/demo"
 	"github.com/anvilproject/anvil/server/oidclogin"
@@ -30,6 +31,7 @@ func serveCmd() *cobra.Command {
 		pool   store.Pool
 		access string
 		proxy  []net.IPNet
+		bmcNet []string
 	)
 	cmd := &cobra.Command{
 		Use:   "serve",
@@ -38,6 +40,9 @@ func serveCmd() *cobra.Command {
 			log, err := g.logger(cmd.ErrOrStderr())
 			if err != nil {
 				return err
+			}
+			if cc.BMCNetworks, err = bmc.ParseNetworks(bmcNet); err != nil {
+				return fmt.Errorf("--bmc-networks: %w", err)
 			}
 			switch auth {
 			case "none":
@@ -105,6 +110,8 @@ func serveCmd() *cobra.Command {
 	f.DurationVar(&cc.PowerSync, "power-sync", time.Minute, "period of the power-state sync over every node (0 turns it off)")
 	f.IntVar(&cc.PowerSyncWorkers, "power-sync-workers", 16, "concurrent BMC calls during power sync")
 	f.DurationVar(&cc.BMC.Timeout, "bmc-timeout", 20*time.Second, "timeout of each BMC call")
+	f.DurationVar(&cc.PowerTimeout, "power-timeout", time.Minute, "how long a power action waits for the BMC to report the new state (Ironic's power_timeout)")
+	f.StringSliceVar(&bmcNet, "bmc-networks", nil, "CIDRs BMC addresses must fall in, checked at enrolment and at every connection (empty: any address)")
 	f.StringVar(&pdir, "policy-dir", "policy.d", "directory of policy override files (Ironic's YAML policy format)")
 	f.BoolVar(&penab, "policy-override-enabled", false, "apply policy overrides from --policy-dir and uploads; off means the defaults, whatever the directory holds")
 	f.StringVar(&secret, "session-secret", "", "secret the portal's cookie keys derive from (give every replica the same); default: generated once and kept in the database")

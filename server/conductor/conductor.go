@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/netip"
 	"os"
 	"sync"
 	"time"
@@ -34,7 +35,13 @@ type Config struct {
 	// PowerSyncWorkers bounds its concurrent BMC calls.
 	PowerSync        time.Duration
 	PowerSyncWorkers int
-	BMC              bmc.Options
+	// PowerTimeout bounds the wait for a BMC to report the requested power
+	// state (Ironic's conductor.power_timeout); a request's timeout wins.
+	PowerTimeout time.Duration
+	BMC          bmc.Options
+	// BMCNetworks is the BMC address allow-list (empty: any); it applies
+	// process-wide, to enrolment as well as to connections.
+	BMCNetworks []netip.Prefix
 }
 
 func (c Config) withDefaults() Config {
@@ -46,6 +53,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.PowerSyncWorkers <= 0 {
 		c.PowerSyncWorkers = 16
+	}
+	if c.PowerTimeout <= 0 {
+		c.PowerTimeout = 60 * time.Second
 	}
 	return c
 }
@@ -61,12 +71,17 @@ type Conductor struct {
 	cancel context.CancelFunc
 	// commits groups step writes (runner.go).
 	commits committer
+	// authFails counts each node's consecutive credential refusals; at
+	// maxAuthFailures the node goes into maintenance (faults.go).
+	authMu    sync.Mutex
+	authFails map[int]int
 }
 
 // New returns a conductor; Start registers it and starts its loops.
 func New(db *store.DB, log *slog.Logger, cfg Config) *Conductor {
 	ctx, cancel := context.WithCancel(context.Background())
-	return &Conductor{cfg: cfg.withDefaults(), db: db, log: log, ctx: ctx, cancel: cancel}
+	bmc.SetNetworks(cfg.BMCNetworks)
+	return &Conductor{cfg: cfg.withDefaults(), db: db, log: log, ctx: ctx, cancel: cancel, authFails: map[int]int{}}
 }
 
 // Name is the conductor's name, as locks record it.
@@ -237,10 +252,13 @@ func (c *Conductor) client(n *ent.Node) (bmc.Client, error) {
 }
 
 // SyncPower reads every eligible node's power state with bounded
-// concurrency and records changes; nodes in maintenance or locked are left
-// alone. It returns how many nodes it read.
+// concurrency and records changes. Nodes in maintenance, locked or with a
+// power action in flight are left alone, and a change is recorded only if
+// the stored state is still the one read before the BMC was asked, so an
+// action Anvil finished meanwhile is never reported as external. It
+// returns how many nodes it read.
 func (c *Conductor) SyncPower(ctx context.Context) (int, error) {
-	ns, err := c.db.Node.Query().Where(node.Maintenance(false), node.ReservationIsNil()).
+	ns, err := c.db.Node.Query().Where(node.Maintenance(false), node.ReservationIsNil(), node.TargetPowerStateIsNil()).
 		Select(node.FieldID, node.FieldUUID, node.FieldDriver, node.FieldDriverInfo, node.FieldPowerState).All(ctx)
 	if err != nil {
 		return 0, err
@@ -255,28 +273,44 @@ func (c *Conductor) SyncPower(ctx context.Context) (int, error) {
 		wg.Add(1)
 		go func(n *ent.Node) {
 			defer func() { <-sem; wg.Done() }()
-			cl, err := c.client(n)
+			st, err := c.readPower(ctx, n)
+			c.noteBMC(ctx, n, err)
 			if err != nil {
-				return
-			}
-			defer cl.Close()
-			st, err := cl.PowerState(ctx)
-			if err != nil || (n.PowerState != nil && *n.PowerState == st) {
-				return
-			}
-			cnt, err := c.db.Node.Update().Where(node.ID(n.ID), node.ReservationIsNil()).SetPowerState(st).Save(ctx)
-			if err == nil && cnt == 1 {
-				prev := "unknown"
-				if n.PowerState != nil {
-					prev = *n.PowerState
+				if ctx.Err() == nil {
+					c.log.Warn("power sync: reading power state failed", "node", n.UUID, "err", err)
 				}
-				_ = history.Record(ctx, c.db.Client, history.Event{NodeID: n.ID, Type: "power",
-					Message: fmt.Sprintf("Power state changed from %s to %s outside Anvil (power sync)", prev, st), Conductor: c.cfg.Name})
+				return
 			}
+			if n.PowerState != nil && *n.PowerState == st {
+				return
+			}
+			same := node.PowerStateIsNil()
+			prev := "unknown"
+			if n.PowerState != nil {
+				same, prev = node.PowerState(*n.PowerState), *n.PowerState
+			}
+			cnt, err := c.db.Node.Update().Where(node.ID(n.ID), node.ReservationIsNil(), node.TargetPowerStateIsNil(), same).SetPowerState(st).Save(ctx)
+			if err != nil || cnt != 1 {
+				return
+			}
+			msg := fmt.Sprintf("Power state changed from %s to %s outside Anvil (power sync)", prev, st)
+			if n.PowerState == nil {
+				msg = "Power state is " + st + " (first read by power sync)"
+			}
+			_ = history.Record(ctx, c.db.Client, history.Event{NodeID: n.ID, Type: "power", Message: msg, Conductor: c.cfg.Name})
 		}(n)
 	}
 	wg.Wait()
 	return len(ns), nil
+}
+
+func (c *Conductor) readPower(ctx context.Context, n *ent.Node) (string, error) {
+	cl, err := c.client(n)
+	if err != nil {
+		return "", err
+	}
+	defer cl.Close()
+	return cl.PowerState(ctx)
 }
 
 // Info describes a conductor for the API.

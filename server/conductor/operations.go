@@ -73,16 +73,23 @@ func actor(ctx context.Context) string {
 	return ""
 }
 
-// SetPower starts a power change and returns once the node is locked
-// and target_power_state set; the BMC call runs in the conductor.
-func (o *Ops) SetPower(ctx context.Context, ident, target string) (err error) {
+// SetPower starts a power change with the conductor's power timeout.
+func (o *Ops) SetPower(ctx context.Context, ident, target string) error {
+	return o.SetPowerWithin(ctx, ident, target, 0)
+}
+
+// SetPowerWithin starts a power change and returns once the node is
+// locked and target_power_state set; the conductor then sends it and
+// waits up to timeout (0: the configured power timeout) for the BMC to
+// report the result. Only then is power_state written.
+func (o *Ops) SetPowerWithin(ctx context.Context, ident, target string, timeout time.Duration) (err error) {
 	n, err := o.Nodes.Authorized(ctx, ident, RuleSetPower)
 	if err != nil {
 		return err
 	}
 	defer func() { o.Guard.Done(ctx, RuleSetPower, "node", n.UUID, err, map[string]any{"target": target}) }()
-	if !slices.Contains([]string{bmc.PowerOn, bmc.PowerOff, bmc.Rebooting, bmc.SoftPowerOff, bmc.SoftRebooting}, target) {
-		return errs.BadRequest("target", "target %q is not one of power on, power off, rebooting, soft power off, soft rebooting", target)
+	if !slices.Contains(bmc.PowerTargets, target) {
+		return errs.BadRequest("target", "target %q is not one of %s", target, strings.Join(bmc.PowerTargets, ", "))
 	}
 	if slices.Contains([]string{nodes.StateCleaning, nodes.StateCleanWait, nodes.StateServicing, nodes.StateServiceWait, nodes.StateVerifying, StateAdopting}, n.ProvisionState) {
 		return errs.Conflict("Node %s is %s; power actions wait until it finishes.", n.UUID, n.ProvisionState)
@@ -103,22 +110,18 @@ func (o *Ops) SetPower(ctx context.Context, ident, target string) (err error) {
 	go func() {
 		defer c.work.Done()
 		defer c.unlock(n.ID)
-		// The call finishes even if the conductor is stopping: a half-done
-		// power action is worse than a late one.
+		// The action finishes even if the conductor is stopping: a
+		// half-done power action is worse than a late one.
 		bctx := context.WithoutCancel(c.ctx)
-		err := c.power(bctx, n, target)
+		final, err := c.power(bctx, n, target, timeout)
 		upd := c.db.Node.UpdateOneID(n.ID).ClearTargetPowerState()
 		ev := history.Event{NodeID: n.ID, Type: "power", User: who, Conductor: c.cfg.Name}
 		if err != nil {
-			upd.SetLastError(err.Error())
-			ev.Severity, ev.Message = history.Error, "Power "+target+" failed: "+err.Error()
+			upd.SetLastError(powerFailed(target, bmc.Summary(err)))
+			ev.Severity, ev.Message = history.Error, powerFailed(target, err.Error())
 		} else {
-			final := bmc.PowerOn
-			if target == bmc.PowerOff || target == bmc.SoftPowerOff {
-				final = bmc.PowerOff
-			}
 			upd.SetPowerState(final).ClearLastError()
-			ev.Message = "Power " + target + " done; power is " + final
+			ev.Message = strings.ToUpper(target[:1]) + target[1:] + " done; the BMC reports " + final
 		}
 		if err := upd.Exec(bctx); err != nil {
 			c.log.Error("recording power result", "node", n.UUID, "err", err)
@@ -128,37 +131,65 @@ func (o *Ops) SetPower(ctx context.Context, ident, target string) (err error) {
 	return nil
 }
 
-func (c *Conductor) power(ctx context.Context, n *ent.Node, target string) error {
-	cl, err := c.client(n)
-	if err != nil {
-		return err
-	}
-	defer cl.Close()
-	return cl.SetPower(ctx, target)
+// powerFailed words a failed power action. last_error gets the kind of
+// failure only (bmc.Summary), without the BMC's address or dial error,
+// since any reader of the node may see it; history keeps the detail.
+func powerFailed(target, why string) string {
+	return strings.ToUpper(target[:1]) + target[1:] + " failed: " + why
 }
 
-// BootDevice reads the node's next boot device.
-func (o *Ops) BootDevice(ctx context.Context, ident string) (string, error) {
-	n, err := o.Nodes.Authorized(ctx, ident, RuleGetBootDevice)
+// power runs a power action to its end: the BMC reports the state, or an
+// error says why not.
+func (c *Conductor) power(ctx context.Context, n *ent.Node, target string, timeout time.Duration) (string, error) {
+	if timeout <= 0 {
+		timeout = c.cfg.PowerTimeout
+	}
+	cl, err := c.client(n)
 	if err != nil {
 		return "", err
 	}
-	cl, err := o.C.client(n)
-	if err != nil {
-		return "", errs.BadRequest("driver_info", "%v", err)
-	}
 	defer cl.Close()
-	dev, err := cl.BootDevice(ctx)
-	if errors.Is(err, bmc.ErrUnsupported) {
-		return "", errs.NotAcceptable("driver %s cannot read the boot device back", n.Driver)
-	}
-	if err != nil {
-		return "", errs.Unavailable("%v", err)
-	}
-	return dev, nil
+	final, err := bmc.Power(ctx, cl, target, timeout, c.cfg.BMC.PowerPoll)
+	c.noteBMC(ctx, n, err)
+	return final, err
 }
 
-// SetBootDevice sets the next boot device under the node's lock.
+// BootDevice reads the node's next boot device from its BMC.
+func (o *Ops) BootDevice(ctx context.Context, ident string) (bmc.Boot, error) {
+	n, err := o.Nodes.Authorized(ctx, ident, RuleGetBootDevice)
+	if err != nil {
+		return bmc.Boot{}, err
+	}
+	cl, err := o.C.client(n)
+	if err != nil {
+		return bmc.Boot{}, errs.BadRequest("driver_info", "%v", err)
+	}
+	defer cl.Close()
+	b, err := cl.BootDevice(ctx)
+	o.C.noteBMC(ctx, n, err)
+	if errors.Is(err, bmc.ErrUnsupported) {
+		return bmc.Boot{}, errs.NotAcceptable("driver %s cannot read the boot device back", n.Driver)
+	}
+	if err != nil {
+		return bmc.Boot{}, bmcError(ctx, err)
+	}
+	return b, nil
+}
+
+// bmcError is a 503 for a BMC failure: the whole story for system-scoped
+// callers, only the kind of failure for project-scoped ones, who could
+// otherwise probe the management network through dial errors.
+func bmcError(ctx context.Context, err error) error {
+	if p := policies.PrincipalFrom(ctx); p == nil || p.System {
+		return errs.Unavailable("%v", err)
+	}
+	return errs.Unavailable("%s", bmc.Summary(err))
+}
+
+// SetBootDevice sets the next boot device under the node's lock. The
+// device must be one the node's driver can set (a 400 before any BMC is
+// contacted); the boot mode stays the machine's unless the node asks for
+// one in its capabilities, as Ironic reads them.
 func (o *Ops) SetBootDevice(ctx context.Context, ident, device string, persistent bool) (err error) {
 	n, err := o.Nodes.Authorized(ctx, ident, RuleSetBootDevice)
 	if err != nil {
@@ -167,8 +198,8 @@ func (o *Ops) SetBootDevice(ctx context.Context, ident, device string, persisten
 	defer func() {
 		o.Guard.Done(ctx, RuleSetBootDevice, "node", n.UUID, err, map[string]any{"boot_device": device, "persistent": persistent})
 	}()
-	if !slices.Contains(bmc.BootDevices, device) {
-		return errs.BadRequest("boot_device", "boot_device %q is not one of %s", device, strings.Join(bmc.BootDevices, ", "))
+	if valid := bmc.BootDevices(n.Driver); !slices.Contains(valid, device) {
+		return errs.BadRequest("boot_device", "boot_device %q is not one of %s (driver %s)", device, strings.Join(valid, ", "), n.Driver)
 	}
 	if err := o.C.lock(ctx, n.ID); err != nil {
 		if errors.Is(err, ErrLocked) {
@@ -182,11 +213,36 @@ func (o *Ops) SetBootDevice(ctx context.Context, ident, device string, persisten
 		return errs.BadRequest("driver_info", "%v", err)
 	}
 	defer cl.Close()
-	if err := cl.SetBootDevice(ctx, device, persistent); err != nil {
-		return errs.Unavailable("%v", err)
+	err = cl.SetBootDevice(ctx, device, persistent, BootMode(n))
+	o.C.noteBMC(ctx, n, err)
+	if err != nil {
+		return bmcError(ctx, err)
 	}
 	return history.Record(ctx, o.C.db.Client, history.Event{NodeID: n.ID, Type: "management", User: actor(ctx), Conductor: o.C.cfg.Name,
 		Message: fmt.Sprintf("Boot device set to %s (persistent: %v)", device, persistent)})
+}
+
+// BootMode is the boot mode a node asks for, read as Ironic reads it:
+// instance_info's capabilities first, then properties' capabilities
+// ("boot_mode:uefi,secure_boot:true" or an object); "" keeps the
+// machine's own.
+func BootMode(n *ent.Node) string {
+	for _, m := range []map[string]any{n.InstanceInfo, n.Properties} {
+		switch caps := m["capabilities"].(type) {
+		case map[string]any:
+			if v, _ := caps["boot_mode"].(string); v == "uefi" || v == "bios" {
+				return v
+			}
+		case string:
+			for _, kv := range strings.Split(caps, ",") {
+				k, v, _ := strings.Cut(strings.TrimSpace(kv), ":")
+				if k == "boot_mode" && (v == "uefi" || v == "bios") {
+					return v
+				}
+			}
+		}
+	}
+	return ""
 }
 
 // ProvisionRequest is a PUT to states/provision.
@@ -296,6 +352,9 @@ func (o *Ops) Provision(ctx context.Context, ident string, r ProvisionRequest) (
 			return err
 		}
 	}
+	if err := stepsFitDriver(r.Target+"_steps", steps, n.Driver); err != nil {
+		return err
+	}
 	detail := map[string]any{"target": r.Target, "from": n.ProvisionState, "runbook": r.Runbook}
 	if len(steps) > 0 {
 		detail["steps"] = stepsToAny(steps)
@@ -368,11 +427,12 @@ func (c *Conductor) verify(n *ent.Node, tr transition, who string) {
 	if err == nil {
 		st, err = cl.PowerState(ctx)
 		cl.Close()
+		c.noteBMC(ctx, n, err)
 	}
 	upd := c.db.Node.UpdateOneID(n.ID).ClearTargetProvisionState().SetProvisionUpdatedAt(time.Now())
 	if err != nil {
 		back := failedState[tr.via]
-		upd.SetProvisionState(back).SetLastError(fmt.Sprintf("Failed to verify the BMC: %v", err))
+		upd.SetProvisionState(back).SetLastError("Failed to verify the BMC: " + bmc.Summary(err))
 		ev.Severity, ev.Message = history.Error, fmt.Sprintf("%s failed; back to %s: %v", tr.via, back, err)
 	} else {
 		upd.SetProvisionState(tr.to).SetPowerState(st)

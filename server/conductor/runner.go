@@ -101,14 +101,21 @@ func (c *Conductor) runSteps(id int, kind string, steps []Step, who string) {
 	one := func(upd func(tx *ent.Client) error, ev history.Event) write {
 		return write{updates: []func(tx *ent.Client) error{upd}, events: []history.Event{ev}}
 	}
-	fail := func(msg string) {
+	// failWith records msg as last_error and msg plus detail in history:
+	// a BMC's address and dial error stay out of last_error.
+	failWith := func(msg, detail string) {
+		ev := msg
+		if detail != "" {
+			ev += " (" + detail + ")"
+		}
 		err := commit(one(update(func(u *ent.NodeUpdate) {
 			u.SetProvisionState(ph.failed).ClearTargetProvisionState().SetLastError(msg).SetProvisionUpdatedAt(time.Now())
-		}, map[string]any{}), event(history.Error, msg)))
+		}, map[string]any{}), event(history.Error, ev)))
 		if err != nil {
 			c.log.Error("recording step failure", "node", id, "err", err)
 		}
 	}
+	fail := func(msg string) { failWith(msg, "") }
 	for i, st := range steps {
 		if c.ctx.Err() != nil {
 			fail(fmt.Sprintf("Conductor %s shut down before step %s; run the remaining steps again.", c.cfg.Name, st.Name()))
@@ -151,7 +158,11 @@ func (c *Conductor) runSteps(id int, kind string, steps []Step, who string) {
 			fail(fmt.Sprintf("Conductor %s shut down during step %s; run the remaining steps again.", c.cfg.Name, st.Name()))
 			return
 		case err != nil:
-			fail(fmt.Sprintf("Step %s failed: %v", st.Name(), err))
+			detail := ""
+			if bmc.Summary(err) != err.Error() {
+				detail = err.Error()
+			}
+			failWith(fmt.Sprintf("Step %s failed: %s", st.Name(), bmc.Summary(err)), detail)
 			return
 		}
 		if power != "" {
@@ -303,19 +314,19 @@ func (c *Conductor) execStep(ctx context.Context, n *ent.Node, ph phase, st Step
 	switch st.Name() {
 	case "power.power_on", "power.power_off", "power.reboot":
 		target := map[string]string{"power.power_on": bmc.PowerOn, "power.power_off": bmc.PowerOff, "power.reboot": bmc.Rebooting}[st.Name()]
-		if err := cl.SetPower(ctx, target); err != nil {
-			return "", err
-		}
-		if target == bmc.PowerOff {
-			return bmc.PowerOff, nil
-		}
-		return bmc.PowerOn, nil
+		final, err := bmc.Power(ctx, cl, target, c.cfg.PowerTimeout, c.cfg.BMC.PowerPoll)
+		c.noteBMC(ctx, n, err)
+		return final, err
 	case "management.set_boot_device":
 		dev, _ := st.Args["device"].(string)
 		persistent, _ := st.Args["persistent"].(bool)
-		return "", cl.SetBootDevice(ctx, dev, persistent)
+		err := cl.SetBootDevice(ctx, dev, persistent, BootMode(n))
+		c.noteBMC(ctx, n, err)
+		return "", err
 	case "management.reset_bmc":
-		return "", cl.ResetBMC(ctx)
+		err := cl.ResetBMC(ctx)
+		c.noteBMC(ctx, n, err)
+		return "", err
 	}
 	return "", fmt.Errorf("step %s has no implementation", st.Name())
 }

@@ -42,8 +42,8 @@ type StepInfo struct {
 
 func isDevice(v any) error {
 	s, _ := v.(string)
-	if !slices.Contains(bmc.BootDevices, s) {
-		return fmt.Errorf("must be one of %s", strings.Join(bmc.BootDevices, ", "))
+	if !slices.Contains(bmc.AllBootDevices(), s) {
+		return fmt.Errorf("must be one of %s", strings.Join(bmc.AllBootDevices(), ", "))
 	}
 	return nil
 }
@@ -69,9 +69,9 @@ func isSeconds(v any) error {
 var catalogue = []StepInfo{
 	{"power", "power_on", "Power the node on.", nil},
 	{"power", "power_off", "Power the node off.", nil},
-	{"power", "reboot", "Power the node off and on again.", nil},
+	{"power", "reboot", "Restart the node (power it on when off) and wait until the BMC reports it on.", nil},
 	{"management", "set_boot_device", "Set the next boot device.", []argSpec{{"device", true, isDevice}, {"persistent", false, isBool}}},
-	{"management", "reset_bmc", "Warm-reset the BMC.", nil},
+	{"management", "reset_bmc", "Restart the BMC (Redfish GracefulRestart, IPMI warm reset).", nil},
 	{"deploy", "wait", "Wait the given seconds in the wait state (abort ends it early).", []argSpec{{"seconds", false, isSeconds}}},
 	{"deploy", "hold", "Stop in the hold state until an operator or tenant sends unhold.", nil},
 }
@@ -129,6 +129,22 @@ func ValidateSteps(field string, steps []Step) error {
 			if _, ok := s.Args[spec.name]; spec.required && !ok {
 				return errs.BadRequest(where+".args."+spec.name, "%s: step %s needs argument %q", where, s.Name(), spec.name)
 			}
+		}
+	}
+	return nil
+}
+
+// stepsFitDriver checks what depends on the node's driver, once the node
+// is known: a boot device the driver cannot set is a 400 before any step
+// runs.
+func stepsFitDriver(field string, steps []Step, driver string) error {
+	for i, s := range steps {
+		if s.Name() != "management.set_boot_device" {
+			continue
+		}
+		dev, _ := s.Args["device"].(string)
+		if valid := bmc.BootDevices(driver); !slices.Contains(valid, dev) {
+			return errs.BadRequest(fmt.Sprintf("%s[%d].args.device", field, i), "%s[%d]: device %q is not one of %s (driver %s)", field, i, dev, strings.Join(valid, ", "), driver)
 		}
 	}
 	return nil

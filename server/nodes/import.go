@@ -271,7 +271,7 @@ func Import(ctx context.Context, db *store.DB, recs []ImportRecord) error {
 					SetDriverInfo(in.DriverInfo).SetProperties(in.Properties).SetExtra(in.Extra).
 					SetInstanceInfo(map[string]any{}).SetOwner(in.Owner).SetLessee(in.Lessee).
 					SetNillableResourceClass(in.ResourceClass).SetNillableDescription(in.Description).
-					SetProvisionState(in.ProvisionState).SetPowerState("power off")
+					SetProvisionState(in.ProvisionState)
 			}
 			created, err := tx.Node.CreateBulk(bulk...).Save(ctx)
 			if err != nil {

@@ -169,7 +169,6 @@ func (s *Service) Create(ctx context.Context, in CreateInput) (*View, error) {
 		SetInstanceInfo(in.InstanceInfo).SetOwner(in.Owner).SetLessee(in.Lessee).
 		SetNillableResourceClass(in.ResourceClass).SetNillableDescription(in.Description).
 		SetNillableInstanceUUID(in.InstanceUUID).SetProvisionState(in.ProvisionState).
-		SetPowerState("power off").
 		Save(ctx)
 	if err != nil {
 		err = constraintError(err, in.UUID, in.Name)
@@ -314,7 +313,7 @@ func (s *Service) SetMaintenance(ctx context.Context, ident string, on bool, rea
 		if on {
 			upd.SetMaintenanceReason(reason)
 		} else {
-			upd.ClearMaintenanceReason()
+			upd.ClearMaintenanceReason().ClearFault()
 		}
 		if err := upd.Exec(ctx); err != nil {
 			return err

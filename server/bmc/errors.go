@@ -1,0 +1,193 @@
+package bmc
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"regexp"
+	"strings"
+	"syscall"
+
+	"github.com/stmcginnis/gofish/common"
+)
+
+// Kinds of BMC failure; every *Error wraps exactly one, so callers decide
+// with errors.Is and people read Summary.
+var (
+	ErrAuth        = errors.New("the BMC refused the credentials")
+	ErrUnreachable = errors.New("the BMC did not answer")
+	ErrTLS         = errors.New("the BMC's TLS certificate was not accepted")
+	ErrBMC         = errors.New("the BMC answered with an error")
+	ErrUnsupported = errors.New("the operation is not supported by this BMC")
+	// ErrPowerTimeout: the BMC took the command but never reported the
+	// target state before the deadline.
+	ErrPowerTimeout = errors.New("the BMC did not reach the requested power state in time")
+	// ErrNetwork: the address is outside the BMC networks Anvil may reach.
+	ErrNetwork = errors.New("the BMC address is outside the allowed BMC networks")
+)
+
+// Error is a classified BMC failure. Summary carries no address, dial
+// error or BMC text an untrusted reader could learn the network from;
+// Error() adds them for operators.
+type Error struct {
+	Op     string // "setting power on"
+	Kind   error  // one of the Err* kinds above
+	Where  string // host:port
+	Reason string // short word shown with the kind: "unreachable", "timeout"
+	// Message is what the BMC said (ErrBMC), safe for the summary.
+	Message string
+	// Detail is the underlying error text, credentials masked.
+	Detail string
+}
+
+func (e *Error) Error() string {
+	s := e.Op
+	if e.Where != "" {
+		s += " at " + e.Where
+	}
+	s += ": " + e.summary()
+	if e.Detail != "" {
+		s += " (" + e.Detail + ")"
+	}
+	return s
+}
+
+func (e *Error) Unwrap() error { return e.Kind }
+
+func (e *Error) summary() string {
+	s := e.Kind.Error()
+	if e.Message != "" {
+		s += ": " + e.Message
+	}
+	if e.Reason != "" {
+		s += " (" + e.Reason + ")"
+	}
+	return s
+}
+
+// Summary is err's text without addresses or dial details: what a
+// project-scoped caller may see. Errors that are not BMC errors pass
+// through unchanged.
+func Summary(err error) string {
+	var e *Error
+	if errors.As(err, &e) {
+		return e.summary()
+	}
+	return err.Error()
+}
+
+// Retryable reports whether trying again could help: only a BMC that did
+// not answer, never refused credentials, bad certificates or refusals.
+func Retryable(err error) bool {
+	var e *Error
+	return errors.As(err, &e) && e.Kind == ErrUnreachable
+}
+
+// classify turns a transport or protocol failure into an *Error. It
+// decides by the error's type, not its text, where types exist.
+func classify(op, where string, err error, secrets []string) *Error {
+	var e *Error
+	if errors.As(err, &e) {
+		return e // already classified: never wrap twice
+	}
+	out := &Error{Op: op, Where: where, Kind: ErrUnreachable, Detail: truncate(mask(err.Error(), secrets), 300)}
+	var (
+		rf       *common.Error
+		unknown  x509.UnknownAuthorityError
+		hostname x509.HostnameError
+		invalid  x509.CertificateInvalidError
+		verify   *tls.CertificateVerificationError
+		recordH  tls.RecordHeaderError
+		netErr   net.Error
+		dnsErr   *net.DNSError
+		opErr    *net.OpError
+	)
+	switch {
+	case errors.Is(err, ErrNetwork):
+		out.Kind = ErrNetwork
+	case errors.As(err, &rf) && rf.HTTPReturnedStatusCode != 0:
+		msg := redfishMessage(rf)
+		switch rf.HTTPReturnedStatusCode {
+		case 401, 403:
+			out.Kind = ErrAuth
+		case 404, 405, 501:
+			out.Kind = ErrUnsupported
+		default:
+			out.Kind = ErrBMC
+			msg = strings.TrimSpace(fmt.Sprintf("HTTP %d %s", rf.HTTPReturnedStatusCode, msg))
+		}
+		if out.Kind != ErrAuth {
+			out.Message = truncate(mask(msg, secrets), 200)
+		}
+		out.Detail = ""
+		if redfishMessage(rf) == "" {
+			// Not a Redfish error body: whatever answered is kept for
+			// operators only, so a BMC address pointed at some other
+			// service cannot read that service through the summary.
+			out.Detail = truncate(mask(strings.Join(strings.Fields(rf.Error()), " "), secrets), 300)
+		}
+	case errors.As(err, &hostname):
+		out.Kind, out.Reason = ErrTLS, "issued for another name"
+	case errors.As(err, &unknown), errors.As(err, &verify) && errors.As(verify.Err, &unknown):
+		out.Kind, out.Reason = ErrTLS, "signed by an unknown authority; set driver_info/redfish_verify_ca to its CA bundle, or false"
+	case errors.As(err, &invalid), errors.As(err, &verify):
+		out.Kind, out.Reason = ErrTLS, "invalid certificate"
+	case errors.As(err, &recordH):
+		out.Kind, out.Reason = ErrTLS, "the BMC does not speak TLS there; use an http:// address"
+	case errors.Is(err, context.DeadlineExceeded), errors.As(err, &netErr) && netErr.Timeout():
+		out.Reason = "timeout"
+	case errors.As(err, &dnsErr):
+		out.Reason = "name not resolved"
+	case errors.As(err, &opErr), errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, syscall.ECONNRESET):
+		out.Reason = "unreachable"
+	default:
+		// The BMC answered something nobody understood: say so rather
+		// than claim it was silent.
+		out.Kind, out.Message = ErrBMC, "unexpected answer"
+	}
+	return out
+}
+
+// redfishMessage picks the BMC's own words from a Redfish error body;
+// "" when the body is not one (gofish then copies the raw body into
+// Message, with no Code).
+func redfishMessage(rf *common.Error) string {
+	if rf.Code == "" && len(rf.ExtendedInfos) == 0 {
+		return ""
+	}
+	for _, x := range rf.ExtendedInfos {
+		if x.Message != "" {
+			return x.Message
+		}
+	}
+	return rf.Message
+}
+
+func truncate(s string, n int) string {
+	if len(s) > n {
+		return s[:n] + "…"
+	}
+	return s
+}
+
+// mask replaces each credential where it stands as a whole token, not
+// inside other words: a password "occ" must not turn "occurred" into
+// "******urred".
+func mask(s string, secrets []string) string {
+	for _, sec := range secrets {
+		if sec == "" {
+			continue
+		}
+		re := regexp.MustCompile(`(^|[^\pL\pN_])` + regexp.QuoteMeta(sec) + `([^\pL\pN_]|$)`)
+		// Twice: adjacent matches share their separator, and one pass
+		// skips every second one.
+		for range 2 {
+			s = re.ReplaceAllString(s, "${1}******${2}")
+		}
+	}
+	return s
+}

@@ -1,0 +1,59 @@
+package conductor
+
+import (
+	"context"
+
+	"github.com/anvilproject/anvil/ent"
+	"github.com/anvilproject/anvil/server/bmc"
+)
+
+// RuleValidate guards GET /v1/nodes/{node}/validate.
+const RuleValidate = "baremetal:node:validate"
+
+// Interfaces are Ironic's driver interfaces, in the order its validate
+// response lists them.
+var Interfaces = []string{"bios", "boot", "console", "deploy", "inspect", "management", "network", "power", "raid", "rescue", "storage"}
+
+// Validation is one interface's verdict: Result is nil when the driver
+// does not have the interface, as Ironic reports it.
+type Validation struct {
+	Result *bool   `json:"result"`
+	Reason *string `json:"reason,omitempty"`
+}
+
+// Validate checks a node's driver settings per interface, as Ironic's
+// validate does: from what is stored, without contacting the BMC.
+func (o *Ops) Validate(ctx context.Context, ident string) (map[string]Validation, error) {
+	n, err := o.Nodes.Authorized(ctx, ident, RuleValidate)
+	if err != nil {
+		return nil, err
+	}
+	return validateNode(n), nil
+}
+
+func validateNode(n *ent.Node) map[string]Validation {
+	yes, no := true, false
+	unsupported := "not supported"
+	bmcCheck := Validation{Result: &yes}
+	if cl, err := bmc.Open(n.Driver, n.UUID, n.DriverInfo, bmc.Options{}); err != nil {
+		reason := err.Error()
+		bmcCheck = Validation{Result: &no, Reason: &reason}
+	} else {
+		cl.Close()
+	}
+	out := make(map[string]Validation, len(Interfaces))
+	for _, iface := range Interfaces {
+		switch iface {
+		case "power", "management":
+			out[iface] = bmcCheck
+		case "network", "storage":
+			// Ironic's no-op interfaces: nothing to configure, always valid.
+			out[iface] = Validation{Result: &yes}
+		default:
+			// Anvil drives BMCs only: no deploy ramdisk, console, RAID,
+			// BIOS settings or rescue (see README, Drivers).
+			out[iface] = Validation{Reason: &unsupported}
+		}
+	}
+	return out
+}
