@@ -3,6 +3,7 @@ package api
 import (
 	"encoding/json"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -60,7 +61,6 @@ func nextURL(c *fiber.Ctx, marker string) string {
 // the field arrives.
 var unsupportedNodeFilters = []struct{ name, why string }{
 	{"retired", "nodes have no retired field yet"},
-	{"fault", "nodes have no fault field yet"},
 	{"conductor_group", "conductor groups do not exist yet"},
 	{"conductor", "nodes are not mapped to conductors yet"},
 	{"chassis_uuid", "chassis do not exist yet"},
@@ -104,6 +104,7 @@ func listOptions(c *fiber.Ctx, v Version, detail bool) (nodes.ListOptions, field
 		{&o.ResourceClass, "resource_class", VerResourceClass}, {&o.Driver, "driver", VerDriverFilter},
 		{&o.Project, "project", VerLessee}, {&o.InstanceUUID, "instance_uuid", VerMin},
 		{&o.DescriptionContains, "description_contains", VerDescription},
+		{&o.Fault, "fault", VerFault},
 	} {
 		if *f.dst, err = str(f.name, f.since); err != nil {
 			return o, nil, err
@@ -113,6 +114,9 @@ func listOptions(c *fiber.Ctx, v Version, detail bool) (nodes.ListOptions, field
 		if c.Query(f.name) != "" {
 			return o, nil, errs.BadRequest(f.name, "filter %s is not supported: %s", f.name, f.why)
 		}
+	}
+	if o.Fault != nil && !slices.Contains(nodes.Faults, *o.Fault) {
+		return o, nil, errs.BadRequest("fault", "Unknown fault: %s. Valid faults are: %s", *o.Fault, strings.Join(nodes.Faults, ", "))
 	}
 	if o.Maintenance, err = boolean("maintenance"); err != nil {
 		return o, nil, err

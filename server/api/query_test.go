@@ -1,9 +1,11 @@
 package api_test
 
 import (
+	"context"
 	"strings"
 	"testing"
 
+	"github.com/anvilproject/anvil/ent/node"
 	"github.com/anvilproject/anvil/server/store"
 	"github.com/anvilproject/anvil/server/store/storetest"
 )
@@ -12,7 +14,7 @@ import (
 // does not define: each answers 400 naming it, so a mistyped or
 // unsupported filter can never widen a list to everything.
 func TestUnknownQueryParameters(t *testing.T) {
-	storetest.Each(t, func(t *testing.T, setting string, _ *store.DB) {
+	storetest.Each(t, func(t *testing.T, setting string, db *store.DB) {
 		_, clients := startLocal(t, setting)
 		admin := clients["system-admin"]
 		mustStatus(t, admin.Do(t, "POST", "/v1/nodes", map[string]any{"name": "q1", "driver": "fake", "owner": "own", "lessee": "les", "description": "rack 7 GPU box", "instance_uuid": "5a1c4e2b-9f2d-4f6e-8c1a-0b3d2e4f6a7c"}), 201)
@@ -33,11 +35,17 @@ func TestUnknownQueryParameters(t *testing.T) {
 		}
 		// Ironic's filters on fields Anvil lacks say so instead of
 		// answering with every node.
-		for _, q := range []string{"conductor_group=g1", "fault=power%20failure", "retired=true", "chassis_uuid=x", "conductor=c1", "shard=s"} {
+		for _, q := range []string{"conductor_group=g1", "retired=true", "chassis_uuid=x", "conductor=c1", "shard=s"} {
 			r := admin.Do(t, "GET", "/v1/nodes?"+q, nil)
 			if r.Status != 400 || !strings.Contains(r.Fault(t), "not supported") {
 				t.Errorf("GET /v1/nodes?%s: %d %s", q, r.Status, r.Body)
 			}
+		}
+		if r := admin.Do(t, "GET", "/v1/nodes?fault=bad%20luck", nil); r.Status != 400 || !strings.Contains(r.Fault(t), "Valid faults are: power failure") {
+			t.Errorf("unknown fault: %d %s", r.Status, r.Body)
+		}
+		if err := db.Node.Update().Where(node.Name("q2")).SetFault("power failure").Exec(context.Background()); err != nil {
+			t.Fatal(err)
 		}
 		names := func(c string, query string) string {
 			r := clients[c].Do(t, "GET", "/v1/nodes?sort_key=name&"+query, nil)
@@ -54,6 +62,8 @@ func TestUnknownQueryParameters(t *testing.T) {
 			{"system-admin", "project=oth", "q2"},
 			{"lessee-reader", "project=oth", ""},
 			{"system-admin", "description_contains=GPU", "q1"},
+			{"system-admin", "fault=power%20failure", "q2"},
+			{"system-admin", "fault=clean%20failure", ""},
 			{"system-admin", "description_contains=nothing-like-it", ""},
 			{"system-admin", "instance_uuid=5A1C4E2B-9F2D-4F6E-8C1A-0B3D2E4F6A7C", "q1"},
 		} {

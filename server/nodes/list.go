@@ -16,6 +16,9 @@ import (
 	"github.com/anvilproject/anvil/server/errs"
 )
 
+// Faults are the values of a node's fault field, as Ironic names them.
+var Faults = []string{"power failure", "clean failure", "rescue abort failure", "service failure"}
+
 // MaxLimit is the largest page, as Ironic's default api.max_limit.
 const MaxLimit = 1000
 
@@ -23,12 +26,12 @@ const MaxLimit = 1000
 type ListOptions struct {
 	Owner, Lessee, ProvisionState, ResourceClass, Driver *string
 	// Project matches nodes the project owns or leases.
-	Project, InstanceUUID, DescriptionContains *string
-	Maintenance, Associated                    *bool
-	Limit                                      int
-	Marker                                     string
-	SortKey, SortDir                           string
-	WithTraits                                 bool
+	Project, InstanceUUID, DescriptionContains, Fault *string
+	Maintenance, Associated                           *bool
+	Limit                                             int
+	Marker                                            string
+	SortKey, SortDir                                  string
+	WithTraits                                        bool
 	// Columns, when set, limits the columns read to these (plus what
 	// access decisions need): a short list reads no JSON blobs.
 	Columns []string
@@ -183,6 +186,9 @@ func (s *Service) scoped(ctx context.Context, o ListOptions) (*ent.NodeQuery, er
 	}
 	if o.InstanceUUID != nil {
 		ps = append(ps, node.InstanceUUID(strings.ToLower(*o.InstanceUUID)))
+	}
+	if o.Fault != nil {
+		ps = append(ps, node.Fault(*o.Fault))
 	}
 	if o.DescriptionContains != nil {
 		ps = append(ps, node.DescriptionContains(*o.DescriptionContains))
