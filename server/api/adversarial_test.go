@@ -313,3 +313,46 @@ func TestHistoryIsScrubbedForProjects(t *testing.T) {
 		}
 	})
 }
+
+// TestConcurrentTransitionsHappenOnce: many identical state changes sent
+// at once move the node once; the rest are told it has moved on.
+func TestConcurrentTransitionsHappenOnce(t *testing.T) {
+	storetest.Each(t, func(t *testing.T, setting string, _ *store.DB) {
+		_, clients := startLocal(t, setting)
+		admin := clients["system-admin"]
+		r := admin.Do(t, "POST", "/v1/nodes", map[string]any{"name": "race", "driver": "fake", "owner": "own"})
+		mustStatus(t, r, 201)
+		id := r.JSON(t)["uuid"].(string)
+		mustStatus(t, admin.Do(t, "PUT", "/v1/nodes/race/states/provision", map[string]any{"target": "manage"}), 202)
+		waitState(t, admin, id, "manageable")
+		const n = 20
+		statuses := make([]int, n)
+		var wg sync.WaitGroup
+		for i := range n {
+			wg.Go(func() {
+				statuses[i] = clients[[]string{"system-admin", "owner-member"}[i%2]].Do(t, "PUT", "/v1/nodes/race/states/provision", map[string]any{"target": "provide"}).Status
+			})
+		}
+		wg.Wait()
+		accepted := 0
+		for _, s := range statuses {
+			switch s {
+			case 202:
+				accepted++
+			case 409:
+			default:
+				t.Errorf("status %d", s)
+			}
+		}
+		hist := admin.Do(t, "GET", "/v1/nodes/race/history", nil).JSON(t)["history"].([]any)
+		moves := 0
+		for _, e := range hist {
+			if strings.Contains(e.(map[string]any)["event"].(string), "provide: manageable -> available") {
+				moves++
+			}
+		}
+		if accepted != 1 || moves != 1 {
+			t.Errorf("%d of %d concurrent provides accepted, %d transitions recorded; want 1 and 1", accepted, n, moves)
+		}
+	})
+}

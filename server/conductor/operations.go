@@ -58,6 +58,30 @@ type Resolver interface {
 // without the general provision rule.
 const RuleProvisionRunbook = "baremetal:node:set_provision_state:runbook"
 
+// claim moves a node out of one of the states from with one conditional
+// UPDATE that also takes its lock when hold is set, so no other request can
+// slip between the state check and the lock: the node's state is the one
+// the transition was decided on, or the request is a 409.
+func (c *Conductor) claim(ctx context.Context, n *ent.Node, verb string, from []string, hold bool, set func(u *ent.NodeUpdate)) error {
+	u := c.db.Node.Update().Where(node.ID(n.ID), node.ReservationIsNil(), node.ProvisionStateIn(from...))
+	if hold {
+		u.SetReservation(c.cfg.Name)
+	}
+	set(u)
+	cnt, err := u.Save(ctx)
+	if err != nil || cnt == 1 {
+		return err
+	}
+	cur, err := c.db.Node.Get(ctx, n.ID)
+	if err != nil {
+		return err
+	}
+	if cur.Reservation != nil {
+		return lockedErr(cur)
+	}
+	return errs.Conflict("The requested action %q can not be performed on node %s while it is in state %q.", verb, n.UUID, cur.ProvisionState)
+}
+
 func lockedErr(n *ent.Node) error {
 	holder := "another operation"
 	if n.Reservation != nil {
@@ -370,29 +394,24 @@ func (o *Ops) Provision(ctx context.Context, ident string, r ProvisionRequest) (
 	case "unhold":
 		return c.unhold(ctx, n, actor(ctx))
 	}
-	if err := c.lock(ctx, n.ID); err != nil {
-		if errors.Is(err, ErrLocked) {
-			return lockedErr(n)
-		}
-		return err
-	}
 	who := actor(ctx)
 	if tr.via == "" {
-		defer c.unlock(n.ID)
-		err := c.db.Node.UpdateOneID(n.ID).SetProvisionState(tr.to).ClearTargetProvisionState().SetProvisionUpdatedAt(time.Now()).Exec(ctx)
+		err := c.claim(ctx, n, r.Target, tr.from, false, func(u *ent.NodeUpdate) {
+			u.SetProvisionState(tr.to).ClearTargetProvisionState().SetProvisionUpdatedAt(time.Now())
+		})
 		if err == nil {
 			_ = history.Record(ctx, c.db.Client, history.Event{NodeID: n.ID, Type: "provision", User: who, Conductor: c.cfg.Name,
 				Message: fmt.Sprintf("%s: %s -> %s", r.Target, n.ProvisionState, tr.to)})
 		}
 		return err
 	}
-	upd := c.db.Node.UpdateOneID(n.ID).SetProvisionState(tr.via).SetTargetProvisionState(tr.to).SetProvisionUpdatedAt(time.Now()).ClearLastError()
 	info := cloneInfo(n.DriverInternalInfo)
 	delete(info, abortRequestedField)
 	delete(info, "pending_steps")
-	upd.SetDriverInternalInfo(info)
-	if err := upd.Exec(ctx); err != nil {
-		c.unlock(n.ID)
+	err = c.claim(ctx, n, r.Target, tr.from, true, func(u *ent.NodeUpdate) {
+		u.SetProvisionState(tr.via).SetTargetProvisionState(tr.to).SetProvisionUpdatedAt(time.Now()).ClearLastError().SetDriverInternalInfo(info)
+	})
+	if err != nil {
 		return err
 	}
 	c.work.Add(1)
