@@ -79,8 +79,11 @@ var stepField = regexp.MustCompile(`^steps\[(\d+)\]`)
 func (p *Portal) saveRunbook(c *fiber.Ctx) error {
 	ctx := c.UserContext()
 	existing := c.Params("name")
+	pr := policies.PrincipalFrom(ctx)
+	// Only the system chooses publishing and owners; the form offers them
+	// to system users, and what they chose must reach the service.
 	e := views.Editor{Existing: existing, Name: strings.TrimSpace(c.FormValue("name")), Public: c.FormValue("public") == "true",
-		Owner: strings.TrimSpace(c.FormValue("owner"))}
+		Owner: strings.TrimSpace(c.FormValue("owner")), System: pr != nil && pr.System}
 	args := c.Request().PostArgs()
 	orders, steps, argv := args.PeekMulti("order"), args.PeekMulti("step"), args.PeekMulti("args")
 	removed := map[int]bool{}
@@ -127,7 +130,10 @@ func (p *Portal) saveRunbook(c *fiber.Ctx) error {
 	for _, r := range rows {
 		list = append(list, r.step)
 	}
-	var err error
+	var (
+		err   error
+		saved *runbooks.Runbook
+	)
 	if existing == "" {
 		in := runbooks.Input{Name: e.Name, Steps: list}
 		if e.System {
@@ -136,10 +142,10 @@ func (p *Portal) saveRunbook(c *fiber.Ctx) error {
 				in.Owner = &e.Owner
 			}
 		}
-		_, err = p.Runbooks.Create(ctx, in)
+		saved, err = p.Runbooks.Create(ctx, in)
 	} else {
 		ops := []map[string]any{{"op": "replace", "path": "/name", "value": e.Name}, {"op": "replace", "path": "/steps", "value": list}}
-		if pr := policies.PrincipalFrom(ctx); pr != nil && pr.System {
+		if e.System {
 			var owner any
 			if e.Owner != "" && !e.Public {
 				owner = e.Owner
@@ -147,10 +153,12 @@ func (p *Portal) saveRunbook(c *fiber.Ctx) error {
 			ops = append(ops, map[string]any{"op": "replace", "path": "/public", "value": e.Public}, map[string]any{"op": "replace", "path": "/owner", "value": owner})
 		}
 		raw, _ := json.Marshal(ops)
-		_, err = p.Runbooks.Patch(ctx, existing, raw)
+		saved, err = p.Runbooks.Patch(ctx, existing, raw)
 	}
 	if err == nil {
-		return c.Redirect("/runbooks", fiber.StatusSeeOther)
+		// The list page says what visibility resulted, by the runbook's id
+		// (never by text carried in the URL).
+		return c.Redirect("/runbooks?saved="+saved.UUID, fiber.StatusSeeOther)
 	}
 	if errs.Status(err) >= 500 {
 		return err

@@ -2,6 +2,7 @@ package web_test
 
 import (
 	"context"
+	"fmt"
 	"net/url"
 	"strings"
 	"testing"
@@ -46,10 +47,14 @@ func TestRunbookEditor(t *testing.T) {
 	form.Set("csrf", mia.csrf)
 	form["args"] = []string{"", `{"device": "pxe"}`, "", ""}
 	form["order"] = []string{"2", "1", "3", ""} // reorder: boot device first, then off, then on
-	if st, _, h := mia.do("POST", "/runbooks/new", form); st != 303 || h.Get("Location") != "/runbooks" {
-		t.Fatalf("save: %d", st)
+	st, _, h := mia.do("POST", "/runbooks/new", form)
+	if st != 303 || !strings.HasPrefix(h.Get("Location"), "/runbooks?saved=") {
+		t.Fatalf("save: %d %s", st, h.Get("Location"))
 	}
-	_, page, _ = mia.do("GET", "/runbooks", nil)
+	_, page, _ = mia.do("GET", h.Get("Location"), nil)
+	if !strings.Contains(page, "Saved CUSTOM_FW_BLUE: private to project blue") {
+		t.Errorf("the saved runbook's visibility is not said")
+	}
 	row := page[strings.Index(page, `data-runbook="CUSTOM_FW_BLUE"`):]
 	row = row[:strings.Index(row, "</tr>")]
 	if !strings.Contains(row, "project blue") || strings.Index(row, "set_boot_device") > strings.Index(row, "power_off") || strings.Index(row, "power_off") > strings.Index(row, "power_on") {
@@ -73,6 +78,27 @@ func TestRunbookEditor(t *testing.T) {
 	rb := api.Do(t, "GET", "/v1/runbooks/CUSTOM_FW_BLUE", nil).JSON(t)
 	if rb["public"] != true || rb["owner"] != nil {
 		t.Errorf("after publishing: public %v owner %v", rb["public"], rb["owner"])
+	}
+	// "New runbook" as the system: Public and Owner take effect at once,
+	// and the page says what resulted.
+	for _, c := range []struct{ public, owner, want string }{
+		{"true", "", "public — every project"},
+		{"", "green", "private to project green"},
+	} {
+		name := "CUSTOM_NEW_" + strings.ToUpper(c.owner+c.public)
+		form := url.Values{"csrf": {sam.csrf}, "name": {name}, "public": {c.public}, "owner": {c.owner},
+			"order": {"1"}, "step": {"power.power_on"}, "args": {""}}
+		st, _, h := sam.do("POST", "/runbooks/new", form)
+		if st != 303 {
+			t.Fatalf("create %s: %d", name, st)
+		}
+		if _, page, _ := sam.do("GET", h.Get("Location"), nil); !strings.Contains(page, c.want) {
+			t.Errorf("create %s: the page does not say %q", name, c.want)
+		}
+		rb := api.Do(t, "GET", "/v1/runbooks/"+name, nil).JSON(t)
+		if fmt.Sprint(rb["public"]) != fmt.Sprint(c.public == "true") || (c.owner != "" && rb["owner"] != c.owner) {
+			t.Errorf("create %s: public %v owner %v", name, rb["public"], rb["owner"])
+		}
 	}
 	// The project manager can no longer edit a public runbook.
 	if st, _, _ := mia.do("GET", "/runbooks/CUSTOM_FW_BLUE/edit", nil); st != 403 {

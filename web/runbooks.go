@@ -55,7 +55,23 @@ func (p *Portal) runbooksPage(c *fiber.Ctx) error {
 		rows[i].Editable = p.Guard.Allowed(ctx, runbooks.RuleUpdate, runbooks.Target(r.Runbook))
 	}
 	canCreate := p.Guard.Allowed(ctx, runbooks.RuleCreate, createTarget(policies.PrincipalFrom(ctx)))
+	if id := c.Query("saved"); id != "" {
+		if r, err := p.Runbooks.Get(ctx, id); err == nil {
+			pg.Flash = savedMessage(r)
+		}
+	}
 	return render(c, 200, views.Runbooks(pg, rows, canCreate))
+}
+
+// savedMessage says who a saved runbook now reaches.
+func savedMessage(r *runbooks.Runbook) string {
+	switch {
+	case r.Public:
+		return fmt.Sprintf("Saved %s: public — every project may run it on nodes with its trait.", r.Name)
+	case r.Owner != nil:
+		return fmt.Sprintf("Saved %s: private to project %s — it runs on nodes that project owns.", r.Name, *r.Owner)
+	}
+	return fmt.Sprintf("Saved %s: private to the system — only system users may run it.", r.Name)
 }
 
 // runnable fills the runbooks the viewer may run on the node: use is

@@ -23,7 +23,8 @@ test('a project manager writes a runbook in the step editor; an operator publish
   await page.getByLabel('Order of step 1').fill('2');
   await page.getByLabel('Order of step 2').fill('1');
   await page.getByRole('button', { name: 'Save runbook' }).click();
-  await expect(page).toHaveURL(/\/runbooks$/);
+  await expect(page).toHaveURL(/\/runbooks\?saved=/);
+  await expect(page.getByRole('status')).toContainText('Saved CUSTOM_BLUE_FW: private to project tenant-blue');
   const row = page.locator('tr[data-runbook="CUSTOM_BLUE_FW"]');
   await expect(row).toContainText('project tenant-blue');
   await expect(row.locator('li')).toHaveText(['management.set_boot_device (device=pxe)', 'power.power_off', 'power.power_on']);
@@ -34,6 +35,7 @@ test('a project manager writes a runbook in the step editor; an operator publish
   await page.getByLabel('Public (every project may run it; clears the owner)').check();
   await page.getByRole('button', { name: 'Save runbook' }).click();
   await expect(page.locator('tr[data-runbook="CUSTOM_BLUE_FW"] td').nth(1)).toHaveText('public');
+  await expect(page.getByRole('status')).toContainText('public — every project');
 
   await page.getByRole('link', { name: 'Nodes' }).click();
   await page.locator('table.nodes tbody tr a').last().click();
