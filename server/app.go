@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"strings"
 	"time"
 
 	"github.com/gofiber/fiber/v2"
@@ -24,6 +25,7 @@ import (
 	"github.com/anvilproject/anvil/server/bodylimit"
 	"github.com/anvilproject/anvil/server/clientip"
 	"github.com/anvilproject/anvil/server/conductor"
+	"github.com/anvilproject/anvil/server/errs"
 	"github.com/anvilproject/anvil/server/guard"
 	"github.com/anvilproject/anvil/server/identity"
 	"github.com/anvilproject/anvil/server/nodes"
@@ -165,7 +167,7 @@ const (
 func (a *App) routes() *fiber.App {
 	app := fiber.New(fiber.Config{
 		AppName:      "anvil",
-		ErrorHandler: api.ErrorHandler(a.opts.Log),
+		ErrorHandler: a.errorHandler(),
 		// Bodies are streamed and bounded per route by bodylimit, before
 		// anything reads them; BodyLimit only sizes fasthttp's prefetch.
 		BodyLimit:                    policyUploadMax,
@@ -198,6 +200,26 @@ func (a *App) routes() *fiber.App {
 	}
 	(&api.API{Nodes: a.Nodes, Ops: a.Portal.Ops, Runbooks: a.Runbooks, Allocations: a.Allocations, Guard: a.Guard, Audit: a.Audit, Log: a.opts.Log}).Register(app, v1)
 	return app
+}
+
+// errorHandler answers a browser outside the API with an HTML page and
+// every other client with Ironic's JSON error body.
+func (a *App) errorHandler() fiber.ErrorHandler {
+	jsonError := api.ErrorHandler(a.opts.Log)
+	return func(c *fiber.Ctx, err error) error {
+		status, detail := errs.Status(err), err.Error()
+		var fe *fiber.Error
+		if errors.As(err, &fe) {
+			status, detail = fe.Code, fe.Message
+			if status == 404 {
+				detail = "There is no page at " + c.Path() + "."
+			}
+		}
+		if a.opts.AuthNone || status >= 500 || strings.HasPrefix(c.Path(), "/v1") || !strings.Contains(c.Get(fiber.HeaderAccept), "text/html") {
+			return jsonError(c, err)
+		}
+		return a.Portal.ErrorPage(c, status, detail)
+	}
 }
 
 // authenticate puts the caller's principal into the request context.

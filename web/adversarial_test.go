@@ -110,3 +110,44 @@ func TestPortalCrossProjectIDs(t *testing.T) {
 		}
 	})
 }
+
+// TestBrowserErrorPages: a browser gets an HTML page that says whether a
+// thing is missing or not its to open; API clients keep Ironic's JSON.
+func TestBrowserErrorPages(t *testing.T) {
+	srv := servertest.Start(t, server.Options{Database: storetest.Setting(t, "sqlite")})
+	ctx := context.Background()
+	if err := srv.IDs.CreateUser(ctx, "pat", "pat-password-1"); err != nil {
+		t.Fatal(err)
+	}
+	if err := srv.IDs.Grant(ctx, "pat", identity.Assignment{Scope: identity.Scope{Project: "blue"}, Role: "member"}); err != nil {
+		t.Fatal(err)
+	}
+	b := newBrowser(t, srv.URL)
+	st, page, h := b.do("GET", "/no-such-page", nil)
+	if st != 404 || !strings.Contains(h.Get("Content-Type"), "text/html") || !strings.Contains(page, "Not found") || !strings.Contains(page, "There is no page at /no-such-page.") {
+		t.Errorf("unknown URL in a browser: %d %s\n%s", st, h.Get("Content-Type"), page)
+	}
+	if r := srv.Client().Do(t, "GET", "/no-such-page", nil); r.Status != 404 || !strings.Contains(string(r.Body), "error_message") {
+		t.Errorf("unknown URL for an API client: %d %s", r.Status, r.Body)
+	}
+	b.do("GET", "/login", nil)
+	if st, _, _ := b.do("POST", "/login", url.Values{"csrf": {b.csrf}, "username": {"pat"}, "password": {"pat-password-1"}}); st != 303 {
+		t.Fatalf("login: %d", st)
+	}
+	// Pages of the portal keep the viewer's header; a URL the portal does
+	// not have is answered before any session is read.
+	for _, c := range []struct {
+		path, heading string
+		status        int
+		header        bool
+	}{
+		{"/nodes/00000000-0000-4000-8000-000000000000", "Not found", 404, true},
+		{"/no-such-page", "Not found", 404, false},
+		{"/admin/policy", "Not allowed", 403, true},
+	} {
+		st, page, _ := b.do("GET", c.path, nil)
+		if st != c.status || !strings.Contains(page, `<h1 id="error-title">`+c.heading) || strings.Contains(page, "pat · project blue") != c.header {
+			t.Errorf("GET %s signed in: %d\n%s", c.path, st, page)
+		}
+	}
+}

@@ -95,12 +95,25 @@ func (p *Portal) fail(c *fiber.Ctx, err error) error {
 	if st >= 500 {
 		return err
 	}
-	pg, perr := p.page(c, "Not available")
-	if perr != nil {
-		return perr
+	return p.ErrorPage(c, st, err.Error())
+}
+
+// ErrorPage renders a browser's error page: signed-in viewers keep their
+// header; anyone else (an unknown URL outside any session) gets the bare
+// layout.
+func (p *Portal) ErrorPage(c *fiber.Ctx, status int, detail string) error {
+	title := map[int]string{403: "Not allowed", 404: "Not found"}[status]
+	if title == "" {
+		title = "Error"
 	}
-	pg.Error = err.Error()
-	return render(c, st, views.Home(pg, nil, ""))
+	pg := views.Page{Title: title}
+	if _, ok := c.Locals(sessionLocal).(*Session); ok {
+		var err error
+		if pg, err = p.page(c, title); err != nil {
+			return err
+		}
+	}
+	return render(c, status, views.ErrorPage(pg, status, detail))
 }
 
 func (p *Portal) nodePower(c *fiber.Ctx) error {

@@ -86,5 +86,10 @@ test('a tenant gets the not-found page for another project\'s node, by direct UR
   await signIn(page, 'tina', 'tenant-password-1');
   const res = await page.goto(foreign);
   expect(res.status()).toBe(404);
-  await expect(page.getByRole('alert')).toContainText('could not be found');
+  await expect(page.getByRole('heading', { level: 1 })).toHaveText('Not found');
+  await expect(page.locator('.error-page')).toContainText('could not be found');
+  // A URL the portal does not have is an HTML page too, not JSON.
+  const missing = await page.goto('/no-such-page');
+  expect(missing.status()).toBe(404);
+  await expect(page.getByRole('heading', { level: 1 })).toHaveText('Not found');
 });
