@@ -9,6 +9,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/anvilproject/anvil/policies"
 	"github.com/anvilproject/anvil/server"
 	"github.com/anvilproject/anvil/server/conductor"
 	"github.com/anvilproject/anvil/server/demo"
@@ -26,6 +27,7 @@ func serveCmd() *cobra.Command {
 		oc     oidclogin.Config
 		cc     conductor.Config
 		pdir   string
+		svcp   string
 		penab  bool
 		pool   store.Pool
 		access string
@@ -61,7 +63,7 @@ func serveCmd() *cobra.Command {
 				log.Info("OpenID Connect sign-in enabled", "issuer", oc.Issuer)
 			}
 			app, err := server.New(ctx, server.Options{
-				Database: g.database, Pool: pool, AccessLog: access, AuthNone: auth == "none", Log: log, SessionSecret: secret, OIDC: provider, Conductor: cc, PolicyDir: pdir, PolicyOverrideEnabled: penab,
+				Database: g.database, Pool: pool, AccessLog: access, AuthNone: auth == "none", Log: log, SessionSecret: secret, OIDC: provider, Conductor: cc, PolicyDir: pdir, PolicyOverrideEnabled: penab, ServiceProject: svcp,
 				Bootstrap: func(user, pw string) {
 					// Printed once, on stderr with the log, never stored in clear.
 					fmt.Fprintf(cmd.ErrOrStderr(), "\n  First start: created system admin %q with one-time password:\n\n      %s\n\n  Change it with: anvil user set-password %s --password-stdin\n\n", user, pw, user)
@@ -105,6 +107,7 @@ func serveCmd() *cobra.Command {
 	f.DurationVar(&cc.BMC.Timeout, "bmc-timeout", 20*time.Second, "timeout of each BMC call")
 	f.StringVar(&pdir, "policy-dir", "policy.d", "directory of policy override files (Ironic's YAML policy format)")
 	f.BoolVar(&penab, "policy-override-enabled", false, "apply policy overrides from --policy-dir and uploads; off means the defaults, whatever the directory holds")
+	f.StringVar(&svcp, "service-project", policies.DefaultServiceProject, "elevated service project: its service-role users act as system members and readers (Ironic's service_project_name)")
 	f.StringVar(&secret, "session-secret", "", "secret the portal's cookie keys derive from (give every replica the same); default: generated once and kept in the database")
 	f.StringVar(&access, "access-log", "on", "request log lines: on, off, or a sample rate such as 0.1 (server errors are always logged)")
 	f.IntVar(&pool.MaxOpen, "db-max-open", 0, "most open database connections (0: 32 on PostgreSQL, 8 on SQLite)")
