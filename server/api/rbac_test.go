@@ -221,9 +221,22 @@ func TestTenantViews(t *testing.T) {
 		if di := owner["driver_info"].(map[string]any); di["ipmi_password"] != "******" || di["ipmi_address"] != "192.0.2.2" {
 			t.Errorf("owner sees driver_info %v", di)
 		}
+		if owner["reservation"] != nil || owner["driver_internal_info"] == nil || owner["driver_internal_info"].(map[string]any)["content"] != nil {
+			t.Errorf("owner reader sees reservation %v, driver_internal_info %v", owner["reservation"], owner["driver_internal_info"])
+		}
+		// A lessee's admin sees what Ironic shows a caller without the
+		// baremetal:node:get:* rules: the sentences node_sanitize writes in
+		// place of the values, dict fields as a dict with one "content" key.
 		lessee := clients["lessee-admin"].Do(t, "GET", "/v1/nodes/both", nil).JSON(t)
-		if di := lessee["driver_info"].(map[string]any); di["ipmi_address"] != nil || di["ipmi_password"] != nil {
-			t.Errorf("lessee sees driver_info %v", di)
+		for field, want := range map[string]any{
+			"driver_info":          map[string]any{"content": "** Redacted - requires baremetal:node:get:driver_info permission. **"},
+			"driver_internal_info": map[string]any{"content": "** Redacted - Requires baremetal:node:get:driver_internal_info permission. **"},
+			"reservation":          "** Redacted - requires baremetal:node:get:reservation permission. **",
+			"last_error":           nil, // the lessee spec grants last_error to lessees
+		} {
+			if got := lessee[field]; fmt.Sprint(got) != fmt.Sprint(want) {
+				t.Errorf("lessee admin sees %s = %#v, want %#v", field, got, want)
+			}
 		}
 	})
 }
