@@ -322,3 +322,33 @@ func TestAuthentication(t *testing.T) {
 		}
 	})
 }
+
+// TestServiceProjectSetting: --service-project reaches the policy. With it
+// set to "automation", that project's service users act as system readers
+// and members (rule:service_role), and the default project's no longer do.
+func TestServiceProjectSetting(t *testing.T) {
+	storetest.Each(t, func(t *testing.T, setting string, _ *store.DB) {
+		srv, clients := startLocal(t, setting, server.Options{ServiceProject: "automation"})
+		ctx := context.Background()
+		if err := srv.IDs.CreateUser(ctx, "metal3", "password-metal3"); err != nil {
+			t.Fatal(err)
+		}
+		auto := identity.Scope{Project: "automation"}
+		if err := srv.IDs.Grant(ctx, "metal3", identity.Assignment{Scope: auto, Role: "service"}); err != nil {
+			t.Fatal(err)
+		}
+		secret, _, err := srv.IDs.CreateToken(ctx, identity.TokenRequest{User: "metal3", Scope: auto, Roles: []string{"service"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		metal3 := srv.Client()
+		metal3.Header.Set("X-Auth-Token", secret)
+
+		mustStatus(t, clients["system-admin"].Do(t, "POST", "/v1/nodes", map[string]any{"name": "foreign", "driver": "fake", "owner": "oth"}), 201)
+		mustStatus(t, metal3.Do(t, "GET", "/v1/nodes/foreign", nil), 200)
+		mustStatus(t, metal3.Do(t, "PATCH", "/v1/nodes/foreign", []map[string]any{{"op": "replace", "path": "/owner", "value": "own"}}), 200)
+		mustStatus(t, metal3.Do(t, "GET", "/v1/conductors", nil), 200)
+		mustStatus(t, clients["service-project-service"].Do(t, "GET", "/v1/nodes/foreign", nil), 404)
+		mustStatus(t, clients["service-project-service"].Do(t, "GET", "/v1/conductors", nil), 403)
+	})
+}

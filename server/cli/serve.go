@@ -13,6 +13,7 @@ import (
 	"github.com/anvilproject/anvil/server"
 	"github.com/anvilproject/anvil/server/conductor"
 	"github.com/anvilproject/anvil/server/demo"
+	"github.com/anvilproject/anvil/server/nodes"
 	"github.com/anvilproject/anvil/server/oidclogin"
 	"github.com/anvilproject/anvil/server/store"
 )
@@ -49,6 +50,9 @@ func serveCmd() *cobra.Command {
 			case "local":
 			default:
 				return fmt.Errorf("--auth %q: use local (accounts and tokens) or none (loopback development mode)", auth)
+			}
+			if svcp == "" || nodes.ValidateProject("service-project", svcp) != nil {
+				return fmt.Errorf("--service-project %q: give a project name without surrounding spaces or control characters", svcp)
 			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGINT, syscall.SIGTERM)
 			defer stop()
