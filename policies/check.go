@@ -14,6 +14,9 @@ type Target struct {
 	RunbookOwner    string
 	RunbookPublic   bool
 	AllocationOwner string
+	// serviceProject is the elevated service project, filled in by the
+	// enforcer from its setting, never by callers.
+	serviceProject string
 }
 
 // targetKeys lists every attribute a check string may read, so that an
@@ -25,6 +28,9 @@ var targetKeys = map[string]func(Target) string{
 	"runbook.owner":    func(t Target) string { return t.RunbookOwner },
 	"runbook.public":   func(t Target) string { return boolString(t.RunbookPublic) },
 	"allocation.owner": func(t Target) string { return t.AllocationOwner },
+	// Ironic loads its service_project_name setting into the target as
+	// config.service_project_name; rule:service_role compares it.
+	"config.service_project_name": func(t Target) string { return t.serviceProject },
 }
 
 func boolString(b bool) string {
@@ -42,7 +48,10 @@ func (t Target) key() string {
 // may name, as oslo.policy calls them.
 var credentials = map[string]func(*Principal) string{
 	"project_id": func(p *Principal) string { return p.Project },
-	"user_id":    func(p *Principal) string { return p.User },
+	// An Anvil project has one identifier, serving as both its id and its
+	// name, so Ironic's project_name checks read the same value.
+	"project_name": func(p *Principal) string { return p.Project },
+	"user_id":      func(p *Principal) string { return p.User },
 	"system_scope": func(p *Principal) string {
 		if p.System {
 			return "all"

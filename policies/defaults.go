@@ -11,10 +11,13 @@ type Rule struct {
 
 // Named building blocks, as Ironic defines them, so operators' override
 // files can say rule:system_member exactly as they would for Ironic.
+// Ironic folds rule:service_role (a service user of the elevated service
+// project) into system member and reader, and system-scoped service users
+// into system reader, because the service role implies no other.
 const (
 	systemAdmin  = "role:admin and system_scope:all"
-	systemMember = "role:member and system_scope:all"
-	systemReader = "role:reader and system_scope:all"
+	systemMember = "(role:member and system_scope:all) or rule:service_role"
+	systemReader = "(role:reader and system_scope:all) or (role:service and system_scope:all) or rule:service_role"
 )
 
 var (
@@ -32,41 +35,47 @@ func Defaults() []Rule {
 		{"system_admin", systemAdmin, baseRule, "System-scoped admin.", nil},
 		{"system_member", systemMember, baseRule, "System-scoped member (or stronger).", nil},
 		{"system_reader", systemReader, baseRule, "System-scoped reader (or stronger).", nil},
+		{"service_role", "role:service and project_name:%(config.service_project_name)s", baseRule, "A service user of the elevated service project (--service-project).", nil},
+		{"system_service", "role:service and system_scope:all", baseRule, "A system-scoped service user.", nil},
+		{"project_service", "role:service and project_id:%(node.owner)s", baseRule, "A service user of the node's owner project.", nil},
 		{"is_node_owner", "project_id:%(node.owner)s", baseRule, "The caller's project owns the node.", nil},
 		{"is_node_lessee", "project_id:%(node.lessee)s", baseRule, "The caller's project leases the node.", nil},
 		{"project_reader", "role:reader and (rule:is_node_owner or rule:is_node_lessee)", baseRule, "Reader of the owner or lessee project.", nil},
 		{"owner_reader", "role:reader and rule:is_node_owner", baseRule, "Reader of the owner project.", nil},
 		{"owner_member", "role:member and rule:is_node_owner", baseRule, "Member of the owner project.", nil},
+		{"owner_manager", "role:manager and rule:is_node_owner", baseRule, "Manager of the owner project.", nil},
 		{"owner_admin", "role:admin and rule:is_node_owner", baseRule, "Admin of the owner project.", nil},
 		{"lessee_member", "role:member and rule:is_node_lessee", baseRule, "Member of the lessee project.", nil},
+		{"lessee_manager", "role:manager and rule:is_node_lessee", baseRule, "Manager of the lessee project.", nil},
 		{"lessee_admin", "role:admin and rule:is_node_lessee", baseRule, "Admin of the lessee project.", nil},
-		{"system_or_project_reader", "rule:system_reader or rule:project_reader", baseRule, "Anyone who may see the node.", nil},
-		{"system_or_owner_reader", "rule:system_reader or rule:owner_reader", baseRule, "System readers and the owner's readers.", nil},
-		{"system_member_or_owner_admin", "rule:system_member or rule:owner_admin", baseRule, "System members and the owner's admins.", nil},
-		{"system_or_owner_member_and_lessee_admin", "rule:system_member or rule:owner_member or rule:lessee_admin", baseRule, "System members, owner members and lessee admins.", nil},
-		{"system_or_owner_or_lessee_member", "rule:system_member or rule:owner_member or rule:lessee_member", baseRule, "System members and members of the owner or lessee project.", nil},
+		{"system_or_project_reader", "rule:system_reader or rule:project_reader or rule:project_service", baseRule, "Anyone who may see the node (Ironic's SYSTEM_OR_PROJECT_READER).", nil},
+		{"system_or_owner_reader", "rule:system_reader or rule:system_service or rule:owner_reader or rule:project_service", baseRule, "System readers and the owner's readers (SYSTEM_OR_OWNER_READER).", nil},
+		{"system_member_or_owner_admin", "rule:system_member or rule:system_service or rule:owner_admin or rule:owner_manager or rule:project_service", baseRule, "System members and the owner's admins and managers (SYSTEM_MEMBER_OR_OWNER_ADMIN).", nil},
+		{"system_member_or_owner_member", "rule:system_member or rule:system_service or rule:owner_member or rule:project_service", baseRule, "System members and the owner's members (SYSTEM_MEMBER_OR_OWNER_MEMBER).", nil},
+		{"system_or_owner_member_and_lessee_admin", "rule:system_member or rule:system_service or rule:owner_member or rule:lessee_admin or rule:lessee_manager or rule:project_service", baseRule, "System members, owner members and lessee admins and managers (SYSTEM_OR_OWNER_MEMBER_AND_LESSEE_ADMIN).", nil},
+		{"system_or_owner_or_lessee_member", "rule:system_member or rule:owner_member or rule:lessee_member or rule:system_service", baseRule, "System members and members of the owner or lessee project (SYSTEM_OR_PROJECT_MEMBER).", nil},
 
 		// Nodes.
-		{"baremetal:node:create", "rule:system_admin", sysProj, "Create a node.", []string{"POST /v1/nodes"}},
-		{"baremetal:node:create:self_owned_node", "role:admin and project_id:%(node.owner)s", sysProj, "Create a node owned by the caller's own project.", []string{"POST /v1/nodes"}},
-		{"baremetal:node:list", "rule:system_or_project_reader", sysProj, "List the nodes the caller's project owns or leases.", []string{"GET /v1/nodes", "GET /v1/nodes/detail"}},
+		{"baremetal:node:create", "rule:system_admin or rule:system_service", sysProj, "Create a node.", []string{"POST /v1/nodes"}},
+		{"baremetal:node:create:self_owned_node", "role:admin or role:service", sysProj, "Create a node owned by the caller's own project (the node's owner is always the caller's project).", []string{"POST /v1/nodes"}},
+		{"baremetal:node:list", "role:reader or role:service", sysProj, "List the nodes the caller's project owns or leases.", []string{"GET /v1/nodes", "GET /v1/nodes/detail"}},
 		{"baremetal:node:list_all", "rule:system_reader", sysProj, "List every node.", []string{"GET /v1/nodes", "GET /v1/nodes/detail"}},
 		{"baremetal:node:get", "rule:system_or_project_reader", sysProj, "Show a node.", []string{"GET /v1/nodes/{node}"}},
 		{"baremetal:node:get:driver_info", "rule:system_or_owner_reader", sysProj, "See driver_info (secrets are always masked).", []string{"GET /v1/nodes/{node}"}},
 		{"baremetal:node:get:driver_internal_info", "rule:system_or_owner_reader", sysProj, "See driver_internal_info.", []string{"GET /v1/nodes/{node}"}},
 		{"baremetal:node:get:reservation", "rule:system_or_owner_reader", sysProj, "See which conductor holds the node's lock.", []string{"GET /v1/nodes/{node}"}},
-		{"baremetal:node:get:last_error", "rule:system_or_project_reader", sysProj, "See last_error. Ironic limits this to owners; lessees need it to act on failed runbooks.", []string{"GET /v1/nodes/{node}"}},
-		{"baremetal:node:update", "rule:system_or_owner_member_and_lessee_admin", sysProj, "Update node fields not covered by a narrower rule.", []string{"PATCH /v1/nodes/{node}"}},
-		{"baremetal:node:update:driver_info", "rule:system_member_or_owner_admin", sysProj, "Update driver or driver_info.", []string{"PATCH /v1/nodes/{node}"}},
-		{"baremetal:node:update:properties", "rule:system_member_or_owner_admin", sysProj, "Update properties.", []string{"PATCH /v1/nodes/{node}"}},
-		{"baremetal:node:update:name", "rule:system_member or rule:owner_member", sysProj, "Rename a node.", []string{"PATCH /v1/nodes/{node}"}},
+		{"baremetal:node:get:last_error", "rule:system_or_project_reader", sysProj, "See last_error. Ironic limits this to owners (rule:system_or_owner_reader); lessees need it to act on failed runbooks, and read it with BMC addresses scrubbed.", []string{"GET /v1/nodes/{node}"}},
+		{"baremetal:node:update", "rule:system_or_owner_or_lessee_member", sysProj, "Update node fields not covered by a narrower rule.", []string{"PATCH /v1/nodes/{node}"}},
+		{"baremetal:node:update:driver_info", "rule:system_member_or_owner_member", sysProj, "Update driver or driver_info.", []string{"PATCH /v1/nodes/{node}"}},
+		{"baremetal:node:update:properties", "rule:system_member_or_owner_member", sysProj, "Update properties.", []string{"PATCH /v1/nodes/{node}"}},
+		{"baremetal:node:update:name", "rule:system_member_or_owner_member", sysProj, "Rename a node.", []string{"PATCH /v1/nodes/{node}"}},
 		{"baremetal:node:update:owner", "rule:system_member", sysProj, "Change a node's owner.", []string{"PATCH /v1/nodes/{node}"}},
-		{"baremetal:node:update:lessee", "rule:system_member_or_owner_admin", sysProj, "Change a node's lessee. A lessee can never re-lease the node.", []string{"PATCH /v1/nodes/{node}"}},
+		{"baremetal:node:update:lessee", "rule:system_member_or_owner_member", sysProj, "Change a node's lessee. A lessee can never re-lease the node.", []string{"PATCH /v1/nodes/{node}"}},
 		{"baremetal:node:update:driver_interfaces", "rule:system_member_or_owner_admin", sysProj, "Change the driver.", []string{"PATCH /v1/nodes/{node}"}},
-		{"baremetal:node:update_extra", "rule:system_or_owner_member_and_lessee_admin", sysProj, "Update extra.", []string{"PATCH /v1/nodes/{node}"}},
+		{"baremetal:node:update_extra", "rule:system_or_owner_or_lessee_member", sysProj, "Update extra.", []string{"PATCH /v1/nodes/{node}"}},
 		{"baremetal:node:update_instance_info", "rule:system_or_owner_member_and_lessee_admin", sysProj, "Update instance_info.", []string{"PATCH /v1/nodes/{node}"}},
-		{"baremetal:node:update:instance_uuid", "rule:system_or_owner_member_and_lessee_admin", sysProj, "Set or clear instance_uuid.", []string{"PATCH /v1/nodes/{node}"}},
-		{"baremetal:node:update_owner_provisioned", "rule:system_member", sysProj, "Change the owner of a provisioned (active) node.", []string{"PATCH /v1/nodes/{node}"}},
+		{"baremetal:node:update:instance_uuid", "rule:system_member_or_owner_member", sysProj, "Set or clear instance_uuid.", []string{"PATCH /v1/nodes/{node}"}},
+		{"baremetal:node:update_owner_provisioned", "rule:system_admin", sys, "Change the owner of a provisioned (active) node.", []string{"PATCH /v1/nodes/{node}"}},
 		{"baremetal:node:delete", "rule:system_admin", sysProj, "Delete a node.", []string{"DELETE /v1/nodes/{node}"}},
 		{"baremetal:node:delete:self_owned_node", "role:admin and project_id:%(node.owner)s", sysProj, "Delete a node the caller's project owns.", []string{"DELETE /v1/nodes/{node}"}},
 		{"baremetal:node:set_maintenance", "rule:system_or_owner_member_and_lessee_admin", sysProj, "Put a node in maintenance.", []string{"PUT /v1/nodes/{node}/maintenance"}},
@@ -74,17 +83,17 @@ func Defaults() []Rule {
 		{"baremetal:node:traits:list", "rule:system_or_project_reader", sysProj, "List a node's traits.", []string{"GET /v1/nodes/{node}/traits"}},
 		{"baremetal:node:traits:set", "rule:system_member_or_owner_admin", sysProj, "Add or replace a node's traits.", []string{"PUT /v1/nodes/{node}/traits", "PUT /v1/nodes/{node}/traits/{trait}"}},
 		{"baremetal:node:traits:delete", "rule:system_member_or_owner_admin", sysProj, "Remove a node's traits.", []string{"DELETE /v1/nodes/{node}/traits", "DELETE /v1/nodes/{node}/traits/{trait}"}},
-		{"baremetal:node:history:get", "rule:system_or_project_reader", sysProj, "Read a node's event history. Ironic limits this to owners; lessees see what happened to nodes they lease.", []string{"GET /v1/nodes/{node}/history"}},
+		{"baremetal:node:history:get", "rule:system_or_project_reader", sysProj, "Read a node's event history. Ironic limits this to owners (rule:system_or_owner_reader); lessees see what happened to nodes they lease, with BMC addresses scrubbed.", []string{"GET /v1/nodes/{node}/history"}},
 
 		// Hardware and the state machine.
 		{"baremetal:node:get_states", "rule:system_or_project_reader", sysProj, "Read a node's power and provision states.", []string{"GET /v1/nodes/{node}/states"}},
-		{"baremetal:node:set_power_state", "rule:system_or_owner_or_lessee_member", sysProj, "Power a node on, off or reboot it. Ironic asks lessees for admin; the lessee spec lets lessee members power the nodes they lease.", []string{"PUT /v1/nodes/{node}/states/power"}},
-		{"baremetal:node:get_boot_device", "rule:system_or_owner_member_and_lessee_admin", sysProj, "Read the next boot device.", []string{"GET /v1/nodes/{node}/management/boot_device"}},
+		{"baremetal:node:set_power_state", "rule:system_or_owner_or_lessee_member", sysProj, "Power a node on, off or reboot it: system members, and members of the owner or lessee project.", []string{"PUT /v1/nodes/{node}/states/power"}},
+		{"baremetal:node:get_boot_device", "rule:system_member_or_owner_admin", sysProj, "Read the next boot device.", []string{"GET /v1/nodes/{node}/management/boot_device"}},
 		{"baremetal:node:set_boot_device", "rule:system_member_or_owner_admin", sysProj, "Set the next boot device.", []string{"PUT /v1/nodes/{node}/management/boot_device"}},
 		{"baremetal:node:validate", "rule:system_or_owner_member_and_lessee_admin", sysProj, "Check a node's driver settings per interface, without contacting its BMC.", []string{"GET /v1/nodes/{node}/validate"}},
 		{"baremetal:node:set_provision_state", "rule:system_or_owner_member_and_lessee_admin", sysProj, "Change a node's provision state (manage, provide, adopt, clean, service, abort, unhold).", []string{"PUT /v1/nodes/{node}/states/provision"}},
-		{"baremetal:node:set_provision_state:clean_steps", "rule:system_member", sysProj, "Clean with arbitrary, explicit steps. Projects use runbooks instead.", []string{"PUT /v1/nodes/{node}/states/provision"}},
-		{"baremetal:node:set_provision_state:service_steps", "rule:system_member", sysProj, "Service with arbitrary, explicit steps. Projects use runbooks instead.", []string{"PUT /v1/nodes/{node}/states/provision"}},
+		{"baremetal:node:set_provision_state:clean_steps", "rule:system_member", sysProj, "Clean with arbitrary, explicit steps. Ironic allows owner members and lessee admins; the runbook spec forbids projects explicit steps: they use runbooks.", []string{"PUT /v1/nodes/{node}/states/provision"}},
+		{"baremetal:node:set_provision_state:service_steps", "rule:system_member", sysProj, "Service with arbitrary, explicit steps. Ironic allows owner members and lessee admins; the runbook spec forbids projects explicit steps: they use runbooks.", []string{"PUT /v1/nodes/{node}/states/provision"}},
 		{"baremetal:conductor:get", "rule:system_reader", sys, "List conductors.", []string{"GET /v1/conductors"}},
 
 		{"baremetal:node:set_provision_state:runbook", "rule:system_or_owner_or_lessee_member", sysProj, "Clean or service a node with a runbook. Owner and lessee members may, as the self-service runbook spec's persona table says.", []string{"PUT /v1/nodes/{node}/states/provision"}},
@@ -92,33 +101,33 @@ func Defaults() []Rule {
 		// Runbooks.
 		{"is_runbook_owner", "project_id:%(runbook.owner)s", baseRule, "The caller's project owns the runbook.", nil},
 		{"is_runbook_public", "'True':%(runbook.public)s", baseRule, "The runbook is public.", nil},
-		{"baremetal:runbook:get", "rule:system_reader or (role:reader and (rule:is_runbook_owner or rule:is_runbook_public))", sysProj, "Show a runbook: system readers, and project readers for public and own-project runbooks.", []string{"GET /v1/runbooks/{runbook}"}},
-		{"baremetal:runbook:list", "role:reader", sysProj, "List runbooks (a project sees public and its own).", []string{"GET /v1/runbooks"}},
+		{"baremetal:runbook:get", "rule:system_reader or (role:reader and (rule:is_runbook_owner or rule:is_runbook_public)) or role:service", sysProj, "Show a runbook: system readers, service users, and project readers for public and own-project runbooks (Ironic shows project readers their own only; the runbook spec lets them see public ones).", []string{"GET /v1/runbooks/{runbook}"}},
+		{"baremetal:runbook:list", "role:reader or role:service", sysProj, "List runbooks (a project sees public and its own).", []string{"GET /v1/runbooks"}},
 		{"baremetal:runbook:list_all", "rule:system_reader", sysProj, "List every runbook.", []string{"GET /v1/runbooks"}},
-		{"baremetal:runbook:create", "rule:system_member or (role:manager and rule:is_runbook_owner)", sysProj, "Create a runbook: system members, and project managers for their project.", []string{"POST /v1/runbooks"}},
-		{"baremetal:runbook:update", "rule:system_member or (role:manager and rule:is_runbook_owner)", sysProj, "Update a runbook.", []string{"PATCH /v1/runbooks/{runbook}"}},
-		{"baremetal:runbook:delete", "rule:system_member or (role:manager and rule:is_runbook_owner)", sysProj, "Delete a runbook.", []string{"DELETE /v1/runbooks/{runbook}"}},
+		{"baremetal:runbook:create", "rule:system_member or (role:manager and rule:is_runbook_owner) or role:service", sysProj, "Create a runbook: system members, and project managers for their project.", []string{"POST /v1/runbooks"}},
+		{"baremetal:runbook:update", "rule:system_member or (role:manager and rule:is_runbook_owner) or role:service", sysProj, "Update a runbook.", []string{"PATCH /v1/runbooks/{runbook}"}},
+		{"baremetal:runbook:delete", "rule:system_member or (role:manager and rule:is_runbook_owner) or role:service", sysProj, "Delete a runbook.", []string{"DELETE /v1/runbooks/{runbook}"}},
 		{"baremetal:runbook:update:public", "rule:system_member", sysProj, "Publish or unpublish a runbook.", []string{"POST /v1/runbooks", "PATCH /v1/runbooks/{runbook}"}},
 		{"baremetal:runbook:update:owner", "rule:system_member", sysProj, "Choose a runbook's owner.", []string{"POST /v1/runbooks", "PATCH /v1/runbooks/{runbook}"}},
-		{"baremetal:runbook:use", "rule:system_member or (role:member and (rule:is_runbook_owner or rule:is_runbook_public))", sysProj, "Run a runbook. Ironic asks for a project manager and owner; the spec lets members run public and own-project runbooks.", []string{"PUT /v1/nodes/{node}/states/provision"}},
+		{"baremetal:runbook:use", "rule:system_member or (role:member and (rule:is_runbook_owner or rule:is_runbook_public)) or role:service", sysProj, "Run a runbook. Ironic asks for a manager of the owner project; the runbook spec lets members run public and own-project runbooks.", []string{"PUT /v1/nodes/{node}/states/provision"}},
 
 		// Allocations.
 		{"is_allocation_owner", "project_id:%(allocation.owner)s", baseRule, "The caller's project owns the allocation.", nil},
 		{"baremetal:allocation:get", "rule:system_reader or (role:reader and rule:is_allocation_owner)", sysProj, "Show an allocation.", []string{"GET /v1/allocations/{allocation}", "GET /v1/nodes/{node}/allocation"}},
-		{"baremetal:allocation:list", "role:reader", sysProj, "List allocations (a project sees its own).", []string{"GET /v1/allocations"}},
+		{"baremetal:allocation:list", "role:reader or role:service", sysProj, "List allocations (a project sees its own).", []string{"GET /v1/allocations"}},
 		{"baremetal:allocation:list_all", "rule:system_reader", sysProj, "List every allocation.", []string{"GET /v1/allocations"}},
-		{"baremetal:allocation:create", "rule:system_member", sysProj, "Allocate a node for any owner, or none.", []string{"POST /v1/allocations"}},
+		{"baremetal:allocation:create", "rule:system_member", sysProj, "Allocate a node for any owner, or none. Ironic master lets any member pass this and restricts the owner with create_restricted; Anvil keeps the node owner spec's meaning of the two rules.", []string{"POST /v1/allocations"}},
 		{"baremetal:allocation:create_restricted", "role:member and rule:is_allocation_owner", sysProj, "Allocate, for the caller's own project, a node it owns or leases.", []string{"POST /v1/allocations"}},
 		{"baremetal:allocation:delete", "rule:system_member or (role:member and rule:is_allocation_owner)", sysProj, "Release an allocation.", []string{"DELETE /v1/allocations/{allocation}"}},
 
 		// Anvil's own administration.
-		{"anvil:audit:list", "rule:system_reader", sys, "Read the audit log.", []string{"GET /v1/events"}},
-		{"anvil:policy:get", "rule:system_reader", sys, "Read the effective policy and its override status.", nil},
+		{"anvil:audit:list", "role:reader and system_scope:all", sys, "Read the audit log. Not service users: Anvil's administration is for people.", []string{"GET /v1/events"}},
+		{"anvil:policy:get", "role:reader and system_scope:all", sys, "Read the effective policy and its override status. Not service users: Anvil's administration is for people.", nil},
 		{"anvil:policy:update", "rule:system_admin", sys, "Upload a policy override.", nil},
 		{"anvil:user:manage", "rule:system_admin", sys, "Create, delete and grant roles to local users.", nil},
-		{"anvil:token:create", "role:reader", sysProj, "Mint an API token carrying some of one's own roles.", nil},
-		{"anvil:token:revoke", "role:reader", sysProj, "Revoke one of one's own API tokens.", nil},
-		{"anvil:user:list", "rule:system_reader", sys, "List users and their roles.", nil},
+		{"anvil:token:create", "role:reader or role:service", sysProj, "Mint an API token carrying some of one's own roles.", nil},
+		{"anvil:token:revoke", "role:reader or role:service", sysProj, "Revoke one of one's own API tokens.", nil},
+		{"anvil:user:list", "role:reader and system_scope:all", sys, "List users and their roles. Not service users: Anvil's administration is for people.", nil},
 	}
 }
 

@@ -62,15 +62,36 @@ type state struct {
 
 // Enforcer decides whether a principal may act on a target.
 type Enforcer struct {
-	defaults []Rule
-	cur      atomic.Pointer[state]
-	mu       sync.Mutex // serializes Reload
+	defaults       []Rule
+	serviceProject string
+	cur            atomic.Pointer[state]
+	mu             sync.Mutex // serializes Reload
+}
+
+// DefaultServiceProject is Ironic's default service_project_name.
+const DefaultServiceProject = "service"
+
+// Option adjusts an enforcer as New builds it.
+type Option func(*Enforcer)
+
+// ServiceProject names the elevated service project: a service-role user
+// scoped to it passes rule:service_role, which Ironic folds into
+// system_member and system_reader. Empty keeps the default, "service".
+func ServiceProject(name string) Option {
+	return func(e *Enforcer) {
+		if name != "" {
+			e.serviceProject = name
+		}
+	}
 }
 
 // New builds an enforcer from the default rules and optional overrides
 // (rule name → check string), refusing the whole set when any part is bad.
-func New(defaults []Rule, overrides map[string]string) (*Enforcer, error) {
-	e := &Enforcer{defaults: defaults}
+func New(defaults []Rule, overrides map[string]string, opts ...Option) (*Enforcer, error) {
+	e := &Enforcer{defaults: defaults, serviceProject: DefaultServiceProject}
+	for _, o := range opts {
+		o(e)
+	}
 	if err := e.Reload(overrides); err != nil {
 		return nil, err
 	}
@@ -167,6 +188,7 @@ func (e *Enforcer) Authorize(ctx context.Context, rule string, t Target) error {
 // Decide answers for an explicit principal (nil is anonymous).
 func (e *Enforcer) Decide(p *Principal, rule string, t Target) (bool, error) {
 	st := e.cur.Load()
+	t.serviceProject = e.serviceProject
 	if _, ok := st.rules[rule]; !ok {
 		return false, fmt.Errorf("no policy rule named %q", rule)
 	}
@@ -185,6 +207,9 @@ func (e *Enforcer) Decide(p *Principal, rule string, t Target) (bool, error) {
 	st.cache.Store(key, ok)
 	return ok, nil
 }
+
+// ServiceProjectName is the elevated service project in force.
+func (e *Enforcer) ServiceProjectName() string { return e.serviceProject }
 
 // Effective returns the check string in force for every rule.
 func (e *Enforcer) Effective() map[string]string { return maps.Clone(e.cur.Load().effective) }

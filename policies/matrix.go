@@ -12,6 +12,9 @@ import (
 type Persona struct {
 	Name      string
 	Principal *Principal
+	// serviceProject marks the elevated service persona, whose project is
+	// the enforcer's service project, whatever that is set to.
+	serviceProject bool
 }
 
 // The matrix's projects: the node's owner, its lessee, and a stranger.
@@ -21,20 +24,23 @@ const (
 	matrixOther  = "other-project"
 )
 
-// Personas returns the secure-RBAC personas: system admin, member and
-// reader, then each project role as the node's owner, its lessee and an
-// unrelated project.
+// Personas returns the secure-RBAC personas: system admin, member, reader
+// and service, then each project role (service last) as the node's owner,
+// its lessee and an unrelated project, then a service user of the
+// elevated service project.
 func Personas() []Persona {
 	var out []Persona
-	for _, r := range []string{"admin", "member", "reader"} {
-		out = append(out, Persona{"system-" + r, &Principal{User: "system-" + r, System: true, Roles: ExpandRoles([]string{r})}})
+	for _, r := range []string{"admin", "member", "reader", RoleService} {
+		out = append(out, Persona{Name: "system-" + r, Principal: &Principal{User: "system-" + r, System: true, Roles: ExpandRoles([]string{r})}})
 	}
 	for _, rel := range []struct{ name, project string }{{"owner", MatrixOwner}, {"lessee", MatrixLessee}, {"other", matrixOther}} {
-		for _, r := range roleLadder {
+		for _, r := range knownRoles {
 			n := rel.name + "-" + r
-			out = append(out, Persona{n, &Principal{User: n, Project: rel.project, Roles: ExpandRoles([]string{r})}})
+			out = append(out, Persona{Name: n, Principal: &Principal{User: n, Project: rel.project, Roles: ExpandRoles([]string{r})}})
 		}
 	}
+	out = append(out, Persona{Name: "service-project-service", serviceProject: true,
+		Principal: &Principal{User: "service-project-service", Project: DefaultServiceProject, Roles: []string{RoleService}}})
 	return out
 }
 
@@ -61,7 +67,13 @@ func (e *Enforcer) Matrix(personas []Persona) (rules []string, allowed [][]bool,
 		}
 		row := make([]bool, len(personas))
 		for i, p := range personas {
-			if row[i], err = e.Decide(p.Principal, r.Name, MatrixTarget); err != nil {
+			pr := p.Principal
+			if p.serviceProject {
+				c := *pr
+				c.Project = e.serviceProject
+				pr = &c
+			}
+			if row[i], err = e.Decide(pr, r.Name, MatrixTarget); err != nil {
 				return nil, nil, err
 			}
 		}

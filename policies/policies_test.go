@@ -252,3 +252,93 @@ func TestMatrix(t *testing.T) {
 		t.Error("an unknown persona was accepted")
 	}
 }
+
+// TestServiceRole follows Ironic's service rules: the role implies no
+// other; system-scoped and owner-project service users get the SYSTEM_SERVICE
+// and PROJECT_SERVICE terms; only the elevated service project passes
+// rule:service_role and with it system member and reader.
+func TestServiceRole(t *testing.T) {
+	if got := ExpandRoles([]string{"Service"}); strings.Join(got, ",") != "service" {
+		t.Fatalf("ExpandRoles(service) = %v: service must imply no other role", got)
+	}
+	if !KnownRole("service") || ExpandRoles([]string{"admin"})[len(ExpandRoles([]string{"admin"}))-1] == "service" {
+		t.Fatal("service must be a known role that admin does not imply")
+	}
+	node := Target{NodeOwner: "hw", NodeLessee: "tenant"}
+	for _, tc := range []struct {
+		svcProject string // the enforcer's setting; empty is the default
+		p          *Principal
+		rule       string
+		want       bool
+	}{
+		{"", system("service"), "baremetal:node:get", true},
+		{"", system("service"), "baremetal:node:list_all", true},
+		{"", system("service"), "baremetal:node:create", true},
+		{"", system("service"), "baremetal:node:set_power_state", true},
+		{"", system("service"), "baremetal:node:update:owner", false}, // SYSTEM_MEMBER has no SYSTEM_SERVICE
+		{"", system("service"), "baremetal:node:delete", false},
+		{"", system("service"), "anvil:audit:list", false},
+		{"", proj("hw", "service"), "baremetal:node:get", true},
+		{"", proj("hw", "service"), "baremetal:node:get:driver_info", true},
+		{"", proj("hw", "service"), "baremetal:node:update:driver_info", true},
+		{"", proj("hw", "service"), "baremetal:node:set_provision_state", true},
+		{"", proj("hw", "service"), "baremetal:node:set_power_state", false}, // SYSTEM_OR_PROJECT_MEMBER has no PROJECT_SERVICE
+		{"", proj("hw", "service"), "baremetal:node:list", true},
+		{"", proj("hw", "service"), "baremetal:node:list_all", false},
+		{"", proj("tenant", "service"), "baremetal:node:get", false}, // PROJECT_SERVICE matches the owner only
+		{"", proj("tenant", "service"), "baremetal:node:set_provision_state", false},
+		{"", proj("tenant", "service"), "baremetal:node:list", true},
+		{"", proj("service", "service"), "baremetal:node:list_all", true},
+		{"", proj("service", "service"), "baremetal:node:update:owner", true},
+		{"", proj("service", "service"), "baremetal:node:create", false},
+		{"", proj("service", "reader"), "baremetal:node:list_all", false},
+		{"automation", proj("service", "service"), "baremetal:node:list_all", false},
+		{"automation", proj("automation", "service"), "baremetal:node:list_all", true},
+		{"automation", proj("automation", "service"), "baremetal:node:update:owner", true},
+	} {
+		e, err := New(Defaults(), nil, ServiceProject(tc.svcProject))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got, err := e.Decide(tc.p, tc.rule, node); err != nil || got != tc.want {
+			t.Errorf("service project %q: %s (%v) on %s = %v, %v; want %v", tc.svcProject, tc.p.Scope(), tc.p.Roles, tc.rule, got, err, tc.want)
+		}
+	}
+	// Ironic lets operators redefine service_role; Anvil refuses it, as
+	// every base rule, since it widens system_member and system_reader at
+	// once. The service project is a setting instead (--service-project).
+	if _, err := New(Defaults(), map[string]string{"service_role": "role:service and project_name:ops"}); err == nil {
+		t.Error("an override of service_role was accepted")
+	}
+}
+
+func TestMatrixServicePersonas(t *testing.T) {
+	e, _ := New(Defaults(), nil, ServiceProject("automation"))
+	ps, err := SelectPersonas([]string{"system-service,owner-service,lessee-service,other-service,service-project-service"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rules, allowed, err := e.Matrix(ps)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]string{}
+	for i, r := range rules {
+		var b strings.Builder
+		for _, ok := range allowed[i] {
+			b.WriteString(map[bool]string{true: "Y", false: "n"}[ok])
+		}
+		got[r] = b.String()
+	}
+	for rule, want := range map[string]string{
+		"baremetal:node:get":             "YYnnY",
+		"baremetal:node:list":            "YYYYY",
+		"baremetal:node:list_all":        "YnnnY", // the elevated persona follows the enforcer's service project
+		"baremetal:node:update:owner":    "nnnnY",
+		"baremetal:node:set_boot_device": "YYnnY",
+	} {
+		if got[rule] != want {
+			t.Errorf("%s: %s, want %s", rule, got[rule], want)
+		}
+	}
+}

@@ -12,8 +12,20 @@ import (
 // Role names, strongest first. Each implies every role after it.
 var roleLadder = []string{"admin", "manager", "member", "reader"}
 
-// KnownRole reports whether r is one of Anvil's four roles.
-func KnownRole(r string) bool { return slices.Contains(roleLadder, r) }
+// RoleService is the role Ironic gives other services acting on nodes
+// (Nova, metal3, automation). As in Keystone's default roles it stands
+// outside the ladder: it implies no other role and none implies it, so a
+// service user passes only the rules that name it.
+const RoleService = "service"
+
+var knownRoles = append(slices.Clone(roleLadder), RoleService)
+
+// KnownRole reports whether r is one of Anvil's roles: the four of the
+// ladder and service.
+func KnownRole(r string) bool { return slices.Contains(knownRoles, r) }
+
+// KnownRoles lists Anvil's roles, the ladder strongest first, then service.
+func KnownRoles() []string { return slices.Clone(knownRoles) }
 
 // ExpandRoles returns roles together with every role they imply, in ladder
 // order, so that a check for role:reader passes for a manager. Unknown

@@ -62,6 +62,9 @@ type Options struct {
 	// overrides on (off: the defaults, whatever the directory holds).
 	PolicyDir             string
 	PolicyOverrideEnabled bool
+	// ServiceProject is the elevated service project: its service-role
+	// users pass Ironic's rule:service_role. Empty means "service".
+	ServiceProject string
 	// Conductor configures this process's conductor; its Name defaults
 	// to the host name.
 	Conductor conductor.Config
@@ -110,7 +113,7 @@ func New(ctx context.Context, o Options) (*App, error) {
 		db.Close()
 		return nil, err
 	}
-	enf, err := policies.New(policies.Defaults(), nil)
+	enf, err := policies.New(policies.Defaults(), nil, policies.ServiceProject(o.ServiceProject))
 	if err != nil {
 		db.Close()
 		return nil, fmt.Errorf("policy: %w", err)

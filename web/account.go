@@ -47,10 +47,10 @@ func (p *Portal) tokenRows(c *fiber.Ctx, pr *policies.Principal) ([]views.TokenR
 }
 
 // ladder returns the roles the principal may put in a token: those it
-// holds among the four, strongest first.
+// holds among Anvil's roles, strongest first, service last.
 func ladder(pr *policies.Principal) []string {
 	var out []string
-	for _, r := range []string{"admin", "manager", "member", "reader"} {
+	for _, r := range policies.KnownRoles() {
 		if pr.HasRole(r) {
 			out = append(out, r)
 		}

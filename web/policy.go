@@ -55,6 +55,7 @@ func (p *Portal) policyData(c *fiber.Ctx) (views.PolicyPage, error) {
 		return pp, err
 	}
 	pp.MatrixRules, pp.Matrix = rules, allowed
+	pp.Roles = policies.KnownRoles()
 	pp.CanUpdate = p.Guard.Allowed(c.UserContext(), rulePolicyUpdate, policies.Target{})
 	return pp, nil
 }
@@ -82,7 +83,7 @@ func (p *Portal) policyPage(c *fiber.Ctx) error {
 func (p *Portal) whatIf(c *fiber.Ctx) *views.WhatIf {
 	w := &views.WhatIf{Role: c.Query("role"), Scope: c.Query("scope"), Project: strings.TrimSpace(c.Query("project")), Node: c.Query("node")}
 	if !policies.KnownRole(w.Role) {
-		w.Error = "role: choose admin, manager, member or reader"
+		w.Error = "role: choose admin, manager, member, reader or service"
 		return w
 	}
 	pr := &policies.Principal{User: "what-if", Roles: policies.ExpandRoles([]string{w.Role})}

@@ -25,23 +25,37 @@ var rbSteps = []map[string]any{
 var runbookMatrix = []struct {
 	method, path, body, want string
 }{
-	{"GET", "/v1/runbooks", "", "401 | 200 200 200 | 200 200 200 200 | 200 200 200 200 | 200 200 200 200"},
-	{"GET", "/v1/runbooks/{sys}", "", "401 | 200 200 200 | 404 404 404 404 | 404 404 404 404 | 404 404 404 404"},
-	{"GET", "/v1/runbooks/{pub}", "", "401 | 200 200 200 | 200 200 200 200 | 200 200 200 200 | 200 200 200 200"},
-	{"GET", "/v1/runbooks/{own}", "", "401 | 200 200 200 | 200 200 200 200 | 404 404 404 404 | 404 404 404 404"},
-	{"POST", "/v1/runbooks", `{"name":"CUSTOM_NEW_{i}","steps":[{"interface":"power","step":"reboot","order":1}]}`, "401 | 201 201 403 | 201 201 403 403 | 201 201 403 403 | 201 201 403 403"},
-	{"POST", "/v1/runbooks", `{"name":"CUSTOM_NEW_{i}","public":true,"steps":[{"interface":"power","step":"reboot","order":1}]}`, "401 | 201 201 403 | 403 403 403 403 | 403 403 403 403 | 403 403 403 403"},
-	{"PATCH", "/v1/runbooks/{own}", `[{"op":"add","path":"/extra/k","value":"v"}]`, "401 | 200 200 403 | 200 200 403 403 | 404 404 404 404 | 404 404 404 404"},
-	{"PATCH", "/v1/runbooks/{own}", `[{"op":"replace","path":"/public","value":true}]`, "401 | 200 200 403 | 403 403 403 403 | 404 404 404 404 | 404 404 404 404"},
-	{"PATCH", "/v1/runbooks/{own}", `[{"op":"replace","path":"/owner","value":"oth"}]`, "401 | 200 200 403 | 403 403 403 403 | 404 404 404 404 | 404 404 404 404"},
-	{"PATCH", "/v1/runbooks/{pub}", `[{"op":"add","path":"/extra/k","value":"v"}]`, "401 | 200 200 403 | 403 403 403 403 | 403 403 403 403 | 403 403 403 403"},
-	{"DELETE", "/v1/runbooks/{own}", "", "401 | 204 204 403 | 204 204 403 403 | 404 404 404 404 | 404 404 404 404"},
-	{"DELETE", "/v1/runbooks/{sys}", "", "401 | 204 204 403 | 404 404 404 404 | 404 404 404 404 | 404 404 404 404"},
-	{"PUT", "/v1/nodes/{n}/states/provision", `{"target":"clean","runbook":"{pub}"}`, "401 | 202 202 403 | 202 202 202 403 | 202 202 202 403 | 404 404 404 404"},
-	{"PUT", "/v1/nodes/{n}/states/provision", `{"target":"clean","runbook":"{own}"}`, "401 | 202 202 403 | 202 202 202 403 | 404 404 404 403 | 404 404 404 404"},
-	{"PUT", "/v1/nodes/{n}/states/provision", `{"target":"clean","runbook":"{oth}"}`, "401 | 403 403 403 | 404 404 404 403 | 404 404 404 403 | 404 404 404 404"},
-	{"PUT", "/v1/nodes/{n}/states/provision", `{"target":"clean","runbook":"{sys}"}`, "401 | 202 202 403 | 404 404 404 403 | 404 404 404 403 | 404 404 404 404"},
-	{"PUT", "/v1/nodes/{n}/states/provision", `{"target":"clean","runbook":"{pub}","clean_steps":[{"interface":"power","step":"power_on"}]}`, "401 | 400 400 403 | 400 400 400 403 | 400 400 400 403 | 404 404 404 404"},
+	// runbook:list is API_READER; runbook:get RUNBOOK_READER, whose
+	// role:service term names no project: every service user sees every
+	// runbook, as in Ironic.
+	{"GET", "/v1/runbooks", "", "401 | 200 200 200 200 | 200 200 200 200 200 | 200 200 200 200 200 | 200 200 200 200 | 200"},
+	{"GET", "/v1/runbooks/{sys}", "", "401 | 200 200 200 200 | 404 404 404 404 200 | 404 404 404 404 200 | 404 404 404 404 | 200"},
+	{"GET", "/v1/runbooks/{pub}", "", "401 | 200 200 200 200 | 200 200 200 200 200 | 200 200 200 200 200 | 200 200 200 200 | 200"},
+	{"GET", "/v1/runbooks/{own}", "", "401 | 200 200 200 200 | 200 200 200 200 200 | 404 404 404 404 200 | 404 404 404 404 | 200"},
+	// runbook:create, update and delete are RUNBOOK_CREATOR/RUNBOOK_ADMIN:
+	// system members, managers of the owner project, and role:service.
+	{"POST", "/v1/runbooks", `{"name":"CUSTOM_NEW_{i}","steps":[{"interface":"power","step":"reboot","order":1}]}`, "401 | 201 201 403 201 | 201 201 403 403 201 | 201 201 403 403 201 | 201 201 403 403 | 201"},
+	// update:public and update:owner are SYSTEM_MEMBER, which a system
+	// service user does not pass; the elevated service project's does, but
+	// it is project-scoped, and the runbook spec keeps owner and public
+	// from every project-scoped caller.
+	{"POST", "/v1/runbooks", `{"name":"CUSTOM_NEW_{i}","public":true,"steps":[{"interface":"power","step":"reboot","order":1}]}`, "401 | 201 201 403 403 | 403 403 403 403 403 | 403 403 403 403 403 | 403 403 403 403 | 403"},
+	{"PATCH", "/v1/runbooks/{own}", `[{"op":"add","path":"/extra/k","value":"v"}]`, "401 | 200 200 403 200 | 200 200 403 403 200 | 404 404 404 404 200 | 404 404 404 404 | 200"},
+	{"PATCH", "/v1/runbooks/{own}", `[{"op":"replace","path":"/public","value":true}]`, "401 | 200 200 403 403 | 403 403 403 403 403 | 404 404 404 404 403 | 404 404 404 404 | 403"},
+	{"PATCH", "/v1/runbooks/{own}", `[{"op":"replace","path":"/owner","value":"oth"}]`, "401 | 200 200 403 403 | 403 403 403 403 403 | 404 404 404 404 403 | 404 404 404 404 | 403"},
+	{"PATCH", "/v1/runbooks/{pub}", `[{"op":"add","path":"/extra/k","value":"v"}]`, "401 | 200 200 403 200 | 403 403 403 403 200 | 403 403 403 403 200 | 403 403 403 403 | 200"},
+	{"DELETE", "/v1/runbooks/{own}", "", "401 | 204 204 403 204 | 204 204 403 403 204 | 404 404 404 404 204 | 404 404 404 404 | 204"},
+	{"DELETE", "/v1/runbooks/{sys}", "", "401 | 204 204 403 204 | 404 404 404 404 204 | 404 404 404 404 204 | 404 404 404 404 | 204"},
+	// set_provision_state:runbook (Anvil's, from the runbook spec) is
+	// SYSTEM_OR_PROJECT_MEMBER, which has no owner-project service term;
+	// a lessee-project service user cannot see the node.
+	{"PUT", "/v1/nodes/{n}/states/provision", `{"target":"clean","runbook":"{pub}"}`, "401 | 202 202 403 202 | 202 202 202 403 403 | 202 202 202 403 404 | 404 404 404 404 | 202"},
+	{"PUT", "/v1/nodes/{n}/states/provision", `{"target":"clean","runbook":"{own}"}`, "401 | 202 202 403 202 | 202 202 202 403 403 | 404 404 404 403 404 | 404 404 404 404 | 202"},
+	// A third project's runbook runs only on its own project's nodes,
+	// whoever asks: the node's owner decides which runbooks it accepts.
+	{"PUT", "/v1/nodes/{n}/states/provision", `{"target":"clean","runbook":"{oth}"}`, "401 | 403 403 403 403 | 404 404 404 403 403 | 404 404 404 403 404 | 404 404 404 404 | 403"},
+	{"PUT", "/v1/nodes/{n}/states/provision", `{"target":"clean","runbook":"{sys}"}`, "401 | 202 202 403 202 | 404 404 404 403 403 | 404 404 404 403 404 | 404 404 404 404 | 202"},
+	{"PUT", "/v1/nodes/{n}/states/provision", `{"target":"clean","runbook":"{pub}","clean_steps":[{"interface":"power","step":"power_on"}]}`, "401 | 400 400 403 400 | 400 400 400 403 403 | 400 400 400 403 404 | 404 404 404 404 | 400"},
 }
 
 func TestRunbookMatrix(t *testing.T) {

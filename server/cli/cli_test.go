@@ -51,12 +51,21 @@ func TestUserAndTokenCommands(t *testing.T) {
 
 	must("", "user", "grant", "carol", "--project", "p1", "--role", "member")
 	must("", "user", "grant", "carol", "--system", "--role", "reader")
+	// Ironic's service role, in a project and on the system; it implies
+	// no reader role, so a service token cannot carry one.
+	must("", "user", "create", "nova")
+	must("", "user", "grant", "nova", "--project", "p1", "--role", "service")
+	must("", "user", "grant", "nova", "--system", "--role", "service")
+	if tok := strings.TrimSpace(must("", "token", "create", "--user", "nova", "--system", "--roles", "service")); !strings.HasPrefix(tok, "anvil_") {
+		t.Errorf("service token create printed %q", tok)
+	}
+	fails("does not hold role reader", "token", "create", "--user", "nova", "--project", "p1", "--roles", "reader")
 	fails("not one of", "user", "grant", "carol", "--project", "p1", "--role", "owner")
 	fails("[project system] is required", "user", "grant", "carol", "--role", "member")
 	fails("[project system] were all set", "user", "grant", "carol", "--project", "p1", "--system", "--role", "member")
 
 	list := must("", "user", "list")
-	for _, want := range []string{"carol", "member@project p1", "reader@system", "dave"} {
+	for _, want := range []string{"carol", "member@project p1", "reader@system", "dave", "service@project p1", "service@system"} {
 		if !strings.Contains(list, want) {
 			t.Errorf("user list lacks %q:\n%s", want, list)
 		}

@@ -269,7 +269,7 @@ func TestDBOnPostgres(t *testing.T) {
 	}
 }
 
-// TestServeSettingsRefused: bad pool and access-log settings stop serve
+// TestServeSettingsRefused: bad pool, access-log and service-project settings stop serve
 // before it listens, naming the setting, from flags, the environment or
 // the config file alike.
 func TestServeSettingsRefused(t *testing.T) {
@@ -288,6 +288,8 @@ func TestServeSettingsRefused(t *testing.T) {
 		{args: []string{"--db-max-open", "10", "--db-max-idle", "40"}, want: "--db-max-idle 40: more than --db-max-open 10"},
 		{env: [2]string{"ANVIL_DB_MAX_OPEN", "-2"}, want: "--db-max-open -2"},
 		{args: []string{"--config", cfg}, want: "--db-max-idle 9: more than --db-max-open 4"},
+		{env: [2]string{"ANVIL_SERVICE_PROJECT", " service"}, want: `--service-project " service"`},
+		{args: []string{"--service-project", ""}, want: `--service-project ""`},
 	} {
 		t.Run(tc.want, func(t *testing.T) {
 			if tc.env[0] != "" {

@@ -9,10 +9,12 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/anvilproject/anvil/policies"
 	"github.com/anvilproject/anvil/server"
 	"github.com/anvilproject/anvil/server/bmc"
 	"github.com/anvilproject/anvil/server/conductor"
 	"github.com/anvilproject/anvil/server/demo"
+	"github.com/anvilproject/anvil/server/nodes"
 	"github.com/anvilproject/anvil/server/oidclogin"
 	"github.com/anvilproject/anvil/server/store"
 )
@@ -27,6 +29,7 @@ func serveCmd() *cobra.Command {
 		oc     oidclogin.Config
 		cc     conductor.Config
 		pdir   string
+		svcp   string
 		penab  bool
 		pool   store.Pool
 		access string
@@ -54,6 +57,9 @@ func serveCmd() *cobra.Command {
 			default:
 				return fmt.Errorf("--auth %q: use local (accounts and tokens) or none (loopback development mode)", auth)
 			}
+			if svcp == "" || nodes.ValidateProject("service-project", svcp) != nil {
+				return fmt.Errorf("--service-project %q: give a project name without surrounding spaces or control characters", svcp)
+			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGINT, syscall.SIGTERM)
 			defer stop()
 			var provider *oidclogin.Provider
@@ -67,7 +73,7 @@ func serveCmd() *cobra.Command {
 				log.Info("OpenID Connect sign-in enabled", "issuer", oc.Issuer)
 			}
 			app, err := server.New(ctx, server.Options{
-				Database: g.database, Pool: pool, AccessLog: access, AuthNone: auth == "none", Log: log, SessionSecret: secret, OIDC: provider, Conductor: cc, PolicyDir: pdir, PolicyOverrideEnabled: penab,
+				Database: g.database, Pool: pool, AccessLog: access, AuthNone: auth == "none", Log: log, SessionSecret: secret, OIDC: provider, Conductor: cc, PolicyDir: pdir, PolicyOverrideEnabled: penab, ServiceProject: svcp,
 				TrustedProxies: proxy,
 				Bootstrap: func(user, pw string) {
 					// Printed once, on stderr with the log, never stored in clear.
@@ -114,6 +120,7 @@ func serveCmd() *cobra.Command {
 	f.StringSliceVar(&bmcNet, "bmc-networks", nil, "CIDRs BMC addresses must fall in, checked at enrolment and at every connection (empty: any address)")
 	f.StringVar(&pdir, "policy-dir", "policy.d", "directory of policy override files (Ironic's YAML policy format)")
 	f.BoolVar(&penab, "policy-override-enabled", false, "apply policy overrides from --policy-dir and uploads; off means the defaults, whatever the directory holds")
+	f.StringVar(&svcp, "service-project", policies.DefaultServiceProject, "elevated service project: its service-role users act as system members and readers (Ironic's service_project_name)")
 	f.StringVar(&secret, "session-secret", "", "secret the portal's cookie keys derive from (give every replica the same); default: generated once and kept in the database")
 	f.StringVar(&access, "access-log", "on", "request log lines: on, off, or a sample rate such as 0.1 (server errors are always logged)")
 	f.IntVar(&pool.MaxOpen, "db-max-open", 0, "most open database connections (0: 32 on PostgreSQL, 8 on SQLite)")

@@ -211,7 +211,7 @@ func userRoleCmd(grant bool) *cobra.Command {
 	}
 	addGlobals(cmd, &g)
 	sf.add(cmd)
-	cmd.Flags().StringVar(&role, "role", "", "admin, manager, member or reader")
+	cmd.Flags().StringVar(&role, "role", "", "admin, manager, member, reader or service")
 	_ = cmd.MarkFlagRequired("role")
 	return cmd
 }

@@ -130,7 +130,7 @@ func (s *Service) CreateToken(ctx context.Context, r TokenRequest) (secret strin
 	for _, role := range r.Roles {
 		role = strings.ToLower(strings.TrimSpace(role))
 		if !policies.KnownRole(role) {
-			return "", info, errs.BadRequest("roles", "role %q is not one of admin, manager, member, reader", role)
+			return "", info, errs.BadRequest("roles", "role %q is not one of admin, manager, member, reader, service", role)
 		}
 		if !slices.Contains(held, role) || bounded && !caller.HasRole(role) {
 			return "", info, errs.BadRequest("roles", "user %s does not hold role %s on %s", r.User, role, r.Scope)

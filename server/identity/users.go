@@ -191,7 +191,7 @@ func (s *Service) DeleteUser(ctx context.Context, name string) (err error) {
 
 func validateAssignment(a Assignment) error {
 	if !policies.KnownRole(a.Role) {
-		return errs.BadRequest("role", "role %q is not one of admin, manager, member, reader", a.Role)
+		return errs.BadRequest("role", "role %q is not one of admin, manager, member, reader, service", a.Role)
 	}
 	if a.System == (a.Project != "") {
 		return errs.BadRequest("scope", "give exactly one of a project or the system")

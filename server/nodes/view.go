@@ -14,8 +14,16 @@ import (
 // BMC password back.
 const Masked = "******"
 
-// redactedInfo stands in for driver_info a caller may not read.
-var redactedInfo = map[string]any{"content": "** Redacted - requires baremetal:node:get:driver_info permission. **"}
+// What stands in for a field the caller's policy does not grant, word for
+// word as Ironic writes it (ironic/api/controllers/v1/node.py,
+// node_sanitize): the dict fields become a dict with one "content" key,
+// the string fields the sentence itself, whether the field is set or not.
+const (
+	RedactedDriverInfo  = "** Redacted - requires baremetal:node:get:driver_info permission. **"
+	RedactedInternal    = "** Redacted - Requires baremetal:node:get:driver_internal_info permission. **"
+	RedactedReservation = "** Redacted - requires baremetal:node:get:reservation permission. **"
+	RedactedLastError   = "** Value Redacted - Requires baremetal:node:get:last_error permission. **"
+)
 
 // View is a node as one caller may see it: secrets masked, and fields the
 // caller's policy does not grant redacted.
@@ -118,18 +126,23 @@ func (r *redactor) view(ctx context.Context, n *ent.Node, traits []string) *View
 	if d.driverInfo {
 		v.DriverInfo = MaskSecrets(n.DriverInfo)
 	} else {
-		v.DriverInfo = redactedInfo
+		v.DriverInfo = map[string]any{"content": RedactedDriverInfo}
 	}
 	v.InstanceInfo = MaskInstanceInfo(n.InstanceInfo)
 	if d.internal {
 		v.DriverInternalInfo = cloneMap(n.DriverInternalInfo)
 	} else {
-		v.DriverInternalInfo = map[string]any{}
+		v.DriverInternalInfo = map[string]any{"content": RedactedInternal}
 	}
 	if d.reservation {
 		v.Reservation = n.Reservation
+	} else {
+		v.Reservation = new(RedactedReservation)
 	}
-	if n.LastError != nil && d.lastError {
+	switch {
+	case !d.lastError:
+		v.LastError = new(RedactedLastError)
+	case n.LastError != nil:
 		le := *n.LastError
 		if rel != RelSystem {
 			le = ScrubError(le)

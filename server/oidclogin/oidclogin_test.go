@@ -223,6 +223,14 @@ func TestParseGroups(t *testing.T) {
 	if len(got) != 2 || got[0].Project != "p1" || !got[1].System || got[1].Role != "admin" {
 		t.Errorf("ParseGroups = %v", got)
 	}
+	// Ironic's service role: separate from the ladder, so it grants itself only.
+	svc := ParseGroups([]string{"anvil:project:metal3:service", "anvil:system:service"})
+	if len(svc) != 2 || svc[0].Project != "metal3" || svc[0].Role != "service" || !svc[1].System || svc[1].Role != "service" {
+		t.Errorf("ParseGroups(service) = %v", svc)
+	}
+	if p, err := Principal(identity.SSOUser{Name: "nova", Assignments: svc[:1]}, nil); err != nil || strings.Join(p.Roles, ",") != "service" || p.Project != "metal3" {
+		t.Errorf("service principal = %+v, %v", p, err)
+	}
 	if _, err := Principal(identity.SSOUser{Name: "ada", Assignments: []identity.Assignment{{Scope: identity.Scope{Project: "a"}, Role: "member"}, {Scope: identity.Scope{Project: "b"}, Role: "member"}}}, nil); err == nil {
 		t.Error("several projects without a choice got a principal")
 	}
