@@ -151,3 +151,57 @@ func TestBrowserErrorPages(t *testing.T) {
 		}
 	}
 }
+
+// TestSessionExpiryReturnsToThePage: a browser whose session ended is sent
+// to sign in with the reason, an htmx poll makes the whole page go there,
+// and signing in returns to the page; "next" never leaves the site.
+func TestSessionExpiryReturnsToThePage(t *testing.T) {
+	srv := servertest.Start(t, server.Options{Database: storetest.Setting(t, "sqlite")})
+	ctx := context.Background()
+	if err := srv.IDs.CreateUser(ctx, "pat", "pat-password-1"); err != nil {
+		t.Fatal(err)
+	}
+	if err := srv.IDs.Grant(ctx, "pat", identity.Assignment{Scope: identity.Scope{Project: "blue"}, Role: "member"}); err != nil {
+		t.Fatal(err)
+	}
+	signIn := func(b *browser, next string) (int, string) {
+		b.do("GET", "/login", nil)
+		st, _, h := b.do("POST", "/login", url.Values{"csrf": {b.csrf}, "username": {"pat"}, "password": {"pat-password-1"}, "next": {next}})
+		return st, h.Get("Location")
+	}
+	// Never signed in: to the sign-in page with the way back, no reason.
+	fresh := newBrowser(t, srv.URL)
+	if st, _, h := fresh.do("GET", "/runbooks?x=1", nil); st != 303 || h.Get("Location") != "/login?next=%2Frunbooks%3Fx%3D1" {
+		t.Errorf("signed out: %d %s", st, h.Get("Location"))
+	}
+	b := newBrowser(t, srv.URL)
+	if st, loc := signIn(b, ""); st != 303 || loc != "/nodes" {
+		t.Fatalf("login: %d %s", st, loc)
+	}
+	b.do("GET", "/nodes", nil)
+	cookie := b.cookie()
+	if err := srv.IDs.SetPassword(ctx, "pat", "pat-password-1"); err != nil {
+		t.Fatal(err)
+	}
+	// A poll from the node page after the session ended.
+	old := replay(t, srv.URL, cookie)
+	st, _, h := old.do("GET", "/nodes/some-node/status", nil, "HX-Request", "true", "HX-Current-URL", srv.URL+"/nodes/some-node")
+	if st != 401 || h.Get("HX-Redirect") != "/login?error=expired&next=%2Fnodes%2Fsome-node" {
+		t.Errorf("htmx poll on an ended session: %d HX-Redirect %q", st, h.Get("HX-Redirect"))
+	}
+	st, page, _ := old.do("GET", h.Get("HX-Redirect"), nil)
+	if st != 200 || !strings.Contains(page, "Your session expired") || !strings.Contains(page, `name="next" value="/nodes/some-node"`) {
+		t.Errorf("sign-in page after expiry: %d\n%s", st, page)
+	}
+	for next, want := range map[string]string{
+		"/nodes/some-node":      "/nodes/some-node",
+		"//evil.example/x":      "/nodes",
+		"/\\evil.example":       "/nodes",
+		"https://evil.example/": "/nodes",
+		"/login?next=/x":        "/nodes",
+	} {
+		if st, loc := signIn(newBrowser(t, srv.URL), next); st != 303 || loc != want {
+			t.Errorf("next %q: %d %s, want %s", next, st, loc, want)
+		}
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"net/url"
 	"slices"
 	"strings"
 	"time"
@@ -130,7 +131,7 @@ func (p *Portal) session(c *fiber.Ctx) error {
 		// Roles revoked or the account is gone: the session ends.
 		p.Log.Info("session ended", "user", sess.User, "reason", err)
 		_ = p.Sessions.Clear(c)
-		c.Locals(sessionLocal, &Session{CSRF: randomToken()})
+		c.Locals(sessionLocal, &Session{CSRF: randomToken(), Expired: true})
 		return c.Next()
 	}
 	c.SetUserContext(policies.WithPrincipal(c.UserContext(), pr))
@@ -172,10 +173,46 @@ func browsersOnly(c *fiber.Ctx) error {
 }
 
 func (p *Portal) signedIn(c *fiber.Ctx) error {
-	if policies.PrincipalFrom(c.UserContext()) == nil {
-		return c.Redirect("/login", fiber.StatusSeeOther)
+	if policies.PrincipalFrom(c.UserContext()) != nil {
+		return c.Next()
 	}
-	return c.Next()
+	// Back to the page after signing in: the page itself, or for an htmx
+	// request (a poll, a button) the page it came from.
+	next := ""
+	if c.Method() == fiber.MethodGet {
+		next = c.OriginalURL()
+	}
+	htmx := c.Get("HX-Request") == "true"
+	if htmx {
+		if u, err := url.Parse(c.Get("HX-Current-URL")); err == nil {
+			next = u.RequestURI()
+		}
+	}
+	q := url.Values{}
+	if sessionOf(c).Expired {
+		q.Set("error", loginErrExpired)
+	}
+	if safeNext(next) {
+		q.Set("next", next)
+	}
+	to := "/login"
+	if len(q) > 0 {
+		to += "?" + q.Encode()
+	}
+	if htmx {
+		// htmx would swap a redirect's target into the fragment; this
+		// makes it load the sign-in page as the whole page instead.
+		c.Set("HX-Redirect", to)
+		return c.SendStatus(fiber.StatusUnauthorized)
+	}
+	return c.Redirect(to, fiber.StatusSeeOther)
+}
+
+// safeNext accepts only a path of this site as a place to return to, never
+// another site ("//host", "/\\host") or the sign-in page itself.
+func safeNext(next string) bool {
+	return strings.HasPrefix(next, "/") && !strings.HasPrefix(next, "//") && !strings.HasPrefix(next, "/\\") &&
+		!strings.HasPrefix(next, "/login") && !strings.ContainsAny(next, "\r\n")
 }
 
 func render(c *fiber.Ctx, status int, comp templ.Component) error {
@@ -246,7 +283,11 @@ func (p *Portal) loginPage(c *fiber.Ctx) error {
 	if err := p.Sessions.Save(c, sess); err != nil {
 		return err
 	}
-	return render(c, 200, views.Login(views.Page{Title: "Sign in", CSRF: sess.CSRF, Error: loginErrors[c.Query("error")]}, "", p.SSO != nil))
+	next := c.Query("next")
+	if !safeNext(next) {
+		next = ""
+	}
+	return render(c, 200, views.Login(views.Page{Title: "Sign in", CSRF: sess.CSRF, Error: loginErrors[c.Query("error")]}, "", next, p.SSO != nil))
 }
 
 func (p *Portal) login(c *fiber.Ctx) error {
@@ -274,7 +315,11 @@ func (p *Portal) login(c *fiber.Ctx) error {
 		return err
 	}
 	sess := sessionOf(c)
-	return render(c, status, views.Login(views.Page{Title: "Sign in", CSRF: sess.CSRF, Error: msg}, name, p.SSO != nil))
+	next := c.FormValue("next")
+	if !safeNext(next) {
+		next = ""
+	}
+	return render(c, status, views.Login(views.Page{Title: "Sign in", CSRF: sess.CSRF, Error: msg}, name, next, p.SSO != nil))
 }
 
 // startSession records a new sign-in on the server and hands the browser
@@ -288,7 +333,11 @@ func (p *Portal) startSession(c *fiber.Ctx, s *Session) error {
 	if err := p.Sessions.Save(c, s); err != nil {
 		return err
 	}
-	return c.Redirect("/nodes", fiber.StatusSeeOther)
+	to := "/nodes"
+	if next := c.FormValue("next"); safeNext(next) {
+		to = next
+	}
+	return c.Redirect(to, fiber.StatusSeeOther)
 }
 
 func (p *Portal) logout(c *fiber.Ctx) error {

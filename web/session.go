@@ -55,6 +55,9 @@ type Session struct {
 	Seen        int64                 `json:"t1"`
 	// OIDC login in flight.
 	State, Nonce, Verifier string `json:",omitempty"`
+	// Expired marks the fresh session that replaced a signed-in one which
+	// timed out or was ended, so the sign-in page can say so. Never stored.
+	Expired bool `json:"-"`
 }
 
 // LoggedIn reports whether the session belongs to a signed-in user whose
@@ -128,6 +131,7 @@ func (s *Sessions) Load(c *fiber.Ctx) *Session {
 					if sess.User == "" || sess.LoggedIn(time.Now()) {
 						return &sess
 					}
+					return &Session{CSRF: randomToken(), Expired: true}
 				}
 			}
 		}

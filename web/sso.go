@@ -18,6 +18,7 @@ const (
 	loginErrRefused    = "refused"
 	loginErrUnverified = "unverified"
 	loginErrNoRole     = "norole"
+	loginErrExpired    = "expired"
 )
 
 var loginErrors = map[string]string{
@@ -25,6 +26,7 @@ var loginErrors = map[string]string{
 	loginErrRefused:    "The identity provider refused the sign-in.",
 	loginErrUnverified: "The identity provider's answer could not be verified; try again.",
 	loginErrNoRole:     "Your account holds no Anvil role; ask an administrator.",
+	loginErrExpired:    "Your session expired; sign in again to go back to the page you were on.",
 }
 
 func (p *Portal) ssoStart(c *fiber.Ctx) error {
