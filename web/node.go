@@ -1,12 +1,15 @@
 package web
 
 import (
+	"context"
 	"encoding/json"
+	"fmt"
 	"slices"
 	"strings"
 
 	"github.com/gofiber/fiber/v2"
 
+	"github.com/anvilproject/anvil/policies"
 	"github.com/anvilproject/anvil/server/conductor"
 	"github.com/anvilproject/anvil/server/errs"
 	"github.com/anvilproject/anvil/server/nodes"
@@ -48,6 +51,15 @@ func (p *Portal) detail(c *fiber.Ctx) (views.NodeDetail, error) {
 	}
 	t := nodes.Target(v.Node)
 	d.CanPower = p.Guard.Allowed(ctx, conductor.RuleSetPower, t)
+	switch {
+	case !d.CanPower:
+		d.PowerWhy = p.denied(ctx, "may not change power", conductor.RuleSetPower)
+	case d.TargetPowerState != "":
+		d.PowerWhy = "A power action (to " + d.TargetPowerState + ") is in progress."
+	case d.Busy:
+		d.PowerWhy = "Power actions wait while the node is " + v.ProvisionState + "."
+	}
+	p.recovery(ctx, &d, v)
 	d.CanSteps = p.Guard.Allowed(ctx, conductor.RuleProvision, t) && p.Guard.Allowed(ctx, conductor.RuleCleanSteps, t) &&
 		v.ProvisionState == nodes.StateManageable
 	d.CanTenancy = p.Guard.Allowed(ctx, "baremetal:node:update:owner", t) && p.Guard.Allowed(ctx, "baremetal:node:update:lessee", t)
@@ -58,6 +70,68 @@ func (p *Portal) detail(c *fiber.Ctx) (views.NodeDetail, error) {
 		}
 	}
 	return d, nil
+}
+
+// denied explains a policy refusal to the viewer: who they are acting as,
+// what they may not do, and the rule that says so.
+func (p *Portal) denied(ctx context.Context, what, rule string) string {
+	pr := policies.PrincipalFrom(ctx)
+	who := "your role"
+	if pr != nil {
+		role := "no role"
+		for _, r := range []string{"admin", "manager", "member", "reader", "service"} {
+			if slices.Contains(pr.Roles, r) {
+				role = r
+				break
+			}
+		}
+		if pr.System {
+			who = "your role (system " + role + ")"
+		} else {
+			who = "your role (" + role + " of " + pr.Project + ")"
+		}
+	}
+	return fmt.Sprintf("Not available: %s %s, by rule %s.", who, what, rule)
+}
+
+// recovery offers the ways out of a run in progress or a failed one, as
+// the provision verbs allow them and where policy lets the viewer.
+func (p *Portal) recovery(ctx context.Context, d *views.NodeDetail, v *nodes.View) {
+	var offer []views.Action
+	label := d.Name
+	if label == "" {
+		label = d.UUID
+	}
+	switch v.ProvisionState {
+	case nodes.StateCleaning, nodes.StateCleanWait, conductor.StateCleanHold, nodes.StateServicing, nodes.StateServiceWait, conductor.StateServiceHold:
+		offer = append(offer, views.Action{Verb: "abort", Label: "Abort the run", Confirm: "Abort the run on " + label + "? The current step finishes; the rest do not run."})
+	case nodes.StateCleanFailed:
+		offer = append(offer, views.Action{Verb: "manage", Label: "Return to manageable", Confirm: "Return " + label + " to manageable? Its BMC is checked first."})
+	case nodes.StateServiceFailed:
+		offer = append(offer, views.Action{Verb: "abort", Label: "Return to active", Confirm: "Return " + label + " to active without finishing the service?"})
+	}
+	if len(offer) == 0 {
+		return
+	}
+	if !p.Guard.Allowed(ctx, conductor.RuleProvision, nodes.Target(v.Node)) {
+		d.RecoveryWhy = p.denied(ctx, "may not abort or recover runs", conductor.RuleProvision)
+		return
+	}
+	d.Recovery = offer
+}
+
+// nodeProvision takes one of the recovery verbs the page offers; the
+// service decides everything again.
+func (p *Portal) nodeProvision(c *fiber.Ctx) error {
+	target := c.FormValue("target")
+	if target != "abort" && target != "manage" {
+		return p.status(c, "Only abort and return to manageable are offered here.")
+	}
+	err := p.Ops.Provision(c.UserContext(), c.Params("id"), conductor.ProvisionRequest{Target: target})
+	if err != nil && errs.Status(err) >= 500 {
+		return err
+	}
+	return p.status(c, errText(err))
 }
 
 func (p *Portal) nodePage(c *fiber.Ctx) error {

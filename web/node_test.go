@@ -90,8 +90,10 @@ func TestNodePage(t *testing.T) {
 	if !strings.Contains(body, "Run CUSTOM_PAGE_PUB") || strings.Contains(body, "Run CUSTOM_PAGE_LES") {
 		t.Error("lessee member: wants the system's runbook offered and not its own project's")
 	}
-	if _, body := page(signIn("rita")); strings.Contains(body, "Power on") {
-		t.Error("lessee reader sees power buttons")
+	// A lessee reader sees the power controls disabled, with the reason.
+	if _, body := page(signIn("rita")); !strings.Contains(body, `<button type="submit" disabled aria-describedby="power-why">Power on</button>`) ||
+		!strings.Contains(body, "Not available: your role (reader of") || !strings.Contains(body, "by rule baremetal:node:set_power_state") {
+		t.Error("lessee reader: wants disabled power buttons and the reason")
 	}
 	if st, _ := page(signIn("oscar")); st != 404 {
 		t.Errorf("another project's admin gets %d for the node page", st)

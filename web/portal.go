@@ -77,6 +77,7 @@ func (p *Portal) Register(app *fiber.App) {
 	app.Post("/nodes/:id/power", s, p.signedIn, p.nodePower)
 	app.Post("/nodes/:id/clean", s, p.signedIn, p.nodeClean)
 	app.Post("/nodes/:id/runbook", s, p.signedIn, p.nodeRunbook)
+	app.Post("/nodes/:id/provision", s, p.signedIn, p.nodeProvision)
 	app.Post("/nodes/:id/tenancy", s, p.signedIn, p.nodeTenancy)
 	app.Get("/runbooks", s, p.signedIn, p.runbooksPage)
 	app.Get("/runbooks/new", s, p.signedIn, p.newRunbook)

@@ -85,10 +85,11 @@ func (p *Portal) runnable(c *fiber.Ctx, d *views.NodeDetail, v *nodes.View) {
 	case nodes.StateActive:
 		d.RunVerb = "service"
 	default:
+		d.RunWhy = "Runbooks run on manageable or active nodes; this node is " + v.ProvisionState + "."
 		return
 	}
 	if !p.Guard.Allowed(ctx, conductor.RuleProvisionRunbook, nodes.Target(v.Node)) {
-		d.RunVerb = ""
+		d.RunWhy = p.denied(ctx, "may not run runbooks on this node", conductor.RuleProvisionRunbook)
 		return
 	}
 	rs, _, err := p.Runbooks.List(ctx, runbooks.ListOptions{Detail: true})

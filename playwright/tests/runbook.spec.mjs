@@ -23,6 +23,13 @@ test('a tenant runs the public firmware runbook on a leased node and sees it com
   expect(found).toBe(true);
   await page.locator('summary', { hasText: 'CUSTOM_FIRMWARE_UPDATE' }).click();
   await expect(page.locator('details[open] ol li')).toHaveText(['power.power_off', 'deploy.wait (seconds=3)', 'power.power_on']);
+  // Run asks first; cancelling starts nothing.
+  let asked = '';
+  page.once('dialog', async (d) => { asked = d.message(); await d.dismiss(); });
+  await page.getByRole('button', { name: 'Run CUSTOM_FIRMWARE_UPDATE (clean)' }).click();
+  await expect.poll(() => asked).toContain('Run CUSTOM_FIRMWARE_UPDATE on this node?');
+  await expect(page.getByTestId('provision-state')).toHaveText('manageable');
+  page.once('dialog', (d) => d.accept());
   await page.getByRole('button', { name: 'Run CUSTOM_FIRMWARE_UPDATE (clean)' }).click();
   await expect(page.getByTestId('provision-state')).toContainText('clean');
   // The lessee sees progress too, though not driver_internal_info itself.
@@ -63,6 +70,7 @@ test('the run-a-runbook flow works from the keyboard alone', async ({ page }) =>
       await summary.focus();
       await page.keyboard.press('Enter');
       await page.getByRole('button', { name: 'Run CUSTOM_FIRMWARE_UPDATE (clean)' }).focus();
+      page.once('dialog', (d) => d.accept());
       await page.keyboard.press('Enter');
       await expect(page.getByTestId('provision-state')).toHaveText('manageable', { timeout: 20_000 });
       await expect(page.locator('table.history tbody tr').last()).toContainText('All 3 clean steps done');
