@@ -20,6 +20,8 @@ async function accessible(page, name) {
 
 
 test('every main page passes axe, at 1440 px and at 390 px, and the suite records screenshots', async ({ page }) => {
+  // Eleven pages twice with axe: well over the default 30 s on 2 busy cores.
+  test.setTimeout(120_000);
   fs.mkdirSync(shots, { recursive: true });
   for (const width of [1440, 390]) {
     await page.setViewportSize({ width, height: 900 });

@@ -6,7 +6,7 @@ test('an admin uploads a broken policy, sees PO (broken), then a good one and se
   await signIn(page, 'olga', 'operator-password-1');
   await page.getByRole('link', { name: 'Policy' }).click();
   const row = page.locator('tr[data-rule="baremetal:conductor:get"]');
-  await expect(row.locator('td.allow')).toHaveCount(3);
+  await expect(row.locator('td.allow')).toHaveCount(5);
 
   const zip = page.getByLabel('Zip of YAML files (folders are flattened; other files are ignored)');
   await zip.setInputFiles(path.join(import.meta.dirname, '..', 'fixtures', 'broken-policy.zip'));
