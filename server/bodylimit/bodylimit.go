@@ -40,9 +40,16 @@ func (l Limits) For(path string) int {
 	return l.Default
 }
 
+// drainMax bounds how much of an oversized body is read and thrown away
+// before the 413: an ordinary client sends its whole body before it reads
+// the answer, and closing under its upload would show it a reset
+// connection instead of the 413. Draining reuses a small buffer, so memory
+// stays flat; a body declared larger than this is cut off unread.
+const drainMax = 8 << 20
+
 // Middleware reads every request body up front, bounded by its route's
 // limit. A body over the limit gets a 413 and the connection is closed,
-// since its unread rest cannot be skipped.
+// after draining what an ordinary client would still be sending.
 func (l Limits) Middleware() fiber.Handler {
 	return func(c *fiber.Ctx) error {
 		limit := l.For(c.Path())
@@ -84,6 +91,9 @@ func (l Limits) Continue(h *fasthttp.RequestHeader) bool {
 }
 
 func tooLarge(c *fiber.Ctx, limit int) error {
+	if s := c.Request().BodyStream(); s != nil && c.Request().Header.ContentLength() <= drainMax {
+		_, _ = io.Copy(io.Discard, io.LimitReader(s, drainMax))
+	}
 	c.Context().SetConnectionClose()
 	return &errs.Error{Status: fiber.StatusRequestEntityTooLarge, Field: "body",
 		Msg: fmt.Sprintf("the request body is larger than %s, the most %s accepts", size(limit), c.Path())}
