@@ -356,3 +356,38 @@ func TestConcurrentTransitionsHappenOnce(t *testing.T) {
 		}
 	})
 }
+
+// TestOversizedBodiesAreRefusedUnread: every API route that takes a body
+// answers 413 to one over 1 MiB, for any persona, and nothing changes.
+func TestOversizedBodiesAreRefusedUnread(t *testing.T) {
+	storetest.Each(t, func(t *testing.T, setting string, db *store.DB) {
+		_, clients := startLocal(t, setting)
+		admin := clients["system-admin"]
+		mustStatus(t, admin.Do(t, "POST", "/v1/nodes", map[string]any{"name": "big", "driver": "fake", "owner": "own", "lessee": "les"}), 201)
+		r := admin.Do(t, "POST", "/v1/runbooks", map[string]any{"name": "CUSTOM_BIG", "steps": []any{map[string]any{"interface": "power", "step": "power_on", "args": map[string]any{}, "order": 1}}})
+		mustStatus(t, r, 201)
+		rb := r.JSON(t)["uuid"].(string)
+		before, err := db.Node.Query().Count(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		huge := `{"x":"` + strings.Repeat("a", 2<<20) + `"}`
+		for _, persona := range []string{"system-admin", "lessee-member", "other-reader", "anonymous"} {
+			for _, rt := range []struct{ method, path string }{
+				{"POST", "/v1/nodes"}, {"PATCH", "/v1/nodes/big"}, {"PUT", "/v1/nodes/big/traits"},
+				{"PUT", "/v1/nodes/big/maintenance"}, {"PUT", "/v1/nodes/big/states/power"},
+				{"PUT", "/v1/nodes/big/states/provision"}, {"PUT", "/v1/nodes/big/management/boot_device"},
+				{"POST", "/v1/runbooks"}, {"PATCH", "/v1/runbooks/" + rb}, {"POST", "/v1/allocations"},
+			} {
+				if r := clients[persona].Do(t, rt.method, rt.path, huge); r.Status != 413 {
+					t.Errorf("%s %s %s with 2 MiB: %d", persona, rt.method, rt.path, r.Status)
+				}
+			}
+		}
+		after, _ := db.Node.Query().Count(context.Background())
+		n := admin.Do(t, "GET", "/v1/nodes/big", nil).JSON(t)
+		if after != before || n["maintenance"] != false || len(n["extra"].(map[string]any)) != 0 {
+			t.Errorf("refused bodies changed something: nodes %d→%d, %v", before, after, n)
+		}
+	})
+}
