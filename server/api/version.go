@@ -21,6 +21,8 @@ const (
 	VerCleanStep      Version = 7  // clean_step field
 	VerCleanSteps     Version = 15 // manual cleaning with explicit clean_steps
 	VerAllocations    Version = 52 // /v1/allocations
+	VerAllocUpdate    Version = 57 // PATCH /v1/allocations/{id}
+	VerAllocOwner     Version = 60 // allocation owner and ?owner=
 	VerFields         Version = 8  // ?fields=
 	VerRAID           Version = 12 // RAID configuration, /v1/drivers/{name}/raid
 	VerDriverLinks    Version = 14 // properties links on drivers

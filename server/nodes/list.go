@@ -9,6 +9,7 @@ import (
 	entsql "entgo.io/ent/dialect/sql"
 
 	"github.com/anvilproject/anvil/ent"
+	"github.com/anvilproject/anvil/ent/allocation"
 	"github.com/anvilproject/anvil/ent/node"
 	"github.com/anvilproject/anvil/ent/predicate"
 	"github.com/anvilproject/anvil/ent/trait"
@@ -32,6 +33,8 @@ type ListOptions struct {
 	Marker                                            string
 	SortKey, SortDir                                  string
 	WithTraits                                        bool
+	// WithAllocation loads each node's allocation UUID.
+	WithAllocation bool
 	// Columns, when set, limits the columns read to these (plus what
 	// access decisions need): a short list reads no JSON blobs.
 	Columns []string
@@ -104,6 +107,9 @@ func (s *Service) List(ctx context.Context, o ListOptions) (*Page, error) {
 	q = q.Limit(o.Limit + 1)
 	if o.WithTraits {
 		q = q.WithTraits(func(tq *ent.TraitQuery) { tq.Select(trait.FieldNodeID, trait.FieldTrait) })
+	}
+	if o.WithAllocation {
+		q = q.WithAllocation(func(aq *ent.AllocationQuery) { aq.Select(allocation.FieldNodeID, allocation.FieldUUID) })
 	}
 	var ns []*ent.Node
 	if len(o.Columns) > 0 {
