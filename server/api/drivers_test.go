@@ -157,6 +157,16 @@ func TestDriverNames(t *testing.T) {
 				t.Errorf("%s supports %s", name, got)
 			}
 		}
+		// A filter by either name finds the nodes stored under both.
+		for _, q := range []string{"fake", "fake-hardware"} {
+			var got []string
+			for _, n := range admin.Do(t, "GET", "/v1/nodes?sort_key=name&driver="+q, nil).JSON(t)["nodes"].([]any) {
+				got = append(got, n.(map[string]any)["name"].(string))
+			}
+			if strings.Join(got, ",") != "n-fake,n-fake-hardware" {
+				t.Errorf("?driver=%s lists %v", q, got)
+			}
+		}
 		r := admin.Do(t, "POST", "/v1/nodes", map[string]any{"driver": "fake_hw"})
 		mustStatus(t, r, 400)
 		if f := r.Fault(t); !strings.Contains(f, "fake-hardware, ipmi, redfish") {

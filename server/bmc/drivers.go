@@ -89,6 +89,19 @@ func Canonical(driver string) string {
 	return driver
 }
 
+// Spellings returns every name that means driver: its Ironic name and
+// its aliases, so a filter by either finds nodes stored under both.
+func Spellings(driver string) []string {
+	c := Canonical(driver)
+	out := []string{c}
+	for a, to := range aliases {
+		if to == c {
+			out = append(out, a)
+		}
+	}
+	return out
+}
+
 // Known reports whether driver (or an alias of it) is a driver Anvil has.
 func Known(driver string) bool {
 	_, ok := drivers[Canonical(driver)]

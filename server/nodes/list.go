@@ -14,6 +14,7 @@ import (
 	"github.com/anvilproject/anvil/ent/predicate"
 	"github.com/anvilproject/anvil/ent/trait"
 	"github.com/anvilproject/anvil/policies"
+	"github.com/anvilproject/anvil/server/bmc"
 	"github.com/anvilproject/anvil/server/errs"
 )
 
@@ -182,7 +183,7 @@ func (s *Service) scoped(ctx context.Context, o ListOptions) (*ent.NodeQuery, er
 		ps = append(ps, node.ResourceClass(*o.ResourceClass))
 	}
 	if o.Driver != nil {
-		ps = append(ps, node.Driver(*o.Driver))
+		ps = append(ps, node.DriverIn(bmc.Spellings(*o.Driver)...))
 	}
 	if o.Maintenance != nil {
 		ps = append(ps, node.Maintenance(*o.Maintenance))
