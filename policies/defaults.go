@@ -119,6 +119,12 @@ func Defaults() []Rule {
 		{"baremetal:allocation:create", "rule:system_member", sysProj, "Allocate a node for any owner, or none. Ironic master lets any member pass this and restricts the owner with create_restricted; Anvil keeps the node owner spec's meaning of the two rules.", []string{"POST /v1/allocations"}},
 		{"baremetal:allocation:create_restricted", "role:member and rule:is_allocation_owner", sysProj, "Allocate, for the caller's own project, a node it owns or leases.", []string{"POST /v1/allocations"}},
 		{"baremetal:allocation:delete", "rule:system_member or (role:member and rule:is_allocation_owner)", sysProj, "Release an allocation.", []string{"DELETE /v1/allocations/{allocation}"}},
+		{"baremetal:allocation:update", "rule:system_member or (role:member and rule:is_allocation_owner)", sysProj, "Change name and extra fields of an allocation.", []string{"PATCH /v1/allocations/{allocation}"}},
+
+		// Drivers.
+		{"baremetal:driver:get", "rule:system_reader", sys, "View list of available drivers.", []string{"GET /v1/drivers", "GET /v1/drivers/{driver_name}"}},
+		{"baremetal:driver:get_properties", "rule:system_reader", sys, "View driver-specific properties.", []string{"GET /v1/drivers/{driver_name}/properties"}},
+		{"baremetal:driver:get_raid_logical_disk_properties", "rule:system_reader", sys, "View driver-specific RAID metadata.", []string{"GET /v1/drivers/{driver_name}/raid/logical_disk_properties"}},
 
 		// Anvil's own administration.
 		{"anvil:audit:list", "role:reader and system_scope:all", sys, "Read the audit log. Not service users: Anvil's administration is for people.", []string{"GET /v1/events"}},

@@ -6,16 +6,22 @@ package allocations
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"math/rand/v2"
+	"reflect"
 	"slices"
 	"strings"
+	"time"
 
+	entsql "entgo.io/ent/dialect/sql"
+	jsonpatch "github.com/evanphx/json-patch/v5"
 	"github.com/google/uuid"
 
 	"github.com/anvilproject/anvil/ent"
 	"github.com/anvilproject/anvil/ent/allocation"
 	"github.com/anvilproject/anvil/ent/node"
+	"github.com/anvilproject/anvil/ent/predicate"
 	"github.com/anvilproject/anvil/ent/trait"
 	"github.com/anvilproject/anvil/policies"
 	"github.com/anvilproject/anvil/server/errs"
@@ -32,6 +38,7 @@ const (
 	RuleCreate           = "baremetal:allocation:create"
 	RuleCreateRestricted = "baremetal:allocation:create_restricted"
 	RuleDelete           = "baremetal:allocation:delete"
+	RuleUpdate           = "baremetal:allocation:update"
 )
 
 // States of an allocation.
@@ -309,37 +316,324 @@ func (s *Service) ForNode(ctx context.Context, nodes *nodes.Service, ident strin
 // RuleGetNode is the node rule the node's allocation is shown under.
 const RuleGetNode = nodes.RuleGet
 
-// List lists the caller's allocations: all for list_all, else its
-// project's, filtered in SQL.
-func (s *Service) List(ctx context.Context, state string) ([]*Allocation, error) {
+// MaxLimit bounds one page of a list, as Ironic's max_limit does.
+const MaxLimit = 1000
+
+// ListOptions are an allocation list's filters and paging. Node is a
+// node UUID or name; a node the caller may not see filters as one that
+// does not exist.
+type ListOptions struct {
+	State, Node, ResourceClass, Owner *string
+	Limit                             int
+	Marker                            string
+	SortKey, SortDir                  string
+}
+
+// sortKeys maps the API's sort keys to columns; text columns that may be
+// NULL sort as "" so both databases order and page them the same way.
+var sortKeys = map[string]struct {
+	col      string
+	nullable bool
+}{
+	"id": {allocation.FieldID, false}, "uuid": {allocation.FieldUUID, false}, "name": {allocation.FieldName, true},
+	"created_at": {allocation.FieldCreatedAt, false}, "resource_class": {allocation.FieldResourceClass, false},
+	"state": {allocation.FieldState, false}, "owner": {allocation.FieldOwner, true},
+}
+
+// SortKeys lists the accepted sort keys, for error messages.
+func SortKeys() []string {
+	return []string{"id", "uuid", "name", "created_at", "resource_class", "state", "owner"}
+}
+
+// List lists the caller's allocations, filtered in SQL: all for
+// list_all, else its project's. It reports whether more follow.
+func (s *Service) List(ctx context.Context, nodeSvc *nodes.Service, o ListOptions) ([]*Allocation, bool, error) {
 	if err := s.guard.Authorize(ctx, RuleList, "allocation", "", policies.Target{}); err != nil {
-		return nil, err
+		return nil, false, err
 	}
-	q := s.db.Allocation.Query().Order(ent.Asc(allocation.FieldID)).Limit(1000)
+	q := s.db.Allocation.Query()
 	if !s.guard.Allowed(ctx, RuleListAll, policies.Target{}) {
 		p := policies.PrincipalFrom(ctx)
 		if p == nil || p.Project == "" {
-			return nil, errs.Forbidden("listing allocations needs a project or system reader")
+			return nil, false, errs.Forbidden("listing allocations needs a project or system reader")
+		}
+		// Asking for another project's allocations is refused rather
+		// than answered with nothing, as Ironic does.
+		if o.Owner != nil && *o.Owner != p.Project {
+			return nil, false, errs.Forbidden("a project-scoped caller may only filter by its own project as owner")
 		}
 		q = q.Where(allocation.Owner(p.Project))
 	}
-	if state != "" {
-		if !slices.Contains([]string{"allocating", StateActive, StateError}, state) {
-			return nil, errs.BadRequest("state", "state must be allocating, active or error")
+	if o.State != nil {
+		if !slices.Contains([]string{"allocating", StateActive, StateError}, *o.State) {
+			return nil, false, errs.BadRequest("state", "state must be allocating, active or error")
 		}
-		q = q.Where(allocation.State(state))
+		q = q.Where(allocation.State(*o.State))
 	}
-	as, err := q.All(ctx)
+	if o.ResourceClass != nil {
+		q = q.Where(allocation.ResourceClass(*o.ResourceClass))
+	}
+	if o.Owner != nil {
+		q = q.Where(allocation.Owner(*o.Owner))
+	}
+	if o.Node != nil {
+		n, err := nodeSvc.Authorized(ctx, *o.Node, RuleGetNode)
+		if errs.Status(err) == 404 {
+			return nil, false, errs.BadRequest("node", "Node %s could not be found.", *o.Node)
+		}
+		if err != nil {
+			return nil, false, err
+		}
+		q = q.Where(allocation.NodeID(n.ID))
+	}
+	if o.Limit <= 0 || o.Limit > MaxLimit {
+		o.Limit = MaxLimit
+	}
+	if o.SortDir == "" {
+		o.SortDir = "asc"
+	}
+	if o.SortDir != "asc" && o.SortDir != "desc" {
+		return nil, false, errs.BadRequest("sort_dir", "sort_dir %q is invalid; use asc or desc", o.SortDir)
+	}
+	if o.SortKey == "" {
+		o.SortKey = "id"
+	}
+	sk, ok := sortKeys[o.SortKey]
+	if !ok {
+		return nil, false, errs.BadRequest("sort_key", "The sort_key value %s is an invalid field for sorting; use one of %s", o.SortKey, strings.Join(SortKeys(), ", "))
+	}
+	if o.Marker != "" {
+		// An allocation the caller may not see is no marker, exactly as
+		// one that does not exist.
+		m, err := s.db.Allocation.Query().Where(allocation.UUID(strings.ToLower(o.Marker))).Only(ctx)
+		if err != nil || !s.guard.Allowed(ctx, RuleGet, Target(m)) {
+			return nil, false, errs.BadRequest("marker", "marker %s does not name an allocation", o.Marker)
+		}
+		q = q.Where(after(sk.col, sk.nullable, o.SortDir, m))
+	}
+	q = q.Order(func(sel *entsql.Selector) {
+		expr := sortExpr(sel, sk.col, sk.nullable)
+		if o.SortDir == "desc" {
+			sel.OrderExpr(entsql.Expr(expr+" DESC"), entsql.Expr(sel.C(allocation.FieldID)+" DESC"))
+		} else {
+			sel.OrderExpr(entsql.Expr(expr), entsql.Expr(sel.C(allocation.FieldID)))
+		}
+	})
+	as, err := q.Limit(o.Limit + 1).All(ctx)
 	if err != nil {
-		return nil, err
+		return nil, false, err
+	}
+	more := len(as) > o.Limit
+	if more {
+		as = as[:o.Limit]
 	}
 	out := make([]*Allocation, len(as))
 	for i, a := range as {
 		if out[i], err = s.view(ctx, a); err != nil {
-			return nil, err
+			return nil, false, err
 		}
 	}
-	return out, nil
+	return out, more, nil
+}
+
+func sortExpr(sel *entsql.Selector, col string, nullable bool) string {
+	if nullable {
+		return fmt.Sprintf("COALESCE(%s, '')", sel.C(col))
+	}
+	return sel.C(col)
+}
+
+// after is the keyset predicate for rows past the marker in sort order,
+// ties broken by id so pages never repeat or skip a row.
+func after(col string, nullable bool, dir string, m *ent.Allocation) predicate.Allocation {
+	var val any
+	switch col {
+	case allocation.FieldID:
+		val = m.ID
+	case allocation.FieldUUID:
+		val = m.UUID
+	case allocation.FieldName:
+		val = deref(m.Name)
+	case allocation.FieldCreatedAt:
+		val = m.CreatedAt
+	case allocation.FieldResourceClass:
+		val = m.ResourceClass
+	case allocation.FieldState:
+		val = m.State
+	case allocation.FieldOwner:
+		val = deref(m.Owner)
+	}
+	return predicate.Allocation(func(sel *entsql.Selector) {
+		expr := sortExpr(sel, col, nullable)
+		op := ">"
+		if dir == "desc" {
+			op = "<"
+		}
+		cmp := func(col, op string, v any) *entsql.Predicate {
+			return entsql.P(func(b *entsql.Builder) { b.WriteString(col).WriteString(" " + op + " ").Arg(v) })
+		}
+		sel.Where(entsql.Or(
+			cmp(expr, op, val),
+			entsql.And(cmp(expr, "=", val), cmp(sel.C(allocation.FieldID), op, m.ID)),
+		))
+	})
+}
+
+// patchable are the fields Ironic lets a client change on an allocation.
+var patchable = []string{"name", "extra"}
+
+// Update applies an RFC 6902 patch to an allocation's name and extra:
+// 404 when the caller may not see it, 403 when it may not change it,
+// then 400 for a patch that touches anything else or leaves a bad
+// value. The read, the patch and the write happen in one transaction
+// that holds the row, so concurrent patches serialise.
+func (s *Service) Update(ctx context.Context, ident string, raw []byte) (out *Allocation, err error) {
+	ops, err := nodes.DecodePatch(raw)
+	if err != nil {
+		return nil, err
+	}
+	a, err := s.authorized(ctx, ident, RuleUpdate)
+	if err != nil {
+		return nil, err
+	}
+	for i, op := range ops {
+		paths := []string{op.Path}
+		if op.From != "" {
+			paths = append(paths, op.From)
+		}
+		for _, path := range paths {
+			top, _, _ := strings.Cut(strings.TrimPrefix(path, "/"), "/")
+			if !strings.HasPrefix(path, "/") || !slices.Contains(patchable, top) {
+				field := top
+				if field == "" {
+					field = "patch"
+				}
+				return nil, errs.BadRequest(field, "Cannot patch %s. Only the following can be updated: %s (operation %d)", path, strings.Join(patchable, ", "), i)
+			}
+		}
+	}
+	var changed []string
+	defer func() {
+		if len(changed) > 0 || err != nil {
+			s.guard.Done(ctx, RuleUpdate, "allocation", a.UUID, err, map[string]any{"changed": changed})
+		}
+	}()
+	err = store.WithTx(ctx, s.db, func(tx *ent.Client) error {
+		// The UPDATE takes the row for the rest of the transaction.
+		n, err := tx.Allocation.Update().Where(allocation.ID(a.ID)).SetUpdatedAt(time.Now()).Save(ctx)
+		if err != nil {
+			return err
+		}
+		if n == 0 {
+			return notFound(ident)
+		}
+		cur, err := tx.Allocation.Get(ctx, a.ID)
+		if err != nil {
+			return err
+		}
+		before := map[string]any{"extra": cur.Extra}
+		if cur.Name != nil {
+			before["name"] = *cur.Name
+		}
+		after, err := applyPatch(before, raw)
+		if err != nil {
+			return err
+		}
+		upd := tx.Allocation.UpdateOneID(a.ID)
+		name, isString := after["name"].(string)
+		switch {
+		case after["name"] == nil:
+			upd.ClearName()
+		case !isString:
+			return errs.BadRequest("name", "name must be a string or null, not %v", after["name"])
+		default:
+			if err := nodes.ValidateName("name", name); err != nil {
+				return err
+			}
+			upd.SetName(name)
+		}
+		if isString != (cur.Name != nil) || (isString && *cur.Name != name) {
+			changed = append(changed, "name")
+		}
+		extra, ok := after["extra"].(map[string]any)
+		if after["extra"] == nil {
+			extra, ok = map[string]any{}, true
+		}
+		if !ok {
+			return errs.BadRequest("extra", "extra must be an object, not %v", after["extra"])
+		}
+		if len(extra) > 100 {
+			return errs.BadRequest("extra", "extra has more than 100 keys")
+		}
+		if !reflect.DeepEqual(normal(extra), normal(cur.Extra)) {
+			changed = append(changed, "extra")
+		}
+		if len(changed) == 0 {
+			return nil
+		}
+		err = upd.SetExtra(extra).Exec(ctx)
+		if ent.IsConstraintError(err) {
+			return errs.Conflict("An allocation named %s already exists.", name)
+		}
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	return s.Get(ctx, a.UUID)
+}
+
+// normal round-trips a value through JSON so maps read back from the
+// database compare equal to freshly decoded ones.
+func normal(v map[string]any) any {
+	if len(v) == 0 {
+		return nil
+	}
+	b, _ := json.Marshal(v)
+	var out any
+	_ = json.Unmarshal(b, &out)
+	return out
+}
+
+func applyPatch(doc map[string]any, raw []byte) (map[string]any, error) {
+	p, err := jsonpatch.DecodePatch(raw)
+	if err != nil {
+		return nil, errs.BadRequest("patch", "invalid JSON patch: %v", err)
+	}
+	b, err := json.Marshal(doc)
+	if err != nil {
+		return nil, err
+	}
+	out, err := p.Apply(b)
+	if err != nil {
+		return nil, errs.BadRequest("patch", "the patch cannot be applied: %v", err)
+	}
+	var res map[string]any
+	if err := json.Unmarshal(out, &res); err != nil {
+		return nil, errs.BadRequest("patch", "the patched allocation is not an object: %v", err)
+	}
+	return res, nil
+}
+
+// DeleteForNode releases the allocation of a node: 404 when the caller
+// may not see the node, 404 when it has no allocation, then the delete
+// rule on the allocation itself, as Ironic checks them.
+func (s *Service) DeleteForNode(ctx context.Context, nodeSvc *nodes.Service, ident string) error {
+	n, err := nodeSvc.Authorized(ctx, ident, RuleGetNode)
+	if err != nil {
+		return err
+	}
+	a, err := s.db.Allocation.Query().Where(allocation.NodeID(n.ID)).Only(ctx)
+	if ent.IsNotFound(err) {
+		return errs.NotFound("Allocation for node %s was not found", ident)
+	}
+	if err != nil {
+		return err
+	}
+	if err := s.guard.Authorize(ctx, RuleDelete, "allocation", a.UUID, Target(a)); err != nil {
+		return err
+	}
+	return s.Delete(ctx, a.UUID)
 }
 
 // Delete releases an allocation and its node.

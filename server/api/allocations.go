@@ -1,6 +1,9 @@
 package api
 
 import (
+	"slices"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/gofiber/fiber/v2"
@@ -12,9 +15,44 @@ import (
 func (a *API) registerAllocations(v1 fiber.Router) {
 	v1.Get("/allocations", query(allocQuery...), a.listAllocations)
 	v1.Post("/allocations", a.createAllocation)
-	v1.Get("/allocations/:a", query(), a.getAllocation)
+	v1.Get("/allocations/:a", query(fieldsQuery...), a.getAllocation)
+	v1.Patch("/allocations/:a", a.patchAllocation)
 	v1.Delete("/allocations/:a", a.deleteAllocation)
-	v1.Get("/nodes/:node/allocation", query(), a.nodeAllocation)
+	v1.Get("/nodes/:node/allocation", query(fieldsQuery...), a.nodeAllocation)
+	v1.Delete("/nodes/:node/allocation", a.deleteNodeAllocation)
+}
+
+var allocationFields = []string{"uuid", "name", "resource_class", "traits", "candidate_nodes", "owner", "state",
+	"node_uuid", "last_error", "extra", "created_at", "updated_at"}
+
+// allocationFieldList parses ?fields=, naming an unknown field.
+func allocationFieldList(c *fiber.Ctx) ([]string, error) {
+	raw := c.Query("fields")
+	if raw == "" {
+		return nil, nil
+	}
+	var out []string
+	for f := range strings.SplitSeq(raw, ",") {
+		f = strings.TrimSpace(f)
+		if !slices.Contains(allocationFields, f) {
+			return nil, errs.BadRequest("fields", "Field(s) %q are not valid", f)
+		}
+		out = append(out, f)
+	}
+	return out, nil
+}
+
+// only keeps the fields asked for, and the links, as Ironic does.
+func only(m fiber.Map, fields []string) fiber.Map {
+	if fields == nil {
+		return m
+	}
+	for k := range m {
+		if k != "links" && !slices.Contains(fields, k) {
+			delete(m, k)
+		}
+	}
+	return m
 }
 
 func allocationJSON(c *fiber.Ctx, x *allocations.Allocation) fiber.Map {
@@ -48,15 +86,40 @@ func allocationJSON(c *fiber.Ctx, x *allocations.Allocation) fiber.Map {
 }
 
 func (a *API) listAllocations(c *fiber.Ctx) error {
-	as, err := a.Allocations.List(c.UserContext(), c.Query("state"))
+	fields, err := allocationFieldList(c)
+	if err != nil {
+		return err
+	}
+	o := allocations.ListOptions{Marker: c.Query("marker"), SortKey: c.Query("sort_key"), SortDir: c.Query("sort_dir")}
+	for name, dst := range map[string]**string{"state": &o.State, "node": &o.Node, "resource_class": &o.ResourceClass, "owner": &o.Owner} {
+		if c.Context().QueryArgs().Has(name) {
+			v := c.Query(name)
+			*dst = &v
+		}
+	}
+	if o.Owner != nil && ver(c) < VerAllocOwner {
+		return requireVersion(ver(c), VerAllocOwner, "the owner filter on allocations")
+	}
+	if s := c.Query("limit"); s != "" {
+		n, err := strconv.Atoi(s)
+		if err != nil || n < 0 {
+			return errs.BadRequest("limit", "limit must be a non-negative integer, not %q", s)
+		}
+		o.Limit = n
+	}
+	as, more, err := a.Allocations.List(c.UserContext(), a.Nodes, o)
 	if err != nil {
 		return err
 	}
 	out := make([]fiber.Map, len(as))
 	for i, x := range as {
-		out[i] = allocationJSON(c, x)
+		out[i] = only(allocationJSON(c, x), fields)
 	}
-	return c.JSON(fiber.Map{"allocations": out})
+	res := fiber.Map{"allocations": out}
+	if more {
+		res["next"] = nextURL(c, as[len(as)-1].UUID)
+	}
+	return c.JSON(res)
 }
 
 func (a *API) createAllocation(c *fiber.Ctx) error {
@@ -76,19 +139,47 @@ func (a *API) createAllocation(c *fiber.Ctx) error {
 }
 
 func (a *API) getAllocation(c *fiber.Ctx) error {
+	fields, err := allocationFieldList(c)
+	if err != nil {
+		return err
+	}
 	x, err := a.Allocations.Get(c.UserContext(), c.Params("a"))
+	if err != nil {
+		return err
+	}
+	return c.JSON(only(allocationJSON(c, x), fields))
+}
+
+func (a *API) nodeAllocation(c *fiber.Ctx) error {
+	fields, err := allocationFieldList(c)
+	if err != nil {
+		return err
+	}
+	x, err := a.Allocations.ForNode(c.UserContext(), a.Nodes, c.Params("node"))
+	if err != nil {
+		return err
+	}
+	return c.JSON(only(allocationJSON(c, x), fields))
+}
+
+// patchAllocation changes name and extra; Ironic answers 405 below the
+// version that added it.
+func (a *API) patchAllocation(c *fiber.Ctx) error {
+	if ver(c) < VerAllocUpdate {
+		return fiber.NewError(fiber.StatusMethodNotAllowed, "The API version does not allow updating allocations; use "+VerAllocUpdate.String()+" or later")
+	}
+	x, err := a.Allocations.Update(c.UserContext(), c.Params("a"), c.Body())
 	if err != nil {
 		return err
 	}
 	return c.JSON(allocationJSON(c, x))
 }
 
-func (a *API) nodeAllocation(c *fiber.Ctx) error {
-	x, err := a.Allocations.ForNode(c.UserContext(), a.Nodes, c.Params("node"))
-	if err != nil {
+func (a *API) deleteNodeAllocation(c *fiber.Ctx) error {
+	if err := a.Allocations.DeleteForNode(c.UserContext(), a.Nodes, c.Params("node")); err != nil {
 		return err
 	}
-	return c.JSON(allocationJSON(c, x))
+	return c.SendStatus(204)
 }
 
 func (a *API) deleteAllocation(c *fiber.Ctx) error {

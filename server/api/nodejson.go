@@ -50,6 +50,7 @@ var nodeFields = []nodeField{
 	{"resource_class", VerResourceClass, func(w *jw, v *nodes.View, _ Version) { w.strp("resource_class", v.ResourceClass) }},
 	{"traits", VerTraits, func(w *jw, v *nodes.View, _ Version) { w.strs("traits", v.Traits) }},
 	{"instance_uuid", VerMin, func(w *jw, v *nodes.View, _ Version) { w.strp("instance_uuid", v.InstanceUUID) }},
+	{"allocation_uuid", VerAllocations, func(w *jw, v *nodes.View, _ Version) { w.strp("allocation_uuid", v.AllocationUUID) }},
 	{"instance_info", VerMin, func(w *jw, v *nodes.View, _ Version) { w.obj("instance_info", v.InstanceInfo) }},
 	{"properties", VerMin, func(w *jw, v *nodes.View, _ Version) { w.obj("properties", v.Properties) }},
 	{"extra", VerMin, func(w *jw, v *nodes.View, _ Version) { w.obj("extra", v.Extra) }},
@@ -115,10 +116,11 @@ func namedFields(names []string, ver Version) fieldSet {
 	return fs
 }
 
-// needsTraits reports whether fs includes traits, which cost a query.
-func (fs fieldSet) needsTraits() bool {
+// needs reports whether fs includes field; traits and allocation_uuid
+// each cost a query.
+func (fs fieldSet) needs(field string) bool {
 	for _, i := range fs {
-		if nodeFields[i].name == "traits" {
+		if nodeFields[i].name == field {
 			return true
 		}
 	}

@@ -157,7 +157,8 @@ func listOptions(c *fiber.Ctx, v Version, detail bool) (nodes.ListOptions, field
 	default:
 		fs = namedFields(defaultListFields, v)
 	}
-	o.WithTraits = fs.needsTraits()
+	o.WithTraits = fs.needs("traits")
+	o.WithAllocation = fs.needs("allocation_uuid")
 	if !detail {
 		for _, i := range fs {
 			o.Columns = append(o.Columns, nodeFields[i].name)

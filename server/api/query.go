@@ -44,5 +44,5 @@ var (
 	historyQuery = []string{"detail", "limit"}
 	eventsQuery  = []string{"user", "project", "result", "rule", "target_id", "limit", "marker"}
 	runbookQuery = []string{"owner", "public", "detail", "fields", "limit", "marker"}
-	allocQuery   = []string{"state"}
+	allocQuery   = []string{"node", "resource_class", "state", "owner", "fields", "limit", "marker", "sort_key", "sort_dir"}
 )

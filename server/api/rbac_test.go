@@ -111,6 +111,13 @@ var matrix = []struct {
 	{"GET", "/v1/nodes/{n}/steps", "", "401 | 200 200 200 200 | 200 200 200 200 200 | 200 200 200 200 404 | 404 404 404 404 | 200"},
 	// conductor:get is SYSTEM_READER, which includes service users.
 	{"GET", "/v1/conductors", "", "401 | 200 200 200 200 | 403 403 403 403 403 | 403 403 403 403 403 | 403 403 403 403 | 200"},
+	// supported boot devices follow get_boot_device.
+	{"GET", "/v1/nodes/{n}/management/boot_device/supported", "", "401 | 200 200 403 200 | 200 200 403 403 200 | 403 403 403 403 404 | 404 404 404 404 | 200"},
+	// driver:get and its siblings are SYSTEM_READER, service users included.
+	{"GET", "/v1/drivers", "", "401 | 200 200 200 200 | 403 403 403 403 403 | 403 403 403 403 403 | 403 403 403 403 | 200"},
+	{"GET", "/v1/drivers/ipmi", "", "401 | 200 200 200 200 | 403 403 403 403 403 | 403 403 403 403 403 | 403 403 403 403 | 200"},
+	{"GET", "/v1/drivers/ipmi/properties", "", "401 | 200 200 200 200 | 403 403 403 403 403 | 403 403 403 403 403 | 403 403 403 403 | 200"},
+	{"GET", "/v1/drivers/ipmi/raid/logical_disk_properties", "", "401 | 200 200 200 200 | 403 403 403 403 403 | 403 403 403 403 403 | 403 403 403 403 | 200"},
 	// Anvil's audit log is for people: no service user reads it.
 	{"GET", "/v1/events", "", "401 | 200 200 200 403 | 403 403 403 403 403 | 403 403 403 403 403 | 403 403 403 403 | 403"},
 	{"GET", "/v1", "", "200 | 200 200 200 200 | 200 200 200 200 200 | 200 200 200 200 200 | 200 200 200 200 | 200"},

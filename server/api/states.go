@@ -2,11 +2,14 @@ package api
 
 import (
 	"encoding/json"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/gofiber/fiber/v2"
 
 	"github.com/anvilproject/anvil/policies"
+	"github.com/anvilproject/anvil/server/bmc"
 	cond "github.com/anvilproject/anvil/server/conductor"
 	"github.com/anvilproject/anvil/server/errs"
 	"github.com/anvilproject/anvil/server/nodes"
@@ -20,6 +23,8 @@ func (a *API) registerStates(v1 fiber.Router) {
 	v1.Put("/nodes/:node/management/boot_device", a.setBootDevice)
 	v1.Get("/nodes/:node/steps", query(), a.listSteps)
 	v1.Get("/conductors", query(), a.listConductors)
+	v1.Get("/conductors/:hostname", query("fields"), a.getConductor)
+	v1.Get("/nodes/:node/management/boot_device/supported", query(), a.supportedBootDevices)
 }
 
 func (a *API) getStates(c *fiber.Ctx) error {
@@ -175,12 +180,66 @@ func (a *API) listConductors(c *fiber.Ctx) error {
 	if err != nil {
 		return err
 	}
-	b := baseURL(c)
 	out := make([]fiber.Map, len(cs))
 	for i, x := range cs {
-		out[i] = fiber.Map{"hostname": x.Hostname, "conductor_group": "", "alive": x.Alive, "drivers": x.Drivers,
-			"created_at": x.StartedAt.UTC().Format(time.RFC3339), "updated_at": x.HeartbeatAt.UTC().Format(time.RFC3339),
-			"links": []fiber.Map{link(b+"/v1/conductors/"+x.Hostname, "self")}}
+		out[i] = conductorJSON(c, x)
 	}
 	return c.JSON(fiber.Map{"conductors": out})
+}
+
+func conductorJSON(c *fiber.Ctx, x cond.Info) fiber.Map {
+	b := baseURL(c)
+	drivers := make([]string, 0, len(x.Drivers))
+	for _, d := range x.Drivers {
+		if d = bmc.Canonical(d); !slices.Contains(drivers, d) {
+			drivers = append(drivers, d)
+		}
+	}
+	return fiber.Map{"hostname": x.Hostname, "conductor_group": "", "alive": x.Alive, "drivers": drivers,
+		"created_at": x.StartedAt.UTC().Format(time.RFC3339), "updated_at": x.HeartbeatAt.UTC().Format(time.RFC3339),
+		"links": []fiber.Map{link(b+"/v1/conductors/"+x.Hostname, "self"), link(b+"/conductors/"+x.Hostname, "bookmark")}}
+}
+
+func (a *API) getConductor(c *fiber.Ctx) error {
+	if err := a.Guard.Authorize(c.UserContext(), cond.RuleConductorGet, "conductor", c.Params("hostname"), policies.Target{}); err != nil {
+		return err
+	}
+	x, err := a.Ops.C.Get(c.UserContext(), c.Params("hostname"))
+	if err != nil {
+		return err
+	}
+	out := conductorJSON(c, x)
+	raw := c.Query("fields")
+	if raw == "" {
+		return c.JSON(out)
+	}
+	keep := map[string]bool{"links": true}
+	var invalid []string
+	for f := range strings.SplitSeq(raw, ",") {
+		f = strings.TrimSpace(f)
+		if _, ok := out[f]; !ok {
+			invalid = append(invalid, f)
+		}
+		keep[f] = true
+	}
+	if len(invalid) > 0 {
+		return errs.BadRequest("fields", "Field(s) %q are not valid", strings.Join(invalid, ", "))
+	}
+	for k := range out {
+		if !keep[k] {
+			delete(out, k)
+		}
+	}
+	return c.JSON(out)
+}
+
+// supportedBootDevices lists the boot devices the node's driver can set,
+// from Anvil's table rather than the BMC: the list is what a set would
+// accept.
+func (a *API) supportedBootDevices(c *fiber.Ctx) error {
+	n, err := a.Nodes.Authorized(c.UserContext(), c.Params("node"), cond.RuleGetBootDevice)
+	if err != nil {
+		return err
+	}
+	return c.JSON(fiber.Map{"supported_boot_devices": bmc.BootDevices(n.Driver)})
 }

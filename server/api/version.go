@@ -21,7 +21,17 @@ const (
 	VerCleanStep      Version = 7  // clean_step field
 	VerCleanSteps     Version = 15 // manual cleaning with explicit clean_steps
 	VerAllocations    Version = 52 // /v1/allocations
+	VerAllocUpdate    Version = 57 // PATCH /v1/allocations/{id}
+	VerAllocOwner     Version = 60 // allocation owner and ?owner=
 	VerFields         Version = 8  // ?fields=
+	VerRAID           Version = 12 // RAID configuration, /v1/drivers/{name}/raid
+	VerDriverLinks    Version = 14 // properties links on drivers
+	VerDynamicDrivers Version = 30 // driver type, ?detail= and ?type= on /v1/drivers
+	VerStorageIface   Version = 33 // storage interface
+	VerRescueIface    Version = 38 // rescue interface
+	VerBIOSIface      Version = 40 // bios interface
+	VerDriverFields   Version = 77 // ?fields= on /v1/drivers
+	VerFirmwareIface  Version = 86 // firmware interface
 	VerProvStateFilt  Version = 9  // ?provision_state=
 	VerEnrollDefault  Version = 11 // new nodes start in enroll, not available
 	VerDriverFilter   Version = 16 // ?driver=

@@ -74,8 +74,8 @@ func Open(driver, nodeUUID string, info map[string]any, o Options) (Client, erro
 		return nil, err
 	}
 	o = o.withDefaults()
-	switch driver {
-	case "fake":
+	switch Canonical(driver) {
+	case "fake-hardware":
 		return fakeFor(nodeUUID), nil
 	case "ipmi":
 		return openIPMI(info, o), nil

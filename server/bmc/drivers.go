@@ -44,6 +44,9 @@ type key struct {
 	kind     kind
 	required bool
 	values   []string // kEnum
+	// desc is what GET /v1/drivers/{name}/properties says about the key,
+	// in Ironic's words where Ironic has the key.
+	desc string
 }
 
 // drivers lists each driver's driver_info keys, named as Ironic names
@@ -51,36 +54,80 @@ type key struct {
 // Conductor section says what each does). Keys not listed are kept as
 // given: Ironic stores deploy and boot settings there too.
 var drivers = map[string][]key{
-	"fake": nil,
+	"fake-hardware": nil,
 	"ipmi": {
-		{name: "ipmi_address", kind: kHost, required: true},
-		{name: "ipmi_port", kind: kPort},
-		{name: "ipmi_username", kind: kString},
-		{name: "ipmi_password", kind: kString},
-		{name: "ipmi_cipher_suite", kind: kCipher},
-		{name: "ipmi_protocol_version", kind: kEnum, values: []string{"2.0", "1.5"}},
-		{name: "ipmi_priv_level", kind: kEnum, values: []string{"ADMINISTRATOR", "OPERATOR", "USER", "CALLBACK"}},
+		{name: "ipmi_address", kind: kHost, required: true, desc: "IP address or hostname of the node. Required."},
+		{name: "ipmi_port", kind: kPort, desc: "remote IPMI RMCP port. Optional."},
+		{name: "ipmi_username", kind: kString, desc: "username; default is NULL user. Optional."},
+		{name: "ipmi_password", kind: kString, desc: "password. Optional."},
+		{name: "ipmi_cipher_suite", kind: kCipher, desc: "The number of a cipher suite to use. Only 3 (AES-128 with SHA1) or 17 (AES-128 with SHA256) should ever be used; 17 is preferred. The default value depends on the ipmitool version, some recent versions have switched from 3 to 17."},
+		{name: "ipmi_protocol_version", kind: kEnum, values: []string{"2.0", "1.5"}, desc: `the version of the IPMI protocol; default is "2.0". One of "1.5", "2.0". Optional.`},
+		{name: "ipmi_priv_level", kind: kEnum, values: []string{"ADMINISTRATOR", "OPERATOR", "USER", "CALLBACK"}, desc: "privilege level; default is ADMINISTRATOR. One of ADMINISTRATOR, CALLBACK, OPERATOR, USER. Optional."},
 	},
 	"redfish": {
-		{name: "redfish_address", kind: kURL, required: true},
-		{name: "redfish_system_id", kind: kString},
-		{name: "redfish_username", kind: kString},
-		{name: "redfish_password", kind: kString},
-		{name: "redfish_verify_ca", kind: kBoolOrPath},
-		{name: "redfish_auth_type", kind: kEnum, values: []string{"auto", "session", "basic"}},
+		{name: "redfish_address", kind: kURL, required: true, desc: "The URL address to the Redfish controller. It must include the authority portion of the URL. If the scheme is missing, https is assumed. For example: https://mgmt.vendor.com. If a path is added, it will be used as the API endpoint root_prefix. Required"},
+		{name: "redfish_system_id", kind: kString, desc: "The canonical path to the ComputerSystem resource that the driver will interact with. It should include the root service, version and the unique resource path to a ComputerSystem within the same authority as the redfish_address property. For example: /redfish/v1/Systems/1. This property is only required if target BMC manages more than one ComputerSystem. Otherwise the only available ComputerSystem is picked automatically."},
+		{name: "redfish_username", kind: kString, desc: "User account with admin/server-profile access privilege. Although this property is not mandatory it's highly recommended to set a username. Optional"},
+		{name: "redfish_password", kind: kString, desc: "User account password. Although this property is not mandatory, it's highly recommended to set a password. Optional"},
+		{name: "redfish_verify_ca", kind: kBoolOrPath, desc: "Either a Boolean value or a path to a CA_BUNDLE file. If set to True the driver will verify the host certificates; if False the driver will ignore verifying the SSL certificate. If it's a path the driver will use the specified certificate bundle. Defaults to True. Optional"},
+		{name: "redfish_auth_type", kind: kEnum, values: []string{"auto", "session", "basic"}, desc: `Redfish HTTP client authentication method. Can be "basic", "session" or "auto". Optional`},
 	},
+}
+
+// aliases are other names a driver answers to. "fake" is what Anvil
+// called its fake driver before it spelled drivers as Ironic does;
+// nodes and scripts that use it keep working, and keep the name they
+// were given.
+var aliases = map[string]string{"fake": "fake-hardware"}
+
+// Canonical returns Ironic's name for driver, resolving aliases; an
+// unknown name comes back unchanged.
+func Canonical(driver string) string {
+	if c, ok := aliases[driver]; ok {
+		return c
+	}
+	return driver
+}
+
+// Spellings returns every name that means driver: its Ironic name and
+// its aliases, so a filter by either finds nodes stored under both.
+func Spellings(driver string) []string {
+	c := Canonical(driver)
+	out := []string{c}
+	for a, to := range aliases {
+		if to == c {
+			out = append(out, a)
+		}
+	}
+	return out
+}
+
+// Known reports whether driver (or an alias of it) is a driver Anvil has.
+func Known(driver string) bool {
+	_, ok := drivers[Canonical(driver)]
+	return ok
+}
+
+// Properties maps each driver_info key driver reads to its description,
+// as GET /v1/drivers/{name}/properties shows them.
+func Properties(driver string) map[string]string {
+	out := map[string]string{}
+	for _, k := range drivers[Canonical(driver)] {
+		out[k.name] = k.desc
+	}
+	return out
 }
 
 // bootDevices are the devices each driver can set; anything else is a
 // 400 before any BMC is contacted.
 var bootDevices = map[string][]string{
-	"fake":    {"pxe", "disk", "cdrom", "bios", "safe"},
-	"ipmi":    {"pxe", "disk", "cdrom", "bios", "safe"},
-	"redfish": {"pxe", "disk", "cdrom", "bios"},
+	"fake-hardware": {"pxe", "disk", "cdrom", "bios", "safe"},
+	"ipmi":          {"pxe", "disk", "cdrom", "bios", "safe"},
+	"redfish":       {"pxe", "disk", "cdrom", "bios"},
 }
 
 // BootDevices lists the boot devices driver can set.
-func BootDevices(driver string) []string { return slices.Clone(bootDevices[driver]) }
+func BootDevices(driver string) []string { return slices.Clone(bootDevices[Canonical(driver)]) }
 
 // AllBootDevices lists every boot device some driver can set.
 func AllBootDevices() []string { return slices.Clone(bootDevices["ipmi"]) }
@@ -105,7 +152,7 @@ func IsSecretKey(k string) bool {
 // Validate checks info for driver and returns a *FieldError naming the
 // first problem.
 func Validate(driver string, info map[string]any) error {
-	keys, ok := drivers[driver]
+	keys, ok := drivers[Canonical(driver)]
 	if !ok {
 		return &FieldError{Field: "driver", Msg: fmt.Sprintf("unknown driver %q; one of %s", driver, strings.Join(Drivers(), ", "))}
 	}
@@ -241,4 +288,39 @@ func validHostname(s string) bool {
 		}
 	}
 	return true
+}
+
+// Interface is one hardware interface of a driver, named as Ironic
+// names its implementations.
+type Interface struct {
+	Type    string   // power, management, raid, …
+	Default string   // "" when the driver has none
+	Enabled []string // empty when the driver has none
+}
+
+// interfaceImpl names each driver's power and management implementation,
+// the two interfaces Anvil drives for real.
+var interfaceImpl = map[string]string{"fake-hardware": "fake", "ipmi": "ipmitool", "redfish": "redfish"}
+
+// Interfaces lists driver's interfaces, every one Ironic has. Anvil
+// neither deploys nor boots images, so boot and deploy have no
+// implementation; the optional ones are Ironic's no-op implementations.
+func Interfaces(driver string) []Interface {
+	impl := interfaceImpl[Canonical(driver)]
+	one := func(t, name string) Interface { return Interface{Type: t, Default: name, Enabled: []string{name}} }
+	return []Interface{
+		one("bios", "no-bios"),
+		{Type: "boot", Enabled: []string{}},
+		one("console", "no-console"),
+		{Type: "deploy", Enabled: []string{}},
+		one("firmware", "no-firmware"),
+		one("inspect", "no-inspect"),
+		one("management", impl),
+		one("network", "noop"),
+		one("power", impl),
+		one("raid", "no-raid"),
+		one("rescue", "no-rescue"),
+		one("storage", "noop"),
+		one("vendor", "no-vendor"),
+	}
 }

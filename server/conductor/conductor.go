@@ -18,6 +18,7 @@ import (
 	"github.com/anvilproject/anvil/ent/conductor"
 	"github.com/anvilproject/anvil/ent/node"
 	"github.com/anvilproject/anvil/server/bmc"
+	"github.com/anvilproject/anvil/server/errs"
 	"github.com/anvilproject/anvil/server/history"
 	"github.com/anvilproject/anvil/server/nodes"
 	"github.com/anvilproject/anvil/server/store"
@@ -329,8 +330,24 @@ func (c *Conductor) List(ctx context.Context) ([]Info, error) {
 	}
 	out := make([]Info, len(cs))
 	for i, x := range cs {
-		alive := x.Online && time.Since(x.HeartbeatAt) < c.cfg.HeartbeatTimeout
-		out[i] = Info{Hostname: x.Hostname, Alive: alive, Drivers: x.Drivers, StartedAt: x.StartedAt, HeartbeatAt: x.HeartbeatAt}
+		out[i] = c.info(x)
 	}
 	return out, nil
+}
+
+// Get returns the conductor named hostname; 404 when none ever registered.
+func (c *Conductor) Get(ctx context.Context, hostname string) (Info, error) {
+	x, err := c.db.Conductor.Query().Where(conductor.Hostname(hostname)).Only(ctx)
+	if ent.IsNotFound(err) {
+		return Info{}, errs.NotFound("Conductor %s could not be found.", hostname)
+	}
+	if err != nil {
+		return Info{}, err
+	}
+	return c.info(x), nil
+}
+
+func (c *Conductor) info(x *ent.Conductor) Info {
+	alive := x.Online && time.Since(x.HeartbeatAt) < c.cfg.HeartbeatTimeout
+	return Info{Hostname: x.Hostname, Alive: alive, Drivers: x.Drivers, StartedAt: x.StartedAt, HeartbeatAt: x.HeartbeatAt}
 }

@@ -9,10 +9,12 @@ import (
 	entsql "entgo.io/ent/dialect/sql"
 
 	"github.com/anvilproject/anvil/ent"
+	"github.com/anvilproject/anvil/ent/allocation"
 	"github.com/anvilproject/anvil/ent/node"
 	"github.com/anvilproject/anvil/ent/predicate"
 	"github.com/anvilproject/anvil/ent/trait"
 	"github.com/anvilproject/anvil/policies"
+	"github.com/anvilproject/anvil/server/bmc"
 	"github.com/anvilproject/anvil/server/errs"
 )
 
@@ -32,6 +34,8 @@ type ListOptions struct {
 	Marker                                            string
 	SortKey, SortDir                                  string
 	WithTraits                                        bool
+	// WithAllocation loads each node's allocation UUID.
+	WithAllocation bool
 	// Columns, when set, limits the columns read to these (plus what
 	// access decisions need): a short list reads no JSON blobs.
 	Columns []string
@@ -105,6 +109,9 @@ func (s *Service) List(ctx context.Context, o ListOptions) (*Page, error) {
 	if o.WithTraits {
 		q = q.WithTraits(func(tq *ent.TraitQuery) { tq.Select(trait.FieldNodeID, trait.FieldTrait) })
 	}
+	if o.WithAllocation {
+		q = q.WithAllocation(func(aq *ent.AllocationQuery) { aq.Select(allocation.FieldNodeID, allocation.FieldUUID) })
+	}
 	var ns []*ent.Node
 	if len(o.Columns) > 0 {
 		cols := []string{node.FieldUUID, node.FieldOwner, node.FieldLessee}
@@ -176,7 +183,7 @@ func (s *Service) scoped(ctx context.Context, o ListOptions) (*ent.NodeQuery, er
 		ps = append(ps, node.ResourceClass(*o.ResourceClass))
 	}
 	if o.Driver != nil {
-		ps = append(ps, node.Driver(*o.Driver))
+		ps = append(ps, node.DriverIn(bmc.Spellings(*o.Driver)...))
 	}
 	if o.Maintenance != nil {
 		ps = append(ps, node.Maintenance(*o.Maintenance))

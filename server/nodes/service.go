@@ -15,6 +15,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/anvilproject/anvil/ent"
+	"github.com/anvilproject/anvil/ent/allocation"
 	"github.com/anvilproject/anvil/ent/node"
 	"github.com/anvilproject/anvil/ent/nodeevent"
 	"github.com/anvilproject/anvil/ent/trait"
@@ -124,6 +125,11 @@ func (s *Service) Get(ctx context.Context, ident string) (*View, error) {
 	if err != nil {
 		return nil, err
 	}
+	a, err := n.QueryAllocation().Select(allocation.FieldUUID).Only(ctx)
+	if err != nil && !ent.IsNotFound(err) {
+		return nil, err
+	}
+	n.Edges.Allocation = a
 	r := newRedactor(s.guard)
 	return r.view(ctx, n, ts), nil
 }

@@ -35,6 +35,8 @@ type View struct {
 	DriverInternalInfo map[string]any
 	Reservation        *string
 	LastError          *string
+	// AllocationUUID is the node's allocation, when loaded and present.
+	AllocationUUID *string
 	// Relation says how the caller's project relates to the node.
 	Relation Relation
 }
@@ -120,6 +122,9 @@ func (r *redactor) view(ctx context.Context, n *ent.Node, traits []string) *View
 	rel := RelationOf(r.p, n.Owner, n.Lessee)
 	d := r.decide(ctx, rel)
 	v := &View{Node: n, Traits: traits, Relation: rel}
+	if a := n.Edges.Allocation; a != nil {
+		v.AllocationUUID = &a.UUID
+	}
 	if traits == nil {
 		v.Traits = []string{}
 	}
