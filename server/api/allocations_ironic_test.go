@@ -39,8 +39,7 @@ func allocUUIDs(t *testing.T, r *servertest.Response) string {
 	return strings.Join(out, ",")
 }
 
-// wantFor reads a persona expectation row: anonymous | system admin,
-// member, reader | owner … | lessee … | other ….
+// wantFor reads a persona expectation row, columns as in personas.
 func wantFor(row string) []string { return strings.Fields(strings.ReplaceAll(row, "|", "")) }
 
 // TestAllocationUpdate: PATCH changes name and extra only, under
@@ -52,7 +51,10 @@ func TestAllocationUpdate(t *testing.T) {
 		admin := clients["system-admin"]
 		_, _, a1, _, _ := allocFixture(t, clients)
 
-		want := wantFor("401 | 200 200 403 | 200 200 200 403 | 404 404 404 404 | 404 404 404 404")
+		// allocation:update is ALLOCATION_MEMBER: system members (the elevated
+		// service project included) and members of the owning project; a
+		// service user of the owner is no reader of it, so cannot see it.
+		want := wantFor("401 | 200 200 403 403 | 200 200 200 403 404 | 404 404 404 404 404 | 404 404 404 404 | 200")
 		for i, p := range personas {
 			body := fmt.Sprintf(`[{"op":"add","path":"/extra/by","value":%q}]`, p.name)
 			if got := clients[p.name].Do(t, "PATCH", "/v1/allocations/"+a1, body).Status; fmt.Sprint(got) != want[i] {
@@ -62,7 +64,7 @@ func TestAllocationUpdate(t *testing.T) {
 
 		r := admin.Do(t, "PATCH", "/v1/allocations/a-one", `[{"op":"replace","path":"/name","value":"a-renamed"},{"op":"add","path":"/extra/k","value":"v"}]`)
 		mustStatus(t, r, 200)
-		if a := r.JSON(t); a["name"] != "a-renamed" || a["extra"].(map[string]any)["k"] != "v" || a["extra"].(map[string]any)["by"] != "owner-member" {
+		if a := r.JSON(t); a["name"] != "a-renamed" || a["extra"].(map[string]any)["k"] != "v" || a["extra"].(map[string]any)["by"] != "service-project-service" {
 			t.Errorf("patched: %v", a)
 		}
 		for _, tc := range []struct{ body, field string }{
@@ -103,7 +105,8 @@ func TestNodeAllocationDelete(t *testing.T) {
 		_, clients := startLocal(t, setting)
 		admin := clients["system-admin"]
 		n1, _, _, _, _ := allocFixture(t, clients)
-		want := wantFor("401 | 204 204 403 | 204 204 204 403 | 403 403 403 403 | 404 404 404 404")
+		// The node's visibility first (node:get), then ALLOCATION_MEMBER.
+		want := wantFor("401 | 204 204 403 403 | 204 204 204 403 403 | 403 403 403 403 404 | 404 404 404 404 | 204")
 		for i, p := range personas {
 			if admin.Do(t, "GET", "/v1/nodes/"+n1+"/allocation", nil).Status == 404 {
 				mustStatus(t, admin.Do(t, "POST", "/v1/allocations", map[string]any{"resource_class": "baremetal", "owner": "own", "candidate_nodes": []string{n1}}), 201)
@@ -111,6 +114,9 @@ func TestNodeAllocationDelete(t *testing.T) {
 			if got := clients[p.name].Do(t, "DELETE", "/v1/nodes/n1/allocation", nil).Status; fmt.Sprint(got) != want[i] {
 				t.Errorf("DELETE as %s: %d, want %s", p.name, got, want[i])
 			}
+		}
+		if admin.Do(t, "GET", "/v1/nodes/"+n1+"/allocation", nil).Status == 404 {
+			mustStatus(t, admin.Do(t, "POST", "/v1/allocations", map[string]any{"resource_class": "baremetal", "owner": "own", "candidate_nodes": []string{n1}}), 201)
 		}
 		mustStatus(t, admin.Do(t, "DELETE", "/v1/nodes/"+n1+"/allocation", nil), 204)
 		n := admin.Do(t, "GET", "/v1/nodes/"+n1, nil).JSON(t)
