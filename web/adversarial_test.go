@@ -114,14 +114,7 @@ func TestPortalCrossProjectIDs(t *testing.T) {
 // TestBrowserErrorPages: a browser gets an HTML page that says whether a
 // thing is missing or not its to open; API clients keep Ironic's JSON.
 func TestBrowserErrorPages(t *testing.T) {
-	srv := servertest.Start(t, server.Options{Database: storetest.Setting(t, "sqlite")})
-	ctx := context.Background()
-	if err := srv.IDs.CreateUser(ctx, "pat", "pat-password-1"); err != nil {
-		t.Fatal(err)
-	}
-	if err := srv.IDs.Grant(ctx, "pat", identity.Assignment{Scope: identity.Scope{Project: "blue"}, Role: "member"}); err != nil {
-		t.Fatal(err)
-	}
+	srv := withMember(t)
 	b := newBrowser(t, srv.URL)
 	st, page, h := b.do("GET", "/no-such-page", nil)
 	if st != 404 || !strings.Contains(h.Get("Content-Type"), "text/html") || !strings.Contains(page, "Not found") || !strings.Contains(page, "There is no page at /no-such-page.") {
@@ -156,14 +149,8 @@ func TestBrowserErrorPages(t *testing.T) {
 // to sign in with the reason, an htmx poll makes the whole page go there,
 // and signing in returns to the page; "next" never leaves the site.
 func TestSessionExpiryReturnsToThePage(t *testing.T) {
-	srv := servertest.Start(t, server.Options{Database: storetest.Setting(t, "sqlite")})
+	srv := withMember(t)
 	ctx := context.Background()
-	if err := srv.IDs.CreateUser(ctx, "pat", "pat-password-1"); err != nil {
-		t.Fatal(err)
-	}
-	if err := srv.IDs.Grant(ctx, "pat", identity.Assignment{Scope: identity.Scope{Project: "blue"}, Role: "member"}); err != nil {
-		t.Fatal(err)
-	}
 	signIn := func(b *browser, next string) (int, string) {
 		b.do("GET", "/login", nil)
 		st, _, h := b.do("POST", "/login", url.Values{"csrf": {b.csrf}, "username": {"pat"}, "password": {"pat-password-1"}, "next": {next}})
@@ -204,4 +191,17 @@ func TestSessionExpiryReturnsToThePage(t *testing.T) {
 			t.Errorf("next %q: %d %s, want %s", next, st, loc, want)
 		}
 	}
+}
+
+// withMember serves a fresh portal with pat, a member of project blue.
+func withMember(t *testing.T) *servertest.Server {
+	srv := servertest.Start(t, server.Options{Database: storetest.Setting(t, "sqlite")})
+	ctx := context.Background()
+	if err := srv.IDs.CreateUser(ctx, "pat", "pat-password-1"); err != nil {
+		t.Fatal(err)
+	}
+	if err := srv.IDs.Grant(ctx, "pat", identity.Assignment{Scope: identity.Scope{Project: "blue"}, Role: "member"}); err != nil {
+		t.Fatal(err)
+	}
+	return srv
 }

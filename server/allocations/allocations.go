@@ -15,7 +15,6 @@ import (
 	"time"
 
 	entsql "entgo.io/ent/dialect/sql"
-	jsonpatch "github.com/evanphx/json-patch/v5"
 	"github.com/google/uuid"
 
 	"github.com/anvilproject/anvil/ent"
@@ -27,6 +26,7 @@ import (
 	"github.com/anvilproject/anvil/server/errs"
 	"github.com/anvilproject/anvil/server/guard"
 	"github.com/anvilproject/anvil/server/nodes"
+	"github.com/anvilproject/anvil/server/patchdoc"
 	"github.com/anvilproject/anvil/server/store"
 )
 
@@ -535,7 +535,7 @@ func (s *Service) Update(ctx context.Context, ident string, raw []byte) (out *Al
 		if cur.Name != nil {
 			before["name"] = *cur.Name
 		}
-		after, err := applyPatch(before, raw)
+		after, err := patchdoc.Apply(before, raw, "allocation")
 		if err != nil {
 			return err
 		}
@@ -593,26 +593,6 @@ func normal(v map[string]any) any {
 	var out any
 	_ = json.Unmarshal(b, &out)
 	return out
-}
-
-func applyPatch(doc map[string]any, raw []byte) (map[string]any, error) {
-	p, err := jsonpatch.DecodePatch(raw)
-	if err != nil {
-		return nil, errs.BadRequest("patch", "invalid JSON patch: %v", err)
-	}
-	b, err := json.Marshal(doc)
-	if err != nil {
-		return nil, err
-	}
-	out, err := p.Apply(b)
-	if err != nil {
-		return nil, errs.BadRequest("patch", "the patch cannot be applied: %v", err)
-	}
-	var res map[string]any
-	if err := json.Unmarshal(out, &res); err != nil {
-		return nil, errs.BadRequest("patch", "the patched allocation is not an object: %v", err)
-	}
-	return res, nil
 }
 
 // DeleteForNode releases the allocation of a node: 404 when the caller

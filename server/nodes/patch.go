@@ -9,12 +9,11 @@ import (
 	"strings"
 	"time"
 
-	jsonpatch "github.com/evanphx/json-patch/v5"
-
 	"github.com/anvilproject/anvil/ent"
 	"github.com/anvilproject/anvil/ent/node"
 	"github.com/anvilproject/anvil/server/bmc"
 	"github.com/anvilproject/anvil/server/errs"
+	"github.com/anvilproject/anvil/server/patchdoc"
 	"github.com/anvilproject/anvil/server/store"
 )
 
@@ -258,7 +257,7 @@ func (s *Service) Patch(ctx context.Context, ident string, raw []byte, allowed f
 			}
 		}
 		before := patchDoc(cur)
-		after, err := applyPatch(before, raw)
+		after, err := patchdoc.Apply(before, raw, "node")
 		if err != nil {
 			return err
 		}
@@ -306,30 +305,10 @@ func lockRow(ctx context.Context, tx *ent.Client, n *ent.Node) (*ent.Node, error
 	return cur, nil
 }
 
-func applyPatch(doc map[string]any, raw []byte) (map[string]any, error) {
-	p, err := jsonpatch.DecodePatch(raw)
-	if err != nil {
-		return nil, errs.BadRequest("patch", "invalid JSON patch: %v", err)
-	}
-	b, err := json.Marshal(doc)
-	if err != nil {
-		return nil, err
-	}
-	out, err := p.Apply(b)
-	if err != nil {
-		return nil, errs.BadRequest("patch", "the patch cannot be applied: %v", err)
-	}
-	var res map[string]any
-	if err := json.Unmarshal(out, &res); err != nil {
-		return nil, errs.BadRequest("patch", "the patched node is not an object: %v", err)
-	}
-	return res, nil
-}
-
 func diff(before, after map[string]any) []string {
 	var changed []string
 	for f := range fieldRules {
-		if !reflect.DeepEqual(normal(before[f]), normal(after[f])) {
+		if !reflect.DeepEqual(patchdoc.Normal(before[f]), patchdoc.Normal(after[f])) {
 			changed = append(changed, f)
 		}
 	}
@@ -340,14 +319,6 @@ func diff(before, after map[string]any) []string {
 	}
 	sort.Strings(changed)
 	return changed
-}
-
-// normal makes values from Go and from decoded JSON comparable.
-func normal(v any) any {
-	b, _ := json.Marshal(v)
-	var out any
-	json.Unmarshal(b, &out)
-	return out
 }
 
 func contains(xs []string, x string) bool {

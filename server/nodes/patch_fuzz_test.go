@@ -4,6 +4,7 @@ import (
 	"testing"
 
 	"github.com/anvilproject/anvil/ent"
+	"github.com/anvilproject/anvil/server/patchdoc"
 )
 
 // FuzzPatch drives arbitrary patch documents through parsing, application
@@ -35,7 +36,7 @@ func FuzzPatch(f *testing.F) {
 		if _, err := ParsePatch(raw); err != nil {
 			return
 		}
-		after, err := applyPatch(patchDoc(base), raw)
+		after, err := patchdoc.Apply(patchDoc(base), raw, "node")
 		if err != nil {
 			return
 		}
