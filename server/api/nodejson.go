@@ -1,6 +1,7 @@
 package api
 
 import (
+	"slices"
 	"sort"
 	"strings"
 
@@ -48,6 +49,16 @@ var nodeFields = []nodeField{
 	{"reservation", VerMin, func(w *jw, v *nodes.View, _ Version) { w.strp("reservation", v.Reservation) }},
 	{"clean_step", VerCleanStep, func(w *jw, v *nodes.View, _ Version) { w.obj("clean_step", v.CleanStep) }},
 	{"resource_class", VerResourceClass, func(w *jw, v *nodes.View, _ Version) { w.strp("resource_class", v.ResourceClass) }},
+	{"conductor_group", VerConductorGroup, func(w *jw, v *nodes.View, _ Version) { w.str("conductor_group", v.ConductorGroup) }},
+	{"conductor", VerConductor, func(w *jw, v *nodes.View, _ Version) {
+		var host *string
+		if w.conductor != nil {
+			if h := w.conductor(v.UUID, v.ConductorGroup); h != "" {
+				host = &h
+			}
+		}
+		w.strp("conductor", host)
+	}},
 	{"traits", VerTraits, func(w *jw, v *nodes.View, _ Version) { w.strs("traits", v.Traits) }},
 	{"instance_uuid", VerMin, func(w *jw, v *nodes.View, _ Version) { w.strp("instance_uuid", v.InstanceUUID) }},
 	{"instance_info", VerMin, func(w *jw, v *nodes.View, _ Version) { w.obj("instance_info", v.InstanceInfo) }},
@@ -115,6 +126,12 @@ func namedFields(names []string, ver Version) fieldSet {
 	return fs
 }
 
+// needsConductor reports whether fs includes conductor, which needs the
+// hash ring.
+func (fs fieldSet) needsConductor() bool {
+	return slices.Contains(fs, nodeFieldIndex["conductor"])
+}
+
 // needsTraits reports whether fs includes traits, which cost a query.
 func (fs fieldSet) needsTraits() bool {
 	for _, i := range fs {
@@ -138,5 +155,5 @@ func writeNode(w *jw, v *nodes.View, fs fieldSet, ver Version, base string) {
 // them visible, so a client cannot set what it cannot see.
 var versionGatedPatchFields = map[string]Version{
 	"name": VerName, "owner": VerOwner, "lessee": VerLessee, "description": VerDescription,
-	"resource_class": VerResourceClass,
+	"resource_class": VerResourceClass, "conductor_group": VerConductorGroup,
 }

@@ -178,7 +178,9 @@ func (a *API) listConductors(c *fiber.Ctx) error {
 	b := baseURL(c)
 	out := make([]fiber.Map, len(cs))
 	for i, x := range cs {
-		out[i] = fiber.Map{"hostname": x.Hostname, "conductor_group": "", "alive": x.Alive, "drivers": x.Drivers,
+		// node_count is Anvil's: how many nodes the hash ring maps to the
+		// conductor now, so an operator sees the work spread.
+		out[i] = fiber.Map{"hostname": x.Hostname, "conductor_group": x.Group, "alive": x.Alive, "drivers": x.Drivers, "node_count": x.Nodes,
 			"created_at": x.StartedAt.UTC().Format(time.RFC3339), "updated_at": x.HeartbeatAt.UTC().Format(time.RFC3339),
 			"links": []fiber.Map{link(b+"/v1/conductors/"+x.Hostname, "self")}}
 	}

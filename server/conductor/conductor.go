@@ -28,6 +28,9 @@ type Config struct {
 	// Name identifies this conductor in locks and heartbeats; keep it
 	// stable across restarts so a restart recognises its own stale work.
 	Name string
+	// Group is the conductor_group whose nodes this conductor serves;
+	// "" serves the nodes of the default group "".
+	Group string
 	// Heartbeat is how often the row is refreshed; a conductor silent for
 	// HeartbeatTimeout is lost and its nodes are taken over.
 	Heartbeat, HeartbeatTimeout time.Duration
@@ -75,6 +78,10 @@ type Conductor struct {
 	// maxAuthFailures the node goes into maintenance (faults.go).
 	authMu    sync.Mutex
 	authFails map[int]int
+	// rings caches the hash rings for the API (ring.go).
+	ringMu  sync.Mutex
+	rings   Rings
+	ringsAt time.Time
 }
 
 // New returns a conductor; Start registers it and starts its loops.
@@ -99,10 +106,10 @@ func (c *Conductor) Start(ctx context.Context, listen string) error {
 	now := time.Now()
 	// Update, else create: a restart keeps its row (and its name).
 	n, err := c.db.Conductor.Update().Where(conductor.Hostname(c.cfg.Name)).
-		SetStartedAt(now).SetHeartbeatAt(now).SetOnline(true).SetDrivers(bmc.Drivers()).Save(ctx)
+		SetStartedAt(now).SetHeartbeatAt(now).SetOnline(true).SetDrivers(bmc.Drivers()).SetConductorGroup(c.cfg.Group).Save(ctx)
 	if err == nil && n == 0 {
 		err = c.db.Conductor.Create().SetHostname(c.cfg.Name).SetStartedAt(now).SetHeartbeatAt(now).
-			SetOnline(true).SetDrivers(bmc.Drivers()).Exec(ctx)
+			SetOnline(true).SetDrivers(bmc.Drivers()).SetConductorGroup(c.cfg.Group).Exec(ctx)
 	}
 	if err != nil {
 		return fmt.Errorf("registering conductor %s: %w", c.cfg.Name, err)
@@ -251,17 +258,30 @@ func (c *Conductor) client(n *ent.Node) (bmc.Client, error) {
 	return bmc.Open(n.Driver, n.UUID, n.DriverInfo, c.cfg.BMC)
 }
 
-// SyncPower reads every eligible node's power state with bounded
-// concurrency and records changes. Nodes in maintenance, locked or with a
+// SyncPower reads the power state of every eligible node the hash ring
+// maps to this conductor, with bounded concurrency, and records changes.
+// The ring is built afresh each cycle, so every replica agrees on who
+// reads which node and a lost conductor's nodes are read by the others
+// once its heartbeat times out. Nodes in maintenance, locked or with a
 // power action in flight are left alone, and a change is recorded only if
 // the stored state is still the one read before the BMC was asked, so an
-// action Anvil finished meanwhile is never reported as external. It
-// returns how many nodes it read.
+// action Anvil finished meanwhile (or a replica with a staler ring) is
+// never reported as external. It returns how many nodes it read.
 func (c *Conductor) SyncPower(ctx context.Context) (int, error) {
-	ns, err := c.db.Node.Query().Where(node.Maintenance(false), node.ReservationIsNil(), node.TargetPowerStateIsNil()).
+	rings, err := c.loadRings(ctx)
+	if err != nil {
+		return 0, err
+	}
+	all, err := c.db.Node.Query().Where(node.Maintenance(false), node.ReservationIsNil(), node.TargetPowerStateIsNil(), node.ConductorGroup(c.cfg.Group)).
 		Select(node.FieldID, node.FieldUUID, node.FieldDriver, node.FieldDriverInfo, node.FieldPowerState).All(ctx)
 	if err != nil {
 		return 0, err
+	}
+	ns := all[:0]
+	for _, n := range all {
+		if rings.Owner(n.UUID, c.cfg.Group) == c.cfg.Name {
+			ns = append(ns, n)
+		}
 	}
 	sem := make(chan struct{}, c.cfg.PowerSyncWorkers)
 	var wg sync.WaitGroup
@@ -315,22 +335,41 @@ func (c *Conductor) readPower(ctx context.Context, n *ent.Node) (string, error) 
 
 // Info describes a conductor for the API.
 type Info struct {
-	Hostname               string
+	Hostname, Group        string
 	Alive                  bool
 	Drivers                []string
 	StartedAt, HeartbeatAt time.Time
+	// Nodes is how many nodes the hash ring maps to the conductor now.
+	Nodes int
 }
 
-// List returns every conductor that ever registered, alive or not.
+// List returns every conductor that ever registered, alive or not, with
+// its share of the nodes under the current ring.
 func (c *Conductor) List(ctx context.Context) ([]Info, error) {
 	cs, err := c.db.Conductor.Query().Order(ent.Asc(conductor.FieldHostname)).All(ctx)
 	if err != nil {
 		return nil, err
 	}
+	rings, err := c.loadRings(ctx)
+	if err != nil {
+		return nil, err
+	}
+	share := map[string]int{}
+	var ns []struct {
+		UUID  string `json:"uuid"`
+		Group string `json:"conductor_group"`
+	}
+	if err := c.db.Node.Query().Select(node.FieldUUID, node.FieldConductorGroup).Scan(ctx, &ns); err != nil {
+		return nil, err
+	}
+	for _, n := range ns {
+		share[rings.Owner(n.UUID, n.Group)]++
+	}
 	out := make([]Info, len(cs))
 	for i, x := range cs {
 		alive := x.Online && time.Since(x.HeartbeatAt) < c.cfg.HeartbeatTimeout
-		out[i] = Info{Hostname: x.Hostname, Alive: alive, Drivers: x.Drivers, StartedAt: x.StartedAt, HeartbeatAt: x.HeartbeatAt}
+		out[i] = Info{Hostname: x.Hostname, Group: x.ConductorGroup, Alive: alive, Drivers: x.Drivers,
+			StartedAt: x.StartedAt, HeartbeatAt: x.HeartbeatAt, Nodes: share[x.Hostname]}
 	}
 	return out, nil
 }
