@@ -3,6 +3,7 @@ package api_test
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -12,6 +13,7 @@ import (
 	"github.com/anvilproject/anvil/server"
 	cond "github.com/anvilproject/anvil/server/conductor"
 	"github.com/anvilproject/anvil/server/servertest"
+	"github.com/anvilproject/anvil/server/store"
 	"github.com/anvilproject/anvil/server/store/storetest"
 )
 
@@ -192,4 +194,92 @@ func TestRingSpreadsPowerSync(t *testing.T) {
 	}
 
 	t.Logf("after ring-c crashed %v", read)
+}
+
+// TestConductorGroupField: Ironic's conductor_group (1.46) on create,
+// show, patch and the list filter, and node.conductor (1.49), on both
+// databases.
+func TestConductorGroupField(t *testing.T) {
+	storetest.Each(t, func(t *testing.T, setting string, db *store.DB) {
+		srv, clients := startLocal(t, setting)
+		admin := clients["system-admin"]
+		at := func(c *servertest.Client, v string) *servertest.Client {
+			cp := *c
+			cp.Version = v
+			return &cp
+		}
+		r := admin.Do(t, "POST", "/v1/nodes", map[string]any{"name": "cg-1", "driver": "fake", "owner": "own", "conductor_group": "Rack-1.a_b"})
+		mustStatus(t, r, 201)
+		n := r.JSON(t)
+		id := n["uuid"].(string)
+		if n["conductor_group"] != "rack-1.a_b" || n["conductor"] != nil {
+			t.Errorf("created: conductor_group %v, conductor %v; want rack-1.a_b stored lower case and no conductor (none serves it)", n["conductor_group"], n["conductor"])
+		}
+		if f := admin.Do(t, "POST", "/v1/nodes", map[string]any{"driver": "fake", "conductor_group": "rack 1!"}); f.Status != 400 || !strings.Contains(f.Fault(t), "conductor group") {
+			t.Errorf("bad group on create: %d %s", f.Status, f.Body)
+		}
+		mustStatus(t, at(admin, "1.45").Do(t, "POST", "/v1/nodes", map[string]any{"driver": "fake", "conductor_group": "rack"}), 406)
+		r = at(admin, "1.45").Do(t, "POST", "/v1/nodes", map[string]any{"name": "cg-2", "driver": "fake", "conductor_group": ""})
+		mustStatus(t, r, 201)
+		id2 := r.JSON(t)["uuid"].(string)
+
+		// Fields appear at their versions; the default group's node maps
+		// to this replica's conductor.
+		for _, c := range []struct {
+			v           string
+			group, cond bool
+		}{{"1.45", false, false}, {"1.46", true, false}, {"1.48", true, false}, {"1.49", true, true}} {
+			got := at(admin, c.v).Do(t, "GET", "/v1/nodes/"+id2, nil).JSON(t)
+			_, hasGroup := got["conductor_group"]
+			_, hasCond := got["conductor"]
+			if hasGroup != c.group || hasCond != c.cond {
+				t.Errorf("at %s: conductor_group shown %v, conductor shown %v", c.v, hasGroup, hasCond)
+			}
+			if c.cond && got["conductor"] != srv.Cond.Name() {
+				t.Errorf("node in the default group: conductor %v, want %s", got["conductor"], srv.Cond.Name())
+			}
+		}
+
+		// Patch: system members only by default; validated; remove is "".
+		patch := func(c *servertest.Client, op string, val any) *servertest.Response {
+			p := map[string]any{"op": op, "path": "/conductor_group"}
+			if op != "remove" {
+				p["value"] = val
+			}
+			return c.Do(t, "PATCH", "/v1/nodes/"+id, []any{p})
+		}
+		mustStatus(t, patch(clients["owner-admin"], "replace", "other"), 403)
+		mustStatus(t, patch(at(admin, "1.45"), "replace", "other"), 406)
+		if f := patch(admin, "replace", "a/b"); f.Status != 400 || !strings.Contains(f.Fault(t), "conductor") {
+			t.Errorf("bad group on patch: %d %s", f.Status, f.Body)
+		}
+		if f := patch(admin, "replace", 7); f.Status != 400 {
+			t.Errorf("numeric group on patch: %d %s", f.Status, f.Body)
+		}
+		r = patch(admin, "replace", "RACK2")
+		mustStatus(t, r, 200)
+		if g := r.JSON(t)["conductor_group"]; g != "rack2" {
+			t.Errorf("after patch: conductor_group %v", g)
+		}
+		mustStatus(t, patch(clients["system-member"], "remove", nil), 200)
+		if got := admin.Do(t, "GET", "/v1/nodes/"+id, nil).JSON(t); got["conductor_group"] != "" || got["conductor"] != srv.Cond.Name() {
+			t.Errorf("after remove: conductor_group %q, conductor %v; want the default group and this conductor", got["conductor_group"], got["conductor"])
+		}
+
+		// The list filter, case-insensitive; conductor stays refused.
+		mustStatus(t, patch(admin, "add", "rack2"), 200)
+		if got := nodeConductors(t, admin, "&conductor_group=Rack2"); len(got) != 1 || got[id] != "" {
+			t.Errorf("conductor_group=Rack2 lists %v, want only %s, unserved", got, id)
+		}
+		mustStatus(t, at(admin, "1.45").Do(t, "GET", "/v1/nodes?conductor_group=rack2", nil), 406)
+		if f := admin.Do(t, "GET", "/v1/nodes?conductor="+srv.Cond.Name(), nil); f.Status != 400 || !strings.Contains(f.Fault(t), "conductor") {
+			t.Errorf("conductor filter: %d %s", f.Status, f.Body)
+		}
+		r = admin.Do(t, "GET", "/v1/conductors", nil)
+		mustStatus(t, r, 200)
+		cs := r.JSON(t)["conductors"].([]any)
+		if len(cs) != 1 || cs[0].(map[string]any)["node_count"] != float64(1) {
+			t.Errorf("conductors %v: want this one with node_count 1 (cg-2; cg-1 is in rack2)", cs)
+		}
+	})
 }
