@@ -166,6 +166,10 @@ func listOptions(c *fiber.Ctx, v Version, detail bool) (nodes.ListOptions, field
 		for _, i := range fs {
 			o.Columns = append(o.Columns, nodeFields[i].name)
 		}
+		if fs.needsConductor() {
+			// The ring maps a node within its group.
+			o.Columns = append(o.Columns, "conductor_group")
+		}
 	}
 	return o, fs, nil
 }

@@ -272,6 +272,14 @@ func TestConductorGroupField(t *testing.T) {
 			t.Errorf("conductor_group=Rack2 lists %v, want only %s, unserved", got, id)
 		}
 		mustStatus(t, at(admin, "1.45").Do(t, "GET", "/v1/nodes?conductor_group=rack2", nil), 406)
+		r = admin.Do(t, "GET", "/v1/nodes?fields=uuid,conductor", nil)
+		mustStatus(t, r, 200)
+		for _, x := range r.JSON(t)["nodes"].([]any) {
+			n := x.(map[string]any)
+			if want := map[bool]any{true: nil, false: srv.Cond.Name()}[n["uuid"] == id]; n["conductor"] != want {
+				t.Errorf("fields=uuid,conductor: node %v conductor %v, want %v (its group decides)", n["uuid"], n["conductor"], want)
+			}
+		}
 		if f := admin.Do(t, "GET", "/v1/nodes?conductor="+srv.Cond.Name(), nil); f.Status != 400 || !strings.Contains(f.Fault(t), "conductor") {
 			t.Errorf("conductor filter: %d %s", f.Status, f.Body)
 		}
