@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/anvilproject/anvil/ent/conductor"
+	"github.com/anvilproject/anvil/ent/node"
 	"github.com/anvilproject/anvil/ent/nodeevent"
 	"github.com/anvilproject/anvil/server"
 	cond "github.com/anvilproject/anvil/server/conductor"
@@ -170,6 +171,15 @@ func TestRingSpreadsPowerSync(t *testing.T) {
 	if err := srvA.DB.Conductor.Update().Where(conductor.Hostname("ring-c")).SetOnline(true).Exec(ctx); err != nil {
 		t.Fatal(err)
 	}
+	// It died holding locks on some nodes: each goes back to the ring's
+	// new owner of that node, once.
+	locked, err := srvA.DB.Node.Query().Where(node.ConductorGroup("")).Limit(30).IDs(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := srvA.DB.Node.Update().Where(node.IDIn(locked...)).SetReservation("ring-c").Exec(ctx); err != nil {
+		t.Fatal(err)
+	}
 	last, err := srvA.DB.Conductor.Query().Where(conductor.Hostname("ring-c")).Only(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -194,6 +204,23 @@ func TestRingSpreadsPowerSync(t *testing.T) {
 	}
 
 	t.Logf("after ring-c crashed %v", read)
+	time.Sleep(300 * time.Millisecond) // the API's ring cache lives one heartbeat
+	owners := nodeConductors(t, admin, "")
+	evs, err = srvA.DB.NodeEvent.Query().Where(nodeevent.EventHasPrefix("Conductor ring-c was lost")).WithNode().All(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	recovered := map[string]int{}
+	for _, e := range evs {
+		id := e.Edges.Node.UUID
+		recovered[e.Conductor]++
+		if owners[id] != e.Conductor {
+			t.Errorf("node %s recovered by %s; the ring maps it to %s", id, e.Conductor, owners[id])
+		}
+	}
+	if len(evs) != len(locked) || len(recovered) < 2 {
+		t.Errorf("%d recoveries of %d locked nodes by %v; want each once, spread", len(evs), len(locked), recovered)
+	}
 }
 
 // TestConductorGroupField: Ironic's conductor_group (1.46) on create,

@@ -9,8 +9,10 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net/netip"
 	"os"
+	"slices"
 	"sync"
 	"time"
 
@@ -161,23 +163,55 @@ func (c *Conductor) heartbeat(ctx context.Context) error {
 	return c.db.Conductor.Update().Where(conductor.Hostname(c.cfg.Name)).SetHeartbeatAt(time.Now()).SetOnline(true).Exec(ctx)
 }
 
-// takeOver finds conductors whose heartbeat expired and recovers their
-// nodes. Marking one offline is a conditional update, so of several
-// replicas noticing at once exactly one does the recovery.
+// takeOver recovers the nodes of lost conductors: those offline or whose
+// heartbeat expired. Marking one offline is a conditional update, so one
+// replica reports the loss; each node a lost conductor held is recovered
+// by the live conductor the hash ring maps it to (by the ring of every
+// live conductor when none serves its group, so no lock outlives its
+// owner), and recovery is conditional on the lock, so it happens once.
 func (c *Conductor) takeOver(ctx context.Context) error {
-	dead, err := c.db.Conductor.Query().Where(conductor.Online(true), conductor.HostnameNEQ(c.cfg.Name),
-		conductor.HeartbeatAtLT(time.Now().Add(-c.cfg.HeartbeatTimeout))).All(ctx)
+	dead, err := c.db.Conductor.Query().Where(conductor.HostnameNEQ(c.cfg.Name),
+		conductor.Or(conductor.Online(false), conductor.HeartbeatAtLT(time.Now().Add(-c.cfg.HeartbeatTimeout)))).All(ctx)
+	if err != nil || len(dead) == 0 {
+		return err
+	}
+	why := map[string]string{}
+	for _, d := range dead {
+		why[d.Hostname] = "lost (no heartbeat since " + d.HeartbeatAt.UTC().Format(time.RFC3339) + ")"
+		if !d.Online {
+			continue
+		}
+		n, err := c.db.Conductor.Update().Where(conductor.ID(d.ID), conductor.Online(true), conductor.HeartbeatAt(d.HeartbeatAt)).
+			SetOnline(false).Save(ctx)
+		if err == nil && n == 1 {
+			c.log.Warn("conductor lost; its nodes go to the others", "conductor", d.Hostname, "last_heartbeat", d.HeartbeatAt)
+		}
+	}
+	held, err := c.db.Node.Query().Where(node.ReservationIn(slices.Collect(maps.Keys(why))...)).All(ctx)
+	if err != nil || len(held) == 0 {
+		return err
+	}
+	rings, err := c.loadRings(ctx)
 	if err != nil {
 		return err
 	}
-	for _, d := range dead {
-		n, err := c.db.Conductor.Update().Where(conductor.ID(d.ID), conductor.Online(true), conductor.HeartbeatAt(d.HeartbeatAt)).
-			SetOnline(false).Save(ctx)
-		if err != nil || n == 0 {
+	var everyone *Ring
+	for _, n := range held {
+		owner := rings.Owner(n.UUID, n.ConductorGroup)
+		if owner == "" {
+			if everyone == nil {
+				var hosts []string
+				for _, r := range rings {
+					hosts = append(hosts, r.Hosts()...)
+				}
+				everyone = NewRing(hosts)
+			}
+			owner = everyone.Owner(n.UUID)
+		}
+		if owner != c.cfg.Name {
 			continue
 		}
-		c.log.Warn("conductor lost; taking over its nodes", "conductor", d.Hostname, "last_heartbeat", d.HeartbeatAt)
-		if _, err := c.recover(ctx, d.Hostname, "lost (no heartbeat since "+d.HeartbeatAt.UTC().Format(time.RFC3339)+")"); err != nil {
+		if err := c.recoverNode(ctx, n, *n.Reservation, why[*n.Reservation]); err != nil {
 			return err
 		}
 	}
@@ -200,23 +234,32 @@ func (c *Conductor) recover(ctx context.Context, owner, why string) (int, error)
 		return 0, err
 	}
 	for _, n := range held {
-		msg := fmt.Sprintf("Conductor %s was %s while this node was %s", owner, why, n.ProvisionState)
-		if step := stepName(n.CleanStep, n.ServiceStep); step != "" {
-			msg += " (step " + step + ")"
-		}
-		upd := c.db.Node.Update().Where(node.ID(n.ID), node.Reservation(owner)).ClearReservation().ClearTargetPowerState()
-		if to, ok := failedState[n.ProvisionState]; ok {
-			upd.SetProvisionState(to).ClearTargetProvisionState().SetLastError(msg + "; run it again when ready.").
-				SetProvisionUpdatedAt(time.Now()).SetCleanStep(map[string]any{}).SetServiceStep(map[string]any{})
-		} else if n.TargetPowerState != nil {
-			upd.SetLastError(msg + "; the power action may not have completed.")
-		}
-		if _, err := upd.Save(ctx); err != nil {
+		if err := c.recoverNode(ctx, n, owner, why); err != nil {
 			return 0, err
 		}
-		_ = history.Record(ctx, c.db.Client, history.Event{NodeID: n.ID, Severity: history.Error, Type: "conductor", Message: msg, Conductor: c.cfg.Name})
 	}
 	return len(held), nil
+}
+
+// recoverNode releases one node's lock if owner still holds it, and
+// records why.
+func (c *Conductor) recoverNode(ctx context.Context, n *ent.Node, owner, why string) error {
+	msg := fmt.Sprintf("Conductor %s was %s while this node was %s", owner, why, n.ProvisionState)
+	if step := stepName(n.CleanStep, n.ServiceStep); step != "" {
+		msg += " (step " + step + ")"
+	}
+	upd := c.db.Node.Update().Where(node.ID(n.ID), node.Reservation(owner)).ClearReservation().ClearTargetPowerState()
+	if to, ok := failedState[n.ProvisionState]; ok {
+		upd.SetProvisionState(to).ClearTargetProvisionState().SetLastError(msg + "; run it again when ready.").
+			SetProvisionUpdatedAt(time.Now()).SetCleanStep(map[string]any{}).SetServiceStep(map[string]any{})
+	} else if n.TargetPowerState != nil {
+		upd.SetLastError(msg + "; the power action may not have completed.")
+	}
+	if cnt, err := upd.Save(ctx); err != nil || cnt == 0 {
+		return err
+	}
+	_ = history.Record(ctx, c.db.Client, history.Event{NodeID: n.ID, Severity: history.Error, Type: "conductor", Message: msg, Conductor: c.cfg.Name})
+	return nil
 }
 
 func stepName(ms ...map[string]any) string {

@@ -28,6 +28,7 @@ const ringPartitions = 1 << 7
 // both github.com/buraksezer/consistent and stathat.com/c/consistent, and
 // the whole algorithm is the sort and search below.
 type Ring struct {
+	hosts  []string
 	points []point
 }
 
@@ -38,7 +39,7 @@ type point struct {
 
 // NewRing builds the ring over the named conductors.
 func NewRing(hosts []string) *Ring {
-	r := &Ring{points: make([]point, 0, len(hosts)*ringPartitions)}
+	r := &Ring{hosts: hosts, points: make([]point, 0, len(hosts)*ringPartitions)}
 	for _, h := range hosts {
 		for i := range ringPartitions {
 			r.points = append(r.points, point{ringHash(h + "/" + strconv.Itoa(i)), h})
@@ -72,6 +73,9 @@ func (r *Ring) Owner(uuid string) string {
 	}
 	return r.points[i].host
 }
+
+// Hosts are the ring's conductors.
+func (r *Ring) Hosts() []string { return r.hosts }
 
 // Rings are the rings of every conductor group with a live conductor.
 type Rings map[string]*Ring
