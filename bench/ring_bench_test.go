@@ -42,6 +42,15 @@ func BenchmarkPowerSyncRing(b *testing.B) {
 	if err := nodes.Import(ctx, srvs[0].DB, rows); err != nil {
 		b.Fatal(err)
 	}
+	// Each conductor registers in Serve, after servertest.Start returned.
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		if n, _ := srvs[0].DB.Conductor.Query().Count(ctx); n == len(srvs) {
+			break
+		}
+		if time.Now().After(deadline) {
+			b.Fatal("conductors did not register")
+		}
+	}
 	read := make([]int, len(srvs))
 	cycle := func() time.Duration {
 		start := time.Now()

@@ -42,6 +42,23 @@ func syncAll(t *testing.T, cs ...*servertest.Server) map[string]int {
 	return read
 }
 
+// waitRegistered waits for conductors to register: a server's conductor
+// starts in Serve, after servertest.Start has returned.
+func waitRegistered(t *testing.T, s *servertest.Server, names ...string) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		n, err := s.DB.Conductor.Query().Where(conductor.HostnameIn(names...), conductor.Online(true)).Count(context.Background())
+		if err == nil && n == len(names) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("conductors %v not registered (%d online, %v)", names, n, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
 // nodeConductors is each node's conductor as the API shows it (1.49).
 func nodeConductors(t *testing.T, c *servertest.Client, query string) map[string]string {
 	t.Helper()
@@ -83,6 +100,7 @@ func TestRingSpreadsPowerSync(t *testing.T) {
 		mustStatus(t, admin.Do(t, "POST", "/v1/nodes", body), 201)
 	}
 
+	waitRegistered(t, srvA, "ring-a", "ring-b", "ring-c", "ring-d")
 	read := syncAll(t, srvA, srvB, srvC, srvD)
 	t.Logf("first cycle: %v", read)
 	if got := read["ring-a"] + read["ring-b"] + read["ring-c"]; got != n {
@@ -145,6 +163,7 @@ func TestRingSpreadsPowerSync(t *testing.T) {
 	// nodes, all to itself.
 	before := nodeConductors(t, admin, "")
 	srvE := servertest.Start(t, opts("ring-e", ""))
+	waitRegistered(t, srvA, "ring-e")
 	if got := syncAll(t, srvA, srvB, srvC, srvE); got["ring-a"]+got["ring-b"]+got["ring-c"]+got["ring-e"] != n {
 		t.Errorf("after ring-e joined: %v reads, want %d in all", got, n)
 	}
