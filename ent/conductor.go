@@ -27,8 +27,10 @@ type Conductor struct {
 	// Online holds the value of the "online" field.
 	Online bool `json:"online,omitempty"`
 	// Drivers holds the value of the "drivers" field.
-	Drivers      []string `json:"drivers,omitempty"`
-	selectValues sql.SelectValues
+	Drivers []string `json:"drivers,omitempty"`
+	// ConductorGroup holds the value of the "conductor_group" field.
+	ConductorGroup string `json:"conductor_group,omitempty"`
+	selectValues   sql.SelectValues
 }
 
 // scanValues returns the types for scanning values from sql.Rows.
@@ -42,7 +44,7 @@ func (*Conductor) scanValues(columns []string) ([]any, error) {
 			values[i] = new(sql.NullBool)
 		case conductor.FieldID:
 			values[i] = new(sql.NullInt64)
-		case conductor.FieldHostname:
+		case conductor.FieldHostname, conductor.FieldConductorGroup:
 			values[i] = new(sql.NullString)
 		case conductor.FieldStartedAt, conductor.FieldHeartbeatAt:
 			values[i] = new(sql.NullTime)
@@ -99,6 +101,12 @@ func (_m *Conductor) assignValues(columns []string, values []any) error {
 					return fmt.Errorf("unmarshal field drivers: %w", err)
 				}
 			}
+		case conductor.FieldConductorGroup:
+			if value, ok := values[i].(*sql.NullString); !ok {
+				return fmt.Errorf("unexpected type %T for field conductor_group", values[i])
+			} else if value.Valid {
+				_m.ConductorGroup = value.String
+			}
 		default:
 			_m.selectValues.Set(columns[i], values[i])
 		}
@@ -149,6 +157,9 @@ func (_m *Conductor) String() string {
 	builder.WriteString(", ")
 	builder.WriteString("drivers=")
 	builder.WriteString(fmt.Sprintf("%v", _m.Drivers))
+	builder.WriteString(", ")
+	builder.WriteString("conductor_group=")
+	builder.WriteString(_m.ConductorGroup)
 	builder.WriteByte(')')
 	return builder.String()
 }

@@ -76,6 +76,20 @@ func (_c *ConductorCreate) SetDrivers(v []string) *ConductorCreate {
 	return _c
 }
 
+// SetConductorGroup sets the "conductor_group" field.
+func (_c *ConductorCreate) SetConductorGroup(v string) *ConductorCreate {
+	_c.mutation.SetConductorGroup(v)
+	return _c
+}
+
+// SetNillableConductorGroup sets the "conductor_group" field if the given value is not nil.
+func (_c *ConductorCreate) SetNillableConductorGroup(v *string) *ConductorCreate {
+	if v != nil {
+		_c.SetConductorGroup(*v)
+	}
+	return _c
+}
+
 // Mutation returns the ConductorMutation object of the builder.
 func (_c *ConductorCreate) Mutation() *ConductorMutation {
 	return _c.mutation
@@ -123,6 +137,10 @@ func (_c *ConductorCreate) defaults() {
 		v := conductor.DefaultOnline
 		_c.mutation.SetOnline(v)
 	}
+	if _, ok := _c.mutation.ConductorGroup(); !ok {
+		v := conductor.DefaultConductorGroup
+		_c.mutation.SetConductorGroup(v)
+	}
 }
 
 // check runs all checks and user-defined validators on the builder.
@@ -143,6 +161,14 @@ func (_c *ConductorCreate) check() error {
 	}
 	if _, ok := _c.mutation.Online(); !ok {
 		return &ValidationError{Name: "online", err: errors.New(`ent: missing required field "Conductor.online"`)}
+	}
+	if _, ok := _c.mutation.ConductorGroup(); !ok {
+		return &ValidationError{Name: "conductor_group", err: errors.New(`ent: missing required field "Conductor.conductor_group"`)}
+	}
+	if v, ok := _c.mutation.ConductorGroup(); ok {
+		if err := conductor.ConductorGroupValidator(v); err != nil {
+			return &ValidationError{Name: "conductor_group", err: fmt.Errorf(`ent: validator failed for field "Conductor.conductor_group": %w`, err)}
+		}
 	}
 	return nil
 }
@@ -190,6 +216,10 @@ func (_c *ConductorCreate) createSpec() (*Conductor, *sqlgraph.CreateSpec) {
 	if value, ok := _c.mutation.Drivers(); ok {
 		_spec.SetField(conductor.FieldDrivers, field.TypeJSON, value)
 		_node.Drivers = value
+	}
+	if value, ok := _c.mutation.ConductorGroup(); ok {
+		_spec.SetField(conductor.FieldConductorGroup, field.TypeString, value)
+		_node.ConductorGroup = value
 	}
 	return _node, _spec
 }
@@ -309,6 +339,18 @@ func (u *ConductorUpsert) ClearDrivers() *ConductorUpsert {
 	return u
 }
 
+// SetConductorGroup sets the "conductor_group" field.
+func (u *ConductorUpsert) SetConductorGroup(v string) *ConductorUpsert {
+	u.Set(conductor.FieldConductorGroup, v)
+	return u
+}
+
+// UpdateConductorGroup sets the "conductor_group" field to the value that was provided on create.
+func (u *ConductorUpsert) UpdateConductorGroup() *ConductorUpsert {
+	u.SetExcluded(conductor.FieldConductorGroup)
+	return u
+}
+
 // UpdateNewValues updates the mutable fields using the new values that were set on create.
 // Using this option is equivalent to using:
 //
@@ -423,6 +465,20 @@ func (u *ConductorUpsertOne) UpdateDrivers() *ConductorUpsertOne {
 func (u *ConductorUpsertOne) ClearDrivers() *ConductorUpsertOne {
 	return u.Update(func(s *ConductorUpsert) {
 		s.ClearDrivers()
+	})
+}
+
+// SetConductorGroup sets the "conductor_group" field.
+func (u *ConductorUpsertOne) SetConductorGroup(v string) *ConductorUpsertOne {
+	return u.Update(func(s *ConductorUpsert) {
+		s.SetConductorGroup(v)
+	})
+}
+
+// UpdateConductorGroup sets the "conductor_group" field to the value that was provided on create.
+func (u *ConductorUpsertOne) UpdateConductorGroup() *ConductorUpsertOne {
+	return u.Update(func(s *ConductorUpsert) {
+		s.UpdateConductorGroup()
 	})
 }
 
@@ -704,6 +760,20 @@ func (u *ConductorUpsertBulk) UpdateDrivers() *ConductorUpsertBulk {
 func (u *ConductorUpsertBulk) ClearDrivers() *ConductorUpsertBulk {
 	return u.Update(func(s *ConductorUpsert) {
 		s.ClearDrivers()
+	})
+}
+
+// SetConductorGroup sets the "conductor_group" field.
+func (u *ConductorUpsertBulk) SetConductorGroup(v string) *ConductorUpsertBulk {
+	return u.Update(func(s *ConductorUpsert) {
+		s.SetConductorGroup(v)
+	})
+}
+
+// UpdateConductorGroup sets the "conductor_group" field to the value that was provided on create.
+func (u *ConductorUpsertBulk) UpdateConductorGroup() *ConductorUpsertBulk {
+	return u.Update(func(s *ConductorUpsert) {
+		s.UpdateConductorGroup()
 	})
 }
 

@@ -104,6 +104,20 @@ func (_u *ConductorUpdate) ClearDrivers() *ConductorUpdate {
 	return _u
 }
 
+// SetConductorGroup sets the "conductor_group" field.
+func (_u *ConductorUpdate) SetConductorGroup(v string) *ConductorUpdate {
+	_u.mutation.SetConductorGroup(v)
+	return _u
+}
+
+// SetNillableConductorGroup sets the "conductor_group" field if the given value is not nil.
+func (_u *ConductorUpdate) SetNillableConductorGroup(v *string) *ConductorUpdate {
+	if v != nil {
+		_u.SetConductorGroup(*v)
+	}
+	return _u
+}
+
 // Mutation returns the ConductorMutation object of the builder.
 func (_u *ConductorUpdate) Mutation() *ConductorMutation {
 	return _u.mutation
@@ -141,6 +155,11 @@ func (_u *ConductorUpdate) check() error {
 	if v, ok := _u.mutation.Hostname(); ok {
 		if err := conductor.HostnameValidator(v); err != nil {
 			return &ValidationError{Name: "hostname", err: fmt.Errorf(`ent: validator failed for field "Conductor.hostname": %w`, err)}
+		}
+	}
+	if v, ok := _u.mutation.ConductorGroup(); ok {
+		if err := conductor.ConductorGroupValidator(v); err != nil {
+			return &ValidationError{Name: "conductor_group", err: fmt.Errorf(`ent: validator failed for field "Conductor.conductor_group": %w`, err)}
 		}
 	}
 	return nil
@@ -186,6 +205,9 @@ func (_u *ConductorUpdate) sqlSave(ctx context.Context) (_node int, err error) {
 	}
 	if _u.mutation.DriversCleared() {
 		_spec.ClearField(conductor.FieldDrivers, field.TypeJSON)
+	}
+	if value, ok := _u.mutation.ConductorGroup(); ok {
+		_spec.SetField(conductor.FieldConductorGroup, field.TypeString, value)
 	}
 	_spec.AddModifiers(_u.modifiers...)
 	if _node, err = sqlgraph.UpdateNodes(ctx, _u.driver, _spec); err != nil {
@@ -283,6 +305,20 @@ func (_u *ConductorUpdateOne) ClearDrivers() *ConductorUpdateOne {
 	return _u
 }
 
+// SetConductorGroup sets the "conductor_group" field.
+func (_u *ConductorUpdateOne) SetConductorGroup(v string) *ConductorUpdateOne {
+	_u.mutation.SetConductorGroup(v)
+	return _u
+}
+
+// SetNillableConductorGroup sets the "conductor_group" field if the given value is not nil.
+func (_u *ConductorUpdateOne) SetNillableConductorGroup(v *string) *ConductorUpdateOne {
+	if v != nil {
+		_u.SetConductorGroup(*v)
+	}
+	return _u
+}
+
 // Mutation returns the ConductorMutation object of the builder.
 func (_u *ConductorUpdateOne) Mutation() *ConductorMutation {
 	return _u.mutation
@@ -333,6 +369,11 @@ func (_u *ConductorUpdateOne) check() error {
 	if v, ok := _u.mutation.Hostname(); ok {
 		if err := conductor.HostnameValidator(v); err != nil {
 			return &ValidationError{Name: "hostname", err: fmt.Errorf(`ent: validator failed for field "Conductor.hostname": %w`, err)}
+		}
+	}
+	if v, ok := _u.mutation.ConductorGroup(); ok {
+		if err := conductor.ConductorGroupValidator(v); err != nil {
+			return &ValidationError{Name: "conductor_group", err: fmt.Errorf(`ent: validator failed for field "Conductor.conductor_group": %w`, err)}
 		}
 	}
 	return nil
@@ -395,6 +436,9 @@ func (_u *ConductorUpdateOne) sqlSave(ctx context.Context) (_node *Conductor, er
 	}
 	if _u.mutation.DriversCleared() {
 		_spec.ClearField(conductor.FieldDrivers, field.TypeJSON)
+	}
+	if value, ok := _u.mutation.ConductorGroup(); ok {
+		_spec.SetField(conductor.FieldConductorGroup, field.TypeString, value)
 	}
 	_spec.AddModifiers(_u.modifiers...)
 	_node = &Conductor{config: _u.config}

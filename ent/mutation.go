@@ -3536,19 +3536,20 @@ func (m *AuditEventMutation) ResetEdge(name string) error {
 // ConductorMutation represents an operation that mutates the Conductor nodes in the graph.
 type ConductorMutation struct {
 	config
-	op            Op
-	typ           string
-	id            *int
-	hostname      *string
-	started_at    *time.Time
-	heartbeat_at  *time.Time
-	online        *bool
-	drivers       *[]string
-	appenddrivers []string
-	clearedFields map[string]struct{}
-	done          bool
-	oldValue      func(context.Context) (*Conductor, error)
-	predicates    []predicate.Conductor
+	op              Op
+	typ             string
+	id              *int
+	hostname        *string
+	started_at      *time.Time
+	heartbeat_at    *time.Time
+	online          *bool
+	drivers         *[]string
+	appenddrivers   []string
+	conductor_group *string
+	clearedFields   map[string]struct{}
+	done            bool
+	oldValue        func(context.Context) (*Conductor, error)
+	predicates      []predicate.Conductor
 }
 
 var _ ent.Mutation = (*ConductorMutation)(nil)
@@ -3858,6 +3859,42 @@ func (m *ConductorMutation) ResetDrivers() {
 	delete(m.clearedFields, conductor.FieldDrivers)
 }
 
+// SetConductorGroup sets the "conductor_group" field.
+func (m *ConductorMutation) SetConductorGroup(s string) {
+	m.conductor_group = &s
+}
+
+// ConductorGroup returns the value of the "conductor_group" field in the mutation.
+func (m *ConductorMutation) ConductorGroup() (r string, exists bool) {
+	v := m.conductor_group
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldConductorGroup returns the old "conductor_group" field's value of the Conductor entity.
+// If the Conductor object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *ConductorMutation) OldConductorGroup(ctx context.Context) (v string, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldConductorGroup is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldConductorGroup requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldConductorGroup: %w", err)
+	}
+	return oldValue.ConductorGroup, nil
+}
+
+// ResetConductorGroup resets all changes to the "conductor_group" field.
+func (m *ConductorMutation) ResetConductorGroup() {
+	m.conductor_group = nil
+}
+
 // Where appends a list predicates to the ConductorMutation builder.
 func (m *ConductorMutation) Where(ps ...predicate.Conductor) {
 	m.predicates = append(m.predicates, ps...)
@@ -3892,7 +3929,7 @@ func (m *ConductorMutation) Type() string {
 // order to get all numeric fields that were incremented/decremented, call
 // AddedFields().
 func (m *ConductorMutation) Fields() []string {
-	fields := make([]string, 0, 5)
+	fields := make([]string, 0, 6)
 	if m.hostname != nil {
 		fields = append(fields, conductor.FieldHostname)
 	}
@@ -3907,6 +3944,9 @@ func (m *ConductorMutation) Fields() []string {
 	}
 	if m.drivers != nil {
 		fields = append(fields, conductor.FieldDrivers)
+	}
+	if m.conductor_group != nil {
+		fields = append(fields, conductor.FieldConductorGroup)
 	}
 	return fields
 }
@@ -3926,6 +3966,8 @@ func (m *ConductorMutation) Field(name string) (ent.Value, bool) {
 		return m.Online()
 	case conductor.FieldDrivers:
 		return m.Drivers()
+	case conductor.FieldConductorGroup:
+		return m.ConductorGroup()
 	}
 	return nil, false
 }
@@ -3945,6 +3987,8 @@ func (m *ConductorMutation) OldField(ctx context.Context, name string) (ent.Valu
 		return m.OldOnline(ctx)
 	case conductor.FieldDrivers:
 		return m.OldDrivers(ctx)
+	case conductor.FieldConductorGroup:
+		return m.OldConductorGroup(ctx)
 	}
 	return nil, fmt.Errorf("unknown Conductor field %s", name)
 }
@@ -3988,6 +4032,13 @@ func (m *ConductorMutation) SetField(name string, value ent.Value) error {
 			return fmt.Errorf("unexpected type %T for field %s", value, name)
 		}
 		m.SetDrivers(v)
+		return nil
+	case conductor.FieldConductorGroup:
+		v, ok := value.(string)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetConductorGroup(v)
 		return nil
 	}
 	return fmt.Errorf("unknown Conductor field %s", name)
@@ -4061,6 +4112,9 @@ func (m *ConductorMutation) ResetField(name string) error {
 		return nil
 	case conductor.FieldDrivers:
 		m.ResetDrivers()
+		return nil
+	case conductor.FieldConductorGroup:
+		m.ResetConductorGroup()
 		return nil
 	}
 	return fmt.Errorf("unknown Conductor field %s", name)
@@ -4147,6 +4201,7 @@ type NodeMutation struct {
 	service_step           *map[string]interface{}
 	driver_internal_info   *map[string]interface{}
 	provision_updated_at   *time.Time
+	conductor_group        *string
 	clearedFields          map[string]struct{}
 	traits                 map[int]struct{}
 	removedtraits          map[int]struct{}
@@ -5517,6 +5572,42 @@ func (m *NodeMutation) ResetProvisionUpdatedAt() {
 	delete(m.clearedFields, node.FieldProvisionUpdatedAt)
 }
 
+// SetConductorGroup sets the "conductor_group" field.
+func (m *NodeMutation) SetConductorGroup(s string) {
+	m.conductor_group = &s
+}
+
+// ConductorGroup returns the value of the "conductor_group" field in the mutation.
+func (m *NodeMutation) ConductorGroup() (r string, exists bool) {
+	v := m.conductor_group
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldConductorGroup returns the old "conductor_group" field's value of the Node entity.
+// If the Node object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *NodeMutation) OldConductorGroup(ctx context.Context) (v string, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldConductorGroup is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldConductorGroup requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldConductorGroup: %w", err)
+	}
+	return oldValue.ConductorGroup, nil
+}
+
+// ResetConductorGroup resets all changes to the "conductor_group" field.
+func (m *NodeMutation) ResetConductorGroup() {
+	m.conductor_group = nil
+}
+
 // AddTraitIDs adds the "traits" edge to the Trait entity by ids.
 func (m *NodeMutation) AddTraitIDs(ids ...int) {
 	if m.traits == nil {
@@ -5698,7 +5789,7 @@ func (m *NodeMutation) Type() string {
 // order to get all numeric fields that were incremented/decremented, call
 // AddedFields().
 func (m *NodeMutation) Fields() []string {
-	fields := make([]string, 0, 27)
+	fields := make([]string, 0, 28)
 	if m.created_at != nil {
 		fields = append(fields, node.FieldCreatedAt)
 	}
@@ -5780,6 +5871,9 @@ func (m *NodeMutation) Fields() []string {
 	if m.provision_updated_at != nil {
 		fields = append(fields, node.FieldProvisionUpdatedAt)
 	}
+	if m.conductor_group != nil {
+		fields = append(fields, node.FieldConductorGroup)
+	}
 	return fields
 }
 
@@ -5842,6 +5936,8 @@ func (m *NodeMutation) Field(name string) (ent.Value, bool) {
 		return m.DriverInternalInfo()
 	case node.FieldProvisionUpdatedAt:
 		return m.ProvisionUpdatedAt()
+	case node.FieldConductorGroup:
+		return m.ConductorGroup()
 	}
 	return nil, false
 }
@@ -5905,6 +6001,8 @@ func (m *NodeMutation) OldField(ctx context.Context, name string) (ent.Value, er
 		return m.OldDriverInternalInfo(ctx)
 	case node.FieldProvisionUpdatedAt:
 		return m.OldProvisionUpdatedAt(ctx)
+	case node.FieldConductorGroup:
+		return m.OldConductorGroup(ctx)
 	}
 	return nil, fmt.Errorf("unknown Node field %s", name)
 }
@@ -6102,6 +6200,13 @@ func (m *NodeMutation) SetField(name string, value ent.Value) error {
 			return fmt.Errorf("unexpected type %T for field %s", value, name)
 		}
 		m.SetProvisionUpdatedAt(v)
+		return nil
+	case node.FieldConductorGroup:
+		v, ok := value.(string)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetConductorGroup(v)
 		return nil
 	}
 	return fmt.Errorf("unknown Node field %s", name)
@@ -6367,6 +6472,9 @@ func (m *NodeMutation) ResetField(name string) error {
 		return nil
 	case node.FieldProvisionUpdatedAt:
 		m.ResetProvisionUpdatedAt()
+		return nil
+	case node.FieldConductorGroup:
+		m.ResetConductorGroup()
 		return nil
 	}
 	return fmt.Errorf("unknown Node field %s", name)

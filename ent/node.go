@@ -73,6 +73,8 @@ type Node struct {
 	DriverInternalInfo map[string]interface{} `json:"driver_internal_info,omitempty"`
 	// ProvisionUpdatedAt holds the value of the "provision_updated_at" field.
 	ProvisionUpdatedAt *time.Time `json:"provision_updated_at,omitempty"`
+	// ConductorGroup holds the value of the "conductor_group" field.
+	ConductorGroup string `json:"conductor_group,omitempty"`
 	// Edges holds the relations/edges for other nodes in the graph.
 	// The values are being populated by the NodeQuery when eager-loading is set.
 	Edges        NodeEdges `json:"edges"`
@@ -132,7 +134,7 @@ func (*Node) scanValues(columns []string) ([]any, error) {
 			values[i] = new(sql.NullBool)
 		case node.FieldID:
 			values[i] = new(sql.NullInt64)
-		case node.FieldUUID, node.FieldName, node.FieldDriver, node.FieldOwner, node.FieldLessee, node.FieldPowerState, node.FieldTargetPowerState, node.FieldProvisionState, node.FieldTargetProvisionState, node.FieldLastError, node.FieldMaintenanceReason, node.FieldFault, node.FieldReservation, node.FieldResourceClass, node.FieldInstanceUUID, node.FieldDescription:
+		case node.FieldUUID, node.FieldName, node.FieldDriver, node.FieldOwner, node.FieldLessee, node.FieldPowerState, node.FieldTargetPowerState, node.FieldProvisionState, node.FieldTargetProvisionState, node.FieldLastError, node.FieldMaintenanceReason, node.FieldFault, node.FieldReservation, node.FieldResourceClass, node.FieldInstanceUUID, node.FieldDescription, node.FieldConductorGroup:
 			values[i] = new(sql.NullString)
 		case node.FieldCreatedAt, node.FieldUpdatedAt, node.FieldProvisionUpdatedAt:
 			values[i] = new(sql.NullTime)
@@ -346,6 +348,12 @@ func (_m *Node) assignValues(columns []string, values []any) error {
 				_m.ProvisionUpdatedAt = new(time.Time)
 				*_m.ProvisionUpdatedAt = value.Time
 			}
+		case node.FieldConductorGroup:
+			if value, ok := values[i].(*sql.NullString); !ok {
+				return fmt.Errorf("unexpected type %T for field conductor_group", values[i])
+			} else if value.Valid {
+				_m.ConductorGroup = value.String
+			}
 		default:
 			_m.selectValues.Set(columns[i], values[i])
 		}
@@ -503,6 +511,9 @@ func (_m *Node) String() string {
 		builder.WriteString("provision_updated_at=")
 		builder.WriteString(v.Format(time.ANSIC))
 	}
+	builder.WriteString(", ")
+	builder.WriteString("conductor_group=")
+	builder.WriteString(_m.ConductorGroup)
 	builder.WriteByte(')')
 	return builder.String()
 }

@@ -331,6 +331,20 @@ func (_c *NodeCreate) SetNillableProvisionUpdatedAt(v *time.Time) *NodeCreate {
 	return _c
 }
 
+// SetConductorGroup sets the "conductor_group" field.
+func (_c *NodeCreate) SetConductorGroup(v string) *NodeCreate {
+	_c.mutation.SetConductorGroup(v)
+	return _c
+}
+
+// SetNillableConductorGroup sets the "conductor_group" field if the given value is not nil.
+func (_c *NodeCreate) SetNillableConductorGroup(v *string) *NodeCreate {
+	if v != nil {
+		_c.SetConductorGroup(*v)
+	}
+	return _c
+}
+
 // AddTraitIDs adds the "traits" edge to the Trait entity by IDs.
 func (_c *NodeCreate) AddTraitIDs(ids ...int) *NodeCreate {
 	_c.mutation.AddTraitIDs(ids...)
@@ -427,6 +441,10 @@ func (_c *NodeCreate) defaults() {
 		v := node.DefaultMaintenance
 		_c.mutation.SetMaintenance(v)
 	}
+	if _, ok := _c.mutation.ConductorGroup(); !ok {
+		v := node.DefaultConductorGroup
+		_c.mutation.SetConductorGroup(v)
+	}
 }
 
 // check runs all checks and user-defined validators on the builder.
@@ -489,6 +507,14 @@ func (_c *NodeCreate) check() error {
 	if v, ok := _c.mutation.Description(); ok {
 		if err := node.DescriptionValidator(v); err != nil {
 			return &ValidationError{Name: "description", err: fmt.Errorf(`ent: validator failed for field "Node.description": %w`, err)}
+		}
+	}
+	if _, ok := _c.mutation.ConductorGroup(); !ok {
+		return &ValidationError{Name: "conductor_group", err: errors.New(`ent: missing required field "Node.conductor_group"`)}
+	}
+	if v, ok := _c.mutation.ConductorGroup(); ok {
+		if err := node.ConductorGroupValidator(v); err != nil {
+			return &ValidationError{Name: "conductor_group", err: fmt.Errorf(`ent: validator failed for field "Node.conductor_group": %w`, err)}
 		}
 	}
 	return nil
@@ -625,6 +651,10 @@ func (_c *NodeCreate) createSpec() (*Node, *sqlgraph.CreateSpec) {
 	if value, ok := _c.mutation.ProvisionUpdatedAt(); ok {
 		_spec.SetField(node.FieldProvisionUpdatedAt, field.TypeTime, value)
 		_node.ProvisionUpdatedAt = &value
+	}
+	if value, ok := _c.mutation.ConductorGroup(); ok {
+		_spec.SetField(node.FieldConductorGroup, field.TypeString, value)
+		_node.ConductorGroup = value
 	}
 	if nodes := _c.mutation.TraitsIDs(); len(nodes) > 0 {
 		edge := &sqlgraph.EdgeSpec{
@@ -1155,6 +1185,18 @@ func (u *NodeUpsert) UpdateProvisionUpdatedAt() *NodeUpsert {
 // ClearProvisionUpdatedAt clears the value of the "provision_updated_at" field.
 func (u *NodeUpsert) ClearProvisionUpdatedAt() *NodeUpsert {
 	u.SetNull(node.FieldProvisionUpdatedAt)
+	return u
+}
+
+// SetConductorGroup sets the "conductor_group" field.
+func (u *NodeUpsert) SetConductorGroup(v string) *NodeUpsert {
+	u.Set(node.FieldConductorGroup, v)
+	return u
+}
+
+// UpdateConductorGroup sets the "conductor_group" field to the value that was provided on create.
+func (u *NodeUpsert) UpdateConductorGroup() *NodeUpsert {
+	u.SetExcluded(node.FieldConductorGroup)
 	return u
 }
 
@@ -1707,6 +1749,20 @@ func (u *NodeUpsertOne) UpdateProvisionUpdatedAt() *NodeUpsertOne {
 func (u *NodeUpsertOne) ClearProvisionUpdatedAt() *NodeUpsertOne {
 	return u.Update(func(s *NodeUpsert) {
 		s.ClearProvisionUpdatedAt()
+	})
+}
+
+// SetConductorGroup sets the "conductor_group" field.
+func (u *NodeUpsertOne) SetConductorGroup(v string) *NodeUpsertOne {
+	return u.Update(func(s *NodeUpsert) {
+		s.SetConductorGroup(v)
+	})
+}
+
+// UpdateConductorGroup sets the "conductor_group" field to the value that was provided on create.
+func (u *NodeUpsertOne) UpdateConductorGroup() *NodeUpsertOne {
+	return u.Update(func(s *NodeUpsert) {
+		s.UpdateConductorGroup()
 	})
 }
 
@@ -2425,6 +2481,20 @@ func (u *NodeUpsertBulk) UpdateProvisionUpdatedAt() *NodeUpsertBulk {
 func (u *NodeUpsertBulk) ClearProvisionUpdatedAt() *NodeUpsertBulk {
 	return u.Update(func(s *NodeUpsert) {
 		s.ClearProvisionUpdatedAt()
+	})
+}
+
+// SetConductorGroup sets the "conductor_group" field.
+func (u *NodeUpsertBulk) SetConductorGroup(v string) *NodeUpsertBulk {
+	return u.Update(func(s *NodeUpsert) {
+		s.SetConductorGroup(v)
+	})
+}
+
+// UpdateConductorGroup sets the "conductor_group" field to the value that was provided on create.
+func (u *NodeUpsertBulk) UpdateConductorGroup() *NodeUpsertBulk {
+	return u.Update(func(s *NodeUpsert) {
+		s.UpdateConductorGroup()
 	})
 }
 

@@ -458,6 +458,20 @@ func (_u *NodeUpdate) ClearProvisionUpdatedAt() *NodeUpdate {
 	return _u
 }
 
+// SetConductorGroup sets the "conductor_group" field.
+func (_u *NodeUpdate) SetConductorGroup(v string) *NodeUpdate {
+	_u.mutation.SetConductorGroup(v)
+	return _u
+}
+
+// SetNillableConductorGroup sets the "conductor_group" field if the given value is not nil.
+func (_u *NodeUpdate) SetNillableConductorGroup(v *string) *NodeUpdate {
+	if v != nil {
+		_u.SetConductorGroup(*v)
+	}
+	return _u
+}
+
 // AddTraitIDs adds the "traits" edge to the Trait entity by IDs.
 func (_u *NodeUpdate) AddTraitIDs(ids ...int) *NodeUpdate {
 	_u.mutation.AddTraitIDs(ids...)
@@ -629,6 +643,11 @@ func (_u *NodeUpdate) check() error {
 			return &ValidationError{Name: "description", err: fmt.Errorf(`ent: validator failed for field "Node.description": %w`, err)}
 		}
 	}
+	if v, ok := _u.mutation.ConductorGroup(); ok {
+		if err := node.ConductorGroupValidator(v); err != nil {
+			return &ValidationError{Name: "conductor_group", err: fmt.Errorf(`ent: validator failed for field "Node.conductor_group": %w`, err)}
+		}
+	}
 	return nil
 }
 
@@ -790,6 +809,9 @@ func (_u *NodeUpdate) sqlSave(ctx context.Context) (_node int, err error) {
 	}
 	if _u.mutation.ProvisionUpdatedAtCleared() {
 		_spec.ClearField(node.FieldProvisionUpdatedAt, field.TypeTime)
+	}
+	if value, ok := _u.mutation.ConductorGroup(); ok {
+		_spec.SetField(node.FieldConductorGroup, field.TypeString, value)
 	}
 	if _u.mutation.TraitsCleared() {
 		edge := &sqlgraph.EdgeSpec{
@@ -1358,6 +1380,20 @@ func (_u *NodeUpdateOne) ClearProvisionUpdatedAt() *NodeUpdateOne {
 	return _u
 }
 
+// SetConductorGroup sets the "conductor_group" field.
+func (_u *NodeUpdateOne) SetConductorGroup(v string) *NodeUpdateOne {
+	_u.mutation.SetConductorGroup(v)
+	return _u
+}
+
+// SetNillableConductorGroup sets the "conductor_group" field if the given value is not nil.
+func (_u *NodeUpdateOne) SetNillableConductorGroup(v *string) *NodeUpdateOne {
+	if v != nil {
+		_u.SetConductorGroup(*v)
+	}
+	return _u
+}
+
 // AddTraitIDs adds the "traits" edge to the Trait entity by IDs.
 func (_u *NodeUpdateOne) AddTraitIDs(ids ...int) *NodeUpdateOne {
 	_u.mutation.AddTraitIDs(ids...)
@@ -1542,6 +1578,11 @@ func (_u *NodeUpdateOne) check() error {
 			return &ValidationError{Name: "description", err: fmt.Errorf(`ent: validator failed for field "Node.description": %w`, err)}
 		}
 	}
+	if v, ok := _u.mutation.ConductorGroup(); ok {
+		if err := node.ConductorGroupValidator(v); err != nil {
+			return &ValidationError{Name: "conductor_group", err: fmt.Errorf(`ent: validator failed for field "Node.conductor_group": %w`, err)}
+		}
+	}
 	return nil
 }
 
@@ -1720,6 +1761,9 @@ func (_u *NodeUpdateOne) sqlSave(ctx context.Context) (_node *Node, err error) {
 	}
 	if _u.mutation.ProvisionUpdatedAtCleared() {
 		_spec.ClearField(node.FieldProvisionUpdatedAt, field.TypeTime)
+	}
+	if value, ok := _u.mutation.ConductorGroup(); ok {
+		_spec.SetField(node.FieldConductorGroup, field.TypeString, value)
 	}
 	if _u.mutation.TraitsCleared() {
 		edge := &sqlgraph.EdgeSpec{

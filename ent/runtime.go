@@ -105,6 +105,12 @@ func init() {
 	conductorDescOnline := conductorFields[3].Descriptor()
 	// conductor.DefaultOnline holds the default value on creation for the online field.
 	conductor.DefaultOnline = conductorDescOnline.Default.(bool)
+	// conductorDescConductorGroup is the schema descriptor for conductor_group field.
+	conductorDescConductorGroup := conductorFields[5].Descriptor()
+	// conductor.DefaultConductorGroup holds the default value on creation for the conductor_group field.
+	conductor.DefaultConductorGroup = conductorDescConductorGroup.Default.(string)
+	// conductor.ConductorGroupValidator is a validator for the "conductor_group" field. It is called by the builders before save.
+	conductor.ConductorGroupValidator = conductorDescConductorGroup.Validators[0].(func(string) error)
 	nodeMixin := schema.Node{}.Mixin()
 	nodeMixinFields0 := nodeMixin[0].Fields()
 	_ = nodeMixinFields0
@@ -158,6 +164,12 @@ func init() {
 	nodeDescDescription := nodeFields[20].Descriptor()
 	// node.DescriptionValidator is a validator for the "description" field. It is called by the builders before save.
 	node.DescriptionValidator = nodeDescDescription.Validators[0].(func(string) error)
+	// nodeDescConductorGroup is the schema descriptor for conductor_group field.
+	nodeDescConductorGroup := nodeFields[25].Descriptor()
+	// node.DefaultConductorGroup holds the default value on creation for the conductor_group field.
+	node.DefaultConductorGroup = nodeDescConductorGroup.Default.(string)
+	// node.ConductorGroupValidator is a validator for the "conductor_group" field. It is called by the builders before save.
+	node.ConductorGroupValidator = nodeDescConductorGroup.Validators[0].(func(string) error)
 	nodeeventFields := schema.NodeEvent{}.Fields()
 	_ = nodeeventFields
 	// nodeeventDescUUID is the schema descriptor for uuid field.

@@ -70,6 +70,7 @@ func Defaults() []Rule {
 		{"baremetal:node:update:properties", "rule:system_member_or_owner_member", sysProj, "Update properties.", []string{"PATCH /v1/nodes/{node}"}},
 		{"baremetal:node:update:name", "rule:system_member_or_owner_member", sysProj, "Rename a node.", []string{"PATCH /v1/nodes/{node}"}},
 		{"baremetal:node:update:owner", "rule:system_member", sysProj, "Change a node's owner.", []string{"PATCH /v1/nodes/{node}"}},
+		{"baremetal:node:update:conductor_group", "rule:system_member", sysProj, "Move a node to another conductor group.", []string{"PATCH /v1/nodes/{node}"}},
 		{"baremetal:node:update:lessee", "rule:system_member_or_owner_member", sysProj, "Change a node's lessee. A lessee can never re-lease the node.", []string{"PATCH /v1/nodes/{node}"}},
 		{"baremetal:node:update:driver_interfaces", "rule:system_member_or_owner_admin", sysProj, "Change the driver.", []string{"PATCH /v1/nodes/{node}"}},
 		{"baremetal:node:update_extra", "rule:system_or_owner_or_lessee_member", sysProj, "Update extra.", []string{"PATCH /v1/nodes/{node}"}},

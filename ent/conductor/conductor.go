@@ -23,6 +23,8 @@ const (
 	FieldOnline = "online"
 	// FieldDrivers holds the string denoting the drivers field in the database.
 	FieldDrivers = "drivers"
+	// FieldConductorGroup holds the string denoting the conductor_group field in the database.
+	FieldConductorGroup = "conductor_group"
 	// Table holds the table name of the conductor in the database.
 	Table = "conductors"
 )
@@ -35,6 +37,7 @@ var Columns = []string{
 	FieldHeartbeatAt,
 	FieldOnline,
 	FieldDrivers,
+	FieldConductorGroup,
 }
 
 // ValidColumn reports if the column name is valid (part of the table columns).
@@ -56,6 +59,10 @@ var (
 	DefaultHeartbeatAt func() time.Time
 	// DefaultOnline holds the default value on creation for the "online" field.
 	DefaultOnline bool
+	// DefaultConductorGroup holds the default value on creation for the "conductor_group" field.
+	DefaultConductorGroup string
+	// ConductorGroupValidator is a validator for the "conductor_group" field. It is called by the builders before save.
+	ConductorGroupValidator func(string) error
 )
 
 // OrderOption defines the ordering options for the Conductor queries.
@@ -84,4 +91,9 @@ func ByHeartbeatAt(opts ...sql.OrderTermOption) OrderOption {
 // ByOnline orders the results by the online field.
 func ByOnline(opts ...sql.OrderTermOption) OrderOption {
 	return sql.OrderByField(FieldOnline, opts...).ToFunc()
+}
+
+// ByConductorGroup orders the results by the conductor_group field.
+func ByConductorGroup(opts ...sql.OrderTermOption) OrderOption {
+	return sql.OrderByField(FieldConductorGroup, opts...).ToFunc()
 }

@@ -74,6 +74,11 @@ func Online(v bool) predicate.Conductor {
 	return predicate.Conductor(sql.FieldEQ(FieldOnline, v))
 }
 
+// ConductorGroup applies equality check predicate on the "conductor_group" field. It's identical to ConductorGroupEQ.
+func ConductorGroup(v string) predicate.Conductor {
+	return predicate.Conductor(sql.FieldEQ(FieldConductorGroup, v))
+}
+
 // HostnameEQ applies the EQ predicate on the "hostname" field.
 func HostnameEQ(v string) predicate.Conductor {
 	return predicate.Conductor(sql.FieldEQ(FieldHostname, v))
@@ -237,6 +242,71 @@ func DriversIsNil() predicate.Conductor {
 // DriversNotNil applies the NotNil predicate on the "drivers" field.
 func DriversNotNil() predicate.Conductor {
 	return predicate.Conductor(sql.FieldNotNull(FieldDrivers))
+}
+
+// ConductorGroupEQ applies the EQ predicate on the "conductor_group" field.
+func ConductorGroupEQ(v string) predicate.Conductor {
+	return predicate.Conductor(sql.FieldEQ(FieldConductorGroup, v))
+}
+
+// ConductorGroupNEQ applies the NEQ predicate on the "conductor_group" field.
+func ConductorGroupNEQ(v string) predicate.Conductor {
+	return predicate.Conductor(sql.FieldNEQ(FieldConductorGroup, v))
+}
+
+// ConductorGroupIn applies the In predicate on the "conductor_group" field.
+func ConductorGroupIn(vs ...string) predicate.Conductor {
+	return predicate.Conductor(sql.FieldIn(FieldConductorGroup, vs...))
+}
+
+// ConductorGroupNotIn applies the NotIn predicate on the "conductor_group" field.
+func ConductorGroupNotIn(vs ...string) predicate.Conductor {
+	return predicate.Conductor(sql.FieldNotIn(FieldConductorGroup, vs...))
+}
+
+// ConductorGroupGT applies the GT predicate on the "conductor_group" field.
+func ConductorGroupGT(v string) predicate.Conductor {
+	return predicate.Conductor(sql.FieldGT(FieldConductorGroup, v))
+}
+
+// ConductorGroupGTE applies the GTE predicate on the "conductor_group" field.
+func ConductorGroupGTE(v string) predicate.Conductor {
+	return predicate.Conductor(sql.FieldGTE(FieldConductorGroup, v))
+}
+
+// ConductorGroupLT applies the LT predicate on the "conductor_group" field.
+func ConductorGroupLT(v string) predicate.Conductor {
+	return predicate.Conductor(sql.FieldLT(FieldConductorGroup, v))
+}
+
+// ConductorGroupLTE applies the LTE predicate on the "conductor_group" field.
+func ConductorGroupLTE(v string) predicate.Conductor {
+	return predicate.Conductor(sql.FieldLTE(FieldConductorGroup, v))
+}
+
+// ConductorGroupContains applies the Contains predicate on the "conductor_group" field.
+func ConductorGroupContains(v string) predicate.Conductor {
+	return predicate.Conductor(sql.FieldContains(FieldConductorGroup, v))
+}
+
+// ConductorGroupHasPrefix applies the HasPrefix predicate on the "conductor_group" field.
+func ConductorGroupHasPrefix(v string) predicate.Conductor {
+	return predicate.Conductor(sql.FieldHasPrefix(FieldConductorGroup, v))
+}
+
+// ConductorGroupHasSuffix applies the HasSuffix predicate on the "conductor_group" field.
+func ConductorGroupHasSuffix(v string) predicate.Conductor {
+	return predicate.Conductor(sql.FieldHasSuffix(FieldConductorGroup, v))
+}
+
+// ConductorGroupEqualFold applies the EqualFold predicate on the "conductor_group" field.
+func ConductorGroupEqualFold(v string) predicate.Conductor {
+	return predicate.Conductor(sql.FieldEqualFold(FieldConductorGroup, v))
+}
+
+// ConductorGroupContainsFold applies the ContainsFold predicate on the "conductor_group" field.
+func ConductorGroupContainsFold(v string) predicate.Conductor {
+	return predicate.Conductor(sql.FieldContainsFold(FieldConductorGroup, v))
 }
 
 // And groups predicates with the AND operator between them.

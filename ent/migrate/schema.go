@@ -124,6 +124,7 @@ var (
 		{Name: "heartbeat_at", Type: field.TypeTime},
 		{Name: "online", Type: field.TypeBool, Default: true},
 		{Name: "drivers", Type: field.TypeJSON, Nullable: true},
+		{Name: "conductor_group", Type: field.TypeString, Size: 255, Default: ""},
 	}
 	// ConductorsTable holds the schema information for the "conductors" table.
 	ConductorsTable = &schema.Table{
@@ -161,6 +162,7 @@ var (
 		{Name: "service_step", Type: field.TypeJSON, Nullable: true},
 		{Name: "driver_internal_info", Type: field.TypeJSON, Nullable: true},
 		{Name: "provision_updated_at", Type: field.TypeTime, Nullable: true},
+		{Name: "conductor_group", Type: field.TypeString, Size: 255, Default: ""},
 	}
 	// NodesTable holds the schema information for the "nodes" table.
 	NodesTable = &schema.Table{
@@ -192,6 +194,11 @@ var (
 				Name:    "node_resource_class",
 				Unique:  false,
 				Columns: []*schema.Column{NodesColumns[21]},
+			},
+			{
+				Name:    "node_conductor_group",
+				Unique:  false,
+				Columns: []*schema.Column{NodesColumns[28]},
 			},
 		},
 	}

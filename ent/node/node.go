@@ -68,6 +68,8 @@ const (
 	FieldDriverInternalInfo = "driver_internal_info"
 	// FieldProvisionUpdatedAt holds the string denoting the provision_updated_at field in the database.
 	FieldProvisionUpdatedAt = "provision_updated_at"
+	// FieldConductorGroup holds the string denoting the conductor_group field in the database.
+	FieldConductorGroup = "conductor_group"
 	// EdgeTraits holds the string denoting the traits edge name in mutations.
 	EdgeTraits = "traits"
 	// EdgeEvents holds the string denoting the events edge name in mutations.
@@ -129,6 +131,7 @@ var Columns = []string{
 	FieldServiceStep,
 	FieldDriverInternalInfo,
 	FieldProvisionUpdatedAt,
+	FieldConductorGroup,
 }
 
 // ValidColumn reports if the column name is valid (part of the table columns).
@@ -166,6 +169,10 @@ var (
 	InstanceUUIDValidator func(string) error
 	// DescriptionValidator is a validator for the "description" field. It is called by the builders before save.
 	DescriptionValidator func(string) error
+	// DefaultConductorGroup holds the default value on creation for the "conductor_group" field.
+	DefaultConductorGroup string
+	// ConductorGroupValidator is a validator for the "conductor_group" field. It is called by the builders before save.
+	ConductorGroupValidator func(string) error
 )
 
 // OrderOption defines the ordering options for the Node queries.
@@ -274,6 +281,11 @@ func ByDescription(opts ...sql.OrderTermOption) OrderOption {
 // ByProvisionUpdatedAt orders the results by the provision_updated_at field.
 func ByProvisionUpdatedAt(opts ...sql.OrderTermOption) OrderOption {
 	return sql.OrderByField(FieldProvisionUpdatedAt, opts...).ToFunc()
+}
+
+// ByConductorGroup orders the results by the conductor_group field.
+func ByConductorGroup(opts ...sql.OrderTermOption) OrderOption {
+	return sql.OrderByField(FieldConductorGroup, opts...).ToFunc()
 }
 
 // ByTraitsCount orders the results by traits count.

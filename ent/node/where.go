@@ -155,6 +155,11 @@ func ProvisionUpdatedAt(v time.Time) predicate.Node {
 	return predicate.Node(sql.FieldEQ(FieldProvisionUpdatedAt, v))
 }
 
+// ConductorGroup applies equality check predicate on the "conductor_group" field. It's identical to ConductorGroupEQ.
+func ConductorGroup(v string) predicate.Node {
+	return predicate.Node(sql.FieldEQ(FieldConductorGroup, v))
+}
+
 // CreatedAtEQ applies the EQ predicate on the "created_at" field.
 func CreatedAtEQ(v time.Time) predicate.Node {
 	return predicate.Node(sql.FieldEQ(FieldCreatedAt, v))
@@ -1543,6 +1548,71 @@ func ProvisionUpdatedAtIsNil() predicate.Node {
 // ProvisionUpdatedAtNotNil applies the NotNil predicate on the "provision_updated_at" field.
 func ProvisionUpdatedAtNotNil() predicate.Node {
 	return predicate.Node(sql.FieldNotNull(FieldProvisionUpdatedAt))
+}
+
+// ConductorGroupEQ applies the EQ predicate on the "conductor_group" field.
+func ConductorGroupEQ(v string) predicate.Node {
+	return predicate.Node(sql.FieldEQ(FieldConductorGroup, v))
+}
+
+// ConductorGroupNEQ applies the NEQ predicate on the "conductor_group" field.
+func ConductorGroupNEQ(v string) predicate.Node {
+	return predicate.Node(sql.FieldNEQ(FieldConductorGroup, v))
+}
+
+// ConductorGroupIn applies the In predicate on the "conductor_group" field.
+func ConductorGroupIn(vs ...string) predicate.Node {
+	return predicate.Node(sql.FieldIn(FieldConductorGroup, vs...))
+}
+
+// ConductorGroupNotIn applies the NotIn predicate on the "conductor_group" field.
+func ConductorGroupNotIn(vs ...string) predicate.Node {
+	return predicate.Node(sql.FieldNotIn(FieldConductorGroup, vs...))
+}
+
+// ConductorGroupGT applies the GT predicate on the "conductor_group" field.
+func ConductorGroupGT(v string) predicate.Node {
+	return predicate.Node(sql.FieldGT(FieldConductorGroup, v))
+}
+
+// ConductorGroupGTE applies the GTE predicate on the "conductor_group" field.
+func ConductorGroupGTE(v string) predicate.Node {
+	return predicate.Node(sql.FieldGTE(FieldConductorGroup, v))
+}
+
+// ConductorGroupLT applies the LT predicate on the "conductor_group" field.
+func ConductorGroupLT(v string) predicate.Node {
+	return predicate.Node(sql.FieldLT(FieldConductorGroup, v))
+}
+
+// ConductorGroupLTE applies the LTE predicate on the "conductor_group" field.
+func ConductorGroupLTE(v string) predicate.Node {
+	return predicate.Node(sql.FieldLTE(FieldConductorGroup, v))
+}
+
+// ConductorGroupContains applies the Contains predicate on the "conductor_group" field.
+func ConductorGroupContains(v string) predicate.Node {
+	return predicate.Node(sql.FieldContains(FieldConductorGroup, v))
+}
+
+// ConductorGroupHasPrefix applies the HasPrefix predicate on the "conductor_group" field.
+func ConductorGroupHasPrefix(v string) predicate.Node {
+	return predicate.Node(sql.FieldHasPrefix(FieldConductorGroup, v))
+}
+
+// ConductorGroupHasSuffix applies the HasSuffix predicate on the "conductor_group" field.
+func ConductorGroupHasSuffix(v string) predicate.Node {
+	return predicate.Node(sql.FieldHasSuffix(FieldConductorGroup, v))
+}
+
+// ConductorGroupEqualFold applies the EqualFold predicate on the "conductor_group" field.
+func ConductorGroupEqualFold(v string) predicate.Node {
+	return predicate.Node(sql.FieldEqualFold(FieldConductorGroup, v))
+}
+
+// ConductorGroupContainsFold applies the ContainsFold predicate on the "conductor_group" field.
+func ConductorGroupContainsFold(v string) predicate.Node {
+	return predicate.Node(sql.FieldContainsFold(FieldConductorGroup, v))
 }
 
 // HasTraits applies the HasEdge predicate on the "traits" edge.

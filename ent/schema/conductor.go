@@ -18,5 +18,7 @@ func (Conductor) Fields() []ent.Field {
 		field.Time("heartbeat_at").Default(time.Now),
 		field.Bool("online").Default(true),
 		field.Strings("drivers").Optional(),
+		// conductor_group is the group of nodes this conductor serves.
+		field.String("conductor_group").Default("").MaxLen(255),
 	}
 }

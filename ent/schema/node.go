@@ -47,6 +47,10 @@ func (Node) Fields() []ent.Field {
 		field.JSON("service_step", map[string]any{}).Optional(),
 		field.JSON("driver_internal_info", map[string]any{}).Optional(),
 		field.Time("provision_updated_at").Optional().Nillable(),
+		// conductor_group pins the node to the conductors of that group,
+		// as Ironic's; "" is the default group, served by conductors
+		// started without one. Stored lower case.
+		field.String("conductor_group").Default("").MaxLen(255),
 	}
 }
 
@@ -65,5 +69,6 @@ func (Node) Indexes() []ent.Index {
 		index.Fields("provision_state"),
 		index.Fields("reservation"),
 		index.Fields("resource_class"),
+		index.Fields("conductor_group"),
 	}
 }

@@ -13,6 +13,9 @@ import (
 type jw struct {
 	b     []byte
 	first bool
+	// conductor maps a node to the conductor the hash ring gives it; set
+	// only when the response holds the conductor field.
+	conductor func(uuid, group string) string
 }
 
 func (w *jw) open()  { w.b = append(w.b, '{'); w.first = true }

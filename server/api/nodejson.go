@@ -48,6 +48,16 @@ var nodeFields = []nodeField{
 	{"reservation", VerMin, func(w *jw, v *nodes.View, _ Version) { w.strp("reservation", v.Reservation) }},
 	{"clean_step", VerCleanStep, func(w *jw, v *nodes.View, _ Version) { w.obj("clean_step", v.CleanStep) }},
 	{"resource_class", VerResourceClass, func(w *jw, v *nodes.View, _ Version) { w.strp("resource_class", v.ResourceClass) }},
+	{"conductor_group", VerConductorGroup, func(w *jw, v *nodes.View, _ Version) { w.str("conductor_group", v.ConductorGroup) }},
+	{"conductor", VerConductor, func(w *jw, v *nodes.View, _ Version) {
+		var host *string
+		if w.conductor != nil {
+			if h := w.conductor(v.UUID, v.ConductorGroup); h != "" {
+				host = &h
+			}
+		}
+		w.strp("conductor", host)
+	}},
 	{"traits", VerTraits, func(w *jw, v *nodes.View, _ Version) { w.strs("traits", v.Traits) }},
 	{"instance_uuid", VerMin, func(w *jw, v *nodes.View, _ Version) { w.strp("instance_uuid", v.InstanceUUID) }},
 	{"allocation_uuid", VerAllocations, func(w *jw, v *nodes.View, _ Version) { w.strp("allocation_uuid", v.AllocationUUID) }},
@@ -117,7 +127,7 @@ func namedFields(names []string, ver Version) fieldSet {
 }
 
 // needs reports whether fs includes field; traits and allocation_uuid
-// each cost a query.
+// each cost a query, conductor the hash ring.
 func (fs fieldSet) needs(field string) bool {
 	for _, i := range fs {
 		if nodeFields[i].name == field {
@@ -140,5 +150,5 @@ func writeNode(w *jw, v *nodes.View, fs fieldSet, ver Version, base string) {
 // them visible, so a client cannot set what it cannot see.
 var versionGatedPatchFields = map[string]Version{
 	"name": VerName, "owner": VerOwner, "lessee": VerLessee, "description": VerDescription,
-	"resource_class": VerResourceClass,
+	"resource_class": VerResourceClass, "conductor_group": VerConductorGroup,
 }

@@ -26,6 +26,9 @@ func (a *API) listNodes(detail bool) fiber.Handler {
 		}
 		base := baseURL(c)
 		w := &jw{b: make([]byte, 0, 256+len(page.Nodes)*len(fs)*48)}
+		if err := a.withRings(c, w, fs); err != nil {
+			return err
+		}
 		w.b = append(w.b, `{"nodes":[`...)
 		for i, n := range page.Nodes {
 			if i > 0 {
@@ -61,8 +64,9 @@ func nextURL(c *fiber.Ctx, marker string) string {
 // the field arrives.
 var unsupportedNodeFilters = []struct{ name, why string }{
 	{"retired", "nodes have no retired field yet"},
-	{"conductor_group", "conductor groups do not exist yet"},
-	{"conductor", "nodes are not mapped to conductors yet"},
+	// The ring's mapping is computed, not stored, so it cannot be a WHERE
+	// clause; filtering it would break paging.
+	{"conductor", "filtering by the hash ring's conductor is not implemented"},
 	{"chassis_uuid", "chassis do not exist yet"},
 	{"shard", "shards do not exist yet"},
 	{"sharded", "shards do not exist yet"},
@@ -104,7 +108,7 @@ func listOptions(c *fiber.Ctx, v Version, detail bool) (nodes.ListOptions, field
 		{&o.ResourceClass, "resource_class", VerResourceClass}, {&o.Driver, "driver", VerDriverFilter},
 		{&o.Project, "project", VerLessee}, {&o.InstanceUUID, "instance_uuid", VerMin},
 		{&o.DescriptionContains, "description_contains", VerDescription},
-		{&o.Fault, "fault", VerFault},
+		{&o.Fault, "fault", VerFault}, {&o.ConductorGroup, "conductor_group", VerConductorGroup},
 	} {
 		if *f.dst, err = str(f.name, f.since); err != nil {
 			return o, nil, err
@@ -163,6 +167,10 @@ func listOptions(c *fiber.Ctx, v Version, detail bool) (nodes.ListOptions, field
 		for _, i := range fs {
 			o.Columns = append(o.Columns, nodeFields[i].name)
 		}
+		if fs.needs("conductor") {
+			// The ring maps a node within its group.
+			o.Columns = append(o.Columns, "conductor_group")
+		}
 	}
 	return o, fs, nil
 }
@@ -180,11 +188,27 @@ func (a *API) getNode(c *fiber.Ctx) error {
 	if err != nil {
 		return err
 	}
-	return sendNode(c, n, fs, v, 200)
+	return a.sendNode(c, n, fs, v, 200)
 }
 
-func sendNode(c *fiber.Ctx, n *nodes.View, fs fieldSet, v Version, status int) error {
+// withRings gives w the hash rings when the response shows conductors.
+func (a *API) withRings(c *fiber.Ctx, w *jw, fs fieldSet) error {
+	if !fs.needs("conductor") {
+		return nil
+	}
+	rings, err := a.Ops.C.Rings(c.UserContext())
+	if err != nil {
+		return err
+	}
+	w.conductor = rings.Owner
+	return nil
+}
+
+func (a *API) sendNode(c *fiber.Ctx, n *nodes.View, fs fieldSet, v Version, status int) error {
 	w := &jw{b: make([]byte, 0, 2048)}
+	if err := a.withRings(c, w, fs); err != nil {
+		return err
+	}
 	writeNode(w, n, fs, v, baseURL(c))
 	c.Set(fiber.HeaderContentType, fiber.MIMEApplicationJSON)
 	return c.Status(status).Send(w.b)
@@ -204,6 +228,8 @@ type nodeCreate struct {
 	ResourceClass *string        `json:"resource_class"`
 	Description   *string        `json:"description"`
 	InstanceUUID  *string        `json:"instance_uuid"`
+	// ConductorGroup is "" when absent, as Ironic's create treats it.
+	ConductorGroup string `json:"conductor_group"`
 }
 
 func (a *API) createNode(c *fiber.Ctx) error {
@@ -220,6 +246,13 @@ func (a *API) createNode(c *fiber.Ctx) error {
 			}
 		}
 	}
+	// Ironic accepts an empty conductor_group from any version: it is
+	// the value every node has.
+	if in.ConductorGroup != "" {
+		if err := requireVersion(v, VerConductorGroup, "conductor_group"); err != nil {
+			return err
+		}
+	}
 	state := nodes.StateEnroll
 	if v < VerEnrollDefault {
 		state = nodes.StateAvailable
@@ -229,12 +262,13 @@ func (a *API) createNode(c *fiber.Ctx) error {
 		Properties: in.Properties, Extra: in.Extra, InstanceInfo: in.InstanceInfo,
 		Owner: deref(in.Owner), Lessee: deref(in.Lessee), ResourceClass: in.ResourceClass,
 		Description: in.Description, InstanceUUID: in.InstanceUUID, ProvisionState: state,
+		ConductorGroup: in.ConductorGroup,
 	})
 	if err != nil {
 		return err
 	}
 	c.Location(baseURL(c) + "/v1/nodes/" + n.UUID)
-	return sendNode(c, n, allFields(v), v, 201)
+	return a.sendNode(c, n, allFields(v), v, 201)
 }
 
 func deref(p *string) string {
@@ -256,7 +290,7 @@ func (a *API) patchNode(c *fiber.Ctx) error {
 	if err != nil {
 		return err
 	}
-	return sendNode(c, n, allFields(v), v, 200)
+	return a.sendNode(c, n, allFields(v), v, 200)
 }
 
 func (a *API) deleteNode(c *fiber.Ctx) error {

@@ -182,7 +182,10 @@ func (a *API) listConductors(c *fiber.Ctx) error {
 	}
 	out := make([]fiber.Map, len(cs))
 	for i, x := range cs {
+		// node_count is Anvil's: how many nodes the hash ring maps to the
+		// conductor now, so an operator sees the work spread.
 		out[i] = conductorJSON(c, x)
+		out[i]["node_count"] = x.Nodes
 	}
 	return c.JSON(fiber.Map{"conductors": out})
 }
@@ -195,7 +198,7 @@ func conductorJSON(c *fiber.Ctx, x cond.Info) fiber.Map {
 			drivers = append(drivers, d)
 		}
 	}
-	return fiber.Map{"hostname": x.Hostname, "conductor_group": "", "alive": x.Alive, "drivers": drivers,
+	return fiber.Map{"hostname": x.Hostname, "conductor_group": x.Group, "alive": x.Alive, "drivers": drivers,
 		"created_at": x.StartedAt.UTC().Format(time.RFC3339), "updated_at": x.HeartbeatAt.UTC().Format(time.RFC3339),
 		"links": []fiber.Map{link(b+"/v1/conductors/"+x.Hostname, "self"), link(b+"/conductors/"+x.Hostname, "bookmark")}}
 }

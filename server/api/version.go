@@ -39,6 +39,8 @@ const (
 	VerSoftPower      Version = 27 // soft power off / soft reboot
 	VerTraits         Version = 37 // traits field and sub-resource
 	VerFault          Version = 42 // fault field
+	VerConductorGroup Version = 46 // conductor_group field and filter
+	VerConductor      Version = 49 // node's conductor field, /v1/conductors
 	VerOwner          Version = 50 // owner field and filter
 	VerDescription    Version = 51 // description field
 	VerLessee         Version = 65 // lessee field and filter

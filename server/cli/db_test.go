@@ -269,7 +269,7 @@ func TestDBOnPostgres(t *testing.T) {
 	}
 }
 
-// TestServeSettingsRefused: bad pool, access-log and service-project settings stop serve
+// TestServeSettingsRefused: bad pool, access-log, service-project and conductor-group settings stop serve
 // before it listens, naming the setting, from flags, the environment or
 // the config file alike.
 func TestServeSettingsRefused(t *testing.T) {
@@ -290,6 +290,7 @@ func TestServeSettingsRefused(t *testing.T) {
 		{args: []string{"--config", cfg}, want: "--db-max-idle 9: more than --db-max-open 4"},
 		{env: [2]string{"ANVIL_SERVICE_PROJECT", " service"}, want: `--service-project " service"`},
 		{args: []string{"--service-project", ""}, want: `--service-project ""`},
+		{args: []string{"--conductor-group", "rack 1"}, want: `--conductor-group: Invalid conductor group "rack 1"`},
 	} {
 		t.Run(tc.want, func(t *testing.T) {
 			if tc.env[0] != "" {

@@ -60,6 +60,9 @@ func serveCmd() *cobra.Command {
 			if svcp == "" || nodes.ValidateProject("service-project", svcp) != nil {
 				return fmt.Errorf("--service-project %q: give a project name without surrounding spaces or control characters", svcp)
 			}
+			if cc.Group, err = nodes.ValidateConductorGroup("conductor-group", cc.Group); err != nil {
+				return fmt.Errorf("--conductor-group: %w", err)
+			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGINT, syscall.SIGTERM)
 			defer stop()
 			var provider *oidclogin.Provider
@@ -111,6 +114,7 @@ func serveCmd() *cobra.Command {
 	f.StringVar(&oc.UserClaim, "oidc-user-claim", "preferred_username", "claim naming the user (falls back to sub)")
 	f.StringVar(&oc.GroupsClaim, "oidc-groups-claim", "groups", "claim listing anvil:system:<role> and anvil:project:<id>:<role> entries")
 	f.StringVar(&cc.Name, "conductor-name", "", "this conductor's name in locks and heartbeats (default host@listen-address; keep it stable across restarts)")
+	f.StringVar(&cc.Group, "conductor-group", "", "the conductor_group whose nodes this conductor serves (Ironic's; the default \"\" serves nodes without a group)")
 	f.DurationVar(&cc.Heartbeat, "heartbeat", 5*time.Second, "how often the conductor reports it is alive")
 	f.DurationVar(&cc.HeartbeatTimeout, "heartbeat-timeout", 30*time.Second, "silence after which another conductor takes a conductor's nodes over")
 	f.DurationVar(&cc.PowerSync, "power-sync", time.Minute, "period of the power-state sync over every node (0 turns it off)")

@@ -9,8 +9,10 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net/netip"
 	"os"
+	"slices"
 	"sync"
 	"time"
 
@@ -29,6 +31,9 @@ type Config struct {
 	// Name identifies this conductor in locks and heartbeats; keep it
 	// stable across restarts so a restart recognises its own stale work.
 	Name string
+	// Group is the conductor_group whose nodes this conductor serves;
+	// "" serves the nodes of the default group "".
+	Group string
 	// Heartbeat is how often the row is refreshed; a conductor silent for
 	// HeartbeatTimeout is lost and its nodes are taken over.
 	Heartbeat, HeartbeatTimeout time.Duration
@@ -76,6 +81,10 @@ type Conductor struct {
 	// maxAuthFailures the node goes into maintenance (faults.go).
 	authMu    sync.Mutex
 	authFails map[int]int
+	// rings caches the hash rings for the API (ring.go).
+	ringMu  sync.Mutex
+	rings   Rings
+	ringsAt time.Time
 }
 
 // New returns a conductor; Start registers it and starts its loops.
@@ -100,10 +109,10 @@ func (c *Conductor) Start(ctx context.Context, listen string) error {
 	now := time.Now()
 	// Update, else create: a restart keeps its row (and its name).
 	n, err := c.db.Conductor.Update().Where(conductor.Hostname(c.cfg.Name)).
-		SetStartedAt(now).SetHeartbeatAt(now).SetOnline(true).SetDrivers(bmc.Drivers()).Save(ctx)
+		SetStartedAt(now).SetHeartbeatAt(now).SetOnline(true).SetDrivers(bmc.Drivers()).SetConductorGroup(c.cfg.Group).Save(ctx)
 	if err == nil && n == 0 {
 		err = c.db.Conductor.Create().SetHostname(c.cfg.Name).SetStartedAt(now).SetHeartbeatAt(now).
-			SetOnline(true).SetDrivers(bmc.Drivers()).Exec(ctx)
+			SetOnline(true).SetDrivers(bmc.Drivers()).SetConductorGroup(c.cfg.Group).Exec(ctx)
 	}
 	if err != nil {
 		return fmt.Errorf("registering conductor %s: %w", c.cfg.Name, err)
@@ -155,23 +164,55 @@ func (c *Conductor) heartbeat(ctx context.Context) error {
 	return c.db.Conductor.Update().Where(conductor.Hostname(c.cfg.Name)).SetHeartbeatAt(time.Now()).SetOnline(true).Exec(ctx)
 }
 
-// takeOver finds conductors whose heartbeat expired and recovers their
-// nodes. Marking one offline is a conditional update, so of several
-// replicas noticing at once exactly one does the recovery.
+// takeOver recovers the nodes of lost conductors: those offline or whose
+// heartbeat expired. Marking one offline is a conditional update, so one
+// replica reports the loss; each node a lost conductor held is recovered
+// by the live conductor the hash ring maps it to (by the ring of every
+// live conductor when none serves its group, so no lock outlives its
+// owner), and recovery is conditional on the lock, so it happens once.
 func (c *Conductor) takeOver(ctx context.Context) error {
-	dead, err := c.db.Conductor.Query().Where(conductor.Online(true), conductor.HostnameNEQ(c.cfg.Name),
-		conductor.HeartbeatAtLT(time.Now().Add(-c.cfg.HeartbeatTimeout))).All(ctx)
+	dead, err := c.db.Conductor.Query().Where(conductor.HostnameNEQ(c.cfg.Name),
+		conductor.Or(conductor.Online(false), conductor.HeartbeatAtLT(time.Now().Add(-c.cfg.HeartbeatTimeout)))).All(ctx)
+	if err != nil || len(dead) == 0 {
+		return err
+	}
+	why := map[string]string{}
+	for _, d := range dead {
+		why[d.Hostname] = "lost (no heartbeat since " + d.HeartbeatAt.UTC().Format(time.RFC3339) + ")"
+		if !d.Online {
+			continue
+		}
+		n, err := c.db.Conductor.Update().Where(conductor.ID(d.ID), conductor.Online(true), conductor.HeartbeatAt(d.HeartbeatAt)).
+			SetOnline(false).Save(ctx)
+		if err == nil && n == 1 {
+			c.log.Warn("conductor lost; its nodes go to the others", "conductor", d.Hostname, "last_heartbeat", d.HeartbeatAt)
+		}
+	}
+	held, err := c.db.Node.Query().Where(node.ReservationIn(slices.Collect(maps.Keys(why))...)).All(ctx)
+	if err != nil || len(held) == 0 {
+		return err
+	}
+	rings, err := c.loadRings(ctx)
 	if err != nil {
 		return err
 	}
-	for _, d := range dead {
-		n, err := c.db.Conductor.Update().Where(conductor.ID(d.ID), conductor.Online(true), conductor.HeartbeatAt(d.HeartbeatAt)).
-			SetOnline(false).Save(ctx)
-		if err != nil || n == 0 {
+	var everyone *Ring
+	for _, n := range held {
+		owner := rings.Owner(n.UUID, n.ConductorGroup)
+		if owner == "" {
+			if everyone == nil {
+				var hosts []string
+				for _, r := range rings {
+					hosts = append(hosts, r.Hosts()...)
+				}
+				everyone = NewRing(hosts)
+			}
+			owner = everyone.Owner(n.UUID)
+		}
+		if owner != c.cfg.Name {
 			continue
 		}
-		c.log.Warn("conductor lost; taking over its nodes", "conductor", d.Hostname, "last_heartbeat", d.HeartbeatAt)
-		if _, err := c.recover(ctx, d.Hostname, "lost (no heartbeat since "+d.HeartbeatAt.UTC().Format(time.RFC3339)+")"); err != nil {
+		if err := c.recoverNode(ctx, n, *n.Reservation, why[*n.Reservation]); err != nil {
 			return err
 		}
 	}
@@ -194,23 +235,32 @@ func (c *Conductor) recover(ctx context.Context, owner, why string) (int, error)
 		return 0, err
 	}
 	for _, n := range held {
-		msg := fmt.Sprintf("Conductor %s was %s while this node was %s", owner, why, n.ProvisionState)
-		if step := stepName(n.CleanStep, n.ServiceStep); step != "" {
-			msg += " (step " + step + ")"
-		}
-		upd := c.db.Node.Update().Where(node.ID(n.ID), node.Reservation(owner)).ClearReservation().ClearTargetPowerState()
-		if to, ok := failedState[n.ProvisionState]; ok {
-			upd.SetProvisionState(to).ClearTargetProvisionState().SetLastError(msg + "; run it again when ready.").
-				SetProvisionUpdatedAt(time.Now()).SetCleanStep(map[string]any{}).SetServiceStep(map[string]any{})
-		} else if n.TargetPowerState != nil {
-			upd.SetLastError(msg + "; the power action may not have completed.")
-		}
-		if _, err := upd.Save(ctx); err != nil {
+		if err := c.recoverNode(ctx, n, owner, why); err != nil {
 			return 0, err
 		}
-		_ = history.Record(ctx, c.db.Client, history.Event{NodeID: n.ID, Severity: history.Error, Type: "conductor", Message: msg, Conductor: c.cfg.Name})
 	}
 	return len(held), nil
+}
+
+// recoverNode releases one node's lock if owner still holds it, and
+// records why.
+func (c *Conductor) recoverNode(ctx context.Context, n *ent.Node, owner, why string) error {
+	msg := fmt.Sprintf("Conductor %s was %s while this node was %s", owner, why, n.ProvisionState)
+	if step := stepName(n.CleanStep, n.ServiceStep); step != "" {
+		msg += " (step " + step + ")"
+	}
+	upd := c.db.Node.Update().Where(node.ID(n.ID), node.Reservation(owner)).ClearReservation().ClearTargetPowerState()
+	if to, ok := failedState[n.ProvisionState]; ok {
+		upd.SetProvisionState(to).ClearTargetProvisionState().SetLastError(msg + "; run it again when ready.").
+			SetProvisionUpdatedAt(time.Now()).SetCleanStep(map[string]any{}).SetServiceStep(map[string]any{})
+	} else if n.TargetPowerState != nil {
+		upd.SetLastError(msg + "; the power action may not have completed.")
+	}
+	if cnt, err := upd.Save(ctx); err != nil || cnt == 0 {
+		return err
+	}
+	_ = history.Record(ctx, c.db.Client, history.Event{NodeID: n.ID, Severity: history.Error, Type: "conductor", Message: msg, Conductor: c.cfg.Name})
+	return nil
 }
 
 func stepName(ms ...map[string]any) string {
@@ -252,17 +302,30 @@ func (c *Conductor) client(n *ent.Node) (bmc.Client, error) {
 	return bmc.Open(n.Driver, n.UUID, n.DriverInfo, c.cfg.BMC)
 }
 
-// SyncPower reads every eligible node's power state with bounded
-// concurrency and records changes. Nodes in maintenance, locked or with a
+// SyncPower reads the power state of every eligible node the hash ring
+// maps to this conductor, with bounded concurrency, and records changes.
+// The ring is built afresh each cycle, so every replica agrees on who
+// reads which node and a lost conductor's nodes are read by the others
+// once its heartbeat times out. Nodes in maintenance, locked or with a
 // power action in flight are left alone, and a change is recorded only if
 // the stored state is still the one read before the BMC was asked, so an
-// action Anvil finished meanwhile is never reported as external. It
-// returns how many nodes it read.
+// action Anvil finished meanwhile (or a replica with a staler ring) is
+// never reported as external. It returns how many nodes it read.
 func (c *Conductor) SyncPower(ctx context.Context) (int, error) {
-	ns, err := c.db.Node.Query().Where(node.Maintenance(false), node.ReservationIsNil(), node.TargetPowerStateIsNil()).
+	rings, err := c.loadRings(ctx)
+	if err != nil {
+		return 0, err
+	}
+	all, err := c.db.Node.Query().Where(node.Maintenance(false), node.ReservationIsNil(), node.TargetPowerStateIsNil(), node.ConductorGroup(c.cfg.Group)).
 		Select(node.FieldID, node.FieldUUID, node.FieldDriver, node.FieldDriverInfo, node.FieldPowerState).All(ctx)
 	if err != nil {
 		return 0, err
+	}
+	ns := all[:0]
+	for _, n := range all {
+		if rings.Owner(n.UUID, c.cfg.Group) == c.cfg.Name {
+			ns = append(ns, n)
+		}
 	}
 	sem := make(chan struct{}, c.cfg.PowerSyncWorkers)
 	var wg sync.WaitGroup
@@ -316,21 +379,40 @@ func (c *Conductor) readPower(ctx context.Context, n *ent.Node) (string, error) 
 
 // Info describes a conductor for the API.
 type Info struct {
-	Hostname               string
+	Hostname, Group        string
 	Alive                  bool
 	Drivers                []string
 	StartedAt, HeartbeatAt time.Time
+	// Nodes is how many nodes the hash ring maps to the conductor now.
+	Nodes int
 }
 
-// List returns every conductor that ever registered, alive or not.
+// List returns every conductor that ever registered, alive or not, with
+// its share of the nodes under the current ring.
 func (c *Conductor) List(ctx context.Context) ([]Info, error) {
 	cs, err := c.db.Conductor.Query().Order(ent.Asc(conductor.FieldHostname)).All(ctx)
 	if err != nil {
 		return nil, err
 	}
+	rings, err := c.loadRings(ctx)
+	if err != nil {
+		return nil, err
+	}
+	share := map[string]int{}
+	var ns []struct {
+		UUID  string `json:"uuid"`
+		Group string `json:"conductor_group"`
+	}
+	if err := c.db.Node.Query().Select(node.FieldUUID, node.FieldConductorGroup).Scan(ctx, &ns); err != nil {
+		return nil, err
+	}
+	for _, n := range ns {
+		share[rings.Owner(n.UUID, n.Group)]++
+	}
 	out := make([]Info, len(cs))
 	for i, x := range cs {
 		out[i] = c.info(x)
+		out[i].Nodes = share[x.Hostname]
 	}
 	return out, nil
 }
@@ -349,5 +431,5 @@ func (c *Conductor) Get(ctx context.Context, hostname string) (Info, error) {
 
 func (c *Conductor) info(x *ent.Conductor) Info {
 	alive := x.Online && time.Since(x.HeartbeatAt) < c.cfg.HeartbeatTimeout
-	return Info{Hostname: x.Hostname, Alive: alive, Drivers: x.Drivers, StartedAt: x.StartedAt, HeartbeatAt: x.HeartbeatAt}
+	return Info{Hostname: x.Hostname, Group: x.ConductorGroup, Alive: alive, Drivers: x.Drivers, StartedAt: x.StartedAt, HeartbeatAt: x.HeartbeatAt}
 }

@@ -29,6 +29,7 @@ type ListOptions struct {
 	Owner, Lessee, ProvisionState, ResourceClass, Driver *string
 	// Project matches nodes the project owns or leases.
 	Project, InstanceUUID, DescriptionContains, Fault *string
+	ConductorGroup                                    *string
 	Maintenance, Associated                           *bool
 	Limit                                             int
 	Marker                                            string
@@ -196,6 +197,9 @@ func (s *Service) scoped(ctx context.Context, o ListOptions) (*ent.NodeQuery, er
 	}
 	if o.Fault != nil {
 		ps = append(ps, node.Fault(*o.Fault))
+	}
+	if o.ConductorGroup != nil {
+		ps = append(ps, node.ConductorGroup(strings.ToLower(*o.ConductorGroup)))
 	}
 	if o.DescriptionContains != nil {
 		ps = append(ps, node.DescriptionContains(*o.DescriptionContains))

@@ -21,17 +21,18 @@ import (
 // field, as Ironic splits them. Fields with the generic rule only are
 // guarded by baremetal:node:update alone.
 var fieldRules = map[string]string{
-	"name":           "baremetal:node:update:name",
-	"driver":         "baremetal:node:update:driver_interfaces",
-	"driver_info":    "baremetal:node:update:driver_info",
-	"properties":     "baremetal:node:update:properties",
-	"instance_uuid":  "baremetal:node:update:instance_uuid",
-	"owner":          "baremetal:node:update:owner",
-	"lessee":         "baremetal:node:update:lessee",
-	"extra":          RuleUpdateExtra,
-	"instance_info":  RuleUpdateInstInfo,
-	"resource_class": RuleUpdate,
-	"description":    RuleUpdate,
+	"name":            "baremetal:node:update:name",
+	"driver":          "baremetal:node:update:driver_interfaces",
+	"driver_info":     "baremetal:node:update:driver_info",
+	"properties":      "baremetal:node:update:properties",
+	"instance_uuid":   "baremetal:node:update:instance_uuid",
+	"owner":           "baremetal:node:update:owner",
+	"lessee":          "baremetal:node:update:lessee",
+	"conductor_group": RuleUpdateConductorGroup,
+	"extra":           RuleUpdateExtra,
+	"instance_info":   RuleUpdateInstInfo,
+	"resource_class":  RuleUpdate,
+	"description":     RuleUpdate,
 }
 
 // readOnly are node fields that exist but only Anvil changes.
@@ -212,7 +213,7 @@ func patchDoc(n *ent.Node) map[string]any {
 		"properties": cloneMap(n.Properties), "extra": cloneMap(n.Extra),
 		"instance_info": MaskInstanceInfo(n.InstanceInfo), "owner": proj(n.Owner), "lessee": proj(n.Lessee),
 		"resource_class": str(n.ResourceClass), "instance_uuid": str(n.InstanceUUID),
-		"description": str(n.Description),
+		"description": str(n.Description), "conductor_group": n.ConductorGroup,
 	}
 }
 
@@ -371,6 +372,17 @@ func (s *Service) validatePatched(n *ent.Node, after map[string]any, changed []s
 				}
 			}
 			u.fields[f] = v
+		case "conductor_group":
+			// Removing the group puts the node back in the default "".
+			v, err := optStr(f)
+			if err != nil {
+				return nil, err
+			}
+			g, err := ValidateConductorGroup(f, deref(v))
+			if err != nil {
+				return nil, err
+			}
+			u.fields[f] = g
 		case "driver":
 			v, err := optStr(f)
 			if err != nil {
@@ -485,6 +497,8 @@ func applyUpdate(ctx context.Context, tx *ent.Client, n *ent.Node, u *nodeUpdate
 			upd.SetOwner(deref(v.(*string)))
 		case "lessee":
 			upd.SetLessee(deref(v.(*string)))
+		case "conductor_group":
+			upd.SetConductorGroup(v.(string))
 		case "driver":
 			upd.SetDriver(v.(string))
 		case "driver_info":

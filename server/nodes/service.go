@@ -29,27 +29,30 @@ import (
 
 // Policy rules this package enforces, named as Ironic names them.
 const (
-	RuleGet              = "baremetal:node:get"
-	RuleList             = "baremetal:node:list"
-	RuleListAll          = "baremetal:node:list_all"
-	RuleCreate           = "baremetal:node:create"
-	RuleCreateSelfOwned  = "baremetal:node:create:self_owned_node"
-	RuleDelete           = "baremetal:node:delete"
-	RuleDeleteSelfOwned  = "baremetal:node:delete:self_owned_node"
-	RuleUpdate           = "baremetal:node:update"
-	RuleUpdateExtra      = "baremetal:node:update_extra"
-	RuleUpdateInstInfo   = "baremetal:node:update_instance_info"
-	RuleOwnerProvisioned = "baremetal:node:update_owner_provisioned"
-	RuleSetMaintenance   = "baremetal:node:set_maintenance"
-	RuleClearMaintenance = "baremetal:node:clear_maintenance"
-	RuleTraitsList       = "baremetal:node:traits:list"
-	RuleTraitsSet        = "baremetal:node:traits:set"
-	RuleTraitsDelete     = "baremetal:node:traits:delete"
-	RuleHistory          = "baremetal:node:history:get"
-	RuleGetDriverInfo    = "baremetal:node:get:driver_info"
-	RuleGetInternal      = "baremetal:node:get:driver_internal_info"
-	RuleGetReservation   = "baremetal:node:get:reservation"
-	RuleGetLastError     = "baremetal:node:get:last_error"
+	RuleGet             = "baremetal:node:get"
+	RuleList            = "baremetal:node:list"
+	RuleListAll         = "baremetal:node:list_all"
+	RuleCreate          = "baremetal:node:create"
+	RuleCreateSelfOwned = "baremetal:node:create:self_owned_node"
+	RuleDelete          = "baremetal:node:delete"
+	RuleDeleteSelfOwned = "baremetal:node:delete:self_owned_node"
+	RuleUpdate          = "baremetal:node:update"
+	RuleUpdateExtra     = "baremetal:node:update_extra"
+	RuleUpdateInstInfo  = "baremetal:node:update_instance_info"
+	// RuleUpdateConductorGroup guards moving a node between conductor
+	// groups, which decides which conductors may work it.
+	RuleUpdateConductorGroup = "baremetal:node:update:conductor_group"
+	RuleOwnerProvisioned     = "baremetal:node:update_owner_provisioned"
+	RuleSetMaintenance       = "baremetal:node:set_maintenance"
+	RuleClearMaintenance     = "baremetal:node:clear_maintenance"
+	RuleTraitsList           = "baremetal:node:traits:list"
+	RuleTraitsSet            = "baremetal:node:traits:set"
+	RuleTraitsDelete         = "baremetal:node:traits:delete"
+	RuleHistory              = "baremetal:node:history:get"
+	RuleGetDriverInfo        = "baremetal:node:get:driver_info"
+	RuleGetInternal          = "baremetal:node:get:driver_internal_info"
+	RuleGetReservation       = "baremetal:node:get:reservation"
+	RuleGetLastError         = "baremetal:node:get:last_error"
 )
 
 // Service serves node operations for the principal in each call's context.
@@ -148,6 +151,8 @@ type CreateInput struct {
 	ResourceClass *string
 	Description   *string
 	InstanceUUID  *string
+	// ConductorGroup pins the node to that group's conductors.
+	ConductorGroup string
 	// ProvisionState is where the node starts: enroll, or available for
 	// clients older than API 1.11.
 	ProvisionState string
@@ -175,7 +180,7 @@ func (s *Service) Create(ctx context.Context, in CreateInput) (*View, error) {
 		SetInstanceInfo(in.InstanceInfo).SetOwner(in.Owner).SetLessee(in.Lessee).
 		SetNillableResourceClass(in.ResourceClass).SetNillableDescription(in.Description).
 		SetNillableInstanceUUID(in.InstanceUUID).SetProvisionState(in.ProvisionState).
-		Save(ctx)
+		SetConductorGroup(in.ConductorGroup).Save(ctx)
 	if err != nil {
 		err = constraintError(err, in.UUID, in.Name)
 		s.guard.Done(ctx, RuleCreate, "node", in.UUID, err, nil)
@@ -215,6 +220,10 @@ func ValidateCreate(in *CreateInput) error {
 	}
 	if in.ResourceClass != nil && len(*in.ResourceClass) > 80 {
 		return errs.BadRequest("resource_class", "resource_class is longer than 80 characters")
+	}
+	var err error
+	if in.ConductorGroup, err = ValidateConductorGroup("conductor_group", in.ConductorGroup); err != nil {
+		return err
 	}
 	if in.InstanceUUID != nil && !IsUUID(*in.InstanceUUID) {
 		return errs.BadRequest("instance_uuid", "instance_uuid %q is not a valid UUID", *in.InstanceUUID)

@@ -78,6 +78,19 @@ func ValidateProject(field, p string) error {
 	return nil
 }
 
+var conductorGroupRE = regexp.MustCompile(`^[a-zA-Z0-9_.-]*$`)
+
+// ValidateConductorGroup checks a conductor_group as Ironic does (letters,
+// digits, "_", "-" and ".", at most 255) and returns it lower case: Ironic
+// treats groups case-insensitively and the hash ring compares them as
+// stored.
+func ValidateConductorGroup(field, g string) (string, error) {
+	if len(g) > 255 || !conductorGroupRE.MatchString(g) {
+		return "", errs.BadRequest(field, "Invalid conductor group %q: use at most 255 letters, digits, '_', '-' and '.'", g)
+	}
+	return strings.ToLower(g), nil
+}
+
 var customTraitRE = regexp.MustCompile(`^CUSTOM_[A-Z0-9_]+$`)
 
 // standardTraitPrefixes are the os-traits namespaces. Ironic validates a
