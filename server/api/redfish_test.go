@@ -292,3 +292,54 @@ func TestValidateReportsBadDriverInfo(t *testing.T) {
 		mustStatus(t, clients["owner-reader"].Do(t, "GET", "/v1/nodes/"+id+"/validate", nil), 403)
 	})
 }
+
+// TestRedfishConnectionSettingsThroughAPI: each way of reaching a Redfish
+// BMC that driver_info offers — Basic, session or auto authentication; a
+// trusted CA, verification off, or the default (verify, which a
+// self-signed BMC fails); the system as an Id path or a bare Id — carries
+// a power change through the API to the BMC, or fails saying why.
+func TestRedfishConnectionSettingsThroughAPI(t *testing.T) {
+	sim := bmctest.SharedRedfish(t)
+	storetest.Each(t, func(t *testing.T, setting string, _ *store.DB) {
+		_, clients := startLocal(t, setting, bmcOpts)
+		admin := clients["system-admin"]
+		for i, tc := range []struct {
+			name   string
+			change map[string]any
+			fail   string // a word last_error must hold; "" when it must work
+		}{
+			{"basic", map[string]any{"redfish_auth_type": "basic"}, ""},
+			{"session", map[string]any{"redfish_auth_type": "session"}, ""},
+			{"auto", map[string]any{"redfish_auth_type": "auto"}, ""},
+			{"verify off", map[string]any{"redfish_verify_ca": false}, ""},
+			{"bare system id", map[string]any{"redfish_system_id": "1"}, ""},
+			{"verify by default", map[string]any{"redfish_verify_ca": nil}, "certificate"},
+		} {
+			info := sim.DriverInfo("1")
+			for k, v := range tc.change {
+				if v == nil {
+					delete(info, k)
+				} else {
+					info[k] = v
+				}
+			}
+			r := admin.Do(t, "POST", "/v1/nodes", map[string]any{"name": fmt.Sprintf("rf-conn-%d", i), "driver": "redfish", "driver_info": info})
+			mustStatus(t, r, 201)
+			id := r.JSON(t)["uuid"].(string)
+			for _, target := range []string{bmc.PowerOn, bmc.PowerOff} {
+				mustStatus(t, admin.Do(t, "PUT", "/v1/nodes/"+id+"/states/power", map[string]any{"target": target}), 202)
+				n := waitPower(t, admin, id)
+				lastErr, _ := n["last_error"].(string)
+				if tc.fail != "" {
+					if n["power_state"] != nil || !strings.Contains(lastErr, tc.fail) {
+						t.Errorf("%s: power %v, last_error %q; want no power state and an error about %s", tc.name, n["power_state"], lastErr, tc.fail)
+					}
+					break
+				}
+				if n["power_state"] != target || lastErr != "" || sim.Power(t, "1") != map[string]string{bmc.PowerOn: "On", bmc.PowerOff: "Off"}[target] {
+					t.Errorf("%s %s: node %v, BMC %s, last_error %q", tc.name, target, n["power_state"], sim.Power(t, "1"), lastErr)
+				}
+			}
+		}
+	})
+}
