@@ -253,7 +253,7 @@ func (s *Service) Patch(ctx context.Context, ident string, raw []byte, allowed f
 		}
 		// The owner or lessee may have changed since the check above.
 		if cur.Owner != n.Owner || cur.Lessee != n.Lessee {
-			if err := s.authorize(ctx, cur, ident, append([]string{RuleGet}, patchRules(ops)...)...); err != nil {
+			if err := s.authorize(ctx, cur, ident, append(append([]string{RuleGet}, patchRules(ops)...), readRulesOf(ops)...)...); err != nil {
 				return err
 			}
 		}
