@@ -67,16 +67,8 @@ func DecodePatch(raw []byte) ([]PatchOp, error) {
 	return ops, nil
 }
 
-// ParsePatch decodes a patch and checks each operation's shape and target
-// field, naming the offending path on error.
-func ParsePatch(raw []byte) ([]PatchOp, error) {
-	ops, err := DecodePatch(raw)
-	if err != nil {
-		return nil, err
-	}
-	return ops, checkOps(ops)
-}
-
+// checkOps checks each operation's shape and target field, naming the
+// offending path on error.
 func checkOps(ops []PatchOp) error {
 	for i, op := range ops {
 		switch op.Op {

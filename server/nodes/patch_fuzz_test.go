@@ -33,7 +33,7 @@ func FuzzPatch(f *testing.F) {
 	}
 	s := &Service{}
 	f.Fuzz(func(t *testing.T, raw []byte) {
-		if _, err := ParsePatch(raw); err != nil {
+		if ops, err := DecodePatch(raw); err != nil || checkOps(ops) != nil {
 			return
 		}
 		after, err := patchdoc.Apply(patchDoc(base), raw, "node")

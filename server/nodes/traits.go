@@ -3,10 +3,8 @@ package nodes
 import (
 	"context"
 	"sort"
-	"time"
 
 	"github.com/anvilproject/anvil/ent"
-	"github.com/anvilproject/anvil/ent/node"
 	"github.com/anvilproject/anvil/ent/trait"
 	"github.com/anvilproject/anvil/server/errs"
 	"github.com/anvilproject/anvil/server/store"
@@ -94,18 +92,8 @@ func (s *Service) RemoveTrait(ctx context.Context, ident, t string) error {
 // the lock condition, so trait edits never race a conductor's work.
 func (s *Service) changeTraits(ctx context.Context, n *ent.Node, fn func(tx *ent.Client) error) error {
 	return store.WithTx(ctx, s.db, func(tx *ent.Client) error {
-		cnt, err := tx.Node.Update().Where(node.ID(n.ID), node.ReservationIsNil()).SetUpdatedAt(time.Now()).Save(ctx)
-		if err != nil {
+		if _, err := lockRow(ctx, tx, n); err != nil {
 			return err
-		}
-		if cnt == 0 {
-			cur, err := lookup(ctx, tx, n.UUID)
-			if err != nil {
-				return err
-			}
-			if cur.Reservation != nil {
-				return lockedError(cur)
-			}
 		}
 		return fn(tx)
 	})
