@@ -22,7 +22,9 @@ import (
 	"github.com/anvilproject/anvil/ent/node"
 	"github.com/anvilproject/anvil/ent/nodeevent"
 	"github.com/anvilproject/anvil/ent/policyoverride"
+	"github.com/anvilproject/anvil/ent/port"
 	"github.com/anvilproject/anvil/ent/portalsession"
+	"github.com/anvilproject/anvil/ent/portgroup"
 	"github.com/anvilproject/anvil/ent/roleassignment"
 	"github.com/anvilproject/anvil/ent/runbook"
 	"github.com/anvilproject/anvil/ent/runbookstep"
@@ -52,8 +54,12 @@ type Client struct {
 	NodeEvent *NodeEventClient
 	// PolicyOverride is the client for interacting with the PolicyOverride builders.
 	PolicyOverride *PolicyOverrideClient
+	// Port is the client for interacting with the Port builders.
+	Port *PortClient
 	// PortalSession is the client for interacting with the PortalSession builders.
 	PortalSession *PortalSessionClient
+	// Portgroup is the client for interacting with the Portgroup builders.
+	Portgroup *PortgroupClient
 	// RoleAssignment is the client for interacting with the RoleAssignment builders.
 	RoleAssignment *RoleAssignmentClient
 	// Runbook is the client for interacting with the Runbook builders.
@@ -84,7 +90,9 @@ func (c *Client) init() {
 	c.Node = NewNodeClient(c.config)
 	c.NodeEvent = NewNodeEventClient(c.config)
 	c.PolicyOverride = NewPolicyOverrideClient(c.config)
+	c.Port = NewPortClient(c.config)
 	c.PortalSession = NewPortalSessionClient(c.config)
+	c.Portgroup = NewPortgroupClient(c.config)
 	c.RoleAssignment = NewRoleAssignmentClient(c.config)
 	c.Runbook = NewRunbookClient(c.config)
 	c.RunbookStep = NewRunbookStepClient(c.config)
@@ -190,7 +198,9 @@ func (c *Client) Tx(ctx context.Context) (*Tx, error) {
 		Node:           NewNodeClient(cfg),
 		NodeEvent:      NewNodeEventClient(cfg),
 		PolicyOverride: NewPolicyOverrideClient(cfg),
+		Port:           NewPortClient(cfg),
 		PortalSession:  NewPortalSessionClient(cfg),
+		Portgroup:      NewPortgroupClient(cfg),
 		RoleAssignment: NewRoleAssignmentClient(cfg),
 		Runbook:        NewRunbookClient(cfg),
 		RunbookStep:    NewRunbookStepClient(cfg),
@@ -223,7 +233,9 @@ func (c *Client) BeginTx(ctx context.Context, opts *sql.TxOptions) (*Tx, error) 
 		Node:           NewNodeClient(cfg),
 		NodeEvent:      NewNodeEventClient(cfg),
 		PolicyOverride: NewPolicyOverrideClient(cfg),
+		Port:           NewPortClient(cfg),
 		PortalSession:  NewPortalSessionClient(cfg),
+		Portgroup:      NewPortgroupClient(cfg),
 		RoleAssignment: NewRoleAssignmentClient(cfg),
 		Runbook:        NewRunbookClient(cfg),
 		RunbookStep:    NewRunbookStepClient(cfg),
@@ -260,8 +272,8 @@ func (c *Client) Close() error {
 func (c *Client) Use(hooks ...Hook) {
 	for _, n := range []interface{ Use(...Hook) }{
 		c.APIToken, c.Allocation, c.AuditEvent, c.Conductor, c.Node, c.NodeEvent,
-		c.PolicyOverride, c.PortalSession, c.RoleAssignment, c.Runbook, c.RunbookStep,
-		c.Setting, c.Trait, c.User,
+		c.PolicyOverride, c.Port, c.PortalSession, c.Portgroup, c.RoleAssignment,
+		c.Runbook, c.RunbookStep, c.Setting, c.Trait, c.User,
 	} {
 		n.Use(hooks...)
 	}
@@ -272,8 +284,8 @@ func (c *Client) Use(hooks ...Hook) {
 func (c *Client) Intercept(interceptors ...Interceptor) {
 	for _, n := range []interface{ Intercept(...Interceptor) }{
 		c.APIToken, c.Allocation, c.AuditEvent, c.Conductor, c.Node, c.NodeEvent,
-		c.PolicyOverride, c.PortalSession, c.RoleAssignment, c.Runbook, c.RunbookStep,
-		c.Setting, c.Trait, c.User,
+		c.PolicyOverride, c.Port, c.PortalSession, c.Portgroup, c.RoleAssignment,
+		c.Runbook, c.RunbookStep, c.Setting, c.Trait, c.User,
 	} {
 		n.Intercept(interceptors...)
 	}
@@ -296,8 +308,12 @@ func (c *Client) Mutate(ctx context.Context, m Mutation) (Value, error) {
 		return c.NodeEvent.mutate(ctx, m)
 	case *PolicyOverrideMutation:
 		return c.PolicyOverride.mutate(ctx, m)
+	case *PortMutation:
+		return c.Port.mutate(ctx, m)
 	case *PortalSessionMutation:
 		return c.PortalSession.mutate(ctx, m)
+	case *PortgroupMutation:
+		return c.Portgroup.mutate(ctx, m)
 	case *RoleAssignmentMutation:
 		return c.RoleAssignment.mutate(ctx, m)
 	case *RunbookMutation:
@@ -1035,6 +1051,38 @@ func (c *NodeClient) QueryAllocation(_m *Node) *AllocationQuery {
 	return query
 }
 
+// QueryPorts queries the ports edge of a Node.
+func (c *NodeClient) QueryPorts(_m *Node) *PortQuery {
+	query := (&PortClient{config: c.config}).Query()
+	query.path = func(context.Context) (fromV *sql.Selector, _ error) {
+		id := _m.ID
+		step := sqlgraph.NewStep(
+			sqlgraph.From(node.Table, node.FieldID, id),
+			sqlgraph.To(port.Table, port.FieldID),
+			sqlgraph.Edge(sqlgraph.O2M, false, node.PortsTable, node.PortsColumn),
+		)
+		fromV = sqlgraph.Neighbors(_m.driver.Dialect(), step)
+		return fromV, nil
+	}
+	return query
+}
+
+// QueryPortgroups queries the portgroups edge of a Node.
+func (c *NodeClient) QueryPortgroups(_m *Node) *PortgroupQuery {
+	query := (&PortgroupClient{config: c.config}).Query()
+	query.path = func(context.Context) (fromV *sql.Selector, _ error) {
+		id := _m.ID
+		step := sqlgraph.NewStep(
+			sqlgraph.From(node.Table, node.FieldID, id),
+			sqlgraph.To(portgroup.Table, portgroup.FieldID),
+			sqlgraph.Edge(sqlgraph.O2M, false, node.PortgroupsTable, node.PortgroupsColumn),
+		)
+		fromV = sqlgraph.Neighbors(_m.driver.Dialect(), step)
+		return fromV, nil
+	}
+	return query
+}
+
 // Hooks returns the client hooks.
 func (c *NodeClient) Hooks() []Hook {
 	return c.hooks.Node
@@ -1342,6 +1390,171 @@ func (c *PolicyOverrideClient) mutate(ctx context.Context, m *PolicyOverrideMuta
 	}
 }
 
+// PortClient is a client for the Port schema.
+type PortClient struct {
+	config
+}
+
+// NewPortClient returns a client for the Port from the given config.
+func NewPortClient(c config) *PortClient {
+	return &PortClient{config: c}
+}
+
+// Use adds a list of mutation hooks to the hooks stack.
+// A call to `Use(f, g, h)` equals to `port.Hooks(f(g(h())))`.
+func (c *PortClient) Use(hooks ...Hook) {
+	c.hooks.Port = append(c.hooks.Port, hooks...)
+}
+
+// Intercept adds a list of query interceptors to the interceptors stack.
+// A call to `Intercept(f, g, h)` equals to `port.Intercept(f(g(h())))`.
+func (c *PortClient) Intercept(interceptors ...Interceptor) {
+	c.inters.Port = append(c.inters.Port, interceptors...)
+}
+
+// Create returns a builder for creating a Port entity.
+func (c *PortClient) Create() *PortCreate {
+	mutation := newPortMutation(c.config, OpCreate)
+	return &PortCreate{config: c.config, hooks: c.Hooks(), mutation: mutation}
+}
+
+// CreateBulk returns a builder for creating a bulk of Port entities.
+func (c *PortClient) CreateBulk(builders ...*PortCreate) *PortCreateBulk {
+	return &PortCreateBulk{config: c.config, builders: builders}
+}
+
+// MapCreateBulk creates a bulk creation builder from the given slice. For each item in the slice, the function creates
+// a builder and applies setFunc on it.
+func (c *PortClient) MapCreateBulk(slice any, setFunc func(*PortCreate, int)) *PortCreateBulk {
+	rv := reflect.ValueOf(slice)
+	if rv.Kind() != reflect.Slice {
+		return &PortCreateBulk{err: fmt.Errorf("calling to PortClient.MapCreateBulk with wrong type %T, need slice", slice)}
+	}
+	builders := make([]*PortCreate, rv.Len())
+	for i := 0; i < rv.Len(); i++ {
+		builders[i] = c.Create()
+		setFunc(builders[i], i)
+	}
+	return &PortCreateBulk{config: c.config, builders: builders}
+}
+
+// Update returns an update builder for Port.
+func (c *PortClient) Update() *PortUpdate {
+	mutation := newPortMutation(c.config, OpUpdate)
+	return &PortUpdate{config: c.config, hooks: c.Hooks(), mutation: mutation}
+}
+
+// UpdateOne returns an update builder for the given entity.
+func (c *PortClient) UpdateOne(_m *Port) *PortUpdateOne {
+	mutation := newPortMutation(c.config, OpUpdateOne, withPort(_m))
+	return &PortUpdateOne{config: c.config, hooks: c.Hooks(), mutation: mutation}
+}
+
+// UpdateOneID returns an update builder for the given id.
+func (c *PortClient) UpdateOneID(id int) *PortUpdateOne {
+	mutation := newPortMutation(c.config, OpUpdateOne, withPortID(id))
+	return &PortUpdateOne{config: c.config, hooks: c.Hooks(), mutation: mutation}
+}
+
+// Delete returns a delete builder for Port.
+func (c *PortClient) Delete() *PortDelete {
+	mutation := newPortMutation(c.config, OpDelete)
+	return &PortDelete{config: c.config, hooks: c.Hooks(), mutation: mutation}
+}
+
+// DeleteOne returns a builder for deleting the given entity.
+func (c *PortClient) DeleteOne(_m *Port) *PortDeleteOne {
+	return c.DeleteOneID(_m.ID)
+}
+
+// DeleteOneID returns a builder for deleting the given entity by its id.
+func (c *PortClient) DeleteOneID(id int) *PortDeleteOne {
+	builder := c.Delete().Where(port.ID(id))
+	builder.mutation.id = &id
+	builder.mutation.op = OpDeleteOne
+	return &PortDeleteOne{builder}
+}
+
+// Query returns a query builder for Port.
+func (c *PortClient) Query() *PortQuery {
+	return &PortQuery{
+		config: c.config,
+		ctx:    &QueryContext{Type: TypePort},
+		inters: c.Interceptors(),
+	}
+}
+
+// Get returns a Port entity by its id.
+func (c *PortClient) Get(ctx context.Context, id int) (*Port, error) {
+	return c.Query().Where(port.ID(id)).Only(ctx)
+}
+
+// GetX is like Get, but panics if an error occurs.
+func (c *PortClient) GetX(ctx context.Context, id int) *Port {
+	obj, err := c.Get(ctx, id)
+	if err != nil {
+		panic(err)
+	}
+	return obj
+}
+
+// QueryNode queries the node edge of a Port.
+func (c *PortClient) QueryNode(_m *Port) *NodeQuery {
+	query := (&NodeClient{config: c.config}).Query()
+	query.path = func(context.Context) (fromV *sql.Selector, _ error) {
+		id := _m.ID
+		step := sqlgraph.NewStep(
+			sqlgraph.From(port.Table, port.FieldID, id),
+			sqlgraph.To(node.Table, node.FieldID),
+			sqlgraph.Edge(sqlgraph.M2O, true, port.NodeTable, port.NodeColumn),
+		)
+		fromV = sqlgraph.Neighbors(_m.driver.Dialect(), step)
+		return fromV, nil
+	}
+	return query
+}
+
+// QueryPortgroup queries the portgroup edge of a Port.
+func (c *PortClient) QueryPortgroup(_m *Port) *PortgroupQuery {
+	query := (&PortgroupClient{config: c.config}).Query()
+	query.path = func(context.Context) (fromV *sql.Selector, _ error) {
+		id := _m.ID
+		step := sqlgraph.NewStep(
+			sqlgraph.From(port.Table, port.FieldID, id),
+			sqlgraph.To(portgroup.Table, portgroup.FieldID),
+			sqlgraph.Edge(sqlgraph.M2O, true, port.PortgroupTable, port.PortgroupColumn),
+		)
+		fromV = sqlgraph.Neighbors(_m.driver.Dialect(), step)
+		return fromV, nil
+	}
+	return query
+}
+
+// Hooks returns the client hooks.
+func (c *PortClient) Hooks() []Hook {
+	return c.hooks.Port
+}
+
+// Interceptors returns the client interceptors.
+func (c *PortClient) Interceptors() []Interceptor {
+	return c.inters.Port
+}
+
+func (c *PortClient) mutate(ctx context.Context, m *PortMutation) (Value, error) {
+	switch m.Op() {
+	case OpCreate:
+		return (&PortCreate{config: c.config, hooks: c.Hooks(), mutation: m}).Save(ctx)
+	case OpUpdate:
+		return (&PortUpdate{config: c.config, hooks: c.Hooks(), mutation: m}).Save(ctx)
+	case OpUpdateOne:
+		return (&PortUpdateOne{config: c.config, hooks: c.Hooks(), mutation: m}).Save(ctx)
+	case OpDelete, OpDeleteOne:
+		return (&PortDelete{config: c.config, hooks: c.Hooks(), mutation: m}).Exec(ctx)
+	default:
+		return nil, fmt.Errorf("ent: unknown Port mutation op: %q", m.Op())
+	}
+}
+
 // PortalSessionClient is a client for the PortalSession schema.
 type PortalSessionClient struct {
 	config
@@ -1472,6 +1685,171 @@ func (c *PortalSessionClient) mutate(ctx context.Context, m *PortalSessionMutati
 		return (&PortalSessionDelete{config: c.config, hooks: c.Hooks(), mutation: m}).Exec(ctx)
 	default:
 		return nil, fmt.Errorf("ent: unknown PortalSession mutation op: %q", m.Op())
+	}
+}
+
+// PortgroupClient is a client for the Portgroup schema.
+type PortgroupClient struct {
+	config
+}
+
+// NewPortgroupClient returns a client for the Portgroup from the given config.
+func NewPortgroupClient(c config) *PortgroupClient {
+	return &PortgroupClient{config: c}
+}
+
+// Use adds a list of mutation hooks to the hooks stack.
+// A call to `Use(f, g, h)` equals to `portgroup.Hooks(f(g(h())))`.
+func (c *PortgroupClient) Use(hooks ...Hook) {
+	c.hooks.Portgroup = append(c.hooks.Portgroup, hooks...)
+}
+
+// Intercept adds a list of query interceptors to the interceptors stack.
+// A call to `Intercept(f, g, h)` equals to `portgroup.Intercept(f(g(h())))`.
+func (c *PortgroupClient) Intercept(interceptors ...Interceptor) {
+	c.inters.Portgroup = append(c.inters.Portgroup, interceptors...)
+}
+
+// Create returns a builder for creating a Portgroup entity.
+func (c *PortgroupClient) Create() *PortgroupCreate {
+	mutation := newPortgroupMutation(c.config, OpCreate)
+	return &PortgroupCreate{config: c.config, hooks: c.Hooks(), mutation: mutation}
+}
+
+// CreateBulk returns a builder for creating a bulk of Portgroup entities.
+func (c *PortgroupClient) CreateBulk(builders ...*PortgroupCreate) *PortgroupCreateBulk {
+	return &PortgroupCreateBulk{config: c.config, builders: builders}
+}
+
+// MapCreateBulk creates a bulk creation builder from the given slice. For each item in the slice, the function creates
+// a builder and applies setFunc on it.
+func (c *PortgroupClient) MapCreateBulk(slice any, setFunc func(*PortgroupCreate, int)) *PortgroupCreateBulk {
+	rv := reflect.ValueOf(slice)
+	if rv.Kind() != reflect.Slice {
+		return &PortgroupCreateBulk{err: fmt.Errorf("calling to PortgroupClient.MapCreateBulk with wrong type %T, need slice", slice)}
+	}
+	builders := make([]*PortgroupCreate, rv.Len())
+	for i := 0; i < rv.Len(); i++ {
+		builders[i] = c.Create()
+		setFunc(builders[i], i)
+	}
+	return &PortgroupCreateBulk{config: c.config, builders: builders}
+}
+
+// Update returns an update builder for Portgroup.
+func (c *PortgroupClient) Update() *PortgroupUpdate {
+	mutation := newPortgroupMutation(c.config, OpUpdate)
+	return &PortgroupUpdate{config: c.config, hooks: c.Hooks(), mutation: mutation}
+}
+
+// UpdateOne returns an update builder for the given entity.
+func (c *PortgroupClient) UpdateOne(_m *Portgroup) *PortgroupUpdateOne {
+	mutation := newPortgroupMutation(c.config, OpUpdateOne, withPortgroup(_m))
+	return &PortgroupUpdateOne{config: c.config, hooks: c.Hooks(), mutation: mutation}
+}
+
+// UpdateOneID returns an update builder for the given id.
+func (c *PortgroupClient) UpdateOneID(id int) *PortgroupUpdateOne {
+	mutation := newPortgroupMutation(c.config, OpUpdateOne, withPortgroupID(id))
+	return &PortgroupUpdateOne{config: c.config, hooks: c.Hooks(), mutation: mutation}
+}
+
+// Delete returns a delete builder for Portgroup.
+func (c *PortgroupClient) Delete() *PortgroupDelete {
+	mutation := newPortgroupMutation(c.config, OpDelete)
+	return &PortgroupDelete{config: c.config, hooks: c.Hooks(), mutation: mutation}
+}
+
+// DeleteOne returns a builder for deleting the given entity.
+func (c *PortgroupClient) DeleteOne(_m *Portgroup) *PortgroupDeleteOne {
+	return c.DeleteOneID(_m.ID)
+}
+
+// DeleteOneID returns a builder for deleting the given entity by its id.
+func (c *PortgroupClient) DeleteOneID(id int) *PortgroupDeleteOne {
+	builder := c.Delete().Where(portgroup.ID(id))
+	builder.mutation.id = &id
+	builder.mutation.op = OpDeleteOne
+	return &PortgroupDeleteOne{builder}
+}
+
+// Query returns a query builder for Portgroup.
+func (c *PortgroupClient) Query() *PortgroupQuery {
+	return &PortgroupQuery{
+		config: c.config,
+		ctx:    &QueryContext{Type: TypePortgroup},
+		inters: c.Interceptors(),
+	}
+}
+
+// Get returns a Portgroup entity by its id.
+func (c *PortgroupClient) Get(ctx context.Context, id int) (*Portgroup, error) {
+	return c.Query().Where(portgroup.ID(id)).Only(ctx)
+}
+
+// GetX is like Get, but panics if an error occurs.
+func (c *PortgroupClient) GetX(ctx context.Context, id int) *Portgroup {
+	obj, err := c.Get(ctx, id)
+	if err != nil {
+		panic(err)
+	}
+	return obj
+}
+
+// QueryNode queries the node edge of a Portgroup.
+func (c *PortgroupClient) QueryNode(_m *Portgroup) *NodeQuery {
+	query := (&NodeClient{config: c.config}).Query()
+	query.path = func(context.Context) (fromV *sql.Selector, _ error) {
+		id := _m.ID
+		step := sqlgraph.NewStep(
+			sqlgraph.From(portgroup.Table, portgroup.FieldID, id),
+			sqlgraph.To(node.Table, node.FieldID),
+			sqlgraph.Edge(sqlgraph.M2O, true, portgroup.NodeTable, portgroup.NodeColumn),
+		)
+		fromV = sqlgraph.Neighbors(_m.driver.Dialect(), step)
+		return fromV, nil
+	}
+	return query
+}
+
+// QueryPorts queries the ports edge of a Portgroup.
+func (c *PortgroupClient) QueryPorts(_m *Portgroup) *PortQuery {
+	query := (&PortClient{config: c.config}).Query()
+	query.path = func(context.Context) (fromV *sql.Selector, _ error) {
+		id := _m.ID
+		step := sqlgraph.NewStep(
+			sqlgraph.From(portgroup.Table, portgroup.FieldID, id),
+			sqlgraph.To(port.Table, port.FieldID),
+			sqlgraph.Edge(sqlgraph.O2M, false, portgroup.PortsTable, portgroup.PortsColumn),
+		)
+		fromV = sqlgraph.Neighbors(_m.driver.Dialect(), step)
+		return fromV, nil
+	}
+	return query
+}
+
+// Hooks returns the client hooks.
+func (c *PortgroupClient) Hooks() []Hook {
+	return c.hooks.Portgroup
+}
+
+// Interceptors returns the client interceptors.
+func (c *PortgroupClient) Interceptors() []Interceptor {
+	return c.inters.Portgroup
+}
+
+func (c *PortgroupClient) mutate(ctx context.Context, m *PortgroupMutation) (Value, error) {
+	switch m.Op() {
+	case OpCreate:
+		return (&PortgroupCreate{config: c.config, hooks: c.Hooks(), mutation: m}).Save(ctx)
+	case OpUpdate:
+		return (&PortgroupUpdate{config: c.config, hooks: c.Hooks(), mutation: m}).Save(ctx)
+	case OpUpdateOne:
+		return (&PortgroupUpdateOne{config: c.config, hooks: c.Hooks(), mutation: m}).Save(ctx)
+	case OpDelete, OpDeleteOne:
+		return (&PortgroupDelete{config: c.config, hooks: c.Hooks(), mutation: m}).Exec(ctx)
+	default:
+		return nil, fmt.Errorf("ent: unknown Portgroup mutation op: %q", m.Op())
 	}
 }
 
@@ -2373,13 +2751,13 @@ func (c *UserClient) mutate(ctx context.Context, m *UserMutation) (Value, error)
 type (
 	hooks struct {
 		APIToken, Allocation, AuditEvent, Conductor, Node, NodeEvent, PolicyOverride,
-		PortalSession, RoleAssignment, Runbook, RunbookStep, Setting, Trait,
-		User []ent.Hook
+		Port, PortalSession, Portgroup, RoleAssignment, Runbook, RunbookStep, Setting,
+		Trait, User []ent.Hook
 	}
 	inters struct {
 		APIToken, Allocation, AuditEvent, Conductor, Node, NodeEvent, PolicyOverride,
-		PortalSession, RoleAssignment, Runbook, RunbookStep, Setting, Trait,
-		User []ent.Interceptor
+		Port, PortalSession, Portgroup, RoleAssignment, Runbook, RunbookStep, Setting,
+		Trait, User []ent.Interceptor
 	}
 )
 

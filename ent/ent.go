@@ -19,7 +19,9 @@ import (
 	"github.com/anvilproject/anvil/ent/node"
 	"github.com/anvilproject/anvil/ent/nodeevent"
 	"github.com/anvilproject/anvil/ent/policyoverride"
+	"github.com/anvilproject/anvil/ent/port"
 	"github.com/anvilproject/anvil/ent/portalsession"
+	"github.com/anvilproject/anvil/ent/portgroup"
 	"github.com/anvilproject/anvil/ent/roleassignment"
 	"github.com/anvilproject/anvil/ent/runbook"
 	"github.com/anvilproject/anvil/ent/runbookstep"
@@ -93,7 +95,9 @@ func checkColumn(t, c string) error {
 			node.Table:           node.ValidColumn,
 			nodeevent.Table:      nodeevent.ValidColumn,
 			policyoverride.Table: policyoverride.ValidColumn,
+			port.Table:           port.ValidColumn,
 			portalsession.Table:  portalsession.ValidColumn,
+			portgroup.Table:      portgroup.ValidColumn,
 			roleassignment.Table: roleassignment.ValidColumn,
 			runbook.Table:        runbook.ValidColumn,
 			runbookstep.Table:    runbookstep.ValidColumn,

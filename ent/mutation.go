@@ -18,7 +18,9 @@ import (
 	"github.com/anvilproject/anvil/ent/node"
 	"github.com/anvilproject/anvil/ent/nodeevent"
 	"github.com/anvilproject/anvil/ent/policyoverride"
+	"github.com/anvilproject/anvil/ent/port"
 	"github.com/anvilproject/anvil/ent/portalsession"
+	"github.com/anvilproject/anvil/ent/portgroup"
 	"github.com/anvilproject/anvil/ent/predicate"
 	"github.com/anvilproject/anvil/ent/roleassignment"
 	"github.com/anvilproject/anvil/ent/runbook"
@@ -44,7 +46,9 @@ const (
 	TypeNode           = "Node"
 	TypeNodeEvent      = "NodeEvent"
 	TypePolicyOverride = "PolicyOverride"
+	TypePort           = "Port"
 	TypePortalSession  = "PortalSession"
+	TypePortgroup      = "Portgroup"
 	TypeRoleAssignment = "RoleAssignment"
 	TypeRunbook        = "Runbook"
 	TypeRunbookStep    = "RunbookStep"
@@ -4211,6 +4215,12 @@ type NodeMutation struct {
 	clearedevents          bool
 	allocation             *int
 	clearedallocation      bool
+	ports                  map[int]struct{}
+	removedports           map[int]struct{}
+	clearedports           bool
+	portgroups             map[int]struct{}
+	removedportgroups      map[int]struct{}
+	clearedportgroups      bool
 	done                   bool
 	oldValue               func(context.Context) (*Node, error)
 	predicates             []predicate.Node
@@ -5755,6 +5765,114 @@ func (m *NodeMutation) ResetAllocation() {
 	m.clearedallocation = false
 }
 
+// AddPortIDs adds the "ports" edge to the Port entity by ids.
+func (m *NodeMutation) AddPortIDs(ids ...int) {
+	if m.ports == nil {
+		m.ports = make(map[int]struct{})
+	}
+	for i := range ids {
+		m.ports[ids[i]] = struct{}{}
+	}
+}
+
+// ClearPorts clears the "ports" edge to the Port entity.
+func (m *NodeMutation) ClearPorts() {
+	m.clearedports = true
+}
+
+// PortsCleared reports if the "ports" edge to the Port entity was cleared.
+func (m *NodeMutation) PortsCleared() bool {
+	return m.clearedports
+}
+
+// RemovePortIDs removes the "ports" edge to the Port entity by IDs.
+func (m *NodeMutation) RemovePortIDs(ids ...int) {
+	if m.removedports == nil {
+		m.removedports = make(map[int]struct{})
+	}
+	for i := range ids {
+		delete(m.ports, ids[i])
+		m.removedports[ids[i]] = struct{}{}
+	}
+}
+
+// RemovedPorts returns the removed IDs of the "ports" edge to the Port entity.
+func (m *NodeMutation) RemovedPortsIDs() (ids []int) {
+	for id := range m.removedports {
+		ids = append(ids, id)
+	}
+	return
+}
+
+// PortsIDs returns the "ports" edge IDs in the mutation.
+func (m *NodeMutation) PortsIDs() (ids []int) {
+	for id := range m.ports {
+		ids = append(ids, id)
+	}
+	return
+}
+
+// ResetPorts resets all changes to the "ports" edge.
+func (m *NodeMutation) ResetPorts() {
+	m.ports = nil
+	m.clearedports = false
+	m.removedports = nil
+}
+
+// AddPortgroupIDs adds the "portgroups" edge to the Portgroup entity by ids.
+func (m *NodeMutation) AddPortgroupIDs(ids ...int) {
+	if m.portgroups == nil {
+		m.portgroups = make(map[int]struct{})
+	}
+	for i := range ids {
+		m.portgroups[ids[i]] = struct{}{}
+	}
+}
+
+// ClearPortgroups clears the "portgroups" edge to the Portgroup entity.
+func (m *NodeMutation) ClearPortgroups() {
+	m.clearedportgroups = true
+}
+
+// PortgroupsCleared reports if the "portgroups" edge to the Portgroup entity was cleared.
+func (m *NodeMutation) PortgroupsCleared() bool {
+	return m.clearedportgroups
+}
+
+// RemovePortgroupIDs removes the "portgroups" edge to the Portgroup entity by IDs.
+func (m *NodeMutation) RemovePortgroupIDs(ids ...int) {
+	if m.removedportgroups == nil {
+		m.removedportgroups = make(map[int]struct{})
+	}
+	for i := range ids {
+		delete(m.portgroups, ids[i])
+		m.removedportgroups[ids[i]] = struct{}{}
+	}
+}
+
+// RemovedPortgroups returns the removed IDs of the "portgroups" edge to the Portgroup entity.
+func (m *NodeMutation) RemovedPortgroupsIDs() (ids []int) {
+	for id := range m.removedportgroups {
+		ids = append(ids, id)
+	}
+	return
+}
+
+// PortgroupsIDs returns the "portgroups" edge IDs in the mutation.
+func (m *NodeMutation) PortgroupsIDs() (ids []int) {
+	for id := range m.portgroups {
+		ids = append(ids, id)
+	}
+	return
+}
+
+// ResetPortgroups resets all changes to the "portgroups" edge.
+func (m *NodeMutation) ResetPortgroups() {
+	m.portgroups = nil
+	m.clearedportgroups = false
+	m.removedportgroups = nil
+}
+
 // Where appends a list predicates to the NodeMutation builder.
 func (m *NodeMutation) Where(ps ...predicate.Node) {
 	m.predicates = append(m.predicates, ps...)
@@ -6482,7 +6600,7 @@ func (m *NodeMutation) ResetField(name string) error {
 
 // AddedEdges returns all edge names that were set/added in this mutation.
 func (m *NodeMutation) AddedEdges() []string {
-	edges := make([]string, 0, 3)
+	edges := make([]string, 0, 5)
 	if m.traits != nil {
 		edges = append(edges, node.EdgeTraits)
 	}
@@ -6491,6 +6609,12 @@ func (m *NodeMutation) AddedEdges() []string {
 	}
 	if m.allocation != nil {
 		edges = append(edges, node.EdgeAllocation)
+	}
+	if m.ports != nil {
+		edges = append(edges, node.EdgePorts)
+	}
+	if m.portgroups != nil {
+		edges = append(edges, node.EdgePortgroups)
 	}
 	return edges
 }
@@ -6515,18 +6639,36 @@ func (m *NodeMutation) AddedIDs(name string) []ent.Value {
 		if id := m.allocation; id != nil {
 			return []ent.Value{*id}
 		}
+	case node.EdgePorts:
+		ids := make([]ent.Value, 0, len(m.ports))
+		for id := range m.ports {
+			ids = append(ids, id)
+		}
+		return ids
+	case node.EdgePortgroups:
+		ids := make([]ent.Value, 0, len(m.portgroups))
+		for id := range m.portgroups {
+			ids = append(ids, id)
+		}
+		return ids
 	}
 	return nil
 }
 
 // RemovedEdges returns all edge names that were removed in this mutation.
 func (m *NodeMutation) RemovedEdges() []string {
-	edges := make([]string, 0, 3)
+	edges := make([]string, 0, 5)
 	if m.removedtraits != nil {
 		edges = append(edges, node.EdgeTraits)
 	}
 	if m.removedevents != nil {
 		edges = append(edges, node.EdgeEvents)
+	}
+	if m.removedports != nil {
+		edges = append(edges, node.EdgePorts)
+	}
+	if m.removedportgroups != nil {
+		edges = append(edges, node.EdgePortgroups)
 	}
 	return edges
 }
@@ -6547,13 +6689,25 @@ func (m *NodeMutation) RemovedIDs(name string) []ent.Value {
 			ids = append(ids, id)
 		}
 		return ids
+	case node.EdgePorts:
+		ids := make([]ent.Value, 0, len(m.removedports))
+		for id := range m.removedports {
+			ids = append(ids, id)
+		}
+		return ids
+	case node.EdgePortgroups:
+		ids := make([]ent.Value, 0, len(m.removedportgroups))
+		for id := range m.removedportgroups {
+			ids = append(ids, id)
+		}
+		return ids
 	}
 	return nil
 }
 
 // ClearedEdges returns all edge names that were cleared in this mutation.
 func (m *NodeMutation) ClearedEdges() []string {
-	edges := make([]string, 0, 3)
+	edges := make([]string, 0, 5)
 	if m.clearedtraits {
 		edges = append(edges, node.EdgeTraits)
 	}
@@ -6562,6 +6716,12 @@ func (m *NodeMutation) ClearedEdges() []string {
 	}
 	if m.clearedallocation {
 		edges = append(edges, node.EdgeAllocation)
+	}
+	if m.clearedports {
+		edges = append(edges, node.EdgePorts)
+	}
+	if m.clearedportgroups {
+		edges = append(edges, node.EdgePortgroups)
 	}
 	return edges
 }
@@ -6576,6 +6736,10 @@ func (m *NodeMutation) EdgeCleared(name string) bool {
 		return m.clearedevents
 	case node.EdgeAllocation:
 		return m.clearedallocation
+	case node.EdgePorts:
+		return m.clearedports
+	case node.EdgePortgroups:
+		return m.clearedportgroups
 	}
 	return false
 }
@@ -6603,6 +6767,12 @@ func (m *NodeMutation) ResetEdge(name string) error {
 		return nil
 	case node.EdgeAllocation:
 		m.ResetAllocation()
+		return nil
+	case node.EdgePorts:
+		m.ResetPorts()
+		return nil
+	case node.EdgePortgroups:
+		m.ResetPortgroups()
 		return nil
 	}
 	return fmt.Errorf("unknown Node edge %s", name)
@@ -7956,6 +8126,1438 @@ func (m *PolicyOverrideMutation) ResetEdge(name string) error {
 	return fmt.Errorf("unknown PolicyOverride edge %s", name)
 }
 
+// PortMutation represents an operation that mutates the Port nodes in the graph.
+type PortMutation struct {
+	config
+	op                    Op
+	typ                   string
+	id                    *int
+	created_at            *time.Time
+	updated_at            *time.Time
+	uuid                  *string
+	address               *string
+	name                  *string
+	local_link_connection *map[string]interface{}
+	pxe_enabled           *bool
+	physical_network      *string
+	internal_info         *map[string]interface{}
+	extra                 *map[string]interface{}
+	is_smartnic           *bool
+	description           *string
+	vendor                *string
+	category              *string
+	clearedFields         map[string]struct{}
+	node                  *int
+	clearednode           bool
+	portgroup             *int
+	clearedportgroup      bool
+	done                  bool
+	oldValue              func(context.Context) (*Port, error)
+	predicates            []predicate.Port
+}
+
+var _ ent.Mutation = (*PortMutation)(nil)
+
+// portOption allows management of the mutation configuration using functional options.
+type portOption func(*PortMutation)
+
+// newPortMutation creates new mutation for the Port entity.
+func newPortMutation(c config, op Op, opts ...portOption) *PortMutation {
+	m := &PortMutation{
+		config:        c,
+		op:            op,
+		typ:           TypePort,
+		clearedFields: make(map[string]struct{}),
+	}
+	for _, opt := range opts {
+		opt(m)
+	}
+	return m
+}
+
+// withPortID sets the ID field of the mutation.
+func withPortID(id int) portOption {
+	return func(m *PortMutation) {
+		var (
+			err   error
+			once  sync.Once
+			value *Port
+		)
+		m.oldValue = func(ctx context.Context) (*Port, error) {
+			once.Do(func() {
+				if m.done {
+					err = errors.New("querying old values post mutation is not allowed")
+				} else {
+					value, err = m.Client().Port.Get(ctx, id)
+				}
+			})
+			return value, err
+		}
+		m.id = &id
+	}
+}
+
+// withPort sets the old Port of the mutation.
+func withPort(node *Port) portOption {
+	return func(m *PortMutation) {
+		m.oldValue = func(context.Context) (*Port, error) {
+			return node, nil
+		}
+		m.id = &node.ID
+	}
+}
+
+// Client returns a new `ent.Client` from the mutation. If the mutation was
+// executed in a transaction (ent.Tx), a transactional client is returned.
+func (m PortMutation) Client() *Client {
+	client := &Client{config: m.config}
+	client.init()
+	return client
+}
+
+// Tx returns an `ent.Tx` for mutations that were executed in transactions;
+// it returns an error otherwise.
+func (m PortMutation) Tx() (*Tx, error) {
+	if _, ok := m.driver.(*txDriver); !ok {
+		return nil, errors.New("ent: mutation is not running in a transaction")
+	}
+	tx := &Tx{config: m.config}
+	tx.init()
+	return tx, nil
+}
+
+// ID returns the ID value in the mutation. Note that the ID is only available
+// if it was provided to the builder or after it was returned from the database.
+func (m *PortMutation) ID() (id int, exists bool) {
+	if m.id == nil {
+		return
+	}
+	return *m.id, true
+}
+
+// IDs queries the database and returns the entity ids that match the mutation's predicate.
+// That means, if the mutation is applied within a transaction with an isolation level such
+// as sql.LevelSerializable, the returned ids match the ids of the rows that will be updated
+// or updated by the mutation.
+func (m *PortMutation) IDs(ctx context.Context) ([]int, error) {
+	switch {
+	case m.op.Is(OpUpdateOne | OpDeleteOne):
+		id, exists := m.ID()
+		if exists {
+			return []int{id}, nil
+		}
+		fallthrough
+	case m.op.Is(OpUpdate | OpDelete):
+		return m.Client().Port.Query().Where(m.predicates...).IDs(ctx)
+	default:
+		return nil, fmt.Errorf("IDs is not allowed on %s operations", m.op)
+	}
+}
+
+// SetCreatedAt sets the "created_at" field.
+func (m *PortMutation) SetCreatedAt(t time.Time) {
+	m.created_at = &t
+}
+
+// CreatedAt returns the value of the "created_at" field in the mutation.
+func (m *PortMutation) CreatedAt() (r time.Time, exists bool) {
+	v := m.created_at
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldCreatedAt returns the old "created_at" field's value of the Port entity.
+// If the Port object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *PortMutation) OldCreatedAt(ctx context.Context) (v time.Time, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldCreatedAt is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldCreatedAt requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldCreatedAt: %w", err)
+	}
+	return oldValue.CreatedAt, nil
+}
+
+// ResetCreatedAt resets all changes to the "created_at" field.
+func (m *PortMutation) ResetCreatedAt() {
+	m.created_at = nil
+}
+
+// SetUpdatedAt sets the "updated_at" field.
+func (m *PortMutation) SetUpdatedAt(t time.Time) {
+	m.updated_at = &t
+}
+
+// UpdatedAt returns the value of the "updated_at" field in the mutation.
+func (m *PortMutation) UpdatedAt() (r time.Time, exists bool) {
+	v := m.updated_at
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldUpdatedAt returns the old "updated_at" field's value of the Port entity.
+// If the Port object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *PortMutation) OldUpdatedAt(ctx context.Context) (v *time.Time, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldUpdatedAt is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldUpdatedAt requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldUpdatedAt: %w", err)
+	}
+	return oldValue.UpdatedAt, nil
+}
+
+// ClearUpdatedAt clears the value of the "updated_at" field.
+func (m *PortMutation) ClearUpdatedAt() {
+	m.updated_at = nil
+	m.clearedFields[port.FieldUpdatedAt] = struct{}{}
+}
+
+// UpdatedAtCleared returns if the "updated_at" field was cleared in this mutation.
+func (m *PortMutation) UpdatedAtCleared() bool {
+	_, ok := m.clearedFields[port.FieldUpdatedAt]
+	return ok
+}
+
+// ResetUpdatedAt resets all changes to the "updated_at" field.
+func (m *PortMutation) ResetUpdatedAt() {
+	m.updated_at = nil
+	delete(m.clearedFields, port.FieldUpdatedAt)
+}
+
+// SetUUID sets the "uuid" field.
+func (m *PortMutation) SetUUID(s string) {
+	m.uuid = &s
+}
+
+// UUID returns the value of the "uuid" field in the mutation.
+func (m *PortMutation) UUID() (r string, exists bool) {
+	v := m.uuid
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldUUID returns the old "uuid" field's value of the Port entity.
+// If the Port object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *PortMutation) OldUUID(ctx context.Context) (v string, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldUUID is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldUUID requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldUUID: %w", err)
+	}
+	return oldValue.UUID, nil
+}
+
+// ResetUUID resets all changes to the "uuid" field.
+func (m *PortMutation) ResetUUID() {
+	m.uuid = nil
+}
+
+// SetAddress sets the "address" field.
+func (m *PortMutation) SetAddress(s string) {
+	m.address = &s
+}
+
+// Address returns the value of the "address" field in the mutation.
+func (m *PortMutation) Address() (r string, exists bool) {
+	v := m.address
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldAddress returns the old "address" field's value of the Port entity.
+// If the Port object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *PortMutation) OldAddress(ctx context.Context) (v string, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldAddress is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldAddress requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldAddress: %w", err)
+	}
+	return oldValue.Address, nil
+}
+
+// ResetAddress resets all changes to the "address" field.
+func (m *PortMutation) ResetAddress() {
+	m.address = nil
+}
+
+// SetNodeID sets the "node_id" field.
+func (m *PortMutation) SetNodeID(i int) {
+	m.node = &i
+}
+
+// NodeID returns the value of the "node_id" field in the mutation.
+func (m *PortMutation) NodeID() (r int, exists bool) {
+	v := m.node
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldNodeID returns the old "node_id" field's value of the Port entity.
+// If the Port object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *PortMutation) OldNodeID(ctx context.Context) (v int, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldNodeID is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldNodeID requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldNodeID: %w", err)
+	}
+	return oldValue.NodeID, nil
+}
+
+// ResetNodeID resets all changes to the "node_id" field.
+func (m *PortMutation) ResetNodeID() {
+	m.node = nil
+}
+
+// SetPortgroupID sets the "portgroup_id" field.
+func (m *PortMutation) SetPortgroupID(i int) {
+	m.portgroup = &i
+}
+
+// PortgroupID returns the value of the "portgroup_id" field in the mutation.
+func (m *PortMutation) PortgroupID() (r int, exists bool) {
+	v := m.portgroup
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldPortgroupID returns the old "portgroup_id" field's value of the Port entity.
+// If the Port object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *PortMutation) OldPortgroupID(ctx context.Context) (v *int, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldPortgroupID is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldPortgroupID requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldPortgroupID: %w", err)
+	}
+	return oldValue.PortgroupID, nil
+}
+
+// ClearPortgroupID clears the value of the "portgroup_id" field.
+func (m *PortMutation) ClearPortgroupID() {
+	m.portgroup = nil
+	m.clearedFields[port.FieldPortgroupID] = struct{}{}
+}
+
+// PortgroupIDCleared returns if the "portgroup_id" field was cleared in this mutation.
+func (m *PortMutation) PortgroupIDCleared() bool {
+	_, ok := m.clearedFields[port.FieldPortgroupID]
+	return ok
+}
+
+// ResetPortgroupID resets all changes to the "portgroup_id" field.
+func (m *PortMutation) ResetPortgroupID() {
+	m.portgroup = nil
+	delete(m.clearedFields, port.FieldPortgroupID)
+}
+
+// SetName sets the "name" field.
+func (m *PortMutation) SetName(s string) {
+	m.name = &s
+}
+
+// Name returns the value of the "name" field in the mutation.
+func (m *PortMutation) Name() (r string, exists bool) {
+	v := m.name
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldName returns the old "name" field's value of the Port entity.
+// If the Port object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *PortMutation) OldName(ctx context.Context) (v *string, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldName is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldName requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldName: %w", err)
+	}
+	return oldValue.Name, nil
+}
+
+// ClearName clears the value of the "name" field.
+func (m *PortMutation) ClearName() {
+	m.name = nil
+	m.clearedFields[port.FieldName] = struct{}{}
+}
+
+// NameCleared returns if the "name" field was cleared in this mutation.
+func (m *PortMutation) NameCleared() bool {
+	_, ok := m.clearedFields[port.FieldName]
+	return ok
+}
+
+// ResetName resets all changes to the "name" field.
+func (m *PortMutation) ResetName() {
+	m.name = nil
+	delete(m.clearedFields, port.FieldName)
+}
+
+// SetLocalLinkConnection sets the "local_link_connection" field.
+func (m *PortMutation) SetLocalLinkConnection(value map[string]interface{}) {
+	m.local_link_connection = &value
+}
+
+// LocalLinkConnection returns the value of the "local_link_connection" field in the mutation.
+func (m *PortMutation) LocalLinkConnection() (r map[string]interface{}, exists bool) {
+	v := m.local_link_connection
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldLocalLinkConnection returns the old "local_link_connection" field's value of the Port entity.
+// If the Port object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *PortMutation) OldLocalLinkConnection(ctx context.Context) (v map[string]interface{}, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldLocalLinkConnection is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldLocalLinkConnection requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldLocalLinkConnection: %w", err)
+	}
+	return oldValue.LocalLinkConnection, nil
+}
+
+// ClearLocalLinkConnection clears the value of the "local_link_connection" field.
+func (m *PortMutation) ClearLocalLinkConnection() {
+	m.local_link_connection = nil
+	m.clearedFields[port.FieldLocalLinkConnection] = struct{}{}
+}
+
+// LocalLinkConnectionCleared returns if the "local_link_connection" field was cleared in this mutation.
+func (m *PortMutation) LocalLinkConnectionCleared() bool {
+	_, ok := m.clearedFields[port.FieldLocalLinkConnection]
+	return ok
+}
+
+// ResetLocalLinkConnection resets all changes to the "local_link_connection" field.
+func (m *PortMutation) ResetLocalLinkConnection() {
+	m.local_link_connection = nil
+	delete(m.clearedFields, port.FieldLocalLinkConnection)
+}
+
+// SetPxeEnabled sets the "pxe_enabled" field.
+func (m *PortMutation) SetPxeEnabled(b bool) {
+	m.pxe_enabled = &b
+}
+
+// PxeEnabled returns the value of the "pxe_enabled" field in the mutation.
+func (m *PortMutation) PxeEnabled() (r bool, exists bool) {
+	v := m.pxe_enabled
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldPxeEnabled returns the old "pxe_enabled" field's value of the Port entity.
+// If the Port object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *PortMutation) OldPxeEnabled(ctx context.Context) (v bool, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldPxeEnabled is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldPxeEnabled requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldPxeEnabled: %w", err)
+	}
+	return oldValue.PxeEnabled, nil
+}
+
+// ResetPxeEnabled resets all changes to the "pxe_enabled" field.
+func (m *PortMutation) ResetPxeEnabled() {
+	m.pxe_enabled = nil
+}
+
+// SetPhysicalNetwork sets the "physical_network" field.
+func (m *PortMutation) SetPhysicalNetwork(s string) {
+	m.physical_network = &s
+}
+
+// PhysicalNetwork returns the value of the "physical_network" field in the mutation.
+func (m *PortMutation) PhysicalNetwork() (r string, exists bool) {
+	v := m.physical_network
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldPhysicalNetwork returns the old "physical_network" field's value of the Port entity.
+// If the Port object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *PortMutation) OldPhysicalNetwork(ctx context.Context) (v *string, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldPhysicalNetwork is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldPhysicalNetwork requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldPhysicalNetwork: %w", err)
+	}
+	return oldValue.PhysicalNetwork, nil
+}
+
+// ClearPhysicalNetwork clears the value of the "physical_network" field.
+func (m *PortMutation) ClearPhysicalNetwork() {
+	m.physical_network = nil
+	m.clearedFields[port.FieldPhysicalNetwork] = struct{}{}
+}
+
+// PhysicalNetworkCleared returns if the "physical_network" field was cleared in this mutation.
+func (m *PortMutation) PhysicalNetworkCleared() bool {
+	_, ok := m.clearedFields[port.FieldPhysicalNetwork]
+	return ok
+}
+
+// ResetPhysicalNetwork resets all changes to the "physical_network" field.
+func (m *PortMutation) ResetPhysicalNetwork() {
+	m.physical_network = nil
+	delete(m.clearedFields, port.FieldPhysicalNetwork)
+}
+
+// SetInternalInfo sets the "internal_info" field.
+func (m *PortMutation) SetInternalInfo(value map[string]interface{}) {
+	m.internal_info = &value
+}
+
+// InternalInfo returns the value of the "internal_info" field in the mutation.
+func (m *PortMutation) InternalInfo() (r map[string]interface{}, exists bool) {
+	v := m.internal_info
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldInternalInfo returns the old "internal_info" field's value of the Port entity.
+// If the Port object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *PortMutation) OldInternalInfo(ctx context.Context) (v map[string]interface{}, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldInternalInfo is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldInternalInfo requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldInternalInfo: %w", err)
+	}
+	return oldValue.InternalInfo, nil
+}
+
+// ClearInternalInfo clears the value of the "internal_info" field.
+func (m *PortMutation) ClearInternalInfo() {
+	m.internal_info = nil
+	m.clearedFields[port.FieldInternalInfo] = struct{}{}
+}
+
+// InternalInfoCleared returns if the "internal_info" field was cleared in this mutation.
+func (m *PortMutation) InternalInfoCleared() bool {
+	_, ok := m.clearedFields[port.FieldInternalInfo]
+	return ok
+}
+
+// ResetInternalInfo resets all changes to the "internal_info" field.
+func (m *PortMutation) ResetInternalInfo() {
+	m.internal_info = nil
+	delete(m.clearedFields, port.FieldInternalInfo)
+}
+
+// SetExtra sets the "extra" field.
+func (m *PortMutation) SetExtra(value map[string]interface{}) {
+	m.extra = &value
+}
+
+// Extra returns the value of the "extra" field in the mutation.
+func (m *PortMutation) Extra() (r map[string]interface{}, exists bool) {
+	v := m.extra
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldExtra returns the old "extra" field's value of the Port entity.
+// If the Port object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *PortMutation) OldExtra(ctx context.Context) (v map[string]interface{}, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldExtra is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldExtra requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldExtra: %w", err)
+	}
+	return oldValue.Extra, nil
+}
+
+// ClearExtra clears the value of the "extra" field.
+func (m *PortMutation) ClearExtra() {
+	m.extra = nil
+	m.clearedFields[port.FieldExtra] = struct{}{}
+}
+
+// ExtraCleared returns if the "extra" field was cleared in this mutation.
+func (m *PortMutation) ExtraCleared() bool {
+	_, ok := m.clearedFields[port.FieldExtra]
+	return ok
+}
+
+// ResetExtra resets all changes to the "extra" field.
+func (m *PortMutation) ResetExtra() {
+	m.extra = nil
+	delete(m.clearedFields, port.FieldExtra)
+}
+
+// SetIsSmartnic sets the "is_smartnic" field.
+func (m *PortMutation) SetIsSmartnic(b bool) {
+	m.is_smartnic = &b
+}
+
+// IsSmartnic returns the value of the "is_smartnic" field in the mutation.
+func (m *PortMutation) IsSmartnic() (r bool, exists bool) {
+	v := m.is_smartnic
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldIsSmartnic returns the old "is_smartnic" field's value of the Port entity.
+// If the Port object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *PortMutation) OldIsSmartnic(ctx context.Context) (v bool, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldIsSmartnic is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldIsSmartnic requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldIsSmartnic: %w", err)
+	}
+	return oldValue.IsSmartnic, nil
+}
+
+// ResetIsSmartnic resets all changes to the "is_smartnic" field.
+func (m *PortMutation) ResetIsSmartnic() {
+	m.is_smartnic = nil
+}
+
+// SetDescription sets the "description" field.
+func (m *PortMutation) SetDescription(s string) {
+	m.description = &s
+}
+
+// Description returns the value of the "description" field in the mutation.
+func (m *PortMutation) Description() (r string, exists bool) {
+	v := m.description
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldDescription returns the old "description" field's value of the Port entity.
+// If the Port object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *PortMutation) OldDescription(ctx context.Context) (v *string, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldDescription is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldDescription requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldDescription: %w", err)
+	}
+	return oldValue.Description, nil
+}
+
+// ClearDescription clears the value of the "description" field.
+func (m *PortMutation) ClearDescription() {
+	m.description = nil
+	m.clearedFields[port.FieldDescription] = struct{}{}
+}
+
+// DescriptionCleared returns if the "description" field was cleared in this mutation.
+func (m *PortMutation) DescriptionCleared() bool {
+	_, ok := m.clearedFields[port.FieldDescription]
+	return ok
+}
+
+// ResetDescription resets all changes to the "description" field.
+func (m *PortMutation) ResetDescription() {
+	m.description = nil
+	delete(m.clearedFields, port.FieldDescription)
+}
+
+// SetVendor sets the "vendor" field.
+func (m *PortMutation) SetVendor(s string) {
+	m.vendor = &s
+}
+
+// Vendor returns the value of the "vendor" field in the mutation.
+func (m *PortMutation) Vendor() (r string, exists bool) {
+	v := m.vendor
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldVendor returns the old "vendor" field's value of the Port entity.
+// If the Port object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *PortMutation) OldVendor(ctx context.Context) (v *string, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldVendor is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldVendor requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldVendor: %w", err)
+	}
+	return oldValue.Vendor, nil
+}
+
+// ClearVendor clears the value of the "vendor" field.
+func (m *PortMutation) ClearVendor() {
+	m.vendor = nil
+	m.clearedFields[port.FieldVendor] = struct{}{}
+}
+
+// VendorCleared returns if the "vendor" field was cleared in this mutation.
+func (m *PortMutation) VendorCleared() bool {
+	_, ok := m.clearedFields[port.FieldVendor]
+	return ok
+}
+
+// ResetVendor resets all changes to the "vendor" field.
+func (m *PortMutation) ResetVendor() {
+	m.vendor = nil
+	delete(m.clearedFields, port.FieldVendor)
+}
+
+// SetCategory sets the "category" field.
+func (m *PortMutation) SetCategory(s string) {
+	m.category = &s
+}
+
+// Category returns the value of the "category" field in the mutation.
+func (m *PortMutation) Category() (r string, exists bool) {
+	v := m.category
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldCategory returns the old "category" field's value of the Port entity.
+// If the Port object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *PortMutation) OldCategory(ctx context.Context) (v *string, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldCategory is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldCategory requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldCategory: %w", err)
+	}
+	return oldValue.Category, nil
+}
+
+// ClearCategory clears the value of the "category" field.
+func (m *PortMutation) ClearCategory() {
+	m.category = nil
+	m.clearedFields[port.FieldCategory] = struct{}{}
+}
+
+// CategoryCleared returns if the "category" field was cleared in this mutation.
+func (m *PortMutation) CategoryCleared() bool {
+	_, ok := m.clearedFields[port.FieldCategory]
+	return ok
+}
+
+// ResetCategory resets all changes to the "category" field.
+func (m *PortMutation) ResetCategory() {
+	m.category = nil
+	delete(m.clearedFields, port.FieldCategory)
+}
+
+// ClearNode clears the "node" edge to the Node entity.
+func (m *PortMutation) ClearNode() {
+	m.clearednode = true
+	m.clearedFields[port.FieldNodeID] = struct{}{}
+}
+
+// NodeCleared reports if the "node" edge to the Node entity was cleared.
+func (m *PortMutation) NodeCleared() bool {
+	return m.clearednode
+}
+
+// NodeIDs returns the "node" edge IDs in the mutation.
+// Note that IDs always returns len(IDs) <= 1 for unique edges, and you should use
+// NodeID instead. It exists only for internal usage by the builders.
+func (m *PortMutation) NodeIDs() (ids []int) {
+	if id := m.node; id != nil {
+		ids = append(ids, *id)
+	}
+	return
+}
+
+// ResetNode resets all changes to the "node" edge.
+func (m *PortMutation) ResetNode() {
+	m.node = nil
+	m.clearednode = false
+}
+
+// ClearPortgroup clears the "portgroup" edge to the Portgroup entity.
+func (m *PortMutation) ClearPortgroup() {
+	m.clearedportgroup = true
+	m.clearedFields[port.FieldPortgroupID] = struct{}{}
+}
+
+// PortgroupCleared reports if the "portgroup" edge to the Portgroup entity was cleared.
+func (m *PortMutation) PortgroupCleared() bool {
+	return m.PortgroupIDCleared() || m.clearedportgroup
+}
+
+// PortgroupIDs returns the "portgroup" edge IDs in the mutation.
+// Note that IDs always returns len(IDs) <= 1 for unique edges, and you should use
+// PortgroupID instead. It exists only for internal usage by the builders.
+func (m *PortMutation) PortgroupIDs() (ids []int) {
+	if id := m.portgroup; id != nil {
+		ids = append(ids, *id)
+	}
+	return
+}
+
+// ResetPortgroup resets all changes to the "portgroup" edge.
+func (m *PortMutation) ResetPortgroup() {
+	m.portgroup = nil
+	m.clearedportgroup = false
+}
+
+// Where appends a list predicates to the PortMutation builder.
+func (m *PortMutation) Where(ps ...predicate.Port) {
+	m.predicates = append(m.predicates, ps...)
+}
+
+// WhereP appends storage-level predicates to the PortMutation builder. Using this method,
+// users can use type-assertion to append predicates that do not depend on any generated package.
+func (m *PortMutation) WhereP(ps ...func(*sql.Selector)) {
+	p := make([]predicate.Port, len(ps))
+	for i := range ps {
+		p[i] = ps[i]
+	}
+	m.Where(p...)
+}
+
+// Op returns the operation name.
+func (m *PortMutation) Op() Op {
+	return m.op
+}
+
+// SetOp allows setting the mutation operation.
+func (m *PortMutation) SetOp(op Op) {
+	m.op = op
+}
+
+// Type returns the node type of this mutation (Port).
+func (m *PortMutation) Type() string {
+	return m.typ
+}
+
+// Fields returns all fields that were changed during this mutation. Note that in
+// order to get all numeric fields that were incremented/decremented, call
+// AddedFields().
+func (m *PortMutation) Fields() []string {
+	fields := make([]string, 0, 16)
+	if m.created_at != nil {
+		fields = append(fields, port.FieldCreatedAt)
+	}
+	if m.updated_at != nil {
+		fields = append(fields, port.FieldUpdatedAt)
+	}
+	if m.uuid != nil {
+		fields = append(fields, port.FieldUUID)
+	}
+	if m.address != nil {
+		fields = append(fields, port.FieldAddress)
+	}
+	if m.node != nil {
+		fields = append(fields, port.FieldNodeID)
+	}
+	if m.portgroup != nil {
+		fields = append(fields, port.FieldPortgroupID)
+	}
+	if m.name != nil {
+		fields = append(fields, port.FieldName)
+	}
+	if m.local_link_connection != nil {
+		fields = append(fields, port.FieldLocalLinkConnection)
+	}
+	if m.pxe_enabled != nil {
+		fields = append(fields, port.FieldPxeEnabled)
+	}
+	if m.physical_network != nil {
+		fields = append(fields, port.FieldPhysicalNetwork)
+	}
+	if m.internal_info != nil {
+		fields = append(fields, port.FieldInternalInfo)
+	}
+	if m.extra != nil {
+		fields = append(fields, port.FieldExtra)
+	}
+	if m.is_smartnic != nil {
+		fields = append(fields, port.FieldIsSmartnic)
+	}
+	if m.description != nil {
+		fields = append(fields, port.FieldDescription)
+	}
+	if m.vendor != nil {
+		fields = append(fields, port.FieldVendor)
+	}
+	if m.category != nil {
+		fields = append(fields, port.FieldCategory)
+	}
+	return fields
+}
+
+// Field returns the value of a field with the given name. The second boolean
+// return value indicates that this field was not set, or was not defined in the
+// schema.
+func (m *PortMutation) Field(name string) (ent.Value, bool) {
+	switch name {
+	case port.FieldCreatedAt:
+		return m.CreatedAt()
+	case port.FieldUpdatedAt:
+		return m.UpdatedAt()
+	case port.FieldUUID:
+		return m.UUID()
+	case port.FieldAddress:
+		return m.Address()
+	case port.FieldNodeID:
+		return m.NodeID()
+	case port.FieldPortgroupID:
+		return m.PortgroupID()
+	case port.FieldName:
+		return m.Name()
+	case port.FieldLocalLinkConnection:
+		return m.LocalLinkConnection()
+	case port.FieldPxeEnabled:
+		return m.PxeEnabled()
+	case port.FieldPhysicalNetwork:
+		return m.PhysicalNetwork()
+	case port.FieldInternalInfo:
+		return m.InternalInfo()
+	case port.FieldExtra:
+		return m.Extra()
+	case port.FieldIsSmartnic:
+		return m.IsSmartnic()
+	case port.FieldDescription:
+		return m.Description()
+	case port.FieldVendor:
+		return m.Vendor()
+	case port.FieldCategory:
+		return m.Category()
+	}
+	return nil, false
+}
+
+// OldField returns the old value of the field from the database. An error is
+// returned if the mutation operation is not UpdateOne, or the query to the
+// database failed.
+func (m *PortMutation) OldField(ctx context.Context, name string) (ent.Value, error) {
+	switch name {
+	case port.FieldCreatedAt:
+		return m.OldCreatedAt(ctx)
+	case port.FieldUpdatedAt:
+		return m.OldUpdatedAt(ctx)
+	case port.FieldUUID:
+		return m.OldUUID(ctx)
+	case port.FieldAddress:
+		return m.OldAddress(ctx)
+	case port.FieldNodeID:
+		return m.OldNodeID(ctx)
+	case port.FieldPortgroupID:
+		return m.OldPortgroupID(ctx)
+	case port.FieldName:
+		return m.OldName(ctx)
+	case port.FieldLocalLinkConnection:
+		return m.OldLocalLinkConnection(ctx)
+	case port.FieldPxeEnabled:
+		return m.OldPxeEnabled(ctx)
+	case port.FieldPhysicalNetwork:
+		return m.OldPhysicalNetwork(ctx)
+	case port.FieldInternalInfo:
+		return m.OldInternalInfo(ctx)
+	case port.FieldExtra:
+		return m.OldExtra(ctx)
+	case port.FieldIsSmartnic:
+		return m.OldIsSmartnic(ctx)
+	case port.FieldDescription:
+		return m.OldDescription(ctx)
+	case port.FieldVendor:
+		return m.OldVendor(ctx)
+	case port.FieldCategory:
+		return m.OldCategory(ctx)
+	}
+	return nil, fmt.Errorf("unknown Port field %s", name)
+}
+
+// SetField sets the value of a field with the given name. It returns an error if
+// the field is not defined in the schema, or if the type mismatched the field
+// type.
+func (m *PortMutation) SetField(name string, value ent.Value) error {
+	switch name {
+	case port.FieldCreatedAt:
+		v, ok := value.(time.Time)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetCreatedAt(v)
+		return nil
+	case port.FieldUpdatedAt:
+		v, ok := value.(time.Time)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetUpdatedAt(v)
+		return nil
+	case port.FieldUUID:
+		v, ok := value.(string)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetUUID(v)
+		return nil
+	case port.FieldAddress:
+		v, ok := value.(string)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetAddress(v)
+		return nil
+	case port.FieldNodeID:
+		v, ok := value.(int)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetNodeID(v)
+		return nil
+	case port.FieldPortgroupID:
+		v, ok := value.(int)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetPortgroupID(v)
+		return nil
+	case port.FieldName:
+		v, ok := value.(string)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetName(v)
+		return nil
+	case port.FieldLocalLinkConnection:
+		v, ok := value.(map[string]interface{})
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetLocalLinkConnection(v)
+		return nil
+	case port.FieldPxeEnabled:
+		v, ok := value.(bool)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetPxeEnabled(v)
+		return nil
+	case port.FieldPhysicalNetwork:
+		v, ok := value.(string)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetPhysicalNetwork(v)
+		return nil
+	case port.FieldInternalInfo:
+		v, ok := value.(map[string]interface{})
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetInternalInfo(v)
+		return nil
+	case port.FieldExtra:
+		v, ok := value.(map[string]interface{})
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetExtra(v)
+		return nil
+	case port.FieldIsSmartnic:
+		v, ok := value.(bool)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetIsSmartnic(v)
+		return nil
+	case port.FieldDescription:
+		v, ok := value.(string)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetDescription(v)
+		return nil
+	case port.FieldVendor:
+		v, ok := value.(string)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetVendor(v)
+		return nil
+	case port.FieldCategory:
+		v, ok := value.(string)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetCategory(v)
+		return nil
+	}
+	return fmt.Errorf("unknown Port field %s", name)
+}
+
+// AddedFields returns all numeric fields that were incremented/decremented during
+// this mutation.
+func (m *PortMutation) AddedFields() []string {
+	var fields []string
+	return fields
+}
+
+// AddedField returns the numeric value that was incremented/decremented on a field
+// with the given name. The second boolean return value indicates that this field
+// was not set, or was not defined in the schema.
+func (m *PortMutation) AddedField(name string) (ent.Value, bool) {
+	switch name {
+	}
+	return nil, false
+}
+
+// AddField adds the value to the field with the given name. It returns an error if
+// the field is not defined in the schema, or if the type mismatched the field
+// type.
+func (m *PortMutation) AddField(name string, value ent.Value) error {
+	switch name {
+	}
+	return fmt.Errorf("unknown Port numeric field %s", name)
+}
+
+// ClearedFields returns all nullable fields that were cleared during this
+// mutation.
+func (m *PortMutation) ClearedFields() []string {
+	var fields []string
+	if m.FieldCleared(port.FieldUpdatedAt) {
+		fields = append(fields, port.FieldUpdatedAt)
+	}
+	if m.FieldCleared(port.FieldPortgroupID) {
+		fields = append(fields, port.FieldPortgroupID)
+	}
+	if m.FieldCleared(port.FieldName) {
+		fields = append(fields, port.FieldName)
+	}
+	if m.FieldCleared(port.FieldLocalLinkConnection) {
+		fields = append(fields, port.FieldLocalLinkConnection)
+	}
+	if m.FieldCleared(port.FieldPhysicalNetwork) {
+		fields = append(fields, port.FieldPhysicalNetwork)
+	}
+	if m.FieldCleared(port.FieldInternalInfo) {
+		fields = append(fields, port.FieldInternalInfo)
+	}
+	if m.FieldCleared(port.FieldExtra) {
+		fields = append(fields, port.FieldExtra)
+	}
+	if m.FieldCleared(port.FieldDescription) {
+		fields = append(fields, port.FieldDescription)
+	}
+	if m.FieldCleared(port.FieldVendor) {
+		fields = append(fields, port.FieldVendor)
+	}
+	if m.FieldCleared(port.FieldCategory) {
+		fields = append(fields, port.FieldCategory)
+	}
+	return fields
+}
+
+// FieldCleared returns a boolean indicating if a field with the given name was
+// cleared in this mutation.
+func (m *PortMutation) FieldCleared(name string) bool {
+	_, ok := m.clearedFields[name]
+	return ok
+}
+
+// ClearField clears the value of the field with the given name. It returns an
+// error if the field is not defined in the schema.
+func (m *PortMutation) ClearField(name string) error {
+	switch name {
+	case port.FieldUpdatedAt:
+		m.ClearUpdatedAt()
+		return nil
+	case port.FieldPortgroupID:
+		m.ClearPortgroupID()
+		return nil
+	case port.FieldName:
+		m.ClearName()
+		return nil
+	case port.FieldLocalLinkConnection:
+		m.ClearLocalLinkConnection()
+		return nil
+	case port.FieldPhysicalNetwork:
+		m.ClearPhysicalNetwork()
+		return nil
+	case port.FieldInternalInfo:
+		m.ClearInternalInfo()
+		return nil
+	case port.FieldExtra:
+		m.ClearExtra()
+		return nil
+	case port.FieldDescription:
+		m.ClearDescription()
+		return nil
+	case port.FieldVendor:
+		m.ClearVendor()
+		return nil
+	case port.FieldCategory:
+		m.ClearCategory()
+		return nil
+	}
+	return fmt.Errorf("unknown Port nullable field %s", name)
+}
+
+// ResetField resets all changes in the mutation for the field with the given name.
+// It returns an error if the field is not defined in the schema.
+func (m *PortMutation) ResetField(name string) error {
+	switch name {
+	case port.FieldCreatedAt:
+		m.ResetCreatedAt()
+		return nil
+	case port.FieldUpdatedAt:
+		m.ResetUpdatedAt()
+		return nil
+	case port.FieldUUID:
+		m.ResetUUID()
+		return nil
+	case port.FieldAddress:
+		m.ResetAddress()
+		return nil
+	case port.FieldNodeID:
+		m.ResetNodeID()
+		return nil
+	case port.FieldPortgroupID:
+		m.ResetPortgroupID()
+		return nil
+	case port.FieldName:
+		m.ResetName()
+		return nil
+	case port.FieldLocalLinkConnection:
+		m.ResetLocalLinkConnection()
+		return nil
+	case port.FieldPxeEnabled:
+		m.ResetPxeEnabled()
+		return nil
+	case port.FieldPhysicalNetwork:
+		m.ResetPhysicalNetwork()
+		return nil
+	case port.FieldInternalInfo:
+		m.ResetInternalInfo()
+		return nil
+	case port.FieldExtra:
+		m.ResetExtra()
+		return nil
+	case port.FieldIsSmartnic:
+		m.ResetIsSmartnic()
+		return nil
+	case port.FieldDescription:
+		m.ResetDescription()
+		return nil
+	case port.FieldVendor:
+		m.ResetVendor()
+		return nil
+	case port.FieldCategory:
+		m.ResetCategory()
+		return nil
+	}
+	return fmt.Errorf("unknown Port field %s", name)
+}
+
+// AddedEdges returns all edge names that were set/added in this mutation.
+func (m *PortMutation) AddedEdges() []string {
+	edges := make([]string, 0, 2)
+	if m.node != nil {
+		edges = append(edges, port.EdgeNode)
+	}
+	if m.portgroup != nil {
+		edges = append(edges, port.EdgePortgroup)
+	}
+	return edges
+}
+
+// AddedIDs returns all IDs (to other nodes) that were added for the given edge
+// name in this mutation.
+func (m *PortMutation) AddedIDs(name string) []ent.Value {
+	switch name {
+	case port.EdgeNode:
+		if id := m.node; id != nil {
+			return []ent.Value{*id}
+		}
+	case port.EdgePortgroup:
+		if id := m.portgroup; id != nil {
+			return []ent.Value{*id}
+		}
+	}
+	return nil
+}
+
+// RemovedEdges returns all edge names that were removed in this mutation.
+func (m *PortMutation) RemovedEdges() []string {
+	edges := make([]string, 0, 2)
+	return edges
+}
+
+// RemovedIDs returns all IDs (to other nodes) that were removed for the edge with
+// the given name in this mutation.
+func (m *PortMutation) RemovedIDs(name string) []ent.Value {
+	return nil
+}
+
+// ClearedEdges returns all edge names that were cleared in this mutation.
+func (m *PortMutation) ClearedEdges() []string {
+	edges := make([]string, 0, 2)
+	if m.clearednode {
+		edges = append(edges, port.EdgeNode)
+	}
+	if m.clearedportgroup {
+		edges = append(edges, port.EdgePortgroup)
+	}
+	return edges
+}
+
+// EdgeCleared returns a boolean which indicates if the edge with the given name
+// was cleared in this mutation.
+func (m *PortMutation) EdgeCleared(name string) bool {
+	switch name {
+	case port.EdgeNode:
+		return m.clearednode
+	case port.EdgePortgroup:
+		return m.clearedportgroup
+	}
+	return false
+}
+
+// ClearEdge clears the value of the edge with the given name. It returns an error
+// if that edge is not defined in the schema.
+func (m *PortMutation) ClearEdge(name string) error {
+	switch name {
+	case port.EdgeNode:
+		m.ClearNode()
+		return nil
+	case port.EdgePortgroup:
+		m.ClearPortgroup()
+		return nil
+	}
+	return fmt.Errorf("unknown Port unique edge %s", name)
+}
+
+// ResetEdge resets all changes to the edge with the given name in this mutation.
+// It returns an error if the edge is not defined in the schema.
+func (m *PortMutation) ResetEdge(name string) error {
+	switch name {
+	case port.EdgeNode:
+		m.ResetNode()
+		return nil
+	case port.EdgePortgroup:
+		m.ResetPortgroup()
+		return nil
+	}
+	return fmt.Errorf("unknown Port edge %s", name)
+}
+
 // PortalSessionMutation represents an operation that mutates the PortalSession nodes in the graph.
 type PortalSessionMutation struct {
 	config
@@ -8442,6 +10044,1277 @@ func (m *PortalSessionMutation) ClearEdge(name string) error {
 // It returns an error if the edge is not defined in the schema.
 func (m *PortalSessionMutation) ResetEdge(name string) error {
 	return fmt.Errorf("unknown PortalSession edge %s", name)
+}
+
+// PortgroupMutation represents an operation that mutates the Portgroup nodes in the graph.
+type PortgroupMutation struct {
+	config
+	op                         Op
+	typ                        string
+	id                         *int
+	created_at                 *time.Time
+	updated_at                 *time.Time
+	uuid                       *string
+	name                       *string
+	address                    *string
+	mode                       *string
+	properties                 *map[string]interface{}
+	standalone_ports_supported *bool
+	physical_network           *string
+	category                   *string
+	internal_info              *map[string]interface{}
+	extra                      *map[string]interface{}
+	clearedFields              map[string]struct{}
+	node                       *int
+	clearednode                bool
+	ports                      map[int]struct{}
+	removedports               map[int]struct{}
+	clearedports               bool
+	done                       bool
+	oldValue                   func(context.Context) (*Portgroup, error)
+	predicates                 []predicate.Portgroup
+}
+
+var _ ent.Mutation = (*PortgroupMutation)(nil)
+
+// portgroupOption allows management of the mutation configuration using functional options.
+type portgroupOption func(*PortgroupMutation)
+
+// newPortgroupMutation creates new mutation for the Portgroup entity.
+func newPortgroupMutation(c config, op Op, opts ...portgroupOption) *PortgroupMutation {
+	m := &PortgroupMutation{
+		config:        c,
+		op:            op,
+		typ:           TypePortgroup,
+		clearedFields: make(map[string]struct{}),
+	}
+	for _, opt := range opts {
+		opt(m)
+	}
+	return m
+}
+
+// withPortgroupID sets the ID field of the mutation.
+func withPortgroupID(id int) portgroupOption {
+	return func(m *PortgroupMutation) {
+		var (
+			err   error
+			once  sync.Once
+			value *Portgroup
+		)
+		m.oldValue = func(ctx context.Context) (*Portgroup, error) {
+			once.Do(func() {
+				if m.done {
+					err = errors.New("querying old values post mutation is not allowed")
+				} else {
+					value, err = m.Client().Portgroup.Get(ctx, id)
+				}
+			})
+			return value, err
+		}
+		m.id = &id
+	}
+}
+
+// withPortgroup sets the old Portgroup of the mutation.
+func withPortgroup(node *Portgroup) portgroupOption {
+	return func(m *PortgroupMutation) {
+		m.oldValue = func(context.Context) (*Portgroup, error) {
+			return node, nil
+		}
+		m.id = &node.ID
+	}
+}
+
+// Client returns a new `ent.Client` from the mutation. If the mutation was
+// executed in a transaction (ent.Tx), a transactional client is returned.
+func (m PortgroupMutation) Client() *Client {
+	client := &Client{config: m.config}
+	client.init()
+	return client
+}
+
+// Tx returns an `ent.Tx` for mutations that were executed in transactions;
+// it returns an error otherwise.
+func (m PortgroupMutation) Tx() (*Tx, error) {
+	if _, ok := m.driver.(*txDriver); !ok {
+		return nil, errors.New("ent: mutation is not running in a transaction")
+	}
+	tx := &Tx{config: m.config}
+	tx.init()
+	return tx, nil
+}
+
+// ID returns the ID value in the mutation. Note that the ID is only available
+// if it was provided to the builder or after it was returned from the database.
+func (m *PortgroupMutation) ID() (id int, exists bool) {
+	if m.id == nil {
+		return
+	}
+	return *m.id, true
+}
+
+// IDs queries the database and returns the entity ids that match the mutation's predicate.
+// That means, if the mutation is applied within a transaction with an isolation level such
+// as sql.LevelSerializable, the returned ids match the ids of the rows that will be updated
+// or updated by the mutation.
+func (m *PortgroupMutation) IDs(ctx context.Context) ([]int, error) {
+	switch {
+	case m.op.Is(OpUpdateOne | OpDeleteOne):
+		id, exists := m.ID()
+		if exists {
+			return []int{id}, nil
+		}
+		fallthrough
+	case m.op.Is(OpUpdate | OpDelete):
+		return m.Client().Portgroup.Query().Where(m.predicates...).IDs(ctx)
+	default:
+		return nil, fmt.Errorf("IDs is not allowed on %s operations", m.op)
+	}
+}
+
+// SetCreatedAt sets the "created_at" field.
+func (m *PortgroupMutation) SetCreatedAt(t time.Time) {
+	m.created_at = &t
+}
+
+// CreatedAt returns the value of the "created_at" field in the mutation.
+func (m *PortgroupMutation) CreatedAt() (r time.Time, exists bool) {
+	v := m.created_at
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldCreatedAt returns the old "created_at" field's value of the Portgroup entity.
+// If the Portgroup object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *PortgroupMutation) OldCreatedAt(ctx context.Context) (v time.Time, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldCreatedAt is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldCreatedAt requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldCreatedAt: %w", err)
+	}
+	return oldValue.CreatedAt, nil
+}
+
+// ResetCreatedAt resets all changes to the "created_at" field.
+func (m *PortgroupMutation) ResetCreatedAt() {
+	m.created_at = nil
+}
+
+// SetUpdatedAt sets the "updated_at" field.
+func (m *PortgroupMutation) SetUpdatedAt(t time.Time) {
+	m.updated_at = &t
+}
+
+// UpdatedAt returns the value of the "updated_at" field in the mutation.
+func (m *PortgroupMutation) UpdatedAt() (r time.Time, exists bool) {
+	v := m.updated_at
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldUpdatedAt returns the old "updated_at" field's value of the Portgroup entity.
+// If the Portgroup object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *PortgroupMutation) OldUpdatedAt(ctx context.Context) (v *time.Time, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldUpdatedAt is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldUpdatedAt requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldUpdatedAt: %w", err)
+	}
+	return oldValue.UpdatedAt, nil
+}
+
+// ClearUpdatedAt clears the value of the "updated_at" field.
+func (m *PortgroupMutation) ClearUpdatedAt() {
+	m.updated_at = nil
+	m.clearedFields[portgroup.FieldUpdatedAt] = struct{}{}
+}
+
+// UpdatedAtCleared returns if the "updated_at" field was cleared in this mutation.
+func (m *PortgroupMutation) UpdatedAtCleared() bool {
+	_, ok := m.clearedFields[portgroup.FieldUpdatedAt]
+	return ok
+}
+
+// ResetUpdatedAt resets all changes to the "updated_at" field.
+func (m *PortgroupMutation) ResetUpdatedAt() {
+	m.updated_at = nil
+	delete(m.clearedFields, portgroup.FieldUpdatedAt)
+}
+
+// SetUUID sets the "uuid" field.
+func (m *PortgroupMutation) SetUUID(s string) {
+	m.uuid = &s
+}
+
+// UUID returns the value of the "uuid" field in the mutation.
+func (m *PortgroupMutation) UUID() (r string, exists bool) {
+	v := m.uuid
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldUUID returns the old "uuid" field's value of the Portgroup entity.
+// If the Portgroup object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *PortgroupMutation) OldUUID(ctx context.Context) (v string, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldUUID is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldUUID requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldUUID: %w", err)
+	}
+	return oldValue.UUID, nil
+}
+
+// ResetUUID resets all changes to the "uuid" field.
+func (m *PortgroupMutation) ResetUUID() {
+	m.uuid = nil
+}
+
+// SetName sets the "name" field.
+func (m *PortgroupMutation) SetName(s string) {
+	m.name = &s
+}
+
+// Name returns the value of the "name" field in the mutation.
+func (m *PortgroupMutation) Name() (r string, exists bool) {
+	v := m.name
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldName returns the old "name" field's value of the Portgroup entity.
+// If the Portgroup object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *PortgroupMutation) OldName(ctx context.Context) (v *string, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldName is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldName requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldName: %w", err)
+	}
+	return oldValue.Name, nil
+}
+
+// ClearName clears the value of the "name" field.
+func (m *PortgroupMutation) ClearName() {
+	m.name = nil
+	m.clearedFields[portgroup.FieldName] = struct{}{}
+}
+
+// NameCleared returns if the "name" field was cleared in this mutation.
+func (m *PortgroupMutation) NameCleared() bool {
+	_, ok := m.clearedFields[portgroup.FieldName]
+	return ok
+}
+
+// ResetName resets all changes to the "name" field.
+func (m *PortgroupMutation) ResetName() {
+	m.name = nil
+	delete(m.clearedFields, portgroup.FieldName)
+}
+
+// SetAddress sets the "address" field.
+func (m *PortgroupMutation) SetAddress(s string) {
+	m.address = &s
+}
+
+// Address returns the value of the "address" field in the mutation.
+func (m *PortgroupMutation) Address() (r string, exists bool) {
+	v := m.address
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldAddress returns the old "address" field's value of the Portgroup entity.
+// If the Portgroup object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *PortgroupMutation) OldAddress(ctx context.Context) (v *string, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldAddress is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldAddress requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldAddress: %w", err)
+	}
+	return oldValue.Address, nil
+}
+
+// ClearAddress clears the value of the "address" field.
+func (m *PortgroupMutation) ClearAddress() {
+	m.address = nil
+	m.clearedFields[portgroup.FieldAddress] = struct{}{}
+}
+
+// AddressCleared returns if the "address" field was cleared in this mutation.
+func (m *PortgroupMutation) AddressCleared() bool {
+	_, ok := m.clearedFields[portgroup.FieldAddress]
+	return ok
+}
+
+// ResetAddress resets all changes to the "address" field.
+func (m *PortgroupMutation) ResetAddress() {
+	m.address = nil
+	delete(m.clearedFields, portgroup.FieldAddress)
+}
+
+// SetNodeID sets the "node_id" field.
+func (m *PortgroupMutation) SetNodeID(i int) {
+	m.node = &i
+}
+
+// NodeID returns the value of the "node_id" field in the mutation.
+func (m *PortgroupMutation) NodeID() (r int, exists bool) {
+	v := m.node
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldNodeID returns the old "node_id" field's value of the Portgroup entity.
+// If the Portgroup object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *PortgroupMutation) OldNodeID(ctx context.Context) (v int, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldNodeID is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldNodeID requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldNodeID: %w", err)
+	}
+	return oldValue.NodeID, nil
+}
+
+// ResetNodeID resets all changes to the "node_id" field.
+func (m *PortgroupMutation) ResetNodeID() {
+	m.node = nil
+}
+
+// SetMode sets the "mode" field.
+func (m *PortgroupMutation) SetMode(s string) {
+	m.mode = &s
+}
+
+// Mode returns the value of the "mode" field in the mutation.
+func (m *PortgroupMutation) Mode() (r string, exists bool) {
+	v := m.mode
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldMode returns the old "mode" field's value of the Portgroup entity.
+// If the Portgroup object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *PortgroupMutation) OldMode(ctx context.Context) (v string, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldMode is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldMode requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldMode: %w", err)
+	}
+	return oldValue.Mode, nil
+}
+
+// ResetMode resets all changes to the "mode" field.
+func (m *PortgroupMutation) ResetMode() {
+	m.mode = nil
+}
+
+// SetProperties sets the "properties" field.
+func (m *PortgroupMutation) SetProperties(value map[string]interface{}) {
+	m.properties = &value
+}
+
+// Properties returns the value of the "properties" field in the mutation.
+func (m *PortgroupMutation) Properties() (r map[string]interface{}, exists bool) {
+	v := m.properties
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldProperties returns the old "properties" field's value of the Portgroup entity.
+// If the Portgroup object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *PortgroupMutation) OldProperties(ctx context.Context) (v map[string]interface{}, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldProperties is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldProperties requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldProperties: %w", err)
+	}
+	return oldValue.Properties, nil
+}
+
+// ClearProperties clears the value of the "properties" field.
+func (m *PortgroupMutation) ClearProperties() {
+	m.properties = nil
+	m.clearedFields[portgroup.FieldProperties] = struct{}{}
+}
+
+// PropertiesCleared returns if the "properties" field was cleared in this mutation.
+func (m *PortgroupMutation) PropertiesCleared() bool {
+	_, ok := m.clearedFields[portgroup.FieldProperties]
+	return ok
+}
+
+// ResetProperties resets all changes to the "properties" field.
+func (m *PortgroupMutation) ResetProperties() {
+	m.properties = nil
+	delete(m.clearedFields, portgroup.FieldProperties)
+}
+
+// SetStandalonePortsSupported sets the "standalone_ports_supported" field.
+func (m *PortgroupMutation) SetStandalonePortsSupported(b bool) {
+	m.standalone_ports_supported = &b
+}
+
+// StandalonePortsSupported returns the value of the "standalone_ports_supported" field in the mutation.
+func (m *PortgroupMutation) StandalonePortsSupported() (r bool, exists bool) {
+	v := m.standalone_ports_supported
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldStandalonePortsSupported returns the old "standalone_ports_supported" field's value of the Portgroup entity.
+// If the Portgroup object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *PortgroupMutation) OldStandalonePortsSupported(ctx context.Context) (v bool, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldStandalonePortsSupported is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldStandalonePortsSupported requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldStandalonePortsSupported: %w", err)
+	}
+	return oldValue.StandalonePortsSupported, nil
+}
+
+// ResetStandalonePortsSupported resets all changes to the "standalone_ports_supported" field.
+func (m *PortgroupMutation) ResetStandalonePortsSupported() {
+	m.standalone_ports_supported = nil
+}
+
+// SetPhysicalNetwork sets the "physical_network" field.
+func (m *PortgroupMutation) SetPhysicalNetwork(s string) {
+	m.physical_network = &s
+}
+
+// PhysicalNetwork returns the value of the "physical_network" field in the mutation.
+func (m *PortgroupMutation) PhysicalNetwork() (r string, exists bool) {
+	v := m.physical_network
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldPhysicalNetwork returns the old "physical_network" field's value of the Portgroup entity.
+// If the Portgroup object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *PortgroupMutation) OldPhysicalNetwork(ctx context.Context) (v *string, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldPhysicalNetwork is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldPhysicalNetwork requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldPhysicalNetwork: %w", err)
+	}
+	return oldValue.PhysicalNetwork, nil
+}
+
+// ClearPhysicalNetwork clears the value of the "physical_network" field.
+func (m *PortgroupMutation) ClearPhysicalNetwork() {
+	m.physical_network = nil
+	m.clearedFields[portgroup.FieldPhysicalNetwork] = struct{}{}
+}
+
+// PhysicalNetworkCleared returns if the "physical_network" field was cleared in this mutation.
+func (m *PortgroupMutation) PhysicalNetworkCleared() bool {
+	_, ok := m.clearedFields[portgroup.FieldPhysicalNetwork]
+	return ok
+}
+
+// ResetPhysicalNetwork resets all changes to the "physical_network" field.
+func (m *PortgroupMutation) ResetPhysicalNetwork() {
+	m.physical_network = nil
+	delete(m.clearedFields, portgroup.FieldPhysicalNetwork)
+}
+
+// SetCategory sets the "category" field.
+func (m *PortgroupMutation) SetCategory(s string) {
+	m.category = &s
+}
+
+// Category returns the value of the "category" field in the mutation.
+func (m *PortgroupMutation) Category() (r string, exists bool) {
+	v := m.category
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldCategory returns the old "category" field's value of the Portgroup entity.
+// If the Portgroup object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *PortgroupMutation) OldCategory(ctx context.Context) (v *string, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldCategory is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldCategory requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldCategory: %w", err)
+	}
+	return oldValue.Category, nil
+}
+
+// ClearCategory clears the value of the "category" field.
+func (m *PortgroupMutation) ClearCategory() {
+	m.category = nil
+	m.clearedFields[portgroup.FieldCategory] = struct{}{}
+}
+
+// CategoryCleared returns if the "category" field was cleared in this mutation.
+func (m *PortgroupMutation) CategoryCleared() bool {
+	_, ok := m.clearedFields[portgroup.FieldCategory]
+	return ok
+}
+
+// ResetCategory resets all changes to the "category" field.
+func (m *PortgroupMutation) ResetCategory() {
+	m.category = nil
+	delete(m.clearedFields, portgroup.FieldCategory)
+}
+
+// SetInternalInfo sets the "internal_info" field.
+func (m *PortgroupMutation) SetInternalInfo(value map[string]interface{}) {
+	m.internal_info = &value
+}
+
+// InternalInfo returns the value of the "internal_info" field in the mutation.
+func (m *PortgroupMutation) InternalInfo() (r map[string]interface{}, exists bool) {
+	v := m.internal_info
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldInternalInfo returns the old "internal_info" field's value of the Portgroup entity.
+// If the Portgroup object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *PortgroupMutation) OldInternalInfo(ctx context.Context) (v map[string]interface{}, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldInternalInfo is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldInternalInfo requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldInternalInfo: %w", err)
+	}
+	return oldValue.InternalInfo, nil
+}
+
+// ClearInternalInfo clears the value of the "internal_info" field.
+func (m *PortgroupMutation) ClearInternalInfo() {
+	m.internal_info = nil
+	m.clearedFields[portgroup.FieldInternalInfo] = struct{}{}
+}
+
+// InternalInfoCleared returns if the "internal_info" field was cleared in this mutation.
+func (m *PortgroupMutation) InternalInfoCleared() bool {
+	_, ok := m.clearedFields[portgroup.FieldInternalInfo]
+	return ok
+}
+
+// ResetInternalInfo resets all changes to the "internal_info" field.
+func (m *PortgroupMutation) ResetInternalInfo() {
+	m.internal_info = nil
+	delete(m.clearedFields, portgroup.FieldInternalInfo)
+}
+
+// SetExtra sets the "extra" field.
+func (m *PortgroupMutation) SetExtra(value map[string]interface{}) {
+	m.extra = &value
+}
+
+// Extra returns the value of the "extra" field in the mutation.
+func (m *PortgroupMutation) Extra() (r map[string]interface{}, exists bool) {
+	v := m.extra
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldExtra returns the old "extra" field's value of the Portgroup entity.
+// If the Portgroup object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *PortgroupMutation) OldExtra(ctx context.Context) (v map[string]interface{}, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldExtra is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldExtra requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldExtra: %w", err)
+	}
+	return oldValue.Extra, nil
+}
+
+// ClearExtra clears the value of the "extra" field.
+func (m *PortgroupMutation) ClearExtra() {
+	m.extra = nil
+	m.clearedFields[portgroup.FieldExtra] = struct{}{}
+}
+
+// ExtraCleared returns if the "extra" field was cleared in this mutation.
+func (m *PortgroupMutation) ExtraCleared() bool {
+	_, ok := m.clearedFields[portgroup.FieldExtra]
+	return ok
+}
+
+// ResetExtra resets all changes to the "extra" field.
+func (m *PortgroupMutation) ResetExtra() {
+	m.extra = nil
+	delete(m.clearedFields, portgroup.FieldExtra)
+}
+
+// ClearNode clears the "node" edge to the Node entity.
+func (m *PortgroupMutation) ClearNode() {
+	m.clearednode = true
+	m.clearedFields[portgroup.FieldNodeID] = struct{}{}
+}
+
+// NodeCleared reports if the "node" edge to the Node entity was cleared.
+func (m *PortgroupMutation) NodeCleared() bool {
+	return m.clearednode
+}
+
+// NodeIDs returns the "node" edge IDs in the mutation.
+// Note that IDs always returns len(IDs) <= 1 for unique edges, and you should use
+// NodeID instead. It exists only for internal usage by the builders.
+func (m *PortgroupMutation) NodeIDs() (ids []int) {
+	if id := m.node; id != nil {
+		ids = append(ids, *id)
+	}
+	return
+}
+
+// ResetNode resets all changes to the "node" edge.
+func (m *PortgroupMutation) ResetNode() {
+	m.node = nil
+	m.clearednode = false
+}
+
+// AddPortIDs adds the "ports" edge to the Port entity by ids.
+func (m *PortgroupMutation) AddPortIDs(ids ...int) {
+	if m.ports == nil {
+		m.ports = make(map[int]struct{})
+	}
+	for i := range ids {
+		m.ports[ids[i]] = struct{}{}
+	}
+}
+
+// ClearPorts clears the "ports" edge to the Port entity.
+func (m *PortgroupMutation) ClearPorts() {
+	m.clearedports = true
+}
+
+// PortsCleared reports if the "ports" edge to the Port entity was cleared.
+func (m *PortgroupMutation) PortsCleared() bool {
+	return m.clearedports
+}
+
+// RemovePortIDs removes the "ports" edge to the Port entity by IDs.
+func (m *PortgroupMutation) RemovePortIDs(ids ...int) {
+	if m.removedports == nil {
+		m.removedports = make(map[int]struct{})
+	}
+	for i := range ids {
+		delete(m.ports, ids[i])
+		m.removedports[ids[i]] = struct{}{}
+	}
+}
+
+// RemovedPorts returns the removed IDs of the "ports" edge to the Port entity.
+func (m *PortgroupMutation) RemovedPortsIDs() (ids []int) {
+	for id := range m.removedports {
+		ids = append(ids, id)
+	}
+	return
+}
+
+// PortsIDs returns the "ports" edge IDs in the mutation.
+func (m *PortgroupMutation) PortsIDs() (ids []int) {
+	for id := range m.ports {
+		ids = append(ids, id)
+	}
+	return
+}
+
+// ResetPorts resets all changes to the "ports" edge.
+func (m *PortgroupMutation) ResetPorts() {
+	m.ports = nil
+	m.clearedports = false
+	m.removedports = nil
+}
+
+// Where appends a list predicates to the PortgroupMutation builder.
+func (m *PortgroupMutation) Where(ps ...predicate.Portgroup) {
+	m.predicates = append(m.predicates, ps...)
+}
+
+// WhereP appends storage-level predicates to the PortgroupMutation builder. Using this method,
+// users can use type-assertion to append predicates that do not depend on any generated package.
+func (m *PortgroupMutation) WhereP(ps ...func(*sql.Selector)) {
+	p := make([]predicate.Portgroup, len(ps))
+	for i := range ps {
+		p[i] = ps[i]
+	}
+	m.Where(p...)
+}
+
+// Op returns the operation name.
+func (m *PortgroupMutation) Op() Op {
+	return m.op
+}
+
+// SetOp allows setting the mutation operation.
+func (m *PortgroupMutation) SetOp(op Op) {
+	m.op = op
+}
+
+// Type returns the node type of this mutation (Portgroup).
+func (m *PortgroupMutation) Type() string {
+	return m.typ
+}
+
+// Fields returns all fields that were changed during this mutation. Note that in
+// order to get all numeric fields that were incremented/decremented, call
+// AddedFields().
+func (m *PortgroupMutation) Fields() []string {
+	fields := make([]string, 0, 13)
+	if m.created_at != nil {
+		fields = append(fields, portgroup.FieldCreatedAt)
+	}
+	if m.updated_at != nil {
+		fields = append(fields, portgroup.FieldUpdatedAt)
+	}
+	if m.uuid != nil {
+		fields = append(fields, portgroup.FieldUUID)
+	}
+	if m.name != nil {
+		fields = append(fields, portgroup.FieldName)
+	}
+	if m.address != nil {
+		fields = append(fields, portgroup.FieldAddress)
+	}
+	if m.node != nil {
+		fields = append(fields, portgroup.FieldNodeID)
+	}
+	if m.mode != nil {
+		fields = append(fields, portgroup.FieldMode)
+	}
+	if m.properties != nil {
+		fields = append(fields, portgroup.FieldProperties)
+	}
+	if m.standalone_ports_supported != nil {
+		fields = append(fields, portgroup.FieldStandalonePortsSupported)
+	}
+	if m.physical_network != nil {
+		fields = append(fields, portgroup.FieldPhysicalNetwork)
+	}
+	if m.category != nil {
+		fields = append(fields, portgroup.FieldCategory)
+	}
+	if m.internal_info != nil {
+		fields = append(fields, portgroup.FieldInternalInfo)
+	}
+	if m.extra != nil {
+		fields = append(fields, portgroup.FieldExtra)
+	}
+	return fields
+}
+
+// Field returns the value of a field with the given name. The second boolean
+// return value indicates that this field was not set, or was not defined in the
+// schema.
+func (m *PortgroupMutation) Field(name string) (ent.Value, bool) {
+	switch name {
+	case portgroup.FieldCreatedAt:
+		return m.CreatedAt()
+	case portgroup.FieldUpdatedAt:
+		return m.UpdatedAt()
+	case portgroup.FieldUUID:
+		return m.UUID()
+	case portgroup.FieldName:
+		return m.Name()
+	case portgroup.FieldAddress:
+		return m.Address()
+	case portgroup.FieldNodeID:
+		return m.NodeID()
+	case portgroup.FieldMode:
+		return m.Mode()
+	case portgroup.FieldProperties:
+		return m.Properties()
+	case portgroup.FieldStandalonePortsSupported:
+		return m.StandalonePortsSupported()
+	case portgroup.FieldPhysicalNetwork:
+		return m.PhysicalNetwork()
+	case portgroup.FieldCategory:
+		return m.Category()
+	case portgroup.FieldInternalInfo:
+		return m.InternalInfo()
+	case portgroup.FieldExtra:
+		return m.Extra()
+	}
+	return nil, false
+}
+
+// OldField returns the old value of the field from the database. An error is
+// returned if the mutation operation is not UpdateOne, or the query to the
+// database failed.
+func (m *PortgroupMutation) OldField(ctx context.Context, name string) (ent.Value, error) {
+	switch name {
+	case portgroup.FieldCreatedAt:
+		return m.OldCreatedAt(ctx)
+	case portgroup.FieldUpdatedAt:
+		return m.OldUpdatedAt(ctx)
+	case portgroup.FieldUUID:
+		return m.OldUUID(ctx)
+	case portgroup.FieldName:
+		return m.OldName(ctx)
+	case portgroup.FieldAddress:
+		return m.OldAddress(ctx)
+	case portgroup.FieldNodeID:
+		return m.OldNodeID(ctx)
+	case portgroup.FieldMode:
+		return m.OldMode(ctx)
+	case portgroup.FieldProperties:
+		return m.OldProperties(ctx)
+	case portgroup.FieldStandalonePortsSupported:
+		return m.OldStandalonePortsSupported(ctx)
+	case portgroup.FieldPhysicalNetwork:
+		return m.OldPhysicalNetwork(ctx)
+	case portgroup.FieldCategory:
+		return m.OldCategory(ctx)
+	case portgroup.FieldInternalInfo:
+		return m.OldInternalInfo(ctx)
+	case portgroup.FieldExtra:
+		return m.OldExtra(ctx)
+	}
+	return nil, fmt.Errorf("unknown Portgroup field %s", name)
+}
+
+// SetField sets the value of a field with the given name. It returns an error if
+// the field is not defined in the schema, or if the type mismatched the field
+// type.
+func (m *PortgroupMutation) SetField(name string, value ent.Value) error {
+	switch name {
+	case portgroup.FieldCreatedAt:
+		v, ok := value.(time.Time)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetCreatedAt(v)
+		return nil
+	case portgroup.FieldUpdatedAt:
+		v, ok := value.(time.Time)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetUpdatedAt(v)
+		return nil
+	case portgroup.FieldUUID:
+		v, ok := value.(string)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetUUID(v)
+		return nil
+	case portgroup.FieldName:
+		v, ok := value.(string)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetName(v)
+		return nil
+	case portgroup.FieldAddress:
+		v, ok := value.(string)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetAddress(v)
+		return nil
+	case portgroup.FieldNodeID:
+		v, ok := value.(int)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetNodeID(v)
+		return nil
+	case portgroup.FieldMode:
+		v, ok := value.(string)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetMode(v)
+		return nil
+	case portgroup.FieldProperties:
+		v, ok := value.(map[string]interface{})
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetProperties(v)
+		return nil
+	case portgroup.FieldStandalonePortsSupported:
+		v, ok := value.(bool)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetStandalonePortsSupported(v)
+		return nil
+	case portgroup.FieldPhysicalNetwork:
+		v, ok := value.(string)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetPhysicalNetwork(v)
+		return nil
+	case portgroup.FieldCategory:
+		v, ok := value.(string)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetCategory(v)
+		return nil
+	case portgroup.FieldInternalInfo:
+		v, ok := value.(map[string]interface{})
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetInternalInfo(v)
+		return nil
+	case portgroup.FieldExtra:
+		v, ok := value.(map[string]interface{})
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetExtra(v)
+		return nil
+	}
+	return fmt.Errorf("unknown Portgroup field %s", name)
+}
+
+// AddedFields returns all numeric fields that were incremented/decremented during
+// this mutation.
+func (m *PortgroupMutation) AddedFields() []string {
+	var fields []string
+	return fields
+}
+
+// AddedField returns the numeric value that was incremented/decremented on a field
+// with the given name. The second boolean return value indicates that this field
+// was not set, or was not defined in the schema.
+func (m *PortgroupMutation) AddedField(name string) (ent.Value, bool) {
+	switch name {
+	}
+	return nil, false
+}
+
+// AddField adds the value to the field with the given name. It returns an error if
+// the field is not defined in the schema, or if the type mismatched the field
+// type.
+func (m *PortgroupMutation) AddField(name string, value ent.Value) error {
+	switch name {
+	}
+	return fmt.Errorf("unknown Portgroup numeric field %s", name)
+}
+
+// ClearedFields returns all nullable fields that were cleared during this
+// mutation.
+func (m *PortgroupMutation) ClearedFields() []string {
+	var fields []string
+	if m.FieldCleared(portgroup.FieldUpdatedAt) {
+		fields = append(fields, portgroup.FieldUpdatedAt)
+	}
+	if m.FieldCleared(portgroup.FieldName) {
+		fields = append(fields, portgroup.FieldName)
+	}
+	if m.FieldCleared(portgroup.FieldAddress) {
+		fields = append(fields, portgroup.FieldAddress)
+	}
+	if m.FieldCleared(portgroup.FieldProperties) {
+		fields = append(fields, portgroup.FieldProperties)
+	}
+	if m.FieldCleared(portgroup.FieldPhysicalNetwork) {
+		fields = append(fields, portgroup.FieldPhysicalNetwork)
+	}
+	if m.FieldCleared(portgroup.FieldCategory) {
+		fields = append(fields, portgroup.FieldCategory)
+	}
+	if m.FieldCleared(portgroup.FieldInternalInfo) {
+		fields = append(fields, portgroup.FieldInternalInfo)
+	}
+	if m.FieldCleared(portgroup.FieldExtra) {
+		fields = append(fields, portgroup.FieldExtra)
+	}
+	return fields
+}
+
+// FieldCleared returns a boolean indicating if a field with the given name was
+// cleared in this mutation.
+func (m *PortgroupMutation) FieldCleared(name string) bool {
+	_, ok := m.clearedFields[name]
+	return ok
+}
+
+// ClearField clears the value of the field with the given name. It returns an
+// error if the field is not defined in the schema.
+func (m *PortgroupMutation) ClearField(name string) error {
+	switch name {
+	case portgroup.FieldUpdatedAt:
+		m.ClearUpdatedAt()
+		return nil
+	case portgroup.FieldName:
+		m.ClearName()
+		return nil
+	case portgroup.FieldAddress:
+		m.ClearAddress()
+		return nil
+	case portgroup.FieldProperties:
+		m.ClearProperties()
+		return nil
+	case portgroup.FieldPhysicalNetwork:
+		m.ClearPhysicalNetwork()
+		return nil
+	case portgroup.FieldCategory:
+		m.ClearCategory()
+		return nil
+	case portgroup.FieldInternalInfo:
+		m.ClearInternalInfo()
+		return nil
+	case portgroup.FieldExtra:
+		m.ClearExtra()
+		return nil
+	}
+	return fmt.Errorf("unknown Portgroup nullable field %s", name)
+}
+
+// ResetField resets all changes in the mutation for the field with the given name.
+// It returns an error if the field is not defined in the schema.
+func (m *PortgroupMutation) ResetField(name string) error {
+	switch name {
+	case portgroup.FieldCreatedAt:
+		m.ResetCreatedAt()
+		return nil
+	case portgroup.FieldUpdatedAt:
+		m.ResetUpdatedAt()
+		return nil
+	case portgroup.FieldUUID:
+		m.ResetUUID()
+		return nil
+	case portgroup.FieldName:
+		m.ResetName()
+		return nil
+	case portgroup.FieldAddress:
+		m.ResetAddress()
+		return nil
+	case portgroup.FieldNodeID:
+		m.ResetNodeID()
+		return nil
+	case portgroup.FieldMode:
+		m.ResetMode()
+		return nil
+	case portgroup.FieldProperties:
+		m.ResetProperties()
+		return nil
+	case portgroup.FieldStandalonePortsSupported:
+		m.ResetStandalonePortsSupported()
+		return nil
+	case portgroup.FieldPhysicalNetwork:
+		m.ResetPhysicalNetwork()
+		return nil
+	case portgroup.FieldCategory:
+		m.ResetCategory()
+		return nil
+	case portgroup.FieldInternalInfo:
+		m.ResetInternalInfo()
+		return nil
+	case portgroup.FieldExtra:
+		m.ResetExtra()
+		return nil
+	}
+	return fmt.Errorf("unknown Portgroup field %s", name)
+}
+
+// AddedEdges returns all edge names that were set/added in this mutation.
+func (m *PortgroupMutation) AddedEdges() []string {
+	edges := make([]string, 0, 2)
+	if m.node != nil {
+		edges = append(edges, portgroup.EdgeNode)
+	}
+	if m.ports != nil {
+		edges = append(edges, portgroup.EdgePorts)
+	}
+	return edges
+}
+
+// AddedIDs returns all IDs (to other nodes) that were added for the given edge
+// name in this mutation.
+func (m *PortgroupMutation) AddedIDs(name string) []ent.Value {
+	switch name {
+	case portgroup.EdgeNode:
+		if id := m.node; id != nil {
+			return []ent.Value{*id}
+		}
+	case portgroup.EdgePorts:
+		ids := make([]ent.Value, 0, len(m.ports))
+		for id := range m.ports {
+			ids = append(ids, id)
+		}
+		return ids
+	}
+	return nil
+}
+
+// RemovedEdges returns all edge names that were removed in this mutation.
+func (m *PortgroupMutation) RemovedEdges() []string {
+	edges := make([]string, 0, 2)
+	if m.removedports != nil {
+		edges = append(edges, portgroup.EdgePorts)
+	}
+	return edges
+}
+
+// RemovedIDs returns all IDs (to other nodes) that were removed for the edge with
+// the given name in this mutation.
+func (m *PortgroupMutation) RemovedIDs(name string) []ent.Value {
+	switch name {
+	case portgroup.EdgePorts:
+		ids := make([]ent.Value, 0, len(m.removedports))
+		for id := range m.removedports {
+			ids = append(ids, id)
+		}
+		return ids
+	}
+	return nil
+}
+
+// ClearedEdges returns all edge names that were cleared in this mutation.
+func (m *PortgroupMutation) ClearedEdges() []string {
+	edges := make([]string, 0, 2)
+	if m.clearednode {
+		edges = append(edges, portgroup.EdgeNode)
+	}
+	if m.clearedports {
+		edges = append(edges, portgroup.EdgePorts)
+	}
+	return edges
+}
+
+// EdgeCleared returns a boolean which indicates if the edge with the given name
+// was cleared in this mutation.
+func (m *PortgroupMutation) EdgeCleared(name string) bool {
+	switch name {
+	case portgroup.EdgeNode:
+		return m.clearednode
+	case portgroup.EdgePorts:
+		return m.clearedports
+	}
+	return false
+}
+
+// ClearEdge clears the value of the edge with the given name. It returns an error
+// if that edge is not defined in the schema.
+func (m *PortgroupMutation) ClearEdge(name string) error {
+	switch name {
+	case portgroup.EdgeNode:
+		m.ClearNode()
+		return nil
+	}
+	return fmt.Errorf("unknown Portgroup unique edge %s", name)
+}
+
+// ResetEdge resets all changes to the edge with the given name in this mutation.
+// It returns an error if the edge is not defined in the schema.
+func (m *PortgroupMutation) ResetEdge(name string) error {
+	switch name {
+	case portgroup.EdgeNode:
+		m.ResetNode()
+		return nil
+	case portgroup.EdgePorts:
+		m.ResetPorts()
+		return nil
+	}
+	return fmt.Errorf("unknown Portgroup edge %s", name)
 }
 
 // RoleAssignmentMutation represents an operation that mutates the RoleAssignment nodes in the graph.

@@ -89,9 +89,13 @@ type NodeEdges struct {
 	Events []*NodeEvent `json:"events,omitempty"`
 	// Allocation holds the value of the allocation edge.
 	Allocation *Allocation `json:"allocation,omitempty"`
+	// Ports holds the value of the ports edge.
+	Ports []*Port `json:"ports,omitempty"`
+	// Portgroups holds the value of the portgroups edge.
+	Portgroups []*Portgroup `json:"portgroups,omitempty"`
 	// loadedTypes holds the information for reporting if a
 	// type was loaded (or requested) in eager-loading or not.
-	loadedTypes [3]bool
+	loadedTypes [5]bool
 }
 
 // TraitsOrErr returns the Traits value or an error if the edge
@@ -121,6 +125,24 @@ func (e NodeEdges) AllocationOrErr() (*Allocation, error) {
 		return nil, &NotFoundError{label: allocation.Label}
 	}
 	return nil, &NotLoadedError{edge: "allocation"}
+}
+
+// PortsOrErr returns the Ports value or an error if the edge
+// was not loaded in eager-loading.
+func (e NodeEdges) PortsOrErr() ([]*Port, error) {
+	if e.loadedTypes[3] {
+		return e.Ports, nil
+	}
+	return nil, &NotLoadedError{edge: "ports"}
+}
+
+// PortgroupsOrErr returns the Portgroups value or an error if the edge
+// was not loaded in eager-loading.
+func (e NodeEdges) PortgroupsOrErr() ([]*Portgroup, error) {
+	if e.loadedTypes[4] {
+		return e.Portgroups, nil
+	}
+	return nil, &NotLoadedError{edge: "portgroups"}
 }
 
 // scanValues returns the types for scanning values from sql.Rows.
@@ -380,6 +402,16 @@ func (_m *Node) QueryEvents() *NodeEventQuery {
 // QueryAllocation queries the "allocation" edge of the Node entity.
 func (_m *Node) QueryAllocation() *AllocationQuery {
 	return NewNodeClient(_m.config).QueryAllocation(_m)
+}
+
+// QueryPorts queries the "ports" edge of the Node entity.
+func (_m *Node) QueryPorts() *PortQuery {
+	return NewNodeClient(_m.config).QueryPorts(_m)
+}
+
+// QueryPortgroups queries the "portgroups" edge of the Node entity.
+func (_m *Node) QueryPortgroups() *PortgroupQuery {
+	return NewNodeClient(_m.config).QueryPortgroups(_m)
 }
 
 // Update returns a builder for updating this Node.

@@ -14,6 +14,8 @@ import (
 	"github.com/anvilproject/anvil/ent/allocation"
 	"github.com/anvilproject/anvil/ent/node"
 	"github.com/anvilproject/anvil/ent/nodeevent"
+	"github.com/anvilproject/anvil/ent/port"
+	"github.com/anvilproject/anvil/ent/portgroup"
 	"github.com/anvilproject/anvil/ent/trait"
 )
 
@@ -394,6 +396,36 @@ func (_c *NodeCreate) SetAllocation(v *Allocation) *NodeCreate {
 	return _c.SetAllocationID(v.ID)
 }
 
+// AddPortIDs adds the "ports" edge to the Port entity by IDs.
+func (_c *NodeCreate) AddPortIDs(ids ...int) *NodeCreate {
+	_c.mutation.AddPortIDs(ids...)
+	return _c
+}
+
+// AddPorts adds the "ports" edges to the Port entity.
+func (_c *NodeCreate) AddPorts(v ...*Port) *NodeCreate {
+	ids := make([]int, len(v))
+	for i := range v {
+		ids[i] = v[i].ID
+	}
+	return _c.AddPortIDs(ids...)
+}
+
+// AddPortgroupIDs adds the "portgroups" edge to the Portgroup entity by IDs.
+func (_c *NodeCreate) AddPortgroupIDs(ids ...int) *NodeCreate {
+	_c.mutation.AddPortgroupIDs(ids...)
+	return _c
+}
+
+// AddPortgroups adds the "portgroups" edges to the Portgroup entity.
+func (_c *NodeCreate) AddPortgroups(v ...*Portgroup) *NodeCreate {
+	ids := make([]int, len(v))
+	for i := range v {
+		ids[i] = v[i].ID
+	}
+	return _c.AddPortgroupIDs(ids...)
+}
+
 // Mutation returns the NodeMutation object of the builder.
 func (_c *NodeCreate) Mutation() *NodeMutation {
 	return _c.mutation
@@ -697,6 +729,38 @@ func (_c *NodeCreate) createSpec() (*Node, *sqlgraph.CreateSpec) {
 			Bidi:    false,
 			Target: &sqlgraph.EdgeTarget{
 				IDSpec: sqlgraph.NewFieldSpec(allocation.FieldID, field.TypeInt),
+			},
+		}
+		for _, k := range nodes {
+			edge.Target.Nodes = append(edge.Target.Nodes, k)
+		}
+		_spec.Edges = append(_spec.Edges, edge)
+	}
+	if nodes := _c.mutation.PortsIDs(); len(nodes) > 0 {
+		edge := &sqlgraph.EdgeSpec{
+			Rel:     sqlgraph.O2M,
+			Inverse: false,
+			Table:   node.PortsTable,
+			Columns: []string{node.PortsColumn},
+			Bidi:    false,
+			Target: &sqlgraph.EdgeTarget{
+				IDSpec: sqlgraph.NewFieldSpec(port.FieldID, field.TypeInt),
+			},
+		}
+		for _, k := range nodes {
+			edge.Target.Nodes = append(edge.Target.Nodes, k)
+		}
+		_spec.Edges = append(_spec.Edges, edge)
+	}
+	if nodes := _c.mutation.PortgroupsIDs(); len(nodes) > 0 {
+		edge := &sqlgraph.EdgeSpec{
+			Rel:     sqlgraph.O2M,
+			Inverse: false,
+			Table:   node.PortgroupsTable,
+			Columns: []string{node.PortgroupsColumn},
+			Bidi:    false,
+			Target: &sqlgraph.EdgeTarget{
+				IDSpec: sqlgraph.NewFieldSpec(portgroup.FieldID, field.TypeInt),
 			},
 		}
 		for _, k := range nodes {

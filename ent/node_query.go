@@ -16,6 +16,8 @@ import (
 	"github.com/anvilproject/anvil/ent/allocation"
 	"github.com/anvilproject/anvil/ent/node"
 	"github.com/anvilproject/anvil/ent/nodeevent"
+	"github.com/anvilproject/anvil/ent/port"
+	"github.com/anvilproject/anvil/ent/portgroup"
 	"github.com/anvilproject/anvil/ent/predicate"
 	"github.com/anvilproject/anvil/ent/trait"
 )
@@ -30,6 +32,8 @@ type NodeQuery struct {
 	withTraits     *TraitQuery
 	withEvents     *NodeEventQuery
 	withAllocation *AllocationQuery
+	withPorts      *PortQuery
+	withPortgroups *PortgroupQuery
 	modifiers      []func(*sql.Selector)
 	// intermediate query (i.e. traversal path).
 	sql  *sql.Selector
@@ -126,6 +130,50 @@ func (_q *NodeQuery) QueryAllocation() *AllocationQuery {
 			sqlgraph.From(node.Table, node.FieldID, selector),
 			sqlgraph.To(allocation.Table, allocation.FieldID),
 			sqlgraph.Edge(sqlgraph.O2O, false, node.AllocationTable, node.AllocationColumn),
+		)
+		fromU = sqlgraph.SetNeighbors(_q.driver.Dialect(), step)
+		return fromU, nil
+	}
+	return query
+}
+
+// QueryPorts chains the current query on the "ports" edge.
+func (_q *NodeQuery) QueryPorts() *PortQuery {
+	query := (&PortClient{config: _q.config}).Query()
+	query.path = func(ctx context.Context) (fromU *sql.Selector, err error) {
+		if err := _q.prepareQuery(ctx); err != nil {
+			return nil, err
+		}
+		selector := _q.sqlQuery(ctx)
+		if err := selector.Err(); err != nil {
+			return nil, err
+		}
+		step := sqlgraph.NewStep(
+			sqlgraph.From(node.Table, node.FieldID, selector),
+			sqlgraph.To(port.Table, port.FieldID),
+			sqlgraph.Edge(sqlgraph.O2M, false, node.PortsTable, node.PortsColumn),
+		)
+		fromU = sqlgraph.SetNeighbors(_q.driver.Dialect(), step)
+		return fromU, nil
+	}
+	return query
+}
+
+// QueryPortgroups chains the current query on the "portgroups" edge.
+func (_q *NodeQuery) QueryPortgroups() *PortgroupQuery {
+	query := (&PortgroupClient{config: _q.config}).Query()
+	query.path = func(ctx context.Context) (fromU *sql.Selector, err error) {
+		if err := _q.prepareQuery(ctx); err != nil {
+			return nil, err
+		}
+		selector := _q.sqlQuery(ctx)
+		if err := selector.Err(); err != nil {
+			return nil, err
+		}
+		step := sqlgraph.NewStep(
+			sqlgraph.From(node.Table, node.FieldID, selector),
+			sqlgraph.To(portgroup.Table, portgroup.FieldID),
+			sqlgraph.Edge(sqlgraph.O2M, false, node.PortgroupsTable, node.PortgroupsColumn),
 		)
 		fromU = sqlgraph.SetNeighbors(_q.driver.Dialect(), step)
 		return fromU, nil
@@ -328,6 +376,8 @@ func (_q *NodeQuery) Clone() *NodeQuery {
 		withTraits:     _q.withTraits.Clone(),
 		withEvents:     _q.withEvents.Clone(),
 		withAllocation: _q.withAllocation.Clone(),
+		withPorts:      _q.withPorts.Clone(),
+		withPortgroups: _q.withPortgroups.Clone(),
 		// clone intermediate query.
 		sql:       _q.sql.Clone(),
 		path:      _q.path,
@@ -365,6 +415,28 @@ func (_q *NodeQuery) WithAllocation(opts ...func(*AllocationQuery)) *NodeQuery {
 		opt(query)
 	}
 	_q.withAllocation = query
+	return _q
+}
+
+// WithPorts tells the query-builder to eager-load the nodes that are connected to
+// the "ports" edge. The optional arguments are used to configure the query builder of the edge.
+func (_q *NodeQuery) WithPorts(opts ...func(*PortQuery)) *NodeQuery {
+	query := (&PortClient{config: _q.config}).Query()
+	for _, opt := range opts {
+		opt(query)
+	}
+	_q.withPorts = query
+	return _q
+}
+
+// WithPortgroups tells the query-builder to eager-load the nodes that are connected to
+// the "portgroups" edge. The optional arguments are used to configure the query builder of the edge.
+func (_q *NodeQuery) WithPortgroups(opts ...func(*PortgroupQuery)) *NodeQuery {
+	query := (&PortgroupClient{config: _q.config}).Query()
+	for _, opt := range opts {
+		opt(query)
+	}
+	_q.withPortgroups = query
 	return _q
 }
 
@@ -446,10 +518,12 @@ func (_q *NodeQuery) sqlAll(ctx context.Context, hooks ...queryHook) ([]*Node, e
 	var (
 		nodes       = []*Node{}
 		_spec       = _q.querySpec()
-		loadedTypes = [3]bool{
+		loadedTypes = [5]bool{
 			_q.withTraits != nil,
 			_q.withEvents != nil,
 			_q.withAllocation != nil,
+			_q.withPorts != nil,
+			_q.withPortgroups != nil,
 		}
 	)
 	_spec.ScanValues = func(columns []string) ([]any, error) {
@@ -490,6 +564,20 @@ func (_q *NodeQuery) sqlAll(ctx context.Context, hooks ...queryHook) ([]*Node, e
 	if query := _q.withAllocation; query != nil {
 		if err := _q.loadAllocation(ctx, query, nodes, nil,
 			func(n *Node, e *Allocation) { n.Edges.Allocation = e }); err != nil {
+			return nil, err
+		}
+	}
+	if query := _q.withPorts; query != nil {
+		if err := _q.loadPorts(ctx, query, nodes,
+			func(n *Node) { n.Edges.Ports = []*Port{} },
+			func(n *Node, e *Port) { n.Edges.Ports = append(n.Edges.Ports, e) }); err != nil {
+			return nil, err
+		}
+	}
+	if query := _q.withPortgroups; query != nil {
+		if err := _q.loadPortgroups(ctx, query, nodes,
+			func(n *Node) { n.Edges.Portgroups = []*Portgroup{} },
+			func(n *Node, e *Portgroup) { n.Edges.Portgroups = append(n.Edges.Portgroups, e) }); err != nil {
 			return nil, err
 		}
 	}
@@ -581,6 +669,66 @@ func (_q *NodeQuery) loadAllocation(ctx context.Context, query *AllocationQuery,
 		node, ok := nodeids[*fk]
 		if !ok {
 			return fmt.Errorf(`unexpected referenced foreign-key "node_id" returned %v for node %v`, *fk, n.ID)
+		}
+		assign(node, n)
+	}
+	return nil
+}
+func (_q *NodeQuery) loadPorts(ctx context.Context, query *PortQuery, nodes []*Node, init func(*Node), assign func(*Node, *Port)) error {
+	fks := make([]driver.Value, 0, len(nodes))
+	nodeids := make(map[int]*Node)
+	for i := range nodes {
+		fks = append(fks, nodes[i].ID)
+		nodeids[nodes[i].ID] = nodes[i]
+		if init != nil {
+			init(nodes[i])
+		}
+	}
+	if len(query.ctx.Fields) > 0 {
+		query.ctx.AppendFieldOnce(port.FieldNodeID)
+	}
+	query.Where(predicate.Port(func(s *sql.Selector) {
+		s.Where(sql.InValues(s.C(node.PortsColumn), fks...))
+	}))
+	neighbors, err := query.All(ctx)
+	if err != nil {
+		return err
+	}
+	for _, n := range neighbors {
+		fk := n.NodeID
+		node, ok := nodeids[fk]
+		if !ok {
+			return fmt.Errorf(`unexpected referenced foreign-key "node_id" returned %v for node %v`, fk, n.ID)
+		}
+		assign(node, n)
+	}
+	return nil
+}
+func (_q *NodeQuery) loadPortgroups(ctx context.Context, query *PortgroupQuery, nodes []*Node, init func(*Node), assign func(*Node, *Portgroup)) error {
+	fks := make([]driver.Value, 0, len(nodes))
+	nodeids := make(map[int]*Node)
+	for i := range nodes {
+		fks = append(fks, nodes[i].ID)
+		nodeids[nodes[i].ID] = nodes[i]
+		if init != nil {
+			init(nodes[i])
+		}
+	}
+	if len(query.ctx.Fields) > 0 {
+		query.ctx.AppendFieldOnce(portgroup.FieldNodeID)
+	}
+	query.Where(predicate.Portgroup(func(s *sql.Selector) {
+		s.Where(sql.InValues(s.C(node.PortgroupsColumn), fks...))
+	}))
+	neighbors, err := query.All(ctx)
+	if err != nil {
+		return err
+	}
+	for _, n := range neighbors {
+		fk := n.NodeID
+		node, ok := nodeids[fk]
+		if !ok {
+			return fmt.Errorf(`unexpected referenced foreign-key "node_id" returned %v for node %v`, fk, n.ID)
 		}
 		assign(node, n)
 	}

@@ -14,6 +14,8 @@ import (
 	"github.com/anvilproject/anvil/ent/allocation"
 	"github.com/anvilproject/anvil/ent/node"
 	"github.com/anvilproject/anvil/ent/nodeevent"
+	"github.com/anvilproject/anvil/ent/port"
+	"github.com/anvilproject/anvil/ent/portgroup"
 	"github.com/anvilproject/anvil/ent/predicate"
 	"github.com/anvilproject/anvil/ent/trait"
 )
@@ -521,6 +523,36 @@ func (_u *NodeUpdate) SetAllocation(v *Allocation) *NodeUpdate {
 	return _u.SetAllocationID(v.ID)
 }
 
+// AddPortIDs adds the "ports" edge to the Port entity by IDs.
+func (_u *NodeUpdate) AddPortIDs(ids ...int) *NodeUpdate {
+	_u.mutation.AddPortIDs(ids...)
+	return _u
+}
+
+// AddPorts adds the "ports" edges to the Port entity.
+func (_u *NodeUpdate) AddPorts(v ...*Port) *NodeUpdate {
+	ids := make([]int, len(v))
+	for i := range v {
+		ids[i] = v[i].ID
+	}
+	return _u.AddPortIDs(ids...)
+}
+
+// AddPortgroupIDs adds the "portgroups" edge to the Portgroup entity by IDs.
+func (_u *NodeUpdate) AddPortgroupIDs(ids ...int) *NodeUpdate {
+	_u.mutation.AddPortgroupIDs(ids...)
+	return _u
+}
+
+// AddPortgroups adds the "portgroups" edges to the Portgroup entity.
+func (_u *NodeUpdate) AddPortgroups(v ...*Portgroup) *NodeUpdate {
+	ids := make([]int, len(v))
+	for i := range v {
+		ids[i] = v[i].ID
+	}
+	return _u.AddPortgroupIDs(ids...)
+}
+
 // Mutation returns the NodeMutation object of the builder.
 func (_u *NodeUpdate) Mutation() *NodeMutation {
 	return _u.mutation
@@ -572,6 +604,48 @@ func (_u *NodeUpdate) RemoveEvents(v ...*NodeEvent) *NodeUpdate {
 func (_u *NodeUpdate) ClearAllocation() *NodeUpdate {
 	_u.mutation.ClearAllocation()
 	return _u
+}
+
+// ClearPorts clears all "ports" edges to the Port entity.
+func (_u *NodeUpdate) ClearPorts() *NodeUpdate {
+	_u.mutation.ClearPorts()
+	return _u
+}
+
+// RemovePortIDs removes the "ports" edge to Port entities by IDs.
+func (_u *NodeUpdate) RemovePortIDs(ids ...int) *NodeUpdate {
+	_u.mutation.RemovePortIDs(ids...)
+	return _u
+}
+
+// RemovePorts removes "ports" edges to Port entities.
+func (_u *NodeUpdate) RemovePorts(v ...*Port) *NodeUpdate {
+	ids := make([]int, len(v))
+	for i := range v {
+		ids[i] = v[i].ID
+	}
+	return _u.RemovePortIDs(ids...)
+}
+
+// ClearPortgroups clears all "portgroups" edges to the Portgroup entity.
+func (_u *NodeUpdate) ClearPortgroups() *NodeUpdate {
+	_u.mutation.ClearPortgroups()
+	return _u
+}
+
+// RemovePortgroupIDs removes the "portgroups" edge to Portgroup entities by IDs.
+func (_u *NodeUpdate) RemovePortgroupIDs(ids ...int) *NodeUpdate {
+	_u.mutation.RemovePortgroupIDs(ids...)
+	return _u
+}
+
+// RemovePortgroups removes "portgroups" edges to Portgroup entities.
+func (_u *NodeUpdate) RemovePortgroups(v ...*Portgroup) *NodeUpdate {
+	ids := make([]int, len(v))
+	for i := range v {
+		ids[i] = v[i].ID
+	}
+	return _u.RemovePortgroupIDs(ids...)
 }
 
 // Save executes the query and returns the number of nodes affected by the update operation.
@@ -925,6 +999,96 @@ func (_u *NodeUpdate) sqlSave(ctx context.Context) (_node int, err error) {
 			Bidi:    false,
 			Target: &sqlgraph.EdgeTarget{
 				IDSpec: sqlgraph.NewFieldSpec(allocation.FieldID, field.TypeInt),
+			},
+		}
+		for _, k := range nodes {
+			edge.Target.Nodes = append(edge.Target.Nodes, k)
+		}
+		_spec.Edges.Add = append(_spec.Edges.Add, edge)
+	}
+	if _u.mutation.PortsCleared() {
+		edge := &sqlgraph.EdgeSpec{
+			Rel:     sqlgraph.O2M,
+			Inverse: false,
+			Table:   node.PortsTable,
+			Columns: []string{node.PortsColumn},
+			Bidi:    false,
+			Target: &sqlgraph.EdgeTarget{
+				IDSpec: sqlgraph.NewFieldSpec(port.FieldID, field.TypeInt),
+			},
+		}
+		_spec.Edges.Clear = append(_spec.Edges.Clear, edge)
+	}
+	if nodes := _u.mutation.RemovedPortsIDs(); len(nodes) > 0 && !_u.mutation.PortsCleared() {
+		edge := &sqlgraph.EdgeSpec{
+			Rel:     sqlgraph.O2M,
+			Inverse: false,
+			Table:   node.PortsTable,
+			Columns: []string{node.PortsColumn},
+			Bidi:    false,
+			Target: &sqlgraph.EdgeTarget{
+				IDSpec: sqlgraph.NewFieldSpec(port.FieldID, field.TypeInt),
+			},
+		}
+		for _, k := range nodes {
+			edge.Target.Nodes = append(edge.Target.Nodes, k)
+		}
+		_spec.Edges.Clear = append(_spec.Edges.Clear, edge)
+	}
+	if nodes := _u.mutation.PortsIDs(); len(nodes) > 0 {
+		edge := &sqlgraph.EdgeSpec{
+			Rel:     sqlgraph.O2M,
+			Inverse: false,
+			Table:   node.PortsTable,
+			Columns: []string{node.PortsColumn},
+			Bidi:    false,
+			Target: &sqlgraph.EdgeTarget{
+				IDSpec: sqlgraph.NewFieldSpec(port.FieldID, field.TypeInt),
+			},
+		}
+		for _, k := range nodes {
+			edge.Target.Nodes = append(edge.Target.Nodes, k)
+		}
+		_spec.Edges.Add = append(_spec.Edges.Add, edge)
+	}
+	if _u.mutation.PortgroupsCleared() {
+		edge := &sqlgraph.EdgeSpec{
+			Rel:     sqlgraph.O2M,
+			Inverse: false,
+			Table:   node.PortgroupsTable,
+			Columns: []string{node.PortgroupsColumn},
+			Bidi:    false,
+			Target: &sqlgraph.EdgeTarget{
+				IDSpec: sqlgraph.NewFieldSpec(portgroup.FieldID, field.TypeInt),
+			},
+		}
+		_spec.Edges.Clear = append(_spec.Edges.Clear, edge)
+	}
+	if nodes := _u.mutation.RemovedPortgroupsIDs(); len(nodes) > 0 && !_u.mutation.PortgroupsCleared() {
+		edge := &sqlgraph.EdgeSpec{
+			Rel:     sqlgraph.O2M,
+			Inverse: false,
+			Table:   node.PortgroupsTable,
+			Columns: []string{node.PortgroupsColumn},
+			Bidi:    false,
+			Target: &sqlgraph.EdgeTarget{
+				IDSpec: sqlgraph.NewFieldSpec(portgroup.FieldID, field.TypeInt),
+			},
+		}
+		for _, k := range nodes {
+			edge.Target.Nodes = append(edge.Target.Nodes, k)
+		}
+		_spec.Edges.Clear = append(_spec.Edges.Clear, edge)
+	}
+	if nodes := _u.mutation.PortgroupsIDs(); len(nodes) > 0 {
+		edge := &sqlgraph.EdgeSpec{
+			Rel:     sqlgraph.O2M,
+			Inverse: false,
+			Table:   node.PortgroupsTable,
+			Columns: []string{node.PortgroupsColumn},
+			Bidi:    false,
+			Target: &sqlgraph.EdgeTarget{
+				IDSpec: sqlgraph.NewFieldSpec(portgroup.FieldID, field.TypeInt),
 			},
 		}
 		for _, k := range nodes {
@@ -1443,6 +1607,36 @@ func (_u *NodeUpdateOne) SetAllocation(v *Allocation) *NodeUpdateOne {
 	return _u.SetAllocationID(v.ID)
 }
 
+// AddPortIDs adds the "ports" edge to the Port entity by IDs.
+func (_u *NodeUpdateOne) AddPortIDs(ids ...int) *NodeUpdateOne {
+	_u.mutation.AddPortIDs(ids...)
+	return _u
+}
+
+// AddPorts adds the "ports" edges to the Port entity.
+func (_u *NodeUpdateOne) AddPorts(v ...*Port) *NodeUpdateOne {
+	ids := make([]int, len(v))
+	for i := range v {
+		ids[i] = v[i].ID
+	}
+	return _u.AddPortIDs(ids...)
+}
+
+// AddPortgroupIDs adds the "portgroups" edge to the Portgroup entity by IDs.
+func (_u *NodeUpdateOne) AddPortgroupIDs(ids ...int) *NodeUpdateOne {
+	_u.mutation.AddPortgroupIDs(ids...)
+	return _u
+}
+
+// AddPortgroups adds the "portgroups" edges to the Portgroup entity.
+func (_u *NodeUpdateOne) AddPortgroups(v ...*Portgroup) *NodeUpdateOne {
+	ids := make([]int, len(v))
+	for i := range v {
+		ids[i] = v[i].ID
+	}
+	return _u.AddPortgroupIDs(ids...)
+}
+
 // Mutation returns the NodeMutation object of the builder.
 func (_u *NodeUpdateOne) Mutation() *NodeMutation {
 	return _u.mutation
@@ -1494,6 +1688,48 @@ func (_u *NodeUpdateOne) RemoveEvents(v ...*NodeEvent) *NodeUpdateOne {
 func (_u *NodeUpdateOne) ClearAllocation() *NodeUpdateOne {
 	_u.mutation.ClearAllocation()
 	return _u
+}
+
+// ClearPorts clears all "ports" edges to the Port entity.
+func (_u *NodeUpdateOne) ClearPorts() *NodeUpdateOne {
+	_u.mutation.ClearPorts()
+	return _u
+}
+
+// RemovePortIDs removes the "ports" edge to Port entities by IDs.
+func (_u *NodeUpdateOne) RemovePortIDs(ids ...int) *NodeUpdateOne {
+	_u.mutation.RemovePortIDs(ids...)
+	return _u
+}
+
+// RemovePorts removes "ports" edges to Port entities.
+func (_u *NodeUpdateOne) RemovePorts(v ...*Port) *NodeUpdateOne {
+	ids := make([]int, len(v))
+	for i := range v {
+		ids[i] = v[i].ID
+	}
+	return _u.RemovePortIDs(ids...)
+}
+
+// ClearPortgroups clears all "portgroups" edges to the Portgroup entity.
+func (_u *NodeUpdateOne) ClearPortgroups() *NodeUpdateOne {
+	_u.mutation.ClearPortgroups()
+	return _u
+}
+
+// RemovePortgroupIDs removes the "portgroups" edge to Portgroup entities by IDs.
+func (_u *NodeUpdateOne) RemovePortgroupIDs(ids ...int) *NodeUpdateOne {
+	_u.mutation.RemovePortgroupIDs(ids...)
+	return _u
+}
+
+// RemovePortgroups removes "portgroups" edges to Portgroup entities.
+func (_u *NodeUpdateOne) RemovePortgroups(v ...*Portgroup) *NodeUpdateOne {
+	ids := make([]int, len(v))
+	for i := range v {
+		ids[i] = v[i].ID
+	}
+	return _u.RemovePortgroupIDs(ids...)
 }
 
 // Where appends a list predicates to the NodeUpdate builder.
@@ -1877,6 +2113,96 @@ func (_u *NodeUpdateOne) sqlSave(ctx context.Context) (_node *Node, err error) {
 			Bidi:    false,
 			Target: &sqlgraph.EdgeTarget{
 				IDSpec: sqlgraph.NewFieldSpec(allocation.FieldID, field.TypeInt),
+			},
+		}
+		for _, k := range nodes {
+			edge.Target.Nodes = append(edge.Target.Nodes, k)
+		}
+		_spec.Edges.Add = append(_spec.Edges.Add, edge)
+	}
+	if _u.mutation.PortsCleared() {
+		edge := &sqlgraph.EdgeSpec{
+			Rel:     sqlgraph.O2M,
+			Inverse: false,
+			Table:   node.PortsTable,
+			Columns: []string{node.PortsColumn},
+			Bidi:    false,
+			Target: &sqlgraph.EdgeTarget{
+				IDSpec: sqlgraph.NewFieldSpec(port.FieldID, field.TypeInt),
+			},
+		}
+		_spec.Edges.Clear = append(_spec.Edges.Clear, edge)
+	}
+	if nodes := _u.mutation.RemovedPortsIDs(); len(nodes) > 0 && !_u.mutation.PortsCleared() {
+		edge := &sqlgraph.EdgeSpec{
+			Rel:     sqlgraph.O2M,
+			Inverse: false,
+			Table:   node.PortsTable,
+			Columns: []string{node.PortsColumn},
+			Bidi:    false,
+			Target: &sqlgraph.EdgeTarget{
+				IDSpec: sqlgraph.NewFieldSpec(port.FieldID, field.TypeInt),
+			},
+		}
+		for _, k := range nodes {
+			edge.Target.Nodes = append(edge.Target.Nodes, k)
+		}
+		_spec.Edges.Clear = append(_spec.Edges.Clear, edge)
+	}
+	if nodes := _u.mutation.PortsIDs(); len(nodes) > 0 {
+		edge := &sqlgraph.EdgeSpec{
+			Rel:     sqlgraph.O2M,
+			Inverse: false,
+			Table:   node.PortsTable,
+			Columns: []string{node.PortsColumn},
+			Bidi:    false,
+			Target: &sqlgraph.EdgeTarget{
+				IDSpec: sqlgraph.NewFieldSpec(port.FieldID, field.TypeInt),
+			},
+		}
+		for _, k := range nodes {
+			edge.Target.Nodes = append(edge.Target.Nodes, k)
+		}
+		_spec.Edges.Add = append(_spec.Edges.Add, edge)
+	}
+	if _u.mutation.PortgroupsCleared() {
+		edge := &sqlgraph.EdgeSpec{
+			Rel:     sqlgraph.O2M,
+			Inverse: false,
+			Table:   node.PortgroupsTable,
+			Columns: []string{node.PortgroupsColumn},
+			Bidi:    false,
+			Target: &sqlgraph.EdgeTarget{
+				IDSpec: sqlgraph.NewFieldSpec(portgroup.FieldID, field.TypeInt),
+			},
+		}
+		_spec.Edges.Clear = append(_spec.Edges.Clear, edge)
+	}
+	if nodes := _u.mutation.RemovedPortgroupsIDs(); len(nodes) > 0 && !_u.mutation.PortgroupsCleared() {
+		edge := &sqlgraph.EdgeSpec{
+			Rel:     sqlgraph.O2M,
+			Inverse: false,
+			Table:   node.PortgroupsTable,
+			Columns: []string{node.PortgroupsColumn},
+			Bidi:    false,
+			Target: &sqlgraph.EdgeTarget{
+				IDSpec: sqlgraph.NewFieldSpec(portgroup.FieldID, field.TypeInt),
+			},
+		}
+		for _, k := range nodes {
+			edge.Target.Nodes = append(edge.Target.Nodes, k)
+		}
+		_spec.Edges.Clear = append(_spec.Edges.Clear, edge)
+	}
+	if nodes := _u.mutation.PortgroupsIDs(); len(nodes) > 0 {
+		edge := &sqlgraph.EdgeSpec{
+			Rel:     sqlgraph.O2M,
+			Inverse: false,
+			Table:   node.PortgroupsTable,
+			Columns: []string{node.PortgroupsColumn},
+			Bidi:    false,
+			Target: &sqlgraph.EdgeTarget{
+				IDSpec: sqlgraph.NewFieldSpec(portgroup.FieldID, field.TypeInt),
 			},
 		}
 		for _, k := range nodes {

@@ -12,6 +12,8 @@ import (
 	"github.com/anvilproject/anvil/ent/node"
 	"github.com/anvilproject/anvil/ent/nodeevent"
 	"github.com/anvilproject/anvil/ent/policyoverride"
+	"github.com/anvilproject/anvil/ent/port"
+	"github.com/anvilproject/anvil/ent/portgroup"
 	"github.com/anvilproject/anvil/ent/roleassignment"
 	"github.com/anvilproject/anvil/ent/runbook"
 	"github.com/anvilproject/anvil/ent/runbookstep"
@@ -194,6 +196,90 @@ func init() {
 	policyoverrideDescUploadedAt := policyoverrideFields[3].Descriptor()
 	// policyoverride.DefaultUploadedAt holds the default value on creation for the uploaded_at field.
 	policyoverride.DefaultUploadedAt = policyoverrideDescUploadedAt.Default.(func() time.Time)
+	portMixin := schema.Port{}.Mixin()
+	portMixinFields0 := portMixin[0].Fields()
+	_ = portMixinFields0
+	portFields := schema.Port{}.Fields()
+	_ = portFields
+	// portDescCreatedAt is the schema descriptor for created_at field.
+	portDescCreatedAt := portMixinFields0[0].Descriptor()
+	// port.DefaultCreatedAt holds the default value on creation for the created_at field.
+	port.DefaultCreatedAt = portDescCreatedAt.Default.(func() time.Time)
+	// portDescUUID is the schema descriptor for uuid field.
+	portDescUUID := portFields[0].Descriptor()
+	// port.UUIDValidator is a validator for the "uuid" field. It is called by the builders before save.
+	port.UUIDValidator = portDescUUID.Validators[0].(func(string) error)
+	// portDescAddress is the schema descriptor for address field.
+	portDescAddress := portFields[1].Descriptor()
+	// port.AddressValidator is a validator for the "address" field. It is called by the builders before save.
+	port.AddressValidator = portDescAddress.Validators[0].(func(string) error)
+	// portDescName is the schema descriptor for name field.
+	portDescName := portFields[4].Descriptor()
+	// port.NameValidator is a validator for the "name" field. It is called by the builders before save.
+	port.NameValidator = portDescName.Validators[0].(func(string) error)
+	// portDescPxeEnabled is the schema descriptor for pxe_enabled field.
+	portDescPxeEnabled := portFields[6].Descriptor()
+	// port.DefaultPxeEnabled holds the default value on creation for the pxe_enabled field.
+	port.DefaultPxeEnabled = portDescPxeEnabled.Default.(bool)
+	// portDescPhysicalNetwork is the schema descriptor for physical_network field.
+	portDescPhysicalNetwork := portFields[7].Descriptor()
+	// port.PhysicalNetworkValidator is a validator for the "physical_network" field. It is called by the builders before save.
+	port.PhysicalNetworkValidator = portDescPhysicalNetwork.Validators[0].(func(string) error)
+	// portDescIsSmartnic is the schema descriptor for is_smartnic field.
+	portDescIsSmartnic := portFields[10].Descriptor()
+	// port.DefaultIsSmartnic holds the default value on creation for the is_smartnic field.
+	port.DefaultIsSmartnic = portDescIsSmartnic.Default.(bool)
+	// portDescDescription is the schema descriptor for description field.
+	portDescDescription := portFields[11].Descriptor()
+	// port.DescriptionValidator is a validator for the "description" field. It is called by the builders before save.
+	port.DescriptionValidator = portDescDescription.Validators[0].(func(string) error)
+	// portDescVendor is the schema descriptor for vendor field.
+	portDescVendor := portFields[12].Descriptor()
+	// port.VendorValidator is a validator for the "vendor" field. It is called by the builders before save.
+	port.VendorValidator = portDescVendor.Validators[0].(func(string) error)
+	// portDescCategory is the schema descriptor for category field.
+	portDescCategory := portFields[13].Descriptor()
+	// port.CategoryValidator is a validator for the "category" field. It is called by the builders before save.
+	port.CategoryValidator = portDescCategory.Validators[0].(func(string) error)
+	portgroupMixin := schema.Portgroup{}.Mixin()
+	portgroupMixinFields0 := portgroupMixin[0].Fields()
+	_ = portgroupMixinFields0
+	portgroupFields := schema.Portgroup{}.Fields()
+	_ = portgroupFields
+	// portgroupDescCreatedAt is the schema descriptor for created_at field.
+	portgroupDescCreatedAt := portgroupMixinFields0[0].Descriptor()
+	// portgroup.DefaultCreatedAt holds the default value on creation for the created_at field.
+	portgroup.DefaultCreatedAt = portgroupDescCreatedAt.Default.(func() time.Time)
+	// portgroupDescUUID is the schema descriptor for uuid field.
+	portgroupDescUUID := portgroupFields[0].Descriptor()
+	// portgroup.UUIDValidator is a validator for the "uuid" field. It is called by the builders before save.
+	portgroup.UUIDValidator = portgroupDescUUID.Validators[0].(func(string) error)
+	// portgroupDescName is the schema descriptor for name field.
+	portgroupDescName := portgroupFields[1].Descriptor()
+	// portgroup.NameValidator is a validator for the "name" field. It is called by the builders before save.
+	portgroup.NameValidator = portgroupDescName.Validators[0].(func(string) error)
+	// portgroupDescAddress is the schema descriptor for address field.
+	portgroupDescAddress := portgroupFields[2].Descriptor()
+	// portgroup.AddressValidator is a validator for the "address" field. It is called by the builders before save.
+	portgroup.AddressValidator = portgroupDescAddress.Validators[0].(func(string) error)
+	// portgroupDescMode is the schema descriptor for mode field.
+	portgroupDescMode := portgroupFields[4].Descriptor()
+	// portgroup.DefaultMode holds the default value on creation for the mode field.
+	portgroup.DefaultMode = portgroupDescMode.Default.(string)
+	// portgroup.ModeValidator is a validator for the "mode" field. It is called by the builders before save.
+	portgroup.ModeValidator = portgroupDescMode.Validators[0].(func(string) error)
+	// portgroupDescStandalonePortsSupported is the schema descriptor for standalone_ports_supported field.
+	portgroupDescStandalonePortsSupported := portgroupFields[6].Descriptor()
+	// portgroup.DefaultStandalonePortsSupported holds the default value on creation for the standalone_ports_supported field.
+	portgroup.DefaultStandalonePortsSupported = portgroupDescStandalonePortsSupported.Default.(bool)
+	// portgroupDescPhysicalNetwork is the schema descriptor for physical_network field.
+	portgroupDescPhysicalNetwork := portgroupFields[7].Descriptor()
+	// portgroup.PhysicalNetworkValidator is a validator for the "physical_network" field. It is called by the builders before save.
+	portgroup.PhysicalNetworkValidator = portgroupDescPhysicalNetwork.Validators[0].(func(string) error)
+	// portgroupDescCategory is the schema descriptor for category field.
+	portgroupDescCategory := portgroupFields[8].Descriptor()
+	// portgroup.CategoryValidator is a validator for the "category" field. It is called by the builders before save.
+	portgroup.CategoryValidator = portgroupDescCategory.Validators[0].(func(string) error)
 	roleassignmentFields := schema.RoleAssignment{}.Fields()
 	_ = roleassignmentFields
 	// roleassignmentDescSystem is the schema descriptor for system field.

@@ -28,8 +28,12 @@ type Tx struct {
 	NodeEvent *NodeEventClient
 	// PolicyOverride is the client for interacting with the PolicyOverride builders.
 	PolicyOverride *PolicyOverrideClient
+	// Port is the client for interacting with the Port builders.
+	Port *PortClient
 	// PortalSession is the client for interacting with the PortalSession builders.
 	PortalSession *PortalSessionClient
+	// Portgroup is the client for interacting with the Portgroup builders.
+	Portgroup *PortgroupClient
 	// RoleAssignment is the client for interacting with the RoleAssignment builders.
 	RoleAssignment *RoleAssignmentClient
 	// Runbook is the client for interacting with the Runbook builders.
@@ -180,7 +184,9 @@ func (tx *Tx) init() {
 	tx.Node = NewNodeClient(tx.config)
 	tx.NodeEvent = NewNodeEventClient(tx.config)
 	tx.PolicyOverride = NewPolicyOverrideClient(tx.config)
+	tx.Port = NewPortClient(tx.config)
 	tx.PortalSession = NewPortalSessionClient(tx.config)
+	tx.Portgroup = NewPortgroupClient(tx.config)
 	tx.RoleAssignment = NewRoleAssignmentClient(tx.config)
 	tx.Runbook = NewRunbookClient(tx.config)
 	tx.RunbookStep = NewRunbookStepClient(tx.config)

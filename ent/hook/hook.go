@@ -93,6 +93,18 @@ func (f PolicyOverrideFunc) Mutate(ctx context.Context, m ent.Mutation) (ent.Val
 	return nil, fmt.Errorf("unexpected mutation type %T. expect *ent.PolicyOverrideMutation", m)
 }
 
+// The PortFunc type is an adapter to allow the use of ordinary
+// function as Port mutator.
+type PortFunc func(context.Context, *ent.PortMutation) (ent.Value, error)
+
+// Mutate calls f(ctx, m).
+func (f PortFunc) Mutate(ctx context.Context, m ent.Mutation) (ent.Value, error) {
+	if mv, ok := m.(*ent.PortMutation); ok {
+		return f(ctx, mv)
+	}
+	return nil, fmt.Errorf("unexpected mutation type %T. expect *ent.PortMutation", m)
+}
+
 // The PortalSessionFunc type is an adapter to allow the use of ordinary
 // function as PortalSession mutator.
 type PortalSessionFunc func(context.Context, *ent.PortalSessionMutation) (ent.Value, error)
@@ -103,6 +115,18 @@ func (f PortalSessionFunc) Mutate(ctx context.Context, m ent.Mutation) (ent.Valu
 		return f(ctx, mv)
 	}
 	return nil, fmt.Errorf("unexpected mutation type %T. expect *ent.PortalSessionMutation", m)
+}
+
+// The PortgroupFunc type is an adapter to allow the use of ordinary
+// function as Portgroup mutator.
+type PortgroupFunc func(context.Context, *ent.PortgroupMutation) (ent.Value, error)
+
+// Mutate calls f(ctx, m).
+func (f PortgroupFunc) Mutate(ctx context.Context, m ent.Mutation) (ent.Value, error) {
+	if mv, ok := m.(*ent.PortgroupMutation); ok {
+		return f(ctx, mv)
+	}
+	return nil, fmt.Errorf("unexpected mutation type %T. expect *ent.PortgroupMutation", m)
 }
 
 // The RoleAssignmentFunc type is an adapter to allow the use of ordinary

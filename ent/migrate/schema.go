@@ -249,6 +249,58 @@ var (
 		Columns:    PolicyOverridesColumns,
 		PrimaryKey: []*schema.Column{PolicyOverridesColumns[0]},
 	}
+	// PortsColumns holds the columns for the "ports" table.
+	PortsColumns = []*schema.Column{
+		{Name: "id", Type: field.TypeInt, Increment: true},
+		{Name: "created_at", Type: field.TypeTime},
+		{Name: "updated_at", Type: field.TypeTime, Nullable: true},
+		{Name: "uuid", Type: field.TypeString, Unique: true, Size: 36},
+		{Name: "address", Type: field.TypeString, Unique: true, Size: 18},
+		{Name: "name", Type: field.TypeString, Unique: true, Nullable: true, Size: 255},
+		{Name: "local_link_connection", Type: field.TypeJSON, Nullable: true},
+		{Name: "pxe_enabled", Type: field.TypeBool, Default: true},
+		{Name: "physical_network", Type: field.TypeString, Nullable: true, Size: 64},
+		{Name: "internal_info", Type: field.TypeJSON, Nullable: true},
+		{Name: "extra", Type: field.TypeJSON, Nullable: true},
+		{Name: "is_smartnic", Type: field.TypeBool, Default: false},
+		{Name: "description", Type: field.TypeString, Nullable: true, Size: 255},
+		{Name: "vendor", Type: field.TypeString, Nullable: true, Size: 32},
+		{Name: "category", Type: field.TypeString, Nullable: true, Size: 80},
+		{Name: "node_id", Type: field.TypeInt},
+		{Name: "portgroup_id", Type: field.TypeInt, Nullable: true},
+	}
+	// PortsTable holds the schema information for the "ports" table.
+	PortsTable = &schema.Table{
+		Name:       "ports",
+		Columns:    PortsColumns,
+		PrimaryKey: []*schema.Column{PortsColumns[0]},
+		ForeignKeys: []*schema.ForeignKey{
+			{
+				Symbol:     "ports_nodes_ports",
+				Columns:    []*schema.Column{PortsColumns[15]},
+				RefColumns: []*schema.Column{NodesColumns[0]},
+				OnDelete:   schema.Cascade,
+			},
+			{
+				Symbol:     "ports_portgroups_ports",
+				Columns:    []*schema.Column{PortsColumns[16]},
+				RefColumns: []*schema.Column{PortgroupsColumns[0]},
+				OnDelete:   schema.SetNull,
+			},
+		},
+		Indexes: []*schema.Index{
+			{
+				Name:    "port_node_id",
+				Unique:  false,
+				Columns: []*schema.Column{PortsColumns[15]},
+			},
+			{
+				Name:    "port_portgroup_id",
+				Unique:  false,
+				Columns: []*schema.Column{PortsColumns[16]},
+			},
+		},
+	}
 	// PortalSessionsColumns holds the columns for the "portal_sessions" table.
 	PortalSessionsColumns = []*schema.Column{
 		{Name: "id", Type: field.TypeInt, Increment: true},
@@ -272,6 +324,44 @@ var (
 				Name:    "portalsession_expires_at",
 				Unique:  false,
 				Columns: []*schema.Column{PortalSessionsColumns[4]},
+			},
+		},
+	}
+	// PortgroupsColumns holds the columns for the "portgroups" table.
+	PortgroupsColumns = []*schema.Column{
+		{Name: "id", Type: field.TypeInt, Increment: true},
+		{Name: "created_at", Type: field.TypeTime},
+		{Name: "updated_at", Type: field.TypeTime, Nullable: true},
+		{Name: "uuid", Type: field.TypeString, Unique: true, Size: 36},
+		{Name: "name", Type: field.TypeString, Unique: true, Nullable: true, Size: 255},
+		{Name: "address", Type: field.TypeString, Unique: true, Nullable: true, Size: 18},
+		{Name: "mode", Type: field.TypeString, Size: 255, Default: "active-backup"},
+		{Name: "properties", Type: field.TypeJSON, Nullable: true},
+		{Name: "standalone_ports_supported", Type: field.TypeBool, Default: true},
+		{Name: "physical_network", Type: field.TypeString, Nullable: true, Size: 64},
+		{Name: "category", Type: field.TypeString, Nullable: true, Size: 80},
+		{Name: "internal_info", Type: field.TypeJSON, Nullable: true},
+		{Name: "extra", Type: field.TypeJSON, Nullable: true},
+		{Name: "node_id", Type: field.TypeInt},
+	}
+	// PortgroupsTable holds the schema information for the "portgroups" table.
+	PortgroupsTable = &schema.Table{
+		Name:       "portgroups",
+		Columns:    PortgroupsColumns,
+		PrimaryKey: []*schema.Column{PortgroupsColumns[0]},
+		ForeignKeys: []*schema.ForeignKey{
+			{
+				Symbol:     "portgroups_nodes_portgroups",
+				Columns:    []*schema.Column{PortgroupsColumns[13]},
+				RefColumns: []*schema.Column{NodesColumns[0]},
+				OnDelete:   schema.Cascade,
+			},
+		},
+		Indexes: []*schema.Index{
+			{
+				Name:    "portgroup_node_id",
+				Unique:  false,
+				Columns: []*schema.Column{PortgroupsColumns[13]},
 			},
 		},
 	}
@@ -452,7 +542,9 @@ var (
 		NodesTable,
 		NodeEventsTable,
 		PolicyOverridesTable,
+		PortsTable,
 		PortalSessionsTable,
+		PortgroupsTable,
 		RoleAssignmentsTable,
 		RunbooksTable,
 		RunbookStepsTable,
@@ -466,6 +558,9 @@ func init() {
 	APITokensTable.ForeignKeys[0].RefTable = UsersTable
 	AllocationsTable.ForeignKeys[0].RefTable = NodesTable
 	NodeEventsTable.ForeignKeys[0].RefTable = NodesTable
+	PortsTable.ForeignKeys[0].RefTable = NodesTable
+	PortsTable.ForeignKeys[1].RefTable = PortgroupsTable
+	PortgroupsTable.ForeignKeys[0].RefTable = NodesTable
 	RoleAssignmentsTable.ForeignKeys[0].RefTable = UsersTable
 	RunbookStepsTable.ForeignKeys[0].RefTable = RunbooksTable
 	TraitsTable.ForeignKeys[0].RefTable = NodesTable

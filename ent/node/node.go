@@ -76,6 +76,10 @@ const (
 	EdgeEvents = "events"
 	// EdgeAllocation holds the string denoting the allocation edge name in mutations.
 	EdgeAllocation = "allocation"
+	// EdgePorts holds the string denoting the ports edge name in mutations.
+	EdgePorts = "ports"
+	// EdgePortgroups holds the string denoting the portgroups edge name in mutations.
+	EdgePortgroups = "portgroups"
 	// Table holds the table name of the node in the database.
 	Table = "nodes"
 	// TraitsTable is the table that holds the traits relation/edge.
@@ -99,6 +103,20 @@ const (
 	AllocationInverseTable = "allocations"
 	// AllocationColumn is the table column denoting the allocation relation/edge.
 	AllocationColumn = "node_id"
+	// PortsTable is the table that holds the ports relation/edge.
+	PortsTable = "ports"
+	// PortsInverseTable is the table name for the Port entity.
+	// It exists in this package in order to avoid circular dependency with the "port" package.
+	PortsInverseTable = "ports"
+	// PortsColumn is the table column denoting the ports relation/edge.
+	PortsColumn = "node_id"
+	// PortgroupsTable is the table that holds the portgroups relation/edge.
+	PortgroupsTable = "portgroups"
+	// PortgroupsInverseTable is the table name for the Portgroup entity.
+	// It exists in this package in order to avoid circular dependency with the "portgroup" package.
+	PortgroupsInverseTable = "portgroups"
+	// PortgroupsColumn is the table column denoting the portgroups relation/edge.
+	PortgroupsColumn = "node_id"
 )
 
 // Columns holds all SQL columns for node fields.
@@ -322,6 +340,34 @@ func ByAllocationField(field string, opts ...sql.OrderTermOption) OrderOption {
 		sqlgraph.OrderByNeighborTerms(s, newAllocationStep(), sql.OrderByField(field, opts...))
 	}
 }
+
+// ByPortsCount orders the results by ports count.
+func ByPortsCount(opts ...sql.OrderTermOption) OrderOption {
+	return func(s *sql.Selector) {
+		sqlgraph.OrderByNeighborsCount(s, newPortsStep(), opts...)
+	}
+}
+
+// ByPorts orders the results by ports terms.
+func ByPorts(term sql.OrderTerm, terms ...sql.OrderTerm) OrderOption {
+	return func(s *sql.Selector) {
+		sqlgraph.OrderByNeighborTerms(s, newPortsStep(), append([]sql.OrderTerm{term}, terms...)...)
+	}
+}
+
+// ByPortgroupsCount orders the results by portgroups count.
+func ByPortgroupsCount(opts ...sql.OrderTermOption) OrderOption {
+	return func(s *sql.Selector) {
+		sqlgraph.OrderByNeighborsCount(s, newPortgroupsStep(), opts...)
+	}
+}
+
+// ByPortgroups orders the results by portgroups terms.
+func ByPortgroups(term sql.OrderTerm, terms ...sql.OrderTerm) OrderOption {
+	return func(s *sql.Selector) {
+		sqlgraph.OrderByNeighborTerms(s, newPortgroupsStep(), append([]sql.OrderTerm{term}, terms...)...)
+	}
+}
 func newTraitsStep() *sqlgraph.Step {
 	return sqlgraph.NewStep(
 		sqlgraph.From(Table, FieldID),
@@ -341,5 +387,19 @@ func newAllocationStep() *sqlgraph.Step {
 		sqlgraph.From(Table, FieldID),
 		sqlgraph.To(AllocationInverseTable, FieldID),
 		sqlgraph.Edge(sqlgraph.O2O, false, AllocationTable, AllocationColumn),
+	)
+}
+func newPortsStep() *sqlgraph.Step {
+	return sqlgraph.NewStep(
+		sqlgraph.From(Table, FieldID),
+		sqlgraph.To(PortsInverseTable, FieldID),
+		sqlgraph.Edge(sqlgraph.O2M, false, PortsTable, PortsColumn),
+	)
+}
+func newPortgroupsStep() *sqlgraph.Step {
+	return sqlgraph.NewStep(
+		sqlgraph.From(Table, FieldID),
+		sqlgraph.To(PortgroupsInverseTable, FieldID),
+		sqlgraph.Edge(sqlgraph.O2M, false, PortgroupsTable, PortgroupsColumn),
 	)
 }

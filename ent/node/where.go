@@ -1684,6 +1684,52 @@ func HasAllocationWith(preds ...predicate.Allocation) predicate.Node {
 	})
 }
 
+// HasPorts applies the HasEdge predicate on the "ports" edge.
+func HasPorts() predicate.Node {
+	return predicate.Node(func(s *sql.Selector) {
+		step := sqlgraph.NewStep(
+			sqlgraph.From(Table, FieldID),
+			sqlgraph.Edge(sqlgraph.O2M, false, PortsTable, PortsColumn),
+		)
+		sqlgraph.HasNeighbors(s, step)
+	})
+}
+
+// HasPortsWith applies the HasEdge predicate on the "ports" edge with a given conditions (other predicates).
+func HasPortsWith(preds ...predicate.Port) predicate.Node {
+	return predicate.Node(func(s *sql.Selector) {
+		step := newPortsStep()
+		sqlgraph.HasNeighborsWith(s, step, func(s *sql.Selector) {
+			for _, p := range preds {
+				p(s)
+			}
+		})
+	})
+}
+
+// HasPortgroups applies the HasEdge predicate on the "portgroups" edge.
+func HasPortgroups() predicate.Node {
+	return predicate.Node(func(s *sql.Selector) {
+		step := sqlgraph.NewStep(
+			sqlgraph.From(Table, FieldID),
+			sqlgraph.Edge(sqlgraph.O2M, false, PortgroupsTable, PortgroupsColumn),
+		)
+		sqlgraph.HasNeighbors(s, step)
+	})
+}
+
+// HasPortgroupsWith applies the HasEdge predicate on the "portgroups" edge with a given conditions (other predicates).
+func HasPortgroupsWith(preds ...predicate.Portgroup) predicate.Node {
+	return predicate.Node(func(s *sql.Selector) {
+		step := newPortgroupsStep()
+		sqlgraph.HasNeighborsWith(s, step, func(s *sql.Selector) {
+			for _, p := range preds {
+				p(s)
+			}
+		})
+	})
+}
+
 // And groups predicates with the AND operator between them.
 func And(predicates ...predicate.Node) predicate.Node {
 	return predicate.Node(sql.AndPredicates(predicates...))

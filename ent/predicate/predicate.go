@@ -27,8 +27,14 @@ type NodeEvent func(*sql.Selector)
 // PolicyOverride is the predicate function for policyoverride builders.
 type PolicyOverride func(*sql.Selector)
 
+// Port is the predicate function for port builders.
+type Port func(*sql.Selector)
+
 // PortalSession is the predicate function for portalsession builders.
 type PortalSession func(*sql.Selector)
+
+// Portgroup is the predicate function for portgroup builders.
+type Portgroup func(*sql.Selector)
 
 // RoleAssignment is the predicate function for roleassignment builders.
 type RoleAssignment func(*sql.Selector)

@@ -59,6 +59,9 @@ func (Node) Edges() []ent.Edge {
 		edge.To("traits", Trait.Type).Annotations(entsql.OnDelete(entsql.Cascade)),
 		edge.To("events", NodeEvent.Type).Annotations(entsql.OnDelete(entsql.Cascade)),
 		edge.To("allocation", Allocation.Type).Unique(),
+		// A node's ports and portgroups go with it, as in Ironic.
+		edge.To("ports", Port.Type).Annotations(entsql.OnDelete(entsql.Cascade)),
+		edge.To("portgroups", Portgroup.Type).Annotations(entsql.OnDelete(entsql.Cascade)),
 	}
 }
 
