@@ -122,6 +122,25 @@ func Defaults() []Rule {
 		{"baremetal:allocation:delete", "rule:system_member or (role:member and rule:is_allocation_owner)", sysProj, "Release an allocation.", []string{"DELETE /v1/allocations/{allocation}"}},
 		{"baremetal:allocation:update", "rule:system_member or (role:member and rule:is_allocation_owner)", sysProj, "Change name and extra fields of an allocation.", []string{"PATCH /v1/allocations/{allocation}"}},
 
+		// Ports, portgroups and VIFs: a port has no owner of its own, so
+		// each rule is checked against its node's owner and lessee.
+		{"system_admin_or_owner_admin", "rule:system_admin or rule:system_service or rule:owner_admin or rule:owner_manager or rule:project_service", baseRule, "System admins and the owner's admins and managers (SYSTEM_ADMIN_OR_OWNER_ADMIN).", nil},
+		{"baremetal:port:get", "rule:system_or_project_reader", sysProj, "Show a port.", []string{"GET /v1/ports/{port_id}", "GET /v1/nodes/{node}/ports", "GET /v1/portgroups/{portgroup}/ports"}},
+		{"baremetal:port:list", "role:reader or role:service", sysProj, "List ports on nodes the caller's project owns or leases.", []string{"GET /v1/ports", "GET /v1/ports/detail"}},
+		{"baremetal:port:list_all", "rule:system_reader", sysProj, "List every port.", []string{"GET /v1/ports", "GET /v1/ports/detail"}},
+		{"baremetal:port:create", "rule:system_admin_or_owner_admin", sysProj, "Create a port.", []string{"POST /v1/ports"}},
+		{"baremetal:port:update", "rule:system_member_or_owner_admin", sysProj, "Update a port.", []string{"PATCH /v1/ports/{port_id}"}},
+		{"baremetal:port:delete", "rule:system_admin_or_owner_admin", sysProj, "Delete a port.", []string{"DELETE /v1/ports/{port_id}"}},
+		{"baremetal:portgroup:get", "rule:system_or_project_reader", sysProj, "Show a portgroup.", []string{"GET /v1/portgroups/{portgroup}", "GET /v1/nodes/{node}/portgroups"}},
+		{"baremetal:portgroup:list", "role:reader or role:service", sysProj, "List portgroups on nodes the caller's project owns or leases.", []string{"GET /v1/portgroups", "GET /v1/portgroups/detail"}},
+		{"baremetal:portgroup:list_all", "rule:system_reader", sysProj, "List every portgroup.", []string{"GET /v1/portgroups", "GET /v1/portgroups/detail"}},
+		{"baremetal:portgroup:create", "rule:system_admin_or_owner_admin", sysProj, "Create a portgroup.", []string{"POST /v1/portgroups"}},
+		{"baremetal:portgroup:update", "rule:system_member_or_owner_admin", sysProj, "Update a portgroup.", []string{"PATCH /v1/portgroups/{portgroup}"}},
+		{"baremetal:portgroup:delete", "rule:system_admin_or_owner_admin", sysProj, "Delete a portgroup.", []string{"DELETE /v1/portgroups/{portgroup}"}},
+		{"baremetal:node:vif:list", "rule:system_or_project_reader", sysProj, "List VIFs attached to a node.", []string{"GET /v1/nodes/{node}/vifs"}},
+		{"baremetal:node:vif:attach", "rule:system_or_owner_member_and_lessee_admin", sysProj, "Attach a VIF to a node.", []string{"POST /v1/nodes/{node}/vifs"}},
+		{"baremetal:node:vif:detach", "rule:system_or_owner_member_and_lessee_admin", sysProj, "Detach a VIF from a node.", []string{"DELETE /v1/nodes/{node}/vifs/{vif}"}},
+
 		// Drivers.
 		{"baremetal:driver:get", "rule:system_reader", sys, "View list of available drivers.", []string{"GET /v1/drivers", "GET /v1/drivers/{driver_name}"}},
 		{"baremetal:driver:get_properties", "rule:system_reader", sys, "View driver-specific properties.", []string{"GET /v1/drivers/{driver_name}/properties"}},
