@@ -32,6 +32,7 @@ import (
 	"github.com/anvilproject/anvil/server/obs"
 	"github.com/anvilproject/anvil/server/oidclogin"
 	"github.com/anvilproject/anvil/server/override"
+	"github.com/anvilproject/anvil/server/ports"
 	"github.com/anvilproject/anvil/server/runbooks"
 	"github.com/anvilproject/anvil/server/store"
 	"github.com/anvilproject/anvil/web"
@@ -86,7 +87,9 @@ type App struct {
 	Runbooks *runbooks.Service
 	// Allocations is the allocation service.
 	Allocations *allocations.Service
-	Portal      *web.Portal
+	// Ports is the port, portgroup and VIF service.
+	Ports  *ports.Service
+	Portal *web.Portal
 	// Overrides keeps the enforcer in step with policy.d and the stored
 	// override.
 	Overrides *override.Manager
@@ -132,6 +135,7 @@ func New(ctx context.Context, o Options) (*App, error) {
 	a.IDs = identity.New(db, a.Audit)
 	a.Runbooks = runbooks.New(db, a.Guard)
 	a.Allocations = allocations.New(db, a.Guard)
+	a.Ports = ports.New(db, a.Guard, a.Nodes)
 	a.Cond = conductor.New(db, o.Log, o.Conductor)
 	if !o.AuthNone {
 		pw, err := a.IDs.Bootstrap(ctx)
@@ -201,7 +205,7 @@ func (a *App) routes() *fiber.App {
 		// every other client on to version discovery.
 		a.Portal.Register(app)
 	}
-	(&api.API{Nodes: a.Nodes, Ops: a.Portal.Ops, Runbooks: a.Runbooks, Allocations: a.Allocations, Guard: a.Guard, Audit: a.Audit, Log: a.opts.Log}).Register(app, v1)
+	(&api.API{Nodes: a.Nodes, Ops: a.Portal.Ops, Runbooks: a.Runbooks, Allocations: a.Allocations, Ports: a.Ports, Guard: a.Guard, Audit: a.Audit, Log: a.opts.Log}).Register(app, v1)
 	return app
 }
 

@@ -17,6 +17,7 @@ import (
 	"github.com/anvilproject/anvil/server/errs"
 	"github.com/anvilproject/anvil/server/guard"
 	"github.com/anvilproject/anvil/server/nodes"
+	"github.com/anvilproject/anvil/server/ports"
 	"github.com/anvilproject/anvil/server/runbooks"
 )
 
@@ -32,9 +33,11 @@ type API struct {
 	Runbooks *runbooks.Service
 	// Allocations serves /v1/allocations.
 	Allocations *allocations.Service
-	Guard       *guard.Guard
-	Audit       *audit.Log
-	Log         *slog.Logger
+	// Ports serves ports, portgroups and VIFs.
+	Ports *ports.Service
+	Guard *guard.Guard
+	Audit *audit.Log
+	Log   *slog.Logger
 }
 
 type verKey struct{}
@@ -84,6 +87,7 @@ func (a *API) Register(root fiber.Router, v1 fiber.Router) {
 	a.registerRunbooks(v1)
 	a.registerAllocations(v1)
 	a.registerDrivers(v1)
+	a.registerPorts(v1)
 }
 
 func baseURL(c *fiber.Ctx) string { return c.BaseURL() }

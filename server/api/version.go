@@ -46,6 +46,26 @@ const (
 	VerLessee         Version = 65 // lessee field and filter
 	VerDisableRamdisk Version = 70 // disable_ramdisk in manual cleaning
 	VerHistory        Version = 78 // node history
+	// Ports, portgroups and VIFs. Fields newer than VerMax are stored and
+	// carried, and shown once the maximum reaches their version.
+	VerPortInternalInfo  Version = 18  // port internal_info
+	VerPortAdvancedNet   Version = 19  // port pxe_enabled, local_link_connection
+	VerPortgroups        Version = 23  // /v1/portgroups
+	VerPortgroupSub      Version = 24  // portgroup_uuid, /nodes/{n}/portgroups, /portgroups/{pg}/ports
+	VerPortgroupMode     Version = 26  // portgroup mode and properties
+	VerVIFs              Version = 28  // /v1/nodes/{node}/vifs
+	VerPortPhysnet       Version = 34  // port physical_network
+	VerDetailQuery       Version = 43  // ?detail= on lists
+	VerPortSmartNIC      Version = 53  // port is_smartnic
+	VerVIFAttachPort     Version = 67  // port_uuid / portgroup_uuid in a VIF attach
+	VerNodeShard         Version = 82  // ?shard=
+	VerPortName          Version = 88  // port name
+	VerPortDescription   Version = 97  // port description, ?description_contains=
+	VerConductorGroups   Version = 99  // ?conductor_groups= on ports and portgroups
+	VerPortVendor        Version = 100 // port vendor
+	VerPortCategory      Version = 101 // port category
+	VerPortgroupPhysnet  Version = 102 // portgroup physical_network
+	VerPortgroupCategory Version = 103 // portgroup category
 	// VerMax is the newest version whose behaviour for the resources Anvil
 	// implements is really in place. Debian's python3-ironicclient 5.0.1
 	// knows up to 1.78 and negotiates down to the lower of the two.

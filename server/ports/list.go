@@ -112,24 +112,51 @@ func (pg paging) after(val any, id int) func(*entsql.Selector) {
 	}
 }
 
-// markerValue reads the marker row's sort value from the database, so
-// one query serves every column and both databases compare like with like.
-func (pg paging) markerValue(ctx context.Context, c *ent.Client, table string, id int) (any, error) {
-	sel := entsql.Select().From(entsql.Table(table))
-	sel.Select(entsql.As(pg.expr(sel), "v")).Where(entsql.EQ(sel.C("id"), id))
-	q, args := sel.Query()
-	rows, err := c.QueryContext(ctx, q, args...)
-	if err != nil {
-		return nil, err
+// portMarker and pgMarker are the marker row's value in the sort
+// column, NULL read as "" as the ORDER BY reads it.
+func portMarker(m *ent.Port, col string) any {
+	switch col {
+	case "uuid":
+		return m.UUID
+	case "address":
+		return m.Address
+	case "created_at":
+		return m.CreatedAt
+	case "pxe_enabled":
+		return m.PxeEnabled
+	case "physical_network":
+		return deref(m.PhysicalNetwork)
+	case "is_smartnic":
+		return m.IsSmartnic
+	case "name":
+		return deref(m.Name)
 	}
-	defer rows.Close()
-	var v any
-	for rows.Next() {
-		if err := rows.Scan(&v); err != nil {
-			return nil, err
-		}
+	return m.ID
+}
+
+func pgMarker(m *ent.Portgroup, col string) any {
+	switch col {
+	case "uuid":
+		return m.UUID
+	case "address":
+		return deref(m.Address)
+	case "name":
+		return deref(m.Name)
+	case "created_at":
+		return m.CreatedAt
+	case "mode":
+		return m.Mode
+	case "standalone_ports_supported":
+		return m.StandalonePortsSupported
 	}
-	return v, rows.Err()
+	return m.ID
+}
+
+func deref(p *string) string {
+	if p == nil {
+		return ""
+	}
+	return *p
 }
 
 // scope returns the project a list is limited to ("" for every port),
@@ -201,11 +228,7 @@ func (s *Service) ListPorts(ctx context.Context, o ListOptions) ([]*Port, bool, 
 		if err != nil {
 			return nil, false, errs.BadRequest("marker", "marker %s does not name a port", o.Marker)
 		}
-		val, err := pg.markerValue(ctx, s.db.Client, port.Table, m.ID)
-		if err != nil {
-			return nil, false, err
-		}
-		q = q.Where(predicate.Port(pg.after(val, m.ID)))
+		q = q.Where(predicate.Port(pg.after(portMarker(m, pg.col), m.ID)))
 	}
 	ps, err := q.Order(pg.order).Limit(pg.limit + 1).
 		WithNode(func(nq *ent.NodeQuery) { nq.Select(node.FieldUUID) }).
@@ -266,11 +289,7 @@ func (s *Service) ListPortgroups(ctx context.Context, o ListOptions) ([]*Portgro
 		if err != nil {
 			return nil, false, errs.BadRequest("marker", "marker %s does not name a portgroup", o.Marker)
 		}
-		val, err := pg.markerValue(ctx, s.db.Client, portgroup.Table, m.ID)
-		if err != nil {
-			return nil, false, err
-		}
-		q = q.Where(predicate.Portgroup(pg.after(val, m.ID)))
+		q = q.Where(predicate.Portgroup(pg.after(pgMarker(m, pg.col), m.ID)))
 	}
 	gs, err := q.Order(pg.order).Limit(pg.limit + 1).
 		WithNode(func(nq *ent.NodeQuery) { nq.Select(node.FieldUUID) }).All(ctx)
