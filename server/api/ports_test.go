@@ -1,10 +1,12 @@
 package api_test
 
 import (
+	"context"
 	"fmt"
 	"strings"
 	"testing"
 
+	"github.com/anvilproject/anvil/ent"
 	"github.com/anvilproject/anvil/server/servertest"
 	"github.com/anvilproject/anvil/server/store"
 	"github.com/anvilproject/anvil/server/store/storetest"
@@ -352,4 +354,83 @@ func TestPortsHidden(t *testing.T) {
 			t.Errorf("%d audit events for port creation", n)
 		}
 	})
+}
+
+// TestEnsurePort: the call inspection makes for each NIC it finds creates
+// the port once, keeps it on a second call, and refuses a MAC another
+// node has.
+func TestEnsurePort(t *testing.T) {
+	storetest.Each(t, func(t *testing.T, setting string, _ *store.DB) {
+		srv, c := start(t, setting)
+		n1 := mkNode(t, c, "e-n1")
+		n2 := mkNode(t, c, "e-n2")
+		ctx := context.Background()
+		p, created, err := srv.Ports.EnsurePort(ctx, n1, "52:54:00:EE:00:01")
+		if err != nil || !created || p.Address != "52:54:00:ee:00:01" || !p.PxeEnabled {
+			t.Fatalf("first: %v %v %v", p, created, err)
+		}
+		again, created, err := srv.Ports.EnsurePort(ctx, n1, "52:54:00:ee:00:01")
+		if err != nil || created || again.UUID != p.UUID {
+			t.Fatalf("second: %v %v %v", again, created, err)
+		}
+		if _, _, err := srv.Ports.EnsurePort(ctx, n2, "52:54:00:ee:00:01"); err == nil || !strings.Contains(err.Error(), "already exists") {
+			t.Errorf("MAC of another node: %v", err)
+		}
+		if _, _, err := srv.Ports.EnsurePort(ctx, n2, "bogus"); err == nil {
+			t.Error("bogus MAC accepted")
+		}
+		if got := listOf(t, c, "/v1/nodes/e-n1/ports", "ports", "address"); strings.Join(got, ",") != "52:54:00:ee:00:01" {
+			t.Errorf("ports of e-n1: %v", got)
+		}
+		if got := listOf(t, c, "/v1/nodes/e-n2/ports", "ports", "address"); len(got) != 0 {
+			t.Errorf("ports of e-n2: %v", got)
+		}
+	})
+}
+
+// TestNoopVIFs: on a node whose network interface is noop, VIF calls
+// succeed and record nothing, as Ironic's noop interface.
+func TestNoopVIFs(t *testing.T) {
+	storetest.Each(t, func(t *testing.T, setting string, _ *store.DB) {
+		srv, c := start(t, setting)
+		srv.Ports.NetworkInterface = func(n *ent.Node) string {
+			if n.Name != nil && *n.Name == "noop-n" {
+				return "noop"
+			}
+			return "flat"
+		}
+		n := mkNode(t, c, "noop-n")
+		mkPort(t, c, n, "52:54:00:ff:00:01")
+		mustStatus(t, c.Do(t, "POST", "/v1/nodes/noop-n/vifs", map[string]any{"id": "200712fc-fdfb-47da-89a6-2d19f76c7618"}), 204)
+		if got := listOf(t, c, "/v1/nodes/noop-n/vifs", "vifs", "id"); len(got) != 0 {
+			t.Errorf("noop lists %v", got)
+		}
+		mustStatus(t, c.Do(t, "DELETE", "/v1/nodes/noop-n/vifs/200712fc-fdfb-47da-89a6-2d19f76c7618", nil), 204)
+		mkNode(t, c, "flat-n")
+		r := c.Do(t, "POST", "/v1/nodes/flat-n/vifs", map[string]any{"id": "v1"})
+		if r.Status != 400 || !strings.Contains(r.Fault(t), "not enough free physical ports") {
+			t.Errorf("flat node without ports: %d %s", r.Status, r.Body)
+		}
+		mustStatus(t, c.Do(t, "GET", "/v1/nodes/7d1b0ae4-7d4d-4b0e-a8f0-000000000000/vifs", nil), 404)
+	})
+}
+
+// TestPortsUnknownQuery walks every port and portgroup list with a
+// parameter it does not define: each answers 400 naming it.
+func TestPortsUnknownQuery(t *testing.T) {
+	_, c := start(t, storetest.Setting(t, "sqlite"))
+	n := mkNode(t, c, "uq")
+	p := mkPort(t, c, n, "52:54:00:10:00:01")["uuid"].(string)
+	mustStatus(t, c.Do(t, "POST", "/v1/portgroups", map[string]any{"node_uuid": n, "name": "uqb"}), 201)
+	for _, path := range []string{
+		"/v1/ports", "/v1/ports/detail", "/v1/ports/" + p, "/v1/nodes/uq/ports", "/v1/nodes/uq/ports/detail",
+		"/v1/portgroups", "/v1/portgroups/detail", "/v1/portgroups/uqb", "/v1/portgroups/uqb/ports",
+		"/v1/portgroups/uqb/ports/detail", "/v1/nodes/uq/portgroups", "/v1/nodes/uq/portgroups/detail",
+		"/v1/nodes/uq/vifs",
+	} {
+		r := c.Do(t, "GET", path+"?zzz=1&foo=bar", nil)
+		if r.Status != 400 || !strings.Contains(r.Fault(t), "Unexpected arguments: foo, zzz") {
+			t.Errorf("GET %s?foo=bar: %d %s", path, r.Status, r.Body)
+		}
+	}
 }

@@ -59,6 +59,15 @@ type Service struct {
 	db    *store.DB
 	guard *guard.Guard
 	nodes *nodes.Service
+	// NetworkInterface names a node's network interface; "noop" makes
+	// VIF calls succeed without recording anything, as Ironic's noop
+	// interface does. Nil means every node is "flat".
+	NetworkInterface func(*ent.Node) string
+}
+
+// noop reports whether n's network interface is Ironic's noop.
+func (s *Service) noop(n *ent.Node) bool {
+	return s.NetworkInterface != nil && s.NetworkInterface(n) == "noop"
 }
 
 // New returns the port service; ns resolves and authorizes nodes.

@@ -19,6 +19,9 @@ func (s *Service) VIFs(ctx context.Context, nodeIdent string) ([]string, error) 
 	if err != nil {
 		return nil, err
 	}
+	if s.noop(n) {
+		return []string{}, nil
+	}
 	ps, err := s.db.Port.Query().Where(port.NodeID(n.ID)).Order(ent.Asc(port.FieldID)).All(ctx)
 	if err != nil {
 		return nil, err
@@ -75,7 +78,8 @@ func (s *Service) attach(ctx context.Context, n *ent.Node, in VIFRequest, target
 		return errs.BadRequest("port_uuid", "Cannot specify both port_uuid and portgroup_uuid")
 	}
 	return store.WithTx(ctx, s.db, func(tx *ent.Client) error {
-		if _, err := lockNode(ctx, tx, n.ID); err != nil {
+		n, err := lockNode(ctx, tx, n.ID)
+		if err != nil || s.noop(n) {
 			return err
 		}
 		ps, err := tx.Port.Query().Where(port.NodeID(n.ID)).Order(ent.Asc(port.FieldID)).All(ctx)
@@ -177,7 +181,8 @@ func (s *Service) DetachVIF(ctx context.Context, nodeIdent, vif string) error {
 		return err
 	}
 	err = store.WithTx(ctx, s.db, func(tx *ent.Client) error {
-		if _, err := lockNode(ctx, tx, n.ID); err != nil {
+		n, err := lockNode(ctx, tx, n.ID)
+		if err != nil || s.noop(n) {
 			return err
 		}
 		gs, err := tx.Portgroup.Query().Where(portgroup.NodeID(n.ID)).All(ctx)
