@@ -120,7 +120,51 @@ var matrix = []struct {
 	{"GET", "/v1/drivers/ipmi/raid/logical_disk_properties", "", "401 | 200 200 200 200 | 403 403 403 403 403 | 403 403 403 403 403 | 403 403 403 403 | 200"},
 	// Anvil's audit log is for people: no service user reads it.
 	{"GET", "/v1/events", "", "401 | 200 200 200 403 | 403 403 403 403 403 | 403 403 403 403 403 | 403 403 403 403 | 403"},
+	// Ports, portgroups and VIFs are checked against the node's owner and
+	// lessee; {p} is a port on the node, {pg} a portgroup, {vif} a VIF on
+	// {p}. get and vif:list are SYSTEM_OR_PROJECT_READER, list API_READER,
+	// create and delete SYSTEM_ADMIN_OR_OWNER_ADMIN, update
+	// SYSTEM_MEMBER_OR_OWNER_ADMIN, vif attach and detach
+	// SYSTEM_OR_OWNER_MEMBER_AND_LESSEE_ADMIN. A POST naming a node the
+	// caller cannot see is answered as one naming a missing node (400).
+	{"GET", "/v1/ports", "", "401 | 200 200 200 200 | 200 200 200 200 200 | 200 200 200 200 200 | 200 200 200 200 | 200"},
+	{"GET", "/v1/ports/{p}", "", "401 | 200 200 200 200 | 200 200 200 200 200 | 200 200 200 200 404 | 404 404 404 404 | 200"},
+	{"GET", "/v1/nodes/{n}/ports", "", "401 | 200 200 200 200 | 200 200 200 200 200 | 200 200 200 200 404 | 404 404 404 404 | 200"},
+	{"POST", "/v1/ports", `{"node_uuid":"{n}","address":"{mac}"}`, "401 | 201 403 403 201 | 201 201 403 403 201 | 403 403 403 403 400 | 400 400 400 400 | 403"},
+	{"PATCH", "/v1/ports/{p}", `[{"op":"add","path":"/extra/k","value":"v"}]`, "401 | 200 200 403 200 | 200 200 403 403 200 | 403 403 403 403 404 | 404 404 404 404 | 200"},
+	{"DELETE", "/v1/ports/{p}", "", "401 | 204 403 403 204 | 204 204 403 403 204 | 403 403 403 403 404 | 404 404 404 404 | 403"},
+	{"GET", "/v1/portgroups", "", "401 | 200 200 200 200 | 200 200 200 200 200 | 200 200 200 200 200 | 200 200 200 200 | 200"},
+	{"GET", "/v1/portgroups/{pg}", "", "401 | 200 200 200 200 | 200 200 200 200 200 | 200 200 200 200 404 | 404 404 404 404 | 200"},
+	{"POST", "/v1/portgroups", `{"node_uuid":"{n}"}`, "401 | 201 403 403 201 | 201 201 403 403 201 | 403 403 403 403 400 | 400 400 400 400 | 403"},
+	{"PATCH", "/v1/portgroups/{pg}", `[{"op":"add","path":"/extra/k","value":"v"}]`, "401 | 200 200 403 200 | 200 200 403 403 200 | 403 403 403 403 404 | 404 404 404 404 | 200"},
+	{"DELETE", "/v1/portgroups/{pg}", "", "401 | 204 403 403 204 | 204 204 403 403 204 | 403 403 403 403 404 | 404 404 404 404 | 403"},
+	{"GET", "/v1/nodes/{n}/vifs", "", "401 | 200 200 200 200 | 200 200 200 200 200 | 200 200 200 200 404 | 404 404 404 404 | 200"},
+	{"POST", "/v1/nodes/{n}/vifs", `{"id":"vif-{i}","port_uuid":"{p}"}`, "401 | 204 204 403 204 | 204 204 204 403 204 | 204 204 403 403 404 | 404 404 404 404 | 204"},
+	{"DELETE", "/v1/nodes/{n}/vifs/{vif}", "", "401 | 204 204 403 204 | 204 204 204 403 204 | 204 204 403 403 404 | 404 404 404 404 | 204"},
 	{"GET", "/v1", "", "200 | 200 200 200 200 | 200 200 200 200 200 | 200 200 200 200 200 | 200 200 200 200 | 200"},
+}
+
+// rbacPortFixtures creates what a port row names on node id: a port for
+// {p} or {vif} (the VIF attached to it), a portgroup for {pg}; it returns
+// their replacements.
+func rbacPortFixtures(t *testing.T, admin *servertest.Client, text, id string, i int) []string {
+	t.Helper()
+	var rep []string
+	if strings.Contains(text, "{p}") || strings.Contains(text, "{vif}") {
+		r := admin.Do(t, "POST", "/v1/ports", map[string]any{"node_uuid": id, "address": fmt.Sprintf("52:54:01:%02x:%02x:%02x", i>>16&255, i>>8&255, i&255)})
+		mustStatus(t, r, 201)
+		rep = append(rep, "{p}", r.JSON(t)["uuid"].(string))
+	}
+	if strings.Contains(text, "{vif}") {
+		mustStatus(t, admin.Do(t, "POST", "/v1/nodes/"+id+"/vifs", map[string]any{"id": fmt.Sprintf("vif-%d", i)}), 204)
+		rep = append(rep, "{vif}", fmt.Sprintf("vif-%d", i))
+	}
+	if strings.Contains(text, "{pg}") {
+		r := admin.Do(t, "POST", "/v1/portgroups", map[string]any{"node_uuid": id})
+		mustStatus(t, r, 201)
+		rep = append(rep, "{pg}", r.JSON(t)["uuid"].(string))
+	}
+	return rep
 }
 
 // startLocal serves with authentication on and mints one token per
@@ -173,10 +217,12 @@ func TestRBACMatrix(t *testing.T) {
 				mustStatus(t, r, 201)
 				id := r.JSON(t)["uuid"].(string)
 				mustStatus(t, admin.Do(t, "PUT", "/v1/nodes/"+id+"/traits/CUSTOM_A", nil), 204)
-				path := strings.NewReplacer("{n}", id, "{name}", name).Replace(row.path)
+				rep := []string{"{n}", id, "{name}", name, "{i}", strconv.Itoa(i), "{mac}", fmt.Sprintf("52:54:00:%02x:%02x:%02x", i>>16&255, i>>8&255, i&255)}
+				rep = append(rep, rbacPortFixtures(t, admin, row.path+row.body, id, i)...)
+				path := strings.NewReplacer(rep...).Replace(row.path)
 				var body any
 				if row.body != "" {
-					body = strings.ReplaceAll(row.body, "{i}", strconv.Itoa(i))
+					body = strings.NewReplacer(rep...).Replace(row.body)
 				}
 				got := clients[p.name].Do(t, row.method, path, body)
 				if strconv.Itoa(got.Status) != want[col] {
