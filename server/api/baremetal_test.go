@@ -198,3 +198,73 @@ func TestBaremetalCLIAsTenant(t *testing.T) {
 		}
 	})
 }
+
+// TestBaremetalCLIPorts drives the real client through ports, port groups
+// and VIFs, as the README's walk-through does.
+func TestBaremetalCLIPorts(t *testing.T) {
+	storetest.Each(t, func(t *testing.T, setting string, _ *store.DB) {
+		srv, _ := start(t, setting)
+		bm := newCLI(t, srv.URL, "--os-auth-type", "none", "--os-baremetal-api-version", "1.78")
+		bm.json("node", "create", "--driver", "fake", "--name", "cli-p1")
+
+		g := bm.json("port", "group", "create", "--node", "cli-p1", "--name", "bond0", "--address", "52:54:00:12:34:50", "--mode", "802.3ad").(map[string]any)
+		if g["name"] != "bond0" || g["mode"] != "802.3ad" {
+			t.Fatalf("port group create: %v", g)
+		}
+		p := bm.json("port", "create", "52:54:00:12:34:56", "--node", "cli-p1", "--local-link-connection", "switch_id=0a:1b:2c:3d:4e:5f",
+			"--local-link-connection", "port_id=Eth1/7", "--physical-network", "physnet1", "--extra", "rack=r7").(map[string]any)
+		if p["address"] != "52:54:00:12:34:56" || p["physical_network"] != "physnet1" || p["pxe_enabled"] != true {
+			t.Fatalf("port create: %v", p)
+		}
+		id := p["uuid"].(string)
+		bm.json("port", "create", "52:54:00:12:34:57", "--node", "cli-p1", "--port-group", "bond0", "--pxe-enabled", "false")
+
+		rows := bm.json("port", "list", "--node", "cli-p1", "--sort", "address").([]any)
+		if len(rows) != 2 || rows[0].(map[string]any)["Address"] != "52:54:00:12:34:56" {
+			t.Fatalf("port list --node: %v", rows)
+		}
+		if rows := bm.json("port", "list", "--address", "52:54:00:12:34:57").([]any); len(rows) != 1 {
+			t.Fatalf("port list --address: %v", rows)
+		}
+		if rows := bm.json("port", "list", "--port-group", "bond0", "--long").([]any); len(rows) != 1 || rows[0].(map[string]any)["Portgroup UUID"] != g["uuid"] {
+			t.Fatalf("port list --port-group --long: %v", rows)
+		}
+		if rows := bm.json("port", "group", "list").([]any); len(rows) != 1 || rows[0].(map[string]any)["Name"] != "bond0" {
+			t.Fatalf("port group list: %v", rows)
+		}
+
+		bm.run(false, "port", "set", id, "--extra", "rack=r8", "--physical-network", "physnet2")
+		s := bm.json("port", "show", id).(map[string]any)
+		if s["extra"].(map[string]any)["rack"] != "r8" || s["physical_network"] != "physnet2" {
+			t.Fatalf("port show after set: %v", s)
+		}
+		if errOut := bm.run(true, "port", "create", "52:54:00:12:34:56", "--node", "cli-p1"); !strings.Contains(errOut, "already exists") {
+			t.Fatalf("duplicate MAC: %s", errOut)
+		}
+		if errOut := bm.run(true, "port", "create", "not-a-mac", "--node", "cli-p1"); !strings.Contains(errOut, "not-a-mac") {
+			t.Fatalf("bad MAC error does not name it: %s", errOut)
+		}
+
+		// The node's network interface is flat in this branch: VIFs land
+		// on the portgroup first.
+		bm.run(false, "node", "vif", "attach", "cli-p1", "vif-one")
+		bm.run(false, "node", "vif", "attach", "cli-p1", "vif-two")
+		vifs := bm.json("node", "vif", "list", "cli-p1").([]any)
+		if len(vifs) != 2 {
+			t.Fatalf("vif list: %v", vifs)
+		}
+		if errOut := bm.run(true, "node", "vif", "attach", "cli-p1", "vif-three"); !strings.Contains(errOut, "not enough free physical ports") {
+			t.Fatalf("third vif: %s", errOut)
+		}
+		bm.run(false, "node", "vif", "detach", "cli-p1", "vif-two")
+		if vifs := bm.json("node", "vif", "list", "cli-p1").([]any); len(vifs) != 1 || vifs[0].(map[string]any)["ID"] != "vif-one" {
+			t.Fatalf("vif list after detach: %v", vifs)
+		}
+
+		bm.run(false, "node", "vif", "detach", "cli-p1", "vif-one")
+		bm.run(false, "port", "delete", id)
+		if rows := bm.json("port", "list").([]any); len(rows) != 1 {
+			t.Fatalf("port list after delete: %v", rows)
+		}
+	})
+}

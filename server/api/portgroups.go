@@ -113,7 +113,7 @@ type portgroupCreate struct {
 	Name                     *string        `json:"name"`
 	Mode                     *string        `json:"mode"`
 	Properties               map[string]any `json:"properties"`
-	StandalonePortsSupported *bool          `json:"standalone_ports_supported"`
+	StandalonePortsSupported flexBool       `json:"standalone_ports_supported"`
 	PhysicalNetwork          *string        `json:"physical_network"`
 	Category                 *string        `json:"category"`
 	Extra                    map[string]any `json:"extra"`
@@ -138,7 +138,7 @@ func (a *API) createPortgroup(c *fiber.Ctx) error {
 	}
 	g, err := a.Ports.CreatePortgroup(c.UserContext(), ports.PortgroupInput{
 		UUID: in.UUID, Node: in.NodeUUID, Address: in.Address, Name: in.Name, Mode: in.Mode,
-		Properties: in.Properties, StandalonePortsSupported: in.StandalonePortsSupported,
+		Properties: in.Properties, StandalonePortsSupported: in.StandalonePortsSupported.v,
 		PhysicalNetwork: in.PhysicalNetwork, Category: in.Category, Extra: in.Extra,
 	})
 	if err != nil {

@@ -122,10 +122,10 @@ type portCreate struct {
 	NodeUUID            string         `json:"node_uuid"`
 	PortgroupUUID       *string        `json:"portgroup_uuid"`
 	LocalLinkConnection map[string]any `json:"local_link_connection"`
-	PXEEnabled          *bool          `json:"pxe_enabled"`
+	PXEEnabled          flexBool       `json:"pxe_enabled"`
 	PhysicalNetwork     *string        `json:"physical_network"`
 	Extra               map[string]any `json:"extra"`
-	IsSmartNIC          *bool          `json:"is_smartnic"`
+	IsSmartNIC          flexBool       `json:"is_smartnic"`
 	Name                *string        `json:"name"`
 	Description         *string        `json:"description"`
 	Vendor              *string        `json:"vendor"`
@@ -141,8 +141,8 @@ func (a *API) createPort(c *fiber.Ctx) error {
 	gate := portTable.gate(v)
 	for f, set := range map[string]bool{
 		"portgroup_uuid": in.PortgroupUUID != nil, "local_link_connection": in.LocalLinkConnection != nil,
-		"pxe_enabled": in.PXEEnabled != nil, "physical_network": in.PhysicalNetwork != nil,
-		"is_smartnic": in.IsSmartNIC != nil, "name": in.Name != nil, "description": in.Description != nil,
+		"pxe_enabled": in.PXEEnabled.v != nil, "physical_network": in.PhysicalNetwork != nil,
+		"is_smartnic": in.IsSmartNIC.v != nil, "name": in.Name != nil, "description": in.Description != nil,
 		"vendor": in.Vendor != nil, "category": in.Category != nil,
 	} {
 		if set {
@@ -153,8 +153,8 @@ func (a *API) createPort(c *fiber.Ctx) error {
 	}
 	p, err := a.Ports.CreatePort(c.UserContext(), ports.PortInput{
 		UUID: in.UUID, Address: in.Address, Node: in.NodeUUID, Portgroup: in.PortgroupUUID,
-		LocalLinkConnection: in.LocalLinkConnection, PXEEnabled: in.PXEEnabled, PhysicalNetwork: in.PhysicalNetwork,
-		Extra: in.Extra, IsSmartNIC: in.IsSmartNIC, Name: in.Name, Description: in.Description,
+		LocalLinkConnection: in.LocalLinkConnection, PXEEnabled: in.PXEEnabled.v, PhysicalNetwork: in.PhysicalNetwork,
+		Extra: in.Extra, IsSmartNIC: in.IsSmartNIC.v, Name: in.Name, Description: in.Description,
 		Vendor: in.Vendor, Category: in.Category,
 	})
 	if err != nil {

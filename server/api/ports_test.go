@@ -132,6 +132,7 @@ func TestPortsCRUD(t *testing.T) {
 			{"POST", "/v1/ports", map[string]any{"node_uuid": n1, "address": "52:54:00:aa:bb:09", "local_link_connection": map[string]any{"port_id": "x"}}, 400, "local_link_connection needs port_id"},
 			{"POST", "/v1/ports", map[string]any{"node_uuid": n1, "address": "52:54:00:aa:bb:09", "local_link_connection": map[string]any{"port_id": "x", "switch_id": "zz"}}, 400, "Expected a MAC address or OpenFlow datapath ID but received zz."},
 			{"POST", "/v1/ports", map[string]any{"node_uuid": n1, "address": "52:54:00:aa:bb:09", "name": "eth0"}, 406, "name requires API version 1.88"},
+			{"POST", "/v1/ports", map[string]any{"node_uuid": n1, "address": "52:54:00:aa:bb:09", "pxe_enabled": "maybe"}, 400, "pxe_enabled must be a boolean"},
 			{"GET", "/v1/ports?foo=1", nil, 400, "Unexpected arguments: foo"},
 			{"GET", "/v1/nodes/p-n1/ports?node=x", nil, 400, "Unexpected arguments: node"},
 			{"GET", "/v1/ports?address=zz", nil, 400, "Expected a MAC address but received zz."},

@@ -1,6 +1,8 @@
 package api
 
 import (
+	"encoding/json"
+	"reflect"
 	"slices"
 	"strconv"
 	"strings"
@@ -214,4 +216,29 @@ func objOrEmpty(m map[string]any) any {
 		return map[string]any{}
 	}
 	return m
+}
+
+// flexBool is a boolean in a create body that Ironic's schema also takes
+// as a string ("true", "no"), as the baremetal CLI sends --pxe-enabled.
+type flexBool struct{ v *bool }
+
+func (b *flexBool) UnmarshalJSON(raw []byte) error {
+	var x any
+	if err := json.Unmarshal(raw, &x); err != nil {
+		return err
+	}
+	switch v := x.(type) {
+	case nil:
+		b.v = nil
+		return nil
+	case bool:
+		b.v = &v
+		return nil
+	case string:
+		if t, ok := ports.ParseBool(v); ok {
+			b.v = &t
+			return nil
+		}
+	}
+	return &json.UnmarshalTypeError{Value: string(raw), Type: reflect.TypeFor[bool]()}
 }

@@ -5,7 +5,6 @@ import (
 	"reflect"
 	"slices"
 	"sort"
-	"strconv"
 	"strings"
 	"time"
 
@@ -102,11 +101,23 @@ func boolean(doc map[string]any, f string) (bool, error) {
 	case bool:
 		return v, nil
 	case string:
-		if b, err := strconv.ParseBool(v); err == nil {
+		if b, ok := ParseBool(v); ok {
 			return b, nil
 		}
 	}
 	return false, errs.BadRequest(f, "%s must be true or false, not %v", f, doc[f])
+}
+
+// ParseBool reads a boolean written as a string the way Ironic's
+// strutils.bool_from_string does in strict mode.
+func ParseBool(s string) (value, ok bool) {
+	switch strings.ToLower(strings.TrimSpace(s)) {
+	case "1", "t", "true", "on", "y", "yes":
+		return true, true
+	case "0", "f", "false", "off", "n", "no":
+		return false, true
+	}
+	return false, false
 }
 
 func str(p *string) any {
