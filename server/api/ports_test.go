@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/anvilproject/anvil/ent"
+	"github.com/anvilproject/anvil/ent/node"
 	"github.com/anvilproject/anvil/server/servertest"
 	"github.com/anvilproject/anvil/server/store"
 	"github.com/anvilproject/anvil/server/store/storetest"
@@ -370,6 +371,10 @@ func TestEnsurePort(t *testing.T) {
 		if err != nil || !created || p.Address != "52:54:00:ee:00:01" || !p.PxeEnabled {
 			t.Fatalf("first: %v %v %v", p, created, err)
 		}
+		// Inspection calls it under the conductor's reservation.
+		if err := srv.DB.Node.Update().Where(node.UUID(n1)).SetReservation("cond-1").Exec(ctx); err != nil {
+			t.Fatal(err)
+		}
 		again, created, err := srv.Ports.EnsurePort(ctx, n1, "52:54:00:ee:00:01")
 		if err != nil || created || again.UUID != p.UUID {
 			t.Fatalf("second: %v %v %v", again, created, err)
@@ -380,7 +385,18 @@ func TestEnsurePort(t *testing.T) {
 		if _, _, err := srv.Ports.EnsurePort(ctx, n2, "bogus"); err == nil {
 			t.Error("bogus MAC accepted")
 		}
-		if got := listOf(t, c, "/v1/nodes/e-n1/ports", "ports", "address"); strings.Join(got, ",") != "52:54:00:ee:00:01" {
+		if p2, created, err := srv.Ports.EnsurePort(ctx, n1, "52:54:00:ee:00:02"); err != nil || !created || p2.NodeID != p.NodeID {
+			t.Errorf("second NIC under the reservation: %v %v %v", p2, created, err)
+		}
+		// API callers meet the reservation as Ironic's locked node.
+		r := c.Do(t, "POST", "/v1/ports", map[string]any{"node_uuid": n1, "address": "52:54:00:ee:00:03"})
+		if r.Status != 409 || !strings.Contains(r.Fault(t), "is locked by host cond-1") {
+			t.Errorf("port on a held node: %d %s", r.Status, r.Body)
+		}
+		if err := srv.DB.Node.Update().Where(node.UUID(n1)).ClearReservation().Exec(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if got := listOf(t, c, "/v1/nodes/e-n1/ports", "ports", "address"); strings.Join(got, ",") != "52:54:00:ee:00:01,52:54:00:ee:00:02" {
 			t.Errorf("ports of e-n1: %v", got)
 		}
 		if got := listOf(t, c, "/v1/nodes/e-n2/ports", "ports", "address"); len(got) != 0 {

@@ -267,9 +267,10 @@ func (s *Service) DeletePort(ctx context.Context, ident string) error {
 }
 
 // EnsurePort gives the node a port for mac unless it has one: for
-// inspection, which reports the NICs it found. It checks no policy (the
-// caller acts for the conductor) but is audited like any creation. A MAC
-// already on another node is a conflict, never moved silently.
+// inspection, which reports the NICs it found. It checks no policy and
+// works while the conductor holds the node (the caller is that
+// conductor), but is audited like any creation. A MAC already on another
+// node is a conflict, never moved silently.
 func (s *Service) EnsurePort(ctx context.Context, nodeUUID, mac string) (p *ent.Port, created bool, err error) {
 	mac, err = NormalizeMAC("address", mac)
 	if err != nil {
@@ -280,7 +281,7 @@ func (s *Service) EnsurePort(ctx context.Context, nodeUUID, mac string) (p *ent.
 		return nil, false, err
 	}
 	err = store.WithTx(ctx, s.db, func(tx *ent.Client) error {
-		if _, err := lockNode(ctx, tx, n.ID); err != nil {
+		if err := takeRow(ctx, tx, n.ID); err != nil {
 			return err
 		}
 		p, err = tx.Port.Query().Where(port.Address(mac)).Only(ctx)

@@ -238,6 +238,12 @@ func lockNode(ctx context.Context, tx *ent.Client, id int) (*ent.Node, error) {
 	return n, nil
 }
 
+// takeRow takes the node's row whoever holds its reservation: for the
+// conductor's own calls, made under that reservation.
+func takeRow(ctx context.Context, tx *ent.Client, id int) error {
+	return tx.Node.Update().Where(node.ID(id)).SetUpdatedAt(time.Now()).Exec(ctx)
+}
+
 // constraintError names the unique field a write collided on, in Ironic's
 // words. The MAC conflict says only that the address is taken, never by
 // which port or node: a MAC identifies one NIC everywhere, so it is
