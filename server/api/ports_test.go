@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/anvilproject/anvil/ent"
@@ -450,4 +451,36 @@ func TestPortsUnknownQuery(t *testing.T) {
 			t.Errorf("GET %s?foo=bar: %d %s", path, r.Status, r.Body)
 		}
 	}
+}
+
+// TestConcurrentVIFAttach: attaches race for two free ports; the node's
+// row serialises them, so exactly two win and no port gets two VIFs.
+func TestConcurrentVIFAttach(t *testing.T) {
+	storetest.Each(t, func(t *testing.T, setting string, _ *store.DB) {
+		_, c := start(t, setting)
+		n := mkNode(t, c, "race")
+		mkPort(t, c, n, "52:54:00:20:00:01")
+		mkPort(t, c, n, "52:54:00:20:00:02")
+		statuses := make(chan int, 8)
+		var wg sync.WaitGroup
+		for i := range 8 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				statuses <- c.Do(t, "POST", "/v1/nodes/race/vifs", map[string]any{"id": fmt.Sprintf("vif-%d", i)}).Status
+			}()
+		}
+		wg.Wait()
+		close(statuses)
+		count := map[int]int{}
+		for s := range statuses {
+			count[s]++
+		}
+		if count[204] != 2 || count[400] != 6 {
+			t.Errorf("statuses %v, want two 204 and six 400", count)
+		}
+		if got := listOf(t, c, "/v1/nodes/race/vifs", "vifs", "id"); len(got) != 2 || got[0] == got[1] {
+			t.Errorf("vifs %v", got)
+		}
+	})
 }
