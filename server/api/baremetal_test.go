@@ -204,6 +204,7 @@ func TestBaremetalCLIAsTenant(t *testing.T) {
 func TestBaremetalCLIPorts(t *testing.T) {
 	storetest.Each(t, func(t *testing.T, setting string, _ *store.DB) {
 		srv, _ := start(t, setting)
+		flatVIFs(srv)
 		bm := newCLI(t, srv.URL, "--os-auth-type", "none", "--os-baremetal-api-version", "1.78")
 		bm.json("node", "create", "--driver", "fake", "--name", "cli-p1")
 
@@ -245,8 +246,8 @@ func TestBaremetalCLIPorts(t *testing.T) {
 			t.Fatalf("bad MAC error does not name it: %s", errOut)
 		}
 
-		// The node's network interface is flat in this branch: VIFs land
-		// on the portgroup first.
+		// With the flat network interface VIFs land on the port group
+		// first, then on the PXE port.
 		bm.run(false, "node", "vif", "attach", "cli-p1", "vif-one")
 		bm.run(false, "node", "vif", "attach", "cli-p1", "vif-two")
 		vifs := bm.json("node", "vif", "list", "cli-p1").([]any)

@@ -36,6 +36,12 @@ func mkPort(t *testing.T, c *servertest.Client, node, mac string, extra ...any) 
 	return r.JSON(t)
 }
 
+// flatVIFs makes every node's network interface flat, so VIFs are
+// recorded on ports whatever the server's wiring picks by default.
+func flatVIFs(srv *servertest.Server) {
+	srv.Ports.NetworkInterface = func(*ent.Node) string { return "flat" }
+}
+
 func listOf(t *testing.T, c *servertest.Client, path, key, field string) []string {
 	t.Helper()
 	r := c.Do(t, "GET", path, nil)
@@ -188,7 +194,8 @@ func TestPortsCRUD(t *testing.T) {
 // ports, duplicates refused, none free refused, detach clears.
 func TestPortgroupsAndVIFs(t *testing.T) {
 	storetest.Each(t, func(t *testing.T, setting string, _ *store.DB) {
-		_, c := start(t, setting)
+		srv, c := start(t, setting)
+		flatVIFs(srv)
 		n := mkNode(t, c, "v-n1")
 		r := c.Do(t, "POST", "/v1/portgroups", map[string]any{"node_uuid": n, "name": "bond0", "address": "52:54:00:CC:00:01", "mode": "802.3ad", "properties": map[string]any{"miimon": "100"}})
 		mustStatus(t, r, 201)
@@ -457,7 +464,8 @@ func TestPortsUnknownQuery(t *testing.T) {
 // row serialises them, so exactly two win and no port gets two VIFs.
 func TestConcurrentVIFAttach(t *testing.T) {
 	storetest.Each(t, func(t *testing.T, setting string, _ *store.DB) {
-		_, c := start(t, setting)
+		srv, c := start(t, setting)
+		flatVIFs(srv)
 		n := mkNode(t, c, "race")
 		mkPort(t, c, n, "52:54:00:20:00:01")
 		mkPort(t, c, n, "52:54:00:20:00:02")
