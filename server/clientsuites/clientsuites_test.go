@@ -381,13 +381,16 @@ func runSDK(t *testing.T, clouds string) []result {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// The suite's waits (wait_for_allocation) have no timeout of their
-	// own: a test Anvil leaves waiting is reported as hung.
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	// OS_TEST_TIMEOUT is the per-test limit (openstacksdk's base test case
+	// defaults it to 5 s, meant for its unit tests; its tox functional
+	// environment raises it); one minute is ample for fake hardware, and a
+	// test past it fails with fixtures' TimeoutException. The whole run has
+	// a limit too, reported as the test it was in not finishing.
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, "/usr/bin/python3", runner, rows)
 	cmd.Dir = dir
-	cmd.Env = env("OS_CLIENT_CONFIG_FILE="+cfg, "HOME="+dir, "OPENSTACKSDK_FUNC_TEST_TIMEOUT=60")
+	cmd.Env = env("OS_CLIENT_CONFIG_FILE="+cfg, "HOME="+dir, "OS_TEST_TIMEOUT=60", "OPENSTACKSDK_FUNC_TEST_TIMEOUT=60")
 	out, runErr := cmd.CombinedOutput()
 	data, err := os.ReadFile(rows)
 	if err != nil {
