@@ -225,8 +225,7 @@ func runGophercloud(t *testing.T, goBin, dir, pkg string, vars ...string) []resu
 	defer cancel()
 	cmd := exec.CommandContext(ctx, goBin, "test", "-count=1", "-tags", "acceptance", "-json", "./internal/acceptance/openstack/baremetal/"+pkg+"/")
 	cmd.Dir = dir
-	// OS_BRANCH=master: the release gates let every test run.
-	cmd.Env = env(append(vars, "OS_BRANCH=master", "GOFLAGS=-mod=mod", "GOWORK=off")...)
+	cmd.Env = env(append(vars, "GOFLAGS=-mod=mod", "GOWORK=off")...)
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()
@@ -269,6 +268,68 @@ func checkGophercloud(t *testing.T, rs []result) {
 	}
 }
 
+// ironicReleases are Ironic's releases from Anvil's oldest maximum on, in
+// gophercloud's spelling, with the API version each serves at most
+// (ironic/common/release_mappings.py).
+var ironicReleases = []struct {
+	name  string
+	minor int // of 1.x
+}{
+	{"yoga", 78}, {"zed", 80}, {"2023.1", 82}, {"2023.2", 87}, {"2024.1", 90},
+	{"2024.2", 93}, {"2025.1", 96}, {"2025.2", 101}, {"2026.1", 111},
+}
+
+// branch is the OS_BRANCH the suite runs as: the newest Ironic release
+// whose API Anvil serves in full, so the suite's own release gates
+// (clients.SkipReleasesBelow) skip what came after it, as they would on
+// that Ironic; master once Anvil serves the newest release's API.
+func branch(t *testing.T, a *anvil) string {
+	t.Helper()
+	resp, err := http.Get(a.URL + "/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var root struct {
+		DefaultVersion struct{ Version string } `json:"default_version"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&root); err != nil {
+		t.Fatal(err)
+	}
+	var minor int
+	if _, err := fmt.Sscanf(root.DefaultVersion.Version, "1.%d", &minor); err != nil {
+		t.Fatalf("maximum version %q: %v", root.DefaultVersion.Version, err)
+	}
+	b := releaseFor(minor)
+	if b == "" {
+		t.Fatalf("Anvil serves up to 1.%d, older than Ironic %s", minor, ironicReleases[0].name)
+	}
+	return b
+}
+
+// releaseFor names the branch for a maximum version 1.minor; "" when it
+// is older than every release known.
+func releaseFor(minor int) string {
+	if last := ironicReleases[len(ironicReleases)-1]; minor > last.minor {
+		return "master"
+	}
+	name := ""
+	for _, r := range ironicReleases {
+		if r.minor <= minor {
+			name = "stable/" + r.name
+		}
+	}
+	return name
+}
+
+func TestReleaseFor(t *testing.T) {
+	for minor, want := range map[int]string{70: "", 78: "stable/yoga", 86: "stable/2023.1", 87: "stable/2023.2", 111: "stable/2026.1", 115: "master"} {
+		if got := releaseFor(minor); got != want {
+			t.Errorf("releaseFor(%d) = %q, want %q", minor, got, want)
+		}
+	}
+}
+
 // TestGophercloudAcceptance runs gophercloud's baremetal acceptance suites
 // against Anvil: noauth/ and httpbasic/ as they are, and v1/, whose client
 // authenticates through Keystone, through keystoneFront below.
@@ -276,19 +337,19 @@ func TestGophercloudAcceptance(t *testing.T) {
 	goBin, dir := gophercloudDir(t)
 	t.Run("noauth", func(t *testing.T) {
 		a := startAnvil(t, true)
-		rs := runGophercloud(t, goBin, dir, "noauth", "IRONIC_ENDPOINT="+a.URL+"/v1", "OS_USERNAME=admin")
+		rs := runGophercloud(t, goBin, dir, "noauth", "OS_BRANCH="+branch(t, a), "IRONIC_ENDPOINT="+a.URL+"/v1", "OS_USERNAME=admin")
 		report(t, "gophercloud noauth", rs, a)
 		checkGophercloud(t, rs)
 	})
 	t.Run("httpbasic", func(t *testing.T) {
 		a := startAnvil(t, false)
-		rs := runGophercloud(t, goBin, dir, "httpbasic", "IRONIC_ENDPOINT="+a.URL+"/v1", "OS_USERNAME="+identity.BootstrapUser, "OS_PASSWORD="+adminPassword)
+		rs := runGophercloud(t, goBin, dir, "httpbasic", "OS_BRANCH="+branch(t, a), "IRONIC_ENDPOINT="+a.URL+"/v1", "OS_USERNAME="+identity.BootstrapUser, "OS_PASSWORD="+adminPassword)
 		report(t, "gophercloud httpbasic", rs, a)
 		checkGophercloud(t, rs)
 	})
 	t.Run("v1", func(t *testing.T) {
 		a := startAnvil(t, false)
-		rs := runGophercloud(t, goBin, dir, "v1", "OS_AUTH_URL="+keystoneFront(t, a), "OS_USERNAME="+identity.BootstrapUser, "OS_PASSWORD="+adminPassword, "OS_DOMAIN_NAME=Default")
+		rs := runGophercloud(t, goBin, dir, "v1", "OS_BRANCH="+branch(t, a), "OS_AUTH_URL="+keystoneFront(t, a), "OS_USERNAME="+identity.BootstrapUser, "OS_PASSWORD="+adminPassword, "OS_DOMAIN_NAME=Default")
 		report(t, "gophercloud v1", rs, a)
 		checkGophercloud(t, rs)
 	})
