@@ -408,7 +408,10 @@ func keystoneFront(t *testing.T, a *anvil) string {
 }
 
 // sdkClouds is a clouds.yaml; the three cloud names the functional tests
-// use (operator, user, alternate user) all point at the same Anvil.
+// use (operator, user, alternate user) all point at the same Anvil. The
+// auth endpoint is given even for none: the tests' require_service asks
+// the session, which knows only the auth plugin's endpoint, for the
+// service's version range.
 func sdkClouds(authType, url string) string {
 	auth := "      endpoint: " + url + "/\n"
 	if authType == "http_basic" {
