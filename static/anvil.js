@@ -10,3 +10,13 @@ document.addEventListener("change", (e) => {
 		el.form.requestSubmit();
 	}
 });
+
+// The list's header checkbox selects or clears every node on the page.
+document.addEventListener("change", (e) => {
+	const el = e.target;
+	if (el instanceof HTMLInputElement && el.hasAttribute("data-select-page") && el.form) {
+		for (const box of el.form.querySelectorAll('input[type=checkbox][name="node"]')) {
+			box.checked = el.checked;
+		}
+	}
+});

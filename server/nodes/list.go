@@ -40,7 +40,24 @@ type ListOptions struct {
 	// Columns, when set, limits the columns read to these (plus what
 	// access decisions need): a short list reads no JSON blobs.
 	Columns []string
+
+	// The portal's filters, which the API does not offer. Search matches a
+	// name containing it (any case) or a UUID starting with it; PowerState
+	// "" matches nodes whose power no BMC has reported yet; Trait, nodes
+	// carrying it; Failed, nodes in a failed state, with a fault or with a
+	// last error; UUIDs, only those nodes (a bulk selection: the ones the
+	// caller may not list simply do not come back).
+	Search, PowerState, Trait *string
+	Failed                    bool
+	UUIDs                     []string
+	// Offset skips rows for the portal's numbered pages; the API pages
+	// with Marker.
+	Offset int
 }
+
+// FailedStates are the provision states a run or a check ends in when it
+// fails; the portal's "has failed" filter and badges use them.
+var FailedStates = []string{StateCleanFailed, StateServiceFailed, StateError}
 
 // sortKeys maps the API's sort keys to columns; text columns that may be
 // NULL sort as "" so both databases order and page them the same way.
@@ -107,6 +124,9 @@ func (s *Service) List(ctx context.Context, o ListOptions) (*Page, error) {
 		}
 	})
 	q = q.Limit(o.Limit + 1)
+	if o.Offset > 0 {
+		q = q.Offset(o.Offset)
+	}
 	if o.WithTraits {
 		q = q.WithTraits(func(tq *ent.TraitQuery) { tq.Select(trait.FieldNodeID, trait.FieldTrait) })
 	}
@@ -211,7 +231,59 @@ func (s *Service) scoped(ctx context.Context, o ListOptions) (*ent.NodeQuery, er
 			ps = append(ps, node.InstanceUUIDIsNil())
 		}
 	}
+	if o.Search != nil && *o.Search != "" {
+		ps = append(ps, node.Or(node.NameContainsFold(*o.Search), node.UUIDHasPrefix(strings.ToLower(*o.Search))))
+	}
+	if o.PowerState != nil {
+		if *o.PowerState == "" {
+			ps = append(ps, node.PowerStateIsNil())
+		} else {
+			ps = append(ps, node.PowerState(*o.PowerState))
+		}
+	}
+	if o.Trait != nil {
+		ps = append(ps, node.HasTraitsWith(trait.Trait(*o.Trait)))
+	}
+	if o.Failed {
+		ps = append(ps, node.Or(node.ProvisionStateIn(FailedStates...), node.FaultNotNil(), node.LastErrorNotNil()))
+	}
+	if o.UUIDs != nil {
+		ps = append(ps, node.UUIDIn(o.UUIDs...))
+	}
 	return q.Where(ps...), nil
+}
+
+// Count is how many nodes the list's filters match for the caller, for
+// "1–50 of 201".
+func (s *Service) Count(ctx context.Context, o ListOptions) (int, error) {
+	q, err := s.scoped(ctx, o)
+	if err != nil {
+		return 0, err
+	}
+	return q.Count(ctx)
+}
+
+// CountStates is how many nodes the filters match in each provision
+// state, the provision state filter aside: the portal's summary strip,
+// whose entries each choose one state.
+func (s *Service) CountStates(ctx context.Context, o ListOptions) (map[string]int, error) {
+	o.ProvisionState = nil
+	q, err := s.scoped(ctx, o)
+	if err != nil {
+		return nil, err
+	}
+	var rows []struct {
+		State string `json:"provision_state"`
+		Count int    `json:"count"`
+	}
+	if err := q.GroupBy(node.FieldProvisionState).Aggregate(ent.Count()).Scan(ctx, &rows); err != nil {
+		return nil, err
+	}
+	out := make(map[string]int, len(rows))
+	for _, r := range rows {
+		out[r.State] = r.Count
+	}
+	return out, nil
 }
 
 func sortExpr(sel *entsql.Selector, col string, nullable bool) string {
