@@ -146,8 +146,8 @@ func queryValues(c *fiber.Ctx) url.Values {
 	return v
 }
 
-// nodeList reads one page, its total and the summary strip's counts: three
-// queries, each filtered and limited in SQL.
+// nodeList reads the summary strip's counts (which give the total too)
+// and one page: two queries, each filtered in SQL.
 func (p *Portal) nodeList(c *fiber.Ctx, q listQuery) (views.NodeList, error) {
 	ctx := c.UserContext()
 	l := views.NodeList{Filter: views.NodeFilter(q), ProvisionStates: listStates, SortURLs: map[string]string{}}
@@ -173,35 +173,34 @@ func (p *Portal) nodeList(c *fiber.Ctx, q listQuery) (views.NodeList, error) {
 	if err != nil {
 		return l, err
 	}
+	shown := func(s string) int {
+		if q.Failed {
+			return counts[s].Failed
+		}
+		return counts[s].Total
+	}
 	states := slices.Clone(listStates)
 	for s, n := range counts {
-		l.AllCount += n
+		l.AllCount += shown(s)
+		l.Failed += n.Failed
 		if !slices.Contains(states, s) {
 			states = append(states, s) // a state this list does not know yet still counts
 		}
 	}
 	slices.Sort(states[len(listStates):])
 	for _, s := range states {
-		if counts[s] == 0 && s != q.State {
+		if shown(s) == 0 && s != q.State {
 			continue
 		}
 		u := all
-		u.State = s
-		l.States = append(l.States, views.StateCount{State: s, Count: counts[s], URL: u.url(), Active: s == q.State})
+		u.State, u.Failed = s, q.Failed
+		l.States = append(l.States, views.StateCount{State: s, Count: shown(s), URL: u.url(), Active: s == q.State})
 	}
-	fo := all.options()
-	fo.Failed = true
-	if l.Failed, err = p.Nodes.Count(ctx, fo); err != nil {
-		return l, err
+	l.Total = l.AllCount
+	if q.State != "" {
+		l.Total = shown(q.State)
 	}
-	if q.Failed || q.State != "" {
-		if l.Total, err = p.Nodes.Count(ctx, o); err != nil {
-			return l, err
-		}
-	} else {
-		l.Total = l.AllCount
-	}
-	o.Limit, o.Offset, o.Columns = q.Size, (q.Page-1)*q.Size, listColumns
+	o.Limit, o.Offset, o.Numbered, o.Columns = q.Size, (q.Page-1)*q.Size, true, listColumns
 	page, err := p.Nodes.List(ctx, o)
 	if err != nil {
 		return l, err

@@ -50,9 +50,12 @@ type ListOptions struct {
 	Search, PowerState, Trait *string
 	Failed                    bool
 	UUIDs                     []string
-	// Offset skips rows for the portal's numbered pages; the API pages
-	// with Marker.
-	Offset int
+	// Numbered is the portal's paging: Offset skips rows, and they sort by
+	// the bare column, so an index walk finds a page of 10,000 nodes
+	// without sorting them all. Unnamed nodes then sort where each
+	// database puts NULLs, which keyset paging (Marker) could not allow.
+	Numbered bool
+	Offset   int
 }
 
 // FailedStates are the provision states a run or a check ends in when it
@@ -116,7 +119,7 @@ func (s *Service) List(ctx context.Context, o ListOptions) (*Page, error) {
 		q = q.Where(after(sk.col, sk.nullable, o.SortDir, m))
 	}
 	q = q.Order(func(sel *entsql.Selector) {
-		expr := sortExpr(sel, sk.col, sk.nullable)
+		expr := sortExpr(sel, sk.col, sk.nullable && !o.Numbered)
 		if o.SortDir == "desc" {
 			sel.OrderExpr(entsql.Expr(expr+" DESC"), entsql.Expr(sel.C(node.FieldID)+" DESC"))
 		} else {
@@ -124,7 +127,7 @@ func (s *Service) List(ctx context.Context, o ListOptions) (*Page, error) {
 		}
 	})
 	q = q.Limit(o.Limit + 1)
-	if o.Offset > 0 {
+	if o.Numbered && o.Offset > 0 {
 		q = q.Offset(o.Offset)
 	}
 	if o.WithTraits {
@@ -253,8 +256,7 @@ func (s *Service) scoped(ctx context.Context, o ListOptions) (*ent.NodeQuery, er
 	return q.Where(ps...), nil
 }
 
-// Count is how many nodes the list's filters match for the caller, for
-// "1–50 of 201".
+// Count is how many nodes the filters match for the caller.
 func (s *Service) Count(ctx context.Context, o ListOptions) (int, error) {
 	q, err := s.scoped(ctx, o)
 	if err != nil {
@@ -263,25 +265,41 @@ func (s *Service) Count(ctx context.Context, o ListOptions) (int, error) {
 	return q.Count(ctx)
 }
 
-// CountStates is how many nodes the filters match in each provision
-// state, the provision state filter aside: the portal's summary strip,
-// whose entries each choose one state.
-func (s *Service) CountStates(ctx context.Context, o ListOptions) (map[string]int, error) {
-	o.ProvisionState = nil
+// StateCount is how many listed nodes are in one provision state, and how
+// many of those have failed.
+type StateCount struct {
+	Total  int `json:"total"`
+	Failed int `json:"failed"`
+}
+
+// CountStates counts the nodes the filters match in each provision state,
+// with the provision state and failed filters aside: the portal's summary
+// strip, its "has failed" entry and its "of 201" all come from this one
+// scan.
+func (s *Service) CountStates(ctx context.Context, o ListOptions) (map[string]StateCount, error) {
+	o.ProvisionState, o.Failed = nil, false
 	q, err := s.scoped(ctx, o)
 	if err != nil {
 		return nil, err
 	}
+	failed := func(sel *entsql.Selector) string {
+		states := make([]string, len(FailedStates))
+		for i, st := range FailedStates {
+			states[i] = "'" + st + "'" // constants without quotes of their own
+		}
+		return fmt.Sprintf("SUM(CASE WHEN %s IN (%s) OR %s IS NOT NULL OR %s IS NOT NULL THEN 1 ELSE 0 END)",
+			sel.C(node.FieldProvisionState), strings.Join(states, ", "), sel.C(node.FieldFault), sel.C(node.FieldLastError))
+	}
 	var rows []struct {
 		State string `json:"provision_state"`
-		Count int    `json:"count"`
+		StateCount
 	}
-	if err := q.GroupBy(node.FieldProvisionState).Aggregate(ent.Count()).Scan(ctx, &rows); err != nil {
+	if err := q.GroupBy(node.FieldProvisionState).Aggregate(ent.As(ent.Count(), "total"), ent.As(failed, "failed")).Scan(ctx, &rows); err != nil {
 		return nil, err
 	}
-	out := make(map[string]int, len(rows))
+	out := make(map[string]StateCount, len(rows))
 	for _, r := range rows {
-		out[r.State] = r.Count
+		out[r.State] = r.StateCount
 	}
 	return out, nil
 }
