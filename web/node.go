@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/gofiber/fiber/v2"
@@ -64,12 +65,55 @@ func (p *Portal) detail(c *fiber.Ctx) (views.NodeDetail, error) {
 		v.ProvisionState == nodes.StateManageable
 	d.CanTenancy = p.Guard.Allowed(ctx, "baremetal:node:update:owner", t) && p.Guard.Allowed(ctx, "baremetal:node:update:lessee", t)
 	p.runnable(c, &d, v)
-	if evs, err := p.Nodes.History(ctx, v.UUID, 20); err == nil {
+	hardware(&d, v)
+	d.HistoryPage, _ = strconv.Atoi(c.Query("history"))
+	if d.HistoryPage < 1 {
+		d.HistoryPage = 1
+	}
+	evs, total, err := p.Nodes.HistoryPage(ctx, v.UUID, (d.HistoryPage-1)*historyPageSize, historyPageSize)
+	if err == nil {
 		for _, e := range evs {
 			d.History = append(d.History, views.EventRow{At: e.CreatedAt, Severity: e.Severity, Event: e.Event, User: e.User})
 		}
+		d.HistoryTotal, d.HistoryPages = total, max(1, (total+historyPageSize-1)/historyPageSize)
 	}
 	return d, nil
+}
+
+// historyPageSize is how many events a page of a node's history shows.
+const historyPageSize = 25
+
+// hardware fills the facts the node's properties record (as Ironic's
+// inspection writes them) and its allocation and instance.
+func hardware(d *views.NodeDetail, v *nodes.View) {
+	num := func(k string) (float64, bool) {
+		switch x := v.Properties[k].(type) {
+		case float64:
+			return x, true
+		case int:
+			return float64(x), true
+		case string:
+			f, err := strconv.ParseFloat(x, 64)
+			return f, err == nil
+		}
+		return 0, false
+	}
+	if n, ok := num("cpus"); ok {
+		d.CPUs = strconv.FormatFloat(n, 'f', -1, 64)
+	}
+	if n, ok := num("memory_mb"); ok {
+		d.Memory = strconv.FormatFloat(n/1024, 'f', -1, 64) + " GiB"
+	}
+	if n, ok := num("local_gb"); ok {
+		d.Disk = strconv.FormatFloat(n, 'f', -1, 64) + " GB"
+	}
+	d.Arch, _ = v.Properties["cpu_arch"].(string)
+	d.ResourceClass = deref(v.ResourceClass)
+	d.InstanceUUID = deref(v.InstanceUUID)
+	d.AllocationUUID = deref(v.AllocationUUID)
+	if name, ok := v.InstanceInfo["display_name"].(string); ok {
+		d.InstanceName = name
+	}
 }
 
 // denied explains a policy refusal to the viewer: who they are acting as,
