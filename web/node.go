@@ -7,10 +7,12 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/gofiber/fiber/v2"
 
 	"github.com/anvilproject/anvil/policies"
+	"github.com/anvilproject/anvil/server/bmc"
 	"github.com/anvilproject/anvil/server/conductor"
 	"github.com/anvilproject/anvil/server/errs"
 	"github.com/anvilproject/anvil/server/nodes"
@@ -50,6 +52,16 @@ func (p *Portal) detail(c *fiber.Ctx) (views.NodeDetail, error) {
 			d.StepIndex, d.StepTotal = int(idx)+1, int(total)
 		}
 	}
+	if d.Busy {
+		since := v.UpdatedAt
+		if d.TargetPowerState == "" && v.ProvisionUpdatedAt != nil {
+			since = v.ProvisionUpdatedAt
+		}
+		if since != nil {
+			d.Elapsed = elapsed(time.Since(*since))
+		}
+	}
+	d.ErrorSummary, d.ErrorAdvice = plainError(d.LastError, v.ProvisionState)
 	t := nodes.Target(v.Node)
 	d.CanPower = p.Guard.Allowed(ctx, conductor.RuleSetPower, t)
 	switch {
@@ -78,6 +90,54 @@ func (p *Portal) detail(c *fiber.Ctx) (views.NodeDetail, error) {
 		d.HistoryTotal, d.HistoryPages = total, max(1, (total+historyPageSize-1)/historyPageSize)
 	}
 	return d, nil
+}
+
+// elapsed words a wait the way a person reads it: "14 s", "2 min 5 s".
+func elapsed(d time.Duration) string {
+	s := int(d.Round(time.Second).Seconds())
+	if s < 60 {
+		return fmt.Sprintf("%d s", max(s, 0))
+	}
+	return fmt.Sprintf("%d min %d s", s/60, s%60)
+}
+
+// bmcFailures turn the kinds of BMC failure (bmc.Err*, which last_error
+// carries as text) into a plain sentence and what to do about it.
+var bmcFailures = []struct{ kind, summary, advice string }{
+	{bmc.ErrPowerTimeout.Error(), "The BMC took the command, but the node did not reach the power state in time.",
+		"Check the node's power supply, then try again."},
+	{bmc.ErrUnreachable.Error(), "The node's BMC did not answer.",
+		"Check that the BMC is powered and on the network, then try again; an operator can check its address."},
+	{bmc.ErrAuth.Error(), "The node's BMC refused the user name or password Anvil has for it.",
+		"An operator must correct the node's BMC credentials."},
+	{bmc.ErrTLS.Error(), "The node's BMC presented a certificate Anvil does not trust.",
+		"An operator must install a trusted certificate on the BMC or change the node's verification setting."},
+	{bmc.ErrNetwork.Error(), "The node's BMC address is outside the networks Anvil may reach.",
+		"An operator must correct the BMC address or the allowed BMC networks."},
+	{bmc.ErrUnsupported.Error(), "The node's BMC does not support this operation.", "Use another step or driver for this node."},
+	{bmc.ErrBMC.Error(), "The node's BMC answered with an error.", "See the details; try again, or ask an operator."},
+}
+
+// plainError is a one-line summary of last_error and what to do next;
+// the text itself stays available behind a disclosure.
+func plainError(lastError, state string) (summary, advice string) {
+	if lastError == "" || lastError == nodes.RedactedLastError {
+		return "", ""
+	}
+	summary, advice = "The last operation failed.", "See the details below."
+	for _, f := range bmcFailures {
+		if strings.Contains(lastError, f.kind) {
+			summary, advice = f.summary, f.advice
+			break
+		}
+	}
+	switch state {
+	case nodes.StateCleanFailed:
+		advice += " Then use “Return to manageable” under Recovery."
+	case nodes.StateServiceFailed:
+		advice += " Then use “Return to active” under Recovery."
+	}
+	return summary, advice
 }
 
 // historyPageSize is how many events a page of a node's history shows.
@@ -202,7 +262,7 @@ func (p *Portal) status(c *fiber.Ctx, problem string) error {
 		// Without JavaScript the form posted a whole page; go back to it.
 		return c.Redirect("/nodes/"+d.UUID, fiber.StatusSeeOther)
 	}
-	return render(c, 200, views.NodeStatus(pg, d))
+	return render(c, 200, views.NodeStatusUpdate(pg, d))
 }
 
 func (p *Portal) nodeStatus(c *fiber.Ctx) error { return p.status(c, "") }
