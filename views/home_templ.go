@@ -200,7 +200,7 @@ func PowerBadge(power, target string) templ.Component {
 		}
 		switch power {
 		case "power on":
-			templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 7, "⏻")
+			templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 7, "●")
 			if templ_7745c5c3_Err != nil {
 				return templ_7745c5c3_Err
 			}
