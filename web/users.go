@@ -130,4 +130,3 @@ func (p *Portal) deleteUser(c *fiber.Ctx) error {
 		return p.IDs.DeleteUser(c.UserContext(), c.Params("name"))
 	})
 }
-
