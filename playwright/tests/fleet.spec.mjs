@@ -1,6 +1,19 @@
 import { test, expect } from '@playwright/test';
 import { signIn } from './helpers.mjs';
 import path from 'node:path';
+import fs from 'node:fs';
+import { createRequire } from 'node:module';
+
+const require = createRequire(import.meta.url);
+const axeSource = fs.readFileSync(require.resolve('axe-core/axe.min.js'), 'utf8');
+
+// axe finds no serious or critical violation on the page.
+async function accessible(page, name) {
+  await page.evaluate(`${axeSource}\n;undefined`);
+  const result = await page.evaluate(async () => await window.axe.run(document, { resultTypes: ['violations'] }));
+  const bad = result.violations.filter((v) => v.impact === 'serious' || v.impact === 'critical');
+  expect(bad.map((v) => `${name}: ${v.id} (${v.impact}): ${v.nodes.map((n) => n.target.join(' ')).join(', ')}`)).toEqual([]);
+}
 
 const shots = path.join(import.meta.dirname, '..', '..', 'docs', 'screenshots');
 
@@ -66,6 +79,7 @@ test('a tenant runs a runbook on every node it leases; the ineligible ones are e
   await page.getByLabel('Runbook').selectOption('CUSTOM_FIRMWARE_UPDATE');
   await expect(page.getByTestId('bulk-eligible')).toContainText(`of ${total} selected nodes are eligible`);
   await expect(page.getByTestId('bulk-reasons')).toContainText('Runbooks run on manageable or active nodes; this node is available.');
+  await accessible(page, 'bulk eligibility');
   await page.screenshot({ path: path.join(shots, 'bulk-eligibility.png') });
   const eligible = Number((await page.getByTestId('bulk-eligible').textContent()).split(' ')[0]);
   expect(eligible).toBeGreaterThan(0);
@@ -81,6 +95,7 @@ test('a tenant runs a runbook on every node it leases; the ineligible ones are e
   // One table follows every run to its end.
   await expect(page.locator('tr[data-result="ok"]').first()).toContainText(/clean wait|cleaning|manageable/);
   await page.screenshot({ path: path.join(shots, 'bulk-progress.png') });
+  await accessible(page, 'bulk results');
   await expect(page.locator('#bulk-progress[hx-trigger]')).toHaveCount(0, { timeout: 30_000 });
   for (const row of await page.locator('tr[data-result="ok"]').all()) {
     await expect(row.getByTestId('state-badge')).toContainText('manageable');
@@ -88,6 +103,7 @@ test('a tenant runs a runbook on every node it leases; the ineligible ones are e
 });
 
 test('the node list fits 390 px as cards, and reads in the dark scheme', async ({ page }) => {
+  test.setTimeout(90_000);
   await signIn(page, 'olga', 'operator-password-1');
   await page.setViewportSize({ width: 390, height: 844 });
   await page.goto('/nodes');
@@ -99,4 +115,9 @@ test('the node list fits 390 px as cards, and reads in the dark scheme', async (
   const bg = await page.evaluate(() => getComputedStyle(document.body).backgroundColor);
   expect(bg).toBe('rgb(13, 17, 23)');
   await page.screenshot({ path: path.join(shots, 'nodes-dark.png') });
+  await accessible(page, 'nodes, dark');
+  await page.goto('/nodes?failed=1&state=manageable&sort=owner&dir=desc');
+  await accessible(page, 'filtered nodes, dark');
+  await page.goto('/admin/users');
+  await accessible(page, 'users, dark');
 });
