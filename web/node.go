@@ -5,11 +5,14 @@ import (
 	"encoding/json"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
+	"time"
 
 	"github.com/gofiber/fiber/v2"
 
 	"github.com/anvilproject/anvil/policies"
+	"github.com/anvilproject/anvil/server/bmc"
 	"github.com/anvilproject/anvil/server/conductor"
 	"github.com/anvilproject/anvil/server/errs"
 	"github.com/anvilproject/anvil/server/nodes"
@@ -49,6 +52,16 @@ func (p *Portal) detail(c *fiber.Ctx) (views.NodeDetail, error) {
 			d.StepIndex, d.StepTotal = int(idx)+1, int(total)
 		}
 	}
+	if d.Busy {
+		since := v.UpdatedAt
+		if d.TargetPowerState == "" && v.ProvisionUpdatedAt != nil {
+			since = v.ProvisionUpdatedAt
+		}
+		if since != nil {
+			d.Elapsed = elapsed(time.Since(*since))
+		}
+	}
+	d.ErrorSummary, d.ErrorAdvice = plainError(d.LastError, v.ProvisionState)
 	t := nodes.Target(v.Node)
 	d.CanPower = p.Guard.Allowed(ctx, conductor.RuleSetPower, t)
 	switch {
@@ -64,12 +77,103 @@ func (p *Portal) detail(c *fiber.Ctx) (views.NodeDetail, error) {
 		v.ProvisionState == nodes.StateManageable
 	d.CanTenancy = p.Guard.Allowed(ctx, "baremetal:node:update:owner", t) && p.Guard.Allowed(ctx, "baremetal:node:update:lessee", t)
 	p.runnable(c, &d, v)
-	if evs, err := p.Nodes.History(ctx, v.UUID, 20); err == nil {
+	hardware(&d, v)
+	d.HistoryPage, _ = strconv.Atoi(c.Query("history"))
+	if d.HistoryPage < 1 {
+		d.HistoryPage = 1
+	}
+	evs, total, err := p.Nodes.HistoryPage(ctx, v.UUID, (d.HistoryPage-1)*historyPageSize, historyPageSize)
+	if err == nil {
 		for _, e := range evs {
 			d.History = append(d.History, views.EventRow{At: e.CreatedAt, Severity: e.Severity, Event: e.Event, User: e.User})
 		}
+		d.HistoryTotal, d.HistoryPages = total, max(1, (total+historyPageSize-1)/historyPageSize)
 	}
 	return d, nil
+}
+
+// elapsed words a wait the way a person reads it: "14 s", "2 min 5 s".
+func elapsed(d time.Duration) string {
+	s := int(d.Round(time.Second).Seconds())
+	if s < 60 {
+		return fmt.Sprintf("%d s", max(s, 0))
+	}
+	return fmt.Sprintf("%d min %d s", s/60, s%60)
+}
+
+// bmcFailures turn the kinds of BMC failure (bmc.Err*, which last_error
+// carries as text) into a plain sentence and what to do about it.
+var bmcFailures = []struct{ kind, summary, advice string }{
+	{bmc.ErrPowerTimeout.Error(), "The BMC took the command, but the node did not reach the power state in time.",
+		"Check the node's power supply, then try again."},
+	{bmc.ErrUnreachable.Error(), "The node's BMC did not answer.",
+		"Check that the BMC is powered and on the network, then try again; an operator can check its address."},
+	{bmc.ErrAuth.Error(), "The node's BMC refused the user name or password Anvil has for it.",
+		"An operator must correct the node's BMC credentials."},
+	{bmc.ErrTLS.Error(), "The node's BMC presented a certificate Anvil does not trust.",
+		"An operator must install a trusted certificate on the BMC or change the node's verification setting."},
+	{bmc.ErrNetwork.Error(), "The node's BMC address is outside the networks Anvil may reach.",
+		"An operator must correct the BMC address or the allowed BMC networks."},
+	{bmc.ErrUnsupported.Error(), "The node's BMC does not support this operation.", "Use another step or driver for this node."},
+	{bmc.ErrBMC.Error(), "The node's BMC answered with an error.", "See the details; try again, or ask an operator."},
+}
+
+// plainError is a one-line summary of last_error and what to do next;
+// the text itself stays available behind a disclosure.
+func plainError(lastError, state string) (summary, advice string) {
+	if lastError == "" || lastError == nodes.RedactedLastError {
+		return "", ""
+	}
+	summary, advice = "The last operation failed.", "See the details below."
+	for _, f := range bmcFailures {
+		if strings.Contains(lastError, f.kind) {
+			summary, advice = f.summary, f.advice
+			break
+		}
+	}
+	switch state {
+	case nodes.StateCleanFailed:
+		advice += " Then use “Return to manageable” under Recovery."
+	case nodes.StateServiceFailed:
+		advice += " Then use “Return to active” under Recovery."
+	}
+	return summary, advice
+}
+
+// historyPageSize is how many events a page of a node's history shows.
+const historyPageSize = 25
+
+// hardware fills the facts the node's properties record (as Ironic's
+// inspection writes them) and its allocation and instance.
+func hardware(d *views.NodeDetail, v *nodes.View) {
+	num := func(k string) (float64, bool) {
+		switch x := v.Properties[k].(type) {
+		case float64:
+			return x, true
+		case int:
+			return float64(x), true
+		case string:
+			f, err := strconv.ParseFloat(x, 64)
+			return f, err == nil
+		}
+		return 0, false
+	}
+	if n, ok := num("cpus"); ok {
+		d.CPUs = strconv.FormatFloat(n, 'f', -1, 64)
+	}
+	if n, ok := num("memory_mb"); ok {
+		d.Memory = strconv.FormatFloat(n/1024, 'f', -1, 64) + " GiB"
+	}
+	if n, ok := num("local_gb"); ok {
+		d.Disk = strconv.FormatFloat(n, 'f', -1, 64) + " GB"
+	}
+	d.Arch, _ = v.Properties["cpu_arch"].(string)
+	d.ResourceClass = deref(v.ResourceClass)
+	d.InstanceUUID = deref(v.InstanceUUID)
+	d.AllocationUUID = deref(v.AllocationUUID)
+	if name, ok := v.InstanceInfo["display_name"].(string); ok {
+		d.InstanceName = name
+	}
 }
 
 // denied explains a policy refusal to the viewer: who they are acting as,
@@ -158,7 +262,7 @@ func (p *Portal) status(c *fiber.Ctx, problem string) error {
 		// Without JavaScript the form posted a whole page; go back to it.
 		return c.Redirect("/nodes/"+d.UUID, fiber.StatusSeeOther)
 	}
-	return render(c, 200, views.NodeStatus(pg, d))
+	return render(c, 200, views.NodeStatusUpdate(pg, d))
 }
 
 func (p *Portal) nodeStatus(c *fiber.Ctx) error { return p.status(c, "") }

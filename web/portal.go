@@ -53,9 +53,6 @@ type Portal struct {
 
 const sessionLocal = "anvil.session"
 
-// pageSize is how many nodes a page of the portal's list shows.
-const pageSize = 50
-
 // Register mounts the portal on app.
 func (p *Portal) Register(app *fiber.App) {
 	// Ahead of every route registered after it: the portal's, and the
@@ -72,6 +69,9 @@ func (p *Portal) Register(app *fiber.App) {
 	app.Get("/auth/oidc/callback", s, p.ssoCallback)
 	app.Get("/", browsersOnly)
 	app.Get("/nodes", s, p.signedIn, p.home)
+	app.Post("/nodes/bulk", s, p.signedIn, p.bulkPage)
+	app.Post("/nodes/bulk/run", s, p.signedIn, p.bulkRun)
+	app.Post("/nodes/bulk/progress", s, p.signedIn, p.bulkProgress)
 	app.Get("/nodes/:id", s, p.signedIn, p.nodePage)
 	app.Get("/nodes/:id/status", s, p.signedIn, p.nodeStatus)
 	app.Post("/nodes/:id/power", s, p.signedIn, p.nodePower)
@@ -90,6 +90,11 @@ func (p *Portal) Register(app *fiber.App) {
 	app.Post("/admin/policy", s, p.signedIn, p.policyUpload)
 	app.Get("/admin/policy/sample.yaml", s, p.signedIn, p.policySample)
 	app.Get("/admin/policy/current.zip", s, p.signedIn, p.policyCurrent)
+	app.Get("/admin/users", s, p.signedIn, p.usersPage)
+	app.Post("/admin/users", s, p.signedIn, p.createUser)
+	app.Post("/admin/users/:name/grant", s, p.signedIn, p.grantRole)
+	app.Post("/admin/users/:name/revoke", s, p.signedIn, p.revokeRole)
+	app.Post("/admin/users/:name/delete", s, p.signedIn, p.deleteUser)
 	app.Post("/scope", s, p.signedIn, p.switchScope)
 	app.Get("/account", s, p.signedIn, p.account)
 	app.Post("/account/tokens", s, p.signedIn, p.createToken)
@@ -374,49 +379,4 @@ func (p *Portal) switchScope(c *fiber.Ctx) error {
 		return err
 	}
 	return c.Redirect("/nodes", fiber.StatusSeeOther)
-}
-
-func (p *Portal) home(c *fiber.Ctx) error {
-	pg, err := p.page(c, "Nodes")
-	if err != nil {
-		return err
-	}
-	list, err := p.Nodes.List(c.UserContext(), nodes.ListOptions{Limit: pageSize, SortKey: "name", Marker: c.Query("after")})
-	if err != nil && errs.Status(err) != 403 {
-		if errs.Status(err) == 400 {
-			return c.Redirect("/nodes", fiber.StatusSeeOther) // a stale marker: start over
-		}
-		return err
-	}
-	var rows []views.NodeRow
-	next := ""
-	if list != nil {
-		for _, n := range list.Nodes {
-			rows = append(rows, nodeRow(n))
-		}
-		if list.More && len(rows) > 0 {
-			next = "/nodes?after=" + rows[len(rows)-1].UUID
-		}
-	}
-	return render(c, 200, views.Home(pg, rows, next))
-}
-
-func nodeRow(v *nodes.View) views.NodeRow {
-	rel := "system"
-	switch {
-	case v.Relation == nodes.RelBoth:
-		rel = "owner and lessee"
-	case v.Relation.Owned():
-		rel = "owner"
-	case v.Relation.Leased():
-		rel = "lessee"
-	case v.Relation == nodes.RelNone:
-		rel = "none"
-	}
-	power := deref(v.PowerState)
-	if power == "" {
-		power = "unknown" // no BMC has been asked yet
-	}
-	return views.NodeRow{UUID: v.UUID, Name: deref(v.Name), ProvisionState: v.ProvisionState, PowerState: power,
-		Owner: v.Owner, Lessee: v.Lessee, Relation: rel, Maintenance: v.Maintenance}
 }

@@ -242,12 +242,14 @@ func TestNodeListPages(t *testing.T) {
 	b.do("GET", "/login", nil)
 	b.do("POST", "/login", url.Values{"csrf": {b.csrf}, "username": {"root"}, "password": {"root-password-1"}})
 	_, page, _ := b.do("GET", "/nodes", nil)
-	next := regexp.MustCompile(`href="(/nodes\?after=[^"]+)" rel="next"`).FindStringSubmatch(page)
-	if strings.Count(page, "<tr data-node=") != 50 || next == nil || !strings.Contains(page, "pg-49") || strings.Contains(page, "pg-50") {
+	next := regexp.MustCompile(`href="(/nodes\?page=2)" rel="next"`).FindStringSubmatch(page)
+	if strings.Count(page, "<tr data-node=") != 50 || next == nil || !strings.Contains(page, "pg-49") || strings.Contains(page, "pg-50") ||
+		!strings.Contains(page, "1–50 of 60") {
 		t.Fatalf("first page: %d rows, next %v", strings.Count(page, "<tr data-node="), next)
 	}
 	_, page, _ = b.do("GET", next[1], nil)
-	if strings.Count(page, "<tr data-node=") != 10 || strings.Contains(page, `rel="next"`) || !strings.Contains(page, "pg-59") {
+	if strings.Count(page, "<tr data-node=") != 10 || strings.Contains(page, `rel="next"`) || !strings.Contains(page, "pg-59") ||
+		!strings.Contains(page, "51–60 of 60") || !strings.Contains(page, `href="/nodes" rel="prev"`) {
 		t.Errorf("second page: %d rows", strings.Count(page, "<tr data-node="))
 	}
 }

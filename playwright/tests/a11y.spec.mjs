@@ -21,14 +21,14 @@ async function accessible(page, name) {
 
 test('every main page passes axe, at 1440 px and at 390 px, and the suite records screenshots', async ({ page }) => {
   // Eleven pages twice with axe: well over the default 30 s on 2 busy cores.
-  test.setTimeout(120_000);
+  test.setTimeout(240_000);
   fs.mkdirSync(shots, { recursive: true });
   for (const width of [1440, 390]) {
     await page.setViewportSize({ width, height: 900 });
     await page.goto('/login');
     await accessible(page, 'login');
     await signIn(page, 'olga', 'operator-password-1');
-    const pages = [['nodes', '/nodes'], ['runbooks', '/runbooks'], ['runbook-editor', '/runbooks/new'], ['tokens', '/account'],
+    const pages = [['nodes', '/nodes'], ['users', '/admin/users'], ['runbooks', '/runbooks'], ['runbook-editor', '/runbooks/new'], ['tokens', '/account'],
       ['request-node', '/allocations/new'], ['policy', '/admin/policy']];
     await page.goto('/nodes');
     const first = await page.locator('table.nodes tbody tr a').first().getAttribute('href');

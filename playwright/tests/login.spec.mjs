@@ -22,12 +22,12 @@ test('a tenant sees only its project\'s nodes, switches project, and signs out',
   const rows = page.locator('table.nodes tbody tr');
   await expect(rows.first()).toBeVisible();
   // Every row is a node tenant-blue leases; demo nodes are never owned by tenants.
-  for (const lessee of await rows.locator('td:nth-child(5)').allTextContents()) {
+  for (const lessee of await rows.locator('td[data-label="Lessee"]').allTextContents()) {
     expect(lessee).toBe('tenant-blue');
   }
   await page.getByLabel('Acting on').selectOption('project:tenant-green');
   await expect(page.getByTestId('who')).toHaveText('tina · project tenant-green');
-  for (const lessee of await rows.locator('td:nth-child(5)').allTextContents()) {
+  for (const lessee of await rows.locator('td[data-label="Lessee"]').allTextContents()) {
     expect(lessee).toBe('tenant-green');
   }
   await page.getByRole('button', { name: 'Sign out' }).click();
@@ -75,7 +75,7 @@ test('a tenant gets the not-found page for another project\'s node, by direct UR
   const rows = page.locator('table.nodes tbody tr');
   let foreign = null;
   for (let i = 0; i < await rows.count() && !foreign; i++) {
-    const lessee = (await rows.nth(i).locator('td').nth(4).textContent()).trim();
+    const lessee = (await rows.nth(i).locator('td[data-label="Lessee"]').textContent()).trim();
     if (lessee !== 'tenant-blue' && lessee !== 'tenant-green') {
       foreign = await rows.nth(i).locator('a').getAttribute('href');
     }

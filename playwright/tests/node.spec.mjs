@@ -16,7 +16,7 @@ test('an operator cleans a node with explicit steps and watches them run', async
   await expect(page.getByTestId('step-counter')).toHaveText('Step 2 of 3');
   await page.screenshot({ path: path.join(import.meta.dirname, '..', '..', 'docs', 'screenshots', 'node-running.png') });
   await expect(page.getByTestId('provision-state')).toHaveText('manageable', { timeout: 15_000 });
-  await expect(page.locator('table.history tbody tr').last()).toContainText('All 3 clean steps done; node is manageable');
+  await expect(page.locator('table.history tbody tr').first()).toContainText('All 3 clean steps done; node is manageable');
   await expect(page.getByTestId('power-state')).toHaveText('power off');
 });
 

@@ -36,7 +36,7 @@ test('a tenant runs the public firmware runbook on a leased node and sees it com
   await expect(page.getByTestId('step-counter')).toHaveText('Step 2 of 3');
   await expect(page.getByTestId('provision-state')).toHaveText('manageable', { timeout: 20_000 });
   await expect(page.getByRole('cell', { name: 'All 3 clean steps done; node is manageable' }).first()).toBeVisible();
-  await expect(page.locator('table.history tbody tr').last()).toContainText('All 3 clean steps done');
+  await expect(page.locator('table.history tbody tr').first()).toContainText('All 3 clean steps done');
 });
 
 test('a tenant requests a node among those its project owns or leases', async ({ page }) => {
@@ -73,7 +73,7 @@ test('the run-a-runbook flow works from the keyboard alone', async ({ page }) =>
       page.once('dialog', (d) => d.accept());
       await page.keyboard.press('Enter');
       await expect(page.getByTestId('provision-state')).toHaveText('manageable', { timeout: 20_000 });
-      await expect(page.locator('table.history tbody tr').last()).toContainText('All 3 clean steps done');
+      await expect(page.locator('table.history tbody tr').first()).toContainText('All 3 clean steps done');
       return;
     }
     await page.goBack();

@@ -9,7 +9,7 @@ test('sign in through the OpenID provider, land in the project the groups claim 
   await page.locator('button[type="submit"], input[type="submit"]').first().click();
   await expect(page).toHaveURL(/127\.0\.0\.1:18085\/nodes$/);
   await expect(page.getByTestId('who')).toHaveText('test-user@127.0.0.1 · project tenant-blue');
-  for (const lessee of await page.locator('table.nodes tbody tr td:nth-child(5)').allTextContents()) {
+  for (const lessee of await page.locator('table.nodes tbody tr td[data-label="Lessee"]').allTextContents()) {
     expect(lessee).toBe('tenant-blue');
   }
   await page.getByRole('button', { name: 'Sign out' }).click();

@@ -40,7 +40,27 @@ type ListOptions struct {
 	// Columns, when set, limits the columns read to these (plus what
 	// access decisions need): a short list reads no JSON blobs.
 	Columns []string
+
+	// The portal's filters, which the API does not offer. Search matches a
+	// name containing it (any case) or a UUID starting with it; PowerState
+	// "" matches nodes whose power no BMC has reported yet; Trait, nodes
+	// carrying it; Failed, nodes in a failed state, with a fault or with a
+	// last error; UUIDs, only those nodes (a bulk selection: the ones the
+	// caller may not list simply do not come back).
+	Search, PowerState, Trait *string
+	Failed                    bool
+	UUIDs                     []string
+	// Numbered is the portal's paging: Offset skips rows, and they sort by
+	// the bare column, so an index walk finds a page of 10,000 nodes
+	// without sorting them all. Unnamed nodes then sort where each
+	// database puts NULLs, which keyset paging (Marker) could not allow.
+	Numbered bool
+	Offset   int
 }
+
+// FailedStates are the provision states a run or a check ends in when it
+// fails; the portal's "has failed" filter and badges use them.
+var FailedStates = []string{StateCleanFailed, StateServiceFailed, StateError}
 
 // sortKeys maps the API's sort keys to columns; text columns that may be
 // NULL sort as "" so both databases order and page them the same way.
@@ -99,7 +119,7 @@ func (s *Service) List(ctx context.Context, o ListOptions) (*Page, error) {
 		q = q.Where(after(sk.col, sk.nullable, o.SortDir, m))
 	}
 	q = q.Order(func(sel *entsql.Selector) {
-		expr := sortExpr(sel, sk.col, sk.nullable)
+		expr := sortExpr(sel, sk.col, sk.nullable && !o.Numbered)
 		if o.SortDir == "desc" {
 			sel.OrderExpr(entsql.Expr(expr+" DESC"), entsql.Expr(sel.C(node.FieldID)+" DESC"))
 		} else {
@@ -107,6 +127,9 @@ func (s *Service) List(ctx context.Context, o ListOptions) (*Page, error) {
 		}
 	})
 	q = q.Limit(o.Limit + 1)
+	if o.Numbered && o.Offset > 0 {
+		q = q.Offset(o.Offset)
+	}
 	if o.WithTraits {
 		q = q.WithTraits(func(tq *ent.TraitQuery) { tq.Select(trait.FieldNodeID, trait.FieldTrait) })
 	}
@@ -211,7 +234,74 @@ func (s *Service) scoped(ctx context.Context, o ListOptions) (*ent.NodeQuery, er
 			ps = append(ps, node.InstanceUUIDIsNil())
 		}
 	}
+	if o.Search != nil && *o.Search != "" {
+		ps = append(ps, node.Or(node.NameContainsFold(*o.Search), node.UUIDHasPrefix(strings.ToLower(*o.Search))))
+	}
+	if o.PowerState != nil {
+		if *o.PowerState == "" {
+			ps = append(ps, node.PowerStateIsNil())
+		} else {
+			ps = append(ps, node.PowerState(*o.PowerState))
+		}
+	}
+	if o.Trait != nil {
+		ps = append(ps, node.HasTraitsWith(trait.Trait(*o.Trait)))
+	}
+	if o.Failed {
+		ps = append(ps, node.Or(node.ProvisionStateIn(FailedStates...), node.FaultNotNil(), node.LastErrorNotNil()))
+	}
+	if o.UUIDs != nil {
+		ps = append(ps, node.UUIDIn(o.UUIDs...))
+	}
 	return q.Where(ps...), nil
+}
+
+// Count is how many nodes the filters match for the caller.
+func (s *Service) Count(ctx context.Context, o ListOptions) (int, error) {
+	q, err := s.scoped(ctx, o)
+	if err != nil {
+		return 0, err
+	}
+	return q.Count(ctx)
+}
+
+// StateCount is how many listed nodes are in one provision state, and how
+// many of those have failed.
+type StateCount struct {
+	Total  int `json:"total"`
+	Failed int `json:"failed"`
+}
+
+// CountStates counts the nodes the filters match in each provision state,
+// with the provision state and failed filters aside: the portal's summary
+// strip, its "has failed" entry and its "of 201" all come from this one
+// scan.
+func (s *Service) CountStates(ctx context.Context, o ListOptions) (map[string]StateCount, error) {
+	o.ProvisionState, o.Failed = nil, false
+	q, err := s.scoped(ctx, o)
+	if err != nil {
+		return nil, err
+	}
+	failed := func(sel *entsql.Selector) string {
+		states := make([]string, len(FailedStates))
+		for i, st := range FailedStates {
+			states[i] = "'" + st + "'" // constants without quotes of their own
+		}
+		return fmt.Sprintf("SUM(CASE WHEN %s IN (%s) OR %s IS NOT NULL OR %s IS NOT NULL THEN 1 ELSE 0 END)",
+			sel.C(node.FieldProvisionState), strings.Join(states, ", "), sel.C(node.FieldFault), sel.C(node.FieldLastError))
+	}
+	var rows []struct {
+		State string `json:"provision_state"`
+		StateCount
+	}
+	if err := q.GroupBy(node.FieldProvisionState).Aggregate(ent.As(ent.Count(), "total"), ent.As(failed, "failed")).Scan(ctx, &rows); err != nil {
+		return nil, err
+	}
+	out := make(map[string]StateCount, len(rows))
+	for _, r := range rows {
+		out[r.State] = r.StateCount
+	}
+	return out, nil
 }
 
 func sortExpr(sel *entsql.Selector, col string, nullable bool) string {

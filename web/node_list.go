@@ -1,0 +1,250 @@
+package web
+
+import (
+	"net/url"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/gofiber/fiber/v2"
+
+	"github.com/anvilproject/anvil/server/conductor"
+	"github.com/anvilproject/anvil/server/errs"
+	"github.com/anvilproject/anvil/server/nodes"
+	"github.com/anvilproject/anvil/views"
+)
+
+// listStates are the provision states the filter and the summary strip
+// offer, in the order a node moves through them.
+var listStates = []string{nodes.StateEnroll, nodes.StateVerifying, nodes.StateManageable, nodes.StateAvailable, nodes.StateActive,
+	nodes.StateCleaning, nodes.StateCleanWait, conductor.StateCleanHold, nodes.StateCleanFailed,
+	nodes.StateServicing, nodes.StateServiceWait, conductor.StateServiceHold, nodes.StateServiceFailed, conductor.StateAdopting, nodes.StateError}
+
+// listSorts are the columns the list sorts by.
+var listSorts = []string{"name", "provision_state", "power_state", "owner", "lessee", "resource_class", "created_at"}
+
+// listQuery is the node list's filter bar, sort and page as the URL
+// carries them. Values outside the choices fall back to the defaults, so
+// an edited URL shows a list rather than an error.
+type listQuery views.NodeFilter
+
+func parseListQuery(v url.Values) listQuery {
+	l := listQuery{Q: strings.TrimSpace(v.Get("q")), State: v.Get("state"), Power: v.Get("power"),
+		Owner: strings.TrimSpace(v.Get("owner")), Lessee: strings.TrimSpace(v.Get("lessee")),
+		Trait: strings.TrimSpace(v.Get("trait")), Class: strings.TrimSpace(v.Get("class")), Maint: v.Get("maint"),
+		Failed: v.Get("failed") == "1", Sort: v.Get("sort"), Dir: v.Get("dir")}
+	if !slices.Contains(listStates, l.State) {
+		l.State = ""
+	}
+	if !slices.Contains([]string{"power on", "power off", "unknown"}, l.Power) {
+		l.Power = ""
+	}
+	if l.Maint != "yes" && l.Maint != "no" {
+		l.Maint = ""
+	}
+	if !slices.Contains(listSorts, l.Sort) {
+		l.Sort = "name"
+	}
+	if l.Dir != "desc" {
+		l.Dir = "asc"
+	}
+	l.Size, _ = strconv.Atoi(v.Get("size"))
+	if !slices.Contains(views.PageSizes, l.Size) {
+		l.Size = 50
+	}
+	l.Page, _ = strconv.Atoi(v.Get("page"))
+	if l.Page < 1 || l.Page > 100000 {
+		l.Page = 1
+	}
+	return l
+}
+
+// filterValues are the filters alone (no sort or page), only those set.
+func (l listQuery) filterValues() url.Values {
+	v := url.Values{}
+	for k, s := range map[string]string{"q": l.Q, "state": l.State, "power": l.Power, "owner": l.Owner, "lessee": l.Lessee,
+		"trait": l.Trait, "class": l.Class, "maint": l.Maint} {
+		if s != "" {
+			v.Set(k, s)
+		}
+	}
+	if l.Failed {
+		v.Set("failed", "1")
+	}
+	return v
+}
+
+// url is the list at this query; defaults are left out so URLs stay short.
+func (l listQuery) url() string {
+	v := l.filterValues()
+	if l.Sort != "name" {
+		v.Set("sort", l.Sort)
+	}
+	if l.Dir != "asc" {
+		v.Set("dir", l.Dir)
+	}
+	if l.Size != 50 {
+		v.Set("size", strconv.Itoa(l.Size))
+	}
+	if l.Page > 1 {
+		v.Set("page", strconv.Itoa(l.Page))
+	}
+	if len(v) == 0 {
+		return "/nodes"
+	}
+	return "/nodes?" + v.Encode()
+}
+
+// options are the service's list options for the filters.
+func (l listQuery) options() nodes.ListOptions {
+	o := nodes.ListOptions{SortKey: l.Sort, SortDir: l.Dir, Failed: l.Failed}
+	set := func(s string) *string {
+		if s == "" {
+			return nil
+		}
+		return &s
+	}
+	o.Search, o.ProvisionState, o.Owner, o.Lessee = set(l.Q), set(l.State), set(l.Owner), set(l.Lessee)
+	o.Trait, o.ResourceClass = set(strings.ToUpper(l.Trait)), set(l.Class)
+	switch l.Power {
+	case "unknown":
+		o.PowerState = new(string)
+	case "":
+	default:
+		o.PowerState = set(l.Power)
+	}
+	if l.Maint != "" {
+		m := l.Maint == "yes"
+		o.Maintenance = &m
+	}
+	return o
+}
+
+// listColumns are what a row shows: the list reads no JSON blobs.
+var listColumns = []string{"name", "provision_state", "power_state", "target_power_state", "maintenance", "last_error", "resource_class"}
+
+func (p *Portal) home(c *fiber.Ctx) error {
+	pg, err := p.page(c, "Nodes")
+	if err != nil {
+		return err
+	}
+	q := parseListQuery(queryValues(c))
+	l, err := p.nodeList(c, q)
+	if err != nil {
+		if errs.Status(err) >= 500 {
+			return err
+		}
+		// A filter the caller may not use (another project as owner):
+		// the reason, and the list without rows.
+		pg.Error = err.Error()
+	}
+	return render(c, 200, views.Home(pg, l))
+}
+
+func queryValues(c *fiber.Ctx) url.Values {
+	v, _ := url.ParseQuery(string(c.Request().URI().QueryString()))
+	return v
+}
+
+// nodeList reads the summary strip's counts (which give the total too)
+// and one page: two queries, each filtered in SQL.
+func (p *Portal) nodeList(c *fiber.Ctx, q listQuery) (views.NodeList, error) {
+	ctx := c.UserContext()
+	l := views.NodeList{Filter: views.NodeFilter(q), ProvisionStates: listStates, SortURLs: map[string]string{}}
+	if fv := q.filterValues(); len(fv) > 0 {
+		l.Query = fv.Encode()
+	}
+	all := q
+	all.State, all.Failed, all.Page = "", false, 1
+	l.AllURL = all.url()
+	failed := all
+	failed.Failed = true
+	l.FailedURL = failed.url()
+	for _, k := range listSorts {
+		s := q
+		s.Sort, s.Dir, s.Page = k, "asc", 1
+		if q.Sort == k && q.Dir == "asc" {
+			s.Dir = "desc"
+		}
+		l.SortURLs[k] = s.url()
+	}
+	o := q.options()
+	counts, err := p.Nodes.CountStates(ctx, o)
+	if err != nil {
+		return l, err
+	}
+	shown := func(s string) int {
+		if q.Failed {
+			return counts[s].Failed
+		}
+		return counts[s].Total
+	}
+	states := slices.Clone(listStates)
+	for s, n := range counts {
+		l.AllCount += shown(s)
+		l.Failed += n.Failed
+		if !slices.Contains(states, s) {
+			states = append(states, s) // a state this list does not know yet still counts
+		}
+	}
+	slices.Sort(states[len(listStates):])
+	for _, s := range states {
+		if shown(s) == 0 && s != q.State {
+			continue
+		}
+		u := all
+		u.State, u.Failed = s, q.Failed
+		l.States = append(l.States, views.StateCount{State: s, Count: shown(s), URL: u.url(), Active: s == q.State})
+	}
+	l.Total = l.AllCount
+	if q.State != "" {
+		l.Total = shown(q.State)
+	}
+	o.Limit, o.Offset, o.Numbered, o.Columns = q.Size, (q.Page-1)*q.Size, true, listColumns
+	page, err := p.Nodes.List(ctx, o)
+	if err != nil {
+		return l, err
+	}
+	for _, n := range page.Nodes {
+		l.Rows = append(l.Rows, nodeRow(n))
+	}
+	if len(l.Rows) > 0 {
+		l.From, l.To = o.Offset+1, o.Offset+len(l.Rows)
+	}
+	if q.Page > 1 {
+		prev := q
+		prev.Page--
+		l.PrevURL = prev.url()
+	}
+	if page.More {
+		next := q
+		next.Page++
+		l.NextURL = next.url()
+	}
+	return l, nil
+}
+
+func nodeRow(v *nodes.View) views.NodeRow {
+	rel := "system"
+	switch {
+	case v.Relation == nodes.RelBoth:
+		rel = "owner and lessee"
+	case v.Relation.Owned():
+		rel = "owner"
+	case v.Relation.Leased():
+		rel = "lessee"
+	case v.Relation == nodes.RelNone:
+		rel = "none"
+	}
+	power := deref(v.PowerState)
+	if power == "" {
+		power = "unknown" // no BMC has been asked yet
+	}
+	lastErr := deref(v.LastError)
+	if lastErr == nodes.RedactedLastError {
+		lastErr = ""
+	}
+	return views.NodeRow{UUID: v.UUID, Name: deref(v.Name), ProvisionState: v.ProvisionState, PowerState: power,
+		TargetPowerState: deref(v.TargetPowerState), Owner: v.Owner, Lessee: v.Lessee, Relation: rel,
+		Maintenance: v.Maintenance, ResourceClass: deref(v.ResourceClass), LastError: lastErr}
+}

@@ -1,0 +1,132 @@
+package web
+
+import (
+	"net/url"
+	"strings"
+
+	"github.com/gofiber/fiber/v2"
+
+	"github.com/anvilproject/anvil/policies"
+	"github.com/anvilproject/anvil/server/errs"
+	"github.com/anvilproject/anvil/server/identity"
+	"github.com/anvilproject/anvil/views"
+)
+
+// Rules of the users page, as policies/defaults.go names them.
+const (
+	ruleUserList   = "anvil:user:list"
+	ruleUserManage = "anvil:user:manage"
+)
+
+// usersPage lists local accounts and their roles for system readers; a
+// system admin also gets the forms.
+func (p *Portal) usersPage(c *fiber.Ctx) error {
+	ctx := c.UserContext()
+	if err := p.Guard.Authorize(ctx, ruleUserList, "user", "", policies.Target{}); err != nil {
+		return p.fail(c, err)
+	}
+	pg, err := p.page(c, "Users")
+	if err != nil {
+		return err
+	}
+	pg.Flash = usersFlash[c.Query("done")]
+	if e := c.Query("error"); e != "" {
+		pg.Error = e
+	}
+	return p.renderUsers(c, pg, 200)
+}
+
+var usersFlash = map[string]string{"created": "User created.", "granted": "Role granted.", "revoked": "Role revoked; the user's sessions ended.", "deleted": "User deleted."}
+
+func (p *Portal) renderUsers(c *fiber.Ctx, pg views.Page, status int) error {
+	ctx := c.UserContext()
+	us, err := p.IDs.ListUsers(ctx)
+	if err != nil {
+		return err
+	}
+	rows := make([]views.UserRow, len(us))
+	for i, u := range us {
+		rows[i] = views.UserRow{Name: u.Name, LastLogin: "never"}
+		if u.LastLogin != nil {
+			rows[i].LastLogin = u.LastLogin.UTC().Format("2006-01-02 15:04 MST")
+		}
+		for _, a := range u.Roles {
+			rows[i].Roles = append(rows[i].Roles, views.RoleRow{Scope: a.Scope.String(), Role: a.Role, Value: scopeValue(a.Scope) + "|" + a.Role})
+		}
+	}
+	return render(c, status, views.UsersPage(pg, rows, p.Guard.Allowed(ctx, ruleUserManage, policies.Target{})))
+}
+
+// userChange runs one change to a local account after the manage rule; a
+// refusal of the input (400, 404, 409) is shown on the page, and success
+// goes back to the page (POST, redirect, GET).
+func (p *Portal) userChange(c *fiber.Ctx, done string, change func() error) error {
+	ctx := c.UserContext()
+	if err := p.Guard.Authorize(ctx, ruleUserManage, "user", c.Params("name"), policies.Target{}); err != nil {
+		return p.fail(c, err)
+	}
+	if err := change(); err != nil {
+		if errs.Status(err) >= 500 {
+			return err
+		}
+		pg, perr := p.page(c, "Users")
+		if perr != nil {
+			return perr
+		}
+		pg.Error = err.Error()
+		return p.renderUsers(c, pg, errs.Status(err))
+	}
+	return c.Redirect("/admin/users?"+url.Values{"done": {done}}.Encode(), fiber.StatusSeeOther)
+}
+
+func (p *Portal) createUser(c *fiber.Ctx) error {
+	return p.userChange(c, "created", func() error {
+		return p.IDs.CreateUser(c.UserContext(), strings.TrimSpace(c.FormValue("name")), c.FormValue("password"))
+	})
+}
+
+// assignmentOf reads a scope ("system", a project name, or the
+// "project:P|role" value of a revoke button) and role from the form.
+func assignmentOf(c *fiber.Ctx) (identity.Assignment, error) {
+	scope, role := strings.TrimSpace(c.FormValue("scope")), c.FormValue("role")
+	if v := c.FormValue("assignment"); v != "" {
+		scope, role, _ = strings.Cut(v, "|")
+	}
+	sc, ok := parseScope(scope)
+	if !ok && scope != "" && !strings.Contains(scope, ":") {
+		sc, ok = identity.Scope{Project: scope}, true
+	}
+	if !ok {
+		return identity.Assignment{}, errs.BadRequest("scope", "scope: give system or a project name")
+	}
+	return identity.Assignment{Scope: sc, Role: role}, nil
+}
+
+func (p *Portal) grantRole(c *fiber.Ctx) error {
+	return p.userChange(c, "granted", func() error {
+		a, err := assignmentOf(c)
+		if err != nil {
+			return err
+		}
+		return p.IDs.Grant(c.UserContext(), c.Params("name"), a)
+	})
+}
+
+func (p *Portal) revokeRole(c *fiber.Ctx) error {
+	return p.userChange(c, "revoked", func() error {
+		a, err := assignmentOf(c)
+		if err != nil {
+			return err
+		}
+		return p.IDs.Revoke(c.UserContext(), c.Params("name"), a)
+	})
+}
+
+func (p *Portal) deleteUser(c *fiber.Ctx) error {
+	return p.userChange(c, "deleted", func() error {
+		if pr := policies.PrincipalFrom(c.UserContext()); pr != nil && pr.User == c.Params("name") {
+			return errs.BadRequest("name", "you cannot delete your own account here; ask another administrator")
+		}
+		return p.IDs.DeleteUser(c.UserContext(), c.Params("name"))
+	})
+}
