@@ -391,9 +391,6 @@ func (a *API) clearMaintenance(c *fiber.Ctx) error {
 }
 
 func (a *API) listHistory(c *fiber.Ctx) error {
-	if err := requireVersion(ver(c), VerHistory, "node history"); err != nil {
-		return err
-	}
 	detail, _ := strconv.ParseBool(c.Query("detail"))
 	limit := nodes.MaxLimit
 	if l := c.Query("limit"); l != "" {
@@ -416,9 +413,6 @@ func (a *API) listHistory(c *fiber.Ctx) error {
 }
 
 func (a *API) getHistory(c *fiber.Ctx) error {
-	if err := requireVersion(ver(c), VerHistory, "node history"); err != nil {
-		return err
-	}
 	e, err := a.Nodes.HistoryEvent(c.UserContext(), c.Params("node"), c.Params("event"))
 	if err != nil {
 		return err

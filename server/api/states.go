@@ -22,8 +22,8 @@ func (a *API) registerStates(v1 fiber.Router) {
 	v1.Get("/nodes/:node/management/boot_device", query(), a.getBootDevice)
 	v1.Put("/nodes/:node/management/boot_device", a.setBootDevice)
 	v1.Get("/nodes/:node/steps", query(), a.listSteps)
-	v1.Get("/conductors", query(), a.listConductors)
-	v1.Get("/conductors/:hostname", query("fields"), a.getConductor)
+	v1.Get("/conductors", since(VerConductor, "conductors"), query(), a.listConductors)
+	v1.Get("/conductors/:hostname", since(VerConductor, "conductors"), query("fields"), a.getConductor)
 	v1.Get("/nodes/:node/management/boot_device/supported", query(), a.supportedBootDevices)
 }
 
@@ -118,6 +118,14 @@ func (a *API) setProvision(c *fiber.Ctx) error {
 		return errs.NotAcceptable("manual cleaning requires API version %s or later", VerCleanSteps)
 	case in.DisableRamdisk != nil && ver(c) < VerDisableRamdisk:
 		return errs.NotAcceptable("disable_ramdisk requires API version %s or later", VerDisableRamdisk)
+	case in.DisableRamdisk != nil && in.Target == "service" && ver(c) < offered(VerServiceRamdisk):
+		return errs.NotAcceptable("disable_ramdisk for servicing requires API version %s or later", offered(VerServiceRamdisk))
+	case in.Target == "unhold" && ver(c) < offered(VerUnhold):
+		return errs.NotAcceptable("unhold requires API version %s or later", offered(VerUnhold))
+	case in.Target == "service" && ver(c) < offered(VerService):
+		return errs.NotAcceptable("service requires API version %s or later", offered(VerService))
+	case in.Runbook != "" && ver(c) < offered(VerRunbooks):
+		return errs.NotAcceptable("runbooks require API version %s or later", offered(VerRunbooks))
 	}
 	r := cond.ProvisionRequest{Target: in.Target, Runbook: in.Runbook, CleanSteps: in.CleanSteps, ServiceSteps: in.ServiceSteps}
 	if in.DisableRamdisk != nil {
