@@ -20,7 +20,7 @@ import (
 var notYet = map[string]string{
 	"chassis_uuid": "inventory", "volume": "inventory",
 	"ports": "ports", "portgroups": "ports",
-	"states": "fields",
+	"states":          "fields",
 	"console_enabled": "fields", "inspection_started_at": "fields", "inspection_finished_at": "fields",
 	"raid_config": "fields", "target_raid_config": "fields",
 	"boot_interface": "fields", "console_interface": "fields", "deploy_interface": "fields",
@@ -28,7 +28,7 @@ var notYet = map[string]string{
 	"raid_interface": "fields", "vendor_interface": "fields", "network_interface": "fields",
 	"storage_interface": "fields", "rescue_interface": "fields", "bios_interface": "fields",
 	"firmware_interface": "fields",
-	"deploy_step": "fields", "service_step": "fields", "automated_clean": "fields",
+	"deploy_step":        "fields", "service_step": "fields", "automated_clean": "fields",
 	"protected": "fields", "protected_reason": "fields", "retired": "fields", "retired_reason": "fields",
 	"network_data": "fields", "boot_mode": "fields", "secure_boot": "fields",
 	"shard": "fields", "parent_node": "fields", "disable_power_off": "fields",
