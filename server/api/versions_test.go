@@ -2,6 +2,7 @@ package api_test
 
 import (
 	"fmt"
+	"strings"
 	"testing"
 
 	"github.com/anvilproject/anvil/server/api"
@@ -101,4 +102,18 @@ func TestPatchKeysWithTildeAndSlash(t *testing.T) {
 			t.Fatalf("after remove, extra = %v", extra)
 		}
 	})
+}
+
+// TestRequestIDHeaders (1.107): every response, errors included, carries
+// its request id as X-OpenStack-Request-Id and, as Ironic's oslo
+// middleware also does, under the older name OpenStack-Request-Id.
+func TestRequestIDHeaders(t *testing.T) {
+	_, c := start(t, storetest.Setting(t, "sqlite"))
+	for _, path := range []string{"/", "/v1/nodes", "/v1/nodes/missing"} {
+		r := c.Do(t, "GET", path, nil)
+		id := r.Header.Get("X-OpenStack-Request-Id")
+		if !strings.HasPrefix(id, "req-") || r.Header.Get("OpenStack-Request-Id") != id {
+			t.Errorf("GET %s (%d): X-OpenStack-Request-Id %q, OpenStack-Request-Id %q", path, r.Status, id, r.Header.Get("OpenStack-Request-Id"))
+		}
+	}
 }
