@@ -407,7 +407,7 @@ func (a *API) listHistory(c *fiber.Ctx) error {
 	out := make([]json.RawMessage, len(evs))
 	base := baseURL(c) + "/v1/nodes/" + c.Params("node") + "/history/"
 	for i, e := range evs {
-		out[i] = eventJSON(e, detail, base)
+		out[i] = eventJSON(e, detail, base, ver(c))
 	}
 	return c.JSON(fiber.Map{"history": out})
 }
@@ -418,5 +418,5 @@ func (a *API) getHistory(c *fiber.Ctx) error {
 		return err
 	}
 	c.Set(fiber.HeaderContentType, fiber.MIMEApplicationJSON)
-	return c.Send(eventJSON(e, true, baseURL(c)+"/v1/nodes/"+c.Params("node")+"/history/"))
+	return c.Send(eventJSON(e, true, baseURL(c)+"/v1/nodes/"+c.Params("node")+"/history/", ver(c)))
 }

@@ -54,6 +54,8 @@ const (
 	VerRunbooks       Version = 92 // /v1/runbooks
 	VerServiceRamdisk Version = 108
 	VerRunbookTraits  Version = 112 // runbook traits, description, /v1/runbooks/{rb}/traits
+	VerHistoryProject Version = 113 // node history project
+	VerHistoryState   Version = 115 // node history state, target_provision_state, duration_seconds
 	// VerMax is the newest version whose predecessors' behaviour is all in
 	// place (README, "Microversions"). Debian's python3-ironicclient 5.0.1
 	// knows up to 1.78 and negotiates down to the lower of the two.

@@ -1,10 +1,13 @@
 package api_test
 
 import (
+	"context"
 	"fmt"
 	"strings"
 	"testing"
 
+	"github.com/anvilproject/anvil/ent"
+	"github.com/anvilproject/anvil/ent/nodeevent"
 	"github.com/anvilproject/anvil/server/api"
 	"github.com/anvilproject/anvil/server/store"
 	"github.com/anvilproject/anvil/server/store/storetest"
@@ -116,4 +119,39 @@ func TestRequestIDHeaders(t *testing.T) {
 			t.Errorf("GET %s (%d): X-OpenStack-Request-Id %q, OpenStack-Request-Id %q", path, r.Status, id, r.Header.Get("OpenStack-Request-Id"))
 		}
 	}
+}
+
+// TestHistoryRecordsProjectAndState (1.113, 1.115): a history event keeps
+// the acting project and the node's provision state, target and seconds
+// in that state when it was written (none while the state never changed,
+// as Ironic); the system's own events name no project.
+func TestHistoryRecordsProjectAndState(t *testing.T) {
+	storetest.Each(t, func(t *testing.T, setting string, _ *store.DB) {
+		srv, clients := startLocal(t, setting)
+		admin, manager := clients["system-admin"], clients["owner-manager"]
+		r := admin.Do(t, "POST", "/v1/nodes", map[string]any{"name": "hist", "driver": "fake", "owner": "own"})
+		mustStatus(t, r, 201)
+		id := r.JSON(t)["uuid"].(string)
+		mustStatus(t, manager.Do(t, "PUT", "/v1/nodes/"+id+"/maintenance", map[string]any{"reason": "r"}), 202)
+		mustStatus(t, admin.Do(t, "DELETE", "/v1/nodes/"+id+"/maintenance", nil), 202)
+		provision(t, admin, id, map[string]any{"target": "manage"}, 202)
+		waitState(t, admin, id, "manageable")
+		mustStatus(t, manager.Do(t, "PUT", "/v1/nodes/"+id+"/maintenance", map[string]any{"reason": "r"}), 202)
+		evs, err := srv.DB.NodeEvent.Query().Where(nodeevent.EventType("maintenance")).Order(ent.Asc(nodeevent.FieldID)).All(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(evs) != 3 {
+			t.Fatalf("%d maintenance events, want 3", len(evs))
+		}
+		for i, want := range []struct {
+			project, state string
+			timed          bool
+		}{{"own", "enroll", false}, {"", "enroll", false}, {"own", "manageable", true}} {
+			e := evs[i]
+			if e.Project != want.project || e.State != want.state || e.TargetProvisionState != "" || (e.DurationSeconds != nil) != want.timed {
+				t.Errorf("event %d: project %q, state %q, target %q, duration %v; want %+v", i, e.Project, e.State, e.TargetProvisionState, e.DurationSeconds, want)
+			}
+		}
+	})
 }
