@@ -18,6 +18,9 @@ type Version int
 const (
 	VerMin            Version = 1  // initial API
 	VerDriverInternal Version = 3  // driver_internal_info field
+	VerManageable     Version = 4  // manageable state, manage and provide verbs
+	VerAbort          Version = 13 // abort verb
+	VerAdopt          Version = 17 // adopt verb
 	VerName           Version = 5  // node name
 	VerCleanStep      Version = 7  // clean_step field
 	VerCleanSteps     Version = 15 // manual cleaning with explicit clean_steps

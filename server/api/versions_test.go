@@ -43,8 +43,9 @@ func TestAllocationPrefersNamedNode(t *testing.T) {
 	})
 }
 
-// TestVerbsAtTheirVersion: unhold (1.85), service (1.87), disable_ramdisk
-// for servicing (1.108) and provisioning by runbook (1.92) are refused
+// TestVerbsAtTheirVersion: provide (1.4), abort (1.13), adopt (1.17),
+// unhold (1.85), service (1.87), disable_ramdisk for servicing (1.108) and
+// provisioning by runbook (1.92) are refused
 // with 406 below the version that offers them, before the node's state is
 // looked at; from it the request reaches the state machine, which refuses
 // an enrolled node with 409.
@@ -61,6 +62,9 @@ func TestVerbsAtTheirVersion(t *testing.T) {
 			body  map[string]any
 			since api.Version
 		}{
+			{map[string]any{"target": "provide"}, api.VerManageable},
+			{map[string]any{"target": "abort"}, api.VerAbort},
+			{map[string]any{"target": "adopt"}, api.VerAdopt},
 			{map[string]any{"target": "unhold"}, api.VerUnhold},
 			{map[string]any{"target": "service", "service_steps": []map[string]any{{"interface": "power", "step": "reboot"}}}, api.VerService},
 			{map[string]any{"target": "service", "service_steps": []map[string]any{{"interface": "power", "step": "reboot"}}, "disable_ramdisk": true}, api.VerServiceRamdisk},
