@@ -6781,22 +6781,27 @@ func (m *NodeMutation) ResetEdge(name string) error {
 // NodeEventMutation represents an operation that mutates the NodeEvent nodes in the graph.
 type NodeEventMutation struct {
 	config
-	op            Op
-	typ           string
-	id            *int
-	uuid          *string
-	created_at    *time.Time
-	severity      *string
-	event_type    *string
-	event         *string
-	user          *string
-	conductor     *string
-	clearedFields map[string]struct{}
-	node          *int
-	clearednode   bool
-	done          bool
-	oldValue      func(context.Context) (*NodeEvent, error)
-	predicates    []predicate.NodeEvent
+	op                     Op
+	typ                    string
+	id                     *int
+	uuid                   *string
+	created_at             *time.Time
+	severity               *string
+	event_type             *string
+	event                  *string
+	user                   *string
+	conductor              *string
+	project                *string
+	state                  *string
+	target_provision_state *string
+	duration_seconds       *int
+	addduration_seconds    *int
+	clearedFields          map[string]struct{}
+	node                   *int
+	clearednode            bool
+	done                   bool
+	oldValue               func(context.Context) (*NodeEvent, error)
+	predicates             []predicate.NodeEvent
 }
 
 var _ ent.Mutation = (*NodeEventMutation)(nil)
@@ -7211,6 +7216,223 @@ func (m *NodeEventMutation) ResetConductor() {
 	delete(m.clearedFields, nodeevent.FieldConductor)
 }
 
+// SetProject sets the "project" field.
+func (m *NodeEventMutation) SetProject(s string) {
+	m.project = &s
+}
+
+// Project returns the value of the "project" field in the mutation.
+func (m *NodeEventMutation) Project() (r string, exists bool) {
+	v := m.project
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldProject returns the old "project" field's value of the NodeEvent entity.
+// If the NodeEvent object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *NodeEventMutation) OldProject(ctx context.Context) (v string, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldProject is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldProject requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldProject: %w", err)
+	}
+	return oldValue.Project, nil
+}
+
+// ClearProject clears the value of the "project" field.
+func (m *NodeEventMutation) ClearProject() {
+	m.project = nil
+	m.clearedFields[nodeevent.FieldProject] = struct{}{}
+}
+
+// ProjectCleared returns if the "project" field was cleared in this mutation.
+func (m *NodeEventMutation) ProjectCleared() bool {
+	_, ok := m.clearedFields[nodeevent.FieldProject]
+	return ok
+}
+
+// ResetProject resets all changes to the "project" field.
+func (m *NodeEventMutation) ResetProject() {
+	m.project = nil
+	delete(m.clearedFields, nodeevent.FieldProject)
+}
+
+// SetState sets the "state" field.
+func (m *NodeEventMutation) SetState(s string) {
+	m.state = &s
+}
+
+// State returns the value of the "state" field in the mutation.
+func (m *NodeEventMutation) State() (r string, exists bool) {
+	v := m.state
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldState returns the old "state" field's value of the NodeEvent entity.
+// If the NodeEvent object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *NodeEventMutation) OldState(ctx context.Context) (v string, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldState is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldState requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldState: %w", err)
+	}
+	return oldValue.State, nil
+}
+
+// ClearState clears the value of the "state" field.
+func (m *NodeEventMutation) ClearState() {
+	m.state = nil
+	m.clearedFields[nodeevent.FieldState] = struct{}{}
+}
+
+// StateCleared returns if the "state" field was cleared in this mutation.
+func (m *NodeEventMutation) StateCleared() bool {
+	_, ok := m.clearedFields[nodeevent.FieldState]
+	return ok
+}
+
+// ResetState resets all changes to the "state" field.
+func (m *NodeEventMutation) ResetState() {
+	m.state = nil
+	delete(m.clearedFields, nodeevent.FieldState)
+}
+
+// SetTargetProvisionState sets the "target_provision_state" field.
+func (m *NodeEventMutation) SetTargetProvisionState(s string) {
+	m.target_provision_state = &s
+}
+
+// TargetProvisionState returns the value of the "target_provision_state" field in the mutation.
+func (m *NodeEventMutation) TargetProvisionState() (r string, exists bool) {
+	v := m.target_provision_state
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldTargetProvisionState returns the old "target_provision_state" field's value of the NodeEvent entity.
+// If the NodeEvent object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *NodeEventMutation) OldTargetProvisionState(ctx context.Context) (v string, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldTargetProvisionState is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldTargetProvisionState requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldTargetProvisionState: %w", err)
+	}
+	return oldValue.TargetProvisionState, nil
+}
+
+// ClearTargetProvisionState clears the value of the "target_provision_state" field.
+func (m *NodeEventMutation) ClearTargetProvisionState() {
+	m.target_provision_state = nil
+	m.clearedFields[nodeevent.FieldTargetProvisionState] = struct{}{}
+}
+
+// TargetProvisionStateCleared returns if the "target_provision_state" field was cleared in this mutation.
+func (m *NodeEventMutation) TargetProvisionStateCleared() bool {
+	_, ok := m.clearedFields[nodeevent.FieldTargetProvisionState]
+	return ok
+}
+
+// ResetTargetProvisionState resets all changes to the "target_provision_state" field.
+func (m *NodeEventMutation) ResetTargetProvisionState() {
+	m.target_provision_state = nil
+	delete(m.clearedFields, nodeevent.FieldTargetProvisionState)
+}
+
+// SetDurationSeconds sets the "duration_seconds" field.
+func (m *NodeEventMutation) SetDurationSeconds(i int) {
+	m.duration_seconds = &i
+	m.addduration_seconds = nil
+}
+
+// DurationSeconds returns the value of the "duration_seconds" field in the mutation.
+func (m *NodeEventMutation) DurationSeconds() (r int, exists bool) {
+	v := m.duration_seconds
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldDurationSeconds returns the old "duration_seconds" field's value of the NodeEvent entity.
+// If the NodeEvent object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *NodeEventMutation) OldDurationSeconds(ctx context.Context) (v *int, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldDurationSeconds is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldDurationSeconds requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldDurationSeconds: %w", err)
+	}
+	return oldValue.DurationSeconds, nil
+}
+
+// AddDurationSeconds adds i to the "duration_seconds" field.
+func (m *NodeEventMutation) AddDurationSeconds(i int) {
+	if m.addduration_seconds != nil {
+		*m.addduration_seconds += i
+	} else {
+		m.addduration_seconds = &i
+	}
+}
+
+// AddedDurationSeconds returns the value that was added to the "duration_seconds" field in this mutation.
+func (m *NodeEventMutation) AddedDurationSeconds() (r int, exists bool) {
+	v := m.addduration_seconds
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// ClearDurationSeconds clears the value of the "duration_seconds" field.
+func (m *NodeEventMutation) ClearDurationSeconds() {
+	m.duration_seconds = nil
+	m.addduration_seconds = nil
+	m.clearedFields[nodeevent.FieldDurationSeconds] = struct{}{}
+}
+
+// DurationSecondsCleared returns if the "duration_seconds" field was cleared in this mutation.
+func (m *NodeEventMutation) DurationSecondsCleared() bool {
+	_, ok := m.clearedFields[nodeevent.FieldDurationSeconds]
+	return ok
+}
+
+// ResetDurationSeconds resets all changes to the "duration_seconds" field.
+func (m *NodeEventMutation) ResetDurationSeconds() {
+	m.duration_seconds = nil
+	m.addduration_seconds = nil
+	delete(m.clearedFields, nodeevent.FieldDurationSeconds)
+}
+
 // ClearNode clears the "node" edge to the Node entity.
 func (m *NodeEventMutation) ClearNode() {
 	m.clearednode = true
@@ -7272,7 +7494,7 @@ func (m *NodeEventMutation) Type() string {
 // order to get all numeric fields that were incremented/decremented, call
 // AddedFields().
 func (m *NodeEventMutation) Fields() []string {
-	fields := make([]string, 0, 8)
+	fields := make([]string, 0, 12)
 	if m.uuid != nil {
 		fields = append(fields, nodeevent.FieldUUID)
 	}
@@ -7296,6 +7518,18 @@ func (m *NodeEventMutation) Fields() []string {
 	}
 	if m.conductor != nil {
 		fields = append(fields, nodeevent.FieldConductor)
+	}
+	if m.project != nil {
+		fields = append(fields, nodeevent.FieldProject)
+	}
+	if m.state != nil {
+		fields = append(fields, nodeevent.FieldState)
+	}
+	if m.target_provision_state != nil {
+		fields = append(fields, nodeevent.FieldTargetProvisionState)
+	}
+	if m.duration_seconds != nil {
+		fields = append(fields, nodeevent.FieldDurationSeconds)
 	}
 	return fields
 }
@@ -7321,6 +7555,14 @@ func (m *NodeEventMutation) Field(name string) (ent.Value, bool) {
 		return m.User()
 	case nodeevent.FieldConductor:
 		return m.Conductor()
+	case nodeevent.FieldProject:
+		return m.Project()
+	case nodeevent.FieldState:
+		return m.State()
+	case nodeevent.FieldTargetProvisionState:
+		return m.TargetProvisionState()
+	case nodeevent.FieldDurationSeconds:
+		return m.DurationSeconds()
 	}
 	return nil, false
 }
@@ -7346,6 +7588,14 @@ func (m *NodeEventMutation) OldField(ctx context.Context, name string) (ent.Valu
 		return m.OldUser(ctx)
 	case nodeevent.FieldConductor:
 		return m.OldConductor(ctx)
+	case nodeevent.FieldProject:
+		return m.OldProject(ctx)
+	case nodeevent.FieldState:
+		return m.OldState(ctx)
+	case nodeevent.FieldTargetProvisionState:
+		return m.OldTargetProvisionState(ctx)
+	case nodeevent.FieldDurationSeconds:
+		return m.OldDurationSeconds(ctx)
 	}
 	return nil, fmt.Errorf("unknown NodeEvent field %s", name)
 }
@@ -7411,6 +7661,34 @@ func (m *NodeEventMutation) SetField(name string, value ent.Value) error {
 		}
 		m.SetConductor(v)
 		return nil
+	case nodeevent.FieldProject:
+		v, ok := value.(string)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetProject(v)
+		return nil
+	case nodeevent.FieldState:
+		v, ok := value.(string)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetState(v)
+		return nil
+	case nodeevent.FieldTargetProvisionState:
+		v, ok := value.(string)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetTargetProvisionState(v)
+		return nil
+	case nodeevent.FieldDurationSeconds:
+		v, ok := value.(int)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetDurationSeconds(v)
+		return nil
 	}
 	return fmt.Errorf("unknown NodeEvent field %s", name)
 }
@@ -7419,6 +7697,9 @@ func (m *NodeEventMutation) SetField(name string, value ent.Value) error {
 // this mutation.
 func (m *NodeEventMutation) AddedFields() []string {
 	var fields []string
+	if m.addduration_seconds != nil {
+		fields = append(fields, nodeevent.FieldDurationSeconds)
+	}
 	return fields
 }
 
@@ -7427,6 +7708,8 @@ func (m *NodeEventMutation) AddedFields() []string {
 // was not set, or was not defined in the schema.
 func (m *NodeEventMutation) AddedField(name string) (ent.Value, bool) {
 	switch name {
+	case nodeevent.FieldDurationSeconds:
+		return m.AddedDurationSeconds()
 	}
 	return nil, false
 }
@@ -7436,6 +7719,13 @@ func (m *NodeEventMutation) AddedField(name string) (ent.Value, bool) {
 // type.
 func (m *NodeEventMutation) AddField(name string, value ent.Value) error {
 	switch name {
+	case nodeevent.FieldDurationSeconds:
+		v, ok := value.(int)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.AddDurationSeconds(v)
+		return nil
 	}
 	return fmt.Errorf("unknown NodeEvent numeric field %s", name)
 }
@@ -7449,6 +7739,18 @@ func (m *NodeEventMutation) ClearedFields() []string {
 	}
 	if m.FieldCleared(nodeevent.FieldConductor) {
 		fields = append(fields, nodeevent.FieldConductor)
+	}
+	if m.FieldCleared(nodeevent.FieldProject) {
+		fields = append(fields, nodeevent.FieldProject)
+	}
+	if m.FieldCleared(nodeevent.FieldState) {
+		fields = append(fields, nodeevent.FieldState)
+	}
+	if m.FieldCleared(nodeevent.FieldTargetProvisionState) {
+		fields = append(fields, nodeevent.FieldTargetProvisionState)
+	}
+	if m.FieldCleared(nodeevent.FieldDurationSeconds) {
+		fields = append(fields, nodeevent.FieldDurationSeconds)
 	}
 	return fields
 }
@@ -7469,6 +7771,18 @@ func (m *NodeEventMutation) ClearField(name string) error {
 		return nil
 	case nodeevent.FieldConductor:
 		m.ClearConductor()
+		return nil
+	case nodeevent.FieldProject:
+		m.ClearProject()
+		return nil
+	case nodeevent.FieldState:
+		m.ClearState()
+		return nil
+	case nodeevent.FieldTargetProvisionState:
+		m.ClearTargetProvisionState()
+		return nil
+	case nodeevent.FieldDurationSeconds:
+		m.ClearDurationSeconds()
 		return nil
 	}
 	return fmt.Errorf("unknown NodeEvent nullable field %s", name)
@@ -7501,6 +7815,18 @@ func (m *NodeEventMutation) ResetField(name string) error {
 		return nil
 	case nodeevent.FieldConductor:
 		m.ResetConductor()
+		return nil
+	case nodeevent.FieldProject:
+		m.ResetProject()
+		return nil
+	case nodeevent.FieldState:
+		m.ResetState()
+		return nil
+	case nodeevent.FieldTargetProvisionState:
+		m.ResetTargetProvisionState()
+		return nil
+	case nodeevent.FieldDurationSeconds:
+		m.ResetDurationSeconds()
 		return nil
 	}
 	return fmt.Errorf("unknown NodeEvent field %s", name)

@@ -34,6 +34,14 @@ type NodeEvent struct {
 	User string `json:"user,omitempty"`
 	// Conductor holds the value of the "conductor" field.
 	Conductor string `json:"conductor,omitempty"`
+	// Project holds the value of the "project" field.
+	Project string `json:"project,omitempty"`
+	// State holds the value of the "state" field.
+	State string `json:"state,omitempty"`
+	// TargetProvisionState holds the value of the "target_provision_state" field.
+	TargetProvisionState string `json:"target_provision_state,omitempty"`
+	// DurationSeconds holds the value of the "duration_seconds" field.
+	DurationSeconds *int `json:"duration_seconds,omitempty"`
 	// Edges holds the relations/edges for other nodes in the graph.
 	// The values are being populated by the NodeEventQuery when eager-loading is set.
 	Edges        NodeEventEdges `json:"edges"`
@@ -65,9 +73,9 @@ func (*NodeEvent) scanValues(columns []string) ([]any, error) {
 	values := make([]any, len(columns))
 	for i := range columns {
 		switch columns[i] {
-		case nodeevent.FieldID, nodeevent.FieldNodeID:
+		case nodeevent.FieldID, nodeevent.FieldNodeID, nodeevent.FieldDurationSeconds:
 			values[i] = new(sql.NullInt64)
-		case nodeevent.FieldUUID, nodeevent.FieldSeverity, nodeevent.FieldEventType, nodeevent.FieldEvent, nodeevent.FieldUser, nodeevent.FieldConductor:
+		case nodeevent.FieldUUID, nodeevent.FieldSeverity, nodeevent.FieldEventType, nodeevent.FieldEvent, nodeevent.FieldUser, nodeevent.FieldConductor, nodeevent.FieldProject, nodeevent.FieldState, nodeevent.FieldTargetProvisionState:
 			values[i] = new(sql.NullString)
 		case nodeevent.FieldCreatedAt:
 			values[i] = new(sql.NullTime)
@@ -140,6 +148,31 @@ func (_m *NodeEvent) assignValues(columns []string, values []any) error {
 			} else if value.Valid {
 				_m.Conductor = value.String
 			}
+		case nodeevent.FieldProject:
+			if value, ok := values[i].(*sql.NullString); !ok {
+				return fmt.Errorf("unexpected type %T for field project", values[i])
+			} else if value.Valid {
+				_m.Project = value.String
+			}
+		case nodeevent.FieldState:
+			if value, ok := values[i].(*sql.NullString); !ok {
+				return fmt.Errorf("unexpected type %T for field state", values[i])
+			} else if value.Valid {
+				_m.State = value.String
+			}
+		case nodeevent.FieldTargetProvisionState:
+			if value, ok := values[i].(*sql.NullString); !ok {
+				return fmt.Errorf("unexpected type %T for field target_provision_state", values[i])
+			} else if value.Valid {
+				_m.TargetProvisionState = value.String
+			}
+		case nodeevent.FieldDurationSeconds:
+			if value, ok := values[i].(*sql.NullInt64); !ok {
+				return fmt.Errorf("unexpected type %T for field duration_seconds", values[i])
+			} else if value.Valid {
+				_m.DurationSeconds = new(int)
+				*_m.DurationSeconds = int(value.Int64)
+			}
 		default:
 			_m.selectValues.Set(columns[i], values[i])
 		}
@@ -204,6 +237,20 @@ func (_m *NodeEvent) String() string {
 	builder.WriteString(", ")
 	builder.WriteString("conductor=")
 	builder.WriteString(_m.Conductor)
+	builder.WriteString(", ")
+	builder.WriteString("project=")
+	builder.WriteString(_m.Project)
+	builder.WriteString(", ")
+	builder.WriteString("state=")
+	builder.WriteString(_m.State)
+	builder.WriteString(", ")
+	builder.WriteString("target_provision_state=")
+	builder.WriteString(_m.TargetProvisionState)
+	builder.WriteString(", ")
+	if v := _m.DurationSeconds; v != nil {
+		builder.WriteString("duration_seconds=")
+		builder.WriteString(fmt.Sprintf("%v", *v))
+	}
 	builder.WriteByte(')')
 	return builder.String()
 }

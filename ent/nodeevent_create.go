@@ -103,6 +103,62 @@ func (_c *NodeEventCreate) SetNillableConductor(v *string) *NodeEventCreate {
 	return _c
 }
 
+// SetProject sets the "project" field.
+func (_c *NodeEventCreate) SetProject(v string) *NodeEventCreate {
+	_c.mutation.SetProject(v)
+	return _c
+}
+
+// SetNillableProject sets the "project" field if the given value is not nil.
+func (_c *NodeEventCreate) SetNillableProject(v *string) *NodeEventCreate {
+	if v != nil {
+		_c.SetProject(*v)
+	}
+	return _c
+}
+
+// SetState sets the "state" field.
+func (_c *NodeEventCreate) SetState(v string) *NodeEventCreate {
+	_c.mutation.SetState(v)
+	return _c
+}
+
+// SetNillableState sets the "state" field if the given value is not nil.
+func (_c *NodeEventCreate) SetNillableState(v *string) *NodeEventCreate {
+	if v != nil {
+		_c.SetState(*v)
+	}
+	return _c
+}
+
+// SetTargetProvisionState sets the "target_provision_state" field.
+func (_c *NodeEventCreate) SetTargetProvisionState(v string) *NodeEventCreate {
+	_c.mutation.SetTargetProvisionState(v)
+	return _c
+}
+
+// SetNillableTargetProvisionState sets the "target_provision_state" field if the given value is not nil.
+func (_c *NodeEventCreate) SetNillableTargetProvisionState(v *string) *NodeEventCreate {
+	if v != nil {
+		_c.SetTargetProvisionState(*v)
+	}
+	return _c
+}
+
+// SetDurationSeconds sets the "duration_seconds" field.
+func (_c *NodeEventCreate) SetDurationSeconds(v int) *NodeEventCreate {
+	_c.mutation.SetDurationSeconds(v)
+	return _c
+}
+
+// SetNillableDurationSeconds sets the "duration_seconds" field if the given value is not nil.
+func (_c *NodeEventCreate) SetNillableDurationSeconds(v *int) *NodeEventCreate {
+	if v != nil {
+		_c.SetDurationSeconds(*v)
+	}
+	return _c
+}
+
 // SetNode sets the "node" edge to the Node entity.
 func (_c *NodeEventCreate) SetNode(v *Node) *NodeEventCreate {
 	return _c.SetNodeID(v.ID)
@@ -240,6 +296,22 @@ func (_c *NodeEventCreate) createSpec() (*NodeEvent, *sqlgraph.CreateSpec) {
 	if value, ok := _c.mutation.Conductor(); ok {
 		_spec.SetField(nodeevent.FieldConductor, field.TypeString, value)
 		_node.Conductor = value
+	}
+	if value, ok := _c.mutation.Project(); ok {
+		_spec.SetField(nodeevent.FieldProject, field.TypeString, value)
+		_node.Project = value
+	}
+	if value, ok := _c.mutation.State(); ok {
+		_spec.SetField(nodeevent.FieldState, field.TypeString, value)
+		_node.State = value
+	}
+	if value, ok := _c.mutation.TargetProvisionState(); ok {
+		_spec.SetField(nodeevent.FieldTargetProvisionState, field.TypeString, value)
+		_node.TargetProvisionState = value
+	}
+	if value, ok := _c.mutation.DurationSeconds(); ok {
+		_spec.SetField(nodeevent.FieldDurationSeconds, field.TypeInt, value)
+		_node.DurationSeconds = &value
 	}
 	if nodes := _c.mutation.NodeIDs(); len(nodes) > 0 {
 		edge := &sqlgraph.EdgeSpec{
@@ -394,6 +466,84 @@ func (u *NodeEventUpsert) ClearConductor() *NodeEventUpsert {
 	return u
 }
 
+// SetProject sets the "project" field.
+func (u *NodeEventUpsert) SetProject(v string) *NodeEventUpsert {
+	u.Set(nodeevent.FieldProject, v)
+	return u
+}
+
+// UpdateProject sets the "project" field to the value that was provided on create.
+func (u *NodeEventUpsert) UpdateProject() *NodeEventUpsert {
+	u.SetExcluded(nodeevent.FieldProject)
+	return u
+}
+
+// ClearProject clears the value of the "project" field.
+func (u *NodeEventUpsert) ClearProject() *NodeEventUpsert {
+	u.SetNull(nodeevent.FieldProject)
+	return u
+}
+
+// SetState sets the "state" field.
+func (u *NodeEventUpsert) SetState(v string) *NodeEventUpsert {
+	u.Set(nodeevent.FieldState, v)
+	return u
+}
+
+// UpdateState sets the "state" field to the value that was provided on create.
+func (u *NodeEventUpsert) UpdateState() *NodeEventUpsert {
+	u.SetExcluded(nodeevent.FieldState)
+	return u
+}
+
+// ClearState clears the value of the "state" field.
+func (u *NodeEventUpsert) ClearState() *NodeEventUpsert {
+	u.SetNull(nodeevent.FieldState)
+	return u
+}
+
+// SetTargetProvisionState sets the "target_provision_state" field.
+func (u *NodeEventUpsert) SetTargetProvisionState(v string) *NodeEventUpsert {
+	u.Set(nodeevent.FieldTargetProvisionState, v)
+	return u
+}
+
+// UpdateTargetProvisionState sets the "target_provision_state" field to the value that was provided on create.
+func (u *NodeEventUpsert) UpdateTargetProvisionState() *NodeEventUpsert {
+	u.SetExcluded(nodeevent.FieldTargetProvisionState)
+	return u
+}
+
+// ClearTargetProvisionState clears the value of the "target_provision_state" field.
+func (u *NodeEventUpsert) ClearTargetProvisionState() *NodeEventUpsert {
+	u.SetNull(nodeevent.FieldTargetProvisionState)
+	return u
+}
+
+// SetDurationSeconds sets the "duration_seconds" field.
+func (u *NodeEventUpsert) SetDurationSeconds(v int) *NodeEventUpsert {
+	u.Set(nodeevent.FieldDurationSeconds, v)
+	return u
+}
+
+// UpdateDurationSeconds sets the "duration_seconds" field to the value that was provided on create.
+func (u *NodeEventUpsert) UpdateDurationSeconds() *NodeEventUpsert {
+	u.SetExcluded(nodeevent.FieldDurationSeconds)
+	return u
+}
+
+// AddDurationSeconds adds v to the "duration_seconds" field.
+func (u *NodeEventUpsert) AddDurationSeconds(v int) *NodeEventUpsert {
+	u.Add(nodeevent.FieldDurationSeconds, v)
+	return u
+}
+
+// ClearDurationSeconds clears the value of the "duration_seconds" field.
+func (u *NodeEventUpsert) ClearDurationSeconds() *NodeEventUpsert {
+	u.SetNull(nodeevent.FieldDurationSeconds)
+	return u
+}
+
 // UpdateNewValues updates the mutable fields using the new values that were set on create.
 // Using this option is equivalent to using:
 //
@@ -537,6 +687,97 @@ func (u *NodeEventUpsertOne) UpdateConductor() *NodeEventUpsertOne {
 func (u *NodeEventUpsertOne) ClearConductor() *NodeEventUpsertOne {
 	return u.Update(func(s *NodeEventUpsert) {
 		s.ClearConductor()
+	})
+}
+
+// SetProject sets the "project" field.
+func (u *NodeEventUpsertOne) SetProject(v string) *NodeEventUpsertOne {
+	return u.Update(func(s *NodeEventUpsert) {
+		s.SetProject(v)
+	})
+}
+
+// UpdateProject sets the "project" field to the value that was provided on create.
+func (u *NodeEventUpsertOne) UpdateProject() *NodeEventUpsertOne {
+	return u.Update(func(s *NodeEventUpsert) {
+		s.UpdateProject()
+	})
+}
+
+// ClearProject clears the value of the "project" field.
+func (u *NodeEventUpsertOne) ClearProject() *NodeEventUpsertOne {
+	return u.Update(func(s *NodeEventUpsert) {
+		s.ClearProject()
+	})
+}
+
+// SetState sets the "state" field.
+func (u *NodeEventUpsertOne) SetState(v string) *NodeEventUpsertOne {
+	return u.Update(func(s *NodeEventUpsert) {
+		s.SetState(v)
+	})
+}
+
+// UpdateState sets the "state" field to the value that was provided on create.
+func (u *NodeEventUpsertOne) UpdateState() *NodeEventUpsertOne {
+	return u.Update(func(s *NodeEventUpsert) {
+		s.UpdateState()
+	})
+}
+
+// ClearState clears the value of the "state" field.
+func (u *NodeEventUpsertOne) ClearState() *NodeEventUpsertOne {
+	return u.Update(func(s *NodeEventUpsert) {
+		s.ClearState()
+	})
+}
+
+// SetTargetProvisionState sets the "target_provision_state" field.
+func (u *NodeEventUpsertOne) SetTargetProvisionState(v string) *NodeEventUpsertOne {
+	return u.Update(func(s *NodeEventUpsert) {
+		s.SetTargetProvisionState(v)
+	})
+}
+
+// UpdateTargetProvisionState sets the "target_provision_state" field to the value that was provided on create.
+func (u *NodeEventUpsertOne) UpdateTargetProvisionState() *NodeEventUpsertOne {
+	return u.Update(func(s *NodeEventUpsert) {
+		s.UpdateTargetProvisionState()
+	})
+}
+
+// ClearTargetProvisionState clears the value of the "target_provision_state" field.
+func (u *NodeEventUpsertOne) ClearTargetProvisionState() *NodeEventUpsertOne {
+	return u.Update(func(s *NodeEventUpsert) {
+		s.ClearTargetProvisionState()
+	})
+}
+
+// SetDurationSeconds sets the "duration_seconds" field.
+func (u *NodeEventUpsertOne) SetDurationSeconds(v int) *NodeEventUpsertOne {
+	return u.Update(func(s *NodeEventUpsert) {
+		s.SetDurationSeconds(v)
+	})
+}
+
+// AddDurationSeconds adds v to the "duration_seconds" field.
+func (u *NodeEventUpsertOne) AddDurationSeconds(v int) *NodeEventUpsertOne {
+	return u.Update(func(s *NodeEventUpsert) {
+		s.AddDurationSeconds(v)
+	})
+}
+
+// UpdateDurationSeconds sets the "duration_seconds" field to the value that was provided on create.
+func (u *NodeEventUpsertOne) UpdateDurationSeconds() *NodeEventUpsertOne {
+	return u.Update(func(s *NodeEventUpsert) {
+		s.UpdateDurationSeconds()
+	})
+}
+
+// ClearDurationSeconds clears the value of the "duration_seconds" field.
+func (u *NodeEventUpsertOne) ClearDurationSeconds() *NodeEventUpsertOne {
+	return u.Update(func(s *NodeEventUpsert) {
+		s.ClearDurationSeconds()
 	})
 }
 
@@ -849,6 +1090,97 @@ func (u *NodeEventUpsertBulk) UpdateConductor() *NodeEventUpsertBulk {
 func (u *NodeEventUpsertBulk) ClearConductor() *NodeEventUpsertBulk {
 	return u.Update(func(s *NodeEventUpsert) {
 		s.ClearConductor()
+	})
+}
+
+// SetProject sets the "project" field.
+func (u *NodeEventUpsertBulk) SetProject(v string) *NodeEventUpsertBulk {
+	return u.Update(func(s *NodeEventUpsert) {
+		s.SetProject(v)
+	})
+}
+
+// UpdateProject sets the "project" field to the value that was provided on create.
+func (u *NodeEventUpsertBulk) UpdateProject() *NodeEventUpsertBulk {
+	return u.Update(func(s *NodeEventUpsert) {
+		s.UpdateProject()
+	})
+}
+
+// ClearProject clears the value of the "project" field.
+func (u *NodeEventUpsertBulk) ClearProject() *NodeEventUpsertBulk {
+	return u.Update(func(s *NodeEventUpsert) {
+		s.ClearProject()
+	})
+}
+
+// SetState sets the "state" field.
+func (u *NodeEventUpsertBulk) SetState(v string) *NodeEventUpsertBulk {
+	return u.Update(func(s *NodeEventUpsert) {
+		s.SetState(v)
+	})
+}
+
+// UpdateState sets the "state" field to the value that was provided on create.
+func (u *NodeEventUpsertBulk) UpdateState() *NodeEventUpsertBulk {
+	return u.Update(func(s *NodeEventUpsert) {
+		s.UpdateState()
+	})
+}
+
+// ClearState clears the value of the "state" field.
+func (u *NodeEventUpsertBulk) ClearState() *NodeEventUpsertBulk {
+	return u.Update(func(s *NodeEventUpsert) {
+		s.ClearState()
+	})
+}
+
+// SetTargetProvisionState sets the "target_provision_state" field.
+func (u *NodeEventUpsertBulk) SetTargetProvisionState(v string) *NodeEventUpsertBulk {
+	return u.Update(func(s *NodeEventUpsert) {
+		s.SetTargetProvisionState(v)
+	})
+}
+
+// UpdateTargetProvisionState sets the "target_provision_state" field to the value that was provided on create.
+func (u *NodeEventUpsertBulk) UpdateTargetProvisionState() *NodeEventUpsertBulk {
+	return u.Update(func(s *NodeEventUpsert) {
+		s.UpdateTargetProvisionState()
+	})
+}
+
+// ClearTargetProvisionState clears the value of the "target_provision_state" field.
+func (u *NodeEventUpsertBulk) ClearTargetProvisionState() *NodeEventUpsertBulk {
+	return u.Update(func(s *NodeEventUpsert) {
+		s.ClearTargetProvisionState()
+	})
+}
+
+// SetDurationSeconds sets the "duration_seconds" field.
+func (u *NodeEventUpsertBulk) SetDurationSeconds(v int) *NodeEventUpsertBulk {
+	return u.Update(func(s *NodeEventUpsert) {
+		s.SetDurationSeconds(v)
+	})
+}
+
+// AddDurationSeconds adds v to the "duration_seconds" field.
+func (u *NodeEventUpsertBulk) AddDurationSeconds(v int) *NodeEventUpsertBulk {
+	return u.Update(func(s *NodeEventUpsert) {
+		s.AddDurationSeconds(v)
+	})
+}
+
+// UpdateDurationSeconds sets the "duration_seconds" field to the value that was provided on create.
+func (u *NodeEventUpsertBulk) UpdateDurationSeconds() *NodeEventUpsertBulk {
+	return u.Update(func(s *NodeEventUpsert) {
+		s.UpdateDurationSeconds()
+	})
+}
+
+// ClearDurationSeconds clears the value of the "duration_seconds" field.
+func (u *NodeEventUpsertBulk) ClearDurationSeconds() *NodeEventUpsertBulk {
+	return u.Update(func(s *NodeEventUpsert) {
+		s.ClearDurationSeconds()
 	})
 }
 

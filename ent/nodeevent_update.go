@@ -125,6 +125,93 @@ func (_u *NodeEventUpdate) ClearConductor() *NodeEventUpdate {
 	return _u
 }
 
+// SetProject sets the "project" field.
+func (_u *NodeEventUpdate) SetProject(v string) *NodeEventUpdate {
+	_u.mutation.SetProject(v)
+	return _u
+}
+
+// SetNillableProject sets the "project" field if the given value is not nil.
+func (_u *NodeEventUpdate) SetNillableProject(v *string) *NodeEventUpdate {
+	if v != nil {
+		_u.SetProject(*v)
+	}
+	return _u
+}
+
+// ClearProject clears the value of the "project" field.
+func (_u *NodeEventUpdate) ClearProject() *NodeEventUpdate {
+	_u.mutation.ClearProject()
+	return _u
+}
+
+// SetState sets the "state" field.
+func (_u *NodeEventUpdate) SetState(v string) *NodeEventUpdate {
+	_u.mutation.SetState(v)
+	return _u
+}
+
+// SetNillableState sets the "state" field if the given value is not nil.
+func (_u *NodeEventUpdate) SetNillableState(v *string) *NodeEventUpdate {
+	if v != nil {
+		_u.SetState(*v)
+	}
+	return _u
+}
+
+// ClearState clears the value of the "state" field.
+func (_u *NodeEventUpdate) ClearState() *NodeEventUpdate {
+	_u.mutation.ClearState()
+	return _u
+}
+
+// SetTargetProvisionState sets the "target_provision_state" field.
+func (_u *NodeEventUpdate) SetTargetProvisionState(v string) *NodeEventUpdate {
+	_u.mutation.SetTargetProvisionState(v)
+	return _u
+}
+
+// SetNillableTargetProvisionState sets the "target_provision_state" field if the given value is not nil.
+func (_u *NodeEventUpdate) SetNillableTargetProvisionState(v *string) *NodeEventUpdate {
+	if v != nil {
+		_u.SetTargetProvisionState(*v)
+	}
+	return _u
+}
+
+// ClearTargetProvisionState clears the value of the "target_provision_state" field.
+func (_u *NodeEventUpdate) ClearTargetProvisionState() *NodeEventUpdate {
+	_u.mutation.ClearTargetProvisionState()
+	return _u
+}
+
+// SetDurationSeconds sets the "duration_seconds" field.
+func (_u *NodeEventUpdate) SetDurationSeconds(v int) *NodeEventUpdate {
+	_u.mutation.ResetDurationSeconds()
+	_u.mutation.SetDurationSeconds(v)
+	return _u
+}
+
+// SetNillableDurationSeconds sets the "duration_seconds" field if the given value is not nil.
+func (_u *NodeEventUpdate) SetNillableDurationSeconds(v *int) *NodeEventUpdate {
+	if v != nil {
+		_u.SetDurationSeconds(*v)
+	}
+	return _u
+}
+
+// AddDurationSeconds adds value to the "duration_seconds" field.
+func (_u *NodeEventUpdate) AddDurationSeconds(v int) *NodeEventUpdate {
+	_u.mutation.AddDurationSeconds(v)
+	return _u
+}
+
+// ClearDurationSeconds clears the value of the "duration_seconds" field.
+func (_u *NodeEventUpdate) ClearDurationSeconds() *NodeEventUpdate {
+	_u.mutation.ClearDurationSeconds()
+	return _u
+}
+
 // SetNode sets the "node" edge to the Node entity.
 func (_u *NodeEventUpdate) SetNode(v *Node) *NodeEventUpdate {
 	return _u.SetNodeID(v.ID)
@@ -219,6 +306,33 @@ func (_u *NodeEventUpdate) sqlSave(ctx context.Context) (_node int, err error) {
 	}
 	if _u.mutation.ConductorCleared() {
 		_spec.ClearField(nodeevent.FieldConductor, field.TypeString)
+	}
+	if value, ok := _u.mutation.Project(); ok {
+		_spec.SetField(nodeevent.FieldProject, field.TypeString, value)
+	}
+	if _u.mutation.ProjectCleared() {
+		_spec.ClearField(nodeevent.FieldProject, field.TypeString)
+	}
+	if value, ok := _u.mutation.State(); ok {
+		_spec.SetField(nodeevent.FieldState, field.TypeString, value)
+	}
+	if _u.mutation.StateCleared() {
+		_spec.ClearField(nodeevent.FieldState, field.TypeString)
+	}
+	if value, ok := _u.mutation.TargetProvisionState(); ok {
+		_spec.SetField(nodeevent.FieldTargetProvisionState, field.TypeString, value)
+	}
+	if _u.mutation.TargetProvisionStateCleared() {
+		_spec.ClearField(nodeevent.FieldTargetProvisionState, field.TypeString)
+	}
+	if value, ok := _u.mutation.DurationSeconds(); ok {
+		_spec.SetField(nodeevent.FieldDurationSeconds, field.TypeInt, value)
+	}
+	if value, ok := _u.mutation.AddedDurationSeconds(); ok {
+		_spec.AddField(nodeevent.FieldDurationSeconds, field.TypeInt, value)
+	}
+	if _u.mutation.DurationSecondsCleared() {
+		_spec.ClearField(nodeevent.FieldDurationSeconds, field.TypeInt)
 	}
 	if _u.mutation.NodeCleared() {
 		edge := &sqlgraph.EdgeSpec{
@@ -367,6 +481,93 @@ func (_u *NodeEventUpdateOne) ClearConductor() *NodeEventUpdateOne {
 	return _u
 }
 
+// SetProject sets the "project" field.
+func (_u *NodeEventUpdateOne) SetProject(v string) *NodeEventUpdateOne {
+	_u.mutation.SetProject(v)
+	return _u
+}
+
+// SetNillableProject sets the "project" field if the given value is not nil.
+func (_u *NodeEventUpdateOne) SetNillableProject(v *string) *NodeEventUpdateOne {
+	if v != nil {
+		_u.SetProject(*v)
+	}
+	return _u
+}
+
+// ClearProject clears the value of the "project" field.
+func (_u *NodeEventUpdateOne) ClearProject() *NodeEventUpdateOne {
+	_u.mutation.ClearProject()
+	return _u
+}
+
+// SetState sets the "state" field.
+func (_u *NodeEventUpdateOne) SetState(v string) *NodeEventUpdateOne {
+	_u.mutation.SetState(v)
+	return _u
+}
+
+// SetNillableState sets the "state" field if the given value is not nil.
+func (_u *NodeEventUpdateOne) SetNillableState(v *string) *NodeEventUpdateOne {
+	if v != nil {
+		_u.SetState(*v)
+	}
+	return _u
+}
+
+// ClearState clears the value of the "state" field.
+func (_u *NodeEventUpdateOne) ClearState() *NodeEventUpdateOne {
+	_u.mutation.ClearState()
+	return _u
+}
+
+// SetTargetProvisionState sets the "target_provision_state" field.
+func (_u *NodeEventUpdateOne) SetTargetProvisionState(v string) *NodeEventUpdateOne {
+	_u.mutation.SetTargetProvisionState(v)
+	return _u
+}
+
+// SetNillableTargetProvisionState sets the "target_provision_state" field if the given value is not nil.
+func (_u *NodeEventUpdateOne) SetNillableTargetProvisionState(v *string) *NodeEventUpdateOne {
+	if v != nil {
+		_u.SetTargetProvisionState(*v)
+	}
+	return _u
+}
+
+// ClearTargetProvisionState clears the value of the "target_provision_state" field.
+func (_u *NodeEventUpdateOne) ClearTargetProvisionState() *NodeEventUpdateOne {
+	_u.mutation.ClearTargetProvisionState()
+	return _u
+}
+
+// SetDurationSeconds sets the "duration_seconds" field.
+func (_u *NodeEventUpdateOne) SetDurationSeconds(v int) *NodeEventUpdateOne {
+	_u.mutation.ResetDurationSeconds()
+	_u.mutation.SetDurationSeconds(v)
+	return _u
+}
+
+// SetNillableDurationSeconds sets the "duration_seconds" field if the given value is not nil.
+func (_u *NodeEventUpdateOne) SetNillableDurationSeconds(v *int) *NodeEventUpdateOne {
+	if v != nil {
+		_u.SetDurationSeconds(*v)
+	}
+	return _u
+}
+
+// AddDurationSeconds adds value to the "duration_seconds" field.
+func (_u *NodeEventUpdateOne) AddDurationSeconds(v int) *NodeEventUpdateOne {
+	_u.mutation.AddDurationSeconds(v)
+	return _u
+}
+
+// ClearDurationSeconds clears the value of the "duration_seconds" field.
+func (_u *NodeEventUpdateOne) ClearDurationSeconds() *NodeEventUpdateOne {
+	_u.mutation.ClearDurationSeconds()
+	return _u
+}
+
 // SetNode sets the "node" edge to the Node entity.
 func (_u *NodeEventUpdateOne) SetNode(v *Node) *NodeEventUpdateOne {
 	return _u.SetNodeID(v.ID)
@@ -491,6 +692,33 @@ func (_u *NodeEventUpdateOne) sqlSave(ctx context.Context) (_node *NodeEvent, er
 	}
 	if _u.mutation.ConductorCleared() {
 		_spec.ClearField(nodeevent.FieldConductor, field.TypeString)
+	}
+	if value, ok := _u.mutation.Project(); ok {
+		_spec.SetField(nodeevent.FieldProject, field.TypeString, value)
+	}
+	if _u.mutation.ProjectCleared() {
+		_spec.ClearField(nodeevent.FieldProject, field.TypeString)
+	}
+	if value, ok := _u.mutation.State(); ok {
+		_spec.SetField(nodeevent.FieldState, field.TypeString, value)
+	}
+	if _u.mutation.StateCleared() {
+		_spec.ClearField(nodeevent.FieldState, field.TypeString)
+	}
+	if value, ok := _u.mutation.TargetProvisionState(); ok {
+		_spec.SetField(nodeevent.FieldTargetProvisionState, field.TypeString, value)
+	}
+	if _u.mutation.TargetProvisionStateCleared() {
+		_spec.ClearField(nodeevent.FieldTargetProvisionState, field.TypeString)
+	}
+	if value, ok := _u.mutation.DurationSeconds(); ok {
+		_spec.SetField(nodeevent.FieldDurationSeconds, field.TypeInt, value)
+	}
+	if value, ok := _u.mutation.AddedDurationSeconds(); ok {
+		_spec.AddField(nodeevent.FieldDurationSeconds, field.TypeInt, value)
+	}
+	if _u.mutation.DurationSecondsCleared() {
+		_spec.ClearField(nodeevent.FieldDurationSeconds, field.TypeInt)
 	}
 	if _u.mutation.NodeCleared() {
 		edge := &sqlgraph.EdgeSpec{

@@ -212,6 +212,10 @@ var (
 		{Name: "event", Type: field.TypeString, Size: 2147483647},
 		{Name: "user", Type: field.TypeString, Nullable: true},
 		{Name: "conductor", Type: field.TypeString, Nullable: true},
+		{Name: "project", Type: field.TypeString, Nullable: true},
+		{Name: "state", Type: field.TypeString, Nullable: true},
+		{Name: "target_provision_state", Type: field.TypeString, Nullable: true},
+		{Name: "duration_seconds", Type: field.TypeInt, Nullable: true},
 		{Name: "node_id", Type: field.TypeInt},
 	}
 	// NodeEventsTable holds the schema information for the "node_events" table.
@@ -222,7 +226,7 @@ var (
 		ForeignKeys: []*schema.ForeignKey{
 			{
 				Symbol:     "node_events_nodes_events",
-				Columns:    []*schema.Column{NodeEventsColumns[8]},
+				Columns:    []*schema.Column{NodeEventsColumns[12]},
 				RefColumns: []*schema.Column{NodesColumns[0]},
 				OnDelete:   schema.Cascade,
 			},
@@ -231,7 +235,7 @@ var (
 			{
 				Name:    "nodeevent_node_id_created_at",
 				Unique:  false,
-				Columns: []*schema.Column{NodeEventsColumns[8], NodeEventsColumns[2]},
+				Columns: []*schema.Column{NodeEventsColumns[12], NodeEventsColumns[2]},
 			},
 		},
 	}

@@ -30,6 +30,14 @@ const (
 	FieldUser = "user"
 	// FieldConductor holds the string denoting the conductor field in the database.
 	FieldConductor = "conductor"
+	// FieldProject holds the string denoting the project field in the database.
+	FieldProject = "project"
+	// FieldState holds the string denoting the state field in the database.
+	FieldState = "state"
+	// FieldTargetProvisionState holds the string denoting the target_provision_state field in the database.
+	FieldTargetProvisionState = "target_provision_state"
+	// FieldDurationSeconds holds the string denoting the duration_seconds field in the database.
+	FieldDurationSeconds = "duration_seconds"
 	// EdgeNode holds the string denoting the node edge name in mutations.
 	EdgeNode = "node"
 	// Table holds the table name of the nodeevent in the database.
@@ -54,6 +62,10 @@ var Columns = []string{
 	FieldEvent,
 	FieldUser,
 	FieldConductor,
+	FieldProject,
+	FieldState,
+	FieldTargetProvisionState,
+	FieldDurationSeconds,
 }
 
 // ValidColumn reports if the column name is valid (part of the table columns).
@@ -123,6 +135,26 @@ func ByUser(opts ...sql.OrderTermOption) OrderOption {
 // ByConductor orders the results by the conductor field.
 func ByConductor(opts ...sql.OrderTermOption) OrderOption {
 	return sql.OrderByField(FieldConductor, opts...).ToFunc()
+}
+
+// ByProject orders the results by the project field.
+func ByProject(opts ...sql.OrderTermOption) OrderOption {
+	return sql.OrderByField(FieldProject, opts...).ToFunc()
+}
+
+// ByState orders the results by the state field.
+func ByState(opts ...sql.OrderTermOption) OrderOption {
+	return sql.OrderByField(FieldState, opts...).ToFunc()
+}
+
+// ByTargetProvisionState orders the results by the target_provision_state field.
+func ByTargetProvisionState(opts ...sql.OrderTermOption) OrderOption {
+	return sql.OrderByField(FieldTargetProvisionState, opts...).ToFunc()
+}
+
+// ByDurationSeconds orders the results by the duration_seconds field.
+func ByDurationSeconds(opts ...sql.OrderTermOption) OrderOption {
+	return sql.OrderByField(FieldDurationSeconds, opts...).ToFunc()
 }
 
 // ByNodeField orders the results by node field.

@@ -95,6 +95,26 @@ func Conductor(v string) predicate.NodeEvent {
 	return predicate.NodeEvent(sql.FieldEQ(FieldConductor, v))
 }
 
+// Project applies equality check predicate on the "project" field. It's identical to ProjectEQ.
+func Project(v string) predicate.NodeEvent {
+	return predicate.NodeEvent(sql.FieldEQ(FieldProject, v))
+}
+
+// State applies equality check predicate on the "state" field. It's identical to StateEQ.
+func State(v string) predicate.NodeEvent {
+	return predicate.NodeEvent(sql.FieldEQ(FieldState, v))
+}
+
+// TargetProvisionState applies equality check predicate on the "target_provision_state" field. It's identical to TargetProvisionStateEQ.
+func TargetProvisionState(v string) predicate.NodeEvent {
+	return predicate.NodeEvent(sql.FieldEQ(FieldTargetProvisionState, v))
+}
+
+// DurationSeconds applies equality check predicate on the "duration_seconds" field. It's identical to DurationSecondsEQ.
+func DurationSeconds(v int) predicate.NodeEvent {
+	return predicate.NodeEvent(sql.FieldEQ(FieldDurationSeconds, v))
+}
+
 // UUIDEQ applies the EQ predicate on the "uuid" field.
 func UUIDEQ(v string) predicate.NodeEvent {
 	return predicate.NodeEvent(sql.FieldEQ(FieldUUID, v))
@@ -563,6 +583,281 @@ func ConductorEqualFold(v string) predicate.NodeEvent {
 // ConductorContainsFold applies the ContainsFold predicate on the "conductor" field.
 func ConductorContainsFold(v string) predicate.NodeEvent {
 	return predicate.NodeEvent(sql.FieldContainsFold(FieldConductor, v))
+}
+
+// ProjectEQ applies the EQ predicate on the "project" field.
+func ProjectEQ(v string) predicate.NodeEvent {
+	return predicate.NodeEvent(sql.FieldEQ(FieldProject, v))
+}
+
+// ProjectNEQ applies the NEQ predicate on the "project" field.
+func ProjectNEQ(v string) predicate.NodeEvent {
+	return predicate.NodeEvent(sql.FieldNEQ(FieldProject, v))
+}
+
+// ProjectIn applies the In predicate on the "project" field.
+func ProjectIn(vs ...string) predicate.NodeEvent {
+	return predicate.NodeEvent(sql.FieldIn(FieldProject, vs...))
+}
+
+// ProjectNotIn applies the NotIn predicate on the "project" field.
+func ProjectNotIn(vs ...string) predicate.NodeEvent {
+	return predicate.NodeEvent(sql.FieldNotIn(FieldProject, vs...))
+}
+
+// ProjectGT applies the GT predicate on the "project" field.
+func ProjectGT(v string) predicate.NodeEvent {
+	return predicate.NodeEvent(sql.FieldGT(FieldProject, v))
+}
+
+// ProjectGTE applies the GTE predicate on the "project" field.
+func ProjectGTE(v string) predicate.NodeEvent {
+	return predicate.NodeEvent(sql.FieldGTE(FieldProject, v))
+}
+
+// ProjectLT applies the LT predicate on the "project" field.
+func ProjectLT(v string) predicate.NodeEvent {
+	return predicate.NodeEvent(sql.FieldLT(FieldProject, v))
+}
+
+// ProjectLTE applies the LTE predicate on the "project" field.
+func ProjectLTE(v string) predicate.NodeEvent {
+	return predicate.NodeEvent(sql.FieldLTE(FieldProject, v))
+}
+
+// ProjectContains applies the Contains predicate on the "project" field.
+func ProjectContains(v string) predicate.NodeEvent {
+	return predicate.NodeEvent(sql.FieldContains(FieldProject, v))
+}
+
+// ProjectHasPrefix applies the HasPrefix predicate on the "project" field.
+func ProjectHasPrefix(v string) predicate.NodeEvent {
+	return predicate.NodeEvent(sql.FieldHasPrefix(FieldProject, v))
+}
+
+// ProjectHasSuffix applies the HasSuffix predicate on the "project" field.
+func ProjectHasSuffix(v string) predicate.NodeEvent {
+	return predicate.NodeEvent(sql.FieldHasSuffix(FieldProject, v))
+}
+
+// ProjectIsNil applies the IsNil predicate on the "project" field.
+func ProjectIsNil() predicate.NodeEvent {
+	return predicate.NodeEvent(sql.FieldIsNull(FieldProject))
+}
+
+// ProjectNotNil applies the NotNil predicate on the "project" field.
+func ProjectNotNil() predicate.NodeEvent {
+	return predicate.NodeEvent(sql.FieldNotNull(FieldProject))
+}
+
+// ProjectEqualFold applies the EqualFold predicate on the "project" field.
+func ProjectEqualFold(v string) predicate.NodeEvent {
+	return predicate.NodeEvent(sql.FieldEqualFold(FieldProject, v))
+}
+
+// ProjectContainsFold applies the ContainsFold predicate on the "project" field.
+func ProjectContainsFold(v string) predicate.NodeEvent {
+	return predicate.NodeEvent(sql.FieldContainsFold(FieldProject, v))
+}
+
+// StateEQ applies the EQ predicate on the "state" field.
+func StateEQ(v string) predicate.NodeEvent {
+	return predicate.NodeEvent(sql.FieldEQ(FieldState, v))
+}
+
+// StateNEQ applies the NEQ predicate on the "state" field.
+func StateNEQ(v string) predicate.NodeEvent {
+	return predicate.NodeEvent(sql.FieldNEQ(FieldState, v))
+}
+
+// StateIn applies the In predicate on the "state" field.
+func StateIn(vs ...string) predicate.NodeEvent {
+	return predicate.NodeEvent(sql.FieldIn(FieldState, vs...))
+}
+
+// StateNotIn applies the NotIn predicate on the "state" field.
+func StateNotIn(vs ...string) predicate.NodeEvent {
+	return predicate.NodeEvent(sql.FieldNotIn(FieldState, vs...))
+}
+
+// StateGT applies the GT predicate on the "state" field.
+func StateGT(v string) predicate.NodeEvent {
+	return predicate.NodeEvent(sql.FieldGT(FieldState, v))
+}
+
+// StateGTE applies the GTE predicate on the "state" field.
+func StateGTE(v string) predicate.NodeEvent {
+	return predicate.NodeEvent(sql.FieldGTE(FieldState, v))
+}
+
+// StateLT applies the LT predicate on the "state" field.
+func StateLT(v string) predicate.NodeEvent {
+	return predicate.NodeEvent(sql.FieldLT(FieldState, v))
+}
+
+// StateLTE applies the LTE predicate on the "state" field.
+func StateLTE(v string) predicate.NodeEvent {
+	return predicate.NodeEvent(sql.FieldLTE(FieldState, v))
+}
+
+// StateContains applies the Contains predicate on the "state" field.
+func StateContains(v string) predicate.NodeEvent {
+	return predicate.NodeEvent(sql.FieldContains(FieldState, v))
+}
+
+// StateHasPrefix applies the HasPrefix predicate on the "state" field.
+func StateHasPrefix(v string) predicate.NodeEvent {
+	return predicate.NodeEvent(sql.FieldHasPrefix(FieldState, v))
+}
+
+// StateHasSuffix applies the HasSuffix predicate on the "state" field.
+func StateHasSuffix(v string) predicate.NodeEvent {
+	return predicate.NodeEvent(sql.FieldHasSuffix(FieldState, v))
+}
+
+// StateIsNil applies the IsNil predicate on the "state" field.
+func StateIsNil() predicate.NodeEvent {
+	return predicate.NodeEvent(sql.FieldIsNull(FieldState))
+}
+
+// StateNotNil applies the NotNil predicate on the "state" field.
+func StateNotNil() predicate.NodeEvent {
+	return predicate.NodeEvent(sql.FieldNotNull(FieldState))
+}
+
+// StateEqualFold applies the EqualFold predicate on the "state" field.
+func StateEqualFold(v string) predicate.NodeEvent {
+	return predicate.NodeEvent(sql.FieldEqualFold(FieldState, v))
+}
+
+// StateContainsFold applies the ContainsFold predicate on the "state" field.
+func StateContainsFold(v string) predicate.NodeEvent {
+	return predicate.NodeEvent(sql.FieldContainsFold(FieldState, v))
+}
+
+// TargetProvisionStateEQ applies the EQ predicate on the "target_provision_state" field.
+func TargetProvisionStateEQ(v string) predicate.NodeEvent {
+	return predicate.NodeEvent(sql.FieldEQ(FieldTargetProvisionState, v))
+}
+
+// TargetProvisionStateNEQ applies the NEQ predicate on the "target_provision_state" field.
+func TargetProvisionStateNEQ(v string) predicate.NodeEvent {
+	return predicate.NodeEvent(sql.FieldNEQ(FieldTargetProvisionState, v))
+}
+
+// TargetProvisionStateIn applies the In predicate on the "target_provision_state" field.
+func TargetProvisionStateIn(vs ...string) predicate.NodeEvent {
+	return predicate.NodeEvent(sql.FieldIn(FieldTargetProvisionState, vs...))
+}
+
+// TargetProvisionStateNotIn applies the NotIn predicate on the "target_provision_state" field.
+func TargetProvisionStateNotIn(vs ...string) predicate.NodeEvent {
+	return predicate.NodeEvent(sql.FieldNotIn(FieldTargetProvisionState, vs...))
+}
+
+// TargetProvisionStateGT applies the GT predicate on the "target_provision_state" field.
+func TargetProvisionStateGT(v string) predicate.NodeEvent {
+	return predicate.NodeEvent(sql.FieldGT(FieldTargetProvisionState, v))
+}
+
+// TargetProvisionStateGTE applies the GTE predicate on the "target_provision_state" field.
+func TargetProvisionStateGTE(v string) predicate.NodeEvent {
+	return predicate.NodeEvent(sql.FieldGTE(FieldTargetProvisionState, v))
+}
+
+// TargetProvisionStateLT applies the LT predicate on the "target_provision_state" field.
+func TargetProvisionStateLT(v string) predicate.NodeEvent {
+	return predicate.NodeEvent(sql.FieldLT(FieldTargetProvisionState, v))
+}
+
+// TargetProvisionStateLTE applies the LTE predicate on the "target_provision_state" field.
+func TargetProvisionStateLTE(v string) predicate.NodeEvent {
+	return predicate.NodeEvent(sql.FieldLTE(FieldTargetProvisionState, v))
+}
+
+// TargetProvisionStateContains applies the Contains predicate on the "target_provision_state" field.
+func TargetProvisionStateContains(v string) predicate.NodeEvent {
+	return predicate.NodeEvent(sql.FieldContains(FieldTargetProvisionState, v))
+}
+
+// TargetProvisionStateHasPrefix applies the HasPrefix predicate on the "target_provision_state" field.
+func TargetProvisionStateHasPrefix(v string) predicate.NodeEvent {
+	return predicate.NodeEvent(sql.FieldHasPrefix(FieldTargetProvisionState, v))
+}
+
+// TargetProvisionStateHasSuffix applies the HasSuffix predicate on the "target_provision_state" field.
+func TargetProvisionStateHasSuffix(v string) predicate.NodeEvent {
+	return predicate.NodeEvent(sql.FieldHasSuffix(FieldTargetProvisionState, v))
+}
+
+// TargetProvisionStateIsNil applies the IsNil predicate on the "target_provision_state" field.
+func TargetProvisionStateIsNil() predicate.NodeEvent {
+	return predicate.NodeEvent(sql.FieldIsNull(FieldTargetProvisionState))
+}
+
+// TargetProvisionStateNotNil applies the NotNil predicate on the "target_provision_state" field.
+func TargetProvisionStateNotNil() predicate.NodeEvent {
+	return predicate.NodeEvent(sql.FieldNotNull(FieldTargetProvisionState))
+}
+
+// TargetProvisionStateEqualFold applies the EqualFold predicate on the "target_provision_state" field.
+func TargetProvisionStateEqualFold(v string) predicate.NodeEvent {
+	return predicate.NodeEvent(sql.FieldEqualFold(FieldTargetProvisionState, v))
+}
+
+// TargetProvisionStateContainsFold applies the ContainsFold predicate on the "target_provision_state" field.
+func TargetProvisionStateContainsFold(v string) predicate.NodeEvent {
+	return predicate.NodeEvent(sql.FieldContainsFold(FieldTargetProvisionState, v))
+}
+
+// DurationSecondsEQ applies the EQ predicate on the "duration_seconds" field.
+func DurationSecondsEQ(v int) predicate.NodeEvent {
+	return predicate.NodeEvent(sql.FieldEQ(FieldDurationSeconds, v))
+}
+
+// DurationSecondsNEQ applies the NEQ predicate on the "duration_seconds" field.
+func DurationSecondsNEQ(v int) predicate.NodeEvent {
+	return predicate.NodeEvent(sql.FieldNEQ(FieldDurationSeconds, v))
+}
+
+// DurationSecondsIn applies the In predicate on the "duration_seconds" field.
+func DurationSecondsIn(vs ...int) predicate.NodeEvent {
+	return predicate.NodeEvent(sql.FieldIn(FieldDurationSeconds, vs...))
+}
+
+// DurationSecondsNotIn applies the NotIn predicate on the "duration_seconds" field.
+func DurationSecondsNotIn(vs ...int) predicate.NodeEvent {
+	return predicate.NodeEvent(sql.FieldNotIn(FieldDurationSeconds, vs...))
+}
+
+// DurationSecondsGT applies the GT predicate on the "duration_seconds" field.
+func DurationSecondsGT(v int) predicate.NodeEvent {
+	return predicate.NodeEvent(sql.FieldGT(FieldDurationSeconds, v))
+}
+
+// DurationSecondsGTE applies the GTE predicate on the "duration_seconds" field.
+func DurationSecondsGTE(v int) predicate.NodeEvent {
+	return predicate.NodeEvent(sql.FieldGTE(FieldDurationSeconds, v))
+}
+
+// DurationSecondsLT applies the LT predicate on the "duration_seconds" field.
+func DurationSecondsLT(v int) predicate.NodeEvent {
+	return predicate.NodeEvent(sql.FieldLT(FieldDurationSeconds, v))
+}
+
+// DurationSecondsLTE applies the LTE predicate on the "duration_seconds" field.
+func DurationSecondsLTE(v int) predicate.NodeEvent {
+	return predicate.NodeEvent(sql.FieldLTE(FieldDurationSeconds, v))
+}
+
+// DurationSecondsIsNil applies the IsNil predicate on the "duration_seconds" field.
+func DurationSecondsIsNil() predicate.NodeEvent {
+	return predicate.NodeEvent(sql.FieldIsNull(FieldDurationSeconds))
+}
+
+// DurationSecondsNotNil applies the NotNil predicate on the "duration_seconds" field.
+func DurationSecondsNotNil() predicate.NodeEvent {
+	return predicate.NodeEvent(sql.FieldNotNull(FieldDurationSeconds))
 }
 
 // HasNode applies the HasEdge predicate on the "node" edge.

@@ -23,6 +23,13 @@ func (NodeEvent) Fields() []ent.Field {
 		field.Text("event"),
 		field.String("user").Optional(),
 		field.String("conductor").Optional(),
+		// The acting project (Ironic 1.113) and the node's provision state,
+		// its target, and the seconds since it last changed, when the event
+		// was written (1.115).
+		field.String("project").Optional(),
+		field.String("state").Optional(),
+		field.String("target_provision_state").Optional(),
+		field.Int("duration_seconds").Optional().Nillable(),
 	}
 }
 

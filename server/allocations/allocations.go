@@ -218,11 +218,26 @@ func (s *Service) allocate(ctx context.Context, a *ent.Allocation, in Input) err
 	for _, t := range in.Traits {
 		q = q.Where(node.HasTraitsWith(trait.Trait(t)))
 	}
+	named := q.Clone()
 	cands, err := q.IDs(ctx)
 	if err != nil {
 		return err
 	}
 	rand.Shuffle(len(cands), func(i, j int) { cands[i], cands[j] = cands[j], cands[i] })
+	// Hostnames often follow the node names (compute-1 on node compute-1);
+	// trying the same-named node first keeps them from being swapped, as
+	// Ironic does since 1.79 at every request version.
+	if in.Name != nil {
+		same, err := named.Where(node.Name(*in.Name)).IDs(ctx)
+		if err != nil {
+			return err
+		}
+		if len(same) == 1 {
+			if i := slices.Index(cands, same[0]); i > 0 {
+				cands[0], cands[i] = cands[i], cands[0]
+			}
+		}
+	}
 	for _, id := range cands {
 		won := false
 		err := store.WithTx(ctx, s.db, func(tx *ent.Client) error {

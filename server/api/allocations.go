@@ -13,13 +13,15 @@ import (
 )
 
 func (a *API) registerAllocations(v1 fiber.Router) {
-	v1.Get("/allocations", query(allocQuery...), a.listAllocations)
-	v1.Post("/allocations", a.createAllocation)
-	v1.Get("/allocations/:a", query(fieldsQuery...), a.getAllocation)
-	v1.Patch("/allocations/:a", a.patchAllocation)
-	v1.Delete("/allocations/:a", a.deleteAllocation)
-	v1.Get("/nodes/:node/allocation", query(fieldsQuery...), a.nodeAllocation)
-	v1.Delete("/nodes/:node/allocation", a.deleteNodeAllocation)
+	gate := since(VerAllocations, "allocations")
+	v1.Get("/allocations", gate, query(allocQuery...), a.listAllocations)
+	v1.Post("/allocations", gate, a.createAllocation)
+	v1.Get("/allocations/:a", gate, query(fieldsQuery...), a.getAllocation)
+	v1.Patch("/allocations/:a", gate, a.patchAllocation)
+	v1.Delete("/allocations/:a", gate, a.deleteAllocation)
+	sub := subSince(VerAllocations, "allocations")
+	v1.Get("/nodes/:node/allocation", sub, query(fieldsQuery...), a.nodeAllocation)
+	v1.Delete("/nodes/:node/allocation", sub, a.deleteNodeAllocation)
 }
 
 var allocationFields = []string{"uuid", "name", "resource_class", "traits", "candidate_nodes", "owner", "state",
@@ -123,9 +125,6 @@ func (a *API) listAllocations(c *fiber.Ctx) error {
 }
 
 func (a *API) createAllocation(c *fiber.Ctx) error {
-	if ver(c) < VerAllocations {
-		return errs.NotAcceptable("allocations require API version %s or later", VerAllocations)
-	}
 	var in allocations.Input
 	if err := bind(c, &in); err != nil {
 		return err

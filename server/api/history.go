@@ -4,7 +4,7 @@ import (
 	"github.com/anvilproject/anvil/ent"
 )
 
-func eventJSON(e *ent.NodeEvent, detail bool, base string) []byte {
+func eventJSON(e *ent.NodeEvent, detail bool, base string, ver Version) []byte {
 	w := &jw{}
 	w.open()
 	w.str("uuid", e.UUID)
@@ -15,6 +15,14 @@ func eventJSON(e *ent.NodeEvent, detail bool, base string) []byte {
 		w.str("event_type", e.EventType)
 		w.str("user", e.User)
 		w.str("conductor", e.Conductor)
+		if ver >= VerHistoryProject {
+			w.proj("project", e.Project)
+		}
+		if ver >= VerHistoryState {
+			w.proj("state", e.State)
+			w.proj("target_provision_state", e.TargetProvisionState)
+			w.any("duration_seconds", e.DurationSeconds)
+		}
 	}
 	w.links(base+e.UUID, base+e.UUID)
 	w.close()

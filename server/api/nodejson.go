@@ -23,7 +23,7 @@ var nodeFields = []nodeField{
 	{"name", VerName, func(w *jw, v *nodes.View, _ Version) { w.strp("name", v.Name) }},
 	{"driver", VerMin, func(w *jw, v *nodes.View, _ Version) { w.str("driver", v.Driver) }},
 	{"driver_info", VerMin, func(w *jw, v *nodes.View, _ Version) { w.obj("driver_info", v.DriverInfo) }},
-	{"driver_internal_info", VerMin, func(w *jw, v *nodes.View, _ Version) { w.obj("driver_internal_info", v.DriverInternalInfo) }},
+	{"driver_internal_info", VerDriverInternal, func(w *jw, v *nodes.View, _ Version) { w.obj("driver_internal_info", v.DriverInternalInfo) }},
 	{"owner", VerOwner, func(w *jw, v *nodes.View, _ Version) { w.proj("owner", v.Owner) }},
 	{"lessee", VerLessee, func(w *jw, v *nodes.View, _ Version) { w.proj("lessee", v.Lessee) }},
 	{"description", VerDescription, func(w *jw, v *nodes.View, _ Version) { w.strp("description", v.Description) }},

@@ -391,9 +391,6 @@ func (a *API) clearMaintenance(c *fiber.Ctx) error {
 }
 
 func (a *API) listHistory(c *fiber.Ctx) error {
-	if err := requireVersion(ver(c), VerHistory, "node history"); err != nil {
-		return err
-	}
 	detail, _ := strconv.ParseBool(c.Query("detail"))
 	limit := nodes.MaxLimit
 	if l := c.Query("limit"); l != "" {
@@ -410,19 +407,16 @@ func (a *API) listHistory(c *fiber.Ctx) error {
 	out := make([]json.RawMessage, len(evs))
 	base := baseURL(c) + "/v1/nodes/" + c.Params("node") + "/history/"
 	for i, e := range evs {
-		out[i] = eventJSON(e, detail, base)
+		out[i] = eventJSON(e, detail, base, ver(c))
 	}
 	return c.JSON(fiber.Map{"history": out})
 }
 
 func (a *API) getHistory(c *fiber.Ctx) error {
-	if err := requireVersion(ver(c), VerHistory, "node history"); err != nil {
-		return err
-	}
 	e, err := a.Nodes.HistoryEvent(c.UserContext(), c.Params("node"), c.Params("event"))
 	if err != nil {
 		return err
 	}
 	c.Set(fiber.HeaderContentType, fiber.MIMEApplicationJSON)
-	return c.Send(eventJSON(e, true, baseURL(c)+"/v1/nodes/"+c.Params("node")+"/history/"))
+	return c.Send(eventJSON(e, true, baseURL(c)+"/v1/nodes/"+c.Params("node")+"/history/", ver(c)))
 }

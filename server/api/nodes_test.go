@@ -7,6 +7,7 @@ import (
 
 	"github.com/anvilproject/anvil/ent/node"
 	"github.com/anvilproject/anvil/server"
+	"github.com/anvilproject/anvil/server/api"
 	"github.com/anvilproject/anvil/server/servertest"
 	"github.com/anvilproject/anvil/server/store"
 	"github.com/anvilproject/anvil/server/store/storetest"
@@ -37,10 +38,10 @@ func TestVersionDiscovery(t *testing.T) {
 	r := c.Do(t, "GET", "/", nil)
 	mustStatus(t, r, 200)
 	dv := r.JSON(t)["default_version"].(map[string]any)
-	if dv["version"] != "1.78" || dv["min_version"] != "1.1" {
+	if dv["version"] != api.VerMax.String() || dv["min_version"] != "1.1" {
 		t.Fatalf("default_version = %v", dv)
 	}
-	if r.Header.Get("X-OpenStack-Ironic-API-Maximum-Version") != "1.78" {
+	if r.Header.Get("X-OpenStack-Ironic-API-Maximum-Version") != api.VerMax.String() {
 		t.Fatalf("max header = %q", r.Header.Get("X-OpenStack-Ironic-API-Maximum-Version"))
 	}
 	mustStatus(t, c.Do(t, "GET", "/v1", nil), 200)
@@ -51,9 +52,9 @@ func TestVersionDiscovery(t *testing.T) {
 		used    string
 	}{
 		{"", 200, "1.1"},
-		{"latest", 200, "1.78"},
+		{"latest", 200, api.VerMax.String()},
 		{"1.50", 200, "1.50"},
-		{"1.99", 406, ""},
+		{(api.VerMax + 1).String(), 406, ""},
 		{"2.1", 406, ""},
 		{"one", 400, ""},
 		{"1.x", 400, ""},

@@ -12,21 +12,23 @@ import (
 	"github.com/anvilproject/anvil/server/runbooks"
 )
 
-// Runbooks live at /v1/runbooks at every microversion: Ironic put them
-// behind 1.92, past the newest version whose behaviour Anvil has in full,
-// so Anvil serves them as an extension rather than advertise 1.92.
+// Runbooks appear at 1.92 and their traits sub-resource at 1.112, as in
+// Ironic; until the ladder reaches them they are served from VerMax (see
+// offered).
 func (a *API) registerRunbooks(v1 fiber.Router) {
-	v1.Get("/runbooks", query(runbookQuery...), a.listRunbooks(false))
-	v1.Get("/runbooks/detail", query(runbookQuery...), a.listRunbooks(true))
-	v1.Post("/runbooks", a.createRunbook)
-	v1.Get("/runbooks/:rb", query(fieldsQuery...), a.getRunbook)
-	v1.Patch("/runbooks/:rb", a.patchRunbook)
-	v1.Delete("/runbooks/:rb", a.deleteRunbook)
-	v1.Get("/runbooks/:rb/traits", query(), a.runbookTraits)
-	v1.Put("/runbooks/:rb/traits", a.setRunbookTraits)
-	v1.Delete("/runbooks/:rb/traits", a.clearRunbookTraits)
-	v1.Put("/runbooks/:rb/traits/:trait", a.addRunbookTrait)
-	v1.Delete("/runbooks/:rb/traits/:trait", a.deleteRunbookTrait)
+	gate := since(VerRunbooks, "runbooks")
+	traits := subSince(VerRunbookTraits, "runbook traits")
+	v1.Get("/runbooks", gate, query(runbookQuery...), a.listRunbooks(false))
+	v1.Get("/runbooks/detail", gate, query(runbookQuery...), a.listRunbooks(true))
+	v1.Post("/runbooks", gate, a.createRunbook)
+	v1.Get("/runbooks/:rb", gate, query(fieldsQuery...), a.getRunbook)
+	v1.Patch("/runbooks/:rb", gate, a.patchRunbook)
+	v1.Delete("/runbooks/:rb", gate, a.deleteRunbook)
+	v1.Get("/runbooks/:rb/traits", gate, traits, query(), a.runbookTraits)
+	v1.Put("/runbooks/:rb/traits", gate, traits, a.setRunbookTraits)
+	v1.Delete("/runbooks/:rb/traits", gate, traits, a.clearRunbookTraits)
+	v1.Put("/runbooks/:rb/traits/:trait", gate, traits, a.addRunbookTrait)
+	v1.Delete("/runbooks/:rb/traits/:trait", gate, traits, a.deleteRunbookTrait)
 }
 
 func (a *API) runbookTraits(c *fiber.Ctx) error {

@@ -22,8 +22,8 @@ func (a *API) registerStates(v1 fiber.Router) {
 	v1.Get("/nodes/:node/management/boot_device", query(), a.getBootDevice)
 	v1.Put("/nodes/:node/management/boot_device", a.setBootDevice)
 	v1.Get("/nodes/:node/steps", query(), a.listSteps)
-	v1.Get("/conductors", query(), a.listConductors)
-	v1.Get("/conductors/:hostname", query("fields"), a.getConductor)
+	v1.Get("/conductors", since(VerConductor, "conductors"), query(), a.listConductors)
+	v1.Get("/conductors/:hostname", since(VerConductor, "conductors"), query("fields"), a.getConductor)
 	v1.Get("/nodes/:node/management/boot_device/supported", query(), a.supportedBootDevices)
 }
 
@@ -114,10 +114,14 @@ func (a *API) setProvision(c *fiber.Ctx) error {
 		return errs.BadRequest("configdrive", "configdrive applies to deployment, which Anvil does not do")
 	case in.RescuePassword != nil:
 		return errs.BadRequest("rescue_password", "rescue is not supported")
-	case in.Target == "clean" && ver(c) < VerCleanSteps:
-		return errs.NotAcceptable("manual cleaning requires API version %s or later", VerCleanSteps)
+	case ver(c) < offered(verbSince[in.Target]):
+		return errs.NotAcceptable("%s requires API version %s or later", in.Target, offered(verbSince[in.Target]))
 	case in.DisableRamdisk != nil && ver(c) < VerDisableRamdisk:
 		return errs.NotAcceptable("disable_ramdisk requires API version %s or later", VerDisableRamdisk)
+	case in.DisableRamdisk != nil && in.Target == "service" && ver(c) < offered(VerServiceRamdisk):
+		return errs.NotAcceptable("disable_ramdisk for servicing requires API version %s or later", offered(VerServiceRamdisk))
+	case in.Runbook != "" && ver(c) < offered(VerRunbooks):
+		return errs.NotAcceptable("runbooks require API version %s or later", offered(VerRunbooks))
 	}
 	r := cond.ProvisionRequest{Target: in.Target, Runbook: in.Runbook, CleanSteps: in.CleanSteps, ServiceSteps: in.ServiceSteps}
 	if in.DisableRamdisk != nil {
@@ -128,6 +132,13 @@ func (a *API) setProvision(c *fiber.Ctx) error {
 	}
 	c.Set("Location", baseURL(c)+"/v1/nodes/"+c.Params("node")+"/states")
 	return c.SendStatus(202)
+}
+
+// verbSince is the version each provision verb appeared in: Ironic's
+// MIN_VERB_VERSIONS, and unhold and service, which it checks apart.
+var verbSince = map[string]Version{
+	"manage": VerManageable, "provide": VerManageable, "abort": VerAbort, "clean": VerCleanSteps,
+	"adopt": VerAdopt, "unhold": VerUnhold, "service": VerService,
 }
 
 func (a *API) getBootDevice(c *fiber.Ctx) error {

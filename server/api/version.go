@@ -17,6 +17,10 @@ type Version int
 // newer than the request's version is hidden or refused, as Ironic does.
 const (
 	VerMin            Version = 1  // initial API
+	VerDriverInternal Version = 3  // driver_internal_info field
+	VerManageable     Version = 4  // manageable state, manage and provide verbs
+	VerAbort          Version = 13 // abort verb
+	VerAdopt          Version = 17 // adopt verb
 	VerName           Version = 5  // node name
 	VerCleanStep      Version = 7  // clean_step field
 	VerCleanSteps     Version = 15 // manual cleaning with explicit clean_steps
@@ -66,11 +70,28 @@ const (
 	VerPortCategory      Version = 101 // port category
 	VerPortgroupPhysnet  Version = 102 // portgroup physical_network
 	VerPortgroupCategory Version = 103 // portgroup category
-	// VerMax is the newest version whose behaviour for the resources Anvil
-	// implements is really in place. Debian's python3-ironicclient 5.0.1
+	VerAllocName         Version = 79  // allocations try the node named like them first
+	VerProjectNodes      Version = 80  // marker: project-scoped node creation and deletion
+	VerUnhold            Version = 85  // unhold verb
+	VerService           Version = 87  // service verb
+	VerRunbooks          Version = 92  // /v1/runbooks
+	VerServiceRamdisk    Version = 108
+	VerRunbookTraits     Version = 112 // runbook traits, description, /v1/runbooks/{rb}/traits
+	VerHistoryProject    Version = 113 // node history project
+	VerHistoryState      Version = 115 // node history state, target_provision_state, duration_seconds
+	// VerMax is the newest version whose predecessors' behaviour is all in
+	// place (README, "Microversions"). Debian's python3-ironicclient 5.0.1
 	// knows up to 1.78 and negotiates down to the lower of the two.
-	VerMax = VerHistory
+	VerMax = VerProjectNodes
 )
+
+// offered is the version from which Anvil serves a feature Ironic added at
+// need. While VerMax is below need, Anvil has the feature but cannot
+// advertise its version, because an earlier version's behaviour is
+// missing; it serves the feature from VerMax so that "latest" reaches it
+// and older requests are refused as Ironic refuses them. Once the ladder
+// reaches need, this is need.
+func offered(need Version) Version { return min(need, VerMax) }
 
 func (v Version) String() string { return "1." + strconv.Itoa(int(v)) }
 
@@ -136,6 +157,28 @@ func versionInfo(base string) fiber.Map {
 }
 
 func link(href, rel string) fiber.Map { return fiber.Map{"href": href, "rel": rel} }
+
+// since hides a resource from requests older than the version that added
+// it, before authorization, as Ironic's controllers do: a read is 404 and
+// anything else 405.
+func since(need Version, what string) fiber.Handler { return gate(need, what, false) }
+
+// subSince hides a sub-resource the way Ironic's lookups do: 404 whatever
+// the method.
+func subSince(need Version, what string) fiber.Handler { return gate(need, what, true) }
+
+func gate(need Version, what string, always404 bool) fiber.Handler {
+	return func(c *fiber.Ctx) error {
+		if ver(c) >= offered(need) {
+			return c.Next()
+		}
+		msg := "The API version does not allow " + what
+		if always404 || c.Method() == fiber.MethodGet {
+			return errs.NotFound("%s", msg)
+		}
+		return fiber.NewError(fiber.StatusMethodNotAllowed, msg)
+	}
+}
 
 func requireVersion(v, need Version, what string) error {
 	if v < need {

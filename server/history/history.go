@@ -4,10 +4,13 @@ package history
 
 import (
 	"context"
+	"time"
 
 	"github.com/google/uuid"
 
 	"github.com/anvilproject/anvil/ent"
+	"github.com/anvilproject/anvil/ent/node"
+	"github.com/anvilproject/anvil/policies"
 )
 
 // Severities, as Ironic reports them.
@@ -29,7 +32,11 @@ type Event struct {
 
 // Record writes e with client (which may be a transaction's client).
 func Record(ctx context.Context, client *ent.Client, e Event) error {
-	return create(client, e).Exec(ctx)
+	c, err := create(ctx, client, e)
+	if err != nil {
+		return err
+	}
+	return c.Exec(ctx)
 }
 
 // RecordAll writes events in one statement, for callers that gather many.
@@ -39,16 +46,36 @@ func RecordAll(ctx context.Context, client *ent.Client, events []Event) error {
 	}
 	rows := make([]*ent.NodeEventCreate, len(events))
 	for i, e := range events {
-		rows[i] = create(client, e)
+		c, err := create(ctx, client, e)
+		if err != nil {
+			return err
+		}
+		rows[i] = c
 	}
 	return client.NodeEvent.CreateBulk(rows...).Exec(ctx)
 }
 
-func create(client *ent.Client, e Event) *ent.NodeEventCreate {
+// create also records, as Ironic does, the acting project and the node's
+// provision state, target and time in that state as the event is written,
+// read through client so that a transaction sees its own changes.
+func create(ctx context.Context, client *ent.Client, e Event) (*ent.NodeEventCreate, error) {
 	if e.Severity == "" {
 		e.Severity = Info
 	}
-	return client.NodeEvent.Create().
+	n, err := client.Node.Query().Where(node.ID(e.NodeID)).
+		Select(node.FieldProvisionState, node.FieldTargetProvisionState, node.FieldProvisionUpdatedAt).Only(ctx)
+	if err != nil {
+		return nil, err
+	}
+	c := client.NodeEvent.Create().
 		SetUUID(uuid.NewString()).SetNodeID(e.NodeID).SetSeverity(e.Severity).
-		SetEventType(e.Type).SetEvent(e.Message).SetUser(e.User).SetConductor(e.Conductor)
+		SetEventType(e.Type).SetEvent(e.Message).SetUser(e.User).SetConductor(e.Conductor).
+		SetState(n.ProvisionState).SetNillableTargetProvisionState(n.TargetProvisionState)
+	if p := policies.PrincipalFrom(ctx); p != nil {
+		c.SetProject(p.Project)
+	}
+	if n.ProvisionUpdatedAt != nil {
+		c.SetDurationSeconds(int(time.Since(*n.ProvisionUpdatedAt).Seconds()))
+	}
+	return c, nil
 }

@@ -21,6 +21,10 @@ import (
 // RequestIDHeader is the header Ironic uses for request ids; clients print it.
 const RequestIDHeader = "X-Openstack-Request-Id"
 
+// compatRequestIDHeader carries the same id under the name Ironic used
+// before its 1.107 (oslo's compat header), which older clients read.
+const compatRequestIDHeader = "Openstack-Request-Id"
+
 // Metrics are the HTTP metrics; each App registers its own so tests can run
 // several servers in one process.
 type Metrics struct {
@@ -76,6 +80,7 @@ func Middleware(log *slog.Logger, m *Metrics, sample float64) fiber.Handler {
 			rid = "req-" + uuid.NewString()
 		}
 		c.Set(RequestIDHeader, rid)
+		c.Set(compatRequestIDHeader, rid)
 		c.SetUserContext(audit.WithRequest(c.UserContext(), audit.Request{ID: rid, Method: c.Method(), Path: c.Path()}))
 		err := c.Next()
 		if err != nil {
