@@ -14,6 +14,7 @@ import (
 	"entgo.io/ent/dialect/sql/sqlgraph"
 	"entgo.io/ent/schema/field"
 	"github.com/anvilproject/anvil/ent/allocation"
+	"github.com/anvilproject/anvil/ent/chassis"
 	"github.com/anvilproject/anvil/ent/node"
 	"github.com/anvilproject/anvil/ent/nodeevent"
 	"github.com/anvilproject/anvil/ent/predicate"
@@ -30,6 +31,7 @@ type NodeQuery struct {
 	withTraits     *TraitQuery
 	withEvents     *NodeEventQuery
 	withAllocation *AllocationQuery
+	withChassis    *ChassisQuery
 	modifiers      []func(*sql.Selector)
 	// intermediate query (i.e. traversal path).
 	sql  *sql.Selector
@@ -126,6 +128,28 @@ func (_q *NodeQuery) QueryAllocation() *AllocationQuery {
 			sqlgraph.From(node.Table, node.FieldID, selector),
 			sqlgraph.To(allocation.Table, allocation.FieldID),
 			sqlgraph.Edge(sqlgraph.O2O, false, node.AllocationTable, node.AllocationColumn),
+		)
+		fromU = sqlgraph.SetNeighbors(_q.driver.Dialect(), step)
+		return fromU, nil
+	}
+	return query
+}
+
+// QueryChassis chains the current query on the "chassis" edge.
+func (_q *NodeQuery) QueryChassis() *ChassisQuery {
+	query := (&ChassisClient{config: _q.config}).Query()
+	query.path = func(ctx context.Context) (fromU *sql.Selector, err error) {
+		if err := _q.prepareQuery(ctx); err != nil {
+			return nil, err
+		}
+		selector := _q.sqlQuery(ctx)
+		if err := selector.Err(); err != nil {
+			return nil, err
+		}
+		step := sqlgraph.NewStep(
+			sqlgraph.From(node.Table, node.FieldID, selector),
+			sqlgraph.To(chassis.Table, chassis.FieldID),
+			sqlgraph.Edge(sqlgraph.M2O, false, node.ChassisTable, node.ChassisColumn),
 		)
 		fromU = sqlgraph.SetNeighbors(_q.driver.Dialect(), step)
 		return fromU, nil
@@ -328,6 +352,7 @@ func (_q *NodeQuery) Clone() *NodeQuery {
 		withTraits:     _q.withTraits.Clone(),
 		withEvents:     _q.withEvents.Clone(),
 		withAllocation: _q.withAllocation.Clone(),
+		withChassis:    _q.withChassis.Clone(),
 		// clone intermediate query.
 		sql:       _q.sql.Clone(),
 		path:      _q.path,
@@ -365,6 +390,17 @@ func (_q *NodeQuery) WithAllocation(opts ...func(*AllocationQuery)) *NodeQuery {
 		opt(query)
 	}
 	_q.withAllocation = query
+	return _q
+}
+
+// WithChassis tells the query-builder to eager-load the nodes that are connected to
+// the "chassis" edge. The optional arguments are used to configure the query builder of the edge.
+func (_q *NodeQuery) WithChassis(opts ...func(*ChassisQuery)) *NodeQuery {
+	query := (&ChassisClient{config: _q.config}).Query()
+	for _, opt := range opts {
+		opt(query)
+	}
+	_q.withChassis = query
 	return _q
 }
 
@@ -446,10 +482,11 @@ func (_q *NodeQuery) sqlAll(ctx context.Context, hooks ...queryHook) ([]*Node, e
 	var (
 		nodes       = []*Node{}
 		_spec       = _q.querySpec()
-		loadedTypes = [3]bool{
+		loadedTypes = [4]bool{
 			_q.withTraits != nil,
 			_q.withEvents != nil,
 			_q.withAllocation != nil,
+			_q.withChassis != nil,
 		}
 	)
 	_spec.ScanValues = func(columns []string) ([]any, error) {
@@ -490,6 +527,12 @@ func (_q *NodeQuery) sqlAll(ctx context.Context, hooks ...queryHook) ([]*Node, e
 	if query := _q.withAllocation; query != nil {
 		if err := _q.loadAllocation(ctx, query, nodes, nil,
 			func(n *Node, e *Allocation) { n.Edges.Allocation = e }); err != nil {
+			return nil, err
+		}
+	}
+	if query := _q.withChassis; query != nil {
+		if err := _q.loadChassis(ctx, query, nodes, nil,
+			func(n *Node, e *Chassis) { n.Edges.Chassis = e }); err != nil {
 			return nil, err
 		}
 	}
@@ -586,6 +629,38 @@ func (_q *NodeQuery) loadAllocation(ctx context.Context, query *AllocationQuery,
 	}
 	return nil
 }
+func (_q *NodeQuery) loadChassis(ctx context.Context, query *ChassisQuery, nodes []*Node, init func(*Node), assign func(*Node, *Chassis)) error {
+	ids := make([]int, 0, len(nodes))
+	nodeids := make(map[int][]*Node)
+	for i := range nodes {
+		if nodes[i].ChassisID == nil {
+			continue
+		}
+		fk := *nodes[i].ChassisID
+		if _, ok := nodeids[fk]; !ok {
+			ids = append(ids, fk)
+		}
+		nodeids[fk] = append(nodeids[fk], nodes[i])
+	}
+	if len(ids) == 0 {
+		return nil
+	}
+	query.Where(chassis.IDIn(ids...))
+	neighbors, err := query.All(ctx)
+	if err != nil {
+		return err
+	}
+	for _, n := range neighbors {
+		nodes, ok := nodeids[n.ID]
+		if !ok {
+			return fmt.Errorf(`unexpected foreign-key "chassis_id" returned %v`, n.ID)
+		}
+		for i := range nodes {
+			assign(nodes[i], n)
+		}
+	}
+	return nil
+}
 
 func (_q *NodeQuery) sqlCount(ctx context.Context) (int, error) {
 	_spec := _q.querySpec()
@@ -614,6 +689,9 @@ func (_q *NodeQuery) querySpec() *sqlgraph.QuerySpec {
 			if fields[i] != node.FieldID {
 				_spec.Node.Columns = append(_spec.Node.Columns, fields[i])
 			}
+		}
+		if _q.withChassis != nil {
+			_spec.Node.AddColumnOnce(node.FieldChassisID)
 		}
 	}
 	if ps := _q.predicates; len(ps) > 0 {

@@ -70,12 +70,16 @@ const (
 	FieldProvisionUpdatedAt = "provision_updated_at"
 	// FieldConductorGroup holds the string denoting the conductor_group field in the database.
 	FieldConductorGroup = "conductor_group"
+	// FieldChassisID holds the string denoting the chassis_id field in the database.
+	FieldChassisID = "chassis_id"
 	// EdgeTraits holds the string denoting the traits edge name in mutations.
 	EdgeTraits = "traits"
 	// EdgeEvents holds the string denoting the events edge name in mutations.
 	EdgeEvents = "events"
 	// EdgeAllocation holds the string denoting the allocation edge name in mutations.
 	EdgeAllocation = "allocation"
+	// EdgeChassis holds the string denoting the chassis edge name in mutations.
+	EdgeChassis = "chassis"
 	// Table holds the table name of the node in the database.
 	Table = "nodes"
 	// TraitsTable is the table that holds the traits relation/edge.
@@ -99,6 +103,13 @@ const (
 	AllocationInverseTable = "allocations"
 	// AllocationColumn is the table column denoting the allocation relation/edge.
 	AllocationColumn = "node_id"
+	// ChassisTable is the table that holds the chassis relation/edge.
+	ChassisTable = "nodes"
+	// ChassisInverseTable is the table name for the Chassis entity.
+	// It exists in this package in order to avoid circular dependency with the "chassis" package.
+	ChassisInverseTable = "chassis"
+	// ChassisColumn is the table column denoting the chassis relation/edge.
+	ChassisColumn = "chassis_id"
 )
 
 // Columns holds all SQL columns for node fields.
@@ -132,6 +143,7 @@ var Columns = []string{
 	FieldDriverInternalInfo,
 	FieldProvisionUpdatedAt,
 	FieldConductorGroup,
+	FieldChassisID,
 }
 
 // ValidColumn reports if the column name is valid (part of the table columns).
@@ -288,6 +300,11 @@ func ByConductorGroup(opts ...sql.OrderTermOption) OrderOption {
 	return sql.OrderByField(FieldConductorGroup, opts...).ToFunc()
 }
 
+// ByChassisID orders the results by the chassis_id field.
+func ByChassisID(opts ...sql.OrderTermOption) OrderOption {
+	return sql.OrderByField(FieldChassisID, opts...).ToFunc()
+}
+
 // ByTraitsCount orders the results by traits count.
 func ByTraitsCount(opts ...sql.OrderTermOption) OrderOption {
 	return func(s *sql.Selector) {
@@ -322,6 +339,13 @@ func ByAllocationField(field string, opts ...sql.OrderTermOption) OrderOption {
 		sqlgraph.OrderByNeighborTerms(s, newAllocationStep(), sql.OrderByField(field, opts...))
 	}
 }
+
+// ByChassisField orders the results by chassis field.
+func ByChassisField(field string, opts ...sql.OrderTermOption) OrderOption {
+	return func(s *sql.Selector) {
+		sqlgraph.OrderByNeighborTerms(s, newChassisStep(), sql.OrderByField(field, opts...))
+	}
+}
 func newTraitsStep() *sqlgraph.Step {
 	return sqlgraph.NewStep(
 		sqlgraph.From(Table, FieldID),
@@ -341,5 +365,12 @@ func newAllocationStep() *sqlgraph.Step {
 		sqlgraph.From(Table, FieldID),
 		sqlgraph.To(AllocationInverseTable, FieldID),
 		sqlgraph.Edge(sqlgraph.O2O, false, AllocationTable, AllocationColumn),
+	)
+}
+func newChassisStep() *sqlgraph.Step {
+	return sqlgraph.NewStep(
+		sqlgraph.From(Table, FieldID),
+		sqlgraph.To(ChassisInverseTable, FieldID),
+		sqlgraph.Edge(sqlgraph.M2O, false, ChassisTable, ChassisColumn),
 	)
 }

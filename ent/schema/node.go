@@ -51,6 +51,9 @@ func (Node) Fields() []ent.Field {
 		// as Ironic's; "" is the default group, served by conductors
 		// started without one. Stored lower case.
 		field.String("conductor_group").Default("").MaxLen(255),
+		// chassis_id is the chassis the node sits in; the API shows it as
+		// chassis_uuid. A chassis with nodes cannot be deleted.
+		field.Int("chassis_id").Optional().Nillable(),
 	}
 }
 
@@ -59,6 +62,7 @@ func (Node) Edges() []ent.Edge {
 		edge.To("traits", Trait.Type).Annotations(entsql.OnDelete(entsql.Cascade)),
 		edge.To("events", NodeEvent.Type).Annotations(entsql.OnDelete(entsql.Cascade)),
 		edge.To("allocation", Allocation.Type).Unique(),
+		edge.To("chassis", Chassis.Type).Field("chassis_id").Unique().Annotations(entsql.OnDelete(entsql.Restrict)),
 	}
 }
 
@@ -70,5 +74,6 @@ func (Node) Indexes() []ent.Index {
 		index.Fields("reservation"),
 		index.Fields("resource_class"),
 		index.Fields("conductor_group"),
+		index.Fields("chassis_id"),
 	}
 }
