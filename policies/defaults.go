@@ -127,6 +127,13 @@ func Defaults() []Rule {
 		{"baremetal:driver:get_properties", "rule:system_reader", sys, "View driver-specific properties.", []string{"GET /v1/drivers/{driver_name}/properties"}},
 		{"baremetal:driver:get_raid_logical_disk_properties", "rule:system_reader", sys, "View driver-specific RAID metadata.", []string{"GET /v1/drivers/{driver_name}/raid/logical_disk_properties"}},
 
+		// Chassis: system rules only, as Ironic's.
+		{"baremetal:chassis:get", "rule:system_reader", sys, "Retrieve chassis records.", []string{"GET /v1/chassis", "GET /v1/chassis/detail", "GET /v1/chassis/{chassis_id}"}},
+		{"baremetal:chassis:create", "rule:system_admin", sys, "Create chassis records.", []string{"POST /v1/chassis"}},
+		{"baremetal:chassis:delete", "rule:system_admin", sys, "Delete chassis records.", []string{"DELETE /v1/chassis/{chassis_id}"}},
+		{"baremetal:chassis:update", "rule:system_member", sys, "Update chassis records.", []string{"PATCH /v1/chassis/{chassis_id}"}},
+		{"baremetal:node:update:chassis_uuid", "rule:system_admin", sysProj, "Set or change a node's chassis_uuid.", []string{"PATCH /v1/nodes/{node}"}},
+
 		// Anvil's own administration.
 		{"anvil:audit:list", "role:reader and system_scope:all", sys, "Read the audit log. Not service users: Anvil's administration is for people.", []string{"GET /v1/events"}},
 		{"anvil:policy:get", "role:reader and system_scope:all", sys, "Read the effective policy and its override status. Not service users: Anvil's administration is for people.", nil},

@@ -13,6 +13,7 @@ import (
 
 	"github.com/anvilproject/anvil/server/allocations"
 	"github.com/anvilproject/anvil/server/audit"
+	"github.com/anvilproject/anvil/server/chassis"
 	"github.com/anvilproject/anvil/server/conductor"
 	"github.com/anvilproject/anvil/server/errs"
 	"github.com/anvilproject/anvil/server/guard"
@@ -32,9 +33,11 @@ type API struct {
 	Runbooks *runbooks.Service
 	// Allocations serves /v1/allocations.
 	Allocations *allocations.Service
-	Guard       *guard.Guard
-	Audit       *audit.Log
-	Log         *slog.Logger
+	// Chassis serves /v1/chassis.
+	Chassis *chassis.Service
+	Guard   *guard.Guard
+	Audit   *audit.Log
+	Log     *slog.Logger
 }
 
 type verKey struct{}
@@ -84,6 +87,7 @@ func (a *API) Register(root fiber.Router, v1 fiber.Router) {
 	a.registerRunbooks(v1)
 	a.registerAllocations(v1)
 	a.registerDrivers(v1)
+	a.registerChassis(v1)
 }
 
 func baseURL(c *fiber.Ctx) string { return c.BaseURL() }

@@ -46,6 +46,9 @@ const (
 	VerLessee         Version = 65 // lessee field and filter
 	VerDisableRamdisk Version = 70 // disable_ramdisk in manual cleaning
 	VerHistory        Version = 78 // node history
+	VerDetailQuery    Version = 43 // ?detail= on lists
+	VerVolume         Version = 32 // /v1/volume
+	VerDeployTmpl     Version = 55 // /v1/deploy_templates
 	// VerMax is the newest version whose behaviour for the resources Anvil
 	// implements is really in place. Debian's python3-ironicclient 5.0.1
 	// knows up to 1.78 and negotiates down to the lower of the two.
