@@ -35,6 +35,7 @@ import (
 	"github.com/anvilproject/anvil/server/override"
 	"github.com/anvilproject/anvil/server/runbooks"
 	"github.com/anvilproject/anvil/server/store"
+	"github.com/anvilproject/anvil/server/volume"
 	"github.com/anvilproject/anvil/web"
 )
 
@@ -203,7 +204,7 @@ func (a *App) routes() *fiber.App {
 		a.Portal.Register(app)
 	}
 	(&api.API{Nodes: a.Nodes, Ops: a.Portal.Ops, Runbooks: a.Runbooks, Allocations: a.Allocations, Guard: a.Guard, Audit: a.Audit, Log: a.opts.Log,
-		Chassis: chassis.New(a.DB, a.Guard)}).Register(app, v1)
+		Chassis: chassis.New(a.DB, a.Guard), Volume: volume.New(a.DB, a.Guard, a.Nodes)}).Register(app, v1)
 	return app
 }
 

@@ -19,6 +19,7 @@ import (
 	"github.com/anvilproject/anvil/server/guard"
 	"github.com/anvilproject/anvil/server/nodes"
 	"github.com/anvilproject/anvil/server/runbooks"
+	"github.com/anvilproject/anvil/server/volume"
 )
 
 // MaxBody is the largest request body the API accepts; the app enforces it
@@ -35,9 +36,11 @@ type API struct {
 	Allocations *allocations.Service
 	// Chassis serves /v1/chassis.
 	Chassis *chassis.Service
-	Guard   *guard.Guard
-	Audit   *audit.Log
-	Log     *slog.Logger
+	// Volume serves /v1/volume.
+	Volume *volume.Service
+	Guard  *guard.Guard
+	Audit  *audit.Log
+	Log    *slog.Logger
 }
 
 type verKey struct{}
@@ -88,6 +91,7 @@ func (a *API) Register(root fiber.Router, v1 fiber.Router) {
 	a.registerAllocations(v1)
 	a.registerDrivers(v1)
 	a.registerChassis(v1)
+	a.registerVolume(v1)
 }
 
 func baseURL(c *fiber.Ctx) string { return c.BaseURL() }

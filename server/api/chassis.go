@@ -53,7 +53,7 @@ func chassisJSON(c *fiber.Ctx, x *ent.Chassis, only []string) fiber.Map {
 
 func (a *API) listChassis(detail bool) fiber.Handler {
 	return func(c *fiber.Ctx) error {
-		o, fs, err := resList(c, chassisFields, chassisDefaults, detail, VerFields)
+		o, fs, err := resList(c, chassisFields, chassisDefaults, detail, VerFields, VerDetailQuery)
 		if err != nil {
 			return err
 		}

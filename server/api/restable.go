@@ -88,9 +88,9 @@ func orEmpty(m map[string]any) map[string]any {
 var resListQuery = []string{"detail", "fields", "limit", "marker", "sort_key", "sort_dir"}
 
 // resList reads a list request's paging and field selection: the default
-// fields unless ?detail=true (from 1.43) or ?fields= (from fieldsSince);
-// detail forces every field, as /detail does.
-func resList[T any](c *fiber.Ctx, t resTable[T], defaults []string, detail bool, fieldsSince Version) (listing.Options, []string, error) {
+// fields unless ?detail=true (from detailSince) or ?fields= (from
+// fieldsSince); detail forces every field, as /detail does.
+func resList[T any](c *fiber.Ctx, t resTable[T], defaults []string, detail bool, fieldsSince, detailSince Version) (listing.Options, []string, error) {
 	v := ver(c)
 	o := listing.Options{Marker: c.Query("marker"), SortKey: c.Query("sort_key"), SortDir: c.Query("sort_dir")}
 	if s := c.Query("limit"); s != "" {
@@ -104,7 +104,7 @@ func resList[T any](c *fiber.Ctx, t resTable[T], defaults []string, detail bool,
 		if detail {
 			return o, nil, errs.BadRequest("detail", "detail cannot be combined with /detail")
 		}
-		if v < VerDetailQuery {
+		if v < detailSince {
 			return o, nil, errs.BadRequest("detail", "Invalid query parameter ?detail=%s received.", d)
 		}
 		var err error

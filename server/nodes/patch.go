@@ -252,7 +252,7 @@ func (s *Service) Patch(ctx context.Context, ident string, raw []byte, allowed f
 	}
 	var changed []string
 	err = store.WithTx(ctx, s.db, func(tx *ent.Client) error {
-		cur, err := lockRow(ctx, tx, n)
+		cur, err := LockRow(ctx, tx, n)
 		if err != nil {
 			return err
 		}
@@ -303,11 +303,11 @@ func (s *Service) Patch(ctx context.Context, ident string, raw []byte, allowed f
 	return s.Get(ctx, n.UUID)
 }
 
-// lockRow takes the node's row for the rest of the transaction and returns
+// LockRow takes the node's row for the rest of the transaction and returns
 // it as stored now. The UPDATE is the lock on PostgreSQL (a row lock until
 // commit) and SQLite (its one writer lock, taken at BEGIN IMMEDIATE); its
 // condition keeps a node a conductor holds out of reach.
-func lockRow(ctx context.Context, tx *ent.Client, n *ent.Node) (*ent.Node, error) {
+func LockRow(ctx context.Context, tx *ent.Client, n *ent.Node) (*ent.Node, error) {
 	cnt, err := tx.Node.Update().Where(node.ID(n.ID), node.ReservationIsNil()).SetUpdatedAt(time.Now()).Save(ctx)
 	if err != nil {
 		return nil, err
