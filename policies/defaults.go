@@ -145,6 +145,12 @@ func Defaults() []Rule {
 		{"baremetal:volume:update", "rule:system_or_owner_member_and_lessee_admin", sysProj, "Update volume connectors and targets.", []string{"PATCH /v1/volume/connectors/{connector}", "PATCH /v1/volume/targets/{target}"}},
 		{"baremetal:volume:view_target_properties", "rule:system_reader or role:admin", sysProj, "See volume targets' properties, which may hold connection details.", []string{"GET /v1/volume/targets/{target}"}},
 
+		// Deploy templates: system rules, as Ironic's.
+		{"baremetal:deploy_template:get", "rule:system_reader", sysProj, "Retrieve deploy template records.", []string{"GET /v1/deploy_templates", "GET /v1/deploy_templates/{deploy_template}"}},
+		{"baremetal:deploy_template:create", "rule:system_admin", sysProj, "Create deploy template records.", []string{"POST /v1/deploy_templates"}},
+		{"baremetal:deploy_template:delete", "rule:system_admin", sysProj, "Delete deploy template records.", []string{"DELETE /v1/deploy_templates/{deploy_template}"}},
+		{"baremetal:deploy_template:update", "rule:system_admin", sysProj, "Update deploy template records.", []string{"PATCH /v1/deploy_templates/{deploy_template}"}},
+
 		// Anvil's own administration.
 		{"anvil:audit:list", "role:reader and system_scope:all", sys, "Read the audit log. Not service users: Anvil's administration is for people.", []string{"GET /v1/events"}},
 		{"anvil:policy:get", "role:reader and system_scope:all", sys, "Read the effective policy and its override status. Not service users: Anvil's administration is for people.", nil},

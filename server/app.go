@@ -26,6 +26,7 @@ import (
 	"github.com/anvilproject/anvil/server/chassis"
 	"github.com/anvilproject/anvil/server/clientip"
 	"github.com/anvilproject/anvil/server/conductor"
+	"github.com/anvilproject/anvil/server/deploytemplates"
 	"github.com/anvilproject/anvil/server/errs"
 	"github.com/anvilproject/anvil/server/guard"
 	"github.com/anvilproject/anvil/server/identity"
@@ -204,7 +205,8 @@ func (a *App) routes() *fiber.App {
 		a.Portal.Register(app)
 	}
 	(&api.API{Nodes: a.Nodes, Ops: a.Portal.Ops, Runbooks: a.Runbooks, Allocations: a.Allocations, Guard: a.Guard, Audit: a.Audit, Log: a.opts.Log,
-		Chassis: chassis.New(a.DB, a.Guard), Volume: volume.New(a.DB, a.Guard, a.Nodes)}).Register(app, v1)
+		Chassis: chassis.New(a.DB, a.Guard), Volume: volume.New(a.DB, a.Guard, a.Nodes),
+		DeployTemplates: deploytemplates.New(a.DB, a.Guard)}).Register(app, v1)
 	return app
 }
 

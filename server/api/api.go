@@ -15,6 +15,7 @@ import (
 	"github.com/anvilproject/anvil/server/audit"
 	"github.com/anvilproject/anvil/server/chassis"
 	"github.com/anvilproject/anvil/server/conductor"
+	"github.com/anvilproject/anvil/server/deploytemplates"
 	"github.com/anvilproject/anvil/server/errs"
 	"github.com/anvilproject/anvil/server/guard"
 	"github.com/anvilproject/anvil/server/nodes"
@@ -38,9 +39,11 @@ type API struct {
 	Chassis *chassis.Service
 	// Volume serves /v1/volume.
 	Volume *volume.Service
-	Guard  *guard.Guard
-	Audit  *audit.Log
-	Log    *slog.Logger
+	// DeployTemplates serves /v1/deploy_templates.
+	DeployTemplates *deploytemplates.Service
+	Guard           *guard.Guard
+	Audit           *audit.Log
+	Log             *slog.Logger
 }
 
 type verKey struct{}
@@ -92,6 +95,7 @@ func (a *API) Register(root fiber.Router, v1 fiber.Router) {
 	a.registerDrivers(v1)
 	a.registerChassis(v1)
 	a.registerVolume(v1)
+	a.registerDeployTemplates(v1)
 }
 
 func baseURL(c *fiber.Ctx) string { return c.BaseURL() }
