@@ -151,6 +151,10 @@ func Defaults() []Rule {
 		{"baremetal:deploy_template:delete", "rule:system_admin", sysProj, "Delete deploy template records.", []string{"DELETE /v1/deploy_templates/{deploy_template}"}},
 		{"baremetal:deploy_template:update", "rule:system_admin", sysProj, "Update deploy template records.", []string{"PATCH /v1/deploy_templates/{deploy_template}"}},
 
+		// Vendor passthru: no driver of Anvil's has vendor methods.
+		{"baremetal:node:vendor_passthru", "rule:system_admin", sysProj, "Access vendor-specific node functions.", []string{"GET /v1/nodes/{node}/vendor_passthru/methods", "POST /v1/nodes/{node}/vendor_passthru"}},
+		{"baremetal:driver:vendor_passthru", "rule:system_admin", sys, "Access vendor-specific driver functions.", []string{"GET /v1/drivers/{driver}/vendor_passthru/methods", "POST /v1/drivers/{driver}/vendor_passthru"}},
+
 		// Anvil's own administration.
 		{"anvil:audit:list", "role:reader and system_scope:all", sys, "Read the audit log. Not service users: Anvil's administration is for people.", []string{"GET /v1/events"}},
 		{"anvil:policy:get", "role:reader and system_scope:all", sys, "Read the effective policy and its override status. Not service users: Anvil's administration is for people.", nil},

@@ -96,6 +96,7 @@ func (a *API) Register(root fiber.Router, v1 fiber.Router) {
 	a.registerChassis(v1)
 	a.registerVolume(v1)
 	a.registerDeployTemplates(v1)
+	a.registerVendorPassthru(v1)
 }
 
 func baseURL(c *fiber.Ctx) string { return c.BaseURL() }
