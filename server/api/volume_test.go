@@ -1,12 +1,14 @@
 package api_test
 
 import (
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/anvilproject/anvil/server/servertest"
 	"github.com/anvilproject/anvil/server/store"
 	"github.com/anvilproject/anvil/server/store/storetest"
+	"github.com/anvilproject/anvil/server/volume"
 )
 
 // power sets a node's power and waits until the BMC state is recorded.
@@ -162,5 +164,74 @@ func TestVolume(t *testing.T) {
 		if got := uuids(t, c.Do(t, "GET", "/v1/volume/targets", nil), "targets"); len(got) != 1 {
 			t.Errorf("targets after node delete %v", got)
 		}
+	})
+}
+
+// TestVolumeTenants: what each project sees of volume records. Lists hold
+// only records of nodes the project owns or leases, a hidden node's
+// records and the node itself answer as if they did not exist, and target
+// properties need view_target_properties (system readers, admins).
+func TestVolumeTenants(t *testing.T) {
+	storetest.Each(t, func(t *testing.T, setting string, _ *store.DB) {
+		_, clients := startLocal(t, setting)
+		admin := clients["system-admin"]
+		mk := func(name, owner, lessee string) string {
+			return created(t, admin, "/v1/nodes", map[string]any{"name": name, "driver": "fake", "owner": owner, "lessee": lessee})
+		}
+		owned, foreign := mk("owned", "own", "les"), mk("foreign", "oth", "")
+		vcOwned := created(t, admin, "/v1/volume/connectors", map[string]any{"node_uuid": owned, "type": "iqn", "connector_id": "iqn.a"})
+		vcForeign := created(t, admin, "/v1/volume/connectors", map[string]any{"node_uuid": foreign, "type": "iqn", "connector_id": "iqn.b"})
+		vt := created(t, admin, "/v1/volume/targets", map[string]any{"node_uuid": owned, "volume_type": "iscsi", "volume_id": "v1", "boot_index": 0,
+			"properties": map[string]any{"target_portal": "192.0.2.5:3260", "auth_password": "pw"}})
+		created(t, admin, "/v1/volume/targets", map[string]any{"node_uuid": foreign, "volume_type": "iscsi", "volume_id": "v2", "boot_index": 0})
+
+		for persona, want := range map[string]int{"system-reader": 2, "owner-reader": 1, "lessee-member": 1, "other-reader": 1} {
+			if got := uuids(t, clients[persona].Do(t, "GET", "/v1/volume/connectors", nil), "connectors"); len(got) != want {
+				t.Errorf("%s lists connectors %v, want %d", persona, got, want)
+			}
+			if got := uuids(t, clients[persona].Do(t, "GET", "/v1/volume/targets?detail=true", nil), "targets"); len(got) != want {
+				t.Errorf("%s lists targets %v, want %d", persona, got, want)
+			}
+		}
+		if got := uuids(t, clients["lessee-member"].Do(t, "GET", "/v1/volume/connectors", nil), "connectors"); got[0] != vcOwned {
+			t.Errorf("lessee lists %v", got)
+		}
+		// A node, connector or marker the caller cannot see reads exactly
+		// as one that does not exist.
+		other := clients["other-reader"]
+		for _, path := range []string{"/v1/volume/connectors?node=" + owned, "/v1/nodes/" + owned + "/volume/connectors", "/v1/volume/connectors/" + vcOwned, "/v1/volume/targets/" + vt} {
+			hidden := other.Do(t, "GET", path, nil)
+			missing := other.Do(t, "GET", strings.ReplaceAll(strings.ReplaceAll(strings.ReplaceAll(path, owned, "5c9dcd04-2073-49bc-9618-99ae634d8971"), vcOwned, "5c9dcd04-2073-49bc-9618-99ae634d8971"), vt, "5c9dcd04-2073-49bc-9618-99ae634d8971"), nil)
+			mustStatus(t, hidden, 404)
+			if hidden.Status != missing.Status || strings.Contains(hidden.Fault(t), "own") {
+				t.Errorf("%s: hidden %d %q, missing %d %q", path, hidden.Status, hidden.Fault(t), missing.Status, missing.Fault(t))
+			}
+		}
+		mustFault(t, other.Do(t, "GET", "/v1/volume/connectors?marker="+vcOwned, nil), 400, "marker")
+		mustStatus(t, clients["other-admin"].Do(t, "DELETE", "/v1/volume/connectors/"+vcOwned, nil), 404)
+		mustStatus(t, clients["owner-reader"].Do(t, "GET", "/v1/volume/connectors/"+vcForeign, nil), 404)
+		// Creating on a hidden node is refused as creating on no node.
+		hidden := clients["other-admin"].Do(t, "POST", "/v1/volume/connectors", map[string]any{"node_uuid": owned, "type": "ip", "connector_id": "192.0.2.9"})
+		missing := clients["other-admin"].Do(t, "POST", "/v1/volume/connectors", map[string]any{"node_uuid": "5c9dcd04-2073-49bc-9618-99ae634d8971", "type": "ip", "connector_id": "192.0.2.9"})
+		if hidden.Status != 403 || missing.Status != 403 {
+			t.Errorf("create on hidden node %d, on missing node %d", hidden.Status, missing.Status)
+		}
+		// Moving a connector to a node of another owner is an invalid value.
+		mustFault(t, admin.Do(t, "PATCH", "/v1/volume/connectors/"+vcOwned, []map[string]any{{"op": "replace", "path": "/node_uuid", "value": foreign}}), 400, "node_uuid")
+
+		props := func(persona string) map[string]any {
+			r := clients[persona].Do(t, "GET", "/v1/volume/targets/"+vt, nil)
+			mustStatus(t, r, 200)
+			return r.JSON(t)["properties"].(map[string]any)
+		}
+		if p := props("owner-member"); p["redacted_contents"] != volume.RedactedProperties || p["target_portal"] != nil {
+			t.Errorf("owner member sees properties %v", p)
+		}
+		for _, persona := range []string{"owner-admin", "lessee-admin", "system-reader"} {
+			if p := props(persona); p["target_portal"] != "192.0.2.5:3260" || p["auth_password"] != "******" {
+				t.Errorf("%s sees properties %v", persona, p)
+			}
+		}
+		mustStatus(t, clients["owner-member"].Do(t, "PATCH", "/v1/volume/targets/"+vt, []map[string]any{{"op": "add", "path": "/properties/x", "value": 1}}), 403)
 	})
 }
