@@ -62,7 +62,7 @@ func bootIndexTaken(i int) error {
 
 // view shows properties only to callers with view_target_properties, and
 // masks secrets even then, as Ironic does.
-func (s *Service) view(ctx context.Context, vt *ent.VolumeTarget, nodeUUID string, mayView bool) *Target {
+func (s *Service) view(vt *ent.VolumeTarget, nodeUUID string, mayView bool) *Target {
 	cp := *vt
 	if mayView {
 		cp.Properties = maskProperties(vt.Properties)
@@ -111,7 +111,7 @@ func (s *Service) CreateTarget(ctx context.Context, in TargetInput) (out *Target
 	if err != nil {
 		return nil, err
 	}
-	return s.view(ctx, vt, n.UUID, s.mayViewProperties(ctx)), nil
+	return s.view(vt, n.UUID, s.mayViewProperties(ctx)), nil
 }
 
 func (s *Service) target(ctx context.Context, ident, rule string) (*ent.VolumeTarget, *ent.Node, error) {
@@ -141,7 +141,7 @@ func (s *Service) GetTarget(ctx context.Context, ident string) (*Target, error) 
 	if err != nil {
 		return nil, err
 	}
-	return s.view(ctx, vt, n.UUID, s.mayViewProperties(ctx)), nil
+	return s.view(vt, n.UUID, s.mayViewProperties(ctx)), nil
 }
 
 var targetSortKeys = map[string]listing.Key{
@@ -208,7 +208,7 @@ func (s *Service) ListTargets(ctx context.Context, o ListOptions) ([]*Target, bo
 	may := s.mayViewProperties(ctx)
 	out := make([]*Target, len(vts))
 	for i, vt := range vts {
-		out[i] = s.view(ctx, vt, vt.Edges.Node.UUID, may)
+		out[i] = s.view(vt, vt.Edges.Node.UUID, may)
 	}
 	return out, more, nil
 }
@@ -312,7 +312,7 @@ func (s *Service) PatchTarget(ctx context.Context, ident string, raw []byte) (ou
 	if err != nil {
 		return nil, err
 	}
-	return s.view(ctx, vt, target.UUID, may), nil
+	return s.view(vt, target.UUID, may), nil
 }
 
 // DeleteTarget removes a target while its node allows it.

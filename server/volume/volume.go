@@ -13,7 +13,6 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/anvilproject/anvil/ent"
-	"github.com/anvilproject/anvil/ent/node"
 	"github.com/anvilproject/anvil/policies"
 	"github.com/anvilproject/anvil/server/bmc"
 	"github.com/anvilproject/anvil/server/errs"
@@ -167,11 +166,6 @@ func (s *Service) listScope(ctx context.Context, kind string) (*string, error) {
 		return nil, err
 	}
 	return &p.Project, nil
-}
-
-// ownedOrLeased limits records to nodes the project owns or leases.
-func ownedOrLeased(project string) func(*ent.NodeQuery) {
-	return func(q *ent.NodeQuery) { q.Where(node.Or(node.Owner(project), node.Lessee(project))) }
 }
 
 func newUUID(in *string) (string, error) {
