@@ -233,5 +233,6 @@ func TestVolumeTenants(t *testing.T) {
 			}
 		}
 		mustStatus(t, clients["owner-member"].Do(t, "PATCH", "/v1/volume/targets/"+vt, []map[string]any{{"op": "add", "path": "/properties/x", "value": 1}}), 403)
+		mustFault(t, admin.Do(t, "PATCH", "/v1/volume/targets/"+vt, []map[string]any{{"op": "copy", "from": "/properties/auth_password", "path": "/extra/leak"}}), 400, "secret")
 	})
 }

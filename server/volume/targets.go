@@ -15,6 +15,7 @@ import (
 	"github.com/anvilproject/anvil/server/listing"
 	"github.com/anvilproject/anvil/server/nodes"
 	"github.com/anvilproject/anvil/server/patchdoc"
+	"github.com/anvilproject/anvil/server/runbooks"
 	"github.com/anvilproject/anvil/server/store"
 )
 
@@ -232,9 +233,18 @@ func (s *Service) PatchTarget(ctx context.Context, ident string, raw []byte) (ou
 		return nil, err
 	}
 	may := s.mayViewProperties(ctx)
-	for _, op := range ops {
+	for i, op := range ops {
 		if !may && (strings.HasPrefix(op.Path, "/properties") || strings.HasPrefix(op.From, "/properties")) {
 			return nil, s.guard.Authorize(ctx, RuleViewProperties, "volume target", vt.UUID, policies.Target{})
+		}
+		// The patch works on the stored properties, secrets included, so
+		// it may not read one out: no copy, move or test from its path.
+		src := op.From
+		if op.Op == "test" {
+			src = op.Path
+		}
+		if strings.HasPrefix(src, "/properties/") && runbooks.IsSecret(strings.TrimPrefix(src, "/properties/")) {
+			return nil, errs.BadRequest("patch", "operation %d: %s holds a secret, which can be replaced but not copied, moved or tested", i, src)
 		}
 	}
 	var changed []string
