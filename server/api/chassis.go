@@ -33,9 +33,9 @@ var chassisNodesQuery = func() []string {
 }()
 
 // chassisFields is the chassis JSON; every field is as old as the API.
-var chassisFields = resTable[*ent.Chassis]{
+var chassisFields = recTable[*ent.Chassis]{
 	{"uuid", VerMin, func(x *ent.Chassis) any { return x.UUID }},
-	{"description", VerMin, func(x *ent.Chassis) any { return optString(x.Description) }},
+	{"description", VerMin, func(x *ent.Chassis) any { return strOrNil(x.Description) }},
 	{"extra", VerMin, func(x *ent.Chassis) any { return orEmpty(x.Extra) }},
 	{"created_at", VerMin, func(x *ent.Chassis) any { return stamp(x.CreatedAt) }},
 	{"updated_at", VerMin, func(x *ent.Chassis) any { return stampp(x.UpdatedAt) }},

@@ -29,7 +29,7 @@ func requireDeployTemplates(c *fiber.Ctx) error {
 	return fiber.NewError(fiber.StatusMethodNotAllowed, "The API version does not allow deploy templates")
 }
 
-var deployTemplateFields = resTable[*deploytemplates.Template]{
+var deployTemplateFields = recTable[*deploytemplates.Template]{
 	{"uuid", VerDeployTmpl, func(x *deploytemplates.Template) any { return x.UUID }},
 	{"name", VerDeployTmpl, func(x *deploytemplates.Template) any { return x.Name }},
 	{"steps", VerDeployTmpl, func(x *deploytemplates.Template) any {

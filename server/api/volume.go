@@ -55,7 +55,7 @@ func (a *API) volumeRoot(c *fiber.Ctx) error {
 	})
 }
 
-var connectorFields = resTable[*volume.Connector]{
+var connectorFields = recTable[*volume.Connector]{
 	{"uuid", VerVolume, func(x *volume.Connector) any { return x.UUID }},
 	{"node_uuid", VerVolume, func(x *volume.Connector) any { return x.NodeUUID }},
 	{"type", VerVolume, func(x *volume.Connector) any { return x.Type }},
@@ -74,7 +74,7 @@ func connectorJSON(c *fiber.Ctx, x *volume.Connector, only []string) fiber.Map {
 // volumeList reads a volume list's options: the node from the path or
 // ?node=, paging, and the fields. Ironic accepts ?detail= on these lists
 // from 1.32.
-func volumeList[T any](c *fiber.Ctx, t resTable[T], defaults []string) (volume.ListOptions, []string, error) {
+func volumeList[T any](c *fiber.Ctx, t recTable[T], defaults []string) (volume.ListOptions, []string, error) {
 	o, fs, err := resList(c, t, defaults, false, VerVolume, VerVolume)
 	lo := volume.ListOptions{Options: o, Node: c.Query("node")}
 	if id := c.Params("node"); id != "" {
@@ -145,7 +145,7 @@ func (a *API) deleteConnector(c *fiber.Ctx) error {
 	return c.SendStatus(204)
 }
 
-var targetFields = resTable[*volume.Target]{
+var targetFields = recTable[*volume.Target]{
 	{"uuid", VerVolume, func(x *volume.Target) any { return x.UUID }},
 	{"node_uuid", VerVolume, func(x *volume.Target) any { return x.NodeUUID }},
 	{"volume_type", VerVolume, func(x *volume.Target) any { return x.VolumeType }},

@@ -12,27 +12,27 @@ import (
 	"github.com/anvilproject/anvil/server/listing"
 )
 
-// resField is one field of a smaller resource's JSON (chassis, deploy
+// recField is one field of a smaller resource's JSON (chassis, deploy
 // templates, volume connectors and targets) with the microversion that
 // introduced it and how to read it.
-type resField[T any] struct {
+type recField[T any] struct {
 	name  string
 	since Version
 	value func(T) any
 }
 
-// resTable is a resource's field table, in Ironic's field order.
-type resTable[T any] []resField[T]
+// recTable is a resource's field table, in Ironic's field order.
+type recTable[T any] []recField[T]
 
 // parse reads ?fields=, refusing unknown fields and fields newer than v.
-func (t resTable[T]) parse(raw string, v Version) ([]string, error) {
+func (t recTable[T]) parse(raw string, v Version) ([]string, error) {
 	var out, bad []string
 	for f := range strings.SplitSeq(raw, ",") {
 		f = strings.TrimSpace(f)
 		if f == "" {
 			continue
 		}
-		if i := slices.IndexFunc(t, func(x resField[T]) bool { return x.name == f }); i < 0 || t[i].since > v {
+		if i := slices.IndexFunc(t, func(x recField[T]) bool { return x.name == f }); i < 0 || t[i].since > v {
 			bad = append(bad, f)
 			continue
 		}
@@ -46,7 +46,7 @@ func (t resTable[T]) parse(raw string, v Version) ([]string, error) {
 
 // render writes x with the fields asked for (all when only is nil) that
 // v knows, plus links.
-func (t resTable[T]) render(x T, only []string, v Version, links []fiber.Map) fiber.Map {
+func (t recTable[T]) render(x T, only []string, v Version, links []fiber.Map) fiber.Map {
 	m := fiber.Map{"links": links}
 	for _, f := range t {
 		if f.since <= v && (only == nil || slices.Contains(only, f.name)) {
@@ -61,7 +61,7 @@ func resLinks(c *fiber.Ctx, path string) []fiber.Map {
 	return []fiber.Map{link(b+"/v1/"+path, "self"), link(b+"/"+path, "bookmark")}
 }
 
-func optString(p *string) any {
+func strOrNil(p *string) any {
 	if p == nil {
 		return nil
 	}
@@ -90,7 +90,7 @@ var resListQuery = []string{"detail", "fields", "limit", "marker", "sort_key", "
 // resList reads a list request's paging and field selection: the default
 // fields unless ?detail=true (from detailSince) or ?fields= (from
 // fieldsSince); detail forces every field, as /detail does.
-func resList[T any](c *fiber.Ctx, t resTable[T], defaults []string, detail bool, fieldsSince, detailSince Version) (listing.Options, []string, error) {
+func resList[T any](c *fiber.Ctx, t recTable[T], defaults []string, detail bool, fieldsSince, detailSince Version) (listing.Options, []string, error) {
 	v := ver(c)
 	o := listing.Options{Marker: c.Query("marker"), SortKey: c.Query("sort_key"), SortDir: c.Query("sort_dir")}
 	if s := c.Query("limit"); s != "" {
@@ -129,7 +129,7 @@ func resList[T any](c *fiber.Ctx, t resTable[T], defaults []string, detail bool,
 }
 
 // resFieldsOne reads ?fields= on a show.
-func resFieldsOne[T any](c *fiber.Ctx, t resTable[T], fieldsSince Version) ([]string, error) {
+func resFieldsOne[T any](c *fiber.Ctx, t recTable[T], fieldsSince Version) ([]string, error) {
 	raw := c.Query("fields")
 	if raw == "" {
 		return nil, nil
