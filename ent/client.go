@@ -18,7 +18,10 @@ import (
 	"github.com/anvilproject/anvil/ent/allocation"
 	"github.com/anvilproject/anvil/ent/apitoken"
 	"github.com/anvilproject/anvil/ent/auditevent"
+	"github.com/anvilproject/anvil/ent/chassis"
 	"github.com/anvilproject/anvil/ent/conductor"
+	"github.com/anvilproject/anvil/ent/deploytemplate"
+	"github.com/anvilproject/anvil/ent/deploytemplatestep"
 	"github.com/anvilproject/anvil/ent/node"
 	"github.com/anvilproject/anvil/ent/nodeevent"
 	"github.com/anvilproject/anvil/ent/policyoverride"
@@ -31,6 +34,8 @@ import (
 	"github.com/anvilproject/anvil/ent/setting"
 	"github.com/anvilproject/anvil/ent/trait"
 	"github.com/anvilproject/anvil/ent/user"
+	"github.com/anvilproject/anvil/ent/volumeconnector"
+	"github.com/anvilproject/anvil/ent/volumetarget"
 
 	stdsql "database/sql"
 )
@@ -46,8 +51,14 @@ type Client struct {
 	Allocation *AllocationClient
 	// AuditEvent is the client for interacting with the AuditEvent builders.
 	AuditEvent *AuditEventClient
+	// Chassis is the client for interacting with the Chassis builders.
+	Chassis *ChassisClient
 	// Conductor is the client for interacting with the Conductor builders.
 	Conductor *ConductorClient
+	// DeployTemplate is the client for interacting with the DeployTemplate builders.
+	DeployTemplate *DeployTemplateClient
+	// DeployTemplateStep is the client for interacting with the DeployTemplateStep builders.
+	DeployTemplateStep *DeployTemplateStepClient
 	// Node is the client for interacting with the Node builders.
 	Node *NodeClient
 	// NodeEvent is the client for interacting with the NodeEvent builders.
@@ -72,6 +83,10 @@ type Client struct {
 	Trait *TraitClient
 	// User is the client for interacting with the User builders.
 	User *UserClient
+	// VolumeConnector is the client for interacting with the VolumeConnector builders.
+	VolumeConnector *VolumeConnectorClient
+	// VolumeTarget is the client for interacting with the VolumeTarget builders.
+	VolumeTarget *VolumeTargetClient
 }
 
 // NewClient creates a new client configured with the given options.
@@ -86,7 +101,10 @@ func (c *Client) init() {
 	c.APIToken = NewAPITokenClient(c.config)
 	c.Allocation = NewAllocationClient(c.config)
 	c.AuditEvent = NewAuditEventClient(c.config)
+	c.Chassis = NewChassisClient(c.config)
 	c.Conductor = NewConductorClient(c.config)
+	c.DeployTemplate = NewDeployTemplateClient(c.config)
+	c.DeployTemplateStep = NewDeployTemplateStepClient(c.config)
 	c.Node = NewNodeClient(c.config)
 	c.NodeEvent = NewNodeEventClient(c.config)
 	c.PolicyOverride = NewPolicyOverrideClient(c.config)
@@ -99,6 +117,8 @@ func (c *Client) init() {
 	c.Setting = NewSettingClient(c.config)
 	c.Trait = NewTraitClient(c.config)
 	c.User = NewUserClient(c.config)
+	c.VolumeConnector = NewVolumeConnectorClient(c.config)
+	c.VolumeTarget = NewVolumeTargetClient(c.config)
 }
 
 type (
@@ -189,24 +209,29 @@ func (c *Client) Tx(ctx context.Context) (*Tx, error) {
 	cfg := c.config
 	cfg.driver = tx
 	return &Tx{
-		ctx:            ctx,
-		config:         cfg,
-		APIToken:       NewAPITokenClient(cfg),
-		Allocation:     NewAllocationClient(cfg),
-		AuditEvent:     NewAuditEventClient(cfg),
-		Conductor:      NewConductorClient(cfg),
-		Node:           NewNodeClient(cfg),
-		NodeEvent:      NewNodeEventClient(cfg),
-		PolicyOverride: NewPolicyOverrideClient(cfg),
-		Port:           NewPortClient(cfg),
-		PortalSession:  NewPortalSessionClient(cfg),
-		Portgroup:      NewPortgroupClient(cfg),
-		RoleAssignment: NewRoleAssignmentClient(cfg),
-		Runbook:        NewRunbookClient(cfg),
-		RunbookStep:    NewRunbookStepClient(cfg),
-		Setting:        NewSettingClient(cfg),
-		Trait:          NewTraitClient(cfg),
-		User:           NewUserClient(cfg),
+		ctx:                ctx,
+		config:             cfg,
+		APIToken:           NewAPITokenClient(cfg),
+		Allocation:         NewAllocationClient(cfg),
+		AuditEvent:         NewAuditEventClient(cfg),
+		Chassis:            NewChassisClient(cfg),
+		Conductor:          NewConductorClient(cfg),
+		DeployTemplate:     NewDeployTemplateClient(cfg),
+		DeployTemplateStep: NewDeployTemplateStepClient(cfg),
+		Node:               NewNodeClient(cfg),
+		NodeEvent:          NewNodeEventClient(cfg),
+		PolicyOverride:     NewPolicyOverrideClient(cfg),
+		Port:               NewPortClient(cfg),
+		PortalSession:      NewPortalSessionClient(cfg),
+		Portgroup:          NewPortgroupClient(cfg),
+		RoleAssignment:     NewRoleAssignmentClient(cfg),
+		Runbook:            NewRunbookClient(cfg),
+		RunbookStep:        NewRunbookStepClient(cfg),
+		Setting:            NewSettingClient(cfg),
+		Trait:              NewTraitClient(cfg),
+		User:               NewUserClient(cfg),
+		VolumeConnector:    NewVolumeConnectorClient(cfg),
+		VolumeTarget:       NewVolumeTargetClient(cfg),
 	}, nil
 }
 
@@ -224,24 +249,29 @@ func (c *Client) BeginTx(ctx context.Context, opts *sql.TxOptions) (*Tx, error) 
 	cfg := c.config
 	cfg.driver = &txDriver{tx: tx, drv: c.driver}
 	return &Tx{
-		ctx:            ctx,
-		config:         cfg,
-		APIToken:       NewAPITokenClient(cfg),
-		Allocation:     NewAllocationClient(cfg),
-		AuditEvent:     NewAuditEventClient(cfg),
-		Conductor:      NewConductorClient(cfg),
-		Node:           NewNodeClient(cfg),
-		NodeEvent:      NewNodeEventClient(cfg),
-		PolicyOverride: NewPolicyOverrideClient(cfg),
-		Port:           NewPortClient(cfg),
-		PortalSession:  NewPortalSessionClient(cfg),
-		Portgroup:      NewPortgroupClient(cfg),
-		RoleAssignment: NewRoleAssignmentClient(cfg),
-		Runbook:        NewRunbookClient(cfg),
-		RunbookStep:    NewRunbookStepClient(cfg),
-		Setting:        NewSettingClient(cfg),
-		Trait:          NewTraitClient(cfg),
-		User:           NewUserClient(cfg),
+		ctx:                ctx,
+		config:             cfg,
+		APIToken:           NewAPITokenClient(cfg),
+		Allocation:         NewAllocationClient(cfg),
+		AuditEvent:         NewAuditEventClient(cfg),
+		Chassis:            NewChassisClient(cfg),
+		Conductor:          NewConductorClient(cfg),
+		DeployTemplate:     NewDeployTemplateClient(cfg),
+		DeployTemplateStep: NewDeployTemplateStepClient(cfg),
+		Node:               NewNodeClient(cfg),
+		NodeEvent:          NewNodeEventClient(cfg),
+		PolicyOverride:     NewPolicyOverrideClient(cfg),
+		Port:               NewPortClient(cfg),
+		PortalSession:      NewPortalSessionClient(cfg),
+		Portgroup:          NewPortgroupClient(cfg),
+		RoleAssignment:     NewRoleAssignmentClient(cfg),
+		Runbook:            NewRunbookClient(cfg),
+		RunbookStep:        NewRunbookStepClient(cfg),
+		Setting:            NewSettingClient(cfg),
+		Trait:              NewTraitClient(cfg),
+		User:               NewUserClient(cfg),
+		VolumeConnector:    NewVolumeConnectorClient(cfg),
+		VolumeTarget:       NewVolumeTargetClient(cfg),
 	}, nil
 }
 
@@ -271,9 +301,10 @@ func (c *Client) Close() error {
 // In order to add hooks to a specific client, call: `client.Node.Use(...)`.
 func (c *Client) Use(hooks ...Hook) {
 	for _, n := range []interface{ Use(...Hook) }{
-		c.APIToken, c.Allocation, c.AuditEvent, c.Conductor, c.Node, c.NodeEvent,
-		c.PolicyOverride, c.Port, c.PortalSession, c.Portgroup, c.RoleAssignment,
-		c.Runbook, c.RunbookStep, c.Setting, c.Trait, c.User,
+		c.APIToken, c.Allocation, c.AuditEvent, c.Chassis, c.Conductor,
+		c.DeployTemplate, c.DeployTemplateStep, c.Node, c.NodeEvent, c.PolicyOverride,
+		c.Port, c.PortalSession, c.Portgroup, c.RoleAssignment, c.Runbook,
+		c.RunbookStep, c.Setting, c.Trait, c.User, c.VolumeConnector, c.VolumeTarget,
 	} {
 		n.Use(hooks...)
 	}
@@ -283,9 +314,10 @@ func (c *Client) Use(hooks ...Hook) {
 // In order to add interceptors to a specific client, call: `client.Node.Intercept(...)`.
 func (c *Client) Intercept(interceptors ...Interceptor) {
 	for _, n := range []interface{ Intercept(...Interceptor) }{
-		c.APIToken, c.Allocation, c.AuditEvent, c.Conductor, c.Node, c.NodeEvent,
-		c.PolicyOverride, c.Port, c.PortalSession, c.Portgroup, c.RoleAssignment,
-		c.Runbook, c.RunbookStep, c.Setting, c.Trait, c.User,
+		c.APIToken, c.Allocation, c.AuditEvent, c.Chassis, c.Conductor,
+		c.DeployTemplate, c.DeployTemplateStep, c.Node, c.NodeEvent, c.PolicyOverride,
+		c.Port, c.PortalSession, c.Portgroup, c.RoleAssignment, c.Runbook,
+		c.RunbookStep, c.Setting, c.Trait, c.User, c.VolumeConnector, c.VolumeTarget,
 	} {
 		n.Intercept(interceptors...)
 	}
@@ -300,8 +332,14 @@ func (c *Client) Mutate(ctx context.Context, m Mutation) (Value, error) {
 		return c.Allocation.mutate(ctx, m)
 	case *AuditEventMutation:
 		return c.AuditEvent.mutate(ctx, m)
+	case *ChassisMutation:
+		return c.Chassis.mutate(ctx, m)
 	case *ConductorMutation:
 		return c.Conductor.mutate(ctx, m)
+	case *DeployTemplateMutation:
+		return c.DeployTemplate.mutate(ctx, m)
+	case *DeployTemplateStepMutation:
+		return c.DeployTemplateStep.mutate(ctx, m)
 	case *NodeMutation:
 		return c.Node.mutate(ctx, m)
 	case *NodeEventMutation:
@@ -326,6 +364,10 @@ func (c *Client) Mutate(ctx context.Context, m Mutation) (Value, error) {
 		return c.Trait.mutate(ctx, m)
 	case *UserMutation:
 		return c.User.mutate(ctx, m)
+	case *VolumeConnectorMutation:
+		return c.VolumeConnector.mutate(ctx, m)
+	case *VolumeTargetMutation:
+		return c.VolumeTarget.mutate(ctx, m)
 	default:
 		return nil, fmt.Errorf("ent: unknown mutation type %T", m)
 	}
@@ -762,6 +804,139 @@ func (c *AuditEventClient) mutate(ctx context.Context, m *AuditEventMutation) (V
 	}
 }
 
+// ChassisClient is a client for the Chassis schema.
+type ChassisClient struct {
+	config
+}
+
+// NewChassisClient returns a client for the Chassis from the given config.
+func NewChassisClient(c config) *ChassisClient {
+	return &ChassisClient{config: c}
+}
+
+// Use adds a list of mutation hooks to the hooks stack.
+// A call to `Use(f, g, h)` equals to `chassis.Hooks(f(g(h())))`.
+func (c *ChassisClient) Use(hooks ...Hook) {
+	c.hooks.Chassis = append(c.hooks.Chassis, hooks...)
+}
+
+// Intercept adds a list of query interceptors to the interceptors stack.
+// A call to `Intercept(f, g, h)` equals to `chassis.Intercept(f(g(h())))`.
+func (c *ChassisClient) Intercept(interceptors ...Interceptor) {
+	c.inters.Chassis = append(c.inters.Chassis, interceptors...)
+}
+
+// Create returns a builder for creating a Chassis entity.
+func (c *ChassisClient) Create() *ChassisCreate {
+	mutation := newChassisMutation(c.config, OpCreate)
+	return &ChassisCreate{config: c.config, hooks: c.Hooks(), mutation: mutation}
+}
+
+// CreateBulk returns a builder for creating a bulk of Chassis entities.
+func (c *ChassisClient) CreateBulk(builders ...*ChassisCreate) *ChassisCreateBulk {
+	return &ChassisCreateBulk{config: c.config, builders: builders}
+}
+
+// MapCreateBulk creates a bulk creation builder from the given slice. For each item in the slice, the function creates
+// a builder and applies setFunc on it.
+func (c *ChassisClient) MapCreateBulk(slice any, setFunc func(*ChassisCreate, int)) *ChassisCreateBulk {
+	rv := reflect.ValueOf(slice)
+	if rv.Kind() != reflect.Slice {
+		return &ChassisCreateBulk{err: fmt.Errorf("calling to ChassisClient.MapCreateBulk with wrong type %T, need slice", slice)}
+	}
+	builders := make([]*ChassisCreate, rv.Len())
+	for i := 0; i < rv.Len(); i++ {
+		builders[i] = c.Create()
+		setFunc(builders[i], i)
+	}
+	return &ChassisCreateBulk{config: c.config, builders: builders}
+}
+
+// Update returns an update builder for Chassis.
+func (c *ChassisClient) Update() *ChassisUpdate {
+	mutation := newChassisMutation(c.config, OpUpdate)
+	return &ChassisUpdate{config: c.config, hooks: c.Hooks(), mutation: mutation}
+}
+
+// UpdateOne returns an update builder for the given entity.
+func (c *ChassisClient) UpdateOne(_m *Chassis) *ChassisUpdateOne {
+	mutation := newChassisMutation(c.config, OpUpdateOne, withChassis(_m))
+	return &ChassisUpdateOne{config: c.config, hooks: c.Hooks(), mutation: mutation}
+}
+
+// UpdateOneID returns an update builder for the given id.
+func (c *ChassisClient) UpdateOneID(id int) *ChassisUpdateOne {
+	mutation := newChassisMutation(c.config, OpUpdateOne, withChassisID(id))
+	return &ChassisUpdateOne{config: c.config, hooks: c.Hooks(), mutation: mutation}
+}
+
+// Delete returns a delete builder for Chassis.
+func (c *ChassisClient) Delete() *ChassisDelete {
+	mutation := newChassisMutation(c.config, OpDelete)
+	return &ChassisDelete{config: c.config, hooks: c.Hooks(), mutation: mutation}
+}
+
+// DeleteOne returns a builder for deleting the given entity.
+func (c *ChassisClient) DeleteOne(_m *Chassis) *ChassisDeleteOne {
+	return c.DeleteOneID(_m.ID)
+}
+
+// DeleteOneID returns a builder for deleting the given entity by its id.
+func (c *ChassisClient) DeleteOneID(id int) *ChassisDeleteOne {
+	builder := c.Delete().Where(chassis.ID(id))
+	builder.mutation.id = &id
+	builder.mutation.op = OpDeleteOne
+	return &ChassisDeleteOne{builder}
+}
+
+// Query returns a query builder for Chassis.
+func (c *ChassisClient) Query() *ChassisQuery {
+	return &ChassisQuery{
+		config: c.config,
+		ctx:    &QueryContext{Type: TypeChassis},
+		inters: c.Interceptors(),
+	}
+}
+
+// Get returns a Chassis entity by its id.
+func (c *ChassisClient) Get(ctx context.Context, id int) (*Chassis, error) {
+	return c.Query().Where(chassis.ID(id)).Only(ctx)
+}
+
+// GetX is like Get, but panics if an error occurs.
+func (c *ChassisClient) GetX(ctx context.Context, id int) *Chassis {
+	obj, err := c.Get(ctx, id)
+	if err != nil {
+		panic(err)
+	}
+	return obj
+}
+
+// Hooks returns the client hooks.
+func (c *ChassisClient) Hooks() []Hook {
+	return c.hooks.Chassis
+}
+
+// Interceptors returns the client interceptors.
+func (c *ChassisClient) Interceptors() []Interceptor {
+	return c.inters.Chassis
+}
+
+func (c *ChassisClient) mutate(ctx context.Context, m *ChassisMutation) (Value, error) {
+	switch m.Op() {
+	case OpCreate:
+		return (&ChassisCreate{config: c.config, hooks: c.Hooks(), mutation: m}).Save(ctx)
+	case OpUpdate:
+		return (&ChassisUpdate{config: c.config, hooks: c.Hooks(), mutation: m}).Save(ctx)
+	case OpUpdateOne:
+		return (&ChassisUpdateOne{config: c.config, hooks: c.Hooks(), mutation: m}).Save(ctx)
+	case OpDelete, OpDeleteOne:
+		return (&ChassisDelete{config: c.config, hooks: c.Hooks(), mutation: m}).Exec(ctx)
+	default:
+		return nil, fmt.Errorf("ent: unknown Chassis mutation op: %q", m.Op())
+	}
+}
+
 // ConductorClient is a client for the Conductor schema.
 type ConductorClient struct {
 	config
@@ -892,6 +1067,304 @@ func (c *ConductorClient) mutate(ctx context.Context, m *ConductorMutation) (Val
 		return (&ConductorDelete{config: c.config, hooks: c.Hooks(), mutation: m}).Exec(ctx)
 	default:
 		return nil, fmt.Errorf("ent: unknown Conductor mutation op: %q", m.Op())
+	}
+}
+
+// DeployTemplateClient is a client for the DeployTemplate schema.
+type DeployTemplateClient struct {
+	config
+}
+
+// NewDeployTemplateClient returns a client for the DeployTemplate from the given config.
+func NewDeployTemplateClient(c config) *DeployTemplateClient {
+	return &DeployTemplateClient{config: c}
+}
+
+// Use adds a list of mutation hooks to the hooks stack.
+// A call to `Use(f, g, h)` equals to `deploytemplate.Hooks(f(g(h())))`.
+func (c *DeployTemplateClient) Use(hooks ...Hook) {
+	c.hooks.DeployTemplate = append(c.hooks.DeployTemplate, hooks...)
+}
+
+// Intercept adds a list of query interceptors to the interceptors stack.
+// A call to `Intercept(f, g, h)` equals to `deploytemplate.Intercept(f(g(h())))`.
+func (c *DeployTemplateClient) Intercept(interceptors ...Interceptor) {
+	c.inters.DeployTemplate = append(c.inters.DeployTemplate, interceptors...)
+}
+
+// Create returns a builder for creating a DeployTemplate entity.
+func (c *DeployTemplateClient) Create() *DeployTemplateCreate {
+	mutation := newDeployTemplateMutation(c.config, OpCreate)
+	return &DeployTemplateCreate{config: c.config, hooks: c.Hooks(), mutation: mutation}
+}
+
+// CreateBulk returns a builder for creating a bulk of DeployTemplate entities.
+func (c *DeployTemplateClient) CreateBulk(builders ...*DeployTemplateCreate) *DeployTemplateCreateBulk {
+	return &DeployTemplateCreateBulk{config: c.config, builders: builders}
+}
+
+// MapCreateBulk creates a bulk creation builder from the given slice. For each item in the slice, the function creates
+// a builder and applies setFunc on it.
+func (c *DeployTemplateClient) MapCreateBulk(slice any, setFunc func(*DeployTemplateCreate, int)) *DeployTemplateCreateBulk {
+	rv := reflect.ValueOf(slice)
+	if rv.Kind() != reflect.Slice {
+		return &DeployTemplateCreateBulk{err: fmt.Errorf("calling to DeployTemplateClient.MapCreateBulk with wrong type %T, need slice", slice)}
+	}
+	builders := make([]*DeployTemplateCreate, rv.Len())
+	for i := 0; i < rv.Len(); i++ {
+		builders[i] = c.Create()
+		setFunc(builders[i], i)
+	}
+	return &DeployTemplateCreateBulk{config: c.config, builders: builders}
+}
+
+// Update returns an update builder for DeployTemplate.
+func (c *DeployTemplateClient) Update() *DeployTemplateUpdate {
+	mutation := newDeployTemplateMutation(c.config, OpUpdate)
+	return &DeployTemplateUpdate{config: c.config, hooks: c.Hooks(), mutation: mutation}
+}
+
+// UpdateOne returns an update builder for the given entity.
+func (c *DeployTemplateClient) UpdateOne(_m *DeployTemplate) *DeployTemplateUpdateOne {
+	mutation := newDeployTemplateMutation(c.config, OpUpdateOne, withDeployTemplate(_m))
+	return &DeployTemplateUpdateOne{config: c.config, hooks: c.Hooks(), mutation: mutation}
+}
+
+// UpdateOneID returns an update builder for the given id.
+func (c *DeployTemplateClient) UpdateOneID(id int) *DeployTemplateUpdateOne {
+	mutation := newDeployTemplateMutation(c.config, OpUpdateOne, withDeployTemplateID(id))
+	return &DeployTemplateUpdateOne{config: c.config, hooks: c.Hooks(), mutation: mutation}
+}
+
+// Delete returns a delete builder for DeployTemplate.
+func (c *DeployTemplateClient) Delete() *DeployTemplateDelete {
+	mutation := newDeployTemplateMutation(c.config, OpDelete)
+	return &DeployTemplateDelete{config: c.config, hooks: c.Hooks(), mutation: mutation}
+}
+
+// DeleteOne returns a builder for deleting the given entity.
+func (c *DeployTemplateClient) DeleteOne(_m *DeployTemplate) *DeployTemplateDeleteOne {
+	return c.DeleteOneID(_m.ID)
+}
+
+// DeleteOneID returns a builder for deleting the given entity by its id.
+func (c *DeployTemplateClient) DeleteOneID(id int) *DeployTemplateDeleteOne {
+	builder := c.Delete().Where(deploytemplate.ID(id))
+	builder.mutation.id = &id
+	builder.mutation.op = OpDeleteOne
+	return &DeployTemplateDeleteOne{builder}
+}
+
+// Query returns a query builder for DeployTemplate.
+func (c *DeployTemplateClient) Query() *DeployTemplateQuery {
+	return &DeployTemplateQuery{
+		config: c.config,
+		ctx:    &QueryContext{Type: TypeDeployTemplate},
+		inters: c.Interceptors(),
+	}
+}
+
+// Get returns a DeployTemplate entity by its id.
+func (c *DeployTemplateClient) Get(ctx context.Context, id int) (*DeployTemplate, error) {
+	return c.Query().Where(deploytemplate.ID(id)).Only(ctx)
+}
+
+// GetX is like Get, but panics if an error occurs.
+func (c *DeployTemplateClient) GetX(ctx context.Context, id int) *DeployTemplate {
+	obj, err := c.Get(ctx, id)
+	if err != nil {
+		panic(err)
+	}
+	return obj
+}
+
+// QuerySteps queries the steps edge of a DeployTemplate.
+func (c *DeployTemplateClient) QuerySteps(_m *DeployTemplate) *DeployTemplateStepQuery {
+	query := (&DeployTemplateStepClient{config: c.config}).Query()
+	query.path = func(context.Context) (fromV *sql.Selector, _ error) {
+		id := _m.ID
+		step := sqlgraph.NewStep(
+			sqlgraph.From(deploytemplate.Table, deploytemplate.FieldID, id),
+			sqlgraph.To(deploytemplatestep.Table, deploytemplatestep.FieldID),
+			sqlgraph.Edge(sqlgraph.O2M, false, deploytemplate.StepsTable, deploytemplate.StepsColumn),
+		)
+		fromV = sqlgraph.Neighbors(_m.driver.Dialect(), step)
+		return fromV, nil
+	}
+	return query
+}
+
+// Hooks returns the client hooks.
+func (c *DeployTemplateClient) Hooks() []Hook {
+	return c.hooks.DeployTemplate
+}
+
+// Interceptors returns the client interceptors.
+func (c *DeployTemplateClient) Interceptors() []Interceptor {
+	return c.inters.DeployTemplate
+}
+
+func (c *DeployTemplateClient) mutate(ctx context.Context, m *DeployTemplateMutation) (Value, error) {
+	switch m.Op() {
+	case OpCreate:
+		return (&DeployTemplateCreate{config: c.config, hooks: c.Hooks(), mutation: m}).Save(ctx)
+	case OpUpdate:
+		return (&DeployTemplateUpdate{config: c.config, hooks: c.Hooks(), mutation: m}).Save(ctx)
+	case OpUpdateOne:
+		return (&DeployTemplateUpdateOne{config: c.config, hooks: c.Hooks(), mutation: m}).Save(ctx)
+	case OpDelete, OpDeleteOne:
+		return (&DeployTemplateDelete{config: c.config, hooks: c.Hooks(), mutation: m}).Exec(ctx)
+	default:
+		return nil, fmt.Errorf("ent: unknown DeployTemplate mutation op: %q", m.Op())
+	}
+}
+
+// DeployTemplateStepClient is a client for the DeployTemplateStep schema.
+type DeployTemplateStepClient struct {
+	config
+}
+
+// NewDeployTemplateStepClient returns a client for the DeployTemplateStep from the given config.
+func NewDeployTemplateStepClient(c config) *DeployTemplateStepClient {
+	return &DeployTemplateStepClient{config: c}
+}
+
+// Use adds a list of mutation hooks to the hooks stack.
+// A call to `Use(f, g, h)` equals to `deploytemplatestep.Hooks(f(g(h())))`.
+func (c *DeployTemplateStepClient) Use(hooks ...Hook) {
+	c.hooks.DeployTemplateStep = append(c.hooks.DeployTemplateStep, hooks...)
+}
+
+// Intercept adds a list of query interceptors to the interceptors stack.
+// A call to `Intercept(f, g, h)` equals to `deploytemplatestep.Intercept(f(g(h())))`.
+func (c *DeployTemplateStepClient) Intercept(interceptors ...Interceptor) {
+	c.inters.DeployTemplateStep = append(c.inters.DeployTemplateStep, interceptors...)
+}
+
+// Create returns a builder for creating a DeployTemplateStep entity.
+func (c *DeployTemplateStepClient) Create() *DeployTemplateStepCreate {
+	mutation := newDeployTemplateStepMutation(c.config, OpCreate)
+	return &DeployTemplateStepCreate{config: c.config, hooks: c.Hooks(), mutation: mutation}
+}
+
+// CreateBulk returns a builder for creating a bulk of DeployTemplateStep entities.
+func (c *DeployTemplateStepClient) CreateBulk(builders ...*DeployTemplateStepCreate) *DeployTemplateStepCreateBulk {
+	return &DeployTemplateStepCreateBulk{config: c.config, builders: builders}
+}
+
+// MapCreateBulk creates a bulk creation builder from the given slice. For each item in the slice, the function creates
+// a builder and applies setFunc on it.
+func (c *DeployTemplateStepClient) MapCreateBulk(slice any, setFunc func(*DeployTemplateStepCreate, int)) *DeployTemplateStepCreateBulk {
+	rv := reflect.ValueOf(slice)
+	if rv.Kind() != reflect.Slice {
+		return &DeployTemplateStepCreateBulk{err: fmt.Errorf("calling to DeployTemplateStepClient.MapCreateBulk with wrong type %T, need slice", slice)}
+	}
+	builders := make([]*DeployTemplateStepCreate, rv.Len())
+	for i := 0; i < rv.Len(); i++ {
+		builders[i] = c.Create()
+		setFunc(builders[i], i)
+	}
+	return &DeployTemplateStepCreateBulk{config: c.config, builders: builders}
+}
+
+// Update returns an update builder for DeployTemplateStep.
+func (c *DeployTemplateStepClient) Update() *DeployTemplateStepUpdate {
+	mutation := newDeployTemplateStepMutation(c.config, OpUpdate)
+	return &DeployTemplateStepUpdate{config: c.config, hooks: c.Hooks(), mutation: mutation}
+}
+
+// UpdateOne returns an update builder for the given entity.
+func (c *DeployTemplateStepClient) UpdateOne(_m *DeployTemplateStep) *DeployTemplateStepUpdateOne {
+	mutation := newDeployTemplateStepMutation(c.config, OpUpdateOne, withDeployTemplateStep(_m))
+	return &DeployTemplateStepUpdateOne{config: c.config, hooks: c.Hooks(), mutation: mutation}
+}
+
+// UpdateOneID returns an update builder for the given id.
+func (c *DeployTemplateStepClient) UpdateOneID(id int) *DeployTemplateStepUpdateOne {
+	mutation := newDeployTemplateStepMutation(c.config, OpUpdateOne, withDeployTemplateStepID(id))
+	return &DeployTemplateStepUpdateOne{config: c.config, hooks: c.Hooks(), mutation: mutation}
+}
+
+// Delete returns a delete builder for DeployTemplateStep.
+func (c *DeployTemplateStepClient) Delete() *DeployTemplateStepDelete {
+	mutation := newDeployTemplateStepMutation(c.config, OpDelete)
+	return &DeployTemplateStepDelete{config: c.config, hooks: c.Hooks(), mutation: mutation}
+}
+
+// DeleteOne returns a builder for deleting the given entity.
+func (c *DeployTemplateStepClient) DeleteOne(_m *DeployTemplateStep) *DeployTemplateStepDeleteOne {
+	return c.DeleteOneID(_m.ID)
+}
+
+// DeleteOneID returns a builder for deleting the given entity by its id.
+func (c *DeployTemplateStepClient) DeleteOneID(id int) *DeployTemplateStepDeleteOne {
+	builder := c.Delete().Where(deploytemplatestep.ID(id))
+	builder.mutation.id = &id
+	builder.mutation.op = OpDeleteOne
+	return &DeployTemplateStepDeleteOne{builder}
+}
+
+// Query returns a query builder for DeployTemplateStep.
+func (c *DeployTemplateStepClient) Query() *DeployTemplateStepQuery {
+	return &DeployTemplateStepQuery{
+		config: c.config,
+		ctx:    &QueryContext{Type: TypeDeployTemplateStep},
+		inters: c.Interceptors(),
+	}
+}
+
+// Get returns a DeployTemplateStep entity by its id.
+func (c *DeployTemplateStepClient) Get(ctx context.Context, id int) (*DeployTemplateStep, error) {
+	return c.Query().Where(deploytemplatestep.ID(id)).Only(ctx)
+}
+
+// GetX is like Get, but panics if an error occurs.
+func (c *DeployTemplateStepClient) GetX(ctx context.Context, id int) *DeployTemplateStep {
+	obj, err := c.Get(ctx, id)
+	if err != nil {
+		panic(err)
+	}
+	return obj
+}
+
+// QueryDeployTemplate queries the deploy_template edge of a DeployTemplateStep.
+func (c *DeployTemplateStepClient) QueryDeployTemplate(_m *DeployTemplateStep) *DeployTemplateQuery {
+	query := (&DeployTemplateClient{config: c.config}).Query()
+	query.path = func(context.Context) (fromV *sql.Selector, _ error) {
+		id := _m.ID
+		step := sqlgraph.NewStep(
+			sqlgraph.From(deploytemplatestep.Table, deploytemplatestep.FieldID, id),
+			sqlgraph.To(deploytemplate.Table, deploytemplate.FieldID),
+			sqlgraph.Edge(sqlgraph.M2O, true, deploytemplatestep.DeployTemplateTable, deploytemplatestep.DeployTemplateColumn),
+		)
+		fromV = sqlgraph.Neighbors(_m.driver.Dialect(), step)
+		return fromV, nil
+	}
+	return query
+}
+
+// Hooks returns the client hooks.
+func (c *DeployTemplateStepClient) Hooks() []Hook {
+	return c.hooks.DeployTemplateStep
+}
+
+// Interceptors returns the client interceptors.
+func (c *DeployTemplateStepClient) Interceptors() []Interceptor {
+	return c.inters.DeployTemplateStep
+}
+
+func (c *DeployTemplateStepClient) mutate(ctx context.Context, m *DeployTemplateStepMutation) (Value, error) {
+	switch m.Op() {
+	case OpCreate:
+		return (&DeployTemplateStepCreate{config: c.config, hooks: c.Hooks(), mutation: m}).Save(ctx)
+	case OpUpdate:
+		return (&DeployTemplateStepUpdate{config: c.config, hooks: c.Hooks(), mutation: m}).Save(ctx)
+	case OpUpdateOne:
+		return (&DeployTemplateStepUpdateOne{config: c.config, hooks: c.Hooks(), mutation: m}).Save(ctx)
+	case OpDelete, OpDeleteOne:
+		return (&DeployTemplateStepDelete{config: c.config, hooks: c.Hooks(), mutation: m}).Exec(ctx)
+	default:
+		return nil, fmt.Errorf("ent: unknown DeployTemplateStep mutation op: %q", m.Op())
 	}
 }
 
@@ -1076,6 +1549,22 @@ func (c *NodeClient) QueryPortgroups(_m *Node) *PortgroupQuery {
 			sqlgraph.From(node.Table, node.FieldID, id),
 			sqlgraph.To(portgroup.Table, portgroup.FieldID),
 			sqlgraph.Edge(sqlgraph.O2M, false, node.PortgroupsTable, node.PortgroupsColumn),
+		)
+		fromV = sqlgraph.Neighbors(_m.driver.Dialect(), step)
+		return fromV, nil
+	}
+	return query
+}
+
+// QueryChassis queries the chassis edge of a Node.
+func (c *NodeClient) QueryChassis(_m *Node) *ChassisQuery {
+	query := (&ChassisClient{config: c.config}).Query()
+	query.path = func(context.Context) (fromV *sql.Selector, _ error) {
+		id := _m.ID
+		step := sqlgraph.NewStep(
+			sqlgraph.From(node.Table, node.FieldID, id),
+			sqlgraph.To(chassis.Table, chassis.FieldID),
+			sqlgraph.Edge(sqlgraph.M2O, false, node.ChassisTable, node.ChassisColumn),
 		)
 		fromV = sqlgraph.Neighbors(_m.driver.Dialect(), step)
 		return fromV, nil
@@ -2747,17 +3236,317 @@ func (c *UserClient) mutate(ctx context.Context, m *UserMutation) (Value, error)
 	}
 }
 
+// VolumeConnectorClient is a client for the VolumeConnector schema.
+type VolumeConnectorClient struct {
+	config
+}
+
+// NewVolumeConnectorClient returns a client for the VolumeConnector from the given config.
+func NewVolumeConnectorClient(c config) *VolumeConnectorClient {
+	return &VolumeConnectorClient{config: c}
+}
+
+// Use adds a list of mutation hooks to the hooks stack.
+// A call to `Use(f, g, h)` equals to `volumeconnector.Hooks(f(g(h())))`.
+func (c *VolumeConnectorClient) Use(hooks ...Hook) {
+	c.hooks.VolumeConnector = append(c.hooks.VolumeConnector, hooks...)
+}
+
+// Intercept adds a list of query interceptors to the interceptors stack.
+// A call to `Intercept(f, g, h)` equals to `volumeconnector.Intercept(f(g(h())))`.
+func (c *VolumeConnectorClient) Intercept(interceptors ...Interceptor) {
+	c.inters.VolumeConnector = append(c.inters.VolumeConnector, interceptors...)
+}
+
+// Create returns a builder for creating a VolumeConnector entity.
+func (c *VolumeConnectorClient) Create() *VolumeConnectorCreate {
+	mutation := newVolumeConnectorMutation(c.config, OpCreate)
+	return &VolumeConnectorCreate{config: c.config, hooks: c.Hooks(), mutation: mutation}
+}
+
+// CreateBulk returns a builder for creating a bulk of VolumeConnector entities.
+func (c *VolumeConnectorClient) CreateBulk(builders ...*VolumeConnectorCreate) *VolumeConnectorCreateBulk {
+	return &VolumeConnectorCreateBulk{config: c.config, builders: builders}
+}
+
+// MapCreateBulk creates a bulk creation builder from the given slice. For each item in the slice, the function creates
+// a builder and applies setFunc on it.
+func (c *VolumeConnectorClient) MapCreateBulk(slice any, setFunc func(*VolumeConnectorCreate, int)) *VolumeConnectorCreateBulk {
+	rv := reflect.ValueOf(slice)
+	if rv.Kind() != reflect.Slice {
+		return &VolumeConnectorCreateBulk{err: fmt.Errorf("calling to VolumeConnectorClient.MapCreateBulk with wrong type %T, need slice", slice)}
+	}
+	builders := make([]*VolumeConnectorCreate, rv.Len())
+	for i := 0; i < rv.Len(); i++ {
+		builders[i] = c.Create()
+		setFunc(builders[i], i)
+	}
+	return &VolumeConnectorCreateBulk{config: c.config, builders: builders}
+}
+
+// Update returns an update builder for VolumeConnector.
+func (c *VolumeConnectorClient) Update() *VolumeConnectorUpdate {
+	mutation := newVolumeConnectorMutation(c.config, OpUpdate)
+	return &VolumeConnectorUpdate{config: c.config, hooks: c.Hooks(), mutation: mutation}
+}
+
+// UpdateOne returns an update builder for the given entity.
+func (c *VolumeConnectorClient) UpdateOne(_m *VolumeConnector) *VolumeConnectorUpdateOne {
+	mutation := newVolumeConnectorMutation(c.config, OpUpdateOne, withVolumeConnector(_m))
+	return &VolumeConnectorUpdateOne{config: c.config, hooks: c.Hooks(), mutation: mutation}
+}
+
+// UpdateOneID returns an update builder for the given id.
+func (c *VolumeConnectorClient) UpdateOneID(id int) *VolumeConnectorUpdateOne {
+	mutation := newVolumeConnectorMutation(c.config, OpUpdateOne, withVolumeConnectorID(id))
+	return &VolumeConnectorUpdateOne{config: c.config, hooks: c.Hooks(), mutation: mutation}
+}
+
+// Delete returns a delete builder for VolumeConnector.
+func (c *VolumeConnectorClient) Delete() *VolumeConnectorDelete {
+	mutation := newVolumeConnectorMutation(c.config, OpDelete)
+	return &VolumeConnectorDelete{config: c.config, hooks: c.Hooks(), mutation: mutation}
+}
+
+// DeleteOne returns a builder for deleting the given entity.
+func (c *VolumeConnectorClient) DeleteOne(_m *VolumeConnector) *VolumeConnectorDeleteOne {
+	return c.DeleteOneID(_m.ID)
+}
+
+// DeleteOneID returns a builder for deleting the given entity by its id.
+func (c *VolumeConnectorClient) DeleteOneID(id int) *VolumeConnectorDeleteOne {
+	builder := c.Delete().Where(volumeconnector.ID(id))
+	builder.mutation.id = &id
+	builder.mutation.op = OpDeleteOne
+	return &VolumeConnectorDeleteOne{builder}
+}
+
+// Query returns a query builder for VolumeConnector.
+func (c *VolumeConnectorClient) Query() *VolumeConnectorQuery {
+	return &VolumeConnectorQuery{
+		config: c.config,
+		ctx:    &QueryContext{Type: TypeVolumeConnector},
+		inters: c.Interceptors(),
+	}
+}
+
+// Get returns a VolumeConnector entity by its id.
+func (c *VolumeConnectorClient) Get(ctx context.Context, id int) (*VolumeConnector, error) {
+	return c.Query().Where(volumeconnector.ID(id)).Only(ctx)
+}
+
+// GetX is like Get, but panics if an error occurs.
+func (c *VolumeConnectorClient) GetX(ctx context.Context, id int) *VolumeConnector {
+	obj, err := c.Get(ctx, id)
+	if err != nil {
+		panic(err)
+	}
+	return obj
+}
+
+// QueryNode queries the node edge of a VolumeConnector.
+func (c *VolumeConnectorClient) QueryNode(_m *VolumeConnector) *NodeQuery {
+	query := (&NodeClient{config: c.config}).Query()
+	query.path = func(context.Context) (fromV *sql.Selector, _ error) {
+		id := _m.ID
+		step := sqlgraph.NewStep(
+			sqlgraph.From(volumeconnector.Table, volumeconnector.FieldID, id),
+			sqlgraph.To(node.Table, node.FieldID),
+			sqlgraph.Edge(sqlgraph.M2O, false, volumeconnector.NodeTable, volumeconnector.NodeColumn),
+		)
+		fromV = sqlgraph.Neighbors(_m.driver.Dialect(), step)
+		return fromV, nil
+	}
+	return query
+}
+
+// Hooks returns the client hooks.
+func (c *VolumeConnectorClient) Hooks() []Hook {
+	return c.hooks.VolumeConnector
+}
+
+// Interceptors returns the client interceptors.
+func (c *VolumeConnectorClient) Interceptors() []Interceptor {
+	return c.inters.VolumeConnector
+}
+
+func (c *VolumeConnectorClient) mutate(ctx context.Context, m *VolumeConnectorMutation) (Value, error) {
+	switch m.Op() {
+	case OpCreate:
+		return (&VolumeConnectorCreate{config: c.config, hooks: c.Hooks(), mutation: m}).Save(ctx)
+	case OpUpdate:
+		return (&VolumeConnectorUpdate{config: c.config, hooks: c.Hooks(), mutation: m}).Save(ctx)
+	case OpUpdateOne:
+		return (&VolumeConnectorUpdateOne{config: c.config, hooks: c.Hooks(), mutation: m}).Save(ctx)
+	case OpDelete, OpDeleteOne:
+		return (&VolumeConnectorDelete{config: c.config, hooks: c.Hooks(), mutation: m}).Exec(ctx)
+	default:
+		return nil, fmt.Errorf("ent: unknown VolumeConnector mutation op: %q", m.Op())
+	}
+}
+
+// VolumeTargetClient is a client for the VolumeTarget schema.
+type VolumeTargetClient struct {
+	config
+}
+
+// NewVolumeTargetClient returns a client for the VolumeTarget from the given config.
+func NewVolumeTargetClient(c config) *VolumeTargetClient {
+	return &VolumeTargetClient{config: c}
+}
+
+// Use adds a list of mutation hooks to the hooks stack.
+// A call to `Use(f, g, h)` equals to `volumetarget.Hooks(f(g(h())))`.
+func (c *VolumeTargetClient) Use(hooks ...Hook) {
+	c.hooks.VolumeTarget = append(c.hooks.VolumeTarget, hooks...)
+}
+
+// Intercept adds a list of query interceptors to the interceptors stack.
+// A call to `Intercept(f, g, h)` equals to `volumetarget.Intercept(f(g(h())))`.
+func (c *VolumeTargetClient) Intercept(interceptors ...Interceptor) {
+	c.inters.VolumeTarget = append(c.inters.VolumeTarget, interceptors...)
+}
+
+// Create returns a builder for creating a VolumeTarget entity.
+func (c *VolumeTargetClient) Create() *VolumeTargetCreate {
+	mutation := newVolumeTargetMutation(c.config, OpCreate)
+	return &VolumeTargetCreate{config: c.config, hooks: c.Hooks(), mutation: mutation}
+}
+
+// CreateBulk returns a builder for creating a bulk of VolumeTarget entities.
+func (c *VolumeTargetClient) CreateBulk(builders ...*VolumeTargetCreate) *VolumeTargetCreateBulk {
+	return &VolumeTargetCreateBulk{config: c.config, builders: builders}
+}
+
+// MapCreateBulk creates a bulk creation builder from the given slice. For each item in the slice, the function creates
+// a builder and applies setFunc on it.
+func (c *VolumeTargetClient) MapCreateBulk(slice any, setFunc func(*VolumeTargetCreate, int)) *VolumeTargetCreateBulk {
+	rv := reflect.ValueOf(slice)
+	if rv.Kind() != reflect.Slice {
+		return &VolumeTargetCreateBulk{err: fmt.Errorf("calling to VolumeTargetClient.MapCreateBulk with wrong type %T, need slice", slice)}
+	}
+	builders := make([]*VolumeTargetCreate, rv.Len())
+	for i := 0; i < rv.Len(); i++ {
+		builders[i] = c.Create()
+		setFunc(builders[i], i)
+	}
+	return &VolumeTargetCreateBulk{config: c.config, builders: builders}
+}
+
+// Update returns an update builder for VolumeTarget.
+func (c *VolumeTargetClient) Update() *VolumeTargetUpdate {
+	mutation := newVolumeTargetMutation(c.config, OpUpdate)
+	return &VolumeTargetUpdate{config: c.config, hooks: c.Hooks(), mutation: mutation}
+}
+
+// UpdateOne returns an update builder for the given entity.
+func (c *VolumeTargetClient) UpdateOne(_m *VolumeTarget) *VolumeTargetUpdateOne {
+	mutation := newVolumeTargetMutation(c.config, OpUpdateOne, withVolumeTarget(_m))
+	return &VolumeTargetUpdateOne{config: c.config, hooks: c.Hooks(), mutation: mutation}
+}
+
+// UpdateOneID returns an update builder for the given id.
+func (c *VolumeTargetClient) UpdateOneID(id int) *VolumeTargetUpdateOne {
+	mutation := newVolumeTargetMutation(c.config, OpUpdateOne, withVolumeTargetID(id))
+	return &VolumeTargetUpdateOne{config: c.config, hooks: c.Hooks(), mutation: mutation}
+}
+
+// Delete returns a delete builder for VolumeTarget.
+func (c *VolumeTargetClient) Delete() *VolumeTargetDelete {
+	mutation := newVolumeTargetMutation(c.config, OpDelete)
+	return &VolumeTargetDelete{config: c.config, hooks: c.Hooks(), mutation: mutation}
+}
+
+// DeleteOne returns a builder for deleting the given entity.
+func (c *VolumeTargetClient) DeleteOne(_m *VolumeTarget) *VolumeTargetDeleteOne {
+	return c.DeleteOneID(_m.ID)
+}
+
+// DeleteOneID returns a builder for deleting the given entity by its id.
+func (c *VolumeTargetClient) DeleteOneID(id int) *VolumeTargetDeleteOne {
+	builder := c.Delete().Where(volumetarget.ID(id))
+	builder.mutation.id = &id
+	builder.mutation.op = OpDeleteOne
+	return &VolumeTargetDeleteOne{builder}
+}
+
+// Query returns a query builder for VolumeTarget.
+func (c *VolumeTargetClient) Query() *VolumeTargetQuery {
+	return &VolumeTargetQuery{
+		config: c.config,
+		ctx:    &QueryContext{Type: TypeVolumeTarget},
+		inters: c.Interceptors(),
+	}
+}
+
+// Get returns a VolumeTarget entity by its id.
+func (c *VolumeTargetClient) Get(ctx context.Context, id int) (*VolumeTarget, error) {
+	return c.Query().Where(volumetarget.ID(id)).Only(ctx)
+}
+
+// GetX is like Get, but panics if an error occurs.
+func (c *VolumeTargetClient) GetX(ctx context.Context, id int) *VolumeTarget {
+	obj, err := c.Get(ctx, id)
+	if err != nil {
+		panic(err)
+	}
+	return obj
+}
+
+// QueryNode queries the node edge of a VolumeTarget.
+func (c *VolumeTargetClient) QueryNode(_m *VolumeTarget) *NodeQuery {
+	query := (&NodeClient{config: c.config}).Query()
+	query.path = func(context.Context) (fromV *sql.Selector, _ error) {
+		id := _m.ID
+		step := sqlgraph.NewStep(
+			sqlgraph.From(volumetarget.Table, volumetarget.FieldID, id),
+			sqlgraph.To(node.Table, node.FieldID),
+			sqlgraph.Edge(sqlgraph.M2O, false, volumetarget.NodeTable, volumetarget.NodeColumn),
+		)
+		fromV = sqlgraph.Neighbors(_m.driver.Dialect(), step)
+		return fromV, nil
+	}
+	return query
+}
+
+// Hooks returns the client hooks.
+func (c *VolumeTargetClient) Hooks() []Hook {
+	return c.hooks.VolumeTarget
+}
+
+// Interceptors returns the client interceptors.
+func (c *VolumeTargetClient) Interceptors() []Interceptor {
+	return c.inters.VolumeTarget
+}
+
+func (c *VolumeTargetClient) mutate(ctx context.Context, m *VolumeTargetMutation) (Value, error) {
+	switch m.Op() {
+	case OpCreate:
+		return (&VolumeTargetCreate{config: c.config, hooks: c.Hooks(), mutation: m}).Save(ctx)
+	case OpUpdate:
+		return (&VolumeTargetUpdate{config: c.config, hooks: c.Hooks(), mutation: m}).Save(ctx)
+	case OpUpdateOne:
+		return (&VolumeTargetUpdateOne{config: c.config, hooks: c.Hooks(), mutation: m}).Save(ctx)
+	case OpDelete, OpDeleteOne:
+		return (&VolumeTargetDelete{config: c.config, hooks: c.Hooks(), mutation: m}).Exec(ctx)
+	default:
+		return nil, fmt.Errorf("ent: unknown VolumeTarget mutation op: %q", m.Op())
+	}
+}
+
 // hooks and interceptors per client, for fast access.
 type (
 	hooks struct {
-		APIToken, Allocation, AuditEvent, Conductor, Node, NodeEvent, PolicyOverride,
-		Port, PortalSession, Portgroup, RoleAssignment, Runbook, RunbookStep, Setting,
-		Trait, User []ent.Hook
+		APIToken, Allocation, AuditEvent, Chassis, Conductor, DeployTemplate,
+		DeployTemplateStep, Node, NodeEvent, PolicyOverride, Port, PortalSession,
+		Portgroup, RoleAssignment, Runbook, RunbookStep, Setting, Trait, User,
+		VolumeConnector, VolumeTarget []ent.Hook
 	}
 	inters struct {
-		APIToken, Allocation, AuditEvent, Conductor, Node, NodeEvent, PolicyOverride,
-		Port, PortalSession, Portgroup, RoleAssignment, Runbook, RunbookStep, Setting,
-		Trait, User []ent.Interceptor
+		APIToken, Allocation, AuditEvent, Chassis, Conductor, DeployTemplate,
+		DeployTemplateStep, Node, NodeEvent, PolicyOverride, Port, PortalSession,
+		Portgroup, RoleAssignment, Runbook, RunbookStep, Setting, Trait, User,
+		VolumeConnector, VolumeTarget []ent.Interceptor
 	}
 )
 

@@ -15,7 +15,10 @@ import (
 	"github.com/anvilproject/anvil/ent/allocation"
 	"github.com/anvilproject/anvil/ent/apitoken"
 	"github.com/anvilproject/anvil/ent/auditevent"
+	"github.com/anvilproject/anvil/ent/chassis"
 	"github.com/anvilproject/anvil/ent/conductor"
+	"github.com/anvilproject/anvil/ent/deploytemplate"
+	"github.com/anvilproject/anvil/ent/deploytemplatestep"
 	"github.com/anvilproject/anvil/ent/node"
 	"github.com/anvilproject/anvil/ent/nodeevent"
 	"github.com/anvilproject/anvil/ent/policyoverride"
@@ -28,6 +31,8 @@ import (
 	"github.com/anvilproject/anvil/ent/setting"
 	"github.com/anvilproject/anvil/ent/trait"
 	"github.com/anvilproject/anvil/ent/user"
+	"github.com/anvilproject/anvil/ent/volumeconnector"
+	"github.com/anvilproject/anvil/ent/volumetarget"
 )
 
 // ent aliases to avoid import conflicts in user's code.
@@ -88,22 +93,27 @@ var (
 func checkColumn(t, c string) error {
 	initCheck.Do(func() {
 		columnCheck = sql.NewColumnCheck(map[string]func(string) bool{
-			apitoken.Table:       apitoken.ValidColumn,
-			allocation.Table:     allocation.ValidColumn,
-			auditevent.Table:     auditevent.ValidColumn,
-			conductor.Table:      conductor.ValidColumn,
-			node.Table:           node.ValidColumn,
-			nodeevent.Table:      nodeevent.ValidColumn,
-			policyoverride.Table: policyoverride.ValidColumn,
-			port.Table:           port.ValidColumn,
-			portalsession.Table:  portalsession.ValidColumn,
-			portgroup.Table:      portgroup.ValidColumn,
-			roleassignment.Table: roleassignment.ValidColumn,
-			runbook.Table:        runbook.ValidColumn,
-			runbookstep.Table:    runbookstep.ValidColumn,
-			setting.Table:        setting.ValidColumn,
-			trait.Table:          trait.ValidColumn,
-			user.Table:           user.ValidColumn,
+			apitoken.Table:           apitoken.ValidColumn,
+			allocation.Table:         allocation.ValidColumn,
+			auditevent.Table:         auditevent.ValidColumn,
+			chassis.Table:            chassis.ValidColumn,
+			conductor.Table:          conductor.ValidColumn,
+			deploytemplate.Table:     deploytemplate.ValidColumn,
+			deploytemplatestep.Table: deploytemplatestep.ValidColumn,
+			node.Table:               node.ValidColumn,
+			nodeevent.Table:          nodeevent.ValidColumn,
+			policyoverride.Table:     policyoverride.ValidColumn,
+			port.Table:               port.ValidColumn,
+			portalsession.Table:      portalsession.ValidColumn,
+			portgroup.Table:          portgroup.ValidColumn,
+			roleassignment.Table:     roleassignment.ValidColumn,
+			runbook.Table:            runbook.ValidColumn,
+			runbookstep.Table:        runbookstep.ValidColumn,
+			setting.Table:            setting.ValidColumn,
+			trait.Table:              trait.ValidColumn,
+			user.Table:               user.ValidColumn,
+			volumeconnector.Table:    volumeconnector.ValidColumn,
+			volumetarget.Table:       volumetarget.ValidColumn,
 		})
 	})
 	return columnCheck(t, c)

@@ -14,7 +14,10 @@ import (
 	"github.com/anvilproject/anvil/ent/allocation"
 	"github.com/anvilproject/anvil/ent/apitoken"
 	"github.com/anvilproject/anvil/ent/auditevent"
+	"github.com/anvilproject/anvil/ent/chassis"
 	"github.com/anvilproject/anvil/ent/conductor"
+	"github.com/anvilproject/anvil/ent/deploytemplate"
+	"github.com/anvilproject/anvil/ent/deploytemplatestep"
 	"github.com/anvilproject/anvil/ent/node"
 	"github.com/anvilproject/anvil/ent/nodeevent"
 	"github.com/anvilproject/anvil/ent/policyoverride"
@@ -28,6 +31,8 @@ import (
 	"github.com/anvilproject/anvil/ent/setting"
 	"github.com/anvilproject/anvil/ent/trait"
 	"github.com/anvilproject/anvil/ent/user"
+	"github.com/anvilproject/anvil/ent/volumeconnector"
+	"github.com/anvilproject/anvil/ent/volumetarget"
 )
 
 const (
@@ -39,22 +44,27 @@ const (
 	OpUpdateOne = ent.OpUpdateOne
 
 	// Node types.
-	TypeAPIToken       = "APIToken"
-	TypeAllocation     = "Allocation"
-	TypeAuditEvent     = "AuditEvent"
-	TypeConductor      = "Conductor"
-	TypeNode           = "Node"
-	TypeNodeEvent      = "NodeEvent"
-	TypePolicyOverride = "PolicyOverride"
-	TypePort           = "Port"
-	TypePortalSession  = "PortalSession"
-	TypePortgroup      = "Portgroup"
-	TypeRoleAssignment = "RoleAssignment"
-	TypeRunbook        = "Runbook"
-	TypeRunbookStep    = "RunbookStep"
-	TypeSetting        = "Setting"
-	TypeTrait          = "Trait"
-	TypeUser           = "User"
+	TypeAPIToken           = "APIToken"
+	TypeAllocation         = "Allocation"
+	TypeAuditEvent         = "AuditEvent"
+	TypeChassis            = "Chassis"
+	TypeConductor          = "Conductor"
+	TypeDeployTemplate     = "DeployTemplate"
+	TypeDeployTemplateStep = "DeployTemplateStep"
+	TypeNode               = "Node"
+	TypeNodeEvent          = "NodeEvent"
+	TypePolicyOverride     = "PolicyOverride"
+	TypePort               = "Port"
+	TypePortalSession      = "PortalSession"
+	TypePortgroup          = "Portgroup"
+	TypeRoleAssignment     = "RoleAssignment"
+	TypeRunbook            = "Runbook"
+	TypeRunbookStep        = "RunbookStep"
+	TypeSetting            = "Setting"
+	TypeTrait              = "Trait"
+	TypeUser               = "User"
+	TypeVolumeConnector    = "VolumeConnector"
+	TypeVolumeTarget       = "VolumeTarget"
 )
 
 // APITokenMutation represents an operation that mutates the APIToken nodes in the graph.
@@ -3537,6 +3547,608 @@ func (m *AuditEventMutation) ResetEdge(name string) error {
 	return fmt.Errorf("unknown AuditEvent edge %s", name)
 }
 
+// ChassisMutation represents an operation that mutates the Chassis nodes in the graph.
+type ChassisMutation struct {
+	config
+	op            Op
+	typ           string
+	id            *int
+	created_at    *time.Time
+	updated_at    *time.Time
+	uuid          *string
+	description   *string
+	extra         *map[string]interface{}
+	clearedFields map[string]struct{}
+	done          bool
+	oldValue      func(context.Context) (*Chassis, error)
+	predicates    []predicate.Chassis
+}
+
+var _ ent.Mutation = (*ChassisMutation)(nil)
+
+// chassisOption allows management of the mutation configuration using functional options.
+type chassisOption func(*ChassisMutation)
+
+// newChassisMutation creates new mutation for the Chassis entity.
+func newChassisMutation(c config, op Op, opts ...chassisOption) *ChassisMutation {
+	m := &ChassisMutation{
+		config:        c,
+		op:            op,
+		typ:           TypeChassis,
+		clearedFields: make(map[string]struct{}),
+	}
+	for _, opt := range opts {
+		opt(m)
+	}
+	return m
+}
+
+// withChassisID sets the ID field of the mutation.
+func withChassisID(id int) chassisOption {
+	return func(m *ChassisMutation) {
+		var (
+			err   error
+			once  sync.Once
+			value *Chassis
+		)
+		m.oldValue = func(ctx context.Context) (*Chassis, error) {
+			once.Do(func() {
+				if m.done {
+					err = errors.New("querying old values post mutation is not allowed")
+				} else {
+					value, err = m.Client().Chassis.Get(ctx, id)
+				}
+			})
+			return value, err
+		}
+		m.id = &id
+	}
+}
+
+// withChassis sets the old Chassis of the mutation.
+func withChassis(node *Chassis) chassisOption {
+	return func(m *ChassisMutation) {
+		m.oldValue = func(context.Context) (*Chassis, error) {
+			return node, nil
+		}
+		m.id = &node.ID
+	}
+}
+
+// Client returns a new `ent.Client` from the mutation. If the mutation was
+// executed in a transaction (ent.Tx), a transactional client is returned.
+func (m ChassisMutation) Client() *Client {
+	client := &Client{config: m.config}
+	client.init()
+	return client
+}
+
+// Tx returns an `ent.Tx` for mutations that were executed in transactions;
+// it returns an error otherwise.
+func (m ChassisMutation) Tx() (*Tx, error) {
+	if _, ok := m.driver.(*txDriver); !ok {
+		return nil, errors.New("ent: mutation is not running in a transaction")
+	}
+	tx := &Tx{config: m.config}
+	tx.init()
+	return tx, nil
+}
+
+// ID returns the ID value in the mutation. Note that the ID is only available
+// if it was provided to the builder or after it was returned from the database.
+func (m *ChassisMutation) ID() (id int, exists bool) {
+	if m.id == nil {
+		return
+	}
+	return *m.id, true
+}
+
+// IDs queries the database and returns the entity ids that match the mutation's predicate.
+// That means, if the mutation is applied within a transaction with an isolation level such
+// as sql.LevelSerializable, the returned ids match the ids of the rows that will be updated
+// or updated by the mutation.
+func (m *ChassisMutation) IDs(ctx context.Context) ([]int, error) {
+	switch {
+	case m.op.Is(OpUpdateOne | OpDeleteOne):
+		id, exists := m.ID()
+		if exists {
+			return []int{id}, nil
+		}
+		fallthrough
+	case m.op.Is(OpUpdate | OpDelete):
+		return m.Client().Chassis.Query().Where(m.predicates...).IDs(ctx)
+	default:
+		return nil, fmt.Errorf("IDs is not allowed on %s operations", m.op)
+	}
+}
+
+// SetCreatedAt sets the "created_at" field.
+func (m *ChassisMutation) SetCreatedAt(t time.Time) {
+	m.created_at = &t
+}
+
+// CreatedAt returns the value of the "created_at" field in the mutation.
+func (m *ChassisMutation) CreatedAt() (r time.Time, exists bool) {
+	v := m.created_at
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldCreatedAt returns the old "created_at" field's value of the Chassis entity.
+// If the Chassis object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *ChassisMutation) OldCreatedAt(ctx context.Context) (v time.Time, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldCreatedAt is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldCreatedAt requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldCreatedAt: %w", err)
+	}
+	return oldValue.CreatedAt, nil
+}
+
+// ResetCreatedAt resets all changes to the "created_at" field.
+func (m *ChassisMutation) ResetCreatedAt() {
+	m.created_at = nil
+}
+
+// SetUpdatedAt sets the "updated_at" field.
+func (m *ChassisMutation) SetUpdatedAt(t time.Time) {
+	m.updated_at = &t
+}
+
+// UpdatedAt returns the value of the "updated_at" field in the mutation.
+func (m *ChassisMutation) UpdatedAt() (r time.Time, exists bool) {
+	v := m.updated_at
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldUpdatedAt returns the old "updated_at" field's value of the Chassis entity.
+// If the Chassis object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *ChassisMutation) OldUpdatedAt(ctx context.Context) (v *time.Time, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldUpdatedAt is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldUpdatedAt requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldUpdatedAt: %w", err)
+	}
+	return oldValue.UpdatedAt, nil
+}
+
+// ClearUpdatedAt clears the value of the "updated_at" field.
+func (m *ChassisMutation) ClearUpdatedAt() {
+	m.updated_at = nil
+	m.clearedFields[chassis.FieldUpdatedAt] = struct{}{}
+}
+
+// UpdatedAtCleared returns if the "updated_at" field was cleared in this mutation.
+func (m *ChassisMutation) UpdatedAtCleared() bool {
+	_, ok := m.clearedFields[chassis.FieldUpdatedAt]
+	return ok
+}
+
+// ResetUpdatedAt resets all changes to the "updated_at" field.
+func (m *ChassisMutation) ResetUpdatedAt() {
+	m.updated_at = nil
+	delete(m.clearedFields, chassis.FieldUpdatedAt)
+}
+
+// SetUUID sets the "uuid" field.
+func (m *ChassisMutation) SetUUID(s string) {
+	m.uuid = &s
+}
+
+// UUID returns the value of the "uuid" field in the mutation.
+func (m *ChassisMutation) UUID() (r string, exists bool) {
+	v := m.uuid
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldUUID returns the old "uuid" field's value of the Chassis entity.
+// If the Chassis object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *ChassisMutation) OldUUID(ctx context.Context) (v string, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldUUID is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldUUID requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldUUID: %w", err)
+	}
+	return oldValue.UUID, nil
+}
+
+// ResetUUID resets all changes to the "uuid" field.
+func (m *ChassisMutation) ResetUUID() {
+	m.uuid = nil
+}
+
+// SetDescription sets the "description" field.
+func (m *ChassisMutation) SetDescription(s string) {
+	m.description = &s
+}
+
+// Description returns the value of the "description" field in the mutation.
+func (m *ChassisMutation) Description() (r string, exists bool) {
+	v := m.description
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldDescription returns the old "description" field's value of the Chassis entity.
+// If the Chassis object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *ChassisMutation) OldDescription(ctx context.Context) (v *string, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldDescription is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldDescription requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldDescription: %w", err)
+	}
+	return oldValue.Description, nil
+}
+
+// ClearDescription clears the value of the "description" field.
+func (m *ChassisMutation) ClearDescription() {
+	m.description = nil
+	m.clearedFields[chassis.FieldDescription] = struct{}{}
+}
+
+// DescriptionCleared returns if the "description" field was cleared in this mutation.
+func (m *ChassisMutation) DescriptionCleared() bool {
+	_, ok := m.clearedFields[chassis.FieldDescription]
+	return ok
+}
+
+// ResetDescription resets all changes to the "description" field.
+func (m *ChassisMutation) ResetDescription() {
+	m.description = nil
+	delete(m.clearedFields, chassis.FieldDescription)
+}
+
+// SetExtra sets the "extra" field.
+func (m *ChassisMutation) SetExtra(value map[string]interface{}) {
+	m.extra = &value
+}
+
+// Extra returns the value of the "extra" field in the mutation.
+func (m *ChassisMutation) Extra() (r map[string]interface{}, exists bool) {
+	v := m.extra
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldExtra returns the old "extra" field's value of the Chassis entity.
+// If the Chassis object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *ChassisMutation) OldExtra(ctx context.Context) (v map[string]interface{}, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldExtra is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldExtra requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldExtra: %w", err)
+	}
+	return oldValue.Extra, nil
+}
+
+// ClearExtra clears the value of the "extra" field.
+func (m *ChassisMutation) ClearExtra() {
+	m.extra = nil
+	m.clearedFields[chassis.FieldExtra] = struct{}{}
+}
+
+// ExtraCleared returns if the "extra" field was cleared in this mutation.
+func (m *ChassisMutation) ExtraCleared() bool {
+	_, ok := m.clearedFields[chassis.FieldExtra]
+	return ok
+}
+
+// ResetExtra resets all changes to the "extra" field.
+func (m *ChassisMutation) ResetExtra() {
+	m.extra = nil
+	delete(m.clearedFields, chassis.FieldExtra)
+}
+
+// Where appends a list predicates to the ChassisMutation builder.
+func (m *ChassisMutation) Where(ps ...predicate.Chassis) {
+	m.predicates = append(m.predicates, ps...)
+}
+
+// WhereP appends storage-level predicates to the ChassisMutation builder. Using this method,
+// users can use type-assertion to append predicates that do not depend on any generated package.
+func (m *ChassisMutation) WhereP(ps ...func(*sql.Selector)) {
+	p := make([]predicate.Chassis, len(ps))
+	for i := range ps {
+		p[i] = ps[i]
+	}
+	m.Where(p...)
+}
+
+// Op returns the operation name.
+func (m *ChassisMutation) Op() Op {
+	return m.op
+}
+
+// SetOp allows setting the mutation operation.
+func (m *ChassisMutation) SetOp(op Op) {
+	m.op = op
+}
+
+// Type returns the node type of this mutation (Chassis).
+func (m *ChassisMutation) Type() string {
+	return m.typ
+}
+
+// Fields returns all fields that were changed during this mutation. Note that in
+// order to get all numeric fields that were incremented/decremented, call
+// AddedFields().
+func (m *ChassisMutation) Fields() []string {
+	fields := make([]string, 0, 5)
+	if m.created_at != nil {
+		fields = append(fields, chassis.FieldCreatedAt)
+	}
+	if m.updated_at != nil {
+		fields = append(fields, chassis.FieldUpdatedAt)
+	}
+	if m.uuid != nil {
+		fields = append(fields, chassis.FieldUUID)
+	}
+	if m.description != nil {
+		fields = append(fields, chassis.FieldDescription)
+	}
+	if m.extra != nil {
+		fields = append(fields, chassis.FieldExtra)
+	}
+	return fields
+}
+
+// Field returns the value of a field with the given name. The second boolean
+// return value indicates that this field was not set, or was not defined in the
+// schema.
+func (m *ChassisMutation) Field(name string) (ent.Value, bool) {
+	switch name {
+	case chassis.FieldCreatedAt:
+		return m.CreatedAt()
+	case chassis.FieldUpdatedAt:
+		return m.UpdatedAt()
+	case chassis.FieldUUID:
+		return m.UUID()
+	case chassis.FieldDescription:
+		return m.Description()
+	case chassis.FieldExtra:
+		return m.Extra()
+	}
+	return nil, false
+}
+
+// OldField returns the old value of the field from the database. An error is
+// returned if the mutation operation is not UpdateOne, or the query to the
+// database failed.
+func (m *ChassisMutation) OldField(ctx context.Context, name string) (ent.Value, error) {
+	switch name {
+	case chassis.FieldCreatedAt:
+		return m.OldCreatedAt(ctx)
+	case chassis.FieldUpdatedAt:
+		return m.OldUpdatedAt(ctx)
+	case chassis.FieldUUID:
+		return m.OldUUID(ctx)
+	case chassis.FieldDescription:
+		return m.OldDescription(ctx)
+	case chassis.FieldExtra:
+		return m.OldExtra(ctx)
+	}
+	return nil, fmt.Errorf("unknown Chassis field %s", name)
+}
+
+// SetField sets the value of a field with the given name. It returns an error if
+// the field is not defined in the schema, or if the type mismatched the field
+// type.
+func (m *ChassisMutation) SetField(name string, value ent.Value) error {
+	switch name {
+	case chassis.FieldCreatedAt:
+		v, ok := value.(time.Time)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetCreatedAt(v)
+		return nil
+	case chassis.FieldUpdatedAt:
+		v, ok := value.(time.Time)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetUpdatedAt(v)
+		return nil
+	case chassis.FieldUUID:
+		v, ok := value.(string)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetUUID(v)
+		return nil
+	case chassis.FieldDescription:
+		v, ok := value.(string)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetDescription(v)
+		return nil
+	case chassis.FieldExtra:
+		v, ok := value.(map[string]interface{})
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetExtra(v)
+		return nil
+	}
+	return fmt.Errorf("unknown Chassis field %s", name)
+}
+
+// AddedFields returns all numeric fields that were incremented/decremented during
+// this mutation.
+func (m *ChassisMutation) AddedFields() []string {
+	return nil
+}
+
+// AddedField returns the numeric value that was incremented/decremented on a field
+// with the given name. The second boolean return value indicates that this field
+// was not set, or was not defined in the schema.
+func (m *ChassisMutation) AddedField(name string) (ent.Value, bool) {
+	return nil, false
+}
+
+// AddField adds the value to the field with the given name. It returns an error if
+// the field is not defined in the schema, or if the type mismatched the field
+// type.
+func (m *ChassisMutation) AddField(name string, value ent.Value) error {
+	switch name {
+	}
+	return fmt.Errorf("unknown Chassis numeric field %s", name)
+}
+
+// ClearedFields returns all nullable fields that were cleared during this
+// mutation.
+func (m *ChassisMutation) ClearedFields() []string {
+	var fields []string
+	if m.FieldCleared(chassis.FieldUpdatedAt) {
+		fields = append(fields, chassis.FieldUpdatedAt)
+	}
+	if m.FieldCleared(chassis.FieldDescription) {
+		fields = append(fields, chassis.FieldDescription)
+	}
+	if m.FieldCleared(chassis.FieldExtra) {
+		fields = append(fields, chassis.FieldExtra)
+	}
+	return fields
+}
+
+// FieldCleared returns a boolean indicating if a field with the given name was
+// cleared in this mutation.
+func (m *ChassisMutation) FieldCleared(name string) bool {
+	_, ok := m.clearedFields[name]
+	return ok
+}
+
+// ClearField clears the value of the field with the given name. It returns an
+// error if the field is not defined in the schema.
+func (m *ChassisMutation) ClearField(name string) error {
+	switch name {
+	case chassis.FieldUpdatedAt:
+		m.ClearUpdatedAt()
+		return nil
+	case chassis.FieldDescription:
+		m.ClearDescription()
+		return nil
+	case chassis.FieldExtra:
+		m.ClearExtra()
+		return nil
+	}
+	return fmt.Errorf("unknown Chassis nullable field %s", name)
+}
+
+// ResetField resets all changes in the mutation for the field with the given name.
+// It returns an error if the field is not defined in the schema.
+func (m *ChassisMutation) ResetField(name string) error {
+	switch name {
+	case chassis.FieldCreatedAt:
+		m.ResetCreatedAt()
+		return nil
+	case chassis.FieldUpdatedAt:
+		m.ResetUpdatedAt()
+		return nil
+	case chassis.FieldUUID:
+		m.ResetUUID()
+		return nil
+	case chassis.FieldDescription:
+		m.ResetDescription()
+		return nil
+	case chassis.FieldExtra:
+		m.ResetExtra()
+		return nil
+	}
+	return fmt.Errorf("unknown Chassis field %s", name)
+}
+
+// AddedEdges returns all edge names that were set/added in this mutation.
+func (m *ChassisMutation) AddedEdges() []string {
+	edges := make([]string, 0, 0)
+	return edges
+}
+
+// AddedIDs returns all IDs (to other nodes) that were added for the given edge
+// name in this mutation.
+func (m *ChassisMutation) AddedIDs(name string) []ent.Value {
+	return nil
+}
+
+// RemovedEdges returns all edge names that were removed in this mutation.
+func (m *ChassisMutation) RemovedEdges() []string {
+	edges := make([]string, 0, 0)
+	return edges
+}
+
+// RemovedIDs returns all IDs (to other nodes) that were removed for the edge with
+// the given name in this mutation.
+func (m *ChassisMutation) RemovedIDs(name string) []ent.Value {
+	return nil
+}
+
+// ClearedEdges returns all edge names that were cleared in this mutation.
+func (m *ChassisMutation) ClearedEdges() []string {
+	edges := make([]string, 0, 0)
+	return edges
+}
+
+// EdgeCleared returns a boolean which indicates if the edge with the given name
+// was cleared in this mutation.
+func (m *ChassisMutation) EdgeCleared(name string) bool {
+	return false
+}
+
+// ClearEdge clears the value of the edge with the given name. It returns an error
+// if that edge is not defined in the schema.
+func (m *ChassisMutation) ClearEdge(name string) error {
+	return fmt.Errorf("unknown Chassis unique edge %s", name)
+}
+
+// ResetEdge resets all changes to the edge with the given name in this mutation.
+// It returns an error if the edge is not defined in the schema.
+func (m *ChassisMutation) ResetEdge(name string) error {
+	return fmt.Errorf("unknown Chassis edge %s", name)
+}
+
 // ConductorMutation represents an operation that mutates the Conductor nodes in the graph.
 type ConductorMutation struct {
 	config
@@ -4172,6 +4784,1423 @@ func (m *ConductorMutation) ResetEdge(name string) error {
 	return fmt.Errorf("unknown Conductor edge %s", name)
 }
 
+// DeployTemplateMutation represents an operation that mutates the DeployTemplate nodes in the graph.
+type DeployTemplateMutation struct {
+	config
+	op            Op
+	typ           string
+	id            *int
+	created_at    *time.Time
+	updated_at    *time.Time
+	uuid          *string
+	name          *string
+	extra         *map[string]interface{}
+	clearedFields map[string]struct{}
+	steps         map[int]struct{}
+	removedsteps  map[int]struct{}
+	clearedsteps  bool
+	done          bool
+	oldValue      func(context.Context) (*DeployTemplate, error)
+	predicates    []predicate.DeployTemplate
+}
+
+var _ ent.Mutation = (*DeployTemplateMutation)(nil)
+
+// deploytemplateOption allows management of the mutation configuration using functional options.
+type deploytemplateOption func(*DeployTemplateMutation)
+
+// newDeployTemplateMutation creates new mutation for the DeployTemplate entity.
+func newDeployTemplateMutation(c config, op Op, opts ...deploytemplateOption) *DeployTemplateMutation {
+	m := &DeployTemplateMutation{
+		config:        c,
+		op:            op,
+		typ:           TypeDeployTemplate,
+		clearedFields: make(map[string]struct{}),
+	}
+	for _, opt := range opts {
+		opt(m)
+	}
+	return m
+}
+
+// withDeployTemplateID sets the ID field of the mutation.
+func withDeployTemplateID(id int) deploytemplateOption {
+	return func(m *DeployTemplateMutation) {
+		var (
+			err   error
+			once  sync.Once
+			value *DeployTemplate
+		)
+		m.oldValue = func(ctx context.Context) (*DeployTemplate, error) {
+			once.Do(func() {
+				if m.done {
+					err = errors.New("querying old values post mutation is not allowed")
+				} else {
+					value, err = m.Client().DeployTemplate.Get(ctx, id)
+				}
+			})
+			return value, err
+		}
+		m.id = &id
+	}
+}
+
+// withDeployTemplate sets the old DeployTemplate of the mutation.
+func withDeployTemplate(node *DeployTemplate) deploytemplateOption {
+	return func(m *DeployTemplateMutation) {
+		m.oldValue = func(context.Context) (*DeployTemplate, error) {
+			return node, nil
+		}
+		m.id = &node.ID
+	}
+}
+
+// Client returns a new `ent.Client` from the mutation. If the mutation was
+// executed in a transaction (ent.Tx), a transactional client is returned.
+func (m DeployTemplateMutation) Client() *Client {
+	client := &Client{config: m.config}
+	client.init()
+	return client
+}
+
+// Tx returns an `ent.Tx` for mutations that were executed in transactions;
+// it returns an error otherwise.
+func (m DeployTemplateMutation) Tx() (*Tx, error) {
+	if _, ok := m.driver.(*txDriver); !ok {
+		return nil, errors.New("ent: mutation is not running in a transaction")
+	}
+	tx := &Tx{config: m.config}
+	tx.init()
+	return tx, nil
+}
+
+// ID returns the ID value in the mutation. Note that the ID is only available
+// if it was provided to the builder or after it was returned from the database.
+func (m *DeployTemplateMutation) ID() (id int, exists bool) {
+	if m.id == nil {
+		return
+	}
+	return *m.id, true
+}
+
+// IDs queries the database and returns the entity ids that match the mutation's predicate.
+// That means, if the mutation is applied within a transaction with an isolation level such
+// as sql.LevelSerializable, the returned ids match the ids of the rows that will be updated
+// or updated by the mutation.
+func (m *DeployTemplateMutation) IDs(ctx context.Context) ([]int, error) {
+	switch {
+	case m.op.Is(OpUpdateOne | OpDeleteOne):
+		id, exists := m.ID()
+		if exists {
+			return []int{id}, nil
+		}
+		fallthrough
+	case m.op.Is(OpUpdate | OpDelete):
+		return m.Client().DeployTemplate.Query().Where(m.predicates...).IDs(ctx)
+	default:
+		return nil, fmt.Errorf("IDs is not allowed on %s operations", m.op)
+	}
+}
+
+// SetCreatedAt sets the "created_at" field.
+func (m *DeployTemplateMutation) SetCreatedAt(t time.Time) {
+	m.created_at = &t
+}
+
+// CreatedAt returns the value of the "created_at" field in the mutation.
+func (m *DeployTemplateMutation) CreatedAt() (r time.Time, exists bool) {
+	v := m.created_at
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldCreatedAt returns the old "created_at" field's value of the DeployTemplate entity.
+// If the DeployTemplate object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *DeployTemplateMutation) OldCreatedAt(ctx context.Context) (v time.Time, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldCreatedAt is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldCreatedAt requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldCreatedAt: %w", err)
+	}
+	return oldValue.CreatedAt, nil
+}
+
+// ResetCreatedAt resets all changes to the "created_at" field.
+func (m *DeployTemplateMutation) ResetCreatedAt() {
+	m.created_at = nil
+}
+
+// SetUpdatedAt sets the "updated_at" field.
+func (m *DeployTemplateMutation) SetUpdatedAt(t time.Time) {
+	m.updated_at = &t
+}
+
+// UpdatedAt returns the value of the "updated_at" field in the mutation.
+func (m *DeployTemplateMutation) UpdatedAt() (r time.Time, exists bool) {
+	v := m.updated_at
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldUpdatedAt returns the old "updated_at" field's value of the DeployTemplate entity.
+// If the DeployTemplate object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *DeployTemplateMutation) OldUpdatedAt(ctx context.Context) (v *time.Time, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldUpdatedAt is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldUpdatedAt requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldUpdatedAt: %w", err)
+	}
+	return oldValue.UpdatedAt, nil
+}
+
+// ClearUpdatedAt clears the value of the "updated_at" field.
+func (m *DeployTemplateMutation) ClearUpdatedAt() {
+	m.updated_at = nil
+	m.clearedFields[deploytemplate.FieldUpdatedAt] = struct{}{}
+}
+
+// UpdatedAtCleared returns if the "updated_at" field was cleared in this mutation.
+func (m *DeployTemplateMutation) UpdatedAtCleared() bool {
+	_, ok := m.clearedFields[deploytemplate.FieldUpdatedAt]
+	return ok
+}
+
+// ResetUpdatedAt resets all changes to the "updated_at" field.
+func (m *DeployTemplateMutation) ResetUpdatedAt() {
+	m.updated_at = nil
+	delete(m.clearedFields, deploytemplate.FieldUpdatedAt)
+}
+
+// SetUUID sets the "uuid" field.
+func (m *DeployTemplateMutation) SetUUID(s string) {
+	m.uuid = &s
+}
+
+// UUID returns the value of the "uuid" field in the mutation.
+func (m *DeployTemplateMutation) UUID() (r string, exists bool) {
+	v := m.uuid
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldUUID returns the old "uuid" field's value of the DeployTemplate entity.
+// If the DeployTemplate object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *DeployTemplateMutation) OldUUID(ctx context.Context) (v string, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldUUID is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldUUID requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldUUID: %w", err)
+	}
+	return oldValue.UUID, nil
+}
+
+// ResetUUID resets all changes to the "uuid" field.
+func (m *DeployTemplateMutation) ResetUUID() {
+	m.uuid = nil
+}
+
+// SetName sets the "name" field.
+func (m *DeployTemplateMutation) SetName(s string) {
+	m.name = &s
+}
+
+// Name returns the value of the "name" field in the mutation.
+func (m *DeployTemplateMutation) Name() (r string, exists bool) {
+	v := m.name
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldName returns the old "name" field's value of the DeployTemplate entity.
+// If the DeployTemplate object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *DeployTemplateMutation) OldName(ctx context.Context) (v string, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldName is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldName requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldName: %w", err)
+	}
+	return oldValue.Name, nil
+}
+
+// ResetName resets all changes to the "name" field.
+func (m *DeployTemplateMutation) ResetName() {
+	m.name = nil
+}
+
+// SetExtra sets the "extra" field.
+func (m *DeployTemplateMutation) SetExtra(value map[string]interface{}) {
+	m.extra = &value
+}
+
+// Extra returns the value of the "extra" field in the mutation.
+func (m *DeployTemplateMutation) Extra() (r map[string]interface{}, exists bool) {
+	v := m.extra
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldExtra returns the old "extra" field's value of the DeployTemplate entity.
+// If the DeployTemplate object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *DeployTemplateMutation) OldExtra(ctx context.Context) (v map[string]interface{}, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldExtra is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldExtra requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldExtra: %w", err)
+	}
+	return oldValue.Extra, nil
+}
+
+// ClearExtra clears the value of the "extra" field.
+func (m *DeployTemplateMutation) ClearExtra() {
+	m.extra = nil
+	m.clearedFields[deploytemplate.FieldExtra] = struct{}{}
+}
+
+// ExtraCleared returns if the "extra" field was cleared in this mutation.
+func (m *DeployTemplateMutation) ExtraCleared() bool {
+	_, ok := m.clearedFields[deploytemplate.FieldExtra]
+	return ok
+}
+
+// ResetExtra resets all changes to the "extra" field.
+func (m *DeployTemplateMutation) ResetExtra() {
+	m.extra = nil
+	delete(m.clearedFields, deploytemplate.FieldExtra)
+}
+
+// AddStepIDs adds the "steps" edge to the DeployTemplateStep entity by ids.
+func (m *DeployTemplateMutation) AddStepIDs(ids ...int) {
+	if m.steps == nil {
+		m.steps = make(map[int]struct{})
+	}
+	for i := range ids {
+		m.steps[ids[i]] = struct{}{}
+	}
+}
+
+// ClearSteps clears the "steps" edge to the DeployTemplateStep entity.
+func (m *DeployTemplateMutation) ClearSteps() {
+	m.clearedsteps = true
+}
+
+// StepsCleared reports if the "steps" edge to the DeployTemplateStep entity was cleared.
+func (m *DeployTemplateMutation) StepsCleared() bool {
+	return m.clearedsteps
+}
+
+// RemoveStepIDs removes the "steps" edge to the DeployTemplateStep entity by IDs.
+func (m *DeployTemplateMutation) RemoveStepIDs(ids ...int) {
+	if m.removedsteps == nil {
+		m.removedsteps = make(map[int]struct{})
+	}
+	for i := range ids {
+		delete(m.steps, ids[i])
+		m.removedsteps[ids[i]] = struct{}{}
+	}
+}
+
+// RemovedSteps returns the removed IDs of the "steps" edge to the DeployTemplateStep entity.
+func (m *DeployTemplateMutation) RemovedStepsIDs() (ids []int) {
+	for id := range m.removedsteps {
+		ids = append(ids, id)
+	}
+	return
+}
+
+// StepsIDs returns the "steps" edge IDs in the mutation.
+func (m *DeployTemplateMutation) StepsIDs() (ids []int) {
+	for id := range m.steps {
+		ids = append(ids, id)
+	}
+	return
+}
+
+// ResetSteps resets all changes to the "steps" edge.
+func (m *DeployTemplateMutation) ResetSteps() {
+	m.steps = nil
+	m.clearedsteps = false
+	m.removedsteps = nil
+}
+
+// Where appends a list predicates to the DeployTemplateMutation builder.
+func (m *DeployTemplateMutation) Where(ps ...predicate.DeployTemplate) {
+	m.predicates = append(m.predicates, ps...)
+}
+
+// WhereP appends storage-level predicates to the DeployTemplateMutation builder. Using this method,
+// users can use type-assertion to append predicates that do not depend on any generated package.
+func (m *DeployTemplateMutation) WhereP(ps ...func(*sql.Selector)) {
+	p := make([]predicate.DeployTemplate, len(ps))
+	for i := range ps {
+		p[i] = ps[i]
+	}
+	m.Where(p...)
+}
+
+// Op returns the operation name.
+func (m *DeployTemplateMutation) Op() Op {
+	return m.op
+}
+
+// SetOp allows setting the mutation operation.
+func (m *DeployTemplateMutation) SetOp(op Op) {
+	m.op = op
+}
+
+// Type returns the node type of this mutation (DeployTemplate).
+func (m *DeployTemplateMutation) Type() string {
+	return m.typ
+}
+
+// Fields returns all fields that were changed during this mutation. Note that in
+// order to get all numeric fields that were incremented/decremented, call
+// AddedFields().
+func (m *DeployTemplateMutation) Fields() []string {
+	fields := make([]string, 0, 5)
+	if m.created_at != nil {
+		fields = append(fields, deploytemplate.FieldCreatedAt)
+	}
+	if m.updated_at != nil {
+		fields = append(fields, deploytemplate.FieldUpdatedAt)
+	}
+	if m.uuid != nil {
+		fields = append(fields, deploytemplate.FieldUUID)
+	}
+	if m.name != nil {
+		fields = append(fields, deploytemplate.FieldName)
+	}
+	if m.extra != nil {
+		fields = append(fields, deploytemplate.FieldExtra)
+	}
+	return fields
+}
+
+// Field returns the value of a field with the given name. The second boolean
+// return value indicates that this field was not set, or was not defined in the
+// schema.
+func (m *DeployTemplateMutation) Field(name string) (ent.Value, bool) {
+	switch name {
+	case deploytemplate.FieldCreatedAt:
+		return m.CreatedAt()
+	case deploytemplate.FieldUpdatedAt:
+		return m.UpdatedAt()
+	case deploytemplate.FieldUUID:
+		return m.UUID()
+	case deploytemplate.FieldName:
+		return m.Name()
+	case deploytemplate.FieldExtra:
+		return m.Extra()
+	}
+	return nil, false
+}
+
+// OldField returns the old value of the field from the database. An error is
+// returned if the mutation operation is not UpdateOne, or the query to the
+// database failed.
+func (m *DeployTemplateMutation) OldField(ctx context.Context, name string) (ent.Value, error) {
+	switch name {
+	case deploytemplate.FieldCreatedAt:
+		return m.OldCreatedAt(ctx)
+	case deploytemplate.FieldUpdatedAt:
+		return m.OldUpdatedAt(ctx)
+	case deploytemplate.FieldUUID:
+		return m.OldUUID(ctx)
+	case deploytemplate.FieldName:
+		return m.OldName(ctx)
+	case deploytemplate.FieldExtra:
+		return m.OldExtra(ctx)
+	}
+	return nil, fmt.Errorf("unknown DeployTemplate field %s", name)
+}
+
+// SetField sets the value of a field with the given name. It returns an error if
+// the field is not defined in the schema, or if the type mismatched the field
+// type.
+func (m *DeployTemplateMutation) SetField(name string, value ent.Value) error {
+	switch name {
+	case deploytemplate.FieldCreatedAt:
+		v, ok := value.(time.Time)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetCreatedAt(v)
+		return nil
+	case deploytemplate.FieldUpdatedAt:
+		v, ok := value.(time.Time)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetUpdatedAt(v)
+		return nil
+	case deploytemplate.FieldUUID:
+		v, ok := value.(string)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetUUID(v)
+		return nil
+	case deploytemplate.FieldName:
+		v, ok := value.(string)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetName(v)
+		return nil
+	case deploytemplate.FieldExtra:
+		v, ok := value.(map[string]interface{})
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetExtra(v)
+		return nil
+	}
+	return fmt.Errorf("unknown DeployTemplate field %s", name)
+}
+
+// AddedFields returns all numeric fields that were incremented/decremented during
+// this mutation.
+func (m *DeployTemplateMutation) AddedFields() []string {
+	return nil
+}
+
+// AddedField returns the numeric value that was incremented/decremented on a field
+// with the given name. The second boolean return value indicates that this field
+// was not set, or was not defined in the schema.
+func (m *DeployTemplateMutation) AddedField(name string) (ent.Value, bool) {
+	return nil, false
+}
+
+// AddField adds the value to the field with the given name. It returns an error if
+// the field is not defined in the schema, or if the type mismatched the field
+// type.
+func (m *DeployTemplateMutation) AddField(name string, value ent.Value) error {
+	switch name {
+	}
+	return fmt.Errorf("unknown DeployTemplate numeric field %s", name)
+}
+
+// ClearedFields returns all nullable fields that were cleared during this
+// mutation.
+func (m *DeployTemplateMutation) ClearedFields() []string {
+	var fields []string
+	if m.FieldCleared(deploytemplate.FieldUpdatedAt) {
+		fields = append(fields, deploytemplate.FieldUpdatedAt)
+	}
+	if m.FieldCleared(deploytemplate.FieldExtra) {
+		fields = append(fields, deploytemplate.FieldExtra)
+	}
+	return fields
+}
+
+// FieldCleared returns a boolean indicating if a field with the given name was
+// cleared in this mutation.
+func (m *DeployTemplateMutation) FieldCleared(name string) bool {
+	_, ok := m.clearedFields[name]
+	return ok
+}
+
+// ClearField clears the value of the field with the given name. It returns an
+// error if the field is not defined in the schema.
+func (m *DeployTemplateMutation) ClearField(name string) error {
+	switch name {
+	case deploytemplate.FieldUpdatedAt:
+		m.ClearUpdatedAt()
+		return nil
+	case deploytemplate.FieldExtra:
+		m.ClearExtra()
+		return nil
+	}
+	return fmt.Errorf("unknown DeployTemplate nullable field %s", name)
+}
+
+// ResetField resets all changes in the mutation for the field with the given name.
+// It returns an error if the field is not defined in the schema.
+func (m *DeployTemplateMutation) ResetField(name string) error {
+	switch name {
+	case deploytemplate.FieldCreatedAt:
+		m.ResetCreatedAt()
+		return nil
+	case deploytemplate.FieldUpdatedAt:
+		m.ResetUpdatedAt()
+		return nil
+	case deploytemplate.FieldUUID:
+		m.ResetUUID()
+		return nil
+	case deploytemplate.FieldName:
+		m.ResetName()
+		return nil
+	case deploytemplate.FieldExtra:
+		m.ResetExtra()
+		return nil
+	}
+	return fmt.Errorf("unknown DeployTemplate field %s", name)
+}
+
+// AddedEdges returns all edge names that were set/added in this mutation.
+func (m *DeployTemplateMutation) AddedEdges() []string {
+	edges := make([]string, 0, 1)
+	if m.steps != nil {
+		edges = append(edges, deploytemplate.EdgeSteps)
+	}
+	return edges
+}
+
+// AddedIDs returns all IDs (to other nodes) that were added for the given edge
+// name in this mutation.
+func (m *DeployTemplateMutation) AddedIDs(name string) []ent.Value {
+	switch name {
+	case deploytemplate.EdgeSteps:
+		ids := make([]ent.Value, 0, len(m.steps))
+		for id := range m.steps {
+			ids = append(ids, id)
+		}
+		return ids
+	}
+	return nil
+}
+
+// RemovedEdges returns all edge names that were removed in this mutation.
+func (m *DeployTemplateMutation) RemovedEdges() []string {
+	edges := make([]string, 0, 1)
+	if m.removedsteps != nil {
+		edges = append(edges, deploytemplate.EdgeSteps)
+	}
+	return edges
+}
+
+// RemovedIDs returns all IDs (to other nodes) that were removed for the edge with
+// the given name in this mutation.
+func (m *DeployTemplateMutation) RemovedIDs(name string) []ent.Value {
+	switch name {
+	case deploytemplate.EdgeSteps:
+		ids := make([]ent.Value, 0, len(m.removedsteps))
+		for id := range m.removedsteps {
+			ids = append(ids, id)
+		}
+		return ids
+	}
+	return nil
+}
+
+// ClearedEdges returns all edge names that were cleared in this mutation.
+func (m *DeployTemplateMutation) ClearedEdges() []string {
+	edges := make([]string, 0, 1)
+	if m.clearedsteps {
+		edges = append(edges, deploytemplate.EdgeSteps)
+	}
+	return edges
+}
+
+// EdgeCleared returns a boolean which indicates if the edge with the given name
+// was cleared in this mutation.
+func (m *DeployTemplateMutation) EdgeCleared(name string) bool {
+	switch name {
+	case deploytemplate.EdgeSteps:
+		return m.clearedsteps
+	}
+	return false
+}
+
+// ClearEdge clears the value of the edge with the given name. It returns an error
+// if that edge is not defined in the schema.
+func (m *DeployTemplateMutation) ClearEdge(name string) error {
+	switch name {
+	}
+	return fmt.Errorf("unknown DeployTemplate unique edge %s", name)
+}
+
+// ResetEdge resets all changes to the edge with the given name in this mutation.
+// It returns an error if the edge is not defined in the schema.
+func (m *DeployTemplateMutation) ResetEdge(name string) error {
+	switch name {
+	case deploytemplate.EdgeSteps:
+		m.ResetSteps()
+		return nil
+	}
+	return fmt.Errorf("unknown DeployTemplate edge %s", name)
+}
+
+// DeployTemplateStepMutation represents an operation that mutates the DeployTemplateStep nodes in the graph.
+type DeployTemplateStepMutation struct {
+	config
+	op                     Op
+	typ                    string
+	id                     *int
+	_interface             *string
+	step                   *string
+	args                   *map[string]interface{}
+	priority               *int
+	addpriority            *int
+	position               *int
+	addposition            *int
+	clearedFields          map[string]struct{}
+	deploy_template        *int
+	cleareddeploy_template bool
+	done                   bool
+	oldValue               func(context.Context) (*DeployTemplateStep, error)
+	predicates             []predicate.DeployTemplateStep
+}
+
+var _ ent.Mutation = (*DeployTemplateStepMutation)(nil)
+
+// deploytemplatestepOption allows management of the mutation configuration using functional options.
+type deploytemplatestepOption func(*DeployTemplateStepMutation)
+
+// newDeployTemplateStepMutation creates new mutation for the DeployTemplateStep entity.
+func newDeployTemplateStepMutation(c config, op Op, opts ...deploytemplatestepOption) *DeployTemplateStepMutation {
+	m := &DeployTemplateStepMutation{
+		config:        c,
+		op:            op,
+		typ:           TypeDeployTemplateStep,
+		clearedFields: make(map[string]struct{}),
+	}
+	for _, opt := range opts {
+		opt(m)
+	}
+	return m
+}
+
+// withDeployTemplateStepID sets the ID field of the mutation.
+func withDeployTemplateStepID(id int) deploytemplatestepOption {
+	return func(m *DeployTemplateStepMutation) {
+		var (
+			err   error
+			once  sync.Once
+			value *DeployTemplateStep
+		)
+		m.oldValue = func(ctx context.Context) (*DeployTemplateStep, error) {
+			once.Do(func() {
+				if m.done {
+					err = errors.New("querying old values post mutation is not allowed")
+				} else {
+					value, err = m.Client().DeployTemplateStep.Get(ctx, id)
+				}
+			})
+			return value, err
+		}
+		m.id = &id
+	}
+}
+
+// withDeployTemplateStep sets the old DeployTemplateStep of the mutation.
+func withDeployTemplateStep(node *DeployTemplateStep) deploytemplatestepOption {
+	return func(m *DeployTemplateStepMutation) {
+		m.oldValue = func(context.Context) (*DeployTemplateStep, error) {
+			return node, nil
+		}
+		m.id = &node.ID
+	}
+}
+
+// Client returns a new `ent.Client` from the mutation. If the mutation was
+// executed in a transaction (ent.Tx), a transactional client is returned.
+func (m DeployTemplateStepMutation) Client() *Client {
+	client := &Client{config: m.config}
+	client.init()
+	return client
+}
+
+// Tx returns an `ent.Tx` for mutations that were executed in transactions;
+// it returns an error otherwise.
+func (m DeployTemplateStepMutation) Tx() (*Tx, error) {
+	if _, ok := m.driver.(*txDriver); !ok {
+		return nil, errors.New("ent: mutation is not running in a transaction")
+	}
+	tx := &Tx{config: m.config}
+	tx.init()
+	return tx, nil
+}
+
+// ID returns the ID value in the mutation. Note that the ID is only available
+// if it was provided to the builder or after it was returned from the database.
+func (m *DeployTemplateStepMutation) ID() (id int, exists bool) {
+	if m.id == nil {
+		return
+	}
+	return *m.id, true
+}
+
+// IDs queries the database and returns the entity ids that match the mutation's predicate.
+// That means, if the mutation is applied within a transaction with an isolation level such
+// as sql.LevelSerializable, the returned ids match the ids of the rows that will be updated
+// or updated by the mutation.
+func (m *DeployTemplateStepMutation) IDs(ctx context.Context) ([]int, error) {
+	switch {
+	case m.op.Is(OpUpdateOne | OpDeleteOne):
+		id, exists := m.ID()
+		if exists {
+			return []int{id}, nil
+		}
+		fallthrough
+	case m.op.Is(OpUpdate | OpDelete):
+		return m.Client().DeployTemplateStep.Query().Where(m.predicates...).IDs(ctx)
+	default:
+		return nil, fmt.Errorf("IDs is not allowed on %s operations", m.op)
+	}
+}
+
+// SetDeployTemplateID sets the "deploy_template_id" field.
+func (m *DeployTemplateStepMutation) SetDeployTemplateID(i int) {
+	m.deploy_template = &i
+}
+
+// DeployTemplateID returns the value of the "deploy_template_id" field in the mutation.
+func (m *DeployTemplateStepMutation) DeployTemplateID() (r int, exists bool) {
+	v := m.deploy_template
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldDeployTemplateID returns the old "deploy_template_id" field's value of the DeployTemplateStep entity.
+// If the DeployTemplateStep object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *DeployTemplateStepMutation) OldDeployTemplateID(ctx context.Context) (v int, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldDeployTemplateID is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldDeployTemplateID requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldDeployTemplateID: %w", err)
+	}
+	return oldValue.DeployTemplateID, nil
+}
+
+// ResetDeployTemplateID resets all changes to the "deploy_template_id" field.
+func (m *DeployTemplateStepMutation) ResetDeployTemplateID() {
+	m.deploy_template = nil
+}
+
+// SetInterface sets the "interface" field.
+func (m *DeployTemplateStepMutation) SetInterface(s string) {
+	m._interface = &s
+}
+
+// Interface returns the value of the "interface" field in the mutation.
+func (m *DeployTemplateStepMutation) Interface() (r string, exists bool) {
+	v := m._interface
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldInterface returns the old "interface" field's value of the DeployTemplateStep entity.
+// If the DeployTemplateStep object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *DeployTemplateStepMutation) OldInterface(ctx context.Context) (v string, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldInterface is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldInterface requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldInterface: %w", err)
+	}
+	return oldValue.Interface, nil
+}
+
+// ResetInterface resets all changes to the "interface" field.
+func (m *DeployTemplateStepMutation) ResetInterface() {
+	m._interface = nil
+}
+
+// SetStep sets the "step" field.
+func (m *DeployTemplateStepMutation) SetStep(s string) {
+	m.step = &s
+}
+
+// Step returns the value of the "step" field in the mutation.
+func (m *DeployTemplateStepMutation) Step() (r string, exists bool) {
+	v := m.step
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldStep returns the old "step" field's value of the DeployTemplateStep entity.
+// If the DeployTemplateStep object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *DeployTemplateStepMutation) OldStep(ctx context.Context) (v string, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldStep is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldStep requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldStep: %w", err)
+	}
+	return oldValue.Step, nil
+}
+
+// ResetStep resets all changes to the "step" field.
+func (m *DeployTemplateStepMutation) ResetStep() {
+	m.step = nil
+}
+
+// SetArgs sets the "args" field.
+func (m *DeployTemplateStepMutation) SetArgs(value map[string]interface{}) {
+	m.args = &value
+}
+
+// Args returns the value of the "args" field in the mutation.
+func (m *DeployTemplateStepMutation) Args() (r map[string]interface{}, exists bool) {
+	v := m.args
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldArgs returns the old "args" field's value of the DeployTemplateStep entity.
+// If the DeployTemplateStep object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *DeployTemplateStepMutation) OldArgs(ctx context.Context) (v map[string]interface{}, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldArgs is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldArgs requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldArgs: %w", err)
+	}
+	return oldValue.Args, nil
+}
+
+// ClearArgs clears the value of the "args" field.
+func (m *DeployTemplateStepMutation) ClearArgs() {
+	m.args = nil
+	m.clearedFields[deploytemplatestep.FieldArgs] = struct{}{}
+}
+
+// ArgsCleared returns if the "args" field was cleared in this mutation.
+func (m *DeployTemplateStepMutation) ArgsCleared() bool {
+	_, ok := m.clearedFields[deploytemplatestep.FieldArgs]
+	return ok
+}
+
+// ResetArgs resets all changes to the "args" field.
+func (m *DeployTemplateStepMutation) ResetArgs() {
+	m.args = nil
+	delete(m.clearedFields, deploytemplatestep.FieldArgs)
+}
+
+// SetPriority sets the "priority" field.
+func (m *DeployTemplateStepMutation) SetPriority(i int) {
+	m.priority = &i
+	m.addpriority = nil
+}
+
+// Priority returns the value of the "priority" field in the mutation.
+func (m *DeployTemplateStepMutation) Priority() (r int, exists bool) {
+	v := m.priority
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldPriority returns the old "priority" field's value of the DeployTemplateStep entity.
+// If the DeployTemplateStep object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *DeployTemplateStepMutation) OldPriority(ctx context.Context) (v int, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldPriority is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldPriority requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldPriority: %w", err)
+	}
+	return oldValue.Priority, nil
+}
+
+// AddPriority adds i to the "priority" field.
+func (m *DeployTemplateStepMutation) AddPriority(i int) {
+	if m.addpriority != nil {
+		*m.addpriority += i
+	} else {
+		m.addpriority = &i
+	}
+}
+
+// AddedPriority returns the value that was added to the "priority" field in this mutation.
+func (m *DeployTemplateStepMutation) AddedPriority() (r int, exists bool) {
+	v := m.addpriority
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// ResetPriority resets all changes to the "priority" field.
+func (m *DeployTemplateStepMutation) ResetPriority() {
+	m.priority = nil
+	m.addpriority = nil
+}
+
+// SetPosition sets the "position" field.
+func (m *DeployTemplateStepMutation) SetPosition(i int) {
+	m.position = &i
+	m.addposition = nil
+}
+
+// Position returns the value of the "position" field in the mutation.
+func (m *DeployTemplateStepMutation) Position() (r int, exists bool) {
+	v := m.position
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldPosition returns the old "position" field's value of the DeployTemplateStep entity.
+// If the DeployTemplateStep object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *DeployTemplateStepMutation) OldPosition(ctx context.Context) (v int, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldPosition is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldPosition requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldPosition: %w", err)
+	}
+	return oldValue.Position, nil
+}
+
+// AddPosition adds i to the "position" field.
+func (m *DeployTemplateStepMutation) AddPosition(i int) {
+	if m.addposition != nil {
+		*m.addposition += i
+	} else {
+		m.addposition = &i
+	}
+}
+
+// AddedPosition returns the value that was added to the "position" field in this mutation.
+func (m *DeployTemplateStepMutation) AddedPosition() (r int, exists bool) {
+	v := m.addposition
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// ResetPosition resets all changes to the "position" field.
+func (m *DeployTemplateStepMutation) ResetPosition() {
+	m.position = nil
+	m.addposition = nil
+}
+
+// ClearDeployTemplate clears the "deploy_template" edge to the DeployTemplate entity.
+func (m *DeployTemplateStepMutation) ClearDeployTemplate() {
+	m.cleareddeploy_template = true
+	m.clearedFields[deploytemplatestep.FieldDeployTemplateID] = struct{}{}
+}
+
+// DeployTemplateCleared reports if the "deploy_template" edge to the DeployTemplate entity was cleared.
+func (m *DeployTemplateStepMutation) DeployTemplateCleared() bool {
+	return m.cleareddeploy_template
+}
+
+// DeployTemplateIDs returns the "deploy_template" edge IDs in the mutation.
+// Note that IDs always returns len(IDs) <= 1 for unique edges, and you should use
+// DeployTemplateID instead. It exists only for internal usage by the builders.
+func (m *DeployTemplateStepMutation) DeployTemplateIDs() (ids []int) {
+	if id := m.deploy_template; id != nil {
+		ids = append(ids, *id)
+	}
+	return
+}
+
+// ResetDeployTemplate resets all changes to the "deploy_template" edge.
+func (m *DeployTemplateStepMutation) ResetDeployTemplate() {
+	m.deploy_template = nil
+	m.cleareddeploy_template = false
+}
+
+// Where appends a list predicates to the DeployTemplateStepMutation builder.
+func (m *DeployTemplateStepMutation) Where(ps ...predicate.DeployTemplateStep) {
+	m.predicates = append(m.predicates, ps...)
+}
+
+// WhereP appends storage-level predicates to the DeployTemplateStepMutation builder. Using this method,
+// users can use type-assertion to append predicates that do not depend on any generated package.
+func (m *DeployTemplateStepMutation) WhereP(ps ...func(*sql.Selector)) {
+	p := make([]predicate.DeployTemplateStep, len(ps))
+	for i := range ps {
+		p[i] = ps[i]
+	}
+	m.Where(p...)
+}
+
+// Op returns the operation name.
+func (m *DeployTemplateStepMutation) Op() Op {
+	return m.op
+}
+
+// SetOp allows setting the mutation operation.
+func (m *DeployTemplateStepMutation) SetOp(op Op) {
+	m.op = op
+}
+
+// Type returns the node type of this mutation (DeployTemplateStep).
+func (m *DeployTemplateStepMutation) Type() string {
+	return m.typ
+}
+
+// Fields returns all fields that were changed during this mutation. Note that in
+// order to get all numeric fields that were incremented/decremented, call
+// AddedFields().
+func (m *DeployTemplateStepMutation) Fields() []string {
+	fields := make([]string, 0, 6)
+	if m.deploy_template != nil {
+		fields = append(fields, deploytemplatestep.FieldDeployTemplateID)
+	}
+	if m._interface != nil {
+		fields = append(fields, deploytemplatestep.FieldInterface)
+	}
+	if m.step != nil {
+		fields = append(fields, deploytemplatestep.FieldStep)
+	}
+	if m.args != nil {
+		fields = append(fields, deploytemplatestep.FieldArgs)
+	}
+	if m.priority != nil {
+		fields = append(fields, deploytemplatestep.FieldPriority)
+	}
+	if m.position != nil {
+		fields = append(fields, deploytemplatestep.FieldPosition)
+	}
+	return fields
+}
+
+// Field returns the value of a field with the given name. The second boolean
+// return value indicates that this field was not set, or was not defined in the
+// schema.
+func (m *DeployTemplateStepMutation) Field(name string) (ent.Value, bool) {
+	switch name {
+	case deploytemplatestep.FieldDeployTemplateID:
+		return m.DeployTemplateID()
+	case deploytemplatestep.FieldInterface:
+		return m.Interface()
+	case deploytemplatestep.FieldStep:
+		return m.Step()
+	case deploytemplatestep.FieldArgs:
+		return m.Args()
+	case deploytemplatestep.FieldPriority:
+		return m.Priority()
+	case deploytemplatestep.FieldPosition:
+		return m.Position()
+	}
+	return nil, false
+}
+
+// OldField returns the old value of the field from the database. An error is
+// returned if the mutation operation is not UpdateOne, or the query to the
+// database failed.
+func (m *DeployTemplateStepMutation) OldField(ctx context.Context, name string) (ent.Value, error) {
+	switch name {
+	case deploytemplatestep.FieldDeployTemplateID:
+		return m.OldDeployTemplateID(ctx)
+	case deploytemplatestep.FieldInterface:
+		return m.OldInterface(ctx)
+	case deploytemplatestep.FieldStep:
+		return m.OldStep(ctx)
+	case deploytemplatestep.FieldArgs:
+		return m.OldArgs(ctx)
+	case deploytemplatestep.FieldPriority:
+		return m.OldPriority(ctx)
+	case deploytemplatestep.FieldPosition:
+		return m.OldPosition(ctx)
+	}
+	return nil, fmt.Errorf("unknown DeployTemplateStep field %s", name)
+}
+
+// SetField sets the value of a field with the given name. It returns an error if
+// the field is not defined in the schema, or if the type mismatched the field
+// type.
+func (m *DeployTemplateStepMutation) SetField(name string, value ent.Value) error {
+	switch name {
+	case deploytemplatestep.FieldDeployTemplateID:
+		v, ok := value.(int)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetDeployTemplateID(v)
+		return nil
+	case deploytemplatestep.FieldInterface:
+		v, ok := value.(string)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetInterface(v)
+		return nil
+	case deploytemplatestep.FieldStep:
+		v, ok := value.(string)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetStep(v)
+		return nil
+	case deploytemplatestep.FieldArgs:
+		v, ok := value.(map[string]interface{})
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetArgs(v)
+		return nil
+	case deploytemplatestep.FieldPriority:
+		v, ok := value.(int)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetPriority(v)
+		return nil
+	case deploytemplatestep.FieldPosition:
+		v, ok := value.(int)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetPosition(v)
+		return nil
+	}
+	return fmt.Errorf("unknown DeployTemplateStep field %s", name)
+}
+
+// AddedFields returns all numeric fields that were incremented/decremented during
+// this mutation.
+func (m *DeployTemplateStepMutation) AddedFields() []string {
+	var fields []string
+	if m.addpriority != nil {
+		fields = append(fields, deploytemplatestep.FieldPriority)
+	}
+	if m.addposition != nil {
+		fields = append(fields, deploytemplatestep.FieldPosition)
+	}
+	return fields
+}
+
+// AddedField returns the numeric value that was incremented/decremented on a field
+// with the given name. The second boolean return value indicates that this field
+// was not set, or was not defined in the schema.
+func (m *DeployTemplateStepMutation) AddedField(name string) (ent.Value, bool) {
+	switch name {
+	case deploytemplatestep.FieldPriority:
+		return m.AddedPriority()
+	case deploytemplatestep.FieldPosition:
+		return m.AddedPosition()
+	}
+	return nil, false
+}
+
+// AddField adds the value to the field with the given name. It returns an error if
+// the field is not defined in the schema, or if the type mismatched the field
+// type.
+func (m *DeployTemplateStepMutation) AddField(name string, value ent.Value) error {
+	switch name {
+	case deploytemplatestep.FieldPriority:
+		v, ok := value.(int)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.AddPriority(v)
+		return nil
+	case deploytemplatestep.FieldPosition:
+		v, ok := value.(int)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.AddPosition(v)
+		return nil
+	}
+	return fmt.Errorf("unknown DeployTemplateStep numeric field %s", name)
+}
+
+// ClearedFields returns all nullable fields that were cleared during this
+// mutation.
+func (m *DeployTemplateStepMutation) ClearedFields() []string {
+	var fields []string
+	if m.FieldCleared(deploytemplatestep.FieldArgs) {
+		fields = append(fields, deploytemplatestep.FieldArgs)
+	}
+	return fields
+}
+
+// FieldCleared returns a boolean indicating if a field with the given name was
+// cleared in this mutation.
+func (m *DeployTemplateStepMutation) FieldCleared(name string) bool {
+	_, ok := m.clearedFields[name]
+	return ok
+}
+
+// ClearField clears the value of the field with the given name. It returns an
+// error if the field is not defined in the schema.
+func (m *DeployTemplateStepMutation) ClearField(name string) error {
+	switch name {
+	case deploytemplatestep.FieldArgs:
+		m.ClearArgs()
+		return nil
+	}
+	return fmt.Errorf("unknown DeployTemplateStep nullable field %s", name)
+}
+
+// ResetField resets all changes in the mutation for the field with the given name.
+// It returns an error if the field is not defined in the schema.
+func (m *DeployTemplateStepMutation) ResetField(name string) error {
+	switch name {
+	case deploytemplatestep.FieldDeployTemplateID:
+		m.ResetDeployTemplateID()
+		return nil
+	case deploytemplatestep.FieldInterface:
+		m.ResetInterface()
+		return nil
+	case deploytemplatestep.FieldStep:
+		m.ResetStep()
+		return nil
+	case deploytemplatestep.FieldArgs:
+		m.ResetArgs()
+		return nil
+	case deploytemplatestep.FieldPriority:
+		m.ResetPriority()
+		return nil
+	case deploytemplatestep.FieldPosition:
+		m.ResetPosition()
+		return nil
+	}
+	return fmt.Errorf("unknown DeployTemplateStep field %s", name)
+}
+
+// AddedEdges returns all edge names that were set/added in this mutation.
+func (m *DeployTemplateStepMutation) AddedEdges() []string {
+	edges := make([]string, 0, 1)
+	if m.deploy_template != nil {
+		edges = append(edges, deploytemplatestep.EdgeDeployTemplate)
+	}
+	return edges
+}
+
+// AddedIDs returns all IDs (to other nodes) that were added for the given edge
+// name in this mutation.
+func (m *DeployTemplateStepMutation) AddedIDs(name string) []ent.Value {
+	switch name {
+	case deploytemplatestep.EdgeDeployTemplate:
+		if id := m.deploy_template; id != nil {
+			return []ent.Value{*id}
+		}
+	}
+	return nil
+}
+
+// RemovedEdges returns all edge names that were removed in this mutation.
+func (m *DeployTemplateStepMutation) RemovedEdges() []string {
+	edges := make([]string, 0, 1)
+	return edges
+}
+
+// RemovedIDs returns all IDs (to other nodes) that were removed for the edge with
+// the given name in this mutation.
+func (m *DeployTemplateStepMutation) RemovedIDs(name string) []ent.Value {
+	return nil
+}
+
+// ClearedEdges returns all edge names that were cleared in this mutation.
+func (m *DeployTemplateStepMutation) ClearedEdges() []string {
+	edges := make([]string, 0, 1)
+	if m.cleareddeploy_template {
+		edges = append(edges, deploytemplatestep.EdgeDeployTemplate)
+	}
+	return edges
+}
+
+// EdgeCleared returns a boolean which indicates if the edge with the given name
+// was cleared in this mutation.
+func (m *DeployTemplateStepMutation) EdgeCleared(name string) bool {
+	switch name {
+	case deploytemplatestep.EdgeDeployTemplate:
+		return m.cleareddeploy_template
+	}
+	return false
+}
+
+// ClearEdge clears the value of the edge with the given name. It returns an error
+// if that edge is not defined in the schema.
+func (m *DeployTemplateStepMutation) ClearEdge(name string) error {
+	switch name {
+	case deploytemplatestep.EdgeDeployTemplate:
+		m.ClearDeployTemplate()
+		return nil
+	}
+	return fmt.Errorf("unknown DeployTemplateStep unique edge %s", name)
+}
+
+// ResetEdge resets all changes to the edge with the given name in this mutation.
+// It returns an error if the edge is not defined in the schema.
+func (m *DeployTemplateStepMutation) ResetEdge(name string) error {
+	switch name {
+	case deploytemplatestep.EdgeDeployTemplate:
+		m.ResetDeployTemplate()
+		return nil
+	}
+	return fmt.Errorf("unknown DeployTemplateStep edge %s", name)
+}
+
 // NodeMutation represents an operation that mutates the Node nodes in the graph.
 type NodeMutation struct {
 	config
@@ -4221,6 +6250,8 @@ type NodeMutation struct {
 	portgroups             map[int]struct{}
 	removedportgroups      map[int]struct{}
 	clearedportgroups      bool
+	chassis                *int
+	clearedchassis         bool
 	done                   bool
 	oldValue               func(context.Context) (*Node, error)
 	predicates             []predicate.Node
@@ -5618,6 +7649,55 @@ func (m *NodeMutation) ResetConductorGroup() {
 	m.conductor_group = nil
 }
 
+// SetChassisID sets the "chassis_id" field.
+func (m *NodeMutation) SetChassisID(i int) {
+	m.chassis = &i
+}
+
+// ChassisID returns the value of the "chassis_id" field in the mutation.
+func (m *NodeMutation) ChassisID() (r int, exists bool) {
+	v := m.chassis
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldChassisID returns the old "chassis_id" field's value of the Node entity.
+// If the Node object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *NodeMutation) OldChassisID(ctx context.Context) (v *int, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldChassisID is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldChassisID requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldChassisID: %w", err)
+	}
+	return oldValue.ChassisID, nil
+}
+
+// ClearChassisID clears the value of the "chassis_id" field.
+func (m *NodeMutation) ClearChassisID() {
+	m.chassis = nil
+	m.clearedFields[node.FieldChassisID] = struct{}{}
+}
+
+// ChassisIDCleared returns if the "chassis_id" field was cleared in this mutation.
+func (m *NodeMutation) ChassisIDCleared() bool {
+	_, ok := m.clearedFields[node.FieldChassisID]
+	return ok
+}
+
+// ResetChassisID resets all changes to the "chassis_id" field.
+func (m *NodeMutation) ResetChassisID() {
+	m.chassis = nil
+	delete(m.clearedFields, node.FieldChassisID)
+}
+
 // AddTraitIDs adds the "traits" edge to the Trait entity by ids.
 func (m *NodeMutation) AddTraitIDs(ids ...int) {
 	if m.traits == nil {
@@ -5873,6 +7953,33 @@ func (m *NodeMutation) ResetPortgroups() {
 	m.removedportgroups = nil
 }
 
+// ClearChassis clears the "chassis" edge to the Chassis entity.
+func (m *NodeMutation) ClearChassis() {
+	m.clearedchassis = true
+	m.clearedFields[node.FieldChassisID] = struct{}{}
+}
+
+// ChassisCleared reports if the "chassis" edge to the Chassis entity was cleared.
+func (m *NodeMutation) ChassisCleared() bool {
+	return m.ChassisIDCleared() || m.clearedchassis
+}
+
+// ChassisIDs returns the "chassis" edge IDs in the mutation.
+// Note that IDs always returns len(IDs) <= 1 for unique edges, and you should use
+// ChassisID instead. It exists only for internal usage by the builders.
+func (m *NodeMutation) ChassisIDs() (ids []int) {
+	if id := m.chassis; id != nil {
+		ids = append(ids, *id)
+	}
+	return
+}
+
+// ResetChassis resets all changes to the "chassis" edge.
+func (m *NodeMutation) ResetChassis() {
+	m.chassis = nil
+	m.clearedchassis = false
+}
+
 // Where appends a list predicates to the NodeMutation builder.
 func (m *NodeMutation) Where(ps ...predicate.Node) {
 	m.predicates = append(m.predicates, ps...)
@@ -5907,7 +8014,7 @@ func (m *NodeMutation) Type() string {
 // order to get all numeric fields that were incremented/decremented, call
 // AddedFields().
 func (m *NodeMutation) Fields() []string {
-	fields := make([]string, 0, 28)
+	fields := make([]string, 0, 29)
 	if m.created_at != nil {
 		fields = append(fields, node.FieldCreatedAt)
 	}
@@ -5992,6 +8099,9 @@ func (m *NodeMutation) Fields() []string {
 	if m.conductor_group != nil {
 		fields = append(fields, node.FieldConductorGroup)
 	}
+	if m.chassis != nil {
+		fields = append(fields, node.FieldChassisID)
+	}
 	return fields
 }
 
@@ -6056,6 +8166,8 @@ func (m *NodeMutation) Field(name string) (ent.Value, bool) {
 		return m.ProvisionUpdatedAt()
 	case node.FieldConductorGroup:
 		return m.ConductorGroup()
+	case node.FieldChassisID:
+		return m.ChassisID()
 	}
 	return nil, false
 }
@@ -6121,6 +8233,8 @@ func (m *NodeMutation) OldField(ctx context.Context, name string) (ent.Value, er
 		return m.OldProvisionUpdatedAt(ctx)
 	case node.FieldConductorGroup:
 		return m.OldConductorGroup(ctx)
+	case node.FieldChassisID:
+		return m.OldChassisID(ctx)
 	}
 	return nil, fmt.Errorf("unknown Node field %s", name)
 }
@@ -6326,6 +8440,13 @@ func (m *NodeMutation) SetField(name string, value ent.Value) error {
 		}
 		m.SetConductorGroup(v)
 		return nil
+	case node.FieldChassisID:
+		v, ok := value.(int)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetChassisID(v)
+		return nil
 	}
 	return fmt.Errorf("unknown Node field %s", name)
 }
@@ -6333,13 +8454,16 @@ func (m *NodeMutation) SetField(name string, value ent.Value) error {
 // AddedFields returns all numeric fields that were incremented/decremented during
 // this mutation.
 func (m *NodeMutation) AddedFields() []string {
-	return nil
+	var fields []string
+	return fields
 }
 
 // AddedField returns the numeric value that was incremented/decremented on a field
 // with the given name. The second boolean return value indicates that this field
 // was not set, or was not defined in the schema.
 func (m *NodeMutation) AddedField(name string) (ent.Value, bool) {
+	switch name {
+	}
 	return nil, false
 }
 
@@ -6422,6 +8546,9 @@ func (m *NodeMutation) ClearedFields() []string {
 	if m.FieldCleared(node.FieldProvisionUpdatedAt) {
 		fields = append(fields, node.FieldProvisionUpdatedAt)
 	}
+	if m.FieldCleared(node.FieldChassisID) {
+		fields = append(fields, node.FieldChassisID)
+	}
 	return fields
 }
 
@@ -6501,6 +8628,9 @@ func (m *NodeMutation) ClearField(name string) error {
 		return nil
 	case node.FieldProvisionUpdatedAt:
 		m.ClearProvisionUpdatedAt()
+		return nil
+	case node.FieldChassisID:
+		m.ClearChassisID()
 		return nil
 	}
 	return fmt.Errorf("unknown Node nullable field %s", name)
@@ -6594,13 +8724,16 @@ func (m *NodeMutation) ResetField(name string) error {
 	case node.FieldConductorGroup:
 		m.ResetConductorGroup()
 		return nil
+	case node.FieldChassisID:
+		m.ResetChassisID()
+		return nil
 	}
 	return fmt.Errorf("unknown Node field %s", name)
 }
 
 // AddedEdges returns all edge names that were set/added in this mutation.
 func (m *NodeMutation) AddedEdges() []string {
-	edges := make([]string, 0, 5)
+	edges := make([]string, 0, 6)
 	if m.traits != nil {
 		edges = append(edges, node.EdgeTraits)
 	}
@@ -6615,6 +8748,9 @@ func (m *NodeMutation) AddedEdges() []string {
 	}
 	if m.portgroups != nil {
 		edges = append(edges, node.EdgePortgroups)
+	}
+	if m.chassis != nil {
+		edges = append(edges, node.EdgeChassis)
 	}
 	return edges
 }
@@ -6651,13 +8787,17 @@ func (m *NodeMutation) AddedIDs(name string) []ent.Value {
 			ids = append(ids, id)
 		}
 		return ids
+	case node.EdgeChassis:
+		if id := m.chassis; id != nil {
+			return []ent.Value{*id}
+		}
 	}
 	return nil
 }
 
 // RemovedEdges returns all edge names that were removed in this mutation.
 func (m *NodeMutation) RemovedEdges() []string {
-	edges := make([]string, 0, 5)
+	edges := make([]string, 0, 6)
 	if m.removedtraits != nil {
 		edges = append(edges, node.EdgeTraits)
 	}
@@ -6707,7 +8847,7 @@ func (m *NodeMutation) RemovedIDs(name string) []ent.Value {
 
 // ClearedEdges returns all edge names that were cleared in this mutation.
 func (m *NodeMutation) ClearedEdges() []string {
-	edges := make([]string, 0, 5)
+	edges := make([]string, 0, 6)
 	if m.clearedtraits {
 		edges = append(edges, node.EdgeTraits)
 	}
@@ -6722,6 +8862,9 @@ func (m *NodeMutation) ClearedEdges() []string {
 	}
 	if m.clearedportgroups {
 		edges = append(edges, node.EdgePortgroups)
+	}
+	if m.clearedchassis {
+		edges = append(edges, node.EdgeChassis)
 	}
 	return edges
 }
@@ -6740,6 +8883,8 @@ func (m *NodeMutation) EdgeCleared(name string) bool {
 		return m.clearedports
 	case node.EdgePortgroups:
 		return m.clearedportgroups
+	case node.EdgeChassis:
+		return m.clearedchassis
 	}
 	return false
 }
@@ -6750,6 +8895,9 @@ func (m *NodeMutation) ClearEdge(name string) error {
 	switch name {
 	case node.EdgeAllocation:
 		m.ClearAllocation()
+		return nil
+	case node.EdgeChassis:
+		m.ClearChassis()
 		return nil
 	}
 	return fmt.Errorf("unknown Node unique edge %s", name)
@@ -6773,6 +8921,9 @@ func (m *NodeMutation) ResetEdge(name string) error {
 		return nil
 	case node.EdgePortgroups:
 		m.ResetPortgroups()
+		return nil
+	case node.EdgeChassis:
+		m.ResetChassis()
 		return nil
 	}
 	return fmt.Errorf("unknown Node edge %s", name)
@@ -15417,4 +17568,1660 @@ func (m *UserMutation) ResetEdge(name string) error {
 		return nil
 	}
 	return fmt.Errorf("unknown User edge %s", name)
+}
+
+// VolumeConnectorMutation represents an operation that mutates the VolumeConnector nodes in the graph.
+type VolumeConnectorMutation struct {
+	config
+	op            Op
+	typ           string
+	id            *int
+	created_at    *time.Time
+	updated_at    *time.Time
+	uuid          *string
+	_type         *string
+	connector_id  *string
+	extra         *map[string]interface{}
+	clearedFields map[string]struct{}
+	node          *int
+	clearednode   bool
+	done          bool
+	oldValue      func(context.Context) (*VolumeConnector, error)
+	predicates    []predicate.VolumeConnector
+}
+
+var _ ent.Mutation = (*VolumeConnectorMutation)(nil)
+
+// volumeconnectorOption allows management of the mutation configuration using functional options.
+type volumeconnectorOption func(*VolumeConnectorMutation)
+
+// newVolumeConnectorMutation creates new mutation for the VolumeConnector entity.
+func newVolumeConnectorMutation(c config, op Op, opts ...volumeconnectorOption) *VolumeConnectorMutation {
+	m := &VolumeConnectorMutation{
+		config:        c,
+		op:            op,
+		typ:           TypeVolumeConnector,
+		clearedFields: make(map[string]struct{}),
+	}
+	for _, opt := range opts {
+		opt(m)
+	}
+	return m
+}
+
+// withVolumeConnectorID sets the ID field of the mutation.
+func withVolumeConnectorID(id int) volumeconnectorOption {
+	return func(m *VolumeConnectorMutation) {
+		var (
+			err   error
+			once  sync.Once
+			value *VolumeConnector
+		)
+		m.oldValue = func(ctx context.Context) (*VolumeConnector, error) {
+			once.Do(func() {
+				if m.done {
+					err = errors.New("querying old values post mutation is not allowed")
+				} else {
+					value, err = m.Client().VolumeConnector.Get(ctx, id)
+				}
+			})
+			return value, err
+		}
+		m.id = &id
+	}
+}
+
+// withVolumeConnector sets the old VolumeConnector of the mutation.
+func withVolumeConnector(node *VolumeConnector) volumeconnectorOption {
+	return func(m *VolumeConnectorMutation) {
+		m.oldValue = func(context.Context) (*VolumeConnector, error) {
+			return node, nil
+		}
+		m.id = &node.ID
+	}
+}
+
+// Client returns a new `ent.Client` from the mutation. If the mutation was
+// executed in a transaction (ent.Tx), a transactional client is returned.
+func (m VolumeConnectorMutation) Client() *Client {
+	client := &Client{config: m.config}
+	client.init()
+	return client
+}
+
+// Tx returns an `ent.Tx` for mutations that were executed in transactions;
+// it returns an error otherwise.
+func (m VolumeConnectorMutation) Tx() (*Tx, error) {
+	if _, ok := m.driver.(*txDriver); !ok {
+		return nil, errors.New("ent: mutation is not running in a transaction")
+	}
+	tx := &Tx{config: m.config}
+	tx.init()
+	return tx, nil
+}
+
+// ID returns the ID value in the mutation. Note that the ID is only available
+// if it was provided to the builder or after it was returned from the database.
+func (m *VolumeConnectorMutation) ID() (id int, exists bool) {
+	if m.id == nil {
+		return
+	}
+	return *m.id, true
+}
+
+// IDs queries the database and returns the entity ids that match the mutation's predicate.
+// That means, if the mutation is applied within a transaction with an isolation level such
+// as sql.LevelSerializable, the returned ids match the ids of the rows that will be updated
+// or updated by the mutation.
+func (m *VolumeConnectorMutation) IDs(ctx context.Context) ([]int, error) {
+	switch {
+	case m.op.Is(OpUpdateOne | OpDeleteOne):
+		id, exists := m.ID()
+		if exists {
+			return []int{id}, nil
+		}
+		fallthrough
+	case m.op.Is(OpUpdate | OpDelete):
+		return m.Client().VolumeConnector.Query().Where(m.predicates...).IDs(ctx)
+	default:
+		return nil, fmt.Errorf("IDs is not allowed on %s operations", m.op)
+	}
+}
+
+// SetCreatedAt sets the "created_at" field.
+func (m *VolumeConnectorMutation) SetCreatedAt(t time.Time) {
+	m.created_at = &t
+}
+
+// CreatedAt returns the value of the "created_at" field in the mutation.
+func (m *VolumeConnectorMutation) CreatedAt() (r time.Time, exists bool) {
+	v := m.created_at
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldCreatedAt returns the old "created_at" field's value of the VolumeConnector entity.
+// If the VolumeConnector object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *VolumeConnectorMutation) OldCreatedAt(ctx context.Context) (v time.Time, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldCreatedAt is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldCreatedAt requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldCreatedAt: %w", err)
+	}
+	return oldValue.CreatedAt, nil
+}
+
+// ResetCreatedAt resets all changes to the "created_at" field.
+func (m *VolumeConnectorMutation) ResetCreatedAt() {
+	m.created_at = nil
+}
+
+// SetUpdatedAt sets the "updated_at" field.
+func (m *VolumeConnectorMutation) SetUpdatedAt(t time.Time) {
+	m.updated_at = &t
+}
+
+// UpdatedAt returns the value of the "updated_at" field in the mutation.
+func (m *VolumeConnectorMutation) UpdatedAt() (r time.Time, exists bool) {
+	v := m.updated_at
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldUpdatedAt returns the old "updated_at" field's value of the VolumeConnector entity.
+// If the VolumeConnector object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *VolumeConnectorMutation) OldUpdatedAt(ctx context.Context) (v *time.Time, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldUpdatedAt is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldUpdatedAt requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldUpdatedAt: %w", err)
+	}
+	return oldValue.UpdatedAt, nil
+}
+
+// ClearUpdatedAt clears the value of the "updated_at" field.
+func (m *VolumeConnectorMutation) ClearUpdatedAt() {
+	m.updated_at = nil
+	m.clearedFields[volumeconnector.FieldUpdatedAt] = struct{}{}
+}
+
+// UpdatedAtCleared returns if the "updated_at" field was cleared in this mutation.
+func (m *VolumeConnectorMutation) UpdatedAtCleared() bool {
+	_, ok := m.clearedFields[volumeconnector.FieldUpdatedAt]
+	return ok
+}
+
+// ResetUpdatedAt resets all changes to the "updated_at" field.
+func (m *VolumeConnectorMutation) ResetUpdatedAt() {
+	m.updated_at = nil
+	delete(m.clearedFields, volumeconnector.FieldUpdatedAt)
+}
+
+// SetUUID sets the "uuid" field.
+func (m *VolumeConnectorMutation) SetUUID(s string) {
+	m.uuid = &s
+}
+
+// UUID returns the value of the "uuid" field in the mutation.
+func (m *VolumeConnectorMutation) UUID() (r string, exists bool) {
+	v := m.uuid
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldUUID returns the old "uuid" field's value of the VolumeConnector entity.
+// If the VolumeConnector object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *VolumeConnectorMutation) OldUUID(ctx context.Context) (v string, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldUUID is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldUUID requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldUUID: %w", err)
+	}
+	return oldValue.UUID, nil
+}
+
+// ResetUUID resets all changes to the "uuid" field.
+func (m *VolumeConnectorMutation) ResetUUID() {
+	m.uuid = nil
+}
+
+// SetNodeID sets the "node_id" field.
+func (m *VolumeConnectorMutation) SetNodeID(i int) {
+	m.node = &i
+}
+
+// NodeID returns the value of the "node_id" field in the mutation.
+func (m *VolumeConnectorMutation) NodeID() (r int, exists bool) {
+	v := m.node
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldNodeID returns the old "node_id" field's value of the VolumeConnector entity.
+// If the VolumeConnector object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *VolumeConnectorMutation) OldNodeID(ctx context.Context) (v int, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldNodeID is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldNodeID requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldNodeID: %w", err)
+	}
+	return oldValue.NodeID, nil
+}
+
+// ResetNodeID resets all changes to the "node_id" field.
+func (m *VolumeConnectorMutation) ResetNodeID() {
+	m.node = nil
+}
+
+// SetType sets the "type" field.
+func (m *VolumeConnectorMutation) SetType(s string) {
+	m._type = &s
+}
+
+// GetType returns the value of the "type" field in the mutation.
+func (m *VolumeConnectorMutation) GetType() (r string, exists bool) {
+	v := m._type
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldType returns the old "type" field's value of the VolumeConnector entity.
+// If the VolumeConnector object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *VolumeConnectorMutation) OldType(ctx context.Context) (v string, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldType is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldType requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldType: %w", err)
+	}
+	return oldValue.Type, nil
+}
+
+// ResetType resets all changes to the "type" field.
+func (m *VolumeConnectorMutation) ResetType() {
+	m._type = nil
+}
+
+// SetConnectorID sets the "connector_id" field.
+func (m *VolumeConnectorMutation) SetConnectorID(s string) {
+	m.connector_id = &s
+}
+
+// ConnectorID returns the value of the "connector_id" field in the mutation.
+func (m *VolumeConnectorMutation) ConnectorID() (r string, exists bool) {
+	v := m.connector_id
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldConnectorID returns the old "connector_id" field's value of the VolumeConnector entity.
+// If the VolumeConnector object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *VolumeConnectorMutation) OldConnectorID(ctx context.Context) (v string, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldConnectorID is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldConnectorID requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldConnectorID: %w", err)
+	}
+	return oldValue.ConnectorID, nil
+}
+
+// ResetConnectorID resets all changes to the "connector_id" field.
+func (m *VolumeConnectorMutation) ResetConnectorID() {
+	m.connector_id = nil
+}
+
+// SetExtra sets the "extra" field.
+func (m *VolumeConnectorMutation) SetExtra(value map[string]interface{}) {
+	m.extra = &value
+}
+
+// Extra returns the value of the "extra" field in the mutation.
+func (m *VolumeConnectorMutation) Extra() (r map[string]interface{}, exists bool) {
+	v := m.extra
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldExtra returns the old "extra" field's value of the VolumeConnector entity.
+// If the VolumeConnector object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *VolumeConnectorMutation) OldExtra(ctx context.Context) (v map[string]interface{}, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldExtra is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldExtra requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldExtra: %w", err)
+	}
+	return oldValue.Extra, nil
+}
+
+// ClearExtra clears the value of the "extra" field.
+func (m *VolumeConnectorMutation) ClearExtra() {
+	m.extra = nil
+	m.clearedFields[volumeconnector.FieldExtra] = struct{}{}
+}
+
+// ExtraCleared returns if the "extra" field was cleared in this mutation.
+func (m *VolumeConnectorMutation) ExtraCleared() bool {
+	_, ok := m.clearedFields[volumeconnector.FieldExtra]
+	return ok
+}
+
+// ResetExtra resets all changes to the "extra" field.
+func (m *VolumeConnectorMutation) ResetExtra() {
+	m.extra = nil
+	delete(m.clearedFields, volumeconnector.FieldExtra)
+}
+
+// ClearNode clears the "node" edge to the Node entity.
+func (m *VolumeConnectorMutation) ClearNode() {
+	m.clearednode = true
+	m.clearedFields[volumeconnector.FieldNodeID] = struct{}{}
+}
+
+// NodeCleared reports if the "node" edge to the Node entity was cleared.
+func (m *VolumeConnectorMutation) NodeCleared() bool {
+	return m.clearednode
+}
+
+// NodeIDs returns the "node" edge IDs in the mutation.
+// Note that IDs always returns len(IDs) <= 1 for unique edges, and you should use
+// NodeID instead. It exists only for internal usage by the builders.
+func (m *VolumeConnectorMutation) NodeIDs() (ids []int) {
+	if id := m.node; id != nil {
+		ids = append(ids, *id)
+	}
+	return
+}
+
+// ResetNode resets all changes to the "node" edge.
+func (m *VolumeConnectorMutation) ResetNode() {
+	m.node = nil
+	m.clearednode = false
+}
+
+// Where appends a list predicates to the VolumeConnectorMutation builder.
+func (m *VolumeConnectorMutation) Where(ps ...predicate.VolumeConnector) {
+	m.predicates = append(m.predicates, ps...)
+}
+
+// WhereP appends storage-level predicates to the VolumeConnectorMutation builder. Using this method,
+// users can use type-assertion to append predicates that do not depend on any generated package.
+func (m *VolumeConnectorMutation) WhereP(ps ...func(*sql.Selector)) {
+	p := make([]predicate.VolumeConnector, len(ps))
+	for i := range ps {
+		p[i] = ps[i]
+	}
+	m.Where(p...)
+}
+
+// Op returns the operation name.
+func (m *VolumeConnectorMutation) Op() Op {
+	return m.op
+}
+
+// SetOp allows setting the mutation operation.
+func (m *VolumeConnectorMutation) SetOp(op Op) {
+	m.op = op
+}
+
+// Type returns the node type of this mutation (VolumeConnector).
+func (m *VolumeConnectorMutation) Type() string {
+	return m.typ
+}
+
+// Fields returns all fields that were changed during this mutation. Note that in
+// order to get all numeric fields that were incremented/decremented, call
+// AddedFields().
+func (m *VolumeConnectorMutation) Fields() []string {
+	fields := make([]string, 0, 7)
+	if m.created_at != nil {
+		fields = append(fields, volumeconnector.FieldCreatedAt)
+	}
+	if m.updated_at != nil {
+		fields = append(fields, volumeconnector.FieldUpdatedAt)
+	}
+	if m.uuid != nil {
+		fields = append(fields, volumeconnector.FieldUUID)
+	}
+	if m.node != nil {
+		fields = append(fields, volumeconnector.FieldNodeID)
+	}
+	if m._type != nil {
+		fields = append(fields, volumeconnector.FieldType)
+	}
+	if m.connector_id != nil {
+		fields = append(fields, volumeconnector.FieldConnectorID)
+	}
+	if m.extra != nil {
+		fields = append(fields, volumeconnector.FieldExtra)
+	}
+	return fields
+}
+
+// Field returns the value of a field with the given name. The second boolean
+// return value indicates that this field was not set, or was not defined in the
+// schema.
+func (m *VolumeConnectorMutation) Field(name string) (ent.Value, bool) {
+	switch name {
+	case volumeconnector.FieldCreatedAt:
+		return m.CreatedAt()
+	case volumeconnector.FieldUpdatedAt:
+		return m.UpdatedAt()
+	case volumeconnector.FieldUUID:
+		return m.UUID()
+	case volumeconnector.FieldNodeID:
+		return m.NodeID()
+	case volumeconnector.FieldType:
+		return m.GetType()
+	case volumeconnector.FieldConnectorID:
+		return m.ConnectorID()
+	case volumeconnector.FieldExtra:
+		return m.Extra()
+	}
+	return nil, false
+}
+
+// OldField returns the old value of the field from the database. An error is
+// returned if the mutation operation is not UpdateOne, or the query to the
+// database failed.
+func (m *VolumeConnectorMutation) OldField(ctx context.Context, name string) (ent.Value, error) {
+	switch name {
+	case volumeconnector.FieldCreatedAt:
+		return m.OldCreatedAt(ctx)
+	case volumeconnector.FieldUpdatedAt:
+		return m.OldUpdatedAt(ctx)
+	case volumeconnector.FieldUUID:
+		return m.OldUUID(ctx)
+	case volumeconnector.FieldNodeID:
+		return m.OldNodeID(ctx)
+	case volumeconnector.FieldType:
+		return m.OldType(ctx)
+	case volumeconnector.FieldConnectorID:
+		return m.OldConnectorID(ctx)
+	case volumeconnector.FieldExtra:
+		return m.OldExtra(ctx)
+	}
+	return nil, fmt.Errorf("unknown VolumeConnector field %s", name)
+}
+
+// SetField sets the value of a field with the given name. It returns an error if
+// the field is not defined in the schema, or if the type mismatched the field
+// type.
+func (m *VolumeConnectorMutation) SetField(name string, value ent.Value) error {
+	switch name {
+	case volumeconnector.FieldCreatedAt:
+		v, ok := value.(time.Time)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetCreatedAt(v)
+		return nil
+	case volumeconnector.FieldUpdatedAt:
+		v, ok := value.(time.Time)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetUpdatedAt(v)
+		return nil
+	case volumeconnector.FieldUUID:
+		v, ok := value.(string)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetUUID(v)
+		return nil
+	case volumeconnector.FieldNodeID:
+		v, ok := value.(int)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetNodeID(v)
+		return nil
+	case volumeconnector.FieldType:
+		v, ok := value.(string)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetType(v)
+		return nil
+	case volumeconnector.FieldConnectorID:
+		v, ok := value.(string)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetConnectorID(v)
+		return nil
+	case volumeconnector.FieldExtra:
+		v, ok := value.(map[string]interface{})
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetExtra(v)
+		return nil
+	}
+	return fmt.Errorf("unknown VolumeConnector field %s", name)
+}
+
+// AddedFields returns all numeric fields that were incremented/decremented during
+// this mutation.
+func (m *VolumeConnectorMutation) AddedFields() []string {
+	var fields []string
+	return fields
+}
+
+// AddedField returns the numeric value that was incremented/decremented on a field
+// with the given name. The second boolean return value indicates that this field
+// was not set, or was not defined in the schema.
+func (m *VolumeConnectorMutation) AddedField(name string) (ent.Value, bool) {
+	switch name {
+	}
+	return nil, false
+}
+
+// AddField adds the value to the field with the given name. It returns an error if
+// the field is not defined in the schema, or if the type mismatched the field
+// type.
+func (m *VolumeConnectorMutation) AddField(name string, value ent.Value) error {
+	switch name {
+	}
+	return fmt.Errorf("unknown VolumeConnector numeric field %s", name)
+}
+
+// ClearedFields returns all nullable fields that were cleared during this
+// mutation.
+func (m *VolumeConnectorMutation) ClearedFields() []string {
+	var fields []string
+	if m.FieldCleared(volumeconnector.FieldUpdatedAt) {
+		fields = append(fields, volumeconnector.FieldUpdatedAt)
+	}
+	if m.FieldCleared(volumeconnector.FieldExtra) {
+		fields = append(fields, volumeconnector.FieldExtra)
+	}
+	return fields
+}
+
+// FieldCleared returns a boolean indicating if a field with the given name was
+// cleared in this mutation.
+func (m *VolumeConnectorMutation) FieldCleared(name string) bool {
+	_, ok := m.clearedFields[name]
+	return ok
+}
+
+// ClearField clears the value of the field with the given name. It returns an
+// error if the field is not defined in the schema.
+func (m *VolumeConnectorMutation) ClearField(name string) error {
+	switch name {
+	case volumeconnector.FieldUpdatedAt:
+		m.ClearUpdatedAt()
+		return nil
+	case volumeconnector.FieldExtra:
+		m.ClearExtra()
+		return nil
+	}
+	return fmt.Errorf("unknown VolumeConnector nullable field %s", name)
+}
+
+// ResetField resets all changes in the mutation for the field with the given name.
+// It returns an error if the field is not defined in the schema.
+func (m *VolumeConnectorMutation) ResetField(name string) error {
+	switch name {
+	case volumeconnector.FieldCreatedAt:
+		m.ResetCreatedAt()
+		return nil
+	case volumeconnector.FieldUpdatedAt:
+		m.ResetUpdatedAt()
+		return nil
+	case volumeconnector.FieldUUID:
+		m.ResetUUID()
+		return nil
+	case volumeconnector.FieldNodeID:
+		m.ResetNodeID()
+		return nil
+	case volumeconnector.FieldType:
+		m.ResetType()
+		return nil
+	case volumeconnector.FieldConnectorID:
+		m.ResetConnectorID()
+		return nil
+	case volumeconnector.FieldExtra:
+		m.ResetExtra()
+		return nil
+	}
+	return fmt.Errorf("unknown VolumeConnector field %s", name)
+}
+
+// AddedEdges returns all edge names that were set/added in this mutation.
+func (m *VolumeConnectorMutation) AddedEdges() []string {
+	edges := make([]string, 0, 1)
+	if m.node != nil {
+		edges = append(edges, volumeconnector.EdgeNode)
+	}
+	return edges
+}
+
+// AddedIDs returns all IDs (to other nodes) that were added for the given edge
+// name in this mutation.
+func (m *VolumeConnectorMutation) AddedIDs(name string) []ent.Value {
+	switch name {
+	case volumeconnector.EdgeNode:
+		if id := m.node; id != nil {
+			return []ent.Value{*id}
+		}
+	}
+	return nil
+}
+
+// RemovedEdges returns all edge names that were removed in this mutation.
+func (m *VolumeConnectorMutation) RemovedEdges() []string {
+	edges := make([]string, 0, 1)
+	return edges
+}
+
+// RemovedIDs returns all IDs (to other nodes) that were removed for the edge with
+// the given name in this mutation.
+func (m *VolumeConnectorMutation) RemovedIDs(name string) []ent.Value {
+	return nil
+}
+
+// ClearedEdges returns all edge names that were cleared in this mutation.
+func (m *VolumeConnectorMutation) ClearedEdges() []string {
+	edges := make([]string, 0, 1)
+	if m.clearednode {
+		edges = append(edges, volumeconnector.EdgeNode)
+	}
+	return edges
+}
+
+// EdgeCleared returns a boolean which indicates if the edge with the given name
+// was cleared in this mutation.
+func (m *VolumeConnectorMutation) EdgeCleared(name string) bool {
+	switch name {
+	case volumeconnector.EdgeNode:
+		return m.clearednode
+	}
+	return false
+}
+
+// ClearEdge clears the value of the edge with the given name. It returns an error
+// if that edge is not defined in the schema.
+func (m *VolumeConnectorMutation) ClearEdge(name string) error {
+	switch name {
+	case volumeconnector.EdgeNode:
+		m.ClearNode()
+		return nil
+	}
+	return fmt.Errorf("unknown VolumeConnector unique edge %s", name)
+}
+
+// ResetEdge resets all changes to the edge with the given name in this mutation.
+// It returns an error if the edge is not defined in the schema.
+func (m *VolumeConnectorMutation) ResetEdge(name string) error {
+	switch name {
+	case volumeconnector.EdgeNode:
+		m.ResetNode()
+		return nil
+	}
+	return fmt.Errorf("unknown VolumeConnector edge %s", name)
+}
+
+// VolumeTargetMutation represents an operation that mutates the VolumeTarget nodes in the graph.
+type VolumeTargetMutation struct {
+	config
+	op            Op
+	typ           string
+	id            *int
+	created_at    *time.Time
+	updated_at    *time.Time
+	uuid          *string
+	volume_type   *string
+	volume_id     *string
+	boot_index    *int
+	addboot_index *int
+	properties    *map[string]interface{}
+	extra         *map[string]interface{}
+	clearedFields map[string]struct{}
+	node          *int
+	clearednode   bool
+	done          bool
+	oldValue      func(context.Context) (*VolumeTarget, error)
+	predicates    []predicate.VolumeTarget
+}
+
+var _ ent.Mutation = (*VolumeTargetMutation)(nil)
+
+// volumetargetOption allows management of the mutation configuration using functional options.
+type volumetargetOption func(*VolumeTargetMutation)
+
+// newVolumeTargetMutation creates new mutation for the VolumeTarget entity.
+func newVolumeTargetMutation(c config, op Op, opts ...volumetargetOption) *VolumeTargetMutation {
+	m := &VolumeTargetMutation{
+		config:        c,
+		op:            op,
+		typ:           TypeVolumeTarget,
+		clearedFields: make(map[string]struct{}),
+	}
+	for _, opt := range opts {
+		opt(m)
+	}
+	return m
+}
+
+// withVolumeTargetID sets the ID field of the mutation.
+func withVolumeTargetID(id int) volumetargetOption {
+	return func(m *VolumeTargetMutation) {
+		var (
+			err   error
+			once  sync.Once
+			value *VolumeTarget
+		)
+		m.oldValue = func(ctx context.Context) (*VolumeTarget, error) {
+			once.Do(func() {
+				if m.done {
+					err = errors.New("querying old values post mutation is not allowed")
+				} else {
+					value, err = m.Client().VolumeTarget.Get(ctx, id)
+				}
+			})
+			return value, err
+		}
+		m.id = &id
+	}
+}
+
+// withVolumeTarget sets the old VolumeTarget of the mutation.
+func withVolumeTarget(node *VolumeTarget) volumetargetOption {
+	return func(m *VolumeTargetMutation) {
+		m.oldValue = func(context.Context) (*VolumeTarget, error) {
+			return node, nil
+		}
+		m.id = &node.ID
+	}
+}
+
+// Client returns a new `ent.Client` from the mutation. If the mutation was
+// executed in a transaction (ent.Tx), a transactional client is returned.
+func (m VolumeTargetMutation) Client() *Client {
+	client := &Client{config: m.config}
+	client.init()
+	return client
+}
+
+// Tx returns an `ent.Tx` for mutations that were executed in transactions;
+// it returns an error otherwise.
+func (m VolumeTargetMutation) Tx() (*Tx, error) {
+	if _, ok := m.driver.(*txDriver); !ok {
+		return nil, errors.New("ent: mutation is not running in a transaction")
+	}
+	tx := &Tx{config: m.config}
+	tx.init()
+	return tx, nil
+}
+
+// ID returns the ID value in the mutation. Note that the ID is only available
+// if it was provided to the builder or after it was returned from the database.
+func (m *VolumeTargetMutation) ID() (id int, exists bool) {
+	if m.id == nil {
+		return
+	}
+	return *m.id, true
+}
+
+// IDs queries the database and returns the entity ids that match the mutation's predicate.
+// That means, if the mutation is applied within a transaction with an isolation level such
+// as sql.LevelSerializable, the returned ids match the ids of the rows that will be updated
+// or updated by the mutation.
+func (m *VolumeTargetMutation) IDs(ctx context.Context) ([]int, error) {
+	switch {
+	case m.op.Is(OpUpdateOne | OpDeleteOne):
+		id, exists := m.ID()
+		if exists {
+			return []int{id}, nil
+		}
+		fallthrough
+	case m.op.Is(OpUpdate | OpDelete):
+		return m.Client().VolumeTarget.Query().Where(m.predicates...).IDs(ctx)
+	default:
+		return nil, fmt.Errorf("IDs is not allowed on %s operations", m.op)
+	}
+}
+
+// SetCreatedAt sets the "created_at" field.
+func (m *VolumeTargetMutation) SetCreatedAt(t time.Time) {
+	m.created_at = &t
+}
+
+// CreatedAt returns the value of the "created_at" field in the mutation.
+func (m *VolumeTargetMutation) CreatedAt() (r time.Time, exists bool) {
+	v := m.created_at
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldCreatedAt returns the old "created_at" field's value of the VolumeTarget entity.
+// If the VolumeTarget object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *VolumeTargetMutation) OldCreatedAt(ctx context.Context) (v time.Time, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldCreatedAt is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldCreatedAt requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldCreatedAt: %w", err)
+	}
+	return oldValue.CreatedAt, nil
+}
+
+// ResetCreatedAt resets all changes to the "created_at" field.
+func (m *VolumeTargetMutation) ResetCreatedAt() {
+	m.created_at = nil
+}
+
+// SetUpdatedAt sets the "updated_at" field.
+func (m *VolumeTargetMutation) SetUpdatedAt(t time.Time) {
+	m.updated_at = &t
+}
+
+// UpdatedAt returns the value of the "updated_at" field in the mutation.
+func (m *VolumeTargetMutation) UpdatedAt() (r time.Time, exists bool) {
+	v := m.updated_at
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldUpdatedAt returns the old "updated_at" field's value of the VolumeTarget entity.
+// If the VolumeTarget object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *VolumeTargetMutation) OldUpdatedAt(ctx context.Context) (v *time.Time, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldUpdatedAt is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldUpdatedAt requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldUpdatedAt: %w", err)
+	}
+	return oldValue.UpdatedAt, nil
+}
+
+// ClearUpdatedAt clears the value of the "updated_at" field.
+func (m *VolumeTargetMutation) ClearUpdatedAt() {
+	m.updated_at = nil
+	m.clearedFields[volumetarget.FieldUpdatedAt] = struct{}{}
+}
+
+// UpdatedAtCleared returns if the "updated_at" field was cleared in this mutation.
+func (m *VolumeTargetMutation) UpdatedAtCleared() bool {
+	_, ok := m.clearedFields[volumetarget.FieldUpdatedAt]
+	return ok
+}
+
+// ResetUpdatedAt resets all changes to the "updated_at" field.
+func (m *VolumeTargetMutation) ResetUpdatedAt() {
+	m.updated_at = nil
+	delete(m.clearedFields, volumetarget.FieldUpdatedAt)
+}
+
+// SetUUID sets the "uuid" field.
+func (m *VolumeTargetMutation) SetUUID(s string) {
+	m.uuid = &s
+}
+
+// UUID returns the value of the "uuid" field in the mutation.
+func (m *VolumeTargetMutation) UUID() (r string, exists bool) {
+	v := m.uuid
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldUUID returns the old "uuid" field's value of the VolumeTarget entity.
+// If the VolumeTarget object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *VolumeTargetMutation) OldUUID(ctx context.Context) (v string, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldUUID is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldUUID requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldUUID: %w", err)
+	}
+	return oldValue.UUID, nil
+}
+
+// ResetUUID resets all changes to the "uuid" field.
+func (m *VolumeTargetMutation) ResetUUID() {
+	m.uuid = nil
+}
+
+// SetNodeID sets the "node_id" field.
+func (m *VolumeTargetMutation) SetNodeID(i int) {
+	m.node = &i
+}
+
+// NodeID returns the value of the "node_id" field in the mutation.
+func (m *VolumeTargetMutation) NodeID() (r int, exists bool) {
+	v := m.node
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldNodeID returns the old "node_id" field's value of the VolumeTarget entity.
+// If the VolumeTarget object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *VolumeTargetMutation) OldNodeID(ctx context.Context) (v int, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldNodeID is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldNodeID requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldNodeID: %w", err)
+	}
+	return oldValue.NodeID, nil
+}
+
+// ResetNodeID resets all changes to the "node_id" field.
+func (m *VolumeTargetMutation) ResetNodeID() {
+	m.node = nil
+}
+
+// SetVolumeType sets the "volume_type" field.
+func (m *VolumeTargetMutation) SetVolumeType(s string) {
+	m.volume_type = &s
+}
+
+// VolumeType returns the value of the "volume_type" field in the mutation.
+func (m *VolumeTargetMutation) VolumeType() (r string, exists bool) {
+	v := m.volume_type
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldVolumeType returns the old "volume_type" field's value of the VolumeTarget entity.
+// If the VolumeTarget object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *VolumeTargetMutation) OldVolumeType(ctx context.Context) (v string, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldVolumeType is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldVolumeType requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldVolumeType: %w", err)
+	}
+	return oldValue.VolumeType, nil
+}
+
+// ResetVolumeType resets all changes to the "volume_type" field.
+func (m *VolumeTargetMutation) ResetVolumeType() {
+	m.volume_type = nil
+}
+
+// SetVolumeID sets the "volume_id" field.
+func (m *VolumeTargetMutation) SetVolumeID(s string) {
+	m.volume_id = &s
+}
+
+// VolumeID returns the value of the "volume_id" field in the mutation.
+func (m *VolumeTargetMutation) VolumeID() (r string, exists bool) {
+	v := m.volume_id
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldVolumeID returns the old "volume_id" field's value of the VolumeTarget entity.
+// If the VolumeTarget object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *VolumeTargetMutation) OldVolumeID(ctx context.Context) (v string, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldVolumeID is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldVolumeID requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldVolumeID: %w", err)
+	}
+	return oldValue.VolumeID, nil
+}
+
+// ResetVolumeID resets all changes to the "volume_id" field.
+func (m *VolumeTargetMutation) ResetVolumeID() {
+	m.volume_id = nil
+}
+
+// SetBootIndex sets the "boot_index" field.
+func (m *VolumeTargetMutation) SetBootIndex(i int) {
+	m.boot_index = &i
+	m.addboot_index = nil
+}
+
+// BootIndex returns the value of the "boot_index" field in the mutation.
+func (m *VolumeTargetMutation) BootIndex() (r int, exists bool) {
+	v := m.boot_index
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldBootIndex returns the old "boot_index" field's value of the VolumeTarget entity.
+// If the VolumeTarget object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *VolumeTargetMutation) OldBootIndex(ctx context.Context) (v int, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldBootIndex is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldBootIndex requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldBootIndex: %w", err)
+	}
+	return oldValue.BootIndex, nil
+}
+
+// AddBootIndex adds i to the "boot_index" field.
+func (m *VolumeTargetMutation) AddBootIndex(i int) {
+	if m.addboot_index != nil {
+		*m.addboot_index += i
+	} else {
+		m.addboot_index = &i
+	}
+}
+
+// AddedBootIndex returns the value that was added to the "boot_index" field in this mutation.
+func (m *VolumeTargetMutation) AddedBootIndex() (r int, exists bool) {
+	v := m.addboot_index
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// ResetBootIndex resets all changes to the "boot_index" field.
+func (m *VolumeTargetMutation) ResetBootIndex() {
+	m.boot_index = nil
+	m.addboot_index = nil
+}
+
+// SetProperties sets the "properties" field.
+func (m *VolumeTargetMutation) SetProperties(value map[string]interface{}) {
+	m.properties = &value
+}
+
+// Properties returns the value of the "properties" field in the mutation.
+func (m *VolumeTargetMutation) Properties() (r map[string]interface{}, exists bool) {
+	v := m.properties
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldProperties returns the old "properties" field's value of the VolumeTarget entity.
+// If the VolumeTarget object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *VolumeTargetMutation) OldProperties(ctx context.Context) (v map[string]interface{}, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldProperties is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldProperties requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldProperties: %w", err)
+	}
+	return oldValue.Properties, nil
+}
+
+// ClearProperties clears the value of the "properties" field.
+func (m *VolumeTargetMutation) ClearProperties() {
+	m.properties = nil
+	m.clearedFields[volumetarget.FieldProperties] = struct{}{}
+}
+
+// PropertiesCleared returns if the "properties" field was cleared in this mutation.
+func (m *VolumeTargetMutation) PropertiesCleared() bool {
+	_, ok := m.clearedFields[volumetarget.FieldProperties]
+	return ok
+}
+
+// ResetProperties resets all changes to the "properties" field.
+func (m *VolumeTargetMutation) ResetProperties() {
+	m.properties = nil
+	delete(m.clearedFields, volumetarget.FieldProperties)
+}
+
+// SetExtra sets the "extra" field.
+func (m *VolumeTargetMutation) SetExtra(value map[string]interface{}) {
+	m.extra = &value
+}
+
+// Extra returns the value of the "extra" field in the mutation.
+func (m *VolumeTargetMutation) Extra() (r map[string]interface{}, exists bool) {
+	v := m.extra
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldExtra returns the old "extra" field's value of the VolumeTarget entity.
+// If the VolumeTarget object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *VolumeTargetMutation) OldExtra(ctx context.Context) (v map[string]interface{}, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldExtra is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldExtra requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldExtra: %w", err)
+	}
+	return oldValue.Extra, nil
+}
+
+// ClearExtra clears the value of the "extra" field.
+func (m *VolumeTargetMutation) ClearExtra() {
+	m.extra = nil
+	m.clearedFields[volumetarget.FieldExtra] = struct{}{}
+}
+
+// ExtraCleared returns if the "extra" field was cleared in this mutation.
+func (m *VolumeTargetMutation) ExtraCleared() bool {
+	_, ok := m.clearedFields[volumetarget.FieldExtra]
+	return ok
+}
+
+// ResetExtra resets all changes to the "extra" field.
+func (m *VolumeTargetMutation) ResetExtra() {
+	m.extra = nil
+	delete(m.clearedFields, volumetarget.FieldExtra)
+}
+
+// ClearNode clears the "node" edge to the Node entity.
+func (m *VolumeTargetMutation) ClearNode() {
+	m.clearednode = true
+	m.clearedFields[volumetarget.FieldNodeID] = struct{}{}
+}
+
+// NodeCleared reports if the "node" edge to the Node entity was cleared.
+func (m *VolumeTargetMutation) NodeCleared() bool {
+	return m.clearednode
+}
+
+// NodeIDs returns the "node" edge IDs in the mutation.
+// Note that IDs always returns len(IDs) <= 1 for unique edges, and you should use
+// NodeID instead. It exists only for internal usage by the builders.
+func (m *VolumeTargetMutation) NodeIDs() (ids []int) {
+	if id := m.node; id != nil {
+		ids = append(ids, *id)
+	}
+	return
+}
+
+// ResetNode resets all changes to the "node" edge.
+func (m *VolumeTargetMutation) ResetNode() {
+	m.node = nil
+	m.clearednode = false
+}
+
+// Where appends a list predicates to the VolumeTargetMutation builder.
+func (m *VolumeTargetMutation) Where(ps ...predicate.VolumeTarget) {
+	m.predicates = append(m.predicates, ps...)
+}
+
+// WhereP appends storage-level predicates to the VolumeTargetMutation builder. Using this method,
+// users can use type-assertion to append predicates that do not depend on any generated package.
+func (m *VolumeTargetMutation) WhereP(ps ...func(*sql.Selector)) {
+	p := make([]predicate.VolumeTarget, len(ps))
+	for i := range ps {
+		p[i] = ps[i]
+	}
+	m.Where(p...)
+}
+
+// Op returns the operation name.
+func (m *VolumeTargetMutation) Op() Op {
+	return m.op
+}
+
+// SetOp allows setting the mutation operation.
+func (m *VolumeTargetMutation) SetOp(op Op) {
+	m.op = op
+}
+
+// Type returns the node type of this mutation (VolumeTarget).
+func (m *VolumeTargetMutation) Type() string {
+	return m.typ
+}
+
+// Fields returns all fields that were changed during this mutation. Note that in
+// order to get all numeric fields that were incremented/decremented, call
+// AddedFields().
+func (m *VolumeTargetMutation) Fields() []string {
+	fields := make([]string, 0, 9)
+	if m.created_at != nil {
+		fields = append(fields, volumetarget.FieldCreatedAt)
+	}
+	if m.updated_at != nil {
+		fields = append(fields, volumetarget.FieldUpdatedAt)
+	}
+	if m.uuid != nil {
+		fields = append(fields, volumetarget.FieldUUID)
+	}
+	if m.node != nil {
+		fields = append(fields, volumetarget.FieldNodeID)
+	}
+	if m.volume_type != nil {
+		fields = append(fields, volumetarget.FieldVolumeType)
+	}
+	if m.volume_id != nil {
+		fields = append(fields, volumetarget.FieldVolumeID)
+	}
+	if m.boot_index != nil {
+		fields = append(fields, volumetarget.FieldBootIndex)
+	}
+	if m.properties != nil {
+		fields = append(fields, volumetarget.FieldProperties)
+	}
+	if m.extra != nil {
+		fields = append(fields, volumetarget.FieldExtra)
+	}
+	return fields
+}
+
+// Field returns the value of a field with the given name. The second boolean
+// return value indicates that this field was not set, or was not defined in the
+// schema.
+func (m *VolumeTargetMutation) Field(name string) (ent.Value, bool) {
+	switch name {
+	case volumetarget.FieldCreatedAt:
+		return m.CreatedAt()
+	case volumetarget.FieldUpdatedAt:
+		return m.UpdatedAt()
+	case volumetarget.FieldUUID:
+		return m.UUID()
+	case volumetarget.FieldNodeID:
+		return m.NodeID()
+	case volumetarget.FieldVolumeType:
+		return m.VolumeType()
+	case volumetarget.FieldVolumeID:
+		return m.VolumeID()
+	case volumetarget.FieldBootIndex:
+		return m.BootIndex()
+	case volumetarget.FieldProperties:
+		return m.Properties()
+	case volumetarget.FieldExtra:
+		return m.Extra()
+	}
+	return nil, false
+}
+
+// OldField returns the old value of the field from the database. An error is
+// returned if the mutation operation is not UpdateOne, or the query to the
+// database failed.
+func (m *VolumeTargetMutation) OldField(ctx context.Context, name string) (ent.Value, error) {
+	switch name {
+	case volumetarget.FieldCreatedAt:
+		return m.OldCreatedAt(ctx)
+	case volumetarget.FieldUpdatedAt:
+		return m.OldUpdatedAt(ctx)
+	case volumetarget.FieldUUID:
+		return m.OldUUID(ctx)
+	case volumetarget.FieldNodeID:
+		return m.OldNodeID(ctx)
+	case volumetarget.FieldVolumeType:
+		return m.OldVolumeType(ctx)
+	case volumetarget.FieldVolumeID:
+		return m.OldVolumeID(ctx)
+	case volumetarget.FieldBootIndex:
+		return m.OldBootIndex(ctx)
+	case volumetarget.FieldProperties:
+		return m.OldProperties(ctx)
+	case volumetarget.FieldExtra:
+		return m.OldExtra(ctx)
+	}
+	return nil, fmt.Errorf("unknown VolumeTarget field %s", name)
+}
+
+// SetField sets the value of a field with the given name. It returns an error if
+// the field is not defined in the schema, or if the type mismatched the field
+// type.
+func (m *VolumeTargetMutation) SetField(name string, value ent.Value) error {
+	switch name {
+	case volumetarget.FieldCreatedAt:
+		v, ok := value.(time.Time)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetCreatedAt(v)
+		return nil
+	case volumetarget.FieldUpdatedAt:
+		v, ok := value.(time.Time)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetUpdatedAt(v)
+		return nil
+	case volumetarget.FieldUUID:
+		v, ok := value.(string)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetUUID(v)
+		return nil
+	case volumetarget.FieldNodeID:
+		v, ok := value.(int)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetNodeID(v)
+		return nil
+	case volumetarget.FieldVolumeType:
+		v, ok := value.(string)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetVolumeType(v)
+		return nil
+	case volumetarget.FieldVolumeID:
+		v, ok := value.(string)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetVolumeID(v)
+		return nil
+	case volumetarget.FieldBootIndex:
+		v, ok := value.(int)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetBootIndex(v)
+		return nil
+	case volumetarget.FieldProperties:
+		v, ok := value.(map[string]interface{})
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetProperties(v)
+		return nil
+	case volumetarget.FieldExtra:
+		v, ok := value.(map[string]interface{})
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetExtra(v)
+		return nil
+	}
+	return fmt.Errorf("unknown VolumeTarget field %s", name)
+}
+
+// AddedFields returns all numeric fields that were incremented/decremented during
+// this mutation.
+func (m *VolumeTargetMutation) AddedFields() []string {
+	var fields []string
+	if m.addboot_index != nil {
+		fields = append(fields, volumetarget.FieldBootIndex)
+	}
+	return fields
+}
+
+// AddedField returns the numeric value that was incremented/decremented on a field
+// with the given name. The second boolean return value indicates that this field
+// was not set, or was not defined in the schema.
+func (m *VolumeTargetMutation) AddedField(name string) (ent.Value, bool) {
+	switch name {
+	case volumetarget.FieldBootIndex:
+		return m.AddedBootIndex()
+	}
+	return nil, false
+}
+
+// AddField adds the value to the field with the given name. It returns an error if
+// the field is not defined in the schema, or if the type mismatched the field
+// type.
+func (m *VolumeTargetMutation) AddField(name string, value ent.Value) error {
+	switch name {
+	case volumetarget.FieldBootIndex:
+		v, ok := value.(int)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.AddBootIndex(v)
+		return nil
+	}
+	return fmt.Errorf("unknown VolumeTarget numeric field %s", name)
+}
+
+// ClearedFields returns all nullable fields that were cleared during this
+// mutation.
+func (m *VolumeTargetMutation) ClearedFields() []string {
+	var fields []string
+	if m.FieldCleared(volumetarget.FieldUpdatedAt) {
+		fields = append(fields, volumetarget.FieldUpdatedAt)
+	}
+	if m.FieldCleared(volumetarget.FieldProperties) {
+		fields = append(fields, volumetarget.FieldProperties)
+	}
+	if m.FieldCleared(volumetarget.FieldExtra) {
+		fields = append(fields, volumetarget.FieldExtra)
+	}
+	return fields
+}
+
+// FieldCleared returns a boolean indicating if a field with the given name was
+// cleared in this mutation.
+func (m *VolumeTargetMutation) FieldCleared(name string) bool {
+	_, ok := m.clearedFields[name]
+	return ok
+}
+
+// ClearField clears the value of the field with the given name. It returns an
+// error if the field is not defined in the schema.
+func (m *VolumeTargetMutation) ClearField(name string) error {
+	switch name {
+	case volumetarget.FieldUpdatedAt:
+		m.ClearUpdatedAt()
+		return nil
+	case volumetarget.FieldProperties:
+		m.ClearProperties()
+		return nil
+	case volumetarget.FieldExtra:
+		m.ClearExtra()
+		return nil
+	}
+	return fmt.Errorf("unknown VolumeTarget nullable field %s", name)
+}
+
+// ResetField resets all changes in the mutation for the field with the given name.
+// It returns an error if the field is not defined in the schema.
+func (m *VolumeTargetMutation) ResetField(name string) error {
+	switch name {
+	case volumetarget.FieldCreatedAt:
+		m.ResetCreatedAt()
+		return nil
+	case volumetarget.FieldUpdatedAt:
+		m.ResetUpdatedAt()
+		return nil
+	case volumetarget.FieldUUID:
+		m.ResetUUID()
+		return nil
+	case volumetarget.FieldNodeID:
+		m.ResetNodeID()
+		return nil
+	case volumetarget.FieldVolumeType:
+		m.ResetVolumeType()
+		return nil
+	case volumetarget.FieldVolumeID:
+		m.ResetVolumeID()
+		return nil
+	case volumetarget.FieldBootIndex:
+		m.ResetBootIndex()
+		return nil
+	case volumetarget.FieldProperties:
+		m.ResetProperties()
+		return nil
+	case volumetarget.FieldExtra:
+		m.ResetExtra()
+		return nil
+	}
+	return fmt.Errorf("unknown VolumeTarget field %s", name)
+}
+
+// AddedEdges returns all edge names that were set/added in this mutation.
+func (m *VolumeTargetMutation) AddedEdges() []string {
+	edges := make([]string, 0, 1)
+	if m.node != nil {
+		edges = append(edges, volumetarget.EdgeNode)
+	}
+	return edges
+}
+
+// AddedIDs returns all IDs (to other nodes) that were added for the given edge
+// name in this mutation.
+func (m *VolumeTargetMutation) AddedIDs(name string) []ent.Value {
+	switch name {
+	case volumetarget.EdgeNode:
+		if id := m.node; id != nil {
+			return []ent.Value{*id}
+		}
+	}
+	return nil
+}
+
+// RemovedEdges returns all edge names that were removed in this mutation.
+func (m *VolumeTargetMutation) RemovedEdges() []string {
+	edges := make([]string, 0, 1)
+	return edges
+}
+
+// RemovedIDs returns all IDs (to other nodes) that were removed for the edge with
+// the given name in this mutation.
+func (m *VolumeTargetMutation) RemovedIDs(name string) []ent.Value {
+	return nil
+}
+
+// ClearedEdges returns all edge names that were cleared in this mutation.
+func (m *VolumeTargetMutation) ClearedEdges() []string {
+	edges := make([]string, 0, 1)
+	if m.clearednode {
+		edges = append(edges, volumetarget.EdgeNode)
+	}
+	return edges
+}
+
+// EdgeCleared returns a boolean which indicates if the edge with the given name
+// was cleared in this mutation.
+func (m *VolumeTargetMutation) EdgeCleared(name string) bool {
+	switch name {
+	case volumetarget.EdgeNode:
+		return m.clearednode
+	}
+	return false
+}
+
+// ClearEdge clears the value of the edge with the given name. It returns an error
+// if that edge is not defined in the schema.
+func (m *VolumeTargetMutation) ClearEdge(name string) error {
+	switch name {
+	case volumetarget.EdgeNode:
+		m.ClearNode()
+		return nil
+	}
+	return fmt.Errorf("unknown VolumeTarget unique edge %s", name)
+}
+
+// ResetEdge resets all changes to the edge with the given name in this mutation.
+// It returns an error if the edge is not defined in the schema.
+func (m *VolumeTargetMutation) ResetEdge(name string) error {
+	switch name {
+	case volumetarget.EdgeNode:
+		m.ResetNode()
+		return nil
+	}
+	return fmt.Errorf("unknown VolumeTarget edge %s", name)
 }

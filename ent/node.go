@@ -11,6 +11,7 @@ import (
 	"entgo.io/ent"
 	"entgo.io/ent/dialect/sql"
 	"github.com/anvilproject/anvil/ent/allocation"
+	"github.com/anvilproject/anvil/ent/chassis"
 	"github.com/anvilproject/anvil/ent/node"
 )
 
@@ -75,6 +76,8 @@ type Node struct {
 	ProvisionUpdatedAt *time.Time `json:"provision_updated_at,omitempty"`
 	// ConductorGroup holds the value of the "conductor_group" field.
 	ConductorGroup string `json:"conductor_group,omitempty"`
+	// ChassisID holds the value of the "chassis_id" field.
+	ChassisID *int `json:"chassis_id,omitempty"`
 	// Edges holds the relations/edges for other nodes in the graph.
 	// The values are being populated by the NodeQuery when eager-loading is set.
 	Edges        NodeEdges `json:"edges"`
@@ -93,9 +96,11 @@ type NodeEdges struct {
 	Ports []*Port `json:"ports,omitempty"`
 	// Portgroups holds the value of the portgroups edge.
 	Portgroups []*Portgroup `json:"portgroups,omitempty"`
+	// Chassis holds the value of the chassis edge.
+	Chassis *Chassis `json:"chassis,omitempty"`
 	// loadedTypes holds the information for reporting if a
 	// type was loaded (or requested) in eager-loading or not.
-	loadedTypes [5]bool
+	loadedTypes [6]bool
 }
 
 // TraitsOrErr returns the Traits value or an error if the edge
@@ -145,6 +150,17 @@ func (e NodeEdges) PortgroupsOrErr() ([]*Portgroup, error) {
 	return nil, &NotLoadedError{edge: "portgroups"}
 }
 
+// ChassisOrErr returns the Chassis value or an error if the edge
+// was not loaded in eager-loading, or loaded but was not found.
+func (e NodeEdges) ChassisOrErr() (*Chassis, error) {
+	if e.Chassis != nil {
+		return e.Chassis, nil
+	} else if e.loadedTypes[5] {
+		return nil, &NotFoundError{label: chassis.Label}
+	}
+	return nil, &NotLoadedError{edge: "chassis"}
+}
+
 // scanValues returns the types for scanning values from sql.Rows.
 func (*Node) scanValues(columns []string) ([]any, error) {
 	values := make([]any, len(columns))
@@ -154,7 +170,7 @@ func (*Node) scanValues(columns []string) ([]any, error) {
 			values[i] = new([]byte)
 		case node.FieldMaintenance:
 			values[i] = new(sql.NullBool)
-		case node.FieldID:
+		case node.FieldID, node.FieldChassisID:
 			values[i] = new(sql.NullInt64)
 		case node.FieldUUID, node.FieldName, node.FieldDriver, node.FieldOwner, node.FieldLessee, node.FieldPowerState, node.FieldTargetPowerState, node.FieldProvisionState, node.FieldTargetProvisionState, node.FieldLastError, node.FieldMaintenanceReason, node.FieldFault, node.FieldReservation, node.FieldResourceClass, node.FieldInstanceUUID, node.FieldDescription, node.FieldConductorGroup:
 			values[i] = new(sql.NullString)
@@ -376,6 +392,13 @@ func (_m *Node) assignValues(columns []string, values []any) error {
 			} else if value.Valid {
 				_m.ConductorGroup = value.String
 			}
+		case node.FieldChassisID:
+			if value, ok := values[i].(*sql.NullInt64); !ok {
+				return fmt.Errorf("unexpected type %T for field chassis_id", values[i])
+			} else if value.Valid {
+				_m.ChassisID = new(int)
+				*_m.ChassisID = int(value.Int64)
+			}
 		default:
 			_m.selectValues.Set(columns[i], values[i])
 		}
@@ -412,6 +435,11 @@ func (_m *Node) QueryPorts() *PortQuery {
 // QueryPortgroups queries the "portgroups" edge of the Node entity.
 func (_m *Node) QueryPortgroups() *PortgroupQuery {
 	return NewNodeClient(_m.config).QueryPortgroups(_m)
+}
+
+// QueryChassis queries the "chassis" edge of the Node entity.
+func (_m *Node) QueryChassis() *ChassisQuery {
+	return NewNodeClient(_m.config).QueryChassis(_m)
 }
 
 // Update returns a builder for updating this Node.
@@ -546,6 +574,11 @@ func (_m *Node) String() string {
 	builder.WriteString(", ")
 	builder.WriteString("conductor_group=")
 	builder.WriteString(_m.ConductorGroup)
+	builder.WriteString(", ")
+	if v := _m.ChassisID; v != nil {
+		builder.WriteString("chassis_id=")
+		builder.WriteString(fmt.Sprintf("%v", *v))
+	}
 	builder.WriteByte(')')
 	return builder.String()
 }

@@ -12,6 +12,7 @@ import (
 	"entgo.io/ent/dialect/sql/sqlgraph"
 	"entgo.io/ent/schema/field"
 	"github.com/anvilproject/anvil/ent/allocation"
+	"github.com/anvilproject/anvil/ent/chassis"
 	"github.com/anvilproject/anvil/ent/node"
 	"github.com/anvilproject/anvil/ent/nodeevent"
 	"github.com/anvilproject/anvil/ent/port"
@@ -347,6 +348,20 @@ func (_c *NodeCreate) SetNillableConductorGroup(v *string) *NodeCreate {
 	return _c
 }
 
+// SetChassisID sets the "chassis_id" field.
+func (_c *NodeCreate) SetChassisID(v int) *NodeCreate {
+	_c.mutation.SetChassisID(v)
+	return _c
+}
+
+// SetNillableChassisID sets the "chassis_id" field if the given value is not nil.
+func (_c *NodeCreate) SetNillableChassisID(v *int) *NodeCreate {
+	if v != nil {
+		_c.SetChassisID(*v)
+	}
+	return _c
+}
+
 // AddTraitIDs adds the "traits" edge to the Trait entity by IDs.
 func (_c *NodeCreate) AddTraitIDs(ids ...int) *NodeCreate {
 	_c.mutation.AddTraitIDs(ids...)
@@ -424,6 +439,11 @@ func (_c *NodeCreate) AddPortgroups(v ...*Portgroup) *NodeCreate {
 		ids[i] = v[i].ID
 	}
 	return _c.AddPortgroupIDs(ids...)
+}
+
+// SetChassis sets the "chassis" edge to the Chassis entity.
+func (_c *NodeCreate) SetChassis(v *Chassis) *NodeCreate {
+	return _c.SetChassisID(v.ID)
 }
 
 // Mutation returns the NodeMutation object of the builder.
@@ -766,6 +786,23 @@ func (_c *NodeCreate) createSpec() (*Node, *sqlgraph.CreateSpec) {
 		for _, k := range nodes {
 			edge.Target.Nodes = append(edge.Target.Nodes, k)
 		}
+		_spec.Edges = append(_spec.Edges, edge)
+	}
+	if nodes := _c.mutation.ChassisIDs(); len(nodes) > 0 {
+		edge := &sqlgraph.EdgeSpec{
+			Rel:     sqlgraph.M2O,
+			Inverse: false,
+			Table:   node.ChassisTable,
+			Columns: []string{node.ChassisColumn},
+			Bidi:    false,
+			Target: &sqlgraph.EdgeTarget{
+				IDSpec: sqlgraph.NewFieldSpec(chassis.FieldID, field.TypeInt),
+			},
+		}
+		for _, k := range nodes {
+			edge.Target.Nodes = append(edge.Target.Nodes, k)
+		}
+		_node.ChassisID = &nodes[0]
 		_spec.Edges = append(_spec.Edges, edge)
 	}
 	return _node, _spec
@@ -1261,6 +1298,24 @@ func (u *NodeUpsert) SetConductorGroup(v string) *NodeUpsert {
 // UpdateConductorGroup sets the "conductor_group" field to the value that was provided on create.
 func (u *NodeUpsert) UpdateConductorGroup() *NodeUpsert {
 	u.SetExcluded(node.FieldConductorGroup)
+	return u
+}
+
+// SetChassisID sets the "chassis_id" field.
+func (u *NodeUpsert) SetChassisID(v int) *NodeUpsert {
+	u.Set(node.FieldChassisID, v)
+	return u
+}
+
+// UpdateChassisID sets the "chassis_id" field to the value that was provided on create.
+func (u *NodeUpsert) UpdateChassisID() *NodeUpsert {
+	u.SetExcluded(node.FieldChassisID)
+	return u
+}
+
+// ClearChassisID clears the value of the "chassis_id" field.
+func (u *NodeUpsert) ClearChassisID() *NodeUpsert {
+	u.SetNull(node.FieldChassisID)
 	return u
 }
 
@@ -1827,6 +1882,27 @@ func (u *NodeUpsertOne) SetConductorGroup(v string) *NodeUpsertOne {
 func (u *NodeUpsertOne) UpdateConductorGroup() *NodeUpsertOne {
 	return u.Update(func(s *NodeUpsert) {
 		s.UpdateConductorGroup()
+	})
+}
+
+// SetChassisID sets the "chassis_id" field.
+func (u *NodeUpsertOne) SetChassisID(v int) *NodeUpsertOne {
+	return u.Update(func(s *NodeUpsert) {
+		s.SetChassisID(v)
+	})
+}
+
+// UpdateChassisID sets the "chassis_id" field to the value that was provided on create.
+func (u *NodeUpsertOne) UpdateChassisID() *NodeUpsertOne {
+	return u.Update(func(s *NodeUpsert) {
+		s.UpdateChassisID()
+	})
+}
+
+// ClearChassisID clears the value of the "chassis_id" field.
+func (u *NodeUpsertOne) ClearChassisID() *NodeUpsertOne {
+	return u.Update(func(s *NodeUpsert) {
+		s.ClearChassisID()
 	})
 }
 
@@ -2559,6 +2635,27 @@ func (u *NodeUpsertBulk) SetConductorGroup(v string) *NodeUpsertBulk {
 func (u *NodeUpsertBulk) UpdateConductorGroup() *NodeUpsertBulk {
 	return u.Update(func(s *NodeUpsert) {
 		s.UpdateConductorGroup()
+	})
+}
+
+// SetChassisID sets the "chassis_id" field.
+func (u *NodeUpsertBulk) SetChassisID(v int) *NodeUpsertBulk {
+	return u.Update(func(s *NodeUpsert) {
+		s.SetChassisID(v)
+	})
+}
+
+// UpdateChassisID sets the "chassis_id" field to the value that was provided on create.
+func (u *NodeUpsertBulk) UpdateChassisID() *NodeUpsertBulk {
+	return u.Update(func(s *NodeUpsert) {
+		s.UpdateChassisID()
+	})
+}
+
+// ClearChassisID clears the value of the "chassis_id" field.
+func (u *NodeUpsertBulk) ClearChassisID() *NodeUpsertBulk {
+	return u.Update(func(s *NodeUpsert) {
+		s.ClearChassisID()
 	})
 }
 

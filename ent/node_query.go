@@ -14,6 +14,7 @@ import (
 	"entgo.io/ent/dialect/sql/sqlgraph"
 	"entgo.io/ent/schema/field"
 	"github.com/anvilproject/anvil/ent/allocation"
+	"github.com/anvilproject/anvil/ent/chassis"
 	"github.com/anvilproject/anvil/ent/node"
 	"github.com/anvilproject/anvil/ent/nodeevent"
 	"github.com/anvilproject/anvil/ent/port"
@@ -34,6 +35,7 @@ type NodeQuery struct {
 	withAllocation *AllocationQuery
 	withPorts      *PortQuery
 	withPortgroups *PortgroupQuery
+	withChassis    *ChassisQuery
 	modifiers      []func(*sql.Selector)
 	// intermediate query (i.e. traversal path).
 	sql  *sql.Selector
@@ -174,6 +176,28 @@ func (_q *NodeQuery) QueryPortgroups() *PortgroupQuery {
 			sqlgraph.From(node.Table, node.FieldID, selector),
 			sqlgraph.To(portgroup.Table, portgroup.FieldID),
 			sqlgraph.Edge(sqlgraph.O2M, false, node.PortgroupsTable, node.PortgroupsColumn),
+		)
+		fromU = sqlgraph.SetNeighbors(_q.driver.Dialect(), step)
+		return fromU, nil
+	}
+	return query
+}
+
+// QueryChassis chains the current query on the "chassis" edge.
+func (_q *NodeQuery) QueryChassis() *ChassisQuery {
+	query := (&ChassisClient{config: _q.config}).Query()
+	query.path = func(ctx context.Context) (fromU *sql.Selector, err error) {
+		if err := _q.prepareQuery(ctx); err != nil {
+			return nil, err
+		}
+		selector := _q.sqlQuery(ctx)
+		if err := selector.Err(); err != nil {
+			return nil, err
+		}
+		step := sqlgraph.NewStep(
+			sqlgraph.From(node.Table, node.FieldID, selector),
+			sqlgraph.To(chassis.Table, chassis.FieldID),
+			sqlgraph.Edge(sqlgraph.M2O, false, node.ChassisTable, node.ChassisColumn),
 		)
 		fromU = sqlgraph.SetNeighbors(_q.driver.Dialect(), step)
 		return fromU, nil
@@ -378,6 +402,7 @@ func (_q *NodeQuery) Clone() *NodeQuery {
 		withAllocation: _q.withAllocation.Clone(),
 		withPorts:      _q.withPorts.Clone(),
 		withPortgroups: _q.withPortgroups.Clone(),
+		withChassis:    _q.withChassis.Clone(),
 		// clone intermediate query.
 		sql:       _q.sql.Clone(),
 		path:      _q.path,
@@ -437,6 +462,17 @@ func (_q *NodeQuery) WithPortgroups(opts ...func(*PortgroupQuery)) *NodeQuery {
 		opt(query)
 	}
 	_q.withPortgroups = query
+	return _q
+}
+
+// WithChassis tells the query-builder to eager-load the nodes that are connected to
+// the "chassis" edge. The optional arguments are used to configure the query builder of the edge.
+func (_q *NodeQuery) WithChassis(opts ...func(*ChassisQuery)) *NodeQuery {
+	query := (&ChassisClient{config: _q.config}).Query()
+	for _, opt := range opts {
+		opt(query)
+	}
+	_q.withChassis = query
 	return _q
 }
 
@@ -518,12 +554,13 @@ func (_q *NodeQuery) sqlAll(ctx context.Context, hooks ...queryHook) ([]*Node, e
 	var (
 		nodes       = []*Node{}
 		_spec       = _q.querySpec()
-		loadedTypes = [5]bool{
+		loadedTypes = [6]bool{
 			_q.withTraits != nil,
 			_q.withEvents != nil,
 			_q.withAllocation != nil,
 			_q.withPorts != nil,
 			_q.withPortgroups != nil,
+			_q.withChassis != nil,
 		}
 	)
 	_spec.ScanValues = func(columns []string) ([]any, error) {
@@ -578,6 +615,12 @@ func (_q *NodeQuery) sqlAll(ctx context.Context, hooks ...queryHook) ([]*Node, e
 		if err := _q.loadPortgroups(ctx, query, nodes,
 			func(n *Node) { n.Edges.Portgroups = []*Portgroup{} },
 			func(n *Node, e *Portgroup) { n.Edges.Portgroups = append(n.Edges.Portgroups, e) }); err != nil {
+			return nil, err
+		}
+	}
+	if query := _q.withChassis; query != nil {
+		if err := _q.loadChassis(ctx, query, nodes, nil,
+			func(n *Node, e *Chassis) { n.Edges.Chassis = e }); err != nil {
 			return nil, err
 		}
 	}
@@ -734,6 +777,38 @@ func (_q *NodeQuery) loadPortgroups(ctx context.Context, query *PortgroupQuery, 
 	}
 	return nil
 }
+func (_q *NodeQuery) loadChassis(ctx context.Context, query *ChassisQuery, nodes []*Node, init func(*Node), assign func(*Node, *Chassis)) error {
+	ids := make([]int, 0, len(nodes))
+	nodeids := make(map[int][]*Node)
+	for i := range nodes {
+		if nodes[i].ChassisID == nil {
+			continue
+		}
+		fk := *nodes[i].ChassisID
+		if _, ok := nodeids[fk]; !ok {
+			ids = append(ids, fk)
+		}
+		nodeids[fk] = append(nodeids[fk], nodes[i])
+	}
+	if len(ids) == 0 {
+		return nil
+	}
+	query.Where(chassis.IDIn(ids...))
+	neighbors, err := query.All(ctx)
+	if err != nil {
+		return err
+	}
+	for _, n := range neighbors {
+		nodes, ok := nodeids[n.ID]
+		if !ok {
+			return fmt.Errorf(`unexpected foreign-key "chassis_id" returned %v`, n.ID)
+		}
+		for i := range nodes {
+			assign(nodes[i], n)
+		}
+	}
+	return nil
+}
 
 func (_q *NodeQuery) sqlCount(ctx context.Context) (int, error) {
 	_spec := _q.querySpec()
@@ -762,6 +837,9 @@ func (_q *NodeQuery) querySpec() *sqlgraph.QuerySpec {
 			if fields[i] != node.FieldID {
 				_spec.Node.Columns = append(_spec.Node.Columns, fields[i])
 			}
+		}
+		if _q.withChassis != nil {
+			_spec.Node.AddColumnOnce(node.FieldChassisID)
 		}
 	}
 	if ps := _q.predicates; len(ps) > 0 {

@@ -12,6 +12,7 @@ import (
 	"entgo.io/ent/dialect/sql/sqlgraph"
 	"entgo.io/ent/schema/field"
 	"github.com/anvilproject/anvil/ent/allocation"
+	"github.com/anvilproject/anvil/ent/chassis"
 	"github.com/anvilproject/anvil/ent/node"
 	"github.com/anvilproject/anvil/ent/nodeevent"
 	"github.com/anvilproject/anvil/ent/port"
@@ -474,6 +475,26 @@ func (_u *NodeUpdate) SetNillableConductorGroup(v *string) *NodeUpdate {
 	return _u
 }
 
+// SetChassisID sets the "chassis_id" field.
+func (_u *NodeUpdate) SetChassisID(v int) *NodeUpdate {
+	_u.mutation.SetChassisID(v)
+	return _u
+}
+
+// SetNillableChassisID sets the "chassis_id" field if the given value is not nil.
+func (_u *NodeUpdate) SetNillableChassisID(v *int) *NodeUpdate {
+	if v != nil {
+		_u.SetChassisID(*v)
+	}
+	return _u
+}
+
+// ClearChassisID clears the value of the "chassis_id" field.
+func (_u *NodeUpdate) ClearChassisID() *NodeUpdate {
+	_u.mutation.ClearChassisID()
+	return _u
+}
+
 // AddTraitIDs adds the "traits" edge to the Trait entity by IDs.
 func (_u *NodeUpdate) AddTraitIDs(ids ...int) *NodeUpdate {
 	_u.mutation.AddTraitIDs(ids...)
@@ -551,6 +572,11 @@ func (_u *NodeUpdate) AddPortgroups(v ...*Portgroup) *NodeUpdate {
 		ids[i] = v[i].ID
 	}
 	return _u.AddPortgroupIDs(ids...)
+}
+
+// SetChassis sets the "chassis" edge to the Chassis entity.
+func (_u *NodeUpdate) SetChassis(v *Chassis) *NodeUpdate {
+	return _u.SetChassisID(v.ID)
 }
 
 // Mutation returns the NodeMutation object of the builder.
@@ -646,6 +672,12 @@ func (_u *NodeUpdate) RemovePortgroups(v ...*Portgroup) *NodeUpdate {
 		ids[i] = v[i].ID
 	}
 	return _u.RemovePortgroupIDs(ids...)
+}
+
+// ClearChassis clears the "chassis" edge to the Chassis entity.
+func (_u *NodeUpdate) ClearChassis() *NodeUpdate {
+	_u.mutation.ClearChassis()
+	return _u
 }
 
 // Save executes the query and returns the number of nodes affected by the update operation.
@@ -1089,6 +1121,35 @@ func (_u *NodeUpdate) sqlSave(ctx context.Context) (_node int, err error) {
 			Bidi:    false,
 			Target: &sqlgraph.EdgeTarget{
 				IDSpec: sqlgraph.NewFieldSpec(portgroup.FieldID, field.TypeInt),
+			},
+		}
+		for _, k := range nodes {
+			edge.Target.Nodes = append(edge.Target.Nodes, k)
+		}
+		_spec.Edges.Add = append(_spec.Edges.Add, edge)
+	}
+	if _u.mutation.ChassisCleared() {
+		edge := &sqlgraph.EdgeSpec{
+			Rel:     sqlgraph.M2O,
+			Inverse: false,
+			Table:   node.ChassisTable,
+			Columns: []string{node.ChassisColumn},
+			Bidi:    false,
+			Target: &sqlgraph.EdgeTarget{
+				IDSpec: sqlgraph.NewFieldSpec(chassis.FieldID, field.TypeInt),
+			},
+		}
+		_spec.Edges.Clear = append(_spec.Edges.Clear, edge)
+	}
+	if nodes := _u.mutation.ChassisIDs(); len(nodes) > 0 {
+		edge := &sqlgraph.EdgeSpec{
+			Rel:     sqlgraph.M2O,
+			Inverse: false,
+			Table:   node.ChassisTable,
+			Columns: []string{node.ChassisColumn},
+			Bidi:    false,
+			Target: &sqlgraph.EdgeTarget{
+				IDSpec: sqlgraph.NewFieldSpec(chassis.FieldID, field.TypeInt),
 			},
 		}
 		for _, k := range nodes {
@@ -1558,6 +1619,26 @@ func (_u *NodeUpdateOne) SetNillableConductorGroup(v *string) *NodeUpdateOne {
 	return _u
 }
 
+// SetChassisID sets the "chassis_id" field.
+func (_u *NodeUpdateOne) SetChassisID(v int) *NodeUpdateOne {
+	_u.mutation.SetChassisID(v)
+	return _u
+}
+
+// SetNillableChassisID sets the "chassis_id" field if the given value is not nil.
+func (_u *NodeUpdateOne) SetNillableChassisID(v *int) *NodeUpdateOne {
+	if v != nil {
+		_u.SetChassisID(*v)
+	}
+	return _u
+}
+
+// ClearChassisID clears the value of the "chassis_id" field.
+func (_u *NodeUpdateOne) ClearChassisID() *NodeUpdateOne {
+	_u.mutation.ClearChassisID()
+	return _u
+}
+
 // AddTraitIDs adds the "traits" edge to the Trait entity by IDs.
 func (_u *NodeUpdateOne) AddTraitIDs(ids ...int) *NodeUpdateOne {
 	_u.mutation.AddTraitIDs(ids...)
@@ -1635,6 +1716,11 @@ func (_u *NodeUpdateOne) AddPortgroups(v ...*Portgroup) *NodeUpdateOne {
 		ids[i] = v[i].ID
 	}
 	return _u.AddPortgroupIDs(ids...)
+}
+
+// SetChassis sets the "chassis" edge to the Chassis entity.
+func (_u *NodeUpdateOne) SetChassis(v *Chassis) *NodeUpdateOne {
+	return _u.SetChassisID(v.ID)
 }
 
 // Mutation returns the NodeMutation object of the builder.
@@ -1730,6 +1816,12 @@ func (_u *NodeUpdateOne) RemovePortgroups(v ...*Portgroup) *NodeUpdateOne {
 		ids[i] = v[i].ID
 	}
 	return _u.RemovePortgroupIDs(ids...)
+}
+
+// ClearChassis clears the "chassis" edge to the Chassis entity.
+func (_u *NodeUpdateOne) ClearChassis() *NodeUpdateOne {
+	_u.mutation.ClearChassis()
+	return _u
 }
 
 // Where appends a list predicates to the NodeUpdate builder.
@@ -2203,6 +2295,35 @@ func (_u *NodeUpdateOne) sqlSave(ctx context.Context) (_node *Node, err error) {
 			Bidi:    false,
 			Target: &sqlgraph.EdgeTarget{
 				IDSpec: sqlgraph.NewFieldSpec(portgroup.FieldID, field.TypeInt),
+			},
+		}
+		for _, k := range nodes {
+			edge.Target.Nodes = append(edge.Target.Nodes, k)
+		}
+		_spec.Edges.Add = append(_spec.Edges.Add, edge)
+	}
+	if _u.mutation.ChassisCleared() {
+		edge := &sqlgraph.EdgeSpec{
+			Rel:     sqlgraph.M2O,
+			Inverse: false,
+			Table:   node.ChassisTable,
+			Columns: []string{node.ChassisColumn},
+			Bidi:    false,
+			Target: &sqlgraph.EdgeTarget{
+				IDSpec: sqlgraph.NewFieldSpec(chassis.FieldID, field.TypeInt),
+			},
+		}
+		_spec.Edges.Clear = append(_spec.Edges.Clear, edge)
+	}
+	if nodes := _u.mutation.ChassisIDs(); len(nodes) > 0 {
+		edge := &sqlgraph.EdgeSpec{
+			Rel:     sqlgraph.M2O,
+			Inverse: false,
+			Table:   node.ChassisTable,
+			Columns: []string{node.ChassisColumn},
+			Bidi:    false,
+			Target: &sqlgraph.EdgeTarget{
+				IDSpec: sqlgraph.NewFieldSpec(chassis.FieldID, field.TypeInt),
 			},
 		}
 		for _, k := range nodes {

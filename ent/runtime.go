@@ -8,7 +8,10 @@ import (
 	"github.com/anvilproject/anvil/ent/allocation"
 	"github.com/anvilproject/anvil/ent/apitoken"
 	"github.com/anvilproject/anvil/ent/auditevent"
+	"github.com/anvilproject/anvil/ent/chassis"
 	"github.com/anvilproject/anvil/ent/conductor"
+	"github.com/anvilproject/anvil/ent/deploytemplate"
+	"github.com/anvilproject/anvil/ent/deploytemplatestep"
 	"github.com/anvilproject/anvil/ent/node"
 	"github.com/anvilproject/anvil/ent/nodeevent"
 	"github.com/anvilproject/anvil/ent/policyoverride"
@@ -21,6 +24,8 @@ import (
 	"github.com/anvilproject/anvil/ent/setting"
 	"github.com/anvilproject/anvil/ent/trait"
 	"github.com/anvilproject/anvil/ent/user"
+	"github.com/anvilproject/anvil/ent/volumeconnector"
+	"github.com/anvilproject/anvil/ent/volumetarget"
 )
 
 // The init function reads all schema descriptors with runtime code
@@ -89,6 +94,23 @@ func init() {
 	auditeventDescCreatedAt := auditeventFields[0].Descriptor()
 	// auditevent.DefaultCreatedAt holds the default value on creation for the created_at field.
 	auditevent.DefaultCreatedAt = auditeventDescCreatedAt.Default.(func() time.Time)
+	chassisMixin := schema.Chassis{}.Mixin()
+	chassisMixinFields0 := chassisMixin[0].Fields()
+	_ = chassisMixinFields0
+	chassisFields := schema.Chassis{}.Fields()
+	_ = chassisFields
+	// chassisDescCreatedAt is the schema descriptor for created_at field.
+	chassisDescCreatedAt := chassisMixinFields0[0].Descriptor()
+	// chassis.DefaultCreatedAt holds the default value on creation for the created_at field.
+	chassis.DefaultCreatedAt = chassisDescCreatedAt.Default.(func() time.Time)
+	// chassisDescUUID is the schema descriptor for uuid field.
+	chassisDescUUID := chassisFields[0].Descriptor()
+	// chassis.UUIDValidator is a validator for the "uuid" field. It is called by the builders before save.
+	chassis.UUIDValidator = chassisDescUUID.Validators[0].(func(string) error)
+	// chassisDescDescription is the schema descriptor for description field.
+	chassisDescDescription := chassisFields[1].Descriptor()
+	// chassis.DescriptionValidator is a validator for the "description" field. It is called by the builders before save.
+	chassis.DescriptionValidator = chassisDescDescription.Validators[0].(func(string) error)
 	conductorFields := schema.Conductor{}.Fields()
 	_ = conductorFields
 	// conductorDescHostname is the schema descriptor for hostname field.
@@ -113,6 +135,33 @@ func init() {
 	conductor.DefaultConductorGroup = conductorDescConductorGroup.Default.(string)
 	// conductor.ConductorGroupValidator is a validator for the "conductor_group" field. It is called by the builders before save.
 	conductor.ConductorGroupValidator = conductorDescConductorGroup.Validators[0].(func(string) error)
+	deploytemplateMixin := schema.DeployTemplate{}.Mixin()
+	deploytemplateMixinFields0 := deploytemplateMixin[0].Fields()
+	_ = deploytemplateMixinFields0
+	deploytemplateFields := schema.DeployTemplate{}.Fields()
+	_ = deploytemplateFields
+	// deploytemplateDescCreatedAt is the schema descriptor for created_at field.
+	deploytemplateDescCreatedAt := deploytemplateMixinFields0[0].Descriptor()
+	// deploytemplate.DefaultCreatedAt holds the default value on creation for the created_at field.
+	deploytemplate.DefaultCreatedAt = deploytemplateDescCreatedAt.Default.(func() time.Time)
+	// deploytemplateDescUUID is the schema descriptor for uuid field.
+	deploytemplateDescUUID := deploytemplateFields[0].Descriptor()
+	// deploytemplate.UUIDValidator is a validator for the "uuid" field. It is called by the builders before save.
+	deploytemplate.UUIDValidator = deploytemplateDescUUID.Validators[0].(func(string) error)
+	// deploytemplateDescName is the schema descriptor for name field.
+	deploytemplateDescName := deploytemplateFields[1].Descriptor()
+	// deploytemplate.NameValidator is a validator for the "name" field. It is called by the builders before save.
+	deploytemplate.NameValidator = deploytemplateDescName.Validators[0].(func(string) error)
+	deploytemplatestepFields := schema.DeployTemplateStep{}.Fields()
+	_ = deploytemplatestepFields
+	// deploytemplatestepDescInterface is the schema descriptor for interface field.
+	deploytemplatestepDescInterface := deploytemplatestepFields[1].Descriptor()
+	// deploytemplatestep.InterfaceValidator is a validator for the "interface" field. It is called by the builders before save.
+	deploytemplatestep.InterfaceValidator = deploytemplatestepDescInterface.Validators[0].(func(string) error)
+	// deploytemplatestepDescStep is the schema descriptor for step field.
+	deploytemplatestepDescStep := deploytemplatestepFields[2].Descriptor()
+	// deploytemplatestep.StepValidator is a validator for the "step" field. It is called by the builders before save.
+	deploytemplatestep.StepValidator = deploytemplatestepDescStep.Validators[0].(func(string) error)
 	nodeMixin := schema.Node{}.Mixin()
 	nodeMixinFields0 := nodeMixin[0].Fields()
 	_ = nodeMixinFields0
@@ -364,4 +413,46 @@ func init() {
 	userDescDisabled := userFields[2].Descriptor()
 	// user.DefaultDisabled holds the default value on creation for the disabled field.
 	user.DefaultDisabled = userDescDisabled.Default.(bool)
+	volumeconnectorMixin := schema.VolumeConnector{}.Mixin()
+	volumeconnectorMixinFields0 := volumeconnectorMixin[0].Fields()
+	_ = volumeconnectorMixinFields0
+	volumeconnectorFields := schema.VolumeConnector{}.Fields()
+	_ = volumeconnectorFields
+	// volumeconnectorDescCreatedAt is the schema descriptor for created_at field.
+	volumeconnectorDescCreatedAt := volumeconnectorMixinFields0[0].Descriptor()
+	// volumeconnector.DefaultCreatedAt holds the default value on creation for the created_at field.
+	volumeconnector.DefaultCreatedAt = volumeconnectorDescCreatedAt.Default.(func() time.Time)
+	// volumeconnectorDescUUID is the schema descriptor for uuid field.
+	volumeconnectorDescUUID := volumeconnectorFields[0].Descriptor()
+	// volumeconnector.UUIDValidator is a validator for the "uuid" field. It is called by the builders before save.
+	volumeconnector.UUIDValidator = volumeconnectorDescUUID.Validators[0].(func(string) error)
+	// volumeconnectorDescType is the schema descriptor for type field.
+	volumeconnectorDescType := volumeconnectorFields[2].Descriptor()
+	// volumeconnector.TypeValidator is a validator for the "type" field. It is called by the builders before save.
+	volumeconnector.TypeValidator = volumeconnectorDescType.Validators[0].(func(string) error)
+	// volumeconnectorDescConnectorID is the schema descriptor for connector_id field.
+	volumeconnectorDescConnectorID := volumeconnectorFields[3].Descriptor()
+	// volumeconnector.ConnectorIDValidator is a validator for the "connector_id" field. It is called by the builders before save.
+	volumeconnector.ConnectorIDValidator = volumeconnectorDescConnectorID.Validators[0].(func(string) error)
+	volumetargetMixin := schema.VolumeTarget{}.Mixin()
+	volumetargetMixinFields0 := volumetargetMixin[0].Fields()
+	_ = volumetargetMixinFields0
+	volumetargetFields := schema.VolumeTarget{}.Fields()
+	_ = volumetargetFields
+	// volumetargetDescCreatedAt is the schema descriptor for created_at field.
+	volumetargetDescCreatedAt := volumetargetMixinFields0[0].Descriptor()
+	// volumetarget.DefaultCreatedAt holds the default value on creation for the created_at field.
+	volumetarget.DefaultCreatedAt = volumetargetDescCreatedAt.Default.(func() time.Time)
+	// volumetargetDescUUID is the schema descriptor for uuid field.
+	volumetargetDescUUID := volumetargetFields[0].Descriptor()
+	// volumetarget.UUIDValidator is a validator for the "uuid" field. It is called by the builders before save.
+	volumetarget.UUIDValidator = volumetargetDescUUID.Validators[0].(func(string) error)
+	// volumetargetDescVolumeType is the schema descriptor for volume_type field.
+	volumetargetDescVolumeType := volumetargetFields[2].Descriptor()
+	// volumetarget.VolumeTypeValidator is a validator for the "volume_type" field. It is called by the builders before save.
+	volumetarget.VolumeTypeValidator = volumetargetDescVolumeType.Validators[0].(func(string) error)
+	// volumetargetDescVolumeID is the schema descriptor for volume_id field.
+	volumetargetDescVolumeID := volumetargetFields[3].Descriptor()
+	// volumetarget.VolumeIDValidator is a validator for the "volume_id" field. It is called by the builders before save.
+	volumetarget.VolumeIDValidator = volumetargetDescVolumeID.Validators[0].(func(string) error)
 }

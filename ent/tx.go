@@ -20,8 +20,14 @@ type Tx struct {
 	Allocation *AllocationClient
 	// AuditEvent is the client for interacting with the AuditEvent builders.
 	AuditEvent *AuditEventClient
+	// Chassis is the client for interacting with the Chassis builders.
+	Chassis *ChassisClient
 	// Conductor is the client for interacting with the Conductor builders.
 	Conductor *ConductorClient
+	// DeployTemplate is the client for interacting with the DeployTemplate builders.
+	DeployTemplate *DeployTemplateClient
+	// DeployTemplateStep is the client for interacting with the DeployTemplateStep builders.
+	DeployTemplateStep *DeployTemplateStepClient
 	// Node is the client for interacting with the Node builders.
 	Node *NodeClient
 	// NodeEvent is the client for interacting with the NodeEvent builders.
@@ -46,6 +52,10 @@ type Tx struct {
 	Trait *TraitClient
 	// User is the client for interacting with the User builders.
 	User *UserClient
+	// VolumeConnector is the client for interacting with the VolumeConnector builders.
+	VolumeConnector *VolumeConnectorClient
+	// VolumeTarget is the client for interacting with the VolumeTarget builders.
+	VolumeTarget *VolumeTargetClient
 
 	// lazily loaded.
 	client     *Client
@@ -180,7 +190,10 @@ func (tx *Tx) init() {
 	tx.APIToken = NewAPITokenClient(tx.config)
 	tx.Allocation = NewAllocationClient(tx.config)
 	tx.AuditEvent = NewAuditEventClient(tx.config)
+	tx.Chassis = NewChassisClient(tx.config)
 	tx.Conductor = NewConductorClient(tx.config)
+	tx.DeployTemplate = NewDeployTemplateClient(tx.config)
+	tx.DeployTemplateStep = NewDeployTemplateStepClient(tx.config)
 	tx.Node = NewNodeClient(tx.config)
 	tx.NodeEvent = NewNodeEventClient(tx.config)
 	tx.PolicyOverride = NewPolicyOverrideClient(tx.config)
@@ -193,6 +206,8 @@ func (tx *Tx) init() {
 	tx.Setting = NewSettingClient(tx.config)
 	tx.Trait = NewTraitClient(tx.config)
 	tx.User = NewUserClient(tx.config)
+	tx.VolumeConnector = NewVolumeConnectorClient(tx.config)
+	tx.VolumeTarget = NewVolumeTargetClient(tx.config)
 }
 
 // txDriver wraps the given dialect.Tx with a nop dialect.Driver implementation.

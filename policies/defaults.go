@@ -146,6 +146,34 @@ func Defaults() []Rule {
 		{"baremetal:driver:get_properties", "rule:system_reader", sys, "View driver-specific properties.", []string{"GET /v1/drivers/{driver_name}/properties"}},
 		{"baremetal:driver:get_raid_logical_disk_properties", "rule:system_reader", sys, "View driver-specific RAID metadata.", []string{"GET /v1/drivers/{driver_name}/raid/logical_disk_properties"}},
 
+		// Chassis: system rules only, as Ironic's.
+		{"baremetal:chassis:get", "rule:system_reader", sys, "Retrieve chassis records.", []string{"GET /v1/chassis", "GET /v1/chassis/detail", "GET /v1/chassis/{chassis_id}"}},
+		{"baremetal:chassis:create", "rule:system_admin", sys, "Create chassis records.", []string{"POST /v1/chassis"}},
+		{"baremetal:chassis:delete", "rule:system_admin", sys, "Delete chassis records.", []string{"DELETE /v1/chassis/{chassis_id}"}},
+		{"baremetal:chassis:update", "rule:system_member", sys, "Update chassis records.", []string{"PATCH /v1/chassis/{chassis_id}"}},
+		{"baremetal:node:update:chassis_uuid", "rule:system_admin", sysProj, "Set or change a node's chassis_uuid.", []string{"PATCH /v1/nodes/{node}"}},
+
+		// Volume connectors and targets: their node's owner and lessee, as
+		// Ironic's rules.
+		{"system_member_or_owner_lessee_admin", "rule:system_member or rule:system_service or rule:owner_admin or rule:owner_manager or rule:lessee_admin or rule:lessee_manager or rule:project_service", baseRule, "System members and the admins and managers of the owner or lessee project (SYSTEM_MEMBER_OR_OWNER_LESSEE_ADMIN).", nil},
+		{"baremetal:volume:list_all", "rule:system_reader", sysProj, "List every volume connector and target.", []string{"GET /v1/volume/connectors", "GET /v1/volume/targets", "GET /v1/nodes/{node}/volume/connectors", "GET /v1/nodes/{node}/volume/targets"}},
+		{"baremetal:volume:list", "role:reader or role:service", sysProj, "List the volume connectors and targets of nodes the caller's project owns or leases.", []string{"GET /v1/volume/connectors", "GET /v1/volume/targets", "GET /v1/nodes/{node}/volume/connectors", "GET /v1/nodes/{node}/volume/targets"}},
+		{"baremetal:volume:get", "rule:system_or_project_reader", sysProj, "Show volume connectors and targets.", []string{"GET /v1/volume", "GET /v1/volume/connectors/{connector}", "GET /v1/volume/targets/{target}", "GET /v1/nodes/{node}/volume"}},
+		{"baremetal:volume:create", "rule:system_member_or_owner_lessee_admin", sysProj, "Create volume connectors and targets.", []string{"POST /v1/volume/connectors", "POST /v1/volume/targets"}},
+		{"baremetal:volume:delete", "rule:system_member_or_owner_lessee_admin", sysProj, "Delete volume connectors and targets.", []string{"DELETE /v1/volume/connectors/{connector}", "DELETE /v1/volume/targets/{target}"}},
+		{"baremetal:volume:update", "rule:system_or_owner_member_and_lessee_admin", sysProj, "Update volume connectors and targets.", []string{"PATCH /v1/volume/connectors/{connector}", "PATCH /v1/volume/targets/{target}"}},
+		{"baremetal:volume:view_target_properties", "rule:system_reader or role:admin", sysProj, "See volume targets' properties, which may hold connection details.", []string{"GET /v1/volume/targets/{target}"}},
+
+		// Deploy templates: system rules, as Ironic's.
+		{"baremetal:deploy_template:get", "rule:system_reader", sysProj, "Retrieve deploy template records.", []string{"GET /v1/deploy_templates", "GET /v1/deploy_templates/{deploy_template}"}},
+		{"baremetal:deploy_template:create", "rule:system_admin", sysProj, "Create deploy template records.", []string{"POST /v1/deploy_templates"}},
+		{"baremetal:deploy_template:delete", "rule:system_admin", sysProj, "Delete deploy template records.", []string{"DELETE /v1/deploy_templates/{deploy_template}"}},
+		{"baremetal:deploy_template:update", "rule:system_admin", sysProj, "Update deploy template records.", []string{"PATCH /v1/deploy_templates/{deploy_template}"}},
+
+		// Vendor passthru: no driver of Anvil's has vendor methods.
+		{"baremetal:node:vendor_passthru", "rule:system_admin", sysProj, "Access vendor-specific node functions.", []string{"GET /v1/nodes/{node}/vendor_passthru/methods", "POST /v1/nodes/{node}/vendor_passthru"}},
+		{"baremetal:driver:vendor_passthru", "rule:system_admin", sys, "Access vendor-specific driver functions.", []string{"GET /v1/drivers/{driver}/vendor_passthru/methods", "POST /v1/drivers/{driver}/vendor_passthru"}},
+
 		// Anvil's own administration.
 		{"anvil:audit:list", "role:reader and system_scope:all", sys, "Read the audit log. Not service users: Anvil's administration is for people.", []string{"GET /v1/events"}},
 		{"anvil:policy:get", "role:reader and system_scope:all", sys, "Read the effective policy and its override status. Not service users: Anvil's administration is for people.", nil},

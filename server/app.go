@@ -23,8 +23,10 @@ import (
 	"github.com/anvilproject/anvil/server/audit"
 	"github.com/anvilproject/anvil/server/authn"
 	"github.com/anvilproject/anvil/server/bodylimit"
+	"github.com/anvilproject/anvil/server/chassis"
 	"github.com/anvilproject/anvil/server/clientip"
 	"github.com/anvilproject/anvil/server/conductor"
+	"github.com/anvilproject/anvil/server/deploytemplates"
 	"github.com/anvilproject/anvil/server/errs"
 	"github.com/anvilproject/anvil/server/guard"
 	"github.com/anvilproject/anvil/server/identity"
@@ -35,6 +37,7 @@ import (
 	"github.com/anvilproject/anvil/server/ports"
 	"github.com/anvilproject/anvil/server/runbooks"
 	"github.com/anvilproject/anvil/server/store"
+	"github.com/anvilproject/anvil/server/volume"
 	"github.com/anvilproject/anvil/web"
 )
 
@@ -205,7 +208,9 @@ func (a *App) routes() *fiber.App {
 		// every other client on to version discovery.
 		a.Portal.Register(app)
 	}
-	(&api.API{Nodes: a.Nodes, Ops: a.Portal.Ops, Runbooks: a.Runbooks, Allocations: a.Allocations, Ports: a.Ports, Guard: a.Guard, Audit: a.Audit, Log: a.opts.Log}).Register(app, v1)
+	(&api.API{Nodes: a.Nodes, Ops: a.Portal.Ops, Runbooks: a.Runbooks, Allocations: a.Allocations, Ports: a.Ports, Guard: a.Guard, Audit: a.Audit, Log: a.opts.Log,
+		Chassis: chassis.New(a.DB, a.Guard), Volume: volume.New(a.DB, a.Guard, a.Nodes),
+		DeployTemplates: deploytemplates.New(a.DB, a.Guard)}).Register(app, v1)
 	return app
 }
 

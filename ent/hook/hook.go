@@ -45,6 +45,18 @@ func (f AuditEventFunc) Mutate(ctx context.Context, m ent.Mutation) (ent.Value, 
 	return nil, fmt.Errorf("unexpected mutation type %T. expect *ent.AuditEventMutation", m)
 }
 
+// The ChassisFunc type is an adapter to allow the use of ordinary
+// function as Chassis mutator.
+type ChassisFunc func(context.Context, *ent.ChassisMutation) (ent.Value, error)
+
+// Mutate calls f(ctx, m).
+func (f ChassisFunc) Mutate(ctx context.Context, m ent.Mutation) (ent.Value, error) {
+	if mv, ok := m.(*ent.ChassisMutation); ok {
+		return f(ctx, mv)
+	}
+	return nil, fmt.Errorf("unexpected mutation type %T. expect *ent.ChassisMutation", m)
+}
+
 // The ConductorFunc type is an adapter to allow the use of ordinary
 // function as Conductor mutator.
 type ConductorFunc func(context.Context, *ent.ConductorMutation) (ent.Value, error)
@@ -55,6 +67,30 @@ func (f ConductorFunc) Mutate(ctx context.Context, m ent.Mutation) (ent.Value, e
 		return f(ctx, mv)
 	}
 	return nil, fmt.Errorf("unexpected mutation type %T. expect *ent.ConductorMutation", m)
+}
+
+// The DeployTemplateFunc type is an adapter to allow the use of ordinary
+// function as DeployTemplate mutator.
+type DeployTemplateFunc func(context.Context, *ent.DeployTemplateMutation) (ent.Value, error)
+
+// Mutate calls f(ctx, m).
+func (f DeployTemplateFunc) Mutate(ctx context.Context, m ent.Mutation) (ent.Value, error) {
+	if mv, ok := m.(*ent.DeployTemplateMutation); ok {
+		return f(ctx, mv)
+	}
+	return nil, fmt.Errorf("unexpected mutation type %T. expect *ent.DeployTemplateMutation", m)
+}
+
+// The DeployTemplateStepFunc type is an adapter to allow the use of ordinary
+// function as DeployTemplateStep mutator.
+type DeployTemplateStepFunc func(context.Context, *ent.DeployTemplateStepMutation) (ent.Value, error)
+
+// Mutate calls f(ctx, m).
+func (f DeployTemplateStepFunc) Mutate(ctx context.Context, m ent.Mutation) (ent.Value, error) {
+	if mv, ok := m.(*ent.DeployTemplateStepMutation); ok {
+		return f(ctx, mv)
+	}
+	return nil, fmt.Errorf("unexpected mutation type %T. expect *ent.DeployTemplateStepMutation", m)
 }
 
 // The NodeFunc type is an adapter to allow the use of ordinary
@@ -199,6 +235,30 @@ func (f UserFunc) Mutate(ctx context.Context, m ent.Mutation) (ent.Value, error)
 		return f(ctx, mv)
 	}
 	return nil, fmt.Errorf("unexpected mutation type %T. expect *ent.UserMutation", m)
+}
+
+// The VolumeConnectorFunc type is an adapter to allow the use of ordinary
+// function as VolumeConnector mutator.
+type VolumeConnectorFunc func(context.Context, *ent.VolumeConnectorMutation) (ent.Value, error)
+
+// Mutate calls f(ctx, m).
+func (f VolumeConnectorFunc) Mutate(ctx context.Context, m ent.Mutation) (ent.Value, error) {
+	if mv, ok := m.(*ent.VolumeConnectorMutation); ok {
+		return f(ctx, mv)
+	}
+	return nil, fmt.Errorf("unexpected mutation type %T. expect *ent.VolumeConnectorMutation", m)
+}
+
+// The VolumeTargetFunc type is an adapter to allow the use of ordinary
+// function as VolumeTarget mutator.
+type VolumeTargetFunc func(context.Context, *ent.VolumeTargetMutation) (ent.Value, error)
+
+// Mutate calls f(ctx, m).
+func (f VolumeTargetFunc) Mutate(ctx context.Context, m ent.Mutation) (ent.Value, error) {
+	if mv, ok := m.(*ent.VolumeTargetMutation); ok {
+		return f(ctx, mv)
+	}
+	return nil, fmt.Errorf("unexpected mutation type %T. expect *ent.VolumeTargetMutation", m)
 }
 
 // Condition is a hook condition function.

@@ -116,6 +116,21 @@ var (
 			},
 		},
 	}
+	// ChassisColumns holds the columns for the "chassis" table.
+	ChassisColumns = []*schema.Column{
+		{Name: "id", Type: field.TypeInt, Increment: true},
+		{Name: "created_at", Type: field.TypeTime},
+		{Name: "updated_at", Type: field.TypeTime, Nullable: true},
+		{Name: "uuid", Type: field.TypeString, Unique: true, Size: 36},
+		{Name: "description", Type: field.TypeString, Nullable: true, Size: 255},
+		{Name: "extra", Type: field.TypeJSON, Nullable: true},
+	}
+	// ChassisTable holds the schema information for the "chassis" table.
+	ChassisTable = &schema.Table{
+		Name:       "chassis",
+		Columns:    ChassisColumns,
+		PrimaryKey: []*schema.Column{ChassisColumns[0]},
+	}
 	// ConductorsColumns holds the columns for the "conductors" table.
 	ConductorsColumns = []*schema.Column{
 		{Name: "id", Type: field.TypeInt, Increment: true},
@@ -131,6 +146,52 @@ var (
 		Name:       "conductors",
 		Columns:    ConductorsColumns,
 		PrimaryKey: []*schema.Column{ConductorsColumns[0]},
+	}
+	// DeployTemplatesColumns holds the columns for the "deploy_templates" table.
+	DeployTemplatesColumns = []*schema.Column{
+		{Name: "id", Type: field.TypeInt, Increment: true},
+		{Name: "created_at", Type: field.TypeTime},
+		{Name: "updated_at", Type: field.TypeTime, Nullable: true},
+		{Name: "uuid", Type: field.TypeString, Unique: true, Size: 36},
+		{Name: "name", Type: field.TypeString, Unique: true, Size: 255},
+		{Name: "extra", Type: field.TypeJSON, Nullable: true},
+	}
+	// DeployTemplatesTable holds the schema information for the "deploy_templates" table.
+	DeployTemplatesTable = &schema.Table{
+		Name:       "deploy_templates",
+		Columns:    DeployTemplatesColumns,
+		PrimaryKey: []*schema.Column{DeployTemplatesColumns[0]},
+	}
+	// DeployTemplateStepsColumns holds the columns for the "deploy_template_steps" table.
+	DeployTemplateStepsColumns = []*schema.Column{
+		{Name: "id", Type: field.TypeInt, Increment: true},
+		{Name: "interface", Type: field.TypeString, Size: 32},
+		{Name: "step", Type: field.TypeString, Size: 255},
+		{Name: "args", Type: field.TypeJSON, Nullable: true},
+		{Name: "priority", Type: field.TypeInt},
+		{Name: "position", Type: field.TypeInt},
+		{Name: "deploy_template_id", Type: field.TypeInt},
+	}
+	// DeployTemplateStepsTable holds the schema information for the "deploy_template_steps" table.
+	DeployTemplateStepsTable = &schema.Table{
+		Name:       "deploy_template_steps",
+		Columns:    DeployTemplateStepsColumns,
+		PrimaryKey: []*schema.Column{DeployTemplateStepsColumns[0]},
+		ForeignKeys: []*schema.ForeignKey{
+			{
+				Symbol:     "deploy_template_steps_deploy_templates_steps",
+				Columns:    []*schema.Column{DeployTemplateStepsColumns[6]},
+				RefColumns: []*schema.Column{DeployTemplatesColumns[0]},
+				OnDelete:   schema.Cascade,
+			},
+		},
+		Indexes: []*schema.Index{
+			{
+				Name:    "deploytemplatestep_deploy_template_id_position",
+				Unique:  true,
+				Columns: []*schema.Column{DeployTemplateStepsColumns[6], DeployTemplateStepsColumns[5]},
+			},
+		},
 	}
 	// NodesColumns holds the columns for the "nodes" table.
 	NodesColumns = []*schema.Column{
@@ -163,12 +224,21 @@ var (
 		{Name: "driver_internal_info", Type: field.TypeJSON, Nullable: true},
 		{Name: "provision_updated_at", Type: field.TypeTime, Nullable: true},
 		{Name: "conductor_group", Type: field.TypeString, Size: 255, Default: ""},
+		{Name: "chassis_id", Type: field.TypeInt, Nullable: true},
 	}
 	// NodesTable holds the schema information for the "nodes" table.
 	NodesTable = &schema.Table{
 		Name:       "nodes",
 		Columns:    NodesColumns,
 		PrimaryKey: []*schema.Column{NodesColumns[0]},
+		ForeignKeys: []*schema.ForeignKey{
+			{
+				Symbol:     "nodes_chassis_chassis",
+				Columns:    []*schema.Column{NodesColumns[29]},
+				RefColumns: []*schema.Column{ChassisColumns[0]},
+				OnDelete:   schema.Restrict,
+			},
+		},
 		Indexes: []*schema.Index{
 			{
 				Name:    "node_owner",
@@ -199,6 +269,11 @@ var (
 				Name:    "node_conductor_group",
 				Unique:  false,
 				Columns: []*schema.Column{NodesColumns[28]},
+			},
+			{
+				Name:    "node_chassis_id",
+				Unique:  false,
+				Columns: []*schema.Column{NodesColumns[29]},
 			},
 		},
 	}
@@ -537,12 +612,86 @@ var (
 		Columns:    UsersColumns,
 		PrimaryKey: []*schema.Column{UsersColumns[0]},
 	}
+	// VolumeConnectorsColumns holds the columns for the "volume_connectors" table.
+	VolumeConnectorsColumns = []*schema.Column{
+		{Name: "id", Type: field.TypeInt, Increment: true},
+		{Name: "created_at", Type: field.TypeTime},
+		{Name: "updated_at", Type: field.TypeTime, Nullable: true},
+		{Name: "uuid", Type: field.TypeString, Unique: true, Size: 36},
+		{Name: "type", Type: field.TypeString, Size: 32},
+		{Name: "connector_id", Type: field.TypeString, Size: 255},
+		{Name: "extra", Type: field.TypeJSON, Nullable: true},
+		{Name: "node_id", Type: field.TypeInt},
+	}
+	// VolumeConnectorsTable holds the schema information for the "volume_connectors" table.
+	VolumeConnectorsTable = &schema.Table{
+		Name:       "volume_connectors",
+		Columns:    VolumeConnectorsColumns,
+		PrimaryKey: []*schema.Column{VolumeConnectorsColumns[0]},
+		ForeignKeys: []*schema.ForeignKey{
+			{
+				Symbol:     "volume_connectors_nodes_node",
+				Columns:    []*schema.Column{VolumeConnectorsColumns[7]},
+				RefColumns: []*schema.Column{NodesColumns[0]},
+				OnDelete:   schema.Cascade,
+			},
+		},
+		Indexes: []*schema.Index{
+			{
+				Name:    "volumeconnector_type_connector_id",
+				Unique:  true,
+				Columns: []*schema.Column{VolumeConnectorsColumns[4], VolumeConnectorsColumns[5]},
+			},
+			{
+				Name:    "volumeconnector_node_id",
+				Unique:  false,
+				Columns: []*schema.Column{VolumeConnectorsColumns[7]},
+			},
+		},
+	}
+	// VolumeTargetsColumns holds the columns for the "volume_targets" table.
+	VolumeTargetsColumns = []*schema.Column{
+		{Name: "id", Type: field.TypeInt, Increment: true},
+		{Name: "created_at", Type: field.TypeTime},
+		{Name: "updated_at", Type: field.TypeTime, Nullable: true},
+		{Name: "uuid", Type: field.TypeString, Unique: true, Size: 36},
+		{Name: "volume_type", Type: field.TypeString, Size: 64},
+		{Name: "volume_id", Type: field.TypeString, Size: 36},
+		{Name: "boot_index", Type: field.TypeInt},
+		{Name: "properties", Type: field.TypeJSON, Nullable: true},
+		{Name: "extra", Type: field.TypeJSON, Nullable: true},
+		{Name: "node_id", Type: field.TypeInt},
+	}
+	// VolumeTargetsTable holds the schema information for the "volume_targets" table.
+	VolumeTargetsTable = &schema.Table{
+		Name:       "volume_targets",
+		Columns:    VolumeTargetsColumns,
+		PrimaryKey: []*schema.Column{VolumeTargetsColumns[0]},
+		ForeignKeys: []*schema.ForeignKey{
+			{
+				Symbol:     "volume_targets_nodes_node",
+				Columns:    []*schema.Column{VolumeTargetsColumns[9]},
+				RefColumns: []*schema.Column{NodesColumns[0]},
+				OnDelete:   schema.Cascade,
+			},
+		},
+		Indexes: []*schema.Index{
+			{
+				Name:    "volumetarget_node_id_boot_index",
+				Unique:  true,
+				Columns: []*schema.Column{VolumeTargetsColumns[9], VolumeTargetsColumns[6]},
+			},
+		},
+	}
 	// Tables holds all the tables in the schema.
 	Tables = []*schema.Table{
 		APITokensTable,
 		AllocationsTable,
 		AuditEventsTable,
+		ChassisTable,
 		ConductorsTable,
+		DeployTemplatesTable,
+		DeployTemplateStepsTable,
 		NodesTable,
 		NodeEventsTable,
 		PolicyOverridesTable,
@@ -555,12 +704,19 @@ var (
 		SettingsTable,
 		TraitsTable,
 		UsersTable,
+		VolumeConnectorsTable,
+		VolumeTargetsTable,
 	}
 )
 
 func init() {
 	APITokensTable.ForeignKeys[0].RefTable = UsersTable
 	AllocationsTable.ForeignKeys[0].RefTable = NodesTable
+	ChassisTable.Annotation = &entsql.Annotation{
+		Table: "chassis",
+	}
+	DeployTemplateStepsTable.ForeignKeys[0].RefTable = DeployTemplatesTable
+	NodesTable.ForeignKeys[0].RefTable = ChassisTable
 	NodeEventsTable.ForeignKeys[0].RefTable = NodesTable
 	PortsTable.ForeignKeys[0].RefTable = NodesTable
 	PortsTable.ForeignKeys[1].RefTable = PortgroupsTable
@@ -568,4 +724,6 @@ func init() {
 	RoleAssignmentsTable.ForeignKeys[0].RefTable = UsersTable
 	RunbookStepsTable.ForeignKeys[0].RefTable = RunbooksTable
 	TraitsTable.ForeignKeys[0].RefTable = NodesTable
+	VolumeConnectorsTable.ForeignKeys[0].RefTable = NodesTable
+	VolumeTargetsTable.ForeignKeys[0].RefTable = NodesTable
 }

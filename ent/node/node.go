@@ -70,6 +70,8 @@ const (
 	FieldProvisionUpdatedAt = "provision_updated_at"
 	// FieldConductorGroup holds the string denoting the conductor_group field in the database.
 	FieldConductorGroup = "conductor_group"
+	// FieldChassisID holds the string denoting the chassis_id field in the database.
+	FieldChassisID = "chassis_id"
 	// EdgeTraits holds the string denoting the traits edge name in mutations.
 	EdgeTraits = "traits"
 	// EdgeEvents holds the string denoting the events edge name in mutations.
@@ -80,6 +82,8 @@ const (
 	EdgePorts = "ports"
 	// EdgePortgroups holds the string denoting the portgroups edge name in mutations.
 	EdgePortgroups = "portgroups"
+	// EdgeChassis holds the string denoting the chassis edge name in mutations.
+	EdgeChassis = "chassis"
 	// Table holds the table name of the node in the database.
 	Table = "nodes"
 	// TraitsTable is the table that holds the traits relation/edge.
@@ -117,6 +121,13 @@ const (
 	PortgroupsInverseTable = "portgroups"
 	// PortgroupsColumn is the table column denoting the portgroups relation/edge.
 	PortgroupsColumn = "node_id"
+	// ChassisTable is the table that holds the chassis relation/edge.
+	ChassisTable = "nodes"
+	// ChassisInverseTable is the table name for the Chassis entity.
+	// It exists in this package in order to avoid circular dependency with the "chassis" package.
+	ChassisInverseTable = "chassis"
+	// ChassisColumn is the table column denoting the chassis relation/edge.
+	ChassisColumn = "chassis_id"
 )
 
 // Columns holds all SQL columns for node fields.
@@ -150,6 +161,7 @@ var Columns = []string{
 	FieldDriverInternalInfo,
 	FieldProvisionUpdatedAt,
 	FieldConductorGroup,
+	FieldChassisID,
 }
 
 // ValidColumn reports if the column name is valid (part of the table columns).
@@ -306,6 +318,11 @@ func ByConductorGroup(opts ...sql.OrderTermOption) OrderOption {
 	return sql.OrderByField(FieldConductorGroup, opts...).ToFunc()
 }
 
+// ByChassisID orders the results by the chassis_id field.
+func ByChassisID(opts ...sql.OrderTermOption) OrderOption {
+	return sql.OrderByField(FieldChassisID, opts...).ToFunc()
+}
+
 // ByTraitsCount orders the results by traits count.
 func ByTraitsCount(opts ...sql.OrderTermOption) OrderOption {
 	return func(s *sql.Selector) {
@@ -368,6 +385,13 @@ func ByPortgroups(term sql.OrderTerm, terms ...sql.OrderTerm) OrderOption {
 		sqlgraph.OrderByNeighborTerms(s, newPortgroupsStep(), append([]sql.OrderTerm{term}, terms...)...)
 	}
 }
+
+// ByChassisField orders the results by chassis field.
+func ByChassisField(field string, opts ...sql.OrderTermOption) OrderOption {
+	return func(s *sql.Selector) {
+		sqlgraph.OrderByNeighborTerms(s, newChassisStep(), sql.OrderByField(field, opts...))
+	}
+}
 func newTraitsStep() *sqlgraph.Step {
 	return sqlgraph.NewStep(
 		sqlgraph.From(Table, FieldID),
@@ -401,5 +425,12 @@ func newPortgroupsStep() *sqlgraph.Step {
 		sqlgraph.From(Table, FieldID),
 		sqlgraph.To(PortgroupsInverseTable, FieldID),
 		sqlgraph.Edge(sqlgraph.O2M, false, PortgroupsTable, PortgroupsColumn),
+	)
+}
+func newChassisStep() *sqlgraph.Step {
+	return sqlgraph.NewStep(
+		sqlgraph.From(Table, FieldID),
+		sqlgraph.To(ChassisInverseTable, FieldID),
+		sqlgraph.Edge(sqlgraph.M2O, false, ChassisTable, ChassisColumn),
 	)
 }

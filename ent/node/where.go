@@ -160,6 +160,11 @@ func ConductorGroup(v string) predicate.Node {
 	return predicate.Node(sql.FieldEQ(FieldConductorGroup, v))
 }
 
+// ChassisID applies equality check predicate on the "chassis_id" field. It's identical to ChassisIDEQ.
+func ChassisID(v int) predicate.Node {
+	return predicate.Node(sql.FieldEQ(FieldChassisID, v))
+}
+
 // CreatedAtEQ applies the EQ predicate on the "created_at" field.
 func CreatedAtEQ(v time.Time) predicate.Node {
 	return predicate.Node(sql.FieldEQ(FieldCreatedAt, v))
@@ -1615,6 +1620,36 @@ func ConductorGroupContainsFold(v string) predicate.Node {
 	return predicate.Node(sql.FieldContainsFold(FieldConductorGroup, v))
 }
 
+// ChassisIDEQ applies the EQ predicate on the "chassis_id" field.
+func ChassisIDEQ(v int) predicate.Node {
+	return predicate.Node(sql.FieldEQ(FieldChassisID, v))
+}
+
+// ChassisIDNEQ applies the NEQ predicate on the "chassis_id" field.
+func ChassisIDNEQ(v int) predicate.Node {
+	return predicate.Node(sql.FieldNEQ(FieldChassisID, v))
+}
+
+// ChassisIDIn applies the In predicate on the "chassis_id" field.
+func ChassisIDIn(vs ...int) predicate.Node {
+	return predicate.Node(sql.FieldIn(FieldChassisID, vs...))
+}
+
+// ChassisIDNotIn applies the NotIn predicate on the "chassis_id" field.
+func ChassisIDNotIn(vs ...int) predicate.Node {
+	return predicate.Node(sql.FieldNotIn(FieldChassisID, vs...))
+}
+
+// ChassisIDIsNil applies the IsNil predicate on the "chassis_id" field.
+func ChassisIDIsNil() predicate.Node {
+	return predicate.Node(sql.FieldIsNull(FieldChassisID))
+}
+
+// ChassisIDNotNil applies the NotNil predicate on the "chassis_id" field.
+func ChassisIDNotNil() predicate.Node {
+	return predicate.Node(sql.FieldNotNull(FieldChassisID))
+}
+
 // HasTraits applies the HasEdge predicate on the "traits" edge.
 func HasTraits() predicate.Node {
 	return predicate.Node(func(s *sql.Selector) {
@@ -1722,6 +1757,29 @@ func HasPortgroups() predicate.Node {
 func HasPortgroupsWith(preds ...predicate.Portgroup) predicate.Node {
 	return predicate.Node(func(s *sql.Selector) {
 		step := newPortgroupsStep()
+		sqlgraph.HasNeighborsWith(s, step, func(s *sql.Selector) {
+			for _, p := range preds {
+				p(s)
+			}
+		})
+	})
+}
+
+// HasChassis applies the HasEdge predicate on the "chassis" edge.
+func HasChassis() predicate.Node {
+	return predicate.Node(func(s *sql.Selector) {
+		step := sqlgraph.NewStep(
+			sqlgraph.From(Table, FieldID),
+			sqlgraph.Edge(sqlgraph.M2O, false, ChassisTable, ChassisColumn),
+		)
+		sqlgraph.HasNeighbors(s, step)
+	})
+}
+
+// HasChassisWith applies the HasEdge predicate on the "chassis" edge with a given conditions (other predicates).
+func HasChassisWith(preds ...predicate.Chassis) predicate.Node {
+	return predicate.Node(func(s *sql.Selector) {
+		step := newChassisStep()
 		sqlgraph.HasNeighborsWith(s, step, func(s *sql.Selector) {
 			for _, p := range preds {
 				p(s)

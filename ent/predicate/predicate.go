@@ -15,8 +15,17 @@ type Allocation func(*sql.Selector)
 // AuditEvent is the predicate function for auditevent builders.
 type AuditEvent func(*sql.Selector)
 
+// Chassis is the predicate function for chassis builders.
+type Chassis func(*sql.Selector)
+
 // Conductor is the predicate function for conductor builders.
 type Conductor func(*sql.Selector)
+
+// DeployTemplate is the predicate function for deploytemplate builders.
+type DeployTemplate func(*sql.Selector)
+
+// DeployTemplateStep is the predicate function for deploytemplatestep builders.
+type DeployTemplateStep func(*sql.Selector)
 
 // Node is the predicate function for node builders.
 type Node func(*sql.Selector)
@@ -53,3 +62,9 @@ type Trait func(*sql.Selector)
 
 // User is the predicate function for user builders.
 type User func(*sql.Selector)
+
+// VolumeConnector is the predicate function for volumeconnector builders.
+type VolumeConnector func(*sql.Selector)
+
+// VolumeTarget is the predicate function for volumetarget builders.
+type VolumeTarget func(*sql.Selector)

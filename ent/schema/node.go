@@ -51,6 +51,9 @@ func (Node) Fields() []ent.Field {
 		// as Ironic's; "" is the default group, served by conductors
 		// started without one. Stored lower case.
 		field.String("conductor_group").Default("").MaxLen(255),
+		// chassis_id is the chassis the node sits in; the API shows it as
+		// chassis_uuid. A chassis with nodes cannot be deleted.
+		field.Int("chassis_id").Optional().Nillable(),
 	}
 }
 
@@ -62,6 +65,7 @@ func (Node) Edges() []ent.Edge {
 		// A node's ports and portgroups go with it, as in Ironic.
 		edge.To("ports", Port.Type).Annotations(entsql.OnDelete(entsql.Cascade)),
 		edge.To("portgroups", Portgroup.Type).Annotations(entsql.OnDelete(entsql.Cascade)),
+		edge.To("chassis", Chassis.Type).Field("chassis_id").Unique().Annotations(entsql.OnDelete(entsql.Restrict)),
 	}
 }
 
@@ -73,5 +77,6 @@ func (Node) Indexes() []ent.Index {
 		index.Fields("reservation"),
 		index.Fields("resource_class"),
 		index.Fields("conductor_group"),
+		index.Fields("chassis_id"),
 	}
 }

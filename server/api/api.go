@@ -13,12 +13,15 @@ import (
 
 	"github.com/anvilproject/anvil/server/allocations"
 	"github.com/anvilproject/anvil/server/audit"
+	"github.com/anvilproject/anvil/server/chassis"
 	"github.com/anvilproject/anvil/server/conductor"
+	"github.com/anvilproject/anvil/server/deploytemplates"
 	"github.com/anvilproject/anvil/server/errs"
 	"github.com/anvilproject/anvil/server/guard"
 	"github.com/anvilproject/anvil/server/nodes"
 	"github.com/anvilproject/anvil/server/ports"
 	"github.com/anvilproject/anvil/server/runbooks"
+	"github.com/anvilproject/anvil/server/volume"
 )
 
 // MaxBody is the largest request body the API accepts; the app enforces it
@@ -35,9 +38,15 @@ type API struct {
 	Allocations *allocations.Service
 	// Ports serves ports, portgroups and VIFs.
 	Ports *ports.Service
-	Guard *guard.Guard
-	Audit *audit.Log
-	Log   *slog.Logger
+	// Chassis serves /v1/chassis.
+	Chassis *chassis.Service
+	// Volume serves /v1/volume.
+	Volume *volume.Service
+	// DeployTemplates serves /v1/deploy_templates.
+	DeployTemplates *deploytemplates.Service
+	Guard           *guard.Guard
+	Audit           *audit.Log
+	Log             *slog.Logger
 }
 
 type verKey struct{}
@@ -88,6 +97,10 @@ func (a *API) Register(root fiber.Router, v1 fiber.Router) {
 	a.registerAllocations(v1)
 	a.registerDrivers(v1)
 	a.registerPorts(v1)
+	a.registerChassis(v1)
+	a.registerVolume(v1)
+	a.registerDeployTemplates(v1)
+	a.registerVendorPassthru(v1)
 }
 
 func baseURL(c *fiber.Ctx) string { return c.BaseURL() }

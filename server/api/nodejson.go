@@ -21,6 +21,7 @@ type nodeField struct {
 var nodeFields = []nodeField{
 	{"uuid", VerMin, func(w *jw, v *nodes.View, _ Version) { w.str("uuid", v.UUID) }},
 	{"name", VerName, func(w *jw, v *nodes.View, _ Version) { w.strp("name", v.Name) }},
+	{"chassis_uuid", VerMin, func(w *jw, v *nodes.View, _ Version) { w.strp("chassis_uuid", v.ChassisUUID) }},
 	{"driver", VerMin, func(w *jw, v *nodes.View, _ Version) { w.str("driver", v.Driver) }},
 	{"driver_info", VerMin, func(w *jw, v *nodes.View, _ Version) { w.obj("driver_info", v.DriverInfo) }},
 	{"driver_internal_info", VerDriverInternal, func(w *jw, v *nodes.View, _ Version) { w.obj("driver_internal_info", v.DriverInternalInfo) }},
@@ -126,8 +127,8 @@ func namedFields(names []string, ver Version) fieldSet {
 	return fs
 }
 
-// needs reports whether fs includes field; traits and allocation_uuid
-// each cost a query, conductor the hash ring.
+// needs reports whether fs includes field; traits, allocation_uuid and
+// chassis_uuid each cost a query, conductor the hash ring.
 func (fs fieldSet) needs(field string) bool {
 	for _, i := range fs {
 		if nodeFields[i].name == field {

@@ -67,7 +67,6 @@ var unsupportedNodeFilters = []struct{ name, why string }{
 	// The ring's mapping is computed, not stored, so it cannot be a WHERE
 	// clause; filtering it would break paging.
 	{"conductor", "filtering by the hash ring's conductor is not implemented"},
-	{"chassis_uuid", "chassis do not exist yet"},
 	{"shard", "shards do not exist yet"},
 	{"sharded", "shards do not exist yet"},
 	{"parent_node", "child nodes do not exist yet"},
@@ -109,15 +108,22 @@ func listOptions(c *fiber.Ctx, v Version, detail bool) (nodes.ListOptions, field
 		{&o.Project, "project", VerLessee}, {&o.InstanceUUID, "instance_uuid", VerMin},
 		{&o.DescriptionContains, "description_contains", VerDescription},
 		{&o.Fault, "fault", VerFault}, {&o.ConductorGroup, "conductor_group", VerConductorGroup},
+		{&o.ChassisUUID, "chassis_uuid", VerMin},
 	} {
 		if *f.dst, err = str(f.name, f.since); err != nil {
 			return o, nil, err
 		}
 	}
+	if id := c.Params("chassis"); id != "" {
+		o.ChassisUUID = &id
+	}
 	for _, f := range unsupportedNodeFilters {
 		if c.Query(f.name) != "" {
 			return o, nil, errs.BadRequest(f.name, "filter %s is not supported: %s", f.name, f.why)
 		}
+	}
+	if o.ChassisUUID != nil && !nodes.IsUUID(*o.ChassisUUID) {
+		return o, nil, errs.BadRequest("chassis_uuid", "Expected a UUID for chassis_uuid but received %s.", *o.ChassisUUID)
 	}
 	if o.Fault != nil && !slices.Contains(nodes.Faults, *o.Fault) {
 		return o, nil, errs.BadRequest("fault", "Unknown fault: %s. Valid faults are: %s", *o.Fault, strings.Join(nodes.Faults, ", "))
@@ -163,9 +169,13 @@ func listOptions(c *fiber.Ctx, v Version, detail bool) (nodes.ListOptions, field
 	}
 	o.WithTraits = fs.needs("traits")
 	o.WithAllocation = fs.needs("allocation_uuid")
+	o.WithChassis = fs.needs("chassis_uuid")
 	if !detail {
 		for _, i := range fs {
 			o.Columns = append(o.Columns, nodeFields[i].name)
+		}
+		if o.WithChassis {
+			o.Columns = append(o.Columns, "chassis_id")
 		}
 		if fs.needs("conductor") {
 			// The ring maps a node within its group.
@@ -229,7 +239,8 @@ type nodeCreate struct {
 	Description   *string        `json:"description"`
 	InstanceUUID  *string        `json:"instance_uuid"`
 	// ConductorGroup is "" when absent, as Ironic's create treats it.
-	ConductorGroup string `json:"conductor_group"`
+	ConductorGroup string  `json:"conductor_group"`
+	ChassisUUID    *string `json:"chassis_uuid"`
 }
 
 func (a *API) createNode(c *fiber.Ctx) error {
@@ -262,7 +273,7 @@ func (a *API) createNode(c *fiber.Ctx) error {
 		Properties: in.Properties, Extra: in.Extra, InstanceInfo: in.InstanceInfo,
 		Owner: deref(in.Owner), Lessee: deref(in.Lessee), ResourceClass: in.ResourceClass,
 		Description: in.Description, InstanceUUID: in.InstanceUUID, ProvisionState: state,
-		ConductorGroup: in.ConductorGroup,
+		ConductorGroup: in.ConductorGroup, ChassisUUID: in.ChassisUUID,
 	})
 	if err != nil {
 		return err

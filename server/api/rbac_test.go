@@ -142,6 +142,71 @@ var matrix = []struct {
 	{"POST", "/v1/nodes/{n}/vifs", `{"id":"vif-{i}","port_uuid":"{p}"}`, "401 | 204 204 403 204 | 204 204 204 403 204 | 204 204 403 403 404 | 404 404 404 404 | 204"},
 	{"DELETE", "/v1/nodes/{n}/vifs/{vif}", "", "401 | 204 204 403 204 | 204 204 204 403 204 | 204 204 403 403 404 | 404 404 404 404 | 204"},
 	{"GET", "/v1", "", "200 | 200 200 200 200 | 200 200 200 200 200 | 200 200 200 200 200 | 200 200 200 200 | 200"},
+
+	// Chassis and deploy templates are system records: SYSTEM_READER to
+	// read, SYSTEM_ADMIN to create or delete, SYSTEM_MEMBER to update a
+	// chassis, SYSTEM_ADMIN a template.
+	{"GET", "/v1/chassis", "", "401 | 200 200 200 200 | 403 403 403 403 403 | 403 403 403 403 403 | 403 403 403 403 | 200"},
+	{"GET", "/v1/chassis/{ch}", "", "401 | 200 200 200 200 | 403 403 403 403 403 | 403 403 403 403 403 | 403 403 403 403 | 200"},
+	{"POST", "/v1/chassis", `{"description":"c"}`, "401 | 201 403 403 403 | 403 403 403 403 403 | 403 403 403 403 403 | 403 403 403 403 | 403"},
+	{"PATCH", "/v1/chassis/{ch}", `[{"op":"add","path":"/extra/k","value":"v"}]`, "401 | 200 200 403 403 | 403 403 403 403 403 | 403 403 403 403 403 | 403 403 403 403 | 200"},
+	{"DELETE", "/v1/chassis/{ch}", "", "401 | 204 403 403 403 | 403 403 403 403 403 | 403 403 403 403 403 | 403 403 403 403 | 403"},
+	// update:chassis_uuid is SYSTEM_ADMIN.
+	{"PATCH", "/v1/nodes/{n}", `[{"op":"add","path":"/chassis_uuid","value":"{ch}"}]`, "401 | 200 403 403 403 | 403 403 403 403 403 | 403 403 403 403 404 | 404 404 404 404 | 403"},
+	{"GET", "/v1/deploy_templates", "", "401 | 200 200 200 200 | 403 403 403 403 403 | 403 403 403 403 403 | 403 403 403 403 | 200"},
+	{"POST", "/v1/deploy_templates", `{"name":"CUSTOM_T{i}","steps":[{"interface":"power","step":"reboot","args":{},"priority":1}]}`, "401 | 201 403 403 403 | 403 403 403 403 403 | 403 403 403 403 403 | 403 403 403 403 | 403"},
+	{"PATCH", "/v1/deploy_templates/{dt}", `[{"op":"add","path":"/extra/k","value":"v"}]`, "401 | 200 403 403 403 | 403 403 403 403 403 | 403 403 403 403 403 | 403 403 403 403 | 403"},
+	{"DELETE", "/v1/deploy_templates/{dt}", "", "401 | 204 403 403 403 | 403 403 403 403 403 | 403 403 403 403 403 | 403 403 403 403 | 403"},
+	// Volume records follow their node. volume:list is API_READER,
+	// filtered to the caller's project; volume:get is SYSTEM_OR_PROJECT_READER.
+	{"GET", "/v1/volume/connectors", "", "401 | 200 200 200 200 | 200 200 200 200 200 | 200 200 200 200 200 | 200 200 200 200 | 200"},
+	{"GET", "/v1/nodes/{n}/volume/targets", "", "401 | 200 200 200 200 | 200 200 200 200 200 | 200 200 200 200 404 | 404 404 404 404 | 200"},
+	{"GET", "/v1/volume/connectors/{vc}", "", "401 | 200 200 200 200 | 200 200 200 200 200 | 200 200 200 200 404 | 404 404 404 404 | 200"},
+	{"GET", "/v1/volume/targets/{vt}", "", "401 | 200 200 200 200 | 200 200 200 200 200 | 200 200 200 200 404 | 404 404 404 404 | 200"},
+	// /v1/volume checks volume:get against no node: system readers only.
+	{"GET", "/v1/volume", "", "401 | 200 200 200 200 | 403 403 403 403 403 | 403 403 403 403 403 | 403 403 403 403 | 200"},
+	// volume:create is SYSTEM_MEMBER_OR_OWNER_LESSEE_ADMIN; a node the
+	// caller cannot see is checked as no node at all, so 403, not 404.
+	{"POST", "/v1/volume/connectors", `{"node_uuid":"{n}","type":"iqn","connector_id":"iqn.{i}"}`, "401 | 201 201 403 201 | 201 201 403 403 201 | 201 201 403 403 403 | 403 403 403 403 | 201"},
+	{"POST", "/v1/volume/targets", `{"node_uuid":"{n}","volume_type":"iscsi","volume_id":"v{i}","boot_index":0}`, "401 | 201 201 403 201 | 201 201 403 403 201 | 201 201 403 403 403 | 403 403 403 403 | 201"},
+	// volume:update is SYSTEM_OR_OWNER_MEMBER_AND_LESSEE_ADMIN; the fresh
+	// node's power state is unknown, so an allowed change then meets
+	// Ironic's powered-off rule (400).
+	{"PATCH", "/v1/volume/connectors/{vc}", `[{"op":"add","path":"/extra/k","value":"v"}]`, "401 | 400 400 403 400 | 400 400 400 403 400 | 400 400 403 403 404 | 404 404 404 404 | 400"},
+	{"PATCH", "/v1/volume/targets/{vt}", `[{"op":"add","path":"/extra/k","value":"v"}]`, "401 | 400 400 403 400 | 400 400 400 403 400 | 400 400 403 403 404 | 404 404 404 404 | 400"},
+	// volume:delete is SYSTEM_MEMBER_OR_OWNER_LESSEE_ADMIN; enroll allows it.
+	{"DELETE", "/v1/volume/connectors/{vc}", "", "401 | 204 204 403 204 | 204 204 403 403 204 | 204 204 403 403 404 | 404 404 404 404 | 204"},
+	{"DELETE", "/v1/volume/targets/{vt}", "", "401 | 204 204 403 204 | 204 204 403 403 204 | 204 204 403 403 404 | 404 404 404 404 | 204"},
+	// vendor_passthru is SYSTEM_ADMIN; no driver has a vendor method.
+	{"GET", "/v1/nodes/{n}/vendor_passthru/methods", "", "401 | 200 403 403 403 | 403 403 403 403 403 | 403 403 403 403 404 | 404 404 404 404 | 403"},
+	{"POST", "/v1/nodes/{n}/vendor_passthru?method=x", `{}`, "401 | 400 403 403 403 | 403 403 403 403 403 | 403 403 403 403 404 | 404 404 404 404 | 403"},
+	{"GET", "/v1/drivers/ipmi/vendor_passthru/methods", "", "401 | 200 403 403 403 | 403 403 403 403 403 | 403 403 403 403 403 | 403 403 403 403 | 403"},
+}
+
+// fixtures make, per matrix cell, the records a row's path or body names
+// besides the node: {ch} a chassis, {dt} a deploy template, {vc} and {vt}
+// a volume connector and target on the cell's node.
+var fixtures = map[string]func(t *testing.T, admin *servertest.Client, node string, i int) string{
+	"{ch}": func(t *testing.T, admin *servertest.Client, _ string, _ int) string {
+		return created(t, admin, "/v1/chassis", map[string]any{})
+	},
+	"{dt}": func(t *testing.T, admin *servertest.Client, _ string, i int) string {
+		return created(t, admin, "/v1/deploy_templates", map[string]any{"name": fmt.Sprintf("CUSTOM_F%d", i),
+			"steps": []any{map[string]any{"interface": "power", "step": "reboot", "args": map[string]any{}, "priority": 1}}})
+	},
+	"{vc}": func(t *testing.T, admin *servertest.Client, node string, i int) string {
+		return created(t, admin, "/v1/volume/connectors", map[string]any{"node_uuid": node, "type": "wwpn", "connector_id": fmt.Sprintf("f%d", i)})
+	},
+	"{vt}": func(t *testing.T, admin *servertest.Client, node string, _ int) string {
+		return created(t, admin, "/v1/volume/targets", map[string]any{"node_uuid": node, "volume_type": "iscsi", "volume_id": "v", "boot_index": 7})
+	},
+}
+
+func created(t *testing.T, admin *servertest.Client, path string, body map[string]any) string {
+	t.Helper()
+	r := admin.Do(t, "POST", path, body)
+	mustStatus(t, r, 201)
+	return r.JSON(t)["uuid"].(string)
 }
 
 // rbacPortFixtures creates what a port row names on node id: a port for
@@ -217,12 +282,18 @@ func TestRBACMatrix(t *testing.T) {
 				mustStatus(t, r, 201)
 				id := r.JSON(t)["uuid"].(string)
 				mustStatus(t, admin.Do(t, "PUT", "/v1/nodes/"+id+"/traits/CUSTOM_A", nil), 204)
-				rep := []string{"{n}", id, "{name}", name, "{i}", strconv.Itoa(i), "{mac}", fmt.Sprintf("52:54:00:%02x:%02x:%02x", i>>16&255, i>>8&255, i&255)}
-				rep = append(rep, rbacPortFixtures(t, admin, row.path+row.body, id, i)...)
-				path := strings.NewReplacer(rep...).Replace(row.path)
+				subst := []string{"{n}", id, "{name}", name, "{i}", strconv.Itoa(i), "{mac}", fmt.Sprintf("52:54:00:%02x:%02x:%02x", i>>16&255, i>>8&255, i&255)}
+				subst = append(subst, rbacPortFixtures(t, admin, row.path+row.body, id, i)...)
+				for ph, fixture := range fixtures {
+					if strings.Contains(row.path+row.body, ph) {
+						subst = append(subst, ph, fixture(t, admin, id, i))
+					}
+				}
+				rep := strings.NewReplacer(subst...)
+				path := rep.Replace(row.path)
 				var body any
 				if row.body != "" {
-					body = strings.NewReplacer(rep...).Replace(row.body)
+					body = rep.Replace(row.body)
 				}
 				got := clients[p.name].Do(t, row.method, path, body)
 				if strconv.Itoa(got.Status) != want[col] {

@@ -79,6 +79,8 @@ const (
 	VerRunbookTraits     Version = 112 // runbook traits, description, /v1/runbooks/{rb}/traits
 	VerHistoryProject    Version = 113 // node history project
 	VerHistoryState      Version = 115 // node history state, target_provision_state, duration_seconds
+	VerVolume            Version = 32  // /v1/volume
+	VerDeployTmpl        Version = 55  // /v1/deploy_templates
 	// VerMax is the newest version whose predecessors' behaviour is all in
 	// place (README, "Microversions"). Debian's python3-ironicclient 5.0.1
 	// knows up to 1.78 and negotiates down to the lower of the two.

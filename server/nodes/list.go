@@ -10,6 +10,7 @@ import (
 
 	"github.com/anvilproject/anvil/ent"
 	"github.com/anvilproject/anvil/ent/allocation"
+	"github.com/anvilproject/anvil/ent/chassis"
 	"github.com/anvilproject/anvil/ent/node"
 	"github.com/anvilproject/anvil/ent/predicate"
 	"github.com/anvilproject/anvil/ent/trait"
@@ -30,13 +31,18 @@ type ListOptions struct {
 	// Project matches nodes the project owns or leases.
 	Project, InstanceUUID, DescriptionContains, Fault *string
 	ConductorGroup                                    *string
-	Maintenance, Associated                           *bool
-	Limit                                             int
-	Marker                                            string
-	SortKey, SortDir                                  string
-	WithTraits                                        bool
+	// ChassisUUID keeps the nodes in that chassis; an unknown chassis is
+	// a 404, as Ironic answers.
+	ChassisUUID             *string
+	Maintenance, Associated *bool
+	Limit                   int
+	Marker                  string
+	SortKey, SortDir        string
+	WithTraits              bool
 	// WithAllocation loads each node's allocation UUID.
 	WithAllocation bool
+	// WithChassis loads each node's chassis UUID.
+	WithChassis bool
 	// Columns, when set, limits the columns read to these (plus what
 	// access decisions need): a short list reads no JSON blobs.
 	Columns []string
@@ -136,6 +142,9 @@ func (s *Service) List(ctx context.Context, o ListOptions) (*Page, error) {
 	if o.WithAllocation {
 		q = q.WithAllocation(func(aq *ent.AllocationQuery) { aq.Select(allocation.FieldNodeID, allocation.FieldUUID) })
 	}
+	if o.WithChassis {
+		q = q.WithChassis(func(cq *ent.ChassisQuery) { cq.Select(chassis.FieldID, chassis.FieldUUID) })
+	}
 	var ns []*ent.Node
 	if len(o.Columns) > 0 {
 		cols := []string{node.FieldUUID, node.FieldOwner, node.FieldLessee}
@@ -223,6 +232,16 @@ func (s *Service) scoped(ctx context.Context, o ListOptions) (*ent.NodeQuery, er
 	}
 	if o.ConductorGroup != nil {
 		ps = append(ps, node.ConductorGroup(strings.ToLower(*o.ConductorGroup)))
+	}
+	if o.ChassisUUID != nil {
+		id, err := s.db.Chassis.Query().Where(chassis.UUID(strings.ToLower(*o.ChassisUUID))).OnlyID(ctx)
+		if ent.IsNotFound(err) {
+			return nil, errs.NotFound("Chassis %s could not be found.", *o.ChassisUUID)
+		}
+		if err != nil {
+			return nil, err
+		}
+		ps = append(ps, node.ChassisID(id))
 	}
 	if o.DescriptionContains != nil {
 		ps = append(ps, node.DescriptionContains(*o.DescriptionContains))

@@ -33,7 +33,11 @@ var fieldRules = map[string]string{
 	"instance_info":   RuleUpdateInstInfo,
 	"resource_class":  RuleUpdate,
 	"description":     RuleUpdate,
+	"chassis_uuid":    RuleUpdateChassis,
 }
+
+// RuleUpdateChassis guards moving a node between chassis.
+const RuleUpdateChassis = "baremetal:node:update:chassis_uuid"
 
 // readOnly are node fields that exist but only Anvil changes.
 var readOnly = map[string]bool{
@@ -127,6 +131,14 @@ func isSecretPath(path string) bool {
 	return false
 }
 
+// chassisUUID is the UUID of the node's chassis, loaded as its edge.
+func chassisUUID(n *ent.Node) any {
+	if n.Edges.Chassis == nil {
+		return nil
+	}
+	return n.Edges.Chassis.UUID
+}
+
 func topField(path string) string {
 	f, _, _ := strings.Cut(strings.TrimPrefix(path, "/"), "/")
 	return f
@@ -206,6 +218,7 @@ func patchDoc(n *ent.Node) map[string]any {
 		"instance_info": MaskInstanceInfo(n.InstanceInfo), "owner": proj(n.Owner), "lessee": proj(n.Lessee),
 		"resource_class": str(n.ResourceClass), "instance_uuid": str(n.InstanceUUID),
 		"description": str(n.Description), "conductor_group": n.ConductorGroup,
+		"chassis_uuid": chassisUUID(n),
 	}
 }
 
@@ -239,13 +252,18 @@ func (s *Service) Patch(ctx context.Context, ident string, raw []byte, allowed f
 	}
 	var changed []string
 	err = store.WithTx(ctx, s.db, func(tx *ent.Client) error {
-		cur, err := lockRow(ctx, tx, n)
+		cur, err := LockRow(ctx, tx, n)
 		if err != nil {
 			return err
 		}
 		// The owner or lessee may have changed since the check above.
 		if cur.Owner != n.Owner || cur.Lessee != n.Lessee {
 			if err := s.authorize(ctx, cur, ident, append(append([]string{RuleGet}, patchRules(ops)...), readRulesOf(ops)...)...); err != nil {
+				return err
+			}
+		}
+		if cur.ChassisID != nil {
+			if cur.Edges.Chassis, err = tx.Chassis.Get(ctx, *cur.ChassisID); err != nil {
 				return err
 			}
 		}
@@ -265,6 +283,15 @@ func (s *Service) Patch(ctx context.Context, ident string, raw []byte, allowed f
 		if err != nil {
 			return err
 		}
+		if contains(changed, "chassis_uuid") {
+			ident, ok := after["chassis_uuid"].(string)
+			if !ok && after["chassis_uuid"] != nil {
+				return errs.BadRequest("chassis_uuid", "chassis_uuid must be a string or null")
+			}
+			if upd.fields["chassis_uuid"], err = chassisOf(ctx, tx, &ident); err != nil {
+				return err
+			}
+		}
 		return applyUpdate(ctx, tx, cur, upd)
 	})
 	if len(changed) > 0 || err != nil {
@@ -276,11 +303,11 @@ func (s *Service) Patch(ctx context.Context, ident string, raw []byte, allowed f
 	return s.Get(ctx, n.UUID)
 }
 
-// lockRow takes the node's row for the rest of the transaction and returns
+// LockRow takes the node's row for the rest of the transaction and returns
 // it as stored now. The UPDATE is the lock on PostgreSQL (a row lock until
 // commit) and SQLite (its one writer lock, taken at BEGIN IMMEDIATE); its
 // condition keeps a node a conductor holds out of reach.
-func lockRow(ctx context.Context, tx *ent.Client, n *ent.Node) (*ent.Node, error) {
+func LockRow(ctx context.Context, tx *ent.Client, n *ent.Node) (*ent.Node, error) {
 	cnt, err := tx.Node.Update().Where(node.ID(n.ID), node.ReservationIsNil()).SetUpdatedAt(time.Now()).Save(ctx)
 	if err != nil {
 		return nil, err
@@ -501,6 +528,12 @@ func applyUpdate(ctx context.Context, tx *ent.Client, n *ent.Node, u *nodeUpdate
 			upd.SetExtra(v.(map[string]any))
 		case "instance_info":
 			upd.SetInstanceInfo(v.(map[string]any))
+		case "chassis_uuid":
+			if id := v.(*int); id == nil {
+				upd.ClearChassisID()
+			} else {
+				upd.SetChassisID(*id)
+			}
 		default:
 			return fmt.Errorf("nodes: no writer for field %s", f)
 		}

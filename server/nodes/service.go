@@ -16,6 +16,7 @@ import (
 
 	"github.com/anvilproject/anvil/ent"
 	"github.com/anvilproject/anvil/ent/allocation"
+	"github.com/anvilproject/anvil/ent/chassis"
 	"github.com/anvilproject/anvil/ent/node"
 	"github.com/anvilproject/anvil/ent/nodeevent"
 	"github.com/anvilproject/anvil/ent/trait"
@@ -133,6 +134,11 @@ func (s *Service) Get(ctx context.Context, ident string) (*View, error) {
 		return nil, err
 	}
 	n.Edges.Allocation = a
+	if n.ChassisID != nil {
+		if n.Edges.Chassis, err = n.QueryChassis().Select(chassis.FieldID, chassis.FieldUUID).Only(ctx); err != nil && !ent.IsNotFound(err) {
+			return nil, err
+		}
+	}
 	r := newRedactor(s.guard)
 	return r.view(ctx, n, ts), nil
 }
@@ -153,6 +159,8 @@ type CreateInput struct {
 	InstanceUUID  *string
 	// ConductorGroup pins the node to that group's conductors.
 	ConductorGroup string
+	// ChassisUUID puts the node in that chassis, which must exist.
+	ChassisUUID *string
 	// ProvisionState is where the node starts: enroll, or available for
 	// clients older than API 1.11.
 	ProvisionState string
@@ -174,7 +182,12 @@ func (s *Service) Create(ctx context.Context, in CreateInput) (*View, error) {
 		s.guard.Done(ctx, RuleCreate, "node", in.UUID, err, nil)
 		return nil, err
 	}
-	n, err := s.db.Node.Create().
+	chassisID, err := chassisOf(ctx, s.db.Client, in.ChassisUUID)
+	if err != nil {
+		s.guard.Done(ctx, RuleCreate, "node", in.UUID, err, nil)
+		return nil, err
+	}
+	n, err := s.db.Node.Create().SetNillableChassisID(chassisID).
 		SetUUID(in.UUID).SetNillableName(in.Name).SetDriver(in.Driver).
 		SetDriverInfo(in.DriverInfo).SetProperties(in.Properties).SetExtra(in.Extra).
 		SetInstanceInfo(in.InstanceInfo).SetOwner(in.Owner).SetLessee(in.Lessee).
@@ -187,7 +200,31 @@ func (s *Service) Create(ctx context.Context, in CreateInput) (*View, error) {
 		return nil, err
 	}
 	s.guard.Done(ctx, RuleCreate, "node", n.UUID, nil, map[string]any{"name": in.Name, "driver": in.Driver, "owner": in.Owner, "lessee": in.Lessee})
-	return newRedactor(s.guard).view(ctx, n, nil), nil
+	v := newRedactor(s.guard).view(ctx, n, nil)
+	if chassisID != nil {
+		v.ChassisUUID = new(strings.ToLower(*in.ChassisUUID))
+	}
+	return v, nil
+}
+
+// chassisOf resolves a chassis_uuid given for a node to the chassis' id:
+// nil for none, a 400 naming chassis_uuid for one that does not exist, as
+// Ironic turns its ChassisNotFound into a bad request on nodes.
+func chassisOf(ctx context.Context, c *ent.Client, ident *string) (*int, error) {
+	if ident == nil || *ident == "" {
+		return nil, nil
+	}
+	if !IsUUID(*ident) {
+		return nil, errs.BadRequest("chassis_uuid", "chassis_uuid %q is not a valid UUID", *ident)
+	}
+	id, err := c.Chassis.Query().Where(chassis.UUID(strings.ToLower(*ident))).OnlyID(ctx)
+	if ent.IsNotFound(err) {
+		return nil, errs.BadRequest("chassis_uuid", "Chassis %s could not be found; chassis_uuid must name an existing chassis.", *ident)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return &id, nil
 }
 
 // ValidateCreate fills defaults and checks a new node's fields; shared by

@@ -92,7 +92,7 @@ func (s *Service) RemoveTrait(ctx context.Context, ident, t string) error {
 // the lock condition, so trait edits never race a conductor's work.
 func (s *Service) changeTraits(ctx context.Context, n *ent.Node, fn func(tx *ent.Client) error) error {
 	return store.WithTx(ctx, s.db, func(tx *ent.Client) error {
-		if _, err := lockRow(ctx, tx, n); err != nil {
+		if _, err := LockRow(ctx, tx, n); err != nil {
 			return err
 		}
 		return fn(tx)

@@ -37,6 +37,8 @@ type View struct {
 	LastError          *string
 	// AllocationUUID is the node's allocation, when loaded and present.
 	AllocationUUID *string
+	// ChassisUUID is the node's chassis, when loaded and present.
+	ChassisUUID *string
 	// Relation says how the caller's project relates to the node.
 	Relation Relation
 }
@@ -124,6 +126,9 @@ func (r *redactor) view(ctx context.Context, n *ent.Node, traits []string) *View
 	v := &View{Node: n, Traits: traits, Relation: rel}
 	if a := n.Edges.Allocation; a != nil {
 		v.AllocationUUID = &a.UUID
+	}
+	if ch := n.Edges.Chassis; ch != nil {
+		v.ChassisUUID = &ch.UUID
 	}
 	if traits == nil {
 		v.Traits = []string{}

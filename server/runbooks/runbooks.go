@@ -275,7 +275,7 @@ func MaskSteps(st []Step) []Step {
 		out[i] = s
 		args := map[string]any{}
 		for k, v := range s.Args {
-			if isSecret(k) {
+			if IsSecret(k) {
 				v = Masked
 			}
 			args[k] = v
@@ -285,7 +285,9 @@ func MaskSteps(st []Step) []Step {
 	return out
 }
 
-func isSecret(k string) bool {
+// IsSecret reports whether an argument or property name looks secret
+// (password, token, key, secret), as oslo's mask_dict_password decides.
+func IsSecret(k string) bool {
 	k = strings.ToLower(k)
 	return strings.Contains(k, "password") || strings.Contains(k, "token") || strings.Contains(k, "key") || strings.Contains(k, "secret")
 }
