@@ -18,6 +18,7 @@ import (
 	"github.com/anvilproject/anvil/ent/allocation"
 	"github.com/anvilproject/anvil/ent/apitoken"
 	"github.com/anvilproject/anvil/ent/auditevent"
+	"github.com/anvilproject/anvil/ent/biossetting"
 	"github.com/anvilproject/anvil/ent/conductor"
 	"github.com/anvilproject/anvil/ent/node"
 	"github.com/anvilproject/anvil/ent/nodeevent"
@@ -44,6 +45,8 @@ type Client struct {
 	Allocation *AllocationClient
 	// AuditEvent is the client for interacting with the AuditEvent builders.
 	AuditEvent *AuditEventClient
+	// BiosSetting is the client for interacting with the BiosSetting builders.
+	BiosSetting *BiosSettingClient
 	// Conductor is the client for interacting with the Conductor builders.
 	Conductor *ConductorClient
 	// Node is the client for interacting with the Node builders.
@@ -80,6 +83,7 @@ func (c *Client) init() {
 	c.APIToken = NewAPITokenClient(c.config)
 	c.Allocation = NewAllocationClient(c.config)
 	c.AuditEvent = NewAuditEventClient(c.config)
+	c.BiosSetting = NewBiosSettingClient(c.config)
 	c.Conductor = NewConductorClient(c.config)
 	c.Node = NewNodeClient(c.config)
 	c.NodeEvent = NewNodeEventClient(c.config)
@@ -186,6 +190,7 @@ func (c *Client) Tx(ctx context.Context) (*Tx, error) {
 		APIToken:       NewAPITokenClient(cfg),
 		Allocation:     NewAllocationClient(cfg),
 		AuditEvent:     NewAuditEventClient(cfg),
+		BiosSetting:    NewBiosSettingClient(cfg),
 		Conductor:      NewConductorClient(cfg),
 		Node:           NewNodeClient(cfg),
 		NodeEvent:      NewNodeEventClient(cfg),
@@ -219,6 +224,7 @@ func (c *Client) BeginTx(ctx context.Context, opts *sql.TxOptions) (*Tx, error) 
 		APIToken:       NewAPITokenClient(cfg),
 		Allocation:     NewAllocationClient(cfg),
 		AuditEvent:     NewAuditEventClient(cfg),
+		BiosSetting:    NewBiosSettingClient(cfg),
 		Conductor:      NewConductorClient(cfg),
 		Node:           NewNodeClient(cfg),
 		NodeEvent:      NewNodeEventClient(cfg),
@@ -259,9 +265,9 @@ func (c *Client) Close() error {
 // In order to add hooks to a specific client, call: `client.Node.Use(...)`.
 func (c *Client) Use(hooks ...Hook) {
 	for _, n := range []interface{ Use(...Hook) }{
-		c.APIToken, c.Allocation, c.AuditEvent, c.Conductor, c.Node, c.NodeEvent,
-		c.PolicyOverride, c.PortalSession, c.RoleAssignment, c.Runbook, c.RunbookStep,
-		c.Setting, c.Trait, c.User,
+		c.APIToken, c.Allocation, c.AuditEvent, c.BiosSetting, c.Conductor, c.Node,
+		c.NodeEvent, c.PolicyOverride, c.PortalSession, c.RoleAssignment, c.Runbook,
+		c.RunbookStep, c.Setting, c.Trait, c.User,
 	} {
 		n.Use(hooks...)
 	}
@@ -271,9 +277,9 @@ func (c *Client) Use(hooks ...Hook) {
 // In order to add interceptors to a specific client, call: `client.Node.Intercept(...)`.
 func (c *Client) Intercept(interceptors ...Interceptor) {
 	for _, n := range []interface{ Intercept(...Interceptor) }{
-		c.APIToken, c.Allocation, c.AuditEvent, c.Conductor, c.Node, c.NodeEvent,
-		c.PolicyOverride, c.PortalSession, c.RoleAssignment, c.Runbook, c.RunbookStep,
-		c.Setting, c.Trait, c.User,
+		c.APIToken, c.Allocation, c.AuditEvent, c.BiosSetting, c.Conductor, c.Node,
+		c.NodeEvent, c.PolicyOverride, c.PortalSession, c.RoleAssignment, c.Runbook,
+		c.RunbookStep, c.Setting, c.Trait, c.User,
 	} {
 		n.Intercept(interceptors...)
 	}
@@ -288,6 +294,8 @@ func (c *Client) Mutate(ctx context.Context, m Mutation) (Value, error) {
 		return c.Allocation.mutate(ctx, m)
 	case *AuditEventMutation:
 		return c.AuditEvent.mutate(ctx, m)
+	case *BiosSettingMutation:
+		return c.BiosSetting.mutate(ctx, m)
 	case *ConductorMutation:
 		return c.Conductor.mutate(ctx, m)
 	case *NodeMutation:
@@ -746,6 +754,155 @@ func (c *AuditEventClient) mutate(ctx context.Context, m *AuditEventMutation) (V
 	}
 }
 
+// BiosSettingClient is a client for the BiosSetting schema.
+type BiosSettingClient struct {
+	config
+}
+
+// NewBiosSettingClient returns a client for the BiosSetting from the given config.
+func NewBiosSettingClient(c config) *BiosSettingClient {
+	return &BiosSettingClient{config: c}
+}
+
+// Use adds a list of mutation hooks to the hooks stack.
+// A call to `Use(f, g, h)` equals to `biossetting.Hooks(f(g(h())))`.
+func (c *BiosSettingClient) Use(hooks ...Hook) {
+	c.hooks.BiosSetting = append(c.hooks.BiosSetting, hooks...)
+}
+
+// Intercept adds a list of query interceptors to the interceptors stack.
+// A call to `Intercept(f, g, h)` equals to `biossetting.Intercept(f(g(h())))`.
+func (c *BiosSettingClient) Intercept(interceptors ...Interceptor) {
+	c.inters.BiosSetting = append(c.inters.BiosSetting, interceptors...)
+}
+
+// Create returns a builder for creating a BiosSetting entity.
+func (c *BiosSettingClient) Create() *BiosSettingCreate {
+	mutation := newBiosSettingMutation(c.config, OpCreate)
+	return &BiosSettingCreate{config: c.config, hooks: c.Hooks(), mutation: mutation}
+}
+
+// CreateBulk returns a builder for creating a bulk of BiosSetting entities.
+func (c *BiosSettingClient) CreateBulk(builders ...*BiosSettingCreate) *BiosSettingCreateBulk {
+	return &BiosSettingCreateBulk{config: c.config, builders: builders}
+}
+
+// MapCreateBulk creates a bulk creation builder from the given slice. For each item in the slice, the function creates
+// a builder and applies setFunc on it.
+func (c *BiosSettingClient) MapCreateBulk(slice any, setFunc func(*BiosSettingCreate, int)) *BiosSettingCreateBulk {
+	rv := reflect.ValueOf(slice)
+	if rv.Kind() != reflect.Slice {
+		return &BiosSettingCreateBulk{err: fmt.Errorf("calling to BiosSettingClient.MapCreateBulk with wrong type %T, need slice", slice)}
+	}
+	builders := make([]*BiosSettingCreate, rv.Len())
+	for i := 0; i < rv.Len(); i++ {
+		builders[i] = c.Create()
+		setFunc(builders[i], i)
+	}
+	return &BiosSettingCreateBulk{config: c.config, builders: builders}
+}
+
+// Update returns an update builder for BiosSetting.
+func (c *BiosSettingClient) Update() *BiosSettingUpdate {
+	mutation := newBiosSettingMutation(c.config, OpUpdate)
+	return &BiosSettingUpdate{config: c.config, hooks: c.Hooks(), mutation: mutation}
+}
+
+// UpdateOne returns an update builder for the given entity.
+func (c *BiosSettingClient) UpdateOne(_m *BiosSetting) *BiosSettingUpdateOne {
+	mutation := newBiosSettingMutation(c.config, OpUpdateOne, withBiosSetting(_m))
+	return &BiosSettingUpdateOne{config: c.config, hooks: c.Hooks(), mutation: mutation}
+}
+
+// UpdateOneID returns an update builder for the given id.
+func (c *BiosSettingClient) UpdateOneID(id int) *BiosSettingUpdateOne {
+	mutation := newBiosSettingMutation(c.config, OpUpdateOne, withBiosSettingID(id))
+	return &BiosSettingUpdateOne{config: c.config, hooks: c.Hooks(), mutation: mutation}
+}
+
+// Delete returns a delete builder for BiosSetting.
+func (c *BiosSettingClient) Delete() *BiosSettingDelete {
+	mutation := newBiosSettingMutation(c.config, OpDelete)
+	return &BiosSettingDelete{config: c.config, hooks: c.Hooks(), mutation: mutation}
+}
+
+// DeleteOne returns a builder for deleting the given entity.
+func (c *BiosSettingClient) DeleteOne(_m *BiosSetting) *BiosSettingDeleteOne {
+	return c.DeleteOneID(_m.ID)
+}
+
+// DeleteOneID returns a builder for deleting the given entity by its id.
+func (c *BiosSettingClient) DeleteOneID(id int) *BiosSettingDeleteOne {
+	builder := c.Delete().Where(biossetting.ID(id))
+	builder.mutation.id = &id
+	builder.mutation.op = OpDeleteOne
+	return &BiosSettingDeleteOne{builder}
+}
+
+// Query returns a query builder for BiosSetting.
+func (c *BiosSettingClient) Query() *BiosSettingQuery {
+	return &BiosSettingQuery{
+		config: c.config,
+		ctx:    &QueryContext{Type: TypeBiosSetting},
+		inters: c.Interceptors(),
+	}
+}
+
+// Get returns a BiosSetting entity by its id.
+func (c *BiosSettingClient) Get(ctx context.Context, id int) (*BiosSetting, error) {
+	return c.Query().Where(biossetting.ID(id)).Only(ctx)
+}
+
+// GetX is like Get, but panics if an error occurs.
+func (c *BiosSettingClient) GetX(ctx context.Context, id int) *BiosSetting {
+	obj, err := c.Get(ctx, id)
+	if err != nil {
+		panic(err)
+	}
+	return obj
+}
+
+// QueryNode queries the node edge of a BiosSetting.
+func (c *BiosSettingClient) QueryNode(_m *BiosSetting) *NodeQuery {
+	query := (&NodeClient{config: c.config}).Query()
+	query.path = func(context.Context) (fromV *sql.Selector, _ error) {
+		id := _m.ID
+		step := sqlgraph.NewStep(
+			sqlgraph.From(biossetting.Table, biossetting.FieldID, id),
+			sqlgraph.To(node.Table, node.FieldID),
+			sqlgraph.Edge(sqlgraph.M2O, true, biossetting.NodeTable, biossetting.NodeColumn),
+		)
+		fromV = sqlgraph.Neighbors(_m.driver.Dialect(), step)
+		return fromV, nil
+	}
+	return query
+}
+
+// Hooks returns the client hooks.
+func (c *BiosSettingClient) Hooks() []Hook {
+	return c.hooks.BiosSetting
+}
+
+// Interceptors returns the client interceptors.
+func (c *BiosSettingClient) Interceptors() []Interceptor {
+	return c.inters.BiosSetting
+}
+
+func (c *BiosSettingClient) mutate(ctx context.Context, m *BiosSettingMutation) (Value, error) {
+	switch m.Op() {
+	case OpCreate:
+		return (&BiosSettingCreate{config: c.config, hooks: c.Hooks(), mutation: m}).Save(ctx)
+	case OpUpdate:
+		return (&BiosSettingUpdate{config: c.config, hooks: c.Hooks(), mutation: m}).Save(ctx)
+	case OpUpdateOne:
+		return (&BiosSettingUpdateOne{config: c.config, hooks: c.Hooks(), mutation: m}).Save(ctx)
+	case OpDelete, OpDeleteOne:
+		return (&BiosSettingDelete{config: c.config, hooks: c.Hooks(), mutation: m}).Exec(ctx)
+	default:
+		return nil, fmt.Errorf("ent: unknown BiosSetting mutation op: %q", m.Op())
+	}
+}
+
 // ConductorClient is a client for the Conductor schema.
 type ConductorClient struct {
 	config
@@ -1028,6 +1185,22 @@ func (c *NodeClient) QueryAllocation(_m *Node) *AllocationQuery {
 			sqlgraph.From(node.Table, node.FieldID, id),
 			sqlgraph.To(allocation.Table, allocation.FieldID),
 			sqlgraph.Edge(sqlgraph.O2O, false, node.AllocationTable, node.AllocationColumn),
+		)
+		fromV = sqlgraph.Neighbors(_m.driver.Dialect(), step)
+		return fromV, nil
+	}
+	return query
+}
+
+// QueryBiosSettings queries the bios_settings edge of a Node.
+func (c *NodeClient) QueryBiosSettings(_m *Node) *BiosSettingQuery {
+	query := (&BiosSettingClient{config: c.config}).Query()
+	query.path = func(context.Context) (fromV *sql.Selector, _ error) {
+		id := _m.ID
+		step := sqlgraph.NewStep(
+			sqlgraph.From(node.Table, node.FieldID, id),
+			sqlgraph.To(biossetting.Table, biossetting.FieldID),
+			sqlgraph.Edge(sqlgraph.O2M, false, node.BiosSettingsTable, node.BiosSettingsColumn),
 		)
 		fromV = sqlgraph.Neighbors(_m.driver.Dialect(), step)
 		return fromV, nil
@@ -2372,14 +2545,14 @@ func (c *UserClient) mutate(ctx context.Context, m *UserMutation) (Value, error)
 // hooks and interceptors per client, for fast access.
 type (
 	hooks struct {
-		APIToken, Allocation, AuditEvent, Conductor, Node, NodeEvent, PolicyOverride,
-		PortalSession, RoleAssignment, Runbook, RunbookStep, Setting, Trait,
-		User []ent.Hook
+		APIToken, Allocation, AuditEvent, BiosSetting, Conductor, Node, NodeEvent,
+		PolicyOverride, PortalSession, RoleAssignment, Runbook, RunbookStep, Setting,
+		Trait, User []ent.Hook
 	}
 	inters struct {
-		APIToken, Allocation, AuditEvent, Conductor, Node, NodeEvent, PolicyOverride,
-		PortalSession, RoleAssignment, Runbook, RunbookStep, Setting, Trait,
-		User []ent.Interceptor
+		APIToken, Allocation, AuditEvent, BiosSetting, Conductor, Node, NodeEvent,
+		PolicyOverride, PortalSession, RoleAssignment, Runbook, RunbookStep, Setting,
+		Trait, User []ent.Interceptor
 	}
 )
 

@@ -15,6 +15,7 @@ import (
 	"github.com/anvilproject/anvil/ent/allocation"
 	"github.com/anvilproject/anvil/ent/apitoken"
 	"github.com/anvilproject/anvil/ent/auditevent"
+	"github.com/anvilproject/anvil/ent/biossetting"
 	"github.com/anvilproject/anvil/ent/conductor"
 	"github.com/anvilproject/anvil/ent/node"
 	"github.com/anvilproject/anvil/ent/nodeevent"
@@ -89,6 +90,7 @@ func checkColumn(t, c string) error {
 			apitoken.Table:       apitoken.ValidColumn,
 			allocation.Table:     allocation.ValidColumn,
 			auditevent.Table:     auditevent.ValidColumn,
+			biossetting.Table:    biossetting.ValidColumn,
 			conductor.Table:      conductor.ValidColumn,
 			node.Table:           node.ValidColumn,
 			nodeevent.Table:      nodeevent.ValidColumn,

@@ -89,9 +89,11 @@ type NodeEdges struct {
 	Events []*NodeEvent `json:"events,omitempty"`
 	// Allocation holds the value of the allocation edge.
 	Allocation *Allocation `json:"allocation,omitempty"`
+	// BiosSettings holds the value of the bios_settings edge.
+	BiosSettings []*BiosSetting `json:"bios_settings,omitempty"`
 	// loadedTypes holds the information for reporting if a
 	// type was loaded (or requested) in eager-loading or not.
-	loadedTypes [3]bool
+	loadedTypes [4]bool
 }
 
 // TraitsOrErr returns the Traits value or an error if the edge
@@ -121,6 +123,15 @@ func (e NodeEdges) AllocationOrErr() (*Allocation, error) {
 		return nil, &NotFoundError{label: allocation.Label}
 	}
 	return nil, &NotLoadedError{edge: "allocation"}
+}
+
+// BiosSettingsOrErr returns the BiosSettings value or an error if the edge
+// was not loaded in eager-loading.
+func (e NodeEdges) BiosSettingsOrErr() ([]*BiosSetting, error) {
+	if e.loadedTypes[3] {
+		return e.BiosSettings, nil
+	}
+	return nil, &NotLoadedError{edge: "bios_settings"}
 }
 
 // scanValues returns the types for scanning values from sql.Rows.
@@ -380,6 +391,11 @@ func (_m *Node) QueryEvents() *NodeEventQuery {
 // QueryAllocation queries the "allocation" edge of the Node entity.
 func (_m *Node) QueryAllocation() *AllocationQuery {
 	return NewNodeClient(_m.config).QueryAllocation(_m)
+}
+
+// QueryBiosSettings queries the "bios_settings" edge of the Node entity.
+func (_m *Node) QueryBiosSettings() *BiosSettingQuery {
+	return NewNodeClient(_m.config).QueryBiosSettings(_m)
 }
 
 // Update returns a builder for updating this Node.

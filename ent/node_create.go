@@ -12,6 +12,7 @@ import (
 	"entgo.io/ent/dialect/sql/sqlgraph"
 	"entgo.io/ent/schema/field"
 	"github.com/anvilproject/anvil/ent/allocation"
+	"github.com/anvilproject/anvil/ent/biossetting"
 	"github.com/anvilproject/anvil/ent/node"
 	"github.com/anvilproject/anvil/ent/nodeevent"
 	"github.com/anvilproject/anvil/ent/trait"
@@ -394,6 +395,21 @@ func (_c *NodeCreate) SetAllocation(v *Allocation) *NodeCreate {
 	return _c.SetAllocationID(v.ID)
 }
 
+// AddBiosSettingIDs adds the "bios_settings" edge to the BiosSetting entity by IDs.
+func (_c *NodeCreate) AddBiosSettingIDs(ids ...int) *NodeCreate {
+	_c.mutation.AddBiosSettingIDs(ids...)
+	return _c
+}
+
+// AddBiosSettings adds the "bios_settings" edges to the BiosSetting entity.
+func (_c *NodeCreate) AddBiosSettings(v ...*BiosSetting) *NodeCreate {
+	ids := make([]int, len(v))
+	for i := range v {
+		ids[i] = v[i].ID
+	}
+	return _c.AddBiosSettingIDs(ids...)
+}
+
 // Mutation returns the NodeMutation object of the builder.
 func (_c *NodeCreate) Mutation() *NodeMutation {
 	return _c.mutation
@@ -697,6 +713,22 @@ func (_c *NodeCreate) createSpec() (*Node, *sqlgraph.CreateSpec) {
 			Bidi:    false,
 			Target: &sqlgraph.EdgeTarget{
 				IDSpec: sqlgraph.NewFieldSpec(allocation.FieldID, field.TypeInt),
+			},
+		}
+		for _, k := range nodes {
+			edge.Target.Nodes = append(edge.Target.Nodes, k)
+		}
+		_spec.Edges = append(_spec.Edges, edge)
+	}
+	if nodes := _c.mutation.BiosSettingsIDs(); len(nodes) > 0 {
+		edge := &sqlgraph.EdgeSpec{
+			Rel:     sqlgraph.O2M,
+			Inverse: false,
+			Table:   node.BiosSettingsTable,
+			Columns: []string{node.BiosSettingsColumn},
+			Bidi:    false,
+			Target: &sqlgraph.EdgeTarget{
+				IDSpec: sqlgraph.NewFieldSpec(biossetting.FieldID, field.TypeInt),
 			},
 		}
 		for _, k := range nodes {

@@ -12,6 +12,7 @@ import (
 	"entgo.io/ent/dialect/sql/sqlgraph"
 	"entgo.io/ent/schema/field"
 	"github.com/anvilproject/anvil/ent/allocation"
+	"github.com/anvilproject/anvil/ent/biossetting"
 	"github.com/anvilproject/anvil/ent/node"
 	"github.com/anvilproject/anvil/ent/nodeevent"
 	"github.com/anvilproject/anvil/ent/predicate"
@@ -521,6 +522,21 @@ func (_u *NodeUpdate) SetAllocation(v *Allocation) *NodeUpdate {
 	return _u.SetAllocationID(v.ID)
 }
 
+// AddBiosSettingIDs adds the "bios_settings" edge to the BiosSetting entity by IDs.
+func (_u *NodeUpdate) AddBiosSettingIDs(ids ...int) *NodeUpdate {
+	_u.mutation.AddBiosSettingIDs(ids...)
+	return _u
+}
+
+// AddBiosSettings adds the "bios_settings" edges to the BiosSetting entity.
+func (_u *NodeUpdate) AddBiosSettings(v ...*BiosSetting) *NodeUpdate {
+	ids := make([]int, len(v))
+	for i := range v {
+		ids[i] = v[i].ID
+	}
+	return _u.AddBiosSettingIDs(ids...)
+}
+
 // Mutation returns the NodeMutation object of the builder.
 func (_u *NodeUpdate) Mutation() *NodeMutation {
 	return _u.mutation
@@ -572,6 +588,27 @@ func (_u *NodeUpdate) RemoveEvents(v ...*NodeEvent) *NodeUpdate {
 func (_u *NodeUpdate) ClearAllocation() *NodeUpdate {
 	_u.mutation.ClearAllocation()
 	return _u
+}
+
+// ClearBiosSettings clears all "bios_settings" edges to the BiosSetting entity.
+func (_u *NodeUpdate) ClearBiosSettings() *NodeUpdate {
+	_u.mutation.ClearBiosSettings()
+	return _u
+}
+
+// RemoveBiosSettingIDs removes the "bios_settings" edge to BiosSetting entities by IDs.
+func (_u *NodeUpdate) RemoveBiosSettingIDs(ids ...int) *NodeUpdate {
+	_u.mutation.RemoveBiosSettingIDs(ids...)
+	return _u
+}
+
+// RemoveBiosSettings removes "bios_settings" edges to BiosSetting entities.
+func (_u *NodeUpdate) RemoveBiosSettings(v ...*BiosSetting) *NodeUpdate {
+	ids := make([]int, len(v))
+	for i := range v {
+		ids[i] = v[i].ID
+	}
+	return _u.RemoveBiosSettingIDs(ids...)
 }
 
 // Save executes the query and returns the number of nodes affected by the update operation.
@@ -925,6 +962,51 @@ func (_u *NodeUpdate) sqlSave(ctx context.Context) (_node int, err error) {
 			Bidi:    false,
 			Target: &sqlgraph.EdgeTarget{
 				IDSpec: sqlgraph.NewFieldSpec(allocation.FieldID, field.TypeInt),
+			},
+		}
+		for _, k := range nodes {
+			edge.Target.Nodes = append(edge.Target.Nodes, k)
+		}
+		_spec.Edges.Add = append(_spec.Edges.Add, edge)
+	}
+	if _u.mutation.BiosSettingsCleared() {
+		edge := &sqlgraph.EdgeSpec{
+			Rel:     sqlgraph.O2M,
+			Inverse: false,
+			Table:   node.BiosSettingsTable,
+			Columns: []string{node.BiosSettingsColumn},
+			Bidi:    false,
+			Target: &sqlgraph.EdgeTarget{
+				IDSpec: sqlgraph.NewFieldSpec(biossetting.FieldID, field.TypeInt),
+			},
+		}
+		_spec.Edges.Clear = append(_spec.Edges.Clear, edge)
+	}
+	if nodes := _u.mutation.RemovedBiosSettingsIDs(); len(nodes) > 0 && !_u.mutation.BiosSettingsCleared() {
+		edge := &sqlgraph.EdgeSpec{
+			Rel:     sqlgraph.O2M,
+			Inverse: false,
+			Table:   node.BiosSettingsTable,
+			Columns: []string{node.BiosSettingsColumn},
+			Bidi:    false,
+			Target: &sqlgraph.EdgeTarget{
+				IDSpec: sqlgraph.NewFieldSpec(biossetting.FieldID, field.TypeInt),
+			},
+		}
+		for _, k := range nodes {
+			edge.Target.Nodes = append(edge.Target.Nodes, k)
+		}
+		_spec.Edges.Clear = append(_spec.Edges.Clear, edge)
+	}
+	if nodes := _u.mutation.BiosSettingsIDs(); len(nodes) > 0 {
+		edge := &sqlgraph.EdgeSpec{
+			Rel:     sqlgraph.O2M,
+			Inverse: false,
+			Table:   node.BiosSettingsTable,
+			Columns: []string{node.BiosSettingsColumn},
+			Bidi:    false,
+			Target: &sqlgraph.EdgeTarget{
+				IDSpec: sqlgraph.NewFieldSpec(biossetting.FieldID, field.TypeInt),
 			},
 		}
 		for _, k := range nodes {
@@ -1443,6 +1525,21 @@ func (_u *NodeUpdateOne) SetAllocation(v *Allocation) *NodeUpdateOne {
 	return _u.SetAllocationID(v.ID)
 }
 
+// AddBiosSettingIDs adds the "bios_settings" edge to the BiosSetting entity by IDs.
+func (_u *NodeUpdateOne) AddBiosSettingIDs(ids ...int) *NodeUpdateOne {
+	_u.mutation.AddBiosSettingIDs(ids...)
+	return _u
+}
+
+// AddBiosSettings adds the "bios_settings" edges to the BiosSetting entity.
+func (_u *NodeUpdateOne) AddBiosSettings(v ...*BiosSetting) *NodeUpdateOne {
+	ids := make([]int, len(v))
+	for i := range v {
+		ids[i] = v[i].ID
+	}
+	return _u.AddBiosSettingIDs(ids...)
+}
+
 // Mutation returns the NodeMutation object of the builder.
 func (_u *NodeUpdateOne) Mutation() *NodeMutation {
 	return _u.mutation
@@ -1494,6 +1591,27 @@ func (_u *NodeUpdateOne) RemoveEvents(v ...*NodeEvent) *NodeUpdateOne {
 func (_u *NodeUpdateOne) ClearAllocation() *NodeUpdateOne {
 	_u.mutation.ClearAllocation()
 	return _u
+}
+
+// ClearBiosSettings clears all "bios_settings" edges to the BiosSetting entity.
+func (_u *NodeUpdateOne) ClearBiosSettings() *NodeUpdateOne {
+	_u.mutation.ClearBiosSettings()
+	return _u
+}
+
+// RemoveBiosSettingIDs removes the "bios_settings" edge to BiosSetting entities by IDs.
+func (_u *NodeUpdateOne) RemoveBiosSettingIDs(ids ...int) *NodeUpdateOne {
+	_u.mutation.RemoveBiosSettingIDs(ids...)
+	return _u
+}
+
+// RemoveBiosSettings removes "bios_settings" edges to BiosSetting entities.
+func (_u *NodeUpdateOne) RemoveBiosSettings(v ...*BiosSetting) *NodeUpdateOne {
+	ids := make([]int, len(v))
+	for i := range v {
+		ids[i] = v[i].ID
+	}
+	return _u.RemoveBiosSettingIDs(ids...)
 }
 
 // Where appends a list predicates to the NodeUpdate builder.
@@ -1877,6 +1995,51 @@ func (_u *NodeUpdateOne) sqlSave(ctx context.Context) (_node *Node, err error) {
 			Bidi:    false,
 			Target: &sqlgraph.EdgeTarget{
 				IDSpec: sqlgraph.NewFieldSpec(allocation.FieldID, field.TypeInt),
+			},
+		}
+		for _, k := range nodes {
+			edge.Target.Nodes = append(edge.Target.Nodes, k)
+		}
+		_spec.Edges.Add = append(_spec.Edges.Add, edge)
+	}
+	if _u.mutation.BiosSettingsCleared() {
+		edge := &sqlgraph.EdgeSpec{
+			Rel:     sqlgraph.O2M,
+			Inverse: false,
+			Table:   node.BiosSettingsTable,
+			Columns: []string{node.BiosSettingsColumn},
+			Bidi:    false,
+			Target: &sqlgraph.EdgeTarget{
+				IDSpec: sqlgraph.NewFieldSpec(biossetting.FieldID, field.TypeInt),
+			},
+		}
+		_spec.Edges.Clear = append(_spec.Edges.Clear, edge)
+	}
+	if nodes := _u.mutation.RemovedBiosSettingsIDs(); len(nodes) > 0 && !_u.mutation.BiosSettingsCleared() {
+		edge := &sqlgraph.EdgeSpec{
+			Rel:     sqlgraph.O2M,
+			Inverse: false,
+			Table:   node.BiosSettingsTable,
+			Columns: []string{node.BiosSettingsColumn},
+			Bidi:    false,
+			Target: &sqlgraph.EdgeTarget{
+				IDSpec: sqlgraph.NewFieldSpec(biossetting.FieldID, field.TypeInt),
+			},
+		}
+		for _, k := range nodes {
+			edge.Target.Nodes = append(edge.Target.Nodes, k)
+		}
+		_spec.Edges.Clear = append(_spec.Edges.Clear, edge)
+	}
+	if nodes := _u.mutation.BiosSettingsIDs(); len(nodes) > 0 {
+		edge := &sqlgraph.EdgeSpec{
+			Rel:     sqlgraph.O2M,
+			Inverse: false,
+			Table:   node.BiosSettingsTable,
+			Columns: []string{node.BiosSettingsColumn},
+			Bidi:    false,
+			Target: &sqlgraph.EdgeTarget{
+				IDSpec: sqlgraph.NewFieldSpec(biossetting.FieldID, field.TypeInt),
 			},
 		}
 		for _, k := range nodes {

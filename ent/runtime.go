@@ -8,6 +8,7 @@ import (
 	"github.com/anvilproject/anvil/ent/allocation"
 	"github.com/anvilproject/anvil/ent/apitoken"
 	"github.com/anvilproject/anvil/ent/auditevent"
+	"github.com/anvilproject/anvil/ent/biossetting"
 	"github.com/anvilproject/anvil/ent/conductor"
 	"github.com/anvilproject/anvil/ent/node"
 	"github.com/anvilproject/anvil/ent/nodeevent"
@@ -87,6 +88,19 @@ func init() {
 	auditeventDescCreatedAt := auditeventFields[0].Descriptor()
 	// auditevent.DefaultCreatedAt holds the default value on creation for the created_at field.
 	auditevent.DefaultCreatedAt = auditeventDescCreatedAt.Default.(func() time.Time)
+	biossettingMixin := schema.BiosSetting{}.Mixin()
+	biossettingMixinFields0 := biossettingMixin[0].Fields()
+	_ = biossettingMixinFields0
+	biossettingFields := schema.BiosSetting{}.Fields()
+	_ = biossettingFields
+	// biossettingDescCreatedAt is the schema descriptor for created_at field.
+	biossettingDescCreatedAt := biossettingMixinFields0[0].Descriptor()
+	// biossetting.DefaultCreatedAt holds the default value on creation for the created_at field.
+	biossetting.DefaultCreatedAt = biossettingDescCreatedAt.Default.(func() time.Time)
+	// biossettingDescName is the schema descriptor for name field.
+	biossettingDescName := biossettingFields[1].Descriptor()
+	// biossetting.NameValidator is a validator for the "name" field. It is called by the builders before save.
+	biossetting.NameValidator = biossettingDescName.Validators[0].(func(string) error)
 	conductorFields := schema.Conductor{}.Fields()
 	_ = conductorFields
 	// conductorDescHostname is the schema descriptor for hostname field.

@@ -20,6 +20,8 @@ type Tx struct {
 	Allocation *AllocationClient
 	// AuditEvent is the client for interacting with the AuditEvent builders.
 	AuditEvent *AuditEventClient
+	// BiosSetting is the client for interacting with the BiosSetting builders.
+	BiosSetting *BiosSettingClient
 	// Conductor is the client for interacting with the Conductor builders.
 	Conductor *ConductorClient
 	// Node is the client for interacting with the Node builders.
@@ -176,6 +178,7 @@ func (tx *Tx) init() {
 	tx.APIToken = NewAPITokenClient(tx.config)
 	tx.Allocation = NewAllocationClient(tx.config)
 	tx.AuditEvent = NewAuditEventClient(tx.config)
+	tx.BiosSetting = NewBiosSettingClient(tx.config)
 	tx.Conductor = NewConductorClient(tx.config)
 	tx.Node = NewNodeClient(tx.config)
 	tx.NodeEvent = NewNodeEventClient(tx.config)

@@ -45,6 +45,18 @@ func (f AuditEventFunc) Mutate(ctx context.Context, m ent.Mutation) (ent.Value, 
 	return nil, fmt.Errorf("unexpected mutation type %T. expect *ent.AuditEventMutation", m)
 }
 
+// The BiosSettingFunc type is an adapter to allow the use of ordinary
+// function as BiosSetting mutator.
+type BiosSettingFunc func(context.Context, *ent.BiosSettingMutation) (ent.Value, error)
+
+// Mutate calls f(ctx, m).
+func (f BiosSettingFunc) Mutate(ctx context.Context, m ent.Mutation) (ent.Value, error) {
+	if mv, ok := m.(*ent.BiosSettingMutation); ok {
+		return f(ctx, mv)
+	}
+	return nil, fmt.Errorf("unexpected mutation type %T. expect *ent.BiosSettingMutation", m)
+}
+
 // The ConductorFunc type is an adapter to allow the use of ordinary
 // function as Conductor mutator.
 type ConductorFunc func(context.Context, *ent.ConductorMutation) (ent.Value, error)

@@ -116,6 +116,36 @@ var (
 			},
 		},
 	}
+	// BiosSettingsColumns holds the columns for the "bios_settings" table.
+	BiosSettingsColumns = []*schema.Column{
+		{Name: "id", Type: field.TypeInt, Increment: true},
+		{Name: "created_at", Type: field.TypeTime},
+		{Name: "updated_at", Type: field.TypeTime, Nullable: true},
+		{Name: "name", Type: field.TypeString, Size: 255},
+		{Name: "value", Type: field.TypeString, Size: 2147483647},
+		{Name: "node_id", Type: field.TypeInt},
+	}
+	// BiosSettingsTable holds the schema information for the "bios_settings" table.
+	BiosSettingsTable = &schema.Table{
+		Name:       "bios_settings",
+		Columns:    BiosSettingsColumns,
+		PrimaryKey: []*schema.Column{BiosSettingsColumns[0]},
+		ForeignKeys: []*schema.ForeignKey{
+			{
+				Symbol:     "bios_settings_nodes_bios_settings",
+				Columns:    []*schema.Column{BiosSettingsColumns[5]},
+				RefColumns: []*schema.Column{NodesColumns[0]},
+				OnDelete:   schema.Cascade,
+			},
+		},
+		Indexes: []*schema.Index{
+			{
+				Name:    "biossetting_node_id_name",
+				Unique:  true,
+				Columns: []*schema.Column{BiosSettingsColumns[5], BiosSettingsColumns[3]},
+			},
+		},
+	}
 	// ConductorsColumns holds the columns for the "conductors" table.
 	ConductorsColumns = []*schema.Column{
 		{Name: "id", Type: field.TypeInt, Increment: true},
@@ -448,6 +478,7 @@ var (
 		APITokensTable,
 		AllocationsTable,
 		AuditEventsTable,
+		BiosSettingsTable,
 		ConductorsTable,
 		NodesTable,
 		NodeEventsTable,
@@ -465,6 +496,7 @@ var (
 func init() {
 	APITokensTable.ForeignKeys[0].RefTable = UsersTable
 	AllocationsTable.ForeignKeys[0].RefTable = NodesTable
+	BiosSettingsTable.ForeignKeys[0].RefTable = NodesTable
 	NodeEventsTable.ForeignKeys[0].RefTable = NodesTable
 	RoleAssignmentsTable.ForeignKeys[0].RefTable = UsersTable
 	RunbookStepsTable.ForeignKeys[0].RefTable = RunbooksTable

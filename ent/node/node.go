@@ -76,6 +76,8 @@ const (
 	EdgeEvents = "events"
 	// EdgeAllocation holds the string denoting the allocation edge name in mutations.
 	EdgeAllocation = "allocation"
+	// EdgeBiosSettings holds the string denoting the bios_settings edge name in mutations.
+	EdgeBiosSettings = "bios_settings"
 	// Table holds the table name of the node in the database.
 	Table = "nodes"
 	// TraitsTable is the table that holds the traits relation/edge.
@@ -99,6 +101,13 @@ const (
 	AllocationInverseTable = "allocations"
 	// AllocationColumn is the table column denoting the allocation relation/edge.
 	AllocationColumn = "node_id"
+	// BiosSettingsTable is the table that holds the bios_settings relation/edge.
+	BiosSettingsTable = "bios_settings"
+	// BiosSettingsInverseTable is the table name for the BiosSetting entity.
+	// It exists in this package in order to avoid circular dependency with the "biossetting" package.
+	BiosSettingsInverseTable = "bios_settings"
+	// BiosSettingsColumn is the table column denoting the bios_settings relation/edge.
+	BiosSettingsColumn = "node_id"
 )
 
 // Columns holds all SQL columns for node fields.
@@ -322,6 +331,20 @@ func ByAllocationField(field string, opts ...sql.OrderTermOption) OrderOption {
 		sqlgraph.OrderByNeighborTerms(s, newAllocationStep(), sql.OrderByField(field, opts...))
 	}
 }
+
+// ByBiosSettingsCount orders the results by bios_settings count.
+func ByBiosSettingsCount(opts ...sql.OrderTermOption) OrderOption {
+	return func(s *sql.Selector) {
+		sqlgraph.OrderByNeighborsCount(s, newBiosSettingsStep(), opts...)
+	}
+}
+
+// ByBiosSettings orders the results by bios_settings terms.
+func ByBiosSettings(term sql.OrderTerm, terms ...sql.OrderTerm) OrderOption {
+	return func(s *sql.Selector) {
+		sqlgraph.OrderByNeighborTerms(s, newBiosSettingsStep(), append([]sql.OrderTerm{term}, terms...)...)
+	}
+}
 func newTraitsStep() *sqlgraph.Step {
 	return sqlgraph.NewStep(
 		sqlgraph.From(Table, FieldID),
@@ -341,5 +364,12 @@ func newAllocationStep() *sqlgraph.Step {
 		sqlgraph.From(Table, FieldID),
 		sqlgraph.To(AllocationInverseTable, FieldID),
 		sqlgraph.Edge(sqlgraph.O2O, false, AllocationTable, AllocationColumn),
+	)
+}
+func newBiosSettingsStep() *sqlgraph.Step {
+	return sqlgraph.NewStep(
+		sqlgraph.From(Table, FieldID),
+		sqlgraph.To(BiosSettingsInverseTable, FieldID),
+		sqlgraph.Edge(sqlgraph.O2M, false, BiosSettingsTable, BiosSettingsColumn),
 	)
 }

@@ -15,6 +15,9 @@ type Allocation func(*sql.Selector)
 // AuditEvent is the predicate function for auditevent builders.
 type AuditEvent func(*sql.Selector)
 
+// BiosSetting is the predicate function for biossetting builders.
+type BiosSetting func(*sql.Selector)
+
 // Conductor is the predicate function for conductor builders.
 type Conductor func(*sql.Selector)
 

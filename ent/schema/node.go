@@ -59,6 +59,7 @@ func (Node) Edges() []ent.Edge {
 		edge.To("traits", Trait.Type).Annotations(entsql.OnDelete(entsql.Cascade)),
 		edge.To("events", NodeEvent.Type).Annotations(entsql.OnDelete(entsql.Cascade)),
 		edge.To("allocation", Allocation.Type).Unique(),
+		edge.To("bios_settings", BiosSetting.Type).Annotations(entsql.OnDelete(entsql.Cascade)),
 	}
 }
 

@@ -84,6 +84,7 @@ func (a *API) Register(root fiber.Router, v1 fiber.Router) {
 	a.registerRunbooks(v1)
 	a.registerAllocations(v1)
 	a.registerDrivers(v1)
+	a.registerHardware(v1)
 }
 
 func baseURL(c *fiber.Ctx) string { return c.BaseURL() }

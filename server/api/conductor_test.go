@@ -80,7 +80,9 @@ func TestCleaningStateMachine(t *testing.T) {
 			field string
 		}{
 			{map[string]any{"target": "clean"}, "clean_steps"},
-			{map[string]any{"target": "clean", "clean_steps": steps(step("raid", "create_configuration", nil))}, "unknown step"},
+			{map[string]any{"target": "clean", "clean_steps": steps(step("console", "start", nil))}, "clean_steps[0].interface"},
+			{map[string]any{"target": "clean", "clean_steps": steps(step("raid", "create-configuration", nil))}, "not a step name"},
+			{map[string]any{"target": "clean", "clean_steps": steps(step("bios", "apply_configuration", map[string]any{"settings": []any{map[string]any{"name": "X"}}}))}, "value"},
 			{map[string]any{"target": "clean", "clean_steps": steps(step("management", "set_boot_device", nil))}, "needs argument"},
 			{map[string]any{"target": "clean", "clean_steps": steps(step("management", "set_boot_device", map[string]any{"device": "floppy"}))}, "device"},
 			{map[string]any{"target": "clean", "clean_steps": steps(step("deploy", "wait", map[string]any{"seconds": -1}))}, "seconds"},

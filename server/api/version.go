@@ -29,7 +29,8 @@ const (
 	VerDynamicDrivers Version = 30 // driver type, ?detail= and ?type= on /v1/drivers
 	VerStorageIface   Version = 33 // storage interface
 	VerRescueIface    Version = 38 // rescue interface
-	VerBIOSIface      Version = 40 // bios interface
+	VerBIOSIface      Version = 40 // bios interface, /v1/nodes/{node}/bios
+	VerBIOSRegistry   Version = 74 // BIOS attribute registry fields, detail and fields on bios
 	VerDriverFields   Version = 77 // ?fields= on /v1/drivers
 	VerFirmwareIface  Version = 86 // firmware interface
 	VerProvStateFilt  Version = 9  // ?provision_state=

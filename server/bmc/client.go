@@ -147,6 +147,7 @@ type fake struct {
 	mu          sync.Mutex
 	power, boot string
 	persistent  bool
+	bios        fakeBIOS
 }
 
 var fakes sync.Map // node UUID -> *fake
@@ -167,6 +168,9 @@ func (f *fake) SetPower(_ context.Context, target string) error {
 	defer f.mu.Unlock()
 	switch target {
 	case PowerOn:
+		if f.power != PowerOn {
+			f.bios.reset()
+		}
 		f.power = PowerOn
 	case PowerOff, SoftPowerOff:
 		f.power = PowerOff
@@ -179,6 +183,7 @@ func (f *fake) SetPower(_ context.Context, target string) error {
 func (f *fake) Restart(context.Context, bool) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	f.bios.reset()
 	f.power = PowerOn
 	return nil
 }

@@ -1,0 +1,180 @@
+package api_test
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/anvilproject/anvil/server/bmc/bmctest"
+	"github.com/anvilproject/anvil/server/servertest"
+	"github.com/anvilproject/anvil/server/store"
+	"github.com/anvilproject/anvil/server/store/storetest"
+)
+
+func settings(kv ...any) map[string]any {
+	var list []any
+	for i := 0; i < len(kv); i += 2 {
+		list = append(list, map[string]any{"name": kv[i], "value": kv[i+1]})
+	}
+	return map[string]any{"settings": list}
+}
+
+// startedSteps lists the steps a node's history says started, oldest first.
+func startedSteps(t *testing.T, c *servertest.Client, id string) []string {
+	t.Helper()
+	var out []string
+	for _, e := range c.Do(t, "GET", "/v1/nodes/"+id+"/history", nil).JSON(t)["history"].([]any) {
+		if msg := e.(map[string]any)["event"].(string); strings.HasPrefix(msg, "Step ") && strings.Contains(msg, "started") {
+			out = append(out, strings.Fields(msg)[1])
+		}
+	}
+	return out
+}
+
+// TestStepsAsIronic: any step of Ironic's step interfaces may be stored
+// in a runbook or asked for; a step the node's driver does not run fails
+// the run before its first step, naming the step and the driver.
+func TestStepsAsIronic(t *testing.T) {
+	storetest.Each(t, func(t *testing.T, setting string, db *store.DB) {
+		_, clients := startLocal(t, setting)
+		admin := clients["system-admin"]
+		ironic := []map[string]any{
+			{"interface": "raid", "step": "create_configuration", "order": 1, "args": map[string]any{"create_nonroot_volumes": true}},
+			{"interface": "deploy", "step": "erase_devices_metadata", "order": 2},
+			{"interface": "firmware", "step": "update", "order": 3, "args": map[string]any{"settings": []any{map[string]any{"component": "bios", "url": "http://x/bios.bin"}}}},
+			{"interface": "bios", "step": "apply_configuration", "order": 4, "args": settings("ProcTurboMode", "Disabled")},
+			{"interface": "vendor", "step": "anything_at_all", "order": 5},
+		}
+		r := admin.Do(t, "POST", "/v1/runbooks", map[string]any{"name": "CUSTOM_FROM_IRONIC", "steps": ironic})
+		mustStatus(t, r, 201)
+		if got := len(admin.Do(t, "GET", "/v1/runbooks/CUSTOM_FROM_IRONIC", nil).JSON(t)["steps"].([]any)); got != len(ironic) {
+			t.Fatalf("stored %d of %d steps", got, len(ironic))
+		}
+
+		r = admin.Do(t, "POST", "/v1/nodes", map[string]any{"name": "ironic-1", "driver": "fake-hardware"})
+		mustStatus(t, r, 201)
+		id := r.JSON(t)["uuid"].(string)
+		provision(t, admin, id, map[string]any{"target": "manage"}, 202)
+		waitState(t, admin, id, "manageable")
+
+		for _, c := range []struct {
+			step map[string]any
+			want string
+		}{
+			{step("raid", "create_configuration", nil), "Step raid.create_configuration is not supported by driver fake-hardware."},
+			{step("deploy", "erase_devices_metadata", nil), "Step deploy.erase_devices_metadata needs a ramdisk agent, which this deployment does not run (driver fake-hardware)."},
+		} {
+			provision(t, admin, id, map[string]any{"target": "clean", "clean_steps": steps(step("power", "power_on", nil), c.step)}, 202)
+			n := waitState(t, admin, id, "clean failed")
+			if n["last_error"] != c.want || n["power_state"] != "power off" {
+				t.Errorf("last_error %q power %v; want %q with power untouched", n["last_error"], n["power_state"], c.want)
+			}
+			if s := startedSteps(t, admin, id); len(s) != 0 {
+				t.Errorf("steps ran before the refusal: %v", s)
+			}
+			provision(t, admin, id, map[string]any{"target": "manage"}, 202)
+			waitState(t, admin, id, "manageable")
+		}
+
+		// The fake driver runs the BIOS steps against its in-memory BIOS.
+		provision(t, admin, id, map[string]any{"target": "clean", "clean_steps": steps(
+			step("bios", "apply_configuration", settings("ProcTurboMode", "Disabled", "PowerOnDelaySec", 30)))}, 202)
+		if n := waitState(t, admin, id, "manageable"); n["last_error"] != nil || n["power_state"] != "power on" {
+			t.Fatalf("BIOS on the fake: last_error %v power %v", n["last_error"], n["power_state"])
+		}
+		if s := admin.Do(t, "GET", "/v1/nodes/"+id+"/bios/PowerOnDelaySec", nil).JSON(t)["PowerOnDelaySec"].(map[string]any); s["value"] != "30" {
+			t.Errorf("cached PowerOnDelaySec %v", s)
+		}
+
+		// The catalogue per driver, with arguments.
+		cat := admin.Do(t, "GET", "/v1/nodes/"+id+"/steps", nil).JSON(t)
+		var names []string
+		for _, s := range cat["steps"].([]any) {
+			m := s.(map[string]any)
+			names = append(names, fmt.Sprint(m["interface"], ".", m["step"]))
+			if m["step"] == "apply_configuration" {
+				a := m["args"].([]any)[0].(map[string]any)
+				if a["name"] != "settings" || a["required"] != true || a["type"] != "list of {name, value}" {
+					t.Errorf("apply_configuration's argument: %v", a)
+				}
+			}
+		}
+		if !strings.Contains(strings.Join(names, ","), "bios.apply_configuration") {
+			t.Errorf("fake-hardware steps %v", names)
+		}
+	})
+}
+
+// TestBIOSOverRedfish applies, refuses and resets BIOS settings on the
+// Redfish simulator through the API, and asks the simulator each time
+// what its BIOS holds.
+func TestBIOSOverRedfish(t *testing.T) {
+	storetest.Each(t, func(t *testing.T, setting string, db *store.DB) {
+		sim := bmctest.StartRedfish(t)
+		_, clients := startLocal(t, setting, bmcOpts)
+		admin, member := clients["system-admin"], clients["lessee-member"]
+		r := admin.Do(t, "POST", "/v1/nodes", map[string]any{"name": "bios-1", "driver": "redfish", "driver_info": sim.DriverInfo("1"), "owner": "own", "lessee": "les"})
+		mustStatus(t, r, 201)
+		id := r.JSON(t)["uuid"].(string)
+		provision(t, admin, id, map[string]any{"target": "manage"}, 202)
+		waitState(t, admin, id, "manageable")
+
+		provision(t, admin, id, map[string]any{"target": "clean", "clean_steps": steps(
+			step("bios", "apply_configuration", settings("ProcTurboMode", "Disabled", "PowerOnDelaySec", 30, "QuietBoot", false, "SysProfile", "PerfPerWattOptimizedDapc")))}, 202)
+		n := waitState(t, admin, id, "manageable")
+		if n["last_error"] != nil || n["power_state"] != "power on" {
+			t.Fatalf("apply: last_error %v power %v", n["last_error"], n["power_state"])
+		}
+		cur, pending := sim.BIOS(t, "1")
+		if cur["ProcTurboMode"] != "Disabled" || cur["PowerOnDelaySec"] != float64(30) || cur["QuietBoot"] != false || len(pending) != 0 {
+			t.Fatalf("simulator BIOS after apply: current %v pending %v", cur, pending)
+		}
+		if sim.Power(t, "1") != "On" {
+			t.Errorf("simulator power %s after apply", sim.Power(t, "1"))
+		}
+		// The lessee reads the cache, refreshed after the step.
+		list := member.Do(t, "GET", "/v1/nodes/"+id+"/bios", nil).JSON(t)["bios"].([]any)
+		if len(list) != len(cur) {
+			t.Errorf("cached %d settings, the BMC has %d", len(list), len(cur))
+		}
+		one := member.Do(t, "GET", "/v1/nodes/"+id+"/bios/ProcTurboMode", nil).JSON(t)["ProcTurboMode"].(map[string]any)
+		if one["value"] != "Disabled" || one["created_at"] == nil {
+			t.Errorf("cached ProcTurboMode %v", one)
+		}
+		mustStatus(t, member.Do(t, "GET", "/v1/nodes/"+id+"/bios/NoSuchThing", nil), 404)
+		mustStatus(t, clients["other-admin"].Do(t, "GET", "/v1/nodes/"+id+"/bios", nil), 404)
+		old := admin
+		old.Version = "1.39"
+		mustStatus(t, old.Do(t, "GET", "/v1/nodes/"+id+"/bios", nil), 406)
+		old.Version = "latest"
+		if f := admin.Do(t, "GET", "/v1/nodes/"+id+"/bios?fields=value,nope", nil).Fault(t); !strings.Contains(f, "nope") {
+			t.Errorf("bad fields: %q", f)
+		}
+
+		// A value the BMC refuses fails the step with the BMC's words and
+		// changes nothing.
+		provision(t, admin, id, map[string]any{"target": "clean", "clean_steps": steps(
+			step("bios", "apply_configuration", settings("ProcTurboMode", "Sideways")))}, 202)
+		n = waitState(t, admin, id, "clean failed")
+		if le, _ := n["last_error"].(string); !strings.Contains(le, "Step bios.apply_configuration failed") || !strings.Contains(le, "not valid for BIOS attribute ProcTurboMode") {
+			t.Errorf("refused setting: last_error %q", le)
+		}
+		if cur, pending := sim.BIOS(t, "1"); cur["ProcTurboMode"] != "Disabled" || len(pending) != 0 {
+			t.Errorf("after a refused setting: current %v pending %v", cur, pending)
+		}
+		provision(t, admin, id, map[string]any{"target": "manage"}, 202)
+		waitState(t, admin, id, "manageable")
+
+		// Factory reset brings the defaults back, and the cache follows.
+		provision(t, admin, id, map[string]any{"target": "clean", "clean_steps": steps(step("bios", "factory_reset", nil))}, 202)
+		if n := waitState(t, admin, id, "manageable"); n["last_error"] != nil {
+			t.Fatalf("factory_reset: %v", n["last_error"])
+		}
+		if cur, _ := sim.BIOS(t, "1"); cur["ProcTurboMode"] != "Enabled" || cur["PowerOnDelaySec"] != float64(0) {
+			t.Errorf("simulator BIOS after factory_reset: %v", cur)
+		}
+		if s := admin.Do(t, "GET", "/v1/nodes/"+id+"/bios/ProcTurboMode", nil).JSON(t)["ProcTurboMode"].(map[string]any); s["value"] != "Enabled" || s["updated_at"] == nil {
+			t.Errorf("cache after factory_reset: %v", s)
+		}
+	})
+}

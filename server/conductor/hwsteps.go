@@ -1,0 +1,129 @@
+package conductor
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/anvilproject/anvil/ent"
+	"github.com/anvilproject/anvil/ent/biossetting"
+	"github.com/anvilproject/anvil/server/bmc"
+	"github.com/anvilproject/anvil/server/store"
+)
+
+// execHardwareStep runs the catalogue's steps beyond power and boot
+// device: those that change the machine's own configuration through its
+// BMC. It returns the power state it left, if it changed power.
+func (c *Conductor) execHardwareStep(ctx context.Context, n *ent.Node, cl bmc.Client, st Step) (string, error) {
+	switch st.Interface {
+	case "bios":
+		b, ok := cl.(bmc.BIOS)
+		if !ok {
+			return "", fmt.Errorf("driver %s has no BIOS settings", n.Driver)
+		}
+		var power string
+		var err error
+		switch st.Step {
+		case "apply_configuration":
+			power, err = c.applyBIOS(ctx, n, cl, b, settingsArg(st))
+		case "factory_reset":
+			if err = b.ResetBIOS(ctx); err == nil {
+				power, err = c.reboot(ctx, cl)
+			}
+		case "cache_bios_settings":
+		default:
+			return "", fmt.Errorf("step %s has no implementation", st.Name())
+		}
+		c.noteBMC(ctx, n, err)
+		if err != nil {
+			return power, err
+		}
+		return power, c.cacheBIOS(ctx, n.ID, b)
+	}
+	return "", fmt.Errorf("step %s has no implementation", st.Name())
+}
+
+func (c *Conductor) reboot(ctx context.Context, cl bmc.Client) (string, error) {
+	return bmc.Power(ctx, cl, bmc.Rebooting, c.cfg.PowerTimeout, c.cfg.BMC.PowerPoll)
+}
+
+// applyBIOS stages the settings that differ from the current ones,
+// reboots so the BIOS takes them, and checks each became current: a BMC
+// that accepted a setting it then ignored fails the step, naming it.
+// Nothing differing means no reboot.
+func (c *Conductor) applyBIOS(ctx context.Context, n *ent.Node, cl bmc.Client, b bmc.BIOS, want map[string]any) (string, error) {
+	current, _, err := b.BIOSSettings(ctx)
+	if err != nil {
+		return "", err
+	}
+	change := map[string]any{}
+	for k, v := range want {
+		if cur, ok := current[k]; !ok || !bmc.SameValue(cur, v) {
+			change[k] = v
+		}
+	}
+	if len(change) == 0 {
+		return "", nil
+	}
+	if err := b.StageBIOS(ctx, change); err != nil {
+		return "", err
+	}
+	power, err := c.reboot(ctx, cl)
+	if err != nil {
+		return power, err
+	}
+	if current, _, err = b.BIOSSettings(ctx); err != nil {
+		return power, err
+	}
+	var wrong []string
+	for _, k := range slices.Sorted(maps.Keys(change)) {
+		if !bmc.SameValue(current[k], change[k]) {
+			wrong = append(wrong, fmt.Sprintf("%s is %v, not %v", k, current[k], change[k]))
+		}
+	}
+	if len(wrong) > 0 {
+		return power, fmt.Errorf("after the reboot the BIOS did not take every setting: %s", strings.Join(wrong, "; "))
+	}
+	return power, nil
+}
+
+// cacheBIOS replaces the node's cached BIOS settings with what the BMC
+// reports now, keeping created_at of settings that stay.
+func (c *Conductor) cacheBIOS(ctx context.Context, nodeID int, b bmc.BIOS) error {
+	current, _, err := b.BIOSSettings(ctx)
+	if err != nil {
+		return err
+	}
+	return store.WithTx(ctx, c.db, func(tx *ent.Client) error {
+		old, err := tx.BiosSetting.Query().Where(biossetting.NodeID(nodeID)).All(ctx)
+		if err != nil {
+			return err
+		}
+		now := time.Now()
+		have := map[string]*ent.BiosSetting{}
+		for _, s := range old {
+			have[s.Name] = s
+			if _, ok := current[s.Name]; !ok {
+				if err := tx.BiosSetting.DeleteOne(s).Exec(ctx); err != nil {
+					return err
+				}
+			}
+		}
+		var add []*ent.BiosSettingCreate
+		for _, k := range slices.Sorted(maps.Keys(current)) {
+			v := fmt.Sprint(current[k])
+			switch s := have[k]; {
+			case s == nil:
+				add = append(add, tx.BiosSetting.Create().SetNodeID(nodeID).SetName(k).SetValue(v))
+			case s.Value != v:
+				if err := tx.BiosSetting.UpdateOne(s).SetValue(v).SetUpdatedAt(now).Exec(ctx); err != nil {
+					return err
+				}
+			}
+		}
+		return tx.BiosSetting.CreateBulk(add...).Exec(ctx)
+	})
+}
