@@ -22,6 +22,7 @@ import (
 	"github.com/anvilproject/anvil/ent/conductor"
 	"github.com/anvilproject/anvil/ent/node"
 	"github.com/anvilproject/anvil/ent/nodeevent"
+	"github.com/anvilproject/anvil/ent/nodeinventory"
 	"github.com/anvilproject/anvil/ent/policyoverride"
 	"github.com/anvilproject/anvil/ent/portalsession"
 	"github.com/anvilproject/anvil/ent/roleassignment"
@@ -53,6 +54,8 @@ type Client struct {
 	Node *NodeClient
 	// NodeEvent is the client for interacting with the NodeEvent builders.
 	NodeEvent *NodeEventClient
+	// NodeInventory is the client for interacting with the NodeInventory builders.
+	NodeInventory *NodeInventoryClient
 	// PolicyOverride is the client for interacting with the PolicyOverride builders.
 	PolicyOverride *PolicyOverrideClient
 	// PortalSession is the client for interacting with the PortalSession builders.
@@ -87,6 +90,7 @@ func (c *Client) init() {
 	c.Conductor = NewConductorClient(c.config)
 	c.Node = NewNodeClient(c.config)
 	c.NodeEvent = NewNodeEventClient(c.config)
+	c.NodeInventory = NewNodeInventoryClient(c.config)
 	c.PolicyOverride = NewPolicyOverrideClient(c.config)
 	c.PortalSession = NewPortalSessionClient(c.config)
 	c.RoleAssignment = NewRoleAssignmentClient(c.config)
@@ -194,6 +198,7 @@ func (c *Client) Tx(ctx context.Context) (*Tx, error) {
 		Conductor:      NewConductorClient(cfg),
 		Node:           NewNodeClient(cfg),
 		NodeEvent:      NewNodeEventClient(cfg),
+		NodeInventory:  NewNodeInventoryClient(cfg),
 		PolicyOverride: NewPolicyOverrideClient(cfg),
 		PortalSession:  NewPortalSessionClient(cfg),
 		RoleAssignment: NewRoleAssignmentClient(cfg),
@@ -228,6 +233,7 @@ func (c *Client) BeginTx(ctx context.Context, opts *sql.TxOptions) (*Tx, error) 
 		Conductor:      NewConductorClient(cfg),
 		Node:           NewNodeClient(cfg),
 		NodeEvent:      NewNodeEventClient(cfg),
+		NodeInventory:  NewNodeInventoryClient(cfg),
 		PolicyOverride: NewPolicyOverrideClient(cfg),
 		PortalSession:  NewPortalSessionClient(cfg),
 		RoleAssignment: NewRoleAssignmentClient(cfg),
@@ -266,8 +272,8 @@ func (c *Client) Close() error {
 func (c *Client) Use(hooks ...Hook) {
 	for _, n := range []interface{ Use(...Hook) }{
 		c.APIToken, c.Allocation, c.AuditEvent, c.BiosSetting, c.Conductor, c.Node,
-		c.NodeEvent, c.PolicyOverride, c.PortalSession, c.RoleAssignment, c.Runbook,
-		c.RunbookStep, c.Setting, c.Trait, c.User,
+		c.NodeEvent, c.NodeInventory, c.PolicyOverride, c.PortalSession,
+		c.RoleAssignment, c.Runbook, c.RunbookStep, c.Setting, c.Trait, c.User,
 	} {
 		n.Use(hooks...)
 	}
@@ -278,8 +284,8 @@ func (c *Client) Use(hooks ...Hook) {
 func (c *Client) Intercept(interceptors ...Interceptor) {
 	for _, n := range []interface{ Intercept(...Interceptor) }{
 		c.APIToken, c.Allocation, c.AuditEvent, c.BiosSetting, c.Conductor, c.Node,
-		c.NodeEvent, c.PolicyOverride, c.PortalSession, c.RoleAssignment, c.Runbook,
-		c.RunbookStep, c.Setting, c.Trait, c.User,
+		c.NodeEvent, c.NodeInventory, c.PolicyOverride, c.PortalSession,
+		c.RoleAssignment, c.Runbook, c.RunbookStep, c.Setting, c.Trait, c.User,
 	} {
 		n.Intercept(interceptors...)
 	}
@@ -302,6 +308,8 @@ func (c *Client) Mutate(ctx context.Context, m Mutation) (Value, error) {
 		return c.Node.mutate(ctx, m)
 	case *NodeEventMutation:
 		return c.NodeEvent.mutate(ctx, m)
+	case *NodeInventoryMutation:
+		return c.NodeInventory.mutate(ctx, m)
 	case *PolicyOverrideMutation:
 		return c.PolicyOverride.mutate(ctx, m)
 	case *PortalSessionMutation:
@@ -1208,6 +1216,22 @@ func (c *NodeClient) QueryBiosSettings(_m *Node) *BiosSettingQuery {
 	return query
 }
 
+// QueryInventory queries the inventory edge of a Node.
+func (c *NodeClient) QueryInventory(_m *Node) *NodeInventoryQuery {
+	query := (&NodeInventoryClient{config: c.config}).Query()
+	query.path = func(context.Context) (fromV *sql.Selector, _ error) {
+		id := _m.ID
+		step := sqlgraph.NewStep(
+			sqlgraph.From(node.Table, node.FieldID, id),
+			sqlgraph.To(nodeinventory.Table, nodeinventory.FieldID),
+			sqlgraph.Edge(sqlgraph.O2O, false, node.InventoryTable, node.InventoryColumn),
+		)
+		fromV = sqlgraph.Neighbors(_m.driver.Dialect(), step)
+		return fromV, nil
+	}
+	return query
+}
+
 // Hooks returns the client hooks.
 func (c *NodeClient) Hooks() []Hook {
 	return c.hooks.Node
@@ -1379,6 +1403,155 @@ func (c *NodeEventClient) mutate(ctx context.Context, m *NodeEventMutation) (Val
 		return (&NodeEventDelete{config: c.config, hooks: c.Hooks(), mutation: m}).Exec(ctx)
 	default:
 		return nil, fmt.Errorf("ent: unknown NodeEvent mutation op: %q", m.Op())
+	}
+}
+
+// NodeInventoryClient is a client for the NodeInventory schema.
+type NodeInventoryClient struct {
+	config
+}
+
+// NewNodeInventoryClient returns a client for the NodeInventory from the given config.
+func NewNodeInventoryClient(c config) *NodeInventoryClient {
+	return &NodeInventoryClient{config: c}
+}
+
+// Use adds a list of mutation hooks to the hooks stack.
+// A call to `Use(f, g, h)` equals to `nodeinventory.Hooks(f(g(h())))`.
+func (c *NodeInventoryClient) Use(hooks ...Hook) {
+	c.hooks.NodeInventory = append(c.hooks.NodeInventory, hooks...)
+}
+
+// Intercept adds a list of query interceptors to the interceptors stack.
+// A call to `Intercept(f, g, h)` equals to `nodeinventory.Intercept(f(g(h())))`.
+func (c *NodeInventoryClient) Intercept(interceptors ...Interceptor) {
+	c.inters.NodeInventory = append(c.inters.NodeInventory, interceptors...)
+}
+
+// Create returns a builder for creating a NodeInventory entity.
+func (c *NodeInventoryClient) Create() *NodeInventoryCreate {
+	mutation := newNodeInventoryMutation(c.config, OpCreate)
+	return &NodeInventoryCreate{config: c.config, hooks: c.Hooks(), mutation: mutation}
+}
+
+// CreateBulk returns a builder for creating a bulk of NodeInventory entities.
+func (c *NodeInventoryClient) CreateBulk(builders ...*NodeInventoryCreate) *NodeInventoryCreateBulk {
+	return &NodeInventoryCreateBulk{config: c.config, builders: builders}
+}
+
+// MapCreateBulk creates a bulk creation builder from the given slice. For each item in the slice, the function creates
+// a builder and applies setFunc on it.
+func (c *NodeInventoryClient) MapCreateBulk(slice any, setFunc func(*NodeInventoryCreate, int)) *NodeInventoryCreateBulk {
+	rv := reflect.ValueOf(slice)
+	if rv.Kind() != reflect.Slice {
+		return &NodeInventoryCreateBulk{err: fmt.Errorf("calling to NodeInventoryClient.MapCreateBulk with wrong type %T, need slice", slice)}
+	}
+	builders := make([]*NodeInventoryCreate, rv.Len())
+	for i := 0; i < rv.Len(); i++ {
+		builders[i] = c.Create()
+		setFunc(builders[i], i)
+	}
+	return &NodeInventoryCreateBulk{config: c.config, builders: builders}
+}
+
+// Update returns an update builder for NodeInventory.
+func (c *NodeInventoryClient) Update() *NodeInventoryUpdate {
+	mutation := newNodeInventoryMutation(c.config, OpUpdate)
+	return &NodeInventoryUpdate{config: c.config, hooks: c.Hooks(), mutation: mutation}
+}
+
+// UpdateOne returns an update builder for the given entity.
+func (c *NodeInventoryClient) UpdateOne(_m *NodeInventory) *NodeInventoryUpdateOne {
+	mutation := newNodeInventoryMutation(c.config, OpUpdateOne, withNodeInventory(_m))
+	return &NodeInventoryUpdateOne{config: c.config, hooks: c.Hooks(), mutation: mutation}
+}
+
+// UpdateOneID returns an update builder for the given id.
+func (c *NodeInventoryClient) UpdateOneID(id int) *NodeInventoryUpdateOne {
+	mutation := newNodeInventoryMutation(c.config, OpUpdateOne, withNodeInventoryID(id))
+	return &NodeInventoryUpdateOne{config: c.config, hooks: c.Hooks(), mutation: mutation}
+}
+
+// Delete returns a delete builder for NodeInventory.
+func (c *NodeInventoryClient) Delete() *NodeInventoryDelete {
+	mutation := newNodeInventoryMutation(c.config, OpDelete)
+	return &NodeInventoryDelete{config: c.config, hooks: c.Hooks(), mutation: mutation}
+}
+
+// DeleteOne returns a builder for deleting the given entity.
+func (c *NodeInventoryClient) DeleteOne(_m *NodeInventory) *NodeInventoryDeleteOne {
+	return c.DeleteOneID(_m.ID)
+}
+
+// DeleteOneID returns a builder for deleting the given entity by its id.
+func (c *NodeInventoryClient) DeleteOneID(id int) *NodeInventoryDeleteOne {
+	builder := c.Delete().Where(nodeinventory.ID(id))
+	builder.mutation.id = &id
+	builder.mutation.op = OpDeleteOne
+	return &NodeInventoryDeleteOne{builder}
+}
+
+// Query returns a query builder for NodeInventory.
+func (c *NodeInventoryClient) Query() *NodeInventoryQuery {
+	return &NodeInventoryQuery{
+		config: c.config,
+		ctx:    &QueryContext{Type: TypeNodeInventory},
+		inters: c.Interceptors(),
+	}
+}
+
+// Get returns a NodeInventory entity by its id.
+func (c *NodeInventoryClient) Get(ctx context.Context, id int) (*NodeInventory, error) {
+	return c.Query().Where(nodeinventory.ID(id)).Only(ctx)
+}
+
+// GetX is like Get, but panics if an error occurs.
+func (c *NodeInventoryClient) GetX(ctx context.Context, id int) *NodeInventory {
+	obj, err := c.Get(ctx, id)
+	if err != nil {
+		panic(err)
+	}
+	return obj
+}
+
+// QueryNode queries the node edge of a NodeInventory.
+func (c *NodeInventoryClient) QueryNode(_m *NodeInventory) *NodeQuery {
+	query := (&NodeClient{config: c.config}).Query()
+	query.path = func(context.Context) (fromV *sql.Selector, _ error) {
+		id := _m.ID
+		step := sqlgraph.NewStep(
+			sqlgraph.From(nodeinventory.Table, nodeinventory.FieldID, id),
+			sqlgraph.To(node.Table, node.FieldID),
+			sqlgraph.Edge(sqlgraph.O2O, true, nodeinventory.NodeTable, nodeinventory.NodeColumn),
+		)
+		fromV = sqlgraph.Neighbors(_m.driver.Dialect(), step)
+		return fromV, nil
+	}
+	return query
+}
+
+// Hooks returns the client hooks.
+func (c *NodeInventoryClient) Hooks() []Hook {
+	return c.hooks.NodeInventory
+}
+
+// Interceptors returns the client interceptors.
+func (c *NodeInventoryClient) Interceptors() []Interceptor {
+	return c.inters.NodeInventory
+}
+
+func (c *NodeInventoryClient) mutate(ctx context.Context, m *NodeInventoryMutation) (Value, error) {
+	switch m.Op() {
+	case OpCreate:
+		return (&NodeInventoryCreate{config: c.config, hooks: c.Hooks(), mutation: m}).Save(ctx)
+	case OpUpdate:
+		return (&NodeInventoryUpdate{config: c.config, hooks: c.Hooks(), mutation: m}).Save(ctx)
+	case OpUpdateOne:
+		return (&NodeInventoryUpdateOne{config: c.config, hooks: c.Hooks(), mutation: m}).Save(ctx)
+	case OpDelete, OpDeleteOne:
+		return (&NodeInventoryDelete{config: c.config, hooks: c.Hooks(), mutation: m}).Exec(ctx)
+	default:
+		return nil, fmt.Errorf("ent: unknown NodeInventory mutation op: %q", m.Op())
 	}
 }
 
@@ -2546,13 +2719,13 @@ func (c *UserClient) mutate(ctx context.Context, m *UserMutation) (Value, error)
 type (
 	hooks struct {
 		APIToken, Allocation, AuditEvent, BiosSetting, Conductor, Node, NodeEvent,
-		PolicyOverride, PortalSession, RoleAssignment, Runbook, RunbookStep, Setting,
-		Trait, User []ent.Hook
+		NodeInventory, PolicyOverride, PortalSession, RoleAssignment, Runbook,
+		RunbookStep, Setting, Trait, User []ent.Hook
 	}
 	inters struct {
 		APIToken, Allocation, AuditEvent, BiosSetting, Conductor, Node, NodeEvent,
-		PolicyOverride, PortalSession, RoleAssignment, Runbook, RunbookStep, Setting,
-		Trait, User []ent.Interceptor
+		NodeInventory, PolicyOverride, PortalSession, RoleAssignment, Runbook,
+		RunbookStep, Setting, Trait, User []ent.Interceptor
 	}
 )
 

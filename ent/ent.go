@@ -19,6 +19,7 @@ import (
 	"github.com/anvilproject/anvil/ent/conductor"
 	"github.com/anvilproject/anvil/ent/node"
 	"github.com/anvilproject/anvil/ent/nodeevent"
+	"github.com/anvilproject/anvil/ent/nodeinventory"
 	"github.com/anvilproject/anvil/ent/policyoverride"
 	"github.com/anvilproject/anvil/ent/portalsession"
 	"github.com/anvilproject/anvil/ent/roleassignment"
@@ -94,6 +95,7 @@ func checkColumn(t, c string) error {
 			conductor.Table:      conductor.ValidColumn,
 			node.Table:           node.ValidColumn,
 			nodeevent.Table:      nodeevent.ValidColumn,
+			nodeinventory.Table:  nodeinventory.ValidColumn,
 			policyoverride.Table: policyoverride.ValidColumn,
 			portalsession.Table:  portalsession.ValidColumn,
 			roleassignment.Table: roleassignment.ValidColumn,

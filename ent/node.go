@@ -12,6 +12,7 @@ import (
 	"entgo.io/ent/dialect/sql"
 	"github.com/anvilproject/anvil/ent/allocation"
 	"github.com/anvilproject/anvil/ent/node"
+	"github.com/anvilproject/anvil/ent/nodeinventory"
 )
 
 // Node is the model entity for the Node schema.
@@ -91,9 +92,11 @@ type NodeEdges struct {
 	Allocation *Allocation `json:"allocation,omitempty"`
 	// BiosSettings holds the value of the bios_settings edge.
 	BiosSettings []*BiosSetting `json:"bios_settings,omitempty"`
+	// Inventory holds the value of the inventory edge.
+	Inventory *NodeInventory `json:"inventory,omitempty"`
 	// loadedTypes holds the information for reporting if a
 	// type was loaded (or requested) in eager-loading or not.
-	loadedTypes [4]bool
+	loadedTypes [5]bool
 }
 
 // TraitsOrErr returns the Traits value or an error if the edge
@@ -132,6 +135,17 @@ func (e NodeEdges) BiosSettingsOrErr() ([]*BiosSetting, error) {
 		return e.BiosSettings, nil
 	}
 	return nil, &NotLoadedError{edge: "bios_settings"}
+}
+
+// InventoryOrErr returns the Inventory value or an error if the edge
+// was not loaded in eager-loading, or loaded but was not found.
+func (e NodeEdges) InventoryOrErr() (*NodeInventory, error) {
+	if e.Inventory != nil {
+		return e.Inventory, nil
+	} else if e.loadedTypes[4] {
+		return nil, &NotFoundError{label: nodeinventory.Label}
+	}
+	return nil, &NotLoadedError{edge: "inventory"}
 }
 
 // scanValues returns the types for scanning values from sql.Rows.
@@ -396,6 +410,11 @@ func (_m *Node) QueryAllocation() *AllocationQuery {
 // QueryBiosSettings queries the "bios_settings" edge of the Node entity.
 func (_m *Node) QueryBiosSettings() *BiosSettingQuery {
 	return NewNodeClient(_m.config).QueryBiosSettings(_m)
+}
+
+// QueryInventory queries the "inventory" edge of the Node entity.
+func (_m *Node) QueryInventory() *NodeInventoryQuery {
+	return NewNodeClient(_m.config).QueryInventory(_m)
 }
 
 // Update returns a builder for updating this Node.

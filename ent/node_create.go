@@ -15,6 +15,7 @@ import (
 	"github.com/anvilproject/anvil/ent/biossetting"
 	"github.com/anvilproject/anvil/ent/node"
 	"github.com/anvilproject/anvil/ent/nodeevent"
+	"github.com/anvilproject/anvil/ent/nodeinventory"
 	"github.com/anvilproject/anvil/ent/trait"
 )
 
@@ -410,6 +411,25 @@ func (_c *NodeCreate) AddBiosSettings(v ...*BiosSetting) *NodeCreate {
 	return _c.AddBiosSettingIDs(ids...)
 }
 
+// SetInventoryID sets the "inventory" edge to the NodeInventory entity by ID.
+func (_c *NodeCreate) SetInventoryID(id int) *NodeCreate {
+	_c.mutation.SetInventoryID(id)
+	return _c
+}
+
+// SetNillableInventoryID sets the "inventory" edge to the NodeInventory entity by ID if the given value is not nil.
+func (_c *NodeCreate) SetNillableInventoryID(id *int) *NodeCreate {
+	if id != nil {
+		_c = _c.SetInventoryID(*id)
+	}
+	return _c
+}
+
+// SetInventory sets the "inventory" edge to the NodeInventory entity.
+func (_c *NodeCreate) SetInventory(v *NodeInventory) *NodeCreate {
+	return _c.SetInventoryID(v.ID)
+}
+
 // Mutation returns the NodeMutation object of the builder.
 func (_c *NodeCreate) Mutation() *NodeMutation {
 	return _c.mutation
@@ -729,6 +749,22 @@ func (_c *NodeCreate) createSpec() (*Node, *sqlgraph.CreateSpec) {
 			Bidi:    false,
 			Target: &sqlgraph.EdgeTarget{
 				IDSpec: sqlgraph.NewFieldSpec(biossetting.FieldID, field.TypeInt),
+			},
+		}
+		for _, k := range nodes {
+			edge.Target.Nodes = append(edge.Target.Nodes, k)
+		}
+		_spec.Edges = append(_spec.Edges, edge)
+	}
+	if nodes := _c.mutation.InventoryIDs(); len(nodes) > 0 {
+		edge := &sqlgraph.EdgeSpec{
+			Rel:     sqlgraph.O2O,
+			Inverse: false,
+			Table:   node.InventoryTable,
+			Columns: []string{node.InventoryColumn},
+			Bidi:    false,
+			Target: &sqlgraph.EdgeTarget{
+				IDSpec: sqlgraph.NewFieldSpec(nodeinventory.FieldID, field.TypeInt),
 			},
 		}
 		for _, k := range nodes {

@@ -17,6 +17,7 @@ import (
 	"github.com/anvilproject/anvil/ent/biossetting"
 	"github.com/anvilproject/anvil/ent/node"
 	"github.com/anvilproject/anvil/ent/nodeevent"
+	"github.com/anvilproject/anvil/ent/nodeinventory"
 	"github.com/anvilproject/anvil/ent/predicate"
 	"github.com/anvilproject/anvil/ent/trait"
 )
@@ -32,6 +33,7 @@ type NodeQuery struct {
 	withEvents       *NodeEventQuery
 	withAllocation   *AllocationQuery
 	withBiosSettings *BiosSettingQuery
+	withInventory    *NodeInventoryQuery
 	modifiers        []func(*sql.Selector)
 	// intermediate query (i.e. traversal path).
 	sql  *sql.Selector
@@ -150,6 +152,28 @@ func (_q *NodeQuery) QueryBiosSettings() *BiosSettingQuery {
 			sqlgraph.From(node.Table, node.FieldID, selector),
 			sqlgraph.To(biossetting.Table, biossetting.FieldID),
 			sqlgraph.Edge(sqlgraph.O2M, false, node.BiosSettingsTable, node.BiosSettingsColumn),
+		)
+		fromU = sqlgraph.SetNeighbors(_q.driver.Dialect(), step)
+		return fromU, nil
+	}
+	return query
+}
+
+// QueryInventory chains the current query on the "inventory" edge.
+func (_q *NodeQuery) QueryInventory() *NodeInventoryQuery {
+	query := (&NodeInventoryClient{config: _q.config}).Query()
+	query.path = func(ctx context.Context) (fromU *sql.Selector, err error) {
+		if err := _q.prepareQuery(ctx); err != nil {
+			return nil, err
+		}
+		selector := _q.sqlQuery(ctx)
+		if err := selector.Err(); err != nil {
+			return nil, err
+		}
+		step := sqlgraph.NewStep(
+			sqlgraph.From(node.Table, node.FieldID, selector),
+			sqlgraph.To(nodeinventory.Table, nodeinventory.FieldID),
+			sqlgraph.Edge(sqlgraph.O2O, false, node.InventoryTable, node.InventoryColumn),
 		)
 		fromU = sqlgraph.SetNeighbors(_q.driver.Dialect(), step)
 		return fromU, nil
@@ -353,6 +377,7 @@ func (_q *NodeQuery) Clone() *NodeQuery {
 		withEvents:       _q.withEvents.Clone(),
 		withAllocation:   _q.withAllocation.Clone(),
 		withBiosSettings: _q.withBiosSettings.Clone(),
+		withInventory:    _q.withInventory.Clone(),
 		// clone intermediate query.
 		sql:       _q.sql.Clone(),
 		path:      _q.path,
@@ -401,6 +426,17 @@ func (_q *NodeQuery) WithBiosSettings(opts ...func(*BiosSettingQuery)) *NodeQuer
 		opt(query)
 	}
 	_q.withBiosSettings = query
+	return _q
+}
+
+// WithInventory tells the query-builder to eager-load the nodes that are connected to
+// the "inventory" edge. The optional arguments are used to configure the query builder of the edge.
+func (_q *NodeQuery) WithInventory(opts ...func(*NodeInventoryQuery)) *NodeQuery {
+	query := (&NodeInventoryClient{config: _q.config}).Query()
+	for _, opt := range opts {
+		opt(query)
+	}
+	_q.withInventory = query
 	return _q
 }
 
@@ -482,11 +518,12 @@ func (_q *NodeQuery) sqlAll(ctx context.Context, hooks ...queryHook) ([]*Node, e
 	var (
 		nodes       = []*Node{}
 		_spec       = _q.querySpec()
-		loadedTypes = [4]bool{
+		loadedTypes = [5]bool{
 			_q.withTraits != nil,
 			_q.withEvents != nil,
 			_q.withAllocation != nil,
 			_q.withBiosSettings != nil,
+			_q.withInventory != nil,
 		}
 	)
 	_spec.ScanValues = func(columns []string) ([]any, error) {
@@ -534,6 +571,12 @@ func (_q *NodeQuery) sqlAll(ctx context.Context, hooks ...queryHook) ([]*Node, e
 		if err := _q.loadBiosSettings(ctx, query, nodes,
 			func(n *Node) { n.Edges.BiosSettings = []*BiosSetting{} },
 			func(n *Node, e *BiosSetting) { n.Edges.BiosSettings = append(n.Edges.BiosSettings, e) }); err != nil {
+			return nil, err
+		}
+	}
+	if query := _q.withInventory; query != nil {
+		if err := _q.loadInventory(ctx, query, nodes, nil,
+			func(n *Node, e *NodeInventory) { n.Edges.Inventory = e }); err != nil {
 			return nil, err
 		}
 	}
@@ -645,6 +688,33 @@ func (_q *NodeQuery) loadBiosSettings(ctx context.Context, query *BiosSettingQue
 	}
 	query.Where(predicate.BiosSetting(func(s *sql.Selector) {
 		s.Where(sql.InValues(s.C(node.BiosSettingsColumn), fks...))
+	}))
+	neighbors, err := query.All(ctx)
+	if err != nil {
+		return err
+	}
+	for _, n := range neighbors {
+		fk := n.NodeID
+		node, ok := nodeids[fk]
+		if !ok {
+			return fmt.Errorf(`unexpected referenced foreign-key "node_id" returned %v for node %v`, fk, n.ID)
+		}
+		assign(node, n)
+	}
+	return nil
+}
+func (_q *NodeQuery) loadInventory(ctx context.Context, query *NodeInventoryQuery, nodes []*Node, init func(*Node), assign func(*Node, *NodeInventory)) error {
+	fks := make([]driver.Value, 0, len(nodes))
+	nodeids := make(map[int]*Node)
+	for i := range nodes {
+		fks = append(fks, nodes[i].ID)
+		nodeids[nodes[i].ID] = nodes[i]
+	}
+	if len(query.ctx.Fields) > 0 {
+		query.ctx.AppendFieldOnce(nodeinventory.FieldNodeID)
+	}
+	query.Where(predicate.NodeInventory(func(s *sql.Selector) {
+		s.Where(sql.InValues(s.C(node.InventoryColumn), fks...))
 	}))
 	neighbors, err := query.All(ctx)
 	if err != nil {

@@ -15,6 +15,7 @@ import (
 	"github.com/anvilproject/anvil/ent/biossetting"
 	"github.com/anvilproject/anvil/ent/node"
 	"github.com/anvilproject/anvil/ent/nodeevent"
+	"github.com/anvilproject/anvil/ent/nodeinventory"
 	"github.com/anvilproject/anvil/ent/predicate"
 	"github.com/anvilproject/anvil/ent/trait"
 )
@@ -537,6 +538,25 @@ func (_u *NodeUpdate) AddBiosSettings(v ...*BiosSetting) *NodeUpdate {
 	return _u.AddBiosSettingIDs(ids...)
 }
 
+// SetInventoryID sets the "inventory" edge to the NodeInventory entity by ID.
+func (_u *NodeUpdate) SetInventoryID(id int) *NodeUpdate {
+	_u.mutation.SetInventoryID(id)
+	return _u
+}
+
+// SetNillableInventoryID sets the "inventory" edge to the NodeInventory entity by ID if the given value is not nil.
+func (_u *NodeUpdate) SetNillableInventoryID(id *int) *NodeUpdate {
+	if id != nil {
+		_u = _u.SetInventoryID(*id)
+	}
+	return _u
+}
+
+// SetInventory sets the "inventory" edge to the NodeInventory entity.
+func (_u *NodeUpdate) SetInventory(v *NodeInventory) *NodeUpdate {
+	return _u.SetInventoryID(v.ID)
+}
+
 // Mutation returns the NodeMutation object of the builder.
 func (_u *NodeUpdate) Mutation() *NodeMutation {
 	return _u.mutation
@@ -609,6 +629,12 @@ func (_u *NodeUpdate) RemoveBiosSettings(v ...*BiosSetting) *NodeUpdate {
 		ids[i] = v[i].ID
 	}
 	return _u.RemoveBiosSettingIDs(ids...)
+}
+
+// ClearInventory clears the "inventory" edge to the NodeInventory entity.
+func (_u *NodeUpdate) ClearInventory() *NodeUpdate {
+	_u.mutation.ClearInventory()
+	return _u
 }
 
 // Save executes the query and returns the number of nodes affected by the update operation.
@@ -1007,6 +1033,35 @@ func (_u *NodeUpdate) sqlSave(ctx context.Context) (_node int, err error) {
 			Bidi:    false,
 			Target: &sqlgraph.EdgeTarget{
 				IDSpec: sqlgraph.NewFieldSpec(biossetting.FieldID, field.TypeInt),
+			},
+		}
+		for _, k := range nodes {
+			edge.Target.Nodes = append(edge.Target.Nodes, k)
+		}
+		_spec.Edges.Add = append(_spec.Edges.Add, edge)
+	}
+	if _u.mutation.InventoryCleared() {
+		edge := &sqlgraph.EdgeSpec{
+			Rel:     sqlgraph.O2O,
+			Inverse: false,
+			Table:   node.InventoryTable,
+			Columns: []string{node.InventoryColumn},
+			Bidi:    false,
+			Target: &sqlgraph.EdgeTarget{
+				IDSpec: sqlgraph.NewFieldSpec(nodeinventory.FieldID, field.TypeInt),
+			},
+		}
+		_spec.Edges.Clear = append(_spec.Edges.Clear, edge)
+	}
+	if nodes := _u.mutation.InventoryIDs(); len(nodes) > 0 {
+		edge := &sqlgraph.EdgeSpec{
+			Rel:     sqlgraph.O2O,
+			Inverse: false,
+			Table:   node.InventoryTable,
+			Columns: []string{node.InventoryColumn},
+			Bidi:    false,
+			Target: &sqlgraph.EdgeTarget{
+				IDSpec: sqlgraph.NewFieldSpec(nodeinventory.FieldID, field.TypeInt),
 			},
 		}
 		for _, k := range nodes {
@@ -1540,6 +1595,25 @@ func (_u *NodeUpdateOne) AddBiosSettings(v ...*BiosSetting) *NodeUpdateOne {
 	return _u.AddBiosSettingIDs(ids...)
 }
 
+// SetInventoryID sets the "inventory" edge to the NodeInventory entity by ID.
+func (_u *NodeUpdateOne) SetInventoryID(id int) *NodeUpdateOne {
+	_u.mutation.SetInventoryID(id)
+	return _u
+}
+
+// SetNillableInventoryID sets the "inventory" edge to the NodeInventory entity by ID if the given value is not nil.
+func (_u *NodeUpdateOne) SetNillableInventoryID(id *int) *NodeUpdateOne {
+	if id != nil {
+		_u = _u.SetInventoryID(*id)
+	}
+	return _u
+}
+
+// SetInventory sets the "inventory" edge to the NodeInventory entity.
+func (_u *NodeUpdateOne) SetInventory(v *NodeInventory) *NodeUpdateOne {
+	return _u.SetInventoryID(v.ID)
+}
+
 // Mutation returns the NodeMutation object of the builder.
 func (_u *NodeUpdateOne) Mutation() *NodeMutation {
 	return _u.mutation
@@ -1612,6 +1686,12 @@ func (_u *NodeUpdateOne) RemoveBiosSettings(v ...*BiosSetting) *NodeUpdateOne {
 		ids[i] = v[i].ID
 	}
 	return _u.RemoveBiosSettingIDs(ids...)
+}
+
+// ClearInventory clears the "inventory" edge to the NodeInventory entity.
+func (_u *NodeUpdateOne) ClearInventory() *NodeUpdateOne {
+	_u.mutation.ClearInventory()
+	return _u
 }
 
 // Where appends a list predicates to the NodeUpdate builder.
@@ -2040,6 +2120,35 @@ func (_u *NodeUpdateOne) sqlSave(ctx context.Context) (_node *Node, err error) {
 			Bidi:    false,
 			Target: &sqlgraph.EdgeTarget{
 				IDSpec: sqlgraph.NewFieldSpec(biossetting.FieldID, field.TypeInt),
+			},
+		}
+		for _, k := range nodes {
+			edge.Target.Nodes = append(edge.Target.Nodes, k)
+		}
+		_spec.Edges.Add = append(_spec.Edges.Add, edge)
+	}
+	if _u.mutation.InventoryCleared() {
+		edge := &sqlgraph.EdgeSpec{
+			Rel:     sqlgraph.O2O,
+			Inverse: false,
+			Table:   node.InventoryTable,
+			Columns: []string{node.InventoryColumn},
+			Bidi:    false,
+			Target: &sqlgraph.EdgeTarget{
+				IDSpec: sqlgraph.NewFieldSpec(nodeinventory.FieldID, field.TypeInt),
+			},
+		}
+		_spec.Edges.Clear = append(_spec.Edges.Clear, edge)
+	}
+	if nodes := _u.mutation.InventoryIDs(); len(nodes) > 0 {
+		edge := &sqlgraph.EdgeSpec{
+			Rel:     sqlgraph.O2O,
+			Inverse: false,
+			Table:   node.InventoryTable,
+			Columns: []string{node.InventoryColumn},
+			Bidi:    false,
+			Target: &sqlgraph.EdgeTarget{
+				IDSpec: sqlgraph.NewFieldSpec(nodeinventory.FieldID, field.TypeInt),
 			},
 		}
 		for _, k := range nodes {

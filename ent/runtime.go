@@ -12,6 +12,7 @@ import (
 	"github.com/anvilproject/anvil/ent/conductor"
 	"github.com/anvilproject/anvil/ent/node"
 	"github.com/anvilproject/anvil/ent/nodeevent"
+	"github.com/anvilproject/anvil/ent/nodeinventory"
 	"github.com/anvilproject/anvil/ent/policyoverride"
 	"github.com/anvilproject/anvil/ent/roleassignment"
 	"github.com/anvilproject/anvil/ent/runbook"
@@ -202,6 +203,12 @@ func init() {
 	nodeeventDescEventType := nodeeventFields[4].Descriptor()
 	// nodeevent.EventTypeValidator is a validator for the "event_type" field. It is called by the builders before save.
 	nodeevent.EventTypeValidator = nodeeventDescEventType.Validators[0].(func(string) error)
+	nodeinventoryFields := schema.NodeInventory{}.Fields()
+	_ = nodeinventoryFields
+	// nodeinventoryDescCreatedAt is the schema descriptor for created_at field.
+	nodeinventoryDescCreatedAt := nodeinventoryFields[3].Descriptor()
+	// nodeinventory.DefaultCreatedAt holds the default value on creation for the created_at field.
+	nodeinventory.DefaultCreatedAt = nodeinventoryDescCreatedAt.Default.(func() time.Time)
 	policyoverrideFields := schema.PolicyOverride{}.Fields()
 	_ = policyoverrideFields
 	// policyoverrideDescUploadedAt is the schema descriptor for uploaded_at field.

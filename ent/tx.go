@@ -28,6 +28,8 @@ type Tx struct {
 	Node *NodeClient
 	// NodeEvent is the client for interacting with the NodeEvent builders.
 	NodeEvent *NodeEventClient
+	// NodeInventory is the client for interacting with the NodeInventory builders.
+	NodeInventory *NodeInventoryClient
 	// PolicyOverride is the client for interacting with the PolicyOverride builders.
 	PolicyOverride *PolicyOverrideClient
 	// PortalSession is the client for interacting with the PortalSession builders.
@@ -182,6 +184,7 @@ func (tx *Tx) init() {
 	tx.Conductor = NewConductorClient(tx.config)
 	tx.Node = NewNodeClient(tx.config)
 	tx.NodeEvent = NewNodeEventClient(tx.config)
+	tx.NodeInventory = NewNodeInventoryClient(tx.config)
 	tx.PolicyOverride = NewPolicyOverrideClient(tx.config)
 	tx.PortalSession = NewPortalSessionClient(tx.config)
 	tx.RoleAssignment = NewRoleAssignmentClient(tx.config)

@@ -93,6 +93,18 @@ func (f NodeEventFunc) Mutate(ctx context.Context, m ent.Mutation) (ent.Value, e
 	return nil, fmt.Errorf("unexpected mutation type %T. expect *ent.NodeEventMutation", m)
 }
 
+// The NodeInventoryFunc type is an adapter to allow the use of ordinary
+// function as NodeInventory mutator.
+type NodeInventoryFunc func(context.Context, *ent.NodeInventoryMutation) (ent.Value, error)
+
+// Mutate calls f(ctx, m).
+func (f NodeInventoryFunc) Mutate(ctx context.Context, m ent.Mutation) (ent.Value, error) {
+	if mv, ok := m.(*ent.NodeInventoryMutation); ok {
+		return f(ctx, mv)
+	}
+	return nil, fmt.Errorf("unexpected mutation type %T. expect *ent.NodeInventoryMutation", m)
+}
+
 // The PolicyOverrideFunc type is an adapter to allow the use of ordinary
 // function as PolicyOverride mutator.
 type PolicyOverrideFunc func(context.Context, *ent.PolicyOverrideMutation) (ent.Value, error)

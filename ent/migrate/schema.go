@@ -265,6 +265,28 @@ var (
 			},
 		},
 	}
+	// NodeInventoriesColumns holds the columns for the "node_inventories" table.
+	NodeInventoriesColumns = []*schema.Column{
+		{Name: "id", Type: field.TypeInt, Increment: true},
+		{Name: "inventory", Type: field.TypeJSON},
+		{Name: "plugin_data", Type: field.TypeJSON},
+		{Name: "created_at", Type: field.TypeTime},
+		{Name: "node_id", Type: field.TypeInt, Unique: true},
+	}
+	// NodeInventoriesTable holds the schema information for the "node_inventories" table.
+	NodeInventoriesTable = &schema.Table{
+		Name:       "node_inventories",
+		Columns:    NodeInventoriesColumns,
+		PrimaryKey: []*schema.Column{NodeInventoriesColumns[0]},
+		ForeignKeys: []*schema.ForeignKey{
+			{
+				Symbol:     "node_inventories_nodes_inventory",
+				Columns:    []*schema.Column{NodeInventoriesColumns[4]},
+				RefColumns: []*schema.Column{NodesColumns[0]},
+				OnDelete:   schema.Cascade,
+			},
+		},
+	}
 	// PolicyOverridesColumns holds the columns for the "policy_overrides" table.
 	PolicyOverridesColumns = []*schema.Column{
 		{Name: "id", Type: field.TypeInt, Increment: true},
@@ -482,6 +504,7 @@ var (
 		ConductorsTable,
 		NodesTable,
 		NodeEventsTable,
+		NodeInventoriesTable,
 		PolicyOverridesTable,
 		PortalSessionsTable,
 		RoleAssignmentsTable,
@@ -498,6 +521,7 @@ func init() {
 	AllocationsTable.ForeignKeys[0].RefTable = NodesTable
 	BiosSettingsTable.ForeignKeys[0].RefTable = NodesTable
 	NodeEventsTable.ForeignKeys[0].RefTable = NodesTable
+	NodeInventoriesTable.ForeignKeys[0].RefTable = NodesTable
 	RoleAssignmentsTable.ForeignKeys[0].RefTable = UsersTable
 	RunbookStepsTable.ForeignKeys[0].RefTable = RunbooksTable
 	TraitsTable.ForeignKeys[0].RefTable = NodesTable

@@ -78,6 +78,8 @@ const (
 	EdgeAllocation = "allocation"
 	// EdgeBiosSettings holds the string denoting the bios_settings edge name in mutations.
 	EdgeBiosSettings = "bios_settings"
+	// EdgeInventory holds the string denoting the inventory edge name in mutations.
+	EdgeInventory = "inventory"
 	// Table holds the table name of the node in the database.
 	Table = "nodes"
 	// TraitsTable is the table that holds the traits relation/edge.
@@ -108,6 +110,13 @@ const (
 	BiosSettingsInverseTable = "bios_settings"
 	// BiosSettingsColumn is the table column denoting the bios_settings relation/edge.
 	BiosSettingsColumn = "node_id"
+	// InventoryTable is the table that holds the inventory relation/edge.
+	InventoryTable = "node_inventories"
+	// InventoryInverseTable is the table name for the NodeInventory entity.
+	// It exists in this package in order to avoid circular dependency with the "nodeinventory" package.
+	InventoryInverseTable = "node_inventories"
+	// InventoryColumn is the table column denoting the inventory relation/edge.
+	InventoryColumn = "node_id"
 )
 
 // Columns holds all SQL columns for node fields.
@@ -345,6 +354,13 @@ func ByBiosSettings(term sql.OrderTerm, terms ...sql.OrderTerm) OrderOption {
 		sqlgraph.OrderByNeighborTerms(s, newBiosSettingsStep(), append([]sql.OrderTerm{term}, terms...)...)
 	}
 }
+
+// ByInventoryField orders the results by inventory field.
+func ByInventoryField(field string, opts ...sql.OrderTermOption) OrderOption {
+	return func(s *sql.Selector) {
+		sqlgraph.OrderByNeighborTerms(s, newInventoryStep(), sql.OrderByField(field, opts...))
+	}
+}
 func newTraitsStep() *sqlgraph.Step {
 	return sqlgraph.NewStep(
 		sqlgraph.From(Table, FieldID),
@@ -371,5 +387,12 @@ func newBiosSettingsStep() *sqlgraph.Step {
 		sqlgraph.From(Table, FieldID),
 		sqlgraph.To(BiosSettingsInverseTable, FieldID),
 		sqlgraph.Edge(sqlgraph.O2M, false, BiosSettingsTable, BiosSettingsColumn),
+	)
+}
+func newInventoryStep() *sqlgraph.Step {
+	return sqlgraph.NewStep(
+		sqlgraph.From(Table, FieldID),
+		sqlgraph.To(InventoryInverseTable, FieldID),
+		sqlgraph.Edge(sqlgraph.O2O, false, InventoryTable, InventoryColumn),
 	)
 }

@@ -27,6 +27,9 @@ type Node func(*sql.Selector)
 // NodeEvent is the predicate function for nodeevent builders.
 type NodeEvent func(*sql.Selector)
 
+// NodeInventory is the predicate function for nodeinventory builders.
+type NodeInventory func(*sql.Selector)
+
 // PolicyOverride is the predicate function for policyoverride builders.
 type PolicyOverride func(*sql.Selector)
 

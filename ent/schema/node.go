@@ -60,6 +60,7 @@ func (Node) Edges() []ent.Edge {
 		edge.To("events", NodeEvent.Type).Annotations(entsql.OnDelete(entsql.Cascade)),
 		edge.To("allocation", Allocation.Type).Unique(),
 		edge.To("bios_settings", BiosSetting.Type).Annotations(entsql.OnDelete(entsql.Cascade)),
+		edge.To("inventory", NodeInventory.Type).Unique().Annotations(entsql.OnDelete(entsql.Cascade)),
 	}
 }
 

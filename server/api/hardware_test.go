@@ -1,7 +1,9 @@
 package api_test
 
 import (
+	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 
@@ -84,6 +86,12 @@ func TestStepsAsIronic(t *testing.T) {
 		}
 		if s := admin.Do(t, "GET", "/v1/nodes/"+id+"/bios/PowerOnDelaySec", nil).JSON(t)["PowerOnDelaySec"].(map[string]any); s["value"] != "30" {
 			t.Errorf("cached PowerOnDelaySec %v", s)
+		}
+
+		// The fake driver is inspected out of band too.
+		provision(t, admin, id, map[string]any{"target": "inspect"}, 202)
+		if p := waitState(t, admin, id, "manageable")["properties"].(map[string]any); p["cpus"] != float64(32) || p["capabilities"] != "boot_mode:uefi" {
+			t.Errorf("fake inspection: properties %v", p)
 		}
 
 		// The catalogue per driver, with arguments.
@@ -176,5 +184,83 @@ func TestBIOSOverRedfish(t *testing.T) {
 		if s := admin.Do(t, "GET", "/v1/nodes/"+id+"/bios/ProcTurboMode", nil).JSON(t)["ProcTurboMode"].(map[string]any); s["value"] != "Enabled" || s["updated_at"] == nil {
 			t.Errorf("cache after factory_reset: %v", s)
 		}
+	})
+}
+
+// TestInspectOverRedfish inspects a node out of band on the simulator:
+// properties and inventory match what the simulator reports.
+func TestInspectOverRedfish(t *testing.T) {
+	storetest.Each(t, func(t *testing.T, setting string, db *store.DB) {
+		sim := bmctest.StartRedfish(t)
+		_, clients := startLocal(t, setting, bmcOpts)
+		admin := clients["system-admin"]
+		r := admin.Do(t, "POST", "/v1/nodes", map[string]any{"name": "insp-1", "driver": "redfish", "driver_info": sim.DriverInfo("1"),
+			"properties": map[string]any{"capabilities": "disk_label:gpt,boot_mode:bios", "vendor": "kept"}})
+		mustStatus(t, r, 201)
+		id := r.JSON(t)["uuid"].(string)
+		provision(t, admin, id, map[string]any{"target": "inspect"}, 409)
+		provision(t, admin, id, map[string]any{"target": "manage"}, 202)
+		waitState(t, admin, id, "manageable")
+		provision(t, admin, id, map[string]any{"target": "inspect"}, 202)
+		n := waitState(t, admin, id, "manageable")
+		if n["last_error"] != nil {
+			t.Fatalf("inspection: %v", n["last_error"])
+		}
+		sys := sim.Resource(t, sim.SystemPath("1"))
+		mem := sys["MemorySummary"].(map[string]any)["TotalSystemMemoryGiB"].(float64)
+		threads := 0.0
+		for _, m := range sim.Resource(t, sim.SystemPath("1")+"/Processors")["Members"].([]any) {
+			threads += sim.Resource(t, m.(map[string]any)["@odata.id"].(string))["TotalThreads"].(float64)
+		}
+		var largest float64
+		for _, m := range sim.Resource(t, sim.SystemPath("1")+"/Storage/1")["Drives"].([]any) {
+			largest = max(largest, sim.Resource(t, m.(map[string]any)["@odata.id"].(string))["CapacityBytes"].(float64))
+		}
+		props := n["properties"].(map[string]any)
+		want := map[string]any{"cpus": threads, "memory_mb": mem * 1024, "local_gb": float64(int64(largest)>>30 - 1), "cpu_arch": "x86_64", "vendor": "kept"}
+		for k, v := range want {
+			if props[k] != v {
+				t.Errorf("properties[%s] = %v, want %v (all: %v)", k, props[k], v, props)
+			}
+		}
+		if caps, _ := props["capabilities"].(string); !strings.HasPrefix(caps, "disk_label:gpt,boot_mode:") || strings.Count(caps, "boot_mode") != 1 {
+			t.Errorf("capabilities %q", caps)
+		}
+
+		// The inventory records every NIC's MAC the simulator has.
+		inv, err := db.NodeInventory.Query().Only(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		var macs []string
+		for _, x := range inv.Inventory["interfaces"].([]any) {
+			macs = append(macs, x.(map[string]any)["mac_address"].(string))
+		}
+		var simMACs []string
+		for _, m := range sim.Resource(t, sim.SystemPath("1")+"/EthernetInterfaces")["Members"].([]any) {
+			simMACs = append(simMACs, strings.ToLower(sim.Resource(t, m.(map[string]any)["@odata.id"].(string))["MACAddress"].(string)))
+		}
+		slices.Sort(macs)
+		slices.Sort(simMACs)
+		if len(macs) == 0 || !slices.Equal(macs, simMACs) {
+			t.Errorf("inventory MACs %v, simulator %v", macs, simMACs)
+		}
+		// The BIOS cache is filled by inspection too.
+		if list := admin.Do(t, "GET", "/v1/nodes/"+id+"/bios", nil).JSON(t)["bios"].([]any); len(list) == 0 {
+			t.Errorf("no BIOS settings cached by inspection")
+		}
+		// GET /inventory is 1.81, beyond the advertised maximum for now.
+		mustStatus(t, admin.Do(t, "GET", "/v1/nodes/"+id+"/inventory", nil), 406)
+
+		// A BMC refusing the credentials fails inspection, saying so.
+		mustStatus(t, admin.Do(t, "PATCH", "/v1/nodes/"+id, `[{"op":"replace","path":"/driver_info/redfish_password","value":"wrong"}]`), 200)
+		provision(t, admin, id, map[string]any{"target": "inspect"}, 202)
+		n = waitState(t, admin, id, "inspect failed")
+		if le, _ := n["last_error"].(string); !strings.Contains(le, "Inspection failed") || !strings.Contains(le, "credentials") {
+			t.Errorf("last_error %q", le)
+		}
+		mustStatus(t, admin.Do(t, "PATCH", "/v1/nodes/"+id, fmt.Sprintf(`[{"op":"replace","path":"/driver_info/redfish_password","value":%q}]`, bmctest.RedfishPassword)), 200)
+		provision(t, admin, id, map[string]any{"target": "inspect"}, 202)
+		waitState(t, admin, id, "manageable")
 	})
 }

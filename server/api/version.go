@@ -47,6 +47,7 @@ const (
 	VerLessee         Version = 65 // lessee field and filter
 	VerDisableRamdisk Version = 70 // disable_ramdisk in manual cleaning
 	VerHistory        Version = 78 // node history
+	VerInventory      Version = 81 // /v1/nodes/{node}/inventory
 	// VerMax is the newest version whose behaviour for the resources Anvil
 	// implements is really in place. Debian's python3-ironicclient 5.0.1
 	// knows up to 1.78 and negotiates down to the lower of the two.

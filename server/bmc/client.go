@@ -148,12 +148,13 @@ type fake struct {
 	power, boot string
 	persistent  bool
 	bios        fakeBIOS
+	uuid        string
 }
 
 var fakes sync.Map // node UUID -> *fake
 
 func fakeFor(uuid string) *fake {
-	v, _ := fakes.LoadOrStore(uuid, &fake{power: PowerOff, boot: "disk"})
+	v, _ := fakes.LoadOrStore(uuid, &fake{power: PowerOff, boot: "disk", uuid: uuid})
 	return v.(*fake)
 }
 

@@ -20,3 +20,9 @@ func (r *Redfish) BIOS(t testing.TB, id string) (current, pending map[string]any
 	}
 	return current, pending
 }
+
+// Resource reads any resource straight from the simulator.
+func (r *Redfish) Resource(t testing.TB, path string) map[string]any {
+	t.Helper()
+	return r.get(t, path)
+}
