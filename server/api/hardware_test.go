@@ -3,6 +3,10 @@ package api_test
 import (
 	"context"
 	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -262,5 +266,68 @@ func TestInspectOverRedfish(t *testing.T) {
 		mustStatus(t, admin.Do(t, "PATCH", "/v1/nodes/"+id, fmt.Sprintf(`[{"op":"replace","path":"/driver_info/redfish_password","value":%q}]`, bmctest.RedfishPassword)), 200)
 		provision(t, admin, id, map[string]any{"target": "inspect"}, 202)
 		waitState(t, admin, id, "manageable")
+	})
+}
+
+// TestVirtualMediaAndBootMode inserts and ejects an ISO and round-trips
+// boot mode and secure boot through steps, checking each at the
+// simulator.
+func TestVirtualMediaAndBootMode(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "boot.iso"), make([]byte, 64<<10), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	images := httptest.NewServer(http.FileServer(http.Dir(dir)))
+	defer images.Close()
+	iso := images.URL + "/boot.iso"
+	storetest.Each(t, func(t *testing.T, setting string, db *store.DB) {
+		sim := bmctest.StartRedfish(t)
+		_, clients := startLocal(t, setting, bmcOpts)
+		admin := clients["system-admin"]
+		r := admin.Do(t, "POST", "/v1/nodes", map[string]any{"name": "vm-1", "driver": "redfish", "driver_info": sim.DriverInfo("1")})
+		mustStatus(t, r, 201)
+		id := r.JSON(t)["uuid"].(string)
+		provision(t, admin, id, map[string]any{"target": "manage"}, 202)
+		waitState(t, admin, id, "manageable")
+		cd := func() map[string]any { return sim.Resource(t, sim.SystemPath("1")+"/VirtualMedia/Cd") }
+		secure := func() any { return sim.Resource(t, sim.SystemPath("1")+"/SecureBoot")["SecureBootEnable"] }
+
+		provision(t, admin, id, map[string]any{"target": "clean", "clean_steps": steps(
+			step("management", "set_boot_mode", map[string]any{"mode": "uefi"}),
+			step("management", "set_secure_boot", map[string]any{"enabled": true}),
+			step("management", "attach_virtual_media", map[string]any{"image_url": iso}))}, 202)
+		if n := waitState(t, admin, id, "manageable"); n["last_error"] != nil {
+			t.Fatalf("attach: %v", n["last_error"])
+		}
+		if m := cd(); m["Inserted"] != true || m["Image"] != iso {
+			t.Errorf("simulator Cd after attach: inserted %v image %v", m["Inserted"], m["Image"])
+		}
+		if _, mode, _ := sim.Boot(t, "1"); mode != "UEFI" || secure() != true {
+			t.Errorf("simulator boot mode %s secure boot %v", mode, secure())
+		}
+
+		provision(t, admin, id, map[string]any{"target": "clean", "clean_steps": steps(
+			step("management", "detach_virtual_media", nil),
+			step("management", "set_secure_boot", map[string]any{"enabled": false}),
+			step("management", "set_boot_mode", map[string]any{"mode": "bios"}))}, 202)
+		if n := waitState(t, admin, id, "manageable"); n["last_error"] != nil {
+			t.Fatalf("detach: %v", n["last_error"])
+		}
+		if m := cd(); m["Inserted"] != false {
+			t.Errorf("simulator Cd after detach: inserted %v image %v", m["Inserted"], m["Image"])
+		}
+		if _, mode, _ := sim.Boot(t, "1"); mode != "Legacy" || secure() != false {
+			t.Errorf("simulator boot mode %s secure boot %v", mode, secure())
+		}
+
+		// An image the BMC cannot fetch fails the step with its reason.
+		provision(t, admin, id, map[string]any{"target": "clean", "clean_steps": steps(
+			step("management", "attach_virtual_media", map[string]any{"image_url": images.URL + "/missing.iso"}))}, 202)
+		n := waitState(t, admin, id, "clean failed")
+		if le, _ := n["last_error"].(string); !strings.Contains(le, "Step management.attach_virtual_media failed") {
+			t.Errorf("missing image: last_error %q", le)
+		}
+		provision(t, admin, id, map[string]any{"target": "clean", "clean_steps": steps(
+			step("management", "attach_virtual_media", map[string]any{"image_url": "ftp://x/y.iso"}))}, 400)
 	})
 }

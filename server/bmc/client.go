@@ -148,6 +148,7 @@ type fake struct {
 	power, boot string
 	persistent  bool
 	bios        fakeBIOS
+	media       fakeMedia
 	uuid        string
 }
 

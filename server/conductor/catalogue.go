@@ -2,6 +2,7 @@ package conductor
 
 import (
 	"fmt"
+	"net/url"
 	"slices"
 	"strings"
 
@@ -60,6 +61,19 @@ var catalogue = []StepInfo{
 		{"settings", "list of {name, value}", true, "BIOS attributes to set, by the BMC's attribute names", isSettings},
 	}, outOfBand},
 	{"bios", "factory_reset", "Reset the BIOS settings to the vendor's defaults (rebooting to apply them) and refresh the cached settings.", nil, outOfBand},
+	{"management", "attach_virtual_media", "Insert an image (an ISO the BMC downloads) into a virtual drive; an image already there is ejected first. An Anvil step (Ironic does this through its vmedia API).", []Arg{
+		{"image_url", "string", true, "http:// or https:// URL the BMC can reach", isImageURL},
+		{"device_type", "string", false, "cdrom (default) or floppy", isVMediaDevice},
+	}, outOfBand},
+	{"management", "detach_virtual_media", "Eject the image from a virtual drive, or from every one. An Anvil step.", []Arg{
+		{"device_type", "string", false, "cdrom or floppy; every drive when left out", isVMediaDevice},
+	}, outOfBand},
+	{"management", "set_boot_mode", "Set the boot mode the machine boots in next (Redfish BootSourceOverrideMode). An Anvil step (Ironic: PUT states/boot_mode).", []Arg{
+		{"mode", "string", true, "uefi or bios", isBootMode},
+	}, outOfBand},
+	{"management", "set_secure_boot", "Turn UEFI secure boot on or off (Redfish SecureBoot). An Anvil step (Ironic: PUT states/secure_boot).", []Arg{
+		{"enabled", "boolean", true, "true to turn secure boot on", isBool},
+	}, outOfBand},
 	{"bios", "cache_bios_settings", "Read the current BIOS settings from the BMC into Anvil's cache (GET /v1/nodes/{node}/bios).", nil, outOfBand},
 }
 
@@ -127,6 +141,29 @@ func isSeconds(v any) error {
 	f, ok := v.(float64)
 	if !ok || f < 0 || f > 86400 || f != float64(int(f)) {
 		return fmt.Errorf("must be a whole number of seconds from 0 to 86400")
+	}
+	return nil
+}
+
+func isImageURL(v any) error {
+	s, _ := v.(string)
+	u, err := url.Parse(s)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || len(s) > 2048 {
+		return fmt.Errorf("must be an http:// or https:// URL of at most 2048 characters")
+	}
+	return nil
+}
+
+func isVMediaDevice(v any) error {
+	if s, _ := v.(string); !slices.Contains(bmc.VMediaDevices, s) {
+		return fmt.Errorf("must be one of %s", strings.Join(bmc.VMediaDevices, ", "))
+	}
+	return nil
+}
+
+func isBootMode(v any) error {
+	if s, _ := v.(string); s != "uefi" && s != "bios" {
+		return fmt.Errorf("must be uefi or bios")
 	}
 	return nil
 }

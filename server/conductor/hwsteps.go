@@ -42,6 +42,10 @@ func (c *Conductor) execHardwareStep(ctx context.Context, n *ent.Node, cl bmc.Cl
 			return power, err
 		}
 		return power, c.cacheBIOS(ctx, n.ID, b)
+	case "management":
+		err := c.execManagement(ctx, n, cl, st)
+		c.noteBMC(ctx, n, err)
+		return "", err
 	}
 	return "", fmt.Errorf("step %s has no implementation", st.Name())
 }
@@ -126,4 +130,33 @@ func (c *Conductor) cacheBIOS(ctx context.Context, nodeID int, b bmc.BIOS) error
 		}
 		return tx.BiosSetting.CreateBulk(add...).Exec(ctx)
 	})
+}
+
+func (c *Conductor) execManagement(ctx context.Context, n *ent.Node, cl bmc.Client, st Step) error {
+	vm, hasVM := cl.(bmc.VirtualMedia)
+	bm, hasBM := cl.(bmc.BootModes)
+	str := func(k, def string) string {
+		if s, ok := st.Args[k].(string); ok {
+			return s
+		}
+		return def
+	}
+	switch {
+	case (st.Step == "attach_virtual_media" || st.Step == "detach_virtual_media") && !hasVM:
+		return fmt.Errorf("driver %s has no virtual media", n.Driver)
+	case (st.Step == "set_boot_mode" || st.Step == "set_secure_boot") && !hasBM:
+		return fmt.Errorf("driver %s cannot set the boot mode", n.Driver)
+	}
+	switch st.Step {
+	case "attach_virtual_media":
+		return vm.InsertMedia(ctx, str("device_type", "cdrom"), str("image_url", ""))
+	case "detach_virtual_media":
+		return vm.EjectMedia(ctx, str("device_type", ""))
+	case "set_boot_mode":
+		return bm.SetBootMode(ctx, str("mode", ""))
+	case "set_secure_boot":
+		on, _ := st.Args["enabled"].(bool)
+		return bm.SetSecureBoot(ctx, on)
+	}
+	return fmt.Errorf("step %s has no implementation", st.Name())
 }
