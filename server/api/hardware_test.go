@@ -331,3 +331,55 @@ func TestVirtualMediaAndBootMode(t *testing.T) {
 			step("management", "attach_virtual_media", map[string]any{"image_url": "ftp://x/y.iso"}))}, 400)
 	})
 }
+
+// TestFirmwareOverRedfish updates BIOS and BMC firmware through
+// SimpleUpdate, following the simulator's tasks, and checks the
+// simulator's versions.
+func TestFirmwareOverRedfish(t *testing.T) {
+	storetest.Each(t, func(t *testing.T, setting string, db *store.DB) {
+		sim := bmctest.StartRedfish(t, "SIM_UPDATE_DELAY=1")
+		_, clients := startLocal(t, setting, bmcOpts)
+		admin := clients["system-admin"]
+		r := admin.Do(t, "POST", "/v1/nodes", map[string]any{"name": "fw-1", "driver": "redfish", "driver_info": sim.DriverInfo("1")})
+		mustStatus(t, r, 201)
+		id := r.JSON(t)["uuid"].(string)
+		provision(t, admin, id, map[string]any{"target": "manage"}, 202)
+		waitState(t, admin, id, "manageable")
+
+		fwSettings := func(url string) map[string]any {
+			return map[string]any{"settings": []any{
+				map[string]any{"component": "bios", "url": url + "/bios.bin", "wait": 60},
+				map[string]any{"component": "bmc", "url": url + "/bmc.bin"},
+			}}
+		}
+		provision(t, admin, id, map[string]any{"target": "clean", "clean_steps": steps(step("firmware", "update", fwSettings("http://127.0.0.1:9")))}, 202)
+		if n := waitState(t, admin, id, "manageable"); n["last_error"] != nil {
+			t.Fatalf("firmware update: %v", n["last_error"])
+		}
+		bios := sim.Resource(t, sim.SystemPath("1"))["BiosVersion"]
+		bmcVer := sim.Resource(t, "/redfish/v1/Managers/1")["FirmwareVersion"]
+		if bios != "1.1.0" || bmcVer != "1.01" {
+			t.Errorf("simulator versions after update: BIOS %v BMC %v", bios, bmcVer)
+		}
+		var found bool
+		for _, e := range admin.Do(t, "GET", "/v1/nodes/"+id+"/history", nil).JSON(t)["history"].([]any) {
+			if e.(map[string]any)["event"] == "Firmware versions: bios 1.0.0 -> 1.1.0, bmc 1.00 -> 1.01" {
+				found = true
+			}
+		}
+		if !found {
+			t.Errorf("no history event with the old and new versions")
+		}
+
+		// A task ending in an exception fails the step with its message.
+		provision(t, admin, id, map[string]any{"target": "clean", "clean_steps": steps(step("firmware", "update", map[string]any{"settings": []any{
+			map[string]any{"component": "bios", "url": "http://127.0.0.1:9/fail.bin"}}}))}, 202)
+		n := waitState(t, admin, id, "clean failed")
+		if le, _ := n["last_error"].(string); !strings.Contains(le, "Step firmware.update failed: the BMC's bios firmware update ended in Exception") {
+			t.Errorf("failed update: last_error %q", le)
+		}
+		if v := sim.Resource(t, sim.SystemPath("1"))["BiosVersion"]; v != "1.1.0" {
+			t.Errorf("BIOS version %v after a failed update", v)
+		}
+	})
+}

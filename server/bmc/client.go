@@ -149,6 +149,7 @@ type fake struct {
 	persistent  bool
 	bios        fakeBIOS
 	media       fakeMedia
+	firmware    fakeFirmware
 	uuid        string
 }
 

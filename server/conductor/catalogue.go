@@ -75,6 +75,9 @@ var catalogue = []StepInfo{
 		{"enabled", "boolean", true, "true to turn secure boot on", isBool},
 	}, outOfBand},
 	{"bios", "cache_bios_settings", "Read the current BIOS settings from the BMC into Anvil's cache (GET /v1/nodes/{node}/bios).", nil, outOfBand},
+	{"firmware", "update", "Update firmware components from image URLs through the BMC's UpdateService.SimpleUpdate, one after another, following each BMC task to its end (within wait seconds, default 1800); a task that ends in an exception fails the step with the BMC's message.", []Arg{
+		{"settings", "list of {component, url, wait}", true, "component bios or bmc; url http(s) the BMC can reach; wait seconds to allow the task (default 1800)", isFirmwareSettings},
+	}, outOfBand},
 }
 
 // Catalogue lists every step Anvil runs.
@@ -164,6 +167,36 @@ func isVMediaDevice(v any) error {
 func isBootMode(v any) error {
 	if s, _ := v.(string); s != "uefi" && s != "bios" {
 		return fmt.Errorf("must be uefi or bios")
+	}
+	return nil
+}
+
+func isFirmwareSettings(v any) error {
+	list, ok := v.([]any)
+	if !ok || len(list) == 0 || len(list) > 10 {
+		return fmt.Errorf("must be a list of 1 to 10 {component, url, wait} objects")
+	}
+	for i, x := range list {
+		m, ok := x.(map[string]any)
+		if !ok {
+			return fmt.Errorf("[%d] must be an object with component and url", i)
+		}
+		for k := range m {
+			if k != "component" && k != "url" && k != "wait" {
+				return fmt.Errorf("[%d] has %q; a setting has component, url and wait", i, k)
+			}
+		}
+		if c, _ := m["component"].(string); !slices.Contains(bmc.FirmwareComponents, c) {
+			return fmt.Errorf("[%d].component must be one of %s", i, strings.Join(bmc.FirmwareComponents, ", "))
+		}
+		if err := isImageURL(m["url"]); err != nil {
+			return fmt.Errorf("[%d].url %v", i, err)
+		}
+		if w, ok := m["wait"]; ok {
+			if err := isSeconds(w); err != nil {
+				return fmt.Errorf("[%d].wait %v", i, err)
+			}
+		}
 	}
 	return nil
 }
