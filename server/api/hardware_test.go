@@ -12,6 +12,7 @@ import (
 	"testing"
 
 	"github.com/anvilproject/anvil/server/bmc/bmctest"
+	"github.com/anvilproject/anvil/server/conductor"
 	"github.com/anvilproject/anvil/server/servertest"
 	"github.com/anvilproject/anvil/server/store"
 	"github.com/anvilproject/anvil/server/store/storetest"
@@ -96,6 +97,38 @@ func TestStepsAsIronic(t *testing.T) {
 		provision(t, admin, id, map[string]any{"target": "inspect"}, 202)
 		if p := waitState(t, admin, id, "manageable")["properties"].(map[string]any); p["cpus"] != float64(32) || p["capabilities"] != "boot_mode:uefi" {
 			t.Errorf("fake inspection: properties %v", p)
+		}
+
+		// Every catalogued step runs on the fake driver, so demos and
+		// benchmarks can use any of them.
+		samples := map[string]map[string]any{
+			"management.set_boot_device":      {"device": "pxe"},
+			"deploy.wait":                     {"seconds": 0},
+			"bios.apply_configuration":        settings("MemTest", "Enabled"),
+			"firmware.update":                 {"settings": []any{map[string]any{"component": "bios", "url": "http://example.com/bios.bin"}}},
+			"management.attach_virtual_media": {"image_url": "http://example.com/boot.iso"},
+			"management.set_boot_mode":        {"mode": "uefi"},
+			"management.set_secure_boot":      {"enabled": true},
+		}
+		var all []map[string]any
+		var want []string
+		for _, s := range conductor.StepsFor("fake-hardware") {
+			if s.Name() == "deploy.hold" {
+				continue
+			}
+			all = append(all, step(s.Interface, s.Step, samples[s.Name()]))
+			want = append(want, s.Name())
+		}
+		all = append(all, step("deploy", "hold", nil))
+		provision(t, admin, id, map[string]any{"target": "clean", "clean_steps": all}, 202)
+		waitState(t, admin, id, "clean hold")
+		provision(t, admin, id, map[string]any{"target": "unhold"}, 202)
+		if n := waitState(t, admin, id, "manageable"); n["last_error"] != nil {
+			t.Fatalf("every step on the fake: %v", n["last_error"])
+		}
+		ran := startedSteps(t, admin, id)
+		if got := strings.Join(ran[len(ran)-len(want)-1:], ","); got != strings.Join(append(want, "deploy.hold"), ",") {
+			t.Errorf("fake ran %s", got)
 		}
 
 		// The catalogue per driver, with arguments.
