@@ -18,12 +18,14 @@ import (
 	"github.com/anvilproject/anvil/ent/allocation"
 	"github.com/anvilproject/anvil/ent/apitoken"
 	"github.com/anvilproject/anvil/ent/auditevent"
+	"github.com/anvilproject/anvil/ent/biossetting"
 	"github.com/anvilproject/anvil/ent/chassis"
 	"github.com/anvilproject/anvil/ent/conductor"
 	"github.com/anvilproject/anvil/ent/deploytemplate"
 	"github.com/anvilproject/anvil/ent/deploytemplatestep"
 	"github.com/anvilproject/anvil/ent/node"
 	"github.com/anvilproject/anvil/ent/nodeevent"
+	"github.com/anvilproject/anvil/ent/nodeinventory"
 	"github.com/anvilproject/anvil/ent/policyoverride"
 	"github.com/anvilproject/anvil/ent/port"
 	"github.com/anvilproject/anvil/ent/portalsession"
@@ -51,6 +53,8 @@ type Client struct {
 	Allocation *AllocationClient
 	// AuditEvent is the client for interacting with the AuditEvent builders.
 	AuditEvent *AuditEventClient
+	// BiosSetting is the client for interacting with the BiosSetting builders.
+	BiosSetting *BiosSettingClient
 	// Chassis is the client for interacting with the Chassis builders.
 	Chassis *ChassisClient
 	// Conductor is the client for interacting with the Conductor builders.
@@ -63,6 +67,8 @@ type Client struct {
 	Node *NodeClient
 	// NodeEvent is the client for interacting with the NodeEvent builders.
 	NodeEvent *NodeEventClient
+	// NodeInventory is the client for interacting with the NodeInventory builders.
+	NodeInventory *NodeInventoryClient
 	// PolicyOverride is the client for interacting with the PolicyOverride builders.
 	PolicyOverride *PolicyOverrideClient
 	// Port is the client for interacting with the Port builders.
@@ -101,12 +107,14 @@ func (c *Client) init() {
 	c.APIToken = NewAPITokenClient(c.config)
 	c.Allocation = NewAllocationClient(c.config)
 	c.AuditEvent = NewAuditEventClient(c.config)
+	c.BiosSetting = NewBiosSettingClient(c.config)
 	c.Chassis = NewChassisClient(c.config)
 	c.Conductor = NewConductorClient(c.config)
 	c.DeployTemplate = NewDeployTemplateClient(c.config)
 	c.DeployTemplateStep = NewDeployTemplateStepClient(c.config)
 	c.Node = NewNodeClient(c.config)
 	c.NodeEvent = NewNodeEventClient(c.config)
+	c.NodeInventory = NewNodeInventoryClient(c.config)
 	c.PolicyOverride = NewPolicyOverrideClient(c.config)
 	c.Port = NewPortClient(c.config)
 	c.PortalSession = NewPortalSessionClient(c.config)
@@ -214,12 +222,14 @@ func (c *Client) Tx(ctx context.Context) (*Tx, error) {
 		APIToken:           NewAPITokenClient(cfg),
 		Allocation:         NewAllocationClient(cfg),
 		AuditEvent:         NewAuditEventClient(cfg),
+		BiosSetting:        NewBiosSettingClient(cfg),
 		Chassis:            NewChassisClient(cfg),
 		Conductor:          NewConductorClient(cfg),
 		DeployTemplate:     NewDeployTemplateClient(cfg),
 		DeployTemplateStep: NewDeployTemplateStepClient(cfg),
 		Node:               NewNodeClient(cfg),
 		NodeEvent:          NewNodeEventClient(cfg),
+		NodeInventory:      NewNodeInventoryClient(cfg),
 		PolicyOverride:     NewPolicyOverrideClient(cfg),
 		Port:               NewPortClient(cfg),
 		PortalSession:      NewPortalSessionClient(cfg),
@@ -254,12 +264,14 @@ func (c *Client) BeginTx(ctx context.Context, opts *sql.TxOptions) (*Tx, error) 
 		APIToken:           NewAPITokenClient(cfg),
 		Allocation:         NewAllocationClient(cfg),
 		AuditEvent:         NewAuditEventClient(cfg),
+		BiosSetting:        NewBiosSettingClient(cfg),
 		Chassis:            NewChassisClient(cfg),
 		Conductor:          NewConductorClient(cfg),
 		DeployTemplate:     NewDeployTemplateClient(cfg),
 		DeployTemplateStep: NewDeployTemplateStepClient(cfg),
 		Node:               NewNodeClient(cfg),
 		NodeEvent:          NewNodeEventClient(cfg),
+		NodeInventory:      NewNodeInventoryClient(cfg),
 		PolicyOverride:     NewPolicyOverrideClient(cfg),
 		Port:               NewPortClient(cfg),
 		PortalSession:      NewPortalSessionClient(cfg),
@@ -301,10 +313,11 @@ func (c *Client) Close() error {
 // In order to add hooks to a specific client, call: `client.Node.Use(...)`.
 func (c *Client) Use(hooks ...Hook) {
 	for _, n := range []interface{ Use(...Hook) }{
-		c.APIToken, c.Allocation, c.AuditEvent, c.Chassis, c.Conductor,
-		c.DeployTemplate, c.DeployTemplateStep, c.Node, c.NodeEvent, c.PolicyOverride,
-		c.Port, c.PortalSession, c.Portgroup, c.RoleAssignment, c.Runbook,
-		c.RunbookStep, c.Setting, c.Trait, c.User, c.VolumeConnector, c.VolumeTarget,
+		c.APIToken, c.Allocation, c.AuditEvent, c.BiosSetting, c.Chassis, c.Conductor,
+		c.DeployTemplate, c.DeployTemplateStep, c.Node, c.NodeEvent, c.NodeInventory,
+		c.PolicyOverride, c.Port, c.PortalSession, c.Portgroup, c.RoleAssignment,
+		c.Runbook, c.RunbookStep, c.Setting, c.Trait, c.User, c.VolumeConnector,
+		c.VolumeTarget,
 	} {
 		n.Use(hooks...)
 	}
@@ -314,10 +327,11 @@ func (c *Client) Use(hooks ...Hook) {
 // In order to add interceptors to a specific client, call: `client.Node.Intercept(...)`.
 func (c *Client) Intercept(interceptors ...Interceptor) {
 	for _, n := range []interface{ Intercept(...Interceptor) }{
-		c.APIToken, c.Allocation, c.AuditEvent, c.Chassis, c.Conductor,
-		c.DeployTemplate, c.DeployTemplateStep, c.Node, c.NodeEvent, c.PolicyOverride,
-		c.Port, c.PortalSession, c.Portgroup, c.RoleAssignment, c.Runbook,
-		c.RunbookStep, c.Setting, c.Trait, c.User, c.VolumeConnector, c.VolumeTarget,
+		c.APIToken, c.Allocation, c.AuditEvent, c.BiosSetting, c.Chassis, c.Conductor,
+		c.DeployTemplate, c.DeployTemplateStep, c.Node, c.NodeEvent, c.NodeInventory,
+		c.PolicyOverride, c.Port, c.PortalSession, c.Portgroup, c.RoleAssignment,
+		c.Runbook, c.RunbookStep, c.Setting, c.Trait, c.User, c.VolumeConnector,
+		c.VolumeTarget,
 	} {
 		n.Intercept(interceptors...)
 	}
@@ -332,6 +346,8 @@ func (c *Client) Mutate(ctx context.Context, m Mutation) (Value, error) {
 		return c.Allocation.mutate(ctx, m)
 	case *AuditEventMutation:
 		return c.AuditEvent.mutate(ctx, m)
+	case *BiosSettingMutation:
+		return c.BiosSetting.mutate(ctx, m)
 	case *ChassisMutation:
 		return c.Chassis.mutate(ctx, m)
 	case *ConductorMutation:
@@ -344,6 +360,8 @@ func (c *Client) Mutate(ctx context.Context, m Mutation) (Value, error) {
 		return c.Node.mutate(ctx, m)
 	case *NodeEventMutation:
 		return c.NodeEvent.mutate(ctx, m)
+	case *NodeInventoryMutation:
+		return c.NodeInventory.mutate(ctx, m)
 	case *PolicyOverrideMutation:
 		return c.PolicyOverride.mutate(ctx, m)
 	case *PortMutation:
@@ -801,6 +819,155 @@ func (c *AuditEventClient) mutate(ctx context.Context, m *AuditEventMutation) (V
 		return (&AuditEventDelete{config: c.config, hooks: c.Hooks(), mutation: m}).Exec(ctx)
 	default:
 		return nil, fmt.Errorf("ent: unknown AuditEvent mutation op: %q", m.Op())
+	}
+}
+
+// BiosSettingClient is a client for the BiosSetting schema.
+type BiosSettingClient struct {
+	config
+}
+
+// NewBiosSettingClient returns a client for the BiosSetting from the given config.
+func NewBiosSettingClient(c config) *BiosSettingClient {
+	return &BiosSettingClient{config: c}
+}
+
+// Use adds a list of mutation hooks to the hooks stack.
+// A call to `Use(f, g, h)` equals to `biossetting.Hooks(f(g(h())))`.
+func (c *BiosSettingClient) Use(hooks ...Hook) {
+	c.hooks.BiosSetting = append(c.hooks.BiosSetting, hooks...)
+}
+
+// Intercept adds a list of query interceptors to the interceptors stack.
+// A call to `Intercept(f, g, h)` equals to `biossetting.Intercept(f(g(h())))`.
+func (c *BiosSettingClient) Intercept(interceptors ...Interceptor) {
+	c.inters.BiosSetting = append(c.inters.BiosSetting, interceptors...)
+}
+
+// Create returns a builder for creating a BiosSetting entity.
+func (c *BiosSettingClient) Create() *BiosSettingCreate {
+	mutation := newBiosSettingMutation(c.config, OpCreate)
+	return &BiosSettingCreate{config: c.config, hooks: c.Hooks(), mutation: mutation}
+}
+
+// CreateBulk returns a builder for creating a bulk of BiosSetting entities.
+func (c *BiosSettingClient) CreateBulk(builders ...*BiosSettingCreate) *BiosSettingCreateBulk {
+	return &BiosSettingCreateBulk{config: c.config, builders: builders}
+}
+
+// MapCreateBulk creates a bulk creation builder from the given slice. For each item in the slice, the function creates
+// a builder and applies setFunc on it.
+func (c *BiosSettingClient) MapCreateBulk(slice any, setFunc func(*BiosSettingCreate, int)) *BiosSettingCreateBulk {
+	rv := reflect.ValueOf(slice)
+	if rv.Kind() != reflect.Slice {
+		return &BiosSettingCreateBulk{err: fmt.Errorf("calling to BiosSettingClient.MapCreateBulk with wrong type %T, need slice", slice)}
+	}
+	builders := make([]*BiosSettingCreate, rv.Len())
+	for i := 0; i < rv.Len(); i++ {
+		builders[i] = c.Create()
+		setFunc(builders[i], i)
+	}
+	return &BiosSettingCreateBulk{config: c.config, builders: builders}
+}
+
+// Update returns an update builder for BiosSetting.
+func (c *BiosSettingClient) Update() *BiosSettingUpdate {
+	mutation := newBiosSettingMutation(c.config, OpUpdate)
+	return &BiosSettingUpdate{config: c.config, hooks: c.Hooks(), mutation: mutation}
+}
+
+// UpdateOne returns an update builder for the given entity.
+func (c *BiosSettingClient) UpdateOne(_m *BiosSetting) *BiosSettingUpdateOne {
+	mutation := newBiosSettingMutation(c.config, OpUpdateOne, withBiosSetting(_m))
+	return &BiosSettingUpdateOne{config: c.config, hooks: c.Hooks(), mutation: mutation}
+}
+
+// UpdateOneID returns an update builder for the given id.
+func (c *BiosSettingClient) UpdateOneID(id int) *BiosSettingUpdateOne {
+	mutation := newBiosSettingMutation(c.config, OpUpdateOne, withBiosSettingID(id))
+	return &BiosSettingUpdateOne{config: c.config, hooks: c.Hooks(), mutation: mutation}
+}
+
+// Delete returns a delete builder for BiosSetting.
+func (c *BiosSettingClient) Delete() *BiosSettingDelete {
+	mutation := newBiosSettingMutation(c.config, OpDelete)
+	return &BiosSettingDelete{config: c.config, hooks: c.Hooks(), mutation: mutation}
+}
+
+// DeleteOne returns a builder for deleting the given entity.
+func (c *BiosSettingClient) DeleteOne(_m *BiosSetting) *BiosSettingDeleteOne {
+	return c.DeleteOneID(_m.ID)
+}
+
+// DeleteOneID returns a builder for deleting the given entity by its id.
+func (c *BiosSettingClient) DeleteOneID(id int) *BiosSettingDeleteOne {
+	builder := c.Delete().Where(biossetting.ID(id))
+	builder.mutation.id = &id
+	builder.mutation.op = OpDeleteOne
+	return &BiosSettingDeleteOne{builder}
+}
+
+// Query returns a query builder for BiosSetting.
+func (c *BiosSettingClient) Query() *BiosSettingQuery {
+	return &BiosSettingQuery{
+		config: c.config,
+		ctx:    &QueryContext{Type: TypeBiosSetting},
+		inters: c.Interceptors(),
+	}
+}
+
+// Get returns a BiosSetting entity by its id.
+func (c *BiosSettingClient) Get(ctx context.Context, id int) (*BiosSetting, error) {
+	return c.Query().Where(biossetting.ID(id)).Only(ctx)
+}
+
+// GetX is like Get, but panics if an error occurs.
+func (c *BiosSettingClient) GetX(ctx context.Context, id int) *BiosSetting {
+	obj, err := c.Get(ctx, id)
+	if err != nil {
+		panic(err)
+	}
+	return obj
+}
+
+// QueryNode queries the node edge of a BiosSetting.
+func (c *BiosSettingClient) QueryNode(_m *BiosSetting) *NodeQuery {
+	query := (&NodeClient{config: c.config}).Query()
+	query.path = func(context.Context) (fromV *sql.Selector, _ error) {
+		id := _m.ID
+		step := sqlgraph.NewStep(
+			sqlgraph.From(biossetting.Table, biossetting.FieldID, id),
+			sqlgraph.To(node.Table, node.FieldID),
+			sqlgraph.Edge(sqlgraph.M2O, true, biossetting.NodeTable, biossetting.NodeColumn),
+		)
+		fromV = sqlgraph.Neighbors(_m.driver.Dialect(), step)
+		return fromV, nil
+	}
+	return query
+}
+
+// Hooks returns the client hooks.
+func (c *BiosSettingClient) Hooks() []Hook {
+	return c.hooks.BiosSetting
+}
+
+// Interceptors returns the client interceptors.
+func (c *BiosSettingClient) Interceptors() []Interceptor {
+	return c.inters.BiosSetting
+}
+
+func (c *BiosSettingClient) mutate(ctx context.Context, m *BiosSettingMutation) (Value, error) {
+	switch m.Op() {
+	case OpCreate:
+		return (&BiosSettingCreate{config: c.config, hooks: c.Hooks(), mutation: m}).Save(ctx)
+	case OpUpdate:
+		return (&BiosSettingUpdate{config: c.config, hooks: c.Hooks(), mutation: m}).Save(ctx)
+	case OpUpdateOne:
+		return (&BiosSettingUpdateOne{config: c.config, hooks: c.Hooks(), mutation: m}).Save(ctx)
+	case OpDelete, OpDeleteOne:
+		return (&BiosSettingDelete{config: c.config, hooks: c.Hooks(), mutation: m}).Exec(ctx)
+	default:
+		return nil, fmt.Errorf("ent: unknown BiosSetting mutation op: %q", m.Op())
 	}
 }
 
@@ -1572,6 +1739,38 @@ func (c *NodeClient) QueryChassis(_m *Node) *ChassisQuery {
 	return query
 }
 
+// QueryBiosSettings queries the bios_settings edge of a Node.
+func (c *NodeClient) QueryBiosSettings(_m *Node) *BiosSettingQuery {
+	query := (&BiosSettingClient{config: c.config}).Query()
+	query.path = func(context.Context) (fromV *sql.Selector, _ error) {
+		id := _m.ID
+		step := sqlgraph.NewStep(
+			sqlgraph.From(node.Table, node.FieldID, id),
+			sqlgraph.To(biossetting.Table, biossetting.FieldID),
+			sqlgraph.Edge(sqlgraph.O2M, false, node.BiosSettingsTable, node.BiosSettingsColumn),
+		)
+		fromV = sqlgraph.Neighbors(_m.driver.Dialect(), step)
+		return fromV, nil
+	}
+	return query
+}
+
+// QueryInventory queries the inventory edge of a Node.
+func (c *NodeClient) QueryInventory(_m *Node) *NodeInventoryQuery {
+	query := (&NodeInventoryClient{config: c.config}).Query()
+	query.path = func(context.Context) (fromV *sql.Selector, _ error) {
+		id := _m.ID
+		step := sqlgraph.NewStep(
+			sqlgraph.From(node.Table, node.FieldID, id),
+			sqlgraph.To(nodeinventory.Table, nodeinventory.FieldID),
+			sqlgraph.Edge(sqlgraph.O2O, false, node.InventoryTable, node.InventoryColumn),
+		)
+		fromV = sqlgraph.Neighbors(_m.driver.Dialect(), step)
+		return fromV, nil
+	}
+	return query
+}
+
 // Hooks returns the client hooks.
 func (c *NodeClient) Hooks() []Hook {
 	return c.hooks.Node
@@ -1743,6 +1942,155 @@ func (c *NodeEventClient) mutate(ctx context.Context, m *NodeEventMutation) (Val
 		return (&NodeEventDelete{config: c.config, hooks: c.Hooks(), mutation: m}).Exec(ctx)
 	default:
 		return nil, fmt.Errorf("ent: unknown NodeEvent mutation op: %q", m.Op())
+	}
+}
+
+// NodeInventoryClient is a client for the NodeInventory schema.
+type NodeInventoryClient struct {
+	config
+}
+
+// NewNodeInventoryClient returns a client for the NodeInventory from the given config.
+func NewNodeInventoryClient(c config) *NodeInventoryClient {
+	return &NodeInventoryClient{config: c}
+}
+
+// Use adds a list of mutation hooks to the hooks stack.
+// A call to `Use(f, g, h)` equals to `nodeinventory.Hooks(f(g(h())))`.
+func (c *NodeInventoryClient) Use(hooks ...Hook) {
+	c.hooks.NodeInventory = append(c.hooks.NodeInventory, hooks...)
+}
+
+// Intercept adds a list of query interceptors to the interceptors stack.
+// A call to `Intercept(f, g, h)` equals to `nodeinventory.Intercept(f(g(h())))`.
+func (c *NodeInventoryClient) Intercept(interceptors ...Interceptor) {
+	c.inters.NodeInventory = append(c.inters.NodeInventory, interceptors...)
+}
+
+// Create returns a builder for creating a NodeInventory entity.
+func (c *NodeInventoryClient) Create() *NodeInventoryCreate {
+	mutation := newNodeInventoryMutation(c.config, OpCreate)
+	return &NodeInventoryCreate{config: c.config, hooks: c.Hooks(), mutation: mutation}
+}
+
+// CreateBulk returns a builder for creating a bulk of NodeInventory entities.
+func (c *NodeInventoryClient) CreateBulk(builders ...*NodeInventoryCreate) *NodeInventoryCreateBulk {
+	return &NodeInventoryCreateBulk{config: c.config, builders: builders}
+}
+
+// MapCreateBulk creates a bulk creation builder from the given slice. For each item in the slice, the function creates
+// a builder and applies setFunc on it.
+func (c *NodeInventoryClient) MapCreateBulk(slice any, setFunc func(*NodeInventoryCreate, int)) *NodeInventoryCreateBulk {
+	rv := reflect.ValueOf(slice)
+	if rv.Kind() != reflect.Slice {
+		return &NodeInventoryCreateBulk{err: fmt.Errorf("calling to NodeInventoryClient.MapCreateBulk with wrong type %T, need slice", slice)}
+	}
+	builders := make([]*NodeInventoryCreate, rv.Len())
+	for i := 0; i < rv.Len(); i++ {
+		builders[i] = c.Create()
+		setFunc(builders[i], i)
+	}
+	return &NodeInventoryCreateBulk{config: c.config, builders: builders}
+}
+
+// Update returns an update builder for NodeInventory.
+func (c *NodeInventoryClient) Update() *NodeInventoryUpdate {
+	mutation := newNodeInventoryMutation(c.config, OpUpdate)
+	return &NodeInventoryUpdate{config: c.config, hooks: c.Hooks(), mutation: mutation}
+}
+
+// UpdateOne returns an update builder for the given entity.
+func (c *NodeInventoryClient) UpdateOne(_m *NodeInventory) *NodeInventoryUpdateOne {
+	mutation := newNodeInventoryMutation(c.config, OpUpdateOne, withNodeInventory(_m))
+	return &NodeInventoryUpdateOne{config: c.config, hooks: c.Hooks(), mutation: mutation}
+}
+
+// UpdateOneID returns an update builder for the given id.
+func (c *NodeInventoryClient) UpdateOneID(id int) *NodeInventoryUpdateOne {
+	mutation := newNodeInventoryMutation(c.config, OpUpdateOne, withNodeInventoryID(id))
+	return &NodeInventoryUpdateOne{config: c.config, hooks: c.Hooks(), mutation: mutation}
+}
+
+// Delete returns a delete builder for NodeInventory.
+func (c *NodeInventoryClient) Delete() *NodeInventoryDelete {
+	mutation := newNodeInventoryMutation(c.config, OpDelete)
+	return &NodeInventoryDelete{config: c.config, hooks: c.Hooks(), mutation: mutation}
+}
+
+// DeleteOne returns a builder for deleting the given entity.
+func (c *NodeInventoryClient) DeleteOne(_m *NodeInventory) *NodeInventoryDeleteOne {
+	return c.DeleteOneID(_m.ID)
+}
+
+// DeleteOneID returns a builder for deleting the given entity by its id.
+func (c *NodeInventoryClient) DeleteOneID(id int) *NodeInventoryDeleteOne {
+	builder := c.Delete().Where(nodeinventory.ID(id))
+	builder.mutation.id = &id
+	builder.mutation.op = OpDeleteOne
+	return &NodeInventoryDeleteOne{builder}
+}
+
+// Query returns a query builder for NodeInventory.
+func (c *NodeInventoryClient) Query() *NodeInventoryQuery {
+	return &NodeInventoryQuery{
+		config: c.config,
+		ctx:    &QueryContext{Type: TypeNodeInventory},
+		inters: c.Interceptors(),
+	}
+}
+
+// Get returns a NodeInventory entity by its id.
+func (c *NodeInventoryClient) Get(ctx context.Context, id int) (*NodeInventory, error) {
+	return c.Query().Where(nodeinventory.ID(id)).Only(ctx)
+}
+
+// GetX is like Get, but panics if an error occurs.
+func (c *NodeInventoryClient) GetX(ctx context.Context, id int) *NodeInventory {
+	obj, err := c.Get(ctx, id)
+	if err != nil {
+		panic(err)
+	}
+	return obj
+}
+
+// QueryNode queries the node edge of a NodeInventory.
+func (c *NodeInventoryClient) QueryNode(_m *NodeInventory) *NodeQuery {
+	query := (&NodeClient{config: c.config}).Query()
+	query.path = func(context.Context) (fromV *sql.Selector, _ error) {
+		id := _m.ID
+		step := sqlgraph.NewStep(
+			sqlgraph.From(nodeinventory.Table, nodeinventory.FieldID, id),
+			sqlgraph.To(node.Table, node.FieldID),
+			sqlgraph.Edge(sqlgraph.O2O, true, nodeinventory.NodeTable, nodeinventory.NodeColumn),
+		)
+		fromV = sqlgraph.Neighbors(_m.driver.Dialect(), step)
+		return fromV, nil
+	}
+	return query
+}
+
+// Hooks returns the client hooks.
+func (c *NodeInventoryClient) Hooks() []Hook {
+	return c.hooks.NodeInventory
+}
+
+// Interceptors returns the client interceptors.
+func (c *NodeInventoryClient) Interceptors() []Interceptor {
+	return c.inters.NodeInventory
+}
+
+func (c *NodeInventoryClient) mutate(ctx context.Context, m *NodeInventoryMutation) (Value, error) {
+	switch m.Op() {
+	case OpCreate:
+		return (&NodeInventoryCreate{config: c.config, hooks: c.Hooks(), mutation: m}).Save(ctx)
+	case OpUpdate:
+		return (&NodeInventoryUpdate{config: c.config, hooks: c.Hooks(), mutation: m}).Save(ctx)
+	case OpUpdateOne:
+		return (&NodeInventoryUpdateOne{config: c.config, hooks: c.Hooks(), mutation: m}).Save(ctx)
+	case OpDelete, OpDeleteOne:
+		return (&NodeInventoryDelete{config: c.config, hooks: c.Hooks(), mutation: m}).Exec(ctx)
+	default:
+		return nil, fmt.Errorf("ent: unknown NodeInventory mutation op: %q", m.Op())
 	}
 }
 
@@ -3537,16 +3885,17 @@ func (c *VolumeTargetClient) mutate(ctx context.Context, m *VolumeTargetMutation
 // hooks and interceptors per client, for fast access.
 type (
 	hooks struct {
-		APIToken, Allocation, AuditEvent, Chassis, Conductor, DeployTemplate,
-		DeployTemplateStep, Node, NodeEvent, PolicyOverride, Port, PortalSession,
-		Portgroup, RoleAssignment, Runbook, RunbookStep, Setting, Trait, User,
-		VolumeConnector, VolumeTarget []ent.Hook
+		APIToken, Allocation, AuditEvent, BiosSetting, Chassis, Conductor,
+		DeployTemplate, DeployTemplateStep, Node, NodeEvent, NodeInventory,
+		PolicyOverride, Port, PortalSession, Portgroup, RoleAssignment, Runbook,
+		RunbookStep, Setting, Trait, User, VolumeConnector, VolumeTarget []ent.Hook
 	}
 	inters struct {
-		APIToken, Allocation, AuditEvent, Chassis, Conductor, DeployTemplate,
-		DeployTemplateStep, Node, NodeEvent, PolicyOverride, Port, PortalSession,
-		Portgroup, RoleAssignment, Runbook, RunbookStep, Setting, Trait, User,
-		VolumeConnector, VolumeTarget []ent.Interceptor
+		APIToken, Allocation, AuditEvent, BiosSetting, Chassis, Conductor,
+		DeployTemplate, DeployTemplateStep, Node, NodeEvent, NodeInventory,
+		PolicyOverride, Port, PortalSession, Portgroup, RoleAssignment, Runbook,
+		RunbookStep, Setting, Trait, User, VolumeConnector,
+		VolumeTarget []ent.Interceptor
 	}
 )
 

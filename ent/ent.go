@@ -15,12 +15,14 @@ import (
 	"github.com/anvilproject/anvil/ent/allocation"
 	"github.com/anvilproject/anvil/ent/apitoken"
 	"github.com/anvilproject/anvil/ent/auditevent"
+	"github.com/anvilproject/anvil/ent/biossetting"
 	"github.com/anvilproject/anvil/ent/chassis"
 	"github.com/anvilproject/anvil/ent/conductor"
 	"github.com/anvilproject/anvil/ent/deploytemplate"
 	"github.com/anvilproject/anvil/ent/deploytemplatestep"
 	"github.com/anvilproject/anvil/ent/node"
 	"github.com/anvilproject/anvil/ent/nodeevent"
+	"github.com/anvilproject/anvil/ent/nodeinventory"
 	"github.com/anvilproject/anvil/ent/policyoverride"
 	"github.com/anvilproject/anvil/ent/port"
 	"github.com/anvilproject/anvil/ent/portalsession"
@@ -96,12 +98,14 @@ func checkColumn(t, c string) error {
 			apitoken.Table:           apitoken.ValidColumn,
 			allocation.Table:         allocation.ValidColumn,
 			auditevent.Table:         auditevent.ValidColumn,
+			biossetting.Table:        biossetting.ValidColumn,
 			chassis.Table:            chassis.ValidColumn,
 			conductor.Table:          conductor.ValidColumn,
 			deploytemplate.Table:     deploytemplate.ValidColumn,
 			deploytemplatestep.Table: deploytemplatestep.ValidColumn,
 			node.Table:               node.ValidColumn,
 			nodeevent.Table:          nodeevent.ValidColumn,
+			nodeinventory.Table:      nodeinventory.ValidColumn,
 			policyoverride.Table:     policyoverride.ValidColumn,
 			port.Table:               port.ValidColumn,
 			portalsession.Table:      portalsession.ValidColumn,

@@ -14,12 +14,14 @@ import (
 	"github.com/anvilproject/anvil/ent/allocation"
 	"github.com/anvilproject/anvil/ent/apitoken"
 	"github.com/anvilproject/anvil/ent/auditevent"
+	"github.com/anvilproject/anvil/ent/biossetting"
 	"github.com/anvilproject/anvil/ent/chassis"
 	"github.com/anvilproject/anvil/ent/conductor"
 	"github.com/anvilproject/anvil/ent/deploytemplate"
 	"github.com/anvilproject/anvil/ent/deploytemplatestep"
 	"github.com/anvilproject/anvil/ent/node"
 	"github.com/anvilproject/anvil/ent/nodeevent"
+	"github.com/anvilproject/anvil/ent/nodeinventory"
 	"github.com/anvilproject/anvil/ent/policyoverride"
 	"github.com/anvilproject/anvil/ent/port"
 	"github.com/anvilproject/anvil/ent/portalsession"
@@ -47,12 +49,14 @@ const (
 	TypeAPIToken           = "APIToken"
 	TypeAllocation         = "Allocation"
 	TypeAuditEvent         = "AuditEvent"
+	TypeBiosSetting        = "BiosSetting"
 	TypeChassis            = "Chassis"
 	TypeConductor          = "Conductor"
 	TypeDeployTemplate     = "DeployTemplate"
 	TypeDeployTemplateStep = "DeployTemplateStep"
 	TypeNode               = "Node"
 	TypeNodeEvent          = "NodeEvent"
+	TypeNodeInventory      = "NodeInventory"
 	TypePolicyOverride     = "PolicyOverride"
 	TypePort               = "Port"
 	TypePortalSession      = "PortalSession"
@@ -3547,6 +3551,627 @@ func (m *AuditEventMutation) ResetEdge(name string) error {
 	return fmt.Errorf("unknown AuditEvent edge %s", name)
 }
 
+// BiosSettingMutation represents an operation that mutates the BiosSetting nodes in the graph.
+type BiosSettingMutation struct {
+	config
+	op            Op
+	typ           string
+	id            *int
+	created_at    *time.Time
+	updated_at    *time.Time
+	name          *string
+	value         *string
+	clearedFields map[string]struct{}
+	node          *int
+	clearednode   bool
+	done          bool
+	oldValue      func(context.Context) (*BiosSetting, error)
+	predicates    []predicate.BiosSetting
+}
+
+var _ ent.Mutation = (*BiosSettingMutation)(nil)
+
+// biossettingOption allows management of the mutation configuration using functional options.
+type biossettingOption func(*BiosSettingMutation)
+
+// newBiosSettingMutation creates new mutation for the BiosSetting entity.
+func newBiosSettingMutation(c config, op Op, opts ...biossettingOption) *BiosSettingMutation {
+	m := &BiosSettingMutation{
+		config:        c,
+		op:            op,
+		typ:           TypeBiosSetting,
+		clearedFields: make(map[string]struct{}),
+	}
+	for _, opt := range opts {
+		opt(m)
+	}
+	return m
+}
+
+// withBiosSettingID sets the ID field of the mutation.
+func withBiosSettingID(id int) biossettingOption {
+	return func(m *BiosSettingMutation) {
+		var (
+			err   error
+			once  sync.Once
+			value *BiosSetting
+		)
+		m.oldValue = func(ctx context.Context) (*BiosSetting, error) {
+			once.Do(func() {
+				if m.done {
+					err = errors.New("querying old values post mutation is not allowed")
+				} else {
+					value, err = m.Client().BiosSetting.Get(ctx, id)
+				}
+			})
+			return value, err
+		}
+		m.id = &id
+	}
+}
+
+// withBiosSetting sets the old BiosSetting of the mutation.
+func withBiosSetting(node *BiosSetting) biossettingOption {
+	return func(m *BiosSettingMutation) {
+		m.oldValue = func(context.Context) (*BiosSetting, error) {
+			return node, nil
+		}
+		m.id = &node.ID
+	}
+}
+
+// Client returns a new `ent.Client` from the mutation. If the mutation was
+// executed in a transaction (ent.Tx), a transactional client is returned.
+func (m BiosSettingMutation) Client() *Client {
+	client := &Client{config: m.config}
+	client.init()
+	return client
+}
+
+// Tx returns an `ent.Tx` for mutations that were executed in transactions;
+// it returns an error otherwise.
+func (m BiosSettingMutation) Tx() (*Tx, error) {
+	if _, ok := m.driver.(*txDriver); !ok {
+		return nil, errors.New("ent: mutation is not running in a transaction")
+	}
+	tx := &Tx{config: m.config}
+	tx.init()
+	return tx, nil
+}
+
+// ID returns the ID value in the mutation. Note that the ID is only available
+// if it was provided to the builder or after it was returned from the database.
+func (m *BiosSettingMutation) ID() (id int, exists bool) {
+	if m.id == nil {
+		return
+	}
+	return *m.id, true
+}
+
+// IDs queries the database and returns the entity ids that match the mutation's predicate.
+// That means, if the mutation is applied within a transaction with an isolation level such
+// as sql.LevelSerializable, the returned ids match the ids of the rows that will be updated
+// or updated by the mutation.
+func (m *BiosSettingMutation) IDs(ctx context.Context) ([]int, error) {
+	switch {
+	case m.op.Is(OpUpdateOne | OpDeleteOne):
+		id, exists := m.ID()
+		if exists {
+			return []int{id}, nil
+		}
+		fallthrough
+	case m.op.Is(OpUpdate | OpDelete):
+		return m.Client().BiosSetting.Query().Where(m.predicates...).IDs(ctx)
+	default:
+		return nil, fmt.Errorf("IDs is not allowed on %s operations", m.op)
+	}
+}
+
+// SetCreatedAt sets the "created_at" field.
+func (m *BiosSettingMutation) SetCreatedAt(t time.Time) {
+	m.created_at = &t
+}
+
+// CreatedAt returns the value of the "created_at" field in the mutation.
+func (m *BiosSettingMutation) CreatedAt() (r time.Time, exists bool) {
+	v := m.created_at
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldCreatedAt returns the old "created_at" field's value of the BiosSetting entity.
+// If the BiosSetting object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *BiosSettingMutation) OldCreatedAt(ctx context.Context) (v time.Time, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldCreatedAt is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldCreatedAt requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldCreatedAt: %w", err)
+	}
+	return oldValue.CreatedAt, nil
+}
+
+// ResetCreatedAt resets all changes to the "created_at" field.
+func (m *BiosSettingMutation) ResetCreatedAt() {
+	m.created_at = nil
+}
+
+// SetUpdatedAt sets the "updated_at" field.
+func (m *BiosSettingMutation) SetUpdatedAt(t time.Time) {
+	m.updated_at = &t
+}
+
+// UpdatedAt returns the value of the "updated_at" field in the mutation.
+func (m *BiosSettingMutation) UpdatedAt() (r time.Time, exists bool) {
+	v := m.updated_at
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldUpdatedAt returns the old "updated_at" field's value of the BiosSetting entity.
+// If the BiosSetting object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *BiosSettingMutation) OldUpdatedAt(ctx context.Context) (v *time.Time, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldUpdatedAt is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldUpdatedAt requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldUpdatedAt: %w", err)
+	}
+	return oldValue.UpdatedAt, nil
+}
+
+// ClearUpdatedAt clears the value of the "updated_at" field.
+func (m *BiosSettingMutation) ClearUpdatedAt() {
+	m.updated_at = nil
+	m.clearedFields[biossetting.FieldUpdatedAt] = struct{}{}
+}
+
+// UpdatedAtCleared returns if the "updated_at" field was cleared in this mutation.
+func (m *BiosSettingMutation) UpdatedAtCleared() bool {
+	_, ok := m.clearedFields[biossetting.FieldUpdatedAt]
+	return ok
+}
+
+// ResetUpdatedAt resets all changes to the "updated_at" field.
+func (m *BiosSettingMutation) ResetUpdatedAt() {
+	m.updated_at = nil
+	delete(m.clearedFields, biossetting.FieldUpdatedAt)
+}
+
+// SetNodeID sets the "node_id" field.
+func (m *BiosSettingMutation) SetNodeID(i int) {
+	m.node = &i
+}
+
+// NodeID returns the value of the "node_id" field in the mutation.
+func (m *BiosSettingMutation) NodeID() (r int, exists bool) {
+	v := m.node
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldNodeID returns the old "node_id" field's value of the BiosSetting entity.
+// If the BiosSetting object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *BiosSettingMutation) OldNodeID(ctx context.Context) (v int, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldNodeID is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldNodeID requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldNodeID: %w", err)
+	}
+	return oldValue.NodeID, nil
+}
+
+// ResetNodeID resets all changes to the "node_id" field.
+func (m *BiosSettingMutation) ResetNodeID() {
+	m.node = nil
+}
+
+// SetName sets the "name" field.
+func (m *BiosSettingMutation) SetName(s string) {
+	m.name = &s
+}
+
+// Name returns the value of the "name" field in the mutation.
+func (m *BiosSettingMutation) Name() (r string, exists bool) {
+	v := m.name
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldName returns the old "name" field's value of the BiosSetting entity.
+// If the BiosSetting object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *BiosSettingMutation) OldName(ctx context.Context) (v string, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldName is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldName requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldName: %w", err)
+	}
+	return oldValue.Name, nil
+}
+
+// ResetName resets all changes to the "name" field.
+func (m *BiosSettingMutation) ResetName() {
+	m.name = nil
+}
+
+// SetValue sets the "value" field.
+func (m *BiosSettingMutation) SetValue(s string) {
+	m.value = &s
+}
+
+// Value returns the value of the "value" field in the mutation.
+func (m *BiosSettingMutation) Value() (r string, exists bool) {
+	v := m.value
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldValue returns the old "value" field's value of the BiosSetting entity.
+// If the BiosSetting object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *BiosSettingMutation) OldValue(ctx context.Context) (v string, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldValue is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldValue requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldValue: %w", err)
+	}
+	return oldValue.Value, nil
+}
+
+// ResetValue resets all changes to the "value" field.
+func (m *BiosSettingMutation) ResetValue() {
+	m.value = nil
+}
+
+// ClearNode clears the "node" edge to the Node entity.
+func (m *BiosSettingMutation) ClearNode() {
+	m.clearednode = true
+	m.clearedFields[biossetting.FieldNodeID] = struct{}{}
+}
+
+// NodeCleared reports if the "node" edge to the Node entity was cleared.
+func (m *BiosSettingMutation) NodeCleared() bool {
+	return m.clearednode
+}
+
+// NodeIDs returns the "node" edge IDs in the mutation.
+// Note that IDs always returns len(IDs) <= 1 for unique edges, and you should use
+// NodeID instead. It exists only for internal usage by the builders.
+func (m *BiosSettingMutation) NodeIDs() (ids []int) {
+	if id := m.node; id != nil {
+		ids = append(ids, *id)
+	}
+	return
+}
+
+// ResetNode resets all changes to the "node" edge.
+func (m *BiosSettingMutation) ResetNode() {
+	m.node = nil
+	m.clearednode = false
+}
+
+// Where appends a list predicates to the BiosSettingMutation builder.
+func (m *BiosSettingMutation) Where(ps ...predicate.BiosSetting) {
+	m.predicates = append(m.predicates, ps...)
+}
+
+// WhereP appends storage-level predicates to the BiosSettingMutation builder. Using this method,
+// users can use type-assertion to append predicates that do not depend on any generated package.
+func (m *BiosSettingMutation) WhereP(ps ...func(*sql.Selector)) {
+	p := make([]predicate.BiosSetting, len(ps))
+	for i := range ps {
+		p[i] = ps[i]
+	}
+	m.Where(p...)
+}
+
+// Op returns the operation name.
+func (m *BiosSettingMutation) Op() Op {
+	return m.op
+}
+
+// SetOp allows setting the mutation operation.
+func (m *BiosSettingMutation) SetOp(op Op) {
+	m.op = op
+}
+
+// Type returns the node type of this mutation (BiosSetting).
+func (m *BiosSettingMutation) Type() string {
+	return m.typ
+}
+
+// Fields returns all fields that were changed during this mutation. Note that in
+// order to get all numeric fields that were incremented/decremented, call
+// AddedFields().
+func (m *BiosSettingMutation) Fields() []string {
+	fields := make([]string, 0, 5)
+	if m.created_at != nil {
+		fields = append(fields, biossetting.FieldCreatedAt)
+	}
+	if m.updated_at != nil {
+		fields = append(fields, biossetting.FieldUpdatedAt)
+	}
+	if m.node != nil {
+		fields = append(fields, biossetting.FieldNodeID)
+	}
+	if m.name != nil {
+		fields = append(fields, biossetting.FieldName)
+	}
+	if m.value != nil {
+		fields = append(fields, biossetting.FieldValue)
+	}
+	return fields
+}
+
+// Field returns the value of a field with the given name. The second boolean
+// return value indicates that this field was not set, or was not defined in the
+// schema.
+func (m *BiosSettingMutation) Field(name string) (ent.Value, bool) {
+	switch name {
+	case biossetting.FieldCreatedAt:
+		return m.CreatedAt()
+	case biossetting.FieldUpdatedAt:
+		return m.UpdatedAt()
+	case biossetting.FieldNodeID:
+		return m.NodeID()
+	case biossetting.FieldName:
+		return m.Name()
+	case biossetting.FieldValue:
+		return m.Value()
+	}
+	return nil, false
+}
+
+// OldField returns the old value of the field from the database. An error is
+// returned if the mutation operation is not UpdateOne, or the query to the
+// database failed.
+func (m *BiosSettingMutation) OldField(ctx context.Context, name string) (ent.Value, error) {
+	switch name {
+	case biossetting.FieldCreatedAt:
+		return m.OldCreatedAt(ctx)
+	case biossetting.FieldUpdatedAt:
+		return m.OldUpdatedAt(ctx)
+	case biossetting.FieldNodeID:
+		return m.OldNodeID(ctx)
+	case biossetting.FieldName:
+		return m.OldName(ctx)
+	case biossetting.FieldValue:
+		return m.OldValue(ctx)
+	}
+	return nil, fmt.Errorf("unknown BiosSetting field %s", name)
+}
+
+// SetField sets the value of a field with the given name. It returns an error if
+// the field is not defined in the schema, or if the type mismatched the field
+// type.
+func (m *BiosSettingMutation) SetField(name string, value ent.Value) error {
+	switch name {
+	case biossetting.FieldCreatedAt:
+		v, ok := value.(time.Time)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetCreatedAt(v)
+		return nil
+	case biossetting.FieldUpdatedAt:
+		v, ok := value.(time.Time)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetUpdatedAt(v)
+		return nil
+	case biossetting.FieldNodeID:
+		v, ok := value.(int)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetNodeID(v)
+		return nil
+	case biossetting.FieldName:
+		v, ok := value.(string)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetName(v)
+		return nil
+	case biossetting.FieldValue:
+		v, ok := value.(string)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetValue(v)
+		return nil
+	}
+	return fmt.Errorf("unknown BiosSetting field %s", name)
+}
+
+// AddedFields returns all numeric fields that were incremented/decremented during
+// this mutation.
+func (m *BiosSettingMutation) AddedFields() []string {
+	var fields []string
+	return fields
+}
+
+// AddedField returns the numeric value that was incremented/decremented on a field
+// with the given name. The second boolean return value indicates that this field
+// was not set, or was not defined in the schema.
+func (m *BiosSettingMutation) AddedField(name string) (ent.Value, bool) {
+	switch name {
+	}
+	return nil, false
+}
+
+// AddField adds the value to the field with the given name. It returns an error if
+// the field is not defined in the schema, or if the type mismatched the field
+// type.
+func (m *BiosSettingMutation) AddField(name string, value ent.Value) error {
+	switch name {
+	}
+	return fmt.Errorf("unknown BiosSetting numeric field %s", name)
+}
+
+// ClearedFields returns all nullable fields that were cleared during this
+// mutation.
+func (m *BiosSettingMutation) ClearedFields() []string {
+	var fields []string
+	if m.FieldCleared(biossetting.FieldUpdatedAt) {
+		fields = append(fields, biossetting.FieldUpdatedAt)
+	}
+	return fields
+}
+
+// FieldCleared returns a boolean indicating if a field with the given name was
+// cleared in this mutation.
+func (m *BiosSettingMutation) FieldCleared(name string) bool {
+	_, ok := m.clearedFields[name]
+	return ok
+}
+
+// ClearField clears the value of the field with the given name. It returns an
+// error if the field is not defined in the schema.
+func (m *BiosSettingMutation) ClearField(name string) error {
+	switch name {
+	case biossetting.FieldUpdatedAt:
+		m.ClearUpdatedAt()
+		return nil
+	}
+	return fmt.Errorf("unknown BiosSetting nullable field %s", name)
+}
+
+// ResetField resets all changes in the mutation for the field with the given name.
+// It returns an error if the field is not defined in the schema.
+func (m *BiosSettingMutation) ResetField(name string) error {
+	switch name {
+	case biossetting.FieldCreatedAt:
+		m.ResetCreatedAt()
+		return nil
+	case biossetting.FieldUpdatedAt:
+		m.ResetUpdatedAt()
+		return nil
+	case biossetting.FieldNodeID:
+		m.ResetNodeID()
+		return nil
+	case biossetting.FieldName:
+		m.ResetName()
+		return nil
+	case biossetting.FieldValue:
+		m.ResetValue()
+		return nil
+	}
+	return fmt.Errorf("unknown BiosSetting field %s", name)
+}
+
+// AddedEdges returns all edge names that were set/added in this mutation.
+func (m *BiosSettingMutation) AddedEdges() []string {
+	edges := make([]string, 0, 1)
+	if m.node != nil {
+		edges = append(edges, biossetting.EdgeNode)
+	}
+	return edges
+}
+
+// AddedIDs returns all IDs (to other nodes) that were added for the given edge
+// name in this mutation.
+func (m *BiosSettingMutation) AddedIDs(name string) []ent.Value {
+	switch name {
+	case biossetting.EdgeNode:
+		if id := m.node; id != nil {
+			return []ent.Value{*id}
+		}
+	}
+	return nil
+}
+
+// RemovedEdges returns all edge names that were removed in this mutation.
+func (m *BiosSettingMutation) RemovedEdges() []string {
+	edges := make([]string, 0, 1)
+	return edges
+}
+
+// RemovedIDs returns all IDs (to other nodes) that were removed for the edge with
+// the given name in this mutation.
+func (m *BiosSettingMutation) RemovedIDs(name string) []ent.Value {
+	return nil
+}
+
+// ClearedEdges returns all edge names that were cleared in this mutation.
+func (m *BiosSettingMutation) ClearedEdges() []string {
+	edges := make([]string, 0, 1)
+	if m.clearednode {
+		edges = append(edges, biossetting.EdgeNode)
+	}
+	return edges
+}
+
+// EdgeCleared returns a boolean which indicates if the edge with the given name
+// was cleared in this mutation.
+func (m *BiosSettingMutation) EdgeCleared(name string) bool {
+	switch name {
+	case biossetting.EdgeNode:
+		return m.clearednode
+	}
+	return false
+}
+
+// ClearEdge clears the value of the edge with the given name. It returns an error
+// if that edge is not defined in the schema.
+func (m *BiosSettingMutation) ClearEdge(name string) error {
+	switch name {
+	case biossetting.EdgeNode:
+		m.ClearNode()
+		return nil
+	}
+	return fmt.Errorf("unknown BiosSetting unique edge %s", name)
+}
+
+// ResetEdge resets all changes to the edge with the given name in this mutation.
+// It returns an error if the edge is not defined in the schema.
+func (m *BiosSettingMutation) ResetEdge(name string) error {
+	switch name {
+	case biossetting.EdgeNode:
+		m.ResetNode()
+		return nil
+	}
+	return fmt.Errorf("unknown BiosSetting edge %s", name)
+}
+
 // ChassisMutation represents an operation that mutates the Chassis nodes in the graph.
 type ChassisMutation struct {
 	config
@@ -6252,6 +6877,11 @@ type NodeMutation struct {
 	clearedportgroups      bool
 	chassis                *int
 	clearedchassis         bool
+	bios_settings          map[int]struct{}
+	removedbios_settings   map[int]struct{}
+	clearedbios_settings   bool
+	inventory              *int
+	clearedinventory       bool
 	done                   bool
 	oldValue               func(context.Context) (*Node, error)
 	predicates             []predicate.Node
@@ -7980,6 +8610,99 @@ func (m *NodeMutation) ResetChassis() {
 	m.clearedchassis = false
 }
 
+// AddBiosSettingIDs adds the "bios_settings" edge to the BiosSetting entity by ids.
+func (m *NodeMutation) AddBiosSettingIDs(ids ...int) {
+	if m.bios_settings == nil {
+		m.bios_settings = make(map[int]struct{})
+	}
+	for i := range ids {
+		m.bios_settings[ids[i]] = struct{}{}
+	}
+}
+
+// ClearBiosSettings clears the "bios_settings" edge to the BiosSetting entity.
+func (m *NodeMutation) ClearBiosSettings() {
+	m.clearedbios_settings = true
+}
+
+// BiosSettingsCleared reports if the "bios_settings" edge to the BiosSetting entity was cleared.
+func (m *NodeMutation) BiosSettingsCleared() bool {
+	return m.clearedbios_settings
+}
+
+// RemoveBiosSettingIDs removes the "bios_settings" edge to the BiosSetting entity by IDs.
+func (m *NodeMutation) RemoveBiosSettingIDs(ids ...int) {
+	if m.removedbios_settings == nil {
+		m.removedbios_settings = make(map[int]struct{})
+	}
+	for i := range ids {
+		delete(m.bios_settings, ids[i])
+		m.removedbios_settings[ids[i]] = struct{}{}
+	}
+}
+
+// RemovedBiosSettings returns the removed IDs of the "bios_settings" edge to the BiosSetting entity.
+func (m *NodeMutation) RemovedBiosSettingsIDs() (ids []int) {
+	for id := range m.removedbios_settings {
+		ids = append(ids, id)
+	}
+	return
+}
+
+// BiosSettingsIDs returns the "bios_settings" edge IDs in the mutation.
+func (m *NodeMutation) BiosSettingsIDs() (ids []int) {
+	for id := range m.bios_settings {
+		ids = append(ids, id)
+	}
+	return
+}
+
+// ResetBiosSettings resets all changes to the "bios_settings" edge.
+func (m *NodeMutation) ResetBiosSettings() {
+	m.bios_settings = nil
+	m.clearedbios_settings = false
+	m.removedbios_settings = nil
+}
+
+// SetInventoryID sets the "inventory" edge to the NodeInventory entity by id.
+func (m *NodeMutation) SetInventoryID(id int) {
+	m.inventory = &id
+}
+
+// ClearInventory clears the "inventory" edge to the NodeInventory entity.
+func (m *NodeMutation) ClearInventory() {
+	m.clearedinventory = true
+}
+
+// InventoryCleared reports if the "inventory" edge to the NodeInventory entity was cleared.
+func (m *NodeMutation) InventoryCleared() bool {
+	return m.clearedinventory
+}
+
+// InventoryID returns the "inventory" edge ID in the mutation.
+func (m *NodeMutation) InventoryID() (id int, exists bool) {
+	if m.inventory != nil {
+		return *m.inventory, true
+	}
+	return
+}
+
+// InventoryIDs returns the "inventory" edge IDs in the mutation.
+// Note that IDs always returns len(IDs) <= 1 for unique edges, and you should use
+// InventoryID instead. It exists only for internal usage by the builders.
+func (m *NodeMutation) InventoryIDs() (ids []int) {
+	if id := m.inventory; id != nil {
+		ids = append(ids, *id)
+	}
+	return
+}
+
+// ResetInventory resets all changes to the "inventory" edge.
+func (m *NodeMutation) ResetInventory() {
+	m.inventory = nil
+	m.clearedinventory = false
+}
+
 // Where appends a list predicates to the NodeMutation builder.
 func (m *NodeMutation) Where(ps ...predicate.Node) {
 	m.predicates = append(m.predicates, ps...)
@@ -8733,7 +9456,7 @@ func (m *NodeMutation) ResetField(name string) error {
 
 // AddedEdges returns all edge names that were set/added in this mutation.
 func (m *NodeMutation) AddedEdges() []string {
-	edges := make([]string, 0, 6)
+	edges := make([]string, 0, 8)
 	if m.traits != nil {
 		edges = append(edges, node.EdgeTraits)
 	}
@@ -8751,6 +9474,12 @@ func (m *NodeMutation) AddedEdges() []string {
 	}
 	if m.chassis != nil {
 		edges = append(edges, node.EdgeChassis)
+	}
+	if m.bios_settings != nil {
+		edges = append(edges, node.EdgeBiosSettings)
+	}
+	if m.inventory != nil {
+		edges = append(edges, node.EdgeInventory)
 	}
 	return edges
 }
@@ -8791,13 +9520,23 @@ func (m *NodeMutation) AddedIDs(name string) []ent.Value {
 		if id := m.chassis; id != nil {
 			return []ent.Value{*id}
 		}
+	case node.EdgeBiosSettings:
+		ids := make([]ent.Value, 0, len(m.bios_settings))
+		for id := range m.bios_settings {
+			ids = append(ids, id)
+		}
+		return ids
+	case node.EdgeInventory:
+		if id := m.inventory; id != nil {
+			return []ent.Value{*id}
+		}
 	}
 	return nil
 }
 
 // RemovedEdges returns all edge names that were removed in this mutation.
 func (m *NodeMutation) RemovedEdges() []string {
-	edges := make([]string, 0, 6)
+	edges := make([]string, 0, 8)
 	if m.removedtraits != nil {
 		edges = append(edges, node.EdgeTraits)
 	}
@@ -8809,6 +9548,9 @@ func (m *NodeMutation) RemovedEdges() []string {
 	}
 	if m.removedportgroups != nil {
 		edges = append(edges, node.EdgePortgroups)
+	}
+	if m.removedbios_settings != nil {
+		edges = append(edges, node.EdgeBiosSettings)
 	}
 	return edges
 }
@@ -8841,13 +9583,19 @@ func (m *NodeMutation) RemovedIDs(name string) []ent.Value {
 			ids = append(ids, id)
 		}
 		return ids
+	case node.EdgeBiosSettings:
+		ids := make([]ent.Value, 0, len(m.removedbios_settings))
+		for id := range m.removedbios_settings {
+			ids = append(ids, id)
+		}
+		return ids
 	}
 	return nil
 }
 
 // ClearedEdges returns all edge names that were cleared in this mutation.
 func (m *NodeMutation) ClearedEdges() []string {
-	edges := make([]string, 0, 6)
+	edges := make([]string, 0, 8)
 	if m.clearedtraits {
 		edges = append(edges, node.EdgeTraits)
 	}
@@ -8865,6 +9613,12 @@ func (m *NodeMutation) ClearedEdges() []string {
 	}
 	if m.clearedchassis {
 		edges = append(edges, node.EdgeChassis)
+	}
+	if m.clearedbios_settings {
+		edges = append(edges, node.EdgeBiosSettings)
+	}
+	if m.clearedinventory {
+		edges = append(edges, node.EdgeInventory)
 	}
 	return edges
 }
@@ -8885,6 +9639,10 @@ func (m *NodeMutation) EdgeCleared(name string) bool {
 		return m.clearedportgroups
 	case node.EdgeChassis:
 		return m.clearedchassis
+	case node.EdgeBiosSettings:
+		return m.clearedbios_settings
+	case node.EdgeInventory:
+		return m.clearedinventory
 	}
 	return false
 }
@@ -8898,6 +9656,9 @@ func (m *NodeMutation) ClearEdge(name string) error {
 		return nil
 	case node.EdgeChassis:
 		m.ClearChassis()
+		return nil
+	case node.EdgeInventory:
+		m.ClearInventory()
 		return nil
 	}
 	return fmt.Errorf("unknown Node unique edge %s", name)
@@ -8924,6 +9685,12 @@ func (m *NodeMutation) ResetEdge(name string) error {
 		return nil
 	case node.EdgeChassis:
 		m.ResetChassis()
+		return nil
+	case node.EdgeBiosSettings:
+		m.ResetBiosSettings()
+		return nil
+	case node.EdgeInventory:
+		m.ResetInventory()
 		return nil
 	}
 	return fmt.Errorf("unknown Node edge %s", name)
@@ -10055,6 +10822,551 @@ func (m *NodeEventMutation) ResetEdge(name string) error {
 		return nil
 	}
 	return fmt.Errorf("unknown NodeEvent edge %s", name)
+}
+
+// NodeInventoryMutation represents an operation that mutates the NodeInventory nodes in the graph.
+type NodeInventoryMutation struct {
+	config
+	op            Op
+	typ           string
+	id            *int
+	inventory     *map[string]interface{}
+	plugin_data   *map[string]interface{}
+	created_at    *time.Time
+	clearedFields map[string]struct{}
+	node          *int
+	clearednode   bool
+	done          bool
+	oldValue      func(context.Context) (*NodeInventory, error)
+	predicates    []predicate.NodeInventory
+}
+
+var _ ent.Mutation = (*NodeInventoryMutation)(nil)
+
+// nodeinventoryOption allows management of the mutation configuration using functional options.
+type nodeinventoryOption func(*NodeInventoryMutation)
+
+// newNodeInventoryMutation creates new mutation for the NodeInventory entity.
+func newNodeInventoryMutation(c config, op Op, opts ...nodeinventoryOption) *NodeInventoryMutation {
+	m := &NodeInventoryMutation{
+		config:        c,
+		op:            op,
+		typ:           TypeNodeInventory,
+		clearedFields: make(map[string]struct{}),
+	}
+	for _, opt := range opts {
+		opt(m)
+	}
+	return m
+}
+
+// withNodeInventoryID sets the ID field of the mutation.
+func withNodeInventoryID(id int) nodeinventoryOption {
+	return func(m *NodeInventoryMutation) {
+		var (
+			err   error
+			once  sync.Once
+			value *NodeInventory
+		)
+		m.oldValue = func(ctx context.Context) (*NodeInventory, error) {
+			once.Do(func() {
+				if m.done {
+					err = errors.New("querying old values post mutation is not allowed")
+				} else {
+					value, err = m.Client().NodeInventory.Get(ctx, id)
+				}
+			})
+			return value, err
+		}
+		m.id = &id
+	}
+}
+
+// withNodeInventory sets the old NodeInventory of the mutation.
+func withNodeInventory(node *NodeInventory) nodeinventoryOption {
+	return func(m *NodeInventoryMutation) {
+		m.oldValue = func(context.Context) (*NodeInventory, error) {
+			return node, nil
+		}
+		m.id = &node.ID
+	}
+}
+
+// Client returns a new `ent.Client` from the mutation. If the mutation was
+// executed in a transaction (ent.Tx), a transactional client is returned.
+func (m NodeInventoryMutation) Client() *Client {
+	client := &Client{config: m.config}
+	client.init()
+	return client
+}
+
+// Tx returns an `ent.Tx` for mutations that were executed in transactions;
+// it returns an error otherwise.
+func (m NodeInventoryMutation) Tx() (*Tx, error) {
+	if _, ok := m.driver.(*txDriver); !ok {
+		return nil, errors.New("ent: mutation is not running in a transaction")
+	}
+	tx := &Tx{config: m.config}
+	tx.init()
+	return tx, nil
+}
+
+// ID returns the ID value in the mutation. Note that the ID is only available
+// if it was provided to the builder or after it was returned from the database.
+func (m *NodeInventoryMutation) ID() (id int, exists bool) {
+	if m.id == nil {
+		return
+	}
+	return *m.id, true
+}
+
+// IDs queries the database and returns the entity ids that match the mutation's predicate.
+// That means, if the mutation is applied within a transaction with an isolation level such
+// as sql.LevelSerializable, the returned ids match the ids of the rows that will be updated
+// or updated by the mutation.
+func (m *NodeInventoryMutation) IDs(ctx context.Context) ([]int, error) {
+	switch {
+	case m.op.Is(OpUpdateOne | OpDeleteOne):
+		id, exists := m.ID()
+		if exists {
+			return []int{id}, nil
+		}
+		fallthrough
+	case m.op.Is(OpUpdate | OpDelete):
+		return m.Client().NodeInventory.Query().Where(m.predicates...).IDs(ctx)
+	default:
+		return nil, fmt.Errorf("IDs is not allowed on %s operations", m.op)
+	}
+}
+
+// SetNodeID sets the "node_id" field.
+func (m *NodeInventoryMutation) SetNodeID(i int) {
+	m.node = &i
+}
+
+// NodeID returns the value of the "node_id" field in the mutation.
+func (m *NodeInventoryMutation) NodeID() (r int, exists bool) {
+	v := m.node
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldNodeID returns the old "node_id" field's value of the NodeInventory entity.
+// If the NodeInventory object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *NodeInventoryMutation) OldNodeID(ctx context.Context) (v int, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldNodeID is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldNodeID requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldNodeID: %w", err)
+	}
+	return oldValue.NodeID, nil
+}
+
+// ResetNodeID resets all changes to the "node_id" field.
+func (m *NodeInventoryMutation) ResetNodeID() {
+	m.node = nil
+}
+
+// SetInventory sets the "inventory" field.
+func (m *NodeInventoryMutation) SetInventory(value map[string]interface{}) {
+	m.inventory = &value
+}
+
+// Inventory returns the value of the "inventory" field in the mutation.
+func (m *NodeInventoryMutation) Inventory() (r map[string]interface{}, exists bool) {
+	v := m.inventory
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldInventory returns the old "inventory" field's value of the NodeInventory entity.
+// If the NodeInventory object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *NodeInventoryMutation) OldInventory(ctx context.Context) (v map[string]interface{}, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldInventory is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldInventory requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldInventory: %w", err)
+	}
+	return oldValue.Inventory, nil
+}
+
+// ResetInventory resets all changes to the "inventory" field.
+func (m *NodeInventoryMutation) ResetInventory() {
+	m.inventory = nil
+}
+
+// SetPluginData sets the "plugin_data" field.
+func (m *NodeInventoryMutation) SetPluginData(value map[string]interface{}) {
+	m.plugin_data = &value
+}
+
+// PluginData returns the value of the "plugin_data" field in the mutation.
+func (m *NodeInventoryMutation) PluginData() (r map[string]interface{}, exists bool) {
+	v := m.plugin_data
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldPluginData returns the old "plugin_data" field's value of the NodeInventory entity.
+// If the NodeInventory object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *NodeInventoryMutation) OldPluginData(ctx context.Context) (v map[string]interface{}, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldPluginData is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldPluginData requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldPluginData: %w", err)
+	}
+	return oldValue.PluginData, nil
+}
+
+// ResetPluginData resets all changes to the "plugin_data" field.
+func (m *NodeInventoryMutation) ResetPluginData() {
+	m.plugin_data = nil
+}
+
+// SetCreatedAt sets the "created_at" field.
+func (m *NodeInventoryMutation) SetCreatedAt(t time.Time) {
+	m.created_at = &t
+}
+
+// CreatedAt returns the value of the "created_at" field in the mutation.
+func (m *NodeInventoryMutation) CreatedAt() (r time.Time, exists bool) {
+	v := m.created_at
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldCreatedAt returns the old "created_at" field's value of the NodeInventory entity.
+// If the NodeInventory object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *NodeInventoryMutation) OldCreatedAt(ctx context.Context) (v time.Time, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldCreatedAt is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldCreatedAt requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldCreatedAt: %w", err)
+	}
+	return oldValue.CreatedAt, nil
+}
+
+// ResetCreatedAt resets all changes to the "created_at" field.
+func (m *NodeInventoryMutation) ResetCreatedAt() {
+	m.created_at = nil
+}
+
+// ClearNode clears the "node" edge to the Node entity.
+func (m *NodeInventoryMutation) ClearNode() {
+	m.clearednode = true
+	m.clearedFields[nodeinventory.FieldNodeID] = struct{}{}
+}
+
+// NodeCleared reports if the "node" edge to the Node entity was cleared.
+func (m *NodeInventoryMutation) NodeCleared() bool {
+	return m.clearednode
+}
+
+// NodeIDs returns the "node" edge IDs in the mutation.
+// Note that IDs always returns len(IDs) <= 1 for unique edges, and you should use
+// NodeID instead. It exists only for internal usage by the builders.
+func (m *NodeInventoryMutation) NodeIDs() (ids []int) {
+	if id := m.node; id != nil {
+		ids = append(ids, *id)
+	}
+	return
+}
+
+// ResetNode resets all changes to the "node" edge.
+func (m *NodeInventoryMutation) ResetNode() {
+	m.node = nil
+	m.clearednode = false
+}
+
+// Where appends a list predicates to the NodeInventoryMutation builder.
+func (m *NodeInventoryMutation) Where(ps ...predicate.NodeInventory) {
+	m.predicates = append(m.predicates, ps...)
+}
+
+// WhereP appends storage-level predicates to the NodeInventoryMutation builder. Using this method,
+// users can use type-assertion to append predicates that do not depend on any generated package.
+func (m *NodeInventoryMutation) WhereP(ps ...func(*sql.Selector)) {
+	p := make([]predicate.NodeInventory, len(ps))
+	for i := range ps {
+		p[i] = ps[i]
+	}
+	m.Where(p...)
+}
+
+// Op returns the operation name.
+func (m *NodeInventoryMutation) Op() Op {
+	return m.op
+}
+
+// SetOp allows setting the mutation operation.
+func (m *NodeInventoryMutation) SetOp(op Op) {
+	m.op = op
+}
+
+// Type returns the node type of this mutation (NodeInventory).
+func (m *NodeInventoryMutation) Type() string {
+	return m.typ
+}
+
+// Fields returns all fields that were changed during this mutation. Note that in
+// order to get all numeric fields that were incremented/decremented, call
+// AddedFields().
+func (m *NodeInventoryMutation) Fields() []string {
+	fields := make([]string, 0, 4)
+	if m.node != nil {
+		fields = append(fields, nodeinventory.FieldNodeID)
+	}
+	if m.inventory != nil {
+		fields = append(fields, nodeinventory.FieldInventory)
+	}
+	if m.plugin_data != nil {
+		fields = append(fields, nodeinventory.FieldPluginData)
+	}
+	if m.created_at != nil {
+		fields = append(fields, nodeinventory.FieldCreatedAt)
+	}
+	return fields
+}
+
+// Field returns the value of a field with the given name. The second boolean
+// return value indicates that this field was not set, or was not defined in the
+// schema.
+func (m *NodeInventoryMutation) Field(name string) (ent.Value, bool) {
+	switch name {
+	case nodeinventory.FieldNodeID:
+		return m.NodeID()
+	case nodeinventory.FieldInventory:
+		return m.Inventory()
+	case nodeinventory.FieldPluginData:
+		return m.PluginData()
+	case nodeinventory.FieldCreatedAt:
+		return m.CreatedAt()
+	}
+	return nil, false
+}
+
+// OldField returns the old value of the field from the database. An error is
+// returned if the mutation operation is not UpdateOne, or the query to the
+// database failed.
+func (m *NodeInventoryMutation) OldField(ctx context.Context, name string) (ent.Value, error) {
+	switch name {
+	case nodeinventory.FieldNodeID:
+		return m.OldNodeID(ctx)
+	case nodeinventory.FieldInventory:
+		return m.OldInventory(ctx)
+	case nodeinventory.FieldPluginData:
+		return m.OldPluginData(ctx)
+	case nodeinventory.FieldCreatedAt:
+		return m.OldCreatedAt(ctx)
+	}
+	return nil, fmt.Errorf("unknown NodeInventory field %s", name)
+}
+
+// SetField sets the value of a field with the given name. It returns an error if
+// the field is not defined in the schema, or if the type mismatched the field
+// type.
+func (m *NodeInventoryMutation) SetField(name string, value ent.Value) error {
+	switch name {
+	case nodeinventory.FieldNodeID:
+		v, ok := value.(int)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetNodeID(v)
+		return nil
+	case nodeinventory.FieldInventory:
+		v, ok := value.(map[string]interface{})
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetInventory(v)
+		return nil
+	case nodeinventory.FieldPluginData:
+		v, ok := value.(map[string]interface{})
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetPluginData(v)
+		return nil
+	case nodeinventory.FieldCreatedAt:
+		v, ok := value.(time.Time)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetCreatedAt(v)
+		return nil
+	}
+	return fmt.Errorf("unknown NodeInventory field %s", name)
+}
+
+// AddedFields returns all numeric fields that were incremented/decremented during
+// this mutation.
+func (m *NodeInventoryMutation) AddedFields() []string {
+	var fields []string
+	return fields
+}
+
+// AddedField returns the numeric value that was incremented/decremented on a field
+// with the given name. The second boolean return value indicates that this field
+// was not set, or was not defined in the schema.
+func (m *NodeInventoryMutation) AddedField(name string) (ent.Value, bool) {
+	switch name {
+	}
+	return nil, false
+}
+
+// AddField adds the value to the field with the given name. It returns an error if
+// the field is not defined in the schema, or if the type mismatched the field
+// type.
+func (m *NodeInventoryMutation) AddField(name string, value ent.Value) error {
+	switch name {
+	}
+	return fmt.Errorf("unknown NodeInventory numeric field %s", name)
+}
+
+// ClearedFields returns all nullable fields that were cleared during this
+// mutation.
+func (m *NodeInventoryMutation) ClearedFields() []string {
+	return nil
+}
+
+// FieldCleared returns a boolean indicating if a field with the given name was
+// cleared in this mutation.
+func (m *NodeInventoryMutation) FieldCleared(name string) bool {
+	_, ok := m.clearedFields[name]
+	return ok
+}
+
+// ClearField clears the value of the field with the given name. It returns an
+// error if the field is not defined in the schema.
+func (m *NodeInventoryMutation) ClearField(name string) error {
+	return fmt.Errorf("unknown NodeInventory nullable field %s", name)
+}
+
+// ResetField resets all changes in the mutation for the field with the given name.
+// It returns an error if the field is not defined in the schema.
+func (m *NodeInventoryMutation) ResetField(name string) error {
+	switch name {
+	case nodeinventory.FieldNodeID:
+		m.ResetNodeID()
+		return nil
+	case nodeinventory.FieldInventory:
+		m.ResetInventory()
+		return nil
+	case nodeinventory.FieldPluginData:
+		m.ResetPluginData()
+		return nil
+	case nodeinventory.FieldCreatedAt:
+		m.ResetCreatedAt()
+		return nil
+	}
+	return fmt.Errorf("unknown NodeInventory field %s", name)
+}
+
+// AddedEdges returns all edge names that were set/added in this mutation.
+func (m *NodeInventoryMutation) AddedEdges() []string {
+	edges := make([]string, 0, 1)
+	if m.node != nil {
+		edges = append(edges, nodeinventory.EdgeNode)
+	}
+	return edges
+}
+
+// AddedIDs returns all IDs (to other nodes) that were added for the given edge
+// name in this mutation.
+func (m *NodeInventoryMutation) AddedIDs(name string) []ent.Value {
+	switch name {
+	case nodeinventory.EdgeNode:
+		if id := m.node; id != nil {
+			return []ent.Value{*id}
+		}
+	}
+	return nil
+}
+
+// RemovedEdges returns all edge names that were removed in this mutation.
+func (m *NodeInventoryMutation) RemovedEdges() []string {
+	edges := make([]string, 0, 1)
+	return edges
+}
+
+// RemovedIDs returns all IDs (to other nodes) that were removed for the edge with
+// the given name in this mutation.
+func (m *NodeInventoryMutation) RemovedIDs(name string) []ent.Value {
+	return nil
+}
+
+// ClearedEdges returns all edge names that were cleared in this mutation.
+func (m *NodeInventoryMutation) ClearedEdges() []string {
+	edges := make([]string, 0, 1)
+	if m.clearednode {
+		edges = append(edges, nodeinventory.EdgeNode)
+	}
+	return edges
+}
+
+// EdgeCleared returns a boolean which indicates if the edge with the given name
+// was cleared in this mutation.
+func (m *NodeInventoryMutation) EdgeCleared(name string) bool {
+	switch name {
+	case nodeinventory.EdgeNode:
+		return m.clearednode
+	}
+	return false
+}
+
+// ClearEdge clears the value of the edge with the given name. It returns an error
+// if that edge is not defined in the schema.
+func (m *NodeInventoryMutation) ClearEdge(name string) error {
+	switch name {
+	case nodeinventory.EdgeNode:
+		m.ClearNode()
+		return nil
+	}
+	return fmt.Errorf("unknown NodeInventory unique edge %s", name)
+}
+
+// ResetEdge resets all changes to the edge with the given name in this mutation.
+// It returns an error if the edge is not defined in the schema.
+func (m *NodeInventoryMutation) ResetEdge(name string) error {
+	switch name {
+	case nodeinventory.EdgeNode:
+		m.ResetNode()
+		return nil
+	}
+	return fmt.Errorf("unknown NodeInventory edge %s", name)
 }
 
 // PolicyOverrideMutation represents an operation that mutates the PolicyOverride nodes in the graph.

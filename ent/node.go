@@ -13,6 +13,7 @@ import (
 	"github.com/anvilproject/anvil/ent/allocation"
 	"github.com/anvilproject/anvil/ent/chassis"
 	"github.com/anvilproject/anvil/ent/node"
+	"github.com/anvilproject/anvil/ent/nodeinventory"
 )
 
 // Node is the model entity for the Node schema.
@@ -98,9 +99,13 @@ type NodeEdges struct {
 	Portgroups []*Portgroup `json:"portgroups,omitempty"`
 	// Chassis holds the value of the chassis edge.
 	Chassis *Chassis `json:"chassis,omitempty"`
+	// BiosSettings holds the value of the bios_settings edge.
+	BiosSettings []*BiosSetting `json:"bios_settings,omitempty"`
+	// Inventory holds the value of the inventory edge.
+	Inventory *NodeInventory `json:"inventory,omitempty"`
 	// loadedTypes holds the information for reporting if a
 	// type was loaded (or requested) in eager-loading or not.
-	loadedTypes [6]bool
+	loadedTypes [8]bool
 }
 
 // TraitsOrErr returns the Traits value or an error if the edge
@@ -159,6 +164,26 @@ func (e NodeEdges) ChassisOrErr() (*Chassis, error) {
 		return nil, &NotFoundError{label: chassis.Label}
 	}
 	return nil, &NotLoadedError{edge: "chassis"}
+}
+
+// BiosSettingsOrErr returns the BiosSettings value or an error if the edge
+// was not loaded in eager-loading.
+func (e NodeEdges) BiosSettingsOrErr() ([]*BiosSetting, error) {
+	if e.loadedTypes[6] {
+		return e.BiosSettings, nil
+	}
+	return nil, &NotLoadedError{edge: "bios_settings"}
+}
+
+// InventoryOrErr returns the Inventory value or an error if the edge
+// was not loaded in eager-loading, or loaded but was not found.
+func (e NodeEdges) InventoryOrErr() (*NodeInventory, error) {
+	if e.Inventory != nil {
+		return e.Inventory, nil
+	} else if e.loadedTypes[7] {
+		return nil, &NotFoundError{label: nodeinventory.Label}
+	}
+	return nil, &NotLoadedError{edge: "inventory"}
 }
 
 // scanValues returns the types for scanning values from sql.Rows.
@@ -440,6 +465,16 @@ func (_m *Node) QueryPortgroups() *PortgroupQuery {
 // QueryChassis queries the "chassis" edge of the Node entity.
 func (_m *Node) QueryChassis() *ChassisQuery {
 	return NewNodeClient(_m.config).QueryChassis(_m)
+}
+
+// QueryBiosSettings queries the "bios_settings" edge of the Node entity.
+func (_m *Node) QueryBiosSettings() *BiosSettingQuery {
+	return NewNodeClient(_m.config).QueryBiosSettings(_m)
+}
+
+// QueryInventory queries the "inventory" edge of the Node entity.
+func (_m *Node) QueryInventory() *NodeInventoryQuery {
+	return NewNodeClient(_m.config).QueryInventory(_m)
 }
 
 // Update returns a builder for updating this Node.

@@ -12,9 +12,11 @@ import (
 	"entgo.io/ent/dialect/sql/sqlgraph"
 	"entgo.io/ent/schema/field"
 	"github.com/anvilproject/anvil/ent/allocation"
+	"github.com/anvilproject/anvil/ent/biossetting"
 	"github.com/anvilproject/anvil/ent/chassis"
 	"github.com/anvilproject/anvil/ent/node"
 	"github.com/anvilproject/anvil/ent/nodeevent"
+	"github.com/anvilproject/anvil/ent/nodeinventory"
 	"github.com/anvilproject/anvil/ent/port"
 	"github.com/anvilproject/anvil/ent/portgroup"
 	"github.com/anvilproject/anvil/ent/trait"
@@ -446,6 +448,40 @@ func (_c *NodeCreate) SetChassis(v *Chassis) *NodeCreate {
 	return _c.SetChassisID(v.ID)
 }
 
+// AddBiosSettingIDs adds the "bios_settings" edge to the BiosSetting entity by IDs.
+func (_c *NodeCreate) AddBiosSettingIDs(ids ...int) *NodeCreate {
+	_c.mutation.AddBiosSettingIDs(ids...)
+	return _c
+}
+
+// AddBiosSettings adds the "bios_settings" edges to the BiosSetting entity.
+func (_c *NodeCreate) AddBiosSettings(v ...*BiosSetting) *NodeCreate {
+	ids := make([]int, len(v))
+	for i := range v {
+		ids[i] = v[i].ID
+	}
+	return _c.AddBiosSettingIDs(ids...)
+}
+
+// SetInventoryID sets the "inventory" edge to the NodeInventory entity by ID.
+func (_c *NodeCreate) SetInventoryID(id int) *NodeCreate {
+	_c.mutation.SetInventoryID(id)
+	return _c
+}
+
+// SetNillableInventoryID sets the "inventory" edge to the NodeInventory entity by ID if the given value is not nil.
+func (_c *NodeCreate) SetNillableInventoryID(id *int) *NodeCreate {
+	if id != nil {
+		_c = _c.SetInventoryID(*id)
+	}
+	return _c
+}
+
+// SetInventory sets the "inventory" edge to the NodeInventory entity.
+func (_c *NodeCreate) SetInventory(v *NodeInventory) *NodeCreate {
+	return _c.SetInventoryID(v.ID)
+}
+
 // Mutation returns the NodeMutation object of the builder.
 func (_c *NodeCreate) Mutation() *NodeMutation {
 	return _c.mutation
@@ -803,6 +839,38 @@ func (_c *NodeCreate) createSpec() (*Node, *sqlgraph.CreateSpec) {
 			edge.Target.Nodes = append(edge.Target.Nodes, k)
 		}
 		_node.ChassisID = &nodes[0]
+		_spec.Edges = append(_spec.Edges, edge)
+	}
+	if nodes := _c.mutation.BiosSettingsIDs(); len(nodes) > 0 {
+		edge := &sqlgraph.EdgeSpec{
+			Rel:     sqlgraph.O2M,
+			Inverse: false,
+			Table:   node.BiosSettingsTable,
+			Columns: []string{node.BiosSettingsColumn},
+			Bidi:    false,
+			Target: &sqlgraph.EdgeTarget{
+				IDSpec: sqlgraph.NewFieldSpec(biossetting.FieldID, field.TypeInt),
+			},
+		}
+		for _, k := range nodes {
+			edge.Target.Nodes = append(edge.Target.Nodes, k)
+		}
+		_spec.Edges = append(_spec.Edges, edge)
+	}
+	if nodes := _c.mutation.InventoryIDs(); len(nodes) > 0 {
+		edge := &sqlgraph.EdgeSpec{
+			Rel:     sqlgraph.O2O,
+			Inverse: false,
+			Table:   node.InventoryTable,
+			Columns: []string{node.InventoryColumn},
+			Bidi:    false,
+			Target: &sqlgraph.EdgeTarget{
+				IDSpec: sqlgraph.NewFieldSpec(nodeinventory.FieldID, field.TypeInt),
+			},
+		}
+		for _, k := range nodes {
+			edge.Target.Nodes = append(edge.Target.Nodes, k)
+		}
 		_spec.Edges = append(_spec.Edges, edge)
 	}
 	return _node, _spec

@@ -14,9 +14,11 @@ import (
 	"entgo.io/ent/dialect/sql/sqlgraph"
 	"entgo.io/ent/schema/field"
 	"github.com/anvilproject/anvil/ent/allocation"
+	"github.com/anvilproject/anvil/ent/biossetting"
 	"github.com/anvilproject/anvil/ent/chassis"
 	"github.com/anvilproject/anvil/ent/node"
 	"github.com/anvilproject/anvil/ent/nodeevent"
+	"github.com/anvilproject/anvil/ent/nodeinventory"
 	"github.com/anvilproject/anvil/ent/port"
 	"github.com/anvilproject/anvil/ent/portgroup"
 	"github.com/anvilproject/anvil/ent/predicate"
@@ -26,17 +28,19 @@ import (
 // NodeQuery is the builder for querying Node entities.
 type NodeQuery struct {
 	config
-	ctx            *QueryContext
-	order          []node.OrderOption
-	inters         []Interceptor
-	predicates     []predicate.Node
-	withTraits     *TraitQuery
-	withEvents     *NodeEventQuery
-	withAllocation *AllocationQuery
-	withPorts      *PortQuery
-	withPortgroups *PortgroupQuery
-	withChassis    *ChassisQuery
-	modifiers      []func(*sql.Selector)
+	ctx              *QueryContext
+	order            []node.OrderOption
+	inters           []Interceptor
+	predicates       []predicate.Node
+	withTraits       *TraitQuery
+	withEvents       *NodeEventQuery
+	withAllocation   *AllocationQuery
+	withPorts        *PortQuery
+	withPortgroups   *PortgroupQuery
+	withChassis      *ChassisQuery
+	withBiosSettings *BiosSettingQuery
+	withInventory    *NodeInventoryQuery
+	modifiers        []func(*sql.Selector)
 	// intermediate query (i.e. traversal path).
 	sql  *sql.Selector
 	path func(context.Context) (*sql.Selector, error)
@@ -198,6 +202,50 @@ func (_q *NodeQuery) QueryChassis() *ChassisQuery {
 			sqlgraph.From(node.Table, node.FieldID, selector),
 			sqlgraph.To(chassis.Table, chassis.FieldID),
 			sqlgraph.Edge(sqlgraph.M2O, false, node.ChassisTable, node.ChassisColumn),
+		)
+		fromU = sqlgraph.SetNeighbors(_q.driver.Dialect(), step)
+		return fromU, nil
+	}
+	return query
+}
+
+// QueryBiosSettings chains the current query on the "bios_settings" edge.
+func (_q *NodeQuery) QueryBiosSettings() *BiosSettingQuery {
+	query := (&BiosSettingClient{config: _q.config}).Query()
+	query.path = func(ctx context.Context) (fromU *sql.Selector, err error) {
+		if err := _q.prepareQuery(ctx); err != nil {
+			return nil, err
+		}
+		selector := _q.sqlQuery(ctx)
+		if err := selector.Err(); err != nil {
+			return nil, err
+		}
+		step := sqlgraph.NewStep(
+			sqlgraph.From(node.Table, node.FieldID, selector),
+			sqlgraph.To(biossetting.Table, biossetting.FieldID),
+			sqlgraph.Edge(sqlgraph.O2M, false, node.BiosSettingsTable, node.BiosSettingsColumn),
+		)
+		fromU = sqlgraph.SetNeighbors(_q.driver.Dialect(), step)
+		return fromU, nil
+	}
+	return query
+}
+
+// QueryInventory chains the current query on the "inventory" edge.
+func (_q *NodeQuery) QueryInventory() *NodeInventoryQuery {
+	query := (&NodeInventoryClient{config: _q.config}).Query()
+	query.path = func(ctx context.Context) (fromU *sql.Selector, err error) {
+		if err := _q.prepareQuery(ctx); err != nil {
+			return nil, err
+		}
+		selector := _q.sqlQuery(ctx)
+		if err := selector.Err(); err != nil {
+			return nil, err
+		}
+		step := sqlgraph.NewStep(
+			sqlgraph.From(node.Table, node.FieldID, selector),
+			sqlgraph.To(nodeinventory.Table, nodeinventory.FieldID),
+			sqlgraph.Edge(sqlgraph.O2O, false, node.InventoryTable, node.InventoryColumn),
 		)
 		fromU = sqlgraph.SetNeighbors(_q.driver.Dialect(), step)
 		return fromU, nil
@@ -392,17 +440,19 @@ func (_q *NodeQuery) Clone() *NodeQuery {
 		return nil
 	}
 	return &NodeQuery{
-		config:         _q.config,
-		ctx:            _q.ctx.Clone(),
-		order:          append([]node.OrderOption{}, _q.order...),
-		inters:         append([]Interceptor{}, _q.inters...),
-		predicates:     append([]predicate.Node{}, _q.predicates...),
-		withTraits:     _q.withTraits.Clone(),
-		withEvents:     _q.withEvents.Clone(),
-		withAllocation: _q.withAllocation.Clone(),
-		withPorts:      _q.withPorts.Clone(),
-		withPortgroups: _q.withPortgroups.Clone(),
-		withChassis:    _q.withChassis.Clone(),
+		config:           _q.config,
+		ctx:              _q.ctx.Clone(),
+		order:            append([]node.OrderOption{}, _q.order...),
+		inters:           append([]Interceptor{}, _q.inters...),
+		predicates:       append([]predicate.Node{}, _q.predicates...),
+		withTraits:       _q.withTraits.Clone(),
+		withEvents:       _q.withEvents.Clone(),
+		withAllocation:   _q.withAllocation.Clone(),
+		withPorts:        _q.withPorts.Clone(),
+		withPortgroups:   _q.withPortgroups.Clone(),
+		withChassis:      _q.withChassis.Clone(),
+		withBiosSettings: _q.withBiosSettings.Clone(),
+		withInventory:    _q.withInventory.Clone(),
 		// clone intermediate query.
 		sql:       _q.sql.Clone(),
 		path:      _q.path,
@@ -473,6 +523,28 @@ func (_q *NodeQuery) WithChassis(opts ...func(*ChassisQuery)) *NodeQuery {
 		opt(query)
 	}
 	_q.withChassis = query
+	return _q
+}
+
+// WithBiosSettings tells the query-builder to eager-load the nodes that are connected to
+// the "bios_settings" edge. The optional arguments are used to configure the query builder of the edge.
+func (_q *NodeQuery) WithBiosSettings(opts ...func(*BiosSettingQuery)) *NodeQuery {
+	query := (&BiosSettingClient{config: _q.config}).Query()
+	for _, opt := range opts {
+		opt(query)
+	}
+	_q.withBiosSettings = query
+	return _q
+}
+
+// WithInventory tells the query-builder to eager-load the nodes that are connected to
+// the "inventory" edge. The optional arguments are used to configure the query builder of the edge.
+func (_q *NodeQuery) WithInventory(opts ...func(*NodeInventoryQuery)) *NodeQuery {
+	query := (&NodeInventoryClient{config: _q.config}).Query()
+	for _, opt := range opts {
+		opt(query)
+	}
+	_q.withInventory = query
 	return _q
 }
 
@@ -554,13 +626,15 @@ func (_q *NodeQuery) sqlAll(ctx context.Context, hooks ...queryHook) ([]*Node, e
 	var (
 		nodes       = []*Node{}
 		_spec       = _q.querySpec()
-		loadedTypes = [6]bool{
+		loadedTypes = [8]bool{
 			_q.withTraits != nil,
 			_q.withEvents != nil,
 			_q.withAllocation != nil,
 			_q.withPorts != nil,
 			_q.withPortgroups != nil,
 			_q.withChassis != nil,
+			_q.withBiosSettings != nil,
+			_q.withInventory != nil,
 		}
 	)
 	_spec.ScanValues = func(columns []string) ([]any, error) {
@@ -621,6 +695,19 @@ func (_q *NodeQuery) sqlAll(ctx context.Context, hooks ...queryHook) ([]*Node, e
 	if query := _q.withChassis; query != nil {
 		if err := _q.loadChassis(ctx, query, nodes, nil,
 			func(n *Node, e *Chassis) { n.Edges.Chassis = e }); err != nil {
+			return nil, err
+		}
+	}
+	if query := _q.withBiosSettings; query != nil {
+		if err := _q.loadBiosSettings(ctx, query, nodes,
+			func(n *Node) { n.Edges.BiosSettings = []*BiosSetting{} },
+			func(n *Node, e *BiosSetting) { n.Edges.BiosSettings = append(n.Edges.BiosSettings, e) }); err != nil {
+			return nil, err
+		}
+	}
+	if query := _q.withInventory; query != nil {
+		if err := _q.loadInventory(ctx, query, nodes, nil,
+			func(n *Node, e *NodeInventory) { n.Edges.Inventory = e }); err != nil {
 			return nil, err
 		}
 	}
@@ -806,6 +893,63 @@ func (_q *NodeQuery) loadChassis(ctx context.Context, query *ChassisQuery, nodes
 		for i := range nodes {
 			assign(nodes[i], n)
 		}
+	}
+	return nil
+}
+func (_q *NodeQuery) loadBiosSettings(ctx context.Context, query *BiosSettingQuery, nodes []*Node, init func(*Node), assign func(*Node, *BiosSetting)) error {
+	fks := make([]driver.Value, 0, len(nodes))
+	nodeids := make(map[int]*Node)
+	for i := range nodes {
+		fks = append(fks, nodes[i].ID)
+		nodeids[nodes[i].ID] = nodes[i]
+		if init != nil {
+			init(nodes[i])
+		}
+	}
+	if len(query.ctx.Fields) > 0 {
+		query.ctx.AppendFieldOnce(biossetting.FieldNodeID)
+	}
+	query.Where(predicate.BiosSetting(func(s *sql.Selector) {
+		s.Where(sql.InValues(s.C(node.BiosSettingsColumn), fks...))
+	}))
+	neighbors, err := query.All(ctx)
+	if err != nil {
+		return err
+	}
+	for _, n := range neighbors {
+		fk := n.NodeID
+		node, ok := nodeids[fk]
+		if !ok {
+			return fmt.Errorf(`unexpected referenced foreign-key "node_id" returned %v for node %v`, fk, n.ID)
+		}
+		assign(node, n)
+	}
+	return nil
+}
+func (_q *NodeQuery) loadInventory(ctx context.Context, query *NodeInventoryQuery, nodes []*Node, init func(*Node), assign func(*Node, *NodeInventory)) error {
+	fks := make([]driver.Value, 0, len(nodes))
+	nodeids := make(map[int]*Node)
+	for i := range nodes {
+		fks = append(fks, nodes[i].ID)
+		nodeids[nodes[i].ID] = nodes[i]
+	}
+	if len(query.ctx.Fields) > 0 {
+		query.ctx.AppendFieldOnce(nodeinventory.FieldNodeID)
+	}
+	query.Where(predicate.NodeInventory(func(s *sql.Selector) {
+		s.Where(sql.InValues(s.C(node.InventoryColumn), fks...))
+	}))
+	neighbors, err := query.All(ctx)
+	if err != nil {
+		return err
+	}
+	for _, n := range neighbors {
+		fk := n.NodeID
+		node, ok := nodeids[fk]
+		if !ok {
+			return fmt.Errorf(`unexpected referenced foreign-key "node_id" returned %v for node %v`, fk, n.ID)
+		}
+		assign(node, n)
 	}
 	return nil
 }

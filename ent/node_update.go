@@ -12,9 +12,11 @@ import (
 	"entgo.io/ent/dialect/sql/sqlgraph"
 	"entgo.io/ent/schema/field"
 	"github.com/anvilproject/anvil/ent/allocation"
+	"github.com/anvilproject/anvil/ent/biossetting"
 	"github.com/anvilproject/anvil/ent/chassis"
 	"github.com/anvilproject/anvil/ent/node"
 	"github.com/anvilproject/anvil/ent/nodeevent"
+	"github.com/anvilproject/anvil/ent/nodeinventory"
 	"github.com/anvilproject/anvil/ent/port"
 	"github.com/anvilproject/anvil/ent/portgroup"
 	"github.com/anvilproject/anvil/ent/predicate"
@@ -579,6 +581,40 @@ func (_u *NodeUpdate) SetChassis(v *Chassis) *NodeUpdate {
 	return _u.SetChassisID(v.ID)
 }
 
+// AddBiosSettingIDs adds the "bios_settings" edge to the BiosSetting entity by IDs.
+func (_u *NodeUpdate) AddBiosSettingIDs(ids ...int) *NodeUpdate {
+	_u.mutation.AddBiosSettingIDs(ids...)
+	return _u
+}
+
+// AddBiosSettings adds the "bios_settings" edges to the BiosSetting entity.
+func (_u *NodeUpdate) AddBiosSettings(v ...*BiosSetting) *NodeUpdate {
+	ids := make([]int, len(v))
+	for i := range v {
+		ids[i] = v[i].ID
+	}
+	return _u.AddBiosSettingIDs(ids...)
+}
+
+// SetInventoryID sets the "inventory" edge to the NodeInventory entity by ID.
+func (_u *NodeUpdate) SetInventoryID(id int) *NodeUpdate {
+	_u.mutation.SetInventoryID(id)
+	return _u
+}
+
+// SetNillableInventoryID sets the "inventory" edge to the NodeInventory entity by ID if the given value is not nil.
+func (_u *NodeUpdate) SetNillableInventoryID(id *int) *NodeUpdate {
+	if id != nil {
+		_u = _u.SetInventoryID(*id)
+	}
+	return _u
+}
+
+// SetInventory sets the "inventory" edge to the NodeInventory entity.
+func (_u *NodeUpdate) SetInventory(v *NodeInventory) *NodeUpdate {
+	return _u.SetInventoryID(v.ID)
+}
+
 // Mutation returns the NodeMutation object of the builder.
 func (_u *NodeUpdate) Mutation() *NodeMutation {
 	return _u.mutation
@@ -677,6 +713,33 @@ func (_u *NodeUpdate) RemovePortgroups(v ...*Portgroup) *NodeUpdate {
 // ClearChassis clears the "chassis" edge to the Chassis entity.
 func (_u *NodeUpdate) ClearChassis() *NodeUpdate {
 	_u.mutation.ClearChassis()
+	return _u
+}
+
+// ClearBiosSettings clears all "bios_settings" edges to the BiosSetting entity.
+func (_u *NodeUpdate) ClearBiosSettings() *NodeUpdate {
+	_u.mutation.ClearBiosSettings()
+	return _u
+}
+
+// RemoveBiosSettingIDs removes the "bios_settings" edge to BiosSetting entities by IDs.
+func (_u *NodeUpdate) RemoveBiosSettingIDs(ids ...int) *NodeUpdate {
+	_u.mutation.RemoveBiosSettingIDs(ids...)
+	return _u
+}
+
+// RemoveBiosSettings removes "bios_settings" edges to BiosSetting entities.
+func (_u *NodeUpdate) RemoveBiosSettings(v ...*BiosSetting) *NodeUpdate {
+	ids := make([]int, len(v))
+	for i := range v {
+		ids[i] = v[i].ID
+	}
+	return _u.RemoveBiosSettingIDs(ids...)
+}
+
+// ClearInventory clears the "inventory" edge to the NodeInventory entity.
+func (_u *NodeUpdate) ClearInventory() *NodeUpdate {
+	_u.mutation.ClearInventory()
 	return _u
 }
 
@@ -1150,6 +1213,80 @@ func (_u *NodeUpdate) sqlSave(ctx context.Context) (_node int, err error) {
 			Bidi:    false,
 			Target: &sqlgraph.EdgeTarget{
 				IDSpec: sqlgraph.NewFieldSpec(chassis.FieldID, field.TypeInt),
+			},
+		}
+		for _, k := range nodes {
+			edge.Target.Nodes = append(edge.Target.Nodes, k)
+		}
+		_spec.Edges.Add = append(_spec.Edges.Add, edge)
+	}
+	if _u.mutation.BiosSettingsCleared() {
+		edge := &sqlgraph.EdgeSpec{
+			Rel:     sqlgraph.O2M,
+			Inverse: false,
+			Table:   node.BiosSettingsTable,
+			Columns: []string{node.BiosSettingsColumn},
+			Bidi:    false,
+			Target: &sqlgraph.EdgeTarget{
+				IDSpec: sqlgraph.NewFieldSpec(biossetting.FieldID, field.TypeInt),
+			},
+		}
+		_spec.Edges.Clear = append(_spec.Edges.Clear, edge)
+	}
+	if nodes := _u.mutation.RemovedBiosSettingsIDs(); len(nodes) > 0 && !_u.mutation.BiosSettingsCleared() {
+		edge := &sqlgraph.EdgeSpec{
+			Rel:     sqlgraph.O2M,
+			Inverse: false,
+			Table:   node.BiosSettingsTable,
+			Columns: []string{node.BiosSettingsColumn},
+			Bidi:    false,
+			Target: &sqlgraph.EdgeTarget{
+				IDSpec: sqlgraph.NewFieldSpec(biossetting.FieldID, field.TypeInt),
+			},
+		}
+		for _, k := range nodes {
+			edge.Target.Nodes = append(edge.Target.Nodes, k)
+		}
+		_spec.Edges.Clear = append(_spec.Edges.Clear, edge)
+	}
+	if nodes := _u.mutation.BiosSettingsIDs(); len(nodes) > 0 {
+		edge := &sqlgraph.EdgeSpec{
+			Rel:     sqlgraph.O2M,
+			Inverse: false,
+			Table:   node.BiosSettingsTable,
+			Columns: []string{node.BiosSettingsColumn},
+			Bidi:    false,
+			Target: &sqlgraph.EdgeTarget{
+				IDSpec: sqlgraph.NewFieldSpec(biossetting.FieldID, field.TypeInt),
+			},
+		}
+		for _, k := range nodes {
+			edge.Target.Nodes = append(edge.Target.Nodes, k)
+		}
+		_spec.Edges.Add = append(_spec.Edges.Add, edge)
+	}
+	if _u.mutation.InventoryCleared() {
+		edge := &sqlgraph.EdgeSpec{
+			Rel:     sqlgraph.O2O,
+			Inverse: false,
+			Table:   node.InventoryTable,
+			Columns: []string{node.InventoryColumn},
+			Bidi:    false,
+			Target: &sqlgraph.EdgeTarget{
+				IDSpec: sqlgraph.NewFieldSpec(nodeinventory.FieldID, field.TypeInt),
+			},
+		}
+		_spec.Edges.Clear = append(_spec.Edges.Clear, edge)
+	}
+	if nodes := _u.mutation.InventoryIDs(); len(nodes) > 0 {
+		edge := &sqlgraph.EdgeSpec{
+			Rel:     sqlgraph.O2O,
+			Inverse: false,
+			Table:   node.InventoryTable,
+			Columns: []string{node.InventoryColumn},
+			Bidi:    false,
+			Target: &sqlgraph.EdgeTarget{
+				IDSpec: sqlgraph.NewFieldSpec(nodeinventory.FieldID, field.TypeInt),
 			},
 		}
 		for _, k := range nodes {
@@ -1723,6 +1860,40 @@ func (_u *NodeUpdateOne) SetChassis(v *Chassis) *NodeUpdateOne {
 	return _u.SetChassisID(v.ID)
 }
 
+// AddBiosSettingIDs adds the "bios_settings" edge to the BiosSetting entity by IDs.
+func (_u *NodeUpdateOne) AddBiosSettingIDs(ids ...int) *NodeUpdateOne {
+	_u.mutation.AddBiosSettingIDs(ids...)
+	return _u
+}
+
+// AddBiosSettings adds the "bios_settings" edges to the BiosSetting entity.
+func (_u *NodeUpdateOne) AddBiosSettings(v ...*BiosSetting) *NodeUpdateOne {
+	ids := make([]int, len(v))
+	for i := range v {
+		ids[i] = v[i].ID
+	}
+	return _u.AddBiosSettingIDs(ids...)
+}
+
+// SetInventoryID sets the "inventory" edge to the NodeInventory entity by ID.
+func (_u *NodeUpdateOne) SetInventoryID(id int) *NodeUpdateOne {
+	_u.mutation.SetInventoryID(id)
+	return _u
+}
+
+// SetNillableInventoryID sets the "inventory" edge to the NodeInventory entity by ID if the given value is not nil.
+func (_u *NodeUpdateOne) SetNillableInventoryID(id *int) *NodeUpdateOne {
+	if id != nil {
+		_u = _u.SetInventoryID(*id)
+	}
+	return _u
+}
+
+// SetInventory sets the "inventory" edge to the NodeInventory entity.
+func (_u *NodeUpdateOne) SetInventory(v *NodeInventory) *NodeUpdateOne {
+	return _u.SetInventoryID(v.ID)
+}
+
 // Mutation returns the NodeMutation object of the builder.
 func (_u *NodeUpdateOne) Mutation() *NodeMutation {
 	return _u.mutation
@@ -1821,6 +1992,33 @@ func (_u *NodeUpdateOne) RemovePortgroups(v ...*Portgroup) *NodeUpdateOne {
 // ClearChassis clears the "chassis" edge to the Chassis entity.
 func (_u *NodeUpdateOne) ClearChassis() *NodeUpdateOne {
 	_u.mutation.ClearChassis()
+	return _u
+}
+
+// ClearBiosSettings clears all "bios_settings" edges to the BiosSetting entity.
+func (_u *NodeUpdateOne) ClearBiosSettings() *NodeUpdateOne {
+	_u.mutation.ClearBiosSettings()
+	return _u
+}
+
+// RemoveBiosSettingIDs removes the "bios_settings" edge to BiosSetting entities by IDs.
+func (_u *NodeUpdateOne) RemoveBiosSettingIDs(ids ...int) *NodeUpdateOne {
+	_u.mutation.RemoveBiosSettingIDs(ids...)
+	return _u
+}
+
+// RemoveBiosSettings removes "bios_settings" edges to BiosSetting entities.
+func (_u *NodeUpdateOne) RemoveBiosSettings(v ...*BiosSetting) *NodeUpdateOne {
+	ids := make([]int, len(v))
+	for i := range v {
+		ids[i] = v[i].ID
+	}
+	return _u.RemoveBiosSettingIDs(ids...)
+}
+
+// ClearInventory clears the "inventory" edge to the NodeInventory entity.
+func (_u *NodeUpdateOne) ClearInventory() *NodeUpdateOne {
+	_u.mutation.ClearInventory()
 	return _u
 }
 
@@ -2324,6 +2522,80 @@ func (_u *NodeUpdateOne) sqlSave(ctx context.Context) (_node *Node, err error) {
 			Bidi:    false,
 			Target: &sqlgraph.EdgeTarget{
 				IDSpec: sqlgraph.NewFieldSpec(chassis.FieldID, field.TypeInt),
+			},
+		}
+		for _, k := range nodes {
+			edge.Target.Nodes = append(edge.Target.Nodes, k)
+		}
+		_spec.Edges.Add = append(_spec.Edges.Add, edge)
+	}
+	if _u.mutation.BiosSettingsCleared() {
+		edge := &sqlgraph.EdgeSpec{
+			Rel:     sqlgraph.O2M,
+			Inverse: false,
+			Table:   node.BiosSettingsTable,
+			Columns: []string{node.BiosSettingsColumn},
+			Bidi:    false,
+			Target: &sqlgraph.EdgeTarget{
+				IDSpec: sqlgraph.NewFieldSpec(biossetting.FieldID, field.TypeInt),
+			},
+		}
+		_spec.Edges.Clear = append(_spec.Edges.Clear, edge)
+	}
+	if nodes := _u.mutation.RemovedBiosSettingsIDs(); len(nodes) > 0 && !_u.mutation.BiosSettingsCleared() {
+		edge := &sqlgraph.EdgeSpec{
+			Rel:     sqlgraph.O2M,
+			Inverse: false,
+			Table:   node.BiosSettingsTable,
+			Columns: []string{node.BiosSettingsColumn},
+			Bidi:    false,
+			Target: &sqlgraph.EdgeTarget{
+				IDSpec: sqlgraph.NewFieldSpec(biossetting.FieldID, field.TypeInt),
+			},
+		}
+		for _, k := range nodes {
+			edge.Target.Nodes = append(edge.Target.Nodes, k)
+		}
+		_spec.Edges.Clear = append(_spec.Edges.Clear, edge)
+	}
+	if nodes := _u.mutation.BiosSettingsIDs(); len(nodes) > 0 {
+		edge := &sqlgraph.EdgeSpec{
+			Rel:     sqlgraph.O2M,
+			Inverse: false,
+			Table:   node.BiosSettingsTable,
+			Columns: []string{node.BiosSettingsColumn},
+			Bidi:    false,
+			Target: &sqlgraph.EdgeTarget{
+				IDSpec: sqlgraph.NewFieldSpec(biossetting.FieldID, field.TypeInt),
+			},
+		}
+		for _, k := range nodes {
+			edge.Target.Nodes = append(edge.Target.Nodes, k)
+		}
+		_spec.Edges.Add = append(_spec.Edges.Add, edge)
+	}
+	if _u.mutation.InventoryCleared() {
+		edge := &sqlgraph.EdgeSpec{
+			Rel:     sqlgraph.O2O,
+			Inverse: false,
+			Table:   node.InventoryTable,
+			Columns: []string{node.InventoryColumn},
+			Bidi:    false,
+			Target: &sqlgraph.EdgeTarget{
+				IDSpec: sqlgraph.NewFieldSpec(nodeinventory.FieldID, field.TypeInt),
+			},
+		}
+		_spec.Edges.Clear = append(_spec.Edges.Clear, edge)
+	}
+	if nodes := _u.mutation.InventoryIDs(); len(nodes) > 0 {
+		edge := &sqlgraph.EdgeSpec{
+			Rel:     sqlgraph.O2O,
+			Inverse: false,
+			Table:   node.InventoryTable,
+			Columns: []string{node.InventoryColumn},
+			Bidi:    false,
+			Target: &sqlgraph.EdgeTarget{
+				IDSpec: sqlgraph.NewFieldSpec(nodeinventory.FieldID, field.TypeInt),
 			},
 		}
 		for _, k := range nodes {

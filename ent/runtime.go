@@ -8,12 +8,14 @@ import (
 	"github.com/anvilproject/anvil/ent/allocation"
 	"github.com/anvilproject/anvil/ent/apitoken"
 	"github.com/anvilproject/anvil/ent/auditevent"
+	"github.com/anvilproject/anvil/ent/biossetting"
 	"github.com/anvilproject/anvil/ent/chassis"
 	"github.com/anvilproject/anvil/ent/conductor"
 	"github.com/anvilproject/anvil/ent/deploytemplate"
 	"github.com/anvilproject/anvil/ent/deploytemplatestep"
 	"github.com/anvilproject/anvil/ent/node"
 	"github.com/anvilproject/anvil/ent/nodeevent"
+	"github.com/anvilproject/anvil/ent/nodeinventory"
 	"github.com/anvilproject/anvil/ent/policyoverride"
 	"github.com/anvilproject/anvil/ent/port"
 	"github.com/anvilproject/anvil/ent/portgroup"
@@ -94,6 +96,19 @@ func init() {
 	auditeventDescCreatedAt := auditeventFields[0].Descriptor()
 	// auditevent.DefaultCreatedAt holds the default value on creation for the created_at field.
 	auditevent.DefaultCreatedAt = auditeventDescCreatedAt.Default.(func() time.Time)
+	biossettingMixin := schema.BiosSetting{}.Mixin()
+	biossettingMixinFields0 := biossettingMixin[0].Fields()
+	_ = biossettingMixinFields0
+	biossettingFields := schema.BiosSetting{}.Fields()
+	_ = biossettingFields
+	// biossettingDescCreatedAt is the schema descriptor for created_at field.
+	biossettingDescCreatedAt := biossettingMixinFields0[0].Descriptor()
+	// biossetting.DefaultCreatedAt holds the default value on creation for the created_at field.
+	biossetting.DefaultCreatedAt = biossettingDescCreatedAt.Default.(func() time.Time)
+	// biossettingDescName is the schema descriptor for name field.
+	biossettingDescName := biossettingFields[1].Descriptor()
+	// biossetting.NameValidator is a validator for the "name" field. It is called by the builders before save.
+	biossetting.NameValidator = biossettingDescName.Validators[0].(func(string) error)
 	chassisMixin := schema.Chassis{}.Mixin()
 	chassisMixinFields0 := chassisMixin[0].Fields()
 	_ = chassisMixinFields0
@@ -239,6 +254,12 @@ func init() {
 	nodeeventDescEventType := nodeeventFields[4].Descriptor()
 	// nodeevent.EventTypeValidator is a validator for the "event_type" field. It is called by the builders before save.
 	nodeevent.EventTypeValidator = nodeeventDescEventType.Validators[0].(func(string) error)
+	nodeinventoryFields := schema.NodeInventory{}.Fields()
+	_ = nodeinventoryFields
+	// nodeinventoryDescCreatedAt is the schema descriptor for created_at field.
+	nodeinventoryDescCreatedAt := nodeinventoryFields[3].Descriptor()
+	// nodeinventory.DefaultCreatedAt holds the default value on creation for the created_at field.
+	nodeinventory.DefaultCreatedAt = nodeinventoryDescCreatedAt.Default.(func() time.Time)
 	policyoverrideFields := schema.PolicyOverride{}.Fields()
 	_ = policyoverrideFields
 	// policyoverrideDescUploadedAt is the schema descriptor for uploaded_at field.

@@ -20,6 +20,8 @@ type Tx struct {
 	Allocation *AllocationClient
 	// AuditEvent is the client for interacting with the AuditEvent builders.
 	AuditEvent *AuditEventClient
+	// BiosSetting is the client for interacting with the BiosSetting builders.
+	BiosSetting *BiosSettingClient
 	// Chassis is the client for interacting with the Chassis builders.
 	Chassis *ChassisClient
 	// Conductor is the client for interacting with the Conductor builders.
@@ -32,6 +34,8 @@ type Tx struct {
 	Node *NodeClient
 	// NodeEvent is the client for interacting with the NodeEvent builders.
 	NodeEvent *NodeEventClient
+	// NodeInventory is the client for interacting with the NodeInventory builders.
+	NodeInventory *NodeInventoryClient
 	// PolicyOverride is the client for interacting with the PolicyOverride builders.
 	PolicyOverride *PolicyOverrideClient
 	// Port is the client for interacting with the Port builders.
@@ -190,12 +194,14 @@ func (tx *Tx) init() {
 	tx.APIToken = NewAPITokenClient(tx.config)
 	tx.Allocation = NewAllocationClient(tx.config)
 	tx.AuditEvent = NewAuditEventClient(tx.config)
+	tx.BiosSetting = NewBiosSettingClient(tx.config)
 	tx.Chassis = NewChassisClient(tx.config)
 	tx.Conductor = NewConductorClient(tx.config)
 	tx.DeployTemplate = NewDeployTemplateClient(tx.config)
 	tx.DeployTemplateStep = NewDeployTemplateStepClient(tx.config)
 	tx.Node = NewNodeClient(tx.config)
 	tx.NodeEvent = NewNodeEventClient(tx.config)
+	tx.NodeInventory = NewNodeInventoryClient(tx.config)
 	tx.PolicyOverride = NewPolicyOverrideClient(tx.config)
 	tx.Port = NewPortClient(tx.config)
 	tx.PortalSession = NewPortalSessionClient(tx.config)

@@ -91,6 +91,8 @@ func Defaults() []Rule {
 		{"baremetal:node:set_power_state", "rule:system_or_owner_or_lessee_member", sysProj, "Power a node on, off or reboot it: system members, and members of the owner or lessee project.", []string{"PUT /v1/nodes/{node}/states/power"}},
 		{"baremetal:node:get_boot_device", "rule:system_member_or_owner_admin", sysProj, "Read the next boot device.", []string{"GET /v1/nodes/{node}/management/boot_device"}},
 		{"baremetal:node:set_boot_device", "rule:system_member_or_owner_admin", sysProj, "Set the next boot device.", []string{"PUT /v1/nodes/{node}/management/boot_device"}},
+		{"baremetal:node:inventory:get", "rule:system_or_owner_reader", sysProj, "Read the hardware inventory the last inspection found.", []string{"GET /v1/nodes/{node}/inventory"}},
+		{"baremetal:node:bios:get", "rule:system_or_project_reader", sysProj, "Read a node's cached BIOS settings.", []string{"GET /v1/nodes/{node}/bios", "GET /v1/nodes/{node}/bios/{setting}"}},
 		{"baremetal:node:validate", "rule:system_or_owner_member_and_lessee_admin", sysProj, "Check a node's driver settings per interface, without contacting its BMC.", []string{"GET /v1/nodes/{node}/validate"}},
 		{"baremetal:node:set_provision_state", "rule:system_or_owner_member_and_lessee_admin", sysProj, "Change a node's provision state (manage, provide, adopt, clean, service, abort, unhold).", []string{"PUT /v1/nodes/{node}/states/provision"}},
 		{"baremetal:node:set_provision_state:clean_steps", "rule:system_member", sysProj, "Clean with arbitrary, explicit steps. Ironic allows owner members and lessee admins; the runbook spec forbids projects explicit steps: they use runbooks.", []string{"PUT /v1/nodes/{node}/states/provision"}},

@@ -45,6 +45,18 @@ func (f AuditEventFunc) Mutate(ctx context.Context, m ent.Mutation) (ent.Value, 
 	return nil, fmt.Errorf("unexpected mutation type %T. expect *ent.AuditEventMutation", m)
 }
 
+// The BiosSettingFunc type is an adapter to allow the use of ordinary
+// function as BiosSetting mutator.
+type BiosSettingFunc func(context.Context, *ent.BiosSettingMutation) (ent.Value, error)
+
+// Mutate calls f(ctx, m).
+func (f BiosSettingFunc) Mutate(ctx context.Context, m ent.Mutation) (ent.Value, error) {
+	if mv, ok := m.(*ent.BiosSettingMutation); ok {
+		return f(ctx, mv)
+	}
+	return nil, fmt.Errorf("unexpected mutation type %T. expect *ent.BiosSettingMutation", m)
+}
+
 // The ChassisFunc type is an adapter to allow the use of ordinary
 // function as Chassis mutator.
 type ChassisFunc func(context.Context, *ent.ChassisMutation) (ent.Value, error)
@@ -115,6 +127,18 @@ func (f NodeEventFunc) Mutate(ctx context.Context, m ent.Mutation) (ent.Value, e
 		return f(ctx, mv)
 	}
 	return nil, fmt.Errorf("unexpected mutation type %T. expect *ent.NodeEventMutation", m)
+}
+
+// The NodeInventoryFunc type is an adapter to allow the use of ordinary
+// function as NodeInventory mutator.
+type NodeInventoryFunc func(context.Context, *ent.NodeInventoryMutation) (ent.Value, error)
+
+// Mutate calls f(ctx, m).
+func (f NodeInventoryFunc) Mutate(ctx context.Context, m ent.Mutation) (ent.Value, error) {
+	if mv, ok := m.(*ent.NodeInventoryMutation); ok {
+		return f(ctx, mv)
+	}
+	return nil, fmt.Errorf("unexpected mutation type %T. expect *ent.NodeInventoryMutation", m)
 }
 
 // The PolicyOverrideFunc type is an adapter to allow the use of ordinary

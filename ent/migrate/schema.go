@@ -116,6 +116,36 @@ var (
 			},
 		},
 	}
+	// BiosSettingsColumns holds the columns for the "bios_settings" table.
+	BiosSettingsColumns = []*schema.Column{
+		{Name: "id", Type: field.TypeInt, Increment: true},
+		{Name: "created_at", Type: field.TypeTime},
+		{Name: "updated_at", Type: field.TypeTime, Nullable: true},
+		{Name: "name", Type: field.TypeString, Size: 255},
+		{Name: "value", Type: field.TypeString, Size: 2147483647},
+		{Name: "node_id", Type: field.TypeInt},
+	}
+	// BiosSettingsTable holds the schema information for the "bios_settings" table.
+	BiosSettingsTable = &schema.Table{
+		Name:       "bios_settings",
+		Columns:    BiosSettingsColumns,
+		PrimaryKey: []*schema.Column{BiosSettingsColumns[0]},
+		ForeignKeys: []*schema.ForeignKey{
+			{
+				Symbol:     "bios_settings_nodes_bios_settings",
+				Columns:    []*schema.Column{BiosSettingsColumns[5]},
+				RefColumns: []*schema.Column{NodesColumns[0]},
+				OnDelete:   schema.Cascade,
+			},
+		},
+		Indexes: []*schema.Index{
+			{
+				Name:    "biossetting_node_id_name",
+				Unique:  true,
+				Columns: []*schema.Column{BiosSettingsColumns[5], BiosSettingsColumns[3]},
+			},
+		},
+	}
 	// ChassisColumns holds the columns for the "chassis" table.
 	ChassisColumns = []*schema.Column{
 		{Name: "id", Type: field.TypeInt, Increment: true},
@@ -311,6 +341,28 @@ var (
 				Name:    "nodeevent_node_id_created_at",
 				Unique:  false,
 				Columns: []*schema.Column{NodeEventsColumns[12], NodeEventsColumns[2]},
+			},
+		},
+	}
+	// NodeInventoriesColumns holds the columns for the "node_inventories" table.
+	NodeInventoriesColumns = []*schema.Column{
+		{Name: "id", Type: field.TypeInt, Increment: true},
+		{Name: "inventory", Type: field.TypeJSON},
+		{Name: "plugin_data", Type: field.TypeJSON},
+		{Name: "created_at", Type: field.TypeTime},
+		{Name: "node_id", Type: field.TypeInt, Unique: true},
+	}
+	// NodeInventoriesTable holds the schema information for the "node_inventories" table.
+	NodeInventoriesTable = &schema.Table{
+		Name:       "node_inventories",
+		Columns:    NodeInventoriesColumns,
+		PrimaryKey: []*schema.Column{NodeInventoriesColumns[0]},
+		ForeignKeys: []*schema.ForeignKey{
+			{
+				Symbol:     "node_inventories_nodes_inventory",
+				Columns:    []*schema.Column{NodeInventoriesColumns[4]},
+				RefColumns: []*schema.Column{NodesColumns[0]},
+				OnDelete:   schema.Cascade,
 			},
 		},
 	}
@@ -688,12 +740,14 @@ var (
 		APITokensTable,
 		AllocationsTable,
 		AuditEventsTable,
+		BiosSettingsTable,
 		ChassisTable,
 		ConductorsTable,
 		DeployTemplatesTable,
 		DeployTemplateStepsTable,
 		NodesTable,
 		NodeEventsTable,
+		NodeInventoriesTable,
 		PolicyOverridesTable,
 		PortsTable,
 		PortalSessionsTable,
@@ -712,12 +766,14 @@ var (
 func init() {
 	APITokensTable.ForeignKeys[0].RefTable = UsersTable
 	AllocationsTable.ForeignKeys[0].RefTable = NodesTable
+	BiosSettingsTable.ForeignKeys[0].RefTable = NodesTable
 	ChassisTable.Annotation = &entsql.Annotation{
 		Table: "chassis",
 	}
 	DeployTemplateStepsTable.ForeignKeys[0].RefTable = DeployTemplatesTable
 	NodesTable.ForeignKeys[0].RefTable = ChassisTable
 	NodeEventsTable.ForeignKeys[0].RefTable = NodesTable
+	NodeInventoriesTable.ForeignKeys[0].RefTable = NodesTable
 	PortsTable.ForeignKeys[0].RefTable = NodesTable
 	PortsTable.ForeignKeys[1].RefTable = PortgroupsTable
 	PortgroupsTable.ForeignKeys[0].RefTable = NodesTable

@@ -84,6 +84,10 @@ const (
 	EdgePortgroups = "portgroups"
 	// EdgeChassis holds the string denoting the chassis edge name in mutations.
 	EdgeChassis = "chassis"
+	// EdgeBiosSettings holds the string denoting the bios_settings edge name in mutations.
+	EdgeBiosSettings = "bios_settings"
+	// EdgeInventory holds the string denoting the inventory edge name in mutations.
+	EdgeInventory = "inventory"
 	// Table holds the table name of the node in the database.
 	Table = "nodes"
 	// TraitsTable is the table that holds the traits relation/edge.
@@ -128,6 +132,20 @@ const (
 	ChassisInverseTable = "chassis"
 	// ChassisColumn is the table column denoting the chassis relation/edge.
 	ChassisColumn = "chassis_id"
+	// BiosSettingsTable is the table that holds the bios_settings relation/edge.
+	BiosSettingsTable = "bios_settings"
+	// BiosSettingsInverseTable is the table name for the BiosSetting entity.
+	// It exists in this package in order to avoid circular dependency with the "biossetting" package.
+	BiosSettingsInverseTable = "bios_settings"
+	// BiosSettingsColumn is the table column denoting the bios_settings relation/edge.
+	BiosSettingsColumn = "node_id"
+	// InventoryTable is the table that holds the inventory relation/edge.
+	InventoryTable = "node_inventories"
+	// InventoryInverseTable is the table name for the NodeInventory entity.
+	// It exists in this package in order to avoid circular dependency with the "nodeinventory" package.
+	InventoryInverseTable = "node_inventories"
+	// InventoryColumn is the table column denoting the inventory relation/edge.
+	InventoryColumn = "node_id"
 )
 
 // Columns holds all SQL columns for node fields.
@@ -392,6 +410,27 @@ func ByChassisField(field string, opts ...sql.OrderTermOption) OrderOption {
 		sqlgraph.OrderByNeighborTerms(s, newChassisStep(), sql.OrderByField(field, opts...))
 	}
 }
+
+// ByBiosSettingsCount orders the results by bios_settings count.
+func ByBiosSettingsCount(opts ...sql.OrderTermOption) OrderOption {
+	return func(s *sql.Selector) {
+		sqlgraph.OrderByNeighborsCount(s, newBiosSettingsStep(), opts...)
+	}
+}
+
+// ByBiosSettings orders the results by bios_settings terms.
+func ByBiosSettings(term sql.OrderTerm, terms ...sql.OrderTerm) OrderOption {
+	return func(s *sql.Selector) {
+		sqlgraph.OrderByNeighborTerms(s, newBiosSettingsStep(), append([]sql.OrderTerm{term}, terms...)...)
+	}
+}
+
+// ByInventoryField orders the results by inventory field.
+func ByInventoryField(field string, opts ...sql.OrderTermOption) OrderOption {
+	return func(s *sql.Selector) {
+		sqlgraph.OrderByNeighborTerms(s, newInventoryStep(), sql.OrderByField(field, opts...))
+	}
+}
 func newTraitsStep() *sqlgraph.Step {
 	return sqlgraph.NewStep(
 		sqlgraph.From(Table, FieldID),
@@ -432,5 +471,19 @@ func newChassisStep() *sqlgraph.Step {
 		sqlgraph.From(Table, FieldID),
 		sqlgraph.To(ChassisInverseTable, FieldID),
 		sqlgraph.Edge(sqlgraph.M2O, false, ChassisTable, ChassisColumn),
+	)
+}
+func newBiosSettingsStep() *sqlgraph.Step {
+	return sqlgraph.NewStep(
+		sqlgraph.From(Table, FieldID),
+		sqlgraph.To(BiosSettingsInverseTable, FieldID),
+		sqlgraph.Edge(sqlgraph.O2M, false, BiosSettingsTable, BiosSettingsColumn),
+	)
+}
+func newInventoryStep() *sqlgraph.Step {
+	return sqlgraph.NewStep(
+		sqlgraph.From(Table, FieldID),
+		sqlgraph.To(InventoryInverseTable, FieldID),
+		sqlgraph.Edge(sqlgraph.O2O, false, InventoryTable, InventoryColumn),
 	)
 }

@@ -1788,6 +1788,52 @@ func HasChassisWith(preds ...predicate.Chassis) predicate.Node {
 	})
 }
 
+// HasBiosSettings applies the HasEdge predicate on the "bios_settings" edge.
+func HasBiosSettings() predicate.Node {
+	return predicate.Node(func(s *sql.Selector) {
+		step := sqlgraph.NewStep(
+			sqlgraph.From(Table, FieldID),
+			sqlgraph.Edge(sqlgraph.O2M, false, BiosSettingsTable, BiosSettingsColumn),
+		)
+		sqlgraph.HasNeighbors(s, step)
+	})
+}
+
+// HasBiosSettingsWith applies the HasEdge predicate on the "bios_settings" edge with a given conditions (other predicates).
+func HasBiosSettingsWith(preds ...predicate.BiosSetting) predicate.Node {
+	return predicate.Node(func(s *sql.Selector) {
+		step := newBiosSettingsStep()
+		sqlgraph.HasNeighborsWith(s, step, func(s *sql.Selector) {
+			for _, p := range preds {
+				p(s)
+			}
+		})
+	})
+}
+
+// HasInventory applies the HasEdge predicate on the "inventory" edge.
+func HasInventory() predicate.Node {
+	return predicate.Node(func(s *sql.Selector) {
+		step := sqlgraph.NewStep(
+			sqlgraph.From(Table, FieldID),
+			sqlgraph.Edge(sqlgraph.O2O, false, InventoryTable, InventoryColumn),
+		)
+		sqlgraph.HasNeighbors(s, step)
+	})
+}
+
+// HasInventoryWith applies the HasEdge predicate on the "inventory" edge with a given conditions (other predicates).
+func HasInventoryWith(preds ...predicate.NodeInventory) predicate.Node {
+	return predicate.Node(func(s *sql.Selector) {
+		step := newInventoryStep()
+		sqlgraph.HasNeighborsWith(s, step, func(s *sql.Selector) {
+			for _, p := range preds {
+				p(s)
+			}
+		})
+	})
+}
+
 // And groups predicates with the AND operator between them.
 func And(predicates ...predicate.Node) predicate.Node {
 	return predicate.Node(sql.AndPredicates(predicates...))

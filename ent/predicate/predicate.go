@@ -15,6 +15,9 @@ type Allocation func(*sql.Selector)
 // AuditEvent is the predicate function for auditevent builders.
 type AuditEvent func(*sql.Selector)
 
+// BiosSetting is the predicate function for biossetting builders.
+type BiosSetting func(*sql.Selector)
+
 // Chassis is the predicate function for chassis builders.
 type Chassis func(*sql.Selector)
 
@@ -32,6 +35,9 @@ type Node func(*sql.Selector)
 
 // NodeEvent is the predicate function for nodeevent builders.
 type NodeEvent func(*sql.Selector)
+
+// NodeInventory is the predicate function for nodeinventory builders.
+type NodeInventory func(*sql.Selector)
 
 // PolicyOverride is the predicate function for policyoverride builders.
 type PolicyOverride func(*sql.Selector)

@@ -66,6 +66,8 @@ func (Node) Edges() []ent.Edge {
 		edge.To("ports", Port.Type).Annotations(entsql.OnDelete(entsql.Cascade)),
 		edge.To("portgroups", Portgroup.Type).Annotations(entsql.OnDelete(entsql.Cascade)),
 		edge.To("chassis", Chassis.Type).Field("chassis_id").Unique().Annotations(entsql.OnDelete(entsql.Restrict)),
+		edge.To("bios_settings", BiosSetting.Type).Annotations(entsql.OnDelete(entsql.Cascade)),
+		edge.To("inventory", NodeInventory.Type).Unique().Annotations(entsql.OnDelete(entsql.Cascade)),
 	}
 }
 

@@ -101,6 +101,7 @@ func (a *API) Register(root fiber.Router, v1 fiber.Router) {
 	a.registerVolume(v1)
 	a.registerDeployTemplates(v1)
 	a.registerVendorPassthru(v1)
+	a.registerHardware(v1)
 }
 
 func baseURL(c *fiber.Ctx) string { return c.BaseURL() }

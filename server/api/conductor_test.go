@@ -80,7 +80,9 @@ func TestCleaningStateMachine(t *testing.T) {
 			field string
 		}{
 			{map[string]any{"target": "clean"}, "clean_steps"},
-			{map[string]any{"target": "clean", "clean_steps": steps(step("raid", "create_configuration", nil))}, "unknown step"},
+			{map[string]any{"target": "clean", "clean_steps": steps(step("console", "start", nil))}, `clean_steps[0]: interface "console"`},
+			{map[string]any{"target": "clean", "clean_steps": steps(step("raid", "create-configuration", nil))}, "not a step name"},
+			{map[string]any{"target": "clean", "clean_steps": steps(step("bios", "apply_configuration", map[string]any{"settings": []any{map[string]any{"name": "X"}}}))}, "value"},
 			{map[string]any{"target": "clean", "clean_steps": steps(step("management", "set_boot_device", nil))}, "needs argument"},
 			{map[string]any{"target": "clean", "clean_steps": steps(step("management", "set_boot_device", map[string]any{"device": "floppy"}))}, "device"},
 			{map[string]any{"target": "clean", "clean_steps": steps(step("deploy", "wait", map[string]any{"seconds": -1}))}, "seconds"},
@@ -223,7 +225,16 @@ func TestIPMINodeThroughAPI(t *testing.T) {
 		}
 	}
 
-	// A wrong password and a dead port end in clean failed, saying which.
+	// IPMI has no BIOS settings: the run fails before its first step,
+	// naming the step and the driver, and the BMC hears nothing.
+	before := len(sim.Events())
+	provision(t, admin, id, map[string]any{"target": "clean", "clean_steps": steps(step("power", "power_off", nil), step("bios", "apply_configuration", map[string]any{"settings": []any{map[string]any{"name": "X", "value": "Y"}}}))}, 202)
+	if n := waitState(t, admin, id, "clean failed"); n["last_error"] != "Step bios.apply_configuration is not supported by driver ipmi." || sim.Power() != "1" || len(sim.Events()) != before {
+		t.Fatalf("unsupported step on ipmi: last_error %v, simulator power %s, events %v", n["last_error"], sim.Power(), sim.Events()[before:])
+	}
+	provision(t, admin, id, map[string]any{"target": "manage"}, 202)
+	waitState(t, admin, id, "manageable")
+
 	for _, c := range []struct {
 		patch, want string
 	}{

@@ -109,6 +109,10 @@ var matrix = []struct {
 	// spec), and then the enroll state refuses the transition.
 	{"PUT", "/v1/nodes/{n}/states/provision", `{"target":"clean","clean_steps":[{"interface":"power","step":"power_on"}]}`, "401 | 409 409 403 403 | 403 403 403 403 403 | 403 403 403 403 404 | 404 404 404 404 | 409"},
 	{"GET", "/v1/nodes/{n}/steps", "", "401 | 200 200 200 200 | 200 200 200 200 200 | 200 200 200 200 404 | 404 404 404 404 | 200"},
+	// bios:get is SYSTEM_OR_PROJECT_READER, as in Ironic; the node has no
+	// cached settings, so one setting is a 404 for whoever may see it.
+	{"GET", "/v1/nodes/{n}/bios", "", "401 | 200 200 200 200 | 200 200 200 200 200 | 200 200 200 200 404 | 404 404 404 404 | 200"},
+	{"GET", "/v1/nodes/{n}/bios/BootMode", "", "401 | 404 404 404 404 | 404 404 404 404 404 | 404 404 404 404 404 | 404 404 404 404 | 404"},
 	// conductor:get is SYSTEM_READER, which includes service users.
 	{"GET", "/v1/conductors", "", "401 | 200 200 200 200 | 403 403 403 403 403 | 403 403 403 403 403 | 403 403 403 403 | 200"},
 	// supported boot devices follow get_boot_device.

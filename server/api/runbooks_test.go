@@ -144,7 +144,8 @@ func TestRunbookOwnershipAndUse(t *testing.T) {
 		// Bad input names the field.
 		for body, field := range map[string]string{
 			`{"name":"not-a-trait","steps":[]}`:                                                                                                  "name",
-			`{"name":"CUSTOM_B","steps":[{"interface":"power","step":"explode","order":1}]}`:                                                     "unknown step",
+			`{"name":"CUSTOM_B","steps":[{"interface":"console","step":"start","order":1}]}`:                                                     `interface "console"`,
+			`{"name":"CUSTOM_B","steps":[{"interface":"power","step":"9lives","order":1}]}`:                                                      "not a step name",
 			`{"name":"CUSTOM_B","steps":[{"interface":"power","step":"power_on","order":1},{"interface":"power","step":"power_off","order":1}]}`: "order",
 			`{"name":"CUSTOM_FW","steps":[{"interface":"power","step":"reboot","order":1}]}`:                                                     "already exists",
 			`{"name":"CUSTOM_EMPTY","steps":[]}`:                                                                                                 "at least one step",

@@ -170,17 +170,21 @@ func (a *API) setBootDevice(c *fiber.Ctx) error {
 	return c.SendStatus(204)
 }
 
-// listSteps shows the step catalogue a node can run: Anvil's drivers
-// share one catalogue, so the node only decides visibility.
+// listSteps shows the steps the node's driver runs, with their
+// arguments: an Anvil extension (Ironic lists no steps per driver), for
+// writing runbooks.
 func (a *API) listSteps(c *fiber.Ctx) error {
-	if _, err := a.Nodes.Authorized(c.UserContext(), c.Params("node"), nodes.RuleGet); err != nil {
+	n, err := a.Nodes.Authorized(c.UserContext(), c.Params("node"), nodes.RuleGet)
+	if err != nil {
 		return err
 	}
-	var out []fiber.Map
-	for _, s := range cond.Catalogue() {
-		out = append(out, fiber.Map{"interface": s.Interface, "step": s.Step, "description": s.Description})
+	steps := cond.StepsFor(n.Driver)
+	for i := range steps {
+		if steps[i].Args == nil {
+			steps[i].Args = []cond.Arg{}
+		}
 	}
-	return c.JSON(fiber.Map{"steps": out})
+	return c.JSON(fiber.Map{"driver": n.Driver, "steps": steps})
 }
 
 func (a *API) listConductors(c *fiber.Ctx) error {

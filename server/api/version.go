@@ -33,7 +33,8 @@ const (
 	VerDynamicDrivers Version = 30 // driver type, ?detail= and ?type= on /v1/drivers
 	VerStorageIface   Version = 33 // storage interface
 	VerRescueIface    Version = 38 // rescue interface
-	VerBIOSIface      Version = 40 // bios interface
+	VerBIOSIface      Version = 40 // bios interface, /v1/nodes/{node}/bios
+	VerBIOSRegistry   Version = 74 // BIOS attribute registry fields, detail and fields on bios
 	VerDriverFields   Version = 77 // ?fields= on /v1/drivers
 	VerFirmwareIface  Version = 86 // firmware interface
 	VerProvStateFilt  Version = 9  // ?provision_state=
@@ -81,6 +82,7 @@ const (
 	VerHistoryState      Version = 115 // node history state, target_provision_state, duration_seconds
 	VerVolume            Version = 32  // /v1/volume
 	VerDeployTmpl        Version = 55  // /v1/deploy_templates
+	VerInventory         Version = 81  // /v1/nodes/{node}/inventory
 	// VerMax is the newest version whose predecessors' behaviour is all in
 	// place (README, "Microversions"). Debian's python3-ironicclient 5.0.1
 	// knows up to 1.78 and negotiates down to the lower of the two.

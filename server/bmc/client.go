@@ -147,12 +147,16 @@ type fake struct {
 	mu          sync.Mutex
 	power, boot string
 	persistent  bool
+	bios        fakeBIOS
+	media       fakeMedia
+	firmware    fakeFirmware
+	uuid        string
 }
 
 var fakes sync.Map // node UUID -> *fake
 
 func fakeFor(uuid string) *fake {
-	v, _ := fakes.LoadOrStore(uuid, &fake{power: PowerOff, boot: "disk"})
+	v, _ := fakes.LoadOrStore(uuid, &fake{power: PowerOff, boot: "disk", uuid: uuid})
 	return v.(*fake)
 }
 
@@ -167,6 +171,9 @@ func (f *fake) SetPower(_ context.Context, target string) error {
 	defer f.mu.Unlock()
 	switch target {
 	case PowerOn:
+		if f.power != PowerOn {
+			f.bios.reset()
+		}
 		f.power = PowerOn
 	case PowerOff, SoftPowerOff:
 		f.power = PowerOff
@@ -179,6 +186,7 @@ func (f *fake) SetPower(_ context.Context, target string) error {
 func (f *fake) Restart(context.Context, bool) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	f.bios.reset()
 	f.power = PowerOn
 	return nil
 }

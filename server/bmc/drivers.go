@@ -304,17 +304,24 @@ var interfaceImpl = map[string]string{"fake-hardware": "fake", "ipmi": "ipmitool
 
 // Interfaces lists driver's interfaces, every one Ironic has. Anvil
 // neither deploys nor boots images, so boot and deploy have no
-// implementation; the optional ones are Ironic's no-op implementations.
+// implementation; the optional ones Anvil does not drive are Ironic's
+// no-op implementations.
 func Interfaces(driver string) []Interface {
 	impl := interfaceImpl[Canonical(driver)]
 	one := func(t, name string) Interface { return Interface{Type: t, Default: name, Enabled: []string{name}} }
+	// BIOS settings and out-of-band inspection need the BMC's Redfish
+	// resources (or the fake's imitation of them); IPMI has neither.
+	bios, inspect := "no-bios", "no-inspect"
+	if impl != "ipmitool" {
+		bios, inspect = impl, impl
+	}
 	return []Interface{
-		one("bios", "no-bios"),
+		one("bios", bios),
 		{Type: "boot", Enabled: []string{}},
 		one("console", "no-console"),
 		{Type: "deploy", Enabled: []string{}},
 		one("firmware", "no-firmware"),
-		one("inspect", "no-inspect"),
+		one("inspect", inspect),
 		one("management", impl),
 		one("network", "noop"),
 		one("power", impl),

@@ -286,7 +286,8 @@ type transition struct {
 }
 
 var transitions = map[string]transition{
-	"manage":  {[]string{nodes.StateEnroll, nodes.StateAvailable, nodes.StateCleanFailed}, nodes.StateVerifying, nodes.StateManageable},
+	"manage":  {[]string{nodes.StateEnroll, nodes.StateAvailable, nodes.StateCleanFailed, StateInspectFailed}, nodes.StateVerifying, nodes.StateManageable},
+	"inspect": {[]string{nodes.StateManageable, StateInspectFailed}, StateInspecting, nodes.StateManageable},
 	"provide": {[]string{nodes.StateManageable}, "", nodes.StateAvailable},
 	"adopt":   {[]string{nodes.StateManageable}, StateAdopting, nodes.StateActive},
 	"clean":   {[]string{nodes.StateManageable}, nodes.StateCleaning, nodes.StateManageable},
@@ -421,6 +422,8 @@ func (o *Ops) Provision(ctx context.Context, ident string, r ProvisionRequest) (
 		switch r.Target {
 		case "manage", "adopt":
 			c.verify(n, tr, who)
+		case "inspect":
+			c.inspect(n, who)
 		default:
 			c.runSteps(n.ID, r.Target, steps, who)
 		}

@@ -116,6 +116,10 @@ func (c *Conductor) runSteps(id int, kind string, steps []Step, who string) {
 		}
 	}
 	fail := func(msg string) { failWith(msg, "") }
+	if why := unsupported(n.Driver, steps); why != "" {
+		fail(why)
+		return
+	}
 	for i, st := range steps {
 		if c.ctx.Err() != nil {
 			fail(fmt.Sprintf("Conductor %s shut down before step %s; run the remaining steps again.", c.cfg.Name, st.Name()))
@@ -328,5 +332,5 @@ func (c *Conductor) execStep(ctx context.Context, n *ent.Node, ph phase, st Step
 		c.noteBMC(ctx, n, err)
 		return "", err
 	}
-	return "", fmt.Errorf("step %s has no implementation", st.Name())
+	return c.execHardwareStep(ctx, n, cl, st)
 }

@@ -2,6 +2,7 @@ package conductor
 
 import (
 	"fmt"
+	"regexp"
 	"slices"
 	"strings"
 
@@ -27,73 +28,21 @@ func (s Step) asMap() map[string]any {
 	return m
 }
 
-// argSpec describes one step argument.
-type argSpec struct {
-	name     string
-	required bool
-	check    func(any) error
-}
-
-// StepInfo is a step of the catalogue.
-type StepInfo struct {
-	Interface, Step, Description string
-	args                         []argSpec
-}
-
-func isDevice(v any) error {
-	s, _ := v.(string)
-	if !slices.Contains(bmc.AllBootDevices(), s) {
-		return fmt.Errorf("must be one of %s", strings.Join(bmc.AllBootDevices(), ", "))
-	}
-	return nil
-}
-
-func isBool(v any) error {
-	if _, ok := v.(bool); !ok {
-		return fmt.Errorf("must be true or false")
-	}
-	return nil
-}
-
-func isSeconds(v any) error {
-	f, ok := v.(float64)
-	if !ok || f < 0 || f > 86400 || f != float64(int(f)) {
-		return fmt.Errorf("must be a whole number of seconds from 0 to 86400")
-	}
-	return nil
-}
-
-// catalogue is every step Anvil runs: Ironic's reserved steps and the
-// management steps a BMC can do. None needs a ramdisk agent, which Anvil
-// does not run, so disable_ramdisk changes nothing about what may run.
-var catalogue = []StepInfo{
-	{"power", "power_on", "Power the node on.", nil},
-	{"power", "power_off", "Power the node off.", nil},
-	{"power", "reboot", "Restart the node (power it on when off) and wait until the BMC reports it on.", nil},
-	{"management", "set_boot_device", "Set the next boot device.", []argSpec{{"device", true, isDevice}, {"persistent", false, isBool}}},
-	{"management", "reset_bmc", "Restart the BMC (Redfish GracefulRestart, IPMI warm reset).", nil},
-	{"deploy", "wait", "Wait the given seconds in the wait state (abort ends it early).", []argSpec{{"seconds", false, isSeconds}}},
-	{"deploy", "hold", "Stop in the hold state until an operator or tenant sends unhold.", nil},
-}
-
-// Catalogue lists the steps a node may run.
-func Catalogue() []StepInfo { return slices.Clone(catalogue) }
-
-func lookupStep(iface, step string) *StepInfo {
-	for i := range catalogue {
-		if catalogue[i].Interface == iface && catalogue[i].Step == step {
-			return &catalogue[i]
-		}
-	}
-	return nil
-}
-
 // maxSteps bounds one request.
 const maxSteps = 50
 
-// ValidateSteps checks steps when the request arrives: known interface
-// and step, known and well-formed arguments. field names the request
-// field for the error (clean_steps or service_steps).
+// StepInterfaces are the interfaces Ironic accepts in clean, service
+// and runbook steps (its CLEANING_INTERFACE_PRIORITY).
+var StepInterfaces = []string{"bios", "deploy", "firmware", "management", "power", "raid", "vendor"}
+
+// stepNameRE is a driver method's name, which is what a step names.
+var stepNameRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,254}$`)
+
+// ValidateSteps checks steps when the request arrives: one of Ironic's
+// step interfaces, a well-formed step name, and for a step Anvil runs,
+// known and well-formed arguments. Whether the node's driver runs each
+// step is decided when the run starts. field names the request field
+// for the error (clean_steps, service_steps or steps).
 func ValidateSteps(field string, steps []Step) error {
 	if len(steps) == 0 {
 		return errs.BadRequest(field, "%s must list at least one step", field)
@@ -103,31 +52,28 @@ func ValidateSteps(field string, steps []Step) error {
 	}
 	for i, s := range steps {
 		where := fmt.Sprintf("%s[%d]", field, i)
+		if !slices.Contains(StepInterfaces, s.Interface) {
+			return errs.BadRequest(where+".interface", "%s: interface %q is not one of %s", where, s.Interface, strings.Join(StepInterfaces, ", "))
+		}
+		if !stepNameRE.MatchString(s.Step) {
+			return errs.BadRequest(where+".step", "%s: step %q is not a step name (letters, digits and _, not starting with a digit)", where, s.Step)
+		}
 		info := lookupStep(s.Interface, s.Step)
 		if info == nil {
-			var known []string
-			for _, c := range catalogue {
-				known = append(known, c.Interface+"."+c.Step)
-			}
-			return errs.BadRequest(where, "%s: unknown step %s.%s; known steps: %s", where, s.Interface, s.Step, strings.Join(known, ", "))
+			continue
 		}
 		for k, v := range s.Args {
-			var spec *argSpec
-			for j := range info.args {
-				if info.args[j].name == k {
-					spec = &info.args[j]
-				}
-			}
-			if spec == nil {
+			i := slices.IndexFunc(info.Args, func(a Arg) bool { return a.Name == k })
+			if i < 0 {
 				return errs.BadRequest(where+".args."+k, "%s: step %s takes no argument %q", where, s.Name(), k)
 			}
-			if err := spec.check(v); err != nil {
+			if err := info.Args[i].check(v); err != nil {
 				return errs.BadRequest(where+".args."+k, "%s: argument %s %v", where, k, err)
 			}
 		}
-		for _, spec := range info.args {
-			if _, ok := s.Args[spec.name]; spec.required && !ok {
-				return errs.BadRequest(where+".args."+spec.name, "%s: step %s needs argument %q", where, s.Name(), spec.name)
+		for _, a := range info.Args {
+			if _, ok := s.Args[a.Name]; a.Required && !ok {
+				return errs.BadRequest(where+".args."+a.Name, "%s: step %s needs argument %q", where, s.Name(), a.Name)
 			}
 		}
 	}

@@ -46,12 +46,19 @@ func validateNode(n *ent.Node) map[string]Validation {
 		switch iface {
 		case "power", "management":
 			out[iface] = bmcCheck
+		case "bios", "inspect":
+			// As the driver's interfaces say (bmc.Interfaces).
+			if bmc.Canonical(n.Driver) == "ipmi" {
+				out[iface] = Validation{Reason: &unsupported}
+			} else {
+				out[iface] = bmcCheck
+			}
 		case "network", "storage":
 			// Ironic's no-op interfaces: nothing to configure, always valid.
 			out[iface] = Validation{Result: &yes}
 		default:
-			// Anvil drives BMCs only: no deploy ramdisk, console, RAID,
-			// BIOS settings or rescue (see README, Drivers).
+			// Anvil drives BMCs only: no deploy ramdisk, console, RAID
+			// or rescue (see README, Drivers).
 			out[iface] = Validation{Reason: &unsupported}
 		}
 	}

@@ -61,17 +61,27 @@ func Seed(ctx context.Context, db *store.DB, n int) (int, error) {
 }
 
 // runbooks adds a public firmware runbook every tenant can run on nodes
-// with CUSTOM_FIRMWARE_UPDATE, and a private one for tenant-blue.
+// with CUSTOM_FIRMWARE_UPDATE, and a private one for tenant-blue. Their
+// steps are real ones; the fake driver records what they would do (the
+// firmware image is never fetched).
 func runbooks(ctx context.Context, db *store.DB) error {
+	type step struct {
+		iface, name string
+		args        map[string]any
+	}
 	return store.WithTx(ctx, db, func(tx *ent.Client) error {
 		for _, rb := range []struct {
 			name   string
 			owner  *string
 			public bool
-			steps  [][2]string
+			steps  []step
 		}{
-			{"CUSTOM_FIRMWARE_UPDATE", nil, true, [][2]string{{"power", "power_off"}, {"deploy", "wait"}, {"power", "power_on"}}},
-			{"CUSTOM_DEMO", &Lessees[0], false, [][2]string{{"power", "reboot"}}},
+			{"CUSTOM_FIRMWARE_UPDATE", nil, true, []step{
+				{"firmware", "update", map[string]any{"settings": []any{map[string]any{"component": "bios", "url": "http://firmware.example/bios.bin"}}}},
+				{"deploy", "wait", map[string]any{"seconds": float64(3)}},
+				{"power", "reboot", map[string]any{}},
+			}},
+			{"CUSTOM_DEMO", &Lessees[0], false, []step{{"power", "reboot", map[string]any{}}}},
 		} {
 			r, err := tx.Runbook.Create().SetUUID(uuid.NewString()).SetName(rb.name).SetNillableOwner(rb.owner).SetPublic(rb.public).
 				SetExtra(map[string]any{}).Save(ctx)
@@ -79,11 +89,7 @@ func runbooks(ctx context.Context, db *store.DB) error {
 				return err
 			}
 			for i, st := range rb.steps {
-				args := map[string]any{}
-				if st[1] == "wait" {
-					args["seconds"] = float64(3)
-				}
-				if err := tx.RunbookStep.Create().SetRunbookID(r.ID).SetInterface(st[0]).SetStep(st[1]).SetArgs(args).SetOrder(i + 1).Exec(ctx); err != nil {
+				if err := tx.RunbookStep.Create().SetRunbookID(r.ID).SetInterface(st.iface).SetStep(st.name).SetArgs(st.args).SetOrder(i + 1).Exec(ctx); err != nil {
 					return err
 				}
 			}

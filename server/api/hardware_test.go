@@ -1,0 +1,418 @@
+package api_test
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/anvilproject/anvil/server/bmc/bmctest"
+	"github.com/anvilproject/anvil/server/conductor"
+	"github.com/anvilproject/anvil/server/servertest"
+	"github.com/anvilproject/anvil/server/store"
+	"github.com/anvilproject/anvil/server/store/storetest"
+)
+
+func settings(kv ...any) map[string]any {
+	var list []any
+	for i := 0; i < len(kv); i += 2 {
+		list = append(list, map[string]any{"name": kv[i], "value": kv[i+1]})
+	}
+	return map[string]any{"settings": list}
+}
+
+// startedSteps lists the steps a node's history says started, oldest first.
+func startedSteps(t *testing.T, c *servertest.Client, id string) []string {
+	t.Helper()
+	var out []string
+	for _, e := range c.Do(t, "GET", "/v1/nodes/"+id+"/history", nil).JSON(t)["history"].([]any) {
+		if msg := e.(map[string]any)["event"].(string); strings.HasPrefix(msg, "Step ") && strings.Contains(msg, "started") {
+			out = append(out, strings.Fields(msg)[1])
+		}
+	}
+	return out
+}
+
+// TestStepsAsIronic: any step of Ironic's step interfaces may be stored
+// in a runbook or asked for; a step the node's driver does not run fails
+// the run before its first step, naming the step and the driver.
+func TestStepsAsIronic(t *testing.T) {
+	storetest.Each(t, func(t *testing.T, setting string, db *store.DB) {
+		_, clients := startLocal(t, setting)
+		admin := clients["system-admin"]
+		ironic := []map[string]any{
+			{"interface": "raid", "step": "create_configuration", "order": 1, "args": map[string]any{"create_nonroot_volumes": true}},
+			{"interface": "deploy", "step": "erase_devices_metadata", "order": 2},
+			{"interface": "firmware", "step": "update", "order": 3, "args": map[string]any{"settings": []any{map[string]any{"component": "bios", "url": "http://x/bios.bin"}}}},
+			{"interface": "bios", "step": "apply_configuration", "order": 4, "args": settings("ProcTurboMode", "Disabled")},
+			{"interface": "vendor", "step": "anything_at_all", "order": 5},
+		}
+		r := admin.Do(t, "POST", "/v1/runbooks", map[string]any{"name": "CUSTOM_FROM_IRONIC", "steps": ironic})
+		mustStatus(t, r, 201)
+		if got := len(admin.Do(t, "GET", "/v1/runbooks/CUSTOM_FROM_IRONIC", nil).JSON(t)["steps"].([]any)); got != len(ironic) {
+			t.Fatalf("stored %d of %d steps", got, len(ironic))
+		}
+
+		r = admin.Do(t, "POST", "/v1/nodes", map[string]any{"name": "ironic-1", "driver": "fake-hardware"})
+		mustStatus(t, r, 201)
+		id := r.JSON(t)["uuid"].(string)
+		provision(t, admin, id, map[string]any{"target": "manage"}, 202)
+		waitState(t, admin, id, "manageable")
+
+		for _, c := range []struct {
+			step map[string]any
+			want string
+		}{
+			{step("raid", "create_configuration", nil), "Step raid.create_configuration is not supported by driver fake-hardware."},
+			{step("deploy", "erase_devices_metadata", nil), "Step deploy.erase_devices_metadata needs a ramdisk agent, which this deployment does not run (driver fake-hardware)."},
+		} {
+			provision(t, admin, id, map[string]any{"target": "clean", "clean_steps": steps(step("power", "power_on", nil), c.step)}, 202)
+			n := waitState(t, admin, id, "clean failed")
+			if n["last_error"] != c.want || n["power_state"] != "power off" {
+				t.Errorf("last_error %q power %v; want %q with power untouched", n["last_error"], n["power_state"], c.want)
+			}
+			if s := startedSteps(t, admin, id); len(s) != 0 {
+				t.Errorf("steps ran before the refusal: %v", s)
+			}
+			provision(t, admin, id, map[string]any{"target": "manage"}, 202)
+			waitState(t, admin, id, "manageable")
+		}
+
+		// The fake driver runs the BIOS steps against its in-memory BIOS.
+		provision(t, admin, id, map[string]any{"target": "clean", "clean_steps": steps(
+			step("bios", "apply_configuration", settings("ProcTurboMode", "Disabled", "PowerOnDelaySec", 30)))}, 202)
+		if n := waitState(t, admin, id, "manageable"); n["last_error"] != nil || n["power_state"] != "power on" {
+			t.Fatalf("BIOS on the fake: last_error %v power %v", n["last_error"], n["power_state"])
+		}
+		if s := admin.Do(t, "GET", "/v1/nodes/"+id+"/bios/PowerOnDelaySec", nil).JSON(t)["PowerOnDelaySec"].(map[string]any); s["value"] != "30" {
+			t.Errorf("cached PowerOnDelaySec %v", s)
+		}
+
+		// The fake driver is inspected out of band too.
+		provision(t, admin, id, map[string]any{"target": "inspect"}, 202)
+		if p := waitState(t, admin, id, "manageable")["properties"].(map[string]any); p["cpus"] != float64(32) || p["capabilities"] != "boot_mode:uefi" {
+			t.Errorf("fake inspection: properties %v", p)
+		}
+
+		// Every catalogued step runs on the fake driver, so demos and
+		// benchmarks can use any of them.
+		samples := map[string]map[string]any{
+			"management.set_boot_device":      {"device": "pxe"},
+			"deploy.wait":                     {"seconds": 0},
+			"bios.apply_configuration":        settings("MemTest", "Enabled"),
+			"firmware.update":                 {"settings": []any{map[string]any{"component": "bios", "url": "http://example.com/bios.bin"}}},
+			"management.attach_virtual_media": {"image_url": "http://example.com/boot.iso"},
+			"management.set_boot_mode":        {"mode": "uefi"},
+			"management.set_secure_boot":      {"enabled": true},
+		}
+		var all []map[string]any
+		var want []string
+		for _, s := range conductor.StepsFor("fake-hardware") {
+			if s.Name() == "deploy.hold" {
+				continue
+			}
+			all = append(all, step(s.Interface, s.Step, samples[s.Name()]))
+			want = append(want, s.Name())
+		}
+		all = append(all, step("deploy", "hold", nil))
+		provision(t, admin, id, map[string]any{"target": "clean", "clean_steps": all}, 202)
+		waitState(t, admin, id, "clean hold")
+		provision(t, admin, id, map[string]any{"target": "unhold"}, 202)
+		if n := waitState(t, admin, id, "manageable"); n["last_error"] != nil {
+			t.Fatalf("every step on the fake: %v", n["last_error"])
+		}
+		ran := startedSteps(t, admin, id)
+		if got := strings.Join(ran[len(ran)-len(want)-1:], ","); got != strings.Join(append(want, "deploy.hold"), ",") {
+			t.Errorf("fake ran %s", got)
+		}
+
+		// The catalogue per driver, with arguments.
+		cat := admin.Do(t, "GET", "/v1/nodes/"+id+"/steps", nil).JSON(t)
+		var names []string
+		for _, s := range cat["steps"].([]any) {
+			m := s.(map[string]any)
+			names = append(names, fmt.Sprint(m["interface"], ".", m["step"]))
+			if m["step"] == "apply_configuration" {
+				a := m["args"].([]any)[0].(map[string]any)
+				if a["name"] != "settings" || a["required"] != true || a["type"] != "list of {name, value}" {
+					t.Errorf("apply_configuration's argument: %v", a)
+				}
+			}
+		}
+		if !strings.Contains(strings.Join(names, ","), "bios.apply_configuration") {
+			t.Errorf("fake-hardware steps %v", names)
+		}
+	})
+}
+
+// TestBIOSOverRedfish applies, refuses and resets BIOS settings on the
+// Redfish simulator through the API, and asks the simulator each time
+// what its BIOS holds.
+func TestBIOSOverRedfish(t *testing.T) {
+	storetest.Each(t, func(t *testing.T, setting string, db *store.DB) {
+		sim := bmctest.StartRedfish(t)
+		_, clients := startLocal(t, setting, bmcOpts)
+		admin, member := clients["system-admin"], clients["lessee-member"]
+		r := admin.Do(t, "POST", "/v1/nodes", map[string]any{"name": "bios-1", "driver": "redfish", "driver_info": sim.DriverInfo("1"), "owner": "own", "lessee": "les"})
+		mustStatus(t, r, 201)
+		id := r.JSON(t)["uuid"].(string)
+		provision(t, admin, id, map[string]any{"target": "manage"}, 202)
+		waitState(t, admin, id, "manageable")
+
+		provision(t, admin, id, map[string]any{"target": "clean", "clean_steps": steps(
+			step("bios", "apply_configuration", settings("ProcTurboMode", "Disabled", "PowerOnDelaySec", 30, "QuietBoot", false, "SysProfile", "PerfPerWattOptimizedDapc")))}, 202)
+		n := waitState(t, admin, id, "manageable")
+		if n["last_error"] != nil || n["power_state"] != "power on" {
+			t.Fatalf("apply: last_error %v power %v", n["last_error"], n["power_state"])
+		}
+		cur, pending := sim.BIOS(t, "1")
+		if cur["ProcTurboMode"] != "Disabled" || cur["PowerOnDelaySec"] != float64(30) || cur["QuietBoot"] != false || len(pending) != 0 {
+			t.Fatalf("simulator BIOS after apply: current %v pending %v", cur, pending)
+		}
+		if sim.Power(t, "1") != "On" {
+			t.Errorf("simulator power %s after apply", sim.Power(t, "1"))
+		}
+		// The lessee reads the cache, refreshed after the step.
+		list := member.Do(t, "GET", "/v1/nodes/"+id+"/bios", nil).JSON(t)["bios"].([]any)
+		if len(list) != len(cur) {
+			t.Errorf("cached %d settings, the BMC has %d", len(list), len(cur))
+		}
+		one := member.Do(t, "GET", "/v1/nodes/"+id+"/bios/ProcTurboMode", nil).JSON(t)["ProcTurboMode"].(map[string]any)
+		if one["value"] != "Disabled" || one["created_at"] == nil {
+			t.Errorf("cached ProcTurboMode %v", one)
+		}
+		mustStatus(t, member.Do(t, "GET", "/v1/nodes/"+id+"/bios/NoSuchThing", nil), 404)
+		mustStatus(t, clients["other-admin"].Do(t, "GET", "/v1/nodes/"+id+"/bios", nil), 404)
+		old := admin
+		old.Version = "1.39"
+		mustStatus(t, old.Do(t, "GET", "/v1/nodes/"+id+"/bios", nil), 406)
+		old.Version = "latest"
+		if f := admin.Do(t, "GET", "/v1/nodes/"+id+"/bios?fields=value,nope", nil).Fault(t); !strings.Contains(f, "nope") {
+			t.Errorf("bad fields: %q", f)
+		}
+
+		// A value the BMC refuses fails the step with the BMC's words and
+		// changes nothing.
+		provision(t, admin, id, map[string]any{"target": "clean", "clean_steps": steps(
+			step("bios", "apply_configuration", settings("ProcTurboMode", "Sideways")))}, 202)
+		n = waitState(t, admin, id, "clean failed")
+		if le, _ := n["last_error"].(string); !strings.Contains(le, "Step bios.apply_configuration failed") || !strings.Contains(le, "not valid for BIOS attribute ProcTurboMode") {
+			t.Errorf("refused setting: last_error %q", le)
+		}
+		if cur, pending := sim.BIOS(t, "1"); cur["ProcTurboMode"] != "Disabled" || len(pending) != 0 {
+			t.Errorf("after a refused setting: current %v pending %v", cur, pending)
+		}
+		provision(t, admin, id, map[string]any{"target": "manage"}, 202)
+		waitState(t, admin, id, "manageable")
+
+		// Factory reset brings the defaults back, and the cache follows.
+		provision(t, admin, id, map[string]any{"target": "clean", "clean_steps": steps(step("bios", "factory_reset", nil))}, 202)
+		if n := waitState(t, admin, id, "manageable"); n["last_error"] != nil {
+			t.Fatalf("factory_reset: %v", n["last_error"])
+		}
+		if cur, _ := sim.BIOS(t, "1"); cur["ProcTurboMode"] != "Enabled" || cur["PowerOnDelaySec"] != float64(0) {
+			t.Errorf("simulator BIOS after factory_reset: %v", cur)
+		}
+		if s := admin.Do(t, "GET", "/v1/nodes/"+id+"/bios/ProcTurboMode", nil).JSON(t)["ProcTurboMode"].(map[string]any); s["value"] != "Enabled" || s["updated_at"] == nil {
+			t.Errorf("cache after factory_reset: %v", s)
+		}
+	})
+}
+
+// TestInspectOverRedfish inspects a node out of band on the simulator:
+// properties and inventory match what the simulator reports.
+func TestInspectOverRedfish(t *testing.T) {
+	storetest.Each(t, func(t *testing.T, setting string, db *store.DB) {
+		sim := bmctest.StartRedfish(t)
+		_, clients := startLocal(t, setting, bmcOpts)
+		admin := clients["system-admin"]
+		r := admin.Do(t, "POST", "/v1/nodes", map[string]any{"name": "insp-1", "driver": "redfish", "driver_info": sim.DriverInfo("1"),
+			"properties": map[string]any{"capabilities": "disk_label:gpt,boot_mode:bios", "vendor": "kept"}})
+		mustStatus(t, r, 201)
+		id := r.JSON(t)["uuid"].(string)
+		provision(t, admin, id, map[string]any{"target": "inspect"}, 409)
+		provision(t, admin, id, map[string]any{"target": "manage"}, 202)
+		waitState(t, admin, id, "manageable")
+		provision(t, admin, id, map[string]any{"target": "inspect"}, 202)
+		n := waitState(t, admin, id, "manageable")
+		if n["last_error"] != nil {
+			t.Fatalf("inspection: %v", n["last_error"])
+		}
+		sys := sim.Resource(t, sim.SystemPath("1"))
+		mem := sys["MemorySummary"].(map[string]any)["TotalSystemMemoryGiB"].(float64)
+		threads := 0.0
+		for _, m := range sim.Resource(t, sim.SystemPath("1")+"/Processors")["Members"].([]any) {
+			threads += sim.Resource(t, m.(map[string]any)["@odata.id"].(string))["TotalThreads"].(float64)
+		}
+		var largest float64
+		for _, m := range sim.Resource(t, sim.SystemPath("1")+"/Storage/1")["Drives"].([]any) {
+			largest = max(largest, sim.Resource(t, m.(map[string]any)["@odata.id"].(string))["CapacityBytes"].(float64))
+		}
+		props := n["properties"].(map[string]any)
+		want := map[string]any{"cpus": threads, "memory_mb": mem * 1024, "local_gb": float64(int64(largest)>>30 - 1), "cpu_arch": "x86_64", "vendor": "kept"}
+		for k, v := range want {
+			if props[k] != v {
+				t.Errorf("properties[%s] = %v, want %v (all: %v)", k, props[k], v, props)
+			}
+		}
+		if caps, _ := props["capabilities"].(string); !strings.HasPrefix(caps, "disk_label:gpt,boot_mode:") || strings.Count(caps, "boot_mode") != 1 {
+			t.Errorf("capabilities %q", caps)
+		}
+
+		// The inventory records every NIC's MAC the simulator has.
+		inv, err := db.NodeInventory.Query().Only(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		var macs []string
+		for _, x := range inv.Inventory["interfaces"].([]any) {
+			macs = append(macs, x.(map[string]any)["mac_address"].(string))
+		}
+		var simMACs []string
+		for _, m := range sim.Resource(t, sim.SystemPath("1")+"/EthernetInterfaces")["Members"].([]any) {
+			simMACs = append(simMACs, strings.ToLower(sim.Resource(t, m.(map[string]any)["@odata.id"].(string))["MACAddress"].(string)))
+		}
+		slices.Sort(macs)
+		slices.Sort(simMACs)
+		if len(macs) == 0 || !slices.Equal(macs, simMACs) {
+			t.Errorf("inventory MACs %v, simulator %v", macs, simMACs)
+		}
+		// The BIOS cache is filled by inspection too.
+		if list := admin.Do(t, "GET", "/v1/nodes/"+id+"/bios", nil).JSON(t)["bios"].([]any); len(list) == 0 {
+			t.Errorf("no BIOS settings cached by inspection")
+		}
+		// GET /inventory is 1.81, beyond the advertised maximum for now.
+		mustStatus(t, admin.Do(t, "GET", "/v1/nodes/"+id+"/inventory", nil), 406)
+
+		// A BMC refusing the credentials fails inspection, saying so.
+		mustStatus(t, admin.Do(t, "PATCH", "/v1/nodes/"+id, `[{"op":"replace","path":"/driver_info/redfish_password","value":"wrong"}]`), 200)
+		provision(t, admin, id, map[string]any{"target": "inspect"}, 202)
+		n = waitState(t, admin, id, "inspect failed")
+		if le, _ := n["last_error"].(string); !strings.Contains(le, "Inspection failed") || !strings.Contains(le, "credentials") {
+			t.Errorf("last_error %q", le)
+		}
+		mustStatus(t, admin.Do(t, "PATCH", "/v1/nodes/"+id, fmt.Sprintf(`[{"op":"replace","path":"/driver_info/redfish_password","value":%q}]`, bmctest.RedfishPassword)), 200)
+		provision(t, admin, id, map[string]any{"target": "inspect"}, 202)
+		waitState(t, admin, id, "manageable")
+	})
+}
+
+// TestVirtualMediaAndBootMode inserts and ejects an ISO and round-trips
+// boot mode and secure boot through steps, checking each at the
+// simulator.
+func TestVirtualMediaAndBootMode(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "boot.iso"), make([]byte, 64<<10), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	images := httptest.NewServer(http.FileServer(http.Dir(dir)))
+	defer images.Close()
+	iso := images.URL + "/boot.iso"
+	storetest.Each(t, func(t *testing.T, setting string, db *store.DB) {
+		sim := bmctest.StartRedfish(t)
+		_, clients := startLocal(t, setting, bmcOpts)
+		admin := clients["system-admin"]
+		r := admin.Do(t, "POST", "/v1/nodes", map[string]any{"name": "vm-1", "driver": "redfish", "driver_info": sim.DriverInfo("1")})
+		mustStatus(t, r, 201)
+		id := r.JSON(t)["uuid"].(string)
+		provision(t, admin, id, map[string]any{"target": "manage"}, 202)
+		waitState(t, admin, id, "manageable")
+		cd := func() map[string]any { return sim.Resource(t, sim.SystemPath("1")+"/VirtualMedia/Cd") }
+		secure := func() any { return sim.Resource(t, sim.SystemPath("1")+"/SecureBoot")["SecureBootEnable"] }
+
+		provision(t, admin, id, map[string]any{"target": "clean", "clean_steps": steps(
+			step("management", "set_boot_mode", map[string]any{"mode": "uefi"}),
+			step("management", "set_secure_boot", map[string]any{"enabled": true}),
+			step("management", "attach_virtual_media", map[string]any{"image_url": iso}))}, 202)
+		if n := waitState(t, admin, id, "manageable"); n["last_error"] != nil {
+			t.Fatalf("attach: %v", n["last_error"])
+		}
+		if m := cd(); m["Inserted"] != true || m["Image"] != iso {
+			t.Errorf("simulator Cd after attach: inserted %v image %v", m["Inserted"], m["Image"])
+		}
+		if _, mode, _ := sim.Boot(t, "1"); mode != "UEFI" || secure() != true {
+			t.Errorf("simulator boot mode %s secure boot %v", mode, secure())
+		}
+
+		provision(t, admin, id, map[string]any{"target": "clean", "clean_steps": steps(
+			step("management", "detach_virtual_media", nil),
+			step("management", "set_secure_boot", map[string]any{"enabled": false}),
+			step("management", "set_boot_mode", map[string]any{"mode": "bios"}))}, 202)
+		if n := waitState(t, admin, id, "manageable"); n["last_error"] != nil {
+			t.Fatalf("detach: %v", n["last_error"])
+		}
+		if m := cd(); m["Inserted"] != false {
+			t.Errorf("simulator Cd after detach: inserted %v image %v", m["Inserted"], m["Image"])
+		}
+		if _, mode, _ := sim.Boot(t, "1"); mode != "Legacy" || secure() != false {
+			t.Errorf("simulator boot mode %s secure boot %v", mode, secure())
+		}
+
+		// An image the BMC cannot fetch fails the step with its reason.
+		provision(t, admin, id, map[string]any{"target": "clean", "clean_steps": steps(
+			step("management", "attach_virtual_media", map[string]any{"image_url": images.URL + "/missing.iso"}))}, 202)
+		n := waitState(t, admin, id, "clean failed")
+		if le, _ := n["last_error"].(string); !strings.Contains(le, "Step management.attach_virtual_media failed") {
+			t.Errorf("missing image: last_error %q", le)
+		}
+		provision(t, admin, id, map[string]any{"target": "clean", "clean_steps": steps(
+			step("management", "attach_virtual_media", map[string]any{"image_url": "ftp://x/y.iso"}))}, 400)
+	})
+}
+
+// TestFirmwareOverRedfish updates BIOS and BMC firmware through
+// SimpleUpdate, following the simulator's tasks, and checks the
+// simulator's versions.
+func TestFirmwareOverRedfish(t *testing.T) {
+	storetest.Each(t, func(t *testing.T, setting string, db *store.DB) {
+		sim := bmctest.StartRedfish(t, "SIM_UPDATE_DELAY=1")
+		_, clients := startLocal(t, setting, bmcOpts)
+		admin := clients["system-admin"]
+		r := admin.Do(t, "POST", "/v1/nodes", map[string]any{"name": "fw-1", "driver": "redfish", "driver_info": sim.DriverInfo("1")})
+		mustStatus(t, r, 201)
+		id := r.JSON(t)["uuid"].(string)
+		provision(t, admin, id, map[string]any{"target": "manage"}, 202)
+		waitState(t, admin, id, "manageable")
+
+		fwSettings := func(url string) map[string]any {
+			return map[string]any{"settings": []any{
+				map[string]any{"component": "bios", "url": url + "/bios.bin", "wait": 60},
+				map[string]any{"component": "bmc", "url": url + "/bmc.bin"},
+			}}
+		}
+		provision(t, admin, id, map[string]any{"target": "clean", "clean_steps": steps(step("firmware", "update", fwSettings("http://127.0.0.1:9")))}, 202)
+		if n := waitState(t, admin, id, "manageable"); n["last_error"] != nil {
+			t.Fatalf("firmware update: %v", n["last_error"])
+		}
+		bios := sim.Resource(t, sim.SystemPath("1"))["BiosVersion"]
+		bmcVer := sim.Resource(t, "/redfish/v1/Managers/1")["FirmwareVersion"]
+		if bios != "1.1.0" || bmcVer != "1.01" {
+			t.Errorf("simulator versions after update: BIOS %v BMC %v", bios, bmcVer)
+		}
+		var found bool
+		for _, e := range admin.Do(t, "GET", "/v1/nodes/"+id+"/history", nil).JSON(t)["history"].([]any) {
+			if e.(map[string]any)["event"] == "Firmware versions: bios 1.0.0 -> 1.1.0, bmc 1.00 -> 1.01" {
+				found = true
+			}
+		}
+		if !found {
+			t.Errorf("no history event with the old and new versions")
+		}
+
+		// A task ending in an exception fails the step with its message.
+		provision(t, admin, id, map[string]any{"target": "clean", "clean_steps": steps(step("firmware", "update", map[string]any{"settings": []any{
+			map[string]any{"component": "bios", "url": "http://127.0.0.1:9/fail.bin"}}}))}, 202)
+		n := waitState(t, admin, id, "clean failed")
+		if le, _ := n["last_error"].(string); !strings.Contains(le, "Step firmware.update failed: the BMC's bios firmware update ended in Exception") {
+			t.Errorf("failed update: last_error %q", le)
+		}
+		if v := sim.Resource(t, sim.SystemPath("1"))["BiosVersion"]; v != "1.1.0" {
+			t.Errorf("BIOS version %v after a failed update", v)
+		}
+	})
+}

@@ -1,0 +1,251 @@
+package conductor
+
+import (
+	"fmt"
+	"net/url"
+	"slices"
+	"strings"
+
+	"github.com/anvilproject/anvil/server/bmc"
+)
+
+// Arg describes one step argument for the catalogue's readers (the
+// portal, the README, the API's step list) and checks a value of it.
+type Arg struct {
+	Name        string `json:"name"`
+	Type        string `json:"type"` // string, boolean, integer, or "list of {...}"
+	Required    bool   `json:"required"`
+	Description string `json:"description"`
+	check       func(any) error
+}
+
+// StepInfo is a step of the catalogue and the drivers that run it.
+type StepInfo struct {
+	Interface   string   `json:"interface"`
+	Step        string   `json:"step"`
+	Description string   `json:"description"`
+	Args        []Arg    `json:"args"`
+	Drivers     []string `json:"drivers"`
+}
+
+// Name is interface.step.
+func (s StepInfo) Name() string { return s.Interface + "." + s.Step }
+
+var (
+	allDrivers = []string{"fake-hardware", "ipmi", "redfish"}
+	// outOfBand are the drivers whose BMC speaks Redfish's resources;
+	// the fake driver mimics them in memory so demos and benchmarks run
+	// every step.
+	outOfBand = []string{"fake-hardware", "redfish"}
+)
+
+// catalogue is every step Anvil runs, in one table: what it does, its
+// arguments, which drivers run it. Steps of Ironic's interfaces that are
+// not here may still be stored in runbooks and requests (a runbook
+// written for Ironic keeps its steps); a run containing one fails before
+// its first step, naming it and the driver.
+var catalogue = []StepInfo{
+	{"power", "power_on", "Power the node on.", nil, allDrivers},
+	{"power", "power_off", "Power the node off.", nil, allDrivers},
+	{"power", "reboot", "Restart the node (power it on when off) and wait until the BMC reports it on.", nil, allDrivers},
+	{"management", "set_boot_device", "Set the next boot device.", []Arg{
+		{"device", "string", true, "one of " + strings.Join(bmc.AllBootDevices(), ", ") + " (redfish has no safe)", isDevice},
+		{"persistent", "boolean", false, "keep the device for every boot, not only the next", isBool},
+	}, allDrivers},
+	{"management", "reset_bmc", "Restart the BMC (Redfish GracefulRestart, IPMI warm reset).", nil, allDrivers},
+	{"deploy", "wait", "Wait the given seconds in the wait state (abort ends it early).", []Arg{
+		{"seconds", "integer", false, "0 to 86400; 0 when left out", isSeconds},
+	}, allDrivers},
+	{"deploy", "hold", "Stop in the hold state until an operator or tenant sends unhold.", nil, allDrivers},
+	{"bios", "apply_configuration", "Apply BIOS settings: stage them at the BMC, reboot the node so they take effect (only when one differs from the current value), check each became current, and refresh the cached settings.", []Arg{
+		{"settings", "list of {name, value}", true, "BIOS attributes to set, by the BMC's attribute names", isSettings},
+	}, outOfBand},
+	{"bios", "factory_reset", "Reset the BIOS settings to the vendor's defaults (rebooting to apply them) and refresh the cached settings.", nil, outOfBand},
+	{"management", "attach_virtual_media", "Insert an image (an ISO the BMC downloads) into a virtual drive; an image already there is ejected first. An Anvil step (Ironic does this through its vmedia API).", []Arg{
+		{"image_url", "string", true, "http:// or https:// URL the BMC can reach", isImageURL},
+		{"device_type", "string", false, "cdrom (default) or floppy", isVMediaDevice},
+	}, outOfBand},
+	{"management", "detach_virtual_media", "Eject the image from a virtual drive, or from every one. An Anvil step.", []Arg{
+		{"device_type", "string", false, "cdrom or floppy; every drive when left out", isVMediaDevice},
+	}, outOfBand},
+	{"management", "set_boot_mode", "Set the boot mode the machine boots in next (Redfish BootSourceOverrideMode). An Anvil step (Ironic: PUT states/boot_mode).", []Arg{
+		{"mode", "string", true, "uefi or bios", isBootMode},
+	}, outOfBand},
+	{"management", "set_secure_boot", "Turn UEFI secure boot on or off (Redfish SecureBoot). An Anvil step (Ironic: PUT states/secure_boot).", []Arg{
+		{"enabled", "boolean", true, "true to turn secure boot on", isBool},
+	}, outOfBand},
+	{"bios", "cache_bios_settings", "Read the current BIOS settings from the BMC into Anvil's cache (GET /v1/nodes/{node}/bios).", nil, outOfBand},
+	{"firmware", "update", "Update firmware components from image URLs through the BMC's UpdateService.SimpleUpdate, one after another, following each BMC task to its end (within wait seconds, default 1800); a task that ends in an exception fails the step with the BMC's message.", []Arg{
+		{"settings", "list of {component, url, wait}", true, "component bios or bmc; url http(s) the BMC can reach; wait seconds to allow the task (default 1800)", isFirmwareSettings},
+	}, outOfBand},
+}
+
+// Catalogue lists every step Anvil runs.
+func Catalogue() []StepInfo { return slices.Clone(catalogue) }
+
+// StepsFor lists the steps a node of driver can run, for the portal's
+// runbook editor and the API's step list.
+func StepsFor(driver string) []StepInfo {
+	d := bmc.Canonical(driver)
+	var out []StepInfo
+	for _, s := range catalogue {
+		if slices.Contains(s.Drivers, d) {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+func lookupStep(iface, step string) *StepInfo {
+	for i := range catalogue {
+		if catalogue[i].Interface == iface && catalogue[i].Step == step {
+			return &catalogue[i]
+		}
+	}
+	return nil
+}
+
+// unsupported names the first step driver cannot run, before a run
+// starts, so nothing is done to a node for a run that cannot finish.
+func unsupported(driver string, steps []Step) string {
+	d := bmc.Canonical(driver)
+	for _, s := range steps {
+		info := lookupStep(s.Interface, s.Step)
+		switch {
+		case info != nil && slices.Contains(info.Drivers, d):
+			continue
+		case info == nil && s.Interface == "deploy":
+			// Ironic's deploy steps besides Anvil's own run in the
+			// ramdisk agent on the machine.
+			return fmt.Sprintf("Step %s needs a ramdisk agent, which this deployment does not run (driver %s).", s.Name(), driver)
+		default:
+			return fmt.Sprintf("Step %s is not supported by driver %s.", s.Name(), driver)
+		}
+	}
+	return ""
+}
+
+func isDevice(v any) error {
+	s, _ := v.(string)
+	if !slices.Contains(bmc.AllBootDevices(), s) {
+		return fmt.Errorf("must be one of %s", strings.Join(bmc.AllBootDevices(), ", "))
+	}
+	return nil
+}
+
+func isBool(v any) error {
+	if _, ok := v.(bool); !ok {
+		return fmt.Errorf("must be true or false")
+	}
+	return nil
+}
+
+func isSeconds(v any) error {
+	f, ok := v.(float64)
+	if !ok || f < 0 || f > 86400 || f != float64(int(f)) {
+		return fmt.Errorf("must be a whole number of seconds from 0 to 86400")
+	}
+	return nil
+}
+
+func isImageURL(v any) error {
+	s, _ := v.(string)
+	u, err := url.Parse(s)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || len(s) > 2048 {
+		return fmt.Errorf("must be an http:// or https:// URL of at most 2048 characters")
+	}
+	return nil
+}
+
+func isVMediaDevice(v any) error {
+	if s, _ := v.(string); !slices.Contains(bmc.VMediaDevices, s) {
+		return fmt.Errorf("must be one of %s", strings.Join(bmc.VMediaDevices, ", "))
+	}
+	return nil
+}
+
+func isBootMode(v any) error {
+	if s, _ := v.(string); s != "uefi" && s != "bios" {
+		return fmt.Errorf("must be uefi or bios")
+	}
+	return nil
+}
+
+func isFirmwareSettings(v any) error {
+	list, ok := v.([]any)
+	if !ok || len(list) == 0 || len(list) > 10 {
+		return fmt.Errorf("must be a list of 1 to 10 {component, url, wait} objects")
+	}
+	for i, x := range list {
+		m, ok := x.(map[string]any)
+		if !ok {
+			return fmt.Errorf("[%d] must be an object with component and url", i)
+		}
+		for k := range m {
+			if k != "component" && k != "url" && k != "wait" {
+				return fmt.Errorf("[%d] has %q; a setting has component, url and wait", i, k)
+			}
+		}
+		if c, _ := m["component"].(string); !slices.Contains(bmc.FirmwareComponents, c) {
+			return fmt.Errorf("[%d].component must be one of %s", i, strings.Join(bmc.FirmwareComponents, ", "))
+		}
+		if err := isImageURL(m["url"]); err != nil {
+			return fmt.Errorf("[%d].url %v", i, err)
+		}
+		if w, ok := m["wait"]; ok {
+			if err := isSeconds(w); err != nil {
+				return fmt.Errorf("[%d].wait %v", i, err)
+			}
+		}
+	}
+	return nil
+}
+
+// maxSettings bounds one apply_configuration; BIOSes have a few hundred
+// attributes.
+const maxSettings = 500
+
+func isSettings(v any) error {
+	list, ok := v.([]any)
+	if !ok || len(list) == 0 || len(list) > maxSettings {
+		return fmt.Errorf("must be a list of 1 to %d {name, value} objects", maxSettings)
+	}
+	seen := map[string]bool{}
+	for i, x := range list {
+		m, ok := x.(map[string]any)
+		if !ok {
+			return fmt.Errorf("[%d] must be an object with name and value", i)
+		}
+		for k := range m {
+			if k != "name" && k != "value" {
+				return fmt.Errorf("[%d] has %q; a setting has only name and value", i, k)
+			}
+		}
+		name, _ := m["name"].(string)
+		if name == "" || len(name) > 255 {
+			return fmt.Errorf("[%d].name must be a non-empty string of at most 255 characters", i)
+		}
+		if seen[name] {
+			return fmt.Errorf("[%d] sets %s a second time", i, name)
+		}
+		seen[name] = true
+		switch m["value"].(type) {
+		case string, float64, bool:
+		default:
+			return fmt.Errorf("[%d].value must be a string, number or boolean", i)
+		}
+	}
+	return nil
+}
+
+// settingsArg reads a checked settings argument.
+func settingsArg(st Step) map[string]any {
+	out := map[string]any{}
+	list, _ := st.Args["settings"].([]any)
+	for _, x := range list {
+		m, _ := x.(map[string]any)
+		name, _ := m["name"].(string)
+		out[name] = m["value"]
+	}
+	return out
+}

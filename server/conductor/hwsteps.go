@@ -1,0 +1,237 @@
+package conductor
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/anvilproject/anvil/ent"
+	"github.com/anvilproject/anvil/ent/biossetting"
+	"github.com/anvilproject/anvil/server/bmc"
+	"github.com/anvilproject/anvil/server/history"
+	"github.com/anvilproject/anvil/server/store"
+)
+
+// execHardwareStep runs the catalogue's steps beyond power and boot
+// device: those that change the machine's own configuration through its
+// BMC. It returns the power state it left, if it changed power.
+func (c *Conductor) execHardwareStep(ctx context.Context, n *ent.Node, cl bmc.Client, st Step) (string, error) {
+	switch st.Interface {
+	case "bios":
+		b, ok := cl.(bmc.BIOS)
+		if !ok {
+			return "", fmt.Errorf("driver %s has no BIOS settings", n.Driver)
+		}
+		var power string
+		var err error
+		switch st.Step {
+		case "apply_configuration":
+			power, err = c.applyBIOS(ctx, n, cl, b, settingsArg(st))
+		case "factory_reset":
+			if err = b.ResetBIOS(ctx); err == nil {
+				power, err = c.reboot(ctx, cl)
+			}
+		case "cache_bios_settings":
+		default:
+			return "", fmt.Errorf("step %s has no implementation", st.Name())
+		}
+		c.noteBMC(ctx, n, err)
+		if err != nil {
+			return power, err
+		}
+		return power, c.cacheBIOS(ctx, n.ID, b)
+	case "firmware":
+		if st.Step != "update" {
+			break
+		}
+		fw, ok := cl.(bmc.Firmware)
+		if !ok {
+			return "", fmt.Errorf("driver %s cannot update firmware", n.Driver)
+		}
+		err := c.updateFirmware(ctx, n, fw, st)
+		c.noteBMC(ctx, n, err)
+		return "", err
+	case "management":
+		err := c.execManagement(ctx, n, cl, st)
+		c.noteBMC(ctx, n, err)
+		return "", err
+	}
+	return "", fmt.Errorf("step %s has no implementation", st.Name())
+}
+
+func (c *Conductor) reboot(ctx context.Context, cl bmc.Client) (string, error) {
+	return bmc.Power(ctx, cl, bmc.Rebooting, c.cfg.PowerTimeout, c.cfg.BMC.PowerPoll)
+}
+
+// applyBIOS stages the settings that differ from the current ones,
+// reboots so the BIOS takes them, and checks each became current: a BMC
+// that accepted a setting it then ignored fails the step, naming it.
+// Nothing differing means no reboot.
+func (c *Conductor) applyBIOS(ctx context.Context, n *ent.Node, cl bmc.Client, b bmc.BIOS, want map[string]any) (string, error) {
+	current, _, err := b.BIOSSettings(ctx)
+	if err != nil {
+		return "", err
+	}
+	change := map[string]any{}
+	for k, v := range want {
+		if cur, ok := current[k]; !ok || !bmc.SameValue(cur, v) {
+			change[k] = v
+		}
+	}
+	if len(change) == 0 {
+		return "", nil
+	}
+	if err := b.StageBIOS(ctx, change); err != nil {
+		return "", err
+	}
+	power, err := c.reboot(ctx, cl)
+	if err != nil {
+		return power, err
+	}
+	if current, _, err = b.BIOSSettings(ctx); err != nil {
+		return power, err
+	}
+	var wrong []string
+	for _, k := range slices.Sorted(maps.Keys(change)) {
+		if !bmc.SameValue(current[k], change[k]) {
+			wrong = append(wrong, fmt.Sprintf("%s is %v, not %v", k, current[k], change[k]))
+		}
+	}
+	if len(wrong) > 0 {
+		return power, fmt.Errorf("after the reboot the BIOS did not take every setting: %s", strings.Join(wrong, "; "))
+	}
+	return power, nil
+}
+
+// cacheBIOS replaces the node's cached BIOS settings with what the BMC
+// reports now, keeping created_at of settings that stay.
+func (c *Conductor) cacheBIOS(ctx context.Context, nodeID int, b bmc.BIOS) error {
+	current, _, err := b.BIOSSettings(ctx)
+	if err != nil {
+		return err
+	}
+	return store.WithTx(ctx, c.db, func(tx *ent.Client) error {
+		old, err := tx.BiosSetting.Query().Where(biossetting.NodeID(nodeID)).All(ctx)
+		if err != nil {
+			return err
+		}
+		now := time.Now()
+		have := map[string]*ent.BiosSetting{}
+		for _, s := range old {
+			have[s.Name] = s
+			if _, ok := current[s.Name]; !ok {
+				if err := tx.BiosSetting.DeleteOne(s).Exec(ctx); err != nil {
+					return err
+				}
+			}
+		}
+		var add []*ent.BiosSettingCreate
+		for _, k := range slices.Sorted(maps.Keys(current)) {
+			v := fmt.Sprint(current[k])
+			switch s := have[k]; {
+			case s == nil:
+				add = append(add, tx.BiosSetting.Create().SetNodeID(nodeID).SetName(k).SetValue(v))
+			case s.Value != v:
+				if err := tx.BiosSetting.UpdateOne(s).SetValue(v).SetUpdatedAt(now).Exec(ctx); err != nil {
+					return err
+				}
+			}
+		}
+		return tx.BiosSetting.CreateBulk(add...).Exec(ctx)
+	})
+}
+
+func (c *Conductor) execManagement(ctx context.Context, n *ent.Node, cl bmc.Client, st Step) error {
+	vm, hasVM := cl.(bmc.VirtualMedia)
+	bm, hasBM := cl.(bmc.BootModes)
+	str := func(k, def string) string {
+		if s, ok := st.Args[k].(string); ok {
+			return s
+		}
+		return def
+	}
+	switch {
+	case (st.Step == "attach_virtual_media" || st.Step == "detach_virtual_media") && !hasVM:
+		return fmt.Errorf("driver %s has no virtual media", n.Driver)
+	case (st.Step == "set_boot_mode" || st.Step == "set_secure_boot") && !hasBM:
+		return fmt.Errorf("driver %s cannot set the boot mode", n.Driver)
+	}
+	switch st.Step {
+	case "attach_virtual_media":
+		return vm.InsertMedia(ctx, str("device_type", "cdrom"), str("image_url", ""))
+	case "detach_virtual_media":
+		return vm.EjectMedia(ctx, str("device_type", ""))
+	case "set_boot_mode":
+		return bm.SetBootMode(ctx, str("mode", ""))
+	case "set_secure_boot":
+		on, _ := st.Args["enabled"].(bool)
+		return bm.SetSecureBoot(ctx, on)
+	}
+	return fmt.Errorf("step %s has no implementation", st.Name())
+}
+
+// defaultFirmwareWait bounds one component's update when the step gives
+// no wait: BMCs take minutes to flash a BIOS.
+const defaultFirmwareWait = 30 * time.Minute
+
+// updateFirmware updates each component in turn, following the BMC's
+// task until it ends or its deadline passes, and records the versions
+// before and after in the node's history.
+func (c *Conductor) updateFirmware(ctx context.Context, n *ent.Node, fw bmc.Firmware, st Step) error {
+	list, _ := st.Args["settings"].([]any)
+	before, err := fw.FirmwareVersions(ctx)
+	if err != nil {
+		return err
+	}
+	poll := c.cfg.BMC.PowerPoll
+	if poll <= 0 {
+		poll = time.Second
+	}
+	for _, x := range list {
+		m, _ := x.(map[string]any)
+		component, _ := m["component"].(string)
+		url, _ := m["url"].(string)
+		wait := defaultFirmwareWait
+		if w, ok := m["wait"].(float64); ok {
+			wait = time.Duration(w) * time.Second
+		}
+		task, err := fw.StartFirmwareUpdate(ctx, component, url)
+		if err != nil {
+			return err
+		}
+		deadline := time.Now().Add(wait)
+		for {
+			t, err := fw.FirmwareTask(ctx, task)
+			if err != nil {
+				return err
+			}
+			if t.Failed() {
+				return fmt.Errorf("the BMC's %s firmware update ended in %s: %s", component, t.State, t.Message)
+			}
+			if t.Done() {
+				break
+			}
+			if time.Now().After(deadline) {
+				return fmt.Errorf("the BMC's %s firmware update was still %s (%d%%) after %s", component, t.State, t.Percent, wait)
+			}
+			select {
+			case <-c.ctx.Done():
+				return errShutdown
+			case <-time.After(poll):
+			}
+		}
+	}
+	after, err := fw.FirmwareVersions(ctx)
+	if err != nil {
+		return err
+	}
+	var changes []string
+	for _, k := range slices.Sorted(maps.Keys(after)) {
+		changes = append(changes, fmt.Sprintf("%s %s -> %s", k, before[k], after[k]))
+	}
+	return history.Record(ctx, c.db.Client, history.Event{NodeID: n.ID, Type: "firmware", Conductor: c.cfg.Name,
+		Message: "Firmware versions: " + strings.Join(changes, ", ")})
+}
