@@ -289,11 +289,15 @@ func (c *Conductor) lock(ctx context.Context, id int) error {
 }
 
 // unlock releases a lock this conductor holds, detached from the caller's
-// cancellation: a lock must never outlive the work.
+// cancellation and waiting out a database restart: a lock must never
+// outlive the work.
 func (c *Conductor) unlock(id int) {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if err := c.db.Node.Update().Where(node.ID(id), node.Reservation(c.cfg.Name)).ClearReservation().Exec(ctx); err != nil {
+	err := c.durably(context.Background(), func() error {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		return c.db.Node.Update().Where(node.ID(id), node.Reservation(c.cfg.Name)).ClearReservation().Exec(ctx)
+	})
+	if err != nil {
 		c.log.Error("releasing node lock", "node", id, "err", err)
 	}
 }
