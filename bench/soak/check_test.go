@@ -56,6 +56,7 @@ var (
 	startedRE = regexp.MustCompile(`^Step (\S+) started \((\d+) of (\d+)\)$`)
 	doneRE    = regexp.MustCompile(`^Step (\S+) done$`)
 	allRE     = regexp.MustCompile(`^All (\d+) clean steps done`)
+	uuidRE    = regexp.MustCompile(`[0-9a-f]{8}-[0-9a-f-]{27}|\(.*\)$`)
 )
 
 // checkRuns reads each run node's history: every run it shows started
@@ -118,6 +119,7 @@ func (s *soak) checkRuns(t *testing.T, fail func(string, ...any)) (runs, failed 
 				inRun, step, ended = false, "", ended+1
 				runs++
 				failed++
+				s.failures[uuidRE.ReplaceAllString(msg, "…")]++
 			}
 		}
 		if inRun {
@@ -283,6 +285,9 @@ func (s *soak) summary(runs, failed int) string {
 		acked += len(r)
 	}
 	fmt.Fprintf(&b, "\nRuns: %d acknowledged, %d ended in history (%d failed, each naming its step), %d acknowledged writes checked\n", acked, runs, failed, len(s.writes))
+	for m, n := range s.failures {
+		fmt.Fprintf(&b, "  %d × %s\n", n, m)
+	}
 	for _, f := range s.flat {
 		fmt.Fprintf(&b, "%s\n", f)
 	}

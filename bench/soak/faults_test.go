@@ -124,6 +124,9 @@ func pgRestartUnavailable() string {
 	if _, err := exec.LookPath("pg_ctlcluster"); err != nil {
 		return "pg_ctlcluster is not installed"
 	}
+	if os.Geteuid() != 0 {
+		return "pg_ctlcluster needs root here"
+	}
 	return ""
 }
 

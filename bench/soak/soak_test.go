@@ -98,6 +98,8 @@ type soak struct {
 	window  time.Duration
 	loadEnd time.Time
 	flat    []string
+	// failures counts failed runs by message, node names left out.
+	failures map[string]int
 }
 
 type replica struct {
@@ -139,7 +141,7 @@ func newSoak(t *testing.T) *soak {
 	}
 	setting := storetest.Setting(t, "postgres")
 	return &soak{bin: bin, setting: setting, tokens: map[string]string{},
-		runs: map[string][]time.Time{}, tried: map[string]int{}, writes: map[string]string{}}
+		runs: map[string][]time.Time{}, tried: map[string]int{}, writes: map[string]string{}, failures: map[string]int{}}
 }
 
 func (s *soak) anvil(t *testing.T, stdin string, args ...string) string {
