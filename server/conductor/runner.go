@@ -322,7 +322,14 @@ func (c *Conductor) execStep(ctx context.Context, n *ent.Node, ph phase, st Step
 		return "", errHold
 	case "deploy.wait":
 		secs, _ := st.Args["seconds"].(float64)
-		if err := c.db.Node.UpdateOneID(n.ID).SetProvisionState(ph.wait).Exec(ctx); err != nil {
+		// Both state writes wait out a database restart: the wait itself
+		// needs no database, so an outage must not fail it.
+		setState := func(state string) error {
+			return c.durably(ctx, func() error {
+				return c.db.Node.Update().Where(node.ID(n.ID), node.Reservation(c.cfg.Name)).SetProvisionState(state).Exec(ctx)
+			})
+		}
+		if err := setState(ph.wait); err != nil {
 			return "", err
 		}
 		deadline := time.Now().Add(time.Duration(secs) * time.Second)
@@ -338,7 +345,7 @@ func (c *Conductor) execStep(ctx context.Context, n *ent.Node, ph phase, st Step
 				}
 			}
 		}
-		return "", c.db.Node.UpdateOneID(n.ID).SetProvisionState(ph.running).Exec(ctx)
+		return "", setState(ph.running)
 	}
 	cl, err := c.client(n)
 	if err != nil {

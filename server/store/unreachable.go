@@ -13,9 +13,10 @@ import (
 
 // Unreachable reports whether err says the database could not be reached
 // or went away mid-statement (a restart, a failover, a dropped
-// connection) rather than refused the statement: worth retrying once
-// the database is back. A statement cut off that way did not commit in
-// a transaction that saw the error before COMMIT returned.
+// connection, no connection slot free) rather than refused the
+// statement: worth retrying once the database is back. An error from
+// COMMIT itself leaves the outcome unknown; the conductor's writes are
+// idempotent UPDATEs, so a retry at worst repeats a history event.
 func Unreachable(err error) bool {
 	if err == nil {
 		return false
@@ -23,8 +24,9 @@ func Unreachable(err error) bool {
 	var pg *pgconn.PgError
 	if errors.As(err, &pg) {
 		// 08: connection exception; 57P01-03: administrator or crash
-		// shutdown, or the server not yet accepting connections.
-		return strings.HasPrefix(pg.Code, "08") || pg.Code == "57P01" || pg.Code == "57P02" || pg.Code == "57P03"
+		// shutdown, or the server not yet accepting connections; 53300:
+		// too many connections, which frees up as others close.
+		return strings.HasPrefix(pg.Code, "08") || pg.Code == "57P01" || pg.Code == "57P02" || pg.Code == "57P03" || pg.Code == "53300"
 	}
 	var connect *pgconn.ConnectError
 	var netErr net.Error

@@ -26,6 +26,7 @@ func TestUnreachable(t *testing.T) {
 		{&pgconn.PgError{Code: "57P01", Message: "terminating connection due to administrator command"}, true},
 		{&pgconn.PgError{Code: "57P03", Message: "the database system is shutting down"}, true},
 		{&pgconn.PgError{Code: "08006"}, true},
+		{&pgconn.PgError{Code: "53300", Message: "sorry, too many clients already"}, true},
 		{&pgconn.PgError{Code: "23505", Message: "duplicate key"}, false},
 		{errors.New("sql: no rows in result set"), false},
 		{nil, false},
