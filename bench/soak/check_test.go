@@ -205,7 +205,11 @@ func (s *soak) checkFlat(fail func(string, ...any)) {
 	type acc struct{ rss, g, n float64 }
 	for i, p := range s.procs {
 		var a, b acc
+		name := p.name
 		for _, m := range s.samples {
+			if m.replica == i && m.pid != p.cmd.Process.Pid {
+				name = p.name + " (since its restart)"
+			}
 			if m.replica != i || m.pid != p.cmd.Process.Pid {
 				continue
 			}
@@ -220,7 +224,7 @@ func (s *soak) checkFlat(fail func(string, ...any)) {
 			continue // restarted mid-load: no first window to compare
 		}
 		rss0, rss1, g0, g1 := a.rss/a.n/(1<<20), b.rss/b.n/(1<<20), a.g/a.n, b.g/b.n
-		s.flat = append(s.flat, fmt.Sprintf("%s: RSS %.0f → %.0f MiB, goroutines %.0f → %.0f", p.name, rss0, rss1, g0, g1))
+		s.flat = append(s.flat, fmt.Sprintf("%s: RSS %.0f → %.0f MiB, goroutines %.0f → %.0f", name, rss0, rss1, g0, g1))
 		if rss1 > 1.5*rss0+32 {
 			fail("%s: RSS grew from %.0f MiB to %.0f MiB between the first and last window", p.name, rss0, rss1)
 		}
@@ -284,12 +288,12 @@ func (s *soak) summary(runs, failed int) string {
 	for _, r := range s.runs {
 		acked += len(r)
 	}
-	fmt.Fprintf(&b, "\nRuns: %d acknowledged, %d ended in history (%d failed, each naming its step), %d acknowledged writes checked\n", acked, runs, failed, len(s.writes))
+	fmt.Fprintf(&b, "\n- Runs: %d acknowledged, %d ended in history (%d failed, each naming its step), %d acknowledged writes checked\n", acked, runs, failed, len(s.writes))
 	for m, n := range s.failures {
-		fmt.Fprintf(&b, "  %d × %s\n", n, m)
+		fmt.Fprintf(&b, "  - %d × %s\n", n, m)
 	}
 	for _, f := range s.flat {
-		fmt.Fprintf(&b, "%s\n", f)
+		fmt.Fprintf(&b, "- %s\n", f)
 	}
 	return b.String()
 }
