@@ -252,7 +252,12 @@ func (s *soak) setUp(t *testing.T) {
 // and checks; check opens it afresh, since a restart of PostgreSQL
 // leaves the old pool's connections dead.
 func (s *soak) openDB(t *testing.T) {
+	// The shared server may be out of connection slots for a moment.
 	db, err := store.Open(context.Background(), s.setting)
+	for deadline := time.Now().Add(time.Minute); err != nil && store.Unreachable(err) && time.Now().Before(deadline); {
+		time.Sleep(time.Second)
+		db, err = store.Open(context.Background(), s.setting)
+	}
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -273,7 +278,7 @@ func (s *soak) startReplica(t *testing.T, i int) {
 	p := s.procs[i]
 	cmd := exec.Command(s.bin, "serve", "--database", s.setting, "--listen", p.addr, "--conductor-name", p.name,
 		"--heartbeat", "1s", "--heartbeat-timeout", "10s", "--power-sync", "20s", "--power-timeout", "20s", "--bmc-timeout", "5s",
-		"--log-level", "warn", "--access-log", "off")
+		"--log-level", "warn", "--access-log", "off", "--db-max-open", "16")
 	log, err := os.OpenFile(filepath.Join(os.TempDir(), "anvil-soak-"+p.name+".log"), os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
 	if err != nil {
 		t.Fatal(err)
