@@ -56,7 +56,7 @@ var (
 	startedRE = regexp.MustCompile(`^Step (\S+) started \((\d+) of (\d+)\)$`)
 	doneRE    = regexp.MustCompile(`^Step (\S+) done$`)
 	allRE     = regexp.MustCompile(`^All (\d+) clean steps done`)
-	uuidRE    = regexp.MustCompile(`[0-9a-f]{8}-[0-9a-f-]{27}|\(.*\)$`)
+	uuidRE    = regexp.MustCompile(`[0-9a-f]{8}-[0-9a-f-]{27}`)
 )
 
 // checkRuns reads each run node's history: every run it shows started
@@ -119,7 +119,11 @@ func (s *soak) checkRuns(t *testing.T, fail func(string, ...any)) (runs, failed 
 				inRun, step, ended = false, "", ended+1
 				runs++
 				failed++
-				s.failures[uuidRE.ReplaceAllString(msg, "…")]++
+				msg = uuidRE.ReplaceAllString(msg, "…")
+				if len(msg) > 120 {
+					msg = msg[:120] + "…"
+				}
+				s.failures[msg]++
 			}
 		}
 		if inRun {
