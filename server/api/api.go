@@ -21,6 +21,7 @@ import (
 	"github.com/anvilproject/anvil/server/nodes"
 	"github.com/anvilproject/anvil/server/ports"
 	"github.com/anvilproject/anvil/server/runbooks"
+	"github.com/anvilproject/anvil/server/store"
 	"github.com/anvilproject/anvil/server/volume"
 )
 
@@ -145,6 +146,12 @@ func ErrorHandler(log *slog.Logger) fiber.ErrorHandler {
 		if status == 500 {
 			log.ErrorContext(c.UserContext(), "request failed", "err", err, "method", c.Method(), "path", c.Path())
 			msg = "An internal error occurred; the request id in the logs has details."
+			// A database restart or failover is the service's trouble, not
+			// a bug: 503 tells clients and load balancers to retry.
+			if store.Unreachable(err) {
+				status, msg = 503, "The database is unavailable; retry shortly."
+				c.Set("Retry-After", "2")
+			}
 		}
 		fault := "Client"
 		if status >= 500 {

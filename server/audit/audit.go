@@ -79,23 +79,34 @@ func (l *Log) Done(ctx context.Context, rule, targetType, targetID string, err e
 // Record stores e. An audit row that cannot be written is logged loudly
 // but does not undo the already-committed action it describes.
 func (l *Log) Record(ctx context.Context, e Entry) {
+	// Detached from the request's cancellation: a client hanging up must
+	// not lose the record of what it did.
+	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	if err := l.create(ctx, l.db, e).Exec(wctx); err != nil {
+		l.log.Error("audit write failed", "err", err, "request_id", RequestFrom(ctx).ID, "rule", e.Rule)
+	}
+}
+
+// AllowedIn stores the row of a mutation that is about to commit in the
+// transaction tx, so the change and its audit row land together or not
+// at all, in one commit instead of two.
+func (l *Log) AllowedIn(ctx context.Context, tx *ent.Client, rule, targetType, targetID string, detail map[string]any) error {
+	e := Entry{Rule: rule, TargetType: targetType, TargetID: targetID, Result: Allowed, Status: 200, Detail: detail}
+	return l.create(ctx, tx, e).Exec(ctx)
+}
+
+// create logs e and returns its row for db (a client or a transaction's).
+func (l *Log) create(ctx context.Context, db *ent.Client, e Entry) *ent.AuditEventCreate {
 	req := RequestFrom(ctx)
 	user, project, scope := principalOf(ctx)
 	l.log.LogAttrs(ctx, slog.LevelInfo, "audit",
 		slog.String("request_id", req.ID), slog.String("user", user), slog.String("project", project),
 		slog.String("scope", scope), slog.String("rule", e.Rule), slog.String("target", e.TargetType+"/"+e.TargetID),
 		slog.String("result", e.Result), slog.Int("status", e.Status))
-	// Detached from the request's cancellation: a client hanging up must
-	// not lose the record of what it did.
-	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-	defer cancel()
-	err := l.db.AuditEvent.Create().
+	return db.AuditEvent.Create().
 		SetRequestID(req.ID).SetMethod(req.Method).SetPath(req.Path).
 		SetUser(user).SetProject(project).SetScope(scope).
 		SetRule(e.Rule).SetTargetType(e.TargetType).SetTargetID(e.TargetID).
-		SetResult(e.Result).SetStatus(e.Status).SetDetail(e.Detail).
-		Exec(wctx)
-	if err != nil {
-		l.log.Error("audit write failed", "err", err, "request_id", req.ID, "rule", e.Rule)
-	}
+		SetResult(e.Result).SetStatus(e.Status).SetDetail(e.Detail)
 }

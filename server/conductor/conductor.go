@@ -81,6 +81,10 @@ type Conductor struct {
 	// maxAuthFailures the node goes into maintenance (faults.go).
 	authMu    sync.Mutex
 	authFails map[int]int
+	// hbSince is when this conductor's heartbeats began to succeed
+	// without a failure since (zero: the last one failed); see takeOver.
+	hbMu    sync.Mutex
+	hbSince time.Time
 	// rings caches the hash rings for the API (ring.go).
 	ringMu  sync.Mutex
 	rings   Rings
@@ -117,6 +121,9 @@ func (c *Conductor) Start(ctx context.Context, listen string) error {
 	if err != nil {
 		return fmt.Errorf("registering conductor %s: %w", c.cfg.Name, err)
 	}
+	c.hbMu.Lock()
+	c.hbSince = now
+	c.hbMu.Unlock()
 	if n, err := c.recover(ctx, c.cfg.Name, "restarted"); err != nil {
 		return err
 	} else if n > 0 {
@@ -161,16 +168,39 @@ func (c *Conductor) Stop() {
 }
 
 func (c *Conductor) heartbeat(ctx context.Context) error {
-	return c.db.Conductor.Update().Where(conductor.Hostname(c.cfg.Name)).SetHeartbeatAt(time.Now()).SetOnline(true).Exec(ctx)
+	err := c.db.Conductor.Update().Where(conductor.Hostname(c.cfg.Name)).SetHeartbeatAt(time.Now()).SetOnline(true).Exec(ctx)
+	c.hbMu.Lock()
+	defer c.hbMu.Unlock()
+	switch {
+	case err != nil:
+		c.hbSince = time.Time{}
+	case c.hbSince.IsZero():
+		c.hbSince = time.Now()
+	}
+	return err
+}
+
+// heartbeatsSteady reports whether this conductor's own heartbeats have
+// succeeded for a whole heartbeat timeout. After a database outage every
+// conductor's heartbeat is stale, through no fault of its own: judging
+// the others before they have had the time to write theirs again would
+// take live conductors' nodes from them.
+func (c *Conductor) heartbeatsSteady() bool {
+	c.hbMu.Lock()
+	defer c.hbMu.Unlock()
+	return !c.hbSince.IsZero() && time.Since(c.hbSince) >= c.cfg.HeartbeatTimeout
 }
 
 // takeOver recovers the nodes of lost conductors: those offline or whose
-// heartbeat expired. Marking one offline is a conditional update, so one
+// heartbeat expired, once this conductor's own heartbeats are steady. Marking one offline is a conditional update, so one
 // replica reports the loss; each node a lost conductor held is recovered
 // by the live conductor the hash ring maps it to (by the ring of every
 // live conductor when none serves its group, so no lock outlives its
 // owner), and recovery is conditional on the lock, so it happens once.
 func (c *Conductor) takeOver(ctx context.Context) error {
+	if !c.heartbeatsSteady() {
+		return nil
+	}
 	dead, err := c.db.Conductor.Query().Where(conductor.HostnameNEQ(c.cfg.Name),
 		conductor.Or(conductor.Online(false), conductor.HeartbeatAtLT(time.Now().Add(-c.cfg.HeartbeatTimeout)))).All(ctx)
 	if err != nil || len(dead) == 0 {
@@ -290,11 +320,15 @@ func (c *Conductor) lock(ctx context.Context, id int) error {
 }
 
 // unlock releases a lock this conductor holds, detached from the caller's
-// cancellation: a lock must never outlive the work.
+// cancellation and waiting out a database restart: a lock must never
+// outlive the work.
 func (c *Conductor) unlock(id int) {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if err := c.db.Node.Update().Where(node.ID(id), node.Reservation(c.cfg.Name)).ClearReservation().Exec(ctx); err != nil {
+	err := c.durably(context.Background(), func() error {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		return c.db.Node.Update().Where(node.ID(id), node.Reservation(c.cfg.Name)).ClearReservation().Exec(ctx)
+	})
+	if err != nil {
 		c.log.Error("releasing node lock", "node", id, "err", err)
 	}
 }

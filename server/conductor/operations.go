@@ -61,15 +61,26 @@ const RuleProvisionRunbook = "baremetal:node:set_provision_state:runbook"
 // claim moves a node out of one of the states from with one conditional
 // UPDATE that also takes its lock when hold is set, so no other request can
 // slip between the state check and the lock: the node's state is the one
-// the transition was decided on, or the request is a 409.
-func (c *Conductor) claim(ctx context.Context, n *ent.Node, verb string, from []string, hold bool, set func(u *ent.NodeUpdate)) error {
-	u := c.db.Node.Update().Where(node.ID(n.ID), node.ReservationIsNil(), node.ProvisionStateIn(from...))
-	if hold {
-		u.SetReservation(c.cfg.Name)
+// the transition was decided on, or the request is a 409. The writes in
+// also (the audit row, history) commit with it, and the commit is grouped
+// with other nodes' step writes (see committer): accepting a run costs a
+// share of one commit, not two of its own.
+func (c *Conductor) claim(ctx context.Context, n *ent.Node, verb string, from []string, hold bool, set func(u *ent.NodeUpdate), w write) error {
+	upd := func(tx *ent.Client) error {
+		u := tx.Node.Update().Where(node.ID(n.ID), node.ReservationIsNil(), node.ProvisionStateIn(from...))
+		if hold {
+			u.SetReservation(c.cfg.Name)
+		}
+		set(u)
+		cnt, err := u.Save(ctx)
+		if err == nil && cnt == 0 {
+			return errClaimLost
+		}
+		return err
 	}
-	set(u)
-	cnt, err := u.Save(ctx)
-	if err != nil || cnt == 1 {
+	w.updates = append([]func(tx *ent.Client) error{upd}, w.updates...)
+	err := c.commits.do(ctx, c.db, w)
+	if !errors.Is(err, errClaimLost) {
 		return err
 	}
 	cur, err := c.db.Node.Get(ctx, n.ID)
@@ -81,6 +92,9 @@ func (c *Conductor) claim(ctx context.Context, n *ent.Node, verb string, from []
 	}
 	return errs.Conflict("The requested action %q can not be performed on node %s while it is in state %q.", verb, n.UUID, cur.ProvisionState)
 }
+
+// errClaimLost rolls back a claim whose node moved or was locked first.
+var errClaimLost = errors.New("claim lost")
 
 func lockedErr(n *ent.Node) error {
 	holder := "another operation"
@@ -147,10 +161,12 @@ func (o *Ops) SetPowerWithin(ctx context.Context, ident, target string, timeout 
 			upd.SetPowerState(final).ClearLastError()
 			ev.Message = strings.ToUpper(target[:1]) + target[1:] + " done; the BMC reports " + final
 		}
-		if err := upd.Exec(bctx); err != nil {
+		// The result waits out a database restart: target_power_state
+		// left set would keep power sync away from the node for good.
+		if err := c.durably(bctx, func() error { return upd.Exec(bctx) }); err != nil {
 			c.log.Error("recording power result", "node", n.UUID, "err", err)
 		}
-		_ = history.Record(bctx, c.db.Client, ev)
+		_ = c.durably(bctx, func() error { return history.Record(bctx, c.db.Client, ev) })
 	}()
 	return nil
 }
@@ -384,7 +400,14 @@ func (o *Ops) Provision(ctx context.Context, ident string, r ProvisionRequest) (
 	if len(steps) > 0 {
 		detail["steps"] = stepsToAny(steps)
 	}
-	defer func() { o.Guard.Done(ctx, RuleProvision, "node", n.UUID, err, detail) }()
+	// A transition that is accepted writes its audit row in the claim's
+	// commit; every other outcome is audited here.
+	audited := false
+	defer func() {
+		if !audited {
+			o.Guard.Done(ctx, RuleProvision, "node", n.UUID, err, detail)
+		}
+	}()
 	if !slices.Contains(tr.from, n.ProvisionState) {
 		return errs.Conflict("The requested action %q can not be performed on node %s while it is in state %q.", r.Target, n.UUID, n.ProvisionState)
 	}
@@ -396,14 +419,16 @@ func (o *Ops) Provision(ctx context.Context, ident string, r ProvisionRequest) (
 		return c.unhold(ctx, n, actor(ctx))
 	}
 	who := actor(ctx)
+	w := write{updates: []func(tx *ent.Client) error{func(tx *ent.Client) error {
+		return o.Guard.Audit.AllowedIn(ctx, tx, RuleProvision, "node", n.UUID, detail)
+	}}}
 	if tr.via == "" {
+		w.events = []history.Event{{NodeID: n.ID, Type: "provision", User: who, Conductor: c.cfg.Name,
+			Message: fmt.Sprintf("%s: %s -> %s", r.Target, n.ProvisionState, tr.to)}}
 		err := c.claim(ctx, n, r.Target, tr.from, false, func(u *ent.NodeUpdate) {
 			u.SetProvisionState(tr.to).ClearTargetProvisionState().SetProvisionUpdatedAt(time.Now())
-		})
-		if err == nil {
-			_ = history.Record(ctx, c.db.Client, history.Event{NodeID: n.ID, Type: "provision", User: who, Conductor: c.cfg.Name,
-				Message: fmt.Sprintf("%s: %s -> %s", r.Target, n.ProvisionState, tr.to)})
-		}
+		}, w)
+		audited = err == nil
 		return err
 	}
 	info := cloneInfo(n.DriverInternalInfo)
@@ -411,21 +436,26 @@ func (o *Ops) Provision(ctx context.Context, ident string, r ProvisionRequest) (
 	delete(info, "pending_steps")
 	err = c.claim(ctx, n, r.Target, tr.from, true, func(u *ent.NodeUpdate) {
 		u.SetProvisionState(tr.via).SetTargetProvisionState(tr.to).SetProvisionUpdatedAt(time.Now()).ClearLastError().SetDriverInternalInfo(info)
-	})
+	}, w)
 	if err != nil {
 		return err
 	}
+	audited = true
+	// The node as the claim left it, so the run needs no read of its own.
+	claimed := *n
+	claimed.ProvisionState, claimed.DriverInternalInfo, claimed.Reservation = tr.via, info, &c.cfg.Name
 	c.work.Add(1)
 	go func() {
 		defer c.work.Done()
-		defer c.unlock(n.ID)
 		switch r.Target {
 		case "manage", "adopt":
-			c.verify(n, tr, who)
+			defer c.unlock(n.ID)
+			c.verify(&claimed, tr, who)
 		case "inspect":
-			c.inspect(n, who)
+			defer c.unlock(n.ID)
+			c.inspect(&claimed, who)
 		default:
-			c.runSteps(n.ID, r.Target, steps, who)
+			c.runSteps(&claimed, r.Target, steps, who)
 		}
 	}()
 	return nil
@@ -524,8 +554,7 @@ func (c *Conductor) unhold(ctx context.Context, n *ent.Node, who string) error {
 	c.work.Add(1)
 	go func() {
 		defer c.work.Done()
-		defer c.unlock(n.ID)
-		c.runSteps(n.ID, kind, pending, who)
+		c.runSteps(n, kind, pending, who)
 	}()
 	return nil
 }

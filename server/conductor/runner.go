@@ -4,14 +4,16 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"sync"
 	"time"
 
 	"entgo.io/ent/dialect"
+	"entgo.io/ent/dialect/sql"
+	"entgo.io/ent/dialect/sql/sqljson"
 
 	"github.com/anvilproject/anvil/ent"
 	"github.com/anvilproject/anvil/ent/node"
+	"github.com/anvilproject/anvil/ent/predicate"
 	"github.com/anvilproject/anvil/server/bmc"
 	"github.com/anvilproject/anvil/server/history"
 	"github.com/anvilproject/anvil/server/nodes"
@@ -37,57 +39,41 @@ var (
 // abortPoll is how often a waiting step looks for an abort.
 const abortPoll = 200 * time.Millisecond
 
-// runSteps runs steps in order on a node this conductor has locked; the
-// caller releases the lock. Every step's start, end and failure is a
-// node event; clean_step or service_step shows the current one.
+// runSteps runs steps in order on a node this conductor has locked, as
+// the claim left it, and releases the lock when it ends. Every step's
+// start, end and failure is a node event; clean_step or service_step
+// shows the current one.
 //
 // Writes are few and shared: the end of a step rides in the same commit
 // as the start of the next (or the final state, a hold or a failure), and
 // that commit is grouped with other nodes' (see committer). A step's end
 // is still durable before the next step runs, so a crash never loses a
-// step that ran without also losing the start of the one after it.
-func (c *Conductor) runSteps(id int, kind string, steps []Step, who string) {
+// step that ran without also losing the start of the one after it. Each
+// write is one UPDATE fenced by this conductor's lock, and the start of
+// a step also by the abort flag, so no read precedes it; the last one
+// releases the lock.
+func (c *Conductor) runSteps(n *ent.Node, kind string, steps []Step, who string) {
 	ctx := context.WithoutCancel(c.ctx)
+	id := n.ID
 	ph := phases[kind]
-	n, err := c.db.Node.Get(ctx, id)
-	if err != nil {
-		c.log.Error("loading node for steps", "node", id, "err", err)
-		return
-	}
 	// carry holds what waits for the next commit: the end of the step
-	// that just ran.
-	var carry write
-	// A write that fails leaves carry for the failure record to take.
-	commit := func(w write) error {
-		w.updates = append(slices.Clone(carry.updates), w.updates...)
-		w.events = append(slices.Clone(carry.events), w.events...)
-		err := c.commits.do(ctx, c.db, w)
-		if err == nil {
-			carry = write{}
-		}
-		return err
+	// that just ran and the power state it left.
+	var carry struct {
+		power  string
+		events []history.Event
 	}
-	// notAborted reads the abort flag in the transaction that starts a
-	// step, rather than in a query of its own before it.
-	notAborted := func(tx *ent.Client) error {
-		n, err := tx.Node.Query().Where(node.ID(id)).Select(node.FieldDriverInternalInfo).Only(ctx)
-		if err != nil {
-			return err
-		}
-		if n.DriverInternalInfo[abortRequestedField] == true {
-			return errAborted
-		}
-		return nil
-	}
-	event := func(sev, msg string) history.Event {
-		return history.Event{NodeID: id, Severity: sev, Type: kind, Message: msg, User: who, Conductor: c.cfg.Name}
-	}
-	// update changes the node without reading it back, which ent's
-	// UpdateOne would do after every write.
-	update := func(set func(u *ent.NodeUpdate), step map[string]any) func(tx *ent.Client) error {
-		return func(tx *ent.Client) error {
-			u := tx.Node.Update().Where(node.ID(id))
+	// commit writes one UPDATE of the node and its events with whatever
+	// carry holds. A database that cannot be reached (a restart, a
+	// failover) is waited for, so a run is not failed for it; a write
+	// that fails otherwise leaves carry for the failure record to take.
+	commit := func(set func(u *ent.NodeUpdate), step map[string]any, extra ...predicate.Node) error {
+		power := carry.power
+		upd := func(tx *ent.Client) error {
+			u := tx.Node.Update().Where(append([]predicate.Node{node.ID(id), node.Reservation(c.cfg.Name)}, extra...)...)
 			set(u)
+			if power != "" {
+				u.SetPowerState(power)
+			}
 			if step != nil {
 				if kind == "clean" {
 					u.SetCleanStep(step)
@@ -95,11 +81,35 @@ func (c *Conductor) runSteps(id int, kind string, steps []Step, who string) {
 					u.SetServiceStep(step)
 				}
 			}
-			return u.Exec(ctx)
+			cnt, err := u.Save(ctx)
+			if err == nil && cnt == 0 {
+				return errFenced
+			}
+			return err
 		}
+		err := c.durably(ctx, func() error {
+			return c.commits.do(ctx, c.db, write{updates: []func(tx *ent.Client) error{upd}, events: carry.events})
+		})
+		if err == nil {
+			carry.power, carry.events = "", nil
+		}
+		return err
 	}
-	one := func(upd func(tx *ent.Client) error, ev history.Event) write {
-		return write{updates: []func(tx *ent.Client) error{upd}, events: []history.Event{ev}}
+	event := func(sev, msg string) history.Event {
+		return history.Event{NodeID: id, Severity: sev, Type: kind, Message: msg, User: who, Conductor: c.cfg.Name}
+	}
+	// end writes the run's last state and releases the lock with it; if
+	// it cannot, the lock is released alone, so it never outlives the run.
+	end := func(set func(u *ent.NodeUpdate), ev history.Event) {
+		carry.events = append(carry.events, ev)
+		err := commit(func(u *ent.NodeUpdate) { set(u); u.ClearReservation() }, map[string]any{})
+		switch {
+		case errors.Is(err, errFenced):
+			c.log.Warn("node lock lost during steps; another conductor recovered it", "node", id)
+		case err != nil:
+			c.log.Error("recording the end of steps", "node", id, "err", err)
+			c.unlock(id)
+		}
 	}
 	// failWith records msg as last_error and msg plus detail in history:
 	// a BMC's address and dial error stay out of last_error.
@@ -108,12 +118,9 @@ func (c *Conductor) runSteps(id int, kind string, steps []Step, who string) {
 		if detail != "" {
 			ev += " (" + detail + ")"
 		}
-		err := commit(one(update(func(u *ent.NodeUpdate) {
+		end(func(u *ent.NodeUpdate) {
 			u.SetProvisionState(ph.failed).ClearTargetProvisionState().SetLastError(msg).SetProvisionUpdatedAt(time.Now())
-		}, map[string]any{}), event(history.Error, ev)))
-		if err != nil {
-			c.log.Error("recording step failure", "node", id, "err", err)
-		}
+		}, event(history.Error, ev))
 	}
 	fail := func(msg string) { failWith(msg, "") }
 	if why := unsupported(n.Driver, steps); why != "" {
@@ -131,15 +138,20 @@ func (c *Conductor) runSteps(id int, kind string, steps []Step, who string) {
 		n.DriverInternalInfo[kind+"_step_index"] = i
 		n.DriverInternalInfo[kind+"_step_total"] = len(steps)
 		info := n.DriverInternalInfo
-		start := one(update(func(u *ent.NodeUpdate) { u.SetProvisionState(ph.running).SetDriverInternalInfo(info) }, st.asMap()),
-			event(history.Info, fmt.Sprintf("Step %s started (%d of %d)", st.Name(), i+1, len(steps))))
-		start.updates = append([]func(tx *ent.Client) error{notAborted}, start.updates...)
-		err := commit(start)
-		if errors.Is(err, errAborted) {
+		carry.events = append(carry.events, event(history.Info, fmt.Sprintf("Step %s started (%d of %d)", st.Name(), i+1, len(steps))))
+		// The abort flag is part of the UPDATE's condition, so an abort
+		// committed before it is seen and one after it waits for the
+		// next step: the flag is never overwritten unseen.
+		err := commit(func(u *ent.NodeUpdate) { u.SetProvisionState(ph.running).SetDriverInternalInfo(info) }, st.asMap(), notAborted)
+		if errors.Is(err, errFenced) {
+			// Aborted, or the lock is gone (then the failure's own
+			// fenced write does nothing).
+			carry.events = carry.events[:len(carry.events)-1]
 			fail(fmt.Sprintf("Aborted by request before step %s.", st.Name()))
 			return
 		}
 		if err != nil {
+			carry.events = carry.events[:len(carry.events)-1]
 			fail(fmt.Sprintf("Could not record step %s: %v", st.Name(), err))
 			return
 		}
@@ -148,12 +160,9 @@ func (c *Conductor) runSteps(id int, kind string, steps []Step, who string) {
 		case errors.Is(err, errHold):
 			info := cloneInfo(n.DriverInternalInfo)
 			info["pending_steps"] = stepsToAny(steps[i+1:])
-			err := commit(one(update(func(u *ent.NodeUpdate) {
+			end(func(u *ent.NodeUpdate) {
 				u.SetProvisionState(ph.hold).SetDriverInternalInfo(info).SetProvisionUpdatedAt(time.Now())
-			}, map[string]any{}), event(history.Info, fmt.Sprintf("On hold after step %s; unhold to run the %d remaining steps, or abort", st.Name(), len(steps)-i-1))))
-			if err != nil {
-				fail(fmt.Sprintf("Could not hold: %v", err))
-			}
+			}, event(history.Info, fmt.Sprintf("On hold after step %s; unhold to run the %d remaining steps, or abort", st.Name(), len(steps)-i-1)))
 			return
 		case errors.Is(err, errAborted):
 			fail(fmt.Sprintf("Aborted by request during step %s.", st.Name()))
@@ -169,9 +178,7 @@ func (c *Conductor) runSteps(id int, kind string, steps []Step, who string) {
 			failWith(fmt.Sprintf("Step %s failed: %s", st.Name(), bmc.Summary(err)), detail)
 			return
 		}
-		if power != "" {
-			carry.updates = append(carry.updates, update(func(u *ent.NodeUpdate) { u.SetPowerState(power) }, nil))
-		}
+		carry.power = power
 		carry.events = append(carry.events, event(history.Info, fmt.Sprintf("Step %s done", st.Name())))
 	}
 	info := cloneInfo(n.DriverInternalInfo)
@@ -181,11 +188,36 @@ func (c *Conductor) runSteps(id int, kind string, steps []Step, who string) {
 	delete(info, kind+"_step_total")
 	// The final state and its event land together, so whoever sees the
 	// node done also sees why.
-	err = commit(one(update(func(u *ent.NodeUpdate) {
+	end(func(u *ent.NodeUpdate) {
 		u.SetProvisionState(ph.done).ClearTargetProvisionState().SetDriverInternalInfo(info).SetProvisionUpdatedAt(time.Now())
-	}, map[string]any{}), event(history.Info, fmt.Sprintf("All %d %s steps done; node is %s", len(steps), kind, ph.done))))
-	if err != nil {
-		c.log.Error("recording step completion", "node", id, "err", err)
+	}, event(history.Info, fmt.Sprintf("All %d %s steps done; node is %s", len(steps), kind, ph.done)))
+}
+
+// errFenced rolls back a step write whose node is no longer this
+// conductor's to work, or whose run was asked to abort.
+var errFenced = errors.New("node lock lost or abort requested")
+
+// notAborted holds for a node whose run was not asked to abort.
+var notAborted = predicate.Node(func(s *sql.Selector) {
+	s.Where(sql.Not(sqljson.HasKey(s.C(node.FieldDriverInternalInfo), sqljson.Path(abortRequestedField))))
+})
+
+// retryFor bounds how long a write waits for the database to come back.
+const retryFor = 2 * time.Minute
+
+// durably runs fn until it succeeds, fails for a reason other than an
+// unreachable database, or retryFor passes: a conductor outlives a
+// database restart without leaving a node half-worked or locked.
+func (c *Conductor) durably(ctx context.Context, fn func() error) error {
+	deadline := time.Now().Add(retryFor)
+	wait := 50 * time.Millisecond
+	for {
+		err := fn()
+		if err == nil || !store.Unreachable(err) || time.Now().After(deadline) || ctx.Err() != nil {
+			return err
+		}
+		time.Sleep(wait)
+		wait = min(2*wait, 2*time.Second)
 	}
 }
 
@@ -231,7 +263,9 @@ func (g *committer) do(ctx context.Context, db *store.DB, w write) error {
 	g.queue = append(g.queue, p)
 	if g.running < limit {
 		g.running++
-		go g.drain(ctx, db)
+		// The batch is others' too: one caller going away must not
+		// cancel it.
+		go g.drain(context.WithoutCancel(ctx), db)
 	}
 	g.mu.Unlock()
 	return <-p.done
@@ -292,7 +326,14 @@ func (c *Conductor) execStep(ctx context.Context, n *ent.Node, ph phase, st Step
 		return "", errHold
 	case "deploy.wait":
 		secs, _ := st.Args["seconds"].(float64)
-		if err := c.db.Node.UpdateOneID(n.ID).SetProvisionState(ph.wait).Exec(ctx); err != nil {
+		// Both state writes wait out a database restart: the wait itself
+		// needs no database, so an outage must not fail it.
+		setState := func(state string) error {
+			return c.durably(ctx, func() error {
+				return c.db.Node.Update().Where(node.ID(n.ID), node.Reservation(c.cfg.Name)).SetProvisionState(state).Exec(ctx)
+			})
+		}
+		if err := setState(ph.wait); err != nil {
 			return "", err
 		}
 		deadline := time.Now().Add(time.Duration(secs) * time.Second)
@@ -308,7 +349,7 @@ func (c *Conductor) execStep(ctx context.Context, n *ent.Node, ph phase, st Step
 				}
 			}
 		}
-		return "", c.db.Node.UpdateOneID(n.ID).SetProvisionState(ph.running).Exec(ctx)
+		return "", setState(ph.running)
 	}
 	cl, err := c.client(n)
 	if err != nil {

@@ -22,7 +22,7 @@ import (
 func fakeNode(t *testing.T, db *store.DB, info map[string]any) *ent.Node {
 	t.Helper()
 	n, err := db.Node.Create().SetUUID(uuid.NewString()).SetDriver("fake").SetProvisionState(nodes.StateCleaning).
-		SetDriverInternalInfo(info).Save(context.Background())
+		SetDriverInternalInfo(info).SetReservation("test").Save(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -85,13 +85,13 @@ func TestStepsRecordEachStepAndHonourAbort(t *testing.T) {
 		steps := []Step{{Interface: "power", Step: "power_on"}, {Interface: "management", Step: "reset_bmc"}, {Interface: "power", Step: "power_off"}}
 
 		n := fakeNode(t, db, nil)
-		c.runSteps(n.ID, "clean", steps, "tester")
+		c.runSteps(n, "clean", steps, "tester")
 		got, err := db.Node.Get(ctx, n.ID)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if got.ProvisionState != nodes.StateManageable || got.PowerState == nil || *got.PowerState != "power off" || got.LastError != nil {
-			t.Errorf("after the run: state %s, power %v, last_error %v", got.ProvisionState, got.PowerState, got.LastError)
+		if got.ProvisionState != nodes.StateManageable || got.PowerState == nil || *got.PowerState != "power off" || got.LastError != nil || got.Reservation != nil {
+			t.Errorf("after the run: state %s, power %v, last_error %v, reservation %v", got.ProvisionState, got.PowerState, got.LastError, got.Reservation)
 		}
 		want := []string{"Step power.power_on started (1 of 3)", "Step power.power_on done", "Step management.reset_bmc started (2 of 3)",
 			"Step management.reset_bmc done", "Step power.power_off started (3 of 3)", "Step power.power_off done", "All 3 clean steps done; node is manageable"}
@@ -100,13 +100,28 @@ func TestStepsRecordEachStepAndHonourAbort(t *testing.T) {
 		}
 
 		aborted := fakeNode(t, db, map[string]any{abortRequestedField: true})
-		c.runSteps(aborted.ID, "clean", steps, "tester")
+		c.runSteps(aborted, "clean", steps, "tester")
 		got, err = db.Node.Get(ctx, aborted.ID)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if got.ProvisionState != nodes.StateCleanFailed || got.LastError == nil || !strings.Contains(*got.LastError, "Aborted by request before step power.power_on") || got.PowerState != nil {
-			t.Errorf("aborted run: state %s, last_error %v, power %v (no step may run)", got.ProvisionState, got.LastError, got.PowerState)
+		if got.ProvisionState != nodes.StateCleanFailed || got.LastError == nil || !strings.Contains(*got.LastError, "Aborted by request before step power.power_on") || got.PowerState != nil || got.Reservation != nil {
+			t.Errorf("aborted run: state %s, last_error %v, power %v, reservation %v (no step may run)", got.ProvisionState, got.LastError, got.PowerState, got.Reservation)
+		}
+
+		// A run whose lock another conductor took over (after this one
+		// went silent) writes nothing more to the node.
+		taken := fakeNode(t, db, nil)
+		if err := db.Node.UpdateOneID(taken.ID).SetReservation("other").Exec(ctx); err != nil {
+			t.Fatal(err)
+		}
+		c.runSteps(taken, "clean", steps, "tester")
+		got, err = db.Node.Get(ctx, taken.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got.ProvisionState != nodes.StateCleaning || got.Reservation == nil || *got.Reservation != "other" || got.PowerState != nil || len(events(t, db, taken.ID)) != 0 {
+			t.Errorf("fenced run: state %s, reservation %v, power %v, events %v", got.ProvisionState, got.Reservation, got.PowerState, events(t, db, taken.ID))
 		}
 	})
 }

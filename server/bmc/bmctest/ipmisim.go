@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 )
@@ -23,8 +24,11 @@ const (
 // Sim is a running ipmi_sim.
 type Sim struct {
 	Port  int
+	dir   string
 	state string
+	mu    sync.Mutex
 	cmd   *exec.Cmd
+	done  chan struct{}
 }
 
 // chassis is the control script: ipmi_sim runs it as
@@ -122,28 +126,69 @@ func Start(t testing.TB) *Sim {
 	if err := os.WriteFile(filepath.Join(state, "power"), []byte("0\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command("ipmi_sim", "-n", "-c", filepath.Join(dir, "lan.conf"), "-f", filepath.Join(dir, "sim.emu"), "-s", persist)
-	cmd.Env = append(os.Environ(), "IPMI_SIM_STATE="+state)
-	log, _ := os.Create(filepath.Join(dir, "ipmi_sim.log"))
-	cmd.Stdout, cmd.Stderr = log, log
-	if err := cmd.Start(); err != nil {
+	s := &Sim{Port: port, dir: dir, state: state}
+	if err := s.run(); err != nil {
 		t.Fatal(err)
 	}
-	s := &Sim{Port: port, state: state, cmd: cmd}
-	t.Cleanup(func() {
-		_ = cmd.Process.Kill()
-		_ = cmd.Wait()
+	t.Cleanup(s.Stop)
+	if err := s.waitAnswer(); err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// run starts ipmi_sim on the simulator's port and state.
+func (s *Sim) run() error {
+	cmd := exec.Command("ipmi_sim", "-n", "-c", filepath.Join(s.dir, "lan.conf"), "-f", filepath.Join(s.dir, "sim.emu"), "-s", filepath.Join(s.dir, "persist"))
+	cmd.Env = append(os.Environ(), "IPMI_SIM_STATE="+s.state)
+	log, err := os.OpenFile(filepath.Join(s.dir, "ipmi_sim.log"), os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
+	if err != nil {
+		return err
+	}
+	cmd.Stdout, cmd.Stderr = log, log
+	if err := cmd.Start(); err != nil {
 		log.Close()
-	})
+		return err
+	}
+	done := make(chan struct{})
+	go func() { _ = cmd.Wait(); log.Close(); close(done) }()
+	s.mu.Lock()
+	s.cmd, s.done = cmd, done
+	s.mu.Unlock()
+	return nil
+}
+
+func (s *Sim) waitAnswer() error {
 	for i := 0; i < 100; i++ {
 		if s.answers() {
-			return s
+			return nil
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	out, _ := os.ReadFile(filepath.Join(dir, "ipmi_sim.log"))
-	t.Fatalf("ipmi_sim did not answer on port %d:\n%s", port, out)
-	return nil
+	out, _ := os.ReadFile(filepath.Join(s.dir, "ipmi_sim.log"))
+	return fmt.Errorf("ipmi_sim did not answer on port %d:\n%s", s.Port, out)
+}
+
+// Stop kills the simulator, as a BMC that loses power or its network
+// does; its power and boot state stay for Restart.
+func (s *Sim) Stop() {
+	s.mu.Lock()
+	cmd, done := s.cmd, s.done
+	s.cmd = nil
+	s.mu.Unlock()
+	if cmd != nil {
+		_ = cmd.Process.Kill()
+		<-done
+	}
+}
+
+// Restart starts a stopped simulator again on the same port and state
+// and returns once it answers.
+func (s *Sim) Restart() error {
+	if err := s.run(); err != nil {
+		return err
+	}
+	return s.waitAnswer()
 }
 
 func freeUDPPort(t testing.TB) int {
