@@ -18,14 +18,18 @@ import (
 	"github.com/anvilproject/anvil/server/store"
 )
 
-// phase holds the state names of cleaning or servicing.
+// phase holds the state names of a run of steps: cleaning, servicing or
+// deploying. kind names its events and its step fields.
 type phase struct {
-	running, wait, hold, failed, done string
+	kind, running, wait, hold, failed, done string
 }
 
 var phases = map[string]phase{
-	"clean":   {nodes.StateCleaning, nodes.StateCleanWait, StateCleanHold, nodes.StateCleanFailed, nodes.StateManageable},
-	"service": {nodes.StateServicing, nodes.StateServiceWait, StateServiceHold, nodes.StateServiceFailed, nodes.StateActive},
+	"clean":   {"clean", nodes.StateCleaning, nodes.StateCleanWait, StateCleanHold, nodes.StateCleanFailed, nodes.StateManageable},
+	"service": {"service", nodes.StateServicing, nodes.StateServiceWait, StateServiceHold, nodes.StateServiceFailed, nodes.StateActive},
+	"deploy":  {"deploy", StateDeploying, StateDeployWait, StateDeployHold, StateDeployFailed, nodes.StateActive},
+	// Cleaning after a tear down ends in available, as Ironic's does.
+	"automated clean": {"clean", nodes.StateCleaning, nodes.StateCleanWait, StateCleanHold, nodes.StateCleanFailed, nodes.StateAvailable},
 }
 
 var (
@@ -46,9 +50,10 @@ const abortPoll = 200 * time.Millisecond
 // that commit is grouped with other nodes' (see committer). A step's end
 // is still durable before the next step runs, so a crash never loses a
 // step that ran without also losing the start of the one after it.
-func (c *Conductor) runSteps(id int, kind string, steps []Step, who string) {
+func (c *Conductor) runSteps(id int, run string, steps []Step, who string) {
 	ctx := context.WithoutCancel(c.ctx)
-	ph := phases[kind]
+	ph := phases[run]
+	kind := ph.kind
 	n, err := c.db.Node.Get(ctx, id)
 	if err != nil {
 		c.log.Error("loading node for steps", "node", id, "err", err)
@@ -88,12 +93,12 @@ func (c *Conductor) runSteps(id int, kind string, steps []Step, who string) {
 		return func(tx *ent.Client) error {
 			u := tx.Node.Update().Where(node.ID(id))
 			set(u)
-			if step != nil {
-				if kind == "clean" {
-					u.SetCleanStep(step)
-				} else {
-					u.SetServiceStep(step)
-				}
+			switch {
+			case step == nil:
+			case kind == "clean":
+				u.SetCleanStep(step)
+			case kind == "service":
+				u.SetServiceStep(step)
 			}
 			return u.Exec(ctx)
 		}
@@ -284,6 +289,8 @@ func (c *Conductor) abortRequested(ctx context.Context, id int) bool {
 // by an abort or a shutdown.
 func (c *Conductor) execStep(ctx context.Context, n *ent.Node, ph phase, st Step) (string, error) {
 	switch st.Name() {
+	case "deploy.deploy":
+		return c.deployImage(ctx, n)
 	case "deploy.hold":
 		return "", errHold
 	case "deploy.wait":
