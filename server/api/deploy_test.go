@@ -2,9 +2,14 @@ package api_test
 
 import (
 	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
+	"github.com/anvilproject/anvil/server/bmc/bmctest"
 	"github.com/anvilproject/anvil/server/servertest"
 	"github.com/anvilproject/anvil/server/store"
 	"github.com/anvilproject/anvil/server/store/storetest"
@@ -118,4 +123,101 @@ func stepsStarted(t *testing.T, c *servertest.Client, id string) string {
 		}
 	}
 	return strings.Join(started, ",")
+}
+
+// TestDeployNeedsAWayToWriteAnImage: a driver without one is a 400 at
+// request time naming what is missing, before any BMC is asked.
+func TestDeployNeedsAWayToWriteAnImage(t *testing.T) {
+	storetest.Each(t, func(t *testing.T, setting string, db *store.DB) {
+		_, clients := startLocal(t, setting)
+		admin := clients["system-admin"]
+		for _, c := range []struct {
+			driver string
+			info   map[string]any
+			image  string
+			want   []string
+		}{
+			{"ipmi", map[string]any{"ipmi_address": "192.0.2.9", "ipmi_username": "root", "ipmi_password": "pw"}, "", []string{"instance_info.image_source is required"}},
+			{"ipmi", map[string]any{"ipmi_address": "192.0.2.9", "ipmi_username": "root", "ipmi_password": "pw"}, "image_source", []string{"ramdisk agent"}},
+			{"redfish", map[string]any{"redfish_address": "https://192.0.2.9", "redfish_username": "u", "redfish_password": "p"}, "", []string{"virtual media", "instance_info.boot_iso"}},
+		} {
+			body := map[string]any{"driver": c.driver, "driver_info": c.info}
+			if c.image != "" {
+				body["instance_info"] = map[string]any{c.image: "http://192.0.2.1/img.qcow2"}
+			}
+			r := admin.Do(t, "POST", "/v1/nodes", body)
+			mustStatus(t, r, 201)
+			id := r.JSON(t)["uuid"].(string)
+			f := provision(t, admin, id, map[string]any{"target": "active"}, 400).Fault(t)
+			for _, w := range c.want {
+				if !strings.Contains(f, w) {
+					t.Errorf("%s %s: fault %q lacks %q", c.driver, c.image, f, w)
+				}
+			}
+			if n := admin.Do(t, "GET", "/v1/nodes/"+id, nil).JSON(t); n["provision_state"] != "enroll" || n["last_error"] != nil {
+				t.Errorf("a refused deploy changed the node: %v, %v", n["provision_state"], n["last_error"])
+			}
+		}
+	})
+}
+
+// TestRedfishISODeploy: Ironic's ramdisk deploy by virtual media against
+// redfish-sim, which downloads the ISO on insert.
+func TestRedfishISODeploy(t *testing.T) {
+	sim := bmctest.SharedRedfish(t)
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "boot.iso"), make([]byte, 65536), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	web := httptest.NewServer(http.FileServer(http.Dir(dir)))
+	defer web.Close()
+	iso := web.URL + "/boot.iso"
+	storetest.Each(t, func(t *testing.T, setting string, db *store.DB) {
+		_, clients := startLocal(t, setting, bmcOpts)
+		admin := clients["system-admin"]
+		r := admin.Do(t, "POST", "/v1/nodes", map[string]any{"name": "iso-1", "driver": "redfish", "driver_info": sim.DriverInfo("1"), "owner": "own"})
+		mustStatus(t, r, 201)
+		id := r.JSON(t)["uuid"].(string)
+		provision(t, admin, id, map[string]any{"target": "manage"}, 202)
+		waitState(t, admin, id, "manageable")
+		provision(t, admin, id, map[string]any{"target": "provide"}, 202)
+		waitState(t, admin, id, "available")
+		mustStatus(t, admin.Do(t, "PATCH", "/v1/nodes/"+id, []any{map[string]any{"op": "add", "path": "/instance_info/boot_iso", "value": iso}}), 200)
+
+		provision(t, clients["owner-member"], id, map[string]any{"target": "active"}, 202)
+		n := waitState(t, admin, id, "active")
+		if n["power_state"] != "power on" || n["last_error"] != nil {
+			t.Fatalf("after ISO deploy: power %v, last_error %v", n["power_state"], n["last_error"])
+		}
+		if image, inserted := sim.CD(t, "1"); image != iso || !inserted {
+			t.Errorf("the BMC's CD holds %q (inserted %v), want %s", image, inserted, iso)
+		}
+		// The simulator reports every override as Continuous (sushy's
+		// way), so the one-time request is read from what Anvil sent.
+		if target, _, _ := sim.Boot(t, "1"); target != "Cd" {
+			t.Errorf("boot override %s, want Cd", target)
+		}
+		once := false
+		for _, b := range sim.Bodies(t) {
+			once = once || strings.Contains(b, `"BootSourceOverrideTarget":"Cd"`) && strings.Contains(b, `"Once"`)
+		}
+		if !once {
+			t.Error("no one-time boot from Cd was sent")
+		}
+		if sim.Power(t, "1") != "On" {
+			t.Error("the BMC reports the system off after deploy")
+		}
+
+		provision(t, clients["owner-member"], id, map[string]any{"target": "deleted"}, 202)
+		n = waitState(t, admin, id, "available")
+		if n["power_state"] != "power off" || len(n["instance_info"].(map[string]any)) != 0 {
+			t.Errorf("after undeploy: power %v, instance_info %v", n["power_state"], n["instance_info"])
+		}
+		if _, inserted := sim.CD(t, "1"); inserted {
+			t.Error("the CD is still inserted after undeploy")
+		}
+		if sim.Power(t, "1") != "Off" {
+			t.Error("the BMC reports the system on after undeploy")
+		}
+	})
 }
