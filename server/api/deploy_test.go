@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/anvilproject/anvil/server/bmc/bmctest"
 	"github.com/anvilproject/anvil/server/servertest"
@@ -219,5 +220,48 @@ func TestRedfishISODeploy(t *testing.T) {
 		if sim.Power(t, "1") != "Off" {
 			t.Error("the BMC reports the system on after undeploy")
 		}
+	})
+}
+
+// TestDeployWaitAndHold: deploy steps wait in wait call-back and hold in
+// deploy hold as Ironic's states do; abort of a wait needs 1.110.
+func TestDeployWaitAndHold(t *testing.T) {
+	storetest.Each(t, func(t *testing.T, setting string, db *store.DB) {
+		_, clients := startLocal(t, setting)
+		admin := clients["system-admin"]
+		r := admin.Do(t, "POST", "/v1/nodes", map[string]any{"name": "dep-w", "driver": "fake-hardware"})
+		mustStatus(t, r, 201)
+		id := r.JSON(t)["uuid"].(string)
+		provision(t, admin, id, map[string]any{"target": "manage"}, 202)
+		waitState(t, admin, id, "manageable")
+		provision(t, admin, id, map[string]any{"target": "provide"}, 202)
+		waitState(t, admin, id, "available")
+
+		wait := []any{map[string]any{"interface": "deploy", "step": "wait", "args": map[string]any{"seconds": 2}, "priority": 150}}
+		provision(t, admin, id, map[string]any{"target": "active", "deploy_steps": wait}, 202)
+		deadline := time.Now().Add(10 * time.Second)
+		for admin.Do(t, "GET", "/v1/nodes/"+id, nil).JSON(t)["provision_state"] != "wait call-back" {
+			if time.Now().After(deadline) {
+				t.Fatal("never reached wait call-back")
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		if f := provision(t, admin, id, map[string]any{"target": "abort"}, 406).Fault(t); !strings.Contains(f, "1.110") {
+			t.Errorf("abort of wait call-back: %s", f)
+		}
+		waitState(t, admin, id, "active")
+
+		provision(t, admin, id, map[string]any{"target": "rebuild", "deploy_steps": []any{map[string]any{"interface": "deploy", "step": "hold", "priority": 150}}}, 202)
+		waitState(t, admin, id, "deploy hold")
+		provision(t, admin, id, map[string]any{"target": "unhold"}, 202)
+		if n := waitState(t, admin, id, "active"); n["power_state"] != "power on" {
+			t.Errorf("after unhold: power %v", n["power_state"])
+		}
+		provision(t, admin, id, map[string]any{"target": "rebuild", "deploy_steps": []any{map[string]any{"interface": "deploy", "step": "hold", "priority": 150}}}, 202)
+		waitState(t, admin, id, "deploy hold")
+		provision(t, admin, id, map[string]any{"target": "abort"}, 202)
+		waitState(t, admin, id, "deploy failed")
+		provision(t, admin, id, map[string]any{"target": "deleted"}, 202)
+		waitState(t, admin, id, "available")
 	})
 }
