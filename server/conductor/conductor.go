@@ -224,6 +224,7 @@ var failedState = map[string]string{
 	nodes.StateCleaning: nodes.StateCleanFailed, nodes.StateCleanWait: nodes.StateCleanFailed,
 	nodes.StateServicing: nodes.StateServiceFailed, nodes.StateServiceWait: nodes.StateServiceFailed,
 	nodes.StateVerifying: nodes.StateEnroll, StateAdopting: nodes.StateManageable,
+	StateDeploying: StateDeployFailed, StateDeployWait: StateDeployFailed, StateDeleting: nodes.StateError,
 }
 
 // recover releases every lock held by the named conductor and moves
