@@ -23,6 +23,9 @@ func TestDeployStateMachine(t *testing.T) {
 		r := admin.Do(t, "POST", "/v1/nodes", map[string]any{"name": "dep-1", "driver": "fake-hardware", "owner": "own", "lessee": "les"})
 		mustStatus(t, r, 201)
 		id := r.JSON(t)["uuid"].(string)
+		if v := admin.Do(t, "GET", "/v1/nodes/"+id+"/validate", nil).JSON(t)["deploy"].(map[string]any); v["result"] != true {
+			t.Errorf("validate deploy on fake-hardware: %v", v)
+		}
 		provision(t, admin, id, map[string]any{"target": "manage"}, 202)
 		waitState(t, admin, id, "manageable")
 		provision(t, admin, id, map[string]any{"target": "provide"}, 202)
@@ -150,6 +153,10 @@ func TestDeployNeedsAWayToWriteAnImage(t *testing.T) {
 			mustStatus(t, r, 201)
 			id := r.JSON(t)["uuid"].(string)
 			f := provision(t, admin, id, map[string]any{"target": "active"}, 400).Fault(t)
+			// validate's deploy interface gives the same reason.
+			if v := admin.Do(t, "GET", "/v1/nodes/"+id+"/validate", nil).JSON(t)["deploy"].(map[string]any); v["result"] != false || v["reason"] != f {
+				t.Errorf("%s %s: validate deploy %v, want false with %q", c.driver, c.image, v, f)
+			}
 			for _, w := range c.want {
 				if !strings.Contains(f, w) {
 					t.Errorf("%s %s: fault %q lacks %q", c.driver, c.image, f, w)
