@@ -269,3 +269,28 @@ func TestBaremetalCLIPorts(t *testing.T) {
 		}
 	})
 }
+
+// TestBaremetalCLIDeploy: node deploy, rebuild and undeploy as the CLI
+// sends them, each waited for with --wait.
+func TestBaremetalCLIDeploy(t *testing.T) {
+	storetest.Each(t, func(t *testing.T, setting string, _ *store.DB) {
+		srv, _ := start(t, setting)
+		bm := newCLI(t, srv.URL, "--os-auth-type", "none", "--os-baremetal-api-version", "1.78")
+		bm.json("node", "create", "--driver", "fake-hardware", "--name", "cli-d1")
+		bm.run(false, "node", "manage", "cli-d1", "--wait", "30")
+		bm.run(false, "node", "provide", "cli-d1", "--wait", "30")
+		bm.run(false, "node", "deploy", "cli-d1", "--config-drive", `{"user_data": "#cloud-config"}`, "--wait", "30")
+		n := bm.json("node", "show", "cli-d1").(map[string]any)
+		if n["provision_state"] != "active" || n["power_state"] != "power on" || n["instance_info"].(map[string]any)["configdrive"] != "******" {
+			t.Fatalf("after deploy: %v, %v, %v", n["provision_state"], n["power_state"], n["instance_info"])
+		}
+		bm.run(false, "node", "rebuild", "cli-d1", "--wait", "30")
+		if out := bm.run(true, "node", "deploy", "cli-d1"); !strings.Contains(out, `"active"`) {
+			t.Errorf("deploy of an active node: %s", out)
+		}
+		bm.run(false, "node", "undeploy", "cli-d1", "--wait", "30")
+		if n := bm.json("node", "show", "cli-d1").(map[string]any); n["provision_state"] != "available" || n["power_state"] != "power off" {
+			t.Fatalf("after undeploy: %v, %v", n["provision_state"], n["power_state"])
+		}
+	})
+}

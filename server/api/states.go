@@ -98,20 +98,22 @@ func (a *API) setProvision(c *fiber.Ctx) error {
 		return err
 	}
 	var in struct {
-		Target         string      `json:"target"`
-		Runbook        string      `json:"runbook"`
-		CleanSteps     []cond.Step `json:"clean_steps"`
-		ServiceSteps   []cond.Step `json:"service_steps"`
-		DisableRamdisk *bool       `json:"disable_ramdisk"`
-		ConfigDrive    any         `json:"configdrive"`
-		RescuePassword *string     `json:"rescue_password"`
+		Target         string            `json:"target"`
+		Runbook        string            `json:"runbook"`
+		CleanSteps     []cond.Step       `json:"clean_steps"`
+		ServiceSteps   []cond.Step       `json:"service_steps"`
+		DeploySteps    []cond.DeployStep `json:"deploy_steps"`
+		DisableRamdisk *bool             `json:"disable_ramdisk"`
+		ConfigDrive    any               `json:"configdrive"`
+		RescuePassword *string           `json:"rescue_password"`
 	}
 	if err := bind(c, &in); err != nil {
 		return err
 	}
+	if err := checkDeployRequest(ver(c), in.Target, in.ConfigDrive, in.DeploySteps); err != nil {
+		return err
+	}
 	switch {
-	case in.ConfigDrive != nil:
-		return errs.BadRequest("configdrive", "configdrive applies to deployment, which Anvil does not do")
 	case in.RescuePassword != nil:
 		return errs.BadRequest("rescue_password", "rescue is not supported")
 	case ver(c) < offered(verbSince[in.Target]):
@@ -123,7 +125,8 @@ func (a *API) setProvision(c *fiber.Ctx) error {
 	case in.Runbook != "" && ver(c) < offered(VerRunbooks):
 		return errs.NotAcceptable("runbooks require API version %s or later", offered(VerRunbooks))
 	}
-	r := cond.ProvisionRequest{Target: in.Target, Runbook: in.Runbook, CleanSteps: in.CleanSteps, ServiceSteps: in.ServiceSteps}
+	r := cond.ProvisionRequest{Target: in.Target, Runbook: in.Runbook, CleanSteps: in.CleanSteps, ServiceSteps: in.ServiceSteps,
+		DeploySteps: in.DeploySteps, ConfigDrive: in.ConfigDrive, DeployAbort: ver(c) >= VerDeployAbort}
 	if in.DisableRamdisk != nil {
 		r.DisableRamdisk = *in.DisableRamdisk
 	}

@@ -51,6 +51,13 @@ const (
 	VerLessee         Version = 65 // lessee field and filter
 	VerDisableRamdisk Version = 70 // disable_ramdisk in manual cleaning
 	VerHistory        Version = 78 // node history
+	// Deployment (states_deploy.go).
+	VerRebuildConfigDrive Version = 35  // configdrive with rebuild
+	VerBuildConfigDrive   Version = 56  // configdrive as a JSON object
+	VerConfigDriveVendor  Version = 59  // vendor_data in a configdrive object
+	VerDeploySteps        Version = 69  // deploy_steps
+	VerDeployVerbs        Version = 73  // deploy and undeploy verbs
+	VerDeployAbort        Version = 110 // abort in wait call-back
 	// Ports, portgroups and VIFs. Fields newer than VerMax are stored and
 	// carried, and shown once the maximum reaches their version.
 	VerPortInternalInfo  Version = 18  // port internal_info

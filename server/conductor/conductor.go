@@ -255,6 +255,7 @@ var failedState = map[string]string{
 	nodes.StateServicing: nodes.StateServiceFailed, nodes.StateServiceWait: nodes.StateServiceFailed,
 	nodes.StateVerifying: nodes.StateEnroll, StateAdopting: nodes.StateManageable,
 	StateInspecting: StateInspectFailed,
+	StateDeploying:  StateDeployFailed, StateDeployWait: StateDeployFailed, StateDeleting: nodes.StateError,
 }
 
 // recover releases every lock held by the named conductor and moves

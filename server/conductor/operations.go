@@ -292,6 +292,9 @@ type ProvisionRequest struct {
 	CleanSteps     []Step
 	ServiceSteps   []Step
 	DisableRamdisk bool
+	DeploySteps    []DeployStep
+	ConfigDrive    any  // stored in instance_info on deploy and rebuild
+	DeployAbort    bool // the request's version lets abort end a deploy wait (1.110)
 }
 
 // transition says which verbs apply in which states and where they lead.
@@ -308,8 +311,14 @@ var transitions = map[string]transition{
 	"adopt":   {[]string{nodes.StateManageable}, StateAdopting, nodes.StateActive},
 	"clean":   {[]string{nodes.StateManageable}, nodes.StateCleaning, nodes.StateManageable},
 	"service": {[]string{nodes.StateActive, nodes.StateServiceFailed}, nodes.StateServicing, nodes.StateActive},
-	"abort":   {[]string{nodes.StateCleaning, nodes.StateCleanWait, StateCleanHold, nodes.StateServicing, nodes.StateServiceWait, StateServiceHold, nodes.StateServiceFailed}, "", ""},
-	"unhold":  {[]string{StateCleanHold, StateServiceHold}, "", ""},
+	"abort":   {[]string{nodes.StateCleaning, nodes.StateCleanWait, StateCleanHold, nodes.StateServicing, nodes.StateServiceWait, StateServiceHold, nodes.StateServiceFailed, StateDeployWait, StateDeployHold}, "", ""},
+	"unhold":  {[]string{StateCleanHold, StateServiceHold, StateDeployHold}, "", ""},
+	// Deployment (deploy.go), as Ironic's state machine allows it.
+	"active":   {[]string{nodes.StateAvailable, StateDeployFailed}, StateDeploying, nodes.StateActive},
+	"deploy":   {[]string{nodes.StateAvailable, StateDeployFailed}, StateDeploying, nodes.StateActive},
+	"rebuild":  {[]string{nodes.StateActive, StateDeployFailed, nodes.StateError}, StateDeploying, nodes.StateActive},
+	"deleted":  {[]string{nodes.StateActive, StateDeployFailed, StateDeployWait, nodes.StateError}, StateDeleting, nodes.StateAvailable},
+	"undeploy": {[]string{nodes.StateActive, StateDeployFailed, StateDeployWait, nodes.StateError}, StateDeleting, nodes.StateAvailable},
 }
 
 // Verbs lists the provision verbs, for error messages.
@@ -379,6 +388,13 @@ func (o *Ops) Provision(ctx context.Context, ident string, r ProvisionRequest) (
 			return err
 		}
 		steps = r.ServiceSteps
+	case slices.Contains(deployVerbs, r.Target):
+		if len(r.CleanSteps) > 0 || len(r.ServiceSteps) > 0 {
+			return errs.BadRequest("clean_steps", "clean_steps and service_steps go only with target clean or service")
+		}
+		if steps, err = deployPlan(n, r); err != nil {
+			return err
+		}
 	default:
 		if len(r.CleanSteps) > 0 || len(r.ServiceSteps) > 0 {
 			return errs.BadRequest("clean_steps", "steps go only with target clean or service")
@@ -412,13 +428,19 @@ func (o *Ops) Provision(ctx context.Context, ident string, r ProvisionRequest) (
 		return errs.Conflict("The requested action %q can not be performed on node %s while it is in state %q.", r.Target, n.UUID, n.ProvisionState)
 	}
 	c := o.C
-	switch r.Target {
-	case "abort":
-		return c.abort(ctx, n)
-	case "unhold":
-		return c.unhold(ctx, n, actor(ctx))
-	}
 	who := actor(ctx)
+	switch {
+	case r.Target == "abort" && n.ProvisionState == StateDeployWait && !r.DeployAbort:
+		return errs.NotAcceptable("aborting a deployment in %s requires API version 1.110 or later", StateDeployWait)
+	case r.Target == "abort":
+		return c.abort(ctx, n)
+	case r.Target == "unhold":
+		return c.unhold(ctx, n, who)
+	case slices.Contains(deployVerbs, r.Target):
+		return c.deploy(ctx, n, tr, r, steps, who)
+	case slices.Contains(undeployVerbs, r.Target):
+		return c.undeploy(ctx, n, tr, who)
+	}
 	w := write{updates: []func(tx *ent.Client) error{func(tx *ent.Client) error {
 		return o.Guard.Audit.AllowedIn(ctx, tx, RuleProvision, "node", n.UUID, detail)
 	}}}
@@ -500,7 +522,7 @@ func (c *Conductor) verify(n *ent.Node, tr transition, who string) {
 // waiting) or, for a node on hold or failed servicing, ends it at once.
 func (c *Conductor) abort(ctx context.Context, n *ent.Node) error {
 	switch n.ProvisionState {
-	case StateCleanHold, StateServiceHold, nodes.StateServiceFailed:
+	case StateCleanHold, StateServiceHold, StateDeployHold, nodes.StateServiceFailed:
 		if err := c.lock(ctx, n.ID); err != nil {
 			return lockedErr(n)
 		}
@@ -509,6 +531,8 @@ func (c *Conductor) abort(ctx context.Context, n *ent.Node) error {
 		switch n.ProvisionState {
 		case StateServiceHold:
 			to = nodes.StateServiceFailed
+		case StateDeployHold:
+			to = StateDeployFailed
 		case nodes.StateServiceFailed:
 			to, msg = nodes.StateActive, ""
 		}
@@ -527,7 +551,7 @@ func (c *Conductor) abort(ctx context.Context, n *ent.Node) error {
 	}
 	info := cloneInfo(n.DriverInternalInfo)
 	info[abortRequestedField] = true
-	cnt, err := c.db.Node.Update().Where(node.ID(n.ID), node.ProvisionStateIn(nodes.StateCleaning, nodes.StateCleanWait, nodes.StateServicing, nodes.StateServiceWait)).
+	cnt, err := c.db.Node.Update().Where(node.ID(n.ID), node.ProvisionStateIn(nodes.StateCleaning, nodes.StateCleanWait, nodes.StateServicing, nodes.StateServiceWait, StateDeployWait)).
 		SetDriverInternalInfo(info).Save(ctx)
 	if err != nil {
 		return err
@@ -543,8 +567,11 @@ func (c *Conductor) unhold(ctx context.Context, n *ent.Node, who string) error {
 		return lockedErr(n)
 	}
 	kind, via := "clean", nodes.StateCleaning
-	if n.ProvisionState == StateServiceHold {
+	switch n.ProvisionState {
+	case StateServiceHold:
 		kind, via = "service", nodes.StateServicing
+	case StateDeployHold:
+		kind, via = "deploy", StateDeploying
 	}
 	pending := stepsFromAny(n.DriverInternalInfo["pending_steps"])
 	if err := c.db.Node.UpdateOneID(n.ID).SetProvisionState(via).Exec(ctx); err != nil {

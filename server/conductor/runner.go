@@ -20,14 +20,18 @@ import (
 	"github.com/anvilproject/anvil/server/store"
 )
 
-// phase holds the state names of cleaning or servicing.
+// phase holds the state names of a run of steps: cleaning, servicing or
+// deploying. kind names its events and its step fields.
 type phase struct {
-	running, wait, hold, failed, done string
+	kind, running, wait, hold, failed, done string
 }
 
 var phases = map[string]phase{
-	"clean":   {nodes.StateCleaning, nodes.StateCleanWait, StateCleanHold, nodes.StateCleanFailed, nodes.StateManageable},
-	"service": {nodes.StateServicing, nodes.StateServiceWait, StateServiceHold, nodes.StateServiceFailed, nodes.StateActive},
+	"clean":   {"clean", nodes.StateCleaning, nodes.StateCleanWait, StateCleanHold, nodes.StateCleanFailed, nodes.StateManageable},
+	"service": {"service", nodes.StateServicing, nodes.StateServiceWait, StateServiceHold, nodes.StateServiceFailed, nodes.StateActive},
+	"deploy":  {"deploy", StateDeploying, StateDeployWait, StateDeployHold, StateDeployFailed, nodes.StateActive},
+	// Cleaning after a tear down ends in available, as Ironic's does.
+	"automated clean": {"clean", nodes.StateCleaning, nodes.StateCleanWait, StateCleanHold, nodes.StateCleanFailed, nodes.StateAvailable},
 }
 
 var (
@@ -51,11 +55,13 @@ const abortPoll = 200 * time.Millisecond
 // step that ran without also losing the start of the one after it. Each
 // write is one UPDATE fenced by this conductor's lock, and the start of
 // a step also by the abort flag, so no read precedes it; the last one
-// releases the lock.
-func (c *Conductor) runSteps(n *ent.Node, kind string, steps []Step, who string) {
+// releases the lock. run names the phase (clean, service, deploy,
+// automated clean); its kind names the events and step fields.
+func (c *Conductor) runSteps(n *ent.Node, run string, steps []Step, who string) {
 	ctx := context.WithoutCancel(c.ctx)
 	id := n.ID
-	ph := phases[kind]
+	ph := phases[run]
+	kind := ph.kind
 	// carry holds what waits for the next commit: the end of the step
 	// that just ran and the power state it left.
 	var carry struct {
@@ -74,12 +80,12 @@ func (c *Conductor) runSteps(n *ent.Node, kind string, steps []Step, who string)
 			if power != "" {
 				u.SetPowerState(power)
 			}
-			if step != nil {
-				if kind == "clean" {
-					u.SetCleanStep(step)
-				} else {
-					u.SetServiceStep(step)
-				}
+			switch {
+			case step == nil:
+			case kind == "clean":
+				u.SetCleanStep(step)
+			case kind == "service":
+				u.SetServiceStep(step)
 			}
 			cnt, err := u.Save(ctx)
 			if err == nil && cnt == 0 {
@@ -322,6 +328,8 @@ func (c *Conductor) abortRequested(ctx context.Context, id int) bool {
 // by an abort or a shutdown.
 func (c *Conductor) execStep(ctx context.Context, n *ent.Node, ph phase, st Step) (string, error) {
 	switch st.Name() {
+	case "deploy.deploy":
+		return c.deployImage(ctx, n)
 	case "deploy.hold":
 		return "", errHold
 	case "deploy.wait":

@@ -53,11 +53,19 @@ func validateNode(n *ent.Node) map[string]Validation {
 			} else {
 				out[iface] = bmcCheck
 			}
+		case "deploy":
+			// What a deploy request would be refused for (deploy.go).
+			if err := deployFits(n); err != nil {
+				reason := err.Error()
+				out[iface] = Validation{Result: &no, Reason: &reason}
+			} else {
+				out[iface] = Validation{Result: &yes}
+			}
 		case "network", "storage":
 			// Ironic's no-op interfaces: nothing to configure, always valid.
 			out[iface] = Validation{Result: &yes}
 		default:
-			// Anvil drives BMCs only: no deploy ramdisk, console, RAID
+			// Anvil drives BMCs only: no ramdisk agent, console, RAID
 			// or rescue (see README, Drivers).
 			out[iface] = Validation{Reason: &unsupported}
 		}

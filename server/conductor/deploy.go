@@ -1,0 +1,248 @@
+package conductor
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/anvilproject/anvil/ent"
+	"github.com/anvilproject/anvil/server/bmc"
+	"github.com/anvilproject/anvil/server/errs"
+	"github.com/anvilproject/anvil/server/history"
+	"github.com/anvilproject/anvil/server/nodes"
+)
+
+// Deployment states, spelled as Ironic spells them (ironic/common/states.py).
+const (
+	StateDeploying    = "deploying"
+	StateDeployWait   = "wait call-back"
+	StateDeployFailed = "deploy failed"
+	StateDeployHold   = "deploy hold"
+	StateDeleting     = "deleting"
+)
+
+// deployVerbs start a deployment; undeployVerbs tear one down. "deploy"
+// and "undeploy" are Ironic's 1.73 aliases of "active" and "deleted".
+var (
+	deployVerbs   = []string{"active", "deploy", "rebuild"}
+	undeployVerbs = []string{"deleted", "undeploy"}
+)
+
+// DeployStep is a deploy step as a request gives it: Ironic's deploy step
+// schema requires a priority, which orders it among the driver's steps.
+type DeployStep struct {
+	Step
+	Priority *int `json:"priority"`
+}
+
+// deployPriority is the priority of the driver's own deploy.deploy step,
+// as Ironic's deploy interfaces give it.
+const deployPriority = 100
+
+// deployPlan validates a deploy request against the node and returns the
+// steps to run: the driver's deploy.deploy among the requested steps in
+// descending priority, priority 0 leaving a step out as Ironic does.
+// Whatever the node's driver cannot do is a 400 here, before anything
+// is changed.
+func deployPlan(n *ent.Node, r ProvisionRequest) ([]Step, error) {
+	if err := deployFits(n); err != nil {
+		return nil, err
+	}
+	type ranked struct {
+		s   Step
+		pri int
+	}
+	plan := []ranked{{Step{Interface: "deploy", Step: "deploy"}, deployPriority}}
+	if len(r.DeploySteps) > 0 {
+		user := make([]Step, len(r.DeploySteps))
+		for i, d := range r.DeploySteps {
+			if d.Priority == nil {
+				return nil, errs.BadRequest(fmt.Sprintf("deploy_steps[%d].priority", i), "deploy_steps[%d]: priority is required", i)
+			}
+			if *d.Priority < 0 {
+				return nil, errs.BadRequest(fmt.Sprintf("deploy_steps[%d].priority", i), "deploy_steps[%d]: priority must be 0 or more", i)
+			}
+			user[i] = d.Step
+		}
+		if err := ValidateSteps("deploy_steps", user); err != nil {
+			return nil, err
+		}
+		if err := stepsFitDriver("deploy_steps", user, n.Driver); err != nil {
+			return nil, err
+		}
+		for i, s := range user {
+			if p := *r.DeploySteps[i].Priority; p > 0 {
+				plan = append(plan, ranked{s, p})
+			}
+		}
+	}
+	slices.SortStableFunc(plan, func(a, b ranked) int { return cmp.Compare(b.pri, a.pri) })
+	out := make([]Step, len(plan))
+	for i, p := range plan {
+		out[i] = p.s
+	}
+	return out, nil
+}
+
+// deployFits says, from the node alone, whether its driver has a way to
+// put an instance on it. fake-hardware deploys at once; redfish boots an
+// ISO from virtual media (Ironic's ramdisk deploy); writing a disk image
+// needs a ramdisk agent, which Anvil does not run, so ipmi cannot deploy.
+func deployFits(n *ent.Node) error {
+	switch bmc.Canonical(n.Driver) {
+	case "fake-hardware":
+		return nil
+	case "redfish":
+		if iso, _ := n.InstanceInfo["boot_iso"].(string); iso == "" {
+			return errs.BadRequest("instance_info.boot_iso", "Cannot deploy node %s: driver redfish deploys ISOs by virtual media: set instance_info.boot_iso to the ISO's URL", n.UUID)
+		}
+		if _, err := bmc.Open(n.Driver, n.UUID, n.DriverInfo, bmc.Options{}); err != nil {
+			return errs.BadRequest("driver_info", "Cannot deploy node %s: %v", n.UUID, err)
+		}
+		return nil
+	}
+	if src, _ := n.InstanceInfo["image_source"].(string); src == "" {
+		return errs.BadRequest("instance_info.image_source", "Cannot deploy node %s: instance_info.image_source is required", n.UUID)
+	}
+	return errs.BadRequest("instance_info.image_source", "Cannot deploy node %s: driver %s would write image_source to disk, which needs a ramdisk agent, which this deployment does not run", n.UUID, n.Driver)
+}
+
+// deploy moves the node to deploying under its lock, stores the config
+// drive in instance_info as Ironic does, and runs the plan.
+func (c *Conductor) deploy(ctx context.Context, n *ent.Node, tr transition, r ProvisionRequest, steps []Step, who string) error {
+	// When nodes carry Ironic's protected field, a protected node refuses
+	// rebuild here: "Cannot rebuild a protected node".
+	info := cloneInfo(n.DriverInternalInfo)
+	delete(info, abortRequestedField)
+	delete(info, "pending_steps")
+	inst := cloneInfo(n.InstanceInfo)
+	if r.ConfigDrive != nil {
+		inst["configdrive"] = r.ConfigDrive
+	}
+	err := c.claim(ctx, n, r.Target, tr.from, true, func(u *ent.NodeUpdate) {
+		u.SetProvisionState(tr.via).SetTargetProvisionState(tr.to).SetProvisionUpdatedAt(time.Now()).ClearLastError().
+			SetDriverInternalInfo(info).SetInstanceInfo(inst)
+	}, write{})
+	if err != nil {
+		return err
+	}
+	// The node as the claim left it; the run's last write releases it.
+	claimed := *n
+	claimed.ProvisionState, claimed.DriverInternalInfo, claimed.InstanceInfo, claimed.Reservation = tr.via, info, inst, &c.cfg.Name
+	c.work.Add(1)
+	go func() {
+		defer c.work.Done()
+		c.runSteps(&claimed, "deploy", steps, who)
+	}()
+	return nil
+}
+
+// deployImage is the driver's deploy.deploy step: it puts the instance
+// in place and powers the node on into it.
+func (c *Conductor) deployImage(ctx context.Context, n *ent.Node) (string, error) {
+	cl, err := c.client(n)
+	if err != nil {
+		return "", err
+	}
+	defer cl.Close()
+	if bmc.Canonical(n.Driver) == "redfish" {
+		iso, _ := n.InstanceInfo["boot_iso"].(string)
+		err := bmc.BootFromISO(ctx, cl, iso, BootMode(n))
+		c.noteBMC(ctx, n, err)
+		if err != nil {
+			return "", err
+		}
+	}
+	final, err := bmc.Power(ctx, cl, bmc.PowerOn, c.cfg.PowerTimeout, c.cfg.BMC.PowerPoll)
+	c.noteBMC(ctx, n, err)
+	return final, err
+}
+
+// undeploy tears the instance down as Ironic's do_node_tear_down does:
+// deleting (eject the ISO, power off, forget the instance), then
+// cleaning, then available.
+func (c *Conductor) undeploy(ctx context.Context, n *ent.Node, tr transition, who string) error {
+	// When nodes carry Ironic's protected field, a protected node refuses
+	// undeploy here: "Cannot undeploy a protected node".
+	err := c.claim(ctx, n, "deleted", tr.from, true, func(u *ent.NodeUpdate) {
+		u.SetProvisionState(StateDeleting).SetTargetProvisionState(tr.to).SetProvisionUpdatedAt(time.Now()).ClearLastError()
+	}, write{})
+	if err != nil {
+		return err
+	}
+	c.work.Add(1)
+	go func() {
+		defer c.work.Done()
+		c.tearDown(n, who)
+	}()
+	return nil
+}
+
+func (c *Conductor) tearDown(n *ent.Node, who string) {
+	ctx := context.WithoutCancel(c.ctx)
+	ev := history.Event{NodeID: n.ID, Type: "deploy", User: who, Conductor: c.cfg.Name}
+	final, err := c.removeInstance(ctx, n)
+	if err != nil {
+		// Ironic's provisioning error handler: a tear down that fails
+		// leaves the node in error, from which it may be undeployed again.
+		ev.Severity, ev.Message = history.Error, "Tear down failed: "+err.Error()
+		upd := c.db.Node.UpdateOneID(n.ID).SetProvisionState(nodes.StateError).ClearTargetProvisionState().
+			SetProvisionUpdatedAt(time.Now()).SetLastError("Tear down failed: " + bmc.Summary(err))
+		if err := upd.Exec(ctx); err != nil {
+			c.log.Error("recording tear down failure", "node", n.UUID, "err", err)
+		}
+		_ = history.Record(ctx, c.db.Client, ev)
+		c.unlock(n.ID)
+		return
+	}
+	info := cloneInfo(n.DriverInternalInfo)
+	for k := range info {
+		if strings.HasPrefix(k, "deploy_step") {
+			delete(info, k)
+		}
+	}
+	ev.Message = "Instance torn down; the BMC reports " + final + "; cleaning"
+	upd := c.db.Node.UpdateOneID(n.ID).SetProvisionState(nodes.StateCleaning).SetTargetProvisionState(nodes.StateAvailable).
+		SetProvisionUpdatedAt(time.Now()).SetPowerState(final).SetInstanceInfo(map[string]any{}).ClearInstanceUUID().SetDriverInternalInfo(info)
+	if err := upd.Exec(ctx); err != nil {
+		c.log.Error("recording tear down", "node", n.UUID, "err", err)
+		c.unlock(n.ID)
+		return
+	}
+	_ = history.Record(ctx, c.db.Client, ev)
+	// The cleaning run's last write releases the node.
+	cleaned := *n
+	cleaned.ProvisionState, cleaned.DriverInternalInfo, cleaned.InstanceInfo, cleaned.PowerState, cleaned.Reservation =
+		nodes.StateCleaning, info, map[string]any{}, &final, &c.cfg.Name
+	c.runSteps(&cleaned, "automated clean", automatedCleanSteps(), who)
+}
+
+// automatedCleanSteps are the steps cleaning runs after a tear down. The
+// steps Ironic runs by default (erasing disks) need a ramdisk agent, so
+// automated cleaning passes through cleaning without steps.
+func automatedCleanSteps() []Step { return nil }
+
+// removeInstance ejects a virtual-media ISO and powers the node off,
+// returning the power state the BMC reports.
+func (c *Conductor) removeInstance(ctx context.Context, n *ent.Node) (string, error) {
+	cl, err := c.client(n)
+	if err != nil {
+		return "", err
+	}
+	defer cl.Close()
+	if bmc.Canonical(n.Driver) == "redfish" {
+		if iso, _ := n.InstanceInfo["boot_iso"].(string); iso != "" {
+			err := bmc.EjectISO(ctx, cl)
+			c.noteBMC(ctx, n, err)
+			if err != nil {
+				return "", err
+			}
+		}
+	}
+	final, err := bmc.Power(ctx, cl, bmc.PowerOff, c.cfg.PowerTimeout, c.cfg.BMC.PowerPoll)
+	c.noteBMC(ctx, n, err)
+	return final, err
+}
