@@ -46,6 +46,24 @@ const (
 	VerLessee         Version = 65 // lessee field and filter
 	VerDisableRamdisk Version = 70 // disable_ramdisk in manual cleaning
 	VerHistory        Version = 78 // node history
+	VerInspectTimes   Version = 6  // inspection_started_at and _finished_at
+	VerNetworkIface   Version = 20 // network_interface
+	VerDriverIfaces   Version = 31 // boot, console, deploy, inspect, management, power, raid, vendor interfaces
+	VerDeployStep     Version = 44 // deploy_step field
+	VerResetIfaces    Version = 45 // ?reset_interfaces= on node PATCH
+	VerAutomatedClean Version = 47 // automated_clean field
+	VerProtected      Version = 48 // protected and protected_reason
+	VerRetired        Version = 61 // retired and retired_reason, ?retired=
+	VerNetworkData    Version = 66 // network_data field
+	VerBootMode       Version = 75 // boot_mode and secure_boot
+	// Fields newer than VerMax: stored, validated and carried now, shown
+	// once VerMax reaches them.
+	VerShard           Version = 82  // shard field, ?shard= and ?sharded=
+	VerParentNode      Version = 83  // parent_node, ?parent_node= and ?include_children=
+	VerServiceStep     Version = 87  // service_step field
+	VerDisablePowerOff Version = 95  // disable_power_off field
+	VerInstanceName    Version = 104 // instance_name field
+	VerHealth          Version = 109 // health field
 	// VerMax is the newest version whose behaviour for the resources Anvil
 	// implements is really in place. Debian's python3-ironicclient 5.0.1
 	// knows up to 1.78 and negotiates down to the lower of the two.
