@@ -38,12 +38,12 @@ type ListOptions struct {
 	Sharded *bool
 	// Child nodes are left out unless IncludeChildren, or ParentNode
 	// (a node UUID) asks for the children of one node.
-	IncludeChildren bool
-	ParentNode      *string
-	Limit                                             int
-	Marker                                            string
-	SortKey, SortDir                                  string
-	WithTraits                                        bool
+	IncludeChildren  bool
+	ParentNode       *string
+	Limit            int
+	Marker           string
+	SortKey, SortDir string
+	WithTraits       bool
 	// WithAllocation loads each node's allocation UUID.
 	WithAllocation bool
 	// Columns, when set, limits the columns read to these (plus what
