@@ -311,14 +311,15 @@ var InterfaceTypes = []string{"bios", "boot", "console", "deploy", "firmware", "
 // drives power, management and the reserved steps itself; it neither
 // deploys nor boots images, so boot and deploy implementations are
 // recorded for clients and not acted on. network is noop by default:
-// Anvil has no DHCP provider for flat networking.
+// Anvil has no DHCP provider for flat networking; storage is noop by
+// default, as Ironic's default_storage_interface.
 var interfaces = map[string]map[string][]string{
 	"fake-hardware": {
 		"bios": {"fake", "no-bios"}, "boot": {"fake", "ipxe", "pxe"}, "console": {"fake", "no-console"},
 		"deploy": {"fake", "direct", "ramdisk"}, "firmware": {"fake", "no-firmware"},
 		"inspect": {"fake", "no-inspect"}, "management": {"fake"}, "network": {"noop", "flat"},
 		"power": {"fake"}, "raid": {"fake", "no-raid", "agent"}, "rescue": {"fake", "no-rescue"},
-		"storage": {"fake", "noop"}, "vendor": {"fake", "no-vendor"},
+		"storage": {"noop", "fake"}, "vendor": {"fake", "no-vendor"},
 	},
 	"ipmi": {
 		"bios": {"no-bios"}, "boot": {"ipxe", "pxe"}, "console": {"no-console"},
