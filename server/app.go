@@ -133,6 +133,7 @@ func New(ctx context.Context, o Options) (*App, error) {
 	a.Runbooks = runbooks.New(db, a.Guard)
 	a.Allocations = allocations.New(db, a.Guard)
 	a.Cond = conductor.New(db, o.Log, o.Conductor)
+	a.Cond.Allocate(a.Allocations)
 	if !o.AuthNone {
 		pw, err := a.IDs.Bootstrap(ctx)
 		if err != nil {
