@@ -608,7 +608,9 @@ func (s *Service) Update(ctx context.Context, ident string, raw []byte) (out *Al
 		if err != nil {
 			return err
 		}
-		before := map[string]any{"extra": cur.Extra}
+		// An unnamed allocation has name null, as GET shows it, so that
+		// "replace /name" applies to it as to a named one.
+		before := map[string]any{"extra": cur.Extra, "name": nil}
 		if cur.Name != nil {
 			before["name"] = *cur.Name
 		}
