@@ -562,10 +562,12 @@ func (s *Service) validatePatched(n *ent.Node, after map[string]any, changed []s
 			u.fields[f] = v
 		case "maintenance", "protected", "retired", "disable_power_off":
 			b, err := boolValue(after[f])
-			if err != nil || b == nil {
+			if err != nil {
 				return nil, errs.BadRequest(f, "%s must be a boolean, not %v", f, after[f])
 			}
-			u.fields[f] = *b
+			// Removing the flag (baremetal node unset --retired) puts
+			// back its default, false, as Ironic does.
+			u.fields[f] = b != nil && *b
 		case "automated_clean":
 			b, err := boolValue(after[f])
 			if err != nil {
