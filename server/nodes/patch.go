@@ -742,24 +742,28 @@ func applyUpdate(ctx context.Context, tx *ent.Client, n *ent.Node, u *nodeUpdate
 				upd.SetAutomatedClean(*p)
 			}
 		case "protected_reason":
-			upd.SetNillableProtectedReason(v.(*string))
-			if v.(*string) == nil {
+			if p := v.(*string); p == nil {
 				upd.ClearProtectedReason()
+			} else {
+				upd.SetProtectedReason(*p)
 			}
 		case "retired_reason":
-			upd.SetNillableRetiredReason(v.(*string))
-			if v.(*string) == nil {
+			if p := v.(*string); p == nil {
 				upd.ClearRetiredReason()
+			} else {
+				upd.SetRetiredReason(*p)
 			}
 		case "shard":
-			upd.SetNillableShard(v.(*string))
-			if v.(*string) == nil {
+			if p := v.(*string); p == nil {
 				upd.ClearShard()
+			} else {
+				upd.SetShard(*p)
 			}
 		case "instance_name":
-			upd.SetNillableInstanceName(v.(*string))
-			if v.(*string) == nil {
+			if p := v.(*string); p == nil {
 				upd.ClearInstanceName()
+			} else {
+				upd.SetInstanceName(*p)
 			}
 		case "parent_node":
 			if p := v.(*string); p == nil {
