@@ -49,7 +49,11 @@ func BenchmarkRestrictedAllocations(b *testing.B) {
 				go func(i int) {
 					defer func() { <-sem; wg.Done() }()
 					p := &policies.Principal{User: "u", Project: fmt.Sprintf("p%03d", i%50), Roles: policies.ExpandRoles([]string{"member"})}
-					a, err := srv.Allocations.Create(policies.WithPrincipal(context.Background(), p), allocations.Input{ResourceClass: "baremetal"})
+					ctx := policies.WithPrincipal(context.Background(), p)
+					a, err := srv.Allocations.Create(ctx, allocations.Input{ResourceClass: "baremetal"})
+					if err == nil {
+						a, err = srv.Allocations.Await(ctx, a, time.Minute)
+					}
 					if err != nil || a.State != allocations.StateActive {
 						b.Errorf("allocation %d: %v %v", i, err, a)
 					}

@@ -6860,6 +6860,38 @@ type NodeMutation struct {
 	driver_internal_info   *map[string]interface{}
 	provision_updated_at   *time.Time
 	conductor_group        *string
+	bios_interface         *string
+	boot_interface         *string
+	console_interface      *string
+	deploy_interface       *string
+	firmware_interface     *string
+	inspect_interface      *string
+	management_interface   *string
+	network_interface      *string
+	power_interface        *string
+	raid_interface         *string
+	rescue_interface       *string
+	storage_interface      *string
+	vendor_interface       *string
+	protected              *bool
+	protected_reason       *string
+	retired                *bool
+	retired_reason         *string
+	automated_clean        *bool
+	network_data           *map[string]interface{}
+	raid_config            *map[string]interface{}
+	target_raid_config     *map[string]interface{}
+	console_enabled        *bool
+	deploy_step            *map[string]interface{}
+	boot_mode              *string
+	secure_boot            *bool
+	inspection_started_at  *time.Time
+	inspection_finished_at *time.Time
+	shard                  *string
+	parent_node            *string
+	disable_power_off      *bool
+	instance_name          *string
+	health                 *string
 	clearedFields          map[string]struct{}
 	traits                 map[int]struct{}
 	removedtraits          map[int]struct{}
@@ -8328,6 +8360,1353 @@ func (m *NodeMutation) ResetChassisID() {
 	delete(m.clearedFields, node.FieldChassisID)
 }
 
+// SetBiosInterface sets the "bios_interface" field.
+func (m *NodeMutation) SetBiosInterface(s string) {
+	m.bios_interface = &s
+}
+
+// BiosInterface returns the value of the "bios_interface" field in the mutation.
+func (m *NodeMutation) BiosInterface() (r string, exists bool) {
+	v := m.bios_interface
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldBiosInterface returns the old "bios_interface" field's value of the Node entity.
+// If the Node object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *NodeMutation) OldBiosInterface(ctx context.Context) (v string, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldBiosInterface is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldBiosInterface requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldBiosInterface: %w", err)
+	}
+	return oldValue.BiosInterface, nil
+}
+
+// ResetBiosInterface resets all changes to the "bios_interface" field.
+func (m *NodeMutation) ResetBiosInterface() {
+	m.bios_interface = nil
+}
+
+// SetBootInterface sets the "boot_interface" field.
+func (m *NodeMutation) SetBootInterface(s string) {
+	m.boot_interface = &s
+}
+
+// BootInterface returns the value of the "boot_interface" field in the mutation.
+func (m *NodeMutation) BootInterface() (r string, exists bool) {
+	v := m.boot_interface
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldBootInterface returns the old "boot_interface" field's value of the Node entity.
+// If the Node object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *NodeMutation) OldBootInterface(ctx context.Context) (v string, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldBootInterface is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldBootInterface requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldBootInterface: %w", err)
+	}
+	return oldValue.BootInterface, nil
+}
+
+// ResetBootInterface resets all changes to the "boot_interface" field.
+func (m *NodeMutation) ResetBootInterface() {
+	m.boot_interface = nil
+}
+
+// SetConsoleInterface sets the "console_interface" field.
+func (m *NodeMutation) SetConsoleInterface(s string) {
+	m.console_interface = &s
+}
+
+// ConsoleInterface returns the value of the "console_interface" field in the mutation.
+func (m *NodeMutation) ConsoleInterface() (r string, exists bool) {
+	v := m.console_interface
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldConsoleInterface returns the old "console_interface" field's value of the Node entity.
+// If the Node object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *NodeMutation) OldConsoleInterface(ctx context.Context) (v string, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldConsoleInterface is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldConsoleInterface requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldConsoleInterface: %w", err)
+	}
+	return oldValue.ConsoleInterface, nil
+}
+
+// ResetConsoleInterface resets all changes to the "console_interface" field.
+func (m *NodeMutation) ResetConsoleInterface() {
+	m.console_interface = nil
+}
+
+// SetDeployInterface sets the "deploy_interface" field.
+func (m *NodeMutation) SetDeployInterface(s string) {
+	m.deploy_interface = &s
+}
+
+// DeployInterface returns the value of the "deploy_interface" field in the mutation.
+func (m *NodeMutation) DeployInterface() (r string, exists bool) {
+	v := m.deploy_interface
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldDeployInterface returns the old "deploy_interface" field's value of the Node entity.
+// If the Node object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *NodeMutation) OldDeployInterface(ctx context.Context) (v string, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldDeployInterface is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldDeployInterface requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldDeployInterface: %w", err)
+	}
+	return oldValue.DeployInterface, nil
+}
+
+// ResetDeployInterface resets all changes to the "deploy_interface" field.
+func (m *NodeMutation) ResetDeployInterface() {
+	m.deploy_interface = nil
+}
+
+// SetFirmwareInterface sets the "firmware_interface" field.
+func (m *NodeMutation) SetFirmwareInterface(s string) {
+	m.firmware_interface = &s
+}
+
+// FirmwareInterface returns the value of the "firmware_interface" field in the mutation.
+func (m *NodeMutation) FirmwareInterface() (r string, exists bool) {
+	v := m.firmware_interface
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldFirmwareInterface returns the old "firmware_interface" field's value of the Node entity.
+// If the Node object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *NodeMutation) OldFirmwareInterface(ctx context.Context) (v string, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldFirmwareInterface is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldFirmwareInterface requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldFirmwareInterface: %w", err)
+	}
+	return oldValue.FirmwareInterface, nil
+}
+
+// ResetFirmwareInterface resets all changes to the "firmware_interface" field.
+func (m *NodeMutation) ResetFirmwareInterface() {
+	m.firmware_interface = nil
+}
+
+// SetInspectInterface sets the "inspect_interface" field.
+func (m *NodeMutation) SetInspectInterface(s string) {
+	m.inspect_interface = &s
+}
+
+// InspectInterface returns the value of the "inspect_interface" field in the mutation.
+func (m *NodeMutation) InspectInterface() (r string, exists bool) {
+	v := m.inspect_interface
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldInspectInterface returns the old "inspect_interface" field's value of the Node entity.
+// If the Node object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *NodeMutation) OldInspectInterface(ctx context.Context) (v string, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldInspectInterface is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldInspectInterface requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldInspectInterface: %w", err)
+	}
+	return oldValue.InspectInterface, nil
+}
+
+// ResetInspectInterface resets all changes to the "inspect_interface" field.
+func (m *NodeMutation) ResetInspectInterface() {
+	m.inspect_interface = nil
+}
+
+// SetManagementInterface sets the "management_interface" field.
+func (m *NodeMutation) SetManagementInterface(s string) {
+	m.management_interface = &s
+}
+
+// ManagementInterface returns the value of the "management_interface" field in the mutation.
+func (m *NodeMutation) ManagementInterface() (r string, exists bool) {
+	v := m.management_interface
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldManagementInterface returns the old "management_interface" field's value of the Node entity.
+// If the Node object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *NodeMutation) OldManagementInterface(ctx context.Context) (v string, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldManagementInterface is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldManagementInterface requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldManagementInterface: %w", err)
+	}
+	return oldValue.ManagementInterface, nil
+}
+
+// ResetManagementInterface resets all changes to the "management_interface" field.
+func (m *NodeMutation) ResetManagementInterface() {
+	m.management_interface = nil
+}
+
+// SetNetworkInterface sets the "network_interface" field.
+func (m *NodeMutation) SetNetworkInterface(s string) {
+	m.network_interface = &s
+}
+
+// NetworkInterface returns the value of the "network_interface" field in the mutation.
+func (m *NodeMutation) NetworkInterface() (r string, exists bool) {
+	v := m.network_interface
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldNetworkInterface returns the old "network_interface" field's value of the Node entity.
+// If the Node object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *NodeMutation) OldNetworkInterface(ctx context.Context) (v string, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldNetworkInterface is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldNetworkInterface requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldNetworkInterface: %w", err)
+	}
+	return oldValue.NetworkInterface, nil
+}
+
+// ResetNetworkInterface resets all changes to the "network_interface" field.
+func (m *NodeMutation) ResetNetworkInterface() {
+	m.network_interface = nil
+}
+
+// SetPowerInterface sets the "power_interface" field.
+func (m *NodeMutation) SetPowerInterface(s string) {
+	m.power_interface = &s
+}
+
+// PowerInterface returns the value of the "power_interface" field in the mutation.
+func (m *NodeMutation) PowerInterface() (r string, exists bool) {
+	v := m.power_interface
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldPowerInterface returns the old "power_interface" field's value of the Node entity.
+// If the Node object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *NodeMutation) OldPowerInterface(ctx context.Context) (v string, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldPowerInterface is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldPowerInterface requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldPowerInterface: %w", err)
+	}
+	return oldValue.PowerInterface, nil
+}
+
+// ResetPowerInterface resets all changes to the "power_interface" field.
+func (m *NodeMutation) ResetPowerInterface() {
+	m.power_interface = nil
+}
+
+// SetRaidInterface sets the "raid_interface" field.
+func (m *NodeMutation) SetRaidInterface(s string) {
+	m.raid_interface = &s
+}
+
+// RaidInterface returns the value of the "raid_interface" field in the mutation.
+func (m *NodeMutation) RaidInterface() (r string, exists bool) {
+	v := m.raid_interface
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldRaidInterface returns the old "raid_interface" field's value of the Node entity.
+// If the Node object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *NodeMutation) OldRaidInterface(ctx context.Context) (v string, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldRaidInterface is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldRaidInterface requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldRaidInterface: %w", err)
+	}
+	return oldValue.RaidInterface, nil
+}
+
+// ResetRaidInterface resets all changes to the "raid_interface" field.
+func (m *NodeMutation) ResetRaidInterface() {
+	m.raid_interface = nil
+}
+
+// SetRescueInterface sets the "rescue_interface" field.
+func (m *NodeMutation) SetRescueInterface(s string) {
+	m.rescue_interface = &s
+}
+
+// RescueInterface returns the value of the "rescue_interface" field in the mutation.
+func (m *NodeMutation) RescueInterface() (r string, exists bool) {
+	v := m.rescue_interface
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldRescueInterface returns the old "rescue_interface" field's value of the Node entity.
+// If the Node object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *NodeMutation) OldRescueInterface(ctx context.Context) (v string, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldRescueInterface is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldRescueInterface requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldRescueInterface: %w", err)
+	}
+	return oldValue.RescueInterface, nil
+}
+
+// ResetRescueInterface resets all changes to the "rescue_interface" field.
+func (m *NodeMutation) ResetRescueInterface() {
+	m.rescue_interface = nil
+}
+
+// SetStorageInterface sets the "storage_interface" field.
+func (m *NodeMutation) SetStorageInterface(s string) {
+	m.storage_interface = &s
+}
+
+// StorageInterface returns the value of the "storage_interface" field in the mutation.
+func (m *NodeMutation) StorageInterface() (r string, exists bool) {
+	v := m.storage_interface
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldStorageInterface returns the old "storage_interface" field's value of the Node entity.
+// If the Node object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *NodeMutation) OldStorageInterface(ctx context.Context) (v string, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldStorageInterface is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldStorageInterface requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldStorageInterface: %w", err)
+	}
+	return oldValue.StorageInterface, nil
+}
+
+// ResetStorageInterface resets all changes to the "storage_interface" field.
+func (m *NodeMutation) ResetStorageInterface() {
+	m.storage_interface = nil
+}
+
+// SetVendorInterface sets the "vendor_interface" field.
+func (m *NodeMutation) SetVendorInterface(s string) {
+	m.vendor_interface = &s
+}
+
+// VendorInterface returns the value of the "vendor_interface" field in the mutation.
+func (m *NodeMutation) VendorInterface() (r string, exists bool) {
+	v := m.vendor_interface
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldVendorInterface returns the old "vendor_interface" field's value of the Node entity.
+// If the Node object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *NodeMutation) OldVendorInterface(ctx context.Context) (v string, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldVendorInterface is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldVendorInterface requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldVendorInterface: %w", err)
+	}
+	return oldValue.VendorInterface, nil
+}
+
+// ResetVendorInterface resets all changes to the "vendor_interface" field.
+func (m *NodeMutation) ResetVendorInterface() {
+	m.vendor_interface = nil
+}
+
+// SetProtected sets the "protected" field.
+func (m *NodeMutation) SetProtected(b bool) {
+	m.protected = &b
+}
+
+// Protected returns the value of the "protected" field in the mutation.
+func (m *NodeMutation) Protected() (r bool, exists bool) {
+	v := m.protected
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldProtected returns the old "protected" field's value of the Node entity.
+// If the Node object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *NodeMutation) OldProtected(ctx context.Context) (v bool, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldProtected is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldProtected requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldProtected: %w", err)
+	}
+	return oldValue.Protected, nil
+}
+
+// ResetProtected resets all changes to the "protected" field.
+func (m *NodeMutation) ResetProtected() {
+	m.protected = nil
+}
+
+// SetProtectedReason sets the "protected_reason" field.
+func (m *NodeMutation) SetProtectedReason(s string) {
+	m.protected_reason = &s
+}
+
+// ProtectedReason returns the value of the "protected_reason" field in the mutation.
+func (m *NodeMutation) ProtectedReason() (r string, exists bool) {
+	v := m.protected_reason
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldProtectedReason returns the old "protected_reason" field's value of the Node entity.
+// If the Node object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *NodeMutation) OldProtectedReason(ctx context.Context) (v *string, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldProtectedReason is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldProtectedReason requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldProtectedReason: %w", err)
+	}
+	return oldValue.ProtectedReason, nil
+}
+
+// ClearProtectedReason clears the value of the "protected_reason" field.
+func (m *NodeMutation) ClearProtectedReason() {
+	m.protected_reason = nil
+	m.clearedFields[node.FieldProtectedReason] = struct{}{}
+}
+
+// ProtectedReasonCleared returns if the "protected_reason" field was cleared in this mutation.
+func (m *NodeMutation) ProtectedReasonCleared() bool {
+	_, ok := m.clearedFields[node.FieldProtectedReason]
+	return ok
+}
+
+// ResetProtectedReason resets all changes to the "protected_reason" field.
+func (m *NodeMutation) ResetProtectedReason() {
+	m.protected_reason = nil
+	delete(m.clearedFields, node.FieldProtectedReason)
+}
+
+// SetRetired sets the "retired" field.
+func (m *NodeMutation) SetRetired(b bool) {
+	m.retired = &b
+}
+
+// Retired returns the value of the "retired" field in the mutation.
+func (m *NodeMutation) Retired() (r bool, exists bool) {
+	v := m.retired
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldRetired returns the old "retired" field's value of the Node entity.
+// If the Node object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *NodeMutation) OldRetired(ctx context.Context) (v bool, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldRetired is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldRetired requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldRetired: %w", err)
+	}
+	return oldValue.Retired, nil
+}
+
+// ResetRetired resets all changes to the "retired" field.
+func (m *NodeMutation) ResetRetired() {
+	m.retired = nil
+}
+
+// SetRetiredReason sets the "retired_reason" field.
+func (m *NodeMutation) SetRetiredReason(s string) {
+	m.retired_reason = &s
+}
+
+// RetiredReason returns the value of the "retired_reason" field in the mutation.
+func (m *NodeMutation) RetiredReason() (r string, exists bool) {
+	v := m.retired_reason
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldRetiredReason returns the old "retired_reason" field's value of the Node entity.
+// If the Node object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *NodeMutation) OldRetiredReason(ctx context.Context) (v *string, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldRetiredReason is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldRetiredReason requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldRetiredReason: %w", err)
+	}
+	return oldValue.RetiredReason, nil
+}
+
+// ClearRetiredReason clears the value of the "retired_reason" field.
+func (m *NodeMutation) ClearRetiredReason() {
+	m.retired_reason = nil
+	m.clearedFields[node.FieldRetiredReason] = struct{}{}
+}
+
+// RetiredReasonCleared returns if the "retired_reason" field was cleared in this mutation.
+func (m *NodeMutation) RetiredReasonCleared() bool {
+	_, ok := m.clearedFields[node.FieldRetiredReason]
+	return ok
+}
+
+// ResetRetiredReason resets all changes to the "retired_reason" field.
+func (m *NodeMutation) ResetRetiredReason() {
+	m.retired_reason = nil
+	delete(m.clearedFields, node.FieldRetiredReason)
+}
+
+// SetAutomatedClean sets the "automated_clean" field.
+func (m *NodeMutation) SetAutomatedClean(b bool) {
+	m.automated_clean = &b
+}
+
+// AutomatedClean returns the value of the "automated_clean" field in the mutation.
+func (m *NodeMutation) AutomatedClean() (r bool, exists bool) {
+	v := m.automated_clean
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldAutomatedClean returns the old "automated_clean" field's value of the Node entity.
+// If the Node object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *NodeMutation) OldAutomatedClean(ctx context.Context) (v *bool, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldAutomatedClean is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldAutomatedClean requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldAutomatedClean: %w", err)
+	}
+	return oldValue.AutomatedClean, nil
+}
+
+// ClearAutomatedClean clears the value of the "automated_clean" field.
+func (m *NodeMutation) ClearAutomatedClean() {
+	m.automated_clean = nil
+	m.clearedFields[node.FieldAutomatedClean] = struct{}{}
+}
+
+// AutomatedCleanCleared returns if the "automated_clean" field was cleared in this mutation.
+func (m *NodeMutation) AutomatedCleanCleared() bool {
+	_, ok := m.clearedFields[node.FieldAutomatedClean]
+	return ok
+}
+
+// ResetAutomatedClean resets all changes to the "automated_clean" field.
+func (m *NodeMutation) ResetAutomatedClean() {
+	m.automated_clean = nil
+	delete(m.clearedFields, node.FieldAutomatedClean)
+}
+
+// SetNetworkData sets the "network_data" field.
+func (m *NodeMutation) SetNetworkData(value map[string]interface{}) {
+	m.network_data = &value
+}
+
+// NetworkData returns the value of the "network_data" field in the mutation.
+func (m *NodeMutation) NetworkData() (r map[string]interface{}, exists bool) {
+	v := m.network_data
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldNetworkData returns the old "network_data" field's value of the Node entity.
+// If the Node object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *NodeMutation) OldNetworkData(ctx context.Context) (v map[string]interface{}, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldNetworkData is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldNetworkData requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldNetworkData: %w", err)
+	}
+	return oldValue.NetworkData, nil
+}
+
+// ClearNetworkData clears the value of the "network_data" field.
+func (m *NodeMutation) ClearNetworkData() {
+	m.network_data = nil
+	m.clearedFields[node.FieldNetworkData] = struct{}{}
+}
+
+// NetworkDataCleared returns if the "network_data" field was cleared in this mutation.
+func (m *NodeMutation) NetworkDataCleared() bool {
+	_, ok := m.clearedFields[node.FieldNetworkData]
+	return ok
+}
+
+// ResetNetworkData resets all changes to the "network_data" field.
+func (m *NodeMutation) ResetNetworkData() {
+	m.network_data = nil
+	delete(m.clearedFields, node.FieldNetworkData)
+}
+
+// SetRaidConfig sets the "raid_config" field.
+func (m *NodeMutation) SetRaidConfig(value map[string]interface{}) {
+	m.raid_config = &value
+}
+
+// RaidConfig returns the value of the "raid_config" field in the mutation.
+func (m *NodeMutation) RaidConfig() (r map[string]interface{}, exists bool) {
+	v := m.raid_config
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldRaidConfig returns the old "raid_config" field's value of the Node entity.
+// If the Node object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *NodeMutation) OldRaidConfig(ctx context.Context) (v map[string]interface{}, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldRaidConfig is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldRaidConfig requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldRaidConfig: %w", err)
+	}
+	return oldValue.RaidConfig, nil
+}
+
+// ClearRaidConfig clears the value of the "raid_config" field.
+func (m *NodeMutation) ClearRaidConfig() {
+	m.raid_config = nil
+	m.clearedFields[node.FieldRaidConfig] = struct{}{}
+}
+
+// RaidConfigCleared returns if the "raid_config" field was cleared in this mutation.
+func (m *NodeMutation) RaidConfigCleared() bool {
+	_, ok := m.clearedFields[node.FieldRaidConfig]
+	return ok
+}
+
+// ResetRaidConfig resets all changes to the "raid_config" field.
+func (m *NodeMutation) ResetRaidConfig() {
+	m.raid_config = nil
+	delete(m.clearedFields, node.FieldRaidConfig)
+}
+
+// SetTargetRaidConfig sets the "target_raid_config" field.
+func (m *NodeMutation) SetTargetRaidConfig(value map[string]interface{}) {
+	m.target_raid_config = &value
+}
+
+// TargetRaidConfig returns the value of the "target_raid_config" field in the mutation.
+func (m *NodeMutation) TargetRaidConfig() (r map[string]interface{}, exists bool) {
+	v := m.target_raid_config
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldTargetRaidConfig returns the old "target_raid_config" field's value of the Node entity.
+// If the Node object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *NodeMutation) OldTargetRaidConfig(ctx context.Context) (v map[string]interface{}, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldTargetRaidConfig is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldTargetRaidConfig requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldTargetRaidConfig: %w", err)
+	}
+	return oldValue.TargetRaidConfig, nil
+}
+
+// ClearTargetRaidConfig clears the value of the "target_raid_config" field.
+func (m *NodeMutation) ClearTargetRaidConfig() {
+	m.target_raid_config = nil
+	m.clearedFields[node.FieldTargetRaidConfig] = struct{}{}
+}
+
+// TargetRaidConfigCleared returns if the "target_raid_config" field was cleared in this mutation.
+func (m *NodeMutation) TargetRaidConfigCleared() bool {
+	_, ok := m.clearedFields[node.FieldTargetRaidConfig]
+	return ok
+}
+
+// ResetTargetRaidConfig resets all changes to the "target_raid_config" field.
+func (m *NodeMutation) ResetTargetRaidConfig() {
+	m.target_raid_config = nil
+	delete(m.clearedFields, node.FieldTargetRaidConfig)
+}
+
+// SetConsoleEnabled sets the "console_enabled" field.
+func (m *NodeMutation) SetConsoleEnabled(b bool) {
+	m.console_enabled = &b
+}
+
+// ConsoleEnabled returns the value of the "console_enabled" field in the mutation.
+func (m *NodeMutation) ConsoleEnabled() (r bool, exists bool) {
+	v := m.console_enabled
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldConsoleEnabled returns the old "console_enabled" field's value of the Node entity.
+// If the Node object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *NodeMutation) OldConsoleEnabled(ctx context.Context) (v bool, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldConsoleEnabled is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldConsoleEnabled requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldConsoleEnabled: %w", err)
+	}
+	return oldValue.ConsoleEnabled, nil
+}
+
+// ResetConsoleEnabled resets all changes to the "console_enabled" field.
+func (m *NodeMutation) ResetConsoleEnabled() {
+	m.console_enabled = nil
+}
+
+// SetDeployStep sets the "deploy_step" field.
+func (m *NodeMutation) SetDeployStep(value map[string]interface{}) {
+	m.deploy_step = &value
+}
+
+// DeployStep returns the value of the "deploy_step" field in the mutation.
+func (m *NodeMutation) DeployStep() (r map[string]interface{}, exists bool) {
+	v := m.deploy_step
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldDeployStep returns the old "deploy_step" field's value of the Node entity.
+// If the Node object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *NodeMutation) OldDeployStep(ctx context.Context) (v map[string]interface{}, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldDeployStep is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldDeployStep requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldDeployStep: %w", err)
+	}
+	return oldValue.DeployStep, nil
+}
+
+// ClearDeployStep clears the value of the "deploy_step" field.
+func (m *NodeMutation) ClearDeployStep() {
+	m.deploy_step = nil
+	m.clearedFields[node.FieldDeployStep] = struct{}{}
+}
+
+// DeployStepCleared returns if the "deploy_step" field was cleared in this mutation.
+func (m *NodeMutation) DeployStepCleared() bool {
+	_, ok := m.clearedFields[node.FieldDeployStep]
+	return ok
+}
+
+// ResetDeployStep resets all changes to the "deploy_step" field.
+func (m *NodeMutation) ResetDeployStep() {
+	m.deploy_step = nil
+	delete(m.clearedFields, node.FieldDeployStep)
+}
+
+// SetBootMode sets the "boot_mode" field.
+func (m *NodeMutation) SetBootMode(s string) {
+	m.boot_mode = &s
+}
+
+// BootMode returns the value of the "boot_mode" field in the mutation.
+func (m *NodeMutation) BootMode() (r string, exists bool) {
+	v := m.boot_mode
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldBootMode returns the old "boot_mode" field's value of the Node entity.
+// If the Node object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *NodeMutation) OldBootMode(ctx context.Context) (v *string, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldBootMode is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldBootMode requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldBootMode: %w", err)
+	}
+	return oldValue.BootMode, nil
+}
+
+// ClearBootMode clears the value of the "boot_mode" field.
+func (m *NodeMutation) ClearBootMode() {
+	m.boot_mode = nil
+	m.clearedFields[node.FieldBootMode] = struct{}{}
+}
+
+// BootModeCleared returns if the "boot_mode" field was cleared in this mutation.
+func (m *NodeMutation) BootModeCleared() bool {
+	_, ok := m.clearedFields[node.FieldBootMode]
+	return ok
+}
+
+// ResetBootMode resets all changes to the "boot_mode" field.
+func (m *NodeMutation) ResetBootMode() {
+	m.boot_mode = nil
+	delete(m.clearedFields, node.FieldBootMode)
+}
+
+// SetSecureBoot sets the "secure_boot" field.
+func (m *NodeMutation) SetSecureBoot(b bool) {
+	m.secure_boot = &b
+}
+
+// SecureBoot returns the value of the "secure_boot" field in the mutation.
+func (m *NodeMutation) SecureBoot() (r bool, exists bool) {
+	v := m.secure_boot
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldSecureBoot returns the old "secure_boot" field's value of the Node entity.
+// If the Node object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *NodeMutation) OldSecureBoot(ctx context.Context) (v *bool, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldSecureBoot is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldSecureBoot requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldSecureBoot: %w", err)
+	}
+	return oldValue.SecureBoot, nil
+}
+
+// ClearSecureBoot clears the value of the "secure_boot" field.
+func (m *NodeMutation) ClearSecureBoot() {
+	m.secure_boot = nil
+	m.clearedFields[node.FieldSecureBoot] = struct{}{}
+}
+
+// SecureBootCleared returns if the "secure_boot" field was cleared in this mutation.
+func (m *NodeMutation) SecureBootCleared() bool {
+	_, ok := m.clearedFields[node.FieldSecureBoot]
+	return ok
+}
+
+// ResetSecureBoot resets all changes to the "secure_boot" field.
+func (m *NodeMutation) ResetSecureBoot() {
+	m.secure_boot = nil
+	delete(m.clearedFields, node.FieldSecureBoot)
+}
+
+// SetInspectionStartedAt sets the "inspection_started_at" field.
+func (m *NodeMutation) SetInspectionStartedAt(t time.Time) {
+	m.inspection_started_at = &t
+}
+
+// InspectionStartedAt returns the value of the "inspection_started_at" field in the mutation.
+func (m *NodeMutation) InspectionStartedAt() (r time.Time, exists bool) {
+	v := m.inspection_started_at
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldInspectionStartedAt returns the old "inspection_started_at" field's value of the Node entity.
+// If the Node object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *NodeMutation) OldInspectionStartedAt(ctx context.Context) (v *time.Time, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldInspectionStartedAt is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldInspectionStartedAt requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldInspectionStartedAt: %w", err)
+	}
+	return oldValue.InspectionStartedAt, nil
+}
+
+// ClearInspectionStartedAt clears the value of the "inspection_started_at" field.
+func (m *NodeMutation) ClearInspectionStartedAt() {
+	m.inspection_started_at = nil
+	m.clearedFields[node.FieldInspectionStartedAt] = struct{}{}
+}
+
+// InspectionStartedAtCleared returns if the "inspection_started_at" field was cleared in this mutation.
+func (m *NodeMutation) InspectionStartedAtCleared() bool {
+	_, ok := m.clearedFields[node.FieldInspectionStartedAt]
+	return ok
+}
+
+// ResetInspectionStartedAt resets all changes to the "inspection_started_at" field.
+func (m *NodeMutation) ResetInspectionStartedAt() {
+	m.inspection_started_at = nil
+	delete(m.clearedFields, node.FieldInspectionStartedAt)
+}
+
+// SetInspectionFinishedAt sets the "inspection_finished_at" field.
+func (m *NodeMutation) SetInspectionFinishedAt(t time.Time) {
+	m.inspection_finished_at = &t
+}
+
+// InspectionFinishedAt returns the value of the "inspection_finished_at" field in the mutation.
+func (m *NodeMutation) InspectionFinishedAt() (r time.Time, exists bool) {
+	v := m.inspection_finished_at
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldInspectionFinishedAt returns the old "inspection_finished_at" field's value of the Node entity.
+// If the Node object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *NodeMutation) OldInspectionFinishedAt(ctx context.Context) (v *time.Time, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldInspectionFinishedAt is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldInspectionFinishedAt requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldInspectionFinishedAt: %w", err)
+	}
+	return oldValue.InspectionFinishedAt, nil
+}
+
+// ClearInspectionFinishedAt clears the value of the "inspection_finished_at" field.
+func (m *NodeMutation) ClearInspectionFinishedAt() {
+	m.inspection_finished_at = nil
+	m.clearedFields[node.FieldInspectionFinishedAt] = struct{}{}
+}
+
+// InspectionFinishedAtCleared returns if the "inspection_finished_at" field was cleared in this mutation.
+func (m *NodeMutation) InspectionFinishedAtCleared() bool {
+	_, ok := m.clearedFields[node.FieldInspectionFinishedAt]
+	return ok
+}
+
+// ResetInspectionFinishedAt resets all changes to the "inspection_finished_at" field.
+func (m *NodeMutation) ResetInspectionFinishedAt() {
+	m.inspection_finished_at = nil
+	delete(m.clearedFields, node.FieldInspectionFinishedAt)
+}
+
+// SetShard sets the "shard" field.
+func (m *NodeMutation) SetShard(s string) {
+	m.shard = &s
+}
+
+// Shard returns the value of the "shard" field in the mutation.
+func (m *NodeMutation) Shard() (r string, exists bool) {
+	v := m.shard
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldShard returns the old "shard" field's value of the Node entity.
+// If the Node object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *NodeMutation) OldShard(ctx context.Context) (v *string, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldShard is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldShard requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldShard: %w", err)
+	}
+	return oldValue.Shard, nil
+}
+
+// ClearShard clears the value of the "shard" field.
+func (m *NodeMutation) ClearShard() {
+	m.shard = nil
+	m.clearedFields[node.FieldShard] = struct{}{}
+}
+
+// ShardCleared returns if the "shard" field was cleared in this mutation.
+func (m *NodeMutation) ShardCleared() bool {
+	_, ok := m.clearedFields[node.FieldShard]
+	return ok
+}
+
+// ResetShard resets all changes to the "shard" field.
+func (m *NodeMutation) ResetShard() {
+	m.shard = nil
+	delete(m.clearedFields, node.FieldShard)
+}
+
+// SetParentNode sets the "parent_node" field.
+func (m *NodeMutation) SetParentNode(s string) {
+	m.parent_node = &s
+}
+
+// ParentNode returns the value of the "parent_node" field in the mutation.
+func (m *NodeMutation) ParentNode() (r string, exists bool) {
+	v := m.parent_node
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldParentNode returns the old "parent_node" field's value of the Node entity.
+// If the Node object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *NodeMutation) OldParentNode(ctx context.Context) (v *string, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldParentNode is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldParentNode requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldParentNode: %w", err)
+	}
+	return oldValue.ParentNode, nil
+}
+
+// ClearParentNode clears the value of the "parent_node" field.
+func (m *NodeMutation) ClearParentNode() {
+	m.parent_node = nil
+	m.clearedFields[node.FieldParentNode] = struct{}{}
+}
+
+// ParentNodeCleared returns if the "parent_node" field was cleared in this mutation.
+func (m *NodeMutation) ParentNodeCleared() bool {
+	_, ok := m.clearedFields[node.FieldParentNode]
+	return ok
+}
+
+// ResetParentNode resets all changes to the "parent_node" field.
+func (m *NodeMutation) ResetParentNode() {
+	m.parent_node = nil
+	delete(m.clearedFields, node.FieldParentNode)
+}
+
+// SetDisablePowerOff sets the "disable_power_off" field.
+func (m *NodeMutation) SetDisablePowerOff(b bool) {
+	m.disable_power_off = &b
+}
+
+// DisablePowerOff returns the value of the "disable_power_off" field in the mutation.
+func (m *NodeMutation) DisablePowerOff() (r bool, exists bool) {
+	v := m.disable_power_off
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldDisablePowerOff returns the old "disable_power_off" field's value of the Node entity.
+// If the Node object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *NodeMutation) OldDisablePowerOff(ctx context.Context) (v bool, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldDisablePowerOff is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldDisablePowerOff requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldDisablePowerOff: %w", err)
+	}
+	return oldValue.DisablePowerOff, nil
+}
+
+// ResetDisablePowerOff resets all changes to the "disable_power_off" field.
+func (m *NodeMutation) ResetDisablePowerOff() {
+	m.disable_power_off = nil
+}
+
+// SetInstanceName sets the "instance_name" field.
+func (m *NodeMutation) SetInstanceName(s string) {
+	m.instance_name = &s
+}
+
+// InstanceName returns the value of the "instance_name" field in the mutation.
+func (m *NodeMutation) InstanceName() (r string, exists bool) {
+	v := m.instance_name
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldInstanceName returns the old "instance_name" field's value of the Node entity.
+// If the Node object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *NodeMutation) OldInstanceName(ctx context.Context) (v *string, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldInstanceName is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldInstanceName requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldInstanceName: %w", err)
+	}
+	return oldValue.InstanceName, nil
+}
+
+// ClearInstanceName clears the value of the "instance_name" field.
+func (m *NodeMutation) ClearInstanceName() {
+	m.instance_name = nil
+	m.clearedFields[node.FieldInstanceName] = struct{}{}
+}
+
+// InstanceNameCleared returns if the "instance_name" field was cleared in this mutation.
+func (m *NodeMutation) InstanceNameCleared() bool {
+	_, ok := m.clearedFields[node.FieldInstanceName]
+	return ok
+}
+
+// ResetInstanceName resets all changes to the "instance_name" field.
+func (m *NodeMutation) ResetInstanceName() {
+	m.instance_name = nil
+	delete(m.clearedFields, node.FieldInstanceName)
+}
+
+// SetHealth sets the "health" field.
+func (m *NodeMutation) SetHealth(s string) {
+	m.health = &s
+}
+
+// Health returns the value of the "health" field in the mutation.
+func (m *NodeMutation) Health() (r string, exists bool) {
+	v := m.health
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldHealth returns the old "health" field's value of the Node entity.
+// If the Node object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *NodeMutation) OldHealth(ctx context.Context) (v *string, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldHealth is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldHealth requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldHealth: %w", err)
+	}
+	return oldValue.Health, nil
+}
+
+// ClearHealth clears the value of the "health" field.
+func (m *NodeMutation) ClearHealth() {
+	m.health = nil
+	m.clearedFields[node.FieldHealth] = struct{}{}
+}
+
+// HealthCleared returns if the "health" field was cleared in this mutation.
+func (m *NodeMutation) HealthCleared() bool {
+	_, ok := m.clearedFields[node.FieldHealth]
+	return ok
+}
+
+// ResetHealth resets all changes to the "health" field.
+func (m *NodeMutation) ResetHealth() {
+	m.health = nil
+	delete(m.clearedFields, node.FieldHealth)
+}
+
 // AddTraitIDs adds the "traits" edge to the Trait entity by ids.
 func (m *NodeMutation) AddTraitIDs(ids ...int) {
 	if m.traits == nil {
@@ -8737,7 +10116,7 @@ func (m *NodeMutation) Type() string {
 // order to get all numeric fields that were incremented/decremented, call
 // AddedFields().
 func (m *NodeMutation) Fields() []string {
-	fields := make([]string, 0, 29)
+	fields := make([]string, 0, 61)
 	if m.created_at != nil {
 		fields = append(fields, node.FieldCreatedAt)
 	}
@@ -8825,6 +10204,102 @@ func (m *NodeMutation) Fields() []string {
 	if m.chassis != nil {
 		fields = append(fields, node.FieldChassisID)
 	}
+	if m.bios_interface != nil {
+		fields = append(fields, node.FieldBiosInterface)
+	}
+	if m.boot_interface != nil {
+		fields = append(fields, node.FieldBootInterface)
+	}
+	if m.console_interface != nil {
+		fields = append(fields, node.FieldConsoleInterface)
+	}
+	if m.deploy_interface != nil {
+		fields = append(fields, node.FieldDeployInterface)
+	}
+	if m.firmware_interface != nil {
+		fields = append(fields, node.FieldFirmwareInterface)
+	}
+	if m.inspect_interface != nil {
+		fields = append(fields, node.FieldInspectInterface)
+	}
+	if m.management_interface != nil {
+		fields = append(fields, node.FieldManagementInterface)
+	}
+	if m.network_interface != nil {
+		fields = append(fields, node.FieldNetworkInterface)
+	}
+	if m.power_interface != nil {
+		fields = append(fields, node.FieldPowerInterface)
+	}
+	if m.raid_interface != nil {
+		fields = append(fields, node.FieldRaidInterface)
+	}
+	if m.rescue_interface != nil {
+		fields = append(fields, node.FieldRescueInterface)
+	}
+	if m.storage_interface != nil {
+		fields = append(fields, node.FieldStorageInterface)
+	}
+	if m.vendor_interface != nil {
+		fields = append(fields, node.FieldVendorInterface)
+	}
+	if m.protected != nil {
+		fields = append(fields, node.FieldProtected)
+	}
+	if m.protected_reason != nil {
+		fields = append(fields, node.FieldProtectedReason)
+	}
+	if m.retired != nil {
+		fields = append(fields, node.FieldRetired)
+	}
+	if m.retired_reason != nil {
+		fields = append(fields, node.FieldRetiredReason)
+	}
+	if m.automated_clean != nil {
+		fields = append(fields, node.FieldAutomatedClean)
+	}
+	if m.network_data != nil {
+		fields = append(fields, node.FieldNetworkData)
+	}
+	if m.raid_config != nil {
+		fields = append(fields, node.FieldRaidConfig)
+	}
+	if m.target_raid_config != nil {
+		fields = append(fields, node.FieldTargetRaidConfig)
+	}
+	if m.console_enabled != nil {
+		fields = append(fields, node.FieldConsoleEnabled)
+	}
+	if m.deploy_step != nil {
+		fields = append(fields, node.FieldDeployStep)
+	}
+	if m.boot_mode != nil {
+		fields = append(fields, node.FieldBootMode)
+	}
+	if m.secure_boot != nil {
+		fields = append(fields, node.FieldSecureBoot)
+	}
+	if m.inspection_started_at != nil {
+		fields = append(fields, node.FieldInspectionStartedAt)
+	}
+	if m.inspection_finished_at != nil {
+		fields = append(fields, node.FieldInspectionFinishedAt)
+	}
+	if m.shard != nil {
+		fields = append(fields, node.FieldShard)
+	}
+	if m.parent_node != nil {
+		fields = append(fields, node.FieldParentNode)
+	}
+	if m.disable_power_off != nil {
+		fields = append(fields, node.FieldDisablePowerOff)
+	}
+	if m.instance_name != nil {
+		fields = append(fields, node.FieldInstanceName)
+	}
+	if m.health != nil {
+		fields = append(fields, node.FieldHealth)
+	}
 	return fields
 }
 
@@ -8891,6 +10366,70 @@ func (m *NodeMutation) Field(name string) (ent.Value, bool) {
 		return m.ConductorGroup()
 	case node.FieldChassisID:
 		return m.ChassisID()
+	case node.FieldBiosInterface:
+		return m.BiosInterface()
+	case node.FieldBootInterface:
+		return m.BootInterface()
+	case node.FieldConsoleInterface:
+		return m.ConsoleInterface()
+	case node.FieldDeployInterface:
+		return m.DeployInterface()
+	case node.FieldFirmwareInterface:
+		return m.FirmwareInterface()
+	case node.FieldInspectInterface:
+		return m.InspectInterface()
+	case node.FieldManagementInterface:
+		return m.ManagementInterface()
+	case node.FieldNetworkInterface:
+		return m.NetworkInterface()
+	case node.FieldPowerInterface:
+		return m.PowerInterface()
+	case node.FieldRaidInterface:
+		return m.RaidInterface()
+	case node.FieldRescueInterface:
+		return m.RescueInterface()
+	case node.FieldStorageInterface:
+		return m.StorageInterface()
+	case node.FieldVendorInterface:
+		return m.VendorInterface()
+	case node.FieldProtected:
+		return m.Protected()
+	case node.FieldProtectedReason:
+		return m.ProtectedReason()
+	case node.FieldRetired:
+		return m.Retired()
+	case node.FieldRetiredReason:
+		return m.RetiredReason()
+	case node.FieldAutomatedClean:
+		return m.AutomatedClean()
+	case node.FieldNetworkData:
+		return m.NetworkData()
+	case node.FieldRaidConfig:
+		return m.RaidConfig()
+	case node.FieldTargetRaidConfig:
+		return m.TargetRaidConfig()
+	case node.FieldConsoleEnabled:
+		return m.ConsoleEnabled()
+	case node.FieldDeployStep:
+		return m.DeployStep()
+	case node.FieldBootMode:
+		return m.BootMode()
+	case node.FieldSecureBoot:
+		return m.SecureBoot()
+	case node.FieldInspectionStartedAt:
+		return m.InspectionStartedAt()
+	case node.FieldInspectionFinishedAt:
+		return m.InspectionFinishedAt()
+	case node.FieldShard:
+		return m.Shard()
+	case node.FieldParentNode:
+		return m.ParentNode()
+	case node.FieldDisablePowerOff:
+		return m.DisablePowerOff()
+	case node.FieldInstanceName:
+		return m.InstanceName()
+	case node.FieldHealth:
+		return m.Health()
 	}
 	return nil, false
 }
@@ -8958,6 +10497,70 @@ func (m *NodeMutation) OldField(ctx context.Context, name string) (ent.Value, er
 		return m.OldConductorGroup(ctx)
 	case node.FieldChassisID:
 		return m.OldChassisID(ctx)
+	case node.FieldBiosInterface:
+		return m.OldBiosInterface(ctx)
+	case node.FieldBootInterface:
+		return m.OldBootInterface(ctx)
+	case node.FieldConsoleInterface:
+		return m.OldConsoleInterface(ctx)
+	case node.FieldDeployInterface:
+		return m.OldDeployInterface(ctx)
+	case node.FieldFirmwareInterface:
+		return m.OldFirmwareInterface(ctx)
+	case node.FieldInspectInterface:
+		return m.OldInspectInterface(ctx)
+	case node.FieldManagementInterface:
+		return m.OldManagementInterface(ctx)
+	case node.FieldNetworkInterface:
+		return m.OldNetworkInterface(ctx)
+	case node.FieldPowerInterface:
+		return m.OldPowerInterface(ctx)
+	case node.FieldRaidInterface:
+		return m.OldRaidInterface(ctx)
+	case node.FieldRescueInterface:
+		return m.OldRescueInterface(ctx)
+	case node.FieldStorageInterface:
+		return m.OldStorageInterface(ctx)
+	case node.FieldVendorInterface:
+		return m.OldVendorInterface(ctx)
+	case node.FieldProtected:
+		return m.OldProtected(ctx)
+	case node.FieldProtectedReason:
+		return m.OldProtectedReason(ctx)
+	case node.FieldRetired:
+		return m.OldRetired(ctx)
+	case node.FieldRetiredReason:
+		return m.OldRetiredReason(ctx)
+	case node.FieldAutomatedClean:
+		return m.OldAutomatedClean(ctx)
+	case node.FieldNetworkData:
+		return m.OldNetworkData(ctx)
+	case node.FieldRaidConfig:
+		return m.OldRaidConfig(ctx)
+	case node.FieldTargetRaidConfig:
+		return m.OldTargetRaidConfig(ctx)
+	case node.FieldConsoleEnabled:
+		return m.OldConsoleEnabled(ctx)
+	case node.FieldDeployStep:
+		return m.OldDeployStep(ctx)
+	case node.FieldBootMode:
+		return m.OldBootMode(ctx)
+	case node.FieldSecureBoot:
+		return m.OldSecureBoot(ctx)
+	case node.FieldInspectionStartedAt:
+		return m.OldInspectionStartedAt(ctx)
+	case node.FieldInspectionFinishedAt:
+		return m.OldInspectionFinishedAt(ctx)
+	case node.FieldShard:
+		return m.OldShard(ctx)
+	case node.FieldParentNode:
+		return m.OldParentNode(ctx)
+	case node.FieldDisablePowerOff:
+		return m.OldDisablePowerOff(ctx)
+	case node.FieldInstanceName:
+		return m.OldInstanceName(ctx)
+	case node.FieldHealth:
+		return m.OldHealth(ctx)
 	}
 	return nil, fmt.Errorf("unknown Node field %s", name)
 }
@@ -9170,6 +10773,230 @@ func (m *NodeMutation) SetField(name string, value ent.Value) error {
 		}
 		m.SetChassisID(v)
 		return nil
+	case node.FieldBiosInterface:
+		v, ok := value.(string)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetBiosInterface(v)
+		return nil
+	case node.FieldBootInterface:
+		v, ok := value.(string)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetBootInterface(v)
+		return nil
+	case node.FieldConsoleInterface:
+		v, ok := value.(string)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetConsoleInterface(v)
+		return nil
+	case node.FieldDeployInterface:
+		v, ok := value.(string)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetDeployInterface(v)
+		return nil
+	case node.FieldFirmwareInterface:
+		v, ok := value.(string)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetFirmwareInterface(v)
+		return nil
+	case node.FieldInspectInterface:
+		v, ok := value.(string)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetInspectInterface(v)
+		return nil
+	case node.FieldManagementInterface:
+		v, ok := value.(string)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetManagementInterface(v)
+		return nil
+	case node.FieldNetworkInterface:
+		v, ok := value.(string)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetNetworkInterface(v)
+		return nil
+	case node.FieldPowerInterface:
+		v, ok := value.(string)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetPowerInterface(v)
+		return nil
+	case node.FieldRaidInterface:
+		v, ok := value.(string)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetRaidInterface(v)
+		return nil
+	case node.FieldRescueInterface:
+		v, ok := value.(string)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetRescueInterface(v)
+		return nil
+	case node.FieldStorageInterface:
+		v, ok := value.(string)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetStorageInterface(v)
+		return nil
+	case node.FieldVendorInterface:
+		v, ok := value.(string)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetVendorInterface(v)
+		return nil
+	case node.FieldProtected:
+		v, ok := value.(bool)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetProtected(v)
+		return nil
+	case node.FieldProtectedReason:
+		v, ok := value.(string)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetProtectedReason(v)
+		return nil
+	case node.FieldRetired:
+		v, ok := value.(bool)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetRetired(v)
+		return nil
+	case node.FieldRetiredReason:
+		v, ok := value.(string)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetRetiredReason(v)
+		return nil
+	case node.FieldAutomatedClean:
+		v, ok := value.(bool)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetAutomatedClean(v)
+		return nil
+	case node.FieldNetworkData:
+		v, ok := value.(map[string]interface{})
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetNetworkData(v)
+		return nil
+	case node.FieldRaidConfig:
+		v, ok := value.(map[string]interface{})
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetRaidConfig(v)
+		return nil
+	case node.FieldTargetRaidConfig:
+		v, ok := value.(map[string]interface{})
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetTargetRaidConfig(v)
+		return nil
+	case node.FieldConsoleEnabled:
+		v, ok := value.(bool)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetConsoleEnabled(v)
+		return nil
+	case node.FieldDeployStep:
+		v, ok := value.(map[string]interface{})
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetDeployStep(v)
+		return nil
+	case node.FieldBootMode:
+		v, ok := value.(string)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetBootMode(v)
+		return nil
+	case node.FieldSecureBoot:
+		v, ok := value.(bool)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetSecureBoot(v)
+		return nil
+	case node.FieldInspectionStartedAt:
+		v, ok := value.(time.Time)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetInspectionStartedAt(v)
+		return nil
+	case node.FieldInspectionFinishedAt:
+		v, ok := value.(time.Time)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetInspectionFinishedAt(v)
+		return nil
+	case node.FieldShard:
+		v, ok := value.(string)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetShard(v)
+		return nil
+	case node.FieldParentNode:
+		v, ok := value.(string)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetParentNode(v)
+		return nil
+	case node.FieldDisablePowerOff:
+		v, ok := value.(bool)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetDisablePowerOff(v)
+		return nil
+	case node.FieldInstanceName:
+		v, ok := value.(string)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetInstanceName(v)
+		return nil
+	case node.FieldHealth:
+		v, ok := value.(string)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetHealth(v)
+		return nil
 	}
 	return fmt.Errorf("unknown Node field %s", name)
 }
@@ -9272,6 +11099,51 @@ func (m *NodeMutation) ClearedFields() []string {
 	if m.FieldCleared(node.FieldChassisID) {
 		fields = append(fields, node.FieldChassisID)
 	}
+	if m.FieldCleared(node.FieldProtectedReason) {
+		fields = append(fields, node.FieldProtectedReason)
+	}
+	if m.FieldCleared(node.FieldRetiredReason) {
+		fields = append(fields, node.FieldRetiredReason)
+	}
+	if m.FieldCleared(node.FieldAutomatedClean) {
+		fields = append(fields, node.FieldAutomatedClean)
+	}
+	if m.FieldCleared(node.FieldNetworkData) {
+		fields = append(fields, node.FieldNetworkData)
+	}
+	if m.FieldCleared(node.FieldRaidConfig) {
+		fields = append(fields, node.FieldRaidConfig)
+	}
+	if m.FieldCleared(node.FieldTargetRaidConfig) {
+		fields = append(fields, node.FieldTargetRaidConfig)
+	}
+	if m.FieldCleared(node.FieldDeployStep) {
+		fields = append(fields, node.FieldDeployStep)
+	}
+	if m.FieldCleared(node.FieldBootMode) {
+		fields = append(fields, node.FieldBootMode)
+	}
+	if m.FieldCleared(node.FieldSecureBoot) {
+		fields = append(fields, node.FieldSecureBoot)
+	}
+	if m.FieldCleared(node.FieldInspectionStartedAt) {
+		fields = append(fields, node.FieldInspectionStartedAt)
+	}
+	if m.FieldCleared(node.FieldInspectionFinishedAt) {
+		fields = append(fields, node.FieldInspectionFinishedAt)
+	}
+	if m.FieldCleared(node.FieldShard) {
+		fields = append(fields, node.FieldShard)
+	}
+	if m.FieldCleared(node.FieldParentNode) {
+		fields = append(fields, node.FieldParentNode)
+	}
+	if m.FieldCleared(node.FieldInstanceName) {
+		fields = append(fields, node.FieldInstanceName)
+	}
+	if m.FieldCleared(node.FieldHealth) {
+		fields = append(fields, node.FieldHealth)
+	}
 	return fields
 }
 
@@ -9354,6 +11226,51 @@ func (m *NodeMutation) ClearField(name string) error {
 		return nil
 	case node.FieldChassisID:
 		m.ClearChassisID()
+		return nil
+	case node.FieldProtectedReason:
+		m.ClearProtectedReason()
+		return nil
+	case node.FieldRetiredReason:
+		m.ClearRetiredReason()
+		return nil
+	case node.FieldAutomatedClean:
+		m.ClearAutomatedClean()
+		return nil
+	case node.FieldNetworkData:
+		m.ClearNetworkData()
+		return nil
+	case node.FieldRaidConfig:
+		m.ClearRaidConfig()
+		return nil
+	case node.FieldTargetRaidConfig:
+		m.ClearTargetRaidConfig()
+		return nil
+	case node.FieldDeployStep:
+		m.ClearDeployStep()
+		return nil
+	case node.FieldBootMode:
+		m.ClearBootMode()
+		return nil
+	case node.FieldSecureBoot:
+		m.ClearSecureBoot()
+		return nil
+	case node.FieldInspectionStartedAt:
+		m.ClearInspectionStartedAt()
+		return nil
+	case node.FieldInspectionFinishedAt:
+		m.ClearInspectionFinishedAt()
+		return nil
+	case node.FieldShard:
+		m.ClearShard()
+		return nil
+	case node.FieldParentNode:
+		m.ClearParentNode()
+		return nil
+	case node.FieldInstanceName:
+		m.ClearInstanceName()
+		return nil
+	case node.FieldHealth:
+		m.ClearHealth()
 		return nil
 	}
 	return fmt.Errorf("unknown Node nullable field %s", name)
@@ -9449,6 +11366,102 @@ func (m *NodeMutation) ResetField(name string) error {
 		return nil
 	case node.FieldChassisID:
 		m.ResetChassisID()
+		return nil
+	case node.FieldBiosInterface:
+		m.ResetBiosInterface()
+		return nil
+	case node.FieldBootInterface:
+		m.ResetBootInterface()
+		return nil
+	case node.FieldConsoleInterface:
+		m.ResetConsoleInterface()
+		return nil
+	case node.FieldDeployInterface:
+		m.ResetDeployInterface()
+		return nil
+	case node.FieldFirmwareInterface:
+		m.ResetFirmwareInterface()
+		return nil
+	case node.FieldInspectInterface:
+		m.ResetInspectInterface()
+		return nil
+	case node.FieldManagementInterface:
+		m.ResetManagementInterface()
+		return nil
+	case node.FieldNetworkInterface:
+		m.ResetNetworkInterface()
+		return nil
+	case node.FieldPowerInterface:
+		m.ResetPowerInterface()
+		return nil
+	case node.FieldRaidInterface:
+		m.ResetRaidInterface()
+		return nil
+	case node.FieldRescueInterface:
+		m.ResetRescueInterface()
+		return nil
+	case node.FieldStorageInterface:
+		m.ResetStorageInterface()
+		return nil
+	case node.FieldVendorInterface:
+		m.ResetVendorInterface()
+		return nil
+	case node.FieldProtected:
+		m.ResetProtected()
+		return nil
+	case node.FieldProtectedReason:
+		m.ResetProtectedReason()
+		return nil
+	case node.FieldRetired:
+		m.ResetRetired()
+		return nil
+	case node.FieldRetiredReason:
+		m.ResetRetiredReason()
+		return nil
+	case node.FieldAutomatedClean:
+		m.ResetAutomatedClean()
+		return nil
+	case node.FieldNetworkData:
+		m.ResetNetworkData()
+		return nil
+	case node.FieldRaidConfig:
+		m.ResetRaidConfig()
+		return nil
+	case node.FieldTargetRaidConfig:
+		m.ResetTargetRaidConfig()
+		return nil
+	case node.FieldConsoleEnabled:
+		m.ResetConsoleEnabled()
+		return nil
+	case node.FieldDeployStep:
+		m.ResetDeployStep()
+		return nil
+	case node.FieldBootMode:
+		m.ResetBootMode()
+		return nil
+	case node.FieldSecureBoot:
+		m.ResetSecureBoot()
+		return nil
+	case node.FieldInspectionStartedAt:
+		m.ResetInspectionStartedAt()
+		return nil
+	case node.FieldInspectionFinishedAt:
+		m.ResetInspectionFinishedAt()
+		return nil
+	case node.FieldShard:
+		m.ResetShard()
+		return nil
+	case node.FieldParentNode:
+		m.ResetParentNode()
+		return nil
+	case node.FieldDisablePowerOff:
+		m.ResetDisablePowerOff()
+		return nil
+	case node.FieldInstanceName:
+		m.ResetInstanceName()
+		return nil
+	case node.FieldHealth:
+		m.ResetHealth()
 		return nil
 	}
 	return fmt.Errorf("unknown Node field %s", name)

@@ -79,6 +79,70 @@ type Node struct {
 	ConductorGroup string `json:"conductor_group,omitempty"`
 	// ChassisID holds the value of the "chassis_id" field.
 	ChassisID *int `json:"chassis_id,omitempty"`
+	// BiosInterface holds the value of the "bios_interface" field.
+	BiosInterface string `json:"bios_interface,omitempty"`
+	// BootInterface holds the value of the "boot_interface" field.
+	BootInterface string `json:"boot_interface,omitempty"`
+	// ConsoleInterface holds the value of the "console_interface" field.
+	ConsoleInterface string `json:"console_interface,omitempty"`
+	// DeployInterface holds the value of the "deploy_interface" field.
+	DeployInterface string `json:"deploy_interface,omitempty"`
+	// FirmwareInterface holds the value of the "firmware_interface" field.
+	FirmwareInterface string `json:"firmware_interface,omitempty"`
+	// InspectInterface holds the value of the "inspect_interface" field.
+	InspectInterface string `json:"inspect_interface,omitempty"`
+	// ManagementInterface holds the value of the "management_interface" field.
+	ManagementInterface string `json:"management_interface,omitempty"`
+	// NetworkInterface holds the value of the "network_interface" field.
+	NetworkInterface string `json:"network_interface,omitempty"`
+	// PowerInterface holds the value of the "power_interface" field.
+	PowerInterface string `json:"power_interface,omitempty"`
+	// RaidInterface holds the value of the "raid_interface" field.
+	RaidInterface string `json:"raid_interface,omitempty"`
+	// RescueInterface holds the value of the "rescue_interface" field.
+	RescueInterface string `json:"rescue_interface,omitempty"`
+	// StorageInterface holds the value of the "storage_interface" field.
+	StorageInterface string `json:"storage_interface,omitempty"`
+	// VendorInterface holds the value of the "vendor_interface" field.
+	VendorInterface string `json:"vendor_interface,omitempty"`
+	// Protected holds the value of the "protected" field.
+	Protected bool `json:"protected,omitempty"`
+	// ProtectedReason holds the value of the "protected_reason" field.
+	ProtectedReason *string `json:"protected_reason,omitempty"`
+	// Retired holds the value of the "retired" field.
+	Retired bool `json:"retired,omitempty"`
+	// RetiredReason holds the value of the "retired_reason" field.
+	RetiredReason *string `json:"retired_reason,omitempty"`
+	// AutomatedClean holds the value of the "automated_clean" field.
+	AutomatedClean *bool `json:"automated_clean,omitempty"`
+	// NetworkData holds the value of the "network_data" field.
+	NetworkData map[string]interface{} `json:"network_data,omitempty"`
+	// RaidConfig holds the value of the "raid_config" field.
+	RaidConfig map[string]interface{} `json:"raid_config,omitempty"`
+	// TargetRaidConfig holds the value of the "target_raid_config" field.
+	TargetRaidConfig map[string]interface{} `json:"target_raid_config,omitempty"`
+	// ConsoleEnabled holds the value of the "console_enabled" field.
+	ConsoleEnabled bool `json:"console_enabled,omitempty"`
+	// DeployStep holds the value of the "deploy_step" field.
+	DeployStep map[string]interface{} `json:"deploy_step,omitempty"`
+	// BootMode holds the value of the "boot_mode" field.
+	BootMode *string `json:"boot_mode,omitempty"`
+	// SecureBoot holds the value of the "secure_boot" field.
+	SecureBoot *bool `json:"secure_boot,omitempty"`
+	// InspectionStartedAt holds the value of the "inspection_started_at" field.
+	InspectionStartedAt *time.Time `json:"inspection_started_at,omitempty"`
+	// InspectionFinishedAt holds the value of the "inspection_finished_at" field.
+	InspectionFinishedAt *time.Time `json:"inspection_finished_at,omitempty"`
+	// Shard holds the value of the "shard" field.
+	Shard *string `json:"shard,omitempty"`
+	// ParentNode holds the value of the "parent_node" field.
+	ParentNode *string `json:"parent_node,omitempty"`
+	// DisablePowerOff holds the value of the "disable_power_off" field.
+	DisablePowerOff bool `json:"disable_power_off,omitempty"`
+	// InstanceName holds the value of the "instance_name" field.
+	InstanceName *string `json:"instance_name,omitempty"`
+	// Health holds the value of the "health" field.
+	Health *string `json:"health,omitempty"`
 	// Edges holds the relations/edges for other nodes in the graph.
 	// The values are being populated by the NodeQuery when eager-loading is set.
 	Edges        NodeEdges `json:"edges"`
@@ -191,15 +255,15 @@ func (*Node) scanValues(columns []string) ([]any, error) {
 	values := make([]any, len(columns))
 	for i := range columns {
 		switch columns[i] {
-		case node.FieldDriverInfo, node.FieldProperties, node.FieldExtra, node.FieldInstanceInfo, node.FieldCleanStep, node.FieldServiceStep, node.FieldDriverInternalInfo:
+		case node.FieldDriverInfo, node.FieldProperties, node.FieldExtra, node.FieldInstanceInfo, node.FieldCleanStep, node.FieldServiceStep, node.FieldDriverInternalInfo, node.FieldNetworkData, node.FieldRaidConfig, node.FieldTargetRaidConfig, node.FieldDeployStep:
 			values[i] = new([]byte)
-		case node.FieldMaintenance:
+		case node.FieldMaintenance, node.FieldProtected, node.FieldRetired, node.FieldAutomatedClean, node.FieldConsoleEnabled, node.FieldSecureBoot, node.FieldDisablePowerOff:
 			values[i] = new(sql.NullBool)
 		case node.FieldID, node.FieldChassisID:
 			values[i] = new(sql.NullInt64)
-		case node.FieldUUID, node.FieldName, node.FieldDriver, node.FieldOwner, node.FieldLessee, node.FieldPowerState, node.FieldTargetPowerState, node.FieldProvisionState, node.FieldTargetProvisionState, node.FieldLastError, node.FieldMaintenanceReason, node.FieldFault, node.FieldReservation, node.FieldResourceClass, node.FieldInstanceUUID, node.FieldDescription, node.FieldConductorGroup:
+		case node.FieldUUID, node.FieldName, node.FieldDriver, node.FieldOwner, node.FieldLessee, node.FieldPowerState, node.FieldTargetPowerState, node.FieldProvisionState, node.FieldTargetProvisionState, node.FieldLastError, node.FieldMaintenanceReason, node.FieldFault, node.FieldReservation, node.FieldResourceClass, node.FieldInstanceUUID, node.FieldDescription, node.FieldConductorGroup, node.FieldBiosInterface, node.FieldBootInterface, node.FieldConsoleInterface, node.FieldDeployInterface, node.FieldFirmwareInterface, node.FieldInspectInterface, node.FieldManagementInterface, node.FieldNetworkInterface, node.FieldPowerInterface, node.FieldRaidInterface, node.FieldRescueInterface, node.FieldStorageInterface, node.FieldVendorInterface, node.FieldProtectedReason, node.FieldRetiredReason, node.FieldBootMode, node.FieldShard, node.FieldParentNode, node.FieldInstanceName, node.FieldHealth:
 			values[i] = new(sql.NullString)
-		case node.FieldCreatedAt, node.FieldUpdatedAt, node.FieldProvisionUpdatedAt:
+		case node.FieldCreatedAt, node.FieldUpdatedAt, node.FieldProvisionUpdatedAt, node.FieldInspectionStartedAt, node.FieldInspectionFinishedAt:
 			values[i] = new(sql.NullTime)
 		default:
 			values[i] = new(sql.UnknownType)
@@ -424,6 +488,217 @@ func (_m *Node) assignValues(columns []string, values []any) error {
 				_m.ChassisID = new(int)
 				*_m.ChassisID = int(value.Int64)
 			}
+		case node.FieldBiosInterface:
+			if value, ok := values[i].(*sql.NullString); !ok {
+				return fmt.Errorf("unexpected type %T for field bios_interface", values[i])
+			} else if value.Valid {
+				_m.BiosInterface = value.String
+			}
+		case node.FieldBootInterface:
+			if value, ok := values[i].(*sql.NullString); !ok {
+				return fmt.Errorf("unexpected type %T for field boot_interface", values[i])
+			} else if value.Valid {
+				_m.BootInterface = value.String
+			}
+		case node.FieldConsoleInterface:
+			if value, ok := values[i].(*sql.NullString); !ok {
+				return fmt.Errorf("unexpected type %T for field console_interface", values[i])
+			} else if value.Valid {
+				_m.ConsoleInterface = value.String
+			}
+		case node.FieldDeployInterface:
+			if value, ok := values[i].(*sql.NullString); !ok {
+				return fmt.Errorf("unexpected type %T for field deploy_interface", values[i])
+			} else if value.Valid {
+				_m.DeployInterface = value.String
+			}
+		case node.FieldFirmwareInterface:
+			if value, ok := values[i].(*sql.NullString); !ok {
+				return fmt.Errorf("unexpected type %T for field firmware_interface", values[i])
+			} else if value.Valid {
+				_m.FirmwareInterface = value.String
+			}
+		case node.FieldInspectInterface:
+			if value, ok := values[i].(*sql.NullString); !ok {
+				return fmt.Errorf("unexpected type %T for field inspect_interface", values[i])
+			} else if value.Valid {
+				_m.InspectInterface = value.String
+			}
+		case node.FieldManagementInterface:
+			if value, ok := values[i].(*sql.NullString); !ok {
+				return fmt.Errorf("unexpected type %T for field management_interface", values[i])
+			} else if value.Valid {
+				_m.ManagementInterface = value.String
+			}
+		case node.FieldNetworkInterface:
+			if value, ok := values[i].(*sql.NullString); !ok {
+				return fmt.Errorf("unexpected type %T for field network_interface", values[i])
+			} else if value.Valid {
+				_m.NetworkInterface = value.String
+			}
+		case node.FieldPowerInterface:
+			if value, ok := values[i].(*sql.NullString); !ok {
+				return fmt.Errorf("unexpected type %T for field power_interface", values[i])
+			} else if value.Valid {
+				_m.PowerInterface = value.String
+			}
+		case node.FieldRaidInterface:
+			if value, ok := values[i].(*sql.NullString); !ok {
+				return fmt.Errorf("unexpected type %T for field raid_interface", values[i])
+			} else if value.Valid {
+				_m.RaidInterface = value.String
+			}
+		case node.FieldRescueInterface:
+			if value, ok := values[i].(*sql.NullString); !ok {
+				return fmt.Errorf("unexpected type %T for field rescue_interface", values[i])
+			} else if value.Valid {
+				_m.RescueInterface = value.String
+			}
+		case node.FieldStorageInterface:
+			if value, ok := values[i].(*sql.NullString); !ok {
+				return fmt.Errorf("unexpected type %T for field storage_interface", values[i])
+			} else if value.Valid {
+				_m.StorageInterface = value.String
+			}
+		case node.FieldVendorInterface:
+			if value, ok := values[i].(*sql.NullString); !ok {
+				return fmt.Errorf("unexpected type %T for field vendor_interface", values[i])
+			} else if value.Valid {
+				_m.VendorInterface = value.String
+			}
+		case node.FieldProtected:
+			if value, ok := values[i].(*sql.NullBool); !ok {
+				return fmt.Errorf("unexpected type %T for field protected", values[i])
+			} else if value.Valid {
+				_m.Protected = value.Bool
+			}
+		case node.FieldProtectedReason:
+			if value, ok := values[i].(*sql.NullString); !ok {
+				return fmt.Errorf("unexpected type %T for field protected_reason", values[i])
+			} else if value.Valid {
+				_m.ProtectedReason = new(string)
+				*_m.ProtectedReason = value.String
+			}
+		case node.FieldRetired:
+			if value, ok := values[i].(*sql.NullBool); !ok {
+				return fmt.Errorf("unexpected type %T for field retired", values[i])
+			} else if value.Valid {
+				_m.Retired = value.Bool
+			}
+		case node.FieldRetiredReason:
+			if value, ok := values[i].(*sql.NullString); !ok {
+				return fmt.Errorf("unexpected type %T for field retired_reason", values[i])
+			} else if value.Valid {
+				_m.RetiredReason = new(string)
+				*_m.RetiredReason = value.String
+			}
+		case node.FieldAutomatedClean:
+			if value, ok := values[i].(*sql.NullBool); !ok {
+				return fmt.Errorf("unexpected type %T for field automated_clean", values[i])
+			} else if value.Valid {
+				_m.AutomatedClean = new(bool)
+				*_m.AutomatedClean = value.Bool
+			}
+		case node.FieldNetworkData:
+			if value, ok := values[i].(*[]byte); !ok {
+				return fmt.Errorf("unexpected type %T for field network_data", values[i])
+			} else if value != nil && len(*value) > 0 {
+				if err := json.Unmarshal(*value, &_m.NetworkData); err != nil {
+					return fmt.Errorf("unmarshal field network_data: %w", err)
+				}
+			}
+		case node.FieldRaidConfig:
+			if value, ok := values[i].(*[]byte); !ok {
+				return fmt.Errorf("unexpected type %T for field raid_config", values[i])
+			} else if value != nil && len(*value) > 0 {
+				if err := json.Unmarshal(*value, &_m.RaidConfig); err != nil {
+					return fmt.Errorf("unmarshal field raid_config: %w", err)
+				}
+			}
+		case node.FieldTargetRaidConfig:
+			if value, ok := values[i].(*[]byte); !ok {
+				return fmt.Errorf("unexpected type %T for field target_raid_config", values[i])
+			} else if value != nil && len(*value) > 0 {
+				if err := json.Unmarshal(*value, &_m.TargetRaidConfig); err != nil {
+					return fmt.Errorf("unmarshal field target_raid_config: %w", err)
+				}
+			}
+		case node.FieldConsoleEnabled:
+			if value, ok := values[i].(*sql.NullBool); !ok {
+				return fmt.Errorf("unexpected type %T for field console_enabled", values[i])
+			} else if value.Valid {
+				_m.ConsoleEnabled = value.Bool
+			}
+		case node.FieldDeployStep:
+			if value, ok := values[i].(*[]byte); !ok {
+				return fmt.Errorf("unexpected type %T for field deploy_step", values[i])
+			} else if value != nil && len(*value) > 0 {
+				if err := json.Unmarshal(*value, &_m.DeployStep); err != nil {
+					return fmt.Errorf("unmarshal field deploy_step: %w", err)
+				}
+			}
+		case node.FieldBootMode:
+			if value, ok := values[i].(*sql.NullString); !ok {
+				return fmt.Errorf("unexpected type %T for field boot_mode", values[i])
+			} else if value.Valid {
+				_m.BootMode = new(string)
+				*_m.BootMode = value.String
+			}
+		case node.FieldSecureBoot:
+			if value, ok := values[i].(*sql.NullBool); !ok {
+				return fmt.Errorf("unexpected type %T for field secure_boot", values[i])
+			} else if value.Valid {
+				_m.SecureBoot = new(bool)
+				*_m.SecureBoot = value.Bool
+			}
+		case node.FieldInspectionStartedAt:
+			if value, ok := values[i].(*sql.NullTime); !ok {
+				return fmt.Errorf("unexpected type %T for field inspection_started_at", values[i])
+			} else if value.Valid {
+				_m.InspectionStartedAt = new(time.Time)
+				*_m.InspectionStartedAt = value.Time
+			}
+		case node.FieldInspectionFinishedAt:
+			if value, ok := values[i].(*sql.NullTime); !ok {
+				return fmt.Errorf("unexpected type %T for field inspection_finished_at", values[i])
+			} else if value.Valid {
+				_m.InspectionFinishedAt = new(time.Time)
+				*_m.InspectionFinishedAt = value.Time
+			}
+		case node.FieldShard:
+			if value, ok := values[i].(*sql.NullString); !ok {
+				return fmt.Errorf("unexpected type %T for field shard", values[i])
+			} else if value.Valid {
+				_m.Shard = new(string)
+				*_m.Shard = value.String
+			}
+		case node.FieldParentNode:
+			if value, ok := values[i].(*sql.NullString); !ok {
+				return fmt.Errorf("unexpected type %T for field parent_node", values[i])
+			} else if value.Valid {
+				_m.ParentNode = new(string)
+				*_m.ParentNode = value.String
+			}
+		case node.FieldDisablePowerOff:
+			if value, ok := values[i].(*sql.NullBool); !ok {
+				return fmt.Errorf("unexpected type %T for field disable_power_off", values[i])
+			} else if value.Valid {
+				_m.DisablePowerOff = value.Bool
+			}
+		case node.FieldInstanceName:
+			if value, ok := values[i].(*sql.NullString); !ok {
+				return fmt.Errorf("unexpected type %T for field instance_name", values[i])
+			} else if value.Valid {
+				_m.InstanceName = new(string)
+				*_m.InstanceName = value.String
+			}
+		case node.FieldHealth:
+			if value, ok := values[i].(*sql.NullString); !ok {
+				return fmt.Errorf("unexpected type %T for field health", values[i])
+			} else if value.Valid {
+				_m.Health = new(string)
+				*_m.Health = value.String
+			}
 		default:
 			_m.selectValues.Set(columns[i], values[i])
 		}
@@ -613,6 +888,124 @@ func (_m *Node) String() string {
 	if v := _m.ChassisID; v != nil {
 		builder.WriteString("chassis_id=")
 		builder.WriteString(fmt.Sprintf("%v", *v))
+	}
+	builder.WriteString(", ")
+	builder.WriteString("bios_interface=")
+	builder.WriteString(_m.BiosInterface)
+	builder.WriteString(", ")
+	builder.WriteString("boot_interface=")
+	builder.WriteString(_m.BootInterface)
+	builder.WriteString(", ")
+	builder.WriteString("console_interface=")
+	builder.WriteString(_m.ConsoleInterface)
+	builder.WriteString(", ")
+	builder.WriteString("deploy_interface=")
+	builder.WriteString(_m.DeployInterface)
+	builder.WriteString(", ")
+	builder.WriteString("firmware_interface=")
+	builder.WriteString(_m.FirmwareInterface)
+	builder.WriteString(", ")
+	builder.WriteString("inspect_interface=")
+	builder.WriteString(_m.InspectInterface)
+	builder.WriteString(", ")
+	builder.WriteString("management_interface=")
+	builder.WriteString(_m.ManagementInterface)
+	builder.WriteString(", ")
+	builder.WriteString("network_interface=")
+	builder.WriteString(_m.NetworkInterface)
+	builder.WriteString(", ")
+	builder.WriteString("power_interface=")
+	builder.WriteString(_m.PowerInterface)
+	builder.WriteString(", ")
+	builder.WriteString("raid_interface=")
+	builder.WriteString(_m.RaidInterface)
+	builder.WriteString(", ")
+	builder.WriteString("rescue_interface=")
+	builder.WriteString(_m.RescueInterface)
+	builder.WriteString(", ")
+	builder.WriteString("storage_interface=")
+	builder.WriteString(_m.StorageInterface)
+	builder.WriteString(", ")
+	builder.WriteString("vendor_interface=")
+	builder.WriteString(_m.VendorInterface)
+	builder.WriteString(", ")
+	builder.WriteString("protected=")
+	builder.WriteString(fmt.Sprintf("%v", _m.Protected))
+	builder.WriteString(", ")
+	if v := _m.ProtectedReason; v != nil {
+		builder.WriteString("protected_reason=")
+		builder.WriteString(*v)
+	}
+	builder.WriteString(", ")
+	builder.WriteString("retired=")
+	builder.WriteString(fmt.Sprintf("%v", _m.Retired))
+	builder.WriteString(", ")
+	if v := _m.RetiredReason; v != nil {
+		builder.WriteString("retired_reason=")
+		builder.WriteString(*v)
+	}
+	builder.WriteString(", ")
+	if v := _m.AutomatedClean; v != nil {
+		builder.WriteString("automated_clean=")
+		builder.WriteString(fmt.Sprintf("%v", *v))
+	}
+	builder.WriteString(", ")
+	builder.WriteString("network_data=")
+	builder.WriteString(fmt.Sprintf("%v", _m.NetworkData))
+	builder.WriteString(", ")
+	builder.WriteString("raid_config=")
+	builder.WriteString(fmt.Sprintf("%v", _m.RaidConfig))
+	builder.WriteString(", ")
+	builder.WriteString("target_raid_config=")
+	builder.WriteString(fmt.Sprintf("%v", _m.TargetRaidConfig))
+	builder.WriteString(", ")
+	builder.WriteString("console_enabled=")
+	builder.WriteString(fmt.Sprintf("%v", _m.ConsoleEnabled))
+	builder.WriteString(", ")
+	builder.WriteString("deploy_step=")
+	builder.WriteString(fmt.Sprintf("%v", _m.DeployStep))
+	builder.WriteString(", ")
+	if v := _m.BootMode; v != nil {
+		builder.WriteString("boot_mode=")
+		builder.WriteString(*v)
+	}
+	builder.WriteString(", ")
+	if v := _m.SecureBoot; v != nil {
+		builder.WriteString("secure_boot=")
+		builder.WriteString(fmt.Sprintf("%v", *v))
+	}
+	builder.WriteString(", ")
+	if v := _m.InspectionStartedAt; v != nil {
+		builder.WriteString("inspection_started_at=")
+		builder.WriteString(v.Format(time.ANSIC))
+	}
+	builder.WriteString(", ")
+	if v := _m.InspectionFinishedAt; v != nil {
+		builder.WriteString("inspection_finished_at=")
+		builder.WriteString(v.Format(time.ANSIC))
+	}
+	builder.WriteString(", ")
+	if v := _m.Shard; v != nil {
+		builder.WriteString("shard=")
+		builder.WriteString(*v)
+	}
+	builder.WriteString(", ")
+	if v := _m.ParentNode; v != nil {
+		builder.WriteString("parent_node=")
+		builder.WriteString(*v)
+	}
+	builder.WriteString(", ")
+	builder.WriteString("disable_power_off=")
+	builder.WriteString(fmt.Sprintf("%v", _m.DisablePowerOff))
+	builder.WriteString(", ")
+	if v := _m.InstanceName; v != nil {
+		builder.WriteString("instance_name=")
+		builder.WriteString(*v)
+	}
+	builder.WriteString(", ")
+	if v := _m.Health; v != nil {
+		builder.WriteString("health=")
+		builder.WriteString(*v)
 	}
 	builder.WriteByte(')')
 	return builder.String()

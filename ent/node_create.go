@@ -364,6 +364,422 @@ func (_c *NodeCreate) SetNillableChassisID(v *int) *NodeCreate {
 	return _c
 }
 
+// SetBiosInterface sets the "bios_interface" field.
+func (_c *NodeCreate) SetBiosInterface(v string) *NodeCreate {
+	_c.mutation.SetBiosInterface(v)
+	return _c
+}
+
+// SetNillableBiosInterface sets the "bios_interface" field if the given value is not nil.
+func (_c *NodeCreate) SetNillableBiosInterface(v *string) *NodeCreate {
+	if v != nil {
+		_c.SetBiosInterface(*v)
+	}
+	return _c
+}
+
+// SetBootInterface sets the "boot_interface" field.
+func (_c *NodeCreate) SetBootInterface(v string) *NodeCreate {
+	_c.mutation.SetBootInterface(v)
+	return _c
+}
+
+// SetNillableBootInterface sets the "boot_interface" field if the given value is not nil.
+func (_c *NodeCreate) SetNillableBootInterface(v *string) *NodeCreate {
+	if v != nil {
+		_c.SetBootInterface(*v)
+	}
+	return _c
+}
+
+// SetConsoleInterface sets the "console_interface" field.
+func (_c *NodeCreate) SetConsoleInterface(v string) *NodeCreate {
+	_c.mutation.SetConsoleInterface(v)
+	return _c
+}
+
+// SetNillableConsoleInterface sets the "console_interface" field if the given value is not nil.
+func (_c *NodeCreate) SetNillableConsoleInterface(v *string) *NodeCreate {
+	if v != nil {
+		_c.SetConsoleInterface(*v)
+	}
+	return _c
+}
+
+// SetDeployInterface sets the "deploy_interface" field.
+func (_c *NodeCreate) SetDeployInterface(v string) *NodeCreate {
+	_c.mutation.SetDeployInterface(v)
+	return _c
+}
+
+// SetNillableDeployInterface sets the "deploy_interface" field if the given value is not nil.
+func (_c *NodeCreate) SetNillableDeployInterface(v *string) *NodeCreate {
+	if v != nil {
+		_c.SetDeployInterface(*v)
+	}
+	return _c
+}
+
+// SetFirmwareInterface sets the "firmware_interface" field.
+func (_c *NodeCreate) SetFirmwareInterface(v string) *NodeCreate {
+	_c.mutation.SetFirmwareInterface(v)
+	return _c
+}
+
+// SetNillableFirmwareInterface sets the "firmware_interface" field if the given value is not nil.
+func (_c *NodeCreate) SetNillableFirmwareInterface(v *string) *NodeCreate {
+	if v != nil {
+		_c.SetFirmwareInterface(*v)
+	}
+	return _c
+}
+
+// SetInspectInterface sets the "inspect_interface" field.
+func (_c *NodeCreate) SetInspectInterface(v string) *NodeCreate {
+	_c.mutation.SetInspectInterface(v)
+	return _c
+}
+
+// SetNillableInspectInterface sets the "inspect_interface" field if the given value is not nil.
+func (_c *NodeCreate) SetNillableInspectInterface(v *string) *NodeCreate {
+	if v != nil {
+		_c.SetInspectInterface(*v)
+	}
+	return _c
+}
+
+// SetManagementInterface sets the "management_interface" field.
+func (_c *NodeCreate) SetManagementInterface(v string) *NodeCreate {
+	_c.mutation.SetManagementInterface(v)
+	return _c
+}
+
+// SetNillableManagementInterface sets the "management_interface" field if the given value is not nil.
+func (_c *NodeCreate) SetNillableManagementInterface(v *string) *NodeCreate {
+	if v != nil {
+		_c.SetManagementInterface(*v)
+	}
+	return _c
+}
+
+// SetNetworkInterface sets the "network_interface" field.
+func (_c *NodeCreate) SetNetworkInterface(v string) *NodeCreate {
+	_c.mutation.SetNetworkInterface(v)
+	return _c
+}
+
+// SetNillableNetworkInterface sets the "network_interface" field if the given value is not nil.
+func (_c *NodeCreate) SetNillableNetworkInterface(v *string) *NodeCreate {
+	if v != nil {
+		_c.SetNetworkInterface(*v)
+	}
+	return _c
+}
+
+// SetPowerInterface sets the "power_interface" field.
+func (_c *NodeCreate) SetPowerInterface(v string) *NodeCreate {
+	_c.mutation.SetPowerInterface(v)
+	return _c
+}
+
+// SetNillablePowerInterface sets the "power_interface" field if the given value is not nil.
+func (_c *NodeCreate) SetNillablePowerInterface(v *string) *NodeCreate {
+	if v != nil {
+		_c.SetPowerInterface(*v)
+	}
+	return _c
+}
+
+// SetRaidInterface sets the "raid_interface" field.
+func (_c *NodeCreate) SetRaidInterface(v string) *NodeCreate {
+	_c.mutation.SetRaidInterface(v)
+	return _c
+}
+
+// SetNillableRaidInterface sets the "raid_interface" field if the given value is not nil.
+func (_c *NodeCreate) SetNillableRaidInterface(v *string) *NodeCreate {
+	if v != nil {
+		_c.SetRaidInterface(*v)
+	}
+	return _c
+}
+
+// SetRescueInterface sets the "rescue_interface" field.
+func (_c *NodeCreate) SetRescueInterface(v string) *NodeCreate {
+	_c.mutation.SetRescueInterface(v)
+	return _c
+}
+
+// SetNillableRescueInterface sets the "rescue_interface" field if the given value is not nil.
+func (_c *NodeCreate) SetNillableRescueInterface(v *string) *NodeCreate {
+	if v != nil {
+		_c.SetRescueInterface(*v)
+	}
+	return _c
+}
+
+// SetStorageInterface sets the "storage_interface" field.
+func (_c *NodeCreate) SetStorageInterface(v string) *NodeCreate {
+	_c.mutation.SetStorageInterface(v)
+	return _c
+}
+
+// SetNillableStorageInterface sets the "storage_interface" field if the given value is not nil.
+func (_c *NodeCreate) SetNillableStorageInterface(v *string) *NodeCreate {
+	if v != nil {
+		_c.SetStorageInterface(*v)
+	}
+	return _c
+}
+
+// SetVendorInterface sets the "vendor_interface" field.
+func (_c *NodeCreate) SetVendorInterface(v string) *NodeCreate {
+	_c.mutation.SetVendorInterface(v)
+	return _c
+}
+
+// SetNillableVendorInterface sets the "vendor_interface" field if the given value is not nil.
+func (_c *NodeCreate) SetNillableVendorInterface(v *string) *NodeCreate {
+	if v != nil {
+		_c.SetVendorInterface(*v)
+	}
+	return _c
+}
+
+// SetProtected sets the "protected" field.
+func (_c *NodeCreate) SetProtected(v bool) *NodeCreate {
+	_c.mutation.SetProtected(v)
+	return _c
+}
+
+// SetNillableProtected sets the "protected" field if the given value is not nil.
+func (_c *NodeCreate) SetNillableProtected(v *bool) *NodeCreate {
+	if v != nil {
+		_c.SetProtected(*v)
+	}
+	return _c
+}
+
+// SetProtectedReason sets the "protected_reason" field.
+func (_c *NodeCreate) SetProtectedReason(v string) *NodeCreate {
+	_c.mutation.SetProtectedReason(v)
+	return _c
+}
+
+// SetNillableProtectedReason sets the "protected_reason" field if the given value is not nil.
+func (_c *NodeCreate) SetNillableProtectedReason(v *string) *NodeCreate {
+	if v != nil {
+		_c.SetProtectedReason(*v)
+	}
+	return _c
+}
+
+// SetRetired sets the "retired" field.
+func (_c *NodeCreate) SetRetired(v bool) *NodeCreate {
+	_c.mutation.SetRetired(v)
+	return _c
+}
+
+// SetNillableRetired sets the "retired" field if the given value is not nil.
+func (_c *NodeCreate) SetNillableRetired(v *bool) *NodeCreate {
+	if v != nil {
+		_c.SetRetired(*v)
+	}
+	return _c
+}
+
+// SetRetiredReason sets the "retired_reason" field.
+func (_c *NodeCreate) SetRetiredReason(v string) *NodeCreate {
+	_c.mutation.SetRetiredReason(v)
+	return _c
+}
+
+// SetNillableRetiredReason sets the "retired_reason" field if the given value is not nil.
+func (_c *NodeCreate) SetNillableRetiredReason(v *string) *NodeCreate {
+	if v != nil {
+		_c.SetRetiredReason(*v)
+	}
+	return _c
+}
+
+// SetAutomatedClean sets the "automated_clean" field.
+func (_c *NodeCreate) SetAutomatedClean(v bool) *NodeCreate {
+	_c.mutation.SetAutomatedClean(v)
+	return _c
+}
+
+// SetNillableAutomatedClean sets the "automated_clean" field if the given value is not nil.
+func (_c *NodeCreate) SetNillableAutomatedClean(v *bool) *NodeCreate {
+	if v != nil {
+		_c.SetAutomatedClean(*v)
+	}
+	return _c
+}
+
+// SetNetworkData sets the "network_data" field.
+func (_c *NodeCreate) SetNetworkData(v map[string]interface{}) *NodeCreate {
+	_c.mutation.SetNetworkData(v)
+	return _c
+}
+
+// SetRaidConfig sets the "raid_config" field.
+func (_c *NodeCreate) SetRaidConfig(v map[string]interface{}) *NodeCreate {
+	_c.mutation.SetRaidConfig(v)
+	return _c
+}
+
+// SetTargetRaidConfig sets the "target_raid_config" field.
+func (_c *NodeCreate) SetTargetRaidConfig(v map[string]interface{}) *NodeCreate {
+	_c.mutation.SetTargetRaidConfig(v)
+	return _c
+}
+
+// SetConsoleEnabled sets the "console_enabled" field.
+func (_c *NodeCreate) SetConsoleEnabled(v bool) *NodeCreate {
+	_c.mutation.SetConsoleEnabled(v)
+	return _c
+}
+
+// SetNillableConsoleEnabled sets the "console_enabled" field if the given value is not nil.
+func (_c *NodeCreate) SetNillableConsoleEnabled(v *bool) *NodeCreate {
+	if v != nil {
+		_c.SetConsoleEnabled(*v)
+	}
+	return _c
+}
+
+// SetDeployStep sets the "deploy_step" field.
+func (_c *NodeCreate) SetDeployStep(v map[string]interface{}) *NodeCreate {
+	_c.mutation.SetDeployStep(v)
+	return _c
+}
+
+// SetBootMode sets the "boot_mode" field.
+func (_c *NodeCreate) SetBootMode(v string) *NodeCreate {
+	_c.mutation.SetBootMode(v)
+	return _c
+}
+
+// SetNillableBootMode sets the "boot_mode" field if the given value is not nil.
+func (_c *NodeCreate) SetNillableBootMode(v *string) *NodeCreate {
+	if v != nil {
+		_c.SetBootMode(*v)
+	}
+	return _c
+}
+
+// SetSecureBoot sets the "secure_boot" field.
+func (_c *NodeCreate) SetSecureBoot(v bool) *NodeCreate {
+	_c.mutation.SetSecureBoot(v)
+	return _c
+}
+
+// SetNillableSecureBoot sets the "secure_boot" field if the given value is not nil.
+func (_c *NodeCreate) SetNillableSecureBoot(v *bool) *NodeCreate {
+	if v != nil {
+		_c.SetSecureBoot(*v)
+	}
+	return _c
+}
+
+// SetInspectionStartedAt sets the "inspection_started_at" field.
+func (_c *NodeCreate) SetInspectionStartedAt(v time.Time) *NodeCreate {
+	_c.mutation.SetInspectionStartedAt(v)
+	return _c
+}
+
+// SetNillableInspectionStartedAt sets the "inspection_started_at" field if the given value is not nil.
+func (_c *NodeCreate) SetNillableInspectionStartedAt(v *time.Time) *NodeCreate {
+	if v != nil {
+		_c.SetInspectionStartedAt(*v)
+	}
+	return _c
+}
+
+// SetInspectionFinishedAt sets the "inspection_finished_at" field.
+func (_c *NodeCreate) SetInspectionFinishedAt(v time.Time) *NodeCreate {
+	_c.mutation.SetInspectionFinishedAt(v)
+	return _c
+}
+
+// SetNillableInspectionFinishedAt sets the "inspection_finished_at" field if the given value is not nil.
+func (_c *NodeCreate) SetNillableInspectionFinishedAt(v *time.Time) *NodeCreate {
+	if v != nil {
+		_c.SetInspectionFinishedAt(*v)
+	}
+	return _c
+}
+
+// SetShard sets the "shard" field.
+func (_c *NodeCreate) SetShard(v string) *NodeCreate {
+	_c.mutation.SetShard(v)
+	return _c
+}
+
+// SetNillableShard sets the "shard" field if the given value is not nil.
+func (_c *NodeCreate) SetNillableShard(v *string) *NodeCreate {
+	if v != nil {
+		_c.SetShard(*v)
+	}
+	return _c
+}
+
+// SetParentNode sets the "parent_node" field.
+func (_c *NodeCreate) SetParentNode(v string) *NodeCreate {
+	_c.mutation.SetParentNode(v)
+	return _c
+}
+
+// SetNillableParentNode sets the "parent_node" field if the given value is not nil.
+func (_c *NodeCreate) SetNillableParentNode(v *string) *NodeCreate {
+	if v != nil {
+		_c.SetParentNode(*v)
+	}
+	return _c
+}
+
+// SetDisablePowerOff sets the "disable_power_off" field.
+func (_c *NodeCreate) SetDisablePowerOff(v bool) *NodeCreate {
+	_c.mutation.SetDisablePowerOff(v)
+	return _c
+}
+
+// SetNillableDisablePowerOff sets the "disable_power_off" field if the given value is not nil.
+func (_c *NodeCreate) SetNillableDisablePowerOff(v *bool) *NodeCreate {
+	if v != nil {
+		_c.SetDisablePowerOff(*v)
+	}
+	return _c
+}
+
+// SetInstanceName sets the "instance_name" field.
+func (_c *NodeCreate) SetInstanceName(v string) *NodeCreate {
+	_c.mutation.SetInstanceName(v)
+	return _c
+}
+
+// SetNillableInstanceName sets the "instance_name" field if the given value is not nil.
+func (_c *NodeCreate) SetNillableInstanceName(v *string) *NodeCreate {
+	if v != nil {
+		_c.SetInstanceName(*v)
+	}
+	return _c
+}
+
+// SetHealth sets the "health" field.
+func (_c *NodeCreate) SetHealth(v string) *NodeCreate {
+	_c.mutation.SetHealth(v)
+	return _c
+}
+
+// SetNillableHealth sets the "health" field if the given value is not nil.
+func (_c *NodeCreate) SetNillableHealth(v *string) *NodeCreate {
+	if v != nil {
+		_c.SetHealth(*v)
+	}
+	return _c
+}
+
 // AddTraitIDs adds the "traits" edge to the Trait entity by IDs.
 func (_c *NodeCreate) AddTraitIDs(ids ...int) *NodeCreate {
 	_c.mutation.AddTraitIDs(ids...)
@@ -533,6 +949,74 @@ func (_c *NodeCreate) defaults() {
 		v := node.DefaultConductorGroup
 		_c.mutation.SetConductorGroup(v)
 	}
+	if _, ok := _c.mutation.BiosInterface(); !ok {
+		v := node.DefaultBiosInterface
+		_c.mutation.SetBiosInterface(v)
+	}
+	if _, ok := _c.mutation.BootInterface(); !ok {
+		v := node.DefaultBootInterface
+		_c.mutation.SetBootInterface(v)
+	}
+	if _, ok := _c.mutation.ConsoleInterface(); !ok {
+		v := node.DefaultConsoleInterface
+		_c.mutation.SetConsoleInterface(v)
+	}
+	if _, ok := _c.mutation.DeployInterface(); !ok {
+		v := node.DefaultDeployInterface
+		_c.mutation.SetDeployInterface(v)
+	}
+	if _, ok := _c.mutation.FirmwareInterface(); !ok {
+		v := node.DefaultFirmwareInterface
+		_c.mutation.SetFirmwareInterface(v)
+	}
+	if _, ok := _c.mutation.InspectInterface(); !ok {
+		v := node.DefaultInspectInterface
+		_c.mutation.SetInspectInterface(v)
+	}
+	if _, ok := _c.mutation.ManagementInterface(); !ok {
+		v := node.DefaultManagementInterface
+		_c.mutation.SetManagementInterface(v)
+	}
+	if _, ok := _c.mutation.NetworkInterface(); !ok {
+		v := node.DefaultNetworkInterface
+		_c.mutation.SetNetworkInterface(v)
+	}
+	if _, ok := _c.mutation.PowerInterface(); !ok {
+		v := node.DefaultPowerInterface
+		_c.mutation.SetPowerInterface(v)
+	}
+	if _, ok := _c.mutation.RaidInterface(); !ok {
+		v := node.DefaultRaidInterface
+		_c.mutation.SetRaidInterface(v)
+	}
+	if _, ok := _c.mutation.RescueInterface(); !ok {
+		v := node.DefaultRescueInterface
+		_c.mutation.SetRescueInterface(v)
+	}
+	if _, ok := _c.mutation.StorageInterface(); !ok {
+		v := node.DefaultStorageInterface
+		_c.mutation.SetStorageInterface(v)
+	}
+	if _, ok := _c.mutation.VendorInterface(); !ok {
+		v := node.DefaultVendorInterface
+		_c.mutation.SetVendorInterface(v)
+	}
+	if _, ok := _c.mutation.Protected(); !ok {
+		v := node.DefaultProtected
+		_c.mutation.SetProtected(v)
+	}
+	if _, ok := _c.mutation.Retired(); !ok {
+		v := node.DefaultRetired
+		_c.mutation.SetRetired(v)
+	}
+	if _, ok := _c.mutation.ConsoleEnabled(); !ok {
+		v := node.DefaultConsoleEnabled
+		_c.mutation.SetConsoleEnabled(v)
+	}
+	if _, ok := _c.mutation.DisablePowerOff(); !ok {
+		v := node.DefaultDisablePowerOff
+		_c.mutation.SetDisablePowerOff(v)
+	}
 }
 
 // check runs all checks and user-defined validators on the builder.
@@ -603,6 +1087,142 @@ func (_c *NodeCreate) check() error {
 	if v, ok := _c.mutation.ConductorGroup(); ok {
 		if err := node.ConductorGroupValidator(v); err != nil {
 			return &ValidationError{Name: "conductor_group", err: fmt.Errorf(`ent: validator failed for field "Node.conductor_group": %w`, err)}
+		}
+	}
+	if _, ok := _c.mutation.BiosInterface(); !ok {
+		return &ValidationError{Name: "bios_interface", err: errors.New(`ent: missing required field "Node.bios_interface"`)}
+	}
+	if v, ok := _c.mutation.BiosInterface(); ok {
+		if err := node.BiosInterfaceValidator(v); err != nil {
+			return &ValidationError{Name: "bios_interface", err: fmt.Errorf(`ent: validator failed for field "Node.bios_interface": %w`, err)}
+		}
+	}
+	if _, ok := _c.mutation.BootInterface(); !ok {
+		return &ValidationError{Name: "boot_interface", err: errors.New(`ent: missing required field "Node.boot_interface"`)}
+	}
+	if v, ok := _c.mutation.BootInterface(); ok {
+		if err := node.BootInterfaceValidator(v); err != nil {
+			return &ValidationError{Name: "boot_interface", err: fmt.Errorf(`ent: validator failed for field "Node.boot_interface": %w`, err)}
+		}
+	}
+	if _, ok := _c.mutation.ConsoleInterface(); !ok {
+		return &ValidationError{Name: "console_interface", err: errors.New(`ent: missing required field "Node.console_interface"`)}
+	}
+	if v, ok := _c.mutation.ConsoleInterface(); ok {
+		if err := node.ConsoleInterfaceValidator(v); err != nil {
+			return &ValidationError{Name: "console_interface", err: fmt.Errorf(`ent: validator failed for field "Node.console_interface": %w`, err)}
+		}
+	}
+	if _, ok := _c.mutation.DeployInterface(); !ok {
+		return &ValidationError{Name: "deploy_interface", err: errors.New(`ent: missing required field "Node.deploy_interface"`)}
+	}
+	if v, ok := _c.mutation.DeployInterface(); ok {
+		if err := node.DeployInterfaceValidator(v); err != nil {
+			return &ValidationError{Name: "deploy_interface", err: fmt.Errorf(`ent: validator failed for field "Node.deploy_interface": %w`, err)}
+		}
+	}
+	if _, ok := _c.mutation.FirmwareInterface(); !ok {
+		return &ValidationError{Name: "firmware_interface", err: errors.New(`ent: missing required field "Node.firmware_interface"`)}
+	}
+	if v, ok := _c.mutation.FirmwareInterface(); ok {
+		if err := node.FirmwareInterfaceValidator(v); err != nil {
+			return &ValidationError{Name: "firmware_interface", err: fmt.Errorf(`ent: validator failed for field "Node.firmware_interface": %w`, err)}
+		}
+	}
+	if _, ok := _c.mutation.InspectInterface(); !ok {
+		return &ValidationError{Name: "inspect_interface", err: errors.New(`ent: missing required field "Node.inspect_interface"`)}
+	}
+	if v, ok := _c.mutation.InspectInterface(); ok {
+		if err := node.InspectInterfaceValidator(v); err != nil {
+			return &ValidationError{Name: "inspect_interface", err: fmt.Errorf(`ent: validator failed for field "Node.inspect_interface": %w`, err)}
+		}
+	}
+	if _, ok := _c.mutation.ManagementInterface(); !ok {
+		return &ValidationError{Name: "management_interface", err: errors.New(`ent: missing required field "Node.management_interface"`)}
+	}
+	if v, ok := _c.mutation.ManagementInterface(); ok {
+		if err := node.ManagementInterfaceValidator(v); err != nil {
+			return &ValidationError{Name: "management_interface", err: fmt.Errorf(`ent: validator failed for field "Node.management_interface": %w`, err)}
+		}
+	}
+	if _, ok := _c.mutation.NetworkInterface(); !ok {
+		return &ValidationError{Name: "network_interface", err: errors.New(`ent: missing required field "Node.network_interface"`)}
+	}
+	if v, ok := _c.mutation.NetworkInterface(); ok {
+		if err := node.NetworkInterfaceValidator(v); err != nil {
+			return &ValidationError{Name: "network_interface", err: fmt.Errorf(`ent: validator failed for field "Node.network_interface": %w`, err)}
+		}
+	}
+	if _, ok := _c.mutation.PowerInterface(); !ok {
+		return &ValidationError{Name: "power_interface", err: errors.New(`ent: missing required field "Node.power_interface"`)}
+	}
+	if v, ok := _c.mutation.PowerInterface(); ok {
+		if err := node.PowerInterfaceValidator(v); err != nil {
+			return &ValidationError{Name: "power_interface", err: fmt.Errorf(`ent: validator failed for field "Node.power_interface": %w`, err)}
+		}
+	}
+	if _, ok := _c.mutation.RaidInterface(); !ok {
+		return &ValidationError{Name: "raid_interface", err: errors.New(`ent: missing required field "Node.raid_interface"`)}
+	}
+	if v, ok := _c.mutation.RaidInterface(); ok {
+		if err := node.RaidInterfaceValidator(v); err != nil {
+			return &ValidationError{Name: "raid_interface", err: fmt.Errorf(`ent: validator failed for field "Node.raid_interface": %w`, err)}
+		}
+	}
+	if _, ok := _c.mutation.RescueInterface(); !ok {
+		return &ValidationError{Name: "rescue_interface", err: errors.New(`ent: missing required field "Node.rescue_interface"`)}
+	}
+	if v, ok := _c.mutation.RescueInterface(); ok {
+		if err := node.RescueInterfaceValidator(v); err != nil {
+			return &ValidationError{Name: "rescue_interface", err: fmt.Errorf(`ent: validator failed for field "Node.rescue_interface": %w`, err)}
+		}
+	}
+	if _, ok := _c.mutation.StorageInterface(); !ok {
+		return &ValidationError{Name: "storage_interface", err: errors.New(`ent: missing required field "Node.storage_interface"`)}
+	}
+	if v, ok := _c.mutation.StorageInterface(); ok {
+		if err := node.StorageInterfaceValidator(v); err != nil {
+			return &ValidationError{Name: "storage_interface", err: fmt.Errorf(`ent: validator failed for field "Node.storage_interface": %w`, err)}
+		}
+	}
+	if _, ok := _c.mutation.VendorInterface(); !ok {
+		return &ValidationError{Name: "vendor_interface", err: errors.New(`ent: missing required field "Node.vendor_interface"`)}
+	}
+	if v, ok := _c.mutation.VendorInterface(); ok {
+		if err := node.VendorInterfaceValidator(v); err != nil {
+			return &ValidationError{Name: "vendor_interface", err: fmt.Errorf(`ent: validator failed for field "Node.vendor_interface": %w`, err)}
+		}
+	}
+	if _, ok := _c.mutation.Protected(); !ok {
+		return &ValidationError{Name: "protected", err: errors.New(`ent: missing required field "Node.protected"`)}
+	}
+	if _, ok := _c.mutation.Retired(); !ok {
+		return &ValidationError{Name: "retired", err: errors.New(`ent: missing required field "Node.retired"`)}
+	}
+	if _, ok := _c.mutation.ConsoleEnabled(); !ok {
+		return &ValidationError{Name: "console_enabled", err: errors.New(`ent: missing required field "Node.console_enabled"`)}
+	}
+	if v, ok := _c.mutation.Shard(); ok {
+		if err := node.ShardValidator(v); err != nil {
+			return &ValidationError{Name: "shard", err: fmt.Errorf(`ent: validator failed for field "Node.shard": %w`, err)}
+		}
+	}
+	if v, ok := _c.mutation.ParentNode(); ok {
+		if err := node.ParentNodeValidator(v); err != nil {
+			return &ValidationError{Name: "parent_node", err: fmt.Errorf(`ent: validator failed for field "Node.parent_node": %w`, err)}
+		}
+	}
+	if _, ok := _c.mutation.DisablePowerOff(); !ok {
+		return &ValidationError{Name: "disable_power_off", err: errors.New(`ent: missing required field "Node.disable_power_off"`)}
+	}
+	if v, ok := _c.mutation.InstanceName(); ok {
+		if err := node.InstanceNameValidator(v); err != nil {
+			return &ValidationError{Name: "instance_name", err: fmt.Errorf(`ent: validator failed for field "Node.instance_name": %w`, err)}
+		}
+	}
+	if v, ok := _c.mutation.Health(); ok {
+		if err := node.HealthValidator(v); err != nil {
+			return &ValidationError{Name: "health", err: fmt.Errorf(`ent: validator failed for field "Node.health": %w`, err)}
 		}
 	}
 	return nil
@@ -743,6 +1363,134 @@ func (_c *NodeCreate) createSpec() (*Node, *sqlgraph.CreateSpec) {
 	if value, ok := _c.mutation.ConductorGroup(); ok {
 		_spec.SetField(node.FieldConductorGroup, field.TypeString, value)
 		_node.ConductorGroup = value
+	}
+	if value, ok := _c.mutation.BiosInterface(); ok {
+		_spec.SetField(node.FieldBiosInterface, field.TypeString, value)
+		_node.BiosInterface = value
+	}
+	if value, ok := _c.mutation.BootInterface(); ok {
+		_spec.SetField(node.FieldBootInterface, field.TypeString, value)
+		_node.BootInterface = value
+	}
+	if value, ok := _c.mutation.ConsoleInterface(); ok {
+		_spec.SetField(node.FieldConsoleInterface, field.TypeString, value)
+		_node.ConsoleInterface = value
+	}
+	if value, ok := _c.mutation.DeployInterface(); ok {
+		_spec.SetField(node.FieldDeployInterface, field.TypeString, value)
+		_node.DeployInterface = value
+	}
+	if value, ok := _c.mutation.FirmwareInterface(); ok {
+		_spec.SetField(node.FieldFirmwareInterface, field.TypeString, value)
+		_node.FirmwareInterface = value
+	}
+	if value, ok := _c.mutation.InspectInterface(); ok {
+		_spec.SetField(node.FieldInspectInterface, field.TypeString, value)
+		_node.InspectInterface = value
+	}
+	if value, ok := _c.mutation.ManagementInterface(); ok {
+		_spec.SetField(node.FieldManagementInterface, field.TypeString, value)
+		_node.ManagementInterface = value
+	}
+	if value, ok := _c.mutation.NetworkInterface(); ok {
+		_spec.SetField(node.FieldNetworkInterface, field.TypeString, value)
+		_node.NetworkInterface = value
+	}
+	if value, ok := _c.mutation.PowerInterface(); ok {
+		_spec.SetField(node.FieldPowerInterface, field.TypeString, value)
+		_node.PowerInterface = value
+	}
+	if value, ok := _c.mutation.RaidInterface(); ok {
+		_spec.SetField(node.FieldRaidInterface, field.TypeString, value)
+		_node.RaidInterface = value
+	}
+	if value, ok := _c.mutation.RescueInterface(); ok {
+		_spec.SetField(node.FieldRescueInterface, field.TypeString, value)
+		_node.RescueInterface = value
+	}
+	if value, ok := _c.mutation.StorageInterface(); ok {
+		_spec.SetField(node.FieldStorageInterface, field.TypeString, value)
+		_node.StorageInterface = value
+	}
+	if value, ok := _c.mutation.VendorInterface(); ok {
+		_spec.SetField(node.FieldVendorInterface, field.TypeString, value)
+		_node.VendorInterface = value
+	}
+	if value, ok := _c.mutation.Protected(); ok {
+		_spec.SetField(node.FieldProtected, field.TypeBool, value)
+		_node.Protected = value
+	}
+	if value, ok := _c.mutation.ProtectedReason(); ok {
+		_spec.SetField(node.FieldProtectedReason, field.TypeString, value)
+		_node.ProtectedReason = &value
+	}
+	if value, ok := _c.mutation.Retired(); ok {
+		_spec.SetField(node.FieldRetired, field.TypeBool, value)
+		_node.Retired = value
+	}
+	if value, ok := _c.mutation.RetiredReason(); ok {
+		_spec.SetField(node.FieldRetiredReason, field.TypeString, value)
+		_node.RetiredReason = &value
+	}
+	if value, ok := _c.mutation.AutomatedClean(); ok {
+		_spec.SetField(node.FieldAutomatedClean, field.TypeBool, value)
+		_node.AutomatedClean = &value
+	}
+	if value, ok := _c.mutation.NetworkData(); ok {
+		_spec.SetField(node.FieldNetworkData, field.TypeJSON, value)
+		_node.NetworkData = value
+	}
+	if value, ok := _c.mutation.RaidConfig(); ok {
+		_spec.SetField(node.FieldRaidConfig, field.TypeJSON, value)
+		_node.RaidConfig = value
+	}
+	if value, ok := _c.mutation.TargetRaidConfig(); ok {
+		_spec.SetField(node.FieldTargetRaidConfig, field.TypeJSON, value)
+		_node.TargetRaidConfig = value
+	}
+	if value, ok := _c.mutation.ConsoleEnabled(); ok {
+		_spec.SetField(node.FieldConsoleEnabled, field.TypeBool, value)
+		_node.ConsoleEnabled = value
+	}
+	if value, ok := _c.mutation.DeployStep(); ok {
+		_spec.SetField(node.FieldDeployStep, field.TypeJSON, value)
+		_node.DeployStep = value
+	}
+	if value, ok := _c.mutation.BootMode(); ok {
+		_spec.SetField(node.FieldBootMode, field.TypeString, value)
+		_node.BootMode = &value
+	}
+	if value, ok := _c.mutation.SecureBoot(); ok {
+		_spec.SetField(node.FieldSecureBoot, field.TypeBool, value)
+		_node.SecureBoot = &value
+	}
+	if value, ok := _c.mutation.InspectionStartedAt(); ok {
+		_spec.SetField(node.FieldInspectionStartedAt, field.TypeTime, value)
+		_node.InspectionStartedAt = &value
+	}
+	if value, ok := _c.mutation.InspectionFinishedAt(); ok {
+		_spec.SetField(node.FieldInspectionFinishedAt, field.TypeTime, value)
+		_node.InspectionFinishedAt = &value
+	}
+	if value, ok := _c.mutation.Shard(); ok {
+		_spec.SetField(node.FieldShard, field.TypeString, value)
+		_node.Shard = &value
+	}
+	if value, ok := _c.mutation.ParentNode(); ok {
+		_spec.SetField(node.FieldParentNode, field.TypeString, value)
+		_node.ParentNode = &value
+	}
+	if value, ok := _c.mutation.DisablePowerOff(); ok {
+		_spec.SetField(node.FieldDisablePowerOff, field.TypeBool, value)
+		_node.DisablePowerOff = value
+	}
+	if value, ok := _c.mutation.InstanceName(); ok {
+		_spec.SetField(node.FieldInstanceName, field.TypeString, value)
+		_node.InstanceName = &value
+	}
+	if value, ok := _c.mutation.Health(); ok {
+		_spec.SetField(node.FieldHealth, field.TypeString, value)
+		_node.Health = &value
 	}
 	if nodes := _c.mutation.TraitsIDs(); len(nodes) > 0 {
 		edge := &sqlgraph.EdgeSpec{
@@ -1387,6 +2135,480 @@ func (u *NodeUpsert) ClearChassisID() *NodeUpsert {
 	return u
 }
 
+// SetBiosInterface sets the "bios_interface" field.
+func (u *NodeUpsert) SetBiosInterface(v string) *NodeUpsert {
+	u.Set(node.FieldBiosInterface, v)
+	return u
+}
+
+// UpdateBiosInterface sets the "bios_interface" field to the value that was provided on create.
+func (u *NodeUpsert) UpdateBiosInterface() *NodeUpsert {
+	u.SetExcluded(node.FieldBiosInterface)
+	return u
+}
+
+// SetBootInterface sets the "boot_interface" field.
+func (u *NodeUpsert) SetBootInterface(v string) *NodeUpsert {
+	u.Set(node.FieldBootInterface, v)
+	return u
+}
+
+// UpdateBootInterface sets the "boot_interface" field to the value that was provided on create.
+func (u *NodeUpsert) UpdateBootInterface() *NodeUpsert {
+	u.SetExcluded(node.FieldBootInterface)
+	return u
+}
+
+// SetConsoleInterface sets the "console_interface" field.
+func (u *NodeUpsert) SetConsoleInterface(v string) *NodeUpsert {
+	u.Set(node.FieldConsoleInterface, v)
+	return u
+}
+
+// UpdateConsoleInterface sets the "console_interface" field to the value that was provided on create.
+func (u *NodeUpsert) UpdateConsoleInterface() *NodeUpsert {
+	u.SetExcluded(node.FieldConsoleInterface)
+	return u
+}
+
+// SetDeployInterface sets the "deploy_interface" field.
+func (u *NodeUpsert) SetDeployInterface(v string) *NodeUpsert {
+	u.Set(node.FieldDeployInterface, v)
+	return u
+}
+
+// UpdateDeployInterface sets the "deploy_interface" field to the value that was provided on create.
+func (u *NodeUpsert) UpdateDeployInterface() *NodeUpsert {
+	u.SetExcluded(node.FieldDeployInterface)
+	return u
+}
+
+// SetFirmwareInterface sets the "firmware_interface" field.
+func (u *NodeUpsert) SetFirmwareInterface(v string) *NodeUpsert {
+	u.Set(node.FieldFirmwareInterface, v)
+	return u
+}
+
+// UpdateFirmwareInterface sets the "firmware_interface" field to the value that was provided on create.
+func (u *NodeUpsert) UpdateFirmwareInterface() *NodeUpsert {
+	u.SetExcluded(node.FieldFirmwareInterface)
+	return u
+}
+
+// SetInspectInterface sets the "inspect_interface" field.
+func (u *NodeUpsert) SetInspectInterface(v string) *NodeUpsert {
+	u.Set(node.FieldInspectInterface, v)
+	return u
+}
+
+// UpdateInspectInterface sets the "inspect_interface" field to the value that was provided on create.
+func (u *NodeUpsert) UpdateInspectInterface() *NodeUpsert {
+	u.SetExcluded(node.FieldInspectInterface)
+	return u
+}
+
+// SetManagementInterface sets the "management_interface" field.
+func (u *NodeUpsert) SetManagementInterface(v string) *NodeUpsert {
+	u.Set(node.FieldManagementInterface, v)
+	return u
+}
+
+// UpdateManagementInterface sets the "management_interface" field to the value that was provided on create.
+func (u *NodeUpsert) UpdateManagementInterface() *NodeUpsert {
+	u.SetExcluded(node.FieldManagementInterface)
+	return u
+}
+
+// SetNetworkInterface sets the "network_interface" field.
+func (u *NodeUpsert) SetNetworkInterface(v string) *NodeUpsert {
+	u.Set(node.FieldNetworkInterface, v)
+	return u
+}
+
+// UpdateNetworkInterface sets the "network_interface" field to the value that was provided on create.
+func (u *NodeUpsert) UpdateNetworkInterface() *NodeUpsert {
+	u.SetExcluded(node.FieldNetworkInterface)
+	return u
+}
+
+// SetPowerInterface sets the "power_interface" field.
+func (u *NodeUpsert) SetPowerInterface(v string) *NodeUpsert {
+	u.Set(node.FieldPowerInterface, v)
+	return u
+}
+
+// UpdatePowerInterface sets the "power_interface" field to the value that was provided on create.
+func (u *NodeUpsert) UpdatePowerInterface() *NodeUpsert {
+	u.SetExcluded(node.FieldPowerInterface)
+	return u
+}
+
+// SetRaidInterface sets the "raid_interface" field.
+func (u *NodeUpsert) SetRaidInterface(v string) *NodeUpsert {
+	u.Set(node.FieldRaidInterface, v)
+	return u
+}
+
+// UpdateRaidInterface sets the "raid_interface" field to the value that was provided on create.
+func (u *NodeUpsert) UpdateRaidInterface() *NodeUpsert {
+	u.SetExcluded(node.FieldRaidInterface)
+	return u
+}
+
+// SetRescueInterface sets the "rescue_interface" field.
+func (u *NodeUpsert) SetRescueInterface(v string) *NodeUpsert {
+	u.Set(node.FieldRescueInterface, v)
+	return u
+}
+
+// UpdateRescueInterface sets the "rescue_interface" field to the value that was provided on create.
+func (u *NodeUpsert) UpdateRescueInterface() *NodeUpsert {
+	u.SetExcluded(node.FieldRescueInterface)
+	return u
+}
+
+// SetStorageInterface sets the "storage_interface" field.
+func (u *NodeUpsert) SetStorageInterface(v string) *NodeUpsert {
+	u.Set(node.FieldStorageInterface, v)
+	return u
+}
+
+// UpdateStorageInterface sets the "storage_interface" field to the value that was provided on create.
+func (u *NodeUpsert) UpdateStorageInterface() *NodeUpsert {
+	u.SetExcluded(node.FieldStorageInterface)
+	return u
+}
+
+// SetVendorInterface sets the "vendor_interface" field.
+func (u *NodeUpsert) SetVendorInterface(v string) *NodeUpsert {
+	u.Set(node.FieldVendorInterface, v)
+	return u
+}
+
+// UpdateVendorInterface sets the "vendor_interface" field to the value that was provided on create.
+func (u *NodeUpsert) UpdateVendorInterface() *NodeUpsert {
+	u.SetExcluded(node.FieldVendorInterface)
+	return u
+}
+
+// SetProtected sets the "protected" field.
+func (u *NodeUpsert) SetProtected(v bool) *NodeUpsert {
+	u.Set(node.FieldProtected, v)
+	return u
+}
+
+// UpdateProtected sets the "protected" field to the value that was provided on create.
+func (u *NodeUpsert) UpdateProtected() *NodeUpsert {
+	u.SetExcluded(node.FieldProtected)
+	return u
+}
+
+// SetProtectedReason sets the "protected_reason" field.
+func (u *NodeUpsert) SetProtectedReason(v string) *NodeUpsert {
+	u.Set(node.FieldProtectedReason, v)
+	return u
+}
+
+// UpdateProtectedReason sets the "protected_reason" field to the value that was provided on create.
+func (u *NodeUpsert) UpdateProtectedReason() *NodeUpsert {
+	u.SetExcluded(node.FieldProtectedReason)
+	return u
+}
+
+// ClearProtectedReason clears the value of the "protected_reason" field.
+func (u *NodeUpsert) ClearProtectedReason() *NodeUpsert {
+	u.SetNull(node.FieldProtectedReason)
+	return u
+}
+
+// SetRetired sets the "retired" field.
+func (u *NodeUpsert) SetRetired(v bool) *NodeUpsert {
+	u.Set(node.FieldRetired, v)
+	return u
+}
+
+// UpdateRetired sets the "retired" field to the value that was provided on create.
+func (u *NodeUpsert) UpdateRetired() *NodeUpsert {
+	u.SetExcluded(node.FieldRetired)
+	return u
+}
+
+// SetRetiredReason sets the "retired_reason" field.
+func (u *NodeUpsert) SetRetiredReason(v string) *NodeUpsert {
+	u.Set(node.FieldRetiredReason, v)
+	return u
+}
+
+// UpdateRetiredReason sets the "retired_reason" field to the value that was provided on create.
+func (u *NodeUpsert) UpdateRetiredReason() *NodeUpsert {
+	u.SetExcluded(node.FieldRetiredReason)
+	return u
+}
+
+// ClearRetiredReason clears the value of the "retired_reason" field.
+func (u *NodeUpsert) ClearRetiredReason() *NodeUpsert {
+	u.SetNull(node.FieldRetiredReason)
+	return u
+}
+
+// SetAutomatedClean sets the "automated_clean" field.
+func (u *NodeUpsert) SetAutomatedClean(v bool) *NodeUpsert {
+	u.Set(node.FieldAutomatedClean, v)
+	return u
+}
+
+// UpdateAutomatedClean sets the "automated_clean" field to the value that was provided on create.
+func (u *NodeUpsert) UpdateAutomatedClean() *NodeUpsert {
+	u.SetExcluded(node.FieldAutomatedClean)
+	return u
+}
+
+// ClearAutomatedClean clears the value of the "automated_clean" field.
+func (u *NodeUpsert) ClearAutomatedClean() *NodeUpsert {
+	u.SetNull(node.FieldAutomatedClean)
+	return u
+}
+
+// SetNetworkData sets the "network_data" field.
+func (u *NodeUpsert) SetNetworkData(v map[string]interface{}) *NodeUpsert {
+	u.Set(node.FieldNetworkData, v)
+	return u
+}
+
+// UpdateNetworkData sets the "network_data" field to the value that was provided on create.
+func (u *NodeUpsert) UpdateNetworkData() *NodeUpsert {
+	u.SetExcluded(node.FieldNetworkData)
+	return u
+}
+
+// ClearNetworkData clears the value of the "network_data" field.
+func (u *NodeUpsert) ClearNetworkData() *NodeUpsert {
+	u.SetNull(node.FieldNetworkData)
+	return u
+}
+
+// SetRaidConfig sets the "raid_config" field.
+func (u *NodeUpsert) SetRaidConfig(v map[string]interface{}) *NodeUpsert {
+	u.Set(node.FieldRaidConfig, v)
+	return u
+}
+
+// UpdateRaidConfig sets the "raid_config" field to the value that was provided on create.
+func (u *NodeUpsert) UpdateRaidConfig() *NodeUpsert {
+	u.SetExcluded(node.FieldRaidConfig)
+	return u
+}
+
+// ClearRaidConfig clears the value of the "raid_config" field.
+func (u *NodeUpsert) ClearRaidConfig() *NodeUpsert {
+	u.SetNull(node.FieldRaidConfig)
+	return u
+}
+
+// SetTargetRaidConfig sets the "target_raid_config" field.
+func (u *NodeUpsert) SetTargetRaidConfig(v map[string]interface{}) *NodeUpsert {
+	u.Set(node.FieldTargetRaidConfig, v)
+	return u
+}
+
+// UpdateTargetRaidConfig sets the "target_raid_config" field to the value that was provided on create.
+func (u *NodeUpsert) UpdateTargetRaidConfig() *NodeUpsert {
+	u.SetExcluded(node.FieldTargetRaidConfig)
+	return u
+}
+
+// ClearTargetRaidConfig clears the value of the "target_raid_config" field.
+func (u *NodeUpsert) ClearTargetRaidConfig() *NodeUpsert {
+	u.SetNull(node.FieldTargetRaidConfig)
+	return u
+}
+
+// SetConsoleEnabled sets the "console_enabled" field.
+func (u *NodeUpsert) SetConsoleEnabled(v bool) *NodeUpsert {
+	u.Set(node.FieldConsoleEnabled, v)
+	return u
+}
+
+// UpdateConsoleEnabled sets the "console_enabled" field to the value that was provided on create.
+func (u *NodeUpsert) UpdateConsoleEnabled() *NodeUpsert {
+	u.SetExcluded(node.FieldConsoleEnabled)
+	return u
+}
+
+// SetDeployStep sets the "deploy_step" field.
+func (u *NodeUpsert) SetDeployStep(v map[string]interface{}) *NodeUpsert {
+	u.Set(node.FieldDeployStep, v)
+	return u
+}
+
+// UpdateDeployStep sets the "deploy_step" field to the value that was provided on create.
+func (u *NodeUpsert) UpdateDeployStep() *NodeUpsert {
+	u.SetExcluded(node.FieldDeployStep)
+	return u
+}
+
+// ClearDeployStep clears the value of the "deploy_step" field.
+func (u *NodeUpsert) ClearDeployStep() *NodeUpsert {
+	u.SetNull(node.FieldDeployStep)
+	return u
+}
+
+// SetBootMode sets the "boot_mode" field.
+func (u *NodeUpsert) SetBootMode(v string) *NodeUpsert {
+	u.Set(node.FieldBootMode, v)
+	return u
+}
+
+// UpdateBootMode sets the "boot_mode" field to the value that was provided on create.
+func (u *NodeUpsert) UpdateBootMode() *NodeUpsert {
+	u.SetExcluded(node.FieldBootMode)
+	return u
+}
+
+// ClearBootMode clears the value of the "boot_mode" field.
+func (u *NodeUpsert) ClearBootMode() *NodeUpsert {
+	u.SetNull(node.FieldBootMode)
+	return u
+}
+
+// SetSecureBoot sets the "secure_boot" field.
+func (u *NodeUpsert) SetSecureBoot(v bool) *NodeUpsert {
+	u.Set(node.FieldSecureBoot, v)
+	return u
+}
+
+// UpdateSecureBoot sets the "secure_boot" field to the value that was provided on create.
+func (u *NodeUpsert) UpdateSecureBoot() *NodeUpsert {
+	u.SetExcluded(node.FieldSecureBoot)
+	return u
+}
+
+// ClearSecureBoot clears the value of the "secure_boot" field.
+func (u *NodeUpsert) ClearSecureBoot() *NodeUpsert {
+	u.SetNull(node.FieldSecureBoot)
+	return u
+}
+
+// SetInspectionStartedAt sets the "inspection_started_at" field.
+func (u *NodeUpsert) SetInspectionStartedAt(v time.Time) *NodeUpsert {
+	u.Set(node.FieldInspectionStartedAt, v)
+	return u
+}
+
+// UpdateInspectionStartedAt sets the "inspection_started_at" field to the value that was provided on create.
+func (u *NodeUpsert) UpdateInspectionStartedAt() *NodeUpsert {
+	u.SetExcluded(node.FieldInspectionStartedAt)
+	return u
+}
+
+// ClearInspectionStartedAt clears the value of the "inspection_started_at" field.
+func (u *NodeUpsert) ClearInspectionStartedAt() *NodeUpsert {
+	u.SetNull(node.FieldInspectionStartedAt)
+	return u
+}
+
+// SetInspectionFinishedAt sets the "inspection_finished_at" field.
+func (u *NodeUpsert) SetInspectionFinishedAt(v time.Time) *NodeUpsert {
+	u.Set(node.FieldInspectionFinishedAt, v)
+	return u
+}
+
+// UpdateInspectionFinishedAt sets the "inspection_finished_at" field to the value that was provided on create.
+func (u *NodeUpsert) UpdateInspectionFinishedAt() *NodeUpsert {
+	u.SetExcluded(node.FieldInspectionFinishedAt)
+	return u
+}
+
+// ClearInspectionFinishedAt clears the value of the "inspection_finished_at" field.
+func (u *NodeUpsert) ClearInspectionFinishedAt() *NodeUpsert {
+	u.SetNull(node.FieldInspectionFinishedAt)
+	return u
+}
+
+// SetShard sets the "shard" field.
+func (u *NodeUpsert) SetShard(v string) *NodeUpsert {
+	u.Set(node.FieldShard, v)
+	return u
+}
+
+// UpdateShard sets the "shard" field to the value that was provided on create.
+func (u *NodeUpsert) UpdateShard() *NodeUpsert {
+	u.SetExcluded(node.FieldShard)
+	return u
+}
+
+// ClearShard clears the value of the "shard" field.
+func (u *NodeUpsert) ClearShard() *NodeUpsert {
+	u.SetNull(node.FieldShard)
+	return u
+}
+
+// SetParentNode sets the "parent_node" field.
+func (u *NodeUpsert) SetParentNode(v string) *NodeUpsert {
+	u.Set(node.FieldParentNode, v)
+	return u
+}
+
+// UpdateParentNode sets the "parent_node" field to the value that was provided on create.
+func (u *NodeUpsert) UpdateParentNode() *NodeUpsert {
+	u.SetExcluded(node.FieldParentNode)
+	return u
+}
+
+// ClearParentNode clears the value of the "parent_node" field.
+func (u *NodeUpsert) ClearParentNode() *NodeUpsert {
+	u.SetNull(node.FieldParentNode)
+	return u
+}
+
+// SetDisablePowerOff sets the "disable_power_off" field.
+func (u *NodeUpsert) SetDisablePowerOff(v bool) *NodeUpsert {
+	u.Set(node.FieldDisablePowerOff, v)
+	return u
+}
+
+// UpdateDisablePowerOff sets the "disable_power_off" field to the value that was provided on create.
+func (u *NodeUpsert) UpdateDisablePowerOff() *NodeUpsert {
+	u.SetExcluded(node.FieldDisablePowerOff)
+	return u
+}
+
+// SetInstanceName sets the "instance_name" field.
+func (u *NodeUpsert) SetInstanceName(v string) *NodeUpsert {
+	u.Set(node.FieldInstanceName, v)
+	return u
+}
+
+// UpdateInstanceName sets the "instance_name" field to the value that was provided on create.
+func (u *NodeUpsert) UpdateInstanceName() *NodeUpsert {
+	u.SetExcluded(node.FieldInstanceName)
+	return u
+}
+
+// ClearInstanceName clears the value of the "instance_name" field.
+func (u *NodeUpsert) ClearInstanceName() *NodeUpsert {
+	u.SetNull(node.FieldInstanceName)
+	return u
+}
+
+// SetHealth sets the "health" field.
+func (u *NodeUpsert) SetHealth(v string) *NodeUpsert {
+	u.Set(node.FieldHealth, v)
+	return u
+}
+
+// UpdateHealth sets the "health" field to the value that was provided on create.
+func (u *NodeUpsert) UpdateHealth() *NodeUpsert {
+	u.SetExcluded(node.FieldHealth)
+	return u
+}
+
+// ClearHealth clears the value of the "health" field.
+func (u *NodeUpsert) ClearHealth() *NodeUpsert {
+	u.SetNull(node.FieldHealth)
+	return u
+}
+
 // UpdateNewValues updates the mutable fields using the new values that were set on create.
 // Using this option is equivalent to using:
 //
@@ -1971,6 +3193,559 @@ func (u *NodeUpsertOne) UpdateChassisID() *NodeUpsertOne {
 func (u *NodeUpsertOne) ClearChassisID() *NodeUpsertOne {
 	return u.Update(func(s *NodeUpsert) {
 		s.ClearChassisID()
+	})
+}
+
+// SetBiosInterface sets the "bios_interface" field.
+func (u *NodeUpsertOne) SetBiosInterface(v string) *NodeUpsertOne {
+	return u.Update(func(s *NodeUpsert) {
+		s.SetBiosInterface(v)
+	})
+}
+
+// UpdateBiosInterface sets the "bios_interface" field to the value that was provided on create.
+func (u *NodeUpsertOne) UpdateBiosInterface() *NodeUpsertOne {
+	return u.Update(func(s *NodeUpsert) {
+		s.UpdateBiosInterface()
+	})
+}
+
+// SetBootInterface sets the "boot_interface" field.
+func (u *NodeUpsertOne) SetBootInterface(v string) *NodeUpsertOne {
+	return u.Update(func(s *NodeUpsert) {
+		s.SetBootInterface(v)
+	})
+}
+
+// UpdateBootInterface sets the "boot_interface" field to the value that was provided on create.
+func (u *NodeUpsertOne) UpdateBootInterface() *NodeUpsertOne {
+	return u.Update(func(s *NodeUpsert) {
+		s.UpdateBootInterface()
+	})
+}
+
+// SetConsoleInterface sets the "console_interface" field.
+func (u *NodeUpsertOne) SetConsoleInterface(v string) *NodeUpsertOne {
+	return u.Update(func(s *NodeUpsert) {
+		s.SetConsoleInterface(v)
+	})
+}
+
+// UpdateConsoleInterface sets the "console_interface" field to the value that was provided on create.
+func (u *NodeUpsertOne) UpdateConsoleInterface() *NodeUpsertOne {
+	return u.Update(func(s *NodeUpsert) {
+		s.UpdateConsoleInterface()
+	})
+}
+
+// SetDeployInterface sets the "deploy_interface" field.
+func (u *NodeUpsertOne) SetDeployInterface(v string) *NodeUpsertOne {
+	return u.Update(func(s *NodeUpsert) {
+		s.SetDeployInterface(v)
+	})
+}
+
+// UpdateDeployInterface sets the "deploy_interface" field to the value that was provided on create.
+func (u *NodeUpsertOne) UpdateDeployInterface() *NodeUpsertOne {
+	return u.Update(func(s *NodeUpsert) {
+		s.UpdateDeployInterface()
+	})
+}
+
+// SetFirmwareInterface sets the "firmware_interface" field.
+func (u *NodeUpsertOne) SetFirmwareInterface(v string) *NodeUpsertOne {
+	return u.Update(func(s *NodeUpsert) {
+		s.SetFirmwareInterface(v)
+	})
+}
+
+// UpdateFirmwareInterface sets the "firmware_interface" field to the value that was provided on create.
+func (u *NodeUpsertOne) UpdateFirmwareInterface() *NodeUpsertOne {
+	return u.Update(func(s *NodeUpsert) {
+		s.UpdateFirmwareInterface()
+	})
+}
+
+// SetInspectInterface sets the "inspect_interface" field.
+func (u *NodeUpsertOne) SetInspectInterface(v string) *NodeUpsertOne {
+	return u.Update(func(s *NodeUpsert) {
+		s.SetInspectInterface(v)
+	})
+}
+
+// UpdateInspectInterface sets the "inspect_interface" field to the value that was provided on create.
+func (u *NodeUpsertOne) UpdateInspectInterface() *NodeUpsertOne {
+	return u.Update(func(s *NodeUpsert) {
+		s.UpdateInspectInterface()
+	})
+}
+
+// SetManagementInterface sets the "management_interface" field.
+func (u *NodeUpsertOne) SetManagementInterface(v string) *NodeUpsertOne {
+	return u.Update(func(s *NodeUpsert) {
+		s.SetManagementInterface(v)
+	})
+}
+
+// UpdateManagementInterface sets the "management_interface" field to the value that was provided on create.
+func (u *NodeUpsertOne) UpdateManagementInterface() *NodeUpsertOne {
+	return u.Update(func(s *NodeUpsert) {
+		s.UpdateManagementInterface()
+	})
+}
+
+// SetNetworkInterface sets the "network_interface" field.
+func (u *NodeUpsertOne) SetNetworkInterface(v string) *NodeUpsertOne {
+	return u.Update(func(s *NodeUpsert) {
+		s.SetNetworkInterface(v)
+	})
+}
+
+// UpdateNetworkInterface sets the "network_interface" field to the value that was provided on create.
+func (u *NodeUpsertOne) UpdateNetworkInterface() *NodeUpsertOne {
+	return u.Update(func(s *NodeUpsert) {
+		s.UpdateNetworkInterface()
+	})
+}
+
+// SetPowerInterface sets the "power_interface" field.
+func (u *NodeUpsertOne) SetPowerInterface(v string) *NodeUpsertOne {
+	return u.Update(func(s *NodeUpsert) {
+		s.SetPowerInterface(v)
+	})
+}
+
+// UpdatePowerInterface sets the "power_interface" field to the value that was provided on create.
+func (u *NodeUpsertOne) UpdatePowerInterface() *NodeUpsertOne {
+	return u.Update(func(s *NodeUpsert) {
+		s.UpdatePowerInterface()
+	})
+}
+
+// SetRaidInterface sets the "raid_interface" field.
+func (u *NodeUpsertOne) SetRaidInterface(v string) *NodeUpsertOne {
+	return u.Update(func(s *NodeUpsert) {
+		s.SetRaidInterface(v)
+	})
+}
+
+// UpdateRaidInterface sets the "raid_interface" field to the value that was provided on create.
+func (u *NodeUpsertOne) UpdateRaidInterface() *NodeUpsertOne {
+	return u.Update(func(s *NodeUpsert) {
+		s.UpdateRaidInterface()
+	})
+}
+
+// SetRescueInterface sets the "rescue_interface" field.
+func (u *NodeUpsertOne) SetRescueInterface(v string) *NodeUpsertOne {
+	return u.Update(func(s *NodeUpsert) {
+		s.SetRescueInterface(v)
+	})
+}
+
+// UpdateRescueInterface sets the "rescue_interface" field to the value that was provided on create.
+func (u *NodeUpsertOne) UpdateRescueInterface() *NodeUpsertOne {
+	return u.Update(func(s *NodeUpsert) {
+		s.UpdateRescueInterface()
+	})
+}
+
+// SetStorageInterface sets the "storage_interface" field.
+func (u *NodeUpsertOne) SetStorageInterface(v string) *NodeUpsertOne {
+	return u.Update(func(s *NodeUpsert) {
+		s.SetStorageInterface(v)
+	})
+}
+
+// UpdateStorageInterface sets the "storage_interface" field to the value that was provided on create.
+func (u *NodeUpsertOne) UpdateStorageInterface() *NodeUpsertOne {
+	return u.Update(func(s *NodeUpsert) {
+		s.UpdateStorageInterface()
+	})
+}
+
+// SetVendorInterface sets the "vendor_interface" field.
+func (u *NodeUpsertOne) SetVendorInterface(v string) *NodeUpsertOne {
+	return u.Update(func(s *NodeUpsert) {
+		s.SetVendorInterface(v)
+	})
+}
+
+// UpdateVendorInterface sets the "vendor_interface" field to the value that was provided on create.
+func (u *NodeUpsertOne) UpdateVendorInterface() *NodeUpsertOne {
+	return u.Update(func(s *NodeUpsert) {
+		s.UpdateVendorInterface()
+	})
+}
+
+// SetProtected sets the "protected" field.
+func (u *NodeUpsertOne) SetProtected(v bool) *NodeUpsertOne {
+	return u.Update(func(s *NodeUpsert) {
+		s.SetProtected(v)
+	})
+}
+
+// UpdateProtected sets the "protected" field to the value that was provided on create.
+func (u *NodeUpsertOne) UpdateProtected() *NodeUpsertOne {
+	return u.Update(func(s *NodeUpsert) {
+		s.UpdateProtected()
+	})
+}
+
+// SetProtectedReason sets the "protected_reason" field.
+func (u *NodeUpsertOne) SetProtectedReason(v string) *NodeUpsertOne {
+	return u.Update(func(s *NodeUpsert) {
+		s.SetProtectedReason(v)
+	})
+}
+
+// UpdateProtectedReason sets the "protected_reason" field to the value that was provided on create.
+func (u *NodeUpsertOne) UpdateProtectedReason() *NodeUpsertOne {
+	return u.Update(func(s *NodeUpsert) {
+		s.UpdateProtectedReason()
+	})
+}
+
+// ClearProtectedReason clears the value of the "protected_reason" field.
+func (u *NodeUpsertOne) ClearProtectedReason() *NodeUpsertOne {
+	return u.Update(func(s *NodeUpsert) {
+		s.ClearProtectedReason()
+	})
+}
+
+// SetRetired sets the "retired" field.
+func (u *NodeUpsertOne) SetRetired(v bool) *NodeUpsertOne {
+	return u.Update(func(s *NodeUpsert) {
+		s.SetRetired(v)
+	})
+}
+
+// UpdateRetired sets the "retired" field to the value that was provided on create.
+func (u *NodeUpsertOne) UpdateRetired() *NodeUpsertOne {
+	return u.Update(func(s *NodeUpsert) {
+		s.UpdateRetired()
+	})
+}
+
+// SetRetiredReason sets the "retired_reason" field.
+func (u *NodeUpsertOne) SetRetiredReason(v string) *NodeUpsertOne {
+	return u.Update(func(s *NodeUpsert) {
+		s.SetRetiredReason(v)
+	})
+}
+
+// UpdateRetiredReason sets the "retired_reason" field to the value that was provided on create.
+func (u *NodeUpsertOne) UpdateRetiredReason() *NodeUpsertOne {
+	return u.Update(func(s *NodeUpsert) {
+		s.UpdateRetiredReason()
+	})
+}
+
+// ClearRetiredReason clears the value of the "retired_reason" field.
+func (u *NodeUpsertOne) ClearRetiredReason() *NodeUpsertOne {
+	return u.Update(func(s *NodeUpsert) {
+		s.ClearRetiredReason()
+	})
+}
+
+// SetAutomatedClean sets the "automated_clean" field.
+func (u *NodeUpsertOne) SetAutomatedClean(v bool) *NodeUpsertOne {
+	return u.Update(func(s *NodeUpsert) {
+		s.SetAutomatedClean(v)
+	})
+}
+
+// UpdateAutomatedClean sets the "automated_clean" field to the value that was provided on create.
+func (u *NodeUpsertOne) UpdateAutomatedClean() *NodeUpsertOne {
+	return u.Update(func(s *NodeUpsert) {
+		s.UpdateAutomatedClean()
+	})
+}
+
+// ClearAutomatedClean clears the value of the "automated_clean" field.
+func (u *NodeUpsertOne) ClearAutomatedClean() *NodeUpsertOne {
+	return u.Update(func(s *NodeUpsert) {
+		s.ClearAutomatedClean()
+	})
+}
+
+// SetNetworkData sets the "network_data" field.
+func (u *NodeUpsertOne) SetNetworkData(v map[string]interface{}) *NodeUpsertOne {
+	return u.Update(func(s *NodeUpsert) {
+		s.SetNetworkData(v)
+	})
+}
+
+// UpdateNetworkData sets the "network_data" field to the value that was provided on create.
+func (u *NodeUpsertOne) UpdateNetworkData() *NodeUpsertOne {
+	return u.Update(func(s *NodeUpsert) {
+		s.UpdateNetworkData()
+	})
+}
+
+// ClearNetworkData clears the value of the "network_data" field.
+func (u *NodeUpsertOne) ClearNetworkData() *NodeUpsertOne {
+	return u.Update(func(s *NodeUpsert) {
+		s.ClearNetworkData()
+	})
+}
+
+// SetRaidConfig sets the "raid_config" field.
+func (u *NodeUpsertOne) SetRaidConfig(v map[string]interface{}) *NodeUpsertOne {
+	return u.Update(func(s *NodeUpsert) {
+		s.SetRaidConfig(v)
+	})
+}
+
+// UpdateRaidConfig sets the "raid_config" field to the value that was provided on create.
+func (u *NodeUpsertOne) UpdateRaidConfig() *NodeUpsertOne {
+	return u.Update(func(s *NodeUpsert) {
+		s.UpdateRaidConfig()
+	})
+}
+
+// ClearRaidConfig clears the value of the "raid_config" field.
+func (u *NodeUpsertOne) ClearRaidConfig() *NodeUpsertOne {
+	return u.Update(func(s *NodeUpsert) {
+		s.ClearRaidConfig()
+	})
+}
+
+// SetTargetRaidConfig sets the "target_raid_config" field.
+func (u *NodeUpsertOne) SetTargetRaidConfig(v map[string]interface{}) *NodeUpsertOne {
+	return u.Update(func(s *NodeUpsert) {
+		s.SetTargetRaidConfig(v)
+	})
+}
+
+// UpdateTargetRaidConfig sets the "target_raid_config" field to the value that was provided on create.
+func (u *NodeUpsertOne) UpdateTargetRaidConfig() *NodeUpsertOne {
+	return u.Update(func(s *NodeUpsert) {
+		s.UpdateTargetRaidConfig()
+	})
+}
+
+// ClearTargetRaidConfig clears the value of the "target_raid_config" field.
+func (u *NodeUpsertOne) ClearTargetRaidConfig() *NodeUpsertOne {
+	return u.Update(func(s *NodeUpsert) {
+		s.ClearTargetRaidConfig()
+	})
+}
+
+// SetConsoleEnabled sets the "console_enabled" field.
+func (u *NodeUpsertOne) SetConsoleEnabled(v bool) *NodeUpsertOne {
+	return u.Update(func(s *NodeUpsert) {
+		s.SetConsoleEnabled(v)
+	})
+}
+
+// UpdateConsoleEnabled sets the "console_enabled" field to the value that was provided on create.
+func (u *NodeUpsertOne) UpdateConsoleEnabled() *NodeUpsertOne {
+	return u.Update(func(s *NodeUpsert) {
+		s.UpdateConsoleEnabled()
+	})
+}
+
+// SetDeployStep sets the "deploy_step" field.
+func (u *NodeUpsertOne) SetDeployStep(v map[string]interface{}) *NodeUpsertOne {
+	return u.Update(func(s *NodeUpsert) {
+		s.SetDeployStep(v)
+	})
+}
+
+// UpdateDeployStep sets the "deploy_step" field to the value that was provided on create.
+func (u *NodeUpsertOne) UpdateDeployStep() *NodeUpsertOne {
+	return u.Update(func(s *NodeUpsert) {
+		s.UpdateDeployStep()
+	})
+}
+
+// ClearDeployStep clears the value of the "deploy_step" field.
+func (u *NodeUpsertOne) ClearDeployStep() *NodeUpsertOne {
+	return u.Update(func(s *NodeUpsert) {
+		s.ClearDeployStep()
+	})
+}
+
+// SetBootMode sets the "boot_mode" field.
+func (u *NodeUpsertOne) SetBootMode(v string) *NodeUpsertOne {
+	return u.Update(func(s *NodeUpsert) {
+		s.SetBootMode(v)
+	})
+}
+
+// UpdateBootMode sets the "boot_mode" field to the value that was provided on create.
+func (u *NodeUpsertOne) UpdateBootMode() *NodeUpsertOne {
+	return u.Update(func(s *NodeUpsert) {
+		s.UpdateBootMode()
+	})
+}
+
+// ClearBootMode clears the value of the "boot_mode" field.
+func (u *NodeUpsertOne) ClearBootMode() *NodeUpsertOne {
+	return u.Update(func(s *NodeUpsert) {
+		s.ClearBootMode()
+	})
+}
+
+// SetSecureBoot sets the "secure_boot" field.
+func (u *NodeUpsertOne) SetSecureBoot(v bool) *NodeUpsertOne {
+	return u.Update(func(s *NodeUpsert) {
+		s.SetSecureBoot(v)
+	})
+}
+
+// UpdateSecureBoot sets the "secure_boot" field to the value that was provided on create.
+func (u *NodeUpsertOne) UpdateSecureBoot() *NodeUpsertOne {
+	return u.Update(func(s *NodeUpsert) {
+		s.UpdateSecureBoot()
+	})
+}
+
+// ClearSecureBoot clears the value of the "secure_boot" field.
+func (u *NodeUpsertOne) ClearSecureBoot() *NodeUpsertOne {
+	return u.Update(func(s *NodeUpsert) {
+		s.ClearSecureBoot()
+	})
+}
+
+// SetInspectionStartedAt sets the "inspection_started_at" field.
+func (u *NodeUpsertOne) SetInspectionStartedAt(v time.Time) *NodeUpsertOne {
+	return u.Update(func(s *NodeUpsert) {
+		s.SetInspectionStartedAt(v)
+	})
+}
+
+// UpdateInspectionStartedAt sets the "inspection_started_at" field to the value that was provided on create.
+func (u *NodeUpsertOne) UpdateInspectionStartedAt() *NodeUpsertOne {
+	return u.Update(func(s *NodeUpsert) {
+		s.UpdateInspectionStartedAt()
+	})
+}
+
+// ClearInspectionStartedAt clears the value of the "inspection_started_at" field.
+func (u *NodeUpsertOne) ClearInspectionStartedAt() *NodeUpsertOne {
+	return u.Update(func(s *NodeUpsert) {
+		s.ClearInspectionStartedAt()
+	})
+}
+
+// SetInspectionFinishedAt sets the "inspection_finished_at" field.
+func (u *NodeUpsertOne) SetInspectionFinishedAt(v time.Time) *NodeUpsertOne {
+	return u.Update(func(s *NodeUpsert) {
+		s.SetInspectionFinishedAt(v)
+	})
+}
+
+// UpdateInspectionFinishedAt sets the "inspection_finished_at" field to the value that was provided on create.
+func (u *NodeUpsertOne) UpdateInspectionFinishedAt() *NodeUpsertOne {
+	return u.Update(func(s *NodeUpsert) {
+		s.UpdateInspectionFinishedAt()
+	})
+}
+
+// ClearInspectionFinishedAt clears the value of the "inspection_finished_at" field.
+func (u *NodeUpsertOne) ClearInspectionFinishedAt() *NodeUpsertOne {
+	return u.Update(func(s *NodeUpsert) {
+		s.ClearInspectionFinishedAt()
+	})
+}
+
+// SetShard sets the "shard" field.
+func (u *NodeUpsertOne) SetShard(v string) *NodeUpsertOne {
+	return u.Update(func(s *NodeUpsert) {
+		s.SetShard(v)
+	})
+}
+
+// UpdateShard sets the "shard" field to the value that was provided on create.
+func (u *NodeUpsertOne) UpdateShard() *NodeUpsertOne {
+	return u.Update(func(s *NodeUpsert) {
+		s.UpdateShard()
+	})
+}
+
+// ClearShard clears the value of the "shard" field.
+func (u *NodeUpsertOne) ClearShard() *NodeUpsertOne {
+	return u.Update(func(s *NodeUpsert) {
+		s.ClearShard()
+	})
+}
+
+// SetParentNode sets the "parent_node" field.
+func (u *NodeUpsertOne) SetParentNode(v string) *NodeUpsertOne {
+	return u.Update(func(s *NodeUpsert) {
+		s.SetParentNode(v)
+	})
+}
+
+// UpdateParentNode sets the "parent_node" field to the value that was provided on create.
+func (u *NodeUpsertOne) UpdateParentNode() *NodeUpsertOne {
+	return u.Update(func(s *NodeUpsert) {
+		s.UpdateParentNode()
+	})
+}
+
+// ClearParentNode clears the value of the "parent_node" field.
+func (u *NodeUpsertOne) ClearParentNode() *NodeUpsertOne {
+	return u.Update(func(s *NodeUpsert) {
+		s.ClearParentNode()
+	})
+}
+
+// SetDisablePowerOff sets the "disable_power_off" field.
+func (u *NodeUpsertOne) SetDisablePowerOff(v bool) *NodeUpsertOne {
+	return u.Update(func(s *NodeUpsert) {
+		s.SetDisablePowerOff(v)
+	})
+}
+
+// UpdateDisablePowerOff sets the "disable_power_off" field to the value that was provided on create.
+func (u *NodeUpsertOne) UpdateDisablePowerOff() *NodeUpsertOne {
+	return u.Update(func(s *NodeUpsert) {
+		s.UpdateDisablePowerOff()
+	})
+}
+
+// SetInstanceName sets the "instance_name" field.
+func (u *NodeUpsertOne) SetInstanceName(v string) *NodeUpsertOne {
+	return u.Update(func(s *NodeUpsert) {
+		s.SetInstanceName(v)
+	})
+}
+
+// UpdateInstanceName sets the "instance_name" field to the value that was provided on create.
+func (u *NodeUpsertOne) UpdateInstanceName() *NodeUpsertOne {
+	return u.Update(func(s *NodeUpsert) {
+		s.UpdateInstanceName()
+	})
+}
+
+// ClearInstanceName clears the value of the "instance_name" field.
+func (u *NodeUpsertOne) ClearInstanceName() *NodeUpsertOne {
+	return u.Update(func(s *NodeUpsert) {
+		s.ClearInstanceName()
+	})
+}
+
+// SetHealth sets the "health" field.
+func (u *NodeUpsertOne) SetHealth(v string) *NodeUpsertOne {
+	return u.Update(func(s *NodeUpsert) {
+		s.SetHealth(v)
+	})
+}
+
+// UpdateHealth sets the "health" field to the value that was provided on create.
+func (u *NodeUpsertOne) UpdateHealth() *NodeUpsertOne {
+	return u.Update(func(s *NodeUpsert) {
+		s.UpdateHealth()
+	})
+}
+
+// ClearHealth clears the value of the "health" field.
+func (u *NodeUpsertOne) ClearHealth() *NodeUpsertOne {
+	return u.Update(func(s *NodeUpsert) {
+		s.ClearHealth()
 	})
 }
 
@@ -2724,6 +4499,559 @@ func (u *NodeUpsertBulk) UpdateChassisID() *NodeUpsertBulk {
 func (u *NodeUpsertBulk) ClearChassisID() *NodeUpsertBulk {
 	return u.Update(func(s *NodeUpsert) {
 		s.ClearChassisID()
+	})
+}
+
+// SetBiosInterface sets the "bios_interface" field.
+func (u *NodeUpsertBulk) SetBiosInterface(v string) *NodeUpsertBulk {
+	return u.Update(func(s *NodeUpsert) {
+		s.SetBiosInterface(v)
+	})
+}
+
+// UpdateBiosInterface sets the "bios_interface" field to the value that was provided on create.
+func (u *NodeUpsertBulk) UpdateBiosInterface() *NodeUpsertBulk {
+	return u.Update(func(s *NodeUpsert) {
+		s.UpdateBiosInterface()
+	})
+}
+
+// SetBootInterface sets the "boot_interface" field.
+func (u *NodeUpsertBulk) SetBootInterface(v string) *NodeUpsertBulk {
+	return u.Update(func(s *NodeUpsert) {
+		s.SetBootInterface(v)
+	})
+}
+
+// UpdateBootInterface sets the "boot_interface" field to the value that was provided on create.
+func (u *NodeUpsertBulk) UpdateBootInterface() *NodeUpsertBulk {
+	return u.Update(func(s *NodeUpsert) {
+		s.UpdateBootInterface()
+	})
+}
+
+// SetConsoleInterface sets the "console_interface" field.
+func (u *NodeUpsertBulk) SetConsoleInterface(v string) *NodeUpsertBulk {
+	return u.Update(func(s *NodeUpsert) {
+		s.SetConsoleInterface(v)
+	})
+}
+
+// UpdateConsoleInterface sets the "console_interface" field to the value that was provided on create.
+func (u *NodeUpsertBulk) UpdateConsoleInterface() *NodeUpsertBulk {
+	return u.Update(func(s *NodeUpsert) {
+		s.UpdateConsoleInterface()
+	})
+}
+
+// SetDeployInterface sets the "deploy_interface" field.
+func (u *NodeUpsertBulk) SetDeployInterface(v string) *NodeUpsertBulk {
+	return u.Update(func(s *NodeUpsert) {
+		s.SetDeployInterface(v)
+	})
+}
+
+// UpdateDeployInterface sets the "deploy_interface" field to the value that was provided on create.
+func (u *NodeUpsertBulk) UpdateDeployInterface() *NodeUpsertBulk {
+	return u.Update(func(s *NodeUpsert) {
+		s.UpdateDeployInterface()
+	})
+}
+
+// SetFirmwareInterface sets the "firmware_interface" field.
+func (u *NodeUpsertBulk) SetFirmwareInterface(v string) *NodeUpsertBulk {
+	return u.Update(func(s *NodeUpsert) {
+		s.SetFirmwareInterface(v)
+	})
+}
+
+// UpdateFirmwareInterface sets the "firmware_interface" field to the value that was provided on create.
+func (u *NodeUpsertBulk) UpdateFirmwareInterface() *NodeUpsertBulk {
+	return u.Update(func(s *NodeUpsert) {
+		s.UpdateFirmwareInterface()
+	})
+}
+
+// SetInspectInterface sets the "inspect_interface" field.
+func (u *NodeUpsertBulk) SetInspectInterface(v string) *NodeUpsertBulk {
+	return u.Update(func(s *NodeUpsert) {
+		s.SetInspectInterface(v)
+	})
+}
+
+// UpdateInspectInterface sets the "inspect_interface" field to the value that was provided on create.
+func (u *NodeUpsertBulk) UpdateInspectInterface() *NodeUpsertBulk {
+	return u.Update(func(s *NodeUpsert) {
+		s.UpdateInspectInterface()
+	})
+}
+
+// SetManagementInterface sets the "management_interface" field.
+func (u *NodeUpsertBulk) SetManagementInterface(v string) *NodeUpsertBulk {
+	return u.Update(func(s *NodeUpsert) {
+		s.SetManagementInterface(v)
+	})
+}
+
+// UpdateManagementInterface sets the "management_interface" field to the value that was provided on create.
+func (u *NodeUpsertBulk) UpdateManagementInterface() *NodeUpsertBulk {
+	return u.Update(func(s *NodeUpsert) {
+		s.UpdateManagementInterface()
+	})
+}
+
+// SetNetworkInterface sets the "network_interface" field.
+func (u *NodeUpsertBulk) SetNetworkInterface(v string) *NodeUpsertBulk {
+	return u.Update(func(s *NodeUpsert) {
+		s.SetNetworkInterface(v)
+	})
+}
+
+// UpdateNetworkInterface sets the "network_interface" field to the value that was provided on create.
+func (u *NodeUpsertBulk) UpdateNetworkInterface() *NodeUpsertBulk {
+	return u.Update(func(s *NodeUpsert) {
+		s.UpdateNetworkInterface()
+	})
+}
+
+// SetPowerInterface sets the "power_interface" field.
+func (u *NodeUpsertBulk) SetPowerInterface(v string) *NodeUpsertBulk {
+	return u.Update(func(s *NodeUpsert) {
+		s.SetPowerInterface(v)
+	})
+}
+
+// UpdatePowerInterface sets the "power_interface" field to the value that was provided on create.
+func (u *NodeUpsertBulk) UpdatePowerInterface() *NodeUpsertBulk {
+	return u.Update(func(s *NodeUpsert) {
+		s.UpdatePowerInterface()
+	})
+}
+
+// SetRaidInterface sets the "raid_interface" field.
+func (u *NodeUpsertBulk) SetRaidInterface(v string) *NodeUpsertBulk {
+	return u.Update(func(s *NodeUpsert) {
+		s.SetRaidInterface(v)
+	})
+}
+
+// UpdateRaidInterface sets the "raid_interface" field to the value that was provided on create.
+func (u *NodeUpsertBulk) UpdateRaidInterface() *NodeUpsertBulk {
+	return u.Update(func(s *NodeUpsert) {
+		s.UpdateRaidInterface()
+	})
+}
+
+// SetRescueInterface sets the "rescue_interface" field.
+func (u *NodeUpsertBulk) SetRescueInterface(v string) *NodeUpsertBulk {
+	return u.Update(func(s *NodeUpsert) {
+		s.SetRescueInterface(v)
+	})
+}
+
+// UpdateRescueInterface sets the "rescue_interface" field to the value that was provided on create.
+func (u *NodeUpsertBulk) UpdateRescueInterface() *NodeUpsertBulk {
+	return u.Update(func(s *NodeUpsert) {
+		s.UpdateRescueInterface()
+	})
+}
+
+// SetStorageInterface sets the "storage_interface" field.
+func (u *NodeUpsertBulk) SetStorageInterface(v string) *NodeUpsertBulk {
+	return u.Update(func(s *NodeUpsert) {
+		s.SetStorageInterface(v)
+	})
+}
+
+// UpdateStorageInterface sets the "storage_interface" field to the value that was provided on create.
+func (u *NodeUpsertBulk) UpdateStorageInterface() *NodeUpsertBulk {
+	return u.Update(func(s *NodeUpsert) {
+		s.UpdateStorageInterface()
+	})
+}
+
+// SetVendorInterface sets the "vendor_interface" field.
+func (u *NodeUpsertBulk) SetVendorInterface(v string) *NodeUpsertBulk {
+	return u.Update(func(s *NodeUpsert) {
+		s.SetVendorInterface(v)
+	})
+}
+
+// UpdateVendorInterface sets the "vendor_interface" field to the value that was provided on create.
+func (u *NodeUpsertBulk) UpdateVendorInterface() *NodeUpsertBulk {
+	return u.Update(func(s *NodeUpsert) {
+		s.UpdateVendorInterface()
+	})
+}
+
+// SetProtected sets the "protected" field.
+func (u *NodeUpsertBulk) SetProtected(v bool) *NodeUpsertBulk {
+	return u.Update(func(s *NodeUpsert) {
+		s.SetProtected(v)
+	})
+}
+
+// UpdateProtected sets the "protected" field to the value that was provided on create.
+func (u *NodeUpsertBulk) UpdateProtected() *NodeUpsertBulk {
+	return u.Update(func(s *NodeUpsert) {
+		s.UpdateProtected()
+	})
+}
+
+// SetProtectedReason sets the "protected_reason" field.
+func (u *NodeUpsertBulk) SetProtectedReason(v string) *NodeUpsertBulk {
+	return u.Update(func(s *NodeUpsert) {
+		s.SetProtectedReason(v)
+	})
+}
+
+// UpdateProtectedReason sets the "protected_reason" field to the value that was provided on create.
+func (u *NodeUpsertBulk) UpdateProtectedReason() *NodeUpsertBulk {
+	return u.Update(func(s *NodeUpsert) {
+		s.UpdateProtectedReason()
+	})
+}
+
+// ClearProtectedReason clears the value of the "protected_reason" field.
+func (u *NodeUpsertBulk) ClearProtectedReason() *NodeUpsertBulk {
+	return u.Update(func(s *NodeUpsert) {
+		s.ClearProtectedReason()
+	})
+}
+
+// SetRetired sets the "retired" field.
+func (u *NodeUpsertBulk) SetRetired(v bool) *NodeUpsertBulk {
+	return u.Update(func(s *NodeUpsert) {
+		s.SetRetired(v)
+	})
+}
+
+// UpdateRetired sets the "retired" field to the value that was provided on create.
+func (u *NodeUpsertBulk) UpdateRetired() *NodeUpsertBulk {
+	return u.Update(func(s *NodeUpsert) {
+		s.UpdateRetired()
+	})
+}
+
+// SetRetiredReason sets the "retired_reason" field.
+func (u *NodeUpsertBulk) SetRetiredReason(v string) *NodeUpsertBulk {
+	return u.Update(func(s *NodeUpsert) {
+		s.SetRetiredReason(v)
+	})
+}
+
+// UpdateRetiredReason sets the "retired_reason" field to the value that was provided on create.
+func (u *NodeUpsertBulk) UpdateRetiredReason() *NodeUpsertBulk {
+	return u.Update(func(s *NodeUpsert) {
+		s.UpdateRetiredReason()
+	})
+}
+
+// ClearRetiredReason clears the value of the "retired_reason" field.
+func (u *NodeUpsertBulk) ClearRetiredReason() *NodeUpsertBulk {
+	return u.Update(func(s *NodeUpsert) {
+		s.ClearRetiredReason()
+	})
+}
+
+// SetAutomatedClean sets the "automated_clean" field.
+func (u *NodeUpsertBulk) SetAutomatedClean(v bool) *NodeUpsertBulk {
+	return u.Update(func(s *NodeUpsert) {
+		s.SetAutomatedClean(v)
+	})
+}
+
+// UpdateAutomatedClean sets the "automated_clean" field to the value that was provided on create.
+func (u *NodeUpsertBulk) UpdateAutomatedClean() *NodeUpsertBulk {
+	return u.Update(func(s *NodeUpsert) {
+		s.UpdateAutomatedClean()
+	})
+}
+
+// ClearAutomatedClean clears the value of the "automated_clean" field.
+func (u *NodeUpsertBulk) ClearAutomatedClean() *NodeUpsertBulk {
+	return u.Update(func(s *NodeUpsert) {
+		s.ClearAutomatedClean()
+	})
+}
+
+// SetNetworkData sets the "network_data" field.
+func (u *NodeUpsertBulk) SetNetworkData(v map[string]interface{}) *NodeUpsertBulk {
+	return u.Update(func(s *NodeUpsert) {
+		s.SetNetworkData(v)
+	})
+}
+
+// UpdateNetworkData sets the "network_data" field to the value that was provided on create.
+func (u *NodeUpsertBulk) UpdateNetworkData() *NodeUpsertBulk {
+	return u.Update(func(s *NodeUpsert) {
+		s.UpdateNetworkData()
+	})
+}
+
+// ClearNetworkData clears the value of the "network_data" field.
+func (u *NodeUpsertBulk) ClearNetworkData() *NodeUpsertBulk {
+	return u.Update(func(s *NodeUpsert) {
+		s.ClearNetworkData()
+	})
+}
+
+// SetRaidConfig sets the "raid_config" field.
+func (u *NodeUpsertBulk) SetRaidConfig(v map[string]interface{}) *NodeUpsertBulk {
+	return u.Update(func(s *NodeUpsert) {
+		s.SetRaidConfig(v)
+	})
+}
+
+// UpdateRaidConfig sets the "raid_config" field to the value that was provided on create.
+func (u *NodeUpsertBulk) UpdateRaidConfig() *NodeUpsertBulk {
+	return u.Update(func(s *NodeUpsert) {
+		s.UpdateRaidConfig()
+	})
+}
+
+// ClearRaidConfig clears the value of the "raid_config" field.
+func (u *NodeUpsertBulk) ClearRaidConfig() *NodeUpsertBulk {
+	return u.Update(func(s *NodeUpsert) {
+		s.ClearRaidConfig()
+	})
+}
+
+// SetTargetRaidConfig sets the "target_raid_config" field.
+func (u *NodeUpsertBulk) SetTargetRaidConfig(v map[string]interface{}) *NodeUpsertBulk {
+	return u.Update(func(s *NodeUpsert) {
+		s.SetTargetRaidConfig(v)
+	})
+}
+
+// UpdateTargetRaidConfig sets the "target_raid_config" field to the value that was provided on create.
+func (u *NodeUpsertBulk) UpdateTargetRaidConfig() *NodeUpsertBulk {
+	return u.Update(func(s *NodeUpsert) {
+		s.UpdateTargetRaidConfig()
+	})
+}
+
+// ClearTargetRaidConfig clears the value of the "target_raid_config" field.
+func (u *NodeUpsertBulk) ClearTargetRaidConfig() *NodeUpsertBulk {
+	return u.Update(func(s *NodeUpsert) {
+		s.ClearTargetRaidConfig()
+	})
+}
+
+// SetConsoleEnabled sets the "console_enabled" field.
+func (u *NodeUpsertBulk) SetConsoleEnabled(v bool) *NodeUpsertBulk {
+	return u.Update(func(s *NodeUpsert) {
+		s.SetConsoleEnabled(v)
+	})
+}
+
+// UpdateConsoleEnabled sets the "console_enabled" field to the value that was provided on create.
+func (u *NodeUpsertBulk) UpdateConsoleEnabled() *NodeUpsertBulk {
+	return u.Update(func(s *NodeUpsert) {
+		s.UpdateConsoleEnabled()
+	})
+}
+
+// SetDeployStep sets the "deploy_step" field.
+func (u *NodeUpsertBulk) SetDeployStep(v map[string]interface{}) *NodeUpsertBulk {
+	return u.Update(func(s *NodeUpsert) {
+		s.SetDeployStep(v)
+	})
+}
+
+// UpdateDeployStep sets the "deploy_step" field to the value that was provided on create.
+func (u *NodeUpsertBulk) UpdateDeployStep() *NodeUpsertBulk {
+	return u.Update(func(s *NodeUpsert) {
+		s.UpdateDeployStep()
+	})
+}
+
+// ClearDeployStep clears the value of the "deploy_step" field.
+func (u *NodeUpsertBulk) ClearDeployStep() *NodeUpsertBulk {
+	return u.Update(func(s *NodeUpsert) {
+		s.ClearDeployStep()
+	})
+}
+
+// SetBootMode sets the "boot_mode" field.
+func (u *NodeUpsertBulk) SetBootMode(v string) *NodeUpsertBulk {
+	return u.Update(func(s *NodeUpsert) {
+		s.SetBootMode(v)
+	})
+}
+
+// UpdateBootMode sets the "boot_mode" field to the value that was provided on create.
+func (u *NodeUpsertBulk) UpdateBootMode() *NodeUpsertBulk {
+	return u.Update(func(s *NodeUpsert) {
+		s.UpdateBootMode()
+	})
+}
+
+// ClearBootMode clears the value of the "boot_mode" field.
+func (u *NodeUpsertBulk) ClearBootMode() *NodeUpsertBulk {
+	return u.Update(func(s *NodeUpsert) {
+		s.ClearBootMode()
+	})
+}
+
+// SetSecureBoot sets the "secure_boot" field.
+func (u *NodeUpsertBulk) SetSecureBoot(v bool) *NodeUpsertBulk {
+	return u.Update(func(s *NodeUpsert) {
+		s.SetSecureBoot(v)
+	})
+}
+
+// UpdateSecureBoot sets the "secure_boot" field to the value that was provided on create.
+func (u *NodeUpsertBulk) UpdateSecureBoot() *NodeUpsertBulk {
+	return u.Update(func(s *NodeUpsert) {
+		s.UpdateSecureBoot()
+	})
+}
+
+// ClearSecureBoot clears the value of the "secure_boot" field.
+func (u *NodeUpsertBulk) ClearSecureBoot() *NodeUpsertBulk {
+	return u.Update(func(s *NodeUpsert) {
+		s.ClearSecureBoot()
+	})
+}
+
+// SetInspectionStartedAt sets the "inspection_started_at" field.
+func (u *NodeUpsertBulk) SetInspectionStartedAt(v time.Time) *NodeUpsertBulk {
+	return u.Update(func(s *NodeUpsert) {
+		s.SetInspectionStartedAt(v)
+	})
+}
+
+// UpdateInspectionStartedAt sets the "inspection_started_at" field to the value that was provided on create.
+func (u *NodeUpsertBulk) UpdateInspectionStartedAt() *NodeUpsertBulk {
+	return u.Update(func(s *NodeUpsert) {
+		s.UpdateInspectionStartedAt()
+	})
+}
+
+// ClearInspectionStartedAt clears the value of the "inspection_started_at" field.
+func (u *NodeUpsertBulk) ClearInspectionStartedAt() *NodeUpsertBulk {
+	return u.Update(func(s *NodeUpsert) {
+		s.ClearInspectionStartedAt()
+	})
+}
+
+// SetInspectionFinishedAt sets the "inspection_finished_at" field.
+func (u *NodeUpsertBulk) SetInspectionFinishedAt(v time.Time) *NodeUpsertBulk {
+	return u.Update(func(s *NodeUpsert) {
+		s.SetInspectionFinishedAt(v)
+	})
+}
+
+// UpdateInspectionFinishedAt sets the "inspection_finished_at" field to the value that was provided on create.
+func (u *NodeUpsertBulk) UpdateInspectionFinishedAt() *NodeUpsertBulk {
+	return u.Update(func(s *NodeUpsert) {
+		s.UpdateInspectionFinishedAt()
+	})
+}
+
+// ClearInspectionFinishedAt clears the value of the "inspection_finished_at" field.
+func (u *NodeUpsertBulk) ClearInspectionFinishedAt() *NodeUpsertBulk {
+	return u.Update(func(s *NodeUpsert) {
+		s.ClearInspectionFinishedAt()
+	})
+}
+
+// SetShard sets the "shard" field.
+func (u *NodeUpsertBulk) SetShard(v string) *NodeUpsertBulk {
+	return u.Update(func(s *NodeUpsert) {
+		s.SetShard(v)
+	})
+}
+
+// UpdateShard sets the "shard" field to the value that was provided on create.
+func (u *NodeUpsertBulk) UpdateShard() *NodeUpsertBulk {
+	return u.Update(func(s *NodeUpsert) {
+		s.UpdateShard()
+	})
+}
+
+// ClearShard clears the value of the "shard" field.
+func (u *NodeUpsertBulk) ClearShard() *NodeUpsertBulk {
+	return u.Update(func(s *NodeUpsert) {
+		s.ClearShard()
+	})
+}
+
+// SetParentNode sets the "parent_node" field.
+func (u *NodeUpsertBulk) SetParentNode(v string) *NodeUpsertBulk {
+	return u.Update(func(s *NodeUpsert) {
+		s.SetParentNode(v)
+	})
+}
+
+// UpdateParentNode sets the "parent_node" field to the value that was provided on create.
+func (u *NodeUpsertBulk) UpdateParentNode() *NodeUpsertBulk {
+	return u.Update(func(s *NodeUpsert) {
+		s.UpdateParentNode()
+	})
+}
+
+// ClearParentNode clears the value of the "parent_node" field.
+func (u *NodeUpsertBulk) ClearParentNode() *NodeUpsertBulk {
+	return u.Update(func(s *NodeUpsert) {
+		s.ClearParentNode()
+	})
+}
+
+// SetDisablePowerOff sets the "disable_power_off" field.
+func (u *NodeUpsertBulk) SetDisablePowerOff(v bool) *NodeUpsertBulk {
+	return u.Update(func(s *NodeUpsert) {
+		s.SetDisablePowerOff(v)
+	})
+}
+
+// UpdateDisablePowerOff sets the "disable_power_off" field to the value that was provided on create.
+func (u *NodeUpsertBulk) UpdateDisablePowerOff() *NodeUpsertBulk {
+	return u.Update(func(s *NodeUpsert) {
+		s.UpdateDisablePowerOff()
+	})
+}
+
+// SetInstanceName sets the "instance_name" field.
+func (u *NodeUpsertBulk) SetInstanceName(v string) *NodeUpsertBulk {
+	return u.Update(func(s *NodeUpsert) {
+		s.SetInstanceName(v)
+	})
+}
+
+// UpdateInstanceName sets the "instance_name" field to the value that was provided on create.
+func (u *NodeUpsertBulk) UpdateInstanceName() *NodeUpsertBulk {
+	return u.Update(func(s *NodeUpsert) {
+		s.UpdateInstanceName()
+	})
+}
+
+// ClearInstanceName clears the value of the "instance_name" field.
+func (u *NodeUpsertBulk) ClearInstanceName() *NodeUpsertBulk {
+	return u.Update(func(s *NodeUpsert) {
+		s.ClearInstanceName()
+	})
+}
+
+// SetHealth sets the "health" field.
+func (u *NodeUpsertBulk) SetHealth(v string) *NodeUpsertBulk {
+	return u.Update(func(s *NodeUpsert) {
+		s.SetHealth(v)
+	})
+}
+
+// UpdateHealth sets the "health" field to the value that was provided on create.
+func (u *NodeUpsertBulk) UpdateHealth() *NodeUpsertBulk {
+	return u.Update(func(s *NodeUpsert) {
+		s.UpdateHealth()
+	})
+}
+
+// ClearHealth clears the value of the "health" field.
+func (u *NodeUpsertBulk) ClearHealth() *NodeUpsertBulk {
+	return u.Update(func(s *NodeUpsert) {
+		s.ClearHealth()
 	})
 }
 

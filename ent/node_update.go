@@ -497,6 +497,512 @@ func (_u *NodeUpdate) ClearChassisID() *NodeUpdate {
 	return _u
 }
 
+// SetBiosInterface sets the "bios_interface" field.
+func (_u *NodeUpdate) SetBiosInterface(v string) *NodeUpdate {
+	_u.mutation.SetBiosInterface(v)
+	return _u
+}
+
+// SetNillableBiosInterface sets the "bios_interface" field if the given value is not nil.
+func (_u *NodeUpdate) SetNillableBiosInterface(v *string) *NodeUpdate {
+	if v != nil {
+		_u.SetBiosInterface(*v)
+	}
+	return _u
+}
+
+// SetBootInterface sets the "boot_interface" field.
+func (_u *NodeUpdate) SetBootInterface(v string) *NodeUpdate {
+	_u.mutation.SetBootInterface(v)
+	return _u
+}
+
+// SetNillableBootInterface sets the "boot_interface" field if the given value is not nil.
+func (_u *NodeUpdate) SetNillableBootInterface(v *string) *NodeUpdate {
+	if v != nil {
+		_u.SetBootInterface(*v)
+	}
+	return _u
+}
+
+// SetConsoleInterface sets the "console_interface" field.
+func (_u *NodeUpdate) SetConsoleInterface(v string) *NodeUpdate {
+	_u.mutation.SetConsoleInterface(v)
+	return _u
+}
+
+// SetNillableConsoleInterface sets the "console_interface" field if the given value is not nil.
+func (_u *NodeUpdate) SetNillableConsoleInterface(v *string) *NodeUpdate {
+	if v != nil {
+		_u.SetConsoleInterface(*v)
+	}
+	return _u
+}
+
+// SetDeployInterface sets the "deploy_interface" field.
+func (_u *NodeUpdate) SetDeployInterface(v string) *NodeUpdate {
+	_u.mutation.SetDeployInterface(v)
+	return _u
+}
+
+// SetNillableDeployInterface sets the "deploy_interface" field if the given value is not nil.
+func (_u *NodeUpdate) SetNillableDeployInterface(v *string) *NodeUpdate {
+	if v != nil {
+		_u.SetDeployInterface(*v)
+	}
+	return _u
+}
+
+// SetFirmwareInterface sets the "firmware_interface" field.
+func (_u *NodeUpdate) SetFirmwareInterface(v string) *NodeUpdate {
+	_u.mutation.SetFirmwareInterface(v)
+	return _u
+}
+
+// SetNillableFirmwareInterface sets the "firmware_interface" field if the given value is not nil.
+func (_u *NodeUpdate) SetNillableFirmwareInterface(v *string) *NodeUpdate {
+	if v != nil {
+		_u.SetFirmwareInterface(*v)
+	}
+	return _u
+}
+
+// SetInspectInterface sets the "inspect_interface" field.
+func (_u *NodeUpdate) SetInspectInterface(v string) *NodeUpdate {
+	_u.mutation.SetInspectInterface(v)
+	return _u
+}
+
+// SetNillableInspectInterface sets the "inspect_interface" field if the given value is not nil.
+func (_u *NodeUpdate) SetNillableInspectInterface(v *string) *NodeUpdate {
+	if v != nil {
+		_u.SetInspectInterface(*v)
+	}
+	return _u
+}
+
+// SetManagementInterface sets the "management_interface" field.
+func (_u *NodeUpdate) SetManagementInterface(v string) *NodeUpdate {
+	_u.mutation.SetManagementInterface(v)
+	return _u
+}
+
+// SetNillableManagementInterface sets the "management_interface" field if the given value is not nil.
+func (_u *NodeUpdate) SetNillableManagementInterface(v *string) *NodeUpdate {
+	if v != nil {
+		_u.SetManagementInterface(*v)
+	}
+	return _u
+}
+
+// SetNetworkInterface sets the "network_interface" field.
+func (_u *NodeUpdate) SetNetworkInterface(v string) *NodeUpdate {
+	_u.mutation.SetNetworkInterface(v)
+	return _u
+}
+
+// SetNillableNetworkInterface sets the "network_interface" field if the given value is not nil.
+func (_u *NodeUpdate) SetNillableNetworkInterface(v *string) *NodeUpdate {
+	if v != nil {
+		_u.SetNetworkInterface(*v)
+	}
+	return _u
+}
+
+// SetPowerInterface sets the "power_interface" field.
+func (_u *NodeUpdate) SetPowerInterface(v string) *NodeUpdate {
+	_u.mutation.SetPowerInterface(v)
+	return _u
+}
+
+// SetNillablePowerInterface sets the "power_interface" field if the given value is not nil.
+func (_u *NodeUpdate) SetNillablePowerInterface(v *string) *NodeUpdate {
+	if v != nil {
+		_u.SetPowerInterface(*v)
+	}
+	return _u
+}
+
+// SetRaidInterface sets the "raid_interface" field.
+func (_u *NodeUpdate) SetRaidInterface(v string) *NodeUpdate {
+	_u.mutation.SetRaidInterface(v)
+	return _u
+}
+
+// SetNillableRaidInterface sets the "raid_interface" field if the given value is not nil.
+func (_u *NodeUpdate) SetNillableRaidInterface(v *string) *NodeUpdate {
+	if v != nil {
+		_u.SetRaidInterface(*v)
+	}
+	return _u
+}
+
+// SetRescueInterface sets the "rescue_interface" field.
+func (_u *NodeUpdate) SetRescueInterface(v string) *NodeUpdate {
+	_u.mutation.SetRescueInterface(v)
+	return _u
+}
+
+// SetNillableRescueInterface sets the "rescue_interface" field if the given value is not nil.
+func (_u *NodeUpdate) SetNillableRescueInterface(v *string) *NodeUpdate {
+	if v != nil {
+		_u.SetRescueInterface(*v)
+	}
+	return _u
+}
+
+// SetStorageInterface sets the "storage_interface" field.
+func (_u *NodeUpdate) SetStorageInterface(v string) *NodeUpdate {
+	_u.mutation.SetStorageInterface(v)
+	return _u
+}
+
+// SetNillableStorageInterface sets the "storage_interface" field if the given value is not nil.
+func (_u *NodeUpdate) SetNillableStorageInterface(v *string) *NodeUpdate {
+	if v != nil {
+		_u.SetStorageInterface(*v)
+	}
+	return _u
+}
+
+// SetVendorInterface sets the "vendor_interface" field.
+func (_u *NodeUpdate) SetVendorInterface(v string) *NodeUpdate {
+	_u.mutation.SetVendorInterface(v)
+	return _u
+}
+
+// SetNillableVendorInterface sets the "vendor_interface" field if the given value is not nil.
+func (_u *NodeUpdate) SetNillableVendorInterface(v *string) *NodeUpdate {
+	if v != nil {
+		_u.SetVendorInterface(*v)
+	}
+	return _u
+}
+
+// SetProtected sets the "protected" field.
+func (_u *NodeUpdate) SetProtected(v bool) *NodeUpdate {
+	_u.mutation.SetProtected(v)
+	return _u
+}
+
+// SetNillableProtected sets the "protected" field if the given value is not nil.
+func (_u *NodeUpdate) SetNillableProtected(v *bool) *NodeUpdate {
+	if v != nil {
+		_u.SetProtected(*v)
+	}
+	return _u
+}
+
+// SetProtectedReason sets the "protected_reason" field.
+func (_u *NodeUpdate) SetProtectedReason(v string) *NodeUpdate {
+	_u.mutation.SetProtectedReason(v)
+	return _u
+}
+
+// SetNillableProtectedReason sets the "protected_reason" field if the given value is not nil.
+func (_u *NodeUpdate) SetNillableProtectedReason(v *string) *NodeUpdate {
+	if v != nil {
+		_u.SetProtectedReason(*v)
+	}
+	return _u
+}
+
+// ClearProtectedReason clears the value of the "protected_reason" field.
+func (_u *NodeUpdate) ClearProtectedReason() *NodeUpdate {
+	_u.mutation.ClearProtectedReason()
+	return _u
+}
+
+// SetRetired sets the "retired" field.
+func (_u *NodeUpdate) SetRetired(v bool) *NodeUpdate {
+	_u.mutation.SetRetired(v)
+	return _u
+}
+
+// SetNillableRetired sets the "retired" field if the given value is not nil.
+func (_u *NodeUpdate) SetNillableRetired(v *bool) *NodeUpdate {
+	if v != nil {
+		_u.SetRetired(*v)
+	}
+	return _u
+}
+
+// SetRetiredReason sets the "retired_reason" field.
+func (_u *NodeUpdate) SetRetiredReason(v string) *NodeUpdate {
+	_u.mutation.SetRetiredReason(v)
+	return _u
+}
+
+// SetNillableRetiredReason sets the "retired_reason" field if the given value is not nil.
+func (_u *NodeUpdate) SetNillableRetiredReason(v *string) *NodeUpdate {
+	if v != nil {
+		_u.SetRetiredReason(*v)
+	}
+	return _u
+}
+
+// ClearRetiredReason clears the value of the "retired_reason" field.
+func (_u *NodeUpdate) ClearRetiredReason() *NodeUpdate {
+	_u.mutation.ClearRetiredReason()
+	return _u
+}
+
+// SetAutomatedClean sets the "automated_clean" field.
+func (_u *NodeUpdate) SetAutomatedClean(v bool) *NodeUpdate {
+	_u.mutation.SetAutomatedClean(v)
+	return _u
+}
+
+// SetNillableAutomatedClean sets the "automated_clean" field if the given value is not nil.
+func (_u *NodeUpdate) SetNillableAutomatedClean(v *bool) *NodeUpdate {
+	if v != nil {
+		_u.SetAutomatedClean(*v)
+	}
+	return _u
+}
+
+// ClearAutomatedClean clears the value of the "automated_clean" field.
+func (_u *NodeUpdate) ClearAutomatedClean() *NodeUpdate {
+	_u.mutation.ClearAutomatedClean()
+	return _u
+}
+
+// SetNetworkData sets the "network_data" field.
+func (_u *NodeUpdate) SetNetworkData(v map[string]interface{}) *NodeUpdate {
+	_u.mutation.SetNetworkData(v)
+	return _u
+}
+
+// ClearNetworkData clears the value of the "network_data" field.
+func (_u *NodeUpdate) ClearNetworkData() *NodeUpdate {
+	_u.mutation.ClearNetworkData()
+	return _u
+}
+
+// SetRaidConfig sets the "raid_config" field.
+func (_u *NodeUpdate) SetRaidConfig(v map[string]interface{}) *NodeUpdate {
+	_u.mutation.SetRaidConfig(v)
+	return _u
+}
+
+// ClearRaidConfig clears the value of the "raid_config" field.
+func (_u *NodeUpdate) ClearRaidConfig() *NodeUpdate {
+	_u.mutation.ClearRaidConfig()
+	return _u
+}
+
+// SetTargetRaidConfig sets the "target_raid_config" field.
+func (_u *NodeUpdate) SetTargetRaidConfig(v map[string]interface{}) *NodeUpdate {
+	_u.mutation.SetTargetRaidConfig(v)
+	return _u
+}
+
+// ClearTargetRaidConfig clears the value of the "target_raid_config" field.
+func (_u *NodeUpdate) ClearTargetRaidConfig() *NodeUpdate {
+	_u.mutation.ClearTargetRaidConfig()
+	return _u
+}
+
+// SetConsoleEnabled sets the "console_enabled" field.
+func (_u *NodeUpdate) SetConsoleEnabled(v bool) *NodeUpdate {
+	_u.mutation.SetConsoleEnabled(v)
+	return _u
+}
+
+// SetNillableConsoleEnabled sets the "console_enabled" field if the given value is not nil.
+func (_u *NodeUpdate) SetNillableConsoleEnabled(v *bool) *NodeUpdate {
+	if v != nil {
+		_u.SetConsoleEnabled(*v)
+	}
+	return _u
+}
+
+// SetDeployStep sets the "deploy_step" field.
+func (_u *NodeUpdate) SetDeployStep(v map[string]interface{}) *NodeUpdate {
+	_u.mutation.SetDeployStep(v)
+	return _u
+}
+
+// ClearDeployStep clears the value of the "deploy_step" field.
+func (_u *NodeUpdate) ClearDeployStep() *NodeUpdate {
+	_u.mutation.ClearDeployStep()
+	return _u
+}
+
+// SetBootMode sets the "boot_mode" field.
+func (_u *NodeUpdate) SetBootMode(v string) *NodeUpdate {
+	_u.mutation.SetBootMode(v)
+	return _u
+}
+
+// SetNillableBootMode sets the "boot_mode" field if the given value is not nil.
+func (_u *NodeUpdate) SetNillableBootMode(v *string) *NodeUpdate {
+	if v != nil {
+		_u.SetBootMode(*v)
+	}
+	return _u
+}
+
+// ClearBootMode clears the value of the "boot_mode" field.
+func (_u *NodeUpdate) ClearBootMode() *NodeUpdate {
+	_u.mutation.ClearBootMode()
+	return _u
+}
+
+// SetSecureBoot sets the "secure_boot" field.
+func (_u *NodeUpdate) SetSecureBoot(v bool) *NodeUpdate {
+	_u.mutation.SetSecureBoot(v)
+	return _u
+}
+
+// SetNillableSecureBoot sets the "secure_boot" field if the given value is not nil.
+func (_u *NodeUpdate) SetNillableSecureBoot(v *bool) *NodeUpdate {
+	if v != nil {
+		_u.SetSecureBoot(*v)
+	}
+	return _u
+}
+
+// ClearSecureBoot clears the value of the "secure_boot" field.
+func (_u *NodeUpdate) ClearSecureBoot() *NodeUpdate {
+	_u.mutation.ClearSecureBoot()
+	return _u
+}
+
+// SetInspectionStartedAt sets the "inspection_started_at" field.
+func (_u *NodeUpdate) SetInspectionStartedAt(v time.Time) *NodeUpdate {
+	_u.mutation.SetInspectionStartedAt(v)
+	return _u
+}
+
+// SetNillableInspectionStartedAt sets the "inspection_started_at" field if the given value is not nil.
+func (_u *NodeUpdate) SetNillableInspectionStartedAt(v *time.Time) *NodeUpdate {
+	if v != nil {
+		_u.SetInspectionStartedAt(*v)
+	}
+	return _u
+}
+
+// ClearInspectionStartedAt clears the value of the "inspection_started_at" field.
+func (_u *NodeUpdate) ClearInspectionStartedAt() *NodeUpdate {
+	_u.mutation.ClearInspectionStartedAt()
+	return _u
+}
+
+// SetInspectionFinishedAt sets the "inspection_finished_at" field.
+func (_u *NodeUpdate) SetInspectionFinishedAt(v time.Time) *NodeUpdate {
+	_u.mutation.SetInspectionFinishedAt(v)
+	return _u
+}
+
+// SetNillableInspectionFinishedAt sets the "inspection_finished_at" field if the given value is not nil.
+func (_u *NodeUpdate) SetNillableInspectionFinishedAt(v *time.Time) *NodeUpdate {
+	if v != nil {
+		_u.SetInspectionFinishedAt(*v)
+	}
+	return _u
+}
+
+// ClearInspectionFinishedAt clears the value of the "inspection_finished_at" field.
+func (_u *NodeUpdate) ClearInspectionFinishedAt() *NodeUpdate {
+	_u.mutation.ClearInspectionFinishedAt()
+	return _u
+}
+
+// SetShard sets the "shard" field.
+func (_u *NodeUpdate) SetShard(v string) *NodeUpdate {
+	_u.mutation.SetShard(v)
+	return _u
+}
+
+// SetNillableShard sets the "shard" field if the given value is not nil.
+func (_u *NodeUpdate) SetNillableShard(v *string) *NodeUpdate {
+	if v != nil {
+		_u.SetShard(*v)
+	}
+	return _u
+}
+
+// ClearShard clears the value of the "shard" field.
+func (_u *NodeUpdate) ClearShard() *NodeUpdate {
+	_u.mutation.ClearShard()
+	return _u
+}
+
+// SetParentNode sets the "parent_node" field.
+func (_u *NodeUpdate) SetParentNode(v string) *NodeUpdate {
+	_u.mutation.SetParentNode(v)
+	return _u
+}
+
+// SetNillableParentNode sets the "parent_node" field if the given value is not nil.
+func (_u *NodeUpdate) SetNillableParentNode(v *string) *NodeUpdate {
+	if v != nil {
+		_u.SetParentNode(*v)
+	}
+	return _u
+}
+
+// ClearParentNode clears the value of the "parent_node" field.
+func (_u *NodeUpdate) ClearParentNode() *NodeUpdate {
+	_u.mutation.ClearParentNode()
+	return _u
+}
+
+// SetDisablePowerOff sets the "disable_power_off" field.
+func (_u *NodeUpdate) SetDisablePowerOff(v bool) *NodeUpdate {
+	_u.mutation.SetDisablePowerOff(v)
+	return _u
+}
+
+// SetNillableDisablePowerOff sets the "disable_power_off" field if the given value is not nil.
+func (_u *NodeUpdate) SetNillableDisablePowerOff(v *bool) *NodeUpdate {
+	if v != nil {
+		_u.SetDisablePowerOff(*v)
+	}
+	return _u
+}
+
+// SetInstanceName sets the "instance_name" field.
+func (_u *NodeUpdate) SetInstanceName(v string) *NodeUpdate {
+	_u.mutation.SetInstanceName(v)
+	return _u
+}
+
+// SetNillableInstanceName sets the "instance_name" field if the given value is not nil.
+func (_u *NodeUpdate) SetNillableInstanceName(v *string) *NodeUpdate {
+	if v != nil {
+		_u.SetInstanceName(*v)
+	}
+	return _u
+}
+
+// ClearInstanceName clears the value of the "instance_name" field.
+func (_u *NodeUpdate) ClearInstanceName() *NodeUpdate {
+	_u.mutation.ClearInstanceName()
+	return _u
+}
+
+// SetHealth sets the "health" field.
+func (_u *NodeUpdate) SetHealth(v string) *NodeUpdate {
+	_u.mutation.SetHealth(v)
+	return _u
+}
+
+// SetNillableHealth sets the "health" field if the given value is not nil.
+func (_u *NodeUpdate) SetNillableHealth(v *string) *NodeUpdate {
+	if v != nil {
+		_u.SetHealth(*v)
+	}
+	return _u
+}
+
+// ClearHealth clears the value of the "health" field.
+func (_u *NodeUpdate) ClearHealth() *NodeUpdate {
+	_u.mutation.ClearHealth()
+	return _u
+}
+
 // AddTraitIDs adds the "traits" edge to the Trait entity by IDs.
 func (_u *NodeUpdate) AddTraitIDs(ids ...int) *NodeUpdate {
 	_u.mutation.AddTraitIDs(ids...)
@@ -817,6 +1323,91 @@ func (_u *NodeUpdate) check() error {
 			return &ValidationError{Name: "conductor_group", err: fmt.Errorf(`ent: validator failed for field "Node.conductor_group": %w`, err)}
 		}
 	}
+	if v, ok := _u.mutation.BiosInterface(); ok {
+		if err := node.BiosInterfaceValidator(v); err != nil {
+			return &ValidationError{Name: "bios_interface", err: fmt.Errorf(`ent: validator failed for field "Node.bios_interface": %w`, err)}
+		}
+	}
+	if v, ok := _u.mutation.BootInterface(); ok {
+		if err := node.BootInterfaceValidator(v); err != nil {
+			return &ValidationError{Name: "boot_interface", err: fmt.Errorf(`ent: validator failed for field "Node.boot_interface": %w`, err)}
+		}
+	}
+	if v, ok := _u.mutation.ConsoleInterface(); ok {
+		if err := node.ConsoleInterfaceValidator(v); err != nil {
+			return &ValidationError{Name: "console_interface", err: fmt.Errorf(`ent: validator failed for field "Node.console_interface": %w`, err)}
+		}
+	}
+	if v, ok := _u.mutation.DeployInterface(); ok {
+		if err := node.DeployInterfaceValidator(v); err != nil {
+			return &ValidationError{Name: "deploy_interface", err: fmt.Errorf(`ent: validator failed for field "Node.deploy_interface": %w`, err)}
+		}
+	}
+	if v, ok := _u.mutation.FirmwareInterface(); ok {
+		if err := node.FirmwareInterfaceValidator(v); err != nil {
+			return &ValidationError{Name: "firmware_interface", err: fmt.Errorf(`ent: validator failed for field "Node.firmware_interface": %w`, err)}
+		}
+	}
+	if v, ok := _u.mutation.InspectInterface(); ok {
+		if err := node.InspectInterfaceValidator(v); err != nil {
+			return &ValidationError{Name: "inspect_interface", err: fmt.Errorf(`ent: validator failed for field "Node.inspect_interface": %w`, err)}
+		}
+	}
+	if v, ok := _u.mutation.ManagementInterface(); ok {
+		if err := node.ManagementInterfaceValidator(v); err != nil {
+			return &ValidationError{Name: "management_interface", err: fmt.Errorf(`ent: validator failed for field "Node.management_interface": %w`, err)}
+		}
+	}
+	if v, ok := _u.mutation.NetworkInterface(); ok {
+		if err := node.NetworkInterfaceValidator(v); err != nil {
+			return &ValidationError{Name: "network_interface", err: fmt.Errorf(`ent: validator failed for field "Node.network_interface": %w`, err)}
+		}
+	}
+	if v, ok := _u.mutation.PowerInterface(); ok {
+		if err := node.PowerInterfaceValidator(v); err != nil {
+			return &ValidationError{Name: "power_interface", err: fmt.Errorf(`ent: validator failed for field "Node.power_interface": %w`, err)}
+		}
+	}
+	if v, ok := _u.mutation.RaidInterface(); ok {
+		if err := node.RaidInterfaceValidator(v); err != nil {
+			return &ValidationError{Name: "raid_interface", err: fmt.Errorf(`ent: validator failed for field "Node.raid_interface": %w`, err)}
+		}
+	}
+	if v, ok := _u.mutation.RescueInterface(); ok {
+		if err := node.RescueInterfaceValidator(v); err != nil {
+			return &ValidationError{Name: "rescue_interface", err: fmt.Errorf(`ent: validator failed for field "Node.rescue_interface": %w`, err)}
+		}
+	}
+	if v, ok := _u.mutation.StorageInterface(); ok {
+		if err := node.StorageInterfaceValidator(v); err != nil {
+			return &ValidationError{Name: "storage_interface", err: fmt.Errorf(`ent: validator failed for field "Node.storage_interface": %w`, err)}
+		}
+	}
+	if v, ok := _u.mutation.VendorInterface(); ok {
+		if err := node.VendorInterfaceValidator(v); err != nil {
+			return &ValidationError{Name: "vendor_interface", err: fmt.Errorf(`ent: validator failed for field "Node.vendor_interface": %w`, err)}
+		}
+	}
+	if v, ok := _u.mutation.Shard(); ok {
+		if err := node.ShardValidator(v); err != nil {
+			return &ValidationError{Name: "shard", err: fmt.Errorf(`ent: validator failed for field "Node.shard": %w`, err)}
+		}
+	}
+	if v, ok := _u.mutation.ParentNode(); ok {
+		if err := node.ParentNodeValidator(v); err != nil {
+			return &ValidationError{Name: "parent_node", err: fmt.Errorf(`ent: validator failed for field "Node.parent_node": %w`, err)}
+		}
+	}
+	if v, ok := _u.mutation.InstanceName(); ok {
+		if err := node.InstanceNameValidator(v); err != nil {
+			return &ValidationError{Name: "instance_name", err: fmt.Errorf(`ent: validator failed for field "Node.instance_name": %w`, err)}
+		}
+	}
+	if v, ok := _u.mutation.Health(); ok {
+		if err := node.HealthValidator(v); err != nil {
+			return &ValidationError{Name: "health", err: fmt.Errorf(`ent: validator failed for field "Node.health": %w`, err)}
+		}
+	}
 	return nil
 }
 
@@ -981,6 +1572,147 @@ func (_u *NodeUpdate) sqlSave(ctx context.Context) (_node int, err error) {
 	}
 	if value, ok := _u.mutation.ConductorGroup(); ok {
 		_spec.SetField(node.FieldConductorGroup, field.TypeString, value)
+	}
+	if value, ok := _u.mutation.BiosInterface(); ok {
+		_spec.SetField(node.FieldBiosInterface, field.TypeString, value)
+	}
+	if value, ok := _u.mutation.BootInterface(); ok {
+		_spec.SetField(node.FieldBootInterface, field.TypeString, value)
+	}
+	if value, ok := _u.mutation.ConsoleInterface(); ok {
+		_spec.SetField(node.FieldConsoleInterface, field.TypeString, value)
+	}
+	if value, ok := _u.mutation.DeployInterface(); ok {
+		_spec.SetField(node.FieldDeployInterface, field.TypeString, value)
+	}
+	if value, ok := _u.mutation.FirmwareInterface(); ok {
+		_spec.SetField(node.FieldFirmwareInterface, field.TypeString, value)
+	}
+	if value, ok := _u.mutation.InspectInterface(); ok {
+		_spec.SetField(node.FieldInspectInterface, field.TypeString, value)
+	}
+	if value, ok := _u.mutation.ManagementInterface(); ok {
+		_spec.SetField(node.FieldManagementInterface, field.TypeString, value)
+	}
+	if value, ok := _u.mutation.NetworkInterface(); ok {
+		_spec.SetField(node.FieldNetworkInterface, field.TypeString, value)
+	}
+	if value, ok := _u.mutation.PowerInterface(); ok {
+		_spec.SetField(node.FieldPowerInterface, field.TypeString, value)
+	}
+	if value, ok := _u.mutation.RaidInterface(); ok {
+		_spec.SetField(node.FieldRaidInterface, field.TypeString, value)
+	}
+	if value, ok := _u.mutation.RescueInterface(); ok {
+		_spec.SetField(node.FieldRescueInterface, field.TypeString, value)
+	}
+	if value, ok := _u.mutation.StorageInterface(); ok {
+		_spec.SetField(node.FieldStorageInterface, field.TypeString, value)
+	}
+	if value, ok := _u.mutation.VendorInterface(); ok {
+		_spec.SetField(node.FieldVendorInterface, field.TypeString, value)
+	}
+	if value, ok := _u.mutation.Protected(); ok {
+		_spec.SetField(node.FieldProtected, field.TypeBool, value)
+	}
+	if value, ok := _u.mutation.ProtectedReason(); ok {
+		_spec.SetField(node.FieldProtectedReason, field.TypeString, value)
+	}
+	if _u.mutation.ProtectedReasonCleared() {
+		_spec.ClearField(node.FieldProtectedReason, field.TypeString)
+	}
+	if value, ok := _u.mutation.Retired(); ok {
+		_spec.SetField(node.FieldRetired, field.TypeBool, value)
+	}
+	if value, ok := _u.mutation.RetiredReason(); ok {
+		_spec.SetField(node.FieldRetiredReason, field.TypeString, value)
+	}
+	if _u.mutation.RetiredReasonCleared() {
+		_spec.ClearField(node.FieldRetiredReason, field.TypeString)
+	}
+	if value, ok := _u.mutation.AutomatedClean(); ok {
+		_spec.SetField(node.FieldAutomatedClean, field.TypeBool, value)
+	}
+	if _u.mutation.AutomatedCleanCleared() {
+		_spec.ClearField(node.FieldAutomatedClean, field.TypeBool)
+	}
+	if value, ok := _u.mutation.NetworkData(); ok {
+		_spec.SetField(node.FieldNetworkData, field.TypeJSON, value)
+	}
+	if _u.mutation.NetworkDataCleared() {
+		_spec.ClearField(node.FieldNetworkData, field.TypeJSON)
+	}
+	if value, ok := _u.mutation.RaidConfig(); ok {
+		_spec.SetField(node.FieldRaidConfig, field.TypeJSON, value)
+	}
+	if _u.mutation.RaidConfigCleared() {
+		_spec.ClearField(node.FieldRaidConfig, field.TypeJSON)
+	}
+	if value, ok := _u.mutation.TargetRaidConfig(); ok {
+		_spec.SetField(node.FieldTargetRaidConfig, field.TypeJSON, value)
+	}
+	if _u.mutation.TargetRaidConfigCleared() {
+		_spec.ClearField(node.FieldTargetRaidConfig, field.TypeJSON)
+	}
+	if value, ok := _u.mutation.ConsoleEnabled(); ok {
+		_spec.SetField(node.FieldConsoleEnabled, field.TypeBool, value)
+	}
+	if value, ok := _u.mutation.DeployStep(); ok {
+		_spec.SetField(node.FieldDeployStep, field.TypeJSON, value)
+	}
+	if _u.mutation.DeployStepCleared() {
+		_spec.ClearField(node.FieldDeployStep, field.TypeJSON)
+	}
+	if value, ok := _u.mutation.BootMode(); ok {
+		_spec.SetField(node.FieldBootMode, field.TypeString, value)
+	}
+	if _u.mutation.BootModeCleared() {
+		_spec.ClearField(node.FieldBootMode, field.TypeString)
+	}
+	if value, ok := _u.mutation.SecureBoot(); ok {
+		_spec.SetField(node.FieldSecureBoot, field.TypeBool, value)
+	}
+	if _u.mutation.SecureBootCleared() {
+		_spec.ClearField(node.FieldSecureBoot, field.TypeBool)
+	}
+	if value, ok := _u.mutation.InspectionStartedAt(); ok {
+		_spec.SetField(node.FieldInspectionStartedAt, field.TypeTime, value)
+	}
+	if _u.mutation.InspectionStartedAtCleared() {
+		_spec.ClearField(node.FieldInspectionStartedAt, field.TypeTime)
+	}
+	if value, ok := _u.mutation.InspectionFinishedAt(); ok {
+		_spec.SetField(node.FieldInspectionFinishedAt, field.TypeTime, value)
+	}
+	if _u.mutation.InspectionFinishedAtCleared() {
+		_spec.ClearField(node.FieldInspectionFinishedAt, field.TypeTime)
+	}
+	if value, ok := _u.mutation.Shard(); ok {
+		_spec.SetField(node.FieldShard, field.TypeString, value)
+	}
+	if _u.mutation.ShardCleared() {
+		_spec.ClearField(node.FieldShard, field.TypeString)
+	}
+	if value, ok := _u.mutation.ParentNode(); ok {
+		_spec.SetField(node.FieldParentNode, field.TypeString, value)
+	}
+	if _u.mutation.ParentNodeCleared() {
+		_spec.ClearField(node.FieldParentNode, field.TypeString)
+	}
+	if value, ok := _u.mutation.DisablePowerOff(); ok {
+		_spec.SetField(node.FieldDisablePowerOff, field.TypeBool, value)
+	}
+	if value, ok := _u.mutation.InstanceName(); ok {
+		_spec.SetField(node.FieldInstanceName, field.TypeString, value)
+	}
+	if _u.mutation.InstanceNameCleared() {
+		_spec.ClearField(node.FieldInstanceName, field.TypeString)
+	}
+	if value, ok := _u.mutation.Health(); ok {
+		_spec.SetField(node.FieldHealth, field.TypeString, value)
+	}
+	if _u.mutation.HealthCleared() {
+		_spec.ClearField(node.FieldHealth, field.TypeString)
 	}
 	if _u.mutation.TraitsCleared() {
 		edge := &sqlgraph.EdgeSpec{
@@ -1776,6 +2508,512 @@ func (_u *NodeUpdateOne) ClearChassisID() *NodeUpdateOne {
 	return _u
 }
 
+// SetBiosInterface sets the "bios_interface" field.
+func (_u *NodeUpdateOne) SetBiosInterface(v string) *NodeUpdateOne {
+	_u.mutation.SetBiosInterface(v)
+	return _u
+}
+
+// SetNillableBiosInterface sets the "bios_interface" field if the given value is not nil.
+func (_u *NodeUpdateOne) SetNillableBiosInterface(v *string) *NodeUpdateOne {
+	if v != nil {
+		_u.SetBiosInterface(*v)
+	}
+	return _u
+}
+
+// SetBootInterface sets the "boot_interface" field.
+func (_u *NodeUpdateOne) SetBootInterface(v string) *NodeUpdateOne {
+	_u.mutation.SetBootInterface(v)
+	return _u
+}
+
+// SetNillableBootInterface sets the "boot_interface" field if the given value is not nil.
+func (_u *NodeUpdateOne) SetNillableBootInterface(v *string) *NodeUpdateOne {
+	if v != nil {
+		_u.SetBootInterface(*v)
+	}
+	return _u
+}
+
+// SetConsoleInterface sets the "console_interface" field.
+func (_u *NodeUpdateOne) SetConsoleInterface(v string) *NodeUpdateOne {
+	_u.mutation.SetConsoleInterface(v)
+	return _u
+}
+
+// SetNillableConsoleInterface sets the "console_interface" field if the given value is not nil.
+func (_u *NodeUpdateOne) SetNillableConsoleInterface(v *string) *NodeUpdateOne {
+	if v != nil {
+		_u.SetConsoleInterface(*v)
+	}
+	return _u
+}
+
+// SetDeployInterface sets the "deploy_interface" field.
+func (_u *NodeUpdateOne) SetDeployInterface(v string) *NodeUpdateOne {
+	_u.mutation.SetDeployInterface(v)
+	return _u
+}
+
+// SetNillableDeployInterface sets the "deploy_interface" field if the given value is not nil.
+func (_u *NodeUpdateOne) SetNillableDeployInterface(v *string) *NodeUpdateOne {
+	if v != nil {
+		_u.SetDeployInterface(*v)
+	}
+	return _u
+}
+
+// SetFirmwareInterface sets the "firmware_interface" field.
+func (_u *NodeUpdateOne) SetFirmwareInterface(v string) *NodeUpdateOne {
+	_u.mutation.SetFirmwareInterface(v)
+	return _u
+}
+
+// SetNillableFirmwareInterface sets the "firmware_interface" field if the given value is not nil.
+func (_u *NodeUpdateOne) SetNillableFirmwareInterface(v *string) *NodeUpdateOne {
+	if v != nil {
+		_u.SetFirmwareInterface(*v)
+	}
+	return _u
+}
+
+// SetInspectInterface sets the "inspect_interface" field.
+func (_u *NodeUpdateOne) SetInspectInterface(v string) *NodeUpdateOne {
+	_u.mutation.SetInspectInterface(v)
+	return _u
+}
+
+// SetNillableInspectInterface sets the "inspect_interface" field if the given value is not nil.
+func (_u *NodeUpdateOne) SetNillableInspectInterface(v *string) *NodeUpdateOne {
+	if v != nil {
+		_u.SetInspectInterface(*v)
+	}
+	return _u
+}
+
+// SetManagementInterface sets the "management_interface" field.
+func (_u *NodeUpdateOne) SetManagementInterface(v string) *NodeUpdateOne {
+	_u.mutation.SetManagementInterface(v)
+	return _u
+}
+
+// SetNillableManagementInterface sets the "management_interface" field if the given value is not nil.
+func (_u *NodeUpdateOne) SetNillableManagementInterface(v *string) *NodeUpdateOne {
+	if v != nil {
+		_u.SetManagementInterface(*v)
+	}
+	return _u
+}
+
+// SetNetworkInterface sets the "network_interface" field.
+func (_u *NodeUpdateOne) SetNetworkInterface(v string) *NodeUpdateOne {
+	_u.mutation.SetNetworkInterface(v)
+	return _u
+}
+
+// SetNillableNetworkInterface sets the "network_interface" field if the given value is not nil.
+func (_u *NodeUpdateOne) SetNillableNetworkInterface(v *string) *NodeUpdateOne {
+	if v != nil {
+		_u.SetNetworkInterface(*v)
+	}
+	return _u
+}
+
+// SetPowerInterface sets the "power_interface" field.
+func (_u *NodeUpdateOne) SetPowerInterface(v string) *NodeUpdateOne {
+	_u.mutation.SetPowerInterface(v)
+	return _u
+}
+
+// SetNillablePowerInterface sets the "power_interface" field if the given value is not nil.
+func (_u *NodeUpdateOne) SetNillablePowerInterface(v *string) *NodeUpdateOne {
+	if v != nil {
+		_u.SetPowerInterface(*v)
+	}
+	return _u
+}
+
+// SetRaidInterface sets the "raid_interface" field.
+func (_u *NodeUpdateOne) SetRaidInterface(v string) *NodeUpdateOne {
+	_u.mutation.SetRaidInterface(v)
+	return _u
+}
+
+// SetNillableRaidInterface sets the "raid_interface" field if the given value is not nil.
+func (_u *NodeUpdateOne) SetNillableRaidInterface(v *string) *NodeUpdateOne {
+	if v != nil {
+		_u.SetRaidInterface(*v)
+	}
+	return _u
+}
+
+// SetRescueInterface sets the "rescue_interface" field.
+func (_u *NodeUpdateOne) SetRescueInterface(v string) *NodeUpdateOne {
+	_u.mutation.SetRescueInterface(v)
+	return _u
+}
+
+// SetNillableRescueInterface sets the "rescue_interface" field if the given value is not nil.
+func (_u *NodeUpdateOne) SetNillableRescueInterface(v *string) *NodeUpdateOne {
+	if v != nil {
+		_u.SetRescueInterface(*v)
+	}
+	return _u
+}
+
+// SetStorageInterface sets the "storage_interface" field.
+func (_u *NodeUpdateOne) SetStorageInterface(v string) *NodeUpdateOne {
+	_u.mutation.SetStorageInterface(v)
+	return _u
+}
+
+// SetNillableStorageInterface sets the "storage_interface" field if the given value is not nil.
+func (_u *NodeUpdateOne) SetNillableStorageInterface(v *string) *NodeUpdateOne {
+	if v != nil {
+		_u.SetStorageInterface(*v)
+	}
+	return _u
+}
+
+// SetVendorInterface sets the "vendor_interface" field.
+func (_u *NodeUpdateOne) SetVendorInterface(v string) *NodeUpdateOne {
+	_u.mutation.SetVendorInterface(v)
+	return _u
+}
+
+// SetNillableVendorInterface sets the "vendor_interface" field if the given value is not nil.
+func (_u *NodeUpdateOne) SetNillableVendorInterface(v *string) *NodeUpdateOne {
+	if v != nil {
+		_u.SetVendorInterface(*v)
+	}
+	return _u
+}
+
+// SetProtected sets the "protected" field.
+func (_u *NodeUpdateOne) SetProtected(v bool) *NodeUpdateOne {
+	_u.mutation.SetProtected(v)
+	return _u
+}
+
+// SetNillableProtected sets the "protected" field if the given value is not nil.
+func (_u *NodeUpdateOne) SetNillableProtected(v *bool) *NodeUpdateOne {
+	if v != nil {
+		_u.SetProtected(*v)
+	}
+	return _u
+}
+
+// SetProtectedReason sets the "protected_reason" field.
+func (_u *NodeUpdateOne) SetProtectedReason(v string) *NodeUpdateOne {
+	_u.mutation.SetProtectedReason(v)
+	return _u
+}
+
+// SetNillableProtectedReason sets the "protected_reason" field if the given value is not nil.
+func (_u *NodeUpdateOne) SetNillableProtectedReason(v *string) *NodeUpdateOne {
+	if v != nil {
+		_u.SetProtectedReason(*v)
+	}
+	return _u
+}
+
+// ClearProtectedReason clears the value of the "protected_reason" field.
+func (_u *NodeUpdateOne) ClearProtectedReason() *NodeUpdateOne {
+	_u.mutation.ClearProtectedReason()
+	return _u
+}
+
+// SetRetired sets the "retired" field.
+func (_u *NodeUpdateOne) SetRetired(v bool) *NodeUpdateOne {
+	_u.mutation.SetRetired(v)
+	return _u
+}
+
+// SetNillableRetired sets the "retired" field if the given value is not nil.
+func (_u *NodeUpdateOne) SetNillableRetired(v *bool) *NodeUpdateOne {
+	if v != nil {
+		_u.SetRetired(*v)
+	}
+	return _u
+}
+
+// SetRetiredReason sets the "retired_reason" field.
+func (_u *NodeUpdateOne) SetRetiredReason(v string) *NodeUpdateOne {
+	_u.mutation.SetRetiredReason(v)
+	return _u
+}
+
+// SetNillableRetiredReason sets the "retired_reason" field if the given value is not nil.
+func (_u *NodeUpdateOne) SetNillableRetiredReason(v *string) *NodeUpdateOne {
+	if v != nil {
+		_u.SetRetiredReason(*v)
+	}
+	return _u
+}
+
+// ClearRetiredReason clears the value of the "retired_reason" field.
+func (_u *NodeUpdateOne) ClearRetiredReason() *NodeUpdateOne {
+	_u.mutation.ClearRetiredReason()
+	return _u
+}
+
+// SetAutomatedClean sets the "automated_clean" field.
+func (_u *NodeUpdateOne) SetAutomatedClean(v bool) *NodeUpdateOne {
+	_u.mutation.SetAutomatedClean(v)
+	return _u
+}
+
+// SetNillableAutomatedClean sets the "automated_clean" field if the given value is not nil.
+func (_u *NodeUpdateOne) SetNillableAutomatedClean(v *bool) *NodeUpdateOne {
+	if v != nil {
+		_u.SetAutomatedClean(*v)
+	}
+	return _u
+}
+
+// ClearAutomatedClean clears the value of the "automated_clean" field.
+func (_u *NodeUpdateOne) ClearAutomatedClean() *NodeUpdateOne {
+	_u.mutation.ClearAutomatedClean()
+	return _u
+}
+
+// SetNetworkData sets the "network_data" field.
+func (_u *NodeUpdateOne) SetNetworkData(v map[string]interface{}) *NodeUpdateOne {
+	_u.mutation.SetNetworkData(v)
+	return _u
+}
+
+// ClearNetworkData clears the value of the "network_data" field.
+func (_u *NodeUpdateOne) ClearNetworkData() *NodeUpdateOne {
+	_u.mutation.ClearNetworkData()
+	return _u
+}
+
+// SetRaidConfig sets the "raid_config" field.
+func (_u *NodeUpdateOne) SetRaidConfig(v map[string]interface{}) *NodeUpdateOne {
+	_u.mutation.SetRaidConfig(v)
+	return _u
+}
+
+// ClearRaidConfig clears the value of the "raid_config" field.
+func (_u *NodeUpdateOne) ClearRaidConfig() *NodeUpdateOne {
+	_u.mutation.ClearRaidConfig()
+	return _u
+}
+
+// SetTargetRaidConfig sets the "target_raid_config" field.
+func (_u *NodeUpdateOne) SetTargetRaidConfig(v map[string]interface{}) *NodeUpdateOne {
+	_u.mutation.SetTargetRaidConfig(v)
+	return _u
+}
+
+// ClearTargetRaidConfig clears the value of the "target_raid_config" field.
+func (_u *NodeUpdateOne) ClearTargetRaidConfig() *NodeUpdateOne {
+	_u.mutation.ClearTargetRaidConfig()
+	return _u
+}
+
+// SetConsoleEnabled sets the "console_enabled" field.
+func (_u *NodeUpdateOne) SetConsoleEnabled(v bool) *NodeUpdateOne {
+	_u.mutation.SetConsoleEnabled(v)
+	return _u
+}
+
+// SetNillableConsoleEnabled sets the "console_enabled" field if the given value is not nil.
+func (_u *NodeUpdateOne) SetNillableConsoleEnabled(v *bool) *NodeUpdateOne {
+	if v != nil {
+		_u.SetConsoleEnabled(*v)
+	}
+	return _u
+}
+
+// SetDeployStep sets the "deploy_step" field.
+func (_u *NodeUpdateOne) SetDeployStep(v map[string]interface{}) *NodeUpdateOne {
+	_u.mutation.SetDeployStep(v)
+	return _u
+}
+
+// ClearDeployStep clears the value of the "deploy_step" field.
+func (_u *NodeUpdateOne) ClearDeployStep() *NodeUpdateOne {
+	_u.mutation.ClearDeployStep()
+	return _u
+}
+
+// SetBootMode sets the "boot_mode" field.
+func (_u *NodeUpdateOne) SetBootMode(v string) *NodeUpdateOne {
+	_u.mutation.SetBootMode(v)
+	return _u
+}
+
+// SetNillableBootMode sets the "boot_mode" field if the given value is not nil.
+func (_u *NodeUpdateOne) SetNillableBootMode(v *string) *NodeUpdateOne {
+	if v != nil {
+		_u.SetBootMode(*v)
+	}
+	return _u
+}
+
+// ClearBootMode clears the value of the "boot_mode" field.
+func (_u *NodeUpdateOne) ClearBootMode() *NodeUpdateOne {
+	_u.mutation.ClearBootMode()
+	return _u
+}
+
+// SetSecureBoot sets the "secure_boot" field.
+func (_u *NodeUpdateOne) SetSecureBoot(v bool) *NodeUpdateOne {
+	_u.mutation.SetSecureBoot(v)
+	return _u
+}
+
+// SetNillableSecureBoot sets the "secure_boot" field if the given value is not nil.
+func (_u *NodeUpdateOne) SetNillableSecureBoot(v *bool) *NodeUpdateOne {
+	if v != nil {
+		_u.SetSecureBoot(*v)
+	}
+	return _u
+}
+
+// ClearSecureBoot clears the value of the "secure_boot" field.
+func (_u *NodeUpdateOne) ClearSecureBoot() *NodeUpdateOne {
+	_u.mutation.ClearSecureBoot()
+	return _u
+}
+
+// SetInspectionStartedAt sets the "inspection_started_at" field.
+func (_u *NodeUpdateOne) SetInspectionStartedAt(v time.Time) *NodeUpdateOne {
+	_u.mutation.SetInspectionStartedAt(v)
+	return _u
+}
+
+// SetNillableInspectionStartedAt sets the "inspection_started_at" field if the given value is not nil.
+func (_u *NodeUpdateOne) SetNillableInspectionStartedAt(v *time.Time) *NodeUpdateOne {
+	if v != nil {
+		_u.SetInspectionStartedAt(*v)
+	}
+	return _u
+}
+
+// ClearInspectionStartedAt clears the value of the "inspection_started_at" field.
+func (_u *NodeUpdateOne) ClearInspectionStartedAt() *NodeUpdateOne {
+	_u.mutation.ClearInspectionStartedAt()
+	return _u
+}
+
+// SetInspectionFinishedAt sets the "inspection_finished_at" field.
+func (_u *NodeUpdateOne) SetInspectionFinishedAt(v time.Time) *NodeUpdateOne {
+	_u.mutation.SetInspectionFinishedAt(v)
+	return _u
+}
+
+// SetNillableInspectionFinishedAt sets the "inspection_finished_at" field if the given value is not nil.
+func (_u *NodeUpdateOne) SetNillableInspectionFinishedAt(v *time.Time) *NodeUpdateOne {
+	if v != nil {
+		_u.SetInspectionFinishedAt(*v)
+	}
+	return _u
+}
+
+// ClearInspectionFinishedAt clears the value of the "inspection_finished_at" field.
+func (_u *NodeUpdateOne) ClearInspectionFinishedAt() *NodeUpdateOne {
+	_u.mutation.ClearInspectionFinishedAt()
+	return _u
+}
+
+// SetShard sets the "shard" field.
+func (_u *NodeUpdateOne) SetShard(v string) *NodeUpdateOne {
+	_u.mutation.SetShard(v)
+	return _u
+}
+
+// SetNillableShard sets the "shard" field if the given value is not nil.
+func (_u *NodeUpdateOne) SetNillableShard(v *string) *NodeUpdateOne {
+	if v != nil {
+		_u.SetShard(*v)
+	}
+	return _u
+}
+
+// ClearShard clears the value of the "shard" field.
+func (_u *NodeUpdateOne) ClearShard() *NodeUpdateOne {
+	_u.mutation.ClearShard()
+	return _u
+}
+
+// SetParentNode sets the "parent_node" field.
+func (_u *NodeUpdateOne) SetParentNode(v string) *NodeUpdateOne {
+	_u.mutation.SetParentNode(v)
+	return _u
+}
+
+// SetNillableParentNode sets the "parent_node" field if the given value is not nil.
+func (_u *NodeUpdateOne) SetNillableParentNode(v *string) *NodeUpdateOne {
+	if v != nil {
+		_u.SetParentNode(*v)
+	}
+	return _u
+}
+
+// ClearParentNode clears the value of the "parent_node" field.
+func (_u *NodeUpdateOne) ClearParentNode() *NodeUpdateOne {
+	_u.mutation.ClearParentNode()
+	return _u
+}
+
+// SetDisablePowerOff sets the "disable_power_off" field.
+func (_u *NodeUpdateOne) SetDisablePowerOff(v bool) *NodeUpdateOne {
+	_u.mutation.SetDisablePowerOff(v)
+	return _u
+}
+
+// SetNillableDisablePowerOff sets the "disable_power_off" field if the given value is not nil.
+func (_u *NodeUpdateOne) SetNillableDisablePowerOff(v *bool) *NodeUpdateOne {
+	if v != nil {
+		_u.SetDisablePowerOff(*v)
+	}
+	return _u
+}
+
+// SetInstanceName sets the "instance_name" field.
+func (_u *NodeUpdateOne) SetInstanceName(v string) *NodeUpdateOne {
+	_u.mutation.SetInstanceName(v)
+	return _u
+}
+
+// SetNillableInstanceName sets the "instance_name" field if the given value is not nil.
+func (_u *NodeUpdateOne) SetNillableInstanceName(v *string) *NodeUpdateOne {
+	if v != nil {
+		_u.SetInstanceName(*v)
+	}
+	return _u
+}
+
+// ClearInstanceName clears the value of the "instance_name" field.
+func (_u *NodeUpdateOne) ClearInstanceName() *NodeUpdateOne {
+	_u.mutation.ClearInstanceName()
+	return _u
+}
+
+// SetHealth sets the "health" field.
+func (_u *NodeUpdateOne) SetHealth(v string) *NodeUpdateOne {
+	_u.mutation.SetHealth(v)
+	return _u
+}
+
+// SetNillableHealth sets the "health" field if the given value is not nil.
+func (_u *NodeUpdateOne) SetNillableHealth(v *string) *NodeUpdateOne {
+	if v != nil {
+		_u.SetHealth(*v)
+	}
+	return _u
+}
+
+// ClearHealth clears the value of the "health" field.
+func (_u *NodeUpdateOne) ClearHealth() *NodeUpdateOne {
+	_u.mutation.ClearHealth()
+	return _u
+}
+
 // AddTraitIDs adds the "traits" edge to the Trait entity by IDs.
 func (_u *NodeUpdateOne) AddTraitIDs(ids ...int) *NodeUpdateOne {
 	_u.mutation.AddTraitIDs(ids...)
@@ -2109,6 +3347,91 @@ func (_u *NodeUpdateOne) check() error {
 			return &ValidationError{Name: "conductor_group", err: fmt.Errorf(`ent: validator failed for field "Node.conductor_group": %w`, err)}
 		}
 	}
+	if v, ok := _u.mutation.BiosInterface(); ok {
+		if err := node.BiosInterfaceValidator(v); err != nil {
+			return &ValidationError{Name: "bios_interface", err: fmt.Errorf(`ent: validator failed for field "Node.bios_interface": %w`, err)}
+		}
+	}
+	if v, ok := _u.mutation.BootInterface(); ok {
+		if err := node.BootInterfaceValidator(v); err != nil {
+			return &ValidationError{Name: "boot_interface", err: fmt.Errorf(`ent: validator failed for field "Node.boot_interface": %w`, err)}
+		}
+	}
+	if v, ok := _u.mutation.ConsoleInterface(); ok {
+		if err := node.ConsoleInterfaceValidator(v); err != nil {
+			return &ValidationError{Name: "console_interface", err: fmt.Errorf(`ent: validator failed for field "Node.console_interface": %w`, err)}
+		}
+	}
+	if v, ok := _u.mutation.DeployInterface(); ok {
+		if err := node.DeployInterfaceValidator(v); err != nil {
+			return &ValidationError{Name: "deploy_interface", err: fmt.Errorf(`ent: validator failed for field "Node.deploy_interface": %w`, err)}
+		}
+	}
+	if v, ok := _u.mutation.FirmwareInterface(); ok {
+		if err := node.FirmwareInterfaceValidator(v); err != nil {
+			return &ValidationError{Name: "firmware_interface", err: fmt.Errorf(`ent: validator failed for field "Node.firmware_interface": %w`, err)}
+		}
+	}
+	if v, ok := _u.mutation.InspectInterface(); ok {
+		if err := node.InspectInterfaceValidator(v); err != nil {
+			return &ValidationError{Name: "inspect_interface", err: fmt.Errorf(`ent: validator failed for field "Node.inspect_interface": %w`, err)}
+		}
+	}
+	if v, ok := _u.mutation.ManagementInterface(); ok {
+		if err := node.ManagementInterfaceValidator(v); err != nil {
+			return &ValidationError{Name: "management_interface", err: fmt.Errorf(`ent: validator failed for field "Node.management_interface": %w`, err)}
+		}
+	}
+	if v, ok := _u.mutation.NetworkInterface(); ok {
+		if err := node.NetworkInterfaceValidator(v); err != nil {
+			return &ValidationError{Name: "network_interface", err: fmt.Errorf(`ent: validator failed for field "Node.network_interface": %w`, err)}
+		}
+	}
+	if v, ok := _u.mutation.PowerInterface(); ok {
+		if err := node.PowerInterfaceValidator(v); err != nil {
+			return &ValidationError{Name: "power_interface", err: fmt.Errorf(`ent: validator failed for field "Node.power_interface": %w`, err)}
+		}
+	}
+	if v, ok := _u.mutation.RaidInterface(); ok {
+		if err := node.RaidInterfaceValidator(v); err != nil {
+			return &ValidationError{Name: "raid_interface", err: fmt.Errorf(`ent: validator failed for field "Node.raid_interface": %w`, err)}
+		}
+	}
+	if v, ok := _u.mutation.RescueInterface(); ok {
+		if err := node.RescueInterfaceValidator(v); err != nil {
+			return &ValidationError{Name: "rescue_interface", err: fmt.Errorf(`ent: validator failed for field "Node.rescue_interface": %w`, err)}
+		}
+	}
+	if v, ok := _u.mutation.StorageInterface(); ok {
+		if err := node.StorageInterfaceValidator(v); err != nil {
+			return &ValidationError{Name: "storage_interface", err: fmt.Errorf(`ent: validator failed for field "Node.storage_interface": %w`, err)}
+		}
+	}
+	if v, ok := _u.mutation.VendorInterface(); ok {
+		if err := node.VendorInterfaceValidator(v); err != nil {
+			return &ValidationError{Name: "vendor_interface", err: fmt.Errorf(`ent: validator failed for field "Node.vendor_interface": %w`, err)}
+		}
+	}
+	if v, ok := _u.mutation.Shard(); ok {
+		if err := node.ShardValidator(v); err != nil {
+			return &ValidationError{Name: "shard", err: fmt.Errorf(`ent: validator failed for field "Node.shard": %w`, err)}
+		}
+	}
+	if v, ok := _u.mutation.ParentNode(); ok {
+		if err := node.ParentNodeValidator(v); err != nil {
+			return &ValidationError{Name: "parent_node", err: fmt.Errorf(`ent: validator failed for field "Node.parent_node": %w`, err)}
+		}
+	}
+	if v, ok := _u.mutation.InstanceName(); ok {
+		if err := node.InstanceNameValidator(v); err != nil {
+			return &ValidationError{Name: "instance_name", err: fmt.Errorf(`ent: validator failed for field "Node.instance_name": %w`, err)}
+		}
+	}
+	if v, ok := _u.mutation.Health(); ok {
+		if err := node.HealthValidator(v); err != nil {
+			return &ValidationError{Name: "health", err: fmt.Errorf(`ent: validator failed for field "Node.health": %w`, err)}
+		}
+	}
 	return nil
 }
 
@@ -2290,6 +3613,147 @@ func (_u *NodeUpdateOne) sqlSave(ctx context.Context) (_node *Node, err error) {
 	}
 	if value, ok := _u.mutation.ConductorGroup(); ok {
 		_spec.SetField(node.FieldConductorGroup, field.TypeString, value)
+	}
+	if value, ok := _u.mutation.BiosInterface(); ok {
+		_spec.SetField(node.FieldBiosInterface, field.TypeString, value)
+	}
+	if value, ok := _u.mutation.BootInterface(); ok {
+		_spec.SetField(node.FieldBootInterface, field.TypeString, value)
+	}
+	if value, ok := _u.mutation.ConsoleInterface(); ok {
+		_spec.SetField(node.FieldConsoleInterface, field.TypeString, value)
+	}
+	if value, ok := _u.mutation.DeployInterface(); ok {
+		_spec.SetField(node.FieldDeployInterface, field.TypeString, value)
+	}
+	if value, ok := _u.mutation.FirmwareInterface(); ok {
+		_spec.SetField(node.FieldFirmwareInterface, field.TypeString, value)
+	}
+	if value, ok := _u.mutation.InspectInterface(); ok {
+		_spec.SetField(node.FieldInspectInterface, field.TypeString, value)
+	}
+	if value, ok := _u.mutation.ManagementInterface(); ok {
+		_spec.SetField(node.FieldManagementInterface, field.TypeString, value)
+	}
+	if value, ok := _u.mutation.NetworkInterface(); ok {
+		_spec.SetField(node.FieldNetworkInterface, field.TypeString, value)
+	}
+	if value, ok := _u.mutation.PowerInterface(); ok {
+		_spec.SetField(node.FieldPowerInterface, field.TypeString, value)
+	}
+	if value, ok := _u.mutation.RaidInterface(); ok {
+		_spec.SetField(node.FieldRaidInterface, field.TypeString, value)
+	}
+	if value, ok := _u.mutation.RescueInterface(); ok {
+		_spec.SetField(node.FieldRescueInterface, field.TypeString, value)
+	}
+	if value, ok := _u.mutation.StorageInterface(); ok {
+		_spec.SetField(node.FieldStorageInterface, field.TypeString, value)
+	}
+	if value, ok := _u.mutation.VendorInterface(); ok {
+		_spec.SetField(node.FieldVendorInterface, field.TypeString, value)
+	}
+	if value, ok := _u.mutation.Protected(); ok {
+		_spec.SetField(node.FieldProtected, field.TypeBool, value)
+	}
+	if value, ok := _u.mutation.ProtectedReason(); ok {
+		_spec.SetField(node.FieldProtectedReason, field.TypeString, value)
+	}
+	if _u.mutation.ProtectedReasonCleared() {
+		_spec.ClearField(node.FieldProtectedReason, field.TypeString)
+	}
+	if value, ok := _u.mutation.Retired(); ok {
+		_spec.SetField(node.FieldRetired, field.TypeBool, value)
+	}
+	if value, ok := _u.mutation.RetiredReason(); ok {
+		_spec.SetField(node.FieldRetiredReason, field.TypeString, value)
+	}
+	if _u.mutation.RetiredReasonCleared() {
+		_spec.ClearField(node.FieldRetiredReason, field.TypeString)
+	}
+	if value, ok := _u.mutation.AutomatedClean(); ok {
+		_spec.SetField(node.FieldAutomatedClean, field.TypeBool, value)
+	}
+	if _u.mutation.AutomatedCleanCleared() {
+		_spec.ClearField(node.FieldAutomatedClean, field.TypeBool)
+	}
+	if value, ok := _u.mutation.NetworkData(); ok {
+		_spec.SetField(node.FieldNetworkData, field.TypeJSON, value)
+	}
+	if _u.mutation.NetworkDataCleared() {
+		_spec.ClearField(node.FieldNetworkData, field.TypeJSON)
+	}
+	if value, ok := _u.mutation.RaidConfig(); ok {
+		_spec.SetField(node.FieldRaidConfig, field.TypeJSON, value)
+	}
+	if _u.mutation.RaidConfigCleared() {
+		_spec.ClearField(node.FieldRaidConfig, field.TypeJSON)
+	}
+	if value, ok := _u.mutation.TargetRaidConfig(); ok {
+		_spec.SetField(node.FieldTargetRaidConfig, field.TypeJSON, value)
+	}
+	if _u.mutation.TargetRaidConfigCleared() {
+		_spec.ClearField(node.FieldTargetRaidConfig, field.TypeJSON)
+	}
+	if value, ok := _u.mutation.ConsoleEnabled(); ok {
+		_spec.SetField(node.FieldConsoleEnabled, field.TypeBool, value)
+	}
+	if value, ok := _u.mutation.DeployStep(); ok {
+		_spec.SetField(node.FieldDeployStep, field.TypeJSON, value)
+	}
+	if _u.mutation.DeployStepCleared() {
+		_spec.ClearField(node.FieldDeployStep, field.TypeJSON)
+	}
+	if value, ok := _u.mutation.BootMode(); ok {
+		_spec.SetField(node.FieldBootMode, field.TypeString, value)
+	}
+	if _u.mutation.BootModeCleared() {
+		_spec.ClearField(node.FieldBootMode, field.TypeString)
+	}
+	if value, ok := _u.mutation.SecureBoot(); ok {
+		_spec.SetField(node.FieldSecureBoot, field.TypeBool, value)
+	}
+	if _u.mutation.SecureBootCleared() {
+		_spec.ClearField(node.FieldSecureBoot, field.TypeBool)
+	}
+	if value, ok := _u.mutation.InspectionStartedAt(); ok {
+		_spec.SetField(node.FieldInspectionStartedAt, field.TypeTime, value)
+	}
+	if _u.mutation.InspectionStartedAtCleared() {
+		_spec.ClearField(node.FieldInspectionStartedAt, field.TypeTime)
+	}
+	if value, ok := _u.mutation.InspectionFinishedAt(); ok {
+		_spec.SetField(node.FieldInspectionFinishedAt, field.TypeTime, value)
+	}
+	if _u.mutation.InspectionFinishedAtCleared() {
+		_spec.ClearField(node.FieldInspectionFinishedAt, field.TypeTime)
+	}
+	if value, ok := _u.mutation.Shard(); ok {
+		_spec.SetField(node.FieldShard, field.TypeString, value)
+	}
+	if _u.mutation.ShardCleared() {
+		_spec.ClearField(node.FieldShard, field.TypeString)
+	}
+	if value, ok := _u.mutation.ParentNode(); ok {
+		_spec.SetField(node.FieldParentNode, field.TypeString, value)
+	}
+	if _u.mutation.ParentNodeCleared() {
+		_spec.ClearField(node.FieldParentNode, field.TypeString)
+	}
+	if value, ok := _u.mutation.DisablePowerOff(); ok {
+		_spec.SetField(node.FieldDisablePowerOff, field.TypeBool, value)
+	}
+	if value, ok := _u.mutation.InstanceName(); ok {
+		_spec.SetField(node.FieldInstanceName, field.TypeString, value)
+	}
+	if _u.mutation.InstanceNameCleared() {
+		_spec.ClearField(node.FieldInstanceName, field.TypeString)
+	}
+	if value, ok := _u.mutation.Health(); ok {
+		_spec.SetField(node.FieldHealth, field.TypeString, value)
+	}
+	if _u.mutation.HealthCleared() {
+		_spec.ClearField(node.FieldHealth, field.TypeString)
 	}
 	if _u.mutation.TraitsCleared() {
 		edge := &sqlgraph.EdgeSpec{

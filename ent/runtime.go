@@ -236,6 +236,116 @@ func init() {
 	node.DefaultConductorGroup = nodeDescConductorGroup.Default.(string)
 	// node.ConductorGroupValidator is a validator for the "conductor_group" field. It is called by the builders before save.
 	node.ConductorGroupValidator = nodeDescConductorGroup.Validators[0].(func(string) error)
+	// nodeDescBiosInterface is the schema descriptor for bios_interface field.
+	nodeDescBiosInterface := nodeFields[27].Descriptor()
+	// node.DefaultBiosInterface holds the default value on creation for the bios_interface field.
+	node.DefaultBiosInterface = nodeDescBiosInterface.Default.(string)
+	// node.BiosInterfaceValidator is a validator for the "bios_interface" field. It is called by the builders before save.
+	node.BiosInterfaceValidator = nodeDescBiosInterface.Validators[0].(func(string) error)
+	// nodeDescBootInterface is the schema descriptor for boot_interface field.
+	nodeDescBootInterface := nodeFields[28].Descriptor()
+	// node.DefaultBootInterface holds the default value on creation for the boot_interface field.
+	node.DefaultBootInterface = nodeDescBootInterface.Default.(string)
+	// node.BootInterfaceValidator is a validator for the "boot_interface" field. It is called by the builders before save.
+	node.BootInterfaceValidator = nodeDescBootInterface.Validators[0].(func(string) error)
+	// nodeDescConsoleInterface is the schema descriptor for console_interface field.
+	nodeDescConsoleInterface := nodeFields[29].Descriptor()
+	// node.DefaultConsoleInterface holds the default value on creation for the console_interface field.
+	node.DefaultConsoleInterface = nodeDescConsoleInterface.Default.(string)
+	// node.ConsoleInterfaceValidator is a validator for the "console_interface" field. It is called by the builders before save.
+	node.ConsoleInterfaceValidator = nodeDescConsoleInterface.Validators[0].(func(string) error)
+	// nodeDescDeployInterface is the schema descriptor for deploy_interface field.
+	nodeDescDeployInterface := nodeFields[30].Descriptor()
+	// node.DefaultDeployInterface holds the default value on creation for the deploy_interface field.
+	node.DefaultDeployInterface = nodeDescDeployInterface.Default.(string)
+	// node.DeployInterfaceValidator is a validator for the "deploy_interface" field. It is called by the builders before save.
+	node.DeployInterfaceValidator = nodeDescDeployInterface.Validators[0].(func(string) error)
+	// nodeDescFirmwareInterface is the schema descriptor for firmware_interface field.
+	nodeDescFirmwareInterface := nodeFields[31].Descriptor()
+	// node.DefaultFirmwareInterface holds the default value on creation for the firmware_interface field.
+	node.DefaultFirmwareInterface = nodeDescFirmwareInterface.Default.(string)
+	// node.FirmwareInterfaceValidator is a validator for the "firmware_interface" field. It is called by the builders before save.
+	node.FirmwareInterfaceValidator = nodeDescFirmwareInterface.Validators[0].(func(string) error)
+	// nodeDescInspectInterface is the schema descriptor for inspect_interface field.
+	nodeDescInspectInterface := nodeFields[32].Descriptor()
+	// node.DefaultInspectInterface holds the default value on creation for the inspect_interface field.
+	node.DefaultInspectInterface = nodeDescInspectInterface.Default.(string)
+	// node.InspectInterfaceValidator is a validator for the "inspect_interface" field. It is called by the builders before save.
+	node.InspectInterfaceValidator = nodeDescInspectInterface.Validators[0].(func(string) error)
+	// nodeDescManagementInterface is the schema descriptor for management_interface field.
+	nodeDescManagementInterface := nodeFields[33].Descriptor()
+	// node.DefaultManagementInterface holds the default value on creation for the management_interface field.
+	node.DefaultManagementInterface = nodeDescManagementInterface.Default.(string)
+	// node.ManagementInterfaceValidator is a validator for the "management_interface" field. It is called by the builders before save.
+	node.ManagementInterfaceValidator = nodeDescManagementInterface.Validators[0].(func(string) error)
+	// nodeDescNetworkInterface is the schema descriptor for network_interface field.
+	nodeDescNetworkInterface := nodeFields[34].Descriptor()
+	// node.DefaultNetworkInterface holds the default value on creation for the network_interface field.
+	node.DefaultNetworkInterface = nodeDescNetworkInterface.Default.(string)
+	// node.NetworkInterfaceValidator is a validator for the "network_interface" field. It is called by the builders before save.
+	node.NetworkInterfaceValidator = nodeDescNetworkInterface.Validators[0].(func(string) error)
+	// nodeDescPowerInterface is the schema descriptor for power_interface field.
+	nodeDescPowerInterface := nodeFields[35].Descriptor()
+	// node.DefaultPowerInterface holds the default value on creation for the power_interface field.
+	node.DefaultPowerInterface = nodeDescPowerInterface.Default.(string)
+	// node.PowerInterfaceValidator is a validator for the "power_interface" field. It is called by the builders before save.
+	node.PowerInterfaceValidator = nodeDescPowerInterface.Validators[0].(func(string) error)
+	// nodeDescRaidInterface is the schema descriptor for raid_interface field.
+	nodeDescRaidInterface := nodeFields[36].Descriptor()
+	// node.DefaultRaidInterface holds the default value on creation for the raid_interface field.
+	node.DefaultRaidInterface = nodeDescRaidInterface.Default.(string)
+	// node.RaidInterfaceValidator is a validator for the "raid_interface" field. It is called by the builders before save.
+	node.RaidInterfaceValidator = nodeDescRaidInterface.Validators[0].(func(string) error)
+	// nodeDescRescueInterface is the schema descriptor for rescue_interface field.
+	nodeDescRescueInterface := nodeFields[37].Descriptor()
+	// node.DefaultRescueInterface holds the default value on creation for the rescue_interface field.
+	node.DefaultRescueInterface = nodeDescRescueInterface.Default.(string)
+	// node.RescueInterfaceValidator is a validator for the "rescue_interface" field. It is called by the builders before save.
+	node.RescueInterfaceValidator = nodeDescRescueInterface.Validators[0].(func(string) error)
+	// nodeDescStorageInterface is the schema descriptor for storage_interface field.
+	nodeDescStorageInterface := nodeFields[38].Descriptor()
+	// node.DefaultStorageInterface holds the default value on creation for the storage_interface field.
+	node.DefaultStorageInterface = nodeDescStorageInterface.Default.(string)
+	// node.StorageInterfaceValidator is a validator for the "storage_interface" field. It is called by the builders before save.
+	node.StorageInterfaceValidator = nodeDescStorageInterface.Validators[0].(func(string) error)
+	// nodeDescVendorInterface is the schema descriptor for vendor_interface field.
+	nodeDescVendorInterface := nodeFields[39].Descriptor()
+	// node.DefaultVendorInterface holds the default value on creation for the vendor_interface field.
+	node.DefaultVendorInterface = nodeDescVendorInterface.Default.(string)
+	// node.VendorInterfaceValidator is a validator for the "vendor_interface" field. It is called by the builders before save.
+	node.VendorInterfaceValidator = nodeDescVendorInterface.Validators[0].(func(string) error)
+	// nodeDescProtected is the schema descriptor for protected field.
+	nodeDescProtected := nodeFields[40].Descriptor()
+	// node.DefaultProtected holds the default value on creation for the protected field.
+	node.DefaultProtected = nodeDescProtected.Default.(bool)
+	// nodeDescRetired is the schema descriptor for retired field.
+	nodeDescRetired := nodeFields[42].Descriptor()
+	// node.DefaultRetired holds the default value on creation for the retired field.
+	node.DefaultRetired = nodeDescRetired.Default.(bool)
+	// nodeDescConsoleEnabled is the schema descriptor for console_enabled field.
+	nodeDescConsoleEnabled := nodeFields[48].Descriptor()
+	// node.DefaultConsoleEnabled holds the default value on creation for the console_enabled field.
+	node.DefaultConsoleEnabled = nodeDescConsoleEnabled.Default.(bool)
+	// nodeDescShard is the schema descriptor for shard field.
+	nodeDescShard := nodeFields[54].Descriptor()
+	// node.ShardValidator is a validator for the "shard" field. It is called by the builders before save.
+	node.ShardValidator = nodeDescShard.Validators[0].(func(string) error)
+	// nodeDescParentNode is the schema descriptor for parent_node field.
+	nodeDescParentNode := nodeFields[55].Descriptor()
+	// node.ParentNodeValidator is a validator for the "parent_node" field. It is called by the builders before save.
+	node.ParentNodeValidator = nodeDescParentNode.Validators[0].(func(string) error)
+	// nodeDescDisablePowerOff is the schema descriptor for disable_power_off field.
+	nodeDescDisablePowerOff := nodeFields[56].Descriptor()
+	// node.DefaultDisablePowerOff holds the default value on creation for the disable_power_off field.
+	node.DefaultDisablePowerOff = nodeDescDisablePowerOff.Default.(bool)
+	// nodeDescInstanceName is the schema descriptor for instance_name field.
+	nodeDescInstanceName := nodeFields[57].Descriptor()
+	// node.InstanceNameValidator is a validator for the "instance_name" field. It is called by the builders before save.
+	node.InstanceNameValidator = nodeDescInstanceName.Validators[0].(func(string) error)
+	// nodeDescHealth is the schema descriptor for health field.
+	nodeDescHealth := nodeFields[58].Descriptor()
+	// node.HealthValidator is a validator for the "health" field. It is called by the builders before save.
+	node.HealthValidator = nodeDescHealth.Validators[0].(func(string) error)
 	nodeeventFields := schema.NodeEvent{}.Fields()
 	_ = nodeeventFields
 	// nodeeventDescUUID is the schema descriptor for uuid field.

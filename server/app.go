@@ -17,11 +17,13 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/anvilproject/anvil/ent"
 	"github.com/anvilproject/anvil/policies"
 	"github.com/anvilproject/anvil/server/allocations"
 	"github.com/anvilproject/anvil/server/api"
 	"github.com/anvilproject/anvil/server/audit"
 	"github.com/anvilproject/anvil/server/authn"
+	"github.com/anvilproject/anvil/server/bmc"
 	"github.com/anvilproject/anvil/server/bodylimit"
 	"github.com/anvilproject/anvil/server/chassis"
 	"github.com/anvilproject/anvil/server/clientip"
@@ -139,7 +141,15 @@ func New(ctx context.Context, o Options) (*App, error) {
 	a.Runbooks = runbooks.New(db, a.Guard)
 	a.Allocations = allocations.New(db, a.Guard)
 	a.Ports = ports.New(db, a.Guard, a.Nodes)
+	// VIFs follow the node's network interface: noop records nothing.
+	a.Ports.NetworkInterface = func(n *ent.Node) string {
+		if n.NetworkInterface != "" {
+			return n.NetworkInterface
+		}
+		return bmc.DefaultInterface(n.Driver, "network")
+	}
 	a.Cond = conductor.New(db, o.Log, o.Conductor)
+	a.Cond.Allocate(a.Allocations)
 	if !o.AuthNone {
 		pw, err := a.IDs.Bootstrap(ctx)
 		if err != nil {

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/gofiber/fiber/v2"
 
@@ -140,6 +141,11 @@ func (p *Portal) requestNode(c *fiber.Ctx) error {
 		}
 	}
 	a, err := p.Allocations.Create(c.UserContext(), in)
+	if err == nil {
+		// The conductor settles the allocation in moments; the page
+		// answers with the outcome rather than "allocating".
+		a, err = p.Allocations.Await(c.UserContext(), a, 10*time.Second)
+	}
 	switch {
 	case err != nil && errs.Status(err) >= 500:
 		return err

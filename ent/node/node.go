@@ -72,6 +72,70 @@ const (
 	FieldConductorGroup = "conductor_group"
 	// FieldChassisID holds the string denoting the chassis_id field in the database.
 	FieldChassisID = "chassis_id"
+	// FieldBiosInterface holds the string denoting the bios_interface field in the database.
+	FieldBiosInterface = "bios_interface"
+	// FieldBootInterface holds the string denoting the boot_interface field in the database.
+	FieldBootInterface = "boot_interface"
+	// FieldConsoleInterface holds the string denoting the console_interface field in the database.
+	FieldConsoleInterface = "console_interface"
+	// FieldDeployInterface holds the string denoting the deploy_interface field in the database.
+	FieldDeployInterface = "deploy_interface"
+	// FieldFirmwareInterface holds the string denoting the firmware_interface field in the database.
+	FieldFirmwareInterface = "firmware_interface"
+	// FieldInspectInterface holds the string denoting the inspect_interface field in the database.
+	FieldInspectInterface = "inspect_interface"
+	// FieldManagementInterface holds the string denoting the management_interface field in the database.
+	FieldManagementInterface = "management_interface"
+	// FieldNetworkInterface holds the string denoting the network_interface field in the database.
+	FieldNetworkInterface = "network_interface"
+	// FieldPowerInterface holds the string denoting the power_interface field in the database.
+	FieldPowerInterface = "power_interface"
+	// FieldRaidInterface holds the string denoting the raid_interface field in the database.
+	FieldRaidInterface = "raid_interface"
+	// FieldRescueInterface holds the string denoting the rescue_interface field in the database.
+	FieldRescueInterface = "rescue_interface"
+	// FieldStorageInterface holds the string denoting the storage_interface field in the database.
+	FieldStorageInterface = "storage_interface"
+	// FieldVendorInterface holds the string denoting the vendor_interface field in the database.
+	FieldVendorInterface = "vendor_interface"
+	// FieldProtected holds the string denoting the protected field in the database.
+	FieldProtected = "protected"
+	// FieldProtectedReason holds the string denoting the protected_reason field in the database.
+	FieldProtectedReason = "protected_reason"
+	// FieldRetired holds the string denoting the retired field in the database.
+	FieldRetired = "retired"
+	// FieldRetiredReason holds the string denoting the retired_reason field in the database.
+	FieldRetiredReason = "retired_reason"
+	// FieldAutomatedClean holds the string denoting the automated_clean field in the database.
+	FieldAutomatedClean = "automated_clean"
+	// FieldNetworkData holds the string denoting the network_data field in the database.
+	FieldNetworkData = "network_data"
+	// FieldRaidConfig holds the string denoting the raid_config field in the database.
+	FieldRaidConfig = "raid_config"
+	// FieldTargetRaidConfig holds the string denoting the target_raid_config field in the database.
+	FieldTargetRaidConfig = "target_raid_config"
+	// FieldConsoleEnabled holds the string denoting the console_enabled field in the database.
+	FieldConsoleEnabled = "console_enabled"
+	// FieldDeployStep holds the string denoting the deploy_step field in the database.
+	FieldDeployStep = "deploy_step"
+	// FieldBootMode holds the string denoting the boot_mode field in the database.
+	FieldBootMode = "boot_mode"
+	// FieldSecureBoot holds the string denoting the secure_boot field in the database.
+	FieldSecureBoot = "secure_boot"
+	// FieldInspectionStartedAt holds the string denoting the inspection_started_at field in the database.
+	FieldInspectionStartedAt = "inspection_started_at"
+	// FieldInspectionFinishedAt holds the string denoting the inspection_finished_at field in the database.
+	FieldInspectionFinishedAt = "inspection_finished_at"
+	// FieldShard holds the string denoting the shard field in the database.
+	FieldShard = "shard"
+	// FieldParentNode holds the string denoting the parent_node field in the database.
+	FieldParentNode = "parent_node"
+	// FieldDisablePowerOff holds the string denoting the disable_power_off field in the database.
+	FieldDisablePowerOff = "disable_power_off"
+	// FieldInstanceName holds the string denoting the instance_name field in the database.
+	FieldInstanceName = "instance_name"
+	// FieldHealth holds the string denoting the health field in the database.
+	FieldHealth = "health"
 	// EdgeTraits holds the string denoting the traits edge name in mutations.
 	EdgeTraits = "traits"
 	// EdgeEvents holds the string denoting the events edge name in mutations.
@@ -180,6 +244,38 @@ var Columns = []string{
 	FieldProvisionUpdatedAt,
 	FieldConductorGroup,
 	FieldChassisID,
+	FieldBiosInterface,
+	FieldBootInterface,
+	FieldConsoleInterface,
+	FieldDeployInterface,
+	FieldFirmwareInterface,
+	FieldInspectInterface,
+	FieldManagementInterface,
+	FieldNetworkInterface,
+	FieldPowerInterface,
+	FieldRaidInterface,
+	FieldRescueInterface,
+	FieldStorageInterface,
+	FieldVendorInterface,
+	FieldProtected,
+	FieldProtectedReason,
+	FieldRetired,
+	FieldRetiredReason,
+	FieldAutomatedClean,
+	FieldNetworkData,
+	FieldRaidConfig,
+	FieldTargetRaidConfig,
+	FieldConsoleEnabled,
+	FieldDeployStep,
+	FieldBootMode,
+	FieldSecureBoot,
+	FieldInspectionStartedAt,
+	FieldInspectionFinishedAt,
+	FieldShard,
+	FieldParentNode,
+	FieldDisablePowerOff,
+	FieldInstanceName,
+	FieldHealth,
 }
 
 // ValidColumn reports if the column name is valid (part of the table columns).
@@ -221,6 +317,74 @@ var (
 	DefaultConductorGroup string
 	// ConductorGroupValidator is a validator for the "conductor_group" field. It is called by the builders before save.
 	ConductorGroupValidator func(string) error
+	// DefaultBiosInterface holds the default value on creation for the "bios_interface" field.
+	DefaultBiosInterface string
+	// BiosInterfaceValidator is a validator for the "bios_interface" field. It is called by the builders before save.
+	BiosInterfaceValidator func(string) error
+	// DefaultBootInterface holds the default value on creation for the "boot_interface" field.
+	DefaultBootInterface string
+	// BootInterfaceValidator is a validator for the "boot_interface" field. It is called by the builders before save.
+	BootInterfaceValidator func(string) error
+	// DefaultConsoleInterface holds the default value on creation for the "console_interface" field.
+	DefaultConsoleInterface string
+	// ConsoleInterfaceValidator is a validator for the "console_interface" field. It is called by the builders before save.
+	ConsoleInterfaceValidator func(string) error
+	// DefaultDeployInterface holds the default value on creation for the "deploy_interface" field.
+	DefaultDeployInterface string
+	// DeployInterfaceValidator is a validator for the "deploy_interface" field. It is called by the builders before save.
+	DeployInterfaceValidator func(string) error
+	// DefaultFirmwareInterface holds the default value on creation for the "firmware_interface" field.
+	DefaultFirmwareInterface string
+	// FirmwareInterfaceValidator is a validator for the "firmware_interface" field. It is called by the builders before save.
+	FirmwareInterfaceValidator func(string) error
+	// DefaultInspectInterface holds the default value on creation for the "inspect_interface" field.
+	DefaultInspectInterface string
+	// InspectInterfaceValidator is a validator for the "inspect_interface" field. It is called by the builders before save.
+	InspectInterfaceValidator func(string) error
+	// DefaultManagementInterface holds the default value on creation for the "management_interface" field.
+	DefaultManagementInterface string
+	// ManagementInterfaceValidator is a validator for the "management_interface" field. It is called by the builders before save.
+	ManagementInterfaceValidator func(string) error
+	// DefaultNetworkInterface holds the default value on creation for the "network_interface" field.
+	DefaultNetworkInterface string
+	// NetworkInterfaceValidator is a validator for the "network_interface" field. It is called by the builders before save.
+	NetworkInterfaceValidator func(string) error
+	// DefaultPowerInterface holds the default value on creation for the "power_interface" field.
+	DefaultPowerInterface string
+	// PowerInterfaceValidator is a validator for the "power_interface" field. It is called by the builders before save.
+	PowerInterfaceValidator func(string) error
+	// DefaultRaidInterface holds the default value on creation for the "raid_interface" field.
+	DefaultRaidInterface string
+	// RaidInterfaceValidator is a validator for the "raid_interface" field. It is called by the builders before save.
+	RaidInterfaceValidator func(string) error
+	// DefaultRescueInterface holds the default value on creation for the "rescue_interface" field.
+	DefaultRescueInterface string
+	// RescueInterfaceValidator is a validator for the "rescue_interface" field. It is called by the builders before save.
+	RescueInterfaceValidator func(string) error
+	// DefaultStorageInterface holds the default value on creation for the "storage_interface" field.
+	DefaultStorageInterface string
+	// StorageInterfaceValidator is a validator for the "storage_interface" field. It is called by the builders before save.
+	StorageInterfaceValidator func(string) error
+	// DefaultVendorInterface holds the default value on creation for the "vendor_interface" field.
+	DefaultVendorInterface string
+	// VendorInterfaceValidator is a validator for the "vendor_interface" field. It is called by the builders before save.
+	VendorInterfaceValidator func(string) error
+	// DefaultProtected holds the default value on creation for the "protected" field.
+	DefaultProtected bool
+	// DefaultRetired holds the default value on creation for the "retired" field.
+	DefaultRetired bool
+	// DefaultConsoleEnabled holds the default value on creation for the "console_enabled" field.
+	DefaultConsoleEnabled bool
+	// ShardValidator is a validator for the "shard" field. It is called by the builders before save.
+	ShardValidator func(string) error
+	// ParentNodeValidator is a validator for the "parent_node" field. It is called by the builders before save.
+	ParentNodeValidator func(string) error
+	// DefaultDisablePowerOff holds the default value on creation for the "disable_power_off" field.
+	DefaultDisablePowerOff bool
+	// InstanceNameValidator is a validator for the "instance_name" field. It is called by the builders before save.
+	InstanceNameValidator func(string) error
+	// HealthValidator is a validator for the "health" field. It is called by the builders before save.
+	HealthValidator func(string) error
 )
 
 // OrderOption defines the ordering options for the Node queries.
@@ -339,6 +503,146 @@ func ByConductorGroup(opts ...sql.OrderTermOption) OrderOption {
 // ByChassisID orders the results by the chassis_id field.
 func ByChassisID(opts ...sql.OrderTermOption) OrderOption {
 	return sql.OrderByField(FieldChassisID, opts...).ToFunc()
+}
+
+// ByBiosInterface orders the results by the bios_interface field.
+func ByBiosInterface(opts ...sql.OrderTermOption) OrderOption {
+	return sql.OrderByField(FieldBiosInterface, opts...).ToFunc()
+}
+
+// ByBootInterface orders the results by the boot_interface field.
+func ByBootInterface(opts ...sql.OrderTermOption) OrderOption {
+	return sql.OrderByField(FieldBootInterface, opts...).ToFunc()
+}
+
+// ByConsoleInterface orders the results by the console_interface field.
+func ByConsoleInterface(opts ...sql.OrderTermOption) OrderOption {
+	return sql.OrderByField(FieldConsoleInterface, opts...).ToFunc()
+}
+
+// ByDeployInterface orders the results by the deploy_interface field.
+func ByDeployInterface(opts ...sql.OrderTermOption) OrderOption {
+	return sql.OrderByField(FieldDeployInterface, opts...).ToFunc()
+}
+
+// ByFirmwareInterface orders the results by the firmware_interface field.
+func ByFirmwareInterface(opts ...sql.OrderTermOption) OrderOption {
+	return sql.OrderByField(FieldFirmwareInterface, opts...).ToFunc()
+}
+
+// ByInspectInterface orders the results by the inspect_interface field.
+func ByInspectInterface(opts ...sql.OrderTermOption) OrderOption {
+	return sql.OrderByField(FieldInspectInterface, opts...).ToFunc()
+}
+
+// ByManagementInterface orders the results by the management_interface field.
+func ByManagementInterface(opts ...sql.OrderTermOption) OrderOption {
+	return sql.OrderByField(FieldManagementInterface, opts...).ToFunc()
+}
+
+// ByNetworkInterface orders the results by the network_interface field.
+func ByNetworkInterface(opts ...sql.OrderTermOption) OrderOption {
+	return sql.OrderByField(FieldNetworkInterface, opts...).ToFunc()
+}
+
+// ByPowerInterface orders the results by the power_interface field.
+func ByPowerInterface(opts ...sql.OrderTermOption) OrderOption {
+	return sql.OrderByField(FieldPowerInterface, opts...).ToFunc()
+}
+
+// ByRaidInterface orders the results by the raid_interface field.
+func ByRaidInterface(opts ...sql.OrderTermOption) OrderOption {
+	return sql.OrderByField(FieldRaidInterface, opts...).ToFunc()
+}
+
+// ByRescueInterface orders the results by the rescue_interface field.
+func ByRescueInterface(opts ...sql.OrderTermOption) OrderOption {
+	return sql.OrderByField(FieldRescueInterface, opts...).ToFunc()
+}
+
+// ByStorageInterface orders the results by the storage_interface field.
+func ByStorageInterface(opts ...sql.OrderTermOption) OrderOption {
+	return sql.OrderByField(FieldStorageInterface, opts...).ToFunc()
+}
+
+// ByVendorInterface orders the results by the vendor_interface field.
+func ByVendorInterface(opts ...sql.OrderTermOption) OrderOption {
+	return sql.OrderByField(FieldVendorInterface, opts...).ToFunc()
+}
+
+// ByProtected orders the results by the protected field.
+func ByProtected(opts ...sql.OrderTermOption) OrderOption {
+	return sql.OrderByField(FieldProtected, opts...).ToFunc()
+}
+
+// ByProtectedReason orders the results by the protected_reason field.
+func ByProtectedReason(opts ...sql.OrderTermOption) OrderOption {
+	return sql.OrderByField(FieldProtectedReason, opts...).ToFunc()
+}
+
+// ByRetired orders the results by the retired field.
+func ByRetired(opts ...sql.OrderTermOption) OrderOption {
+	return sql.OrderByField(FieldRetired, opts...).ToFunc()
+}
+
+// ByRetiredReason orders the results by the retired_reason field.
+func ByRetiredReason(opts ...sql.OrderTermOption) OrderOption {
+	return sql.OrderByField(FieldRetiredReason, opts...).ToFunc()
+}
+
+// ByAutomatedClean orders the results by the automated_clean field.
+func ByAutomatedClean(opts ...sql.OrderTermOption) OrderOption {
+	return sql.OrderByField(FieldAutomatedClean, opts...).ToFunc()
+}
+
+// ByConsoleEnabled orders the results by the console_enabled field.
+func ByConsoleEnabled(opts ...sql.OrderTermOption) OrderOption {
+	return sql.OrderByField(FieldConsoleEnabled, opts...).ToFunc()
+}
+
+// ByBootMode orders the results by the boot_mode field.
+func ByBootMode(opts ...sql.OrderTermOption) OrderOption {
+	return sql.OrderByField(FieldBootMode, opts...).ToFunc()
+}
+
+// BySecureBoot orders the results by the secure_boot field.
+func BySecureBoot(opts ...sql.OrderTermOption) OrderOption {
+	return sql.OrderByField(FieldSecureBoot, opts...).ToFunc()
+}
+
+// ByInspectionStartedAt orders the results by the inspection_started_at field.
+func ByInspectionStartedAt(opts ...sql.OrderTermOption) OrderOption {
+	return sql.OrderByField(FieldInspectionStartedAt, opts...).ToFunc()
+}
+
+// ByInspectionFinishedAt orders the results by the inspection_finished_at field.
+func ByInspectionFinishedAt(opts ...sql.OrderTermOption) OrderOption {
+	return sql.OrderByField(FieldInspectionFinishedAt, opts...).ToFunc()
+}
+
+// ByShard orders the results by the shard field.
+func ByShard(opts ...sql.OrderTermOption) OrderOption {
+	return sql.OrderByField(FieldShard, opts...).ToFunc()
+}
+
+// ByParentNode orders the results by the parent_node field.
+func ByParentNode(opts ...sql.OrderTermOption) OrderOption {
+	return sql.OrderByField(FieldParentNode, opts...).ToFunc()
+}
+
+// ByDisablePowerOff orders the results by the disable_power_off field.
+func ByDisablePowerOff(opts ...sql.OrderTermOption) OrderOption {
+	return sql.OrderByField(FieldDisablePowerOff, opts...).ToFunc()
+}
+
+// ByInstanceName orders the results by the instance_name field.
+func ByInstanceName(opts ...sql.OrderTermOption) OrderOption {
+	return sql.OrderByField(FieldInstanceName, opts...).ToFunc()
+}
+
+// ByHealth orders the results by the health field.
+func ByHealth(opts ...sql.OrderTermOption) OrderOption {
+	return sql.OrderByField(FieldHealth, opts...).ToFunc()
 }
 
 // ByTraitsCount orders the results by traits count.

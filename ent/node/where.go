@@ -165,6 +165,146 @@ func ChassisID(v int) predicate.Node {
 	return predicate.Node(sql.FieldEQ(FieldChassisID, v))
 }
 
+// BiosInterface applies equality check predicate on the "bios_interface" field. It's identical to BiosInterfaceEQ.
+func BiosInterface(v string) predicate.Node {
+	return predicate.Node(sql.FieldEQ(FieldBiosInterface, v))
+}
+
+// BootInterface applies equality check predicate on the "boot_interface" field. It's identical to BootInterfaceEQ.
+func BootInterface(v string) predicate.Node {
+	return predicate.Node(sql.FieldEQ(FieldBootInterface, v))
+}
+
+// ConsoleInterface applies equality check predicate on the "console_interface" field. It's identical to ConsoleInterfaceEQ.
+func ConsoleInterface(v string) predicate.Node {
+	return predicate.Node(sql.FieldEQ(FieldConsoleInterface, v))
+}
+
+// DeployInterface applies equality check predicate on the "deploy_interface" field. It's identical to DeployInterfaceEQ.
+func DeployInterface(v string) predicate.Node {
+	return predicate.Node(sql.FieldEQ(FieldDeployInterface, v))
+}
+
+// FirmwareInterface applies equality check predicate on the "firmware_interface" field. It's identical to FirmwareInterfaceEQ.
+func FirmwareInterface(v string) predicate.Node {
+	return predicate.Node(sql.FieldEQ(FieldFirmwareInterface, v))
+}
+
+// InspectInterface applies equality check predicate on the "inspect_interface" field. It's identical to InspectInterfaceEQ.
+func InspectInterface(v string) predicate.Node {
+	return predicate.Node(sql.FieldEQ(FieldInspectInterface, v))
+}
+
+// ManagementInterface applies equality check predicate on the "management_interface" field. It's identical to ManagementInterfaceEQ.
+func ManagementInterface(v string) predicate.Node {
+	return predicate.Node(sql.FieldEQ(FieldManagementInterface, v))
+}
+
+// NetworkInterface applies equality check predicate on the "network_interface" field. It's identical to NetworkInterfaceEQ.
+func NetworkInterface(v string) predicate.Node {
+	return predicate.Node(sql.FieldEQ(FieldNetworkInterface, v))
+}
+
+// PowerInterface applies equality check predicate on the "power_interface" field. It's identical to PowerInterfaceEQ.
+func PowerInterface(v string) predicate.Node {
+	return predicate.Node(sql.FieldEQ(FieldPowerInterface, v))
+}
+
+// RaidInterface applies equality check predicate on the "raid_interface" field. It's identical to RaidInterfaceEQ.
+func RaidInterface(v string) predicate.Node {
+	return predicate.Node(sql.FieldEQ(FieldRaidInterface, v))
+}
+
+// RescueInterface applies equality check predicate on the "rescue_interface" field. It's identical to RescueInterfaceEQ.
+func RescueInterface(v string) predicate.Node {
+	return predicate.Node(sql.FieldEQ(FieldRescueInterface, v))
+}
+
+// StorageInterface applies equality check predicate on the "storage_interface" field. It's identical to StorageInterfaceEQ.
+func StorageInterface(v string) predicate.Node {
+	return predicate.Node(sql.FieldEQ(FieldStorageInterface, v))
+}
+
+// VendorInterface applies equality check predicate on the "vendor_interface" field. It's identical to VendorInterfaceEQ.
+func VendorInterface(v string) predicate.Node {
+	return predicate.Node(sql.FieldEQ(FieldVendorInterface, v))
+}
+
+// Protected applies equality check predicate on the "protected" field. It's identical to ProtectedEQ.
+func Protected(v bool) predicate.Node {
+	return predicate.Node(sql.FieldEQ(FieldProtected, v))
+}
+
+// ProtectedReason applies equality check predicate on the "protected_reason" field. It's identical to ProtectedReasonEQ.
+func ProtectedReason(v string) predicate.Node {
+	return predicate.Node(sql.FieldEQ(FieldProtectedReason, v))
+}
+
+// Retired applies equality check predicate on the "retired" field. It's identical to RetiredEQ.
+func Retired(v bool) predicate.Node {
+	return predicate.Node(sql.FieldEQ(FieldRetired, v))
+}
+
+// RetiredReason applies equality check predicate on the "retired_reason" field. It's identical to RetiredReasonEQ.
+func RetiredReason(v string) predicate.Node {
+	return predicate.Node(sql.FieldEQ(FieldRetiredReason, v))
+}
+
+// AutomatedClean applies equality check predicate on the "automated_clean" field. It's identical to AutomatedCleanEQ.
+func AutomatedClean(v bool) predicate.Node {
+	return predicate.Node(sql.FieldEQ(FieldAutomatedClean, v))
+}
+
+// ConsoleEnabled applies equality check predicate on the "console_enabled" field. It's identical to ConsoleEnabledEQ.
+func ConsoleEnabled(v bool) predicate.Node {
+	return predicate.Node(sql.FieldEQ(FieldConsoleEnabled, v))
+}
+
+// BootMode applies equality check predicate on the "boot_mode" field. It's identical to BootModeEQ.
+func BootMode(v string) predicate.Node {
+	return predicate.Node(sql.FieldEQ(FieldBootMode, v))
+}
+
+// SecureBoot applies equality check predicate on the "secure_boot" field. It's identical to SecureBootEQ.
+func SecureBoot(v bool) predicate.Node {
+	return predicate.Node(sql.FieldEQ(FieldSecureBoot, v))
+}
+
+// InspectionStartedAt applies equality check predicate on the "inspection_started_at" field. It's identical to InspectionStartedAtEQ.
+func InspectionStartedAt(v time.Time) predicate.Node {
+	return predicate.Node(sql.FieldEQ(FieldInspectionStartedAt, v))
+}
+
+// InspectionFinishedAt applies equality check predicate on the "inspection_finished_at" field. It's identical to InspectionFinishedAtEQ.
+func InspectionFinishedAt(v time.Time) predicate.Node {
+	return predicate.Node(sql.FieldEQ(FieldInspectionFinishedAt, v))
+}
+
+// Shard applies equality check predicate on the "shard" field. It's identical to ShardEQ.
+func Shard(v string) predicate.Node {
+	return predicate.Node(sql.FieldEQ(FieldShard, v))
+}
+
+// ParentNode applies equality check predicate on the "parent_node" field. It's identical to ParentNodeEQ.
+func ParentNode(v string) predicate.Node {
+	return predicate.Node(sql.FieldEQ(FieldParentNode, v))
+}
+
+// DisablePowerOff applies equality check predicate on the "disable_power_off" field. It's identical to DisablePowerOffEQ.
+func DisablePowerOff(v bool) predicate.Node {
+	return predicate.Node(sql.FieldEQ(FieldDisablePowerOff, v))
+}
+
+// InstanceName applies equality check predicate on the "instance_name" field. It's identical to InstanceNameEQ.
+func InstanceName(v string) predicate.Node {
+	return predicate.Node(sql.FieldEQ(FieldInstanceName, v))
+}
+
+// Health applies equality check predicate on the "health" field. It's identical to HealthEQ.
+func Health(v string) predicate.Node {
+	return predicate.Node(sql.FieldEQ(FieldHealth, v))
+}
+
 // CreatedAtEQ applies the EQ predicate on the "created_at" field.
 func CreatedAtEQ(v time.Time) predicate.Node {
 	return predicate.Node(sql.FieldEQ(FieldCreatedAt, v))
@@ -1648,6 +1788,1596 @@ func ChassisIDIsNil() predicate.Node {
 // ChassisIDNotNil applies the NotNil predicate on the "chassis_id" field.
 func ChassisIDNotNil() predicate.Node {
 	return predicate.Node(sql.FieldNotNull(FieldChassisID))
+}
+
+// BiosInterfaceEQ applies the EQ predicate on the "bios_interface" field.
+func BiosInterfaceEQ(v string) predicate.Node {
+	return predicate.Node(sql.FieldEQ(FieldBiosInterface, v))
+}
+
+// BiosInterfaceNEQ applies the NEQ predicate on the "bios_interface" field.
+func BiosInterfaceNEQ(v string) predicate.Node {
+	return predicate.Node(sql.FieldNEQ(FieldBiosInterface, v))
+}
+
+// BiosInterfaceIn applies the In predicate on the "bios_interface" field.
+func BiosInterfaceIn(vs ...string) predicate.Node {
+	return predicate.Node(sql.FieldIn(FieldBiosInterface, vs...))
+}
+
+// BiosInterfaceNotIn applies the NotIn predicate on the "bios_interface" field.
+func BiosInterfaceNotIn(vs ...string) predicate.Node {
+	return predicate.Node(sql.FieldNotIn(FieldBiosInterface, vs...))
+}
+
+// BiosInterfaceGT applies the GT predicate on the "bios_interface" field.
+func BiosInterfaceGT(v string) predicate.Node {
+	return predicate.Node(sql.FieldGT(FieldBiosInterface, v))
+}
+
+// BiosInterfaceGTE applies the GTE predicate on the "bios_interface" field.
+func BiosInterfaceGTE(v string) predicate.Node {
+	return predicate.Node(sql.FieldGTE(FieldBiosInterface, v))
+}
+
+// BiosInterfaceLT applies the LT predicate on the "bios_interface" field.
+func BiosInterfaceLT(v string) predicate.Node {
+	return predicate.Node(sql.FieldLT(FieldBiosInterface, v))
+}
+
+// BiosInterfaceLTE applies the LTE predicate on the "bios_interface" field.
+func BiosInterfaceLTE(v string) predicate.Node {
+	return predicate.Node(sql.FieldLTE(FieldBiosInterface, v))
+}
+
+// BiosInterfaceContains applies the Contains predicate on the "bios_interface" field.
+func BiosInterfaceContains(v string) predicate.Node {
+	return predicate.Node(sql.FieldContains(FieldBiosInterface, v))
+}
+
+// BiosInterfaceHasPrefix applies the HasPrefix predicate on the "bios_interface" field.
+func BiosInterfaceHasPrefix(v string) predicate.Node {
+	return predicate.Node(sql.FieldHasPrefix(FieldBiosInterface, v))
+}
+
+// BiosInterfaceHasSuffix applies the HasSuffix predicate on the "bios_interface" field.
+func BiosInterfaceHasSuffix(v string) predicate.Node {
+	return predicate.Node(sql.FieldHasSuffix(FieldBiosInterface, v))
+}
+
+// BiosInterfaceEqualFold applies the EqualFold predicate on the "bios_interface" field.
+func BiosInterfaceEqualFold(v string) predicate.Node {
+	return predicate.Node(sql.FieldEqualFold(FieldBiosInterface, v))
+}
+
+// BiosInterfaceContainsFold applies the ContainsFold predicate on the "bios_interface" field.
+func BiosInterfaceContainsFold(v string) predicate.Node {
+	return predicate.Node(sql.FieldContainsFold(FieldBiosInterface, v))
+}
+
+// BootInterfaceEQ applies the EQ predicate on the "boot_interface" field.
+func BootInterfaceEQ(v string) predicate.Node {
+	return predicate.Node(sql.FieldEQ(FieldBootInterface, v))
+}
+
+// BootInterfaceNEQ applies the NEQ predicate on the "boot_interface" field.
+func BootInterfaceNEQ(v string) predicate.Node {
+	return predicate.Node(sql.FieldNEQ(FieldBootInterface, v))
+}
+
+// BootInterfaceIn applies the In predicate on the "boot_interface" field.
+func BootInterfaceIn(vs ...string) predicate.Node {
+	return predicate.Node(sql.FieldIn(FieldBootInterface, vs...))
+}
+
+// BootInterfaceNotIn applies the NotIn predicate on the "boot_interface" field.
+func BootInterfaceNotIn(vs ...string) predicate.Node {
+	return predicate.Node(sql.FieldNotIn(FieldBootInterface, vs...))
+}
+
+// BootInterfaceGT applies the GT predicate on the "boot_interface" field.
+func BootInterfaceGT(v string) predicate.Node {
+	return predicate.Node(sql.FieldGT(FieldBootInterface, v))
+}
+
+// BootInterfaceGTE applies the GTE predicate on the "boot_interface" field.
+func BootInterfaceGTE(v string) predicate.Node {
+	return predicate.Node(sql.FieldGTE(FieldBootInterface, v))
+}
+
+// BootInterfaceLT applies the LT predicate on the "boot_interface" field.
+func BootInterfaceLT(v string) predicate.Node {
+	return predicate.Node(sql.FieldLT(FieldBootInterface, v))
+}
+
+// BootInterfaceLTE applies the LTE predicate on the "boot_interface" field.
+func BootInterfaceLTE(v string) predicate.Node {
+	return predicate.Node(sql.FieldLTE(FieldBootInterface, v))
+}
+
+// BootInterfaceContains applies the Contains predicate on the "boot_interface" field.
+func BootInterfaceContains(v string) predicate.Node {
+	return predicate.Node(sql.FieldContains(FieldBootInterface, v))
+}
+
+// BootInterfaceHasPrefix applies the HasPrefix predicate on the "boot_interface" field.
+func BootInterfaceHasPrefix(v string) predicate.Node {
+	return predicate.Node(sql.FieldHasPrefix(FieldBootInterface, v))
+}
+
+// BootInterfaceHasSuffix applies the HasSuffix predicate on the "boot_interface" field.
+func BootInterfaceHasSuffix(v string) predicate.Node {
+	return predicate.Node(sql.FieldHasSuffix(FieldBootInterface, v))
+}
+
+// BootInterfaceEqualFold applies the EqualFold predicate on the "boot_interface" field.
+func BootInterfaceEqualFold(v string) predicate.Node {
+	return predicate.Node(sql.FieldEqualFold(FieldBootInterface, v))
+}
+
+// BootInterfaceContainsFold applies the ContainsFold predicate on the "boot_interface" field.
+func BootInterfaceContainsFold(v string) predicate.Node {
+	return predicate.Node(sql.FieldContainsFold(FieldBootInterface, v))
+}
+
+// ConsoleInterfaceEQ applies the EQ predicate on the "console_interface" field.
+func ConsoleInterfaceEQ(v string) predicate.Node {
+	return predicate.Node(sql.FieldEQ(FieldConsoleInterface, v))
+}
+
+// ConsoleInterfaceNEQ applies the NEQ predicate on the "console_interface" field.
+func ConsoleInterfaceNEQ(v string) predicate.Node {
+	return predicate.Node(sql.FieldNEQ(FieldConsoleInterface, v))
+}
+
+// ConsoleInterfaceIn applies the In predicate on the "console_interface" field.
+func ConsoleInterfaceIn(vs ...string) predicate.Node {
+	return predicate.Node(sql.FieldIn(FieldConsoleInterface, vs...))
+}
+
+// ConsoleInterfaceNotIn applies the NotIn predicate on the "console_interface" field.
+func ConsoleInterfaceNotIn(vs ...string) predicate.Node {
+	return predicate.Node(sql.FieldNotIn(FieldConsoleInterface, vs...))
+}
+
+// ConsoleInterfaceGT applies the GT predicate on the "console_interface" field.
+func ConsoleInterfaceGT(v string) predicate.Node {
+	return predicate.Node(sql.FieldGT(FieldConsoleInterface, v))
+}
+
+// ConsoleInterfaceGTE applies the GTE predicate on the "console_interface" field.
+func ConsoleInterfaceGTE(v string) predicate.Node {
+	return predicate.Node(sql.FieldGTE(FieldConsoleInterface, v))
+}
+
+// ConsoleInterfaceLT applies the LT predicate on the "console_interface" field.
+func ConsoleInterfaceLT(v string) predicate.Node {
+	return predicate.Node(sql.FieldLT(FieldConsoleInterface, v))
+}
+
+// ConsoleInterfaceLTE applies the LTE predicate on the "console_interface" field.
+func ConsoleInterfaceLTE(v string) predicate.Node {
+	return predicate.Node(sql.FieldLTE(FieldConsoleInterface, v))
+}
+
+// ConsoleInterfaceContains applies the Contains predicate on the "console_interface" field.
+func ConsoleInterfaceContains(v string) predicate.Node {
+	return predicate.Node(sql.FieldContains(FieldConsoleInterface, v))
+}
+
+// ConsoleInterfaceHasPrefix applies the HasPrefix predicate on the "console_interface" field.
+func ConsoleInterfaceHasPrefix(v string) predicate.Node {
+	return predicate.Node(sql.FieldHasPrefix(FieldConsoleInterface, v))
+}
+
+// ConsoleInterfaceHasSuffix applies the HasSuffix predicate on the "console_interface" field.
+func ConsoleInterfaceHasSuffix(v string) predicate.Node {
+	return predicate.Node(sql.FieldHasSuffix(FieldConsoleInterface, v))
+}
+
+// ConsoleInterfaceEqualFold applies the EqualFold predicate on the "console_interface" field.
+func ConsoleInterfaceEqualFold(v string) predicate.Node {
+	return predicate.Node(sql.FieldEqualFold(FieldConsoleInterface, v))
+}
+
+// ConsoleInterfaceContainsFold applies the ContainsFold predicate on the "console_interface" field.
+func ConsoleInterfaceContainsFold(v string) predicate.Node {
+	return predicate.Node(sql.FieldContainsFold(FieldConsoleInterface, v))
+}
+
+// DeployInterfaceEQ applies the EQ predicate on the "deploy_interface" field.
+func DeployInterfaceEQ(v string) predicate.Node {
+	return predicate.Node(sql.FieldEQ(FieldDeployInterface, v))
+}
+
+// DeployInterfaceNEQ applies the NEQ predicate on the "deploy_interface" field.
+func DeployInterfaceNEQ(v string) predicate.Node {
+	return predicate.Node(sql.FieldNEQ(FieldDeployInterface, v))
+}
+
+// DeployInterfaceIn applies the In predicate on the "deploy_interface" field.
+func DeployInterfaceIn(vs ...string) predicate.Node {
+	return predicate.Node(sql.FieldIn(FieldDeployInterface, vs...))
+}
+
+// DeployInterfaceNotIn applies the NotIn predicate on the "deploy_interface" field.
+func DeployInterfaceNotIn(vs ...string) predicate.Node {
+	return predicate.Node(sql.FieldNotIn(FieldDeployInterface, vs...))
+}
+
+// DeployInterfaceGT applies the GT predicate on the "deploy_interface" field.
+func DeployInterfaceGT(v string) predicate.Node {
+	return predicate.Node(sql.FieldGT(FieldDeployInterface, v))
+}
+
+// DeployInterfaceGTE applies the GTE predicate on the "deploy_interface" field.
+func DeployInterfaceGTE(v string) predicate.Node {
+	return predicate.Node(sql.FieldGTE(FieldDeployInterface, v))
+}
+
+// DeployInterfaceLT applies the LT predicate on the "deploy_interface" field.
+func DeployInterfaceLT(v string) predicate.Node {
+	return predicate.Node(sql.FieldLT(FieldDeployInterface, v))
+}
+
+// DeployInterfaceLTE applies the LTE predicate on the "deploy_interface" field.
+func DeployInterfaceLTE(v string) predicate.Node {
+	return predicate.Node(sql.FieldLTE(FieldDeployInterface, v))
+}
+
+// DeployInterfaceContains applies the Contains predicate on the "deploy_interface" field.
+func DeployInterfaceContains(v string) predicate.Node {
+	return predicate.Node(sql.FieldContains(FieldDeployInterface, v))
+}
+
+// DeployInterfaceHasPrefix applies the HasPrefix predicate on the "deploy_interface" field.
+func DeployInterfaceHasPrefix(v string) predicate.Node {
+	return predicate.Node(sql.FieldHasPrefix(FieldDeployInterface, v))
+}
+
+// DeployInterfaceHasSuffix applies the HasSuffix predicate on the "deploy_interface" field.
+func DeployInterfaceHasSuffix(v string) predicate.Node {
+	return predicate.Node(sql.FieldHasSuffix(FieldDeployInterface, v))
+}
+
+// DeployInterfaceEqualFold applies the EqualFold predicate on the "deploy_interface" field.
+func DeployInterfaceEqualFold(v string) predicate.Node {
+	return predicate.Node(sql.FieldEqualFold(FieldDeployInterface, v))
+}
+
+// DeployInterfaceContainsFold applies the ContainsFold predicate on the "deploy_interface" field.
+func DeployInterfaceContainsFold(v string) predicate.Node {
+	return predicate.Node(sql.FieldContainsFold(FieldDeployInterface, v))
+}
+
+// FirmwareInterfaceEQ applies the EQ predicate on the "firmware_interface" field.
+func FirmwareInterfaceEQ(v string) predicate.Node {
+	return predicate.Node(sql.FieldEQ(FieldFirmwareInterface, v))
+}
+
+// FirmwareInterfaceNEQ applies the NEQ predicate on the "firmware_interface" field.
+func FirmwareInterfaceNEQ(v string) predicate.Node {
+	return predicate.Node(sql.FieldNEQ(FieldFirmwareInterface, v))
+}
+
+// FirmwareInterfaceIn applies the In predicate on the "firmware_interface" field.
+func FirmwareInterfaceIn(vs ...string) predicate.Node {
+	return predicate.Node(sql.FieldIn(FieldFirmwareInterface, vs...))
+}
+
+// FirmwareInterfaceNotIn applies the NotIn predicate on the "firmware_interface" field.
+func FirmwareInterfaceNotIn(vs ...string) predicate.Node {
+	return predicate.Node(sql.FieldNotIn(FieldFirmwareInterface, vs...))
+}
+
+// FirmwareInterfaceGT applies the GT predicate on the "firmware_interface" field.
+func FirmwareInterfaceGT(v string) predicate.Node {
+	return predicate.Node(sql.FieldGT(FieldFirmwareInterface, v))
+}
+
+// FirmwareInterfaceGTE applies the GTE predicate on the "firmware_interface" field.
+func FirmwareInterfaceGTE(v string) predicate.Node {
+	return predicate.Node(sql.FieldGTE(FieldFirmwareInterface, v))
+}
+
+// FirmwareInterfaceLT applies the LT predicate on the "firmware_interface" field.
+func FirmwareInterfaceLT(v string) predicate.Node {
+	return predicate.Node(sql.FieldLT(FieldFirmwareInterface, v))
+}
+
+// FirmwareInterfaceLTE applies the LTE predicate on the "firmware_interface" field.
+func FirmwareInterfaceLTE(v string) predicate.Node {
+	return predicate.Node(sql.FieldLTE(FieldFirmwareInterface, v))
+}
+
+// FirmwareInterfaceContains applies the Contains predicate on the "firmware_interface" field.
+func FirmwareInterfaceContains(v string) predicate.Node {
+	return predicate.Node(sql.FieldContains(FieldFirmwareInterface, v))
+}
+
+// FirmwareInterfaceHasPrefix applies the HasPrefix predicate on the "firmware_interface" field.
+func FirmwareInterfaceHasPrefix(v string) predicate.Node {
+	return predicate.Node(sql.FieldHasPrefix(FieldFirmwareInterface, v))
+}
+
+// FirmwareInterfaceHasSuffix applies the HasSuffix predicate on the "firmware_interface" field.
+func FirmwareInterfaceHasSuffix(v string) predicate.Node {
+	return predicate.Node(sql.FieldHasSuffix(FieldFirmwareInterface, v))
+}
+
+// FirmwareInterfaceEqualFold applies the EqualFold predicate on the "firmware_interface" field.
+func FirmwareInterfaceEqualFold(v string) predicate.Node {
+	return predicate.Node(sql.FieldEqualFold(FieldFirmwareInterface, v))
+}
+
+// FirmwareInterfaceContainsFold applies the ContainsFold predicate on the "firmware_interface" field.
+func FirmwareInterfaceContainsFold(v string) predicate.Node {
+	return predicate.Node(sql.FieldContainsFold(FieldFirmwareInterface, v))
+}
+
+// InspectInterfaceEQ applies the EQ predicate on the "inspect_interface" field.
+func InspectInterfaceEQ(v string) predicate.Node {
+	return predicate.Node(sql.FieldEQ(FieldInspectInterface, v))
+}
+
+// InspectInterfaceNEQ applies the NEQ predicate on the "inspect_interface" field.
+func InspectInterfaceNEQ(v string) predicate.Node {
+	return predicate.Node(sql.FieldNEQ(FieldInspectInterface, v))
+}
+
+// InspectInterfaceIn applies the In predicate on the "inspect_interface" field.
+func InspectInterfaceIn(vs ...string) predicate.Node {
+	return predicate.Node(sql.FieldIn(FieldInspectInterface, vs...))
+}
+
+// InspectInterfaceNotIn applies the NotIn predicate on the "inspect_interface" field.
+func InspectInterfaceNotIn(vs ...string) predicate.Node {
+	return predicate.Node(sql.FieldNotIn(FieldInspectInterface, vs...))
+}
+
+// InspectInterfaceGT applies the GT predicate on the "inspect_interface" field.
+func InspectInterfaceGT(v string) predicate.Node {
+	return predicate.Node(sql.FieldGT(FieldInspectInterface, v))
+}
+
+// InspectInterfaceGTE applies the GTE predicate on the "inspect_interface" field.
+func InspectInterfaceGTE(v string) predicate.Node {
+	return predicate.Node(sql.FieldGTE(FieldInspectInterface, v))
+}
+
+// InspectInterfaceLT applies the LT predicate on the "inspect_interface" field.
+func InspectInterfaceLT(v string) predicate.Node {
+	return predicate.Node(sql.FieldLT(FieldInspectInterface, v))
+}
+
+// InspectInterfaceLTE applies the LTE predicate on the "inspect_interface" field.
+func InspectInterfaceLTE(v string) predicate.Node {
+	return predicate.Node(sql.FieldLTE(FieldInspectInterface, v))
+}
+
+// InspectInterfaceContains applies the Contains predicate on the "inspect_interface" field.
+func InspectInterfaceContains(v string) predicate.Node {
+	return predicate.Node(sql.FieldContains(FieldInspectInterface, v))
+}
+
+// InspectInterfaceHasPrefix applies the HasPrefix predicate on the "inspect_interface" field.
+func InspectInterfaceHasPrefix(v string) predicate.Node {
+	return predicate.Node(sql.FieldHasPrefix(FieldInspectInterface, v))
+}
+
+// InspectInterfaceHasSuffix applies the HasSuffix predicate on the "inspect_interface" field.
+func InspectInterfaceHasSuffix(v string) predicate.Node {
+	return predicate.Node(sql.FieldHasSuffix(FieldInspectInterface, v))
+}
+
+// InspectInterfaceEqualFold applies the EqualFold predicate on the "inspect_interface" field.
+func InspectInterfaceEqualFold(v string) predicate.Node {
+	return predicate.Node(sql.FieldEqualFold(FieldInspectInterface, v))
+}
+
+// InspectInterfaceContainsFold applies the ContainsFold predicate on the "inspect_interface" field.
+func InspectInterfaceContainsFold(v string) predicate.Node {
+	return predicate.Node(sql.FieldContainsFold(FieldInspectInterface, v))
+}
+
+// ManagementInterfaceEQ applies the EQ predicate on the "management_interface" field.
+func ManagementInterfaceEQ(v string) predicate.Node {
+	return predicate.Node(sql.FieldEQ(FieldManagementInterface, v))
+}
+
+// ManagementInterfaceNEQ applies the NEQ predicate on the "management_interface" field.
+func ManagementInterfaceNEQ(v string) predicate.Node {
+	return predicate.Node(sql.FieldNEQ(FieldManagementInterface, v))
+}
+
+// ManagementInterfaceIn applies the In predicate on the "management_interface" field.
+func ManagementInterfaceIn(vs ...string) predicate.Node {
+	return predicate.Node(sql.FieldIn(FieldManagementInterface, vs...))
+}
+
+// ManagementInterfaceNotIn applies the NotIn predicate on the "management_interface" field.
+func ManagementInterfaceNotIn(vs ...string) predicate.Node {
+	return predicate.Node(sql.FieldNotIn(FieldManagementInterface, vs...))
+}
+
+// ManagementInterfaceGT applies the GT predicate on the "management_interface" field.
+func ManagementInterfaceGT(v string) predicate.Node {
+	return predicate.Node(sql.FieldGT(FieldManagementInterface, v))
+}
+
+// ManagementInterfaceGTE applies the GTE predicate on the "management_interface" field.
+func ManagementInterfaceGTE(v string) predicate.Node {
+	return predicate.Node(sql.FieldGTE(FieldManagementInterface, v))
+}
+
+// ManagementInterfaceLT applies the LT predicate on the "management_interface" field.
+func ManagementInterfaceLT(v string) predicate.Node {
+	return predicate.Node(sql.FieldLT(FieldManagementInterface, v))
+}
+
+// ManagementInterfaceLTE applies the LTE predicate on the "management_interface" field.
+func ManagementInterfaceLTE(v string) predicate.Node {
+	return predicate.Node(sql.FieldLTE(FieldManagementInterface, v))
+}
+
+// ManagementInterfaceContains applies the Contains predicate on the "management_interface" field.
+func ManagementInterfaceContains(v string) predicate.Node {
+	return predicate.Node(sql.FieldContains(FieldManagementInterface, v))
+}
+
+// ManagementInterfaceHasPrefix applies the HasPrefix predicate on the "management_interface" field.
+func ManagementInterfaceHasPrefix(v string) predicate.Node {
+	return predicate.Node(sql.FieldHasPrefix(FieldManagementInterface, v))
+}
+
+// ManagementInterfaceHasSuffix applies the HasSuffix predicate on the "management_interface" field.
+func ManagementInterfaceHasSuffix(v string) predicate.Node {
+	return predicate.Node(sql.FieldHasSuffix(FieldManagementInterface, v))
+}
+
+// ManagementInterfaceEqualFold applies the EqualFold predicate on the "management_interface" field.
+func ManagementInterfaceEqualFold(v string) predicate.Node {
+	return predicate.Node(sql.FieldEqualFold(FieldManagementInterface, v))
+}
+
+// ManagementInterfaceContainsFold applies the ContainsFold predicate on the "management_interface" field.
+func ManagementInterfaceContainsFold(v string) predicate.Node {
+	return predicate.Node(sql.FieldContainsFold(FieldManagementInterface, v))
+}
+
+// NetworkInterfaceEQ applies the EQ predicate on the "network_interface" field.
+func NetworkInterfaceEQ(v string) predicate.Node {
+	return predicate.Node(sql.FieldEQ(FieldNetworkInterface, v))
+}
+
+// NetworkInterfaceNEQ applies the NEQ predicate on the "network_interface" field.
+func NetworkInterfaceNEQ(v string) predicate.Node {
+	return predicate.Node(sql.FieldNEQ(FieldNetworkInterface, v))
+}
+
+// NetworkInterfaceIn applies the In predicate on the "network_interface" field.
+func NetworkInterfaceIn(vs ...string) predicate.Node {
+	return predicate.Node(sql.FieldIn(FieldNetworkInterface, vs...))
+}
+
+// NetworkInterfaceNotIn applies the NotIn predicate on the "network_interface" field.
+func NetworkInterfaceNotIn(vs ...string) predicate.Node {
+	return predicate.Node(sql.FieldNotIn(FieldNetworkInterface, vs...))
+}
+
+// NetworkInterfaceGT applies the GT predicate on the "network_interface" field.
+func NetworkInterfaceGT(v string) predicate.Node {
+	return predicate.Node(sql.FieldGT(FieldNetworkInterface, v))
+}
+
+// NetworkInterfaceGTE applies the GTE predicate on the "network_interface" field.
+func NetworkInterfaceGTE(v string) predicate.Node {
+	return predicate.Node(sql.FieldGTE(FieldNetworkInterface, v))
+}
+
+// NetworkInterfaceLT applies the LT predicate on the "network_interface" field.
+func NetworkInterfaceLT(v string) predicate.Node {
+	return predicate.Node(sql.FieldLT(FieldNetworkInterface, v))
+}
+
+// NetworkInterfaceLTE applies the LTE predicate on the "network_interface" field.
+func NetworkInterfaceLTE(v string) predicate.Node {
+	return predicate.Node(sql.FieldLTE(FieldNetworkInterface, v))
+}
+
+// NetworkInterfaceContains applies the Contains predicate on the "network_interface" field.
+func NetworkInterfaceContains(v string) predicate.Node {
+	return predicate.Node(sql.FieldContains(FieldNetworkInterface, v))
+}
+
+// NetworkInterfaceHasPrefix applies the HasPrefix predicate on the "network_interface" field.
+func NetworkInterfaceHasPrefix(v string) predicate.Node {
+	return predicate.Node(sql.FieldHasPrefix(FieldNetworkInterface, v))
+}
+
+// NetworkInterfaceHasSuffix applies the HasSuffix predicate on the "network_interface" field.
+func NetworkInterfaceHasSuffix(v string) predicate.Node {
+	return predicate.Node(sql.FieldHasSuffix(FieldNetworkInterface, v))
+}
+
+// NetworkInterfaceEqualFold applies the EqualFold predicate on the "network_interface" field.
+func NetworkInterfaceEqualFold(v string) predicate.Node {
+	return predicate.Node(sql.FieldEqualFold(FieldNetworkInterface, v))
+}
+
+// NetworkInterfaceContainsFold applies the ContainsFold predicate on the "network_interface" field.
+func NetworkInterfaceContainsFold(v string) predicate.Node {
+	return predicate.Node(sql.FieldContainsFold(FieldNetworkInterface, v))
+}
+
+// PowerInterfaceEQ applies the EQ predicate on the "power_interface" field.
+func PowerInterfaceEQ(v string) predicate.Node {
+	return predicate.Node(sql.FieldEQ(FieldPowerInterface, v))
+}
+
+// PowerInterfaceNEQ applies the NEQ predicate on the "power_interface" field.
+func PowerInterfaceNEQ(v string) predicate.Node {
+	return predicate.Node(sql.FieldNEQ(FieldPowerInterface, v))
+}
+
+// PowerInterfaceIn applies the In predicate on the "power_interface" field.
+func PowerInterfaceIn(vs ...string) predicate.Node {
+	return predicate.Node(sql.FieldIn(FieldPowerInterface, vs...))
+}
+
+// PowerInterfaceNotIn applies the NotIn predicate on the "power_interface" field.
+func PowerInterfaceNotIn(vs ...string) predicate.Node {
+	return predicate.Node(sql.FieldNotIn(FieldPowerInterface, vs...))
+}
+
+// PowerInterfaceGT applies the GT predicate on the "power_interface" field.
+func PowerInterfaceGT(v string) predicate.Node {
+	return predicate.Node(sql.FieldGT(FieldPowerInterface, v))
+}
+
+// PowerInterfaceGTE applies the GTE predicate on the "power_interface" field.
+func PowerInterfaceGTE(v string) predicate.Node {
+	return predicate.Node(sql.FieldGTE(FieldPowerInterface, v))
+}
+
+// PowerInterfaceLT applies the LT predicate on the "power_interface" field.
+func PowerInterfaceLT(v string) predicate.Node {
+	return predicate.Node(sql.FieldLT(FieldPowerInterface, v))
+}
+
+// PowerInterfaceLTE applies the LTE predicate on the "power_interface" field.
+func PowerInterfaceLTE(v string) predicate.Node {
+	return predicate.Node(sql.FieldLTE(FieldPowerInterface, v))
+}
+
+// PowerInterfaceContains applies the Contains predicate on the "power_interface" field.
+func PowerInterfaceContains(v string) predicate.Node {
+	return predicate.Node(sql.FieldContains(FieldPowerInterface, v))
+}
+
+// PowerInterfaceHasPrefix applies the HasPrefix predicate on the "power_interface" field.
+func PowerInterfaceHasPrefix(v string) predicate.Node {
+	return predicate.Node(sql.FieldHasPrefix(FieldPowerInterface, v))
+}
+
+// PowerInterfaceHasSuffix applies the HasSuffix predicate on the "power_interface" field.
+func PowerInterfaceHasSuffix(v string) predicate.Node {
+	return predicate.Node(sql.FieldHasSuffix(FieldPowerInterface, v))
+}
+
+// PowerInterfaceEqualFold applies the EqualFold predicate on the "power_interface" field.
+func PowerInterfaceEqualFold(v string) predicate.Node {
+	return predicate.Node(sql.FieldEqualFold(FieldPowerInterface, v))
+}
+
+// PowerInterfaceContainsFold applies the ContainsFold predicate on the "power_interface" field.
+func PowerInterfaceContainsFold(v string) predicate.Node {
+	return predicate.Node(sql.FieldContainsFold(FieldPowerInterface, v))
+}
+
+// RaidInterfaceEQ applies the EQ predicate on the "raid_interface" field.
+func RaidInterfaceEQ(v string) predicate.Node {
+	return predicate.Node(sql.FieldEQ(FieldRaidInterface, v))
+}
+
+// RaidInterfaceNEQ applies the NEQ predicate on the "raid_interface" field.
+func RaidInterfaceNEQ(v string) predicate.Node {
+	return predicate.Node(sql.FieldNEQ(FieldRaidInterface, v))
+}
+
+// RaidInterfaceIn applies the In predicate on the "raid_interface" field.
+func RaidInterfaceIn(vs ...string) predicate.Node {
+	return predicate.Node(sql.FieldIn(FieldRaidInterface, vs...))
+}
+
+// RaidInterfaceNotIn applies the NotIn predicate on the "raid_interface" field.
+func RaidInterfaceNotIn(vs ...string) predicate.Node {
+	return predicate.Node(sql.FieldNotIn(FieldRaidInterface, vs...))
+}
+
+// RaidInterfaceGT applies the GT predicate on the "raid_interface" field.
+func RaidInterfaceGT(v string) predicate.Node {
+	return predicate.Node(sql.FieldGT(FieldRaidInterface, v))
+}
+
+// RaidInterfaceGTE applies the GTE predicate on the "raid_interface" field.
+func RaidInterfaceGTE(v string) predicate.Node {
+	return predicate.Node(sql.FieldGTE(FieldRaidInterface, v))
+}
+
+// RaidInterfaceLT applies the LT predicate on the "raid_interface" field.
+func RaidInterfaceLT(v string) predicate.Node {
+	return predicate.Node(sql.FieldLT(FieldRaidInterface, v))
+}
+
+// RaidInterfaceLTE applies the LTE predicate on the "raid_interface" field.
+func RaidInterfaceLTE(v string) predicate.Node {
+	return predicate.Node(sql.FieldLTE(FieldRaidInterface, v))
+}
+
+// RaidInterfaceContains applies the Contains predicate on the "raid_interface" field.
+func RaidInterfaceContains(v string) predicate.Node {
+	return predicate.Node(sql.FieldContains(FieldRaidInterface, v))
+}
+
+// RaidInterfaceHasPrefix applies the HasPrefix predicate on the "raid_interface" field.
+func RaidInterfaceHasPrefix(v string) predicate.Node {
+	return predicate.Node(sql.FieldHasPrefix(FieldRaidInterface, v))
+}
+
+// RaidInterfaceHasSuffix applies the HasSuffix predicate on the "raid_interface" field.
+func RaidInterfaceHasSuffix(v string) predicate.Node {
+	return predicate.Node(sql.FieldHasSuffix(FieldRaidInterface, v))
+}
+
+// RaidInterfaceEqualFold applies the EqualFold predicate on the "raid_interface" field.
+func RaidInterfaceEqualFold(v string) predicate.Node {
+	return predicate.Node(sql.FieldEqualFold(FieldRaidInterface, v))
+}
+
+// RaidInterfaceContainsFold applies the ContainsFold predicate on the "raid_interface" field.
+func RaidInterfaceContainsFold(v string) predicate.Node {
+	return predicate.Node(sql.FieldContainsFold(FieldRaidInterface, v))
+}
+
+// RescueInterfaceEQ applies the EQ predicate on the "rescue_interface" field.
+func RescueInterfaceEQ(v string) predicate.Node {
+	return predicate.Node(sql.FieldEQ(FieldRescueInterface, v))
+}
+
+// RescueInterfaceNEQ applies the NEQ predicate on the "rescue_interface" field.
+func RescueInterfaceNEQ(v string) predicate.Node {
+	return predicate.Node(sql.FieldNEQ(FieldRescueInterface, v))
+}
+
+// RescueInterfaceIn applies the In predicate on the "rescue_interface" field.
+func RescueInterfaceIn(vs ...string) predicate.Node {
+	return predicate.Node(sql.FieldIn(FieldRescueInterface, vs...))
+}
+
+// RescueInterfaceNotIn applies the NotIn predicate on the "rescue_interface" field.
+func RescueInterfaceNotIn(vs ...string) predicate.Node {
+	return predicate.Node(sql.FieldNotIn(FieldRescueInterface, vs...))
+}
+
+// RescueInterfaceGT applies the GT predicate on the "rescue_interface" field.
+func RescueInterfaceGT(v string) predicate.Node {
+	return predicate.Node(sql.FieldGT(FieldRescueInterface, v))
+}
+
+// RescueInterfaceGTE applies the GTE predicate on the "rescue_interface" field.
+func RescueInterfaceGTE(v string) predicate.Node {
+	return predicate.Node(sql.FieldGTE(FieldRescueInterface, v))
+}
+
+// RescueInterfaceLT applies the LT predicate on the "rescue_interface" field.
+func RescueInterfaceLT(v string) predicate.Node {
+	return predicate.Node(sql.FieldLT(FieldRescueInterface, v))
+}
+
+// RescueInterfaceLTE applies the LTE predicate on the "rescue_interface" field.
+func RescueInterfaceLTE(v string) predicate.Node {
+	return predicate.Node(sql.FieldLTE(FieldRescueInterface, v))
+}
+
+// RescueInterfaceContains applies the Contains predicate on the "rescue_interface" field.
+func RescueInterfaceContains(v string) predicate.Node {
+	return predicate.Node(sql.FieldContains(FieldRescueInterface, v))
+}
+
+// RescueInterfaceHasPrefix applies the HasPrefix predicate on the "rescue_interface" field.
+func RescueInterfaceHasPrefix(v string) predicate.Node {
+	return predicate.Node(sql.FieldHasPrefix(FieldRescueInterface, v))
+}
+
+// RescueInterfaceHasSuffix applies the HasSuffix predicate on the "rescue_interface" field.
+func RescueInterfaceHasSuffix(v string) predicate.Node {
+	return predicate.Node(sql.FieldHasSuffix(FieldRescueInterface, v))
+}
+
+// RescueInterfaceEqualFold applies the EqualFold predicate on the "rescue_interface" field.
+func RescueInterfaceEqualFold(v string) predicate.Node {
+	return predicate.Node(sql.FieldEqualFold(FieldRescueInterface, v))
+}
+
+// RescueInterfaceContainsFold applies the ContainsFold predicate on the "rescue_interface" field.
+func RescueInterfaceContainsFold(v string) predicate.Node {
+	return predicate.Node(sql.FieldContainsFold(FieldRescueInterface, v))
+}
+
+// StorageInterfaceEQ applies the EQ predicate on the "storage_interface" field.
+func StorageInterfaceEQ(v string) predicate.Node {
+	return predicate.Node(sql.FieldEQ(FieldStorageInterface, v))
+}
+
+// StorageInterfaceNEQ applies the NEQ predicate on the "storage_interface" field.
+func StorageInterfaceNEQ(v string) predicate.Node {
+	return predicate.Node(sql.FieldNEQ(FieldStorageInterface, v))
+}
+
+// StorageInterfaceIn applies the In predicate on the "storage_interface" field.
+func StorageInterfaceIn(vs ...string) predicate.Node {
+	return predicate.Node(sql.FieldIn(FieldStorageInterface, vs...))
+}
+
+// StorageInterfaceNotIn applies the NotIn predicate on the "storage_interface" field.
+func StorageInterfaceNotIn(vs ...string) predicate.Node {
+	return predicate.Node(sql.FieldNotIn(FieldStorageInterface, vs...))
+}
+
+// StorageInterfaceGT applies the GT predicate on the "storage_interface" field.
+func StorageInterfaceGT(v string) predicate.Node {
+	return predicate.Node(sql.FieldGT(FieldStorageInterface, v))
+}
+
+// StorageInterfaceGTE applies the GTE predicate on the "storage_interface" field.
+func StorageInterfaceGTE(v string) predicate.Node {
+	return predicate.Node(sql.FieldGTE(FieldStorageInterface, v))
+}
+
+// StorageInterfaceLT applies the LT predicate on the "storage_interface" field.
+func StorageInterfaceLT(v string) predicate.Node {
+	return predicate.Node(sql.FieldLT(FieldStorageInterface, v))
+}
+
+// StorageInterfaceLTE applies the LTE predicate on the "storage_interface" field.
+func StorageInterfaceLTE(v string) predicate.Node {
+	return predicate.Node(sql.FieldLTE(FieldStorageInterface, v))
+}
+
+// StorageInterfaceContains applies the Contains predicate on the "storage_interface" field.
+func StorageInterfaceContains(v string) predicate.Node {
+	return predicate.Node(sql.FieldContains(FieldStorageInterface, v))
+}
+
+// StorageInterfaceHasPrefix applies the HasPrefix predicate on the "storage_interface" field.
+func StorageInterfaceHasPrefix(v string) predicate.Node {
+	return predicate.Node(sql.FieldHasPrefix(FieldStorageInterface, v))
+}
+
+// StorageInterfaceHasSuffix applies the HasSuffix predicate on the "storage_interface" field.
+func StorageInterfaceHasSuffix(v string) predicate.Node {
+	return predicate.Node(sql.FieldHasSuffix(FieldStorageInterface, v))
+}
+
+// StorageInterfaceEqualFold applies the EqualFold predicate on the "storage_interface" field.
+func StorageInterfaceEqualFold(v string) predicate.Node {
+	return predicate.Node(sql.FieldEqualFold(FieldStorageInterface, v))
+}
+
+// StorageInterfaceContainsFold applies the ContainsFold predicate on the "storage_interface" field.
+func StorageInterfaceContainsFold(v string) predicate.Node {
+	return predicate.Node(sql.FieldContainsFold(FieldStorageInterface, v))
+}
+
+// VendorInterfaceEQ applies the EQ predicate on the "vendor_interface" field.
+func VendorInterfaceEQ(v string) predicate.Node {
+	return predicate.Node(sql.FieldEQ(FieldVendorInterface, v))
+}
+
+// VendorInterfaceNEQ applies the NEQ predicate on the "vendor_interface" field.
+func VendorInterfaceNEQ(v string) predicate.Node {
+	return predicate.Node(sql.FieldNEQ(FieldVendorInterface, v))
+}
+
+// VendorInterfaceIn applies the In predicate on the "vendor_interface" field.
+func VendorInterfaceIn(vs ...string) predicate.Node {
+	return predicate.Node(sql.FieldIn(FieldVendorInterface, vs...))
+}
+
+// VendorInterfaceNotIn applies the NotIn predicate on the "vendor_interface" field.
+func VendorInterfaceNotIn(vs ...string) predicate.Node {
+	return predicate.Node(sql.FieldNotIn(FieldVendorInterface, vs...))
+}
+
+// VendorInterfaceGT applies the GT predicate on the "vendor_interface" field.
+func VendorInterfaceGT(v string) predicate.Node {
+	return predicate.Node(sql.FieldGT(FieldVendorInterface, v))
+}
+
+// VendorInterfaceGTE applies the GTE predicate on the "vendor_interface" field.
+func VendorInterfaceGTE(v string) predicate.Node {
+	return predicate.Node(sql.FieldGTE(FieldVendorInterface, v))
+}
+
+// VendorInterfaceLT applies the LT predicate on the "vendor_interface" field.
+func VendorInterfaceLT(v string) predicate.Node {
+	return predicate.Node(sql.FieldLT(FieldVendorInterface, v))
+}
+
+// VendorInterfaceLTE applies the LTE predicate on the "vendor_interface" field.
+func VendorInterfaceLTE(v string) predicate.Node {
+	return predicate.Node(sql.FieldLTE(FieldVendorInterface, v))
+}
+
+// VendorInterfaceContains applies the Contains predicate on the "vendor_interface" field.
+func VendorInterfaceContains(v string) predicate.Node {
+	return predicate.Node(sql.FieldContains(FieldVendorInterface, v))
+}
+
+// VendorInterfaceHasPrefix applies the HasPrefix predicate on the "vendor_interface" field.
+func VendorInterfaceHasPrefix(v string) predicate.Node {
+	return predicate.Node(sql.FieldHasPrefix(FieldVendorInterface, v))
+}
+
+// VendorInterfaceHasSuffix applies the HasSuffix predicate on the "vendor_interface" field.
+func VendorInterfaceHasSuffix(v string) predicate.Node {
+	return predicate.Node(sql.FieldHasSuffix(FieldVendorInterface, v))
+}
+
+// VendorInterfaceEqualFold applies the EqualFold predicate on the "vendor_interface" field.
+func VendorInterfaceEqualFold(v string) predicate.Node {
+	return predicate.Node(sql.FieldEqualFold(FieldVendorInterface, v))
+}
+
+// VendorInterfaceContainsFold applies the ContainsFold predicate on the "vendor_interface" field.
+func VendorInterfaceContainsFold(v string) predicate.Node {
+	return predicate.Node(sql.FieldContainsFold(FieldVendorInterface, v))
+}
+
+// ProtectedEQ applies the EQ predicate on the "protected" field.
+func ProtectedEQ(v bool) predicate.Node {
+	return predicate.Node(sql.FieldEQ(FieldProtected, v))
+}
+
+// ProtectedNEQ applies the NEQ predicate on the "protected" field.
+func ProtectedNEQ(v bool) predicate.Node {
+	return predicate.Node(sql.FieldNEQ(FieldProtected, v))
+}
+
+// ProtectedReasonEQ applies the EQ predicate on the "protected_reason" field.
+func ProtectedReasonEQ(v string) predicate.Node {
+	return predicate.Node(sql.FieldEQ(FieldProtectedReason, v))
+}
+
+// ProtectedReasonNEQ applies the NEQ predicate on the "protected_reason" field.
+func ProtectedReasonNEQ(v string) predicate.Node {
+	return predicate.Node(sql.FieldNEQ(FieldProtectedReason, v))
+}
+
+// ProtectedReasonIn applies the In predicate on the "protected_reason" field.
+func ProtectedReasonIn(vs ...string) predicate.Node {
+	return predicate.Node(sql.FieldIn(FieldProtectedReason, vs...))
+}
+
+// ProtectedReasonNotIn applies the NotIn predicate on the "protected_reason" field.
+func ProtectedReasonNotIn(vs ...string) predicate.Node {
+	return predicate.Node(sql.FieldNotIn(FieldProtectedReason, vs...))
+}
+
+// ProtectedReasonGT applies the GT predicate on the "protected_reason" field.
+func ProtectedReasonGT(v string) predicate.Node {
+	return predicate.Node(sql.FieldGT(FieldProtectedReason, v))
+}
+
+// ProtectedReasonGTE applies the GTE predicate on the "protected_reason" field.
+func ProtectedReasonGTE(v string) predicate.Node {
+	return predicate.Node(sql.FieldGTE(FieldProtectedReason, v))
+}
+
+// ProtectedReasonLT applies the LT predicate on the "protected_reason" field.
+func ProtectedReasonLT(v string) predicate.Node {
+	return predicate.Node(sql.FieldLT(FieldProtectedReason, v))
+}
+
+// ProtectedReasonLTE applies the LTE predicate on the "protected_reason" field.
+func ProtectedReasonLTE(v string) predicate.Node {
+	return predicate.Node(sql.FieldLTE(FieldProtectedReason, v))
+}
+
+// ProtectedReasonContains applies the Contains predicate on the "protected_reason" field.
+func ProtectedReasonContains(v string) predicate.Node {
+	return predicate.Node(sql.FieldContains(FieldProtectedReason, v))
+}
+
+// ProtectedReasonHasPrefix applies the HasPrefix predicate on the "protected_reason" field.
+func ProtectedReasonHasPrefix(v string) predicate.Node {
+	return predicate.Node(sql.FieldHasPrefix(FieldProtectedReason, v))
+}
+
+// ProtectedReasonHasSuffix applies the HasSuffix predicate on the "protected_reason" field.
+func ProtectedReasonHasSuffix(v string) predicate.Node {
+	return predicate.Node(sql.FieldHasSuffix(FieldProtectedReason, v))
+}
+
+// ProtectedReasonIsNil applies the IsNil predicate on the "protected_reason" field.
+func ProtectedReasonIsNil() predicate.Node {
+	return predicate.Node(sql.FieldIsNull(FieldProtectedReason))
+}
+
+// ProtectedReasonNotNil applies the NotNil predicate on the "protected_reason" field.
+func ProtectedReasonNotNil() predicate.Node {
+	return predicate.Node(sql.FieldNotNull(FieldProtectedReason))
+}
+
+// ProtectedReasonEqualFold applies the EqualFold predicate on the "protected_reason" field.
+func ProtectedReasonEqualFold(v string) predicate.Node {
+	return predicate.Node(sql.FieldEqualFold(FieldProtectedReason, v))
+}
+
+// ProtectedReasonContainsFold applies the ContainsFold predicate on the "protected_reason" field.
+func ProtectedReasonContainsFold(v string) predicate.Node {
+	return predicate.Node(sql.FieldContainsFold(FieldProtectedReason, v))
+}
+
+// RetiredEQ applies the EQ predicate on the "retired" field.
+func RetiredEQ(v bool) predicate.Node {
+	return predicate.Node(sql.FieldEQ(FieldRetired, v))
+}
+
+// RetiredNEQ applies the NEQ predicate on the "retired" field.
+func RetiredNEQ(v bool) predicate.Node {
+	return predicate.Node(sql.FieldNEQ(FieldRetired, v))
+}
+
+// RetiredReasonEQ applies the EQ predicate on the "retired_reason" field.
+func RetiredReasonEQ(v string) predicate.Node {
+	return predicate.Node(sql.FieldEQ(FieldRetiredReason, v))
+}
+
+// RetiredReasonNEQ applies the NEQ predicate on the "retired_reason" field.
+func RetiredReasonNEQ(v string) predicate.Node {
+	return predicate.Node(sql.FieldNEQ(FieldRetiredReason, v))
+}
+
+// RetiredReasonIn applies the In predicate on the "retired_reason" field.
+func RetiredReasonIn(vs ...string) predicate.Node {
+	return predicate.Node(sql.FieldIn(FieldRetiredReason, vs...))
+}
+
+// RetiredReasonNotIn applies the NotIn predicate on the "retired_reason" field.
+func RetiredReasonNotIn(vs ...string) predicate.Node {
+	return predicate.Node(sql.FieldNotIn(FieldRetiredReason, vs...))
+}
+
+// RetiredReasonGT applies the GT predicate on the "retired_reason" field.
+func RetiredReasonGT(v string) predicate.Node {
+	return predicate.Node(sql.FieldGT(FieldRetiredReason, v))
+}
+
+// RetiredReasonGTE applies the GTE predicate on the "retired_reason" field.
+func RetiredReasonGTE(v string) predicate.Node {
+	return predicate.Node(sql.FieldGTE(FieldRetiredReason, v))
+}
+
+// RetiredReasonLT applies the LT predicate on the "retired_reason" field.
+func RetiredReasonLT(v string) predicate.Node {
+	return predicate.Node(sql.FieldLT(FieldRetiredReason, v))
+}
+
+// RetiredReasonLTE applies the LTE predicate on the "retired_reason" field.
+func RetiredReasonLTE(v string) predicate.Node {
+	return predicate.Node(sql.FieldLTE(FieldRetiredReason, v))
+}
+
+// RetiredReasonContains applies the Contains predicate on the "retired_reason" field.
+func RetiredReasonContains(v string) predicate.Node {
+	return predicate.Node(sql.FieldContains(FieldRetiredReason, v))
+}
+
+// RetiredReasonHasPrefix applies the HasPrefix predicate on the "retired_reason" field.
+func RetiredReasonHasPrefix(v string) predicate.Node {
+	return predicate.Node(sql.FieldHasPrefix(FieldRetiredReason, v))
+}
+
+// RetiredReasonHasSuffix applies the HasSuffix predicate on the "retired_reason" field.
+func RetiredReasonHasSuffix(v string) predicate.Node {
+	return predicate.Node(sql.FieldHasSuffix(FieldRetiredReason, v))
+}
+
+// RetiredReasonIsNil applies the IsNil predicate on the "retired_reason" field.
+func RetiredReasonIsNil() predicate.Node {
+	return predicate.Node(sql.FieldIsNull(FieldRetiredReason))
+}
+
+// RetiredReasonNotNil applies the NotNil predicate on the "retired_reason" field.
+func RetiredReasonNotNil() predicate.Node {
+	return predicate.Node(sql.FieldNotNull(FieldRetiredReason))
+}
+
+// RetiredReasonEqualFold applies the EqualFold predicate on the "retired_reason" field.
+func RetiredReasonEqualFold(v string) predicate.Node {
+	return predicate.Node(sql.FieldEqualFold(FieldRetiredReason, v))
+}
+
+// RetiredReasonContainsFold applies the ContainsFold predicate on the "retired_reason" field.
+func RetiredReasonContainsFold(v string) predicate.Node {
+	return predicate.Node(sql.FieldContainsFold(FieldRetiredReason, v))
+}
+
+// AutomatedCleanEQ applies the EQ predicate on the "automated_clean" field.
+func AutomatedCleanEQ(v bool) predicate.Node {
+	return predicate.Node(sql.FieldEQ(FieldAutomatedClean, v))
+}
+
+// AutomatedCleanNEQ applies the NEQ predicate on the "automated_clean" field.
+func AutomatedCleanNEQ(v bool) predicate.Node {
+	return predicate.Node(sql.FieldNEQ(FieldAutomatedClean, v))
+}
+
+// AutomatedCleanIsNil applies the IsNil predicate on the "automated_clean" field.
+func AutomatedCleanIsNil() predicate.Node {
+	return predicate.Node(sql.FieldIsNull(FieldAutomatedClean))
+}
+
+// AutomatedCleanNotNil applies the NotNil predicate on the "automated_clean" field.
+func AutomatedCleanNotNil() predicate.Node {
+	return predicate.Node(sql.FieldNotNull(FieldAutomatedClean))
+}
+
+// NetworkDataIsNil applies the IsNil predicate on the "network_data" field.
+func NetworkDataIsNil() predicate.Node {
+	return predicate.Node(sql.FieldIsNull(FieldNetworkData))
+}
+
+// NetworkDataNotNil applies the NotNil predicate on the "network_data" field.
+func NetworkDataNotNil() predicate.Node {
+	return predicate.Node(sql.FieldNotNull(FieldNetworkData))
+}
+
+// RaidConfigIsNil applies the IsNil predicate on the "raid_config" field.
+func RaidConfigIsNil() predicate.Node {
+	return predicate.Node(sql.FieldIsNull(FieldRaidConfig))
+}
+
+// RaidConfigNotNil applies the NotNil predicate on the "raid_config" field.
+func RaidConfigNotNil() predicate.Node {
+	return predicate.Node(sql.FieldNotNull(FieldRaidConfig))
+}
+
+// TargetRaidConfigIsNil applies the IsNil predicate on the "target_raid_config" field.
+func TargetRaidConfigIsNil() predicate.Node {
+	return predicate.Node(sql.FieldIsNull(FieldTargetRaidConfig))
+}
+
+// TargetRaidConfigNotNil applies the NotNil predicate on the "target_raid_config" field.
+func TargetRaidConfigNotNil() predicate.Node {
+	return predicate.Node(sql.FieldNotNull(FieldTargetRaidConfig))
+}
+
+// ConsoleEnabledEQ applies the EQ predicate on the "console_enabled" field.
+func ConsoleEnabledEQ(v bool) predicate.Node {
+	return predicate.Node(sql.FieldEQ(FieldConsoleEnabled, v))
+}
+
+// ConsoleEnabledNEQ applies the NEQ predicate on the "console_enabled" field.
+func ConsoleEnabledNEQ(v bool) predicate.Node {
+	return predicate.Node(sql.FieldNEQ(FieldConsoleEnabled, v))
+}
+
+// DeployStepIsNil applies the IsNil predicate on the "deploy_step" field.
+func DeployStepIsNil() predicate.Node {
+	return predicate.Node(sql.FieldIsNull(FieldDeployStep))
+}
+
+// DeployStepNotNil applies the NotNil predicate on the "deploy_step" field.
+func DeployStepNotNil() predicate.Node {
+	return predicate.Node(sql.FieldNotNull(FieldDeployStep))
+}
+
+// BootModeEQ applies the EQ predicate on the "boot_mode" field.
+func BootModeEQ(v string) predicate.Node {
+	return predicate.Node(sql.FieldEQ(FieldBootMode, v))
+}
+
+// BootModeNEQ applies the NEQ predicate on the "boot_mode" field.
+func BootModeNEQ(v string) predicate.Node {
+	return predicate.Node(sql.FieldNEQ(FieldBootMode, v))
+}
+
+// BootModeIn applies the In predicate on the "boot_mode" field.
+func BootModeIn(vs ...string) predicate.Node {
+	return predicate.Node(sql.FieldIn(FieldBootMode, vs...))
+}
+
+// BootModeNotIn applies the NotIn predicate on the "boot_mode" field.
+func BootModeNotIn(vs ...string) predicate.Node {
+	return predicate.Node(sql.FieldNotIn(FieldBootMode, vs...))
+}
+
+// BootModeGT applies the GT predicate on the "boot_mode" field.
+func BootModeGT(v string) predicate.Node {
+	return predicate.Node(sql.FieldGT(FieldBootMode, v))
+}
+
+// BootModeGTE applies the GTE predicate on the "boot_mode" field.
+func BootModeGTE(v string) predicate.Node {
+	return predicate.Node(sql.FieldGTE(FieldBootMode, v))
+}
+
+// BootModeLT applies the LT predicate on the "boot_mode" field.
+func BootModeLT(v string) predicate.Node {
+	return predicate.Node(sql.FieldLT(FieldBootMode, v))
+}
+
+// BootModeLTE applies the LTE predicate on the "boot_mode" field.
+func BootModeLTE(v string) predicate.Node {
+	return predicate.Node(sql.FieldLTE(FieldBootMode, v))
+}
+
+// BootModeContains applies the Contains predicate on the "boot_mode" field.
+func BootModeContains(v string) predicate.Node {
+	return predicate.Node(sql.FieldContains(FieldBootMode, v))
+}
+
+// BootModeHasPrefix applies the HasPrefix predicate on the "boot_mode" field.
+func BootModeHasPrefix(v string) predicate.Node {
+	return predicate.Node(sql.FieldHasPrefix(FieldBootMode, v))
+}
+
+// BootModeHasSuffix applies the HasSuffix predicate on the "boot_mode" field.
+func BootModeHasSuffix(v string) predicate.Node {
+	return predicate.Node(sql.FieldHasSuffix(FieldBootMode, v))
+}
+
+// BootModeIsNil applies the IsNil predicate on the "boot_mode" field.
+func BootModeIsNil() predicate.Node {
+	return predicate.Node(sql.FieldIsNull(FieldBootMode))
+}
+
+// BootModeNotNil applies the NotNil predicate on the "boot_mode" field.
+func BootModeNotNil() predicate.Node {
+	return predicate.Node(sql.FieldNotNull(FieldBootMode))
+}
+
+// BootModeEqualFold applies the EqualFold predicate on the "boot_mode" field.
+func BootModeEqualFold(v string) predicate.Node {
+	return predicate.Node(sql.FieldEqualFold(FieldBootMode, v))
+}
+
+// BootModeContainsFold applies the ContainsFold predicate on the "boot_mode" field.
+func BootModeContainsFold(v string) predicate.Node {
+	return predicate.Node(sql.FieldContainsFold(FieldBootMode, v))
+}
+
+// SecureBootEQ applies the EQ predicate on the "secure_boot" field.
+func SecureBootEQ(v bool) predicate.Node {
+	return predicate.Node(sql.FieldEQ(FieldSecureBoot, v))
+}
+
+// SecureBootNEQ applies the NEQ predicate on the "secure_boot" field.
+func SecureBootNEQ(v bool) predicate.Node {
+	return predicate.Node(sql.FieldNEQ(FieldSecureBoot, v))
+}
+
+// SecureBootIsNil applies the IsNil predicate on the "secure_boot" field.
+func SecureBootIsNil() predicate.Node {
+	return predicate.Node(sql.FieldIsNull(FieldSecureBoot))
+}
+
+// SecureBootNotNil applies the NotNil predicate on the "secure_boot" field.
+func SecureBootNotNil() predicate.Node {
+	return predicate.Node(sql.FieldNotNull(FieldSecureBoot))
+}
+
+// InspectionStartedAtEQ applies the EQ predicate on the "inspection_started_at" field.
+func InspectionStartedAtEQ(v time.Time) predicate.Node {
+	return predicate.Node(sql.FieldEQ(FieldInspectionStartedAt, v))
+}
+
+// InspectionStartedAtNEQ applies the NEQ predicate on the "inspection_started_at" field.
+func InspectionStartedAtNEQ(v time.Time) predicate.Node {
+	return predicate.Node(sql.FieldNEQ(FieldInspectionStartedAt, v))
+}
+
+// InspectionStartedAtIn applies the In predicate on the "inspection_started_at" field.
+func InspectionStartedAtIn(vs ...time.Time) predicate.Node {
+	return predicate.Node(sql.FieldIn(FieldInspectionStartedAt, vs...))
+}
+
+// InspectionStartedAtNotIn applies the NotIn predicate on the "inspection_started_at" field.
+func InspectionStartedAtNotIn(vs ...time.Time) predicate.Node {
+	return predicate.Node(sql.FieldNotIn(FieldInspectionStartedAt, vs...))
+}
+
+// InspectionStartedAtGT applies the GT predicate on the "inspection_started_at" field.
+func InspectionStartedAtGT(v time.Time) predicate.Node {
+	return predicate.Node(sql.FieldGT(FieldInspectionStartedAt, v))
+}
+
+// InspectionStartedAtGTE applies the GTE predicate on the "inspection_started_at" field.
+func InspectionStartedAtGTE(v time.Time) predicate.Node {
+	return predicate.Node(sql.FieldGTE(FieldInspectionStartedAt, v))
+}
+
+// InspectionStartedAtLT applies the LT predicate on the "inspection_started_at" field.
+func InspectionStartedAtLT(v time.Time) predicate.Node {
+	return predicate.Node(sql.FieldLT(FieldInspectionStartedAt, v))
+}
+
+// InspectionStartedAtLTE applies the LTE predicate on the "inspection_started_at" field.
+func InspectionStartedAtLTE(v time.Time) predicate.Node {
+	return predicate.Node(sql.FieldLTE(FieldInspectionStartedAt, v))
+}
+
+// InspectionStartedAtIsNil applies the IsNil predicate on the "inspection_started_at" field.
+func InspectionStartedAtIsNil() predicate.Node {
+	return predicate.Node(sql.FieldIsNull(FieldInspectionStartedAt))
+}
+
+// InspectionStartedAtNotNil applies the NotNil predicate on the "inspection_started_at" field.
+func InspectionStartedAtNotNil() predicate.Node {
+	return predicate.Node(sql.FieldNotNull(FieldInspectionStartedAt))
+}
+
+// InspectionFinishedAtEQ applies the EQ predicate on the "inspection_finished_at" field.
+func InspectionFinishedAtEQ(v time.Time) predicate.Node {
+	return predicate.Node(sql.FieldEQ(FieldInspectionFinishedAt, v))
+}
+
+// InspectionFinishedAtNEQ applies the NEQ predicate on the "inspection_finished_at" field.
+func InspectionFinishedAtNEQ(v time.Time) predicate.Node {
+	return predicate.Node(sql.FieldNEQ(FieldInspectionFinishedAt, v))
+}
+
+// InspectionFinishedAtIn applies the In predicate on the "inspection_finished_at" field.
+func InspectionFinishedAtIn(vs ...time.Time) predicate.Node {
+	return predicate.Node(sql.FieldIn(FieldInspectionFinishedAt, vs...))
+}
+
+// InspectionFinishedAtNotIn applies the NotIn predicate on the "inspection_finished_at" field.
+func InspectionFinishedAtNotIn(vs ...time.Time) predicate.Node {
+	return predicate.Node(sql.FieldNotIn(FieldInspectionFinishedAt, vs...))
+}
+
+// InspectionFinishedAtGT applies the GT predicate on the "inspection_finished_at" field.
+func InspectionFinishedAtGT(v time.Time) predicate.Node {
+	return predicate.Node(sql.FieldGT(FieldInspectionFinishedAt, v))
+}
+
+// InspectionFinishedAtGTE applies the GTE predicate on the "inspection_finished_at" field.
+func InspectionFinishedAtGTE(v time.Time) predicate.Node {
+	return predicate.Node(sql.FieldGTE(FieldInspectionFinishedAt, v))
+}
+
+// InspectionFinishedAtLT applies the LT predicate on the "inspection_finished_at" field.
+func InspectionFinishedAtLT(v time.Time) predicate.Node {
+	return predicate.Node(sql.FieldLT(FieldInspectionFinishedAt, v))
+}
+
+// InspectionFinishedAtLTE applies the LTE predicate on the "inspection_finished_at" field.
+func InspectionFinishedAtLTE(v time.Time) predicate.Node {
+	return predicate.Node(sql.FieldLTE(FieldInspectionFinishedAt, v))
+}
+
+// InspectionFinishedAtIsNil applies the IsNil predicate on the "inspection_finished_at" field.
+func InspectionFinishedAtIsNil() predicate.Node {
+	return predicate.Node(sql.FieldIsNull(FieldInspectionFinishedAt))
+}
+
+// InspectionFinishedAtNotNil applies the NotNil predicate on the "inspection_finished_at" field.
+func InspectionFinishedAtNotNil() predicate.Node {
+	return predicate.Node(sql.FieldNotNull(FieldInspectionFinishedAt))
+}
+
+// ShardEQ applies the EQ predicate on the "shard" field.
+func ShardEQ(v string) predicate.Node {
+	return predicate.Node(sql.FieldEQ(FieldShard, v))
+}
+
+// ShardNEQ applies the NEQ predicate on the "shard" field.
+func ShardNEQ(v string) predicate.Node {
+	return predicate.Node(sql.FieldNEQ(FieldShard, v))
+}
+
+// ShardIn applies the In predicate on the "shard" field.
+func ShardIn(vs ...string) predicate.Node {
+	return predicate.Node(sql.FieldIn(FieldShard, vs...))
+}
+
+// ShardNotIn applies the NotIn predicate on the "shard" field.
+func ShardNotIn(vs ...string) predicate.Node {
+	return predicate.Node(sql.FieldNotIn(FieldShard, vs...))
+}
+
+// ShardGT applies the GT predicate on the "shard" field.
+func ShardGT(v string) predicate.Node {
+	return predicate.Node(sql.FieldGT(FieldShard, v))
+}
+
+// ShardGTE applies the GTE predicate on the "shard" field.
+func ShardGTE(v string) predicate.Node {
+	return predicate.Node(sql.FieldGTE(FieldShard, v))
+}
+
+// ShardLT applies the LT predicate on the "shard" field.
+func ShardLT(v string) predicate.Node {
+	return predicate.Node(sql.FieldLT(FieldShard, v))
+}
+
+// ShardLTE applies the LTE predicate on the "shard" field.
+func ShardLTE(v string) predicate.Node {
+	return predicate.Node(sql.FieldLTE(FieldShard, v))
+}
+
+// ShardContains applies the Contains predicate on the "shard" field.
+func ShardContains(v string) predicate.Node {
+	return predicate.Node(sql.FieldContains(FieldShard, v))
+}
+
+// ShardHasPrefix applies the HasPrefix predicate on the "shard" field.
+func ShardHasPrefix(v string) predicate.Node {
+	return predicate.Node(sql.FieldHasPrefix(FieldShard, v))
+}
+
+// ShardHasSuffix applies the HasSuffix predicate on the "shard" field.
+func ShardHasSuffix(v string) predicate.Node {
+	return predicate.Node(sql.FieldHasSuffix(FieldShard, v))
+}
+
+// ShardIsNil applies the IsNil predicate on the "shard" field.
+func ShardIsNil() predicate.Node {
+	return predicate.Node(sql.FieldIsNull(FieldShard))
+}
+
+// ShardNotNil applies the NotNil predicate on the "shard" field.
+func ShardNotNil() predicate.Node {
+	return predicate.Node(sql.FieldNotNull(FieldShard))
+}
+
+// ShardEqualFold applies the EqualFold predicate on the "shard" field.
+func ShardEqualFold(v string) predicate.Node {
+	return predicate.Node(sql.FieldEqualFold(FieldShard, v))
+}
+
+// ShardContainsFold applies the ContainsFold predicate on the "shard" field.
+func ShardContainsFold(v string) predicate.Node {
+	return predicate.Node(sql.FieldContainsFold(FieldShard, v))
+}
+
+// ParentNodeEQ applies the EQ predicate on the "parent_node" field.
+func ParentNodeEQ(v string) predicate.Node {
+	return predicate.Node(sql.FieldEQ(FieldParentNode, v))
+}
+
+// ParentNodeNEQ applies the NEQ predicate on the "parent_node" field.
+func ParentNodeNEQ(v string) predicate.Node {
+	return predicate.Node(sql.FieldNEQ(FieldParentNode, v))
+}
+
+// ParentNodeIn applies the In predicate on the "parent_node" field.
+func ParentNodeIn(vs ...string) predicate.Node {
+	return predicate.Node(sql.FieldIn(FieldParentNode, vs...))
+}
+
+// ParentNodeNotIn applies the NotIn predicate on the "parent_node" field.
+func ParentNodeNotIn(vs ...string) predicate.Node {
+	return predicate.Node(sql.FieldNotIn(FieldParentNode, vs...))
+}
+
+// ParentNodeGT applies the GT predicate on the "parent_node" field.
+func ParentNodeGT(v string) predicate.Node {
+	return predicate.Node(sql.FieldGT(FieldParentNode, v))
+}
+
+// ParentNodeGTE applies the GTE predicate on the "parent_node" field.
+func ParentNodeGTE(v string) predicate.Node {
+	return predicate.Node(sql.FieldGTE(FieldParentNode, v))
+}
+
+// ParentNodeLT applies the LT predicate on the "parent_node" field.
+func ParentNodeLT(v string) predicate.Node {
+	return predicate.Node(sql.FieldLT(FieldParentNode, v))
+}
+
+// ParentNodeLTE applies the LTE predicate on the "parent_node" field.
+func ParentNodeLTE(v string) predicate.Node {
+	return predicate.Node(sql.FieldLTE(FieldParentNode, v))
+}
+
+// ParentNodeContains applies the Contains predicate on the "parent_node" field.
+func ParentNodeContains(v string) predicate.Node {
+	return predicate.Node(sql.FieldContains(FieldParentNode, v))
+}
+
+// ParentNodeHasPrefix applies the HasPrefix predicate on the "parent_node" field.
+func ParentNodeHasPrefix(v string) predicate.Node {
+	return predicate.Node(sql.FieldHasPrefix(FieldParentNode, v))
+}
+
+// ParentNodeHasSuffix applies the HasSuffix predicate on the "parent_node" field.
+func ParentNodeHasSuffix(v string) predicate.Node {
+	return predicate.Node(sql.FieldHasSuffix(FieldParentNode, v))
+}
+
+// ParentNodeIsNil applies the IsNil predicate on the "parent_node" field.
+func ParentNodeIsNil() predicate.Node {
+	return predicate.Node(sql.FieldIsNull(FieldParentNode))
+}
+
+// ParentNodeNotNil applies the NotNil predicate on the "parent_node" field.
+func ParentNodeNotNil() predicate.Node {
+	return predicate.Node(sql.FieldNotNull(FieldParentNode))
+}
+
+// ParentNodeEqualFold applies the EqualFold predicate on the "parent_node" field.
+func ParentNodeEqualFold(v string) predicate.Node {
+	return predicate.Node(sql.FieldEqualFold(FieldParentNode, v))
+}
+
+// ParentNodeContainsFold applies the ContainsFold predicate on the "parent_node" field.
+func ParentNodeContainsFold(v string) predicate.Node {
+	return predicate.Node(sql.FieldContainsFold(FieldParentNode, v))
+}
+
+// DisablePowerOffEQ applies the EQ predicate on the "disable_power_off" field.
+func DisablePowerOffEQ(v bool) predicate.Node {
+	return predicate.Node(sql.FieldEQ(FieldDisablePowerOff, v))
+}
+
+// DisablePowerOffNEQ applies the NEQ predicate on the "disable_power_off" field.
+func DisablePowerOffNEQ(v bool) predicate.Node {
+	return predicate.Node(sql.FieldNEQ(FieldDisablePowerOff, v))
+}
+
+// InstanceNameEQ applies the EQ predicate on the "instance_name" field.
+func InstanceNameEQ(v string) predicate.Node {
+	return predicate.Node(sql.FieldEQ(FieldInstanceName, v))
+}
+
+// InstanceNameNEQ applies the NEQ predicate on the "instance_name" field.
+func InstanceNameNEQ(v string) predicate.Node {
+	return predicate.Node(sql.FieldNEQ(FieldInstanceName, v))
+}
+
+// InstanceNameIn applies the In predicate on the "instance_name" field.
+func InstanceNameIn(vs ...string) predicate.Node {
+	return predicate.Node(sql.FieldIn(FieldInstanceName, vs...))
+}
+
+// InstanceNameNotIn applies the NotIn predicate on the "instance_name" field.
+func InstanceNameNotIn(vs ...string) predicate.Node {
+	return predicate.Node(sql.FieldNotIn(FieldInstanceName, vs...))
+}
+
+// InstanceNameGT applies the GT predicate on the "instance_name" field.
+func InstanceNameGT(v string) predicate.Node {
+	return predicate.Node(sql.FieldGT(FieldInstanceName, v))
+}
+
+// InstanceNameGTE applies the GTE predicate on the "instance_name" field.
+func InstanceNameGTE(v string) predicate.Node {
+	return predicate.Node(sql.FieldGTE(FieldInstanceName, v))
+}
+
+// InstanceNameLT applies the LT predicate on the "instance_name" field.
+func InstanceNameLT(v string) predicate.Node {
+	return predicate.Node(sql.FieldLT(FieldInstanceName, v))
+}
+
+// InstanceNameLTE applies the LTE predicate on the "instance_name" field.
+func InstanceNameLTE(v string) predicate.Node {
+	return predicate.Node(sql.FieldLTE(FieldInstanceName, v))
+}
+
+// InstanceNameContains applies the Contains predicate on the "instance_name" field.
+func InstanceNameContains(v string) predicate.Node {
+	return predicate.Node(sql.FieldContains(FieldInstanceName, v))
+}
+
+// InstanceNameHasPrefix applies the HasPrefix predicate on the "instance_name" field.
+func InstanceNameHasPrefix(v string) predicate.Node {
+	return predicate.Node(sql.FieldHasPrefix(FieldInstanceName, v))
+}
+
+// InstanceNameHasSuffix applies the HasSuffix predicate on the "instance_name" field.
+func InstanceNameHasSuffix(v string) predicate.Node {
+	return predicate.Node(sql.FieldHasSuffix(FieldInstanceName, v))
+}
+
+// InstanceNameIsNil applies the IsNil predicate on the "instance_name" field.
+func InstanceNameIsNil() predicate.Node {
+	return predicate.Node(sql.FieldIsNull(FieldInstanceName))
+}
+
+// InstanceNameNotNil applies the NotNil predicate on the "instance_name" field.
+func InstanceNameNotNil() predicate.Node {
+	return predicate.Node(sql.FieldNotNull(FieldInstanceName))
+}
+
+// InstanceNameEqualFold applies the EqualFold predicate on the "instance_name" field.
+func InstanceNameEqualFold(v string) predicate.Node {
+	return predicate.Node(sql.FieldEqualFold(FieldInstanceName, v))
+}
+
+// InstanceNameContainsFold applies the ContainsFold predicate on the "instance_name" field.
+func InstanceNameContainsFold(v string) predicate.Node {
+	return predicate.Node(sql.FieldContainsFold(FieldInstanceName, v))
+}
+
+// HealthEQ applies the EQ predicate on the "health" field.
+func HealthEQ(v string) predicate.Node {
+	return predicate.Node(sql.FieldEQ(FieldHealth, v))
+}
+
+// HealthNEQ applies the NEQ predicate on the "health" field.
+func HealthNEQ(v string) predicate.Node {
+	return predicate.Node(sql.FieldNEQ(FieldHealth, v))
+}
+
+// HealthIn applies the In predicate on the "health" field.
+func HealthIn(vs ...string) predicate.Node {
+	return predicate.Node(sql.FieldIn(FieldHealth, vs...))
+}
+
+// HealthNotIn applies the NotIn predicate on the "health" field.
+func HealthNotIn(vs ...string) predicate.Node {
+	return predicate.Node(sql.FieldNotIn(FieldHealth, vs...))
+}
+
+// HealthGT applies the GT predicate on the "health" field.
+func HealthGT(v string) predicate.Node {
+	return predicate.Node(sql.FieldGT(FieldHealth, v))
+}
+
+// HealthGTE applies the GTE predicate on the "health" field.
+func HealthGTE(v string) predicate.Node {
+	return predicate.Node(sql.FieldGTE(FieldHealth, v))
+}
+
+// HealthLT applies the LT predicate on the "health" field.
+func HealthLT(v string) predicate.Node {
+	return predicate.Node(sql.FieldLT(FieldHealth, v))
+}
+
+// HealthLTE applies the LTE predicate on the "health" field.
+func HealthLTE(v string) predicate.Node {
+	return predicate.Node(sql.FieldLTE(FieldHealth, v))
+}
+
+// HealthContains applies the Contains predicate on the "health" field.
+func HealthContains(v string) predicate.Node {
+	return predicate.Node(sql.FieldContains(FieldHealth, v))
+}
+
+// HealthHasPrefix applies the HasPrefix predicate on the "health" field.
+func HealthHasPrefix(v string) predicate.Node {
+	return predicate.Node(sql.FieldHasPrefix(FieldHealth, v))
+}
+
+// HealthHasSuffix applies the HasSuffix predicate on the "health" field.
+func HealthHasSuffix(v string) predicate.Node {
+	return predicate.Node(sql.FieldHasSuffix(FieldHealth, v))
+}
+
+// HealthIsNil applies the IsNil predicate on the "health" field.
+func HealthIsNil() predicate.Node {
+	return predicate.Node(sql.FieldIsNull(FieldHealth))
+}
+
+// HealthNotNil applies the NotNil predicate on the "health" field.
+func HealthNotNil() predicate.Node {
+	return predicate.Node(sql.FieldNotNull(FieldHealth))
+}
+
+// HealthEqualFold applies the EqualFold predicate on the "health" field.
+func HealthEqualFold(v string) predicate.Node {
+	return predicate.Node(sql.FieldEqualFold(FieldHealth, v))
+}
+
+// HealthContainsFold applies the ContainsFold predicate on the "health" field.
+func HealthContainsFold(v string) predicate.Node {
+	return predicate.Node(sql.FieldContainsFold(FieldHealth, v))
 }
 
 // HasTraits applies the HasEdge predicate on the "traits" edge.

@@ -54,6 +54,51 @@ func (Node) Fields() []ent.Field {
 		// chassis_id is the chassis the node sits in; the API shows it as
 		// chassis_uuid. A chassis with nodes cannot be deleted.
 		field.Int("chassis_id").Optional().Nillable(),
+		// The hardware interfaces, as Ironic names them. "" stands for
+		// the driver's default, which nodes enrolled before these columns
+		// existed have; a new node stores its interfaces explicitly.
+		field.String("bios_interface").Default("").MaxLen(255),
+		field.String("boot_interface").Default("").MaxLen(255),
+		field.String("console_interface").Default("").MaxLen(255),
+		field.String("deploy_interface").Default("").MaxLen(255),
+		field.String("firmware_interface").Default("").MaxLen(255),
+		field.String("inspect_interface").Default("").MaxLen(255),
+		field.String("management_interface").Default("").MaxLen(255),
+		field.String("network_interface").Default("").MaxLen(255),
+		field.String("power_interface").Default("").MaxLen(255),
+		field.String("raid_interface").Default("").MaxLen(255),
+		field.String("rescue_interface").Default("").MaxLen(255),
+		field.String("storage_interface").Default("").MaxLen(255),
+		field.String("vendor_interface").Default("").MaxLen(255),
+		// protected guards an active node's workload: it cannot be
+		// undeployed, rebuilt or deleted while set.
+		field.Bool("protected").Default(false),
+		field.Text("protected_reason").Optional().Nillable(),
+		// retired marks a node for decommissioning: it is never provided
+		// to tenants again.
+		field.Bool("retired").Default(false),
+		field.Text("retired_reason").Optional().Nillable(),
+		// automated_clean is null when the conductor's setting decides.
+		field.Bool("automated_clean").Optional().Nillable(),
+		field.JSON("network_data", map[string]any{}).Optional(),
+		field.JSON("raid_config", map[string]any{}).Optional(),
+		field.JSON("target_raid_config", map[string]any{}).Optional(),
+		field.Bool("console_enabled").Default(false),
+		field.JSON("deploy_step", map[string]any{}).Optional(),
+		// boot_mode, secure_boot and the inspection times are what the
+		// hardware last reported; no API call sets them.
+		field.String("boot_mode").Optional().Nillable(),
+		field.Bool("secure_boot").Optional().Nillable(),
+		field.Time("inspection_started_at").Optional().Nillable(),
+		field.Time("inspection_finished_at").Optional().Nillable(),
+		field.String("shard").Optional().Nillable().MaxLen(255),
+		// parent_node is the UUID of the node this one is a part of
+		// (a DPU in its host, say); children are hidden from lists unless
+		// asked for.
+		field.String("parent_node").Optional().Nillable().MaxLen(36),
+		field.Bool("disable_power_off").Default(false),
+		field.String("instance_name").Optional().Nillable().MaxLen(255),
+		field.String("health").Optional().Nillable().MaxLen(255),
 	}
 }
 
@@ -80,5 +125,7 @@ func (Node) Indexes() []ent.Index {
 		index.Fields("resource_class"),
 		index.Fields("conductor_group"),
 		index.Fields("chassis_id"),
+		index.Fields("shard"),
+		index.Fields("parent_node"),
 	}
 }

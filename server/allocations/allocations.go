@@ -41,20 +41,31 @@ const (
 	RuleUpdate           = "baremetal:allocation:update"
 )
 
-// States of an allocation.
+// States of an allocation: created allocating, then the conductor moves
+// it to active (a node is reserved) or error (none could be).
 const (
-	StateActive = "active"
-	StateError  = "error"
+	StateAllocating = "allocating"
+	StateActive     = "active"
+	StateError      = "error"
 )
 
 // Service serves allocations.
 type Service struct {
 	db    *store.DB
 	guard *guard.Guard
+	// wake tells the conductor a new allocation waits; one pending
+	// signal is enough, since a run takes every waiting allocation.
+	wake chan struct{}
 }
 
 // New returns the allocation service.
-func New(db *store.DB, g *guard.Guard) *Service { return &Service{db: db, guard: g} }
+func New(db *store.DB, g *guard.Guard) *Service {
+	return &Service{db: db, guard: g, wake: make(chan struct{}, 1)}
+}
+
+// Wake is signalled when an allocation is created; the conductor then
+// runs Process without waiting for its next tick.
+func (s *Service) Wake() <-chan struct{} { return s.wake }
 
 // Target is the policy target for an allocation.
 func Target(a *ent.Allocation) policies.Target {
@@ -98,9 +109,10 @@ func (s *Service) view(ctx context.Context, a *ent.Allocation) (*Allocation, err
 	return out, nil
 }
 
-// Create validates a request and allocates a node in one step. No match
-// is not an error of the request: the allocation is stored in state
-// error with a last_error that says why, as Ironic does.
+// Create validates a request and stores it allocating; the conductor
+// then looks for a node (Process), as Ironic's does. Candidate nodes are
+// resolved to UUIDs now: one that does not exist or that the caller may
+// not see is a 400 naming it.
 func (s *Service) Create(ctx context.Context, in Input) (out *Allocation, err error) {
 	if in.UUID == "" {
 		in.UUID = uuid.NewString()
@@ -130,23 +142,161 @@ func (s *Service) Create(ctx context.Context, in Input) (out *Allocation, err er
 			return nil, err
 		}
 	}
+	if in.CandidateNodes, err = s.resolveCandidates(ctx, in.CandidateNodes); err != nil {
+		return nil, err
+	}
 	a, err := s.db.Allocation.Create().SetUUID(in.UUID).SetNillableName(in.Name).SetResourceClass(in.ResourceClass).
 		SetTraits(in.Traits).SetCandidateNodes(in.CandidateNodes).SetNillableOwner(in.Owner).SetExtra(in.Extra).
-		SetState("allocating").Save(ctx)
+		SetState(StateAllocating).Save(ctx)
 	if ent.IsConstraintError(err) {
 		return nil, errs.Conflict("An allocation named %v or with UUID %s already exists.", deref(in.Name), in.UUID)
 	}
 	if err != nil {
 		return nil, err
 	}
-	if err := s.allocate(ctx, a, in); err != nil {
-		return nil, err
-	}
-	a, err = s.db.Allocation.Get(ctx, a.ID)
-	if err != nil {
-		return nil, err
+	select {
+	case s.wake <- struct{}{}:
+	default:
 	}
 	return s.view(ctx, a)
+}
+
+// resolveCandidates turns candidate node names and UUIDs into UUIDs,
+// keeping their order.
+func (s *Service) resolveCandidates(ctx context.Context, idents []string) ([]string, error) {
+	out := make([]string, 0, len(idents))
+	for _, ident := range idents {
+		q := s.db.Node.Query()
+		if nodes.IsUUID(ident) {
+			q = q.Where(node.UUID(strings.ToLower(ident)))
+		} else {
+			q = q.Where(node.Name(ident))
+		}
+		n, err := q.Select(node.FieldUUID, node.FieldOwner, node.FieldLessee).Only(ctx)
+		if err != nil && !ent.IsNotFound(err) {
+			return nil, err
+		}
+		if n == nil || !s.guard.Allowed(ctx, nodes.RuleGet, nodes.Target(n)) {
+			return nil, errs.BadRequest("candidate_nodes", "Node %s could not be found.", ident)
+		}
+		if !slices.Contains(out, n.UUID) {
+			out = append(out, n.UUID)
+		}
+	}
+	return out, nil
+}
+
+// Await waits until the conductor has settled a (active or error), for
+// callers that answer a person at once such as the portal; it gives up
+// with the allocation still allocating when ctx ends or after timeout.
+func (s *Service) Await(ctx context.Context, a *Allocation, timeout time.Duration) (*Allocation, error) {
+	deadline := time.Now().Add(timeout)
+	for a.State == StateAllocating && time.Now().Before(deadline) {
+		select {
+		case <-ctx.Done():
+			return a, nil
+		case <-time.After(20 * time.Millisecond):
+		}
+		x, err := s.db.Allocation.Get(ctx, a.ID)
+		if err != nil {
+			return nil, err
+		}
+		if a, err = s.view(ctx, x); err != nil {
+			return nil, err
+		}
+	}
+	return a, nil
+}
+
+// Process settles every allocation still allocating, oldest first. The
+// conductor runs it; with several replicas each settles an allocation
+// only while holding its row in state allocating, so none is settled
+// twice.
+func (s *Service) Process(ctx context.Context) error {
+	ids, err := s.db.Allocation.Query().Where(allocation.State(StateAllocating)).Order(ent.Asc(allocation.FieldID)).IDs(ctx)
+	if err != nil {
+		return err
+	}
+	for _, id := range ids {
+		if err := s.process(ctx, id); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// process looks for a node for one allocation, in one transaction that
+// holds the allocation's row: the candidates are tried in random order
+// so concurrent allocations rarely collide, and each claim is a
+// conditional UPDATE, so of two allocations for one node exactly one
+// wins. The errors are Ironic's words (ironic/conductor/allocations.py).
+func (s *Service) process(ctx context.Context, id int) error {
+	return store.WithTx(ctx, s.db, func(tx *ent.Client) error {
+		n, err := tx.Allocation.Update().Where(allocation.ID(id), allocation.State(StateAllocating)).SetUpdatedAt(time.Now()).Save(ctx)
+		if err != nil || n == 0 {
+			return err
+		}
+		a, err := tx.Allocation.Get(ctx, id)
+		if err != nil {
+			return err
+		}
+		q := tx.Node.Query().Where(node.ProvisionState(nodes.StateAvailable), node.Maintenance(false),
+			node.InstanceUUIDIsNil(), node.ReservationIsNil(), node.ResourceClass(a.ResourceClass), node.Not(node.HasAllocation()))
+		if a.Owner != nil {
+			q = q.Where(node.Or(node.Owner(*a.Owner), node.Lessee(*a.Owner)))
+		}
+		if len(a.CandidateNodes) > 0 {
+			q = q.Where(node.UUIDIn(a.CandidateNodes...))
+		}
+		fail := func(format string, args ...any) error {
+			msg := fmt.Sprintf("Failed to process allocation %s: %s.", a.UUID, fmt.Sprintf(format, args...))
+			return tx.Allocation.UpdateOneID(id).SetState(StateError).SetLastError(msg).Exec(ctx)
+		}
+		if ok, err := q.Clone().Exist(ctx); err != nil {
+			return err
+		} else if !ok {
+			if len(a.CandidateNodes) > 0 {
+				return fail("none of the requested nodes are available and match the resource class %s", a.ResourceClass)
+			}
+			return fail("no available nodes match the resource class %s", a.ResourceClass)
+		}
+		for _, t := range a.Traits {
+			q = q.Where(node.HasTraitsWith(trait.Trait(t)))
+		}
+		cands, err := q.IDs(ctx)
+		if err != nil {
+			return err
+		}
+		if len(cands) == 0 {
+			return fail("no suitable nodes have the requested traits %s", strings.Join(a.Traits, ", "))
+		}
+		rand.Shuffle(len(cands), func(i, j int) { cands[i], cands[j] = cands[j], cands[i] })
+		// Hostnames often follow the node names (compute-1 on node
+		// compute-1); trying the same-named node first keeps them from
+		// being swapped, as Ironic does since 1.79 at every request version.
+		if a.Name != nil {
+			same, err := q.Clone().Where(node.Name(*a.Name)).IDs(ctx)
+			if err != nil {
+				return err
+			}
+			if len(same) == 1 {
+				if i := slices.Index(cands, same[0]); i > 0 {
+					cands[0], cands[i] = cands[i], cands[0]
+				}
+			}
+		}
+		for _, nid := range cands {
+			won, err := tx.Node.Update().Where(node.ID(nid), node.InstanceUUIDIsNil(), node.ReservationIsNil(),
+				node.ProvisionState(nodes.StateAvailable), node.Maintenance(false)).SetInstanceUUID(a.UUID).Save(ctx)
+			if err != nil {
+				return err
+			}
+			if won == 1 {
+				return tx.Allocation.UpdateOneID(id).SetNodeID(nid).SetState(StateActive).ClearLastError().Exec(ctx)
+			}
+		}
+		return fail("could not reserve any of %d suitable nodes", len(cands))
+	})
 }
 
 func deref(s *string) string {
@@ -193,80 +343,6 @@ func validate(in *Input) error {
 		in.Traits = []string{}
 	}
 	return nil
-}
-
-// allocate picks a matching node. Candidates are tried in random order so
-// concurrent requests rarely collide; each claim is one conditional
-// UPDATE, so of two requests for the same node exactly one wins.
-func (s *Service) allocate(ctx context.Context, a *ent.Allocation, in Input) error {
-	q := s.db.Node.Query().Where(node.ProvisionState(nodes.StateAvailable), node.Maintenance(false),
-		node.InstanceUUIDIsNil(), node.ReservationIsNil(), node.ResourceClass(in.ResourceClass), node.Not(node.HasAllocation()))
-	if in.Owner != nil {
-		q = q.Where(node.Or(node.Owner(*in.Owner), node.Lessee(*in.Owner)))
-	}
-	if len(in.CandidateNodes) > 0 {
-		var ids, names []string
-		for _, c := range in.CandidateNodes {
-			if nodes.IsUUID(c) {
-				ids = append(ids, strings.ToLower(c))
-			} else {
-				names = append(names, c)
-			}
-		}
-		q = q.Where(node.Or(node.UUIDIn(ids...), node.NameIn(names...)))
-	}
-	for _, t := range in.Traits {
-		q = q.Where(node.HasTraitsWith(trait.Trait(t)))
-	}
-	named := q.Clone()
-	cands, err := q.IDs(ctx)
-	if err != nil {
-		return err
-	}
-	rand.Shuffle(len(cands), func(i, j int) { cands[i], cands[j] = cands[j], cands[i] })
-	// Hostnames often follow the node names (compute-1 on node compute-1);
-	// trying the same-named node first keeps them from being swapped, as
-	// Ironic does since 1.79 at every request version.
-	if in.Name != nil {
-		same, err := named.Where(node.Name(*in.Name)).IDs(ctx)
-		if err != nil {
-			return err
-		}
-		if len(same) == 1 {
-			if i := slices.Index(cands, same[0]); i > 0 {
-				cands[0], cands[i] = cands[i], cands[0]
-			}
-		}
-	}
-	for _, id := range cands {
-		won := false
-		err := store.WithTx(ctx, s.db, func(tx *ent.Client) error {
-			n, err := tx.Node.Update().Where(node.ID(id), node.InstanceUUIDIsNil(), node.ReservationIsNil(), node.ProvisionState(nodes.StateAvailable)).
-				SetInstanceUUID(a.UUID).Save(ctx)
-			if err != nil || n == 0 {
-				return err
-			}
-			won = true
-			return tx.Allocation.UpdateOneID(a.ID).SetNodeID(id).SetState(StateActive).Exec(ctx)
-		})
-		if ent.IsConstraintError(err) {
-			continue // another allocation holds the node
-		}
-		if err != nil {
-			return err
-		}
-		if won {
-			return nil
-		}
-	}
-	msg := fmt.Sprintf("No available nodes match the resource class %s", in.ResourceClass)
-	if len(in.Traits) > 0 {
-		msg += " and traits " + strings.Join(in.Traits, ", ")
-	}
-	if in.Owner != nil {
-		msg += " among nodes owned or leased by " + *in.Owner
-	}
-	return s.db.Allocation.UpdateOneID(a.ID).SetState(StateError).SetLastError(msg + ".").Exec(ctx)
 }
 
 func (s *Service) authorized(ctx context.Context, ident string, rules ...string) (*ent.Allocation, error) {
@@ -380,7 +456,7 @@ func (s *Service) List(ctx context.Context, nodeSvc *nodes.Service, o ListOption
 		q = q.Where(allocation.Owner(p.Project))
 	}
 	if o.State != nil {
-		if !slices.Contains([]string{"allocating", StateActive, StateError}, *o.State) {
+		if !slices.Contains([]string{StateAllocating, StateActive, StateError}, *o.State) {
 			return nil, false, errs.BadRequest("state", "state must be allocating, active or error")
 		}
 		q = q.Where(allocation.State(*o.State))
@@ -546,7 +622,9 @@ func (s *Service) Update(ctx context.Context, ident string, raw []byte) (out *Al
 		if err != nil {
 			return err
 		}
-		before := map[string]any{"extra": cur.Extra}
+		// An unnamed allocation has name null, as GET shows it, so that
+		// "replace /name" applies to it as to a named one.
+		before := map[string]any{"extra": cur.Extra, "name": nil}
 		if cur.Name != nil {
 			before["name"] = *cur.Name
 		}

@@ -244,9 +244,7 @@ func TestHiddenLooksNonexistent(t *testing.T) {
 			mustStatus(t, admin.Do(t, "PUT", "/v1/nodes/hidden/states/provision", map[string]any{"target": verb}), 202)
 			waitState(t, admin, hidden, map[string]string{"manage": "manageable", "provide": "available"}[verb])
 		}
-		r = admin.Do(t, "POST", "/v1/allocations", map[string]any{"resource_class": "rc", "owner": "own", "candidate_nodes": []string{hidden}})
-		mustStatus(t, r, 201)
-		alloc := r.JSON(t)["uuid"].(string)
+		alloc := allocate(t, admin, map[string]any{"resource_class": "rc", "owner": "own", "candidate_nodes": []string{hidden}})["uuid"].(string)
 		r = clients["lessee-reader"].Do(t, "GET", "/v1/nodes/hidden/allocation", nil)
 		if r.Status != 404 || strings.Contains(string(r.Body), alloc) {
 			t.Errorf("lessee reads the owner's allocation on its node: %d %s", r.Status, r.Body)

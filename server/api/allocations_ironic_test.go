@@ -19,9 +19,7 @@ func allocFixture(t *testing.T, clients map[string]*servertest.Client) (n1, n2, 
 	n1 = availableNode(t, admin, map[string]any{"name": "n1", "owner": "own", "lessee": "les"})
 	n2 = availableNode(t, admin, map[string]any{"name": "n2", "owner": "oth"})
 	create := func(c *servertest.Client, body map[string]any) string {
-		r := c.Do(t, "POST", "/v1/allocations", body)
-		mustStatus(t, r, 201)
-		return r.JSON(t)["uuid"].(string)
+		return allocate(t, c, body)["uuid"].(string)
 	}
 	a1 = create(clients["owner-member"], map[string]any{"resource_class": "baremetal", "name": "a-one"})
 	a2 = create(admin, map[string]any{"resource_class": "baremetal", "owner": "oth", "candidate_nodes": []string{"n2"}, "name": "a-two"})
@@ -109,14 +107,14 @@ func TestNodeAllocationDelete(t *testing.T) {
 		want := wantFor("401 | 204 204 403 403 | 204 204 204 403 403 | 403 403 403 403 404 | 404 404 404 404 | 204")
 		for i, p := range personas {
 			if admin.Do(t, "GET", "/v1/nodes/"+n1+"/allocation", nil).Status == 404 {
-				mustStatus(t, admin.Do(t, "POST", "/v1/allocations", map[string]any{"resource_class": "baremetal", "owner": "own", "candidate_nodes": []string{n1}}), 201)
+				allocate(t, admin, map[string]any{"resource_class": "baremetal", "owner": "own", "candidate_nodes": []string{n1}})
 			}
 			if got := clients[p.name].Do(t, "DELETE", "/v1/nodes/n1/allocation", nil).Status; fmt.Sprint(got) != want[i] {
 				t.Errorf("DELETE as %s: %d, want %s", p.name, got, want[i])
 			}
 		}
 		if admin.Do(t, "GET", "/v1/nodes/"+n1+"/allocation", nil).Status == 404 {
-			mustStatus(t, admin.Do(t, "POST", "/v1/allocations", map[string]any{"resource_class": "baremetal", "owner": "own", "candidate_nodes": []string{n1}}), 201)
+			allocate(t, admin, map[string]any{"resource_class": "baremetal", "owner": "own", "candidate_nodes": []string{n1}})
 		}
 		mustStatus(t, admin.Do(t, "DELETE", "/v1/nodes/"+n1+"/allocation", nil), 204)
 		n := admin.Do(t, "GET", "/v1/nodes/"+n1, nil).JSON(t)

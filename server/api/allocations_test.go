@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/anvilproject/anvil/server/servertest"
 	"github.com/anvilproject/anvil/server/store"
@@ -22,6 +23,38 @@ func availableNode(t *testing.T, admin *servertest.Client, body map[string]any) 
 	provision(t, admin, id, map[string]any{"target": "provide"}, 202)
 	waitState(t, admin, id, "available")
 	return id
+}
+
+// allocate creates an allocation, which Anvil answers allocating as
+// Ironic does, and waits for the conductor to settle it; it returns the
+// settled allocation.
+func allocate(t *testing.T, c *servertest.Client, body map[string]any) map[string]any {
+	t.Helper()
+	r := c.Do(t, "POST", "/v1/allocations", body)
+	mustStatus(t, r, 201)
+	a := r.JSON(t)
+	if a["state"] != "allocating" || a["node_uuid"] != nil {
+		t.Fatalf("new allocation %v, want allocating without a node", a)
+	}
+	return settled(t, c, a["uuid"].(string))
+}
+
+// settled waits until the allocation is active or error.
+func settled(t *testing.T, c *servertest.Client, id string) map[string]any {
+	t.Helper()
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		r := c.Do(t, "GET", "/v1/allocations/"+id, nil)
+		mustStatus(t, r, 200)
+		a := r.JSON(t)
+		if a["state"] != "allocating" {
+			return a
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("allocation %s still allocating", id)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 }
 
 // TestRestrictedAllocationsAreAtomic: 50 concurrent restricted
@@ -43,8 +76,7 @@ func TestRestrictedAllocationsAreAtomic(t *testing.T) {
 			availableNode(t, admin, map[string]any{"name": fmt.Sprintf("foreign-%02d", i), "owner": "oth"})
 		}
 		var mu sync.Mutex
-		won := map[string]int{}
-		failed := 0
+		var ids []string
 		var wg sync.WaitGroup
 		for i := 0; i < 50; i++ {
 			wg.Add(1)
@@ -55,21 +87,26 @@ func TestRestrictedAllocationsAreAtomic(t *testing.T) {
 					t.Errorf("allocation: %d %s", r.Status, r.Body)
 					return
 				}
-				a := r.JSON(t)
 				mu.Lock()
 				defer mu.Unlock()
-				if a["owner"] != "own" {
-					t.Errorf("restricted allocation owner %v", a["owner"])
-				}
-				switch a["state"] {
-				case "active":
-					won[a["node_uuid"].(string)]++
-				case "error":
-					failed++
-				}
+				ids = append(ids, r.JSON(t)["uuid"].(string))
 			}()
 		}
 		wg.Wait()
+		won := map[string]int{}
+		failed := 0
+		for _, id := range ids {
+			a := settled(t, member, id)
+			if a["owner"] != "own" {
+				t.Errorf("restricted allocation owner %v", a["owner"])
+			}
+			switch a["state"] {
+			case "active":
+				won[a["node_uuid"].(string)]++
+			case "error":
+				failed++
+			}
+		}
 		if len(won) != 20 || failed != 30 {
 			t.Fatalf("%d nodes allocated, %d allocations failed; want 20 and 30", len(won), failed)
 		}
@@ -91,10 +128,8 @@ func TestAllocationRules(t *testing.T) {
 		if r := member.Do(t, "POST", "/v1/allocations", map[string]any{"traits": []string{"CUSTOM_X"}}); r.Status != 400 || r.Fault(t) == "" {
 			t.Errorf("missing resource_class: %d", r.Status)
 		}
-		r := member.Do(t, "POST", "/v1/allocations", map[string]any{"resource_class": "baremetal", "name": "mine"})
-		mustStatus(t, r, 201)
-		a := r.JSON(t)
-		if a["state"] != "active" || a["node_uuid"] != id {
+		a := allocate(t, member, map[string]any{"resource_class": "baremetal", "name": "mine"})
+		if a["state"] != "active" || a["node_uuid"] != id || a["last_error"] != nil {
 			t.Fatalf("allocation %v", a)
 		}
 		if n := admin.Do(t, "GET", "/v1/nodes/"+id, nil).JSON(t); n["instance_uuid"] != a["uuid"] {
@@ -107,9 +142,8 @@ func TestAllocationRules(t *testing.T) {
 		}
 		// A system allocation may name any owner, and no match is an error
 		// state with a reason, not a failed request.
-		r = admin.Do(t, "POST", "/v1/allocations", map[string]any{"resource_class": "baremetal", "owner": "nobody"})
-		mustStatus(t, r, 201)
-		if x := r.JSON(t); x["state"] != "error" || x["last_error"] == nil {
+		x := allocate(t, admin, map[string]any{"resource_class": "baremetal", "owner": "nobody"})
+		if x["state"] != "error" || x["last_error"] != "Failed to process allocation "+x["uuid"].(string)+": no available nodes match the resource class baremetal." {
 			t.Errorf("unmatched allocation %v", x)
 		}
 		mustStatus(t, member.Do(t, "DELETE", "/v1/allocations/mine", nil), 204)

@@ -58,7 +58,8 @@ func TestDrivers(t *testing.T) {
 
 		d := reader.Do(t, "GET", "/v1/drivers?detail=true", nil).JSON(t)["drivers"].([]any)[1].(map[string]any)
 		if d["name"] != "ipmi" || d["default_power_interface"] != "ipmitool" || d["default_raid_interface"] != "no-raid" ||
-			d["default_deploy_interface"] != nil || fmt.Sprint(d["enabled_management_interfaces"]) != "[ipmitool]" {
+			d["default_deploy_interface"] != "direct" || fmt.Sprint(d["enabled_management_interfaces"]) != "[ipmitool]" ||
+			fmt.Sprint(d["enabled_boot_interfaces"]) != "[ipxe pxe]" || fmt.Sprint(d["enabled_raid_interfaces"]) != "[no-raid agent]" {
 			t.Errorf("ipmi in detail: %v", d)
 		}
 		if _, ok := d["default_firmware_interface"]; ok {

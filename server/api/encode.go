@@ -53,6 +53,15 @@ func (w *jw) proj(k, v string) {
 
 func (w *jw) boolean(k string, v bool) { w.key(k); w.b = strconv.AppendBool(w.b, v) }
 
+func (w *jw) boolp(k string, v *bool) {
+	if v == nil {
+		w.key(k)
+		w.b = append(w.b, "null"...)
+		return
+	}
+	w.boolean(k, *v)
+}
+
 func (w *jw) time(k string, t *time.Time) {
 	w.key(k)
 	if t == nil || t.IsZero() {
@@ -74,8 +83,12 @@ func (w *jw) any(k string, v any) {
 }
 
 func (w *jw) obj(k string, m map[string]any) {
-	if m == nil {
-		m = map[string]any{}
+	if len(m) == 0 {
+		// Most nodes' dict fields are empty; a detailed list has several
+		// per node, so they skip the encoder.
+		w.key(k)
+		w.b = append(w.b, "{}"...)
+		return
 	}
 	w.any(k, m)
 }

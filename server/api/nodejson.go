@@ -59,6 +59,31 @@ var nodeFields = []nodeField{
 		}
 		w.strp("conductor", host)
 	}},
+	ifaceField("bios", VerBIOSIface), ifaceField("boot", VerDriverIfaces), ifaceField("console", VerDriverIfaces),
+	ifaceField("deploy", VerDriverIfaces), ifaceField("firmware", VerFirmwareIface), ifaceField("inspect", VerDriverIfaces),
+	ifaceField("management", VerDriverIfaces), ifaceField("network", VerNetworkIface), ifaceField("power", VerDriverIfaces),
+	ifaceField("raid", VerDriverIfaces), ifaceField("rescue", VerRescueIface), ifaceField("storage", VerStorageIface),
+	ifaceField("vendor", VerDriverIfaces),
+	{"protected", VerProtected, func(w *jw, v *nodes.View, _ Version) { w.boolean("protected", v.Protected) }},
+	{"protected_reason", VerProtected, func(w *jw, v *nodes.View, _ Version) { w.strp("protected_reason", v.ProtectedReason) }},
+	{"retired", VerRetired, func(w *jw, v *nodes.View, _ Version) { w.boolean("retired", v.Retired) }},
+	{"retired_reason", VerRetired, func(w *jw, v *nodes.View, _ Version) { w.strp("retired_reason", v.RetiredReason) }},
+	{"automated_clean", VerAutomatedClean, func(w *jw, v *nodes.View, _ Version) { w.boolp("automated_clean", v.AutomatedClean) }},
+	{"console_enabled", VerMin, func(w *jw, v *nodes.View, _ Version) { w.boolean("console_enabled", v.ConsoleEnabled) }},
+	{"raid_config", VerRAID, func(w *jw, v *nodes.View, _ Version) { w.obj("raid_config", v.RaidConfig) }},
+	{"target_raid_config", VerRAID, func(w *jw, v *nodes.View, _ Version) { w.obj("target_raid_config", v.TargetRaidConfig) }},
+	{"deploy_step", VerDeployStep, func(w *jw, v *nodes.View, _ Version) { w.obj("deploy_step", v.DeployStep) }},
+	{"service_step", VerServiceStep, func(w *jw, v *nodes.View, _ Version) { w.obj("service_step", v.ServiceStep) }},
+	{"network_data", VerNetworkData, func(w *jw, v *nodes.View, _ Version) { w.obj("network_data", v.NetworkData) }},
+	{"boot_mode", VerBootMode, func(w *jw, v *nodes.View, _ Version) { w.strp("boot_mode", v.BootMode) }},
+	{"secure_boot", VerBootMode, func(w *jw, v *nodes.View, _ Version) { w.boolp("secure_boot", v.SecureBoot) }},
+	{"inspection_started_at", VerInspectTimes, func(w *jw, v *nodes.View, _ Version) { w.time("inspection_started_at", v.InspectionStartedAt) }},
+	{"inspection_finished_at", VerInspectTimes, func(w *jw, v *nodes.View, _ Version) { w.time("inspection_finished_at", v.InspectionFinishedAt) }},
+	{"shard", VerShard, func(w *jw, v *nodes.View, _ Version) { w.strp("shard", v.Shard) }},
+	{"parent_node", VerParentNode, func(w *jw, v *nodes.View, _ Version) { w.strp("parent_node", v.ParentNode) }},
+	{"disable_power_off", VerDisablePowerOff, func(w *jw, v *nodes.View, _ Version) { w.boolean("disable_power_off", v.DisablePowerOff) }},
+	{"instance_name", VerInstanceName, func(w *jw, v *nodes.View, _ Version) { w.strp("instance_name", v.InstanceName) }},
+	{"health", VerHealth, func(w *jw, v *nodes.View, _ Version) { w.strp("health", v.Health) }},
 	{"traits", VerTraits, func(w *jw, v *nodes.View, _ Version) { w.strs("traits", v.Traits) }},
 	{"instance_uuid", VerMin, func(w *jw, v *nodes.View, _ Version) { w.strp("instance_uuid", v.InstanceUUID) }},
 	{"allocation_uuid", VerAllocations, func(w *jw, v *nodes.View, _ Version) { w.strp("allocation_uuid", v.AllocationUUID) }},
@@ -67,6 +92,13 @@ var nodeFields = []nodeField{
 	{"extra", VerMin, func(w *jw, v *nodes.View, _ Version) { w.obj("extra", v.Extra) }},
 	{"created_at", VerMin, func(w *jw, v *nodes.View, _ Version) { w.time("created_at", &v.CreatedAt) }},
 	{"updated_at", VerMin, func(w *jw, v *nodes.View, _ Version) { w.time("updated_at", v.UpdatedAt) }},
+}
+
+// ifaceField is a <t>_interface field; a node that never chose one shows
+// its driver's default.
+func ifaceField(t string, since Version) nodeField {
+	name := t + "_interface"
+	return nodeField{name, since, func(w *jw, v *nodes.View, _ Version) { w.str(name, v.Interface(t)) }}
 }
 
 var nodeFieldIndex = func() map[string]int {
@@ -152,4 +184,12 @@ func writeNode(w *jw, v *nodes.View, fs fieldSet, ver Version, base string) {
 var versionGatedPatchFields = map[string]Version{
 	"name": VerName, "owner": VerOwner, "lessee": VerLessee, "description": VerDescription,
 	"resource_class": VerResourceClass, "conductor_group": VerConductorGroup,
+	"bios_interface": VerBIOSIface, "boot_interface": VerDriverIfaces, "console_interface": VerDriverIfaces,
+	"deploy_interface": VerDriverIfaces, "firmware_interface": VerFirmwareIface, "inspect_interface": VerDriverIfaces,
+	"management_interface": VerDriverIfaces, "network_interface": VerNetworkIface, "power_interface": VerDriverIfaces,
+	"raid_interface": VerDriverIfaces, "rescue_interface": VerRescueIface, "storage_interface": VerStorageIface,
+	"vendor_interface": VerDriverIfaces, "automated_clean": VerAutomatedClean, "protected": VerProtected,
+	"protected_reason": VerProtected, "retired": VerRetired, "retired_reason": VerRetired,
+	"network_data": VerNetworkData, "shard": VerShard, "parent_node": VerParentNode,
+	"disable_power_off": VerDisablePowerOff, "instance_name": VerInstanceName,
 }

@@ -2,6 +2,7 @@ package api
 
 import (
 	"encoding/json"
+	"fmt"
 	"net/url"
 	"slices"
 	"strconv"
@@ -58,19 +59,14 @@ func nextURL(c *fiber.Ctx, marker string) string {
 	return baseURL(c) + c.Path() + "?" + q.Encode()
 }
 
-// unsupportedNodeFilters are Ironic's node filters on fields Anvil does not
-// have yet. They are refused with the reason: answering as if every node
+// unsupportedNodeFilters are Ironic's node filters Anvil cannot answer
+// yet. They are refused with the reason: answering as if every node
 // had the field's default would be right today and silently wrong the day
 // the field arrives.
 var unsupportedNodeFilters = []struct{ name, why string }{
-	{"retired", "nodes have no retired field yet"},
 	// The ring's mapping is computed, not stored, so it cannot be a WHERE
 	// clause; filtering it would break paging.
 	{"conductor", "filtering by the hash ring's conductor is not implemented"},
-	{"shard", "shards do not exist yet"},
-	{"sharded", "shards do not exist yet"},
-	{"parent_node", "child nodes do not exist yet"},
-	{"include_children", "child nodes do not exist yet"},
 }
 
 func listOptions(c *fiber.Ctx, v Version, detail bool) (nodes.ListOptions, fieldSet, error) {
@@ -134,6 +130,42 @@ func listOptions(c *fiber.Ctx, v Version, detail bool) (nodes.ListOptions, field
 	if o.Associated, err = boolean("associated"); err != nil {
 		return o, nil, err
 	}
+	for _, f := range []struct {
+		dst   **bool
+		name  string
+		since Version
+	}{{&o.Retired, "retired", VerRetired}, {&o.Sharded, "sharded", VerShard}} {
+		if *f.dst, err = boolean(f.name); err != nil {
+			return o, nil, err
+		}
+		if *f.dst != nil && v < f.since {
+			return o, nil, errs.NotAcceptable("filter %s requires API version %s or later", f.name, f.since)
+		}
+	}
+	shard, err := str("shard", VerShard)
+	if err != nil {
+		return o, nil, err
+	}
+	if shard != nil {
+		for s := range strings.SplitSeq(*shard, ",") {
+			if s = strings.TrimSpace(s); s != "" {
+				o.Shards = append(o.Shards, s)
+			}
+		}
+	}
+	if o.ParentNode, err = str("parent_node", VerParentNode); err != nil {
+		return o, nil, err
+	}
+	children, err := boolean("include_children")
+	if err != nil {
+		return o, nil, err
+	}
+	if children != nil {
+		if v < VerParentNode {
+			return o, nil, errs.NotAcceptable("filter include_children requires API version %s or later", VerParentNode)
+		}
+		o.IncludeChildren = *children
+	}
 	if d := c.Query("detail"); d != "" {
 		if detail {
 			return o, nil, errs.BadRequest("detail", "detail cannot be combined with /nodes/detail")
@@ -168,6 +200,7 @@ func listOptions(c *fiber.Ctx, v Version, detail bool) (nodes.ListOptions, field
 		fs = namedFields(defaultListFields, v)
 	}
 	o.WithTraits = fs.needs("traits")
+	ifaces := slices.ContainsFunc(fs, func(i int) bool { return strings.HasSuffix(nodeFields[i].name, "_interface") })
 	o.WithAllocation = fs.needs("allocation_uuid")
 	o.WithChassis = fs.needs("chassis_uuid")
 	if !detail {
@@ -180,6 +213,10 @@ func listOptions(c *fiber.Ctx, v Version, detail bool) (nodes.ListOptions, field
 		if fs.needs("conductor") {
 			// The ring maps a node within its group.
 			o.Columns = append(o.Columns, "conductor_group")
+		}
+		if ifaces {
+			// An interface a node never chose is its driver's default.
+			o.Columns = append(o.Columns, "driver")
 		}
 	}
 	return o, fs, nil
@@ -239,8 +276,103 @@ type nodeCreate struct {
 	Description   *string        `json:"description"`
 	InstanceUUID  *string        `json:"instance_uuid"`
 	// ConductorGroup is "" when absent, as Ironic's create treats it.
-	ConductorGroup string  `json:"conductor_group"`
-	ChassisUUID    *string `json:"chassis_uuid"`
+	ConductorGroup      string         `json:"conductor_group"`
+	ChassisUUID         *string        `json:"chassis_uuid"`
+	BiosInterface       *string        `json:"bios_interface"`
+	BootInterface       *string        `json:"boot_interface"`
+	ConsoleInterface    *string        `json:"console_interface"`
+	DeployInterface     *string        `json:"deploy_interface"`
+	FirmwareInterface   *string        `json:"firmware_interface"`
+	InspectInterface    *string        `json:"inspect_interface"`
+	ManagementInterface *string        `json:"management_interface"`
+	NetworkInterface    *string        `json:"network_interface"`
+	PowerInterface      *string        `json:"power_interface"`
+	RaidInterface       *string        `json:"raid_interface"`
+	RescueInterface     *string        `json:"rescue_interface"`
+	StorageInterface    *string        `json:"storage_interface"`
+	VendorInterface     *string        `json:"vendor_interface"`
+	AutomatedClean      *flexBool      `json:"automated_clean"`
+	Retired             *flexBool      `json:"retired"`
+	RetiredReason       *string        `json:"retired_reason"`
+	NetworkData         map[string]any `json:"network_data"`
+	Shard               *string        `json:"shard"`
+	ParentNode          *string        `json:"parent_node"`
+	DisablePowerOff     *flexBool      `json:"disable_power_off"`
+	InstanceName        *string        `json:"instance_name"`
+}
+
+// flexBool is a boolean as Ironic's args.boolean reads one: true/false or
+// one of its strings ("true", "off", "1", …).
+type flexBool bool
+
+func (b *flexBool) UnmarshalJSON(raw []byte) error {
+	var v any
+	if err := json.Unmarshal(raw, &v); err != nil {
+		return err
+	}
+	if x, ok := v.(bool); ok {
+		*b = flexBool(x)
+		return nil
+	}
+	if s, ok := v.(string); ok {
+		if x, err := strconv.ParseBool(s); err == nil {
+			*b = flexBool(x)
+			return nil
+		}
+		switch strings.ToLower(s) {
+		case "on", "yes", "y":
+			*b = true
+			return nil
+		case "off", "no", "n":
+			*b = false
+			return nil
+		}
+	}
+	return fmt.Errorf("%s is not a boolean", raw)
+}
+
+func (b *flexBool) val() bool { return b != nil && bool(*b) }
+
+func (b *flexBool) ptr() *bool {
+	if b == nil {
+		return nil
+	}
+	return new(bool(*b))
+}
+
+// gated pairs each optional create field with whether it was given and
+// the version that introduced it.
+func (in *nodeCreate) gated() []struct {
+	name  string
+	set   bool
+	since Version
+} {
+	type g = struct {
+		name  string
+		set   bool
+		since Version
+	}
+	out := []g{
+		{"name", in.Name != nil, VerName}, {"owner", in.Owner != nil, VerOwner}, {"lessee", in.Lessee != nil, VerLessee},
+		{"description", in.Description != nil, VerDescription}, {"resource_class", in.ResourceClass != nil, VerResourceClass},
+		{"automated_clean", in.AutomatedClean != nil, VerAutomatedClean}, {"retired", in.Retired != nil, VerRetired},
+		{"retired_reason", in.RetiredReason != nil, VerRetired}, {"network_data", in.NetworkData != nil, VerNetworkData},
+		{"shard", in.Shard != nil, VerShard}, {"parent_node", in.ParentNode != nil, VerParentNode},
+		{"disable_power_off", in.DisablePowerOff != nil, VerDisablePowerOff}, {"instance_name", in.InstanceName != nil, VerInstanceName},
+	}
+	for t, p := range in.interfaces() {
+		out = append(out, g{t + "_interface", p != nil, versionGatedPatchFields[t+"_interface"]})
+	}
+	return out
+}
+
+func (in *nodeCreate) interfaces() map[string]*string {
+	return map[string]*string{
+		"bios": in.BiosInterface, "boot": in.BootInterface, "console": in.ConsoleInterface, "deploy": in.DeployInterface,
+		"firmware": in.FirmwareInterface, "inspect": in.InspectInterface, "management": in.ManagementInterface,
+		"network": in.NetworkInterface, "power": in.PowerInterface, "raid": in.RaidInterface, "rescue": in.RescueInterface,
+		"storage": in.StorageInterface, "vendor": in.VendorInterface,
+	}
 }
 
 func (a *API) createNode(c *fiber.Ctx) error {
@@ -249,12 +381,18 @@ func (a *API) createNode(c *fiber.Ctx) error {
 	if err := bind(c, &in); err != nil {
 		return err
 	}
-	for name, since := range map[string]Version{"name": VerName, "owner": VerOwner, "lessee": VerLessee, "description": VerDescription, "resource_class": VerResourceClass} {
-		set := map[string]bool{"name": in.Name != nil, "owner": in.Owner != nil, "lessee": in.Lessee != nil, "description": in.Description != nil, "resource_class": in.ResourceClass != nil}[name]
-		if set {
-			if err := requireVersion(v, since, name); err != nil {
+	for _, g := range in.gated() {
+		if g.set {
+			if err := requireVersion(v, g.since, g.name); err != nil {
 				return err
 			}
+		}
+	}
+	ifaces := map[string]string{}
+	for t, p := range in.interfaces() {
+		// null is the default, as Ironic takes it.
+		if p != nil && *p != "" {
+			ifaces[t] = *p
 		}
 	}
 	// Ironic accepts an empty conductor_group from any version: it is
@@ -273,7 +411,10 @@ func (a *API) createNode(c *fiber.Ctx) error {
 		Properties: in.Properties, Extra: in.Extra, InstanceInfo: in.InstanceInfo,
 		Owner: deref(in.Owner), Lessee: deref(in.Lessee), ResourceClass: in.ResourceClass,
 		Description: in.Description, InstanceUUID: in.InstanceUUID, ProvisionState: state,
-		ConductorGroup: in.ConductorGroup, ChassisUUID: in.ChassisUUID,
+		ConductorGroup: in.ConductorGroup, Interfaces: ifaces, AutomatedClean: in.AutomatedClean.ptr(),
+		Retired: in.Retired.val(), RetiredReason: in.RetiredReason, NetworkData: in.NetworkData,
+		Shard: in.Shard, ParentNode: in.ParentNode, DisablePowerOff: in.DisablePowerOff.val(),
+		InstanceName: in.InstanceName, ChassisUUID: in.ChassisUUID,
 	})
 	if err != nil {
 		return err
@@ -297,11 +438,34 @@ func (a *API) patchNode(c *fiber.Ctx) error {
 		}
 		return nil
 	}
-	n, err := a.Nodes.Patch(c.UserContext(), c.Params("node"), c.Body(), allowed)
+	reset := false
+	if r := c.Query("reset_interfaces"); r != "" {
+		if err := requireVersion(v, VerResetIfaces, "reset_interfaces"); err != nil {
+			return err
+		}
+		var err error
+		if reset, err = strconv.ParseBool(r); err != nil {
+			return errs.BadRequest("reset_interfaces", "reset_interfaces must be true or false, not %q", r)
+		}
+		if reset && !patchesDriver(c.Body()) {
+			return errs.BadRequest("reset_interfaces", "The reset_interfaces parameter can only be used when changing the node's driver.")
+		}
+	}
+	n, err := a.Nodes.PatchResetting(c.UserContext(), c.Params("node"), c.Body(), allowed, reset)
 	if err != nil {
 		return err
 	}
 	return a.sendNode(c, n, allFields(v), v, 200)
+}
+
+// patchesDriver reports whether a patch document names /driver; one that
+// does not decode is left for the service to refuse.
+func patchesDriver(raw []byte) bool {
+	ops, err := nodes.DecodePatch(raw)
+	if err != nil {
+		return true
+	}
+	return slices.ContainsFunc(ops, func(op nodes.PatchOp) bool { return op.Path == "/driver" })
 }
 
 func (a *API) deleteNode(c *fiber.Ctx) error {

@@ -44,16 +44,26 @@ func TestUnknownQueryParameters(t *testing.T) {
 		}
 		// Ironic's filters on fields Anvil lacks say so instead of
 		// answering with every node.
-		for _, q := range []string{"retired=true", "conductor=c1", "shard=s"} {
+		for _, q := range []string{"conductor=c1"} {
 			r := admin.Do(t, "GET", "/v1/nodes?"+q, nil)
 			if r.Status != 400 || !strings.Contains(r.Fault(t), "not supported") {
 				t.Errorf("GET /v1/nodes?%s: %d %s", q, r.Status, r.Body)
 			}
 		}
+		// Filters on fields newer than the newest version are refused as
+		// Ironic refuses a filter the request's version lacks.
+		for _, q := range []string{"shard=s", "sharded=true", "parent_node=q1", "include_children=true"} {
+			if r := admin.Do(t, "GET", "/v1/nodes?"+q, nil); r.Status != 406 {
+				t.Errorf("GET /v1/nodes?%s: %d %s", q, r.Status, r.Body)
+			}
+		}
+		if r := admin.Do(t, "GET", "/v1/nodes?retired=maybe", nil); r.Status != 400 || !strings.Contains(r.Fault(t), "retired") {
+			t.Errorf("retired=maybe: %d %s", r.Status, r.Body)
+		}
 		if r := admin.Do(t, "GET", "/v1/nodes?fault=bad%20luck", nil); r.Status != 400 || !strings.Contains(r.Fault(t), "Valid faults are: power failure") {
 			t.Errorf("unknown fault: %d %s", r.Status, r.Body)
 		}
-		if err := db.Node.Update().Where(node.Name("q2")).SetFault("power failure").Exec(context.Background()); err != nil {
+		if err := db.Node.Update().Where(node.Name("q2")).SetFault("power failure").SetRetired(true).Exec(context.Background()); err != nil {
 			t.Fatal(err)
 		}
 		names := func(c string, query string) string {
@@ -73,6 +83,8 @@ func TestUnknownQueryParameters(t *testing.T) {
 			{"system-admin", "description_contains=GPU", "q1"},
 			{"system-admin", "fault=power%20failure", "q2"},
 			{"system-admin", "fault=clean%20failure", ""},
+			{"system-admin", "retired=true", "q2"},
+			{"system-admin", "retired=false", "q1"},
 			{"system-admin", "description_contains=nothing-like-it", ""},
 			{"system-admin", "instance_uuid=5A1C4E2B-9F2D-4F6E-8C1A-0B3D2E4F6A7C", "q1"},
 		} {

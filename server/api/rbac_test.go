@@ -122,6 +122,17 @@ var matrix = []struct {
 	{"GET", "/v1/drivers/ipmi", "", "401 | 200 200 200 200 | 403 403 403 403 403 | 403 403 403 403 403 | 403 403 403 403 | 200"},
 	{"GET", "/v1/drivers/ipmi/properties", "", "401 | 200 200 200 200 | 403 403 403 403 403 | 403 403 403 403 403 | 403 403 403 403 | 200"},
 	{"GET", "/v1/drivers/ipmi/raid/logical_disk_properties", "", "401 | 200 200 200 200 | 403 403 403 403 403 | 403 403 403 403 403 | 403 403 403 403 | 200"},
+	// Per-field node update rules (Ironic's): network_data and retired are
+	// SYSTEM_MEMBER_OR_OWNER_MEMBER, *_interface SYSTEM_MEMBER_OR_OWNER_ADMIN,
+	// automated_clean false needs disable_cleaning (SYSTEM_ADMIN) too;
+	// protected is the generic update, and enroll then refuses it (409).
+	{"PATCH", "/v1/nodes/{n}", `[{"op":"add","path":"/network_data","value":{"links":[]}}]`, "401 | 200 200 403 200 | 200 200 200 403 200 | 403 403 403 403 404 | 404 404 404 404 | 200"},
+	{"PATCH", "/v1/nodes/{n}", `[{"op":"replace","path":"/retired","value":true}]`, "401 | 200 200 403 200 | 200 200 200 403 200 | 403 403 403 403 404 | 404 404 404 404 | 200"},
+	{"PATCH", "/v1/nodes/{n}", `[{"op":"replace","path":"/boot_interface","value":"fake"}]`, "401 | 200 200 403 200 | 200 200 403 403 200 | 403 403 403 403 404 | 404 404 404 404 | 200"},
+	{"PATCH", "/v1/nodes/{n}", `[{"op":"replace","path":"/automated_clean","value":false}]`, "401 | 200 403 403 403 | 403 403 403 403 403 | 403 403 403 403 404 | 404 404 404 404 | 403"},
+	{"PATCH", "/v1/nodes/{n}", `[{"op":"replace","path":"/protected","value":true}]`, "401 | 409 409 403 409 | 409 409 409 403 403 | 409 409 409 403 404 | 404 404 404 404 | 409"},
+	// set_raid_state is SYSTEM_MEMBER_OR_OWNER_MEMBER.
+	{"PUT", "/v1/nodes/{n}/states/raid", `{}`, "401 | 204 204 403 204 | 204 204 204 403 204 | 403 403 403 403 404 | 404 404 404 404 | 204"},
 	// Anvil's audit log is for people: no service user reads it.
 	{"GET", "/v1/events", "", "401 | 200 200 200 403 | 403 403 403 403 403 | 403 403 403 403 403 | 403 403 403 403 | 403"},
 	// Ports, portgroups and VIFs are checked against the node's owner and

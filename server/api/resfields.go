@@ -161,7 +161,7 @@ func (t *resTable[T]) listOpts(c *fiber.Ctx, v Version, detail bool) (ports.List
 	for _, f := range []struct {
 		name  string
 		since Version
-	}{{"shard", VerNodeShard}, {"description_contains", VerPortDescription}, {"conductor_groups", VerConductorGroups}} {
+	}{{"shard", VerShard}, {"description_contains", VerPortDescription}, {"conductor_groups", VerConductorGroups}} {
 		if c.Query(f.name) != "" {
 			if err := requireVersion(v, f.since, "the "+f.name+" filter"); err != nil {
 				return o, nil, err
@@ -218,11 +218,11 @@ func objOrEmpty(m map[string]any) any {
 	return m
 }
 
-// flexBool is a boolean in a create body that Ironic's schema also takes
+// optBool is a boolean in a create body that Ironic's schema also takes
 // as a string ("true", "no"), as the baremetal CLI sends --pxe-enabled.
-type flexBool struct{ v *bool }
+type optBool struct{ v *bool }
 
-func (b *flexBool) UnmarshalJSON(raw []byte) error {
+func (b *optBool) UnmarshalJSON(raw []byte) error {
 	var x any
 	if err := json.Unmarshal(raw, &x); err != nil {
 		return err

@@ -19,6 +19,7 @@ func (a *API) registerStates(v1 fiber.Router) {
 	v1.Get("/nodes/:node/states", query(), a.getStates)
 	v1.Put("/nodes/:node/states/power", a.setPower)
 	v1.Put("/nodes/:node/states/provision", a.setProvision)
+	v1.Put("/nodes/:node/states/raid", a.setRAID)
 	v1.Get("/nodes/:node/management/boot_device", query(), a.getBootDevice)
 	v1.Put("/nodes/:node/management/boot_device", a.setBootDevice)
 	v1.Get("/nodes/:node/steps", query(), a.listSteps)
@@ -40,8 +41,27 @@ func (a *API) getStates(c *fiber.Ctx) error {
 		"power_state": v.PowerState, "target_power_state": v.TargetPowerState,
 		"provision_state": v.ProvisionState, "target_provision_state": v.TargetProvisionState,
 		"provision_updated_at": v.ProvisionUpdatedAt, "last_error": v.LastError,
-		"console_enabled": false, "raid_config": fiber.Map{}, "target_raid_config": fiber.Map{},
+		"console_enabled": v.ConsoleEnabled, "raid_config": orEmpty(v.RaidConfig), "target_raid_config": orEmpty(v.TargetRaidConfig),
 	})
+}
+
+// setRAID sets the node's target RAID configuration; the body is the
+// configuration itself, {"logical_disks": [...]}, or {} to clear it.
+func (a *API) setRAID(c *fiber.Ctx) error {
+	if err := requireVersion(ver(c), VerRAID, "RAID configuration"); err != nil {
+		return err
+	}
+	if err := a.authorizeFirst(c, nodes.RuleSetRAIDState); err != nil {
+		return err
+	}
+	var cfg map[string]any
+	if err := json.Unmarshal(c.Body(), &cfg); err != nil || cfg == nil {
+		return errs.BadRequest("raid_config", "the body must be a RAID configuration object such as {\"logical_disks\": [...]}")
+	}
+	if err := a.Nodes.SetTargetRAID(c.UserContext(), c.Params("node"), cfg); err != nil {
+		return err
+	}
+	return c.SendStatus(204)
 }
 
 // authorizeFirst resolves the node and checks rules before the handler

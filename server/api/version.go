@@ -70,7 +70,6 @@ const (
 	VerDetailQuery       Version = 43  // ?detail= on lists
 	VerPortSmartNIC      Version = 53  // port is_smartnic
 	VerVIFAttachPort     Version = 67  // port_uuid / portgroup_uuid in a VIF attach
-	VerNodeShard         Version = 82  // ?shard=
 	VerPortName          Version = 88  // port name
 	VerPortDescription   Version = 97  // port description, ?description_contains=
 	VerConductorGroups   Version = 99  // ?conductor_groups= on ports and portgroups
@@ -90,6 +89,24 @@ const (
 	VerVolume            Version = 32  // /v1/volume
 	VerDeployTmpl        Version = 55  // /v1/deploy_templates
 	VerInventory         Version = 81  // /v1/nodes/{node}/inventory
+	VerInspectTimes      Version = 6   // inspection_started_at and _finished_at
+	VerNetworkIface      Version = 20  // network_interface
+	VerDriverIfaces      Version = 31  // boot, console, deploy, inspect, management, power, raid, vendor interfaces
+	VerDeployStep        Version = 44  // deploy_step field
+	VerResetIfaces       Version = 45  // ?reset_interfaces= on node PATCH
+	VerAutomatedClean    Version = 47  // automated_clean field
+	VerProtected         Version = 48  // protected and protected_reason
+	VerRetired           Version = 61  // retired and retired_reason, ?retired=
+	VerNetworkData       Version = 66  // network_data field
+	VerBootMode          Version = 75  // boot_mode and secure_boot
+	// Fields newer than VerMax: stored, validated and carried now, shown
+	// once VerMax reaches them.
+	VerShard           Version = 82  // shard field, ?shard= and ?sharded=
+	VerParentNode      Version = 83  // parent_node, ?parent_node= and ?include_children=
+	VerServiceStep     Version = 87  // service_step field
+	VerDisablePowerOff Version = 95  // disable_power_off field
+	VerInstanceName    Version = 104 // instance_name field
+	VerHealth          Version = 109 // health field
 	// VerMax is the newest version whose predecessors' behaviour is all in
 	// place (README, "Microversions"). Debian's python3-ironicclient 5.0.1
 	// knows up to 1.78 and negotiates down to the lower of the two.

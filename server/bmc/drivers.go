@@ -298,36 +298,73 @@ type Interface struct {
 	Enabled []string // empty when the driver has none
 }
 
-// interfaceImpl names each driver's power and management implementation,
-// the two interfaces Anvil drives for real.
-var interfaceImpl = map[string]string{"fake-hardware": "fake", "ipmi": "ipmitool", "redfish": "redfish"}
+// InterfaceTypes are Ironic's hardware interface types, each a node's
+// <type>_interface field.
+var InterfaceTypes = []string{"bios", "boot", "console", "deploy", "firmware", "inspect", "management",
+	"network", "power", "raid", "rescue", "storage", "vendor"}
 
-// Interfaces lists driver's interfaces, every one Ironic has. Anvil
-// neither deploys nor boots images, so boot and deploy have no
-// implementation; the optional ones Anvil does not drive are Ironic's
-// no-op implementations.
+// interfaces lists, per driver and interface type, the implementations a
+// node of that driver may use, its default first. They are Ironic's
+// implementations for the hardware type that its default configuration
+// enables (fake-hardware with Ironic's fake ones, as devstack enables
+// them), so nodes enrolled for Ironic keep their interface names. Anvil
+// drives power, management and the reserved steps itself; it neither
+// deploys nor boots images, so boot and deploy implementations are
+// recorded for clients and not acted on. network is noop by default:
+// Anvil has no DHCP provider for flat networking; storage is noop by
+// default, as Ironic's default_storage_interface.
+var interfaces = map[string]map[string][]string{
+	"fake-hardware": {
+		"bios": {"fake", "no-bios"}, "boot": {"fake", "ipxe", "pxe"}, "console": {"fake", "no-console"},
+		"deploy": {"fake", "direct", "ramdisk"}, "firmware": {"fake", "no-firmware"},
+		"inspect": {"fake", "no-inspect"}, "management": {"fake"}, "network": {"noop", "flat"},
+		"power": {"fake"}, "raid": {"fake", "no-raid", "agent"}, "rescue": {"fake", "no-rescue"},
+		"storage": {"noop", "fake"}, "vendor": {"fake", "no-vendor"},
+	},
+	"ipmi": {
+		"bios": {"no-bios"}, "boot": {"ipxe", "pxe"}, "console": {"no-console"},
+		"deploy": {"direct", "ramdisk"}, "firmware": {"no-firmware"}, "inspect": {"no-inspect"},
+		"management": {"ipmitool"}, "network": {"noop", "flat"}, "power": {"ipmitool"},
+		"raid": {"no-raid", "agent"}, "rescue": {"no-rescue"}, "storage": {"noop"},
+		"vendor": {"ipmitool", "no-vendor"},
+	},
+	"redfish": {
+		"bios": {"redfish", "no-bios"}, "boot": {"ipxe", "pxe", "redfish-virtual-media"}, "console": {"no-console"},
+		"deploy": {"direct", "ramdisk"}, "firmware": {"redfish", "no-firmware"}, "inspect": {"redfish", "no-inspect"},
+		"management": {"redfish"}, "network": {"noop", "flat"}, "power": {"redfish"},
+		"raid": {"redfish", "no-raid", "agent"}, "rescue": {"no-rescue"}, "storage": {"noop"},
+		"vendor": {"redfish", "no-vendor"},
+	},
+}
+
+// Interfaces lists driver's interfaces, every one Ironic has, with the
+// enabled implementations and the default.
 func Interfaces(driver string) []Interface {
-	impl := interfaceImpl[Canonical(driver)]
-	one := func(t, name string) Interface { return Interface{Type: t, Default: name, Enabled: []string{name}} }
-	// BIOS settings and out-of-band inspection need the BMC's Redfish
-	// resources (or the fake's imitation of them); IPMI has neither.
-	bios, inspect := "no-bios", "no-inspect"
-	if impl != "ipmitool" {
-		bios, inspect = impl, impl
+	impls := interfaces[Canonical(driver)]
+	out := make([]Interface, len(InterfaceTypes))
+	for i, t := range InterfaceTypes {
+		out[i] = Interface{Type: t, Default: DefaultInterface(driver, t), Enabled: slices.Clone(impls[t])}
 	}
-	return []Interface{
-		one("bios", bios),
-		{Type: "boot", Enabled: []string{}},
-		one("console", "no-console"),
-		{Type: "deploy", Enabled: []string{}},
-		one("firmware", "no-firmware"),
-		one("inspect", inspect),
-		one("management", impl),
-		one("network", "noop"),
-		one("power", impl),
-		one("raid", "no-raid"),
-		one("rescue", "no-rescue"),
-		one("storage", "noop"),
-		one("vendor", "no-vendor"),
+	return out
+}
+
+// DefaultInterface is the implementation a node of driver gets for
+// interface type t when none is given.
+func DefaultInterface(driver, t string) string {
+	if impls := interfaces[Canonical(driver)][t]; len(impls) > 0 {
+		return impls[0]
 	}
+	return ""
+}
+
+// CheckInterface reports whether driver offers impl for interface type t,
+// naming the field and the implementations it does offer when not.
+func CheckInterface(driver, t, impl string) error {
+	impls := interfaces[Canonical(driver)][t]
+	if slices.Contains(impls, impl) {
+		return nil
+	}
+	// Ironic's IncompatibleInterface sentence, then what would do.
+	return &FieldError{Field: t + "_interface", Msg: fmt.Sprintf("%s interface implementation '%s' is not supported by hardware type %s. Valid %s_interface values: %s.",
+		t, impl, Canonical(driver), t, strings.Join(impls, ", "))}
 }

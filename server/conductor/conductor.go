@@ -89,6 +89,8 @@ type Conductor struct {
 	ringMu  sync.Mutex
 	rings   Rings
 	ringsAt time.Time
+	// alloc settles allocations when set (allocations.go).
+	alloc Allocator
 }
 
 // New returns a conductor; Start registers it and starts its loops.
@@ -131,6 +133,9 @@ func (c *Conductor) Start(ctx context.Context, listen string) error {
 	}
 	c.loop(c.cfg.Heartbeat, c.heartbeat)
 	c.loop(c.cfg.Heartbeat, c.takeOver)
+	if c.alloc != nil {
+		c.allocationLoop()
+	}
 	if c.cfg.PowerSync > 0 {
 		c.loop(c.cfg.PowerSync, func(ctx context.Context) error { _, err := c.SyncPower(ctx); return err })
 	}

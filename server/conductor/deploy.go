@@ -113,8 +113,6 @@ func deployFits(n *ent.Node) error {
 // deploy moves the node to deploying under its lock, stores the config
 // drive in instance_info as Ironic does, and runs the plan.
 func (c *Conductor) deploy(ctx context.Context, n *ent.Node, tr transition, r ProvisionRequest, steps []Step, who string) error {
-	// When nodes carry Ironic's protected field, a protected node refuses
-	// rebuild here: "Cannot rebuild a protected node".
 	info := cloneInfo(n.DriverInternalInfo)
 	delete(info, abortRequestedField)
 	delete(info, "pending_steps")
@@ -165,8 +163,6 @@ func (c *Conductor) deployImage(ctx context.Context, n *ent.Node) (string, error
 // deleting (eject the ISO, power off, forget the instance), then
 // cleaning, then available.
 func (c *Conductor) undeploy(ctx context.Context, n *ent.Node, tr transition, who string) error {
-	// When nodes carry Ironic's protected field, a protected node refuses
-	// undeploy here: "Cannot undeploy a protected node".
 	err := c.claim(ctx, n, "deleted", tr.from, true, func(u *ent.NodeUpdate) {
 		u.SetProvisionState(StateDeleting).SetTargetProvisionState(tr.to).SetProvisionUpdatedAt(time.Now()).ClearLastError()
 	}, write{})

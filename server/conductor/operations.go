@@ -356,6 +356,12 @@ func (o *Ops) Provision(ctx context.Context, ident string, r ProvisionRequest) (
 	if err != nil {
 		return err
 	}
+	switch {
+	case n.Protected && slices.Contains([]string{"deleted", "undeploy", "rebuild"}, r.Target):
+		return nodes.ErrProtected(n.UUID)
+	case n.Retired && r.Target == "provide":
+		return errs.BadRequest("retired", "The providing operation can't be performed on node %s because it is retired.", n.UUID)
+	}
 	tr, ok := transitions[r.Target]
 	if !ok {
 		return errs.BadRequest("target", "target %q is not one of %s", r.Target, strings.Join(Verbs(), ", "))

@@ -2,9 +2,12 @@ package conductor
 
 import (
 	"context"
+	"fmt"
+	"strings"
 
 	"github.com/anvilproject/anvil/ent"
 	"github.com/anvilproject/anvil/server/bmc"
+	"github.com/anvilproject/anvil/server/nodes"
 )
 
 // RuleValidate guards GET /v1/nodes/{node}/validate.
@@ -41,19 +44,14 @@ func validateNode(n *ent.Node) map[string]Validation {
 	} else {
 		cl.Close()
 	}
+	view := &nodes.View{Node: n}
 	out := make(map[string]Validation, len(Interfaces))
 	for _, iface := range Interfaces {
-		switch iface {
-		case "power", "management":
+		impl := view.Interface(iface)
+		switch {
+		case iface == "power" || iface == "management":
 			out[iface] = bmcCheck
-		case "bios", "inspect":
-			// As the driver's interfaces say (bmc.Interfaces).
-			if bmc.Canonical(n.Driver) == "ipmi" {
-				out[iface] = Validation{Reason: &unsupported}
-			} else {
-				out[iface] = bmcCheck
-			}
-		case "deploy":
+		case iface == "deploy":
 			// What a deploy request would be refused for (deploy.go).
 			if err := deployFits(n); err != nil {
 				reason := err.Error()
@@ -61,9 +59,17 @@ func validateNode(n *ent.Node) map[string]Validation {
 			} else {
 				out[iface] = Validation{Result: &yes}
 			}
-		case "network", "storage":
-			// Ironic's no-op interfaces: nothing to configure, always valid.
+		case impl == "fake" || impl == "noop":
+			// Ironic's fake and no-op implementations need nothing
+			// configured: always valid.
 			out[iface] = Validation{Result: &yes}
+		case strings.HasPrefix(impl, "no-"):
+			// Ironic's no-* implementations fail validation, saying so.
+			reason := fmt.Sprintf("Driver %s does not support %s (disabled or not implemented).", n.Driver, iface)
+			out[iface] = Validation{Result: &no, Reason: &reason}
+		case iface == "bios" || iface == "inspect":
+			// Redfish BIOS settings and inspection, through the BMC.
+			out[iface] = bmcCheck
 		default:
 			// Anvil drives BMCs only: no ramdisk agent, console, RAID
 			// or rescue (see README, Drivers).

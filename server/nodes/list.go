@@ -35,10 +35,19 @@ type ListOptions struct {
 	// a 404, as Ironic answers.
 	ChassisUUID             *string
 	Maintenance, Associated *bool
-	Limit                   int
-	Marker                  string
-	SortKey, SortDir        string
-	WithTraits              bool
+	Retired                 *bool
+	// Shards matches nodes in any of these shards; Sharded nodes with
+	// (true) or without (false) a shard.
+	Shards  []string
+	Sharded *bool
+	// Child nodes are left out unless IncludeChildren, or ParentNode
+	// (a node UUID) asks for the children of one node.
+	IncludeChildren  bool
+	ParentNode       *string
+	Limit            int
+	Marker           string
+	SortKey, SortDir string
+	WithTraits       bool
 	// WithAllocation loads each node's allocation UUID.
 	WithAllocation bool
 	// WithChassis loads each node's chassis UUID.
@@ -245,6 +254,28 @@ func (s *Service) scoped(ctx context.Context, o ListOptions) (*ent.NodeQuery, er
 	}
 	if o.DescriptionContains != nil {
 		ps = append(ps, node.DescriptionContains(*o.DescriptionContains))
+	}
+	if o.Retired != nil {
+		ps = append(ps, node.Retired(*o.Retired))
+	}
+	if len(o.Shards) > 0 {
+		ps = append(ps, node.ShardIn(o.Shards...))
+	}
+	if o.Sharded != nil {
+		if *o.Sharded {
+			ps = append(ps, node.ShardNotNil())
+		} else {
+			ps = append(ps, node.ShardIsNil())
+		}
+	}
+	// As Ironic: include_children lists parents and children alike and
+	// then parent_node is not applied.
+	switch {
+	case o.IncludeChildren:
+	case o.ParentNode != nil:
+		ps = append(ps, node.ParentNode(strings.ToLower(*o.ParentNode)))
+	default:
+		ps = append(ps, node.ParentNodeIsNil())
 	}
 	if o.Associated != nil {
 		if *o.Associated {

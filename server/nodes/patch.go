@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"reflect"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -18,23 +19,43 @@ import (
 )
 
 // fieldRules is what a JSON patch may change and the rule guarding each
-// field, as Ironic splits them. Fields with the generic rule only are
+// field, as Ironic splits them (ironic/api/controllers/v1/node.py,
+// _authorize_patch_and_get_node). Fields with the generic rule only are
 // guarded by baremetal:node:update alone.
-var fieldRules = map[string]string{
-	"name":            "baremetal:node:update:name",
-	"driver":          "baremetal:node:update:driver_interfaces",
-	"driver_info":     "baremetal:node:update:driver_info",
-	"properties":      "baremetal:node:update:properties",
-	"instance_uuid":   "baremetal:node:update:instance_uuid",
-	"owner":           "baremetal:node:update:owner",
-	"lessee":          "baremetal:node:update:lessee",
-	"conductor_group": RuleUpdateConductorGroup,
-	"extra":           RuleUpdateExtra,
-	"instance_info":   RuleUpdateInstInfo,
-	"resource_class":  RuleUpdate,
-	"description":     RuleUpdate,
-	"chassis_uuid":    RuleUpdateChassis,
-}
+var fieldRules = func() map[string]string {
+	m := map[string]string{
+		"name":              "baremetal:node:update:name",
+		"driver":            RuleUpdateDriverIfaces,
+		"driver_info":       "baremetal:node:update:driver_info",
+		"properties":        "baremetal:node:update:properties",
+		"instance_uuid":     "baremetal:node:update:instance_uuid",
+		"owner":             "baremetal:node:update:owner",
+		"lessee":            "baremetal:node:update:lessee",
+		"conductor_group":   RuleUpdateConductorGroup,
+		"extra":             RuleUpdateExtra,
+		"instance_info":     RuleUpdateInstInfo,
+		"instance_name":     RuleUpdateInstInfo,
+		"network_data":      RuleUpdateNetworkData,
+		"retired":           RuleUpdateRetired,
+		"retired_reason":    RuleUpdateRetired,
+		"shard":             RuleUpdateShard,
+		"parent_node":       RuleUpdateParentNode,
+		"disable_power_off": RuleUpdateDisablePowerOff,
+		"resource_class":    RuleUpdate,
+		"description":       RuleUpdate,
+		"maintenance":       RuleUpdate,
+		"protected":         RuleUpdate,
+		"protected_reason":  RuleUpdate,
+		// Turning automated cleaning off also needs disable_cleaning
+		// (see patchRules).
+		"automated_clean": RuleUpdate,
+		"chassis_uuid":    RuleUpdateChassis,
+	}
+	for _, t := range bmc.InterfaceTypes {
+		m[t+"_interface"] = RuleUpdateDriverIfaces
+	}
+	return m
+}()
 
 // RuleUpdateChassis guards moving a node between chassis.
 const RuleUpdateChassis = "baremetal:node:update:chassis_uuid"
@@ -43,9 +64,12 @@ const RuleUpdateChassis = "baremetal:node:update:chassis_uuid"
 var readOnly = map[string]bool{
 	"uuid": true, "id": true, "created_at": true, "updated_at": true, "power_state": true,
 	"target_power_state": true, "provision_state": true, "target_provision_state": true,
-	"last_error": true, "maintenance": true, "maintenance_reason": true, "reservation": true,
+	"last_error": true, "maintenance_reason": true, "reservation": true,
 	"clean_step": true, "service_step": true, "driver_internal_info": true, "traits": true,
-	"provision_updated_at": true, "links": true, "allocation_uuid": true,
+	"provision_updated_at": true, "links": true, "allocation_uuid": true, "fault": true,
+	"console_enabled": true, "raid_config": true, "target_raid_config": true, "deploy_step": true,
+	"boot_mode": true, "secure_boot": true, "inspection_started_at": true, "inspection_finished_at": true,
+	"conductor": true, "health": true,
 }
 
 // PatchOp is the part of a JSON-patch operation the service validates
@@ -166,8 +190,41 @@ func patchRules(ops []PatchOp) []string {
 		if op.Op == "move" {
 			add(op.From)
 		}
+		if topField(op.Path) == "automated_clean" && (op.Op == "add" || op.Op == "replace") {
+			if b, err := parseBool(op.Value); err == nil && b != nil && !*b && !seen[RuleDisableCleaning] {
+				seen[RuleDisableCleaning] = true
+				rules = append(rules, RuleDisableCleaning)
+			}
+		}
 	}
 	return rules
+}
+
+// parseBool reads a boolean as Ironic's args.boolean does: a JSON
+// boolean or one of its strings ("true", "off", "1", …); null is nil.
+func parseBool(raw json.RawMessage) (*bool, error) {
+	var v any
+	if err := json.Unmarshal(raw, &v); err != nil {
+		return nil, err
+	}
+	return boolValue(v)
+}
+
+func boolValue(v any) (*bool, error) {
+	switch x := v.(type) {
+	case nil:
+		return nil, nil
+	case bool:
+		return &x, nil
+	case string:
+		switch strings.ToLower(x) {
+		case "1", "t", "true", "on", "y", "yes":
+			return new(true), nil
+		case "0", "f", "false", "off", "n", "no":
+			return new(false), nil
+		}
+	}
+	return nil, fmt.Errorf("not a boolean")
 }
 
 // readRules maps fields that not every caller who may see a node may read
@@ -212,14 +269,30 @@ func patchDoc(n *ent.Node) map[string]any {
 		}
 		return s
 	}
-	return map[string]any{
+	var autoClean any
+	if n.AutomatedClean != nil {
+		autoClean = *n.AutomatedClean
+	}
+	doc := map[string]any{
 		"name": str(n.Name), "driver": n.Driver, "driver_info": MaskSecrets(n.DriverInfo),
 		"properties": cloneMap(n.Properties), "extra": cloneMap(n.Extra),
 		"instance_info": MaskInstanceInfo(n.InstanceInfo), "owner": proj(n.Owner), "lessee": proj(n.Lessee),
 		"resource_class": str(n.ResourceClass), "instance_uuid": str(n.InstanceUUID),
 		"description": str(n.Description), "conductor_group": n.ConductorGroup,
 		"chassis_uuid": chassisUUID(n),
+		"maintenance":  n.Maintenance, "protected": n.Protected, "protected_reason": str(n.ProtectedReason),
+		"retired": n.Retired, "retired_reason": str(n.RetiredReason), "automated_clean": autoClean,
+		"network_data": cloneMap(n.NetworkData), "shard": str(n.Shard), "parent_node": str(n.ParentNode),
+		"disable_power_off": n.DisablePowerOff, "instance_name": str(n.InstanceName),
 	}
+	for _, t := range bmc.InterfaceTypes {
+		impl := StoredInterface(n, t)
+		if impl == "" {
+			impl = bmc.DefaultInterface(n.Driver, t)
+		}
+		doc[t+"_interface"] = impl
+	}
+	return doc
 }
 
 // Patch applies an RFC 6902 patch to a node: 404 when the caller may not
@@ -229,6 +302,13 @@ func patchDoc(n *ent.Node) map[string]any {
 // so concurrent patches serialise instead of overwriting each other.
 // allowed gates fields by API version; it may be nil.
 func (s *Service) Patch(ctx context.Context, ident string, raw []byte, allowed func(field string) error) (*View, error) {
+	return s.PatchResetting(ctx, ident, raw, allowed, false)
+}
+
+// PatchResetting is Patch with Ironic's reset_interfaces: when the patch
+// changes the driver, every interface it does not name goes back to the
+// new driver's default instead of having to fit it.
+func (s *Service) PatchResetting(ctx context.Context, ident string, raw []byte, allowed func(field string) error, resetInterfaces bool) (*View, error) {
 	ops, err := DecodePatch(raw)
 	if err != nil {
 		return nil, err
@@ -279,7 +359,7 @@ func (s *Service) Patch(ctx context.Context, ident string, raw []byte, allowed f
 		if contains(changed, "owner") && cur.ProvisionState == StateActive && !s.guard.Allowed(ctx, RuleOwnerProvisioned, Target(cur)) {
 			return errs.Conflict("Cannot update owner of node \"%s\" while it is in state \"%s\".", cur.UUID, StateActive)
 		}
-		upd, err := s.validatePatched(cur, after, changed)
+		upd, err := s.validatePatched(cur, after, changed, resetInterfaces)
 		if err != nil {
 			return err
 		}
@@ -353,9 +433,90 @@ func contains(xs []string, x string) bool {
 // nodeUpdate is a validated set of field changes.
 type nodeUpdate struct {
 	fields map[string]any
+	// ifaces are the interface types the patch names.
+	ifaces []string
 }
 
-func (s *Service) validatePatched(n *ent.Node, after map[string]any, changed []string) (*nodeUpdate, error) {
+// interfaceStates are where a node's interfaces may change outside
+// maintenance, as Ironic's update_node allows.
+var interfaceStates = []string{StateEnroll, "inspecting", "inspect wait", StateManageable, StateAvailable}
+
+// checkFlags applies Ironic's rules for protected, retired and
+// maintenance (ironic/conductor/manager.py, update_node): protection is
+// for workloads, so only active (or rescue) nodes take it; an available
+// node is about to be handed out and cannot be retired; a reason without
+// its flag is refused, and clearing a flag clears its reason.
+func (u *nodeUpdate) checkFlags(n *ent.Node, after map[string]any) error {
+	flag := func(f string, cur bool) bool {
+		if b, ok := u.fields[f].(bool); ok {
+			return b
+		}
+		return cur
+	}
+	protected, retired := flag("protected", n.Protected), flag("retired", n.Retired)
+	if b, ok := u.fields["protected"].(bool); ok {
+		if !b {
+			u.fields["protected_reason"] = (*string)(nil)
+		} else if n.ProvisionState != StateActive && n.ProvisionState != "rescue" {
+			return errs.Conflict("Node %s can only be made protected in provision states 'active' or 'rescue', the current state is '%s'", n.UUID, n.ProvisionState)
+		}
+	}
+	if r, ok := u.fields["protected_reason"].(*string); ok && r != nil && !protected {
+		return errs.BadRequest("protected_reason", "The protected_reason field can only be set when protected is True")
+	}
+	if b, ok := u.fields["retired"].(bool); ok {
+		if !b {
+			u.fields["retired_reason"] = (*string)(nil)
+		} else if n.ProvisionState == StateAvailable {
+			return errs.Conflict("Node %s can not have 'retired' set in provision state 'available', the current state is '%s'", n.UUID, n.ProvisionState)
+		}
+	}
+	if r, ok := u.fields["retired_reason"].(*string); ok && r != nil && !retired {
+		return errs.BadRequest("retired_reason", "The retired_reason field can only be set when retired is True")
+	}
+	return nil
+}
+
+// checkInterfaces checks every interface against the node's driver after
+// the patch, as Ironic's check_and_update_node_interfaces does: the ones
+// the patch names must be the driver's, in a state that allows changing
+// them; on a driver change the others must fit the new driver too, unless
+// reset_interfaces puts them back to its defaults.
+func (u *nodeUpdate) checkInterfaces(n *ent.Node, after map[string]any, driverChanged, reset bool) error {
+	if len(u.ifaces) == 0 && !driverChanged {
+		return nil
+	}
+	drv, _ := after["driver"].(string)
+	for _, t := range u.ifaces {
+		if !slices.Contains(interfaceStates, n.ProvisionState) && !n.Maintenance {
+			return errs.Conflict("Node %s can not have %s_interface updated unless it is in one of allowed (%s) states or in maintenance mode. Current state is '%s'.",
+				n.UUID, t, strings.Join(interfaceStates, ", "), n.ProvisionState)
+		}
+	}
+	for _, t := range bmc.InterfaceTypes {
+		f := t + "_interface"
+		impl, named := u.fields[f].(string)
+		if !named {
+			if !driverChanged {
+				continue
+			}
+			if reset {
+				u.fields[f] = ""
+				continue
+			}
+			impl = StoredInterface(n, t)
+		}
+		if impl == "" {
+			continue
+		}
+		if err := bmc.CheckInterface(drv, t, impl); err != nil {
+			return fieldError(err)
+		}
+	}
+	return nil
+}
+
+func (s *Service) validatePatched(n *ent.Node, after map[string]any, changed []string, resetInterfaces bool) (*nodeUpdate, error) {
 	u := &nodeUpdate{fields: map[string]any{}}
 	optStr := func(f string) (*string, error) {
 		switch v := after[f].(type) {
@@ -417,7 +578,57 @@ func (s *Service) validatePatched(n *ent.Node, after map[string]any, changed []s
 				return nil, err
 			}
 			u.fields[f] = v
+		case "network_data":
+			v, err := obj(f)
+			if err != nil {
+				return nil, err
+			}
+			if err := ValidateNetworkData(v); err != nil {
+				return nil, err
+			}
+			u.fields[f] = v
+		case "maintenance", "protected", "retired", "disable_power_off":
+			b, err := boolValue(after[f])
+			if err != nil {
+				return nil, errs.BadRequest(f, "%s must be a boolean, not %v", f, after[f])
+			}
+			// Removing the flag (baremetal node unset --retired) puts
+			// back its default, false, as Ironic does.
+			u.fields[f] = b != nil && *b
+		case "automated_clean":
+			b, err := boolValue(after[f])
+			if err != nil {
+				return nil, errs.BadRequest(f, "%s must be a boolean or null, not %v", f, after[f])
+			}
+			u.fields[f] = b
+		case "protected_reason", "retired_reason", "shard", "instance_name", "parent_node":
+			v, err := optStr(f)
+			if err != nil {
+				return nil, err
+			}
+			if v != nil {
+				if err := validateStrField(f, *v); err != nil {
+					return nil, err
+				}
+			}
+			u.fields[f] = v
+		default:
+			if t, ok := strings.CutSuffix(f, "_interface"); ok {
+				v, err := optStr(f)
+				if err != nil {
+					return nil, err
+				}
+				// Removing an interface puts the driver's default back.
+				u.fields[f] = deref(v)
+				u.ifaces = append(u.ifaces, t)
+			}
 		}
+	}
+	if err := u.checkFlags(n, after); err != nil {
+		return nil, err
+	}
+	if err := u.checkInterfaces(n, after, contains(changed, "driver"), resetInterfaces); err != nil {
+		return nil, err
 	}
 	if contains(changed, "instance_info") {
 		info := u.fields["instance_info"].(map[string]any)
@@ -476,9 +687,17 @@ func validateStrField(f, v string) error {
 		if !IsUUID(v) {
 			return errs.BadRequest(f, "instance_uuid %q is not a valid UUID", v)
 		}
-	case "description":
+	case "description", "protected_reason", "retired_reason":
 		if len(v) > 4096 {
-			return errs.BadRequest(f, "description is longer than 4096 characters")
+			return errs.BadRequest(f, "%s is longer than 4096 characters", f)
+		}
+	case "shard", "instance_name":
+		if v == "" || len(v) > 255 {
+			return errs.BadRequest(f, "%s must be 1 to 255 characters", f)
+		}
+	case "parent_node":
+		if !IsUUID(v) {
+			return errs.BadRequest(f, "parent_node %q is not a node UUID", v)
 		}
 	}
 	return nil
@@ -534,6 +753,83 @@ func applyUpdate(ctx context.Context, tx *ent.Client, n *ent.Node, u *nodeUpdate
 			} else {
 				upd.SetChassisID(*id)
 			}
+		case "network_data":
+			upd.SetNetworkData(v.(map[string]any))
+		case "maintenance":
+			upd.SetMaintenance(v.(bool))
+			if !v.(bool) {
+				// As Ironic: leaving maintenance by patch also drops its
+				// reason and the fault that caused it.
+				upd.ClearMaintenanceReason().ClearFault()
+			}
+		case "protected":
+			upd.SetProtected(v.(bool))
+		case "retired":
+			upd.SetRetired(v.(bool))
+		case "disable_power_off":
+			upd.SetDisablePowerOff(v.(bool))
+		case "automated_clean":
+			if p := v.(*bool); p == nil {
+				upd.ClearAutomatedClean()
+			} else {
+				upd.SetAutomatedClean(*p)
+			}
+		case "protected_reason":
+			if p := v.(*string); p == nil {
+				upd.ClearProtectedReason()
+			} else {
+				upd.SetProtectedReason(*p)
+			}
+		case "retired_reason":
+			if p := v.(*string); p == nil {
+				upd.ClearRetiredReason()
+			} else {
+				upd.SetRetiredReason(*p)
+			}
+		case "shard":
+			if p := v.(*string); p == nil {
+				upd.ClearShard()
+			} else {
+				upd.SetShard(*p)
+			}
+		case "instance_name":
+			if p := v.(*string); p == nil {
+				upd.ClearInstanceName()
+			} else {
+				upd.SetInstanceName(*p)
+			}
+		case "parent_node":
+			if p := v.(*string); p == nil {
+				upd.ClearParentNode()
+			} else {
+				upd.SetParentNode(strings.ToLower(*p))
+			}
+		case "bios_interface":
+			upd.SetBiosInterface(v.(string))
+		case "boot_interface":
+			upd.SetBootInterface(v.(string))
+		case "console_interface":
+			upd.SetConsoleInterface(v.(string))
+		case "deploy_interface":
+			upd.SetDeployInterface(v.(string))
+		case "firmware_interface":
+			upd.SetFirmwareInterface(v.(string))
+		case "inspect_interface":
+			upd.SetInspectInterface(v.(string))
+		case "management_interface":
+			upd.SetManagementInterface(v.(string))
+		case "network_interface":
+			upd.SetNetworkInterface(v.(string))
+		case "power_interface":
+			upd.SetPowerInterface(v.(string))
+		case "raid_interface":
+			upd.SetRaidInterface(v.(string))
+		case "rescue_interface":
+			upd.SetRescueInterface(v.(string))
+		case "storage_interface":
+			upd.SetStorageInterface(v.(string))
+		case "vendor_interface":
+			upd.SetVendorInterface(v.(string))
 		default:
 			return fmt.Errorf("nodes: no writer for field %s", f)
 		}

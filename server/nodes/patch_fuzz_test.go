@@ -41,7 +41,7 @@ func FuzzPatch(f *testing.F) {
 			return
 		}
 		changed := diff(patchDoc(base), after)
-		u, err := s.validatePatched(base, after, changed)
+		u, err := s.validatePatched(base, after, changed, false)
 		if err != nil {
 			return
 		}

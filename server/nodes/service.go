@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"slices"
 	"strings"
 	"time"
 
@@ -44,16 +45,25 @@ const (
 	// groups, which decides which conductors may work it.
 	RuleUpdateConductorGroup = "baremetal:node:update:conductor_group"
 	RuleOwnerProvisioned     = "baremetal:node:update_owner_provisioned"
-	RuleSetMaintenance       = "baremetal:node:set_maintenance"
-	RuleClearMaintenance     = "baremetal:node:clear_maintenance"
-	RuleTraitsList           = "baremetal:node:traits:list"
-	RuleTraitsSet            = "baremetal:node:traits:set"
-	RuleTraitsDelete         = "baremetal:node:traits:delete"
-	RuleHistory              = "baremetal:node:history:get"
-	RuleGetDriverInfo        = "baremetal:node:get:driver_info"
-	RuleGetInternal          = "baremetal:node:get:driver_internal_info"
-	RuleGetReservation       = "baremetal:node:get:reservation"
-	RuleGetLastError         = "baremetal:node:get:last_error"
+	// Rules for fields with their own, as Ironic splits node updates.
+	RuleUpdateDriverIfaces    = "baremetal:node:update:driver_interfaces"
+	RuleUpdateNetworkData     = "baremetal:node:update:network_data"
+	RuleUpdateRetired         = "baremetal:node:update:retired"
+	RuleUpdateShard           = "baremetal:node:update:shard"
+	RuleUpdateParentNode      = "baremetal:node:update:parent_node"
+	RuleUpdateDisablePowerOff = "baremetal:node:update:disable_power_off"
+	RuleDisableCleaning       = "baremetal:node:disable_cleaning"
+	RuleSetRAIDState          = "baremetal:node:set_raid_state"
+	RuleSetMaintenance        = "baremetal:node:set_maintenance"
+	RuleClearMaintenance      = "baremetal:node:clear_maintenance"
+	RuleTraitsList            = "baremetal:node:traits:list"
+	RuleTraitsSet             = "baremetal:node:traits:set"
+	RuleTraitsDelete          = "baremetal:node:traits:delete"
+	RuleHistory               = "baremetal:node:history:get"
+	RuleGetDriverInfo         = "baremetal:node:get:driver_info"
+	RuleGetInternal           = "baremetal:node:get:driver_internal_info"
+	RuleGetReservation        = "baremetal:node:get:reservation"
+	RuleGetLastError          = "baremetal:node:get:last_error"
 )
 
 // Service serves node operations for the principal in each call's context.
@@ -164,6 +174,17 @@ type CreateInput struct {
 	// ProvisionState is where the node starts: enroll, or available for
 	// clients older than API 1.11.
 	ProvisionState string
+	// Interfaces maps interface types to implementations; types not
+	// given get the driver's default.
+	Interfaces      map[string]string
+	AutomatedClean  *bool
+	Retired         bool
+	RetiredReason   *string
+	NetworkData     map[string]any
+	Shard           *string
+	ParentNode      *string
+	DisablePowerOff bool
+	InstanceName    *string
 }
 
 // Create enrols a node.
@@ -182,6 +203,17 @@ func (s *Service) Create(ctx context.Context, in CreateInput) (*View, error) {
 		s.guard.Done(ctx, RuleCreate, "node", in.UUID, err, nil)
 		return nil, err
 	}
+	if in.ParentNode != nil {
+		// A parent the caller cannot see is one that does not exist.
+		p, err := s.Authorized(ctx, *in.ParentNode, RuleGet)
+		if err != nil {
+			err = errs.BadRequest("parent_node", "Node %s could not be found.", *in.ParentNode)
+			s.guard.Done(ctx, RuleCreate, "node", in.UUID, err, nil)
+			return nil, err
+		}
+		in.ParentNode = &p.UUID
+	}
+	ifc := in.Interfaces
 	chassisID, err := chassisOf(ctx, s.db.Client, in.ChassisUUID)
 	if err != nil {
 		s.guard.Done(ctx, RuleCreate, "node", in.UUID, err, nil)
@@ -193,7 +225,15 @@ func (s *Service) Create(ctx context.Context, in CreateInput) (*View, error) {
 		SetInstanceInfo(in.InstanceInfo).SetOwner(in.Owner).SetLessee(in.Lessee).
 		SetNillableResourceClass(in.ResourceClass).SetNillableDescription(in.Description).
 		SetNillableInstanceUUID(in.InstanceUUID).SetProvisionState(in.ProvisionState).
-		SetConductorGroup(in.ConductorGroup).Save(ctx)
+		SetConductorGroup(in.ConductorGroup).
+		SetBiosInterface(ifc["bios"]).SetBootInterface(ifc["boot"]).SetConsoleInterface(ifc["console"]).
+		SetDeployInterface(ifc["deploy"]).SetFirmwareInterface(ifc["firmware"]).SetInspectInterface(ifc["inspect"]).
+		SetManagementInterface(ifc["management"]).SetNetworkInterface(ifc["network"]).SetPowerInterface(ifc["power"]).
+		SetRaidInterface(ifc["raid"]).SetRescueInterface(ifc["rescue"]).SetStorageInterface(ifc["storage"]).
+		SetVendorInterface(ifc["vendor"]).
+		SetNillableAutomatedClean(in.AutomatedClean).SetRetired(in.Retired).SetNillableRetiredReason(in.RetiredReason).
+		SetNetworkData(in.NetworkData).SetNillableShard(in.Shard).SetNillableParentNode(in.ParentNode).
+		SetDisablePowerOff(in.DisablePowerOff).SetNillableInstanceName(in.InstanceName).Save(ctx)
 	if err != nil {
 		err = constraintError(err, in.UUID, in.Name)
 		s.guard.Done(ctx, RuleCreate, "node", in.UUID, err, nil)
@@ -265,6 +305,48 @@ func ValidateCreate(in *CreateInput) error {
 	if in.InstanceUUID != nil && !IsUUID(*in.InstanceUUID) {
 		return errs.BadRequest("instance_uuid", "instance_uuid %q is not a valid UUID", *in.InstanceUUID)
 	}
+	if in.Interfaces == nil {
+		in.Interfaces = map[string]string{}
+	}
+	for t, impl := range in.Interfaces {
+		if !slices.Contains(bmc.InterfaceTypes, t) {
+			return errs.BadRequest(t+"_interface", "%s_interface is not a node field", t)
+		}
+		if err := bmc.CheckInterface(in.Driver, t, impl); err != nil {
+			return fieldError(err)
+		}
+	}
+	// A new node records its interfaces, as Ironic's does: a later
+	// change of the driver's defaults does not change what it uses.
+	for _, t := range bmc.InterfaceTypes {
+		if in.Interfaces[t] == "" {
+			in.Interfaces[t] = bmc.DefaultInterface(in.Driver, t)
+		}
+	}
+	if in.RetiredReason != nil && !in.Retired {
+		return errs.BadRequest("retired_reason", "The retired_reason field can only be set when retired is True")
+	}
+	for f, v := range map[string]*string{"retired_reason": in.RetiredReason, "shard": in.Shard, "instance_name": in.InstanceName, "parent_node": in.ParentNode} {
+		if v == nil {
+			continue
+		}
+		// A parent may be named; the service resolves it.
+		if f == "parent_node" {
+			if *v == "" || len(*v) > maxNameLen {
+				return errs.BadRequest(f, "parent_node must name a node")
+			}
+			continue
+		}
+		if err := validateStrField(f, *v); err != nil {
+			return err
+		}
+	}
+	if in.NetworkData == nil {
+		in.NetworkData = map[string]any{}
+	}
+	if err := ValidateNetworkData(in.NetworkData); err != nil {
+		return err
+	}
 	for _, m := range []*map[string]any{&in.Properties, &in.Extra, &in.InstanceInfo} {
 		if *m == nil {
 			*m = map[string]any{}
@@ -301,6 +383,12 @@ func constraintError(err error, id string, name *string) error {
 	return errs.Conflict("the node conflicts with an existing one: %v", err)
 }
 
+// ErrProtected is Ironic's NodeProtected: a 403 for undeploying,
+// rebuilding or deleting a protected node.
+func ErrProtected(uuid string) error {
+	return &errs.Error{Status: 403, Field: "protected", Msg: fmt.Sprintf("Node %s is protected and cannot be undeployed, rebuilt or deleted", uuid)}
+}
+
 func lockedError(n *ent.Node) error {
 	return errs.Conflict("Node %s is locked by host %s, please retry after the current operation is completed.", n.UUID, *n.Reservation)
 }
@@ -326,6 +414,9 @@ func (s *Service) Delete(ctx context.Context, ident string) error {
 func (s *Service) delete(ctx context.Context, n *ent.Node) error {
 	if n.Reservation != nil {
 		return lockedError(n)
+	}
+	if n.Protected {
+		return ErrProtected(n.UUID)
 	}
 	if !deletable[n.ProvisionState] && !(n.Maintenance && n.ProvisionState == StateActive) {
 		return errs.Conflict("Node %s can not be deleted while in provision state %q; it must be one of enroll, manageable, available, clean failed or error (or in maintenance)", n.UUID, n.ProvisionState)
@@ -362,9 +453,14 @@ func (s *Service) SetMaintenance(ctx context.Context, ident string, on bool, rea
 	}
 	err = store.WithTx(ctx, s.db, func(tx *ent.Client) error {
 		upd := tx.Node.UpdateOneID(n.ID).SetMaintenance(on).SetUpdatedAt(time.Now())
-		if on {
+		switch {
+		case on && reason != "":
 			upd.SetMaintenanceReason(reason)
-		} else {
+		case on:
+			// No reason given is no reason, not an empty one: Ironic
+			// shows null.
+			upd.ClearMaintenanceReason()
+		default:
 			upd.ClearMaintenanceReason().ClearFault()
 		}
 		if err := upd.Exec(ctx); err != nil {

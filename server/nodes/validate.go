@@ -2,6 +2,7 @@ package nodes
 
 import (
 	"regexp"
+	"slices"
 	"strings"
 
 	"github.com/google/uuid"
@@ -134,6 +135,32 @@ func ValidateTraits(ts []string) error {
 			return errs.BadRequest("traits", "trait %q is given twice", t)
 		}
 		seen[t] = true
+	}
+	return nil
+}
+
+// networkDataKeys are the top-level keys of the network_data document
+// (OpenStack's network_data.json), each a list.
+var networkDataKeys = []string{"links", "networks", "services"}
+
+// ValidateNetworkData checks a node's static network configuration: an
+// object of links, networks and services lists, as Ironic's schema has
+// it. The entries themselves are the config drive's business and are
+// kept as given.
+func ValidateNetworkData(m map[string]any) error {
+	for k, v := range m {
+		if !slices.Contains(networkDataKeys, k) {
+			return errs.BadRequest("network_data", "network_data may only hold %s; %q is not one of them", strings.Join(networkDataKeys, ", "), k)
+		}
+		list, ok := v.([]any)
+		if !ok {
+			return errs.BadRequest("network_data", "network_data.%s must be a list", k)
+		}
+		for i, e := range list {
+			if _, ok := e.(map[string]any); !ok {
+				return errs.BadRequest("network_data", "network_data.%s[%d] must be an object", k, i)
+			}
+		}
 	}
 	return nil
 }

@@ -43,6 +43,48 @@ type View struct {
 	Relation Relation
 }
 
+// Interface is the node's implementation of interface type t: the one it
+// stores, or its driver's default when it stores none.
+func (v *View) Interface(t string) string {
+	if s := StoredInterface(v.Node, t); s != "" {
+		return s
+	}
+	return bmc.DefaultInterface(v.Driver, t)
+}
+
+// StoredInterface is the node's <t>_interface column.
+func StoredInterface(n *ent.Node, t string) string {
+	switch t {
+	case "bios":
+		return n.BiosInterface
+	case "boot":
+		return n.BootInterface
+	case "console":
+		return n.ConsoleInterface
+	case "deploy":
+		return n.DeployInterface
+	case "firmware":
+		return n.FirmwareInterface
+	case "inspect":
+		return n.InspectInterface
+	case "management":
+		return n.ManagementInterface
+	case "network":
+		return n.NetworkInterface
+	case "power":
+		return n.PowerInterface
+	case "raid":
+		return n.RaidInterface
+	case "rescue":
+		return n.RescueInterface
+	case "storage":
+		return n.StorageInterface
+	case "vendor":
+		return n.VendorInterface
+	}
+	return ""
+}
+
 // Relation of a project-scoped caller to a node. System callers have
 // RelSystem.
 type Relation uint8
