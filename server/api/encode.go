@@ -16,6 +16,8 @@ type jw struct {
 	// conductor maps a node to the conductor the hash ring gives it; set
 	// only when the response holds the conductor field.
 	conductor func(uuid, group string) string
+	// base is the URL the response's links start with.
+	base string
 }
 
 func (w *jw) open()  { w.b = append(w.b, '{'); w.first = true }
@@ -105,8 +107,16 @@ func (w *jw) strs(k string, v []string) {
 	w.b = append(w.b, ']')
 }
 
-func (w *jw) links(self, bookmark string) {
-	w.key("links")
+// subLinks writes a link pair to one of a node's sub-resources, named
+// like it, as Ironic's node shows ports, portgroups, states and volume.
+func (w *jw) subLinks(uuid, name string) {
+	w.linksAt(name, w.base+"/v1/nodes/"+uuid+"/"+name, w.base+"/nodes/"+uuid+"/"+name)
+}
+
+func (w *jw) links(self, bookmark string) { w.linksAt("links", self, bookmark) }
+
+func (w *jw) linksAt(key, self, bookmark string) {
+	w.key(key)
 	w.b = append(w.b, `[{"href":`...)
 	w.b = appendString(w.b, self)
 	w.b = append(w.b, `,"rel":"self"},{"href":`...)

@@ -21,6 +21,10 @@ type nodeField struct {
 var nodeFields = []nodeField{
 	{"uuid", VerMin, func(w *jw, v *nodes.View, _ Version) { w.str("uuid", v.UUID) }},
 	{"name", VerName, func(w *jw, v *nodes.View, _ Version) { w.strp("name", v.Name) }},
+	{"ports", VerMin, func(w *jw, v *nodes.View, _ Version) { w.subLinks(v.UUID, "ports") }},
+	{"states", VerDriverLinks, func(w *jw, v *nodes.View, _ Version) { w.subLinks(v.UUID, "states") }},
+	{"portgroups", VerPortgroupSub, func(w *jw, v *nodes.View, _ Version) { w.subLinks(v.UUID, "portgroups") }},
+	{"volume", VerVolume, func(w *jw, v *nodes.View, _ Version) { w.subLinks(v.UUID, "volume") }},
 	{"chassis_uuid", VerMin, func(w *jw, v *nodes.View, _ Version) { w.strp("chassis_uuid", v.ChassisUUID) }},
 	{"driver", VerMin, func(w *jw, v *nodes.View, _ Version) { w.str("driver", v.Driver) }},
 	{"driver_info", VerMin, func(w *jw, v *nodes.View, _ Version) { w.obj("driver_info", v.DriverInfo) }},
@@ -171,6 +175,7 @@ func (fs fieldSet) needs(field string) bool {
 }
 
 func writeNode(w *jw, v *nodes.View, fs fieldSet, ver Version, base string) {
+	w.base = base
 	w.open()
 	for _, i := range fs {
 		nodeFields[i].write(w, v, ver)

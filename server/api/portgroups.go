@@ -113,7 +113,7 @@ type portgroupCreate struct {
 	Name                     *string        `json:"name"`
 	Mode                     *string        `json:"mode"`
 	Properties               map[string]any `json:"properties"`
-	StandalonePortsSupported optBool       `json:"standalone_ports_supported"`
+	StandalonePortsSupported optBool        `json:"standalone_ports_supported"`
 	PhysicalNetwork          *string        `json:"physical_network"`
 	Category                 *string        `json:"category"`
 	Extra                    map[string]any `json:"extra"`

@@ -122,10 +122,10 @@ type portCreate struct {
 	NodeUUID            string         `json:"node_uuid"`
 	PortgroupUUID       *string        `json:"portgroup_uuid"`
 	LocalLinkConnection map[string]any `json:"local_link_connection"`
-	PXEEnabled          optBool       `json:"pxe_enabled"`
+	PXEEnabled          optBool        `json:"pxe_enabled"`
 	PhysicalNetwork     *string        `json:"physical_network"`
 	Extra               map[string]any `json:"extra"`
-	IsSmartNIC          optBool       `json:"is_smartnic"`
+	IsSmartNIC          optBool        `json:"is_smartnic"`
 	Name                *string        `json:"name"`
 	Description         *string        `json:"description"`
 	Vendor              *string        `json:"vendor"`
