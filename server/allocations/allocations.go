@@ -263,6 +263,9 @@ func (s *Service) process(ctx context.Context, id int) error {
 		for _, t := range a.Traits {
 			q = q.Where(node.HasTraitsWith(trait.Trait(t)))
 		}
+		// IDs selects the id column on the query it runs, so the name
+		// lookup below takes a copy made before.
+		named := q.Clone()
 		cands, err := q.IDs(ctx)
 		if err != nil {
 			return err
@@ -275,7 +278,7 @@ func (s *Service) process(ctx context.Context, id int) error {
 		// compute-1); trying the same-named node first keeps them from
 		// being swapped, as Ironic does since 1.79 at every request version.
 		if a.Name != nil {
-			same, err := q.Clone().Where(node.Name(*a.Name)).IDs(ctx)
+			same, err := named.Where(node.Name(*a.Name)).IDs(ctx)
 			if err != nil {
 				return err
 			}

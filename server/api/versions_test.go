@@ -29,15 +29,11 @@ func TestAllocationPrefersNamedNode(t *testing.T) {
 		// for the next; compute-0 goes last, when only it is left.
 		for i := 7; i >= 1; i-- {
 			name := fmt.Sprintf("compute-%d", i)
-			r := admin.Do(t, "POST", "/v1/allocations", map[string]any{"resource_class": "baremetal", "name": name})
-			mustStatus(t, r, 201)
-			if a := r.JSON(t); a["state"] != "active" || a["node_uuid"] != ids[name] {
+			if a := allocate(t, admin, map[string]any{"resource_class": "baremetal", "name": name}); a["state"] != "active" || a["node_uuid"] != ids[name] {
 				t.Fatalf("allocation %s: state %v, node %v; want node %s", name, a["state"], a["node_uuid"], ids[name])
 			}
 		}
-		r := admin.Do(t, "POST", "/v1/allocations", map[string]any{"resource_class": "baremetal", "name": "web-1"})
-		mustStatus(t, r, 201)
-		if a := r.JSON(t); a["state"] != "active" || a["node_uuid"] != ids["compute-0"] {
+		if a := allocate(t, admin, map[string]any{"resource_class": "baremetal", "name": "web-1"}); a["state"] != "active" || a["node_uuid"] != ids["compute-0"] {
 			t.Fatalf("allocation web-1: state %v, node %v; want the last free node", a["state"], a["node_uuid"])
 		}
 	})

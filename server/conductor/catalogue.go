@@ -57,6 +57,9 @@ var catalogue = []StepInfo{
 		{"seconds", "integer", false, "0 to 86400; 0 when left out", isSeconds},
 	}, allDrivers},
 	{"deploy", "hold", "Stop in the hold state until an operator or tenant sends unhold.", nil, allDrivers},
+	// ipmi has no way to write an image without a ramdisk agent; a deploy
+	// request for it is refused before this step is planned (deploy.go).
+	{"deploy", "deploy", "Put the instance in place and power the node on: redfish inserts instance_info.boot_iso as a virtual CD and boots it once; fake-hardware only powers on. Runs in every deployment, at priority 100.", nil, outOfBand},
 	{"bios", "apply_configuration", "Apply BIOS settings: stage them at the BMC, reboot the node so they take effect (only when one differs from the current value), check each became current, and refresh the cached settings.", []Arg{
 		{"settings", "list of {name, value}", true, "BIOS attributes to set, by the BMC's attribute names", isSettings},
 	}, outOfBand},

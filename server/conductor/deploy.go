@@ -73,6 +73,11 @@ func deployPlan(n *ent.Node, r ProvisionRequest) ([]Step, error) {
 		if err := stepsFitDriver("deploy_steps", user, n.Driver); err != nil {
 			return nil, err
 		}
+		// Ironic's conductor checks deploy steps against the driver before
+		// it accepts the deployment, so this is a 400, not a failed run.
+		if why := unsupported(n.Driver, user); why != "" {
+			return nil, errs.BadRequest("deploy_steps", "%s", why)
+		}
 		for i, s := range user {
 			if p := *r.DeploySteps[i].Priority; p > 0 {
 				plan = append(plan, ranked{s, p})
