@@ -226,6 +226,13 @@ func (s *state) args(op map[string]any, name string, item any, looped bool) map[
 	out := make(map[string]any, len(in))
 	for k, v := range in {
 		if looped || slices.Contains(formatted[name], k) {
+			// In a loop Ironic formats a string twice, so an item may
+			// itself hold variables: {item[v]} with v "{inventory[x]}".
+			if str, ok := v.(string); ok && looped {
+				if once, ok := format(str, ctx); ok {
+					v = once
+				}
+			}
 			v = interpolate(v, ctx, name == "is-empty")
 		}
 		out[k] = v

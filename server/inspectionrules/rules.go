@@ -198,18 +198,18 @@ func ops(field string, v any, known map[string]sig, cond bool) ([]map[string]any
 		s, ok := known[name]
 		switch {
 		case !cond && slices.Contains(unsupported, name):
-			return nil, errs.BadRequest(where+".op", "Unsupported action operator: %s: Anvil does not implement this action", name)
+			return nil, errs.BadRequest(where+".op", "%s.op: Unsupported action operator: %s: Anvil does not implement this action", where, name)
 		case !ok && cond:
-			return nil, errs.BadRequest(where+".op", "Unsupported condition operator: %s", op)
+			return nil, errs.BadRequest(where+".op", "%s.op: Unsupported condition operator: %s", where, op)
 		case !ok:
-			return nil, errs.BadRequest(where+".op", "Unsupported action operator: %s", op)
+			return nil, errs.BadRequest(where+".op", "%s.op: Unsupported action operator: %s", where, op)
 		}
 		args, err := normalArgs(s, m["args"])
 		if err != nil {
-			return nil, errs.BadRequest(where+".args", "Invalid parameters for %s %s: %v", map[bool]string{true: "condition operator", false: "action operator"}[cond], name, err)
+			return nil, errs.BadRequest(where+".args", "%s.args: Invalid parameters for %s %s: %v", where, map[bool]string{true: "condition operator", false: "action operator"}[cond], name, err)
 		}
 		if err := checkArgs(name, args, m["loop"] != nil); err != nil {
-			return nil, errs.BadRequest(where+".args", "Invalid parameters for %s: %v", name, err)
+			return nil, errs.BadRequest(where+".args", "%s.args: Invalid parameters for %s: %v", where, name, err)
 		}
 		if l, ok := m["loop"]; ok {
 			switch l.(type) {
