@@ -463,6 +463,8 @@ func number(v any) (float64, bool) {
 	switch x := v.(type) {
 	case float64:
 		return x, true
+	case int:
+		return float64(x), true
 	case string:
 		f, err := strconv.ParseFloat(strings.TrimSpace(x), 64)
 		return f, err == nil
