@@ -98,6 +98,9 @@ func TestInspectionRules(t *testing.T) {
 		}
 		sid := sens["uuid"].(string)
 		mustFault(t, c.Do(t, "PATCH", "/v1/inspection_rules/"+sid, `[{"op":"replace","path":"/sensitive","value":false}]`), 400, "sensitive")
+		mustFault(t, c.Do(t, "PATCH", "/v1/inspection_rules/"+sid, `[{"op":"copy","from":"/actions/0/args","path":"/description"}]`), 400, "sensitive")
+		mustFault(t, c.Do(t, "PATCH", "/v1/inspection_rules/"+sid, `[{"op":"test","path":"/actions/0/args/1","value":"x"}]`), 400, "sensitive")
+		mustStatus(t, c.Do(t, "PATCH", "/v1/inspection_rules/"+sid, `[{"op":"replace","path":"/actions","value":[{"op":"add-trait","args":{"name":"CUSTOM_S"}}]}]`), 200)
 
 		list := c.Do(t, "GET", "/v1/inspection_rules", nil).JSON(t)["inspection_rules"].([]any)
 		if len(list) != 2 || strings.Join(keysOf(list[0].(map[string]any)), ",") != "description,links,phase,priority,uuid" {

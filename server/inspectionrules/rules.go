@@ -433,6 +433,17 @@ func (s *Service) Patch(ctx context.Context, ident string, raw []byte) (out *Rul
 	if err := chassis.CheckPaths(ops, patchable); err != nil {
 		return nil, err
 	}
+	// A sensitive rule's conditions and actions are never shown, so a
+	// patch may replace them but not copy, move or test them out.
+	for i, op := range ops {
+		src := op.From
+		if op.Op == "test" {
+			src = op.Path
+		}
+		if r.Sensitive && (strings.HasPrefix(src, "/actions") || strings.HasPrefix(src, "/conditions")) {
+			return nil, errs.BadRequest("patch", "operation %d: %s belongs to a sensitive rule, which can be replaced but not copied, moved or tested", i, src)
+		}
+	}
 	var changed []string
 	defer func() {
 		if len(changed) > 0 || err != nil {
