@@ -54,6 +54,9 @@ func Apply(ctx context.Context, db *store.DB, log *slog.Logger, nodeID int, inve
 			if !ok {
 				continue
 			}
+			if log != nil {
+				log.Info("applying inspection rule", "rule", r.UUID, "node", n.UUID)
+			}
 			for i, a := range r.Actions {
 				if err := st.run(a); err != nil {
 					return fmt.Errorf("inspection rule %s, action %d (%v): %w", r.UUID, i, a["op"], err)
