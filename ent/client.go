@@ -23,6 +23,7 @@ import (
 	"github.com/anvilproject/anvil/ent/conductor"
 	"github.com/anvilproject/anvil/ent/deploytemplate"
 	"github.com/anvilproject/anvil/ent/deploytemplatestep"
+	"github.com/anvilproject/anvil/ent/inspectionrule"
 	"github.com/anvilproject/anvil/ent/node"
 	"github.com/anvilproject/anvil/ent/nodeevent"
 	"github.com/anvilproject/anvil/ent/nodeinventory"
@@ -63,6 +64,8 @@ type Client struct {
 	DeployTemplate *DeployTemplateClient
 	// DeployTemplateStep is the client for interacting with the DeployTemplateStep builders.
 	DeployTemplateStep *DeployTemplateStepClient
+	// InspectionRule is the client for interacting with the InspectionRule builders.
+	InspectionRule *InspectionRuleClient
 	// Node is the client for interacting with the Node builders.
 	Node *NodeClient
 	// NodeEvent is the client for interacting with the NodeEvent builders.
@@ -112,6 +115,7 @@ func (c *Client) init() {
 	c.Conductor = NewConductorClient(c.config)
 	c.DeployTemplate = NewDeployTemplateClient(c.config)
 	c.DeployTemplateStep = NewDeployTemplateStepClient(c.config)
+	c.InspectionRule = NewInspectionRuleClient(c.config)
 	c.Node = NewNodeClient(c.config)
 	c.NodeEvent = NewNodeEventClient(c.config)
 	c.NodeInventory = NewNodeInventoryClient(c.config)
@@ -227,6 +231,7 @@ func (c *Client) Tx(ctx context.Context) (*Tx, error) {
 		Conductor:          NewConductorClient(cfg),
 		DeployTemplate:     NewDeployTemplateClient(cfg),
 		DeployTemplateStep: NewDeployTemplateStepClient(cfg),
+		InspectionRule:     NewInspectionRuleClient(cfg),
 		Node:               NewNodeClient(cfg),
 		NodeEvent:          NewNodeEventClient(cfg),
 		NodeInventory:      NewNodeInventoryClient(cfg),
@@ -269,6 +274,7 @@ func (c *Client) BeginTx(ctx context.Context, opts *sql.TxOptions) (*Tx, error) 
 		Conductor:          NewConductorClient(cfg),
 		DeployTemplate:     NewDeployTemplateClient(cfg),
 		DeployTemplateStep: NewDeployTemplateStepClient(cfg),
+		InspectionRule:     NewInspectionRuleClient(cfg),
 		Node:               NewNodeClient(cfg),
 		NodeEvent:          NewNodeEventClient(cfg),
 		NodeInventory:      NewNodeInventoryClient(cfg),
@@ -314,10 +320,10 @@ func (c *Client) Close() error {
 func (c *Client) Use(hooks ...Hook) {
 	for _, n := range []interface{ Use(...Hook) }{
 		c.APIToken, c.Allocation, c.AuditEvent, c.BiosSetting, c.Chassis, c.Conductor,
-		c.DeployTemplate, c.DeployTemplateStep, c.Node, c.NodeEvent, c.NodeInventory,
-		c.PolicyOverride, c.Port, c.PortalSession, c.Portgroup, c.RoleAssignment,
-		c.Runbook, c.RunbookStep, c.Setting, c.Trait, c.User, c.VolumeConnector,
-		c.VolumeTarget,
+		c.DeployTemplate, c.DeployTemplateStep, c.InspectionRule, c.Node, c.NodeEvent,
+		c.NodeInventory, c.PolicyOverride, c.Port, c.PortalSession, c.Portgroup,
+		c.RoleAssignment, c.Runbook, c.RunbookStep, c.Setting, c.Trait, c.User,
+		c.VolumeConnector, c.VolumeTarget,
 	} {
 		n.Use(hooks...)
 	}
@@ -328,10 +334,10 @@ func (c *Client) Use(hooks ...Hook) {
 func (c *Client) Intercept(interceptors ...Interceptor) {
 	for _, n := range []interface{ Intercept(...Interceptor) }{
 		c.APIToken, c.Allocation, c.AuditEvent, c.BiosSetting, c.Chassis, c.Conductor,
-		c.DeployTemplate, c.DeployTemplateStep, c.Node, c.NodeEvent, c.NodeInventory,
-		c.PolicyOverride, c.Port, c.PortalSession, c.Portgroup, c.RoleAssignment,
-		c.Runbook, c.RunbookStep, c.Setting, c.Trait, c.User, c.VolumeConnector,
-		c.VolumeTarget,
+		c.DeployTemplate, c.DeployTemplateStep, c.InspectionRule, c.Node, c.NodeEvent,
+		c.NodeInventory, c.PolicyOverride, c.Port, c.PortalSession, c.Portgroup,
+		c.RoleAssignment, c.Runbook, c.RunbookStep, c.Setting, c.Trait, c.User,
+		c.VolumeConnector, c.VolumeTarget,
 	} {
 		n.Intercept(interceptors...)
 	}
@@ -356,6 +362,8 @@ func (c *Client) Mutate(ctx context.Context, m Mutation) (Value, error) {
 		return c.DeployTemplate.mutate(ctx, m)
 	case *DeployTemplateStepMutation:
 		return c.DeployTemplateStep.mutate(ctx, m)
+	case *InspectionRuleMutation:
+		return c.InspectionRule.mutate(ctx, m)
 	case *NodeMutation:
 		return c.Node.mutate(ctx, m)
 	case *NodeEventMutation:
@@ -1532,6 +1540,139 @@ func (c *DeployTemplateStepClient) mutate(ctx context.Context, m *DeployTemplate
 		return (&DeployTemplateStepDelete{config: c.config, hooks: c.Hooks(), mutation: m}).Exec(ctx)
 	default:
 		return nil, fmt.Errorf("ent: unknown DeployTemplateStep mutation op: %q", m.Op())
+	}
+}
+
+// InspectionRuleClient is a client for the InspectionRule schema.
+type InspectionRuleClient struct {
+	config
+}
+
+// NewInspectionRuleClient returns a client for the InspectionRule from the given config.
+func NewInspectionRuleClient(c config) *InspectionRuleClient {
+	return &InspectionRuleClient{config: c}
+}
+
+// Use adds a list of mutation hooks to the hooks stack.
+// A call to `Use(f, g, h)` equals to `inspectionrule.Hooks(f(g(h())))`.
+func (c *InspectionRuleClient) Use(hooks ...Hook) {
+	c.hooks.InspectionRule = append(c.hooks.InspectionRule, hooks...)
+}
+
+// Intercept adds a list of query interceptors to the interceptors stack.
+// A call to `Intercept(f, g, h)` equals to `inspectionrule.Intercept(f(g(h())))`.
+func (c *InspectionRuleClient) Intercept(interceptors ...Interceptor) {
+	c.inters.InspectionRule = append(c.inters.InspectionRule, interceptors...)
+}
+
+// Create returns a builder for creating a InspectionRule entity.
+func (c *InspectionRuleClient) Create() *InspectionRuleCreate {
+	mutation := newInspectionRuleMutation(c.config, OpCreate)
+	return &InspectionRuleCreate{config: c.config, hooks: c.Hooks(), mutation: mutation}
+}
+
+// CreateBulk returns a builder for creating a bulk of InspectionRule entities.
+func (c *InspectionRuleClient) CreateBulk(builders ...*InspectionRuleCreate) *InspectionRuleCreateBulk {
+	return &InspectionRuleCreateBulk{config: c.config, builders: builders}
+}
+
+// MapCreateBulk creates a bulk creation builder from the given slice. For each item in the slice, the function creates
+// a builder and applies setFunc on it.
+func (c *InspectionRuleClient) MapCreateBulk(slice any, setFunc func(*InspectionRuleCreate, int)) *InspectionRuleCreateBulk {
+	rv := reflect.ValueOf(slice)
+	if rv.Kind() != reflect.Slice {
+		return &InspectionRuleCreateBulk{err: fmt.Errorf("calling to InspectionRuleClient.MapCreateBulk with wrong type %T, need slice", slice)}
+	}
+	builders := make([]*InspectionRuleCreate, rv.Len())
+	for i := 0; i < rv.Len(); i++ {
+		builders[i] = c.Create()
+		setFunc(builders[i], i)
+	}
+	return &InspectionRuleCreateBulk{config: c.config, builders: builders}
+}
+
+// Update returns an update builder for InspectionRule.
+func (c *InspectionRuleClient) Update() *InspectionRuleUpdate {
+	mutation := newInspectionRuleMutation(c.config, OpUpdate)
+	return &InspectionRuleUpdate{config: c.config, hooks: c.Hooks(), mutation: mutation}
+}
+
+// UpdateOne returns an update builder for the given entity.
+func (c *InspectionRuleClient) UpdateOne(_m *InspectionRule) *InspectionRuleUpdateOne {
+	mutation := newInspectionRuleMutation(c.config, OpUpdateOne, withInspectionRule(_m))
+	return &InspectionRuleUpdateOne{config: c.config, hooks: c.Hooks(), mutation: mutation}
+}
+
+// UpdateOneID returns an update builder for the given id.
+func (c *InspectionRuleClient) UpdateOneID(id int) *InspectionRuleUpdateOne {
+	mutation := newInspectionRuleMutation(c.config, OpUpdateOne, withInspectionRuleID(id))
+	return &InspectionRuleUpdateOne{config: c.config, hooks: c.Hooks(), mutation: mutation}
+}
+
+// Delete returns a delete builder for InspectionRule.
+func (c *InspectionRuleClient) Delete() *InspectionRuleDelete {
+	mutation := newInspectionRuleMutation(c.config, OpDelete)
+	return &InspectionRuleDelete{config: c.config, hooks: c.Hooks(), mutation: mutation}
+}
+
+// DeleteOne returns a builder for deleting the given entity.
+func (c *InspectionRuleClient) DeleteOne(_m *InspectionRule) *InspectionRuleDeleteOne {
+	return c.DeleteOneID(_m.ID)
+}
+
+// DeleteOneID returns a builder for deleting the given entity by its id.
+func (c *InspectionRuleClient) DeleteOneID(id int) *InspectionRuleDeleteOne {
+	builder := c.Delete().Where(inspectionrule.ID(id))
+	builder.mutation.id = &id
+	builder.mutation.op = OpDeleteOne
+	return &InspectionRuleDeleteOne{builder}
+}
+
+// Query returns a query builder for InspectionRule.
+func (c *InspectionRuleClient) Query() *InspectionRuleQuery {
+	return &InspectionRuleQuery{
+		config: c.config,
+		ctx:    &QueryContext{Type: TypeInspectionRule},
+		inters: c.Interceptors(),
+	}
+}
+
+// Get returns a InspectionRule entity by its id.
+func (c *InspectionRuleClient) Get(ctx context.Context, id int) (*InspectionRule, error) {
+	return c.Query().Where(inspectionrule.ID(id)).Only(ctx)
+}
+
+// GetX is like Get, but panics if an error occurs.
+func (c *InspectionRuleClient) GetX(ctx context.Context, id int) *InspectionRule {
+	obj, err := c.Get(ctx, id)
+	if err != nil {
+		panic(err)
+	}
+	return obj
+}
+
+// Hooks returns the client hooks.
+func (c *InspectionRuleClient) Hooks() []Hook {
+	return c.hooks.InspectionRule
+}
+
+// Interceptors returns the client interceptors.
+func (c *InspectionRuleClient) Interceptors() []Interceptor {
+	return c.inters.InspectionRule
+}
+
+func (c *InspectionRuleClient) mutate(ctx context.Context, m *InspectionRuleMutation) (Value, error) {
+	switch m.Op() {
+	case OpCreate:
+		return (&InspectionRuleCreate{config: c.config, hooks: c.Hooks(), mutation: m}).Save(ctx)
+	case OpUpdate:
+		return (&InspectionRuleUpdate{config: c.config, hooks: c.Hooks(), mutation: m}).Save(ctx)
+	case OpUpdateOne:
+		return (&InspectionRuleUpdateOne{config: c.config, hooks: c.Hooks(), mutation: m}).Save(ctx)
+	case OpDelete, OpDeleteOne:
+		return (&InspectionRuleDelete{config: c.config, hooks: c.Hooks(), mutation: m}).Exec(ctx)
+	default:
+		return nil, fmt.Errorf("ent: unknown InspectionRule mutation op: %q", m.Op())
 	}
 }
 
@@ -3886,15 +4027,16 @@ func (c *VolumeTargetClient) mutate(ctx context.Context, m *VolumeTargetMutation
 type (
 	hooks struct {
 		APIToken, Allocation, AuditEvent, BiosSetting, Chassis, Conductor,
-		DeployTemplate, DeployTemplateStep, Node, NodeEvent, NodeInventory,
-		PolicyOverride, Port, PortalSession, Portgroup, RoleAssignment, Runbook,
-		RunbookStep, Setting, Trait, User, VolumeConnector, VolumeTarget []ent.Hook
+		DeployTemplate, DeployTemplateStep, InspectionRule, Node, NodeEvent,
+		NodeInventory, PolicyOverride, Port, PortalSession, Portgroup, RoleAssignment,
+		Runbook, RunbookStep, Setting, Trait, User, VolumeConnector,
+		VolumeTarget []ent.Hook
 	}
 	inters struct {
 		APIToken, Allocation, AuditEvent, BiosSetting, Chassis, Conductor,
-		DeployTemplate, DeployTemplateStep, Node, NodeEvent, NodeInventory,
-		PolicyOverride, Port, PortalSession, Portgroup, RoleAssignment, Runbook,
-		RunbookStep, Setting, Trait, User, VolumeConnector,
+		DeployTemplate, DeployTemplateStep, InspectionRule, Node, NodeEvent,
+		NodeInventory, PolicyOverride, Port, PortalSession, Portgroup, RoleAssignment,
+		Runbook, RunbookStep, Setting, Trait, User, VolumeConnector,
 		VolumeTarget []ent.Interceptor
 	}
 )

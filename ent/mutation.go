@@ -19,6 +19,7 @@ import (
 	"github.com/anvilproject/anvil/ent/conductor"
 	"github.com/anvilproject/anvil/ent/deploytemplate"
 	"github.com/anvilproject/anvil/ent/deploytemplatestep"
+	"github.com/anvilproject/anvil/ent/inspectionrule"
 	"github.com/anvilproject/anvil/ent/node"
 	"github.com/anvilproject/anvil/ent/nodeevent"
 	"github.com/anvilproject/anvil/ent/nodeinventory"
@@ -54,6 +55,7 @@ const (
 	TypeConductor          = "Conductor"
 	TypeDeployTemplate     = "DeployTemplate"
 	TypeDeployTemplateStep = "DeployTemplateStep"
+	TypeInspectionRule     = "InspectionRule"
 	TypeNode               = "Node"
 	TypeNodeEvent          = "NodeEvent"
 	TypeNodeInventory      = "NodeInventory"
@@ -6824,6 +6826,893 @@ func (m *DeployTemplateStepMutation) ResetEdge(name string) error {
 		return nil
 	}
 	return fmt.Errorf("unknown DeployTemplateStep edge %s", name)
+}
+
+// InspectionRuleMutation represents an operation that mutates the InspectionRule nodes in the graph.
+type InspectionRuleMutation struct {
+	config
+	op               Op
+	typ              string
+	id               *int
+	created_at       *time.Time
+	updated_at       *time.Time
+	uuid             *string
+	description      *string
+	priority         *int
+	addpriority      *int
+	sensitive        *bool
+	phase            *string
+	conditions       *[]map[string]interface{}
+	appendconditions []map[string]interface{}
+	actions          *[]map[string]interface{}
+	appendactions    []map[string]interface{}
+	clearedFields    map[string]struct{}
+	done             bool
+	oldValue         func(context.Context) (*InspectionRule, error)
+	predicates       []predicate.InspectionRule
+}
+
+var _ ent.Mutation = (*InspectionRuleMutation)(nil)
+
+// inspectionruleOption allows management of the mutation configuration using functional options.
+type inspectionruleOption func(*InspectionRuleMutation)
+
+// newInspectionRuleMutation creates new mutation for the InspectionRule entity.
+func newInspectionRuleMutation(c config, op Op, opts ...inspectionruleOption) *InspectionRuleMutation {
+	m := &InspectionRuleMutation{
+		config:        c,
+		op:            op,
+		typ:           TypeInspectionRule,
+		clearedFields: make(map[string]struct{}),
+	}
+	for _, opt := range opts {
+		opt(m)
+	}
+	return m
+}
+
+// withInspectionRuleID sets the ID field of the mutation.
+func withInspectionRuleID(id int) inspectionruleOption {
+	return func(m *InspectionRuleMutation) {
+		var (
+			err   error
+			once  sync.Once
+			value *InspectionRule
+		)
+		m.oldValue = func(ctx context.Context) (*InspectionRule, error) {
+			once.Do(func() {
+				if m.done {
+					err = errors.New("querying old values post mutation is not allowed")
+				} else {
+					value, err = m.Client().InspectionRule.Get(ctx, id)
+				}
+			})
+			return value, err
+		}
+		m.id = &id
+	}
+}
+
+// withInspectionRule sets the old InspectionRule of the mutation.
+func withInspectionRule(node *InspectionRule) inspectionruleOption {
+	return func(m *InspectionRuleMutation) {
+		m.oldValue = func(context.Context) (*InspectionRule, error) {
+			return node, nil
+		}
+		m.id = &node.ID
+	}
+}
+
+// Client returns a new `ent.Client` from the mutation. If the mutation was
+// executed in a transaction (ent.Tx), a transactional client is returned.
+func (m InspectionRuleMutation) Client() *Client {
+	client := &Client{config: m.config}
+	client.init()
+	return client
+}
+
+// Tx returns an `ent.Tx` for mutations that were executed in transactions;
+// it returns an error otherwise.
+func (m InspectionRuleMutation) Tx() (*Tx, error) {
+	if _, ok := m.driver.(*txDriver); !ok {
+		return nil, errors.New("ent: mutation is not running in a transaction")
+	}
+	tx := &Tx{config: m.config}
+	tx.init()
+	return tx, nil
+}
+
+// ID returns the ID value in the mutation. Note that the ID is only available
+// if it was provided to the builder or after it was returned from the database.
+func (m *InspectionRuleMutation) ID() (id int, exists bool) {
+	if m.id == nil {
+		return
+	}
+	return *m.id, true
+}
+
+// IDs queries the database and returns the entity ids that match the mutation's predicate.
+// That means, if the mutation is applied within a transaction with an isolation level such
+// as sql.LevelSerializable, the returned ids match the ids of the rows that will be updated
+// or updated by the mutation.
+func (m *InspectionRuleMutation) IDs(ctx context.Context) ([]int, error) {
+	switch {
+	case m.op.Is(OpUpdateOne | OpDeleteOne):
+		id, exists := m.ID()
+		if exists {
+			return []int{id}, nil
+		}
+		fallthrough
+	case m.op.Is(OpUpdate | OpDelete):
+		return m.Client().InspectionRule.Query().Where(m.predicates...).IDs(ctx)
+	default:
+		return nil, fmt.Errorf("IDs is not allowed on %s operations", m.op)
+	}
+}
+
+// SetCreatedAt sets the "created_at" field.
+func (m *InspectionRuleMutation) SetCreatedAt(t time.Time) {
+	m.created_at = &t
+}
+
+// CreatedAt returns the value of the "created_at" field in the mutation.
+func (m *InspectionRuleMutation) CreatedAt() (r time.Time, exists bool) {
+	v := m.created_at
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldCreatedAt returns the old "created_at" field's value of the InspectionRule entity.
+// If the InspectionRule object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *InspectionRuleMutation) OldCreatedAt(ctx context.Context) (v time.Time, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldCreatedAt is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldCreatedAt requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldCreatedAt: %w", err)
+	}
+	return oldValue.CreatedAt, nil
+}
+
+// ResetCreatedAt resets all changes to the "created_at" field.
+func (m *InspectionRuleMutation) ResetCreatedAt() {
+	m.created_at = nil
+}
+
+// SetUpdatedAt sets the "updated_at" field.
+func (m *InspectionRuleMutation) SetUpdatedAt(t time.Time) {
+	m.updated_at = &t
+}
+
+// UpdatedAt returns the value of the "updated_at" field in the mutation.
+func (m *InspectionRuleMutation) UpdatedAt() (r time.Time, exists bool) {
+	v := m.updated_at
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldUpdatedAt returns the old "updated_at" field's value of the InspectionRule entity.
+// If the InspectionRule object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *InspectionRuleMutation) OldUpdatedAt(ctx context.Context) (v *time.Time, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldUpdatedAt is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldUpdatedAt requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldUpdatedAt: %w", err)
+	}
+	return oldValue.UpdatedAt, nil
+}
+
+// ClearUpdatedAt clears the value of the "updated_at" field.
+func (m *InspectionRuleMutation) ClearUpdatedAt() {
+	m.updated_at = nil
+	m.clearedFields[inspectionrule.FieldUpdatedAt] = struct{}{}
+}
+
+// UpdatedAtCleared returns if the "updated_at" field was cleared in this mutation.
+func (m *InspectionRuleMutation) UpdatedAtCleared() bool {
+	_, ok := m.clearedFields[inspectionrule.FieldUpdatedAt]
+	return ok
+}
+
+// ResetUpdatedAt resets all changes to the "updated_at" field.
+func (m *InspectionRuleMutation) ResetUpdatedAt() {
+	m.updated_at = nil
+	delete(m.clearedFields, inspectionrule.FieldUpdatedAt)
+}
+
+// SetUUID sets the "uuid" field.
+func (m *InspectionRuleMutation) SetUUID(s string) {
+	m.uuid = &s
+}
+
+// UUID returns the value of the "uuid" field in the mutation.
+func (m *InspectionRuleMutation) UUID() (r string, exists bool) {
+	v := m.uuid
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldUUID returns the old "uuid" field's value of the InspectionRule entity.
+// If the InspectionRule object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *InspectionRuleMutation) OldUUID(ctx context.Context) (v string, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldUUID is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldUUID requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldUUID: %w", err)
+	}
+	return oldValue.UUID, nil
+}
+
+// ResetUUID resets all changes to the "uuid" field.
+func (m *InspectionRuleMutation) ResetUUID() {
+	m.uuid = nil
+}
+
+// SetDescription sets the "description" field.
+func (m *InspectionRuleMutation) SetDescription(s string) {
+	m.description = &s
+}
+
+// Description returns the value of the "description" field in the mutation.
+func (m *InspectionRuleMutation) Description() (r string, exists bool) {
+	v := m.description
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldDescription returns the old "description" field's value of the InspectionRule entity.
+// If the InspectionRule object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *InspectionRuleMutation) OldDescription(ctx context.Context) (v *string, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldDescription is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldDescription requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldDescription: %w", err)
+	}
+	return oldValue.Description, nil
+}
+
+// ClearDescription clears the value of the "description" field.
+func (m *InspectionRuleMutation) ClearDescription() {
+	m.description = nil
+	m.clearedFields[inspectionrule.FieldDescription] = struct{}{}
+}
+
+// DescriptionCleared returns if the "description" field was cleared in this mutation.
+func (m *InspectionRuleMutation) DescriptionCleared() bool {
+	_, ok := m.clearedFields[inspectionrule.FieldDescription]
+	return ok
+}
+
+// ResetDescription resets all changes to the "description" field.
+func (m *InspectionRuleMutation) ResetDescription() {
+	m.description = nil
+	delete(m.clearedFields, inspectionrule.FieldDescription)
+}
+
+// SetPriority sets the "priority" field.
+func (m *InspectionRuleMutation) SetPriority(i int) {
+	m.priority = &i
+	m.addpriority = nil
+}
+
+// Priority returns the value of the "priority" field in the mutation.
+func (m *InspectionRuleMutation) Priority() (r int, exists bool) {
+	v := m.priority
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldPriority returns the old "priority" field's value of the InspectionRule entity.
+// If the InspectionRule object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *InspectionRuleMutation) OldPriority(ctx context.Context) (v int, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldPriority is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldPriority requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldPriority: %w", err)
+	}
+	return oldValue.Priority, nil
+}
+
+// AddPriority adds i to the "priority" field.
+func (m *InspectionRuleMutation) AddPriority(i int) {
+	if m.addpriority != nil {
+		*m.addpriority += i
+	} else {
+		m.addpriority = &i
+	}
+}
+
+// AddedPriority returns the value that was added to the "priority" field in this mutation.
+func (m *InspectionRuleMutation) AddedPriority() (r int, exists bool) {
+	v := m.addpriority
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// ResetPriority resets all changes to the "priority" field.
+func (m *InspectionRuleMutation) ResetPriority() {
+	m.priority = nil
+	m.addpriority = nil
+}
+
+// SetSensitive sets the "sensitive" field.
+func (m *InspectionRuleMutation) SetSensitive(b bool) {
+	m.sensitive = &b
+}
+
+// Sensitive returns the value of the "sensitive" field in the mutation.
+func (m *InspectionRuleMutation) Sensitive() (r bool, exists bool) {
+	v := m.sensitive
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldSensitive returns the old "sensitive" field's value of the InspectionRule entity.
+// If the InspectionRule object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *InspectionRuleMutation) OldSensitive(ctx context.Context) (v bool, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldSensitive is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldSensitive requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldSensitive: %w", err)
+	}
+	return oldValue.Sensitive, nil
+}
+
+// ResetSensitive resets all changes to the "sensitive" field.
+func (m *InspectionRuleMutation) ResetSensitive() {
+	m.sensitive = nil
+}
+
+// SetPhase sets the "phase" field.
+func (m *InspectionRuleMutation) SetPhase(s string) {
+	m.phase = &s
+}
+
+// Phase returns the value of the "phase" field in the mutation.
+func (m *InspectionRuleMutation) Phase() (r string, exists bool) {
+	v := m.phase
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldPhase returns the old "phase" field's value of the InspectionRule entity.
+// If the InspectionRule object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *InspectionRuleMutation) OldPhase(ctx context.Context) (v string, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldPhase is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldPhase requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldPhase: %w", err)
+	}
+	return oldValue.Phase, nil
+}
+
+// ResetPhase resets all changes to the "phase" field.
+func (m *InspectionRuleMutation) ResetPhase() {
+	m.phase = nil
+}
+
+// SetConditions sets the "conditions" field.
+func (m *InspectionRuleMutation) SetConditions(value []map[string]interface{}) {
+	m.conditions = &value
+	m.appendconditions = nil
+}
+
+// Conditions returns the value of the "conditions" field in the mutation.
+func (m *InspectionRuleMutation) Conditions() (r []map[string]interface{}, exists bool) {
+	v := m.conditions
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldConditions returns the old "conditions" field's value of the InspectionRule entity.
+// If the InspectionRule object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *InspectionRuleMutation) OldConditions(ctx context.Context) (v []map[string]interface{}, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldConditions is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldConditions requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldConditions: %w", err)
+	}
+	return oldValue.Conditions, nil
+}
+
+// AppendConditions adds value to the "conditions" field.
+func (m *InspectionRuleMutation) AppendConditions(value []map[string]interface{}) {
+	m.appendconditions = append(m.appendconditions, value...)
+}
+
+// AppendedConditions returns the list of values that were appended to the "conditions" field in this mutation.
+func (m *InspectionRuleMutation) AppendedConditions() ([]map[string]interface{}, bool) {
+	if len(m.appendconditions) == 0 {
+		return nil, false
+	}
+	return m.appendconditions, true
+}
+
+// ClearConditions clears the value of the "conditions" field.
+func (m *InspectionRuleMutation) ClearConditions() {
+	m.conditions = nil
+	m.appendconditions = nil
+	m.clearedFields[inspectionrule.FieldConditions] = struct{}{}
+}
+
+// ConditionsCleared returns if the "conditions" field was cleared in this mutation.
+func (m *InspectionRuleMutation) ConditionsCleared() bool {
+	_, ok := m.clearedFields[inspectionrule.FieldConditions]
+	return ok
+}
+
+// ResetConditions resets all changes to the "conditions" field.
+func (m *InspectionRuleMutation) ResetConditions() {
+	m.conditions = nil
+	m.appendconditions = nil
+	delete(m.clearedFields, inspectionrule.FieldConditions)
+}
+
+// SetActions sets the "actions" field.
+func (m *InspectionRuleMutation) SetActions(value []map[string]interface{}) {
+	m.actions = &value
+	m.appendactions = nil
+}
+
+// Actions returns the value of the "actions" field in the mutation.
+func (m *InspectionRuleMutation) Actions() (r []map[string]interface{}, exists bool) {
+	v := m.actions
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldActions returns the old "actions" field's value of the InspectionRule entity.
+// If the InspectionRule object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *InspectionRuleMutation) OldActions(ctx context.Context) (v []map[string]interface{}, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldActions is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldActions requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldActions: %w", err)
+	}
+	return oldValue.Actions, nil
+}
+
+// AppendActions adds value to the "actions" field.
+func (m *InspectionRuleMutation) AppendActions(value []map[string]interface{}) {
+	m.appendactions = append(m.appendactions, value...)
+}
+
+// AppendedActions returns the list of values that were appended to the "actions" field in this mutation.
+func (m *InspectionRuleMutation) AppendedActions() ([]map[string]interface{}, bool) {
+	if len(m.appendactions) == 0 {
+		return nil, false
+	}
+	return m.appendactions, true
+}
+
+// ResetActions resets all changes to the "actions" field.
+func (m *InspectionRuleMutation) ResetActions() {
+	m.actions = nil
+	m.appendactions = nil
+}
+
+// Where appends a list predicates to the InspectionRuleMutation builder.
+func (m *InspectionRuleMutation) Where(ps ...predicate.InspectionRule) {
+	m.predicates = append(m.predicates, ps...)
+}
+
+// WhereP appends storage-level predicates to the InspectionRuleMutation builder. Using this method,
+// users can use type-assertion to append predicates that do not depend on any generated package.
+func (m *InspectionRuleMutation) WhereP(ps ...func(*sql.Selector)) {
+	p := make([]predicate.InspectionRule, len(ps))
+	for i := range ps {
+		p[i] = ps[i]
+	}
+	m.Where(p...)
+}
+
+// Op returns the operation name.
+func (m *InspectionRuleMutation) Op() Op {
+	return m.op
+}
+
+// SetOp allows setting the mutation operation.
+func (m *InspectionRuleMutation) SetOp(op Op) {
+	m.op = op
+}
+
+// Type returns the node type of this mutation (InspectionRule).
+func (m *InspectionRuleMutation) Type() string {
+	return m.typ
+}
+
+// Fields returns all fields that were changed during this mutation. Note that in
+// order to get all numeric fields that were incremented/decremented, call
+// AddedFields().
+func (m *InspectionRuleMutation) Fields() []string {
+	fields := make([]string, 0, 9)
+	if m.created_at != nil {
+		fields = append(fields, inspectionrule.FieldCreatedAt)
+	}
+	if m.updated_at != nil {
+		fields = append(fields, inspectionrule.FieldUpdatedAt)
+	}
+	if m.uuid != nil {
+		fields = append(fields, inspectionrule.FieldUUID)
+	}
+	if m.description != nil {
+		fields = append(fields, inspectionrule.FieldDescription)
+	}
+	if m.priority != nil {
+		fields = append(fields, inspectionrule.FieldPriority)
+	}
+	if m.sensitive != nil {
+		fields = append(fields, inspectionrule.FieldSensitive)
+	}
+	if m.phase != nil {
+		fields = append(fields, inspectionrule.FieldPhase)
+	}
+	if m.conditions != nil {
+		fields = append(fields, inspectionrule.FieldConditions)
+	}
+	if m.actions != nil {
+		fields = append(fields, inspectionrule.FieldActions)
+	}
+	return fields
+}
+
+// Field returns the value of a field with the given name. The second boolean
+// return value indicates that this field was not set, or was not defined in the
+// schema.
+func (m *InspectionRuleMutation) Field(name string) (ent.Value, bool) {
+	switch name {
+	case inspectionrule.FieldCreatedAt:
+		return m.CreatedAt()
+	case inspectionrule.FieldUpdatedAt:
+		return m.UpdatedAt()
+	case inspectionrule.FieldUUID:
+		return m.UUID()
+	case inspectionrule.FieldDescription:
+		return m.Description()
+	case inspectionrule.FieldPriority:
+		return m.Priority()
+	case inspectionrule.FieldSensitive:
+		return m.Sensitive()
+	case inspectionrule.FieldPhase:
+		return m.Phase()
+	case inspectionrule.FieldConditions:
+		return m.Conditions()
+	case inspectionrule.FieldActions:
+		return m.Actions()
+	}
+	return nil, false
+}
+
+// OldField returns the old value of the field from the database. An error is
+// returned if the mutation operation is not UpdateOne, or the query to the
+// database failed.
+func (m *InspectionRuleMutation) OldField(ctx context.Context, name string) (ent.Value, error) {
+	switch name {
+	case inspectionrule.FieldCreatedAt:
+		return m.OldCreatedAt(ctx)
+	case inspectionrule.FieldUpdatedAt:
+		return m.OldUpdatedAt(ctx)
+	case inspectionrule.FieldUUID:
+		return m.OldUUID(ctx)
+	case inspectionrule.FieldDescription:
+		return m.OldDescription(ctx)
+	case inspectionrule.FieldPriority:
+		return m.OldPriority(ctx)
+	case inspectionrule.FieldSensitive:
+		return m.OldSensitive(ctx)
+	case inspectionrule.FieldPhase:
+		return m.OldPhase(ctx)
+	case inspectionrule.FieldConditions:
+		return m.OldConditions(ctx)
+	case inspectionrule.FieldActions:
+		return m.OldActions(ctx)
+	}
+	return nil, fmt.Errorf("unknown InspectionRule field %s", name)
+}
+
+// SetField sets the value of a field with the given name. It returns an error if
+// the field is not defined in the schema, or if the type mismatched the field
+// type.
+func (m *InspectionRuleMutation) SetField(name string, value ent.Value) error {
+	switch name {
+	case inspectionrule.FieldCreatedAt:
+		v, ok := value.(time.Time)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetCreatedAt(v)
+		return nil
+	case inspectionrule.FieldUpdatedAt:
+		v, ok := value.(time.Time)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetUpdatedAt(v)
+		return nil
+	case inspectionrule.FieldUUID:
+		v, ok := value.(string)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetUUID(v)
+		return nil
+	case inspectionrule.FieldDescription:
+		v, ok := value.(string)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetDescription(v)
+		return nil
+	case inspectionrule.FieldPriority:
+		v, ok := value.(int)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetPriority(v)
+		return nil
+	case inspectionrule.FieldSensitive:
+		v, ok := value.(bool)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetSensitive(v)
+		return nil
+	case inspectionrule.FieldPhase:
+		v, ok := value.(string)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetPhase(v)
+		return nil
+	case inspectionrule.FieldConditions:
+		v, ok := value.([]map[string]interface{})
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetConditions(v)
+		return nil
+	case inspectionrule.FieldActions:
+		v, ok := value.([]map[string]interface{})
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetActions(v)
+		return nil
+	}
+	return fmt.Errorf("unknown InspectionRule field %s", name)
+}
+
+// AddedFields returns all numeric fields that were incremented/decremented during
+// this mutation.
+func (m *InspectionRuleMutation) AddedFields() []string {
+	var fields []string
+	if m.addpriority != nil {
+		fields = append(fields, inspectionrule.FieldPriority)
+	}
+	return fields
+}
+
+// AddedField returns the numeric value that was incremented/decremented on a field
+// with the given name. The second boolean return value indicates that this field
+// was not set, or was not defined in the schema.
+func (m *InspectionRuleMutation) AddedField(name string) (ent.Value, bool) {
+	switch name {
+	case inspectionrule.FieldPriority:
+		return m.AddedPriority()
+	}
+	return nil, false
+}
+
+// AddField adds the value to the field with the given name. It returns an error if
+// the field is not defined in the schema, or if the type mismatched the field
+// type.
+func (m *InspectionRuleMutation) AddField(name string, value ent.Value) error {
+	switch name {
+	case inspectionrule.FieldPriority:
+		v, ok := value.(int)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.AddPriority(v)
+		return nil
+	}
+	return fmt.Errorf("unknown InspectionRule numeric field %s", name)
+}
+
+// ClearedFields returns all nullable fields that were cleared during this
+// mutation.
+func (m *InspectionRuleMutation) ClearedFields() []string {
+	var fields []string
+	if m.FieldCleared(inspectionrule.FieldUpdatedAt) {
+		fields = append(fields, inspectionrule.FieldUpdatedAt)
+	}
+	if m.FieldCleared(inspectionrule.FieldDescription) {
+		fields = append(fields, inspectionrule.FieldDescription)
+	}
+	if m.FieldCleared(inspectionrule.FieldConditions) {
+		fields = append(fields, inspectionrule.FieldConditions)
+	}
+	return fields
+}
+
+// FieldCleared returns a boolean indicating if a field with the given name was
+// cleared in this mutation.
+func (m *InspectionRuleMutation) FieldCleared(name string) bool {
+	_, ok := m.clearedFields[name]
+	return ok
+}
+
+// ClearField clears the value of the field with the given name. It returns an
+// error if the field is not defined in the schema.
+func (m *InspectionRuleMutation) ClearField(name string) error {
+	switch name {
+	case inspectionrule.FieldUpdatedAt:
+		m.ClearUpdatedAt()
+		return nil
+	case inspectionrule.FieldDescription:
+		m.ClearDescription()
+		return nil
+	case inspectionrule.FieldConditions:
+		m.ClearConditions()
+		return nil
+	}
+	return fmt.Errorf("unknown InspectionRule nullable field %s", name)
+}
+
+// ResetField resets all changes in the mutation for the field with the given name.
+// It returns an error if the field is not defined in the schema.
+func (m *InspectionRuleMutation) ResetField(name string) error {
+	switch name {
+	case inspectionrule.FieldCreatedAt:
+		m.ResetCreatedAt()
+		return nil
+	case inspectionrule.FieldUpdatedAt:
+		m.ResetUpdatedAt()
+		return nil
+	case inspectionrule.FieldUUID:
+		m.ResetUUID()
+		return nil
+	case inspectionrule.FieldDescription:
+		m.ResetDescription()
+		return nil
+	case inspectionrule.FieldPriority:
+		m.ResetPriority()
+		return nil
+	case inspectionrule.FieldSensitive:
+		m.ResetSensitive()
+		return nil
+	case inspectionrule.FieldPhase:
+		m.ResetPhase()
+		return nil
+	case inspectionrule.FieldConditions:
+		m.ResetConditions()
+		return nil
+	case inspectionrule.FieldActions:
+		m.ResetActions()
+		return nil
+	}
+	return fmt.Errorf("unknown InspectionRule field %s", name)
+}
+
+// AddedEdges returns all edge names that were set/added in this mutation.
+func (m *InspectionRuleMutation) AddedEdges() []string {
+	edges := make([]string, 0, 0)
+	return edges
+}
+
+// AddedIDs returns all IDs (to other nodes) that were added for the given edge
+// name in this mutation.
+func (m *InspectionRuleMutation) AddedIDs(name string) []ent.Value {
+	return nil
+}
+
+// RemovedEdges returns all edge names that were removed in this mutation.
+func (m *InspectionRuleMutation) RemovedEdges() []string {
+	edges := make([]string, 0, 0)
+	return edges
+}
+
+// RemovedIDs returns all IDs (to other nodes) that were removed for the edge with
+// the given name in this mutation.
+func (m *InspectionRuleMutation) RemovedIDs(name string) []ent.Value {
+	return nil
+}
+
+// ClearedEdges returns all edge names that were cleared in this mutation.
+func (m *InspectionRuleMutation) ClearedEdges() []string {
+	edges := make([]string, 0, 0)
+	return edges
+}
+
+// EdgeCleared returns a boolean which indicates if the edge with the given name
+// was cleared in this mutation.
+func (m *InspectionRuleMutation) EdgeCleared(name string) bool {
+	return false
+}
+
+// ClearEdge clears the value of the edge with the given name. It returns an error
+// if that edge is not defined in the schema.
+func (m *InspectionRuleMutation) ClearEdge(name string) error {
+	return fmt.Errorf("unknown InspectionRule unique edge %s", name)
+}
+
+// ResetEdge resets all changes to the edge with the given name in this mutation.
+// It returns an error if the edge is not defined in the schema.
+func (m *InspectionRuleMutation) ResetEdge(name string) error {
+	return fmt.Errorf("unknown InspectionRule edge %s", name)
 }
 
 // NodeMutation represents an operation that mutates the Node nodes in the graph.

@@ -13,6 +13,7 @@ import (
 	"github.com/anvilproject/anvil/ent/conductor"
 	"github.com/anvilproject/anvil/ent/deploytemplate"
 	"github.com/anvilproject/anvil/ent/deploytemplatestep"
+	"github.com/anvilproject/anvil/ent/inspectionrule"
 	"github.com/anvilproject/anvil/ent/node"
 	"github.com/anvilproject/anvil/ent/nodeevent"
 	"github.com/anvilproject/anvil/ent/nodeinventory"
@@ -177,6 +178,37 @@ func init() {
 	deploytemplatestepDescStep := deploytemplatestepFields[2].Descriptor()
 	// deploytemplatestep.StepValidator is a validator for the "step" field. It is called by the builders before save.
 	deploytemplatestep.StepValidator = deploytemplatestepDescStep.Validators[0].(func(string) error)
+	inspectionruleMixin := schema.InspectionRule{}.Mixin()
+	inspectionruleMixinFields0 := inspectionruleMixin[0].Fields()
+	_ = inspectionruleMixinFields0
+	inspectionruleFields := schema.InspectionRule{}.Fields()
+	_ = inspectionruleFields
+	// inspectionruleDescCreatedAt is the schema descriptor for created_at field.
+	inspectionruleDescCreatedAt := inspectionruleMixinFields0[0].Descriptor()
+	// inspectionrule.DefaultCreatedAt holds the default value on creation for the created_at field.
+	inspectionrule.DefaultCreatedAt = inspectionruleDescCreatedAt.Default.(func() time.Time)
+	// inspectionruleDescUUID is the schema descriptor for uuid field.
+	inspectionruleDescUUID := inspectionruleFields[0].Descriptor()
+	// inspectionrule.UUIDValidator is a validator for the "uuid" field. It is called by the builders before save.
+	inspectionrule.UUIDValidator = inspectionruleDescUUID.Validators[0].(func(string) error)
+	// inspectionruleDescDescription is the schema descriptor for description field.
+	inspectionruleDescDescription := inspectionruleFields[1].Descriptor()
+	// inspectionrule.DescriptionValidator is a validator for the "description" field. It is called by the builders before save.
+	inspectionrule.DescriptionValidator = inspectionruleDescDescription.Validators[0].(func(string) error)
+	// inspectionruleDescPriority is the schema descriptor for priority field.
+	inspectionruleDescPriority := inspectionruleFields[2].Descriptor()
+	// inspectionrule.DefaultPriority holds the default value on creation for the priority field.
+	inspectionrule.DefaultPriority = inspectionruleDescPriority.Default.(int)
+	// inspectionruleDescSensitive is the schema descriptor for sensitive field.
+	inspectionruleDescSensitive := inspectionruleFields[3].Descriptor()
+	// inspectionrule.DefaultSensitive holds the default value on creation for the sensitive field.
+	inspectionrule.DefaultSensitive = inspectionruleDescSensitive.Default.(bool)
+	// inspectionruleDescPhase is the schema descriptor for phase field.
+	inspectionruleDescPhase := inspectionruleFields[4].Descriptor()
+	// inspectionrule.DefaultPhase holds the default value on creation for the phase field.
+	inspectionrule.DefaultPhase = inspectionruleDescPhase.Default.(string)
+	// inspectionrule.PhaseValidator is a validator for the "phase" field. It is called by the builders before save.
+	inspectionrule.PhaseValidator = inspectionruleDescPhase.Validators[0].(func(string) error)
 	nodeMixin := schema.Node{}.Mixin()
 	nodeMixinFields0 := nodeMixin[0].Fields()
 	_ = nodeMixinFields0

@@ -180,6 +180,12 @@ func Defaults() []Rule {
 		{"baremetal:deploy_template:delete", "rule:system_admin", sysProj, "Delete deploy template records.", []string{"DELETE /v1/deploy_templates/{deploy_template}"}},
 		{"baremetal:deploy_template:update", "rule:system_admin", sysProj, "Update deploy template records.", []string{"PATCH /v1/deploy_templates/{deploy_template}"}},
 
+		// Inspection rules: system rules, as Ironic's.
+		{"baremetal:inspection_rule:get", "rule:system_reader", sysProj, "Get inspection rule(s).", []string{"GET /v1/inspection_rules", "GET /v1/inspection_rules/{rule_id}"}},
+		{"baremetal:inspection_rule:create", "rule:system_admin", sysProj, "Create inspection rule.", []string{"POST /v1/inspection_rules"}},
+		{"baremetal:inspection_rule:update", "rule:system_admin", sysProj, "Update an inspection rule.", []string{"PATCH /v1/inspection_rules/{rule_id}"}},
+		{"baremetal:inspection_rule:delete", "rule:system_admin", sysProj, "Delete an inspection rule.", []string{"DELETE /v1/inspection_rules/{rule_id}"}},
+
 		// Vendor passthru: no driver of Anvil's has vendor methods.
 		{"baremetal:node:vendor_passthru", "rule:system_admin", sysProj, "Access vendor-specific node functions.", []string{"GET /v1/nodes/{node}/vendor_passthru/methods", "POST /v1/nodes/{node}/vendor_passthru"}},
 		{"baremetal:driver:vendor_passthru", "rule:system_admin", sys, "Access vendor-specific driver functions.", []string{"GET /v1/drivers/{driver}/vendor_passthru/methods", "POST /v1/drivers/{driver}/vendor_passthru"}},

@@ -32,6 +32,7 @@ import (
 	"github.com/anvilproject/anvil/server/errs"
 	"github.com/anvilproject/anvil/server/guard"
 	"github.com/anvilproject/anvil/server/identity"
+	"github.com/anvilproject/anvil/server/inspectionrules"
 	"github.com/anvilproject/anvil/server/nodes"
 	"github.com/anvilproject/anvil/server/obs"
 	"github.com/anvilproject/anvil/server/oidclogin"
@@ -220,7 +221,8 @@ func (a *App) routes() *fiber.App {
 	}
 	(&api.API{Nodes: a.Nodes, Ops: a.Portal.Ops, Runbooks: a.Runbooks, Allocations: a.Allocations, Ports: a.Ports, Guard: a.Guard, Audit: a.Audit, Log: a.opts.Log,
 		Chassis: chassis.New(a.DB, a.Guard), Volume: volume.New(a.DB, a.Guard, a.Nodes),
-		DeployTemplates: deploytemplates.New(a.DB, a.Guard)}).Register(app, v1)
+		DeployTemplates: deploytemplates.New(a.DB, a.Guard),
+		InspectionRules: inspectionrules.New(a.DB, a.Guard)}).Register(app, v1)
 	return app
 }
 

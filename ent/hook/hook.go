@@ -105,6 +105,18 @@ func (f DeployTemplateStepFunc) Mutate(ctx context.Context, m ent.Mutation) (ent
 	return nil, fmt.Errorf("unexpected mutation type %T. expect *ent.DeployTemplateStepMutation", m)
 }
 
+// The InspectionRuleFunc type is an adapter to allow the use of ordinary
+// function as InspectionRule mutator.
+type InspectionRuleFunc func(context.Context, *ent.InspectionRuleMutation) (ent.Value, error)
+
+// Mutate calls f(ctx, m).
+func (f InspectionRuleFunc) Mutate(ctx context.Context, m ent.Mutation) (ent.Value, error) {
+	if mv, ok := m.(*ent.InspectionRuleMutation); ok {
+		return f(ctx, mv)
+	}
+	return nil, fmt.Errorf("unexpected mutation type %T. expect *ent.InspectionRuleMutation", m)
+}
+
 // The NodeFunc type is an adapter to allow the use of ordinary
 // function as Node mutator.
 type NodeFunc func(context.Context, *ent.NodeMutation) (ent.Value, error)

@@ -223,6 +223,32 @@ var (
 			},
 		},
 	}
+	// InspectionRulesColumns holds the columns for the "inspection_rules" table.
+	InspectionRulesColumns = []*schema.Column{
+		{Name: "id", Type: field.TypeInt, Increment: true},
+		{Name: "created_at", Type: field.TypeTime},
+		{Name: "updated_at", Type: field.TypeTime, Nullable: true},
+		{Name: "uuid", Type: field.TypeString, Unique: true, Size: 36},
+		{Name: "description", Type: field.TypeString, Nullable: true, Size: 255},
+		{Name: "priority", Type: field.TypeInt, Default: 0},
+		{Name: "sensitive", Type: field.TypeBool, Default: false},
+		{Name: "phase", Type: field.TypeString, Size: 16, Default: "main"},
+		{Name: "conditions", Type: field.TypeJSON, Nullable: true},
+		{Name: "actions", Type: field.TypeJSON},
+	}
+	// InspectionRulesTable holds the schema information for the "inspection_rules" table.
+	InspectionRulesTable = &schema.Table{
+		Name:       "inspection_rules",
+		Columns:    InspectionRulesColumns,
+		PrimaryKey: []*schema.Column{InspectionRulesColumns[0]},
+		Indexes: []*schema.Index{
+			{
+				Name:    "inspectionrule_phase_priority",
+				Unique:  false,
+				Columns: []*schema.Column{InspectionRulesColumns[7], InspectionRulesColumns[5]},
+			},
+		},
+	}
 	// NodesColumns holds the columns for the "nodes" table.
 	NodesColumns = []*schema.Column{
 		{Name: "id", Type: field.TypeInt, Increment: true},
@@ -787,6 +813,7 @@ var (
 		ConductorsTable,
 		DeployTemplatesTable,
 		DeployTemplateStepsTable,
+		InspectionRulesTable,
 		NodesTable,
 		NodeEventsTable,
 		NodeInventoriesTable,

@@ -18,6 +18,7 @@ import (
 	"github.com/anvilproject/anvil/server/deploytemplates"
 	"github.com/anvilproject/anvil/server/errs"
 	"github.com/anvilproject/anvil/server/guard"
+	"github.com/anvilproject/anvil/server/inspectionrules"
 	"github.com/anvilproject/anvil/server/nodes"
 	"github.com/anvilproject/anvil/server/ports"
 	"github.com/anvilproject/anvil/server/runbooks"
@@ -45,6 +46,8 @@ type API struct {
 	Volume *volume.Service
 	// DeployTemplates serves /v1/deploy_templates.
 	DeployTemplates *deploytemplates.Service
+	// InspectionRules serves /v1/inspection_rules.
+	InspectionRules *inspectionrules.Service
 	Guard           *guard.Guard
 	Audit           *audit.Log
 	Log             *slog.Logger
@@ -101,6 +104,7 @@ func (a *API) Register(root fiber.Router, v1 fiber.Router) {
 	a.registerChassis(v1)
 	a.registerVolume(v1)
 	a.registerDeployTemplates(v1)
+	a.registerInspectionRules(v1)
 	a.registerVendorPassthru(v1)
 	a.registerHardware(v1)
 }

@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/anvilproject/anvil/server"
+	"github.com/anvilproject/anvil/server/api"
 	"github.com/anvilproject/anvil/server/identity"
 	"github.com/anvilproject/anvil/server/servertest"
 	"github.com/anvilproject/anvil/server/store"
@@ -172,6 +173,14 @@ var matrix = []struct {
 	{"POST", "/v1/deploy_templates", `{"name":"CUSTOM_T{i}","steps":[{"interface":"power","step":"reboot","args":{},"priority":1}]}`, "401 | 201 403 403 403 | 403 403 403 403 403 | 403 403 403 403 403 | 403 403 403 403 | 403"},
 	{"PATCH", "/v1/deploy_templates/{dt}", `[{"op":"add","path":"/extra/k","value":"v"}]`, "401 | 200 403 403 403 | 403 403 403 403 403 | 403 403 403 403 403 | 403 403 403 403 | 403"},
 	{"DELETE", "/v1/deploy_templates/{dt}", "", "401 | 204 403 403 403 | 403 403 403 403 403 | 403 403 403 403 403 | 403 403 403 403 | 403"},
+	// Inspection rules are system records as in Ironic: SYSTEM_READER to
+	// read, SYSTEM_ADMIN to change. Below 1.96 the version gate answers
+	// first: a read 404, a write 405.
+	{"GET", "/v1/inspection_rules", "", ifServed(api.VerInspectionRules, "401 | 200 200 200 200 | 403 403 403 403 403 | 403 403 403 403 403 | 403 403 403 403 | 200", "404")},
+	{"GET", "/v1/inspection_rules/{ir}", "", ifServed(api.VerInspectionRules, "401 | 200 200 200 200 | 403 403 403 403 403 | 403 403 403 403 403 | 403 403 403 403 | 200", "404")},
+	{"POST", "/v1/inspection_rules", `{"actions":[{"op":"add-trait","args":{"name":"CUSTOM_R"}}]}`, ifServed(api.VerInspectionRules, "401 | 201 403 403 403 | 403 403 403 403 403 | 403 403 403 403 403 | 403 403 403 403 | 403", "405")},
+	{"PATCH", "/v1/inspection_rules/{ir}", `[{"op":"replace","path":"/priority","value":5}]`, ifServed(api.VerInspectionRules, "401 | 200 403 403 403 | 403 403 403 403 403 | 403 403 403 403 403 | 403 403 403 403 | 403", "405")},
+	{"DELETE", "/v1/inspection_rules/{ir}", "", ifServed(api.VerInspectionRules, "401 | 204 403 403 403 | 403 403 403 403 403 | 403 403 403 403 403 | 403 403 403 403 | 403", "405")},
 	// Volume records follow their node. volume:list is API_READER,
 	// filtered to the caller's project; volume:get is SYSTEM_OR_PROJECT_READER.
 	{"GET", "/v1/volume/connectors", "", "401 | 200 200 200 200 | 200 200 200 200 200 | 200 200 200 200 200 | 200 200 200 200 | 200"},
@@ -199,7 +208,8 @@ var matrix = []struct {
 }
 
 // fixtures make, per matrix cell, the records a row's path or body names
-// besides the node: {ch} a chassis, {dt} a deploy template, {vc} and {vt}
+// besides the node: {ch} a chassis, {dt} a deploy template, {ir} an
+// inspection rule, {vc} and {vt}
 // a volume connector and target on the cell's node.
 var fixtures = map[string]func(t *testing.T, admin *servertest.Client, node string, i int) string{
 	"{ch}": func(t *testing.T, admin *servertest.Client, _ string, _ int) string {
@@ -209,12 +219,28 @@ var fixtures = map[string]func(t *testing.T, admin *servertest.Client, node stri
 		return created(t, admin, "/v1/deploy_templates", map[string]any{"name": fmt.Sprintf("CUSTOM_F%d", i),
 			"steps": []any{map[string]any{"interface": "power", "step": "reboot", "args": map[string]any{}, "priority": 1}}})
 	},
+	"{ir}": func(t *testing.T, admin *servertest.Client, _ string, i int) string {
+		if api.VerMax < api.VerInspectionRules {
+			return fmt.Sprintf("00000000-0000-4000-8000-%012d", i)
+		}
+		return created(t, admin, "/v1/inspection_rules", map[string]any{"actions": []any{map[string]any{"op": "add-trait", "args": map[string]any{"name": "CUSTOM_R"}}}})
+	},
 	"{vc}": func(t *testing.T, admin *servertest.Client, node string, i int) string {
 		return created(t, admin, "/v1/volume/connectors", map[string]any{"node_uuid": node, "type": "wwpn", "connector_id": fmt.Sprintf("f%d", i)})
 	},
 	"{vt}": func(t *testing.T, admin *servertest.Client, node string, _ int) string {
 		return created(t, admin, "/v1/volume/targets", map[string]any{"node_uuid": node, "volume_type": "iscsi", "volume_id": "v", "boot_index": 7})
 	},
+}
+
+// ifServed is want while the advertised maximum reaches need, else the
+// version gate's answer, refused (404 for a read, 405 for a write), to
+// everyone authenticated.
+func ifServed(need api.Version, want, refused string) string {
+	if api.VerMax >= need {
+		return want
+	}
+	return "401" + strings.Repeat(" "+refused, len(personas)-1)
 }
 
 func created(t *testing.T, admin *servertest.Client, path string, body map[string]any) string {

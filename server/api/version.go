@@ -107,6 +107,7 @@ const (
 	VerDisablePowerOff Version = 95  // disable_power_off field
 	VerInstanceName    Version = 104 // instance_name field
 	VerHealth          Version = 109 // health field
+	VerInspectionRules Version = 96  // /v1/inspection_rules
 	// VerMax is the newest version whose predecessors' behaviour is all in
 	// place (README, "Microversions"). Debian's python3-ironicclient 5.0.1
 	// knows up to 1.78 and negotiates down to the lower of the two.

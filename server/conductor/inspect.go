@@ -14,6 +14,7 @@ import (
 	"github.com/anvilproject/anvil/server/bmc"
 	"github.com/anvilproject/anvil/server/errs"
 	"github.com/anvilproject/anvil/server/history"
+	"github.com/anvilproject/anvil/server/inspectionrules"
 	"github.com/anvilproject/anvil/server/nodes"
 	"github.com/anvilproject/anvil/server/store"
 )
@@ -41,6 +42,9 @@ func (c *Conductor) inspect(n *ent.Node, who string) {
 	inv, err := c.readInventory(ctx, n)
 	if err == nil {
 		err = c.saveInventory(ctx, n, inv)
+	}
+	if err == nil {
+		err = inspectionrules.Apply(ctx, c.db, c.log, n.ID, inv)
 	}
 	upd := c.db.Node.UpdateOneID(n.ID).ClearTargetProvisionState().SetProvisionUpdatedAt(time.Now())
 	if err != nil {
