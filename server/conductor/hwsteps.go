@@ -186,6 +186,11 @@ func (c *Conductor) updateFirmware(ctx context.Context, n *ent.Node, fw bmc.Firm
 	if err != nil {
 		return err
 	}
+	// A node never inspected gets its components, with their initial
+	// versions, before anything is flashed.
+	if err := c.cacheFirmware(ctx, n.ID, before, nil); err != nil {
+		return err
+	}
 	poll := c.cfg.BMC.PowerPoll
 	if poll <= 0 {
 		poll = time.Second
@@ -226,6 +231,16 @@ func (c *Conductor) updateFirmware(ctx context.Context, n *ent.Node, fw bmc.Firm
 	}
 	after, err := fw.FirmwareVersions(ctx)
 	if err != nil {
+		return err
+	}
+	flashed := map[string]bool{}
+	for _, x := range list {
+		m, _ := x.(map[string]any)
+		if component, ok := m["component"].(string); ok {
+			flashed[component] = true
+		}
+	}
+	if err := c.cacheFirmware(ctx, n.ID, after, flashed); err != nil {
 		return err
 	}
 	var changes []string

@@ -78,6 +78,15 @@ func (c *Conductor) readInventory(ctx context.Context, n *ent.Node) (*bmc.Invent
 			return nil, err
 		}
 	}
+	if fw, ok := cl.(bmc.Firmware); ok {
+		versions, err := fw.FirmwareVersions(ctx)
+		if err == nil {
+			err = c.cacheFirmware(ctx, n.ID, versions, nil)
+		}
+		if err != nil && !errors.Is(err, bmc.ErrUnsupported) {
+			return nil, err
+		}
+	}
 	return inv, nil
 }
 

@@ -1,0 +1,68 @@
+package conductor
+
+import (
+	"context"
+	"time"
+
+	"github.com/anvilproject/anvil/ent"
+	"github.com/anvilproject/anvil/ent/firmwarecomponent"
+	"github.com/anvilproject/anvil/server/store"
+)
+
+// RuleFirmwareGet guards GET /v1/nodes/{node}/firmware.
+const RuleFirmwareGet = "baremetal:node:firmware:get"
+
+// Firmware lists a node's firmware components as inspection and
+// firmware.update steps last read them.
+func (o *Ops) Firmware(ctx context.Context, ident string) ([]*ent.FirmwareComponent, error) {
+	n, err := o.Nodes.Authorized(ctx, ident, RuleFirmwareGet)
+	if err != nil {
+		return nil, err
+	}
+	return o.C.db.FirmwareComponent.Query().Where(firmwarecomponent.NodeID(n.ID)).Order(ent.Asc(firmwarecomponent.FieldComponent)).All(ctx)
+}
+
+// cacheFirmware records the versions the BMC reported. A component seen
+// for the first time keeps its version as the initial one, as Ironic
+// does; flashed names the components a firmware.update step just wrote,
+// whose new version becomes the last flashed.
+func (c *Conductor) cacheFirmware(ctx context.Context, nodeID int, versions map[string]string, flashed map[string]bool) error {
+	return store.WithTx(ctx, c.db, func(tx *ent.Client) error {
+		have, err := tx.FirmwareComponent.Query().Where(firmwarecomponent.NodeID(nodeID)).All(ctx)
+		if err != nil {
+			return err
+		}
+		byName := map[string]*ent.FirmwareComponent{}
+		for _, h := range have {
+			byName[h.Component] = h
+		}
+		now := time.Now()
+		for name, v := range versions {
+			if v == "" {
+				continue
+			}
+			h, ok := byName[name]
+			if !ok {
+				cr := tx.FirmwareComponent.Create().SetNodeID(nodeID).SetComponent(name).SetInitialVersion(v).SetCurrentVersion(v)
+				if flashed[name] {
+					cr.SetLastVersionFlashed(v)
+				}
+				if err := cr.Exec(ctx); err != nil {
+					return err
+				}
+				continue
+			}
+			if (h.CurrentVersion != nil && *h.CurrentVersion == v) && !flashed[name] {
+				continue
+			}
+			up := tx.FirmwareComponent.UpdateOne(h).SetCurrentVersion(v).SetUpdatedAt(now)
+			if flashed[name] {
+				up.SetLastVersionFlashed(v)
+			}
+			if err := up.Exec(ctx); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
