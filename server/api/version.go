@@ -83,6 +83,9 @@ const (
 	VerVolume            Version = 32  // /v1/volume
 	VerDeployTmpl        Version = 55  // /v1/deploy_templates
 	VerInventory         Version = 81  // /v1/nodes/{node}/inventory
+	VerVMedia            Version = 89  // POST and DELETE /v1/nodes/{node}/vmedia
+	VerVMediaGet         Version = 93  // GET /v1/nodes/{node}/vmedia
+	VerFirmwareIdentity  Version = 114 // firmware component vendor, model, serial_number
 	// VerMax is the newest version whose predecessors' behaviour is all in
 	// place (README, "Microversions"). Debian's python3-ironicclient 5.0.1
 	// knows up to 1.78 and negotiates down to the lower of the two.
