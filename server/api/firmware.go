@@ -27,7 +27,8 @@ func (a *API) registerFirmware(v1 fiber.Router) {
 }
 
 // Ironic's firmware fields: the version fields from 1.86, the identity
-// fields from 1.114; created_at and updated_at are always returned.
+// fields from 1.114 (like node fields, shown only once VerMax reaches
+// them); created_at and updated_at are always returned.
 var (
 	firmwareFields         = []string{"component", "initial_version", "current_version", "last_version_flashed"}
 	firmwareIdentityFields = []string{"vendor", "model", "serial_number"}
@@ -48,7 +49,7 @@ func firmwareJSON(f *ent.FirmwareComponent, identity bool) fiber.Map {
 
 // listFirmware serves GET /v1/nodes/{node}/firmware.
 func (a *API) listFirmware(c *fiber.Ctx) error {
-	identity := ver(c) >= offered(VerFirmwareIdentity)
+	identity := ver(c) >= VerFirmwareIdentity
 	if d := c.Query("detail"); d != "" {
 		if _, err := strconv.ParseBool(d); err != nil {
 			return errs.BadRequest("detail", "detail must be true or false, got %q", d)
