@@ -1,6 +1,7 @@
 package api_test
 
 import (
+	"context"
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
@@ -9,6 +10,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/anvilproject/anvil/ent/firmwarecomponent"
 	"github.com/anvilproject/anvil/server/api"
 	"github.com/anvilproject/anvil/server/bmc/bmctest"
 	"github.com/anvilproject/anvil/server/servertest"
@@ -47,7 +49,7 @@ func firmwareBy(t *testing.T, c *servertest.Client, id string) map[string]map[st
 // the listing keeps the initial versions and shows the flashed ones, as
 // the simulator reports them.
 func TestFirmwareComponents(t *testing.T) {
-	storetest.Each(t, func(t *testing.T, setting string, _ *store.DB) {
+	storetest.Each(t, func(t *testing.T, setting string, db *store.DB) {
 		sim := bmctest.StartRedfish(t, "SIM_UPDATE_DELAY=1")
 		_, clients := startLocal(t, setting, bmcOpts)
 		admin := atVer(clients["system-admin"], servedFrom(api.VerFirmwareIface))
@@ -71,6 +73,16 @@ func TestFirmwareComponents(t *testing.T) {
 		}
 		if b := fw["bmc"]; b == nil || b["current_version"] != simBMC {
 			t.Errorf("bmc after inspection: %v (simulator %v)", b, simBMC)
+		}
+		// The identity columns hold what the BMC says, as Ironic's redfish
+		// driver reads it: the BMC's model only.
+		bmcRow, err := db.FirmwareComponent.Query().Where(firmwarecomponent.Component("bmc")).Only(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		simModel, _ := sim.Resource(t, "/redfish/v1/Managers/1")["Model"].(string)
+		if got := deref(bmcRow.Model); got != simModel || bmcRow.Vendor != nil || bmcRow.SerialNumber != nil {
+			t.Errorf("bmc identity model %q vendor %v serial %v, simulator model %q", got, bmcRow.Vendor, bmcRow.SerialNumber, simModel)
 		}
 		_, identity := fw["bios"]["vendor"]
 		if want := api.VerMax >= api.VerFirmwareIdentity; identity != want {
@@ -236,4 +248,11 @@ func anyStrings(v any) []string {
 		out = append(out, s)
 	}
 	return out
+}
+
+func deref(s *string) string {
+	if s == nil {
+		return ""
+	}
+	return *s
 }

@@ -79,9 +79,9 @@ func (c *Conductor) readInventory(ctx context.Context, n *ent.Node) (*bmc.Invent
 		}
 	}
 	if fw, ok := cl.(bmc.Firmware); ok {
-		versions, err := fw.FirmwareVersions(ctx)
+		versions, ids, err := readFirmware(ctx, fw)
 		if err == nil {
-			err = c.cacheFirmware(ctx, n.ID, versions, nil)
+			err = c.cacheFirmware(ctx, n.ID, versions, ids, nil)
 		}
 		if err != nil && !errors.Is(err, bmc.ErrUnsupported) {
 			return nil, err
