@@ -23,6 +23,7 @@ import (
 	"github.com/anvilproject/anvil/ent/conductor"
 	"github.com/anvilproject/anvil/ent/deploytemplate"
 	"github.com/anvilproject/anvil/ent/deploytemplatestep"
+	"github.com/anvilproject/anvil/ent/firmwarecomponent"
 	"github.com/anvilproject/anvil/ent/inspectionrule"
 	"github.com/anvilproject/anvil/ent/node"
 	"github.com/anvilproject/anvil/ent/nodeevent"
@@ -64,6 +65,8 @@ type Client struct {
 	DeployTemplate *DeployTemplateClient
 	// DeployTemplateStep is the client for interacting with the DeployTemplateStep builders.
 	DeployTemplateStep *DeployTemplateStepClient
+	// FirmwareComponent is the client for interacting with the FirmwareComponent builders.
+	FirmwareComponent *FirmwareComponentClient
 	// InspectionRule is the client for interacting with the InspectionRule builders.
 	InspectionRule *InspectionRuleClient
 	// Node is the client for interacting with the Node builders.
@@ -115,6 +118,7 @@ func (c *Client) init() {
 	c.Conductor = NewConductorClient(c.config)
 	c.DeployTemplate = NewDeployTemplateClient(c.config)
 	c.DeployTemplateStep = NewDeployTemplateStepClient(c.config)
+	c.FirmwareComponent = NewFirmwareComponentClient(c.config)
 	c.InspectionRule = NewInspectionRuleClient(c.config)
 	c.Node = NewNodeClient(c.config)
 	c.NodeEvent = NewNodeEventClient(c.config)
@@ -231,6 +235,7 @@ func (c *Client) Tx(ctx context.Context) (*Tx, error) {
 		Conductor:          NewConductorClient(cfg),
 		DeployTemplate:     NewDeployTemplateClient(cfg),
 		DeployTemplateStep: NewDeployTemplateStepClient(cfg),
+		FirmwareComponent:  NewFirmwareComponentClient(cfg),
 		InspectionRule:     NewInspectionRuleClient(cfg),
 		Node:               NewNodeClient(cfg),
 		NodeEvent:          NewNodeEventClient(cfg),
@@ -274,6 +279,7 @@ func (c *Client) BeginTx(ctx context.Context, opts *sql.TxOptions) (*Tx, error) 
 		Conductor:          NewConductorClient(cfg),
 		DeployTemplate:     NewDeployTemplateClient(cfg),
 		DeployTemplateStep: NewDeployTemplateStepClient(cfg),
+		FirmwareComponent:  NewFirmwareComponentClient(cfg),
 		InspectionRule:     NewInspectionRuleClient(cfg),
 		Node:               NewNodeClient(cfg),
 		NodeEvent:          NewNodeEventClient(cfg),
@@ -320,10 +326,10 @@ func (c *Client) Close() error {
 func (c *Client) Use(hooks ...Hook) {
 	for _, n := range []interface{ Use(...Hook) }{
 		c.APIToken, c.Allocation, c.AuditEvent, c.BiosSetting, c.Chassis, c.Conductor,
-		c.DeployTemplate, c.DeployTemplateStep, c.InspectionRule, c.Node, c.NodeEvent,
-		c.NodeInventory, c.PolicyOverride, c.Port, c.PortalSession, c.Portgroup,
-		c.RoleAssignment, c.Runbook, c.RunbookStep, c.Setting, c.Trait, c.User,
-		c.VolumeConnector, c.VolumeTarget,
+		c.DeployTemplate, c.DeployTemplateStep, c.FirmwareComponent, c.InspectionRule,
+		c.Node, c.NodeEvent, c.NodeInventory, c.PolicyOverride, c.Port,
+		c.PortalSession, c.Portgroup, c.RoleAssignment, c.Runbook, c.RunbookStep,
+		c.Setting, c.Trait, c.User, c.VolumeConnector, c.VolumeTarget,
 	} {
 		n.Use(hooks...)
 	}
@@ -334,10 +340,10 @@ func (c *Client) Use(hooks ...Hook) {
 func (c *Client) Intercept(interceptors ...Interceptor) {
 	for _, n := range []interface{ Intercept(...Interceptor) }{
 		c.APIToken, c.Allocation, c.AuditEvent, c.BiosSetting, c.Chassis, c.Conductor,
-		c.DeployTemplate, c.DeployTemplateStep, c.InspectionRule, c.Node, c.NodeEvent,
-		c.NodeInventory, c.PolicyOverride, c.Port, c.PortalSession, c.Portgroup,
-		c.RoleAssignment, c.Runbook, c.RunbookStep, c.Setting, c.Trait, c.User,
-		c.VolumeConnector, c.VolumeTarget,
+		c.DeployTemplate, c.DeployTemplateStep, c.FirmwareComponent, c.InspectionRule,
+		c.Node, c.NodeEvent, c.NodeInventory, c.PolicyOverride, c.Port,
+		c.PortalSession, c.Portgroup, c.RoleAssignment, c.Runbook, c.RunbookStep,
+		c.Setting, c.Trait, c.User, c.VolumeConnector, c.VolumeTarget,
 	} {
 		n.Intercept(interceptors...)
 	}
@@ -362,6 +368,8 @@ func (c *Client) Mutate(ctx context.Context, m Mutation) (Value, error) {
 		return c.DeployTemplate.mutate(ctx, m)
 	case *DeployTemplateStepMutation:
 		return c.DeployTemplateStep.mutate(ctx, m)
+	case *FirmwareComponentMutation:
+		return c.FirmwareComponent.mutate(ctx, m)
 	case *InspectionRuleMutation:
 		return c.InspectionRule.mutate(ctx, m)
 	case *NodeMutation:
@@ -1543,6 +1551,155 @@ func (c *DeployTemplateStepClient) mutate(ctx context.Context, m *DeployTemplate
 	}
 }
 
+// FirmwareComponentClient is a client for the FirmwareComponent schema.
+type FirmwareComponentClient struct {
+	config
+}
+
+// NewFirmwareComponentClient returns a client for the FirmwareComponent from the given config.
+func NewFirmwareComponentClient(c config) *FirmwareComponentClient {
+	return &FirmwareComponentClient{config: c}
+}
+
+// Use adds a list of mutation hooks to the hooks stack.
+// A call to `Use(f, g, h)` equals to `firmwarecomponent.Hooks(f(g(h())))`.
+func (c *FirmwareComponentClient) Use(hooks ...Hook) {
+	c.hooks.FirmwareComponent = append(c.hooks.FirmwareComponent, hooks...)
+}
+
+// Intercept adds a list of query interceptors to the interceptors stack.
+// A call to `Intercept(f, g, h)` equals to `firmwarecomponent.Intercept(f(g(h())))`.
+func (c *FirmwareComponentClient) Intercept(interceptors ...Interceptor) {
+	c.inters.FirmwareComponent = append(c.inters.FirmwareComponent, interceptors...)
+}
+
+// Create returns a builder for creating a FirmwareComponent entity.
+func (c *FirmwareComponentClient) Create() *FirmwareComponentCreate {
+	mutation := newFirmwareComponentMutation(c.config, OpCreate)
+	return &FirmwareComponentCreate{config: c.config, hooks: c.Hooks(), mutation: mutation}
+}
+
+// CreateBulk returns a builder for creating a bulk of FirmwareComponent entities.
+func (c *FirmwareComponentClient) CreateBulk(builders ...*FirmwareComponentCreate) *FirmwareComponentCreateBulk {
+	return &FirmwareComponentCreateBulk{config: c.config, builders: builders}
+}
+
+// MapCreateBulk creates a bulk creation builder from the given slice. For each item in the slice, the function creates
+// a builder and applies setFunc on it.
+func (c *FirmwareComponentClient) MapCreateBulk(slice any, setFunc func(*FirmwareComponentCreate, int)) *FirmwareComponentCreateBulk {
+	rv := reflect.ValueOf(slice)
+	if rv.Kind() != reflect.Slice {
+		return &FirmwareComponentCreateBulk{err: fmt.Errorf("calling to FirmwareComponentClient.MapCreateBulk with wrong type %T, need slice", slice)}
+	}
+	builders := make([]*FirmwareComponentCreate, rv.Len())
+	for i := 0; i < rv.Len(); i++ {
+		builders[i] = c.Create()
+		setFunc(builders[i], i)
+	}
+	return &FirmwareComponentCreateBulk{config: c.config, builders: builders}
+}
+
+// Update returns an update builder for FirmwareComponent.
+func (c *FirmwareComponentClient) Update() *FirmwareComponentUpdate {
+	mutation := newFirmwareComponentMutation(c.config, OpUpdate)
+	return &FirmwareComponentUpdate{config: c.config, hooks: c.Hooks(), mutation: mutation}
+}
+
+// UpdateOne returns an update builder for the given entity.
+func (c *FirmwareComponentClient) UpdateOne(_m *FirmwareComponent) *FirmwareComponentUpdateOne {
+	mutation := newFirmwareComponentMutation(c.config, OpUpdateOne, withFirmwareComponent(_m))
+	return &FirmwareComponentUpdateOne{config: c.config, hooks: c.Hooks(), mutation: mutation}
+}
+
+// UpdateOneID returns an update builder for the given id.
+func (c *FirmwareComponentClient) UpdateOneID(id int) *FirmwareComponentUpdateOne {
+	mutation := newFirmwareComponentMutation(c.config, OpUpdateOne, withFirmwareComponentID(id))
+	return &FirmwareComponentUpdateOne{config: c.config, hooks: c.Hooks(), mutation: mutation}
+}
+
+// Delete returns a delete builder for FirmwareComponent.
+func (c *FirmwareComponentClient) Delete() *FirmwareComponentDelete {
+	mutation := newFirmwareComponentMutation(c.config, OpDelete)
+	return &FirmwareComponentDelete{config: c.config, hooks: c.Hooks(), mutation: mutation}
+}
+
+// DeleteOne returns a builder for deleting the given entity.
+func (c *FirmwareComponentClient) DeleteOne(_m *FirmwareComponent) *FirmwareComponentDeleteOne {
+	return c.DeleteOneID(_m.ID)
+}
+
+// DeleteOneID returns a builder for deleting the given entity by its id.
+func (c *FirmwareComponentClient) DeleteOneID(id int) *FirmwareComponentDeleteOne {
+	builder := c.Delete().Where(firmwarecomponent.ID(id))
+	builder.mutation.id = &id
+	builder.mutation.op = OpDeleteOne
+	return &FirmwareComponentDeleteOne{builder}
+}
+
+// Query returns a query builder for FirmwareComponent.
+func (c *FirmwareComponentClient) Query() *FirmwareComponentQuery {
+	return &FirmwareComponentQuery{
+		config: c.config,
+		ctx:    &QueryContext{Type: TypeFirmwareComponent},
+		inters: c.Interceptors(),
+	}
+}
+
+// Get returns a FirmwareComponent entity by its id.
+func (c *FirmwareComponentClient) Get(ctx context.Context, id int) (*FirmwareComponent, error) {
+	return c.Query().Where(firmwarecomponent.ID(id)).Only(ctx)
+}
+
+// GetX is like Get, but panics if an error occurs.
+func (c *FirmwareComponentClient) GetX(ctx context.Context, id int) *FirmwareComponent {
+	obj, err := c.Get(ctx, id)
+	if err != nil {
+		panic(err)
+	}
+	return obj
+}
+
+// QueryNode queries the node edge of a FirmwareComponent.
+func (c *FirmwareComponentClient) QueryNode(_m *FirmwareComponent) *NodeQuery {
+	query := (&NodeClient{config: c.config}).Query()
+	query.path = func(context.Context) (fromV *sql.Selector, _ error) {
+		id := _m.ID
+		step := sqlgraph.NewStep(
+			sqlgraph.From(firmwarecomponent.Table, firmwarecomponent.FieldID, id),
+			sqlgraph.To(node.Table, node.FieldID),
+			sqlgraph.Edge(sqlgraph.M2O, true, firmwarecomponent.NodeTable, firmwarecomponent.NodeColumn),
+		)
+		fromV = sqlgraph.Neighbors(_m.driver.Dialect(), step)
+		return fromV, nil
+	}
+	return query
+}
+
+// Hooks returns the client hooks.
+func (c *FirmwareComponentClient) Hooks() []Hook {
+	return c.hooks.FirmwareComponent
+}
+
+// Interceptors returns the client interceptors.
+func (c *FirmwareComponentClient) Interceptors() []Interceptor {
+	return c.inters.FirmwareComponent
+}
+
+func (c *FirmwareComponentClient) mutate(ctx context.Context, m *FirmwareComponentMutation) (Value, error) {
+	switch m.Op() {
+	case OpCreate:
+		return (&FirmwareComponentCreate{config: c.config, hooks: c.Hooks(), mutation: m}).Save(ctx)
+	case OpUpdate:
+		return (&FirmwareComponentUpdate{config: c.config, hooks: c.Hooks(), mutation: m}).Save(ctx)
+	case OpUpdateOne:
+		return (&FirmwareComponentUpdateOne{config: c.config, hooks: c.Hooks(), mutation: m}).Save(ctx)
+	case OpDelete, OpDeleteOne:
+		return (&FirmwareComponentDelete{config: c.config, hooks: c.Hooks(), mutation: m}).Exec(ctx)
+	default:
+		return nil, fmt.Errorf("ent: unknown FirmwareComponent mutation op: %q", m.Op())
+	}
+}
+
 // InspectionRuleClient is a client for the InspectionRule schema.
 type InspectionRuleClient struct {
 	config
@@ -1905,6 +2062,22 @@ func (c *NodeClient) QueryInventory(_m *Node) *NodeInventoryQuery {
 			sqlgraph.From(node.Table, node.FieldID, id),
 			sqlgraph.To(nodeinventory.Table, nodeinventory.FieldID),
 			sqlgraph.Edge(sqlgraph.O2O, false, node.InventoryTable, node.InventoryColumn),
+		)
+		fromV = sqlgraph.Neighbors(_m.driver.Dialect(), step)
+		return fromV, nil
+	}
+	return query
+}
+
+// QueryFirmwareComponents queries the firmware_components edge of a Node.
+func (c *NodeClient) QueryFirmwareComponents(_m *Node) *FirmwareComponentQuery {
+	query := (&FirmwareComponentClient{config: c.config}).Query()
+	query.path = func(context.Context) (fromV *sql.Selector, _ error) {
+		id := _m.ID
+		step := sqlgraph.NewStep(
+			sqlgraph.From(node.Table, node.FieldID, id),
+			sqlgraph.To(firmwarecomponent.Table, firmwarecomponent.FieldID),
+			sqlgraph.Edge(sqlgraph.O2M, false, node.FirmwareComponentsTable, node.FirmwareComponentsColumn),
 		)
 		fromV = sqlgraph.Neighbors(_m.driver.Dialect(), step)
 		return fromV, nil
@@ -4027,16 +4200,16 @@ func (c *VolumeTargetClient) mutate(ctx context.Context, m *VolumeTargetMutation
 type (
 	hooks struct {
 		APIToken, Allocation, AuditEvent, BiosSetting, Chassis, Conductor,
-		DeployTemplate, DeployTemplateStep, InspectionRule, Node, NodeEvent,
-		NodeInventory, PolicyOverride, Port, PortalSession, Portgroup, RoleAssignment,
-		Runbook, RunbookStep, Setting, Trait, User, VolumeConnector,
+		DeployTemplate, DeployTemplateStep, FirmwareComponent, InspectionRule, Node,
+		NodeEvent, NodeInventory, PolicyOverride, Port, PortalSession, Portgroup,
+		RoleAssignment, Runbook, RunbookStep, Setting, Trait, User, VolumeConnector,
 		VolumeTarget []ent.Hook
 	}
 	inters struct {
 		APIToken, Allocation, AuditEvent, BiosSetting, Chassis, Conductor,
-		DeployTemplate, DeployTemplateStep, InspectionRule, Node, NodeEvent,
-		NodeInventory, PolicyOverride, Port, PortalSession, Portgroup, RoleAssignment,
-		Runbook, RunbookStep, Setting, Trait, User, VolumeConnector,
+		DeployTemplate, DeployTemplateStep, FirmwareComponent, InspectionRule, Node,
+		NodeEvent, NodeInventory, PolicyOverride, Port, PortalSession, Portgroup,
+		RoleAssignment, Runbook, RunbookStep, Setting, Trait, User, VolumeConnector,
 		VolumeTarget []ent.Interceptor
 	}
 )

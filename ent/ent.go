@@ -20,6 +20,7 @@ import (
 	"github.com/anvilproject/anvil/ent/conductor"
 	"github.com/anvilproject/anvil/ent/deploytemplate"
 	"github.com/anvilproject/anvil/ent/deploytemplatestep"
+	"github.com/anvilproject/anvil/ent/firmwarecomponent"
 	"github.com/anvilproject/anvil/ent/inspectionrule"
 	"github.com/anvilproject/anvil/ent/node"
 	"github.com/anvilproject/anvil/ent/nodeevent"
@@ -104,6 +105,7 @@ func checkColumn(t, c string) error {
 			conductor.Table:          conductor.ValidColumn,
 			deploytemplate.Table:     deploytemplate.ValidColumn,
 			deploytemplatestep.Table: deploytemplatestep.ValidColumn,
+			firmwarecomponent.Table:  firmwarecomponent.ValidColumn,
 			inspectionrule.Table:     inspectionrule.ValidColumn,
 			node.Table:               node.ValidColumn,
 			nodeevent.Table:          nodeevent.ValidColumn,

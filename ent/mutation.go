@@ -19,6 +19,7 @@ import (
 	"github.com/anvilproject/anvil/ent/conductor"
 	"github.com/anvilproject/anvil/ent/deploytemplate"
 	"github.com/anvilproject/anvil/ent/deploytemplatestep"
+	"github.com/anvilproject/anvil/ent/firmwarecomponent"
 	"github.com/anvilproject/anvil/ent/inspectionrule"
 	"github.com/anvilproject/anvil/ent/node"
 	"github.com/anvilproject/anvil/ent/nodeevent"
@@ -55,6 +56,7 @@ const (
 	TypeConductor          = "Conductor"
 	TypeDeployTemplate     = "DeployTemplate"
 	TypeDeployTemplateStep = "DeployTemplateStep"
+	TypeFirmwareComponent  = "FirmwareComponent"
 	TypeInspectionRule     = "InspectionRule"
 	TypeNode               = "Node"
 	TypeNodeEvent          = "NodeEvent"
@@ -6828,6 +6830,992 @@ func (m *DeployTemplateStepMutation) ResetEdge(name string) error {
 	return fmt.Errorf("unknown DeployTemplateStep edge %s", name)
 }
 
+// FirmwareComponentMutation represents an operation that mutates the FirmwareComponent nodes in the graph.
+type FirmwareComponentMutation struct {
+	config
+	op                   Op
+	typ                  string
+	id                   *int
+	created_at           *time.Time
+	updated_at           *time.Time
+	component            *string
+	initial_version      *string
+	current_version      *string
+	last_version_flashed *string
+	vendor               *string
+	model                *string
+	serial_number        *string
+	clearedFields        map[string]struct{}
+	node                 *int
+	clearednode          bool
+	done                 bool
+	oldValue             func(context.Context) (*FirmwareComponent, error)
+	predicates           []predicate.FirmwareComponent
+}
+
+var _ ent.Mutation = (*FirmwareComponentMutation)(nil)
+
+// firmwarecomponentOption allows management of the mutation configuration using functional options.
+type firmwarecomponentOption func(*FirmwareComponentMutation)
+
+// newFirmwareComponentMutation creates new mutation for the FirmwareComponent entity.
+func newFirmwareComponentMutation(c config, op Op, opts ...firmwarecomponentOption) *FirmwareComponentMutation {
+	m := &FirmwareComponentMutation{
+		config:        c,
+		op:            op,
+		typ:           TypeFirmwareComponent,
+		clearedFields: make(map[string]struct{}),
+	}
+	for _, opt := range opts {
+		opt(m)
+	}
+	return m
+}
+
+// withFirmwareComponentID sets the ID field of the mutation.
+func withFirmwareComponentID(id int) firmwarecomponentOption {
+	return func(m *FirmwareComponentMutation) {
+		var (
+			err   error
+			once  sync.Once
+			value *FirmwareComponent
+		)
+		m.oldValue = func(ctx context.Context) (*FirmwareComponent, error) {
+			once.Do(func() {
+				if m.done {
+					err = errors.New("querying old values post mutation is not allowed")
+				} else {
+					value, err = m.Client().FirmwareComponent.Get(ctx, id)
+				}
+			})
+			return value, err
+		}
+		m.id = &id
+	}
+}
+
+// withFirmwareComponent sets the old FirmwareComponent of the mutation.
+func withFirmwareComponent(node *FirmwareComponent) firmwarecomponentOption {
+	return func(m *FirmwareComponentMutation) {
+		m.oldValue = func(context.Context) (*FirmwareComponent, error) {
+			return node, nil
+		}
+		m.id = &node.ID
+	}
+}
+
+// Client returns a new `ent.Client` from the mutation. If the mutation was
+// executed in a transaction (ent.Tx), a transactional client is returned.
+func (m FirmwareComponentMutation) Client() *Client {
+	client := &Client{config: m.config}
+	client.init()
+	return client
+}
+
+// Tx returns an `ent.Tx` for mutations that were executed in transactions;
+// it returns an error otherwise.
+func (m FirmwareComponentMutation) Tx() (*Tx, error) {
+	if _, ok := m.driver.(*txDriver); !ok {
+		return nil, errors.New("ent: mutation is not running in a transaction")
+	}
+	tx := &Tx{config: m.config}
+	tx.init()
+	return tx, nil
+}
+
+// ID returns the ID value in the mutation. Note that the ID is only available
+// if it was provided to the builder or after it was returned from the database.
+func (m *FirmwareComponentMutation) ID() (id int, exists bool) {
+	if m.id == nil {
+		return
+	}
+	return *m.id, true
+}
+
+// IDs queries the database and returns the entity ids that match the mutation's predicate.
+// That means, if the mutation is applied within a transaction with an isolation level such
+// as sql.LevelSerializable, the returned ids match the ids of the rows that will be updated
+// or updated by the mutation.
+func (m *FirmwareComponentMutation) IDs(ctx context.Context) ([]int, error) {
+	switch {
+	case m.op.Is(OpUpdateOne | OpDeleteOne):
+		id, exists := m.ID()
+		if exists {
+			return []int{id}, nil
+		}
+		fallthrough
+	case m.op.Is(OpUpdate | OpDelete):
+		return m.Client().FirmwareComponent.Query().Where(m.predicates...).IDs(ctx)
+	default:
+		return nil, fmt.Errorf("IDs is not allowed on %s operations", m.op)
+	}
+}
+
+// SetCreatedAt sets the "created_at" field.
+func (m *FirmwareComponentMutation) SetCreatedAt(t time.Time) {
+	m.created_at = &t
+}
+
+// CreatedAt returns the value of the "created_at" field in the mutation.
+func (m *FirmwareComponentMutation) CreatedAt() (r time.Time, exists bool) {
+	v := m.created_at
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldCreatedAt returns the old "created_at" field's value of the FirmwareComponent entity.
+// If the FirmwareComponent object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *FirmwareComponentMutation) OldCreatedAt(ctx context.Context) (v time.Time, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldCreatedAt is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldCreatedAt requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldCreatedAt: %w", err)
+	}
+	return oldValue.CreatedAt, nil
+}
+
+// ResetCreatedAt resets all changes to the "created_at" field.
+func (m *FirmwareComponentMutation) ResetCreatedAt() {
+	m.created_at = nil
+}
+
+// SetUpdatedAt sets the "updated_at" field.
+func (m *FirmwareComponentMutation) SetUpdatedAt(t time.Time) {
+	m.updated_at = &t
+}
+
+// UpdatedAt returns the value of the "updated_at" field in the mutation.
+func (m *FirmwareComponentMutation) UpdatedAt() (r time.Time, exists bool) {
+	v := m.updated_at
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldUpdatedAt returns the old "updated_at" field's value of the FirmwareComponent entity.
+// If the FirmwareComponent object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *FirmwareComponentMutation) OldUpdatedAt(ctx context.Context) (v *time.Time, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldUpdatedAt is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldUpdatedAt requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldUpdatedAt: %w", err)
+	}
+	return oldValue.UpdatedAt, nil
+}
+
+// ClearUpdatedAt clears the value of the "updated_at" field.
+func (m *FirmwareComponentMutation) ClearUpdatedAt() {
+	m.updated_at = nil
+	m.clearedFields[firmwarecomponent.FieldUpdatedAt] = struct{}{}
+}
+
+// UpdatedAtCleared returns if the "updated_at" field was cleared in this mutation.
+func (m *FirmwareComponentMutation) UpdatedAtCleared() bool {
+	_, ok := m.clearedFields[firmwarecomponent.FieldUpdatedAt]
+	return ok
+}
+
+// ResetUpdatedAt resets all changes to the "updated_at" field.
+func (m *FirmwareComponentMutation) ResetUpdatedAt() {
+	m.updated_at = nil
+	delete(m.clearedFields, firmwarecomponent.FieldUpdatedAt)
+}
+
+// SetNodeID sets the "node_id" field.
+func (m *FirmwareComponentMutation) SetNodeID(i int) {
+	m.node = &i
+}
+
+// NodeID returns the value of the "node_id" field in the mutation.
+func (m *FirmwareComponentMutation) NodeID() (r int, exists bool) {
+	v := m.node
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldNodeID returns the old "node_id" field's value of the FirmwareComponent entity.
+// If the FirmwareComponent object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *FirmwareComponentMutation) OldNodeID(ctx context.Context) (v int, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldNodeID is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldNodeID requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldNodeID: %w", err)
+	}
+	return oldValue.NodeID, nil
+}
+
+// ResetNodeID resets all changes to the "node_id" field.
+func (m *FirmwareComponentMutation) ResetNodeID() {
+	m.node = nil
+}
+
+// SetComponent sets the "component" field.
+func (m *FirmwareComponentMutation) SetComponent(s string) {
+	m.component = &s
+}
+
+// Component returns the value of the "component" field in the mutation.
+func (m *FirmwareComponentMutation) Component() (r string, exists bool) {
+	v := m.component
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldComponent returns the old "component" field's value of the FirmwareComponent entity.
+// If the FirmwareComponent object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *FirmwareComponentMutation) OldComponent(ctx context.Context) (v string, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldComponent is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldComponent requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldComponent: %w", err)
+	}
+	return oldValue.Component, nil
+}
+
+// ResetComponent resets all changes to the "component" field.
+func (m *FirmwareComponentMutation) ResetComponent() {
+	m.component = nil
+}
+
+// SetInitialVersion sets the "initial_version" field.
+func (m *FirmwareComponentMutation) SetInitialVersion(s string) {
+	m.initial_version = &s
+}
+
+// InitialVersion returns the value of the "initial_version" field in the mutation.
+func (m *FirmwareComponentMutation) InitialVersion() (r string, exists bool) {
+	v := m.initial_version
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldInitialVersion returns the old "initial_version" field's value of the FirmwareComponent entity.
+// If the FirmwareComponent object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *FirmwareComponentMutation) OldInitialVersion(ctx context.Context) (v string, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldInitialVersion is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldInitialVersion requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldInitialVersion: %w", err)
+	}
+	return oldValue.InitialVersion, nil
+}
+
+// ResetInitialVersion resets all changes to the "initial_version" field.
+func (m *FirmwareComponentMutation) ResetInitialVersion() {
+	m.initial_version = nil
+}
+
+// SetCurrentVersion sets the "current_version" field.
+func (m *FirmwareComponentMutation) SetCurrentVersion(s string) {
+	m.current_version = &s
+}
+
+// CurrentVersion returns the value of the "current_version" field in the mutation.
+func (m *FirmwareComponentMutation) CurrentVersion() (r string, exists bool) {
+	v := m.current_version
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldCurrentVersion returns the old "current_version" field's value of the FirmwareComponent entity.
+// If the FirmwareComponent object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *FirmwareComponentMutation) OldCurrentVersion(ctx context.Context) (v *string, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldCurrentVersion is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldCurrentVersion requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldCurrentVersion: %w", err)
+	}
+	return oldValue.CurrentVersion, nil
+}
+
+// ClearCurrentVersion clears the value of the "current_version" field.
+func (m *FirmwareComponentMutation) ClearCurrentVersion() {
+	m.current_version = nil
+	m.clearedFields[firmwarecomponent.FieldCurrentVersion] = struct{}{}
+}
+
+// CurrentVersionCleared returns if the "current_version" field was cleared in this mutation.
+func (m *FirmwareComponentMutation) CurrentVersionCleared() bool {
+	_, ok := m.clearedFields[firmwarecomponent.FieldCurrentVersion]
+	return ok
+}
+
+// ResetCurrentVersion resets all changes to the "current_version" field.
+func (m *FirmwareComponentMutation) ResetCurrentVersion() {
+	m.current_version = nil
+	delete(m.clearedFields, firmwarecomponent.FieldCurrentVersion)
+}
+
+// SetLastVersionFlashed sets the "last_version_flashed" field.
+func (m *FirmwareComponentMutation) SetLastVersionFlashed(s string) {
+	m.last_version_flashed = &s
+}
+
+// LastVersionFlashed returns the value of the "last_version_flashed" field in the mutation.
+func (m *FirmwareComponentMutation) LastVersionFlashed() (r string, exists bool) {
+	v := m.last_version_flashed
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldLastVersionFlashed returns the old "last_version_flashed" field's value of the FirmwareComponent entity.
+// If the FirmwareComponent object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *FirmwareComponentMutation) OldLastVersionFlashed(ctx context.Context) (v *string, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldLastVersionFlashed is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldLastVersionFlashed requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldLastVersionFlashed: %w", err)
+	}
+	return oldValue.LastVersionFlashed, nil
+}
+
+// ClearLastVersionFlashed clears the value of the "last_version_flashed" field.
+func (m *FirmwareComponentMutation) ClearLastVersionFlashed() {
+	m.last_version_flashed = nil
+	m.clearedFields[firmwarecomponent.FieldLastVersionFlashed] = struct{}{}
+}
+
+// LastVersionFlashedCleared returns if the "last_version_flashed" field was cleared in this mutation.
+func (m *FirmwareComponentMutation) LastVersionFlashedCleared() bool {
+	_, ok := m.clearedFields[firmwarecomponent.FieldLastVersionFlashed]
+	return ok
+}
+
+// ResetLastVersionFlashed resets all changes to the "last_version_flashed" field.
+func (m *FirmwareComponentMutation) ResetLastVersionFlashed() {
+	m.last_version_flashed = nil
+	delete(m.clearedFields, firmwarecomponent.FieldLastVersionFlashed)
+}
+
+// SetVendor sets the "vendor" field.
+func (m *FirmwareComponentMutation) SetVendor(s string) {
+	m.vendor = &s
+}
+
+// Vendor returns the value of the "vendor" field in the mutation.
+func (m *FirmwareComponentMutation) Vendor() (r string, exists bool) {
+	v := m.vendor
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldVendor returns the old "vendor" field's value of the FirmwareComponent entity.
+// If the FirmwareComponent object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *FirmwareComponentMutation) OldVendor(ctx context.Context) (v *string, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldVendor is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldVendor requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldVendor: %w", err)
+	}
+	return oldValue.Vendor, nil
+}
+
+// ClearVendor clears the value of the "vendor" field.
+func (m *FirmwareComponentMutation) ClearVendor() {
+	m.vendor = nil
+	m.clearedFields[firmwarecomponent.FieldVendor] = struct{}{}
+}
+
+// VendorCleared returns if the "vendor" field was cleared in this mutation.
+func (m *FirmwareComponentMutation) VendorCleared() bool {
+	_, ok := m.clearedFields[firmwarecomponent.FieldVendor]
+	return ok
+}
+
+// ResetVendor resets all changes to the "vendor" field.
+func (m *FirmwareComponentMutation) ResetVendor() {
+	m.vendor = nil
+	delete(m.clearedFields, firmwarecomponent.FieldVendor)
+}
+
+// SetModel sets the "model" field.
+func (m *FirmwareComponentMutation) SetModel(s string) {
+	m.model = &s
+}
+
+// Model returns the value of the "model" field in the mutation.
+func (m *FirmwareComponentMutation) Model() (r string, exists bool) {
+	v := m.model
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldModel returns the old "model" field's value of the FirmwareComponent entity.
+// If the FirmwareComponent object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *FirmwareComponentMutation) OldModel(ctx context.Context) (v *string, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldModel is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldModel requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldModel: %w", err)
+	}
+	return oldValue.Model, nil
+}
+
+// ClearModel clears the value of the "model" field.
+func (m *FirmwareComponentMutation) ClearModel() {
+	m.model = nil
+	m.clearedFields[firmwarecomponent.FieldModel] = struct{}{}
+}
+
+// ModelCleared returns if the "model" field was cleared in this mutation.
+func (m *FirmwareComponentMutation) ModelCleared() bool {
+	_, ok := m.clearedFields[firmwarecomponent.FieldModel]
+	return ok
+}
+
+// ResetModel resets all changes to the "model" field.
+func (m *FirmwareComponentMutation) ResetModel() {
+	m.model = nil
+	delete(m.clearedFields, firmwarecomponent.FieldModel)
+}
+
+// SetSerialNumber sets the "serial_number" field.
+func (m *FirmwareComponentMutation) SetSerialNumber(s string) {
+	m.serial_number = &s
+}
+
+// SerialNumber returns the value of the "serial_number" field in the mutation.
+func (m *FirmwareComponentMutation) SerialNumber() (r string, exists bool) {
+	v := m.serial_number
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldSerialNumber returns the old "serial_number" field's value of the FirmwareComponent entity.
+// If the FirmwareComponent object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *FirmwareComponentMutation) OldSerialNumber(ctx context.Context) (v *string, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldSerialNumber is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldSerialNumber requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldSerialNumber: %w", err)
+	}
+	return oldValue.SerialNumber, nil
+}
+
+// ClearSerialNumber clears the value of the "serial_number" field.
+func (m *FirmwareComponentMutation) ClearSerialNumber() {
+	m.serial_number = nil
+	m.clearedFields[firmwarecomponent.FieldSerialNumber] = struct{}{}
+}
+
+// SerialNumberCleared returns if the "serial_number" field was cleared in this mutation.
+func (m *FirmwareComponentMutation) SerialNumberCleared() bool {
+	_, ok := m.clearedFields[firmwarecomponent.FieldSerialNumber]
+	return ok
+}
+
+// ResetSerialNumber resets all changes to the "serial_number" field.
+func (m *FirmwareComponentMutation) ResetSerialNumber() {
+	m.serial_number = nil
+	delete(m.clearedFields, firmwarecomponent.FieldSerialNumber)
+}
+
+// ClearNode clears the "node" edge to the Node entity.
+func (m *FirmwareComponentMutation) ClearNode() {
+	m.clearednode = true
+	m.clearedFields[firmwarecomponent.FieldNodeID] = struct{}{}
+}
+
+// NodeCleared reports if the "node" edge to the Node entity was cleared.
+func (m *FirmwareComponentMutation) NodeCleared() bool {
+	return m.clearednode
+}
+
+// NodeIDs returns the "node" edge IDs in the mutation.
+// Note that IDs always returns len(IDs) <= 1 for unique edges, and you should use
+// NodeID instead. It exists only for internal usage by the builders.
+func (m *FirmwareComponentMutation) NodeIDs() (ids []int) {
+	if id := m.node; id != nil {
+		ids = append(ids, *id)
+	}
+	return
+}
+
+// ResetNode resets all changes to the "node" edge.
+func (m *FirmwareComponentMutation) ResetNode() {
+	m.node = nil
+	m.clearednode = false
+}
+
+// Where appends a list predicates to the FirmwareComponentMutation builder.
+func (m *FirmwareComponentMutation) Where(ps ...predicate.FirmwareComponent) {
+	m.predicates = append(m.predicates, ps...)
+}
+
+// WhereP appends storage-level predicates to the FirmwareComponentMutation builder. Using this method,
+// users can use type-assertion to append predicates that do not depend on any generated package.
+func (m *FirmwareComponentMutation) WhereP(ps ...func(*sql.Selector)) {
+	p := make([]predicate.FirmwareComponent, len(ps))
+	for i := range ps {
+		p[i] = ps[i]
+	}
+	m.Where(p...)
+}
+
+// Op returns the operation name.
+func (m *FirmwareComponentMutation) Op() Op {
+	return m.op
+}
+
+// SetOp allows setting the mutation operation.
+func (m *FirmwareComponentMutation) SetOp(op Op) {
+	m.op = op
+}
+
+// Type returns the node type of this mutation (FirmwareComponent).
+func (m *FirmwareComponentMutation) Type() string {
+	return m.typ
+}
+
+// Fields returns all fields that were changed during this mutation. Note that in
+// order to get all numeric fields that were incremented/decremented, call
+// AddedFields().
+func (m *FirmwareComponentMutation) Fields() []string {
+	fields := make([]string, 0, 10)
+	if m.created_at != nil {
+		fields = append(fields, firmwarecomponent.FieldCreatedAt)
+	}
+	if m.updated_at != nil {
+		fields = append(fields, firmwarecomponent.FieldUpdatedAt)
+	}
+	if m.node != nil {
+		fields = append(fields, firmwarecomponent.FieldNodeID)
+	}
+	if m.component != nil {
+		fields = append(fields, firmwarecomponent.FieldComponent)
+	}
+	if m.initial_version != nil {
+		fields = append(fields, firmwarecomponent.FieldInitialVersion)
+	}
+	if m.current_version != nil {
+		fields = append(fields, firmwarecomponent.FieldCurrentVersion)
+	}
+	if m.last_version_flashed != nil {
+		fields = append(fields, firmwarecomponent.FieldLastVersionFlashed)
+	}
+	if m.vendor != nil {
+		fields = append(fields, firmwarecomponent.FieldVendor)
+	}
+	if m.model != nil {
+		fields = append(fields, firmwarecomponent.FieldModel)
+	}
+	if m.serial_number != nil {
+		fields = append(fields, firmwarecomponent.FieldSerialNumber)
+	}
+	return fields
+}
+
+// Field returns the value of a field with the given name. The second boolean
+// return value indicates that this field was not set, or was not defined in the
+// schema.
+func (m *FirmwareComponentMutation) Field(name string) (ent.Value, bool) {
+	switch name {
+	case firmwarecomponent.FieldCreatedAt:
+		return m.CreatedAt()
+	case firmwarecomponent.FieldUpdatedAt:
+		return m.UpdatedAt()
+	case firmwarecomponent.FieldNodeID:
+		return m.NodeID()
+	case firmwarecomponent.FieldComponent:
+		return m.Component()
+	case firmwarecomponent.FieldInitialVersion:
+		return m.InitialVersion()
+	case firmwarecomponent.FieldCurrentVersion:
+		return m.CurrentVersion()
+	case firmwarecomponent.FieldLastVersionFlashed:
+		return m.LastVersionFlashed()
+	case firmwarecomponent.FieldVendor:
+		return m.Vendor()
+	case firmwarecomponent.FieldModel:
+		return m.Model()
+	case firmwarecomponent.FieldSerialNumber:
+		return m.SerialNumber()
+	}
+	return nil, false
+}
+
+// OldField returns the old value of the field from the database. An error is
+// returned if the mutation operation is not UpdateOne, or the query to the
+// database failed.
+func (m *FirmwareComponentMutation) OldField(ctx context.Context, name string) (ent.Value, error) {
+	switch name {
+	case firmwarecomponent.FieldCreatedAt:
+		return m.OldCreatedAt(ctx)
+	case firmwarecomponent.FieldUpdatedAt:
+		return m.OldUpdatedAt(ctx)
+	case firmwarecomponent.FieldNodeID:
+		return m.OldNodeID(ctx)
+	case firmwarecomponent.FieldComponent:
+		return m.OldComponent(ctx)
+	case firmwarecomponent.FieldInitialVersion:
+		return m.OldInitialVersion(ctx)
+	case firmwarecomponent.FieldCurrentVersion:
+		return m.OldCurrentVersion(ctx)
+	case firmwarecomponent.FieldLastVersionFlashed:
+		return m.OldLastVersionFlashed(ctx)
+	case firmwarecomponent.FieldVendor:
+		return m.OldVendor(ctx)
+	case firmwarecomponent.FieldModel:
+		return m.OldModel(ctx)
+	case firmwarecomponent.FieldSerialNumber:
+		return m.OldSerialNumber(ctx)
+	}
+	return nil, fmt.Errorf("unknown FirmwareComponent field %s", name)
+}
+
+// SetField sets the value of a field with the given name. It returns an error if
+// the field is not defined in the schema, or if the type mismatched the field
+// type.
+func (m *FirmwareComponentMutation) SetField(name string, value ent.Value) error {
+	switch name {
+	case firmwarecomponent.FieldCreatedAt:
+		v, ok := value.(time.Time)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetCreatedAt(v)
+		return nil
+	case firmwarecomponent.FieldUpdatedAt:
+		v, ok := value.(time.Time)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetUpdatedAt(v)
+		return nil
+	case firmwarecomponent.FieldNodeID:
+		v, ok := value.(int)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetNodeID(v)
+		return nil
+	case firmwarecomponent.FieldComponent:
+		v, ok := value.(string)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetComponent(v)
+		return nil
+	case firmwarecomponent.FieldInitialVersion:
+		v, ok := value.(string)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetInitialVersion(v)
+		return nil
+	case firmwarecomponent.FieldCurrentVersion:
+		v, ok := value.(string)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetCurrentVersion(v)
+		return nil
+	case firmwarecomponent.FieldLastVersionFlashed:
+		v, ok := value.(string)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetLastVersionFlashed(v)
+		return nil
+	case firmwarecomponent.FieldVendor:
+		v, ok := value.(string)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetVendor(v)
+		return nil
+	case firmwarecomponent.FieldModel:
+		v, ok := value.(string)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetModel(v)
+		return nil
+	case firmwarecomponent.FieldSerialNumber:
+		v, ok := value.(string)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetSerialNumber(v)
+		return nil
+	}
+	return fmt.Errorf("unknown FirmwareComponent field %s", name)
+}
+
+// AddedFields returns all numeric fields that were incremented/decremented during
+// this mutation.
+func (m *FirmwareComponentMutation) AddedFields() []string {
+	var fields []string
+	return fields
+}
+
+// AddedField returns the numeric value that was incremented/decremented on a field
+// with the given name. The second boolean return value indicates that this field
+// was not set, or was not defined in the schema.
+func (m *FirmwareComponentMutation) AddedField(name string) (ent.Value, bool) {
+	switch name {
+	}
+	return nil, false
+}
+
+// AddField adds the value to the field with the given name. It returns an error if
+// the field is not defined in the schema, or if the type mismatched the field
+// type.
+func (m *FirmwareComponentMutation) AddField(name string, value ent.Value) error {
+	switch name {
+	}
+	return fmt.Errorf("unknown FirmwareComponent numeric field %s", name)
+}
+
+// ClearedFields returns all nullable fields that were cleared during this
+// mutation.
+func (m *FirmwareComponentMutation) ClearedFields() []string {
+	var fields []string
+	if m.FieldCleared(firmwarecomponent.FieldUpdatedAt) {
+		fields = append(fields, firmwarecomponent.FieldUpdatedAt)
+	}
+	if m.FieldCleared(firmwarecomponent.FieldCurrentVersion) {
+		fields = append(fields, firmwarecomponent.FieldCurrentVersion)
+	}
+	if m.FieldCleared(firmwarecomponent.FieldLastVersionFlashed) {
+		fields = append(fields, firmwarecomponent.FieldLastVersionFlashed)
+	}
+	if m.FieldCleared(firmwarecomponent.FieldVendor) {
+		fields = append(fields, firmwarecomponent.FieldVendor)
+	}
+	if m.FieldCleared(firmwarecomponent.FieldModel) {
+		fields = append(fields, firmwarecomponent.FieldModel)
+	}
+	if m.FieldCleared(firmwarecomponent.FieldSerialNumber) {
+		fields = append(fields, firmwarecomponent.FieldSerialNumber)
+	}
+	return fields
+}
+
+// FieldCleared returns a boolean indicating if a field with the given name was
+// cleared in this mutation.
+func (m *FirmwareComponentMutation) FieldCleared(name string) bool {
+	_, ok := m.clearedFields[name]
+	return ok
+}
+
+// ClearField clears the value of the field with the given name. It returns an
+// error if the field is not defined in the schema.
+func (m *FirmwareComponentMutation) ClearField(name string) error {
+	switch name {
+	case firmwarecomponent.FieldUpdatedAt:
+		m.ClearUpdatedAt()
+		return nil
+	case firmwarecomponent.FieldCurrentVersion:
+		m.ClearCurrentVersion()
+		return nil
+	case firmwarecomponent.FieldLastVersionFlashed:
+		m.ClearLastVersionFlashed()
+		return nil
+	case firmwarecomponent.FieldVendor:
+		m.ClearVendor()
+		return nil
+	case firmwarecomponent.FieldModel:
+		m.ClearModel()
+		return nil
+	case firmwarecomponent.FieldSerialNumber:
+		m.ClearSerialNumber()
+		return nil
+	}
+	return fmt.Errorf("unknown FirmwareComponent nullable field %s", name)
+}
+
+// ResetField resets all changes in the mutation for the field with the given name.
+// It returns an error if the field is not defined in the schema.
+func (m *FirmwareComponentMutation) ResetField(name string) error {
+	switch name {
+	case firmwarecomponent.FieldCreatedAt:
+		m.ResetCreatedAt()
+		return nil
+	case firmwarecomponent.FieldUpdatedAt:
+		m.ResetUpdatedAt()
+		return nil
+	case firmwarecomponent.FieldNodeID:
+		m.ResetNodeID()
+		return nil
+	case firmwarecomponent.FieldComponent:
+		m.ResetComponent()
+		return nil
+	case firmwarecomponent.FieldInitialVersion:
+		m.ResetInitialVersion()
+		return nil
+	case firmwarecomponent.FieldCurrentVersion:
+		m.ResetCurrentVersion()
+		return nil
+	case firmwarecomponent.FieldLastVersionFlashed:
+		m.ResetLastVersionFlashed()
+		return nil
+	case firmwarecomponent.FieldVendor:
+		m.ResetVendor()
+		return nil
+	case firmwarecomponent.FieldModel:
+		m.ResetModel()
+		return nil
+	case firmwarecomponent.FieldSerialNumber:
+		m.ResetSerialNumber()
+		return nil
+	}
+	return fmt.Errorf("unknown FirmwareComponent field %s", name)
+}
+
+// AddedEdges returns all edge names that were set/added in this mutation.
+func (m *FirmwareComponentMutation) AddedEdges() []string {
+	edges := make([]string, 0, 1)
+	if m.node != nil {
+		edges = append(edges, firmwarecomponent.EdgeNode)
+	}
+	return edges
+}
+
+// AddedIDs returns all IDs (to other nodes) that were added for the given edge
+// name in this mutation.
+func (m *FirmwareComponentMutation) AddedIDs(name string) []ent.Value {
+	switch name {
+	case firmwarecomponent.EdgeNode:
+		if id := m.node; id != nil {
+			return []ent.Value{*id}
+		}
+	}
+	return nil
+}
+
+// RemovedEdges returns all edge names that were removed in this mutation.
+func (m *FirmwareComponentMutation) RemovedEdges() []string {
+	edges := make([]string, 0, 1)
+	return edges
+}
+
+// RemovedIDs returns all IDs (to other nodes) that were removed for the edge with
+// the given name in this mutation.
+func (m *FirmwareComponentMutation) RemovedIDs(name string) []ent.Value {
+	return nil
+}
+
+// ClearedEdges returns all edge names that were cleared in this mutation.
+func (m *FirmwareComponentMutation) ClearedEdges() []string {
+	edges := make([]string, 0, 1)
+	if m.clearednode {
+		edges = append(edges, firmwarecomponent.EdgeNode)
+	}
+	return edges
+}
+
+// EdgeCleared returns a boolean which indicates if the edge with the given name
+// was cleared in this mutation.
+func (m *FirmwareComponentMutation) EdgeCleared(name string) bool {
+	switch name {
+	case firmwarecomponent.EdgeNode:
+		return m.clearednode
+	}
+	return false
+}
+
+// ClearEdge clears the value of the edge with the given name. It returns an error
+// if that edge is not defined in the schema.
+func (m *FirmwareComponentMutation) ClearEdge(name string) error {
+	switch name {
+	case firmwarecomponent.EdgeNode:
+		m.ClearNode()
+		return nil
+	}
+	return fmt.Errorf("unknown FirmwareComponent unique edge %s", name)
+}
+
+// ResetEdge resets all changes to the edge with the given name in this mutation.
+// It returns an error if the edge is not defined in the schema.
+func (m *FirmwareComponentMutation) ResetEdge(name string) error {
+	switch name {
+	case firmwarecomponent.EdgeNode:
+		m.ResetNode()
+		return nil
+	}
+	return fmt.Errorf("unknown FirmwareComponent edge %s", name)
+}
+
 // InspectionRuleMutation represents an operation that mutates the InspectionRule nodes in the graph.
 type InspectionRuleMutation struct {
 	config
@@ -7718,94 +8706,97 @@ func (m *InspectionRuleMutation) ResetEdge(name string) error {
 // NodeMutation represents an operation that mutates the Node nodes in the graph.
 type NodeMutation struct {
 	config
-	op                     Op
-	typ                    string
-	id                     *int
-	created_at             *time.Time
-	updated_at             *time.Time
-	uuid                   *string
-	name                   *string
-	_driver                *string
-	driver_info            *map[string]interface{}
-	owner                  *string
-	lessee                 *string
-	power_state            *string
-	target_power_state     *string
-	provision_state        *string
-	target_provision_state *string
-	last_error             *string
-	maintenance            *bool
-	maintenance_reason     *string
-	fault                  *string
-	reservation            *string
-	properties             *map[string]interface{}
-	extra                  *map[string]interface{}
-	instance_info          *map[string]interface{}
-	resource_class         *string
-	instance_uuid          *string
-	description            *string
-	clean_step             *map[string]interface{}
-	service_step           *map[string]interface{}
-	driver_internal_info   *map[string]interface{}
-	provision_updated_at   *time.Time
-	conductor_group        *string
-	bios_interface         *string
-	boot_interface         *string
-	console_interface      *string
-	deploy_interface       *string
-	firmware_interface     *string
-	inspect_interface      *string
-	management_interface   *string
-	network_interface      *string
-	power_interface        *string
-	raid_interface         *string
-	rescue_interface       *string
-	storage_interface      *string
-	vendor_interface       *string
-	protected              *bool
-	protected_reason       *string
-	retired                *bool
-	retired_reason         *string
-	automated_clean        *bool
-	network_data           *map[string]interface{}
-	raid_config            *map[string]interface{}
-	target_raid_config     *map[string]interface{}
-	console_enabled        *bool
-	deploy_step            *map[string]interface{}
-	boot_mode              *string
-	secure_boot            *bool
-	inspection_started_at  *time.Time
-	inspection_finished_at *time.Time
-	shard                  *string
-	parent_node            *string
-	disable_power_off      *bool
-	instance_name          *string
-	health                 *string
-	clearedFields          map[string]struct{}
-	traits                 map[int]struct{}
-	removedtraits          map[int]struct{}
-	clearedtraits          bool
-	events                 map[int]struct{}
-	removedevents          map[int]struct{}
-	clearedevents          bool
-	allocation             *int
-	clearedallocation      bool
-	ports                  map[int]struct{}
-	removedports           map[int]struct{}
-	clearedports           bool
-	portgroups             map[int]struct{}
-	removedportgroups      map[int]struct{}
-	clearedportgroups      bool
-	chassis                *int
-	clearedchassis         bool
-	bios_settings          map[int]struct{}
-	removedbios_settings   map[int]struct{}
-	clearedbios_settings   bool
-	inventory              *int
-	clearedinventory       bool
-	done                   bool
-	oldValue               func(context.Context) (*Node, error)
-	predicates             []predicate.Node
+	op                         Op
+	typ                        string
+	id                         *int
+	created_at                 *time.Time
+	updated_at                 *time.Time
+	uuid                       *string
+	name                       *string
+	_driver                    *string
+	driver_info                *map[string]interface{}
+	owner                      *string
+	lessee                     *string
+	power_state                *string
+	target_power_state         *string
+	provision_state            *string
+	target_provision_state     *string
+	last_error                 *string
+	maintenance                *bool
+	maintenance_reason         *string
+	fault                      *string
+	reservation                *string
+	properties                 *map[string]interface{}
+	extra                      *map[string]interface{}
+	instance_info              *map[string]interface{}
+	resource_class             *string
+	instance_uuid              *string
+	description                *string
+	clean_step                 *map[string]interface{}
+	service_step               *map[string]interface{}
+	driver_internal_info       *map[string]interface{}
+	provision_updated_at       *time.Time
+	conductor_group            *string
+	bios_interface             *string
+	boot_interface             *string
+	console_interface          *string
+	deploy_interface           *string
+	firmware_interface         *string
+	inspect_interface          *string
+	management_interface       *string
+	network_interface          *string
+	power_interface            *string
+	raid_interface             *string
+	rescue_interface           *string
+	storage_interface          *string
+	vendor_interface           *string
+	protected                  *bool
+	protected_reason           *string
+	retired                    *bool
+	retired_reason             *string
+	automated_clean            *bool
+	network_data               *map[string]interface{}
+	raid_config                *map[string]interface{}
+	target_raid_config         *map[string]interface{}
+	console_enabled            *bool
+	deploy_step                *map[string]interface{}
+	boot_mode                  *string
+	secure_boot                *bool
+	inspection_started_at      *time.Time
+	inspection_finished_at     *time.Time
+	shard                      *string
+	parent_node                *string
+	disable_power_off          *bool
+	instance_name              *string
+	health                     *string
+	clearedFields              map[string]struct{}
+	traits                     map[int]struct{}
+	removedtraits              map[int]struct{}
+	clearedtraits              bool
+	events                     map[int]struct{}
+	removedevents              map[int]struct{}
+	clearedevents              bool
+	allocation                 *int
+	clearedallocation          bool
+	ports                      map[int]struct{}
+	removedports               map[int]struct{}
+	clearedports               bool
+	portgroups                 map[int]struct{}
+	removedportgroups          map[int]struct{}
+	clearedportgroups          bool
+	chassis                    *int
+	clearedchassis             bool
+	bios_settings              map[int]struct{}
+	removedbios_settings       map[int]struct{}
+	clearedbios_settings       bool
+	inventory                  *int
+	clearedinventory           bool
+	firmware_components        map[int]struct{}
+	removedfirmware_components map[int]struct{}
+	clearedfirmware_components bool
+	done                       bool
+	oldValue                   func(context.Context) (*Node, error)
+	predicates                 []predicate.Node
 }
 
 var _ ent.Mutation = (*NodeMutation)(nil)
@@ -10971,6 +11962,60 @@ func (m *NodeMutation) ResetInventory() {
 	m.clearedinventory = false
 }
 
+// AddFirmwareComponentIDs adds the "firmware_components" edge to the FirmwareComponent entity by ids.
+func (m *NodeMutation) AddFirmwareComponentIDs(ids ...int) {
+	if m.firmware_components == nil {
+		m.firmware_components = make(map[int]struct{})
+	}
+	for i := range ids {
+		m.firmware_components[ids[i]] = struct{}{}
+	}
+}
+
+// ClearFirmwareComponents clears the "firmware_components" edge to the FirmwareComponent entity.
+func (m *NodeMutation) ClearFirmwareComponents() {
+	m.clearedfirmware_components = true
+}
+
+// FirmwareComponentsCleared reports if the "firmware_components" edge to the FirmwareComponent entity was cleared.
+func (m *NodeMutation) FirmwareComponentsCleared() bool {
+	return m.clearedfirmware_components
+}
+
+// RemoveFirmwareComponentIDs removes the "firmware_components" edge to the FirmwareComponent entity by IDs.
+func (m *NodeMutation) RemoveFirmwareComponentIDs(ids ...int) {
+	if m.removedfirmware_components == nil {
+		m.removedfirmware_components = make(map[int]struct{})
+	}
+	for i := range ids {
+		delete(m.firmware_components, ids[i])
+		m.removedfirmware_components[ids[i]] = struct{}{}
+	}
+}
+
+// RemovedFirmwareComponents returns the removed IDs of the "firmware_components" edge to the FirmwareComponent entity.
+func (m *NodeMutation) RemovedFirmwareComponentsIDs() (ids []int) {
+	for id := range m.removedfirmware_components {
+		ids = append(ids, id)
+	}
+	return
+}
+
+// FirmwareComponentsIDs returns the "firmware_components" edge IDs in the mutation.
+func (m *NodeMutation) FirmwareComponentsIDs() (ids []int) {
+	for id := range m.firmware_components {
+		ids = append(ids, id)
+	}
+	return
+}
+
+// ResetFirmwareComponents resets all changes to the "firmware_components" edge.
+func (m *NodeMutation) ResetFirmwareComponents() {
+	m.firmware_components = nil
+	m.clearedfirmware_components = false
+	m.removedfirmware_components = nil
+}
+
 // Where appends a list predicates to the NodeMutation builder.
 func (m *NodeMutation) Where(ps ...predicate.Node) {
 	m.predicates = append(m.predicates, ps...)
@@ -12358,7 +13403,7 @@ func (m *NodeMutation) ResetField(name string) error {
 
 // AddedEdges returns all edge names that were set/added in this mutation.
 func (m *NodeMutation) AddedEdges() []string {
-	edges := make([]string, 0, 8)
+	edges := make([]string, 0, 9)
 	if m.traits != nil {
 		edges = append(edges, node.EdgeTraits)
 	}
@@ -12382,6 +13427,9 @@ func (m *NodeMutation) AddedEdges() []string {
 	}
 	if m.inventory != nil {
 		edges = append(edges, node.EdgeInventory)
+	}
+	if m.firmware_components != nil {
+		edges = append(edges, node.EdgeFirmwareComponents)
 	}
 	return edges
 }
@@ -12432,13 +13480,19 @@ func (m *NodeMutation) AddedIDs(name string) []ent.Value {
 		if id := m.inventory; id != nil {
 			return []ent.Value{*id}
 		}
+	case node.EdgeFirmwareComponents:
+		ids := make([]ent.Value, 0, len(m.firmware_components))
+		for id := range m.firmware_components {
+			ids = append(ids, id)
+		}
+		return ids
 	}
 	return nil
 }
 
 // RemovedEdges returns all edge names that were removed in this mutation.
 func (m *NodeMutation) RemovedEdges() []string {
-	edges := make([]string, 0, 8)
+	edges := make([]string, 0, 9)
 	if m.removedtraits != nil {
 		edges = append(edges, node.EdgeTraits)
 	}
@@ -12453,6 +13507,9 @@ func (m *NodeMutation) RemovedEdges() []string {
 	}
 	if m.removedbios_settings != nil {
 		edges = append(edges, node.EdgeBiosSettings)
+	}
+	if m.removedfirmware_components != nil {
+		edges = append(edges, node.EdgeFirmwareComponents)
 	}
 	return edges
 }
@@ -12491,13 +13548,19 @@ func (m *NodeMutation) RemovedIDs(name string) []ent.Value {
 			ids = append(ids, id)
 		}
 		return ids
+	case node.EdgeFirmwareComponents:
+		ids := make([]ent.Value, 0, len(m.removedfirmware_components))
+		for id := range m.removedfirmware_components {
+			ids = append(ids, id)
+		}
+		return ids
 	}
 	return nil
 }
 
 // ClearedEdges returns all edge names that were cleared in this mutation.
 func (m *NodeMutation) ClearedEdges() []string {
-	edges := make([]string, 0, 8)
+	edges := make([]string, 0, 9)
 	if m.clearedtraits {
 		edges = append(edges, node.EdgeTraits)
 	}
@@ -12522,6 +13585,9 @@ func (m *NodeMutation) ClearedEdges() []string {
 	if m.clearedinventory {
 		edges = append(edges, node.EdgeInventory)
 	}
+	if m.clearedfirmware_components {
+		edges = append(edges, node.EdgeFirmwareComponents)
+	}
 	return edges
 }
 
@@ -12545,6 +13611,8 @@ func (m *NodeMutation) EdgeCleared(name string) bool {
 		return m.clearedbios_settings
 	case node.EdgeInventory:
 		return m.clearedinventory
+	case node.EdgeFirmwareComponents:
+		return m.clearedfirmware_components
 	}
 	return false
 }
@@ -12593,6 +13661,9 @@ func (m *NodeMutation) ResetEdge(name string) error {
 		return nil
 	case node.EdgeInventory:
 		m.ResetInventory()
+		return nil
+	case node.EdgeFirmwareComponents:
+		m.ResetFirmwareComponents()
 		return nil
 	}
 	return fmt.Errorf("unknown Node edge %s", name)

@@ -167,9 +167,11 @@ type NodeEdges struct {
 	BiosSettings []*BiosSetting `json:"bios_settings,omitempty"`
 	// Inventory holds the value of the inventory edge.
 	Inventory *NodeInventory `json:"inventory,omitempty"`
+	// FirmwareComponents holds the value of the firmware_components edge.
+	FirmwareComponents []*FirmwareComponent `json:"firmware_components,omitempty"`
 	// loadedTypes holds the information for reporting if a
 	// type was loaded (or requested) in eager-loading or not.
-	loadedTypes [8]bool
+	loadedTypes [9]bool
 }
 
 // TraitsOrErr returns the Traits value or an error if the edge
@@ -248,6 +250,15 @@ func (e NodeEdges) InventoryOrErr() (*NodeInventory, error) {
 		return nil, &NotFoundError{label: nodeinventory.Label}
 	}
 	return nil, &NotLoadedError{edge: "inventory"}
+}
+
+// FirmwareComponentsOrErr returns the FirmwareComponents value or an error if the edge
+// was not loaded in eager-loading.
+func (e NodeEdges) FirmwareComponentsOrErr() ([]*FirmwareComponent, error) {
+	if e.loadedTypes[8] {
+		return e.FirmwareComponents, nil
+	}
+	return nil, &NotLoadedError{edge: "firmware_components"}
 }
 
 // scanValues returns the types for scanning values from sql.Rows.
@@ -750,6 +761,11 @@ func (_m *Node) QueryBiosSettings() *BiosSettingQuery {
 // QueryInventory queries the "inventory" edge of the Node entity.
 func (_m *Node) QueryInventory() *NodeInventoryQuery {
 	return NewNodeClient(_m.config).QueryInventory(_m)
+}
+
+// QueryFirmwareComponents queries the "firmware_components" edge of the Node entity.
+func (_m *Node) QueryFirmwareComponents() *FirmwareComponentQuery {
+	return NewNodeClient(_m.config).QueryFirmwareComponents(_m)
 }
 
 // Update returns a builder for updating this Node.

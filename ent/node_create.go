@@ -14,6 +14,7 @@ import (
 	"github.com/anvilproject/anvil/ent/allocation"
 	"github.com/anvilproject/anvil/ent/biossetting"
 	"github.com/anvilproject/anvil/ent/chassis"
+	"github.com/anvilproject/anvil/ent/firmwarecomponent"
 	"github.com/anvilproject/anvil/ent/node"
 	"github.com/anvilproject/anvil/ent/nodeevent"
 	"github.com/anvilproject/anvil/ent/nodeinventory"
@@ -898,6 +899,21 @@ func (_c *NodeCreate) SetInventory(v *NodeInventory) *NodeCreate {
 	return _c.SetInventoryID(v.ID)
 }
 
+// AddFirmwareComponentIDs adds the "firmware_components" edge to the FirmwareComponent entity by IDs.
+func (_c *NodeCreate) AddFirmwareComponentIDs(ids ...int) *NodeCreate {
+	_c.mutation.AddFirmwareComponentIDs(ids...)
+	return _c
+}
+
+// AddFirmwareComponents adds the "firmware_components" edges to the FirmwareComponent entity.
+func (_c *NodeCreate) AddFirmwareComponents(v ...*FirmwareComponent) *NodeCreate {
+	ids := make([]int, len(v))
+	for i := range v {
+		ids[i] = v[i].ID
+	}
+	return _c.AddFirmwareComponentIDs(ids...)
+}
+
 // Mutation returns the NodeMutation object of the builder.
 func (_c *NodeCreate) Mutation() *NodeMutation {
 	return _c.mutation
@@ -1614,6 +1630,22 @@ func (_c *NodeCreate) createSpec() (*Node, *sqlgraph.CreateSpec) {
 			Bidi:    false,
 			Target: &sqlgraph.EdgeTarget{
 				IDSpec: sqlgraph.NewFieldSpec(nodeinventory.FieldID, field.TypeInt),
+			},
+		}
+		for _, k := range nodes {
+			edge.Target.Nodes = append(edge.Target.Nodes, k)
+		}
+		_spec.Edges = append(_spec.Edges, edge)
+	}
+	if nodes := _c.mutation.FirmwareComponentsIDs(); len(nodes) > 0 {
+		edge := &sqlgraph.EdgeSpec{
+			Rel:     sqlgraph.O2M,
+			Inverse: false,
+			Table:   node.FirmwareComponentsTable,
+			Columns: []string{node.FirmwareComponentsColumn},
+			Bidi:    false,
+			Target: &sqlgraph.EdgeTarget{
+				IDSpec: sqlgraph.NewFieldSpec(firmwarecomponent.FieldID, field.TypeInt),
 			},
 		}
 		for _, k := range nodes {

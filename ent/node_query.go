@@ -16,6 +16,7 @@ import (
 	"github.com/anvilproject/anvil/ent/allocation"
 	"github.com/anvilproject/anvil/ent/biossetting"
 	"github.com/anvilproject/anvil/ent/chassis"
+	"github.com/anvilproject/anvil/ent/firmwarecomponent"
 	"github.com/anvilproject/anvil/ent/node"
 	"github.com/anvilproject/anvil/ent/nodeevent"
 	"github.com/anvilproject/anvil/ent/nodeinventory"
@@ -28,19 +29,20 @@ import (
 // NodeQuery is the builder for querying Node entities.
 type NodeQuery struct {
 	config
-	ctx              *QueryContext
-	order            []node.OrderOption
-	inters           []Interceptor
-	predicates       []predicate.Node
-	withTraits       *TraitQuery
-	withEvents       *NodeEventQuery
-	withAllocation   *AllocationQuery
-	withPorts        *PortQuery
-	withPortgroups   *PortgroupQuery
-	withChassis      *ChassisQuery
-	withBiosSettings *BiosSettingQuery
-	withInventory    *NodeInventoryQuery
-	modifiers        []func(*sql.Selector)
+	ctx                    *QueryContext
+	order                  []node.OrderOption
+	inters                 []Interceptor
+	predicates             []predicate.Node
+	withTraits             *TraitQuery
+	withEvents             *NodeEventQuery
+	withAllocation         *AllocationQuery
+	withPorts              *PortQuery
+	withPortgroups         *PortgroupQuery
+	withChassis            *ChassisQuery
+	withBiosSettings       *BiosSettingQuery
+	withInventory          *NodeInventoryQuery
+	withFirmwareComponents *FirmwareComponentQuery
+	modifiers              []func(*sql.Selector)
 	// intermediate query (i.e. traversal path).
 	sql  *sql.Selector
 	path func(context.Context) (*sql.Selector, error)
@@ -253,6 +255,28 @@ func (_q *NodeQuery) QueryInventory() *NodeInventoryQuery {
 	return query
 }
 
+// QueryFirmwareComponents chains the current query on the "firmware_components" edge.
+func (_q *NodeQuery) QueryFirmwareComponents() *FirmwareComponentQuery {
+	query := (&FirmwareComponentClient{config: _q.config}).Query()
+	query.path = func(ctx context.Context) (fromU *sql.Selector, err error) {
+		if err := _q.prepareQuery(ctx); err != nil {
+			return nil, err
+		}
+		selector := _q.sqlQuery(ctx)
+		if err := selector.Err(); err != nil {
+			return nil, err
+		}
+		step := sqlgraph.NewStep(
+			sqlgraph.From(node.Table, node.FieldID, selector),
+			sqlgraph.To(firmwarecomponent.Table, firmwarecomponent.FieldID),
+			sqlgraph.Edge(sqlgraph.O2M, false, node.FirmwareComponentsTable, node.FirmwareComponentsColumn),
+		)
+		fromU = sqlgraph.SetNeighbors(_q.driver.Dialect(), step)
+		return fromU, nil
+	}
+	return query
+}
+
 // First returns the first Node entity from the query.
 // Returns a *NotFoundError when no Node was found.
 func (_q *NodeQuery) First(ctx context.Context) (*Node, error) {
@@ -440,19 +464,20 @@ func (_q *NodeQuery) Clone() *NodeQuery {
 		return nil
 	}
 	return &NodeQuery{
-		config:           _q.config,
-		ctx:              _q.ctx.Clone(),
-		order:            append([]node.OrderOption{}, _q.order...),
-		inters:           append([]Interceptor{}, _q.inters...),
-		predicates:       append([]predicate.Node{}, _q.predicates...),
-		withTraits:       _q.withTraits.Clone(),
-		withEvents:       _q.withEvents.Clone(),
-		withAllocation:   _q.withAllocation.Clone(),
-		withPorts:        _q.withPorts.Clone(),
-		withPortgroups:   _q.withPortgroups.Clone(),
-		withChassis:      _q.withChassis.Clone(),
-		withBiosSettings: _q.withBiosSettings.Clone(),
-		withInventory:    _q.withInventory.Clone(),
+		config:                 _q.config,
+		ctx:                    _q.ctx.Clone(),
+		order:                  append([]node.OrderOption{}, _q.order...),
+		inters:                 append([]Interceptor{}, _q.inters...),
+		predicates:             append([]predicate.Node{}, _q.predicates...),
+		withTraits:             _q.withTraits.Clone(),
+		withEvents:             _q.withEvents.Clone(),
+		withAllocation:         _q.withAllocation.Clone(),
+		withPorts:              _q.withPorts.Clone(),
+		withPortgroups:         _q.withPortgroups.Clone(),
+		withChassis:            _q.withChassis.Clone(),
+		withBiosSettings:       _q.withBiosSettings.Clone(),
+		withInventory:          _q.withInventory.Clone(),
+		withFirmwareComponents: _q.withFirmwareComponents.Clone(),
 		// clone intermediate query.
 		sql:       _q.sql.Clone(),
 		path:      _q.path,
@@ -548,6 +573,17 @@ func (_q *NodeQuery) WithInventory(opts ...func(*NodeInventoryQuery)) *NodeQuery
 	return _q
 }
 
+// WithFirmwareComponents tells the query-builder to eager-load the nodes that are connected to
+// the "firmware_components" edge. The optional arguments are used to configure the query builder of the edge.
+func (_q *NodeQuery) WithFirmwareComponents(opts ...func(*FirmwareComponentQuery)) *NodeQuery {
+	query := (&FirmwareComponentClient{config: _q.config}).Query()
+	for _, opt := range opts {
+		opt(query)
+	}
+	_q.withFirmwareComponents = query
+	return _q
+}
+
 // GroupBy is used to group vertices by one or more fields/columns.
 // It is often used with aggregate functions, like: count, max, mean, min, sum.
 //
@@ -626,7 +662,7 @@ func (_q *NodeQuery) sqlAll(ctx context.Context, hooks ...queryHook) ([]*Node, e
 	var (
 		nodes       = []*Node{}
 		_spec       = _q.querySpec()
-		loadedTypes = [8]bool{
+		loadedTypes = [9]bool{
 			_q.withTraits != nil,
 			_q.withEvents != nil,
 			_q.withAllocation != nil,
@@ -635,6 +671,7 @@ func (_q *NodeQuery) sqlAll(ctx context.Context, hooks ...queryHook) ([]*Node, e
 			_q.withChassis != nil,
 			_q.withBiosSettings != nil,
 			_q.withInventory != nil,
+			_q.withFirmwareComponents != nil,
 		}
 	)
 	_spec.ScanValues = func(columns []string) ([]any, error) {
@@ -708,6 +745,15 @@ func (_q *NodeQuery) sqlAll(ctx context.Context, hooks ...queryHook) ([]*Node, e
 	if query := _q.withInventory; query != nil {
 		if err := _q.loadInventory(ctx, query, nodes, nil,
 			func(n *Node, e *NodeInventory) { n.Edges.Inventory = e }); err != nil {
+			return nil, err
+		}
+	}
+	if query := _q.withFirmwareComponents; query != nil {
+		if err := _q.loadFirmwareComponents(ctx, query, nodes,
+			func(n *Node) { n.Edges.FirmwareComponents = []*FirmwareComponent{} },
+			func(n *Node, e *FirmwareComponent) {
+				n.Edges.FirmwareComponents = append(n.Edges.FirmwareComponents, e)
+			}); err != nil {
 			return nil, err
 		}
 	}
@@ -938,6 +984,36 @@ func (_q *NodeQuery) loadInventory(ctx context.Context, query *NodeInventoryQuer
 	}
 	query.Where(predicate.NodeInventory(func(s *sql.Selector) {
 		s.Where(sql.InValues(s.C(node.InventoryColumn), fks...))
+	}))
+	neighbors, err := query.All(ctx)
+	if err != nil {
+		return err
+	}
+	for _, n := range neighbors {
+		fk := n.NodeID
+		node, ok := nodeids[fk]
+		if !ok {
+			return fmt.Errorf(`unexpected referenced foreign-key "node_id" returned %v for node %v`, fk, n.ID)
+		}
+		assign(node, n)
+	}
+	return nil
+}
+func (_q *NodeQuery) loadFirmwareComponents(ctx context.Context, query *FirmwareComponentQuery, nodes []*Node, init func(*Node), assign func(*Node, *FirmwareComponent)) error {
+	fks := make([]driver.Value, 0, len(nodes))
+	nodeids := make(map[int]*Node)
+	for i := range nodes {
+		fks = append(fks, nodes[i].ID)
+		nodeids[nodes[i].ID] = nodes[i]
+		if init != nil {
+			init(nodes[i])
+		}
+	}
+	if len(query.ctx.Fields) > 0 {
+		query.ctx.AppendFieldOnce(firmwarecomponent.FieldNodeID)
+	}
+	query.Where(predicate.FirmwareComponent(func(s *sql.Selector) {
+		s.Where(sql.InValues(s.C(node.FirmwareComponentsColumn), fks...))
 	}))
 	neighbors, err := query.All(ctx)
 	if err != nil {

@@ -14,6 +14,7 @@ import (
 	"github.com/anvilproject/anvil/ent/allocation"
 	"github.com/anvilproject/anvil/ent/biossetting"
 	"github.com/anvilproject/anvil/ent/chassis"
+	"github.com/anvilproject/anvil/ent/firmwarecomponent"
 	"github.com/anvilproject/anvil/ent/node"
 	"github.com/anvilproject/anvil/ent/nodeevent"
 	"github.com/anvilproject/anvil/ent/nodeinventory"
@@ -1121,6 +1122,21 @@ func (_u *NodeUpdate) SetInventory(v *NodeInventory) *NodeUpdate {
 	return _u.SetInventoryID(v.ID)
 }
 
+// AddFirmwareComponentIDs adds the "firmware_components" edge to the FirmwareComponent entity by IDs.
+func (_u *NodeUpdate) AddFirmwareComponentIDs(ids ...int) *NodeUpdate {
+	_u.mutation.AddFirmwareComponentIDs(ids...)
+	return _u
+}
+
+// AddFirmwareComponents adds the "firmware_components" edges to the FirmwareComponent entity.
+func (_u *NodeUpdate) AddFirmwareComponents(v ...*FirmwareComponent) *NodeUpdate {
+	ids := make([]int, len(v))
+	for i := range v {
+		ids[i] = v[i].ID
+	}
+	return _u.AddFirmwareComponentIDs(ids...)
+}
+
 // Mutation returns the NodeMutation object of the builder.
 func (_u *NodeUpdate) Mutation() *NodeMutation {
 	return _u.mutation
@@ -1247,6 +1263,27 @@ func (_u *NodeUpdate) RemoveBiosSettings(v ...*BiosSetting) *NodeUpdate {
 func (_u *NodeUpdate) ClearInventory() *NodeUpdate {
 	_u.mutation.ClearInventory()
 	return _u
+}
+
+// ClearFirmwareComponents clears all "firmware_components" edges to the FirmwareComponent entity.
+func (_u *NodeUpdate) ClearFirmwareComponents() *NodeUpdate {
+	_u.mutation.ClearFirmwareComponents()
+	return _u
+}
+
+// RemoveFirmwareComponentIDs removes the "firmware_components" edge to FirmwareComponent entities by IDs.
+func (_u *NodeUpdate) RemoveFirmwareComponentIDs(ids ...int) *NodeUpdate {
+	_u.mutation.RemoveFirmwareComponentIDs(ids...)
+	return _u
+}
+
+// RemoveFirmwareComponents removes "firmware_components" edges to FirmwareComponent entities.
+func (_u *NodeUpdate) RemoveFirmwareComponents(v ...*FirmwareComponent) *NodeUpdate {
+	ids := make([]int, len(v))
+	for i := range v {
+		ids[i] = v[i].ID
+	}
+	return _u.RemoveFirmwareComponentIDs(ids...)
 }
 
 // Save executes the query and returns the number of nodes affected by the update operation.
@@ -2019,6 +2056,51 @@ func (_u *NodeUpdate) sqlSave(ctx context.Context) (_node int, err error) {
 			Bidi:    false,
 			Target: &sqlgraph.EdgeTarget{
 				IDSpec: sqlgraph.NewFieldSpec(nodeinventory.FieldID, field.TypeInt),
+			},
+		}
+		for _, k := range nodes {
+			edge.Target.Nodes = append(edge.Target.Nodes, k)
+		}
+		_spec.Edges.Add = append(_spec.Edges.Add, edge)
+	}
+	if _u.mutation.FirmwareComponentsCleared() {
+		edge := &sqlgraph.EdgeSpec{
+			Rel:     sqlgraph.O2M,
+			Inverse: false,
+			Table:   node.FirmwareComponentsTable,
+			Columns: []string{node.FirmwareComponentsColumn},
+			Bidi:    false,
+			Target: &sqlgraph.EdgeTarget{
+				IDSpec: sqlgraph.NewFieldSpec(firmwarecomponent.FieldID, field.TypeInt),
+			},
+		}
+		_spec.Edges.Clear = append(_spec.Edges.Clear, edge)
+	}
+	if nodes := _u.mutation.RemovedFirmwareComponentsIDs(); len(nodes) > 0 && !_u.mutation.FirmwareComponentsCleared() {
+		edge := &sqlgraph.EdgeSpec{
+			Rel:     sqlgraph.O2M,
+			Inverse: false,
+			Table:   node.FirmwareComponentsTable,
+			Columns: []string{node.FirmwareComponentsColumn},
+			Bidi:    false,
+			Target: &sqlgraph.EdgeTarget{
+				IDSpec: sqlgraph.NewFieldSpec(firmwarecomponent.FieldID, field.TypeInt),
+			},
+		}
+		for _, k := range nodes {
+			edge.Target.Nodes = append(edge.Target.Nodes, k)
+		}
+		_spec.Edges.Clear = append(_spec.Edges.Clear, edge)
+	}
+	if nodes := _u.mutation.FirmwareComponentsIDs(); len(nodes) > 0 {
+		edge := &sqlgraph.EdgeSpec{
+			Rel:     sqlgraph.O2M,
+			Inverse: false,
+			Table:   node.FirmwareComponentsTable,
+			Columns: []string{node.FirmwareComponentsColumn},
+			Bidi:    false,
+			Target: &sqlgraph.EdgeTarget{
+				IDSpec: sqlgraph.NewFieldSpec(firmwarecomponent.FieldID, field.TypeInt),
 			},
 		}
 		for _, k := range nodes {
@@ -3132,6 +3214,21 @@ func (_u *NodeUpdateOne) SetInventory(v *NodeInventory) *NodeUpdateOne {
 	return _u.SetInventoryID(v.ID)
 }
 
+// AddFirmwareComponentIDs adds the "firmware_components" edge to the FirmwareComponent entity by IDs.
+func (_u *NodeUpdateOne) AddFirmwareComponentIDs(ids ...int) *NodeUpdateOne {
+	_u.mutation.AddFirmwareComponentIDs(ids...)
+	return _u
+}
+
+// AddFirmwareComponents adds the "firmware_components" edges to the FirmwareComponent entity.
+func (_u *NodeUpdateOne) AddFirmwareComponents(v ...*FirmwareComponent) *NodeUpdateOne {
+	ids := make([]int, len(v))
+	for i := range v {
+		ids[i] = v[i].ID
+	}
+	return _u.AddFirmwareComponentIDs(ids...)
+}
+
 // Mutation returns the NodeMutation object of the builder.
 func (_u *NodeUpdateOne) Mutation() *NodeMutation {
 	return _u.mutation
@@ -3258,6 +3355,27 @@ func (_u *NodeUpdateOne) RemoveBiosSettings(v ...*BiosSetting) *NodeUpdateOne {
 func (_u *NodeUpdateOne) ClearInventory() *NodeUpdateOne {
 	_u.mutation.ClearInventory()
 	return _u
+}
+
+// ClearFirmwareComponents clears all "firmware_components" edges to the FirmwareComponent entity.
+func (_u *NodeUpdateOne) ClearFirmwareComponents() *NodeUpdateOne {
+	_u.mutation.ClearFirmwareComponents()
+	return _u
+}
+
+// RemoveFirmwareComponentIDs removes the "firmware_components" edge to FirmwareComponent entities by IDs.
+func (_u *NodeUpdateOne) RemoveFirmwareComponentIDs(ids ...int) *NodeUpdateOne {
+	_u.mutation.RemoveFirmwareComponentIDs(ids...)
+	return _u
+}
+
+// RemoveFirmwareComponents removes "firmware_components" edges to FirmwareComponent entities.
+func (_u *NodeUpdateOne) RemoveFirmwareComponents(v ...*FirmwareComponent) *NodeUpdateOne {
+	ids := make([]int, len(v))
+	for i := range v {
+		ids[i] = v[i].ID
+	}
+	return _u.RemoveFirmwareComponentIDs(ids...)
 }
 
 // Where appends a list predicates to the NodeUpdate builder.
@@ -4060,6 +4178,51 @@ func (_u *NodeUpdateOne) sqlSave(ctx context.Context) (_node *Node, err error) {
 			Bidi:    false,
 			Target: &sqlgraph.EdgeTarget{
 				IDSpec: sqlgraph.NewFieldSpec(nodeinventory.FieldID, field.TypeInt),
+			},
+		}
+		for _, k := range nodes {
+			edge.Target.Nodes = append(edge.Target.Nodes, k)
+		}
+		_spec.Edges.Add = append(_spec.Edges.Add, edge)
+	}
+	if _u.mutation.FirmwareComponentsCleared() {
+		edge := &sqlgraph.EdgeSpec{
+			Rel:     sqlgraph.O2M,
+			Inverse: false,
+			Table:   node.FirmwareComponentsTable,
+			Columns: []string{node.FirmwareComponentsColumn},
+			Bidi:    false,
+			Target: &sqlgraph.EdgeTarget{
+				IDSpec: sqlgraph.NewFieldSpec(firmwarecomponent.FieldID, field.TypeInt),
+			},
+		}
+		_spec.Edges.Clear = append(_spec.Edges.Clear, edge)
+	}
+	if nodes := _u.mutation.RemovedFirmwareComponentsIDs(); len(nodes) > 0 && !_u.mutation.FirmwareComponentsCleared() {
+		edge := &sqlgraph.EdgeSpec{
+			Rel:     sqlgraph.O2M,
+			Inverse: false,
+			Table:   node.FirmwareComponentsTable,
+			Columns: []string{node.FirmwareComponentsColumn},
+			Bidi:    false,
+			Target: &sqlgraph.EdgeTarget{
+				IDSpec: sqlgraph.NewFieldSpec(firmwarecomponent.FieldID, field.TypeInt),
+			},
+		}
+		for _, k := range nodes {
+			edge.Target.Nodes = append(edge.Target.Nodes, k)
+		}
+		_spec.Edges.Clear = append(_spec.Edges.Clear, edge)
+	}
+	if nodes := _u.mutation.FirmwareComponentsIDs(); len(nodes) > 0 {
+		edge := &sqlgraph.EdgeSpec{
+			Rel:     sqlgraph.O2M,
+			Inverse: false,
+			Table:   node.FirmwareComponentsTable,
+			Columns: []string{node.FirmwareComponentsColumn},
+			Bidi:    false,
+			Target: &sqlgraph.EdgeTarget{
+				IDSpec: sqlgraph.NewFieldSpec(firmwarecomponent.FieldID, field.TypeInt),
 			},
 		}
 		for _, k := range nodes {

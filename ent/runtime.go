@@ -13,6 +13,7 @@ import (
 	"github.com/anvilproject/anvil/ent/conductor"
 	"github.com/anvilproject/anvil/ent/deploytemplate"
 	"github.com/anvilproject/anvil/ent/deploytemplatestep"
+	"github.com/anvilproject/anvil/ent/firmwarecomponent"
 	"github.com/anvilproject/anvil/ent/inspectionrule"
 	"github.com/anvilproject/anvil/ent/node"
 	"github.com/anvilproject/anvil/ent/nodeevent"
@@ -178,6 +179,43 @@ func init() {
 	deploytemplatestepDescStep := deploytemplatestepFields[2].Descriptor()
 	// deploytemplatestep.StepValidator is a validator for the "step" field. It is called by the builders before save.
 	deploytemplatestep.StepValidator = deploytemplatestepDescStep.Validators[0].(func(string) error)
+	firmwarecomponentMixin := schema.FirmwareComponent{}.Mixin()
+	firmwarecomponentMixinFields0 := firmwarecomponentMixin[0].Fields()
+	_ = firmwarecomponentMixinFields0
+	firmwarecomponentFields := schema.FirmwareComponent{}.Fields()
+	_ = firmwarecomponentFields
+	// firmwarecomponentDescCreatedAt is the schema descriptor for created_at field.
+	firmwarecomponentDescCreatedAt := firmwarecomponentMixinFields0[0].Descriptor()
+	// firmwarecomponent.DefaultCreatedAt holds the default value on creation for the created_at field.
+	firmwarecomponent.DefaultCreatedAt = firmwarecomponentDescCreatedAt.Default.(func() time.Time)
+	// firmwarecomponentDescComponent is the schema descriptor for component field.
+	firmwarecomponentDescComponent := firmwarecomponentFields[1].Descriptor()
+	// firmwarecomponent.ComponentValidator is a validator for the "component" field. It is called by the builders before save.
+	firmwarecomponent.ComponentValidator = firmwarecomponentDescComponent.Validators[0].(func(string) error)
+	// firmwarecomponentDescInitialVersion is the schema descriptor for initial_version field.
+	firmwarecomponentDescInitialVersion := firmwarecomponentFields[2].Descriptor()
+	// firmwarecomponent.InitialVersionValidator is a validator for the "initial_version" field. It is called by the builders before save.
+	firmwarecomponent.InitialVersionValidator = firmwarecomponentDescInitialVersion.Validators[0].(func(string) error)
+	// firmwarecomponentDescCurrentVersion is the schema descriptor for current_version field.
+	firmwarecomponentDescCurrentVersion := firmwarecomponentFields[3].Descriptor()
+	// firmwarecomponent.CurrentVersionValidator is a validator for the "current_version" field. It is called by the builders before save.
+	firmwarecomponent.CurrentVersionValidator = firmwarecomponentDescCurrentVersion.Validators[0].(func(string) error)
+	// firmwarecomponentDescLastVersionFlashed is the schema descriptor for last_version_flashed field.
+	firmwarecomponentDescLastVersionFlashed := firmwarecomponentFields[4].Descriptor()
+	// firmwarecomponent.LastVersionFlashedValidator is a validator for the "last_version_flashed" field. It is called by the builders before save.
+	firmwarecomponent.LastVersionFlashedValidator = firmwarecomponentDescLastVersionFlashed.Validators[0].(func(string) error)
+	// firmwarecomponentDescVendor is the schema descriptor for vendor field.
+	firmwarecomponentDescVendor := firmwarecomponentFields[5].Descriptor()
+	// firmwarecomponent.VendorValidator is a validator for the "vendor" field. It is called by the builders before save.
+	firmwarecomponent.VendorValidator = firmwarecomponentDescVendor.Validators[0].(func(string) error)
+	// firmwarecomponentDescModel is the schema descriptor for model field.
+	firmwarecomponentDescModel := firmwarecomponentFields[6].Descriptor()
+	// firmwarecomponent.ModelValidator is a validator for the "model" field. It is called by the builders before save.
+	firmwarecomponent.ModelValidator = firmwarecomponentDescModel.Validators[0].(func(string) error)
+	// firmwarecomponentDescSerialNumber is the schema descriptor for serial_number field.
+	firmwarecomponentDescSerialNumber := firmwarecomponentFields[7].Descriptor()
+	// firmwarecomponent.SerialNumberValidator is a validator for the "serial_number" field. It is called by the builders before save.
+	firmwarecomponent.SerialNumberValidator = firmwarecomponentDescSerialNumber.Validators[0].(func(string) error)
 	inspectionruleMixin := schema.InspectionRule{}.Mixin()
 	inspectionruleMixinFields0 := inspectionruleMixin[0].Fields()
 	_ = inspectionruleMixinFields0

@@ -30,6 +30,8 @@ type Tx struct {
 	DeployTemplate *DeployTemplateClient
 	// DeployTemplateStep is the client for interacting with the DeployTemplateStep builders.
 	DeployTemplateStep *DeployTemplateStepClient
+	// FirmwareComponent is the client for interacting with the FirmwareComponent builders.
+	FirmwareComponent *FirmwareComponentClient
 	// InspectionRule is the client for interacting with the InspectionRule builders.
 	InspectionRule *InspectionRuleClient
 	// Node is the client for interacting with the Node builders.
@@ -201,6 +203,7 @@ func (tx *Tx) init() {
 	tx.Conductor = NewConductorClient(tx.config)
 	tx.DeployTemplate = NewDeployTemplateClient(tx.config)
 	tx.DeployTemplateStep = NewDeployTemplateStepClient(tx.config)
+	tx.FirmwareComponent = NewFirmwareComponentClient(tx.config)
 	tx.InspectionRule = NewInspectionRuleClient(tx.config)
 	tx.Node = NewNodeClient(tx.config)
 	tx.NodeEvent = NewNodeEventClient(tx.config)

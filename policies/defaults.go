@@ -101,6 +101,11 @@ func Defaults() []Rule {
 		{"baremetal:node:set_boot_device", "rule:system_member_or_owner_admin", sysProj, "Set the next boot device.", []string{"PUT /v1/nodes/{node}/management/boot_device"}},
 		{"baremetal:node:inventory:get", "rule:system_or_owner_reader", sysProj, "Read the hardware inventory the last inspection found.", []string{"GET /v1/nodes/{node}/inventory"}},
 		{"baremetal:node:bios:get", "rule:system_or_project_reader", sysProj, "Read a node's cached BIOS settings.", []string{"GET /v1/nodes/{node}/bios", "GET /v1/nodes/{node}/bios/{setting}"}},
+		// Firmware and virtual media (API 1.86, 1.89, 1.93), as Ironic.
+		{"baremetal:node:firmware:get", "rule:system_or_project_reader", sysProj, "Read a node's firmware components.", []string{"GET /v1/nodes/{node}/firmware"}},
+		{"baremetal:node:vmedia:attach", "rule:system_or_owner_or_lessee_member", sysProj, "Attach a virtual media device to a node.", []string{"POST /v1/nodes/{node}/vmedia"}},
+		{"baremetal:node:vmedia:detach", "rule:system_or_owner_or_lessee_member", sysProj, "Detach a virtual media device from a node.", []string{"DELETE /v1/nodes/{node}/vmedia"}},
+		{"baremetal:node:vmedia:get", "rule:system_or_project_reader", sysProj, "Read a node's virtual media devices from its BMC.", []string{"GET /v1/nodes/{node}/vmedia"}},
 		{"baremetal:node:validate", "rule:system_or_owner_member_and_lessee_admin", sysProj, "Check a node's driver settings per interface, without contacting its BMC.", []string{"GET /v1/nodes/{node}/validate"}},
 		{"baremetal:node:set_provision_state", "rule:system_or_owner_member_and_lessee_admin", sysProj, "Change a node's provision state (manage, provide, adopt, clean, service, abort, unhold, active/deploy, rebuild, deleted/undeploy).", []string{"PUT /v1/nodes/{node}/states/provision"}},
 		{"baremetal:node:set_provision_state:clean_steps", "rule:system_member", sysProj, "Clean with arbitrary, explicit steps. Ironic allows owner members and lessee admins; the runbook spec forbids projects explicit steps: they use runbooks.", []string{"PUT /v1/nodes/{node}/states/provision"}},

@@ -105,6 +105,18 @@ func (f DeployTemplateStepFunc) Mutate(ctx context.Context, m ent.Mutation) (ent
 	return nil, fmt.Errorf("unexpected mutation type %T. expect *ent.DeployTemplateStepMutation", m)
 }
 
+// The FirmwareComponentFunc type is an adapter to allow the use of ordinary
+// function as FirmwareComponent mutator.
+type FirmwareComponentFunc func(context.Context, *ent.FirmwareComponentMutation) (ent.Value, error)
+
+// Mutate calls f(ctx, m).
+func (f FirmwareComponentFunc) Mutate(ctx context.Context, m ent.Mutation) (ent.Value, error) {
+	if mv, ok := m.(*ent.FirmwareComponentMutation); ok {
+		return f(ctx, mv)
+	}
+	return nil, fmt.Errorf("unexpected mutation type %T. expect *ent.FirmwareComponentMutation", m)
+}
+
 // The InspectionRuleFunc type is an adapter to allow the use of ordinary
 // function as InspectionRule mutator.
 type InspectionRuleFunc func(context.Context, *ent.InspectionRuleMutation) (ent.Value, error)

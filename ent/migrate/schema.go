@@ -223,6 +223,41 @@ var (
 			},
 		},
 	}
+	// FirmwareComponentsColumns holds the columns for the "firmware_components" table.
+	FirmwareComponentsColumns = []*schema.Column{
+		{Name: "id", Type: field.TypeInt, Increment: true},
+		{Name: "created_at", Type: field.TypeTime},
+		{Name: "updated_at", Type: field.TypeTime, Nullable: true},
+		{Name: "component", Type: field.TypeString, Size: 255},
+		{Name: "initial_version", Type: field.TypeString, Size: 255},
+		{Name: "current_version", Type: field.TypeString, Nullable: true, Size: 255},
+		{Name: "last_version_flashed", Type: field.TypeString, Nullable: true, Size: 255},
+		{Name: "vendor", Type: field.TypeString, Nullable: true, Size: 255},
+		{Name: "model", Type: field.TypeString, Nullable: true, Size: 255},
+		{Name: "serial_number", Type: field.TypeString, Nullable: true, Size: 255},
+		{Name: "node_id", Type: field.TypeInt},
+	}
+	// FirmwareComponentsTable holds the schema information for the "firmware_components" table.
+	FirmwareComponentsTable = &schema.Table{
+		Name:       "firmware_components",
+		Columns:    FirmwareComponentsColumns,
+		PrimaryKey: []*schema.Column{FirmwareComponentsColumns[0]},
+		ForeignKeys: []*schema.ForeignKey{
+			{
+				Symbol:     "firmware_components_nodes_firmware_components",
+				Columns:    []*schema.Column{FirmwareComponentsColumns[10]},
+				RefColumns: []*schema.Column{NodesColumns[0]},
+				OnDelete:   schema.Cascade,
+			},
+		},
+		Indexes: []*schema.Index{
+			{
+				Name:    "firmwarecomponent_node_id_component",
+				Unique:  true,
+				Columns: []*schema.Column{FirmwareComponentsColumns[10], FirmwareComponentsColumns[3]},
+			},
+		},
+	}
 	// InspectionRulesColumns holds the columns for the "inspection_rules" table.
 	InspectionRulesColumns = []*schema.Column{
 		{Name: "id", Type: field.TypeInt, Increment: true},
@@ -813,6 +848,7 @@ var (
 		ConductorsTable,
 		DeployTemplatesTable,
 		DeployTemplateStepsTable,
+		FirmwareComponentsTable,
 		InspectionRulesTable,
 		NodesTable,
 		NodeEventsTable,
@@ -840,6 +876,7 @@ func init() {
 		Table: "chassis",
 	}
 	DeployTemplateStepsTable.ForeignKeys[0].RefTable = DeployTemplatesTable
+	FirmwareComponentsTable.ForeignKeys[0].RefTable = NodesTable
 	NodesTable.ForeignKeys[0].RefTable = ChassisTable
 	NodeEventsTable.ForeignKeys[0].RefTable = NodesTable
 	NodeInventoriesTable.ForeignKeys[0].RefTable = NodesTable

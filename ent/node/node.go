@@ -152,6 +152,8 @@ const (
 	EdgeBiosSettings = "bios_settings"
 	// EdgeInventory holds the string denoting the inventory edge name in mutations.
 	EdgeInventory = "inventory"
+	// EdgeFirmwareComponents holds the string denoting the firmware_components edge name in mutations.
+	EdgeFirmwareComponents = "firmware_components"
 	// Table holds the table name of the node in the database.
 	Table = "nodes"
 	// TraitsTable is the table that holds the traits relation/edge.
@@ -210,6 +212,13 @@ const (
 	InventoryInverseTable = "node_inventories"
 	// InventoryColumn is the table column denoting the inventory relation/edge.
 	InventoryColumn = "node_id"
+	// FirmwareComponentsTable is the table that holds the firmware_components relation/edge.
+	FirmwareComponentsTable = "firmware_components"
+	// FirmwareComponentsInverseTable is the table name for the FirmwareComponent entity.
+	// It exists in this package in order to avoid circular dependency with the "firmwarecomponent" package.
+	FirmwareComponentsInverseTable = "firmware_components"
+	// FirmwareComponentsColumn is the table column denoting the firmware_components relation/edge.
+	FirmwareComponentsColumn = "node_id"
 )
 
 // Columns holds all SQL columns for node fields.
@@ -735,6 +744,20 @@ func ByInventoryField(field string, opts ...sql.OrderTermOption) OrderOption {
 		sqlgraph.OrderByNeighborTerms(s, newInventoryStep(), sql.OrderByField(field, opts...))
 	}
 }
+
+// ByFirmwareComponentsCount orders the results by firmware_components count.
+func ByFirmwareComponentsCount(opts ...sql.OrderTermOption) OrderOption {
+	return func(s *sql.Selector) {
+		sqlgraph.OrderByNeighborsCount(s, newFirmwareComponentsStep(), opts...)
+	}
+}
+
+// ByFirmwareComponents orders the results by firmware_components terms.
+func ByFirmwareComponents(term sql.OrderTerm, terms ...sql.OrderTerm) OrderOption {
+	return func(s *sql.Selector) {
+		sqlgraph.OrderByNeighborTerms(s, newFirmwareComponentsStep(), append([]sql.OrderTerm{term}, terms...)...)
+	}
+}
 func newTraitsStep() *sqlgraph.Step {
 	return sqlgraph.NewStep(
 		sqlgraph.From(Table, FieldID),
@@ -789,5 +812,12 @@ func newInventoryStep() *sqlgraph.Step {
 		sqlgraph.From(Table, FieldID),
 		sqlgraph.To(InventoryInverseTable, FieldID),
 		sqlgraph.Edge(sqlgraph.O2O, false, InventoryTable, InventoryColumn),
+	)
+}
+func newFirmwareComponentsStep() *sqlgraph.Step {
+	return sqlgraph.NewStep(
+		sqlgraph.From(Table, FieldID),
+		sqlgraph.To(FirmwareComponentsInverseTable, FieldID),
+		sqlgraph.Edge(sqlgraph.O2M, false, FirmwareComponentsTable, FirmwareComponentsColumn),
 	)
 }

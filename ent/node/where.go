@@ -3564,6 +3564,29 @@ func HasInventoryWith(preds ...predicate.NodeInventory) predicate.Node {
 	})
 }
 
+// HasFirmwareComponents applies the HasEdge predicate on the "firmware_components" edge.
+func HasFirmwareComponents() predicate.Node {
+	return predicate.Node(func(s *sql.Selector) {
+		step := sqlgraph.NewStep(
+			sqlgraph.From(Table, FieldID),
+			sqlgraph.Edge(sqlgraph.O2M, false, FirmwareComponentsTable, FirmwareComponentsColumn),
+		)
+		sqlgraph.HasNeighbors(s, step)
+	})
+}
+
+// HasFirmwareComponentsWith applies the HasEdge predicate on the "firmware_components" edge with a given conditions (other predicates).
+func HasFirmwareComponentsWith(preds ...predicate.FirmwareComponent) predicate.Node {
+	return predicate.Node(func(s *sql.Selector) {
+		step := newFirmwareComponentsStep()
+		sqlgraph.HasNeighborsWith(s, step, func(s *sql.Selector) {
+			for _, p := range preds {
+				p(s)
+			}
+		})
+	})
+}
+
 // And groups predicates with the AND operator between them.
 func And(predicates ...predicate.Node) predicate.Node {
 	return predicate.Node(sql.AndPredicates(predicates...))

@@ -30,6 +30,9 @@ type DeployTemplate func(*sql.Selector)
 // DeployTemplateStep is the predicate function for deploytemplatestep builders.
 type DeployTemplateStep func(*sql.Selector)
 
+// FirmwareComponent is the predicate function for firmwarecomponent builders.
+type FirmwareComponent func(*sql.Selector)
+
 // InspectionRule is the predicate function for inspectionrule builders.
 type InspectionRule func(*sql.Selector)
 

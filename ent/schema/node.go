@@ -113,6 +113,7 @@ func (Node) Edges() []ent.Edge {
 		edge.To("chassis", Chassis.Type).Field("chassis_id").Unique().Annotations(entsql.OnDelete(entsql.Restrict)),
 		edge.To("bios_settings", BiosSetting.Type).Annotations(entsql.OnDelete(entsql.Cascade)),
 		edge.To("inventory", NodeInventory.Type).Unique().Annotations(entsql.OnDelete(entsql.Cascade)),
+		edge.To("firmware_components", FirmwareComponent.Type).Annotations(entsql.OnDelete(entsql.Cascade)),
 	}
 }
 

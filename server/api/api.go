@@ -107,6 +107,7 @@ func (a *API) Register(root fiber.Router, v1 fiber.Router) {
 	a.registerInspectionRules(v1)
 	a.registerVendorPassthru(v1)
 	a.registerHardware(v1)
+	a.registerFirmware(v1)
 }
 
 func baseURL(c *fiber.Ctx) string { return c.BaseURL() }

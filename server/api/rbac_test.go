@@ -114,6 +114,12 @@ var matrix = []struct {
 	// cached settings, so one setting is a 404 for whoever may see it.
 	{"GET", "/v1/nodes/{n}/bios", "", "401 | 200 200 200 200 | 200 200 200 200 200 | 200 200 200 200 404 | 404 404 404 404 | 200"},
 	{"GET", "/v1/nodes/{n}/bios/BootMode", "", "401 | 404 404 404 404 | 404 404 404 404 404 | 404 404 404 404 404 | 404 404 404 404 | 404"},
+	// firmware:get and vmedia:get are SYSTEM_OR_PROJECT_READER, vmedia
+	// attach and detach SYSTEM_OR_PROJECT_MEMBER, as in Ironic.
+	{"GET", "/v1/nodes/{n}/firmware", "", "401 | 200 200 200 200 | 200 200 200 200 200 | 200 200 200 200 404 | 404 404 404 404 | 200"},
+	{"GET", "/v1/nodes/{n}/vmedia", "", "401 | 200 200 200 200 | 200 200 200 200 200 | 200 200 200 200 404 | 404 404 404 404 | 200"},
+	{"POST", "/v1/nodes/{n}/vmedia", `{"device_type":"cdrom","image_url":"http://images.example/boot.iso"}`, "401 | 204 204 403 204 | 204 204 204 403 403 | 204 204 204 403 404 | 404 404 404 404 | 204"},
+	{"DELETE", "/v1/nodes/{n}/vmedia", "", "401 | 204 204 403 204 | 204 204 204 403 403 | 204 204 204 403 404 | 404 404 404 404 | 204"},
 	// conductor:get is SYSTEM_READER, which includes service users.
 	{"GET", "/v1/conductors", "", "401 | 200 200 200 200 | 403 403 403 403 403 | 403 403 403 403 403 | 403 403 403 403 | 200"},
 	// supported boot devices follow get_boot_device.

@@ -73,6 +73,9 @@ var versionedEndpoints = []struct {
 	{"GET", "/v1/runbooks/{rb}", "", api.VerRunbooks, 404},
 	{"POST", "/v1/runbooks", `{"name":"CUSTOM_SHAPE_{v}","steps":[{"interface":"power","step":"reboot","order":1}]}`, api.VerRunbooks, 405},
 	{"GET", "/v1/runbooks/{rb}/traits", "", api.VerRunbookTraits, 404},
+	{"GET", "/v1/nodes/{n}/firmware", "", api.VerFirmwareIface, 404},
+	{"DELETE", "/v1/nodes/{n}/vmedia", "", api.VerVMedia, 404},
+	{"GET", "/v1/nodes/{n}/vmedia", "", api.VerVMediaGet, 404},
 }
 
 // TestNodeShapePerVersion walks the ladder 1.1..VerMax: at each version a

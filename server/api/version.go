@@ -101,13 +101,16 @@ const (
 	VerBootMode          Version = 75  // boot_mode and secure_boot
 	// Fields newer than VerMax: stored, validated and carried now, shown
 	// once VerMax reaches them.
-	VerShard           Version = 82  // shard field, ?shard= and ?sharded=
-	VerParentNode      Version = 83  // parent_node, ?parent_node= and ?include_children=
-	VerServiceStep     Version = 87  // service_step field
-	VerDisablePowerOff Version = 95  // disable_power_off field
-	VerInstanceName    Version = 104 // instance_name field
-	VerHealth          Version = 109 // health field
-	VerInspectionRules Version = 96  // /v1/inspection_rules
+	VerShard            Version = 82  // shard field, ?shard= and ?sharded=
+	VerParentNode       Version = 83  // parent_node, ?parent_node= and ?include_children=
+	VerServiceStep      Version = 87  // service_step field
+	VerDisablePowerOff  Version = 95  // disable_power_off field
+	VerInstanceName     Version = 104 // instance_name field
+	VerHealth           Version = 109 // health field
+	VerInspectionRules  Version = 96  // /v1/inspection_rules
+	VerVMedia           Version = 89  // POST and DELETE /v1/nodes/{node}/vmedia
+	VerVMediaGet        Version = 93  // GET /v1/nodes/{node}/vmedia
+	VerFirmwareIdentity Version = 114 // firmware component vendor, model, serial_number
 	// VerMax is the newest version whose predecessors' behaviour is all in
 	// place (README, "Microversions"). Debian's python3-ironicclient 5.0.1
 	// knows up to 1.78 and negotiates down to the lower of the two.

@@ -40,6 +40,42 @@ type Firmware interface {
 	FirmwareVersions(ctx context.Context) (map[string]string, error)
 }
 
+// Identity is what a BMC says of a firmware component's hardware beyond
+// its version (Ironic's 1.114 fields); nil where it does not say.
+type Identity struct{ Vendor, Model, Serial *string }
+
+// FirmwareIdentities is a BMC that names its components' hardware. As
+// Ironic's redfish firmware interface, only the BMC's own model is known.
+type FirmwareIdentities interface {
+	FirmwareIdentities(ctx context.Context) (map[string]Identity, error)
+}
+
+func (c *redfishClient) FirmwareIdentities(ctx context.Context) (map[string]Identity, error) {
+	out := map[string]Identity{}
+	err := c.do(ctx, "reading firmware identities", func() error {
+		sys, err := c.system()
+		if err != nil {
+			return err
+		}
+		ms, err := sys.ManagedBy()
+		if err != nil {
+			return err
+		}
+		if len(ms) > 0 && ms[0].Model != "" {
+			model := ms[0].Model
+			out["bmc"] = Identity{Model: &model}
+		}
+		return nil
+	})
+	return out, err
+}
+
+// FirmwareIdentities on the fake names a synthetic BMC model.
+func (f *fake) FirmwareIdentities(context.Context) (map[string]Identity, error) {
+	model := "Anvil fake BMC"
+	return map[string]Identity{"bmc": {Model: &model}}, nil
+}
+
 // updateTarget is the resource SimpleUpdate's Targets names for a
 // component: the system for its BIOS, its manager for the BMC.
 func (c *redfishClient) updateTarget(component string) (string, error) {

@@ -42,6 +42,16 @@ var vmediaTypes = map[string][]redfish.VirtualMediaType{
 	"floppy": {redfish.FloppyMediaType, redfish.USBStickMediaType},
 }
 
+// MediaTypes are the Redfish media types of device, as Ironic reports a
+// device's media_types.
+func MediaTypes(device string) []string {
+	out := []string{}
+	for _, t := range vmediaTypes[device] {
+		out = append(out, string(t))
+	}
+	return out
+}
+
 func deviceOf(v *redfish.VirtualMedia) string {
 	for dev, types := range vmediaTypes {
 		for _, t := range v.MediaTypes {

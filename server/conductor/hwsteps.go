@@ -182,8 +182,13 @@ const defaultFirmwareWait = 30 * time.Minute
 // before and after in the node's history.
 func (c *Conductor) updateFirmware(ctx context.Context, n *ent.Node, fw bmc.Firmware, st Step) error {
 	list, _ := st.Args["settings"].([]any)
-	before, err := fw.FirmwareVersions(ctx)
+	before, ids, err := readFirmware(ctx, fw)
 	if err != nil {
+		return err
+	}
+	// A node never inspected gets its components, with their initial
+	// versions, before anything is flashed.
+	if err := c.cacheFirmware(ctx, n.ID, before, ids, nil); err != nil {
 		return err
 	}
 	poll := c.cfg.BMC.PowerPoll
@@ -226,6 +231,16 @@ func (c *Conductor) updateFirmware(ctx context.Context, n *ent.Node, fw bmc.Firm
 	}
 	after, err := fw.FirmwareVersions(ctx)
 	if err != nil {
+		return err
+	}
+	flashed := map[string]bool{}
+	for _, x := range list {
+		m, _ := x.(map[string]any)
+		if component, ok := m["component"].(string); ok {
+			flashed[component] = true
+		}
+	}
+	if err := c.cacheFirmware(ctx, n.ID, after, ids, flashed); err != nil {
 		return err
 	}
 	var changes []string

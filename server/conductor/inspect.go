@@ -82,6 +82,15 @@ func (c *Conductor) readInventory(ctx context.Context, n *ent.Node) (*bmc.Invent
 			return nil, err
 		}
 	}
+	if fw, ok := cl.(bmc.Firmware); ok {
+		versions, ids, err := readFirmware(ctx, fw)
+		if err == nil {
+			err = c.cacheFirmware(ctx, n.ID, versions, ids, nil)
+		}
+		if err != nil && !errors.Is(err, bmc.ErrUnsupported) {
+			return nil, err
+		}
+	}
 	return inv, nil
 }
 
