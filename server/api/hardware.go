@@ -17,7 +17,7 @@ import (
 func (a *API) registerHardware(v1 fiber.Router) {
 	v1.Get("/nodes/:node/bios", query("detail", "fields"), a.listBIOS)
 	v1.Get("/nodes/:node/bios/:setting", query(), a.getBIOS)
-	v1.Get("/nodes/:node/inventory", query(), a.getInventory)
+	v1.Get("/nodes/:node/inventory", subSince(VerInventory, "node inventory"), query(), a.getInventory)
 }
 
 // biosRegistryFields are Ironic's attribute-registry fields (1.74):
@@ -96,9 +96,6 @@ func (a *API) getBIOS(c *fiber.Ctx) error {
 // getInventory serves GET /v1/nodes/{node}/inventory: what the last
 // inspection found.
 func (a *API) getInventory(c *fiber.Ctx) error {
-	if err := requireVersion(ver(c), VerInventory, "node inventory"); err != nil {
-		return err
-	}
 	inv, err := a.Ops.Inventory(c.UserContext(), c.Params("node"))
 	if err != nil {
 		return err
