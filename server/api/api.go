@@ -103,6 +103,7 @@ func (a *API) Register(root fiber.Router, v1 fiber.Router) {
 	a.registerDeployTemplates(v1)
 	a.registerVendorPassthru(v1)
 	a.registerHardware(v1)
+	a.registerShards(v1)
 }
 
 func baseURL(c *fiber.Ctx) string { return c.BaseURL() }

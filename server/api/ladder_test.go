@@ -1,0 +1,111 @@
+package api_test
+
+import (
+	"fmt"
+	"slices"
+	"testing"
+
+	"github.com/anvilproject/anvil/server/api"
+	"github.com/anvilproject/anvil/server/servertest"
+	"github.com/anvilproject/anvil/server/store"
+	"github.com/anvilproject/anvil/server/store/storetest"
+)
+
+// below is the version just under v, for asserting Ironic's refusal.
+func below(v api.Version) string { return (v - 1).String() }
+
+// TestShards: from 1.82 /v1/shards counts nodes by shard, most first,
+// nodes without a shard under "None" as Ironic's str(None); only system
+// readers may read it; below 1.82 it is not there.
+func TestShards(t *testing.T) {
+	storetest.Each(t, func(t *testing.T, setting string, _ *store.DB) {
+		_, cs := startLocal(t, setting)
+		admin := cs["system-admin"]
+		if api.VerMax < api.VerShard {
+			mustStatus(t, admin.Do(t, "GET", "/v1/shards", nil), 404)
+			return
+		}
+		for i, s := range []string{"a", "b", "b", ""} {
+			body := map[string]any{"name": fmt.Sprint("s", i), "driver": "fake-hardware"}
+			if s != "" {
+				body["shard"] = s
+			}
+			mustStatus(t, admin.Do(t, "POST", "/v1/nodes", body), 201)
+		}
+		r := admin.Do(t, "GET", "/v1/shards?anything=1", nil)
+		mustStatus(t, r, 200)
+		got := fmt.Sprint(r.JSON(t)["shards"])
+		if want := "[map[count:2 name:b] map[count:1 name:None] map[count:1 name:a]]"; got != want {
+			t.Errorf("shards %s, want %s", got, want)
+		}
+		mustStatus(t, at(admin, below(api.VerShard)).Do(t, "GET", "/v1/shards", nil), 404)
+		mustStatus(t, admin.Do(t, "GET", "/v1/shards/b", nil), 404)
+		mustStatus(t, cs["system-reader"].Do(t, "GET", "/v1/shards", nil), 200)
+		for _, p := range []string{"owner-admin", "other-reader"} {
+			mustStatus(t, cs[p].Do(t, "GET", "/v1/shards", nil), 403)
+		}
+		// The node filters of 1.82.
+		names := func(q string) []string {
+			var out []string
+			for _, n := range admin.Do(t, "GET", "/v1/nodes?sort_key=name&"+q, nil).JSON(t)["nodes"].([]any) {
+				out = append(out, n.(map[string]any)["name"].(string))
+			}
+			return out
+		}
+		if got := names("shard=b,a"); !slices.Equal(got, []string{"s0", "s1", "s2"}) {
+			t.Errorf("shard=b,a: %v", got)
+		}
+		if got := names("sharded=false"); !slices.Equal(got, []string{"s3"}) {
+			t.Errorf("sharded=false: %v", got)
+		}
+		wantFault(t, at(admin, below(api.VerShard)).Do(t, "GET", "/v1/nodes?shard=a", nil), 406)
+	})
+}
+
+// TestChildren: from 1.83 /v1/nodes/{node}/children lists the UUIDs of
+// the node's children the caller may list, with a link to the filtered
+// node list; node lists leave children out unless asked; below 1.83 the
+// sub-resource is not there.
+func TestChildren(t *testing.T) {
+	storetest.Each(t, func(t *testing.T, setting string, _ *store.DB) {
+		_, cs := startLocal(t, setting)
+		admin := cs["system-admin"]
+		r := admin.Do(t, "POST", "/v1/nodes", map[string]any{"name": "p", "driver": "fake-hardware", "owner": "own"})
+		mustStatus(t, r, 201)
+		parent := r.JSON(t)["uuid"].(string)
+		if api.VerMax < api.VerParentNode {
+			mustStatus(t, admin.Do(t, "GET", "/v1/nodes/p/children", nil), 404)
+			return
+		}
+		var kids []string
+		for _, k := range []struct{ name, owner string }{{"k1", "own"}, {"k2", "oth"}} {
+			r := admin.Do(t, "POST", "/v1/nodes", map[string]any{"name": k.name, "driver": "fake-hardware", "parent_node": "p", "owner": k.owner})
+			mustStatus(t, r, 201)
+			kids = append(kids, r.JSON(t)["uuid"].(string))
+		}
+		children := func(c *servertest.Client) []any {
+			r := c.Do(t, "GET", "/v1/nodes/p/children", nil)
+			mustStatus(t, r, 200)
+			return r.JSON(t)["children"].([]any)
+		}
+		if got := fmt.Sprint(children(admin)); got != fmt.Sprint(kids) {
+			t.Errorf("children %s, want %v", got, kids)
+		}
+		l := admin.Do(t, "GET", "/v1/nodes/"+parent+"/children", nil).JSON(t)["links"].(map[string]any)
+		if l["rel"] != "children" || l["href"] != admin.Base+"/v1/nodes?parent_node="+parent {
+			t.Errorf("links %v", l)
+		}
+		if got := fmt.Sprint(children(cs["owner-reader"])); got != fmt.Sprint(kids[:1]) {
+			t.Errorf("owner sees children %s, want %v", got, kids[:1])
+		}
+		mustStatus(t, cs["other-reader"].Do(t, "GET", "/v1/nodes/p/children", nil), 404)
+		mustStatus(t, at(admin, below(api.VerParentNode)).Do(t, "GET", "/v1/nodes/p/children", nil), 404)
+		mustStatus(t, admin.Do(t, "GET", "/v1/nodes/p/children?x=1", nil), 400)
+		// Lists hide children unless include_children or parent_node, which
+		// is matched against the UUID as stored, as Ironic does.
+		count := func(q string) int { return len(admin.Do(t, "GET", "/v1/nodes?"+q, nil).JSON(t)["nodes"].([]any)) }
+		if a, b, c := count(""), count("include_children=true"), count("parent_node="+parent); a != 1 || b != 3 || c != 2 {
+			t.Errorf("nodes %d, with children %d, of p %d; want 1, 3, 2", a, b, c)
+		}
+	})
+}
