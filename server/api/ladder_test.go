@@ -109,3 +109,28 @@ func TestChildren(t *testing.T) {
 		}
 	})
 }
+
+// TestDotJSONSuffix: below 1.91, asked for explicitly, a trailing ".json"
+// is stripped from the path, and a name really ending in ".json" is still
+// found; from 1.91, or with no version header, the path is taken as is.
+func TestDotJSONSuffix(t *testing.T) {
+	storetest.Each(t, func(t *testing.T, setting string, _ *store.DB) {
+		_, c := start(t, setting)
+		mustStatus(t, c.Do(t, "POST", "/v1/nodes", map[string]any{"name": "n1", "driver": "fake-hardware"}), 201)
+		mustStatus(t, c.Do(t, "POST", "/v1/nodes", map[string]any{"name": "n2.json", "driver": "fake-hardware"}), 201)
+		old := at(c, min(api.VerDotJSON-1, api.VerMax).String())
+		if r := old.Do(t, "GET", "/v1/nodes/n1.json", nil); r.Status != 200 || r.JSON(t)["name"] != "n1" {
+			t.Errorf("n1.json below 1.91: %d %s", r.Status, r.Body)
+		}
+		if r := old.Do(t, "GET", "/v1/nodes/n2.json", nil); r.Status != 200 || r.JSON(t)["name"] != "n2.json" {
+			t.Errorf("n2.json below 1.91: %d %s", r.Status, r.Body)
+		}
+		mustStatus(t, old.Do(t, "GET", "/v1/nodes.json", nil), 200)
+		mustStatus(t, old.Do(t, "PATCH", "/v1/nodes/n1.json", `[{"op":"add","path":"/extra/a","value":"b"}]`), 200)
+		mustStatus(t, at(c, "").Do(t, "GET", "/v1/nodes/n1.json", nil), 404)
+		if api.VerMax >= api.VerDotJSON {
+			mustStatus(t, c.Do(t, "GET", "/v1/nodes/n1.json", nil), 404)
+			mustStatus(t, c.Do(t, "GET", "/v1/nodes/n2.json", nil), 200)
+		}
+	})
+}

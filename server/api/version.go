@@ -82,6 +82,7 @@ const (
 	VerUnhold            Version = 85  // unhold verb
 	VerService           Version = 87  // service verb
 	VerRunbooks          Version = 92  // /v1/runbooks
+	VerDotJSON           Version = 91  // no stripping of a trailing .json from paths
 	VerServiceRamdisk    Version = 108
 	VerRunbookTraits     Version = 112 // runbook traits, description, /v1/runbooks/{rb}/traits
 	VerHistoryProject    Version = 113 // node history project
