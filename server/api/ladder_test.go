@@ -134,3 +134,51 @@ func TestDotJSONSuffix(t *testing.T) {
 		}
 	})
 }
+
+// TestPortNodeIdentAndVTEP: from 1.94 a port is created with node_ident,
+// a UUID or name, but not beside node_uuid; below it node_ident is 406.
+// The OVN VTEP keys of local_link_connection are accepted from 1.90 to
+// 1.104 and otherwise refused with 406 and shown as an empty object.
+func TestPortNodeIdentAndVTEP(t *testing.T) {
+	storetest.Each(t, func(t *testing.T, setting string, _ *store.DB) {
+		_, c := start(t, setting)
+		r := c.Do(t, "POST", "/v1/nodes", map[string]any{"name": "pn", "driver": "fake-hardware"})
+		mustStatus(t, r, 201)
+		uuid := r.JSON(t)["uuid"].(string)
+		wantFault(t, at(c, min(api.VerPortNodeIdent-1, api.VerMax).String()).Do(t, "POST", "/v1/ports",
+			map[string]any{"node_ident": "pn", "address": "52:54:00:00:00:01"}), 406, "node_ident")
+		vtep := map[string]any{"port_id": "p1", "vtep-logical-switch": "ls", "vtep-physical-switch": "ps"}
+		wantFault(t, at(c, min(api.VerOVNVTEP-1, api.VerMax).String()).Do(t, "POST", "/v1/ports",
+			map[string]any{"node_uuid": uuid, "address": "52:54:00:00:00:02", "local_link_connection": vtep}), 406, "vtep-")
+		if api.VerMax >= api.VerPortNodeIdent {
+			r := c.Do(t, "POST", "/v1/ports", map[string]any{"node_ident": "pn", "address": "52:54:00:00:00:01"})
+			mustStatus(t, r, 201)
+			if got := r.JSON(t)["node_uuid"]; got != uuid {
+				t.Errorf("node_ident pn made a port of %v", got)
+			}
+			wantFault(t, c.Do(t, "POST", "/v1/ports", map[string]any{"node_ident": "pn", "node_uuid": uuid, "address": "52:54:00:00:00:03"}), 400, "node_ident")
+		}
+		if api.VerMax >= api.VerOVNVTEP {
+			mid := at(c, api.VerOVNVTEP.String())
+			r := mid.Do(t, "POST", "/v1/ports", map[string]any{"node_uuid": uuid, "address": "52:54:00:00:00:02", "local_link_connection": vtep})
+			mustStatus(t, r, 201)
+			id := r.JSON(t)["uuid"].(string)
+			if got := fmt.Sprint(mid.Do(t, "GET", "/v1/ports/"+id, nil).JSON(t)["local_link_connection"]); got != fmt.Sprint(vtep) {
+				t.Errorf("at 1.90 local_link_connection %s", got)
+			}
+			wantFault(t, mid.Do(t, "POST", "/v1/ports", map[string]any{"node_uuid": uuid, "address": "52:54:00:00:00:04",
+				"local_link_connection": map[string]any{"port_id": "p1", "vtep-logical-switch": "ls"}}), 400, "vtep-physical-switch")
+			for _, v := range []string{below(api.VerOVNVTEP), api.VerNoOVNVTEP.String()} {
+				if api.VerNoOVNVTEP > api.VerMax && v != below(api.VerOVNVTEP) {
+					continue
+				}
+				if got := at(c, v).Do(t, "GET", "/v1/ports/"+id+"?fields=local_link_connection", nil).JSON(t)["local_link_connection"]; fmt.Sprint(got) != "map[]" {
+					t.Errorf("at %s local_link_connection %v", v, got)
+				}
+			}
+			if api.VerMax >= api.VerNoOVNVTEP {
+				wantFault(t, c.Do(t, "POST", "/v1/ports", map[string]any{"node_uuid": uuid, "address": "52:54:00:00:00:05", "local_link_connection": vtep}), 406, "vtep-")
+			}
+		}
+	})
+}

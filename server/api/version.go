@@ -83,6 +83,9 @@ const (
 	VerService           Version = 87  // service verb
 	VerRunbooks          Version = 92  // /v1/runbooks
 	VerDotJSON           Version = 91  // no stripping of a trailing .json from paths
+	VerOVNVTEP           Version = 90  // OVN VTEP keys in a port's local_link_connection
+	VerNoOVNVTEP         Version = 105 // OVN VTEP keys refused and hidden again
+	VerPortNodeIdent     Version = 94  // node_ident (UUID or name) in a port's create body
 	VerServiceRamdisk    Version = 108
 	VerRunbookTraits     Version = 112 // runbook traits, description, /v1/runbooks/{rb}/traits
 	VerHistoryProject    Version = 113 // node history project
