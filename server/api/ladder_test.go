@@ -182,3 +182,45 @@ func TestPortNodeIdentAndVTEP(t *testing.T) {
 		}
 	})
 }
+
+// TestShardFilterOnPortsAndPortgroups: ?shard= keeps the ports (1.82) and
+// portgroups (1.106) of nodes in those shards, refused with 406 below its
+// version and with 400 beside a parent node.
+func TestShardFilterOnPortsAndPortgroups(t *testing.T) {
+	storetest.Each(t, func(t *testing.T, setting string, _ *store.DB) {
+		_, c := start(t, setting)
+		wantFault(t, at(c, min(api.VerPortgroupShard-1, api.VerMax).String()).Do(t, "GET", "/v1/portgroups?shard=a", nil), 406, "shard")
+		if api.VerMax < api.VerShard {
+			wantFault(t, c.Do(t, "GET", "/v1/ports?shard=a", nil), 406, "shard")
+			return
+		}
+		for i, sh := range []string{"a", "b"} {
+			r := c.Do(t, "POST", "/v1/nodes", map[string]any{"name": "sn" + sh, "driver": "fake-hardware", "shard": sh})
+			mustStatus(t, r, 201)
+			uuid := r.JSON(t)["uuid"].(string)
+			mustStatus(t, c.Do(t, "POST", "/v1/ports", map[string]any{"node_uuid": uuid, "address": fmt.Sprintf("52:54:00:00:01:0%d", i)}), 201)
+			mustStatus(t, c.Do(t, "POST", "/v1/portgroups", map[string]any{"node_uuid": uuid, "address": fmt.Sprintf("52:54:00:00:02:0%d", i), "name": "pg" + sh}), 201)
+		}
+		count := func(path string) int {
+			r := c.Do(t, "GET", path, nil)
+			mustStatus(t, r, 200)
+			for _, v := range r.JSON(t) {
+				if l, ok := v.([]any); ok {
+					return len(l)
+				}
+			}
+			return -1
+		}
+		if a, ab, none := count("/v1/ports?shard=a"), count("/v1/ports?shard=a,b"), count("/v1/ports?shard=z"); a != 1 || ab != 2 || none != 0 {
+			t.Errorf("ports in a %d, a,b %d, z %d; want 1, 2, 0", a, ab, none)
+		}
+		wantFault(t, c.Do(t, "GET", "/v1/ports?shard=a&node=sna", nil), 400, "shard")
+		wantFault(t, c.Do(t, "GET", "/v1/nodes/sna/ports?shard=a", nil), 400, "shard")
+		if api.VerMax >= api.VerPortgroupShard {
+			if a, ab := count("/v1/portgroups?shard=a"), count("/v1/portgroups/detail?shard=b,a"); a != 1 || ab != 2 {
+				t.Errorf("portgroups in a %d, a,b %d; want 1, 2", a, ab)
+			}
+			wantFault(t, c.Do(t, "GET", "/v1/portgroups?shard=a&address=52:54:00:00:02:00", nil), 400, "shard")
+		}
+	})
+}

@@ -35,9 +35,10 @@ var (
 // portTable is a port's JSON, Ironic's port.py with the version of each
 // field.
 var portTable = &resTable[*ports.Port]{
-	path:     "ports",
-	defaults: []string{"uuid", "address"},
-	uuid:     func(p *ports.Port) string { return p.UUID },
+	path:       "ports",
+	shardSince: VerShard,
+	defaults:   []string{"uuid", "address"},
+	uuid:       func(p *ports.Port) string { return p.UUID },
 	fields: []resField[*ports.Port]{
 		{"uuid", VerMin, func(p *ports.Port) any { return p.UUID }},
 		{"address", VerMin, func(p *ports.Port) any { return p.Address }},

@@ -86,6 +86,7 @@ const (
 	VerOVNVTEP           Version = 90  // OVN VTEP keys in a port's local_link_connection
 	VerNoOVNVTEP         Version = 105 // OVN VTEP keys refused and hidden again
 	VerPortNodeIdent     Version = 94  // node_ident (UUID or name) in a port's create body
+	VerPortgroupShard    Version = 106 // ?shard= on portgroups
 	VerServiceRamdisk    Version = 108
 	VerRunbookTraits     Version = 112 // runbook traits, description, /v1/runbooks/{rb}/traits
 	VerHistoryProject    Version = 113 // node history project
