@@ -32,7 +32,7 @@ type resTable[T any] struct {
 	// shardSince is the version of the ?shard= filter: 1.82 on ports,
 	// 1.106 on portgroups.
 	shardSince Version
-	uuid func(T) string
+	uuid       func(T) string
 	// more writes fields that are links, such as a portgroup's ports.
 	more func(w *jw, v T, self, bookmark string)
 }

@@ -24,10 +24,10 @@ type ListOptions struct {
 	// Node and Portgroup name the parent, by UUID or name.
 	Node, Portgroup, Address *string
 	// Shards keeps the ports or portgroups of nodes in these shards.
-	Shards []string
-	Limit  int
-	Marker                   string
-	SortKey, SortDir         string
+	Shards           []string
+	Limit            int
+	Marker           string
+	SortKey, SortDir string
 }
 
 // sortable are the columns a list may sort by, and whether each may be
