@@ -135,6 +135,7 @@ func (a *API) Register(root fiber.Router, v1 fiber.Router) {
 	a.registerVendorPassthru(v1)
 	a.registerHardware(v1)
 	a.registerShards(v1)
+	a.registerInspection(v1)
 }
 
 func baseURL(c *fiber.Ctx) string { return c.BaseURL() }

@@ -224,3 +224,40 @@ func TestShardFilterOnPortsAndPortgroups(t *testing.T) {
 		}
 	})
 }
+
+// TestContinueInspection: the ramdisk callback needs no credentials, is
+// there at 1.1 and from 1.84 (node_uuid only from 1.84), checks its body
+// as Ironic's DATA_VALIDATOR, and, since no Anvil node ever awaits an
+// inspection ramdisk, answers every lookup with Ironic's generic 404.
+func TestContinueInspection(t *testing.T) {
+	storetest.Each(t, func(t *testing.T, setting string, _ *store.DB) {
+		_, cs := startLocal(t, setting)
+		anon, admin := cs["anonymous"], cs["system-admin"]
+		r := admin.Do(t, "POST", "/v1/nodes", map[string]any{"name": "ci", "driver": "fake-hardware"})
+		mustStatus(t, r, 201)
+		uuid := r.JSON(t)["uuid"].(string)
+		mustStatus(t, admin.Do(t, "POST", "/v1/ports", map[string]any{"node_uuid": uuid, "address": "52:54:00:00:03:01"}), 201)
+		data := map[string]any{"inventory": map[string]any{"interfaces": []any{map[string]any{"mac_address": "52:54:00:00:03:01"}}, "bmc_address": "192.0.2.9"}, "plugin": 1}
+		wantFault(t, at(anon, "1.1").Do(t, "POST", "/v1/continue_inspection", data), 404, "could not be found")
+		wantFault(t, at(anon, "1.2").Do(t, "POST", "/v1/continue_inspection", data), 404, "1.84")
+		wantFault(t, at(anon, "1.1").Do(t, "POST", "/v1/continue_inspection?node_uuid="+uuid, data), 404, "1.84")
+		if api.VerMax < api.VerInspectCallback {
+			return
+		}
+		for _, c := range []*servertest.Client{anon, admin} {
+			wantFault(t, c.Do(t, "POST", "/v1/continue_inspection", data), 404, "could not be found")
+			wantFault(t, c.Do(t, "POST", "/v1/continue_inspection?node_uuid="+uuid, data), 404, "could not be found")
+		}
+		for _, bad := range []any{
+			map[string]any{},
+			map[string]any{"inventory": map[string]any{"interfaces": []any{}}},
+			map[string]any{"inventory": map[string]any{"interfaces": []any{map[string]any{"name": "eth0"}}}},
+			map[string]any{"inventory": map[string]any{"interfaces": []any{map[string]any{"mac_address": "junk"}}}},
+			map[string]any{"inventory": map[string]any{"interfaces": "eth0"}},
+		} {
+			wantFault(t, anon.Do(t, "POST", "/v1/continue_inspection", bad), 400, "inventory")
+		}
+		wantFault(t, anon.Do(t, "POST", "/v1/continue_inspection?node_uuid=ci", data), 400, "node_uuid")
+		mustStatus(t, anon.Do(t, "POST", "/v1/continue_inspection?x=1", data), 400)
+	})
+}

@@ -87,6 +87,7 @@ const (
 	VerNoOVNVTEP         Version = 105 // OVN VTEP keys refused and hidden again
 	VerPortNodeIdent     Version = 94  // node_ident (UUID or name) in a port's create body
 	VerPortgroupShard    Version = 106 // ?shard= on portgroups
+	VerInspectCallback   Version = 84  // POST /v1/continue_inspection (also at 1.1)
 	VerServiceRamdisk    Version = 108
 	VerRunbookTraits     Version = 112 // runbook traits, description, /v1/runbooks/{rb}/traits
 	VerHistoryProject    Version = 113 // node history project
