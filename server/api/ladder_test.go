@@ -261,3 +261,26 @@ func TestContinueInspection(t *testing.T) {
 		mustStatus(t, anon.Do(t, "POST", "/v1/continue_inspection?x=1", data), 400)
 	})
 }
+
+// TestRunbookTraitsHidden: a runbook's traits are shown, and may be asked
+// for in ?fields=, from 1.112 (or from the newest version while that is
+// lower), as Ironic's convert_with_links.
+func TestRunbookTraitsHidden(t *testing.T) {
+	storetest.Each(t, func(t *testing.T, setting string, _ *store.DB) {
+		_, c := start(t, setting)
+		r := c.Do(t, "POST", "/v1/runbooks", `{"name":"CUSTOM_RB","steps":[{"interface":"power","step":"reboot","order":1}]}`)
+		mustStatus(t, r, 201)
+		if _, ok := r.JSON(t)["traits"]; !ok {
+			t.Errorf("traits not shown at the newest version: %s", r.Body)
+		}
+		if api.VerMax < api.VerRunbookTraits {
+			return
+		}
+		old := at(c, below(api.VerRunbookTraits))
+		if _, ok := old.Do(t, "GET", "/v1/runbooks/CUSTOM_RB", nil).JSON(t)["traits"]; ok {
+			t.Errorf("traits shown below 1.112")
+		}
+		wantFault(t, old.Do(t, "GET", "/v1/runbooks/CUSTOM_RB?fields=traits", nil), 400, "traits")
+		mustStatus(t, old.Do(t, "GET", "/v1/runbooks/CUSTOM_RB/traits", nil), 404)
+	})
+}
