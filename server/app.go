@@ -254,11 +254,12 @@ func (a *App) authenticate() fiber.Handler {
 			return c.Next()
 		}
 	}
+	open := []string{"/v1", "/v1/", api.ContinueInspectionPath}
 	api := &authn.API{IDs: a.IDs}
 	if a.opts.OIDC != nil {
 		api.OIDC = a.opts.OIDC
 	}
-	return api.Require("/v1", "/v1/")
+	return api.Require(open...)
 }
 
 // DevPrincipal is who every request is under --auth none.

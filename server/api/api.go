@@ -71,7 +71,38 @@ func Negotiate(c *fiber.Ctx) error {
 		return err
 	}
 	c.Locals(verKey{}, v)
-	return c.Next()
+	return stripJSON(c, v)
+}
+
+type jsonKey struct{}
+
+// stripJSON is Ironic's JsonExtensionMiddleware: a request that names its
+// version in X-OpenStack-Ironic-API-Version below 1.91 and whose path ends
+// in ".json" is routed without the suffix; if that finds nothing, the
+// resource is looked up again with it, as Ironic's *_with_suffix lookups
+// do for a name that really ends in ".json". A miss changes nothing, so
+// the second routing is safe for writes too.
+func stripJSON(c *fiber.Ctx, v Version) error {
+	if c.Locals(jsonKey{}) != nil {
+		return c.Next()
+	}
+	path := strings.TrimRight(strings.Clone(c.Path()), "/")
+	if v >= VerDotJSON || c.Get(hdrIronic) == "" || !strings.HasSuffix(path, ".json") {
+		return c.Next()
+	}
+	orig := strings.Clone(c.Path()) // fiber's strings alias its buffers
+	c.Locals(jsonKey{}, true)
+	c.Path(strings.TrimSuffix(path, ".json"))
+	err := c.RestartRouting()
+	// The app's handlers write their errors themselves, so a miss shows
+	// in the response.
+	if err != nil || c.Response().StatusCode() != fiber.StatusNotFound {
+		return err
+	}
+	c.Response().ResetBody()
+	c.Status(fiber.StatusOK)
+	c.Path(orig)
+	return c.RestartRouting()
 }
 
 // Register mounts the API's routes. Root version discovery lives outside
@@ -108,6 +139,8 @@ func (a *API) Register(root fiber.Router, v1 fiber.Router) {
 	a.registerVendorPassthru(v1)
 	a.registerHardware(v1)
 	a.registerFirmware(v1)
+	a.registerShards(v1)
+	a.registerInspection(v1)
 }
 
 func baseURL(c *fiber.Ctx) string { return c.BaseURL() }

@@ -46,9 +46,10 @@ func requirePortgroups(c *fiber.Ctx) error {
 // pgTable is a portgroup's JSON, Ironic's portgroup.py with the version
 // of each field.
 var pgTable = &resTable[*ports.Portgroup]{
-	path:     "portgroups",
-	defaults: []string{"uuid", "address", "name"},
-	uuid:     func(g *ports.Portgroup) string { return g.UUID },
+	path:       "portgroups",
+	shardSince: VerPortgroupShard,
+	defaults:   []string{"uuid", "address", "name"},
+	uuid:       func(g *ports.Portgroup) string { return g.UUID },
 	fields: []resField[*ports.Portgroup]{
 		{"uuid", VerPortgroups, func(g *ports.Portgroup) any { return g.UUID }},
 		{"address", VerPortgroups, func(g *ports.Portgroup) any { return optString(g.Address) }},

@@ -35,9 +35,10 @@ var (
 // portTable is a port's JSON, Ironic's port.py with the version of each
 // field.
 var portTable = &resTable[*ports.Port]{
-	path:     "ports",
-	defaults: []string{"uuid", "address"},
-	uuid:     func(p *ports.Port) string { return p.UUID },
+	path:       "ports",
+	shardSince: VerShard,
+	defaults:   []string{"uuid", "address"},
+	uuid:       func(p *ports.Port) string { return p.UUID },
 	fields: []resField[*ports.Port]{
 		{"uuid", VerMin, func(p *ports.Port) any { return p.UUID }},
 		{"address", VerMin, func(p *ports.Port) any { return p.Address }},
@@ -99,7 +100,7 @@ func (a *API) listPorts(detail bool, parent string) fiber.Handler {
 		if err != nil {
 			return err
 		}
-		return portTable.sendList(c, "ports", ps, sel, more)
+		return portTable.sendList(c, "ports", vtepHidden(v, ps...), sel, more)
 	}
 }
 
@@ -112,7 +113,7 @@ func (a *API) getPort(c *fiber.Ctx) error {
 	if err != nil {
 		return err
 	}
-	return portTable.send(c, p, sel, 200)
+	return portTable.send(c, vtepHidden(ver(c), p)[0], sel, 200)
 }
 
 // portCreate is the create body; unknown fields are refused by bind.
@@ -120,6 +121,7 @@ type portCreate struct {
 	UUID                string         `json:"uuid"`
 	Address             string         `json:"address"`
 	NodeUUID            string         `json:"node_uuid"`
+	NodeIdent           string         `json:"node_ident"`
 	PortgroupUUID       *string        `json:"portgroup_uuid"`
 	LocalLinkConnection map[string]any `json:"local_link_connection"`
 	PXEEnabled          optBool        `json:"pxe_enabled"`
@@ -137,6 +139,16 @@ func (a *API) createPort(c *fiber.Ctx) error {
 	var in portCreate
 	if err := bind(c, &in); err != nil {
 		return err
+	}
+	if err := portNodeIdent(v, &in); err != nil {
+		return err
+	}
+	if in.LocalLinkConnection != nil && !vtepAllowed(v) {
+		for _, k := range vtepKeys {
+			if _, ok := in.LocalLinkConnection[k]; ok {
+				return errs.NotAcceptable("local_link_connection.%s is accepted only from API version %s to %s", k, VerOVNVTEP, VerNoOVNVTEP-1)
+			}
+		}
 	}
 	gate := portTable.gate(v)
 	for f, set := range map[string]bool{
@@ -162,7 +174,7 @@ func (a *API) createPort(c *fiber.Ctx) error {
 	}
 	sel, _ := portTable.selectFields("", v, false, false)
 	c.Location(baseURL(c) + "/v1/ports/" + p.UUID)
-	return portTable.send(c, p, sel, 201)
+	return portTable.send(c, vtepHidden(v, p)[0], sel, 201)
 }
 
 func (a *API) patchPort(c *fiber.Ctx) error {
@@ -172,7 +184,7 @@ func (a *API) patchPort(c *fiber.Ctx) error {
 		return err
 	}
 	sel, _ := portTable.selectFields("", v, false, false)
-	return portTable.send(c, p, sel, 200)
+	return portTable.send(c, vtepHidden(v, p)[0], sel, 200)
 }
 
 func (a *API) deletePort(c *fiber.Ctx) error {
@@ -254,4 +266,47 @@ func (a *API) detachVIF(c *fiber.Ctx) error {
 		return err
 	}
 	return c.SendStatus(204)
+}
+
+// portNodeIdent settles the node of a new port: node_ident (a UUID or
+// name) from 1.94, or node_uuid, but not both, as Ironic's PORT_SCHEMA.
+func portNodeIdent(v Version, in *portCreate) error {
+	if in.NodeIdent == "" {
+		return nil
+	}
+	if v < VerPortNodeIdent {
+		return errs.NotAcceptable("node_ident requires API version %s or later", VerPortNodeIdent)
+	}
+	if in.NodeUUID != "" {
+		return errs.BadRequest("node_ident", "give node_ident or node_uuid, not both")
+	}
+	in.NodeUUID = in.NodeIdent
+	return nil
+}
+
+// vtepKeys are the OVN VTEP switch keys of local_link_connection, which
+// Ironic accepted from 1.90 and dropped again at 1.105.
+var vtepKeys = []string{"vtep-logical-switch", "vtep-physical-switch"}
+
+func vtepAllowed(v Version) bool { return v >= VerOVNVTEP && v < VerNoOVNVTEP }
+
+// vtepHidden shows a port whose local_link_connection holds VTEP keys
+// with an empty one outside 1.90–1.104, as Ironic's port_sanitize does.
+func vtepHidden(v Version, ps ...*ports.Port) []*ports.Port {
+	if vtepAllowed(v) {
+		return ps
+	}
+	out := make([]*ports.Port, len(ps))
+	for i, p := range ps {
+		out[i] = p
+		for _, k := range vtepKeys {
+			if _, ok := p.LocalLinkConnection[k]; ok {
+				cp := *p
+				cp.LocalLinkConnection = map[string]any{}
+				out[i] = &cp
+				break
+			}
+		}
+	}
+	return out
 }

@@ -29,7 +29,10 @@ type resTable[T any] struct {
 	defaults []string
 	// path is the collection under /v1 ("ports").
 	path string
-	uuid func(T) string
+	// shardSince is the version of the ?shard= filter: 1.82 on ports,
+	// 1.106 on portgroups.
+	shardSince Version
+	uuid       func(T) string
 	// more writes fields that are links, such as a portgroup's ports.
 	more func(w *jw, v T, self, bookmark string)
 }
@@ -161,7 +164,7 @@ func (t *resTable[T]) listOpts(c *fiber.Ctx, v Version, detail bool) (ports.List
 	for _, f := range []struct {
 		name  string
 		since Version
-	}{{"shard", VerShard}, {"description_contains", VerPortDescription}, {"conductor_groups", VerConductorGroups}} {
+	}{{"shard", t.shardSince}, {"description_contains", VerPortDescription}, {"conductor_groups", VerConductorGroups}} {
 		if c.Query(f.name) != "" {
 			if err := requireVersion(v, f.since, "the "+f.name+" filter"); err != nil {
 				return o, nil, err
@@ -200,6 +203,19 @@ func (t *resTable[T]) listOpts(c *fiber.Ctx, v Version, detail bool) (ports.List
 	}
 	if a := c.Query("address"); a != "" {
 		o.Address = &a
+	}
+	if sh := c.Query("shard"); sh != "" {
+		for x := range strings.SplitSeq(sh, ",") {
+			if x = strings.TrimSpace(x); x != "" {
+				o.Shards = append(o.Shards, x)
+			}
+		}
+		// As Ironic: a shard filter excludes a parent node or portgroup,
+		// and on portgroups an address too.
+		if c.Query("node") != "" || c.Query("node_uuid") != "" || c.Query("portgroup") != "" || c.Params("node") != "" || c.Params("pg") != "" ||
+			(t.path == "portgroups" && c.Query("address") != "") {
+			return o, nil, errs.BadRequest("shard", "Filtering by node, address, or shard simultaneously is not supported.")
+		}
 	}
 	return o, sel, nil
 }

@@ -120,7 +120,11 @@ func runbookJSON(c *fiber.Ctx, r *runbooks.Runbook, fields []string) fiber.Map {
 	}
 	all := fiber.Map{
 		"uuid": r.UUID, "name": r.Name, "public": r.Public, "owner": owner, "disable_ramdisk": r.DisableRamdisk,
-		"extra": r.Extra, "traits": traits, "created_at": r.CreatedAt.UTC().Format(time.RFC3339Nano), "updated_at": updated,
+		"extra": r.Extra, "created_at": r.CreatedAt.UTC().Format(time.RFC3339Nano), "updated_at": updated,
+	}
+	// Traits are shown from 1.112, with their sub-resource, as Ironic.
+	if ver(c) >= offered(VerRunbookTraits) {
+		all["traits"] = traits
 	}
 	if r.Steps != nil {
 		all["steps"] = r.Steps
@@ -154,6 +158,7 @@ func runbookFieldList(c *fiber.Ctx, detail bool) ([]string, bool, error) {
 		for _, k := range runbookFields {
 			ok = ok || k == f
 		}
+		ok = ok && (f != "traits" || ver(c) >= offered(VerRunbookTraits))
 		if !ok {
 			return nil, false, errs.BadRequest("fields", "unknown runbook field %q", f)
 		}

@@ -82,6 +82,12 @@ const (
 	VerUnhold            Version = 85  // unhold verb
 	VerService           Version = 87  // service verb
 	VerRunbooks          Version = 92  // /v1/runbooks
+	VerDotJSON           Version = 91  // no stripping of a trailing .json from paths
+	VerOVNVTEP           Version = 90  // OVN VTEP keys in a port's local_link_connection
+	VerNoOVNVTEP         Version = 105 // OVN VTEP keys refused and hidden again
+	VerPortNodeIdent     Version = 94  // node_ident (UUID or name) in a port's create body
+	VerPortgroupShard    Version = 106 // ?shard= on portgroups
+	VerInspectCallback   Version = 84  // POST /v1/continue_inspection (also at 1.1)
 	VerServiceRamdisk    Version = 108
 	VerRunbookTraits     Version = 112 // runbook traits, description, /v1/runbooks/{rb}/traits
 	VerHistoryProject    Version = 113 // node history project
@@ -193,15 +199,21 @@ func link(href, rel string) fiber.Map { return fiber.Map{"href": href, "rel": re
 // since hides a resource from requests older than the version that added
 // it, before authorization, as Ironic's controllers do: a read is 404 and
 // anything else 405.
-func since(need Version, what string) fiber.Handler { return gate(need, what, false) }
+func since(need Version, what string) fiber.Handler { return gate(offered(need), what, false) }
 
 // subSince hides a sub-resource the way Ironic's lookups do: 404 whatever
 // the method.
-func subSince(need Version, what string) fiber.Handler { return gate(need, what, true) }
+func subSince(need Version, what string) fiber.Handler { return gate(offered(need), what, true) }
 
-func gate(need Version, what string, always404 bool) fiber.Handler {
+// strictSince hides a resource, 404 whatever the method, until the
+// request's version reaches need itself: for resources about fields that
+// stay hidden until VerMax reaches their version (shards, children), which
+// are not offered early.
+func strictSince(need Version, what string) fiber.Handler { return gate(need, what, true) }
+
+func gate(from Version, what string, always404 bool) fiber.Handler {
 	return func(c *fiber.Ctx) error {
-		if ver(c) >= offered(need) {
+		if ver(c) >= from {
 			return c.Next()
 		}
 		msg := "The API version does not allow " + what

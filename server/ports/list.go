@@ -23,9 +23,11 @@ import (
 type ListOptions struct {
 	// Node and Portgroup name the parent, by UUID or name.
 	Node, Portgroup, Address *string
-	Limit                    int
-	Marker                   string
-	SortKey, SortDir         string
+	// Shards keeps the ports or portgroups of nodes in these shards.
+	Shards           []string
+	Limit            int
+	Marker           string
+	SortKey, SortDir string
 }
 
 // sortable are the columns a list may sort by, and whether each may be
@@ -217,6 +219,9 @@ func (s *Service) ListPorts(ctx context.Context, o ListOptions) ([]*Port, bool, 
 		}
 		q = q.Where(port.Address(mac))
 	}
+	if len(o.Shards) > 0 {
+		q = q.Where(port.HasNodeWith(node.ShardIn(o.Shards...)))
+	}
 	if o.Marker != "" {
 		m, err := lookupPort(ctx, s.db.Client, o.Marker)
 		if err == nil {
@@ -277,6 +282,9 @@ func (s *Service) ListPortgroups(ctx context.Context, o ListOptions) ([]*Portgro
 			return nil, false, err
 		}
 		q = q.Where(portgroup.Address(mac))
+	}
+	if len(o.Shards) > 0 {
+		q = q.Where(portgroup.HasNodeWith(node.ShardIn(o.Shards...)))
 	}
 	if o.Marker != "" {
 		m, err := lookupPortgroup(ctx, s.db.Client, o.Marker)

@@ -1,0 +1,87 @@
+package api
+
+import (
+	"encoding/json"
+
+	"github.com/gofiber/fiber/v2"
+
+	"github.com/anvilproject/anvil/policies"
+	"github.com/anvilproject/anvil/server/errs"
+	"github.com/anvilproject/anvil/server/nodes"
+	"github.com/anvilproject/anvil/server/ports"
+)
+
+// ruleContinueInspection governs the inspection ramdisk's callback, as
+// Ironic names it; its default lets anyone, since the ramdisk has no
+// credentials and the route needs no authentication.
+const ruleContinueInspection = "baremetal:driver:ipa_continue_inspection"
+
+// ContinueInspectionPath is public, as in Ironic's public_api_routes.
+const ContinueInspectionPath = "/v1/continue_inspection"
+
+func (a *API) registerInspection(v1 fiber.Router) {
+	v1.Post("/continue_inspection", query("node_uuid"), a.continueInspection)
+}
+
+// inspectionData is the part of the ramdisk's data Ironic's
+// DATA_VALIDATOR checks; the rest is plugin data and may hold anything.
+type inspectionData struct {
+	Inventory *struct {
+		BMCAddress   *string `json:"bmc_address"`
+		BMCv6Address *string `json:"bmc_v6address"`
+		Interfaces   []struct {
+			MACAddress *string `json:"mac_address"`
+		} `json:"interfaces"`
+	} `json:"inventory"`
+}
+
+// continueInspection is Ironic's ramdisk callback, checked as Ironic
+// checks it. Anvil inspects out of band and boots no inspection ramdisk,
+// so no node is ever in "inspect wait" and it enrols no unknown machine:
+// every lookup ends where Ironic's ends for an unknown node or a node not
+// awaiting inspection, in the same generic 404 that tells the caller
+// nothing about which.
+func (a *API) continueInspection(c *fiber.Ctx) error {
+	v := ver(c)
+	node := c.Query("node_uuid")
+	// Ironic also takes 1.1, as a drop-in for Inspector's API.
+	if (v != VerMin && v < VerInspectCallback) || (node != "" && v < VerInspectCallback) {
+		return errs.NotFound("API version %s or newer is required", VerInspectCallback)
+	}
+	if err := a.Guard.Authorize(c.UserContext(), ruleContinueInspection, "node", "", policies.Target{}); err != nil {
+		return err
+	}
+	if node != "" && !nodes.IsUUID(node) {
+		return errs.BadRequest("node_uuid", "Expected a UUID for node_uuid: %s", node)
+	}
+	var d inspectionData
+	// Unlike bind, unknown keys are the ramdisk's plugin data.
+	if err := json.Unmarshal(c.Body(), &d); err != nil {
+		return errs.BadRequest("inventory", "Invalid inspection data: %v", err)
+	}
+	if d.Inventory == nil {
+		return errs.BadRequest("inventory", "'inventory' is a required property")
+	}
+	if len(d.Inventory.Interfaces) == 0 {
+		return errs.BadRequest("inventory", "inventory.interfaces must list at least one interface")
+	}
+	lookup := node != ""
+	for i, x := range d.Inventory.Interfaces {
+		if x.MACAddress == nil {
+			return errs.BadRequest("inventory", "inventory.interfaces[%d] needs a mac_address", i)
+		}
+		// Ironic drops what is not a MAC rather than refusing it.
+		if _, err := ports.NormalizeMAC("mac_address", *x.MACAddress); err == nil {
+			lookup = true
+		}
+	}
+	for _, b := range []*string{d.Inventory.BMCAddress, d.Inventory.BMCv6Address} {
+		if b != nil && *b != "" {
+			lookup = true
+		}
+	}
+	if !lookup {
+		return errs.BadRequest("inventory", "No lookup information provided: the inventory has no valid MAC address and no BMC address")
+	}
+	return errs.NotFound("Resource could not be found.")
+}
