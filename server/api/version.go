@@ -120,7 +120,7 @@ const (
 	// VerMax is the newest version whose predecessors' behaviour is all in
 	// place (README, "Microversions"). Debian's python3-ironicclient 5.0.1
 	// knows up to 1.78 and negotiates down to the lower of the two.
-	VerMax = VerInventory
+	VerMax = VerInspectionRules
 )
 
 // offered is the version from which Anvil serves a feature Ironic added at

@@ -155,3 +155,37 @@ func TestHistoryRecordsProjectAndState(t *testing.T) {
 		}
 	})
 }
+
+// TestDisablePowerOff (1.95): a node with disable_power_off refuses power
+// off and soft power off, through the API and as a runbook step, and its
+// BMC is never asked; power on and reboot still work.
+func TestDisablePowerOff(t *testing.T) {
+	storetest.Each(t, func(t *testing.T, setting string, _ *store.DB) {
+		_, admin := start(t, setting)
+		id := availableNode(t, admin, map[string]any{"name": "keep-on"})
+		mustStatus(t, admin.Do(t, "PUT", "/v1/nodes/"+id+"/states/power", map[string]any{"target": "power on"}), 202)
+		if n := waitPower(t, admin, id); n["power_state"] != "power on" {
+			t.Fatalf("power state %v, want power on", n["power_state"])
+		}
+		mustStatus(t, admin.Do(t, "PATCH", "/v1/nodes/"+id, `[{"op":"replace","path":"/disable_power_off","value":true}]`), 200)
+		for _, target := range []string{"power off", "soft power off"} {
+			r := admin.Do(t, "PUT", "/v1/nodes/"+id+"/states/power", map[string]any{"target": target})
+			mustStatus(t, r, 409)
+			if f := r.Fault(t); !strings.Contains(f, "disable_power_off") {
+				t.Errorf("%s: fault %q does not name disable_power_off", target, f)
+			}
+		}
+		mustStatus(t, admin.Do(t, "PUT", "/v1/nodes/"+id+"/states/power", map[string]any{"target": "rebooting"}), 202)
+		if n := waitPower(t, admin, id); n["power_state"] != "power on" {
+			t.Fatalf("power state %v, want power on", n["power_state"])
+		}
+		if n := admin.Do(t, "GET", "/v1/nodes/"+id, nil).JSON(t); n["power_state"] != "power on" || n["disable_power_off"] != true {
+			t.Fatalf("node %v", n)
+		}
+		// At 1.94 the field is not there to set.
+		old := admin.Version
+		admin.Version = "1.94"
+		mustStatus(t, admin.Do(t, "PATCH", "/v1/nodes/"+id, `[{"op":"replace","path":"/disable_power_off","value":false}]`), 406)
+		admin.Version = old
+	})
+}

@@ -132,6 +132,9 @@ func (o *Ops) SetPowerWithin(ctx context.Context, ident, target string, timeout 
 	if slices.Contains([]string{nodes.StateCleaning, nodes.StateCleanWait, nodes.StateServicing, nodes.StateServiceWait, nodes.StateVerifying, StateAdopting}, n.ProvisionState) {
 		return errs.Conflict("Node %s is %s; power actions wait until it finishes.", n.UUID, n.ProvisionState)
 	}
+	if err := powerOffAllowed(n, target); err != nil {
+		return err
+	}
 	c := o.C
 	if err := c.lock(ctx, n.ID); err != nil {
 		if errors.Is(err, ErrLocked) {
@@ -181,6 +184,9 @@ func powerFailed(target, why string) string {
 // power runs a power action to its end: the BMC reports the state, or an
 // error says why not.
 func (c *Conductor) power(ctx context.Context, n *ent.Node, target string, timeout time.Duration) (string, error) {
+	if err := powerOffAllowed(n, target); err != nil {
+		return "", err
+	}
 	if timeout <= 0 {
 		timeout = c.cfg.PowerTimeout
 	}
@@ -319,6 +325,16 @@ var transitions = map[string]transition{
 	"rebuild":  {[]string{nodes.StateActive, StateDeployFailed, nodes.StateError}, StateDeploying, nodes.StateActive},
 	"deleted":  {[]string{nodes.StateActive, StateDeployFailed, StateDeployWait, nodes.StateError}, StateDeleting, nodes.StateAvailable},
 	"undeploy": {[]string{nodes.StateActive, StateDeployFailed, StateDeployWait, nodes.StateError}, StateDeleting, nodes.StateAvailable},
+}
+
+// powerOffAllowed refuses to power off a node with disable_power_off
+// (1.95: a machine whose BMC or workload must never lose power), in the
+// API and in every step, as Ironic's API and conductor both refuse it.
+func powerOffAllowed(n *ent.Node, target string) error {
+	if n.DisablePowerOff && (target == bmc.PowerOff || target == bmc.SoftPowerOff) {
+		return errs.Conflict("Failed to set node power state to %s: node %s has disable_power_off set.", target, n.UUID)
+	}
+	return nil
 }
 
 // Verbs lists the provision verbs, for error messages.
