@@ -230,6 +230,10 @@ func (s *Service) Process(ctx context.Context) error {
 // so concurrent allocations rarely collide, and each claim is a
 // conditional UPDATE, so of two allocations for one node exactly one
 // wins. The errors are Ironic's words (ironic/conductor/allocations.py).
+// lockWait is how long an allocation waits for suitable nodes that are
+// only locked before it fails.
+const lockWait = 30 * time.Second
+
 func (s *Service) process(ctx context.Context, id int) error {
 	return store.WithTx(ctx, s.db, func(tx *ent.Client) error {
 		n, err := tx.Allocation.Update().Where(allocation.ID(id), allocation.State(StateAllocating)).SetUpdatedAt(time.Now()).Save(ctx)
@@ -241,7 +245,7 @@ func (s *Service) process(ctx context.Context, id int) error {
 			return err
 		}
 		q := tx.Node.Query().Where(node.ProvisionState(nodes.StateAvailable), node.Maintenance(false),
-			node.InstanceUUIDIsNil(), node.ReservationIsNil(), node.ResourceClass(a.ResourceClass), node.Not(node.HasAllocation()))
+			node.InstanceUUIDIsNil(), node.ResourceClass(a.ResourceClass), node.Not(node.HasAllocation()))
 		if a.Owner != nil {
 			q = q.Where(node.Or(node.Owner(*a.Owner), node.Lessee(*a.Owner)))
 		}
@@ -297,6 +301,13 @@ func (s *Service) process(ctx context.Context, id int) error {
 			if won == 1 {
 				return tx.Allocation.UpdateOneID(id).SetNodeID(nid).SetState(StateActive).ClearLastError().Exec(ctx)
 			}
+		}
+		// Every suitable node is locked for now (a power action, say).
+		// Ironic's conductor waits for a node's lock before it gives up;
+		// this allocation stays allocating and is tried again on the next
+		// pass, for as long as lockWait since it was made.
+		if time.Since(a.CreatedAt) < lockWait {
+			return nil
 		}
 		return fail("could not reserve any of %d suitable nodes", len(cands))
 	})

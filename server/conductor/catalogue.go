@@ -99,7 +99,21 @@ func StepsFor(driver string) []StepInfo {
 	return out
 }
 
+// reserved are Ironic's reserved step names, which run on whatever
+// interface a step names (deploy.reboot is a reboot), as
+// ironic/conductor/steps.py maps them; the value is the interface of
+// Anvil's step of that name.
+var reserved = map[string]string{"power_on": "power", "power_off": "power", "reboot": "power", "hold": "deploy", "wait": "deploy"}
+
+func canonical(iface, step string) (string, string) {
+	if i, ok := reserved[step]; ok {
+		return i, step
+	}
+	return iface, step
+}
+
 func lookupStep(iface, step string) *StepInfo {
+	iface, step = canonical(iface, step)
 	for i := range catalogue {
 		if catalogue[i].Interface == iface && catalogue[i].Step == step {
 			return &catalogue[i]

@@ -327,6 +327,7 @@ func (c *Conductor) abortRequested(ctx context.Context, id int) bool {
 // changed power. A BMC call always completes; only waiting is cut short
 // by an abort or a shutdown.
 func (c *Conductor) execStep(ctx context.Context, n *ent.Node, ph phase, st Step) (string, error) {
+	st.Interface, st.Step = canonical(st.Interface, st.Step)
 	switch st.Name() {
 	case "deploy.deploy":
 		return c.deployImage(ctx, n)
@@ -367,6 +368,9 @@ func (c *Conductor) execStep(ctx context.Context, n *ent.Node, ph phase, st Step
 	switch st.Name() {
 	case "power.power_on", "power.power_off", "power.reboot":
 		target := map[string]string{"power.power_on": bmc.PowerOn, "power.power_off": bmc.PowerOff, "power.reboot": bmc.Rebooting}[st.Name()]
+		if err := powerOffAllowed(n, target); err != nil {
+			return "", err
+		}
 		final, err := bmc.Power(ctx, cl, target, c.cfg.PowerTimeout, c.cfg.BMC.PowerPoll)
 		c.noteBMC(ctx, n, err)
 		return final, err
