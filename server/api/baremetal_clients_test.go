@@ -54,7 +54,7 @@ func TestBaremetalCLIDriversAndAllocations(t *testing.T) {
 		}
 
 		availableNode(t, admin, map[string]any{"name": "cli-alloc"})
-		a := bm.json("allocation", "create", "--resource-class", "baremetal", "--name", "cli-a").(map[string]any)
+		a := bm.json("allocation", "create", "--resource-class", "baremetal", "--name", "cli-a", "--wait", "30").(map[string]any)
 		if a["state"] != "active" {
 			t.Fatalf("allocation create: %v", a)
 		}

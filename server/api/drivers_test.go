@@ -62,8 +62,11 @@ func TestDrivers(t *testing.T) {
 			fmt.Sprint(d["enabled_boot_interfaces"]) != "[ipxe pxe]" || fmt.Sprint(d["enabled_raid_interfaces"]) != "[no-raid agent]" {
 			t.Errorf("ipmi in detail: %v", d)
 		}
-		if _, ok := d["default_firmware_interface"]; ok {
-			t.Errorf("firmware interface shown before 1.86: %v", d)
+		if _, ok := d["default_firmware_interface"]; !ok {
+			t.Errorf("firmware interface not shown at latest: %v", d)
+		}
+		if d85 := at(reader, "1.85").Do(t, "GET", "/v1/drivers?detail=true", nil).JSON(t)["drivers"].([]any)[1].(map[string]any); d85["default_firmware_interface"] != nil {
+			t.Errorf("firmware interface shown before 1.86: %v", d85)
 		}
 		old := at(reader, "1.35").Do(t, "GET", "/v1/drivers?detail=true", nil).JSON(t)["drivers"].([]any)[0].(map[string]any)
 		if _, ok := old["default_rescue_interface"]; ok || old["default_storage_interface"] != "noop" {
