@@ -51,7 +51,17 @@ func Start(t testing.TB, o server.Options) *Server {
 		}
 		app.Close()
 	})
-	return &Server{App: app, URL: "http://" + ln.Addr().String()}
+	// Serve starts the conductor (which recovers nodes its name still
+	// holds) before it answers HTTP, so one answered request means a
+	// test's first claim cannot be mistaken for a previous run's.
+	url := "http://" + ln.Addr().String()
+	hc := &http.Client{Timeout: 30 * time.Second}
+	if r, err := hc.Get(url + "/"); err != nil {
+		t.Fatalf("server did not start: %v", err)
+	} else {
+		r.Body.Close()
+	}
+	return &Server{App: app, URL: url}
 }
 
 // Response is what a request returned.
