@@ -703,22 +703,24 @@ func validateStrField(f, v string) error {
 	return nil
 }
 
+// setOrClear writes a nullable column: the value when p is set, NULL when
+// it is nil (ent's SetNillable leaves the column alone on nil instead).
+func setOrClear[T, R any](p *T, set func(T) R, clear func() R) {
+	if p == nil {
+		clear()
+	} else {
+		set(*p)
+	}
+}
+
 func applyUpdate(ctx context.Context, tx *ent.Client, n *ent.Node, u *nodeUpdate) error {
 	upd := tx.Node.UpdateOneID(n.ID)
 	for f, v := range u.fields {
 		switch f {
 		case "name":
-			if p := v.(*string); p == nil {
-				upd.ClearName()
-			} else {
-				upd.SetName(*p)
-			}
+			setOrClear(v.(*string), upd.SetName, upd.ClearName)
 		case "resource_class":
-			if p := v.(*string); p == nil {
-				upd.ClearResourceClass()
-			} else {
-				upd.SetResourceClass(*p)
-			}
+			setOrClear(v.(*string), upd.SetResourceClass, upd.ClearResourceClass)
 		case "instance_uuid":
 			if p := v.(*string); p == nil {
 				upd.ClearInstanceUUID()
@@ -726,11 +728,7 @@ func applyUpdate(ctx context.Context, tx *ent.Client, n *ent.Node, u *nodeUpdate
 				upd.SetInstanceUUID(strings.ToLower(*p))
 			}
 		case "description":
-			if p := v.(*string); p == nil {
-				upd.ClearDescription()
-			} else {
-				upd.SetDescription(*p)
-			}
+			setOrClear(v.(*string), upd.SetDescription, upd.ClearDescription)
 		case "owner":
 			upd.SetOwner(deref(v.(*string)))
 		case "lessee":
@@ -748,11 +746,7 @@ func applyUpdate(ctx context.Context, tx *ent.Client, n *ent.Node, u *nodeUpdate
 		case "instance_info":
 			upd.SetInstanceInfo(v.(map[string]any))
 		case "chassis_uuid":
-			if id := v.(*int); id == nil {
-				upd.ClearChassisID()
-			} else {
-				upd.SetChassisID(*id)
-			}
+			setOrClear(v.(*int), upd.SetChassisID, upd.ClearChassisID)
 		case "network_data":
 			upd.SetNetworkData(v.(map[string]any))
 		case "maintenance":
@@ -769,35 +763,15 @@ func applyUpdate(ctx context.Context, tx *ent.Client, n *ent.Node, u *nodeUpdate
 		case "disable_power_off":
 			upd.SetDisablePowerOff(v.(bool))
 		case "automated_clean":
-			if p := v.(*bool); p == nil {
-				upd.ClearAutomatedClean()
-			} else {
-				upd.SetAutomatedClean(*p)
-			}
+			setOrClear(v.(*bool), upd.SetAutomatedClean, upd.ClearAutomatedClean)
 		case "protected_reason":
-			if p := v.(*string); p == nil {
-				upd.ClearProtectedReason()
-			} else {
-				upd.SetProtectedReason(*p)
-			}
+			setOrClear(v.(*string), upd.SetProtectedReason, upd.ClearProtectedReason)
 		case "retired_reason":
-			if p := v.(*string); p == nil {
-				upd.ClearRetiredReason()
-			} else {
-				upd.SetRetiredReason(*p)
-			}
+			setOrClear(v.(*string), upd.SetRetiredReason, upd.ClearRetiredReason)
 		case "shard":
-			if p := v.(*string); p == nil {
-				upd.ClearShard()
-			} else {
-				upd.SetShard(*p)
-			}
+			setOrClear(v.(*string), upd.SetShard, upd.ClearShard)
 		case "instance_name":
-			if p := v.(*string); p == nil {
-				upd.ClearInstanceName()
-			} else {
-				upd.SetInstanceName(*p)
-			}
+			setOrClear(v.(*string), upd.SetInstanceName, upd.ClearInstanceName)
 		case "parent_node":
 			if p := v.(*string); p == nil {
 				upd.ClearParentNode()
