@@ -227,13 +227,6 @@ func optString(p *string) any {
 	return *p
 }
 
-func objOrEmpty(m map[string]any) any {
-	if m == nil {
-		return map[string]any{}
-	}
-	return m
-}
-
 // optBool is a boolean in a create body that Ironic's schema also takes
 // as a string ("true", "no"), as the baremetal CLI sends --pxe-enabled.
 type optBool struct{ v *bool }
