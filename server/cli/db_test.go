@@ -291,6 +291,7 @@ func TestServeSettingsRefused(t *testing.T) {
 		{env: [2]string{"ANVIL_SERVICE_PROJECT", " service"}, want: `--service-project " service"`},
 		{args: []string{"--service-project", ""}, want: `--service-project ""`},
 		{args: []string{"--conductor-group", "rack 1"}, want: `--conductor-group: Invalid conductor group "rack 1"`},
+		{args: []string{"--gc-percent", "0"}, want: "--gc-percent 0: must be more than 0"},
 	} {
 		t.Run(tc.want, func(t *testing.T) {
 			if tc.env[0] != "" {

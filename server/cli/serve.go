@@ -3,7 +3,9 @@ package cli
 import (
 	"fmt"
 	"net"
+	"os"
 	"os/signal"
+	"runtime/debug"
 	"syscall"
 	"time"
 
@@ -35,6 +37,7 @@ func serveCmd() *cobra.Command {
 		access string
 		proxy  []net.IPNet
 		bmcNet []string
+		gcPct  int
 	)
 	cmd := &cobra.Command{
 		Use:   "serve",
@@ -43,6 +46,14 @@ func serveCmd() *cobra.Command {
 			log, err := g.logger(cmd.ErrOrStderr())
 			if err != nil {
 				return err
+			}
+			// GOGC in the environment is the operator's explicit choice and
+			// wins over the flag's default.
+			if os.Getenv("GOGC") == "" || cmd.Flags().Changed("gc-percent") {
+				if gcPct <= 0 {
+					return fmt.Errorf("--gc-percent %d: must be more than 0", gcPct)
+				}
+				debug.SetGCPercent(gcPct)
 			}
 			if cc.BMCNetworks, err = bmc.ParseNetworks(bmcNet); err != nil {
 				return fmt.Errorf("--bmc-networks: %w", err)
@@ -130,6 +141,12 @@ func serveCmd() *cobra.Command {
 	f.IntVar(&pool.MaxOpen, "db-max-open", 0, "most open database connections (0: 32 on PostgreSQL, 8 on SQLite)")
 	f.IntVar(&pool.MaxIdle, "db-max-idle", 0, "most idle database connections kept for reuse (0: as many as --db-max-open)")
 	f.DurationVar(&pool.MaxLifetime, "db-conn-max-lifetime", 0, "close database connections older than this (0: never), e.g. to follow a failover behind a proxy")
+	// A detailed page of 1,000 nodes allocates about 10 MB against a live
+	// heap of some 20 MB, so Go's default of 100 collects every page or
+	// two. Measured on 10,000 nodes: 400 took that page's p50 from 43 to
+	// 30 ms and its CPU from 44 to 32 ms for 15 MB more RSS (85 MB); 800
+	// gained nothing more for another 35 MB.
+	f.IntVar(&gcPct, "gc-percent", 400, "Go garbage collector target (GOGC): heap growth over the live heap before a collection; more trades memory for CPU (GOGC in the environment wins unless this is given)")
 	f.IPNetSliceVar(&proxy, "trusted-proxies", nil, "reverse proxies (CIDRs, comma-separated) whose X-Forwarded-For names the client's address; default none: the peer is the client")
 	return cmd
 }
