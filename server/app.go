@@ -122,6 +122,10 @@ func New(ctx context.Context, o Options) (*App, error) {
 		db.Close()
 		return nil, err
 	}
+	if err := db.Analyze(ctx); err != nil {
+		db.Close()
+		return nil, err
+	}
 	enf, err := policies.New(policies.Defaults(), nil, policies.ServiceProject(o.ServiceProject))
 	if err != nil {
 		db.Close()

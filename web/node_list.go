@@ -201,9 +201,14 @@ func (p *Portal) nodeList(c *fiber.Ctx, q listQuery) (views.NodeList, error) {
 		l.Total = shown(q.State)
 	}
 	o.Limit, o.Offset, o.Numbered, o.Columns = q.Size, (q.Page-1)*q.Size, true, listColumns
-	page, err := p.Nodes.List(ctx, o)
-	if err != nil {
-		return l, err
+	page := &nodes.Page{}
+	// The counts already say when no row falls on this page (no match,
+	// or a page past the last), which would otherwise cost a walk over
+	// every node to find none.
+	if o.Offset < l.Total {
+		if page, err = p.Nodes.List(ctx, o); err != nil {
+			return l, err
+		}
 	}
 	for _, n := range page.Nodes {
 		l.Rows = append(l.Rows, nodeRow(n))

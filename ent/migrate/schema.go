@@ -404,9 +404,17 @@ var (
 				Columns: []*schema.Column{NodesColumns[56]},
 			},
 			{
-				Name:    "node_parent_node",
+				Name:    "node_parent_node_set",
 				Unique:  false,
 				Columns: []*schema.Column{NodesColumns[57]},
+				Annotation: &entsql.IndexAnnotation{
+					Where: "parent_node IS NOT NULL",
+				},
+			},
+			{
+				Name:    "node_created_at",
+				Unique:  false,
+				Columns: []*schema.Column{NodesColumns[1]},
 			},
 		},
 	}

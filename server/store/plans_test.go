@@ -1,0 +1,97 @@
+package store_test
+
+import (
+	"context"
+	"database/sql"
+	"strings"
+	"testing"
+
+	"entgo.io/ent/dialect"
+
+	"github.com/anvilproject/anvil/server/store"
+	"github.com/anvilproject/anvil/server/store/storetest"
+)
+
+// TestNodeListIndexesAndStatistics: migrating replaces the index of every
+// node's parent with one of child nodes only (an old database loses the
+// old one), and Analyze leaves the planner statistics; on SQLite the
+// node list's counts read the covering index alone, not the rows.
+func TestNodeListIndexesAndStatistics(t *testing.T) {
+	storetest.Each(t, func(t *testing.T, setting string, db *store.DB) {
+		ctx := context.Background()
+		// Recreate the old schema's index, as an old database has it.
+		if _, err := db.SQL.ExecContext(ctx, "CREATE INDEX node_parent_node ON nodes (parent_node)"); err != nil {
+			t.Fatal(err)
+		}
+		if err := db.Migrate(ctx); err != nil {
+			t.Fatal(err)
+		}
+		indexes := "SELECT name FROM sqlite_master WHERE type = 'index' AND tbl_name = 'nodes'"
+		if db.Dialect == dialect.Postgres {
+			indexes = "SELECT indexname FROM pg_indexes WHERE tablename = 'nodes' AND schemaname = current_schema()"
+		}
+		have := strings.Join(column(t, db.SQL, 0, indexes), " ")
+		for _, want := range []string{"node_parent_node_set", "node_created_at"} {
+			if !strings.Contains(have, want) {
+				t.Errorf("no index %s among %s", want, have)
+			}
+		}
+		if strings.Contains(" "+have+" ", " node_parent_node ") {
+			t.Errorf("the old parent_node index is still there: %s", have)
+		}
+
+		if err := db.Analyze(ctx); err != nil {
+			t.Fatal(err)
+		}
+		stats := "SELECT tbl FROM sqlite_stat1 WHERE tbl = 'nodes'"
+		if db.Dialect == dialect.Postgres {
+			// reltuples is -1 until the table is first analyzed.
+			stats = "SELECT relname FROM pg_class WHERE oid = 'nodes'::regclass AND reltuples >= 0"
+		}
+		if got := column(t, db.SQL, 0, stats); len(got) == 0 {
+			t.Errorf("no statistics for nodes after Analyze")
+		}
+
+		if db.Dialect == dialect.SQLite {
+			// Spelled as nodes.Service.CountStates spells it.
+			plan := strings.Join(column(t, db.SQL, 3, `EXPLAIN QUERY PLAN SELECT "nodes"."provision_state", COUNT(*),
+				SUM(CASE WHEN "nodes"."provision_state" IN ('clean failed', 'service failed', 'error') OR "nodes"."fault" IS NOT NULL OR "nodes"."last_error" IS NOT NULL THEN 1 ELSE 0 END)
+				FROM "nodes" WHERE "nodes"."parent_node" IS NULL GROUP BY "nodes"."provision_state"`), " ")
+			if !strings.Contains(plan, "COVERING INDEX node_list_counts") {
+				t.Errorf("the node list's count reads rows: %s", plan)
+			}
+		}
+	})
+}
+
+// column reads the col-th column of every row.
+func column(t *testing.T, db *sql.DB, col int, query string) []string {
+	t.Helper()
+	rows, err := db.Query(query)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	cols, _ := rows.Columns()
+	var out []string
+	for rows.Next() {
+		vals := make([]any, len(cols))
+		ptrs := make([]any, len(cols))
+		for i := range vals {
+			ptrs[i] = &vals[i]
+		}
+		if err := rows.Scan(ptrs...); err != nil {
+			t.Fatal(err)
+		}
+		switch v := vals[col].(type) {
+		case []byte:
+			out = append(out, string(v))
+		case string:
+			out = append(out, v)
+		}
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
