@@ -125,10 +125,12 @@ func (c *Conductor) deploy(ctx context.Context, n *ent.Node, tr transition, r Pr
 	if r.ConfigDrive != nil {
 		inst["configdrive"] = r.ConfigDrive
 	}
+	info, setFirst, firstEvents, started := c.firstStep(n, "deploy", steps, who, info)
 	err := c.claim(ctx, n, r.Target, tr.from, true, func(u *ent.NodeUpdate) {
 		u.SetProvisionState(tr.via).SetTargetProvisionState(tr.to).SetProvisionUpdatedAt(time.Now()).ClearLastError().
 			SetDriverInternalInfo(info).SetInstanceInfo(inst)
-	}, write{})
+		setFirst(u)
+	}, write{events: firstEvents})
 	if err != nil {
 		return err
 	}
@@ -138,7 +140,7 @@ func (c *Conductor) deploy(ctx context.Context, n *ent.Node, tr transition, r Pr
 	c.work.Add(1)
 	go func() {
 		defer c.work.Done()
-		c.runSteps(&claimed, "deploy", steps, who)
+		c.runSteps(&claimed, "deploy", steps, who, started)
 	}()
 	return nil
 }
@@ -218,7 +220,7 @@ func (c *Conductor) tearDown(n *ent.Node, who string) {
 	cleaned := *n
 	cleaned.ProvisionState, cleaned.DriverInternalInfo, cleaned.InstanceInfo, cleaned.PowerState, cleaned.Reservation =
 		nodes.StateCleaning, info, map[string]any{}, &final, &c.cfg.Name
-	c.runSteps(&cleaned, "automated clean", automatedCleanSteps(), who)
+	c.runSteps(&cleaned, "automated clean", automatedCleanSteps(), who, false)
 }
 
 // automatedCleanSteps are the steps cleaning runs after a tear down. The

@@ -478,8 +478,11 @@ func (o *Ops) Provision(ctx context.Context, ident string, r ProvisionRequest) (
 	info := cloneInfo(n.DriverInternalInfo)
 	delete(info, abortRequestedField)
 	delete(info, "pending_steps")
+	info, setFirst, firstEvents, started := c.firstStep(n, r.Target, steps, who, info)
+	w.events = append(w.events, firstEvents...)
 	err = c.claim(ctx, n, r.Target, tr.from, true, func(u *ent.NodeUpdate) {
 		u.SetProvisionState(tr.via).SetTargetProvisionState(tr.to).SetProvisionUpdatedAt(time.Now()).ClearLastError().SetDriverInternalInfo(info)
+		setFirst(u)
 	}, w)
 	if err != nil {
 		return err
@@ -499,7 +502,7 @@ func (o *Ops) Provision(ctx context.Context, ident string, r ProvisionRequest) (
 			defer c.unlock(n.ID)
 			c.inspect(&claimed, who)
 		default:
-			c.runSteps(&claimed, r.Target, steps, who)
+			c.runSteps(&claimed, r.Target, steps, who, started)
 		}
 	}()
 	return nil
@@ -603,7 +606,7 @@ func (c *Conductor) unhold(ctx context.Context, n *ent.Node, who string) error {
 	c.work.Add(1)
 	go func() {
 		defer c.work.Done()
-		c.runSteps(n, kind, pending, who)
+		c.runSteps(n, kind, pending, who, false)
 	}()
 	return nil
 }

@@ -56,8 +56,10 @@ const abortPoll = 200 * time.Millisecond
 // write is one UPDATE fenced by this conductor's lock, and the start of
 // a step also by the abort flag, so no read precedes it; the last one
 // releases the lock. run names the phase (clean, service, deploy,
-// automated clean); its kind names the events and step fields.
-func (c *Conductor) runSteps(n *ent.Node, run string, steps []Step, who string) {
+// automated clean); its kind names the events and step fields. started
+// says the claim already recorded the start of the first step (see
+// firstStep), so the run begins by executing it.
+func (c *Conductor) runSteps(n *ent.Node, run string, steps []Step, who string, started bool) {
 	ctx := context.WithoutCancel(c.ctx)
 	id := n.ID
 	ph := phases[run]
@@ -80,12 +82,8 @@ func (c *Conductor) runSteps(n *ent.Node, run string, steps []Step, who string) 
 			if power != "" {
 				u.SetPowerState(power)
 			}
-			switch {
-			case step == nil:
-			case kind == "clean":
-				u.SetCleanStep(step)
-			case kind == "service":
-				u.SetServiceStep(step)
+			if step != nil {
+				setStep(u, kind, step)
 			}
 			cnt, err := u.Save(ctx)
 			if err == nil && cnt == 0 {
@@ -101,9 +99,7 @@ func (c *Conductor) runSteps(n *ent.Node, run string, steps []Step, who string) 
 		}
 		return err
 	}
-	event := func(sev, msg string) history.Event {
-		return history.Event{NodeID: id, Severity: sev, Type: kind, Message: msg, User: who, Conductor: c.cfg.Name}
-	}
+	event := func(sev, msg string) history.Event { return c.stepEvent(id, kind, who, sev, msg) }
 	// end writes the run's last state and releases the lock with it; if
 	// it cannot, the lock is released alone, so it never outlives the run.
 	end := func(set func(u *ent.NodeUpdate), ev history.Event) {
@@ -138,28 +134,26 @@ func (c *Conductor) runSteps(n *ent.Node, run string, steps []Step, who string) 
 			fail(fmt.Sprintf("Conductor %s shut down before step %s; run the remaining steps again.", c.cfg.Name, st.Name()))
 			return
 		}
-		// Progress lives in driver_internal_info, as Ironic keeps its
-		// clean_step_index there: "step i of n" without reading history.
-		n.DriverInternalInfo = cloneInfo(n.DriverInternalInfo)
-		n.DriverInternalInfo[kind+"_step_index"] = i
-		n.DriverInternalInfo[kind+"_step_total"] = len(steps)
-		info := n.DriverInternalInfo
-		carry.events = append(carry.events, event(history.Info, fmt.Sprintf("Step %s started (%d of %d)", st.Name(), i+1, len(steps))))
-		// The abort flag is part of the UPDATE's condition, so an abort
-		// committed before it is seen and one after it waits for the
-		// next step: the flag is never overwritten unseen.
-		err := commit(func(u *ent.NodeUpdate) { u.SetProvisionState(ph.running).SetDriverInternalInfo(info) }, st.asMap(), notAborted)
-		if errors.Is(err, errFenced) {
-			// Aborted, or the lock is gone (then the failure's own
-			// fenced write does nothing).
-			carry.events = carry.events[:len(carry.events)-1]
-			fail(fmt.Sprintf("Aborted by request before step %s.", st.Name()))
-			return
-		}
-		if err != nil {
-			carry.events = carry.events[:len(carry.events)-1]
-			fail(fmt.Sprintf("Could not record step %s: %v", st.Name(), err))
-			return
+		if i > 0 || !started {
+			n.DriverInternalInfo = stepProgress(n.DriverInternalInfo, kind, i, len(steps))
+			info := n.DriverInternalInfo
+			carry.events = append(carry.events, event(history.Info, stepStarted(st, i, len(steps))))
+			// The abort flag is part of the UPDATE's condition, so an abort
+			// committed before it is seen and one after it waits for the
+			// next step: the flag is never overwritten unseen.
+			err := commit(func(u *ent.NodeUpdate) { u.SetProvisionState(ph.running).SetDriverInternalInfo(info) }, st.asMap(), notAborted)
+			if errors.Is(err, errFenced) {
+				// Aborted, or the lock is gone (then the failure's own
+				// fenced write does nothing).
+				carry.events = carry.events[:len(carry.events)-1]
+				fail(fmt.Sprintf("Aborted by request before step %s.", st.Name()))
+				return
+			}
+			if err != nil {
+				carry.events = carry.events[:len(carry.events)-1]
+				fail(fmt.Sprintf("Could not record step %s: %v", st.Name(), err))
+				return
+			}
 		}
 		power, err := c.execStep(ctx, n, ph, st)
 		switch {
@@ -197,6 +191,53 @@ func (c *Conductor) runSteps(n *ent.Node, run string, steps []Step, who string) 
 	end(func(u *ent.NodeUpdate) {
 		u.SetProvisionState(ph.done).ClearTargetProvisionState().SetDriverInternalInfo(info).SetProvisionUpdatedAt(time.Now())
 	}, event(history.Info, fmt.Sprintf("All %d %s steps done; node is %s", len(steps), kind, ph.done)))
+}
+
+// firstStep prepares a claim that starts a run of steps to record the
+// start of the first one too, as runSteps would in its own write: a run
+// of five steps then writes six times instead of seven, and on SQLite
+// every write goes through the one writer. A driver that cannot run the
+// steps is left to runSteps, which fails the run before any starts. It
+// returns info with the first step's progress, what the claim also sets,
+// and the step's start event; ok is false when the claim starts nothing,
+// and runSteps is then called with started false.
+func (c *Conductor) firstStep(n *ent.Node, run string, steps []Step, who string, info map[string]any) (map[string]any, func(u *ent.NodeUpdate), []history.Event, bool) {
+	ph, ok := phases[run]
+	if !ok || len(steps) == 0 || unsupported(n.Driver, steps) != "" {
+		return info, func(*ent.NodeUpdate) {}, nil, false
+	}
+	info = stepProgress(info, ph.kind, 0, len(steps))
+	set := func(u *ent.NodeUpdate) { setStep(u, ph.kind, steps[0].asMap()) }
+	return info, set, []history.Event{c.stepEvent(n.ID, ph.kind, who, history.Info, stepStarted(steps[0], 0, len(steps)))}, true
+}
+
+// stepProgress is info with "step i of total": progress lives in
+// driver_internal_info, as Ironic keeps its clean_step_index there, so
+// it is known without reading history.
+func stepProgress(info map[string]any, kind string, i, total int) map[string]any {
+	info = cloneInfo(info)
+	info[kind+"_step_index"] = i
+	info[kind+"_step_total"] = total
+	return info
+}
+
+func stepStarted(st Step, i, total int) string {
+	return fmt.Sprintf("Step %s started (%d of %d)", st.Name(), i+1, total)
+}
+
+// setStep shows the current step in clean_step or service_step; a
+// deploy's steps have no such field.
+func setStep(u *ent.NodeUpdate, kind string, step map[string]any) {
+	switch kind {
+	case "clean":
+		u.SetCleanStep(step)
+	case "service":
+		u.SetServiceStep(step)
+	}
+}
+
+func (c *Conductor) stepEvent(id int, kind, who, sev, msg string) history.Event {
+	return history.Event{NodeID: id, Severity: sev, Type: kind, Message: msg, User: who, Conductor: c.cfg.Name}
 }
 
 // errFenced rolls back a step write whose node is no longer this

@@ -85,7 +85,7 @@ func TestStepsRecordEachStepAndHonourAbort(t *testing.T) {
 		steps := []Step{{Interface: "power", Step: "power_on"}, {Interface: "management", Step: "reset_bmc"}, {Interface: "power", Step: "power_off"}}
 
 		n := fakeNode(t, db, nil)
-		c.runSteps(n, "clean", steps, "tester")
+		c.runSteps(n, "clean", steps, "tester", false)
 		got, err := db.Node.Get(ctx, n.ID)
 		if err != nil {
 			t.Fatal(err)
@@ -100,7 +100,7 @@ func TestStepsRecordEachStepAndHonourAbort(t *testing.T) {
 		}
 
 		aborted := fakeNode(t, db, map[string]any{abortRequestedField: true})
-		c.runSteps(aborted, "clean", steps, "tester")
+		c.runSteps(aborted, "clean", steps, "tester", false)
 		got, err = db.Node.Get(ctx, aborted.ID)
 		if err != nil {
 			t.Fatal(err)
@@ -115,7 +115,7 @@ func TestStepsRecordEachStepAndHonourAbort(t *testing.T) {
 		if err := db.Node.UpdateOneID(taken.ID).SetReservation("other").Exec(ctx); err != nil {
 			t.Fatal(err)
 		}
-		c.runSteps(taken, "clean", steps, "tester")
+		c.runSteps(taken, "clean", steps, "tester", false)
 		got, err = db.Node.Get(ctx, taken.ID)
 		if err != nil {
 			t.Fatal(err)

@@ -4,6 +4,8 @@ package history
 
 import (
 	"context"
+	"fmt"
+	"slices"
 	"time"
 
 	"github.com/google/uuid"
@@ -32,50 +34,54 @@ type Event struct {
 
 // Record writes e with client (which may be a transaction's client).
 func Record(ctx context.Context, client *ent.Client, e Event) error {
-	c, err := create(ctx, client, e)
-	if err != nil {
-		return err
-	}
-	return c.Exec(ctx)
+	return RecordAll(ctx, client, []Event{e})
 }
 
 // RecordAll writes events in one statement, for callers that gather many.
+// It also records, as Ironic does, the acting project and each node's
+// provision state, target and time in that state as the events are
+// written, read through client so that a transaction sees its own
+// changes: in one query for all the nodes, since the conductor's grouped
+// commits carry the events of a hundred nodes at a time.
 func RecordAll(ctx context.Context, client *ent.Client, events []Event) error {
 	if len(events) == 0 {
 		return nil
 	}
+	ids := make([]int, 0, len(events))
+	for _, e := range events {
+		ids = append(ids, e.NodeID)
+	}
+	slices.Sort(ids)
+	ns, err := client.Node.Query().Where(node.IDIn(slices.Compact(ids)...)).
+		Select(node.FieldID, node.FieldProvisionState, node.FieldTargetProvisionState, node.FieldProvisionUpdatedAt).All(ctx)
+	if err != nil {
+		return err
+	}
+	byID := make(map[int]*ent.Node, len(ns))
+	for _, n := range ns {
+		byID[n.ID] = n
+	}
+	p := policies.PrincipalFrom(ctx)
 	rows := make([]*ent.NodeEventCreate, len(events))
 	for i, e := range events {
-		c, err := create(ctx, client, e)
-		if err != nil {
-			return err
+		n, ok := byID[e.NodeID]
+		if !ok {
+			return fmt.Errorf("node %d: %w", e.NodeID, &ent.NotFoundError{})
+		}
+		if e.Severity == "" {
+			e.Severity = Info
+		}
+		c := client.NodeEvent.Create().
+			SetUUID(uuid.NewString()).SetNodeID(e.NodeID).SetSeverity(e.Severity).
+			SetEventType(e.Type).SetEvent(e.Message).SetUser(e.User).SetConductor(e.Conductor).
+			SetState(n.ProvisionState).SetNillableTargetProvisionState(n.TargetProvisionState)
+		if p != nil {
+			c.SetProject(p.Project)
+		}
+		if n.ProvisionUpdatedAt != nil {
+			c.SetDurationSeconds(int(time.Since(*n.ProvisionUpdatedAt).Seconds()))
 		}
 		rows[i] = c
 	}
 	return client.NodeEvent.CreateBulk(rows...).Exec(ctx)
-}
-
-// create also records, as Ironic does, the acting project and the node's
-// provision state, target and time in that state as the event is written,
-// read through client so that a transaction sees its own changes.
-func create(ctx context.Context, client *ent.Client, e Event) (*ent.NodeEventCreate, error) {
-	if e.Severity == "" {
-		e.Severity = Info
-	}
-	n, err := client.Node.Query().Where(node.ID(e.NodeID)).
-		Select(node.FieldProvisionState, node.FieldTargetProvisionState, node.FieldProvisionUpdatedAt).Only(ctx)
-	if err != nil {
-		return nil, err
-	}
-	c := client.NodeEvent.Create().
-		SetUUID(uuid.NewString()).SetNodeID(e.NodeID).SetSeverity(e.Severity).
-		SetEventType(e.Type).SetEvent(e.Message).SetUser(e.User).SetConductor(e.Conductor).
-		SetState(n.ProvisionState).SetNillableTargetProvisionState(n.TargetProvisionState)
-	if p := policies.PrincipalFrom(ctx); p != nil {
-		c.SetProject(p.Project)
-	}
-	if n.ProvisionUpdatedAt != nil {
-		c.SetDurationSeconds(int(time.Since(*n.ProvisionUpdatedAt).Seconds()))
-	}
-	return c, nil
 }
