@@ -1,11 +1,17 @@
 package web_test
 
 import (
+	"bytes"
 	"context"
+	"crypto/tls"
+	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/anvilproject/anvil/ent/node"
+	"github.com/anvilproject/anvil/server/bmc/bmctest"
+	"github.com/anvilproject/anvil/server/servertest"
 	"github.com/anvilproject/anvil/server/store"
 	"github.com/anvilproject/anvil/server/store/storetest"
 )
@@ -115,6 +121,80 @@ func TestNodeHardwareSection(t *testing.T) {
 			t.Errorf("status fragment lacks the hardware section")
 		}
 	})
+}
+
+// TestHardwarePendingFromRedfish: a BIOS setting staged on a real
+// (simulated) Redfish BMC but not yet applied is cached as pending by
+// bios.cache_bios_settings and shown apart from the current value; once
+// a reset applies it, the next cache shows it current and nothing pending.
+func TestHardwarePendingFromRedfish(t *testing.T) {
+	sim := bmctest.StartRedfish(t)
+	srv, api, _ := fleet(t, storetest.Setting(t, "sqlite"))
+	r := api.Do(t, "POST", "/v1/nodes", map[string]any{"name": "rf-1", "driver": "redfish", "driver_info": sim.DriverInfo("1"), "owner": "blue"})
+	if r.Status != 201 {
+		t.Fatalf("create: %d %s", r.Status, r.Body)
+	}
+	id := r.JSON(t)["uuid"].(string)
+	run := func(target string, steps ...map[string]any) {
+		t.Helper()
+		body := map[string]any{"target": target}
+		if steps != nil {
+			body["clean_steps"] = steps
+		}
+		if r := api.Do(t, "PUT", "/v1/nodes/"+id+"/states/provision", body); r.Status != 202 {
+			t.Fatalf("%s: %d %s", target, r.Status, r.Body)
+		}
+		waitManageable(t, api, id)
+	}
+	run("manage")
+	// Staged at the BMC by someone else: Anvil learns of it only by reading.
+	c := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}} //nolint:gosec // the test's own simulator
+	req, _ := http.NewRequest("PATCH", sim.URL+sim.SystemPath("1")+"/BIOS/Settings", bytes.NewBufferString(`{"Attributes": {"SysProfile": "PerfOptimized"}}`))
+	req.SetBasicAuth(bmctest.RedfishUser, bmctest.RedfishPassword)
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := c.Do(req)
+	if err != nil || resp.StatusCode != 204 {
+		t.Fatalf("staging at the simulator: %v %v", resp, err)
+	}
+	resp.Body.Close()
+	cache := map[string]any{"interface": "bios", "step": "cache_bios_settings"}
+	run("clean", cache)
+	pat := signInAs(t, srv, "pat")
+	row := func() string {
+		_, page, _ := pat.do("GET", "/nodes/"+id, nil)
+		hw := section(t, page, "hardware")
+		i := strings.Index(hw, `<tr data-setting="SysProfile">`)
+		if i < 0 {
+			t.Fatalf("no SysProfile row:\n%s", hw)
+		}
+		return hw[i : i+strings.Index(hw[i:], "</tr>")]
+	}
+	if got := row(); !strings.Contains(got, `<td data-testid="bios-current">PerfPerWattOptimizedDapc</td>`) ||
+		!strings.Contains(got, "<strong>PerfOptimized</strong> <span class=\"badge warn\">at next reset</span>") {
+		t.Errorf("staged setting not shown pending: %s", got)
+	}
+	run("clean", map[string]any{"interface": "power", "step": "reboot"}, cache)
+	if got := row(); !strings.Contains(got, `<td data-testid="bios-current">PerfOptimized</td><td data-testid="bios-pending"></td>`) {
+		t.Errorf("applied setting still pending or not current: %s", got)
+	}
+}
+
+func waitManageable(t *testing.T, api *servertest.Client, id string) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		n := api.Do(t, "GET", "/v1/nodes/"+id, nil).JSON(t)
+		if n["provision_state"] == "manageable" && n["target_provision_state"] == nil {
+			if n["last_error"] != nil {
+				t.Fatalf("node %s: %v", id, n["last_error"])
+			}
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("node %s is %v", id, n["provision_state"])
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 }
 
 // section is the <section id=id> of page, to its closing tag.
