@@ -28,6 +28,8 @@ type BiosSetting struct {
 	Name string `json:"name,omitempty"`
 	// Value holds the value of the "value" field.
 	Value string `json:"value,omitempty"`
+	// Pending holds the value of the "pending" field.
+	Pending *string `json:"pending,omitempty"`
 	// Edges holds the relations/edges for other nodes in the graph.
 	// The values are being populated by the BiosSettingQuery when eager-loading is set.
 	Edges        BiosSettingEdges `json:"edges"`
@@ -61,7 +63,7 @@ func (*BiosSetting) scanValues(columns []string) ([]any, error) {
 		switch columns[i] {
 		case biossetting.FieldID, biossetting.FieldNodeID:
 			values[i] = new(sql.NullInt64)
-		case biossetting.FieldName, biossetting.FieldValue:
+		case biossetting.FieldName, biossetting.FieldValue, biossetting.FieldPending:
 			values[i] = new(sql.NullString)
 		case biossetting.FieldCreatedAt, biossetting.FieldUpdatedAt:
 			values[i] = new(sql.NullTime)
@@ -116,6 +118,13 @@ func (_m *BiosSetting) assignValues(columns []string, values []any) error {
 				return fmt.Errorf("unexpected type %T for field value", values[i])
 			} else if value.Valid {
 				_m.Value = value.String
+			}
+		case biossetting.FieldPending:
+			if value, ok := values[i].(*sql.NullString); !ok {
+				return fmt.Errorf("unexpected type %T for field pending", values[i])
+			} else if value.Valid {
+				_m.Pending = new(string)
+				*_m.Pending = value.String
 			}
 		default:
 			_m.selectValues.Set(columns[i], values[i])
@@ -174,6 +183,11 @@ func (_m *BiosSetting) String() string {
 	builder.WriteString(", ")
 	builder.WriteString("value=")
 	builder.WriteString(_m.Value)
+	builder.WriteString(", ")
+	if v := _m.Pending; v != nil {
+		builder.WriteString("pending=")
+		builder.WriteString(*v)
+	}
 	builder.WriteByte(')')
 	return builder.String()
 }

@@ -69,6 +69,20 @@ func (_c *BiosSettingCreate) SetValue(v string) *BiosSettingCreate {
 	return _c
 }
 
+// SetPending sets the "pending" field.
+func (_c *BiosSettingCreate) SetPending(v string) *BiosSettingCreate {
+	_c.mutation.SetPending(v)
+	return _c
+}
+
+// SetNillablePending sets the "pending" field if the given value is not nil.
+func (_c *BiosSettingCreate) SetNillablePending(v *string) *BiosSettingCreate {
+	if v != nil {
+		_c.SetPending(*v)
+	}
+	return _c
+}
+
 // SetNode sets the "node" edge to the Node entity.
 func (_c *BiosSettingCreate) SetNode(v *Node) *BiosSettingCreate {
 	return _c.SetNodeID(v.ID)
@@ -179,6 +193,10 @@ func (_c *BiosSettingCreate) createSpec() (*BiosSetting, *sqlgraph.CreateSpec) {
 	if value, ok := _c.mutation.Value(); ok {
 		_spec.SetField(biossetting.FieldValue, field.TypeString, value)
 		_node.Value = value
+	}
+	if value, ok := _c.mutation.Pending(); ok {
+		_spec.SetField(biossetting.FieldPending, field.TypeString, value)
+		_node.Pending = &value
 	}
 	if nodes := _c.mutation.NodeIDs(); len(nodes) > 0 {
 		edge := &sqlgraph.EdgeSpec{
@@ -303,6 +321,24 @@ func (u *BiosSettingUpsert) UpdateValue() *BiosSettingUpsert {
 	return u
 }
 
+// SetPending sets the "pending" field.
+func (u *BiosSettingUpsert) SetPending(v string) *BiosSettingUpsert {
+	u.Set(biossetting.FieldPending, v)
+	return u
+}
+
+// UpdatePending sets the "pending" field to the value that was provided on create.
+func (u *BiosSettingUpsert) UpdatePending() *BiosSettingUpsert {
+	u.SetExcluded(biossetting.FieldPending)
+	return u
+}
+
+// ClearPending clears the value of the "pending" field.
+func (u *BiosSettingUpsert) ClearPending() *BiosSettingUpsert {
+	u.SetNull(biossetting.FieldPending)
+	return u
+}
+
 // UpdateNewValues updates the mutable fields using the new values that were set on create.
 // Using this option is equivalent to using:
 //
@@ -408,6 +444,27 @@ func (u *BiosSettingUpsertOne) SetValue(v string) *BiosSettingUpsertOne {
 func (u *BiosSettingUpsertOne) UpdateValue() *BiosSettingUpsertOne {
 	return u.Update(func(s *BiosSettingUpsert) {
 		s.UpdateValue()
+	})
+}
+
+// SetPending sets the "pending" field.
+func (u *BiosSettingUpsertOne) SetPending(v string) *BiosSettingUpsertOne {
+	return u.Update(func(s *BiosSettingUpsert) {
+		s.SetPending(v)
+	})
+}
+
+// UpdatePending sets the "pending" field to the value that was provided on create.
+func (u *BiosSettingUpsertOne) UpdatePending() *BiosSettingUpsertOne {
+	return u.Update(func(s *BiosSettingUpsert) {
+		s.UpdatePending()
+	})
+}
+
+// ClearPending clears the value of the "pending" field.
+func (u *BiosSettingUpsertOne) ClearPending() *BiosSettingUpsertOne {
+	return u.Update(func(s *BiosSettingUpsert) {
+		s.ClearPending()
 	})
 }
 
@@ -682,6 +739,27 @@ func (u *BiosSettingUpsertBulk) SetValue(v string) *BiosSettingUpsertBulk {
 func (u *BiosSettingUpsertBulk) UpdateValue() *BiosSettingUpsertBulk {
 	return u.Update(func(s *BiosSettingUpsert) {
 		s.UpdateValue()
+	})
+}
+
+// SetPending sets the "pending" field.
+func (u *BiosSettingUpsertBulk) SetPending(v string) *BiosSettingUpsertBulk {
+	return u.Update(func(s *BiosSettingUpsert) {
+		s.SetPending(v)
+	})
+}
+
+// UpdatePending sets the "pending" field to the value that was provided on create.
+func (u *BiosSettingUpsertBulk) UpdatePending() *BiosSettingUpsertBulk {
+	return u.Update(func(s *BiosSettingUpsert) {
+		s.UpdatePending()
+	})
+}
+
+// ClearPending clears the value of the "pending" field.
+func (u *BiosSettingUpsertBulk) ClearPending() *BiosSettingUpsertBulk {
+	return u.Update(func(s *BiosSettingUpsert) {
+		s.ClearPending()
 	})
 }
 

@@ -92,6 +92,26 @@ func (_u *BiosSettingUpdate) SetNillableValue(v *string) *BiosSettingUpdate {
 	return _u
 }
 
+// SetPending sets the "pending" field.
+func (_u *BiosSettingUpdate) SetPending(v string) *BiosSettingUpdate {
+	_u.mutation.SetPending(v)
+	return _u
+}
+
+// SetNillablePending sets the "pending" field if the given value is not nil.
+func (_u *BiosSettingUpdate) SetNillablePending(v *string) *BiosSettingUpdate {
+	if v != nil {
+		_u.SetPending(*v)
+	}
+	return _u
+}
+
+// ClearPending clears the value of the "pending" field.
+func (_u *BiosSettingUpdate) ClearPending() *BiosSettingUpdate {
+	_u.mutation.ClearPending()
+	return _u
+}
+
 // SetNode sets the "node" edge to the Node entity.
 func (_u *BiosSettingUpdate) SetNode(v *Node) *BiosSettingUpdate {
 	return _u.SetNodeID(v.ID)
@@ -177,6 +197,12 @@ func (_u *BiosSettingUpdate) sqlSave(ctx context.Context) (_node int, err error)
 	}
 	if value, ok := _u.mutation.Value(); ok {
 		_spec.SetField(biossetting.FieldValue, field.TypeString, value)
+	}
+	if value, ok := _u.mutation.Pending(); ok {
+		_spec.SetField(biossetting.FieldPending, field.TypeString, value)
+	}
+	if _u.mutation.PendingCleared() {
+		_spec.ClearField(biossetting.FieldPending, field.TypeString)
 	}
 	if _u.mutation.NodeCleared() {
 		edge := &sqlgraph.EdgeSpec{
@@ -288,6 +314,26 @@ func (_u *BiosSettingUpdateOne) SetNillableValue(v *string) *BiosSettingUpdateOn
 	if v != nil {
 		_u.SetValue(*v)
 	}
+	return _u
+}
+
+// SetPending sets the "pending" field.
+func (_u *BiosSettingUpdateOne) SetPending(v string) *BiosSettingUpdateOne {
+	_u.mutation.SetPending(v)
+	return _u
+}
+
+// SetNillablePending sets the "pending" field if the given value is not nil.
+func (_u *BiosSettingUpdateOne) SetNillablePending(v *string) *BiosSettingUpdateOne {
+	if v != nil {
+		_u.SetPending(*v)
+	}
+	return _u
+}
+
+// ClearPending clears the value of the "pending" field.
+func (_u *BiosSettingUpdateOne) ClearPending() *BiosSettingUpdateOne {
+	_u.mutation.ClearPending()
 	return _u
 }
 
@@ -406,6 +452,12 @@ func (_u *BiosSettingUpdateOne) sqlSave(ctx context.Context) (_node *BiosSetting
 	}
 	if value, ok := _u.mutation.Value(); ok {
 		_spec.SetField(biossetting.FieldValue, field.TypeString, value)
+	}
+	if value, ok := _u.mutation.Pending(); ok {
+		_spec.SetField(biossetting.FieldPending, field.TypeString, value)
+	}
+	if _u.mutation.PendingCleared() {
+		_spec.ClearField(biossetting.FieldPending, field.TypeString)
 	}
 	if _u.mutation.NodeCleared() {
 		edge := &sqlgraph.EdgeSpec{

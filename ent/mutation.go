@@ -3565,6 +3565,7 @@ type BiosSettingMutation struct {
 	updated_at    *time.Time
 	name          *string
 	value         *string
+	pending       *string
 	clearedFields map[string]struct{}
 	node          *int
 	clearednode   bool
@@ -3864,6 +3865,55 @@ func (m *BiosSettingMutation) ResetValue() {
 	m.value = nil
 }
 
+// SetPending sets the "pending" field.
+func (m *BiosSettingMutation) SetPending(s string) {
+	m.pending = &s
+}
+
+// Pending returns the value of the "pending" field in the mutation.
+func (m *BiosSettingMutation) Pending() (r string, exists bool) {
+	v := m.pending
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldPending returns the old "pending" field's value of the BiosSetting entity.
+// If the BiosSetting object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *BiosSettingMutation) OldPending(ctx context.Context) (v *string, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldPending is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldPending requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldPending: %w", err)
+	}
+	return oldValue.Pending, nil
+}
+
+// ClearPending clears the value of the "pending" field.
+func (m *BiosSettingMutation) ClearPending() {
+	m.pending = nil
+	m.clearedFields[biossetting.FieldPending] = struct{}{}
+}
+
+// PendingCleared returns if the "pending" field was cleared in this mutation.
+func (m *BiosSettingMutation) PendingCleared() bool {
+	_, ok := m.clearedFields[biossetting.FieldPending]
+	return ok
+}
+
+// ResetPending resets all changes to the "pending" field.
+func (m *BiosSettingMutation) ResetPending() {
+	m.pending = nil
+	delete(m.clearedFields, biossetting.FieldPending)
+}
+
 // ClearNode clears the "node" edge to the Node entity.
 func (m *BiosSettingMutation) ClearNode() {
 	m.clearednode = true
@@ -3925,7 +3975,7 @@ func (m *BiosSettingMutation) Type() string {
 // order to get all numeric fields that were incremented/decremented, call
 // AddedFields().
 func (m *BiosSettingMutation) Fields() []string {
-	fields := make([]string, 0, 5)
+	fields := make([]string, 0, 6)
 	if m.created_at != nil {
 		fields = append(fields, biossetting.FieldCreatedAt)
 	}
@@ -3940,6 +3990,9 @@ func (m *BiosSettingMutation) Fields() []string {
 	}
 	if m.value != nil {
 		fields = append(fields, biossetting.FieldValue)
+	}
+	if m.pending != nil {
+		fields = append(fields, biossetting.FieldPending)
 	}
 	return fields
 }
@@ -3959,6 +4012,8 @@ func (m *BiosSettingMutation) Field(name string) (ent.Value, bool) {
 		return m.Name()
 	case biossetting.FieldValue:
 		return m.Value()
+	case biossetting.FieldPending:
+		return m.Pending()
 	}
 	return nil, false
 }
@@ -3978,6 +4033,8 @@ func (m *BiosSettingMutation) OldField(ctx context.Context, name string) (ent.Va
 		return m.OldName(ctx)
 	case biossetting.FieldValue:
 		return m.OldValue(ctx)
+	case biossetting.FieldPending:
+		return m.OldPending(ctx)
 	}
 	return nil, fmt.Errorf("unknown BiosSetting field %s", name)
 }
@@ -4022,6 +4079,13 @@ func (m *BiosSettingMutation) SetField(name string, value ent.Value) error {
 		}
 		m.SetValue(v)
 		return nil
+	case biossetting.FieldPending:
+		v, ok := value.(string)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetPending(v)
+		return nil
 	}
 	return fmt.Errorf("unknown BiosSetting field %s", name)
 }
@@ -4058,6 +4122,9 @@ func (m *BiosSettingMutation) ClearedFields() []string {
 	if m.FieldCleared(biossetting.FieldUpdatedAt) {
 		fields = append(fields, biossetting.FieldUpdatedAt)
 	}
+	if m.FieldCleared(biossetting.FieldPending) {
+		fields = append(fields, biossetting.FieldPending)
+	}
 	return fields
 }
 
@@ -4074,6 +4141,9 @@ func (m *BiosSettingMutation) ClearField(name string) error {
 	switch name {
 	case biossetting.FieldUpdatedAt:
 		m.ClearUpdatedAt()
+		return nil
+	case biossetting.FieldPending:
+		m.ClearPending()
 		return nil
 	}
 	return fmt.Errorf("unknown BiosSetting nullable field %s", name)
@@ -4097,6 +4167,9 @@ func (m *BiosSettingMutation) ResetField(name string) error {
 		return nil
 	case biossetting.FieldValue:
 		m.ResetValue()
+		return nil
+	case biossetting.FieldPending:
+		m.ResetPending()
 		return nil
 	}
 	return fmt.Errorf("unknown BiosSetting field %s", name)

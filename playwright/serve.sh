@@ -1,7 +1,8 @@
 #!/bin/sh
 # Starts a throwaway Anvil for the journeys: a fresh SQLite file, demo
-# nodes, the accounts the tests sign in as, and a loopback OpenID provider
-# (internal/testop) for the SSO journey.
+# nodes, the accounts the tests sign in as, a loopback OpenID provider
+# (internal/testop) for the SSO journey and a Redfish simulator for the
+# hardware journey.
 set -eu
 cd "$(dirname "$0")/.."
 dir=$(mktemp -d)
@@ -17,6 +18,17 @@ echo 'manager-password-1' | $a user create mark --password-stdin --database "$db
 $a user grant mark --project tenant-blue --role manager --database "$db"
 echo 'operator-password-1' | $a user create olga --password-stdin --database "$db"
 $a user grant olga --system --role admin --database "$db"
+
+# A Redfish BMC (redfish-sim, as the Go tests run it) whose BIOS really
+# takes staged settings at reset, for the hardware journey, which enrols
+# a node on it. Port 7740 is below the Go tests' 7750-7799.
+# The simulator runs detached and Playwright ends this script with
+# SIGKILL, so no trap would run: a detached watchdog stops it, and
+# removes the scratch directory, once this script is gone.
+sim=$(pwd)/../shared/reference/redfish-sim/start.sh
+SIM_POWER_DELAY='0.2 0.5' "$sim" start "$dir/bmc" 7740 >/dev/null
+setsid sh -c 'while kill -0 "$1" 2>/dev/null; do sleep 1; done; "$2" stop "$3/bmc"; rm -rf "$3"' watchdog $$ "$sim" "$dir" \
+  >/dev/null 2>&1 </dev/null &
 
 "$dir/testop" -listen 127.0.0.1:18090 -redirect http://127.0.0.1:18085/auth/oidc/callback \
   -groups anvil:project:tenant-blue:member &

@@ -78,6 +78,9 @@ func (p *Portal) detail(c *fiber.Ctx) (views.NodeDetail, error) {
 	d.CanTenancy = p.Guard.Allowed(ctx, "baremetal:node:update:owner", t) && p.Guard.Allowed(ctx, "baremetal:node:update:lessee", t)
 	p.runnable(c, &d, v)
 	hardware(&d, v)
+	if d.Machine, err = p.machine(ctx, v); err != nil {
+		return d, err
+	}
 	d.HistoryPage, _ = strconv.Atoi(c.Query("history"))
 	if d.HistoryPage < 1 {
 		d.HistoryPage = 1

@@ -24,6 +24,8 @@ const (
 	FieldName = "name"
 	// FieldValue holds the string denoting the value field in the database.
 	FieldValue = "value"
+	// FieldPending holds the string denoting the pending field in the database.
+	FieldPending = "pending"
 	// EdgeNode holds the string denoting the node edge name in mutations.
 	EdgeNode = "node"
 	// Table holds the table name of the biossetting in the database.
@@ -45,6 +47,7 @@ var Columns = []string{
 	FieldNodeID,
 	FieldName,
 	FieldValue,
+	FieldPending,
 }
 
 // ValidColumn reports if the column name is valid (part of the table columns).
@@ -95,6 +98,11 @@ func ByName(opts ...sql.OrderTermOption) OrderOption {
 // ByValue orders the results by the value field.
 func ByValue(opts ...sql.OrderTermOption) OrderOption {
 	return sql.OrderByField(FieldValue, opts...).ToFunc()
+}
+
+// ByPending orders the results by the pending field.
+func ByPending(opts ...sql.OrderTermOption) OrderOption {
+	return sql.OrderByField(FieldPending, opts...).ToFunc()
 }
 
 // ByNodeField orders the results by node field.

@@ -80,6 +80,11 @@ func Value(v string) predicate.BiosSetting {
 	return predicate.BiosSetting(sql.FieldEQ(FieldValue, v))
 }
 
+// Pending applies equality check predicate on the "pending" field. It's identical to PendingEQ.
+func Pending(v string) predicate.BiosSetting {
+	return predicate.BiosSetting(sql.FieldEQ(FieldPending, v))
+}
+
 // CreatedAtEQ applies the EQ predicate on the "created_at" field.
 func CreatedAtEQ(v time.Time) predicate.BiosSetting {
 	return predicate.BiosSetting(sql.FieldEQ(FieldCreatedAt, v))
@@ -318,6 +323,81 @@ func ValueEqualFold(v string) predicate.BiosSetting {
 // ValueContainsFold applies the ContainsFold predicate on the "value" field.
 func ValueContainsFold(v string) predicate.BiosSetting {
 	return predicate.BiosSetting(sql.FieldContainsFold(FieldValue, v))
+}
+
+// PendingEQ applies the EQ predicate on the "pending" field.
+func PendingEQ(v string) predicate.BiosSetting {
+	return predicate.BiosSetting(sql.FieldEQ(FieldPending, v))
+}
+
+// PendingNEQ applies the NEQ predicate on the "pending" field.
+func PendingNEQ(v string) predicate.BiosSetting {
+	return predicate.BiosSetting(sql.FieldNEQ(FieldPending, v))
+}
+
+// PendingIn applies the In predicate on the "pending" field.
+func PendingIn(vs ...string) predicate.BiosSetting {
+	return predicate.BiosSetting(sql.FieldIn(FieldPending, vs...))
+}
+
+// PendingNotIn applies the NotIn predicate on the "pending" field.
+func PendingNotIn(vs ...string) predicate.BiosSetting {
+	return predicate.BiosSetting(sql.FieldNotIn(FieldPending, vs...))
+}
+
+// PendingGT applies the GT predicate on the "pending" field.
+func PendingGT(v string) predicate.BiosSetting {
+	return predicate.BiosSetting(sql.FieldGT(FieldPending, v))
+}
+
+// PendingGTE applies the GTE predicate on the "pending" field.
+func PendingGTE(v string) predicate.BiosSetting {
+	return predicate.BiosSetting(sql.FieldGTE(FieldPending, v))
+}
+
+// PendingLT applies the LT predicate on the "pending" field.
+func PendingLT(v string) predicate.BiosSetting {
+	return predicate.BiosSetting(sql.FieldLT(FieldPending, v))
+}
+
+// PendingLTE applies the LTE predicate on the "pending" field.
+func PendingLTE(v string) predicate.BiosSetting {
+	return predicate.BiosSetting(sql.FieldLTE(FieldPending, v))
+}
+
+// PendingContains applies the Contains predicate on the "pending" field.
+func PendingContains(v string) predicate.BiosSetting {
+	return predicate.BiosSetting(sql.FieldContains(FieldPending, v))
+}
+
+// PendingHasPrefix applies the HasPrefix predicate on the "pending" field.
+func PendingHasPrefix(v string) predicate.BiosSetting {
+	return predicate.BiosSetting(sql.FieldHasPrefix(FieldPending, v))
+}
+
+// PendingHasSuffix applies the HasSuffix predicate on the "pending" field.
+func PendingHasSuffix(v string) predicate.BiosSetting {
+	return predicate.BiosSetting(sql.FieldHasSuffix(FieldPending, v))
+}
+
+// PendingIsNil applies the IsNil predicate on the "pending" field.
+func PendingIsNil() predicate.BiosSetting {
+	return predicate.BiosSetting(sql.FieldIsNull(FieldPending))
+}
+
+// PendingNotNil applies the NotNil predicate on the "pending" field.
+func PendingNotNil() predicate.BiosSetting {
+	return predicate.BiosSetting(sql.FieldNotNull(FieldPending))
+}
+
+// PendingEqualFold applies the EqualFold predicate on the "pending" field.
+func PendingEqualFold(v string) predicate.BiosSetting {
+	return predicate.BiosSetting(sql.FieldEqualFold(FieldPending, v))
+}
+
+// PendingContainsFold applies the ContainsFold predicate on the "pending" field.
+func PendingContainsFold(v string) predicate.BiosSetting {
+	return predicate.BiosSetting(sql.FieldContainsFold(FieldPending, v))
 }
 
 // HasNode applies the HasEdge predicate on the "node" edge.

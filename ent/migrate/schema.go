@@ -123,6 +123,7 @@ var (
 		{Name: "updated_at", Type: field.TypeTime, Nullable: true},
 		{Name: "name", Type: field.TypeString, Size: 255},
 		{Name: "value", Type: field.TypeString, Size: 2147483647},
+		{Name: "pending", Type: field.TypeString, Nullable: true, Size: 2147483647},
 		{Name: "node_id", Type: field.TypeInt},
 	}
 	// BiosSettingsTable holds the schema information for the "bios_settings" table.
@@ -133,7 +134,7 @@ var (
 		ForeignKeys: []*schema.ForeignKey{
 			{
 				Symbol:     "bios_settings_nodes_bios_settings",
-				Columns:    []*schema.Column{BiosSettingsColumns[5]},
+				Columns:    []*schema.Column{BiosSettingsColumns[6]},
 				RefColumns: []*schema.Column{NodesColumns[0]},
 				OnDelete:   schema.Cascade,
 			},
@@ -142,7 +143,7 @@ var (
 			{
 				Name:    "biossetting_node_id_name",
 				Unique:  true,
-				Columns: []*schema.Column{BiosSettingsColumns[5], BiosSettingsColumns[3]},
+				Columns: []*schema.Column{BiosSettingsColumns[6], BiosSettingsColumns[3]},
 			},
 		},
 	}

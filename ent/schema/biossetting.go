@@ -20,6 +20,10 @@ func (BiosSetting) Fields() []ent.Field {
 		field.String("name").MaxLen(255),
 		// value is the BMC's value as text, as Ironic stores it.
 		field.Text("value"),
+		// pending is the value staged for the next reset when it differs
+		// from value (Ironic has no such column; the portal shows it), so
+		// a step that staged but never rebooted is visible.
+		field.Text("pending").Optional().Nillable(),
 	}
 }
 

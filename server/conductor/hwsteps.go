@@ -107,9 +107,11 @@ func (c *Conductor) applyBIOS(ctx context.Context, n *ent.Node, cl bmc.Client, b
 }
 
 // cacheBIOS replaces the node's cached BIOS settings with what the BMC
-// reports now, keeping created_at of settings that stay.
+// reports now, current and staged, keeping created_at of settings that
+// stay. A staged value for an attribute the BIOS does not report is
+// dropped: a BMC stages only attributes it has.
 func (c *Conductor) cacheBIOS(ctx context.Context, nodeID int, b bmc.BIOS) error {
-	current, _, err := b.BIOSSettings(ctx)
+	current, pending, err := b.BIOSSettings(ctx)
 	if err != nil {
 		return err
 	}
@@ -131,11 +133,21 @@ func (c *Conductor) cacheBIOS(ctx context.Context, nodeID int, b bmc.BIOS) error
 		var add []*ent.BiosSettingCreate
 		for _, k := range slices.Sorted(maps.Keys(current)) {
 			v := fmt.Sprint(current[k])
+			var staged *string
+			if p, ok := pending[k]; ok && !bmc.SameValue(p, current[k]) {
+				staged = new(fmt.Sprint(p))
+			}
 			switch s := have[k]; {
 			case s == nil:
-				add = append(add, tx.BiosSetting.Create().SetNodeID(nodeID).SetName(k).SetValue(v))
-			case s.Value != v:
-				if err := tx.BiosSetting.UpdateOne(s).SetValue(v).SetUpdatedAt(now).Exec(ctx); err != nil {
+				add = append(add, tx.BiosSetting.Create().SetNodeID(nodeID).SetName(k).SetValue(v).SetNillablePending(staged))
+			case s.Value != v || (s.Pending == nil) != (staged == nil) || (staged != nil && *s.Pending != *staged):
+				u := tx.BiosSetting.UpdateOne(s).SetValue(v).SetUpdatedAt(now)
+				if staged == nil {
+					u.ClearPending()
+				} else {
+					u.SetPending(*staged)
+				}
+				if err := u.Exec(ctx); err != nil {
 					return err
 				}
 			}

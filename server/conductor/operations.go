@@ -47,11 +47,20 @@ type Ops struct {
 	Runbooks Resolver
 }
 
-// Resolver turns a runbook reference into steps the caller may run on a
-// node (its owner decides which runbooks it takes) carrying the given
-// traits, with the runbook's disable_ramdisk.
+// Resolver turns a runbook reference into the runbook the caller may run
+// on a node (its owner decides which runbooks it takes) carrying the
+// given traits.
 type Resolver interface {
-	Resolve(ctx context.Context, ident string, n *ent.Node, nodeTraits []string) ([]Step, bool, error)
+	Resolve(ctx context.Context, ident string, n *ent.Node, nodeTraits []string) (*Runbook, error)
+}
+
+// Runbook is a runbook as one run takes it: its name (for the node's
+// history, which outlives a renamed or deleted runbook), steps and
+// disable_ramdisk.
+type Runbook struct {
+	Name           string
+	Steps          []Step
+	DisableRamdisk bool
 }
 
 // RuleProvisionRunbook lets a caller clean or service with a runbook
@@ -383,6 +392,7 @@ func (o *Ops) Provision(ctx context.Context, ident string, r ProvisionRequest) (
 		return errs.BadRequest("target", "target %q is not one of %s", r.Target, strings.Join(Verbs(), ", "))
 	}
 	var steps []Step
+	var runbook string
 	switch {
 	case r.Runbook != "":
 		if r.Target != "clean" && r.Target != "service" {
@@ -427,9 +437,11 @@ func (o *Ops) Provision(ctx context.Context, ident string, r ProvisionRequest) (
 		if err != nil {
 			return err
 		}
-		if steps, r.DisableRamdisk, err = o.Runbooks.Resolve(ctx, r.Runbook, n, traits); err != nil {
+		rb, err := o.Runbooks.Resolve(ctx, r.Runbook, n, traits)
+		if err != nil {
 			return err
 		}
+		steps, r.DisableRamdisk, runbook = rb.Steps, rb.DisableRamdisk, rb.Name
 	}
 	if err := stepsFitDriver(r.Target+"_steps", steps, n.Driver); err != nil {
 		return err
@@ -474,6 +486,12 @@ func (o *Ops) Provision(ctx context.Context, ident string, r ProvisionRequest) (
 		}, w)
 		audited = err == nil
 		return err
+	}
+	if runbook != "" {
+		// The run's own events name steps only; this one says which
+		// runbook they came from and who ran it.
+		w.events = []history.Event{{NodeID: n.ID, Type: r.Target, User: who, Conductor: c.cfg.Name,
+			Message: fmt.Sprintf("Runbook %s, run by %s: %s with %d step(s)", runbook, who, r.Target, len(steps))}}
 	}
 	info := cloneInfo(n.DriverInternalInfo)
 	delete(info, abortRequestedField)

@@ -570,31 +570,31 @@ func equalOwner(a, b *string) bool {
 // visibility (404), the use rule (403), whether the node accepts the
 // runbook (403), the trait gate (400) and the per-step rules, in that
 // order.
-func (s *Service) Resolve(ctx context.Context, ident string, n *ent.Node, nodeTraits []string) ([]conductor.Step, bool, error) {
+func (s *Service) Resolve(ctx context.Context, ident string, n *ent.Node, nodeTraits []string) (*conductor.Runbook, error) {
 	r, err := s.authorized(ctx, ident, RuleUse)
 	if err != nil {
-		return nil, false, err
+		return nil, err
 	}
 	if err := Accepts(r, n, nodeTraits); err != nil {
 		if errs.Status(err) == 403 {
 			s.guard.Done(ctx, RuleUse, "runbook", r.UUID, err, map[string]any{"node": n.UUID})
 		}
-		return nil, false, err
+		return nil, err
 	}
 	steps, err := s.steps(ctx, r)
 	if err != nil {
-		return nil, false, err
+		return nil, err
 	}
 	if r.Owner != nil {
 		if err := s.stepRules(ctx, steps, Target(r), r.UUID); err != nil {
-			return nil, false, err
+			return nil, err
 		}
 	}
 	out := make([]conductor.Step, len(steps))
 	for i, st := range steps {
 		out[i] = conductor.Step{Interface: st.Interface, Step: st.Step, Args: st.Args}
 	}
-	return out, r.DisableRamdisk, nil
+	return &conductor.Runbook{Name: r.Name, Steps: out, DisableRamdisk: r.DisableRamdisk}, nil
 }
 
 // Accepts says whether node n, carrying traits, takes runbook r. Only the

@@ -1,0 +1,111 @@
+import { test, expect } from '@playwright/test';
+import { signIn } from './helpers.mjs';
+import { createRequire } from 'node:module';
+import fs from 'node:fs';
+
+const require = createRequire(import.meta.url);
+const axeSource = fs.readFileSync(require.resolve('axe-core/axe.min.js'), 'utf8');
+
+// axe finds no serious or critical violation on the page.
+async function accessible(page, name) {
+  await page.evaluate(`${axeSource}\n;undefined`);
+  const result = await page.evaluate(async () => await window.axe.run(document, { resultTypes: ['violations'] }));
+  const bad = result.violations.filter((v) => v.impact === 'serious' || v.impact === 'critical');
+  expect(bad.map((v) => `${name}: ${v.id} (${v.impact}): ${v.nodes.map((n) => n.target.join(' ')).join(', ')}`)).toEqual([]);
+}
+
+// The redfish-sim serve.sh starts on 7740: system 1 is the node's BMC.
+const bmc = {
+  redfish_address: 'https://127.0.0.1:7740', redfish_system_id: '/redfish/v1/Systems/1',
+  redfish_username: 'admin', redfish_password: 'password', redfish_verify_ca: false,
+};
+
+// api calls Anvil's API as the operator, with a token made in the portal.
+async function operatorAPI(browser, request) {
+  const ctx = await browser.newContext();
+  const page = await ctx.newPage();
+  await signIn(page, 'olga', 'operator-password-1');
+  await page.goto('/account');
+  await page.getByRole('checkbox', { name: 'admin' }).check();
+  await page.getByLabel('Description').fill('hardware journey');
+  await page.getByRole('button', { name: 'Create token' }).click();
+  const token = await page.getByTestId('new-token').textContent();
+  await ctx.close();
+  const headers = { 'X-Auth-Token': token, 'X-OpenStack-Ironic-API-Version': 'latest' };
+  return async (method, url, data) => {
+    const res = await request.fetch(url, { method, headers, data });
+    expect(res.status(), `${method} ${url}: ${await res.text()}`).toBeLessThan(300);
+    return (res.headers()['content-type'] || '').includes('json') ? res.json() : null;
+  };
+}
+
+async function settled(api, id) {
+  await expect.poll(async () => (await api('GET', `/v1/nodes/${id}`)).provision_state, { timeout: 30_000 }).toBe('manageable');
+}
+
+test('a tenant runs a BIOS runbook on a leased Redfish node and sees the new settings current', async ({ page, browser, request }) => {
+  test.setTimeout(120_000);
+  // The operator enrols a node on the simulated BMC, leases it to
+  // tenant-blue, inspects it (which caches its BIOS and firmware) and
+  // publishes a runbook that tunes its BIOS for performance.
+  const api = await operatorAPI(browser, request);
+  const node = await api('POST', '/v1/nodes', {
+    name: 'sim-bios-1', driver: 'redfish', driver_info: bmc, owner: 'hw-east', lessee: 'tenant-blue', resource_class: 'baremetal-large',
+  });
+  await api('PUT', `/v1/nodes/${node.uuid}/traits/CUSTOM_BIOS_PERF`);
+  await api('PUT', `/v1/nodes/${node.uuid}/states/provision`, { target: 'manage' });
+  await settled(api, node.uuid);
+  await api('PUT', `/v1/nodes/${node.uuid}/states/provision`, { target: 'inspect' });
+  await settled(api, node.uuid);
+  await api('POST', '/v1/runbooks', {
+    name: 'CUSTOM_BIOS_PERF', public: true,
+    steps: [{ interface: 'bios', step: 'apply_configuration', order: 1,
+      args: { settings: [{ name: 'SysProfile', value: 'PerfOptimized' }, { name: 'ProcCStates', value: 'Disabled' }] } }],
+  });
+
+  // The tenant finds the node in its list and opens it.
+  await signIn(page, 'tina', 'tenant-password-1');
+  await page.getByRole('link', { name: 'sim-bios-1' }).click();
+  const hw = page.locator('section#hardware');
+  await expect(hw.getByRole('heading', { name: 'Hardware', exact: true })).toBeVisible();
+  const bios = (name) => hw.locator(`tr[data-setting="${name}"]`);
+  await expect(bios('SysProfile').getByTestId('bios-current')).toHaveText('PerfPerWattOptimizedDapc');
+  await expect(bios('ProcCStates').getByTestId('bios-current')).toHaveText('Enabled');
+  await expect(bios('SysProfile').getByTestId('bios-pending')).toHaveText('');
+  await expect(hw.locator('tr[data-component="bios"] td').first()).toHaveText('1.0.0');
+  // Inspection's inventory is the owner's to read, as in Ironic; the
+  // lessee is told why it sees none.
+  await expect(hw.getByTestId('inventory-why')).toContainText('by rule baremetal:node:inventory:get');
+
+  // The page with its Hardware section passes axe in both schemes.
+  await accessible(page, 'node with hardware, light');
+  await page.emulateMedia({ colorScheme: 'dark' });
+  await accessible(page, 'node with hardware, dark');
+  await page.emulateMedia({ colorScheme: 'light' });
+
+  // Run the runbook and watch it to the end, without reloading.
+  await page.locator('summary', { hasText: 'CUSTOM_BIOS_PERF' }).click();
+  await expect(page.locator('details[open] ol li')).toHaveText(['bios.apply_configuration (settings=[map[name:SysProfile value:PerfOptimized] map[name:ProcCStates value:Disabled]])']);
+  page.once('dialog', (d) => d.accept());
+  await page.getByRole('button', { name: 'Run CUSTOM_BIOS_PERF (clean)' }).click();
+  await expect(page.getByTestId('provision-state')).toContainText('clean');
+  await expect(page.getByTestId('provision-state')).toHaveText('manageable', { timeout: 60_000 });
+  await expect(page.getByRole('cell', { name: 'All 1 clean steps done; node is manageable' }).first()).toBeVisible();
+
+  // The BMC took the settings at the reboot; the section shows them
+  // current, nothing left pending.
+  await expect(bios('SysProfile').getByTestId('bios-current')).toHaveText('PerfOptimized');
+  await expect(bios('ProcCStates').getByTestId('bios-current')).toHaveText('Disabled');
+  await expect(hw.getByTestId('bios-pending').filter({ hasText: /\S/ })).toHaveCount(0);
+  // History names the runbook and who ran it.
+  const run = page.locator('table.history tbody tr', { hasText: 'Runbook CUSTOM_BIOS_PERF, run by tina' });
+  await expect(run).toHaveCount(1);
+  await expect(run.locator('td').nth(3)).toHaveText('tina');
+
+  // And after a reload too: it is what Anvil stored, not what htmx left.
+  await page.reload();
+  await expect(bios('SysProfile').getByTestId('bios-current')).toHaveText('PerfOptimized');
+  await accessible(page, 'node after the BIOS run, light');
+  await page.emulateMedia({ colorScheme: 'dark' });
+  await accessible(page, 'node after the BIOS run, dark');
+});
