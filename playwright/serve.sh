@@ -1,8 +1,11 @@
 #!/bin/sh
 # Starts a throwaway Anvil for the journeys: a fresh SQLite file, demo
 # nodes, the accounts the tests sign in as, and a loopback OpenID provider
-# (internal/testop) for the SSO journey.
+# (internal/testop) for the SSO journey. ANVIL_PORT and ANVIL_DEMO start
+# another instance beside it (the 500-node journey), without SSO.
 set -eu
+port=${ANVIL_PORT:-18085}
+demo=${ANVIL_DEMO:-40}
 cd "$(dirname "$0")/.."
 dir=$(mktemp -d)
 go build -o "$dir/anvil" .
@@ -18,17 +21,22 @@ $a user grant mark --project tenant-blue --role manager --database "$db"
 echo 'operator-password-1' | $a user create olga --password-stdin --database "$db"
 $a user grant olga --system --role admin --database "$db"
 
-"$dir/testop" -listen 127.0.0.1:18090 -redirect http://127.0.0.1:18085/auth/oidc/callback \
-  -groups anvil:project:tenant-blue:member &
-op=$!
-trap 'kill $op 2>/dev/null' EXIT INT TERM
-for _ in $(seq 1 50); do
-  curl -sf http://127.0.0.1:18090/.well-known/openid-configuration >/dev/null && break
-  sleep 0.1
-done
+sso=""
+if [ "$port" = 18085 ]; then
+  "$dir/testop" -listen 127.0.0.1:18090 -redirect http://127.0.0.1:18085/auth/oidc/callback \
+    -groups anvil:project:tenant-blue:member &
+  op=$!
+  trap 'kill $op 2>/dev/null' EXIT INT TERM
+  for _ in $(seq 1 50); do
+    curl -sf http://127.0.0.1:18090/.well-known/openid-configuration >/dev/null && break
+    sleep 0.1
+  done
+  sso="--oidc-issuer http://127.0.0.1:18090 --oidc-client-id anvil --oidc-client-secret anvil-secret
+    --oidc-redirect-url http://127.0.0.1:18085/auth/oidc/callback"
+fi
 
-$a serve --database "$db" --listen 127.0.0.1:18085 --demo 40 \
-  --policy-override-enabled --policy-dir "$dir/policy.d" \
-  --oidc-issuer http://127.0.0.1:18090 --oidc-client-id anvil --oidc-client-secret anvil-secret \
-  --oidc-redirect-url http://127.0.0.1:18085/auth/oidc/callback \
+# $sso is split into its flags on purpose.
+# shellcheck disable=SC2086
+$a serve --database "$db" --listen "127.0.0.1:$port" --demo "$demo" \
+  --policy-override-enabled --policy-dir "$dir/policy.d" $sso \
   --session-secret playwright-only-secret --log-level warn
