@@ -214,7 +214,6 @@ func TestPolicyRevisions(t *testing.T) {
 
 	// The Apply form carries the previewed files and their digest: other
 	// files under that digest are refused, and nothing is stored.
-	_, page, _ := root.do("GET", "/admin/policy", nil)
 	_, previewed := root.upload("preview", zipOf(t, power))
 	form := url.Values{"csrf": {root.csrf}, "base": {"2"}, "zip": {base64.StdEncoding.EncodeToString(zipOf(t, owner))}}
 	form.Set("digest", hiddenField.FindAllStringSubmatch(previewed[strings.Index(previewed, `action="/admin/policy/apply"`):], 3)[1][2])
@@ -233,7 +232,7 @@ func TestPolicyRevisions(t *testing.T) {
 	}
 
 	// Restore revision 1: stored again as revision 4, the policy follows.
-	_, page, _ = root.do("GET", "/admin/policy", nil)
+	_, page, _ := root.do("GET", "/admin/policy", nil)
 	if !strings.Contains(page, `data-revision="3"`) || !strings.Contains(page, "Restore revision 1 (power.yaml)? It is stored as revision 4") {
 		t.Fatalf("revision list:\n%s", page)
 	}
