@@ -2,8 +2,11 @@
 # Starts a throwaway Anvil for the journeys: a fresh SQLite file, demo
 # nodes, the accounts the tests sign in as, a loopback OpenID provider
 # (internal/testop) for the SSO journey and a Redfish simulator for the
-# hardware journey.
+# hardware journey. ANVIL_PORT and ANVIL_DEMO start another instance
+# beside it (the 500-node journey), without SSO or the simulator.
 set -eu
+port=${ANVIL_PORT:-18085}
+demo=${ANVIL_DEMO:-40}
 cd "$(dirname "$0")/.."
 dir=$(mktemp -d)
 go build -o "$dir/anvil" .
@@ -19,28 +22,33 @@ $a user grant mark --project tenant-blue --role manager --database "$db"
 echo 'operator-password-1' | $a user create olga --password-stdin --database "$db"
 $a user grant olga --system --role admin --database "$db"
 
-# A Redfish BMC (redfish-sim, as the Go tests run it) whose BIOS really
-# takes staged settings at reset, for the hardware journey, which enrols
-# a node on it. Port 7740 is below the Go tests' 7750-7799.
-# The simulator runs detached and Playwright ends this script with
-# SIGKILL, so no trap would run: a detached watchdog stops it, and
-# removes the scratch directory, once this script is gone.
+# Playwright ends this script with SIGKILL, so no trap would run: a
+# detached watchdog removes the scratch directory (and stops the
+# simulator, if this instance started one) once this script is gone.
 sim=$(pwd)/../shared/reference/redfish-sim/start.sh
-SIM_POWER_DELAY='0.2 0.5' "$sim" start "$dir/bmc" 7740 >/dev/null
-setsid sh -c 'while kill -0 "$1" 2>/dev/null; do sleep 1; done; "$2" stop "$3/bmc"; rm -rf "$3"' watchdog $$ "$sim" "$dir" \
+setsid sh -c 'while kill -0 "$1" 2>/dev/null; do sleep 1; done; [ -d "$3/bmc" ] && "$2" stop "$3/bmc"; rm -rf "$3"' watchdog $$ "$sim" "$dir" \
   >/dev/null 2>&1 </dev/null &
 
-"$dir/testop" -listen 127.0.0.1:18090 -redirect http://127.0.0.1:18085/auth/oidc/callback \
-  -groups anvil:project:tenant-blue:member &
-op=$!
-trap 'kill $op 2>/dev/null' EXIT INT TERM
-for _ in $(seq 1 50); do
-  curl -sf http://127.0.0.1:18090/.well-known/openid-configuration >/dev/null && break
-  sleep 0.1
-done
+sso=""
+if [ "$port" = 18085 ]; then
+  # A Redfish BMC (redfish-sim, as the Go tests run it) whose BIOS really
+  # takes staged settings at reset, for the hardware journey, which enrols
+  # a node on it. Port 7740 is below the Go tests' 7750-7799.
+  SIM_POWER_DELAY='0.2 0.5' "$sim" start "$dir/bmc" 7740 >/dev/null
+  "$dir/testop" -listen 127.0.0.1:18090 -redirect http://127.0.0.1:18085/auth/oidc/callback \
+    -groups anvil:project:tenant-blue:member &
+  op=$!
+  trap 'kill $op 2>/dev/null' EXIT INT TERM
+  for _ in $(seq 1 50); do
+    curl -sf http://127.0.0.1:18090/.well-known/openid-configuration >/dev/null && break
+    sleep 0.1
+  done
+  sso="--oidc-issuer http://127.0.0.1:18090 --oidc-client-id anvil --oidc-client-secret anvil-secret
+    --oidc-redirect-url http://127.0.0.1:18085/auth/oidc/callback"
+fi
 
-$a serve --database "$db" --listen 127.0.0.1:18085 --demo 40 \
-  --policy-override-enabled --policy-dir "$dir/policy.d" \
-  --oidc-issuer http://127.0.0.1:18090 --oidc-client-id anvil --oidc-client-secret anvil-secret \
-  --oidc-redirect-url http://127.0.0.1:18085/auth/oidc/callback \
+# $sso is split into its flags on purpose.
+# shellcheck disable=SC2086
+$a serve --database "$db" --listen "127.0.0.1:$port" --demo "$demo" \
+  --policy-override-enabled --policy-dir "$dir/policy.d" $sso \
   --session-secret playwright-only-secret --log-level warn

@@ -3,11 +3,15 @@ package web
 import (
 	"archive/zip"
 	"bytes"
+	"encoding/base64"
+	"errors"
 	"fmt"
 	"io"
 	"maps"
 	"slices"
+	"strconv"
 	"strings"
+	"time"
 
 	"github.com/gofiber/fiber/v2"
 
@@ -33,6 +37,8 @@ type Admin struct {
 const (
 	rulePolicyGet    = "anvil:policy:get"
 	rulePolicyUpdate = "anvil:policy:update"
+	// revisionsShown bounds the revision list; older ones stay stored.
+	revisionsShown = 20
 )
 
 func (p *Portal) policyData(c *fiber.Ctx) (views.PolicyPage, error) {
@@ -57,6 +63,17 @@ func (p *Portal) policyData(c *fiber.Ctx) (views.PolicyPage, error) {
 	pp.MatrixRules, pp.Matrix = rules, allowed
 	pp.Roles = policies.KnownRoles()
 	pp.CanUpdate = p.Guard.Allowed(c.UserContext(), rulePolicyUpdate, policies.Target{})
+	revs, err := p.Admin.DB.PolicyOverride.Query().Order(ent.Desc(policyoverride.FieldRevision)).Limit(revisionsShown).All(c.UserContext())
+	if err != nil {
+		return pp, err
+	}
+	for _, r := range revs {
+		pp.Revisions = append(pp.Revisions, views.PolicyRevision{Revision: r.Revision, By: r.UploadedBy,
+			At: r.UploadedAt.UTC().Format(time.RFC3339), Files: slices.Sorted(maps.Keys(r.Files))})
+	}
+	if len(revs) > 0 {
+		pp.Base = revs[0].Revision
+	}
 	return pp, nil
 }
 
@@ -124,83 +141,173 @@ func (p *Portal) whatIf(c *fiber.Ctx) *views.WhatIf {
 	return w
 }
 
-// policyUpload previews or applies an uploaded zip. A preview validates
-// and shows the diff of effective rules without changing anything.
+// policyUpload previews an uploaded zip: it validates it and shows the
+// diff of effective rules without changing anything, with a form that
+// applies exactly these files (Apply needs a preview first).
 func (p *Portal) policyUpload(c *fiber.Ctx) error {
 	ctx := c.UserContext()
 	if err := p.Guard.Authorize(ctx, rulePolicyUpdate, "policy", "", policies.Target{}); err != nil {
 		return p.fail(c, err)
 	}
-	pg, err := p.page(c, "Policy")
-	if err != nil {
-		return err
-	}
-	problem := ""
-	var files override.Files
-	fh, err := c.FormFile("zip")
-	if err != nil {
-		problem = "zip: choose a zip file to upload"
-	} else if fh.Size > override.MaxZipBytes {
-		problem = fmt.Sprintf("zip: %d bytes; at most %d", fh.Size, override.MaxZipBytes)
-	} else {
-		f, err := fh.Open()
-		if err != nil {
-			return err
-		}
-		data, err := io.ReadAll(io.LimitReader(f, override.MaxZipBytes+1))
-		f.Close()
-		if err != nil {
-			return err
-		}
-		if files, err = override.ReadZip(data); err != nil {
-			problem = err.Error()
-		}
-	}
-	var preview []string
-	applied := ""
-	if problem == "" {
-		switch c.FormValue("action") {
-		case "apply":
-			who := pg.User
-			rev, err := override.Apply(ctx, p.Admin.DB, p.Admin.Audit, files, who)
-			if err != nil {
-				if errs.Status(err) >= 500 {
-					return err
-				}
-				problem = err.Error()
-			} else {
-				applied = fmt.Sprintf("Stored as revision %d; every replica applies it within 2 seconds.", rev)
-			}
-			// Apply on this replica now rather than at the next poll.
-			p.Admin.Overrides.Sync(ctx)
-			pg.PolicyStatus = p.Admin.Overrides.Status()
-		default:
-			rules, err := override.Rules(files)
-			if err != nil {
-				problem = err.Error()
-			} else {
-				preview = override.Diff(currentOverrides(p.Admin.Enforcer), rules)
-				if preview == nil {
-					preview = []string{}
-				}
-			}
-		}
-	}
 	pp, err := p.policyData(c)
 	if err != nil {
 		return err
 	}
-	pp.Preview, pp.PreviewErr, pp.Applied = preview, problem, applied
-	for _, d := range preview {
+	fh, err := c.FormFile("zip")
+	var data []byte
+	switch {
+	case err != nil:
+		pp.PreviewErr = "zip: choose a zip file to upload"
+	case fh.Size > override.MaxZipBytes:
+		pp.PreviewErr = fmt.Sprintf("zip: %d bytes; at most %d", fh.Size, override.MaxZipBytes)
+	default:
+		f, err := fh.Open()
+		if err != nil {
+			return err
+		}
+		data, err = io.ReadAll(io.LimitReader(f, override.MaxZipBytes+1))
+		f.Close()
+		if err != nil {
+			return err
+		}
+	}
+	if pp.PreviewErr == "" {
+		p.preview(&pp, data)
+	}
+	return p.renderPolicy(c, pp)
+}
+
+// preview validates an uploaded zip and fills the diff, or the reason it
+// would be refused, and the files to apply.
+func (p *Portal) preview(pp *views.PolicyPage, data []byte) {
+	files, err := override.ReadZip(data)
+	if err != nil {
+		pp.PreviewErr = err.Error()
+		return
+	}
+	rules, err := override.Rules(files)
+	if err != nil {
+		pp.PreviewErr = err.Error()
+		return
+	}
+	pp.Preview = override.Diff(currentOverrides(p.Admin.Enforcer), rules)
+	if pp.Preview == nil {
+		pp.Preview = []string{}
+	}
+	for _, d := range pp.Preview {
 		if strings.Contains(d, override.WideningMark) {
 			pp.Widening++
 		}
 	}
+	pp.PreviewZip, pp.PreviewDigest, pp.PreviewFiles = base64.StdEncoding.EncodeToString(data), files.Digest(), files.Names()
+}
+
+func (p *Portal) renderPolicy(c *fiber.Ctx, pp views.PolicyPage) error {
+	pg, err := p.page(c, "Policy")
+	if err != nil {
+		return err
+	}
 	status := 200
-	if problem != "" {
+	if pp.PreviewErr != "" {
 		status = 400
 	}
 	return render(c, status, views.Policy(pg, pp))
+}
+
+// policyApply applies the files a preview showed: the form carries them
+// with their digest, and the revision the preview was made against.
+func (p *Portal) policyApply(c *fiber.Ctx) error {
+	if err := p.Guard.Authorize(c.UserContext(), rulePolicyUpdate, "policy", "", policies.Target{}); err != nil {
+		return p.fail(c, err)
+	}
+	data, err := base64.StdEncoding.DecodeString(c.FormValue("zip"))
+	var files override.Files
+	if err == nil {
+		files, err = override.ReadZip(data)
+	}
+	if err == nil && files.Digest() != c.FormValue("digest") {
+		err = errors.New("the files differ from those previewed")
+	}
+	if err != nil {
+		return p.policyRefused(c, errs.BadRequest("zip", "zip: %v; upload and preview it again", err))
+	}
+	return p.commitPolicy(c, files, "")
+}
+
+// policyRestore stores an earlier revision's files as a new revision.
+func (p *Portal) policyRestore(c *fiber.Ctx) error {
+	ctx := c.UserContext()
+	if err := p.Guard.Authorize(ctx, rulePolicyUpdate, "policy", "", policies.Target{}); err != nil {
+		return p.fail(c, err)
+	}
+	rev, err := strconv.ParseInt(c.Params("rev"), 10, 64)
+	if err != nil {
+		return p.fail(c, errs.NotFound("Policy revision %s could not be found.", c.Params("rev")))
+	}
+	old, err := p.Admin.DB.PolicyOverride.Query().Where(policyoverride.Revision(rev)).First(ctx)
+	if ent.IsNotFound(err) {
+		return p.fail(c, errs.NotFound("Policy revision %d could not be found.", rev))
+	}
+	if err != nil {
+		return err
+	}
+	files := override.Files{}
+	for k, v := range old.Files {
+		files[k] = []byte(v)
+	}
+	return p.commitPolicy(c, files, fmt.Sprintf("restore of revision %d", rev))
+}
+
+// policyRevert stores an empty override: the defaults are in force.
+func (p *Portal) policyRevert(c *fiber.Ctx) error {
+	if err := p.Guard.Authorize(c.UserContext(), rulePolicyUpdate, "policy", "", policies.Target{}); err != nil {
+		return p.fail(c, err)
+	}
+	return p.commitPolicy(c, override.Files{}, "revert to defaults")
+}
+
+// commitPolicy stores files as the next revision if the stored one is
+// still the one the form was made against, applies it here at once, and
+// redirects to the policy page (a reload resends nothing).
+func (p *Portal) commitPolicy(c *fiber.Ctx, files override.Files, how string) error {
+	ctx := c.UserContext()
+	base, err := strconv.ParseInt(c.FormValue("base"), 10, 64)
+	if err != nil {
+		return p.policyRefused(c, errs.BadRequest("base", "base: the revision the form was made against is missing; reload the page"))
+	}
+	who := policies.PrincipalFrom(ctx).User
+	rev, err := override.ApplyChange(ctx, p.Admin.DB, p.Admin.Audit, files, override.Change{Who: who, How: how, Base: &base})
+	// Apply on this replica now rather than at the next poll.
+	p.Admin.Overrides.Sync(ctx)
+	if err != nil {
+		return p.policyRefused(c, err)
+	}
+	sess := sessionOf(c)
+	sess.Flash = fmt.Sprintf("Stored as revision %d; every replica applies it within 2 seconds.", rev)
+	if how != "" {
+		sess.Flash = fmt.Sprintf("Stored as revision %d (%s); every replica applies it within 2 seconds.", rev, how)
+	}
+	if err := p.Sessions.Save(c, sess); err != nil {
+		return err
+	}
+	return c.Redirect("/admin/policy", fiber.StatusSeeOther)
+}
+
+// policyRefused shows the policy page with why a change was refused.
+func (p *Portal) policyRefused(c *fiber.Ctx, err error) error {
+	if errs.Status(err) >= 500 {
+		return err
+	}
+	pg, perr := p.page(c, "Policy")
+	if perr != nil {
+		return perr
+	}
+	pp, perr := p.policyData(c)
+	if perr != nil {
+		return perr
+	}
+	pg.Error = "Refused, nothing changed: " + err.Error()
+	return render(c, errs.Status(err), views.Policy(pg, pp))
 }
 
 // currentOverrides are the effective rules that differ from the defaults.

@@ -4,15 +4,20 @@ import (
 	"archive/zip"
 	"bytes"
 	"context"
+	"encoding/base64"
+	"fmt"
+	"html"
 	"io"
 	"mime/multipart"
 	"net/http"
 	"net/url"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/anvilproject/anvil/ent/auditevent"
 	"github.com/anvilproject/anvil/server"
 	"github.com/anvilproject/anvil/server/identity"
 	"github.com/anvilproject/anvil/server/servertest"
@@ -54,6 +59,24 @@ func (b *browser) upload(action string, data []byte) (int, string) {
 	return resp.StatusCode, string(raw)
 }
 
+var hiddenField = regexp.MustCompile(`<input type="hidden" name="(zip|digest|base)" value="([^"]*)"`)
+
+// applyPreviewed submits the Apply form a preview page shows, as it is,
+// and follows the redirect.
+func (b *browser) applyPreviewed(page string) (int, string) {
+	b.t.Helper()
+	form := url.Values{"csrf": {b.csrf}}
+	for _, m := range hiddenField.FindAllStringSubmatch(page[strings.Index(page, `action="/admin/policy/apply"`):], 3) {
+		form.Set(m[1], html.UnescapeString(m[2]))
+	}
+	st, body, h := b.do("POST", "/admin/policy/apply", form)
+	if st != 303 {
+		return st, body
+	}
+	st, body, _ = b.do("GET", h.Get("Location"), nil)
+	return st, body
+}
+
 func TestAdminPolicyPage(t *testing.T) {
 	srv := servertest.Start(t, server.Options{Database: storetest.Setting(t, "sqlite"), PolicyOverrideEnabled: true, PolicyDir: filepath.Join(t.TempDir(), "policy.d")})
 	ctx := context.Background()
@@ -88,9 +111,8 @@ func TestAdminPolicyPage(t *testing.T) {
 	if st != 400 || !strings.Contains(page, "Would be refused") {
 		t.Errorf("preview of a broken zip: %d", st)
 	}
-	st, page = root.upload("apply", broken)
-	if st != 400 || !strings.Contains(page, "PO (broken): ") {
-		t.Errorf("apply of a broken zip: %d, status shown: %v", st, strings.Contains(page, "PO (broken)"))
+	if strings.Contains(page, `action="/admin/policy/apply"`) {
+		t.Error("a refused preview offers Apply")
 	}
 	good := zipOf(t, map[string]string{"etc/10-power.yaml": `"baremetal:node:set_power_state": "rule:system_member"`})
 	st, page = root.upload("preview", good)
@@ -110,8 +132,8 @@ func TestAdminPolicyPage(t *testing.T) {
 	if st != 400 || !strings.Contains(page, "system_member") || !strings.Contains(page, "base rule") {
 		t.Errorf("preview of a base-rule override: %d", st)
 	}
-	st, page = root.upload("apply", good)
-	if st != 200 || !strings.Contains(page, "Stored as revision") || !strings.Contains(page, "PO: 1 file(s)") {
+	_, page = root.upload("preview", good)
+	if st, page := root.applyPreviewed(page); st != 200 || !strings.Contains(page, "Stored as revision 1;") || !strings.Contains(page, "PO: 1 file(s)") {
 		t.Fatalf("apply of a good zip: %d\n%s", st, page)
 	}
 	// The matrix shows the new decision: lessee members may no longer power.
@@ -147,5 +169,116 @@ func TestAdminPolicyPage(t *testing.T) {
 	}
 	if st, body, _ := root.do("GET", "/admin/policy/current.zip", nil); st != 200 || !strings.HasPrefix(body, "PK") {
 		t.Errorf("current.zip: %d", st)
+	}
+}
+
+// TestPolicyRevisions: Apply stores exactly the previewed files, and only
+// against the revision previewed; an older revision is restored as a new
+// one, and "Revert to defaults" stores an empty one, each audited.
+func TestPolicyRevisions(t *testing.T) {
+	srv := servertest.Start(t, server.Options{Database: storetest.Setting(t, "sqlite"), PolicyOverrideEnabled: true, PolicyDir: filepath.Join(t.TempDir(), "policy.d")})
+	ctx := context.Background()
+	for _, u := range []struct {
+		name, role string
+	}{{"root", "admin"}, {"sue", "reader"}} {
+		srv.IDs.CreateUser(ctx, u.name, u.name+"-password-1")
+		srv.IDs.Grant(ctx, u.name, identity.Assignment{Scope: identity.Scope{System: true}, Role: u.role})
+	}
+	signIn := func(user string) *browser {
+		b := newBrowser(t, srv.URL)
+		b.do("GET", "/login", nil)
+		b.do("POST", "/login", url.Values{"csrf": {b.csrf}, "username": {user}, "password": {user + "-password-1"}})
+		b.do("GET", "/admin/policy", nil)
+		return b
+	}
+	root := signIn("root")
+	stored := func() map[int64]map[string]string {
+		out := map[int64]map[string]string{}
+		rs, err := srv.DB.PolicyOverride.Query().All(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, r := range rs {
+			out[r.Revision] = r.Files
+		}
+		return out
+	}
+	power := map[string]string{"power.yaml": `"baremetal:node:set_power_state": "rule:system_member"`}
+	owner := map[string]string{"owner.yaml": `"baremetal:node:update:owner": "rule:system_admin"`}
+	for i, files := range []map[string]string{power, owner} {
+		_, page := root.upload("preview", zipOf(t, files))
+		if st, page := root.applyPreviewed(page); st != 200 || !strings.Contains(page, fmt.Sprintf("Stored as revision %d;", i+1)) {
+			t.Fatalf("apply %d: %d\n%s", i+1, st, page)
+		}
+	}
+
+	// The Apply form carries the previewed files and their digest: other
+	// files under that digest are refused, and nothing is stored.
+	_, previewed := root.upload("preview", zipOf(t, power))
+	form := url.Values{"csrf": {root.csrf}, "base": {"2"}, "zip": {base64.StdEncoding.EncodeToString(zipOf(t, owner))}}
+	form.Set("digest", hiddenField.FindAllStringSubmatch(previewed[strings.Index(previewed, `action="/admin/policy/apply"`):], 3)[1][2])
+	if st, page, _ := root.do("POST", "/admin/policy/apply", form); st != 400 || !strings.Contains(page, "differ from those previewed") {
+		t.Errorf("apply of files other than previewed: %d", st)
+	}
+	// A preview made before another apply is refused: its diff is stale.
+	_, stale := root.upload("preview", zipOf(t, power))
+	_, fresh := root.upload("preview", zipOf(t, map[string]string{"x.yaml": `"baremetal:node:get": "rule:system_reader"`}))
+	root.applyPreviewed(fresh)
+	if st, page := root.applyPreviewed(stale); st != 409 || !strings.Contains(page, "revision 3 now, not 2") {
+		t.Errorf("apply of a stale preview: %d", st)
+	}
+	if got := stored(); len(got) != 3 || got[3]["x.yaml"] == "" {
+		t.Fatalf("stored revisions: %v", got)
+	}
+
+	// Restore revision 1: stored again as revision 4, the policy follows.
+	_, page, _ := root.do("GET", "/admin/policy", nil)
+	if !strings.Contains(page, `data-revision="3"`) || !strings.Contains(page, "Restore revision 1 (power.yaml)? It is stored as revision 4") {
+		t.Fatalf("revision list:\n%s", page)
+	}
+	if st, _, _ := root.do("POST", "/admin/policy/revisions/1/restore", url.Values{"csrf": {root.csrf}, "base": {"2"}}); st != 409 {
+		t.Errorf("restore against a stale revision: %d", st)
+	}
+	sue := signIn("sue")
+	if st, _, _ := root.do("POST", "/admin/policy/revisions/99/restore", url.Values{"csrf": {root.csrf}, "base": {"3"}}); st != 404 {
+		t.Errorf("restore of a missing revision: %d", st)
+	}
+	if st, _, _ := sue.do("POST", "/admin/policy/revisions/1/restore", url.Values{"csrf": {sue.csrf}, "base": {"3"}}); st != 403 {
+		t.Errorf("a system reader's restore: %d", st)
+	}
+	st, _, h := root.do("POST", "/admin/policy/revisions/1/restore", url.Values{"csrf": {root.csrf}, "base": {"3"}})
+	if st != 303 || h.Get("Location") != "/admin/policy" {
+		t.Fatalf("restore: %d", st)
+	}
+	_, page, _ = root.do("GET", "/admin/policy", nil)
+	if !strings.Contains(page, "Stored as revision 4 (restore of revision 1)") || !strings.Contains(page, "PO: 1 file(s) in force (power.yaml)") {
+		t.Errorf("after restore:\n%s", page)
+	}
+	if got := stored(); len(got) != 4 || got[4]["power.yaml"] != power["power.yaml"] || len(got[4]) != 1 {
+		t.Fatalf("revision 4 is not revision 1's files: %v", got[4])
+	}
+
+	// Revert to defaults: an empty revision 5.
+	if st, _, _ := root.do("POST", "/admin/policy/revert", url.Values{"csrf": {root.csrf}}); st != 400 {
+		t.Errorf("revert without its base: %d", st)
+	}
+	if st, _, _ := root.do("POST", "/admin/policy/revert", url.Values{"csrf": {root.csrf}, "base": {"4"}}); st != 303 {
+		t.Fatalf("revert: %d", st)
+	}
+	_, page, _ = root.do("GET", "/admin/policy", nil)
+	if !strings.Contains(page, "PO: no override files; defaults in force") || strings.Contains(page, ">overridden<") || strings.Contains(page, "Revert to defaults</button>") {
+		t.Errorf("after revert:\n%s", page)
+	}
+	if got := stored(); len(got[5]) != 0 || len(got) != 5 {
+		t.Errorf("revision 5: %v", got[5])
+	}
+	var hows []string
+	for _, e := range srv.DB.AuditEvent.Query().Where(auditevent.Rule("anvil:policy:update")).AllX(ctx) {
+		if h, ok := e.Detail["how"].(string); ok && e.Result == "allowed" {
+			hows = append(hows, h)
+		}
+	}
+	if strings.Join(hows, "; ") != "restore of revision 1; revert to defaults" {
+		t.Errorf("audited changes: %q", hows)
 	}
 }

@@ -84,10 +84,15 @@ func (p *Portal) Register(app *fiber.App) {
 	app.Post("/runbooks/new", s, p.signedIn, p.saveRunbook)
 	app.Get("/runbooks/:name/edit", s, p.signedIn, p.editRunbook)
 	app.Post("/runbooks/:name/edit", s, p.signedIn, p.saveRunbook)
+	app.Get("/allocations", s, p.signedIn, p.allocationsPage)
 	app.Get("/allocations/new", s, p.signedIn, p.requestNodePage)
 	app.Post("/allocations", s, p.signedIn, p.requestNode)
+	app.Post("/allocations/:id/release", s, p.signedIn, p.releaseAllocation)
 	app.Get("/admin/policy", s, p.signedIn, p.policyPage)
 	app.Post("/admin/policy", s, p.signedIn, p.policyUpload)
+	app.Post("/admin/policy/apply", s, p.signedIn, p.policyApply)
+	app.Post("/admin/policy/revert", s, p.signedIn, p.policyRevert)
+	app.Post("/admin/policy/revisions/:rev/restore", s, p.signedIn, p.policyRestore)
 	app.Get("/admin/policy/sample.yaml", s, p.signedIn, p.policySample)
 	app.Get("/admin/policy/current.zip", s, p.signedIn, p.policyCurrent)
 	app.Get("/admin/users", s, p.signedIn, p.usersPage)
@@ -236,6 +241,12 @@ func (p *Portal) page(c *fiber.Ctx, title string) (views.Page, error) {
 		return pg, nil
 	}
 	pg.User, pg.Scope = pr.User, pr.Scope()
+	if sess.Flash != "" {
+		pg.Flash, sess.Flash = sess.Flash, ""
+		if err := p.Sessions.Save(c, sess); err != nil {
+			return pg, err
+		}
+	}
 	pg.System = pr.System
 	if pr.System && p.PolicyStatus != nil {
 		pg.PolicyStatus = p.PolicyStatus()

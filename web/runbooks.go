@@ -4,12 +4,10 @@ import (
 	"fmt"
 	"slices"
 	"strings"
-	"time"
 
 	"github.com/gofiber/fiber/v2"
 
 	"github.com/anvilproject/anvil/policies"
-	"github.com/anvilproject/anvil/server/allocations"
 	"github.com/anvilproject/anvil/server/conductor"
 	"github.com/anvilproject/anvil/server/errs"
 	"github.com/anvilproject/anvil/server/nodes"
@@ -119,49 +117,4 @@ func (p *Portal) nodeRunbook(c *fiber.Ctx) error {
 		return err
 	}
 	return p.status(c, errText(err))
-}
-
-func (p *Portal) requestNodePage(c *fiber.Ctx) error {
-	pg, err := p.page(c, "Request a node")
-	if err != nil {
-		return err
-	}
-	return render(c, 200, views.RequestNode(pg, ""))
-}
-
-func (p *Portal) requestNode(c *fiber.Ctx) error {
-	pg, err := p.page(c, "Request a node")
-	if err != nil {
-		return err
-	}
-	in := allocations.Input{ResourceClass: strings.TrimSpace(c.FormValue("resource_class"))}
-	for _, t := range strings.Split(c.FormValue("traits"), ",") {
-		if t = strings.TrimSpace(t); t != "" {
-			in.Traits = append(in.Traits, t)
-		}
-	}
-	a, err := p.Allocations.Create(c.UserContext(), in)
-	if err == nil {
-		// The conductor settles the allocation in moments; the page
-		// answers with the outcome rather than "allocating".
-		a, err = p.Allocations.Await(c.UserContext(), a, 10*time.Second)
-	}
-	switch {
-	case err != nil && errs.Status(err) >= 500:
-		return err
-	case err != nil:
-		pg.Error = err.Error()
-		return render(c, errs.Status(err), views.RequestNode(pg, ""))
-	case a.State != allocations.StateActive:
-		pg.Error = "No node is free: " + deref(a.LastError)
-		return render(c, 200, views.RequestNode(pg, ""))
-	}
-	return render(c, 200, views.RequestNode(pg, fmt.Sprintf("Node %s is yours (allocation %s).", a.NodeUUID, a.UUID)))
-}
-
-func deref(s *string) string {
-	if s == nil {
-		return ""
-	}
-	return *s
 }

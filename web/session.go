@@ -53,6 +53,9 @@ type Session struct {
 	CSRF        string                `json:"c"`
 	Created     int64                 `json:"t0"`
 	Seen        int64                 `json:"t1"`
+	// Flash is a message for the next page shown, set by a form's POST
+	// before it redirects (POST, redirect, GET: a refresh resends nothing).
+	Flash string `json:"f,omitempty"`
 	// OIDC login in flight.
 	State, Nonce, Verifier string `json:",omitempty"`
 	// Expired marks the fresh session that replaced a signed-in one which

@@ -1,19 +1,6 @@
 import { test, expect } from '@playwright/test';
-import { signIn } from './helpers.mjs';
+import { accessible, signIn } from './helpers.mjs';
 import path from 'node:path';
-import fs from 'node:fs';
-import { createRequire } from 'node:module';
-
-const require = createRequire(import.meta.url);
-const axeSource = fs.readFileSync(require.resolve('axe-core/axe.min.js'), 'utf8');
-
-// axe finds no serious or critical violation on the page.
-async function accessible(page, name) {
-  await page.evaluate(`${axeSource}\n;undefined`);
-  const result = await page.evaluate(async () => await window.axe.run(document, { resultTypes: ['violations'] }));
-  const bad = result.violations.filter((v) => v.impact === 'serious' || v.impact === 'critical');
-  expect(bad.map((v) => `${name}: ${v.id} (${v.impact}): ${v.nodes.map((n) => n.target.join(' ')).join(', ')}`)).toEqual([]);
-}
 
 const shots = path.join(import.meta.dirname, '..', '..', 'docs', 'screenshots');
 

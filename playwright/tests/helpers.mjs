@@ -1,4 +1,19 @@
 import { expect } from '@playwright/test';
+import { createRequire } from 'node:module';
+import fs from 'node:fs';
+
+const require = createRequire(import.meta.url);
+// Evaluated through the DevTools protocol rather than added as a script
+// tag, which the portal's Content-Security-Policy rightly refuses.
+const axeSource = fs.readFileSync(require.resolve('axe-core/axe.min.js'), 'utf8');
+
+// accessible asserts that axe finds no serious or critical violation on the page.
+export async function accessible(page, name) {
+  await page.evaluate(`${axeSource}\n;undefined`);
+  const result = await page.evaluate(async () => await window.axe.run(document, { resultTypes: ['violations'] }));
+  const bad = result.violations.filter((v) => v.impact === 'serious' || v.impact === 'critical');
+  expect(bad.map((v) => `${name}: ${v.id} (${v.impact}): ${v.nodes.map((n) => n.target.join(' ')).join(', ')}`)).toEqual([]);
+}
 
 // signIn uses the local login form and waits for the nodes page.
 export async function signIn(page, user, password) {

@@ -2,24 +2,63 @@ import { test, expect } from '@playwright/test';
 import path from 'node:path';
 import { signIn } from './helpers.mjs';
 
-test('an admin uploads a broken policy, sees PO (broken), then a good one and sees the matrix change', async ({ page }) => {
+const fixture = (name) => path.join(import.meta.dirname, '..', 'fixtures', name);
+
+// accept answers the next confirmation dialog and returns its message.
+function confirmNext(page) {
+  return new Promise((resolve) => page.once('dialog', (d) => { resolve(d.message()); d.accept(); }));
+}
+
+test('an admin previews, applies, rolls back and reverts the policy, confirming each change', async ({ page }) => {
+  test.setTimeout(60_000);
   await signIn(page, 'olga', 'operator-password-1');
   await page.getByRole('link', { name: 'Policy' }).click();
+  await expect(page.getByRole('link', { name: 'Policy' })).toHaveAttribute('aria-current', 'page');
   const row = page.locator('tr[data-rule="baremetal:conductor:get"]');
   await expect(row.locator('td.allow')).toHaveCount(5);
+  // Nothing can be applied before a preview.
+  await expect(page.getByRole('button', { name: /^Apply/ })).toHaveCount(0);
 
   const zip = page.getByLabel('Zip of YAML files (folders are flattened; other files are ignored)');
-  await zip.setInputFiles(path.join(import.meta.dirname, '..', 'fixtures', 'broken-policy.zip'));
-  await page.getByRole('button', { name: 'Apply' }).click();
+  await zip.setInputFiles(fixture('broken-policy.zip'));
+  await page.getByRole('button', { name: 'Preview' }).click();
   await expect(page.getByTestId('preview-error')).toContainText('baremetal:node:get');
-  await expect(page.getByTestId('policy-status')).toContainText('PO (broken): ');
+  await expect(page.getByTestId('apply-previewed')).toHaveCount(0);
 
-  await zip.setInputFiles(path.join(import.meta.dirname, '..', 'fixtures', 'good-policy.zip'));
+  await zip.setInputFiles(fixture('good-policy.zip'));
   await page.getByRole('button', { name: 'Preview' }).click();
   await expect(page.getByTestId('preview')).toContainText('baremetal:conductor:get');
-  await zip.setInputFiles(path.join(import.meta.dirname, '..', 'fixtures', 'good-policy.zip'));
-  await page.getByRole('button', { name: 'Apply' }).click();
-  await expect(page.getByTestId('applied')).toContainText('Stored as revision');
+  // Choosing another file after the preview changes nothing it applies.
+  await zip.setInputFiles(fixture('broken-policy.zip'));
+  let asked = confirmNext(page);
+  await page.getByTestId('apply-previewed').click();
+  expect(await asked).toMatch(/^Apply .+\? It changes 1 effective rule\(s\), as revision 1, on every replica within 2 seconds\.$/);
+  await expect(page).toHaveURL(/\/admin\/policy$/);
+  await expect(page.locator('main .flash')).toContainText('Stored as revision 1;');
   await expect(page.getByTestId('policy-status')).toHaveText(/^PO: 1 file\(s\) in force/);
   await expect(row.locator('td.allow')).toHaveCount(1);
+  await expect(page.locator('tr[data-revision="1"]')).toContainText('in force');
+
+  // Revert to defaults, then roll back to revision 1, then revert again.
+  asked = confirmNext(page);
+  await page.getByRole('button', { name: 'Revert to defaults' }).click();
+  expect(await asked).toMatch(/^Revert to the default policy\? .+ is removed, as revision 2; you can restore it from this list\.$/);
+  await expect(page.locator('main .flash')).toContainText('Stored as revision 2 (revert to defaults)');
+  await expect(page.getByTestId('policy-status')).toHaveText('PO: no override files; defaults in force');
+  await expect(row.locator('td.allow')).toHaveCount(5);
+
+  asked = confirmNext(page);
+  await page.getByRole('button', { name: 'Restore revision 1' }).click();
+  expect(await asked).toMatch(/^Restore revision 1 \(.+\)\? It is stored as revision 3 and every replica applies it within 2 seconds\.$/);
+  await expect(page.locator('main .flash')).toContainText('Stored as revision 3 (restore of revision 1)');
+  await expect(row.locator('td.allow')).toHaveCount(1);
+  await expect(page.locator('table[data-testid="revisions"] tbody tr')).toHaveCount(3);
+  await page.reload();
+  await expect(page.locator('main .flash')).toHaveCount(0);
+  await expect(page.locator('table[data-testid="revisions"] tbody tr')).toHaveCount(3);
+
+  page.once('dialog', (d) => d.accept());
+  await page.getByRole('button', { name: 'Revert to defaults' }).click();
+  await expect(page.locator('main .flash')).toContainText('Stored as revision 4 (revert to defaults)');
+  await expect(row.locator('td.allow')).toHaveCount(5);
 });

@@ -39,17 +39,6 @@ test('a tenant runs the public firmware runbook on a leased node and sees it com
   await expect(page.locator('table.history tbody tr').first()).toContainText('All 3 clean steps done');
 });
 
-test('a tenant requests a node among those its project owns or leases', async ({ page }) => {
-  await signIn(page, 'tina', 'tenant-password-1');
-  await page.getByRole('link', { name: 'Request a node' }).click();
-  await page.getByLabel('Resource class').fill('baremetal-large');
-  await page.getByRole('button', { name: 'Request' }).click();
-  await expect(page.getByTestId('allocation-result')).toContainText('is yours');
-  await page.getByLabel('Resource class').fill('no-such-class');
-  await page.getByRole('button', { name: 'Request' }).click();
-  await expect(page.getByRole('alert')).toContainText('No node is free');
-});
-
 test('the run-a-runbook flow works from the keyboard alone', async ({ page }) => {
   await page.goto('/login');
   await page.getByLabel('Username').focus();

@@ -76,10 +76,10 @@ func Target(a *ent.Allocation) policies.Target {
 	return t
 }
 
-// Allocation is an allocation with its node's UUID.
+// Allocation is an allocation with its node's UUID and name.
 type Allocation struct {
 	*ent.Allocation
-	NodeUUID string
+	NodeUUID, NodeName string
 }
 
 // Input is a request for a node.
@@ -98,12 +98,15 @@ func notFound(ident string) error { return errs.NotFound("Allocation %s could no
 func (s *Service) view(ctx context.Context, a *ent.Allocation) (*Allocation, error) {
 	out := &Allocation{Allocation: a}
 	if a.NodeID != nil {
-		n, err := s.db.Node.Query().Where(node.ID(*a.NodeID)).Select(node.FieldUUID).Only(ctx)
+		n, err := s.db.Node.Query().Where(node.ID(*a.NodeID)).Select(node.FieldUUID, node.FieldName).Only(ctx)
 		if err != nil && !ent.IsNotFound(err) {
 			return nil, err
 		}
 		if n != nil {
 			out.NodeUUID = n.UUID
+			if n.Name != nil {
+				out.NodeName = *n.Name
+			}
 		}
 	}
 	return out, nil
@@ -244,11 +247,7 @@ func (s *Service) process(ctx context.Context, id int) error {
 		if err != nil {
 			return err
 		}
-		q := tx.Node.Query().Where(node.ProvisionState(nodes.StateAvailable), node.Maintenance(false),
-			node.InstanceUUIDIsNil(), node.ResourceClass(a.ResourceClass), node.Not(node.HasAllocation()))
-		if a.Owner != nil {
-			q = q.Where(node.Or(node.Owner(*a.Owner), node.Lessee(*a.Owner)))
-		}
+		q := tx.Node.Query().Where(free(a.Owner)...).Where(node.ResourceClass(a.ResourceClass))
 		if len(a.CandidateNodes) > 0 {
 			q = q.Where(node.UUIDIn(a.CandidateNodes...))
 		}
@@ -311,6 +310,49 @@ func (s *Service) process(ctx context.Context, id int) error {
 		}
 		return fail("could not reserve any of %d suitable nodes", len(cands))
 	})
+}
+
+// free selects the nodes an allocation for owner (nil: any) may take.
+func free(owner *string) []predicate.Node {
+	p := []predicate.Node{node.ProvisionState(nodes.StateAvailable), node.Maintenance(false),
+		node.InstanceUUIDIsNil(), node.Not(node.HasAllocation())}
+	if owner != nil {
+		p = append(p, node.Or(node.Owner(*owner), node.Lessee(*owner)))
+	}
+	return p
+}
+
+// Availability counts the nodes an allocation by the caller could take
+// now, by resource class and, within each class, by trait: a project's
+// own and leased nodes when it may only allocate for itself, else all.
+type Availability struct {
+	Classes map[string]int
+	Traits  map[string]map[string]int
+}
+
+// Available counts the free nodes the caller's allocation would choose from.
+func (s *Service) Available(ctx context.Context) (*Availability, error) {
+	var owner *string
+	if p := policies.PrincipalFrom(ctx); p != nil && !p.System && !s.guard.Allowed(ctx, RuleCreate, policies.Target{}) {
+		owner = &p.Project
+	}
+	ns, err := s.db.Node.Query().Where(free(owner)...).Where(node.ResourceClassNotNil()).
+		Select(node.FieldResourceClass).WithTraits(func(q *ent.TraitQuery) { q.Select(trait.FieldTrait, trait.FieldNodeID) }).All(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out := &Availability{Classes: map[string]int{}, Traits: map[string]map[string]int{}}
+	for _, n := range ns {
+		rc := *n.ResourceClass
+		out.Classes[rc]++
+		if out.Traits[rc] == nil {
+			out.Traits[rc] = map[string]int{}
+		}
+		for _, t := range n.Edges.Traits {
+			out.Traits[rc][t.Trait]++
+		}
+	}
+	return out, nil
 }
 
 func deref(s *string) string {

@@ -180,10 +180,37 @@ func (m *Manager) writeDir(files map[string]string) error {
 // the status, which says why. Both outcomes are audited with the diff of
 // effective rules.
 func Apply(ctx context.Context, db *store.DB, log *audit.Log, files Files, who string) (int64, error) {
+	return ApplyChange(ctx, db, log, files, Change{Who: who})
+}
+
+// Change says who applies a set of files and how, for the audit record,
+// and which revision they saw.
+type Change struct {
+	Who string
+	// How is recorded beside an upload's diff: "restore of revision 3",
+	// "revert to defaults"; empty for an upload.
+	How string
+	// Base, when set, is the revision the operator's preview or choice
+	// was made against: if another has been stored since, the change is
+	// refused (409) and nothing is written, not even the status.
+	Base *int64
+}
+
+// ApplyChange is Apply with the change's provenance and base revision.
+func ApplyChange(ctx context.Context, db *store.DB, log *audit.Log, files Files, ch Change) (int64, error) {
 	before := map[string]string{}
 	latest, err := db.PolicyOverride.Query().Order(ent.Desc(policyoverride.FieldRevision)).First(ctx)
 	if err != nil && !ent.IsNotFound(err) {
 		return 0, err
+	}
+	var current int64
+	if latest != nil {
+		current = latest.Revision
+	}
+	if ch.Base != nil && *ch.Base != current {
+		stale := errs.Conflict("the stored policy is revision %d now, not %d as when you chose; review it and try again", current, *ch.Base)
+		log.Done(ctx, RuleUpdate, "policy", "", stale, map[string]any{"files": files.Names(), "by": ch.Who, "how": ch.How})
+		return 0, stale
 	}
 	if latest != nil {
 		prev := Files{}
@@ -195,7 +222,10 @@ func Apply(ctx context.Context, db *store.DB, log *audit.Log, files Files, who s
 		}
 	}
 	rules, verr := Rules(files)
-	detail := map[string]any{"files": files.Names(), "by": who}
+	detail := map[string]any{"files": files.Names(), "by": ch.Who}
+	if ch.How != "" {
+		detail["how"] = ch.How
+	}
 	if verr == nil {
 		detail["diff"] = Diff(before, rules)
 	}
@@ -207,16 +237,13 @@ func Apply(ctx context.Context, db *store.DB, log *audit.Log, files Files, who s
 		}
 		return 0, refused
 	}
-	var rev int64 = 1
-	if latest != nil {
-		rev = latest.Revision + 1
-	}
+	rev := current + 1
 	stored := map[string]string{}
 	for k, v := range files {
 		stored[k] = string(v)
 	}
 	err = store.WithTx(ctx, db, func(tx *ent.Client) error {
-		if err := tx.PolicyOverride.Create().SetRevision(rev).SetFiles(stored).SetUploadedBy(who).Exec(ctx); err != nil {
+		if err := tx.PolicyOverride.Create().SetRevision(rev).SetFiles(stored).SetUploadedBy(ch.Who).Exec(ctx); err != nil {
 			return err
 		}
 		_, err := tx.Setting.Delete().Where(setting.Key(failedSetting)).Exec(ctx)

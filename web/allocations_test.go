@@ -1,0 +1,141 @@
+package web_test
+
+import (
+	"context"
+	"net/url"
+	"strings"
+	"testing"
+
+	entnode "github.com/anvilproject/anvil/ent/node"
+	"github.com/anvilproject/anvil/server"
+	"github.com/anvilproject/anvil/server/demo"
+	"github.com/anvilproject/anvil/server/identity"
+	"github.com/anvilproject/anvil/server/servertest"
+	"github.com/anvilproject/anvil/server/store"
+	"github.com/anvilproject/anvil/server/store/storetest"
+)
+
+// TestRequestAndReleaseNode walks the self-service allocation pages over
+// the demo fleet: of its first 24 nodes tenant-blue leases two free ones,
+// demo-00005 (baremetal-large) and demo-00013 (baremetal-small), and
+// tenant-green none.
+func TestRequestAndReleaseNode(t *testing.T) {
+	storetest.Each(t, func(t *testing.T, setting string, _ *store.DB) {
+		srv := servertest.Start(t, server.Options{Database: setting})
+		ctx := context.Background()
+		if _, err := demo.Seed(ctx, srv.DB, 24); err != nil {
+			t.Fatal(err)
+		}
+		for _, u := range []struct{ name, project, role string }{{"tina", "tenant-blue", "member"}, {"rita", "tenant-blue", "reader"}, {"gary", "tenant-green", "member"}} {
+			if err := srv.IDs.CreateUser(ctx, u.name, u.name+"-password-1"); err != nil {
+				t.Fatal(err)
+			}
+			if err := srv.IDs.Grant(ctx, u.name, identity.Assignment{Scope: identity.Scope{Project: u.project}, Role: u.role}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		signIn := func(user string) *browser {
+			b := newBrowser(t, srv.URL)
+			b.do("GET", "/login", nil)
+			if st, _, _ := b.do("POST", "/login", url.Values{"csrf": {b.csrf}, "username": {user}, "password": {user + "-password-1"}}); st != 303 {
+				t.Fatalf("login %s: %d", user, st)
+			}
+			return b
+		}
+		held := func() int {
+			n, err := srv.DB.Allocation.Query().Count(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return n
+		}
+		tina, rita, gary := signIn("tina"), signIn("rita"), signIn("gary")
+
+		_, page, _ := tina.do("GET", "/allocations/new", nil)
+		for _, want := range []string{"baremetal-large (1 available)", "baremetal-small (1 available)", "CUSTOM_FIRMWARE_UPDATE (1 available)", `aria-current="page">Request a node<`} {
+			if !strings.Contains(page, want) {
+				t.Errorf("request page lacks %q", want)
+			}
+		}
+		if strings.Contains(page, ">gpu (") {
+			t.Error("the request page offers gpu, of which tenant-blue has no free node")
+		}
+		if _, page, _ := gary.do("GET", "/allocations/new", nil); !strings.Contains(page, `data-testid="none-free"`) {
+			t.Error("tenant-green, with no free node, is not told so")
+		}
+
+		// Refusals show the form again and keep nothing.
+		if st, page, _ := tina.do("POST", "/allocations", url.Values{"csrf": {tina.csrf}, "resource_class": {""}}); st != 400 || !strings.Contains(page, "resource_class") {
+			t.Errorf("empty class: %d", st)
+		}
+		if st, page, _ := tina.do("POST", "/allocations", url.Values{"csrf": {tina.csrf}, "resource_class": {"gpu"}}); st != 409 || !strings.Contains(page, "No node is free") {
+			t.Errorf("a class with no free node: %d", st)
+		}
+		if st, page, _ := tina.do("POST", "/allocations", url.Values{"csrf": {tina.csrf}, "resource_class": {"baremetal-large"}, "traits": {"CUSTOM_NOPE"}}); st != 409 || !strings.Contains(page, "CUSTOM_NOPE") {
+			t.Errorf("a trait no free node has: %d", st)
+		}
+		if n := held(); n != 0 {
+			t.Fatalf("%d allocations stored after refusals", n)
+		}
+
+		// Success redirects to the node, which says once who holds it.
+		st, _, h := tina.do("POST", "/allocations", url.Values{"csrf": {tina.csrf}, "resource_class": {"baremetal-large"}, "traits": {"CUSTOM_DEMO", "CUSTOM_FIRMWARE_UPDATE"}})
+		node := h.Get("Location")
+		if st != 303 || !strings.HasPrefix(node, "/nodes/") {
+			t.Fatalf("request: %d %s", st, node)
+		}
+		if _, page, _ := tina.do("GET", node, nil); !strings.Contains(page, "demo-00005 reserved for project tenant-blue.") {
+			t.Error("the node page does not say the node was reserved")
+		}
+		if _, page, _ := tina.do("GET", node, nil); strings.Contains(page, "reserved for") || held() != 1 {
+			t.Errorf("a reload repeats the message or the request (%d allocations)", held())
+		}
+		if _, page, _ := tina.do("GET", "/allocations/new", nil); strings.Contains(page, "baremetal-large (") {
+			t.Error("the reserved node is still counted free")
+		}
+
+		_, page, _ = tina.do("GET", "/allocations", nil)
+		if !strings.Contains(page, `aria-current="page">My allocations<`) || !strings.Contains(page, `data-node="demo-00005"`) ||
+			!strings.Contains(page, "Release demo-00005? It goes back to the free nodes, and project tenant-blue no longer holds it.") {
+			t.Fatalf("my allocations:\n%s", page)
+		}
+		a, err := srv.DB.Allocation.Query().Only(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		release := "/allocations/" + a.UUID + "/release"
+
+		// Another project neither sees nor releases it; a reader of the
+		// project sees it but may not release it.
+		if _, page, _ := gary.do("GET", "/allocations", nil); strings.Contains(page, "demo-00005") {
+			t.Error("tenant-green sees tenant-blue's allocation")
+		}
+		if st, page, _ := gary.do("POST", release, url.Values{"csrf": {gary.csrf}}); st != 404 || strings.Contains(page, "demo-00005") {
+			t.Errorf("another project's release: %d", st)
+		}
+		if _, page, _ := rita.do("GET", "/allocations", nil); !strings.Contains(page, "demo-00005") {
+			t.Error("a reader of the project does not see its allocation")
+		}
+		if st, _, _ := rita.do("POST", release, url.Values{"csrf": {rita.csrf}}); st != 403 {
+			t.Errorf("a reader's release: %d", st)
+		}
+		if held() != 1 {
+			t.Fatal("a refused release removed the allocation")
+		}
+
+		if st, _, h := tina.do("POST", release, url.Values{"csrf": {tina.csrf}}); st != 303 || h.Get("Location") != "/allocations" {
+			t.Fatalf("release: %d %s", st, h.Get("Location"))
+		}
+		_, page, _ = tina.do("GET", "/allocations", nil)
+		if !strings.Contains(page, "Released demo-00005.") || strings.Contains(page, `data-node="demo-00005"`) || held() != 0 {
+			t.Errorf("after release the list shows: %s", page)
+		}
+		n, err := srv.DB.Node.Query().Where(entnode.UUID(strings.TrimPrefix(node, "/nodes/"))).Only(ctx)
+		if err != nil || n.InstanceUUID != nil {
+			t.Error("the released node keeps its instance UUID")
+		}
+		if st, _, _ := tina.do("POST", release, url.Values{"csrf": {tina.csrf}}); st != 404 {
+			t.Errorf("releasing twice: %d", st)
+		}
+	})
+}
