@@ -99,6 +99,12 @@ func Defaults() []Rule {
 		{"baremetal:node:set_power_state", "rule:system_or_owner_or_lessee_member", sysProj, "Power a node on, off or reboot it: system members, and members of the owner or lessee project.", []string{"PUT /v1/nodes/{node}/states/power"}},
 		{"baremetal:node:get_boot_device", "rule:system_member_or_owner_admin", sysProj, "Read the next boot device.", []string{"GET /v1/nodes/{node}/management/boot_device"}},
 		{"baremetal:node:set_boot_device", "rule:system_member_or_owner_admin", sysProj, "Set the next boot device.", []string{"PUT /v1/nodes/{node}/management/boot_device"}},
+		// Boot mode, indicators and NMI (API 1.76, 1.63, 1.29), as Ironic.
+		{"baremetal:node:set_boot_mode", "rule:system_or_owner_or_lessee_member", sysProj, "Change a node's boot mode.", []string{"PUT /v1/nodes/{node}/states/boot_mode"}},
+		{"baremetal:node:set_secure_boot", "rule:system_or_owner_or_lessee_member", sysProj, "Turn a node's UEFI secure boot on or off.", []string{"PUT /v1/nodes/{node}/states/secure_boot"}},
+		{"baremetal:node:get_indicator_state", "rule:system_or_project_reader", sysProj, "Read a node's indicators and their states.", []string{"GET /v1/nodes/{node}/management/indicators", "GET /v1/nodes/{node}/management/indicators/{indicator}"}},
+		{"baremetal:node:set_indicator_state", "rule:system_member_or_owner_member", sysProj, "Change a node's indicator state.", []string{"PUT /v1/nodes/{node}/management/indicators/{indicator}"}},
+		{"baremetal:node:inject_nmi", "rule:system_member_or_owner_admin", sysProj, "Inject an NMI into a node.", []string{"PUT /v1/nodes/{node}/management/inject_nmi"}},
 		{"baremetal:node:inventory:get", "rule:system_or_owner_reader", sysProj, "Read the hardware inventory the last inspection found.", []string{"GET /v1/nodes/{node}/inventory"}},
 		{"baremetal:node:bios:get", "rule:system_or_project_reader", sysProj, "Read a node's cached BIOS settings.", []string{"GET /v1/nodes/{node}/bios", "GET /v1/nodes/{node}/bios/{setting}"}},
 		// Firmware and virtual media (API 1.86, 1.89, 1.93), as Ironic.

@@ -155,6 +155,7 @@ func New(ctx context.Context, o Options) (*App, error) {
 	}
 	a.Cond = conductor.New(db, o.Log, o.Conductor)
 	a.Cond.Allocate(a.Allocations)
+	a.Cond.MakePorts(a.Ports)
 	if !o.AuthNone {
 		pw, err := a.IDs.Bootstrap(ctx)
 		if err != nil {

@@ -128,6 +128,7 @@ func (a *API) Register(root fiber.Router, v1 fiber.Router) {
 	v1.Get("/nodes/:node/history/:event", subSince(VerHistory, "node history"), query(), a.getHistory)
 	v1.Get("/events", query(eventsQuery...), a.listEvents)
 	a.registerStates(v1)
+	a.registerManagement(v1)
 	a.registerRunbooks(v1)
 	a.registerAllocations(v1)
 	a.registerDrivers(v1)

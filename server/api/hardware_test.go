@@ -3,6 +3,7 @@ package api_test
 import (
 	"context"
 	"fmt"
+	"maps"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -11,6 +12,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/anvilproject/anvil/server/api"
 	"github.com/anvilproject/anvil/server/bmc/bmctest"
 	"github.com/anvilproject/anvil/server/conductor"
 	"github.com/anvilproject/anvil/server/servertest"
@@ -428,5 +430,74 @@ func TestFirmwareOverRedfish(t *testing.T) {
 		if v := sim.Resource(t, sim.SystemPath("1"))["BiosVersion"]; v != "1.1.0" {
 			t.Errorf("BIOS version %v after a failed update", v)
 		}
+	})
+}
+
+// TestInspectCreatesPorts: inspection over Redfish gives the node a port
+// for each of the simulator's NICs, pxe_enabled false as Ironic's ports
+// hook creates them; a second inspection adds none and keeps the ports,
+// and a MAC another node's port has is skipped, not moved.
+func TestInspectCreatesPorts(t *testing.T) {
+	storetest.Each(t, func(t *testing.T, setting string, _ *store.DB) {
+		sim := bmctest.StartRedfish(t)
+		_, clients := startLocal(t, setting, bmcOpts)
+		admin := atVer(clients["system-admin"], api.VerMax)
+		var macs []string
+		for _, m := range sim.Resource(t, sim.SystemPath("1")+"/EthernetInterfaces")["Members"].([]any) {
+			macs = append(macs, strings.ToLower(sim.Resource(t, m.(map[string]any)["@odata.id"].(string))["MACAddress"].(string)))
+		}
+		slices.Sort(macs)
+		if len(macs) < 2 {
+			t.Fatalf("the simulator has %d NICs", len(macs))
+		}
+		r := admin.Do(t, "POST", "/v1/nodes", map[string]any{"name": "insp-ports", "driver": "redfish", "driver_info": sim.DriverInfo("1")})
+		mustStatus(t, r, 201)
+		id := r.JSON(t)["uuid"].(string)
+		ports := func() map[string]string {
+			r := admin.Do(t, "GET", "/v1/nodes/"+id+"/ports?detail=true", nil)
+			mustStatus(t, r, 200)
+			out := map[string]string{}
+			for _, x := range r.JSON(t)["ports"].([]any) {
+				p := x.(map[string]any)
+				if p["pxe_enabled"] != false {
+					t.Errorf("port %v: pxe_enabled %v", p["address"], p["pxe_enabled"])
+				}
+				out[p["address"].(string)] = p["uuid"].(string)
+			}
+			return out
+		}
+		inspect := func() {
+			t.Helper()
+			provision(t, admin, id, map[string]any{"target": "inspect"}, 202)
+			if n := waitState(t, admin, id, "manageable"); n["last_error"] != nil {
+				t.Fatalf("inspection: %v", n["last_error"])
+			}
+		}
+		provision(t, admin, id, map[string]any{"target": "manage"}, 202)
+		waitState(t, admin, id, "manageable")
+		inspect()
+		first := ports()
+		if got := slices.Sorted(maps.Keys(first)); !slices.Equal(got, macs) {
+			t.Fatalf("ports after inspection %v, simulator NICs %v", got, macs)
+		}
+		inspect()
+		if again := ports(); !maps.Equal(again, first) {
+			t.Errorf("re-inspection changed the ports: %v, was %v", again, first)
+		}
+
+		// The first NIC's MAC moves to another node's port meanwhile.
+		mustStatus(t, admin.Do(t, "DELETE", "/v1/ports/"+first[macs[0]], nil), 204)
+		r = admin.Do(t, "POST", "/v1/nodes", map[string]any{"name": "other", "driver": "fake"})
+		mustStatus(t, r, 201)
+		mustStatus(t, admin.Do(t, "POST", "/v1/ports", map[string]any{"node_uuid": r.JSON(t)["uuid"], "address": macs[0]}), 201)
+		inspect()
+		if got := slices.Sorted(maps.Keys(ports())); !slices.Equal(got, macs[1:]) {
+			t.Errorf("ports after the MAC moved: %v, want %v", got, macs[1:])
+		}
+		h := admin.Do(t, "GET", "/v1/nodes/"+id+"/history", nil)
+		if !strings.Contains(string(h.Body), "another node has a port for "+macs[0]) {
+			t.Errorf("history does not note the taken MAC: %s", h.Body)
+		}
+		auditedRule(t, clients["system-reader"], "baremetal:port:create")
 	})
 }

@@ -385,7 +385,7 @@ func TestEnsurePort(t *testing.T) {
 		n2 := mkNode(t, c, "e-n2")
 		ctx := context.Background()
 		p, created, err := srv.Ports.EnsurePort(ctx, n1, "52:54:00:EE:00:01")
-		if err != nil || !created || p.Address != "52:54:00:ee:00:01" || !p.PxeEnabled {
+		if err != nil || !created || p.Address != "52:54:00:ee:00:01" || p.PxeEnabled {
 			t.Fatalf("first: %v %v %v", p, created, err)
 		}
 		// Inspection calls it under the conductor's reservation.

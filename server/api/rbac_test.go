@@ -120,6 +120,16 @@ var matrix = []struct {
 	{"GET", "/v1/nodes/{n}/vmedia", "", "401 | 200 200 200 200 | 200 200 200 200 200 | 200 200 200 200 404 | 404 404 404 404 | 200"},
 	{"POST", "/v1/nodes/{n}/vmedia", `{"device_type":"cdrom","image_url":"http://images.example/boot.iso"}`, "401 | 204 204 403 204 | 204 204 204 403 403 | 204 204 204 403 404 | 404 404 404 404 | 204"},
 	{"DELETE", "/v1/nodes/{n}/vmedia", "", "401 | 204 204 403 204 | 204 204 204 403 403 | 204 204 204 403 404 | 404 404 404 404 | 204"},
+	// set_boot_mode and set_secure_boot are SYSTEM_OR_PROJECT_MEMBER,
+	// get_indicator_state SYSTEM_OR_PROJECT_READER, set_indicator_state
+	// SYSTEM_MEMBER_OR_OWNER_MEMBER, inject_nmi SYSTEM_MEMBER_OR_OWNER_ADMIN,
+	// as in Ironic. The fake machine's one LED is {n}@system.
+	{"PUT", "/v1/nodes/{n}/states/boot_mode", `{"target":"bios"}`, "401 | 202 202 403 202 | 202 202 202 403 403 | 202 202 202 403 404 | 404 404 404 404 | 202"},
+	{"PUT", "/v1/nodes/{n}/states/secure_boot", `{"target":true}`, "401 | 202 202 403 202 | 202 202 202 403 403 | 202 202 202 403 404 | 404 404 404 404 | 202"},
+	{"GET", "/v1/nodes/{n}/management/indicators", "", "401 | 200 200 200 200 | 200 200 200 200 200 | 200 200 200 200 404 | 404 404 404 404 | 200"},
+	{"GET", "/v1/nodes/{n}/management/indicators/{n}@system", "", "401 | 200 200 200 200 | 200 200 200 200 200 | 200 200 200 200 404 | 404 404 404 404 | 200"},
+	{"PUT", "/v1/nodes/{n}/management/indicators/{n}@system", `{"state":"blinking"}`, "401 | 204 204 403 204 | 204 204 204 403 204 | 403 403 403 403 404 | 404 404 404 404 | 204"},
+	{"PUT", "/v1/nodes/{n}/management/inject_nmi", `{}`, "401 | 204 204 403 204 | 204 204 403 403 204 | 403 403 403 403 404 | 404 404 404 404 | 204"},
 	// conductor:get is SYSTEM_READER, which includes service users.
 	{"GET", "/v1/conductors", "", "401 | 200 200 200 200 | 403 403 403 403 403 | 403 403 403 403 403 | 403 403 403 403 | 200"},
 	// supported boot devices follow get_boot_device.

@@ -37,12 +37,17 @@ func (a *API) getStates(c *fiber.Ctx) error {
 	if err != nil {
 		return err
 	}
-	return c.JSON(fiber.Map{
+	out := fiber.Map{
 		"power_state": v.PowerState, "target_power_state": v.TargetPowerState,
 		"provision_state": v.ProvisionState, "target_provision_state": v.TargetProvisionState,
 		"provision_updated_at": v.ProvisionUpdatedAt, "last_error": v.LastError,
 		"console_enabled": v.ConsoleEnabled, "raid_config": orEmpty(v.RaidConfig), "target_raid_config": orEmpty(v.TargetRaidConfig),
-	})
+	}
+	// Ironic's node_states_convert adds them from 1.75.
+	if ver(c) >= VerBootMode {
+		out["boot_mode"], out["secure_boot"] = v.BootMode, v.SecureBoot
+	}
+	return c.JSON(out)
 }
 
 // setRAID sets the node's target RAID configuration; the body is the

@@ -150,6 +150,7 @@ type fake struct {
 	bios        fakeBIOS
 	media       fakeMedia
 	firmware    fakeFirmware
+	led         string // indicator state; "" is off
 	uuid        string
 }
 

@@ -91,6 +91,8 @@ type Conductor struct {
 	ringsAt time.Time
 	// alloc settles allocations when set (allocations.go).
 	alloc Allocator
+	// ports creates the ports inspection finds when set (inspect.go).
+	ports PortMaker
 }
 
 // New returns a conductor; Start registers it and starts its loops.

@@ -172,6 +172,12 @@ func (c *Conductor) execManagement(ctx context.Context, n *ent.Node, cl bmc.Clie
 		return fmt.Errorf("driver %s cannot set the boot mode", n.Driver)
 	}
 	switch st.Step {
+	case "clear_event_log":
+		l, ok := cl.(bmc.EventLog)
+		if !ok {
+			return fmt.Errorf("driver %s has no event log", n.Driver)
+		}
+		return l.ClearEventLog(ctx)
 	case "attach_virtual_media":
 		return vm.InsertMedia(ctx, str("device_type", "cdrom"), str("image_url", ""))
 	case "detach_virtual_media":

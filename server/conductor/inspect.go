@@ -43,6 +43,10 @@ func (c *Conductor) inspect(n *ent.Node, who string) {
 	if err == nil {
 		err = c.saveInventory(ctx, n, inv)
 	}
+	var portNote string
+	if err == nil {
+		portNote, err = c.ensurePorts(ctx, n, inv)
+	}
 	if err == nil {
 		err = inspectionrules.Apply(ctx, c.db, c.log, n.ID, inv)
 	}
@@ -53,12 +57,53 @@ func (c *Conductor) inspect(n *ent.Node, who string) {
 	} else {
 		upd.SetProvisionState(nodes.StateManageable)
 		ev.Message = fmt.Sprintf("Inspected: %d CPUs (%s), %d MiB RAM, %d disks, %d NICs; node is manageable",
-			inv.CPU.Count, inv.CPU.Architecture, inv.Memory.PhysicalMB, len(inv.Disks), len(inv.Interfaces))
+			inv.CPU.Count, inv.CPU.Architecture, inv.Memory.PhysicalMB, len(inv.Disks), len(inv.Interfaces)) + portNote
 	}
 	if err := upd.Exec(ctx); err != nil {
 		c.log.Error("recording inspection", "node", n.UUID, "err", err)
 	}
 	_ = history.Record(ctx, c.db.Client, ev)
+}
+
+// PortMaker gives a node a port for a MAC unless it has one: the port
+// service is one.
+type PortMaker interface {
+	EnsurePort(ctx context.Context, nodeUUID, mac string) (*ent.Port, bool, error)
+}
+
+// MakePorts makes inspection create a port for each NIC it finds, as
+// Ironic's inspection "ports" hook does. Call it before Start.
+func (c *Conductor) MakePorts(p PortMaker) { c.ports = p }
+
+// ensurePorts creates the ports of the NICs inspection found, before the
+// rules run (as Ironic's hooks do). A MAC another node's port has is
+// noted in the node's history and skipped, as Ironic skips it; any other
+// failure fails the inspection. The note says what was done, for the
+// history.
+func (c *Conductor) ensurePorts(ctx context.Context, n *ent.Node, inv *bmc.Inventory) (string, error) {
+	if c.ports == nil {
+		return "", nil
+	}
+	var made, taken []string
+	for _, nic := range inv.Interfaces {
+		_, created, err := c.ports.EnsurePort(ctx, n.UUID, nic.MACAddress)
+		switch {
+		case errs.Status(err) == 409:
+			taken = append(taken, nic.MACAddress)
+		case err != nil:
+			return "", fmt.Errorf("creating the port of %s: %w", nic.MACAddress, err)
+		case created:
+			made = append(made, nic.MACAddress)
+		}
+	}
+	var note string
+	if len(made) > 0 {
+		note += "; ports created for " + strings.Join(made, ", ")
+	}
+	if len(taken) > 0 {
+		note += "; another node has a port for " + strings.Join(taken, ", ")
+	}
+	return note, nil
 }
 
 func (c *Conductor) readInventory(ctx context.Context, n *ent.Node) (*bmc.Inventory, error) {

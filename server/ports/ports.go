@@ -267,7 +267,10 @@ func (s *Service) DeletePort(ctx context.Context, ident string) error {
 }
 
 // EnsurePort gives the node a port for mac unless it has one: for
-// inspection, which reports the NICs it found. It checks no policy and
+// inspection, which reports the NICs it found. The port is created with
+// pxe_enabled false, as Ironic's inspection "ports" hook creates it when
+// the inventory names no PXE interface (out-of-band inspection never
+// does); an existing port is left as it is. It checks no policy and
 // works while the conductor holds the node (the caller is that
 // conductor), but is audited like any creation. A MAC already on another
 // node is a conflict, never moved silently.
@@ -293,7 +296,7 @@ func (s *Service) EnsurePort(ctx context.Context, nodeUUID, mac string) (p *ent.
 		case !ent.IsNotFound(err):
 			return err
 		}
-		p, err = tx.Port.Create().SetUUID(uuid.NewString()).SetAddress(mac).SetNodeID(n.ID).
+		p, err = tx.Port.Create().SetUUID(uuid.NewString()).SetAddress(mac).SetNodeID(n.ID).SetPxeEnabled(false).
 			SetExtra(map[string]any{}).SetInternalInfo(map[string]any{}).SetLocalLinkConnection(map[string]any{}).Save(ctx)
 		if err != nil {
 			return constraintError(err, "port", "", mac, nil)
