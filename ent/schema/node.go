@@ -86,7 +86,9 @@ func (Node) Fields() []ent.Field {
 		field.Bool("console_enabled").Default(false),
 		field.JSON("deploy_step", map[string]any{}).Optional(),
 		// boot_mode, secure_boot and the inspection times are what the
-		// hardware last reported; no API call sets them.
+		// hardware last reported: PATCH cannot set them, and PUT
+		// states/boot_mode or secure_boot stores the BMC's answer, not the
+		// request.
 		field.String("boot_mode").Optional().Nillable(),
 		field.Bool("secure_boot").Optional().Nillable(),
 		field.Time("inspection_started_at").Optional().Nillable(),
