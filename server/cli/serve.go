@@ -35,6 +35,7 @@ func serveCmd() *cobra.Command {
 		access string
 		proxy  []net.IPNet
 		bmcNet []string
+		fw     firmwareFlags
 	)
 	cmd := &cobra.Command{
 		Use:   "serve",
@@ -75,9 +76,20 @@ func serveCmd() *cobra.Command {
 				}
 				log.Info("OpenID Connect sign-in enabled", "issuer", oc.Issuer)
 			}
+			// Listening first gives the firmware images' URL the real
+			// address (the demo's runbook names one) before the app starts.
+			ln, err := net.Listen("tcp", listen)
+			if err != nil {
+				return err
+			}
+			defer ln.Close()
+			fwo, err := fw.options(g.database, ln.Addr().String())
+			if err != nil {
+				return err
+			}
 			app, err := server.New(ctx, server.Options{
 				Database: g.database, Pool: pool, AccessLog: access, AuthNone: auth == "none", Log: log, SessionSecret: secret, OIDC: provider, Conductor: cc, PolicyDir: pdir, PolicyOverrideEnabled: penab, ServiceProject: svcp,
-				TrustedProxies: proxy,
+				TrustedProxies: proxy, FirmwareDir: fwo.dir, FirmwareURL: fwo.url, FirmwareMaxBytes: fwo.max,
 				Bootstrap: func(user, pw string) {
 					// Printed once, on stderr with the log, never stored in clear.
 					fmt.Fprintf(cmd.ErrOrStderr(), "\n  First start: created system admin %q with one-time password:\n\n      %s\n\n  Change it with: anvil user set-password %s --password-stdin\n\n", user, pw, user)
@@ -93,10 +105,6 @@ func serveCmd() *cobra.Command {
 					return fmt.Errorf("--demo: %w", err)
 				}
 				log.Info("demo nodes enrolled", "created", n)
-			}
-			ln, err := net.Listen("tcp", listen)
-			if err != nil {
-				return err
 			}
 			log.Info("anvil serving", "listen", "http://"+ln.Addr().String(), "database", store.Redacted(g.database))
 			return app.Serve(ctx, ln)
@@ -130,6 +138,7 @@ func serveCmd() *cobra.Command {
 	f.IntVar(&pool.MaxOpen, "db-max-open", 0, "most open database connections (0: 32 on PostgreSQL, 8 on SQLite)")
 	f.IntVar(&pool.MaxIdle, "db-max-idle", 0, "most idle database connections kept for reuse (0: as many as --db-max-open)")
 	f.DurationVar(&pool.MaxLifetime, "db-conn-max-lifetime", 0, "close database connections older than this (0: never), e.g. to follow a failover behind a proxy")
+	fw.add(f)
 	f.IPNetSliceVar(&proxy, "trusted-proxies", nil, "reverse proxies (CIDRs, comma-separated) whose X-Forwarded-For names the client's address; default none: the peer is the client")
 	return cmd
 }
