@@ -100,7 +100,7 @@ func serveCmd() *cobra.Command {
 			}
 			defer app.Close()
 			if demoN > 0 {
-				n, err := demo.Seed(ctx, app.DB, demoN)
+				n, err := demo.Seed(ctx, app.DB, app.Firmware, demoN)
 				if err != nil {
 					return fmt.Errorf("--demo: %w", err)
 				}
