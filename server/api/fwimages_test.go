@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 
@@ -197,4 +198,38 @@ func TestFirmwareImages(t *testing.T) {
 			t.Errorf("refused uploads audited: %d", len(evs))
 		}
 	})
+}
+
+// repeat is an endless reader of one byte value, allocating nothing.
+type repeat byte
+
+func (r repeat) Read(p []byte) (int, error) {
+	for i := range p {
+		p[i] = byte(r)
+	}
+	return len(p), nil
+}
+
+// TestFirmwareImageStreamed uploads an image 64 times the API's body
+// limit and checks it reached the disk whole without the server holding
+// it in memory: the process allocates far less than the image's size.
+func TestFirmwareImageStreamed(t *testing.T) {
+	const size = 64 << 20
+	_, clients := startLocal(t, storetest.Setting(t, "sqlite"), server.Options{FirmwareMaxBytes: 2 * size})
+	h := sha256.New()
+	if _, err := io.Copy(h, io.LimitReader(repeat('f'), size)); err != nil {
+		t.Fatal(err)
+	}
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	r := upload(t, clients["system-admin"], "?name=big.bin", io.LimitReader(repeat('f'), size), "")
+	runtime.ReadMemStats(&after)
+	mustStatus(t, r, 201)
+	if got := r.JSON(t); got["size"] != float64(size) || got["sha256"] != hex.EncodeToString(h.Sum(nil)) {
+		t.Fatalf("upload answered %v", got)
+	}
+	if alloc := after.TotalAlloc - before.TotalAlloc; alloc > size/4 {
+		t.Errorf("uploading %d MiB allocated %d MiB: the body was buffered", size>>20, alloc>>20)
+	}
 }
