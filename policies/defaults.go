@@ -211,6 +211,9 @@ func Defaults() []Rule {
 		{"anvil:token:create", "role:reader or role:service", sysProj, "Mint an API token carrying some of one's own roles.", nil},
 		{"anvil:token:revoke", "role:reader or role:service", sysProj, "Revoke one of one's own API tokens.", nil},
 		{"anvil:user:list", "role:reader and system_scope:all", sys, "List users and their roles. Not service users: Anvil's administration is for people.", nil},
+		{"anvil:firmware_image:list", "rule:system_reader", sys, "List the uploaded firmware images and their download URLs.", []string{"GET /v1/anvil/firmware-images"}},
+		{"anvil:firmware_image:create", "rule:system_admin", sys, "Upload a firmware image, which BMCs then download without credentials from its URL.", []string{"POST /v1/anvil/firmware-images"}},
+		{"anvil:firmware_image:delete", "rule:system_admin", sys, "Delete an uploaded firmware image.", []string{"DELETE /v1/anvil/firmware-images/{sha256}"}},
 	}
 }
 

@@ -243,6 +243,9 @@ func TestMatrix(t *testing.T) {
 		"baremetal:node:update:lessee":          "Ynn",
 		"baremetal:node:create:self_owned_node": "Ynn",
 		"anvil:audit:list":                      "nnn",
+		"anvil:firmware_image:list":             "nnn",
+		"anvil:firmware_image:create":           "nnn",
+		"anvil:firmware_image:delete":           "nnn",
 	} {
 		if got[rule] != want {
 			t.Errorf("%s: %s, want %s", rule, got[rule], want)
@@ -278,6 +281,8 @@ func TestServiceRole(t *testing.T) {
 		{"", system("service"), "baremetal:node:update:owner", false}, // SYSTEM_MEMBER has no SYSTEM_SERVICE
 		{"", system("service"), "baremetal:node:delete", false},
 		{"", system("service"), "anvil:audit:list", false},
+		{"", system("service"), "anvil:firmware_image:list", true},
+		{"", system("service"), "anvil:firmware_image:create", false},
 		{"", proj("hw", "service"), "baremetal:node:get", true},
 		{"", proj("hw", "service"), "baremetal:node:get:driver_info", true},
 		{"", proj("hw", "service"), "baremetal:node:update:driver_info", true},

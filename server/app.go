@@ -28,8 +28,10 @@ import (
 	"github.com/anvilproject/anvil/server/chassis"
 	"github.com/anvilproject/anvil/server/clientip"
 	"github.com/anvilproject/anvil/server/conductor"
+	"github.com/anvilproject/anvil/server/config"
 	"github.com/anvilproject/anvil/server/deploytemplates"
 	"github.com/anvilproject/anvil/server/errs"
+	"github.com/anvilproject/anvil/server/fwimages"
 	"github.com/anvilproject/anvil/server/guard"
 	"github.com/anvilproject/anvil/server/identity"
 	"github.com/anvilproject/anvil/server/inspectionrules"
@@ -78,6 +80,13 @@ type Options struct {
 	// TrustedProxies are the networks whose X-Forwarded-For is believed
 	// for the client's address (throttling, logs); none by default.
 	TrustedProxies []net.IPNet
+	// FirmwareDir keeps uploaded firmware images; empty means
+	// config.FirmwareDir of the database. FirmwareURL is Anvil's address
+	// as BMCs reach it; empty means the listener's (config.PublicURL).
+	// FirmwareMaxBytes bounds an upload; 0 means fwimages.DefaultMaxBytes.
+	FirmwareDir      string
+	FirmwareURL      string
+	FirmwareMaxBytes int64
 }
 
 // App is a running Anvil: everything one process serves.
@@ -96,6 +105,8 @@ type App struct {
 	// Ports is the port, portgroup and VIF service.
 	Ports  *ports.Service
 	Portal *web.Portal
+	// Firmware is the store of uploaded firmware images.
+	Firmware *fwimages.Store
 	// Overrides keeps the enforcer in step with policy.d and the stored
 	// override.
 	Overrides *override.Manager
@@ -154,6 +165,13 @@ func New(ctx context.Context, o Options) (*App, error) {
 		return bmc.DefaultInterface(n.Driver, "network")
 	}
 	a.Cond = conductor.New(db, o.Log, o.Conductor)
+	a.Firmware = &fwimages.Store{Dir: o.FirmwareDir, BaseURL: o.FirmwareURL, MaxBytes: o.FirmwareMaxBytes, Guard: a.Guard}
+	if a.Firmware.Dir == "" {
+		a.Firmware.Dir = config.FirmwareDir(o.Database)
+	}
+	if a.Firmware.MaxBytes <= 0 {
+		a.Firmware.MaxBytes = fwimages.DefaultMaxBytes
+	}
 	a.Cond.Allocate(a.Allocations)
 	a.Cond.MakePorts(a.Ports)
 	if !o.AuthNone {
@@ -212,7 +230,10 @@ func (a *App) routes() *fiber.App {
 	app.Use(clientip.New(a.opts.TrustedProxies).Middleware())
 	app.Use(obs.Middleware(a.opts.Log, a.Metrics, a.accessLog))
 	limits := bodylimit.Limits{Default: portalFormMax, Rules: []bodylimit.Rule{
-		{Path: "/admin/policy", Max: policyUploadMax}, {Prefix: "/v1", Max: api.MaxBody}}}
+		{Path: "/admin/policy", Max: policyUploadMax},
+		// A multipart envelope around the image adds a few hundred bytes.
+		{Path: api.FirmwareImagesPath, Max: int(a.Firmware.MaxBytes) + 64<<10, Stream: true},
+		{Prefix: "/v1", Max: api.MaxBody}}}
 	app.Server().ContinueHandler = limits.Continue
 	app.Use(limits.Middleware())
 	app.Get("/healthz", func(c *fiber.Ctx) error { return c.SendString("ok") })
@@ -227,7 +248,7 @@ func (a *App) routes() *fiber.App {
 	(&api.API{Nodes: a.Nodes, Ops: a.Portal.Ops, Runbooks: a.Runbooks, Allocations: a.Allocations, Ports: a.Ports, Guard: a.Guard, Audit: a.Audit, Log: a.opts.Log,
 		Chassis: chassis.New(a.DB, a.Guard), Volume: volume.New(a.DB, a.Guard, a.Nodes),
 		DeployTemplates: deploytemplates.New(a.DB, a.Guard),
-		InspectionRules: inspectionrules.New(a.DB, a.Guard)}).Register(app, v1)
+		InspectionRules: inspectionrules.New(a.DB, a.Guard), FirmwareImages: a.Firmware}).Register(app, v1)
 	return app
 }
 
@@ -297,6 +318,13 @@ func (a *App) Serve(ctx context.Context, ln net.Listener) error {
 	auditDone := make(chan struct{})
 	go func() { a.Audit.Run(actx); close(auditDone) }()
 	defer func() { stopAudit(); <-auditDone }()
+	if a.Firmware.BaseURL == "" {
+		u, err := config.PublicURL(ln.Addr().String())
+		if err != nil {
+			return err
+		}
+		a.Firmware.BaseURL = u
+	}
 	if err := a.Cond.Start(ctx, ln.Addr().String()); err != nil {
 		return err
 	}

@@ -17,6 +17,7 @@ import (
 	"github.com/anvilproject/anvil/server/conductor"
 	"github.com/anvilproject/anvil/server/deploytemplates"
 	"github.com/anvilproject/anvil/server/errs"
+	"github.com/anvilproject/anvil/server/fwimages"
 	"github.com/anvilproject/anvil/server/guard"
 	"github.com/anvilproject/anvil/server/inspectionrules"
 	"github.com/anvilproject/anvil/server/nodes"
@@ -48,9 +49,11 @@ type API struct {
 	DeployTemplates *deploytemplates.Service
 	// InspectionRules serves /v1/inspection_rules.
 	InspectionRules *inspectionrules.Service
-	Guard           *guard.Guard
-	Audit           *audit.Log
-	Log             *slog.Logger
+	// FirmwareImages serves /v1/anvil/firmware-images and /firmware/.
+	FirmwareImages *fwimages.Store
+	Guard          *guard.Guard
+	Audit          *audit.Log
+	Log            *slog.Logger
 }
 
 type verKey struct{}
@@ -142,6 +145,7 @@ func (a *API) Register(root fiber.Router, v1 fiber.Router) {
 	a.registerFirmware(v1)
 	a.registerShards(v1)
 	a.registerInspection(v1)
+	a.registerFirmwareImages(root, v1)
 }
 
 func baseURL(c *fiber.Ctx) string { return c.BaseURL() }

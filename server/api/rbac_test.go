@@ -221,12 +221,19 @@ var matrix = []struct {
 	{"GET", "/v1/nodes/{n}/vendor_passthru/methods", "", "401 | 200 403 403 403 | 403 403 403 403 403 | 403 403 403 403 404 | 404 404 404 404 | 403"},
 	{"POST", "/v1/nodes/{n}/vendor_passthru?method=x", `{}`, "401 | 400 403 403 403 | 403 403 403 403 403 | 403 403 403 403 404 | 404 404 404 404 | 403"},
 	{"GET", "/v1/drivers/ipmi/vendor_passthru/methods", "", "401 | 200 403 403 403 | 403 403 403 403 403 | 403 403 403 403 403 | 403 403 403 403 | 403"},
+	// Firmware images are Anvil's system records: system readers list
+	// them, system admins upload and delete; {fw} is an uploaded image.
+	// Downloads need no credentials: BMCs fetch them.
+	{"GET", "/v1/anvil/firmware-images", "", "401 | 200 200 200 200 | 403 403 403 403 403 | 403 403 403 403 403 | 403 403 403 403 | 200"},
+	{"POST", "/v1/anvil/firmware-images?name=rbac-{i}.bin", "image {i}", "401 | 201 403 403 403 | 403 403 403 403 403 | 403 403 403 403 403 | 403 403 403 403 | 403"},
+	{"DELETE", "/v1/anvil/firmware-images/{fw}", "", "401 | 204 403 403 403 | 403 403 403 403 403 | 403 403 403 403 403 | 403 403 403 403 | 403"},
+	{"GET", "/firmware/{fw}/f.bin", "", "200 | 200 200 200 200 | 200 200 200 200 200 | 200 200 200 200 200 | 200 200 200 200 | 200"},
 }
 
 // fixtures make, per matrix cell, the records a row's path or body names
 // besides the node: {ch} a chassis, {dt} a deploy template, {ir} an
 // inspection rule, {vc} and {vt}
-// a volume connector and target on the cell's node.
+// a volume connector and target on the cell's node, {fw} a firmware image.
 var fixtures = map[string]func(t *testing.T, admin *servertest.Client, node string, i int) string{
 	"{ch}": func(t *testing.T, admin *servertest.Client, _ string, _ int) string {
 		return created(t, admin, "/v1/chassis", map[string]any{})
@@ -246,6 +253,11 @@ var fixtures = map[string]func(t *testing.T, admin *servertest.Client, node stri
 	},
 	"{vt}": func(t *testing.T, admin *servertest.Client, node string, _ int) string {
 		return created(t, admin, "/v1/volume/targets", map[string]any{"node_uuid": node, "volume_type": "iscsi", "volume_id": "v", "boot_index": 7})
+	},
+	"{fw}": func(t *testing.T, admin *servertest.Client, _ string, i int) string {
+		r := admin.Do(t, "POST", "/v1/anvil/firmware-images?name=f.bin", fmt.Sprintf("fixture image %d", i))
+		mustStatus(t, r, 201)
+		return r.JSON(t)["sha256"].(string)
 	},
 }
 

@@ -18,9 +18,14 @@ import (
 )
 
 // Rule gives the routes under Prefix (or exactly Path) a limit in bytes.
+// A Stream route's body is left unread for its handler, which streams it
+// (an upload too large to hold in memory) and bounds it itself; a
+// declared Content-Length over Max is still refused here, and the
+// connection closes after the response.
 type Rule struct {
 	Path, Prefix string
 	Max          int
+	Stream       bool
 }
 
 // Limits are the body limits of every route: the first matching rule's,
@@ -32,12 +37,17 @@ type Limits struct {
 
 // For returns the limit for a request path.
 func (l Limits) For(path string) int {
+	limit, _ := l.rule(path)
+	return limit
+}
+
+func (l Limits) rule(path string) (limit int, stream bool) {
 	for _, r := range l.Rules {
 		if path == r.Path || r.Prefix != "" && strings.HasPrefix(path, r.Prefix) {
-			return r.Max
+			return r.Max, r.Stream
 		}
 	}
-	return l.Default
+	return l.Default, false
 }
 
 // drainMax bounds how much of an oversized body is read and thrown away
@@ -52,11 +62,17 @@ const drainMax = 8 << 20
 // after draining what an ordinary client would still be sending.
 func (l Limits) Middleware() fiber.Handler {
 	return func(c *fiber.Ctx) error {
-		limit := l.For(c.Path())
+		limit, stream := l.rule(c.Path())
 		req := c.Request()
 		n := req.Header.ContentLength()
 		if n > limit {
 			return tooLarge(c, limit)
+		}
+		if stream {
+			// Whatever the handler (or a refusal before it) left unread
+			// would be parsed as the next request on the connection.
+			c.Context().SetConnectionClose()
+			return c.Next()
 		}
 		if s := req.BodyStream(); s != nil && n != 0 {
 			body, err := io.ReadAll(io.LimitReader(s, int64(limit)+1))

@@ -38,6 +38,7 @@ func serveCmd() *cobra.Command {
 		proxy  []net.IPNet
 		bmcNet []string
 		gcPct  int
+		fw     firmwareFlags
 	)
 	cmd := &cobra.Command{
 		Use:   "serve",
@@ -86,9 +87,20 @@ func serveCmd() *cobra.Command {
 				}
 				log.Info("OpenID Connect sign-in enabled", "issuer", oc.Issuer)
 			}
+			// Listening first gives the firmware images' URL the real
+			// address (the demo's runbook names one) before the app starts.
+			ln, err := net.Listen("tcp", listen)
+			if err != nil {
+				return err
+			}
+			defer ln.Close()
+			fwo, err := fw.options(g.database, ln.Addr().String())
+			if err != nil {
+				return err
+			}
 			app, err := server.New(ctx, server.Options{
 				Database: g.database, Pool: pool, AccessLog: access, AuthNone: auth == "none", Log: log, SessionSecret: secret, OIDC: provider, Conductor: cc, PolicyDir: pdir, PolicyOverrideEnabled: penab, ServiceProject: svcp,
-				TrustedProxies: proxy,
+				TrustedProxies: proxy, FirmwareDir: fwo.dir, FirmwareURL: fwo.url, FirmwareMaxBytes: fwo.max,
 				Bootstrap: func(user, pw string) {
 					// Printed once, on stderr with the log, never stored in clear.
 					fmt.Fprintf(cmd.ErrOrStderr(), "\n  First start: created system admin %q with one-time password:\n\n      %s\n\n  Change it with: anvil user set-password %s --password-stdin\n\n", user, pw, user)
@@ -99,15 +111,11 @@ func serveCmd() *cobra.Command {
 			}
 			defer app.Close()
 			if demoN > 0 {
-				n, err := demo.Seed(ctx, app.DB, demoN)
+				n, err := demo.Seed(ctx, app.DB, app.Firmware, demoN)
 				if err != nil {
 					return fmt.Errorf("--demo: %w", err)
 				}
 				log.Info("demo nodes enrolled", "created", n)
-			}
-			ln, err := net.Listen("tcp", listen)
-			if err != nil {
-				return err
 			}
 			log.Info("anvil serving", "listen", "http://"+ln.Addr().String(), "database", store.Redacted(g.database))
 			return app.Serve(ctx, ln)
@@ -147,6 +155,7 @@ func serveCmd() *cobra.Command {
 	// 30 ms and its CPU from 44 to 32 ms for 15 MB more RSS (85 MB); 800
 	// gained nothing more for another 35 MB.
 	f.IntVar(&gcPct, "gc-percent", 400, "Go garbage collector target (GOGC): heap growth over the live heap before a collection; more trades memory for CPU (GOGC in the environment wins unless this is given)")
+	fw.add(f)
 	f.IPNetSliceVar(&proxy, "trusted-proxies", nil, "reverse proxies (CIDRs, comma-separated) whose X-Forwarded-For names the client's address; default none: the peer is the client")
 	return cmd
 }

@@ -5,11 +5,15 @@ package config
 
 import (
 	"fmt"
+	"net"
 	"os"
+	"path/filepath"
 	"strings"
 
 	"github.com/spf13/pflag"
 	"gopkg.in/yaml.v3"
+
+	"github.com/anvilproject/anvil/server/store"
 )
 
 // EnvName is the environment variable for a flag: --policy-dir reads
@@ -68,4 +72,29 @@ func Apply(fs *pflag.FlagSet, path string) error {
 		}
 	})
 	return err
+}
+
+// PublicURL is the http:// address of a listener as other machines reach
+// it, for URLs Anvil hands to BMCs: a wildcard listen address (":6385",
+// "0.0.0.0:6385") names this host by its host name instead.
+func PublicURL(listen string) (string, error) {
+	host, port, err := net.SplitHostPort(listen)
+	if err != nil {
+		return "", fmt.Errorf("listen address %q: %w", listen, err)
+	}
+	if ip := net.ParseIP(host); host == "" || ip != nil && ip.IsUnspecified() {
+		if host, err = os.Hostname(); err != nil {
+			return "", fmt.Errorf("host name for the public URL: %w", err)
+		}
+	}
+	return "http://" + net.JoinHostPort(host, port), nil
+}
+
+// FirmwareDir is where uploaded firmware images live unless configured:
+// beside a SQLite database file, else "firmware" in the working directory.
+func FirmwareDir(database string) string {
+	if f, ok := store.SQLiteFile(database); ok {
+		return filepath.Join(filepath.Dir(f), "firmware")
+	}
+	return "firmware"
 }

@@ -1,14 +1,19 @@
 // Package demo enrols fake-driver nodes spread over a handful of owner and
-// lessee projects, so a newcomer sees a populated fleet at once.
+// lessee projects, so a newcomer sees a populated fleet at once, with
+// runbooks that do real maintenance: a BIOS firmware update from an
+// image Anvil serves, and BIOS performance settings.
 package demo
 
 import (
+	"bytes"
 	"context"
+	"crypto/sha256"
 	"fmt"
 
 	"github.com/google/uuid"
 
 	"github.com/anvilproject/anvil/ent"
+	"github.com/anvilproject/anvil/server/fwimages"
 	"github.com/anvilproject/anvil/server/nodes"
 	"github.com/anvilproject/anvil/server/store"
 )
@@ -19,9 +24,16 @@ var (
 	Lessees = []string{"tenant-blue", "tenant-green", "tenant-red", "tenant-gold"}
 )
 
-// Seed enrols n demo nodes unless the database already has nodes, and
-// returns how many it created.
-func Seed(ctx context.Context, db *store.DB, n int) (int, error) {
+// Seed stores the demo's firmware image and enrols n demo nodes with the
+// demo runbooks unless the database already has nodes; it returns how
+// many nodes it created. The image is stored at every start (the same
+// bytes land at the same path), so the runbook's URL keeps answering
+// even if the image directory was emptied.
+func Seed(ctx context.Context, db *store.DB, images *fwimages.Store, n int) (int, error) {
+	img, err := images.Put(ImageName, bytes.NewReader(Image()))
+	if err != nil {
+		return 0, fmt.Errorf("demo firmware image: %w", err)
+	}
 	have, err := db.Node.Query().Count(ctx)
 	if err != nil || have > 0 {
 		return 0, err
@@ -41,7 +53,9 @@ func Seed(ctx context.Context, db *store.DB, n int) (int, error) {
 		}
 		traits := []string{"CUSTOM_DEMO"}
 		if i%2 == 0 {
-			traits = append(traits, "CUSTOM_FIRMWARE_UPDATE")
+			traits = append(traits, FirmwareRunbook)
+		} else {
+			traits = append(traits, BIOSRunbook)
 		}
 		if err := nodes.ValidateCreate(&in); err != nil {
 			return 0, err
@@ -57,39 +71,84 @@ func Seed(ctx context.Context, db *store.DB, n int) (int, error) {
 	if err := nodes.Import(ctx, db, recs); err != nil {
 		return 0, err
 	}
-	return n, runbooks(ctx, db)
+	return n, runbooks(ctx, db, img.URL)
 }
 
-// runbooks adds a public firmware runbook every tenant can run on nodes
-// with CUSTOM_FIRMWARE_UPDATE, and a private one for tenant-blue. Their
-// steps are real ones; the fake driver records what they would do (the
-// firmware image is never fetched).
-func runbooks(ctx context.Context, db *store.DB) error {
-	type step struct {
-		iface, name string
-		args        map[string]any
+// The demo's runbooks, by name (each also the trait a node needs).
+const (
+	FirmwareRunbook = "CUSTOM_FIRMWARE_UPDATE"
+	BIOSRunbook     = "CUSTOM_BIOS_PERF"
+)
+
+// ImageName is the demo firmware image's name.
+const ImageName = "demo-bios-1.1.0.bin"
+
+// Image is the demo's BIOS firmware image: 64 KiB, the same bytes every
+// time, so its address (by hash) is too. No BMC checks its contents.
+func Image() []byte {
+	const size = 64 << 10
+	out := []byte("ANVIL DEMO BIOS IMAGE 1.1.0\n")
+	block := sha256.Sum256(out)
+	for len(out) < size {
+		out = append(out, block[:]...)
+		block = sha256.Sum256(block[:])
 	}
+	return out[:size]
+}
+
+// Step is one step of a demo runbook.
+type Step struct {
+	Interface, Step string
+	Args            map[string]any
+}
+
+// Runbook is a demo runbook; Owner empty is the system's.
+type Runbook struct {
+	Name   string
+	Owner  string
+	Public bool
+	Steps  []Step
+}
+
+// Runbooks are the demo's runbooks, the firmware one naming the image at
+// imageURL: public ones every tenant can run on nodes carrying their
+// name, and a private one of tenant-blue's.
+func Runbooks(imageURL string) []Runbook {
+	return []Runbook{
+		// A BIOS image takes effect at the next boot; the pause lets a
+		// BMC finish staging it first (and a demo watch the steps go by).
+		{FirmwareRunbook, "", true, []Step{
+			{"firmware", "update", map[string]any{"settings": []any{map[string]any{"component": "bios", "url": imageURL}}}},
+			{"deploy", "wait", map[string]any{"seconds": float64(3)}},
+			{"power", "reboot", map[string]any{}},
+		}},
+		// apply_configuration reboots when a value changes and checks each
+		// became current.
+		{BIOSRunbook, "", true, []Step{
+			{"bios", "apply_configuration", map[string]any{"settings": []any{
+				map[string]any{"name": "SysProfile", "value": "PerfOptimized"},
+				map[string]any{"name": "ProcTurboMode", "value": "Enabled"},
+				map[string]any{"name": "ProcCStates", "value": "Disabled"},
+			}}},
+		}},
+		{"CUSTOM_DEMO", Lessees[0], false, []Step{{"power", "reboot", map[string]any{}}}},
+	}
+}
+
+func runbooks(ctx context.Context, db *store.DB, imageURL string) error {
 	return store.WithTx(ctx, db, func(tx *ent.Client) error {
-		for _, rb := range []struct {
-			name   string
-			owner  *string
-			public bool
-			steps  []step
-		}{
-			{"CUSTOM_FIRMWARE_UPDATE", nil, true, []step{
-				{"firmware", "update", map[string]any{"settings": []any{map[string]any{"component": "bios", "url": "http://firmware.example/bios.bin"}}}},
-				{"deploy", "wait", map[string]any{"seconds": float64(3)}},
-				{"power", "reboot", map[string]any{}},
-			}},
-			{"CUSTOM_DEMO", &Lessees[0], false, []step{{"power", "reboot", map[string]any{}}}},
-		} {
-			r, err := tx.Runbook.Create().SetUUID(uuid.NewString()).SetName(rb.name).SetNillableOwner(rb.owner).SetPublic(rb.public).
+		for _, rb := range Runbooks(imageURL) {
+			var owner *string
+			if rb.Owner != "" {
+				owner = &rb.Owner
+			}
+			r, err := tx.Runbook.Create().SetUUID(uuid.NewString()).SetName(rb.Name).SetNillableOwner(owner).SetPublic(rb.Public).
 				SetExtra(map[string]any{}).Save(ctx)
 			if err != nil {
 				return err
 			}
-			for i, st := range rb.steps {
-				if err := tx.RunbookStep.Create().SetRunbookID(r.ID).SetInterface(st.iface).SetStep(st.name).SetArgs(st.args).SetOrder(i + 1).Exec(ctx); err != nil {
+			for i, st := range rb.Steps {
+				if err := tx.RunbookStep.Create().SetRunbookID(r.ID).SetInterface(st.Interface).SetStep(st.Step).SetArgs(st.Args).SetOrder(i + 1).Exec(ctx); err != nil {
 					return err
 				}
 			}

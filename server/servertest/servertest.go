@@ -29,6 +29,11 @@ func Start(t testing.TB, o server.Options) *Server {
 	if o.Log == nil {
 		o.Log = slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelWarn}))
 	}
+	if o.FirmwareDir == "" {
+		// Beside a PostgreSQL database the default is the working
+		// directory, which for a test is its package's source.
+		o.FirmwareDir = t.TempDir()
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	app, err := server.New(ctx, o)
 	if err != nil {

@@ -189,6 +189,20 @@ func (d *DB) Close() error { return d.Client.Close() }
 // Ping reports whether the database answers, for /readyz.
 func (d *DB) Ping(ctx context.Context) error { return d.SQL.PingContext(ctx) }
 
+// SQLiteFile returns the database file a SQLite setting names; false for
+// any other database.
+func SQLiteFile(setting string) (string, bool) {
+	drv, _, _, err := parse(setting)
+	if err != nil || drv != "sqlite" {
+		return "", false
+	}
+	if setting == "" {
+		setting = "anvil.db"
+	}
+	f, _, _ := strings.Cut(strings.TrimPrefix(setting, "sqlite://"), "?")
+	return f, true
+}
+
 func parse(setting string) (driver, dsn, dia string, err error) {
 	switch {
 	case setting == "":
