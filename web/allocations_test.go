@@ -23,7 +23,7 @@ func TestRequestAndReleaseNode(t *testing.T) {
 	storetest.Each(t, func(t *testing.T, setting string, _ *store.DB) {
 		srv := servertest.Start(t, server.Options{Database: setting})
 		ctx := context.Background()
-		if _, err := demo.Seed(ctx, srv.DB, 24); err != nil {
+		if _, err := demo.Seed(ctx, srv.DB, srv.Firmware, 24); err != nil {
 			t.Fatal(err)
 		}
 		for _, u := range []struct{ name, project, role string }{{"tina", "tenant-blue", "member"}, {"rita", "tenant-blue", "reader"}, {"gary", "tenant-green", "member"}} {
