@@ -99,6 +99,7 @@ func (p *Portal) Register(app *fiber.App) {
 	app.Post("/admin/users", s, p.signedIn, p.createUser)
 	app.Post("/admin/users/:name/grant", s, p.signedIn, p.grantRole)
 	app.Post("/admin/users/:name/revoke", s, p.signedIn, p.revokeRole)
+	app.Post("/admin/users/:name/password", s, p.signedIn, p.resetPassword)
 	app.Post("/admin/users/:name/delete", s, p.signedIn, p.deleteUser)
 	app.Post("/scope", s, p.signedIn, p.switchScope)
 	app.Get("/account", s, p.signedIn, p.account)

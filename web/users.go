@@ -36,7 +36,8 @@ func (p *Portal) usersPage(c *fiber.Ctx) error {
 	return p.renderUsers(c, pg, 200)
 }
 
-var usersFlash = map[string]string{"created": "User created.", "granted": "Role granted.", "revoked": "Role revoked; the user's sessions ended.", "deleted": "User deleted."}
+var usersFlash = map[string]string{"created": "User created.", "granted": "Role granted.", "revoked": "Role revoked; the user's sessions ended.", "deleted": "User deleted.",
+	"password": "Password reset; the user's sessions ended."}
 
 func (p *Portal) renderUsers(c *fiber.Ctx, pg views.Page, status int) error {
 	ctx := c.UserContext()
@@ -119,6 +120,12 @@ func (p *Portal) revokeRole(c *fiber.Ctx) error {
 			return err
 		}
 		return p.IDs.Revoke(c.UserContext(), c.Params("name"), a)
+	})
+}
+
+func (p *Portal) resetPassword(c *fiber.Ctx) error {
+	return p.userChange(c, "password", func() error {
+		return p.IDs.SetPassword(c.UserContext(), c.Params("name"), c.FormValue("password"))
 	})
 }
 

@@ -66,6 +66,23 @@ func TestUsersAdminPage(t *testing.T) {
 		if _, page, _ := nb.do("GET", "/nodes", nil); !strings.Contains(page, "newbie · project green") {
 			t.Errorf("the new user cannot sign in to green")
 		}
+		if st, page, _ := root.do("POST", "/admin/users/newbie/password", form("password", "short")); st != 400 || !strings.Contains(page, "password must be at least") {
+			t.Errorf("reset to a short password: %d", st)
+		}
+		if st, _, h := root.do("POST", "/admin/users/newbie/password", form("password", "newbie-password-2")); st != 303 || h.Get("Location") != "/admin/users?done=password" {
+			t.Fatalf("reset password: %d %s", st, h.Get("Location"))
+		}
+		if st, _, _ := nb.do("GET", "/nodes", nil); st != 303 {
+			t.Errorf("the session survived a password reset: %d", st)
+		}
+		if _, err := srv.IDs.Login(ctx, "newbie", "newbie-password-2", "127.0.0.1", nil); err != nil {
+			t.Errorf("the new password does not work: %v", err)
+		}
+		// Back to the password signInAs knows, for the revoke below.
+		if err := srv.IDs.SetPassword(ctx, "newbie", "newbie-password-1"); err != nil {
+			t.Fatal(err)
+		}
+		nb = signInAs(t, srv, "newbie")
 		if st, _, _ := root.do("POST", "/admin/users/newbie/revoke", form("assignment", "project:green|manager")); st != 303 {
 			t.Fatalf("revoke: %d", st)
 		}
@@ -90,7 +107,7 @@ func TestUsersAdminPage(t *testing.T) {
 		if st, page, _ := rhea.do("GET", "/admin/users", nil); st != 200 || strings.Contains(page, "Create user") || strings.Contains(page, ">Grant<") {
 			t.Errorf("reader's users page: %d", st)
 		}
-		for _, path := range []string{"/admin/users", "/admin/users/pat/grant", "/admin/users/pat/revoke", "/admin/users/pat/delete"} {
+		for _, path := range []string{"/admin/users", "/admin/users/pat/grant", "/admin/users/pat/revoke", "/admin/users/pat/password", "/admin/users/pat/delete"} {
 			if st, _, _ := rhea.do("POST", path, url.Values{"csrf": {rhea.csrf}, "name": {"x"}, "password": {"xxxxxxxxxxxxxxx"}, "scope": {"system"}, "role": {"admin"}, "assignment": {"project:blue|member"}}); st != 403 {
 				t.Errorf("reader POST %s: %d", path, st)
 			}
