@@ -1,43 +1,11 @@
 import { test, expect } from '@playwright/test';
-import { signIn } from './helpers.mjs';
-import { createRequire } from 'node:module';
-import fs from 'node:fs';
-
-const require = createRequire(import.meta.url);
-const axeSource = fs.readFileSync(require.resolve('axe-core/axe.min.js'), 'utf8');
-
-// axe finds no serious or critical violation on the page.
-async function accessible(page, name) {
-  await page.evaluate(`${axeSource}\n;undefined`);
-  const result = await page.evaluate(async () => await window.axe.run(document, { resultTypes: ['violations'] }));
-  const bad = result.violations.filter((v) => v.impact === 'serious' || v.impact === 'critical');
-  expect(bad.map((v) => `${name}: ${v.id} (${v.impact}): ${v.nodes.map((n) => n.target.join(' ')).join(', ')}`)).toEqual([]);
-}
+import { accessible, operatorAPI, signIn } from './helpers.mjs';
 
 // The redfish-sim serve.sh starts on 7740: system 1 is the node's BMC.
 const bmc = {
   redfish_address: 'https://127.0.0.1:7740', redfish_system_id: '/redfish/v1/Systems/1',
   redfish_username: 'admin', redfish_password: 'password', redfish_verify_ca: false,
 };
-
-// api calls Anvil's API as the operator, with a token made in the portal.
-async function operatorAPI(browser, request) {
-  const ctx = await browser.newContext();
-  const page = await ctx.newPage();
-  await signIn(page, 'olga', 'operator-password-1');
-  await page.goto('/account');
-  await page.getByRole('checkbox', { name: 'admin' }).check();
-  await page.getByLabel('Description').fill('hardware journey');
-  await page.getByRole('button', { name: 'Create token' }).click();
-  const token = await page.getByTestId('new-token').textContent();
-  await ctx.close();
-  const headers = { 'X-Auth-Token': token, 'X-OpenStack-Ironic-API-Version': 'latest' };
-  return async (method, url, data) => {
-    const res = await request.fetch(url, { method, headers, data });
-    expect(res.status(), `${method} ${url}: ${await res.text()}`).toBeLessThan(300);
-    return (res.headers()['content-type'] || '').includes('json') ? res.json() : null;
-  };
-}
 
 async function settled(api, id) {
   await expect.poll(async () => (await api('GET', `/v1/nodes/${id}`)).provision_state, { timeout: 30_000 }).toBe('manageable');
@@ -48,7 +16,7 @@ test('a tenant runs a BIOS runbook on a leased Redfish node and sees the new set
   // The operator enrols a node on the simulated BMC, leases it to
   // tenant-blue and inspects it (which caches its BIOS and firmware); the
   // demo's public CUSTOM_BIOS_PERF runbook tunes its BIOS for performance.
-  const api = await operatorAPI(browser, request);
+  const api = await operatorAPI(browser, request, 'hardware journey');
   const node = await api('POST', '/v1/nodes', {
     name: 'sim-bios-1', driver: 'redfish', driver_info: bmc, owner: 'hw-east', lessee: 'tenant-blue', resource_class: 'baremetal-large',
   });

@@ -23,3 +23,24 @@ export async function signIn(page, user, password) {
   await page.getByRole('button', { name: 'Sign in' }).click();
   await expect(page).toHaveURL(/\/nodes$/);
 }
+
+// operatorAPI calls Anvil's API as olga (system admin) with a token made
+// in the portal; purpose becomes the token's description. Each call must
+// answer 2xx and returns its JSON body, if any.
+export async function operatorAPI(browser, request, purpose) {
+  const ctx = await browser.newContext();
+  const page = await ctx.newPage();
+  await signIn(page, 'olga', 'operator-password-1');
+  await page.goto('/account');
+  await page.getByRole('checkbox', { name: 'admin' }).check();
+  await page.getByLabel('Description').fill(purpose);
+  await page.getByRole('button', { name: 'Create token' }).click();
+  const token = await page.getByTestId('new-token').textContent();
+  await ctx.close();
+  const headers = { 'X-Auth-Token': token, 'X-OpenStack-Ironic-API-Version': 'latest' };
+  return async (method, url, data) => {
+    const res = await request.fetch(url, { method, headers, data });
+    expect(res.status(), `${method} ${url}: ${await res.text()}`).toBeLessThan(300);
+    return (res.headers()['content-type'] || '').includes('json') ? res.json() : null;
+  };
+}

@@ -1,24 +1,5 @@
 import { test, expect } from '@playwright/test';
-import { signIn } from './helpers.mjs';
-
-// operatorAPI calls Anvil's API as olga, with a token made in the portal.
-async function operatorAPI(browser, request) {
-  const ctx = await browser.newContext();
-  const page = await ctx.newPage();
-  await signIn(page, 'olga', 'operator-password-1');
-  await page.goto('/account');
-  await page.getByRole('checkbox', { name: 'admin' }).check();
-  await page.getByLabel('Description').fill('dead BMC journey');
-  await page.getByRole('button', { name: 'Create token' }).click();
-  const token = await page.getByTestId('new-token').textContent();
-  await ctx.close();
-  const headers = { 'X-Auth-Token': token, 'X-OpenStack-Ironic-API-Version': 'latest' };
-  return async (method, url, data) => {
-    const res = await request.fetch(url, { method, headers, data });
-    expect(res.status(), `${method} ${url}: ${await res.text()}`).toBeLessThan(300);
-    return (res.headers()['content-type'] || '').includes('json') ? res.json() : null;
-  };
-}
+import { operatorAPI, signIn } from './helpers.mjs';
 
 test('disabled actions say why: an available node\'s runbooks, a reader\'s power buttons', async ({ page }) => {
   await signIn(page, 'olga', 'operator-password-1');
@@ -129,7 +110,7 @@ test('an operator creates a public runbook in one step', async ({ page }) => {
 
 test('a run on a dead BMC fails with a plain summary; abort, return to manageable and a retry recover the node', async ({ page, browser, request }) => {
   test.setTimeout(120_000);
-  const api = await operatorAPI(browser, request);
+  const api = await operatorAPI(browser, request, 'dead BMC journey');
   // Enrolled and managed on the redfish-sim serve.sh starts (system 1,
   // which the hardware journey, run before this file, is done with); then
   // its BMC address goes to a closed loopback port: a BMC that does not
