@@ -48,27 +48,10 @@ func multipartBody(t *testing.T, fields [][2]string) ([]byte, string) {
 // upload posts body with content type ct (raw when empty).
 func upload(t *testing.T, c *servertest.Client, query string, body io.Reader, ct string) *servertest.Response {
 	t.Helper()
-	req, err := http.NewRequest("POST", c.Base+"/v1/anvil/firmware-images"+query, body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for k, v := range c.Header {
-		req.Header[k] = v
-	}
 	if ct == "" {
 		ct = "application/octet-stream"
 	}
-	req.Header.Set("Content-Type", ct)
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return &servertest.Response{Status: resp.StatusCode, Header: resp.Header, Body: b}
+	return c.DoRaw(t, "POST", "/v1/anvil/firmware-images"+query, body, ct)
 }
 
 func sum(b []byte) string { h := sha256.Sum256(b); return hex.EncodeToString(h[:]) }

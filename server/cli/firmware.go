@@ -16,6 +16,7 @@ import (
 	"github.com/anvilproject/anvil/server/config"
 	"github.com/anvilproject/anvil/server/fwimages"
 	"github.com/anvilproject/anvil/server/guard"
+	"github.com/anvilproject/anvil/server/store"
 )
 
 // firmwareFlags are the firmware image settings serve and the firmware
@@ -70,22 +71,13 @@ func withFirmware(cmd *cobra.Command, g *globals, fw *firmwareFlags, listen stri
 	if err != nil {
 		return err
 	}
-	ctx := operator(cmd.Context())
-	db, err := g.open(ctx)
-	if err != nil {
-		return err
-	}
-	defer db.Close()
-	log, err := g.logger(io.Discard)
-	if err != nil {
-		return err
-	}
 	enf, err := enforcer()
 	if err != nil {
 		return err
 	}
-	s := &fwimages.Store{Dir: o.dir, BaseURL: o.url, MaxBytes: o.max, Guard: &guard.Guard{Enforcer: enf, Audit: audit.New(db.Client, log)}}
-	return fn(ctx, s)
+	return withAudit(cmd, g, func(ctx context.Context, _ *store.DB, a *audit.Log) error {
+		return fn(ctx, &fwimages.Store{Dir: o.dir, BaseURL: o.url, MaxBytes: o.max, Guard: &guard.Guard{Enforcer: enf, Audit: a}})
+	})
 }
 
 func firmwareAddCmd() *cobra.Command {

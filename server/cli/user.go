@@ -16,6 +16,7 @@ import (
 	"github.com/anvilproject/anvil/policies"
 	"github.com/anvilproject/anvil/server/audit"
 	"github.com/anvilproject/anvil/server/identity"
+	"github.com/anvilproject/anvil/server/store"
 )
 
 // operator is the principal the audit log records for CLI changes: whoever
@@ -28,8 +29,9 @@ func operator(ctx context.Context) context.Context {
 	return policies.WithPrincipal(ctx, &policies.Principal{User: name, System: true, Roles: policies.ExpandRoles([]string{"admin"}), Method: "cli"})
 }
 
-// withIdentity opens the database and runs fn with the identity service.
-func withIdentity(cmd *cobra.Command, g *globals, fn func(ctx context.Context, ids *identity.Service) error) error {
+// withAudit opens the database and runs fn as the CLI's operator, with
+// the audit log the command's changes are recorded in.
+func withAudit(cmd *cobra.Command, g *globals, fn func(ctx context.Context, db *store.DB, a *audit.Log) error) error {
 	ctx := operator(cmd.Context())
 	db, err := g.open(ctx)
 	if err != nil {
@@ -40,7 +42,14 @@ func withIdentity(cmd *cobra.Command, g *globals, fn func(ctx context.Context, i
 	if err != nil {
 		return err
 	}
-	return fn(ctx, identity.New(db, audit.New(db.Client, log)))
+	return fn(ctx, db, audit.New(db.Client, log))
+}
+
+// withIdentity opens the database and runs fn with the identity service.
+func withIdentity(cmd *cobra.Command, g *globals, fn func(ctx context.Context, ids *identity.Service) error) error {
+	return withAudit(cmd, g, func(ctx context.Context, db *store.DB, a *audit.Log) error {
+		return fn(ctx, identity.New(db, a))
+	})
 }
 
 func userCmd() *cobra.Command {

@@ -131,7 +131,18 @@ func (c *Client) Do(t testing.TB, method, path string, body any) *Response {
 		}
 		rd = bytes.NewReader(raw)
 	}
-	req, err := http.NewRequest(method, c.Base+path, rd)
+	ct := ""
+	if rd != nil {
+		ct = "application/json"
+	}
+	return c.DoRaw(t, method, path, rd, ct)
+}
+
+// DoRaw sends body as it is, streamed, with content type ct (none when
+// empty).
+func (c *Client) DoRaw(t testing.TB, method, path string, body io.Reader, ct string) *Response {
+	t.Helper()
+	req, err := http.NewRequest(method, c.Base+path, body)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -141,8 +152,8 @@ func (c *Client) Do(t testing.TB, method, path string, body any) *Response {
 	if c.Version != "" {
 		req.Header.Set("X-OpenStack-Ironic-API-Version", c.Version)
 	}
-	if rd != nil {
-		req.Header.Set("Content-Type", "application/json")
+	if ct != "" {
+		req.Header.Set("Content-Type", ct)
 	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
