@@ -174,13 +174,13 @@ func (fs fieldSet) needs(field string) bool {
 	return false
 }
 
-func writeNode(w *jw, v *nodes.View, fs fieldSet, ver Version, base string) {
-	w.base = base
+// writeNode writes one node; w's base must be set.
+func writeNode(w *jw, v *nodes.View, fs fieldSet, ver Version) {
 	w.open()
 	for _, i := range fs {
 		nodeFields[i].write(w, v, ver)
 	}
-	w.links(base+"/v1/nodes/"+v.UUID, base+"/nodes/"+v.UUID)
+	w.nodeLinks("links", v.UUID, "")
 	w.close()
 }
 

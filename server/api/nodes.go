@@ -25,8 +25,8 @@ func (a *API) listNodes(detail bool) fiber.Handler {
 		if err != nil {
 			return err
 		}
-		base := baseURL(c)
 		w := &jw{b: make([]byte, 0, 256+len(page.Nodes)*len(fs)*48)}
+		w.setBase(baseURL(c))
 		if err := a.withRings(c, w, fs); err != nil {
 			return err
 		}
@@ -35,7 +35,7 @@ func (a *API) listNodes(detail bool) fiber.Handler {
 			if i > 0 {
 				w.b = append(w.b, ',')
 			}
-			writeNode(w, n, fs, v, base)
+			writeNode(w, n, fs, v)
 		}
 		w.b = append(w.b, ']')
 		if page.More && len(page.Nodes) > 0 {
@@ -256,7 +256,8 @@ func (a *API) sendNode(c *fiber.Ctx, n *nodes.View, fs fieldSet, v Version, stat
 	if err := a.withRings(c, w, fs); err != nil {
 		return err
 	}
-	writeNode(w, n, fs, v, baseURL(c))
+	w.setBase(baseURL(c))
+	writeNode(w, n, fs, v)
 	c.Set(fiber.HeaderContentType, fiber.MIMEApplicationJSON)
 	return c.Status(status).Send(w.b)
 }
