@@ -145,9 +145,6 @@ func (s *Service) List(ctx context.Context, o ListOptions) (*Page, error) {
 	if o.Numbered && o.Offset > 0 {
 		q = q.Offset(o.Offset)
 	}
-	if o.WithTraits {
-		q = q.WithTraits(func(tq *ent.TraitQuery) { tq.Select(trait.FieldNodeID, trait.FieldTrait) })
-	}
 	if o.WithAllocation {
 		q = q.WithAllocation(func(aq *ent.AllocationQuery) { aq.Select(allocation.FieldNodeID, allocation.FieldUUID) })
 	}
@@ -173,15 +170,18 @@ func (s *Service) List(ctx context.Context, o ListOptions) (*Page, error) {
 	if page.More {
 		ns = ns[:o.Limit]
 	}
+	var traits map[int][]string
+	if o.WithTraits {
+		if traits, err = s.traitsOf(ctx, ns); err != nil {
+			return nil, err
+		}
+	}
 	r := newRedactor(s.guard)
 	page.Nodes = make([]*View, len(ns))
 	for i, n := range ns {
-		var ts []string
-		if o.WithTraits {
-			ts = make([]string, len(n.Edges.Traits))
-			for j, t := range n.Edges.Traits {
-				ts[j] = t.Trait
-			}
+		ts := traits[n.ID]
+		if o.WithTraits && ts == nil {
+			ts = []string{}
 		}
 		page.Nodes[i] = r.view(ctx, n, ts)
 	}
