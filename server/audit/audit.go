@@ -88,12 +88,13 @@ func (l *Log) Record(ctx context.Context, e Entry) {
 	}
 }
 
-// AllowedIn stores the row of a mutation that is about to commit in the
-// transaction tx, so the change and its audit row land together or not
-// at all, in one commit instead of two.
-func (l *Log) AllowedIn(ctx context.Context, tx *ent.Client, rule, targetType, targetID string, detail map[string]any) error {
+// AllowedRow is the row of an allowed mutation, for the caller to insert
+// in the transaction that makes the change, so the change and its audit
+// row land together or not at all, in one commit instead of two; the
+// conductor inserts a whole batch's rows in one statement.
+func (l *Log) AllowedRow(ctx context.Context, rule, targetType, targetID string, detail map[string]any) *ent.AuditEventCreate {
 	e := Entry{Rule: rule, TargetType: targetType, TargetID: targetID, Result: Allowed, Status: 200, Detail: detail}
-	return l.create(ctx, tx, e).Exec(ctx)
+	return l.create(ctx, l.db, e)
 }
 
 // create logs e and returns its row for db (a client or a transaction's).

@@ -475,9 +475,7 @@ func (o *Ops) Provision(ctx context.Context, ident string, r ProvisionRequest) (
 	case slices.Contains(undeployVerbs, r.Target):
 		return c.undeploy(ctx, n, tr, who)
 	}
-	w := write{updates: []func(tx *ent.Client) error{func(tx *ent.Client) error {
-		return o.Guard.Audit.AllowedIn(ctx, tx, RuleProvision, "node", n.UUID, detail)
-	}}}
+	w := write{audits: []*ent.AuditEventCreate{o.Guard.Audit.AllowedRow(ctx, RuleProvision, "node", n.UUID, detail)}}
 	if tr.via == "" {
 		w.events = []history.Event{{NodeID: n.ID, Type: "provision", User: who, Conductor: c.cfg.Name,
 			Message: fmt.Sprintf("%s: %s -> %s", r.Target, n.ProvisionState, tr.to)}}

@@ -8,12 +8,9 @@ import (
 	"time"
 
 	"entgo.io/ent/dialect"
-	"entgo.io/ent/dialect/sql"
-	"entgo.io/ent/dialect/sql/sqljson"
 
 	"github.com/anvilproject/anvil/ent"
 	"github.com/anvilproject/anvil/ent/node"
-	"github.com/anvilproject/anvil/ent/predicate"
 	"github.com/anvilproject/anvil/server/bmc"
 	"github.com/anvilproject/anvil/server/history"
 	"github.com/anvilproject/anvil/server/nodes"
@@ -53,9 +50,10 @@ const abortPoll = 200 * time.Millisecond
 // that commit is grouped with other nodes' (see committer). A step's end
 // is still durable before the next step runs, so a crash never loses a
 // step that ran without also losing the start of the one after it. Each
-// write is one UPDATE fenced by this conductor's lock, and the start of
-// a step also by the abort flag, so no read precedes it; the last one
-// releases the lock. run names the phase (clean, service, deploy,
+// write is fenced by this conductor's lock, and the start of a step also
+// by the abort flag, so no read precedes it; the starts of a batch's
+// nodes share one UPDATE (startSteps), and the last write releases the
+// lock. run names the phase (clean, service, deploy,
 // automated clean); its kind names the events and step fields. started
 // says the claim already recorded the start of the first step (see
 // firstStep), so the run begins by executing it.
@@ -74,10 +72,10 @@ func (c *Conductor) runSteps(n *ent.Node, run string, steps []Step, who string, 
 	// carry holds. A database that cannot be reached (a restart, a
 	// failover) is waited for, so a run is not failed for it; a write
 	// that fails otherwise leaves carry for the failure record to take.
-	commit := func(set func(u *ent.NodeUpdate), step map[string]any, extra ...predicate.Node) error {
+	commit := func(set func(u *ent.NodeUpdate), step map[string]any) error {
 		power := carry.power
 		upd := func(tx *ent.Client) error {
-			u := tx.Node.Update().Where(append([]predicate.Node{node.ID(id), node.Reservation(c.cfg.Name)}, extra...)...)
+			u := tx.Node.Update().Where(node.ID(id), node.Reservation(c.cfg.Name))
 			set(u)
 			if power != "" {
 				u.SetPowerState(power)
@@ -94,6 +92,15 @@ func (c *Conductor) runSteps(n *ent.Node, run string, steps []Step, who string, 
 		err := c.durably(ctx, func() error {
 			return c.commits.do(ctx, c.db, write{updates: []func(tx *ent.Client) error{upd}, events: carry.events})
 		})
+		if err == nil {
+			carry.power, carry.events = "", nil
+		}
+		return err
+	}
+	// start records the start of a step, with carry, as a stepStart.
+	start := func(info map[string]any, step map[string]any) error {
+		w := write{start: &stepStart{id: id, holder: c.cfg.Name, state: ph.running, info: info, kind: kind, step: step, power: carry.power}, events: carry.events}
+		err := c.durably(ctx, func() error { return c.commits.do(ctx, c.db, w) })
 		if err == nil {
 			carry.power, carry.events = "", nil
 		}
@@ -141,7 +148,7 @@ func (c *Conductor) runSteps(n *ent.Node, run string, steps []Step, who string, 
 			// The abort flag is part of the UPDATE's condition, so an abort
 			// committed before it is seen and one after it waits for the
 			// next step: the flag is never overwritten unseen.
-			err := commit(func(u *ent.NodeUpdate) { u.SetProvisionState(ph.running).SetDriverInternalInfo(info) }, st.asMap(), notAborted)
+			err := start(info, st.asMap())
 			if errors.Is(err, errFenced) {
 				// Aborted, or the lock is gone (then the failure's own
 				// fenced write does nothing).
@@ -244,11 +251,6 @@ func (c *Conductor) stepEvent(id int, kind, who, sev, msg string) history.Event 
 // conductor's to work, or whose run was asked to abort.
 var errFenced = errors.New("node lock lost or abort requested")
 
-// notAborted holds for a node whose run was not asked to abort.
-var notAborted = predicate.Node(func(s *sql.Selector) {
-	s.Where(sql.Not(sqljson.HasKey(s.C(node.FieldDriverInternalInfo), sqljson.Path(abortRequestedField))))
-})
-
 // retryFor bounds how long a write waits for the database to come back.
 const retryFor = 2 * time.Minute
 
@@ -272,7 +274,14 @@ func (c *Conductor) durably(ctx context.Context, fn func() error) error {
 // commit together.
 type write struct {
 	updates []func(tx *ent.Client) error
-	events  []history.Event
+	// start, when set, is a step start that goes with the batch's others
+	// in one statement (startSteps); events are then recorded only if it
+	// was not fenced.
+	start  *stepStart
+	events []history.Event
+	// audits are the rows that record the change, inserted with the
+	// batch's others in one statement.
+	audits []*ent.AuditEventCreate
 }
 
 // committer groups the step writes of many nodes into few transactions:
@@ -330,33 +339,78 @@ func (g *committer) drain(ctx context.Context, db *store.DB) {
 		batch := g.queue[:min(len(g.queue), maxBatch)]
 		g.queue = g.queue[len(batch):]
 		g.mu.Unlock()
-		err := commitBatch(ctx, db, batch)
+		fenced, err := commitBatch(ctx, db, batch)
 		if err == nil || len(batch) == 1 {
 			for _, p := range batch {
-				p.done <- err
+				p.done <- orFenced(err, fenced[p])
 			}
 			continue
 		}
 		// One failed write must not fail its neighbours: each alone.
 		for _, p := range batch {
-			p.done <- commitBatch(ctx, db, []*pendingWrite{p})
+			fenced, err := commitBatch(ctx, db, []*pendingWrite{p})
+			p.done <- orFenced(err, fenced[p])
 		}
 	}
 }
 
-func commitBatch(ctx context.Context, db *store.DB, batch []*pendingWrite) error {
-	return store.WithTx(ctx, db, func(tx *ent.Client) error {
-		var events []history.Event
+func orFenced(err error, fenced bool) error {
+	if err == nil && fenced {
+		return errFenced
+	}
+	return err
+}
+
+// commitBatch commits a batch in one transaction and reports the step
+// starts that were fenced; their events are not recorded.
+func commitBatch(ctx context.Context, db *store.DB, batch []*pendingWrite) (map[*pendingWrite]bool, error) {
+	var fenced map[*pendingWrite]bool
+	err := store.WithTx(ctx, db, func(tx *ent.Client) error {
+		fenced = nil
+		var (
+			events []history.Event
+			starts []*stepStart
+			audits []*ent.AuditEventCreate
+		)
 		for _, p := range batch {
 			for _, fn := range p.updates {
 				if err := fn(tx); err != nil {
 					return err
 				}
 			}
+			audits = append(audits, p.audits...)
+			if p.start != nil {
+				starts = append(starts, p.start)
+				continue
+			}
 			events = append(events, p.events...)
+		}
+		if len(starts) > 0 {
+			done, err := startSteps(ctx, tx, db.Dialect, starts)
+			if err != nil {
+				return err
+			}
+			for _, p := range batch {
+				switch {
+				case p.start == nil:
+				case done[p.start.id]:
+					events = append(events, p.events...)
+				default:
+					if fenced == nil {
+						fenced = map[*pendingWrite]bool{}
+					}
+					fenced[p] = true
+				}
+			}
+		}
+		if len(audits) > 0 {
+			if err := tx.AuditEvent.CreateBulk(audits...).Exec(ctx); err != nil {
+				return err
+			}
 		}
 		return history.RecordAll(ctx, tx, events)
 	})
+	return fenced, err
 }
 
 func (c *Conductor) abortRequested(ctx context.Context, id int) bool {

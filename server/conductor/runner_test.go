@@ -2,6 +2,7 @@ package conductor
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"strings"
@@ -122,6 +123,68 @@ func TestStepsRecordEachStepAndHonourAbort(t *testing.T) {
 		}
 		if got.ProvisionState != nodes.StateCleaning || got.Reservation == nil || *got.Reservation != "other" || got.PowerState != nil || len(events(t, db, taken.ID)) != 0 {
 			t.Errorf("fenced run: state %s, reservation %v, power %v, events %v", got.ProvisionState, got.Reservation, got.PowerState, events(t, db, taken.ID))
+		}
+	})
+}
+
+// TestStepStartsShareOneStatement sends many nodes' step starts at once,
+// so batches hold several: each start is fenced alone (an abort request,
+// another conductor's lock), the others land with their fields and
+// events, and a fenced one records nothing.
+func TestStepStartsShareOneStatement(t *testing.T) {
+	storetest.Each(t, func(t *testing.T, _ string, db *store.DB) {
+		ctx := context.Background()
+		var g committer
+		const count = 60
+		ns := make([]*ent.Node, count)
+		for i := range ns {
+			var info map[string]any
+			if i%3 == 1 {
+				info = map[string]any{abortRequestedField: true, "keep": "x"}
+			}
+			ns[i] = fakeNode(t, db, info)
+			if i%3 == 2 {
+				if err := db.Node.UpdateOneID(ns[i].ID).SetReservation("other").Exec(ctx); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		kind := func(i int) string { return []string{"clean", "service"}[i/3%2] }
+		errsSeen := make([]error, count)
+		var wg sync.WaitGroup
+		for i, n := range ns {
+			wg.Go(func() {
+				s := &stepStart{id: n.ID, holder: "test", state: nodes.StateCleanWait, kind: kind(i),
+					info: map[string]any{"clean_step_index": i}, step: map[string]any{"interface": "power", "step": "power_on", "n": i}}
+				if i%2 == 0 {
+					s.power = "power on"
+				}
+				errsSeen[i] = g.do(ctx, db, write{start: s, events: []history.Event{{NodeID: n.ID, Type: "clean", Message: fmt.Sprintf("start %d", i)}}})
+			})
+		}
+		wg.Wait()
+		for i, n := range ns {
+			got, err := db.Node.Get(ctx, n.ID)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ev := events(t, db, n.ID)
+			if i%3 != 0 {
+				if !errors.Is(errsSeen[i], errFenced) || got.ProvisionState != nodes.StateCleaning || got.CleanStep != nil || got.ServiceStep != nil || got.PowerState != nil || len(ev) != 0 {
+					t.Errorf("fenced node %d: err %v, state %s, clean_step %v, service_step %v, power %v, events %v", i, errsSeen[i], got.ProvisionState, got.CleanStep, got.ServiceStep, got.PowerState, ev)
+				}
+				continue
+			}
+			step, other := got.CleanStep, got.ServiceStep
+			if kind(i) == "service" {
+				step, other = other, step
+			}
+			wantPower := i%2 == 0
+			if errsSeen[i] != nil || got.ProvisionState != nodes.StateCleanWait || fmt.Sprint(step["n"]) != fmt.Sprint(i) || other != nil ||
+				fmt.Sprint(got.DriverInternalInfo["clean_step_index"]) != fmt.Sprint(i) || (got.PowerState != nil) != wantPower ||
+				strings.Join(ev, "|") != fmt.Sprintf("start %d", i) {
+				t.Errorf("node %d (%s): err %v, state %s, step %v, other %v, info %v, power %v, events %v", i, kind(i), errsSeen[i], got.ProvisionState, step, other, got.DriverInternalInfo, got.PowerState, ev)
+			}
 		}
 	})
 }
