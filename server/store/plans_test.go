@@ -3,6 +3,7 @@ package store_test
 import (
 	"context"
 	"database/sql"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -94,4 +95,43 @@ func column(t *testing.T, db *sql.DB, col int, query string) []string {
 		t.Fatal(err)
 	}
 	return out
+}
+
+// TestReanalyzeFollowsTheFleet: statistics taken on an empty table are
+// retaken once nodes arrive, and not again until the count moves by a
+// tenth.
+func TestReanalyzeFollowsTheFleet(t *testing.T) {
+	storetest.Each(t, func(t *testing.T, setting string, db *store.DB) {
+		ctx := context.Background()
+		analyzed, err := db.Reanalyze(ctx, -1)
+		if err != nil || analyzed != 0 {
+			t.Fatalf("first analysis: %d, %v", analyzed, err)
+		}
+		insert := func(from, to int) {
+			for i := from; i < to; i++ {
+				if err := db.Node.Create().SetUUID(fmt.Sprintf("00000000-0000-4000-8000-%012d", i)).SetDriver("fake").Exec(ctx); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		insert(0, 50)
+		if analyzed, err = db.Reanalyze(ctx, analyzed); err != nil || analyzed != 50 {
+			t.Fatalf("after 50 nodes: statistics at %d, %v; want 50", analyzed, err)
+		}
+		rows := "SELECT stat FROM sqlite_stat1 WHERE tbl = 'nodes' AND idx = 'nodes_uuid_key'"
+		if db.Dialect == dialect.Postgres {
+			rows = "SELECT reltuples::bigint::text FROM pg_class WHERE oid = 'nodes'::regclass"
+		}
+		if got := column(t, db.SQL, 0, rows); len(got) != 1 || !strings.HasPrefix(got[0], "50") {
+			t.Errorf("the planner thinks nodes holds %v rows, want 50", got)
+		}
+		insert(50, 54)
+		if again, err := db.Reanalyze(ctx, analyzed); err != nil || again != 50 {
+			t.Errorf("4 more nodes re-analyzed (statistics at %d, %v); a tenth is the threshold", again, err)
+		}
+		insert(54, 56)
+		if again, err := db.Reanalyze(ctx, analyzed); err != nil || again != 56 {
+			t.Errorf("6 more nodes than analyzed: statistics at %d, %v; want 56", again, err)
+		}
+	})
 }

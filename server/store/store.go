@@ -183,6 +183,25 @@ func (d *DB) Analyze(ctx context.Context) error {
 	return nil
 }
 
+// Reanalyze runs Analyze again when the node count has moved by more than
+// a tenth (or from none) since the count given, and returns the count
+// the statistics now reflect. Statistics taken at start-up describe the
+// fleet of that moment: a server started empty and then given 10,000
+// nodes would plan every list as if the table held none.
+func (d *DB) Reanalyze(ctx context.Context, analyzed int) (int, error) {
+	n, err := d.Node.Query().Count(ctx)
+	if err != nil {
+		return analyzed, err
+	}
+	if diff := n - analyzed; max(diff, -diff)*10 > analyzed {
+		if err := d.Analyze(ctx); err != nil {
+			return analyzed, err
+		}
+		return n, nil
+	}
+	return analyzed, nil
+}
+
 // Close closes the client and the pool.
 func (d *DB) Close() error { return d.Client.Close() }
 
