@@ -115,11 +115,11 @@ func pgRestartUnavailable() string {
 	if !*pgRestart {
 		return "-soak.pg-restart=false"
 	}
-	if v := os.Getenv("ANVIL_TEST_PG"); v != "" && v != storetest.DefaultPG {
-		return "ANVIL_TEST_PG names another server than the local cluster"
+	if v := os.Getenv("ANVIL_TEST_PG"); v != "" && v != storetest.DefaultPG && *pgCluster == "main" {
+		return "ANVIL_TEST_PG names another server than the local cluster; name its cluster with -soak.pg-cluster"
 	}
-	if _, err := os.Stat(filepath.Join("/etc/postgresql", pgVersion, "main")); err != nil {
-		return "no local cluster " + pgVersion + "/main"
+	if _, err := os.Stat(filepath.Join("/etc/postgresql", pgVersion, *pgCluster)); err != nil {
+		return "no local cluster " + pgVersion + "/" + *pgCluster
 	}
 	if _, err := exec.LookPath("pg_ctlcluster"); err != nil {
 		return "pg_ctlcluster is not installed"
@@ -134,7 +134,7 @@ func pgRestartUnavailable() string {
 // then until every replica answers again (plus 5 s).
 func (s *soak) restartPostgres(t *testing.T) {
 	start := time.Now()
-	out, err := exec.Command("pg_ctlcluster", "--skip-systemctl-redirect", pgVersion, "main", "restart").CombinedOutput()
+	out, err := exec.Command("pg_ctlcluster", "--skip-systemctl-redirect", pgVersion, *pgCluster, "restart").CombinedOutput()
 	if err != nil {
 		t.Errorf("pg_ctlcluster restart: %v\n%s", err, out)
 		return

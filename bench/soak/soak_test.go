@@ -47,6 +47,9 @@ var (
 	run       = flag.Bool("soak", false, "run the soak-and-fault test outside CI (the CI length)")
 	full      = flag.Bool("soak.full", false, "run the full soak: 6 minutes of load")
 	pgRestart = flag.Bool("soak.pg-restart", true, "restart PostgreSQL once during the load (pg_ctlcluster; disrupts everything else using it)")
+	// A cluster of its own (with ANVIL_TEST_PG naming its port) lets the
+	// full soak restart PostgreSQL while other work uses the main one.
+	pgCluster = flag.String("soak.pg-cluster", "main", "the local PostgreSQL cluster (of version "+pgVersion+") that ANVIL_TEST_PG points at and the soak restarts")
 	fleet     = flag.Int("soak.nodes", 10000, "fake nodes enrolled")
 )
 
