@@ -11,6 +11,7 @@ import (
 
 	"github.com/anvilproject/anvil/ent"
 	"github.com/anvilproject/anvil/ent/node"
+	"github.com/anvilproject/anvil/policies"
 	"github.com/anvilproject/anvil/server/bmc"
 	"github.com/anvilproject/anvil/server/history"
 	"github.com/anvilproject/anvil/server/nodes"
@@ -310,6 +311,18 @@ const (
 
 // do commits w, grouped with whatever else is waiting.
 func (g *committer) do(ctx context.Context, db *store.DB, w write) error {
+	// A batch carries other callers' writes, so each event takes its
+	// acting project from its own caller, and the batch runs with none.
+	if pr := policies.PrincipalFrom(ctx); pr != nil && pr.Project != "" {
+		evs := make([]history.Event, len(w.events))
+		for i, e := range w.events {
+			if e.Project == "" {
+				e.Project = pr.Project
+			}
+			evs[i] = e
+		}
+		w.events = evs
+	}
 	p := &pendingWrite{write: w, done: make(chan error, 1)}
 	limit := 1
 	if db.Dialect == dialect.Postgres {
@@ -319,9 +332,9 @@ func (g *committer) do(ctx context.Context, db *store.DB, w write) error {
 	g.queue = append(g.queue, p)
 	if g.running < limit {
 		g.running++
-		// The batch is others' too: one caller going away must not
-		// cancel it.
-		go g.drain(context.WithoutCancel(ctx), db)
+		// The batch is others' too: one caller's cancellation or
+		// principal must not reach it.
+		go g.drain(context.Background(), db)
 	}
 	g.mu.Unlock()
 	return <-p.done

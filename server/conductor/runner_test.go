@@ -14,6 +14,7 @@ import (
 	"github.com/anvilproject/anvil/ent"
 	"github.com/anvilproject/anvil/ent/node"
 	"github.com/anvilproject/anvil/ent/nodeevent"
+	"github.com/anvilproject/anvil/policies"
 	"github.com/anvilproject/anvil/server/history"
 	"github.com/anvilproject/anvil/server/nodes"
 	"github.com/anvilproject/anvil/server/store"
@@ -184,6 +185,45 @@ func TestStepStartsShareOneStatement(t *testing.T) {
 				fmt.Sprint(got.DriverInternalInfo["clean_step_index"]) != fmt.Sprint(i) || (got.PowerState != nil) != wantPower ||
 				strings.Join(ev, "|") != fmt.Sprintf("start %d", i) {
 				t.Errorf("node %d (%s): err %v, state %s, step %v, other %v, info %v, power %v, events %v", i, kind(i), errsSeen[i], got.ProvisionState, step, other, got.DriverInternalInfo, got.PowerState, ev)
+			}
+		}
+	})
+}
+
+// TestBatchedEventsKeepTheirProject: writes of two projects' callers and
+// of the conductor itself share batches; each event records its own
+// caller's project (the conductor's none), never the project of
+// whichever caller happened to open the batch.
+func TestBatchedEventsKeepTheirProject(t *testing.T) {
+	storetest.Each(t, func(t *testing.T, _ string, db *store.DB) {
+		n := fakeNode(t, db, nil)
+		var g committer
+		callers := []string{"proj-a", "proj-b", ""}
+		const each = 40
+		var wg sync.WaitGroup
+		for i := range each * len(callers) {
+			project := callers[i%len(callers)]
+			ctx := context.Background()
+			if project != "" {
+				ctx = policies.WithPrincipal(ctx, &policies.Principal{User: "u-" + project, Project: project, Roles: []string{"member"}})
+			}
+			wg.Go(func() {
+				if err := g.do(ctx, db, write{events: []history.Event{{NodeID: n.ID, Type: "clean", Message: "by " + project}}}); err != nil {
+					t.Error(err)
+				}
+			})
+		}
+		wg.Wait()
+		evs, err := db.NodeEvent.Query().Where(nodeevent.HasNodeWith(node.ID(n.ID))).All(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(evs) != each*len(callers) {
+			t.Fatalf("%d events, want %d", len(evs), each*len(callers))
+		}
+		for _, e := range evs {
+			if want := strings.TrimPrefix(e.Event, "by "); e.Project != want {
+				t.Errorf("event %q recorded project %q", e.Event, e.Project)
 			}
 		}
 	})

@@ -30,6 +30,9 @@ type Event struct {
 	Message   string
 	User      string
 	Conductor string
+	// Project is the acting project; when empty, the one of the context
+	// the event is recorded with.
+	Project string
 }
 
 // Record writes e with client (which may be a transaction's client).
@@ -75,7 +78,10 @@ func RecordAll(ctx context.Context, client *ent.Client, events []Event) error {
 			SetUUID(uuid.NewString()).SetNodeID(e.NodeID).SetSeverity(e.Severity).
 			SetEventType(e.Type).SetEvent(e.Message).SetUser(e.User).SetConductor(e.Conductor).
 			SetState(n.ProvisionState).SetNillableTargetProvisionState(n.TargetProvisionState)
-		if p != nil {
+		switch {
+		case e.Project != "":
+			c.SetProject(e.Project)
+		case p != nil:
 			c.SetProject(p.Project)
 		}
 		if n.ProvisionUpdatedAt != nil {
