@@ -115,6 +115,9 @@ func TestNodeListFilters(t *testing.T) {
 		}{
 			{"", []string{"f-00", "f-01", "f-02", "f-03", "f-04", "f-05", "f-06", "f-07", "f-08", "f-09", "f-10", "f-11"}},
 			{"q=F-1", []string{"f-10", "f-11"}},
+			// LIKE's wildcards in a search are plain characters.
+			{"q=f_1", nil},
+			{"q=%25", nil},
 			{"q=" + ids["f-03"][:8], []string{"f-03"}},
 			{"state=clean+failed", []string{"f-05"}},
 			{"power=power+on", []string{"f-02"}},
