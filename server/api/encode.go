@@ -2,6 +2,8 @@ package api
 
 import (
 	"encoding/json"
+	"math"
+	"slices"
 	"strconv"
 	"time"
 	"unicode/utf8"
@@ -98,14 +100,87 @@ func (w *jw) any(k string, v any) {
 }
 
 func (w *jw) obj(k string, m map[string]any) {
+	w.key(k)
 	if len(m) == 0 {
 		// Most nodes' dict fields are empty; a detailed list has several
 		// per node, so they skip the encoder.
-		w.key(k)
 		w.b = append(w.b, "{}"...)
 		return
 	}
-	w.any(k, m)
+	if b, ok := appendValue(w.b, m); ok {
+		w.b = b
+		return
+	}
+	b, err := json.Marshal(m)
+	if err != nil {
+		b = []byte("null")
+	}
+	w.b = append(w.b, b...)
+}
+
+// appendValue appends v as encoding/json would, byte for byte, for what
+// decoded JSON holds (maps, lists, strings, float64s, booleans, null),
+// and reports false for anything else, which the caller hands to
+// encoding/json. A detailed page holds thousands of small dicts
+// (properties, driver_info, instance_info, steps), and reflection plus a
+// buffer per dict was most of their cost.
+func appendValue(b []byte, v any) ([]byte, bool) {
+	switch x := v.(type) {
+	case nil:
+		return append(b, "null"...), true
+	case string:
+		return appendString(b, x), true
+	case bool:
+		return strconv.AppendBool(b, x), true
+	case float64:
+		if math.IsNaN(x) || math.IsInf(x, 0) {
+			return b, false
+		}
+		// encoding/json's float format: plain unless very small or large,
+		// and an exponent without a leading zero.
+		format := byte('f')
+		if abs := math.Abs(x); abs != 0 && (abs < 1e-6 || abs >= 1e21) {
+			format = 'e'
+		}
+		b = strconv.AppendFloat(b, x, format, -1, 64)
+		if n := len(b); format == 'e' && n >= 4 && b[n-4] == 'e' && b[n-3] == '-' && b[n-2] == '0' {
+			b[n-2] = b[n-1]
+			b = b[:n-1]
+		}
+		return b, true
+	case []any:
+		b = append(b, '[')
+		for i, e := range x {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			var ok bool
+			if b, ok = appendValue(b, e); !ok {
+				return b, false
+			}
+		}
+		return append(b, ']'), true
+	case map[string]any:
+		keys := make([]string, 0, len(x))
+		for k := range x {
+			keys = append(keys, k)
+		}
+		slices.Sort(keys)
+		b = append(b, '{')
+		for i, k := range keys {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			b = appendString(b, k)
+			b = append(b, ':')
+			var ok bool
+			if b, ok = appendValue(b, x[k]); !ok {
+				return b, false
+			}
+		}
+		return append(b, '}'), true
+	}
+	return b, false
 }
 
 func (w *jw) strs(k string, v []string) {
