@@ -114,9 +114,6 @@ type App struct {
 	Metrics   *obs.Metrics
 	opts      Options
 	accessLog float64
-	// analyzed is the node count the planner's statistics were taken at;
-	// only keepAnalyzed changes it after New.
-	analyzed int
 }
 
 // New opens the database, migrates it and builds the app.
@@ -136,9 +133,7 @@ func New(ctx context.Context, o Options) (*App, error) {
 		db.Close()
 		return nil, err
 	}
-	// Statistics for the fleet as it is now; Serve keeps them current.
-	analyzed, err := db.Reanalyze(ctx, -1)
-	if err != nil {
+	if err := db.Analyze(ctx); err != nil {
 		db.Close()
 		return nil, err
 	}
@@ -147,7 +142,7 @@ func New(ctx context.Context, o Options) (*App, error) {
 		db.Close()
 		return nil, fmt.Errorf("policy: %w", err)
 	}
-	a := &App{DB: db, Policy: enf, Metrics: obs.NewMetrics(), opts: o, accessLog: access, analyzed: analyzed}
+	a := &App{DB: db, Policy: enf, Metrics: obs.NewMetrics(), opts: o, accessLog: access}
 	// The pool's counters (go_sql_*: open, in use, waits, closed for being
 	// idle) show whether --db-max-open and --db-max-idle fit the load.
 	a.Metrics.Registry.MustRegister(collectors.NewDBStatsCollector(db.SQL, "anvil"))
@@ -323,7 +318,6 @@ func (a *App) Serve(ctx context.Context, ln net.Listener) error {
 	auditDone := make(chan struct{})
 	go func() { a.Audit.Run(actx); close(auditDone) }()
 	defer func() { stopAudit(); <-auditDone }()
-	go a.keepAnalyzed(ctx)
 	if a.Firmware.BaseURL == "" {
 		u, err := config.PublicURL(ln.Addr().String())
 		if err != nil {
@@ -349,30 +343,6 @@ func (a *App) Serve(ctx context.Context, ln net.Listener) error {
 		return err
 	}
 	return nil
-}
-
-// reanalyzeEvery is how often the node count is checked against the one
-// the planner's statistics were taken at.
-const reanalyzeEvery = 10 * time.Minute
-
-// keepAnalyzed re-analyzes when the fleet has grown or shrunk by a
-// tenth, so list plans follow enrolment instead of the start-up fleet.
-func (a *App) keepAnalyzed(ctx context.Context) {
-	t := time.NewTicker(reanalyzeEvery)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-			n, err := a.DB.Reanalyze(ctx, a.analyzed)
-			if err != nil {
-				a.opts.Log.Warn("refreshing planner statistics", "err", err)
-				continue
-			}
-			a.analyzed = n
-		}
-	}
 }
 
 // Close stores the denials not yet written and releases the database.

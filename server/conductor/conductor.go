@@ -135,6 +135,17 @@ func (c *Conductor) Start(ctx context.Context, listen string) error {
 	}
 	c.loop(c.cfg.Heartbeat, c.heartbeat)
 	c.loop(c.cfg.Heartbeat, c.takeOver)
+	// The server analyzed the database at start-up; the statistics then
+	// follow the fleet as it is enrolled or retired (store.Reanalyze).
+	analyzed, err := c.db.Node.Query().Count(ctx)
+	if err != nil {
+		return err
+	}
+	c.loop(reanalyzeEvery, func(ctx context.Context) error {
+		n, err := c.db.Reanalyze(ctx, analyzed)
+		analyzed = n
+		return err
+	})
 	if c.alloc != nil {
 		c.allocationLoop()
 	}
@@ -143,6 +154,10 @@ func (c *Conductor) Start(ctx context.Context, listen string) error {
 	}
 	return nil
 }
+
+// reanalyzeEvery is how often the node count is compared with the one
+// the planner's statistics were taken at.
+const reanalyzeEvery = 10 * time.Minute
 
 func (c *Conductor) loop(every time.Duration, fn func(context.Context) error) {
 	c.work.Add(1)
