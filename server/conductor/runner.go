@@ -53,8 +53,8 @@ const abortPoll = 200 * time.Millisecond
 // step that ran without also losing the start of the one after it. Each
 // write is fenced by this conductor's lock, and the start of a step also
 // by the abort flag, so no read precedes it; the starts of a batch's
-// nodes share one UPDATE (startSteps), and the last write releases the
-// lock. run names the phase (clean, service, deploy,
+// nodes, and the ends of their successful runs, share one UPDATE
+// (writeSteps); the last write releases the lock. run names the phase (clean, service, deploy,
 // automated clean); its kind names the events and step fields. started
 // says the claim already recorded the start of the first step (see
 // firstStep), so the run begins by executing it.
@@ -98,9 +98,11 @@ func (c *Conductor) runSteps(n *ent.Node, run string, steps []Step, who string, 
 		}
 		return err
 	}
-	// start records the start of a step, with carry, as a stepStart.
-	start := func(info map[string]any, step map[string]any) error {
-		w := write{start: &stepStart{id: id, holder: c.cfg.Name, state: ph.running, info: info, kind: kind, step: step, power: carry.power}, events: carry.events}
+	// record writes a step's start, or the run's successful end, with
+	// whatever carry holds, as a stepWrite.
+	record := func(sw stepWrite) error {
+		sw.id, sw.holder, sw.kind, sw.power = id, c.cfg.Name, kind, carry.power
+		w := write{step: &sw, events: carry.events}
 		err := c.durably(ctx, func() error { return c.commits.do(ctx, c.db, w) })
 		if err == nil {
 			carry.power, carry.events = "", nil
@@ -108,11 +110,9 @@ func (c *Conductor) runSteps(n *ent.Node, run string, steps []Step, who string, 
 		return err
 	}
 	event := func(sev, msg string) history.Event { return c.stepEvent(id, kind, who, sev, msg) }
-	// end writes the run's last state and releases the lock with it; if
-	// it cannot, the lock is released alone, so it never outlives the run.
-	end := func(set func(u *ent.NodeUpdate), ev history.Event) {
-		carry.events = append(carry.events, ev)
-		err := commit(func(u *ent.NodeUpdate) { set(u); u.ClearReservation() }, map[string]any{})
+	// settle answers the run's last write: if it could not release the
+	// lock, the lock is released alone, so it never outlives the run.
+	settle := func(err error) {
 		switch {
 		case errors.Is(err, errFenced):
 			c.log.Warn("node lock lost during steps; another conductor recovered it", "node", id)
@@ -120,6 +120,11 @@ func (c *Conductor) runSteps(n *ent.Node, run string, steps []Step, who string, 
 			c.log.Error("recording the end of steps", "node", id, "err", err)
 			c.unlock(id)
 		}
+	}
+	// end writes the run's last state and releases the lock with it.
+	end := func(set func(u *ent.NodeUpdate), ev history.Event) {
+		carry.events = append(carry.events, ev)
+		settle(commit(func(u *ent.NodeUpdate) { set(u); u.ClearReservation() }, map[string]any{}))
 	}
 	// failWith records msg as last_error and msg plus detail in history:
 	// a BMC's address and dial error stay out of last_error.
@@ -149,7 +154,7 @@ func (c *Conductor) runSteps(n *ent.Node, run string, steps []Step, who string, 
 			// The abort flag is part of the UPDATE's condition, so an abort
 			// committed before it is seen and one after it waits for the
 			// next step: the flag is never overwritten unseen.
-			err := start(info, st.asMap())
+			err := record(stepWrite{state: ph.running, info: info, step: st.asMap()})
 			if errors.Is(err, errFenced) {
 				// Aborted, or the lock is gone (then the failure's own
 				// fenced write does nothing).
@@ -196,9 +201,8 @@ func (c *Conductor) runSteps(n *ent.Node, run string, steps []Step, who string, 
 	delete(info, kind+"_step_total")
 	// The final state and its event land together, so whoever sees the
 	// node done also sees why.
-	end(func(u *ent.NodeUpdate) {
-		u.SetProvisionState(ph.done).ClearTargetProvisionState().SetDriverInternalInfo(info).SetProvisionUpdatedAt(time.Now())
-	}, event(history.Info, fmt.Sprintf("All %d %s steps done; node is %s", len(steps), kind, ph.done)))
+	carry.events = append(carry.events, event(history.Info, fmt.Sprintf("All %d %s steps done; node is %s", len(steps), kind, ph.done)))
+	settle(record(stepWrite{state: ph.done, info: info, step: map[string]any{}, end: true, at: time.Now()}))
 }
 
 // firstStep prepares a claim that starts a run of steps to record the
@@ -275,10 +279,10 @@ func (c *Conductor) durably(ctx context.Context, fn func() error) error {
 // commit together.
 type write struct {
 	updates []func(tx *ent.Client) error
-	// start, when set, is a step start that goes with the batch's others
-	// in one statement (startSteps); events are then recorded only if it
+	// step, when set, is a step write that goes with the batch's others
+	// in one statement (writeSteps); events are then recorded only if it
 	// was not fenced.
-	start  *stepStart
+	step   *stepWrite
 	events []history.Event
 	// audits are the rows that record the change, inserted with the
 	// batch's others in one statement.
@@ -378,14 +382,14 @@ func orFenced(err error, fenced bool) error {
 }
 
 // commitBatch commits a batch in one transaction and reports the step
-// starts that were fenced; their events are not recorded.
+// writes that were fenced; their events are not recorded.
 func commitBatch(ctx context.Context, db *store.DB, batch []*pendingWrite) (map[*pendingWrite]bool, error) {
 	var fenced map[*pendingWrite]bool
 	err := store.WithTx(ctx, db, func(tx *ent.Client) error {
 		fenced = nil
 		var (
 			events []history.Event
-			starts []*stepStart
+			steps  []*stepWrite
 			audits []*ent.AuditEventCreate
 		)
 		for _, p := range batch {
@@ -395,21 +399,21 @@ func commitBatch(ctx context.Context, db *store.DB, batch []*pendingWrite) (map[
 				}
 			}
 			audits = append(audits, p.audits...)
-			if p.start != nil {
-				starts = append(starts, p.start)
+			if p.step != nil {
+				steps = append(steps, p.step)
 				continue
 			}
 			events = append(events, p.events...)
 		}
-		if len(starts) > 0 {
-			done, err := startSteps(ctx, tx, db.Dialect, starts)
+		if len(steps) > 0 {
+			done, err := writeSteps(ctx, tx, db.Dialect, steps)
 			if err != nil {
 				return err
 			}
 			for _, p := range batch {
 				switch {
-				case p.start == nil:
-				case done[p.start.id]:
+				case p.step == nil:
+				case done[p.step.id]:
 					events = append(events, p.events...)
 				default:
 					if fenced == nil {

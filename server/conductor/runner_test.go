@@ -8,6 +8,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/google/uuid"
 
@@ -128,15 +129,17 @@ func TestStepsRecordEachStepAndHonourAbort(t *testing.T) {
 	})
 }
 
-// TestStepStartsShareOneStatement sends many nodes' step starts at once,
-// so batches hold several: each start is fenced alone (an abort request,
-// another conductor's lock), the others land with their fields and
-// events, and a fenced one records nothing.
-func TestStepStartsShareOneStatement(t *testing.T) {
+// TestStepWritesShareOneStatement sends many nodes' step starts and run
+// ends at once, so batches hold several: each write is fenced alone
+// (another conductor's lock; for a start, also an abort request), the
+// others land with their fields and events, and a fenced one records
+// nothing.
+func TestStepWritesShareOneStatement(t *testing.T) {
 	storetest.Each(t, func(t *testing.T, _ string, db *store.DB) {
 		ctx := context.Background()
 		var g committer
-		const count = 60
+		const count = 72
+		at := time.Date(2026, 11, 23, 15, 0, 0, 0, time.UTC)
 		ns := make([]*ent.Node, count)
 		for i := range ns {
 			var info map[string]any
@@ -144,6 +147,9 @@ func TestStepStartsShareOneStatement(t *testing.T) {
 				info = map[string]any{abortRequestedField: true, "keep": "x"}
 			}
 			ns[i] = fakeNode(t, db, info)
+			if err := db.Node.UpdateOneID(ns[i].ID).SetTargetProvisionState(nodes.StateManageable).Exec(ctx); err != nil {
+				t.Fatal(err)
+			}
 			if i%3 == 2 {
 				if err := db.Node.UpdateOneID(ns[i].ID).SetReservation("other").Exec(ctx); err != nil {
 					t.Fatal(err)
@@ -151,16 +157,21 @@ func TestStepStartsShareOneStatement(t *testing.T) {
 			}
 		}
 		kind := func(i int) string { return []string{"clean", "service"}[i/3%2] }
+		// Every fourth write ends its run; the others start a step.
+		end := func(i int) bool { return i%4 == 0 }
 		errsSeen := make([]error, count)
 		var wg sync.WaitGroup
 		for i, n := range ns {
 			wg.Go(func() {
-				s := &stepStart{id: n.ID, holder: "test", state: nodes.StateCleanWait, kind: kind(i),
+				s := &stepWrite{id: n.ID, holder: "test", state: nodes.StateCleanWait, kind: kind(i),
 					info: map[string]any{"clean_step_index": i}, step: map[string]any{"interface": "power", "step": "power_on", "n": i}}
+				if end(i) {
+					s.end, s.at, s.state, s.step = true, at, nodes.StateManageable, map[string]any{}
+				}
 				if i%2 == 0 {
 					s.power = "power on"
 				}
-				errsSeen[i] = g.do(ctx, db, write{start: s, events: []history.Event{{NodeID: n.ID, Type: "clean", Message: fmt.Sprintf("start %d", i)}}})
+				errsSeen[i] = g.do(ctx, db, write{step: s, events: []history.Event{{NodeID: n.ID, Type: "clean", Message: fmt.Sprintf("write %d", i)}}})
 			})
 		}
 		wg.Wait()
@@ -170,7 +181,9 @@ func TestStepStartsShareOneStatement(t *testing.T) {
 				t.Fatal(err)
 			}
 			ev := events(t, db, n.ID)
-			if i%3 != 0 {
+			// Another conductor's lock fences every write; an abort
+			// request fences a start but not an end.
+			if i%3 == 2 || (i%3 == 1 && !end(i)) {
 				if !errors.Is(errsSeen[i], errFenced) || got.ProvisionState != nodes.StateCleaning || got.CleanStep != nil || got.ServiceStep != nil || got.PowerState != nil || len(ev) != 0 {
 					t.Errorf("fenced node %d: err %v, state %s, clean_step %v, service_step %v, power %v, events %v", i, errsSeen[i], got.ProvisionState, got.CleanStep, got.ServiceStep, got.PowerState, ev)
 				}
@@ -180,11 +193,21 @@ func TestStepStartsShareOneStatement(t *testing.T) {
 			if kind(i) == "service" {
 				step, other = other, step
 			}
+			wantState, wantStep := nodes.StateCleanWait, fmt.Sprint(i)
+			if end(i) {
+				wantState, wantStep = nodes.StateManageable, "<nil>"
+			}
 			wantPower := i%2 == 0
-			if errsSeen[i] != nil || got.ProvisionState != nodes.StateCleanWait || fmt.Sprint(step["n"]) != fmt.Sprint(i) || other != nil ||
+			if errsSeen[i] != nil || got.ProvisionState != wantState || fmt.Sprint(step["n"]) != wantStep || other != nil ||
 				fmt.Sprint(got.DriverInternalInfo["clean_step_index"]) != fmt.Sprint(i) || (got.PowerState != nil) != wantPower ||
-				strings.Join(ev, "|") != fmt.Sprintf("start %d", i) {
-				t.Errorf("node %d (%s): err %v, state %s, step %v, other %v, info %v, power %v, events %v", i, kind(i), errsSeen[i], got.ProvisionState, step, other, got.DriverInternalInfo, got.PowerState, ev)
+				strings.Join(ev, "|") != fmt.Sprintf("write %d", i) {
+				t.Errorf("node %d (%s, end %v): err %v, state %s, step %v, other %v, info %v, power %v, events %v", i, kind(i), end(i), errsSeen[i], got.ProvisionState, step, other, got.DriverInternalInfo, got.PowerState, ev)
+			}
+			switch {
+			case end(i) && (got.Reservation != nil || got.TargetProvisionState != nil || got.ProvisionUpdatedAt == nil || !got.ProvisionUpdatedAt.Equal(at)):
+				t.Errorf("ended node %d: reservation %v, target %v, provision_updated_at %v (want released, no target, %v)", i, got.Reservation, got.TargetProvisionState, got.ProvisionUpdatedAt, at)
+			case !end(i) && (got.Reservation == nil || *got.Reservation != "test" || got.TargetProvisionState == nil || got.ProvisionUpdatedAt != nil):
+				t.Errorf("started node %d: reservation %v, target %v, provision_updated_at %v (want kept)", i, got.Reservation, got.TargetProvisionState, got.ProvisionUpdatedAt)
 			}
 		}
 	})
