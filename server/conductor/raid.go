@@ -10,6 +10,7 @@ import (
 	"github.com/anvilproject/anvil/ent/node"
 	"github.com/anvilproject/anvil/server/bmc"
 	"github.com/anvilproject/anvil/server/history"
+	"github.com/anvilproject/anvil/server/nodes"
 )
 
 // execRAID builds or removes the node's logical disks through its BMC
@@ -20,6 +21,11 @@ func (c *Conductor) execRAID(ctx context.Context, n *ent.Node, cl bmc.Client, st
 	r, ok := cl.(bmc.RAID)
 	if !ok {
 		return fmt.Errorf("driver %s has no out-of-band RAID", n.Driver)
+	}
+	// agent RAID runs in a ramdisk Anvil does not have; no-raid is
+	// Ironic's way of turning RAID off for the node.
+	if impl := (&nodes.View{Node: n}).Interface("raid"); impl != "redfish" && impl != "fake" {
+		return fmt.Errorf("raid_interface %s does not build RAID out of band; set raid_interface %s", impl, bmc.DefaultInterface(n.Driver, "raid"))
 	}
 	var created map[string]map[string]any
 	switch st.Step {

@@ -111,10 +111,14 @@ func TestRAIDFailures(t *testing.T) {
 				"Step raid.create_configuration failed: the BMC answered with an error: HTTP 400 5000 GiB exceeds the 446 GiB RAID 1 of 2 drives gives"},
 			{"too few drives", "fake-hardware", map[string]any{"logical_disks": []any{map[string]any{"raid_level": "6+0", "size_gb": "MAX"}}}, create,
 				"Step raid.create_configuration failed: the BMC answered with an error: RAID 6+0 needs 8 drives; controller RAID.Integrated.1 has 4"},
+			{"no-raid", "fake-hardware", rootDisk, create, "Step raid.create_configuration failed: raid_interface no-raid does not build RAID out of band; set raid_interface fake"},
 			{"ipmi", "ipmi", rootDisk, create, "Step raid.create_configuration is not supported by driver ipmi."},
 			{"ipmi delete", "ipmi", rootDisk, []Step{{Interface: "raid", Step: "delete_configuration"}}, "Step raid.delete_configuration is not supported by driver ipmi."},
 		} {
 			n := raidNode(t, db, tc.driver, tc.target)
+			if tc.name == "no-raid" {
+				n = n.Update().SetRaidInterface("no-raid").SaveX(ctx)
+			}
 			before := map[string]any{"logical_disks": []any{map[string]any{"id": "old", "raid_level": "0", "size_gb": float64(1)}}}
 			if err := db.Node.UpdateOneID(n.ID).SetRaidConfig(before).Exec(ctx); err != nil {
 				t.Fatal(err)
