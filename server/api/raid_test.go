@@ -100,6 +100,9 @@ func TestRAIDOverRedfish(t *testing.T) {
 		if !reflect.DeepEqual(disks, want) || raid["last_updated"] == nil {
 			t.Errorf("raid_config %v, want logical_disks %v", raid, want)
 		}
+		if p := n["properties"].(map[string]any); p["local_gb"] != float64(100) || p["capabilities"] != "raid_level:1" {
+			t.Errorf("properties after create %v, want the root volume's local_gb and raid_level", p)
+		}
 		if ev := eventsOf(t, admin, id); !strings.Contains(ev, "raid: RAID configuration: Virtual Disk 0 (RAID 1, 446 GiB), root (RAID 1, 100 GiB)") {
 			t.Errorf("history %v", ev)
 		}

@@ -3,6 +3,7 @@ package conductor
 import (
 	"context"
 	"fmt"
+	"maps"
 	"strings"
 	"time"
 
@@ -11,6 +12,7 @@ import (
 	"github.com/anvilproject/anvil/server/bmc"
 	"github.com/anvilproject/anvil/server/history"
 	"github.com/anvilproject/anvil/server/nodes"
+	"github.com/anvilproject/anvil/server/store"
 )
 
 // execRAID builds or removes the node's logical disks through its BMC
@@ -71,7 +73,14 @@ func (c *Conductor) execRAID(ctx context.Context, n *ent.Node, cl bmc.Client, st
 		return err
 	}
 	cfg := raidConfig(vols, created)
-	if err := c.db.Node.Update().Where(node.ID(n.ID), node.Reservation(c.cfg.Name)).SetRaidConfig(cfg).Exec(ctx); err != nil {
+	if err := store.WithTx(ctx, c.db, func(tx *ent.Client) error {
+		cur, err := tx.Node.Get(ctx, n.ID)
+		if err != nil {
+			return err
+		}
+		return tx.Node.Update().Where(node.ID(n.ID), node.Reservation(c.cfg.Name)).
+			SetRaidConfig(cfg).SetProperties(raidProperties(cur.Properties, cfg)).Exec(ctx)
+	}); err != nil {
 		return err
 	}
 	var names []string
@@ -181,4 +190,23 @@ func raidConfig(vols []bmc.Volume, created map[string]map[string]any) map[string
 		disks = append(disks, d)
 	}
 	return map[string]any{"logical_disks": disks, "last_updated": time.Now().UTC().Format("2006-01-02 15:04:05.000000")}
+}
+
+// raidProperties is what Ironic's update_raid_info makes of a root
+// volume: local_gb is its size and capabilities gain its raid_level, so
+// scheduling sees the disk the instance lands on.
+func raidProperties(props, cfg map[string]any) map[string]any {
+	out := maps.Clone(props)
+	if out == nil {
+		out = map[string]any{}
+	}
+	disks, _ := cfg["logical_disks"].([]any)
+	for _, x := range disks {
+		d := x.(map[string]any)
+		if root, _ := d["is_root_volume"].(bool); root {
+			out["local_gb"] = d["size_gb"]
+			out["capabilities"] = withCapability(out["capabilities"], "raid_level", d["raid_level"].(string))
+		}
+	}
+	return out
 }

@@ -67,6 +67,11 @@ func TestRAIDFakeCreateDelete(t *testing.T) {
 		if data["name"] != "data" || data["raid_level"] != "5" || data["size_gb"] != float64(2*479559942144>>30) || data["is_root_volume"] != nil {
 			t.Errorf("data disk %v", data)
 		}
+		// The root volume becomes local_gb and a raid_level capability,
+		// as Ironic's update_raid_info records it.
+		if got.Properties["local_gb"] != float64(100) || got.Properties["capabilities"] != "raid_level:1" {
+			t.Errorf("properties %v", got.Properties)
+		}
 		if got.RaidConfig["last_updated"] == nil {
 			t.Errorf("raid_config has no last_updated: %v", got.RaidConfig)
 		}
