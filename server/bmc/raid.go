@@ -51,6 +51,7 @@ type Volume struct {
 	Controller string // the Storage resource's Id
 	Level      string // "" when the BMC reports no level Anvil knows
 	SizeBytes  int64
+	path       string // the BMC's @odata.id, where DeleteVolume sends
 }
 
 // RAID is a BMC that builds and removes logical disks on its storage
@@ -58,9 +59,10 @@ type Volume struct {
 type RAID interface {
 	// Volumes lists every logical disk of every controller.
 	Volumes(ctx context.Context) ([]Volume, error)
-	// CreateVolume builds one logical disk and returns its Id.
+	// CreateVolume builds one logical disk and returns its Id ("" when
+	// the BMC does not say).
 	CreateVolume(ctx context.Context, spec VolumeSpec) (string, error)
-	// DeleteVolume removes one logical disk.
+	// DeleteVolume removes one logical disk that Volumes listed.
 	DeleteVolume(ctx context.Context, v Volume) error
 }
 
@@ -167,7 +169,7 @@ func (c *redfishClient) Volumes(ctx context.Context) ([]Volume, error) {
 				if err := c.getJSON(m.ID, &v); err != nil {
 					return err
 				}
-				vol := Volume{ID: v.ID, Name: v.Name, Controller: s.ID, SizeBytes: v.CapacityBytes, Level: volumeTypes[v.VolumeType]}
+				vol := Volume{ID: v.ID, Name: v.Name, Controller: s.ID, SizeBytes: v.CapacityBytes, Level: volumeTypes[v.VolumeType], path: m.ID}
 				for level, t := range RAIDLevels {
 					if t == v.RAIDType {
 						vol.Level = level
@@ -195,7 +197,9 @@ func (c *redfishClient) CreateVolume(ctx context.Context, spec VolumeSpec) (stri
 		}
 		var s *redfishStorage
 		for i := range st {
-			if spec.Controller == "" && len(st[i].Drives) > 0 && st[i].Volumes.ID != "" || spec.Controller != "" && st[i].ID == spec.Controller {
+			named := spec.Controller != "" && st[i].ID == spec.Controller
+			usable := spec.Controller == "" && len(st[i].Drives) > 0 && st[i].Volumes.ID != ""
+			if named || usable {
 				s = &st[i]
 				break
 			}
@@ -234,29 +238,23 @@ func (c *redfishClient) CreateVolume(ctx context.Context, spec VolumeSpec) (stri
 			return err
 		}
 		defer resp.Body.Close()
-		id = path.Base(resp.Header.Get("Location"))
+		// A BMC that names no Location still built the volume; it is
+		// then known only by what Volumes reports.
+		if loc := resp.Header.Get("Location"); loc != "" {
+			id = path.Base(loc)
+		}
 		return nil
 	})
 	return id, err
 }
 
 func (c *redfishClient) DeleteVolume(ctx context.Context, v Volume) error {
-	op := "deleting RAID volume " + v.ID
-	return c.do(ctx, op, func() error {
-		st, err := c.storages(op)
+	return c.do(ctx, "deleting RAID volume "+v.ID, func() error {
+		resp, err := c.api.Delete(v.path)
 		if err != nil {
 			return err
 		}
-		for _, s := range st {
-			if s.ID == v.Controller && s.Volumes.ID != "" {
-				resp, err := c.api.Delete(strings.TrimSuffix(s.Volumes.ID, "/") + "/" + v.ID)
-				if err != nil {
-					return err
-				}
-				return resp.Body.Close()
-			}
-		}
-		return &Error{Op: op, Where: c.where, Kind: ErrBMC, Message: "the system has no storage controller " + v.Controller}
+		return resp.Body.Close()
 	})
 }
 

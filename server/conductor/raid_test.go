@@ -79,9 +79,24 @@ func TestRAIDFakeCreateDelete(t *testing.T) {
 			t.Errorf("events %v", ev)
 		}
 
-		if err := db.Node.UpdateOneID(n.ID).SetProvisionState(nodes.StateCleaning).SetReservation("test").Exec(ctx); err != nil {
+		again := func() {
+			t.Helper()
+			if err := db.Node.UpdateOneID(n.ID).SetProvisionState(nodes.StateCleaning).SetReservation("test").Exec(ctx); err != nil {
+				t.Fatal(err)
+			}
+		}
+		// delete_existing replaces the volumes; only the root one is
+		// built when create_nonroot_volumes is false.
+		again()
+		c.runSteps(got, "clean", []Step{{Interface: "raid", Step: "create_configuration", Args: map[string]any{"delete_existing": true, "create_nonroot_volumes": false}}}, "tester", false)
+		if got, err = db.Node.Get(ctx, n.ID); err != nil {
 			t.Fatal(err)
 		}
+		if d := logicalDisks(t, got); got.LastError != nil || len(d) != 1 || d[0]["name"] != "root" || d[0]["id"] == root["id"] {
+			t.Fatalf("create with delete_existing: last_error %q, raid_config %v (first root id %v)", lastErr(got), got.RaidConfig, root["id"])
+		}
+
+		again()
 		c.runSteps(got, "clean", []Step{{Interface: "raid", Step: "delete_configuration"}}, "tester", false)
 		got, err = db.Node.Get(ctx, n.ID)
 		if err != nil {
