@@ -70,7 +70,7 @@ func TestStepsAsIronic(t *testing.T) {
 			step map[string]any
 			want string
 		}{
-			{step("raid", "create_configuration", nil), "Step raid.create_configuration is not supported by driver fake-hardware."},
+			{step("raid", "apply_configuration", nil), "Step raid.apply_configuration is not supported by driver fake-hardware."},
 			{step("deploy", "erase_devices_metadata", nil), "Step deploy.erase_devices_metadata needs a ramdisk agent, which this deployment does not run (driver fake-hardware)."},
 		} {
 			provision(t, admin, id, map[string]any{"target": "clean", "clean_steps": steps(step("power", "power_on", nil), c.step)}, 202)
@@ -112,6 +112,7 @@ func TestStepsAsIronic(t *testing.T) {
 			"management.set_boot_mode":        {"mode": "uefi"},
 			"management.set_secure_boot":      {"enabled": true},
 		}
+		mustStatus(t, admin.Do(t, "PUT", "/v1/nodes/"+id+"/states/raid", map[string]any{"logical_disks": []any{map[string]any{"raid_level": "1", "size_gb": 100}}}), 204)
 		var all []map[string]any
 		var want []string
 		for _, s := range conductor.StepsFor("fake-hardware") {

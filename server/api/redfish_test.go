@@ -104,7 +104,7 @@ func TestRedfishNodeThroughAPI(t *testing.T) {
 		v := admin.Do(t, "GET", "/v1/nodes/"+id+"/validate", nil)
 		mustStatus(t, v, 200)
 		vj := v.JSON(t)
-		for iface, want := range map[string]any{"power": true, "management": true, "bios": true, "inspect": true, "network": true, "boot": nil, "deploy": false, "raid": nil} {
+		for iface, want := range map[string]any{"power": true, "management": true, "bios": true, "inspect": true, "network": true, "boot": nil, "deploy": false, "raid": true} {
 			got, _ := vj[iface].(map[string]any)
 			if got == nil || got["result"] != want {
 				t.Errorf("validate %s: %v, want result %v", iface, vj[iface], want)

@@ -150,6 +150,7 @@ type fake struct {
 	bios        fakeBIOS
 	media       fakeMedia
 	firmware    fakeFirmware
+	raid        fakeRAID
 	led         string // indicator state; "" is off
 	uuid        string
 }

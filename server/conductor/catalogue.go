@@ -82,6 +82,12 @@ var catalogue = []StepInfo{
 	{"firmware", "update", "Update firmware components from image URLs through the BMC's UpdateService.SimpleUpdate, one after another, following each BMC task to its end (within wait seconds, default 1800); a task that ends in an exception fails the step with the BMC's message.", []Arg{
 		{"settings", "list of {component, url, wait}", true, "component bios or bmc; url http(s) the BMC can reach; wait seconds to allow the task (default 1800)", isFirmwareSettings},
 	}, outOfBand},
+	{"raid", "create_configuration", "Build the node's target_raid_config out of band: each logical disk becomes a Volume POSTed to the system's Redfish Storage controller (RAIDType from raid_level, CapacityBytes from size_gb unless MAX, drives from physical_disks, number_of_physical_disks or the fewest the level needs), then raid_config records every volume the BMC reports. A node without a target fails the step.", []Arg{
+		{"create_root_volume", "boolean", false, "build the root volume (is_root_volume); default true", isBool},
+		{"create_nonroot_volumes", "boolean", false, "build the other volumes; default true", isBool},
+		{"delete_existing", "boolean", false, "delete every existing volume first; default false", isBool},
+	}, outOfBand},
+	{"raid", "delete_configuration", "Delete every volume of the system's Redfish Storage controllers (DELETE on each) and record the empty configuration in raid_config.", nil, outOfBand},
 }
 
 // Catalogue lists every step Anvil runs.

@@ -54,6 +54,10 @@ func (c *Conductor) execHardwareStep(ctx context.Context, n *ent.Node, cl bmc.Cl
 		err := c.updateFirmware(ctx, n, fw, st)
 		c.noteBMC(ctx, n, err)
 		return "", err
+	case "raid":
+		err := c.execRAID(ctx, n, cl, st)
+		c.noteBMC(ctx, n, err)
+		return "", err
 	case "management":
 		err := c.execManagement(ctx, n, cl, st)
 		c.noteBMC(ctx, n, err)

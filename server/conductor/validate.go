@@ -67,12 +67,12 @@ func validateNode(n *ent.Node) map[string]Validation {
 			// Ironic's no-* implementations fail validation, saying so.
 			reason := fmt.Sprintf("Driver %s does not support %s (disabled or not implemented).", n.Driver, iface)
 			out[iface] = Validation{Result: &no, Reason: &reason}
-		case iface == "bios" || iface == "inspect":
-			// Redfish BIOS settings and inspection, through the BMC.
+		case iface == "bios" || iface == "inspect" || iface == "raid" && impl == "redfish":
+			// Redfish BIOS settings, inspection and RAID, through the BMC.
 			out[iface] = bmcCheck
 		default:
-			// Anvil drives BMCs only: no ramdisk agent, console, RAID
-			// or rescue (see README, Drivers).
+			// Anvil drives BMCs only: no ramdisk agent (agent RAID),
+			// console or rescue (see README, Drivers).
 			out[iface] = Validation{Reason: &unsupported}
 		}
 	}
