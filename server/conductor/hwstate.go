@@ -82,7 +82,11 @@ func ShownURL(raw string) string {
 		return "(unparsable URL withheld)"
 	}
 	if _, has := u.User.Password(); has {
-		u.User = url.User(u.User.Username())
+		name := u.User.Username()
+		u.User = nil
+		if name != "" {
+			u.User = url.User(name)
+		}
 	}
 	return u.String()
 }
