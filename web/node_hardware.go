@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"slices"
 	"strconv"
 	"strings"
@@ -11,7 +12,6 @@ import (
 	"github.com/anvilproject/anvil/ent"
 	"github.com/anvilproject/anvil/ent/biossetting"
 	"github.com/anvilproject/anvil/ent/firmwarecomponent"
-	"github.com/anvilproject/anvil/ent/nodeevent"
 	"github.com/anvilproject/anvil/ent/port"
 	"github.com/anvilproject/anvil/server/bmc"
 	"github.com/anvilproject/anvil/server/conductor"
@@ -21,9 +21,10 @@ import (
 )
 
 // machine fills the Hardware section from what Anvil stored when it last
-// inspected the node or ran a BIOS or firmware step: the page never asks
-// the BMC. Each part obeys the rule the API applies to the same data, so
-// the page shows no more than the viewer could read through the API.
+// inspected the node, ran a BIOS or firmware step, or used its virtual
+// media or indicators: the page never asks the BMC. Each part obeys the
+// rule the API applies to the same data, so the page shows no more than
+// the viewer could read through the API.
 func (p *Portal) machine(ctx context.Context, v *nodes.View) (views.Machine, error) {
 	var m views.Machine
 	t := nodes.Target(v.Node)
@@ -86,21 +87,25 @@ func (p *Portal) machine(ctx context.Context, v *nodes.View) (views.Machine, err
 	if v.SecureBoot != nil {
 		m.SecureBoot = map[bool]string{true: "on", false: "off"}[*v.SecureBoot]
 	}
+	// Virtual media and indicators are what the BMC last reported or
+	// accepted, as the conductor kept them in driver_internal_info.
 	if p.Guard.Allowed(ctx, conductor.RuleVMediaGet, t) {
-		// Anvil keeps no virtual media state: the last change it made,
-		// as its history recorded it, is what it knows without the BMC.
-		ev, err := n.QueryEvents().Where(nodeevent.Or(nodeevent.EventHasPrefix("Virtual media"),
-			nodeevent.EventContains("management.attach_virtual_media"), nodeevent.EventContains("management.detach_virtual_media"))).
-			Order(ent.Desc(nodeevent.FieldCreatedAt), ent.Desc(nodeevent.FieldID)).First(ctx)
-		switch {
-		case ent.IsNotFound(err):
-		case err != nil:
-			return m, err
-		default:
-			m.VMedia, m.VMediaAt = ev.Event, ev.CreatedAt
+		if s, ok := conductor.StoredVMedia(n.DriverInternalInfo); ok {
+			m.VMediaKnown, m.VMediaAt = true, s.At
+			for _, d := range s.Devices {
+				m.VMedia = append(m.VMedia, views.VMediaRow{Device: d.Device, Image: d.Image, Since: d.Since})
+			}
 		}
 	} else {
 		m.VMediaWhy = p.denied(ctx, "may not read virtual media", conductor.RuleVMediaGet)
+	}
+	if p.Guard.Allowed(ctx, conductor.RuleGetIndicator, t) {
+		s := conductor.StoredIndicators(n.DriverInternalInfo)
+		for _, name := range slices.Sorted(maps.Keys(s)) {
+			m.Indicators = append(m.Indicators, views.IndicatorRow{Name: name, State: s[name].State, At: s[name].At})
+		}
+	} else {
+		m.IndicatorsWhy = p.denied(ctx, "may not read indicator states", conductor.RuleGetIndicator)
 	}
 	return m, nil
 }

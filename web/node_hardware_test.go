@@ -4,12 +4,17 @@ import (
 	"bytes"
 	"context"
 	"crypto/tls"
+	"fmt"
 	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/anvilproject/anvil/ent/node"
+	"github.com/anvilproject/anvil/server"
 	"github.com/anvilproject/anvil/server/bmc/bmctest"
 	"github.com/anvilproject/anvil/server/servertest"
 	"github.com/anvilproject/anvil/server/store"
@@ -108,7 +113,8 @@ func TestNodeHardwareSection(t *testing.T) {
 			"No BIOS settings cached yet; run bios.cache_bios_settings or inspect the node.",
 			"No firmware versions recorded yet; inspect the node or run firmware.update.",
 			"not recorded; inspect the node or run management.set_boot_mode", "not recorded; run management.set_secure_boot",
-			"no change recorded; attaching media",
+			"not read yet; attaching media or reading it (GET /v1/nodes/{node}/vmedia) records it here",
+			"not read yet; reading or setting an indicator (management/indicators) records it here",
 		} {
 			if !strings.Contains(hw, want) {
 				t.Errorf("empty hardware section lacks %q", want)
@@ -206,4 +212,83 @@ func section(t *testing.T, page, id string) string {
 	}
 	j := strings.Index(page[i:], "</section>")
 	return page[i : i+j]
+}
+
+// TestHardwareVMediaAndIndicators: virtual media attached and detached
+// through the API on a redfish-sim node, and an indicator set, show in
+// the Hardware section from what the conductor stored (an image URL
+// without its password); a viewer whom policy denies the API's reads
+// sees the reason instead. The drop-in keeps both reads to the owner.
+func TestHardwareVMediaAndIndicators(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "boot.iso"), make([]byte, 64<<10), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	images := httptest.NewServer(http.FileServer(http.Dir(dir)))
+	defer images.Close()
+	secret := strings.Replace(images.URL+"/boot.iso", "http://", "http://anvil:s3cret-pw@", 1)
+	shown := strings.Replace(images.URL+"/boot.iso", "http://", "http://anvil@", 1)
+	storetest.Each(t, func(t *testing.T, setting string, _ *store.DB) {
+		sim := bmctest.StartRedfish(t)
+		pdir := t.TempDir()
+		rules := `"baremetal:node:vmedia:get": "rule:system_or_owner_reader"` + "\n" + `"baremetal:node:get_indicator_state": "rule:system_or_owner_reader"` + "\n"
+		if err := os.WriteFile(filepath.Join(pdir, "10-owner-only.yaml"), []byte(rules), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		srv, api, _ := fleetWith(t, server.Options{Database: setting, PolicyDir: pdir, PolicyOverrideEnabled: true})
+		r := api.Do(t, "POST", "/v1/nodes", map[string]any{"name": "rf-hw", "driver": "redfish", "driver_info": sim.DriverInfo("1"), "owner": "blue", "lessee": "green"})
+		if r.Status != 201 {
+			t.Fatalf("create: %d %s", r.Status, r.Body)
+		}
+		id := r.JSON(t)["uuid"].(string)
+		pat, gil := signInAs(t, srv, "pat"), signInAs(t, srv, "gil")
+		// part is the <dd data-testid=testid> of b's view of the node.
+		part := func(b *browser, testid string) string {
+			t.Helper()
+			_, page, _ := b.do("GET", "/nodes/"+id, nil)
+			hw := section(t, page, "hardware")
+			i := strings.Index(hw, `<dd data-testid="`+testid+`">`)
+			if i < 0 {
+				t.Fatalf("no %s part:\n%s", testid, hw)
+			}
+			return hw[i : i+strings.Index(hw[i:], "</dd>")]
+		}
+		do := func(method, path string, body any) {
+			t.Helper()
+			if r := api.Do(t, method, path, body); r.Status != 204 {
+				t.Fatalf("%s %s: %d %s", method, path, r.Status, r.Body)
+			}
+		}
+		if got := part(pat, "vmedia"); !strings.Contains(got, "not read yet") {
+			t.Errorf("vmedia before any attach: %s", got)
+		}
+		if got := part(pat, "indicators"); !strings.Contains(got, "not read yet") {
+			t.Errorf("indicators before any read: %s", got)
+		}
+
+		do("POST", "/v1/nodes/"+id+"/vmedia", map[string]any{"device_type": "cdrom", "image_url": secret})
+		got := part(pat, "vmedia")
+		if !strings.Contains(got, `<li data-device="cdrom">cdrom: <span data-testid="vmedia-image">`+shown+`</span> (since <time datetime=`) || strings.Contains(got, "s3cret-pw") {
+			t.Errorf("vmedia after attach: %s", got)
+		}
+		got = part(gil, "vmedia")
+		if !strings.Contains(got, "may not read virtual media, by rule baremetal:node:vmedia:get") || strings.Contains(got, "boot.iso") {
+			t.Errorf("lessee's vmedia part: %s", got)
+		}
+		do("DELETE", "/v1/nodes/"+id+"/vmedia", nil)
+		if got := part(pat, "vmedia"); !strings.Contains(got, "none attached (as of <time datetime=") || strings.Contains(got, "boot.iso") {
+			t.Errorf("vmedia after detach: %s", got)
+		}
+
+		system := sim.Resource(t, sim.SystemPath("1"))
+		led := fmt.Sprint(system["UUID"], "@system")
+		do("PUT", "/v1/nodes/"+id+"/management/indicators/"+led, map[string]any{"state": "blinking"})
+		if got := part(pat, "indicators"); !strings.Contains(got, `<li data-indicator="`+led+`">`+led+`: <span data-testid="indicator-state">blinking</span> (as of <time datetime=`) {
+			t.Errorf("indicators after set: %s", got)
+		}
+		got = part(gil, "indicators")
+		if !strings.Contains(got, "may not read indicator states, by rule baremetal:node:get_indicator_state") || strings.Contains(got, "blinking") {
+			t.Errorf("lessee's indicators part: %s", got)
+		}
+	})
 }

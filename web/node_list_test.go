@@ -24,7 +24,13 @@ import (
 // UUIDs by name.
 func fleet(t *testing.T, setting string) (*servertest.Server, *servertest.Client, map[string]string) {
 	t.Helper()
-	srv := servertest.Start(t, server.Options{Database: setting})
+	return fleetWith(t, server.Options{Database: setting})
+}
+
+// fleetWith is fleet on a server started with o.
+func fleetWith(t *testing.T, o server.Options) (*servertest.Server, *servertest.Client, map[string]string) {
+	t.Helper()
+	srv := servertest.Start(t, o)
 	ctx := context.Background()
 	for user, a := range map[string]identity.Assignment{
 		"root": {Scope: identity.Scope{System: true}, Role: "admin"},

@@ -183,9 +183,21 @@ func (c *Conductor) execManagement(ctx context.Context, n *ent.Node, cl bmc.Clie
 		}
 		return l.ClearEventLog(ctx)
 	case "attach_virtual_media":
-		return vm.InsertMedia(ctx, str("device_type", "cdrom"), str("image_url", ""))
+		dev, url := str("device_type", "cdrom"), str("image_url", "")
+		if err := vm.InsertMedia(ctx, dev, url); err != nil {
+			return err
+		}
+		return c.vmediaChanged(ctx, c.db.Client, n, []string{dev}, url)
 	case "detach_virtual_media":
-		return vm.EjectMedia(ctx, str("device_type", ""))
+		dev := str("device_type", "")
+		if err := vm.EjectMedia(ctx, dev); err != nil {
+			return err
+		}
+		var devs []string
+		if dev != "" {
+			devs = []string{dev}
+		}
+		return c.vmediaChanged(ctx, c.db.Client, n, devs, "")
 	case "set_boot_mode":
 		return bm.SetBootMode(ctx, str("mode", ""))
 	case "set_secure_boot":

@@ -12,6 +12,7 @@ import (
 	"github.com/anvilproject/anvil/server/errs"
 	"github.com/anvilproject/anvil/server/history"
 	"github.com/anvilproject/anvil/server/nodes"
+	"github.com/anvilproject/anvil/server/store"
 )
 
 // Rules of the management endpoints, named as Ironic names them.
@@ -200,6 +201,10 @@ func (o *Ops) indicators(ctx context.Context, n *ent.Node) ([]bmc.Indicator, err
 	if err != nil {
 		return nil, bmcFailure(ctx, n, err)
 	}
+	// The read answers the caller whether or not it could be kept.
+	if err := o.C.indicatorsRead(ctx, n.ID, n.DriverInternalInfo, list); err != nil {
+		o.C.log.Error("recording indicator states", "node", n.UUID, "err", err)
+	}
 	return list, nil
 }
 
@@ -263,6 +268,8 @@ func (o *Ops) SetIndicator(ctx context.Context, ident, name, state string) (err 
 	}
 	return o.locked(ctx, n, fmt.Sprintf("Indicator %s set to %s", name, state), func() error {
 		return leds.SetIndicator(ctx, component, id, state)
+	}, func(tx *ent.Client) error {
+		return o.C.indicatorSet(ctx, tx, n.ID, name, state)
 	})
 }
 
@@ -278,12 +285,12 @@ func (o *Ops) InjectNMI(ctx context.Context, ident string) (err error) {
 		return err
 	}
 	defer cl.Close()
-	return o.locked(ctx, n, "NMI injected", func() error { return nmi.InjectNMI(ctx) })
+	return o.locked(ctx, n, "NMI injected", func() error { return nmi.InjectNMI(ctx) }, nil)
 }
 
 // locked runs a BMC call under the node's lock and records it in the
-// node's history.
-func (o *Ops) locked(ctx context.Context, n *ent.Node, done string, call func() error) error {
+// node's history, together with what record (when not nil) keeps of it.
+func (o *Ops) locked(ctx context.Context, n *ent.Node, done string, call func() error, record func(tx *ent.Client) error) error {
 	c := o.C
 	if err := c.lock(ctx, n.ID); err != nil {
 		if errors.Is(err, ErrLocked) {
@@ -297,5 +304,14 @@ func (o *Ops) locked(ctx context.Context, n *ent.Node, done string, call func() 
 	if err != nil {
 		return bmcFailure(ctx, n, err)
 	}
-	return history.Record(ctx, c.db.Client, history.Event{NodeID: n.ID, Type: "management", User: actor(ctx), Conductor: c.cfg.Name, Message: done})
+	ev := history.Event{NodeID: n.ID, Type: "management", User: actor(ctx), Conductor: c.cfg.Name, Message: done}
+	if record == nil {
+		return history.Record(ctx, c.db.Client, ev)
+	}
+	return store.WithTx(ctx, c.db, func(tx *ent.Client) error {
+		if err := record(tx); err != nil {
+			return err
+		}
+		return history.Record(ctx, tx, ev)
+	})
 }

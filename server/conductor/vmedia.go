@@ -10,6 +10,7 @@ import (
 	"github.com/anvilproject/anvil/server/bmc"
 	"github.com/anvilproject/anvil/server/errs"
 	"github.com/anvilproject/anvil/server/history"
+	"github.com/anvilproject/anvil/server/store"
 )
 
 // Virtual media rules, as Ironic names them.
@@ -50,6 +51,10 @@ func (o *Ops) VirtualMedia(ctx context.Context, ident string) ([]bmc.VMedia, err
 	if err != nil {
 		return nil, bmcError(ctx, err)
 	}
+	// The read answers the caller whether or not it could be kept.
+	if err := o.C.vmediaRead(ctx, n.ID, n.DriverInternalInfo, list); err != nil {
+		o.C.log.Error("recording virtual media", "node", n.UUID, "err", err)
+	}
 	return list, nil
 }
 
@@ -62,10 +67,10 @@ func (o *Ops) AttachVirtualMedia(ctx context.Context, ident, device, url string)
 		return err
 	}
 	defer func() {
-		o.Guard.Done(ctx, RuleVMediaAttach, "node", n.UUID, err, map[string]any{"device_type": device, "image_url": url})
+		o.Guard.Done(ctx, RuleVMediaAttach, "node", n.UUID, err, map[string]any{"device_type": device, "image_url": ShownURL(url)})
 	}()
-	return o.withVMedia(ctx, n, "attaching virtual media", func(vm bmc.VirtualMedia) (string, error) {
-		return fmt.Sprintf("Virtual media %s attached: %s", device, url), vm.InsertMedia(ctx, device, url)
+	return o.withVMedia(ctx, n, "attaching virtual media", []string{device}, url, func(vm bmc.VirtualMedia) (string, error) {
+		return fmt.Sprintf("Virtual media %s attached: %s", device, ShownURL(url)), vm.InsertMedia(ctx, device, url)
 	})
 }
 
@@ -78,7 +83,7 @@ func (o *Ops) DetachVirtualMedia(ctx context.Context, ident string, devices []st
 	defer func() {
 		o.Guard.Done(ctx, RuleVMediaDetach, "node", n.UUID, err, map[string]any{"device_types": devices})
 	}()
-	return o.withVMedia(ctx, n, "detaching virtual media", func(vm bmc.VirtualMedia) (string, error) {
+	return o.withVMedia(ctx, n, "detaching virtual media", devices, "", func(vm bmc.VirtualMedia) (string, error) {
 		if len(devices) == 0 {
 			return "Virtual media detached", vm.EjectMedia(ctx, "")
 		}
@@ -91,7 +96,9 @@ func (o *Ops) DetachVirtualMedia(ctx context.Context, ident string, devices []st
 	})
 }
 
-func (o *Ops) withVMedia(ctx context.Context, n *ent.Node, what string, do func(bmc.VirtualMedia) (string, error)) error {
+// withVMedia runs do under the node's lock and records what it changed:
+// image into devices, or out of them ("" image; no devices is every one).
+func (o *Ops) withVMedia(ctx context.Context, n *ent.Node, what string, devices []string, image string, do func(bmc.VirtualMedia) (string, error)) error {
 	if n.Maintenance && n.Fault != nil && *n.Fault == FaultPower {
 		return errs.Unavailable("Unable to %s for node %s due to power failure state", what, n.UUID)
 	}
@@ -112,5 +119,13 @@ func (o *Ops) withVMedia(ctx context.Context, n *ent.Node, what string, do func(
 	if err != nil {
 		return bmcError(ctx, err)
 	}
-	return history.Record(ctx, o.C.db.Client, history.Event{NodeID: n.ID, Type: "management", User: actor(ctx), Conductor: o.C.cfg.Name, Message: msg})
+	if len(devices) == 0 {
+		devices = nil
+	}
+	return store.WithTx(ctx, o.C.db, func(tx *ent.Client) error {
+		if err := o.C.vmediaChanged(ctx, tx, n, devices, image); err != nil {
+			return err
+		}
+		return history.Record(ctx, tx, history.Event{NodeID: n.ID, Type: "management", User: actor(ctx), Conductor: o.C.cfg.Name, Message: msg})
+	})
 }
