@@ -6,7 +6,6 @@ import (
 	"crypto/tls"
 	"fmt"
 	"net/http"
-	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -220,14 +219,9 @@ func section(t *testing.T, page, id string) string {
 // without its password); a viewer whom policy denies the API's reads
 // sees the reason instead. The drop-in keeps both reads to the owner.
 func TestHardwareVMediaAndIndicators(t *testing.T) {
-	dir := t.TempDir()
-	if err := os.WriteFile(filepath.Join(dir, "boot.iso"), make([]byte, 64<<10), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	images := httptest.NewServer(http.FileServer(http.Dir(dir)))
-	defer images.Close()
-	secret := strings.Replace(images.URL+"/boot.iso", "http://", "http://anvil:s3cret-pw@", 1)
-	shown := strings.Replace(images.URL+"/boot.iso", "http://", "http://anvil@", 1)
+	iso := servertest.ServeISO(t)
+	secret := strings.Replace(iso, "http://", "http://anvil:s3cret-pw@", 1)
+	shown := strings.Replace(iso, "http://", "http://anvil@", 1)
 	storetest.Each(t, func(t *testing.T, setting string, _ *store.DB) {
 		sim := bmctest.StartRedfish(t)
 		pdir := t.TempDir()

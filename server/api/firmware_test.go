@@ -3,10 +3,6 @@ package api_test
 import (
 	"context"
 	"encoding/json"
-	"net/http"
-	"net/http/httptest"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 
@@ -168,13 +164,7 @@ func TestFirmwareOnFakeHardware(t *testing.T) {
 // TestVMediaOverRedfish attaches and detaches an ISO through
 // /v1/nodes/{node}/vmedia and asks the simulator whether it is inserted.
 func TestVMediaOverRedfish(t *testing.T) {
-	dir := t.TempDir()
-	if err := os.WriteFile(filepath.Join(dir, "boot.iso"), make([]byte, 64<<10), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	images := httptest.NewServer(http.FileServer(http.Dir(dir)))
-	defer images.Close()
-	iso := images.URL + "/boot.iso"
+	iso := servertest.ServeISO(t)
 	storetest.Each(t, func(t *testing.T, setting string, _ *store.DB) {
 		sim := bmctest.StartRedfish(t)
 		_, clients := startLocal(t, setting, bmcOpts)

@@ -4,10 +4,6 @@ import (
 	"context"
 	"fmt"
 	"maps"
-	"net/http"
-	"net/http/httptest"
-	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -323,13 +319,7 @@ func TestInspectOverRedfish(t *testing.T) {
 // boot mode and secure boot through steps, checking each at the
 // simulator.
 func TestVirtualMediaAndBootMode(t *testing.T) {
-	dir := t.TempDir()
-	if err := os.WriteFile(filepath.Join(dir, "boot.iso"), make([]byte, 64<<10), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	images := httptest.NewServer(http.FileServer(http.Dir(dir)))
-	defer images.Close()
-	iso := images.URL + "/boot.iso"
+	iso := servertest.ServeISO(t)
 	storetest.Each(t, func(t *testing.T, setting string, db *store.DB) {
 		sim := bmctest.StartRedfish(t)
 		_, clients := startLocal(t, setting, bmcOpts)
@@ -372,7 +362,7 @@ func TestVirtualMediaAndBootMode(t *testing.T) {
 
 		// An image the BMC cannot fetch fails the step with its reason.
 		provision(t, admin, id, map[string]any{"target": "clean", "clean_steps": steps(
-			step("management", "attach_virtual_media", map[string]any{"image_url": images.URL + "/missing.iso"}))}, 202)
+			step("management", "attach_virtual_media", map[string]any{"image_url": strings.TrimSuffix(iso, "boot.iso") + "missing.iso"}))}, 202)
 		n := waitState(t, admin, id, "clean failed")
 		if le, _ := n["last_error"].(string); !strings.Contains(le, "Step management.attach_virtual_media failed") {
 			t.Errorf("missing image: last_error %q", le)

@@ -2,16 +2,13 @@ package api_test
 
 import (
 	"fmt"
-	"net/http"
-	"net/http/httptest"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/anvilproject/anvil/server/api"
 	"github.com/anvilproject/anvil/server/bmc/bmctest"
+	"github.com/anvilproject/anvil/server/servertest"
 	"github.com/anvilproject/anvil/server/store"
 	"github.com/anvilproject/anvil/server/store/storetest"
 )
@@ -23,13 +20,7 @@ import (
 // indicator set and read. An image URL's password is never stored,
 // audited or written to history.
 func TestHardwareStateStored(t *testing.T) {
-	dir := t.TempDir()
-	if err := os.WriteFile(filepath.Join(dir, "boot.iso"), make([]byte, 64<<10), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	images := httptest.NewServer(http.FileServer(http.Dir(dir)))
-	defer images.Close()
-	iso := images.URL + "/boot.iso"
+	iso := servertest.ServeISO(t)
 	secret := strings.Replace(iso, "http://", "http://anvil:s3cret-pw@", 1)
 	shown := strings.Replace(iso, "http://", "http://anvil@", 1)
 	storetest.Each(t, func(t *testing.T, setting string, _ *store.DB) {

@@ -10,6 +10,9 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -165,4 +168,17 @@ func (c *Client) DoRaw(t testing.TB, method, path string, body io.Reader, ct str
 		t.Fatal(err)
 	}
 	return &Response{Status: resp.StatusCode, Header: resp.Header, Body: b}
+}
+
+// ServeISO serves a 64 KiB boot.iso over loopback HTTP for the test's
+// life, as the image a BMC's virtual media fetches, and returns its URL.
+func ServeISO(t testing.TB) string {
+	t.Helper()
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "boot.iso"), make([]byte, 64<<10), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	images := httptest.NewServer(http.FileServer(http.Dir(dir)))
+	t.Cleanup(images.Close)
+	return images.URL + "/boot.iso"
 }
