@@ -133,6 +133,9 @@ func New(ctx context.Context, o Options) (*App, error) {
 		db.Close()
 		return nil, err
 	}
+	if db.Unindexed != nil {
+		o.Log.Warn("node search reads every node: no trigram index", "err", db.Unindexed)
+	}
 	if err := db.Analyze(ctx); err != nil {
 		db.Close()
 		return nil, err

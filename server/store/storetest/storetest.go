@@ -85,6 +85,16 @@ func PostgresSchema(t testing.TB) string {
 		}
 		t.Skipf("skipping: PostgreSQL at %s not reachable: %v", store.Redacted(base), err)
 	}
+	// The search index's pg_trgm lives in public: installed by the first
+	// test's migration it would land in that test's schema, and dropping
+	// the schema would drop it, and every other test's index with it.
+	// Test processes race to install it; the loser finds it installed.
+	if _, err := admin.Exec("CREATE EXTENSION IF NOT EXISTS pg_trgm SCHEMA public"); err != nil {
+		var have bool
+		if admin.QueryRow("SELECT EXISTS (SELECT FROM pg_extension WHERE extname = 'pg_trgm')").Scan(&have); !have {
+			t.Fatalf("install pg_trgm: %v", err)
+		}
+	}
 	var b [6]byte
 	rand.Read(b[:])
 	schema := "t_" + hex.EncodeToString(b[:])
