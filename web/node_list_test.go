@@ -124,6 +124,8 @@ func TestNodeListFilters(t *testing.T) {
 			// LIKE's wildcards in a search are plain characters.
 			{"q=f_1", nil},
 			{"q=%25", nil},
+			// and so is the escape character: "f\-1" is no "f-1".
+			{"q=f%5C-1", nil},
 			{"q=" + ids["f-03"][:8], []string{"f-03"}},
 			{"state=clean+failed", []string{"f-05"}},
 			{"power=power+on", []string{"f-02"}},

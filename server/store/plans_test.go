@@ -154,9 +154,7 @@ func TestNodeSearchIndex(t *testing.T) {
 	if err := db.Analyze(ctx); err != nil {
 		t.Fatal(err)
 	}
-	// ent spells ContainsFold as ILIKE with its wildcards escaped by \,
-	// PostgreSQL's default escape.
-	where := `WHERE "nodes"."parent_node" IS NULL AND ("nodes"."name" ILIKE '%%%s%%' OR "nodes"."uuid" LIKE '%s%%')`
+	where := `WHERE "nodes"."parent_node" IS NULL AND ("nodes"."name" COLLATE "C" ILIKE '%%%s%%' ESCAPE '\' OR "nodes"."uuid" LIKE '%s%%')`
 	uuid := column(t, db.SQL, 0, "SELECT uuid FROM nodes WHERE name = 'Node-04242'")[0][:8]
 	for _, c := range []struct {
 		q     string
