@@ -153,6 +153,7 @@ func (s *Service) List(ctx context.Context, o ListOptions) (*Page, error) {
 		q = q.WithChassis(func(cq *ent.ChassisQuery) { cq.Select(chassis.FieldID, chassis.FieldUUID) })
 	}
 	var ns []*ent.Node
+	planned := s.planned(ctx, o)
 	if len(o.Columns) > 0 {
 		cols := []string{node.FieldUUID, node.FieldOwner, node.FieldLessee}
 		for _, c := range o.Columns {
@@ -160,9 +161,9 @@ func (s *Service) List(ctx context.Context, o ListOptions) (*Page, error) {
 				cols = append(cols, c)
 			}
 		}
-		ns, err = q.Select(cols...).All(ctx)
+		ns, err = q.Select(cols...).All(planned)
 	} else {
-		ns, err = q.All(ctx)
+		ns, err = q.All(planned)
 	}
 	if err != nil {
 		return nil, err
@@ -313,7 +314,7 @@ func (s *Service) Count(ctx context.Context, o ListOptions) (int, error) {
 	if err != nil {
 		return 0, err
 	}
-	return q.Count(ctx)
+	return q.Count(s.planned(ctx, o))
 }
 
 // StateCount is how many listed nodes are in one provision state, and how
@@ -345,7 +346,7 @@ func (s *Service) CountStates(ctx context.Context, o ListOptions) (map[string]St
 		State string `json:"provision_state"`
 		StateCount
 	}
-	if err := q.GroupBy(node.FieldProvisionState).Aggregate(ent.As(ent.Count(), "total"), ent.As(failed, "failed")).Scan(ctx, &rows); err != nil {
+	if err := q.GroupBy(node.FieldProvisionState).Aggregate(ent.As(ent.Count(), "total"), ent.As(failed, "failed")).Scan(s.planned(ctx, o), &rows); err != nil {
 		return nil, err
 	}
 	out := make(map[string]StateCount, len(rows))
@@ -353,6 +354,20 @@ func (s *Service) CountStates(ctx context.Context, o ListOptions) (map[string]St
 		out[r.State] = r.StateCount
 	}
 	return out, nil
+}
+
+// planned has PostgreSQL plan a search's statements with their pattern
+// each time. pgx prepares every statement, and after five executions
+// PostgreSQL may keep one generic plan for all patterns; the one it keeps
+// for a search reads the trigram index, which for a pattern most names
+// contain ("rack", "H-") meant reading and sorting all 10,000 nodes for a
+// page (17 ms) where a plan made for the pattern walks the name index
+// (0.1 ms). ent sets the variable for the statement alone.
+func (s *Service) planned(ctx context.Context, o ListOptions) context.Context {
+	if s.db.Dialect != dialect.Postgres || o.Search == nil || *o.Search == "" {
+		return ctx
+	}
+	return entsql.WithVar(ctx, "plan_cache_mode", "force_custom_plan")
 }
 
 // likeEscaper escapes LIKE's wildcards, with \ as the escape.
