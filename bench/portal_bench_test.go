@@ -133,6 +133,9 @@ func BenchmarkPortalNodeList(b *testing.B) {
 				// Two letters make no trigram, so PostgreSQL reads every
 				// node; every node matches.
 				{"search-short", "q=H-", 50},
+				// A pattern every name contains, which the trigram index
+				// could answer only by reading every node.
+				{"search-broad", "q=BENCH", 50},
 				{"state", "state=enroll", 50},
 				// The conductor's power sync fills power_state meanwhile.
 				{"power", "power=unknown", -1},
