@@ -14,6 +14,8 @@ test('disabled actions say why: an available node\'s runbooks, a reader\'s power
   // tina only reads tenant-green: the power buttons stay, disabled, naming the rule.
   await signIn(page, 'tina', 'tenant-password-1');
   await page.getByLabel('Acting on').selectOption('project:tenant-green');
+  // The switch reloads the list; a click before that lands on a tenant-blue node.
+  await expect(page.getByTestId('who')).toHaveText('tina · project tenant-green');
   await page.locator('table.nodes tbody tr a').first().click();
   await expect(page.getByTestId('power-why')).toContainText('tenant-green');
   await expect(page.getByTestId('power-why')).toContainText('by rule baremetal:node:set_power_state');
