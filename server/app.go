@@ -134,7 +134,7 @@ func New(ctx context.Context, o Options) (*App, error) {
 		return nil, err
 	}
 	if db.Unindexed != nil {
-		o.Log.Warn("node search reads every node: no trigram index", "err", db.Unindexed)
+		o.Log.Warn("node name search reads every node: no trigram index", "err", db.Unindexed)
 	}
 	if err := db.Analyze(ctx); err != nil {
 		db.Close()

@@ -138,8 +138,9 @@ func TestReanalyzeFollowsTheFleet(t *testing.T) {
 
 // TestNodeSearchIndex: on PostgreSQL, the portal's search (any part of a
 // name, any case, or the start of a UUID) is answered from the trigram
-// index rather than by reading all 10,000 nodes, in both the page's
-// query and its count; spelled as nodes.Service spells them.
+// index of names and the prefix index of UUIDs rather than by reading all
+// 10,000 nodes, in both the page's query and its count; spelled as
+// nodes.Service spells them.
 func TestNodeSearchIndex(t *testing.T) {
 	setting := storetest.Setting(t, "postgres")
 	db := storetest.Open(t, setting)
@@ -168,7 +169,7 @@ func TestNodeSearchIndex(t *testing.T) {
 		}
 		for _, sql := range queries {
 			plan := strings.Join(column(t, db.SQL, 0, "EXPLAIN "+sql), "\n")
-			if !strings.Contains(plan, "node_search") {
+			if !strings.Contains(plan, "node_search") || !strings.Contains(plan, "node_uuid_prefix") {
 				t.Errorf("search for %q reads every node:\n%s\n%s", c.q, sql, plan)
 			}
 		}
