@@ -1,5 +1,5 @@
 import { test, expect } from '@playwright/test';
-import { signIn } from './helpers.mjs';
+import { accessible, signIn } from './helpers.mjs';
 
 test("an admin finds a tenant's API token among every user's and revokes it, confirming first", async ({ browser, page, request }) => {
   // tina mints a token in her own account page.
@@ -27,6 +27,7 @@ test("an admin finds a tenant's API token among every user's and revokes it, con
   await expect(row.locator('td[data-label="State"]')).toHaveText('active');
   await expect(row.locator('td[data-label="Created"] time')).toHaveAttribute('datetime', /Z$/);
   await expect(page.locator('main')).not.toContainText(secret);
+  await accessible(page, 'admin tokens');
 
   // Dismissing the confirmation keeps the token; accepting revokes it.
   let asked = '';
