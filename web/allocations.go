@@ -1,14 +1,18 @@
 package web
 
 import (
+	"encoding/json"
 	"fmt"
 	"maps"
+	"net/url"
 	"slices"
 	"strings"
 	"time"
 
 	"github.com/gofiber/fiber/v2"
 
+	"github.com/anvilproject/anvil/ent"
+	"github.com/anvilproject/anvil/ent/setting"
 	"github.com/anvilproject/anvil/server/allocations"
 	"github.com/anvilproject/anvil/server/errs"
 	"github.com/anvilproject/anvil/views"
@@ -42,27 +46,181 @@ func (p *Portal) requestForm(c *fiber.Ctx, class string, chosen []string) (views
 	return f, nil
 }
 
+// requestNodePage shows the form, with a fresh one-time token; after a
+// refused request (refused=the token's key) it shows the form again with
+// the reason and what was asked, read back from the request's record.
 func (p *Portal) requestNodePage(c *fiber.Ctx) error {
 	pg, err := p.page(c, "Request a node")
 	if err != nil {
 		return err
 	}
-	f, err := p.requestForm(c, strings.TrimSpace(c.Query("resource_class")), nil)
+	class, chosen := strings.TrimSpace(c.Query("resource_class")), []string(nil)
+	if key := c.Query("refused"); key != "" {
+		if o, ok, err := p.outcome(c, onceKeyPrefix+key); err != nil {
+			return err
+		} else if ok && o.Done && o.Error != "" {
+			pg.Error, class, chosen = o.Error, o.Class, o.Traits
+		}
+	}
+	f, err := p.requestForm(c, class, chosen)
 	if err != nil {
 		return err
 	}
+	f.Once = p.newOnce(c)
 	return render(c, 200, views.RequestNode(pg, f))
 }
 
+// A request form's one-time token is "expiry.random.signature", valid for
+// the session that was shown the form until its expiry. Its first submit
+// claims a record keyed by "portal_once:expiry:random"; a second submit of
+// the same form (a double click, a refresh, a replay) finds the record and
+// gets the first submit's outcome instead of a second allocation. Records
+// go once expired, when no session that could send the form is left.
+const (
+	purposeRequest = "allocation-request"
+	onceKeyPrefix  = "portal_once:"
+	// onceWait bounds how long a second submit waits for the first's
+	// outcome: longer than the first waits for the conductor.
+	onceWait = 15 * time.Second
+)
+
+func (p *Portal) newOnce(c *fiber.Ctx) string {
+	exp := fmt.Sprintf("%010d", time.Now().Add(AbsoluteTimeout).Unix())
+	r := randomToken()[:22]
+	return exp + "." + r + "." + p.sign(c, purposeRequest, exp, r)
+}
+
+// onceKey checks a submitted token and returns its record's key, or ""
+// for one that is malformed, expired or signed for another session.
+func (p *Portal) onceKey(c *fiber.Ctx, once string) string {
+	exp, rest, _ := strings.Cut(once, ".")
+	r, mac, _ := strings.Cut(rest, ".")
+	if len(exp) != 10 || exp < fmt.Sprintf("%010d", time.Now().Unix()) || !p.signed(c, mac, purposeRequest, exp, r) {
+		return ""
+	}
+	return onceKeyPrefix + exp + ":" + r
+}
+
+// requestOutcome is what a request form's record keeps: whose it is and,
+// once Done, where its submit went and what it said.
+type requestOutcome struct {
+	User   string   `json:"user"`
+	Done   bool     `json:"done,omitempty"`
+	To     string   `json:"to,omitempty"`
+	Flash  string   `json:"flash,omitempty"`
+	Error  string   `json:"error,omitempty"`
+	Class  string   `json:"class,omitempty"`
+	Traits []string `json:"traits,omitempty"`
+}
+
+// outcome reads a record; ok is false when there is none or it is
+// another principal's.
+func (p *Portal) outcome(c *fiber.Ctx, key string) (requestOutcome, bool, error) {
+	var o requestOutcome
+	s, err := p.Admin.DB.Setting.Query().Where(setting.Key(key)).Only(c.UserContext())
+	if ent.IsNotFound(err) {
+		return o, false, nil
+	}
+	if err != nil {
+		return o, false, err
+	}
+	if err := json.Unmarshal(s.Value, &o); err != nil {
+		return o, false, err
+	}
+	return o, o.User == sessionOf(c).Principal(), nil
+}
+
+// claim records the first submit of a form; false means an earlier
+// submit of it holds the record.
+func (p *Portal) claim(c *fiber.Ctx, key string) (bool, error) {
+	ctx := c.UserContext()
+	now := fmt.Sprintf("%010d", time.Now().Unix())
+	if _, err := p.Admin.DB.Setting.Delete().Where(setting.KeyHasPrefix(onceKeyPrefix), setting.KeyLT(onceKeyPrefix+now)).Exec(ctx); err != nil {
+		return false, err
+	}
+	raw, _ := json.Marshal(requestOutcome{User: sessionOf(c).Principal()})
+	err := p.Admin.DB.Setting.Create().SetKey(key).SetValue(raw).Exec(ctx)
+	if ent.IsConstraintError(err) {
+		return false, nil
+	}
+	return err == nil, err
+}
+
+// settle stores a submit's outcome for later submits of the same form
+// and sends this one where it leads (POST, redirect, GET).
+func (p *Portal) settle(c *fiber.Ctx, key string, o requestOutcome) error {
+	o.User, o.Done = sessionOf(c).Principal(), true
+	raw, _ := json.Marshal(o)
+	if err := p.Admin.DB.Setting.Update().Where(setting.Key(key)).SetValue(raw).Exec(c.UserContext()); err != nil {
+		return err
+	}
+	return p.follow(c, o)
+}
+
+func (p *Portal) follow(c *fiber.Ctx, o requestOutcome) error {
+	if o.Flash != "" {
+		sess := sessionOf(c)
+		sess.Flash = o.Flash
+		if err := p.Sessions.Save(c, sess); err != nil {
+			return err
+		}
+	}
+	return c.Redirect(o.To, fiber.StatusSeeOther)
+}
+
+// replayed answers a second submit of a form with the first's outcome,
+// waiting for it while the first is still at work.
+func (p *Portal) replayed(c *fiber.Ctx, key string) error {
+	deadline := time.Now().Add(onceWait)
+	for {
+		o, ok, err := p.outcome(c, key)
+		if err != nil {
+			return err
+		}
+		if !ok {
+			// Signed for this session, so only its own record can hold
+			// the key; gone means expired.
+			return p.follow(c, requestOutcome{To: "/allocations/new", Flash: "That form expired; request again."})
+		}
+		if o.Done {
+			return p.follow(c, o)
+		}
+		if time.Now().After(deadline) {
+			return p.follow(c, requestOutcome{To: "/allocations", Flash: "This request was already sent and is still at work; it is listed below once settled."})
+		}
+		select {
+		case <-c.UserContext().Done():
+			return c.UserContext().Err()
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
+
 // requestNode allocates and, once the conductor has reserved a node, sends
-// the browser to it; a refusal shows the form again with the reason.
+// the browser to it; a refusal sends it back to the form, which shows the
+// reason and what was asked. Each form submits once: see newOnce.
 func (p *Portal) requestNode(c *fiber.Ctx) error {
 	ctx := c.UserContext()
 	in := allocations.Input{ResourceClass: strings.TrimSpace(c.FormValue("resource_class"))}
+	if c.FormValue("action") == "traits" {
+		// Without JavaScript the trait picker follows the class this way.
+		return c.Redirect("/allocations/new?"+url.Values{"resource_class": {in.ResourceClass}}.Encode(), fiber.StatusSeeOther)
+	}
 	for _, t := range c.Request().PostArgs().PeekMulti("traits") {
 		if t := strings.TrimSpace(string(t)); t != "" {
 			in.Traits = append(in.Traits, t)
 		}
+	}
+	key := p.onceKey(c, c.FormValue("once"))
+	if key == "" {
+		return p.refuseRequest(c, in, errs.BadRequest("once", "This form expired or was not issued to this session; check it and request again."))
+	}
+	first, err := p.claim(c, key)
+	if err != nil {
+		return err
+	}
+	if !first {
+		return p.replayed(c, key)
 	}
 	a, err := p.Allocations.Create(ctx, in)
 	if err == nil {
@@ -73,21 +231,14 @@ func (p *Portal) requestNode(c *fiber.Ctx) error {
 	if err != nil && errs.Status(err) >= 500 {
 		return err
 	}
-	sess := sessionOf(c)
 	switch {
 	case err != nil:
 	case a.State == allocations.StateActive:
-		sess.Flash = fmt.Sprintf("%s reserved for %s.", nameOr(a.NodeName, a.NodeUUID), views.OwnerText(deref(a.Owner)))
-		if err := p.Sessions.Save(c, sess); err != nil {
-			return err
-		}
-		return c.Redirect("/nodes/"+a.NodeUUID, fiber.StatusSeeOther)
+		return p.settle(c, key, requestOutcome{To: "/nodes/" + a.NodeUUID,
+			Flash: fmt.Sprintf("%s reserved for %s.", nameOr(a.NodeName, a.NodeUUID), views.OwnerText(deref(a.Owner)))})
 	case a.State == allocations.StateAllocating:
-		sess.Flash = "Still looking for a node: every suitable one is busy for now. The allocation below settles within 30 seconds."
-		if err := p.Sessions.Save(c, sess); err != nil {
-			return err
-		}
-		return c.Redirect("/allocations", fiber.StatusSeeOther)
+		return p.settle(c, key, requestOutcome{To: "/allocations",
+			Flash: "Still looking for a node: every suitable one is busy for now. The allocation below settles within 30 seconds."})
 	default:
 		// The failed allocation holds nothing; it goes, so that "My
 		// allocations" lists what is held rather than every miss.
@@ -96,6 +247,13 @@ func (p *Portal) requestNode(c *fiber.Ctx) error {
 		}
 		err = errs.Conflict("No node is free: %s", deref(a.LastError))
 	}
+	return p.settle(c, key, requestOutcome{To: "/allocations/new?" + url.Values{"refused": {strings.TrimPrefix(key, onceKeyPrefix)}}.Encode(),
+		Error: err.Error(), Class: in.ResourceClass, Traits: in.Traits})
+}
+
+// refuseRequest shows the form again for a submit that claimed nothing,
+// so there is nothing to resend.
+func (p *Portal) refuseRequest(c *fiber.Ctx, in allocations.Input, err error) error {
 	pg, perr := p.page(c, "Request a node")
 	if perr != nil {
 		return perr
@@ -105,6 +263,7 @@ func (p *Portal) requestNode(c *fiber.Ctx) error {
 	if ferr != nil {
 		return ferr
 	}
+	f.Once = p.newOnce(c)
 	return render(c, errs.Status(err), views.RequestNode(pg, f))
 }
 
@@ -130,7 +289,7 @@ func (p *Portal) allocationsPage(c *fiber.Ctx) error {
 	rows := make([]views.AllocationRow, len(as))
 	for i, a := range as {
 		rows[i] = views.AllocationRow{UUID: a.UUID, Name: deref(a.Name), State: a.State, Owner: deref(a.Owner), NodeUUID: a.NodeUUID,
-			NodeName: a.NodeName, Created: a.CreatedAt.UTC().Format(time.RFC3339), LastError: deref(a.LastError)}
+			NodeName: a.NodeName, Created: a.CreatedAt, LastError: deref(a.LastError)}
 	}
 	return render(c, 200, views.Allocations(pg, rows, more))
 }

@@ -3,7 +3,9 @@ package web_test
 import (
 	"context"
 	"net/url"
+	"regexp"
 	"strings"
+	"sync"
 	"testing"
 
 	entnode "github.com/anvilproject/anvil/ent/node"
@@ -64,22 +66,49 @@ func TestRequestAndReleaseNode(t *testing.T) {
 			t.Error("tenant-green, with no free node, is not told so")
 		}
 
-		// Refusals show the form again and keep nothing.
-		if st, page, _ := tina.do("POST", "/allocations", url.Values{"csrf": {tina.csrf}, "resource_class": {""}}); st != 400 || !strings.Contains(page, "resource_class") {
-			t.Errorf("empty class: %d", st)
+		// Refusals go back to the form (POST, redirect, GET), which shows
+		// the reason and what was asked; a refresh of it sends nothing.
+		refused := func(form url.Values) (string, string) {
+			t.Helper()
+			form.Set("csrf", tina.csrf)
+			form.Set("once", newOnce(t, tina))
+			st, _, h := tina.do("POST", "/allocations", form)
+			if st != 303 || !strings.HasPrefix(h.Get("Location"), "/allocations/new?refused=") {
+				t.Fatalf("refused request %v: %d %s", form, st, h.Get("Location"))
+			}
+			_, page, _ := tina.do("GET", h.Get("Location"), nil)
+			return h.Get("Location"), page
 		}
-		if st, page, _ := tina.do("POST", "/allocations", url.Values{"csrf": {tina.csrf}, "resource_class": {"gpu"}}); st != 409 || !strings.Contains(page, "No node is free") {
-			t.Errorf("a class with no free node: %d", st)
+		if _, page := refused(url.Values{"resource_class": {""}}); !strings.Contains(page, "resource_class") || !strings.Contains(page, `role="alert"`) {
+			t.Errorf("empty class:\n%s", page)
 		}
-		if st, page, _ := tina.do("POST", "/allocations", url.Values{"csrf": {tina.csrf}, "resource_class": {"baremetal-large"}, "traits": {"CUSTOM_NOPE"}}); st != 409 || !strings.Contains(page, "CUSTOM_NOPE") {
-			t.Errorf("a trait no free node has: %d", st)
+		if _, page := refused(url.Values{"resource_class": {"gpu"}}); !strings.Contains(page, "No node is free") || !strings.Contains(page, `<option value="gpu" selected>`) {
+			t.Errorf("a class with no free node:\n%s", page)
+		}
+		to, page := refused(url.Values{"resource_class": {"baremetal-large"}, "traits": {"CUSTOM_NOPE"}})
+		if !strings.Contains(page, "CUSTOM_NOPE") || !strings.Contains(page, `<option value="baremetal-large" selected>`) {
+			t.Errorf("a trait no free node has:\n%s", page)
+		}
+		// Another user cannot read a refusal's record.
+		if _, page, _ := gary.do("GET", to, nil); strings.Contains(page, "CUSTOM_NOPE") {
+			t.Error("another project reads tina's refusal")
 		}
 		if n := held(); n != 0 {
 			t.Fatalf("%d allocations stored after refusals", n)
 		}
+		// A form without its one-time token, or another session's, is refused.
+		if st, page, _ := tina.do("POST", "/allocations", url.Values{"csrf": {tina.csrf}, "resource_class": {"baremetal-large"}}); st != 400 || !strings.Contains(page, "expired or was not issued") {
+			t.Errorf("request without a token: %d", st)
+		}
+		garys := newOnce(t, gary)
+		if st, _, _ := tina.do("POST", "/allocations", url.Values{"csrf": {tina.csrf}, "once": {garys}, "resource_class": {"baremetal-large"}}); st != 400 || held() != 0 {
+			t.Errorf("request with another session's token: %d", st)
+		}
 
 		// Success redirects to the node, which says once who holds it.
-		st, _, h := tina.do("POST", "/allocations", url.Values{"csrf": {tina.csrf}, "resource_class": {"baremetal-large"}, "traits": {"CUSTOM_DEMO", "CUSTOM_FIRMWARE_UPDATE"}})
+		once := newOnce(t, tina)
+		form := url.Values{"csrf": {tina.csrf}, "once": {once}, "resource_class": {"baremetal-large"}, "traits": {"CUSTOM_DEMO", "CUSTOM_FIRMWARE_UPDATE"}}
+		st, _, h := tina.do("POST", "/allocations", form)
 		node := h.Get("Location")
 		if st != 303 || !strings.HasPrefix(node, "/nodes/") {
 			t.Fatalf("request: %d %s", st, node)
@@ -89,6 +118,15 @@ func TestRequestAndReleaseNode(t *testing.T) {
 		}
 		if _, page, _ := tina.do("GET", node, nil); strings.Contains(page, "reserved for") || held() != 1 {
 			t.Errorf("a reload repeats the message or the request (%d allocations)", held())
+		}
+		// The same form sent again (a refresh of the POST, a replay) gets
+		// the first outcome, and no second node.
+		form.Set("csrf", tina.csrf)
+		if st, _, h := tina.do("POST", "/allocations", form); st != 303 || h.Get("Location") != node || held() != 1 {
+			t.Errorf("replayed request: %d %s, %d allocations", st, h.Get("Location"), held())
+		}
+		if _, page, _ := tina.do("GET", node, nil); !strings.Contains(page, "demo-00005 reserved for project tenant-blue.") {
+			t.Error("the replay does not show the first outcome")
 		}
 		if _, page, _ := tina.do("GET", "/allocations/new", nil); strings.Contains(page, "baremetal-large (") {
 			t.Error("the reserved node is still counted free")
@@ -137,5 +175,46 @@ func TestRequestAndReleaseNode(t *testing.T) {
 		if st, _, _ := tina.do("POST", release, url.Values{"csrf": {tina.csrf}}); st != 404 {
 			t.Errorf("releasing twice: %d", st)
 		}
+
+		// Without JavaScript, the picker's button shows a class's traits
+		// and requests nothing.
+		if st, _, h := tina.do("POST", "/allocations", url.Values{"csrf": {tina.csrf}, "action": {"traits"}, "resource_class": {"baremetal-small"}}); st != 303 ||
+			h.Get("Location") != "/allocations/new?resource_class=baremetal-small" || held() != 0 {
+			t.Errorf("the no-script trait picker: %d %s", st, h.Get("Location"))
+		}
+		// A double click: two submits of one form at once reserve one node,
+		// and both land on it.
+		form = url.Values{"csrf": {tina.csrf}, "once": {newOnce(t, tina)}, "resource_class": {"baremetal-small"}}
+		var wg sync.WaitGroup
+		var went [2]string
+		for i := range went {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				// Not tina.do, which remembers the page's CSRF token.
+				resp, err := tina.c.PostForm(srv.URL+"/allocations", form)
+				if err == nil {
+					resp.Body.Close()
+					went[i] = resp.Header.Get("Location")
+				}
+			}()
+		}
+		wg.Wait()
+		if went[0] != went[1] || !strings.HasPrefix(went[0], "/nodes/") || held() != 1 {
+			t.Errorf("a double submit went to %q, %d allocations", went, held())
+		}
 	})
+}
+
+var onceField = regexp.MustCompile(`name="once" value="([^"]+)"`)
+
+// newOnce opens the request form and returns its one-time token.
+func newOnce(t *testing.T, b *browser) string {
+	t.Helper()
+	_, page, _ := b.do("GET", "/allocations/new", nil)
+	m := onceField.FindStringSubmatch(page)
+	if m == nil {
+		t.Fatal("the request form has no one-time token")
+	}
+	return m[1]
 }

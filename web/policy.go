@@ -3,15 +3,16 @@ package web
 import (
 	"archive/zip"
 	"bytes"
+	"crypto/hmac"
+	"crypto/sha256"
 	"encoding/base64"
-	"errors"
+	"encoding/hex"
 	"fmt"
 	"io"
 	"maps"
 	"slices"
 	"strconv"
 	"strings"
-	"time"
 
 	"github.com/gofiber/fiber/v2"
 
@@ -26,12 +27,35 @@ import (
 	"github.com/anvilproject/anvil/views"
 )
 
-// Admin holds what the admin console's policy page needs.
+// Admin holds what the admin console's pages need.
 type Admin struct {
 	DB        *store.DB
 	Audit     *audit.Log
 	Enforcer  *policies.Enforcer
 	Overrides *override.Manager
+	// Key signs what a form hands back for the server to trust (the
+	// upload a preview showed, a one-time request token): the session
+	// signing key, which every replica shares.
+	Key []byte
+}
+
+// sign binds parts to the signed-in session that asked for them: an HMAC
+// over the purpose, the session's secret id, its principal and parts, so
+// a value signed for one session, user or form is worthless in another.
+func (p *Portal) sign(c *fiber.Ctx, purpose string, parts ...string) string {
+	sess := sessionOf(c)
+	m := hmac.New(sha256.New, p.Admin.Key)
+	for _, x := range append([]string{purpose, sess.ID, sess.Principal()}, parts...) {
+		m.Write([]byte(x))
+		m.Write([]byte{0})
+	}
+	return base64.RawURLEncoding.EncodeToString(m.Sum(nil))
+}
+
+// signed reports whether mac is what sign returns for these parts in
+// this session. Without a key nothing is trusted.
+func (p *Portal) signed(c *fiber.Ctx, mac, purpose string, parts ...string) bool {
+	return len(p.Admin.Key) >= 32 && hmac.Equal([]byte(mac), []byte(p.sign(c, purpose, parts...)))
 }
 
 const (
@@ -63,13 +87,21 @@ func (p *Portal) policyData(c *fiber.Ctx) (views.PolicyPage, error) {
 	pp.MatrixRules, pp.Matrix = rules, allowed
 	pp.Roles = policies.KnownRoles()
 	pp.CanUpdate = p.Guard.Allowed(c.UserContext(), rulePolicyUpdate, policies.Target{})
+	pp.Enabled, pp.Status = p.Admin.Overrides.Enabled, p.Admin.Overrides.Status()
+	switch {
+	case !pp.Enabled:
+		pp.Status = "Overrides are disabled on this server: the default policy is in force, whatever revisions are stored. " +
+			"Start anvil serve with --policy-override-enabled to apply them."
+	case pp.Status == "":
+		pp.Status = "Not yet synced on this replica; it applies the stored revision within 2 seconds."
+	}
 	revs, err := p.Admin.DB.PolicyOverride.Query().Order(ent.Desc(policyoverride.FieldRevision)).Limit(revisionsShown).All(c.UserContext())
 	if err != nil {
 		return pp, err
 	}
 	for _, r := range revs {
 		pp.Revisions = append(pp.Revisions, views.PolicyRevision{Revision: r.Revision, By: r.UploadedBy,
-			At: r.UploadedAt.UTC().Format(time.RFC3339), Files: slices.Sorted(maps.Keys(r.Files))})
+			At: r.UploadedAt, Files: slices.Sorted(maps.Keys(r.Files))})
 	}
 	if len(revs) > 0 {
 		pp.Base = revs[0].Revision
@@ -172,14 +204,15 @@ func (p *Portal) policyUpload(c *fiber.Ctx) error {
 		}
 	}
 	if pp.PreviewErr == "" {
-		p.preview(&pp, data)
+		p.preview(c, &pp, data)
 	}
 	return p.renderPolicy(c, pp)
 }
 
 // preview validates an uploaded zip and fills the diff, or the reason it
-// would be refused, and the files to apply.
-func (p *Portal) preview(pp *views.PolicyPage, data []byte) {
+// would be refused, and the Apply form: the zip itself, and a signature
+// binding its bytes and the revision previewed against to this session.
+func (p *Portal) preview(c *fiber.Ctx, pp *views.PolicyPage, data []byte) {
 	files, err := override.ReadZip(data)
 	if err != nil {
 		pp.PreviewErr = err.Error()
@@ -199,7 +232,15 @@ func (p *Portal) preview(pp *views.PolicyPage, data []byte) {
 			pp.Widening++
 		}
 	}
-	pp.PreviewZip, pp.PreviewDigest, pp.PreviewFiles = base64.StdEncoding.EncodeToString(data), files.Digest(), files.Names()
+	pp.PreviewZip, pp.PreviewFiles = base64.StdEncoding.EncodeToString(data), files.Names()
+	pp.PreviewToken = p.sign(c, purposeApply, zipSum(data), strconv.FormatInt(pp.Base, 10))
+}
+
+const purposeApply = "policy-apply"
+
+func zipSum(data []byte) string {
+	h := sha256.Sum256(data)
+	return hex.EncodeToString(h[:])
 }
 
 func (p *Portal) renderPolicy(c *fiber.Ctx, pp views.PolicyPage) error {
@@ -214,20 +255,20 @@ func (p *Portal) renderPolicy(c *fiber.Ctx, pp views.PolicyPage) error {
 	return render(c, status, views.Policy(pg, pp))
 }
 
-// policyApply applies the files a preview showed: the form carries them
-// with their digest, and the revision the preview was made against.
+// policyApply applies the upload a preview showed. The form carries the
+// zip, the revision previewed against and the preview's signature over
+// both, for this session: other bytes, another base, or a form taken from
+// another user's or session's preview are refused, and nothing is stored.
+// Applied once, the base is stale, so a replay is refused too.
 func (p *Portal) policyApply(c *fiber.Ctx) error {
 	if err := p.Guard.Authorize(c.UserContext(), rulePolicyUpdate, "policy", "", policies.Target{}); err != nil {
 		return p.fail(c, err)
 	}
 	data, err := base64.StdEncoding.DecodeString(c.FormValue("zip"))
-	var files override.Files
-	if err == nil {
-		files, err = override.ReadZip(data)
+	if err != nil || !p.signed(c, c.FormValue("token"), purposeApply, zipSum(data), c.FormValue("base")) {
+		return p.policyRefused(c, errs.BadRequest("zip", "This upload was not previewed; upload it again"))
 	}
-	if err == nil && files.Digest() != c.FormValue("digest") {
-		err = errors.New("the files differ from those previewed")
-	}
+	files, err := override.ReadZip(data)
 	if err != nil {
 		return p.policyRefused(c, errs.BadRequest("zip", "zip: %v; upload and preview it again", err))
 	}
@@ -283,9 +324,14 @@ func (p *Portal) commitPolicy(c *fiber.Ctx, files override.Files, how string) er
 		return p.policyRefused(c, err)
 	}
 	sess := sessionOf(c)
-	sess.Flash = fmt.Sprintf("Stored as revision %d; every replica applies it within 2 seconds.", rev)
+	stored := fmt.Sprintf("Stored as revision %d", rev)
 	if how != "" {
-		sess.Flash = fmt.Sprintf("Stored as revision %d (%s); every replica applies it within 2 seconds.", rev, how)
+		stored += " (" + how + ")"
+	}
+	sess.Flash = stored + "; every replica applies it within 2 seconds."
+	if !p.Admin.Overrides.Enabled {
+		sess.Flash = stored + ", but not applied: overrides are disabled on this server, so the default policy stays in force. " +
+			"Start anvil serve with --policy-override-enabled to apply it."
 	}
 	if err := p.Sessions.Save(c, sess); err != nil {
 		return err

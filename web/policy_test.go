@@ -4,7 +4,9 @@ import (
 	"archive/zip"
 	"bytes"
 	"context"
+	"crypto/sha256"
 	"encoding/base64"
+	"encoding/hex"
 	"fmt"
 	"html"
 	"io"
@@ -59,17 +61,22 @@ func (b *browser) upload(action string, data []byte) (int, string) {
 	return resp.StatusCode, string(raw)
 }
 
-var hiddenField = regexp.MustCompile(`<input type="hidden" name="(zip|digest|base)" value="([^"]*)"`)
+var hiddenField = regexp.MustCompile(`<input type="hidden" name="(zip|base|token)" value="([^"]*)"`)
+
+// applyForm is the Apply form a preview page shows, as it is.
+func (b *browser) applyForm(page string) url.Values {
+	form := url.Values{"csrf": {b.csrf}}
+	for _, m := range hiddenField.FindAllStringSubmatch(page[strings.Index(page, `action="/admin/policy/apply"`):], 3) {
+		form.Set(m[1], html.UnescapeString(m[2]))
+	}
+	return form
+}
 
 // applyPreviewed submits the Apply form a preview page shows, as it is,
 // and follows the redirect.
 func (b *browser) applyPreviewed(page string) (int, string) {
 	b.t.Helper()
-	form := url.Values{"csrf": {b.csrf}}
-	for _, m := range hiddenField.FindAllStringSubmatch(page[strings.Index(page, `action="/admin/policy/apply"`):], 3) {
-		form.Set(m[1], html.UnescapeString(m[2]))
-	}
-	st, body, h := b.do("POST", "/admin/policy/apply", form)
+	st, body, h := b.do("POST", "/admin/policy/apply", b.applyForm(page))
 	if st != 303 {
 		return st, body
 	}
@@ -212,20 +219,56 @@ func TestPolicyRevisions(t *testing.T) {
 		}
 	}
 
-	// The Apply form carries the previewed files and their digest: other
-	// files under that digest are refused, and nothing is stored.
+	// Apply stores only what this session previewed: other bytes under
+	// the previewed signature, a zip never previewed with a digest made
+	// by hand, the signature with another base, and another session's or
+	// user's preview are all refused, and nothing is stored.
 	_, previewed := root.upload("preview", zipOf(t, power))
-	form := url.Values{"csrf": {root.csrf}, "base": {"2"}, "zip": {base64.StdEncoding.EncodeToString(zipOf(t, owner))}}
-	form.Set("digest", hiddenField.FindAllStringSubmatch(previewed[strings.Index(previewed, `action="/admin/policy/apply"`):], 3)[1][2])
-	if st, page, _ := root.do("POST", "/admin/policy/apply", form); st != 400 || !strings.Contains(page, "differ from those previewed") {
-		t.Errorf("apply of files other than previewed: %d", st)
+	notPreviewed := "This upload was not previewed; upload it again"
+	forged := zipOf(t, owner)
+	sum := sha256.Sum256(forged)
+	for name, form := range map[string]url.Values{
+		"other bytes":  {"zip": {base64.StdEncoding.EncodeToString(forged)}},
+		"hand digest":  {"zip": {base64.StdEncoding.EncodeToString(forged)}, "token": {hex.EncodeToString(sum[:])}, "digest": {hex.EncodeToString(sum[:])}},
+		"no signature": {"token": {""}},
+		"other base":   {"base": {"1"}},
+	} {
+		f := root.applyForm(previewed)
+		for k, v := range form {
+			f[k] = v
+		}
+		if st, page, _ := root.do("POST", "/admin/policy/apply", f); st != 400 || !strings.Contains(page, notPreviewed) {
+			t.Errorf("apply, %s: %d", name, st)
+		}
 	}
-	// A preview made before another apply is refused: its diff is stale.
+	// The same admin in another browser, and another admin, replaying
+	// the form root's preview showed.
+	root2 := signIn("root")
+	srv.IDs.CreateUser(ctx, "ada", "ada-password-1")
+	srv.IDs.Grant(ctx, "ada", identity.Assignment{Scope: identity.Scope{System: true}, Role: "admin"})
+	ada := signIn("ada")
+	for _, b := range []*browser{root2, ada} {
+		f := root.applyForm(previewed)
+		f.Set("csrf", b.csrf)
+		if st, page, _ := b.do("POST", "/admin/policy/apply", f); st != 400 || !strings.Contains(page, notPreviewed) {
+			t.Errorf("apply of root's preview from another session: %d", st)
+		}
+	}
+	if got := stored(); len(got) != 2 {
+		t.Fatalf("refused applies stored revisions: %v", got)
+	}
+	// A preview made before another apply is refused: its diff is stale;
+	// so is a second apply of the same preview.
 	_, stale := root.upload("preview", zipOf(t, power))
 	_, fresh := root.upload("preview", zipOf(t, map[string]string{"x.yaml": `"baremetal:node:get": "rule:system_reader"`}))
-	root.applyPreviewed(fresh)
+	if st, _ := root.applyPreviewed(fresh); st != 200 {
+		t.Fatalf("apply: %d", st)
+	}
 	if st, page := root.applyPreviewed(stale); st != 409 || !strings.Contains(page, "revision 3 now, not 2") {
 		t.Errorf("apply of a stale preview: %d", st)
+	}
+	if st, page := root.applyPreviewed(fresh); st != 409 || !strings.Contains(page, "revision 3 now, not 2") {
+		t.Errorf("a second apply of one preview: %d", st)
 	}
 	if got := stored(); len(got) != 3 || got[3]["x.yaml"] == "" {
 		t.Fatalf("stored revisions: %v", got)
@@ -280,5 +323,30 @@ func TestPolicyRevisions(t *testing.T) {
 	}
 	if strings.Join(hows, "; ") != "restore of revision 1; revert to defaults" {
 		t.Errorf("audited changes: %q", hows)
+	}
+}
+
+// TestPolicyOverridesDisabled: with overrides off (the default), the page
+// says so instead of a blank status, and Apply says the revision is stored
+// but not applied, rather than that every replica applies it.
+func TestPolicyOverridesDisabled(t *testing.T) {
+	srv := servertest.Start(t, server.Options{Database: storetest.Setting(t, "sqlite")})
+	ctx := context.Background()
+	srv.IDs.CreateUser(ctx, "root", "root-password-1")
+	srv.IDs.Grant(ctx, "root", identity.Assignment{Scope: identity.Scope{System: true}, Role: "admin"})
+	root := newBrowser(t, srv.URL)
+	root.do("GET", "/login", nil)
+	root.do("POST", "/login", url.Values{"csrf": {root.csrf}, "username": {"root"}, "password": {"root-password-1"}})
+	_, page, _ := root.do("GET", "/admin/policy", nil)
+	if !strings.Contains(page, `data-testid="policy-page-status">Overrides are disabled on this server`) || !strings.Contains(page, "--policy-override-enabled") {
+		t.Errorf("policy page status with overrides disabled:\n%s", page)
+	}
+	_, page = root.upload("preview", zipOf(t, map[string]string{"p.yaml": `"baremetal:node:set_power_state": "rule:system_member"`}))
+	if !strings.Contains(page, "as revision 1, but not applied: overrides are disabled on this server.") {
+		t.Error("the Apply confirmation promises the upload applies")
+	}
+	st, page := root.applyPreviewed(page)
+	if st != 200 || !strings.Contains(page, "Stored as revision 1, but not applied: overrides are disabled on this server") || strings.Contains(page, "within 2 seconds") {
+		t.Errorf("apply with overrides disabled: %d\n%s", st, page)
 	}
 }

@@ -101,6 +101,8 @@ func (p *Portal) Register(app *fiber.App) {
 	app.Post("/admin/users/:name/revoke", s, p.signedIn, p.revokeRole)
 	app.Post("/admin/users/:name/password", s, p.signedIn, p.resetPassword)
 	app.Post("/admin/users/:name/delete", s, p.signedIn, p.deleteUser)
+	app.Get("/admin/tokens", s, p.signedIn, p.tokensPage)
+	app.Post("/admin/tokens/:id/revoke", s, p.signedIn, p.revokeAnyToken)
 	app.Post("/scope", s, p.signedIn, p.switchScope)
 	app.Get("/account", s, p.signedIn, p.account)
 	app.Post("/account/tokens", s, p.signedIn, p.createToken)

@@ -2,7 +2,9 @@ package web
 
 import (
 	"net/url"
+	"strconv"
 	"strings"
+	"time"
 
 	"github.com/gofiber/fiber/v2"
 
@@ -47,10 +49,7 @@ func (p *Portal) renderUsers(c *fiber.Ctx, pg views.Page, status int) error {
 	}
 	rows := make([]views.UserRow, len(us))
 	for i, u := range us {
-		rows[i] = views.UserRow{Name: u.Name, LastLogin: "never"}
-		if u.LastLogin != nil {
-			rows[i].LastLogin = u.LastLogin.UTC().Format("2006-01-02 15:04 MST")
-		}
+		rows[i] = views.UserRow{Name: u.Name, LastLogin: u.LastLogin}
 		for _, a := range u.Roles {
 			rows[i].Roles = append(rows[i].Roles, views.RoleRow{Scope: a.Scope.String(), Role: a.Role, Value: scopeValue(a.Scope) + "|" + a.Role})
 		}
@@ -136,4 +135,72 @@ func (p *Portal) deleteUser(c *fiber.Ctx) error {
 		}
 		return p.IDs.DeleteUser(c.UserContext(), c.Params("name"))
 	})
+}
+
+// tokensShown is the admin token list's page size.
+const tokensShown = 50
+
+// tokensPage lists every user's API tokens, newest first, a page at a
+// time, for whoever may list users; whoever may manage them also gets
+// Revoke. A token's secret is never stored, so never shown.
+func (p *Portal) tokensPage(c *fiber.Ctx) error {
+	ctx := c.UserContext()
+	if err := p.Guard.Authorize(ctx, ruleUserList, "token", "", policies.Target{}); err != nil {
+		return p.fail(c, err)
+	}
+	offset, err := strconv.Atoi(c.Query("offset", "0"))
+	if err != nil || offset < 0 {
+		return p.fail(c, errs.BadRequest("offset", "offset: give a number of tokens to skip, 0 or more"))
+	}
+	pg, err := p.page(c, "API tokens of every user")
+	if err != nil {
+		return err
+	}
+	ts, more, err := p.IDs.TokensPage(ctx, offset, tokensShown)
+	if err != nil {
+		return err
+	}
+	now := time.Now()
+	rows := make([]views.AdminTokenRow, len(ts))
+	for i, t := range ts {
+		rows[i] = views.AdminTokenRow{UUID: t.UUID, User: t.User, Scope: t.Scope.String(), Roles: strings.Join(t.Roles, ", "),
+			Description: t.Description, State: "active", Created: t.CreatedAt, Expires: t.ExpiresAt, LastUsed: t.LastUsedAt}
+		switch {
+		case t.RevokedAt != nil:
+			rows[i].State = "revoked"
+		case t.ExpiresAt != nil && now.After(*t.ExpiresAt):
+			rows[i].State = "expired"
+		}
+	}
+	return render(c, 200, views.AdminTokens(pg, views.AdminTokenList{Rows: rows, Offset: offset, Size: tokensShown, More: more,
+		CanRevoke: p.Guard.Allowed(ctx, ruleUserManage, policies.Target{})}))
+}
+
+// revokeAnyToken revokes any user's token, under the rule that manages
+// users; the identity service audits it against the token's user.
+func (p *Portal) revokeAnyToken(c *fiber.Ctx) error {
+	ctx := c.UserContext()
+	if err := p.Guard.Authorize(ctx, ruleUserList, "token", c.Params("id"), policies.Target{}); err != nil {
+		return p.fail(c, err)
+	}
+	t, err := p.IDs.Token(ctx, c.Params("id"))
+	if err != nil {
+		return p.fail(c, err)
+	}
+	if err := p.Guard.Authorize(ctx, ruleUserManage, "token", t.UUID, policies.Target{}); err != nil {
+		return p.fail(c, err)
+	}
+	if err := p.IDs.RevokeToken(ctx, t.UUID, t.User); err != nil {
+		return p.fail(c, err)
+	}
+	sess := sessionOf(c)
+	sess.Flash = "Revoked " + t.User + "'s token on " + t.Scope.String() + "; it no longer authenticates."
+	if err := p.Sessions.Save(c, sess); err != nil {
+		return err
+	}
+	to := "/admin/tokens"
+	if o, err := strconv.Atoi(c.FormValue("offset")); err == nil && o > 0 {
+		to += "?offset=" + strconv.Itoa(o)
+	}
+	return c.Redirect(to, fiber.StatusSeeOther)
 }

@@ -2,10 +2,13 @@ package web_test
 
 import (
 	"context"
+	"html"
 	"net/url"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/anvilproject/anvil/ent/auditevent"
 	"github.com/anvilproject/anvil/server/identity"
 	"github.com/anvilproject/anvil/server/store"
 	"github.com/anvilproject/anvil/server/store/storetest"
@@ -128,6 +131,108 @@ func TestUsersAdminPage(t *testing.T) {
 					t.Errorf("pat's roles changed: %v", u.Roles)
 				}
 			}
+		}
+	})
+}
+
+// TestAdminTokensPage: user administrators see every user's API tokens a
+// page at a time, never a secret; a system admin revokes one (audited
+// against its user, and it stops authenticating); a system reader sees
+// the list without Revoke and may revoke nothing; a project admin sees
+// nothing.
+func TestAdminTokensPage(t *testing.T) {
+	storetest.Each(t, func(t *testing.T, setting string, _ *store.DB) {
+		srv, _, _ := fleet(t, setting)
+		ctx := context.Background()
+		for user, a := range map[string]identity.Assignment{
+			"rhea": {Scope: identity.Scope{System: true}, Role: "reader"},
+			"pam":  {Scope: identity.Scope{Project: "blue"}, Role: "admin"},
+		} {
+			if err := srv.IDs.CreateUser(ctx, user, user+"-password-1"); err != nil {
+				t.Fatal(err)
+			}
+			if err := srv.IDs.Grant(ctx, user, a); err != nil {
+				t.Fatal(err)
+			}
+		}
+		secret, pats, err := srv.IDs.CreateToken(ctx, identity.TokenRequest{User: "pat", Scope: identity.Scope{Project: "blue"}, Roles: []string{"reader"}, Description: "ci runner", Expires: time.Hour})
+		if err != nil {
+			t.Fatal(err)
+		}
+		root, rhea, pam := signInAs(t, srv, "root"), signInAs(t, srv, "rhea"), signInAs(t, srv, "pam")
+		if _, page, _ := root.do("GET", "/admin/users", nil); !strings.Contains(page, `href="/admin/tokens"`) {
+			t.Error("the users page does not link the token list")
+		}
+		st, page, _ := root.do("GET", "/admin/tokens", nil)
+		row := page[strings.Index(page, `data-token="`+pats.UUID+`"`):]
+		row = row[:strings.Index(row, "</tr>")]
+		if st != 200 || !strings.Contains(row, `data-user="pat"`) || !strings.Contains(row, "project blue") || !strings.Contains(row, "ci runner") ||
+			!strings.Contains(row, `<time datetime="`+pats.CreatedAt.UTC().Format(time.RFC3339)+`">`) || !strings.Contains(row, ">Revoke<") {
+			t.Fatalf("token list: %d\n%s", st, row)
+		}
+		if strings.Contains(page, secret) || strings.Contains(page, identity.TokenPrefix) {
+			t.Fatal("the token list shows a secret")
+		}
+		revoke := "/admin/tokens/" + pats.UUID + "/revoke"
+
+		// A reader lists but may not revoke; a project admin does neither.
+		if st, page, _ := rhea.do("GET", "/admin/tokens", nil); st != 200 || !strings.Contains(page, pats.UUID) || strings.Contains(page, ">Revoke<") {
+			t.Errorf("reader's token list: %d", st)
+		}
+		if st, _, _ := rhea.do("POST", revoke, url.Values{"csrf": {rhea.csrf}}); st != 403 {
+			t.Errorf("reader's revoke: %d", st)
+		}
+		if st, page, _ := pam.do("GET", "/admin/tokens", nil); st != 403 || strings.Contains(page, pats.UUID) {
+			t.Errorf("project admin's token list: %d", st)
+		}
+		if st, _, _ := pam.do("POST", revoke, url.Values{"csrf": {pam.csrf}}); st != 403 {
+			t.Errorf("project admin's revoke: %d", st)
+		}
+		if _, err := srv.IDs.VerifyToken(ctx, secret); err != nil {
+			t.Fatalf("a refused revoke revoked the token: %v", err)
+		}
+		if st, _, _ := root.do("POST", "/admin/tokens/no-such-token/revoke", url.Values{"csrf": {root.csrf}}); st != 404 {
+			t.Errorf("revoke of a missing token: %d", st)
+		}
+		if st, _, _ := root.do("POST", revoke, url.Values{}); st != 403 {
+			t.Errorf("revoke without the CSRF token: %d", st)
+		}
+
+		if st, _, h := root.do("POST", revoke, url.Values{"csrf": {root.csrf}}); st != 303 || h.Get("Location") != "/admin/tokens" {
+			t.Fatalf("revoke: %d %s", st, h.Get("Location"))
+		}
+		_, page, _ = root.do("GET", "/admin/tokens", nil)
+		row = page[strings.Index(page, `data-token="`+pats.UUID+`"`):]
+		row = row[:strings.Index(row, "</tr>")]
+		if !strings.Contains(html.UnescapeString(page), "Revoked pat's token on project blue") || !strings.Contains(row, ">revoked<") || strings.Contains(row, ">Revoke<") {
+			t.Errorf("after revoke:\n%s", row)
+		}
+		if _, err := srv.IDs.VerifyToken(ctx, secret); err == nil {
+			t.Error("the revoked token still authenticates")
+		}
+		if n := srv.DB.AuditEvent.Query().Where(auditevent.Rule("anvil:token:revoke"), auditevent.TargetID("pat"), auditevent.Result("allowed"), auditevent.User("root")).CountX(ctx); n != 1 {
+			t.Errorf("%d audit events for the revoke", n)
+		}
+		if st, _, _ := root.do("POST", revoke, url.Values{"csrf": {root.csrf}}); st != 404 {
+			t.Errorf("revoke twice: %d", st)
+		}
+
+		// Pages of 50: the newest first, then the rest.
+		for range 50 {
+			if _, _, err := srv.IDs.CreateToken(ctx, identity.TokenRequest{User: "pat", Scope: identity.Scope{Project: "blue"}, Roles: []string{"reader"}}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		_, page, _ = root.do("GET", "/admin/tokens", nil)
+		if n := strings.Count(page, "<tr data-token="); n != 50 || !strings.Contains(page, `href="/admin/tokens?offset=50"`) || strings.Contains(page, pats.UUID) {
+			t.Errorf("first page: %d rows", n)
+		}
+		_, page, _ = root.do("GET", "/admin/tokens?offset=50", nil)
+		if n := strings.Count(page, "<tr data-token="); n != 2 || !strings.Contains(page, pats.UUID) || strings.Contains(page, `rel="next"`) {
+			t.Errorf("second page: %d rows", n)
+		}
+		if st, _, _ := root.do("GET", "/admin/tokens?offset=-1", nil); st != 400 {
+			t.Errorf("a negative offset: %d", st)
 		}
 	})
 }

@@ -1,4 +1,5 @@
 import { test, expect } from '@playwright/test';
+import fs from 'node:fs';
 import path from 'node:path';
 import { signIn } from './helpers.mjs';
 
@@ -32,9 +33,12 @@ test('an admin previews, applies, rolls back and reverts the policy, confirming 
   await zip.setInputFiles(fixture('broken-policy.zip'));
   let asked = confirmNext(page);
   await page.getByTestId('apply-previewed').click();
-  expect(await asked).toMatch(/^Apply .+\? It changes 1 effective rule\(s\), as revision 1, on every replica within 2 seconds\.$/);
+  expect(await asked).toMatch(/^Apply .+\? It changes 1 effective rule\(s\), as revision 1, and every replica applies it within 2 seconds\.$/);
   await expect(page).toHaveURL(/\/admin\/policy$/);
   await expect(page.locator('main .flash')).toContainText('Stored as revision 1;');
+  // What was stored is what was previewed, not the file chosen after.
+  await expect(page.locator('tr[data-revision="1"] td[data-label="Files"]')).toHaveText('10-conductors.yaml');
+  await expect(page.locator('tr[data-revision="1"] td[data-label="Stored"] time')).toHaveAttribute('datetime', /^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ$/);
   await expect(page.getByTestId('policy-status')).toHaveText(/^PO: 1 file\(s\) in force/);
   await expect(row.locator('td.allow')).toHaveCount(1);
   await expect(page.locator('tr[data-revision="1"]')).toContainText('in force');
@@ -49,7 +53,7 @@ test('an admin previews, applies, rolls back and reverts the policy, confirming 
 
   asked = confirmNext(page);
   await page.getByRole('button', { name: 'Restore revision 1' }).click();
-  expect(await asked).toMatch(/^Restore revision 1 \(.+\)\? It is stored as revision 3 and every replica applies it within 2 seconds\.$/);
+  expect(await asked).toMatch(/^Restore revision 1 \(.+\)\? It is stored as revision 3, and every replica applies it within 2 seconds\.$/);
   await expect(page.locator('main .flash')).toContainText('Stored as revision 3 (restore of revision 1)');
   await expect(row.locator('td.allow')).toHaveCount(1);
   await expect(page.locator('table[data-testid="revisions"] tbody tr')).toHaveCount(3);
@@ -61,4 +65,25 @@ test('an admin previews, applies, rolls back and reverts the policy, confirming 
   await page.getByRole('button', { name: 'Revert to defaults' }).click();
   await expect(page.locator('main .flash')).toContainText('Stored as revision 4 (revert to defaults)');
   await expect(row.locator('td.allow')).toHaveCount(5);
+});
+
+test('Apply stores only the upload previewed: a zip swapped into the form after the preview is refused', async ({ page }) => {
+  await signIn(page, 'olga', 'operator-password-1');
+  await page.goto('/admin/policy');
+  const revisions = page.locator('table[data-testid="revisions"] tbody tr');
+  const before = await revisions.count();
+  const zip = page.getByLabel('Zip of YAML files (folders are flattened; other files are ignored)');
+  await zip.setInputFiles(fixture('good-policy.zip'));
+  await page.getByRole('button', { name: 'Preview' }).click();
+  await expect(page.getByTestId('preview')).toContainText('baremetal:conductor:get');
+  // A hostile page (or a hand-edited form) puts other bytes where the
+  // previewed zip was, keeping the preview's signature.
+  const other = fs.readFileSync(fixture('broken-policy.zip')).toString('base64');
+  await page.evaluate((b64) => { document.querySelector('form[action="/admin/policy/apply"] input[name="zip"]').value = b64; }, other);
+  page.once('dialog', (d) => d.accept());
+  await page.getByTestId('apply-previewed').click();
+  await expect(page.getByRole('alert')).toContainText('This upload was not previewed; upload it again');
+  await page.goto('/admin/policy');
+  await expect(revisions).toHaveCount(before);
+  await expect(page.getByTestId('policy-page-status')).toHaveText(/^PO: /);
 });

@@ -262,6 +262,45 @@ func (s *Service) ListTokens(ctx context.Context, name string) ([]TokenInfo, err
 	return out, nil
 }
 
+// TokensPage lists every user's tokens, newest first, a page at a time
+// (offset, at most limit), and says whether more follow: an admin's view
+// of a fleet's tokens must not read them all at once.
+func (s *Service) TokensPage(ctx context.Context, offset, limit int) ([]TokenInfo, bool, error) {
+	ts, err := s.db.APIToken.Query().WithUser().Order(ent.Desc(apitoken.FieldID)).Offset(offset).Limit(limit + 1).All(ctx)
+	if err != nil {
+		return nil, false, err
+	}
+	more := len(ts) > limit
+	if more {
+		ts = ts[:limit]
+	}
+	out := make([]TokenInfo, len(ts))
+	for i, t := range ts {
+		who := ""
+		if t.Edges.User != nil {
+			who = t.Edges.User.Name
+		}
+		out[i] = tokenInfo(t, who)
+	}
+	return out, more, nil
+}
+
+// Token returns one token by UUID, without its secret.
+func (s *Service) Token(ctx context.Context, id string) (TokenInfo, error) {
+	t, err := s.db.APIToken.Query().Where(apitoken.UUID(id)).WithUser().Only(ctx)
+	if ent.IsNotFound(err) {
+		return TokenInfo{}, errs.NotFound("token %s does not exist", id)
+	}
+	if err != nil {
+		return TokenInfo{}, err
+	}
+	who := ""
+	if t.Edges.User != nil {
+		who = t.Edges.User.Name
+	}
+	return tokenInfo(t, who), nil
+}
+
 // RevokeToken revokes a token by UUID. With owner set, only that user's
 // token is found: one user cannot learn of another's tokens.
 func (s *Service) RevokeToken(ctx context.Context, id, owner string) (err error) {
