@@ -9,6 +9,7 @@ import (
 
 	"github.com/gofiber/fiber/v2"
 
+	"github.com/anvilproject/anvil/ent"
 	"github.com/anvilproject/anvil/policies"
 	"github.com/anvilproject/anvil/server/conductor"
 	"github.com/anvilproject/anvil/server/errs"
@@ -99,7 +100,7 @@ func (p *Portal) runnable(c *fiber.Ctx, d *views.NodeDetail, v *nodes.View) {
 		return
 	}
 	for _, r := range rs {
-		if !slices.Contains(v.Traits, r.Name) && runbooks.Accepts(r.Runbook, v.Node, v.Traits) != nil {
+		if !matchesTraits(r.Runbook, v.Traits) {
 			continue
 		}
 		row := runbookRow(r)
@@ -115,6 +116,15 @@ func (p *Portal) runnable(c *fiber.Ctx, d *views.NodeDetail, v *nodes.View) {
 		}
 		d.Runnable = append(d.Runnable, row)
 	}
+}
+
+// matchesTraits is Accepts's trait gate alone: the node carries the
+// runbook's name or one of its traits.
+func matchesTraits(r *ent.Runbook, traits []string) bool {
+	if len(r.Traits) == 0 {
+		return slices.Contains(traits, r.Name)
+	}
+	return slices.ContainsFunc(r.Traits, func(t string) bool { return slices.Contains(traits, t) })
 }
 
 // run is a node's last clean or service run, as the conductor recorded it.
