@@ -89,8 +89,9 @@ func TestNodePage(t *testing.T) {
 		!strings.Contains(body, "may not start cleaning, by rule baremetal:node:set_provision_state.") {
 		t.Error("lessee member: wants power buttons and the arbitrary-steps form disabled with its rule")
 	}
-	if !strings.Contains(body, "Run CUSTOM_PAGE_PUB") || strings.Contains(body, "Run CUSTOM_PAGE_LES") {
-		t.Error("lessee member: wants the system's runbook offered and not its own project's")
+	if !strings.Contains(body, "Run CUSTOM_PAGE_PUB (clean)</button>") || !strings.Contains(body, `disabled aria-describedby="run-why-1">Run CUSTOM_PAGE_LES</button>`) ||
+		!strings.Contains(body, "runbook CUSTOM_PAGE_LES belongs to project les, which does not own node") {
+		t.Error("lessee member: wants the system's runbook offered and its own project's shown disabled with the reason")
 	}
 	// A lessee reader sees the power controls disabled, with the reason.
 	if _, body := page(signIn("rita")); !strings.Contains(body, `<button type="submit" disabled aria-describedby="power-why">Power on</button>`) ||
