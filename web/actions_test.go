@@ -192,4 +192,37 @@ func TestRunbooksAndRetry(t *testing.T) {
 	if _, page, _ = pat.do("GET", "/nodes/"+id+"?history=1", nil); strings.Count(page, "Runbook CUSTOM_X, run by pat") != 2 {
 		t.Errorf("the retry did not run CUSTOM_X again\n%s", section(t, page, "status"))
 	}
+
+	// A failed service run: Retry returns the node to active and services
+	// it again with the same runbook.
+	if err := srv.DB.Node.Update().Where(node.UUID(id)).SetProvisionState("active").Exec(ctx); err != nil {
+		t.Fatal(err)
+	}
+	waitState := func(want string) {
+		t.Helper()
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			n := api.Do(t, "GET", "/v1/nodes/"+id, nil).JSON(t)
+			if n["provision_state"] == want && n["target_provision_state"] == nil {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("node is %v, want %s", n["provision_state"], want)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	pat.do("POST", "/nodes/"+id+"/runbook", url.Values{"csrf": {pat.csrf}, "runbook": {rbID}}, "HX-Request", "true")
+	waitState("active")
+	if err := srv.DB.Node.Update().Where(node.UUID(id)).SetProvisionState("service failed").SetLastError("Step power.power_on failed").Exec(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, page, _ = pat.do("GET", "/nodes/"+id, nil); !strings.Contains(page, ">Return to active</button>") || !strings.Contains(page, "<button type=\"submit\">Retry</button>") {
+		t.Fatalf("service failed: no Retry beside Return to active")
+	}
+	pat.do("POST", "/nodes/"+id+"/retry", url.Values{"csrf": {pat.csrf}}, "HX-Request", "true")
+	waitState("active")
+	if _, page, _ = pat.do("GET", "/nodes/"+id+"?history=1", nil); strings.Count(page, "Runbook CUSTOM_X, run by pat: service") != 2 {
+		t.Errorf("the retry did not service the node with CUSTOM_X again\n%s", section(t, page, "status"))
+	}
 }
