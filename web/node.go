@@ -62,7 +62,7 @@ func (p *Portal) detail(c *fiber.Ctx) (views.NodeDetail, error) {
 			d.Elapsed = elapsed(time.Since(*since))
 		}
 	}
-	d.ErrorSummary, d.ErrorAdvice = plainError(d.LastError, v.ProvisionState)
+	d.ErrorSummary, d.ErrorAdvice = plainError(d.LastError)
 	t := nodes.Target(v.Node)
 	d.CanPower = p.Guard.Allowed(ctx, conductor.RuleSetPower, t)
 	switch {
@@ -133,7 +133,7 @@ var bmcFailures = []struct{ kind, summary, advice string }{
 
 // plainError is a one-line summary of last_error and what to do next;
 // the text itself stays available behind a disclosure.
-func plainError(lastError, state string) (summary, advice string) {
+func plainError(lastError string) (summary, advice string) {
 	if lastError == "" || lastError == nodes.RedactedLastError {
 		return "", ""
 	}
