@@ -92,3 +92,137 @@ func TestMissingActionsSayWhy(t *testing.T) {
 		t.Errorf("state after a refused verb: %v", s)
 	}
 }
+
+// TestRunbooksAndRetry: every runbook matching the node is listed, those
+// that cannot run disabled with the reason; the Run confirmation names the
+// node; after a failed run its owner's member retries the same runbook in
+// one step, while the lessee's member sees Retry disabled with the rule and
+// is refused, the reason kept without JavaScript.
+func TestRunbooksAndRetry(t *testing.T) {
+	srv, api, ids := fleet(t, storetest.Setting(t, "sqlite"))
+	ctx := context.Background()
+	id := ids["f-00"] // owner blue, lessee green, trait CUSTOM_X
+	var rbID string
+	for _, rb := range []map[string]any{{"name": "CUSTOM_X", "public": true}, {"name": "CUSTOM_X_RED", "owner": "red", "traits": []string{"CUSTOM_X"}}} {
+		rb["steps"] = []map[string]any{{"interface": "power", "step": "power_on", "order": 1}}
+		r := api.Do(t, "POST", "/v1/runbooks", rb)
+		if r.Status != 201 {
+			t.Fatalf("runbook %v: %d %s", rb["name"], r.Status, r.Body)
+		}
+		if rb["name"] == "CUSTOM_X" {
+			rbID = r.JSON(t)["uuid"].(string)
+		}
+	}
+	pat, gil, root := signInAs(t, srv, "pat"), signInAs(t, srv, "gil"), signInAs(t, srv, "root")
+	runbookRow := func(page, name string) string {
+		i := strings.Index(page, `<details class="runbook" data-runbook="`+name+`"`)
+		if i < 0 {
+			return ""
+		}
+		return page[i : i+strings.Index(page[i:], "</details>")]
+	}
+
+	_, page, _ := pat.do("GET", "/nodes/"+id, nil)
+	if row := runbookRow(page, "CUSTOM_X"); !strings.Contains(row, `disabled aria-describedby="run-why-0">Run CUSTOM_X</button>`) ||
+		!strings.Contains(row, "Runbooks run on manageable or active nodes; this node is enroll.") {
+		t.Errorf("enrolled node: CUSTOM_X not shown disabled with the state\n%s", row)
+	}
+	if runbookRow(page, "CUSTOM_X_RED") != "" {
+		t.Error("blue's member sees red's private runbook")
+	}
+	api.Do(t, "PUT", "/v1/nodes/"+id+"/states/provision", map[string]any{"target": "manage"})
+	waitManageable(t, api, id)
+	_, page, _ = root.do("GET", "/nodes/"+id, nil)
+	if row := runbookRow(page, "CUSTOM_X_RED"); !strings.Contains(row, "disabled") || !strings.Contains(row, "belongs to project red, which does not own node") {
+		t.Errorf("red's runbook on blue's node: not disabled with the reason\n%s", row)
+	}
+	_, page, _ = pat.do("GET", "/nodes/"+id, nil)
+	if row := runbookRow(page, "CUSTOM_X"); !strings.Contains(row, `hx-confirm="Run CUSTOM_X on f-00? Its steps start at once."`) ||
+		!strings.Contains(row, `<button type="submit">Run CUSTOM_X (clean)</button>`) {
+		t.Errorf("manageable node: CUSTOM_X not offered, naming the node\n%s", row)
+	}
+	if _, frag, _ := pat.do("POST", "/nodes/"+id+"/runbook", url.Values{"csrf": {pat.csrf}, "runbook": {rbID}}, "HX-Request", "true"); strings.Contains(frag, `class="error"`) {
+		t.Fatalf("run: %s", frag)
+	}
+	waitManageable(t, api, id)
+
+	// The run failed on a BMC that did not answer.
+	raw := "Step power.power_on failed: setting power on: the BMC did not answer (unreachable) after 2 tries of 20 s each"
+	if err := srv.DB.Node.Update().Where(node.UUID(id)).SetProvisionState("clean failed").SetLastError(raw).Exec(ctx); err != nil {
+		t.Fatal(err)
+	}
+	_, page, _ = pat.do("GET", "/nodes/"+id, nil)
+	for _, want := range []string{
+		`<strong data-testid="error-summary">The BMC at this node did not answer within 20 s (2 tries).</strong>`,
+		"Then use “Retry” under Recovery to run it again, or “Return to manageable”.",
+		`hx-confirm="Retry on f-00 (leased to green): run runbook CUSTOM_X again?"><input type="hidden" name="csrf" value="` + pat.csrf + `"> <button type="submit">Retry</button>`,
+	} {
+		if !strings.Contains(page, want) {
+			t.Errorf("owner member's failed node lacks %s", want)
+		}
+	}
+	_, page, _ = gil.do("GET", "/nodes/"+id, nil)
+	for _, want := range []string{
+		`<button type="submit" disabled aria-describedby="retry-why">Retry</button>`,
+		"your role (member of green) may not recover and run again, by rule baremetal:node:set_provision_state.",
+		"Your role may not recover the node; ask a member of project blue or an operator to.",
+	} {
+		if !strings.Contains(page, want) {
+			t.Errorf("lessee member's failed node lacks %s", want)
+		}
+	}
+	if strings.Contains(page, "use “Return to manageable”") {
+		t.Error("the lessee member is told to use a recovery it may not")
+	}
+	// Without JavaScript the refusal redirects and its reason follows.
+	if st, _, h := gil.do("POST", "/nodes/"+id+"/retry", url.Values{"csrf": {gil.csrf}}); st != 303 || h.Get("Location") != "/nodes/"+id {
+		t.Fatalf("lessee retry: %d", st)
+	}
+	if _, page, _ = gil.do("GET", "/nodes/"+id, nil); !strings.Contains(page, `<p class="flash" role="status">Not done: Not available: your role (member of green) may not recover`) {
+		t.Error("the lessee's refused retry lost its reason")
+	}
+	if s := api.Do(t, "GET", "/v1/nodes/"+id, nil).JSON(t)["provision_state"]; s != "clean failed" {
+		t.Fatalf("a refused retry changed the node: %v", s)
+	}
+
+	if _, frag, _ := pat.do("POST", "/nodes/"+id+"/retry", url.Values{"csrf": {pat.csrf}}, "HX-Request", "true"); strings.Contains(frag, `class="error"`) {
+		t.Fatalf("retry: %s", frag)
+	}
+	waitManageable(t, api, id)
+	if _, page, _ = pat.do("GET", "/nodes/"+id+"?history=1", nil); strings.Count(page, "Runbook CUSTOM_X, run by pat") != 2 {
+		t.Errorf("the retry did not run CUSTOM_X again\n%s", section(t, page, "status"))
+	}
+
+	// A failed service run: Retry returns the node to active and services
+	// it again with the same runbook.
+	if err := srv.DB.Node.Update().Where(node.UUID(id)).SetProvisionState("active").Exec(ctx); err != nil {
+		t.Fatal(err)
+	}
+	waitState := func(want string) {
+		t.Helper()
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			n := api.Do(t, "GET", "/v1/nodes/"+id, nil).JSON(t)
+			if n["provision_state"] == want && n["target_provision_state"] == nil {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("node is %v, want %s", n["provision_state"], want)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	pat.do("POST", "/nodes/"+id+"/runbook", url.Values{"csrf": {pat.csrf}, "runbook": {rbID}}, "HX-Request", "true")
+	waitState("active")
+	if err := srv.DB.Node.Update().Where(node.UUID(id)).SetProvisionState("service failed").SetLastError("Step power.power_on failed").Exec(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, page, _ = pat.do("GET", "/nodes/"+id, nil); !strings.Contains(page, ">Return to active</button>") || !strings.Contains(page, "<button type=\"submit\">Retry</button>") {
+		t.Fatalf("service failed: no Retry beside Return to active")
+	}
+	pat.do("POST", "/nodes/"+id+"/retry", url.Values{"csrf": {pat.csrf}}, "HX-Request", "true")
+	waitState("active")
+	if _, page, _ = pat.do("GET", "/nodes/"+id+"?history=1", nil); strings.Count(page, "Runbook CUSTOM_X, run by pat: service") != 2 {
+		t.Errorf("the retry did not service the node with CUSTOM_X again\n%s", section(t, page, "status"))
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -61,7 +62,7 @@ func (p *Portal) detail(c *fiber.Ctx) (views.NodeDetail, error) {
 			d.Elapsed = elapsed(time.Since(*since))
 		}
 	}
-	d.ErrorSummary, d.ErrorAdvice = plainError(d.LastError, v.ProvisionState)
+	d.ErrorSummary, d.ErrorAdvice = plainError(d.LastError)
 	t := nodes.Target(v.Node)
 	d.CanPower = p.Guard.Allowed(ctx, conductor.RuleSetPower, t)
 	switch {
@@ -73,10 +74,19 @@ func (p *Portal) detail(c *fiber.Ctx) (views.NodeDetail, error) {
 		d.PowerWhy = "Power actions wait while the node is " + v.ProvisionState + "."
 	}
 	p.recovery(ctx, &d, v)
-	d.CanSteps = p.Guard.Allowed(ctx, conductor.RuleProvision, t) && p.Guard.Allowed(ctx, conductor.RuleCleanSteps, t) &&
-		v.ProvisionState == nodes.StateManageable
-	d.CanTenancy = p.Guard.Allowed(ctx, "baremetal:node:update:owner", t) && p.Guard.Allowed(ctx, "baremetal:node:update:lessee", t)
+	switch {
+	case !p.Guard.Allowed(ctx, conductor.RuleProvision, t):
+		d.StepsWhy = p.denied(ctx, "may not start cleaning", conductor.RuleProvision)
+	case !p.Guard.Allowed(ctx, conductor.RuleCleanSteps, t):
+		d.StepsWhy = p.denied(ctx, "may not run explicit steps, only runbooks", conductor.RuleCleanSteps)
+	case v.ProvisionState != nodes.StateManageable:
+		d.StepsWhy = "Explicit steps run on manageable nodes; this node is " + v.ProvisionState + "."
+	}
+	p.tenancy(ctx, &d, v)
 	p.runnable(c, &d, v)
+	if d.ErrorSummary != "" {
+		d.ErrorAdvice += recoveryAdvice(&d, v.ProvisionState)
+	}
 	hardware(&d, v)
 	if d.Machine, err = p.machine(ctx, v); err != nil {
 		return d, err
@@ -109,7 +119,7 @@ func elapsed(d time.Duration) string {
 var bmcFailures = []struct{ kind, summary, advice string }{
 	{bmc.ErrPowerTimeout.Error(), "The BMC took the command, but the node did not reach the power state in time.",
 		"Check the node's power supply, then try again."},
-	{bmc.ErrUnreachable.Error(), "The node's BMC did not answer.",
+	{bmc.ErrUnreachable.Error(), "The BMC at this node did not answer.",
 		"Check that the BMC is powered and on the network, then try again; an operator can check its address."},
 	{bmc.ErrAuth.Error(), "The node's BMC refused the user name or password Anvil has for it.",
 		"An operator must correct the node's BMC credentials."},
@@ -123,7 +133,7 @@ var bmcFailures = []struct{ kind, summary, advice string }{
 
 // plainError is a one-line summary of last_error and what to do next;
 // the text itself stays available behind a disclosure.
-func plainError(lastError, state string) (summary, advice string) {
+func plainError(lastError string) (summary, advice string) {
 	if lastError == "" || lastError == nodes.RedactedLastError {
 		return "", ""
 	}
@@ -134,13 +144,36 @@ func plainError(lastError, state string) (summary, advice string) {
 			break
 		}
 	}
-	switch state {
-	case nodes.StateCleanFailed:
-		advice += " Then use “Return to manageable” under Recovery."
-	case nodes.StateServiceFailed:
-		advice += " Then use “Return to active” under Recovery."
+	if m := unanswered.FindStringSubmatch(lastError); m != nil {
+		summary = fmt.Sprintf("The BMC at this node did not answer within %s s (%s %s).", m[3], m[1], m[2])
 	}
 	return summary, advice
+}
+
+// unanswered reads the tries and per-try wait bmc.Error's summary gives
+// a BMC that did not answer ("after 2 tries of 20 s each").
+var unanswered = regexp.MustCompile(`did not answer.* after (\d+) (tries|try) of ([0-9.]+) s each`)
+
+// recoveryAdvice says what the viewer may do about a failed run, as the
+// Recovery section offers it.
+func recoveryAdvice(d *views.NodeDetail, state string) string {
+	back := map[string]string{nodes.StateCleanFailed: "Return to manageable", nodes.StateServiceFailed: "Return to active"}[state]
+	switch {
+	case back == "":
+		return ""
+	case d.Retry && len(d.Recovery) > 0:
+		return " Then use “Retry” under Recovery to run it again, or “" + back + "”."
+	case len(d.Recovery) > 0:
+		return " Then use “" + back + "” under Recovery."
+	}
+	return " Your role may not recover the node; ask a member of project " + orSystem(d.Owner) + " or an operator to."
+}
+
+func orSystem(owner string) string {
+	if owner == "" {
+		return "(none: the system)"
+	}
+	return owner
 }
 
 // historyPageSize is how many events a page of a node's history shows.
@@ -220,6 +253,14 @@ func (p *Portal) recovery(ctx context.Context, d *views.NodeDetail, v *nodes.Vie
 	if len(offer) == 0 {
 		return
 	}
+	if v.ProvisionState == nodes.StateCleanFailed || v.ProvisionState == nodes.StateServiceFailed {
+		if r, ok := lastRun(v); ok {
+			d.RetryWhat = r.what()
+			if d.RetryWhy = p.retryWhy(ctx, v, r); d.RetryWhy == "" {
+				d.Retry = true
+			}
+		}
+	}
 	if !p.Guard.Allowed(ctx, conductor.RuleProvision, nodes.Target(v.Node)) {
 		d.RecoveryWhy = p.denied(ctx, "may not abort or recover runs", conductor.RuleProvision)
 		return
@@ -262,7 +303,15 @@ func (p *Portal) status(c *fiber.Ctx, problem string) error {
 	}
 	pg := views.Page{CSRF: sessionOf(c).CSRF, Error: problem}
 	if c.Get("HX-Request") != "true" {
-		// Without JavaScript the form posted a whole page; go back to it.
+		// Without JavaScript the form posted a whole page; go back to it,
+		// carrying the refusal's reason there.
+		if problem != "" && c.Method() == fiber.MethodPost {
+			sess := sessionOf(c)
+			sess.Flash = "Not done: " + problem
+			if err := p.Sessions.Save(c, sess); err != nil {
+				return err
+			}
+		}
 		return c.Redirect("/nodes/"+d.UUID, fiber.StatusSeeOther)
 	}
 	return render(c, 200, views.NodeStatusUpdate(pg, d))
@@ -326,33 +375,169 @@ func errText(err error) string {
 	return err.Error()
 }
 
-// nodeTenancy sets a node's owner and lessee through the same JSON patch
-// the API applies, so every field rule holds.
-func (p *Portal) nodeTenancy(c *fiber.Ctx) error {
-	ops := []map[string]any{}
-	for _, f := range []string{"owner", "lessee"} {
-		v := strings.TrimSpace(c.FormValue(f))
-		if v == "" {
-			ops = append(ops, map[string]any{"op": "replace", "path": "/" + f, "value": nil})
+// tenancy decides, field by field, whether the viewer may change the
+// node's owner and lessee, and the projects the form suggests.
+func (p *Portal) tenancy(ctx context.Context, d *views.NodeDetail, v *nodes.View) {
+	t := nodes.Target(v.Node)
+	for _, f := range []struct {
+		why  *string
+		name string
+	}{{&d.OwnerWhy, "owner"}, {&d.LesseeWhy, "lessee"}} {
+		rule := "baremetal:node:update:" + f.name
+		if !p.Guard.Allowed(ctx, rule, t) {
+			*f.why = p.denied(ctx, "may not change the "+f.name, rule)
+		}
+	}
+	if d.OwnerWhy == "" || d.LesseeWhy == "" {
+		d.Projects, _ = p.Nodes.Projects(ctx, projectSuggestions)
+	}
+}
+
+// projectSuggestions bounds the names the owner and lessee fields offer.
+const projectSuggestions = 200
+
+// tenancyChanges are the JSON patch operations for the owner and lessee
+// fields the form changed: a field left as it was is not patched, so it
+// needs no permission.
+func tenancyChanges(c *fiber.Ctx, v *nodes.View) (ops []map[string]any, set map[string]string) {
+	set = map[string]string{}
+	for _, f := range []struct{ name, cur string }{{"owner", v.Owner}, {"lessee", v.Lessee}} {
+		if !c.Request().PostArgs().Has(f.name) {
+			continue
+		}
+		val := strings.TrimSpace(c.FormValue(f.name))
+		if val == f.cur {
+			continue
+		}
+		set[f.name] = val
+		if val == "" {
+			ops = append(ops, map[string]any{"op": "replace", "path": "/" + f.name, "value": nil})
 		} else {
-			ops = append(ops, map[string]any{"op": "replace", "path": "/" + f, "value": v})
+			ops = append(ops, map[string]any{"op": "replace", "path": "/" + f.name, "value": val})
+		}
+	}
+	return ops, set
+}
+
+// nodeTenancy sets a node's owner and lessee through the same JSON patch
+// the API applies, so every field rule holds and the change is in the
+// node's history. Clearing the owner is asked about first.
+func (p *Portal) nodeTenancy(c *fiber.Ctx) error {
+	ctx := c.UserContext()
+	v, err := p.Nodes.Get(ctx, c.Params("id"))
+	if err != nil {
+		return p.fail(c, err)
+	}
+	ops, set := tenancyChanges(c, v)
+	label := deref(v.Name)
+	if label == "" {
+		label = v.UUID
+	}
+	sess := sessionOf(c)
+	if len(ops) == 0 {
+		sess.Flash = "Nothing changed: the owner and lessee of " + label + " are as they were."
+		if err := p.Sessions.Save(c, sess); err != nil {
+			return err
+		}
+		return c.Redirect("/nodes/"+v.UUID, fiber.StatusSeeOther)
+	}
+	if owner, ok := set["owner"]; ok && owner == "" && c.FormValue("confirmed") != "yes" {
+		q := "Clear the owner of " + label + "?"
+		lessee := v.Lessee
+		if l, ok := set["lessee"]; ok {
+			lessee = l
+		}
+		if lessee != "" {
+			q += " Its lessee " + lessee + " keeps its lease."
+		}
+		return p.tenancyPage(c, 200, "", func(d *views.NodeDetail) { d.ConfirmClear, d.ConfirmLessee = q, lessee })
+	}
+	// Names nothing uses yet are warned of, not refused; asked before the
+	// patch, since afterwards this node uses them.
+	var unknown []string
+	for _, f := range []string{"owner", "lessee"} {
+		if val := set[f]; val != "" {
+			used, err := p.Nodes.ProjectInUse(ctx, val)
+			if err != nil {
+				return err
+			}
+			if !used {
+				unknown = append(unknown, val)
+			}
 		}
 	}
 	raw, _ := json.Marshal(ops)
-	if _, err := p.Nodes.Patch(c.UserContext(), c.Params("id"), raw, nil); err != nil {
+	if _, err := p.Nodes.Patch(ctx, v.UUID, raw, nil); err != nil {
 		if errs.Status(err) >= 500 {
 			return err
 		}
-		d, derr := p.detail(c)
-		if derr != nil {
-			return p.fail(c, derr)
-		}
-		pg, perr := p.page(c, d.Name)
-		if perr != nil {
-			return perr
-		}
-		pg.Error = err.Error()
-		return render(c, errs.Status(err), views.Node(pg, d))
+		return p.tenancyPage(c, errs.Status(err), err.Error(), nil)
 	}
-	return c.Redirect("/nodes/"+c.Params("id"), fiber.StatusSeeOther)
+	var said []string
+	for _, f := range []string{"Owner", "Lessee"} {
+		val, ok := set[strings.ToLower(f)]
+		switch {
+		case !ok:
+		case val == "":
+			said = append(said, f+" of "+label+" cleared.")
+		default:
+			said = append(said, f+" of "+label+" set to "+val+".")
+		}
+	}
+	for _, u := range unknown {
+		said = append(said, views.UnknownProject(u))
+	}
+	sess.Flash = strings.Join(said, " ")
+	if err := p.Sessions.Save(c, sess); err != nil {
+		return err
+	}
+	return c.Redirect("/nodes/"+v.UUID, fiber.StatusSeeOther)
+}
+
+// tenancyPage renders the node page after a tenancy form: with a refusal
+// (problem) or with edit applied to what it shows.
+func (p *Portal) tenancyPage(c *fiber.Ctx, status int, problem string, edit func(*views.NodeDetail)) error {
+	d, err := p.detail(c)
+	if err != nil {
+		return p.fail(c, err)
+	}
+	if edit != nil {
+		edit(&d)
+	}
+	pg, err := p.page(c, d.Name)
+	if err != nil {
+		return err
+	}
+	pg.Error = problem
+	return render(c, status, views.Node(pg, d))
+}
+
+// nodeTenancyCheck warns, while a name is typed, of owner or lessee
+// projects nothing uses yet. Only a viewer who may change one of the
+// fields may ask.
+func (p *Portal) nodeTenancyCheck(c *fiber.Ctx) error {
+	ctx := c.UserContext()
+	v, err := p.Nodes.Get(ctx, c.Params("id"))
+	if err != nil {
+		return p.fail(c, err)
+	}
+	t := nodes.Target(v.Node)
+	if !p.Guard.Allowed(ctx, "baremetal:node:update:owner", t) && !p.Guard.Allowed(ctx, "baremetal:node:update:lessee", t) {
+		return p.fail(c, errs.Forbidden("%s", p.denied(ctx, "may not change the owner or lessee", "baremetal:node:update:lessee")))
+	}
+	var unknown []string
+	for _, f := range []string{"owner", "lessee"} {
+		val := strings.TrimSpace(c.Query(f))
+		if val == "" || val == v.Owner || val == v.Lessee {
+			continue
+		}
+		used, err := p.Nodes.ProjectInUse(ctx, val)
+		if err != nil {
+			return err
+		}
+		if !used {
+			unknown = append(unknown, val)
+		}
+	}
+	return render(c, 200, views.TenancyWarning(unknown))
 }

@@ -33,7 +33,7 @@ func TestFailuresSayWhatToDo(t *testing.T) {
 		for _, want := range []string{
 			"Power actions wait while the node is clean wait.",
 			`<button type="submit" disabled aria-describedby="power-why">Power on</button>`,
-			"Runbooks run on manageable or active nodes; this node is clean wait.",
+			"Runbooks wait while the node is clean wait.",
 			">Abort the run</button>",
 		} {
 			if !strings.Contains(page, want) {
@@ -54,7 +54,7 @@ func TestFailuresSayWhatToDo(t *testing.T) {
 		}
 		_, frag, _ = pat.do("GET", "/nodes/"+id+"/status", nil, "HX-Request", "true")
 		for _, want := range []string{
-			`<strong data-testid="error-summary">The node&#39;s BMC did not answer.</strong>`,
+			`<strong data-testid="error-summary">The BMC at this node did not answer.</strong>`,
 			"Check that the BMC is powered and on the network, then try again",
 			"Then use “Return to manageable” under Recovery.",
 			"<details class=\"detail\"><summary>Details</summary><pre>" + raw + "</pre></details>",

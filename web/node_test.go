@@ -10,6 +10,7 @@ import (
 	"github.com/anvilproject/anvil/server"
 	"github.com/anvilproject/anvil/server/identity"
 	"github.com/anvilproject/anvil/server/servertest"
+	"github.com/anvilproject/anvil/server/store"
 	"github.com/anvilproject/anvil/server/store/storetest"
 )
 
@@ -84,11 +85,13 @@ func TestNodePage(t *testing.T) {
 	}
 	lena := signIn("lena")
 	_, body := page(lena)
-	if !strings.Contains(body, "Power on") || strings.Contains(body, "Start cleaning") {
-		t.Error("lessee member: wants power buttons and no arbitrary-steps form")
+	if !strings.Contains(body, "Power on") || !strings.Contains(body, `<button type="submit" disabled aria-describedby="steps-why">Start cleaning</button>`) ||
+		!strings.Contains(body, "may not start cleaning, by rule baremetal:node:set_provision_state.") {
+		t.Error("lessee member: wants power buttons and the arbitrary-steps form disabled with its rule")
 	}
-	if !strings.Contains(body, "Run CUSTOM_PAGE_PUB") || strings.Contains(body, "Run CUSTOM_PAGE_LES") {
-		t.Error("lessee member: wants the system's runbook offered and not its own project's")
+	if !strings.Contains(body, "Run CUSTOM_PAGE_PUB (clean)</button>") || !strings.Contains(body, `disabled aria-describedby="run-why-1">Run CUSTOM_PAGE_LES</button>`) ||
+		!strings.Contains(body, "runbook CUSTOM_PAGE_LES belongs to project les, which does not own node") {
+		t.Error("lessee member: wants the system's runbook offered and its own project's shown disabled with the reason")
 	}
 	// A lessee reader sees the power controls disabled, with the reason.
 	if _, body := page(signIn("rita")); !strings.Contains(body, `<button type="submit" disabled aria-describedby="power-why">Power on</button>`) ||
@@ -125,8 +128,9 @@ func TestNodePage(t *testing.T) {
 	}
 
 	// A system admin re-leases the node from its page; the old lessee loses it.
-	if strings.Contains(body, "Save owner and lessee") {
-		t.Error("the lessee member is offered the owner and lessee form")
+	if !strings.Contains(body, `<button type="submit" disabled>Save owner and lessee</button>`) ||
+		!strings.Contains(body, "your role (member of les) may not change the lessee, by rule baremetal:node:update:lessee") {
+		t.Error("the lessee member is not shown the owner and lessee form disabled with the rule")
 	}
 	if st, _, _ := root.do("POST", "/nodes/"+id+"/tenancy", url.Values{"csrf": {root.csrf}, "owner": {"own"}, "lessee": {"new-tenant"}}); st != 303 {
 		t.Fatalf("set lessee: %d", st)
@@ -137,4 +141,104 @@ func TestNodePage(t *testing.T) {
 	if st, _, _ := root.do("POST", "/nodes/"+id+"/tenancy", url.Values{"csrf": {root.csrf}, "owner": {strings.Repeat("x", 300)}, "lessee": {""}}); st != 400 {
 		t.Errorf("a malformed owner: %d", st)
 	}
+}
+
+// TestTenancyForm: an owner's member changes the lessee (not the owner) from
+// the page, warned of a project nothing uses; the change is in the node's
+// history, from the page and from the API alike; a lessee, another project
+// and a forged owner field are refused with nothing written; clearing the
+// owner asks first.
+func TestTenancyForm(t *testing.T) {
+	storetest.Each(t, func(t *testing.T, setting string, _ *store.DB) {
+		srv, api, ids := fleet(t, setting)
+		id := ids["f-00"] // owner blue, lessee green
+		pat, gil, root := signInAs(t, srv, "pat"), signInAs(t, srv, "gil"), signInAs(t, srv, "root")
+		tenancy := func() (string, string) {
+			n := api.Do(t, "GET", "/v1/nodes/"+id, nil).JSON(t)
+			o, _ := n["owner"].(string)
+			l, _ := n["lessee"].(string)
+			return o, l
+		}
+
+		_, page, _ := pat.do("GET", "/nodes/"+id, nil)
+		sec := section(t, page, "tenancy")
+		for _, want := range []string{
+			`<input id="owner" name="owner" value="blue" disabled aria-describedby="owner-why">`,
+			"your role (member of blue) may not change the owner, by rule baremetal:node:update:owner",
+			`<input id="lessee" name="lessee" value="green" list="known-projects"`,
+			`<option value="green"></option>`, `<option value="blue"></option>`,
+			`<button type="submit">Save owner and lessee</button>`,
+		} {
+			if !strings.Contains(sec, want) {
+				t.Errorf("owner member's tenancy section lacks %s\n%s", want, sec)
+			}
+		}
+		if strings.Contains(sec, `<option value="red">`) {
+			t.Error("suggestions name a project on nodes blue may not list")
+		}
+		if _, frag, _ := pat.do("GET", "/nodes/"+id+"/tenancy/check?lessee=no-such-project", nil, "HX-Request", "true"); !strings.Contains(frag,
+			"No node or user is in project no-such-project yet — check the spelling.") {
+			t.Errorf("no warning for an unknown project: %s", frag)
+		}
+		if _, frag, _ := pat.do("GET", "/nodes/"+id+"/tenancy/check?lessee=red", nil, "HX-Request", "true"); strings.Contains(frag, "No node") {
+			t.Errorf("a warning for a project in use: %s", frag)
+		}
+
+		// Hostile: the lessee's member, another project's member, and the
+		// owner's member forging the owner field with the lessee.
+		if st, body, _ := gil.do("POST", "/nodes/"+id+"/tenancy", url.Values{"csrf": {gil.csrf}, "owner": {"blue"}, "lessee": {"green-2"}}); st != 403 ||
+			!strings.Contains(body, "baremetal:node:update:lessee") {
+			t.Errorf("lessee member setting the lessee: %d", st)
+		}
+		if st, _, _ := gil.do("POST", "/nodes/"+ids["f-02"]+"/tenancy", url.Values{"csrf": {gil.csrf}, "lessee": {"green"}}); st != 404 {
+			t.Errorf("another project's member: %d", st)
+		}
+		if st, _, _ := pat.do("POST", "/nodes/"+id+"/tenancy", url.Values{"csrf": {pat.csrf}, "owner": {"red"}, "lessee": {"tenant-blue"}}); st != 403 {
+			t.Errorf("forged owner field: %d", st)
+		}
+		if o, l := tenancy(); o != "blue" || l != "green" {
+			t.Fatalf("a refused form wrote: owner %q lessee %q", o, l)
+		}
+
+		// The owner's member sets the lessee: only that field is patched.
+		if st, _, h := pat.do("POST", "/nodes/"+id+"/tenancy", url.Values{"csrf": {pat.csrf}, "owner": {"blue"}, "lessee": {"tenant-blue"}}); st != 303 ||
+			h.Get("Location") != "/nodes/"+id {
+			t.Fatalf("owner member sets the lessee: %d", st)
+		}
+		if o, l := tenancy(); o != "blue" || l != "tenant-blue" {
+			t.Fatalf("owner %q lessee %q", o, l)
+		}
+		_, page, _ = pat.do("GET", "/nodes/"+id, nil)
+		for _, want := range []string{
+			`<p class="flash" role="status">Lessee of f-00 set to tenant-blue. No node or user is in project tenant-blue yet — check the spelling.</p>`,
+			"<td>Lessee changed: green → tenant-blue</td><td>pat</td>",
+		} {
+			if !strings.Contains(page, want) {
+				t.Errorf("after saving, the page lacks %s", want)
+			}
+		}
+		// The API's PATCH writes the same history.
+		api.Do(t, "PATCH", "/v1/nodes/"+id, []map[string]any{{"op": "replace", "path": "/lessee", "value": "green"}})
+		if _, page, _ = pat.do("GET", "/nodes/"+id, nil); !strings.Contains(page, "<td>Lessee changed: tenant-blue → green</td><td>root</td>") {
+			t.Error("an API lessee change is not in the node's history")
+		}
+
+		// Clearing the owner is asked about, naming the lessee that stays.
+		st, body, _ := root.do("POST", "/nodes/"+id+"/tenancy", url.Values{"csrf": {root.csrf}, "owner": {""}, "lessee": {"green"}})
+		if st != 200 || !strings.Contains(body, "Clear the owner of f-00? Its lessee green keeps its lease.") {
+			t.Fatalf("clearing the owner without confirming: %d", st)
+		}
+		if o, _ := tenancy(); o != "blue" {
+			t.Fatal("the owner was cleared before confirming")
+		}
+		if st, _, _ := root.do("POST", "/nodes/"+id+"/tenancy", url.Values{"csrf": {root.csrf}, "owner": {""}, "lessee": {"green"}, "confirmed": {"yes"}}); st != 303 {
+			t.Fatalf("confirmed clear: %d", st)
+		}
+		if o, l := tenancy(); o != "" || l != "green" {
+			t.Fatalf("after clearing: owner %q lessee %q", o, l)
+		}
+		if _, page, _ = root.do("GET", "/nodes/"+id, nil); !strings.Contains(page, "Owner of f-00 cleared.") || !strings.Contains(page, "Owner changed: blue → (none)") {
+			t.Error("clearing the owner: no flash or history")
+		}
+	})
 }

@@ -79,6 +79,8 @@ func (p *Portal) Register(app *fiber.App) {
 	app.Post("/nodes/:id/runbook", s, p.signedIn, p.nodeRunbook)
 	app.Post("/nodes/:id/provision", s, p.signedIn, p.nodeProvision)
 	app.Post("/nodes/:id/tenancy", s, p.signedIn, p.nodeTenancy)
+	app.Get("/nodes/:id/tenancy/check", s, p.signedIn, p.nodeTenancyCheck)
+	app.Post("/nodes/:id/retry", s, p.signedIn, p.nodeRetry)
 	app.Get("/runbooks", s, p.signedIn, p.runbooksPage)
 	app.Get("/runbooks/new", s, p.signedIn, p.newRunbook)
 	app.Post("/runbooks/new", s, p.signedIn, p.saveRunbook)

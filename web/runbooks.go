@@ -1,12 +1,15 @@
 package web
 
 import (
+	"context"
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/gofiber/fiber/v2"
 
+	"github.com/anvilproject/anvil/ent"
 	"github.com/anvilproject/anvil/policies"
 	"github.com/anvilproject/anvil/server/conductor"
 	"github.com/anvilproject/anvil/server/errs"
@@ -73,33 +76,168 @@ func savedMessage(r *runbooks.Runbook) string {
 	return fmt.Sprintf("Saved %s: private to the system — only system users may run it.", r.Name)
 }
 
-// runnable fills the runbooks the viewer may run on the node: use is
-// allowed and the node accepts the runbook (its owner's or the system's,
-// with a matching trait). The server checks all of it again when one is run.
+// runnable fills the runbooks the viewer may see whose trait the node
+// has, each with the reason it cannot run now ("" when it can): the
+// node's state, a run in progress, a policy rule, or the node not
+// accepting it. The server checks all of it again when one is run.
 func (p *Portal) runnable(c *fiber.Ctx, d *views.NodeDetail, v *nodes.View) {
 	ctx := c.UserContext()
-	switch v.ProvisionState {
-	case nodes.StateManageable:
+	switch {
+	case d.Busy:
+		d.RunWhy = "Runbooks wait while the node is " + v.ProvisionState + "."
+	case v.ProvisionState == nodes.StateManageable:
 		d.RunVerb = "clean"
-	case nodes.StateActive:
+	case v.ProvisionState == nodes.StateActive:
 		d.RunVerb = "service"
 	default:
 		d.RunWhy = "Runbooks run on manageable or active nodes; this node is " + v.ProvisionState + "."
-		return
 	}
-	if !p.Guard.Allowed(ctx, conductor.RuleProvisionRunbook, nodes.Target(v.Node)) {
+	if d.RunWhy == "" && !p.Guard.Allowed(ctx, conductor.RuleProvisionRunbook, nodes.Target(v.Node)) {
 		d.RunWhy = p.denied(ctx, "may not run runbooks on this node", conductor.RuleProvisionRunbook)
-		return
 	}
 	rs, _, err := p.Runbooks.List(ctx, runbooks.ListOptions{Detail: true})
 	if err != nil {
 		return
 	}
 	for _, r := range rs {
-		if runbooks.Accepts(r.Runbook, v.Node, v.Traits) == nil && p.Guard.Allowed(ctx, runbooks.RuleUse, runbooks.Target(r.Runbook)) {
-			d.Runnable = append(d.Runnable, runbookRow(r))
+		if !matchesTraits(r.Runbook, v.Traits) {
+			continue
+		}
+		row := runbookRow(r)
+		switch {
+		case d.RunWhy != "":
+			row.Why = d.RunWhy
+		case !p.Guard.Allowed(ctx, runbooks.RuleUse, runbooks.Target(r.Runbook)):
+			row.Why = p.denied(ctx, "may not use this runbook", runbooks.RuleUse)
+		default:
+			if err := runbooks.Accepts(r.Runbook, v.Node, v.Traits); err != nil {
+				row.Why = "Not available: " + err.Error()
+			}
+		}
+		d.Runnable = append(d.Runnable, row)
+	}
+}
+
+// matchesTraits is Accepts's trait gate alone: the node carries the
+// runbook's name or one of its traits.
+func matchesTraits(r *ent.Runbook, traits []string) bool {
+	if len(r.Traits) == 0 {
+		return slices.Contains(traits, r.Name)
+	}
+	return slices.ContainsFunc(r.Traits, func(t string) bool { return slices.Contains(traits, t) })
+}
+
+// run is a node's last clean or service run, as the conductor recorded it.
+type run struct {
+	target, runbook string
+	steps           []conductor.Step
+}
+
+func lastRun(v *nodes.View) (run, bool) {
+	target, rb, steps, ok := conductor.LastRun(v.Node.DriverInternalInfo)
+	return run{target, rb, steps}, ok
+}
+
+// what names the run for a confirmation: "runbook X" or its steps.
+func (r run) what() string {
+	if r.runbook != "" {
+		return "run runbook " + r.runbook + " again"
+	}
+	names := make([]string, len(r.steps))
+	for i, s := range r.steps {
+		names[i] = s.Interface + "." + s.Step
+	}
+	return "run the steps " + strings.Join(names, ", ") + " again"
+}
+
+// retryWhy is why the viewer may not retry r on v ("" when they may): a
+// retry is the way back and the run again, each needing what it needs
+// when done one at a time.
+func (p *Portal) retryWhy(ctx context.Context, v *nodes.View, r run) string {
+	t := nodes.Target(v.Node)
+	if !p.Guard.Allowed(ctx, conductor.RuleProvision, t) {
+		return p.denied(ctx, "may not recover and run again", conductor.RuleProvision)
+	}
+	if r.runbook == "" {
+		rule := conductor.RuleCleanSteps
+		if r.target == "service" {
+			rule = conductor.RuleServiceSteps
+		}
+		if !p.Guard.Allowed(ctx, rule, t) {
+			return p.denied(ctx, "may not run explicit steps", rule)
+		}
+		return ""
+	}
+	if !p.Guard.Allowed(ctx, conductor.RuleProvisionRunbook, t) {
+		return p.denied(ctx, "may not run runbooks on this node", conductor.RuleProvisionRunbook)
+	}
+	rb, err := p.Runbooks.Get(ctx, r.runbook)
+	if err != nil {
+		return "Not available: runbook " + r.runbook + " is gone or hidden from you."
+	}
+	if !p.Guard.Allowed(ctx, runbooks.RuleUse, runbooks.Target(rb.Runbook)) {
+		return p.denied(ctx, "may not use runbook "+r.runbook, runbooks.RuleUse)
+	}
+	if err := runbooks.Accepts(rb.Runbook, v.Node, v.Traits); err != nil {
+		return "Not available: " + err.Error()
+	}
+	return ""
+}
+
+// retryWait bounds how long a retry waits for the node's BMC check on its
+// way back to manageable before it starts the run.
+const retryWait = 15 * time.Second
+
+// nodeRetry runs a failed node's last run again: back to manageable (or
+// active), then the same runbook or steps. Each step goes through the
+// service as if asked for alone; nothing starts when the viewer may not
+// do both.
+func (p *Portal) nodeRetry(c *fiber.Ctx) error {
+	ctx := c.UserContext()
+	v, err := p.Nodes.Get(ctx, c.Params("id"))
+	if err != nil {
+		return p.fail(c, err)
+	}
+	back := map[string]string{nodes.StateCleanFailed: "manage", nodes.StateServiceFailed: "abort"}[v.ProvisionState]
+	r, ok := lastRun(v)
+	if back == "" || !ok {
+		return p.status(c, "Nothing to retry: the node is "+v.ProvisionState+" and no failed run of it is recorded.")
+	}
+	if why := p.retryWhy(ctx, v, r); why != "" {
+		return p.status(c, why)
+	}
+	if err := p.Ops.Provision(ctx, v.UUID, conductor.ProvisionRequest{Target: back}); err != nil {
+		if errs.Status(err) >= 500 {
+			return err
+		}
+		return p.status(c, errText(err))
+	}
+	// Manage checks the BMC before the node is manageable again.
+	for deadline := time.Now().Add(retryWait); ; time.Sleep(100 * time.Millisecond) {
+		if v, err = p.Nodes.Get(ctx, v.UUID); err != nil {
+			return p.fail(c, err)
+		}
+		if v.ProvisionState == nodes.StateManageable || v.ProvisionState == nodes.StateActive {
+			break
+		}
+		if v.ProvisionState != nodes.StateVerifying {
+			return p.status(c, "Could not return the node to manageable, so the run did not start again: "+deref(v.LastError))
+		}
+		if time.Now().After(deadline) {
+			return p.status(c, "The node is returning to manageable while its BMC is checked; retry once it is manageable.")
 		}
 	}
+	req := conductor.ProvisionRequest{Target: r.target, Runbook: r.runbook}
+	if r.runbook == "" && r.target == "clean" {
+		req.CleanSteps = r.steps
+	} else if r.runbook == "" {
+		req.ServiceSteps = r.steps
+	}
+	err = p.Ops.Provision(ctx, v.UUID, req)
+	if err != nil && errs.Status(err) >= 500 {
+		return err
+	}
+	return p.status(c, errText(err))
 }
 
 func (p *Portal) nodeRunbook(c *fiber.Ctx) error {

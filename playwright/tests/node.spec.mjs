@@ -23,7 +23,8 @@ test('an operator cleans a node with explicit steps and watches them run', async
 test('a lessee member powers a leased node on and cannot run arbitrary steps', async ({ page }) => {
   await signIn(page, 'tina', 'tenant-password-1');
   await page.locator('table.nodes tbody tr a').first().click();
-  await expect(page.getByRole('button', { name: 'Start cleaning' })).toHaveCount(0);
+  await expect(page.getByRole('button', { name: 'Start cleaning' })).toBeDisabled();
+  await expect(page.getByTestId('steps-why')).toContainText('by rule baremetal:node:set_provision_state');
   await page.getByRole('button', { name: 'Power on' }).click();
   await expect(page.getByTestId('power-state')).toHaveText('power on', { timeout: 10_000 });
 });

@@ -8,7 +8,15 @@ test('disabled actions say why: an available node\'s runbooks, a reader\'s power
   await expect(page.getByTestId('provision-state')).toHaveText('available');
   await expect(page.getByRole('heading', { name: 'Runbooks for this node' })).toBeVisible();
   await expect(page.getByTestId('runbooks-why')).toHaveText('Runbooks run on manageable or active nodes; this node is available.');
-  await expect(page.getByRole('button', { name: /^Run / })).toHaveCount(0);
+  // The runbooks matching its traits stay listed, each Run disabled with the reason.
+  const runs = page.locator('details.runbook button');
+  expect(await runs.count()).toBeGreaterThan(0);
+  for (const b of await runs.all()) {
+    await expect(b).toBeDisabled();
+  }
+  await expect(page.getByTestId('run-why').first()).toContainText('this node is available');
+  await expect(page.getByRole('button', { name: 'Start cleaning' })).toBeDisabled();
+  await expect(page.getByTestId('steps-why')).toHaveText('Explicit steps run on manageable nodes; this node is available.');
   await page.getByRole('button', { name: 'Sign out' }).click();
 
   // tina only reads tenant-green: the power buttons stay, disabled, naming the rule.
@@ -110,7 +118,7 @@ test('an operator creates a public runbook in one step', async ({ page }) => {
   await expect(page.locator('tr[data-runbook="CUSTOM_PUBLIC_ONE"] td').nth(1)).toHaveText('public');
 });
 
-test('a run on a dead BMC fails with a plain summary; abort, return to manageable and a retry recover the node', async ({ page, browser, request }) => {
+test('a run on a dead BMC fails with a plain summary; abort, return to manageable and Retry recover the node', async ({ page, browser, request }) => {
   test.setTimeout(120_000);
   const api = await operatorAPI(browser, request, 'dead BMC journey');
   // Enrolled and managed on the redfish-sim serve.sh starts (system 1,
@@ -145,21 +153,22 @@ test('a run on a dead BMC fails with a plain summary; abort, return to manageabl
   await page.getByLabel('Steps (JSON list, run in order)').fill('[{"interface":"power","step":"power_on"}]');
   await page.getByRole('button', { name: 'Start cleaning' }).click();
   await expect(page.getByTestId('provision-state')).toHaveText('clean failed', { timeout: 90_000 });
-  await expect(page.getByTestId('error-summary')).toHaveText('The node\'s BMC did not answer.');
-  await expect(page.getByTestId('last-error')).toContainText('Return to manageable');
+  // The summary names the real wait and tries: serve.sh keeps the default
+  // BMC timeout (20 s) and one retry.
+  await expect(page.getByTestId('error-summary')).toHaveText('The BMC at this node did not answer within 20 s (2 tries).');
+  await expect(page.getByTestId('last-error')).toContainText('use “Retry” under Recovery to run it again, or “Return to manageable”');
   const details = page.getByTestId('last-error').locator('details');
   await expect(details.locator('pre')).toBeHidden();
   await details.locator('summary').click();
   await expect(details.locator('pre')).toBeVisible();
 
-  // The BMC is back; the page's recovery brings the node back and a retry runs.
+  // The BMC is back; Retry returns the node to manageable and runs the
+  // failed steps again, asking first what it will run.
   await api('PATCH', `/v1/nodes/${node.uuid}`, [{ op: 'replace', path: '/driver_info/redfish_address', value: good.redfish_address }]);
-  page.once('dialog', (d) => d.accept());
-  await page.getByRole('button', { name: 'Return to manageable' }).click();
-  await expect(page.getByTestId('provision-state')).toHaveText('manageable', { timeout: 30_000 });
-  await page.reload();
-  await page.getByLabel('Steps (JSON list, run in order)').fill('[{"interface":"power","step":"power_on"}]');
-  await page.getByRole('button', { name: 'Start cleaning' }).click();
+  let asked = '';
+  page.once('dialog', async (d) => { asked = d.message(); await d.accept(); });
+  await page.getByRole('button', { name: 'Retry', exact: true }).click();
+  await expect.poll(() => asked).toBe('Retry on dead-bmc-1: run the steps power.power_on again?');
   await expect(page.getByTestId('provision-state')).toHaveText('manageable', { timeout: 30_000 });
   await expect(page.locator('table.history tbody tr').first()).toContainText('All 1 clean steps done; node is manageable');
 });

@@ -27,7 +27,7 @@ test('a tenant runs the public firmware runbook on a leased node and sees it com
   let asked = '';
   page.once('dialog', async (d) => { asked = d.message(); await d.dismiss(); });
   await page.getByRole('button', { name: 'Run CUSTOM_FIRMWARE_UPDATE (clean)' }).click();
-  await expect.poll(() => asked).toContain('Run CUSTOM_FIRMWARE_UPDATE on this node?');
+  await expect.poll(() => asked).toMatch(/^Run CUSTOM_FIRMWARE_UPDATE on demo-\d+\? /);
   await expect(page.getByTestId('provision-state')).toHaveText('manageable');
   page.once('dialog', (d) => d.accept());
   await page.getByRole('button', { name: 'Run CUSTOM_FIRMWARE_UPDATE (clean)' }).click();

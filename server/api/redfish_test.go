@@ -238,7 +238,7 @@ func TestProjectCallersSeeNoDialErrors(t *testing.T) {
 		id := r.JSON(t)["uuid"].(string)
 		mustStatus(t, owner.Do(t, "PUT", "/v1/nodes/"+id+"/states/power", map[string]any{"target": "power on"}), 202)
 		n := waitPower(t, owner, id)
-		if n["last_error"] != "Power on failed: the BMC did not answer (unreachable)" {
+		if n["last_error"] != "Power on failed: the BMC did not answer (unreachable) after 1 try of 5 s each" {
 			t.Fatalf("last_error %q", n["last_error"])
 		}
 		b := owner.Do(t, "GET", "/v1/nodes/"+id+"/management/boot_device", nil)

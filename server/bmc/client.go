@@ -134,7 +134,11 @@ func (c *caller) call(ctx context.Context, op string, fn func(ctx context.Contex
 		if err == nil {
 			return nil
 		}
-		err = classify(op, c.where, err, c.secrets)
+		e := classify(op, c.where, err, c.secrets)
+		err = e
+		if e.Kind == ErrUnreachable {
+			e.Tries, e.Timeout = attempt+1, c.o.Timeout
+		}
 		if !Retryable(err) || ctx.Err() != nil {
 			return err
 		}

@@ -332,7 +332,7 @@ func TestUnreachableSummaryHidesTheAddress(t *testing.T) {
 	if !errors.Is(err, bmc.ErrUnreachable) || !strings.Contains(err.Error(), "127.0.0.1:1") {
 		t.Fatalf("dead BMC: %v", err)
 	}
-	if s := bmc.Summary(err); s != "the BMC did not answer (unreachable)" {
+	if s := bmc.Summary(err); s != "the BMC did not answer (unreachable) after 1 try of 2 s each" {
 		t.Fatalf("summary %q", s)
 	}
 }

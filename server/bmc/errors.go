@@ -9,8 +9,10 @@ import (
 	"io"
 	"net"
 	"regexp"
+	"strconv"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/stmcginnis/gofish/common"
 )
@@ -42,6 +44,11 @@ type Error struct {
 	Message string
 	// Detail is the underlying error text, credentials masked.
 	Detail string
+	// Tries and Timeout are, for a BMC that did not answer, how many
+	// times the call was made and how long each waited: the summary says
+	// them, so a failure names the real wait rather than a default.
+	Tries   int
+	Timeout time.Duration
 }
 
 func (e *Error) Error() string {
@@ -65,6 +72,13 @@ func (e *Error) summary() string {
 	}
 	if e.Reason != "" {
 		s += " (" + e.Reason + ")"
+	}
+	if e.Tries > 0 {
+		tries := "tries"
+		if e.Tries == 1 {
+			tries = "try"
+		}
+		s += fmt.Sprintf(" after %d %s of %s s each", e.Tries, tries, strconv.FormatFloat(e.Timeout.Seconds(), 'f', -1, 64))
 	}
 	return s
 }

@@ -67,6 +67,11 @@ type Runbook struct {
 // without the general provision rule.
 const RuleProvisionRunbook = "baremetal:node:set_provision_state:runbook"
 
+// InternalLastRun is the driver_internal_info key recording the last
+// clean or service run a node started: its target, the runbook's name
+// ("" for explicit steps) and the steps, as {interface, step, args}.
+const InternalLastRun = "last_run"
+
 // claim moves a node out of one of the states from with one conditional
 // UPDATE that also takes its lock when hold is set, so no other request can
 // slip between the state check and the lock: the node's state is the one
@@ -494,6 +499,10 @@ func (o *Ops) Provision(ctx context.Context, ident string, r ProvisionRequest) (
 	info := cloneInfo(n.DriverInternalInfo)
 	delete(info, abortRequestedField)
 	delete(info, "pending_steps")
+	if (r.Target == "clean" || r.Target == "service") && len(steps) > 0 {
+		// What ran, so that after a failure it can be run again as it was.
+		info[InternalLastRun] = map[string]any{"target": r.Target, "runbook": runbook, "steps": stepsToAny(steps)}
+	}
 	info, setFirst, firstEvents, started := c.firstStep(n, r.Target, steps, who, info)
 	w.events = append(w.events, firstEvents...)
 	err = c.claim(ctx, n, r.Target, tr.from, true, func(u *ent.NodeUpdate) {

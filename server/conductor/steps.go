@@ -117,3 +117,14 @@ func stepsToAny(steps []Step) []any {
 	}
 	return out
 }
+
+// LastRun reads InternalLastRun from a node's driver_internal_info: the
+// target ("clean" or "service"), runbook name ("" for explicit steps) and
+// steps of the last run it started; ok is false when none is recorded.
+func LastRun(info map[string]any) (target, runbook string, steps []Step, ok bool) {
+	m, _ := info[InternalLastRun].(map[string]any)
+	target, _ = m["target"].(string)
+	runbook, _ = m["runbook"].(string)
+	steps = stepsFromAny(m["steps"])
+	return target, runbook, steps, (target == "clean" || target == "service") && len(steps) > 0
+}

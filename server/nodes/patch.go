@@ -14,6 +14,7 @@ import (
 	"github.com/anvilproject/anvil/ent/node"
 	"github.com/anvilproject/anvil/server/bmc"
 	"github.com/anvilproject/anvil/server/errs"
+	"github.com/anvilproject/anvil/server/history"
 	"github.com/anvilproject/anvil/server/patchdoc"
 	"github.com/anvilproject/anvil/server/store"
 )
@@ -372,7 +373,10 @@ func (s *Service) PatchResetting(ctx context.Context, ident string, raw []byte, 
 				return err
 			}
 		}
-		return applyUpdate(ctx, tx, cur, upd)
+		if err := applyUpdate(ctx, tx, cur, upd); err != nil {
+			return err
+		}
+		return recordTenancy(ctx, tx, cur, after, changed)
 	})
 	if len(changed) > 0 || err != nil {
 		s.guard.Done(ctx, RuleUpdate, "node", n.UUID, err, map[string]any{"changed": changed, "ops": len(ops)})
@@ -381,6 +385,32 @@ func (s *Service) PatchResetting(ctx context.Context, ident string, raw []byte, 
 		return nil, err
 	}
 	return s.Get(ctx, n.UUID)
+}
+
+// recordTenancy writes a history event for each change of owner or lessee,
+// so the node's history says who gave it to or took it from a project.
+func recordTenancy(ctx context.Context, tx *ent.Client, cur *ent.Node, after map[string]any, changed []string) error {
+	var evs []history.Event
+	for _, f := range []string{"owner", "lessee"} {
+		if !contains(changed, f) {
+			continue
+		}
+		old := cur.Owner
+		if f == "lessee" {
+			old = cur.Lessee
+		}
+		now, _ := after[f].(string)
+		evs = append(evs, history.Event{NodeID: cur.ID, Type: "tenancy", User: userOf(ctx),
+			Message: fmt.Sprintf("%s changed: %s → %s", strings.ToUpper(f[:1])+f[1:], tenancyText(old), tenancyText(now))})
+	}
+	return history.RecordAll(ctx, tx, evs)
+}
+
+func tenancyText(project string) string {
+	if project == "" {
+		return "(none)"
+	}
+	return project
 }
 
 // LockRow takes the node's row for the rest of the transaction and returns

@@ -1,0 +1,58 @@
+package nodes
+
+import (
+	"context"
+	"slices"
+
+	"github.com/anvilproject/anvil/ent/node"
+	"github.com/anvilproject/anvil/ent/roleassignment"
+	"github.com/anvilproject/anvil/policies"
+)
+
+// Projects are the project names a caller setting a node's owner or lessee
+// may pick from: those owning or leasing the nodes the caller may list and,
+// for a system caller, those holding roles. Each source is read once and
+// bounded by limit, so a large fleet costs one grouped scan, not a list.
+func (s *Service) Projects(ctx context.Context, limit int) ([]string, error) {
+	q, err := s.scoped(ctx, ListOptions{})
+	if err != nil {
+		// A caller who may not list nodes gets no suggestions, not an error.
+		return nil, nil
+	}
+	var pairs []struct {
+		Owner  string `json:"owner"`
+		Lessee string `json:"lessee"`
+	}
+	if err := q.Limit(limit).GroupBy(node.FieldOwner, node.FieldLessee).Scan(ctx, &pairs); err != nil {
+		return nil, err
+	}
+	var out []string
+	for _, p := range pairs {
+		out = append(out, p.Owner, p.Lessee)
+	}
+	if p := policies.PrincipalFrom(ctx); p != nil && p.System {
+		held, err := s.db.RoleAssignment.Query().Where(roleassignment.ProjectNEQ("")).
+			Unique(true).Limit(limit).Select(roleassignment.FieldProject).Strings(ctx)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, held...)
+	}
+	slices.Sort(out)
+	out = slices.Compact(out)
+	if len(out) > 0 && out[0] == "" {
+		out = out[1:]
+	}
+	return out, nil
+}
+
+// ProjectInUse says whether any node or role assignment names project:
+// a name nothing uses is most likely misspelt. It tells the caller only
+// that the name is in use, which a caller choosing a lessee must know.
+func (s *Service) ProjectInUse(ctx context.Context, project string) (bool, error) {
+	used, err := s.db.Node.Query().Where(node.Or(node.Owner(project), node.Lessee(project))).Exist(ctx)
+	if err != nil || used {
+		return used, err
+	}
+	return s.db.RoleAssignment.Query().Where(roleassignment.Project(project)).Exist(ctx)
+}
