@@ -1005,7 +1005,7 @@ func TenancyWarning(unknown []string) templ.Component {
 
 // UnknownProject warns, without refusing, of a project nothing uses yet.
 func UnknownProject(project string) string {
-	return "No node or user is in project " + project + " yet — check the spelling."
+	return "No node or user you can see is in project " + project + " yet — check the spelling."
 }
 
 func NodeStatus(p Page, n NodeDetail) templ.Component {

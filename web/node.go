@@ -452,12 +452,12 @@ func (p *Portal) nodeTenancy(c *fiber.Ctx) error {
 		}
 		return p.tenancyPage(c, 200, "", func(d *views.NodeDetail) { d.ConfirmClear, d.ConfirmLessee = q, lessee })
 	}
-	// Names nothing uses yet are warned of, not refused; asked before the
+	// Names the caller knows nothing of are warned of, not refused; asked before the
 	// patch, since afterwards this node uses them.
 	var unknown []string
 	for _, f := range []string{"owner", "lessee"} {
 		if val := set[f]; val != "" {
-			used, err := p.Nodes.ProjectInUse(ctx, val)
+			used, err := p.Nodes.ProjectKnown(ctx, val)
 			if err != nil {
 				return err
 			}
@@ -531,7 +531,7 @@ func (p *Portal) nodeTenancyCheck(c *fiber.Ctx) error {
 		if val == "" || val == v.Owner || val == v.Lessee {
 			continue
 		}
-		used, err := p.Nodes.ProjectInUse(ctx, val)
+		used, err := p.Nodes.ProjectKnown(ctx, val)
 		if err != nil {
 			return err
 		}

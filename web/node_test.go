@@ -177,11 +177,19 @@ func TestTenancyForm(t *testing.T) {
 			t.Error("suggestions name a project on nodes blue may not list")
 		}
 		if _, frag, _ := pat.do("GET", "/nodes/"+id+"/tenancy/check?lessee=no-such-project", nil, "HX-Request", "true"); !strings.Contains(frag,
-			"No node or user is in project no-such-project yet — check the spelling.") {
+			"No node or user you can see is in project no-such-project yet — check the spelling.") {
 			t.Errorf("no warning for an unknown project: %s", frag)
 		}
-		if _, frag, _ := pat.do("GET", "/nodes/"+id+"/tenancy/check?lessee=red", nil, "HX-Request", "true"); strings.Contains(frag, "No node") {
-			t.Errorf("a warning for a project in use: %s", frag)
+		// red owns a node blue may not list: the warning tells pat no more
+		// of it than of a name nobody uses, as the suggestions do.
+		if _, frag, _ := pat.do("GET", "/nodes/"+id+"/tenancy/check?lessee=red", nil, "HX-Request", "true"); !strings.Contains(frag, "in project red yet") {
+			t.Errorf("the warning says whether a project pat cannot see exists: %s", frag)
+		}
+		if _, frag, _ := root.do("GET", "/nodes/"+id+"/tenancy/check?lessee=red", nil, "HX-Request", "true"); strings.Contains(frag, "No node") {
+			t.Errorf("a warning to an operator for a project in use: %s", frag)
+		}
+		if _, frag, _ := pat.do("GET", "/nodes/"+id+"/tenancy/check?lessee=blue", nil, "HX-Request", "true"); strings.Contains(frag, "No node") {
+			t.Errorf("a warning for the caller's own project: %s", frag)
 		}
 
 		// Hostile: the lessee's member, another project's member, and the
@@ -210,7 +218,7 @@ func TestTenancyForm(t *testing.T) {
 		}
 		_, page, _ = pat.do("GET", "/nodes/"+id, nil)
 		for _, want := range []string{
-			`<p class="flash" role="status">Lessee of f-00 set to tenant-blue. No node or user is in project tenant-blue yet — check the spelling.</p>`,
+			`<p class="flash" role="status">Lessee of f-00 set to tenant-blue. No node or user you can see is in project tenant-blue yet — check the spelling.</p>`,
 			"<td>Lessee changed: green → tenant-blue</td><td>pat</td>",
 		} {
 			if !strings.Contains(page, want) {

@@ -36,7 +36,7 @@ test('an owner member leases a node out with suggestions and a warning; clearing
 
   // A misspelt project is warned of while typing; a known one is not.
   await lessee.fill('tenant-bleu');
-  await expect(page.getByTestId('tenancy-warning')).toHaveText('No node or user is in project tenant-bleu yet — check the spelling.');
+  await expect(page.getByTestId('tenancy-warning')).toHaveText('No node or user you can see is in project tenant-bleu yet — check the spelling.');
   await lessee.fill('tenant-blue');
   await expect(page.getByTestId('tenancy-warning')).toHaveCount(0);
   await page.getByRole('button', { name: 'Save owner and lessee' }).click();

@@ -46,12 +46,23 @@ func (s *Service) Projects(ctx context.Context, limit int) ([]string, error) {
 	return out, nil
 }
 
-// ProjectInUse says whether any node or role assignment names project:
-// a name nothing uses is most likely misspelt. It tells the caller only
-// that the name is in use, which a caller choosing a lessee must know.
-func (s *Service) ProjectInUse(ctx context.Context, project string) (bool, error) {
-	used, err := s.db.Node.Query().Where(node.Or(node.Owner(project), node.Lessee(project))).Exist(ctx)
-	if err != nil || used {
+// ProjectKnown says whether the caller knows of any node or user in
+// project: a name it knows nothing of is most likely misspelt. A caller
+// knows its own project, the projects owning or leasing nodes it may list
+// and, on the system scope, those holding roles; the same bounds as the
+// suggestions, so the answer tells a tenant nothing of projects it could
+// not already see.
+func (s *Service) ProjectKnown(ctx context.Context, project string) (bool, error) {
+	p := policies.PrincipalFrom(ctx)
+	if p != nil && p.Project == project {
+		return true, nil
+	}
+	q, err := s.scoped(ctx, ListOptions{})
+	if err != nil {
+		return false, nil
+	}
+	used, err := q.Where(node.Or(node.Owner(project), node.Lessee(project))).Exist(ctx)
+	if err != nil || used || p == nil || !p.System {
 		return used, err
 	}
 	return s.db.RoleAssignment.Query().Where(roleassignment.Project(project)).Exist(ctx)
