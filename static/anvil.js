@@ -147,16 +147,18 @@ function addCopyButtons(root) {
 // (or ahead) it is, kept current every minute, and the instant in full
 // as its title.
 function relative(ms) {
-	const s = Math.round(Math.abs(ms) / 1000);
+	const s = Math.abs(ms) / 1000;
+	const m = Math.round(s / 60);
+	const h = Math.round(s / 3600);
 	let n;
-	if (s < 60) {
+	if (s < 45) {
 		return ms < 0 ? "just now" : "in under a minute";
-	} else if (s < 3600) {
-		n = `${Math.floor(s / 60)} min`;
-	} else if (s < 86400) {
-		n = `${Math.floor(s / 3600)} h`;
+	} else if (m < 60) {
+		n = `${m} min`;
+	} else if (h < 24) {
+		n = `${h} h`;
 	} else {
-		n = `${Math.floor(s / 86400)} d`;
+		n = `${Math.round(s / 86400)} d`;
 	}
 	return ms < 0 ? `${n} ago` : `in ${n}`;
 }
