@@ -2,15 +2,22 @@ package web_test
 
 import (
 	"context"
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
 	"net/url"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/gorilla/sessions"
 
 	"github.com/anvilproject/anvil/server"
 	"github.com/anvilproject/anvil/server/identity"
 	"github.com/anvilproject/anvil/server/servertest"
 	"github.com/anvilproject/anvil/server/store"
 	"github.com/anvilproject/anvil/server/store/storetest"
+	"github.com/anvilproject/anvil/web"
 )
 
 // TestPortalCrossProjectIDs is the portal's standing adversarial table: a
@@ -204,4 +211,169 @@ func withMember(t *testing.T) *servertest.Server {
 		t.Fatal(err)
 	}
 	return srv
+}
+
+// TestExpiredSessionPostsSignIn: a form or htmx request from a page whose
+// session timed out (idle or absolute) or was ended on the server is not
+// performed; it sends the browser to sign in, saying why, with the way
+// back to the page the user was on, and signing in lands there. The same
+// request with a wrong CSRF token stays refused, live session or not.
+func TestExpiredSessionPostsSignIn(t *testing.T) {
+	const secret = "expiry-test-secret"
+	srv := servertest.Start(t, server.Options{Database: storetest.Setting(t, "sqlite"), SessionSecret: secret})
+	ctx := context.Background()
+	if err := srv.IDs.CreateUser(ctx, "pat", "pat-password-1"); err != nil {
+		t.Fatal(err)
+	}
+	if err := srv.IDs.Grant(ctx, "pat", identity.Assignment{Scope: identity.Scope{Project: "blue"}, Role: "member"}); err != nil {
+		t.Fatal(err)
+	}
+	tok, _, err := srv.IDs.CreateToken(ctx, identity.TokenRequest{User: "pat", Scope: identity.Scope{Project: "blue"}, Roles: []string{"member"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	api := srv.Client()
+	api.Header.Set("X-Auth-Token", tok)
+	if err := srv.IDs.CreateUser(ctx, "root", "root-password-1"); err != nil {
+		t.Fatal(err)
+	}
+	if err := srv.IDs.Grant(ctx, "root", identity.Assignment{Scope: identity.Scope{System: true}, Role: "admin"}); err != nil {
+		t.Fatal(err)
+	}
+	rootTok, _, err := srv.IDs.CreateToken(ctx, identity.TokenRequest{User: "root", Scope: identity.Scope{System: true}, Roles: []string{"admin"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	admin := srv.Client()
+	admin.Header.Set("X-Auth-Token", rootTok)
+	resp := admin.Do(t, "POST", "/v1/nodes", map[string]any{"name": "blue-1", "driver": "fake", "owner": "blue"})
+	if resp.Status != 201 {
+		t.Fatalf("create: %d %s", resp.Status, resp.Body)
+	}
+	node := resp.JSON(t)["uuid"].(string)
+	nodePage := "/nodes/" + node
+	before := api.Do(t, "GET", "/v1/nodes/"+node, nil).Body
+
+	signIn := func(b *browser, next string) (int, string) {
+		b.do("GET", "/login", nil)
+		st, _, h := b.do("POST", "/login", url.Values{"csrf": {b.csrf}, "username": {"pat"}, "password": {"pat-password-1"}, "next": {next}})
+		return st, h.Get("Location")
+	}
+	// live signs pat in and returns the browser with its session's cookie
+	// and CSRF token, as the node page shows them.
+	live := func() (*browser, string) {
+		b := newBrowser(t, srv.URL)
+		if st, _ := signIn(b, ""); st != 303 {
+			t.Fatalf("login: %d", st)
+		}
+		if st, _, _ := b.do("GET", nodePage, nil); st != 200 {
+			t.Fatalf("node page: %d", st)
+		}
+		return b, b.cookie()
+	}
+	ends := map[string]func(cookie string) string{
+		"idle": func(c string) string {
+			return aged(t, secret, c, func(s *web.Session) { s.Seen = time.Now().Add(-web.IdleTimeout - time.Minute).Unix() })
+		},
+		"absolute": func(c string) string {
+			return aged(t, secret, c, func(s *web.Session) {
+				s.Created, s.Seen = time.Now().Add(-web.AbsoluteTimeout-time.Minute).Unix(), time.Now().Unix()
+			})
+		},
+		"ended on the server": func(c string) string {
+			if err := srv.IDs.SetPassword(ctx, "pat", "pat-password-1"); err != nil {
+				t.Fatal(err)
+			}
+			return c
+		},
+	}
+	for how, end := range ends {
+		b, cookie := live()
+		csrf := b.csrf
+		old := replay(t, srv.URL, end(cookie))
+		expired := func(next string) string {
+			return "/login?" + url.Values{"error": {"expired"}, "next": {next}}.Encode()
+		}
+		// A forged request with the expired cookie: still refused.
+		if st, _, h := old.do("POST", nodePage+"/power", url.Values{"target": {"power on"}}, "HX-Request", "true", "X-CSRF-Token", "forged"); st != 403 || h.Get("HX-Redirect") != "" {
+			t.Errorf("%s: forged htmx POST: %d %q", how, st, h.Get("HX-Redirect"))
+		}
+		// The power button of the node page (htmx).
+		st, _, h := old.do("POST", nodePage+"/power", url.Values{"target": {"power on"}}, "HX-Request", "true", "X-CSRF-Token", csrf,
+			"HX-Current-URL", srv.URL+nodePage)
+		if st != 401 || h.Get("HX-Redirect") != expired(nodePage) {
+			t.Errorf("%s: htmx power: %d HX-Redirect %q", how, st, h.Get("HX-Redirect"))
+		}
+		// The bulk results' poll; its page is the answer to a form, so the
+		// way back leads to the list.
+		st, _, h = old.do("POST", "/nodes/bulk/progress", url.Values{"node": {node}, "result": {"ok|Started"}}, "HX-Request", "true", "X-CSRF-Token", csrf,
+			"HX-Current-URL", srv.URL+"/nodes/bulk/run")
+		if st != 401 || h.Get("HX-Redirect") != expired("/nodes/bulk/run") {
+			t.Errorf("%s: bulk poll: %d HX-Redirect %q", how, st, h.Get("HX-Redirect"))
+		}
+		// A plain form: back to the page it was posted from when that is
+		// this site, else to the start.
+		st, _, h = old.do("POST", "/allocations", url.Values{"csrf": {csrf}}, "Referer", srv.URL+"/allocations/new?x=1")
+		if st != 303 || h.Get("Location") != expired("/allocations/new?x=1") {
+			t.Errorf("%s: plain POST: %d %s", how, st, h.Get("Location"))
+		}
+		st, _, h = old.do("POST", nodePage+"/power", url.Values{"csrf": {csrf}, "target": {"power on"}}, "Referer", "https://evil.example"+nodePage)
+		if st != 303 || h.Get("Location") != expired("/") {
+			t.Errorf("%s: plain POST from elsewhere: %d %s", how, st, h.Get("Location"))
+		}
+		// The sign-in page says why, and signing in returns to the page.
+		st, page, _ := old.do("GET", expired(nodePage), nil)
+		if st != 200 || !strings.Contains(page, "Your session expired") || !strings.Contains(page, `name="next" value="`+nodePage+`"`) {
+			t.Errorf("%s: sign-in page: %d\n%s", how, st, page)
+		}
+		if st, loc := signIn(old, nodePage); st != 303 || loc != nodePage {
+			t.Errorf("%s: sign in again: %d %s", how, st, loc)
+		}
+		if st, _, _ := old.do("GET", "/nodes/bulk/run", nil); st != 303 {
+			t.Errorf("%s: GET of a bulk page: %d", how, st)
+		}
+	}
+	// Nothing of it was performed.
+	time.Sleep(300 * time.Millisecond)
+	if after := api.Do(t, "GET", "/v1/nodes/"+node, nil).Body; string(after) != string(before) {
+		t.Errorf("an expired session's POST acted:\nbefore %s\nafter  %s", before, after)
+	}
+	// A live session with a wrong token is refused, not sent to sign in.
+	b, _ := live()
+	if st, _, h := b.do("POST", nodePage+"/power", url.Values{"target": {"power on"}}, "HX-Request", "true", "X-CSRF-Token", "forged"); st != 403 || h.Get("HX-Redirect") != "" {
+		t.Errorf("forged POST on a live session: %d %q", st, h.Get("HX-Redirect"))
+	}
+	if st, _, _ := b.do("POST", "/allocations", url.Values{"csrf": {"forged"}}, "Referer", srv.URL+"/allocations/new"); st != 403 {
+		t.Errorf("forged form on a live session: %d", st)
+	}
+}
+
+// aged re-signs a session cookie with the server's keys after change
+// moved its clock: a cookie exactly as a browser would hold it once that
+// much time had passed.
+func aged(t *testing.T, secret, cookie string, change func(*web.Session)) string {
+	t.Helper()
+	hash, block, err := web.LoadKeys(context.Background(), nil, secret)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cs := sessions.NewCookieStore(hash, block)
+	req := httptest.NewRequest("GET", "/", nil)
+	req.AddCookie(&http.Cookie{Name: "anvil_session", Value: cookie})
+	gs, err := cs.Get(req, "anvil_session")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var s web.Session
+	if err := json.Unmarshal([]byte(gs.Values["s"].(string)), &s); err != nil {
+		t.Fatal(err)
+	}
+	change(&s)
+	raw, _ := json.Marshal(s)
+	gs.Values["s"] = string(raw)
+	rec := httptest.NewRecorder()
+	if err := cs.Save(req, rec, gs); err != nil {
+		t.Fatal(err)
+	}
+	return rec.Result().Cookies()[0].Value
 }

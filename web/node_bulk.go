@@ -225,6 +225,11 @@ func (p *Portal) bulkPage(c *fiber.Ctx) error {
 	return render(c, 200, views.BulkPage(pg, b))
 }
 
+// bulkAgain answers a GET of a bulk page, which exists only as the
+// answer to its form; signing in again after a session ended mid-run
+// returns there. The list shows the nodes' state now.
+func (p *Portal) bulkAgain(c *fiber.Ctx) error { return c.Redirect("/nodes", fiber.StatusSeeOther) }
+
 // bulkRun takes the action on each eligible node through the service the
 // node page's button calls, authorized for that node, and shows what
 // happened to each.

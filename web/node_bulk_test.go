@@ -50,7 +50,9 @@ func TestBulkActions(t *testing.T) {
 			`data-testid="bulk-eligible">2 of 4 selected nodes are eligible`,
 			"<strong>1:</strong> The node lacks trait CUSTOM_X, which the runbook requires. <small>(f-02)</small>",
 			"<strong>1:</strong> Runbooks run on manageable or active nodes; this node is enroll. <small>(f-04)</small>",
-			`data-confirm="Run CUSTOM_X on 2 nodes: f-00, f-06?"`,
+			// Whoever confirms is told whose machines these are.
+			`data-confirm="Run CUSTOM_X on 2 nodes: f-00, f-06? Leased to green (2)."`,
+			`data-testid="bulk-lessees">Leased to green (2).</p>`,
 			">Run CUSTOM_X on 2 nodes</button>",
 		} {
 			if !strings.Contains(page, want) {
@@ -101,7 +103,8 @@ func TestBulkActions(t *testing.T) {
 		// Power on "all matching" a filter: blue's gpu nodes.
 		all := url.Values{"csrf": {pat.csrf}, "action": {"power"}, "all": {"1"}, "filter": {"class=gpu"}, "power": {"power on"}}
 		_, page, _ = pat.do("POST", "/nodes/bulk", all)
-		if !strings.Contains(page, "3 of 3 selected nodes are eligible") || !strings.Contains(page, "Power on on 3 nodes") {
+		if !strings.Contains(page, "3 of 3 selected nodes are eligible") || !strings.Contains(page, "Power on on 3 nodes") ||
+			!strings.Contains(page, `data-confirm="Power on on 3 nodes: f-00, f-04, f-08? Leased to green (1); 2 not leased."`) {
 			t.Errorf("power on all gpu:\n%s", page)
 		}
 		// "All matching" another project's filter is refused as the list refuses it.

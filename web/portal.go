@@ -72,6 +72,7 @@ func (p *Portal) Register(app *fiber.App) {
 	app.Post("/nodes/bulk", s, p.signedIn, p.bulkPage)
 	app.Post("/nodes/bulk/run", s, p.signedIn, p.bulkRun)
 	app.Post("/nodes/bulk/progress", s, p.signedIn, p.bulkProgress)
+	app.Get("/nodes/bulk/:step?", p.bulkAgain)
 	app.Get("/nodes/:id", s, p.signedIn, p.nodePage)
 	app.Get("/nodes/:id/status", s, p.signedIn, p.nodeStatus)
 	app.Post("/nodes/:id/power", s, p.signedIn, p.nodePower)
@@ -124,11 +125,25 @@ func serveStatic(c *fiber.Ctx) error {
 // session loads the cookie, refuses a state-changing request without the
 // session's CSRF token, and puts a signed-in user's principal into the
 // request context.
+//
+// A request from a page whose session has since timed out or been ended
+// is sent to sign in again and not performed, whatever route it is for.
+// It must still carry that session's token, so a forged one stays refused.
 func (p *Portal) session(c *fiber.Ctx) error {
 	sess := p.Sessions.Load(c)
 	c.Locals(sessionLocal, sess)
-	if c.Method() != fiber.MethodGet && c.Method() != fiber.MethodHead && !CSRFOK(c, sess) {
-		return c.Status(403).SendString("The form was stale or forged (CSRF token missing or wrong). Reload the page and try again.")
+	changes := c.Method() != fiber.MethodGet && c.Method() != fiber.MethodHead
+	if changes {
+		want := sess.CSRF
+		if sess.Expired {
+			want = sess.staleCSRF
+		}
+		if !csrfIs(c, want) {
+			return c.Status(403).SendString("The form was stale or forged (CSRF token missing or wrong). Reload the page and try again.")
+		}
+		if sess.Expired {
+			return p.signInAgain(c)
+		}
 	}
 	if sess.User == "" {
 		return c.Next()
@@ -144,10 +159,14 @@ func (p *Portal) session(c *fiber.Ctx) error {
 		pr, err = p.principal(c.UserContext(), sess)
 	}
 	if err != nil {
-		// Roles revoked or the account is gone: the session ends.
+		// Roles revoked or the account is gone: the session ends. Its
+		// cookie stays until the sign-in page replaces it, so that a late
+		// request from any tab is sent to sign in, not refused as forged.
 		p.Log.Info("session ended", "user", sess.User, "reason", err)
-		_ = p.Sessions.Clear(c)
 		c.Locals(sessionLocal, &Session{CSRF: randomToken(), Expired: true})
+		if changes {
+			return p.signInAgain(c)
+		}
 		return c.Next()
 	}
 	c.SetUserContext(policies.WithPrincipal(c.UserContext(), pr))
@@ -192,17 +211,22 @@ func (p *Portal) signedIn(c *fiber.Ctx) error {
 	if policies.PrincipalFrom(c.UserContext()) != nil {
 		return c.Next()
 	}
-	// Back to the page after signing in: the page itself, or for an htmx
-	// request (a poll, a button) the page it came from.
-	next := ""
-	if c.Method() == fiber.MethodGet {
-		next = c.OriginalURL()
-	}
+	return p.signInAgain(c)
+}
+
+// signInAgain sends the browser to the sign-in page, saying why when its
+// session ended, with the way back to the page the user was on: the page
+// itself for a GET, else the page the form or htmx request came from.
+func (p *Portal) signInAgain(c *fiber.Ctx) error {
 	htmx := c.Get("HX-Request") == "true"
-	if htmx {
-		if u, err := url.Parse(c.Get("HX-Current-URL")); err == nil {
-			next = u.RequestURI()
-		}
+	next := "/"
+	switch {
+	case htmx:
+		next = samePage(c, c.Get("HX-Current-URL"))
+	case c.Method() == fiber.MethodGet:
+		next = c.OriginalURL()
+	default:
+		next = samePage(c, c.Get(fiber.HeaderReferer))
 	}
 	q := url.Values{}
 	if sessionOf(c).Expired {
@@ -224,6 +248,16 @@ func (p *Portal) signedIn(c *fiber.Ctx) error {
 	return c.Redirect(to, fiber.StatusSeeOther)
 }
 
+// samePage is the path and query of a page of this site named by a full
+// URL (Referer, HX-Current-URL), or "/" for anything else.
+func samePage(c *fiber.Ctx, raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil || u.Host != c.Hostname() || u.Scheme != "http" && u.Scheme != "https" {
+		return "/"
+	}
+	return u.RequestURI()
+}
+
 // safeNext accepts only a path of this site as a place to return to, never
 // another site ("//host", "/\\host") or the sign-in page itself.
 func safeNext(next string) bool {
@@ -240,7 +274,7 @@ func render(c *fiber.Ctx, status int, comp templ.Component) error {
 // page fills the header every signed-in page shows.
 func (p *Portal) page(c *fiber.Ctx, title string) (views.Page, error) {
 	sess := sessionOf(c)
-	pg := views.Page{Title: title, CSRF: sess.CSRF}
+	pg := views.Page{Title: title, CSRF: sess.CSRF, Path: c.Path()}
 	pr := policies.PrincipalFrom(c.UserContext())
 	if pr == nil {
 		return pg, nil

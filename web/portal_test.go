@@ -13,6 +13,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/anvilproject/anvil/server"
 	"github.com/anvilproject/anvil/server/identity"
@@ -460,5 +461,91 @@ func TestPortalSecurityHeaders(t *testing.T) {
 				t.Errorf("%s: inline script %q", path, sc)
 			}
 		}
+	}
+}
+
+// TestPortalPolish: the main navigation marks the section a page belongs
+// to; instants are machine-readable UTC; UUIDs and a new token carry the
+// text their Copy button takes; an error page answering an htmx request
+// carries the message anvil.js shows.
+func TestPortalPolish(t *testing.T) {
+	srv := withMember(t)
+	ctx := context.Background()
+	tok, _, err := srv.IDs.CreateToken(ctx, identity.TokenRequest{User: "pat", Scope: identity.Scope{Project: "blue"}, Roles: []string{"member"}, Expires: 24 * time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv.IDs.CreateUser(ctx, "root", "root-password-1")
+	srv.IDs.Grant(ctx, "root", identity.Assignment{Scope: identity.Scope{System: true}, Role: "admin"})
+	rootTok, _, _ := srv.IDs.CreateToken(ctx, identity.TokenRequest{User: "root", Scope: identity.Scope{System: true}, Roles: []string{"admin"}})
+	admin := srv.Client()
+	admin.Header.Set("X-Auth-Token", rootTok)
+	var uuids []string
+	for _, n := range []map[string]any{{"name": "blue-1", "driver": "fake", "owner": "blue"}, {"name": "red-1", "driver": "fake", "owner": "red"}} {
+		r := admin.Do(t, "POST", "/v1/nodes", n)
+		if r.Status != 201 {
+			t.Fatalf("create: %d %s", r.Status, r.Body)
+		}
+		uuids = append(uuids, r.JSON(t)["uuid"].(string))
+	}
+	api := srv.Client()
+	api.Header.Set("X-Auth-Token", tok)
+	api.Do(t, "GET", "/v1/nodes", nil) // the token's last use
+	b := newBrowser(t, srv.URL)
+	b.do("GET", "/login", nil)
+	b.do("POST", "/login", url.Values{"csrf": {b.csrf}, "username": {"pat"}, "password": {"pat-password-1"}})
+	current := regexp.MustCompile(`aria-current="page">([^<]+)<`)
+	for _, c := range []struct {
+		method, path string
+		form         url.Values
+		status       int
+		want         string
+	}{
+		{"GET", "/nodes", nil, 200, "Nodes"},
+		{"GET", "/nodes/" + uuids[0], nil, 200, "Nodes"},
+		{"GET", "/nodes/" + uuids[1], nil, 404, "Nodes"},
+		{"POST", "/nodes/bulk", url.Values{"action": {"power"}, "node": {uuids[0]}}, 200, "Nodes"},
+		// A member may not write runbooks: the editor's refusal is still under Runbooks.
+		{"GET", "/runbooks/new", nil, 403, "Runbooks"},
+		{"GET", "/allocations/new", nil, 200, "Request a node"},
+		{"GET", "/allocations", nil, 200, "My allocations"},
+		// The request form shown again with its error, at /allocations.
+		{"POST", "/allocations", url.Values{"resource_class": {"no-such-class"}}, 0, "Request a node"},
+		{"GET", "/account", nil, 200, "API tokens"},
+	} {
+		if c.form != nil {
+			c.form.Set("csrf", b.csrf)
+		}
+		st, page, _ := b.do(c.method, c.path, c.form)
+		m := current.FindAllStringSubmatch(page, -1)
+		if c.status != 0 && st != c.status || len(m) != 1 || m[0][1] != c.want {
+			t.Errorf("%s %s: %d, current %v, want %s", c.method, c.path, st, m, c.want)
+		}
+	}
+
+	_, page, _ := b.do("GET", "/account", nil)
+	stamp := regexp.MustCompile(`<time datetime="(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ)">(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d) UTC</time>`)
+	times := stamp.FindAllStringSubmatch(page, -1)
+	if len(times) != 3 { // created, expires, last used
+		t.Fatalf("token times: %v\n%s", times, page)
+	}
+	for _, m := range times {
+		if strings.Replace(strings.TrimSuffix(m[1], "Z"), "T", " ", 1) != m[2] {
+			t.Errorf("the datetime %s and the text %s differ", m[1], m[2])
+		}
+	}
+	_, page, _ = b.do("POST", "/account/tokens", url.Values{"csrf": {b.csrf}, "roles": {"member"}}, "HX-Request", "true")
+	if !regexp.MustCompile(`<code data-copy="(anvil_[^"]+)" data-copy-what="the new token" data-testid="new-token">anvil_`).MatchString(page) {
+		t.Errorf("the new token has no copy text:\n%s", page)
+	}
+	_, page, _ = b.do("GET", "/nodes", nil)
+	if !strings.Contains(page, `<code data-copy="`+uuids[0]+`" data-copy-what="UUID of blue-1">`+uuids[0]+`</code>`) {
+		t.Errorf("the list's UUID has no copy text")
+	}
+
+	// Another project's node from an htmx button: the 404 page's message.
+	st, page, _ := b.do("POST", "/nodes/"+uuids[1]+"/power", url.Values{"target": {"power on"}}, "HX-Request", "true", "X-CSRF-Token", b.csrf)
+	if st != 404 || !regexp.MustCompile(`<p data-error-message>[^<]+</p>`).MatchString(page) || strings.Contains(page, "red-1") {
+		t.Errorf("htmx POST to a hidden node: %d\n%s", st, page)
 	}
 }

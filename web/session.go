@@ -61,6 +61,9 @@ type Session struct {
 	// Expired marks the fresh session that replaced a signed-in one which
 	// timed out or was ended, so the sign-in page can say so. Never stored.
 	Expired bool `json:"-"`
+	// staleCSRF is the timed-out session's token, which the pages it
+	// served still send: a POST carrying it is the user's own, late.
+	staleCSRF string
 }
 
 // LoggedIn reports whether the session belongs to a signed-in user whose
@@ -134,7 +137,7 @@ func (s *Sessions) Load(c *fiber.Ctx) *Session {
 					if sess.User == "" || sess.LoggedIn(time.Now()) {
 						return &sess
 					}
-					return &Session{CSRF: randomToken(), Expired: true}
+					return &Session{CSRF: randomToken(), Expired: true, staleCSRF: sess.CSRF}
 				}
 			}
 		}
@@ -202,10 +205,12 @@ func FreshSSO(u identity.SSOUser, sc identity.Scope) *Session {
 
 // CSRFOK reports whether the request carries the session's CSRF token in
 // the X-CSRF-Token header (htmx) or the csrf form field.
-func CSRFOK(c *fiber.Ctx, sess *Session) bool {
+func CSRFOK(c *fiber.Ctx, sess *Session) bool { return csrfIs(c, sess.CSRF) }
+
+func csrfIs(c *fiber.Ctx, want string) bool {
 	got := c.Get("X-CSRF-Token")
 	if got == "" {
 		got = c.FormValue("csrf")
 	}
-	return got != "" && subtle.ConstantTimeCompare([]byte(got), []byte(sess.CSRF)) == 1
+	return got != "" && subtle.ConstantTimeCompare([]byte(got), []byte(want)) == 1
 }
