@@ -10,6 +10,7 @@ test('a project manager writes a runbook in the step editor; an operator publish
   await page.getByLabel('Name (a trait: nodes need it to run this runbook)').fill('custom blue fw');
   await page.getByLabel('Description').fill('Boot from the network, then power-cycle.');
   await page.getByLabel('Step 1', { exact: true }).selectOption('power.power_off');
+  await expect(page.getByText('Power the node off.')).toBeVisible(); // the step's hint, from the server
   // Rows come and go through htmx; a new step's fields come from the catalogue.
   await page.getByRole('button', { name: 'Add step' }).click();
   await page.getByLabel('Step 2', { exact: true }).selectOption('management.set_boot_device');
@@ -18,6 +19,7 @@ test('a project manager writes a runbook in the step editor; an operator publish
   await page.getByLabel('persistent of step 2').selectOption('false');
   await page.getByRole('button', { name: 'Add step' }).click();
   await page.getByLabel('Step 3', { exact: true }).selectOption('power.power_on');
+  await expect(page.getByText('Power the node on.')).toBeVisible();
   // Reorder: the boot device first.
   await page.getByRole('button', { name: 'Move up step 2' }).click();
   await expect(page.getByLabel('Step 1', { exact: true })).toHaveValue('management.set_boot_device');
