@@ -87,6 +87,7 @@ func (p *Portal) Register(app *fiber.App) {
 	app.Post("/runbooks/new", s, p.signedIn, p.saveRunbook)
 	app.Get("/runbooks/:name/edit", s, p.signedIn, p.editRunbook)
 	app.Post("/runbooks/:name/edit", s, p.signedIn, p.saveRunbook)
+	app.Post("/runbooks/:name/delete", s, p.signedIn, p.deleteRunbook)
 	app.Get("/allocations", s, p.signedIn, p.allocationsPage)
 	app.Get("/allocations/new", s, p.signedIn, p.requestNodePage)
 	app.Post("/allocations", s, p.signedIn, p.requestNode)

@@ -16,7 +16,10 @@ type Arg struct {
 	Type        string `json:"type"` // string, boolean, integer, or "list of {...}"
 	Required    bool   `json:"required"`
 	Description string `json:"description"`
-	check       func(any) error
+	// Choices are the only values a string argument takes, for a form's
+	// <select>; the check refuses any other.
+	Choices []string `json:"choices,omitempty"`
+	check   func(any) error
 }
 
 // StepInfo is a step of the catalogue and the drivers that run it.
@@ -49,43 +52,43 @@ var catalogue = []StepInfo{
 	{"power", "power_off", "Power the node off.", nil, allDrivers},
 	{"power", "reboot", "Restart the node (power it on when off) and wait until the BMC reports it on.", nil, allDrivers},
 	{"management", "set_boot_device", "Set the next boot device.", []Arg{
-		{"device", "string", true, "one of " + strings.Join(bmc.AllBootDevices(), ", ") + " (redfish has no safe)", isDevice},
-		{"persistent", "boolean", false, "keep the device for every boot, not only the next", isBool},
+		{"device", "string", true, "one of " + strings.Join(bmc.AllBootDevices(), ", ") + " (redfish has no safe)", bmc.AllBootDevices(), isDevice},
+		{"persistent", "boolean", false, "keep the device for every boot, not only the next", nil, isBool},
 	}, allDrivers},
 	{"management", "reset_bmc", "Restart the BMC (Redfish GracefulRestart, IPMI warm reset).", nil, allDrivers},
 	{"deploy", "wait", "Wait the given seconds in the wait state (abort ends it early).", []Arg{
-		{"seconds", "integer", false, "0 to 86400; 0 when left out", isSeconds},
+		{"seconds", "integer", false, "0 to 86400; 0 when left out", nil, isSeconds},
 	}, allDrivers},
 	{"deploy", "hold", "Stop in the hold state until an operator or tenant sends unhold.", nil, allDrivers},
 	// ipmi has no way to write an image without a ramdisk agent; a deploy
 	// request for it is refused before this step is planned (deploy.go).
 	{"deploy", "deploy", "Put the instance in place and power the node on: redfish inserts instance_info.boot_iso as a virtual CD and boots it once; fake-hardware only powers on. Runs in every deployment, at priority 100.", nil, outOfBand},
 	{"bios", "apply_configuration", "Apply BIOS settings: stage them at the BMC, reboot the node so they take effect (only when one differs from the current value), check each became current, and refresh the cached settings.", []Arg{
-		{"settings", "list of {name, value}", true, "BIOS attributes to set, by the BMC's attribute names", isSettings},
+		{"settings", "list of {name, value}", true, "BIOS attributes to set, by the BMC's attribute names", nil, isSettings},
 	}, outOfBand},
 	{"bios", "factory_reset", "Reset the BIOS settings to the vendor's defaults (rebooting to apply them) and refresh the cached settings.", nil, outOfBand},
 	{"management", "attach_virtual_media", "Insert an image (an ISO the BMC downloads) into a virtual drive; an image already there is ejected first. An Anvil step (Ironic does this through its vmedia API).", []Arg{
-		{"image_url", "string", true, "http:// or https:// URL the BMC can reach", isImageURL},
-		{"device_type", "string", false, "cdrom (default) or floppy", isVMediaDevice},
+		{"image_url", "string", true, "http:// or https:// URL the BMC can reach", nil, isImageURL},
+		{"device_type", "string", false, "cdrom (default) or floppy", bmc.VMediaDevices, isVMediaDevice},
 	}, outOfBand},
 	{"management", "detach_virtual_media", "Eject the image from a virtual drive, or from every one. An Anvil step.", []Arg{
-		{"device_type", "string", false, "cdrom or floppy; every drive when left out", isVMediaDevice},
+		{"device_type", "string", false, "cdrom or floppy; every drive when left out", bmc.VMediaDevices, isVMediaDevice},
 	}, outOfBand},
 	{"management", "set_boot_mode", "Set the boot mode the machine boots in next (Redfish BootSourceOverrideMode). An Anvil step (Ironic: PUT states/boot_mode).", []Arg{
-		{"mode", "string", true, "uefi or bios", isBootMode},
+		{"mode", "string", true, "uefi or bios", bootModes, isBootMode},
 	}, outOfBand},
 	{"management", "set_secure_boot", "Turn UEFI secure boot on or off (Redfish SecureBoot). An Anvil step (Ironic: PUT states/secure_boot).", []Arg{
-		{"enabled", "boolean", true, "true to turn secure boot on", isBool},
+		{"enabled", "boolean", true, "true to turn secure boot on", nil, isBool},
 	}, outOfBand},
 	{"bios", "cache_bios_settings", "Read the current BIOS settings from the BMC into Anvil's cache (GET /v1/nodes/{node}/bios).", nil, outOfBand},
 	{"management", "clear_event_log", "Clear the BMC's event log: IPMI's SEL (sel clear), Redfish's LogService.ClearLog on every log service of the system and its manager; a BMC with no log service fails the step saying so. An Anvil step (Ironic has none).", nil, allDrivers},
 	{"firmware", "update", "Update firmware components from image URLs through the BMC's UpdateService.SimpleUpdate, one after another, following each BMC task to its end (within wait seconds, default 1800); a task that ends in an exception fails the step with the BMC's message.", []Arg{
-		{"settings", "list of {component, url, wait}", true, "component bios or bmc; url http(s) the BMC can reach; wait seconds to allow the task (default 1800)", isFirmwareSettings},
+		{"settings", "list of {component, url, wait}", true, "component bios or bmc; url http(s) the BMC can reach; wait seconds to allow the task (default 1800)", nil, isFirmwareSettings},
 	}, outOfBand},
 	{"raid", "create_configuration", "Build the node's target_raid_config out of band: each logical disk becomes a Volume POSTed to the system's Redfish Storage controller (RAIDType from raid_level, CapacityBytes from size_gb unless MAX, drives from physical_disks, number_of_physical_disks or the fewest the level needs), then raid_config records every volume the BMC reports. A node without a target fails the step.", []Arg{
-		{"create_root_volume", "boolean", false, "build the root volume (is_root_volume); default true", isBool},
-		{"create_nonroot_volumes", "boolean", false, "build the other volumes; default true", isBool},
-		{"delete_existing", "boolean", false, "delete every existing volume first; default false", isBool},
+		{"create_root_volume", "boolean", false, "build the root volume (is_root_volume); default true", nil, isBool},
+		{"create_nonroot_volumes", "boolean", false, "build the other volumes; default true", nil, isBool},
+		{"delete_existing", "boolean", false, "delete every existing volume first; default false", nil, isBool},
 	}, outOfBand},
 	{"raid", "delete_configuration", "Delete every volume of the system's Redfish Storage controllers (DELETE on each) and record the empty configuration in raid_config.", nil, outOfBand},
 }
@@ -188,8 +191,10 @@ func isVMediaDevice(v any) error {
 	return nil
 }
 
+var bootModes = []string{"uefi", "bios"}
+
 func isBootMode(v any) error {
-	if s, _ := v.(string); s != "uefi" && s != "bios" {
+	if s, _ := v.(string); !slices.Contains(bootModes, s) {
 		return fmt.Errorf("must be uefi or bios")
 	}
 	return nil

@@ -2,6 +2,7 @@ package conductor
 
 import (
 	"fmt"
+	"maps"
 	"regexp"
 	"slices"
 	"strings"
@@ -28,8 +29,8 @@ func (s Step) asMap() map[string]any {
 	return m
 }
 
-// maxSteps bounds one request.
-const maxSteps = 50
+// MaxSteps bounds one request.
+const MaxSteps = 50
 
 // StepInterfaces are the interfaces Ironic accepts in clean, service
 // and runbook steps (its CLEANING_INTERFACE_PRIORITY).
@@ -42,42 +43,74 @@ var stepNameRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,254}$`)
 // step interfaces, a well-formed step name, and for a step Anvil runs,
 // known and well-formed arguments. Whether the node's driver runs each
 // step is decided when the run starts. field names the request field
-// for the error (clean_steps, service_steps or steps).
+// for the error (clean_steps, service_steps or steps); the error is the
+// first of StepProblems.
 func ValidateSteps(field string, steps []Step) error {
 	if len(steps) == 0 {
 		return errs.BadRequest(field, "%s must list at least one step", field)
 	}
-	if len(steps) > maxSteps {
-		return errs.BadRequest(field, "%s lists %d steps; at most %d", field, len(steps), maxSteps)
+	if len(steps) > MaxSteps {
+		return errs.BadRequest(field, "%s lists %d steps; at most %d", field, len(steps), MaxSteps)
 	}
+	if p := StepProblems(steps); len(p) > 0 {
+		return p[0].Err(field)
+	}
+	return nil
+}
+
+// StepProblem is one thing wrong with one step of a list: the step's
+// index, the part to blame (interface, step, or args.<name>), and what is
+// wrong, in words that read after the step's position ("steps[1]: ",
+// "Step 2: ").
+type StepProblem struct {
+	Index int
+	Part  string
+	Msg   string
+}
+
+// Err is the problem as the API answers it, the step named by its index
+// in the request field.
+func (p StepProblem) Err(field string) error {
+	where := fmt.Sprintf("%s[%d]", field, p.Index)
+	return errs.BadRequest(where+"."+p.Part, "%s: %s", where, p.Msg)
+}
+
+// StepProblems lists everything ValidateSteps checks of each step, not
+// only the first failure, so a form can show every problem at once.
+// Arguments are checked in name order, so the list is the same each time.
+func StepProblems(steps []Step) []StepProblem {
+	var out []StepProblem
 	for i, s := range steps {
-		where := fmt.Sprintf("%s[%d]", field, i)
-		if !slices.Contains(StepInterfaces, s.Interface) {
-			return errs.BadRequest(where+".interface", "%s: interface %q is not one of %s", where, s.Interface, strings.Join(StepInterfaces, ", "))
+		bad := func(part, format string, a ...any) {
+			out = append(out, StepProblem{Index: i, Part: part, Msg: fmt.Sprintf(format, a...)})
+		}
+		okIface := slices.Contains(StepInterfaces, s.Interface)
+		if !okIface {
+			bad("interface", "interface %q is not one of %s", s.Interface, strings.Join(StepInterfaces, ", "))
 		}
 		if !stepNameRE.MatchString(s.Step) {
-			return errs.BadRequest(where+".step", "%s: step %q is not a step name (letters, digits and _, not starting with a digit)", where, s.Step)
-		}
-		info := lookupStep(s.Interface, s.Step)
-		if info == nil {
+			bad("step", "step %q is not a step name (letters, digits and _, not starting with a digit)", s.Step)
 			continue
 		}
-		for k, v := range s.Args {
-			i := slices.IndexFunc(info.Args, func(a Arg) bool { return a.Name == k })
-			if i < 0 {
-				return errs.BadRequest(where+".args."+k, "%s: step %s takes no argument %q", where, s.Name(), k)
-			}
-			if err := info.Args[i].check(v); err != nil {
-				return errs.BadRequest(where+".args."+k, "%s: argument %s %v", where, k, err)
+		info := lookupStep(s.Interface, s.Step)
+		if !okIface || info == nil {
+			continue
+		}
+		for _, k := range slices.Sorted(maps.Keys(s.Args)) {
+			j := slices.IndexFunc(info.Args, func(a Arg) bool { return a.Name == k })
+			if j < 0 {
+				bad("args."+k, "step %s takes no argument %q", s.Name(), k)
+			} else if err := info.Args[j].check(s.Args[k]); err != nil {
+				bad("args."+k, "argument %s %v", k, err)
 			}
 		}
 		for _, a := range info.Args {
 			if _, ok := s.Args[a.Name]; a.Required && !ok {
-				return errs.BadRequest(where+".args."+a.Name, "%s: step %s needs argument %q", where, s.Name(), a.Name)
+				bad("args."+a.Name, "step %s needs argument %q", s.Name(), a.Name)
 			}
 		}
 	}
-	return nil
+	return out
 }
 
 // stepsFitDriver checks what depends on the node's driver, once the node

@@ -6,6 +6,7 @@ package runbooks
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"slices"
 	"sort"
@@ -303,43 +304,75 @@ type Input struct {
 	Steps          []Step         `json:"steps"`
 }
 
-// validate checks everything but policy.
+// validate checks everything but policy, after filling what a caller may
+// leave out and putting the steps in order; the error is the first of
+// Problems.
 func validate(in *Input) error {
-	if err := nodes.ValidateTrait(in.Name); err != nil {
-		return errs.BadRequest("name", "name %q must be a trait name (CUSTOM_* or a standard trait): %v", in.Name, err)
-	}
-	if in.Owner != nil {
-		if *in.Owner == "" {
-			in.Owner = nil
-		} else if err := nodes.ValidateProject("owner", *in.Owner); err != nil {
-			return err
-		}
-	}
-	if in.Public && in.Owner != nil {
-		return errs.BadRequest("owner", "a public runbook has no owner; clear owner or public")
-	}
-	if len(in.Traits) > 50 {
-		return errs.BadRequest("traits", "at most 50 traits")
-	}
-	for _, t := range in.Traits {
-		if err := nodes.ValidateTrait(t); err != nil {
-			return errs.BadRequest("traits", "%v", err)
-		}
+	if in.Owner != nil && *in.Owner == "" {
+		in.Owner = nil
 	}
 	if in.Extra == nil {
 		in.Extra = map[string]any{}
 	}
 	sort.SliceStable(in.Steps, func(i, j int) bool { return in.Steps[i].Order < in.Steps[j].Order })
+	if p := Problems(*in); len(p) > 0 {
+		return p[0]
+	}
+	return nil
+}
+
+// Problems lists everything wrong with a runbook but policy, not only the
+// first problem, so the portal's editor can show each next to its field.
+// A step's problem names it by its index in order, as the API does: field
+// steps[i].<part> (interface, step, order, args.<name>), message
+// "steps[i]: …".
+func Problems(in Input) []*errs.Error {
+	var out []*errs.Error
+	add := func(field string, err error) {
+		var e *errs.Error
+		if !errors.As(err, &e) {
+			e = errs.BadRequest(field, "%v", err)
+		}
+		out = append(out, e)
+	}
+	if err := nodes.ValidateTrait(in.Name); err != nil {
+		out = append(out, errs.BadRequest("name", "name %q must be a trait name (CUSTOM_* or a standard trait): %v", in.Name, err))
+	}
+	if in.Owner != nil && *in.Owner != "" {
+		if err := nodes.ValidateProject("owner", *in.Owner); err != nil {
+			add("owner", err)
+		}
+		if in.Public {
+			out = append(out, errs.BadRequest("owner", "a public runbook has no owner; clear owner or public"))
+		}
+	}
+	if len(in.Traits) > 50 {
+		out = append(out, errs.BadRequest("traits", "at most 50 traits"))
+	}
+	for _, t := range in.Traits {
+		if err := nodes.ValidateTrait(t); err != nil {
+			out = append(out, errs.BadRequest("traits", "%v", err))
+		}
+	}
+	steps := slices.Clone(in.Steps)
+	sort.SliceStable(steps, func(i, j int) bool { return steps[i].Order < steps[j].Order })
 	seen := map[int]bool{}
-	cs := make([]conductor.Step, len(in.Steps))
-	for i, st := range in.Steps {
+	cs := make([]conductor.Step, len(steps))
+	for i, st := range steps {
 		if st.Order < 0 || seen[st.Order] {
-			return errs.BadRequest(fmt.Sprintf("steps[%d].order", i), "step orders must be distinct non-negative numbers; %d repeats or is negative", st.Order)
+			where := fmt.Sprintf("steps[%d]", i)
+			out = append(out, errs.BadRequest(where+".order", "%s: step orders must be distinct non-negative numbers; %d repeats or is negative", where, st.Order))
 		}
 		seen[st.Order] = true
 		cs[i] = conductor.Step{Interface: st.Interface, Step: st.Step, Args: st.Args}
 	}
-	return conductor.ValidateSteps("steps", cs)
+	if len(cs) == 0 || len(cs) > conductor.MaxSteps {
+		add("steps", conductor.ValidateSteps("steps", cs))
+	}
+	for _, p := range conductor.StepProblems(cs) {
+		add("steps", p.Err("steps"))
+	}
+	return out
 }
 
 // stepRules refuses steps an operator restricted with a per-step rule

@@ -1,0 +1,71 @@
+package conductor_test
+
+import (
+	"reflect"
+	"testing"
+
+	"github.com/anvilproject/anvil/server/conductor"
+)
+
+// A form offers an argument's choices as a <select>: every choice must
+// pass the step's own check, and a value outside them must not.
+func TestCatalogueChoicesAreWhatTheCheckAccepts(t *testing.T) {
+	n := 0
+	for _, s := range conductor.Catalogue() {
+		for _, a := range s.Args {
+			if len(a.Choices) == 0 {
+				continue
+			}
+			n++
+			for _, c := range append(a.Choices, "no-such-choice") {
+				err := conductor.ValidateSteps("steps", []conductor.Step{{Interface: s.Interface, Step: s.Step, Args: required(s, a.Name, c)}})
+				if (err == nil) != (c != "no-such-choice") {
+					t.Errorf("%s %s=%q: %v", s.Name(), a.Name, c, err)
+				}
+			}
+		}
+	}
+	if n < 3 {
+		t.Errorf("only %d arguments offer choices (boot device, virtual media drive, boot mode)", n)
+	}
+}
+
+// required fills every other required argument with a valid value, so
+// only name's value decides.
+func required(s conductor.StepInfo, name string, v any) map[string]any {
+	args := map[string]any{name: v}
+	for _, a := range s.Args {
+		switch {
+		case !a.Required || a.Name == name:
+		case len(a.Choices) > 0:
+			args[a.Name] = a.Choices[0]
+		default: // attach_virtual_media's image_url
+			args[a.Name] = "https://images.example/boot.iso"
+		}
+	}
+	return args
+}
+
+func TestStepProblemsListsEveryStepsEveryProblem(t *testing.T) {
+	steps := []conductor.Step{
+		{Interface: "deploy", Step: "wait", Args: map[string]any{"seconds": "ten", "minutes": 1.0}},
+		{Interface: "power", Step: "power_on"},
+		{Interface: "warp", Step: "9lives"},
+		{Interface: "management", Step: "set_boot_device"},
+	}
+	got := conductor.StepProblems(steps)
+	want := []conductor.StepProblem{
+		{Index: 0, Part: "args.minutes", Msg: `step deploy.wait takes no argument "minutes"`},
+		{Index: 0, Part: "args.seconds", Msg: "argument seconds must be a whole number of seconds from 0 to 86400"},
+		{Index: 2, Part: "interface", Msg: `interface "warp" is not one of bios, deploy, firmware, management, power, raid, vendor`},
+		{Index: 2, Part: "step", Msg: `step "9lives" is not a step name (letters, digits and _, not starting with a digit)`},
+		{Index: 3, Part: "args.device", Msg: `step management.set_boot_device needs argument "device"`},
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("problems:\n got %+v\nwant %+v", got, want)
+	}
+	// The API still answers with the first, named as before.
+	if err := conductor.ValidateSteps("steps", steps); err == nil || err.Error() != `steps[0]: step deploy.wait takes no argument "minutes"` {
+		t.Errorf("ValidateSteps: %v", err)
+	}
+}
