@@ -73,6 +73,8 @@ test('a tenant gets the not-found page for another project\'s node, by direct UR
   // An operator finds a node no tenant-blue/green project owns or leases.
   await signIn(page, 'olga', 'operator-password-1');
   const rows = page.locator('table.nodes tbody tr');
+  // count() does not wait: read the rows only once the list is there.
+  await expect(rows.first()).toBeVisible();
   let foreign = null;
   for (let i = 0; i < await rows.count() && !foreign; i++) {
     const lessee = (await rows.nth(i).locator('td[data-label="Lessee"]').textContent()).trim();
