@@ -10,6 +10,7 @@ import (
 
 	"github.com/anvilproject/anvil/ent/auditevent"
 	"github.com/anvilproject/anvil/server/identity"
+	"github.com/anvilproject/anvil/server/servertest"
 	"github.com/anvilproject/anvil/server/store"
 	"github.com/anvilproject/anvil/server/store/storetest"
 )
@@ -23,17 +24,7 @@ func TestUsersAdminPage(t *testing.T) {
 	storetest.Each(t, func(t *testing.T, setting string, _ *store.DB) {
 		srv, _, _ := fleet(t, setting)
 		ctx := context.Background()
-		for user, a := range map[string]identity.Assignment{
-			"rhea": {Scope: identity.Scope{System: true}, Role: "reader"},
-			"pam":  {Scope: identity.Scope{Project: "blue"}, Role: "admin"},
-		} {
-			if err := srv.IDs.CreateUser(ctx, user, user+"-password-1"); err != nil {
-				t.Fatal(err)
-			}
-			if err := srv.IDs.Grant(ctx, user, a); err != nil {
-				t.Fatal(err)
-			}
-		}
+		readerAndProjectAdmin(t, srv)
 		root := signInAs(t, srv, "root")
 		st, page, _ := root.do("GET", "/admin/users", nil)
 		if st != 200 || !strings.Contains(page, `<tr data-user="pat">`) || !strings.Contains(page, "member on project blue") || !strings.Contains(page, "Create user") {
@@ -144,17 +135,7 @@ func TestAdminTokensPage(t *testing.T) {
 	storetest.Each(t, func(t *testing.T, setting string, _ *store.DB) {
 		srv, _, _ := fleet(t, setting)
 		ctx := context.Background()
-		for user, a := range map[string]identity.Assignment{
-			"rhea": {Scope: identity.Scope{System: true}, Role: "reader"},
-			"pam":  {Scope: identity.Scope{Project: "blue"}, Role: "admin"},
-		} {
-			if err := srv.IDs.CreateUser(ctx, user, user+"-password-1"); err != nil {
-				t.Fatal(err)
-			}
-			if err := srv.IDs.Grant(ctx, user, a); err != nil {
-				t.Fatal(err)
-			}
-		}
+		readerAndProjectAdmin(t, srv)
 		secret, pats, err := srv.IDs.CreateToken(ctx, identity.TokenRequest{User: "pat", Scope: identity.Scope{Project: "blue"}, Roles: []string{"reader"}, Description: "ci runner", Expires: time.Hour})
 		if err != nil {
 			t.Fatal(err)
@@ -235,4 +216,21 @@ func TestAdminTokensPage(t *testing.T) {
 			t.Errorf("a negative offset: %d", st)
 		}
 	})
+}
+
+// readerAndProjectAdmin adds rhea, a system reader, and pam, an admin of
+// project blue: the users pages' onlooker and outsider.
+func readerAndProjectAdmin(t *testing.T, srv *servertest.Server) {
+	t.Helper()
+	for user, a := range map[string]identity.Assignment{
+		"rhea": {Scope: identity.Scope{System: true}, Role: "reader"},
+		"pam":  {Scope: identity.Scope{Project: "blue"}, Role: "admin"},
+	} {
+		if err := srv.IDs.CreateUser(context.Background(), user, user+"-password-1"); err != nil {
+			t.Fatal(err)
+		}
+		if err := srv.IDs.Grant(context.Background(), user, a); err != nil {
+			t.Fatal(err)
+		}
+	}
 }

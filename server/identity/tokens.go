@@ -251,15 +251,7 @@ func (s *Service) ListTokens(ctx context.Context, name string) ([]TokenInfo, err
 	if err != nil {
 		return nil, err
 	}
-	out := make([]TokenInfo, len(ts))
-	for i, t := range ts {
-		who := ""
-		if t.Edges.User != nil {
-			who = t.Edges.User.Name
-		}
-		out[i] = tokenInfo(t, who)
-	}
-	return out, nil
+	return withUsers(ts), nil
 }
 
 // TokensPage lists every user's tokens, newest first, a page at a time
@@ -274,6 +266,11 @@ func (s *Service) TokensPage(ctx context.Context, offset, limit int) ([]TokenInf
 	if more {
 		ts = ts[:limit]
 	}
+	return withUsers(ts), more, nil
+}
+
+// withUsers describes tokens loaded with their users.
+func withUsers(ts []*ent.APIToken) []TokenInfo {
 	out := make([]TokenInfo, len(ts))
 	for i, t := range ts {
 		who := ""
@@ -282,7 +279,7 @@ func (s *Service) TokensPage(ctx context.Context, offset, limit int) ([]TokenInf
 		}
 		out[i] = tokenInfo(t, who)
 	}
-	return out, more, nil
+	return out
 }
 
 // Token returns one token by UUID, without its secret.
