@@ -5,23 +5,24 @@ import path from 'node:path';
 
 const shots = path.join(import.meta.dirname, '..', '..', 'docs', 'screenshots');
 
-test('every main page passes axe, at 1440 px and at 390 px, and the suite records screenshots', async ({ page }) => {
-  // Eleven pages twice with axe: well over the default 30 s on 2 busy cores.
-  test.setTimeout(240_000);
+test('every main page passes axe in both colour schemes, at 1440 px and at 390 px, and the suite records screenshots', async ({ page }) => {
+  // Twelve pages four times with axe: well over the default 30 s on 2 busy cores.
+  test.setTimeout(480_000);
   fs.mkdirSync(shots, { recursive: true });
-  for (const width of [1440, 390]) {
+  for (const [scheme, width] of [['light', 1440], ['light', 390], ['dark', 1440], ['dark', 390]]) {
+    await page.emulateMedia({ colorScheme: scheme });
     await page.setViewportSize({ width, height: 900 });
     await page.goto('/login');
     await accessible(page, 'login');
     await signIn(page, 'olga', 'operator-password-1');
     const pages = [['nodes', '/nodes'], ['users', '/admin/users'], ['runbooks', '/runbooks'], ['runbook-editor', '/runbooks/new'], ['tokens', '/account'],
-      ['request-node', '/allocations/new'], ['allocations', '/allocations'], ['policy', '/admin/policy']];
+      ['request-node', '/allocations/new'], ['allocations', '/allocations'], ['policy', '/admin/policy'], ['admin-tokens', '/admin/tokens']];
     await page.goto('/nodes');
     const first = await page.locator('table.nodes tbody tr a').first().getAttribute('href');
     pages.push(['node-detail', first]);
     for (const [name, url] of pages) {
       await page.goto(url);
-      await accessible(page, `${name}@${width}`);
+      await accessible(page, `${name}@${width}, ${scheme}`);
       // Nothing is wider than the viewport but tables, which scroll.
       const overflow = await page.evaluate(() => document.documentElement.scrollWidth - window.innerWidth);
       // At 390 px only wide tables may scroll; the page itself must not.
@@ -30,9 +31,11 @@ test('every main page passes axe, at 1440 px and at 390 px, and the suite record
           .map((e) => e.getBoundingClientRect().right);
         return Math.max(0, ...others) - window.innerWidth;
       });
-      expect(bodyOverflow, `${name}: a non-table element overflows at ${width}px`).toBeLessThanOrEqual(1);
+      expect(bodyOverflow, `${name}: a non-table element overflows at ${width}px, ${scheme}`).toBeLessThanOrEqual(1);
       if (width === 1440) {
-        expect(overflow, `${name} overflows at ${width}px`).toBeLessThanOrEqual(0);
+        expect(overflow, `${name} overflows at ${width}px, ${scheme}`).toBeLessThanOrEqual(0);
+      }
+      if (width === 1440 && scheme === 'light') {
         await page.screenshot({ path: path.join(shots, `${name}.png`), fullPage: false });
       }
     }
