@@ -61,6 +61,10 @@ func (p *Portal) detail(c *fiber.Ctx) (views.NodeDetail, error) {
 		if since != nil {
 			d.Elapsed = elapsed(time.Since(*since))
 		}
+		if r, ok := conductor.StoredBMCRetry(v.Node.DriverInternalInfo); ok {
+			d.BMCRetry = fmt.Sprintf("The BMC did not answer; try %d of %d, up to %s each, since %s ago.",
+				r.Try, r.Of, elapsed(time.Duration(r.Timeout*float64(time.Second))), elapsed(time.Since(r.At)))
+		}
 	}
 	d.ErrorSummary, d.ErrorAdvice = plainError(d.LastError)
 	t := nodes.Target(v.Node)

@@ -2,12 +2,16 @@ package web_test
 
 import (
 	"context"
+	"net"
 	"regexp"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/anvilproject/anvil/ent/node"
+	"github.com/anvilproject/anvil/server"
+	"github.com/anvilproject/anvil/server/bmc"
+	"github.com/anvilproject/anvil/server/conductor"
 	"github.com/anvilproject/anvil/server/store"
 	"github.com/anvilproject/anvil/server/store/storetest"
 )
@@ -67,6 +71,79 @@ func TestFailuresSayWhatToDo(t *testing.T) {
 		}
 		if strings.Contains(frag, `data-testid="elapsed"`) {
 			t.Errorf("a failed node is not busy")
+		}
+	})
+}
+
+// TestBMCRetryShownWhileWaiting: a run whose BMC does not answer shows,
+// while it waits, which try it is on, and no longer once the step has
+// failed. The BMC accepts connections and never answers, as a hung one.
+func TestBMCRetryShownWhileWaiting(t *testing.T) {
+	storetest.Each(t, func(t *testing.T, setting string, _ *store.DB) {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer l.Close()
+		go func() {
+			var held []net.Conn
+			defer func() {
+				for _, c := range held {
+					c.Close()
+				}
+			}()
+			for {
+				c, err := l.Accept()
+				if err != nil {
+					return
+				}
+				held = append(held, c)
+			}
+		}()
+		srv, api, _ := fleetWith(t, server.Options{Database: setting, Conductor: conductor.Config{BMC: bmc.Options{Timeout: 2 * time.Second, Retries: 1}}})
+		r := api.Do(t, "POST", "/v1/nodes", map[string]any{"name": "hung", "driver": "redfish", "owner": "blue",
+			"driver_info": map[string]any{"redfish_address": "http://" + l.Addr().String(), "redfish_system_id": "/redfish/v1/Systems/1",
+				"redfish_username": "u", "redfish_password": "p"}})
+		if r.Status != 201 {
+			t.Fatalf("enrol: %d %s", r.Status, r.Body)
+		}
+		id := r.JSON(t)["uuid"].(string)
+		if err := srv.DB.Node.Update().Where(node.UUID(id)).SetProvisionState("manageable").Exec(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		if r := api.Do(t, "PUT", "/v1/nodes/"+id+"/states/provision", map[string]any{"target": "clean",
+			"clean_steps": []map[string]any{{"interface": "power", "step": "power_on"}}}); r.Status != 202 {
+			t.Fatalf("clean: %d %s", r.Status, r.Body)
+		}
+		pat := signInAs(t, srv, "pat")
+		retry := regexp.MustCompile(`data-testid="bmc-retry">The BMC did not answer; try 2 of 2, up to 2 s each, since \d+ s ago.<`)
+		failed := regexp.MustCompile(`data-testid="provision-state">clean failed\s*<`)
+		seen := false
+		for deadline := time.Now().Add(15 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+			_, frag, _ := pat.do("GET", "/nodes/"+id+"/status", nil, "HX-Request", "true")
+			seen = seen || retry.MatchString(frag)
+			if failed.MatchString(frag) {
+				if strings.Contains(frag, "bmc-retry") {
+					t.Errorf("a failed step still shows its retry:\n%s", frag)
+				}
+				if !strings.Contains(frag, "did not answer within 2 s (2 tries)") {
+					t.Errorf("the failure does not say how long and how often:\n%s", frag)
+				}
+				break
+			}
+		}
+		if !seen {
+			t.Fatal("the second try was never shown while the step waited")
+		}
+		n, err := srv.DB.Node.Query().Where(node.UUID(id)).Only(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n.ProvisionState != "clean failed" {
+			t.Fatalf("the run ended %s", n.ProvisionState)
+		}
+		if _, ok := conductor.StoredBMCRetry(n.DriverInternalInfo); ok {
+			t.Errorf("the retry record outlived the step: %v", n.DriverInternalInfo)
 		}
 	})
 }

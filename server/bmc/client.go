@@ -107,6 +107,16 @@ func secretsOf(info map[string]any) []string {
 	return out
 }
 
+type retryKey struct{}
+
+// OnRetry returns ctx with fn called before each retry of a BMC call
+// that did not answer: try counts from 2, of is every try there will be,
+// each bounded by timeout. A run records it so that its page can say how
+// the wait is going; a BMC that answers never calls it.
+func OnRetry(ctx context.Context, fn func(try, of int, timeout time.Duration)) context.Context {
+	return context.WithValue(ctx, retryKey{}, fn)
+}
+
 // caller serialises a client's calls, bounds each with the timeout and
 // retries only a BMC that did not answer.
 type caller struct {
@@ -126,6 +136,9 @@ func (c *caller) call(ctx context.Context, op string, fn func(ctx context.Contex
 			case <-ctx.Done():
 				return err
 			case <-time.After(time.Duration(attempt) * 500 * time.Millisecond):
+			}
+			if fn, ok := ctx.Value(retryKey{}).(func(int, int, time.Duration)); ok {
+				fn(attempt+1, c.o.Retries+1, c.o.Timeout)
 			}
 		}
 		cctx, cancel := context.WithTimeout(ctx, c.o.Timeout)

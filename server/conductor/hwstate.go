@@ -21,7 +21,27 @@ const (
 	// InternalIndicators maps an indicator's Ironic name,
 	// "<id>@<component>", to its IndicatorState.
 	InternalIndicators = "indicators"
+	// InternalBMCRetry holds a BMCRetry while a step's BMC call is being
+	// retried, and null once that step has ended.
+	InternalBMCRetry = "bmc_retry"
 )
+
+// BMCRetry is the try a step's BMC call is on after the BMC did not
+// answer: Try of Of, each allowed Timeout seconds, begun At.
+type BMCRetry struct {
+	Step    string    `json:"step"`
+	Try     int       `json:"try"`
+	Of      int       `json:"of"`
+	Timeout float64   `json:"timeout_s"`
+	At      time.Time `json:"at"`
+}
+
+// StoredBMCRetry decodes the retry a step is on; ok is false when no
+// step is retrying its BMC.
+func StoredBMCRetry(info map[string]any) (BMCRetry, bool) {
+	var r BMCRetry
+	return r, decodeInternal(info, InternalBMCRetry, &r) && r.Try > 0
+}
 
 // VMediaState is the virtual media a BMC last had inserted, as Anvil knows
 // it: At is when it last learned it (an attach, a detach, or a read).

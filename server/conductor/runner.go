@@ -480,6 +480,23 @@ func (c *Conductor) execStep(ctx context.Context, n *ent.Node, ph phase, st Step
 		return "", err
 	}
 	defer cl.Close()
+	// A BMC that does not answer is tried again; the node's page shows the
+	// try under way from this record, which goes when the step ends.
+	retried := false
+	record := func(r any) {
+		if err := c.setInternal(context.WithoutCancel(ctx), c.db.Client, n.ID, c.cfg.Name, InternalBMCRetry, r); err != nil {
+			c.log.Warn("record a BMC retry", "node", n.UUID, "err", err)
+		}
+	}
+	ctx = bmc.OnRetry(ctx, func(try, of int, timeout time.Duration) {
+		retried = true
+		record(BMCRetry{Step: st.Name(), Try: try, Of: of, Timeout: timeout.Seconds(), At: time.Now().UTC()})
+	})
+	defer func() {
+		if retried {
+			record(nil)
+		}
+	}()
 	switch st.Name() {
 	case "power.power_on", "power.power_off", "power.reboot":
 		target := map[string]string{"power.power_on": bmc.PowerOn, "power.power_off": bmc.PowerOff, "power.reboot": bmc.Rebooting}[st.Name()]
