@@ -34,9 +34,18 @@ type Admin struct {
 	Enforcer  *policies.Enforcer
 	Overrides *override.Manager
 	// Key signs what a form hands back for the server to trust (the
-	// upload a preview showed, a one-time request token): the session
-	// signing key, which every replica shares.
+	// upload a preview showed, a one-time request token): FormKey of the
+	// session signing key, so every replica has it.
 	Key []byte
+}
+
+// FormKey derives the key forms are signed with from the session
+// signing key: one key never MACs two kinds of message, so no cookie's
+// MAC can pass for a form's.
+func FormKey(sessionHash []byte) []byte {
+	m := hmac.New(sha256.New, sessionHash)
+	m.Write([]byte("anvil-form-signing"))
+	return m.Sum(nil)
 }
 
 // sign binds parts to the signed-in session that asked for them: an HMAC

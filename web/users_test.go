@@ -145,6 +145,9 @@ func TestAdminTokensPage(t *testing.T) {
 			t.Error("the users page does not link the token list")
 		}
 		st, page, _ := root.do("GET", "/admin/tokens", nil)
+		if !strings.Contains(page, `aria-current="page">Users<`) {
+			t.Error("the token list is not marked as part of Users in the navigation")
+		}
 		row := page[strings.Index(page, `data-token="`+pats.UUID+`"`):]
 		row = row[:strings.Index(row, "</tr>")]
 		if st != 200 || !strings.Contains(row, `data-user="pat"`) || !strings.Contains(row, "project blue") || !strings.Contains(row, "ci runner") ||
