@@ -2,6 +2,7 @@ package api_test
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 
@@ -173,9 +174,13 @@ func TestNodeLifecycle(t *testing.T) {
 		}
 		r = c.Do(t, "GET", "/v1/nodes/"+id+"/history?detail=true", nil)
 		mustStatus(t, r, 200)
-		h := r.JSON(t)["history"].([]any)
-		if len(h) != 2 || !strings.Contains(h[0].(map[string]any)["event"].(string), "disk swap") {
-			t.Fatalf("history = %s", r.Body)
+		// The owner and lessee set by the PATCH above, then maintenance.
+		var events []string
+		for _, e := range r.JSON(t)["history"].([]any) {
+			events = append(events, e.(map[string]any)["event"].(string))
+		}
+		if want := []string{"Owner changed: (none) → proj-a", "Lessee changed: (none) → proj-b", "Maintenance set: disk swap", "Maintenance cleared"}; !slices.Equal(events, want) {
+			t.Fatalf("history = %q, want %q", events, want)
 		}
 
 		mustStatus(t, c.Do(t, "DELETE", "/v1/nodes/"+id, nil), 204)
