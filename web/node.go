@@ -458,17 +458,9 @@ func (p *Portal) nodeTenancy(c *fiber.Ctx) error {
 	}
 	// Names the caller knows nothing of are warned of, not refused; asked before the
 	// patch, since afterwards this node uses them.
-	var unknown []string
-	for _, f := range []string{"owner", "lessee"} {
-		if val := set[f]; val != "" {
-			used, err := p.Nodes.ProjectKnown(ctx, val)
-			if err != nil {
-				return err
-			}
-			if !used {
-				unknown = append(unknown, val)
-			}
-		}
+	unknown, err := p.unknownProjects(ctx, set["owner"], set["lessee"])
+	if err != nil {
+		return err
 	}
 	raw, _ := json.Marshal(ops)
 	if _, err := p.Nodes.Patch(ctx, v.UUID, raw, nil); err != nil {
@@ -529,19 +521,35 @@ func (p *Portal) nodeTenancyCheck(c *fiber.Ctx) error {
 	if !p.Guard.Allowed(ctx, "baremetal:node:update:owner", t) && !p.Guard.Allowed(ctx, "baremetal:node:update:lessee", t) {
 		return p.fail(c, errs.Forbidden("%s", p.denied(ctx, "may not change the owner or lessee", "baremetal:node:update:lessee")))
 	}
-	var unknown []string
+	var typed []string
 	for _, f := range []string{"owner", "lessee"} {
-		val := strings.TrimSpace(c.Query(f))
-		if val == "" || val == v.Owner || val == v.Lessee {
-			continue
-		}
-		used, err := p.Nodes.ProjectKnown(ctx, val)
-		if err != nil {
-			return err
-		}
-		if !used {
-			unknown = append(unknown, val)
+		// The node's own projects are known to anyone who sees it.
+		if val := strings.TrimSpace(c.Query(f)); val != v.Owner && val != v.Lessee {
+			typed = append(typed, val)
 		}
 	}
+	unknown, err := p.unknownProjects(ctx, typed...)
+	if err != nil {
+		return err
+	}
 	return render(c, 200, views.TenancyWarning(unknown))
+}
+
+// unknownProjects returns the names among projects that no node or user the
+// caller can see belongs to; empty names are skipped.
+func (p *Portal) unknownProjects(ctx context.Context, projects ...string) ([]string, error) {
+	var unknown []string
+	for _, name := range projects {
+		if name == "" {
+			continue
+		}
+		used, err := p.Nodes.ProjectKnown(ctx, name)
+		if err != nil {
+			return nil, err
+		}
+		if !used {
+			unknown = append(unknown, name)
+		}
+	}
+	return unknown, nil
 }
