@@ -223,13 +223,23 @@ func (p *Portal) requestNode(c *fiber.Ctx) error {
 		return p.replayed(c, key)
 	}
 	a, err := p.Allocations.Create(ctx, in)
+	if err != nil && errs.Status(err) >= 500 {
+		// Nothing was allocated: the claim goes, so that sending the
+		// same form again tries again rather than waiting on it.
+		if _, derr := p.Admin.DB.Setting.Delete().Where(setting.Key(key)).Exec(ctx); derr != nil {
+			return derr
+		}
+		return err
+	}
 	if err == nil {
 		// The conductor settles the allocation in moments; the page
 		// answers with the outcome rather than "allocating".
 		a, err = p.Allocations.Await(ctx, a, 10*time.Second)
-	}
-	if err != nil && errs.Status(err) >= 500 {
-		return err
+		if err != nil && errs.Status(err) >= 500 {
+			// It exists, so a resend must not make another.
+			return p.settle(c, key, requestOutcome{To: "/allocations",
+				Flash: "The request was sent, but its outcome could not be read: the allocation is listed below."})
+		}
 	}
 	switch {
 	case err != nil:

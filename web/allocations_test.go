@@ -206,6 +206,52 @@ func TestRequestAndReleaseNode(t *testing.T) {
 	})
 }
 
+// TestRequestRetriedAfterFailure: when the database fails the request
+// itself, nothing is allocated and the same form, sent again once it
+// is back, allocates rather than waiting on the failed first submit.
+func TestRequestRetriedAfterFailure(t *testing.T) {
+	storetest.Each(t, func(t *testing.T, setting string, _ *store.DB) {
+		srv := servertest.Start(t, server.Options{Database: setting})
+		ctx := context.Background()
+		if _, err := demo.Seed(ctx, srv.DB, srv.Firmware, 24); err != nil {
+			t.Fatal(err)
+		}
+		if err := srv.IDs.CreateUser(ctx, "tina", "tina-password-1"); err != nil {
+			t.Fatal(err)
+		}
+		if err := srv.IDs.Grant(ctx, "tina", identity.Assignment{Scope: identity.Scope{Project: "tenant-blue"}, Role: "member"}); err != nil {
+			t.Fatal(err)
+		}
+		tina := newBrowser(t, srv.URL)
+		tina.do("GET", "/login", nil)
+		if st, _, _ := tina.do("POST", "/login", url.Values{"csrf": {tina.csrf}, "username": {"tina"}, "password": {"tina-password-1"}}); st != 303 {
+			t.Fatalf("login: %d", st)
+		}
+		once := newOnce(t, tina)
+		form := url.Values{"csrf": {tina.csrf}, "once": {once}, "resource_class": {"baremetal-large"}}
+		rename := func(from, to string) {
+			t.Helper()
+			if _, err := srv.DB.SQL.ExecContext(ctx, "ALTER TABLE "+from+" RENAME TO "+to); err != nil {
+				t.Fatal(err)
+			}
+		}
+		rename("allocations", "allocations_away")
+		st, _, _ := tina.do("POST", "/allocations", form)
+		rename("allocations_away", "allocations")
+		if st != 500 {
+			t.Fatalf("request with the allocations table gone: %d", st)
+		}
+		form.Set("csrf", tina.csrf)
+		st, _, h := tina.do("POST", "/allocations", form)
+		if st != 303 || !strings.HasPrefix(h.Get("Location"), "/nodes/") {
+			t.Fatalf("the same form sent again: %d %s", st, h.Get("Location"))
+		}
+		if n, err := srv.DB.Allocation.Query().Count(ctx); err != nil || n != 1 {
+			t.Errorf("%d allocations (%v), want 1", n, err)
+		}
+	})
+}
+
 var onceField = regexp.MustCompile(`name="once" value="([^"]+)"`)
 
 // newOnce opens the request form and returns its one-time token.
