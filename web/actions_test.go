@@ -146,9 +146,18 @@ func TestRunbooksAndRetry(t *testing.T) {
 	}
 	waitManageable(t, api, id)
 
-	// The run failed on a BMC that did not answer.
+	// The run failed on a BMC that refused the connection: it failed at
+	// once, so the summary claims no wait.
 	raw := "Step power.power_on failed: setting power on: the BMC did not answer (unreachable) after 2 tries of 20 s each"
 	if err := srv.DB.Node.Update().Where(node.UUID(id)).SetProvisionState("clean failed").SetLastError(raw).Exec(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, page, _ := pat.do("GET", "/nodes/"+id, nil); !strings.Contains(page, `<strong data-testid="error-summary">The BMC at this node could not be reached (2 tries).</strong>`) {
+		t.Errorf("refused BMC: summary\n%s", section(t, page, "status"))
+	}
+	// The same run failed on a BMC that did not answer in time.
+	raw = "Step power.power_on failed: setting power on: the BMC did not answer (timeout) after 2 tries of 20 s each"
+	if err := srv.DB.Node.Update().Where(node.UUID(id)).SetLastError(raw).Exec(ctx); err != nil {
 		t.Fatal(err)
 	}
 	_, page, _ = pat.do("GET", "/nodes/"+id, nil)

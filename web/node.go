@@ -149,14 +149,23 @@ func plainError(lastError string) (summary, advice string) {
 		}
 	}
 	if m := unanswered.FindStringSubmatch(lastError); m != nil {
-		summary = fmt.Sprintf("The BMC at this node did not answer within %s s (%s %s).", m[3], m[1], m[2])
+		// Only a timeout waited the full time; a refused connection
+		// fails at once, and saying "within 20 s" would mislead.
+		switch m[1] {
+		case "timeout":
+			summary = fmt.Sprintf("The BMC at this node did not answer within %s s (%s %s).", m[4], m[2], m[3])
+		case "name not resolved":
+			summary = fmt.Sprintf("The BMC's host name could not be resolved (%s %s).", m[2], m[3])
+		default:
+			summary = fmt.Sprintf("The BMC at this node could not be reached (%s %s).", m[2], m[3])
+		}
 	}
 	return summary, advice
 }
 
-// unanswered reads the tries and per-try wait bmc.Error's summary gives
-// a BMC that did not answer ("after 2 tries of 20 s each").
-var unanswered = regexp.MustCompile(`did not answer.* after (\d+) (tries|try) of ([0-9.]+) s each`)
+// unanswered reads the reason, tries and per-try wait bmc.Error's summary
+// gives a BMC that did not answer ("(timeout) after 2 tries of 20 s each").
+var unanswered = regexp.MustCompile(`did not answer(?: \(([^)]*)\))? after (\d+) (tries|try) of ([0-9.]+) s each`)
 
 // recoveryAdvice says what the viewer may do about a failed run, as the
 // Recovery section offers it.
