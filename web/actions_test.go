@@ -103,7 +103,7 @@ func TestRunbooksAndRetry(t *testing.T) {
 	ctx := context.Background()
 	id := ids["f-00"] // owner blue, lessee green, trait CUSTOM_X
 	var rbID string
-	for _, rb := range []map[string]any{{"name": "CUSTOM_X", "public": true}, {"name": "CUSTOM_X_RED", "owner": "red", "traits": []string{"CUSTOM_X"}}} {
+	for _, rb := range []map[string]any{{"name": "CUSTOM_X", "public": true, "extra": map[string]any{"description": "Powers the node on."}}, {"name": "CUSTOM_X_RED", "owner": "red", "traits": []string{"CUSTOM_X"}}} {
 		rb["steps"] = []map[string]any{{"interface": "power", "step": "power_on", "order": 1}}
 		r := api.Do(t, "POST", "/v1/runbooks", rb)
 		if r.Status != 201 {
@@ -124,7 +124,8 @@ func TestRunbooksAndRetry(t *testing.T) {
 
 	_, page, _ := pat.do("GET", "/nodes/"+id, nil)
 	if row := runbookRow(page, "CUSTOM_X"); !strings.Contains(row, `disabled aria-describedby="run-why-0">Run CUSTOM_X</button>`) ||
-		!strings.Contains(row, "Runbooks run on manageable or active nodes; this node is enroll.") {
+		!strings.Contains(row, "Runbooks run on manageable or active nodes; this node is enroll.") ||
+		!strings.Contains(row, `<p data-testid="runbook-description">Powers the node on.</p>`) {
 		t.Errorf("enrolled node: CUSTOM_X not shown disabled with the state\n%s", row)
 	}
 	if runbookRow(page, "CUSTOM_X_RED") != "" {

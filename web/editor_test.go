@@ -314,6 +314,11 @@ func TestRunbookEditorTypedArguments(t *testing.T) {
 			t.Errorf("the edit page lacks %s", want)
 		}
 	}
+	// The list says what the runbook is for.
+	_, page, _ = mia.do("GET", "/runbooks", nil)
+	if !strings.Contains(page, `<p class="why" data-testid="runbook-description">Reflash and boot from the network.</p>`) {
+		t.Error("the runbook list lacks the description")
+	}
 	id := rb["uuid"].(string)
 	form.Set("csrf", mia.csrf)
 	form.Set("description", "")
@@ -322,6 +327,9 @@ func TestRunbookEditorTypedArguments(t *testing.T) {
 	}
 	if _, rb := env.runbook(id); len(rb["extra"].(map[string]any)) != 0 {
 		t.Errorf("the description stayed: %v", rb["extra"])
+	}
+	if _, page, _ = mia.do("GET", "/runbooks", nil); strings.Contains(page, "runbook-description") {
+		t.Error("the list still shows a removed description")
 	}
 }
 

@@ -20,6 +20,7 @@ import (
 
 func runbookRow(r *runbooks.Runbook) views.RunbookRow {
 	row := views.RunbookRow{UUID: r.UUID, Name: r.Name, Public: r.Public}
+	row.Description, _ = r.Extra[descriptionKey].(string)
 	if r.Owner != nil {
 		row.Owner = *r.Owner
 	}
