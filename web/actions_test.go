@@ -156,6 +156,13 @@ func TestRunbooksAndRetry(t *testing.T) {
 	if _, page, _ := pat.do("GET", "/nodes/"+id, nil); !strings.Contains(page, `<strong data-testid="error-summary">The BMC at this node could not be reached (2 tries).</strong>`) {
 		t.Errorf("refused BMC: summary\n%s", section(t, page, "status"))
 	}
+	raw = "Step power.power_on failed: setting power on: the BMC did not answer (name not resolved) after 1 try of 20 s each"
+	if err := srv.DB.Node.Update().Where(node.UUID(id)).SetLastError(raw).Exec(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, page, _ := pat.do("GET", "/nodes/"+id, nil); !strings.Contains(page, `<strong data-testid="error-summary">The BMC&#39;s host name could not be resolved (1 try).</strong> An operator must correct the node&#39;s BMC address or the name service.`) {
+		t.Errorf("unresolved BMC: summary\n%s", section(t, page, "status"))
+	}
 	// The same run failed on a BMC that did not answer in time.
 	raw = "Step power.power_on failed: setting power on: the BMC did not answer (timeout) after 2 tries of 20 s each"
 	if err := srv.DB.Node.Update().Where(node.UUID(id)).SetLastError(raw).Exec(ctx); err != nil {

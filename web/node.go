@@ -156,6 +156,7 @@ func plainError(lastError string) (summary, advice string) {
 			summary = fmt.Sprintf("The BMC at this node did not answer within %s s (%s %s).", m[4], m[2], m[3])
 		case "name not resolved":
 			summary = fmt.Sprintf("The BMC's host name could not be resolved (%s %s).", m[2], m[3])
+			advice = "An operator must correct the node's BMC address or the name service."
 		default:
 			summary = fmt.Sprintf("The BMC at this node could not be reached (%s %s).", m[2], m[3])
 		}
