@@ -291,11 +291,7 @@ func (s *Service) Token(ctx context.Context, id string) (TokenInfo, error) {
 	if err != nil {
 		return TokenInfo{}, err
 	}
-	who := ""
-	if t.Edges.User != nil {
-		who = t.Edges.User.Name
-	}
-	return tokenInfo(t, who), nil
+	return withUsers([]*ent.APIToken{t})[0], nil
 }
 
 // RevokeToken revokes a token by UUID. With owner set, only that user's
