@@ -9,7 +9,6 @@ import (
 
 	"github.com/gofiber/fiber/v2"
 
-	"github.com/anvilproject/anvil/ent"
 	"github.com/anvilproject/anvil/policies"
 	"github.com/anvilproject/anvil/server/conductor"
 	"github.com/anvilproject/anvil/server/errs"
@@ -101,7 +100,7 @@ func (p *Portal) runnable(c *fiber.Ctx, d *views.NodeDetail, v *nodes.View) {
 		return
 	}
 	for _, r := range rs {
-		if !matchesTraits(r.Runbook, v.Traits) {
+		if !runbooks.MatchesTraits(r.Runbook, v.Traits) {
 			continue
 		}
 		row := runbookRow(r)
@@ -117,15 +116,6 @@ func (p *Portal) runnable(c *fiber.Ctx, d *views.NodeDetail, v *nodes.View) {
 		}
 		d.Runnable = append(d.Runnable, row)
 	}
-}
-
-// matchesTraits is Accepts's trait gate alone: the node carries the
-// runbook's name or one of its traits.
-func matchesTraits(r *ent.Runbook, traits []string) bool {
-	if len(r.Traits) == 0 {
-		return slices.Contains(traits, r.Name)
-	}
-	return slices.ContainsFunc(r.Traits, func(t string) bool { return slices.Contains(traits, t) })
 }
 
 // run is a node's last clean or service run, as the conductor recorded it.

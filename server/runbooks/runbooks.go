@@ -641,14 +641,22 @@ func Accepts(r *ent.Runbook, n *ent.Node, traits []string) error {
 	if r.Owner != nil && n.Owner != *r.Owner {
 		return errs.Forbidden("runbook %s belongs to project %s, which does not own node %s; a node runs only its owner's and the system's runbooks", r.Name, *r.Owner, n.UUID)
 	}
-	if len(r.Traits) == 0 {
-		if !slices.Contains(traits, r.Name) {
-			return errs.BadRequest("runbook", "the node lacks trait %s, which runbook %s requires", r.Name, r.Name)
-		}
-	} else if !slices.ContainsFunc(r.Traits, func(t string) bool { return slices.Contains(traits, t) }) {
-		return errs.BadRequest("runbook", "the node has none of runbook %s's traits (%s)", r.Name, strings.Join(r.Traits, ", "))
+	switch {
+	case MatchesTraits(r, traits):
+		return nil
+	case len(r.Traits) == 0:
+		return errs.BadRequest("runbook", "the node lacks trait %s, which runbook %s requires", r.Name, r.Name)
 	}
-	return nil
+	return errs.BadRequest("runbook", "the node has none of runbook %s's traits (%s)", r.Name, strings.Join(r.Traits, ", "))
+}
+
+// MatchesTraits is Accepts's trait gate alone: a node with these traits
+// carries the runbook's name or one of its traits.
+func MatchesTraits(r *ent.Runbook, traits []string) bool {
+	if len(r.Traits) == 0 {
+		return slices.Contains(traits, r.Name)
+	}
+	return slices.ContainsFunc(r.Traits, func(t string) bool { return slices.Contains(traits, t) })
 }
 
 // Traits lists a runbook's traits.
