@@ -157,16 +157,7 @@ func (p *Portal) settle(c *fiber.Ctx, key string, o requestOutcome) error {
 	return p.follow(c, o)
 }
 
-func (p *Portal) follow(c *fiber.Ctx, o requestOutcome) error {
-	if o.Flash != "" {
-		sess := sessionOf(c)
-		sess.Flash = o.Flash
-		if err := p.Sessions.Save(c, sess); err != nil {
-			return err
-		}
-	}
-	return c.Redirect(o.To, fiber.StatusSeeOther)
-}
+func (p *Portal) follow(c *fiber.Ctx, o requestOutcome) error { return p.flashTo(c, o.To, o.Flash) }
 
 // replayed answers a second submit of a form with the first's outcome,
 // waiting for it while the first is still at work.
@@ -316,15 +307,10 @@ func (p *Portal) releaseAllocation(c *fiber.Ctx) error {
 	if err != nil {
 		return p.fail(c, err)
 	}
-	sess := sessionOf(c)
-	sess.Flash = "Released " + nameOr(a.NodeName, a.UUID) + "."
 	if a.NodeUUID == "" {
-		sess.Flash = "Removed allocation " + nameOr(deref(a.Name), a.UUID) + "."
+		return p.flashTo(c, "/allocations", "Removed allocation "+nameOr(deref(a.Name), a.UUID)+".")
 	}
-	if err := p.Sessions.Save(c, sess); err != nil {
-		return err
-	}
-	return c.Redirect("/allocations", fiber.StatusSeeOther)
+	return p.flashTo(c, "/allocations", "Released "+nameOr(a.NodeName, a.UUID)+".")
 }
 
 func deref(s *string) string {

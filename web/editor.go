@@ -467,10 +467,5 @@ func (p *Portal) deleteRunbook(c *fiber.Ctx) error {
 	if err != nil {
 		return p.fail(c, err)
 	}
-	sess := sessionOf(c)
-	sess.Flash = "Deleted runbook " + r.Name + "."
-	if err := p.Sessions.Save(c, sess); err != nil {
-		return err
-	}
-	return c.Redirect("/runbooks", fiber.StatusSeeOther)
+	return p.flashTo(c, "/runbooks", "Deleted runbook "+r.Name+".")
 }

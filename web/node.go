@@ -320,11 +320,7 @@ func (p *Portal) status(c *fiber.Ctx, problem string) error {
 		// Without JavaScript the form posted a whole page; go back to it,
 		// carrying the refusal's reason there.
 		if problem != "" && c.Method() == fiber.MethodPost {
-			sess := sessionOf(c)
-			sess.Flash = "Not done: " + problem
-			if err := p.Sessions.Save(c, sess); err != nil {
-				return err
-			}
+			return p.flashTo(c, "/nodes/"+d.UUID, "Not done: "+problem)
 		}
 		return c.Redirect("/nodes/"+d.UUID, fiber.StatusSeeOther)
 	}
@@ -443,17 +439,9 @@ func (p *Portal) nodeTenancy(c *fiber.Ctx) error {
 		return p.fail(c, err)
 	}
 	ops, set := tenancyChanges(c, v)
-	label := deref(v.Name)
-	if label == "" {
-		label = v.UUID
-	}
-	sess := sessionOf(c)
+	label := nameOr(deref(v.Name), v.UUID)
 	if len(ops) == 0 {
-		sess.Flash = "Nothing changed: the owner and lessee of " + label + " are as they were."
-		if err := p.Sessions.Save(c, sess); err != nil {
-			return err
-		}
-		return c.Redirect("/nodes/"+v.UUID, fiber.StatusSeeOther)
+		return p.flashTo(c, "/nodes/"+v.UUID, "Nothing changed: the owner and lessee of "+label+" are as they were.")
 	}
 	if owner, ok := set["owner"]; ok && owner == "" && c.FormValue("confirmed") != "yes" {
 		q := "Clear the owner of " + label + "?"
@@ -493,11 +481,7 @@ func (p *Portal) nodeTenancy(c *fiber.Ctx) error {
 	for _, u := range unknown {
 		said = append(said, views.UnknownProject(u))
 	}
-	sess.Flash = strings.Join(said, " ")
-	if err := p.Sessions.Save(c, sess); err != nil {
-		return err
-	}
-	return c.Redirect("/nodes/"+v.UUID, fiber.StatusSeeOther)
+	return p.flashTo(c, "/nodes/"+v.UUID, strings.Join(said, " "))
 }
 
 // tenancyPage renders the node page after a tenancy form: with a refusal

@@ -332,20 +332,15 @@ func (p *Portal) commitPolicy(c *fiber.Ctx, files override.Files, how string) er
 	if err != nil {
 		return p.policyRefused(c, err)
 	}
-	sess := sessionOf(c)
 	stored := fmt.Sprintf("Stored as revision %d", rev)
 	if how != "" {
 		stored += " (" + how + ")"
 	}
-	sess.Flash = stored + "; every replica applies it within 2 seconds."
 	if !p.Admin.Overrides.Enabled {
-		sess.Flash = stored + ", but not applied: overrides are disabled on this server, so the default policy stays in force. " +
-			"Start anvil serve with --policy-override-enabled to apply it."
+		return p.flashTo(c, "/admin/policy", stored+", but not applied: overrides are disabled on this server, so the default policy stays in force. "+
+			"Start anvil serve with --policy-override-enabled to apply it.")
 	}
-	if err := p.Sessions.Save(c, sess); err != nil {
-		return err
-	}
-	return c.Redirect("/admin/policy", fiber.StatusSeeOther)
+	return p.flashTo(c, "/admin/policy", stored+"; every replica applies it within 2 seconds.")
 }
 
 // policyRefused shows the policy page with why a change was refused.

@@ -199,6 +199,19 @@ func (p *Portal) principal(ctx context.Context, s *Session) (*policies.Principal
 
 func sessionOf(c *fiber.Ctx) *Session { return c.Locals(sessionLocal).(*Session) }
 
+// flashTo sends the browser to a page (POST, redirect, GET) that shows
+// msg once; an empty msg only redirects.
+func (p *Portal) flashTo(c *fiber.Ctx, to, msg string) error {
+	if msg != "" {
+		sess := sessionOf(c)
+		sess.Flash = msg
+		if err := p.Sessions.Save(c, sess); err != nil {
+			return err
+		}
+	}
+	return c.Redirect(to, fiber.StatusSeeOther)
+}
+
 // browsersOnly sends a browser at "/" to the portal and lets every other
 // client through to the API's version discovery there.
 func browsersOnly(c *fiber.Ctx) error {

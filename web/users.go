@@ -193,14 +193,9 @@ func (p *Portal) revokeAnyToken(c *fiber.Ctx) error {
 	if err := p.IDs.RevokeToken(ctx, t.UUID, t.User); err != nil {
 		return p.fail(c, err)
 	}
-	sess := sessionOf(c)
-	sess.Flash = "Revoked " + t.User + "'s token on " + t.Scope.String() + "; it no longer authenticates."
-	if err := p.Sessions.Save(c, sess); err != nil {
-		return err
-	}
 	to := "/admin/tokens"
 	if o, err := strconv.Atoi(c.FormValue("offset")); err == nil && o > 0 {
 		to += "?offset=" + strconv.Itoa(o)
 	}
-	return c.Redirect(to, fiber.StatusSeeOther)
+	return p.flashTo(c, to, "Revoked "+t.User+"'s token on "+t.Scope.String()+"; it no longer authenticates.")
 }
