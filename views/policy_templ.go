@@ -390,7 +390,7 @@ func Policy(p Page, pp PolicyPage) templ.Component {
 					if templ_7745c5c3_Err != nil {
 						return templ_7745c5c3_Err
 					}
-					templ_7745c5c3_Err = utcTime(r.At).Render(ctx, templ_7745c5c3_Buffer)
+					templ_7745c5c3_Err = When(r.At).Render(ctx, templ_7745c5c3_Buffer)
 					if templ_7745c5c3_Err != nil {
 						return templ_7745c5c3_Err
 					}
