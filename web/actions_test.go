@@ -44,13 +44,7 @@ func TestMissingActionsSayWhy(t *testing.T) {
 		t.Fatalf("create: %d %s", r.Status, r.Body)
 	}
 	id := r.JSON(t)["uuid"].(string)
-	signIn := func(user string) *browser {
-		b := newBrowser(t, srv.URL)
-		b.do("GET", "/login", nil)
-		b.do("POST", "/login", url.Values{"csrf": {b.csrf}, "username": {user}, "password": {user + "-password-1"}})
-		return b
-	}
-	olly := signIn("olly")
+	olly := signInAs(t, srv, "olly")
 	_, page, _ := olly.do("GET", "/nodes/"+id, nil)
 	if !strings.Contains(page, "Runbooks run on manageable or active nodes; this node is enroll.") {
 		t.Errorf("an enrolled node's runbook section does not say why nothing runs")
@@ -65,7 +59,7 @@ func TestMissingActionsSayWhy(t *testing.T) {
 	if !strings.Contains(page, "Return to manageable") || !strings.Contains(page, "this node is clean failed") {
 		t.Fatalf("clean failed: no recovery offered\n%s", page)
 	}
-	_, page, _ = signIn("rita").do("GET", "/nodes/"+id, nil)
+	_, page, _ = signInAs(t, srv, "rita").do("GET", "/nodes/"+id, nil)
 	if strings.Contains(page, ">Return to manageable<") || !strings.Contains(page, "may not abort or recover runs, by rule baremetal:node:set_provision_state") {
 		t.Errorf("reader: wants the recovery reason, not the button")
 	}

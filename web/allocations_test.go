@@ -36,14 +36,6 @@ func TestRequestAndReleaseNode(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		signIn := func(user string) *browser {
-			b := newBrowser(t, srv.URL)
-			b.do("GET", "/login", nil)
-			if st, _, _ := b.do("POST", "/login", url.Values{"csrf": {b.csrf}, "username": {user}, "password": {user + "-password-1"}}); st != 303 {
-				t.Fatalf("login %s: %d", user, st)
-			}
-			return b
-		}
 		held := func() int {
 			n, err := srv.DB.Allocation.Query().Count(ctx)
 			if err != nil {
@@ -51,7 +43,7 @@ func TestRequestAndReleaseNode(t *testing.T) {
 			}
 			return n
 		}
-		tina, rita, gary := signIn("tina"), signIn("rita"), signIn("gary")
+		tina, rita, gary := signInAs(t, srv, "tina"), signInAs(t, srv, "rita"), signInAs(t, srv, "gary")
 
 		_, page, _ := tina.do("GET", "/allocations/new", nil)
 		for _, want := range []string{"baremetal-large (1 available)", "baremetal-small (1 available)", "CUSTOM_FIRMWARE_UPDATE (1 available)", `aria-current="page">Request a node<`} {
@@ -222,11 +214,7 @@ func TestRequestRetriedAfterFailure(t *testing.T) {
 		if err := srv.IDs.Grant(ctx, "tina", identity.Assignment{Scope: identity.Scope{Project: "tenant-blue"}, Role: "member"}); err != nil {
 			t.Fatal(err)
 		}
-		tina := newBrowser(t, srv.URL)
-		tina.do("GET", "/login", nil)
-		if st, _, _ := tina.do("POST", "/login", url.Values{"csrf": {tina.csrf}, "username": {"tina"}, "password": {"tina-password-1"}}); st != 303 {
-			t.Fatalf("login: %d", st)
-		}
+		tina := signInAs(t, srv, "tina")
 		once := newOnce(t, tina)
 		form := url.Values{"csrf": {tina.csrf}, "once": {once}, "resource_class": {"baremetal-large"}}
 		rename := func(from, to string) {

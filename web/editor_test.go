@@ -42,12 +42,7 @@ func newEditorEnv(t *testing.T) *editorEnv {
 	return &editorEnv{srv: srv, api: api, t: t}
 }
 
-func (env *editorEnv) signIn(user string) *browser {
-	b := newBrowser(env.t, env.srv.URL)
-	b.do("GET", "/login", nil)
-	b.do("POST", "/login", url.Values{"csrf": {b.csrf}, "username": {user}, "password": {user + "-password-1"}})
-	return b
-}
+func (env *editorEnv) signIn(user string) *browser { return signInAs(env.t, env.srv, user) }
 
 // runbook is the API's view of a runbook (any owner, as the system sees).
 func (env *editorEnv) runbook(ident string) (int, map[string]any) {
