@@ -296,17 +296,7 @@ func (p *Portal) nodeProvision(c *fiber.Ctx) error {
 	return p.status(c, errText(err))
 }
 
-func (p *Portal) nodePage(c *fiber.Ctx) error {
-	d, err := p.detail(c)
-	if err != nil {
-		return p.fail(c, err)
-	}
-	pg, err := p.page(c, d.Name)
-	if err != nil {
-		return err
-	}
-	return render(c, 200, views.Node(pg, d))
-}
+func (p *Portal) nodePage(c *fiber.Ctx) error { return p.fullNodePage(c, 200, "", nil) }
 
 // status renders the status section alone (htmx polling and actions),
 // with problem shown in it.
@@ -386,7 +376,7 @@ func errText(err error) string {
 }
 
 // tenancy decides, field by field, whether the viewer may change the
-// node's owner and lessee, and the projects the form suggests.
+// node's owner and lessee.
 func (p *Portal) tenancy(ctx context.Context, d *views.NodeDetail, v *nodes.View) {
 	t := nodes.Target(v.Node)
 	for _, f := range []struct {
@@ -397,9 +387,6 @@ func (p *Portal) tenancy(ctx context.Context, d *views.NodeDetail, v *nodes.View
 		if !p.Guard.Allowed(ctx, rule, t) {
 			*f.why = p.denied(ctx, "may not change the "+f.name, rule)
 		}
-	}
-	if d.OwnerWhy == "" || d.LesseeWhy == "" {
-		d.Projects, _ = p.Nodes.Projects(ctx, projectSuggestions)
 	}
 }
 
@@ -452,7 +439,7 @@ func (p *Portal) nodeTenancy(c *fiber.Ctx) error {
 		if lessee != "" {
 			q += " Its lessee " + lessee + " keeps its lease."
 		}
-		return p.tenancyPage(c, 200, "", func(d *views.NodeDetail) { d.ConfirmClear, d.ConfirmLessee = q, lessee })
+		return p.fullNodePage(c, 200, "", func(d *views.NodeDetail) { d.ConfirmClear, d.ConfirmLessee = q, lessee })
 	}
 	// Names the caller knows nothing of are warned of, not refused; asked before the
 	// patch, since afterwards this node uses them.
@@ -465,7 +452,7 @@ func (p *Portal) nodeTenancy(c *fiber.Ctx) error {
 		if errs.Status(err) >= 500 {
 			return err
 		}
-		return p.tenancyPage(c, errs.Status(err), err.Error(), nil)
+		return p.fullNodePage(c, errs.Status(err), err.Error(), nil)
 	}
 	var said []string
 	for _, f := range []string{"Owner", "Lessee"} {
@@ -484,12 +471,17 @@ func (p *Portal) nodeTenancy(c *fiber.Ctx) error {
 	return p.flashTo(c, "/nodes/"+v.UUID, strings.Join(said, " "))
 }
 
-// tenancyPage renders the node page after a tenancy form: with a refusal
-// (problem) or with edit applied to what it shows.
-func (p *Portal) tenancyPage(c *fiber.Ctx, status int, problem string, edit func(*views.NodeDetail)) error {
+// fullNodePage renders the whole node page, with a refusal (problem) or
+// with edit applied to what it shows. Only here does the tenancy form
+// get its project suggestions: the status polls, every second while the
+// node is busy, never show them, so never pay the grouped scan.
+func (p *Portal) fullNodePage(c *fiber.Ctx, status int, problem string, edit func(*views.NodeDetail)) error {
 	d, err := p.detail(c)
 	if err != nil {
 		return p.fail(c, err)
+	}
+	if d.OwnerWhy == "" || d.LesseeWhy == "" {
+		d.Projects, _ = p.Nodes.Projects(c.UserContext(), projectSuggestions)
 	}
 	if edit != nil {
 		edit(&d)
