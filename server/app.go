@@ -87,6 +87,9 @@ type Options struct {
 	FirmwareDir      string
 	FirmwareURL      string
 	FirmwareMaxBytes int64
+	// MetricsToken, when set, is the bearer token /metrics requires;
+	// empty means /metrics answers loopback scrapers only.
+	MetricsToken string
 }
 
 // App is a running Anvil: everything one process serves.
@@ -241,7 +244,7 @@ func (a *App) routes() *fiber.App {
 	app.Use(limits.Middleware())
 	app.Get("/healthz", func(c *fiber.Ctx) error { return c.SendString("ok") })
 	app.Get("/readyz", a.readyz)
-	app.Get("/metrics", adaptor.HTTPHandler(promhttp.HandlerFor(a.Metrics.Registry, promhttp.HandlerOpts{})))
+	app.Get("/metrics", obs.ScrapeAccess(a.opts.MetricsToken), adaptor.HTTPHandler(promhttp.HandlerFor(a.Metrics.Registry, promhttp.HandlerOpts{})))
 	v1 := app.Group("/v1", api.Negotiate, a.authenticate())
 	if !a.opts.AuthNone {
 		// Before the API: the portal answers GET / for browsers and passes

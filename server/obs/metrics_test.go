@@ -2,6 +2,8 @@ package obs_test
 
 import (
 	"fmt"
+	"io"
+	"net/netip"
 	"net/http"
 	"regexp"
 	"strings"
@@ -9,7 +11,9 @@ import (
 	"testing"
 
 	"github.com/anvilproject/anvil/server"
+	"github.com/anvilproject/anvil/server/obs"
 	"github.com/anvilproject/anvil/server/servertest"
+	"github.com/anvilproject/anvil/server/store"
 	"github.com/anvilproject/anvil/server/store/storetest"
 )
 
@@ -50,4 +54,65 @@ func TestMetricsLabelsSurviveTheRequest(t *testing.T) {
 	if found == 0 {
 		t.Fatal("no request metrics")
 	}
+}
+
+// TestMetricsToken: with --metrics-token set, /metrics answers only the
+// request that carries it, on both databases.
+func TestMetricsToken(t *testing.T) {
+	storetest.Each(t, func(t *testing.T, setting string, _ *store.DB) {
+		srv := servertest.Start(t, server.Options{Database: setting, MetricsToken: "scrape-secret"})
+		for _, c := range []struct {
+			auth string
+			want int
+		}{{"", 401}, {"Bearer wrong", 401}, {"Bearer scrape-secret-longer", 401}, {"scrape-secret", 401}, {"Bearer scrape-secret", 200}} {
+			st, body := scrape(t, srv.URL, "Authorization", c.auth)
+			if st != c.want {
+				t.Errorf("Authorization %q: %d, want %d", c.auth, st, c.want)
+			}
+			if st != 200 && strings.Contains(body, "anvil_http_requests_total") {
+				t.Errorf("Authorization %q: the metrics were shown", c.auth)
+			}
+		}
+	})
+}
+
+// TestMetricsLoopbackOnly: without a token, /metrics answers a scraper on
+// loopback and refuses one a proxy forwarded, whatever address the proxy
+// names; a peer elsewhere is refused too.
+func TestMetricsLoopbackOnly(t *testing.T) {
+	storetest.Each(t, func(t *testing.T, setting string, _ *store.DB) {
+		srv := servertest.Start(t, server.Options{Database: setting})
+		if st, body := scrape(t, srv.URL, "", ""); st != 200 || !strings.Contains(body, "anvil_http_requests_total") {
+			t.Fatalf("loopback scrape: %d", st)
+		}
+		for _, h := range []string{"X-Forwarded-For", "Forwarded", "X-Real-IP"} {
+			if st, _ := scrape(t, srv.URL, h, "127.0.0.1"); st != 404 {
+				t.Errorf("scrape forwarded with %s: %d, want 404", h, st)
+			}
+		}
+	})
+	for peer, want := range map[string]bool{"127.0.0.1": true, "::1": true, "::ffff:127.0.0.1": true,
+		"10.0.0.5": false, "192.0.2.1": false, "2001:db8::1": false, "0.0.0.0": false} {
+		if got := obs.LocalScrape(netip.MustParseAddr(peer), false); got != want {
+			t.Errorf("LocalScrape(%s) = %v, want %v", peer, got, want)
+		}
+	}
+	if obs.LocalScrape(netip.MustParseAddr("127.0.0.1"), true) {
+		t.Error("a forwarded request from a local proxy may scrape")
+	}
+}
+
+func scrape(t *testing.T, base, header, value string) (int, string) {
+	t.Helper()
+	req, _ := http.NewRequest("GET", base+"/metrics", nil)
+	if header != "" && value != "" {
+		req.Header.Set(header, value)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
 }
