@@ -17396,17 +17396,22 @@ func (m *PortMutation) ResetEdge(name string) error {
 // PortalSessionMutation represents an operation that mutates the PortalSession nodes in the graph.
 type PortalSessionMutation struct {
 	config
-	op            Op
-	typ           string
-	id            *int
-	id_hash       *string
-	principal     *string
-	created_at    *time.Time
-	expires_at    *time.Time
-	clearedFields map[string]struct{}
-	done          bool
-	oldValue      func(context.Context) (*PortalSession, error)
-	predicates    []predicate.PortalSession
+	op              Op
+	typ             string
+	id              *int
+	id_hash         *string
+	principal       *string
+	created_at      *time.Time
+	expires_at      *time.Time
+	sso_sid         *string
+	refresh_token   *string
+	sso_roles       *[]string
+	appendsso_roles []string
+	roles_at        *time.Time
+	clearedFields   map[string]struct{}
+	done            bool
+	oldValue        func(context.Context) (*PortalSession, error)
+	predicates      []predicate.PortalSession
 }
 
 var _ ent.Mutation = (*PortalSessionMutation)(nil)
@@ -17651,6 +17656,218 @@ func (m *PortalSessionMutation) ResetExpiresAt() {
 	m.expires_at = nil
 }
 
+// SetSSOSid sets the "sso_sid" field.
+func (m *PortalSessionMutation) SetSSOSid(s string) {
+	m.sso_sid = &s
+}
+
+// SSOSid returns the value of the "sso_sid" field in the mutation.
+func (m *PortalSessionMutation) SSOSid() (r string, exists bool) {
+	v := m.sso_sid
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldSSOSid returns the old "sso_sid" field's value of the PortalSession entity.
+// If the PortalSession object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *PortalSessionMutation) OldSSOSid(ctx context.Context) (v string, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldSSOSid is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldSSOSid requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldSSOSid: %w", err)
+	}
+	return oldValue.SSOSid, nil
+}
+
+// ClearSSOSid clears the value of the "sso_sid" field.
+func (m *PortalSessionMutation) ClearSSOSid() {
+	m.sso_sid = nil
+	m.clearedFields[portalsession.FieldSSOSid] = struct{}{}
+}
+
+// SSOSidCleared returns if the "sso_sid" field was cleared in this mutation.
+func (m *PortalSessionMutation) SSOSidCleared() bool {
+	_, ok := m.clearedFields[portalsession.FieldSSOSid]
+	return ok
+}
+
+// ResetSSOSid resets all changes to the "sso_sid" field.
+func (m *PortalSessionMutation) ResetSSOSid() {
+	m.sso_sid = nil
+	delete(m.clearedFields, portalsession.FieldSSOSid)
+}
+
+// SetRefreshToken sets the "refresh_token" field.
+func (m *PortalSessionMutation) SetRefreshToken(s string) {
+	m.refresh_token = &s
+}
+
+// RefreshToken returns the value of the "refresh_token" field in the mutation.
+func (m *PortalSessionMutation) RefreshToken() (r string, exists bool) {
+	v := m.refresh_token
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldRefreshToken returns the old "refresh_token" field's value of the PortalSession entity.
+// If the PortalSession object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *PortalSessionMutation) OldRefreshToken(ctx context.Context) (v string, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldRefreshToken is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldRefreshToken requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldRefreshToken: %w", err)
+	}
+	return oldValue.RefreshToken, nil
+}
+
+// ClearRefreshToken clears the value of the "refresh_token" field.
+func (m *PortalSessionMutation) ClearRefreshToken() {
+	m.refresh_token = nil
+	m.clearedFields[portalsession.FieldRefreshToken] = struct{}{}
+}
+
+// RefreshTokenCleared returns if the "refresh_token" field was cleared in this mutation.
+func (m *PortalSessionMutation) RefreshTokenCleared() bool {
+	_, ok := m.clearedFields[portalsession.FieldRefreshToken]
+	return ok
+}
+
+// ResetRefreshToken resets all changes to the "refresh_token" field.
+func (m *PortalSessionMutation) ResetRefreshToken() {
+	m.refresh_token = nil
+	delete(m.clearedFields, portalsession.FieldRefreshToken)
+}
+
+// SetSSORoles sets the "sso_roles" field.
+func (m *PortalSessionMutation) SetSSORoles(s []string) {
+	m.sso_roles = &s
+	m.appendsso_roles = nil
+}
+
+// SSORoles returns the value of the "sso_roles" field in the mutation.
+func (m *PortalSessionMutation) SSORoles() (r []string, exists bool) {
+	v := m.sso_roles
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldSSORoles returns the old "sso_roles" field's value of the PortalSession entity.
+// If the PortalSession object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *PortalSessionMutation) OldSSORoles(ctx context.Context) (v []string, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldSSORoles is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldSSORoles requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldSSORoles: %w", err)
+	}
+	return oldValue.SSORoles, nil
+}
+
+// AppendSSORoles adds s to the "sso_roles" field.
+func (m *PortalSessionMutation) AppendSSORoles(s []string) {
+	m.appendsso_roles = append(m.appendsso_roles, s...)
+}
+
+// AppendedSSORoles returns the list of values that were appended to the "sso_roles" field in this mutation.
+func (m *PortalSessionMutation) AppendedSSORoles() ([]string, bool) {
+	if len(m.appendsso_roles) == 0 {
+		return nil, false
+	}
+	return m.appendsso_roles, true
+}
+
+// ClearSSORoles clears the value of the "sso_roles" field.
+func (m *PortalSessionMutation) ClearSSORoles() {
+	m.sso_roles = nil
+	m.appendsso_roles = nil
+	m.clearedFields[portalsession.FieldSSORoles] = struct{}{}
+}
+
+// SSORolesCleared returns if the "sso_roles" field was cleared in this mutation.
+func (m *PortalSessionMutation) SSORolesCleared() bool {
+	_, ok := m.clearedFields[portalsession.FieldSSORoles]
+	return ok
+}
+
+// ResetSSORoles resets all changes to the "sso_roles" field.
+func (m *PortalSessionMutation) ResetSSORoles() {
+	m.sso_roles = nil
+	m.appendsso_roles = nil
+	delete(m.clearedFields, portalsession.FieldSSORoles)
+}
+
+// SetRolesAt sets the "roles_at" field.
+func (m *PortalSessionMutation) SetRolesAt(t time.Time) {
+	m.roles_at = &t
+}
+
+// RolesAt returns the value of the "roles_at" field in the mutation.
+func (m *PortalSessionMutation) RolesAt() (r time.Time, exists bool) {
+	v := m.roles_at
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldRolesAt returns the old "roles_at" field's value of the PortalSession entity.
+// If the PortalSession object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *PortalSessionMutation) OldRolesAt(ctx context.Context) (v time.Time, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldRolesAt is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldRolesAt requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldRolesAt: %w", err)
+	}
+	return oldValue.RolesAt, nil
+}
+
+// ClearRolesAt clears the value of the "roles_at" field.
+func (m *PortalSessionMutation) ClearRolesAt() {
+	m.roles_at = nil
+	m.clearedFields[portalsession.FieldRolesAt] = struct{}{}
+}
+
+// RolesAtCleared returns if the "roles_at" field was cleared in this mutation.
+func (m *PortalSessionMutation) RolesAtCleared() bool {
+	_, ok := m.clearedFields[portalsession.FieldRolesAt]
+	return ok
+}
+
+// ResetRolesAt resets all changes to the "roles_at" field.
+func (m *PortalSessionMutation) ResetRolesAt() {
+	m.roles_at = nil
+	delete(m.clearedFields, portalsession.FieldRolesAt)
+}
+
 // Where appends a list predicates to the PortalSessionMutation builder.
 func (m *PortalSessionMutation) Where(ps ...predicate.PortalSession) {
 	m.predicates = append(m.predicates, ps...)
@@ -17685,7 +17902,7 @@ func (m *PortalSessionMutation) Type() string {
 // order to get all numeric fields that were incremented/decremented, call
 // AddedFields().
 func (m *PortalSessionMutation) Fields() []string {
-	fields := make([]string, 0, 4)
+	fields := make([]string, 0, 8)
 	if m.id_hash != nil {
 		fields = append(fields, portalsession.FieldIDHash)
 	}
@@ -17697,6 +17914,18 @@ func (m *PortalSessionMutation) Fields() []string {
 	}
 	if m.expires_at != nil {
 		fields = append(fields, portalsession.FieldExpiresAt)
+	}
+	if m.sso_sid != nil {
+		fields = append(fields, portalsession.FieldSSOSid)
+	}
+	if m.refresh_token != nil {
+		fields = append(fields, portalsession.FieldRefreshToken)
+	}
+	if m.sso_roles != nil {
+		fields = append(fields, portalsession.FieldSSORoles)
+	}
+	if m.roles_at != nil {
+		fields = append(fields, portalsession.FieldRolesAt)
 	}
 	return fields
 }
@@ -17714,6 +17943,14 @@ func (m *PortalSessionMutation) Field(name string) (ent.Value, bool) {
 		return m.CreatedAt()
 	case portalsession.FieldExpiresAt:
 		return m.ExpiresAt()
+	case portalsession.FieldSSOSid:
+		return m.SSOSid()
+	case portalsession.FieldRefreshToken:
+		return m.RefreshToken()
+	case portalsession.FieldSSORoles:
+		return m.SSORoles()
+	case portalsession.FieldRolesAt:
+		return m.RolesAt()
 	}
 	return nil, false
 }
@@ -17731,6 +17968,14 @@ func (m *PortalSessionMutation) OldField(ctx context.Context, name string) (ent.
 		return m.OldCreatedAt(ctx)
 	case portalsession.FieldExpiresAt:
 		return m.OldExpiresAt(ctx)
+	case portalsession.FieldSSOSid:
+		return m.OldSSOSid(ctx)
+	case portalsession.FieldRefreshToken:
+		return m.OldRefreshToken(ctx)
+	case portalsession.FieldSSORoles:
+		return m.OldSSORoles(ctx)
+	case portalsession.FieldRolesAt:
+		return m.OldRolesAt(ctx)
 	}
 	return nil, fmt.Errorf("unknown PortalSession field %s", name)
 }
@@ -17768,6 +18013,34 @@ func (m *PortalSessionMutation) SetField(name string, value ent.Value) error {
 		}
 		m.SetExpiresAt(v)
 		return nil
+	case portalsession.FieldSSOSid:
+		v, ok := value.(string)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetSSOSid(v)
+		return nil
+	case portalsession.FieldRefreshToken:
+		v, ok := value.(string)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetRefreshToken(v)
+		return nil
+	case portalsession.FieldSSORoles:
+		v, ok := value.([]string)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetSSORoles(v)
+		return nil
+	case portalsession.FieldRolesAt:
+		v, ok := value.(time.Time)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetRolesAt(v)
+		return nil
 	}
 	return fmt.Errorf("unknown PortalSession field %s", name)
 }
@@ -17797,7 +18070,20 @@ func (m *PortalSessionMutation) AddField(name string, value ent.Value) error {
 // ClearedFields returns all nullable fields that were cleared during this
 // mutation.
 func (m *PortalSessionMutation) ClearedFields() []string {
-	return nil
+	var fields []string
+	if m.FieldCleared(portalsession.FieldSSOSid) {
+		fields = append(fields, portalsession.FieldSSOSid)
+	}
+	if m.FieldCleared(portalsession.FieldRefreshToken) {
+		fields = append(fields, portalsession.FieldRefreshToken)
+	}
+	if m.FieldCleared(portalsession.FieldSSORoles) {
+		fields = append(fields, portalsession.FieldSSORoles)
+	}
+	if m.FieldCleared(portalsession.FieldRolesAt) {
+		fields = append(fields, portalsession.FieldRolesAt)
+	}
+	return fields
 }
 
 // FieldCleared returns a boolean indicating if a field with the given name was
@@ -17810,6 +18096,20 @@ func (m *PortalSessionMutation) FieldCleared(name string) bool {
 // ClearField clears the value of the field with the given name. It returns an
 // error if the field is not defined in the schema.
 func (m *PortalSessionMutation) ClearField(name string) error {
+	switch name {
+	case portalsession.FieldSSOSid:
+		m.ClearSSOSid()
+		return nil
+	case portalsession.FieldRefreshToken:
+		m.ClearRefreshToken()
+		return nil
+	case portalsession.FieldSSORoles:
+		m.ClearSSORoles()
+		return nil
+	case portalsession.FieldRolesAt:
+		m.ClearRolesAt()
+		return nil
+	}
 	return fmt.Errorf("unknown PortalSession nullable field %s", name)
 }
 
@@ -17828,6 +18128,18 @@ func (m *PortalSessionMutation) ResetField(name string) error {
 		return nil
 	case portalsession.FieldExpiresAt:
 		m.ResetExpiresAt()
+		return nil
+	case portalsession.FieldSSOSid:
+		m.ResetSSOSid()
+		return nil
+	case portalsession.FieldRefreshToken:
+		m.ResetRefreshToken()
+		return nil
+	case portalsession.FieldSSORoles:
+		m.ResetSSORoles()
+		return nil
+	case portalsession.FieldRolesAt:
+		m.ResetRolesAt()
 		return nil
 	}
 	return fmt.Errorf("unknown PortalSession field %s", name)

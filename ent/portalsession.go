@@ -3,6 +3,7 @@
 package ent
 
 import (
+	"encoding/json"
 	"fmt"
 	"strings"
 	"time"
@@ -24,7 +25,15 @@ type PortalSession struct {
 	// CreatedAt holds the value of the "created_at" field.
 	CreatedAt time.Time `json:"created_at,omitempty"`
 	// ExpiresAt holds the value of the "expires_at" field.
-	ExpiresAt    time.Time `json:"expires_at,omitempty"`
+	ExpiresAt time.Time `json:"expires_at,omitempty"`
+	// SSOSid holds the value of the "sso_sid" field.
+	SSOSid string `json:"sso_sid,omitempty"`
+	// RefreshToken holds the value of the "refresh_token" field.
+	RefreshToken string `json:"-"`
+	// SSORoles holds the value of the "sso_roles" field.
+	SSORoles []string `json:"sso_roles,omitempty"`
+	// RolesAt holds the value of the "roles_at" field.
+	RolesAt      time.Time `json:"roles_at,omitempty"`
 	selectValues sql.SelectValues
 }
 
@@ -33,11 +42,13 @@ func (*PortalSession) scanValues(columns []string) ([]any, error) {
 	values := make([]any, len(columns))
 	for i := range columns {
 		switch columns[i] {
+		case portalsession.FieldSSORoles:
+			values[i] = new([]byte)
 		case portalsession.FieldID:
 			values[i] = new(sql.NullInt64)
-		case portalsession.FieldIDHash, portalsession.FieldPrincipal:
+		case portalsession.FieldIDHash, portalsession.FieldPrincipal, portalsession.FieldSSOSid, portalsession.FieldRefreshToken:
 			values[i] = new(sql.NullString)
-		case portalsession.FieldCreatedAt, portalsession.FieldExpiresAt:
+		case portalsession.FieldCreatedAt, portalsession.FieldExpiresAt, portalsession.FieldRolesAt:
 			values[i] = new(sql.NullTime)
 		default:
 			values[i] = new(sql.UnknownType)
@@ -83,6 +94,32 @@ func (_m *PortalSession) assignValues(columns []string, values []any) error {
 				return fmt.Errorf("unexpected type %T for field expires_at", values[i])
 			} else if value.Valid {
 				_m.ExpiresAt = value.Time
+			}
+		case portalsession.FieldSSOSid:
+			if value, ok := values[i].(*sql.NullString); !ok {
+				return fmt.Errorf("unexpected type %T for field sso_sid", values[i])
+			} else if value.Valid {
+				_m.SSOSid = value.String
+			}
+		case portalsession.FieldRefreshToken:
+			if value, ok := values[i].(*sql.NullString); !ok {
+				return fmt.Errorf("unexpected type %T for field refresh_token", values[i])
+			} else if value.Valid {
+				_m.RefreshToken = value.String
+			}
+		case portalsession.FieldSSORoles:
+			if value, ok := values[i].(*[]byte); !ok {
+				return fmt.Errorf("unexpected type %T for field sso_roles", values[i])
+			} else if value != nil && len(*value) > 0 {
+				if err := json.Unmarshal(*value, &_m.SSORoles); err != nil {
+					return fmt.Errorf("unmarshal field sso_roles: %w", err)
+				}
+			}
+		case portalsession.FieldRolesAt:
+			if value, ok := values[i].(*sql.NullTime); !ok {
+				return fmt.Errorf("unexpected type %T for field roles_at", values[i])
+			} else if value.Valid {
+				_m.RolesAt = value.Time
 			}
 		default:
 			_m.selectValues.Set(columns[i], values[i])
@@ -130,6 +167,17 @@ func (_m *PortalSession) String() string {
 	builder.WriteString(", ")
 	builder.WriteString("expires_at=")
 	builder.WriteString(_m.ExpiresAt.Format(time.ANSIC))
+	builder.WriteString(", ")
+	builder.WriteString("sso_sid=")
+	builder.WriteString(_m.SSOSid)
+	builder.WriteString(", ")
+	builder.WriteString("refresh_token=<sensitive>")
+	builder.WriteString(", ")
+	builder.WriteString("sso_roles=")
+	builder.WriteString(fmt.Sprintf("%v", _m.SSORoles))
+	builder.WriteString(", ")
+	builder.WriteString("roles_at=")
+	builder.WriteString(_m.RolesAt.Format(time.ANSIC))
 	builder.WriteByte(')')
 	return builder.String()
 }

@@ -46,6 +46,54 @@ func (_c *PortalSessionCreate) SetExpiresAt(v time.Time) *PortalSessionCreate {
 	return _c
 }
 
+// SetSSOSid sets the "sso_sid" field.
+func (_c *PortalSessionCreate) SetSSOSid(v string) *PortalSessionCreate {
+	_c.mutation.SetSSOSid(v)
+	return _c
+}
+
+// SetNillableSSOSid sets the "sso_sid" field if the given value is not nil.
+func (_c *PortalSessionCreate) SetNillableSSOSid(v *string) *PortalSessionCreate {
+	if v != nil {
+		_c.SetSSOSid(*v)
+	}
+	return _c
+}
+
+// SetRefreshToken sets the "refresh_token" field.
+func (_c *PortalSessionCreate) SetRefreshToken(v string) *PortalSessionCreate {
+	_c.mutation.SetRefreshToken(v)
+	return _c
+}
+
+// SetNillableRefreshToken sets the "refresh_token" field if the given value is not nil.
+func (_c *PortalSessionCreate) SetNillableRefreshToken(v *string) *PortalSessionCreate {
+	if v != nil {
+		_c.SetRefreshToken(*v)
+	}
+	return _c
+}
+
+// SetSSORoles sets the "sso_roles" field.
+func (_c *PortalSessionCreate) SetSSORoles(v []string) *PortalSessionCreate {
+	_c.mutation.SetSSORoles(v)
+	return _c
+}
+
+// SetRolesAt sets the "roles_at" field.
+func (_c *PortalSessionCreate) SetRolesAt(v time.Time) *PortalSessionCreate {
+	_c.mutation.SetRolesAt(v)
+	return _c
+}
+
+// SetNillableRolesAt sets the "roles_at" field if the given value is not nil.
+func (_c *PortalSessionCreate) SetNillableRolesAt(v *time.Time) *PortalSessionCreate {
+	if v != nil {
+		_c.SetRolesAt(*v)
+	}
+	return _c
+}
+
 // Mutation returns the PortalSessionMutation object of the builder.
 func (_c *PortalSessionCreate) Mutation() *PortalSessionMutation {
 	return _c.mutation
@@ -135,6 +183,22 @@ func (_c *PortalSessionCreate) createSpec() (*PortalSession, *sqlgraph.CreateSpe
 		_spec.SetField(portalsession.FieldExpiresAt, field.TypeTime, value)
 		_node.ExpiresAt = value
 	}
+	if value, ok := _c.mutation.SSOSid(); ok {
+		_spec.SetField(portalsession.FieldSSOSid, field.TypeString, value)
+		_node.SSOSid = value
+	}
+	if value, ok := _c.mutation.RefreshToken(); ok {
+		_spec.SetField(portalsession.FieldRefreshToken, field.TypeString, value)
+		_node.RefreshToken = value
+	}
+	if value, ok := _c.mutation.SSORoles(); ok {
+		_spec.SetField(portalsession.FieldSSORoles, field.TypeJSON, value)
+		_node.SSORoles = value
+	}
+	if value, ok := _c.mutation.RolesAt(); ok {
+		_spec.SetField(portalsession.FieldRolesAt, field.TypeTime, value)
+		_node.RolesAt = value
+	}
 	return _node, _spec
 }
 
@@ -186,6 +250,78 @@ type (
 		*sql.UpdateSet
 	}
 )
+
+// SetSSOSid sets the "sso_sid" field.
+func (u *PortalSessionUpsert) SetSSOSid(v string) *PortalSessionUpsert {
+	u.Set(portalsession.FieldSSOSid, v)
+	return u
+}
+
+// UpdateSSOSid sets the "sso_sid" field to the value that was provided on create.
+func (u *PortalSessionUpsert) UpdateSSOSid() *PortalSessionUpsert {
+	u.SetExcluded(portalsession.FieldSSOSid)
+	return u
+}
+
+// ClearSSOSid clears the value of the "sso_sid" field.
+func (u *PortalSessionUpsert) ClearSSOSid() *PortalSessionUpsert {
+	u.SetNull(portalsession.FieldSSOSid)
+	return u
+}
+
+// SetRefreshToken sets the "refresh_token" field.
+func (u *PortalSessionUpsert) SetRefreshToken(v string) *PortalSessionUpsert {
+	u.Set(portalsession.FieldRefreshToken, v)
+	return u
+}
+
+// UpdateRefreshToken sets the "refresh_token" field to the value that was provided on create.
+func (u *PortalSessionUpsert) UpdateRefreshToken() *PortalSessionUpsert {
+	u.SetExcluded(portalsession.FieldRefreshToken)
+	return u
+}
+
+// ClearRefreshToken clears the value of the "refresh_token" field.
+func (u *PortalSessionUpsert) ClearRefreshToken() *PortalSessionUpsert {
+	u.SetNull(portalsession.FieldRefreshToken)
+	return u
+}
+
+// SetSSORoles sets the "sso_roles" field.
+func (u *PortalSessionUpsert) SetSSORoles(v []string) *PortalSessionUpsert {
+	u.Set(portalsession.FieldSSORoles, v)
+	return u
+}
+
+// UpdateSSORoles sets the "sso_roles" field to the value that was provided on create.
+func (u *PortalSessionUpsert) UpdateSSORoles() *PortalSessionUpsert {
+	u.SetExcluded(portalsession.FieldSSORoles)
+	return u
+}
+
+// ClearSSORoles clears the value of the "sso_roles" field.
+func (u *PortalSessionUpsert) ClearSSORoles() *PortalSessionUpsert {
+	u.SetNull(portalsession.FieldSSORoles)
+	return u
+}
+
+// SetRolesAt sets the "roles_at" field.
+func (u *PortalSessionUpsert) SetRolesAt(v time.Time) *PortalSessionUpsert {
+	u.Set(portalsession.FieldRolesAt, v)
+	return u
+}
+
+// UpdateRolesAt sets the "roles_at" field to the value that was provided on create.
+func (u *PortalSessionUpsert) UpdateRolesAt() *PortalSessionUpsert {
+	u.SetExcluded(portalsession.FieldRolesAt)
+	return u
+}
+
+// ClearRolesAt clears the value of the "roles_at" field.
+func (u *PortalSessionUpsert) ClearRolesAt() *PortalSessionUpsert {
+	u.SetNull(portalsession.FieldRolesAt)
+	return u
+}
 
 // UpdateNewValues updates the mutable fields using the new values that were set on create.
 // Using this option is equivalent to using:
@@ -239,6 +375,90 @@ func (u *PortalSessionUpsertOne) Update(set func(*PortalSessionUpsert)) *PortalS
 		set(&PortalSessionUpsert{UpdateSet: update})
 	}))
 	return u
+}
+
+// SetSSOSid sets the "sso_sid" field.
+func (u *PortalSessionUpsertOne) SetSSOSid(v string) *PortalSessionUpsertOne {
+	return u.Update(func(s *PortalSessionUpsert) {
+		s.SetSSOSid(v)
+	})
+}
+
+// UpdateSSOSid sets the "sso_sid" field to the value that was provided on create.
+func (u *PortalSessionUpsertOne) UpdateSSOSid() *PortalSessionUpsertOne {
+	return u.Update(func(s *PortalSessionUpsert) {
+		s.UpdateSSOSid()
+	})
+}
+
+// ClearSSOSid clears the value of the "sso_sid" field.
+func (u *PortalSessionUpsertOne) ClearSSOSid() *PortalSessionUpsertOne {
+	return u.Update(func(s *PortalSessionUpsert) {
+		s.ClearSSOSid()
+	})
+}
+
+// SetRefreshToken sets the "refresh_token" field.
+func (u *PortalSessionUpsertOne) SetRefreshToken(v string) *PortalSessionUpsertOne {
+	return u.Update(func(s *PortalSessionUpsert) {
+		s.SetRefreshToken(v)
+	})
+}
+
+// UpdateRefreshToken sets the "refresh_token" field to the value that was provided on create.
+func (u *PortalSessionUpsertOne) UpdateRefreshToken() *PortalSessionUpsertOne {
+	return u.Update(func(s *PortalSessionUpsert) {
+		s.UpdateRefreshToken()
+	})
+}
+
+// ClearRefreshToken clears the value of the "refresh_token" field.
+func (u *PortalSessionUpsertOne) ClearRefreshToken() *PortalSessionUpsertOne {
+	return u.Update(func(s *PortalSessionUpsert) {
+		s.ClearRefreshToken()
+	})
+}
+
+// SetSSORoles sets the "sso_roles" field.
+func (u *PortalSessionUpsertOne) SetSSORoles(v []string) *PortalSessionUpsertOne {
+	return u.Update(func(s *PortalSessionUpsert) {
+		s.SetSSORoles(v)
+	})
+}
+
+// UpdateSSORoles sets the "sso_roles" field to the value that was provided on create.
+func (u *PortalSessionUpsertOne) UpdateSSORoles() *PortalSessionUpsertOne {
+	return u.Update(func(s *PortalSessionUpsert) {
+		s.UpdateSSORoles()
+	})
+}
+
+// ClearSSORoles clears the value of the "sso_roles" field.
+func (u *PortalSessionUpsertOne) ClearSSORoles() *PortalSessionUpsertOne {
+	return u.Update(func(s *PortalSessionUpsert) {
+		s.ClearSSORoles()
+	})
+}
+
+// SetRolesAt sets the "roles_at" field.
+func (u *PortalSessionUpsertOne) SetRolesAt(v time.Time) *PortalSessionUpsertOne {
+	return u.Update(func(s *PortalSessionUpsert) {
+		s.SetRolesAt(v)
+	})
+}
+
+// UpdateRolesAt sets the "roles_at" field to the value that was provided on create.
+func (u *PortalSessionUpsertOne) UpdateRolesAt() *PortalSessionUpsertOne {
+	return u.Update(func(s *PortalSessionUpsert) {
+		s.UpdateRolesAt()
+	})
+}
+
+// ClearRolesAt clears the value of the "roles_at" field.
+func (u *PortalSessionUpsertOne) ClearRolesAt() *PortalSessionUpsertOne {
+	return u.Update(func(s *PortalSessionUpsert) {
+		s.ClearRolesAt()
+	})
 }
 
 // Exec executes the query.
@@ -458,6 +678,90 @@ func (u *PortalSessionUpsertBulk) Update(set func(*PortalSessionUpsert)) *Portal
 		set(&PortalSessionUpsert{UpdateSet: update})
 	}))
 	return u
+}
+
+// SetSSOSid sets the "sso_sid" field.
+func (u *PortalSessionUpsertBulk) SetSSOSid(v string) *PortalSessionUpsertBulk {
+	return u.Update(func(s *PortalSessionUpsert) {
+		s.SetSSOSid(v)
+	})
+}
+
+// UpdateSSOSid sets the "sso_sid" field to the value that was provided on create.
+func (u *PortalSessionUpsertBulk) UpdateSSOSid() *PortalSessionUpsertBulk {
+	return u.Update(func(s *PortalSessionUpsert) {
+		s.UpdateSSOSid()
+	})
+}
+
+// ClearSSOSid clears the value of the "sso_sid" field.
+func (u *PortalSessionUpsertBulk) ClearSSOSid() *PortalSessionUpsertBulk {
+	return u.Update(func(s *PortalSessionUpsert) {
+		s.ClearSSOSid()
+	})
+}
+
+// SetRefreshToken sets the "refresh_token" field.
+func (u *PortalSessionUpsertBulk) SetRefreshToken(v string) *PortalSessionUpsertBulk {
+	return u.Update(func(s *PortalSessionUpsert) {
+		s.SetRefreshToken(v)
+	})
+}
+
+// UpdateRefreshToken sets the "refresh_token" field to the value that was provided on create.
+func (u *PortalSessionUpsertBulk) UpdateRefreshToken() *PortalSessionUpsertBulk {
+	return u.Update(func(s *PortalSessionUpsert) {
+		s.UpdateRefreshToken()
+	})
+}
+
+// ClearRefreshToken clears the value of the "refresh_token" field.
+func (u *PortalSessionUpsertBulk) ClearRefreshToken() *PortalSessionUpsertBulk {
+	return u.Update(func(s *PortalSessionUpsert) {
+		s.ClearRefreshToken()
+	})
+}
+
+// SetSSORoles sets the "sso_roles" field.
+func (u *PortalSessionUpsertBulk) SetSSORoles(v []string) *PortalSessionUpsertBulk {
+	return u.Update(func(s *PortalSessionUpsert) {
+		s.SetSSORoles(v)
+	})
+}
+
+// UpdateSSORoles sets the "sso_roles" field to the value that was provided on create.
+func (u *PortalSessionUpsertBulk) UpdateSSORoles() *PortalSessionUpsertBulk {
+	return u.Update(func(s *PortalSessionUpsert) {
+		s.UpdateSSORoles()
+	})
+}
+
+// ClearSSORoles clears the value of the "sso_roles" field.
+func (u *PortalSessionUpsertBulk) ClearSSORoles() *PortalSessionUpsertBulk {
+	return u.Update(func(s *PortalSessionUpsert) {
+		s.ClearSSORoles()
+	})
+}
+
+// SetRolesAt sets the "roles_at" field.
+func (u *PortalSessionUpsertBulk) SetRolesAt(v time.Time) *PortalSessionUpsertBulk {
+	return u.Update(func(s *PortalSessionUpsert) {
+		s.SetRolesAt(v)
+	})
+}
+
+// UpdateRolesAt sets the "roles_at" field to the value that was provided on create.
+func (u *PortalSessionUpsertBulk) UpdateRolesAt() *PortalSessionUpsertBulk {
+	return u.Update(func(s *PortalSessionUpsert) {
+		s.UpdateRolesAt()
+	})
+}
+
+// ClearRolesAt clears the value of the "roles_at" field.
+func (u *PortalSessionUpsertBulk) ClearRolesAt() *PortalSessionUpsertBulk {
+	return u.Update(func(s *PortalSessionUpsert) {
+		s.ClearRolesAt()
+	})
 }
 
 // Exec executes the query.

@@ -6,9 +6,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"entgo.io/ent/dialect/sql"
 	"entgo.io/ent/dialect/sql/sqlgraph"
+	"entgo.io/ent/dialect/sql/sqljson"
 	"entgo.io/ent/schema/field"
 	"github.com/anvilproject/anvil/ent/portalsession"
 	"github.com/anvilproject/anvil/ent/predicate"
@@ -25,6 +27,84 @@ type PortalSessionUpdate struct {
 // Where appends a list predicates to the PortalSessionUpdate builder.
 func (_u *PortalSessionUpdate) Where(ps ...predicate.PortalSession) *PortalSessionUpdate {
 	_u.mutation.Where(ps...)
+	return _u
+}
+
+// SetSSOSid sets the "sso_sid" field.
+func (_u *PortalSessionUpdate) SetSSOSid(v string) *PortalSessionUpdate {
+	_u.mutation.SetSSOSid(v)
+	return _u
+}
+
+// SetNillableSSOSid sets the "sso_sid" field if the given value is not nil.
+func (_u *PortalSessionUpdate) SetNillableSSOSid(v *string) *PortalSessionUpdate {
+	if v != nil {
+		_u.SetSSOSid(*v)
+	}
+	return _u
+}
+
+// ClearSSOSid clears the value of the "sso_sid" field.
+func (_u *PortalSessionUpdate) ClearSSOSid() *PortalSessionUpdate {
+	_u.mutation.ClearSSOSid()
+	return _u
+}
+
+// SetRefreshToken sets the "refresh_token" field.
+func (_u *PortalSessionUpdate) SetRefreshToken(v string) *PortalSessionUpdate {
+	_u.mutation.SetRefreshToken(v)
+	return _u
+}
+
+// SetNillableRefreshToken sets the "refresh_token" field if the given value is not nil.
+func (_u *PortalSessionUpdate) SetNillableRefreshToken(v *string) *PortalSessionUpdate {
+	if v != nil {
+		_u.SetRefreshToken(*v)
+	}
+	return _u
+}
+
+// ClearRefreshToken clears the value of the "refresh_token" field.
+func (_u *PortalSessionUpdate) ClearRefreshToken() *PortalSessionUpdate {
+	_u.mutation.ClearRefreshToken()
+	return _u
+}
+
+// SetSSORoles sets the "sso_roles" field.
+func (_u *PortalSessionUpdate) SetSSORoles(v []string) *PortalSessionUpdate {
+	_u.mutation.SetSSORoles(v)
+	return _u
+}
+
+// AppendSSORoles appends value to the "sso_roles" field.
+func (_u *PortalSessionUpdate) AppendSSORoles(v []string) *PortalSessionUpdate {
+	_u.mutation.AppendSSORoles(v)
+	return _u
+}
+
+// ClearSSORoles clears the value of the "sso_roles" field.
+func (_u *PortalSessionUpdate) ClearSSORoles() *PortalSessionUpdate {
+	_u.mutation.ClearSSORoles()
+	return _u
+}
+
+// SetRolesAt sets the "roles_at" field.
+func (_u *PortalSessionUpdate) SetRolesAt(v time.Time) *PortalSessionUpdate {
+	_u.mutation.SetRolesAt(v)
+	return _u
+}
+
+// SetNillableRolesAt sets the "roles_at" field if the given value is not nil.
+func (_u *PortalSessionUpdate) SetNillableRolesAt(v *time.Time) *PortalSessionUpdate {
+	if v != nil {
+		_u.SetRolesAt(*v)
+	}
+	return _u
+}
+
+// ClearRolesAt clears the value of the "roles_at" field.
+func (_u *PortalSessionUpdate) ClearRolesAt() *PortalSessionUpdate {
+	_u.mutation.ClearRolesAt()
 	return _u
 }
 
@@ -75,6 +155,35 @@ func (_u *PortalSessionUpdate) sqlSave(ctx context.Context) (_node int, err erro
 			}
 		}
 	}
+	if value, ok := _u.mutation.SSOSid(); ok {
+		_spec.SetField(portalsession.FieldSSOSid, field.TypeString, value)
+	}
+	if _u.mutation.SSOSidCleared() {
+		_spec.ClearField(portalsession.FieldSSOSid, field.TypeString)
+	}
+	if value, ok := _u.mutation.RefreshToken(); ok {
+		_spec.SetField(portalsession.FieldRefreshToken, field.TypeString, value)
+	}
+	if _u.mutation.RefreshTokenCleared() {
+		_spec.ClearField(portalsession.FieldRefreshToken, field.TypeString)
+	}
+	if value, ok := _u.mutation.SSORoles(); ok {
+		_spec.SetField(portalsession.FieldSSORoles, field.TypeJSON, value)
+	}
+	if value, ok := _u.mutation.AppendedSSORoles(); ok {
+		_spec.AddModifier(func(u *sql.UpdateBuilder) {
+			sqljson.Append(u, portalsession.FieldSSORoles, value)
+		})
+	}
+	if _u.mutation.SSORolesCleared() {
+		_spec.ClearField(portalsession.FieldSSORoles, field.TypeJSON)
+	}
+	if value, ok := _u.mutation.RolesAt(); ok {
+		_spec.SetField(portalsession.FieldRolesAt, field.TypeTime, value)
+	}
+	if _u.mutation.RolesAtCleared() {
+		_spec.ClearField(portalsession.FieldRolesAt, field.TypeTime)
+	}
 	_spec.AddModifiers(_u.modifiers...)
 	if _node, err = sqlgraph.UpdateNodes(ctx, _u.driver, _spec); err != nil {
 		if _, ok := err.(*sqlgraph.NotFoundError); ok {
@@ -95,6 +204,84 @@ type PortalSessionUpdateOne struct {
 	hooks     []Hook
 	mutation  *PortalSessionMutation
 	modifiers []func(*sql.UpdateBuilder)
+}
+
+// SetSSOSid sets the "sso_sid" field.
+func (_u *PortalSessionUpdateOne) SetSSOSid(v string) *PortalSessionUpdateOne {
+	_u.mutation.SetSSOSid(v)
+	return _u
+}
+
+// SetNillableSSOSid sets the "sso_sid" field if the given value is not nil.
+func (_u *PortalSessionUpdateOne) SetNillableSSOSid(v *string) *PortalSessionUpdateOne {
+	if v != nil {
+		_u.SetSSOSid(*v)
+	}
+	return _u
+}
+
+// ClearSSOSid clears the value of the "sso_sid" field.
+func (_u *PortalSessionUpdateOne) ClearSSOSid() *PortalSessionUpdateOne {
+	_u.mutation.ClearSSOSid()
+	return _u
+}
+
+// SetRefreshToken sets the "refresh_token" field.
+func (_u *PortalSessionUpdateOne) SetRefreshToken(v string) *PortalSessionUpdateOne {
+	_u.mutation.SetRefreshToken(v)
+	return _u
+}
+
+// SetNillableRefreshToken sets the "refresh_token" field if the given value is not nil.
+func (_u *PortalSessionUpdateOne) SetNillableRefreshToken(v *string) *PortalSessionUpdateOne {
+	if v != nil {
+		_u.SetRefreshToken(*v)
+	}
+	return _u
+}
+
+// ClearRefreshToken clears the value of the "refresh_token" field.
+func (_u *PortalSessionUpdateOne) ClearRefreshToken() *PortalSessionUpdateOne {
+	_u.mutation.ClearRefreshToken()
+	return _u
+}
+
+// SetSSORoles sets the "sso_roles" field.
+func (_u *PortalSessionUpdateOne) SetSSORoles(v []string) *PortalSessionUpdateOne {
+	_u.mutation.SetSSORoles(v)
+	return _u
+}
+
+// AppendSSORoles appends value to the "sso_roles" field.
+func (_u *PortalSessionUpdateOne) AppendSSORoles(v []string) *PortalSessionUpdateOne {
+	_u.mutation.AppendSSORoles(v)
+	return _u
+}
+
+// ClearSSORoles clears the value of the "sso_roles" field.
+func (_u *PortalSessionUpdateOne) ClearSSORoles() *PortalSessionUpdateOne {
+	_u.mutation.ClearSSORoles()
+	return _u
+}
+
+// SetRolesAt sets the "roles_at" field.
+func (_u *PortalSessionUpdateOne) SetRolesAt(v time.Time) *PortalSessionUpdateOne {
+	_u.mutation.SetRolesAt(v)
+	return _u
+}
+
+// SetNillableRolesAt sets the "roles_at" field if the given value is not nil.
+func (_u *PortalSessionUpdateOne) SetNillableRolesAt(v *time.Time) *PortalSessionUpdateOne {
+	if v != nil {
+		_u.SetRolesAt(*v)
+	}
+	return _u
+}
+
+// ClearRolesAt clears the value of the "roles_at" field.
+func (_u *PortalSessionUpdateOne) ClearRolesAt() *PortalSessionUpdateOne {
+	_u.mutation.ClearRolesAt()
+	return _u
 }
 
 // Mutation returns the PortalSessionMutation object of the builder.
@@ -173,6 +360,35 @@ func (_u *PortalSessionUpdateOne) sqlSave(ctx context.Context) (_node *PortalSes
 				ps[i](selector)
 			}
 		}
+	}
+	if value, ok := _u.mutation.SSOSid(); ok {
+		_spec.SetField(portalsession.FieldSSOSid, field.TypeString, value)
+	}
+	if _u.mutation.SSOSidCleared() {
+		_spec.ClearField(portalsession.FieldSSOSid, field.TypeString)
+	}
+	if value, ok := _u.mutation.RefreshToken(); ok {
+		_spec.SetField(portalsession.FieldRefreshToken, field.TypeString, value)
+	}
+	if _u.mutation.RefreshTokenCleared() {
+		_spec.ClearField(portalsession.FieldRefreshToken, field.TypeString)
+	}
+	if value, ok := _u.mutation.SSORoles(); ok {
+		_spec.SetField(portalsession.FieldSSORoles, field.TypeJSON, value)
+	}
+	if value, ok := _u.mutation.AppendedSSORoles(); ok {
+		_spec.AddModifier(func(u *sql.UpdateBuilder) {
+			sqljson.Append(u, portalsession.FieldSSORoles, value)
+		})
+	}
+	if _u.mutation.SSORolesCleared() {
+		_spec.ClearField(portalsession.FieldSSORoles, field.TypeJSON)
+	}
+	if value, ok := _u.mutation.RolesAt(); ok {
+		_spec.SetField(portalsession.FieldRolesAt, field.TypeTime, value)
+	}
+	if _u.mutation.RolesAtCleared() {
+		_spec.ClearField(portalsession.FieldRolesAt, field.TypeTime)
 	}
 	_spec.AddModifiers(_u.modifiers...)
 	_node = &PortalSession{config: _u.config}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/a-h/templ"
 	"github.com/gofiber/fiber/v2"
+	"golang.org/x/sync/singleflight"
 
 	"github.com/anvilproject/anvil/policies"
 	"github.com/anvilproject/anvil/server/allocations"
@@ -31,6 +32,12 @@ type SSO interface {
 	// Exchange completes the code flow and returns the identity with the
 	// role assignments its claims carry.
 	Exchange(ctx context.Context, code, verifier, nonce string) (identity.SSOUser, error)
+	// Refresh reads an identity's roles again with its refresh token; an
+	// error wrapping oidclogin.ErrGrantEnded means the provider refused.
+	Refresh(ctx context.Context, u identity.SSOUser) (identity.SSOUser, error)
+	// VerifyLogout checks a back-channel logout token and returns whom
+	// it signs out.
+	VerifyLogout(ctx context.Context, raw string) (issuer, subject, sid string, err error)
 }
 
 // Portal serves the browser pages.
@@ -48,7 +55,12 @@ type Portal struct {
 	Guard    *guard.Guard
 	Sessions *Sessions
 	SSO      SSO // nil when OIDC is not configured
-	Log      *slog.Logger
+	// RolesMaxAge is how long an SSO session acts on the roles its
+	// provider last gave before asking again; zero means
+	// DefaultRolesMaxAge.
+	RolesMaxAge time.Duration
+	Log         *slog.Logger
+	refreshing  singleflight.Group
 }
 
 const sessionLocal = "anvil.session"
@@ -67,6 +79,9 @@ func (p *Portal) Register(app *fiber.App) {
 	app.Post("/logout", s, p.logout)
 	app.Get("/auth/oidc/login", s, p.ssoStart)
 	app.Get("/auth/oidc/callback", s, p.ssoCallback)
+	// The provider calls it, server to server: no session, no CSRF token;
+	// the logout token's signature is the proof.
+	app.Post("/auth/oidc/backchannel-logout", p.backchannelLogout)
 	app.Get("/", browsersOnly)
 	app.Get("/nodes", s, p.signedIn, p.home)
 	app.Post("/nodes/bulk", s, p.signedIn, p.bulkPage)
@@ -149,15 +164,23 @@ func (p *Portal) session(c *fiber.Ctx) error {
 	if sess.User == "" {
 		return c.Next()
 	}
-	active, err := p.IDs.SessionActive(c.UserContext(), sess.ID, sess.Principal())
+	rec, err := p.IDs.Session(c.UserContext(), sess.ID, sess.Principal())
 	if err != nil {
 		return err
 	}
 	var pr *policies.Principal
-	if !active {
+	switch {
+	case rec == nil:
 		err = errors.New("logged out, or the account's password or roles changed")
-	} else {
+	case sess.Method == "oidc":
+		if sess.Assignments, err = p.ssoRoles(c.UserContext(), sess, rec); err == nil {
+			pr, err = p.principal(c.UserContext(), sess)
+		}
+	default:
 		pr, err = p.principal(c.UserContext(), sess)
+	}
+	if errors.Is(err, errProviderDown) {
+		return errs.Unavailable("%v", err)
 	}
 	if err != nil {
 		// Roles revoked or the account is gone: the session ends. Its
@@ -395,7 +418,7 @@ func (p *Portal) login(c *fiber.Ctx) error {
 // startSession records a new sign-in on the server and hands the browser
 // its cookie.
 func (p *Portal) startSession(c *fiber.Ctx, s *Session) error {
-	id, err := p.IDs.StartSession(c.UserContext(), s.Principal(), AbsoluteTimeout)
+	id, err := p.IDs.StartSession(c.UserContext(), s.Principal(), AbsoluteTimeout, s.sso)
 	if err != nil {
 		return err
 	}

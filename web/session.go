@@ -47,9 +47,11 @@ type Session struct {
 	Subject string `json:"sub,omitempty"`
 	Scope   identity.Scope
 	Method  string `json:"m,omitempty"` // password or oidc
-	// Assignments are the roles an OIDC login's claims granted; local
-	// accounts re-read theirs from the database on every request.
-	Assignments []identity.Assignment `json:"a,omitempty"`
+	// Assignments are the roles an OIDC login's claims granted, read on
+	// each request from the session's server-side record, which the
+	// provider refreshes; local accounts re-read theirs from the
+	// database. Never in the cookie, whose old copies would keep them.
+	Assignments []identity.Assignment `json:"-"`
 	CSRF        string                `json:"c"`
 	Created     int64                 `json:"t0"`
 	Seen        int64                 `json:"t1"`
@@ -64,6 +66,9 @@ type Session struct {
 	// staleCSRF is the timed-out session's token, which the pages it
 	// served still send: a POST carrying it is the user's own, late.
 	staleCSRF string
+	// sso is what the provider said at sign-in, for the new session's
+	// server-side record. Never stored in the cookie.
+	sso *identity.SSOUser
 }
 
 // LoggedIn reports whether the session belongs to a signed-in user whose
@@ -199,7 +204,7 @@ func Fresh(user string, sc identity.Scope) *Session {
 // FreshSSO starts a new signed-in session for an OpenID identity.
 func FreshSSO(u identity.SSOUser, sc identity.Scope) *Session {
 	s := Fresh(u.Name, sc)
-	s.Method, s.Issuer, s.Subject, s.Assignments = "oidc", u.Issuer, u.Subject, u.Assignments
+	s.Method, s.Issuer, s.Subject, s.Assignments, s.sso = "oidc", u.Issuer, u.Subject, u.Assignments, &u
 	return s
 }
 

@@ -10,6 +10,7 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/anvilproject/anvil/internal/oidctest"
 	"github.com/anvilproject/anvil/server"
@@ -28,19 +29,28 @@ import (
 // user's name there.
 func ssoServer(t *testing.T, setting string, groups []string) (srv *servertest.Server, opURL, user string) {
 	t.Helper()
+	srv, _, opSrv, user := ssoProvider(t, setting, groups)
+	return srv, opSrv.URL, user
+}
+
+// ssoProvider is ssoServer with the provider itself, whose groups, grants
+// and logout tokens a test drives, and its listener.
+func ssoProvider(t *testing.T, setting string, groups []string) (srv *servertest.Server, op *oidctest.Provider, opSrv *httptest.Server, user string) {
+	t.Helper()
 	srv = servertest.Start(t, server.Options{Database: setting})
-	opSrv := httptest.NewServer(nil)
+	opSrv = httptest.NewServer(nil)
 	t.Cleanup(opSrv.Close)
 	redirect := srv.URL + "/auth/oidc/callback"
-	opSrv.Config.Handler = oidctest.Handler(opSrv.URL, "anvil-portal", "portal-secret", redirect,
+	op = oidctest.New(opSrv.URL, "anvil-portal", "portal-secret", redirect,
 		groups, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	opSrv.Config.Handler = op
 	p, err := oidclogin.New(context.Background(), oidclogin.Config{Issuer: opSrv.URL, ClientID: "anvil-portal", ClientSecret: "portal-secret", RedirectURL: redirect})
 	if err != nil {
 		t.Fatal(err)
 	}
 	srv.Portal.SSO = p
 	host := strings.Split(strings.Split(opSrv.URL, "://")[1], ":")[0]
-	return srv, opSrv.URL, "test-user@" + host
+	return srv, op, opSrv, "test-user@" + host
 }
 
 // ssoSignIn walks b through the provider's pages as a browser would and
@@ -156,5 +166,140 @@ func TestSSOUserIsNotTheLocalAccount(t *testing.T) {
 		if err != nil || len(ts) != 1 || ts[0].RevokedAt != nil {
 			t.Fatalf("the local account's tokens after the SSO user's revoke: %+v, %v", ts, err)
 		}
+	})
+}
+
+// signedOut asserts that b's next page is the sign-in page, saying the
+// session ended.
+func signedOut(t *testing.T, b *browser, why string) {
+	t.Helper()
+	if st, _, h := b.do("GET", "/nodes", nil); st != 303 || !strings.HasPrefix(h.Get("Location"), "/login?error=expired") {
+		t.Fatalf("%s: the session goes on: %d %s", why, st, h.Get("Location"))
+	}
+}
+
+// TestSSORolesFollowTheProvider: a role the provider takes away is gone
+// from the portal session once its roles are due to be read again (here
+// on every request), and losing the last one ends the session.
+func TestSSORolesFollowTheProvider(t *testing.T) {
+	storetest.Each(t, func(t *testing.T, setting string, _ *store.DB) {
+		srv, op, opSrv, user := ssoProvider(t, setting, []string{"anvil:project:blue:reader", "anvil:project:green:reader"})
+		srv.Portal.RolesMaxAge = time.Nanosecond
+		b := newBrowser(t, srv.URL)
+		b.do("GET", "/login", nil)
+		ssoSignIn(t, srv, b, opSrv.URL, user)
+		// Each request refreshes; the rotated refresh token keeps working.
+		for range 2 {
+			if st, page, _ := b.do("GET", "/nodes", nil); st != 200 || !strings.Contains(page, "project green") {
+				t.Fatalf("before the change: %d, green shown: %v", st, strings.Contains(page, "project green"))
+			}
+		}
+		op.SetGroups("anvil:project:blue:reader")
+		st, page, _ := b.do("GET", "/nodes", nil)
+		if st != 200 || !strings.Contains(page, user+" · project blue") {
+			t.Fatalf("after green was taken away: %d\n%s", st, page)
+		}
+		if strings.Contains(page, "project green") {
+			t.Fatal("the session still offers the project the provider took away")
+		}
+		if st, _, _ := b.do("POST", "/scope", url.Values{"csrf": {b.csrf}, "scope": {"project:green"}}); st != 403 {
+			t.Fatalf("switching to the project taken away: %d", st)
+		}
+		op.SetGroups()
+		signedOut(t, b, "no role left at the provider")
+	})
+}
+
+// TestSSORevokedGrantEndsSession: once the provider revokes the grant,
+// the next refresh is refused and the session ends.
+func TestSSORevokedGrantEndsSession(t *testing.T) {
+	storetest.Each(t, func(t *testing.T, setting string, _ *store.DB) {
+		srv, op, opSrv, user := ssoProvider(t, setting, []string{"anvil:project:blue:reader"})
+		srv.Portal.RolesMaxAge = time.Nanosecond
+		b := newBrowser(t, srv.URL)
+		b.do("GET", "/login", nil)
+		ssoSignIn(t, srv, b, opSrv.URL, user)
+		if st, _, _ := b.do("GET", "/nodes", nil); st != 200 {
+			t.Fatalf("signed in: %d", st)
+		}
+		if err := op.RevokeGrants(); err != nil {
+			t.Fatal(err)
+		}
+		signedOut(t, b, "grant revoked at the provider")
+	})
+}
+
+// TestSSOProviderDownFailsClosed: roles due to be read again while the
+// provider does not answer refuse the request rather than trust the old
+// ones.
+func TestSSOProviderDownFailsClosed(t *testing.T) {
+	srv, _, opSrv, user := ssoProvider(t, storetest.Setting(t, "sqlite"), []string{"anvil:project:blue:reader"})
+	srv.Portal.RolesMaxAge = time.Nanosecond
+	b := newBrowser(t, srv.URL)
+	b.do("GET", "/login", nil)
+	ssoSignIn(t, srv, b, opSrv.URL, user)
+	opSrv.Close()
+	if st, page, _ := b.do("GET", "/nodes", nil); st != 503 || strings.Contains(page, "project blue") {
+		t.Fatalf("provider down: %d\n%s", st, page)
+	}
+}
+
+// TestSSOBackchannelLogout: a logout token the provider signed ends the
+// user's sessions at once; forged or malformed ones are refused with 400
+// and end nothing.
+func TestSSOBackchannelLogout(t *testing.T) {
+	storetest.Each(t, func(t *testing.T, setting string, _ *store.DB) {
+		srv, op, opSrv, user := ssoProvider(t, setting, []string{"anvil:project:blue:reader"})
+		b := newBrowser(t, srv.URL)
+		b.do("GET", "/login", nil)
+		ssoSignIn(t, srv, b, opSrv.URL, user)
+		post := func(token string) int {
+			t.Helper()
+			resp, err := http.PostForm(srv.URL+"/auth/oidc/backchannel-logout", url.Values{"logout_token": {token}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp.Body.Close()
+			return resp.StatusCode
+		}
+		forged, err := op.ForgedLogoutToken(nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		refused := map[string]string{"signed with another key": forged, "empty": "", "garbage": "not.a.jwt"}
+		for why, claims := range map[string]map[string]any{
+			"no logout event":     {"events": nil},
+			"another event":       {"events": map[string]any{"http://schemas.openid.net/event/other": map[string]any{}}},
+			"a nonce":             {"nonce": "n"},
+			"neither sub nor sid": {"sub": nil},
+			"another audience":    {"aud": "someone-else"},
+			"expired":             {"exp": time.Now().Add(-time.Hour).Unix()},
+			"another issuer":      {"iss": "https://idp.example"},
+		} {
+			if refused[why], err = op.LogoutToken(claims); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for why, tok := range refused {
+			if st := post(tok); st != 400 {
+				t.Errorf("logout token with %s: %d, want 400", why, st)
+			}
+		}
+		if st, _, _ := b.do("GET", "/nodes", nil); st != 200 {
+			t.Fatalf("a refused logout token ended the session: %d", st)
+		}
+		// A logout for another subject ends nobody else's session.
+		other, _ := op.LogoutToken(map[string]any{"sub": "id2"})
+		if st := post(other); st != 200 {
+			t.Fatalf("logout of another subject: %d", st)
+		}
+		if st, _, _ := b.do("GET", "/nodes", nil); st != 200 {
+			t.Fatalf("another subject's logout ended this session: %d", st)
+		}
+		good, _ := op.LogoutToken(nil)
+		if st := post(good); st != 200 {
+			t.Fatalf("valid logout token: %d", st)
+		}
+		signedOut(t, b, "back-channel logout")
 	})
 }

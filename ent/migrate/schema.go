@@ -551,6 +551,10 @@ var (
 		{Name: "principal", Type: field.TypeString},
 		{Name: "created_at", Type: field.TypeTime},
 		{Name: "expires_at", Type: field.TypeTime},
+		{Name: "sso_sid", Type: field.TypeString, Nullable: true},
+		{Name: "refresh_token", Type: field.TypeString, Nullable: true},
+		{Name: "sso_roles", Type: field.TypeJSON, Nullable: true},
+		{Name: "roles_at", Type: field.TypeTime, Nullable: true},
 	}
 	// PortalSessionsTable holds the schema information for the "portal_sessions" table.
 	PortalSessionsTable = &schema.Table{
@@ -567,6 +571,11 @@ var (
 				Name:    "portalsession_expires_at",
 				Unique:  false,
 				Columns: []*schema.Column{PortalSessionsColumns[4]},
+			},
+			{
+				Name:    "portalsession_sso_sid",
+				Unique:  false,
+				Columns: []*schema.Column{PortalSessionsColumns[5]},
 			},
 		},
 	}

@@ -19,6 +19,14 @@ const (
 	FieldCreatedAt = "created_at"
 	// FieldExpiresAt holds the string denoting the expires_at field in the database.
 	FieldExpiresAt = "expires_at"
+	// FieldSSOSid holds the string denoting the sso_sid field in the database.
+	FieldSSOSid = "sso_sid"
+	// FieldRefreshToken holds the string denoting the refresh_token field in the database.
+	FieldRefreshToken = "refresh_token"
+	// FieldSSORoles holds the string denoting the sso_roles field in the database.
+	FieldSSORoles = "sso_roles"
+	// FieldRolesAt holds the string denoting the roles_at field in the database.
+	FieldRolesAt = "roles_at"
 	// Table holds the table name of the portalsession in the database.
 	Table = "portal_sessions"
 )
@@ -30,6 +38,10 @@ var Columns = []string{
 	FieldPrincipal,
 	FieldCreatedAt,
 	FieldExpiresAt,
+	FieldSSOSid,
+	FieldRefreshToken,
+	FieldSSORoles,
+	FieldRolesAt,
 }
 
 // ValidColumn reports if the column name is valid (part of the table columns).
@@ -68,4 +80,19 @@ func ByCreatedAt(opts ...sql.OrderTermOption) OrderOption {
 // ByExpiresAt orders the results by the expires_at field.
 func ByExpiresAt(opts ...sql.OrderTermOption) OrderOption {
 	return sql.OrderByField(FieldExpiresAt, opts...).ToFunc()
+}
+
+// BySSOSid orders the results by the sso_sid field.
+func BySSOSid(opts ...sql.OrderTermOption) OrderOption {
+	return sql.OrderByField(FieldSSOSid, opts...).ToFunc()
+}
+
+// ByRefreshToken orders the results by the refresh_token field.
+func ByRefreshToken(opts ...sql.OrderTermOption) OrderOption {
+	return sql.OrderByField(FieldRefreshToken, opts...).ToFunc()
+}
+
+// ByRolesAt orders the results by the roles_at field.
+func ByRolesAt(opts ...sql.OrderTermOption) OrderOption {
+	return sql.OrderByField(FieldRolesAt, opts...).ToFunc()
 }

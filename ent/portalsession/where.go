@@ -74,6 +74,21 @@ func ExpiresAt(v time.Time) predicate.PortalSession {
 	return predicate.PortalSession(sql.FieldEQ(FieldExpiresAt, v))
 }
 
+// SSOSid applies equality check predicate on the "sso_sid" field. It's identical to SSOSidEQ.
+func SSOSid(v string) predicate.PortalSession {
+	return predicate.PortalSession(sql.FieldEQ(FieldSSOSid, v))
+}
+
+// RefreshToken applies equality check predicate on the "refresh_token" field. It's identical to RefreshTokenEQ.
+func RefreshToken(v string) predicate.PortalSession {
+	return predicate.PortalSession(sql.FieldEQ(FieldRefreshToken, v))
+}
+
+// RolesAt applies equality check predicate on the "roles_at" field. It's identical to RolesAtEQ.
+func RolesAt(v time.Time) predicate.PortalSession {
+	return predicate.PortalSession(sql.FieldEQ(FieldRolesAt, v))
+}
+
 // IDHashEQ applies the EQ predicate on the "id_hash" field.
 func IDHashEQ(v string) predicate.PortalSession {
 	return predicate.PortalSession(sql.FieldEQ(FieldIDHash, v))
@@ -282,6 +297,216 @@ func ExpiresAtLT(v time.Time) predicate.PortalSession {
 // ExpiresAtLTE applies the LTE predicate on the "expires_at" field.
 func ExpiresAtLTE(v time.Time) predicate.PortalSession {
 	return predicate.PortalSession(sql.FieldLTE(FieldExpiresAt, v))
+}
+
+// SSOSidEQ applies the EQ predicate on the "sso_sid" field.
+func SSOSidEQ(v string) predicate.PortalSession {
+	return predicate.PortalSession(sql.FieldEQ(FieldSSOSid, v))
+}
+
+// SSOSidNEQ applies the NEQ predicate on the "sso_sid" field.
+func SSOSidNEQ(v string) predicate.PortalSession {
+	return predicate.PortalSession(sql.FieldNEQ(FieldSSOSid, v))
+}
+
+// SSOSidIn applies the In predicate on the "sso_sid" field.
+func SSOSidIn(vs ...string) predicate.PortalSession {
+	return predicate.PortalSession(sql.FieldIn(FieldSSOSid, vs...))
+}
+
+// SSOSidNotIn applies the NotIn predicate on the "sso_sid" field.
+func SSOSidNotIn(vs ...string) predicate.PortalSession {
+	return predicate.PortalSession(sql.FieldNotIn(FieldSSOSid, vs...))
+}
+
+// SSOSidGT applies the GT predicate on the "sso_sid" field.
+func SSOSidGT(v string) predicate.PortalSession {
+	return predicate.PortalSession(sql.FieldGT(FieldSSOSid, v))
+}
+
+// SSOSidGTE applies the GTE predicate on the "sso_sid" field.
+func SSOSidGTE(v string) predicate.PortalSession {
+	return predicate.PortalSession(sql.FieldGTE(FieldSSOSid, v))
+}
+
+// SSOSidLT applies the LT predicate on the "sso_sid" field.
+func SSOSidLT(v string) predicate.PortalSession {
+	return predicate.PortalSession(sql.FieldLT(FieldSSOSid, v))
+}
+
+// SSOSidLTE applies the LTE predicate on the "sso_sid" field.
+func SSOSidLTE(v string) predicate.PortalSession {
+	return predicate.PortalSession(sql.FieldLTE(FieldSSOSid, v))
+}
+
+// SSOSidContains applies the Contains predicate on the "sso_sid" field.
+func SSOSidContains(v string) predicate.PortalSession {
+	return predicate.PortalSession(sql.FieldContains(FieldSSOSid, v))
+}
+
+// SSOSidHasPrefix applies the HasPrefix predicate on the "sso_sid" field.
+func SSOSidHasPrefix(v string) predicate.PortalSession {
+	return predicate.PortalSession(sql.FieldHasPrefix(FieldSSOSid, v))
+}
+
+// SSOSidHasSuffix applies the HasSuffix predicate on the "sso_sid" field.
+func SSOSidHasSuffix(v string) predicate.PortalSession {
+	return predicate.PortalSession(sql.FieldHasSuffix(FieldSSOSid, v))
+}
+
+// SSOSidIsNil applies the IsNil predicate on the "sso_sid" field.
+func SSOSidIsNil() predicate.PortalSession {
+	return predicate.PortalSession(sql.FieldIsNull(FieldSSOSid))
+}
+
+// SSOSidNotNil applies the NotNil predicate on the "sso_sid" field.
+func SSOSidNotNil() predicate.PortalSession {
+	return predicate.PortalSession(sql.FieldNotNull(FieldSSOSid))
+}
+
+// SSOSidEqualFold applies the EqualFold predicate on the "sso_sid" field.
+func SSOSidEqualFold(v string) predicate.PortalSession {
+	return predicate.PortalSession(sql.FieldEqualFold(FieldSSOSid, v))
+}
+
+// SSOSidContainsFold applies the ContainsFold predicate on the "sso_sid" field.
+func SSOSidContainsFold(v string) predicate.PortalSession {
+	return predicate.PortalSession(sql.FieldContainsFold(FieldSSOSid, v))
+}
+
+// RefreshTokenEQ applies the EQ predicate on the "refresh_token" field.
+func RefreshTokenEQ(v string) predicate.PortalSession {
+	return predicate.PortalSession(sql.FieldEQ(FieldRefreshToken, v))
+}
+
+// RefreshTokenNEQ applies the NEQ predicate on the "refresh_token" field.
+func RefreshTokenNEQ(v string) predicate.PortalSession {
+	return predicate.PortalSession(sql.FieldNEQ(FieldRefreshToken, v))
+}
+
+// RefreshTokenIn applies the In predicate on the "refresh_token" field.
+func RefreshTokenIn(vs ...string) predicate.PortalSession {
+	return predicate.PortalSession(sql.FieldIn(FieldRefreshToken, vs...))
+}
+
+// RefreshTokenNotIn applies the NotIn predicate on the "refresh_token" field.
+func RefreshTokenNotIn(vs ...string) predicate.PortalSession {
+	return predicate.PortalSession(sql.FieldNotIn(FieldRefreshToken, vs...))
+}
+
+// RefreshTokenGT applies the GT predicate on the "refresh_token" field.
+func RefreshTokenGT(v string) predicate.PortalSession {
+	return predicate.PortalSession(sql.FieldGT(FieldRefreshToken, v))
+}
+
+// RefreshTokenGTE applies the GTE predicate on the "refresh_token" field.
+func RefreshTokenGTE(v string) predicate.PortalSession {
+	return predicate.PortalSession(sql.FieldGTE(FieldRefreshToken, v))
+}
+
+// RefreshTokenLT applies the LT predicate on the "refresh_token" field.
+func RefreshTokenLT(v string) predicate.PortalSession {
+	return predicate.PortalSession(sql.FieldLT(FieldRefreshToken, v))
+}
+
+// RefreshTokenLTE applies the LTE predicate on the "refresh_token" field.
+func RefreshTokenLTE(v string) predicate.PortalSession {
+	return predicate.PortalSession(sql.FieldLTE(FieldRefreshToken, v))
+}
+
+// RefreshTokenContains applies the Contains predicate on the "refresh_token" field.
+func RefreshTokenContains(v string) predicate.PortalSession {
+	return predicate.PortalSession(sql.FieldContains(FieldRefreshToken, v))
+}
+
+// RefreshTokenHasPrefix applies the HasPrefix predicate on the "refresh_token" field.
+func RefreshTokenHasPrefix(v string) predicate.PortalSession {
+	return predicate.PortalSession(sql.FieldHasPrefix(FieldRefreshToken, v))
+}
+
+// RefreshTokenHasSuffix applies the HasSuffix predicate on the "refresh_token" field.
+func RefreshTokenHasSuffix(v string) predicate.PortalSession {
+	return predicate.PortalSession(sql.FieldHasSuffix(FieldRefreshToken, v))
+}
+
+// RefreshTokenIsNil applies the IsNil predicate on the "refresh_token" field.
+func RefreshTokenIsNil() predicate.PortalSession {
+	return predicate.PortalSession(sql.FieldIsNull(FieldRefreshToken))
+}
+
+// RefreshTokenNotNil applies the NotNil predicate on the "refresh_token" field.
+func RefreshTokenNotNil() predicate.PortalSession {
+	return predicate.PortalSession(sql.FieldNotNull(FieldRefreshToken))
+}
+
+// RefreshTokenEqualFold applies the EqualFold predicate on the "refresh_token" field.
+func RefreshTokenEqualFold(v string) predicate.PortalSession {
+	return predicate.PortalSession(sql.FieldEqualFold(FieldRefreshToken, v))
+}
+
+// RefreshTokenContainsFold applies the ContainsFold predicate on the "refresh_token" field.
+func RefreshTokenContainsFold(v string) predicate.PortalSession {
+	return predicate.PortalSession(sql.FieldContainsFold(FieldRefreshToken, v))
+}
+
+// SSORolesIsNil applies the IsNil predicate on the "sso_roles" field.
+func SSORolesIsNil() predicate.PortalSession {
+	return predicate.PortalSession(sql.FieldIsNull(FieldSSORoles))
+}
+
+// SSORolesNotNil applies the NotNil predicate on the "sso_roles" field.
+func SSORolesNotNil() predicate.PortalSession {
+	return predicate.PortalSession(sql.FieldNotNull(FieldSSORoles))
+}
+
+// RolesAtEQ applies the EQ predicate on the "roles_at" field.
+func RolesAtEQ(v time.Time) predicate.PortalSession {
+	return predicate.PortalSession(sql.FieldEQ(FieldRolesAt, v))
+}
+
+// RolesAtNEQ applies the NEQ predicate on the "roles_at" field.
+func RolesAtNEQ(v time.Time) predicate.PortalSession {
+	return predicate.PortalSession(sql.FieldNEQ(FieldRolesAt, v))
+}
+
+// RolesAtIn applies the In predicate on the "roles_at" field.
+func RolesAtIn(vs ...time.Time) predicate.PortalSession {
+	return predicate.PortalSession(sql.FieldIn(FieldRolesAt, vs...))
+}
+
+// RolesAtNotIn applies the NotIn predicate on the "roles_at" field.
+func RolesAtNotIn(vs ...time.Time) predicate.PortalSession {
+	return predicate.PortalSession(sql.FieldNotIn(FieldRolesAt, vs...))
+}
+
+// RolesAtGT applies the GT predicate on the "roles_at" field.
+func RolesAtGT(v time.Time) predicate.PortalSession {
+	return predicate.PortalSession(sql.FieldGT(FieldRolesAt, v))
+}
+
+// RolesAtGTE applies the GTE predicate on the "roles_at" field.
+func RolesAtGTE(v time.Time) predicate.PortalSession {
+	return predicate.PortalSession(sql.FieldGTE(FieldRolesAt, v))
+}
+
+// RolesAtLT applies the LT predicate on the "roles_at" field.
+func RolesAtLT(v time.Time) predicate.PortalSession {
+	return predicate.PortalSession(sql.FieldLT(FieldRolesAt, v))
+}
+
+// RolesAtLTE applies the LTE predicate on the "roles_at" field.
+func RolesAtLTE(v time.Time) predicate.PortalSession {
+	return predicate.PortalSession(sql.FieldLTE(FieldRolesAt, v))
+}
+
+// RolesAtIsNil applies the IsNil predicate on the "roles_at" field.
+func RolesAtIsNil() predicate.PortalSession {
+	return predicate.PortalSession(sql.FieldIsNull(FieldRolesAt))
+}
+
+// RolesAtNotNil applies the NotNil predicate on the "roles_at" field.
+func RolesAtNotNil() predicate.PortalSession {
+	return predicate.PortalSession(sql.FieldNotNull(FieldRolesAt))
 }
 
 // And groups predicates with the AND operator between them.

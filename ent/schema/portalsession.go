@@ -20,9 +20,18 @@ func (PortalSession) Fields() []ent.Field {
 		field.String("principal").Immutable(),
 		field.Time("created_at").Immutable(),
 		field.Time("expires_at").Immutable(),
+		// An OpenID sign-in also keeps the provider's session id (sid),
+		// which its back-channel logout names; the refresh token, with
+		// which the roles are read again; and those roles ("system:<role>"
+		// or "project:<id>:<role>") with when they were last read. None
+		// of it goes to the browser.
+		field.String("sso_sid").Optional(),
+		field.String("refresh_token").Optional().Sensitive(),
+		field.Strings("sso_roles").Optional(),
+		field.Time("roles_at").Optional(),
 	}
 }
 
 func (PortalSession) Indexes() []ent.Index {
-	return []ent.Index{index.Fields("principal"), index.Fields("expires_at")}
+	return []ent.Index{index.Fields("principal"), index.Fields("expires_at"), index.Fields("sso_sid")}
 }

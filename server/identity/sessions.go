@@ -4,8 +4,10 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/base64"
+	"strings"
 	"time"
 
+	"github.com/anvilproject/anvil/ent"
 	"github.com/anvilproject/anvil/ent/portalsession"
 )
 
@@ -15,8 +17,10 @@ import (
 func SSOKey(issuer, subject string) string { return "sso|" + issuer + "|" + subject }
 
 // StartSession records a signed-in browser for principal (a local account
-// name or an SSOKey) and returns the secret id its cookie carries.
-func (s *Service) StartSession(ctx context.Context, principal string, lifetime time.Duration) (string, error) {
+// name or an SSOKey) and returns the secret id its cookie carries. An
+// OpenID sign-in passes what its provider said (sso), kept on the server
+// so the roles can be read again and a back-channel logout can find it.
+func (s *Service) StartSession(ctx context.Context, principal string, lifetime time.Duration, sso *SSOUser) (string, error) {
 	raw := make([]byte, 32)
 	_, _ = rand.Read(raw)
 	id := base64.RawURLEncoding.EncodeToString(raw)
@@ -26,19 +30,96 @@ func (s *Service) StartSession(ctx context.Context, principal string, lifetime t
 	if _, err := s.db.PortalSession.Delete().Where(portalsession.ExpiresAtLT(now)).Exec(ctx); err != nil {
 		return "", err
 	}
-	err := s.db.PortalSession.Create().SetIDHash(digest(id)).SetPrincipal(principal).
-		SetCreatedAt(now).SetExpiresAt(now.Add(lifetime)).Exec(ctx)
-	return id, err
+	c := s.db.PortalSession.Create().SetIDHash(digest(id)).SetPrincipal(principal).
+		SetCreatedAt(now).SetExpiresAt(now.Add(lifetime))
+	if sso != nil {
+		c.SetSSOSid(sso.SID).SetRefreshToken(sso.RefreshToken).SetSSORoles(encodeRoles(sso.Assignments)).SetRolesAt(now)
+	}
+	return id, c.Exec(ctx)
 }
 
-// SessionActive reports whether the session id is still on record for
-// principal and has not expired.
-func (s *Service) SessionActive(ctx context.Context, id, principal string) (bool, error) {
+// PortalSession is a signed-in browser's server-side record.
+type PortalSession struct {
+	// RefreshToken, Assignments and RolesAt are an OpenID sign-in's: the
+	// token that reads its roles again, the roles, and when they were read.
+	RefreshToken string
+	Assignments  []Assignment
+	RolesAt      time.Time
+}
+
+// Session returns the record of session id if it is still on record for
+// principal and has not expired, else nil.
+func (s *Service) Session(ctx context.Context, id, principal string) (*PortalSession, error) {
 	if id == "" {
-		return false, nil
+		return nil, nil
 	}
-	return s.db.PortalSession.Query().Where(portalsession.IDHash(digest(id)), portalsession.Principal(principal),
-		portalsession.ExpiresAtGT(time.Now())).Exist(ctx)
+	r, err := s.db.PortalSession.Query().Where(portalsession.IDHash(digest(id)), portalsession.Principal(principal),
+		portalsession.ExpiresAtGT(time.Now())).Only(ctx)
+	if ent.IsNotFound(err) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	return &PortalSession{RefreshToken: r.RefreshToken, Assignments: decodeRoles(r.SSORoles), RolesAt: r.RolesAt}, nil
+}
+
+// RefreshedSSO stores the roles an OpenID session's provider gave again,
+// with the refresh token it gave for next time, provided the record still
+// holds the token used (was): otherwise another request or replica
+// refreshed it meanwhile, or the session ended, and it reports false.
+func (s *Service) RefreshedSSO(ctx context.Context, id, was string, u SSOUser) (bool, error) {
+	n, err := s.db.PortalSession.Update().Where(portalsession.IDHash(digest(id)), portalsession.RefreshToken(was)).
+		SetRefreshToken(u.RefreshToken).SetSSORoles(encodeRoles(u.Assignments)).SetRolesAt(time.Now()).Save(ctx)
+	return n > 0, err
+}
+
+// EndSSOSessions ends the sessions an OpenID provider's back-channel
+// logout names: those of its session sid, else (no sid) every session of
+// subject. A session recorded without a sid (the provider put none in
+// the ID token) ends whenever its subject is named. It returns how many
+// ended.
+func (s *Service) EndSSOSessions(ctx context.Context, issuer, subject, sid string) (int, error) {
+	q := s.db.PortalSession.Delete()
+	switch {
+	case subject != "" && sid != "":
+		q.Where(portalsession.Principal(SSOKey(issuer, subject)),
+			portalsession.Or(portalsession.SSOSid(sid), portalsession.SSOSidIsNil(), portalsession.SSOSid("")))
+	case subject != "":
+		q.Where(portalsession.Principal(SSOKey(issuer, subject)))
+	default:
+		q.Where(portalsession.PrincipalHasPrefix(SSOKey(issuer, "")), portalsession.SSOSid(sid))
+	}
+	n, err := q.Exec(ctx)
+	s.record(ctx, "anvil:session:backchannel-logout", SSOKey(issuer, subject), err, map[string]any{"sid": sid, "sessions": n})
+	return n, err
+}
+
+// Roles are stored as "system:<role>" and "project:<id>:<role>"; both
+// parts were vetted when the provider's groups were read.
+func encodeRoles(as []Assignment) []string {
+	out := []string{}
+	for _, a := range as {
+		if a.System {
+			out = append(out, "system:"+a.Role)
+		} else {
+			out = append(out, "project:"+a.Project+":"+a.Role)
+		}
+	}
+	return out
+}
+
+func decodeRoles(rs []string) []Assignment {
+	var out []Assignment
+	for _, r := range rs {
+		switch p := strings.Split(r, ":"); {
+		case len(p) == 2 && p[0] == "system":
+			out = append(out, Assignment{Scope: Scope{System: true}, Role: p[1]})
+		case len(p) == 3 && p[0] == "project":
+			out = append(out, Assignment{Scope: Scope{Project: p[1]}, Role: p[2]})
+		}
+	}
+	return out
 }
 
 // EndSession ends one session (logout).
@@ -60,6 +141,9 @@ func (s *Service) endSessions(ctx context.Context, name string) error {
 type SSOUser struct {
 	Issuer, Subject, Name string
 	Assignments           []Assignment
+	// SID is the provider's session id (the ID token's sid claim), and
+	// RefreshToken what reads the roles again; both stay on the server.
+	SID, RefreshToken string
 }
 
 // Key is the user's identity; see SSOKey.

@@ -3,8 +3,8 @@ package obs_test
 import (
 	"fmt"
 	"io"
-	"net/netip"
 	"net/http"
+	"net/netip"
 	"regexp"
 	"strings"
 	"sync"

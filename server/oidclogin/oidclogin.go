@@ -7,10 +7,12 @@ package oidclogin
 import (
 	"context"
 	"crypto/subtle"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/coreos/go-oidc/v3/oidc"
 	"golang.org/x/oauth2"
@@ -53,6 +55,15 @@ func New(ctx context.Context, c Config) (*Provider, error) {
 	if err != nil {
 		return nil, fmt.Errorf("oidc discovery at %s: %w", c.Issuer, err)
 	}
+	scopes := []string{oidc.ScopeOpenID, "profile", "email"}
+	// A refresh token is what reads a session's roles again; providers
+	// that list offline_access issue one only when it is asked for.
+	var disc struct {
+		Scopes []string `json:"scopes_supported"`
+	}
+	if p.Claims(&disc) == nil && slices.Contains(disc.Scopes, oidc.ScopeOfflineAccess) {
+		scopes = append(scopes, oidc.ScopeOfflineAccess)
+	}
 	return &Provider{
 		cfg:      c,
 		provider: p,
@@ -61,7 +72,7 @@ func New(ctx context.Context, c Config) (*Provider, error) {
 		verifier: p.Verifier(&oidc.Config{ClientID: c.ClientID}),
 		oauth: oauth2.Config{
 			ClientID: c.ClientID, ClientSecret: c.ClientSecret, RedirectURL: c.RedirectURL,
-			Endpoint: p.Endpoint(), Scopes: []string{oidc.ScopeOpenID, "profile", "email"},
+			Endpoint: p.Endpoint(), Scopes: scopes,
 		},
 	}, nil
 }
@@ -81,6 +92,56 @@ func (p *Provider) Exchange(ctx context.Context, code, verifier, nonce string) (
 	if err != nil {
 		return identity.SSOUser{}, errs.Unauthorized("the identity provider refused the code: %v", err)
 	}
+	return p.identify(ctx, tok, func(idt *oidc.IDToken) error { return checkNonce(idt, nonce) })
+}
+
+// ErrGrantEnded is a refresh the provider refused: the grant was
+// revoked, expired or never given, or what came back is not the same
+// identity. The session it served ends.
+var ErrGrantEnded = errors.New("the identity provider ended the grant")
+
+// Refresh reads u's roles again with the refresh token it holds: a new
+// ID token, verified as at sign-in, must name the same issuer and
+// subject, and the roles are read from its claims (and userinfo) exactly
+// as at sign-in. The returned identity carries the refresh token for next
+// time. An error wrapping ErrGrantEnded means the provider said no; any
+// other, that it could not be asked.
+func (p *Provider) Refresh(ctx context.Context, u identity.SSOUser) (identity.SSOUser, error) {
+	if u.RefreshToken == "" {
+		return identity.SSOUser{}, fmt.Errorf("%w: the provider gave no refresh token", ErrGrantEnded)
+	}
+	// An expired token makes the source refresh at once.
+	tok, err := p.oauth.TokenSource(ctx, &oauth2.Token{RefreshToken: u.RefreshToken, Expiry: time.Unix(1, 0)}).Token()
+	if err != nil {
+		var re *oauth2.RetrieveError
+		if errors.As(err, &re) && re.Response != nil && (re.Response.StatusCode == 400 || re.Response.StatusCode == 401) {
+			return identity.SSOUser{}, fmt.Errorf("%w: %v", ErrGrantEnded, err)
+		}
+		return identity.SSOUser{}, err
+	}
+	fresh, err := p.identify(ctx, tok, func(idt *oidc.IDToken) error {
+		if idt.Issuer != u.Issuer || idt.Subject != u.Subject {
+			return errs.Unauthorized("the refreshed ID token names another identity")
+		}
+		return nil
+	})
+	if err != nil {
+		var e *errs.Error
+		if errors.As(err, &e) {
+			return identity.SSOUser{}, fmt.Errorf("%w: %v", ErrGrantEnded, err)
+		}
+		return identity.SSOUser{}, err
+	}
+	if fresh.SID == "" {
+		fresh.SID = u.SID
+	}
+	return fresh, nil
+}
+
+// identify verifies the ID token tok carries, runs check on it, and reads
+// the user and role assignments from it, or from the userinfo endpoint
+// for claims the token leaves out.
+func (p *Provider) identify(ctx context.Context, tok *oauth2.Token, check func(*oidc.IDToken) error) (identity.SSOUser, error) {
 	raw, _ := tok.Extra("id_token").(string)
 	if raw == "" {
 		return identity.SSOUser{}, errs.Unauthorized("the identity provider returned no ID token")
@@ -89,7 +150,7 @@ func (p *Provider) Exchange(ctx context.Context, code, verifier, nonce string) (
 	if err != nil {
 		return identity.SSOUser{}, errs.Unauthorized("the ID token is not valid: %v", err)
 	}
-	if err := checkNonce(idt, nonce); err != nil {
+	if err := check(idt); err != nil {
 		return identity.SSOUser{}, err
 	}
 	claims := map[string]any{}
@@ -99,7 +160,7 @@ func (p *Provider) Exchange(ctx context.Context, code, verifier, nonce string) (
 	if claims[p.cfg.UserClaim] == nil || claims[p.cfg.GroupsClaim] == nil {
 		ui, err := p.provider.UserInfo(ctx, oauth2.StaticTokenSource(tok))
 		if err != nil {
-			return identity.SSOUser{}, errs.Unauthorized("the userinfo endpoint failed: %v", err)
+			return identity.SSOUser{}, fmt.Errorf("the userinfo endpoint failed: %w", err)
 		}
 		extra := map[string]any{}
 		if err := ui.Claims(&extra); err != nil {
@@ -115,7 +176,42 @@ func (p *Provider) Exchange(ctx context.Context, code, verifier, nonce string) (
 			}
 		}
 	}
-	return p.read(claims, idt), nil
+	u := p.read(claims, idt)
+	u.SID, _ = claims["sid"].(string)
+	u.RefreshToken = tok.RefreshToken
+	return u, nil
+}
+
+// BackchannelLogoutEvent is the events member that makes a JWT an OpenID
+// back-channel logout token.
+const BackchannelLogoutEvent = "http://schemas.openid.net/event/backchannel-logout"
+
+// VerifyLogout checks a back-channel logout token: signed with the
+// provider's keys, for this client, unexpired, with the logout event,
+// naming a subject or a session (sid), and without a nonce, which would
+// make it an ID token in disguise. It returns the issuer, subject and sid.
+func (p *Provider) VerifyLogout(ctx context.Context, raw string) (issuer, subject, sid string, err error) {
+	idt, err := p.verifier.Verify(ctx, raw)
+	if err != nil {
+		return "", "", "", fmt.Errorf("the logout token is not valid: %w", err)
+	}
+	var c struct {
+		Events map[string]json.RawMessage `json:"events"`
+		SID    string                     `json:"sid"`
+		Nonce  *string                    `json:"nonce"`
+	}
+	if err := idt.Claims(&c); err != nil {
+		return "", "", "", fmt.Errorf("the logout token's claims are unreadable: %w", err)
+	}
+	switch {
+	case c.Events[BackchannelLogoutEvent] == nil:
+		return "", "", "", errors.New("the token carries no back-channel logout event")
+	case c.Nonce != nil:
+		return "", "", "", errors.New("a logout token carries no nonce")
+	case idt.Subject == "" && c.SID == "":
+		return "", "", "", errors.New("the logout token names neither a subject nor a session")
+	}
+	return idt.Issuer, idt.Subject, c.SID, nil
 }
 
 // checkNonce ties the ID token to the browser session that started the
