@@ -157,6 +157,12 @@ func New(ctx context.Context, o Options) (*App, error) {
 		o.PolicyDir = "policy.d"
 	}
 	a.Overrides = &override.Manager{DB: db, Enf: enf, Dir: o.PolicyDir, Enabled: o.PolicyOverrideEnabled, Log: o.Log}
+	// Before anything is served: a broken policy.d must not leave the
+	// wider defaults in force.
+	if err := a.Overrides.Start(ctx); err != nil {
+		db.Close()
+		return nil, err
+	}
 	a.Guard = &guard.Guard{Enforcer: enf, Audit: a.Audit}
 	a.Nodes = nodes.New(db, a.Guard)
 	a.IDs = identity.New(db, a.Audit)

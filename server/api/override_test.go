@@ -2,6 +2,8 @@ package api_test
 
 import (
 	"context"
+	"io"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -11,6 +13,7 @@ import (
 	"github.com/anvilproject/anvil/server"
 	"github.com/anvilproject/anvil/server/override"
 	"github.com/anvilproject/anvil/server/servertest"
+	"github.com/anvilproject/anvil/server/store"
 	"github.com/anvilproject/anvil/server/store/storetest"
 )
 
@@ -138,4 +141,66 @@ func TestPolicyDropIn(t *testing.T) {
 	})
 	mustStatus(t, clients["system-reader"].Do(t, "GET", "/v1/conductors", nil), 403)
 	mustStatus(t, admin.Do(t, "GET", "/v1/conductors", nil), 200)
+}
+
+// TestPolicyOverrideBrokenAtStartRefuses: with overrides on, a broken
+// file in policy.d and no stored override to fall back on, the server
+// refuses to start and names the file, instead of serving the wider
+// defaults.
+func TestPolicyOverrideBrokenAtStartRefuses(t *testing.T) {
+	storetest.Each(t, func(t *testing.T, setting string, _ *store.DB) {
+		dir := t.TempDir()
+		for name, body := range map[string]string{
+			"10-narrow.yaml": `"baremetal:node:list": "rule:system_member"`,
+			"20-broken.yaml": `"baremetal:node:get": "rule:"`,
+		} {
+			if err := os.WriteFile(filepath.Join(dir, name), []byte(body), 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+		app, err := server.New(context.Background(), server.Options{Database: setting, PolicyDir: dir, PolicyOverrideEnabled: true,
+			FirmwareDir: t.TempDir(), Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
+		if err == nil {
+			app.Close()
+			t.Fatal("the server started with a broken policy.d and nothing to fall back on")
+		}
+		if !strings.Contains(err.Error(), "20-broken.yaml") || !strings.Contains(err.Error(), "refusing to start") {
+			t.Fatalf("the error does not name the file: %v", err)
+		}
+	})
+}
+
+// TestPolicyOverrideBrokenAtStartKeepsLastGood: a server starting while
+// the newest stored override no longer validates puts the last good one
+// in force, so the rule it narrowed stays narrowed for an owner member,
+// and says so in /readyz.
+func TestPolicyOverrideBrokenAtStartKeepsLastGood(t *testing.T) {
+	storetest.Each(t, func(t *testing.T, setting string, _ *store.DB) {
+		ctx := context.Background()
+		o := server.Options{PolicyOverrideEnabled: true, PolicyDir: filepath.Join(t.TempDir(), "a")}
+		srvA, clients := startLocal(t, setting, o)
+		member := clients["owner-member"]
+		mustStatus(t, member.Do(t, "GET", "/v1/nodes", nil), 200)
+		narrow := override.Files{"10-narrow.yaml": []byte(`"baremetal:node:list": "rule:system_member"`)}
+		if _, err := override.Apply(ctx, srvA.DB, srvA.Audit, narrow, "test"); err != nil {
+			t.Fatal(err)
+		}
+		eventually(t, "the override applied", func() bool { return member.Do(t, "GET", "/v1/nodes", nil).Status == 403 })
+		// A newer revision this binary refuses: written by another
+		// version, or by hand.
+		if err := srvA.DB.PolicyOverride.Create().SetRevision(2).SetUploadedBy("elsewhere").
+			SetFiles(map[string]string{"10-narrow.yaml": `"baremetal:node:list": "rule:"`}).Exec(ctx); err != nil {
+			t.Fatal(err)
+		}
+		o.Database, o.PolicyDir = setting, filepath.Join(t.TempDir(), "b")
+		srvB := servertest.Start(t, o)
+		memberB := srvB.Client()
+		memberB.Header = member.Header
+		mustStatus(t, memberB.Do(t, "GET", "/v1/nodes", nil), 403)
+		if s := readyPolicy(t, memberB); !strings.Contains(s, "PO (broken)") || !strings.Contains(s, "revision 1") {
+			t.Errorf("/readyz policy %q does not say the last good revision is in force", s)
+		}
+		// The running replica keeps it too.
+		mustStatus(t, member.Do(t, "GET", "/v1/nodes", nil), 403)
+	})
 }

@@ -44,6 +44,9 @@ type Manager struct {
 	// change, so a broken directory is not rendered again every poll.
 	refused    string
 	refusedErr error
+	// fallback names the stored revision Start put in force because
+	// policy.d was broken at start-up, until a good set replaces it.
+	fallback string
 }
 
 // Status is the one-line policy state: "" when overrides are disabled,
@@ -57,6 +60,9 @@ func (m *Manager) Status() string {
 
 func (m *Manager) setStatus(s string) {
 	m.mu.Lock()
+	if m.fallback != "" && strings.HasPrefix(s, "PO (broken)") {
+		s += "; in force: " + m.fallback
+	}
 	changed := s != m.status
 	m.status = s
 	m.mu.Unlock()
@@ -91,28 +97,75 @@ func (m *Manager) Run(ctx context.Context, every time.Duration) {
 	}()
 }
 
+// Start applies the policy before the server answers anything, failing
+// closed: when policy.d cannot be applied, the last stored override that
+// validates is put in force (and the status says so); with none, Start
+// returns the error, naming the file, and the server must not start, for
+// the defaults are wider than what the operator meant.
+func (m *Manager) Start(ctx context.Context) error {
+	if !m.Enabled {
+		return nil
+	}
+	broken := m.sync(ctx)
+	if broken == nil {
+		return nil
+	}
+	revs, err := m.DB.PolicyOverride.Query().Order(ent.Desc(policyoverride.FieldRevision)).All(ctx)
+	if err != nil {
+		return fmt.Errorf("policy override: %v; and the stored overrides cannot be read: %w", broken, err)
+	}
+	for _, r := range revs {
+		files := Files{}
+		for k, v := range r.Files {
+			files[k] = []byte(v)
+		}
+		rules, err := Rules(files)
+		if err == nil {
+			err = m.Enf.Reload(rules)
+		}
+		if err != nil {
+			continue
+		}
+		m.mu.Lock()
+		m.fallback = fmt.Sprintf("the last good stored override, revision %d (%s)", r.Revision, strings.Join(files.Names(), ", "))
+		m.mu.Unlock()
+		m.Log.Error("policy override: policy.d is broken at start-up; the last good stored override is in force instead",
+			"dir", m.Dir, "err", broken, "revision", r.Revision)
+		m.setStatus("PO (broken): " + broken.Error())
+		return nil
+	}
+	return fmt.Errorf("policy override: refusing to start: %v (in %s; no stored override validates to fall back on; fix the file, or start without --policy-override-enabled for the defaults)", broken, m.Dir)
+}
+
 // Sync writes a newer stored revision into the directory, then applies
 // the directory if it changed. A failure keeps the policy in force.
 func (m *Manager) Sync(ctx context.Context) {
 	if !m.Enabled {
 		return
 	}
+	_ = m.sync(ctx) // the status says why
+}
+
+// sync is Sync; it returns why the directory's policy is not in force.
+func (m *Manager) sync(ctx context.Context) error {
 	latest, err := m.DB.PolicyOverride.Query().Order(ent.Desc(policyoverride.FieldRevision)).First(ctx)
 	if err != nil && !ent.IsNotFound(err) {
-		m.setStatus("PO (broken): cannot read the stored override: " + err.Error())
-		return
+		err = fmt.Errorf("cannot read the stored override: %w", err)
+		m.setStatus("PO (broken): " + err.Error())
+		return err
 	}
 	if latest != nil && latest.Revision > m.syncedTo {
 		if err := m.writeDir(latest.Files); err != nil {
-			m.setStatus("PO (broken): cannot write " + m.Dir + ": " + err.Error())
-			return
+			err = fmt.Errorf("cannot write %s: %w", m.Dir, err)
+			m.setStatus("PO (broken): " + err.Error())
+			return err
 		}
 		m.syncedTo = latest.Revision
 	}
 	files, err := ReadDir(m.Dir)
 	if err != nil {
 		m.setStatus("PO (broken): " + err.Error())
-		return
+		return err
 	}
 	failed := ""
 	if s, err := m.DB.Setting.Query().Where(setting.Key(failedSetting)).Only(ctx); err == nil {
@@ -120,7 +173,7 @@ func (m *Manager) Sync(ctx context.Context) {
 	}
 	if d := files.Digest(); d == m.refused {
 		m.setStatus("PO (broken): " + m.refusedErr.Error())
-		return
+		return m.refusedErr
 	} else if d != m.applied {
 		m.Log.Info("policy override: validating policy.d", "dir", m.Dir, "files", len(files), "digest", d)
 		rules, err := Rules(files)
@@ -130,9 +183,12 @@ func (m *Manager) Sync(ctx context.Context) {
 		if err != nil {
 			m.refused, m.refusedErr = d, err
 			m.setStatus("PO (broken): " + err.Error())
-			return
+			return err
 		}
 		m.applied, m.refused, m.refusedErr = d, "", nil
+		m.mu.Lock()
+		m.fallback = ""
+		m.mu.Unlock()
 	}
 	switch {
 	case failed != "":
@@ -142,6 +198,7 @@ func (m *Manager) Sync(ctx context.Context) {
 	default:
 		m.setStatus(fmt.Sprintf("PO: %d file(s) in force (%s)", len(files), strings.Join(files.Names(), ", ")))
 	}
+	return nil
 }
 
 // writeDir makes the directory hold exactly files, logging each file it
