@@ -65,8 +65,11 @@ type Options struct {
 	// generated on first start and kept in the database.
 	SessionSecret string
 	// OIDC signs portal users in and verifies bearer JWTs; nil turns
-	// OpenID Connect off.
-	OIDC *oidclogin.Provider
+	// OpenID Connect off. OIDCRolesMaxAge is how long an SSO portal
+	// session acts on its roles before reading them again at the
+	// provider; zero means web.DefaultRolesMaxAge.
+	OIDC            *oidclogin.Provider
+	OIDCRolesMaxAge time.Duration
 	// PolicyDir is the policy.d directory; PolicyOverrideEnabled turns
 	// overrides on (off: the defaults, whatever the directory holds).
 	PolicyDir             string
@@ -206,7 +209,7 @@ func New(ctx context.Context, o Options) (*App, error) {
 		Admin: &web.Admin{DB: db, Audit: a.Audit, Enforcer: enf, Overrides: a.Overrides, Key: web.FormKey(hash)},
 		Ops:   &conductor.Ops{C: a.Cond, Nodes: a.Nodes, Guard: a.Guard, Runbooks: a.Runbooks}}
 	if o.OIDC != nil {
-		a.Portal.SSO = o.OIDC
+		a.Portal.SSO, a.Portal.RolesMaxAge = o.OIDC, o.OIDCRolesMaxAge
 	}
 	a.Fiber = a.routes()
 	return a, nil

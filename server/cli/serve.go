@@ -19,6 +19,7 @@ import (
 	"github.com/anvilproject/anvil/server/nodes"
 	"github.com/anvilproject/anvil/server/oidclogin"
 	"github.com/anvilproject/anvil/server/store"
+	"github.com/anvilproject/anvil/web"
 )
 
 func serveCmd() *cobra.Command {
@@ -40,6 +41,7 @@ func serveCmd() *cobra.Command {
 		gcPct  int
 		fw     firmwareFlags
 		mtok   string
+		rolAge time.Duration
 	)
 	cmd := &cobra.Command{
 		Use:   "serve",
@@ -78,6 +80,9 @@ func serveCmd() *cobra.Command {
 			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGINT, syscall.SIGTERM)
 			defer stop()
+			if rolAge <= 0 || rolAge > web.DefaultRolesMaxAge {
+				return fmt.Errorf("--oidc-roles-max-age %s: give more than 0 and at most %s", rolAge, web.DefaultRolesMaxAge)
+			}
 			var provider *oidclogin.Provider
 			if oc.Issuer != "" {
 				if auth == "none" {
@@ -102,7 +107,7 @@ func serveCmd() *cobra.Command {
 			app, err := server.New(ctx, server.Options{
 				Database: g.database, Pool: pool, AccessLog: access, AuthNone: auth == "none", Log: log, SessionSecret: secret, OIDC: provider, Conductor: cc, PolicyDir: pdir, PolicyOverrideEnabled: penab, ServiceProject: svcp,
 				TrustedProxies: proxy, FirmwareDir: fwo.dir, FirmwareURL: fwo.url, FirmwareMaxBytes: fwo.max,
-				MetricsToken: mtok,
+				MetricsToken: mtok, OIDCRolesMaxAge: rolAge,
 				Bootstrap: func(user, pw string) {
 					// Printed once, on stderr with the log, never stored in clear.
 					fmt.Fprintf(cmd.ErrOrStderr(), "\n  First start: created system admin %q with one-time password:\n\n      %s\n\n  Change it with: anvil user set-password %s --password-stdin\n\n", user, pw, user)
@@ -134,6 +139,7 @@ func serveCmd() *cobra.Command {
 	f.StringVar(&oc.RedirectURL, "oidc-redirect-url", "", "this portal's callback, e.g. https://anvil.example.com/auth/oidc/callback")
 	f.StringVar(&oc.UserClaim, "oidc-user-claim", "preferred_username", "claim naming the user (falls back to sub)")
 	f.StringVar(&oc.GroupsClaim, "oidc-groups-claim", "groups", "claim listing anvil:system:<role> and anvil:project:<id>:<role> entries")
+	f.DurationVar(&rolAge, "oidc-roles-max-age", web.DefaultRolesMaxAge, "how long an SSO portal session acts on the roles its provider gave before refreshing them there (at most the default)")
 	f.StringVar(&cc.Name, "conductor-name", "", "this conductor's name in locks and heartbeats (default host@listen-address; keep it stable across restarts)")
 	f.StringVar(&cc.Group, "conductor-group", "", "the conductor_group whose nodes this conductor serves (Ironic's; the default \"\" serves nodes without a group)")
 	f.DurationVar(&cc.Heartbeat, "heartbeat", 5*time.Second, "how often the conductor reports it is alive")
