@@ -231,3 +231,44 @@ func TestMovedAddressNeverGetsThePassword(t *testing.T) {
 		}
 	})
 }
+
+// TestPatchKeepsGuardedFieldsInPlace: driver_info is shown to the owner
+// only, so an owner member may copy or move inside it but not into a
+// field lessees read, whole or key by key; the lessee sees no BMC address
+// anywhere afterwards.
+func TestPatchKeepsGuardedFieldsInPlace(t *testing.T) {
+	storetest.Each(t, func(t *testing.T, setting string, db *store.DB) {
+		_, clients := startLocal(t, setting)
+		admin, member := clients["system-admin"], clients["owner-member"]
+		const addr, user = "https://192.0.2.77", "bmc-admin-user"
+		id := enrol(t, admin, map[string]any{"driver": "redfish",
+			"driver_info": map[string]any{"redfish_address": addr, "redfish_username": user, "redfish_password": "pw-77"}})
+		for _, patch := range []string{
+			`[{"op":"copy","from":"/driver_info","path":"/extra/di"}]`,
+			`[{"op":"copy","from":"/driver_info/redfish_address","path":"/extra/addr"}]`,
+			`[{"op":"copy","from":"/driver_info/redfish_username","path":"/description"}]`,
+			`[{"op":"copy","from":"/driver_info/redfish_address","path":"/properties/addr"}]`,
+			`[{"op":"copy","from":"/driver_info/redfish_address","path":"/instance_info/addr"}]`,
+			`[{"op":"move","from":"/driver_info/redfish_username","path":"/extra/user"}]`,
+		} {
+			r := member.Do(t, "PATCH", "/v1/nodes/"+id, patch)
+			if r.Status != 400 || !strings.Contains(r.Fault(t), "driver_info") {
+				t.Errorf("%s: %d %s, want a 400 naming driver_info", patch, r.Status, r.Body)
+			}
+			// A lessee may not even read what it would copy.
+			mustStatus(t, clients["lessee-member"].Do(t, "PATCH", "/v1/nodes/"+id, patch), 403)
+		}
+		// Inside driver_info, copy and move stay as they were.
+		mustStatus(t, member.Do(t, "PATCH", "/v1/nodes/"+id, `[{"op":"add","path":"/driver_info/note","value":"n"},{"op":"copy","from":"/driver_info/note","path":"/driver_info/note2"},{"op":"move","from":"/driver_info/note","path":"/driver_info/note3"}]`), 200)
+		if got := storedInfo(t, db, id); got["note2"] != "n" || got["note3"] != "n" || got["redfish_address"] != addr {
+			t.Errorf("copy and move within driver_info: %v", got)
+		}
+		for _, who := range []string{"lessee-reader", "lessee-member"} {
+			for _, path := range []string{"/v1/nodes/" + id, "/v1/nodes/detail", "/v1/nodes/" + id + "/history?detail=true"} {
+				if body := string(clients[who].Do(t, "GET", path, nil).Body); strings.Contains(body, "192.0.2.77") || strings.Contains(body, user) {
+					t.Errorf("%s GET %s shows the BMC address or user: %s", who, path, body)
+				}
+			}
+		}
+	})
+}

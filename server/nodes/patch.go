@@ -114,6 +114,13 @@ func checkOps(ops []PatchOp) error {
 			if isSecretPath(op.From) {
 				return errs.BadRequest(strings.ReplaceAll(strings.TrimPrefix(op.From, "/"), "/", "."), "operation %d: %s holds a secret, which can be replaced or removed but not copied or moved", i, op.From)
 			}
+			// A field not every reader of the node may read stays where it
+			// is: a copy in another field would show it (driver_info's
+			// BMC address and username, say, in extra) to readers its own
+			// read rule keeps out.
+			if from, to := topField(op.From), topField(op.Path); readRules[from] != "" && from != to {
+				return errs.BadRequest(from, "operation %d: %s is shown only to callers granted %s, so it can be copied or moved within %s but not into %s", i, op.From, readRules[from], from, to)
+			}
 		default:
 			return errs.BadRequest("patch", "operation %d has op %q; use add, replace, remove, move, copy or test", i, op.Op)
 		}
