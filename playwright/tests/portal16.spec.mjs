@@ -147,7 +147,10 @@ test('a run on a dead BMC fails with a plain summary; abort, return to manageabl
   await expect(page.getByTestId('provision-state')).toHaveText('manageable', { timeout: 30_000 });
 
   // Now the BMC dies and a run needs it.
-  await api('PATCH', `/v1/nodes/${node.uuid}`, [{ op: 'replace', path: '/driver_info/redfish_address', value: 'https://127.0.0.1:1' }]);
+  // The password goes with the address: Anvil refuses an address change
+  // that would carry the stored one elsewhere.
+  await api('PATCH', `/v1/nodes/${node.uuid}`, [{ op: 'replace', path: '/driver_info/redfish_address', value: 'https://127.0.0.1:1' },
+    { op: 'replace', path: '/driver_info/redfish_password', value: good.redfish_password }]);
   await page.reload();
   await page.getByLabel('Steps (JSON list, run in order)').fill('[{"interface":"power","step":"power_on"}]');
   await page.getByRole('button', { name: 'Start cleaning' }).click();
@@ -163,7 +166,8 @@ test('a run on a dead BMC fails with a plain summary; abort, return to manageabl
 
   // The BMC is back; Retry returns the node to manageable and runs the
   // failed steps again, asking first what it will run.
-  await api('PATCH', `/v1/nodes/${node.uuid}`, [{ op: 'replace', path: '/driver_info/redfish_address', value: good.redfish_address }]);
+  await api('PATCH', `/v1/nodes/${node.uuid}`, [{ op: 'replace', path: '/driver_info/redfish_address', value: good.redfish_address },
+    { op: 'replace', path: '/driver_info/redfish_password', value: good.redfish_password }]);
   let asked = '';
   page.once('dialog', async (d) => { asked = d.message(); await d.accept(); });
   await page.getByRole('button', { name: 'Retry', exact: true }).click();

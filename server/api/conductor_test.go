@@ -239,7 +239,8 @@ func TestIPMINodeThroughAPI(t *testing.T) {
 		patch, want string
 	}{
 		{`[{"op":"replace","path":"/driver_info/ipmi_password","value":"not-the-password"}]`, "refused the credentials"},
-		{`[{"op":"replace","path":"/driver_info/ipmi_port","value":1}]`, "did not answer"},
+		// A port change takes the password with it (see TestSecretsFollowTheirAddress).
+		{fmt.Sprintf(`[{"op":"replace","path":"/driver_info/ipmi_port","value":1},{"op":"replace","path":"/driver_info/ipmi_password","value":%q}]`, bmctest.Password), "did not answer"},
 	} {
 		good := fmt.Sprintf(`[{"op":"replace","path":"/driver_info/ipmi_password","value":%q},{"op":"replace","path":"/driver_info/ipmi_port","value":%d}]`, bmctest.Password, sim.Port)
 		mustStatus(t, admin.Do(t, "PATCH", "/v1/nodes/"+id, good), 200)

@@ -1,15 +1,19 @@
 package api_test
 
 import (
+	"bytes"
 	"context"
 	"fmt"
+	"log/slog"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/anvilproject/anvil/ent/inspectionrule"
 	"github.com/anvilproject/anvil/server/api"
 	"github.com/anvilproject/anvil/server/bmc/bmctest"
+	"github.com/anvilproject/anvil/server/nodes"
 	"github.com/anvilproject/anvil/server/store"
 	"github.com/anvilproject/anvil/server/store/storetest"
 )
@@ -235,3 +239,95 @@ func TestInspectionRulesAfterInspect(t *testing.T) {
 }
 
 func newUUID(i int) string { return fmt.Sprintf("00000000-0000-4000-8000-%012d", i) }
+
+// lockedBuffer is a log sink the server and the test share.
+type lockedBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *lockedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// TestInspectionRulesCannotReadSecrets: rules a system admin creates
+// through the API, run by a real Redfish inspection, see the BMC password
+// only as its mask: copied into extra, logged, used in a condition or in
+// a fail message, it never lands in the node, its history, last_error or
+// the server log, and the stored password is kept.
+func TestInspectionRulesCannotReadSecrets(t *testing.T) {
+	storetest.Each(t, func(t *testing.T, setting string, db *store.DB) {
+		sim := bmctest.StartRedfish(t)
+		logs := &lockedBuffer{}
+		o := bmcOpts
+		o.Log = slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+		_, clients := startLocal(t, setting, o)
+		admin := clients["system-admin"]
+		admin.Version = api.VerInspectionRules.String()
+		id := enrol(t, admin, map[string]any{"name": "secret-rules", "driver": "redfish", "driver_info": sim.DriverInfo("1")})
+		provision(t, admin, id, map[string]any{"target": "manage"}, 202)
+		waitState(t, admin, id, "manageable")
+
+		pw := "{node.driver_info.redfish_password}"
+		leak := "pw=" + bmctest.RedfishPassword
+		op := func(name string, args map[string]any) map[string]any { return map[string]any{"op": name, "args": args} }
+		mustStatus(t, admin.Do(t, "POST", "/v1/inspection_rules", map[string]any{"priority": 90, "actions": []any{
+			op("set-attribute", map[string]any{"path": "/extra/copy", "value": "pw=" + pw}),
+			op("set-attribute", map[string]any{"path": "/extra/all", "value": "{node.driver_info}"}),
+			op("set-attribute", map[string]any{"path": "/properties/pw", "value": "pw=" + pw}),
+			op("log", map[string]any{"msg": "rule log pw=" + pw}),
+		}}), 201)
+		// A condition is no oracle either: the right guess does not match.
+		mustStatus(t, admin.Do(t, "POST", "/v1/inspection_rules", map[string]any{"priority": 80,
+			"conditions": []any{op("eq", map[string]any{"values": []any{pw, bmctest.RedfishPassword}})},
+			"actions":    []any{op("add-trait", map[string]any{"name": "CUSTOM_PASSWORD_GUESSED"})}}), 201)
+
+		provision(t, admin, id, map[string]any{"target": "inspect"}, 202)
+		n := waitState(t, admin, id, "manageable")
+		if n["last_error"] != nil {
+			t.Fatalf("inspection: %v", n["last_error"])
+		}
+		// The rules ran, on the mask.
+		if extra := n["extra"].(map[string]any); extra["copy"] != "pw="+nodes.Masked {
+			t.Errorf("extra/copy %v, want the mask", extra["copy"])
+		}
+		if !strings.Contains(logs.String(), "rule log pw="+nodes.Masked) {
+			t.Errorf("the log action did not run on the mask:\n%s", logs.String())
+		}
+		if r := admin.Do(t, "GET", "/v1/nodes/"+id+"/traits", nil); r.Status != 200 || strings.Contains(string(r.Body), "CUSTOM_PASSWORD_GUESSED") {
+			t.Errorf("a condition read the password: traits %d %s", r.Status, r.Body)
+		}
+
+		// A fail action's message is no way out (in a loop, where it is
+		// formatted): last_error and history.
+		mustStatus(t, admin.Do(t, "POST", "/v1/inspection_rules", map[string]any{"priority": 5,
+			"actions": []any{map[string]any{"op": "fail", "args": map[string]any{"msg": "refused pw=" + pw}, "loop": []any{1}}}}), 201)
+		provision(t, admin, id, map[string]any{"target": "inspect"}, 202)
+		failed := waitState(t, admin, id, "inspect failed")
+		if le, _ := failed["last_error"].(string); !strings.Contains(le, "refused pw="+nodes.Masked) {
+			t.Errorf("last_error %q, want the fail message on the mask", le)
+		}
+
+		for _, who := range []string{"system-admin", "owner-member", "lessee-reader"} {
+			for _, path := range []string{"/v1/nodes/" + id, "/v1/nodes/" + id + "/history?detail=true", "/v1/nodes/" + id + "/traits"} {
+				if body := clients[who].Do(t, "GET", path, nil).Body; strings.Contains(string(body), leak) || strings.Contains(string(body), `"redfish_password":"`+bmctest.RedfishPassword) {
+					t.Errorf("%s GET %s shows the password: %s", who, path, body)
+				}
+			}
+		}
+		if l := logs.String(); strings.Contains(l, leak) || strings.Contains(l, `"redfish_password":"`+bmctest.RedfishPassword) {
+			t.Errorf("the server log holds the password:\n%s", l)
+		}
+		if got := storedInfo(t, db, id)["redfish_password"]; got != bmctest.RedfishPassword {
+			t.Errorf("stored password after the rules: %v", got)
+		}
+	})
+}

@@ -452,7 +452,16 @@ func (a *API) patchNode(c *fiber.Ctx) error {
 			return errs.BadRequest("reset_interfaces", "The reset_interfaces parameter can only be used when changing the node's driver.")
 		}
 	}
-	n, err := a.Nodes.PatchResetting(c.UserContext(), c.Params("node"), c.Body(), allowed, reset)
+	// keep_secrets is Anvil's own: a system-scoped caller may change a
+	// BMC's address or username without resending its password.
+	keep := false
+	if k := c.Query("keep_secrets"); k != "" {
+		var err error
+		if keep, err = strconv.ParseBool(k); err != nil {
+			return errs.BadRequest("keep_secrets", "keep_secrets must be true or false, not %q", k)
+		}
+	}
+	n, err := a.Nodes.PatchWith(c.UserContext(), c.Params("node"), c.Body(), allowed, nodes.PatchOptions{ResetInterfaces: reset, KeepSecrets: keep})
 	if err != nil {
 		return err
 	}

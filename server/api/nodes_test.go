@@ -121,7 +121,7 @@ func TestNodeLifecycle(t *testing.T) {
 			{"op": "replace", "path": "/owner", "value": "proj-a"},
 			{"op": "add", "path": "/lessee", "value": "proj-b"},
 			{"op": "add", "path": "/extra/rack", "value": "r1"},
-			{"op": "replace", "path": "/driver_info/ipmi_address", "value": "192.0.2.11"},
+			{"op": "add", "path": "/driver_info/ipmi_priv_level", "value": "OPERATOR"},
 		}
 		r = c.Do(t, "PATCH", "/v1/nodes/"+id, patch)
 		mustStatus(t, r, 200)
@@ -134,7 +134,7 @@ func TestNodeLifecycle(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if row.DriverInfo["ipmi_password"] != "s3cret" || row.DriverInfo["ipmi_address"] != "192.0.2.11" {
+		if row.DriverInfo["ipmi_password"] != "s3cret" || row.DriverInfo["ipmi_priv_level"] != "OPERATOR" {
 			t.Fatalf("driver_info after patch: %v", row.DriverInfo)
 		}
 

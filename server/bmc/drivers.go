@@ -5,6 +5,7 @@ package bmc
 
 import (
 	"fmt"
+	"maps"
 	"net"
 	"net/netip"
 	"net/url"
@@ -72,6 +73,39 @@ var drivers = map[string][]key{
 		{name: "redfish_verify_ca", kind: kBoolOrPath, desc: "Either a Boolean value or a path to a CA_BUNDLE file. If set to True the driver will verify the host certificates; if False the driver will ignore verifying the SSL certificate. If it's a path the driver will use the specified certificate bundle. Defaults to True. Optional"},
 		{name: "redfish_auth_type", kind: kEnum, values: []string{"auto", "session", "basic"}, desc: `Redfish HTTP client authentication method. Can be "basic", "session" or "auto". Optional`},
 	},
+}
+
+// A binding is a group of driver_info keys that together say where, and
+// as whom, Anvil logs in, and the secrets it sends there. Whoever changes
+// a binding key decides where the stored secret goes next, so the change
+// is taken only with the secret itself (see Bindings).
+type Binding struct {
+	Keys    []string
+	Secrets []string
+}
+
+// bindings lists, per driver, the keys that bind its secrets; an address
+// counts as its whole value, scheme, port and path included. bmclib's
+// keys are listed before Anvil reads them so its driver lands with them
+// already bound.
+var bindings = map[string][]Binding{
+	"redfish": {{Keys: []string{"redfish_address", "redfish_system_id", "redfish_username"}, Secrets: []string{"redfish_password"}}},
+	"ipmi":    {{Keys: []string{"ipmi_address", "ipmi_port", "ipmi_username"}, Secrets: []string{"ipmi_password"}}},
+	"bmclib": {
+		{Keys: []string{"bmclib_address", "bmclib_port", "bmclib_username"}, Secrets: []string{"bmclib_password"}},
+		{Keys: []string{"bmclib_rpc_url"}, Secrets: []string{"bmclib_rpc_secret"}},
+	},
+}
+
+// Bindings returns every driver's bindings, whatever a node's driver:
+// keys of another driver stay stored across a driver change, and the
+// secret they bind must not follow them anywhere either.
+func Bindings() []Binding {
+	var out []Binding
+	for _, d := range slices.Sorted(maps.Keys(bindings)) {
+		out = append(out, bindings[d]...)
+	}
+	return out
 }
 
 // aliases are other names a driver answers to. "fake" is what Anvil

@@ -105,7 +105,10 @@ func newState(n *ent.Node, inv map[string]any, log *slog.Logger) *state {
 		node: map[string]any{
 			"uuid": n.UUID, "name": str(n.Name), "driver": n.Driver, "owner": n.Owner, "lessee": n.Lessee,
 			"provision_state": n.ProvisionState, "properties": clone(n.Properties), "extra": clone(n.Extra),
-			"instance_info": clone(n.InstanceInfo), "driver_info": clone(n.DriverInfo),
+			// Secrets are masked as every API answer masks them: a
+			// condition, a template or a log line can then never read,
+			// copy or probe a BMC password; save puts them back.
+			"instance_info": clone(nodes.MaskInstanceInfo(n.InstanceInfo)), "driver_info": clone(nodes.MaskSecrets(n.DriverInfo)),
 			"resource_class": str(n.ResourceClass), "description": str(n.Description),
 		},
 		traits: ts, inventory: inv, pluginData: map[string]any{}, log: log,
@@ -114,6 +117,12 @@ func newState(n *ent.Node, inv map[string]any, log *slog.Logger) *state {
 
 func (s *state) save(ctx context.Context, tx *ent.Client, n *ent.Node) error {
 	m := func(k string) map[string]any { v, _ := s.node[k].(map[string]any); return v }
+	if err := nodes.Unmask("driver_info", n.DriverInfo, m("driver_info")); err != nil {
+		return err
+	}
+	if err := nodes.Unmask("instance_info", n.InstanceInfo, m("instance_info")); err != nil {
+		return err
+	}
 	u := tx.Node.UpdateOneID(n.ID).SetProperties(m("properties")).SetExtra(m("extra")).
 		SetInstanceInfo(m("instance_info")).SetDriverInfo(m("driver_info"))
 	for _, f := range []struct {

@@ -12,6 +12,7 @@ import (
 
 	"github.com/anvilproject/anvil/ent"
 	"github.com/anvilproject/anvil/ent/node"
+	"github.com/anvilproject/anvil/policies"
 	"github.com/anvilproject/anvil/server/bmc"
 	"github.com/anvilproject/anvil/server/errs"
 	"github.com/anvilproject/anvil/server/history"
@@ -112,6 +113,13 @@ func checkOps(ops []PatchOp) error {
 			}
 			if isSecretPath(op.From) {
 				return errs.BadRequest(strings.ReplaceAll(strings.TrimPrefix(op.From, "/"), "/", "."), "operation %d: %s holds a secret, which can be replaced or removed but not copied or moved", i, op.From)
+			}
+			// A field not every reader of the node may read stays where it
+			// is: a copy in another field would show it (driver_info's
+			// BMC address and username, say, in extra) to readers its own
+			// read rule keeps out.
+			if from, to := topField(op.From), topField(op.Path); readRules[from] != "" && from != to {
+				return errs.BadRequest(from, "operation %d: %s is shown only to callers granted %s, so it can be copied or moved within %s but not into %s", i, op.From, readRules[from], from, to)
 			}
 		default:
 			return errs.BadRequest("patch", "operation %d has op %q; use add, replace, remove, move, copy or test", i, op.Op)
@@ -303,13 +311,24 @@ func patchDoc(n *ent.Node) map[string]any {
 // so concurrent patches serialise instead of overwriting each other.
 // allowed gates fields by API version; it may be nil.
 func (s *Service) Patch(ctx context.Context, ident string, raw []byte, allowed func(field string) error) (*View, error) {
-	return s.PatchResetting(ctx, ident, raw, allowed, false)
+	return s.PatchWith(ctx, ident, raw, allowed, PatchOptions{})
 }
 
-// PatchResetting is Patch with Ironic's reset_interfaces: when the patch
-// changes the driver, every interface it does not name goes back to the
-// new driver's default instead of having to fit it.
-func (s *Service) PatchResetting(ctx context.Context, ident string, raw []byte, allowed func(field string) error, resetInterfaces bool) (*View, error) {
+// PatchOptions are the query parameters of a node PATCH.
+type PatchOptions struct {
+	// ResetInterfaces is Ironic's reset_interfaces: when the patch changes
+	// the driver, every interface it does not name goes back to the new
+	// driver's default instead of having to fit it.
+	ResetInterfaces bool
+	// KeepSecrets is Anvil's keep_secrets, for system scope only: a change
+	// of a BMC's address, port, system or username, or of the driver,
+	// keeps the stored secrets instead of being refused without them
+	// (checkBindings). It is audited.
+	KeepSecrets bool
+}
+
+// PatchWith is Patch with the PATCH's query parameters.
+func (s *Service) PatchWith(ctx context.Context, ident string, raw []byte, allowed func(field string) error, opts PatchOptions) (*View, error) {
 	ops, err := DecodePatch(raw)
 	if err != nil {
 		return nil, err
@@ -319,6 +338,11 @@ func (s *Service) PatchResetting(ctx context.Context, ident string, raw []byte, 
 		return nil, err
 	}
 	if err := s.authorize(ctx, n, ident, append(patchRules(ops), readRulesOf(ops)...)...); err != nil {
+		return nil, err
+	}
+	if p := policies.PrincipalFrom(ctx); opts.KeepSecrets && (p == nil || !p.System) {
+		err := errs.Forbidden("keep_secrets=true is for system-scoped callers only: send the BMC password with the change instead")
+		s.guard.Done(ctx, RuleUpdate, "node", n.UUID, err, map[string]any{"keep_secrets": true})
 		return nil, err
 	}
 	if err := checkOps(ops); err != nil {
@@ -360,7 +384,7 @@ func (s *Service) PatchResetting(ctx context.Context, ident string, raw []byte, 
 		if contains(changed, "owner") && cur.ProvisionState == StateActive && !s.guard.Allowed(ctx, RuleOwnerProvisioned, Target(cur)) {
 			return errs.Conflict("Cannot update owner of node \"%s\" while it is in state \"%s\".", cur.UUID, StateActive)
 		}
-		upd, err := s.validatePatched(cur, after, changed, resetInterfaces)
+		upd, err := s.validatePatched(cur, after, changed, opts)
 		if err != nil {
 			return err
 		}
@@ -379,7 +403,11 @@ func (s *Service) PatchResetting(ctx context.Context, ident string, raw []byte, 
 		return recordTenancy(ctx, tx, cur, after, changed)
 	})
 	if len(changed) > 0 || err != nil {
-		s.guard.Done(ctx, RuleUpdate, "node", n.UUID, err, map[string]any{"changed": changed, "ops": len(ops)})
+		detail := map[string]any{"changed": changed, "ops": len(ops)}
+		if opts.KeepSecrets {
+			detail["keep_secrets"] = true
+		}
+		s.guard.Done(ctx, RuleUpdate, "node", n.UUID, err, detail)
 	}
 	if err != nil {
 		return nil, err
@@ -546,7 +574,7 @@ func (u *nodeUpdate) checkInterfaces(n *ent.Node, after map[string]any, driverCh
 	return nil
 }
 
-func (s *Service) validatePatched(n *ent.Node, after map[string]any, changed []string, resetInterfaces bool) (*nodeUpdate, error) {
+func (s *Service) validatePatched(n *ent.Node, after map[string]any, changed []string, opts PatchOptions) (*nodeUpdate, error) {
 	u := &nodeUpdate{fields: map[string]any{}}
 	optStr := func(f string) (*string, error) {
 		switch v := after[f].(type) {
@@ -657,7 +685,7 @@ func (s *Service) validatePatched(n *ent.Node, after map[string]any, changed []s
 	if err := u.checkFlags(n, after); err != nil {
 		return nil, err
 	}
-	if err := u.checkInterfaces(n, after, contains(changed, "driver"), resetInterfaces); err != nil {
+	if err := u.checkInterfaces(n, after, contains(changed, "driver"), opts.ResetInterfaces); err != nil {
 		return nil, err
 	}
 	if contains(changed, "instance_info") {
@@ -672,6 +700,11 @@ func (s *Service) validatePatched(n *ent.Node, after map[string]any, changed []s
 		info, _ := after["driver_info"].(map[string]any)
 		if info == nil {
 			info = map[string]any{}
+		}
+		if !opts.KeepSecrets {
+			if err := checkBindings(n.Driver, drv, n.DriverInfo, info); err != nil {
+				return nil, err
+			}
 		}
 		if err := keepSecrets("driver_info", n.DriverInfo, info, bmc.IsSecretKey); err != nil {
 			return nil, err

@@ -41,7 +41,7 @@ func FuzzPatch(f *testing.F) {
 			return
 		}
 		changed := diff(patchDoc(base), after)
-		u, err := s.validatePatched(base, after, changed, false)
+		u, err := s.validatePatched(base, after, changed, PatchOptions{})
 		if err != nil {
 			return
 		}

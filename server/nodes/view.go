@@ -230,6 +230,18 @@ func MaskInstanceInfo(info map[string]any) map[string]any {
 
 func isInstanceSecret(k string) bool { return k == "configdrive" || bmc.IsSecretKey(k) }
 
+// Unmask puts the stored secrets back into field (driver_info or
+// instance_info) after code that worked on its masked view, as a patch
+// does; a mask where no secret was stored is refused, since storing it
+// would turn a copied mask into a credential.
+func Unmask(field string, old, info map[string]any) error {
+	secret := bmc.IsSecretKey
+	if field == "instance_info" {
+		secret = isInstanceSecret
+	}
+	return keepSecrets(field, old, info, secret)
+}
+
 var (
 	ipRE    = regexp.MustCompile(`\b(?:\d{1,3}\.){3}\d{1,3}(?::\d+)?\b|\[[0-9a-fA-F:]+\](?::\d+)?`)
 	urlRE   = regexp.MustCompile(`https?://[^\s"']+`)
