@@ -364,6 +364,12 @@ func (s *Service) PatchResetting(ctx context.Context, ident string, raw []byte, 
 		if err != nil {
 			return err
 		}
+		if info, ok := upd.fields["driver_info"].(map[string]any); ok {
+			drv, _ := after["driver"].(string)
+			if err := bmc.CheckPaths(drv, info, cur.DriverInfo, systemScope(ctx)); err != nil {
+				return fieldError(err)
+			}
+		}
 		if contains(changed, "chassis_uuid") {
 			ident, ok := after["chassis_uuid"].(string)
 			if !ok && after["chassis_uuid"] != nil {
