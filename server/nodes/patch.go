@@ -365,8 +365,14 @@ func (s *Service) PatchResetting(ctx context.Context, ident string, raw []byte, 
 			return err
 		}
 		if info, ok := upd.fields["driver_info"].(map[string]any); ok {
+			// A value kept under another driver was never checked as a
+			// path: a new driver's paths all count as given now.
 			drv, _ := after["driver"].(string)
-			if err := bmc.CheckPaths(drv, info, cur.DriverInfo, systemScope(ctx)); err != nil {
+			kept := cur.DriverInfo
+			if bmc.Canonical(drv) != bmc.Canonical(cur.Driver) {
+				kept = nil
+			}
+			if err := bmc.CheckPaths(drv, info, kept, systemScope(ctx)); err != nil {
 				return fieldError(err)
 			}
 		}
