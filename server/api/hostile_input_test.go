@@ -169,6 +169,8 @@ func TestHostileDriverInfo(t *testing.T) {
 		instanceKeys := []string{"boot_iso", "image_source", "capabilities"}
 
 		var pathRefusal string
+		// The walk must reach the conductor, not only bounce off PATCH.
+		accepted, powered := 0, 0
 		for drv, id := range ids {
 			fields := map[string][]string{"driver_info": keys[drv]}
 			if drv == "redfish" {
@@ -195,7 +197,12 @@ func TestHostileDriverInfo(t *testing.T) {
 							(strings.Contains(s, "192.0.2.1") || strings.Contains(s, "10.0.0.1")) && p.Status != 400 {
 							t.Errorf("PATCH %s: %d, want a 400 outside --bmc-networks", what, p.Status)
 						}
-						exercise(t, what, clean, member, lessee, id)
+						if p.Status < 300 {
+							accepted++
+						}
+						if exercise(t, what, clean, member, lessee, id) {
+							powered++
+						}
 						if r := srv.Client().Do(t, "GET", "/healthz", nil); r.Status != 200 {
 							t.Fatalf("after %s the server does not answer: %d", what, r.Status)
 						}
@@ -214,6 +221,11 @@ func TestHostileDriverInfo(t *testing.T) {
 				clean(drv+" history", c.Do(t, "GET", "/v1/nodes/"+id+"/history", nil))
 			}
 		}
+
+		if accepted == 0 || powered == 0 {
+			t.Fatalf("%d hostile values accepted, %d power actions run: the walk tested nothing past PATCH", accepted, powered)
+		}
+		t.Logf("%d hostile values accepted, %d power actions run", accepted, powered)
 
 		// The operator's own rows: a bundle under --bmc-ca-dir is read
 		// and trusted; outside it, a FIFO or over 1 MiB is refused.
@@ -248,8 +260,9 @@ func TestHostileDriverInfo(t *testing.T) {
 }
 
 // exercise asks for a power action, validation and the node, as the
-// owner member and the lessee reader, checking each answer.
-func exercise(t *testing.T, what string, clean func(string, *servertest.Response), member, lessee *servertest.Client, id string) {
+// owner member and the lessee reader, checking each answer; it reports
+// whether the power action was taken.
+func exercise(t *testing.T, what string, clean func(string, *servertest.Response), member, lessee *servertest.Client, id string) bool {
 	t.Helper()
 	pw := member.Do(t, "PUT", "/v1/nodes/"+id+"/states/power", map[string]any{"target": "power on"})
 	clean("power "+what, pw)
@@ -260,6 +273,7 @@ func exercise(t *testing.T, what string, clean func(string, *servertest.Response
 		clean("validate "+what, c.Do(t, "GET", "/v1/nodes/"+id+"/validate", nil))
 		clean("GET "+what, c.Do(t, "GET", "/v1/nodes/"+id, nil))
 	}
+	return pw.Status == 202
 }
 
 // restore puts the node's field back as enrolled, and out of the
