@@ -254,7 +254,7 @@ func (a *App) routes() *fiber.App {
 	app.Get("/healthz", func(c *fiber.Ctx) error { return c.SendString("ok") })
 	app.Get("/readyz", a.readyz)
 	app.Get("/metrics", obs.ScrapeAccess(a.opts.MetricsToken), adaptor.HTTPHandler(promhttp.HandlerFor(a.Metrics.Registry, promhttp.HandlerOpts{})))
-	v1 := app.Group("/v1", api.Negotiate, a.authenticate())
+	v1 := app.Group("/v1", api.Negotiate, a.authenticate(), api.CheckText)
 	if !a.opts.AuthNone {
 		// Before the API: the portal answers GET / for browsers and passes
 		// every other client on to version discovery.

@@ -146,6 +146,9 @@ func serveStatic(c *fiber.Ctx) error {
 // is sent to sign in again and not performed, whatever route it is for.
 // It must still carry that session's token, so a forged one stays refused.
 func (p *Portal) session(c *fiber.Ctx) error {
+	if err := checkText(c); err != nil {
+		return err
+	}
 	sess := p.Sessions.Load(c)
 	c.Locals(sessionLocal, sess)
 	changes := c.Method() != fiber.MethodGet && c.Method() != fiber.MethodHead

@@ -24,6 +24,7 @@ import (
 	"github.com/anvilproject/anvil/server/ports"
 	"github.com/anvilproject/anvil/server/runbooks"
 	"github.com/anvilproject/anvil/server/store"
+	"github.com/anvilproject/anvil/server/validtext"
 	"github.com/anvilproject/anvil/server/volume"
 )
 
@@ -247,4 +248,34 @@ func jsonKind(k string) string {
 		return "a string or null"
 	}
 	return "a number"
+}
+
+// CheckText is middleware for /v1 after authentication: a body whose
+// JSON holds a NUL or invalid UTF-8 anywhere, or such a path or query
+// parameter, is a 400 naming where, before any handler or service reads
+// it (validtext says why). The refusal depends on the request alone, so
+// answering it before the resource is looked up tells nothing about it.
+// A streamed body (a firmware image) is its handler's to read.
+func CheckText(c *fiber.Ctx) error {
+	if err := validtext.String("path", c.Path()); err != nil {
+		return err
+	}
+	var bad error
+	c.Request().URI().QueryArgs().VisitAll(func(k, v []byte) {
+		if bad == nil {
+			if bad = validtext.String("query parameter", string(k)); bad == nil {
+				bad = validtext.String(string(k), string(v))
+			}
+		}
+	})
+	if bad != nil {
+		return bad
+	}
+	if c.Request().IsBodyStream() {
+		return c.Next()
+	}
+	if err := validtext.JSON(c.Body()); err != nil {
+		return err
+	}
+	return c.Next()
 }

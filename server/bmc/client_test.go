@@ -217,7 +217,7 @@ func TestRedfishVerifyCA(t *testing.T) {
 	for _, tc := range []struct {
 		verify any
 		ok     bool
-	}{{nil, false}, {true, false}, {"true", false}, {sim.CA(), true}, {false, true}} {
+	}{{nil, false}, {true, false}, {"true", false}, {sim.CAPEM, true}, {false, true}} {
 		info := sim.DriverInfo("1")
 		if tc.verify == nil {
 			delete(info, "redfish_verify_ca")
@@ -242,6 +242,22 @@ func TestRedfishVerifyCA(t *testing.T) {
 	var fe *bmc.FieldError
 	if _, err := bmc.Open("redfish", "n1", info, fast); !errors.As(err, &fe) || fe.Field != "driver_info/redfish_verify_ca" {
 		t.Fatalf("missing CA bundle: %v", err)
+	}
+	// The simulator's certificate by path: refused while no CA directory
+	// is configured, trusted once its directory is the CA directory.
+	info["redfish_verify_ca"] = sim.CA()
+	if _, err := bmc.Open("redfish", "n1", info, fast); !errors.As(err, &fe) || fe.Field != "driver_info/redfish_verify_ca" {
+		t.Fatalf("CA path without a CA directory: %v", err)
+	}
+	bmc.SetCADir(sim.Dir)
+	defer bmc.SetCADir("")
+	c, err := bmc.Open("redfish", "n1", info, fast)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if _, err := c.PowerState(ctx); err != nil {
+		t.Fatalf("CA path under the CA directory: %v", err)
 	}
 }
 

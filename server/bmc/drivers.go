@@ -70,7 +70,7 @@ var drivers = map[string][]key{
 		{name: "redfish_system_id", kind: kString, desc: "The canonical path to the ComputerSystem resource that the driver will interact with. It should include the root service, version and the unique resource path to a ComputerSystem within the same authority as the redfish_address property. For example: /redfish/v1/Systems/1. This property is only required if target BMC manages more than one ComputerSystem. Otherwise the only available ComputerSystem is picked automatically."},
 		{name: "redfish_username", kind: kString, desc: "User account with admin/server-profile access privilege. Although this property is not mandatory it's highly recommended to set a username. Optional"},
 		{name: "redfish_password", kind: kString, desc: "User account password. Although this property is not mandatory, it's highly recommended to set a password. Optional"},
-		{name: "redfish_verify_ca", kind: kBoolOrPath, desc: "Either a Boolean value or a path to a CA_BUNDLE file. If set to True the driver will verify the host certificates; if False the driver will ignore verifying the SSL certificate. If it's a path the driver will use the specified certificate bundle. Defaults to True. Optional"},
+		{name: "redfish_verify_ca", kind: kBoolOrPath, desc: "Either a Boolean value, a PEM CA bundle, or a path to a CA_BUNDLE file. If set to True the driver will verify the host certificates; if False the driver will ignore verifying the SSL certificate. If it's a PEM bundle or a path the driver will use the specified certificate bundle; a path is accepted from system-scope callers only, under the operator's --bmc-ca-dir. Defaults to True. Optional"},
 		{name: "redfish_auth_type", kind: kEnum, values: []string{"auto", "session", "basic"}, desc: `Redfish HTTP client authentication method. Can be "basic", "session" or "auto". Optional`},
 	},
 }
@@ -206,7 +206,7 @@ func Validate(driver string, info map[string]any) error {
 		}
 	}
 	for k, v := range info {
-		if s, ok := v.(string); ok && len(s) > 4096 {
+		if s, ok := v.(string); ok && len(s) > 4096 && !(isInlinePEM(s) && slices.ContainsFunc(keys, func(x key) bool { return x.name == k && x.kind == kBoolOrPath })) {
 			return fieldErr(k, "driver_info/%s is longer than 4096 characters", k)
 		}
 	}
@@ -235,10 +235,21 @@ func check(k key, v any) error {
 		if _, ok := v.(bool); ok {
 			return nil
 		}
-		if isString && (s == "true" || s == "false" || s == "True" || s == "False" || strings.HasPrefix(s, "/")) {
+		switch {
+		case !isString:
+		case isInlinePEM(s):
+			if len(s) > MaxInlineCABytes {
+				return fieldErr(k.name, "driver_info/%s is a PEM bundle larger than %d bytes", k.name, MaxInlineCABytes)
+			}
+			if _, err := parseCAs([]byte(s)); err != nil {
+				return fieldErr(k.name, "driver_info/%s: the PEM bundle %v", k.name, err)
+			}
+			return nil
+		case strings.EqualFold(s, "true"), strings.EqualFold(s, "false"), strings.HasPrefix(s, "/"):
+			// Who may give a path, and which, is CheckPaths's question.
 			return nil
 		}
-		return fieldErr(k.name, "driver_info/%s must be true, false or a CA bundle path", k.name)
+		return fieldErr(k.name, "driver_info/%s must be true, false or a PEM CA bundle", k.name)
 	}
 	if !isString || strings.TrimSpace(s) == "" {
 		return fieldErr(k.name, "driver_info/%s must be a non-empty string", k.name)

@@ -3,11 +3,9 @@ package bmc
 import (
 	"context"
 	"crypto/tls"
-	"crypto/x509"
 	"errors"
 	"fmt"
 	"net/http"
-	"os"
 	"slices"
 	"strings"
 	"time"
@@ -74,8 +72,11 @@ func openRedfish(info map[string]any, o Options) (*redfishClient, error) {
 }
 
 // tlsConfig reads redfish_verify_ca as Ironic does: true (the default)
-// verifies against the system's CAs, false verifies nothing, a path
-// names a CA bundle.
+// verifies against the system's CAs, false verifies nothing; a PEM
+// bundle, inline or in a file under the operator's CA directory, is
+// what to verify against. The file is checked again here, not only when
+// it was written: it may predate the rules, or the directory may have
+// changed since; whatever is wrong, the answer says nothing about it.
 func tlsConfig(v any) (*tls.Config, error) {
 	switch x := v.(type) {
 	case nil:
@@ -83,23 +84,28 @@ func tlsConfig(v any) (*tls.Config, error) {
 	case bool:
 		return &tls.Config{InsecureSkipVerify: !x}, nil //nolint:gosec // the operator asked for it
 	case string:
-		switch strings.ToLower(x) {
-		case "true":
+		switch {
+		case strings.EqualFold(x, "true"):
 			return &tls.Config{}, nil
-		case "false":
+		case strings.EqualFold(x, "false"):
 			return &tls.Config{InsecureSkipVerify: true}, nil //nolint:gosec // the operator asked for it
+		case isInlinePEM(x):
+			if len(x) > MaxInlineCABytes {
+				return nil, fieldErr("redfish_verify_ca", "driver_info/redfish_verify_ca is a PEM bundle larger than %d bytes", MaxInlineCABytes)
+			}
+			pool, err := parseCAs([]byte(x))
+			if err != nil {
+				return nil, fieldErr("redfish_verify_ca", "driver_info/redfish_verify_ca: the PEM bundle %v", err)
+			}
+			return &tls.Config{RootCAs: pool}, nil
 		}
-		pem, err := os.ReadFile(x)
+		pool, err := loadCAFile(x)
 		if err != nil {
-			return nil, fieldErr("redfish_verify_ca", "driver_info/redfish_verify_ca: cannot read the CA bundle %s on this conductor: %v", x, err)
-		}
-		pool := x509.NewCertPool()
-		if !pool.AppendCertsFromPEM(pem) {
-			return nil, fieldErr("redfish_verify_ca", "driver_info/redfish_verify_ca: %s holds no PEM certificate", x)
+			return nil, caPathRefused("redfish_verify_ca")
 		}
 		return &tls.Config{RootCAs: pool}, nil
 	}
-	return nil, fieldErr("redfish_verify_ca", "driver_info/redfish_verify_ca must be true, false or a CA bundle path")
+	return nil, fieldErr("redfish_verify_ca", "driver_info/redfish_verify_ca must be true, false or a PEM CA bundle")
 }
 
 // do runs fn connected; a session that expired (a BMC reset ends them)

@@ -62,6 +62,9 @@ func serveCmd() *cobra.Command {
 			if cc.BMCNetworks, err = bmc.ParseNetworks(bmcNet); err != nil {
 				return fmt.Errorf("--bmc-networks: %w", err)
 			}
+			if err := bmc.CheckCADir(cc.BMCCADir); err != nil {
+				return fmt.Errorf("--bmc-ca-dir: %w", err)
+			}
 			switch auth {
 			case "none":
 				if err := server.CheckLoopback(listen); err != nil {
@@ -149,6 +152,7 @@ func serveCmd() *cobra.Command {
 	f.DurationVar(&cc.BMC.Timeout, "bmc-timeout", 20*time.Second, "timeout of each BMC call")
 	f.DurationVar(&cc.PowerTimeout, "power-timeout", time.Minute, "how long a power action waits for the BMC to report the new state (Ironic's power_timeout)")
 	f.StringSliceVar(&bmcNet, "bmc-networks", nil, "CIDRs BMC addresses must fall in, checked at enrolment and at every connection (empty: any address)")
+	f.StringVar(&cc.BMCCADir, "bmc-ca-dir", "", "the only directory whose files driver_info/redfish_verify_ca may name, set by system-scope callers only (empty: no path; everyone may give true, false or an inline PEM bundle)")
 	f.StringVar(&pdir, "policy-dir", "policy.d", "directory of policy override files (Ironic's YAML policy format)")
 	f.BoolVar(&penab, "policy-override-enabled", false, "apply policy overrides from --policy-dir and uploads; off means the defaults, whatever the directory holds")
 	f.StringVar(&svcp, "service-project", policies.DefaultServiceProject, "elevated service project: its service-role users act as system members and readers (Ironic's service_project_name)")

@@ -48,6 +48,9 @@ type Config struct {
 	// BMCNetworks is the BMC address allow-list (empty: any); it applies
 	// process-wide, to enrolment as well as to connections.
 	BMCNetworks []netip.Prefix
+	// BMCCADir is the only directory CA bundle paths in driver_info may
+	// name ("": none); process-wide, as BMCNetworks.
+	BMCCADir string
 }
 
 func (c Config) withDefaults() Config {
@@ -99,6 +102,7 @@ type Conductor struct {
 func New(db *store.DB, log *slog.Logger, cfg Config) *Conductor {
 	ctx, cancel := context.WithCancel(context.Background())
 	bmc.SetNetworks(cfg.BMCNetworks)
+	bmc.SetCADir(cfg.BMCCADir)
 	return &Conductor{cfg: cfg.withDefaults(), db: db, log: log, ctx: ctx, cancel: cancel, authFails: map[int]int{}}
 }
 

@@ -388,6 +388,18 @@ func (s *Service) PatchWith(ctx context.Context, ident string, raw []byte, allow
 		if err != nil {
 			return err
 		}
+		if info, ok := upd.fields["driver_info"].(map[string]any); ok {
+			// A value kept under another driver was never checked as a
+			// path: a new driver's paths all count as given now.
+			drv, _ := after["driver"].(string)
+			kept := cur.DriverInfo
+			if bmc.Canonical(drv) != bmc.Canonical(cur.Driver) {
+				kept = nil
+			}
+			if err := bmc.CheckPaths(drv, info, kept, systemScope(ctx)); err != nil {
+				return fieldError(err)
+			}
+		}
 		if contains(changed, "chassis_uuid") {
 			ident, ok := after["chassis_uuid"].(string)
 			if !ok && after["chassis_uuid"] != nil {

@@ -203,6 +203,11 @@ func (s *Service) Create(ctx context.Context, in CreateInput) (*View, error) {
 		s.guard.Done(ctx, RuleCreate, "node", in.UUID, err, nil)
 		return nil, err
 	}
+	if err := bmc.CheckPaths(in.Driver, in.DriverInfo, nil, systemScope(ctx)); err != nil {
+		err = fieldError(err)
+		s.guard.Done(ctx, RuleCreate, "node", in.UUID, err, nil)
+		return nil, err
+	}
 	if in.ParentNode != nil {
 		// A parent the caller cannot see is one that does not exist.
 		p, err := s.Authorized(ctx, *in.ParentNode, RuleGet)
@@ -356,6 +361,13 @@ func ValidateCreate(in *CreateInput) error {
 		in.ProvisionState = StateEnroll
 	}
 	return nil
+}
+
+// systemScope reports whether the caller acts in system scope, where
+// values naming files on the conductor host may be given (bmc.CheckPaths).
+func systemScope(ctx context.Context) bool {
+	p := policies.PrincipalFrom(ctx)
+	return p != nil && p.System
 }
 
 // fieldError turns a driver validation error into a 400 naming its field.

@@ -34,7 +34,9 @@ type Redfish struct {
 	Port    int
 	Dir     string
 	Systems []RedfishSystem
-	lock    *os.File
+	// CAPEM is the simulator's certificate, as an inline PEM bundle.
+	CAPEM string
+	lock  *os.File
 }
 
 // RedfishSystem is one simulated machine.
@@ -197,6 +199,12 @@ func startOn(dir string, port int, env []string) (*Redfish, []byte, error) {
 		return nil, out, fmt.Errorf("emulator exited after start")
 	}
 	r := &Redfish{URL: fmt.Sprintf("https://127.0.0.1:%d", port), Port: port, Dir: dir}
+	ca, err := os.ReadFile(r.CA())
+	if err != nil {
+		_ = exec.Command(simScript(), "stop", dir).Run()
+		return nil, out, err
+	}
+	r.CAPEM = string(ca)
 	for _, m := range systemLine.FindAllStringSubmatch(string(out), -1) {
 		r.Systems = append(r.Systems, RedfishSystem{ID: m[1], Name: m[2], UUID: m[3]})
 	}
@@ -210,10 +218,11 @@ func (r *Redfish) CA() string { return filepath.Join(r.Dir, "bmc.crt") }
 func (r *Redfish) SystemPath(id string) string { return "/redfish/v1/Systems/" + id }
 
 // DriverInfo is a redfish driver_info for system id of this simulator,
-// trusting its certificate by path.
+// trusting its certificate given inline: a path is for system-scope
+// callers under the operator's CA directory only.
 func (r *Redfish) DriverInfo(id string) map[string]any {
 	return map[string]any{"redfish_address": r.URL, "redfish_system_id": r.SystemPath(id),
-		"redfish_username": RedfishUser, "redfish_password": RedfishPassword, "redfish_verify_ca": r.CA()}
+		"redfish_username": RedfishUser, "redfish_password": RedfishPassword, "redfish_verify_ca": r.CAPEM}
 }
 
 // get reads a resource straight from the simulator, bypassing Anvil.
