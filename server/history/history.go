@@ -14,6 +14,7 @@ import (
 	"github.com/anvilproject/anvil/ent/node"
 	"github.com/anvilproject/anvil/policies"
 	"github.com/anvilproject/anvil/server/bmc"
+	"github.com/anvilproject/anvil/server/urlsafe"
 )
 
 // Severities, as Ironic reports them.
@@ -68,6 +69,8 @@ func Record(ctx context.Context, client *ent.Client, e Event) error {
 }
 
 // RecordAll writes events in one statement, for callers that gather many.
+// Any URL an event quotes is kept without its credentials (urlsafe.Text),
+// for every reader, operators included.
 // It also records, as Ironic does, the acting project and each node's
 // provision state, target and time in that state as the events are
 // written, read through client so that a transaction sees its own
@@ -103,7 +106,7 @@ func RecordAll(ctx context.Context, client *ent.Client, events []Event) error {
 		}
 		c := client.NodeEvent.Create().
 			SetUUID(uuid.NewString()).SetNodeID(e.NodeID).SetSeverity(e.Severity).
-			SetEventType(e.Type).SetEvent(e.Message).SetDetail(e.Detail).SetUser(e.User).SetConductor(e.Conductor).
+			SetEventType(e.Type).SetEvent(urlsafe.Text(e.Message)).SetDetail(urlsafe.Text(e.Detail)).SetUser(e.User).SetConductor(e.Conductor).
 			SetState(n.ProvisionState).SetNillableTargetProvisionState(n.TargetProvisionState)
 		if e.BMCError != nil {
 			c.SetBmcError(e.BMCError)
