@@ -185,7 +185,7 @@ func classify(op, where string, err error, secrets []string) *Error {
 		out.Kind, out.Reason = ErrTLS, "signed by an unknown authority; set driver_info/redfish_verify_ca to its CA bundle, or false"
 	case errors.As(err, &invalid), errors.As(err, &verify):
 		out.Kind, out.Reason = ErrTLS, "invalid certificate"
-	case errors.As(err, &recordH):
+	case errors.As(err, &recordH), strings.Contains(err.Error(), plainHTTP):
 		out.Kind, out.Reason = ErrTLS, "the BMC does not speak TLS there; use an http:// address"
 	case errors.Is(err, context.DeadlineExceeded), errors.As(err, &netErr) && netErr.Timeout():
 		out.Reason = "timeout"
@@ -200,6 +200,10 @@ func classify(op, where string, err error, secrets []string) *Error {
 	}
 	return out
 }
+
+// plainHTTP is net/http's error for a TLS handshake answered in plain
+// HTTP; the transport turns the typed record-header error into this text.
+const plainHTTP = "server gave HTTP response to HTTPS client"
 
 // redfishMessage picks the BMC's own words from a Redfish error body;
 // "" when the body is not one (gofish then copies the raw body into
