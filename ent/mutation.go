@@ -13753,6 +13753,8 @@ type NodeEventMutation struct {
 	severity               *string
 	event_type             *string
 	event                  *string
+	detail                 *string
+	bmc_error              *map[string]interface{}
 	user                   *string
 	conductor              *string
 	project                *string
@@ -14080,6 +14082,104 @@ func (m *NodeEventMutation) OldEvent(ctx context.Context) (v string, err error) 
 // ResetEvent resets all changes to the "event" field.
 func (m *NodeEventMutation) ResetEvent() {
 	m.event = nil
+}
+
+// SetDetail sets the "detail" field.
+func (m *NodeEventMutation) SetDetail(s string) {
+	m.detail = &s
+}
+
+// Detail returns the value of the "detail" field in the mutation.
+func (m *NodeEventMutation) Detail() (r string, exists bool) {
+	v := m.detail
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldDetail returns the old "detail" field's value of the NodeEvent entity.
+// If the NodeEvent object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *NodeEventMutation) OldDetail(ctx context.Context) (v string, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldDetail is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldDetail requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldDetail: %w", err)
+	}
+	return oldValue.Detail, nil
+}
+
+// ClearDetail clears the value of the "detail" field.
+func (m *NodeEventMutation) ClearDetail() {
+	m.detail = nil
+	m.clearedFields[nodeevent.FieldDetail] = struct{}{}
+}
+
+// DetailCleared returns if the "detail" field was cleared in this mutation.
+func (m *NodeEventMutation) DetailCleared() bool {
+	_, ok := m.clearedFields[nodeevent.FieldDetail]
+	return ok
+}
+
+// ResetDetail resets all changes to the "detail" field.
+func (m *NodeEventMutation) ResetDetail() {
+	m.detail = nil
+	delete(m.clearedFields, nodeevent.FieldDetail)
+}
+
+// SetBmcError sets the "bmc_error" field.
+func (m *NodeEventMutation) SetBmcError(value map[string]interface{}) {
+	m.bmc_error = &value
+}
+
+// BmcError returns the value of the "bmc_error" field in the mutation.
+func (m *NodeEventMutation) BmcError() (r map[string]interface{}, exists bool) {
+	v := m.bmc_error
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldBmcError returns the old "bmc_error" field's value of the NodeEvent entity.
+// If the NodeEvent object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *NodeEventMutation) OldBmcError(ctx context.Context) (v map[string]interface{}, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldBmcError is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldBmcError requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldBmcError: %w", err)
+	}
+	return oldValue.BmcError, nil
+}
+
+// ClearBmcError clears the value of the "bmc_error" field.
+func (m *NodeEventMutation) ClearBmcError() {
+	m.bmc_error = nil
+	m.clearedFields[nodeevent.FieldBmcError] = struct{}{}
+}
+
+// BmcErrorCleared returns if the "bmc_error" field was cleared in this mutation.
+func (m *NodeEventMutation) BmcErrorCleared() bool {
+	_, ok := m.clearedFields[nodeevent.FieldBmcError]
+	return ok
+}
+
+// ResetBmcError resets all changes to the "bmc_error" field.
+func (m *NodeEventMutation) ResetBmcError() {
+	m.bmc_error = nil
+	delete(m.clearedFields, nodeevent.FieldBmcError)
 }
 
 // SetUser sets the "user" field.
@@ -14458,7 +14558,7 @@ func (m *NodeEventMutation) Type() string {
 // order to get all numeric fields that were incremented/decremented, call
 // AddedFields().
 func (m *NodeEventMutation) Fields() []string {
-	fields := make([]string, 0, 12)
+	fields := make([]string, 0, 14)
 	if m.uuid != nil {
 		fields = append(fields, nodeevent.FieldUUID)
 	}
@@ -14476,6 +14576,12 @@ func (m *NodeEventMutation) Fields() []string {
 	}
 	if m.event != nil {
 		fields = append(fields, nodeevent.FieldEvent)
+	}
+	if m.detail != nil {
+		fields = append(fields, nodeevent.FieldDetail)
+	}
+	if m.bmc_error != nil {
+		fields = append(fields, nodeevent.FieldBmcError)
 	}
 	if m.user != nil {
 		fields = append(fields, nodeevent.FieldUser)
@@ -14515,6 +14621,10 @@ func (m *NodeEventMutation) Field(name string) (ent.Value, bool) {
 		return m.EventType()
 	case nodeevent.FieldEvent:
 		return m.Event()
+	case nodeevent.FieldDetail:
+		return m.Detail()
+	case nodeevent.FieldBmcError:
+		return m.BmcError()
 	case nodeevent.FieldUser:
 		return m.User()
 	case nodeevent.FieldConductor:
@@ -14548,6 +14658,10 @@ func (m *NodeEventMutation) OldField(ctx context.Context, name string) (ent.Valu
 		return m.OldEventType(ctx)
 	case nodeevent.FieldEvent:
 		return m.OldEvent(ctx)
+	case nodeevent.FieldDetail:
+		return m.OldDetail(ctx)
+	case nodeevent.FieldBmcError:
+		return m.OldBmcError(ctx)
 	case nodeevent.FieldUser:
 		return m.OldUser(ctx)
 	case nodeevent.FieldConductor:
@@ -14610,6 +14724,20 @@ func (m *NodeEventMutation) SetField(name string, value ent.Value) error {
 			return fmt.Errorf("unexpected type %T for field %s", value, name)
 		}
 		m.SetEvent(v)
+		return nil
+	case nodeevent.FieldDetail:
+		v, ok := value.(string)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetDetail(v)
+		return nil
+	case nodeevent.FieldBmcError:
+		v, ok := value.(map[string]interface{})
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetBmcError(v)
 		return nil
 	case nodeevent.FieldUser:
 		v, ok := value.(string)
@@ -14698,6 +14826,12 @@ func (m *NodeEventMutation) AddField(name string, value ent.Value) error {
 // mutation.
 func (m *NodeEventMutation) ClearedFields() []string {
 	var fields []string
+	if m.FieldCleared(nodeevent.FieldDetail) {
+		fields = append(fields, nodeevent.FieldDetail)
+	}
+	if m.FieldCleared(nodeevent.FieldBmcError) {
+		fields = append(fields, nodeevent.FieldBmcError)
+	}
 	if m.FieldCleared(nodeevent.FieldUser) {
 		fields = append(fields, nodeevent.FieldUser)
 	}
@@ -14730,6 +14864,12 @@ func (m *NodeEventMutation) FieldCleared(name string) bool {
 // error if the field is not defined in the schema.
 func (m *NodeEventMutation) ClearField(name string) error {
 	switch name {
+	case nodeevent.FieldDetail:
+		m.ClearDetail()
+		return nil
+	case nodeevent.FieldBmcError:
+		m.ClearBmcError()
+		return nil
 	case nodeevent.FieldUser:
 		m.ClearUser()
 		return nil
@@ -14773,6 +14913,12 @@ func (m *NodeEventMutation) ResetField(name string) error {
 		return nil
 	case nodeevent.FieldEvent:
 		m.ResetEvent()
+		return nil
+	case nodeevent.FieldDetail:
+		m.ResetDetail()
+		return nil
+	case nodeevent.FieldBmcError:
+		m.ResetBmcError()
 		return nil
 	case nodeevent.FieldUser:
 		m.ResetUser()

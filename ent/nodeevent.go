@@ -3,6 +3,7 @@
 package ent
 
 import (
+	"encoding/json"
 	"fmt"
 	"strings"
 	"time"
@@ -30,6 +31,10 @@ type NodeEvent struct {
 	EventType string `json:"event_type,omitempty"`
 	// Event holds the value of the "event" field.
 	Event string `json:"event,omitempty"`
+	// Detail holds the value of the "detail" field.
+	Detail string `json:"detail,omitempty"`
+	// BmcError holds the value of the "bmc_error" field.
+	BmcError map[string]interface{} `json:"bmc_error,omitempty"`
 	// User holds the value of the "user" field.
 	User string `json:"user,omitempty"`
 	// Conductor holds the value of the "conductor" field.
@@ -73,9 +78,11 @@ func (*NodeEvent) scanValues(columns []string) ([]any, error) {
 	values := make([]any, len(columns))
 	for i := range columns {
 		switch columns[i] {
+		case nodeevent.FieldBmcError:
+			values[i] = new([]byte)
 		case nodeevent.FieldID, nodeevent.FieldNodeID, nodeevent.FieldDurationSeconds:
 			values[i] = new(sql.NullInt64)
-		case nodeevent.FieldUUID, nodeevent.FieldSeverity, nodeevent.FieldEventType, nodeevent.FieldEvent, nodeevent.FieldUser, nodeevent.FieldConductor, nodeevent.FieldProject, nodeevent.FieldState, nodeevent.FieldTargetProvisionState:
+		case nodeevent.FieldUUID, nodeevent.FieldSeverity, nodeevent.FieldEventType, nodeevent.FieldEvent, nodeevent.FieldDetail, nodeevent.FieldUser, nodeevent.FieldConductor, nodeevent.FieldProject, nodeevent.FieldState, nodeevent.FieldTargetProvisionState:
 			values[i] = new(sql.NullString)
 		case nodeevent.FieldCreatedAt:
 			values[i] = new(sql.NullTime)
@@ -135,6 +142,20 @@ func (_m *NodeEvent) assignValues(columns []string, values []any) error {
 				return fmt.Errorf("unexpected type %T for field event", values[i])
 			} else if value.Valid {
 				_m.Event = value.String
+			}
+		case nodeevent.FieldDetail:
+			if value, ok := values[i].(*sql.NullString); !ok {
+				return fmt.Errorf("unexpected type %T for field detail", values[i])
+			} else if value.Valid {
+				_m.Detail = value.String
+			}
+		case nodeevent.FieldBmcError:
+			if value, ok := values[i].(*[]byte); !ok {
+				return fmt.Errorf("unexpected type %T for field bmc_error", values[i])
+			} else if value != nil && len(*value) > 0 {
+				if err := json.Unmarshal(*value, &_m.BmcError); err != nil {
+					return fmt.Errorf("unmarshal field bmc_error: %w", err)
+				}
 			}
 		case nodeevent.FieldUser:
 			if value, ok := values[i].(*sql.NullString); !ok {
@@ -231,6 +252,12 @@ func (_m *NodeEvent) String() string {
 	builder.WriteString(", ")
 	builder.WriteString("event=")
 	builder.WriteString(_m.Event)
+	builder.WriteString(", ")
+	builder.WriteString("detail=")
+	builder.WriteString(_m.Detail)
+	builder.WriteString(", ")
+	builder.WriteString("bmc_error=")
+	builder.WriteString(fmt.Sprintf("%v", _m.BmcError))
 	builder.WriteString(", ")
 	builder.WriteString("user=")
 	builder.WriteString(_m.User)

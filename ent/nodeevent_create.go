@@ -75,6 +75,26 @@ func (_c *NodeEventCreate) SetEvent(v string) *NodeEventCreate {
 	return _c
 }
 
+// SetDetail sets the "detail" field.
+func (_c *NodeEventCreate) SetDetail(v string) *NodeEventCreate {
+	_c.mutation.SetDetail(v)
+	return _c
+}
+
+// SetNillableDetail sets the "detail" field if the given value is not nil.
+func (_c *NodeEventCreate) SetNillableDetail(v *string) *NodeEventCreate {
+	if v != nil {
+		_c.SetDetail(*v)
+	}
+	return _c
+}
+
+// SetBmcError sets the "bmc_error" field.
+func (_c *NodeEventCreate) SetBmcError(v map[string]interface{}) *NodeEventCreate {
+	_c.mutation.SetBmcError(v)
+	return _c
+}
+
 // SetUser sets the "user" field.
 func (_c *NodeEventCreate) SetUser(v string) *NodeEventCreate {
 	_c.mutation.SetUser(v)
@@ -289,6 +309,14 @@ func (_c *NodeEventCreate) createSpec() (*NodeEvent, *sqlgraph.CreateSpec) {
 		_spec.SetField(nodeevent.FieldEvent, field.TypeString, value)
 		_node.Event = value
 	}
+	if value, ok := _c.mutation.Detail(); ok {
+		_spec.SetField(nodeevent.FieldDetail, field.TypeString, value)
+		_node.Detail = value
+	}
+	if value, ok := _c.mutation.BmcError(); ok {
+		_spec.SetField(nodeevent.FieldBmcError, field.TypeJSON, value)
+		_node.BmcError = value
+	}
 	if value, ok := _c.mutation.User(); ok {
 		_spec.SetField(nodeevent.FieldUser, field.TypeString, value)
 		_node.User = value
@@ -427,6 +455,42 @@ func (u *NodeEventUpsert) SetEvent(v string) *NodeEventUpsert {
 // UpdateEvent sets the "event" field to the value that was provided on create.
 func (u *NodeEventUpsert) UpdateEvent() *NodeEventUpsert {
 	u.SetExcluded(nodeevent.FieldEvent)
+	return u
+}
+
+// SetDetail sets the "detail" field.
+func (u *NodeEventUpsert) SetDetail(v string) *NodeEventUpsert {
+	u.Set(nodeevent.FieldDetail, v)
+	return u
+}
+
+// UpdateDetail sets the "detail" field to the value that was provided on create.
+func (u *NodeEventUpsert) UpdateDetail() *NodeEventUpsert {
+	u.SetExcluded(nodeevent.FieldDetail)
+	return u
+}
+
+// ClearDetail clears the value of the "detail" field.
+func (u *NodeEventUpsert) ClearDetail() *NodeEventUpsert {
+	u.SetNull(nodeevent.FieldDetail)
+	return u
+}
+
+// SetBmcError sets the "bmc_error" field.
+func (u *NodeEventUpsert) SetBmcError(v map[string]interface{}) *NodeEventUpsert {
+	u.Set(nodeevent.FieldBmcError, v)
+	return u
+}
+
+// UpdateBmcError sets the "bmc_error" field to the value that was provided on create.
+func (u *NodeEventUpsert) UpdateBmcError() *NodeEventUpsert {
+	u.SetExcluded(nodeevent.FieldBmcError)
+	return u
+}
+
+// ClearBmcError clears the value of the "bmc_error" field.
+func (u *NodeEventUpsert) ClearBmcError() *NodeEventUpsert {
+	u.SetNull(nodeevent.FieldBmcError)
 	return u
 }
 
@@ -645,6 +709,48 @@ func (u *NodeEventUpsertOne) SetEvent(v string) *NodeEventUpsertOne {
 func (u *NodeEventUpsertOne) UpdateEvent() *NodeEventUpsertOne {
 	return u.Update(func(s *NodeEventUpsert) {
 		s.UpdateEvent()
+	})
+}
+
+// SetDetail sets the "detail" field.
+func (u *NodeEventUpsertOne) SetDetail(v string) *NodeEventUpsertOne {
+	return u.Update(func(s *NodeEventUpsert) {
+		s.SetDetail(v)
+	})
+}
+
+// UpdateDetail sets the "detail" field to the value that was provided on create.
+func (u *NodeEventUpsertOne) UpdateDetail() *NodeEventUpsertOne {
+	return u.Update(func(s *NodeEventUpsert) {
+		s.UpdateDetail()
+	})
+}
+
+// ClearDetail clears the value of the "detail" field.
+func (u *NodeEventUpsertOne) ClearDetail() *NodeEventUpsertOne {
+	return u.Update(func(s *NodeEventUpsert) {
+		s.ClearDetail()
+	})
+}
+
+// SetBmcError sets the "bmc_error" field.
+func (u *NodeEventUpsertOne) SetBmcError(v map[string]interface{}) *NodeEventUpsertOne {
+	return u.Update(func(s *NodeEventUpsert) {
+		s.SetBmcError(v)
+	})
+}
+
+// UpdateBmcError sets the "bmc_error" field to the value that was provided on create.
+func (u *NodeEventUpsertOne) UpdateBmcError() *NodeEventUpsertOne {
+	return u.Update(func(s *NodeEventUpsert) {
+		s.UpdateBmcError()
+	})
+}
+
+// ClearBmcError clears the value of the "bmc_error" field.
+func (u *NodeEventUpsertOne) ClearBmcError() *NodeEventUpsertOne {
+	return u.Update(func(s *NodeEventUpsert) {
+		s.ClearBmcError()
 	})
 }
 
@@ -1048,6 +1154,48 @@ func (u *NodeEventUpsertBulk) SetEvent(v string) *NodeEventUpsertBulk {
 func (u *NodeEventUpsertBulk) UpdateEvent() *NodeEventUpsertBulk {
 	return u.Update(func(s *NodeEventUpsert) {
 		s.UpdateEvent()
+	})
+}
+
+// SetDetail sets the "detail" field.
+func (u *NodeEventUpsertBulk) SetDetail(v string) *NodeEventUpsertBulk {
+	return u.Update(func(s *NodeEventUpsert) {
+		s.SetDetail(v)
+	})
+}
+
+// UpdateDetail sets the "detail" field to the value that was provided on create.
+func (u *NodeEventUpsertBulk) UpdateDetail() *NodeEventUpsertBulk {
+	return u.Update(func(s *NodeEventUpsert) {
+		s.UpdateDetail()
+	})
+}
+
+// ClearDetail clears the value of the "detail" field.
+func (u *NodeEventUpsertBulk) ClearDetail() *NodeEventUpsertBulk {
+	return u.Update(func(s *NodeEventUpsert) {
+		s.ClearDetail()
+	})
+}
+
+// SetBmcError sets the "bmc_error" field.
+func (u *NodeEventUpsertBulk) SetBmcError(v map[string]interface{}) *NodeEventUpsertBulk {
+	return u.Update(func(s *NodeEventUpsert) {
+		s.SetBmcError(v)
+	})
+}
+
+// UpdateBmcError sets the "bmc_error" field to the value that was provided on create.
+func (u *NodeEventUpsertBulk) UpdateBmcError() *NodeEventUpsertBulk {
+	return u.Update(func(s *NodeEventUpsert) {
+		s.UpdateBmcError()
+	})
+}
+
+// ClearBmcError clears the value of the "bmc_error" field.
+func (u *NodeEventUpsertBulk) ClearBmcError() *NodeEventUpsertBulk {
+	return u.Update(func(s *NodeEventUpsert) {
+		s.ClearBmcError()
 	})
 }
 

@@ -85,6 +85,38 @@ func (_u *NodeEventUpdate) SetNillableEvent(v *string) *NodeEventUpdate {
 	return _u
 }
 
+// SetDetail sets the "detail" field.
+func (_u *NodeEventUpdate) SetDetail(v string) *NodeEventUpdate {
+	_u.mutation.SetDetail(v)
+	return _u
+}
+
+// SetNillableDetail sets the "detail" field if the given value is not nil.
+func (_u *NodeEventUpdate) SetNillableDetail(v *string) *NodeEventUpdate {
+	if v != nil {
+		_u.SetDetail(*v)
+	}
+	return _u
+}
+
+// ClearDetail clears the value of the "detail" field.
+func (_u *NodeEventUpdate) ClearDetail() *NodeEventUpdate {
+	_u.mutation.ClearDetail()
+	return _u
+}
+
+// SetBmcError sets the "bmc_error" field.
+func (_u *NodeEventUpdate) SetBmcError(v map[string]interface{}) *NodeEventUpdate {
+	_u.mutation.SetBmcError(v)
+	return _u
+}
+
+// ClearBmcError clears the value of the "bmc_error" field.
+func (_u *NodeEventUpdate) ClearBmcError() *NodeEventUpdate {
+	_u.mutation.ClearBmcError()
+	return _u
+}
+
 // SetUser sets the "user" field.
 func (_u *NodeEventUpdate) SetUser(v string) *NodeEventUpdate {
 	_u.mutation.SetUser(v)
@@ -295,6 +327,18 @@ func (_u *NodeEventUpdate) sqlSave(ctx context.Context) (_node int, err error) {
 	if value, ok := _u.mutation.Event(); ok {
 		_spec.SetField(nodeevent.FieldEvent, field.TypeString, value)
 	}
+	if value, ok := _u.mutation.Detail(); ok {
+		_spec.SetField(nodeevent.FieldDetail, field.TypeString, value)
+	}
+	if _u.mutation.DetailCleared() {
+		_spec.ClearField(nodeevent.FieldDetail, field.TypeString)
+	}
+	if value, ok := _u.mutation.BmcError(); ok {
+		_spec.SetField(nodeevent.FieldBmcError, field.TypeJSON, value)
+	}
+	if _u.mutation.BmcErrorCleared() {
+		_spec.ClearField(nodeevent.FieldBmcError, field.TypeJSON)
+	}
 	if value, ok := _u.mutation.User(); ok {
 		_spec.SetField(nodeevent.FieldUser, field.TypeString, value)
 	}
@@ -438,6 +482,38 @@ func (_u *NodeEventUpdateOne) SetNillableEvent(v *string) *NodeEventUpdateOne {
 	if v != nil {
 		_u.SetEvent(*v)
 	}
+	return _u
+}
+
+// SetDetail sets the "detail" field.
+func (_u *NodeEventUpdateOne) SetDetail(v string) *NodeEventUpdateOne {
+	_u.mutation.SetDetail(v)
+	return _u
+}
+
+// SetNillableDetail sets the "detail" field if the given value is not nil.
+func (_u *NodeEventUpdateOne) SetNillableDetail(v *string) *NodeEventUpdateOne {
+	if v != nil {
+		_u.SetDetail(*v)
+	}
+	return _u
+}
+
+// ClearDetail clears the value of the "detail" field.
+func (_u *NodeEventUpdateOne) ClearDetail() *NodeEventUpdateOne {
+	_u.mutation.ClearDetail()
+	return _u
+}
+
+// SetBmcError sets the "bmc_error" field.
+func (_u *NodeEventUpdateOne) SetBmcError(v map[string]interface{}) *NodeEventUpdateOne {
+	_u.mutation.SetBmcError(v)
+	return _u
+}
+
+// ClearBmcError clears the value of the "bmc_error" field.
+func (_u *NodeEventUpdateOne) ClearBmcError() *NodeEventUpdateOne {
+	_u.mutation.ClearBmcError()
 	return _u
 }
 
@@ -680,6 +756,18 @@ func (_u *NodeEventUpdateOne) sqlSave(ctx context.Context) (_node *NodeEvent, er
 	}
 	if value, ok := _u.mutation.Event(); ok {
 		_spec.SetField(nodeevent.FieldEvent, field.TypeString, value)
+	}
+	if value, ok := _u.mutation.Detail(); ok {
+		_spec.SetField(nodeevent.FieldDetail, field.TypeString, value)
+	}
+	if _u.mutation.DetailCleared() {
+		_spec.ClearField(nodeevent.FieldDetail, field.TypeString)
+	}
+	if value, ok := _u.mutation.BmcError(); ok {
+		_spec.SetField(nodeevent.FieldBmcError, field.TypeJSON, value)
+	}
+	if _u.mutation.BmcErrorCleared() {
+		_spec.ClearField(nodeevent.FieldBmcError, field.TypeJSON)
 	}
 	if value, ok := _u.mutation.User(); ok {
 		_spec.SetField(nodeevent.FieldUser, field.TypeString, value)

@@ -17,6 +17,7 @@ import (
 	"github.com/anvilproject/anvil/server/conductor"
 	"github.com/anvilproject/anvil/server/nodes"
 	"github.com/anvilproject/anvil/server/ports"
+	"github.com/anvilproject/anvil/server/urlsafe"
 	"github.com/anvilproject/anvil/views"
 )
 
@@ -88,12 +89,14 @@ func (p *Portal) machine(ctx context.Context, v *nodes.View) (views.Machine, err
 		m.SecureBoot = map[bool]string{true: "on", false: "off"}[*v.SecureBoot]
 	}
 	// Virtual media and indicators are what the BMC last reported or
-	// accepted, as the conductor kept them in driver_internal_info.
+	// accepted, as the conductor kept them in driver_internal_info; an
+	// image's URL is shown without credentials, which copies kept before
+	// the conductor stripped them may still hold.
 	if p.Guard.Allowed(ctx, conductor.RuleVMediaGet, t) {
 		if s, ok := conductor.StoredVMedia(n.DriverInternalInfo); ok {
 			m.VMediaKnown, m.VMediaAt = true, s.At
 			for _, d := range s.Devices {
-				m.VMedia = append(m.VMedia, views.VMediaRow{Device: d.Device, Image: d.Image, Since: d.Since})
+				m.VMedia = append(m.VMedia, views.VMediaRow{Device: d.Device, Image: urlsafe.Strip(d.Image), Since: d.Since})
 			}
 		}
 	} else {

@@ -221,7 +221,7 @@ func section(t *testing.T, page, id string) string {
 func TestHardwareVMediaAndIndicators(t *testing.T) {
 	iso := servertest.ServeISO(t)
 	secret := strings.Replace(iso, "http://", "http://anvil:s3cret-pw@", 1)
-	shown := strings.Replace(iso, "http://", "http://anvil@", 1)
+	shown := strings.Replace(iso, "http://", "http://***@", 1)
 	storetest.Each(t, func(t *testing.T, setting string, _ *store.DB) {
 		sim := bmctest.StartRedfish(t)
 		pdir := t.TempDir()

@@ -427,6 +427,8 @@ var (
 		{Name: "severity", Type: field.TypeString, Default: "INFO"},
 		{Name: "event_type", Type: field.TypeString, Size: 255},
 		{Name: "event", Type: field.TypeString, Size: 2147483647},
+		{Name: "detail", Type: field.TypeString, Nullable: true, Size: 2147483647},
+		{Name: "bmc_error", Type: field.TypeJSON, Nullable: true},
 		{Name: "user", Type: field.TypeString, Nullable: true},
 		{Name: "conductor", Type: field.TypeString, Nullable: true},
 		{Name: "project", Type: field.TypeString, Nullable: true},
@@ -443,7 +445,7 @@ var (
 		ForeignKeys: []*schema.ForeignKey{
 			{
 				Symbol:     "node_events_nodes_events",
-				Columns:    []*schema.Column{NodeEventsColumns[12]},
+				Columns:    []*schema.Column{NodeEventsColumns[14]},
 				RefColumns: []*schema.Column{NodesColumns[0]},
 				OnDelete:   schema.Cascade,
 			},
@@ -452,7 +454,7 @@ var (
 			{
 				Name:    "nodeevent_node_id_created_at",
 				Unique:  false,
-				Columns: []*schema.Column{NodeEventsColumns[12], NodeEventsColumns[2]},
+				Columns: []*schema.Column{NodeEventsColumns[14], NodeEventsColumns[2]},
 			},
 		},
 	}

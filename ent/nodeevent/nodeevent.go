@@ -26,6 +26,10 @@ const (
 	FieldEventType = "event_type"
 	// FieldEvent holds the string denoting the event field in the database.
 	FieldEvent = "event"
+	// FieldDetail holds the string denoting the detail field in the database.
+	FieldDetail = "detail"
+	// FieldBmcError holds the string denoting the bmc_error field in the database.
+	FieldBmcError = "bmc_error"
 	// FieldUser holds the string denoting the user field in the database.
 	FieldUser = "user"
 	// FieldConductor holds the string denoting the conductor field in the database.
@@ -60,6 +64,8 @@ var Columns = []string{
 	FieldSeverity,
 	FieldEventType,
 	FieldEvent,
+	FieldDetail,
+	FieldBmcError,
 	FieldUser,
 	FieldConductor,
 	FieldProject,
@@ -125,6 +131,11 @@ func ByEventType(opts ...sql.OrderTermOption) OrderOption {
 // ByEvent orders the results by the event field.
 func ByEvent(opts ...sql.OrderTermOption) OrderOption {
 	return sql.OrderByField(FieldEvent, opts...).ToFunc()
+}
+
+// ByDetail orders the results by the detail field.
+func ByDetail(opts ...sql.OrderTermOption) OrderOption {
+	return sql.OrderByField(FieldDetail, opts...).ToFunc()
 }
 
 // ByUser orders the results by the user field.

@@ -85,6 +85,11 @@ func Event(v string) predicate.NodeEvent {
 	return predicate.NodeEvent(sql.FieldEQ(FieldEvent, v))
 }
 
+// Detail applies equality check predicate on the "detail" field. It's identical to DetailEQ.
+func Detail(v string) predicate.NodeEvent {
+	return predicate.NodeEvent(sql.FieldEQ(FieldDetail, v))
+}
+
 // User applies equality check predicate on the "user" field. It's identical to UserEQ.
 func User(v string) predicate.NodeEvent {
 	return predicate.NodeEvent(sql.FieldEQ(FieldUser, v))
@@ -433,6 +438,91 @@ func EventEqualFold(v string) predicate.NodeEvent {
 // EventContainsFold applies the ContainsFold predicate on the "event" field.
 func EventContainsFold(v string) predicate.NodeEvent {
 	return predicate.NodeEvent(sql.FieldContainsFold(FieldEvent, v))
+}
+
+// DetailEQ applies the EQ predicate on the "detail" field.
+func DetailEQ(v string) predicate.NodeEvent {
+	return predicate.NodeEvent(sql.FieldEQ(FieldDetail, v))
+}
+
+// DetailNEQ applies the NEQ predicate on the "detail" field.
+func DetailNEQ(v string) predicate.NodeEvent {
+	return predicate.NodeEvent(sql.FieldNEQ(FieldDetail, v))
+}
+
+// DetailIn applies the In predicate on the "detail" field.
+func DetailIn(vs ...string) predicate.NodeEvent {
+	return predicate.NodeEvent(sql.FieldIn(FieldDetail, vs...))
+}
+
+// DetailNotIn applies the NotIn predicate on the "detail" field.
+func DetailNotIn(vs ...string) predicate.NodeEvent {
+	return predicate.NodeEvent(sql.FieldNotIn(FieldDetail, vs...))
+}
+
+// DetailGT applies the GT predicate on the "detail" field.
+func DetailGT(v string) predicate.NodeEvent {
+	return predicate.NodeEvent(sql.FieldGT(FieldDetail, v))
+}
+
+// DetailGTE applies the GTE predicate on the "detail" field.
+func DetailGTE(v string) predicate.NodeEvent {
+	return predicate.NodeEvent(sql.FieldGTE(FieldDetail, v))
+}
+
+// DetailLT applies the LT predicate on the "detail" field.
+func DetailLT(v string) predicate.NodeEvent {
+	return predicate.NodeEvent(sql.FieldLT(FieldDetail, v))
+}
+
+// DetailLTE applies the LTE predicate on the "detail" field.
+func DetailLTE(v string) predicate.NodeEvent {
+	return predicate.NodeEvent(sql.FieldLTE(FieldDetail, v))
+}
+
+// DetailContains applies the Contains predicate on the "detail" field.
+func DetailContains(v string) predicate.NodeEvent {
+	return predicate.NodeEvent(sql.FieldContains(FieldDetail, v))
+}
+
+// DetailHasPrefix applies the HasPrefix predicate on the "detail" field.
+func DetailHasPrefix(v string) predicate.NodeEvent {
+	return predicate.NodeEvent(sql.FieldHasPrefix(FieldDetail, v))
+}
+
+// DetailHasSuffix applies the HasSuffix predicate on the "detail" field.
+func DetailHasSuffix(v string) predicate.NodeEvent {
+	return predicate.NodeEvent(sql.FieldHasSuffix(FieldDetail, v))
+}
+
+// DetailIsNil applies the IsNil predicate on the "detail" field.
+func DetailIsNil() predicate.NodeEvent {
+	return predicate.NodeEvent(sql.FieldIsNull(FieldDetail))
+}
+
+// DetailNotNil applies the NotNil predicate on the "detail" field.
+func DetailNotNil() predicate.NodeEvent {
+	return predicate.NodeEvent(sql.FieldNotNull(FieldDetail))
+}
+
+// DetailEqualFold applies the EqualFold predicate on the "detail" field.
+func DetailEqualFold(v string) predicate.NodeEvent {
+	return predicate.NodeEvent(sql.FieldEqualFold(FieldDetail, v))
+}
+
+// DetailContainsFold applies the ContainsFold predicate on the "detail" field.
+func DetailContainsFold(v string) predicate.NodeEvent {
+	return predicate.NodeEvent(sql.FieldContainsFold(FieldDetail, v))
+}
+
+// BmcErrorIsNil applies the IsNil predicate on the "bmc_error" field.
+func BmcErrorIsNil() predicate.NodeEvent {
+	return predicate.NodeEvent(sql.FieldIsNull(FieldBmcError))
+}
+
+// BmcErrorNotNil applies the NotNil predicate on the "bmc_error" field.
+func BmcErrorNotNil() predicate.NodeEvent {
+	return predicate.NodeEvent(sql.FieldNotNull(FieldBmcError))
 }
 
 // UserEQ applies the EQ predicate on the "user" field.

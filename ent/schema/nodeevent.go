@@ -20,7 +20,15 @@ func (NodeEvent) Fields() []ent.Field {
 		field.Time("created_at").Default(time.Now).Immutable(),
 		field.String("severity").Default("INFO"),
 		field.String("event_type").MaxLen(255),
+		// event is what every reader of the node may see; detail is the
+		// raw text behind a failure (the BMC's answer, its address, the
+		// dial error), for system-scope readers only. Keeping them apart
+		// hides detail by construction rather than by scrubbing text.
 		field.Text("event"),
+		field.Text("detail").Optional(),
+		// bmc_error classifies a BMC failure in fixed words (bmc.Class:
+		// kind, reason, status), so pages need not read the text.
+		field.JSON("bmc_error", map[string]any{}).Optional(),
 		field.String("user").Optional(),
 		field.String("conductor").Optional(),
 		// The acting project (Ironic 1.113) and the node's provision state,

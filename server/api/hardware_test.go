@@ -411,11 +411,12 @@ func TestFirmwareOverRedfish(t *testing.T) {
 			t.Errorf("no history event with the old and new versions")
 		}
 
-		// A task ending in an exception fails the step with its message.
+		// A task ending in an exception fails the step; the BMC's own
+		// message goes to the history detail, for operators.
 		provision(t, admin, id, map[string]any{"target": "clean", "clean_steps": steps(step("firmware", "update", map[string]any{"settings": []any{
 			map[string]any{"component": "bios", "url": "http://127.0.0.1:9/fail.bin"}}}))}, 202)
 		n := waitState(t, admin, id, "clean failed")
-		if le, _ := n["last_error"].(string); !strings.Contains(le, "Step firmware.update failed: the BMC's bios firmware update ended in Exception") {
+		if le, _ := n["last_error"].(string); !strings.Contains(le, "Step firmware.update failed: the BMC answered with an error: the firmware update ended in Exception") {
 			t.Errorf("failed update: last_error %q", le)
 		}
 		if v := sim.Resource(t, sim.SystemPath("1"))["BiosVersion"]; v != "1.1.0" {

@@ -22,7 +22,7 @@ import (
 func TestHardwareStateStored(t *testing.T) {
 	iso := servertest.ServeISO(t)
 	secret := strings.Replace(iso, "http://", "http://anvil:s3cret-pw@", 1)
-	shown := strings.Replace(iso, "http://", "http://anvil@", 1)
+	shown := strings.Replace(iso, "http://", "http://***@", 1)
 	storetest.Each(t, func(t *testing.T, setting string, _ *store.DB) {
 		sim := bmctest.StartRedfish(t)
 		_, clients := startLocal(t, setting, bmcOpts)

@@ -110,7 +110,7 @@ func TestRAIDOverRedfish(t *testing.T) {
 		// The simulator has no DELETE on volumes.
 		provision(t, admin, id, map[string]any{"target": "clean", "clean_steps": steps(step("raid", "delete_configuration", nil))}, 202)
 		n = waitState(t, admin, id, "clean failed")
-		if want := "Step raid.delete_configuration failed: the operation is not supported by this BMC: 405 Method Not Allowed: The method is not allowed for the requested URL."; n["last_error"] != want {
+		if want := "Step raid.delete_configuration failed: the operation is not supported by this BMC (HTTP 405 from the BMC)"; n["last_error"] != want {
 			t.Errorf("delete_configuration last_error %q, want %q", n["last_error"], want)
 		}
 		if !reflect.DeepEqual(n["raid_config"], raid) {

@@ -246,7 +246,7 @@ func TestProjectCallersSeeNoDialErrors(t *testing.T) {
 			t.Fatalf("project caller's boot device error: %d %s", b.Status, b.Body)
 		}
 		ev, err := db.NodeEvent.Query().Where(nodeevent.EventHasPrefix("Power on failed")).Only(context.Background())
-		if err != nil || !strings.Contains(ev.Event, "127.0.0.1:1") {
+		if err != nil || strings.Contains(ev.Event, "127.0.0.1:1") || !strings.Contains(ev.Detail, "127.0.0.1:1") {
 			t.Fatalf("history keeps the detail for operators: %v %v", ev, err)
 		}
 	})

@@ -11,6 +11,7 @@ import (
 
 	"github.com/anvilproject/anvil/ent"
 	"github.com/anvilproject/anvil/server/errs"
+	"github.com/anvilproject/anvil/server/urlsafe"
 )
 
 // Request is the request-scoped information an audit row carries; the
@@ -98,6 +99,8 @@ func (l *Log) AllowedRow(ctx context.Context, rule, targetType, targetID string,
 }
 
 // create logs e and returns its row for db (a client or a transaction's).
+// The detail is kept without the credentials of any URL it quotes (an
+// image's, a firmware update's): the audit log is no place for them.
 func (l *Log) create(ctx context.Context, db *ent.Client, e Entry) *ent.AuditEventCreate {
 	req := RequestFrom(ctx)
 	user, project, scope := principalOf(ctx)
@@ -109,5 +112,5 @@ func (l *Log) create(ctx context.Context, db *ent.Client, e Entry) *ent.AuditEve
 		SetRequestID(req.ID).SetMethod(req.Method).SetPath(req.Path).
 		SetUser(user).SetProject(project).SetScope(scope).
 		SetRule(e.Rule).SetTargetType(e.TargetType).SetTargetID(e.TargetID).
-		SetResult(e.Result).SetStatus(e.Status).SetDetail(e.Detail)
+		SetResult(e.Result).SetStatus(e.Status).SetDetail(urlsafe.StripMap(e.Detail))
 }

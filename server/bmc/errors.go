@@ -32,16 +32,23 @@ var (
 	ErrNetwork = errors.New("the BMC address is outside the allowed BMC networks")
 )
 
-// Error is a classified BMC failure. Summary carries no address, dial
-// error or BMC text an untrusted reader could learn the network from;
-// Error() adds them for operators.
+// Error is a classified BMC failure. Summary carries only Anvil's own
+// words: no address, dial error, nor any text the other end sent, since
+// a BMC address may name any host and whoever set it must not read that
+// host through the node. Error() adds them for operators.
 type Error struct {
 	Op     string // "setting power on"
 	Kind   error  // one of the Err* kinds above
 	Where  string // host:port
-	Reason string // short word shown with the kind: "unreachable", "timeout"
-	// Message is what the BMC said (ErrBMC), safe for the summary.
+	Reason string // short fixed words shown with the kind: "unreachable", "timeout"
+	// Status is the HTTP status the BMC answered with, 0 for none.
+	Status int
+	// Message is Anvil's own wording of what went wrong, safe for the
+	// summary; never text the BMC sent.
 	Message string
+	// Said is what the BMC (or whatever answered) said, credentials
+	// masked: for operators only.
+	Said string
 	// Detail is the underlying error text, credentials masked.
 	Detail string
 	// Tries and Timeout are, for a BMC that did not answer, how many
@@ -57,6 +64,9 @@ func (e *Error) Error() string {
 		s += " at " + e.Where
 	}
 	s += ": " + e.summary()
+	if e.Said != "" {
+		s += ": " + e.Said
+	}
 	if e.Detail != "" {
 		s += " (" + e.Detail + ")"
 	}
@@ -69,6 +79,9 @@ func (e *Error) summary() string {
 	s := e.Kind.Error()
 	if e.Message != "" {
 		s += ": " + e.Message
+	}
+	if e.Status != 0 {
+		s += fmt.Sprintf(" (HTTP %d from the BMC)", e.Status)
 	}
 	if e.Reason != "" {
 		s += " (" + e.Reason + ")"
@@ -92,6 +105,30 @@ func Summary(err error) string {
 		return e.summary()
 	}
 	return err.Error()
+}
+
+// Class is a BMC failure's kind for programs: history keeps it beside
+// the summary, so pages tell failures apart without reading the text.
+// It holds only Anvil's fixed words and the HTTP status.
+type Class struct {
+	Kind   string `json:"kind"`
+	Reason string `json:"reason,omitempty"`
+	Status int    `json:"status,omitempty"`
+}
+
+// kindNames are the Class kinds of the Err* kinds.
+var kindNames = map[error]string{
+	ErrAuth: "auth", ErrUnreachable: "unreachable", ErrTLS: "tls", ErrBMC: "bmc",
+	ErrUnsupported: "unsupported", ErrPowerTimeout: "power_timeout", ErrNetwork: "network",
+}
+
+// ClassOf is err's class when it is a BMC failure.
+func ClassOf(err error) (Class, bool) {
+	var e *Error
+	if !errors.As(err, &e) {
+		return Class{}, false
+	}
+	return Class{Kind: kindNames[e.Kind], Reason: e.Reason, Status: e.Status}, true
 }
 
 // Retryable reports whether trying again could help: only a BMC that did
@@ -124,25 +161,23 @@ func classify(op, where string, err error, secrets []string) *Error {
 	case errors.Is(err, ErrNetwork):
 		out.Kind = ErrNetwork
 	case errors.As(err, &rf) && rf.HTTPReturnedStatusCode != 0:
-		msg := redfishMessage(rf)
-		switch rf.HTTPReturnedStatusCode {
+		out.Status = rf.HTTPReturnedStatusCode
+		switch out.Status {
 		case 401, 403:
 			out.Kind = ErrAuth
 		case 404, 405, 501:
 			out.Kind = ErrUnsupported
 		default:
 			out.Kind = ErrBMC
-			msg = strings.TrimSpace(fmt.Sprintf("HTTP %d %s", rf.HTTPReturnedStatusCode, msg))
 		}
-		if out.Kind != ErrAuth {
-			out.Message = truncate(mask(msg, secrets), 200)
-		}
+		// What answered is kept for operators only, a Redfish message as
+		// much as any other body: a BMC address pointed at some other
+		// service must not read that service through the summary.
 		out.Detail = ""
-		if redfishMessage(rf) == "" {
-			// Not a Redfish error body: whatever answered is kept for
-			// operators only, so a BMC address pointed at some other
-			// service cannot read that service through the summary.
-			out.Detail = truncate(mask(strings.Join(strings.Fields(rf.Error()), " "), secrets), 300)
+		if msg := redfishMessage(rf); msg != "" {
+			out.Said = truncate(mask(msg, secrets), 200)
+		} else {
+			out.Said = truncate(mask(strings.Join(strings.Fields(rf.Error()), " "), secrets), 300)
 		}
 	case errors.As(err, &hostname):
 		out.Kind, out.Reason = ErrTLS, "issued for another name"
@@ -150,7 +185,7 @@ func classify(op, where string, err error, secrets []string) *Error {
 		out.Kind, out.Reason = ErrTLS, "signed by an unknown authority; set driver_info/redfish_verify_ca to its CA bundle, or false"
 	case errors.As(err, &invalid), errors.As(err, &verify):
 		out.Kind, out.Reason = ErrTLS, "invalid certificate"
-	case errors.As(err, &recordH):
+	case errors.As(err, &recordH), strings.Contains(err.Error(), plainHTTP):
 		out.Kind, out.Reason = ErrTLS, "the BMC does not speak TLS there; use an http:// address"
 	case errors.Is(err, context.DeadlineExceeded), errors.As(err, &netErr) && netErr.Timeout():
 		out.Reason = "timeout"
@@ -161,10 +196,14 @@ func classify(op, where string, err error, secrets []string) *Error {
 	default:
 		// The BMC answered something nobody understood: say so rather
 		// than claim it was silent.
-		out.Kind, out.Message = ErrBMC, "unexpected answer"
+		out.Kind, out.Reason = ErrBMC, "unexpected answer"
 	}
 	return out
 }
+
+// plainHTTP is net/http's error for a TLS handshake answered in plain
+// HTTP; the transport turns the typed record-header error into this text.
+const plainHTTP = "server gave HTTP response to HTTPS client"
 
 // redfishMessage picks the BMC's own words from a Redfish error body;
 // "" when the body is not one (gofish then copies the raw body into

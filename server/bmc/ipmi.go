@@ -3,7 +3,6 @@ package bmc
 import (
 	"context"
 	"errors"
-	"fmt"
 	"net"
 	"os"
 	"os/exec"
@@ -94,7 +93,7 @@ func (c *ipmiClient) explain(out string, err error) error {
 			e.Kind, e.Reason = ErrUnreachable, "unreachable"
 		}
 	default:
-		e.Kind, e.Message = ErrBMC, truncate(mask(out, c.secrets), 200)
+		e.Kind, e.Said = ErrBMC, truncate(mask(out, c.secrets), 200)
 		e.Detail = ""
 	}
 	return e
@@ -129,7 +128,8 @@ func (c *ipmiClient) PowerState(ctx context.Context) (string, error) {
 	case strings.HasSuffix(low, "is on"):
 		return PowerOn, nil
 	}
-	return "", &Error{Op: "reading power state", Where: c.where, Kind: ErrBMC, Message: fmt.Sprintf("unexpected answer %q", truncate(out, 80))}
+	return "", &Error{Op: "reading power state", Where: c.where, Kind: ErrBMC, Reason: "unexpected answer",
+		Said: truncate(mask(out, c.secrets), 80)}
 }
 
 func (c *ipmiClient) SetPower(ctx context.Context, target string) error {

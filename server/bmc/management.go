@@ -192,7 +192,7 @@ func (c *ipmiClient) SetIndicator(ctx context.Context, component, id, state stri
 func (c *ipmiClient) InjectNMI(ctx context.Context) error {
 	_, err := c.run(ctx, "injecting an NMI", "chassis", "power", "diag")
 	var e *Error
-	if errors.As(err, &e) && e.Kind == ErrBMC && strings.Contains(strings.ToLower(e.Message), "invalid data field") {
+	if errors.As(err, &e) && e.Kind == ErrBMC && strings.Contains(strings.ToLower(e.Said), "invalid data field") {
 		// The BMC's word for a chassis control it does not implement.
 		e.Kind, e.Reason = ErrUnsupported, "the BMC has no diagnostic interrupt"
 	}

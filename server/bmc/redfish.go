@@ -187,7 +187,7 @@ func (c *redfishClient) findSystem(api *gofish.APIClient) (string, error) {
 			ids = append(ids, s.ODataID)
 		}
 		return "", &Error{Op: "finding the system", Where: c.where, Kind: ErrBMC,
-			Message: fmt.Sprintf("the BMC has %d systems (%s); set driver_info/redfish_system_id", len(systems), strings.Join(ids, ", "))}
+			Message: fmt.Sprintf("the BMC has %d systems; set driver_info/redfish_system_id", len(systems)), Said: strings.Join(ids, ", ")}
 	}
 	return systems[0].ODataID, nil
 }

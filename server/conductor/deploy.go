@@ -191,7 +191,7 @@ func (c *Conductor) tearDown(n *ent.Node, who string) {
 	if err != nil {
 		// Ironic's provisioning error handler: a tear down that fails
 		// leaves the node in error, from which it may be undeployed again.
-		ev.Severity, ev.Message = history.Error, "Tear down failed: "+err.Error()
+		ev.Failed("Tear down failed: ", err)
 		upd := c.db.Node.UpdateOneID(n.ID).SetProvisionState(nodes.StateError).ClearTargetProvisionState().
 			SetProvisionUpdatedAt(time.Now()).SetLastError("Tear down failed: " + bmc.Summary(err))
 		if err := upd.Exec(ctx); err != nil {

@@ -3,13 +3,13 @@ package conductor
 import (
 	"context"
 	"encoding/json"
-	"net/url"
 	"time"
 
 	"entgo.io/ent/dialect"
 
 	"github.com/anvilproject/anvil/ent"
 	"github.com/anvilproject/anvil/server/bmc"
+	"github.com/anvilproject/anvil/server/urlsafe"
 )
 
 // Keys of driver_internal_info under which the conductor keeps what a BMC
@@ -92,25 +92,6 @@ func decodeInternal(info map[string]any, key string, out any) bool {
 	return json.Unmarshal(raw, out) == nil
 }
 
-// ShownURL is an image URL without the password its userinfo may carry:
-// it is stored, shown and audited, and the BMC alone needs the password.
-// A URL that does not parse is withheld whole, since where its password
-// is cannot be told.
-func ShownURL(raw string) string {
-	u, err := url.Parse(raw)
-	if err != nil {
-		return "(unparsable URL withheld)"
-	}
-	if _, has := u.User.Password(); has {
-		name := u.User.Username()
-		u.User = nil
-		if name != "" {
-			u.User = url.User(name)
-		}
-	}
-	return u.String()
-}
-
 // setInternal sets one key of the node's driver_internal_info in place,
 // leaving the others as they are: a run's abort request, written while
 // the run holds the lock, must survive it. holder is the conductor whose
@@ -162,7 +143,7 @@ func (c *Conductor) vmediaChanged(ctx context.Context, db *ent.Client, n *ent.No
 	}
 	if image != "" {
 		for _, d := range devices {
-			s.Devices = append(s.Devices, VMediaDevice{Device: d, Image: ShownURL(image), Since: now})
+			s.Devices = append(s.Devices, VMediaDevice{Device: d, Image: urlsafe.Strip(image), Since: now})
 		}
 	}
 	if err := c.setInternal(ctx, db, n.ID, c.cfg.Name, InternalVMedia, s); err != nil {
@@ -183,7 +164,7 @@ func (c *Conductor) vmediaRead(ctx context.Context, id int, old map[string]any, 
 		if !v.Inserted {
 			continue
 		}
-		d := VMediaDevice{Device: v.Device, Image: ShownURL(v.Image), Since: now}
+		d := VMediaDevice{Device: v.Device, Image: urlsafe.Strip(v.Image), Since: now}
 		for _, p := range prev.Devices {
 			if p.Device == d.Device && p.Image == d.Image {
 				d.Since = p.Since

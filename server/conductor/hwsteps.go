@@ -248,13 +248,16 @@ func (c *Conductor) updateFirmware(ctx context.Context, n *ent.Node, fw bmc.Firm
 				return err
 			}
 			if t.Failed() {
-				return fmt.Errorf("the BMC's %s firmware update ended in %s: %s", component, t.State, t.Message)
+				// The task's message is the BMC's own text: operators'.
+				return &bmc.Error{Op: "updating " + component + " firmware", Kind: bmc.ErrBMC,
+					Message: "the firmware update ended in " + t.State, Said: t.Message}
 			}
 			if t.Done() {
 				break
 			}
 			if time.Now().After(deadline) {
-				return fmt.Errorf("the BMC's %s firmware update was still %s (%d%%) after %s", component, t.State, t.Percent, wait)
+				return &bmc.Error{Op: "updating " + component + " firmware", Kind: bmc.ErrBMC,
+					Message: fmt.Sprintf("the firmware update was not done (%d%%) after %s", t.Percent, wait), Said: "task state " + t.State}
 			}
 			select {
 			case <-c.ctx.Done():

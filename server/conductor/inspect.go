@@ -53,7 +53,7 @@ func (c *Conductor) inspect(n *ent.Node, who string) {
 	upd := c.db.Node.UpdateOneID(n.ID).ClearTargetProvisionState().SetProvisionUpdatedAt(time.Now())
 	if err != nil {
 		upd.SetProvisionState(StateInspectFailed).SetLastError("Inspection failed: " + bmc.Summary(err))
-		ev.Severity, ev.Message = history.Error, fmt.Sprintf("Inspection failed: %v", err)
+		ev.Failed("Inspection failed: ", err)
 	} else {
 		upd.SetProvisionState(nodes.StateManageable)
 		ev.Message = fmt.Sprintf("Inspected: %d CPUs (%s), %d MiB RAM, %d disks, %d NICs; node is manageable",

@@ -130,7 +130,7 @@ func (o *Ops) changeBootMode(ctx context.Context, n *ent.Node, done string, chan
 		ev := history.Event{NodeID: n.ID, Type: "management", User: who, Conductor: c.cfg.Name, Message: done}
 		if err != nil {
 			upd.SetLastError(done + " failed: " + bmc.Summary(err))
-			ev.Severity, ev.Message = history.Error, done+" failed: "+err.Error()
+			ev.Failed(done+" failed: ", err)
 		} else {
 			upd.ClearLastError()
 		}

@@ -173,7 +173,7 @@ func (o *Ops) SetPowerWithin(ctx context.Context, ident, target string, timeout 
 		ev := history.Event{NodeID: n.ID, Type: "power", User: who, Conductor: c.cfg.Name}
 		if err != nil {
 			upd.SetLastError(powerFailed(target, bmc.Summary(err)))
-			ev.Severity, ev.Message = history.Error, powerFailed(target, err.Error())
+			ev.Failed(powerFailed(target, ""), err)
 		} else {
 			upd.SetPowerState(final).ClearLastError()
 			ev.Message = strings.ToUpper(target[:1]) + target[1:] + " done; the BMC reports " + final
@@ -190,7 +190,8 @@ func (o *Ops) SetPowerWithin(ctx context.Context, ident, target string, timeout 
 
 // powerFailed words a failed power action. last_error gets the kind of
 // failure only (bmc.Summary), without the BMC's address or dial error,
-// since any reader of the node may see it; history keeps the detail.
+// since any reader of the node may see it; history keeps the detail
+// apart (history.Event.Failed).
 func powerFailed(target, why string) string {
 	return strings.ToUpper(target[:1]) + target[1:] + " failed: " + why
 }
@@ -557,7 +558,7 @@ func (c *Conductor) verify(n *ent.Node, tr transition, who string) {
 	if err != nil {
 		back := failedState[tr.via]
 		upd.SetProvisionState(back).SetLastError("Failed to verify the BMC: " + bmc.Summary(err))
-		ev.Severity, ev.Message = history.Error, fmt.Sprintf("%s failed; back to %s: %v", tr.via, back, err)
+		ev.Failed(fmt.Sprintf("%s failed; back to %s: ", tr.via, back), err)
 	} else {
 		upd.SetProvisionState(tr.to).SetPowerState(st)
 		ev.Message = fmt.Sprintf("BMC verified (power is %s); node is %s", st, tr.to)

@@ -126,18 +126,19 @@ func (c *Conductor) runSteps(n *ent.Node, run string, steps []Step, who string, 
 		carry.events = append(carry.events, ev)
 		settle(commit(func(u *ent.NodeUpdate) { set(u); u.ClearReservation() }, map[string]any{}))
 	}
-	// failWith records msg as last_error and msg plus detail in history:
-	// a BMC's address and dial error stay out of last_error.
-	failWith := func(msg, detail string) {
-		ev := msg
-		if detail != "" {
-			ev += " (" + detail + ")"
+	// failWith records msg as last_error and as the event; ev, when
+	// not nil, is the event instead (a BMC failure's, whose detail only
+	// system-scope readers see).
+	failWith := func(msg string, ev *history.Event) {
+		e := event(history.Error, msg)
+		if ev != nil {
+			e = *ev
 		}
 		end(func(u *ent.NodeUpdate) {
 			u.SetProvisionState(ph.failed).ClearTargetProvisionState().SetLastError(msg).SetProvisionUpdatedAt(time.Now())
-		}, event(history.Error, ev))
+		}, e)
 	}
-	fail := func(msg string) { failWith(msg, "") }
+	fail := func(msg string) { failWith(msg, nil) }
 	if why := unsupported(n.Driver, steps); why != "" {
 		fail(why)
 		return
@@ -184,11 +185,9 @@ func (c *Conductor) runSteps(n *ent.Node, run string, steps []Step, who string, 
 			fail(fmt.Sprintf("Conductor %s shut down during step %s; run the remaining steps again.", c.cfg.Name, st.Name()))
 			return
 		case err != nil:
-			detail := ""
-			if bmc.Summary(err) != err.Error() {
-				detail = err.Error()
-			}
-			failWith(fmt.Sprintf("Step %s failed: %s", st.Name(), bmc.Summary(err)), detail)
+			ev := event(history.Error, "")
+			ev.Failed(fmt.Sprintf("Step %s failed: ", st.Name()), err)
+			failWith(ev.Message, &ev)
 			return
 		}
 		carry.power = power

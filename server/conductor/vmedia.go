@@ -7,10 +7,13 @@ import (
 	"strings"
 
 	"github.com/anvilproject/anvil/ent"
+	"github.com/anvilproject/anvil/policies"
 	"github.com/anvilproject/anvil/server/bmc"
 	"github.com/anvilproject/anvil/server/errs"
 	"github.com/anvilproject/anvil/server/history"
+	"github.com/anvilproject/anvil/server/nodes"
 	"github.com/anvilproject/anvil/server/store"
+	"github.com/anvilproject/anvil/server/urlsafe"
 )
 
 // Virtual media rules, as Ironic names them.
@@ -55,6 +58,13 @@ func (o *Ops) VirtualMedia(ctx context.Context, ident string) ([]bmc.VMedia, err
 	if err := o.C.vmediaRead(ctx, n.ID, n.DriverInternalInfo, list); err != nil {
 		o.C.log.Error("recording virtual media", "node", n.UUID, "err", err)
 	}
+	// The BMC reports an image's URL as it was inserted, credentials
+	// and all: for system admins only.
+	if !nodes.SeesURLs(policies.PrincipalFrom(ctx)) {
+		for i := range list {
+			list[i].Image = urlsafe.Strip(list[i].Image)
+		}
+	}
 	return list, nil
 }
 
@@ -67,10 +77,10 @@ func (o *Ops) AttachVirtualMedia(ctx context.Context, ident, device, url string)
 		return err
 	}
 	defer func() {
-		o.Guard.Done(ctx, RuleVMediaAttach, "node", n.UUID, err, map[string]any{"device_type": device, "image_url": ShownURL(url)})
+		o.Guard.Done(ctx, RuleVMediaAttach, "node", n.UUID, err, map[string]any{"device_type": device, "image_url": urlsafe.Strip(url)})
 	}()
 	return o.withVMedia(ctx, n, "attaching virtual media", []string{device}, url, func(vm bmc.VirtualMedia) (string, error) {
-		return fmt.Sprintf("Virtual media %s attached: %s", device, ShownURL(url)), vm.InsertMedia(ctx, device, url)
+		return fmt.Sprintf("Virtual media %s attached: %s", device, urlsafe.Strip(url)), vm.InsertMedia(ctx, device, url)
 	})
 }
 

@@ -13,6 +13,8 @@ import (
 	"github.com/anvilproject/anvil/ent"
 	"github.com/anvilproject/anvil/ent/node"
 	"github.com/anvilproject/anvil/policies"
+	"github.com/anvilproject/anvil/server/bmc"
+	"github.com/anvilproject/anvil/server/urlsafe"
 )
 
 // Severities, as Ironic reports them.
@@ -24,15 +26,41 @@ const (
 
 // Event is one history entry about a node.
 type Event struct {
-	NodeID    int
-	Severity  string
-	Type      string // e.g. "provisioning", "maintenance", "power", "step"
-	Message   string
+	NodeID   int
+	Severity string
+	Type     string // e.g. "provisioning", "maintenance", "power", "step"
+	Message  string
+	// Detail is the raw text behind a failure, for system-scope readers
+	// only; BMCError classifies a BMC failure (see Failed).
+	Detail    string
+	BMCError  map[string]any
 	User      string
 	Conductor string
 	// Project is the acting project; when empty, the one of the context
 	// the event is recorded with.
 	Project string
+}
+
+// Failed makes e an error event saying msg and err's summary, which any
+// reader of the node may see; err's whole text, the BMC's address and
+// answer included, becomes the detail only system-scope readers see, and
+// a BMC failure's class is kept beside them.
+func (e *Event) Failed(msg string, err error) {
+	e.Severity = Error
+	sum := bmc.Summary(err)
+	e.Message = msg + sum
+	if full := err.Error(); full != sum {
+		e.Detail = full
+	}
+	if c, ok := bmc.ClassOf(err); ok {
+		e.BMCError = map[string]any{"kind": c.Kind}
+		if c.Reason != "" {
+			e.BMCError["reason"] = c.Reason
+		}
+		if c.Status != 0 {
+			e.BMCError["status"] = c.Status
+		}
+	}
 }
 
 // Record writes e with client (which may be a transaction's client).
@@ -41,6 +69,8 @@ func Record(ctx context.Context, client *ent.Client, e Event) error {
 }
 
 // RecordAll writes events in one statement, for callers that gather many.
+// Any URL an event quotes is kept without its credentials (urlsafe.Text),
+// for every reader, operators included.
 // It also records, as Ironic does, the acting project and each node's
 // provision state, target and time in that state as the events are
 // written, read through client so that a transaction sees its own
@@ -76,8 +106,11 @@ func RecordAll(ctx context.Context, client *ent.Client, events []Event) error {
 		}
 		c := client.NodeEvent.Create().
 			SetUUID(uuid.NewString()).SetNodeID(e.NodeID).SetSeverity(e.Severity).
-			SetEventType(e.Type).SetEvent(e.Message).SetUser(e.User).SetConductor(e.Conductor).
+			SetEventType(e.Type).SetEvent(urlsafe.Text(e.Message)).SetDetail(urlsafe.Text(e.Detail)).SetUser(e.User).SetConductor(e.Conductor).
 			SetState(n.ProvisionState).SetNillableTargetProvisionState(n.TargetProvisionState)
+		if e.BMCError != nil {
+			c.SetBmcError(e.BMCError)
+		}
 		switch {
 		case e.Project != "":
 			c.SetProject(e.Project)

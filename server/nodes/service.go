@@ -509,15 +509,21 @@ func (s *Service) History(ctx context.Context, ident string, limit int) ([]*ent.
 	return evs, nil
 }
 
-// scrubEvents hides BMC addresses and credentials in history from project
-// callers, exactly as last_error hides them: a history entry often is the
-// error that became last_error.
+// scrubEvents shows a failure's raw detail (the BMC's address, its
+// answer, the dial error), stored apart from the event, to system-scope
+// callers only, appended to the event as it always was. Project callers
+// read the event alone, with addresses scrubbed as in last_error: the
+// conductor words it from Anvil's own text, and the scrub catches any
+// address a message quotes.
 func scrubEvents(ctx context.Context, n *ent.Node, evs ...*ent.NodeEvent) {
-	if RelationOf(policies.PrincipalFrom(ctx), n.Owner, n.Lessee) == RelSystem {
-		return
-	}
+	system := RelationOf(policies.PrincipalFrom(ctx), n.Owner, n.Lessee) == RelSystem
 	for _, e := range evs {
-		e.Event = ScrubError(e.Event)
+		switch {
+		case system && e.Detail != "":
+			e.Event += " (detail: " + e.Detail + ")"
+		case !system:
+			e.Event, e.Detail = ScrubError(e.Event), ""
+		}
 	}
 }
 

@@ -8,6 +8,7 @@ import (
 	"github.com/anvilproject/anvil/policies"
 	"github.com/anvilproject/anvil/server/bmc"
 	"github.com/anvilproject/anvil/server/guard"
+	"github.com/anvilproject/anvil/server/urlsafe"
 )
 
 // Masked replaces secret values; nobody, system admins included, reads a
@@ -191,6 +192,9 @@ func (r *redactor) view(ctx context.Context, n *ent.Node, traits []string) *View
 	} else {
 		v.Reservation = new(RedactedReservation)
 	}
+	if !SeesURLs(r.p) {
+		stripURLs(v)
+	}
 	switch {
 	case !d.lastError:
 		v.LastError = new(RedactedLastError)
@@ -202,6 +206,30 @@ func (r *redactor) view(ctx context.Context, n *ent.Node, traits []string) *View
 		v.LastError = &le
 	}
 	return v
+}
+
+// SeesURLs reports whether p reads image URLs as stored, credentials
+// and signed tokens included: system admins only, who set them up; every
+// other reader of a node, its next lessee among them, needs to know which
+// image, not how to fetch it.
+func SeesURLs(p *policies.Principal) bool {
+	return p == nil || p.System && p.HasRole("admin")
+}
+
+// stripURLs takes the credentials out of every URL in v's dict fields:
+// driver_info's deploy and rescue images, instance_info's image_source,
+// kernel, ramdisk and boot_iso, driver_internal_info's steps to come, and
+// the current steps' arguments (a firmware update's url). The node is
+// copied first, since it may be shared with other callers' views.
+func stripURLs(v *View) {
+	n := *v.Node
+	v.Node = &n
+	v.DriverInfo = urlsafe.StripMap(v.DriverInfo)
+	v.InstanceInfo = urlsafe.StripMap(v.InstanceInfo)
+	v.DriverInternalInfo = urlsafe.StripMap(v.DriverInternalInfo)
+	n.CleanStep = urlsafe.StripMap(n.CleanStep)
+	n.DeployStep = urlsafe.StripMap(n.DeployStep)
+	n.ServiceStep = urlsafe.StripMap(n.ServiceStep)
 }
 
 // MaskSecrets returns a copy of driver_info with every secret value masked.
