@@ -367,6 +367,9 @@ func (s *Service) Login(ctx context.Context, name, password, addr string, scope 
 	if err != nil && !ent.IsNotFound(err) {
 		return nil, err
 	}
+	if u != nil {
+		attempt.Known()
+	}
 	if u == nil || u.Disabled {
 		_ = bcrypt.CompareHashAndPassword(s.dummy, []byte(password))
 		return nil, ErrInvalidLogin
