@@ -5,9 +5,12 @@ import (
 	"errors"
 	"log/slog"
 	"net/url"
+	"path"
 	"slices"
 	"strings"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/a-h/templ"
 	"github.com/gofiber/fiber/v2"
@@ -298,11 +301,36 @@ func samePage(c *fiber.Ctx, raw string) string {
 	return u.RequestURI()
 }
 
-// safeNext accepts only a path of this site as a place to return to, never
-// another site ("//host", "/\\host") or the sign-in page itself.
+// safeNext accepts only a plain path of this site as a place to return
+// to, never another site or the sign-in page itself. Browsers drop tabs
+// and newlines from a URL and read a backslash as a slash, so "/\t/evil"
+// and "/\\evil" lead to evil as surely as "//evil" does; and a hop that
+// decodes the target makes "/%09/evil" or "/%2f/evil" one of those. So the
+// target must parse as a path alone (no scheme, host or user), and it
+// and every decoding of it may hold no control character or backslash,
+// and its path no "//" anywhere.
 func safeNext(next string) bool {
-	return strings.HasPrefix(next, "/") && !strings.HasPrefix(next, "//") && !strings.HasPrefix(next, "/\\") &&
-		!strings.HasPrefix(next, "/login") && !strings.ContainsAny(next, "\r\n")
+	u, err := url.Parse(next)
+	if err != nil || !strings.HasPrefix(next, "/") || u.Scheme != "" || u.Host != "" || u.User != nil || u.Opaque != "" {
+		return false
+	}
+	// Each decoding is shorter than the last until one changes nothing.
+	for s := next; ; {
+		p, _, _ := strings.Cut(s, "?")
+		p, _, _ = strings.Cut(p, "#")
+		if !utf8.ValidString(s) || strings.ContainsFunc(s, unicode.IsControl) || strings.ContainsRune(s, '\\') || strings.Contains(p, "//") {
+			return false
+		}
+		d, err := url.PathUnescape(s)
+		if err != nil {
+			return false
+		}
+		if d == s {
+			break
+		}
+		s = d
+	}
+	return !strings.HasPrefix(path.Clean(u.Path), "/login")
 }
 
 func render(c *fiber.Ctx, status int, comp templ.Component) error {

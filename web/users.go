@@ -35,13 +35,13 @@ func (p *Portal) usersPage(c *fiber.Ctx) error {
 	if e := c.Query("error"); e != "" {
 		pg.Error = e
 	}
-	return p.renderUsers(c, pg, 200)
+	return p.renderUsers(c, pg, 200, views.GrantConfirm{})
 }
 
 var usersFlash = map[string]string{"created": "User created.", "granted": "Role granted.", "revoked": "Role revoked; the user's sessions ended.", "deleted": "User deleted.",
 	"password": "Password reset; the user's sessions ended."}
 
-func (p *Portal) renderUsers(c *fiber.Ctx, pg views.Page, status int) error {
+func (p *Portal) renderUsers(c *fiber.Ctx, pg views.Page, status int, confirm views.GrantConfirm) error {
 	ctx := c.UserContext()
 	us, err := p.IDs.ListUsers(ctx)
 	if err != nil {
@@ -54,7 +54,7 @@ func (p *Portal) renderUsers(c *fiber.Ctx, pg views.Page, status int) error {
 			rows[i].Roles = append(rows[i].Roles, views.RoleRow{Scope: a.Scope.String(), Role: a.Role, Value: scopeValue(a.Scope) + "|" + a.Role})
 		}
 	}
-	return render(c, status, views.UsersPage(pg, rows, p.Guard.Allowed(ctx, ruleUserManage, policies.Target{})))
+	return render(c, status, views.UsersPage(pg, rows, p.Guard.Allowed(ctx, ruleUserManage, policies.Target{}), confirm))
 }
 
 // userChange runs one change to a local account after the manage rule; a
@@ -74,7 +74,7 @@ func (p *Portal) userChange(c *fiber.Ctx, done string, change func() error) erro
 			return perr
 		}
 		pg.Error = err.Error()
-		return p.renderUsers(c, pg, errs.Status(err))
+		return p.renderUsers(c, pg, errs.Status(err), views.GrantConfirm{})
 	}
 	return c.Redirect("/admin/users?"+url.Values{"done": {done}}.Encode(), fiber.StatusSeeOther)
 }
@@ -102,7 +102,13 @@ func assignmentOf(c *fiber.Ctx) (identity.Assignment, error) {
 	return identity.Assignment{Scope: sc, Role: role}, nil
 }
 
+// grantRole grants a role. Making someone a system admin is asked again
+// first, on the page, naming what it gives: a slip in the scope field
+// must not hand over everything.
 func (p *Portal) grantRole(c *fiber.Ctx) error {
+	if a, err := assignmentOf(c); err == nil && a.System && a.Role == "admin" && c.FormValue("confirmed") != "yes" {
+		return p.askGrant(c)
+	}
 	return p.userChange(c, "granted", func() error {
 		a, err := assignmentOf(c)
 		if err != nil {
@@ -110,6 +116,21 @@ func (p *Portal) grantRole(c *fiber.Ctx) error {
 		}
 		return p.IDs.Grant(c.UserContext(), c.Params("name"), a)
 	})
+}
+
+// askGrant shows the users page with the question before a grant of
+// system admin, under the rule the grant itself needs.
+func (p *Portal) askGrant(c *fiber.Ctx) error {
+	name := c.Params("name")
+	if err := p.Guard.Authorize(c.UserContext(), ruleUserManage, "user", name, policies.Target{}); err != nil {
+		return p.fail(c, err)
+	}
+	pg, err := p.page(c, "Users")
+	if err != nil {
+		return err
+	}
+	return p.renderUsers(c, pg, 200, views.GrantConfirm{User: name, Question: "Make " + name + " a system admin? An admin on the system may do " +
+		"everything in Anvil: change and delete every project's nodes, manage every user and role (making more admins too) and the policy."})
 }
 
 func (p *Portal) revokeRole(c *fiber.Ctx) error {

@@ -237,3 +237,62 @@ func readerAndProjectAdmin(t *testing.T, srv *servertest.Server) {
 		}
 	}
 }
+
+// TestLastAdminPortal: on the users page the last system admin cannot
+// revoke their own admin role, and the page says why; making someone a
+// system admin is asked first, naming what it gives, and done only once
+// confirmed; other grants are not asked; after that, the first admin may
+// step down.
+func TestLastAdminPortal(t *testing.T) {
+	storetest.Each(t, func(t *testing.T, setting string, _ *store.DB) {
+		srv, _, _ := fleet(t, setting)
+		ctx := context.Background()
+		// root is to be the only system admin: the first start made one.
+		if err := srv.IDs.DeleteUser(ctx, identity.BootstrapUser); err != nil {
+			t.Fatal(err)
+		}
+		root := signInAs(t, srv, "root")
+		root.do("GET", "/admin/users", nil)
+		form := func(kv ...string) url.Values {
+			v := url.Values{"csrf": {root.csrf}}
+			for i := 0; i+1 < len(kv); i += 2 {
+				v.Set(kv[i], kv[i+1])
+			}
+			return v
+		}
+		holds := func(name, role string) bool {
+			us, err := srv.IDs.ListUsers(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, u := range us {
+				for _, a := range u.Roles {
+					if u.Name == name && a.System && a.Role == role {
+						return true
+					}
+				}
+			}
+			return false
+		}
+		st, page, _ := root.do("POST", "/admin/users/root/revoke", form("assignment", "system|admin"))
+		if st != 409 || !strings.Contains(page, "root is the last active system admin") || !holds("root", "admin") {
+			t.Errorf("the last admin revokes their own admin role: %d, still admin %v\n%s", st, holds("root", "admin"), page)
+		}
+
+		st, page, _ = root.do("POST", "/admin/users/pat/grant", form("scope", "system", "role", "admin"))
+		if st != 200 || !strings.Contains(page, `data-testid="confirm-grant"`) || !strings.Contains(page, "Make pat a system admin?") ||
+			!strings.Contains(page, `name="confirmed" value="yes"`) || holds("pat", "admin") {
+			t.Fatalf("grant system admin unconfirmed: %d, granted %v\n%s", st, holds("pat", "admin"), page)
+		}
+		if st, _, h := root.do("POST", "/admin/users/pat/grant", form("scope", "system", "role", "admin", "confirmed", "yes")); st != 303 ||
+			h.Get("Location") != "/admin/users?done=granted" || !holds("pat", "admin") {
+			t.Fatalf("grant system admin confirmed: %d %s, granted %v", st, h.Get("Location"), holds("pat", "admin"))
+		}
+		if st, _, _ := root.do("POST", "/admin/users/gil/grant", form("scope", "system", "role", "reader")); st != 303 || !holds("gil", "reader") {
+			t.Errorf("grant system reader: %d, granted %v", st, holds("gil", "reader"))
+		}
+		if st, _, _ := root.do("POST", "/admin/users/root/revoke", form("assignment", "system|admin")); st != 303 || holds("root", "admin") {
+			t.Errorf("an admin steps down while another stays: %d", st)
+		}
+	})
+}

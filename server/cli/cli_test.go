@@ -9,6 +9,8 @@ import (
 	"testing"
 
 	"github.com/anvilproject/anvil/server/cli"
+	"github.com/anvilproject/anvil/server/store"
+	"github.com/anvilproject/anvil/server/store/storetest"
 )
 
 // run executes the anvil command in-process.
@@ -147,4 +149,34 @@ func TestPolicyCommands(t *testing.T) {
 	if out, _ := run(t, "", "policy", "status", "--database", db); !strings.HasPrefix(out, "PO (broken): ") || !strings.Contains(out, "protected") {
 		t.Errorf("status after a refused upload: %q", out)
 	}
+}
+
+// TestLastAdminCLI: anvil user revoke and delete refuse to take away the
+// last active system admin, with a message saying so, on both databases;
+// with a second admin, the first goes.
+func TestLastAdminCLI(t *testing.T) {
+	storetest.Each(t, func(t *testing.T, db string, _ *store.DB) {
+		must := func(args ...string) {
+			t.Helper()
+			if _, err := run(t, "", append(args, "--database", db)...); err != nil {
+				t.Fatalf("anvil %s: %v", strings.Join(args, " "), err)
+			}
+		}
+		last := func(args ...string) {
+			t.Helper()
+			_, err := run(t, "", append(args, "--database", db)...)
+			if err == nil || !strings.Contains(err.Error(), "root is the last active system admin") {
+				t.Errorf("anvil %s: err %v, want the last active system admin refused", strings.Join(args, " "), err)
+			}
+		}
+		must("user", "create", "root")
+		must("user", "grant", "root", "--system", "--role", "admin")
+		must("user", "grant", "root", "--system", "--role", "reader")
+		last("user", "revoke", "root", "--system", "--role", "admin")
+		last("user", "delete", "root")
+		must("user", "create", "ann")
+		must("user", "grant", "ann", "--system", "--role", "admin")
+		must("user", "revoke", "root", "--system", "--role", "admin")
+		must("user", "delete", "root")
+	})
 }

@@ -15,6 +15,7 @@ import (
 	"sync"
 	"time"
 
+	"entgo.io/ent/dialect"
 	"golang.org/x/crypto/bcrypt"
 
 	"github.com/anvilproject/anvil/ent"
@@ -176,6 +177,9 @@ func (s *Service) DeleteUser(ctx context.Context, name string) (err error) {
 	}
 	s.forget()
 	return store.WithTx(ctx, s.db, func(tx *ent.Client) error {
+		if err := s.keepAnAdmin(ctx, tx, u.ID); err != nil {
+			return err
+		}
 		if _, err := tx.RoleAssignment.Delete().Where(roleassignment.UserID(u.ID)).Exec(ctx); err != nil {
 			return err
 		}
@@ -234,16 +238,58 @@ func (s *Service) Revoke(ctx context.Context, name string, a Assignment) (err er
 		return err
 	}
 	s.forget()
-	n, err := s.db.RoleAssignment.Delete().Where(roleassignment.UserID(u.ID), roleassignment.System(a.System),
-		roleassignment.Project(a.Project), roleassignment.Role(a.Role)).Exec(ctx)
+	err = store.WithTx(ctx, s.db, func(tx *ent.Client) error {
+		if a.System && a.Role == adminRole {
+			if err := s.keepAnAdmin(ctx, tx, u.ID); err != nil {
+				return err
+			}
+		}
+		n, err := tx.RoleAssignment.Delete().Where(roleassignment.UserID(u.ID), roleassignment.System(a.System),
+			roleassignment.Project(a.Project), roleassignment.Role(a.Role)).Exec(ctx)
+		if err == nil && n == 0 {
+			err = errs.NotFound("user %s does not hold role %s on %s", name, a.Role, a.Scope)
+		}
+		return err
+	})
 	if err != nil {
 		return err
 	}
-	if n == 0 {
-		return errs.NotFound("user %s does not hold role %s on %s", name, a.Role, a.Scope)
-	}
 	// The user signs in again and gets a session for what it still holds.
 	return s.endSessions(ctx, name)
+}
+
+// adminRole is the role that administers Anvil when held on the system.
+const adminRole = "admin"
+
+// keepAnAdmin refuses, inside tx, a change that takes the system admin
+// role away from user id when no other active (not disabled) user holds
+// it: nobody could then administer Anvil, nor grant the role again,
+// without editing the database. Two such changes to two different admins
+// must not both pass: on SQLite every write transaction holds the one
+// writer lock from its start; on PostgreSQL the system admin assignments
+// are locked (FOR UPDATE, in id order), so the second change waits for
+// the first and then counts without the assignment it removed.
+func (s *Service) keepAnAdmin(ctx context.Context, tx *ent.Client, id int) error {
+	q := tx.RoleAssignment.Query().Where(roleassignment.System(true), roleassignment.Role(adminRole)).Order(ent.Asc(roleassignment.FieldID))
+	if s.db.Dialect == dialect.Postgres {
+		q = q.ForUpdate()
+	}
+	as, err := q.All(ctx)
+	if err != nil {
+		return err
+	}
+	ids := make([]int, len(as))
+	for i, a := range as {
+		ids[i] = a.UserID
+	}
+	active, err := tx.User.Query().Where(user.IDIn(ids...), user.Disabled(false)).All(ctx)
+	if err != nil {
+		return err
+	}
+	if len(active) == 1 && active[0].ID == id {
+		return errs.Conflict("%s is the last active system admin; grant another user the admin role on the system first", active[0].Name)
+	}
+	return nil
 }
 
 // ListUsers returns every user with its roles, by name.
@@ -286,7 +332,7 @@ func (s *Service) Bootstrap(ctx context.Context) (string, error) {
 		}
 		return "", err
 	}
-	if err := s.Grant(ctx, BootstrapUser, Assignment{Scope{System: true}, "admin"}); err != nil {
+	if err := s.Grant(ctx, BootstrapUser, Assignment{Scope{System: true}, adminRole}); err != nil {
 		return "", err
 	}
 	return pw, nil
@@ -366,6 +412,9 @@ func (s *Service) Login(ctx context.Context, name, password, addr string, scope 
 	u, err := s.db.User.Query().Where(user.Name(name)).Only(ctx)
 	if err != nil && !ent.IsNotFound(err) {
 		return nil, err
+	}
+	if u != nil {
+		attempt.Known()
 	}
 	if u == nil || u.Disabled {
 		_ = bcrypt.CompareHashAndPassword(s.dummy, []byte(password))

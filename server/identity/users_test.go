@@ -1,0 +1,128 @@
+package identity
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/anvilproject/anvil/ent/user"
+	"github.com/anvilproject/anvil/server/audit"
+	"github.com/anvilproject/anvil/server/errs"
+	"github.com/anvilproject/anvil/server/store"
+	"github.com/anvilproject/anvil/server/store/storetest"
+)
+
+// TestLastAdminStays: the last active system admin can be neither
+// revoked (nor so demoted) nor deleted, whoever asks; a disabled admin
+// does not count; other admins and project admins come and go freely.
+// Two revocations of the two last admins at once leave one, on both
+// databases.
+func TestLastAdminStays(t *testing.T) {
+	storetest.Each(t, func(t *testing.T, _ string, db *store.DB) {
+		ctx := context.Background()
+		s := New(db, audit.New(db.Client, slog.New(slog.NewTextHandler(io.Discard, nil))))
+		sysAdmin := Assignment{Scope{System: true}, "admin"}
+		mk := func(name string, as ...Assignment) {
+			t.Helper()
+			if err := s.CreateUser(ctx, name, name+"-password-1"); err != nil {
+				t.Fatal(err)
+			}
+			for _, a := range as {
+				if err := s.Grant(ctx, name, a); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		last := func(what string, err error) {
+			t.Helper()
+			if errs.Status(err) != 409 || !strings.Contains(err.Error(), "last active system admin") {
+				t.Errorf("%s: %v; want 409 naming the last active system admin", what, err)
+			}
+		}
+		mk("root", sysAdmin, Assignment{Scope{System: true}, "reader"}, Assignment{Scope{Project: "blue"}, "admin"})
+		// A disabled admin is no admin.
+		mk("gone", sysAdmin)
+		if err := db.User.Update().Where(user.Name("gone")).SetDisabled(true).Exec(ctx); err != nil {
+			t.Fatal(err)
+		}
+		last("revoke the last admin, who stays a system reader", s.Revoke(ctx, "root", sysAdmin))
+		last("delete the last admin", s.DeleteUser(ctx, "root"))
+		if err := s.Revoke(ctx, "root", Assignment{Scope{Project: "blue"}, "admin"}); err != nil {
+			t.Errorf("revoke a project admin role: %v", err)
+		}
+		if err := s.Revoke(ctx, "gone", sysAdmin); err != nil {
+			t.Errorf("revoke a disabled admin: %v", err)
+		}
+		mk("ann", sysAdmin)
+		if err := s.Revoke(ctx, "root", sysAdmin); err != nil {
+			t.Errorf("revoke an admin while another stays: %v", err)
+		}
+		last("delete ann, now the last admin", s.DeleteUser(ctx, "ann"))
+		if us, err := s.ListUsers(ctx); err != nil || admins(us) != 1 {
+			t.Errorf("admins after the refusals: %d %v", admins(us), err)
+		}
+
+		// Two at once, revoked or deleted: exactly one passes, each time.
+		keep := "ann"
+		for round := range 6 {
+			other := fmt.Sprintf("bob-%d", round)
+			mk(other, sysAdmin)
+			var wg sync.WaitGroup
+			got := make([]error, 2)
+			for i, name := range []string{keep, other} {
+				wg.Go(func() {
+					if round%2 == 0 {
+						got[i] = s.Revoke(ctx, name, sysAdmin)
+					} else {
+						got[i] = s.DeleteUser(ctx, name)
+					}
+				})
+			}
+			wg.Wait()
+			passed, refused := 0, 0
+			for _, err := range got {
+				switch {
+				case err == nil:
+					passed++
+				case errs.Status(err) == 409:
+					refused++
+				}
+			}
+			if passed != 1 || refused != 1 {
+				t.Errorf("round %d: two at once: %v, %v; want one to pass and one 409", round, got[0], got[1])
+			}
+			us, err := s.ListUsers(ctx)
+			if err != nil || admins(us) != 1 {
+				t.Fatalf("round %d: %d admins left (%v)", round, admins(us), err)
+			}
+			for _, u := range us {
+				if isAdmin(u) {
+					keep = u.Name
+				}
+			}
+		}
+	})
+}
+
+func isAdmin(u UserInfo) bool {
+	for _, a := range u.Roles {
+		if a.System && a.Role == "admin" && !u.Disabled {
+			return true
+		}
+	}
+	return false
+}
+
+func admins(us []UserInfo) int {
+	n := 0
+	for _, u := range us {
+		if isAdmin(u) {
+			n++
+		}
+	}
+	return n
+}
