@@ -253,3 +253,68 @@ func TestImageURLsLoseTheirSecrets(t *testing.T) {
 func jsonText(s string) string {
 	return strings.ReplaceAll(s, "&", `\u0026`)
 }
+
+// TestPatchReadsURLsStripped: a JSON patch reads image URLs as its
+// caller's GET shows them. An owner member who may update instance_info
+// can neither copy a signed URL into extra (lessees read it) nor probe
+// it with test, and a patch that leaves a URL as it saw it, stripped,
+// keeps the stored URL whole for the BMC.
+func TestPatchReadsURLsStripped(t *testing.T) {
+	const sig = "c2lnbmF0dXJlLXZhbHVlLTAxMjM0NTY3ODk"
+	full := "http://u:pw-in-url@127.0.0.1:1/img.raw?temp_url_sig=" + sig + "&temp_url_expires=1700000000"
+	storetest.Each(t, func(t *testing.T, setting string, _ *store.DB) {
+		_, clients := startLocal(t, setting)
+		admin := atVer(clients["system-admin"], api.VerMax)
+		member := atVer(clients["owner-member"], api.VerMax)
+		r := admin.Do(t, "POST", "/v1/nodes", map[string]any{"name": "urls", "driver": "fake-hardware", "owner": "own", "lessee": "les",
+			"driver_info":   map[string]any{"deploy_kernel": full},
+			"instance_info": map[string]any{"image_source": full, "nested": map[string]any{"url": full, "n": 1}}})
+		mustStatus(t, r, 201)
+		id := r.JSON(t)["uuid"].(string)
+		node := "/v1/nodes/" + id
+
+		mustStatus(t, member.Do(t, "PATCH", node, []map[string]any{
+			{"op": "copy", "from": "/instance_info/image_source", "path": "/extra/img"},
+			{"op": "copy", "from": "/instance_info/nested", "path": "/extra/nested"},
+		}), 200)
+		if r := member.Do(t, "PATCH", node, []map[string]any{{"op": "test", "path": "/instance_info/image_source", "value": full}}); r.Status < 400 {
+			t.Errorf("a test against the whole URL passed for the owner member: %d", r.Status)
+		}
+		// Changes beside the URLs, at both depths and by a whole replace
+		// of what the member saw: the stored URLs stay whole.
+		seen := member.Do(t, "GET", node, nil).JSON(t)["instance_info"].(map[string]any)
+		seen["added"] = "yes"
+		mustStatus(t, member.Do(t, "PATCH", node, []map[string]any{
+			{"op": "replace", "path": "/instance_info", "value": seen},
+			{"op": "replace", "path": "/instance_info/nested/n", "value": 2},
+			{"op": "copy", "from": "/driver_info/deploy_kernel", "path": "/driver_info/deploy_ramdisk"},
+		}), 200)
+
+		for _, who := range []string{"owner-member", "lessee-reader"} {
+			body := string(clients[who].Do(t, "GET", node, nil).Body)
+			for _, s := range []string{"pw-in-url", sig} {
+				if strings.Contains(body, s) {
+					t.Errorf("%s reads %q after the patches:\n%s", who, s, body)
+				}
+			}
+		}
+		n := admin.Do(t, "GET", node, nil).JSON(t)
+		ii := n["instance_info"].(map[string]any)
+		if ii["image_source"] != full || ii["nested"].(map[string]any)["url"] != full || ii["added"] != "yes" {
+			t.Errorf("the stored instance_info lost a URL or a change: %v", ii)
+		}
+		if n["instance_info"].(map[string]any)["nested"].(map[string]any)["n"] != float64(2) {
+			t.Errorf("nested change lost: %v", ii)
+		}
+		di := n["driver_info"].(map[string]any)
+		if di["deploy_kernel"] != full {
+			t.Errorf("deploy_kernel is %v, want it whole", di["deploy_kernel"])
+		}
+		if s, _ := di["deploy_ramdisk"].(string); strings.Contains(s, "pw-in-url") || strings.Contains(s, sig) {
+			t.Errorf("a copy made by the owner member holds the credentials it was never shown: %q", s)
+		}
+		if img, _ := n["extra"].(map[string]any)["img"].(string); !strings.Contains(img, "***") || strings.Contains(img, sig) {
+			t.Errorf("extra.img = %q, want the stripped URL", img)
+		}
+	})
+}

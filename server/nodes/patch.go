@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"reflect"
 	"slices"
 	"sort"
@@ -18,6 +19,7 @@ import (
 	"github.com/anvilproject/anvil/server/history"
 	"github.com/anvilproject/anvil/server/patchdoc"
 	"github.com/anvilproject/anvil/server/store"
+	"github.com/anvilproject/anvil/server/urlsafe"
 )
 
 // fieldRules is what a JSON patch may change and the rule guarding each
@@ -304,6 +306,55 @@ func patchDoc(n *ent.Node) map[string]any {
 	return doc
 }
 
+// urlFields are the fields whose image URLs a caller below system admin
+// reads stripped of their credentials (see SeesURLs).
+var urlFields = []string{"driver_info", "instance_info"}
+
+// strippedDoc is doc as a caller below system admin reads it: a patch's
+// reads (copy, move, test) then see the URLs a GET shows and cannot lift
+// a signed token or a password into extra, or probe one with test.
+func strippedDoc(doc map[string]any) map[string]any {
+	out := maps.Clone(doc)
+	for _, f := range urlFields {
+		if m, ok := doc[f].(map[string]any); ok {
+			out[f] = urlsafe.StripMap(m)
+		}
+	}
+	return out
+}
+
+// restoreStripped puts the stored value back wherever the patch left a
+// URL field's value as the caller saw it, stripped: the patch did not
+// change it, and writing the stripped form back would lose the URL's
+// credentials that the BMC needs.
+func restoreStripped(seen, stored, after map[string]any) {
+	for _, f := range urlFields {
+		if v, ok := after[f]; ok {
+			after[f] = restoreValue(seen[f], stored[f], v)
+		}
+	}
+}
+
+func restoreValue(seen, stored, after any) any {
+	if reflect.DeepEqual(seen, after) {
+		return stored
+	}
+	a, ok := after.(map[string]any)
+	sn, ok2 := seen.(map[string]any)
+	st, ok3 := stored.(map[string]any)
+	if !ok || !ok2 || !ok3 {
+		return after
+	}
+	for k, v := range a {
+		if sv, in := sn[k]; in {
+			if stv, in := st[k]; in {
+				a[k] = restoreValue(sv, stv, v)
+			}
+		}
+	}
+	return a
+}
+
 // Patch applies an RFC 6902 patch to a node: 404 when the caller may not
 // see it, 403 when a path the patch writes or reads is not the caller's to
 // touch, then 400 for a patch that does not fit the node. The read, the
@@ -373,10 +424,15 @@ func (s *Service) PatchWith(ctx context.Context, ident string, raw []byte, allow
 			}
 		}
 		before := patchDoc(cur)
-		after, err := patchdoc.Apply(before, raw, "node")
+		seen := before
+		if !SeesURLs(policies.PrincipalFrom(ctx)) {
+			seen = strippedDoc(before)
+		}
+		after, err := patchdoc.Apply(seen, raw, "node")
 		if err != nil {
 			return err
 		}
+		restoreStripped(seen, before, after)
 		changed = diff(before, after)
 		if len(changed) == 0 {
 			return nil
