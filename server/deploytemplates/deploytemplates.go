@@ -331,17 +331,6 @@ func (s *Service) Patch(ctx context.Context, ident string, raw []byte) (out *Tem
 	if err := chassis.CheckPaths(ops, patchable); err != nil {
 		return nil, err
 	}
-	// The patch works on the stored arguments, secrets included, so it
-	// may not read one out: no copy, move or test from a secret's path.
-	for i, op := range ops {
-		src := op.From
-		if op.Op == "test" {
-			src = op.Path
-		}
-		if strings.HasPrefix(src, "/steps") && runbooks.IsSecret(src) {
-			return nil, errs.BadRequest("patch", "operation %d: %s holds a secret, which can be replaced but not copied, moved or tested", i, src)
-		}
-	}
 	var changed []string
 	defer func() {
 		if len(changed) > 0 || err != nil {
@@ -366,6 +355,18 @@ func (s *Service) Patch(ctx context.Context, ident string, raw []byte) (out *Tem
 			return err
 		}
 		before := map[string]any{"name": cur.Name, "extra": cur.Extra, "steps": stepsOf(rows)}
+		// The patch works on the stored arguments, secrets included, so it
+		// may not read one out: no copy, move or test from a secret or
+		// from anything holding one.
+		for i, op := range ops {
+			src := op.From
+			if op.Op == "test" {
+				src = op.Path
+			}
+			if (op.Op == "copy" || op.Op == "move" || op.Op == "test") && runbooks.ReadsSecret(before, src) {
+				return errs.BadRequest("patch", "operation %d: %s holds a secret, which can be replaced but not copied, moved or tested", i, src)
+			}
+		}
 		after, err := patchdoc.Apply(before, raw, "deploy template")
 		if err != nil {
 			return err

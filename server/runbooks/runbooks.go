@@ -554,6 +554,19 @@ func (s *Service) patched(ctx context.Context, r *ent.Runbook, patch jsonpatch.P
 	if before.Traits == nil {
 		before.Traits = []string{}
 	}
+	for i, op := range patch {
+		kind := op.Kind()
+		if kind != "copy" && kind != "move" && kind != "test" {
+			continue
+		}
+		src, _ := op.From()
+		if kind == "test" {
+			src, _ = op.Path()
+		}
+		if ReadsSecret(before, src) {
+			return after, errs.BadRequest("patch", "operation %d: %s holds a secret, which can be replaced but not copied, moved or tested", i, src)
+		}
+	}
 	doc, _ := json.Marshal(before)
 	newDoc, err := patch.Apply(doc)
 	if err != nil {
