@@ -98,7 +98,7 @@ test('a UUID\'s Copy button puts it on the clipboard', async ({ page }) => {
   await page.getByRole('button', { name: 'Create token' }).click();
   const token = await page.getByTestId('new-token').textContent();
   await page.getByRole('button', { name: 'Copy the new token' }).click();
-  await expect(page.getByText('Copied')).toBeVisible();
+  await expect(page.getByText('Copied', { exact: true })).toBeVisible();
   expect(await page.evaluate(() => navigator.clipboard.readText())).toBe(token);
 });
 
