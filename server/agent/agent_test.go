@@ -1,0 +1,502 @@
+package agent
+
+import (
+	"archive/tar"
+	"bytes"
+	"compress/gzip"
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"encoding/pem"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// ipaDir is the real agent's runner (see its README): ANVIL_IPA_DIR, or
+// shared/reference/ipa beside the checkout.
+func ipaDir(t *testing.T) string {
+	if d := os.Getenv("ANVIL_IPA_DIR"); d != "" {
+		return d
+	}
+	wd, _ := os.Getwd()
+	top, err := exec.Command("git", "-C", wd, "rev-parse", "--show-toplevel").Output()
+	if err != nil {
+		return ""
+	}
+	return filepath.Join(filepath.Dir(strings.TrimSpace(string(top))), "shared", "reference", "ipa")
+}
+
+// needAgent skips (outside CI) or fails (in CI) when the real agent
+// cannot run here, saying why.
+func needAgent(t *testing.T) string {
+	t.Helper()
+	why := ""
+	dir := ipaDir(t)
+	switch {
+	case os.Geteuid() != 0:
+		why = "loop devices need root"
+	case dir == "":
+		why = "cannot find shared/reference/ipa (set ANVIL_IPA_DIR)"
+	default:
+		if _, err := os.Stat(filepath.Join(dir, "start.sh")); err != nil {
+			why = "no " + filepath.Join(dir, "start.sh")
+		}
+	}
+	for _, tool := range []string{"losetup", "sgdisk", "qemu-img", "unshare", "udevadm"} {
+		if why == "" {
+			if _, err := exec.LookPath(tool); err != nil {
+				why = tool + " is not installed"
+			}
+		}
+	}
+	if why == "" {
+		if out, err := exec.Command("/usr/bin/python3", "-c", "import eventlet, oslo_service, ironic_lib, pyudev, pint, tooz").CombinedOutput(); err != nil {
+			why = "the agent's Python packages are missing: " + strings.TrimSpace(string(out))
+		}
+	}
+	if why == "" {
+		if _, err := os.Stat("/dev/loop-control"); err != nil {
+			why = "no /dev/loop-control"
+		}
+	}
+	if why != "" {
+		if os.Getenv("CI") != "" {
+			t.Fatalf("the real ironic-python-agent is required in CI: %s", why)
+		}
+		t.Skipf("skipping the real ironic-python-agent: %s", why)
+	}
+	return dir
+}
+
+// loopDisk makes a sparse 5 GiB file and attaches it; the agent may only
+// ever be given this device.
+func loopDisk(t *testing.T) string {
+	img := filepath.Join(t.TempDir(), "disk.img")
+	f, err := os.Create(img)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Truncate(5 << 30); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	out, err := exec.Command("losetup", "-f", "--show", img).Output()
+	if err != nil {
+		t.Fatalf("losetup: %v", err)
+	}
+	dev := strings.TrimSpace(string(out))
+	if !strings.HasPrefix(dev, "/dev/loop") {
+		t.Fatalf("losetup gave %q, not a loop device", dev)
+	}
+	t.Cleanup(func() {
+		if out, err := exec.Command("losetup", "-d", dev).CombinedOutput(); err != nil {
+			t.Errorf("losetup -d %s: %v %s", dev, err, out)
+		}
+	})
+	return dev
+}
+
+func freePort(t *testing.T) int {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+func randomHex(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+// heartbeat is what the agent announced.
+type heartbeat struct {
+	CallbackURL   string `json:"callback_url"`
+	AgentToken    string `json:"agent_token"`
+	AgentVerifyCA string `json:"agent_verify_ca"`
+}
+
+// standIn answers the agent's lookup and heartbeat as Ironic 1.68 would:
+// the agent in this branch has no standalone mode (its entry point always
+// looks up), so a test plays the API to hand it its token and learn its
+// callback URL and certificate.
+func standIn(t *testing.T, node, token, disk string) (*httptest.Server, <-chan heartbeat) {
+	beats := make(chan heartbeat, 16)
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /{$}", func(w http.ResponseWriter, r *http.Request) {
+		// ≥ 1.68: the agent turns on TLS and sends agent_verify_ca.
+		_ = json.NewEncoder(w).Encode(map[string]any{"default_version": map[string]any{"version": "1.68"}})
+	})
+	nodeDoc := map[string]any{"uuid": node, "properties": map[string]any{"root_device": map[string]any{"name": disk}},
+		"instance_info": map[string]any{}, "driver_internal_info": map[string]any{}}
+	mux.HandleFunc("GET /v1/lookup", func(w http.ResponseWriter, r *http.Request) {
+		_ = json.NewEncoder(w).Encode(map[string]any{"node": nodeDoc, "config": map[string]any{
+			"heartbeat_timeout": 300, "agent_token": token, "agent_token_required": true}})
+	})
+	mux.HandleFunc("POST /v1/heartbeat/{node}", func(w http.ResponseWriter, r *http.Request) {
+		var hb heartbeat
+		if r.PathValue("node") != node || json.NewDecoder(r.Body).Decode(&hb) != nil {
+			w.WriteHeader(http.StatusBadRequest)
+			return
+		}
+		select {
+		case beats <- hb:
+		default:
+		}
+		w.WriteHeader(http.StatusAccepted)
+	})
+	srv := httptest.NewServer(mux)
+	t.Cleanup(srv.Close)
+	return srv, beats
+}
+
+// groupAlive tells whether any live (non-zombie) process is left in the
+// process group the agent was started in.
+func groupAlive(pgid int) bool {
+	ents, _ := os.ReadDir("/proc")
+	for _, e := range ents {
+		if _, err := strconv.Atoi(e.Name()); err != nil {
+			continue
+		}
+		stat, err := os.ReadFile("/proc/" + e.Name() + "/stat")
+		if err != nil {
+			continue
+		}
+		// pid (comm) state ppid pgrp ...: comm may hold spaces.
+		f := strings.Fields(string(stat[bytes.LastIndexByte(stat, ')')+1:]))
+		if len(f) > 2 && f[0] != "Z" && f[2] == strconv.Itoa(pgid) {
+			return true
+		}
+	}
+	return false
+}
+
+// startAgent boots the real agent on disk and returns a client for it,
+// built from its first heartbeat, as the conductor will.
+func startAgent(t *testing.T, ipa, disk string) (*Client, heartbeat) {
+	node, token := "8f0a4a5e-5a43-4c1e-9f5e-2d1c0a7b9e01", randomHex(24) // 48 chars: the agent wants ≥ 32
+	api, beats := standIn(t, node, token, disk)
+	dir := t.TempDir()
+	cmd := exec.Command(filepath.Join(ipa, "start.sh"), "start", dir, strconv.Itoa(freePort(t)), api.URL)
+	cmd.Env = append(os.Environ(), "SIMHW_DISK="+disk, "SIMHW_MACS=52:54:48:0c:aa:01", "NO_PROXY=127.0.0.1,localhost", "no_proxy=127.0.0.1,localhost",
+		// oslo.config reads OS_<group>__<option>: a 404 image fails after
+		// one retry instead of the agent's ten, 10 s apart.
+		"OS_DEFAULT__IMAGE_DOWNLOAD_CONNECTION_RETRIES=1", "OS_DEFAULT__IMAGE_DOWNLOAD_CONNECTION_RETRY_INTERVAL=1")
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("start.sh: %v\n%s", err, out)
+	}
+	pid, err := os.ReadFile(filepath.Join(dir, "pid"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pgid, _ := strconv.Atoi(strings.TrimSpace(string(pid)))
+	t.Cleanup(func() {
+		if out, err := exec.Command(filepath.Join(ipa, "start.sh"), "stop", dir).CombinedOutput(); err != nil {
+			t.Errorf("start.sh stop: %v %s", err, out)
+		}
+		deadline := time.Now().Add(30 * time.Second)
+		for groupAlive(pgid) && time.Now().Before(deadline) {
+			time.Sleep(200 * time.Millisecond)
+		}
+		if groupAlive(pgid) {
+			t.Errorf("agent processes of group %d remain after stop", pgid)
+		}
+		if t.Failed() {
+			if log, err := os.ReadFile(filepath.Join(dir, "ipa.log")); err == nil {
+				t.Logf("ipa.log (tail):\n%s", tail(string(log), 4000))
+			}
+		}
+	})
+	var hb heartbeat
+	select {
+	case hb = <-beats:
+	case <-time.After(5 * time.Minute):
+		log, _ := os.ReadFile(filepath.Join(dir, "ipa.log"))
+		t.Fatalf("the agent never heartbeated; ipa.log:\n%s", tail(string(log), 4000))
+	}
+	if hb.AgentToken != token {
+		t.Fatalf("heartbeat carries another token than lookup gave")
+	}
+	c, err := New(node, hb.CallbackURL, token, []byte(hb.AgentVerifyCA), Options{Timeout: 10 * time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c, hb
+}
+
+func tail(s string, n int) string {
+	if len(s) > n {
+		return s[len(s)-n:]
+	}
+	return s
+}
+
+// gptImage makes a raw whole-disk image: a GPT with one partition, and
+// marker at the partition's start (1 MiB).
+func gptImage(t *testing.T, marker string) string {
+	p := filepath.Join(t.TempDir(), "image.raw")
+	f, err := os.Create(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Truncate(16 << 20); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.WriteAt([]byte(marker), 1<<20); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	if out, err := exec.Command("sgdisk", "-o", "-n", "1:2048:+8M", p).CombinedOutput(); err != nil {
+		t.Fatalf("sgdisk on the image: %v %s", err, out)
+	}
+	return p
+}
+
+func sha256File(t *testing.T, p string) string {
+	b, err := os.ReadFile(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := sha256.Sum256(b)
+	return hex.EncodeToString(s[:])
+}
+
+func readDisk(t *testing.T, dev string, off int64, n int) []byte {
+	f, err := os.Open(dev)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	b := make([]byte, n)
+	if _, err := f.ReadAt(b, off); err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// TestAgentClient drives one real agent through the commands the
+// conductor uses; the subtests share it (one agent at a time).
+func TestAgentClient(t *testing.T) {
+	ipa := needAgent(t)
+	disk := loopDisk(t)
+	c, hb := startAgent(t, ipa, disk)
+	node := map[string]any{"uuid": c.Node(), "properties": map[string]any{"root_device": map[string]any{"name": disk}},
+		"instance_info": map[string]any{}, "driver_internal_info": map[string]any{}}
+	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
+	defer cancel()
+
+	t.Run("TLSPinned", func(t *testing.T) {
+		if !strings.HasPrefix(hb.CallbackURL, "https://") || hb.AgentVerifyCA == "" {
+			t.Fatalf("the agent did not turn on TLS: callback %q, agent_verify_ca %d bytes", hb.CallbackURL, len(hb.AgentVerifyCA))
+		}
+		// Another certificate than the agent's: the client must refuse.
+		other := httptest.NewTLSServer(http.NotFoundHandler())
+		defer other.Close()
+		otherPEM := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: other.Certificate().Raw})
+		wrong, err := New(c.Node(), hb.CallbackURL, c.token, otherPEM, Options{Timeout: time.Minute})
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = wrong.GetCommandsStatus(ctx)
+		var ce *ConnectionError
+		if !errors.As(err, &ce) || !strings.Contains(err.Error(), "certificate") {
+			t.Fatalf("a client pinned to another certificate reached the agent: %v", err)
+		}
+	})
+
+	var steps *Steps
+	t.Run("GetCleanSteps", func(t *testing.T) {
+		var err error
+		steps, err = c.GetCleanSteps(ctx, node, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		st, ok := steps.Find("deploy", "erase_devices_metadata")
+		// 99 is what the agent's GenericHardwareManager declares.
+		if !ok || st.Priority != 99 {
+			t.Fatalf("erase_devices_metadata: %+v %v in %+v", st, ok, steps.All())
+		}
+		if len(steps.Versions) == 0 {
+			t.Fatalf("no hardware_manager_version")
+		}
+	})
+
+	t.Run("EraseDevicesMetadata", func(t *testing.T) {
+		if steps == nil {
+			t.Skip("no steps")
+		}
+		if out, err := exec.Command("sgdisk", "-o", "-n", "1:2048:+100M", disk).CombinedOutput(); err != nil {
+			t.Fatalf("sgdisk: %v %s", err, out)
+		}
+		if got := readDisk(t, disk, 512, 8); string(got) != "EFI PART" {
+			t.Fatalf("no GPT written before the step: %q", got)
+		}
+		st, _ := steps.Find("deploy", "erase_devices_metadata")
+		if _, err := c.ExecuteCleanStep(ctx, st, node, nil, steps.Versions); err != nil {
+			t.Fatal(err)
+		}
+		cmd, err := c.Wait(ctx, "clean.execute_clean_step", time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if cmd.Status != Succeeded {
+			t.Fatalf("status %s", cmd.Status)
+		}
+		if got := readDisk(t, disk, 512, 8); string(got) == "EFI PART" {
+			t.Fatalf("the GPT header is still on the disk")
+		}
+		// sgdisk says it creates a new GPT when it finds none to read.
+		if out, _ := exec.Command("sgdisk", "-p", disk).CombinedOutput(); !bytes.Contains(out, []byte("Creating new GPT entries")) {
+			t.Fatalf("sgdisk still reads a partition table: %s", out)
+		}
+	})
+
+	images := http.NewServeMux()
+	imgSrv := httptest.NewServer(images)
+	defer imgSrv.Close()
+	serve := func(name, path string) string {
+		images.HandleFunc("GET /"+name, func(w http.ResponseWriter, r *http.Request) { http.ServeFile(w, r, path) })
+		return imgSrv.URL + "/" + name
+	}
+
+	write := func(t *testing.T, info ImageInfo) error {
+		if _, err := c.PrepareImage(ctx, info, nil); err != nil {
+			return err
+		}
+		_, err := c.Wait(ctx, "standby.prepare_image", time.Second)
+		return err
+	}
+
+	for _, format := range []string{"raw", "qcow2"} {
+		t.Run("PrepareImage_"+format, func(t *testing.T) {
+			marker := "ANVIL-" + format + "-" + randomHex(8)
+			raw := gptImage(t, marker)
+			file := raw
+			if format == "qcow2" {
+				file = raw + ".qcow2"
+				if out, err := exec.Command("qemu-img", "convert", "-f", "raw", "-O", "qcow2", raw, file).CombinedOutput(); err != nil {
+					t.Fatalf("qemu-img: %v %s", err, out)
+				}
+			}
+			url := serve("img-"+format, file)
+			err := write(t, ImageInfo{ID: "img-" + format, URLs: []string{url}, DiskFormat: format, ContainerFormat: "bare",
+				ImageType: "whole-disk", OSHashAlgo: "sha256", OSHashValue: sha256File(t, file), StreamRawImages: true, NodeUUID: c.Node()})
+			if err != nil {
+				t.Fatal(err)
+			}
+			want, err := os.ReadFile(raw)
+			if err != nil {
+				t.Fatal(err)
+			}
+			// The image's partition area, byte for byte: the agent then
+			// moves the backup GPT to the disk's end, which rewrites the
+			// headers (first and last MiB).
+			if got := readDisk(t, disk, 1<<20, len(want)-2<<20); !bytes.Equal(got, want[1<<20:len(want)-1<<20]) {
+				t.Fatalf("the disk does not hold the %s image", format)
+			}
+			if got := readDisk(t, disk, 512, 8); string(got) != "EFI PART" {
+				t.Fatalf("the image's GPT is not on the disk: %q", got)
+			}
+			if got := readDisk(t, disk, 1<<20, len(marker)); string(got) != marker {
+				t.Fatalf("marker %q not on the disk: %q", marker, got)
+			}
+		})
+	}
+
+	t.Run("PrepareImageWrongChecksum", func(t *testing.T) {
+		raw := gptImage(t, "ANVIL-bad-"+randomHex(8))
+		url := serve("img-bad", raw)
+		err := write(t, ImageInfo{ID: "img-bad", URLs: []string{url}, DiskFormat: "raw", ContainerFormat: "bare",
+			ImageType: "whole-disk", OSHashAlgo: "sha256", OSHashValue: strings.Repeat("ab", 32), StreamRawImages: true, NodeUUID: c.Node()})
+		var ce *CommandError
+		if !errors.As(err, &ce) || !strings.Contains(err.Error(), "standby.prepare_image") ||
+			!strings.Contains(strings.ToLower(err.Error()), "checksum") || !strings.Contains(err.Error(), c.Node()) {
+			t.Fatalf("want a checksum failure naming standby.prepare_image and the node, got %v", err)
+		}
+	})
+
+	t.Run("PrepareImage404", func(t *testing.T) {
+		err := write(t, ImageInfo{ID: "img-missing", URLs: []string{imgSrv.URL + "/missing"}, DiskFormat: "raw", ContainerFormat: "bare",
+			ImageType: "whole-disk", OSHashAlgo: "sha256", OSHashValue: strings.Repeat("cd", 32), StreamRawImages: true, NodeUUID: c.Node()})
+		var ce *CommandError
+		if !errors.As(err, &ce) || !strings.Contains(err.Error(), "standby.prepare_image") || !strings.Contains(err.Error(), "404") {
+			t.Fatalf("want a download failure naming standby.prepare_image, got %v", err)
+		}
+	})
+
+	t.Run("CollectSystemLogs", func(t *testing.T) {
+		tgz, err := c.CollectSystemLogs(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		zr, err := gzip.NewReader(bytes.NewReader(tgz))
+		if err != nil {
+			t.Fatalf("not gzip: %v", err)
+		}
+		tr := tar.NewReader(zr)
+		files := 0
+		for {
+			h, err := tr.Next()
+			if err == io.EOF {
+				break
+			}
+			if err != nil {
+				t.Fatalf("not a tar: %v", err)
+			}
+			if h.Typeflag == tar.TypeReg {
+				files++
+			}
+		}
+		if files == 0 {
+			t.Fatalf("the log tarball holds no file")
+		}
+	})
+
+	t.Run("WrongTokenRefused", func(t *testing.T) {
+		bad := randomHex(24)
+		w, err := New(c.Node(), hb.CallbackURL, bad, []byte(hb.AgentVerifyCA), Options{Timeout: time.Minute})
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = w.GetCleanSteps(ctx, node, nil)
+		var ae *APIError
+		if !errors.As(err, &ae) || ae.Status != http.StatusUnauthorized {
+			t.Fatalf("want 401 for a wrong token, got %v", err)
+		}
+		if strings.Contains(err.Error(), bad) || strings.Contains(err.Error(), c.token) {
+			t.Fatalf("the error quotes a token: %v", err)
+		}
+		if !strings.Contains(err.Error(), "clean.get_clean_steps") || !strings.Contains(err.Error(), c.Node()) {
+			t.Fatalf("the error does not name the command and node: %v", err)
+		}
+	})
+
+	t.Run("UnreachableErrorHasNoToken", func(t *testing.T) {
+		w, err := New(c.Node(), fmt.Sprintf("http://127.0.0.1:%d", freePort(t)), c.token, nil, Options{Timeout: 5 * time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = w.PowerOff(ctx)
+		var ce *ConnectionError
+		if !errors.As(err, &ce) || !errors.Is(err, syscall.ECONNREFUSED) || strings.Contains(err.Error(), c.token) {
+			t.Fatalf("want a connection error without the token, got %v", err)
+		}
+	})
+}
