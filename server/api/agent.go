@@ -119,5 +119,7 @@ func (a *API) heartbeat(c *fiber.Ctx) error {
 	if err != nil {
 		return err
 	}
-	return c.SendStatus(fiber.StatusAccepted)
+	// Ironic answers 202 with no body.
+	c.Status(fiber.StatusAccepted)
+	return nil
 }
