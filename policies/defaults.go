@@ -117,6 +117,8 @@ func Defaults() []Rule {
 		{"baremetal:node:set_provision_state:clean_steps", "rule:system_member", sysProj, "Clean with arbitrary, explicit steps. Ironic allows owner members and lessee admins; the runbook spec forbids projects explicit steps: they use runbooks.", []string{"PUT /v1/nodes/{node}/states/provision"}},
 		{"baremetal:node:set_provision_state:service_steps", "rule:system_member", sysProj, "Service with arbitrary, explicit steps. Ironic allows owner members and lessee admins; the runbook spec forbids projects explicit steps: they use runbooks.", []string{"PUT /v1/nodes/{node}/states/provision"}},
 		{"baremetal:conductor:get", "rule:system_reader", sys, "List conductors.", []string{"GET /v1/conductors"}},
+		{"baremetal:driver:ipa_lookup", "", sysProj, "The ramdisk agent's node lookup, which needs no authentication; anyone, as Ironic (only a node in a state that expects an agent answers).", []string{"GET /v1/lookup"}},
+		{"baremetal:node:ipa_heartbeat", "", sysProj, "The ramdisk agent's heartbeat, which needs no authentication; anyone, as Ironic (the node's agent token is required).", []string{"POST /v1/heartbeat/{node_ident}"}},
 		{"baremetal:driver:ipa_continue_inspection", "", sysProj, "The inspection ramdisk's callback, which needs no authentication; anyone, as Ironic.", []string{"POST /v1/continue_inspection"}},
 		{"baremetal:shards:get", "rule:system_reader", sysProj, "List shards with their node counts.", []string{"GET /v1/shards"}},
 

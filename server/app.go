@@ -40,6 +40,8 @@ import (
 	"github.com/anvilproject/anvil/server/oidclogin"
 	"github.com/anvilproject/anvil/server/override"
 	"github.com/anvilproject/anvil/server/ports"
+	"github.com/anvilproject/anvil/server/ramdisk"
+	"github.com/anvilproject/anvil/server/ratelimit"
 	"github.com/anvilproject/anvil/server/runbooks"
 	"github.com/anvilproject/anvil/server/store"
 	"github.com/anvilproject/anvil/server/volume"
@@ -223,6 +225,15 @@ const (
 	policyUploadMax = override.MaxZipBytes + 64<<10
 )
 
+// The ramdisk agent's lookups and heartbeats, per client address: an
+// agent heartbeats every 90 to 180 s and retries a lookup with backoff,
+// so a burst of 20 and one a second leave room for a few machines behind
+// one address and bound an anonymous flood.
+const (
+	agentRate  = 1.0
+	agentBurst = 20
+)
+
 func (a *App) routes() *fiber.App {
 	app := fiber.New(fiber.Config{
 		AppName:      "anvil",
@@ -263,7 +274,8 @@ func (a *App) routes() *fiber.App {
 	(&api.API{Nodes: a.Nodes, Ops: a.Portal.Ops, Runbooks: a.Runbooks, Allocations: a.Allocations, Ports: a.Ports, Guard: a.Guard, Audit: a.Audit, Log: a.opts.Log,
 		Chassis: chassis.New(a.DB, a.Guard), Volume: volume.New(a.DB, a.Guard, a.Nodes),
 		DeployTemplates: deploytemplates.New(a.DB, a.Guard),
-		InspectionRules: inspectionrules.New(a.DB, a.Guard), FirmwareImages: a.Firmware}).Register(app, v1)
+		InspectionRules: inspectionrules.New(a.DB, a.Guard), FirmwareImages: a.Firmware,
+		Ramdisk: ramdisk.New(a.DB, a.Guard), AgentLimit: ratelimit.New(agentRate, agentBurst)}).Register(app, v1)
 	return app
 }
 
@@ -295,7 +307,7 @@ func (a *App) authenticate() fiber.Handler {
 			return c.Next()
 		}
 	}
-	open := []string{"/v1", "/v1/", api.ContinueInspectionPath}
+	open := []string{"/v1", "/v1/", api.ContinueInspectionPath, api.LookupPath, api.HeartbeatPath}
 	api := &authn.API{IDs: a.IDs}
 	if a.opts.OIDC != nil {
 		api.OIDC = a.opts.OIDC

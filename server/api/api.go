@@ -22,6 +22,8 @@ import (
 	"github.com/anvilproject/anvil/server/inspectionrules"
 	"github.com/anvilproject/anvil/server/nodes"
 	"github.com/anvilproject/anvil/server/ports"
+	"github.com/anvilproject/anvil/server/ramdisk"
+	"github.com/anvilproject/anvil/server/ratelimit"
 	"github.com/anvilproject/anvil/server/runbooks"
 	"github.com/anvilproject/anvil/server/store"
 	"github.com/anvilproject/anvil/server/validtext"
@@ -52,9 +54,13 @@ type API struct {
 	InspectionRules *inspectionrules.Service
 	// FirmwareImages serves /v1/anvil/firmware-images and /firmware/.
 	FirmwareImages *fwimages.Store
-	Guard          *guard.Guard
-	Audit          *audit.Log
-	Log            *slog.Logger
+	// Ramdisk serves the agent's /v1/lookup and /v1/heartbeat; AgentLimit
+	// bounds them per client address (nil: no limit).
+	Ramdisk    *ramdisk.Service
+	AgentLimit *ratelimit.Limiter
+	Guard      *guard.Guard
+	Audit      *audit.Log
+	Log        *slog.Logger
 }
 
 type verKey struct{}
@@ -146,6 +152,7 @@ func (a *API) Register(root fiber.Router, v1 fiber.Router) {
 	a.registerFirmware(v1)
 	a.registerShards(v1)
 	a.registerInspection(v1)
+	a.registerAgent(v1)
 	a.registerFirmwareImages(root, v1)
 }
 

@@ -88,23 +88,29 @@ const (
 	VerPortNodeIdent     Version = 94  // node_ident (UUID or name) in a port's create body
 	VerPortgroupShard    Version = 106 // ?shard= on portgroups
 	VerInspectCallback   Version = 84  // POST /v1/continue_inspection (also at 1.1)
-	VerServiceRamdisk    Version = 108
-	VerRunbookTraits     Version = 112 // runbook traits, description, /v1/runbooks/{rb}/traits
-	VerHistoryProject    Version = 113 // node history project
-	VerHistoryState      Version = 115 // node history state, target_provision_state, duration_seconds
-	VerVolume            Version = 32  // /v1/volume
-	VerDeployTmpl        Version = 55  // /v1/deploy_templates
-	VerInventory         Version = 81  // /v1/nodes/{node}/inventory
-	VerInspectTimes      Version = 6   // inspection_started_at and _finished_at
-	VerNetworkIface      Version = 20  // network_interface
-	VerDriverIfaces      Version = 31  // boot, console, deploy, inspect, management, power, raid, vendor interfaces
-	VerDeployStep        Version = 44  // deploy_step field
-	VerResetIfaces       Version = 45  // ?reset_interfaces= on node PATCH
-	VerAutomatedClean    Version = 47  // automated_clean field
-	VerProtected         Version = 48  // protected and protected_reason
-	VerRetired           Version = 61  // retired and retired_reason, ?retired=
-	VerNetworkData       Version = 66  // network_data field
-	VerBootMode          Version = 75  // boot_mode and secure_boot
+	// The ramdisk agent's endpoints and their fields.
+	VerRamdisk        Version = 22 // GET /v1/lookup, POST /v1/heartbeat/{node}
+	VerAgentVersion   Version = 36 // agent_version in a heartbeat
+	VerAgentToken     Version = 62 // lookup issues config.agent_token
+	VerAgentVerifyCA  Version = 68 // agent_verify_ca in a heartbeat
+	VerAgentStatus    Version = 72 // agent_status and agent_status_message in a heartbeat
+	VerServiceRamdisk Version = 108
+	VerRunbookTraits  Version = 112 // runbook traits, description, /v1/runbooks/{rb}/traits
+	VerHistoryProject Version = 113 // node history project
+	VerHistoryState   Version = 115 // node history state, target_provision_state, duration_seconds
+	VerVolume         Version = 32  // /v1/volume
+	VerDeployTmpl     Version = 55  // /v1/deploy_templates
+	VerInventory      Version = 81  // /v1/nodes/{node}/inventory
+	VerInspectTimes   Version = 6   // inspection_started_at and _finished_at
+	VerNetworkIface   Version = 20  // network_interface
+	VerDriverIfaces   Version = 31  // boot, console, deploy, inspect, management, power, raid, vendor interfaces
+	VerDeployStep     Version = 44  // deploy_step field
+	VerResetIfaces    Version = 45  // ?reset_interfaces= on node PATCH
+	VerAutomatedClean Version = 47  // automated_clean field
+	VerProtected      Version = 48  // protected and protected_reason
+	VerRetired        Version = 61  // retired and retired_reason, ?retired=
+	VerNetworkData    Version = 66  // network_data field
+	VerBootMode       Version = 75  // boot_mode and secure_boot
 	// Fields newer than VerMax: stored, validated and carried now, shown
 	// once VerMax reaches them.
 	VerShard            Version = 82  // shard field, ?shard= and ?sharded=

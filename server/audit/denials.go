@@ -22,7 +22,8 @@ const (
 )
 
 type denialKey struct {
-	user, project, scope, rule, targetType string
+	user, project, scope, rule, targetType, result string
+	status                                         int
 }
 
 type denialBucket struct {
@@ -41,13 +42,22 @@ type denials struct {
 // Denied notes a refused request for the next aggregated row; the log line
 // is written at once.
 func (l *Log) Denied(ctx context.Context, e Entry) {
+	e.Result, e.Status = Denied, 403
+	l.Aggregate(ctx, e)
+}
+
+// Aggregate notes e for the next aggregated row, as Denied does: for
+// events anyone can cause in bulk without credentials, such as a ramdisk
+// agent's failed lookups and heartbeats, which must not take one row
+// each. The log line is written at once.
+func (l *Log) Aggregate(ctx context.Context, e Entry) {
 	req := RequestFrom(ctx)
-	k := denialKey{rule: e.Rule, targetType: e.TargetType}
+	k := denialKey{rule: e.Rule, targetType: e.TargetType, result: e.Result, status: e.Status}
 	k.user, k.project, k.scope = principalOf(ctx)
 	l.log.LogAttrs(ctx, slog.LevelInfo, "audit",
 		slog.String("request_id", req.ID), slog.String("user", k.user), slog.String("project", k.project),
 		slog.String("scope", k.scope), slog.String("rule", e.Rule), slog.String("target", e.TargetType+"/"+e.TargetID),
-		slog.String("result", Denied), slog.Int("status", e.Status))
+		slog.String("result", e.Result), slog.Int("status", e.Status))
 	now := time.Now()
 	d := &l.denials
 	d.mu.Lock()
@@ -71,7 +81,7 @@ func (l *Log) Denied(ctx context.Context, e Entry) {
 	}
 }
 
-// Flush writes the aggregated denials noted so far.
+// Flush writes the aggregated denials and events noted so far.
 func (l *Log) Flush(ctx context.Context) {
 	d := &l.denials
 	d.mu.Lock()
@@ -94,7 +104,7 @@ func (l *Log) Flush(ctx context.Context) {
 			SetRequestID(b.requestID).SetMethod(b.method).SetPath(b.path).
 			SetUser(k.user).SetProject(k.project).SetScope(k.scope).
 			SetRule(k.rule).SetTargetType(k.targetType).SetTargetID(target).
-			SetResult(Denied).SetStatus(403).SetDetail(detail).
+			SetResult(k.result).SetStatus(k.status).SetDetail(detail).
 			Exec(ctx)
 		if err != nil {
 			l.log.Error("audit write failed", "err", err, "rule", k.rule, "denials", b.count)

@@ -77,11 +77,13 @@ func (a *API) bearer(ctx context.Context, tok string) (*policies.Principal, erro
 
 // Require is fiber middleware for the API: it puts the principal into the
 // request context and answers 401 to a request without credentials.
-// Version discovery (the group's root) stays open, as in Ironic.
+// Version discovery (the group's root) stays open, as in Ironic. An open
+// path ending in "/*" admits any one further path segment, as Ironic's
+// '/v1/heartbeat/[a-z0-9\-]+' route does.
 func (a *API) Require(open ...string) fiber.Handler {
 	return func(c *fiber.Ctx) error {
 		for _, o := range open {
-			if c.Path() == o {
+			if c.Path() == o || isOpenSegment(c.Path(), o) {
 				return c.Next()
 			}
 		}
@@ -99,4 +101,13 @@ func (a *API) Require(open ...string) fiber.Handler {
 		c.SetUserContext(policies.WithPrincipal(c.UserContext(), p))
 		return c.Next()
 	}
+}
+
+func isOpenSegment(path, open string) bool {
+	prefix, ok := strings.CutSuffix(open, "/*")
+	if !ok {
+		return false
+	}
+	rest, ok := strings.CutPrefix(path, prefix+"/")
+	return ok && rest != "" && !strings.Contains(rest, "/")
 }

@@ -26,6 +26,10 @@ const (
 	RedactedLastError   = "** Value Redacted - Requires baremetal:node:get:last_error permission. **"
 )
 
+// AgentURLKey is the driver_internal_info key of the ramdisk agent's
+// callback URL (package ramdisk writes it).
+const AgentURLKey = "agent_url"
+
 // View is a node as one caller may see it: secrets masked, and fields the
 // caller's policy does not grant redacted.
 type View struct {
@@ -183,7 +187,14 @@ func (r *redactor) view(ctx context.Context, n *ent.Node, traits []string) *View
 	}
 	v.InstanceInfo = MaskInstanceInfo(n.InstanceInfo)
 	if d.internal {
-		v.DriverInternalInfo = cloneMap(n.DriverInternalInfo)
+		// The ramdisk agent's token (agent_secret_token) is masked for
+		// everyone, as Ironic's show_password; the agent's callback URL
+		// names the provisioning network and stays with system scope,
+		// where Ironic shows it to owner readers too.
+		v.DriverInternalInfo = MaskSecrets(n.DriverInternalInfo)
+		if rel != RelSystem {
+			delete(v.DriverInternalInfo, AgentURLKey)
+		}
 	} else {
 		v.DriverInternalInfo = map[string]any{"content": RedactedInternal}
 	}
