@@ -290,7 +290,10 @@ func (s *Service) heartbeat(ctx context.Context, ident string, hb Heartbeat) err
 		return errToken()
 	}
 	if !slices.Contains(HeartbeatStates, n.ProvisionState) {
-		return errs.Conflict("Node %s is in provision state %q, which expects no agent heartbeat.", n.UUID, n.ProvisionState)
+		// As Ironic's heartbeat: accepted and ignored, so an agent that
+		// outlives its step (a node aborted, a state changed under it)
+		// keeps calling harmlessly instead of retrying a conflict.
+		return nil
 	}
 	// Ironic refuses a callback URL or a certificate that changes while
 	// the agent runs: a different agent would have a different token.
