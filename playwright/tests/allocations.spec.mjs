@@ -100,7 +100,14 @@ test('the request submits once: the button waits disabled, and the same form sen
 test('a refused request comes back as a page of its own: a refresh resends nothing', async ({ page }) => {
   await signIn(page, 'tina', 'tenant-password-1');
   await page.goto('/allocations/new');
+  // Choosing the class reloads the trait picker through htmx: the box
+  // added below must go into the picker that swap brings, or the swap
+  // drops it and the request asks for nothing unusual.
+  const swapped = page.evaluate(() => new Promise((resolve) => {
+    document.body.addEventListener('htmx:afterSettle', () => resolve(true), { once: true });
+  }));
   await page.getByLabel('Resource class').selectOption('baremetal-large');
+  await swapped;
   // Ticking every trait of the class, and one no node has, asks too much.
   await page.evaluate(() => {
     const box = document.querySelector('#trait-picker input[name="traits"]');
