@@ -19,96 +19,13 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/anvilproject/anvil/server/agent/agenttest"
 )
-
-// ipaDir is the real agent's runner (see its README): ANVIL_IPA_DIR, or
-// shared/reference/ipa beside the checkout.
-func ipaDir(t *testing.T) string {
-	if d := os.Getenv("ANVIL_IPA_DIR"); d != "" {
-		return d
-	}
-	wd, _ := os.Getwd()
-	top, err := exec.Command("git", "-C", wd, "rev-parse", "--show-toplevel").Output()
-	if err != nil {
-		return ""
-	}
-	return filepath.Join(filepath.Dir(strings.TrimSpace(string(top))), "shared", "reference", "ipa")
-}
-
-// needAgent skips (outside CI) or fails (in CI) when the real agent
-// cannot run here, saying why.
-func needAgent(t *testing.T) string {
-	t.Helper()
-	why := ""
-	dir := ipaDir(t)
-	switch {
-	case os.Geteuid() != 0:
-		why = "loop devices need root"
-	case dir == "":
-		why = "cannot find shared/reference/ipa (set ANVIL_IPA_DIR)"
-	default:
-		if _, err := os.Stat(filepath.Join(dir, "start.sh")); err != nil {
-			why = "no " + filepath.Join(dir, "start.sh")
-		}
-	}
-	for _, tool := range []string{"losetup", "sgdisk", "qemu-img", "unshare", "udevadm"} {
-		if why == "" {
-			if _, err := exec.LookPath(tool); err != nil {
-				why = tool + " is not installed"
-			}
-		}
-	}
-	if why == "" {
-		if out, err := exec.Command("/usr/bin/python3", "-c", "import eventlet, oslo_service, ironic_lib, pyudev, pint, tooz").CombinedOutput(); err != nil {
-			why = "the agent's Python packages are missing: " + strings.TrimSpace(string(out))
-		}
-	}
-	if why == "" {
-		if _, err := os.Stat("/dev/loop-control"); err != nil {
-			why = "no /dev/loop-control"
-		}
-	}
-	if why != "" {
-		if os.Getenv("CI") != "" {
-			t.Fatalf("the real ironic-python-agent is required in CI: %s", why)
-		}
-		t.Skipf("skipping the real ironic-python-agent: %s", why)
-	}
-	return dir
-}
-
-// loopDisk makes a sparse 5 GiB file and attaches it; the agent may only
-// ever be given this device.
-func loopDisk(t *testing.T) string {
-	img := filepath.Join(t.TempDir(), "disk.img")
-	f, err := os.Create(img)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := f.Truncate(5 << 30); err != nil {
-		t.Fatal(err)
-	}
-	f.Close()
-	out, err := exec.Command("losetup", "-f", "--show", img).Output()
-	if err != nil {
-		t.Fatalf("losetup: %v", err)
-	}
-	dev := strings.TrimSpace(string(out))
-	if !strings.HasPrefix(dev, "/dev/loop") {
-		t.Fatalf("losetup gave %q, not a loop device", dev)
-	}
-	t.Cleanup(func() {
-		if out, err := exec.Command("losetup", "-d", dev).CombinedOutput(); err != nil {
-			t.Errorf("losetup -d %s: %v %s", dev, err, out)
-		}
-	})
-	return dev
-}
 
 func freePort(t *testing.T) int {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
@@ -166,70 +83,20 @@ func standIn(t *testing.T, node, token, disk string) (*httptest.Server, <-chan h
 	return srv, beats
 }
 
-// groupAlive tells whether any live (non-zombie) process is left in the
-// process group the agent was started in.
-func groupAlive(pgid int) bool {
-	ents, _ := os.ReadDir("/proc")
-	for _, e := range ents {
-		if _, err := strconv.Atoi(e.Name()); err != nil {
-			continue
-		}
-		stat, err := os.ReadFile("/proc/" + e.Name() + "/stat")
-		if err != nil {
-			continue
-		}
-		// pid (comm) state ppid pgrp ...: comm may hold spaces.
-		f := strings.Fields(string(stat[bytes.LastIndexByte(stat, ')')+1:]))
-		if len(f) > 2 && f[0] != "Z" && f[2] == strconv.Itoa(pgid) {
-			return true
-		}
-	}
-	return false
-}
-
 // startAgent boots the real agent on disk and returns a client for it,
 // built from its first heartbeat, as the conductor will.
-func startAgent(t *testing.T, ipa, disk string) (*Client, heartbeat) {
+func startAgent(t *testing.T, disk string) (*Client, heartbeat) {
 	node, token := "8f0a4a5e-5a43-4c1e-9f5e-2d1c0a7b9e01", randomHex(24) // 48 chars: the agent wants ≥ 32
 	api, beats := standIn(t, node, token, disk)
-	dir := t.TempDir()
-	cmd := exec.Command(filepath.Join(ipa, "start.sh"), "start", dir, strconv.Itoa(freePort(t)), api.URL)
-	cmd.Env = append(os.Environ(), "SIMHW_DISK="+disk, "SIMHW_MACS=52:54:48:0c:aa:01", "NO_PROXY=127.0.0.1,localhost", "no_proxy=127.0.0.1,localhost",
+	m := agenttest.Start(t, disk, "52:54:48:0c:aa:01", api.URL,
 		// oslo.config reads OS_<group>__<option>: a 404 image fails after
 		// one retry instead of the agent's ten, 10 s apart.
 		"OS_DEFAULT__IMAGE_DOWNLOAD_CONNECTION_RETRIES=1", "OS_DEFAULT__IMAGE_DOWNLOAD_CONNECTION_RETRY_INTERVAL=1")
-	out, err := cmd.CombinedOutput()
-	if err != nil {
-		t.Fatalf("start.sh: %v\n%s", err, out)
-	}
-	pid, err := os.ReadFile(filepath.Join(dir, "pid"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	pgid, _ := strconv.Atoi(strings.TrimSpace(string(pid)))
-	t.Cleanup(func() {
-		if out, err := exec.Command(filepath.Join(ipa, "start.sh"), "stop", dir).CombinedOutput(); err != nil {
-			t.Errorf("start.sh stop: %v %s", err, out)
-		}
-		deadline := time.Now().Add(30 * time.Second)
-		for groupAlive(pgid) && time.Now().Before(deadline) {
-			time.Sleep(200 * time.Millisecond)
-		}
-		if groupAlive(pgid) {
-			t.Errorf("agent processes of group %d remain after stop", pgid)
-		}
-		if t.Failed() {
-			if log, err := os.ReadFile(filepath.Join(dir, "ipa.log")); err == nil {
-				t.Logf("ipa.log (tail):\n%s", tail(string(log), 4000))
-			}
-		}
-	})
 	var hb heartbeat
 	select {
 	case hb = <-beats:
 	case <-time.After(5 * time.Minute):
-		log, _ := os.ReadFile(filepath.Join(dir, "ipa.log"))
-		t.Fatalf("the agent never heartbeated; ipa.log:\n%s", tail(string(log), 4000))
+		t.Fatalf("the agent never heartbeated; ipa.log:\n%s", m.LogTail(4000))
 	}
 	if hb.AgentToken != token {
 		t.Fatalf("heartbeat carries another token than lookup gave")
@@ -239,13 +106,6 @@ func startAgent(t *testing.T, ipa, disk string) (*Client, heartbeat) {
 		t.Fatal(err)
 	}
 	return c, hb
-}
-
-func tail(s string, n int) string {
-	if len(s) > n {
-		return s[len(s)-n:]
-	}
-	return s
 }
 
 // gptImage makes a raw whole-disk image: a GPT with one partition, and
@@ -294,9 +154,9 @@ func readDisk(t *testing.T, dev string, off int64, n int) []byte {
 // TestAgentClient drives one real agent through the commands the
 // conductor uses; the subtests share it (one agent at a time).
 func TestAgentClient(t *testing.T) {
-	ipa := needAgent(t)
-	disk := loopDisk(t)
-	c, hb := startAgent(t, ipa, disk)
+	agenttest.Need(t)
+	disk := agenttest.LoopDisk(t)
+	c, hb := startAgent(t, disk)
 	node := map[string]any{"uuid": c.Node(), "properties": map[string]any{"root_device": map[string]any{"name": disk}},
 		"instance_info": map[string]any{}, "driver_internal_info": map[string]any{}}
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)

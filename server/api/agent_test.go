@@ -11,9 +11,6 @@ import (
 	"fmt"
 	"math/big"
 	"net"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -22,6 +19,7 @@ import (
 
 	"github.com/anvilproject/anvil/ent/node"
 	"github.com/anvilproject/anvil/server"
+	"github.com/anvilproject/anvil/server/agent/agenttest"
 	"github.com/anvilproject/anvil/server/api"
 	"github.com/anvilproject/anvil/server/ramdisk"
 	"github.com/anvilproject/anvil/server/servertest"
@@ -394,94 +392,17 @@ func TestAgentRateLimit(t *testing.T) {
 	})
 }
 
-// ipaDir is the real ironic-python-agent (see its README).
-const ipaDir = "../../../shared/reference/ipa"
-
-// needIPA skips, or fails in CI, when the real agent cannot run here: it
-// needs root for loop devices, losetup and its Debian packages.
-func needIPA(t *testing.T) string {
-	t.Helper()
-	start, _ := filepath.Abs(filepath.Join(ipaDir, "start.sh"))
-	why := ""
-	switch {
-	case os.Geteuid() != 0:
-		why = "loop devices need root"
-	case func() bool { _, err := os.Stat(start); return err != nil }():
-		why = "no " + start
-	case func() bool { _, err := os.Stat("/dev/loop-control"); return err != nil }():
-		why = "no /dev/loop-control"
-	case func() bool { _, err := exec.LookPath("losetup"); return err != nil }():
-		why = "no losetup"
-	case exec.Command("/usr/bin/python3", "-c", "import eventlet, oslo_service, ironic_lib, pyudev, pint, tooz").Run() != nil:
-		why = "the agent's Debian packages are missing (start.sh installs them: python3-eventlet, python3-oslo.*, python3-ironic-lib, …)"
-	}
-	if why != "" {
-		if os.Getenv("CI") != "" {
-			t.Fatalf("the real agent is required in CI: %s", why)
-		}
-		t.Skipf("skipping the real agent: %s", why)
-	}
-	return start
-}
-
-// loopDisk makes a sparse 5 GiB file a loop device for the test's life:
-// the agent's only disk, never a device of the host.
-func loopDisk(t *testing.T) string {
-	t.Helper()
-	img := filepath.Join(t.TempDir(), "disk.img")
-	f, err := os.Create(img)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := f.Truncate(5 << 30); err != nil {
-		t.Fatal(err)
-	}
-	f.Close()
-	out, err := exec.Command("losetup", "-f", "--show", img).Output()
-	if err != nil {
-		t.Fatalf("losetup: %v", err)
-	}
-	dev := strings.TrimSpace(string(out))
-	if !strings.HasPrefix(dev, "/dev/loop") {
-		t.Fatalf("losetup gave %q, not a loop device", dev)
-	}
-	t.Cleanup(func() {
-		if out, err := exec.Command("losetup", "-d", dev).CombinedOutput(); err != nil {
-			t.Errorf("losetup -d %s: %v %s", dev, err, out)
-		}
-	})
-	return dev
-}
-
 // TestAgentRealIPA: the real ironic-python-agent, on a loop device, finds
 // its node (in clean wait, with a port of one of its MACs) through
 // /v1/lookup, takes its token and heartbeats: system admins see its URL,
 // version and last heartbeat, and nobody sees the token.
 func TestAgentRealIPA(t *testing.T) {
-	start := needIPA(t)
+	agenttest.Need(t)
 	storetest.Each(t, func(t *testing.T, setting string, _ *store.DB) {
 		srv, cs := startLocal(t, setting)
 		admin := cs["system-admin"]
-		macs := "52:54:48:0c:0a:01,52:54:48:0c:0a:02"
 		id := agentNode(t, srv, admin, "ipa", "clean wait", "52:54:48:0c:0a:02")
-		disk := loopDisk(t)
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		port := strconv.Itoa(l.Addr().(*net.TCPAddr).Port)
-		l.Close()
-		dir := t.TempDir()
-		cmd := exec.Command(start, "start", dir, port, srv.URL)
-		cmd.Env = append(os.Environ(), "SIMHW_DISK="+disk, "SIMHW_MACS="+macs)
-		if out, err := cmd.CombinedOutput(); err != nil {
-			t.Fatalf("start.sh: %v\n%s", err, out)
-		}
-		t.Cleanup(func() {
-			if out, err := exec.Command(start, "stop", dir).CombinedOutput(); err != nil {
-				t.Errorf("stop the agent: %v %s", err, out)
-			}
-		})
+		m := agenttest.Start(t, agenttest.LoopDisk(t), "52:54:48:0c:0a:01,52:54:48:0c:0a:02", srv.URL)
 		var dii map[string]any
 		for deadline := time.Now().Add(2 * time.Minute); ; time.Sleep(500 * time.Millisecond) {
 			dii = internal(t, admin, id)
@@ -489,12 +410,11 @@ func TestAgentRealIPA(t *testing.T) {
 				break
 			}
 			if time.Now().After(deadline) {
-				log, _ := os.ReadFile(filepath.Join(dir, "ipa.log"))
-				t.Fatalf("no heartbeat from the agent; driver_internal_info %v\n%s", dii, tail(string(log), 4000))
+				t.Fatalf("no heartbeat from the agent; driver_internal_info %v\n%s", dii, m.LogTail(4000))
 			}
 		}
-		if u, _ := dii["agent_url"].(string); !strings.HasSuffix(u, "://127.0.0.1:"+port) {
-			t.Errorf("agent_url %v, want the agent's port %s", dii["agent_url"], port)
+		if u, _ := dii["agent_url"].(string); !strings.HasSuffix(u, "://127.0.0.1:"+strconv.Itoa(m.Port)) {
+			t.Errorf("agent_url %v, want the agent's port %d", dii["agent_url"], m.Port)
 		}
 		if v, _ := dii["agent_version"].(string); v == "" {
 			t.Errorf("no agent_version: %v", dii)
@@ -517,5 +437,3 @@ func TestAgentRealIPA(t *testing.T) {
 		}
 	})
 }
-
-func tail(s string, n int) string { return s[max(0, len(s)-n):] }

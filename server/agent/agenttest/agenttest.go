@@ -1,0 +1,175 @@
+// Package agenttest runs the real ironic-python-agent
+// (shared/reference/ipa) as one simulated machine for tests: its only
+// disk a loop device the test makes and detaches, its NICs the MACs the
+// test names.
+package agenttest
+
+import (
+	"bytes"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+// script is start.sh of the shared reference copy, or of ANVIL_IPA_DIR.
+func script() string {
+	if d := os.Getenv("ANVIL_IPA_DIR"); d != "" {
+		return filepath.Join(d, "start.sh")
+	}
+	_, file, _, _ := runtime.Caller(0)
+	// server/agent/agenttest -> repository root -> ../shared
+	return filepath.Join(filepath.Dir(file), "..", "..", "..", "..", "shared", "reference", "ipa", "start.sh")
+}
+
+// Need skips the test (outside CI) or fails it (in CI) when the real
+// agent cannot run here, saying why: it needs root for loop devices,
+// the tools it partitions and images with, udevadm (it does not start
+// without it) and its Debian packages.
+func Need(t testing.TB) {
+	t.Helper()
+	why := ""
+	if os.Geteuid() != 0 {
+		why = "loop devices need root"
+	} else if _, err := os.Stat(script()); err != nil {
+		why = "no " + script() + " (set ANVIL_IPA_DIR)"
+	} else if _, err := os.Stat("/dev/loop-control"); err != nil {
+		why = "no /dev/loop-control"
+	}
+	for _, tool := range []string{"losetup", "sgdisk", "qemu-img", "unshare", "udevadm"} {
+		if why != "" {
+			break
+		}
+		if _, err := exec.LookPath(tool); err != nil {
+			why = tool + " is not installed"
+		}
+	}
+	if why == "" {
+		if out, err := exec.Command("/usr/bin/python3", "-c", "import eventlet, oslo_service, ironic_lib, pyudev, pint, tooz").CombinedOutput(); err != nil {
+			why = "the agent's Debian packages are missing (start.sh installs them: python3-eventlet, python3-oslo.*, python3-ironic-lib, …): " + strings.TrimSpace(string(out))
+		}
+	}
+	if why != "" {
+		if os.Getenv("CI") != "" {
+			t.Fatalf("the real ironic-python-agent is required in CI: %s", why)
+		}
+		t.Skipf("skipping the real ironic-python-agent: %s", why)
+	}
+}
+
+// LoopDisk makes a sparse 5 GiB file a loop device for the test's life:
+// the agent's only disk, never a device of the host. The agent wants at
+// least 4 GiB without root-device hints; the sparse file costs only what
+// is written.
+func LoopDisk(t testing.TB) string {
+	t.Helper()
+	img := filepath.Join(t.TempDir(), "disk.img")
+	f, err := os.Create(img)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Truncate(5 << 30); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	out, err := exec.Command("losetup", "-f", "--show", img).Output()
+	if err != nil {
+		t.Fatalf("losetup: %v", err)
+	}
+	dev := strings.TrimSpace(string(out))
+	if !strings.HasPrefix(dev, "/dev/loop") {
+		t.Fatalf("losetup gave %q, not a loop device", dev)
+	}
+	t.Cleanup(func() {
+		if out, err := exec.Command("losetup", "-d", dev).CombinedOutput(); err != nil {
+			t.Errorf("losetup -d %s: %v %s", dev, err, out)
+		}
+	})
+	return dev
+}
+
+// Machine is one running agent.
+type Machine struct {
+	// Dir holds the agent's copy, configuration and ipa.log.
+	Dir string
+	// Port is where the agent's own API listens (its callback URL's).
+	Port int
+}
+
+// Start boots the agent on disk (a LoopDisk) with the NICs macs
+// (comma-separated), looking its node up at apiURL; env adds variables
+// (oslo.config reads OS_<group>__<option>). At the test's end the agent
+// is stopped, the test fails if any of its processes remain, and a
+// failed test logs the end of ipa.log.
+func Start(t testing.TB, disk, macs, apiURL string, env ...string) *Machine {
+	t.Helper()
+	m := &Machine{Dir: t.TempDir(), Port: freePort(t)}
+	cmd := exec.Command(script(), "start", m.Dir, strconv.Itoa(m.Port), apiURL)
+	cmd.Env = append(append(os.Environ(), "SIMHW_DISK="+disk, "SIMHW_MACS="+macs,
+		"NO_PROXY=127.0.0.1,localhost", "no_proxy=127.0.0.1,localhost"), env...)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("start.sh: %v\n%s", err, out)
+	}
+	pid, err := os.ReadFile(filepath.Join(m.Dir, "pid"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pgid, _ := strconv.Atoi(strings.TrimSpace(string(pid)))
+	t.Cleanup(func() {
+		if out, err := exec.Command(script(), "stop", m.Dir).CombinedOutput(); err != nil {
+			t.Errorf("start.sh stop: %v %s", err, out)
+		}
+		deadline := time.Now().Add(30 * time.Second)
+		for groupAlive(pgid) && time.Now().Before(deadline) {
+			time.Sleep(200 * time.Millisecond)
+		}
+		if groupAlive(pgid) {
+			t.Errorf("agent processes of group %d remain after stop", pgid)
+		}
+		if t.Failed() {
+			t.Logf("ipa.log (tail):\n%s", m.LogTail(4000))
+		}
+	})
+	return m
+}
+
+// LogTail is the last n bytes of the agent's log.
+func (m *Machine) LogTail(n int) string {
+	log, _ := os.ReadFile(filepath.Join(m.Dir, "ipa.log"))
+	return string(log[max(0, len(log)-n):])
+}
+
+func freePort(t testing.TB) int {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+// groupAlive tells whether any live (non-zombie) process is left in the
+// process group the agent was started in.
+func groupAlive(pgid int) bool {
+	ents, _ := os.ReadDir("/proc")
+	for _, e := range ents {
+		if _, err := strconv.Atoi(e.Name()); err != nil {
+			continue
+		}
+		stat, err := os.ReadFile("/proc/" + e.Name() + "/stat")
+		if err != nil {
+			continue
+		}
+		// pid (comm) state ppid pgrp ...: comm may hold spaces.
+		f := strings.Fields(string(stat[bytes.LastIndexByte(stat, ')')+1:]))
+		if len(f) > 2 && f[0] != "Z" && f[2] == strconv.Itoa(pgid) {
+			return true
+		}
+	}
+	return false
+}
