@@ -104,9 +104,6 @@ func (o *Ops) changeBootMode(ctx context.Context, n *ent.Node, done string, chan
 	}
 	if err := c.lock(ctx, n.ID); err != nil {
 		cl.Close()
-		if errors.Is(err, ErrLocked) {
-			return lockedErr(n)
-		}
 		return err
 	}
 	who := actor(ctx)
@@ -293,9 +290,6 @@ func (o *Ops) InjectNMI(ctx context.Context, ident string) (err error) {
 func (o *Ops) locked(ctx context.Context, n *ent.Node, done string, call func() error, record func(tx *ent.Client) error) error {
 	c := o.C
 	if err := c.lock(ctx, n.ID); err != nil {
-		if errors.Is(err, ErrLocked) {
-			return lockedErr(n)
-		}
 		return err
 	}
 	defer c.unlock(n.ID)

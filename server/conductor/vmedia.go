@@ -2,7 +2,6 @@ package conductor
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strings"
 
@@ -113,9 +112,6 @@ func (o *Ops) withVMedia(ctx context.Context, n *ent.Node, what string, devices 
 		return errs.Unavailable("Unable to %s for node %s due to power failure state", what, n.UUID)
 	}
 	if err := o.C.lock(ctx, n.ID); err != nil {
-		if errors.Is(err, ErrLocked) {
-			return lockedErr(n)
-		}
 		return err
 	}
 	defer o.C.unlock(n.ID)

@@ -14,6 +14,7 @@ type Error struct {
 	Status int
 	Field  string
 	Msg    string
+	locked bool // a 409 because another operation holds the node
 }
 
 func (e *Error) Error() string { return e.Msg }
@@ -42,6 +43,21 @@ func NotAcceptable(format string, a ...any) *Error { return newf(406, "", format
 
 // Conflict is a 409: a duplicate, a lock, or a state that forbids the action.
 func Conflict(format string, a ...any) *Error { return newf(409, "", format, a...) }
+
+// NodeLocked is Ironic's NodeLocked: a 409 because another operation
+// holds the node's lock. holder names it ("host cond-1").
+func NodeLocked(uuid, holder string) *Error {
+	e := newf(409, "", "Node %s is locked by %s, please retry after the current operation is completed.", uuid, holder)
+	e.locked = true
+	return e
+}
+
+// IsLocked says whether err is a NodeLocked refusal, which a caller may
+// retry once the holder is done.
+func IsLocked(err error) bool {
+	var e *Error
+	return errors.As(err, &e) && e.locked
+}
 
 // Unavailable is a 503: a dependency (database, BMC) did not answer.
 func Unavailable(format string, a ...any) *Error { return newf(503, "", format, a...) }

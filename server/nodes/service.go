@@ -402,7 +402,7 @@ func ErrProtected(uuid string) error {
 }
 
 func lockedError(n *ent.Node) error {
-	return errs.Conflict("Node %s is locked by host %s, please retry after the current operation is completed.", n.UUID, *n.Reservation)
+	return errs.NodeLocked(n.UUID, "host "+*n.Reservation)
 }
 
 // Delete removes a node that nothing is running on.
@@ -418,7 +418,13 @@ func (s *Service) Delete(ctx context.Context, ident string) error {
 			return err
 		}
 	}
-	err = s.delete(ctx, n)
+	err = store.RetryLocked(ctx, func() error {
+		cur, err := s.db.Node.Get(ctx, n.ID)
+		if err != nil {
+			return err
+		}
+		return s.delete(ctx, cur)
+	})
 	s.guard.Done(ctx, RuleDelete, "node", n.UUID, err, nil)
 	return err
 }
@@ -438,7 +444,7 @@ func (s *Service) delete(ctx context.Context, n *ent.Node) error {
 		return err
 	}
 	if cnt == 0 {
-		return errs.Conflict("Node %s was locked or changed while being deleted; retry", n.UUID)
+		return errs.NodeLocked(n.UUID, "another operation")
 	}
 	return nil
 }

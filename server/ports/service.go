@@ -233,7 +233,7 @@ func lockNode(ctx context.Context, tx *ent.Client, id int) (*ent.Node, error) {
 		return nil, err
 	}
 	if cnt == 0 && n.Reservation != nil {
-		return nil, errs.Conflict("Node %s is locked by host %s, please retry after the current operation is completed.", n.UUID, *n.Reservation)
+		return nil, errs.NodeLocked(n.UUID, "host "+*n.Reservation)
 	}
 	return n, nil
 }

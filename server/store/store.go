@@ -18,6 +18,7 @@ import (
 
 	"github.com/anvilproject/anvil/ent"
 	"github.com/anvilproject/anvil/ent/migrate"
+	"github.com/anvilproject/anvil/server/errs"
 )
 
 // DB is an open database: the ent client plus what callers need to know
@@ -320,9 +321,45 @@ func Redacted(setting string) string {
 	return setting
 }
 
+// LockAttempts and LockInterval are how a request waits for a node that
+// another operation holds, as Ironic's [conductor]
+// node_locked_retry_attempts (3) and node_locked_retry_interval (1 s) do:
+// a client that polls a node into its new state and acts at once would
+// otherwise meet the lock of the work that set the state, released a
+// moment later.
+var (
+	LockAttempts = 3
+	LockInterval = time.Second
+)
+
+// RetryLocked runs fn until it succeeds or fails with anything but
+// errs.NodeLocked, at most LockAttempts times. fn must have done nothing
+// when it reports the node locked.
+func RetryLocked(ctx context.Context, fn func() error) error {
+	for i := 1; ; i++ {
+		err := fn()
+		if i >= LockAttempts || !errs.IsLocked(err) {
+			return err
+		}
+		t := time.NewTimer(LockInterval)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return err
+		case <-t.C:
+		}
+	}
+}
+
 // WithTx runs fn in a transaction and commits when it returns nil, so a
-// multi-row change is all or nothing.
+// multi-row change is all or nothing. A transaction refused because a
+// node is locked rolls back and is run again (RetryLocked), so fn must
+// write nothing outside it.
 func WithTx(ctx context.Context, db *DB, fn func(tx *ent.Client) error) error {
+	return RetryLocked(ctx, func() error { return withTx(ctx, db, fn) })
+}
+
+func withTx(ctx context.Context, db *DB, fn func(tx *ent.Client) error) error {
 	tx, err := db.Tx(ctx)
 	if err != nil {
 		return err
