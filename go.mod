@@ -24,6 +24,8 @@ require (
 	modernc.org/sqlite v1.60.1
 )
 
+require github.com/kdomanski/iso9660 v0.4.0
+
 require (
 	ariga.io/atlas v0.32.1-0.20250325101103-175b25e1c1b9 // indirect
 	cel.dev/expr v0.25.2 // indirect

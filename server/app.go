@@ -275,8 +275,18 @@ func (a *App) routes() *fiber.App {
 		Chassis: chassis.New(a.DB, a.Guard), Volume: volume.New(a.DB, a.Guard, a.Nodes),
 		DeployTemplates: deploytemplates.New(a.DB, a.Guard),
 		InspectionRules: inspectionrules.New(a.DB, a.Guard), FirmwareImages: a.Firmware,
-		Ramdisk: ramdisk.New(a.DB, a.Guard), AgentLimit: ratelimit.New(agentRate, agentBurst)}).Register(app, v1)
+		Ramdisk: a.ramdisk(), AgentLimit: ratelimit.New(agentRate, agentBurst)}).Register(app, v1)
 	return app
+}
+
+// ramdisk answers agents' lookups, telling them to heartbeat within the
+// conductor's agent heartbeat timeout.
+func (a *App) ramdisk() *ramdisk.Service {
+	r := ramdisk.New(a.DB, a.Guard)
+	if t := a.opts.Conductor.Agent.HeartbeatTimeout; t > 0 {
+		r.HeartbeatTimeout = int(t.Seconds())
+	}
+	return r
 }
 
 // errorHandler answers a browser outside the API with an HTML page and

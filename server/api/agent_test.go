@@ -266,7 +266,7 @@ func TestAgentHeartbeat(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := ramdisk.New(srv.DB, srv.Guard).WipeAgent(context.Background(), n); err != nil {
+		if err := ramdisk.Wipe(context.Background(), srv.DB, n); err != nil {
 			t.Fatal(err)
 		}
 		wantFault(t, ag().Do(t, "POST", path, beat(cb, tok)), 400, "Invalid or missing agent token received.")

@@ -47,7 +47,7 @@ func TestDeployStateMachine(t *testing.T) {
 			{map[string]any{"target": "active", "configdrive": map[string]any{"user_data": "x", "password": "y"}}, "password"},
 			{map[string]any{"target": "active", "configdrive": 7}, "configdrive"},
 			{map[string]any{"target": "active", "deploy_steps": steps(step("power", "power_on", nil))}, "priority"},
-			{map[string]any{"target": "active", "deploy_steps": []any{map[string]any{"interface": "deploy", "step": "erase_devices", "priority": 90}}}, "needs a ramdisk agent"},
+			{map[string]any{"target": "active", "deploy_steps": []any{map[string]any{"interface": "deploy", "step": "erase_devices", "priority": 90}}}, "runs in the ramdisk agent"},
 			{map[string]any{"target": "deleted", "deploy_steps": []any{map[string]any{"interface": "power", "step": "power_on", "priority": 90}}}, "deploy_steps"},
 		} {
 			if f := provision(t, admin, id, bad.body, 400).Fault(t); !strings.Contains(f, bad.field) {

@@ -67,7 +67,7 @@ func TestStepsAsIronic(t *testing.T) {
 			want string
 		}{
 			{step("raid", "apply_configuration", nil), "Step raid.apply_configuration is not supported by driver fake-hardware."},
-			{step("deploy", "erase_devices_metadata", nil), "Step deploy.erase_devices_metadata needs a ramdisk agent, which this deployment does not run (driver fake-hardware)."},
+			{step("deploy", "erase_devices_metadata", nil), "Step deploy.erase_devices_metadata runs in the ramdisk agent, and driver fake-hardware has no machine to boot one on."},
 		} {
 			provision(t, admin, id, map[string]any{"target": "clean", "clean_steps": steps(step("power", "power_on", nil), c.step)}, 202)
 			n := waitState(t, admin, id, "clean failed")

@@ -361,21 +361,21 @@ var InterfaceTypes = []string{"bios", "boot", "console", "deploy", "firmware", "
 var interfaces = map[string]map[string][]string{
 	"fake-hardware": {
 		"bios": {"fake", "no-bios"}, "boot": {"fake", "ipxe", "pxe"}, "console": {"fake", "no-console"},
-		"deploy": {"fake", "direct", "ramdisk"}, "firmware": {"fake", "no-firmware"},
+		"deploy": {"fake", "direct", "ramdisk", "custom-agent"}, "firmware": {"fake", "no-firmware"},
 		"inspect": {"fake", "no-inspect"}, "management": {"fake"}, "network": {"noop", "flat"},
 		"power": {"fake"}, "raid": {"fake", "no-raid", "agent"}, "rescue": {"fake", "no-rescue"},
 		"storage": {"noop", "fake"}, "vendor": {"fake", "no-vendor"},
 	},
 	"ipmi": {
 		"bios": {"no-bios"}, "boot": {"ipxe", "pxe"}, "console": {"no-console"},
-		"deploy": {"direct", "ramdisk"}, "firmware": {"no-firmware"}, "inspect": {"no-inspect"},
+		"deploy": {"direct", "ramdisk", "custom-agent"}, "firmware": {"no-firmware"}, "inspect": {"no-inspect"},
 		"management": {"ipmitool"}, "network": {"noop", "flat"}, "power": {"ipmitool"},
 		"raid": {"no-raid", "agent"}, "rescue": {"no-rescue"}, "storage": {"noop"},
 		"vendor": {"ipmitool", "no-vendor"},
 	},
 	"redfish": {
 		"bios": {"redfish", "no-bios"}, "boot": {"ipxe", "pxe", "redfish-virtual-media"}, "console": {"no-console"},
-		"deploy": {"direct", "ramdisk"}, "firmware": {"redfish", "no-firmware"}, "inspect": {"redfish", "no-inspect"},
+		"deploy": {"direct", "ramdisk", "custom-agent"}, "firmware": {"redfish", "no-firmware"}, "inspect": {"redfish", "no-inspect"},
 		"management": {"redfish"}, "network": {"noop", "flat"}, "power": {"redfish"},
 		"raid": {"redfish", "no-raid", "agent"}, "rescue": {"no-rescue"}, "storage": {"noop"},
 		"vendor": {"redfish", "no-vendor"},

@@ -38,6 +38,7 @@ func serveCmd() *cobra.Command {
 		access string
 		proxy  []net.IPNet
 		bmcNet []string
+		agtNet []string
 		gcPct  int
 		fw     firmwareFlags
 		mtok   string
@@ -61,6 +62,9 @@ func serveCmd() *cobra.Command {
 			}
 			if cc.BMCNetworks, err = bmc.ParseNetworks(bmcNet); err != nil {
 				return fmt.Errorf("--bmc-networks: %w", err)
+			}
+			if cc.Agent.Client.Networks, err = bmc.ParseNetworks(agtNet); err != nil {
+				return fmt.Errorf("--agent-networks: %w", err)
 			}
 			if err := bmc.CheckCADir(cc.BMCCADir); err != nil {
 				return fmt.Errorf("--bmc-ca-dir: %w", err)
@@ -153,6 +157,11 @@ func serveCmd() *cobra.Command {
 	f.DurationVar(&cc.PowerTimeout, "power-timeout", time.Minute, "how long a power action waits for the BMC to report the new state (Ironic's power_timeout)")
 	f.StringSliceVar(&bmcNet, "bmc-networks", nil, "CIDRs BMC addresses must fall in, checked at enrolment and at every connection (empty: any address)")
 	f.StringVar(&cc.BMCCADir, "bmc-ca-dir", "", "the only directory whose files driver_info/redfish_verify_ca may name, set by system-scope callers only (empty: no path; everyone may give true, false or an inline PEM bundle)")
+	f.DurationVar(&cc.Agent.BootTimeout, "agent-boot-timeout", 30*time.Minute, "how long a machine booted into the ramdisk agent has to call back (Ironic's deploy_callback_timeout)")
+	f.DurationVar(&cc.Agent.HeartbeatTimeout, "agent-heartbeat-timeout", 5*time.Minute, "how long a running ramdisk agent may stay silent before its step fails; agents are told to heartbeat well within it (Ironic's ramdisk_heartbeat_timeout)")
+	f.StringVar(&cc.Agent.LogDir, "agent-log-dir", "", "directory that keeps the ramdisk agent's logs of every failed run, one .tar.gz each (empty: none kept)")
+	f.StringSliceVar(&agtNet, "agent-networks", nil, "CIDRs ramdisk agents call back from; the conductor sends commands to no other address (empty: any)")
+	f.BoolVar(&cc.Agent.EraseDevices, "clean-erase-devices", false, "automated cleaning also erases every disk in full (erase_devices, hours on large disks) after wiping their metadata")
 	f.StringVar(&pdir, "policy-dir", "policy.d", "directory of policy override files (Ironic's YAML policy format)")
 	f.BoolVar(&penab, "policy-override-enabled", false, "apply policy overrides from --policy-dir and uploads; off means the defaults, whatever the directory holds")
 	f.StringVar(&svcp, "service-project", policies.DefaultServiceProject, "elevated service project: its service-role users act as system members and readers (Ironic's service_project_name)")

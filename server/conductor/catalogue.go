@@ -29,6 +29,9 @@ type StepInfo struct {
 	Description string   `json:"description"`
 	Args        []Arg    `json:"args"`
 	Drivers     []string `json:"drivers"`
+	// InBand steps run in the ramdisk agent on the machine, which the
+	// run boots first; disable_ramdisk refuses them.
+	InBand bool `json:"in_band"`
 }
 
 // Name is interface.step.
@@ -40,7 +43,14 @@ var (
 	// the fake driver mimics them in memory so demos and benchmarks run
 	// every step.
 	outOfBand = []string{"fake-hardware", "redfish"}
+	// withAgent are the drivers whose machines boot the ramdisk agent.
+	withAgent = []string{"ipmi", "redfish"}
 )
+
+// agentStep is a step the ramdisk agent runs.
+func agentStep(iface, step, desc string) StepInfo {
+	return StepInfo{Interface: iface, Step: step, Description: desc, Drivers: withAgent, InBand: true}
+}
 
 // catalogue is every step Anvil runs, in one table: what it does, its
 // arguments, which drivers run it. Steps of Ironic's interfaces that are
@@ -48,49 +58,64 @@ var (
 // written for Ironic keeps its steps); a run containing one fails before
 // its first step, naming it and the driver.
 var catalogue = []StepInfo{
-	{"power", "power_on", "Power the node on.", nil, allDrivers},
-	{"power", "power_off", "Power the node off.", nil, allDrivers},
-	{"power", "reboot", "Restart the node (power it on when off) and wait until the BMC reports it on.", nil, allDrivers},
+	{"power", "power_on", "Power the node on.", nil, allDrivers, false},
+	{"power", "power_off", "Power the node off.", nil, allDrivers, false},
+	{"power", "reboot", "Restart the node (power it on when off) and wait until the BMC reports it on.", nil, allDrivers, false},
 	{"management", "set_boot_device", "Set the next boot device.", []Arg{
 		{"device", "string", true, "one of " + strings.Join(bmc.AllBootDevices(), ", ") + " (redfish has no safe)", bmc.AllBootDevices(), isDevice},
 		{"persistent", "boolean", false, "keep the device for every boot, not only the next", nil, isBool},
-	}, allDrivers},
-	{"management", "reset_bmc", "Restart the BMC (Redfish GracefulRestart, IPMI warm reset).", nil, allDrivers},
+	}, allDrivers, false},
+	{"management", "reset_bmc", "Restart the BMC (Redfish GracefulRestart, IPMI warm reset).", nil, allDrivers, false},
 	{"deploy", "wait", "Wait the given seconds in the wait state (abort ends it early).", []Arg{
 		{"seconds", "integer", false, "0 to 86400; 0 when left out", nil, isSeconds},
-	}, allDrivers},
-	{"deploy", "hold", "Stop in the hold state until an operator or tenant sends unhold.", nil, allDrivers},
+	}, allDrivers, false},
+	{"deploy", "hold", "Stop in the hold state until an operator or tenant sends unhold.", nil, allDrivers, false},
 	// ipmi has no way to write an image without a ramdisk agent; a deploy
 	// request for it is refused before this step is planned (deploy.go).
-	{"deploy", "deploy", "Put the instance in place and power the node on: redfish inserts instance_info.boot_iso as a virtual CD and boots it once; fake-hardware only powers on. Runs in every deployment, at priority 100.", nil, outOfBand},
+	{"deploy", "deploy", "Put the instance in place and power the node on: redfish inserts instance_info.boot_iso as a virtual CD and boots it once; fake-hardware only powers on. Runs in every deployment, at priority 100.", nil, outOfBand, false},
 	{"bios", "apply_configuration", "Apply BIOS settings: stage them at the BMC, reboot the node so they take effect (only when one differs from the current value), check each became current, and refresh the cached settings.", []Arg{
 		{"settings", "list of {name, value}", true, "BIOS attributes to set, by the BMC's attribute names", nil, isSettings},
-	}, outOfBand},
-	{"bios", "factory_reset", "Reset the BIOS settings to the vendor's defaults (rebooting to apply them) and refresh the cached settings.", nil, outOfBand},
+	}, outOfBand, false},
+	{"bios", "factory_reset", "Reset the BIOS settings to the vendor's defaults (rebooting to apply them) and refresh the cached settings.", nil, outOfBand, false},
 	{"management", "attach_virtual_media", "Insert an image (an ISO the BMC downloads) into a virtual drive; an image already there is ejected first. An Anvil step (Ironic does this through its vmedia API).", []Arg{
 		{"image_url", "string", true, "http:// or https:// URL the BMC can reach", nil, isImageURL},
 		{"device_type", "string", false, "cdrom (default) or floppy", bmc.VMediaDevices, isVMediaDevice},
-	}, outOfBand},
+	}, outOfBand, false},
 	{"management", "detach_virtual_media", "Eject the image from a virtual drive, or from every one. An Anvil step.", []Arg{
 		{"device_type", "string", false, "cdrom or floppy; every drive when left out", bmc.VMediaDevices, isVMediaDevice},
-	}, outOfBand},
+	}, outOfBand, false},
 	{"management", "set_boot_mode", "Set the boot mode the machine boots in next (Redfish BootSourceOverrideMode). An Anvil step (Ironic: PUT states/boot_mode).", []Arg{
 		{"mode", "string", true, "uefi or bios", bootModes, isBootMode},
-	}, outOfBand},
+	}, outOfBand, false},
 	{"management", "set_secure_boot", "Turn UEFI secure boot on or off (Redfish SecureBoot). An Anvil step (Ironic: PUT states/secure_boot).", []Arg{
 		{"enabled", "boolean", true, "true to turn secure boot on", nil, isBool},
-	}, outOfBand},
-	{"bios", "cache_bios_settings", "Read the current BIOS settings from the BMC into Anvil's cache (GET /v1/nodes/{node}/bios).", nil, outOfBand},
-	{"management", "clear_event_log", "Clear the BMC's event log: IPMI's SEL (sel clear), Redfish's LogService.ClearLog on every log service of the system and its manager; a BMC with no log service fails the step saying so. An Anvil step (Ironic has none).", nil, allDrivers},
+	}, outOfBand, false},
+	{"bios", "cache_bios_settings", "Read the current BIOS settings from the BMC into Anvil's cache (GET /v1/nodes/{node}/bios).", nil, outOfBand, false},
+	{"management", "clear_event_log", "Clear the BMC's event log: IPMI's SEL (sel clear), Redfish's LogService.ClearLog on every log service of the system and its manager; a BMC with no log service fails the step saying so. An Anvil step (Ironic has none).", nil, allDrivers, false},
 	{"firmware", "update", "Update firmware components from image URLs through the BMC's UpdateService.SimpleUpdate, one after another, following each BMC task to its end (within wait seconds, default 1800); a task that ends in an exception fails the step with the BMC's message.", []Arg{
 		{"settings", "list of {component, url, wait}", true, "component bios or bmc; url http(s) the BMC can reach; wait seconds to allow the task (default 1800)", nil, isFirmwareSettings},
-	}, outOfBand},
+	}, outOfBand, false},
 	{"raid", "create_configuration", "Build the node's target_raid_config out of band: each logical disk becomes a Volume POSTed to the system's Redfish Storage controller (RAIDType from raid_level, CapacityBytes from size_gb unless MAX, drives from physical_disks, number_of_physical_disks or the fewest the level needs), then raid_config records every volume the BMC reports. A node without a target fails the step.", []Arg{
 		{"create_root_volume", "boolean", false, "build the root volume (is_root_volume); default true", nil, isBool},
 		{"create_nonroot_volumes", "boolean", false, "build the other volumes; default true", nil, isBool},
 		{"delete_existing", "boolean", false, "delete every existing volume first; default false", nil, isBool},
-	}, outOfBand},
-	{"raid", "delete_configuration", "Delete every volume of the system's Redfish Storage controllers (DELETE on each) and record the empty configuration in raid_config.", nil, outOfBand},
+	}, outOfBand, false},
+	{"raid", "delete_configuration", "Delete every volume of the system's Redfish Storage controllers (DELETE on each) and record the empty configuration in raid_config.", nil, outOfBand, false},
+	// The conductor's side of an agent deploy (direct, custom-agent),
+	// planned around the request's steps at Ironic's priorities.
+	{"deploy", "write_image", "Have the ramdisk agent download instance_info.image_source, verify its checksum and write it to the root disk, then the config drive (priority 80 of a direct deploy).", nil, withAgent, false},
+	{"deploy", "prepare_instance_boot", "Make the disk the machine's persistent boot device (priority 60 of an agent deploy).", nil, withAgent, false},
+	{"deploy", "tear_down_agent", "Power the machine off through its BMC, eject the agent's CD and forget the agent (priority 40 of an agent deploy).", nil, withAgent, false},
+	{"deploy", "boot_instance", "Power the machine on into its instance (priority 20 of an agent deploy).", nil, withAgent, false},
+	// The ramdisk agent's steps (ironic-python-agent's generic hardware
+	// manager): the run boots the machine into the agent first.
+	agentStep("deploy", "erase_devices_metadata", "In the ramdisk agent: wipe every disk's partition tables and filesystem signatures (fast; what automated cleaning runs between tenants)."),
+	agentStep("deploy", "erase_devices", "In the ramdisk agent: erase every disk, by ATA secure erase or NVMe format where the disk supports it, else by overwriting (hours on large disks)."),
+	agentStep("deploy", "erase_devices_express", "In the ramdisk agent: erase each disk the fastest way it supports (hardware erase, else metadata only)."),
+	agentStep("deploy", "burnin_cpu", "In the ramdisk agent: load every CPU with stress-ng (driver_info agent_burnin_cpu_timeout, default 86400 s)."),
+	agentStep("deploy", "burnin_memory", "In the ramdisk agent: exercise the memory with stress-ng (driver_info agent_burnin_vm_timeout and agent_burnin_vm_vm-bytes)."),
+	agentStep("deploy", "burnin_disk", "In the ramdisk agent: exercise every disk with fio (driver_info agent_burnin_fio_disk_*)."),
+	agentStep("deploy", "burnin_network", "In the ramdisk agent: exercise the network with fio against a paired node (driver_info agent_burnin_fio_network_*)."),
 }
 
 // Catalogue lists every step Anvil runs.
@@ -141,10 +166,13 @@ func unsupported(driver string, steps []Step) string {
 		switch {
 		case info != nil && slices.Contains(info.Drivers, d):
 			continue
-		case info == nil && s.Interface == "deploy":
-			// Ironic's deploy steps besides Anvil's own run in the
-			// ramdisk agent on the machine.
-			return fmt.Sprintf("Step %s needs a ramdisk agent, which this deployment does not run (driver %s).", s.Name(), driver)
+		case info == nil && s.Interface == "deploy" && slices.Contains(withAgent, d):
+			// Another deploy-interface step is the agent's own (a
+			// custom hardware manager's, such as metal3's
+			// install_coreos); the agent says whether it has it.
+			continue
+		case InBand(s.Interface, s.Step):
+			return fmt.Sprintf("Step %s runs in the ramdisk agent, and driver %s has no machine to boot one on.", s.Name(), driver)
 		default:
 			return fmt.Sprintf("Step %s is not supported by driver %s.", s.Name(), driver)
 		}

@@ -6,7 +6,6 @@ package conductor
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"maps"
@@ -51,6 +50,8 @@ type Config struct {
 	// BMCCADir is the only directory CA bundle paths in driver_info may
 	// name ("": none); process-wide, as BMCNetworks.
 	BMCCADir string
+	// Agent tunes the in-band work (inband.go).
+	Agent AgentConfig
 }
 
 func (c Config) withDefaults() Config {
@@ -66,6 +67,7 @@ func (c Config) withDefaults() Config {
 	if c.PowerTimeout <= 0 {
 		c.PowerTimeout = 60 * time.Second
 	}
+	c.Agent = c.Agent.withDefaults()
 	return c
 }
 
@@ -80,6 +82,8 @@ type Conductor struct {
 	cancel context.CancelFunc
 	// commits groups step writes (runner.go).
 	commits committer
+	// agents are the ramdisk agents runs have booted (inband.go).
+	agents agents
 	// authFails counts each node's consecutive credential refusals; at
 	// maxAuthFailures the node goes into maintenance (faults.go).
 	authMu    sync.Mutex
@@ -331,19 +335,21 @@ func stepName(ms ...map[string]any) string {
 	return ""
 }
 
-// ErrLocked is the 409 for a node another operation holds.
-var ErrLocked = errors.New("node locked")
-
-// lock takes a node's reservation with one conditional UPDATE.
+// lock takes a node's reservation with one conditional UPDATE. A node
+// another operation holds is waited for as Ironic waits
+// (store.RetryLocked), then refused with Ironic's NodeLocked.
 func (c *Conductor) lock(ctx context.Context, id int) error {
-	n, err := c.db.Node.Update().Where(node.ID(id), node.ReservationIsNil()).SetReservation(c.cfg.Name).Save(ctx)
-	if err != nil {
-		return err
-	}
-	if n == 0 {
-		return ErrLocked
-	}
-	return nil
+	return store.RetryLocked(ctx, func() error {
+		n, err := c.db.Node.Update().Where(node.ID(id), node.ReservationIsNil()).SetReservation(c.cfg.Name).Save(ctx)
+		if err != nil || n > 0 {
+			return err
+		}
+		cur, err := c.db.Node.Get(ctx, id)
+		if err != nil {
+			return err
+		}
+		return lockedErr(cur)
+	})
 }
 
 // unlock releases a lock this conductor holds, detached from the caller's

@@ -56,6 +56,9 @@ func deployPlan(n *ent.Node, r ProvisionRequest) ([]Step, error) {
 		pri int
 	}
 	plan := []ranked{{Step{Interface: "deploy", Step: "deploy"}, deployPriority}}
+	for _, d := range agentDeployPlan[deployMode(n)] {
+		plan = append(plan, ranked{d.Step, *d.Priority})
+	}
 	if len(r.DeploySteps) > 0 {
 		user := make([]Step, len(r.DeploySteps))
 		for i, d := range r.DeploySteps {
@@ -93,26 +96,41 @@ func deployPlan(n *ent.Node, r ProvisionRequest) ([]Step, error) {
 }
 
 // deployFits says, from the node alone, whether its driver has a way to
-// put an instance on it. fake-hardware deploys at once; redfish boots an
-// ISO from virtual media (Ironic's ramdisk deploy); writing a disk image
-// needs a ramdisk agent, which Anvil does not run, so ipmi cannot deploy.
+// put an instance on it: fake-hardware deploys at once; redfish boots an
+// ISO from virtual media (Ironic's ramdisk deploy); the direct and
+// custom-agent deploys boot the ramdisk agent, and direct has it write
+// image_source to disk.
 func deployFits(n *ent.Node) error {
-	switch bmc.Canonical(n.Driver) {
-	case "fake-hardware":
+	mode := deployMode(n)
+	if mode == modeFake {
 		return nil
-	case "redfish":
+	}
+	if mode == modeDirect || mode == modeCustomAgent {
+		if _, err := agentBoot(n); err != nil {
+			field := "instance_info.image_source"
+			if mode == modeCustomAgent {
+				field = "deploy_interface"
+			}
+			return errs.BadRequest(field, "Cannot deploy node %s: the %s deploy boots the ramdisk agent, and %v", n.UUID, mode, err)
+		}
+		if _, err := bmc.Open(n.Driver, n.UUID, n.DriverInfo, bmc.Options{}); err != nil {
+			return errs.BadRequest("driver_info", "Cannot deploy node %s: %v", n.UUID, err)
+		}
+		if mode == modeDirect {
+			return imageFits(n)
+		}
+		return nil
+	}
+	if bmc.Canonical(n.Driver) == "redfish" {
 		if iso, _ := n.InstanceInfo["boot_iso"].(string); iso == "" {
-			return errs.BadRequest("instance_info.boot_iso", "Cannot deploy node %s: driver redfish deploys ISOs by virtual media: set instance_info.boot_iso to the ISO's URL", n.UUID)
+			return errs.BadRequest("instance_info.boot_iso", "Cannot deploy node %s: driver redfish deploys ISOs by virtual media: set instance_info.boot_iso to the ISO's URL, or instance_info.image_source for the ramdisk agent to write", n.UUID)
 		}
 		if _, err := bmc.Open(n.Driver, n.UUID, n.DriverInfo, bmc.Options{}); err != nil {
 			return errs.BadRequest("driver_info", "Cannot deploy node %s: %v", n.UUID, err)
 		}
 		return nil
 	}
-	if src, _ := n.InstanceInfo["image_source"].(string); src == "" {
-		return errs.BadRequest("instance_info.image_source", "Cannot deploy node %s: instance_info.image_source is required", n.UUID)
-	}
-	return errs.BadRequest("instance_info.image_source", "Cannot deploy node %s: driver %s would write image_source to disk, which needs a ramdisk agent, which this deployment does not run", n.UUID, n.Driver)
+	return errs.BadRequest("instance_info.image_source", "Cannot deploy node %s: instance_info.image_source is required: the ramdisk agent writes it to disk", n.UUID)
 }
 
 // deploy moves the node to deploying under its lock, stores the config
@@ -147,7 +165,10 @@ func (c *Conductor) deploy(ctx context.Context, n *ent.Node, tr transition, r Pr
 
 // deployImage is the driver's deploy.deploy step: it puts the instance
 // in place and powers the node on into it.
-func (c *Conductor) deployImage(ctx context.Context, n *ent.Node) (string, error) {
+func (c *Conductor) deployImage(ctx context.Context, n *ent.Node, ph phase) (string, error) {
+	if m := deployMode(n); m == modeDirect || m == modeCustomAgent {
+		return c.deployAgent(ctx, n, ph)
+	}
 	cl, err := c.client(n)
 	if err != nil {
 		return "", err
@@ -220,13 +241,8 @@ func (c *Conductor) tearDown(n *ent.Node, who string) {
 	cleaned := *n
 	cleaned.ProvisionState, cleaned.DriverInternalInfo, cleaned.InstanceInfo, cleaned.PowerState, cleaned.Reservation =
 		nodes.StateCleaning, info, map[string]any{}, &final, &c.cfg.Name
-	c.runSteps(&cleaned, "automated clean", automatedCleanSteps(), who, false)
+	c.runSteps(&cleaned, "automated clean", c.automatedCleanSteps(n), who, false)
 }
-
-// automatedCleanSteps are the steps cleaning runs after a tear down. The
-// steps Ironic runs by default (erasing disks) need a ramdisk agent, so
-// automated cleaning passes through cleaning without steps.
-func automatedCleanSteps() []Step { return nil }
 
 // removeInstance ejects a virtual-media ISO and powers the node off,
 // returning the power state the BMC reports.

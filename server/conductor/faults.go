@@ -11,8 +11,13 @@ import (
 	"github.com/anvilproject/anvil/server/history"
 )
 
-// FaultPower is Ironic's fault for a node whose BMC keeps failing.
-const FaultPower = "power failure"
+// Ironic's faults: a node whose BMC keeps failing, and a node whose
+// cleaning or servicing failed in the agent.
+const (
+	FaultPower   = "power failure"
+	FaultClean   = "clean failure"
+	FaultService = "service failure"
+)
 
 // maxAuthFailures is how many consecutive credential refusals put a node
 // into maintenance (Ironic's power_state_sync_max_retries): credentials

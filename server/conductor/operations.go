@@ -16,6 +16,7 @@ import (
 	"github.com/anvilproject/anvil/server/guard"
 	"github.com/anvilproject/anvil/server/history"
 	"github.com/anvilproject/anvil/server/nodes"
+	"github.com/anvilproject/anvil/server/store"
 )
 
 // States beyond those the node service knows.
@@ -93,18 +94,20 @@ func (c *Conductor) claim(ctx context.Context, n *ent.Node, verb string, from []
 		return err
 	}
 	w.updates = append([]func(tx *ent.Client) error{upd}, w.updates...)
-	err := c.commits.do(ctx, c.db, w)
-	if !errors.Is(err, errClaimLost) {
-		return err
-	}
-	cur, err := c.db.Node.Get(ctx, n.ID)
-	if err != nil {
-		return err
-	}
-	if cur.Reservation != nil {
-		return lockedErr(cur)
-	}
-	return errs.Conflict("The requested action %q can not be performed on node %s while it is in state %q.", verb, n.UUID, cur.ProvisionState)
+	return store.RetryLocked(ctx, func() error {
+		err := c.commits.do(ctx, c.db, w)
+		if !errors.Is(err, errClaimLost) {
+			return err
+		}
+		cur, err := c.db.Node.Get(ctx, n.ID)
+		if err != nil {
+			return err
+		}
+		if cur.Reservation != nil {
+			return lockedErr(cur)
+		}
+		return errs.Conflict("The requested action %q can not be performed on node %s while it is in state %q.", verb, n.UUID, cur.ProvisionState)
+	})
 }
 
 // errClaimLost rolls back a claim whose node moved or was locked first.
@@ -115,7 +118,7 @@ func lockedErr(n *ent.Node) error {
 	if n.Reservation != nil {
 		holder = "host " + *n.Reservation
 	}
-	return errs.Conflict("Node %s is locked by %s, please retry after the current operation is completed.", n.UUID, holder)
+	return errs.NodeLocked(n.UUID, holder)
 }
 
 func actor(ctx context.Context) string {
@@ -151,9 +154,6 @@ func (o *Ops) SetPowerWithin(ctx context.Context, ident, target string, timeout 
 	}
 	c := o.C
 	if err := c.lock(ctx, n.ID); err != nil {
-		if errors.Is(err, ErrLocked) {
-			return lockedErr(n)
-		}
 		return err
 	}
 	if err := c.db.Node.UpdateOneID(n.ID).SetTargetPowerState(target).Exec(ctx); err != nil {
@@ -263,9 +263,6 @@ func (o *Ops) SetBootDevice(ctx context.Context, ident, device string, persisten
 		return errs.BadRequest("boot_device", "boot_device %q is not one of %s (driver %s)", device, strings.Join(valid, ", "), n.Driver)
 	}
 	if err := o.C.lock(ctx, n.ID); err != nil {
-		if errors.Is(err, ErrLocked) {
-			return lockedErr(n)
-		}
 		return err
 	}
 	defer o.C.unlock(n.ID)
@@ -452,6 +449,19 @@ func (o *Ops) Provision(ctx context.Context, ident string, r ProvisionRequest) (
 	if err := stepsFitDriver(r.Target+"_steps", steps, n.Driver); err != nil {
 		return err
 	}
+	if name := firstInBand(steps); name != "" && r.DisableRamdisk {
+		return errs.BadRequest("disable_ramdisk", "Step %s runs in the ramdisk agent, which disable_ramdisk turns off: remove the step or run without disable_ramdisk.", name)
+	}
+	// provide cleans between tenants: with an agent to boot, the
+	// machine's disks are wiped before it is available (automated
+	// cleaning, as Ironic's provide does).
+	run := r.Target
+	if r.Target == "provide" {
+		if auto := o.C.automatedCleanSteps(n); len(auto) > 0 {
+			steps, run = auto, "automated clean"
+			tr = transition{tr.from, nodes.StateCleaning, nodes.StateAvailable}
+		}
+	}
 	detail := map[string]any{"target": r.Target, "from": n.ProvisionState, "runbook": r.Runbook}
 	if len(steps) > 0 {
 		detail["steps"] = stepsToAny(steps)
@@ -504,7 +514,7 @@ func (o *Ops) Provision(ctx context.Context, ident string, r ProvisionRequest) (
 		// What ran, so that after a failure it can be run again as it was.
 		info[InternalLastRun] = map[string]any{"target": r.Target, "runbook": runbook, "steps": stepsToAny(steps)}
 	}
-	info, setFirst, firstEvents, started := c.firstStep(n, r.Target, steps, who, info)
+	info, setFirst, firstEvents, started := c.firstStep(n, run, steps, who, info)
 	w.events = append(w.events, firstEvents...)
 	err = c.claim(ctx, n, r.Target, tr.from, true, func(u *ent.NodeUpdate) {
 		u.SetProvisionState(tr.via).SetTargetProvisionState(tr.to).SetProvisionUpdatedAt(time.Now()).ClearLastError().SetDriverInternalInfo(info)
@@ -528,7 +538,7 @@ func (o *Ops) Provision(ctx context.Context, ident string, r ProvisionRequest) (
 			defer c.unlock(n.ID)
 			c.inspect(&claimed, who)
 		default:
-			c.runSteps(&claimed, r.Target, steps, who, started)
+			c.runSteps(&claimed, run, steps, who, started)
 		}
 	}()
 	return nil
@@ -575,7 +585,7 @@ func (c *Conductor) abort(ctx context.Context, n *ent.Node) error {
 	switch n.ProvisionState {
 	case StateCleanHold, StateServiceHold, StateDeployHold, nodes.StateServiceFailed:
 		if err := c.lock(ctx, n.ID); err != nil {
-			return lockedErr(n)
+			return err
 		}
 		defer c.unlock(n.ID)
 		to, msg := nodes.StateCleanFailed, "Aborted while on hold"
@@ -615,7 +625,7 @@ func (c *Conductor) abort(ctx context.Context, n *ent.Node) error {
 
 func (c *Conductor) unhold(ctx context.Context, n *ent.Node, who string) error {
 	if err := c.lock(ctx, n.ID); err != nil {
-		return lockedErr(n)
+		return err
 	}
 	kind, via := "clean", nodes.StateCleaning
 	switch n.ProvisionState {

@@ -134,14 +134,32 @@ func (c *Conductor) runSteps(n *ent.Node, run string, steps []Step, who string, 
 		if ev != nil {
 			e = *ev
 		}
+		// A run that booted the agent keeps its logs and powers the
+		// machine off; cleaning and servicing that fail in the agent put
+		// the node into maintenance with a fault, as Ironic's error
+		// handlers do, so it goes to no tenant until an operator looks.
+		inBand := c.endAgent(ctx, n, ph, msg)
+		fault := map[string]string{"clean": FaultClean, "service": FaultService}[kind]
 		end(func(u *ent.NodeUpdate) {
 			u.SetProvisionState(ph.failed).ClearTargetProvisionState().SetLastError(msg).SetProvisionUpdatedAt(time.Now())
+			if inBand && fault != "" {
+				u.SetMaintenance(true).SetMaintenanceReason(msg).SetFault(fault)
+			}
+			if inBand && n.PowerState != nil {
+				u.SetPowerState(*n.PowerState)
+			}
 		}, e)
 	}
 	fail := func(msg string) { failWith(msg, nil) }
 	if why := unsupported(n.Driver, steps); why != "" {
 		fail(why)
 		return
+	}
+	if name := firstInBand(steps); name != "" {
+		if _, err := agentBoot(n); err != nil {
+			fail(fmt.Sprintf("Step %s runs in the ramdisk agent, which node %s cannot boot: %v.", name, n.UUID, err))
+			return
+		}
 	}
 	for i, st := range steps {
 		if c.ctx.Err() != nil {
@@ -192,6 +210,9 @@ func (c *Conductor) runSteps(n *ent.Node, run string, steps []Step, who string, 
 		}
 		carry.power = power
 		carry.events = append(carry.events, event(history.Info, fmt.Sprintf("Step %s done", st.Name())))
+	}
+	if c.endAgent(ctx, n, ph, "") && n.PowerState != nil {
+		carry.power = *n.PowerState
 	}
 	info := cloneInfo(n.DriverInternalInfo)
 	delete(info, "pending_steps")
@@ -444,9 +465,17 @@ func (c *Conductor) execStep(ctx context.Context, n *ent.Node, ph phase, st Step
 	st.Interface, st.Step = canonical(st.Interface, st.Step)
 	switch st.Name() {
 	case "deploy.deploy":
-		return c.deployImage(ctx, n)
+		return c.deployImage(ctx, n, ph)
 	case "deploy.hold":
 		return "", errHold
+	}
+	if InBand(st.Interface, st.Step) {
+		return "", c.inBandStep(ctx, n, ph, st)
+	}
+	if fn := agentDeploySteps[st.Name()]; fn != nil {
+		return fn(c, ctx, n, ph)
+	}
+	switch st.Name() {
 	case "deploy.wait":
 		secs, _ := st.Args["seconds"].(float64)
 		// Both state writes wait out a database restart: the wait itself

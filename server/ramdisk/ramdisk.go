@@ -401,25 +401,28 @@ func checkPEM(s string) error {
 	return nil
 }
 
-// WipeAgent forgets the node's agent, as Ironic's wipe_token_and_url:
-// its token, callback URL and certificate. The conductor calls it when
-// the node leaves the states that expect an agent, so that a stale token
-// can never be used and the next boot's lookup issues a fresh one. n's
-// copy loses the keys too, for callers that write it back whole.
-func (s *Service) WipeAgent(ctx context.Context, n *ent.Node) error {
-	keys := []string{KeyToken, KeyTokenPregenerated, KeyURL, KeyVerifyCA}
-	paths := make([]string, len(keys))
-	for i, k := range keys {
+// AgentKeys are the driver_internal_info keys that name a booted agent:
+// its token, callback URL and certificate.
+var AgentKeys = []string{KeyToken, KeyTokenPregenerated, KeyURL, KeyVerifyCA}
+
+// Wipe forgets the node's agent, as Ironic's wipe_token_and_url: its
+// token, callback URL and certificate. The conductor calls it when it
+// boots the agent and when the agent's work ends, so that a stale token
+// can never be used and each boot's lookup issues a fresh one. n's copy
+// loses the keys too, for callers that write it back whole.
+func Wipe(ctx context.Context, db *store.DB, n *ent.Node) error {
+	paths := make([]string, len(AgentKeys))
+	for i, k := range AgentKeys {
 		paths[i] = "'$." + k + "'"
 	}
 	q := `UPDATE nodes SET driver_internal_info = json_remove(` + sqliteObj + `, ` + strings.Join(paths, ", ") + `) WHERE id = ?`
-	if s.db.Dialect == dialect.Postgres {
-		q = `UPDATE nodes SET driver_internal_info = ` + pgObj + ` - '{` + strings.Join(keys, ",") + `}'::text[] WHERE id = ?`
+	if db.Dialect == dialect.Postgres {
+		q = `UPDATE nodes SET driver_internal_info = ` + pgObj + ` - '{` + strings.Join(AgentKeys, ",") + `}'::text[] WHERE id = ?`
 	}
-	if _, err := s.exec(ctx, q, n.ID); err != nil {
+	if _, err := exec(ctx, db, q, n.ID); err != nil {
 		return err
 	}
-	for _, k := range keys {
+	for _, k := range AgentKeys {
 		delete(n.DriverInternalInfo, k)
 	}
 	return nil
@@ -446,7 +449,11 @@ const (
 // exec runs a statement written with ? placeholders on either backend and
 // returns the rows it changed.
 func (s *Service) exec(ctx context.Context, q string, args ...any) (int64, error) {
-	if s.db.Dialect == dialect.Postgres {
+	return exec(ctx, s.db, q, args...)
+}
+
+func exec(ctx context.Context, db *store.DB, q string, args ...any) (int64, error) {
+	if db.Dialect == dialect.Postgres {
 		var b strings.Builder
 		n := 0
 		for _, r := range q {
@@ -459,7 +466,7 @@ func (s *Service) exec(ctx context.Context, q string, args ...any) (int64, error
 		}
 		q = b.String()
 	}
-	res, err := s.db.SQL.ExecContext(ctx, q, args...)
+	res, err := db.SQL.ExecContext(ctx, q, args...)
 	if err != nil {
 		return 0, err
 	}

@@ -40,7 +40,10 @@ type Redfish struct {
 }
 
 // RedfishSystem is one simulated machine.
-type RedfishSystem struct{ ID, Name, UUID string }
+type RedfishSystem struct {
+	ID, Name, UUID string
+	MACs           []string // its NICs, which an agent it boots carries
+}
 
 // simScript is start.sh of the shared reference copy.
 func simScript() string {
@@ -182,7 +185,7 @@ func lockPort(port int) (*os.File, bool) {
 	return f, true
 }
 
-var systemLine = regexp.MustCompile(`system id=(\S+) name=(\S+) uuid=(\S+)`)
+var systemLine = regexp.MustCompile(`system id=(\S+) name=(\S+) uuid=(\S+)(?: power=\S+ macs=(\S*))?`)
 
 func startOn(dir string, port int, env []string) (*Redfish, []byte, error) {
 	cmd := exec.Command(simScript(), "start", dir, strconv.Itoa(port))
@@ -206,7 +209,11 @@ func startOn(dir string, port int, env []string) (*Redfish, []byte, error) {
 	}
 	r.CAPEM = string(ca)
 	for _, m := range systemLine.FindAllStringSubmatch(string(out), -1) {
-		r.Systems = append(r.Systems, RedfishSystem{ID: m[1], Name: m[2], UUID: m[3]})
+		sys := RedfishSystem{ID: m[1], Name: m[2], UUID: m[3]}
+		if m[4] != "" {
+			sys.MACs = strings.Split(m[4], ",")
+		}
+		r.Systems = append(r.Systems, sys)
 	}
 	return r, out, nil
 }

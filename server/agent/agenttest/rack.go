@@ -1,0 +1,101 @@
+package agenttest
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+// Rack is a set of machines a redfish-sim boots: with Env in the
+// simulator's environment, ipa/machine-hook.sh starts the real agent for
+// a system that powers on from virtual media or PXE, with the system's
+// MACs and the loop disk Machine gave it, and stops it at power off.
+type Rack struct {
+	Dir string
+}
+
+// NewRack makes the machines' directory; agents look their node up at
+// apiURL.
+func NewRack(t testing.TB, apiURL string) *Rack {
+	t.Helper()
+	r := &Rack{Dir: t.TempDir()}
+	if err := os.WriteFile(filepath.Join(r.Dir, "api_url"), []byte(apiURL+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+// Env is what the simulator needs to run the rack's hook.
+func (r *Rack) Env() []string {
+	return []string{"SIM_POWER_HOOK=" + filepath.Join(filepath.Dir(script()), "machine-hook.sh"), "MACHINES_DIR=" + r.Dir,
+		"NO_PROXY=127.0.0.1,localhost", "no_proxy=127.0.0.1,localhost"}
+}
+
+// InspectionURL makes agents post their inventory to url when they boot.
+func (r *Rack) InspectionURL(t testing.TB, url string) {
+	t.Helper()
+	if err := os.WriteFile(filepath.Join(r.Dir, "inspection_url"), []byte(url+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// Machine gives system id a LoopDisk and a free port for its agent, and
+// returns the disk. At the test's end its agent, if running, is stopped
+// before the disk is detached, and the test fails if a process of it
+// remains.
+func (r *Rack) Machine(t testing.TB, id string) string {
+	t.Helper()
+	disk := LoopDisk(t)
+	m := filepath.Join(r.Dir, id)
+	if err := os.MkdirAll(m, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for name, v := range map[string]string{"disk": disk, "port": strconv.Itoa(freePort(t))} {
+		if err := os.WriteFile(filepath.Join(m, name), []byte(v+"\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Registered after LoopDisk's detach, so it runs before it.
+	t.Cleanup(func() {
+		agent := filepath.Join(m, "agent")
+		if _, err := os.Stat(agent); err != nil {
+			return
+		}
+		if t.Failed() {
+			t.Logf("machine %s: ipa.log (tail):\n%s", id, r.Log(id, 6000))
+		}
+		pid, _ := os.ReadFile(filepath.Join(agent, "pid"))
+		_ = exec.Command(script(), "stop", agent).Run()
+		if pgid, err := strconv.Atoi(strings.TrimSpace(string(pid))); err == nil {
+			deadline := time.Now().Add(30 * time.Second)
+			for groupAlive(pgid) && time.Now().Before(deadline) {
+				time.Sleep(200 * time.Millisecond)
+			}
+			if groupAlive(pgid) {
+				t.Errorf("machine %s: agent processes of group %d remain after stop", id, pgid)
+			}
+		}
+	})
+	return disk
+}
+
+// Running tells whether system id's agent runs now.
+func (r *Rack) Running(id string) bool {
+	return exec.Command(script(), "status", filepath.Join(r.Dir, id, "agent")).Run() == nil
+}
+
+// Kill stops system id's agent at once, as a machine losing power.
+func (r *Rack) Kill(id string) {
+	_ = exec.Command(script(), "stop", filepath.Join(r.Dir, id, "agent")).Run()
+}
+
+// Log is the last n bytes of system id's agent log and the hook's log.
+func (r *Rack) Log(id string, n int) string {
+	log, _ := os.ReadFile(filepath.Join(r.Dir, id, "agent", "ipa.log"))
+	hook, _ := os.ReadFile(filepath.Join(r.Dir, "hook.log"))
+	return string(log[max(0, len(log)-n):]) + "\n--- hook.log:\n" + string(hook)
+}

@@ -1,0 +1,261 @@
+package api_test
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/anvilproject/anvil/server"
+	"github.com/anvilproject/anvil/server/agent/agenttest"
+	"github.com/anvilproject/anvil/server/bmc/bmctest"
+	"github.com/anvilproject/anvil/server/conductor"
+	"github.com/anvilproject/anvil/server/servertest"
+	"github.com/anvilproject/anvil/server/store"
+	"github.com/anvilproject/anvil/server/store/storetest"
+)
+
+// images serves whole-disk test images over loopback HTTP: a raw image
+// with a GPT of one partition and a marker, and the same as qcow2.
+type images struct {
+	url          string
+	raw, qcow2   string // file names
+	rawData      []byte
+	rawSum, qSum string // sha256
+}
+
+func serveImages(t *testing.T) *images {
+	t.Helper()
+	dir := t.TempDir()
+	raw := filepath.Join(dir, "disk.raw")
+	f, err := os.Create(raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Truncate(32 << 20); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	run(t, "sgdisk", "-o", "-n", "1:2048:+8M", "-c", "1:anvil-root", raw)
+	// A marker inside the partition, to find on the machine's disk.
+	f, _ = os.OpenFile(raw, os.O_WRONLY, 0)
+	if _, err := f.WriteAt([]byte("ANVIL-IMAGE-MARKER"), 2048*512+4096); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	run(t, "qemu-img", "convert", "-f", "raw", "-O", "qcow2", raw, filepath.Join(dir, "disk.qcow2"))
+	im := &images{raw: "disk.raw", qcow2: "disk.qcow2"}
+	im.rawData, _ = os.ReadFile(raw)
+	im.rawSum = sha256File(t, raw)
+	im.qSum = sha256File(t, filepath.Join(dir, "disk.qcow2"))
+	srv := httptest.NewServer(http.FileServer(http.Dir(dir)))
+	t.Cleanup(srv.Close)
+	im.url = srv.URL + "/"
+	return im
+}
+
+func sha256File(t *testing.T, path string) string {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := sha256.Sum256(b)
+	return hex.EncodeToString(h[:])
+}
+
+func run(t *testing.T, name string, args ...string) string {
+	t.Helper()
+	out, err := exec.Command(name, args...).CombinedOutput()
+	if err != nil {
+		t.Fatalf("%s %v: %v\n%s", name, args, err, out)
+	}
+	return string(out)
+}
+
+// partitions lists the start sectors of the loop disk's GPT partitions,
+// read from the table itself: none when the table is gone.
+func partitions(t *testing.T, disk string) []int64 {
+	t.Helper()
+	hdr := readAt(t, disk, 512, 92)
+	if string(hdr[:8]) != "EFI PART" {
+		return nil
+	}
+	entries := int64(binary.LittleEndian.Uint64(hdr[72:80]))
+	count := int(binary.LittleEndian.Uint32(hdr[80:84]))
+	size := int(binary.LittleEndian.Uint32(hdr[84:88]))
+	table := readAt(t, disk, entries*512, count*size)
+	var out []int64
+	for i := range count {
+		e := table[i*size : (i+1)*size]
+		if !bytes.Equal(e[:16], make([]byte, 16)) {
+			out = append(out, int64(binary.LittleEndian.Uint64(e[32:40])))
+		}
+	}
+	return out
+}
+
+func readAt(t *testing.T, disk string, off int64, n int) []byte {
+	t.Helper()
+	f, err := os.Open(disk)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	b := make([]byte, n)
+	if _, err := f.ReadAt(b, off); err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// hasConfigDrive tells whether a partition of disk holds an ISO 9660
+// volume labelled config-2, as cloud-init looks for it.
+func hasConfigDrive(t *testing.T, disk string) bool {
+	for _, start := range partitions(t, disk) {
+		pvd := readAt(t, disk, start*512+16*2048, 48)
+		if string(pvd[1:6]) == "CD001" && strings.TrimSpace(string(pvd[40:48])) == "config-2" {
+			return true
+		}
+	}
+	return false
+}
+
+// waitFor polls the node until it reaches state (failing on a failed
+// state), for as long as an agent boot and its work take.
+func waitFor(t *testing.T, c *servertest.Client, id, state string, rack *agenttest.Rack) map[string]any {
+	t.Helper()
+	var n map[string]any
+	for deadline := time.Now().Add(4 * time.Minute); time.Now().Before(deadline); time.Sleep(500 * time.Millisecond) {
+		n = c.Do(t, "GET", "/v1/nodes/"+id, nil).JSON(t)
+		if n["provision_state"] == state && n["target_provision_state"] == nil {
+			return n
+		}
+		if s, _ := n["provision_state"].(string); strings.HasSuffix(s, "failed") && s != state {
+			t.Fatalf("node went to %s: %v\n%s", s, n["last_error"], rack.Log("1", 5000))
+		}
+	}
+	t.Fatalf("node did not reach %s: %v %v\n%s", state, n["provision_state"], n["last_error"], rack.Log("1", 5000))
+	return nil
+}
+
+// TestAgentLifecycle is the lease lifecycle with the real agent on a loop
+// disk, driven through the API by the owner project's member as Ironic's
+// default policy allows: provide wipes the disk, active writes a raw
+// image with a config drive, deleted wipes it again, a qcow2 image
+// deploys, and a failed download ends in deploy failed with the agent's
+// logs kept and the machine off.
+func TestAgentLifecycle(t *testing.T) {
+	agenttest.Need(t)
+	storetest.Each(t, func(t *testing.T, setting string, _ *store.DB) {
+		logs := t.TempDir()
+		srv, cs := startLocal(t, setting, server.Options{Conductor: conductor.Config{Agent: conductor.AgentConfig{
+			HeartbeatTimeout: 30 * time.Second, Poll: 500 * time.Millisecond, LogDir: logs}}})
+		admin, member := cs["system-admin"], cs["owner-member"]
+		rack := agenttest.NewRack(t, srv.URL)
+		// The agent retries a failed download 9 times 10 s apart; once
+		// is enough here (oslo.config reads OS_<group>__<option>).
+		sim := bmctest.StartRedfish(t, append(rack.Env(), "OS_DEFAULT__IMAGE_DOWNLOAD_CONNECTION_RETRIES=0",
+			"OS_DEFAULT__IMAGE_DOWNLOAD_CONNECTION_RETRY_INTERVAL=1")...)
+		sys := sim.Systems[0]
+		disk := rack.Machine(t, sys.ID)
+		im := serveImages(t)
+
+		r := admin.Do(t, "POST", "/v1/nodes", map[string]any{"name": "m1", "driver": "redfish", "owner": "own",
+			"boot_interface": "redfish-virtual-media",
+			"driver_info": map[string]any{"redfish_address": sim.URL, "redfish_system_id": sim.SystemPath(sys.ID),
+				"redfish_username": "admin", "redfish_password": "password", "redfish_verify_ca": sim.CAPEM,
+				"deploy_iso": servertest.ServeISO(t)}})
+		mustStatus(t, r, 201)
+		id := r.JSON(t)["uuid"].(string)
+		for _, mac := range sys.MACs {
+			mustStatus(t, admin.Do(t, "POST", "/v1/ports", map[string]any{"node_uuid": id, "address": mac}), 201)
+		}
+		provision(t, admin, id, map[string]any{"target": "manage"}, 202)
+		waitState(t, admin, id, "manageable")
+
+		// provide: automated cleaning in the agent wipes the disk's
+		// partition table, and the machine ends powered off.
+		run(t, "sgdisk", "-o", "-n", "1:2048:+16M", disk)
+		if len(partitions(t, disk)) != 1 {
+			t.Fatal("could not partition the loop disk")
+		}
+		provision(t, member, id, map[string]any{"target": "provide"}, 202)
+		n := waitFor(t, admin, id, "available", rack)
+		if p := partitions(t, disk); len(p) != 0 {
+			t.Errorf("after automated cleaning the disk still has partitions %v", p)
+		}
+		if n["power_state"] != "power off" || n["maintenance"] != false {
+			t.Errorf("after cleaning: power %v maintenance %v", n["power_state"], n["maintenance"])
+		}
+		if dii := internal(t, admin, id); dii["agent_url"] != nil || dii["agent_secret_token"] != nil {
+			t.Errorf("the agent is still known after cleaning: %v", dii)
+		}
+		if rack.Running(sys.ID) {
+			t.Error("the agent still runs after cleaning")
+		}
+
+		// active: the raw image's bytes and a config-2 partition on disk,
+		// the disk the persistent boot device, the machine on.
+		deployImage := func(name, sum string) {
+			t.Helper()
+			mustStatus(t, member.Do(t, "PATCH", "/v1/nodes/"+id, []map[string]any{
+				{"op": "add", "path": "/instance_info", "value": map[string]any{"image_source": im.url + name,
+					"image_os_hash_algo": "sha256", "image_os_hash_value": sum}}}), 200)
+			provision(t, member, id, map[string]any{"target": "active",
+				"configdrive": map[string]any{"meta_data": map[string]any{"hostname": "tenant-1"}, "user_data": "#cloud-config\n"}}, 202)
+			n := waitFor(t, admin, id, "active", rack)
+			// The image's first partition, marker included (its partition
+			// table changed: the agent added the config drive's).
+			const part = 2048 * 512
+			if got := readAt(t, disk, part, 8<<20); !bytes.Equal(got, im.rawData[part:part+8<<20]) || !bytes.Contains(got, []byte("ANVIL-IMAGE-MARKER")) {
+				t.Errorf("%s: the disk does not hold the image's bytes", name)
+			}
+			if !hasConfigDrive(t, disk) {
+				t.Errorf("%s: no config-2 partition on the disk: %v", name, partitions(t, disk))
+			}
+			if n["power_state"] != "power on" {
+				t.Errorf("%s: deployed node's power %v", name, n["power_state"])
+			}
+			b := admin.Do(t, "GET", "/v1/nodes/"+id+"/management/boot_device", nil).JSON(t)
+			if b["boot_device"] != "disk" || b["persistent"] != true {
+				t.Errorf("%s: boot device %v", name, b)
+			}
+			if rack.Running(sys.ID) {
+				t.Errorf("%s: the agent still runs on the deployed machine", name)
+			}
+			// deleted: the tear down's cleaning wipes it again.
+			provision(t, member, id, map[string]any{"target": "deleted"}, 202)
+			waitFor(t, admin, id, "available", rack)
+			if p := partitions(t, disk); len(p) != 0 {
+				t.Errorf("%s: after deleted the disk still has partitions %v", name, p)
+			}
+		}
+		deployImage(im.raw, im.rawSum)
+		deployImage(im.qcow2, im.qSum)
+
+		// A download that fails ends in deploy failed naming the step,
+		// with the agent's logs kept and the machine off.
+		mustStatus(t, member.Do(t, "PATCH", "/v1/nodes/"+id, []map[string]any{
+			{"op": "add", "path": "/instance_info", "value": map[string]any{"image_source": im.url + "missing.raw",
+				"image_os_hash_algo": "sha256", "image_os_hash_value": im.rawSum}}}), 200)
+		provision(t, member, id, map[string]any{"target": "active"}, 202)
+		n = waitFor(t, admin, id, "deploy failed", rack)
+		if e, _ := n["last_error"].(string); !strings.Contains(e, "deploy.write_image") {
+			t.Errorf("last_error %q does not name the step", e)
+		}
+		if n["power_state"] != "power off" {
+			t.Errorf("failed deploy left power %v", n["power_state"])
+		}
+		if kept, _ := filepath.Glob(filepath.Join(logs, id+"_*.tar.gz")); len(kept) != 1 {
+			t.Errorf("agent logs kept: %v", kept)
+		}
+	})
+}

@@ -1,0 +1,475 @@
+package conductor
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/anvilproject/anvil/ent"
+	"github.com/anvilproject/anvil/ent/node"
+	"github.com/anvilproject/anvil/ent/port"
+	"github.com/anvilproject/anvil/server/agent"
+	"github.com/anvilproject/anvil/server/bmc"
+	"github.com/anvilproject/anvil/server/history"
+	"github.com/anvilproject/anvil/server/nodes"
+	"github.com/anvilproject/anvil/server/ramdisk"
+)
+
+// AgentConfig tunes how the conductor drives the ramdisk agent
+// (ironic-python-agent) on a machine.
+type AgentConfig struct {
+	// BootTimeout is how long a machine booted into the agent has to
+	// send its first heartbeat (Ironic's [conductor]
+	// deploy_callback_timeout and clean_callback_timeout, 1800 s).
+	BootTimeout time.Duration
+	// HeartbeatTimeout is how long a running agent may go unanswered
+	// before its step fails (Ironic's [api]ramdisk_heartbeat_timeout,
+	// 300 s); lookups tell agents to heartbeat well within it.
+	HeartbeatTimeout time.Duration
+	// Poll is how often a running command's status is read. Ironic reads
+	// it at each heartbeat; reading it directly ends a step sooner.
+	Poll time.Duration
+	// LogDir keeps the agent's logs of each failed run, one gzipped
+	// tarball per failure (Ironic's [agent]deploy_logs_local_path); ""
+	// keeps none.
+	LogDir string
+	// EraseDevices adds erase_devices (every disk overwritten or
+	// securely erased, hours on big disks) to automated cleaning, after
+	// erase_devices_metadata, which always runs.
+	EraseDevices bool
+	// Client holds the agent client's options: the provisioning
+	// networks agents may call back from.
+	Client agent.Options
+}
+
+func (a AgentConfig) withDefaults() AgentConfig {
+	if a.BootTimeout <= 0 {
+		a.BootTimeout = 30 * time.Minute
+	}
+	if a.HeartbeatTimeout <= 0 {
+		a.HeartbeatTimeout = ramdisk.DefaultHeartbeatTimeout * time.Second
+	}
+	if a.Poll <= 0 {
+		a.Poll = 2 * time.Second
+	}
+	return a
+}
+
+// How a node boots the agent: from a virtual CD its BMC downloads, or
+// from the network the operator's DHCP/PXE serves.
+const (
+	bootVMedia  = "virtual media"
+	bootNetwork = "network"
+)
+
+// agentBoot says how n boots its agent, or why it cannot: a
+// redfish-virtual-media node needs driver_info.deploy_iso; a pxe or ipxe
+// node needs deploy_kernel and deploy_ramdisk, which the operator's
+// DHCP/TFTP serves (Anvil runs no DHCP). fake-hardware has no machine.
+func agentBoot(n *ent.Node) (string, error) {
+	d := bmc.Canonical(n.Driver)
+	if d != "redfish" && d != "ipmi" {
+		return "", fmt.Errorf("driver %s has no machine to boot a ramdisk agent on", n.Driver)
+	}
+	view := &nodes.View{Node: n}
+	switch iface := view.Interface("boot"); iface {
+	case "redfish-virtual-media":
+		if iso, _ := n.DriverInfo["deploy_iso"].(string); iso == "" {
+			return "", fmt.Errorf("boot interface %s boots the agent from driver_info.deploy_iso, which is not set", iface)
+		}
+		return bootVMedia, nil
+	case "pxe", "ipxe":
+		k, _ := n.DriverInfo["deploy_kernel"].(string)
+		r, _ := n.DriverInfo["deploy_ramdisk"].(string)
+		if k == "" || r == "" {
+			return "", fmt.Errorf("boot interface %s boots the agent from driver_info.deploy_kernel and deploy_ramdisk, which are not both set", iface)
+		}
+		return bootNetwork, nil
+	default:
+		return "", fmt.Errorf("boot interface %s cannot boot a ramdisk agent", iface)
+	}
+}
+
+// HasAgentPath tells whether a node is set up to boot the ramdisk agent,
+// and so whether automated cleaning can wipe it.
+func HasAgentPath(n *ent.Node) bool {
+	_, err := agentBoot(n)
+	return err == nil
+}
+
+// agentRun is the agent of one run of steps: booted by the run's first
+// step that needs it, torn down when the run ends.
+type agentRun struct {
+	cl       *agent.Client
+	how      string
+	steps    *agent.Steps
+	versions map[string]any
+}
+
+// agents holds the running agents by node id.
+type agents struct {
+	mu  sync.Mutex
+	run map[int]*agentRun
+}
+
+func (a *agents) get(id int) *agentRun {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.run[id]
+}
+
+func (a *agents) put(id int, r *agentRun) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.run == nil {
+		a.run = map[int]*agentRun{}
+	}
+	a.run[id] = r
+}
+
+func (a *agents) take(id int) *agentRun {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	r := a.run[id]
+	delete(a.run, id)
+	return r
+}
+
+// errAgentTimeout fails a run whose agent never called back.
+var errAgentTimeout = errors.New("agent timeout")
+
+// agentFor returns the node's agent for this run, booting the machine
+// into it first when the run has none yet.
+func (c *Conductor) agentFor(ctx context.Context, n *ent.Node, ph phase) (*agentRun, error) {
+	if r := c.agents.get(n.ID); r != nil {
+		return r, nil
+	}
+	how, err := agentBoot(n)
+	if err != nil {
+		return nil, err
+	}
+	// A token from an earlier boot must never be accepted: this boot's
+	// lookup issues a fresh one.
+	if err := c.durably(ctx, func() error { return ramdisk.Wipe(ctx, c.db, n) }); err != nil {
+		return nil, err
+	}
+	if err := c.setRunState(ctx, n, ph.wait); err != nil {
+		return nil, err
+	}
+	if err := c.bootIntoAgent(ctx, n, how); err != nil {
+		return nil, err
+	}
+	cl, err := c.awaitAgent(ctx, n)
+	if err != nil {
+		return nil, err
+	}
+	if err := c.setRunState(ctx, n, ph.running); err != nil {
+		return nil, err
+	}
+	r := &agentRun{cl: cl, how: how}
+	c.agents.put(n.ID, r)
+	return r, nil
+}
+
+// setRunState moves a node this conductor holds between a phase's
+// running and wait states.
+func (c *Conductor) setRunState(ctx context.Context, n *ent.Node, state string) error {
+	return c.durably(ctx, func() error {
+		return c.db.Node.Update().Where(node.ID(n.ID), node.Reservation(c.cfg.Name)).SetProvisionState(state).SetProvisionUpdatedAt(time.Now()).Exec(ctx)
+	})
+}
+
+// bootIntoAgent boots the machine once from the agent's media and
+// restarts it (or powers it on), as Ironic's prepare_ramdisk and reboot.
+func (c *Conductor) bootIntoAgent(ctx context.Context, n *ent.Node, how string) error {
+	cl, err := c.client(n)
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
+	if how == bootVMedia {
+		iso, _ := n.DriverInfo["deploy_iso"].(string)
+		err = bmc.BootFromISO(ctx, cl, iso, BootMode(n))
+	} else {
+		err = cl.SetBootDevice(ctx, "pxe", false, BootMode(n))
+	}
+	c.noteBMC(ctx, n, err)
+	if err != nil {
+		return err
+	}
+	_, err = bmc.Power(ctx, cl, bmc.Rebooting, c.cfg.PowerTimeout, c.cfg.BMC.PowerPoll)
+	c.noteBMC(ctx, n, err)
+	return err
+}
+
+// awaitAgent waits for the booted agent's lookup and first heartbeat,
+// which leave its token and callback URL in driver_internal_info, and
+// returns a client for it. n's copy takes the agent's keys, so the run's
+// later writes of driver_internal_info keep them.
+func (c *Conductor) awaitAgent(ctx context.Context, n *ent.Node) (*agent.Client, error) {
+	deadline := time.Now().Add(c.cfg.Agent.BootTimeout)
+	t := time.NewTicker(abortPoll * 5)
+	defer t.Stop()
+	for {
+		cur, err := c.db.Node.Query().Where(node.ID(n.ID)).Select(node.FieldDriverInternalInfo).Only(ctx)
+		if err != nil && !c.shuttingDown() {
+			return nil, err
+		}
+		if cur != nil {
+			info := cur.DriverInternalInfo
+			if cur.DriverInternalInfo[abortRequestedField] == true {
+				return nil, errAborted
+			}
+			url, _ := info[ramdisk.KeyURL].(string)
+			token, _ := info[ramdisk.KeyToken].(string)
+			if url != "" && token != "" && token != ramdisk.MaskedToken {
+				ca, _ := info[ramdisk.KeyVerifyCA].(string)
+				for _, k := range ramdisk.AgentKeys {
+					if v, ok := info[k]; ok {
+						n.DriverInternalInfo[k] = v
+					}
+				}
+				return agent.New(n.UUID, url, token, []byte(ca), c.cfg.Agent.Client)
+			}
+		}
+		if time.Now().After(deadline) {
+			return nil, fmt.Errorf("%w: the ramdisk agent did not call back within %s of the boot", errAgentTimeout, c.cfg.Agent.BootTimeout)
+		}
+		select {
+		case <-c.ctx.Done():
+			return nil, errShutdown
+		case <-t.C:
+		}
+	}
+}
+
+func (c *Conductor) shuttingDown() bool { return c.ctx.Err() != nil }
+
+// agentNode is the node as Ironic's conductor sends it with step
+// commands: what the agent reads (properties' and instance_info's root
+// device hints, driver_info's burn-in and erase settings), secrets
+// masked, the agent's own token left out.
+func agentNode(n *ent.Node) map[string]any {
+	internal := map[string]any{}
+	for k, v := range n.DriverInternalInfo {
+		if k != ramdisk.KeyToken {
+			internal[k] = v
+		}
+	}
+	return map[string]any{
+		"uuid": n.UUID, "name": n.Name, "driver": n.Driver, "provision_state": n.ProvisionState,
+		"properties": n.Properties, "instance_info": nodes.MaskInstanceInfo(n.InstanceInfo),
+		"driver_info": nodes.MaskSecrets(n.DriverInfo), "driver_internal_info": internal,
+		"target_raid_config": n.TargetRaidConfig, "raid_config": n.RaidConfig,
+	}
+}
+
+// agentPorts are the node's ports as the agent sees them.
+func (c *Conductor) agentPorts(ctx context.Context, n *ent.Node) ([]map[string]any, error) {
+	ps, err := c.db.Port.Query().Where(port.NodeID(n.ID)).All(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]map[string]any, len(ps))
+	for i, p := range ps {
+		out[i] = map[string]any{"uuid": p.UUID, "address": p.Address, "pxe_enabled": p.PxeEnabled}
+	}
+	return out, nil
+}
+
+// inBandStep runs one of the agent's steps: the agent lists its steps
+// once per run (get_clean_steps and so on), which gives the step's
+// priority and the hardware managers' versions, then runs it
+// (execute_clean_step) while the conductor follows its status.
+func (c *Conductor) inBandStep(ctx context.Context, n *ent.Node, ph phase, st Step) error {
+	r, err := c.agentFor(ctx, n, ph)
+	if err != nil {
+		return err
+	}
+	kind := ph.kind
+	ports, err := c.agentPorts(ctx, n)
+	if err != nil {
+		return err
+	}
+	nm := agentNode(n)
+	if r.steps == nil {
+		var steps *agent.Steps
+		switch kind {
+		case "clean":
+			steps, err = r.cl.GetCleanSteps(ctx, nm, ports)
+		case "service":
+			steps, err = r.cl.GetServiceSteps(ctx, nm, ports)
+		default:
+			steps, err = r.cl.GetDeploySteps(ctx, nm, ports)
+		}
+		if err != nil {
+			return err
+		}
+		r.steps, r.versions = steps, steps.Versions
+	}
+	found, ok := r.steps.Find(st.Interface, st.Step)
+	if !ok {
+		return fmt.Errorf("the ramdisk agent of node %s offers no %s step %s", n.UUID, kind, st.Name())
+	}
+	step := agent.Step{Interface: st.Interface, Step: st.Step, Priority: found.Priority, Args: st.Args}
+	if step.Args == nil {
+		step.Args = map[string]any{}
+	}
+	var cmd *agent.Command
+	switch kind {
+	case "clean":
+		cmd, err = r.cl.ExecuteCleanStep(ctx, step, nm, ports, r.versions)
+	case "service":
+		cmd, err = r.cl.ExecuteServiceStep(ctx, step, nm, ports, r.versions)
+	default:
+		cmd, err = r.cl.ExecuteDeployStep(ctx, step, nm, ports, r.versions)
+	}
+	if err != nil {
+		return err
+	}
+	if cmd.Done() {
+		return nil
+	}
+	_, err = c.followCommand(ctx, n, r.cl, kind+".execute_"+kind+"_step")
+	return err
+}
+
+// followCommand polls an agent command until it ends. An agent that
+// does not answer is polled again (it may be busy writing an image) until
+// it has been silent for the heartbeat timeout, when it is taken for
+// gone, as Ironic fails a node whose agent stops heartbeating.
+func (c *Conductor) followCommand(ctx context.Context, n *ent.Node, cl *agent.Client, name string) (*agent.Command, error) {
+	lastSeen := time.Now()
+	t := time.NewTicker(c.cfg.Agent.Poll)
+	defer t.Stop()
+	for {
+		cmd, err := cl.LastCommand(ctx, name)
+		var ce *agent.ConnectionError
+		switch {
+		case err == nil && cmd.Done():
+			return cmd, nil
+		case err == nil:
+			lastSeen = time.Now()
+		case errors.As(err, &ce):
+			if time.Since(lastSeen) > c.cfg.Agent.HeartbeatTimeout {
+				return nil, fmt.Errorf("%w: the ramdisk agent of node %s stopped answering during %s (silent for %s): %v",
+					errAgentTimeout, n.UUID, name, c.cfg.Agent.HeartbeatTimeout, err)
+			}
+		default:
+			return cmd, err
+		}
+		select {
+		case <-c.ctx.Done():
+			return nil, errShutdown
+		case <-t.C:
+		}
+	}
+}
+
+// endAgent tears the run's agent down when the run ends: on a failure it
+// first keeps the agent's logs; then it powers the machine off (cleaning,
+// a failure) or boots it back into its instance (servicing), ejects the
+// agent's CD, and forgets the agent's token and URL. It reports whether
+// the run had an agent.
+func (c *Conductor) endAgent(ctx context.Context, n *ent.Node, ph phase, failure string) bool {
+	r := c.agents.take(n.ID)
+	if r == nil {
+		return false
+	}
+	if failure != "" {
+		c.keepAgentLogs(ctx, n, r.cl, failure)
+	}
+	cl, err := c.client(n)
+	if err == nil {
+		if r.how == bootVMedia {
+			err = bmc.EjectISO(ctx, cl)
+			c.noteBMC(ctx, n, err)
+		}
+		target := bmc.PowerOff
+		if failure == "" && ph.kind == "service" {
+			// Servicing ends with the instance running again.
+			if err = cl.SetBootDevice(ctx, "disk", true, BootMode(n)); err == nil {
+				target = bmc.Rebooting
+			}
+		}
+		if err == nil && (target != bmc.PowerOff || !n.DisablePowerOff) {
+			var final string
+			final, err = bmc.Power(ctx, cl, target, c.cfg.PowerTimeout, c.cfg.BMC.PowerPoll)
+			c.noteBMC(ctx, n, err)
+			if err == nil {
+				n.PowerState = &final
+			}
+		}
+		cl.Close()
+	}
+	if err != nil {
+		c.log.Warn("tearing the ramdisk agent down", "node", n.UUID, "err", err)
+		_ = history.Record(ctx, c.db.Client, history.Event{NodeID: n.ID, Severity: history.Warning, Type: ph.kind, Conductor: c.cfg.Name,
+			Message: "Could not power the machine off after its ramdisk agent: " + bmc.Summary(err)})
+	}
+	if err := c.durably(ctx, func() error { return ramdisk.Wipe(ctx, c.db, n) }); err != nil {
+		c.log.Error("forgetting the ramdisk agent", "node", n.UUID, "err", err)
+	}
+	return true
+}
+
+// keepAgentLogs asks the agent for its logs and keeps them in LogDir,
+// named after the node and the time, and says so in the node's history.
+func (c *Conductor) keepAgentLogs(ctx context.Context, n *ent.Node, cl *agent.Client, why string) {
+	if c.cfg.Agent.LogDir == "" {
+		return
+	}
+	lctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	ev := history.Event{NodeID: n.ID, Severity: history.Warning, Type: "agent", Conductor: c.cfg.Name}
+	tgz, err := cl.CollectSystemLogs(lctx)
+	if err == nil {
+		name := fmt.Sprintf("%s_%s.tar.gz", n.UUID, time.Now().UTC().Format("2006-01-02-15-04-05"))
+		if err = os.MkdirAll(c.cfg.Agent.LogDir, 0o750); err == nil {
+			err = os.WriteFile(filepath.Join(c.cfg.Agent.LogDir, name), tgz, 0o640)
+		}
+		ev.Message = fmt.Sprintf("Kept the ramdisk agent's logs (%d bytes) as %s", len(tgz), name)
+	}
+	if err != nil {
+		ev.Message = "Could not keep the ramdisk agent's logs: " + err.Error()
+	}
+	_ = history.Record(ctx, c.db.Client, ev)
+}
+
+// InBand says whether a step runs in the ramdisk agent: the agent's
+// catalogued steps, and any deploy-interface step Anvil does not run
+// itself, as Ironic hands those to the agent.
+func InBand(iface, step string) bool {
+	s := lookupStep(iface, step)
+	return s != nil && s.InBand || s == nil && iface == "deploy"
+}
+
+// firstInBand names the first step of steps that runs in the agent, or "".
+func firstInBand(steps []Step) string {
+	i := slices.IndexFunc(steps, func(s Step) bool { return InBand(s.Interface, s.Step) })
+	if i < 0 {
+		return ""
+	}
+	return steps[i].Name()
+}
+
+// automatedCleanSteps are what cleaning runs between tenants, as Ironic's
+// automated cleaning does with the agent's default priorities:
+// erase_devices_metadata (99) always, erase_devices (10) when
+// configured. A node with automated_clean false, or no way to boot the
+// agent, has none: its cleaning passes straight through.
+func (c *Conductor) automatedCleanSteps(n *ent.Node) []Step {
+	if n.AutomatedClean != nil && !*n.AutomatedClean || !HasAgentPath(n) {
+		return nil
+	}
+	steps := []Step{{Interface: "deploy", Step: "erase_devices_metadata"}}
+	if c.cfg.Agent.EraseDevices {
+		steps = append(steps, Step{Interface: "deploy", Step: "erase_devices"})
+	}
+	return steps
+}
