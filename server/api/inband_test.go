@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"crypto/sha256"
 	"encoding/binary"
+	"fmt"
 	"encoding/hex"
 	"net/http"
 	"net/http/httptest"
@@ -146,6 +147,57 @@ func waitFor(t *testing.T, c *servertest.Client, id, state string, rack *agentte
 	return nil
 }
 
+// rig is Anvil with a redfish-sim whose systems boot the real agent.
+type rig struct {
+	srv  *servertest.Server
+	cs   map[string]*servertest.Client
+	rack *agenttest.Rack
+	sim  *bmctest.Redfish
+	im   *images
+	logs string
+}
+
+func newRig(t *testing.T, setting string, ac conductor.AgentConfig, systems int) *rig {
+	t.Helper()
+	agenttest.Need(t)
+	rg := &rig{logs: t.TempDir(), im: serveImages(t)}
+	ac.LogDir, ac.Poll = rg.logs, 500*time.Millisecond
+	rg.srv, rg.cs = startLocal(t, setting, server.Options{Conductor: conductor.Config{Agent: ac}})
+	rg.rack = agenttest.NewRack(t, rg.srv.URL)
+	// The agent retries a failed download 9 times 10 s apart; once
+	// is enough here (oslo.config reads OS_<group>__<option>).
+	rg.sim = bmctest.StartRedfish(t, append(rg.rack.Env(), fmt.Sprintf("SIM_SYSTEMS=%d", systems),
+		"OS_DEFAULT__IMAGE_DOWNLOAD_CONNECTION_RETRIES=0", "OS_DEFAULT__IMAGE_DOWNLOAD_CONNECTION_RETRY_INTERVAL=1")...)
+	return rg
+}
+
+// node enrols system i as a manageable redfish node owned by "own" and
+// leased to "les" that boots the agent from virtual media; with machine
+// the system gets a loop disk (returned) and so boots the agent.
+func (rg *rig) node(t *testing.T, i int, name string, machine bool, traits []string) (id, disk string) {
+	t.Helper()
+	admin, sys := rg.cs["system-admin"], rg.sim.Systems[i]
+	if machine {
+		disk = rg.rack.Machine(t, sys.ID)
+	}
+	r := admin.Do(t, "POST", "/v1/nodes", map[string]any{"name": name, "driver": "redfish", "owner": "own", "lessee": "les",
+		"boot_interface": "redfish-virtual-media",
+		"driver_info": map[string]any{"redfish_address": rg.sim.URL, "redfish_system_id": rg.sim.SystemPath(sys.ID),
+			"redfish_username": "admin", "redfish_password": "password", "redfish_verify_ca": rg.sim.CAPEM,
+			"deploy_iso": servertest.ServeISO(t)}})
+	mustStatus(t, r, 201)
+	id = r.JSON(t)["uuid"].(string)
+	for _, mac := range sys.MACs {
+		mustStatus(t, admin.Do(t, "POST", "/v1/ports", map[string]any{"node_uuid": id, "address": mac}), 201)
+	}
+	for _, tr := range traits {
+		mustStatus(t, admin.Do(t, "PUT", "/v1/nodes/"+id+"/traits/"+tr, nil), 204)
+	}
+	provision(t, admin, id, map[string]any{"target": "manage"}, 202)
+	waitState(t, admin, id, "manageable")
+	return id, disk
+}
+
 // TestAgentLifecycle is the lease lifecycle with the real agent on a loop
 // disk, driven through the API by the owner project's member as Ironic's
 // default policy allows: provide wipes the disk, active writes a raw
@@ -155,32 +207,10 @@ func waitFor(t *testing.T, c *servertest.Client, id, state string, rack *agentte
 func TestAgentLifecycle(t *testing.T) {
 	agenttest.Need(t)
 	storetest.Each(t, func(t *testing.T, setting string, _ *store.DB) {
-		logs := t.TempDir()
-		srv, cs := startLocal(t, setting, server.Options{Conductor: conductor.Config{Agent: conductor.AgentConfig{
-			HeartbeatTimeout: 30 * time.Second, Poll: 500 * time.Millisecond, LogDir: logs}}})
-		admin, member := cs["system-admin"], cs["owner-member"]
-		rack := agenttest.NewRack(t, srv.URL)
-		// The agent retries a failed download 9 times 10 s apart; once
-		// is enough here (oslo.config reads OS_<group>__<option>).
-		sim := bmctest.StartRedfish(t, append(rack.Env(), "OS_DEFAULT__IMAGE_DOWNLOAD_CONNECTION_RETRIES=0",
-			"OS_DEFAULT__IMAGE_DOWNLOAD_CONNECTION_RETRY_INTERVAL=1")...)
-		sys := sim.Systems[0]
-		disk := rack.Machine(t, sys.ID)
-		im := serveImages(t)
-
-		r := admin.Do(t, "POST", "/v1/nodes", map[string]any{"name": "m1", "driver": "redfish", "owner": "own",
-			"boot_interface": "redfish-virtual-media",
-			"driver_info": map[string]any{"redfish_address": sim.URL, "redfish_system_id": sim.SystemPath(sys.ID),
-				"redfish_username": "admin", "redfish_password": "password", "redfish_verify_ca": sim.CAPEM,
-				"deploy_iso": servertest.ServeISO(t)}})
-		mustStatus(t, r, 201)
-		id := r.JSON(t)["uuid"].(string)
-		for _, mac := range sys.MACs {
-			mustStatus(t, admin.Do(t, "POST", "/v1/ports", map[string]any{"node_uuid": id, "address": mac}), 201)
-		}
-		provision(t, admin, id, map[string]any{"target": "manage"}, 202)
-		waitState(t, admin, id, "manageable")
-
+		rg := newRig(t, setting, conductor.AgentConfig{HeartbeatTimeout: 30 * time.Second}, 1)
+		admin, member, rack, im, logs := rg.cs["system-admin"], rg.cs["owner-member"], rg.rack, rg.im, rg.logs
+		sys := rg.sim.Systems[0]
+		id, disk := rg.node(t, 0, "m1", true, nil)
 		// provide: automated cleaning in the agent wipes the disk's
 		// partition table, and the machine ends powered off.
 		run(t, "sgdisk", "-o", "-n", "1:2048:+16M", disk)

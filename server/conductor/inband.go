@@ -141,12 +141,12 @@ func (a *agents) take(id int) *agentRun {
 }
 
 // errAgentTimeout fails a run whose agent never called back.
-var errAgentTimeout = errors.New("agent timeout")
+var errAgentTimeout = errors.New("the ramdisk agent timed out")
 
 // agentFor returns the node's agent for this run, booting the machine
 // into it first when the run has none yet.
 func (c *Conductor) agentFor(ctx context.Context, n *ent.Node, ph phase) (*agentRun, error) {
-	if r := c.agents.get(n.ID); r != nil {
+	if r := c.agents.get(n.ID); r != nil && r.cl != nil {
 		return r, nil
 	}
 	how, err := agentBoot(n)
@@ -161,6 +161,10 @@ func (c *Conductor) agentFor(ctx context.Context, n *ent.Node, ph phase) (*agent
 	if err := c.setRunState(ctx, n, ph.wait); err != nil {
 		return nil, err
 	}
+	// From here the run's end tears the boot down (power off, eject),
+	// whether or not the agent ever calls back.
+	r := &agentRun{how: how}
+	c.agents.put(n.ID, r)
 	if err := c.bootIntoAgent(ctx, n, how); err != nil {
 		return nil, err
 	}
@@ -171,8 +175,7 @@ func (c *Conductor) agentFor(ctx context.Context, n *ent.Node, ph phase) (*agent
 	if err := c.setRunState(ctx, n, ph.running); err != nil {
 		return nil, err
 	}
-	r := &agentRun{cl: cl, how: how}
-	c.agents.put(n.ID, r)
+	r.cl = cl
 	return r, nil
 }
 
@@ -238,7 +241,7 @@ func (c *Conductor) awaitAgent(ctx context.Context, n *ent.Node) (*agent.Client,
 			}
 		}
 		if time.Now().After(deadline) {
-			return nil, fmt.Errorf("%w: the ramdisk agent did not call back within %s of the boot", errAgentTimeout, c.cfg.Agent.BootTimeout)
+			return nil, fmt.Errorf("%w: it did not call back within %s of the boot", errAgentTimeout, c.cfg.Agent.BootTimeout)
 		}
 		select {
 		case <-c.ctx.Done():
@@ -357,8 +360,8 @@ func (c *Conductor) followCommand(ctx context.Context, n *ent.Node, cl *agent.Cl
 			lastSeen = time.Now()
 		case errors.As(err, &ce):
 			if time.Since(lastSeen) > c.cfg.Agent.HeartbeatTimeout {
-				return nil, fmt.Errorf("%w: the ramdisk agent of node %s stopped answering during %s (silent for %s): %v",
-					errAgentTimeout, n.UUID, name, c.cfg.Agent.HeartbeatTimeout, err)
+				return nil, fmt.Errorf("%w: it stopped answering during %s (silent for %s): %v",
+					errAgentTimeout, name, c.cfg.Agent.HeartbeatTimeout, err)
 			}
 		default:
 			return cmd, err
@@ -381,8 +384,8 @@ func (c *Conductor) endAgent(ctx context.Context, n *ent.Node, ph phase, failure
 	if r == nil {
 		return false
 	}
-	if failure != "" {
-		c.keepAgentLogs(ctx, n, r.cl, failure)
+	if failure != "" && r.cl != nil {
+		c.keepAgentLogs(ctx, n, r.cl)
 	}
 	cl, err := c.client(n)
 	if err == nil {
@@ -420,7 +423,7 @@ func (c *Conductor) endAgent(ctx context.Context, n *ent.Node, ph phase, failure
 
 // keepAgentLogs asks the agent for its logs and keeps them in LogDir,
 // named after the node and the time, and says so in the node's history.
-func (c *Conductor) keepAgentLogs(ctx context.Context, n *ent.Node, cl *agent.Client, why string) {
+func (c *Conductor) keepAgentLogs(ctx context.Context, n *ent.Node, cl *agent.Client) {
 	if c.cfg.Agent.LogDir == "" {
 		return
 	}
