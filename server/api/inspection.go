@@ -9,12 +9,13 @@ import (
 	"github.com/anvilproject/anvil/server/errs"
 	"github.com/anvilproject/anvil/server/nodes"
 	"github.com/anvilproject/anvil/server/ports"
+	"github.com/anvilproject/anvil/server/ramdisk"
 )
 
 // ruleContinueInspection governs the inspection ramdisk's callback, as
 // Ironic names it; its default lets anyone, since the ramdisk has no
 // credentials and the route needs no authentication.
-const ruleContinueInspection = "baremetal:driver:ipa_continue_inspection"
+const ruleContinueInspection = ramdisk.RuleContinueInspection
 
 // ContinueInspectionPath is public, as in Ironic's public_api_routes.
 const ContinueInspectionPath = "/v1/continue_inspection"
@@ -36,11 +37,12 @@ type inspectionData struct {
 }
 
 // continueInspection is Ironic's ramdisk callback, checked as Ironic
-// checks it. Anvil inspects out of band and boots no inspection ramdisk,
-// so no node is ever in "inspect wait" and it enrols no unknown machine:
-// every lookup ends where Ironic's ends for an unknown node or a node not
-// awaiting inspection, in the same generic 404 that tells the caller
-// nothing about which.
+// checks it: the agent booted by the agent inspect interface posts its
+// inventory here, and the node it finds (which must be in inspect wait)
+// keeps it for the conductor, which finishes the inspection. Anvil
+// enrols no unknown machine: an unknown node, an ambiguous one and a
+// node not awaiting inspection all end in the same generic 404, which
+// tells the caller nothing about which.
 func (a *API) continueInspection(c *fiber.Ctx) error {
 	v := ver(c)
 	node := c.Query("node_uuid")
@@ -55,8 +57,12 @@ func (a *API) continueInspection(c *fiber.Ctx) error {
 		return errs.BadRequest("node_uuid", "Expected a UUID for node_uuid: %s", node)
 	}
 	var d inspectionData
+	var whole map[string]any
 	// Unlike bind, unknown keys are the ramdisk's plugin data.
 	if err := json.Unmarshal(c.Body(), &d); err != nil {
+		return errs.BadRequest("inventory", "Invalid inspection data: %v", err)
+	}
+	if err := json.Unmarshal(c.Body(), &whole); err != nil {
 		return errs.BadRequest("inventory", "Invalid inspection data: %v", err)
 	}
 	if d.Inventory == nil {
@@ -66,10 +72,12 @@ func (a *API) continueInspection(c *fiber.Ctx) error {
 		return errs.BadRequest("inventory", "inventory.interfaces must list at least one interface")
 	}
 	lookup := node != ""
+	in := ramdisk.Inspection{NodeUUID: node}
 	for i, x := range d.Inventory.Interfaces {
 		if x.MACAddress == nil {
 			return errs.BadRequest("inventory", "inventory.interfaces[%d] needs a mac_address", i)
 		}
+		in.MACs = append(in.MACs, *x.MACAddress)
 		// Ironic drops what is not a MAC rather than refusing it.
 		if _, err := ports.NormalizeMAC("mac_address", *x.MACAddress); err == nil {
 			lookup = true
@@ -78,10 +86,20 @@ func (a *API) continueInspection(c *fiber.Ctx) error {
 	for _, b := range []*string{d.Inventory.BMCAddress, d.Inventory.BMCv6Address} {
 		if b != nil && *b != "" {
 			lookup = true
+			in.BMC = append(in.BMC, *b)
 		}
 	}
 	if !lookup {
 		return errs.BadRequest("inventory", "No lookup information provided: the inventory has no valid MAC address and no BMC address")
 	}
-	return errs.NotFound("Resource could not be found.")
+	in.Inventory, _ = whole["inventory"].(map[string]any)
+	delete(whole, "inventory")
+	in.PluginData = whole
+	uuid, err := a.Ramdisk.ContinueInspection(c.UserContext(), in)
+	if err != nil {
+		return err
+	}
+	// Ironic answers 202 with the node's UUID, which the agent then
+	// looks its node up by.
+	return c.Status(fiber.StatusAccepted).JSON(fiber.Map{"uuid": uuid})
 }

@@ -227,8 +227,9 @@ func TestShardFilterOnPortsAndPortgroups(t *testing.T) {
 
 // TestContinueInspection: the ramdisk callback needs no credentials, is
 // there at 1.1 and from 1.84 (node_uuid only from 1.84), checks its body
-// as Ironic's DATA_VALIDATOR, and, since no Anvil node ever awaits an
-// inspection ramdisk, answers every lookup with Ironic's generic 404.
+// as Ironic's DATA_VALIDATOR, and answers a lookup of a node that does
+// not await an inventory (TestAgentInspect has one that does) with
+// Ironic's generic 404.
 func TestContinueInspection(t *testing.T) {
 	storetest.Each(t, func(t *testing.T, setting string, _ *store.DB) {
 		_, cs := startLocal(t, setting)

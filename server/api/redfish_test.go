@@ -104,11 +104,16 @@ func TestRedfishNodeThroughAPI(t *testing.T) {
 		v := admin.Do(t, "GET", "/v1/nodes/"+id+"/validate", nil)
 		mustStatus(t, v, 200)
 		vj := v.JSON(t)
-		for iface, want := range map[string]any{"power": true, "management": true, "bios": true, "inspect": true, "network": true, "boot": nil, "deploy": false, "raid": true} {
+		for iface, want := range map[string]any{"power": true, "management": true, "bios": true, "inspect": true, "network": true, "boot": false, "deploy": false, "raid": true} {
 			got, _ := vj[iface].(map[string]any)
 			if got == nil || got["result"] != want {
 				t.Errorf("validate %s: %v, want result %v", iface, vj[iface], want)
 			}
+		}
+		// The default boot interface (ipxe) boots the agent from
+		// deploy_kernel and deploy_ramdisk, which are not set.
+		if r, _ := vj["boot"].(map[string]any)["reason"].(string); !strings.Contains(r, "deploy_kernel") {
+			t.Errorf("validate boot reason %q does not name deploy_kernel", r)
 		}
 		if len(vj) != 11 {
 			t.Errorf("validate lists %d interfaces: %v", len(vj), vj)

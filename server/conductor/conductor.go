@@ -284,8 +284,8 @@ var failedState = map[string]string{
 	nodes.StateCleaning: nodes.StateCleanFailed, nodes.StateCleanWait: nodes.StateCleanFailed,
 	nodes.StateServicing: nodes.StateServiceFailed, nodes.StateServiceWait: nodes.StateServiceFailed,
 	nodes.StateVerifying: nodes.StateEnroll, StateAdopting: nodes.StateManageable,
-	StateInspecting: StateInspectFailed,
-	StateDeploying:  StateDeployFailed, StateDeployWait: StateDeployFailed, StateDeleting: nodes.StateError,
+	StateInspecting: StateInspectFailed, StateInspectWait: StateInspectFailed,
+	StateDeploying: StateDeployFailed, StateDeployWait: StateDeployFailed, StateDeleting: nodes.StateError,
 }
 
 // recover releases every lock held by the named conductor and moves

@@ -30,7 +30,7 @@ var BootModes = []string{"bios", "uefi"}
 // unstable are the states in which Ironic refuses a boot mode change,
 // which could disturb the work under way (its UNSTABLE_STATES).
 var unstable = []string{StateDeploying, StateDeployWait, nodes.StateCleaning, nodes.StateCleanWait, nodes.StateVerifying,
-	StateDeleting, StateInspecting, StateAdopting, nodes.StateServicing, nodes.StateServiceWait}
+	StateDeleting, StateInspecting, StateInspectWait, StateAdopting, nodes.StateServicing, nodes.StateServiceWait}
 
 // SetBootMode starts a boot mode change (PUT states/boot_mode); the
 // conductor then reads the mode back and records it in boot_mode.

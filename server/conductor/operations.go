@@ -446,6 +446,13 @@ func (o *Ops) Provision(ctx context.Context, ident string, r ProvisionRequest) (
 		}
 		steps, r.DisableRamdisk, runbook = rb.Steps, rb.DisableRamdisk, rb.Name
 	}
+	// In-band inspection boots the agent: a node that cannot is refused
+	// now, not after a boot that cannot happen.
+	if r.Target == "inspect" && inspectsInBand(n) {
+		if err := agentBootError(n, "be inspected by the ramdisk agent (inspect_interface agent)"); err != nil {
+			return err
+		}
+	}
 	if err := stepsFitDriver(r.Target+"_steps", steps, n.Driver); err != nil {
 		return err
 	}
@@ -536,7 +543,11 @@ func (o *Ops) Provision(ctx context.Context, ident string, r ProvisionRequest) (
 			c.verify(&claimed, tr, who)
 		case "inspect":
 			defer c.unlock(n.ID)
-			c.inspect(&claimed, who)
+			if inspectsInBand(&claimed) {
+				c.inspectInBand(&claimed, who)
+			} else {
+				c.inspect(&claimed, who)
+			}
 		default:
 			c.runSteps(&claimed, run, steps, who, started)
 		}

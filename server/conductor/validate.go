@@ -3,6 +3,7 @@ package conductor
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/anvilproject/anvil/ent"
@@ -67,14 +68,42 @@ func validateNode(n *ent.Node) map[string]Validation {
 			// Ironic's no-* implementations fail validation, saying so.
 			reason := fmt.Sprintf("Driver %s does not support %s (disabled or not implemented).", n.Driver, iface)
 			out[iface] = Validation{Result: &no, Reason: &reason}
+		case iface == "boot" && slices.Contains([]string{"redfish-virtual-media", "pxe", "ipxe"}, impl):
+			out[iface] = validateBoot(n, impl)
+		case iface == "inspect" && impl == "agent":
+			// In-band inspection boots the agent.
+			out[iface] = agentVerdict(n)
 		case iface == "bios" || iface == "inspect" || iface == "raid" && impl == "redfish":
 			// Redfish BIOS settings, inspection and RAID, through the BMC.
 			out[iface] = bmcCheck
 		default:
-			// Anvil drives BMCs only: no ramdisk agent (agent RAID),
-			// console or rescue (see README, Drivers).
+			// Not driven by Anvil: agent RAID, console and rescue (see
+			// README, Drivers).
 			out[iface] = Validation{Reason: &unsupported}
 		}
 	}
 	return out
+}
+
+// validateBoot says whether the boot interface can boot what the node
+// needs: the ramdisk agent (cleaning, direct deploys, inspection), or,
+// for a node that deploys by booting instance_info.boot_iso, that ISO
+// from virtual media. metal3 refuses a node whose boot verdict is
+// missing, so every boot implementation Anvil drives has one.
+func validateBoot(n *ent.Node, impl string) Validation {
+	if iso, _ := n.InstanceInfo["boot_iso"].(string); iso != "" && impl == "redfish-virtual-media" && deployMode(n) == modeISO {
+		yes := true
+		return Validation{Result: &yes}
+	}
+	return agentVerdict(n)
+}
+
+// agentVerdict is agentBoot's: true, or false with its reason.
+func agentVerdict(n *ent.Node) Validation {
+	yes, no := true, false
+	if _, err := agentBoot(n); err != nil {
+		reason := err.Error()
+		return Validation{Result: &no, Reason: &reason}
+	}
+	return Validation{Result: &yes}
 }

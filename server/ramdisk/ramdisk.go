@@ -411,21 +411,7 @@ var AgentKeys = []string{KeyToken, KeyTokenPregenerated, KeyURL, KeyVerifyCA}
 // can never be used and each boot's lookup issues a fresh one. n's copy
 // loses the keys too, for callers that write it back whole.
 func Wipe(ctx context.Context, db *store.DB, n *ent.Node) error {
-	paths := make([]string, len(AgentKeys))
-	for i, k := range AgentKeys {
-		paths[i] = "'$." + k + "'"
-	}
-	q := `UPDATE nodes SET driver_internal_info = json_remove(` + sqliteObj + `, ` + strings.Join(paths, ", ") + `) WHERE id = ?`
-	if db.Dialect == dialect.Postgres {
-		q = `UPDATE nodes SET driver_internal_info = ` + pgObj + ` - '{` + strings.Join(AgentKeys, ",") + `}'::text[] WHERE id = ?`
-	}
-	if _, err := exec(ctx, db, q, n.ID); err != nil {
-		return err
-	}
-	for _, k := range AgentKeys {
-		delete(n.DriverInternalInfo, k)
-	}
-	return nil
+	return RemoveKeys(ctx, db, n, AgentKeys...)
 }
 
 // failed audits a refused lookup or heartbeat in aggregate: anyone can
