@@ -26,6 +26,8 @@ require (
 
 require github.com/kdomanski/iso9660 v0.4.0
 
+require github.com/GehirnInc/crypt v0.0.0-20230320061759-8cc1b52080c5 // indirect
+
 require (
 	ariga.io/atlas v0.32.1-0.20250325101103-175b25e1c1b9 // indirect
 	cel.dev/expr v0.25.2 // indirect

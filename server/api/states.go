@@ -139,8 +139,8 @@ func (a *API) setProvision(c *fiber.Ctx) error {
 		return err
 	}
 	switch {
-	case in.RescuePassword != nil:
-		return errs.BadRequest("rescue_password", "rescue is not supported")
+	case in.RescuePassword != nil && ver(c) < VerRescueIface:
+		return errs.NotAcceptable("rescue_password requires API version %s or later", VerRescueIface)
 	case ver(c) < offered(verbSince[in.Target]):
 		return errs.NotAcceptable("%s requires API version %s or later", in.Target, offered(verbSince[in.Target]))
 	case in.DisableRamdisk != nil && ver(c) < VerDisableRamdisk:
@@ -155,6 +155,9 @@ func (a *API) setProvision(c *fiber.Ctx) error {
 	if in.DisableRamdisk != nil {
 		r.DisableRamdisk = *in.DisableRamdisk
 	}
+	if in.RescuePassword != nil {
+		r.RescuePassword = *in.RescuePassword
+	}
 	if err := a.Ops.Provision(c.UserContext(), c.Params("node"), r); err != nil {
 		return err
 	}
@@ -166,7 +169,7 @@ func (a *API) setProvision(c *fiber.Ctx) error {
 // MIN_VERB_VERSIONS, and unhold and service, which it checks apart.
 var verbSince = map[string]Version{
 	"manage": VerManageable, "provide": VerManageable, "abort": VerAbort, "clean": VerCleanSteps,
-	"adopt": VerAdopt, "unhold": VerUnhold, "service": VerService,
+	"adopt": VerAdopt, "unhold": VerUnhold, "service": VerService, "rescue": VerRescueIface, "unrescue": VerRescueIface,
 }
 
 func (a *API) getBootDevice(c *fiber.Ctx) error {

@@ -370,14 +370,14 @@ var interfaces = map[string]map[string][]string{
 		"bios": {"no-bios"}, "boot": {"ipxe", "pxe"}, "console": {"no-console"},
 		"deploy": {"direct", "ramdisk", "custom-agent"}, "firmware": {"no-firmware"}, "inspect": {"no-inspect", "agent"},
 		"management": {"ipmitool"}, "network": {"noop", "flat"}, "power": {"ipmitool"},
-		"raid": {"no-raid", "agent"}, "rescue": {"no-rescue"}, "storage": {"noop"},
+		"raid": {"no-raid", "agent"}, "rescue": {"no-rescue", "agent"}, "storage": {"noop"},
 		"vendor": {"ipmitool", "no-vendor"},
 	},
 	"redfish": {
 		"bios": {"redfish", "no-bios"}, "boot": {"ipxe", "pxe", "redfish-virtual-media"}, "console": {"no-console"},
 		"deploy": {"direct", "ramdisk", "custom-agent"}, "firmware": {"redfish", "no-firmware"}, "inspect": {"redfish", "no-inspect", "agent"},
 		"management": {"redfish"}, "network": {"noop", "flat"}, "power": {"redfish"},
-		"raid": {"redfish", "no-raid", "agent"}, "rescue": {"no-rescue"}, "storage": {"noop"},
+		"raid": {"redfish", "no-raid", "agent"}, "rescue": {"no-rescue", "agent"}, "storage": {"noop"},
 		"vendor": {"redfish", "no-vendor"},
 	},
 }

@@ -312,6 +312,7 @@ type ProvisionRequest struct {
 	DisableRamdisk bool
 	DeploySteps    []DeployStep
 	ConfigDrive    any  // stored in instance_info on deploy and rebuild
+	RescuePassword string // rescue only; stored hashed
 	DeployAbort    bool // the request's version lets abort end a deploy wait (1.110)
 }
 
@@ -335,8 +336,11 @@ var transitions = map[string]transition{
 	"active":   {[]string{nodes.StateAvailable, StateDeployFailed}, StateDeploying, nodes.StateActive},
 	"deploy":   {[]string{nodes.StateAvailable, StateDeployFailed}, StateDeploying, nodes.StateActive},
 	"rebuild":  {[]string{nodes.StateActive, StateDeployFailed, nodes.StateError}, StateDeploying, nodes.StateActive},
-	"deleted":  {[]string{nodes.StateActive, StateDeployFailed, StateDeployWait, nodes.StateError}, StateDeleting, nodes.StateAvailable},
-	"undeploy": {[]string{nodes.StateActive, StateDeployFailed, StateDeployWait, nodes.StateError}, StateDeleting, nodes.StateAvailable},
+	"deleted":  {[]string{nodes.StateActive, StateDeployFailed, StateDeployWait, nodes.StateError, StateRescue, StateRescueFailed, StateUnrescueFailed}, StateDeleting, nodes.StateAvailable},
+	"undeploy": {[]string{nodes.StateActive, StateDeployFailed, StateDeployWait, nodes.StateError, StateRescue, StateRescueFailed, StateUnrescueFailed}, StateDeleting, nodes.StateAvailable},
+	// Rescue (rescue.go), as Ironic's state machine allows it.
+	"rescue":   {[]string{nodes.StateActive, StateRescue, StateRescueFailed, StateUnrescueFailed}, StateRescuing, StateRescue},
+	"unrescue": {[]string{StateRescue, StateRescueFailed, StateUnrescueFailed}, StateUnrescuing, nodes.StateActive},
 }
 
 // powerOffAllowed refuses to power off a node with disable_power_off
@@ -456,6 +460,9 @@ func (o *Ops) Provision(ctx context.Context, ident string, r ProvisionRequest) (
 	if err := stepsFitDriver(r.Target+"_steps", steps, n.Driver); err != nil {
 		return err
 	}
+	if err := checkRescue(n, r.Target, r.RescuePassword); err != nil {
+		return err
+	}
 	if name := firstInBand(steps); name != "" && r.DisableRamdisk {
 		return errs.BadRequest("disable_ramdisk", "Step %s runs in the ramdisk agent, which disable_ramdisk turns off: remove the step or run without disable_ramdisk.", name)
 	}
@@ -523,8 +530,20 @@ func (o *Ops) Provision(ctx context.Context, ident string, r ProvisionRequest) (
 	}
 	info, setFirst, firstEvents, started := c.firstStep(n, run, steps, who, info)
 	w.events = append(w.events, firstEvents...)
+	inst := n.InstanceInfo
+	if r.Target == "rescue" {
+		hash, err := hashRescuePassword(r.RescuePassword)
+		if err != nil {
+			return err
+		}
+		inst = cloneInfo(inst)
+		inst[hashedRescueKey] = hash
+	}
 	err = c.claim(ctx, n, r.Target, tr.from, true, func(u *ent.NodeUpdate) {
 		u.SetProvisionState(tr.via).SetTargetProvisionState(tr.to).SetProvisionUpdatedAt(time.Now()).ClearLastError().SetDriverInternalInfo(info)
+		if r.Target == "rescue" {
+			u.SetInstanceInfo(inst)
+		}
 		setFirst(u)
 	}, w)
 	if err != nil {
@@ -533,7 +552,7 @@ func (o *Ops) Provision(ctx context.Context, ident string, r ProvisionRequest) (
 	audited = true
 	// The node as the claim left it, so the run needs no read of its own.
 	claimed := *n
-	claimed.ProvisionState, claimed.DriverInternalInfo, claimed.Reservation = tr.via, info, &c.cfg.Name
+	claimed.ProvisionState, claimed.DriverInternalInfo, claimed.InstanceInfo, claimed.Reservation = tr.via, info, inst, &c.cfg.Name
 	c.work.Add(1)
 	go func() {
 		defer c.work.Done()
@@ -541,6 +560,10 @@ func (o *Ops) Provision(ctx context.Context, ident string, r ProvisionRequest) (
 		case "manage", "adopt":
 			defer c.unlock(n.ID)
 			c.verify(&claimed, tr, who)
+		case "rescue":
+			c.rescue(&claimed, who)
+		case "unrescue":
+			c.unrescue(&claimed, who)
 		case "inspect":
 			defer c.unlock(n.ID)
 			if inspectsInBand(&claimed) {
