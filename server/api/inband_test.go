@@ -15,6 +15,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/GehirnInc/crypt"
+	_ "github.com/GehirnInc/crypt/sha512_crypt"
+
 	"github.com/anvilproject/anvil/server"
 	"github.com/anvilproject/anvil/server/agent/agenttest"
 	"github.com/anvilproject/anvil/server/bmc/bmctest"
@@ -181,7 +184,7 @@ func (rg *rig) node(t *testing.T, i int, name string, machine bool, traits []str
 		disk = rg.rack.Machine(t, sys.ID)
 	}
 	r := admin.Do(t, "POST", "/v1/nodes", map[string]any{"name": name, "driver": "redfish", "owner": "own", "lessee": "les",
-		"boot_interface": "redfish-virtual-media",
+		"boot_interface": "redfish-virtual-media", "rescue_interface": "agent",
 		"driver_info": map[string]any{"redfish_address": rg.sim.URL, "redfish_system_id": rg.sim.SystemPath(sys.ID),
 			"redfish_username": "admin", "redfish_password": "password", "redfish_verify_ca": rg.sim.CAPEM,
 			"deploy_iso": servertest.ServeISO(t)}})
@@ -261,6 +264,9 @@ func TestAgentLifecycle(t *testing.T) {
 			if rack.Running(sys.ID) {
 				t.Errorf("%s: the agent still runs on the deployed machine", name)
 			}
+			if name == im.raw {
+				rescueAndBack(t, member, admin, id, rack)
+			}
 			// deleted: the tear down's cleaning wipes it again.
 			provision(t, member, id, map[string]any{"target": "deleted"}, 202)
 			waitFor(t, admin, id, "available", rack)
@@ -288,4 +294,43 @@ func TestAgentLifecycle(t *testing.T) {
 			t.Errorf("agent logs kept: %v", kept)
 		}
 	})
+}
+
+// rescuePasswordFile is where the agent writes the rescue user's hashed
+// password (ironic-python-agent's rescue extension); the simulated
+// machine shares the host's /etc.
+const rescuePasswordFile = "/etc/ipa-rescue-config/ipa-rescue-password"
+
+// rescueAndBack rescues a deployed node with the real agent and checks
+// the agent got a hash of the tenant's password, then unrescues it.
+func rescueAndBack(t *testing.T, member, admin *servertest.Client, id string, rack *agenttest.Rack) {
+	t.Helper()
+	dir := filepath.Dir(rescuePasswordFile)
+	if _, err := os.Stat(dir); err == nil {
+		t.Fatalf("%s exists on this host; the test will not overwrite it", dir)
+	}
+	if err := os.Mkdir(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	defer os.RemoveAll(dir)
+	provision(t, member, id, map[string]any{"target": "rescue", "rescue_password": "tenant pass 1"}, 202)
+	waitFor(t, admin, id, "rescue", rack)
+	hash, err := os.ReadFile(rescuePasswordFile)
+	if err != nil {
+		t.Fatalf("the agent wrote no rescue password: %v", err)
+	}
+	if !strings.HasPrefix(string(hash), "$6$") || crypt.SHA512.New().Verify(string(hash), []byte("tenant pass 1")) != nil {
+		t.Errorf("rescue password file holds %q, not a SHA-512 crypt of the password", hash)
+	}
+	if dii := internal(t, admin, id); dii["agent_url"] != nil || dii["agent_secret_token"] != nil {
+		t.Errorf("the agent is still known in rescue: %v", dii)
+	}
+	provision(t, member, id, map[string]any{"target": "unrescue"}, 202)
+	n := waitFor(t, admin, id, "active", rack)
+	if n["power_state"] != "power on" {
+		t.Errorf("unrescued power %v", n["power_state"])
+	}
+	if b := admin.Do(t, "GET", "/v1/nodes/"+id+"/management/boot_device", nil).JSON(t); b["boot_device"] != "disk" {
+		t.Errorf("unrescued boot device %v", b)
+	}
 }

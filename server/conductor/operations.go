@@ -311,9 +311,9 @@ type ProvisionRequest struct {
 	ServiceSteps   []Step
 	DisableRamdisk bool
 	DeploySteps    []DeployStep
-	ConfigDrive    any  // stored in instance_info on deploy and rebuild
+	ConfigDrive    any    // stored in instance_info on deploy and rebuild
 	RescuePassword string // rescue only; stored hashed
-	DeployAbort    bool // the request's version lets abort end a deploy wait (1.110)
+	DeployAbort    bool   // the request's version lets abort end a deploy wait (1.110)
 }
 
 // transition says which verbs apply in which states and where they lead.
