@@ -283,6 +283,7 @@ func (a *App) routes() *fiber.App {
 // conductor's agent heartbeat timeout.
 func (a *App) ramdisk() *ramdisk.Service {
 	r := ramdisk.New(a.DB, a.Guard)
+	r.FastTrack = a.opts.Conductor.Agent.FastTrack
 	if t := a.opts.Conductor.Agent.HeartbeatTimeout; t > 0 {
 		r.HeartbeatTimeout = int(t.Seconds())
 	}

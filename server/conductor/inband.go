@@ -42,6 +42,10 @@ type AgentConfig struct {
 	// securely erased, hours on big disks) to automated cleaning, after
 	// erase_devices_metadata, which always runs.
 	EraseDevices bool
+	// FastTrack leaves the agent running after cleaning succeeds, the
+	// machine on, so a deploy that follows while the agent still
+	// heartbeats skips the reboot (Ironic's [deploy]fast_track).
+	FastTrack bool
 	// Client holds the agent client's options: the provisioning
 	// networks agents may call back from.
 	Client agent.Options
@@ -153,6 +157,11 @@ func (c *Conductor) agentFor(ctx context.Context, n *ent.Node, ph phase) (*agent
 	if err != nil {
 		return nil, err
 	}
+	if cl := c.fastTracked(ctx, n); cl != nil {
+		r := &agentRun{cl: cl, how: how}
+		c.agents.put(n.ID, r)
+		return r, nil
+	}
 	// A token from an earlier boot must never be accepted: this boot's
 	// lookup issues a fresh one.
 	if err := c.durably(ctx, func() error { return ramdisk.Wipe(ctx, c.db, n) }); err != nil {
@@ -177,6 +186,32 @@ func (c *Conductor) agentFor(ctx context.Context, n *ent.Node, ph phase) (*agent
 	}
 	r.cl = cl
 	return r, nil
+}
+
+// fastTracked is a client for the agent cleaning left running, when fast
+// track is on, the machine is on, the agent heartbeated within the
+// heartbeat timeout and answers now; nil otherwise.
+func (c *Conductor) fastTracked(ctx context.Context, n *ent.Node) *agent.Client {
+	info := n.DriverInternalInfo
+	url, _ := info[ramdisk.KeyURL].(string)
+	token, _ := info[ramdisk.KeyToken].(string)
+	beat, _ := info[ramdisk.KeyLastHeartbeat].(string)
+	at, err := time.Parse("2006-01-02T15:04:05.000000", beat)
+	if !c.cfg.Agent.FastTrack || url == "" || token == "" || token == ramdisk.MaskedToken || err != nil ||
+		time.Since(at) > c.cfg.Agent.HeartbeatTimeout || n.PowerState == nil || *n.PowerState != bmc.PowerOn {
+		return nil
+	}
+	ca, _ := info[ramdisk.KeyVerifyCA].(string)
+	cl, err := agent.New(n.UUID, url, token, []byte(ca), c.cfg.Agent.Client)
+	if err != nil {
+		return nil
+	}
+	pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if _, err := cl.GetCommandsStatus(pctx); err != nil {
+		return nil
+	}
+	return cl
 }
 
 // setRunState moves a node this conductor holds between a phase's
@@ -383,6 +418,11 @@ func (c *Conductor) endAgent(ctx context.Context, n *ent.Node, ph phase, failure
 	r := c.agents.take(n.ID)
 	if r == nil {
 		return false
+	}
+	if failure == "" && ph.kind == "clean" && c.cfg.Agent.FastTrack && r.cl != nil {
+		_ = history.Record(ctx, c.db.Client, history.Event{NodeID: n.ID, Type: ph.kind, Conductor: c.cfg.Name,
+			Message: "The ramdisk agent stays up for fast track; a deploy within the heartbeat timeout reuses it"})
+		return true
 	}
 	if failure != "" && r.cl != nil {
 		c.keepAgentLogs(ctx, n, r.cl)

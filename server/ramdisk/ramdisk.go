@@ -80,6 +80,11 @@ var (
 		"rescuing", "deploy hold", "clean hold", nodes.StateServicing, nodes.StateServiceWait, "service hold"}
 )
 
+// FastTrackStates are where an agent left running after cleaning idles
+// with fast track on, its heartbeats still recorded so the conductor
+// knows it is alive (Ironic's [deploy]fast_track).
+var FastTrackStates = []string{nodes.StateAvailable, nodes.StateManageable}
+
 // agentStates are Ironic's AGENT_VALID_STATES for agent_status.
 var agentStates = []string{"start", "end", "error"}
 
@@ -89,6 +94,8 @@ type Service struct {
 	guard *guard.Guard
 	// HeartbeatTimeout is config.heartbeat_timeout in a lookup's answer.
 	HeartbeatTimeout int
+	// FastTrack records heartbeats in FastTrackStates too.
+	FastTrack bool
 	now              func() time.Time
 }
 
@@ -289,7 +296,11 @@ func (s *Service) heartbeat(ctx context.Context, ident string, hb Heartbeat) err
 	if stored == "" || stored == MaskedToken || subtle.ConstantTimeCompare([]byte(stored), []byte(*hb.AgentToken)) != 1 {
 		return errToken()
 	}
-	if !slices.Contains(HeartbeatStates, n.ProvisionState) {
+	states := HeartbeatStates
+	if s.FastTrack {
+		states = append(slices.Clone(states), FastTrackStates...)
+	}
+	if !slices.Contains(states, n.ProvisionState) {
 		// As Ironic's heartbeat: accepted and ignored, so an agent that
 		// outlives its step (a node aborted, a state changed under it)
 		// keeps calling harmlessly instead of retrying a conflict.
@@ -315,14 +326,14 @@ func (s *Service) heartbeat(ctx context.Context, ident string, hb Heartbeat) err
 	// One conditional write: the state still expects the agent and the
 	// token is still the one checked, whatever happened since the read.
 	uq := `UPDATE nodes SET driver_internal_info = json_patch(` + sqliteObj + `, ?), updated_at = ?
-	WHERE id = ? AND provision_state IN (` + marks(len(HeartbeatStates)) + `)
+	WHERE id = ? AND provision_state IN (` + marks(len(states)) + `)
 	AND json_extract(driver_internal_info, '$.` + KeyToken + `') = ?`
 	if s.db.Dialect == dialect.Postgres {
 		uq = `UPDATE nodes SET driver_internal_info = ` + pgObj + ` || ?::jsonb, updated_at = ?
-	WHERE id = ? AND provision_state IN (` + marks(len(HeartbeatStates)) + `)
+	WHERE id = ? AND provision_state IN (` + marks(len(states)) + `)
 	AND driver_internal_info->>'` + KeyToken + `' = ?`
 	}
-	args := append([]any{string(patch), s.now(), n.ID}, anys(HeartbeatStates)...)
+	args := append([]any{string(patch), s.now(), n.ID}, anys(states)...)
 	cnt, err := s.exec(ctx, uq, append(args, stored)...)
 	if err != nil {
 		return err
