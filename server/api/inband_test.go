@@ -334,3 +334,37 @@ func rescueAndBack(t *testing.T, member, admin *servertest.Client, id string, ra
 		t.Errorf("unrescued boot device %v", b)
 	}
 }
+
+// TestAgentFastTrack: with fast track, cleaning leaves the agent running
+// on a powered machine, and the deploy that follows reuses it: the
+// machine boots the agent once for both.
+func TestAgentFastTrack(t *testing.T) {
+	agenttest.Need(t)
+	storetest.Each(t, func(t *testing.T, setting string, _ *store.DB) {
+		rg := newRig(t, setting, conductor.AgentConfig{HeartbeatTimeout: 30 * time.Second, FastTrack: true}, 1)
+		admin, member, im := rg.cs["system-admin"], rg.cs["owner-member"], rg.im
+		id, disk := rg.node(t, 0, "ft", true, nil)
+		boots := func() int { return strings.Count(rg.rack.Log("1", 0), "agent started") }
+		provision(t, member, id, map[string]any{"target": "provide"}, 202)
+		n := waitFor(t, admin, id, "available", rg.rack)
+		if n["power_state"] != "power on" || !rg.rack.Running(rg.sim.Systems[0].ID) {
+			t.Fatalf("after fast-track cleaning: power %v, agent running %v", n["power_state"], rg.rack.Running(rg.sim.Systems[0].ID))
+		}
+		if boots() != 1 {
+			t.Fatalf("%d agent boots for cleaning", boots())
+		}
+		mustStatus(t, member.Do(t, "PATCH", "/v1/nodes/"+id, []map[string]any{{"op": "add", "path": "/instance_info", "value": map[string]any{
+			"image_source": im.url + im.raw, "image_os_hash_algo": "sha256", "image_os_hash_value": im.rawSum}}}), 200)
+		provision(t, member, id, map[string]any{"target": "active"}, 202)
+		n = waitFor(t, admin, id, "active", rg.rack)
+		if boots() != 1 {
+			t.Errorf("the deploy booted the agent again: %d boots", boots())
+		}
+		if got := readAt(t, disk, 2048*512, 8<<20); !bytes.Contains(got, []byte("ANVIL-IMAGE-MARKER")) {
+			t.Error("the fast-tracked deploy did not write the image")
+		}
+		if n["power_state"] != "power on" || rg.rack.Running(rg.sim.Systems[0].ID) {
+			t.Errorf("deployed: power %v, agent running %v", n["power_state"], rg.rack.Running(rg.sim.Systems[0].ID))
+		}
+	})
+}

@@ -189,16 +189,16 @@ func (c *Conductor) agentFor(ctx context.Context, n *ent.Node, ph phase) (*agent
 }
 
 // fastTracked is a client for the agent cleaning left running, when fast
-// track is on, the machine is on, the agent heartbeated within the
-// heartbeat timeout and answers now; nil otherwise.
+// track is on, the machine is on and the agent answers now with the
+// node's token; nil otherwise. Ironic trusts a heartbeat younger than its
+// fast_track_timeout; asking the agent is the stronger proof, and an
+// agent that is not the one the token was issued to refuses the call.
 func (c *Conductor) fastTracked(ctx context.Context, n *ent.Node) *agent.Client {
 	info := n.DriverInternalInfo
 	url, _ := info[ramdisk.KeyURL].(string)
 	token, _ := info[ramdisk.KeyToken].(string)
-	beat, _ := info[ramdisk.KeyLastHeartbeat].(string)
-	at, err := time.Parse("2006-01-02T15:04:05.000000", beat)
-	if !c.cfg.Agent.FastTrack || url == "" || token == "" || token == ramdisk.MaskedToken || err != nil ||
-		time.Since(at) > c.cfg.Agent.HeartbeatTimeout || n.PowerState == nil || *n.PowerState != bmc.PowerOn {
+	if !c.cfg.Agent.FastTrack || url == "" || token == "" || token == ramdisk.MaskedToken ||
+		n.PowerState == nil || *n.PowerState != bmc.PowerOn {
 		return nil
 	}
 	ca, _ := info[ramdisk.KeyVerifyCA].(string)
@@ -240,9 +240,16 @@ func (c *Conductor) bootIntoAgent(ctx context.Context, n *ent.Node, how string) 
 	if err != nil {
 		return err
 	}
-	_, err = bmc.Power(ctx, cl, bmc.Rebooting, c.cfg.PowerTimeout, c.cfg.BMC.PowerPoll)
+	final, err := bmc.Power(ctx, cl, bmc.Rebooting, c.cfg.PowerTimeout, c.cfg.BMC.PowerPoll)
 	c.noteBMC(ctx, n, err)
-	return err
+	if err != nil {
+		return err
+	}
+	// The machine runs now, whatever the run's later writes carry.
+	n.PowerState = &final
+	return c.durably(ctx, func() error {
+		return c.db.Node.Update().Where(node.ID(n.ID), node.Reservation(c.cfg.Name)).SetPowerState(final).Exec(ctx)
+	})
 }
 
 // awaitAgent waits for the booted agent's lookup and first heartbeat,
@@ -267,7 +274,7 @@ func (c *Conductor) awaitAgent(ctx context.Context, n *ent.Node) (*agent.Client,
 			token, _ := info[ramdisk.KeyToken].(string)
 			if url != "" && token != "" && token != ramdisk.MaskedToken {
 				ca, _ := info[ramdisk.KeyVerifyCA].(string)
-				for _, k := range ramdisk.AgentKeys {
+				for _, k := range slices.Concat(ramdisk.AgentKeys, []string{ramdisk.KeyLastHeartbeat, ramdisk.KeyVersion}) {
 					if v, ok := info[k]; ok {
 						n.DriverInternalInfo[k] = v
 					}
