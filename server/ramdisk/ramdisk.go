@@ -96,7 +96,7 @@ type Service struct {
 	HeartbeatTimeout int
 	// FastTrack records heartbeats in FastTrackStates too.
 	FastTrack bool
-	now              func() time.Time
+	now       func() time.Time
 }
 
 // New returns the service.
