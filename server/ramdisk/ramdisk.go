@@ -96,7 +96,10 @@ type Service struct {
 	HeartbeatTimeout int
 	// FastTrack records heartbeats in FastTrackStates too.
 	FastTrack bool
-	now       func() time.Time
+	// APIURL is Anvil's API as agents reach it, which iPXE scripts pass
+	// them as ipa-api-url.
+	APIURL string
+	now    func() time.Time
 }
 
 // New returns the service.
