@@ -170,6 +170,27 @@ func TestAgentBuiltISO(t *testing.T) {
 		if _, inserted := rg.sim.CD(t, sys.ID); inserted {
 			t.Error("the CD is still inserted after cleaning")
 		}
+
+		// In-band inspection boots a built ISO too, and removes it after.
+		provision(t, admin, id, map[string]any{"target": "manage"}, 202)
+		waitState(t, admin, id, "manageable")
+		mustStatus(t, admin.Do(t, "PATCH", "/v1/nodes/"+id, []map[string]any{
+			{"op": "add", "path": "/inspect_interface", "value": "agent"}}), 200)
+		rg.rack.InspectionURL(t, rg.srv.URL+"/v1/continue_inspection")
+		provision(t, admin, id, map[string]any{"target": "inspect"}, 202)
+		waitFor(t, admin, id, "manageable", rg.rack)
+		if left, _ := os.ReadDir(isoDir); len(left) != 0 {
+			t.Errorf("ISOs left after inspection: %v", left)
+		}
+		built := 0
+		for _, e := range admin.Do(t, "GET", "/v1/nodes/"+id+"/history", nil).JSON(t)["history"].([]any) {
+			if strings.HasPrefix(e.(map[string]any)["event"].(string), "Built the ramdisk agent's ISO") {
+				built++
+			}
+		}
+		if built != 2 {
+			t.Errorf("history records %d ISO builds, want 2 (cleaning, inspection)", built)
+		}
 	})
 }
 

@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/anvilproject/anvil/ent"
+	"github.com/anvilproject/anvil/server/errs"
 )
 
 // The boot and inspect verdicts follow what the node can boot: the
@@ -74,4 +75,27 @@ func deref[T any](p *T) any {
 		return nil
 	}
 	return *p
+}
+
+// A request the agent cannot boot for is a 400 naming the field to set.
+func TestAgentBootErrorField(t *testing.T) {
+	rf := map[string]any{"redfish_address": "https://10.0.0.1"}
+	for want, info := range map[string]map[string]any{
+		"driver_info/deploy_iso":    {},
+		"driver_info/bootloader":    {"deploy_kernel": "http://x/k", "deploy_ramdisk": "http://x/r"},
+		"driver_info/deploy_kernel": {"deploy_kernel": "ftp://x/k", "deploy_ramdisk": "http://x/r", "bootloader": "http://x/e"},
+	} {
+		di := map[string]any{}
+		for k, v := range rf {
+			di[k] = v
+		}
+		for k, v := range info {
+			di[k] = v
+		}
+		n := &ent.Node{UUID: "u1", Driver: "redfish", BootInterface: "redfish-virtual-media", DriverInfo: di}
+		err := agentBootError(n, "be cleaned")
+		if err == nil || errs.FieldOf(err) != want {
+			t.Errorf("%v: error %v field %q, want %q", info, err, errs.FieldOf(err), want)
+		}
+	}
 }
