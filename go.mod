@@ -24,16 +24,12 @@ require (
 	modernc.org/sqlite v1.60.1
 )
 
-require github.com/kdomanski/iso9660 v0.4.0
-
 require (
-	github.com/anchore/go-lzo v0.1.0 // indirect
-	github.com/diskfs/go-diskfs v1.9.4 // indirect
-	github.com/djherbis/times v1.6.0 // indirect
-	github.com/elliotwutingfeng/asciiset v0.0.0-20260129054604-cfde2086bc57 // indirect
-	github.com/pkg/xattr v0.4.12 // indirect
-	github.com/sirupsen/logrus v1.9.4 // indirect
+	github.com/diskfs/go-diskfs v1.9.4
+	github.com/kdomanski/iso9660 v0.4.0
 )
+
+require github.com/djherbis/times v1.6.0 // indirect
 
 require (
 	ariga.io/atlas v0.32.1-0.20250325101103-175b25e1c1b9 // indirect
