@@ -24,7 +24,12 @@ require (
 	modernc.org/sqlite v1.60.1
 )
 
-require github.com/kdomanski/iso9660 v0.4.0
+require (
+	github.com/diskfs/go-diskfs v1.9.4
+	github.com/kdomanski/iso9660 v0.4.0
+)
+
+require github.com/djherbis/times v1.6.0 // indirect
 
 require github.com/GehirnInc/crypt v0.0.0-20230320061759-8cc1b52080c5 // indirect
 

@@ -3,6 +3,7 @@
 package server
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -16,6 +17,7 @@ import (
 	"github.com/gofiber/fiber/v2/middleware/recover"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/valyala/fasthttp"
 
 	"github.com/anvilproject/anvil/ent"
 	"github.com/anvilproject/anvil/policies"
@@ -25,6 +27,7 @@ import (
 	"github.com/anvilproject/anvil/server/authn"
 	"github.com/anvilproject/anvil/server/bmc"
 	"github.com/anvilproject/anvil/server/bodylimit"
+	"github.com/anvilproject/anvil/server/bootiso"
 	"github.com/anvilproject/anvil/server/chassis"
 	"github.com/anvilproject/anvil/server/clientip"
 	"github.com/anvilproject/anvil/server/conductor"
@@ -92,6 +95,10 @@ type Options struct {
 	FirmwareDir      string
 	FirmwareURL      string
 	FirmwareMaxBytes int64
+	// BootISODir keeps the agent ISOs the conductor builds, served under
+	// FirmwareURL's address at /boot-iso/; empty means
+	// config.BootISODir of the database.
+	BootISODir string
 	// MetricsToken, when set, is the bearer token /metrics requires;
 	// empty means /metrics answers loopback scrapers only.
 	MetricsToken string
@@ -115,6 +122,8 @@ type App struct {
 	Portal *web.Portal
 	// Firmware is the store of uploaded firmware images.
 	Firmware *fwimages.Store
+	// BootISOs keeps the agent ISOs the conductor builds.
+	BootISOs *bootiso.Store
 	// Overrides keeps the enforcer in step with policy.d and the stored
 	// override.
 	Overrides *override.Manager
@@ -181,6 +190,11 @@ func New(ctx context.Context, o Options) (*App, error) {
 		}
 		return bmc.DefaultInterface(n.Driver, "network")
 	}
+	a.BootISOs = &bootiso.Store{Dir: o.BootISODir, BaseURL: o.FirmwareURL}
+	if a.BootISOs.Dir == "" {
+		a.BootISOs.Dir = config.BootISODir(o.Database)
+	}
+	o.Conductor.Agent.ISOs = a.BootISOs
 	a.Cond = conductor.New(db, o.Log, o.Conductor)
 	a.Firmware = &fwimages.Store{Dir: o.FirmwareDir, BaseURL: o.FirmwareURL, MaxBytes: o.FirmwareMaxBytes, Guard: a.Guard}
 	if a.Firmware.Dir == "" {
@@ -261,6 +275,15 @@ func (a *App) routes() *fiber.App {
 		{Path: api.FirmwareImagesPath, Max: int(a.Firmware.MaxBytes) + 64<<10, Stream: true},
 		{Prefix: "/v1", Max: api.MaxBody}}}
 	app.Server().ContinueHandler = limits.Continue
+	// A BMC downloading a built agent ISO (hundreds of MiB) over a slow
+	// management network needs longer than WriteTimeout, which fasthttp
+	// applies to a whole response.
+	app.Server().HeaderReceived = func(h *fasthttp.RequestHeader) fasthttp.RequestConfig {
+		if bytes.HasPrefix(h.RequestURI(), []byte(bootiso.RoutePrefix)) {
+			return fasthttp.RequestConfig{WriteTimeout: time.Hour}
+		}
+		return fasthttp.RequestConfig{}
+	}
 	app.Use(limits.Middleware())
 	app.Get("/healthz", func(c *fiber.Ctx) error { return c.SendString("ok") })
 	app.Get("/readyz", a.readyz)
@@ -274,7 +297,7 @@ func (a *App) routes() *fiber.App {
 	(&api.API{Nodes: a.Nodes, Ops: a.Portal.Ops, Runbooks: a.Runbooks, Allocations: a.Allocations, Ports: a.Ports, Guard: a.Guard, Audit: a.Audit, Log: a.opts.Log,
 		Chassis: chassis.New(a.DB, a.Guard), Volume: volume.New(a.DB, a.Guard, a.Nodes),
 		DeployTemplates: deploytemplates.New(a.DB, a.Guard),
-		InspectionRules: inspectionrules.New(a.DB, a.Guard), FirmwareImages: a.Firmware,
+		InspectionRules: inspectionrules.New(a.DB, a.Guard), FirmwareImages: a.Firmware, BootISOs: a.BootISOs,
 		Ramdisk: a.ramdisk(), AgentLimit: ratelimit.New(agentRate, agentBurst)}).Register(app, v1)
 	return app
 }
@@ -362,6 +385,9 @@ func (a *App) Serve(ctx context.Context, ln net.Listener) error {
 			return err
 		}
 		a.Firmware.BaseURL = u
+	}
+	if a.BootISOs.BaseURL == "" {
+		a.BootISOs.BaseURL = a.Firmware.BaseURL
 	}
 	if err := a.Cond.Start(ctx, ln.Addr().String()); err != nil {
 		return err

@@ -13,6 +13,7 @@ import (
 
 	"github.com/anvilproject/anvil/server/allocations"
 	"github.com/anvilproject/anvil/server/audit"
+	"github.com/anvilproject/anvil/server/bootiso"
 	"github.com/anvilproject/anvil/server/chassis"
 	"github.com/anvilproject/anvil/server/conductor"
 	"github.com/anvilproject/anvil/server/deploytemplates"
@@ -54,6 +55,9 @@ type API struct {
 	InspectionRules *inspectionrules.Service
 	// FirmwareImages serves /v1/anvil/firmware-images and /firmware/.
 	FirmwareImages *fwimages.Store
+	// BootISOs serves the agent ISOs the conductor builds at /boot-iso/;
+	// nil serves none.
+	BootISOs *bootiso.Store
 	// Ramdisk serves the agent's /v1/lookup and /v1/heartbeat; AgentLimit
 	// bounds them per client address (nil: no limit).
 	Ramdisk    *ramdisk.Service
@@ -154,6 +158,9 @@ func (a *API) Register(root fiber.Router, v1 fiber.Router) {
 	a.registerInspection(v1)
 	a.registerAgent(v1)
 	a.registerFirmwareImages(root, v1)
+	if a.BootISOs != nil {
+		root.Get(bootiso.RoutePrefix+":name", a.downloadBootISO)
+	}
 }
 
 func baseURL(c *fiber.Ctx) string { return c.BaseURL() }

@@ -158,14 +158,23 @@ type rig struct {
 	sim  *bmctest.Redfish
 	im   *images
 	logs string
+	// boot, when set, is the driver_info that boots nodes' agent in
+	// place of a deploy_iso.
+	boot map[string]any
 }
 
 func newRig(t *testing.T, setting string, ac conductor.AgentConfig, systems int) *rig {
 	t.Helper()
+	return newRigWith(t, setting, server.Options{Conductor: conductor.Config{Agent: ac}}, systems)
+}
+
+// newRigWith is newRig with the server's options.
+func newRigWith(t *testing.T, setting string, o server.Options, systems int) *rig {
+	t.Helper()
 	agenttest.Need(t)
 	rg := &rig{logs: t.TempDir(), im: serveImages(t)}
-	ac.LogDir, ac.Poll = rg.logs, 500*time.Millisecond
-	rg.srv, rg.cs = startLocal(t, setting, server.Options{Conductor: conductor.Config{Agent: ac}})
+	o.Conductor.Agent.LogDir, o.Conductor.Agent.Poll = rg.logs, 500*time.Millisecond
+	rg.srv, rg.cs = startLocal(t, setting, o)
 	rg.rack = agenttest.NewRack(t, rg.srv.URL)
 	// The agent retries a failed download 9 times 10 s apart; once
 	// is enough here (oslo.config reads OS_<group>__<option>).
@@ -183,11 +192,16 @@ func (rg *rig) node(t *testing.T, i int, name string, machine bool, traits []str
 	if machine {
 		disk = rg.rack.Machine(t, sys.ID)
 	}
+	info := map[string]any{"redfish_address": rg.sim.URL, "redfish_system_id": rg.sim.SystemPath(sys.ID),
+		"redfish_username": "admin", "redfish_password": "password", "redfish_verify_ca": rg.sim.CAPEM}
+	if rg.boot == nil {
+		info["deploy_iso"] = servertest.ServeISO(t)
+	}
+	for k, v := range rg.boot {
+		info[k] = v
+	}
 	r := admin.Do(t, "POST", "/v1/nodes", map[string]any{"name": name, "driver": "redfish", "owner": "own", "lessee": "les",
-		"boot_interface": "redfish-virtual-media", "rescue_interface": "agent",
-		"driver_info": map[string]any{"redfish_address": rg.sim.URL, "redfish_system_id": rg.sim.SystemPath(sys.ID),
-			"redfish_username": "admin", "redfish_password": "password", "redfish_verify_ca": rg.sim.CAPEM,
-			"deploy_iso": servertest.ServeISO(t)}})
+		"boot_interface": "redfish-virtual-media", "rescue_interface": "agent", "driver_info": info})
 	mustStatus(t, r, 201)
 	id = r.JSON(t)["uuid"].(string)
 	for _, mac := range sys.MACs {

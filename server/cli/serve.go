@@ -3,9 +3,11 @@ package cli
 import (
 	"fmt"
 	"net"
+	"net/url"
 	"os"
 	"os/signal"
 	"runtime/debug"
+	"strings"
 	"syscall"
 	"time"
 
@@ -15,6 +17,7 @@ import (
 	"github.com/anvilproject/anvil/server"
 	"github.com/anvilproject/anvil/server/bmc"
 	"github.com/anvilproject/anvil/server/conductor"
+	"github.com/anvilproject/anvil/server/config"
 	"github.com/anvilproject/anvil/server/demo"
 	"github.com/anvilproject/anvil/server/nodes"
 	"github.com/anvilproject/anvil/server/oidclogin"
@@ -41,6 +44,7 @@ func serveCmd() *cobra.Command {
 		agtNet []string
 		gcPct  int
 		fw     firmwareFlags
+		isoDir string
 		mtok   string
 		rolAge time.Duration
 	)
@@ -111,9 +115,13 @@ func serveCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
+			if cc.Agent.APIURL, err = agentAPIURL(cc.Agent.APIURL, ln.Addr().String()); err != nil {
+				return err
+			}
 			app, err := server.New(ctx, server.Options{
 				Database: g.database, Pool: pool, AccessLog: access, AuthNone: auth == "none", Log: log, SessionSecret: secret, OIDC: provider, Conductor: cc, PolicyDir: pdir, PolicyOverrideEnabled: penab, ServiceProject: svcp,
 				TrustedProxies: proxy, FirmwareDir: fwo.dir, FirmwareURL: fwo.url, FirmwareMaxBytes: fwo.max,
+				BootISODir:   isoDir,
 				MetricsToken: mtok, OIDCRolesMaxAge: rolAge,
 				Bootstrap: func(user, pw string) {
 					// Printed once, on stderr with the log, never stored in clear.
@@ -162,6 +170,8 @@ func serveCmd() *cobra.Command {
 	f.StringVar(&cc.Agent.LogDir, "agent-log-dir", "", "directory that keeps the ramdisk agent's logs of every failed run, one .tar.gz each (empty: none kept)")
 	f.StringSliceVar(&agtNet, "agent-networks", nil, "CIDRs ramdisk agents call back from; the conductor sends commands to no other address (empty: any)")
 	f.BoolVar(&cc.Agent.FastTrack, "fast-track", false, "leave the ramdisk agent running after cleaning, powered on, so a deploy that follows within the agent heartbeat timeout skips the reboot (Ironic's [deploy]fast_track)")
+	f.StringVar(&cc.Agent.APIURL, "agent-api-url", "", "Anvil's API URL as ramdisk agents reach it, which the ISOs Anvil builds pass them as ipa-api-url, e.g. https://anvil.example.com:6385 (default: http:// and the listen address, the host name for a wildcard address)")
+	f.StringVar(&isoDir, "boot-iso-dir", "", `directory of the agent ISOs Anvil builds for redfish-virtual-media nodes with deploy_kernel and deploy_ramdisk, each served to its BMC at --firmware-url/boot-iso/ for one boot (default: "boot-iso" beside the SQLite database file, or in the working directory with PostgreSQL)`)
 	f.BoolVar(&cc.Agent.EraseDevices, "clean-erase-devices", false, "automated cleaning also erases every disk in full (erase_devices, hours on large disks) after wiping their metadata")
 	f.StringVar(&pdir, "policy-dir", "policy.d", "directory of policy override files (Ironic's YAML policy format)")
 	f.BoolVar(&penab, "policy-override-enabled", false, "apply policy overrides from --policy-dir and uploads; off means the defaults, whatever the directory holds")
@@ -181,4 +191,20 @@ func serveCmd() *cobra.Command {
 	f.IPNetSliceVar(&proxy, "trusted-proxies", nil, "reverse proxies (CIDRs, comma-separated) whose X-Forwarded-For names the client's address; default none: the peer is the client")
 	f.StringVar(&mtok, "metrics-token", "", "bearer token /metrics requires (Authorization: Bearer <token>); default none: /metrics answers loopback scrapers only")
 	return cmd
+}
+
+// agentAPIURL settles --agent-api-url for a server listening on listen.
+func agentAPIURL(flag, listen string) (string, error) {
+	v := flag
+	if v == "" {
+		var err error
+		if v, err = config.PublicURL(listen); err != nil {
+			return "", fmt.Errorf("--agent-api-url: %w", err)
+		}
+	}
+	u, err := url.Parse(v)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.RawQuery != "" || u.Fragment != "" || strings.ContainsAny(v, " \t\r\n") {
+		return "", fmt.Errorf("--agent-api-url %q: give an http:// or https:// URL such as https://anvil.example.com:6385", flag)
+	}
+	return strings.TrimRight(v, "/"), nil
 }

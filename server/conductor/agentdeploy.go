@@ -192,6 +192,8 @@ func (c *Conductor) prepareInstanceBoot(ctx context.Context, n *ent.Node, _ phas
 // BMC at once, which always works and never has an agent run poweroff.
 func (c *Conductor) tearDownAgent(ctx context.Context, n *ent.Node, _ phase) (string, error) {
 	r := c.agents.take(n.ID)
+	// The ISO goes whatever the BMC does: the agent's run is over.
+	defer c.dropBootISO(n)
 	cl, err := c.client(n)
 	if err != nil {
 		return "", err

@@ -19,6 +19,7 @@ import (
 	"github.com/anvilproject/anvil/ent/conductor"
 	"github.com/anvilproject/anvil/ent/node"
 	"github.com/anvilproject/anvil/server/bmc"
+	"github.com/anvilproject/anvil/server/config"
 	"github.com/anvilproject/anvil/server/errs"
 	"github.com/anvilproject/anvil/server/history"
 	"github.com/anvilproject/anvil/server/nodes"
@@ -84,6 +85,9 @@ type Conductor struct {
 	commits committer
 	// agents are the ramdisk agents runs have booted (inband.go).
 	agents agents
+	// bootISOs are the ISOs built for agent boots, by node id
+	// (bootiso.go).
+	bootISOs bootISOs
 	// authFails counts each node's consecutive credential refusals; at
 	// maxAuthFailures the node goes into maintenance (faults.go).
 	authMu    sync.Mutex
@@ -121,6 +125,13 @@ func (c *Conductor) Start(ctx context.Context, listen string) error {
 	if c.cfg.Name == "" {
 		host, _ := os.Hostname()
 		c.cfg.Name = host + "@" + listen
+	}
+	if c.cfg.Agent.APIURL == "" {
+		u, err := config.PublicURL(listen)
+		if err != nil {
+			return fmt.Errorf("the agents' API URL: %w", err)
+		}
+		c.cfg.Agent.APIURL = u
 	}
 	now := time.Now()
 	// Update, else create: a restart keeps its row (and its name).

@@ -15,6 +15,7 @@ import (
 	"github.com/anvilproject/anvil/ent/port"
 	"github.com/anvilproject/anvil/server/agent"
 	"github.com/anvilproject/anvil/server/bmc"
+	"github.com/anvilproject/anvil/server/bootiso"
 	"github.com/anvilproject/anvil/server/history"
 	"github.com/anvilproject/anvil/server/nodes"
 	"github.com/anvilproject/anvil/server/ramdisk"
@@ -49,6 +50,14 @@ type AgentConfig struct {
 	// Client holds the agent client's options: the provisioning
 	// networks agents may call back from.
 	Client agent.Options
+	// APIURL is Anvil's address as agents reach it, which an ISO Anvil
+	// builds passes them as ipa-api-url; empty means the listener's
+	// (config.PublicURL), set when the conductor starts.
+	APIURL string
+	// ISOs keeps the ISOs Anvil builds for redfish-virtual-media nodes
+	// that give deploy_kernel and deploy_ramdisk instead of deploy_iso,
+	// and serves them to BMCs; nil builds none.
+	ISOs *bootiso.Store
 }
 
 func (a AgentConfig) withDefaults() AgentConfig {
@@ -72,32 +81,44 @@ const (
 )
 
 // agentBoot says how n boots its agent, or why it cannot: a
-// redfish-virtual-media node needs driver_info.deploy_iso; a pxe or ipxe
-// node needs deploy_kernel and deploy_ramdisk, which the operator's
-// DHCP/TFTP serves (Anvil runs no DHCP). fake-hardware has no machine.
+// redfish-virtual-media node boots driver_info.deploy_iso, or else an ISO
+// Anvil builds for each boot from deploy_kernel, deploy_ramdisk and
+// bootloader (bootISOSetup); a pxe or ipxe node needs deploy_kernel and
+// deploy_ramdisk, which the operator's DHCP/TFTP serves (Anvil runs no
+// DHCP). fake-hardware has no machine. A refusal is a *bootSetupError
+// naming the field to set.
 func agentBoot(n *ent.Node) (string, error) {
 	d := bmc.Canonical(n.Driver)
 	if d != "redfish" && d != "ipmi" {
-		return "", fmt.Errorf("driver %s has no machine to boot a ramdisk agent on", n.Driver)
+		return "", &bootSetupError{"driver", fmt.Sprintf("driver %s has no machine to boot a ramdisk agent on", n.Driver)}
 	}
 	view := &nodes.View{Node: n}
 	switch iface := view.Interface("boot"); iface {
 	case "redfish-virtual-media":
-		if iso, _ := n.DriverInfo["deploy_iso"].(string); iso == "" {
-			return "", fmt.Errorf("boot interface %s boots the agent from driver_info.deploy_iso, which is not set", iface)
+		if iso, _ := n.DriverInfo["deploy_iso"].(string); iso != "" {
+			return bootVMedia, nil
+		}
+		if err := bootISOSetup(n, iface); err != nil {
+			return "", err
 		}
 		return bootVMedia, nil
 	case "pxe", "ipxe":
 		k, _ := n.DriverInfo["deploy_kernel"].(string)
 		r, _ := n.DriverInfo["deploy_ramdisk"].(string)
 		if k == "" || r == "" {
-			return "", fmt.Errorf("boot interface %s boots the agent from driver_info.deploy_kernel and deploy_ramdisk, which are not both set", iface)
+			return "", &bootSetupError{"driver_info/deploy_kernel", fmt.Sprintf("boot interface %s boots the agent from driver_info.deploy_kernel and deploy_ramdisk, which are not both set", iface)}
 		}
 		return bootNetwork, nil
 	default:
-		return "", fmt.Errorf("boot interface %s cannot boot a ramdisk agent", iface)
+		return "", &bootSetupError{"boot_interface", fmt.Sprintf("boot interface %s cannot boot a ramdisk agent", iface)}
 	}
 }
+
+// bootSetupError is what a node lacks to boot the agent, and the field
+// (as a 400 names it) to set.
+type bootSetupError struct{ field, msg string }
+
+func (e *bootSetupError) Error() string { return e.msg }
 
 // HasAgentPath tells whether a node is set up to boot the ramdisk agent,
 // and so whether automated cleaning can wipe it.
@@ -232,6 +253,12 @@ func (c *Conductor) bootIntoAgent(ctx context.Context, n *ent.Node, how string) 
 	defer cl.Close()
 	if how == bootVMedia {
 		iso, _ := n.DriverInfo["deploy_iso"].(string)
+		if iso == "" {
+			// The run's end removes it (dropBootISO), booted or not.
+			if iso, err = c.buildBootISO(ctx, n); err != nil {
+				return err
+			}
+		}
 		err = bmc.BootFromISO(ctx, cl, iso, BootMode(n))
 	} else {
 		err = cl.SetBootDevice(ctx, "pxe", false, BootMode(n))
@@ -457,6 +484,7 @@ func (c *Conductor) endAgent(ctx context.Context, n *ent.Node, ph phase, failure
 		}
 		cl.Close()
 	}
+	c.dropBootISO(n)
 	if err != nil {
 		c.log.Warn("tearing the ramdisk agent down", "node", n.UUID, "err", err)
 		_ = history.Record(ctx, c.db.Client, history.Event{NodeID: n.ID, Severity: history.Warning, Type: ph.kind, Conductor: c.cfg.Name,

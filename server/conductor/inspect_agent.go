@@ -40,14 +40,8 @@ func agentBootError(n *ent.Node, what string) error {
 		return nil
 	}
 	field := "boot_interface"
-	switch (&nodes.View{Node: n}).Interface("boot") {
-	case "redfish-virtual-media":
-		field = "driver_info/deploy_iso"
-	case "pxe", "ipxe":
-		field = "driver_info/deploy_kernel"
-	}
-	if d := bmc.Canonical(n.Driver); d != "redfish" && d != "ipmi" {
-		field = "driver"
+	if be, ok := errors.AsType[*bootSetupError](err); ok {
+		field = be.field
 	}
 	return errs.BadRequest(field, "Node %s cannot %s: %v", n.UUID, what, err)
 }
@@ -248,6 +242,7 @@ func (c *Conductor) setInspectedProperties(ctx context.Context, n *ent.Node, inv
 // in-band inspection. A failure is a warning in the node's history: the
 // inspection's outcome stands.
 func (c *Conductor) powerOffAfterAgent(ctx context.Context, n *ent.Node, how string) {
+	defer c.dropBootISO(n)
 	cl, err := c.client(n)
 	if err == nil {
 		if how == bootVMedia {

@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/anvilproject/anvil/ent"
+	"github.com/anvilproject/anvil/server/errs"
 )
 
 // The boot and inspect verdicts follow what the node can boot: the
@@ -38,6 +39,19 @@ func TestValidateBootAndInspect(t *testing.T) {
 			InstanceInfo: map[string]any{"boot_iso": "http://x/i.iso"}}, true, true, ""},
 		{"direct deploy of an image still needs the agent", ent.Node{Driver: "redfish", BootInterface: "redfish-virtual-media", DriverInfo: rf,
 			InstanceInfo: map[string]any{"boot_iso": "http://x/i.iso", "image_source": "http://x/i.raw"}}, false, true, "deploy_iso"},
+		// Without deploy_iso, an ISO Anvil builds: UEFI only, from
+		// http(s) URLs.
+		{"vmedia built ISO", ent.Node{Driver: "redfish", BootInterface: "redfish-virtual-media", InspectInterface: "agent",
+			DriverInfo: with(rf, "deploy_kernel", "http://x/k", "deploy_ramdisk", "https://x/r", "bootloader", "http://x/esp.img")}, true, true, ""},
+		{"vmedia built ISO without bootloader", ent.Node{Driver: "redfish", BootInterface: "redfish-virtual-media", InspectInterface: "agent",
+			DriverInfo: with(rf, "deploy_kernel", "http://x/k", "deploy_ramdisk", "http://x/r")}, false, false, "driver_info.bootloader"},
+		{"vmedia built ISO in bios", ent.Node{Driver: "redfish", BootInterface: "redfish-virtual-media", InspectInterface: "agent",
+			DriverInfo: with(rf, "deploy_kernel", "http://x/k", "deploy_ramdisk", "http://x/r", "bootloader", "http://x/esp.img"),
+			Properties: map[string]any{"capabilities": "boot_mode:bios"}}, false, false, "boot mode bios"},
+		{"vmedia built ISO from a file path", ent.Node{Driver: "redfish", BootInterface: "redfish-virtual-media", InspectInterface: "agent",
+			DriverInfo: with(rf, "deploy_kernel", "/srv/k", "deploy_ramdisk", "http://x/r", "bootloader", "http://x/esp.img")}, false, false, "deploy_kernel"},
+		{"vmedia built ISO without ramdisk", ent.Node{Driver: "redfish", BootInterface: "redfish-virtual-media", InspectInterface: "agent",
+			DriverInfo: with(rf, "deploy_kernel", "http://x/k", "bootloader", "http://x/esp.img")}, false, false, "deploy_ramdisk"},
 		{"pxe without kernel", ent.Node{Driver: "ipmi", BootInterface: "pxe", InspectInterface: "agent", DriverInfo: map[string]any{"ipmi_address": "10.0.0.2"}},
 			false, false, "deploy_kernel"},
 		{"ipxe with kernel and ramdisk", ent.Node{Driver: "ipmi", BootInterface: "ipxe", InspectInterface: "agent",
@@ -61,4 +75,27 @@ func deref[T any](p *T) any {
 		return nil
 	}
 	return *p
+}
+
+// A request the agent cannot boot for is a 400 naming the field to set.
+func TestAgentBootErrorField(t *testing.T) {
+	rf := map[string]any{"redfish_address": "https://10.0.0.1"}
+	for want, info := range map[string]map[string]any{
+		"driver_info/deploy_iso":    {},
+		"driver_info/bootloader":    {"deploy_kernel": "http://x/k", "deploy_ramdisk": "http://x/r"},
+		"driver_info/deploy_kernel": {"deploy_kernel": "ftp://x/k", "deploy_ramdisk": "http://x/r", "bootloader": "http://x/e"},
+	} {
+		di := map[string]any{}
+		for k, v := range rf {
+			di[k] = v
+		}
+		for k, v := range info {
+			di[k] = v
+		}
+		n := &ent.Node{UUID: "u1", Driver: "redfish", BootInterface: "redfish-virtual-media", DriverInfo: di}
+		err := agentBootError(n, "be cleaned")
+		if err == nil || errs.FieldOf(err) != want {
+			t.Errorf("%v: error %v field %q, want %q", info, err, errs.FieldOf(err), want)
+		}
+	}
 }

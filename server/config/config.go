@@ -98,3 +98,13 @@ func FirmwareDir(database string) string {
 	}
 	return "firmware"
 }
+
+// BootISODir is where the agent ISOs the conductor builds live unless
+// configured: beside a SQLite database file, else "boot-iso" in the
+// working directory.
+func BootISODir(database string) string {
+	if f, ok := store.SQLiteFile(database); ok {
+		return filepath.Join(filepath.Dir(f), "boot-iso")
+	}
+	return "boot-iso"
+}
