@@ -307,6 +307,7 @@ func (a *App) routes() *fiber.App {
 func (a *App) ramdisk() *ramdisk.Service {
 	r := ramdisk.New(a.DB, a.Guard)
 	r.FastTrack = a.opts.Conductor.Agent.FastTrack
+	r.APIURL = a.Cond.APIURL
 	if t := a.opts.Conductor.Agent.HeartbeatTimeout; t > 0 {
 		r.HeartbeatTimeout = int(t.Seconds())
 	}

@@ -38,6 +38,30 @@ func (a *API) registerAgent(v1 fiber.Router) {
 	v1.Post("/heartbeat/:node", limit, query(), a.heartbeat)
 }
 
+// IPXEPrefix is where iPXE fetches its scripts, without credentials as
+// from Ironic's HTTP server: boot.ipxe (what DHCP names) and one per MAC.
+const IPXEPrefix = "/ipxe/"
+
+func (a *API) registerIPXE(root fiber.Router) {
+	limit := func(c *fiber.Ctx) error { return c.Next() }
+	if a.AgentLimit != nil {
+		limit = a.AgentLimit.Middleware()
+	}
+	root.Get(IPXEPrefix+"boot.ipxe", limit, func(c *fiber.Ctx) error {
+		c.Set(fiber.HeaderContentType, "text/plain")
+		return c.SendString(ramdisk.IPXEBoot)
+	})
+	root.Get(IPXEPrefix+":mac", limit, func(c *fiber.Ctx) error {
+		script, err := a.Ramdisk.IPXEScript(c.UserContext(), c.Params("mac"))
+		if err != nil {
+			return err
+		}
+		c.Set(fiber.HeaderContentType, "text/plain")
+		c.Set(fiber.HeaderCacheControl, "no-store")
+		return c.SendString(script)
+	})
+}
+
 // lookup is Ironic's GET /v1/lookup (1.22): the agent finds its node by
 // MAC addresses or UUID and, from 1.62, receives its token once.
 func (a *API) lookup(c *fiber.Ctx) error {

@@ -158,6 +158,7 @@ func (a *API) Register(root fiber.Router, v1 fiber.Router) {
 	a.registerInspection(v1)
 	a.registerAgent(v1)
 	a.registerFirmwareImages(root, v1)
+	a.registerIPXE(root)
 	if a.BootISOs != nil {
 		root.Get(bootiso.RoutePrefix+":name", a.downloadBootISO)
 	}

@@ -117,6 +117,9 @@ func New(db *store.DB, log *slog.Logger, cfg Config) *Conductor {
 // Name is the conductor's name, as locks record it.
 func (c *Conductor) Name() string { return c.cfg.Name }
 
+// APIURL is Anvil's API as ramdisk agents reach it, settled by Start.
+func (c *Conductor) APIURL() string { return c.cfg.Agent.APIURL }
+
 // Start registers the conductor, recovers its own interrupted work from a
 // previous run, and starts the heartbeat, takeover and power-sync loops.
 // Without a configured name it is the host name and the API's listen

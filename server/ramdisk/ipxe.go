@@ -16,8 +16,9 @@ import (
 // IPXEBoot is the script an operator's DHCP server hands iPXE (its
 // filename option, e.g. http://anvil:6385/ipxe/boot.ipxe): it chains to
 // the script of the machine's own MAC, as Ironic's boot.ipxe chains to
-// its per-MAC configuration, and boots the local disk when Anvil has none.
-const IPXEBoot = "#!ipxe\n\nchain --autofree ipxe/${mac:hexhyp} || exit\n"
+// its per-MAC configuration (a relative URL: /ipxe/<mac>), and boots the
+// local disk when Anvil has none.
+const IPXEBoot = "#!ipxe\n\nchain --autofree ${mac:hexhyp} || exit\n"
 
 // ipxeLocal lets the firmware go on to the next boot device (the disk):
 // a machine Anvil is not booting into the agent boots what it has.
@@ -59,7 +60,7 @@ func (s *Service) IPXEScript(ctx context.Context, mac string) (string, error) {
 	if !httpURL(kernel) || !httpURL(ramdisk) {
 		return ipxeLocal, nil
 	}
-	params := []string{"ipa-api-url=" + s.APIURL, "BOOTIF=01-" + strings.ReplaceAll(mac, ":", "-")}
+	params := []string{"ipa-api-url=" + s.APIURL(), "BOOTIF=01-" + strings.ReplaceAll(mac, ":", "-")}
 	if extra, _ := n.DriverInfo["kernel_append_params"].(string); extra != "" {
 		params = append(params, strings.Fields(extra)...)
 	}

@@ -97,8 +97,8 @@ type Service struct {
 	// FastTrack records heartbeats in FastTrackStates too.
 	FastTrack bool
 	// APIURL is Anvil's API as agents reach it, which iPXE scripts pass
-	// them as ipa-api-url.
-	APIURL string
+	// them as ipa-api-url (the conductor settles it when it starts).
+	APIURL func() string
 	now    func() time.Time
 }
 
