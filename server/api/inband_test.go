@@ -245,7 +245,7 @@ func TestAgentLifecycle(t *testing.T) {
 		if dii := internal(t, admin, id); dii["agent_url"] != nil || dii["agent_secret_token"] != nil {
 			t.Errorf("the agent is still known after cleaning: %v", dii)
 		}
-		if rack.Running(sys.ID) {
+		if !rack.Stopped(sys.ID, 20*time.Second) {
 			t.Error("the agent still runs after cleaning")
 		}
 
@@ -275,7 +275,7 @@ func TestAgentLifecycle(t *testing.T) {
 			if b["boot_device"] != "disk" || b["persistent"] != true {
 				t.Errorf("%s: boot device %v", name, b)
 			}
-			if rack.Running(sys.ID) {
+			if !rack.Stopped(sys.ID, 20*time.Second) {
 				t.Errorf("%s: the agent still runs on the deployed machine", name)
 			}
 			if name == im.raw {
@@ -377,7 +377,7 @@ func TestAgentFastTrack(t *testing.T) {
 		if got := readAt(t, disk, 2048*512, 8<<20); !bytes.Contains(got, []byte("ANVIL-IMAGE-MARKER")) {
 			t.Error("the fast-tracked deploy did not write the image")
 		}
-		if n["power_state"] != "power on" || rg.rack.Running(rg.sim.Systems[0].ID) {
+		if n["power_state"] != "power on" || !rg.rack.Stopped(rg.sim.Systems[0].ID, 20*time.Second) {
 			t.Errorf("deployed: power %v, agent running %v", n["power_state"], rg.rack.Running(rg.sim.Systems[0].ID))
 		}
 	})

@@ -71,7 +71,7 @@ func TestAgentInspect(t *testing.T) {
 		if n["power_state"] != "power off" {
 			t.Errorf("after inspection power is %v", n["power_state"])
 		}
-		if rack.Running(sys.ID) {
+		if !rack.Stopped(sys.ID, 20*time.Second) {
 			t.Error("the agent still runs after inspection")
 		}
 		props, _ := n["properties"].(map[string]any)

@@ -99,3 +99,15 @@ func (r *Rack) Log(id string, n int) string {
 	hook, _ := os.ReadFile(filepath.Join(r.Dir, "hook.log"))
 	return string(log[max(0, len(log)-n):]) + "\n--- hook.log:\n" + string(hook)
 }
+
+// Stopped waits up to within for system id's agent to stop and says
+// whether it did: the simulator runs its power hook detached, so the
+// agent goes a moment after the BMC reports the machine off.
+func (r *Rack) Stopped(id string, within time.Duration) bool {
+	for deadline := time.Now().Add(within); r.Running(id); time.Sleep(200 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			return false
+		}
+	}
+	return true
+}
