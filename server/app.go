@@ -34,6 +34,7 @@ import (
 	"github.com/anvilproject/anvil/server/fwimages"
 	"github.com/anvilproject/anvil/server/guard"
 	"github.com/anvilproject/anvil/server/identity"
+	"github.com/anvilproject/anvil/server/imagecache"
 	"github.com/anvilproject/anvil/server/inspectionrules"
 	"github.com/anvilproject/anvil/server/nodes"
 	"github.com/anvilproject/anvil/server/obs"
@@ -181,6 +182,9 @@ func New(ctx context.Context, o Options) (*App, error) {
 		}
 		return bmc.DefaultInterface(n.Driver, "network")
 	}
+	if o.Conductor.Agent.ImageCacheDir == "" {
+		o.Conductor.Agent.ImageCacheDir = config.ImageCacheDir(o.Database)
+	}
 	a.Cond = conductor.New(db, o.Log, o.Conductor)
 	a.Firmware = &fwimages.Store{Dir: o.FirmwareDir, BaseURL: o.FirmwareURL, MaxBytes: o.FirmwareMaxBytes, Guard: a.Guard}
 	if a.Firmware.Dir == "" {
@@ -261,7 +265,9 @@ func (a *App) routes() *fiber.App {
 		{Path: api.FirmwareImagesPath, Max: int(a.Firmware.MaxBytes) + 64<<10, Stream: true},
 		{Prefix: "/v1", Max: api.MaxBody}}}
 	app.Server().ContinueHandler = limits.Continue
+	app.Server().HeaderReceived = a.imageWriteTimeout
 	app.Use(limits.Middleware())
+	app.Get(imagecache.RoutePrefix+":token", a.serveImage)
 	app.Get("/healthz", func(c *fiber.Ctx) error { return c.SendString("ok") })
 	app.Get("/readyz", a.readyz)
 	app.Get("/metrics", obs.ScrapeAccess(a.opts.MetricsToken), adaptor.HTTPHandler(promhttp.HandlerFor(a.Metrics.Registry, promhttp.HandlerOpts{})))

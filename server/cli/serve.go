@@ -3,6 +3,7 @@ package cli
 import (
 	"fmt"
 	"net"
+	"net/url"
 	"os"
 	"os/signal"
 	"runtime/debug"
@@ -16,6 +17,7 @@ import (
 	"github.com/anvilproject/anvil/server/bmc"
 	"github.com/anvilproject/anvil/server/conductor"
 	"github.com/anvilproject/anvil/server/demo"
+	"github.com/anvilproject/anvil/server/imagecache"
 	"github.com/anvilproject/anvil/server/nodes"
 	"github.com/anvilproject/anvil/server/oidclogin"
 	"github.com/anvilproject/anvil/server/store"
@@ -65,6 +67,14 @@ func serveCmd() *cobra.Command {
 			}
 			if cc.Agent.Client.Networks, err = bmc.ParseNetworks(agtNet); err != nil {
 				return fmt.Errorf("--agent-networks: %w", err)
+			}
+			if u := cc.Agent.ImageURL; u != "" {
+				if pu, err := url.Parse(u); err != nil || (pu.Scheme != "http" && pu.Scheme != "https") || pu.Host == "" || pu.RawQuery != "" || pu.Fragment != "" {
+					return fmt.Errorf("--agent-image-url %q: give an http:// or https:// base URL such as https://anvil.example.com/images", u)
+				}
+			}
+			if cc.Agent.ImageCacheMaxBytes <= 0 || cc.Agent.ImageDownloadTimeout <= 0 {
+				return fmt.Errorf("--image-cache-max-bytes and --image-download-timeout must be more than 0")
 			}
 			if err := bmc.CheckCADir(cc.BMCCADir); err != nil {
 				return fmt.Errorf("--bmc-ca-dir: %w", err)
@@ -161,6 +171,10 @@ func serveCmd() *cobra.Command {
 	f.DurationVar(&cc.Agent.HeartbeatTimeout, "agent-heartbeat-timeout", 5*time.Minute, "how long a running ramdisk agent may stay silent before its step fails; agents are told to heartbeat well within it (Ironic's ramdisk_heartbeat_timeout)")
 	f.StringVar(&cc.Agent.LogDir, "agent-log-dir", "", "directory that keeps the ramdisk agent's logs of every failed run, one .tar.gz each (empty: none kept)")
 	f.StringSliceVar(&agtNet, "agent-networks", nil, "CIDRs ramdisk agents call back from; the conductor sends commands to no other address (empty: any)")
+	f.StringVar(&cc.Agent.ImageURL, "agent-image-url", "", "base URL ramdisk agents fetch images from for image_download_source=local, each deploy's at <url>/<random token> (default: http:// and the listen address, then /images)")
+	f.StringVar(&cc.Agent.ImageCacheDir, "image-cache-dir", "", `directory of the images Anvil downloads for image_download_source=local, kept under their checksums (default: "image-cache" beside the SQLite database file, or in the working directory with PostgreSQL)`)
+	f.Int64Var(&cc.Agent.ImageCacheMaxBytes, "image-cache-max-bytes", imagecache.DefaultMaxBytes, "most bytes the image cache keeps (and so the largest image); beyond it the least recently used images not being served are removed")
+	f.DurationVar(&cc.Agent.ImageDownloadTimeout, "image-download-timeout", imagecache.DefaultTimeout, "how long one download into the image cache may take")
 	f.BoolVar(&cc.Agent.EraseDevices, "clean-erase-devices", false, "automated cleaning also erases every disk in full (erase_devices, hours on large disks) after wiping their metadata")
 	f.StringVar(&pdir, "policy-dir", "policy.d", "directory of policy override files (Ironic's YAML policy format)")
 	f.BoolVar(&penab, "policy-override-enabled", false, "apply policy overrides from --policy-dir and uploads; off means the defaults, whatever the directory holds")

@@ -37,6 +37,9 @@ func Start(t testing.TB, o server.Options) *Server {
 		// directory, which for a test is its package's source.
 		o.FirmwareDir = t.TempDir()
 	}
+	if o.Conductor.Agent.ImageCacheDir == "" {
+		o.Conductor.Agent.ImageCacheDir = t.TempDir()
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	app, err := server.New(ctx, o)
 	if err != nil {
