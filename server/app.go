@@ -37,6 +37,7 @@ import (
 	"github.com/anvilproject/anvil/server/fwimages"
 	"github.com/anvilproject/anvil/server/guard"
 	"github.com/anvilproject/anvil/server/identity"
+	"github.com/anvilproject/anvil/server/imagecache"
 	"github.com/anvilproject/anvil/server/inspectionrules"
 	"github.com/anvilproject/anvil/server/nodes"
 	"github.com/anvilproject/anvil/server/obs"
@@ -195,6 +196,9 @@ func New(ctx context.Context, o Options) (*App, error) {
 		a.BootISOs.Dir = config.BootISODir(o.Database)
 	}
 	o.Conductor.Agent.ISOs = a.BootISOs
+	if o.Conductor.Agent.ImageCacheDir == "" {
+		o.Conductor.Agent.ImageCacheDir = config.ImageCacheDir(o.Database)
+	}
 	a.Cond = conductor.New(db, o.Log, o.Conductor)
 	a.Firmware = &fwimages.Store{Dir: o.FirmwareDir, BaseURL: o.FirmwareURL, MaxBytes: o.FirmwareMaxBytes, Guard: a.Guard}
 	if a.Firmware.Dir == "" {
@@ -276,15 +280,16 @@ func (a *App) routes() *fiber.App {
 		{Prefix: "/v1", Max: api.MaxBody}}}
 	app.Server().ContinueHandler = limits.Continue
 	// A BMC downloading a built agent ISO (hundreds of MiB) over a slow
-	// management network needs longer than WriteTimeout, which fasthttp
-	// applies to a whole response.
+	// management network, or an agent a cached image, needs longer than
+	// WriteTimeout, which fasthttp applies to a whole response.
 	app.Server().HeaderReceived = func(h *fasthttp.RequestHeader) fasthttp.RequestConfig {
 		if bytes.HasPrefix(h.RequestURI(), []byte(bootiso.RoutePrefix)) {
 			return fasthttp.RequestConfig{WriteTimeout: time.Hour}
 		}
-		return fasthttp.RequestConfig{}
+		return a.imageWriteTimeout(h)
 	}
 	app.Use(limits.Middleware())
+	app.Get(imagecache.RoutePrefix+":token", a.serveImage)
 	app.Get("/healthz", func(c *fiber.Ctx) error { return c.SendString("ok") })
 	app.Get("/readyz", a.readyz)
 	app.Get("/metrics", obs.ScrapeAccess(a.opts.MetricsToken), adaptor.HTTPHandler(promhttp.HandlerFor(a.Metrics.Registry, promhttp.HandlerOpts{})))

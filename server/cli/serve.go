@@ -19,6 +19,7 @@ import (
 	"github.com/anvilproject/anvil/server/conductor"
 	"github.com/anvilproject/anvil/server/config"
 	"github.com/anvilproject/anvil/server/demo"
+	"github.com/anvilproject/anvil/server/imagecache"
 	"github.com/anvilproject/anvil/server/nodes"
 	"github.com/anvilproject/anvil/server/oidclogin"
 	"github.com/anvilproject/anvil/server/store"
@@ -69,6 +70,14 @@ func serveCmd() *cobra.Command {
 			}
 			if cc.Agent.Client.Networks, err = bmc.ParseNetworks(agtNet); err != nil {
 				return fmt.Errorf("--agent-networks: %w", err)
+			}
+			if u := cc.Agent.ImageURL; u != "" {
+				if pu, err := url.Parse(u); err != nil || (pu.Scheme != "http" && pu.Scheme != "https") || pu.Host == "" || pu.RawQuery != "" || pu.Fragment != "" {
+					return fmt.Errorf("--agent-image-url %q: give an http:// or https:// base URL such as https://anvil.example.com/images", u)
+				}
+			}
+			if cc.Agent.ImageCacheMaxBytes <= 0 || cc.Agent.ImageDownloadTimeout <= 0 {
+				return fmt.Errorf("--image-cache-max-bytes and --image-download-timeout must be more than 0")
 			}
 			if err := bmc.CheckCADir(cc.BMCCADir); err != nil {
 				return fmt.Errorf("--bmc-ca-dir: %w", err)
@@ -172,6 +181,10 @@ func serveCmd() *cobra.Command {
 	f.BoolVar(&cc.Agent.FastTrack, "fast-track", false, "leave the ramdisk agent running after cleaning, powered on, so a deploy that follows within the agent heartbeat timeout skips the reboot (Ironic's [deploy]fast_track)")
 	f.StringVar(&cc.Agent.APIURL, "agent-api-url", "", "Anvil's API URL as ramdisk agents reach it, which the ISOs Anvil builds pass them as ipa-api-url, e.g. https://anvil.example.com:6385 (default: http:// and the listen address, the host name for a wildcard address)")
 	f.StringVar(&isoDir, "boot-iso-dir", "", `directory of the agent ISOs Anvil builds for redfish-virtual-media nodes with deploy_kernel and deploy_ramdisk, each served to its BMC at --firmware-url/boot-iso/ for one boot (default: "boot-iso" beside the SQLite database file, or in the working directory with PostgreSQL)`)
+	f.StringVar(&cc.Agent.ImageURL, "agent-image-url", "", "base URL ramdisk agents fetch images from for image_download_source=local, each deploy's at <url>/<random token> (default: http:// and the listen address, then /images)")
+	f.StringVar(&cc.Agent.ImageCacheDir, "image-cache-dir", "", `directory of the images Anvil downloads for image_download_source=local, kept under their checksums (default: "image-cache" beside the SQLite database file, or in the working directory with PostgreSQL)`)
+	f.Int64Var(&cc.Agent.ImageCacheMaxBytes, "image-cache-max-bytes", imagecache.DefaultMaxBytes, "most bytes the image cache keeps (and so the largest image); beyond it the least recently used images not being served are removed")
+	f.DurationVar(&cc.Agent.ImageDownloadTimeout, "image-download-timeout", imagecache.DefaultTimeout, "how long one download into the image cache may take")
 	f.BoolVar(&cc.Agent.EraseDevices, "clean-erase-devices", false, "automated cleaning also erases every disk in full (erase_devices, hours on large disks) after wiping their metadata")
 	f.StringVar(&pdir, "policy-dir", "policy.d", "directory of policy override files (Ironic's YAML policy format)")
 	f.BoolVar(&penab, "policy-override-enabled", false, "apply policy overrides from --policy-dir and uploads; off means the defaults, whatever the directory holds")

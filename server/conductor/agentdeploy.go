@@ -13,6 +13,7 @@ import (
 	"github.com/anvilproject/anvil/server/agent"
 	"github.com/anvilproject/anvil/server/bmc"
 	"github.com/anvilproject/anvil/server/errs"
+	"github.com/anvilproject/anvil/server/imagecache"
 	"github.com/anvilproject/anvil/server/nodes"
 	"github.com/anvilproject/anvil/server/ramdisk"
 )
@@ -111,6 +112,9 @@ func imageFits(n *ent.Node) error {
 	default:
 		return errs.BadRequest("instance_info.image_os_hash_value", "Cannot deploy node %s: give instance_info.image_os_hash_algo and image_os_hash_value (or image_checksum): the agent refuses an image it cannot verify", n.UUID)
 	}
+	if src, field := downloadSource(n); src != "http" && src != "local" {
+		return errs.BadRequest(field, "Cannot deploy node %s: %s %q must be http (the agent downloads image_source) or local (Anvil downloads and caches it, and the agent fetches it from Anvil)", n.UUID, field, src)
+	}
 	if cd, ok := ii["configdrive"]; ok {
 		if _, err := configDriveFor(n.UUID, cd); err != nil {
 			return errs.BadRequest("configdrive", "Cannot deploy node %s: %v", n.UUID, err)
@@ -141,6 +145,49 @@ func imageInfo(n *ent.Node) agent.ImageInfo {
 		NodeUUID: n.UUID, DeployBootMode: mode, BootOption: "local"}
 }
 
+// downloadSource is where the agent gets the image (Ironic's
+// image_download_source: instance_info's, else driver_info's, else http)
+// and the field that said so.
+func downloadSource(n *ent.Node) (src, field string) {
+	if v, ok := n.InstanceInfo["image_download_source"]; ok {
+		s, _ := v.(string)
+		return s, "instance_info.image_download_source"
+	}
+	if v, ok := n.DriverInfo["image_download_source"]; ok {
+		s, _ := v.(string)
+		return s, "driver_info.image_download_source"
+	}
+	return "http", ""
+}
+
+// cacheImage downloads a local-source image into Anvil's cache, checked
+// against the node's checksum, and returns the URL the agent fetches it
+// from and the token to unlink once the image is written.
+func (c *Conductor) cacheImage(ctx context.Context, n *ent.Node) (link, token string, err error) {
+	ii := n.InstanceInfo
+	src, _ := ii["image_source"].(string)
+	sum := imagecache.Checksum{Field: "instance_info.image_os_hash_value"}
+	sum.Algo, _ = ii["image_os_hash_algo"].(string)
+	sum.Value, _ = ii["image_os_hash_value"].(string)
+	if sum.Value == "" {
+		sum.Field = "instance_info.image_checksum"
+		sum.Value, _ = ii["image_checksum"].(string)
+		sum.Algo = imagecache.AlgoOf(sum.Value)
+	}
+	// A shutdown ends the download as it ends waiting on the agent, so
+	// Stop does not wait out a large image.
+	dctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	defer context.AfterFunc(c.ctx, cancel)()
+	if token, err = c.images.Fetch(dctx, src, sum); err != nil {
+		if c.ctx.Err() != nil {
+			return "", "", errShutdown
+		}
+		return "", "", err
+	}
+	return strings.TrimRight(c.cfg.Agent.ImageURL, "/") + "/" + token, token, nil
+}
+
 // deployAgent is deploy.deploy of an agent deploy: boot the agent.
 func (c *Conductor) deployAgent(ctx context.Context, n *ent.Node, ph phase) (string, error) {
 	if _, err := c.agentFor(ctx, n, ph); err != nil {
@@ -150,7 +197,9 @@ func (c *Conductor) deployAgent(ctx context.Context, n *ent.Node, ph phase) (str
 }
 
 // writeImage has the agent download, verify and write the image, then the
-// config drive (standby.prepare_image).
+// config drive (standby.prepare_image). With image_download_source=local
+// Anvil downloads and verifies the image first, and the agent fetches it
+// from Anvil's cache.
 func (c *Conductor) writeImage(ctx context.Context, n *ent.Node, ph phase) (string, error) {
 	r, err := c.agentFor(ctx, n, ph)
 	if err != nil {
@@ -162,7 +211,18 @@ func (c *Conductor) writeImage(ctx context.Context, n *ent.Node, ph phase) (stri
 			return "", err
 		}
 	}
-	cmd, err := r.cl.PrepareImage(ctx, imageInfo(n), cd)
+	info := imageInfo(n)
+	if src, _ := downloadSource(n); src == "local" {
+		u, token, err := c.cacheImage(ctx, n)
+		if err != nil {
+			return "", err
+		}
+		// The agent needs the URL only while it downloads, which
+		// prepare_image covers: it goes when the step ends, however.
+		defer c.images.Unlink(token)
+		info.URLs = []string{u}
+	}
+	cmd, err := r.cl.PrepareImage(ctx, info, cd)
 	if err != nil {
 		return "", err
 	}

@@ -12,6 +12,7 @@ import (
 	"net/netip"
 	"os"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -22,6 +23,7 @@ import (
 	"github.com/anvilproject/anvil/server/config"
 	"github.com/anvilproject/anvil/server/errs"
 	"github.com/anvilproject/anvil/server/history"
+	"github.com/anvilproject/anvil/server/imagecache"
 	"github.com/anvilproject/anvil/server/nodes"
 	"github.com/anvilproject/anvil/server/store"
 )
@@ -104,6 +106,9 @@ type Conductor struct {
 	alloc Allocator
 	// ports creates the ports inspection finds when set (inspect.go).
 	ports PortMaker
+	// images caches images for image_download_source=local
+	// (agentdeploy.go).
+	images *imagecache.Cache
 }
 
 // New returns a conductor; Start registers it and starts its loops.
@@ -111,8 +116,14 @@ func New(db *store.DB, log *slog.Logger, cfg Config) *Conductor {
 	ctx, cancel := context.WithCancel(context.Background())
 	bmc.SetNetworks(cfg.BMCNetworks)
 	bmc.SetCADir(cfg.BMCCADir)
-	return &Conductor{cfg: cfg.withDefaults(), db: db, log: log, ctx: ctx, cancel: cancel, authFails: map[int]int{}}
+	c := &Conductor{cfg: cfg.withDefaults(), db: db, log: log, ctx: ctx, cancel: cancel, authFails: map[int]int{}}
+	c.images = &imagecache.Cache{Dir: c.cfg.Agent.ImageCacheDir, MaxBytes: c.cfg.Agent.ImageCacheMaxBytes, Timeout: c.cfg.Agent.ImageDownloadTimeout}
+	return c
 }
+
+// Images is the cache whose images agents fetch at
+// imagecache.RoutePrefix + token.
+func (c *Conductor) Images() *imagecache.Cache { return c.images }
 
 // Name is the conductor's name, as locks record it.
 func (c *Conductor) Name() string { return c.cfg.Name }
@@ -135,6 +146,13 @@ func (c *Conductor) Start(ctx context.Context, listen string) error {
 			return fmt.Errorf("the agents' API URL: %w", err)
 		}
 		c.cfg.Agent.APIURL = u
+	}
+	if c.cfg.Agent.ImageURL == "" {
+		u, err := config.PublicURL(listen)
+		if err != nil {
+			return fmt.Errorf("the agents' image URL: %w", err)
+		}
+		c.cfg.Agent.ImageURL = u + strings.TrimSuffix(imagecache.RoutePrefix, "/")
 	}
 	now := time.Now()
 	// Update, else create: a restart keeps its row (and its name).

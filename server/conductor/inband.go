@@ -47,6 +47,18 @@ type AgentConfig struct {
 	// machine on, so a deploy that follows while the agent still
 	// heartbeats skips the reboot (Ironic's [deploy]fast_track).
 	FastTrack bool
+	// ImageURL is the base URL agents fetch cached images from
+	// (image_download_source=local): a deploy's image is at
+	// ImageURL/<token>. Empty means http://<listen address>/images.
+	ImageURL string
+	// ImageCacheDir keeps the images the conductor downloads for
+	// image_download_source=local, under their checksums.
+	ImageCacheDir string
+	// ImageCacheMaxBytes bounds the cache (and so one image);
+	// ImageDownloadTimeout bounds one download. Zero means the
+	// imagecache defaults.
+	ImageCacheMaxBytes   int64
+	ImageDownloadTimeout time.Duration
 	// Client holds the agent client's options: the provisioning
 	// networks agents may call back from.
 	Client agent.Options

@@ -108,3 +108,13 @@ func BootISODir(database string) string {
 	}
 	return "boot-iso"
 }
+
+// ImageCacheDir is where images downloaded for image_download_source=local
+// live unless configured: beside a SQLite database file, else
+// "image-cache" in the working directory.
+func ImageCacheDir(database string) string {
+	if f, ok := store.SQLiteFile(database); ok {
+		return filepath.Join(filepath.Dir(f), "image-cache")
+	}
+	return "image-cache"
+}

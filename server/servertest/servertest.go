@@ -40,6 +40,9 @@ func Start(t testing.TB, o server.Options) *Server {
 	if o.BootISODir == "" {
 		o.BootISODir = t.TempDir()
 	}
+	if o.Conductor.Agent.ImageCacheDir == "" {
+		o.Conductor.Agent.ImageCacheDir = t.TempDir()
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	app, err := server.New(ctx, o)
 	if err != nil {

@@ -1,0 +1,149 @@
+package api_test
+
+import (
+	"bytes"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"regexp"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/anvilproject/anvil/server/agent/agenttest"
+	"github.com/anvilproject/anvil/server/conductor"
+	"github.com/anvilproject/anvil/server/store"
+	"github.com/anvilproject/anvil/server/store/storetest"
+)
+
+// TestAgentDeployLocalImage is image_download_source=local with the real
+// agent: Anvil downloads the image once into its cache, checked against
+// the node's checksum, and the agent writes it from a per-deploy URL on
+// Anvil that is gone after the deploy. The agent never reaches the
+// image's own server. A checksum mismatch fails write_image naming the
+// image and the field, with nothing cached; an unknown value is a 400
+// naming its field.
+func TestAgentDeployLocalImage(t *testing.T) {
+	agenttest.Need(t)
+	storetest.Each(t, func(t *testing.T, setting string, _ *store.DB) {
+		cacheDir := t.TempDir()
+		rg := newRig(t, setting, conductor.AgentConfig{HeartbeatTimeout: 30 * time.Second, ImageCacheDir: cacheDir}, 1)
+		admin, member, rack, im := rg.cs["system-admin"], rg.cs["owner-member"], rg.rack, rg.im
+		sys := rg.sim.Systems[0]
+		// The image's own server, which tells Anvil's downloads (Go's
+		// client) from anyone else's.
+		var (
+			mu            sync.Mutex
+			anvil, others int
+		)
+		origin := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			mu.Lock()
+			if strings.HasPrefix(r.UserAgent(), "Go-http-client/") {
+				anvil++
+			} else {
+				others++
+			}
+			mu.Unlock()
+			http.ServeContent(w, r, "disk.raw", time.Time{}, bytes.NewReader(im.rawData))
+		}))
+		t.Cleanup(origin.Close)
+		hits := func() (int, int) { mu.Lock(); defer mu.Unlock(); return anvil, others }
+
+		id, disk := rg.node(t, 0, "m1", true, nil)
+		mustStatus(t, admin.Do(t, "PATCH", "/v1/nodes/"+id, []map[string]any{{"op": "replace", "path": "/automated_clean", "value": false}}), 200)
+		provision(t, member, id, map[string]any{"target": "provide"}, 202)
+		waitFor(t, admin, id, "available", rack)
+		setInfo := func(src, sum string) {
+			t.Helper()
+			mustStatus(t, member.Do(t, "PATCH", "/v1/nodes/"+id, []map[string]any{
+				{"op": "add", "path": "/instance_info", "value": map[string]any{"image_source": origin.URL + "/disk.raw",
+					"image_os_hash_algo": "sha256", "image_os_hash_value": sum, "image_download_source": src}}}), 200)
+		}
+
+		// Unknown values, in instance_info or driver_info: 400 naming the field.
+		setInfo("swift", im.rawSum)
+		r := provision(t, member, id, map[string]any{"target": "active"}, 400)
+		if f := r.Fault(t); !strings.Contains(f, "instance_info.image_download_source") {
+			t.Errorf("unknown instance_info value: %q", f)
+		}
+		mustStatus(t, member.Do(t, "PATCH", "/v1/nodes/"+id, []map[string]any{{"op": "remove", "path": "/instance_info/image_download_source"}}), 200)
+		mustStatus(t, admin.Do(t, "PATCH", "/v1/nodes/"+id, []map[string]any{{"op": "add", "path": "/driver_info/image_download_source", "value": "ftp"}}), 200)
+		r = provision(t, member, id, map[string]any{"target": "active"}, 400)
+		if f := r.Fault(t); !strings.Contains(f, "driver_info.image_download_source") {
+			t.Errorf("unknown driver_info value: %q", f)
+		}
+		// instance_info's value wins over driver_info's.
+		mustStatus(t, admin.Do(t, "PATCH", "/v1/nodes/"+id, []map[string]any{{"op": "replace", "path": "/driver_info/image_download_source", "value": "http"}}), 200)
+
+		// A wrong checksum: write_image fails naming the image and the
+		// field, nothing is cached, the agent was never given a URL.
+		wrong := strings.Repeat("0", 64)
+		setInfo("local", wrong)
+		provision(t, member, id, map[string]any{"target": "active"}, 202)
+		n := waitFor(t, admin, id, "deploy failed", rack)
+		e, _ := n["last_error"].(string)
+		for _, s := range []string{"deploy.write_image", origin.URL + "/disk.raw", "instance_info.image_os_hash_value", wrong} {
+			if !strings.Contains(e, s) {
+				t.Errorf("last_error %q does not name %s", e, s)
+			}
+		}
+		if files := cached(t, cacheDir); len(files) != 0 {
+			t.Errorf("a mismatched image left %v in the cache", files)
+		}
+		if a, o := hits(); a != 1 || o != 0 {
+			t.Errorf("after the mismatch the image server saw %d downloads by Anvil, %d by others; want 1, 0", a, o)
+		}
+
+		// The right checksum: one more download by Anvil, none by the
+		// agent, and the disk holds the image.
+		setInfo("local", im.rawSum)
+		provision(t, member, id, map[string]any{"target": "active"}, 202)
+		waitFor(t, admin, id, "active", rack)
+		if a, o := hits(); a != 2 || o != 0 {
+			t.Errorf("the image server saw %d downloads by Anvil, %d by others; want 2, 0", a, o)
+		}
+		const part = 2048 * 512
+		if got := readAt(t, disk, part, 8<<20); !bytes.Equal(got, im.rawData[part:part+8<<20]) || !bytes.Contains(got, []byte("ANVIL-IMAGE-MARKER")) {
+			t.Error("the disk does not hold the image's bytes")
+		}
+		if files := cached(t, cacheDir); len(files) != 1 || files[0] != "sha256-"+im.rawSum {
+			t.Errorf("the cache holds %v", files)
+		}
+		// The agent was told a per-deploy URL on Anvil (its log says
+		// where it downloaded from), which answers 404 now.
+		log, _ := os.ReadFile(rack.Dir + "/" + sys.ID + "/agent/ipa.log")
+		urls := regexp.MustCompile(regexp.QuoteMeta(rg.srv.URL)+`/images/[0-9a-f]{64}\b`).FindAllString(string(log), -1)
+		if len(urls) == 0 {
+			t.Fatalf("the agent's log names no image URL on Anvil:\n%s", rack.Log(sys.ID, 5000))
+		}
+		// The agent's lookup shows it instance_info, image_source
+		// included, as Ironic's does; the image server's counts above
+		// show it never used it.
+		for _, u := range urls {
+			resp, err := http.Get(u)
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp.Body.Close()
+			if resp.StatusCode != 404 {
+				t.Errorf("after the deploy %s answers %d", u, resp.StatusCode)
+			}
+		}
+	})
+}
+
+// cached lists the cache directory's files, downloads under way included.
+func cached(t *testing.T, dir string) []string {
+	t.Helper()
+	var out []string
+	for _, sub := range []string{"", ".incoming"} {
+		es, _ := os.ReadDir(dir + "/" + sub)
+		for _, e := range es {
+			if !e.IsDir() {
+				out = append(out, strings.TrimPrefix(sub+"/"+e.Name(), "/"))
+			}
+		}
+	}
+	return out
+}

@@ -1,0 +1,342 @@
+// Package imagecache keeps the instance images the conductor downloads
+// itself for Ironic's image_download_source=local, and serves each to
+// the ramdisk agent at a per-deploy address. Images are stored under
+// their checksum, so a second deploy of the same image reuses the file;
+// each deploy gets a random token, the only secret in its URL (the agent
+// has no credentials), which lives only while that deploy writes the
+// image.
+package imagecache
+
+import (
+	"context"
+	"crypto/md5"
+	"crypto/rand"
+	"crypto/sha1"
+	"crypto/sha256"
+	"crypto/sha512"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"hash"
+	"io"
+	"io/fs"
+	"net/http"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+)
+
+// RoutePrefix is where Anvil serves cached images: RoutePrefix + token.
+const RoutePrefix = "/images/"
+
+// Defaults unless configured: a cache of 20 GiB holds a few cloud images
+// (and so is the largest single image); an hour downloads 20 GiB at
+// about 50 Mbit/s.
+const (
+	DefaultMaxBytes = 20 << 30
+	DefaultTimeout  = time.Hour
+)
+
+// incoming holds downloads until verified; inside Dir so the final
+// rename stays on one file system and is atomic.
+const incoming = ".incoming"
+
+// Algos are the checksum algorithms the cache verifies, as Ironic names
+// them (image_os_hash_algo).
+var Algos = map[string]func() hash.Hash{"md5": md5.New, "sha1": sha1.New, "sha256": sha256.New, "sha384": sha512.New384, "sha512": sha512.New}
+
+// algoByLength names the algorithm of a bare image_checksum by its
+// length, as the agent does.
+var algoByLength = map[int]string{32: "md5", 40: "sha1", 64: "sha256", 96: "sha384", 128: "sha512"}
+
+// AlgoOf names the algorithm of a bare checksum by its hex length, or ""
+// when no algorithm has that length.
+func AlgoOf(sum string) string { return algoByLength[len(sum)] }
+
+var (
+	hexRE   = regexp.MustCompile(`^[0-9a-f]+$`)
+	tokenRE = regexp.MustCompile(`^[0-9a-f]{64}$`)
+	keyRE   = regexp.MustCompile(`^(md5|sha1|sha256|sha384|sha512)-[0-9a-f]{32,128}$`)
+)
+
+// Checksum is what the node says the image's bytes hash to.
+type Checksum struct {
+	// Field names where it came from (instance_info.image_os_hash_value
+	// or instance_info.image_checksum), for messages.
+	Field string
+	Algo  string // a key of Algos
+	Value string // hex
+}
+
+// Cache keeps images as files named ALGO-HEX under Dir.
+type Cache struct {
+	Dir string
+	// MaxBytes bounds the files kept together, and so the largest image.
+	MaxBytes int64
+	// Timeout bounds one download, from request to verified file.
+	Timeout time.Duration
+	// Client downloads; nil means http.DefaultClient's behaviour.
+	Client *http.Client
+
+	mu     sync.Mutex
+	keys   map[string]*sync.Mutex // one per image being fetched or read
+	links  map[string]string      // token → file
+	pinned map[string]int         // file → live tokens: never evicted
+}
+
+// MismatchError is a download whose bytes do not hash to the checksum
+// the node gave.
+type MismatchError struct {
+	Source   string
+	Sum      Checksum
+	Computed string
+}
+
+func (e *MismatchError) Error() string {
+	return fmt.Sprintf("image %s does not match %s: its %s is %s, not %s", e.Source, e.Sum.Field, e.Sum.Algo, e.Computed, e.Sum.Value)
+}
+
+// Fetch makes sure the image at src is in the cache, downloading and
+// verifying it unless a file with its checksum is there already, and
+// returns a new token serving it until Unlink. Concurrent fetches of the
+// same checksum download it once: the others wait and reuse the file.
+func (c *Cache) Fetch(ctx context.Context, src string, sum Checksum) (string, error) {
+	newHash := Algos[sum.Algo]
+	sum.Value = strings.ToLower(sum.Value)
+	if newHash == nil || newHash().Size()*2 != len(sum.Value) || !hexRE.MatchString(sum.Value) {
+		return "", fmt.Errorf("image %s: %s %q is not a checksum the image cache can verify (md5, sha1, sha256, sha384 or sha512 in hex)", src, sum.Field, sum.Value)
+	}
+	if c.Dir == "" {
+		return "", errors.New("the image cache has no directory (--image-cache-dir)")
+	}
+	file := filepath.Join(c.Dir, sum.Algo+"-"+sum.Value)
+	kl := c.keyLock(file)
+	kl.Lock()
+	defer kl.Unlock()
+	c.mu.Lock()
+	if _, err := os.Stat(file); err == nil {
+		// Reused: now its most recent use, for eviction.
+		now := time.Now()
+		_ = os.Chtimes(file, now, now)
+		tok, err := c.linkLocked(file)
+		c.mu.Unlock()
+		return tok, err
+	}
+	c.mu.Unlock()
+	tmp, err := c.download(ctx, src, sum, newHash())
+	if err != nil {
+		return "", err
+	}
+	defer os.Remove(tmp) // a no-op once renamed
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if err := os.Rename(tmp, file); err != nil {
+		return "", fmt.Errorf("image cache: %w", err)
+	}
+	tok, err := c.linkLocked(file)
+	if err != nil {
+		return "", err
+	}
+	c.evictLocked(0)
+	return tok, nil
+}
+
+func (c *Cache) keyLock(file string) *sync.Mutex {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.keys == nil {
+		c.keys = map[string]*sync.Mutex{}
+	}
+	l := c.keys[file]
+	if l == nil {
+		l = &sync.Mutex{}
+		c.keys[file] = l
+	}
+	return l
+}
+
+func (c *Cache) maxBytes() int64 {
+	if c.MaxBytes > 0 {
+		return c.MaxBytes
+	}
+	return DefaultMaxBytes
+}
+
+// download streams src into a temporary file, hashing as it writes, and
+// returns the file once its bytes match sum; on any failure nothing is
+// left behind.
+func (c *Cache) download(ctx context.Context, src string, sum Checksum, h hash.Hash) (string, error) {
+	timeout := c.Timeout
+	if timeout <= 0 {
+		timeout = DefaultTimeout
+	}
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, src, nil)
+	if err != nil {
+		return "", fmt.Errorf("image %s: %w", src, err)
+	}
+	cl := c.Client
+	if cl == nil {
+		cl = http.DefaultClient
+	}
+	resp, err := cl.Do(req)
+	if err != nil {
+		return "", fmt.Errorf("downloading image %s: %w", src, err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return "", fmt.Errorf("downloading image %s: the server answered %s", src, resp.Status)
+	}
+	max := c.maxBytes()
+	tooBig := fmt.Errorf("image %s is larger than the image cache's %d bytes (--image-cache-max-bytes)", src, max)
+	if resp.ContentLength > max {
+		return "", tooBig
+	}
+	if resp.ContentLength > 0 {
+		// Room for it first, so the cache stays within its size.
+		c.mu.Lock()
+		c.evictLocked(resp.ContentLength)
+		c.mu.Unlock()
+	}
+	tmpDir := filepath.Join(c.Dir, incoming)
+	if err := os.MkdirAll(tmpDir, 0o750); err != nil {
+		return "", fmt.Errorf("image cache: %w", err)
+	}
+	f, err := os.CreateTemp(tmpDir, "download-*")
+	if err != nil {
+		return "", fmt.Errorf("image cache: %w", err)
+	}
+	tmp := f.Name()
+	n, err := io.Copy(io.MultiWriter(f, h), io.LimitReader(resp.Body, max+1))
+	switch {
+	case err != nil && ctx.Err() == context.DeadlineExceeded:
+		err = fmt.Errorf("downloading image %s: not done within %s", src, timeout)
+	case err != nil:
+		err = fmt.Errorf("downloading image %s: %w", src, err)
+	case n > max:
+		err = tooBig
+	case hex.EncodeToString(h.Sum(nil)) != sum.Value:
+		err = &MismatchError{Source: src, Sum: sum, Computed: hex.EncodeToString(h.Sum(nil))}
+	default:
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		os.Remove(tmp)
+		return "", err
+	}
+	return tmp, nil
+}
+
+// linkLocked gives file a new random token and pins it.
+func (c *Cache) linkLocked(file string) (string, error) {
+	b := make([]byte, 32)
+	if _, err := rand.Read(b); err != nil {
+		return "", err
+	}
+	tok := hex.EncodeToString(b)
+	if c.links == nil {
+		c.links, c.pinned = map[string]string{}, map[string]int{}
+	}
+	c.links[tok] = file
+	c.pinned[file]++
+	return tok, nil
+}
+
+// Unlink ends a token: its URL answers 404 from now on, and its file may
+// be evicted once no other token serves it.
+func (c *Cache) Unlink(token string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	file, ok := c.links[token]
+	if !ok {
+		return
+	}
+	delete(c.links, token)
+	if c.pinned[file]--; c.pinned[file] <= 0 {
+		delete(c.pinned, file)
+	}
+}
+
+// Live tells whether token serves an image now.
+func (c *Cache) Live(token string) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	_, ok := c.links[token]
+	return ok
+}
+
+// ErrNotFound is a token that serves nothing (never did, or no longer).
+var ErrNotFound = errors.New("no image at this address")
+
+// Open opens the image a live token serves. Anyone may: the token is the
+// secret. A malformed or dead token is ErrNotFound.
+func (c *Cache) Open(token string) (*os.File, fs.FileInfo, error) {
+	if !tokenRE.MatchString(token) {
+		return nil, nil, ErrNotFound
+	}
+	c.mu.Lock()
+	file, ok := c.links[token]
+	c.mu.Unlock()
+	if !ok {
+		return nil, nil, ErrNotFound
+	}
+	f, err := os.Open(file)
+	if err != nil {
+		return nil, nil, err
+	}
+	fi, err := f.Stat()
+	if err != nil {
+		f.Close()
+		return nil, nil, err
+	}
+	return f, fi, nil
+}
+
+// evictLocked removes the least recently used images (by modification
+// time, which a reuse refreshes) until the cached files and room more
+// bytes fit within MaxBytes. Images a live token serves are kept, even
+// if that leaves the cache over its size for a while.
+func (c *Cache) evictLocked(room int64) {
+	entries, err := os.ReadDir(c.Dir)
+	if err != nil {
+		return
+	}
+	type file struct {
+		path string
+		size int64
+		used time.Time
+	}
+	var files []file
+	total := room
+	for _, e := range entries {
+		if !e.Type().IsRegular() || !keyRE.MatchString(e.Name()) {
+			continue
+		}
+		fi, err := e.Info()
+		if err != nil {
+			continue
+		}
+		p := filepath.Join(c.Dir, e.Name())
+		total += fi.Size()
+		if c.pinned[p] == 0 {
+			files = append(files, file{p, fi.Size(), fi.ModTime()})
+		}
+	}
+	slices.SortFunc(files, func(a, b file) int { return a.used.Compare(b.used) })
+	for _, f := range files {
+		if total <= c.maxBytes() {
+			return
+		}
+		if os.Remove(f.path) == nil {
+			total -= f.size
+		}
+	}
+}
