@@ -104,6 +104,12 @@ func Summary(err error) string {
 	if errors.As(err, &e) {
 		return e.summary()
 	}
+	// Other failures that reach into a network keep their detail for
+	// system scope the same way.
+	var s interface{ Summary() string }
+	if errors.As(err, &s) {
+		return s.Summary()
+	}
 	return err.Error()
 }
 

@@ -2,6 +2,7 @@ package conductor
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/url"
 	"path"
@@ -183,9 +184,26 @@ func (c *Conductor) cacheImage(ctx context.Context, n *ent.Node) (link, token st
 		if c.ctx.Err() != nil {
 			return "", "", errShutdown
 		}
-		return "", "", err
+		var mismatch *imagecache.MismatchError
+		if errors.As(err, &mismatch) {
+			return "", "", err
+		}
+		return "", "", &downloadError{err}
 	}
 	return strings.TrimRight(c.cfg.Agent.ImageURL, "/") + "/" + token, token, nil
+}
+
+// downloadError is a download into the cache that failed. The conductor
+// fetches from its own network, so how the address failed (refused, a
+// status, a timeout) would let whoever sets image_source map that
+// network: last_error and history's message say only that it failed;
+// the detail is history's, for system scope.
+type downloadError struct{ err error }
+
+func (e *downloadError) Error() string { return e.err.Error() }
+func (e *downloadError) Unwrap() error { return e.err }
+func (e *downloadError) Summary() string {
+	return "Anvil could not download instance_info.image_source into its image cache"
 }
 
 // deployAgent is deploy.deploy of an agent deploy: boot the agent.
