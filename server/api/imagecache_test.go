@@ -13,6 +13,7 @@ import (
 
 	"github.com/anvilproject/anvil/server/agent/agenttest"
 	"github.com/anvilproject/anvil/server/conductor"
+	"github.com/anvilproject/anvil/server/imagecache"
 	"github.com/anvilproject/anvil/server/store"
 	"github.com/anvilproject/anvil/server/store/storetest"
 )
@@ -107,7 +108,7 @@ func TestAgentDeployLocalImage(t *testing.T) {
 		if got := readAt(t, disk, part, 8<<20); !bytes.Equal(got, im.rawData[part:part+8<<20]) || !bytes.Contains(got, []byte("ANVIL-IMAGE-MARKER")) {
 			t.Error("the disk does not hold the image's bytes")
 		}
-		if files := cached(t, cacheDir); len(files) != 1 || files[0] != "sha256-"+im.rawSum {
+		if files := cached(t, cacheDir); len(files) != 1 || files[0] != imagecache.Name(origin.URL+"/disk.raw", imagecache.Checksum{Algo: "sha256", Value: im.rawSum}) {
 			t.Errorf("the cache holds %v", files)
 		}
 		// The agent was told a per-deploy URL on Anvil (its log says

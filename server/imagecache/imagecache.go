@@ -60,7 +60,7 @@ func AlgoOf(sum string) string { return algoByLength[len(sum)] }
 var (
 	hexRE   = regexp.MustCompile(`^[0-9a-f]+$`)
 	tokenRE = regexp.MustCompile(`^[0-9a-f]{64}$`)
-	keyRE   = regexp.MustCompile(`^(md5|sha1|sha256|sha384|sha512)-[0-9a-f]{32,128}$`)
+	keyRE   = regexp.MustCompile(`^(md5|sha1|sha256|sha384|sha512)-[0-9a-f]{32,128}-[0-9a-f]{16}$`)
 )
 
 // Checksum is what the node says the image's bytes hash to.
@@ -100,8 +100,18 @@ func (e *MismatchError) Error() string {
 	return fmt.Sprintf("image %s does not match %s: its %s is %s, not %s", e.Source, e.Sum.Field, e.Sum.Algo, e.Computed, e.Sum.Value)
 }
 
+// Name is the cache's file for the image at src with checksum sum: the
+// checksum and the source both, as Ironic keys its cache by the image's
+// href. By checksum alone, anyone who learnt another tenant's image
+// checksum could deploy that image from a URL of their own while it is
+// cached.
+func Name(src string, sum Checksum) string {
+	h := sha256.Sum256([]byte(src))
+	return sum.Algo + "-" + strings.ToLower(sum.Value) + "-" + hex.EncodeToString(h[:8])
+}
+
 // Fetch makes sure the image at src is in the cache, downloading and
-// verifying it unless a file with its checksum is there already, and
+// verifying it unless that source's file with its checksum is there, and
 // returns a new token serving it until Unlink. Concurrent fetches of the
 // same checksum download it once: the others wait and reuse the file.
 func (c *Cache) Fetch(ctx context.Context, src string, sum Checksum) (string, error) {
@@ -113,7 +123,7 @@ func (c *Cache) Fetch(ctx context.Context, src string, sum Checksum) (string, er
 	if c.Dir == "" {
 		return "", errors.New("the image cache has no directory (--image-cache-dir)")
 	}
-	file := filepath.Join(c.Dir, sum.Algo+"-"+sum.Value)
+	file := filepath.Join(c.Dir, Name(src, sum))
 	kl := c.keyLock(file)
 	kl.Lock()
 	defer kl.Unlock()

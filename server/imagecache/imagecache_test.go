@@ -111,9 +111,14 @@ func TestFetchServesAndReuses(t *testing.T) {
 	if n := o.hits["disk.raw"].Load(); n != 1 {
 		t.Errorf("the origin served the image %d times, want 1", n)
 	}
-	// The same image under another name is the same file.
-	if files := cached(t, dir); len(files) != 1 || files[0] != "sha256-"+sha(img).Value {
+	// The same image from the same source is the same file.
+	if files := cached(t, dir); len(files) != 1 || files[0] != imagecache.Name(o.url+"disk.raw", sha(img)) {
 		t.Errorf("cache holds %v", files)
+	}
+	// The same checksum from another source is not served from the
+	// cache: whoever names it must be able to download it.
+	if _, err := c.Fetch(context.Background(), o.url+"elsewhere.raw", sha(img)); err == nil {
+		t.Error("a cached image was served for a source that has none")
 	}
 	c.Unlink(tok)
 	if _, _, err := c.Open(tok); !errors.Is(err, imagecache.ErrNotFound) {
@@ -204,7 +209,7 @@ func TestSizeCapAndEviction(t *testing.T) {
 	// b was used last of a and b: once nothing is in use, fetching a
 	// new image evicts a, the least recently used.
 	old := time.Now().Add(-time.Hour)
-	os.Chtimes(filepath.Join(dir, "sha256-"+sha(a).Value), old, old)
+	os.Chtimes(filepath.Join(dir, imagecache.Name(o.url+"a", sha(a))), old, old)
 	c.Unlink(ta)
 	c.Unlink(tb)
 	c.Unlink(tc)
