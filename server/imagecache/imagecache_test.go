@@ -23,7 +23,6 @@ import (
 // origin serves images by name and counts the requests for each.
 type origin struct {
 	url   string
-	mu    sync.Mutex
 	files map[string][]byte
 	hits  map[string]*atomic.Int32
 	// hold, when set, delays every answer until it is closed.
