@@ -2,16 +2,11 @@ package bench
 
 import (
 	"bytes"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
-	"net/http/httptest"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -64,7 +59,7 @@ func BenchmarkAgentProvision(b *testing.B) {
 			if len(sim.Systems) != provMachines {
 				b.Fatalf("redfish-sim has %d systems, want %d", len(sim.Systems), provMachines)
 			}
-			im := provImage(b)
+			im := agenttest.ServeImage(b, "ANVIL-IMAGE-MARKER")
 			iso := servertest.ServeISO(b)
 			ids, disks := make([]string, provMachines), make([]string, provMachines)
 			for i, sys := range sim.Systems {
@@ -104,7 +99,7 @@ func BenchmarkAgentProvision(b *testing.B) {
 				}
 				for i, id := range ids {
 					if r := c.Do(b, "PATCH", "/v1/nodes/"+id, []map[string]any{{"op": "add", "path": "/instance_info",
-						"value": map[string]any{"image_source": im.url, "image_os_hash_algo": "sha256", "image_os_hash_value": im.sum}}}); r.Status != 200 {
+						"value": map[string]any{"image_source": im.URL + im.Raw, "image_os_hash_algo": "sha256", "image_os_hash_value": im.RawSum}}}); r.Status != 200 {
 						b.Fatalf("node %d instance_info: %d %s", i, r.Status, r.Body)
 					}
 				}
@@ -122,7 +117,7 @@ func BenchmarkAgentProvision(b *testing.B) {
 				const part = 2048 * 512
 				for i, disk := range disks {
 					got := provReadAt(b, disk, part, 8<<20)
-					if !bytes.Equal(got, im.data[part:part+8<<20]) || !bytes.Contains(got, []byte("ANVIL-IMAGE-MARKER")) {
+					if !bytes.Equal(got, im.RawData[part:part+8<<20]) || !bytes.Contains(got, []byte("ANVIL-IMAGE-MARKER")) {
 						b.Fatalf("node %d: disk %s does not hold the image's bytes", i, disk)
 					}
 				}
@@ -239,47 +234,6 @@ func provCall(c *servertest.Client, method, path string, body, into any) (int, [
 		err = json.Unmarshal(out, into)
 	}
 	return resp.StatusCode, out, err
-}
-
-// provImageServer serves one whole-disk raw image over loopback HTTP: 32
-// MiB with a GPT of one partition holding a marker, as
-// server/api/inband_test.go's serveImages makes it.
-type provImageServer struct {
-	url, sum string
-	data     []byte
-}
-
-func provImage(b *testing.B) *provImageServer {
-	b.Helper()
-	dir := b.TempDir()
-	raw := filepath.Join(dir, "disk.raw")
-	f, err := os.Create(raw)
-	if err != nil {
-		b.Fatal(err)
-	}
-	if err := f.Truncate(32 << 20); err != nil {
-		b.Fatal(err)
-	}
-	f.Close()
-	if out, err := exec.Command("sgdisk", "-o", "-n", "1:2048:+8M", "-c", "1:anvil-root", raw).CombinedOutput(); err != nil {
-		b.Fatalf("sgdisk: %v\n%s", err, out)
-	}
-	f, err = os.OpenFile(raw, os.O_WRONLY, 0)
-	if err != nil {
-		b.Fatal(err)
-	}
-	if _, err := f.WriteAt([]byte("ANVIL-IMAGE-MARKER"), 2048*512+4096); err != nil {
-		b.Fatal(err)
-	}
-	f.Close()
-	data, err := os.ReadFile(raw)
-	if err != nil {
-		b.Fatal(err)
-	}
-	h := sha256.Sum256(data)
-	srv := httptest.NewServer(http.FileServer(http.Dir(dir)))
-	b.Cleanup(srv.Close)
-	return &provImageServer{url: srv.URL + "/disk.raw", sum: hex.EncodeToString(h[:]), data: data}
 }
 
 func provReadAt(b *testing.B, disk string, off int64, n int) []byte {

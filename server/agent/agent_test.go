@@ -6,7 +6,6 @@ import (
 	"compress/gzip"
 	"context"
 	"crypto/rand"
-	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
 	"encoding/pem"
@@ -18,7 +17,6 @@ import (
 	"net/http/httptest"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
@@ -106,36 +104,6 @@ func startAgent(t *testing.T, disk string) (*Client, heartbeat) {
 		t.Fatal(err)
 	}
 	return c, hb
-}
-
-// gptImage makes a raw whole-disk image: a GPT with one partition, and
-// marker at the partition's start (1 MiB).
-func gptImage(t *testing.T, marker string) string {
-	p := filepath.Join(t.TempDir(), "image.raw")
-	f, err := os.Create(p)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := f.Truncate(16 << 20); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := f.WriteAt([]byte(marker), 1<<20); err != nil {
-		t.Fatal(err)
-	}
-	f.Close()
-	if out, err := exec.Command("sgdisk", "-o", "-n", "1:2048:+8M", p).CombinedOutput(); err != nil {
-		t.Fatalf("sgdisk on the image: %v %s", err, out)
-	}
-	return p
-}
-
-func sha256File(t *testing.T, p string) string {
-	b, err := os.ReadFile(p)
-	if err != nil {
-		t.Fatal(err)
-	}
-	s := sha256.Sum256(b)
-	return hex.EncodeToString(s[:])
 }
 
 func readDisk(t *testing.T, dev string, off int64, n int) []byte {
@@ -228,13 +196,9 @@ func TestAgentClient(t *testing.T) {
 		}
 	})
 
-	images := http.NewServeMux()
-	imgSrv := httptest.NewServer(images)
+	// An image server that has no images.
+	imgSrv := httptest.NewServer(http.NotFoundHandler())
 	defer imgSrv.Close()
-	serve := func(name, path string) string {
-		images.HandleFunc("GET /"+name, func(w http.ResponseWriter, r *http.Request) { http.ServeFile(w, r, path) })
-		return imgSrv.URL + "/" + name
-	}
 
 	write := func(t *testing.T, info ImageInfo) error {
 		if _, err := c.PrepareImage(ctx, info, nil); err != nil {
@@ -246,25 +210,17 @@ func TestAgentClient(t *testing.T) {
 
 	for _, format := range []string{"raw", "qcow2"} {
 		t.Run("PrepareImage_"+format, func(t *testing.T) {
-			marker := "ANVIL-" + format + "-" + randomHex(8)
-			raw := gptImage(t, marker)
-			file := raw
+			im := agenttest.ServeImage(t, "ANVIL-"+format+"-"+randomHex(8))
+			file, sum := im.Raw, im.RawSum
 			if format == "qcow2" {
-				file = raw + ".qcow2"
-				if out, err := exec.Command("qemu-img", "convert", "-f", "raw", "-O", "qcow2", raw, file).CombinedOutput(); err != nil {
-					t.Fatalf("qemu-img: %v %s", err, out)
-				}
+				file, sum = im.QCOW2, im.QCOW2Sum
 			}
-			url := serve("img-"+format, file)
-			err := write(t, ImageInfo{ID: "img-" + format, URLs: []string{url}, DiskFormat: format, ContainerFormat: "bare",
-				ImageType: "whole-disk", OSHashAlgo: "sha256", OSHashValue: sha256File(t, file), StreamRawImages: true, NodeUUID: c.Node()})
+			err := write(t, ImageInfo{ID: "img-" + format, URLs: []string{im.URL + file}, DiskFormat: format, ContainerFormat: "bare",
+				ImageType: "whole-disk", OSHashAlgo: "sha256", OSHashValue: sum, StreamRawImages: true, NodeUUID: c.Node()})
 			if err != nil {
 				t.Fatal(err)
 			}
-			want, err := os.ReadFile(raw)
-			if err != nil {
-				t.Fatal(err)
-			}
+			want := im.RawData
 			// The image's partition area, byte for byte: the agent then
 			// moves the backup GPT to the disk's end, which rewrites the
 			// headers (first and last MiB).
@@ -274,16 +230,15 @@ func TestAgentClient(t *testing.T) {
 			if got := readDisk(t, disk, 512, 8); string(got) != "EFI PART" {
 				t.Fatalf("the image's GPT is not on the disk: %q", got)
 			}
-			if got := readDisk(t, disk, 1<<20, len(marker)); string(got) != marker {
-				t.Fatalf("marker %q not on the disk: %q", marker, got)
+			if got := readDisk(t, disk, agenttest.MarkerOffset, len(im.Marker)); string(got) != im.Marker {
+				t.Fatalf("marker %q not on the disk: %q", im.Marker, got)
 			}
 		})
 	}
 
 	t.Run("PrepareImageWrongChecksum", func(t *testing.T) {
-		raw := gptImage(t, "ANVIL-bad-"+randomHex(8))
-		url := serve("img-bad", raw)
-		err := write(t, ImageInfo{ID: "img-bad", URLs: []string{url}, DiskFormat: "raw", ContainerFormat: "bare",
+		im := agenttest.ServeImage(t, "ANVIL-bad-"+randomHex(8))
+		err := write(t, ImageInfo{ID: "img-bad", URLs: []string{im.URL + im.Raw}, DiskFormat: "raw", ContainerFormat: "bare",
 			ImageType: "whole-disk", OSHashAlgo: "sha256", OSHashValue: strings.Repeat("ab", 32), StreamRawImages: true, NodeUUID: c.Node()})
 		var ce *CommandError
 		if !errors.As(err, &ce) || !strings.Contains(err.Error(), "standby.prepare_image") ||

@@ -3,6 +3,7 @@ package api_test
 import (
 	"context"
 	"fmt"
+	"github.com/anvilproject/anvil/ent"
 	"maps"
 	"slices"
 	"strings"
@@ -111,7 +112,7 @@ func TestStepsAsIronic(t *testing.T) {
 		mustStatus(t, admin.Do(t, "PUT", "/v1/nodes/"+id+"/states/raid", map[string]any{"logical_disks": []any{map[string]any{"raid_level": "1", "size_gb": 100}}}), 204)
 		var all []map[string]any
 		var want []string
-		for _, s := range conductor.StepsFor("fake-hardware") {
+		for _, s := range conductor.StepsFor(&ent.Node{Driver: "fake-hardware"}) {
 			if s.Name() == "deploy.hold" {
 				continue
 			}

@@ -46,7 +46,7 @@ func TestAgentDeployLocalImage(t *testing.T) {
 				others++
 			}
 			mu.Unlock()
-			http.ServeContent(w, r, "disk.raw", time.Time{}, bytes.NewReader(im.rawData))
+			http.ServeContent(w, r, "disk.raw", time.Time{}, bytes.NewReader(im.RawData))
 		}))
 		t.Cleanup(origin.Close)
 		hits := func() (int, int) { mu.Lock(); defer mu.Unlock(); return anvil, others }
@@ -63,7 +63,7 @@ func TestAgentDeployLocalImage(t *testing.T) {
 		}
 
 		// Unknown values, in instance_info or driver_info: 400 naming the field.
-		setInfo("swift", im.rawSum)
+		setInfo("swift", im.RawSum)
 		r := provision(t, member, id, map[string]any{"target": "active"}, 400)
 		if f := r.Fault(t); !strings.Contains(f, "instance_info.image_download_source") {
 			t.Errorf("unknown instance_info value: %q", f)
@@ -98,17 +98,17 @@ func TestAgentDeployLocalImage(t *testing.T) {
 
 		// The right checksum: one more download by Anvil, none by the
 		// agent, and the disk holds the image.
-		setInfo("local", im.rawSum)
+		setInfo("local", im.RawSum)
 		provision(t, member, id, map[string]any{"target": "active"}, 202)
 		waitFor(t, admin, id, "active", rack)
 		if a, o := hits(); a != 2 || o != 0 {
 			t.Errorf("the image server saw %d downloads by Anvil, %d by others; want 2, 0", a, o)
 		}
 		const part = 2048 * 512
-		if got := readAt(t, disk, part, 8<<20); !bytes.Equal(got, im.rawData[part:part+8<<20]) || !bytes.Contains(got, []byte("ANVIL-IMAGE-MARKER")) {
+		if got := readAt(t, disk, part, 8<<20); !bytes.Equal(got, im.RawData[part:part+8<<20]) || !bytes.Contains(got, []byte("ANVIL-IMAGE-MARKER")) {
 			t.Error("the disk does not hold the image's bytes")
 		}
-		if files := cached(t, cacheDir); len(files) != 1 || files[0] != imagecache.Name(origin.URL+"/disk.raw", imagecache.Checksum{Algo: "sha256", Value: im.rawSum}) {
+		if files := cached(t, cacheDir); len(files) != 1 || files[0] != imagecache.Name(origin.URL+"/disk.raw", imagecache.Checksum{Algo: "sha256", Value: im.RawSum}) {
 			t.Errorf("the cache holds %v", files)
 		}
 		// The agent was told a per-deploy URL on Anvil (its log says

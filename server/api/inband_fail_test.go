@@ -117,7 +117,7 @@ func TestAgentRunsForTenantsAndFailures(t *testing.T) {
 				"image_source": src, "image_os_hash_algo": "sha256", "image_os_hash_value": sum}}}), 200)
 			provision(t, admin, id, map[string]any{"target": "active"}, 202)
 		}
-		deploy(rg.im.url+rg.im.raw, strings.Repeat("ab", 32))
+		deploy(rg.im.URL+rg.im.Raw, strings.Repeat("ab", 32))
 		waitAny(t, admin, id, "deploy failed")
 		failedAs(t, admin, id, "deploy failed", "deploy.write_image", "")
 		if kept() != 2 {
@@ -147,7 +147,7 @@ func TestAgentRunsForTenantsAndFailures(t *testing.T) {
 			return n
 		}
 		before := writes()
-		deploy(slow.URL+"/slow.raw", rg.im.rawSum)
+		deploy(slow.URL+"/slow.raw", rg.im.RawSum)
 		for deadline := time.Now().Add(2 * time.Minute); writes() == before; time.Sleep(500 * time.Millisecond) {
 			if time.Now().After(deadline) {
 				t.Fatal("write_image never started")

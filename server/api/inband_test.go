@@ -2,12 +2,8 @@ package api_test
 
 import (
 	"bytes"
-	"crypto/sha256"
 	"encoding/binary"
-	"encoding/hex"
 	"fmt"
-	"net/http"
-	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -26,54 +22,6 @@ import (
 	"github.com/anvilproject/anvil/server/store"
 	"github.com/anvilproject/anvil/server/store/storetest"
 )
-
-// images serves whole-disk test images over loopback HTTP: a raw image
-// with a GPT of one partition and a marker, and the same as qcow2.
-type images struct {
-	url          string
-	raw, qcow2   string // file names
-	rawData      []byte
-	rawSum, qSum string // sha256
-}
-
-func serveImages(t *testing.T) *images {
-	t.Helper()
-	dir := t.TempDir()
-	raw := filepath.Join(dir, "disk.raw")
-	f, err := os.Create(raw)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := f.Truncate(32 << 20); err != nil {
-		t.Fatal(err)
-	}
-	f.Close()
-	run(t, "sgdisk", "-o", "-n", "1:2048:+8M", "-c", "1:anvil-root", raw)
-	// A marker inside the partition, to find on the machine's disk.
-	f, _ = os.OpenFile(raw, os.O_WRONLY, 0)
-	if _, err := f.WriteAt([]byte("ANVIL-IMAGE-MARKER"), 2048*512+4096); err != nil {
-		t.Fatal(err)
-	}
-	f.Close()
-	run(t, "qemu-img", "convert", "-f", "raw", "-O", "qcow2", raw, filepath.Join(dir, "disk.qcow2"))
-	im := &images{raw: "disk.raw", qcow2: "disk.qcow2"}
-	im.rawData, _ = os.ReadFile(raw)
-	im.rawSum = sha256File(t, raw)
-	im.qSum = sha256File(t, filepath.Join(dir, "disk.qcow2"))
-	srv := httptest.NewServer(http.FileServer(http.Dir(dir)))
-	t.Cleanup(srv.Close)
-	im.url = srv.URL + "/"
-	return im
-}
-
-func sha256File(t *testing.T, path string) string {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	h := sha256.Sum256(b)
-	return hex.EncodeToString(h[:])
-}
 
 func run(t *testing.T, name string, args ...string) string {
 	t.Helper()
@@ -156,7 +104,7 @@ type rig struct {
 	cs   map[string]*servertest.Client
 	rack *agenttest.Rack
 	sim  *bmctest.Redfish
-	im   *images
+	im   *agenttest.Image
 	logs string
 	// boot, when set, is the driver_info that boots nodes' agent in
 	// place of a deploy_iso.
@@ -172,7 +120,7 @@ func newRig(t *testing.T, setting string, ac conductor.AgentConfig, systems int)
 func newRigWith(t *testing.T, setting string, o server.Options, systems int) *rig {
 	t.Helper()
 	agenttest.Need(t)
-	rg := &rig{logs: t.TempDir(), im: serveImages(t)}
+	rg := &rig{logs: t.TempDir(), im: agenttest.ServeImage(t, "ANVIL-IMAGE-MARKER")}
 	o.Conductor.Agent.LogDir, o.Conductor.Agent.Poll = rg.logs, 500*time.Millisecond
 	rg.srv, rg.cs = startLocal(t, setting, o)
 	rg.rack = agenttest.NewRack(t, rg.srv.URL)
@@ -254,7 +202,7 @@ func TestAgentLifecycle(t *testing.T) {
 		deployImage := func(name, sum string) {
 			t.Helper()
 			mustStatus(t, member.Do(t, "PATCH", "/v1/nodes/"+id, []map[string]any{
-				{"op": "add", "path": "/instance_info", "value": map[string]any{"image_source": im.url + name,
+				{"op": "add", "path": "/instance_info", "value": map[string]any{"image_source": im.URL + name,
 					"image_os_hash_algo": "sha256", "image_os_hash_value": sum}}}), 200)
 			provision(t, member, id, map[string]any{"target": "active",
 				"configdrive": map[string]any{"meta_data": map[string]any{"hostname": "tenant-1"}, "user_data": "#cloud-config\n"}}, 202)
@@ -262,7 +210,7 @@ func TestAgentLifecycle(t *testing.T) {
 			// The image's first partition, marker included (its partition
 			// table changed: the agent added the config drive's).
 			const part = 2048 * 512
-			if got := readAt(t, disk, part, 8<<20); !bytes.Equal(got, im.rawData[part:part+8<<20]) || !bytes.Contains(got, []byte("ANVIL-IMAGE-MARKER")) {
+			if got := readAt(t, disk, part, 8<<20); !bytes.Equal(got, im.RawData[part:part+8<<20]) || !bytes.Contains(got, []byte("ANVIL-IMAGE-MARKER")) {
 				t.Errorf("%s: the disk does not hold the image's bytes", name)
 			}
 			if !hasConfigDrive(t, disk) {
@@ -278,7 +226,7 @@ func TestAgentLifecycle(t *testing.T) {
 			if !rack.Stopped(sys.ID, 20*time.Second) {
 				t.Errorf("%s: the agent still runs on the deployed machine", name)
 			}
-			if name == im.raw {
+			if name == im.Raw {
 				rescueAndBack(t, member, admin, id, rack)
 			}
 			// deleted: the tear down's cleaning wipes it again.
@@ -288,14 +236,14 @@ func TestAgentLifecycle(t *testing.T) {
 				t.Errorf("%s: after deleted the disk still has partitions %v", name, p)
 			}
 		}
-		deployImage(im.raw, im.rawSum)
-		deployImage(im.qcow2, im.qSum)
+		deployImage(im.Raw, im.RawSum)
+		deployImage(im.QCOW2, im.QCOW2Sum)
 
 		// A download that fails ends in deploy failed naming the step,
 		// with the agent's logs kept and the machine off.
 		mustStatus(t, member.Do(t, "PATCH", "/v1/nodes/"+id, []map[string]any{
-			{"op": "add", "path": "/instance_info", "value": map[string]any{"image_source": im.url + "missing.raw",
-				"image_os_hash_algo": "sha256", "image_os_hash_value": im.rawSum}}}), 200)
+			{"op": "add", "path": "/instance_info", "value": map[string]any{"image_source": im.URL + "missing.raw",
+				"image_os_hash_algo": "sha256", "image_os_hash_value": im.RawSum}}}), 200)
 		provision(t, member, id, map[string]any{"target": "active"}, 202)
 		n = waitFor(t, admin, id, "deploy failed", rack)
 		if e, _ := n["last_error"].(string); !strings.Contains(e, "deploy.write_image") {
@@ -368,7 +316,7 @@ func TestAgentFastTrack(t *testing.T) {
 			t.Fatalf("%d agent boots for cleaning", boots())
 		}
 		mustStatus(t, member.Do(t, "PATCH", "/v1/nodes/"+id, []map[string]any{{"op": "add", "path": "/instance_info", "value": map[string]any{
-			"image_source": im.url + im.raw, "image_os_hash_algo": "sha256", "image_os_hash_value": im.rawSum}}}), 200)
+			"image_source": im.URL + im.Raw, "image_os_hash_algo": "sha256", "image_os_hash_value": im.RawSum}}}), 200)
 		provision(t, member, id, map[string]any{"target": "active"}, 202)
 		n = waitFor(t, admin, id, "active", rg.rack)
 		if boots() != 1 {

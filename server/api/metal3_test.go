@@ -446,11 +446,11 @@ func TestMetal3Provisioning(t *testing.T) {
 		// active with the config drive.
 		const uid = "6b1c4f6e-3c5c-4a55-9f36-6c1b3d0b7a11"
 		n = b.patch(t, add("/instance_uuid", uid), add("/instance_info/capabilities", map[string]any{}),
-			add("/instance_info/root_device", map[string]any{}), add("/instance_info/image_source", rg.im.url+rg.im.raw),
+			add("/instance_info/root_device", map[string]any{}), add("/instance_info/image_source", rg.im.URL+rg.im.Raw),
 			add("/instance_info/image_disk_format", "raw"), add("/instance_info/image_os_hash_algo", "sha256"),
-			add("/instance_info/image_os_hash_value", rg.im.rawSum), add("/driver_info/force_persistent_boot_device", "Default"))
+			add("/instance_info/image_os_hash_value", rg.im.RawSum), add("/driver_info/force_persistent_boot_device", "Default"))
 		// ironicHasSameImage compares what Anvil gives back.
-		if n.InstanceInfo["image_source"] != rg.im.url+rg.im.raw || n.InstanceInfo["image_os_hash_value"] != rg.im.rawSum ||
+		if n.InstanceInfo["image_source"] != rg.im.URL+rg.im.Raw || n.InstanceInfo["image_os_hash_value"] != rg.im.RawSum ||
 			n.InstanceInfo["image_os_hash_algo"] != "sha256" || n.InstanceInfo["image_checksum"] != nil || n.InstanceUUID != uid {
 			t.Errorf("instance_info as BMO reads it back: %v (instance_uuid %q)", n.InstanceInfo, n.InstanceUUID)
 		}

@@ -135,10 +135,11 @@ func TestRAIDOverRedfish(t *testing.T) {
 	})
 }
 
-// TestRAIDRefusedOnIPMI: an ipmi node may hold a target RAID (raid
-// interface agent) but the run is refused before any step, naming the
-// step and the driver.
-func TestRAIDRefusedOnIPMI(t *testing.T) {
+// TestRAIDOnIPMINeedsTheAgent: an ipmi node's RAID (raid interface
+// agent) is the agent's software RAID; a node that cannot boot the agent
+// has the run refused before any step, naming the step and what the
+// node lacks, and nothing is done to the machine.
+func TestRAIDOnIPMINeedsTheAgent(t *testing.T) {
 	ipmi := bmctest.Start(t)
 	storetest.Each(t, func(t *testing.T, setting string, _ *store.DB) {
 		_, clients := startLocal(t, setting, bmcOpts)
@@ -152,7 +153,8 @@ func TestRAIDRefusedOnIPMI(t *testing.T) {
 		waitState(t, admin, ipmiID, "manageable")
 		mustStatus(t, member.Do(t, "PUT", "/v1/nodes/"+ipmiID+"/states/raid", target), 204)
 		provision(t, admin, ipmiID, map[string]any{"target": "clean", "clean_steps": steps(step("raid", "create_configuration", nil))}, 202)
-		if n := waitState(t, admin, ipmiID, "clean failed"); n["last_error"] != "Step raid.create_configuration is not supported by driver ipmi." {
+		n := waitState(t, admin, ipmiID, "clean failed")
+		if e, _ := n["last_error"].(string); !strings.HasPrefix(e, "Step raid.create_configuration runs in the ramdisk agent, which node "+ipmiID+" cannot boot") || !strings.Contains(e, "deploy_kernel") {
 			t.Errorf("ipmi last_error %q", n["last_error"])
 		}
 		// Nothing was done to the machine.

@@ -209,7 +209,7 @@ func (a *API) listSteps(c *fiber.Ctx) error {
 	if err != nil {
 		return err
 	}
-	steps := cond.StepsFor(n.Driver)
+	steps := cond.StepsFor(n)
 	for i := range steps {
 		if steps[i].Args == nil {
 			steps[i].Args = []cond.Arg{}

@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/anvilproject/anvil/ent"
 	"github.com/anvilproject/anvil/server/bmc"
 )
 
@@ -121,17 +122,38 @@ var catalogue = []StepInfo{
 // Catalogue lists every step Anvil runs.
 func Catalogue() []StepInfo { return slices.Clone(catalogue) }
 
-// StepsFor lists the steps a node of driver can run, for the portal's
-// runbook editor and the API's step list.
-func StepsFor(driver string) []StepInfo {
-	d := bmc.Canonical(driver)
+// StepsFor lists the steps node n can run, for the API's step list. With
+// raid_interface agent, the RAID steps are the agent's software RAID.
+func StepsFor(n *ent.Node) []StepInfo {
+	d := bmc.Canonical(n.Driver)
 	var out []StepInfo
 	for _, s := range catalogue {
+		if s.Interface == "raid" && agentRAID(n) {
+			if slices.Contains(withAgent, d) {
+				out = append(out, agentRAIDStep(s))
+			}
+			continue
+		}
 		if slices.Contains(s.Drivers, d) {
 			out = append(out, s)
 		}
 	}
 	return out
+}
+
+// agentRAIDStep is a RAID step as the agent runs it: software RAID
+// (mdadm) over the machine's disks, for logical disks with controller
+// software; the agent takes no delete_existing.
+func agentRAIDStep(s StepInfo) StepInfo {
+	s.Drivers, s.InBand = withAgent, true
+	switch s.Step {
+	case "create_configuration":
+		s.Description = "In the ramdisk agent: build the node's target_raid_config as Linux software RAID (logical disks with controller software, one or two of them, over the disks physical_disks names or all of them), then record what the agent built in raid_config."
+		s.Args = slices.DeleteFunc(slices.Clone(s.Args), func(a Arg) bool { return a.Name == "delete_existing" })
+	case "delete_configuration":
+		s.Description = "In the ramdisk agent: stop and remove every software RAID device and clear the disks' RAID superblocks, then empty raid_config."
+	}
+	return s
 }
 
 // reserved are Ironic's reserved step names, which run on whatever
@@ -157,14 +179,19 @@ func lookupStep(iface, step string) *StepInfo {
 	return nil
 }
 
-// unsupported names the first step driver cannot run, before a run
-// starts, so nothing is done to a node for a run that cannot finish.
-func unsupported(driver string, steps []Step) string {
+// unsupported names the first step node n's driver cannot run, before a
+// run starts, so nothing is done to a node for a run that cannot finish.
+func unsupported(n *ent.Node, steps []Step) string {
+	driver := n.Driver
 	d := bmc.Canonical(driver)
 	for _, s := range steps {
 		info := lookupStep(s.Interface, s.Step)
 		switch {
 		case info != nil && slices.Contains(info.Drivers, d):
+			continue
+		case s.Interface == "raid" && agentRAID(n) && slices.Contains(withAgent, d):
+			// The agent's software RAID; the agent says whether it has
+			// the step (apply_configuration is a deploy step only).
 			continue
 		case info == nil && s.Interface == "deploy" && slices.Contains(withAgent, d):
 			// Another deploy-interface step is the agent's own (a

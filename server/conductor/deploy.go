@@ -78,13 +78,13 @@ func deployPlan(n *ent.Node, r ProvisionRequest) ([]Step, error) {
 		}
 		// Ironic's conductor checks deploy steps against the driver before
 		// it accepts the deployment, so this is a 400, not a failed run.
-		if why := unsupported(n.Driver, user); why != "" {
+		if why := unsupported(n, user); why != "" {
 			return nil, errs.BadRequest("deploy_steps", "%s", why)
 		}
 		// Only an agent deploy has the agent up around deploy.deploy;
 		// booting one into a deployed ISO or fake machine would undo it.
 		if m := deployMode(n); m != modeDirect && m != modeCustomAgent {
-			if name := firstInBand(user); name != "" {
+			if name := firstInBand(n, user); name != "" {
 				return nil, errs.BadRequest("deploy_steps", "Step %s runs in the ramdisk agent, which the %s deploy of node %s does not boot: use deploy_interface direct (with instance_info.image_source) or custom-agent", name, m, n.UUID)
 			}
 		}

@@ -2,6 +2,7 @@ package conductor
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -381,6 +382,11 @@ func (c *Conductor) inBandStep(ctx context.Context, n *ent.Node, ph phase, st St
 		return err
 	}
 	nm := agentNode(n)
+	if st.Interface == "raid" && st.Step == "create_configuration" {
+		if err := c.raidTarget(ctx, n, nm, st); err != nil {
+			return err
+		}
+	}
 	if r.steps == nil {
 		var steps *agent.Steps
 		switch kind {
@@ -416,11 +422,66 @@ func (c *Conductor) inBandStep(ctx context.Context, n *ent.Node, ph phase, st St
 	if err != nil {
 		return err
 	}
-	if cmd.Done() {
-		return nil
+	if !cmd.Done() {
+		if cmd, err = c.followCommand(ctx, n, r.cl, kind+".execute_"+kind+"_step"); err != nil {
+			return err
+		}
 	}
-	_, err = c.followCommand(ctx, n, r.cl, kind+".execute_"+kind+"_step")
-	return err
+	if st.Interface == "raid" {
+		return c.afterAgentRAID(ctx, n, kind, st, cmd)
+	}
+	return nil
+}
+
+// raidTarget puts what the agent's software RAID builds into nm, the node
+// as sent with the step: the node's current target_raid_config (it may
+// have changed since the run was asked for), and in
+// driver_internal_info.target_raid_config the part this step builds, as
+// Ironic's AgentRAID.create_configuration filters it. Nothing to build
+// fails the step before the agent is asked.
+func (c *Conductor) raidTarget(ctx context.Context, n *ent.Node, nm map[string]any, st Step) error {
+	cur, err := c.db.Node.Get(ctx, n.ID)
+	if err != nil {
+		return err
+	}
+	disks, err := filterTarget(cur, boolArg(st, "create_root_volume", true), boolArg(st, "create_nonroot_volumes", true))
+	if err != nil {
+		return err
+	}
+	internal, _ := nm["driver_internal_info"].(map[string]any)
+	internal["target_raid_config"] = map[string]any{"logical_disks": disks}
+	nm["target_raid_config"] = cur.TargetRaidConfig
+	return nil
+}
+
+// afterAgentRAID records what the agent's RAID step left, as Ironic's
+// post-step hooks do: create (and the deploy step apply) store the
+// configuration the agent reports built, and one that reports none fails
+// the step; delete empties raid_config.
+func (c *Conductor) afterAgentRAID(ctx context.Context, n *ent.Node, kind string, st Step, cmd *agent.Command) error {
+	if st.Step == "delete_configuration" {
+		return c.recordRAID(ctx, n, map[string]any{})
+	}
+	var res map[string]json.RawMessage
+	var cfg map[string]any
+	if cmd != nil && json.Unmarshal(cmd.Result, &res) == nil {
+		_ = json.Unmarshal(res[kind+"_result"], &cfg)
+	}
+	if len(cfg) == 0 {
+		return fmt.Errorf("the ramdisk agent of node %s reported no RAID configuration after %s (is a logical disk's controller software?)", n.UUID, st.Name())
+	}
+	disks, _ := cfg["logical_disks"].([]any)
+	roots := 0
+	for _, d := range disks {
+		if m, _ := d.(map[string]any); m["is_root_volume"] == true {
+			roots++
+		}
+	}
+	if roots > 1 {
+		return fmt.Errorf("the ramdisk agent of node %s reported %d root volumes after %s; a RAID configuration has at most one", n.UUID, roots, st.Name())
+	}
+	cfg["last_updated"] = time.Now().UTC().Format("2006-01-02 15:04:05.000000")
+	return c.recordRAID(ctx, n, cfg)
 }
 
 // followCommand polls an agent command until it ends. An agent that
@@ -531,17 +592,30 @@ func (c *Conductor) keepAgentLogs(ctx context.Context, n *ent.Node, cl *agent.Cl
 	_ = history.Record(ctx, c.db.Client, ev)
 }
 
-// InBand says whether a step runs in the ramdisk agent: the agent's
-// catalogued steps, and any deploy-interface step Anvil does not run
-// itself, as Ironic hands those to the agent.
+// InBand says whether a step runs in the ramdisk agent on any node: the
+// agent's catalogued steps, and any deploy-interface step Anvil does not
+// run itself, as Ironic hands those to the agent.
 func InBand(iface, step string) bool {
 	s := lookupStep(iface, step)
 	return s != nil && s.InBand || s == nil && iface == "deploy"
 }
 
-// firstInBand names the first step of steps that runs in the agent, or "".
-func firstInBand(steps []Step) string {
-	i := slices.IndexFunc(steps, func(s Step) bool { return InBand(s.Interface, s.Step) })
+// inBandOn says whether a step runs in the agent on node n: besides
+// InBand's, every RAID step of a node whose raid_interface is agent
+// (Ironic's AgentRAID hands each to the agent's software RAID), where the
+// same step names are out of band for raid_interface redfish.
+func inBandOn(n *ent.Node, iface, step string) bool {
+	return InBand(iface, step) || agentRAID(n) && iface == "raid"
+}
+
+func agentRAID(n *ent.Node) bool {
+	return (&nodes.View{Node: n}).Interface("raid") == "agent"
+}
+
+// firstInBand names the first step of steps that runs in the agent on n,
+// or "".
+func firstInBand(n *ent.Node, steps []Step) string {
+	i := slices.IndexFunc(steps, func(s Step) bool { return inBandOn(n, s.Interface, s.Step) })
 	if i < 0 {
 		return ""
 	}

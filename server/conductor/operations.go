@@ -463,7 +463,7 @@ func (o *Ops) Provision(ctx context.Context, ident string, r ProvisionRequest) (
 	if err := checkRescue(n, r.Target, r.RescuePassword); err != nil {
 		return err
 	}
-	if name := firstInBand(steps); name != "" && r.DisableRamdisk {
+	if name := firstInBand(n, steps); name != "" && r.DisableRamdisk {
 		return errs.BadRequest("disable_ramdisk", "Step %s runs in the ramdisk agent, which disable_ramdisk turns off: remove the step or run without disable_ramdisk.", name)
 	}
 	// provide cleans between tenants: with an agent to boot, the

@@ -72,7 +72,14 @@ func (c *Conductor) execRAID(ctx context.Context, n *ent.Node, cl bmc.Client, st
 	if err != nil {
 		return err
 	}
-	cfg := raidConfig(vols, created)
+	return c.recordRAID(ctx, n, raidConfig(vols, created))
+}
+
+// recordRAID stores cfg as the node's raid_config, with the properties
+// Ironic's update_raid_info derives from its root volume, and says what
+// it holds in the node's history. An empty configuration (a delete) also
+// drops properties.root_device, as Ironic's agent RAID does.
+func (c *Conductor) recordRAID(ctx context.Context, n *ent.Node, cfg map[string]any) error {
 	if err := store.WithTx(ctx, c.db, func(tx *ent.Client) error {
 		cur, err := tx.Node.Get(ctx, n.ID)
 		if err != nil {
@@ -84,9 +91,14 @@ func (c *Conductor) execRAID(ctx context.Context, n *ent.Node, cl bmc.Client, st
 		return err
 	}
 	var names []string
-	for _, d := range cfg["logical_disks"].([]any) {
-		m := d.(map[string]any)
-		names = append(names, fmt.Sprintf("%v (RAID %v, %v GiB)", m["name"], m["raid_level"], m["size_gb"]))
+	disks, _ := cfg["logical_disks"].([]any)
+	for _, d := range disks {
+		m, _ := d.(map[string]any)
+		name := m["name"]
+		if name == nil {
+			name = m["volume_name"] // the agent's software RAID names it so
+		}
+		names = append(names, fmt.Sprintf("%v (RAID %v, %v GiB)", name, m["raid_level"], m["size_gb"]))
 	}
 	msg := "RAID configuration: no logical disks"
 	if len(names) > 0 {
@@ -119,26 +131,9 @@ func boolArg(st Step, name string, def bool) bool {
 // target_raid_config, filtered as Ironic's filter_target_raid_config
 // does, and checks every one before any is built.
 func raidPlan(n *ent.Node, root, nonroot bool) ([]map[string]any, []bmc.VolumeSpec, error) {
-	list, _ := n.TargetRaidConfig["logical_disks"].([]any)
-	if len(list) == 0 {
-		return nil, nil, fmt.Errorf("node %s has no target RAID configuration; set one with PUT /v1/nodes/%s/states/raid", n.UUID, n.UUID)
-	}
-	var disks []map[string]any
-	for _, x := range list {
-		d, _ := x.(map[string]any)
-		if isRoot, _ := d["is_root_volume"].(bool); isRoot && root || !isRoot && nonroot {
-			disks = append(disks, d)
-		}
-	}
-	if len(disks) == 0 {
-		var skipped []string
-		if !root {
-			skipped = append(skipped, "skipping root volume")
-		}
-		if !nonroot {
-			skipped = append(skipped, "skipping non-root volumes")
-		}
-		return nil, nil, fmt.Errorf("node %s has empty target RAID configuration after %s", n.UUID, strings.Join(skipped, " and "))
+	disks, err := filterTarget(n, root, nonroot)
+	if err != nil {
+		return nil, nil, err
 	}
 	specs := make([]bmc.VolumeSpec, len(disks))
 	for i, d := range disks {
@@ -168,6 +163,34 @@ func raidPlan(n *ent.Node, root, nonroot bool) ([]map[string]any, []bmc.VolumeSp
 	return disks, specs, nil
 }
 
+// filterTarget is the node's target_raid_config without the root or the
+// other volumes when a step skips them, as Ironic's
+// filter_target_raid_config; nothing left is an error.
+func filterTarget(n *ent.Node, root, nonroot bool) ([]map[string]any, error) {
+	list, _ := n.TargetRaidConfig["logical_disks"].([]any)
+	if len(list) == 0 {
+		return nil, fmt.Errorf("node %s has no target RAID configuration; set one with PUT /v1/nodes/%s/states/raid", n.UUID, n.UUID)
+	}
+	var disks []map[string]any
+	for _, x := range list {
+		d, _ := x.(map[string]any)
+		if isRoot, _ := d["is_root_volume"].(bool); isRoot && root || !isRoot && nonroot {
+			disks = append(disks, d)
+		}
+	}
+	if len(disks) == 0 {
+		var skipped []string
+		if !root {
+			skipped = append(skipped, "skipping root volume")
+		}
+		if !nonroot {
+			skipped = append(skipped, "skipping non-root volumes")
+		}
+		return nil, fmt.Errorf("node %s has empty target RAID configuration after %s", n.UUID, strings.Join(skipped, " and "))
+	}
+	return disks, nil
+}
+
 // raidConfig is raid_config as Ironic's update_raid_config writes it:
 // every volume with a RAID level, by the BMC's id, name and controller.
 // A volume this step built keeps the level and root flag asked for
@@ -193,20 +216,34 @@ func raidConfig(vols []bmc.Volume, created map[string]map[string]any) map[string
 }
 
 // raidProperties is what Ironic's update_raid_info makes of a root
-// volume: local_gb is its size and capabilities gain its raid_level, so
-// scheduling sees the disk the instance lands on.
+// volume: local_gb is its size (unless MAX), root_device its
+// root_device_hint, and capabilities gain its raid_level, so scheduling
+// and deployment see the disk the instance lands on. An empty
+// configuration drops root_device, as Ironic's agent RAID delete does.
 func raidProperties(props, cfg map[string]any) map[string]any {
 	out := maps.Clone(props)
 	if out == nil {
 		out = map[string]any{}
 	}
 	disks, _ := cfg["logical_disks"].([]any)
+	if len(cfg) == 0 {
+		delete(out, "root_device")
+	}
 	for _, x := range disks {
-		d := x.(map[string]any)
-		if root, _ := d["is_root_volume"].(bool); root {
-			out["local_gb"] = d["size_gb"]
-			out["capabilities"] = withCapability(out["capabilities"], "raid_level", d["raid_level"].(string))
+		d, _ := x.(map[string]any)
+		if root, _ := d["is_root_volume"].(bool); !root {
+			continue
 		}
+		if size, ok := d["size_gb"].(float64); ok {
+			out["local_gb"] = int64(size)
+		} else if size, ok := d["size_gb"].(int64); ok {
+			out["local_gb"] = size
+		}
+		if hint, ok := d["root_device_hint"]; ok {
+			out["root_device"] = hint
+		}
+		level, _ := d["raid_level"].(string)
+		out["capabilities"] = withCapability(out["capabilities"], "raid_level", level)
 	}
 	return out
 }

@@ -168,3 +168,39 @@ func lastErr(n *ent.Node) string {
 	}
 	return *n.LastError
 }
+
+// TestRAIDPropertiesFromAgentResult derives properties from a
+// configuration as the agent's software RAID reports it (size_gb MAX, a
+// root_device_hint), as Ironic's update_raid_info does: local_gb keeps
+// its value for MAX, root_device becomes the hint, capabilities gain the
+// level; an emptied configuration drops root_device.
+func TestRAIDPropertiesFromAgentResult(t *testing.T) {
+	props := map[string]any{"local_gb": float64(100), "capabilities": "boot_mode:uefi"}
+	cfg := map[string]any{"logical_disks": []any{
+		map[string]any{"size_gb": "MAX", "raid_level": "1", "controller": "software", "is_root_volume": true,
+			"root_device_hint": map[string]any{"name": "/dev/md0"}},
+		map[string]any{"size_gb": float64(10), "raid_level": "0", "controller": "software"},
+	}}
+	got := raidProperties(props, cfg)
+	if got["local_gb"] != float64(100) {
+		t.Errorf("local_gb %v, want the old 100 for a MAX root volume", got["local_gb"])
+	}
+	if hint, _ := got["root_device"].(map[string]any); hint["name"] != "/dev/md0" {
+		t.Errorf("root_device %v", got["root_device"])
+	}
+	if c, _ := got["capabilities"].(string); !strings.Contains(c, "raid_level:1") || !strings.Contains(c, "boot_mode:uefi") {
+		t.Errorf("capabilities %v", got["capabilities"])
+	}
+	if props["root_device"] != nil {
+		t.Error("raidProperties changed its input")
+	}
+	sized := raidProperties(props, map[string]any{"logical_disks": []any{
+		map[string]any{"size_gb": float64(50), "raid_level": "1", "is_root_volume": true}}})
+	if sized["local_gb"] != int64(50) {
+		t.Errorf("local_gb %v, want 50", sized["local_gb"])
+	}
+	gone := raidProperties(got, map[string]any{})
+	if _, ok := gone["root_device"]; ok {
+		t.Errorf("an emptied configuration kept root_device %v", gone["root_device"])
+	}
+}

@@ -151,11 +151,11 @@ func (c *Conductor) runSteps(n *ent.Node, run string, steps []Step, who string, 
 		}, e)
 	}
 	fail := func(msg string) { failWith(msg, nil) }
-	if why := unsupported(n.Driver, steps); why != "" {
+	if why := unsupported(n, steps); why != "" {
 		fail(why)
 		return
 	}
-	if name := firstInBand(steps); name != "" {
+	if name := firstInBand(n, steps); name != "" {
 		if _, err := agentBoot(n); err != nil {
 			fail(fmt.Sprintf("Step %s runs in the ramdisk agent, which node %s cannot boot: %v.", name, n.UUID, err))
 			return
@@ -235,7 +235,7 @@ func (c *Conductor) runSteps(n *ent.Node, run string, steps []Step, who string, 
 // and runSteps is then called with started false.
 func (c *Conductor) firstStep(n *ent.Node, run string, steps []Step, who string, info map[string]any) (map[string]any, func(u *ent.NodeUpdate), []history.Event, bool) {
 	ph, ok := phases[run]
-	if !ok || len(steps) == 0 || unsupported(n.Driver, steps) != "" {
+	if !ok || len(steps) == 0 || unsupported(n, steps) != "" {
 		return info, func(*ent.NodeUpdate) {}, nil, false
 	}
 	info = stepProgress(info, ph.kind, 0, len(steps))
@@ -469,7 +469,7 @@ func (c *Conductor) execStep(ctx context.Context, n *ent.Node, ph phase, st Step
 	case "deploy.hold":
 		return "", errHold
 	}
-	if InBand(st.Interface, st.Step) {
+	if inBandOn(n, st.Interface, st.Step) {
 		return "", c.inBandStep(ctx, n, ph, st)
 	}
 	if fn := agentDeploySteps[st.Name()]; fn != nil {
