@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/anvilproject/anvil/server/api"
 	"github.com/anvilproject/anvil/server/bmc/bmctest"
@@ -246,10 +247,27 @@ func TestInspectOverRedfish(t *testing.T) {
 		provision(t, admin, id, map[string]any{"target": "inspect"}, 409)
 		provision(t, admin, id, map[string]any{"target": "manage"}, 202)
 		waitState(t, admin, id, "manageable")
+		// Ironic's no-inspect refuses the request itself, changing nothing.
+		mustStatus(t, admin.Do(t, "PATCH", "/v1/nodes/"+id, `[{"op":"replace","path":"/inspect_interface","value":"no-inspect"}]`), 200)
+		r = admin.Do(t, "PUT", "/v1/nodes/"+id+"/states/provision", map[string]any{"target": "inspect"})
+		if r.Status != 400 || !strings.Contains(r.Fault(t), "does not support inspect") {
+			t.Errorf("inspect with no-inspect: %d %s", r.Status, r.Body)
+		}
+		if n := admin.Do(t, "GET", "/v1/nodes/"+id, nil).JSON(t); n["provision_state"] != "manageable" || n["inspection_started_at"] != nil {
+			t.Errorf("a refused inspect changed the node: %v, started %v", n["provision_state"], n["inspection_started_at"])
+		}
+		mustStatus(t, admin.Do(t, "PATCH", "/v1/nodes/"+id, `[{"op":"replace","path":"/inspect_interface","value":"redfish"}]`), 200)
+
+		before := time.Now().UTC().Add(-time.Second)
 		provision(t, admin, id, map[string]any{"target": "inspect"}, 202)
 		n := waitState(t, admin, id, "manageable")
 		if n["last_error"] != nil {
 			t.Fatalf("inspection: %v", n["last_error"])
+		}
+		// The timestamps as Ironic's node update keeps them: finished
+		// set, started cleared once inspection succeeds.
+		if fin, _ := time.Parse(time.RFC3339, fmt.Sprint(n["inspection_finished_at"])); fin.Before(before) || n["inspection_started_at"] != nil {
+			t.Errorf("after inspection: started %v finished %v", n["inspection_started_at"], n["inspection_finished_at"])
 		}
 		sys := sim.Resource(t, sim.SystemPath("1"))
 		mem := sys["MemorySummary"].(map[string]any)["TotalSystemMemoryGiB"].(float64)
@@ -317,6 +335,11 @@ func TestInspectOverRedfish(t *testing.T) {
 		n = waitState(t, admin, id, "inspect failed")
 		if le, _ := n["last_error"].(string); !strings.Contains(le, "Inspection failed") || !strings.Contains(le, "credentials") {
 			t.Errorf("last_error %q", le)
+		}
+		// Starting cleared finished and a failure clears started, as
+		// Ironic's node update does.
+		if n["inspection_started_at"] != nil || n["inspection_finished_at"] != nil {
+			t.Errorf("after a failed inspection: started %v finished %v", n["inspection_started_at"], n["inspection_finished_at"])
 		}
 		mustStatus(t, admin.Do(t, "PATCH", "/v1/nodes/"+id, fmt.Sprintf(`[{"op":"replace","path":"/driver_info/redfish_password","value":%q}]`, bmctest.RedfishPassword)), 200)
 		provision(t, admin, id, map[string]any{"target": "inspect"}, 202)

@@ -79,7 +79,8 @@ func TestAgentInspect(t *testing.T) {
 		if props["cpus"] != float64(8) || props["memory_mb"] != float64(16384) || props["cpu_arch"] != "x86_64" {
 			t.Errorf("properties %v", props)
 		}
-		if n["inspection_started_at"] == nil || n["inspection_finished_at"] == nil {
+		// As Ironic's node update: finished set, started cleared.
+		if n["inspection_started_at"] != nil || n["inspection_finished_at"] == nil {
 			t.Errorf("inspection times %v %v", n["inspection_started_at"], n["inspection_finished_at"])
 		}
 		dii := internal(t, admin, id)

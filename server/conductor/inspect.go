@@ -51,11 +51,13 @@ func (c *Conductor) inspect(n *ent.Node, who string) {
 		err = inspectionrules.Apply(ctx, c.db, c.log, n.ID, inv)
 	}
 	upd := c.db.Node.UpdateOneID(n.ID).ClearTargetProvisionState().SetProvisionUpdatedAt(time.Now())
+	// The timestamps move as Ironic's node update moves them: finished
+	// (and started cleared) on success, started cleared on failure.
 	if err != nil {
-		upd.SetProvisionState(StateInspectFailed).SetLastError("Inspection failed: " + bmc.Summary(err))
+		upd.SetProvisionState(StateInspectFailed).SetLastError("Inspection failed: " + bmc.Summary(err)).ClearInspectionStartedAt()
 		ev.Failed("Inspection failed: ", err)
 	} else {
-		upd.SetProvisionState(nodes.StateManageable)
+		upd.SetProvisionState(nodes.StateManageable).SetInspectionFinishedAt(time.Now()).ClearInspectionStartedAt()
 		ev.Message = fmt.Sprintf("Inspected: %d CPUs (%s), %d MiB RAM, %d disks, %d NICs; node is manageable",
 			inv.CPU.Count, inv.CPU.Architecture, inv.Memory.PhysicalMB, len(inv.Disks), len(inv.Interfaces)) + portNote
 	}

@@ -127,13 +127,13 @@ func (c *Conductor) inspectInBand(n *ent.Node, who string) {
 	}
 	switch {
 	case errors.Is(err, errShutdown):
-		upd.SetProvisionState(StateInspectFailed).SetLastError(fmt.Sprintf("Conductor %s shut down during inspection; inspect again.", c.cfg.Name))
+		upd.SetProvisionState(StateInspectFailed).SetLastError(fmt.Sprintf("Conductor %s shut down during inspection; inspect again.", c.cfg.Name)).ClearInspectionStartedAt()
 		ev.Failed("Inspection failed: ", err)
 	case err != nil:
-		upd.SetProvisionState(StateInspectFailed).SetLastError("Inspection failed: " + bmc.Summary(err))
+		upd.SetProvisionState(StateInspectFailed).SetLastError("Inspection failed: " + bmc.Summary(err)).ClearInspectionStartedAt()
 		ev.Failed("Inspection failed: ", err)
 	default:
-		upd.SetProvisionState(nodes.StateManageable).SetInspectionFinishedAt(time.Now())
+		upd.SetProvisionState(nodes.StateManageable).SetInspectionFinishedAt(time.Now()).ClearInspectionStartedAt()
 		ev.Message = fmt.Sprintf("Inspected in band by the ramdisk agent: %d CPUs (%s), %d MiB RAM, %d disks, %d NICs; node is manageable",
 			inv.CPU.Count, inv.CPU.Architecture, inv.Memory.PhysicalMB, len(inv.Disks), len(inv.Interfaces)) + portNote
 	}
@@ -169,8 +169,7 @@ func (c *Conductor) startInspectWait(ctx context.Context, n *ent.Node) error {
 	}
 	err = c.durably(ctx, func() error {
 		return c.db.Node.Update().Where(node.ID(n.ID), node.Reservation(c.cfg.Name)).SetDriverInternalInfo(info).
-			SetProvisionState(StateInspectWait).SetProvisionUpdatedAt(time.Now()).
-			SetInspectionStartedAt(time.Now()).ClearInspectionFinishedAt().Exec(ctx)
+			SetProvisionState(StateInspectWait).SetProvisionUpdatedAt(time.Now()).Exec(ctx)
 	})
 	if err == nil {
 		n.DriverInternalInfo = info

@@ -452,6 +452,11 @@ func (o *Ops) Provision(ctx context.Context, ident string, r ProvisionRequest) (
 	}
 	// In-band inspection boots the agent: a node that cannot is refused
 	// now, not after a boot that cannot happen.
+	// Ironic's no-inspect fails the inspect request's validation: a 400
+	// before anything starts.
+	if impl := (&nodes.View{Node: n}).Interface("inspect"); r.Target == "inspect" && strings.HasPrefix(impl, "no-") {
+		return errs.BadRequest("inspect_interface", "Driver %s does not support inspect (disabled or not implemented).", n.Driver)
+	}
 	if r.Target == "inspect" && inspectsInBand(n) {
 		if err := agentBootError(n, "be inspected by the ramdisk agent (inspect_interface agent)"); err != nil {
 			return err
@@ -543,6 +548,10 @@ func (o *Ops) Provision(ctx context.Context, ident string, r ProvisionRequest) (
 		u.SetProvisionState(tr.via).SetTargetProvisionState(tr.to).SetProvisionUpdatedAt(time.Now()).ClearLastError().SetDriverInternalInfo(info)
 		if r.Target == "rescue" {
 			u.SetInstanceInfo(inst)
+		}
+		if tr.via == StateInspecting {
+			// As Ironic's node update on entering inspecting.
+			u.SetInspectionStartedAt(time.Now()).ClearInspectionFinishedAt()
 		}
 		setFirst(u)
 	}, w)

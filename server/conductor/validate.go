@@ -70,15 +70,15 @@ func validateNode(n *ent.Node) map[string]Validation {
 			out[iface] = Validation{Result: &no, Reason: &reason}
 		case iface == "boot" && slices.Contains([]string{"redfish-virtual-media", "pxe", "ipxe"}, impl):
 			out[iface] = validateBoot(n, impl)
-		case iface == "inspect" && impl == "agent":
-			// In-band inspection boots the agent.
+		case iface == "inspect" && impl == "agent" || iface == "raid" && impl == "agent":
+			// In-band inspection and software RAID boot the agent.
 			out[iface] = agentVerdict(n)
 		case iface == "bios" || iface == "inspect" || iface == "raid" && impl == "redfish":
 			// Redfish BIOS settings, inspection and RAID, through the BMC.
 			out[iface] = bmcCheck
 		default:
-			// Not driven by Anvil: agent RAID, console and rescue (see
-			// README, Drivers).
+			// Not driven by Anvil: console and rescue (see README,
+			// Drivers).
 			out[iface] = Validation{Reason: &unsupported}
 		}
 	}
