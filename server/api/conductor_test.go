@@ -198,9 +198,16 @@ func TestIPMINodeThroughAPI(t *testing.T) {
 	}
 	mustStatus(t, admin.Do(t, "PUT", "/v1/nodes/"+id+"/states/power", map[string]any{"target": "rebooting"}), 202)
 	waitState(t, admin, id, "manageable")
-	// A running machine reboots with the BMC's own reset, not off and on.
-	if ev := strings.Join(sim.Events(), ","); !strings.HasSuffix(ev, "reset 1") || sim.Power() != "1" {
+	// A running machine reboots as Ironic's ipmitool driver reboots it:
+	// power off, then on, each confirmed, never a chassis reset.
+	if ev := strings.Join(sim.Events(), ","); !strings.HasSuffix(ev, "power 0,power 1") || strings.Contains(ev, "reset") || sim.Power() != "1" {
 		t.Fatalf("reboot reached the simulator as %s, power %s", ev, sim.Power())
+	}
+	// ipmitool reports a refused boot device with exit status 0; it is
+	// a failure all the same, and the device stays.
+	r = admin.Do(t, "PUT", "/v1/nodes/"+id+"/management/boot_device", map[string]any{"boot_device": "safe"})
+	if r.Status < 400 || !strings.Contains(string(r.Body), "Set Chassis Boot Parameter 5 failed") || sim.Boot() != "pxe" {
+		t.Fatalf("boot device safe on ipmi_sim: %d %s, simulator boot %s", r.Status, r.Body, sim.Boot())
 	}
 
 	checkPowerVerbs(t, admin, id, func() string {

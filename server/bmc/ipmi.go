@@ -67,6 +67,9 @@ func (c *ipmiClient) run(ctx context.Context, op string, args ...string) (string
 			}
 			return c.explain(out, err)
 		}
+		if failedOutput(out) {
+			return c.explain(out, nil)
+		}
 		return nil
 	})
 	return out, err
@@ -141,14 +144,26 @@ func (c *ipmiClient) SetPower(ctx context.Context, target string) error {
 	return err
 }
 
-// Restart is IPMI's hard reset; IPMI has no graceful restart, so a soft
-// reboot is a soft power off and a power on (Power does that).
+// Restart is not IPMI's chassis reset: Ironic's ipmitool driver reboots
+// by powering off, waiting until the BMC reports off, then powering on
+// and waiting for on, so each half is confirmed (a reset that a BMC
+// acknowledges and then ignores would pass unseen). Power does that when
+// Restart is unsupported; a soft reboot likewise, with a soft power off.
 func (c *ipmiClient) Restart(ctx context.Context, soft bool) error {
-	if soft {
-		return errUnsupported("soft reboot", c.where)
+	return errUnsupported("rebooting in one command", c.where)
+}
+
+// failedOutput tells whether ipmitool reported a failure while exiting
+// with status 0, as it does for a refused chassis boot parameter ("Set
+// Chassis Boot Parameter 5 failed: Unspecified error").
+func failedOutput(out string) bool {
+	for _, l := range strings.Split(out, "\n") {
+		low := strings.ToLower(strings.TrimSpace(l))
+		if strings.Contains(low, " failed:") || strings.HasPrefix(low, "error") || strings.HasPrefix(low, "unable to") {
+			return true
+		}
 	}
-	_, err := c.run(ctx, "rebooting", "chassis", "power", "reset")
-	return err
+	return false
 }
 
 // BootDevice reads boot parameter 5 (boot flags), as Ironic's ipmitool
