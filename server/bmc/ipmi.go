@@ -213,8 +213,14 @@ func (c *ipmiClient) SetBootDevice(ctx context.Context, device string, persisten
 	return err
 }
 
+// ResetBMC asks for a warm reset and, from a BMC that does not support
+// one (ipmi_sim answers "Invalid command"), a cold reset, as Ironic's
+// bmc_reset offers both.
 func (c *ipmiClient) ResetBMC(ctx context.Context) error {
 	_, err := c.run(ctx, "resetting the BMC", "mc", "reset", "warm")
+	if errors.Is(err, ErrUnsupported) {
+		_, err = c.run(ctx, "resetting the BMC (cold)", "mc", "reset", "cold")
+	}
 	return err
 }
 

@@ -88,3 +88,28 @@ func waitPower(ctx context.Context, cl Client, target string, timeout time.Durat
 		}
 	}
 }
+
+// AwaitBMC waits, after a BMC reset, until the BMC answers again: a
+// restarting BMC goes away for a while (a minute or more on real ones)
+// and the next step would find it gone. It gives the BMC one poll to
+// begin its restart, then reads the power state until a read succeeds or
+// timeout passes.
+func AwaitBMC(ctx context.Context, cl Client, timeout, poll time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	for {
+		t := time.NewTimer(poll)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return ctx.Err()
+		case <-t.C:
+		}
+		_, err := cl.PowerState(ctx)
+		if err == nil {
+			return nil
+		}
+		if time.Now().Add(poll).After(deadline) {
+			return fmt.Errorf("the BMC did not answer within %s of its reset: %w", timeout, err)
+		}
+	}
+}

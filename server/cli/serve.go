@@ -172,6 +172,7 @@ func serveCmd() *cobra.Command {
 	f.IntVar(&cc.PowerSyncWorkers, "power-sync-workers", 16, "concurrent BMC calls during power sync")
 	f.DurationVar(&cc.BMC.Timeout, "bmc-timeout", 20*time.Second, "timeout of each BMC call")
 	f.DurationVar(&cc.PowerTimeout, "power-timeout", time.Minute, "how long a power action waits for the BMC to report the new state (Ironic's power_timeout)")
+	f.DurationVar(&cc.BMCResetTimeout, "bmc-reset-timeout", 5*time.Minute, "how long reset_bmc waits for the restarted BMC to answer again before the step fails")
 	f.StringSliceVar(&bmcNet, "bmc-networks", nil, "CIDRs BMC addresses must fall in, checked at enrolment and at every connection (empty: any address)")
 	f.StringVar(&cc.BMCCADir, "bmc-ca-dir", "", "the only directory whose files driver_info/redfish_verify_ca may name, set by system-scope callers only (empty: no path; everyone may give true, false or an inline PEM bundle)")
 	f.DurationVar(&cc.Agent.BootTimeout, "agent-boot-timeout", 30*time.Minute, "how long a machine booted into the ramdisk agent has to call back (Ironic's deploy_callback_timeout)")

@@ -46,7 +46,10 @@ type Config struct {
 	// PowerTimeout bounds the wait for a BMC to report the requested power
 	// state (Ironic's conductor.power_timeout); a request's timeout wins.
 	PowerTimeout time.Duration
-	BMC          bmc.Options
+	// BMCResetTimeout bounds the wait, after reset_bmc, for the BMC to
+	// answer again; the step ends only then.
+	BMCResetTimeout time.Duration
+	BMC             bmc.Options
 	// BMCNetworks is the BMC address allow-list (empty: any); it applies
 	// process-wide, to enrolment as well as to connections.
 	BMCNetworks []netip.Prefix
@@ -69,6 +72,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.PowerTimeout <= 0 {
 		c.PowerTimeout = 60 * time.Second
+	}
+	if c.BMCResetTimeout <= 0 {
+		c.BMCResetTimeout = 5 * time.Minute
 	}
 	c.Agent = c.Agent.withDefaults()
 	return c

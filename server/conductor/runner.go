@@ -543,6 +543,10 @@ func (c *Conductor) execStep(ctx context.Context, n *ent.Node, ph phase, st Step
 	case "management.reset_bmc":
 		err := cl.ResetBMC(ctx)
 		c.noteBMC(ctx, n, err)
+		if err == nil {
+			// The next step needs the BMC back.
+			err = bmc.AwaitBMC(ctx, cl, c.cfg.BMCResetTimeout, max(c.cfg.BMC.PowerPoll, time.Second))
+		}
 		return "", err
 	}
 	return c.execHardwareStep(ctx, n, cl, st)
