@@ -179,7 +179,7 @@ func TestDriverNames(t *testing.T) {
 		rf := admin.Do(t, "POST", "/v1/nodes", map[string]any{"name": "rf", "driver": "redfish", "driver_info": map[string]any{"redfish_address": "https://192.0.2.20"}})
 		mustStatus(t, rf, 201)
 		sup := admin.Do(t, "GET", "/v1/nodes/rf/management/boot_device/supported", nil)
-		if got := fmt.Sprint(sup.JSON(t)["supported_boot_devices"]); got != "[pxe disk cdrom bios]" {
+		if got := fmt.Sprint(sup.JSON(t)["supported_boot_devices"]); got != "[pxe disk cdrom bios uefihttp]" {
 			t.Errorf("redfish supports %s", got)
 		}
 		mustStatus(t, admin.Do(t, "GET", "/v1/nodes/rf/management/boot_device/supported?all=1", nil), 400)

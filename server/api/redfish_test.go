@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -133,6 +134,19 @@ func TestRedfishNodeThroughAPI(t *testing.T) {
 		provision(t, admin, id, map[string]any{"target": "clean", "clean_steps": steps(step("management", "set_boot_device", map[string]any{"device": "safe"}))}, 400)
 		if after := len(sim.Requests(t)); after != before {
 			t.Fatalf("a refused boot device reached the BMC (%d requests)", after-before)
+		}
+		// A target the BMC does not list in its AllowableValues (the
+		// simulator offers Pxe, Cd, Hdd and, in UEFI, UefiHttp; not
+		// BiosSetup) is refused before the PATCH, as sushy refuses it:
+		// the boot override stays.
+		target0, _, _ := sim.Boot(t, "1")
+		before = len(sim.Requests(t))
+		r = admin.Do(t, "PUT", "/v1/nodes/"+id+"/management/boot_device", map[string]any{"boot_device": "bios"})
+		if r.Status < 400 || !strings.Contains(string(r.Body), "boot targets") {
+			t.Fatalf("bios on a BMC without BiosSetup: %d %s", r.Status, r.Body)
+		}
+		if target, _, _ := sim.Boot(t, "1"); target != target0 || slices.ContainsFunc(sim.Requests(t)[before:], func(s string) bool { return strings.HasPrefix(s, "PATCH /redfish/v1/Systems/1 ") }) {
+			t.Fatalf("a target the BMC does not offer reached it: target %s", target)
 		}
 
 		// The two sequences the issue reported: both end with the machine

@@ -157,14 +157,14 @@ func Properties(driver string) map[string]string {
 var bootDevices = map[string][]string{
 	"fake-hardware": {"pxe", "disk", "cdrom", "bios", "safe"},
 	"ipmi":          {"pxe", "disk", "cdrom", "bios", "safe"},
-	"redfish":       {"pxe", "disk", "cdrom", "bios"},
+	"redfish":       {"pxe", "disk", "cdrom", "bios", "uefihttp"},
 }
 
 // BootDevices lists the boot devices driver can set.
 func BootDevices(driver string) []string { return slices.Clone(bootDevices[Canonical(driver)]) }
 
 // AllBootDevices lists every boot device some driver can set.
-func AllBootDevices() []string { return slices.Clone(bootDevices["ipmi"]) }
+func AllBootDevices() []string { return append(BootDevices("ipmi"), "uefihttp") }
 
 // Drivers returns the driver names, sorted.
 func Drivers() []string {

@@ -3,8 +3,10 @@ package bmc
 import (
 	"context"
 	"crypto/tls"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"slices"
 	"strings"
@@ -258,6 +260,7 @@ func (c *redfishClient) Restart(ctx context.Context, soft bool) error {
 var redfishTargets = map[string]redfish.BootSourceOverrideTarget{
 	"pxe": redfish.PxeBootSourceOverrideTarget, "disk": redfish.HddBootSourceOverrideTarget,
 	"cdrom": redfish.CdBootSourceOverrideTarget, "bios": redfish.BiosSetupBootSourceOverrideTarget,
+	"uefihttp": redfish.UefiHTTPBootSourceOverrideTarget,
 }
 
 func (c *redfishClient) BootDevice(ctx context.Context) (Boot, error) {
@@ -304,12 +307,43 @@ func (c *redfishClient) SetBootDevice(ctx context.Context, device string, persis
 		boot["BootSourceOverrideMode"] = redfish.LegacyBootSourceOverrideMode
 	}
 	return c.do(ctx, op, func() error {
+		// The BMC lists the targets it takes; sushy refuses any other
+		// before sending, and so does Anvil, rather than let a BMC that
+		// ignores an unknown target answer 200.
+		allowed, err := c.bootTargets()
+		if err != nil {
+			return err
+		}
+		if len(allowed) > 0 && !slices.Contains(allowed, string(t)) {
+			return &Error{Op: op, Where: c.where, Kind: ErrUnsupported,
+				Reason: fmt.Sprintf("the BMC offers boot targets %s, not %s", strings.Join(allowed, ", "), t)}
+		}
 		resp, err := c.api.Patch(c.sysPath, map[string]any{"Boot": boot})
 		if err == nil {
 			resp.Body.Close()
 		}
 		return err
 	})
+}
+
+// bootTargets reads the system's
+// BootSourceOverrideTarget@Redfish.AllowableValues (gofish does not parse
+// the annotation); nil when the BMC lists none.
+func (c *redfishClient) bootTargets() ([]string, error) {
+	resp, err := c.api.Get(c.sysPath)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	var sys struct {
+		Boot struct {
+			Allowed []string `json:"BootSourceOverrideTarget@Redfish.AllowableValues"`
+		}
+	}
+	if err := json.NewDecoder(io.LimitReader(resp.Body, 1<<20)).Decode(&sys); err != nil {
+		return nil, err
+	}
+	return sys.Boot.Allowed, nil
 }
 
 // ResetBMC restarts the system's manager, gracefully when it can.
