@@ -170,6 +170,9 @@ func stepsFitDriver(field string, steps []Step, driver string) error {
 			continue
 		}
 		dev, _ := s.Args["device"].(string)
+		if !slices.Contains(bmc.AllBootDevices(), dev) {
+			continue // an argument problem, which the run reports (cannotRun)
+		}
 		if valid := bmc.BootDevices(driver); !slices.Contains(valid, dev) {
 			return errs.BadRequest(fmt.Sprintf("%s[%d].args.device", field, i), "%s[%d]: device %q is not one of %s (driver %s)", field, i, dev, strings.Join(valid, ", "), driver)
 		}
