@@ -325,7 +325,8 @@ func validate(in *Input) error {
 }
 
 // Problems lists everything wrong with a runbook but policy (and its
-// steps' arguments, which a run checks), not only the first problem, so the portal's editor can show each next to its field.
+// steps' arguments, which a run checks), not only the first problem, so
+// the portal's editor can show each next to its field.
 // A step's problem names it by its index in order, as the API does: field
 // steps[i].<part> (interface, step, order, args.<name>), message
 // "steps[i]: …".
