@@ -328,7 +328,7 @@ func validate(in *Input) error {
 // steps' arguments, which a run checks), not only the first problem, so
 // the portal's editor can show each next to its field.
 // A step's problem names it by its index in order, as the API does: field
-// steps[i].<part> (interface, step, order, args.<name>), message
+// steps[i].<part> (interface, step, order; ArgProblems: args.<name>), message
 // "steps[i]: …".
 func Problems(in Input) []*errs.Error {
 	var out []*errs.Error
