@@ -366,7 +366,8 @@ func (p *Portal) saveRunbook(c *fiber.Ctx) error {
 	e.Name, e.Description = strings.TrimSpace(c.FormValue("name")), strings.TrimSpace(c.FormValue("description"))
 	e.Public, e.Owner = c.FormValue("public") == "true", strings.TrimSpace(c.FormValue("owner"))
 	e.Steps = readRows(c)
-	if op := c.FormValue("op"); op != "" && op != "save" {
+	op := c.FormValue("op")
+	if op != "" && op != "save" && op != opSaveAnyway {
 		rowOp(&e, op)
 		return p.editorPage(c, e, 200)
 	}
@@ -397,7 +398,22 @@ func (p *Portal) saveRunbook(c *fiber.Ctx) error {
 		}
 		place(&e, rows, problem)
 	}
-	if len(e.Problems()) > 0 || e.FormError != "" {
+	// Arguments a step would refuse when a run starts are warnings: the
+	// API stores the runbook with them, as Ironic does (a runbook written
+	// for another release or driver), so the editor shows them next to
+	// their fields and saves on "Save anyway". Everything else blocks.
+	blocked := len(e.Problems()) > 0 || e.FormError != ""
+	warnings := runbooks.ArgProblems(in)
+	if blocked || op != opSaveAnyway {
+		for _, problem := range warnings {
+			place(&e, rows, problem)
+		}
+	}
+	if blocked {
+		return p.editorPage(c, e, 400)
+	}
+	if len(warnings) > 0 && op != opSaveAnyway {
+		e.SaveAnyway = true
 		return p.editorPage(c, e, 400)
 	}
 
@@ -428,6 +444,10 @@ func (p *Portal) saveRunbook(c *fiber.Ctx) error {
 	}
 	return p.editorPage(c, e, errs.Status(err))
 }
+
+// opSaveAnyway is the editor's button that saves a runbook whose steps
+// have argument problems (runbooks.ArgProblems) after it has shown them.
+const opSaveAnyway = "save-anyway"
 
 // editPatch is the JSON patch that makes runbook r what the form says.
 // The description is added then removed when empty, which removes it

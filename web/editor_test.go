@@ -424,3 +424,53 @@ func between(s, start, end string) string {
 	}
 	return s
 }
+
+// A step's arguments are the run's to check, so the API stores a runbook
+// whatever they are; the editor shows each argument problem next to its
+// field first ("nothing was saved yet"), and saves on "Save anyway".
+// What the form cannot type (a number that is not one) still blocks.
+func TestRunbookEditorWarnsOfArgumentsThenSavesAnyway(t *testing.T) {
+	env := newEditorEnv(t)
+	mia := env.signIn("mia")
+	mia.do("GET", "/runbooks/new", nil)
+	form := rows(url.Values{"csrf": {mia.csrf}, "name": {"CUSTOM_LATER"}},
+		[]string{"power.power_on"},
+		[]string{"management.set_boot_device"}, // device left out
+		[]string{"deploy.wait", "seconds=90000"},
+	)
+	st, page, _ := mia.do("POST", "/runbooks/new", form)
+	if st != 400 {
+		t.Fatalf("first save: %d", st)
+	}
+	summary := between(page, `data-testid="error-summary"`, "</div>")
+	for _, want := range []string{"2 argument problems: nothing was saved yet", `href="#s1-a-device">Step 2: step management.set_boot_device needs argument &#34;device&#34;`,
+		`href="#s2-a-seconds">Step 3: argument seconds must be a whole number of seconds from 0 to 86400`, `data-testid="save-anyway-why"`} {
+		if !strings.Contains(summary, want) {
+			t.Errorf("the summary lacks %q:\n%s", want, summary)
+		}
+	}
+	if !strings.Contains(page, `value="save-anyway"`) {
+		t.Error("no Save anyway button")
+	}
+	if st, _ := env.runbook("CUSTOM_LATER"); st != 404 {
+		t.Error("saved before Save anyway")
+	}
+	form.Set("csrf", mia.csrf)
+	form.Set("op", "save-anyway")
+	if st, page, _ := mia.do("POST", "/runbooks/new", form); st != 303 {
+		t.Fatalf("save anyway: %d\n%s", st, between(page, `data-testid="error-summary"`, "</div>"))
+	}
+	_, rb := env.runbook("CUSTOM_LATER")
+	if st := rb["steps"].([]any); len(st) != 3 || fmt.Sprint(st[2].(map[string]any)["args"]) != "map[seconds:90000]" {
+		t.Errorf("stored steps %v", rb["steps"])
+	}
+	// A value the form cannot type blocks even Save anyway.
+	form = rows(url.Values{"csrf": {mia.csrf}, "name": {"CUSTOM_NEVER"}, "op": {"save-anyway"}}, []string{"deploy.wait", "seconds=ten"})
+	st, page, _ = mia.do("POST", "/runbooks/new", form)
+	if summary := between(page, `data-testid="error-summary"`, "</div>"); st != 400 || !strings.Contains(summary, "1 problem: nothing was saved") || !strings.Contains(summary, "must be a whole number.") {
+		t.Errorf("an untypable value with Save anyway: %d\n%s", st, summary)
+	}
+	if st, _ := env.runbook("CUSTOM_NEVER"); st != 404 {
+		t.Error("an untypable value was saved")
+	}
+}

@@ -151,6 +151,19 @@ func TestIndicatorsAndNMIOverRedfish(t *testing.T) {
 
 		// set_indicator_state is SYSTEM_MEMBER_OR_OWNER_MEMBER.
 		mustStatus(t, atVer(clients["lessee-member"], v).Do(t, "PUT", base+"/"+sysLED, `{"state":"nope"}`), 403)
+		// As Ironic's controller: the node and the rule first, then the
+		// indicator's name, so a malformed name is a 403 to a caller the
+		// rule refuses and a 404 to one who cannot see the node. A path
+		// with one segment more (indicators/{component}/{name}) is no
+		// route: a 404 to every caller before any policy. Ironic's pecan
+		// passes the extra segment to get_one/put as an argument they do
+		// not take, a TypeError answered 500, also before any policy.
+		mustStatus(t, atVer(clients["lessee-member"], v).Do(t, "PUT", base+"/nocomponent", `{"state":"on"}`), 403)
+		mustStatus(t, atVer(clients["other-member"], v).Do(t, "PUT", base+"/nocomponent", `{"state":"on"}`), 404)
+		for _, who := range []string{"system-admin", "lessee-member", "other-member"} {
+			mustStatus(t, atVer(clients[who], v).Do(t, "GET", base+"/system/"+sysLED, nil), 404)
+			mustStatus(t, atVer(clients[who], v).Do(t, "PUT", base+"/system/"+sysLED, `{"state":"on"}`), 404)
+		}
 		owner := atVer(clients["owner-member"], v)
 		for body, field := range map[string]string{`{"state":"purple"}`: "state", `{}`: "state", `{"state":"on","x":1}`: "x"} {
 			mustFaultNaming(t, "PUT "+body, owner.Do(t, "PUT", base+"/"+sysLED, body), field)

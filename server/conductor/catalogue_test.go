@@ -69,3 +69,28 @@ func TestStepProblemsListsEveryStepsEveryProblem(t *testing.T) {
 		t.Errorf("ValidateSteps: %v", err)
 	}
 }
+
+// A runbook or deploy template is stored when its steps have Ironic's
+// shape; their arguments are a run's to check (ArgProblems), and the two
+// together are what explicit steps are checked for.
+func TestShapeAndArgumentProblemsSplit(t *testing.T) {
+	steps := []conductor.Step{
+		{Interface: "raid", Step: "create_configuration", Args: map[string]any{"logical_disks": []any{}}},
+		{Interface: "warp", Step: "drive"},
+		{Interface: "deploy", Step: "erase_devices", Args: map[string]any{"anything": 1.0}},
+	}
+	if err := conductor.ValidateStepShape("steps", steps[:1]); err != nil {
+		t.Errorf("shape of a step with arguments it does not take: %v", err)
+	}
+	shape := conductor.ShapeProblems(steps)
+	if len(shape) != 1 || shape[0].Index != 1 || shape[0].Part != "interface" {
+		t.Errorf("shape problems %+v", shape)
+	}
+	args := conductor.ArgProblems(steps)
+	if len(args) != 1 || args[0].Index != 0 || args[0].Part != "args.logical_disks" || args[0].Msg != `step raid.create_configuration takes no argument "logical_disks"` {
+		t.Errorf("argument problems %+v", args)
+	}
+	if err := conductor.ValidateSteps("steps", steps[:1]); err == nil {
+		t.Error("explicit steps with an argument the step does not take were accepted")
+	}
+}

@@ -151,7 +151,7 @@ func (c *Conductor) runSteps(n *ent.Node, run string, steps []Step, who string, 
 		}, e)
 	}
 	fail := func(msg string) { failWith(msg, nil) }
-	if why := unsupported(n, steps); why != "" {
+	if why := cannotRun(n, kind, steps); why != "" {
 		fail(why)
 		return
 	}
@@ -228,14 +228,14 @@ func (c *Conductor) runSteps(n *ent.Node, run string, steps []Step, who string, 
 // firstStep prepares a claim that starts a run of steps to record the
 // start of the first one too, as runSteps would in its own write: a run
 // of five steps then writes six times instead of seven, and on SQLite
-// every write goes through the one writer. A driver that cannot run the
-// steps is left to runSteps, which fails the run before any starts. It
-// returns info with the first step's progress, what the claim also sets,
+// every write goes through the one writer. A run that cannot start (a
+// step the driver does not run, ill-formed arguments) is left to
+// runSteps, which fails it before any step starts. It returns info with the first step's progress, what the claim also sets,
 // and the step's start event; ok is false when the claim starts nothing,
 // and runSteps is then called with started false.
 func (c *Conductor) firstStep(n *ent.Node, run string, steps []Step, who string, info map[string]any) (map[string]any, func(u *ent.NodeUpdate), []history.Event, bool) {
 	ph, ok := phases[run]
-	if !ok || len(steps) == 0 || unsupported(n, steps) != "" {
+	if !ok || len(steps) == 0 || cannotRun(n, ph.kind, steps) != "" {
 		return info, func(*ent.NodeUpdate) {}, nil, false
 	}
 	info = stepProgress(info, ph.kind, 0, len(steps))

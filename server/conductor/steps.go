@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/anvilproject/anvil/ent"
 	"github.com/anvilproject/anvil/server/bmc"
 	"github.com/anvilproject/anvil/server/errs"
 )
@@ -39,20 +40,34 @@ var StepInterfaces = []string{"bios", "deploy", "firmware", "management", "power
 // stepNameRE is a driver method's name, which is what a step names.
 var stepNameRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,254}$`)
 
-// ValidateSteps checks steps when the request arrives: one of Ironic's
-// step interfaces, a well-formed step name, and for a step Anvil runs,
-// known and well-formed arguments. Whether the node's driver runs each
-// step is decided when the run starts. field names the request field
-// for the error (clean_steps, service_steps or steps); the error is the
+// ValidateSteps checks explicit steps when the request arrives: their
+// shape (ValidateStepShape) and, for a step Anvil runs, known and
+// well-formed arguments. Whether the node's driver runs each step is
+// decided when the run starts. field names the request field for the
+// error (clean_steps, service_steps or deploy_steps); the error is the
 // first of StepProblems.
 func ValidateSteps(field string, steps []Step) error {
+	return validate(field, steps, StepProblems)
+}
+
+// ValidateStepShape checks what Ironic's step schema checks when a
+// runbook or deploy template is stored: how many steps, one of Ironic's
+// step interfaces, a well-formed step name. Arguments are the step's to
+// judge when it runs (ArgProblems), as Ironic's conductor judges them, so
+// a runbook written for another driver or a later release is stored as
+// it is.
+func ValidateStepShape(field string, steps []Step) error {
+	return validate(field, steps, ShapeProblems)
+}
+
+func validate(field string, steps []Step, problems func([]Step) []StepProblem) error {
 	if len(steps) == 0 {
 		return errs.BadRequest(field, "%s must list at least one step", field)
 	}
 	if len(steps) > MaxSteps {
 		return errs.BadRequest(field, "%s lists %d steps; at most %d", field, len(steps), MaxSteps)
 	}
-	if p := StepProblems(steps); len(p) > 0 {
+	if p := problems(steps); len(p) > 0 {
 		return p[0].Err(field)
 	}
 	return nil
@@ -76,26 +91,41 @@ func (p StepProblem) Err(field string) error {
 }
 
 // StepProblems lists everything ValidateSteps checks of each step, not
-// only the first failure, so a form can show every problem at once.
-// Arguments are checked in name order, so the list is the same each time.
-func StepProblems(steps []Step) []StepProblem {
+// only the first failure, so a form can show every problem at once:
+// ShapeProblems and ArgProblems, step by step.
+func StepProblems(steps []Step) []StepProblem { return stepProblems(steps, true, true) }
+
+// ShapeProblems lists what ValidateStepShape checks of each step.
+func ShapeProblems(steps []Step) []StepProblem { return stepProblems(steps, true, false) }
+
+// ArgProblems lists what is wrong with the arguments of the steps Anvil
+// runs itself (unknown, missing, ill-typed), as a run checks them before
+// its first step. The agent's steps take what its hardware managers
+// define, and the agent checks them; a step Anvil does not know has no
+// arguments to check here.
+func ArgProblems(steps []Step) []StepProblem { return stepProblems(steps, false, true) }
+
+// stepProblems checks the shape, the arguments or both of each step;
+// arguments are checked in name order, so the list is the same each time.
+func stepProblems(steps []Step, shape, args bool) []StepProblem {
 	var out []StepProblem
 	for i, s := range steps {
 		bad := func(part, format string, a ...any) {
 			out = append(out, StepProblem{Index: i, Part: part, Msg: fmt.Sprintf(format, a...)})
 		}
 		okIface := slices.Contains(StepInterfaces, s.Interface)
-		if !okIface {
+		okName := stepNameRE.MatchString(s.Step)
+		if shape && !okIface {
 			bad("interface", "interface %q is not one of %s", s.Interface, strings.Join(StepInterfaces, ", "))
 		}
-		if !stepNameRE.MatchString(s.Step) {
+		if shape && !okName {
 			bad("step", "step %q is not a step name (letters, digits and _, not starting with a digit)", s.Step)
+		}
+		if !args || !okIface || !okName {
 			continue
 		}
 		info := lookupStep(s.Interface, s.Step)
-		// The agent's steps take what the agent's hardware managers
-		// define (argsinfo); the agent checks them when the step runs.
-		if !okIface || info == nil || info.InBand {
+		if info == nil || info.InBand {
 			continue
 		}
 		for _, k := range slices.Sorted(maps.Keys(s.Args)) {
@@ -115,6 +145,22 @@ func StepProblems(steps []Step) []StepProblem {
 	return out
 }
 
+// cannotRun says why a run of steps on node n cannot start, or "": a step
+// the driver does not run, or a step's arguments, the first problem of
+// ArgProblems. Ironic's conductor checks a runbook's steps against the
+// driver's when the run starts, so a stored runbook with arguments a step
+// does not take fails the run, in clean failed or service failed, before
+// anything is done to the machine.
+func cannotRun(n *ent.Node, kind string, steps []Step) string {
+	if why := unsupported(n, steps); why != "" {
+		return why
+	}
+	if p := ArgProblems(steps); len(p) > 0 {
+		return fmt.Sprintf("Cannot %s node %s: step %d (%s): %s.", kind, n.UUID, p[0].Index+1, steps[p[0].Index].Name(), p[0].Msg)
+	}
+	return ""
+}
+
 // stepsFitDriver checks what depends on the node's driver, once the node
 // is known: a boot device the driver cannot set is a 400 before any step
 // runs.
@@ -124,6 +170,9 @@ func stepsFitDriver(field string, steps []Step, driver string) error {
 			continue
 		}
 		dev, _ := s.Args["device"].(string)
+		if !slices.Contains(bmc.AllBootDevices(), dev) {
+			continue // an argument problem, which the run reports (cannotRun)
+		}
 		if valid := bmc.BootDevices(driver); !slices.Contains(valid, dev) {
 			return errs.BadRequest(fmt.Sprintf("%s[%d].args.device", field, i), "%s[%d]: device %q is not one of %s (driver %s)", field, i, dev, strings.Join(valid, ", "), driver)
 		}

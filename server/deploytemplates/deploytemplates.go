@@ -82,7 +82,8 @@ type Input struct {
 // ParseSteps checks steps as Ironic's deploy step schema does (a
 // non-empty list of {interface, step, args, priority}, nothing else,
 // priority a non-negative integer or a string of digits, each interface
-// and step at most once) and then as runbook steps are checked.
+// and step at most once) and then as runbook steps are: their shape only,
+// for Ironic checks a deploy step's arguments when a deployment uses it.
 func ParseSteps(v any) ([]Step, error) {
 	list, ok := v.([]any)
 	if !ok {
@@ -120,7 +121,7 @@ func ParseSteps(v any) ([]Step, error) {
 		}
 		cs[i] = conductor.Step{Interface: st.Interface, Step: st.Step, Args: st.Args}
 	}
-	return out, conductor.ValidateSteps("steps", cs)
+	return out, conductor.ValidateStepShape("steps", cs)
 }
 
 func priority(v any) (int, error) {

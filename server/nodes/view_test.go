@@ -51,3 +51,26 @@ func TestRedactedFields(t *testing.T) {
 		t.Errorf("owner admin view lost granted values: %+v", owner)
 	}
 }
+
+// Ironic's _node_sanitize_extended replaces last_error whatever it holds,
+// null included, for a caller without baremetal:node:get:last_error;
+// under Anvil's default rule (system_or_project_reader: the runbook and
+// lessee specs let a lessee see why its run failed) a lessee reader has
+// it, so null reads null.
+func TestLastErrorRedactedWhenNullToo(t *testing.T) {
+	n := &ent.Node{Owner: "own", Lessee: "les"}
+	view := func(overrides map[string]string, project string) *View {
+		enf, err := policies.New(policies.Defaults(), overrides)
+		if err != nil {
+			t.Fatal(err)
+		}
+		p := &policies.Principal{User: "u", Project: project, Roles: policies.ExpandRoles([]string{"reader"})}
+		return newRedactor(&guard.Guard{Enforcer: enf}).view(policies.WithPrincipal(context.Background(), p), n, nil)
+	}
+	if v := view(map[string]string{"baremetal:node:get:last_error": "rule:system_or_owner_reader"}, "les"); v.LastError == nil || *v.LastError != RedactedLastError {
+		t.Errorf("withheld null last_error = %v, want the redaction sentence", v.LastError)
+	}
+	if v := view(nil, "les"); v.LastError != nil {
+		t.Errorf("a lessee reader's null last_error under Anvil's default = %q, want null", *v.LastError)
+	}
+}

@@ -9,6 +9,7 @@ import (
 	"github.com/anvilproject/anvil/ent"
 	"github.com/anvilproject/anvil/ent/port"
 	"github.com/anvilproject/anvil/ent/portgroup"
+	"github.com/anvilproject/anvil/policies"
 	"github.com/anvilproject/anvil/server/errs"
 	"github.com/anvilproject/anvil/server/nodes"
 	"github.com/anvilproject/anvil/server/store"
@@ -31,17 +32,24 @@ type PortInput struct {
 	Category            *string
 }
 
-// nodeForCreate finds the node a new port or portgroup names. One the
-// caller may not see is answered exactly as one that does not exist, a
-// 400 as Ironic answers a missing node in a POST body.
+// nodeForCreate finds the node a new port or portgroup names and checks
+// the create rule on it. As Ironic's post does, the rule is checked on the
+// node whoever may see it (a missing node has no owner or lessee), and
+// only then is a missing or hidden node a 400: a project caller gets the
+// same 403 for another project's node and for none at all, so neither
+// answer says which it was.
 func (s *Service) nodeForCreate(ctx context.Context, ident, rule, kind string) (*ent.Node, error) {
 	if ident == "" {
 		return nil, errs.BadRequest("node_uuid", "node_uuid is required")
 	}
 	n, err := s.visibleNode(ctx, ident)
 	if errs.Status(err) == 404 {
+		t := policies.Target{}
 		if n, lerr := s.nodes.Lookup(ctx, ident); lerr == nil {
-			_ = s.guard.Authorize(ctx, nodes.RuleGet, kind, "", nodes.Target(n))
+			t = nodes.Target(n)
+		}
+		if err := s.guard.Authorize(ctx, rule, kind, "", t); err != nil {
+			return nil, err
 		}
 		return nil, errs.BadRequest("node_uuid", "Node %s could not be found.", ident)
 	}

@@ -7,8 +7,9 @@ import (
 	"github.com/anvilproject/anvil/server/errs"
 )
 
-// Problems names every field at fault at once; validate (the API) keeps
-// answering with the first of them.
+// Problems names every field at fault at once, but not the steps'
+// arguments, which a run checks (ArgProblems names those, in the same
+// terms); validate (the API) keeps answering with the first of them.
 func TestProblemsListsEveryField(t *testing.T) {
 	owner := "blue"
 	in := Input{Name: "not a trait", Public: true, Owner: &owner, Steps: []Step{
@@ -20,9 +21,16 @@ func TestProblemsListsEveryField(t *testing.T) {
 	for _, p := range Problems(in) {
 		fields = append(fields, p.Field)
 	}
-	want := []string{"name", "owner", "steps[0].args.seconds", "steps[1].args.device"}
+	want := []string{"name", "owner"}
 	if !reflect.DeepEqual(fields, want) {
 		t.Errorf("fields %v, want %v", fields, want)
+	}
+	fields = nil
+	for _, p := range ArgProblems(in) {
+		fields = append(fields, p.Field)
+	}
+	if want := []string{"steps[0].args.seconds", "steps[1].args.device"}; !reflect.DeepEqual(fields, want) {
+		t.Errorf("argument fields %v, want %v", fields, want)
 	}
 	if in.Steps[0].Order != 3 {
 		t.Error("Problems reordered the caller's steps")

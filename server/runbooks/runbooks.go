@@ -295,6 +295,9 @@ func IsSecret(k string) bool {
 
 // Input is a runbook to create, or the document a patch produces.
 type Input struct {
+	// UUID is the client's choice on create, as Ironic takes one; a
+	// patch cannot change it.
+	UUID           *string        `json:"uuid,omitempty"`
 	Name           string         `json:"name"`
 	Public         bool           `json:"public"`
 	Owner          *string        `json:"owner"`
@@ -321,10 +324,11 @@ func validate(in *Input) error {
 	return nil
 }
 
-// Problems lists everything wrong with a runbook but policy, not only the
-// first problem, so the portal's editor can show each next to its field.
+// Problems lists everything wrong with a runbook but policy (and its
+// steps' arguments, which a run checks), not only the first problem, so
+// the portal's editor can show each next to its field.
 // A step's problem names it by its index in order, as the API does: field
-// steps[i].<part> (interface, step, order, args.<name>), message
+// steps[i].<part> (interface, step, order; ArgProblems: args.<name>), message
 // "steps[i]: …".
 func Problems(in Input) []*errs.Error {
 	var out []*errs.Error
@@ -367,10 +371,32 @@ func Problems(in Input) []*errs.Error {
 		cs[i] = conductor.Step{Interface: st.Interface, Step: st.Step, Args: st.Args}
 	}
 	if len(cs) == 0 || len(cs) > conductor.MaxSteps {
-		add("steps", conductor.ValidateSteps("steps", cs))
+		add("steps", conductor.ValidateStepShape("steps", cs))
 	}
-	for _, p := range conductor.StepProblems(cs) {
+	// Only the steps' shape, as Ironic's runbook schema: each step checks
+	// its arguments when a run starts (ArgProblems).
+	for _, p := range conductor.ShapeProblems(cs) {
 		add("steps", p.Err("steps"))
+	}
+	return out
+}
+
+// ArgProblems lists what a run of the runbook would refuse in its steps'
+// arguments, named as Problems names a step's problem; the runbook saves
+// with them, as in Ironic, and the portal's editor warns of them.
+func ArgProblems(in Input) []*errs.Error {
+	steps := slices.Clone(in.Steps)
+	sort.SliceStable(steps, func(i, j int) bool { return steps[i].Order < steps[j].Order })
+	cs := make([]conductor.Step, len(steps))
+	for i, st := range steps {
+		cs[i] = conductor.Step{Interface: st.Interface, Step: st.Step, Args: st.Args}
+	}
+	var out []*errs.Error
+	for _, p := range conductor.ArgProblems(cs) {
+		var e *errs.Error
+		if errors.As(p.Err("steps"), &e) {
+			out = append(out, e)
+		}
 	}
 	return out
 }
@@ -395,40 +421,56 @@ func (s *Service) stepRules(ctx context.Context, steps []Step, t policies.Target
 func (s *Service) Create(ctx context.Context, in Input) (out *Runbook, err error) {
 	p := policies.PrincipalFrom(ctx)
 	id := uuid.NewString()
+	if in.UUID != nil && *in.UUID != "" {
+		id = strings.ToLower(*in.UUID)
+	}
 	defer func() { s.guard.Done(ctx, RuleCreate, "runbook", id, err, map[string]any{"name": in.Name}) }()
 	// Policy first, then the body: a caller who may not create learns
-	// nothing from a 400 about its input.
+	// nothing from a 400 about its input. A project's runbook is its
+	// own, so the create rule is checked on that; an owner or a public
+	// flag it may not give is then a 400, as Ironic answers it (the
+	// request is refused for what it says, not for who sent it).
 	if in.Owner != nil && *in.Owner == "" {
 		in.Owner = nil
-	}
-	if p != nil && !p.System {
-		if in.Owner != nil && *in.Owner != p.Project {
-			return nil, errs.Forbidden("a project may only create runbooks it owns")
-		}
-		if in.Public {
-			return nil, errs.Forbidden("only the system may publish a runbook")
-		}
-		in.Owner = &p.Project
 	}
 	t := policies.Target{RunbookPublic: in.Public}
 	if in.Owner != nil {
 		t.RunbookOwner = *in.Owner
 	}
+	project := p != nil && !p.System
+	if project {
+		t = policies.Target{RunbookOwner: p.Project}
+	}
 	if err := s.guard.Authorize(ctx, RuleCreate, "runbook", id, t); err != nil {
 		return nil, err
 	}
-	if in.Public {
+	// Publishing and choosing an owner are the system's: its callers
+	// need the rules that govern changing them later, so what a caller
+	// could not patch it cannot create either.
+	if !project && in.Public {
 		if err := s.guard.Authorize(ctx, RulePublish, "runbook", id, t); err != nil {
 			return nil, err
 		}
 	}
-	if p != nil && p.System && in.Owner != nil {
+	if !project && in.Owner != nil {
 		if err := s.guard.Authorize(ctx, RuleSetOwner, "runbook", id, t); err != nil {
 			return nil, err
 		}
 	}
 	if err := s.stepRules(ctx, in.Steps, t, id); err != nil {
 		return nil, err
+	}
+	if project {
+		if in.Owner != nil && *in.Owner != p.Project {
+			return nil, errs.BadRequest("owner", "Cannot create a runbook as a project scoped admin with an owner other than your own project.")
+		}
+		if in.Public {
+			return nil, errs.BadRequest("public", "Cannot create a public runbook as a project scoped admin.")
+		}
+		in.Owner = &p.Project
+	}
+	if !nodes.IsUUID(id) {
+		return nil, errs.BadRequest("uuid", "uuid %q is not a valid UUID", id)
 	}
 	if err := validate(&in); err != nil {
 		return nil, err
@@ -442,6 +484,11 @@ func (s *Service) Create(ctx context.Context, in Input) (out *Runbook, err error
 		return createSteps(ctx, tx, r.ID, in.Steps)
 	})
 	if ent.IsConstraintError(err) {
+		// The UUID is the client's, so it may be the one taken, by a
+		// runbook the caller may not see: Ironic answers 409 then too.
+		if taken, _ := s.db.Runbook.Query().Where(runbook.UUID(id)).Exist(ctx); taken {
+			return nil, errs.Conflict("A runbook with UUID %s already exists.", id)
+		}
 		return nil, nameTaken(in.Owner, in.Name)
 	}
 	if err != nil {
