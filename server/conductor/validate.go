@@ -73,11 +73,15 @@ func validateNode(n *ent.Node) map[string]Validation {
 		case iface == "inspect" && impl == "agent":
 			// In-band inspection boots the agent.
 			out[iface] = agentVerdict(n)
+		case iface == "console" && impl == ConsoleSocat:
+			// The console logs in to the BMC as power does; its port is
+			// checked when it is enabled (console.go).
+			out[iface] = bmcCheck
 		case iface == "bios" || iface == "inspect" || iface == "raid" && impl == "redfish":
 			// Redfish BIOS settings, inspection and RAID, through the BMC.
 			out[iface] = bmcCheck
 		default:
-			// Not driven by Anvil: agent RAID, console and rescue (see
+			// Not driven by Anvil: agent RAID and rescue (see
 			// README, Drivers).
 			out[iface] = Validation{Reason: &unsupported}
 		}
