@@ -9,7 +9,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/anvilproject/anvil/ent"
@@ -75,16 +74,13 @@ type consoles struct {
 	open map[int]*consoleSession
 }
 
-// consoleSession is one node's listener. Like Ironic's socat with
-// max-children=1 it serves one client at a time; a second connection is
-// closed at once rather than left waiting on a console it cannot have.
+// consoleSession is one node's listener and the client it serves.
 type consoleSession struct {
 	port   int
 	url    string
 	ln     net.Listener
 	ctx    context.Context
 	cancel context.CancelFunc
-	busy   atomic.Bool
 	done   sync.WaitGroup
 }
 
@@ -154,7 +150,8 @@ func (c *Conductor) checkConsole(n *ent.Node) error {
 		}
 		return nil
 	}
-	return errs.BadRequest("console_interface", "Driver %s does not support console (disabled or not implemented).", n.Driver)
+	// Ironic's UnsupportedDriverExtension, then which field decides.
+	return errs.BadRequest("console_interface", "Driver %s does not support console (disabled or not implemented). console_interface %q has no console.", n.Driver, n.ConsoleInterface)
 }
 
 // setConsole does the change under the node's lock and records it.
@@ -256,26 +253,19 @@ func (c *Conductor) openConsole(n *ent.Node) (*consoleSession, error) {
 	return s, nil
 }
 
-// serveConsole accepts the clients of one node's console, one at a time.
+// serveConsole serves the clients of one node's console one after the
+// other: like Ironic's socat with max-children=1, a second client waits
+// (in the listen backlog) until the first one leaves.
 func (c *Conductor) serveConsole(s *consoleSession, n *ent.Node) {
 	for {
 		conn, err := s.ln.Accept()
 		if err != nil {
 			return
 		}
-		if !s.busy.CompareAndSwap(false, true) {
-			conn.Close()
-			continue
+		if err := c.runSOL(s.ctx, n, conn); err != nil && s.ctx.Err() == nil {
+			c.log.Warn("console session failed", "node", n.UUID, "err", err)
 		}
-		s.done.Add(1)
-		go func() {
-			defer s.done.Done()
-			defer s.busy.Store(false)
-			defer conn.Close()
-			if err := c.runSOL(s.ctx, n, conn); err != nil && s.ctx.Err() == nil {
-				c.log.Warn("console session failed", "node", n.UUID, "err", err)
-			}
-		}()
+		conn.Close()
 	}
 }
 

@@ -437,6 +437,11 @@ func (s *Service) PatchWith(ctx context.Context, ident string, raw []byte, allow
 		if len(changed) == 0 {
 			return nil
 		}
+		if cur.ConsoleEnabled && contains(changed, "driver") {
+			// Ironic's words: the new driver could not stop the console
+			// the old one started.
+			return errs.Conflict("Node %s can not update the driver while the console is enabled. Please stop the console first.", ident)
+		}
 		if contains(changed, "owner") && cur.ProvisionState == StateActive && !s.guard.Allowed(ctx, RuleOwnerProvisioned, Target(cur)) {
 			return errs.Conflict("Cannot update owner of node \"%s\" while it is in state \"%s\".", cur.UUID, StateActive)
 		}
@@ -464,11 +469,6 @@ func (s *Service) PatchWith(ctx context.Context, ident string, raw []byte, allow
 			if upd.fields["chassis_uuid"], err = chassisOf(ctx, tx, &ident); err != nil {
 				return err
 			}
-		}
-		if cur.ConsoleEnabled && contains(changed, "driver") {
-			// Ironic's words: the new driver could not stop the console
-			// the old one started.
-			return errs.Conflict("Node %s can not update the driver while the console is enabled. Please stop the console first.", ident)
 		}
 		if err := applyUpdate(ctx, tx, cur, upd); err != nil {
 			return err
