@@ -3,9 +3,9 @@ package api_test
 import (
 	"bufio"
 	"context"
-	"log/slog"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"strings"
 	"testing"
@@ -246,4 +246,31 @@ typing:
 		out.WriteByte(b)
 	}
 	_ = conn.SetReadDeadline(time.Time{})
+}
+
+// TestBaremetalCLIConsole drives Debian's client through node console
+// enable, show and disable on a fake-hardware node.
+func TestBaremetalCLIConsole(t *testing.T) {
+	storetest.Each(t, func(t *testing.T, setting string, _ *store.DB) {
+		srv, admin := start(t, setting)
+		bm := newCLI(t, srv.URL)
+		bm.json("node", "create", "--driver", "fake-hardware", "--name", "cli-con")
+		bm.run(false, "node", "console", "enable", "cli-con")
+		eventually(t, "console enabled", func() bool {
+			return admin.Do(t, "GET", "/v1/nodes/cli-con", nil).JSON(t)["console_enabled"] == true
+		})
+		if s := bm.json("node", "console", "show", "cli-con").(map[string]any); s["console_enabled"] != true || fmt.Sprint(s["console_info"]) != "map[]" {
+			t.Errorf("console show: %v", s)
+		}
+		bm.run(false, "node", "console", "disable", "cli-con")
+		eventually(t, "console disabled", func() bool {
+			return admin.Do(t, "GET", "/v1/nodes/cli-con", nil).JSON(t)["console_enabled"] == false
+		})
+		if s := bm.json("node", "console", "show", "cli-con").(map[string]any); s["console_enabled"] != false || s["console_info"] != nil {
+			t.Errorf("console show after disable: %v", s)
+		}
+		if out := bm.run(true, "node", "console", "enable", "no-such-node"); !strings.Contains(out, "no-such-node") {
+			t.Errorf("console enable of a missing node: %s", out)
+		}
+	})
 }

@@ -23,15 +23,15 @@ const (
 
 // Sim is a running ipmi_sim.
 type Sim struct {
-	Port  int
+	Port int
 	// serial is the machine's serial port when the simulator has SOL
 	// (StartSOL): ipmi_sim connects to it as to a TCP serial device.
 	serial chan net.Conn
-	dir   string
-	state string
-	mu    sync.Mutex
-	cmd   *exec.Cmd
-	done  chan struct{}
+	dir    string
+	state  string
+	mu     sync.Mutex
+	cmd    *exec.Cmd
+	done   chan struct{}
 }
 
 // chassis is the control script: ipmi_sim runs it as
