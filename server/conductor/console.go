@@ -409,3 +409,23 @@ func (c *Conductor) restoreConsoles(ctx context.Context) error {
 // console was disabled elsewhere; the query runs only while consoles are
 // open and reads those nodes only.
 const consoleReconcileEvery = time.Second
+
+// OpenConsole is a portal client's way into a node's serial console: it
+// checks get_console for the caller, as every connection must, and
+// answers where the conductor listens. Each opening is audited: a
+// console is a way into the machine.
+func (o *Ops) OpenConsole(ctx context.Context, ident string) (url string, err error) {
+	n, err := o.Nodes.Authorized(ctx, ident, RuleGetConsole)
+	if err != nil {
+		return "", err
+	}
+	defer func() { o.Guard.Done(ctx, RuleGetConsole, "node", n.UUID, err, map[string]any{"open": "portal"}) }()
+	if !n.ConsoleEnabled {
+		return "", errs.Conflict("Console access is not enabled on node %s", n.UUID)
+	}
+	url, _ = n.DriverInternalInfo[internalConsoleURL].(string)
+	if n.ConsoleInterface != ConsoleSocat || url == "" {
+		return "", errs.Conflict("Node %s's console interface %s has no stream the portal can show", n.UUID, n.ConsoleInterface)
+	}
+	return url, nil
+}
