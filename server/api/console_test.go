@@ -274,3 +274,25 @@ func TestBaremetalCLIConsole(t *testing.T) {
 		}
 	})
 }
+
+// TestConsoleTearDown: undeploying disables the console, where Ironic
+// only stops it until the next deploy, so the next tenant does not get
+// it (README, Console).
+func TestConsoleTearDown(t *testing.T) {
+	storetest.Each(t, func(t *testing.T, setting string, _ *store.DB) {
+		_, admin := start(t, setting)
+		id := availableNode(t, admin, map[string]any{"name": "con-td"})
+		provision(t, admin, id, map[string]any{"target": "active"}, 202)
+		waitState(t, admin, id, "active")
+		mustStatus(t, admin.Do(t, "PUT", "/v1/nodes/"+id+"/states/console", map[string]any{"enabled": true}), 202)
+		eventually(t, "console enabled", func() bool { on, _ := consoleState(t, admin, id); return on })
+		provision(t, admin, id, map[string]any{"target": "deleted"}, 202)
+		waitState(t, admin, id, "available")
+		if on, info := consoleState(t, admin, id); on || info != nil {
+			t.Fatalf("console after tear down: %v %v", on, info)
+		}
+		if h := admin.Do(t, "GET", "/v1/nodes/"+id+"/history", nil).Body; !strings.Contains(string(h), "console disabled") {
+			t.Errorf("history does not say the console was disabled: %s", h)
+		}
+	})
+}
