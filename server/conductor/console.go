@@ -323,14 +323,6 @@ func (c *Conductor) closeConsole(id int) {
 	s.done.Wait()
 }
 
-// ConsoleOpen reports whether this conductor listens for node id's
-// console.
-func (c *Conductor) ConsoleOpen(id int) bool {
-	c.cons.mu.Lock()
-	defer c.cons.mu.Unlock()
-	return c.cons.open[id] != nil
-}
-
 // reconcileConsoles closes the listeners of nodes whose console is no
 // longer this conductor's to run: the node was deleted, its console
 // disabled (a lease that ended, a tear down, a request another replica
