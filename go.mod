@@ -16,7 +16,7 @@ require (
 	github.com/prometheus/client_golang v1.25.0
 	github.com/spf13/cobra v1.10.2
 	github.com/spf13/pflag v1.0.10
-	github.com/valyala/fasthttp v1.51.0
+	github.com/valyala/fasthttp v1.52.0
 	github.com/zitadel/oidc/v3 v3.51.3
 	golang.org/x/crypto v0.58.0
 	golang.org/x/oauth2 v0.37.0
@@ -25,13 +25,16 @@ require (
 )
 
 require (
+	github.com/GehirnInc/crypt v0.0.0-20230320061759-8cc1b52080c5
 	github.com/diskfs/go-diskfs v1.9.4
+	github.com/fasthttp/websocket v1.5.8
+	github.com/gofiber/contrib/websocket v1.3.4
 	github.com/kdomanski/iso9660 v0.4.0
 )
 
 require github.com/djherbis/times v1.6.0 // indirect
 
-require github.com/GehirnInc/crypt v0.0.0-20230320061759-8cc1b52080c5 // indirect
+require github.com/savsgio/gotils v0.0.0-20240303185622-093b76447511 // indirect
 
 require (
 	ariga.io/atlas v0.32.1-0.20250325101103-175b25e1c1b9 // indirect

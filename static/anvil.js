@@ -190,3 +190,33 @@ document.addEventListener("DOMContentLoaded", () => enhance(document));
 // Content htmx swapped in.
 document.addEventListener("htmx:load", (e) => enhance(e.target.parentElement || e.target));
 setInterval(() => showTimes(document), 60_000);
+
+// The node console page: the machine's serial output arrives over a
+// WebSocket; a line typed in the box goes back with a carriage return,
+// as a terminal's Enter sends.
+document.addEventListener("DOMContentLoaded", () => {
+  const box = document.querySelector("[data-console]");
+  if (!box) return;
+  const out = box.querySelector("[data-console-output]");
+  const status = box.querySelector("[data-console-status]");
+  const form = box.querySelector("[data-console-input]");
+  const url = new URL(box.dataset.console, location.href);
+  url.protocol = location.protocol === "https:" ? "wss:" : "ws:";
+  const ws = new WebSocket(url);
+  ws.binaryType = "arraybuffer";
+  const text = new TextDecoder();
+  ws.onopen = () => { status.textContent = "Connected"; };
+  ws.onmessage = (e) => {
+    out.textContent += typeof e.data === "string" ? e.data : text.decode(e.data, { stream: true });
+    // Keep the last 200 kB, as a terminal keeps its scrollback.
+    if (out.textContent.length > 200000) out.textContent = out.textContent.slice(-150000);
+    out.scrollTop = out.scrollHeight;
+  };
+  ws.onclose = () => { status.textContent = "Disconnected: the console was closed, or is in use by someone else. Reload to try again."; };
+  form.addEventListener("submit", (e) => {
+    e.preventDefault();
+    const line = form.elements.line;
+    if (ws.readyState === WebSocket.OPEN) ws.send(line.value + "\r");
+    line.value = "";
+  });
+});

@@ -69,6 +69,7 @@ func (p *Portal) detail(c *fiber.Ctx) (views.NodeDetail, error) {
 	d.ErrorSummary, d.ErrorAdvice = plainError(d.LastError)
 	t := nodes.Target(v.Node)
 	d.CanPower = p.Guard.Allowed(ctx, conductor.RuleSetPower, t)
+	d.Console = v.ConsoleEnabled && p.Guard.Allowed(ctx, conductor.RuleGetConsole, t)
 	switch {
 	case !d.CanPower:
 		d.PowerWhy = p.denied(ctx, "may not change power", conductor.RuleSetPower)

@@ -62,6 +62,13 @@ func TestDrivers(t *testing.T) {
 			fmt.Sprint(d["enabled_boot_interfaces"]) != "[ipxe pxe]" || fmt.Sprint(d["enabled_raid_interfaces"]) != "[no-raid agent]" {
 			t.Errorf("ipmi in detail: %v", d)
 		}
+		// The consoles offered are the ones Anvil runs (console.go).
+		if fmt.Sprint(d["enabled_console_interfaces"]) != "[no-console ipmitool-socat]" || d["default_console_interface"] != "no-console" {
+			t.Errorf("ipmi consoles: %v, default %v", d["enabled_console_interfaces"], d["default_console_interface"])
+		}
+		if rf := reader.Do(t, "GET", "/v1/drivers/redfish", nil).JSON(t); fmt.Sprint(rf["enabled_console_interfaces"]) != "[no-console]" {
+			t.Errorf("redfish consoles: %v", rf["enabled_console_interfaces"])
+		}
 		if _, ok := d["default_firmware_interface"]; !ok {
 			t.Errorf("firmware interface not shown at latest: %v", d)
 		}

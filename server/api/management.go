@@ -22,6 +22,41 @@ func (a *API) registerManagement(v1 fiber.Router) {
 	v1.Get("/nodes/:node/management/indicators/:indicator", subSince(VerIndicators, "indicators"), query(), a.getIndicator)
 	v1.Put("/nodes/:node/management/indicators/:indicator", subSince(VerIndicators, "indicators"), a.setIndicator)
 	v1.Put("/nodes/:node/management/inject_nmi", subSince(VerInjectNMI, "inject_nmi"), a.injectNMI)
+	v1.Get("/nodes/:node/states/console", query(), a.getConsole)
+	v1.Put("/nodes/:node/states/console", a.setConsole)
+}
+
+// getConsole answers Ironic's {console_enabled, console_info}.
+func (a *API) getConsole(c *fiber.Ctx) error {
+	on, info, err := a.Ops.ConsoleState(c.UserContext(), c.Params("node"))
+	if err != nil {
+		return err
+	}
+	var ci any
+	if info != nil {
+		ci = info
+	}
+	return c.JSON(fiber.Map{"console_enabled": on, "console_info": ci})
+}
+
+func (a *API) setConsole(c *fiber.Ctx) error {
+	if err := a.authorizeFirst(c, cond.RuleSetConsole); err != nil {
+		return err
+	}
+	var in struct {
+		Enabled *bool `json:"enabled"`
+	}
+	if err := bind(c, &in); err != nil {
+		return err
+	}
+	if in.Enabled == nil {
+		return errs.BadRequest("enabled", "enabled is required: true or false")
+	}
+	if err := a.Ops.SetConsole(c.UserContext(), c.Params("node"), *in.Enabled); err != nil {
+		return err
+	}
+	c.Set("Location", baseURL(c)+"/v1/nodes/"+c.Params("node")+"/states/console")
+	return c.SendStatus(202)
 }
 
 func (a *API) statesAccepted(c *fiber.Ctx) error {

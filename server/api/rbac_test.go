@@ -130,6 +130,10 @@ var matrix = []struct {
 	{"GET", "/v1/nodes/{n}/management/indicators/{n}@system", "", "401 | 200 200 200 200 | 200 200 200 200 200 | 200 200 200 200 404 | 404 404 404 404 | 200"},
 	{"PUT", "/v1/nodes/{n}/management/indicators/{n}@system", `{"state":"blinking"}`, "401 | 204 204 403 204 | 204 204 204 403 204 | 403 403 403 403 404 | 404 404 404 404 | 204"},
 	{"PUT", "/v1/nodes/{n}/management/inject_nmi", `{}`, "401 | 204 204 403 204 | 204 204 403 403 204 | 403 403 403 403 404 | 404 404 404 404 | 204"},
+	// get_console and set_console_state are SYSTEM_MEMBER_OR_OWNER_MEMBER:
+	// no lessee, as in Ironic.
+	{"GET", "/v1/nodes/{n}/states/console", "", "401 | 200 200 403 200 | 200 200 200 403 200 | 403 403 403 403 404 | 404 404 404 404 | 200"},
+	{"PUT", "/v1/nodes/{n}/states/console", `{"enabled":true}`, "401 | 202 202 403 202 | 202 202 202 403 202 | 403 403 403 403 404 | 404 404 404 404 | 202"},
 	// conductor:get is SYSTEM_READER, which includes service users.
 	{"GET", "/v1/conductors", "", "401 | 200 200 200 200 | 403 403 403 403 403 | 403 403 403 403 403 | 403 403 403 403 | 200"},
 	// supported boot devices follow get_boot_device.

@@ -64,6 +64,7 @@ var drivers = map[string][]key{
 		{name: "ipmi_cipher_suite", kind: kCipher, desc: "The number of a cipher suite to use. Only 3 (AES-128 with SHA1) or 17 (AES-128 with SHA256) should ever be used; 17 is preferred. The default value depends on the ipmitool version, some recent versions have switched from 3 to 17."},
 		{name: "ipmi_protocol_version", kind: kEnum, values: []string{"2.0", "1.5"}, desc: `the version of the IPMI protocol; default is "2.0". One of "1.5", "2.0". Optional.`},
 		{name: "ipmi_priv_level", kind: kEnum, values: []string{"ADMINISTRATOR", "OPERATOR", "USER", "CALLBACK"}, desc: "privilege level; default is ADMINISTRATOR. One of ADMINISTRATOR, CALLBACK, OPERATOR, USER. Optional."},
+		{name: "ipmi_terminal_port", kind: kPort, desc: "node's UDP port to connect to. Only required for console access."},
 	},
 	"redfish": {
 		{name: "redfish_address", kind: kURL, required: true, desc: "The URL address to the Redfish controller. It must include the authority portion of the URL. If the scheme is missing, https is assumed. For example: https://mgmt.vendor.com. If a path is added, it will be used as the API endpoint root_prefix. Required"},
@@ -357,7 +358,9 @@ var InterfaceTypes = []string{"bios", "boot", "console", "deploy", "firmware", "
 // deploys nor boots images, so boot and deploy implementations are
 // recorded for clients and not acted on. network is noop by default:
 // Anvil has no DHCP provider for flat networking; storage is noop by
-// default, as Ironic's default_storage_interface.
+// default, as Ironic's default_storage_interface. console is no-console
+// by default, as Ironic's default_console_interface; ipmitool-socat is
+// Anvil's own listener (conductor/console.go).
 var interfaces = map[string]map[string][]string{
 	"fake-hardware": {
 		"bios": {"fake", "no-bios"}, "boot": {"fake", "ipxe", "pxe"}, "console": {"fake", "no-console"},
@@ -367,7 +370,7 @@ var interfaces = map[string]map[string][]string{
 		"storage": {"noop", "fake"}, "vendor": {"fake", "no-vendor"},
 	},
 	"ipmi": {
-		"bios": {"no-bios"}, "boot": {"ipxe", "pxe"}, "console": {"no-console"},
+		"bios": {"no-bios"}, "boot": {"ipxe", "pxe"}, "console": {"no-console", "ipmitool-socat"},
 		"deploy": {"direct", "ramdisk", "custom-agent"}, "firmware": {"no-firmware"}, "inspect": {"no-inspect", "agent"},
 		"management": {"ipmitool"}, "network": {"noop", "flat"}, "power": {"ipmitool"},
 		"raid": {"no-raid", "agent"}, "rescue": {"no-rescue", "agent"}, "storage": {"noop"},

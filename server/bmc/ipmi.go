@@ -39,26 +39,10 @@ func openIPMI(info map[string]any, o Options) *ipmiClient {
 func (c *ipmiClient) run(ctx context.Context, op string, args ...string) (string, error) {
 	var out string
 	err := c.call(ctx, op, func(ctx context.Context) error {
-		host := c.host
-		if restricted() {
-			// ipmitool gets the address that was checked, not a name it
-			// would resolve again.
-			addrs, err := checkHost(ctx, c.host)
-			if err != nil {
-				return err
-			}
-			host = addrs[0].String()
+		cmd, err := c.command(ctx, args...)
+		if err != nil {
+			return err
 		}
-		full := []string{"-I", c.iface, "-H", host, "-p", c.port, "-L", c.priv, "-N", "1", "-R", "3"}
-		if c.user != "" {
-			full = append(full, "-U", c.user)
-		}
-		if c.iface == "lanplus" {
-			full = append(full, "-C", c.cipher)
-		}
-		full = append(full, "-E")
-		cmd := exec.CommandContext(ctx, "ipmitool", append(full, args...)...)
-		cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "IPMI_PASSWORD=" + c.pass}
 		b, err := cmd.CombinedOutput()
 		out = strings.TrimSpace(string(b))
 		if err != nil {
@@ -73,6 +57,31 @@ func (c *ipmiClient) run(ctx context.Context, op string, args ...string) (string
 		return nil
 	})
 	return out, err
+}
+
+// command is ipmitool with the BMC's address and credentials before args.
+func (c *ipmiClient) command(ctx context.Context, args ...string) (*exec.Cmd, error) {
+	host := c.host
+	if restricted() {
+		// ipmitool gets the address that was checked, not a name it
+		// would resolve again.
+		addrs, err := checkHost(ctx, c.host)
+		if err != nil {
+			return nil, err
+		}
+		host = addrs[0].String()
+	}
+	full := []string{"-I", c.iface, "-H", host, "-p", c.port, "-L", c.priv, "-N", "1", "-R", "3"}
+	if c.user != "" {
+		full = append(full, "-U", c.user)
+	}
+	if c.iface == "lanplus" {
+		full = append(full, "-C", c.cipher)
+	}
+	full = append(full, "-E")
+	cmd := exec.CommandContext(ctx, "ipmitool", append(full, args...)...)
+	cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "IPMI_PASSWORD=" + c.pass}
+	return cmd, nil
 }
 
 // explain classifies ipmitool's words, which are all it gives.

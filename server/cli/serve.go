@@ -28,26 +28,27 @@ import (
 
 func serveCmd() *cobra.Command {
 	var (
-		g      globals
-		listen string
-		auth   string
-		demoN  int
-		secret string
-		oc     oidclogin.Config
-		cc     conductor.Config
-		pdir   string
-		svcp   string
-		penab  bool
-		pool   store.Pool
-		access string
-		proxy  []net.IPNet
-		bmcNet []string
-		agtNet []string
-		gcPct  int
-		fw     firmwareFlags
-		isoDir string
-		mtok   string
-		rolAge time.Duration
+		g        globals
+		listen   string
+		auth     string
+		demoN    int
+		secret   string
+		oc       oidclogin.Config
+		cc       conductor.Config
+		pdir     string
+		svcp     string
+		penab    bool
+		pool     store.Pool
+		access   string
+		proxy    []net.IPNet
+		bmcNet   []string
+		agtNet   []string
+		conPorts string
+		gcPct    int
+		fw       firmwareFlags
+		isoDir   string
+		mtok     string
+		rolAge   time.Duration
 	)
 	cmd := &cobra.Command{
 		Use:   "serve",
@@ -81,6 +82,12 @@ func serveCmd() *cobra.Command {
 			}
 			if err := bmc.CheckCADir(cc.BMCCADir); err != nil {
 				return fmt.Errorf("--bmc-ca-dir: %w", err)
+			}
+			if cc.Console.PortMin, cc.Console.PortMax, err = conductor.ParsePortRange(conPorts); err != nil {
+				return fmt.Errorf("--console-port-range %w", err)
+			}
+			if net.ParseIP(cc.Console.Host) == nil {
+				return fmt.Errorf("--console-host %q: give an IP address", cc.Console.Host)
 			}
 			switch auth {
 			case "none":
@@ -174,6 +181,8 @@ func serveCmd() *cobra.Command {
 	f.DurationVar(&cc.PowerTimeout, "power-timeout", time.Minute, "how long a power action waits for the BMC to report the new state (Ironic's power_timeout)")
 	f.DurationVar(&cc.BMCResetTimeout, "bmc-reset-timeout", 5*time.Minute, "how long reset_bmc waits for the restarted BMC to answer again before the step fails")
 	f.StringSliceVar(&bmcNet, "bmc-networks", nil, "CIDRs BMC addresses must fall in, checked at enrolment and at every connection (empty: any address)")
+	f.StringVar(&cc.Console.Host, "console-host", "127.0.0.1", "address the ipmitool-socat consoles listen on and their tcp:// URLs name (Ironic's [console]socat_address)")
+	f.StringVar(&conPorts, "console-port-range", "", "ports the ipmitool-socat consoles of nodes without driver_info/ipmi_terminal_port take, as <start>:<end> (Ironic's [console]port_range; empty: none)")
 	f.StringVar(&cc.BMCCADir, "bmc-ca-dir", "", "the only directory whose files driver_info/redfish_verify_ca may name, set by system-scope callers only (empty: no path; everyone may give true, false or an inline PEM bundle)")
 	f.DurationVar(&cc.Agent.BootTimeout, "agent-boot-timeout", 30*time.Minute, "how long a machine booted into the ramdisk agent has to call back (Ironic's deploy_callback_timeout)")
 	f.DurationVar(&cc.Agent.HeartbeatTimeout, "agent-heartbeat-timeout", 5*time.Minute, "how long a running ramdisk agent may stay silent before its step fails; agents are told to heartbeat well within it (Ironic's ramdisk_heartbeat_timeout)")

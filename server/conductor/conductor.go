@@ -58,6 +58,8 @@ type Config struct {
 	BMCCADir string
 	// Agent tunes the in-band work (inband.go).
 	Agent AgentConfig
+	// Console places the ipmitool-socat listeners (console.go).
+	Console ConsoleConfig
 }
 
 func (c Config) withDefaults() Config {
@@ -77,6 +79,9 @@ func (c Config) withDefaults() Config {
 		c.BMCResetTimeout = 5 * time.Minute
 	}
 	c.Agent = c.Agent.withDefaults()
+	if c.Console.Host == "" {
+		c.Console.Host = "127.0.0.1"
+	}
 	return c
 }
 
@@ -115,6 +120,8 @@ type Conductor struct {
 	// images caches images for image_download_source=local
 	// (agentdeploy.go).
 	images *imagecache.Cache
+	// cons are the consoles this conductor listens for (console.go).
+	cons consoles
 }
 
 // New returns a conductor; Start registers it and starts its loops.
@@ -181,6 +188,10 @@ func (c *Conductor) Start(ctx context.Context, listen string) error {
 	}
 	c.loop(c.cfg.Heartbeat, c.heartbeat)
 	c.loop(c.cfg.Heartbeat, c.takeOver)
+	if err := c.restoreConsoles(ctx); err != nil {
+		return fmt.Errorf("restoring consoles: %w", err)
+	}
+	c.loop(consoleReconcileEvery, c.reconcileConsoles)
 	// The server analyzed the database at start-up; the statistics then
 	// follow the fleet as it is enrolled or retired (store.Reanalyze).
 	analyzed, err := c.db.Node.Query().Count(ctx)
@@ -230,6 +241,13 @@ func (c *Conductor) loop(every time.Duration, fn func(context.Context) error) {
 func (c *Conductor) Stop() {
 	c.cancel()
 	c.work.Wait()
+	// Consoles stay enabled in the database: the next start reopens them.
+	c.cons.mu.Lock()
+	ids := slices.Collect(maps.Keys(c.cons.open))
+	c.cons.mu.Unlock()
+	for _, id := range ids {
+		c.closeConsole(id)
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	_ = c.db.Conductor.Update().Where(conductor.Hostname(c.cfg.Name)).SetOnline(false).Exec(ctx)

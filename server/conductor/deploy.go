@@ -236,8 +236,19 @@ func (c *Conductor) tearDown(n *ent.Node, who string) {
 		}
 	}
 	ev.Message = "Instance torn down; the BMC reports " + final + "; cleaning"
+	if n.ConsoleEnabled {
+		// Ironic stops the console here and starts it again at the next
+		// deploy; Anvil disables it, so a console one tenant enabled
+		// never opens for the next (README, Console).
+		c.closeConsole(n.ID)
+		for _, k := range []string{internalConsolePort, internalConsoleURL, internalConsoleHost} {
+			delete(info, k)
+		}
+		ev.Message += "; console disabled"
+	}
 	upd := c.db.Node.UpdateOneID(n.ID).SetProvisionState(nodes.StateCleaning).SetTargetProvisionState(nodes.StateAvailable).
-		SetProvisionUpdatedAt(time.Now()).SetPowerState(final).SetInstanceInfo(map[string]any{}).ClearInstanceUUID().SetDriverInternalInfo(info)
+		SetProvisionUpdatedAt(time.Now()).SetPowerState(final).SetInstanceInfo(map[string]any{}).ClearInstanceUUID().SetDriverInternalInfo(info).
+		SetConsoleEnabled(false)
 	if err := upd.Exec(ctx); err != nil {
 		c.log.Error("recording tear down", "node", n.UUID, "err", err)
 		c.unlock(n.ID)

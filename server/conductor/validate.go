@@ -70,15 +70,19 @@ func validateNode(n *ent.Node) map[string]Validation {
 			out[iface] = Validation{Result: &no, Reason: &reason}
 		case iface == "boot" && slices.Contains([]string{"redfish-virtual-media", "pxe", "ipxe"}, impl):
 			out[iface] = validateBoot(n, impl)
-		case iface == "inspect" && impl == "agent" || iface == "raid" && impl == "agent":
-			// In-band inspection and software RAID boot the agent.
+		case impl == "agent" && (iface == "inspect" || iface == "raid" || iface == "rescue"):
+			// In-band inspection, software RAID and rescue boot the agent.
 			out[iface] = agentVerdict(n)
+		case iface == "console" && impl == ConsoleSocat:
+			// The console logs in to the BMC as power does; its port is
+			// checked when it is enabled (console.go).
+			out[iface] = bmcCheck
 		case iface == "bios" || iface == "inspect" || iface == "raid" && impl == "redfish":
 			// Redfish BIOS settings, inspection and RAID, through the BMC.
 			out[iface] = bmcCheck
 		default:
-			// Not driven by Anvil: console and rescue (see README,
-			// Drivers).
+			// An implementation Anvil records but does not drive (see
+			// README, Drivers).
 			out[iface] = Validation{Reason: &unsupported}
 		}
 	}

@@ -437,6 +437,11 @@ func (s *Service) PatchWith(ctx context.Context, ident string, raw []byte, allow
 		if len(changed) == 0 {
 			return nil
 		}
+		if cur.ConsoleEnabled && contains(changed, "driver") {
+			// Ironic's words: the new driver could not stop the console
+			// the old one started.
+			return errs.Conflict("Node %s can not update the driver while the console is enabled. Please stop the console first.", ident)
+		}
 		if contains(changed, "owner") && cur.ProvisionState == StateActive && !s.guard.Allowed(ctx, RuleOwnerProvisioned, Target(cur)) {
 			return errs.Conflict("Cannot update owner of node \"%s\" while it is in state \"%s\".", cur.UUID, StateActive)
 		}
@@ -468,6 +473,9 @@ func (s *Service) PatchWith(ctx context.Context, ident string, raw []byte, allow
 		if err := applyUpdate(ctx, tx, cur, upd); err != nil {
 			return err
 		}
+		if err := endConsole(ctx, tx, cur, changed); err != nil {
+			return err
+		}
 		return recordTenancy(ctx, tx, cur, after, changed)
 	})
 	if len(changed) > 0 || err != nil {
@@ -481,6 +489,22 @@ func (s *Service) PatchWith(ctx context.Context, ident string, raw []byte, allow
 		return nil, err
 	}
 	return s.Get(ctx, n.UUID)
+}
+
+// endConsole disables the console of a node whose owner or lessee
+// changed: the lease it was enabled under has ended, and the conductor
+// running it closes it, its client included, on reading this. Ironic
+// leaves the console running; a console is a way into the machine, so
+// Anvil does not hand it from one project to the next.
+func endConsole(ctx context.Context, tx *ent.Client, cur *ent.Node, changed []string) error {
+	if !cur.ConsoleEnabled || !contains(changed, "owner") && !contains(changed, "lessee") {
+		return nil
+	}
+	if err := tx.Node.UpdateOneID(cur.ID).SetConsoleEnabled(false).Exec(ctx); err != nil {
+		return err
+	}
+	return history.RecordAll(ctx, tx, []history.Event{{NodeID: cur.ID, Type: "console", User: userOf(ctx),
+		Message: "Console disabled: the node's owner or lessee changed"}})
 }
 
 // recordTenancy writes a history event for each change of owner or lessee,

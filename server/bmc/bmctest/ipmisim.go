@@ -23,12 +23,15 @@ const (
 
 // Sim is a running ipmi_sim.
 type Sim struct {
-	Port  int
-	dir   string
-	state string
-	mu    sync.Mutex
-	cmd   *exec.Cmd
-	done  chan struct{}
+	Port int
+	// serial is the machine's serial port when the simulator has SOL
+	// (StartSOL): ipmi_sim connects to it as to a TCP serial device.
+	serial chan net.Conn
+	dir    string
+	state  string
+	mu     sync.Mutex
+	cmd    *exec.Cmd
+	done   chan struct{}
 }
 
 // chassis is the control script: ipmi_sim runs it as
@@ -101,7 +104,28 @@ func Need(t testing.TB) {
 }
 
 // Start runs a simulator until the test ends.
-func Start(t testing.TB) *Sim {
+func Start(t testing.TB) *Sim { return start(t, false) }
+
+// StartSOL runs a simulator with serial-over-LAN: ipmi_sim's "sol" line
+// points at a TCP port the test holds, whose far side is the machine's
+// serial port (Serial).
+func StartSOL(t testing.TB) *Sim { return start(t, true) }
+
+// Serial is the machine's side of the serial port: what it writes
+// reaches a SOL client, what the client types arrives here.
+func (s *Sim) Serial(t testing.TB) net.Conn {
+	t.Helper()
+	select {
+	case c := <-s.serial:
+		t.Cleanup(func() { c.Close() })
+		return c
+	case <-time.After(10 * time.Second):
+		t.Fatal("ipmi_sim did not connect to the serial port")
+		return nil
+	}
+}
+
+func start(t testing.TB, sol bool) *Sim {
 	t.Helper()
 	Need(t)
 	dir := t.TempDir()
@@ -117,7 +141,23 @@ func Start(t testing.TB) *Sim {
 		t.Fatal(err)
 	}
 	port := freeUDPPort(t)
-	if err := os.WriteFile(filepath.Join(dir, "lan.conf"), fmt.Appendf(nil, lanConf, port, script, User, Password), 0o644); err != nil {
+	conf := fmt.Sprintf(lanConf, port, script, User, Password)
+	var serial chan net.Conn
+	if sol {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { ln.Close() })
+		serial = make(chan net.Conn, 1)
+		go func() {
+			if c, err := ln.Accept(); err == nil {
+				serial <- c
+			}
+		}()
+		conf += fmt.Sprintf("  sol \"tcp:%s\" 115200\n", ln.Addr())
+	}
+	if err := os.WriteFile(filepath.Join(dir, "lan.conf"), []byte(conf), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	if err := os.WriteFile(filepath.Join(dir, "sim.emu"), []byte(emu), 0o644); err != nil {
@@ -126,7 +166,7 @@ func Start(t testing.TB) *Sim {
 	if err := os.WriteFile(filepath.Join(state, "power"), []byte("0\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	s := &Sim{Port: port, dir: dir, state: state}
+	s := &Sim{Port: port, dir: dir, state: state, serial: serial}
 	if err := s.run(); err != nil {
 		t.Fatal(err)
 	}

@@ -1,0 +1,187 @@
+package web_test
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/fasthttp/websocket"
+
+	"github.com/anvilproject/anvil/server"
+	"github.com/anvilproject/anvil/server/bmc"
+	"github.com/anvilproject/anvil/server/bmc/bmctest"
+	"github.com/anvilproject/anvil/server/conductor"
+	"github.com/anvilproject/anvil/server/identity"
+	"github.com/anvilproject/anvil/server/servertest"
+	"github.com/anvilproject/anvil/server/store"
+	"github.com/anvilproject/anvil/server/store/storetest"
+)
+
+// TestPortalConsole opens an ipmitool-socat console (ipmi_sim with SOL)
+// through the portal's WebSocket: the owner's member sees the page and
+// the machine's bytes both ways; a cross-origin upgrade, one without a
+// session and one from the lessee (who does not pass get_console by
+// default, as in Ironic) are refused; the lease's end closes the socket.
+func TestPortalConsole(t *testing.T) {
+	storetest.Each(t, func(t *testing.T, setting string, _ *store.DB) {
+		sim := bmctest.StartSOL(t)
+		serial := sim.Serial(t)
+		opts := server.Options{Database: setting, Conductor: conductor.Config{BMC: bmc.Options{Timeout: 5 * time.Second, Retries: -1}}}
+		// A range few other programs use; a taken port is skipped.
+		opts.Conductor.Console.PortMin = 20000 + int(time.Now().UnixNano()%10000)
+		opts.Conductor.Console.PortMax = opts.Conductor.Console.PortMin + 50
+		srv := servertest.Start(t, opts)
+		ctx := context.Background()
+		for user, a := range map[string]identity.Assignment{
+			"root": {Scope: identity.Scope{System: true}, Role: "admin"},
+			"pat":  {Scope: identity.Scope{Project: "own"}, Role: "member"},
+			"gil":  {Scope: identity.Scope{Project: "les"}, Role: "member"},
+		} {
+			if err := srv.IDs.CreateUser(ctx, user, user+"-password-1"); err != nil {
+				t.Fatal(err)
+			}
+			if err := srv.IDs.Grant(ctx, user, a); err != nil {
+				t.Fatal(err)
+			}
+		}
+		tok, _, err := srv.IDs.CreateToken(ctx, identity.TokenRequest{User: "root", Scope: identity.Scope{System: true}, Roles: []string{"admin"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		api := srv.Client()
+		api.Header.Set("X-Auth-Token", tok)
+		r := api.Do(t, "POST", "/v1/nodes", map[string]any{"name": "sol-web", "driver": "ipmi", "driver_info": sim.DriverInfo(bmctest.Password),
+			"console_interface": "ipmitool-socat", "owner": "own", "lessee": "les"})
+		if r.Status != 201 {
+			t.Fatalf("create: %d %s", r.Status, r.Body)
+		}
+		id := r.JSON(t)["uuid"].(string)
+
+		pat := signInAs(t, srv, "pat")
+		if st, body, _ := pat.do("GET", "/nodes/"+id+"/console", nil); st != 200 || !strings.Contains(body, "The console is off") {
+			t.Fatalf("console page while off: %d", st)
+		}
+		if r := api.Do(t, "PUT", "/v1/nodes/"+id+"/states/console", map[string]any{"enabled": true}); r.Status != 202 {
+			t.Fatalf("enable: %d %s", r.Status, r.Body)
+		}
+		deadline := time.Now().Add(10 * time.Second)
+		for api.Do(t, "GET", "/v1/nodes/"+id, nil).JSON(t)["console_enabled"] != true {
+			if time.Now().After(deadline) {
+				t.Fatal("console not enabled")
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		if st, body, _ := pat.do("GET", "/nodes/"+id, nil); st != 200 || !strings.Contains(body, "/nodes/"+id+"/console") {
+			t.Errorf("node page lacks the console link: %d", st)
+		}
+		if st, body, _ := pat.do("GET", "/nodes/"+id+"/console", nil); st != 200 || !strings.Contains(body, `data-console="/nodes/`+id+`/console/ws"`) {
+			t.Fatalf("console page: %d %s", st, body)
+		}
+		gil := signInAs(t, srv, "gil")
+		if st, _, _ := gil.do("GET", "/nodes/"+id+"/console", nil); st != 403 {
+			t.Errorf("lessee's console page: %d, want 403", st)
+		}
+
+		wsURL := "ws" + strings.TrimPrefix(srv.URL, "http") + "/nodes/" + id + "/console/ws"
+		dial := func(cookie, origin string) (*websocket.Conn, int) {
+			h := http.Header{}
+			if cookie != "" {
+				h.Set("Cookie", "anvil_session="+cookie)
+			}
+			if origin != "" {
+				h.Set("Origin", origin)
+			}
+			c, resp, err := websocket.DefaultDialer.Dial(wsURL, h)
+			if err != nil {
+				if resp == nil {
+					t.Fatal(err)
+				}
+				return nil, resp.StatusCode
+			}
+			t.Cleanup(func() { c.Close() })
+			return c, 101
+		}
+		if _, st := dial(pat.cookie(), "http://evil.example"); st != 403 {
+			t.Errorf("cross-origin upgrade: %d, want 403", st)
+		}
+		if _, st := dial(pat.cookie(), ""); st != 403 {
+			t.Errorf("upgrade without Origin: %d, want 403", st)
+		}
+		if _, st := dial("", srv.URL); st == 101 {
+			t.Error("upgrade without a session was accepted")
+		}
+		if _, st := dial(gil.cookie(), srv.URL); st != 403 {
+			t.Errorf("lessee's upgrade: %d, want 403", st)
+		}
+		ws, st := dial(pat.cookie(), srv.URL)
+		if st != 101 {
+			t.Fatalf("owner's upgrade: %d", st)
+		}
+
+		// Typed in the browser, seen on the serial port; ipmitool may
+		// still be opening the session, so type until it arrives.
+		word := fmt.Sprintf("web-%d", time.Now().UnixNano())
+		seen := make(chan string, 1)
+		go func() {
+			_ = serial.SetReadDeadline(time.Now().Add(15 * time.Second))
+			var b strings.Builder
+			buf := make([]byte, 256)
+			for !strings.Contains(b.String(), word) {
+				n, err := serial.Read(buf)
+				if err != nil {
+					break
+				}
+				b.Write(buf[:n])
+			}
+			seen <- b.String()
+		}()
+		var got string
+	typing:
+		for {
+			if err := ws.WriteMessage(websocket.TextMessage, []byte(word+"\r")); err != nil {
+				t.Fatal(err)
+			}
+			select {
+			case got = <-seen:
+				break typing
+			case <-time.After(500 * time.Millisecond):
+			}
+		}
+		if !strings.Contains(got, word) {
+			t.Fatalf("serial port saw %q", got)
+		}
+		reply := fmt.Sprintf("login-%d:", time.Now().UnixNano())
+		if _, err := serial.Write([]byte(reply + "\r\n")); err != nil {
+			t.Fatal(err)
+		}
+		_ = ws.SetReadDeadline(time.Now().Add(15 * time.Second))
+		var out strings.Builder
+		for !strings.Contains(out.String(), reply) {
+			_, msg, err := ws.ReadMessage()
+			if err != nil {
+				t.Fatalf("the browser did not get the machine's output; got %q: %v", out.String(), err)
+			}
+			out.Write(msg)
+		}
+		if r := api.Do(t, "GET", "/v1/events?rule=baremetal:node:get_console", nil); !strings.Contains(string(r.Body), id) {
+			t.Errorf("the console's opening was not audited: %s", r.Body)
+		}
+
+		// The lease ends: the socket closes.
+		if r := api.Do(t, "PATCH", "/v1/nodes/"+id, []map[string]any{{"op": "remove", "path": "/lessee"}}); r.Status != 200 {
+			t.Fatalf("patch: %d %s", r.Status, r.Body)
+		}
+		_ = ws.SetReadDeadline(time.Now().Add(10 * time.Second))
+		for {
+			if _, _, err := ws.ReadMessage(); err != nil {
+				if strings.Contains(err.Error(), "timeout") {
+					t.Fatalf("the socket stayed open after the lease ended: %v", err)
+				}
+				break
+			}
+		}
+	})
+}
