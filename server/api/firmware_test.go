@@ -53,12 +53,20 @@ func TestFirmwareComponents(t *testing.T) {
 		}
 		provision(t, admin, id, map[string]any{"target": "manage"}, 202)
 		waitState(t, admin, id, "manageable")
+		simBIOS := sim.Resource(t, sim.SystemPath("1"))["BiosVersion"]
+		// manage (Ironic's verify) fills the caches before any
+		// inspection or step, as Ironic's node_update_cache.
+		if b := firmwareBy(t, admin, id)["bios"]; b == nil || b["current_version"] != simBIOS {
+			t.Errorf("bios firmware after manage: %v (simulator %v)", b, simBIOS)
+		}
+		if list := admin.Do(t, "GET", "/v1/nodes/"+id+"/bios", nil).JSON(t)["bios"].([]any); len(list) == 0 {
+			t.Error("no BIOS settings cached at manage")
+		}
 		provision(t, admin, id, map[string]any{"target": "inspect"}, 202)
 		if n := waitState(t, admin, id, "manageable"); n["last_error"] != nil {
 			t.Fatalf("inspection: %v", n["last_error"])
 		}
 		fw := firmwareBy(t, admin, id)
-		simBIOS := sim.Resource(t, sim.SystemPath("1"))["BiosVersion"]
 		simBMC := sim.Resource(t, "/redfish/v1/Managers/1")["FirmwareVersion"]
 		if b := fw["bios"]; b == nil || b["initial_version"] != simBIOS || b["current_version"] != simBIOS || b["last_version_flashed"] != nil || b["created_at"] == nil {
 			t.Errorf("bios after inspection: %v (simulator %v)", b, simBIOS)

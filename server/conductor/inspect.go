@@ -124,9 +124,19 @@ func (c *Conductor) readInventory(ctx context.Context, n *ent.Node) (*bmc.Invent
 		return nil, err
 	}
 	// The BIOS cache follows the machine, as after a BIOS step.
+	if err := c.cacheHardware(ctx, n, cl); err != nil {
+		return nil, err
+	}
+	return inv, nil
+}
+
+// cacheHardware reads the BIOS settings and firmware versions the BMC
+// reports into Anvil's caches (GET /v1/nodes/{node}/bios and /firmware),
+// as Ironic's node_update_cache does; a BMC without either is skipped.
+func (c *Conductor) cacheHardware(ctx context.Context, n *ent.Node, cl bmc.Client) error {
 	if b, ok := cl.(bmc.BIOS); ok {
 		if err := c.cacheBIOS(ctx, n.ID, b); err != nil && !errors.Is(err, bmc.ErrUnsupported) {
-			return nil, err
+			return err
 		}
 	}
 	if fw, ok := cl.(bmc.Firmware); ok {
@@ -135,10 +145,10 @@ func (c *Conductor) readInventory(ctx context.Context, n *ent.Node) (*bmc.Invent
 			err = c.cacheFirmware(ctx, n.ID, versions, ids, nil)
 		}
 		if err != nil && !errors.Is(err, bmc.ErrUnsupported) {
-			return nil, err
+			return err
 		}
 	}
-	return inv, nil
+	return nil
 }
 
 // inspectedProperties merges what inspection found into the node's

@@ -604,8 +604,16 @@ func (c *Conductor) verify(n *ent.Node, tr transition, who string) {
 	var st string
 	if err == nil {
 		st, err = cl.PowerState(ctx)
-		cl.Close()
 		c.noteBMC(ctx, n, err)
+		if err == nil {
+			// Ironic's verify fills the BIOS and firmware caches, so the
+			// node's /bios and /firmware answer from the first manage; a
+			// failure to read them is only logged, as there.
+			if cerr := c.cacheHardware(ctx, n, cl); cerr != nil {
+				c.log.Warn("caching BIOS settings and firmware at verify", "node", n.UUID, "err", cerr)
+			}
+		}
+		cl.Close()
 	}
 	upd := c.db.Node.UpdateOneID(n.ID).ClearTargetProvisionState().SetProvisionUpdatedAt(time.Now())
 	if err != nil {
