@@ -146,7 +146,7 @@ func TestRingSpreadsPowerSync(t *testing.T) {
 			}
 		}
 	}
-	r := admin.Do(t, "GET", "/v1/conductors", nil)
+	r := admin.Do(t, "GET", "/v1/conductors?detail=true", nil)
 	mustStatus(t, r, 200)
 	for _, x := range r.JSON(t)["conductors"].([]any) {
 		c := x.(map[string]any)
@@ -329,7 +329,7 @@ func TestConductorGroupField(t *testing.T) {
 		if f := admin.Do(t, "GET", "/v1/nodes?conductor="+srv.Cond.Name(), nil); f.Status != 400 || !strings.Contains(f.Fault(t), "conductor") {
 			t.Errorf("conductor filter: %d %s", f.Status, f.Body)
 		}
-		r = admin.Do(t, "GET", "/v1/conductors", nil)
+		r = admin.Do(t, "GET", "/v1/conductors?fields=hostname,node_count", nil)
 		mustStatus(t, r, 200)
 		cs := r.JSON(t)["conductors"].([]any)
 		if len(cs) != 1 || cs[0].(map[string]any)["node_count"] != float64(1) {
