@@ -166,3 +166,115 @@ func TestConductorListQuery(t *testing.T) {
 		}
 	})
 }
+
+// TestNodeConductorFilter: ?conductor= (1.49) lists the nodes whose
+// conductor field is that host, as Ironic computes it from the hash ring,
+// in full pages whatever the sort, within the caller's projects; an unknown
+// or dead conductor has no nodes; below 1.49 it is a 406.
+func TestNodeConductorFilter(t *testing.T) {
+	storetest.Each(t, func(t *testing.T, setting string, db *store.DB) {
+		srv, clients := startLocal(t, setting)
+		waitRegistered(t, srv, srv.Cond.Name())
+		// Registered before any node is shown, so the API's cached ring
+		// already holds them.
+		addConductors(t, db, map[string]string{"cf-a": "", "cf-b": "", "cf-r": "rack2"}, "cf-dead")
+		admin := clients["system-admin"]
+		for i := range 40 {
+			body := map[string]any{"name": fmt.Sprintf("cf-%02d", i), "driver": "fake"}
+			if i%3 == 0 {
+				body["owner"] = "own"
+			}
+			if i%10 == 0 {
+				body["conductor_group"] = "rack2"
+			}
+			mustStatus(t, admin.Do(t, "POST", "/v1/nodes", body), 201)
+		}
+		mapped := map[string]map[string]bool{}
+		owned := map[string]bool{}
+		for _, x := range admin.Do(t, "GET", "/v1/nodes?fields=uuid,conductor,owner&limit=100", nil).JSON(t)["nodes"].([]any) {
+			n := x.(map[string]any)
+			h, _ := n["conductor"].(string)
+			if mapped[h] == nil {
+				mapped[h] = map[string]bool{}
+			}
+			mapped[h][n["uuid"].(string)] = true
+			if n["owner"] == "own" {
+				owned[n["uuid"].(string)] = true
+			}
+		}
+		if len(mapped["cf-r"]) != 4 || len(mapped["cf-a"]) == 0 || len(mapped["cf-b"]) == 0 || len(mapped[srv.Cond.Name()]) == 0 {
+			t.Fatalf("the ring should spread the default group over three conductors and rack2 on cf-r: %v", mapped)
+		}
+
+		for _, h := range []string{srv.Cond.Name(), "cf-a", "cf-b", "cf-r"} {
+			for _, q := range []string{"", "&sort_key=name&sort_dir=desc", "&sort_key=created_at"} {
+				pages := follow(t, admin, "/v1/nodes?limit=3&fields=uuid,conductor&conductor="+url.QueryEscape(h)+q, "nodes")
+				got := map[string]bool{}
+				for i, p := range pages {
+					if i < len(pages)-1 && len(p) != 3 {
+						t.Errorf("%s%s: page %d has %d nodes, want full pages of 3", h, q, i, len(p))
+					}
+					for _, n := range p {
+						if n["conductor"] != h {
+							t.Errorf("%s%s: node %v has conductor %v", h, q, n["uuid"], n["conductor"])
+						}
+						got[n["uuid"].(string)] = true
+					}
+				}
+				if len(got) != len(mapped[h]) {
+					t.Errorf("%s%s: %d nodes listed, the ring maps %d", h, q, len(got), len(mapped[h]))
+				}
+			}
+			// A project sees its own nodes among them, no others.
+			r := clients["owner-reader"].Do(t, "GET", "/v1/nodes/detail?conductor="+url.QueryEscape(h), nil)
+			mustStatus(t, r, 200)
+			want := 0
+			for id := range mapped[h] {
+				if owned[id] {
+					want++
+				}
+			}
+			list := r.JSON(t)["nodes"].([]any)
+			for _, x := range list {
+				if n := x.(map[string]any); n["owner"] != "own" || n["conductor"] != h {
+					t.Errorf("owner-reader ?conductor=%s lists %v (owner %v, conductor %v)", h, n["uuid"], n["owner"], n["conductor"])
+				}
+			}
+			if len(list) != want {
+				t.Errorf("owner-reader ?conductor=%s lists %d nodes, want %d", h, len(list), want)
+			}
+		}
+		if got := clients["other-admin"].Do(t, "GET", "/v1/nodes?conductor=cf-a", nil).JSON(t)["nodes"].([]any); len(got) != 0 {
+			t.Errorf("another project lists %d of own's nodes by conductor", len(got))
+		}
+		for _, h := range []string{"cf-dead", "no-such-host"} {
+			if got := admin.Do(t, "GET", "/v1/nodes?conductor="+h, nil).JSON(t)["nodes"].([]any); len(got) != 0 {
+				t.Errorf("?conductor=%s lists %d nodes, want none", h, len(got))
+			}
+		}
+		// With conductor_group, both apply.
+		if got := admin.Do(t, "GET", "/v1/nodes?conductor=cf-r&conductor_group=rack2", nil).JSON(t)["nodes"].([]any); len(got) != 4 {
+			t.Errorf("?conductor=cf-r&conductor_group=rack2 lists %d, want 4", len(got))
+		}
+		if got := admin.Do(t, "GET", "/v1/nodes?conductor=cf-r&conductor_group=other", nil).JSON(t)["nodes"].([]any); len(got) != 0 {
+			t.Errorf("?conductor=cf-r&conductor_group=other lists %d, want 0", len(got))
+		}
+		mustStatus(t, at(admin, "1.48").Do(t, "GET", "/v1/nodes?conductor=cf-a", nil), 406)
+
+		bm := newCLI(t, srv.URL, "--os-auth-type", "http_basic", "--os-username", "system-admin", "--os-password", "password-system-admin")
+		rows := bm.json("node", "list", "--conductor", "cf-r").([]any)
+		var got []string
+		for _, r := range rows {
+			got = append(got, r.(map[string]any)["UUID"].(string))
+		}
+		slices.Sort(got)
+		if len(got) != 4 {
+			t.Errorf("node list --conductor cf-r: %v", got)
+		}
+		for _, id := range got {
+			if !mapped["cf-r"][id] {
+				t.Errorf("node list --conductor cf-r lists %s, which the ring maps elsewhere", id)
+			}
+		}
+	})
+}
