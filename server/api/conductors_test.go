@@ -98,7 +98,7 @@ func TestConductorListQuery(t *testing.T) {
 		}
 
 		// Pages of two follow the hostname markers, in any sort order.
-		for _, q := range []string{"", "&sort_key=hostname", "&sort_key=hostname&sort_dir=desc", "&sort_key=conductor_group", "&sort_key=updated_at&sort_dir=desc"} {
+		for _, q := range []string{"", "&sort_key=hostname", "&sort_key=hostname&sort_dir=desc", "&sort_key=conductor_group", "&sort_key=online&sort_dir=desc"} {
 			pages := follow(t, reader, "/v1/conductors?limit=2"+q, "conductors")
 			var got []string
 			for i, p := range pages {
@@ -207,7 +207,7 @@ func TestNodeConductorFilter(t *testing.T) {
 		}
 
 		for _, h := range []string{srv.Cond.Name(), "cf-a", "cf-b", "cf-r"} {
-			for _, q := range []string{"", "&sort_key=name&sort_dir=desc", "&sort_key=created_at"} {
+			for _, q := range []string{"", "&sort_key=name&sort_dir=desc", "&sort_key=uuid"} {
 				pages := follow(t, admin, "/v1/nodes?limit=3&fields=uuid,conductor&conductor="+url.QueryEscape(h)+q, "nodes")
 				got := map[string]bool{}
 				for i, p := range pages {

@@ -194,7 +194,7 @@ func (s *Service) List(ctx context.Context, o ListOptions) (*Page, error) {
 		return nil, err
 	}
 	page := &Page{More: more || len(ns) > o.Limit}
-	if page.More {
+	if len(ns) > o.Limit {
 		ns = ns[:o.Limit]
 	}
 	var traits map[int][]string
@@ -215,8 +215,9 @@ func (s *Service) List(ctx context.Context, o ListOptions) (*Page, error) {
 	return page, nil
 }
 
-// ringBatch is how many rows of the conductor's group ringPage reads at a
-// time: with n conductors in the group about one in n is kept.
+// ringBatch bounds how many rows of the conductor's group ringPage reads
+// at a time: twice the page, since with n conductors in the group about
+// one in n is kept.
 const ringBatch = 2000
 
 // ringPage walks the query's rows of o.Conductor's group in the page's
@@ -229,10 +230,13 @@ func (s *Service) ringPage(ctx context.Context, q *ent.NodeQuery, sk sortKey, o 
 	if o.Conductor.Maps == nil {
 		return nil, false, nil
 	}
-	q = q.Where(node.ConductorGroup(o.Conductor.Group))
+	// Where adds to the query it is called on: the walk's own conditions
+	// stay on a copy.
+	q = q.Clone().Where(node.ConductorGroup(o.Conductor.Group))
+	size := min(ringBatch, 2*(o.Limit+1))
 	var ids []int
 	for {
-		batch, err := q.Clone().Select(node.FieldUUID, sk.col).Limit(ringBatch).All(ctx)
+		batch, err := q.Clone().Select(node.FieldUUID, sk.col).Limit(size).All(ctx)
 		if err != nil {
 			return nil, false, err
 		}
@@ -245,7 +249,7 @@ func (s *Service) ringPage(ctx context.Context, q *ent.NodeQuery, sk sortKey, o 
 			}
 			ids = append(ids, n.ID)
 		}
-		if len(batch) < ringBatch {
+		if len(batch) < size {
 			return ids, false, nil
 		}
 		q = q.Where(after(sk.col, sk.nullable, o.SortDir, batch[len(batch)-1]))
