@@ -153,6 +153,11 @@ func (o *Ops) startVMedia(ctx context.Context, n *ent.Node, op vmediaOp) error {
 			c.unlock(n.ID)
 		}
 	}()
+	// What the lock's holder may have changed is read again under it.
+	n, err := c.db.Node.Get(ctx, n.ID)
+	if err != nil {
+		return err
+	}
 	cl, err := bmc.Open(n.Driver, n.UUID, n.DriverInfo, bmc.Options{})
 	if err != nil {
 		return errs.BadRequest("driver_info", "%v", err)
