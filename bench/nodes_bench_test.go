@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -107,6 +108,8 @@ type fixture struct {
 	enrolSec float64
 	showID   string
 	setting  string
+	// conductor is the first serve process's conductor.
+	conductor string
 }
 
 var (
@@ -167,6 +170,11 @@ func setup(b *testing.B, backend string) *fixture {
 	}
 	get(b, f.srv.url+"/v1/nodes?limit=1&sort_key=name", &list)
 	f.showID = list.Nodes[0].UUID
+	var cs struct {
+		Conductors []struct{ Hostname string } `json:"conductors"`
+	}
+	get(b, f.srv.url+"/v1/conductors?sort_key=hostname", &cs)
+	f.conductor = cs.Conductors[0].Hostname
 	fixtures[backend] = f
 	return f
 }
@@ -256,6 +264,15 @@ func BenchmarkNodes(b *testing.B) {
 			b.Run("list-default", func(b *testing.B) { measure(b, f.srv.url+"/v1/nodes") })
 			b.Run("list-owner", func(b *testing.B) { measure(b, f.srv.url+"/v1/nodes?owner=p123") })
 			b.Run("show", func(b *testing.B) { measure(b, f.srv.url+"/v1/nodes/"+f.showID) })
+			// The two serve processes are the default group's ring, so
+			// ?conductor= keeps about half the nodes, computed per node.
+			b.Run("list-conductor-1000", func(b *testing.B) {
+				measure(b, f.srv.url+"/v1/nodes?limit=1000&conductor="+url.QueryEscape(f.conductor))
+			})
+			b.Run("list-conductor-detail-1000", func(b *testing.B) {
+				measure(b, f.srv.url+"/v1/nodes?detail=true&limit=1000&conductor="+url.QueryEscape(f.conductor))
+			})
+			b.Run("conductors-detail", func(b *testing.B) { measure(b, f.srv.url+"/v1/conductors?detail=true") })
 			// A project member's token: authentication, policy and the SQL
 			// tenant filter, on a project that leases 1,000 of the 10,000.
 			b.Run("project-list-detail-1000", func(b *testing.B) {

@@ -91,6 +91,9 @@ type Input struct {
 	Owner          *string        `json:"owner"`
 	Extra          map[string]any `json:"extra"`
 	UUID           string         `json:"uuid"`
+	// Node backfills the allocation of a node already deployed (1.58):
+	// its UUID or name.
+	Node *string `json:"node"`
 }
 
 func notFound(ident string) error { return errs.NotFound("Allocation %s could not be found.", ident) }
@@ -115,14 +118,17 @@ func (s *Service) view(ctx context.Context, a *ent.Allocation) (*Allocation, err
 // Create validates a request and stores it allocating; the conductor
 // then looks for a node (Process), as Ironic's does. Candidate nodes are
 // resolved to UUIDs now: one that does not exist or that the caller may
-// not see is a 400 naming it.
+// not see is a 400 naming it. With Node, the allocation is backfilled for
+// that node at once instead (backfill).
 func (s *Service) Create(ctx context.Context, in Input) (out *Allocation, err error) {
-	if in.UUID == "" {
-		in.UUID = uuid.NewString()
-	}
+	audit := map[string]any{}
 	defer func() {
-		s.guard.Done(ctx, RuleCreate, "allocation", in.UUID, err, map[string]any{"resource_class": in.ResourceClass})
+		audit["resource_class"] = in.ResourceClass
+		s.guard.Done(ctx, RuleCreate, "allocation", in.UUID, err, audit)
 	}()
+	if in.Node != nil {
+		audit["node"] = *in.Node
+	}
 	if err := validate(&in); err != nil {
 		return nil, err
 	}
@@ -145,8 +151,30 @@ func (s *Service) Create(ctx context.Context, in Input) (out *Allocation, err er
 			return nil, err
 		}
 	}
+	var target *ent.Node
+	if in.Node != nil {
+		// As Ironic: a node the caller may not see is the same 400 as
+		// one that does not exist.
+		target, err = s.visibleNode(ctx, "node", *in.Node)
+		if err != nil {
+			return nil, err
+		}
+		if in.ResourceClass == "" && target.ResourceClass != nil {
+			in.ResourceClass = *target.ResourceClass
+		}
+		// Without a UUID of its own the allocation takes the instance's
+		// the node was deployed with, so the two stay one.
+		if in.UUID == "" && target.InstanceUUID != nil {
+			in.UUID = *target.InstanceUUID
+		}
+	} else if in.ResourceClass == "" {
+		return nil, errs.BadRequest("resource_class", "The resource_class field is mandatory when not backfilling")
+	}
 	if in.CandidateNodes, err = s.resolveCandidates(ctx, in.CandidateNodes); err != nil {
 		return nil, err
+	}
+	if in.UUID == "" {
+		in.UUID = uuid.NewString()
 	}
 	a, err := s.db.Allocation.Create().SetUUID(in.UUID).SetNillableName(in.Name).SetResourceClass(in.ResourceClass).
 		SetTraits(in.Traits).SetCandidateNodes(in.CandidateNodes).SetNillableOwner(in.Owner).SetExtra(in.Extra).
@@ -157,6 +185,9 @@ func (s *Service) Create(ctx context.Context, in Input) (out *Allocation, err er
 	if err != nil {
 		return nil, err
 	}
+	if target != nil {
+		return s.backfill(ctx, a, target)
+	}
 	select {
 	case s.wake <- struct{}{}:
 	default:
@@ -164,23 +195,113 @@ func (s *Service) Create(ctx context.Context, in Input) (out *Allocation, err er
 	return s.view(ctx, a)
 }
 
+// visibleNode finds a node named in a request body by UUID or name; one
+// that does not exist or that the caller may not see is a 400 naming the
+// field, the same either way.
+func (s *Service) visibleNode(ctx context.Context, field, ident string) (*ent.Node, error) {
+	q := s.db.Node.Query()
+	if nodes.IsUUID(ident) {
+		q = q.Where(node.UUID(strings.ToLower(ident)))
+	} else {
+		q = q.Where(node.Name(ident))
+	}
+	n, err := q.Only(ctx)
+	if err != nil && !ent.IsNotFound(err) {
+		return nil, err
+	}
+	if n == nil || !s.guard.Allowed(ctx, nodes.RuleGet, nodes.Target(n)) {
+		return nil, errs.BadRequest(field, "Node %s could not be found.", ident)
+	}
+	return n, nil
+}
+
+// backfill records a for node n, deployed without an allocation, as
+// Ironic's conductor does (allocations.backfill_allocation): the node must
+// be active, unlocked, match the allocation's resource class, traits and
+// candidates, and carry no other instance; it then gets the allocation's
+// UUID as its instance_uuid. As in Ironic the allocation was stored
+// first, and a refusal leaves it in error with the reason in last_error.
+func (s *Service) backfill(ctx context.Context, a *ent.Allocation, n *ent.Node) (*Allocation, error) {
+	err := store.WithTx(ctx, s.db, func(tx *ent.Client) error {
+		cur, err := tx.Node.Query().Where(node.ID(n.ID)).WithTraits().WithAllocation().Only(ctx)
+		if err != nil {
+			return err
+		}
+		if cur.Reservation != nil {
+			return errs.NodeLocked(cur.UUID, "host "+*cur.Reservation)
+		}
+		var problems []string
+		if cur.ProvisionState != nodes.StateActive {
+			problems = append(problems, fmt.Sprintf("Node must be in the \"active\" state, but the current state is \"%s\"", cur.ProvisionState))
+		}
+		if a.ResourceClass != "" && deref(cur.ResourceClass) != a.ResourceClass {
+			problems = append(problems, fmt.Sprintf("Resource class %s does not match the requested resource class %s", deref(cur.ResourceClass), a.ResourceClass))
+		}
+		have := make([]string, len(cur.Edges.Traits))
+		for i, t := range cur.Edges.Traits {
+			have[i] = t.Trait
+		}
+		for _, t := range a.Traits {
+			if !slices.Contains(have, t) {
+				problems = append(problems, fmt.Sprintf("List of traits %v does not match the requested traits %v", have, a.Traits))
+				break
+			}
+		}
+		if len(a.CandidateNodes) > 0 && !slices.Contains(a.CandidateNodes, cur.UUID) {
+			problems = append(problems, fmt.Sprintf("Candidate nodes must be empty or contain the target node, but got %v", a.CandidateNodes))
+		}
+		if len(problems) > 0 {
+			return errs.Conflict("Failed to process allocation %s: Cannot backfill an allocation for node %s: %s.", a.UUID, cur.UUID, strings.Join(problems, "; "))
+		}
+		if cur.InstanceUUID != nil && *cur.InstanceUUID != a.UUID {
+			return errs.Conflict("Node %s is associated with instance %s.", cur.UUID, *cur.InstanceUUID)
+		}
+		if other := cur.Edges.Allocation; other != nil {
+			return errs.Conflict("Node %s is associated with instance %s.", cur.UUID, other.UUID)
+		}
+		if taken, err := tx.Node.Query().Where(node.InstanceUUID(a.UUID), node.IDNEQ(cur.ID)).Exist(ctx); err != nil {
+			return err
+		} else if taken {
+			return errs.Conflict("Instance %s is already associated with a node, it cannot be associated with this other node %s", a.UUID, cur.UUID)
+		}
+		// The conditions checked above, once more in the write: a node
+		// locked or claimed since is not overwritten.
+		won, err := tx.Node.Update().Where(node.ID(cur.ID), node.ReservationIsNil(), node.ProvisionState(nodes.StateActive),
+			node.Or(node.InstanceUUIDIsNil(), node.InstanceUUID(a.UUID))).SetInstanceUUID(a.UUID).Save(ctx)
+		if err != nil {
+			return err
+		}
+		if won == 0 {
+			return errs.Conflict("Node %s changed while the allocation %s was backfilled; try again.", cur.UUID, a.UUID)
+		}
+		err = tx.Allocation.UpdateOneID(a.ID).SetNodeID(cur.ID).SetState(StateActive).ClearLastError().Exec(ctx)
+		if ent.IsConstraintError(err) {
+			return errs.Conflict("Node %s is associated with another allocation.", cur.UUID)
+		}
+		return err
+	})
+	if err != nil {
+		// Ironic keeps the failed allocation, in error, saying why.
+		if ferr := s.db.Allocation.UpdateOneID(a.ID).SetState(StateError).SetLastError(err.Error()).Exec(ctx); ferr != nil {
+			return nil, ferr
+		}
+		return nil, err
+	}
+	x, err := s.db.Allocation.Get(ctx, a.ID)
+	if err != nil {
+		return nil, err
+	}
+	return s.view(ctx, x)
+}
+
 // resolveCandidates turns candidate node names and UUIDs into UUIDs,
 // keeping their order.
 func (s *Service) resolveCandidates(ctx context.Context, idents []string) ([]string, error) {
 	out := make([]string, 0, len(idents))
 	for _, ident := range idents {
-		q := s.db.Node.Query()
-		if nodes.IsUUID(ident) {
-			q = q.Where(node.UUID(strings.ToLower(ident)))
-		} else {
-			q = q.Where(node.Name(ident))
-		}
-		n, err := q.Select(node.FieldUUID, node.FieldOwner, node.FieldLessee).Only(ctx)
-		if err != nil && !ent.IsNotFound(err) {
+		n, err := s.visibleNode(ctx, "candidate_nodes", ident)
+		if err != nil {
 			return nil, err
-		}
-		if n == nil || !s.guard.Allowed(ctx, nodes.RuleGet, nodes.Target(n)) {
-			return nil, errs.BadRequest("candidate_nodes", "Node %s could not be found.", ident)
 		}
 		if !slices.Contains(out, n.UUID) {
 			out = append(out, n.UUID)
@@ -363,15 +484,15 @@ func deref(s *string) string {
 }
 
 func validate(in *Input) error {
-	if in.ResourceClass == "" || len(in.ResourceClass) > 80 {
-		return errs.BadRequest("resource_class", "resource_class is required (at most 80 characters)")
+	if len(in.ResourceClass) > 80 {
+		return errs.BadRequest("resource_class", "resource_class must be at most 80 characters")
 	}
 	if in.Name != nil {
 		if err := nodes.ValidateName("name", *in.Name); err != nil {
 			return err
 		}
 	}
-	if !nodes.IsUUID(in.UUID) {
+	if in.UUID != "" && !nodes.IsUUID(in.UUID) {
 		return errs.BadRequest("uuid", "uuid %q is not a valid UUID", in.UUID)
 	}
 	if len(in.Traits) > 50 {

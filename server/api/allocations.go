@@ -79,8 +79,14 @@ func allocationJSON(c *fiber.Ctx, x *allocations.Allocation) fiber.Map {
 	if cands == nil {
 		cands = []string{}
 	}
+	// A backfilled node without a resource class leaves the
+	// allocation without one, which Ironic shows as null.
+	var rc any
+	if x.ResourceClass != "" {
+		rc = x.ResourceClass
+	}
 	return fiber.Map{
-		"uuid": x.UUID, "name": opt(x.Name), "resource_class": x.ResourceClass, "traits": traits, "candidate_nodes": cands,
+		"uuid": x.UUID, "name": opt(x.Name), "resource_class": rc, "traits": traits, "candidate_nodes": cands,
 		"owner": opt(x.Owner), "state": x.State, "node_uuid": nodeUUID, "last_error": opt(x.LastError), "extra": x.Extra,
 		"created_at": x.CreatedAt.UTC().Format(time.RFC3339Nano), "updated_at": updated,
 		"links": []fiber.Map{link(b+"/v1/allocations/"+x.UUID, "self"), link(b+"/allocations/"+x.UUID, "bookmark")},
@@ -128,6 +134,9 @@ func (a *API) createAllocation(c *fiber.Ctx) error {
 	var in allocations.Input
 	if err := bind(c, &in); err != nil {
 		return err
+	}
+	if in.Node != nil && ver(c) < VerAllocBackfill {
+		return errs.BadRequest("node", "Cannot set node when creating an allocation in this API version; use %s or later", VerAllocBackfill)
 	}
 	x, err := a.Allocations.Create(c.UserContext(), in)
 	if err != nil {

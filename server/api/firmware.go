@@ -84,8 +84,9 @@ func (a *API) listFirmware(c *fiber.Ctx) error {
 // media.
 var vmediaURLSchemes = []string{"http", "https", "nfs", "cifs", "smb"}
 
-// attachVMedia serves POST /v1/nodes/{node}/vmedia. Ironic answers 204
-// once the conductor has the work; Anvil's conductor has done it.
+// attachVMedia serves POST /v1/nodes/{node}/vmedia. As Ironic, 204 says
+// the conductor has the work (AttachVirtualMedia); how it ended is the
+// node's last_error and history.
 func (a *API) attachVMedia(c *fiber.Ctx) error {
 	if err := a.authorizeFirst(c, cond.RuleVMediaAttach); err != nil {
 		return err

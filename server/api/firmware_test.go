@@ -206,6 +206,7 @@ func TestVMediaOverRedfish(t *testing.T) {
 		// A lessee member attaches (SYSTEM_OR_PROJECT_MEMBER); the BMC has it.
 		member := atVer(clients["lessee-member"], offeredFrom(api.VerVMedia))
 		mustStatus(t, member.Do(t, "POST", path, map[string]any{"device_type": "cdrom", "image_url": iso, "image_download_source": "http"}), 204)
+		vmediaSettled(t, admin, id)
 		if m := cd(); m["Inserted"] != true || m["Image"] != iso {
 			t.Errorf("simulator Cd after attach: inserted %v image %v", m["Inserted"], m["Image"])
 		}
@@ -228,12 +229,16 @@ func TestVMediaOverRedfish(t *testing.T) {
 		}
 		mustStatus(t, get.Do(t, "DELETE", path, nil), 403)
 		mustStatus(t, member.Do(t, "DELETE", path+"?device_types=cdrom", nil), 204)
+		vmediaSettled(t, admin, id)
 		if m := cd(); m["Inserted"] != false {
 			t.Errorf("simulator Cd after detach: inserted %v image %v", m["Inserted"], m["Image"])
 		}
 
 		// Detaching everything works when nothing is inserted.
 		mustStatus(t, admin.Do(t, "DELETE", path, nil), 204)
+		if n := vmediaSettled(t, admin, id); n["last_error"] != nil {
+			t.Errorf("detaching nothing: last_error %v", n["last_error"])
+		}
 		// Older requests do not know the resource: Ironic's 404.
 		old := atVer(admin, offeredFrom(api.VerVMedia)-1)
 		mustStatus(t, old.Do(t, "POST", path, map[string]any{"device_type": "cdrom", "image_url": iso}), 404)

@@ -66,6 +66,7 @@ func TestHardwareStateStored(t *testing.T) {
 		path := "/v1/nodes/" + id + "/vmedia"
 		before := time.Now()
 		mustStatus(t, admin.Do(t, "POST", path, map[string]any{"device_type": "cdrom", "image_url": secret}), 204)
+		vmediaSettled(t, admin, id)
 		got, at := devices()
 		if len(got) != 1 || !strings.HasPrefix(got[0], "cdrom="+shown+"@") || at.Before(before.Add(-time.Second)) {
 			t.Fatalf("after attach: %v at %v", got, at)
@@ -89,6 +90,7 @@ func TestHardwareStateStored(t *testing.T) {
 			t.Errorf("after read: %v at %v (attach at %v)", got, at2, at)
 		}
 		mustStatus(t, admin.Do(t, "DELETE", path+"?device_types=cdrom", nil), 204)
+		vmediaSettled(t, admin, id)
 		if got, _ := devices(); len(got) != 0 {
 			t.Errorf("after detach: %v", got)
 		}

@@ -192,6 +192,7 @@ func TestImageURLsLoseTheirSecrets(t *testing.T) {
 		id := r.JSON(t)["uuid"].(string)
 		path := "/v1/nodes/" + id + "/vmedia"
 		mustStatus(t, member.Do(t, "POST", path, map[string]any{"device_type": "cdrom", "image_url": full}), 204)
+		vmediaSettled(t, admin, id)
 		if image, inserted := sim.CD(t, "1"); image != full || !inserted {
 			t.Fatalf("the BMC has %q (inserted %v), want %s", image, inserted, full)
 		}

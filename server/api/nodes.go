@@ -21,6 +21,9 @@ func (a *API) listNodes(detail bool) fiber.Handler {
 		if err != nil {
 			return err
 		}
+		if o.Conductor, err = a.ringFilter(c, v); err != nil {
+			return err
+		}
 		page, err := a.Nodes.List(c.UserContext(), o)
 		if err != nil {
 			return err
@@ -59,14 +62,28 @@ func nextURL(c *fiber.Ctx, marker string) string {
 	return baseURL(c) + c.Path() + "?" + q.Encode()
 }
 
-// unsupportedNodeFilters are Ironic's node filters Anvil cannot answer
-// yet. They are refused with the reason: answering as if every node
-// had the field's default would be right today and silently wrong the day
-// the field arrives.
-var unsupportedNodeFilters = []struct{ name, why string }{
-	// The ring's mapping is computed, not stored, so it cannot be a WHERE
-	// clause; filtering it would break paging.
-	{"conductor", "filtering by the hash ring's conductor is not implemented"},
+// ringFilter reads ?conductor= (1.49): the nodes the hash ring maps to
+// that conductor, computed from the live conductors as a node's
+// conductor field shows it. A conductor that is unknown or not alive
+// serves no ring, so no node maps to it.
+func (a *API) ringFilter(c *fiber.Ctx, v Version) (*nodes.RingFilter, error) {
+	host := c.Query("conductor")
+	if host == "" {
+		return nil, nil
+	}
+	if v < VerConductor {
+		return nil, errs.NotAcceptable("filter conductor requires API version %s or later", VerConductor)
+	}
+	rings, err := a.Ops.C.Rings(c.UserContext())
+	if err != nil {
+		return nil, err
+	}
+	for group, r := range rings {
+		if slices.Contains(r.Hosts(), host) {
+			return &nodes.RingFilter{Group: group, Maps: func(uuid string) bool { return r.Owner(uuid) == host }}, nil
+		}
+	}
+	return &nodes.RingFilter{}, nil
 }
 
 func listOptions(c *fiber.Ctx, v Version, detail bool) (nodes.ListOptions, fieldSet, error) {
@@ -112,11 +129,6 @@ func listOptions(c *fiber.Ctx, v Version, detail bool) (nodes.ListOptions, field
 	}
 	if id := c.Params("chassis"); id != "" {
 		o.ChassisUUID = &id
-	}
-	for _, f := range unsupportedNodeFilters {
-		if c.Query(f.name) != "" {
-			return o, nil, errs.BadRequest(f.name, "filter %s is not supported: %s", f.name, f.why)
-		}
 	}
 	if o.ChassisUUID != nil && !nodes.IsUUID(*o.ChassisUUID) {
 		return o, nil, errs.BadRequest("chassis_uuid", "Expected a UUID for chassis_uuid but received %s.", *o.ChassisUUID)

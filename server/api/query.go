@@ -35,8 +35,8 @@ var (
 		"owner", "lessee", "project", "provision_state", "resource_class", "driver", "maintenance",
 		"associated", "instance_uuid", "description_contains", "detail", "fields", "limit", "marker",
 		"sort_key", "sort_dir",
-		// Ironic's filters on node fields Anvil does not have yet: refused
-		// with the reason rather than ignored (see unsupportedNodeFilters).
+		// The rest of Ironic's node filters; those of later microversions
+		// are checked against the request's version (listOptions, ringFilter).
 		"retired", "fault", "conductor_group", "conductor", "chassis_uuid", "shard", "sharded",
 		"parent_node", "include_children",
 	}

@@ -3,6 +3,7 @@ package api
 import (
 	"encoding/json"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -12,6 +13,7 @@ import (
 	"github.com/anvilproject/anvil/server/bmc"
 	cond "github.com/anvilproject/anvil/server/conductor"
 	"github.com/anvilproject/anvil/server/errs"
+	"github.com/anvilproject/anvil/server/listing"
 	"github.com/anvilproject/anvil/server/nodes"
 )
 
@@ -23,7 +25,7 @@ func (a *API) registerStates(v1 fiber.Router) {
 	v1.Get("/nodes/:node/management/boot_device", query(), a.getBootDevice)
 	v1.Put("/nodes/:node/management/boot_device", a.setBootDevice)
 	v1.Get("/nodes/:node/steps", query(), a.listSteps)
-	v1.Get("/conductors", since(VerConductor, "conductors"), query(), a.listConductors)
+	v1.Get("/conductors", since(VerConductor, "conductors"), query(resListQuery...), a.listConductors)
 	v1.Get("/conductors/:hostname", since(VerConductor, "conductors"), query("fields"), a.getConductor)
 	v1.Get("/nodes/:node/management/boot_device/supported", query(), a.supportedBootDevices)
 }
@@ -218,22 +220,85 @@ func (a *API) listSteps(c *fiber.Ctx) error {
 	return c.JSON(fiber.Map{"driver": n.Driver, "steps": steps})
 }
 
+// conductorFields are the fields ?fields= may name on a conductor, as
+// Ironic's schema lists them; the list also offers Anvil's node_count.
+var conductorFields = []string{"alive", "conductor_group", "created_at", "drivers", "hostname", "links", "updated_at"}
+
+// conductorDefaults are the fields Ironic's list shows without ?detail.
+var conductorDefaults = []string{"hostname", "conductor_group", "alive"}
+
+// conductorFieldList parses ?fields=, naming every field not in allowed.
+func conductorFieldList(raw string, allowed []string) ([]string, error) {
+	var out, invalid []string
+	for f := range strings.SplitSeq(raw, ",") {
+		if f = strings.TrimSpace(f); f == "" {
+			continue
+		}
+		if !slices.Contains(allowed, f) {
+			invalid = append(invalid, f)
+		}
+		out = append(out, f)
+	}
+	if len(invalid) > 0 {
+		return nil, errs.BadRequest("fields", "Field(s) %q are not valid", strings.Join(invalid, ", "))
+	}
+	return out, nil
+}
+
+// listConductors serves GET /v1/conductors as Ironic's: hostname,
+// conductor_group and alive unless ?detail=true or ?fields=, paged by
+// hostname markers in registration order unless sort_key says otherwise.
 func (a *API) listConductors(c *fiber.Ctx) error {
 	if err := a.Guard.Authorize(c.UserContext(), cond.RuleConductorGet, "conductor", "", policies.Target{}); err != nil {
 		return err
 	}
-	cs, err := a.Ops.C.List(c.UserContext())
+	o := listing.Options{Marker: c.Query("marker"), SortKey: c.Query("sort_key"), SortDir: c.Query("sort_dir")}
+	if s := c.Query("limit"); s != "" {
+		n, err := strconv.Atoi(s)
+		if err != nil || n <= 0 {
+			return errs.BadRequest("limit", "Limit must be positive, not %q", s)
+		}
+		o.Limit = n
+	}
+	detail := false
+	if d := c.Query("detail"); d != "" {
+		var err error
+		if detail, err = strconv.ParseBool(d); err != nil {
+			return errs.BadRequest("detail", "detail must be true or false, not %q", d)
+		}
+	}
+	fields := conductorDefaults
+	switch raw := c.Query("fields"); {
+	case raw != "" && detail:
+		return errs.BadRequest("fields", "Can not specify ?detail=True and fields in the same request.")
+	case raw != "":
+		var err error
+		// node_count is Anvil's: how many nodes the hash ring maps to
+		// the conductor now, so an operator sees the work spread.
+		if fields, err = conductorFieldList(raw, append(slices.Clone(conductorFields), "node_count")); err != nil {
+			return err
+		}
+	case detail:
+		fields = nil
+	}
+	share := fields == nil || slices.Contains(fields, "node_count")
+	cs, more, err := a.Ops.C.Page(c.UserContext(), o, share)
 	if err != nil {
 		return err
 	}
 	out := make([]fiber.Map, len(cs))
 	for i, x := range cs {
-		// node_count is Anvil's: how many nodes the hash ring maps to the
-		// conductor now, so an operator sees the work spread.
-		out[i] = conductorJSON(c, x)
-		out[i]["node_count"] = x.Nodes
+		m := conductorJSON(c, x)
+		if share {
+			m["node_count"] = x.Nodes
+		}
+		out[i] = only(m, fields)
 	}
-	return c.JSON(fiber.Map{"conductors": out})
+	res := fiber.Map{"conductors": out}
+	if more {
+		res["next"] = nextURL(c, cs[len(cs)-1].Hostname)
+	}
+	return c.JSON(res)
 }
 
 func conductorJSON(c *fiber.Ctx, x cond.Info) fiber.Map {
@@ -257,29 +322,13 @@ func (a *API) getConductor(c *fiber.Ctx) error {
 	if err != nil {
 		return err
 	}
-	out := conductorJSON(c, x)
-	raw := c.Query("fields")
-	if raw == "" {
-		return c.JSON(out)
-	}
-	keep := map[string]bool{"links": true}
-	var invalid []string
-	for f := range strings.SplitSeq(raw, ",") {
-		f = strings.TrimSpace(f)
-		if _, ok := out[f]; !ok {
-			invalid = append(invalid, f)
-		}
-		keep[f] = true
-	}
-	if len(invalid) > 0 {
-		return errs.BadRequest("fields", "Field(s) %q are not valid", strings.Join(invalid, ", "))
-	}
-	for k := range out {
-		if !keep[k] {
-			delete(out, k)
+	var fields []string
+	if raw := c.Query("fields"); raw != "" {
+		if fields, err = conductorFieldList(raw, conductorFields); err != nil {
+			return err
 		}
 	}
-	return c.JSON(out)
+	return c.JSON(only(conductorJSON(c, x), fields))
 }
 
 // supportedBootDevices lists the boot devices the node's driver can set,

@@ -26,6 +26,7 @@ const (
 	VerCleanSteps     Version = 15 // manual cleaning with explicit clean_steps
 	VerAllocations    Version = 52 // /v1/allocations
 	VerAllocUpdate    Version = 57 // PATCH /v1/allocations/{id}
+	VerAllocBackfill  Version = 58 // POST /v1/allocations with node
 	VerAllocOwner     Version = 60 // allocation owner and ?owner=
 	VerFields         Version = 8  // ?fields=
 	VerRAID           Version = 12 // RAID configuration, /v1/drivers/{name}/raid

@@ -24,6 +24,7 @@ import (
 	"github.com/anvilproject/anvil/server/errs"
 	"github.com/anvilproject/anvil/server/history"
 	"github.com/anvilproject/anvil/server/imagecache"
+	"github.com/anvilproject/anvil/server/listing"
 	"github.com/anvilproject/anvil/server/nodes"
 	"github.com/anvilproject/anvil/server/store"
 )
@@ -511,13 +512,91 @@ type Info struct {
 	Nodes int
 }
 
-// List returns every conductor that ever registered, alive or not, with
-// its share of the nodes under the current ring.
+// List returns every conductor that ever registered, alive or not, by
+// hostname.
 func (c *Conductor) List(ctx context.Context) ([]Info, error) {
 	cs, err := c.db.Conductor.Query().Order(ent.Asc(conductor.FieldHostname)).All(ctx)
 	if err != nil {
 		return nil, err
 	}
+	out := make([]Info, len(cs))
+	for i, x := range cs {
+		out[i] = c.info(x)
+	}
+	return out, nil
+}
+
+// conductorSortKeys are the columns Ironic's conductor list sorts by: its
+// table's columns (created_at is the registration, updated_at the
+// heartbeat). alive is computed and drivers a JSON list, so neither sorts,
+// as in Ironic.
+var conductorSortKeys = map[string]listing.Key{
+	"id": {Col: conductor.FieldID}, "hostname": {Col: conductor.FieldHostname},
+	"conductor_group": {Col: conductor.FieldConductorGroup}, "online": {Col: conductor.FieldOnline},
+	"created_at": {Col: conductor.FieldStartedAt}, "updated_at": {Col: conductor.FieldHeartbeatAt},
+}
+
+func conductorSortValue(x *ent.Conductor, col string) any {
+	switch col {
+	case conductor.FieldHostname:
+		return x.Hostname
+	case conductor.FieldConductorGroup:
+		return x.ConductorGroup
+	case conductor.FieldOnline:
+		return x.Online
+	case conductor.FieldStartedAt:
+		return x.StartedAt
+	case conductor.FieldHeartbeatAt:
+		return x.HeartbeatAt
+	}
+	return x.ID
+}
+
+// Page returns one page of the conductors, in registration order unless
+// sorted otherwise, and whether more follow. The marker is a hostname, as
+// in Ironic, and an unknown one is Ironic's 404. With share, each
+// conductor's Nodes is its share of the nodes under the current ring:
+// that reads every node, so only a caller showing it asks.
+func (c *Conductor) Page(ctx context.Context, o listing.Options, share bool) ([]Info, bool, error) {
+	plan, err := listing.Check(o, conductorSortKeys)
+	if err != nil {
+		return nil, false, err
+	}
+	q := c.db.Conductor.Query()
+	if o.Marker != "" {
+		m, err := c.db.Conductor.Query().Where(conductor.Hostname(o.Marker)).Only(ctx)
+		if ent.IsNotFound(err) {
+			return nil, false, errs.NotFound("Conductor %s could not be found.", o.Marker)
+		}
+		if err != nil {
+			return nil, false, err
+		}
+		q = q.Where(plan.After(conductorSortValue(m, plan.Key.Col), m.ID))
+	}
+	cs, err := q.Order(plan.Order).Limit(plan.Limit + 1).All(ctx)
+	if err != nil {
+		return nil, false, err
+	}
+	more := len(cs) > plan.Limit
+	if more {
+		cs = cs[:plan.Limit]
+	}
+	counts := map[string]int{}
+	if share {
+		if counts, err = c.shares(ctx); err != nil {
+			return nil, false, err
+		}
+	}
+	out := make([]Info, len(cs))
+	for i, x := range cs {
+		out[i] = c.info(x)
+		out[i].Nodes = counts[x.Hostname]
+	}
+	return out, more, nil
+}
+
+// shares counts the nodes the current ring maps to each conductor.
+func (c *Conductor) shares(ctx context.Context) (map[string]int, error) {
 	rings, err := c.loadRings(ctx)
 	if err != nil {
 		return nil, err
@@ -533,12 +612,7 @@ func (c *Conductor) List(ctx context.Context) ([]Info, error) {
 	for _, n := range ns {
 		share[rings.Owner(n.UUID, n.Group)]++
 	}
-	out := make([]Info, len(cs))
-	for i, x := range cs {
-		out[i] = c.info(x)
-		out[i].Nodes = share[x.Hostname]
-	}
-	return out, nil
+	return share, nil
 }
 
 // Get returns the conductor named hostname; 404 when none ever registered.

@@ -32,6 +32,9 @@ type ListOptions struct {
 	// Project matches nodes the project owns or leases.
 	Project, InstanceUUID, DescriptionContains, Fault *string
 	ConductorGroup                                    *string
+	// Conductor keeps the nodes the hash ring maps to one conductor
+	// (Ironic's ?conductor=); nil lists every node.
+	Conductor *RingFilter
 	// ChassisUUID keeps the nodes in that chassis; an unknown chassis is
 	// a 404, as Ironic answers.
 	ChassisUUID             *string
@@ -74,16 +77,28 @@ type ListOptions struct {
 	Offset   int
 }
 
+// RingFilter picks the nodes the hash ring maps to one conductor. The
+// mapping is computed, not stored: Group narrows the query to the
+// conductor's group in SQL, and Maps decides each node of that group. A
+// nil Maps (a conductor in no ring: unknown, or not alive) matches no
+// node, as Ironic finds none mapped to it.
+type RingFilter struct {
+	Group string
+	Maps  func(uuid string) bool
+}
+
 // FailedStates are the provision states a run or a check ends in when it
 // fails; the portal's "has failed" filter and badges use them.
 var FailedStates = []string{StateCleanFailed, StateServiceFailed, StateError}
 
 // sortKeys maps the API's sort keys to columns; text columns that may be
 // NULL sort as "" so both databases order and page them the same way.
-var sortKeys = map[string]struct {
+type sortKey struct {
 	col      string
 	nullable bool
-}{
+}
+
+var sortKeys = map[string]sortKey{
 	"id": {node.FieldID, false}, "uuid": {node.FieldUUID, false}, "name": {node.FieldName, true},
 	"created_at": {node.FieldCreatedAt, false}, "provision_state": {node.FieldProvisionState, false},
 	"power_state": {node.FieldPowerState, true}, "driver": {node.FieldDriver, false},
@@ -142,6 +157,16 @@ func (s *Service) List(ctx context.Context, o ListOptions) (*Page, error) {
 			sel.OrderExpr(entsql.Expr(expr), entsql.Expr(sel.C(node.FieldID)))
 		}
 	})
+	more := false
+	if o.Conductor != nil {
+		// The page's rows are chosen first, then read like any other
+		// page: the ring decides which rows, the query how they look.
+		ids, m, err := s.ringPage(ctx, q, sk, o)
+		if err != nil {
+			return nil, err
+		}
+		q, more = q.Where(node.IDIn(ids...)), m
+	}
 	q = q.Limit(o.Limit + 1)
 	if o.Numbered && o.Offset > 0 {
 		q = q.Offset(o.Offset)
@@ -168,8 +193,8 @@ func (s *Service) List(ctx context.Context, o ListOptions) (*Page, error) {
 	if err != nil {
 		return nil, err
 	}
-	page := &Page{More: len(ns) > o.Limit}
-	if page.More {
+	page := &Page{More: more || len(ns) > o.Limit}
+	if len(ns) > o.Limit {
 		ns = ns[:o.Limit]
 	}
 	var traits map[int][]string
@@ -188,6 +213,47 @@ func (s *Service) List(ctx context.Context, o ListOptions) (*Page, error) {
 		page.Nodes[i] = r.view(ctx, n, ts)
 	}
 	return page, nil
+}
+
+// ringBatch bounds how many rows of the conductor's group ringPage reads
+// at a time: twice the page, since with n conductors in the group about
+// one in n is kept.
+const ringBatch = 2000
+
+// ringPage walks the query's rows of o.Conductor's group in the page's
+// order, from the marker on, and returns the ids of the first o.Limit
+// that the ring maps to the conductor, and whether more follow. It
+// reads only the id, UUID and sort column, so a page is full, and the
+// next one starts where it ended, however few nodes the conductor has:
+// Ironic filters a page after reading it, leaving pages short.
+func (s *Service) ringPage(ctx context.Context, q *ent.NodeQuery, sk sortKey, o ListOptions) ([]int, bool, error) {
+	if o.Conductor.Maps == nil {
+		return nil, false, nil
+	}
+	// Where adds to the query it is called on: the walk's own conditions
+	// stay on a copy.
+	q = q.Clone().Where(node.ConductorGroup(o.Conductor.Group))
+	size := min(ringBatch, 2*(o.Limit+1))
+	var ids []int
+	for {
+		batch, err := q.Clone().Select(node.FieldUUID, sk.col).Limit(size).All(ctx)
+		if err != nil {
+			return nil, false, err
+		}
+		for _, n := range batch {
+			if !o.Conductor.Maps(n.UUID) {
+				continue
+			}
+			if len(ids) == o.Limit {
+				return ids, true, nil
+			}
+			ids = append(ids, n.ID)
+		}
+		if len(batch) < size {
+			return ids, false, nil
+		}
+		q = q.Where(after(sk.col, sk.nullable, o.SortDir, batch[len(batch)-1]))
+	}
 }
 
 // scoped builds the filtered query, deciding list_all versus list once.
