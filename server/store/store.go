@@ -154,6 +154,9 @@ func (d *DB) Migrate(ctx context.Context) error {
 		if _, err := d.SQL.ExecContext(ctx, "CREATE INDEX IF NOT EXISTS node_power_state ON nodes (power_state)"); err != nil {
 			return fmt.Errorf("migrate database: create the power state index: %w", err)
 		}
+		if err := d.rewriteSQLiteTimes(ctx); err != nil {
+			return fmt.Errorf("migrate database: rewrite times stored by an earlier release: %w", err)
+		}
 		return nil
 	}
 	return d.searchIndex(ctx)
@@ -301,6 +304,7 @@ func parse(setting string) (driver, dsn, dia string, err error) {
 	q.Add("_pragma", "busy_timeout(10000)")
 	q.Add("_pragma", "synchronous(NORMAL)")
 	q.Set("_txlock", "immediate")
+	q.Set("_time_format", "sqlite") // see sqliteTimeFormat
 	return "sqlite", "file:" + path + "?" + q.Encode(), dialect.SQLite, nil
 }
 
