@@ -65,6 +65,26 @@ func (_u *RunbookUpdate) SetNillableName(v *string) *RunbookUpdate {
 	return _u
 }
 
+// SetDescription sets the "description" field.
+func (_u *RunbookUpdate) SetDescription(v string) *RunbookUpdate {
+	_u.mutation.SetDescription(v)
+	return _u
+}
+
+// SetNillableDescription sets the "description" field if the given value is not nil.
+func (_u *RunbookUpdate) SetNillableDescription(v *string) *RunbookUpdate {
+	if v != nil {
+		_u.SetDescription(*v)
+	}
+	return _u
+}
+
+// ClearDescription clears the value of the "description" field.
+func (_u *RunbookUpdate) ClearDescription() *RunbookUpdate {
+	_u.mutation.ClearDescription()
+	return _u
+}
+
 // SetPublic sets the "public" field.
 func (_u *RunbookUpdate) SetPublic(v bool) *RunbookUpdate {
 	_u.mutation.SetPublic(v)
@@ -218,6 +238,11 @@ func (_u *RunbookUpdate) check() error {
 			return &ValidationError{Name: "name", err: fmt.Errorf(`ent: validator failed for field "Runbook.name": %w`, err)}
 		}
 	}
+	if v, ok := _u.mutation.Description(); ok {
+		if err := runbook.DescriptionValidator(v); err != nil {
+			return &ValidationError{Name: "description", err: fmt.Errorf(`ent: validator failed for field "Runbook.description": %w`, err)}
+		}
+	}
 	if v, ok := _u.mutation.Owner(); ok {
 		if err := runbook.OwnerValidator(v); err != nil {
 			return &ValidationError{Name: "owner", err: fmt.Errorf(`ent: validator failed for field "Runbook.owner": %w`, err)}
@@ -252,6 +277,12 @@ func (_u *RunbookUpdate) sqlSave(ctx context.Context) (_node int, err error) {
 	}
 	if value, ok := _u.mutation.Name(); ok {
 		_spec.SetField(runbook.FieldName, field.TypeString, value)
+	}
+	if value, ok := _u.mutation.Description(); ok {
+		_spec.SetField(runbook.FieldDescription, field.TypeString, value)
+	}
+	if _u.mutation.DescriptionCleared() {
+		_spec.ClearField(runbook.FieldDescription, field.TypeString)
 	}
 	if value, ok := _u.mutation.Public(); ok {
 		_spec.SetField(runbook.FieldPublic, field.TypeBool, value)
@@ -380,6 +411,26 @@ func (_u *RunbookUpdateOne) SetNillableName(v *string) *RunbookUpdateOne {
 	if v != nil {
 		_u.SetName(*v)
 	}
+	return _u
+}
+
+// SetDescription sets the "description" field.
+func (_u *RunbookUpdateOne) SetDescription(v string) *RunbookUpdateOne {
+	_u.mutation.SetDescription(v)
+	return _u
+}
+
+// SetNillableDescription sets the "description" field if the given value is not nil.
+func (_u *RunbookUpdateOne) SetNillableDescription(v *string) *RunbookUpdateOne {
+	if v != nil {
+		_u.SetDescription(*v)
+	}
+	return _u
+}
+
+// ClearDescription clears the value of the "description" field.
+func (_u *RunbookUpdateOne) ClearDescription() *RunbookUpdateOne {
+	_u.mutation.ClearDescription()
 	return _u
 }
 
@@ -549,6 +600,11 @@ func (_u *RunbookUpdateOne) check() error {
 			return &ValidationError{Name: "name", err: fmt.Errorf(`ent: validator failed for field "Runbook.name": %w`, err)}
 		}
 	}
+	if v, ok := _u.mutation.Description(); ok {
+		if err := runbook.DescriptionValidator(v); err != nil {
+			return &ValidationError{Name: "description", err: fmt.Errorf(`ent: validator failed for field "Runbook.description": %w`, err)}
+		}
+	}
 	if v, ok := _u.mutation.Owner(); ok {
 		if err := runbook.OwnerValidator(v); err != nil {
 			return &ValidationError{Name: "owner", err: fmt.Errorf(`ent: validator failed for field "Runbook.owner": %w`, err)}
@@ -600,6 +656,12 @@ func (_u *RunbookUpdateOne) sqlSave(ctx context.Context) (_node *Runbook, err er
 	}
 	if value, ok := _u.mutation.Name(); ok {
 		_spec.SetField(runbook.FieldName, field.TypeString, value)
+	}
+	if value, ok := _u.mutation.Description(); ok {
+		_spec.SetField(runbook.FieldDescription, field.TypeString, value)
+	}
+	if _u.mutation.DescriptionCleared() {
+		_spec.ClearField(runbook.FieldDescription, field.TypeString)
 	}
 	if value, ok := _u.mutation.Public(); ok {
 		_spec.SetField(runbook.FieldPublic, field.TypeBool, value)

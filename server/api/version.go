@@ -77,6 +77,7 @@ const (
 	VerPortCategory      Version = 101 // port category
 	VerPortgroupPhysnet  Version = 102 // portgroup physical_network
 	VerPortgroupCategory Version = 103 // portgroup category
+	VerDynamicPortgroup  Version = 111 // port available_for_dynamic_portgroup, portgroup dynamic_portgroup
 	VerAllocName         Version = 79  // allocations try the node named like them first
 	VerProjectNodes      Version = 80  // marker: project-scoped node creation and deletion
 	VerUnhold            Version = 85  // unhold verb
