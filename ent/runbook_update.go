@@ -238,11 +238,6 @@ func (_u *RunbookUpdate) check() error {
 			return &ValidationError{Name: "name", err: fmt.Errorf(`ent: validator failed for field "Runbook.name": %w`, err)}
 		}
 	}
-	if v, ok := _u.mutation.Description(); ok {
-		if err := runbook.DescriptionValidator(v); err != nil {
-			return &ValidationError{Name: "description", err: fmt.Errorf(`ent: validator failed for field "Runbook.description": %w`, err)}
-		}
-	}
 	if v, ok := _u.mutation.Owner(); ok {
 		if err := runbook.OwnerValidator(v); err != nil {
 			return &ValidationError{Name: "owner", err: fmt.Errorf(`ent: validator failed for field "Runbook.owner": %w`, err)}
@@ -598,11 +593,6 @@ func (_u *RunbookUpdateOne) check() error {
 	if v, ok := _u.mutation.Name(); ok {
 		if err := runbook.NameValidator(v); err != nil {
 			return &ValidationError{Name: "name", err: fmt.Errorf(`ent: validator failed for field "Runbook.name": %w`, err)}
-		}
-	}
-	if v, ok := _u.mutation.Description(); ok {
-		if err := runbook.DescriptionValidator(v); err != nil {
-			return &ValidationError{Name: "description", err: fmt.Errorf(`ent: validator failed for field "Runbook.description": %w`, err)}
 		}
 	}
 	if v, ok := _u.mutation.Owner(); ok {

@@ -571,10 +571,6 @@ func init() {
 	runbookDescName := runbookFields[1].Descriptor()
 	// runbook.NameValidator is a validator for the "name" field. It is called by the builders before save.
 	runbook.NameValidator = runbookDescName.Validators[0].(func(string) error)
-	// runbookDescDescription is the schema descriptor for description field.
-	runbookDescDescription := runbookFields[2].Descriptor()
-	// runbook.DescriptionValidator is a validator for the "description" field. It is called by the builders before save.
-	runbook.DescriptionValidator = runbookDescDescription.Validators[0].(func(string) error)
 	// runbookDescPublic is the schema descriptor for public field.
 	runbookDescPublic := runbookFields[3].Descriptor()
 	// runbook.DefaultPublic holds the default value on creation for the public field.

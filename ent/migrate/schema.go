@@ -662,7 +662,7 @@ var (
 		{Name: "updated_at", Type: field.TypeTime, Nullable: true},
 		{Name: "uuid", Type: field.TypeString, Unique: true, Size: 36},
 		{Name: "name", Type: field.TypeString, Size: 255},
-		{Name: "description", Type: field.TypeString, Nullable: true, Size: 255},
+		{Name: "description", Type: field.TypeString, Nullable: true},
 		{Name: "public", Type: field.TypeBool, Default: false},
 		{Name: "owner", Type: field.TypeString, Nullable: true, Size: 255},
 		{Name: "disable_ramdisk", Type: field.TypeBool, Default: false},

@@ -79,8 +79,6 @@ var (
 	UUIDValidator func(string) error
 	// NameValidator is a validator for the "name" field. It is called by the builders before save.
 	NameValidator func(string) error
-	// DescriptionValidator is a validator for the "description" field. It is called by the builders before save.
-	DescriptionValidator func(string) error
 	// DefaultPublic holds the default value on creation for the "public" field.
 	DefaultPublic bool
 	// OwnerValidator is a validator for the "owner" field. It is called by the builders before save.

@@ -45,12 +45,12 @@ func TestPortDescriptionAndConductorGroupFilters(t *testing.T) {
 				"name": fmt.Sprint("g", i)}), 201)
 		}
 		for q, want := range map[string][]string{
-			"description_contains=UPLINK":         {"p0", "p1"},
-			"description_contains=tor-a":          {"p0"},
-			"description_contains=nothing":        nil,
-			"conductor_groups=RACK1":              {"p0"},
-			"conductor_groups=rack1,rack2":        {"p0", "p1"},
-			"conductor_groups=rack2&detail=true":  {"p1"},
+			"description_contains=UPLINK":                      {"p0", "p1"},
+			"description_contains=tor-a":                       {"p0"},
+			"description_contains=nothing":                     nil,
+			"conductor_groups=RACK1":                           {"p0"},
+			"conductor_groups=rack1,rack2":                     {"p0", "p1"},
+			"conductor_groups=rack2&detail=true":               {"p1"},
 			"description_contains=link&conductor_groups=rack2": {"p1"},
 		} {
 			if got := listed(t, c, "/v1/ports?fields=name&"+q, "ports", "name"); !slices.Equal(got, want) {
