@@ -159,7 +159,7 @@ func TestRunbookEditorShowsEveryError(t *testing.T) {
 	}
 	summary := between(page, `data-testid="error-summary"`, "</div>")
 	for _, want := range []string{
-		`href="#rb-name">name &#34;not a trait&#34; must be a trait name`,
+		`href="#rb-name">name &#34;not a trait&#34; must be 1 to 255 letters, digits`,
 		`href="#s1-a-seconds">Step 2: argument seconds must be a whole number.`,
 		`href="#s2-a-device">Step 3: step management.set_boot_device needs argument &#34;device&#34;`,
 		`href="#s3-json">Step 4: arguments must be a JSON object`,

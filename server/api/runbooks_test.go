@@ -143,7 +143,7 @@ func TestRunbookOwnershipAndUse(t *testing.T) {
 		}
 		// Bad input names the field.
 		for body, field := range map[string]string{
-			`{"name":"not-a-trait","steps":[]}`:                                                                                                  "name",
+			`{"name":"not a name","steps":[]}`:                                                                                                   "name",
 			`{"name":"CUSTOM_B","steps":[{"interface":"console","step":"start","order":1}]}`:                                                     `interface "console"`,
 			`{"name":"CUSTOM_B","steps":[{"interface":"power","step":"9lives","order":1}]}`:                                                      "not a step name",
 			`{"name":"CUSTOM_B","steps":[{"interface":"power","step":"power_on","order":1},{"interface":"power","step":"power_off","order":1}]}`: "order",
