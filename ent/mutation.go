@@ -16110,31 +16110,32 @@ func (m *PolicyOverrideMutation) ResetEdge(name string) error {
 // PortMutation represents an operation that mutates the Port nodes in the graph.
 type PortMutation struct {
 	config
-	op                    Op
-	typ                   string
-	id                    *int
-	created_at            *time.Time
-	updated_at            *time.Time
-	uuid                  *string
-	address               *string
-	name                  *string
-	local_link_connection *map[string]interface{}
-	pxe_enabled           *bool
-	physical_network      *string
-	internal_info         *map[string]interface{}
-	extra                 *map[string]interface{}
-	is_smartnic           *bool
-	description           *string
-	vendor                *string
-	category              *string
-	clearedFields         map[string]struct{}
-	node                  *int
-	clearednode           bool
-	portgroup             *int
-	clearedportgroup      bool
-	done                  bool
-	oldValue              func(context.Context) (*Port, error)
-	predicates            []predicate.Port
+	op                              Op
+	typ                             string
+	id                              *int
+	created_at                      *time.Time
+	updated_at                      *time.Time
+	uuid                            *string
+	address                         *string
+	name                            *string
+	local_link_connection           *map[string]interface{}
+	pxe_enabled                     *bool
+	physical_network                *string
+	internal_info                   *map[string]interface{}
+	extra                           *map[string]interface{}
+	is_smartnic                     *bool
+	description                     *string
+	vendor                          *string
+	category                        *string
+	available_for_dynamic_portgroup *bool
+	clearedFields                   map[string]struct{}
+	node                            *int
+	clearednode                     bool
+	portgroup                       *int
+	clearedportgroup                bool
+	done                            bool
+	oldValue                        func(context.Context) (*Port, error)
+	predicates                      []predicate.Port
 }
 
 var _ ent.Mutation = (*PortMutation)(nil)
@@ -16941,6 +16942,42 @@ func (m *PortMutation) ResetCategory() {
 	delete(m.clearedFields, port.FieldCategory)
 }
 
+// SetAvailableForDynamicPortgroup sets the "available_for_dynamic_portgroup" field.
+func (m *PortMutation) SetAvailableForDynamicPortgroup(b bool) {
+	m.available_for_dynamic_portgroup = &b
+}
+
+// AvailableForDynamicPortgroup returns the value of the "available_for_dynamic_portgroup" field in the mutation.
+func (m *PortMutation) AvailableForDynamicPortgroup() (r bool, exists bool) {
+	v := m.available_for_dynamic_portgroup
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldAvailableForDynamicPortgroup returns the old "available_for_dynamic_portgroup" field's value of the Port entity.
+// If the Port object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *PortMutation) OldAvailableForDynamicPortgroup(ctx context.Context) (v bool, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldAvailableForDynamicPortgroup is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldAvailableForDynamicPortgroup requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldAvailableForDynamicPortgroup: %w", err)
+	}
+	return oldValue.AvailableForDynamicPortgroup, nil
+}
+
+// ResetAvailableForDynamicPortgroup resets all changes to the "available_for_dynamic_portgroup" field.
+func (m *PortMutation) ResetAvailableForDynamicPortgroup() {
+	m.available_for_dynamic_portgroup = nil
+}
+
 // ClearNode clears the "node" edge to the Node entity.
 func (m *PortMutation) ClearNode() {
 	m.clearednode = true
@@ -17029,7 +17066,7 @@ func (m *PortMutation) Type() string {
 // order to get all numeric fields that were incremented/decremented, call
 // AddedFields().
 func (m *PortMutation) Fields() []string {
-	fields := make([]string, 0, 16)
+	fields := make([]string, 0, 17)
 	if m.created_at != nil {
 		fields = append(fields, port.FieldCreatedAt)
 	}
@@ -17078,6 +17115,9 @@ func (m *PortMutation) Fields() []string {
 	if m.category != nil {
 		fields = append(fields, port.FieldCategory)
 	}
+	if m.available_for_dynamic_portgroup != nil {
+		fields = append(fields, port.FieldAvailableForDynamicPortgroup)
+	}
 	return fields
 }
 
@@ -17118,6 +17158,8 @@ func (m *PortMutation) Field(name string) (ent.Value, bool) {
 		return m.Vendor()
 	case port.FieldCategory:
 		return m.Category()
+	case port.FieldAvailableForDynamicPortgroup:
+		return m.AvailableForDynamicPortgroup()
 	}
 	return nil, false
 }
@@ -17159,6 +17201,8 @@ func (m *PortMutation) OldField(ctx context.Context, name string) (ent.Value, er
 		return m.OldVendor(ctx)
 	case port.FieldCategory:
 		return m.OldCategory(ctx)
+	case port.FieldAvailableForDynamicPortgroup:
+		return m.OldAvailableForDynamicPortgroup(ctx)
 	}
 	return nil, fmt.Errorf("unknown Port field %s", name)
 }
@@ -17279,6 +17323,13 @@ func (m *PortMutation) SetField(name string, value ent.Value) error {
 			return fmt.Errorf("unexpected type %T for field %s", value, name)
 		}
 		m.SetCategory(v)
+		return nil
+	case port.FieldAvailableForDynamicPortgroup:
+		v, ok := value.(bool)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetAvailableForDynamicPortgroup(v)
 		return nil
 	}
 	return fmt.Errorf("unknown Port field %s", name)
@@ -17442,6 +17493,9 @@ func (m *PortMutation) ResetField(name string) error {
 		return nil
 	case port.FieldCategory:
 		m.ResetCategory()
+		return nil
+	case port.FieldAvailableForDynamicPortgroup:
+		m.ResetAvailableForDynamicPortgroup()
 		return nil
 	}
 	return fmt.Errorf("unknown Port field %s", name)
@@ -18355,6 +18409,7 @@ type PortgroupMutation struct {
 	standalone_ports_supported *bool
 	physical_network           *string
 	category                   *string
+	dynamic_portgroup          *bool
 	internal_info              *map[string]interface{}
 	extra                      *map[string]interface{}
 	clearedFields              map[string]struct{}
@@ -18940,6 +18995,42 @@ func (m *PortgroupMutation) ResetCategory() {
 	delete(m.clearedFields, portgroup.FieldCategory)
 }
 
+// SetDynamicPortgroup sets the "dynamic_portgroup" field.
+func (m *PortgroupMutation) SetDynamicPortgroup(b bool) {
+	m.dynamic_portgroup = &b
+}
+
+// DynamicPortgroup returns the value of the "dynamic_portgroup" field in the mutation.
+func (m *PortgroupMutation) DynamicPortgroup() (r bool, exists bool) {
+	v := m.dynamic_portgroup
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldDynamicPortgroup returns the old "dynamic_portgroup" field's value of the Portgroup entity.
+// If the Portgroup object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *PortgroupMutation) OldDynamicPortgroup(ctx context.Context) (v bool, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldDynamicPortgroup is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldDynamicPortgroup requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldDynamicPortgroup: %w", err)
+	}
+	return oldValue.DynamicPortgroup, nil
+}
+
+// ResetDynamicPortgroup resets all changes to the "dynamic_portgroup" field.
+func (m *PortgroupMutation) ResetDynamicPortgroup() {
+	m.dynamic_portgroup = nil
+}
+
 // SetInternalInfo sets the "internal_info" field.
 func (m *PortgroupMutation) SetInternalInfo(value map[string]interface{}) {
 	m.internal_info = &value
@@ -19153,7 +19244,7 @@ func (m *PortgroupMutation) Type() string {
 // order to get all numeric fields that were incremented/decremented, call
 // AddedFields().
 func (m *PortgroupMutation) Fields() []string {
-	fields := make([]string, 0, 13)
+	fields := make([]string, 0, 14)
 	if m.created_at != nil {
 		fields = append(fields, portgroup.FieldCreatedAt)
 	}
@@ -19186,6 +19277,9 @@ func (m *PortgroupMutation) Fields() []string {
 	}
 	if m.category != nil {
 		fields = append(fields, portgroup.FieldCategory)
+	}
+	if m.dynamic_portgroup != nil {
+		fields = append(fields, portgroup.FieldDynamicPortgroup)
 	}
 	if m.internal_info != nil {
 		fields = append(fields, portgroup.FieldInternalInfo)
@@ -19223,6 +19317,8 @@ func (m *PortgroupMutation) Field(name string) (ent.Value, bool) {
 		return m.PhysicalNetwork()
 	case portgroup.FieldCategory:
 		return m.Category()
+	case portgroup.FieldDynamicPortgroup:
+		return m.DynamicPortgroup()
 	case portgroup.FieldInternalInfo:
 		return m.InternalInfo()
 	case portgroup.FieldExtra:
@@ -19258,6 +19354,8 @@ func (m *PortgroupMutation) OldField(ctx context.Context, name string) (ent.Valu
 		return m.OldPhysicalNetwork(ctx)
 	case portgroup.FieldCategory:
 		return m.OldCategory(ctx)
+	case portgroup.FieldDynamicPortgroup:
+		return m.OldDynamicPortgroup(ctx)
 	case portgroup.FieldInternalInfo:
 		return m.OldInternalInfo(ctx)
 	case portgroup.FieldExtra:
@@ -19347,6 +19445,13 @@ func (m *PortgroupMutation) SetField(name string, value ent.Value) error {
 			return fmt.Errorf("unexpected type %T for field %s", value, name)
 		}
 		m.SetCategory(v)
+		return nil
+	case portgroup.FieldDynamicPortgroup:
+		v, ok := value.(bool)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetDynamicPortgroup(v)
 		return nil
 	case portgroup.FieldInternalInfo:
 		v, ok := value.(map[string]interface{})
@@ -19497,6 +19602,9 @@ func (m *PortgroupMutation) ResetField(name string) error {
 		return nil
 	case portgroup.FieldCategory:
 		m.ResetCategory()
+		return nil
+	case portgroup.FieldDynamicPortgroup:
+		m.ResetDynamicPortgroup()
 		return nil
 	case portgroup.FieldInternalInfo:
 		m.ResetInternalInfo()
@@ -20165,6 +20273,7 @@ type RunbookMutation struct {
 	updated_at      *time.Time
 	uuid            *string
 	name            *string
+	description     *string
 	public          *bool
 	owner           *string
 	disable_ramdisk *bool
@@ -20433,6 +20542,55 @@ func (m *RunbookMutation) OldName(ctx context.Context) (v string, err error) {
 // ResetName resets all changes to the "name" field.
 func (m *RunbookMutation) ResetName() {
 	m.name = nil
+}
+
+// SetDescription sets the "description" field.
+func (m *RunbookMutation) SetDescription(s string) {
+	m.description = &s
+}
+
+// Description returns the value of the "description" field in the mutation.
+func (m *RunbookMutation) Description() (r string, exists bool) {
+	v := m.description
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldDescription returns the old "description" field's value of the Runbook entity.
+// If the Runbook object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *RunbookMutation) OldDescription(ctx context.Context) (v *string, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldDescription is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldDescription requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldDescription: %w", err)
+	}
+	return oldValue.Description, nil
+}
+
+// ClearDescription clears the value of the "description" field.
+func (m *RunbookMutation) ClearDescription() {
+	m.description = nil
+	m.clearedFields[runbook.FieldDescription] = struct{}{}
+}
+
+// DescriptionCleared returns if the "description" field was cleared in this mutation.
+func (m *RunbookMutation) DescriptionCleared() bool {
+	_, ok := m.clearedFields[runbook.FieldDescription]
+	return ok
+}
+
+// ResetDescription resets all changes to the "description" field.
+func (m *RunbookMutation) ResetDescription() {
+	m.description = nil
+	delete(m.clearedFields, runbook.FieldDescription)
 }
 
 // SetPublic sets the "public" field.
@@ -20758,7 +20916,7 @@ func (m *RunbookMutation) Type() string {
 // order to get all numeric fields that were incremented/decremented, call
 // AddedFields().
 func (m *RunbookMutation) Fields() []string {
-	fields := make([]string, 0, 9)
+	fields := make([]string, 0, 10)
 	if m.created_at != nil {
 		fields = append(fields, runbook.FieldCreatedAt)
 	}
@@ -20770,6 +20928,9 @@ func (m *RunbookMutation) Fields() []string {
 	}
 	if m.name != nil {
 		fields = append(fields, runbook.FieldName)
+	}
+	if m.description != nil {
+		fields = append(fields, runbook.FieldDescription)
 	}
 	if m.public != nil {
 		fields = append(fields, runbook.FieldPublic)
@@ -20802,6 +20963,8 @@ func (m *RunbookMutation) Field(name string) (ent.Value, bool) {
 		return m.UUID()
 	case runbook.FieldName:
 		return m.Name()
+	case runbook.FieldDescription:
+		return m.Description()
 	case runbook.FieldPublic:
 		return m.Public()
 	case runbook.FieldOwner:
@@ -20829,6 +20992,8 @@ func (m *RunbookMutation) OldField(ctx context.Context, name string) (ent.Value,
 		return m.OldUUID(ctx)
 	case runbook.FieldName:
 		return m.OldName(ctx)
+	case runbook.FieldDescription:
+		return m.OldDescription(ctx)
 	case runbook.FieldPublic:
 		return m.OldPublic(ctx)
 	case runbook.FieldOwner:
@@ -20875,6 +21040,13 @@ func (m *RunbookMutation) SetField(name string, value ent.Value) error {
 			return fmt.Errorf("unexpected type %T for field %s", value, name)
 		}
 		m.SetName(v)
+		return nil
+	case runbook.FieldDescription:
+		v, ok := value.(string)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetDescription(v)
 		return nil
 	case runbook.FieldPublic:
 		v, ok := value.(bool)
@@ -20944,6 +21116,9 @@ func (m *RunbookMutation) ClearedFields() []string {
 	if m.FieldCleared(runbook.FieldUpdatedAt) {
 		fields = append(fields, runbook.FieldUpdatedAt)
 	}
+	if m.FieldCleared(runbook.FieldDescription) {
+		fields = append(fields, runbook.FieldDescription)
+	}
 	if m.FieldCleared(runbook.FieldOwner) {
 		fields = append(fields, runbook.FieldOwner)
 	}
@@ -20969,6 +21144,9 @@ func (m *RunbookMutation) ClearField(name string) error {
 	switch name {
 	case runbook.FieldUpdatedAt:
 		m.ClearUpdatedAt()
+		return nil
+	case runbook.FieldDescription:
+		m.ClearDescription()
 		return nil
 	case runbook.FieldOwner:
 		m.ClearOwner()
@@ -20998,6 +21176,9 @@ func (m *RunbookMutation) ResetField(name string) error {
 		return nil
 	case runbook.FieldName:
 		m.ResetName()
+		return nil
+	case runbook.FieldDescription:
+		m.ResetDescription()
 		return nil
 	case runbook.FieldPublic:
 		m.ResetPublic()

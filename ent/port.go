@@ -52,6 +52,8 @@ type Port struct {
 	Vendor *string `json:"vendor,omitempty"`
 	// Category holds the value of the "category" field.
 	Category *string `json:"category,omitempty"`
+	// AvailableForDynamicPortgroup holds the value of the "available_for_dynamic_portgroup" field.
+	AvailableForDynamicPortgroup bool `json:"available_for_dynamic_portgroup,omitempty"`
 	// Edges holds the relations/edges for other nodes in the graph.
 	// The values are being populated by the PortQuery when eager-loading is set.
 	Edges        PortEdges `json:"edges"`
@@ -98,7 +100,7 @@ func (*Port) scanValues(columns []string) ([]any, error) {
 		switch columns[i] {
 		case port.FieldLocalLinkConnection, port.FieldInternalInfo, port.FieldExtra:
 			values[i] = new([]byte)
-		case port.FieldPxeEnabled, port.FieldIsSmartnic:
+		case port.FieldPxeEnabled, port.FieldIsSmartnic, port.FieldAvailableForDynamicPortgroup:
 			values[i] = new(sql.NullBool)
 		case port.FieldID, port.FieldNodeID, port.FieldPortgroupID:
 			values[i] = new(sql.NullInt64)
@@ -236,6 +238,12 @@ func (_m *Port) assignValues(columns []string, values []any) error {
 				_m.Category = new(string)
 				*_m.Category = value.String
 			}
+		case port.FieldAvailableForDynamicPortgroup:
+			if value, ok := values[i].(*sql.NullBool); !ok {
+				return fmt.Errorf("unexpected type %T for field available_for_dynamic_portgroup", values[i])
+			} else if value.Valid {
+				_m.AvailableForDynamicPortgroup = value.Bool
+			}
 		default:
 			_m.selectValues.Set(columns[i], values[i])
 		}
@@ -343,6 +351,9 @@ func (_m *Port) String() string {
 		builder.WriteString("category=")
 		builder.WriteString(*v)
 	}
+	builder.WriteString(", ")
+	builder.WriteString("available_for_dynamic_portgroup=")
+	builder.WriteString(fmt.Sprintf("%v", _m.AvailableForDynamicPortgroup))
 	builder.WriteByte(')')
 	return builder.String()
 }

@@ -200,6 +200,20 @@ func (_c *PortCreate) SetNillableCategory(v *string) *PortCreate {
 	return _c
 }
 
+// SetAvailableForDynamicPortgroup sets the "available_for_dynamic_portgroup" field.
+func (_c *PortCreate) SetAvailableForDynamicPortgroup(v bool) *PortCreate {
+	_c.mutation.SetAvailableForDynamicPortgroup(v)
+	return _c
+}
+
+// SetNillableAvailableForDynamicPortgroup sets the "available_for_dynamic_portgroup" field if the given value is not nil.
+func (_c *PortCreate) SetNillableAvailableForDynamicPortgroup(v *bool) *PortCreate {
+	if v != nil {
+		_c.SetAvailableForDynamicPortgroup(*v)
+	}
+	return _c
+}
+
 // SetNode sets the "node" edge to the Node entity.
 func (_c *PortCreate) SetNode(v *Node) *PortCreate {
 	return _c.SetNodeID(v.ID)
@@ -257,6 +271,10 @@ func (_c *PortCreate) defaults() {
 		v := port.DefaultIsSmartnic
 		_c.mutation.SetIsSmartnic(v)
 	}
+	if _, ok := _c.mutation.AvailableForDynamicPortgroup(); !ok {
+		v := port.DefaultAvailableForDynamicPortgroup
+		_c.mutation.SetAvailableForDynamicPortgroup(v)
+	}
 }
 
 // check runs all checks and user-defined validators on the builder.
@@ -313,6 +331,9 @@ func (_c *PortCreate) check() error {
 		if err := port.CategoryValidator(v); err != nil {
 			return &ValidationError{Name: "category", err: fmt.Errorf(`ent: validator failed for field "Port.category": %w`, err)}
 		}
+	}
+	if _, ok := _c.mutation.AvailableForDynamicPortgroup(); !ok {
+		return &ValidationError{Name: "available_for_dynamic_portgroup", err: errors.New(`ent: missing required field "Port.available_for_dynamic_portgroup"`)}
 	}
 	if len(_c.mutation.NodeIDs()) == 0 {
 		return &ValidationError{Name: "node", err: errors.New(`ent: missing required edge "Port.node"`)}
@@ -399,6 +420,10 @@ func (_c *PortCreate) createSpec() (*Port, *sqlgraph.CreateSpec) {
 	if value, ok := _c.mutation.Category(); ok {
 		_spec.SetField(port.FieldCategory, field.TypeString, value)
 		_node.Category = &value
+	}
+	if value, ok := _c.mutation.AvailableForDynamicPortgroup(); ok {
+		_spec.SetField(port.FieldAvailableForDynamicPortgroup, field.TypeBool, value)
+		_node.AvailableForDynamicPortgroup = value
 	}
 	if nodes := _c.mutation.NodeIDs(); len(nodes) > 0 {
 		edge := &sqlgraph.EdgeSpec{
@@ -714,6 +739,18 @@ func (u *PortUpsert) ClearCategory() *PortUpsert {
 	return u
 }
 
+// SetAvailableForDynamicPortgroup sets the "available_for_dynamic_portgroup" field.
+func (u *PortUpsert) SetAvailableForDynamicPortgroup(v bool) *PortUpsert {
+	u.Set(port.FieldAvailableForDynamicPortgroup, v)
+	return u
+}
+
+// UpdateAvailableForDynamicPortgroup sets the "available_for_dynamic_portgroup" field to the value that was provided on create.
+func (u *PortUpsert) UpdateAvailableForDynamicPortgroup() *PortUpsert {
+	u.SetExcluded(port.FieldAvailableForDynamicPortgroup)
+	return u
+}
+
 // UpdateNewValues updates the mutable fields using the new values that were set on create.
 // Using this option is equivalent to using:
 //
@@ -1025,6 +1062,20 @@ func (u *PortUpsertOne) UpdateCategory() *PortUpsertOne {
 func (u *PortUpsertOne) ClearCategory() *PortUpsertOne {
 	return u.Update(func(s *PortUpsert) {
 		s.ClearCategory()
+	})
+}
+
+// SetAvailableForDynamicPortgroup sets the "available_for_dynamic_portgroup" field.
+func (u *PortUpsertOne) SetAvailableForDynamicPortgroup(v bool) *PortUpsertOne {
+	return u.Update(func(s *PortUpsert) {
+		s.SetAvailableForDynamicPortgroup(v)
+	})
+}
+
+// UpdateAvailableForDynamicPortgroup sets the "available_for_dynamic_portgroup" field to the value that was provided on create.
+func (u *PortUpsertOne) UpdateAvailableForDynamicPortgroup() *PortUpsertOne {
+	return u.Update(func(s *PortUpsert) {
+		s.UpdateAvailableForDynamicPortgroup()
 	})
 }
 
@@ -1505,6 +1556,20 @@ func (u *PortUpsertBulk) UpdateCategory() *PortUpsertBulk {
 func (u *PortUpsertBulk) ClearCategory() *PortUpsertBulk {
 	return u.Update(func(s *PortUpsert) {
 		s.ClearCategory()
+	})
+}
+
+// SetAvailableForDynamicPortgroup sets the "available_for_dynamic_portgroup" field.
+func (u *PortUpsertBulk) SetAvailableForDynamicPortgroup(v bool) *PortUpsertBulk {
+	return u.Update(func(s *PortUpsert) {
+		s.SetAvailableForDynamicPortgroup(v)
+	})
+}
+
+// UpdateAvailableForDynamicPortgroup sets the "available_for_dynamic_portgroup" field to the value that was provided on create.
+func (u *PortUpsertBulk) UpdateAvailableForDynamicPortgroup() *PortUpsertBulk {
+	return u.Update(func(s *PortUpsert) {
+		s.UpdateAvailableForDynamicPortgroup()
 	})
 }
 

@@ -263,6 +263,20 @@ func (_u *PortUpdate) ClearCategory() *PortUpdate {
 	return _u
 }
 
+// SetAvailableForDynamicPortgroup sets the "available_for_dynamic_portgroup" field.
+func (_u *PortUpdate) SetAvailableForDynamicPortgroup(v bool) *PortUpdate {
+	_u.mutation.SetAvailableForDynamicPortgroup(v)
+	return _u
+}
+
+// SetNillableAvailableForDynamicPortgroup sets the "available_for_dynamic_portgroup" field if the given value is not nil.
+func (_u *PortUpdate) SetNillableAvailableForDynamicPortgroup(v *bool) *PortUpdate {
+	if v != nil {
+		_u.SetAvailableForDynamicPortgroup(*v)
+	}
+	return _u
+}
+
 // SetNode sets the "node" edge to the Node entity.
 func (_u *PortUpdate) SetNode(v *Node) *PortUpdate {
 	return _u.SetNodeID(v.ID)
@@ -435,6 +449,9 @@ func (_u *PortUpdate) sqlSave(ctx context.Context) (_node int, err error) {
 	}
 	if _u.mutation.CategoryCleared() {
 		_spec.ClearField(port.FieldCategory, field.TypeString)
+	}
+	if value, ok := _u.mutation.AvailableForDynamicPortgroup(); ok {
+		_spec.SetField(port.FieldAvailableForDynamicPortgroup, field.TypeBool, value)
 	}
 	if _u.mutation.NodeCleared() {
 		edge := &sqlgraph.EdgeSpec{
@@ -748,6 +765,20 @@ func (_u *PortUpdateOne) ClearCategory() *PortUpdateOne {
 	return _u
 }
 
+// SetAvailableForDynamicPortgroup sets the "available_for_dynamic_portgroup" field.
+func (_u *PortUpdateOne) SetAvailableForDynamicPortgroup(v bool) *PortUpdateOne {
+	_u.mutation.SetAvailableForDynamicPortgroup(v)
+	return _u
+}
+
+// SetNillableAvailableForDynamicPortgroup sets the "available_for_dynamic_portgroup" field if the given value is not nil.
+func (_u *PortUpdateOne) SetNillableAvailableForDynamicPortgroup(v *bool) *PortUpdateOne {
+	if v != nil {
+		_u.SetAvailableForDynamicPortgroup(*v)
+	}
+	return _u
+}
+
 // SetNode sets the "node" edge to the Node entity.
 func (_u *PortUpdateOne) SetNode(v *Node) *PortUpdateOne {
 	return _u.SetNodeID(v.ID)
@@ -950,6 +981,9 @@ func (_u *PortUpdateOne) sqlSave(ctx context.Context) (_node *Port, err error) {
 	}
 	if _u.mutation.CategoryCleared() {
 		_spec.ClearField(port.FieldCategory, field.TypeString)
+	}
+	if value, ok := _u.mutation.AvailableForDynamicPortgroup(); ok {
+		_spec.SetField(port.FieldAvailableForDynamicPortgroup, field.TypeBool, value)
 	}
 	if _u.mutation.NodeCleared() {
 		edge := &sqlgraph.EdgeSpec{

@@ -41,6 +41,8 @@ type Portgroup struct {
 	PhysicalNetwork *string `json:"physical_network,omitempty"`
 	// Category holds the value of the "category" field.
 	Category *string `json:"category,omitempty"`
+	// DynamicPortgroup holds the value of the "dynamic_portgroup" field.
+	DynamicPortgroup bool `json:"dynamic_portgroup,omitempty"`
 	// InternalInfo holds the value of the "internal_info" field.
 	InternalInfo map[string]interface{} `json:"internal_info,omitempty"`
 	// Extra holds the value of the "extra" field.
@@ -89,7 +91,7 @@ func (*Portgroup) scanValues(columns []string) ([]any, error) {
 		switch columns[i] {
 		case portgroup.FieldProperties, portgroup.FieldInternalInfo, portgroup.FieldExtra:
 			values[i] = new([]byte)
-		case portgroup.FieldStandalonePortsSupported:
+		case portgroup.FieldStandalonePortsSupported, portgroup.FieldDynamicPortgroup:
 			values[i] = new(sql.NullBool)
 		case portgroup.FieldID, portgroup.FieldNodeID:
 			values[i] = new(sql.NullInt64)
@@ -190,6 +192,12 @@ func (_m *Portgroup) assignValues(columns []string, values []any) error {
 			} else if value.Valid {
 				_m.Category = new(string)
 				*_m.Category = value.String
+			}
+		case portgroup.FieldDynamicPortgroup:
+			if value, ok := values[i].(*sql.NullBool); !ok {
+				return fmt.Errorf("unexpected type %T for field dynamic_portgroup", values[i])
+			} else if value.Valid {
+				_m.DynamicPortgroup = value.Bool
 			}
 		case portgroup.FieldInternalInfo:
 			if value, ok := values[i].(*[]byte); !ok {
@@ -295,6 +303,9 @@ func (_m *Portgroup) String() string {
 		builder.WriteString("category=")
 		builder.WriteString(*v)
 	}
+	builder.WriteString(", ")
+	builder.WriteString("dynamic_portgroup=")
+	builder.WriteString(fmt.Sprintf("%v", _m.DynamicPortgroup))
 	builder.WriteString(", ")
 	builder.WriteString("internal_info=")
 	builder.WriteString(fmt.Sprintf("%v", _m.InternalInfo))

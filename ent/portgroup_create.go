@@ -154,6 +154,20 @@ func (_c *PortgroupCreate) SetNillableCategory(v *string) *PortgroupCreate {
 	return _c
 }
 
+// SetDynamicPortgroup sets the "dynamic_portgroup" field.
+func (_c *PortgroupCreate) SetDynamicPortgroup(v bool) *PortgroupCreate {
+	_c.mutation.SetDynamicPortgroup(v)
+	return _c
+}
+
+// SetNillableDynamicPortgroup sets the "dynamic_portgroup" field if the given value is not nil.
+func (_c *PortgroupCreate) SetNillableDynamicPortgroup(v *bool) *PortgroupCreate {
+	if v != nil {
+		_c.SetDynamicPortgroup(*v)
+	}
+	return _c
+}
+
 // SetInternalInfo sets the "internal_info" field.
 func (_c *PortgroupCreate) SetInternalInfo(v map[string]interface{}) *PortgroupCreate {
 	_c.mutation.SetInternalInfo(v)
@@ -233,6 +247,10 @@ func (_c *PortgroupCreate) defaults() {
 		v := portgroup.DefaultStandalonePortsSupported
 		_c.mutation.SetStandalonePortsSupported(v)
 	}
+	if _, ok := _c.mutation.DynamicPortgroup(); !ok {
+		v := portgroup.DefaultDynamicPortgroup
+		_c.mutation.SetDynamicPortgroup(v)
+	}
 }
 
 // check runs all checks and user-defined validators on the builder.
@@ -281,6 +299,9 @@ func (_c *PortgroupCreate) check() error {
 		if err := portgroup.CategoryValidator(v); err != nil {
 			return &ValidationError{Name: "category", err: fmt.Errorf(`ent: validator failed for field "Portgroup.category": %w`, err)}
 		}
+	}
+	if _, ok := _c.mutation.DynamicPortgroup(); !ok {
+		return &ValidationError{Name: "dynamic_portgroup", err: errors.New(`ent: missing required field "Portgroup.dynamic_portgroup"`)}
 	}
 	if len(_c.mutation.NodeIDs()) == 0 {
 		return &ValidationError{Name: "node", err: errors.New(`ent: missing required edge "Portgroup.node"`)}
@@ -351,6 +372,10 @@ func (_c *PortgroupCreate) createSpec() (*Portgroup, *sqlgraph.CreateSpec) {
 	if value, ok := _c.mutation.Category(); ok {
 		_spec.SetField(portgroup.FieldCategory, field.TypeString, value)
 		_node.Category = &value
+	}
+	if value, ok := _c.mutation.DynamicPortgroup(); ok {
+		_spec.SetField(portgroup.FieldDynamicPortgroup, field.TypeBool, value)
+		_node.DynamicPortgroup = value
 	}
 	if value, ok := _c.mutation.InternalInfo(); ok {
 		_spec.SetField(portgroup.FieldInternalInfo, field.TypeJSON, value)
@@ -586,6 +611,18 @@ func (u *PortgroupUpsert) UpdateCategory() *PortgroupUpsert {
 // ClearCategory clears the value of the "category" field.
 func (u *PortgroupUpsert) ClearCategory() *PortgroupUpsert {
 	u.SetNull(portgroup.FieldCategory)
+	return u
+}
+
+// SetDynamicPortgroup sets the "dynamic_portgroup" field.
+func (u *PortgroupUpsert) SetDynamicPortgroup(v bool) *PortgroupUpsert {
+	u.Set(portgroup.FieldDynamicPortgroup, v)
+	return u
+}
+
+// UpdateDynamicPortgroup sets the "dynamic_portgroup" field to the value that was provided on create.
+func (u *PortgroupUpsert) UpdateDynamicPortgroup() *PortgroupUpsert {
+	u.SetExcluded(portgroup.FieldDynamicPortgroup)
 	return u
 }
 
@@ -838,6 +875,20 @@ func (u *PortgroupUpsertOne) UpdateCategory() *PortgroupUpsertOne {
 func (u *PortgroupUpsertOne) ClearCategory() *PortgroupUpsertOne {
 	return u.Update(func(s *PortgroupUpsert) {
 		s.ClearCategory()
+	})
+}
+
+// SetDynamicPortgroup sets the "dynamic_portgroup" field.
+func (u *PortgroupUpsertOne) SetDynamicPortgroup(v bool) *PortgroupUpsertOne {
+	return u.Update(func(s *PortgroupUpsert) {
+		s.SetDynamicPortgroup(v)
+	})
+}
+
+// UpdateDynamicPortgroup sets the "dynamic_portgroup" field to the value that was provided on create.
+func (u *PortgroupUpsertOne) UpdateDynamicPortgroup() *PortgroupUpsertOne {
+	return u.Update(func(s *PortgroupUpsert) {
+		s.UpdateDynamicPortgroup()
 	})
 }
 
@@ -1262,6 +1313,20 @@ func (u *PortgroupUpsertBulk) UpdateCategory() *PortgroupUpsertBulk {
 func (u *PortgroupUpsertBulk) ClearCategory() *PortgroupUpsertBulk {
 	return u.Update(func(s *PortgroupUpsert) {
 		s.ClearCategory()
+	})
+}
+
+// SetDynamicPortgroup sets the "dynamic_portgroup" field.
+func (u *PortgroupUpsertBulk) SetDynamicPortgroup(v bool) *PortgroupUpsertBulk {
+	return u.Update(func(s *PortgroupUpsert) {
+		s.SetDynamicPortgroup(v)
+	})
+}
+
+// UpdateDynamicPortgroup sets the "dynamic_portgroup" field to the value that was provided on create.
+func (u *PortgroupUpsertBulk) UpdateDynamicPortgroup() *PortgroupUpsertBulk {
+	return u.Update(func(s *PortgroupUpsert) {
+		s.UpdateDynamicPortgroup()
 	})
 }
 

@@ -185,6 +185,20 @@ func (_u *PortgroupUpdate) ClearCategory() *PortgroupUpdate {
 	return _u
 }
 
+// SetDynamicPortgroup sets the "dynamic_portgroup" field.
+func (_u *PortgroupUpdate) SetDynamicPortgroup(v bool) *PortgroupUpdate {
+	_u.mutation.SetDynamicPortgroup(v)
+	return _u
+}
+
+// SetNillableDynamicPortgroup sets the "dynamic_portgroup" field if the given value is not nil.
+func (_u *PortgroupUpdate) SetNillableDynamicPortgroup(v *bool) *PortgroupUpdate {
+	if v != nil {
+		_u.SetDynamicPortgroup(*v)
+	}
+	return _u
+}
+
 // SetInternalInfo sets the "internal_info" field.
 func (_u *PortgroupUpdate) SetInternalInfo(v map[string]interface{}) *PortgroupUpdate {
 	_u.mutation.SetInternalInfo(v)
@@ -380,6 +394,9 @@ func (_u *PortgroupUpdate) sqlSave(ctx context.Context) (_node int, err error) {
 	}
 	if _u.mutation.CategoryCleared() {
 		_spec.ClearField(portgroup.FieldCategory, field.TypeString)
+	}
+	if value, ok := _u.mutation.DynamicPortgroup(); ok {
+		_spec.SetField(portgroup.FieldDynamicPortgroup, field.TypeBool, value)
 	}
 	if value, ok := _u.mutation.InternalInfo(); ok {
 		_spec.SetField(portgroup.FieldInternalInfo, field.TypeJSON, value)
@@ -643,6 +660,20 @@ func (_u *PortgroupUpdateOne) ClearCategory() *PortgroupUpdateOne {
 	return _u
 }
 
+// SetDynamicPortgroup sets the "dynamic_portgroup" field.
+func (_u *PortgroupUpdateOne) SetDynamicPortgroup(v bool) *PortgroupUpdateOne {
+	_u.mutation.SetDynamicPortgroup(v)
+	return _u
+}
+
+// SetNillableDynamicPortgroup sets the "dynamic_portgroup" field if the given value is not nil.
+func (_u *PortgroupUpdateOne) SetNillableDynamicPortgroup(v *bool) *PortgroupUpdateOne {
+	if v != nil {
+		_u.SetDynamicPortgroup(*v)
+	}
+	return _u
+}
+
 // SetInternalInfo sets the "internal_info" field.
 func (_u *PortgroupUpdateOne) SetInternalInfo(v map[string]interface{}) *PortgroupUpdateOne {
 	_u.mutation.SetInternalInfo(v)
@@ -868,6 +899,9 @@ func (_u *PortgroupUpdateOne) sqlSave(ctx context.Context) (_node *Portgroup, er
 	}
 	if _u.mutation.CategoryCleared() {
 		_spec.ClearField(portgroup.FieldCategory, field.TypeString)
+	}
+	if value, ok := _u.mutation.DynamicPortgroup(); ok {
+		_spec.SetField(portgroup.FieldDynamicPortgroup, field.TypeBool, value)
 	}
 	if value, ok := _u.mutation.InternalInfo(); ok {
 		_spec.SetField(portgroup.FieldInternalInfo, field.TypeJSON, value)

@@ -26,6 +26,8 @@ type Runbook struct {
 	UUID string `json:"uuid,omitempty"`
 	// Name holds the value of the "name" field.
 	Name string `json:"name,omitempty"`
+	// Description holds the value of the "description" field.
+	Description *string `json:"description,omitempty"`
 	// Public holds the value of the "public" field.
 	Public bool `json:"public,omitempty"`
 	// Owner holds the value of the "owner" field.
@@ -71,7 +73,7 @@ func (*Runbook) scanValues(columns []string) ([]any, error) {
 			values[i] = new(sql.NullBool)
 		case runbook.FieldID:
 			values[i] = new(sql.NullInt64)
-		case runbook.FieldUUID, runbook.FieldName, runbook.FieldOwner:
+		case runbook.FieldUUID, runbook.FieldName, runbook.FieldDescription, runbook.FieldOwner:
 			values[i] = new(sql.NullString)
 		case runbook.FieldCreatedAt, runbook.FieldUpdatedAt:
 			values[i] = new(sql.NullTime)
@@ -120,6 +122,13 @@ func (_m *Runbook) assignValues(columns []string, values []any) error {
 				return fmt.Errorf("unexpected type %T for field name", values[i])
 			} else if value.Valid {
 				_m.Name = value.String
+			}
+		case runbook.FieldDescription:
+			if value, ok := values[i].(*sql.NullString); !ok {
+				return fmt.Errorf("unexpected type %T for field description", values[i])
+			} else if value.Valid {
+				_m.Description = new(string)
+				*_m.Description = value.String
 			}
 		case runbook.FieldPublic:
 			if value, ok := values[i].(*sql.NullBool); !ok {
@@ -210,6 +219,11 @@ func (_m *Runbook) String() string {
 	builder.WriteString(", ")
 	builder.WriteString("name=")
 	builder.WriteString(_m.Name)
+	builder.WriteString(", ")
+	if v := _m.Description; v != nil {
+		builder.WriteString("description=")
+		builder.WriteString(*v)
+	}
 	builder.WriteString(", ")
 	builder.WriteString("public=")
 	builder.WriteString(fmt.Sprintf("%v", _m.Public))

@@ -63,6 +63,20 @@ func (_c *RunbookCreate) SetName(v string) *RunbookCreate {
 	return _c
 }
 
+// SetDescription sets the "description" field.
+func (_c *RunbookCreate) SetDescription(v string) *RunbookCreate {
+	_c.mutation.SetDescription(v)
+	return _c
+}
+
+// SetNillableDescription sets the "description" field if the given value is not nil.
+func (_c *RunbookCreate) SetNillableDescription(v *string) *RunbookCreate {
+	if v != nil {
+		_c.SetDescription(*v)
+	}
+	return _c
+}
+
 // SetPublic sets the "public" field.
 func (_c *RunbookCreate) SetPublic(v bool) *RunbookCreate {
 	_c.mutation.SetPublic(v)
@@ -256,6 +270,10 @@ func (_c *RunbookCreate) createSpec() (*Runbook, *sqlgraph.CreateSpec) {
 		_spec.SetField(runbook.FieldName, field.TypeString, value)
 		_node.Name = value
 	}
+	if value, ok := _c.mutation.Description(); ok {
+		_spec.SetField(runbook.FieldDescription, field.TypeString, value)
+		_node.Description = &value
+	}
 	if value, ok := _c.mutation.Public(); ok {
 		_spec.SetField(runbook.FieldPublic, field.TypeBool, value)
 		_node.Public = value
@@ -371,6 +389,24 @@ func (u *RunbookUpsert) SetName(v string) *RunbookUpsert {
 // UpdateName sets the "name" field to the value that was provided on create.
 func (u *RunbookUpsert) UpdateName() *RunbookUpsert {
 	u.SetExcluded(runbook.FieldName)
+	return u
+}
+
+// SetDescription sets the "description" field.
+func (u *RunbookUpsert) SetDescription(v string) *RunbookUpsert {
+	u.Set(runbook.FieldDescription, v)
+	return u
+}
+
+// UpdateDescription sets the "description" field to the value that was provided on create.
+func (u *RunbookUpsert) UpdateDescription() *RunbookUpsert {
+	u.SetExcluded(runbook.FieldDescription)
+	return u
+}
+
+// ClearDescription clears the value of the "description" field.
+func (u *RunbookUpsert) ClearDescription() *RunbookUpsert {
+	u.SetNull(runbook.FieldDescription)
 	return u
 }
 
@@ -532,6 +568,27 @@ func (u *RunbookUpsertOne) SetName(v string) *RunbookUpsertOne {
 func (u *RunbookUpsertOne) UpdateName() *RunbookUpsertOne {
 	return u.Update(func(s *RunbookUpsert) {
 		s.UpdateName()
+	})
+}
+
+// SetDescription sets the "description" field.
+func (u *RunbookUpsertOne) SetDescription(v string) *RunbookUpsertOne {
+	return u.Update(func(s *RunbookUpsert) {
+		s.SetDescription(v)
+	})
+}
+
+// UpdateDescription sets the "description" field to the value that was provided on create.
+func (u *RunbookUpsertOne) UpdateDescription() *RunbookUpsertOne {
+	return u.Update(func(s *RunbookUpsert) {
+		s.UpdateDescription()
+	})
+}
+
+// ClearDescription clears the value of the "description" field.
+func (u *RunbookUpsertOne) ClearDescription() *RunbookUpsertOne {
+	return u.Update(func(s *RunbookUpsert) {
+		s.ClearDescription()
 	})
 }
 
@@ -872,6 +929,27 @@ func (u *RunbookUpsertBulk) SetName(v string) *RunbookUpsertBulk {
 func (u *RunbookUpsertBulk) UpdateName() *RunbookUpsertBulk {
 	return u.Update(func(s *RunbookUpsert) {
 		s.UpdateName()
+	})
+}
+
+// SetDescription sets the "description" field.
+func (u *RunbookUpsertBulk) SetDescription(v string) *RunbookUpsertBulk {
+	return u.Update(func(s *RunbookUpsert) {
+		s.SetDescription(v)
+	})
+}
+
+// UpdateDescription sets the "description" field to the value that was provided on create.
+func (u *RunbookUpsertBulk) UpdateDescription() *RunbookUpsertBulk {
+	return u.Update(func(s *RunbookUpsert) {
+		s.UpdateDescription()
+	})
+}
+
+// ClearDescription clears the value of the "description" field.
+func (u *RunbookUpsertBulk) ClearDescription() *RunbookUpsertBulk {
+	return u.Update(func(s *RunbookUpsert) {
+		s.ClearDescription()
 	})
 }
 

@@ -65,6 +65,26 @@ func (_u *RunbookUpdate) SetNillableName(v *string) *RunbookUpdate {
 	return _u
 }
 
+// SetDescription sets the "description" field.
+func (_u *RunbookUpdate) SetDescription(v string) *RunbookUpdate {
+	_u.mutation.SetDescription(v)
+	return _u
+}
+
+// SetNillableDescription sets the "description" field if the given value is not nil.
+func (_u *RunbookUpdate) SetNillableDescription(v *string) *RunbookUpdate {
+	if v != nil {
+		_u.SetDescription(*v)
+	}
+	return _u
+}
+
+// ClearDescription clears the value of the "description" field.
+func (_u *RunbookUpdate) ClearDescription() *RunbookUpdate {
+	_u.mutation.ClearDescription()
+	return _u
+}
+
 // SetPublic sets the "public" field.
 func (_u *RunbookUpdate) SetPublic(v bool) *RunbookUpdate {
 	_u.mutation.SetPublic(v)
@@ -253,6 +273,12 @@ func (_u *RunbookUpdate) sqlSave(ctx context.Context) (_node int, err error) {
 	if value, ok := _u.mutation.Name(); ok {
 		_spec.SetField(runbook.FieldName, field.TypeString, value)
 	}
+	if value, ok := _u.mutation.Description(); ok {
+		_spec.SetField(runbook.FieldDescription, field.TypeString, value)
+	}
+	if _u.mutation.DescriptionCleared() {
+		_spec.ClearField(runbook.FieldDescription, field.TypeString)
+	}
 	if value, ok := _u.mutation.Public(); ok {
 		_spec.SetField(runbook.FieldPublic, field.TypeBool, value)
 	}
@@ -380,6 +406,26 @@ func (_u *RunbookUpdateOne) SetNillableName(v *string) *RunbookUpdateOne {
 	if v != nil {
 		_u.SetName(*v)
 	}
+	return _u
+}
+
+// SetDescription sets the "description" field.
+func (_u *RunbookUpdateOne) SetDescription(v string) *RunbookUpdateOne {
+	_u.mutation.SetDescription(v)
+	return _u
+}
+
+// SetNillableDescription sets the "description" field if the given value is not nil.
+func (_u *RunbookUpdateOne) SetNillableDescription(v *string) *RunbookUpdateOne {
+	if v != nil {
+		_u.SetDescription(*v)
+	}
+	return _u
+}
+
+// ClearDescription clears the value of the "description" field.
+func (_u *RunbookUpdateOne) ClearDescription() *RunbookUpdateOne {
+	_u.mutation.ClearDescription()
 	return _u
 }
 
@@ -600,6 +646,12 @@ func (_u *RunbookUpdateOne) sqlSave(ctx context.Context) (_node *Runbook, err er
 	}
 	if value, ok := _u.mutation.Name(); ok {
 		_spec.SetField(runbook.FieldName, field.TypeString, value)
+	}
+	if value, ok := _u.mutation.Description(); ok {
+		_spec.SetField(runbook.FieldDescription, field.TypeString, value)
+	}
+	if _u.mutation.DescriptionCleared() {
+		_spec.ClearField(runbook.FieldDescription, field.TypeString)
 	}
 	if value, ok := _u.mutation.Public(); ok {
 		_spec.SetField(runbook.FieldPublic, field.TypeBool, value)

@@ -491,6 +491,10 @@ func init() {
 	portDescCategory := portFields[13].Descriptor()
 	// port.CategoryValidator is a validator for the "category" field. It is called by the builders before save.
 	port.CategoryValidator = portDescCategory.Validators[0].(func(string) error)
+	// portDescAvailableForDynamicPortgroup is the schema descriptor for available_for_dynamic_portgroup field.
+	portDescAvailableForDynamicPortgroup := portFields[14].Descriptor()
+	// port.DefaultAvailableForDynamicPortgroup holds the default value on creation for the available_for_dynamic_portgroup field.
+	port.DefaultAvailableForDynamicPortgroup = portDescAvailableForDynamicPortgroup.Default.(bool)
 	portgroupMixin := schema.Portgroup{}.Mixin()
 	portgroupMixinFields0 := portgroupMixin[0].Fields()
 	_ = portgroupMixinFields0
@@ -530,6 +534,10 @@ func init() {
 	portgroupDescCategory := portgroupFields[8].Descriptor()
 	// portgroup.CategoryValidator is a validator for the "category" field. It is called by the builders before save.
 	portgroup.CategoryValidator = portgroupDescCategory.Validators[0].(func(string) error)
+	// portgroupDescDynamicPortgroup is the schema descriptor for dynamic_portgroup field.
+	portgroupDescDynamicPortgroup := portgroupFields[9].Descriptor()
+	// portgroup.DefaultDynamicPortgroup holds the default value on creation for the dynamic_portgroup field.
+	portgroup.DefaultDynamicPortgroup = portgroupDescDynamicPortgroup.Default.(bool)
 	roleassignmentFields := schema.RoleAssignment{}.Fields()
 	_ = roleassignmentFields
 	// roleassignmentDescSystem is the schema descriptor for system field.
@@ -564,15 +572,15 @@ func init() {
 	// runbook.NameValidator is a validator for the "name" field. It is called by the builders before save.
 	runbook.NameValidator = runbookDescName.Validators[0].(func(string) error)
 	// runbookDescPublic is the schema descriptor for public field.
-	runbookDescPublic := runbookFields[2].Descriptor()
+	runbookDescPublic := runbookFields[3].Descriptor()
 	// runbook.DefaultPublic holds the default value on creation for the public field.
 	runbook.DefaultPublic = runbookDescPublic.Default.(bool)
 	// runbookDescOwner is the schema descriptor for owner field.
-	runbookDescOwner := runbookFields[3].Descriptor()
+	runbookDescOwner := runbookFields[4].Descriptor()
 	// runbook.OwnerValidator is a validator for the "owner" field. It is called by the builders before save.
 	runbook.OwnerValidator = runbookDescOwner.Validators[0].(func(string) error)
 	// runbookDescDisableRamdisk is the schema descriptor for disable_ramdisk field.
-	runbookDescDisableRamdisk := runbookFields[4].Descriptor()
+	runbookDescDisableRamdisk := runbookFields[5].Descriptor()
 	// runbook.DefaultDisableRamdisk holds the default value on creation for the disable_ramdisk field.
 	runbook.DefaultDisableRamdisk = runbookDescDisableRamdisk.Default.(bool)
 	runbookstepFields := schema.RunbookStep{}.Fields()

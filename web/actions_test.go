@@ -97,7 +97,7 @@ func TestRunbooksAndRetry(t *testing.T) {
 	ctx := context.Background()
 	id := ids["f-00"] // owner blue, lessee green, trait CUSTOM_X
 	var rbID string
-	for _, rb := range []map[string]any{{"name": "CUSTOM_X", "public": true, "extra": map[string]any{"description": "Powers the node on."}}, {"name": "CUSTOM_X_RED", "owner": "red", "traits": []string{"CUSTOM_X"}}} {
+	for _, rb := range []map[string]any{{"name": "CUSTOM_X", "public": true, "description": "Powers the node on."}, {"name": "CUSTOM_X_RED", "owner": "red", "traits": []string{"CUSTOM_X"}}} {
 		rb["steps"] = []map[string]any{{"interface": "power", "step": "power_on", "order": 1}}
 		r := api.Do(t, "POST", "/v1/runbooks", rb)
 		if r.Status != 201 {

@@ -20,11 +20,6 @@ import (
 	"github.com/anvilproject/anvil/views"
 )
 
-// descriptionKey is where the editor keeps a runbook's description:
-// Ironic's runbook has no such field, so it lives in extra, where API
-// clients see it too.
-const descriptionKey = "description"
-
 // catalogued finds a step the editor offers fields for, by interface.step.
 func catalogued(name string) (conductor.StepInfo, bool) {
 	cat := conductor.Catalogue()
@@ -103,7 +98,7 @@ func (p *Portal) editRunbook(c *fiber.Ctx) error {
 	}
 	e := p.editorOf(c, r)
 	e.Name, e.Public, e.Owner = r.Name, r.Public, deref(r.Owner)
-	e.Description, _ = r.Extra[descriptionKey].(string)
+	e.Description = deref(r.Description)
 	for _, s := range r.Steps {
 		e.Steps = append(e.Steps, storedRow(s))
 	}
@@ -384,7 +379,7 @@ func (p *Portal) saveRunbook(c *fiber.Ctx) error {
 	}
 	in := runbooks.Input{Name: e.Name, Steps: list}
 	if e.Description != "" {
-		in.Extra = map[string]any{descriptionKey: e.Description}
+		in.Description = &e.Description
 	}
 	if e.System {
 		in.Public = e.Public
@@ -424,7 +419,7 @@ func (p *Portal) saveRunbook(c *fiber.Ctx) error {
 	if r == nil {
 		saved, err = p.Runbooks.Create(ctx, in)
 	} else {
-		saved, err = p.Runbooks.Patch(ctx, r.UUID, editPatch(r, in, e.System))
+		saved, err = p.Runbooks.Patch(ctx, r.UUID, editPatch(r, in, e.System), true)
 	}
 	if err == nil {
 		// The list page says what visibility resulted, by the runbook's id
@@ -450,18 +445,10 @@ func (p *Portal) saveRunbook(c *fiber.Ctx) error {
 const opSaveAnyway = "save-anyway"
 
 // editPatch is the JSON patch that makes runbook r what the form says.
-// The description is added then removed when empty, which removes it
-// whether or not it was there.
+// An empty description is null, as the API shows a runbook without one.
 func editPatch(r *runbooks.Runbook, in runbooks.Input, system bool) []byte {
-	ops := []map[string]any{{"op": "replace", "path": "/name", "value": in.Name}, {"op": "replace", "path": "/steps", "value": in.Steps}}
-	if r.Extra == nil {
-		ops = append(ops, map[string]any{"op": "add", "path": "/extra", "value": map[string]any{}})
-	}
-	desc, _ := in.Extra[descriptionKey].(string)
-	ops = append(ops, map[string]any{"op": "add", "path": "/extra/" + descriptionKey, "value": desc})
-	if desc == "" {
-		ops = append(ops, map[string]any{"op": "remove", "path": "/extra/" + descriptionKey})
-	}
+	ops := []map[string]any{{"op": "replace", "path": "/name", "value": in.Name}, {"op": "replace", "path": "/steps", "value": in.Steps},
+		{"op": "add", "path": "/description", "value": in.Description}}
 	if system {
 		var owner any
 		if in.Owner != nil {

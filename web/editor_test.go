@@ -159,7 +159,7 @@ func TestRunbookEditorShowsEveryError(t *testing.T) {
 	}
 	summary := between(page, `data-testid="error-summary"`, "</div>")
 	for _, want := range []string{
-		`href="#rb-name">name &#34;not a trait&#34; must be a trait name`,
+		`href="#rb-name">name &#34;not a trait&#34; must be 1 to 255 letters, digits`,
 		`href="#s1-a-seconds">Step 2: argument seconds must be a whole number.`,
 		`href="#s2-a-device">Step 3: step management.set_boot_device needs argument &#34;device&#34;`,
 		`href="#s3-json">Step 4: arguments must be a JSON object`,
@@ -298,10 +298,12 @@ func TestRunbookEditorTypedArguments(t *testing.T) {
 			t.Errorf("%s args %s, want %s", step, args[step], want)
 		}
 	}
-	if extra, _ := rb["extra"].(map[string]any); extra["description"] != "Reflash and boot from the network." {
-		t.Errorf("extra %v", rb["extra"])
+	// The description is the runbook's own field (Ironic's 1.112), which
+	// API clients read too.
+	if rb["description"] != "Reflash and boot from the network." || len(rb["extra"].(map[string]any)) != 0 {
+		t.Errorf("description %v, extra %v", rb["description"], rb["extra"])
 	}
-	// The editor shows it all again, and an empty description leaves extra.
+	// The editor shows it all again, and an empty description is none.
 	_, page, _ := mia.do("GET", "/runbooks/CUSTOM_TYPED/edit", nil)
 	for _, want := range []string{`id="s0-a-seconds" name="s0.a.seconds" value="30"`, `<option value="pxe" selected>`, `value="deploy.erase_devices"`,
 		`{&#34;erase&#34;:true}`, ">Reflash and boot from the network.</textarea>"} {
@@ -320,8 +322,8 @@ func TestRunbookEditorTypedArguments(t *testing.T) {
 	if st, _, _ := mia.do("POST", "/runbooks/"+id+"/edit", form); st != 303 {
 		t.Fatalf("edit: %d", st)
 	}
-	if _, rb := env.runbook(id); len(rb["extra"].(map[string]any)) != 0 {
-		t.Errorf("the description stayed: %v", rb["extra"])
+	if _, rb := env.runbook(id); rb["description"] != nil {
+		t.Errorf("the description stayed: %v", rb["description"])
 	}
 	if _, page, _ = mia.do("GET", "/runbooks", nil); strings.Contains(page, "runbook-description") {
 		t.Error("the list still shows a removed description")

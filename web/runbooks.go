@@ -19,7 +19,7 @@ import (
 
 func runbookRow(r *runbooks.Runbook) views.RunbookRow {
 	row := views.RunbookRow{UUID: r.UUID, Name: r.Name, Public: r.Public}
-	row.Description, _ = r.Extra[descriptionKey].(string)
+	row.Description = deref(r.Description)
 	if r.Owner != nil {
 		row.Owner = *r.Owner
 	}

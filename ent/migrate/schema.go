@@ -511,6 +511,7 @@ var (
 		{Name: "description", Type: field.TypeString, Nullable: true, Size: 255},
 		{Name: "vendor", Type: field.TypeString, Nullable: true, Size: 32},
 		{Name: "category", Type: field.TypeString, Nullable: true, Size: 80},
+		{Name: "available_for_dynamic_portgroup", Type: field.TypeBool, Default: true},
 		{Name: "node_id", Type: field.TypeInt},
 		{Name: "portgroup_id", Type: field.TypeInt, Nullable: true},
 	}
@@ -522,13 +523,13 @@ var (
 		ForeignKeys: []*schema.ForeignKey{
 			{
 				Symbol:     "ports_nodes_ports",
-				Columns:    []*schema.Column{PortsColumns[15]},
+				Columns:    []*schema.Column{PortsColumns[16]},
 				RefColumns: []*schema.Column{NodesColumns[0]},
 				OnDelete:   schema.Cascade,
 			},
 			{
 				Symbol:     "ports_portgroups_ports",
-				Columns:    []*schema.Column{PortsColumns[16]},
+				Columns:    []*schema.Column{PortsColumns[17]},
 				RefColumns: []*schema.Column{PortgroupsColumns[0]},
 				OnDelete:   schema.SetNull,
 			},
@@ -537,12 +538,12 @@ var (
 			{
 				Name:    "port_node_id",
 				Unique:  false,
-				Columns: []*schema.Column{PortsColumns[15]},
+				Columns: []*schema.Column{PortsColumns[16]},
 			},
 			{
 				Name:    "port_portgroup_id",
 				Unique:  false,
-				Columns: []*schema.Column{PortsColumns[16]},
+				Columns: []*schema.Column{PortsColumns[17]},
 			},
 		},
 	}
@@ -594,6 +595,7 @@ var (
 		{Name: "standalone_ports_supported", Type: field.TypeBool, Default: true},
 		{Name: "physical_network", Type: field.TypeString, Nullable: true, Size: 64},
 		{Name: "category", Type: field.TypeString, Nullable: true, Size: 80},
+		{Name: "dynamic_portgroup", Type: field.TypeBool, Default: false},
 		{Name: "internal_info", Type: field.TypeJSON, Nullable: true},
 		{Name: "extra", Type: field.TypeJSON, Nullable: true},
 		{Name: "node_id", Type: field.TypeInt},
@@ -606,7 +608,7 @@ var (
 		ForeignKeys: []*schema.ForeignKey{
 			{
 				Symbol:     "portgroups_nodes_portgroups",
-				Columns:    []*schema.Column{PortgroupsColumns[13]},
+				Columns:    []*schema.Column{PortgroupsColumns[14]},
 				RefColumns: []*schema.Column{NodesColumns[0]},
 				OnDelete:   schema.Cascade,
 			},
@@ -615,7 +617,7 @@ var (
 			{
 				Name:    "portgroup_node_id",
 				Unique:  false,
-				Columns: []*schema.Column{PortgroupsColumns[13]},
+				Columns: []*schema.Column{PortgroupsColumns[14]},
 			},
 		},
 	}
@@ -660,6 +662,7 @@ var (
 		{Name: "updated_at", Type: field.TypeTime, Nullable: true},
 		{Name: "uuid", Type: field.TypeString, Unique: true, Size: 36},
 		{Name: "name", Type: field.TypeString, Size: 255},
+		{Name: "description", Type: field.TypeString, Nullable: true},
 		{Name: "public", Type: field.TypeBool, Default: false},
 		{Name: "owner", Type: field.TypeString, Nullable: true, Size: 255},
 		{Name: "disable_ramdisk", Type: field.TypeBool, Default: false},
@@ -675,17 +678,17 @@ var (
 			{
 				Name:    "runbook_owner",
 				Unique:  false,
-				Columns: []*schema.Column{RunbooksColumns[6]},
+				Columns: []*schema.Column{RunbooksColumns[7]},
 			},
 			{
 				Name:    "runbook_public",
 				Unique:  false,
-				Columns: []*schema.Column{RunbooksColumns[5]},
+				Columns: []*schema.Column{RunbooksColumns[6]},
 			},
 			{
 				Name:    "runbook_owner_name",
 				Unique:  true,
-				Columns: []*schema.Column{RunbooksColumns[6], RunbooksColumns[4]},
+				Columns: []*schema.Column{RunbooksColumns[7], RunbooksColumns[4]},
 			},
 			{
 				Name:    "runbook_system_name",

@@ -46,6 +46,8 @@ const (
 	FieldVendor = "vendor"
 	// FieldCategory holds the string denoting the category field in the database.
 	FieldCategory = "category"
+	// FieldAvailableForDynamicPortgroup holds the string denoting the available_for_dynamic_portgroup field in the database.
+	FieldAvailableForDynamicPortgroup = "available_for_dynamic_portgroup"
 	// EdgeNode holds the string denoting the node edge name in mutations.
 	EdgeNode = "node"
 	// EdgePortgroup holds the string denoting the portgroup edge name in mutations.
@@ -87,6 +89,7 @@ var Columns = []string{
 	FieldDescription,
 	FieldVendor,
 	FieldCategory,
+	FieldAvailableForDynamicPortgroup,
 }
 
 // ValidColumn reports if the column name is valid (part of the table columns).
@@ -120,6 +123,8 @@ var (
 	VendorValidator func(string) error
 	// CategoryValidator is a validator for the "category" field. It is called by the builders before save.
 	CategoryValidator func(string) error
+	// DefaultAvailableForDynamicPortgroup holds the default value on creation for the "available_for_dynamic_portgroup" field.
+	DefaultAvailableForDynamicPortgroup bool
 )
 
 // OrderOption defines the ordering options for the Port queries.
@@ -193,6 +198,11 @@ func ByVendor(opts ...sql.OrderTermOption) OrderOption {
 // ByCategory orders the results by the category field.
 func ByCategory(opts ...sql.OrderTermOption) OrderOption {
 	return sql.OrderByField(FieldCategory, opts...).ToFunc()
+}
+
+// ByAvailableForDynamicPortgroup orders the results by the available_for_dynamic_portgroup field.
+func ByAvailableForDynamicPortgroup(opts ...sql.OrderTermOption) OrderOption {
+	return sql.OrderByField(FieldAvailableForDynamicPortgroup, opts...).ToFunc()
 }
 
 // ByNodeField orders the results by node field.

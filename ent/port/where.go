@@ -120,6 +120,11 @@ func Category(v string) predicate.Port {
 	return predicate.Port(sql.FieldEQ(FieldCategory, v))
 }
 
+// AvailableForDynamicPortgroup applies equality check predicate on the "available_for_dynamic_portgroup" field. It's identical to AvailableForDynamicPortgroupEQ.
+func AvailableForDynamicPortgroup(v bool) predicate.Port {
+	return predicate.Port(sql.FieldEQ(FieldAvailableForDynamicPortgroup, v))
+}
+
 // CreatedAtEQ applies the EQ predicate on the "created_at" field.
 func CreatedAtEQ(v time.Time) predicate.Port {
 	return predicate.Port(sql.FieldEQ(FieldCreatedAt, v))
@@ -813,6 +818,16 @@ func CategoryEqualFold(v string) predicate.Port {
 // CategoryContainsFold applies the ContainsFold predicate on the "category" field.
 func CategoryContainsFold(v string) predicate.Port {
 	return predicate.Port(sql.FieldContainsFold(FieldCategory, v))
+}
+
+// AvailableForDynamicPortgroupEQ applies the EQ predicate on the "available_for_dynamic_portgroup" field.
+func AvailableForDynamicPortgroupEQ(v bool) predicate.Port {
+	return predicate.Port(sql.FieldEQ(FieldAvailableForDynamicPortgroup, v))
+}
+
+// AvailableForDynamicPortgroupNEQ applies the NEQ predicate on the "available_for_dynamic_portgroup" field.
+func AvailableForDynamicPortgroupNEQ(v bool) predicate.Port {
+	return predicate.Port(sql.FieldNEQ(FieldAvailableForDynamicPortgroup, v))
 }
 
 // HasNode applies the HasEdge predicate on the "node" edge.

@@ -36,6 +36,8 @@ const (
 	FieldPhysicalNetwork = "physical_network"
 	// FieldCategory holds the string denoting the category field in the database.
 	FieldCategory = "category"
+	// FieldDynamicPortgroup holds the string denoting the dynamic_portgroup field in the database.
+	FieldDynamicPortgroup = "dynamic_portgroup"
 	// FieldInternalInfo holds the string denoting the internal_info field in the database.
 	FieldInternalInfo = "internal_info"
 	// FieldExtra holds the string denoting the extra field in the database.
@@ -76,6 +78,7 @@ var Columns = []string{
 	FieldStandalonePortsSupported,
 	FieldPhysicalNetwork,
 	FieldCategory,
+	FieldDynamicPortgroup,
 	FieldInternalInfo,
 	FieldExtra,
 }
@@ -109,6 +112,8 @@ var (
 	PhysicalNetworkValidator func(string) error
 	// CategoryValidator is a validator for the "category" field. It is called by the builders before save.
 	CategoryValidator func(string) error
+	// DefaultDynamicPortgroup holds the default value on creation for the "dynamic_portgroup" field.
+	DefaultDynamicPortgroup bool
 )
 
 // OrderOption defines the ordering options for the Portgroup queries.
@@ -167,6 +172,11 @@ func ByPhysicalNetwork(opts ...sql.OrderTermOption) OrderOption {
 // ByCategory orders the results by the category field.
 func ByCategory(opts ...sql.OrderTermOption) OrderOption {
 	return sql.OrderByField(FieldCategory, opts...).ToFunc()
+}
+
+// ByDynamicPortgroup orders the results by the dynamic_portgroup field.
+func ByDynamicPortgroup(opts ...sql.OrderTermOption) OrderOption {
+	return sql.OrderByField(FieldDynamicPortgroup, opts...).ToFunc()
 }
 
 // ByNodeField orders the results by node field.

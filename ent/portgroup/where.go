@@ -105,6 +105,11 @@ func Category(v string) predicate.Portgroup {
 	return predicate.Portgroup(sql.FieldEQ(FieldCategory, v))
 }
 
+// DynamicPortgroup applies equality check predicate on the "dynamic_portgroup" field. It's identical to DynamicPortgroupEQ.
+func DynamicPortgroup(v bool) predicate.Portgroup {
+	return predicate.Portgroup(sql.FieldEQ(FieldDynamicPortgroup, v))
+}
+
 // CreatedAtEQ applies the EQ predicate on the "created_at" field.
 func CreatedAtEQ(v time.Time) predicate.Portgroup {
 	return predicate.Portgroup(sql.FieldEQ(FieldCreatedAt, v))
@@ -663,6 +668,16 @@ func CategoryEqualFold(v string) predicate.Portgroup {
 // CategoryContainsFold applies the ContainsFold predicate on the "category" field.
 func CategoryContainsFold(v string) predicate.Portgroup {
 	return predicate.Portgroup(sql.FieldContainsFold(FieldCategory, v))
+}
+
+// DynamicPortgroupEQ applies the EQ predicate on the "dynamic_portgroup" field.
+func DynamicPortgroupEQ(v bool) predicate.Portgroup {
+	return predicate.Portgroup(sql.FieldEQ(FieldDynamicPortgroup, v))
+}
+
+// DynamicPortgroupNEQ applies the NEQ predicate on the "dynamic_portgroup" field.
+func DynamicPortgroupNEQ(v bool) predicate.Portgroup {
+	return predicate.Portgroup(sql.FieldNEQ(FieldDynamicPortgroup, v))
 }
 
 // InternalInfoIsNil applies the IsNil predicate on the "internal_info" field.

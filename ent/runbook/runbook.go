@@ -22,6 +22,8 @@ const (
 	FieldUUID = "uuid"
 	// FieldName holds the string denoting the name field in the database.
 	FieldName = "name"
+	// FieldDescription holds the string denoting the description field in the database.
+	FieldDescription = "description"
 	// FieldPublic holds the string denoting the public field in the database.
 	FieldPublic = "public"
 	// FieldOwner holds the string denoting the owner field in the database.
@@ -52,6 +54,7 @@ var Columns = []string{
 	FieldUpdatedAt,
 	FieldUUID,
 	FieldName,
+	FieldDescription,
 	FieldPublic,
 	FieldOwner,
 	FieldDisableRamdisk,
@@ -110,6 +113,11 @@ func ByUUID(opts ...sql.OrderTermOption) OrderOption {
 // ByName orders the results by the name field.
 func ByName(opts ...sql.OrderTermOption) OrderOption {
 	return sql.OrderByField(FieldName, opts...).ToFunc()
+}
+
+// ByDescription orders the results by the description field.
+func ByDescription(opts ...sql.OrderTermOption) OrderOption {
+	return sql.OrderByField(FieldDescription, opts...).ToFunc()
 }
 
 // ByPublic orders the results by the public field.

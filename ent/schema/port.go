@@ -33,6 +33,10 @@ func (Port) Fields() []ent.Field {
 		field.String("description").Optional().Nillable().MaxLen(255),
 		field.String("vendor").Optional().Nillable().MaxLen(32),
 		field.String("category").Optional().Nillable().MaxLen(80),
+		// available_for_dynamic_portgroup (1.111) lets Ironic's
+		// trait-based networking gather the port into a portgroup it
+		// makes for a deployment; true unless the operator says no.
+		field.Bool("available_for_dynamic_portgroup").Default(true),
 	}
 }
 

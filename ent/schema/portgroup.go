@@ -26,6 +26,10 @@ func (Portgroup) Fields() []ent.Field {
 		field.Bool("standalone_ports_supported").Default(true),
 		field.String("physical_network").Optional().Nillable().MaxLen(64),
 		field.String("category").Optional().Nillable().MaxLen(80),
+		// dynamic_portgroup (1.111) marks a portgroup that networking made
+		// for a deployment rather than an operator; Ironic's API never
+		// sets it, and Anvil makes no such portgroups, so it stays false.
+		field.Bool("dynamic_portgroup").Default(false),
 		field.JSON("internal_info", map[string]any{}).Optional(),
 		field.JSON("extra", map[string]any{}).Optional(),
 	}

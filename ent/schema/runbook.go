@@ -21,6 +21,11 @@ func (Runbook) Fields() []ent.Field {
 		// name is unique per owner, not globally, so no project can squat a
 		// name the system (or another project) wants; see Indexes.
 		field.String("name").MaxLen(255),
+		// description (1.112) is the plain-text account of what the
+		// runbook is for, shown by the API and the portal alike. Its
+		// limit is Ironic's 255 characters, checked by the service:
+		// ent's MaxLen would count bytes.
+		field.String("description").Optional().Nillable(),
 		field.Bool("public").Default(false),
 		field.String("owner").Optional().Nillable().MaxLen(255),
 		field.Bool("disable_ramdisk").Default(false),

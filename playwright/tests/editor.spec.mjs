@@ -30,7 +30,7 @@ test('a project manager writes a runbook in the step editor; an operator publish
   const summary = page.getByTestId('error-summary');
   await expect(summary).toHaveAttribute('role', 'alert');
   await expect(summary.locator('li')).toHaveCount(2);
-  await expect(summary).toContainText('name "custom blue fw" must be a trait name');
+  await expect(summary).toContainText('name "custom blue fw" must be 1 to 255 letters, digits');
   await expect(summary).toContainText('Step 1: step management.set_boot_device needs argument "device"');
   await expect(page.locator('tr[data-row="0"] .error')).toContainText('Step 1:');
   await expect(summary.getByRole('link', { name: /Step 1:/ })).toHaveAttribute('href', '#s0-a-device');

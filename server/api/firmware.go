@@ -27,8 +27,7 @@ func (a *API) registerFirmware(v1 fiber.Router) {
 }
 
 // Ironic's firmware fields: the version fields from 1.86, the identity
-// fields from 1.114 (like node fields, shown only once VerMax reaches
-// them); created_at and updated_at are always returned.
+// fields from 1.114; created_at and updated_at are always returned.
 var (
 	firmwareFields         = []string{"component", "initial_version", "current_version", "last_version_flashed"}
 	firmwareIdentityFields = []string{"vendor", "model", "serial_number"}

@@ -14,9 +14,8 @@ import (
 	"github.com/anvilproject/anvil/server/store/storetest"
 )
 
-// The tests below ask at offeredFrom(need) for the behaviour and one
-// version below it for Ironic's 404, so they hold before and after the
-// lead raises api.VerMax.
+// The tests below ask at a feature's own version for the behaviour and
+// one version below it for Ironic's 404.
 func atVer(c *servertest.Client, v api.Version) *servertest.Client {
 	cp := *c
 	cp.Version = v.String()
@@ -44,7 +43,7 @@ func TestFirmwareComponents(t *testing.T) {
 	storetest.Each(t, func(t *testing.T, setting string, db *store.DB) {
 		sim := bmctest.StartRedfish(t, "SIM_UPDATE_DELAY=1")
 		_, clients := startLocal(t, setting, bmcOpts)
-		admin := atVer(clients["system-admin"], offeredFrom(api.VerFirmwareIface))
+		admin := atVer(clients["system-admin"], api.VerFirmwareIface)
 		r := admin.Do(t, "POST", "/v1/nodes", map[string]any{"name": "fwc-1", "driver": "redfish", "driver_info": sim.DriverInfo("1"), "owner": "own"})
 		mustStatus(t, r, 201)
 		id := r.JSON(t)["uuid"].(string)
@@ -120,10 +119,10 @@ func TestFirmwareComponents(t *testing.T) {
 		}
 
 		// Readers of the owner may list; another project does not see the node.
-		if got := firmwareBy(t, atVer(clients["owner-reader"], offeredFrom(api.VerFirmwareIface)), id); len(got) != 2 {
+		if got := firmwareBy(t, atVer(clients["owner-reader"], api.VerFirmwareIface), id); len(got) != 2 {
 			t.Errorf("owner reader sees %v", got)
 		}
-		mustStatus(t, atVer(clients["other-admin"], offeredFrom(api.VerFirmwareIface)).Do(t, "GET", "/v1/nodes/"+id+"/firmware", nil), 404)
+		mustStatus(t, atVer(clients["other-admin"], api.VerFirmwareIface).Do(t, "GET", "/v1/nodes/"+id+"/firmware", nil), 404)
 
 		// fields picks columns; created_at and updated_at always come, as in
 		// Ironic. The identity fields are 400 before 1.114.
@@ -139,7 +138,7 @@ func TestFirmwareComponents(t *testing.T) {
 		mustStatus(t, admin.Do(t, "GET", "/v1/nodes/"+id+"/firmware?detail=maybe", nil), 400)
 		mustStatus(t, admin.Do(t, "GET", "/v1/nodes/"+id+"/firmware?limit=1", nil), 400)
 		// Older requests do not know the resource: Ironic's 404.
-		mustStatus(t, atVer(admin, offeredFrom(api.VerFirmwareIface)-1).Do(t, "GET", "/v1/nodes/"+id+"/firmware", nil), 404)
+		mustStatus(t, atVer(admin, api.VerFirmwareIface-1).Do(t, "GET", "/v1/nodes/"+id+"/firmware", nil), 404)
 	})
 }
 
@@ -148,7 +147,7 @@ func TestFirmwareComponents(t *testing.T) {
 func TestFirmwareOnFakeHardware(t *testing.T) {
 	storetest.Each(t, func(t *testing.T, setting string, _ *store.DB) {
 		_, clients := startLocal(t, setting)
-		admin := atVer(clients["system-admin"], offeredFrom(api.VerFirmwareIface))
+		admin := atVer(clients["system-admin"], api.VerFirmwareIface)
 		r := admin.Do(t, "POST", "/v1/nodes", map[string]any{"name": "fwf-1", "driver": "fake"})
 		mustStatus(t, r, 201)
 		id := r.JSON(t)["uuid"].(string)
@@ -176,7 +175,7 @@ func TestVMediaOverRedfish(t *testing.T) {
 	storetest.Each(t, func(t *testing.T, setting string, _ *store.DB) {
 		sim := bmctest.StartRedfish(t)
 		_, clients := startLocal(t, setting, bmcOpts)
-		admin := atVer(clients["system-admin"], offeredFrom(api.VerVMedia))
+		admin := atVer(clients["system-admin"], api.VerVMedia)
 		r := admin.Do(t, "POST", "/v1/nodes", map[string]any{"name": "vmd-1", "driver": "redfish", "driver_info": sim.DriverInfo("1"), "owner": "own", "lessee": "les"})
 		mustStatus(t, r, 201)
 		id := r.JSON(t)["uuid"].(string)
@@ -204,13 +203,13 @@ func TestVMediaOverRedfish(t *testing.T) {
 		}
 
 		// A lessee member attaches (SYSTEM_OR_PROJECT_MEMBER); the BMC has it.
-		member := atVer(clients["lessee-member"], offeredFrom(api.VerVMedia))
+		member := atVer(clients["lessee-member"], api.VerVMedia)
 		mustStatus(t, member.Do(t, "POST", path, map[string]any{"device_type": "cdrom", "image_url": iso, "image_download_source": "http"}), 204)
 		vmediaSettled(t, admin, id)
 		if m := cd(); m["Inserted"] != true || m["Image"] != iso {
 			t.Errorf("simulator Cd after attach: inserted %v image %v", m["Inserted"], m["Image"])
 		}
-		get := atVer(clients["owner-reader"], offeredFrom(api.VerVMediaGet))
+		get := atVer(clients["owner-reader"], api.VerVMediaGet)
 		r = get.Do(t, "GET", path, nil)
 		mustStatus(t, r, 200)
 		var list []any
@@ -240,10 +239,10 @@ func TestVMediaOverRedfish(t *testing.T) {
 			t.Errorf("detaching nothing: last_error %v", n["last_error"])
 		}
 		// Older requests do not know the resource: Ironic's 404.
-		old := atVer(admin, offeredFrom(api.VerVMedia)-1)
+		old := atVer(admin, api.VerVMedia-1)
 		mustStatus(t, old.Do(t, "POST", path, map[string]any{"device_type": "cdrom", "image_url": iso}), 404)
 		mustStatus(t, old.Do(t, "DELETE", path, nil), 404)
-		mustStatus(t, atVer(admin, offeredFrom(api.VerVMediaGet)-1).Do(t, "GET", path, nil), 404)
+		mustStatus(t, atVer(admin, api.VerVMediaGet-1).Do(t, "GET", path, nil), 404)
 	})
 }
 

@@ -7,9 +7,8 @@ import (
 	"github.com/anvilproject/anvil/server/inspectionrules"
 )
 
-// Inspection rules appear at 1.96. Unlike runbooks they are not served
-// from VerMax before the ladder reaches them: older requests are refused
-// (a read 404, anything else 405) as Ironic refuses them.
+// Inspection rules appear at 1.96: older requests are refused (a read
+// 404, anything else 405) as Ironic refuses them.
 func (a *API) registerInspectionRules(v1 fiber.Router) {
 	ir := v1.Group("/inspection_rules", requireInspectionRules)
 	ir.Get("/", query(append([]string{"phase"}, resListQuery...)...), a.listInspectionRules)

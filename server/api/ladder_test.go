@@ -21,10 +21,6 @@ func TestShards(t *testing.T) {
 	storetest.Each(t, func(t *testing.T, setting string, _ *store.DB) {
 		_, cs := startLocal(t, setting)
 		admin := cs["system-admin"]
-		if api.VerMax < api.VerShard {
-			mustStatus(t, admin.Do(t, "GET", "/v1/shards", nil), 404)
-			return
-		}
 		for i, s := range []string{"a", "b", "b", ""} {
 			body := map[string]any{"name": fmt.Sprint("s", i), "driver": "fake-hardware"}
 			if s != "" {
@@ -73,10 +69,6 @@ func TestChildren(t *testing.T) {
 		r := admin.Do(t, "POST", "/v1/nodes", map[string]any{"name": "p", "driver": "fake-hardware", "owner": "own"})
 		mustStatus(t, r, 201)
 		parent := r.JSON(t)["uuid"].(string)
-		if api.VerMax < api.VerParentNode {
-			mustStatus(t, admin.Do(t, "GET", "/v1/nodes/p/children", nil), 404)
-			return
-		}
 		var kids []string
 		for _, k := range []struct{ name, owner string }{{"k1", "own"}, {"k2", "oth"}} {
 			r := admin.Do(t, "POST", "/v1/nodes", map[string]any{"name": k.name, "driver": "fake-hardware", "parent_node": "p", "owner": k.owner})
@@ -118,7 +110,7 @@ func TestDotJSONSuffix(t *testing.T) {
 		_, c := start(t, setting)
 		mustStatus(t, c.Do(t, "POST", "/v1/nodes", map[string]any{"name": "n1", "driver": "fake-hardware"}), 201)
 		mustStatus(t, c.Do(t, "POST", "/v1/nodes", map[string]any{"name": "n2.json", "driver": "fake-hardware"}), 201)
-		old := at(c, min(api.VerDotJSON-1, api.VerMax).String())
+		old := at(c, below(api.VerDotJSON))
 		if r := old.Do(t, "GET", "/v1/nodes/n1.json", nil); r.Status != 200 || r.JSON(t)["name"] != "n1" {
 			t.Errorf("n1.json below 1.91: %d %s", r.Status, r.Body)
 		}
@@ -128,10 +120,8 @@ func TestDotJSONSuffix(t *testing.T) {
 		mustStatus(t, old.Do(t, "GET", "/v1/nodes.json", nil), 200)
 		mustStatus(t, old.Do(t, "PATCH", "/v1/nodes/n1.json", `[{"op":"add","path":"/extra/a","value":"b"}]`), 200)
 		mustStatus(t, at(c, "").Do(t, "GET", "/v1/nodes/n1.json", nil), 404)
-		if api.VerMax >= api.VerDotJSON {
-			mustStatus(t, c.Do(t, "GET", "/v1/nodes/n1.json", nil), 404)
-			mustStatus(t, c.Do(t, "GET", "/v1/nodes/n2.json", nil), 200)
-		}
+		mustStatus(t, c.Do(t, "GET", "/v1/nodes/n1.json", nil), 404)
+		mustStatus(t, c.Do(t, "GET", "/v1/nodes/n2.json", nil), 200)
 	})
 }
 
@@ -145,41 +135,32 @@ func TestPortNodeIdentAndVTEP(t *testing.T) {
 		r := c.Do(t, "POST", "/v1/nodes", map[string]any{"name": "pn", "driver": "fake-hardware"})
 		mustStatus(t, r, 201)
 		uuid := r.JSON(t)["uuid"].(string)
-		wantFault(t, at(c, min(api.VerPortNodeIdent-1, api.VerMax).String()).Do(t, "POST", "/v1/ports",
+		wantFault(t, at(c, below(api.VerPortNodeIdent)).Do(t, "POST", "/v1/ports",
 			map[string]any{"node_ident": "pn", "address": "52:54:00:00:00:01"}), 406, "node_ident")
 		vtep := map[string]any{"port_id": "p1", "vtep-logical-switch": "ls", "vtep-physical-switch": "ps"}
-		wantFault(t, at(c, min(api.VerOVNVTEP-1, api.VerMax).String()).Do(t, "POST", "/v1/ports",
+		wantFault(t, at(c, below(api.VerOVNVTEP)).Do(t, "POST", "/v1/ports",
 			map[string]any{"node_uuid": uuid, "address": "52:54:00:00:00:02", "local_link_connection": vtep}), 406, "vtep-")
-		if api.VerMax >= api.VerPortNodeIdent {
-			r := c.Do(t, "POST", "/v1/ports", map[string]any{"node_ident": "pn", "address": "52:54:00:00:00:01"})
-			mustStatus(t, r, 201)
-			if got := r.JSON(t)["node_uuid"]; got != uuid {
-				t.Errorf("node_ident pn made a port of %v", got)
-			}
-			wantFault(t, c.Do(t, "POST", "/v1/ports", map[string]any{"node_ident": "pn", "node_uuid": uuid, "address": "52:54:00:00:00:03"}), 400, "node_ident")
+		r = c.Do(t, "POST", "/v1/ports", map[string]any{"node_ident": "pn", "address": "52:54:00:00:00:01"})
+		mustStatus(t, r, 201)
+		if got := r.JSON(t)["node_uuid"]; got != uuid {
+			t.Errorf("node_ident pn made a port of %v", got)
 		}
-		if api.VerMax >= api.VerOVNVTEP {
-			mid := at(c, api.VerOVNVTEP.String())
-			r := mid.Do(t, "POST", "/v1/ports", map[string]any{"node_uuid": uuid, "address": "52:54:00:00:00:02", "local_link_connection": vtep})
-			mustStatus(t, r, 201)
-			id := r.JSON(t)["uuid"].(string)
-			if got := fmt.Sprint(mid.Do(t, "GET", "/v1/ports/"+id, nil).JSON(t)["local_link_connection"]); got != fmt.Sprint(vtep) {
-				t.Errorf("at 1.90 local_link_connection %s", got)
-			}
-			wantFault(t, mid.Do(t, "POST", "/v1/ports", map[string]any{"node_uuid": uuid, "address": "52:54:00:00:00:04",
-				"local_link_connection": map[string]any{"port_id": "p1", "vtep-logical-switch": "ls"}}), 400, "vtep-physical-switch")
-			for _, v := range []string{below(api.VerOVNVTEP), api.VerNoOVNVTEP.String()} {
-				if api.VerNoOVNVTEP > api.VerMax && v != below(api.VerOVNVTEP) {
-					continue
-				}
-				if got := at(c, v).Do(t, "GET", "/v1/ports/"+id+"?fields=local_link_connection", nil).JSON(t)["local_link_connection"]; fmt.Sprint(got) != "map[]" {
-					t.Errorf("at %s local_link_connection %v", v, got)
-				}
-			}
-			if api.VerMax >= api.VerNoOVNVTEP {
-				wantFault(t, c.Do(t, "POST", "/v1/ports", map[string]any{"node_uuid": uuid, "address": "52:54:00:00:00:05", "local_link_connection": vtep}), 406, "vtep-")
+		wantFault(t, c.Do(t, "POST", "/v1/ports", map[string]any{"node_ident": "pn", "node_uuid": uuid, "address": "52:54:00:00:00:03"}), 400, "node_ident")
+		mid := at(c, api.VerOVNVTEP.String())
+		r = mid.Do(t, "POST", "/v1/ports", map[string]any{"node_uuid": uuid, "address": "52:54:00:00:00:02", "local_link_connection": vtep})
+		mustStatus(t, r, 201)
+		id := r.JSON(t)["uuid"].(string)
+		if got := fmt.Sprint(mid.Do(t, "GET", "/v1/ports/"+id, nil).JSON(t)["local_link_connection"]); got != fmt.Sprint(vtep) {
+			t.Errorf("at 1.90 local_link_connection %s", got)
+		}
+		wantFault(t, mid.Do(t, "POST", "/v1/ports", map[string]any{"node_uuid": uuid, "address": "52:54:00:00:00:04",
+			"local_link_connection": map[string]any{"port_id": "p1", "vtep-logical-switch": "ls"}}), 400, "vtep-physical-switch")
+		for _, v := range []string{below(api.VerOVNVTEP), api.VerNoOVNVTEP.String()} {
+			if got := at(c, v).Do(t, "GET", "/v1/ports/"+id+"?fields=local_link_connection", nil).JSON(t)["local_link_connection"]; fmt.Sprint(got) != "map[]" {
+				t.Errorf("at %s local_link_connection %v", v, got)
 			}
 		}
+		wantFault(t, c.Do(t, "POST", "/v1/ports", map[string]any{"node_uuid": uuid, "address": "52:54:00:00:00:05", "local_link_connection": vtep}), 406, "vtep-")
 	})
 }
 
@@ -189,11 +170,7 @@ func TestPortNodeIdentAndVTEP(t *testing.T) {
 func TestShardFilterOnPortsAndPortgroups(t *testing.T) {
 	storetest.Each(t, func(t *testing.T, setting string, _ *store.DB) {
 		_, c := start(t, setting)
-		wantFault(t, at(c, min(api.VerPortgroupShard-1, api.VerMax).String()).Do(t, "GET", "/v1/portgroups?shard=a", nil), 406, "shard")
-		if api.VerMax < api.VerShard {
-			wantFault(t, c.Do(t, "GET", "/v1/ports?shard=a", nil), 406, "shard")
-			return
-		}
+		wantFault(t, at(c, below(api.VerPortgroupShard)).Do(t, "GET", "/v1/portgroups?shard=a", nil), 406, "shard")
 		for i, sh := range []string{"a", "b"} {
 			r := c.Do(t, "POST", "/v1/nodes", map[string]any{"name": "sn" + sh, "driver": "fake-hardware", "shard": sh})
 			mustStatus(t, r, 201)
@@ -216,12 +193,10 @@ func TestShardFilterOnPortsAndPortgroups(t *testing.T) {
 		}
 		wantFault(t, c.Do(t, "GET", "/v1/ports?shard=a&node=sna", nil), 400, "shard")
 		wantFault(t, c.Do(t, "GET", "/v1/nodes/sna/ports?shard=a", nil), 400, "shard")
-		if api.VerMax >= api.VerPortgroupShard {
-			if a, ab := count("/v1/portgroups?shard=a"), count("/v1/portgroups/detail?shard=b,a"); a != 1 || ab != 2 {
-				t.Errorf("portgroups in a %d, a,b %d; want 1, 2", a, ab)
-			}
-			wantFault(t, c.Do(t, "GET", "/v1/portgroups?shard=a&address=52:54:00:00:02:00", nil), 400, "shard")
+		if a, ab := count("/v1/portgroups?shard=a"), count("/v1/portgroups/detail?shard=b,a"); a != 1 || ab != 2 {
+			t.Errorf("portgroups in a %d, a,b %d; want 1, 2", a, ab)
 		}
+		wantFault(t, c.Do(t, "GET", "/v1/portgroups?shard=a&address=52:54:00:00:02:00", nil), 400, "shard")
 	})
 }
 
@@ -242,9 +217,6 @@ func TestContinueInspection(t *testing.T) {
 		wantFault(t, at(anon, "1.1").Do(t, "POST", "/v1/continue_inspection", data), 404, "could not be found")
 		wantFault(t, at(anon, "1.2").Do(t, "POST", "/v1/continue_inspection", data), 404, "1.84")
 		wantFault(t, at(anon, "1.1").Do(t, "POST", "/v1/continue_inspection?node_uuid="+uuid, data), 404, "1.84")
-		if api.VerMax < api.VerInspectCallback {
-			return
-		}
 		for _, c := range []*servertest.Client{anon, admin} {
 			wantFault(t, c.Do(t, "POST", "/v1/continue_inspection", data), 404, "could not be found")
 			wantFault(t, c.Do(t, "POST", "/v1/continue_inspection?node_uuid="+uuid, data), 404, "could not be found")
@@ -273,9 +245,6 @@ func TestRunbookTraitsHidden(t *testing.T) {
 		mustStatus(t, r, 201)
 		if _, ok := r.JSON(t)["traits"]; !ok {
 			t.Errorf("traits not shown at the newest version: %s", r.Body)
-		}
-		if api.VerMax < api.VerRunbookTraits {
-			return
 		}
 		old := at(c, below(api.VerRunbookTraits))
 		if _, ok := old.Do(t, "GET", "/v1/runbooks/CUSTOM_RB", nil).JSON(t)["traits"]; ok {

@@ -42,7 +42,7 @@ func TestBootModeOverRedfish(t *testing.T) {
 	storetest.Each(t, func(t *testing.T, setting string, _ *store.DB) {
 		sim := bmctest.StartRedfish(t)
 		srv, clients := startLocal(t, setting, bmcOpts)
-		v := offeredFrom(api.VerChangeBootMode)
+		v := api.VerChangeBootMode
 		admin := atVer(clients["system-admin"], v)
 		r := admin.Do(t, "POST", "/v1/nodes", map[string]any{"name": "bm-1", "driver": "redfish", "driver_info": sim.DriverInfo("1"), "owner": "own", "lessee": "les"})
 		mustStatus(t, r, 201)
@@ -117,7 +117,7 @@ func TestIndicatorsAndNMIOverRedfish(t *testing.T) {
 	storetest.Each(t, func(t *testing.T, setting string, _ *store.DB) {
 		sim := bmctest.StartRedfish(t)
 		_, clients := startLocal(t, setting, bmcOpts)
-		v := offeredFrom(api.VerIndicators)
+		v := api.VerIndicators
 		admin := atVer(clients["system-admin"], v)
 		r := atVer(admin, api.VerMax).Do(t, "POST", "/v1/nodes", map[string]any{"name": "led-1", "driver": "redfish", "driver_info": sim.DriverInfo("1"), "owner": "own", "lessee": "les"})
 		mustStatus(t, r, 201)
@@ -184,7 +184,7 @@ func TestIndicatorsAndNMIOverRedfish(t *testing.T) {
 		// inject_nmi is SYSTEM_MEMBER_OR_OWNER_ADMIN: the owner's admin
 		// sends it, the owner's member may not.
 		nmi := "/v1/nodes/" + id + "/management/inject_nmi"
-		nv := offeredFrom(api.VerInjectNMI)
+		nv := api.VerInjectNMI
 		mustStatus(t, atVer(admin, nv-1).Do(t, "PUT", nmi, nil), 404)
 		mustStatus(t, atVer(clients["owner-member"], nv).Do(t, "PUT", nmi, nil), 403)
 		mustFaultNaming(t, "NMI with a body", atVer(admin, nv).Do(t, "PUT", nmi, `{"now":true}`), "now")

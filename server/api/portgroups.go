@@ -60,6 +60,7 @@ var pgTable = &resTable[*ports.Portgroup]{
 		{"properties", VerPortgroupMode, func(g *ports.Portgroup) any { return orEmpty(g.Properties) }},
 		{"physical_network", VerPortgroupPhysnet, func(g *ports.Portgroup) any { return optString(g.PhysicalNetwork) }},
 		{"category", VerPortgroupCategory, func(g *ports.Portgroup) any { return optString(g.Category) }},
+		{"dynamic_portgroup", VerDynamicPortgroup, func(g *ports.Portgroup) any { return g.DynamicPortgroup }},
 		{"internal_info", VerPortgroups, func(g *ports.Portgroup) any { return orEmpty(g.InternalInfo) }},
 		{"extra", VerPortgroups, func(g *ports.Portgroup) any { return orEmpty(g.Extra) }},
 		{"created_at", VerPortgroups, func(g *ports.Portgroup) any { return g.CreatedAt }},

@@ -54,6 +54,7 @@ var portTable = &resTable[*ports.Port]{
 		{"description", VerPortDescription, func(p *ports.Port) any { return optString(p.Description) }},
 		{"vendor", VerPortVendor, func(p *ports.Port) any { return optString(p.Vendor) }},
 		{"category", VerPortCategory, func(p *ports.Port) any { return optString(p.Category) }},
+		{"available_for_dynamic_portgroup", VerDynamicPortgroup, func(p *ports.Port) any { return p.AvailableForDynamicPortgroup }},
 		{"created_at", VerMin, func(p *ports.Port) any { return p.CreatedAt }},
 		{"updated_at", VerMin, func(p *ports.Port) any { return p.UpdatedAt }},
 	},
@@ -132,6 +133,9 @@ type portCreate struct {
 	Description         *string        `json:"description"`
 	Vendor              *string        `json:"vendor"`
 	Category            *string        `json:"category"`
+	// AvailableForDynamicPortgroup is a JSON boolean only, as Ironic's
+	// schema takes it (not the string forms pxe_enabled accepts).
+	AvailableForDynamicPortgroup *bool `json:"available_for_dynamic_portgroup"`
 }
 
 func (a *API) createPort(c *fiber.Ctx) error {
@@ -156,6 +160,7 @@ func (a *API) createPort(c *fiber.Ctx) error {
 		"pxe_enabled": in.PXEEnabled.v != nil, "physical_network": in.PhysicalNetwork != nil,
 		"is_smartnic": in.IsSmartNIC.v != nil, "name": in.Name != nil, "description": in.Description != nil,
 		"vendor": in.Vendor != nil, "category": in.Category != nil,
+		"available_for_dynamic_portgroup": in.AvailableForDynamicPortgroup != nil,
 	} {
 		if set {
 			if err := gate(f); err != nil {
@@ -167,7 +172,7 @@ func (a *API) createPort(c *fiber.Ctx) error {
 		UUID: in.UUID, Address: in.Address, Node: in.NodeUUID, Portgroup: in.PortgroupUUID,
 		LocalLinkConnection: in.LocalLinkConnection, PXEEnabled: in.PXEEnabled.v, PhysicalNetwork: in.PhysicalNetwork,
 		Extra: in.Extra, IsSmartNIC: in.IsSmartNIC.v, Name: in.Name, Description: in.Description,
-		Vendor: in.Vendor, Category: in.Category,
+		Vendor: in.Vendor, Category: in.Category, AvailableForDynamicPortgroup: in.AvailableForDynamicPortgroup,
 	})
 	if err != nil {
 		return err
@@ -179,7 +184,7 @@ func (a *API) createPort(c *fiber.Ctx) error {
 
 func (a *API) patchPort(c *fiber.Ctx) error {
 	v := ver(c)
-	p, err := a.Ports.PatchPort(c.UserContext(), c.Params("port"), c.Body(), portTable.gate(v))
+	p, err := a.Ports.PatchPort(c.UserContext(), c.Params("port"), c.Body(), portTable.gate(v), v >= VerPortgroupPhysnet)
 	if err != nil {
 		return err
 	}

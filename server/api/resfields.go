@@ -161,14 +161,11 @@ func (t *resTable[T]) gate(v Version) func(string) error {
 // the reason rather than ignored.
 func (t *resTable[T]) listOpts(c *fiber.Ctx, v Version, detail bool) (ports.ListOptions, []int, error) {
 	var o ports.ListOptions
-	for _, f := range []struct {
-		name  string
-		since Version
-	}{{"shard", t.shardSince}, {"description_contains", VerPortDescription}, {"conductor_groups", VerConductorGroups}} {
-		if c.Query(f.name) != "" {
-			if err := requireVersion(v, f.since, "the "+f.name+" filter"); err != nil {
-				return o, nil, err
-			}
+	// Ironic gates only the shard filter by version; it applies
+	// ?description_contains= and ?conductor_groups= at every version.
+	if c.Query("shard") != "" {
+		if err := requireVersion(v, t.shardSince, "the shard filter"); err != nil {
+			return o, nil, err
 		}
 	}
 	if d := c.Query("detail"); d != "" {
@@ -215,6 +212,27 @@ func (t *resTable[T]) listOpts(c *fiber.Ctx, v Version, detail bool) (ports.List
 		if c.Query("node") != "" || c.Query("node_uuid") != "" || c.Query("portgroup") != "" || c.Params("node") != "" || c.Params("pg") != "" ||
 			(t.path == "portgroups" && c.Query("address") != "") {
 			return o, nil, errs.BadRequest("shard", "Filtering by node, address, or shard simultaneously is not supported.")
+		}
+	}
+	if d := c.Query("description_contains"); d != "" {
+		o.DescriptionContains = &d
+	}
+	if cg := c.Query("conductor_groups"); cg != "" {
+		// Node conductor groups are stored lower-case, and Ironic's
+		// MySQL compares them without case: lower-casing the filter
+		// gives that answer on both databases.
+		for x := range strings.SplitSeq(cg, ",") {
+			o.ConductorGroups = append(o.ConductorGroups, strings.ToLower(strings.TrimSpace(x)))
+		}
+		// As Ironic: on ports the filter excludes a node, portgroup or
+		// address; on portgroups it is one of the exclusive node,
+		// address and shard filters.
+		if t.path == "ports" && (c.Query("node") != "" || c.Query("node_uuid") != "" || c.Query("portgroup") != "" ||
+			c.Query("address") != "" || c.Params("node") != "" || c.Params("pg") != "") {
+			return o, nil, errs.BadRequest("conductor_groups", "Filtering by conductor_groups cannot be combined with node_ident, portgroup_ident, or node address filters.")
+		}
+		if t.path == "portgroups" && (c.Query("node") != "" || c.Params("node") != "" || c.Query("address") != "" || c.Query("shard") != "") {
+			return o, nil, errs.BadRequest("conductor_groups", "Filtering by node, address, or shard simultaneously is not supported.")
 		}
 	}
 	return o, sel, nil

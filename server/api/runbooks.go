@@ -13,8 +13,7 @@ import (
 )
 
 // Runbooks appear at 1.92 and their traits sub-resource at 1.112, as in
-// Ironic; until the ladder reaches them they are served from VerMax (see
-// offered).
+// Ironic.
 func (a *API) registerRunbooks(v1 fiber.Router) {
 	gate := since(VerRunbooks, "runbooks")
 	traits := subSince(VerRunbookTraits, "runbook traits")
@@ -102,7 +101,11 @@ func (a *API) deleteRunbookTrait(c *fiber.Ctx) error {
 	})
 }
 
-var runbookFields = []string{"uuid", "name", "public", "owner", "disable_ramdisk", "extra", "traits", "steps", "created_at", "updated_at"}
+var runbookFields = []string{"uuid", "name", "description", "public", "owner", "disable_ramdisk", "extra", "traits", "steps", "created_at", "updated_at"}
+
+// runbookFieldSince is the version of each runbook field newer than
+// runbooks themselves: description and traits came with 1.112.
+var runbookFieldSince = map[string]Version{"description": VerRunbookTraits, "traits": VerRunbookTraits}
 
 func runbookJSON(c *fiber.Ctx, r *runbooks.Runbook, fields []string) fiber.Map {
 	b := baseURL(c)
@@ -122,9 +125,11 @@ func runbookJSON(c *fiber.Ctx, r *runbooks.Runbook, fields []string) fiber.Map {
 		"uuid": r.UUID, "name": r.Name, "public": r.Public, "owner": owner, "disable_ramdisk": r.DisableRamdisk,
 		"extra": r.Extra, "created_at": r.CreatedAt.UTC().Format(time.RFC3339Nano), "updated_at": updated,
 	}
-	// Traits are shown from 1.112, with their sub-resource, as Ironic.
-	if ver(c) >= offered(VerRunbookTraits) {
+	// Traits and description are shown from 1.112, with the traits
+	// sub-resource, as Ironic.
+	if ver(c) >= VerRunbookTraits {
 		all["traits"] = traits
+		all["description"] = optString(r.Description)
 	}
 	if r.Steps != nil {
 		all["steps"] = r.Steps
@@ -158,7 +163,7 @@ func runbookFieldList(c *fiber.Ctx, detail bool) ([]string, bool, error) {
 		for _, k := range runbookFields {
 			ok = ok || k == f
 		}
-		ok = ok && (f != "traits" || ver(c) >= offered(VerRunbookTraits))
+		ok = ok && ver(c) >= runbookFieldSince[f]
 		if !ok {
 			return nil, false, errs.BadRequest("fields", "unknown runbook field %q", f)
 		}
@@ -231,6 +236,13 @@ func (a *API) createRunbook(c *fiber.Ctx) error {
 	if err := bind(c, &in); err != nil {
 		return err
 	}
+	// Before 1.112 Ironic's schema has no description and names a
+	// runbook as a trait.
+	v := ver(c)
+	if in.Description != nil && v < VerRunbookTraits {
+		return errs.BadRequest("description", "description requires API version %s or later", VerRunbookTraits)
+	}
+	in.TraitName = v < VerRunbookTraits
 	r, err := a.Runbooks.Create(c.UserContext(), in)
 	if err != nil {
 		return err
@@ -242,7 +254,7 @@ func (a *API) createRunbook(c *fiber.Ctx) error {
 // patchRunbook leaves the body to the service, which reads it only after
 // finding and authorizing the runbook.
 func (a *API) patchRunbook(c *fiber.Ctx) error {
-	r, err := a.Runbooks.Patch(c.UserContext(), c.Params("rb"), c.Body())
+	r, err := a.Runbooks.Patch(c.UserContext(), c.Params("rb"), c.Body(), ver(c) >= VerRunbookTraits)
 	if err != nil {
 		return err
 	}

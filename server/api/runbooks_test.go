@@ -157,7 +157,7 @@ func TestRunbookOwnershipAndUse(t *testing.T) {
 		mustStatus(t, admin.Do(t, "PATCH", "/v1/runbooks/CUSTOM_FW", `[{"op":"replace","path":"/public","value":true}]`), 200)
 		// Bad input names the field.
 		for body, field := range map[string]string{
-			`{"name":"not-a-trait","steps":[]}`:                                                                                                  "name",
+			`{"name":"not a name","steps":[]}`:                                                                                                   "name",
 			`{"name":"CUSTOM_B","steps":[{"interface":"console","step":"start","order":1}]}`:                                                     `interface "console"`,
 			`{"name":"CUSTOM_B","steps":[{"interface":"power","step":"9lives","order":1}]}`:                                                      "not a step name",
 			`{"name":"CUSTOM_B","steps":[{"interface":"power","step":"power_on","order":1},{"interface":"power","step":"power_off","order":1}]}`: "order",

@@ -9,9 +9,9 @@ import (
 
 func (a *API) registerShards(v1 fiber.Router) {
 	// Ironic's shard query schema allows any argument and ignores it.
-	v1.Get("/shards", strictSince(VerShard, "shards"), a.listShards)
-	v1.Get("/shards/:shard", strictSince(VerShard, "shards"), func(*fiber.Ctx) error { return fiber.ErrNotFound })
-	v1.Get("/nodes/:node/children", strictSince(VerParentNode, "child nodes"), query(), a.listChildren)
+	v1.Get("/shards", subSince(VerShard, "shards"), a.listShards)
+	v1.Get("/shards/:shard", subSince(VerShard, "shards"), func(*fiber.Ctx) error { return fiber.ErrNotFound })
+	v1.Get("/nodes/:node/children", subSince(VerParentNode, "child nodes"), query(), a.listChildren)
 }
 
 func (a *API) listShards(c *fiber.Ctx) error {

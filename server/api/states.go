@@ -143,14 +143,14 @@ func (a *API) setProvision(c *fiber.Ctx) error {
 	switch {
 	case in.RescuePassword != nil && ver(c) < VerRescueIface:
 		return errs.NotAcceptable("rescue_password requires API version %s or later", VerRescueIface)
-	case ver(c) < offered(verbSince[in.Target]):
-		return errs.NotAcceptable("%s requires API version %s or later", in.Target, offered(verbSince[in.Target]))
+	case ver(c) < verbSince[in.Target]:
+		return errs.NotAcceptable("%s requires API version %s or later", in.Target, verbSince[in.Target])
 	case in.DisableRamdisk != nil && ver(c) < VerDisableRamdisk:
 		return errs.NotAcceptable("disable_ramdisk requires API version %s or later", VerDisableRamdisk)
-	case in.DisableRamdisk != nil && in.Target == "service" && ver(c) < offered(VerServiceRamdisk):
-		return errs.NotAcceptable("disable_ramdisk for servicing requires API version %s or later", offered(VerServiceRamdisk))
-	case in.Runbook != "" && ver(c) < offered(VerRunbooks):
-		return errs.NotAcceptable("runbooks require API version %s or later", offered(VerRunbooks))
+	case in.DisableRamdisk != nil && in.Target == "service" && ver(c) < VerServiceRamdisk:
+		return errs.NotAcceptable("disable_ramdisk for servicing requires API version %s or later", VerServiceRamdisk)
+	case in.Runbook != "" && ver(c) < VerRunbooks:
+		return errs.NotAcceptable("runbooks require API version %s or later", VerRunbooks)
 	}
 	r := cond.ProvisionRequest{Target: in.Target, Runbook: in.Runbook, CleanSteps: in.CleanSteps, ServiceSteps: in.ServiceSteps,
 		DeploySteps: in.DeploySteps, ConfigDrive: in.ConfigDrive, DeployAbort: ver(c) >= VerDeployAbort}

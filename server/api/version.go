@@ -59,8 +59,7 @@ const (
 	VerDeploySteps        Version = 69  // deploy_steps
 	VerDeployVerbs        Version = 73  // deploy and undeploy verbs
 	VerDeployAbort        Version = 110 // abort in wait call-back
-	// Ports, portgroups and VIFs. Fields newer than VerMax are stored and
-	// carried, and shown once the maximum reaches their version.
+	// Ports, portgroups and VIFs.
 	VerPortInternalInfo  Version = 18  // port internal_info
 	VerPortAdvancedNet   Version = 19  // port pxe_enabled, local_link_connection
 	VerPortgroups        Version = 23  // /v1/portgroups
@@ -78,6 +77,7 @@ const (
 	VerPortCategory      Version = 101 // port category
 	VerPortgroupPhysnet  Version = 102 // portgroup physical_network
 	VerPortgroupCategory Version = 103 // portgroup category
+	VerDynamicPortgroup  Version = 111 // port available_for_dynamic_portgroup, portgroup dynamic_portgroup
 	VerAllocName         Version = 79  // allocations try the node named like them first
 	VerProjectNodes      Version = 80  // marker: project-scoped node creation and deletion
 	VerUnhold            Version = 85  // unhold verb
@@ -112,8 +112,7 @@ const (
 	VerRetired        Version = 61  // retired and retired_reason, ?retired=
 	VerNetworkData    Version = 66  // network_data field
 	VerBootMode       Version = 75  // boot_mode and secure_boot
-	// Fields newer than VerMax: stored, validated and carried now, shown
-	// once VerMax reaches them.
+	// Node fields and resources of the newer versions.
 	VerShard            Version = 82  // shard field, ?shard= and ?sharded=
 	VerParentNode       Version = 83  // parent_node, ?parent_node= and ?include_children=
 	VerServiceStep      Version = 87  // service_step field
@@ -125,18 +124,11 @@ const (
 	VerVMediaGet        Version = 93  // GET /v1/nodes/{node}/vmedia
 	VerFirmwareIdentity Version = 114 // firmware component vendor, model, serial_number
 	// VerMax is the newest version whose predecessors' behaviour is all in
-	// place (README, "Microversions"). Debian's python3-ironicclient 5.0.1
-	// knows up to 1.78 and negotiates down to the lower of the two.
-	VerMax = VerInspectionRules
+	// place (README, "Microversions"): Ironic master's 1.115, so every
+	// feature is served from its own version. Debian's python3-ironicclient
+	// 5.0.1 knows up to 1.78 and negotiates down to the lower of the two.
+	VerMax = VerHistoryState
 )
-
-// offered is the version from which Anvil serves a feature Ironic added at
-// need. While VerMax is below need, Anvil has the feature but cannot
-// advertise its version, because an earlier version's behaviour is
-// missing; it serves the feature from VerMax so that "latest" reaches it
-// and older requests are refused as Ironic refuses them. Once the ladder
-// reaches need, this is need.
-func offered(need Version) Version { return min(need, VerMax) }
 
 func (v Version) String() string { return "1." + strconv.Itoa(int(v)) }
 
@@ -206,17 +198,11 @@ func link(href, rel string) fiber.Map { return fiber.Map{"href": href, "rel": re
 // since hides a resource from requests older than the version that added
 // it, before authorization, as Ironic's controllers do: a read is 404 and
 // anything else 405.
-func since(need Version, what string) fiber.Handler { return gate(offered(need), what, false) }
+func since(need Version, what string) fiber.Handler { return gate(need, what, false) }
 
 // subSince hides a sub-resource the way Ironic's lookups do: 404 whatever
 // the method.
-func subSince(need Version, what string) fiber.Handler { return gate(offered(need), what, true) }
-
-// strictSince hides a resource, 404 whatever the method, until the
-// request's version reaches need itself: for resources about fields that
-// stay hidden until VerMax reaches their version (shards, children), which
-// are not offered early.
-func strictSince(need Version, what string) fiber.Handler { return gate(need, what, true) }
+func subSince(need Version, what string) fiber.Handler { return gate(need, what, true) }
 
 func gate(from Version, what string, always404 bool) fiber.Handler {
 	return func(c *fiber.Ctx) error {

@@ -24,7 +24,13 @@ type ListOptions struct {
 	// Node and Portgroup name the parent, by UUID or name.
 	Node, Portgroup, Address *string
 	// Shards keeps the ports or portgroups of nodes in these shards.
-	Shards           []string
+	Shards []string
+	// DescriptionContains keeps the ports whose description holds it,
+	// without regard to case.
+	DescriptionContains *string
+	// ConductorGroups keeps the ports or portgroups of nodes in these
+	// (lower-case) conductor groups.
+	ConductorGroups  []string
 	Limit            int
 	Marker           string
 	SortKey, SortDir string
@@ -222,6 +228,12 @@ func (s *Service) ListPorts(ctx context.Context, o ListOptions) ([]*Port, bool, 
 	if len(o.Shards) > 0 {
 		q = q.Where(port.HasNodeWith(node.ShardIn(o.Shards...)))
 	}
+	if o.DescriptionContains != nil {
+		q = q.Where(port.DescriptionContainsFold(*o.DescriptionContains))
+	}
+	if len(o.ConductorGroups) > 0 {
+		q = q.Where(port.HasNodeWith(node.ConductorGroupIn(o.ConductorGroups...)))
+	}
 	if o.Marker != "" {
 		m, err := lookupPort(ctx, s.db.Client, o.Marker)
 		if err == nil {
@@ -285,6 +297,9 @@ func (s *Service) ListPortgroups(ctx context.Context, o ListOptions) ([]*Portgro
 	}
 	if len(o.Shards) > 0 {
 		q = q.Where(portgroup.HasNodeWith(node.ShardIn(o.Shards...)))
+	}
+	if len(o.ConductorGroups) > 0 {
+		q = q.Where(portgroup.HasNodeWith(node.ConductorGroupIn(o.ConductorGroups...)))
 	}
 	if o.Marker != "" {
 		m, err := lookupPortgroup(ctx, s.db.Client, o.Marker)

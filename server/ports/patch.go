@@ -21,7 +21,8 @@ import (
 // touch, Ironic's PATCH_ALLOWED_FIELDS.
 var (
 	PortPatchable = []string{"address", "extra", "is_smartnic", "local_link_connection", "node_uuid",
-		"physical_network", "portgroup_uuid", "pxe_enabled", "name", "description", "vendor", "category"}
+		"physical_network", "portgroup_uuid", "pxe_enabled", "name", "description", "vendor", "category",
+		"available_for_dynamic_portgroup"}
 	PortgroupPatchable = []string{"address", "extra", "mode", "name", "node_uuid", "properties",
 		"standalone_ports_supported", "physical_network", "category"}
 )
@@ -143,7 +144,9 @@ func (s *Service) linkNode(ctx context.Context, c *ent.Client, cur *ent.Node, v 
 // PatchPort applies an RFC 6902 patch to a port: 404 when the caller may
 // not see its node, 403 without the update rule, 400 for a patch that
 // does not fit. The read, the patch and the write hold the port's row.
-func (s *Service) PatchPort(ctx context.Context, ident string, raw []byte, allowed func(string) error) (*Port, error) {
+// pgPhysnet is Ironic's 1.102 rule: a portgroup member's physical
+// network follows its portgroup's, so a patch setting it is refused.
+func (s *Service) PatchPort(ctx context.Context, ident string, raw []byte, allowed func(string) error, pgPhysnet bool) (*Port, error) {
 	p, n, err := s.authorizedPort(ctx, ident, RuleUpdate)
 	if err != nil {
 		return nil, err
@@ -181,6 +184,7 @@ func (s *Service) PatchPort(ctx context.Context, ident string, raw []byte, allow
 			"local_link_connection": cur.LocalLinkConnection, "pxe_enabled": cur.PxeEnabled,
 			"physical_network": str(cur.PhysicalNetwork), "extra": cur.Extra, "is_smartnic": cur.IsSmartnic,
 			"name": str(cur.Name), "description": str(cur.Description), "vendor": str(cur.Vendor), "category": str(cur.Category),
+			"available_for_dynamic_portgroup": cur.AvailableForDynamicPortgroup,
 		}
 		after, err := patchdoc.Apply(before, raw, "port")
 		if err != nil {
@@ -255,6 +259,14 @@ func (s *Service) PatchPort(ctx context.Context, ident string, raw []byte, allow
 				} else {
 					upd.SetIsSmartnic(b)
 				}
+			case "available_for_dynamic_portgroup":
+				// A JSON boolean, as Ironic's schema; removing it is
+				// refused as Ironic's schema refuses the null it leaves.
+				b, ok := after[f].(bool)
+				if !ok {
+					return errs.BadRequest(f, "%s must be true or false, not %v", f, after[f])
+				}
+				upd.SetAvailableForDynamicPortgroup(b)
 			case "physical_network", "name", "description", "vendor", "category":
 				v, err := optStr(after, f)
 				if err != nil {
@@ -279,6 +291,21 @@ func (s *Service) PatchPort(ctx context.Context, ident string, raw []byte, allow
 				"description": func() { upd.ClearDescription() }, "vendor": func() { upd.ClearVendor() },
 				"category": func() { upd.ClearCategory() },
 			})
+		}
+		if pgPhysnet && touches(raw, "physical_network") && after["portgroup_uuid"] != nil {
+			return errs.BadRequest("physical_network", "physical_network cannot be changed while the port belongs to a portgroup.")
+		}
+		if slices.Contains(changed, "portgroup_uuid") || slices.Contains(changed, "physical_network") {
+			if g, _ := after["portgroup_uuid"].(string); g != "" {
+				pg, err := lookupPortgroup(ctx, tx, g)
+				if err != nil {
+					return err
+				}
+				phys, _ := optStr(after, "physical_network")
+				if err := checkMemberPhysnet(ctx, tx, pg, cur.ID, phys); err != nil {
+					return err
+				}
+			}
 		}
 		if b, _ := boolean(after, "is_smartnic"); b {
 			llc, _ := after["local_link_connection"].(map[string]any)
@@ -354,6 +381,7 @@ func (s *Service) PatchPortgroup(ctx context.Context, ident string, raw []byte, 
 		upd := tx.Portgroup.UpdateOneID(cur.ID)
 		var addr string
 		var name *string
+		physnet := cur.PhysicalNetwork
 		for _, f := range changed {
 			switch f {
 			case "node_uuid":
@@ -429,6 +457,9 @@ func (s *Service) PatchPortgroup(ctx context.Context, ident string, raw []byte, 
 				if err := validateStrings(map[string]*string{f: v}); err != nil {
 					return err
 				}
+				if f == "physical_network" {
+					physnet = v
+				}
 				setOptional(f, v, map[string]func(string){
 					"physical_network": func(s string) { upd.SetPhysicalNetwork(s) }, "category": func(s string) { upd.SetCategory(s) },
 				}, map[string]func(){
@@ -442,6 +473,20 @@ func (s *Service) PatchPortgroup(ctx context.Context, ident string, raw []byte, 
 		if err != nil {
 			return constraintError(err, "portgroup", cur.UUID, addr, name)
 		}
+		// As Ironic's update_portgroup_physical_network (1.102): a patch
+		// naming the portgroup's physical network gives it to every
+		// member port too.
+		if touches(raw, "physical_network") {
+			pu := tx.Port.Update().Where(port.PortgroupID(cur.ID))
+			if physnet == nil {
+				pu.ClearPhysicalNetwork()
+			} else {
+				pu.SetPhysicalNetwork(*physnet)
+			}
+			if err := pu.Exec(ctx); err != nil {
+				return err
+			}
+		}
 		out = &Portgroup{Portgroup: saved, NodeUUID: n.UUID}
 		return nil
 	})
@@ -449,4 +494,49 @@ func (s *Service) PatchPortgroup(ctx context.Context, ident string, raw []byte, 
 		s.guard.Done(ctx, RulePGUpdate, "portgroup", g.UUID, err, map[string]any{"changed": changed})
 	}
 	return out, err
+}
+
+// touches reports whether an operation of the patch is on field (or
+// inside it); the patch has been decoded once already, so it is well formed.
+func touches(raw []byte, field string) bool {
+	ops, _ := nodes.DecodePatch(raw)
+	for _, op := range ops {
+		if topField(op.Path) == field {
+			return true
+		}
+	}
+	return false
+}
+
+// checkMemberPhysnet is Ironic's validate_port_physnet: a port joining a
+// portgroup, or changing its physical network inside one, must be on the
+// physical network of the other members or, without members, on the
+// portgroup's own if it has one (409 otherwise).
+func checkMemberPhysnet(ctx context.Context, tx *ent.Client, pg *ent.Portgroup, self int, physnet *string) error {
+	others, err := tx.Port.Query().Where(port.PortgroupID(pg.ID), port.IDNEQ(self)).All(ctx)
+	if err != nil {
+		return err
+	}
+	var want *string
+	switch {
+	case len(others) > 0:
+		want = others[0].PhysicalNetwork
+	case pg.PhysicalNetwork != nil:
+		want = pg.PhysicalNetwork
+	default:
+		return nil
+	}
+	if deref(want) != deref(physnet) || (want == nil) != (physnet == nil) {
+		return errs.Conflict("Port with physical network %s cannot become a member of port group %s which has ports in physical network %s.",
+			orNone(physnet), pg.UUID, orNone(want))
+	}
+	return nil
+}
+
+// orNone prints an unset string as Python prints None.
+func orNone(p *string) string {
+	if p == nil {
+		return "None"
+	}
+	return *p
 }

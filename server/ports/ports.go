@@ -30,6 +30,8 @@ type PortInput struct {
 	Description         *string
 	Vendor              *string
 	Category            *string
+	// AvailableForDynamicPortgroup is true when not given.
+	AvailableForDynamicPortgroup *bool
 }
 
 // nodeForCreate finds the node a new port or portgroup names and checks
@@ -83,7 +85,8 @@ func (s *Service) createPort(ctx context.Context, n *ent.Node, in *PortInput, ou
 			SetLocalLinkConnection(in.LocalLinkConnection).SetExtra(in.Extra).SetInternalInfo(map[string]any{}).
 			SetNillablePxeEnabled(in.PXEEnabled).SetNillablePhysicalNetwork(in.PhysicalNetwork).
 			SetNillableIsSmartnic(in.IsSmartNIC).SetNillableName(in.Name).SetNillableDescription(in.Description).
-			SetNillableVendor(in.Vendor).SetNillableCategory(in.Category)
+			SetNillableVendor(in.Vendor).SetNillableCategory(in.Category).
+			SetNillableAvailableForDynamicPortgroup(in.AvailableForDynamicPortgroup)
 		if in.Portgroup != nil {
 			pg, err := s.memberPortgroup(ctx, tx, *in.Portgroup, n.ID)
 			if err != nil {
@@ -93,6 +96,9 @@ func (s *Service) createPort(ctx context.Context, n *ent.Node, in *PortInput, ou
 				if !pg.StandalonePortsSupported {
 					return errs.Conflict("Port group %s doesn't support standalone ports. This port cannot be created as a member of that portgroup as the port's 'pxe_enabled' field was set to True.", pg.UUID)
 				}
+			}
+			if err := checkMemberPhysnet(ctx, tx, pg, 0, in.PhysicalNetwork); err != nil {
+				return err
 			}
 			c.SetPortgroupID(pg.ID)
 		}

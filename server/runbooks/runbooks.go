@@ -8,10 +8,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"regexp"
 	"slices"
 	"sort"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	jsonpatch "github.com/evanphx/json-patch/v5"
 	"github.com/google/uuid"
@@ -299,13 +301,22 @@ type Input struct {
 	// patch cannot change it.
 	UUID           *string        `json:"uuid,omitempty"`
 	Name           string         `json:"name"`
+	Description    *string        `json:"description"`
 	Public         bool           `json:"public"`
 	Owner          *string        `json:"owner"`
 	DisableRamdisk bool           `json:"disable_ramdisk"`
 	Extra          map[string]any `json:"extra"`
 	Traits         []string       `json:"traits"`
 	Steps          []Step         `json:"steps"`
+	// TraitName asks for the name rule before Ironic's 1.112, which
+	// creates runbooks named as traits only; from 1.112, and in every
+	// patch, a name is any RFC 3986 unreserved string.
+	TraitName bool `json:"-"`
 }
+
+// nameRE is Ironic's 1.112 runbook name pattern: characters a URL path
+// carries unescaped, so the name finds the runbook.
+var nameRE = regexp.MustCompile(`^[A-Za-z0-9._~-]{1,255}$`)
 
 // validate checks everything but policy, after filling what a caller may
 // leave out and putting the steps in order; the error is the first of
@@ -339,8 +350,15 @@ func Problems(in Input) []*errs.Error {
 		}
 		out = append(out, e)
 	}
-	if err := nodes.ValidateTrait(in.Name); err != nil {
-		out = append(out, errs.BadRequest("name", "name %q must be a trait name (CUSTOM_* or a standard trait): %v", in.Name, err))
+	if in.TraitName {
+		if err := nodes.ValidateTrait(in.Name); err != nil {
+			out = append(out, errs.BadRequest("name", "name %q must be a trait name (CUSTOM_* or a standard trait) before API version 1.112: %v", in.Name, err))
+		}
+	} else if !nameRE.MatchString(in.Name) {
+		out = append(out, errs.BadRequest("name", "name %q must be 1 to 255 letters, digits, '-', '.', '_' or '~'", in.Name))
+	}
+	if in.Description != nil && utf8.RuneCountInString(*in.Description) > 255 {
+		out = append(out, errs.BadRequest("description", "description is longer than 255 characters"))
 	}
 	if in.Owner != nil && *in.Owner != "" {
 		if err := nodes.ValidateProject("owner", *in.Owner); err != nil {
@@ -477,7 +495,7 @@ func (s *Service) Create(ctx context.Context, in Input) (out *Runbook, err error
 	}
 	err = store.WithTx(ctx, s.db, func(tx *ent.Client) error {
 		r, err := tx.Runbook.Create().SetUUID(id).SetName(in.Name).SetPublic(in.Public).SetNillableOwner(in.Owner).
-			SetDisableRamdisk(in.DisableRamdisk).SetExtra(in.Extra).SetTraits(in.Traits).Save(ctx)
+			SetDisableRamdisk(in.DisableRamdisk).SetExtra(in.Extra).SetTraits(in.Traits).SetNillableDescription(in.Description).Save(ctx)
 		if err != nil {
 			return err
 		}
@@ -531,8 +549,9 @@ func (s *Service) Delete(ctx context.Context, ident string) (err error) {
 // Patch applies an RFC 6902 patch. Publishing clears the owner; owner
 // and public are the system's to change. The read, the patch and the write
 // happen in one transaction that holds the runbook's row, so concurrent
-// patches serialise instead of overwriting each other.
-func (s *Service) Patch(ctx context.Context, ident string, raw []byte) (out *Runbook, err error) {
+// patches serialise instead of overwriting each other. withDescription
+// lets the patch touch description, which Ironic makes patchable at 1.112.
+func (s *Service) Patch(ctx context.Context, ident string, raw []byte, withDescription bool) (out *Runbook, err error) {
 	r, err := s.authorized(ctx, ident, RuleUpdate)
 	if err != nil {
 		return nil, err
@@ -545,7 +564,8 @@ func (s *Service) Patch(ctx context.Context, ident string, raw []byte) (out *Run
 	for _, op := range patch {
 		path, _ := op.Path()
 		field := strings.SplitN(strings.TrimPrefix(path, "/"), "/", 2)[0]
-		if !slices.Contains([]string{"name", "public", "owner", "disable_ramdisk", "extra", "traits", "steps"}, field) {
+		if !slices.Contains([]string{"name", "public", "owner", "disable_ramdisk", "extra", "traits", "steps"}, field) &&
+			(field != "description" || !withDescription) {
 			return nil, errs.BadRequest(field, "%s cannot be changed", path)
 		}
 	}
@@ -565,6 +585,11 @@ func (s *Service) Patch(ctx context.Context, ident string, raw []byte) (out *Run
 		}
 		u := tx.Runbook.UpdateOneID(r.ID).SetName(after.Name).SetPublic(after.Public).SetDisableRamdisk(after.DisableRamdisk).
 			SetExtra(after.Extra).SetTraits(after.Traits)
+		if after.Description != nil {
+			u.SetDescription(*after.Description)
+		} else {
+			u.ClearDescription()
+		}
 		if after.Owner != nil {
 			u.SetOwner(*after.Owner)
 		} else {
@@ -597,7 +622,7 @@ func (s *Service) patched(ctx context.Context, r *ent.Runbook, patch jsonpatch.P
 	if err != nil {
 		return after, err
 	}
-	before := Input{Name: r.Name, Public: r.Public, Owner: r.Owner, DisableRamdisk: r.DisableRamdisk, Extra: r.Extra, Traits: r.Traits, Steps: steps}
+	before := Input{Name: r.Name, Description: r.Description, Public: r.Public, Owner: r.Owner, DisableRamdisk: r.DisableRamdisk, Extra: r.Extra, Traits: r.Traits, Steps: steps}
 	if before.Traits == nil {
 		before.Traits = []string{}
 	}

@@ -60,3 +60,39 @@ func TestMigrateRunbookNamesPerOwner(t *testing.T) {
 		}
 	})
 }
+
+// TestMigrateRunbookDescriptions: a runbook the portal described in
+// extra["description"] before runbooks had a description field gets it
+// moved into the field, once; extra["description"] written afterwards is
+// the caller's own and stays.
+func TestMigrateRunbookDescriptions(t *testing.T) {
+	storetest.Each(t, func(t *testing.T, setting string, db *store.DB) {
+		ctx := context.Background()
+		// An old database: no mark yet, the editor's description in extra.
+		if _, err := db.SQL.ExecContext(ctx, "DELETE FROM settings WHERE key = 'migrated:runbook_description'"); err != nil {
+			t.Fatal(err)
+		}
+		mk := func(name string, extra map[string]any) *ent.Runbook {
+			r, err := db.Runbook.Create().SetUUID(uuid.NewString()).SetName(name).SetExtra(extra).Save(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return r
+		}
+		old := mk("CUSTOM_OLD", map[string]any{"description": "Reboots.", "team": "ops"})
+		if err := db.Migrate(ctx); err != nil {
+			t.Fatal(err)
+		}
+		got := db.Runbook.GetX(ctx, old.ID)
+		if got.Description == nil || *got.Description != "Reboots." || got.Extra["description"] != nil || got.Extra["team"] != "ops" {
+			t.Errorf("after the migration: description %v, extra %v", got.Description, got.Extra)
+		}
+		later := mk("CUSTOM_LATER", map[string]any{"description": "mine"})
+		if err := db.Migrate(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if got := db.Runbook.GetX(ctx, later.ID); got.Description != nil || got.Extra["description"] != "mine" {
+			t.Errorf("a second start moved a caller's extra: description %v, extra %v", got.Description, got.Extra)
+		}
+	})
+}

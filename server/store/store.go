@@ -7,9 +7,11 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"maps"
 	"net/url"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"entgo.io/ent/dialect"
 	entsql "entgo.io/ent/dialect/sql"
@@ -18,6 +20,8 @@ import (
 
 	"github.com/anvilproject/anvil/ent"
 	"github.com/anvilproject/anvil/ent/migrate"
+	"github.com/anvilproject/anvil/ent/runbook"
+	"github.com/anvilproject/anvil/ent/setting"
 	"github.com/anvilproject/anvil/server/errs"
 )
 
@@ -120,6 +124,9 @@ func (d *DB) Migrate(ctx context.Context) error {
 	// squat a name the system wanted; (owner, name) is unique now.
 	if _, err := d.SQL.ExecContext(ctx, "DROP INDEX IF EXISTS runbooks_name_key"); err != nil {
 		return fmt.Errorf("migrate database: drop the global unique index on runbook names: %w", err)
+	}
+	if err := d.moveRunbookDescriptions(ctx); err != nil {
+		return fmt.Errorf("migrate database: move runbook descriptions out of extra: %w", err)
 	}
 	// node_parent_node_set, which holds child nodes only, replaces the
 	// index of every node's parent_node (see the Node schema).
@@ -373,4 +380,39 @@ func withTx(ctx context.Context, db *DB, fn func(tx *ent.Client) error) error {
 		return err
 	}
 	return tx.Commit()
+}
+
+// movedDescriptions marks, in settings, that moveRunbookDescriptions ran.
+const movedDescriptions = "migrated:runbook_description"
+
+// moveRunbookDescriptions moves what the portal's editor kept in a
+// runbook's extra["description"], before runbooks had Ironic's 1.112
+// description field, into that field, once: afterwards extra.description
+// is an API caller's own data and stays where it was put.
+func (d *DB) moveRunbookDescriptions(ctx context.Context) error {
+	return WithTx(ctx, d, func(tx *ent.Client) error {
+		done, err := tx.Setting.Query().Where(setting.Key(movedDescriptions)).Exist(ctx)
+		if err != nil || done {
+			return err
+		}
+		rs, err := tx.Runbook.Query().Where(runbook.DescriptionIsNil()).All(ctx)
+		if err != nil {
+			return err
+		}
+		for _, r := range rs {
+			desc, ok := r.Extra["description"].(string)
+			if !ok || desc == "" || utf8.RuneCountInString(desc) > 255 {
+				continue
+			}
+			extra := maps.Clone(r.Extra)
+			delete(extra, "description")
+			if err := tx.Runbook.UpdateOneID(r.ID).SetDescription(desc).SetExtra(extra).Exec(ctx); err != nil {
+				return err
+			}
+		}
+		// Another process starting on the same database may have done
+		// the same moves and set the mark first.
+		return tx.Setting.Create().SetKey(movedDescriptions).SetValue([]byte("1")).
+			OnConflictColumns(setting.FieldKey).DoNothing().Exec(ctx)
+	})
 }
