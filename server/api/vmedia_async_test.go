@@ -54,7 +54,7 @@ func TestVMediaAsync(t *testing.T) {
 	storetest.Each(t, func(t *testing.T, setting string, db *store.DB) {
 		sim := bmctest.StartRedfish(t)
 		_, clients := startLocal(t, setting, bmcOpts)
-		admin := atVer(clients["system-admin"], offeredFrom(api.VerVMediaGet))
+		admin := atVer(clients["system-admin"], api.VerVMediaGet)
 		ctx := context.Background()
 
 		// gophercloud's acceptance test: an ipmi node, whose driver has
@@ -124,7 +124,7 @@ func TestVMediaAsync(t *testing.T) {
 		mustStatus(t, r, 201)
 		rf := r.JSON(t)["uuid"].(string)
 		rpath := "/v1/nodes/" + rf + "/vmedia"
-		member := atVer(clients["owner-member"], offeredFrom(api.VerVMediaGet))
+		member := atVer(clients["owner-member"], api.VerVMediaGet)
 		mustStatus(t, member.Do(t, "POST", rpath, map[string]any{"device_type": "cdrom", "image_url": "http://127.0.0.1:17/none.iso"}), 204)
 		n = vmediaSettled(t, admin, rf)
 		if le, _ := n["last_error"].(string); !strings.HasPrefix(le, "Could not attach device cdrom to node "+rf+": ") {
