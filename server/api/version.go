@@ -17,6 +17,8 @@ type Version int
 // newer than the request's version is hidden or refused, as Ironic does.
 const (
 	VerMin            Version = 1  // initial API
+	VerAvailable      Version = 2  // "available" shown as itself, not as no state (null)
+	VerInspectWait    Version = 39 // "inspect wait" shown as itself, not as "inspecting"
 	VerDriverInternal Version = 3  // driver_internal_info field
 	VerManageable     Version = 4  // manageable state, manage and provide verbs
 	VerAbort          Version = 13 // abort verb
