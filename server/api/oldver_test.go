@@ -219,3 +219,29 @@ func TestUnversionedPaths(t *testing.T) {
 		}
 	})
 }
+
+// TestAllocationOwnerBefore160: Ironic hides an allocation's owner below
+// 1.60 and refuses it there in ?fields= and in a new allocation (406).
+func TestAllocationOwnerBefore160(t *testing.T) {
+	storetest.Each(t, func(t *testing.T, setting string, _ *store.DB) {
+		_, c := start(t, setting)
+		r := c.Do(t, "POST", "/v1/allocations", map[string]any{"resource_class": "owner-none", "owner": "proj"})
+		mustStatus(t, r, 201)
+		id := r.JSON(t)["uuid"].(string)
+		c.Version = "1.59"
+		r = c.Do(t, "GET", "/v1/allocations/"+id, nil)
+		mustStatus(t, r, 200)
+		if _, ok := r.JSON(t)["owner"]; ok {
+			t.Errorf("1.59 shows owner: %s", r.Body)
+		}
+		mustStatus(t, c.Do(t, "GET", "/v1/allocations/"+id+"?fields=uuid,owner", nil), 406)
+		mustStatus(t, c.Do(t, "GET", "/v1/allocations?fields=owner", nil), 406)
+		mustStatus(t, c.Do(t, "POST", "/v1/allocations", map[string]any{"resource_class": "owner-none", "owner": "proj"}), 406)
+		c.Version = "1.60"
+		r = c.Do(t, "GET", "/v1/allocations/"+id+"?fields=uuid,owner", nil)
+		mustStatus(t, r, 200)
+		if r.JSON(t)["owner"] != "proj" {
+			t.Errorf("1.60: %s", r.Body)
+		}
+	})
+}
