@@ -3,6 +3,7 @@ package api
 import (
 	"encoding/json"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -23,7 +24,7 @@ func (a *API) registerStates(v1 fiber.Router) {
 	v1.Get("/nodes/:node/management/boot_device", query(), a.getBootDevice)
 	v1.Put("/nodes/:node/management/boot_device", a.setBootDevice)
 	v1.Get("/nodes/:node/steps", query(), a.listSteps)
-	v1.Get("/conductors", since(VerConductor, "conductors"), query(), a.listConductors)
+	v1.Get("/conductors", since(VerConductor, "conductors"), query("detail", "fields"), a.listConductors)
 	v1.Get("/conductors/:hostname", since(VerConductor, "conductors"), query("fields"), a.getConductor)
 	v1.Get("/nodes/:node/management/boot_device/supported", query(), a.supportedBootDevices)
 }
@@ -231,14 +232,63 @@ func (a *API) listConductors(c *fiber.Ctx) error {
 	if err != nil {
 		return err
 	}
+	detail := false
+	if d := c.Query("detail"); d != "" {
+		if detail, err = strconv.ParseBool(d); err != nil {
+			return errs.BadRequest("detail", "detail must be true or false, not %q", d)
+		}
+	}
+	// node_count is Anvil's: how many nodes the hash ring maps to the
+	// conductor now, so an operator sees the work spread. It is in every
+	// list unless ?fields= leaves it out.
+	var fields []string
+	switch raw := c.Query("fields"); {
+	case raw != "" && detail:
+		return errs.BadRequest("fields", "Can not specify ?detail=True and fields in the same request.")
+	case raw != "":
+		fields = strings.Split(raw, ",")
+	case !detail:
+		fields = append(slices.Clone(conductorListDefaults), "node_count")
+	}
 	out := make([]fiber.Map, len(cs))
 	for i, x := range cs {
-		// node_count is Anvil's: how many nodes the hash ring maps to the
-		// conductor now, so an operator sees the work spread.
 		out[i] = conductorJSON(c, x)
 		out[i]["node_count"] = x.Nodes
+		if fields == nil {
+			continue
+		}
+		if err := keepFields(out[i], fields); err != nil {
+			return err
+		}
 	}
 	return c.JSON(fiber.Map{"conductors": out})
+}
+
+// conductorListDefaults are what a conductor list shows without ?detail=
+// or ?fields=: Ironic's DEFAULT_RETURN_FIELDS, besides links.
+var conductorListDefaults = []string{"hostname", "conductor_group", "alive"}
+
+// keepFields keeps fields (and links) of out, refusing a field out does
+// not have.
+func keepFields(out fiber.Map, fields []string) error {
+	keep := map[string]bool{"links": true}
+	var invalid []string
+	for _, f := range fields {
+		f = strings.TrimSpace(f)
+		if _, ok := out[f]; !ok {
+			invalid = append(invalid, f)
+		}
+		keep[f] = true
+	}
+	if len(invalid) > 0 {
+		return errs.BadRequest("fields", "Field(s) %q are not valid", strings.Join(invalid, ", "))
+	}
+	for k := range out {
+		if !keep[k] {
+			delete(out, k)
+		}
+	}
+	return nil
 }
 
 func conductorJSON(c *fiber.Ctx, x cond.Info) fiber.Map {
@@ -263,25 +313,9 @@ func (a *API) getConductor(c *fiber.Ctx) error {
 		return err
 	}
 	out := conductorJSON(c, x)
-	raw := c.Query("fields")
-	if raw == "" {
-		return c.JSON(out)
-	}
-	keep := map[string]bool{"links": true}
-	var invalid []string
-	for f := range strings.SplitSeq(raw, ",") {
-		f = strings.TrimSpace(f)
-		if _, ok := out[f]; !ok {
-			invalid = append(invalid, f)
-		}
-		keep[f] = true
-	}
-	if len(invalid) > 0 {
-		return errs.BadRequest("fields", "Field(s) %q are not valid", strings.Join(invalid, ", "))
-	}
-	for k := range out {
-		if !keep[k] {
-			delete(out, k)
+	if raw := c.Query("fields"); raw != "" {
+		if err := keepFields(out, strings.Split(raw, ",")); err != nil {
+			return err
 		}
 	}
 	return c.JSON(out)
