@@ -138,8 +138,10 @@ func (a *API) Register(root fiber.Router, v1 fiber.Router) {
 	v1.Put("/nodes/:node/maintenance", a.setMaintenance)
 	v1.Delete("/nodes/:node/maintenance", a.clearMaintenance)
 	v1.Get("/nodes/:node/validate", query(), a.validateNode)
-	v1.Get("/nodes/:node/history", subSince(VerHistory, "node history"), query(historyQuery...), a.listHistory)
-	v1.Get("/nodes/:node/history/:event", subSince(VerHistory, "node history"), query(), a.getHistory)
+	// Every method: Ironic's node lookup refuses history below 1.78.
+	v1.Use("/nodes/:node/history", subSince(VerHistory, "node history"))
+	v1.Get("/nodes/:node/history", query(historyQuery...), a.listHistory)
+	v1.Get("/nodes/:node/history/:event", query(), a.getHistory)
 	v1.Get("/events", query(eventsQuery...), a.listEvents)
 	a.registerStates(v1)
 	a.registerManagement(v1)

@@ -19,7 +19,8 @@ import (
 // media. Like Ironic's node sub-controllers they are 404 to a request
 // older than the version that added them.
 func (a *API) registerFirmware(v1 fiber.Router) {
-	v1.Get("/nodes/:node/firmware", subSince(VerFirmwareIface, "node firmware"), query("detail", "fields"), a.listFirmware)
+	v1.Use("/nodes/:node/firmware", subSince(VerFirmwareIface, "node firmware"))
+	v1.Get("/nodes/:node/firmware", query("detail", "fields"), a.listFirmware)
 	// Every method, PUT included, as Ironic's node lookup refuses vmedia.
 	v1.Use("/nodes/:node/vmedia", subSince(VerVMedia, "virtual media"))
 	v1.Post("/nodes/:node/vmedia", query(), a.attachVMedia)

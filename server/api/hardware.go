@@ -20,7 +20,8 @@ func (a *API) registerHardware(v1 fiber.Router) {
 	v1.Use("/nodes/:node/bios", subSince(VerBIOSIface, "BIOS settings"))
 	v1.Get("/nodes/:node/bios", query("detail", "fields"), a.listBIOS)
 	v1.Get("/nodes/:node/bios/:setting", query(), a.getBIOS)
-	v1.Get("/nodes/:node/inventory", subSince(VerInventory, "node inventory"), query(), a.getInventory)
+	v1.Use("/nodes/:node/inventory", subSince(VerInventory, "node inventory"))
+	v1.Get("/nodes/:node/inventory", query(), a.getInventory)
 }
 
 // biosRegistryFields are Ironic's attribute-registry fields (1.74):

@@ -116,6 +116,10 @@ func TestOldSubresourceAnswers(t *testing.T) {
 			{"1.88", "DELETE", "/v1/nodes/{n}/vmedia", nil, 404},
 			{"1.88", "PUT", "/v1/nodes/{n}/vmedia", map[string]any{}, 404},
 			{"1.88", "GET", "/v1/nodes/{n}/vmedia", nil, 404},
+			{"1.77", "PUT", "/v1/nodes/{n}/history", map[string]any{}, 404},
+			{"1.78", "PUT", "/v1/nodes/{n}/history", map[string]any{}, 405},
+			{"1.80", "POST", "/v1/nodes/{n}/inventory", map[string]any{}, 404},
+			{"1.85", "PUT", "/v1/nodes/{n}/firmware", map[string]any{}, 404},
 		} {
 			c.Version = tc.v
 			path := strings.ReplaceAll(tc.path, "{n}", id)
