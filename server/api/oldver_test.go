@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/anvilproject/anvil/server/api"
 	"github.com/anvilproject/anvil/server/store"
 	"github.com/anvilproject/anvil/server/store/storetest"
 )
@@ -39,6 +40,14 @@ func TestUnversionedNodeList(t *testing.T) {
 			if ps, ok := n["provision_state"]; !ok || (v != "1.4" && ps != nil) || (v == "1.4" && ps != "available") {
 				t.Errorf("%q: provision_state %v", v, ps)
 			}
+		}
+		// Under --auth none there is no portal: any client's /nodes is
+		// the API's, as in Ironic.
+		c.Version = ""
+		r = c.Do(t, "GET", "/nodes", nil)
+		mustStatus(t, r, 200)
+		if ns := r.JSON(t)["nodes"].([]any); len(ns) != 1 || ns[0].(map[string]any)["uuid"] != id {
+			t.Errorf("/nodes without /v1: %s", r.Body)
 		}
 		c.Version = "1.5"
 		r = c.Do(t, "GET", "/v1/nodes", nil)
@@ -246,6 +255,40 @@ func TestAllocationOwnerBefore160(t *testing.T) {
 		mustStatus(t, r, 200)
 		if r.JSON(t)["owner"] != "proj" {
 			t.Errorf("1.60: %s", r.Body)
+		}
+	})
+}
+
+// TestV1DocumentPerVersion: GET /v1 is Ironic's document at each version
+// (test_root.py TestV1Root): media_types an object, and links to chassis,
+// nodes, ports and drivers plus each collection from its version.
+func TestV1DocumentPerVersion(t *testing.T) {
+	storetest.Each(t, func(t *testing.T, setting string, _ *store.DB) {
+		_, c := start(t, setting)
+		added := map[string]api.Version{"lookup": 22, "heartbeat": 22, "portgroups": 23, "volume": 32, "conductors": 49,
+			"allocations": 52, "events": 54, "deploy_templates": 55, "shards": 82, "continue_inspection": 84, "runbooks": 92, "inspection_rules": 96}
+		for v := api.VerMin; v <= api.VerMax; v++ {
+			c.Version = v.String()
+			r := c.Do(t, "GET", "/v1/", nil)
+			mustStatus(t, r, 200)
+			m := r.JSON(t)
+			want := []string{"chassis", "drivers", "id", "links", "media_types", "nodes", "ports", "version"}
+			for k, s := range added {
+				if s <= v {
+					want = append(want, k)
+				}
+			}
+			slices.Sort(want)
+			if got := keysOf(m); !slices.Equal(got, want) {
+				t.Errorf("%s: keys\n got %v\nwant %v", v, got, want)
+			}
+			if mt, ok := m["media_types"].(map[string]any); !ok || mt["base"] != "application/json" || mt["type"] != "application/vnd.openstack.ironic.v1+json" {
+				t.Errorf("%s: media_types %v", v, m["media_types"])
+			}
+			ls := m["nodes"].([]any)
+			if len(ls) != 2 || !strings.HasSuffix(ls[1].(map[string]any)["href"].(string), "/nodes/") {
+				t.Errorf("%s: nodes links %v", v, ls)
+			}
 		}
 	})
 }

@@ -102,6 +102,7 @@ const (
 	VerHistoryState   Version = 115 // node history state, target_provision_state, duration_seconds
 	VerVolume         Version = 32  // /v1/volume
 	VerDeployTmpl     Version = 55  // /v1/deploy_templates
+	VerEvents         Version = 54  // /v1/events in the /v1 document
 	VerInventory      Version = 81  // /v1/nodes/{node}/inventory
 	VerInspectTimes   Version = 6   // inspection_started_at and _finished_at
 	VerNetworkIface   Version = 20  // network_interface
