@@ -270,6 +270,8 @@ func (a *App) routes() *fiber.App {
 		WriteTimeout: 60 * time.Second,
 		IdleTimeout:  120 * time.Second,
 	})
+	// First, so that everything after it sees the path it is served as.
+	app.Use(a.unversioned)
 	app.Use(recover.New())
 	app.Use(clientip.New(a.opts.TrustedProxies).Middleware())
 	app.Use(obs.Middleware(a.opts.Log, a.Metrics, a.accessLog))
@@ -305,6 +307,46 @@ func (a *App) routes() *fiber.App {
 		InspectionRules: inspectionrules.New(a.DB, a.Guard), FirmwareImages: a.Firmware, BootISOs: a.BootISOs,
 		Ramdisk: a.ramdisk(), AgentLimit: ratelimit.New(agentRate, agentBurst)}).Register(app, v1)
 	return app
+}
+
+// ironicResources are the collections of Ironic's /v1, which Ironic's
+// root also serves without the /v1: its bookmark links (href
+// <base>/nodes/<uuid>) lead there.
+var ironicResources = map[string]bool{
+	"nodes": true, "ports": true, "portgroups": true, "chassis": true, "drivers": true, "volume": true,
+	"lookup": true, "heartbeat": true, "conductors": true, "allocations": true, "events": true,
+	"deploy_templates": true, "shards": true, "continue_inspection": true, "runbooks": true, "inspection_rules": true,
+}
+
+// unversioned serves an API client's /nodes/... as /v1/nodes/..., as
+// Ironic's root controller routes a path missing its version to v1. The
+// portal owns /nodes, /runbooks and /allocations for browsers, so only a
+// request that a browser does not send is rerouted: one naming an API
+// version, sending JSON, or accepting JSON but not HTML. Under --auth none
+// there is no portal and every such path is the API's.
+func (a *App) unversioned(c *fiber.Ctx) error {
+	p := c.Path()
+	first, _, _ := strings.Cut(strings.TrimPrefix(p, "/"), "/")
+	if !ironicResources[first] || !(a.opts.AuthNone || apiClient(c)) {
+		return c.Next()
+	}
+	c.Path("/v1" + p)
+	// From the first handler again: the routes to match are /v1's now. Only
+	// this one has run, and it lets /v1 through.
+	return c.RestartRouting()
+}
+
+// apiClient tells an API client from a browser, whose navigations accept
+// text/html and whose htmx requests accept anything (*/*).
+func apiClient(c *fiber.Ctx) bool {
+	if c.Get("X-OpenStack-Ironic-API-Version") != "" || c.Get("OpenStack-API-Version") != "" {
+		return true
+	}
+	if strings.HasPrefix(c.Get(fiber.HeaderContentType), fiber.MIMEApplicationJSON) {
+		return true
+	}
+	accept := c.Get(fiber.HeaderAccept)
+	return strings.Contains(accept, fiber.MIMEApplicationJSON) && !strings.Contains(accept, fiber.MIMETextHTML)
 }
 
 // ramdisk answers agents' lookups, telling them to heartbeat within the

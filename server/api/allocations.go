@@ -39,6 +39,9 @@ func allocationFieldList(c *fiber.Ctx) ([]string, error) {
 		if !slices.Contains(allocationFields, f) {
 			return nil, errs.BadRequest("fields", "Field(s) %q are not valid", f)
 		}
+		if f == "owner" && ver(c) < VerAllocOwner {
+			return nil, requireVersion(ver(c), VerAllocOwner, "the owner field of allocations")
+		}
 		out = append(out, f)
 	}
 	return out, nil
@@ -85,12 +88,17 @@ func allocationJSON(c *fiber.Ctx, x *allocations.Allocation) fiber.Map {
 	if x.ResourceClass != "" {
 		rc = x.ResourceClass
 	}
-	return fiber.Map{
+	m := fiber.Map{
 		"uuid": x.UUID, "name": opt(x.Name), "resource_class": rc, "traits": traits, "candidate_nodes": cands,
 		"owner": opt(x.Owner), "state": x.State, "node_uuid": nodeUUID, "last_error": opt(x.LastError), "extra": x.Extra,
 		"created_at": x.CreatedAt.UTC().Format(time.RFC3339Nano), "updated_at": updated,
 		"links": []fiber.Map{link(b+"/v1/allocations/"+x.UUID, "self"), link(b+"/allocations/"+x.UUID, "bookmark")},
 	}
+	// Ironic's hide_fields_in_newer_versions: owner came in 1.60.
+	if ver(c) < VerAllocOwner {
+		delete(m, "owner")
+	}
+	return m
 }
 
 func (a *API) listAllocations(c *fiber.Ctx) error {
@@ -137,6 +145,9 @@ func (a *API) createAllocation(c *fiber.Ctx) error {
 	}
 	if in.Node != nil && ver(c) < VerAllocBackfill {
 		return errs.BadRequest("node", "Cannot set node when creating an allocation in this API version; use %s or later", VerAllocBackfill)
+	}
+	if in.Owner != nil && ver(c) < VerAllocOwner {
+		return requireVersion(ver(c), VerAllocOwner, "the owner field of allocations")
 	}
 	x, err := a.Allocations.Create(c.UserContext(), in)
 	if err != nil {

@@ -131,15 +131,17 @@ func (a *API) Register(root fiber.Router, v1 fiber.Router) {
 	v1.Patch("/nodes/:node", a.patchNode)
 	v1.Delete("/nodes/:node", a.deleteNode)
 	v1.Get("/nodes/:node/traits", query(), a.listTraits)
-	v1.Put("/nodes/:node/traits", a.setTraits)
-	v1.Delete("/nodes/:node/traits", a.deleteTraits)
-	v1.Put("/nodes/:node/traits/:trait", a.addTrait)
-	v1.Delete("/nodes/:node/traits/:trait", a.deleteTrait)
+	v1.Put("/nodes/:node/traits", oldTraits, a.setTraits)
+	v1.Delete("/nodes/:node/traits", oldTraits, a.deleteTraits)
+	v1.Put("/nodes/:node/traits/:trait", oldTraits, a.addTrait)
+	v1.Delete("/nodes/:node/traits/:trait", oldTraits, a.deleteTrait)
 	v1.Put("/nodes/:node/maintenance", a.setMaintenance)
 	v1.Delete("/nodes/:node/maintenance", a.clearMaintenance)
 	v1.Get("/nodes/:node/validate", query(), a.validateNode)
-	v1.Get("/nodes/:node/history", subSince(VerHistory, "node history"), query(historyQuery...), a.listHistory)
-	v1.Get("/nodes/:node/history/:event", subSince(VerHistory, "node history"), query(), a.getHistory)
+	// Every method: Ironic's node lookup refuses history below 1.78.
+	v1.Use("/nodes/:node/history", subSince(VerHistory, "node history"))
+	v1.Get("/nodes/:node/history", query(historyQuery...), a.listHistory)
+	v1.Get("/nodes/:node/history/:event", query(), a.getHistory)
 	v1.Get("/events", query(eventsQuery...), a.listEvents)
 	a.registerStates(v1)
 	a.registerManagement(v1)
@@ -177,15 +179,37 @@ func (a *API) root(c *fiber.Ctx) error {
 	})
 }
 
+// v1Resources are the collections Ironic's /v1 document links, with the
+// version each appears from (its VERSIONED_CONTROLLERS; continue_inspection
+// is served from 1.1 but shown from 1.84, as Ironic hides it).
+var v1Resources = []struct {
+	name  string
+	since Version
+}{
+	{"chassis", VerMin}, {"nodes", VerMin}, {"ports", VerMin}, {"drivers", VerMin},
+	{"portgroups", VerPortgroups}, {"volume", VerVolume}, {"lookup", VerRamdisk}, {"heartbeat", VerRamdisk},
+	{"conductors", VerConductor}, {"allocations", VerAllocations}, {"events", VerEvents},
+	{"deploy_templates", VerDeployTmpl}, {"shards", VerShard}, {"runbooks", VerRunbooks},
+	{"inspection_rules", VerInspectionRules}, {"continue_inspection", VerInspectCallback},
+}
+
+// v1 is Ironic's version 1 document: its links, media types, and a pair
+// of links to each collection the request's version has.
 func (a *API) v1(c *fiber.Ctx) error {
 	b := baseURL(c)
-	return c.JSON(fiber.Map{
-		"id":          "v1",
-		"links":       []fiber.Map{link(b+"/v1/", "self")},
-		"media_types": []fiber.Map{{"base": "application/json", "type": "application/vnd.openstack.ironic.v1+json"}},
-		"nodes":       []fiber.Map{link(b+"/v1/nodes/", "self"), link(b+"/nodes/", "bookmark")},
+	out := fiber.Map{
+		"id": "v1",
+		"links": []fiber.Map{link(b+"/v1/", "self"),
+			{"href": "https://docs.openstack.org/ironic/latest/contributor/webapi.html", "rel": "describedby", "type": "text/html"}},
+		"media_types": fiber.Map{"base": "application/json", "type": "application/vnd.openstack.ironic.v1+json"},
 		"version":     versionInfo(b),
-	})
+	}
+	for _, r := range v1Resources {
+		if ver(c) >= r.since {
+			out[r.name] = []fiber.Map{link(b+"/v1/"+r.name+"/", "self"), link(b+"/"+r.name+"/", "bookmark")}
+		}
+	}
+	return c.JSON(out)
 }
 
 // ErrorHandler writes every error in Ironic's shape: error_message holds a

@@ -19,10 +19,12 @@ import (
 // media. Like Ironic's node sub-controllers they are 404 to a request
 // older than the version that added them.
 func (a *API) registerFirmware(v1 fiber.Router) {
-	v1.Get("/nodes/:node/firmware", subSince(VerFirmwareIface, "node firmware"), query("detail", "fields"), a.listFirmware)
-	vm := subSince(VerVMedia, "virtual media")
-	v1.Post("/nodes/:node/vmedia", vm, query(), a.attachVMedia)
-	v1.Delete("/nodes/:node/vmedia", vm, query("device_types"), a.detachVMedia)
+	v1.Use("/nodes/:node/firmware", subSince(VerFirmwareIface, "node firmware"))
+	v1.Get("/nodes/:node/firmware", query("detail", "fields"), a.listFirmware)
+	// Every method, PUT included, as Ironic's node lookup refuses vmedia.
+	v1.Use("/nodes/:node/vmedia", subSince(VerVMedia, "virtual media"))
+	v1.Post("/nodes/:node/vmedia", query(), a.attachVMedia)
+	v1.Delete("/nodes/:node/vmedia", query("device_types"), a.detachVMedia)
 	v1.Get("/nodes/:node/vmedia", subSince(VerVMediaGet, "getting virtual media"), query(), a.getVMedia)
 }
 

@@ -15,9 +15,13 @@ import (
 // registerHardware mounts what Anvil reads from and does to a node's
 // hardware through its BMC.
 func (a *API) registerHardware(v1 fiber.Router) {
+	// Ironic's node lookup refuses bios below 1.40 before any method:
+	// 404 to a GET, a PUT or anything else.
+	v1.Use("/nodes/:node/bios", subSince(VerBIOSIface, "BIOS settings"))
 	v1.Get("/nodes/:node/bios", query("detail", "fields"), a.listBIOS)
 	v1.Get("/nodes/:node/bios/:setting", query(), a.getBIOS)
-	v1.Get("/nodes/:node/inventory", subSince(VerInventory, "node inventory"), query(), a.getInventory)
+	v1.Use("/nodes/:node/inventory", subSince(VerInventory, "node inventory"))
+	v1.Get("/nodes/:node/inventory", query(), a.getInventory)
 }
 
 // biosRegistryFields are Ironic's attribute-registry fields (1.74):
@@ -43,9 +47,6 @@ func biosJSON(c *fiber.Ctx, s *ent.BiosSetting, registry bool) fiber.Map {
 // listBIOS serves GET /v1/nodes/{node}/bios: the cached settings.
 // detail and fields came with 1.74.
 func (a *API) listBIOS(c *fiber.Ctx) error {
-	if err := requireVersion(ver(c), VerBIOSIface, "BIOS settings"); err != nil {
-		return err
-	}
 	if ver(c) < VerBIOSRegistry && (c.Query("detail") != "" || c.Query("fields") != "") {
 		return requireVersion(ver(c), VerBIOSRegistry, "detail and fields on BIOS settings")
 	}
@@ -83,9 +84,6 @@ func (a *API) listBIOS(c *fiber.Ctx) error {
 // getBIOS serves GET /v1/nodes/{node}/bios/{setting}, keyed by the
 // setting's name as Ironic answers.
 func (a *API) getBIOS(c *fiber.Ctx) error {
-	if err := requireVersion(ver(c), VerBIOSIface, "BIOS settings"); err != nil {
-		return err
-	}
 	s, err := a.Ops.BIOSSetting(c.UserContext(), c.Params("node"), c.Params("setting"))
 	if err != nil {
 		return err

@@ -35,12 +35,7 @@ var nodeFields = []nodeField{
 	{"power_state", VerMin, func(w *jw, v *nodes.View, _ Version) { w.strp("power_state", v.PowerState) }},
 	{"target_power_state", VerMin, func(w *jw, v *nodes.View, _ Version) { w.strp("target_power_state", v.TargetPowerState) }},
 	{"provision_state", VerMin, func(w *jw, v *nodes.View, ver Version) {
-		// Before 1.2 "available" was reported as no state at all.
-		if ver < 2 && v.ProvisionState == nodes.StateAvailable {
-			w.strp("provision_state", nil)
-			return
-		}
-		w.str("provision_state", v.ProvisionState)
+		w.strp("provision_state", legacyProvisionState(v.ProvisionState, ver))
 	}},
 	{"target_provision_state", VerMin, func(w *jw, v *nodes.View, _ Version) {
 		w.strp("target_provision_state", v.TargetProvisionState)
@@ -113,8 +108,23 @@ var nodeFieldIndex = func() map[string]int {
 	return m
 }()
 
-// defaultListFields are what a list without detail returns.
+// defaultListFields are what a list without detail returns, less those
+// newer than the request (name below 1.5), as Ironic's
+// _DEFAULT_RETURN_FIELDS.
 var defaultListFields = []string{"uuid", "name", "instance_uuid", "power_state", "provision_state", "maintenance"}
+
+// legacyProvisionState is a provision state as an older request knows it,
+// as Ironic's update_state_in_older_versions: before 1.2 "available" was
+// no state at all (null), before 1.39 "inspect wait" was "inspecting".
+func legacyProvisionState(state string, ver Version) *string {
+	switch {
+	case ver < VerAvailable && state == nodes.StateAvailable:
+		return nil
+	case ver < VerInspectWait && state == "inspect wait":
+		state = "inspecting"
+	}
+	return &state
+}
 
 // fieldSet selects which node fields a response holds.
 type fieldSet []int
@@ -158,8 +168,16 @@ func parseFields(raw string, ver Version) (fieldSet, error) {
 	return fs, nil
 }
 
+// namedFields selects names, leaving out those newer than ver: a list
+// without ?fields= shows what the version has of the defaults.
 func namedFields(names []string, ver Version) fieldSet {
-	fs, _ := parseFields(strings.Join(names, ","), ver)
+	fs := fieldSet{}
+	for _, name := range names {
+		if i, ok := nodeFieldIndex[name]; ok && nodeFields[i].since <= ver {
+			fs = append(fs, i)
+		}
+	}
+	sort.Ints(fs)
 	return fs
 }
 

@@ -498,20 +498,42 @@ func (a *API) deleteNode(c *fiber.Ctx) error {
 }
 
 func (a *API) listTraits(c *fiber.Ctx) error {
-	if err := requireVersion(ver(c), VerTraits, "traits"); err != nil {
-		return err
+	if ver(c) < VerTraits {
+		// Ironic's node controller reads an older GET .../traits as a
+		// node show with ?fields=traits: the node is looked up (404, 403)
+		// before the field is refused as too new (406).
+		if _, err := a.Nodes.Authorized(c.UserContext(), c.Params("node"), nodes.RuleGet); err != nil {
+			return err
+		}
+		return requireVersion(ver(c), VerTraits, "traits")
 	}
 	ts, err := a.Nodes.Traits(c.UserContext(), c.Params("node"))
 	if err != nil {
 		return err
 	}
+	if ts == nil {
+		// A node without traits has an empty list, as in Ironic, not null.
+		ts = []string{}
+	}
 	return c.JSON(fiber.Map{"traits": ts})
 }
 
-func (a *API) setTraits(c *fiber.Ctx) error {
-	if err := requireVersion(ver(c), VerTraits, "traits"); err != nil {
-		return err
+// oldTraits answers a change to traits older than 1.37 as Ironic's node
+// controller does, which routes it to no traits controller: a PUT finds
+// no handler (405) and a DELETE a path it does not know (404), whatever
+// the node.
+func oldTraits(c *fiber.Ctx) error {
+	if ver(c) >= VerTraits {
+		return c.Next()
 	}
+	msg := "The API version does not allow traits; they need " + VerTraits.String()
+	if c.Method() == fiber.MethodPut {
+		return fiber.NewError(fiber.StatusMethodNotAllowed, msg)
+	}
+	return errs.NotFound("%s", msg)
+}
+
+func (a *API) setTraits(c *fiber.Ctx) error {
 	if err := a.authorizeFirst(c, nodes.RuleTraitsSet); err != nil {
 		return err
 	}
@@ -531,9 +553,6 @@ func (a *API) setTraits(c *fiber.Ctx) error {
 }
 
 func (a *API) addTrait(c *fiber.Ctx) error {
-	if err := requireVersion(ver(c), VerTraits, "traits"); err != nil {
-		return err
-	}
 	t, _ := url.PathUnescape(c.Params("trait"))
 	if err := a.Nodes.AddTrait(c.UserContext(), c.Params("node"), t); err != nil {
 		return err
@@ -542,9 +561,6 @@ func (a *API) addTrait(c *fiber.Ctx) error {
 }
 
 func (a *API) deleteTrait(c *fiber.Ctx) error {
-	if err := requireVersion(ver(c), VerTraits, "traits"); err != nil {
-		return err
-	}
 	t, _ := url.PathUnescape(c.Params("trait"))
 	if err := a.Nodes.RemoveTrait(c.UserContext(), c.Params("node"), t); err != nil {
 		return err
@@ -553,9 +569,6 @@ func (a *API) deleteTrait(c *fiber.Ctx) error {
 }
 
 func (a *API) deleteTraits(c *fiber.Ctx) error {
-	if err := requireVersion(ver(c), VerTraits, "traits"); err != nil {
-		return err
-	}
 	if err := a.Nodes.RemoveTrait(c.UserContext(), c.Params("node"), ""); err != nil {
 		return err
 	}

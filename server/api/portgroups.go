@@ -66,6 +66,7 @@ var pgTable = &resTable[*ports.Portgroup]{
 		{"created_at", VerPortgroups, func(g *ports.Portgroup) any { return g.CreatedAt }},
 		{"updated_at", VerPortgroups, func(g *ports.Portgroup) any { return g.UpdatedAt }},
 	},
+	moreName: "ports",
 	more: func(w *jw, _ *ports.Portgroup, self, bookmark string) {
 		w.key("ports")
 		w.b = append(w.b, `[{"href":`...)

@@ -33,9 +33,16 @@ type resTable[T any] struct {
 	// 1.106 on portgroups.
 	shardSince Version
 	uuid       func(T) string
-	// more writes fields that are links, such as a portgroup's ports.
-	more func(w *jw, v T, self, bookmark string)
+	// more writes fields that are links, such as a portgroup's ports,
+	// named moreName in ?fields=.
+	more     func(w *jw, v T, self, bookmark string)
+	moreName string
 }
+
+// selMore in a selection stands for the fields more writes: shown with
+// everything and when ?fields= names them, not in a list's defaults, as
+// Ironic's sanitize_dict keeps only the fields asked for.
+const selMore = -1
 
 // selectFields reads ?fields=: an unknown field is a 400, a field newer
 // than the request's version a 406, as Ironic answers. With no ?fields=
@@ -57,6 +64,9 @@ func (t *resTable[T]) selectFields(raw string, v Version, list, detail bool) ([]
 	}
 	if names == nil {
 		var out []int
+		if t.more != nil {
+			out = append(out, selMore)
+		}
 		for i, f := range t.fields {
 			if f.since <= v {
 				out = append(out, i)
@@ -71,6 +81,10 @@ func (t *resTable[T]) selectFields(raw string, v Version, list, detail bool) ([]
 		i := slices.IndexFunc(t.fields, func(f resField[T]) bool { return f.name == n })
 		switch {
 		case n == "":
+		case t.more != nil && n == t.moreName:
+			if !slices.Contains(out, selMore) {
+				out = append(out, selMore)
+			}
 		case i < 0:
 			badNames = append(badNames, n)
 		case t.fields[i].since > v:
@@ -89,6 +103,9 @@ func (t *resTable[T]) selectFields(raw string, v Version, list, detail bool) ([]
 func (t *resTable[T]) write(w *jw, v T, sel []int, base string) {
 	w.open()
 	for _, i := range sel {
+		if i == selMore {
+			continue
+		}
 		f := t.fields[i]
 		switch x := f.val(v).(type) {
 		case *time.Time:
@@ -101,7 +118,7 @@ func (t *resTable[T]) write(w *jw, v T, sel []int, base string) {
 	}
 	id := t.uuid(v)
 	self, bookmark := base+"/v1/"+t.path+"/"+id, base+"/"+t.path+"/"+id
-	if t.more != nil {
+	if t.more != nil && slices.Contains(sel, selMore) {
 		t.more(w, v, self, bookmark)
 	}
 	w.links(self, bookmark)

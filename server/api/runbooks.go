@@ -150,7 +150,8 @@ func runbookFieldList(c *fiber.Ctx, detail bool) ([]string, bool, error) {
 		if detail {
 			return runbookFields, true, nil
 		}
-		return []string{"uuid", "name", "public", "owner"}, false, nil
+		// Ironic's DEFAULT_RETURN_FIELDS for runbooks.
+		return []string{"uuid", "name"}, false, nil
 	}
 	if detail {
 		return nil, false, errs.BadRequest("fields", "fields cannot be combined with detail")

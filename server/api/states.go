@@ -39,14 +39,19 @@ func (a *API) getStates(c *fiber.Ctx) error {
 	if err != nil {
 		return err
 	}
+	vr := ver(c)
 	out := fiber.Map{
 		"power_state": v.PowerState, "target_power_state": v.TargetPowerState,
-		"provision_state": v.ProvisionState, "target_provision_state": v.TargetProvisionState,
+		"provision_state": legacyProvisionState(v.ProvisionState, vr), "target_provision_state": v.TargetProvisionState,
 		"provision_updated_at": v.ProvisionUpdatedAt, "last_error": v.LastError,
-		"console_enabled": v.ConsoleEnabled, "raid_config": orEmpty(v.RaidConfig), "target_raid_config": orEmpty(v.TargetRaidConfig),
+		"console_enabled": v.ConsoleEnabled,
 	}
-	// Ironic's node_states_convert adds them from 1.75.
-	if ver(c) >= VerBootMode {
+	// Ironic's node_states_convert adds the RAID fields from 1.12 and the
+	// boot mode from 1.75.
+	if vr >= VerRAID {
+		out["raid_config"], out["target_raid_config"] = orEmpty(v.RaidConfig), orEmpty(v.TargetRaidConfig)
+	}
+	if vr >= VerBootMode {
 		out["boot_mode"], out["secure_boot"] = v.BootMode, v.SecureBoot
 	}
 	return c.JSON(out)

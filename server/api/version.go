@@ -17,6 +17,8 @@ type Version int
 // newer than the request's version is hidden or refused, as Ironic does.
 const (
 	VerMin            Version = 1  // initial API
+	VerAvailable      Version = 2  // "available" shown as itself, not as no state (null)
+	VerInspectWait    Version = 39 // "inspect wait" shown as itself, not as "inspecting"
 	VerDriverInternal Version = 3  // driver_internal_info field
 	VerManageable     Version = 4  // manageable state, manage and provide verbs
 	VerAbort          Version = 13 // abort verb
@@ -101,6 +103,7 @@ const (
 	VerHistoryState   Version = 115 // node history state, target_provision_state, duration_seconds
 	VerVolume         Version = 32  // /v1/volume
 	VerDeployTmpl     Version = 55  // /v1/deploy_templates
+	VerEvents         Version = 54  // /v1/events in the /v1 document
 	VerInventory      Version = 81  // /v1/nodes/{node}/inventory
 	VerInspectTimes   Version = 6   // inspection_started_at and _finished_at
 	VerNetworkIface   Version = 20  // network_interface
