@@ -391,7 +391,7 @@ func TestMetal3Provisioning(t *testing.T) {
 		sys := rg.sim.Systems[0]
 		disk := rg.rack.Machine(t, sys.ID)
 		b := newBMO(t, rg.cs["system-admin"])
-		if b.c.Version < metal3Baseline.String() {
+		if minor, err := strconv.Atoi(strings.TrimPrefix(b.c.Version, "1.")); err != nil || api.Version(minor) < metal3Baseline {
 			t.Fatalf("BMO's version %s", b.c.Version)
 		}
 		b.register(t, rg, 0, "worker-0", "", true)

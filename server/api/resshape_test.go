@@ -15,19 +15,8 @@ import (
 
 // resourceNotYet lists "resource field" keys of Ironic's that Anvil does
 // not show yet, with why; the test fails for a listed key that is shown,
-// so delete the entry when the field lands.
-var resourceNotYet = map[string]string{
-	"port available_for_dynamic_portgroup": "dynamic portgroups (1.111) are not implemented",
-	"portgroup dynamic_portgroup":          "dynamic portgroups (1.111) are not implemented",
-	"runbook description":                  "runbooks have no description yet (1.112)",
-}
-
-// offeredEarly lists "resource field" keys that Anvil shows from the
-// version it offers their feature at (api's offered: VerMax while the
-// ladder is below the field's version), with the sub-resource they come
-// with: a runbook's traits and /v1/runbooks/{rb}/traits. Once VerMax
-// reaches the field's version this is Ironic's own.
-var offeredEarly = map[string]bool{"runbook traits": true}
+// so delete the entry when the field lands. Every field is built.
+var resourceNotYet = map[string]string{}
 
 // ironicResourceFields reads testdata/ironic_resource_fields.txt: for each
 // resource, each key of Ironic's object and the version it appeared in.
@@ -151,7 +140,7 @@ func TestResourceShapePerVersion(t *testing.T) {
 						}
 					}
 				}))
-				if v < offeredFrom(since) {
+				if v < since {
 					continue
 				}
 				r := c.Do(t, "GET", paths[res], nil)
@@ -162,9 +151,6 @@ func TestResourceShapePerVersion(t *testing.T) {
 				got := keysOf(r.JSON(t))
 				var exp []string
 				for f, s := range fields {
-					if offeredEarly[res+" "+f] {
-						s = offeredFrom(s)
-					}
 					if _, listed := resourceNotYet[res+" "+f]; s <= v && !listed {
 						exp = append(exp, f)
 					}
