@@ -71,3 +71,26 @@ func TestRescueFake(t *testing.T) {
 		}
 	})
 }
+
+// TestBaremetalCLIRescue: Debian's baremetal CLI rescues and unrescues a
+// fake-hardware node, waiting for each state as an operator would.
+func TestBaremetalCLIRescue(t *testing.T) {
+	storetest.Each(t, func(t *testing.T, setting string, _ *store.DB) {
+		srv, admin := start(t, setting)
+		bm := newCLI(t, srv.URL)
+		id := availableNode(t, admin, map[string]any{"name": "cli-rescue", "driver": "fake-hardware"})
+		provision(t, admin, id, map[string]any{"target": "active"}, 202)
+		waitState(t, admin, id, "active")
+		bm.run(false, "node", "rescue", "--rescue-password", "cli pass", "--wait", "60", "cli-rescue")
+		if n := admin.Do(t, "GET", "/v1/nodes/"+id, nil).JSON(t); n["provision_state"] != "rescue" {
+			t.Fatalf("after baremetal node rescue: %v (%v)", n["provision_state"], n["last_error"])
+		}
+		if out := bm.run(true, "node", "rescue", "cli-rescue"); !strings.Contains(out, "rescue-password") && !strings.Contains(out, "rescue_password") {
+			t.Errorf("rescue without a password: %s", out)
+		}
+		bm.run(false, "node", "unrescue", "--wait", "60", "cli-rescue")
+		if n := admin.Do(t, "GET", "/v1/nodes/"+id, nil).JSON(t); n["provision_state"] != "active" {
+			t.Fatalf("after baremetal node unrescue: %v (%v)", n["provision_state"], n["last_error"])
+		}
+	})
+}
