@@ -103,7 +103,10 @@ func (c *Conductor) claim(ctx context.Context, n *ent.Node, verb string, from []
 		if err != nil {
 			return err
 		}
-		if cur.Reservation != nil {
+		// Unlocked now and still in a state the claim takes: a lock
+		// (a console being enabled, say) was held at the UPDATE and has
+		// gone since, so the claim is tried again as for a held lock.
+		if cur.Reservation != nil || slices.Contains(from, cur.ProvisionState) {
 			return lockedErr(cur)
 		}
 		return errs.Conflict("The requested action %q can not be performed on node %s while it is in state %q.", verb, n.UUID, cur.ProvisionState)
