@@ -260,8 +260,20 @@ func TestHardwareVMediaAndIndicators(t *testing.T) {
 			t.Errorf("indicators before any read: %s", got)
 		}
 
+		// Virtual media is attached after the 204, as Ironic's conductor
+		// does it: the page shows it once the work is done.
+		settled := func(ok func(string) bool) string {
+			t.Helper()
+			var got string
+			for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
+				if got = part(pat, "vmedia"); ok(got) {
+					break
+				}
+			}
+			return got
+		}
 		do("POST", "/v1/nodes/"+id+"/vmedia", map[string]any{"device_type": "cdrom", "image_url": secret})
-		got := part(pat, "vmedia")
+		got := settled(func(s string) bool { return strings.Contains(s, "<li data-device=") })
 		if !strings.Contains(got, `<li data-device="cdrom">cdrom: <span data-testid="vmedia-image">`+shown+`</span> (since <time datetime=`) || strings.Contains(got, "s3cret-pw") {
 			t.Errorf("vmedia after attach: %s", got)
 		}
@@ -270,7 +282,7 @@ func TestHardwareVMediaAndIndicators(t *testing.T) {
 			t.Errorf("lessee's vmedia part: %s", got)
 		}
 		do("DELETE", "/v1/nodes/"+id+"/vmedia", nil)
-		if got := part(pat, "vmedia"); !strings.Contains(got, "none attached (as of <time datetime=") || strings.Contains(got, "boot.iso") {
+		if got := settled(func(s string) bool { return !strings.Contains(s, "boot.iso") }); !strings.Contains(got, "none attached (as of <time datetime=") || strings.Contains(got, "boot.iso") {
 			t.Errorf("vmedia after detach: %s", got)
 		}
 
