@@ -253,9 +253,21 @@ func TestDeployWaitAndHold(t *testing.T) {
 			}
 			time.Sleep(20 * time.Millisecond)
 		}
-		if f := provision(t, admin, id, map[string]any{"target": "abort"}, 406).Fault(t); !strings.Contains(f, "1.110") {
-			t.Errorf("abort of wait call-back: %s", f)
+		if f := provision(t, at(admin, "1.109"), id, map[string]any{"target": "abort"}, 406).Fault(t); !strings.Contains(f, "1.110") {
+			t.Errorf("abort of wait call-back at 1.109: %s", f)
 		}
+		waitState(t, admin, id, "active")
+		// From 1.110 abort ends the wait: deploy failed, as Ironic.
+		long := []any{map[string]any{"interface": "deploy", "step": "wait", "args": map[string]any{"seconds": 60}, "priority": 150}}
+		provision(t, admin, id, map[string]any{"target": "rebuild", "deploy_steps": long}, 202)
+		for deadline := time.Now().Add(10 * time.Second); admin.Do(t, "GET", "/v1/nodes/"+id, nil).JSON(t)["provision_state"] != "wait call-back"; time.Sleep(20 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatal("the rebuild never reached wait call-back")
+			}
+		}
+		provision(t, at(admin, "1.110"), id, map[string]any{"target": "abort"}, 202)
+		waitState(t, admin, id, "deploy failed")
+		provision(t, admin, id, map[string]any{"target": "active"}, 202)
 		waitState(t, admin, id, "active")
 
 		provision(t, admin, id, map[string]any{"target": "rebuild", "deploy_steps": []any{map[string]any{"interface": "deploy", "step": "hold", "priority": 150}}}, 202)

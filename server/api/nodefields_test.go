@@ -55,10 +55,14 @@ func TestNodeFieldsPerVersion(t *testing.T) {
 				t.Errorf("%s = %v, want {}", k, n[k])
 			}
 		}
-		// Fields newer than the newest version Anvil speaks (1.96).
-		for _, k := range []string{"instance_name", "health"} {
-			if _, ok := n[k]; ok {
-				t.Errorf("%s shown at %s", k, c.Version)
+		// The newest fields are there at the newest version, and not
+		// below their own.
+		for k, below := range map[string]string{"instance_name": "1.103", "health": "1.108"} {
+			if _, ok := n[k]; !ok {
+				t.Errorf("%s missing at %s", k, c.Version)
+			}
+			if _, ok := at(c, below).Do(t, "GET", "/v1/nodes/"+n["uuid"].(string), nil).JSON(t)[k]; ok {
+				t.Errorf("%s shown at %s", k, below)
 			}
 		}
 		for v, fields := range map[string][2][]string{
@@ -109,7 +113,7 @@ func TestNodeFieldsPerVersion(t *testing.T) {
 		}
 		// Creating with a field newer than the request's version is 406.
 		wantFault(t, at(c, "1.30").Do(t, "POST", "/v1/nodes", map[string]any{"driver": "fake-hardware", "boot_interface": "fake"}), 406, "boot_interface")
-		wantFault(t, c.Do(t, "POST", "/v1/nodes", map[string]any{"driver": "fake-hardware", "instance_name": "i1"}), 406, "instance_name")
+		wantFault(t, at(c, "1.103").Do(t, "POST", "/v1/nodes", map[string]any{"driver": "fake-hardware", "instance_name": "i1"}), 406, "instance_name")
 	})
 }
 
@@ -247,8 +251,12 @@ func TestNodeProtectedRetired(t *testing.T) {
 		}
 		wantFault(t, patch(t, c, rid, `{"op":"add","path":"/network_data","value":{"routes":[]}}`), 400, "network_data")
 		wantFault(t, patch(t, c, rid, `{"op":"replace","path":"/console_enabled","value":true}`), 400, "console_enabled")
-		// A field newer than the newest version cannot be patched either.
-		wantFault(t, patch(t, c, rid, `{"op":"add","path":"/instance_name","value":"i1"}`), 406, "instance_name")
+		// A field newer than the request's version cannot be patched
+		// either; from its version it can.
+		wantFault(t, patch(t, at(c, "1.103"), rid, `{"op":"add","path":"/instance_name","value":"i1"}`), 406, "instance_name")
+		if n := patch(t, c, rid, `{"op":"add","path":"/instance_name","value":"i1"}`).JSON(t); n["instance_name"] != "i1" {
+			t.Errorf("instance_name after patch: %v", n["instance_name"])
+		}
 	})
 }
 
