@@ -60,7 +60,7 @@ func TestMissingActionsSayWhy(t *testing.T) {
 		t.Fatalf("clean failed: no recovery offered\n%s", page)
 	}
 	_, page, _ = signInAs(t, srv, "rita").do("GET", "/nodes/"+id, nil)
-	if strings.Contains(page, ">Return to manageable<") || !strings.Contains(page, "may not abort or recover runs, by rule baremetal:node:set_provision_state") {
+	if strings.Contains(page, ">Return to manageable<") || !strings.Contains(page, "may not recover the node, by rule baremetal:node:set_provision_state") {
 		t.Errorf("reader: wants the recovery reason, not the button")
 	}
 	olly.do("GET", "/nodes/"+id, nil)
@@ -172,28 +172,45 @@ func TestRunbooksAndRetry(t *testing.T) {
 			t.Errorf("owner member's failed node lacks %s", want)
 		}
 	}
+	// The lessee member ran a runbook its publisher did not mark
+	// retryable: no Retry, the reason, who can act, and a way to ask.
 	_, page, _ = gil.do("GET", "/nodes/"+id, nil)
 	for _, want := range []string{
-		`<button type="submit" disabled aria-describedby="retry-why">Retry</button>`,
-		"your role (member of green) may not recover and run again, by rule baremetal:node:set_provision_state.",
-		"Your role may not recover the node; ask a member of project blue or an operator to.",
+		"Runbook CUSTOM_X is not marked retryable by its publisher: project blue or an operator can recover the node; “Ask the owner to look” tells them.",
+		"Project blue or an operator can recover the node; use “Ask the owner to look” under Recovery to tell them.",
+		`<button type="submit">Ask the owner to look</button>`,
 	} {
 		if !strings.Contains(page, want) {
 			t.Errorf("lessee member's failed node lacks %s", want)
 		}
 	}
-	if strings.Contains(page, "use “Return to manageable”") {
-		t.Error("the lessee member is told to use a recovery it may not")
+	if strings.Contains(page, "use “Return to manageable”") || strings.Contains(page, ">Retry</button>") {
+		t.Error("the lessee member is offered a recovery it may not use")
 	}
-	// Without JavaScript the refusal redirects and its reason follows.
+	// Without JavaScript a refused retry redirects and its reason follows.
 	if st, _, h := gil.do("POST", "/nodes/"+id+"/retry", url.Values{"csrf": {gil.csrf}}); st != 303 || h.Get("Location") != "/nodes/"+id {
 		t.Fatalf("lessee retry: %d", st)
 	}
-	if _, page, _ = gil.do("GET", "/nodes/"+id, nil); !strings.Contains(page, `<p class="flash" role="status">Not done: Not available: your role (member of green) may not recover`) {
+	if _, page, _ = gil.do("GET", "/nodes/"+id, nil); !strings.Contains(page, `<p class="flash" role="status">Not done: Runbook CUSTOM_X is not marked retryable by its publisher`) {
 		t.Error("the lessee's refused retry lost its reason")
 	}
 	if s := api.Do(t, "GET", "/v1/nodes/"+id, nil).JSON(t)["provision_state"]; s != "clean failed" {
 		t.Fatalf("a refused retry changed the node: %v", s)
+	}
+	// Asking the owner records it in the node's history, where the
+	// owner's member reads it.
+	if _, frag, _ := gil.do("POST", "/nodes/"+id+"/notify", url.Values{"csrf": {gil.csrf}}, "HX-Request", "true"); !strings.Contains(frag, "The owner was asked to look at the failed run.") {
+		t.Errorf("notify: %s", section(t, frag, "status"))
+	}
+	if _, page, _ = pat.do("GET", "/nodes/"+id, nil); !strings.Contains(page, "gil asks the owner to look at the failed runbook CUSTOM_X (clean failed).") {
+		t.Error("the owner's member does not see the lessee's request")
+	}
+	// Marked retryable by its publisher, the lessee member may retry.
+	if r := api.Do(t, "PATCH", "/v1/runbooks/"+rbID, `[{"op":"add","path":"/extra/anvil_retryable","value":true}]`); r.Status != 200 {
+		t.Fatalf("mark retryable: %d %s", r.Status, r.Body)
+	}
+	if _, page, _ = gil.do("GET", "/nodes/"+id, nil); !strings.Contains(page, "<button type=\"submit\">Retry</button>") || !strings.Contains(page, ">Return to manageable</button>") {
+		t.Errorf("a retryable runbook's lessee is not offered Retry and the way back\n%s", section(t, page, "recovery"))
 	}
 
 	if _, frag, _ := pat.do("POST", "/nodes/"+id+"/retry", url.Values{"csrf": {pat.csrf}}, "HX-Request", "true"); strings.Contains(frag, `class="error"`) {

@@ -180,6 +180,8 @@ func recoveryAdvice(d *views.NodeDetail, state string) string {
 		return " Then use “Retry” under Recovery to run it again, or “" + back + "”."
 	case len(d.Recovery) > 0:
 		return " Then use “" + back + "” under Recovery."
+	case d.Notify:
+		return " Project " + orSystem(d.Owner) + " or an operator can recover the node; use “Ask the owner to look” under Recovery to tell them."
 	}
 	return " Your role may not recover the node; ask a member of project " + orSystem(d.Owner) + " or an operator to."
 }
@@ -250,49 +252,87 @@ func (p *Portal) denied(ctx context.Context, what, rule string) string {
 }
 
 // recovery offers the ways out of a run in progress or a failed one, as
-// the provision verbs allow them and where policy lets the viewer.
+// the provision verbs allow them and where policy lets the viewer. A
+// failed run is recovered through Ops.Recover: by those who may change
+// the provision state and clear maintenance, or by those who may run a
+// runbook its publisher marked retryable; everyone else under
+// anvil:node:recover may ask the owner to look.
 func (p *Portal) recovery(ctx context.Context, d *views.NodeDetail, v *nodes.View) {
-	var offer []views.Action
 	label := d.Name
 	if label == "" {
 		label = d.UUID
 	}
 	switch v.ProvisionState {
 	case nodes.StateCleaning, nodes.StateCleanWait, conductor.StateCleanHold, nodes.StateServicing, nodes.StateServiceWait, conductor.StateServiceHold:
-		offer = append(offer, views.Action{Verb: "abort", Label: "Abort the run", Confirm: "Abort the run on " + label + "? The current step finishes; the rest do not run."})
-	case nodes.StateCleanFailed:
-		offer = append(offer, views.Action{Verb: "manage", Label: "Return to manageable", Confirm: "Return " + label + " to manageable? Its BMC is checked first."})
-	case nodes.StateServiceFailed:
-		offer = append(offer, views.Action{Verb: "abort", Label: "Return to active", Confirm: "Return " + label + " to active without finishing the service?"})
-	}
-	if len(offer) == 0 {
-		return
-	}
-	if v.ProvisionState == nodes.StateCleanFailed || v.ProvisionState == nodes.StateServiceFailed {
-		if r, ok := lastRun(v); ok {
-			d.RetryWhat = r.what()
-			if d.RetryWhy = p.retryWhy(ctx, v, r); d.RetryWhy == "" {
-				d.Retry = true
-			}
+		if !p.Guard.Allowed(ctx, conductor.RuleProvision, nodes.Target(v.Node)) {
+			d.RecoveryWhy = p.denied(ctx, "may not abort runs", conductor.RuleProvision)
+			return
 		}
-	}
-	if !p.Guard.Allowed(ctx, conductor.RuleProvision, nodes.Target(v.Node)) {
-		d.RecoveryWhy = p.denied(ctx, "may not abort or recover runs", conductor.RuleProvision)
+		d.Recovery = []views.Action{{Verb: "abort", Label: "Abort the run", Confirm: "Abort the run on " + label + "? The current step finishes; the rest do not run."}}
+		return
+	case nodes.StateCleanFailed, nodes.StateServiceFailed:
+	default:
 		return
 	}
-	d.Recovery = offer
+	back := views.Action{Verb: "manage", Label: "Return to manageable", Confirm: "Return " + label + " to manageable? Its BMC is checked first."}
+	if v.ProvisionState == nodes.StateServiceFailed {
+		back = views.Action{Verb: "abort", Label: "Return to active", Confirm: "Return " + label + " to active without finishing the service?"}
+	}
+	r, ok := lastRun(v)
+	if !ok {
+		// Failed before any run was recorded: the provision verb alone.
+		if !p.Guard.Allowed(ctx, conductor.RuleProvision, nodes.Target(v.Node)) {
+			d.RecoveryWhy = p.denied(ctx, "may not recover the node", conductor.RuleProvision)
+			return
+		}
+		d.Recovery = []views.Action{back}
+		return
+	}
+	if why := p.recoverWhy(ctx, v, r); why != "" {
+		d.RecoveryWhy = why
+		d.Notify = p.Guard.Allowed(ctx, conductor.RuleRecover, nodes.Target(v.Node))
+		return
+	}
+	d.Recovery = []views.Action{back}
+	d.RetryWhat = r.what()
+	if d.RetryWhy = p.retryWhy(ctx, v, r); d.RetryWhy == "" {
+		d.Retry = true
+	}
 }
 
 // nodeProvision takes one of the recovery verbs the page offers; the
-// service decides everything again.
+// service decides everything again. From a failed run the way back is a
+// recovery, which also ends the maintenance the failure set.
 func (p *Portal) nodeProvision(c *fiber.Ctx) error {
 	target := c.FormValue("target")
 	if target != "abort" && target != "manage" {
 		return p.status(c, "Only abort and return to manageable are offered here.")
 	}
-	err := p.Ops.Provision(c.UserContext(), c.Params("id"), conductor.ProvisionRequest{Target: target})
+	ctx := c.UserContext()
+	v, err := p.Nodes.Get(ctx, c.Params("id"))
+	if err != nil {
+		return p.fail(c, err)
+	}
+	if _, ok := lastRun(v); ok && (v.ProvisionState == nodes.StateCleanFailed || v.ProvisionState == nodes.StateServiceFailed) {
+		err = p.Ops.Recover(ctx, v.UUID, conductor.RecoverReturn)
+	} else {
+		err = p.Ops.Provision(ctx, v.UUID, conductor.ProvisionRequest{Target: target})
+	}
 	if err != nil && errs.Status(err) >= 500 {
 		return err
+	}
+	return p.status(c, errText(err))
+}
+
+// nodeNotify asks the node's owner to look at a failed run: an event in
+// the node's history, which the owner's home page lists.
+func (p *Portal) nodeNotify(c *fiber.Ctx) error {
+	err := p.Ops.Recover(c.UserContext(), c.Params("id"), conductor.RecoverNotify)
+	if err != nil && errs.Status(err) >= 500 {
+		return err
+	}
+	if err == nil {
+		return p.statusNote(c, "The owner was asked to look at the failed run.")
 	}
 	return p.status(c, errText(err))
 }
@@ -301,17 +341,26 @@ func (p *Portal) nodePage(c *fiber.Ctx) error { return p.fullNodePage(c, 200, ""
 
 // status renders the status section alone (htmx polling and actions),
 // with problem shown in it.
-func (p *Portal) status(c *fiber.Ctx, problem string) error {
+func (p *Portal) status(c *fiber.Ctx, problem string) error { return p.statusWith(c, problem, "") }
+
+// statusNote answers an action that succeeded with a note saying what it
+// did, where the status section shows it.
+func (p *Portal) statusNote(c *fiber.Ctx, note string) error { return p.statusWith(c, "", note) }
+
+func (p *Portal) statusWith(c *fiber.Ctx, problem, note string) error {
 	d, err := p.detail(c)
 	if err != nil {
 		return p.fail(c, err)
 	}
-	pg := views.Page{CSRF: sessionOf(c).CSRF, Error: problem}
+	pg := views.Page{CSRF: sessionOf(c).CSRF, Error: problem, Flash: note}
 	if c.Get("HX-Request") != "true" {
 		// Without JavaScript the form posted a whole page; go back to it,
-		// carrying the refusal's reason there.
+		// carrying the refusal's reason (or the note) there.
 		if problem != "" && c.Method() == fiber.MethodPost {
 			return p.flashTo(c, "/nodes/"+d.UUID, "Not done: "+problem)
+		}
+		if note != "" && c.Method() == fiber.MethodPost {
+			return p.flashTo(c, "/nodes/"+d.UUID, note)
 		}
 		return c.Redirect("/nodes/"+d.UUID, fiber.StatusSeeOther)
 	}

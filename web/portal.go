@@ -100,6 +100,7 @@ func (p *Portal) Register(app *fiber.App) {
 	app.Post("/nodes/:id/tenancy", s, p.signedIn, p.nodeTenancy)
 	app.Get("/nodes/:id/tenancy/check", s, p.signedIn, p.nodeTenancyCheck)
 	app.Post("/nodes/:id/retry", s, p.signedIn, p.nodeRetry)
+	app.Post("/nodes/:id/notify", s, p.signedIn, p.nodeNotify)
 	app.Get("/nodes/:id/console", s, p.signedIn, p.consolePage)
 	app.Get("/nodes/:id/console/ws", s, p.signedIn, p.consoleSocket)
 	app.Get("/runbooks", s, p.signedIn, p.runbooksPage)

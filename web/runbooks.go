@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"slices"
 	"strings"
-	"time"
 
 	"github.com/gofiber/fiber/v2"
 
@@ -141,26 +140,46 @@ func (r run) what() string {
 	return "run the steps " + strings.Join(names, ", ") + " again"
 }
 
-// retryWhy is why the viewer may not retry r on v ("" when they may): a
-// retry is the way back and the run again, each needing what it needs
-// when done one at a time.
-func (p *Portal) retryWhy(ctx context.Context, v *nodes.View, r run) string {
+// recoverWhy is why the viewer may not recover v from its failed run r
+// ("" when they may), as Ops.Recover decides it: those who may change
+// the provision state and clear maintenance may; others under
+// anvil:node:recover only for a runbook marked retryable.
+func (p *Portal) recoverWhy(ctx context.Context, v *nodes.View, r run) string {
 	t := nodes.Target(v.Node)
-	if !p.Guard.Allowed(ctx, conductor.RuleProvision, t) {
-		return p.denied(ctx, "may not recover and run again", conductor.RuleProvision)
+	if v.Maintenance && (v.Fault == nil || (*v.Fault != conductor.FaultClean && *v.Fault != conductor.FaultService)) {
+		return "The node is in maintenance for a reason other than its failed run; project " + orSystem(v.Owner) + " or an operator clears it first."
 	}
-	if r.runbook == "" {
-		rule := conductor.RuleCleanSteps
-		if r.target == "service" {
-			rule = conductor.RuleServiceSteps
-		}
-		if !p.Guard.Allowed(ctx, rule, t) {
-			return p.denied(ctx, "may not run explicit steps", rule)
-		}
+	if p.Guard.Allowed(ctx, conductor.RuleProvision, t) && p.Guard.Allowed(ctx, nodes.RuleClearMaintenance, t) {
 		return ""
 	}
-	if !p.Guard.Allowed(ctx, conductor.RuleProvisionRunbook, t) {
-		return p.denied(ctx, "may not run runbooks on this node", conductor.RuleProvisionRunbook)
+	if !p.Guard.Allowed(ctx, conductor.RuleRecover, t) {
+		return p.denied(ctx, "may not recover the node", conductor.RuleRecover)
+	}
+	who := "project " + orSystem(v.Owner) + " or an operator can recover the node; “Ask the owner to look” tells them."
+	if r.runbook == "" {
+		return "The failed run was of explicit steps, not a runbook: " + who
+	}
+	rb, err := p.Runbooks.Get(ctx, r.runbook)
+	if err != nil {
+		return "Runbook " + r.runbook + " is gone or hidden from you: " + who
+	}
+	if !runbooks.Retryable(rb.Runbook) {
+		return "Runbook " + r.runbook + " is not marked retryable by its publisher: " + who
+	}
+	return ""
+}
+
+// retryWhy is why the viewer may not run r again ("" when they may): the
+// rules the run needs when asked for alone.
+func (p *Portal) retryWhy(ctx context.Context, v *nodes.View, r run) string {
+	t := nodes.Target(v.Node)
+	for _, rule := range conductor.ProvisionRules(r.target, r.runbook != "", r.runbook == "") {
+		if !p.Guard.Allowed(ctx, rule, t) {
+			return p.denied(ctx, "may not run this again", rule)
+		}
+	}
+	if r.runbook == "" {
+		return ""
 	}
 	rb, err := p.Runbooks.Get(ctx, r.runbook)
 	if err != nil {
@@ -175,60 +194,31 @@ func (p *Portal) retryWhy(ctx context.Context, v *nodes.View, r run) string {
 	return ""
 }
 
-// retryWait bounds how long a retry waits for the node's BMC check on its
-// way back to manageable before it starts the run.
-const retryWait = 15 * time.Second
-
-// nodeRetry runs a failed node's last run again: back to manageable (or
-// active), then the same runbook or steps. Each step goes through the
-// service as if asked for alone; nothing starts when the viewer may not
-// do both.
+// nodeRetry runs a failed node's last run again (Ops.Recover): the node
+// leaves the failed state and the maintenance its failure set, and the
+// same runbook or steps start, all in one change.
 func (p *Portal) nodeRetry(c *fiber.Ctx) error {
 	ctx := c.UserContext()
 	v, err := p.Nodes.Get(ctx, c.Params("id"))
 	if err != nil {
 		return p.fail(c, err)
 	}
-	back := map[string]string{nodes.StateCleanFailed: "manage", nodes.StateServiceFailed: "abort"}[v.ProvisionState]
 	r, ok := lastRun(v)
-	if back == "" || !ok {
+	if !ok || (v.ProvisionState != nodes.StateCleanFailed && v.ProvisionState != nodes.StateServiceFailed) {
 		return p.status(c, "Nothing to retry: the node is "+v.ProvisionState+" and no failed run of it is recorded.")
 	}
-	if why := p.retryWhy(ctx, v, r); why != "" {
-		return p.status(c, why)
-	}
-	if err := p.Ops.Provision(ctx, v.UUID, conductor.ProvisionRequest{Target: back}); err != nil {
-		if errs.Status(err) >= 500 {
-			return err
-		}
+	err = p.Ops.Recover(ctx, v.UUID, conductor.RecoverRetry)
+	switch {
+	case err != nil && errs.Status(err) >= 500:
+		return err
+	case err != nil:
 		return p.status(c, errText(err))
 	}
-	// Manage checks the BMC before the node is manageable again.
-	for deadline := time.Now().Add(retryWait); ; time.Sleep(100 * time.Millisecond) {
-		if v, err = p.Nodes.Get(ctx, v.UUID); err != nil {
-			return p.fail(c, err)
-		}
-		if v.ProvisionState == nodes.StateManageable || v.ProvisionState == nodes.StateActive {
-			break
-		}
-		if v.ProvisionState != nodes.StateVerifying {
-			return p.status(c, "Could not return the node to manageable, so the run did not start again: "+deref(v.LastError))
-		}
-		if time.Now().After(deadline) {
-			return p.status(c, "The node is returning to manageable while its BMC is checked; retry once it is manageable.")
-		}
+	what := "the steps"
+	if r.runbook != "" {
+		what = "runbook " + r.runbook
 	}
-	req := conductor.ProvisionRequest{Target: r.target, Runbook: r.runbook}
-	if r.runbook == "" && r.target == "clean" {
-		req.CleanSteps = r.steps
-	} else if r.runbook == "" {
-		req.ServiceSteps = r.steps
-	}
-	err = p.Ops.Provision(ctx, v.UUID, req)
-	if err != nil && errs.Status(err) >= 500 {
-		return err
-	}
-	return p.status(c, errText(err))
+	return p.statusNote(c, "Started "+what+" again.")
 }
 
 func (p *Portal) nodeRunbook(c *fiber.Ctx) error {

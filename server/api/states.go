@@ -22,6 +22,7 @@ func (a *API) registerStates(v1 fiber.Router) {
 	v1.Put("/nodes/:node/states/power", a.setPower)
 	v1.Put("/nodes/:node/states/provision", a.setProvision)
 	v1.Put("/nodes/:node/states/raid", a.setRAID)
+	v1.Post("/nodes/:node/recover", a.recoverNode)
 	v1.Get("/nodes/:node/management/boot_device", query(), a.getBootDevice)
 	v1.Put("/nodes/:node/management/boot_device", a.setBootDevice)
 	v1.Get("/nodes/:node/steps", query(), a.listSteps)
@@ -74,6 +75,29 @@ func (a *API) setRAID(c *fiber.Ctx) error {
 		return err
 	}
 	return c.SendStatus(204)
+}
+
+// recoverNode is Anvil's tenant recovery of a failed runbook run (an
+// Anvil extension, at every version): retry and return answer 202 as a
+// provision change does, notify 204.
+func (a *API) recoverNode(c *fiber.Ctx) error {
+	if err := a.authorizeFirst(c, cond.RuleRecover); err != nil {
+		return err
+	}
+	var in struct {
+		Action string `json:"action"`
+	}
+	if err := bind(c, &in); err != nil {
+		return err
+	}
+	if err := a.Ops.Recover(c.UserContext(), c.Params("node"), in.Action); err != nil {
+		return err
+	}
+	if in.Action == cond.RecoverNotify {
+		return c.SendStatus(204)
+	}
+	c.Set("Location", baseURL(c)+"/v1/nodes/"+c.Params("node")+"/states")
+	return c.SendStatus(202)
 }
 
 // authorizeFirst resolves the node and checks rules before the handler

@@ -57,11 +57,13 @@ type Resolver interface {
 
 // Runbook is a runbook as one run takes it: its name (for the node's
 // history, which outlives a renamed or deleted runbook), steps and
-// disable_ramdisk.
+// disable_ramdisk, and whether its publisher lets those who run it
+// recover a failed run (Recover).
 type Runbook struct {
 	Name           string
 	Steps          []Step
 	DisableRamdisk bool
+	Retryable      bool
 }
 
 // RuleProvisionRunbook lets a caller clean or service with a runbook
@@ -385,12 +387,37 @@ func ProvisionRules(target string, runbook, steps bool) []string {
 // Provision checks the caller may see the node (404) and make this kind of
 // request (403), validates the request completely (400), then starts it.
 // An impossible transition is a 409 naming the current state.
-func (o *Ops) Provision(ctx context.Context, ident string, r ProvisionRequest) (err error) {
+func (o *Ops) Provision(ctx context.Context, ident string, r ProvisionRequest) error {
 	rules := ProvisionRules(r.Target, r.Runbook != "", len(r.CleanSteps) > 0 || len(r.ServiceSteps) > 0)
 	n, err := o.Nodes.Authorized(ctx, ident, rules...)
 	if err != nil {
 		return err
 	}
+	return o.provision(ctx, n, r, false)
+}
+
+// inMaintenance names what Ironic refuses on a node in maintenance: manual
+// cleaning, servicing, rescue and unrescue in its conductor, deploy and
+// rebuild in its API, and ending failed servicing. Manage and provide
+// stay allowed (allow_provisioning_in_maintenance), so an operator can
+// move a failed node on before taking it out of maintenance.
+func inMaintenance(n *ent.Node, target string) error {
+	op := map[string]string{"clean": "cleaning", "service": "service", "rescue": "rescuing", "unrescue": "unrescuing",
+		"active": "provisioning", "deploy": "provisioning", "rebuild": "provisioning"}[target]
+	if target == "abort" && n.ProvisionState == nodes.StateServiceFailed {
+		op = "abort"
+	}
+	if !n.Maintenance || op == "" {
+		return nil
+	}
+	return errs.BadRequest("maintenance", "The %s operation can't be performed on node %s because it's in maintenance mode.", op, n.UUID)
+}
+
+// provision is Provision on an authorized node. recovering is a tenant's
+// recovery of a failed run (Recover): it may act on a node its failure
+// put into maintenance, which the claim takes out of maintenance, and a
+// retried clean starts from clean failed.
+func (o *Ops) provision(ctx context.Context, n *ent.Node, r ProvisionRequest, recovering bool) (err error) {
 	switch {
 	case n.Protected && slices.Contains([]string{"deleted", "undeploy", "rebuild"}, r.Target):
 		return nodes.ErrProtected(n.UUID)
@@ -400,6 +427,11 @@ func (o *Ops) Provision(ctx context.Context, ident string, r ProvisionRequest) (
 	tr, ok := transitions[r.Target]
 	if !ok {
 		return errs.BadRequest("target", "target %q is not one of %s", r.Target, strings.Join(Verbs(), ", "))
+	}
+	if recovering && r.Target == "clean" {
+		// Back to manageable and cleaning again in one claim: nobody
+		// can take the node in between.
+		tr.from = []string{nodes.StateCleanFailed}
 	}
 	var steps []Step
 	var runbook string
@@ -485,6 +517,10 @@ func (o *Ops) Provision(ctx context.Context, ident string, r ProvisionRequest) (
 		}
 	}
 	detail := map[string]any{"target": r.Target, "from": n.ProvisionState, "runbook": r.Runbook}
+	if recovering {
+		// Allowed under anvil:node:recover, not this rule.
+		detail["via"] = RuleRecover
+	}
 	if len(steps) > 0 {
 		detail["steps"] = stepsToAny(steps)
 	}
@@ -496,16 +532,26 @@ func (o *Ops) Provision(ctx context.Context, ident string, r ProvisionRequest) (
 			o.Guard.Done(ctx, RuleProvision, "node", n.UUID, err, detail)
 		}
 	}()
+	if err := inMaintenance(n, r.Target); err != nil && !recovering {
+		return err
+	}
 	if !slices.Contains(tr.from, n.ProvisionState) {
 		return errs.Conflict("The requested action %q can not be performed on node %s while it is in state %q.", r.Target, n.UUID, n.ProvisionState)
 	}
 	c := o.C
 	who := actor(ctx)
+	// recovered takes a node out of the maintenance its failed run put it
+	// in, with the change that recovers it.
+	recovered := func(u *ent.NodeUpdate) {
+		if recovering {
+			u.SetMaintenance(false).ClearMaintenanceReason().ClearFault()
+		}
+	}
 	switch {
 	case r.Target == "abort" && n.ProvisionState == StateDeployWait && !r.DeployAbort:
 		return errs.NotAcceptable("aborting a deployment in %s requires API version 1.110 or later", StateDeployWait)
 	case r.Target == "abort":
-		return c.abort(ctx, n)
+		return c.abort(ctx, n, recovered)
 	case r.Target == "unhold":
 		return c.unhold(ctx, n, who)
 	case slices.Contains(deployVerbs, r.Target):
@@ -519,6 +565,7 @@ func (o *Ops) Provision(ctx context.Context, ident string, r ProvisionRequest) (
 			Message: fmt.Sprintf("%s: %s -> %s", r.Target, n.ProvisionState, tr.to)}}
 		err := c.claim(ctx, n, r.Target, tr.from, false, func(u *ent.NodeUpdate) {
 			u.SetProvisionState(tr.to).ClearTargetProvisionState().SetProvisionUpdatedAt(time.Now())
+			recovered(u)
 		}, w)
 		audited = err == nil
 		return err
@@ -557,6 +604,7 @@ func (o *Ops) Provision(ctx context.Context, ident string, r ProvisionRequest) (
 			u.SetInspectionStartedAt(time.Now()).ClearInspectionFinishedAt()
 		}
 		setFirst(u)
+		recovered(u)
 	}, w)
 	if err != nil {
 		return err
@@ -635,7 +683,7 @@ func (c *Conductor) verify(n *ent.Node, tr transition, who string) {
 
 // abort asks running steps to stop (they check between steps and while
 // waiting) or, for a node on hold or failed servicing, ends it at once.
-func (c *Conductor) abort(ctx context.Context, n *ent.Node) error {
+func (c *Conductor) abort(ctx context.Context, n *ent.Node, set func(u *ent.NodeUpdate)) error {
 	switch n.ProvisionState {
 	case StateCleanHold, StateServiceHold, StateDeployHold, nodes.StateServiceFailed:
 		if err := c.lock(ctx, n.ID); err != nil {
@@ -651,13 +699,14 @@ func (c *Conductor) abort(ctx context.Context, n *ent.Node) error {
 		case nodes.StateServiceFailed:
 			to, msg = nodes.StateActive, ""
 		}
-		upd := c.db.Node.UpdateOneID(n.ID).SetProvisionState(to).ClearTargetProvisionState().SetProvisionUpdatedAt(time.Now()).
+		upd := c.db.Node.Update().Where(node.ID(n.ID)).SetProvisionState(to).ClearTargetProvisionState().SetProvisionUpdatedAt(time.Now()).
 			SetCleanStep(map[string]any{}).SetServiceStep(map[string]any{})
 		if msg != "" {
 			upd.SetLastError(msg)
 		} else {
 			upd.ClearLastError()
 		}
+		set(upd)
 		if err := upd.Exec(ctx); err != nil {
 			return err
 		}

@@ -128,21 +128,26 @@ func (c *Conductor) runSteps(n *ent.Node, run string, steps []Step, who string, 
 	}
 	// failWith records msg as last_error and as the event; ev, when
 	// not nil, is the event instead (a BMC failure's, whose detail only
-	// system-scope readers see).
-	failWith := func(msg string, ev *history.Event) {
+	// system-scope readers see). inStep says a step itself failed.
+	failWith := func(msg string, ev *history.Event, inStep bool) {
 		e := event(history.Error, msg)
 		if ev != nil {
 			e = *ev
 		}
 		// A run that booted the agent keeps its logs and powers the
-		// machine off; cleaning and servicing that fail in the agent put
-		// the node into maintenance with a fault, as Ironic's error
-		// handlers do, so it goes to no tenant until an operator looks.
+		// machine off. A clean or service step that fails, in the agent
+		// or through the BMC, leaves the machine half-configured: the
+		// node goes into maintenance with a fault, as Ironic's
+		// cleaning_error_handler and servicing_error_handler do when a
+		// step was running, so it goes to no tenant until someone looks
+		// (or the tenant recovers a retryable runbook's run: Recover).
+		// An abort, a conductor shutdown or a run refused before its
+		// first step says nothing about the machine and sets neither.
 		inBand := c.endAgent(ctx, n, ph, msg)
 		fault := map[string]string{"clean": FaultClean, "service": FaultService}[kind]
 		end(func(u *ent.NodeUpdate) {
 			u.SetProvisionState(ph.failed).ClearTargetProvisionState().SetLastError(msg).SetProvisionUpdatedAt(time.Now())
-			if inBand && fault != "" {
+			if inStep && fault != "" {
 				u.SetMaintenance(true).SetMaintenanceReason(msg).SetFault(fault)
 			}
 			if inBand && n.PowerState != nil {
@@ -150,7 +155,7 @@ func (c *Conductor) runSteps(n *ent.Node, run string, steps []Step, who string, 
 			}
 		}, e)
 	}
-	fail := func(msg string) { failWith(msg, nil) }
+	fail := func(msg string) { failWith(msg, nil, false) }
 	if why := cannotRun(n, kind, steps); why != "" {
 		fail(why)
 		return
@@ -205,7 +210,7 @@ func (c *Conductor) runSteps(n *ent.Node, run string, steps []Step, who string, 
 		case err != nil:
 			ev := event(history.Error, "")
 			ev.Failed(fmt.Sprintf("Step %s failed: ", st.Name()), err)
-			failWith(ev.Message, &ev)
+			failWith(ev.Message, &ev, true)
 			return
 		}
 		carry.power = power

@@ -712,7 +712,25 @@ func (s *Service) Resolve(ctx context.Context, ident string, n *ent.Node, nodeTr
 	for i, st := range steps {
 		out[i] = conductor.Step{Interface: st.Interface, Step: st.Step, Args: st.Args}
 	}
-	return &conductor.Runbook{Name: r.Name, Steps: out, DisableRamdisk: r.DisableRamdisk}, nil
+	return &conductor.Runbook{Name: r.Name, Steps: out, DisableRamdisk: r.DisableRamdisk, Retryable: Retryable(r)}, nil
+}
+
+// RetryableKey is the key in a runbook's extra by which its publisher
+// lets those who may run it retry a failed run or return the node
+// (anvil:node:recover). Ironic's runbook has no such field; in extra,
+// every Ironic client can set it (`baremetal runbook set --extra
+// anvil_retryable=true`), so the CLI's string "true" counts too.
+const RetryableKey = "anvil_retryable"
+
+// Retryable says whether r's publisher marked it retryable.
+func Retryable(r *ent.Runbook) bool {
+	switch v := r.Extra[RetryableKey].(type) {
+	case bool:
+		return v
+	case string:
+		return strings.EqualFold(v, "true")
+	}
+	return false
 }
 
 // Accepts says whether node n, carrying traits, takes runbook r. Only the

@@ -1,0 +1,108 @@
+package conductor
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/anvilproject/anvil/ent"
+	"github.com/anvilproject/anvil/server/errs"
+	"github.com/anvilproject/anvil/server/history"
+	"github.com/anvilproject/anvil/server/nodes"
+)
+
+// RuleRecover lets those who ran a runbook recover the node its failed
+// run left in clean failed or service failed (and in maintenance with a
+// fault, as Ironic leaves it), when the runbook's publisher marked it
+// retryable; anyone under the rule may ask the owner to look.
+const RuleRecover = "anvil:node:recover"
+
+// Recovery actions.
+const (
+	RecoverRetry  = "retry"  // run the failed runbook again
+	RecoverReturn = "return" // back to manageable (clean) or active (service)
+	RecoverNotify = "notify" // ask the node's owner to look
+)
+
+// Recover is the way forward after a failed clean or service run.
+// Ironic's handlers put a node whose step failed into maintenance with a
+// fault, and only those who may change its provision state and clear
+// maintenance may then move it: for them Recover is the two at once
+// (return, or retry the same runbook or steps). A runbook whose failure
+// leaves nothing unsafe behind (a setting the BMC was busy for, say) can
+// be marked retryable by its publisher; then whoever may run it retries
+// it or returns the node under RuleRecover alone. Anyone under the rule
+// may ask the owner to look. Maintenance set for any other reason stays
+// the owner's or an operator's to clear.
+func (o *Ops) Recover(ctx context.Context, ident, action string) (err error) {
+	n, err := o.Nodes.Authorized(ctx, ident, RuleRecover)
+	if err != nil {
+		return err
+	}
+	if action != RecoverRetry && action != RecoverReturn && action != RecoverNotify {
+		return errs.BadRequest("action", "action %q is not one of %s, %s, %s", action, RecoverRetry, RecoverReturn, RecoverNotify)
+	}
+	detail := map[string]any{"action": action, "from": n.ProvisionState}
+	defer func() { o.Guard.Done(ctx, RuleRecover, "node", n.UUID, err, detail) }()
+	back := map[string]string{nodes.StateCleanFailed: "manage", nodes.StateServiceFailed: "abort"}[n.ProvisionState]
+	target, runbook, steps, ok := LastRun(n.DriverInternalInfo)
+	if back == "" || !ok {
+		return errs.Conflict("Node %s has no failed run to recover: it is %s.", n.UUID, n.ProvisionState)
+	}
+	detail["runbook"] = runbook
+	if action == RecoverNotify {
+		what := "steps"
+		if runbook != "" {
+			what = "runbook " + runbook
+		}
+		return history.Record(ctx, o.C.db.Client, history.Event{NodeID: n.ID, Severity: history.Warning, Type: "notify",
+			User: actor(ctx), Conductor: o.C.cfg.Name,
+			Message: fmt.Sprintf("%s asks the owner to look at the failed %s (%s).", actor(ctx), what, n.ProvisionState)})
+	}
+	if n.Maintenance && !ownFault(n) {
+		return errs.Conflict("Node %s is in maintenance for a reason other than its failed run; the owner or an operator clears it.", n.UUID)
+	}
+	t := nodes.Target(n)
+	privileged := o.Guard.Allowed(ctx, RuleProvision, t) && o.Guard.Allowed(ctx, nodes.RuleClearMaintenance, t)
+	if !privileged {
+		if runbook == "" {
+			return errs.Forbidden("The failed run was of explicit steps, not a runbook: the node's owner or an operator recovers it.")
+		}
+		if o.Runbooks == nil {
+			return errs.BadRequest("action", "runbooks are not available")
+		}
+		traits, err := o.Nodes.Traits(ctx, n.UUID)
+		if err != nil {
+			return err
+		}
+		rb, err := o.Runbooks.Resolve(ctx, runbook, n, traits)
+		if err != nil {
+			return err
+		}
+		if !rb.Retryable {
+			return errs.Forbidden("Runbook %s is not marked retryable by its publisher: ask the node's owner to look (notify).", runbook)
+		}
+	}
+	if action == RecoverReturn {
+		return o.provision(ctx, n, ProvisionRequest{Target: back}, true)
+	}
+	// The retrier runs the run again: they must still be allowed to, as
+	// if they asked for it alone.
+	req := ProvisionRequest{Target: target, Runbook: runbook}
+	switch {
+	case runbook != "":
+	case target == "clean":
+		req.CleanSteps = steps
+	default:
+		req.ServiceSteps = steps
+	}
+	if _, err := o.Nodes.Authorized(ctx, n.UUID, ProvisionRules(target, runbook != "", runbook == "")...); err != nil {
+		return err
+	}
+	return o.provision(ctx, n, req, true)
+}
+
+// ownFault says whether the node's maintenance is the one a failed clean
+// or service step set (Ironic's fault), which a recovery may clear.
+func ownFault(n *ent.Node) bool {
+	return n.Fault != nil && (*n.Fault == FaultClean || *n.Fault == FaultService)
+}
