@@ -135,17 +135,29 @@ func TestDeployNeedsAWayToWriteAnImage(t *testing.T) {
 	storetest.Each(t, func(t *testing.T, setting string, db *store.DB) {
 		_, clients := startLocal(t, setting)
 		admin := clients["system-admin"]
+		ipmi := map[string]any{"ipmi_address": "192.0.2.9", "ipmi_username": "root", "ipmi_password": "pw"}
+		redfish := map[string]any{"redfish_address": "https://192.0.2.9", "redfish_username": "u", "redfish_password": "p"}
 		for _, c := range []struct {
 			driver string
 			info   map[string]any
 			image  string
+			fields map[string]any // interfaces
 			want   []string
 		}{
-			{"ipmi", map[string]any{"ipmi_address": "192.0.2.9", "ipmi_username": "root", "ipmi_password": "pw"}, "", []string{"instance_info.image_source is required"}},
-			{"ipmi", map[string]any{"ipmi_address": "192.0.2.9", "ipmi_username": "root", "ipmi_password": "pw"}, "image_source", []string{"ramdisk agent"}},
-			{"redfish", map[string]any{"redfish_address": "https://192.0.2.9", "redfish_username": "u", "redfish_password": "p"}, "", []string{"virtual media", "instance_info.boot_iso"}},
+			{"ipmi", ipmi, "", nil, []string{"instance_info.image_source", "not set"}},
+			{"ipmi", ipmi, "image_source", nil, []string{"ramdisk agent"}},
+			// direct is what it says on every driver: no image, no deploy.
+			{"redfish", redfish, "", nil, []string{"direct deploy", "instance_info.image_source", "deploy_interface ramdisk"}},
+			{"redfish", redfish, "boot_iso", nil, []string{"direct deploy", "instance_info.image_source"}},
+			// ramdisk boots boot_iso by virtual media, and says so.
+			{"redfish", redfish, "", map[string]any{"deploy_interface": "ramdisk", "boot_interface": "redfish-virtual-media"}, []string{"instance_info.boot_iso"}},
+			{"redfish", redfish, "boot_iso", map[string]any{"deploy_interface": "ramdisk"}, []string{"boot_interface is ipxe", "redfish-virtual-media"}},
+			{"ipmi", ipmi, "boot_iso", map[string]any{"deploy_interface": "ramdisk"}, []string{"virtual media", "driver ipmi"}},
 		} {
 			body := map[string]any{"driver": c.driver, "driver_info": c.info}
+			for k, v := range c.fields {
+				body[k] = v
+			}
 			if c.image != "" {
 				body["instance_info"] = map[string]any{c.image: "http://192.0.2.1/img.qcow2"}
 			}
@@ -183,7 +195,8 @@ func TestRedfishISODeploy(t *testing.T) {
 	storetest.Each(t, func(t *testing.T, setting string, db *store.DB) {
 		_, clients := startLocal(t, setting, bmcOpts)
 		admin := clients["system-admin"]
-		r := admin.Do(t, "POST", "/v1/nodes", map[string]any{"name": "iso-1", "driver": "redfish", "driver_info": sim.DriverInfo("1"), "owner": "own"})
+		r := admin.Do(t, "POST", "/v1/nodes", map[string]any{"name": "iso-1", "driver": "redfish", "driver_info": sim.DriverInfo("1"), "owner": "own",
+			"deploy_interface": "ramdisk", "boot_interface": "redfish-virtual-media"})
 		mustStatus(t, r, 201)
 		id := r.JSON(t)["uuid"].(string)
 		provision(t, admin, id, map[string]any{"target": "manage"}, 202)

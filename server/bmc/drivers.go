@@ -354,9 +354,11 @@ var InterfaceTypes = []string{"bios", "boot", "console", "deploy", "firmware", "
 // implementations for the hardware type that its default configuration
 // enables (fake-hardware with Ironic's fake ones, as devstack enables
 // them), so nodes enrolled for Ironic keep their interface names. Anvil
-// drives power, management and the reserved steps itself; it neither
-// deploys nor boots images, so boot and deploy implementations are
-// recorded for clients and not acted on. network is noop by default:
+// drives power, management and the reserved steps itself, and each boot
+// and deploy implementation does what its name says (conductor's
+// deployMode, agentBoot): direct and custom-agent boot the ramdisk agent
+// by ipxe, pxe or virtual media; ramdisk boots instance_info.boot_iso by
+// virtual media. network is noop by default:
 // Anvil has no DHCP provider for flat networking; storage is noop by
 // default, as Ironic's default_storage_interface. console is no-console
 // by default, as Ironic's default_console_interface; ipmitool-socat is

@@ -27,10 +27,11 @@ const (
 	modeCustomAgent = "custom-agent" // the agent runs the request's own deploy steps
 )
 
-// deployMode reads how a node deploys: its deploy interface, and for the
-// default direct interface on redfish, what instance_info holds (an ISO
-// to boot from virtual media, Anvil's ramdisk-style deploy, or an image
-// for the agent to write).
+// deployMode reads how a node deploys from its deploy interface, and
+// nothing else, so the interface a node shows is what it does: direct
+// has the agent write image_source (a node without one is refused, as
+// Ironic's direct deploy validation does), ramdisk boots
+// instance_info.boot_iso, custom-agent runs the request's agent steps.
 func deployMode(n *ent.Node) string {
 	if bmc.Canonical(n.Driver) == "fake-hardware" {
 		return modeFake
@@ -41,10 +42,7 @@ func deployMode(n *ent.Node) string {
 	case "ramdisk":
 		return modeISO
 	}
-	if src, _ := n.InstanceInfo["image_source"].(string); src != "" {
-		return modeDirect
-	}
-	return modeISO
+	return modeDirect
 }
 
 // The conductor's steps of an agent deploy, at the priorities Ironic's

@@ -103,14 +103,20 @@ func deployPlan(n *ent.Node, r ProvisionRequest) ([]Step, error) {
 }
 
 // deployFits says, from the node alone, whether its driver has a way to
-// put an instance on it: fake-hardware deploys at once; redfish boots an
-// ISO from virtual media (Ironic's ramdisk deploy); the direct and
+// put an instance on it: fake-hardware deploys at once; the ramdisk
+// deploy boots an ISO from virtual media on redfish; the direct and
 // custom-agent deploys boot the ramdisk agent, and direct has it write
-// image_source to disk.
+// image_source to disk (checked before the agent, so a node without an
+// image hears about the image first).
 func deployFits(n *ent.Node) error {
 	mode := deployMode(n)
 	if mode == modeFake {
 		return nil
+	}
+	if mode == modeDirect {
+		if src, _ := n.InstanceInfo["image_source"].(string); src == "" {
+			return errs.BadRequest("instance_info.image_source", "Cannot deploy node %s: the direct deploy has the ramdisk agent write instance_info.image_source to disk, and it is not set; to boot an ISO instead, use deploy_interface ramdisk with instance_info.boot_iso", n.UUID)
+		}
 	}
 	if mode == modeDirect || mode == modeCustomAgent {
 		if _, err := agentBoot(n); err != nil {
@@ -128,16 +134,23 @@ func deployFits(n *ent.Node) error {
 		}
 		return nil
 	}
-	if bmc.Canonical(n.Driver) == "redfish" {
-		if iso, _ := n.InstanceInfo["boot_iso"].(string); iso == "" {
-			return errs.BadRequest("instance_info.boot_iso", "Cannot deploy node %s: driver redfish deploys ISOs by virtual media: set instance_info.boot_iso to the ISO's URL, or instance_info.image_source for the ramdisk agent to write", n.UUID)
-		}
-		if _, err := bmc.Open(n.Driver, n.UUID, n.DriverInfo, bmc.Options{}); err != nil {
-			return errs.BadRequest("driver_info", "Cannot deploy node %s: %v", n.UUID, err)
-		}
-		return nil
+	// The ramdisk deploy of an ISO: Anvil boots it by virtual media only
+	// (Ironic's ipxe and pxe would chain-load it over the network, which
+	// Anvil does not serve), so the node must say so in its boot
+	// interface.
+	if bmc.Canonical(n.Driver) != "redfish" {
+		return errs.BadRequest("deploy_interface", "Cannot deploy node %s: the ramdisk deploy boots instance_info.boot_iso by virtual media, which driver %s has not: use deploy_interface direct with instance_info.image_source for the ramdisk agent to write", n.UUID, n.Driver)
 	}
-	return errs.BadRequest("instance_info.image_source", "Cannot deploy node %s: instance_info.image_source is required: the ramdisk agent writes it to disk", n.UUID)
+	if impl := (&nodes.View{Node: n}).Interface("boot"); impl != "redfish-virtual-media" {
+		return errs.BadRequest("boot_interface", "Cannot deploy node %s: the ramdisk deploy boots instance_info.boot_iso by virtual media, and boot_interface is %s: set boot_interface redfish-virtual-media", n.UUID, impl)
+	}
+	if iso, _ := n.InstanceInfo["boot_iso"].(string); iso == "" {
+		return errs.BadRequest("instance_info.boot_iso", "Cannot deploy node %s: the ramdisk deploy boots an ISO by virtual media: set instance_info.boot_iso to the ISO's URL, or use deploy_interface direct with instance_info.image_source for the ramdisk agent to write", n.UUID)
+	}
+	if _, err := bmc.Open(n.Driver, n.UUID, n.DriverInfo, bmc.Options{}); err != nil {
+		return errs.BadRequest("driver_info", "Cannot deploy node %s: %v", n.UUID, err)
+	}
+	return nil
 }
 
 // deploy moves the node to deploying under its lock, stores the config

@@ -130,6 +130,30 @@ func (c *Conductor) readInventory(ctx context.Context, n *ent.Node) (*bmc.Invent
 	return inv, nil
 }
 
+// refreshCaches re-reads a node's BIOS settings and firmware versions
+// before and after a clean or service run, as Ironic's node_update_cache
+// does at both ends: what changed outside Anvil (an update the BMC ran
+// itself, a setting made in its own interface) shows in /bios and
+// /firmware. A failure is only logged and never fails the run, as in
+// Ironic. fake-hardware is skipped: its values change only through
+// Anvil's own steps, which write the caches themselves, and a thousand
+// fake nodes cleaning at once would pay two transactions each for
+// nothing.
+func (c *Conductor) refreshCaches(ctx context.Context, n *ent.Node, kind string) {
+	if (kind != "clean" && kind != "service") || bmc.Canonical(n.Driver) == "fake-hardware" {
+		return
+	}
+	cl, err := c.client(n)
+	if err == nil {
+		err = c.cacheHardware(ctx, n, cl)
+		c.noteBMC(ctx, n, err)
+		cl.Close()
+	}
+	if err != nil {
+		c.log.Warn("refreshing BIOS settings and firmware around "+kind, "node", n.UUID, "err", err)
+	}
+}
+
 // cacheHardware reads the BIOS settings and firmware versions the BMC
 // reports into Anvil's caches (GET /v1/nodes/{node}/bios and /firmware),
 // as Ironic's node_update_cache does; a BMC without either is skipped.

@@ -160,6 +160,7 @@ func (c *Conductor) runSteps(n *ent.Node, run string, steps []Step, who string, 
 		fail(why)
 		return
 	}
+	c.refreshCaches(ctx, n, kind)
 	if name := firstInBand(n, steps); name != "" {
 		if _, err := agentBoot(n); err != nil {
 			fail(fmt.Sprintf("Step %s runs in the ramdisk agent, which node %s cannot boot: %v.", name, n.UUID, err))
@@ -219,6 +220,7 @@ func (c *Conductor) runSteps(n *ent.Node, run string, steps []Step, who string, 
 	if c.endAgent(ctx, n, ph, "") && n.PowerState != nil {
 		carry.power = *n.PowerState
 	}
+	c.refreshCaches(ctx, n, kind)
 	info := cloneInfo(n.DriverInternalInfo)
 	delete(info, "pending_steps")
 	delete(info, abortRequestedField)

@@ -35,7 +35,7 @@ func TestValidateBootAndInspect(t *testing.T) {
 			false, false, "deploy_iso"},
 		{"vmedia with deploy_iso", ent.Node{Driver: "redfish", BootInterface: "redfish-virtual-media", InspectInterface: "agent", DriverInfo: with(rf, "deploy_iso", "http://x/a.iso")},
 			true, true, ""},
-		{"ISO deploy needs no agent", ent.Node{Driver: "redfish", BootInterface: "redfish-virtual-media", DriverInfo: rf,
+		{"ISO deploy needs no agent", ent.Node{Driver: "redfish", BootInterface: "redfish-virtual-media", DeployInterface: "ramdisk", DriverInfo: rf,
 			InstanceInfo: map[string]any{"boot_iso": "http://x/i.iso"}}, true, true, ""},
 		{"direct deploy of an image still needs the agent", ent.Node{Driver: "redfish", BootInterface: "redfish-virtual-media", DriverInfo: rf,
 			InstanceInfo: map[string]any{"boot_iso": "http://x/i.iso", "image_source": "http://x/i.raw"}}, false, true, "deploy_iso"},
