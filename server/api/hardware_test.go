@@ -217,8 +217,16 @@ func TestBIOSOverRedfish(t *testing.T) {
 		if cur, pending := sim.BIOS(t, "1"); cur["ProcTurboMode"] != "Disabled" || len(pending) != 0 {
 			t.Errorf("after a refused setting: current %v pending %v", cur, pending)
 		}
-		provision(t, admin, id, map[string]any{"target": "manage"}, 202)
-		waitState(t, admin, id, "manageable")
+		// A step the BMC refused is a failed step: maintenance with
+		// Ironic's fault, which refuses another clean until recovered.
+		if n["maintenance"] != true || n["fault"] != "clean failure" {
+			t.Errorf("after a refused setting: maintenance %v fault %v", n["maintenance"], n["fault"])
+		}
+		provision(t, admin, id, map[string]any{"target": "clean", "clean_steps": steps(step("bios", "factory_reset", nil))}, 400)
+		mustStatus(t, admin.Do(t, "POST", "/v1/nodes/"+id+"/recover", map[string]any{"action": "return"}), 202)
+		if n := waitState(t, admin, id, "manageable"); n["maintenance"] != false || n["fault"] != nil {
+			t.Errorf("after return: maintenance %v fault %v", n["maintenance"], n["fault"])
+		}
 
 		// Factory reset brings the defaults back, and the cache follows.
 		provision(t, admin, id, map[string]any{"target": "clean", "clean_steps": steps(step("bios", "factory_reset", nil))}, 202)

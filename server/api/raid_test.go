@@ -122,7 +122,7 @@ func TestRAIDOverRedfish(t *testing.T) {
 
 		// No target: the step fails saying so, and sends nothing.
 		mustStatus(t, member.Do(t, "PUT", "/v1/nodes/"+id+"/states/raid", map[string]any{}), 204)
-		provision(t, admin, id, map[string]any{"target": "manage"}, 202)
+		mustStatus(t, admin.Do(t, "POST", "/v1/nodes/"+id+"/recover", map[string]any{"action": "return"}), 202)
 		waitState(t, admin, id, "manageable")
 		provision(t, admin, id, map[string]any{"target": "clean", "clean_steps": steps(step("raid", "create_configuration", nil))}, 202)
 		n = waitState(t, admin, id, "clean failed")
