@@ -234,3 +234,38 @@ func TestRAIDTaskException(t *testing.T) {
 		}
 	})
 }
+
+// TestRAIDLocationNotAVolume: a BMC that builds the volume at once but
+// answers 201 with a Location naming a job has the job taken for no
+// volume: raid_config records the volume the BMC lists, with the root
+// flag asked for.
+func TestRAIDLocationNotAVolume(t *testing.T) {
+	storetest.Each(t, func(t *testing.T, setting string, _ *store.DB) {
+		sim := bmctest.StartRedfish(t)
+		proxy := bmctest.StartRAIDProxy(t, sim, bmctest.RAIDMode{Location: "/redfish/v1/Managers/iDRAC.Embedded.1/Jobs/JID_456"})
+		_, clients := startLocal(t, setting, bmcOpts)
+		admin := clients["system-admin"]
+		id := raidNodeAt(t, admin, proxy.DriverInfo())
+
+		n := cleanRAID(t, admin, id, "create_configuration", "manageable")
+		if n["last_error"] != nil {
+			t.Fatalf("create_configuration: %v", n["last_error"])
+		}
+		// No apply time is advertised, so none is asked for.
+		if posts := proxyBodies(t, proxy, "POST"); len(posts) != 1 || posts[0]["@Redfish.OperationApplyTime"] != nil {
+			t.Errorf("volume POSTs %v, want one without an apply time", posts)
+		}
+		vols := simVolumes(t, sim)
+		if len(vols) != 2 {
+			t.Fatalf("simulator volumes %v", vols)
+		}
+		newID := vols[1][strings.LastIndex(vols[1], "/")+1:]
+		disks := n["raid_config"].(map[string]any)["logical_disks"].([]any)
+		if len(disks) != 2 || disks[1].(map[string]any)["id"] != newID || disks[1].(map[string]any)["is_root_volume"] != true {
+			t.Errorf("raid_config disks %v, want the simulator's new volume %s as root", disks, newID)
+		}
+		if strings.Contains(mustJSON(t, n["raid_config"]), "JID_") {
+			t.Errorf("raid_config names the job: %v", n["raid_config"])
+		}
+	})
+}

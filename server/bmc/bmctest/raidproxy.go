@@ -29,6 +29,10 @@ type RAIDMode struct {
 	// Fail ends the task in Exception (TaskStatus Critical) with this
 	// message, building nothing.
 	Fail string
+	// Location, when set, has volume POSTs go to the simulator at once,
+	// answered with its 201 but this Location: a BMC naming a job where a
+	// volume should be.
+	Location string
 }
 
 // RAIDProxy stands in front of redfish-sim and makes its system 1's
@@ -148,6 +152,8 @@ func (p *RAIDProxy) serve(w http.ResponseWriter, r *http.Request) {
 	switch {
 	case path == volumesPath && r.Method == http.MethodGet:
 		p.volumes(w, r)
+	case path == volumesPath && r.Method == http.MethodPost && p.mode.Location != "":
+		p.relocate(w, r)
 	case path == volumesPath && r.Method == http.MethodPost,
 		strings.HasPrefix(path, volumesPath+"/") && r.Method == http.MethodDelete:
 		p.request(w, r)
@@ -212,6 +218,21 @@ func (p *RAIDProxy) request(w http.ResponseWriter, r *http.Request) {
 	}
 	p.tasks[loc] = t
 	writeJSON(w, 202, map[string]any{}, map[string]string{"Location": loc})
+}
+
+// relocate forwards a volume POST and answers with the mode's Location.
+func (p *RAIDProxy) relocate(w http.ResponseWriter, r *http.Request) {
+	body, _ := io.ReadAll(r.Body)
+	p.mu.Lock()
+	p.bodies = append(p.bodies, r.Method+" "+r.URL.Path+" "+string(body))
+	p.mu.Unlock()
+	r.Body = io.NopCloser(bytes.NewReader(body))
+	rec := httptest.NewRecorder()
+	p.fwd.ServeHTTP(rec, r)
+	if rec.Code/100 == 2 {
+		rec.Header().Set("Location", p.mode.Location)
+	}
+	copyResponse(w, rec)
 }
 
 // task answers a task monitor (202 and the Task while it runs, 200 and
