@@ -13,6 +13,7 @@ var FirmwareComponents = []string{"bios", "bmc"}
 // Task is a BMC task's progress.
 type Task struct {
 	State   string // Redfish TaskState: Running, Completed, Exception, …
+	Status  string // Redfish TaskStatus (a Health): OK, Warning, Critical
 	Percent int
 	Message string // the BMC's last message
 }
@@ -26,8 +27,10 @@ func (t Task) Done() bool {
 	return false
 }
 
-// Failed reports whether the task ended without completing.
-func (t Task) Failed() bool { return t.Done() && t.State != "Completed" }
+// Failed reports whether the task ended without completing, or
+// completed in a Critical status (Ironic's RAID counts only OK and
+// Warning as success).
+func (t Task) Failed() bool { return t.Done() && (t.State != "Completed" || t.Status == "Critical") }
 
 // Firmware is a BMC that updates firmware from an image URL and reports
 // versions.

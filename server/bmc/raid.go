@@ -1,11 +1,19 @@
 package bmc
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
+	"net/http"
+	"net/url"
 	"path"
 	"slices"
 	"strings"
+
+	"github.com/stmcginnis/gofish/common"
 )
 
 // RAIDLevels maps the RAID levels a Redfish BMC builds, in Ironic's
@@ -52,6 +60,48 @@ type Volume struct {
 	Level      string // "" when the BMC reports no level Anvil knows
 	SizeBytes  int64
 	path       string // the BMC's @odata.id, where DeleteVolume sends
+	// applyTime is what DeleteVolume asks for, from the collection's
+	// @Redfish.OperationApplyTimeSupport.
+	applyTime string
+}
+
+// Apply times a Redfish volume collection may support
+// (@Redfish.OperationApplyTimeSupport), of those Ironic uses.
+const (
+	ApplyImmediate = "Immediate"
+	ApplyOnReset   = "OnReset"
+)
+
+// Pending is what the BMC made of a create or delete: done when it
+// answered, or a task (a Redfish task monitor or Task, or a Dell Job) to
+// follow, which waits for a reset unless it applies at once.
+type Pending struct {
+	// Volume is the new volume's Id when the BMC's Location named a
+	// Volume of the collection; "" otherwise, and the volume is then
+	// known by reading the collection again once the work is done.
+	Volume string
+	// Controller is the Storage resource's Id the request went to.
+	Controller string
+	// Task is the URI to follow; "" when the work was done.
+	Task string
+	// ApplyTime is the @Redfish.OperationApplyTime sent ("" for none).
+	ApplyTime string
+}
+
+// Reboot reports whether the task waits for the system to reset: Ironic
+// reboots for any task of a request it did not ask to apply Immediately
+// (sushy itself waits for an Immediate one).
+func (p Pending) Reboot() bool { return p.Task != "" && p.ApplyTime != ApplyImmediate }
+
+// pickApplyTime is Ironic's _get_apply_time: Immediate when the
+// collection supports it, else OnReset, else none sent.
+func pickApplyTime(supported []string) string {
+	for _, at := range []string{ApplyImmediate, ApplyOnReset} {
+		if slices.Contains(supported, at) {
+			return at
+		}
+	}
+	return ""
 }
 
 // RAID is a BMC that builds and removes logical disks on its storage
@@ -59,11 +109,12 @@ type Volume struct {
 type RAID interface {
 	// Volumes lists every logical disk of every controller.
 	Volumes(ctx context.Context) ([]Volume, error)
-	// CreateVolume builds one logical disk and returns its Id ("" when
-	// the BMC does not say).
-	CreateVolume(ctx context.Context, spec VolumeSpec) (string, error)
-	// DeleteVolume removes one logical disk that Volumes listed.
-	DeleteVolume(ctx context.Context, v Volume) error
+	// CreateVolume asks for one logical disk.
+	CreateVolume(ctx context.Context, spec VolumeSpec) (Pending, error)
+	// DeleteVolume asks to remove one logical disk that Volumes listed.
+	DeleteVolume(ctx context.Context, v Volume) (Pending, error)
+	// RAIDTask reads the progress of a Pending's task.
+	RAIDTask(ctx context.Context, task string) (Task, error)
 }
 
 // CheckVolumeSpec refuses a level the BMC cannot build, in Ironic's
@@ -113,6 +164,15 @@ type redfishStorage struct {
 	Volumes odataLink
 }
 
+// volumeCollection is a Storage's Volumes collection with the apply
+// times it takes for creating and deleting volumes.
+type volumeCollection struct {
+	Members    []odataLink
+	ApplyTimes struct {
+		SupportedValues []string
+	} `json:"@Redfish.OperationApplyTimeSupport"`
+}
+
 // storages reads the system's Storage resources; a system without any
 // cannot build RAID.
 func (c *redfishClient) storages(op string) ([]redfishStorage, error) {
@@ -154,7 +214,7 @@ func (c *redfishClient) Volumes(ctx context.Context) ([]Volume, error) {
 			if s.Volumes.ID == "" {
 				continue
 			}
-			var coll struct{ Members []odataLink }
+			var coll volumeCollection
 			if err := c.getJSON(s.Volumes.ID, &coll); err != nil {
 				return err
 			}
@@ -169,7 +229,8 @@ func (c *redfishClient) Volumes(ctx context.Context) ([]Volume, error) {
 				if err := c.getJSON(m.ID, &v); err != nil {
 					return err
 				}
-				vol := Volume{ID: v.ID, Name: v.Name, Controller: s.ID, SizeBytes: v.CapacityBytes, Level: volumeTypes[v.VolumeType], path: m.ID}
+				vol := Volume{ID: v.ID, Name: v.Name, Controller: s.ID, SizeBytes: v.CapacityBytes, Level: volumeTypes[v.VolumeType],
+					path: m.ID, applyTime: pickApplyTime(coll.ApplyTimes.SupportedValues)}
 				for level, t := range RAIDLevels {
 					if t == v.RAIDType {
 						vol.Level = level
@@ -186,11 +247,16 @@ func (c *redfishClient) Volumes(ctx context.Context) ([]Volume, error) {
 // CreateVolume POSTs a Volume to the controller's Volumes collection, as
 // Ironic's redfish RAID does: RAIDType, CapacityBytes unless the size is
 // MAX (the controller then sizes it, allowing for its metadata), the
-// drives by link, and the name.
-func (c *redfishClient) CreateVolume(ctx context.Context, spec VolumeSpec) (string, error) {
+// drives by link, the name, and the apply time Ironic picks from the
+// collection's @Redfish.OperationApplyTimeSupport. A 202 is a task to
+// follow; a Location is taken as the new volume only when it lies under
+// the collection and reads as a Volume: BMCs answer with a task or a
+// job there too (iDRAC's JID_…), which is no volume Id.
+func (c *redfishClient) CreateVolume(ctx context.Context, spec VolumeSpec) (Pending, error) {
 	op := "creating a RAID " + spec.Level + " volume"
-	var id string
+	var p Pending
 	err := c.do(ctx, op, func() error {
+		p = Pending{}
 		st, err := c.storages(op)
 		if err != nil {
 			return err
@@ -222,6 +288,11 @@ func (c *redfishClient) CreateVolume(ctx context.Context, spec VolumeSpec) (stri
 		if err != nil {
 			return &Error{Op: op, Where: c.where, Kind: ErrBMC, Message: err.Error()}
 		}
+		var coll volumeCollection
+		if err := c.getJSON(s.Volumes.ID, &coll); err != nil {
+			return err
+		}
+		p.Controller, p.ApplyTime = s.ID, pickApplyTime(coll.ApplyTimes.SupportedValues)
 		links := make([]odataLink, len(drives))
 		for i, d := range drives {
 			links[i] = odataLink{ID: byID[d]}
@@ -233,29 +304,157 @@ func (c *redfishClient) CreateVolume(ctx context.Context, spec VolumeSpec) (stri
 		if spec.Name != "" {
 			payload["Name"] = spec.Name
 		}
+		if p.ApplyTime != "" {
+			payload["@Redfish.OperationApplyTime"] = p.ApplyTime
+		}
 		resp, err := c.api.Post(s.Volumes.ID, payload)
 		if err != nil {
 			return err
 		}
 		defer resp.Body.Close()
+		loc := locationPath(resp.Header.Get("Location"))
+		if resp.StatusCode == http.StatusAccepted {
+			if loc == "" {
+				return &Error{Op: op, Where: c.where, Kind: ErrBMC, Message: "the BMC accepted the volume (HTTP 202) but named no task to follow"}
+			}
+			p.Task = loc
+			return nil
+		}
 		// A BMC that names no Location still built the volume; it is
 		// then known only by what Volumes reports.
-		if loc := resp.Header.Get("Location"); loc != "" {
-			id = path.Base(loc)
+		if id, ok := c.volumeAt(s.Volumes.ID, loc); ok {
+			p.Volume = id
 		}
 		return nil
 	})
-	return id, err
+	return p, err
 }
 
-func (c *redfishClient) DeleteVolume(ctx context.Context, v Volume) error {
-	return c.do(ctx, "deleting RAID volume "+v.ID, func() error {
-		resp, err := c.api.Delete(v.path)
+// locationPath is a Location header as a path on the BMC: BMCs send
+// absolute URLs as well as paths.
+func locationPath(loc string) string {
+	if u, err := url.Parse(loc); err == nil && u.Path != "" {
+		return u.Path
+	}
+	return loc
+}
+
+// volumeAt is the Id of the Volume at loc, when loc is a member of the
+// collection coll and reads as a Volume.
+func (c *redfishClient) volumeAt(coll, loc string) (string, bool) {
+	rest, ok := strings.CutPrefix(strings.TrimSuffix(loc, "/"), strings.TrimSuffix(coll, "/")+"/")
+	if !ok || rest == "" || strings.Contains(rest, "/") {
+		return "", false
+	}
+	var v struct {
+		ID   string `json:"Id"`
+		Type string `json:"@odata.type"`
+	}
+	if err := c.getJSON(loc, &v); err != nil || v.ID == "" || !strings.HasPrefix(v.Type, "#Volume.") {
+		return "", false
+	}
+	return v.ID, true
+}
+
+// DeleteVolume sends DELETE to the volume with the apply time Ironic
+// picks from its collection (sushy's Volume.delete puts it in the body).
+func (c *redfishClient) DeleteVolume(ctx context.Context, v Volume) (Pending, error) {
+	p := Pending{Controller: v.Controller, ApplyTime: v.applyTime}
+	err := c.do(ctx, "deleting RAID volume "+v.ID, func() error {
+		var resp *http.Response
+		var err error
+		if v.applyTime == "" {
+			resp, err = c.api.Delete(v.path)
+		} else {
+			body, _ := json.Marshal(map[string]string{"@Redfish.OperationApplyTime": v.applyTime})
+			resp, err = c.api.RunRawRequestWithHeaders(http.MethodDelete, v.path, bytes.NewReader(body), "application/json", nil)
+		}
 		if err != nil {
 			return err
 		}
-		return resp.Body.Close()
+		defer resp.Body.Close()
+		if resp.StatusCode == http.StatusAccepted {
+			p.Task = locationPath(resp.Header.Get("Location"))
+			if p.Task == "" {
+				return &Error{Op: "deleting RAID volume " + v.ID, Where: c.where, Kind: ErrBMC, Message: "the BMC accepted the deletion (HTTP 202) but named no task to follow"}
+			}
+		}
+		return nil
 	})
+	return p, err
+}
+
+// dellJobStates maps a Dell Job's JobState (iDRAC answers RAID requests
+// with /Managers/iDRAC.Embedded.1/Jobs/JID_…) to the Redfish TaskState
+// Task speaks; the states not listed are still under way.
+var dellJobStates = map[string]string{
+	"Completed": "Completed", "Failed": "Exception", "CompletedWithErrors": "Exception",
+	"RebootFailed": "Exception",
+}
+
+// RAIDTask reads what task says: a task monitor answers 202 while the
+// work runs; a Task has TaskState and TaskStatus; a Dell Job has
+// JobState. A monitor that answers with anything else has finished.
+// A task the BMC no longer has (404, 410) is taken as done, as Ironic's
+// _raid_config_in_progress assumes when it cannot read one: BMCs drop
+// task monitors once the work ends, and the volumes read afterwards
+// say what happened.
+func (c *redfishClient) RAIDTask(ctx context.Context, task string) (Task, error) {
+	var t Task
+	err := c.do(ctx, "following RAID task "+task, func() error {
+		resp, err := c.api.Get(task)
+		var rf *common.Error
+		if errors.As(err, &rf) && (rf.HTTPReturnedStatusCode == http.StatusNotFound || rf.HTTPReturnedStatusCode == http.StatusGone) {
+			t = Task{State: "Completed"}
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		defer resp.Body.Close()
+		var raw struct {
+			TaskState, TaskStatus string
+			PercentComplete       int
+			Messages              []struct{ Message, MessageId string }
+			JobState, Message     string
+		}
+		// A monitor may answer with no body, or one that is not JSON.
+		_ = json.NewDecoder(io.LimitReader(resp.Body, 1<<20)).Decode(&raw)
+		switch {
+		case raw.TaskState != "":
+			t = Task{State: raw.TaskState, Status: raw.TaskStatus, Percent: raw.PercentComplete}
+			var msgs []string
+			for _, m := range raw.Messages {
+				// sushy fills an empty Message from its registry; the
+				// MessageId still names it.
+				if m.Message == "" {
+					m.Message = m.MessageId
+				}
+				if m.Message != "" {
+					msgs = append(msgs, m.Message)
+				}
+			}
+			t.Message = strings.Join(msgs, "; ")
+		case raw.JobState != "":
+			t = Task{State: "Running", Percent: raw.PercentComplete, Message: raw.Message}
+			if s, ok := dellJobStates[raw.JobState]; ok {
+				t.State = s
+			}
+			if t.Failed() {
+				t.Message = "job " + raw.JobState + ": " + raw.Message
+			}
+		case resp.StatusCode == http.StatusAccepted:
+			t = Task{State: "Running"}
+		default:
+			t = Task{State: "Completed"}
+		}
+		// A monitor's 202 means running whatever its body holds.
+		if resp.StatusCode == http.StatusAccepted && t.Done() {
+			t.State = "Running"
+		}
+		return nil
+	})
+	return t, err
 }
 
 // The fake machine's one controller: four 480 GB SSDs.
@@ -286,16 +485,16 @@ func (f *fake) Volumes(context.Context) ([]Volume, error) {
 
 // CreateVolume on the fake builds the volume at once; a size beyond what
 // the drives give fails, as a controller refuses it.
-func (f *fake) CreateVolume(_ context.Context, spec VolumeSpec) (string, error) {
+func (f *fake) CreateVolume(_ context.Context, spec VolumeSpec) (Pending, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	op := "creating a RAID " + spec.Level + " volume"
 	if spec.Controller != "" && spec.Controller != fakeController {
-		return "", &Error{Op: op, Kind: ErrBMC, Message: "the system has no storage controller " + spec.Controller}
+		return Pending{}, &Error{Op: op, Kind: ErrBMC, Message: "the system has no storage controller " + spec.Controller}
 	}
 	drives, err := pickDrives(spec, fakeController, fakeDrives)
 	if err != nil {
-		return "", &Error{Op: op, Kind: ErrBMC, Message: err.Error()}
+		return Pending{}, &Error{Op: op, Kind: ErrBMC, Message: err.Error()}
 	}
 	most := usable(spec.Level, len(drives), fakeDriveBytes)
 	size := spec.SizeGB * gib
@@ -303,7 +502,7 @@ func (f *fake) CreateVolume(_ context.Context, spec VolumeSpec) (string, error) 
 	case size == 0:
 		size = most
 	case size > most:
-		return "", &Error{Op: op, Kind: ErrBMC, Message: fmt.Sprintf("HTTP 400 %d GiB exceeds the %d GiB RAID %s of %d drives gives", spec.SizeGB, most/gib, spec.Level, len(drives))}
+		return Pending{}, &Error{Op: op, Kind: ErrBMC, Message: fmt.Sprintf("HTTP 400 %d GiB exceeds the %d GiB RAID %s of %d drives gives", spec.SizeGB, most/gib, spec.Level, len(drives))}
 	}
 	f.raid.next++
 	v := Volume{ID: fmt.Sprintf("Disk.Virtual.%d", f.raid.next), Name: spec.Name, Controller: fakeController, Level: spec.Level, SizeBytes: size}
@@ -311,16 +510,22 @@ func (f *fake) CreateVolume(_ context.Context, spec VolumeSpec) (string, error) 
 		v.Name = v.ID
 	}
 	f.raid.volumes = append(f.raid.volumes, v)
-	return v.ID, nil
+	return Pending{Volume: v.ID, Controller: fakeController}, nil
 }
 
-func (f *fake) DeleteVolume(_ context.Context, v Volume) error {
+func (f *fake) DeleteVolume(_ context.Context, v Volume) (Pending, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	i := slices.IndexFunc(f.raid.volumes, func(x Volume) bool { return x.ID == v.ID })
 	if i < 0 {
-		return &Error{Op: "deleting RAID volume " + v.ID, Kind: ErrBMC, Message: "HTTP 404 no volume " + v.ID}
+		return Pending{}, &Error{Op: "deleting RAID volume " + v.ID, Kind: ErrBMC, Message: "HTTP 404 no volume " + v.ID}
 	}
 	f.raid.volumes = slices.Delete(f.raid.volumes, i, i+1)
-	return nil
+	return Pending{Controller: fakeController}, nil
+}
+
+// RAIDTask on the fake: its RAID work is done before it answers, so it
+// names no task.
+func (f *fake) RAIDTask(context.Context, string) (Task, error) {
+	return Task{State: "Completed"}, nil
 }

@@ -96,12 +96,12 @@ var catalogue = []StepInfo{
 	{"firmware", "update", "Update firmware components from image URLs through the BMC's UpdateService.SimpleUpdate, one after another, following each BMC task to its end (within wait seconds, default 1800); a task that ends in an exception fails the step with the BMC's message.", []Arg{
 		{"settings", "list of {component, url, wait}", true, "component bios or bmc; url http(s) the BMC can reach; wait seconds to allow the task (default 1800)", nil, isFirmwareSettings},
 	}, outOfBand, false},
-	{"raid", "create_configuration", "Build the node's target_raid_config out of band: each logical disk becomes a Volume POSTed to the system's Redfish Storage controller (RAIDType from raid_level, CapacityBytes from size_gb unless MAX, drives from physical_disks, number_of_physical_disks or the fewest the level needs), then raid_config records every volume the BMC reports. A node without a target fails the step.", []Arg{
+	{"raid", "create_configuration", "Build the node's target_raid_config out of band: each logical disk becomes a Volume POSTed to the system's Redfish Storage controller (RAIDType from raid_level, CapacityBytes from size_gb unless MAX, drives from physical_disks, number_of_physical_disks or the fewest the level needs) with the apply time Ironic picks (Immediate, else OnReset); a request the BMC answers with a task or job is followed to its end, after rebooting the node when it waits for a reset, then raid_config records every volume the BMC reports. A node without a target, or a task that fails, fails the step.", []Arg{
 		{"create_root_volume", "boolean", false, "build the root volume (is_root_volume); default true", nil, isBool},
 		{"create_nonroot_volumes", "boolean", false, "build the other volumes; default true", nil, isBool},
 		{"delete_existing", "boolean", false, "delete every existing volume first; default false", nil, isBool},
 	}, outOfBand, false},
-	{"raid", "delete_configuration", "Delete every volume of the system's Redfish Storage controllers (DELETE on each) and record the empty configuration in raid_config.", nil, outOfBand, false},
+	{"raid", "delete_configuration", "Delete every volume of the system's Redfish Storage controllers (DELETE on each, with the apply time Ironic picks; tasks followed, the node rebooted for those waiting for a reset, one per controller per reboot) and record the empty configuration in raid_config.", nil, outOfBand, false},
 	// The conductor's side of an agent deploy (direct, custom-agent),
 	// planned around the request's steps at Ironic's priorities.
 	{"deploy", "write_image", "Have the ramdisk agent download instance_info.image_source, verify its checksum and write it to the root disk, then the config drive (priority 80 of a direct deploy).", nil, withAgent, false},

@@ -55,9 +55,9 @@ func (c *Conductor) execHardwareStep(ctx context.Context, n *ent.Node, cl bmc.Cl
 		c.noteBMC(ctx, n, err)
 		return "", err
 	case "raid":
-		err := c.execRAID(ctx, n, cl, st)
+		power, err := c.execRAID(ctx, n, cl, st)
 		c.noteBMC(ctx, n, err)
-		return "", err
+		return power, err
 	case "management":
 		err := c.execManagement(ctx, n, cl, st)
 		c.noteBMC(ctx, n, err)

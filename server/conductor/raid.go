@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"maps"
+	"slices"
 	"strings"
 	"time"
 
@@ -18,61 +19,292 @@ import (
 // execRAID builds or removes the node's logical disks through its BMC
 // and records what the BMC then reports in raid_config, as Ironic's
 // redfish RAID interface does. raid_config is written only when the step
-// succeeds, so a failed step leaves the last known configuration.
-func (c *Conductor) execRAID(ctx context.Context, n *ent.Node, cl bmc.Client, st Step) error {
+// succeeds, so a failed step leaves the last known configuration. It
+// returns the power state it left when it rebooted the node.
+func (c *Conductor) execRAID(ctx context.Context, n *ent.Node, cl bmc.Client, st Step) (string, error) {
 	r, ok := cl.(bmc.RAID)
 	if !ok {
-		return fmt.Errorf("driver %s has no out-of-band RAID", n.Driver)
+		return "", fmt.Errorf("driver %s has no out-of-band RAID", n.Driver)
 	}
 	// agent RAID runs in a ramdisk Anvil does not have; no-raid is
 	// Ironic's way of turning RAID off for the node.
 	if impl := (&nodes.View{Node: n}).Interface("raid"); impl != "redfish" && impl != "fake" {
-		return fmt.Errorf("raid_interface %s does not build RAID out of band; set raid_interface %s", impl, bmc.DefaultInterface(n.Driver, "raid"))
+		return "", fmt.Errorf("raid_interface %s does not build RAID out of band; set raid_interface %s", impl, bmc.DefaultInterface(n.Driver, "raid"))
 	}
+	rr := raidRun{c: c, cl: cl, r: r}
 	var created map[string]map[string]any
 	switch st.Step {
 	case "create_configuration":
 		// The target may have changed since the run was requested.
 		cur, err := c.db.Node.Get(ctx, n.ID)
 		if err != nil {
-			return err
+			return "", err
 		}
 		disks, specs, err := raidPlan(cur, boolArg(st, "create_root_volume", true), boolArg(st, "create_nonroot_volumes", true))
 		if err != nil {
-			return err
+			return "", err
 		}
 		if boolArg(st, "delete_existing", false) {
-			if err := deleteVolumes(ctx, r); err != nil {
-				return err
+			if err := rr.deleteAll(ctx); err != nil {
+				return rr.power, err
 			}
 		}
-		created = map[string]map[string]any{}
-		var ids []string
-		for i, spec := range specs {
-			id, err := r.CreateVolume(ctx, spec)
-			if err != nil && len(ids) > 0 {
-				// Said in last_error: the BMC now holds volumes that
-				// raid_config does not list until the step runs again.
-				return fmt.Errorf("%s (after creating volumes %s)", bmc.Summary(err), strings.Join(ids, ", "))
-			}
-			if err != nil {
-				return err
-			}
-			ids = append(ids, id)
-			created[id] = disks[i]
+		if created, err = rr.create(ctx, disks, specs); err != nil {
+			return rr.power, err
 		}
 	case "delete_configuration":
-		if err := deleteVolumes(ctx, r); err != nil {
-			return err
+		if err := rr.deleteAll(ctx); err != nil {
+			return rr.power, err
 		}
 	default:
-		return fmt.Errorf("step %s has no implementation", st.Name())
+		return "", fmt.Errorf("step %s has no implementation", st.Name())
 	}
 	vols, err := r.Volumes(ctx)
 	if err != nil {
-		return err
+		return rr.power, err
 	}
-	return c.recordRAID(ctx, n, raidConfig(vols, created))
+	return rr.power, c.recordRAID(ctx, n, raidConfig(vols, created))
+}
+
+// How long RAID tasks are followed. An Immediate one is what sushy's
+// blocking create and delete wait for (500 s); one applied at a reset is
+// bounded by Ironic's clean_callback_timeout (1800 s), the CLEANWAIT its
+// periodic _query_raid_config_status polls in. Anvil follows the task in
+// the step itself rather than from a periodic task, so a conductor
+// restart ends the wait and fails the step, as any running step.
+const (
+	raidImmediateWait = 500 * time.Second
+	raidResetWait     = 30 * time.Minute
+)
+
+// raidRun is one RAID step's work on the BMC: what it rebooted.
+type raidRun struct {
+	c     *Conductor
+	cl    bmc.Client
+	r     bmc.RAID
+	power string // the power state the last reboot left, if any
+}
+
+// submitted is a request the BMC took, for the logical disk at index i.
+type submitted struct {
+	p bmc.Pending
+	i int
+}
+
+// create asks for specs' volumes in rounds, as Ironic's
+// _submit_create_configuration: on each controller requests go until one
+// answers with a task that waits for a reset (a controller takes one
+// such request at a time); the node is then rebooted once, every task
+// followed, and the rest asked for in the next round. It returns the
+// volume Ids it built, each with its target_raid_config entry. A BMC
+// that did the work without naming the volume has it found among the
+// volumes that appeared in the round, by name, else in order.
+func (rr *raidRun) create(ctx context.Context, disks []map[string]any, specs []bmc.VolumeSpec) (map[string]map[string]any, error) {
+	created := map[string]map[string]any{}
+	var ids []string
+	// Said in last_error: the BMC now holds volumes that raid_config
+	// does not list until the step runs again.
+	failed := func(err error) error {
+		if len(ids) == 0 {
+			return err
+		}
+		return fmt.Errorf("%s (after creating volumes %s)", bmc.Summary(err), strings.Join(ids, ", "))
+	}
+	todo := make([]int, len(specs))
+	for i := range todo {
+		todo[i] = i
+	}
+	for len(todo) > 0 {
+		before, err := rr.r.Volumes(ctx)
+		if err != nil {
+			return nil, failed(err)
+		}
+		var round []submitted
+		var next []int
+		busy := map[string]bool{}
+		for _, i := range todo {
+			// A spec naming no controller may land on a busy one.
+			if busy[specs[i].Controller] || specs[i].Controller == "" && len(busy) > 0 {
+				next = append(next, i)
+				continue
+			}
+			p, err := rr.r.CreateVolume(ctx, specs[i])
+			if err != nil {
+				return nil, failed(err)
+			}
+			round = append(round, submitted{p, i})
+			if p.Reboot() {
+				busy[p.Controller] = true
+			}
+		}
+		if err := rr.finish(ctx, round, "creating a RAID volume"); err != nil {
+			return nil, failed(err)
+		}
+		after, err := rr.r.Volumes(ctx)
+		if err != nil {
+			return nil, failed(err)
+		}
+		for _, id := range matchNew(before, after, round, specs) {
+			created[id.vol] = disks[id.i]
+			ids = append(ids, id.vol)
+		}
+		todo = next
+	}
+	return created, nil
+}
+
+type match struct {
+	vol string
+	i   int
+}
+
+// matchNew pairs the round's requests with the volumes they built: the
+// Id the BMC named, else a volume new since before with the name asked
+// for, else the next new volume nobody named.
+func matchNew(before, after []bmc.Volume, round []submitted, specs []bmc.VolumeSpec) []match {
+	old := map[[2]string]bool{}
+	for _, v := range before {
+		old[[2]string{v.Controller, v.ID}] = true
+	}
+	var fresh []bmc.Volume
+	for _, v := range after {
+		if !old[[2]string{v.Controller, v.ID}] {
+			fresh = append(fresh, v)
+		}
+	}
+	taken := map[string]bool{}
+	var out []match
+	var unnamed []submitted
+	for _, s := range round {
+		if s.p.Volume != "" {
+			taken[s.p.Volume] = true
+			out = append(out, match{s.p.Volume, s.i})
+		}
+	}
+	for _, s := range round {
+		if s.p.Volume != "" {
+			continue
+		}
+		found := false
+		for _, v := range fresh {
+			if !taken[v.ID] && specs[s.i].Name != "" && v.Name == specs[s.i].Name {
+				taken[v.ID], found = true, true
+				out = append(out, match{v.ID, s.i})
+				break
+			}
+		}
+		if !found {
+			unnamed = append(unnamed, s)
+		}
+	}
+	for _, s := range unnamed {
+		for _, v := range fresh {
+			if !taken[v.ID] {
+				taken[v.ID] = true
+				out = append(out, match{v.ID, s.i})
+				break
+			}
+		}
+	}
+	return out
+}
+
+// deleteAll removes every volume in rounds, as Ironic's
+// _submit_delete_configuration: one request per controller when it waits
+// for a reset, then a reboot and the tasks followed, until the BMC lists
+// none. A volume still listed after its deletion was done fails the step
+// rather than asking again forever.
+func (rr *raidRun) deleteAll(ctx context.Context) error {
+	gone := map[[2]string]bool{}
+	for {
+		vols, err := rr.r.Volumes(ctx)
+		if err != nil || len(vols) == 0 {
+			return err
+		}
+		for _, v := range vols {
+			if gone[[2]string{v.Controller, v.ID}] {
+				return &bmc.Error{Op: "deleting RAID volume " + v.ID, Kind: bmc.ErrBMC, Message: "the BMC still lists the volume after its deletion was done"}
+			}
+		}
+		var round []submitted
+		busy := map[string]bool{}
+		for _, v := range vols {
+			if busy[v.Controller] {
+				continue
+			}
+			p, err := rr.r.DeleteVolume(ctx, v)
+			if err != nil {
+				return err
+			}
+			round = append(round, submitted{p: p})
+			gone[[2]string{v.Controller, v.ID}] = true
+			if p.Reboot() {
+				busy[v.Controller] = true
+			}
+		}
+		if err := rr.finish(ctx, round, "deleting RAID volumes"); err != nil {
+			return err
+		}
+		if len(busy) == 0 {
+			return nil
+		}
+	}
+}
+
+// finish reboots the node when a request of the round waits for a reset
+// (Ironic's reboot_to_finish_step), then follows every task to its end.
+// A task that fails fails the step with the BMC's words: Ironic logs it
+// and records whatever volumes there are, which leaves a clean that
+// succeeded without the RAID it was asked for.
+func (rr *raidRun) finish(ctx context.Context, round []submitted, op string) error {
+	if slices.ContainsFunc(round, func(s submitted) bool { return s.p.Reboot() }) {
+		power, err := rr.c.reboot(ctx, rr.cl)
+		rr.power = power
+		if err != nil {
+			return err
+		}
+	}
+	poll := rr.c.cfg.BMC.PowerPoll
+	if poll <= 0 {
+		poll = time.Second
+	}
+	for _, s := range round {
+		if s.p.Task == "" {
+			continue
+		}
+		wait := raidImmediateWait
+		if s.p.Reboot() {
+			wait = raidResetWait
+		}
+		deadline := time.Now().Add(wait)
+		for {
+			t, err := rr.r.RAIDTask(ctx, s.p.Task)
+			if err != nil {
+				return err
+			}
+			if t.Failed() {
+				// The task's URI and message are the BMC's own text:
+				// operators'.
+				msg := "the RAID task ended in " + t.State
+				if t.Status != "" {
+					msg += " (TaskStatus " + t.Status + ")"
+				}
+				return &bmc.Error{Op: op, Kind: bmc.ErrBMC, Message: msg, Said: s.p.Task + ": " + t.Message}
+			}
+			if t.Done() {
+				break
+			}
+			if time.Now().After(deadline) {
+				return &bmc.Error{Op: op, Kind: bmc.ErrBMC, Message: fmt.Sprintf("the RAID task was not done (%d%%) after %s", t.Percent, wait), Said: s.p.Task + ": task state " + t.State}
+			}
+			select {
+			case <-rr.c.ctx.Done():
+				return errShutdown
+			case <-time.After(poll):
+			}
+		}
+	}
+	return nil
 }
 
 // recordRAID stores cfg as the node's raid_config, with the properties
@@ -105,19 +337,6 @@ func (c *Conductor) recordRAID(ctx context.Context, n *ent.Node, cfg map[string]
 		msg = "RAID configuration: " + strings.Join(names, ", ")
 	}
 	return history.Record(ctx, c.db.Client, history.Event{NodeID: n.ID, Type: "raid", Conductor: c.cfg.Name, Message: msg})
-}
-
-func deleteVolumes(ctx context.Context, r bmc.RAID) error {
-	vols, err := r.Volumes(ctx)
-	if err != nil {
-		return err
-	}
-	for _, v := range vols {
-		if err := r.DeleteVolume(ctx, v); err != nil {
-			return err
-		}
-	}
-	return nil
 }
 
 func boolArg(st Step, name string, def bool) bool {

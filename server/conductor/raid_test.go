@@ -3,10 +3,12 @@ package conductor
 import (
 	"context"
 	"log/slog"
+	"slices"
 	"strings"
 	"testing"
 
 	"github.com/anvilproject/anvil/ent"
+	"github.com/anvilproject/anvil/server/bmc"
 	"github.com/anvilproject/anvil/server/nodes"
 	"github.com/anvilproject/anvil/server/store"
 	"github.com/anvilproject/anvil/server/store/storetest"
@@ -202,5 +204,21 @@ func TestRAIDPropertiesFromAgentResult(t *testing.T) {
 	gone := raidProperties(got, map[string]any{})
 	if _, ok := gone["root_device"]; ok {
 		t.Errorf("an emptied configuration kept root_device %v", gone["root_device"])
+	}
+}
+
+// TestMatchNewVolumes: a round's requests are paired with the volumes
+// they built by the Id the BMC named, else by name among the volumes new
+// since the round began, else in order; a volume that was there before
+// is never taken.
+func TestMatchNewVolumes(t *testing.T) {
+	before := []bmc.Volume{{ID: "1", Name: "data", Controller: "c"}}
+	after := []bmc.Volume{before[0], {ID: "A", Name: "data", Controller: "c"}, {ID: "B", Name: "root", Controller: "c"}, {ID: "C", Controller: "c"}}
+	specs := []bmc.VolumeSpec{{Name: "root"}, {}, {Name: "named"}}
+	round := []submitted{{p: bmc.Pending{}, i: 0}, {p: bmc.Pending{}, i: 1}, {p: bmc.Pending{Volume: "C"}, i: 2}}
+	got := matchNew(before, after, round, specs)
+	want := []match{{"C", 2}, {"B", 0}, {"A", 1}}
+	if !slices.Equal(got, want) {
+		t.Errorf("matchNew %v, want %v", got, want)
 	}
 }
