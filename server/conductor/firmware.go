@@ -165,7 +165,7 @@ func (r *fwRun) call(component string, fn func() error) (waited bool, err error)
 			errors.As(err, &e)
 			return waited, &bmc.Error{Op: "updating " + component + " firmware", Where: e.Where, Kind: bmc.ErrUnreachable, Status: e.Status,
 				Message: fmt.Sprintf("the %s firmware update waited %s for it to answer again (--firmware-unresponsive-bmc-wait)", component, wait),
-				Said: e.Said, Detail: e.Detail}
+				Said:    e.Said, Detail: e.Detail}
 		}
 		waited = true
 		if err := r.sleep(r.poll); err != nil {
