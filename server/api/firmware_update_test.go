@@ -189,3 +189,39 @@ func TestFirmwareTaskReferencesAndNIC(t *testing.T) {
 		})
 	}
 }
+
+// TestFirmwareUnchangedAndUnknown: a BMC whose version is the same after
+// its update is, as in Ironic, an update with nothing to do: the step
+// succeeds and the history says so. A nic: component the BMC does not
+// have fails the clean naming it, before anything is posted.
+func TestFirmwareUnchangedAndUnknown(t *testing.T) {
+	storetest.Each(t, func(t *testing.T, setting string, _ *store.DB) {
+		fake := bmctest.StartFirmwareBMC(t, "location", "pending")
+		_, clients := startLocal(t, setting, fwOpts(10*time.Second))
+		admin := atVer(clients["system-admin"], api.VerFirmwareIface)
+		id, n := fwClean(t, admin, fake.DriverInfo(), "manageable", map[string]any{"component": "bmc", "url": "http://127.0.0.1:9/same-bmc.bin", "wait": 1})
+		if n["last_error"] != nil {
+			t.Fatalf("update to the same version: %v", n["last_error"])
+		}
+		var noted bool
+		for _, e := range admin.Do(t, "GET", "/v1/nodes/"+id+"/history", nil).JSON(t)["history"].([]any) {
+			ev, _ := e.(map[string]any)["event"].(string)
+			noted = noted || strings.Contains(ev, "bmc 1.00 -> 1.00 (unchanged by its update)")
+		}
+		if !noted {
+			t.Error("no history event noting the unchanged BMC version")
+		}
+		posts := len(fake.Bodies())
+		provision(t, admin, id, map[string]any{"target": "clean", "clean_steps": steps(step("firmware", "update", map[string]any{"settings": []any{
+			map[string]any{"component": "nic:NOPE", "url": "http://127.0.0.1:9/nic.bin"}}}))}, 202)
+		n = waitState(t, admin, id, "clean failed")
+		if e, _ := n["last_error"].(string); !strings.Contains(e, "no network adapter NOPE") {
+			t.Errorf("unknown adapter: last_error %q", e)
+		}
+		for _, b := range fake.Bodies()[posts:] {
+			if strings.Contains(b, "SimpleUpdate") {
+				t.Errorf("an update was posted for an unknown adapter: %s", b)
+			}
+		}
+	})
+}

@@ -299,8 +299,12 @@ func (c *Conductor) updateFirmware(ctx context.Context, n *ent.Node, cl bmc.Clie
 				return r.power, err
 			}
 			// Ironic reboots the host after a BMC flash that took before
-			// it goes on to the next component.
+			// it goes on to the next component; the BMC must answer
+			// steadily first, or the reboot would meet it restarting.
 			if changed && i < len(list)-1 {
+				if _, err := r.versions(component); err != nil {
+					return r.power, err
+				}
 				if err := r.reboot(); err != nil {
 					return r.power, err
 				}

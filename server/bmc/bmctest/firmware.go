@@ -115,14 +115,18 @@ func (f *FirmwareBMC) taskJSON(n int) map[string]any {
 }
 
 // poll advances a task as a BMC would between two reads: BMC and NIC
-// tasks run for one read and complete, applying their image; staged BIOS
-// tasks wait for a reset.
+// tasks run for one read and complete, applying their image (one whose
+// URL contains "same" changes nothing); staged BIOS tasks wait for a
+// reset.
 func (f *FirmwareBMC) poll(t *fakeTask) {
 	t.polls++
 	if t.component == "bios" || t.state != "Running" || t.polls < 2 {
 		return
 	}
 	t.state = "Completed"
+	if strings.Contains(t.image, "same") {
+		return // an image of the version the component runs
+	}
 	switch t.component {
 	case "bmc":
 		f.bmc = "1.01"
