@@ -99,7 +99,7 @@ func TestFirmwareComponents(t *testing.T) {
 		}
 
 		provision(t, admin, id, map[string]any{"target": "clean", "clean_steps": steps(step("firmware", "update", map[string]any{"settings": []any{
-			map[string]any{"component": "bios", "url": "http://127.0.0.1:9/bios.bin", "wait": 60},
+			map[string]any{"component": "bios", "url": "http://127.0.0.1:9/bios.bin", "wait": 1},
 			map[string]any{"component": "bmc", "url": "http://127.0.0.1:9/bmc.bin"},
 		}}))}, 202)
 		if n := waitState(t, admin, id, "manageable"); n["last_error"] != nil {

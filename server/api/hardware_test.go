@@ -429,7 +429,7 @@ func TestFirmwareOverRedfish(t *testing.T) {
 
 		fwSettings := func(url string) map[string]any {
 			return map[string]any{"settings": []any{
-				map[string]any{"component": "bios", "url": url + "/bios.bin", "wait": 60},
+				map[string]any{"component": "bios", "url": url + "/bios.bin", "wait": 1},
 				map[string]any{"component": "bmc", "url": url + "/bmc.bin"},
 			}}
 		}
@@ -451,13 +451,23 @@ func TestFirmwareOverRedfish(t *testing.T) {
 		if !found {
 			t.Errorf("no history event with the old and new versions")
 		}
+		// The BIOS update rebooted the machine after it was posted, as
+		// Ironic does: BMCs apply BIOS images at the next POST.
+		var posted, reset bool
+		for _, b := range sim.Bodies(t) {
+			posted = posted || (strings.Contains(b, "SimpleUpdate") && strings.Contains(b, sim.SystemPath("1")))
+			reset = reset || (posted && strings.Contains(b, "ComputerSystem.Reset"))
+		}
+		if !reset {
+			t.Errorf("no ComputerSystem.Reset after the BIOS update: %v", sim.Bodies(t))
+		}
 
 		// A task ending in an exception fails the step; the BMC's own
 		// message goes to the history detail, for operators.
 		provision(t, admin, id, map[string]any{"target": "clean", "clean_steps": steps(step("firmware", "update", map[string]any{"settings": []any{
 			map[string]any{"component": "bios", "url": "http://127.0.0.1:9/fail.bin"}}}))}, 202)
 		n := waitState(t, admin, id, "clean failed")
-		if le, _ := n["last_error"].(string); !strings.Contains(le, "Step firmware.update failed: the BMC answered with an error: the firmware update ended in Exception") {
+		if le, _ := n["last_error"].(string); !strings.Contains(le, "Step firmware.update failed: the BMC answered with an error: the bios firmware update ended in Exception") {
 			t.Errorf("failed update: last_error %q", le)
 		}
 		if v := sim.Resource(t, sim.SystemPath("1"))["BiosVersion"]; v != "1.1.0" {

@@ -2,35 +2,51 @@ package bmc
 
 import (
 	"context"
+	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
+	"net/url"
 	"strings"
+
+	"github.com/stmcginnis/gofish/common"
 )
 
 // FirmwareComponents are the components firmware.update names, as
-// Ironic's redfish firmware interface names them.
+// Ironic's redfish firmware interface names them; network adapters are
+// NICPrefix followed by the adapter's serial number (its Id when it has
+// none), as Ironic names them.
 var FirmwareComponents = []string{"bios", "bmc"}
+
+// NICPrefix starts a network adapter's component name.
+const NICPrefix = "nic:"
 
 // Task is a BMC task's progress.
 type Task struct {
 	State   string // Redfish TaskState: Running, Completed, Exception, …
-	Status  string // Redfish TaskStatus (a Health): OK, Warning, Critical
+	Status  string // Redfish TaskStatus: OK, Warning, Critical
 	Percent int
-	Message string // the BMC's last message
+	Message string // the BMC's messages, joined
+	// Gone: the BMC no longer has the task (404). Ironic takes that as a
+	// task that ended well, since BMCs purge finished tasks.
+	Gone bool
 }
 
-// Done reports whether the task ended, and Failed whether it ended badly.
+// Done reports whether the task ended: every state but those Ironic
+// keeps polling (New, Starting, Running, Pending) is an end.
 func (t Task) Done() bool {
 	switch t.State {
-	case "Completed", "Exception", "Killed", "Cancelled":
-		return true
+	case "New", "Starting", "Running", "Pending":
+		return false
 	}
-	return false
+	return true
 }
 
-// Failed reports whether the task ended without completing, or
-// completed in a Critical status (Ironic's RAID counts only OK and
-// Warning as success).
-func (t Task) Failed() bool { return t.Done() && (t.State != "Completed" || t.Status == "Critical") }
+// Failed reports whether the task ended other than Completed with an OK
+// or Warning status, Ironic's test of success.
+func (t Task) Failed() bool {
+	return t.Done() && (t.State != "Completed" || (t.Status != "" && t.Status != "OK" && t.Status != "Warning"))
+}
 
 // Firmware is a BMC that updates firmware from an image URL and reports
 // versions.
@@ -68,9 +84,20 @@ func (c *redfishClient) FirmwareIdentities(ctx context.Context) (map[string]Iden
 			model := ms[0].Model
 			out["bmc"] = Identity{Model: &model}
 		}
-		return nil
+		nics, err := c.nics()
+		for _, a := range nics {
+			out[a.component] = Identity{Vendor: nonEmpty(a.Manufacturer), Model: nonEmpty(a.Model), Serial: nonEmpty(a.SerialNumber)}
+		}
+		return err
 	})
 	return out, err
+}
+
+func nonEmpty(s string) *string {
+	if s == "" {
+		return nil
+	}
+	return &s
 }
 
 // FirmwareIdentities on the fake names a synthetic BMC model.
@@ -79,11 +106,91 @@ func (f *fake) FirmwareIdentities(context.Context) (map[string]Identity, error) 
 	return map[string]Identity{"bmc": {Model: &model}}, nil
 }
 
+// networkAdapter is a NetworkAdapter of the system's chassis with a
+// firmware version, as Ironic's redfish firmware interface lists them.
+type networkAdapter struct {
+	component, path, version          string
+	ID                                string `json:"Id"`
+	SerialNumber, Manufacturer, Model string
+	Controllers                       []struct{ FirmwarePackageVersion string }
+}
+
+// absent reports whether the BMC answered that a resource is not there,
+// which for network adapters means it has none.
+func absent(err error) bool {
+	var rf *common.Error
+	return errors.As(err, &rf) && (rf.HTTPReturnedStatusCode == 404 || rf.HTTPReturnedStatusCode == 405 || rf.HTTPReturnedStatusCode == 501)
+}
+
+// nics lists the network adapters of the system's first chassis that
+// report a controller firmware version. A BMC without chassis or adapters
+// has none, as for Ironic.
+func (c *redfishClient) nics() ([]networkAdapter, error) {
+	var sys struct {
+		Links struct{ Chassis []common.Link }
+	}
+	if err := c.getJSON(c.sysPath, &sys); err != nil {
+		return nil, err
+	}
+	if len(sys.Links.Chassis) == 0 {
+		return nil, nil
+	}
+	var ch struct{ NetworkAdapters common.Link }
+	if err := c.getJSON(sys.Links.Chassis[0].String(), &ch); err != nil || ch.NetworkAdapters == "" {
+		if absent(err) {
+			err = nil
+		}
+		return nil, err
+	}
+	var coll struct{ Members []common.Link }
+	if err := c.getJSON(ch.NetworkAdapters.String(), &coll); err != nil {
+		if absent(err) {
+			err = nil
+		}
+		return nil, err
+	}
+	var out []networkAdapter
+	for _, m := range coll.Members {
+		var a networkAdapter
+		if err := c.getJSON(m.String(), &a); err != nil {
+			return nil, err
+		}
+		for _, ctl := range a.Controllers {
+			if ctl.FirmwarePackageVersion != "" {
+				a.version = ctl.FirmwarePackageVersion
+				break
+			}
+		}
+		if a.version == "" {
+			continue
+		}
+		a.path, a.component = m.String(), NICPrefix+a.ID
+		if a.SerialNumber != "" {
+			a.component = NICPrefix + a.SerialNumber
+		}
+		out = append(out, a)
+	}
+	return out, nil
+}
+
 // updateTarget is the resource SimpleUpdate's Targets names for a
-// component: the system for its BIOS, its manager for the BMC.
+// component: the system for its BIOS, its manager for the BMC, the
+// NetworkAdapter for a NIC.
 func (c *redfishClient) updateTarget(component string) (string, error) {
 	if component == "bios" {
 		return c.sysPath, nil
+	}
+	if strings.HasPrefix(component, NICPrefix) {
+		nics, err := c.nics()
+		if err != nil {
+			return "", err
+		}
+		for _, a := range nics {
+			if a.component == component {
+				return a.path, nil
+			}
+		}
+		return "", &Error{Op: "updating " + component + " firmware", Where: c.where, Kind: ErrUnsupported, Reason: "the system has no such network adapter"}
 	}
 	sys, err := c.system()
 	if err != nil {
@@ -99,6 +206,22 @@ func (c *redfishClient) updateTarget(component string) (string, error) {
 	return ms[0].ODataID, nil
 }
 
+// relPath is a task reference as a path on the BMC: Location headers and
+// TaskMonitors may be absolute URLs.
+func relPath(ref string) string {
+	u, err := url.Parse(ref)
+	if err != nil || u.Path == "" {
+		return ref
+	}
+	if u.RawQuery != "" {
+		return u.Path + "?" + u.RawQuery
+	}
+	return u.Path
+}
+
+// StartFirmwareUpdate posts SimpleUpdate and returns what to follow: the
+// Location header, else the Task the 202 body is (@odata.id), else the
+// body's TaskMonitor, since BMCs answer in each of these ways.
 func (c *redfishClient) StartFirmwareUpdate(ctx context.Context, component, url string) (string, error) {
 	op := "updating " + component + " firmware"
 	var task string
@@ -117,30 +240,66 @@ func (c *redfishClient) StartFirmwareUpdate(ctx context.Context, component, url 
 			return err
 		}
 		defer resp.Body.Close()
-		task = resp.Header.Get("Location")
-		if task == "" {
-			return &Error{Op: op, Where: c.where, Kind: ErrBMC, Message: "SimpleUpdate returned no task to follow"}
+		var body struct {
+			ODataID     string `json:"@odata.id"`
+			TaskMonitor string
 		}
-		return nil
+		_ = json.NewDecoder(io.LimitReader(resp.Body, 1<<20)).Decode(&body)
+		for _, ref := range []string{resp.Header.Get("Location"), body.ODataID, body.TaskMonitor} {
+			if ref != "" {
+				task = relPath(ref)
+				return nil
+			}
+		}
+		return &Error{Op: op, Where: c.where, Kind: ErrBMC, Message: "SimpleUpdate returned no task to follow"}
 	})
 	return task, err
 }
 
+// FirmwareTask reads a Task or a TaskMonitor. A monitor answers 202
+// while the task runs and may carry no Task; without one, 202 is
+// Running and any other success Completed. A task the BMC no longer has
+// is Gone.
 func (c *redfishClient) FirmwareTask(ctx context.Context, path string) (Task, error) {
 	var t Task
 	err := c.do(ctx, "following the firmware update", func() error {
-		var raw struct {
-			TaskState       string
-			PercentComplete int
-			Messages        []struct{ Message string }
+		resp, err := c.api.Get(path)
+		var rf *common.Error
+		if errors.As(err, &rf) && rf.HTTPReturnedStatusCode == 404 {
+			t = Task{State: "Completed", Gone: true}
+			return nil
 		}
-		if err := c.getJSON(path, &raw); err != nil {
+		if err != nil {
 			return err
 		}
-		t = Task{State: raw.TaskState, Percent: raw.PercentComplete}
-		if n := len(raw.Messages); n > 0 {
-			t.Message = raw.Messages[n-1].Message
+		defer resp.Body.Close()
+		var raw struct {
+			TaskState, TaskStatus string
+			PercentComplete       int
+			Messages              []struct {
+				Message   string
+				MessageID string `json:"MessageId"`
+			}
 		}
+		_ = json.NewDecoder(io.LimitReader(resp.Body, 1<<20)).Decode(&raw)
+		t = Task{State: raw.TaskState, Status: raw.TaskStatus, Percent: raw.PercentComplete}
+		if t.State == "" {
+			t.State = "Completed"
+			if resp.StatusCode == 202 {
+				t.State = "Running"
+			}
+		}
+		var msgs []string
+		for _, m := range raw.Messages {
+			// A bare "Unknown" says nothing: the id does (as Ironic).
+			if m.Message == "" || strings.EqualFold(m.Message, "unknown") || strings.EqualFold(m.Message, "unknown error") {
+				m.Message = m.MessageID
+			}
+			if m.Message != "" {
+				msgs = append(msgs, m.Message)
+			}
+		}
+		t.Message = strings.Join(msgs, "; ")
 		return nil
 	})
 	return t, err
@@ -161,7 +320,11 @@ func (c *redfishClient) FirmwareVersions(ctx context.Context) (map[string]string
 		if len(ms) > 0 {
 			out["bmc"] = ms[0].FirmwareVersion
 		}
-		return nil
+		nics, err := c.nics()
+		for _, a := range nics {
+			out[a.component] = a.version
+		}
+		return err
 	})
 	return out, err
 }

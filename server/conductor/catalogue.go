@@ -93,8 +93,8 @@ var catalogue = []StepInfo{
 	}, outOfBand, false},
 	{"bios", "cache_bios_settings", "Read the current BIOS settings from the BMC into Anvil's cache (GET /v1/nodes/{node}/bios).", nil, outOfBand, false},
 	{"management", "clear_event_log", "Clear the BMC's event log: IPMI's SEL (sel clear), Redfish's LogService.ClearLog on every log service of the system and its manager; a BMC with no log service fails the step saying so. An Anvil step (Ironic has none).", nil, allDrivers, false},
-	{"firmware", "update", "Update firmware components from image URLs through the BMC's UpdateService.SimpleUpdate, one after another, following each BMC task to its end (within wait seconds, default 1800); a task that ends in an exception fails the step with the BMC's message.", []Arg{
-		{"settings", "list of {component, url, wait}", true, "component bios or bmc; url http(s) the BMC can reach; wait seconds to allow the task (default 1800)", nil, isFirmwareSettings},
+	{"firmware", "update", "Update firmware components from image URLs through the BMC's UpdateService.SimpleUpdate, one after another, as Ironic's redfish firmware interface: the BMC's task is followed (Location, the Task the answer is, or its TaskMonitor); a BIOS update reboots the machine once its task starts (BMCs apply BIOS images at the next POST), a NIC update after its task; a BMC update waits for the BMC to report a new version; a BMC that stops answering meanwhile is waited out (--firmware-unresponsive-bmc-wait). A task that ends in an exception fails the step with the BMC's message.", []Arg{
+		{"settings", "list of {component, url, wait}", true, "component bios, bmc or nic:<adapter serial number or id>; url http(s) the BMC can reach; wait seconds: for bmc how long to wait for its new version (default 300), otherwise a pause after the update", nil, isFirmwareSettings},
 	}, outOfBand, false},
 	{"raid", "create_configuration", "Build the node's target_raid_config out of band: each logical disk becomes a Volume POSTed to the system's Redfish Storage controller (RAIDType from raid_level, CapacityBytes from size_gb unless MAX, drives from physical_disks, number_of_physical_disks or the fewest the level needs) with the apply time Ironic picks (Immediate, else OnReset); a request the BMC answers with a task or job is followed to its end, after rebooting the node when it waits for a reset, then raid_config records every volume the BMC reports. A node without a target, or a task that fails, fails the step.", []Arg{
 		{"create_root_volume", "boolean", false, "build the root volume (is_root_volume); default true", nil, isBool},
@@ -270,15 +270,16 @@ func isFirmwareSettings(v any) error {
 				return fmt.Errorf("[%d] has %q; a setting has component, url and wait", i, k)
 			}
 		}
-		if c, _ := m["component"].(string); !slices.Contains(bmc.FirmwareComponents, c) {
-			return fmt.Errorf("[%d].component must be one of %s", i, strings.Join(bmc.FirmwareComponents, ", "))
+		if c, _ := m["component"].(string); !slices.Contains(bmc.FirmwareComponents, c) && (!strings.HasPrefix(c, bmc.NICPrefix) || c == bmc.NICPrefix) {
+			return fmt.Errorf("[%d].component must be one of %s or %s<adapter>", i, strings.Join(bmc.FirmwareComponents, ", "), bmc.NICPrefix)
 		}
 		if err := isImageURL(m["url"]); err != nil {
 			return fmt.Errorf("[%d].url %v", i, err)
 		}
 		if w, ok := m["wait"]; ok {
-			if err := isSeconds(w); err != nil {
-				return fmt.Errorf("[%d].wait %v", i, err)
+			// Ironic's schema: an integer of at least 1.
+			if err := isSeconds(w); err != nil || w == 0.0 {
+				return fmt.Errorf("[%d].wait must be a whole number of seconds from 1 to 86400", i)
 			}
 		}
 	}

@@ -94,3 +94,27 @@ func TestShapeAndArgumentProblemsSplit(t *testing.T) {
 		t.Error("explicit steps with an argument the step does not take were accepted")
 	}
 }
+
+// firmware.update's settings take Ironic's components, bios, bmc and
+// nic:<adapter>, and Ironic's wait of at least one second.
+func TestFirmwareSettingsArgs(t *testing.T) {
+	for _, c := range []struct {
+		setting map[string]any
+		want    string
+	}{
+		{map[string]any{"component": "nic:NIC.Slot.1", "url": "http://i.example/nic.bin", "wait": 30.0}, ""},
+		{map[string]any{"component": "bmc", "url": "http://i.example/bmc.bin"}, ""},
+		{map[string]any{"component": "nic:", "url": "http://i.example/nic.bin"}, "argument settings [0].component must be one of bios, bmc or nic:<adapter>"},
+		{map[string]any{"component": "raid", "url": "http://i.example/r.bin"}, "argument settings [0].component must be one of bios, bmc or nic:<adapter>"},
+		{map[string]any{"component": "bios", "url": "http://i.example/b.bin", "wait": 0.0}, "argument settings [0].wait must be a whole number of seconds from 1 to 86400"},
+	} {
+		var got string
+		step := conductor.Step{Interface: "firmware", Step: "update", Args: map[string]any{"settings": []any{c.setting}}}
+		if p := conductor.ArgProblems([]conductor.Step{step}); len(p) > 0 {
+			got = p[0].Msg
+		}
+		if got != c.want {
+			t.Errorf("%v: %q, want %q", c.setting, got, c.want)
+		}
+	}
+}

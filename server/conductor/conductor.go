@@ -50,7 +50,12 @@ type Config struct {
 	// BMCResetTimeout bounds the wait, after reset_bmc, for the BMC to
 	// answer again; the step ends only then.
 	BMCResetTimeout time.Duration
-	BMC             bmc.Options
+	// FirmwareUnresponsiveBMCWait is how long firmware.update waits out
+	// a BMC that stops answering (or answers 5xx) while and after it
+	// flashes, before the step fails; default 8 minutes, Ironic's
+	// firmware_update_resource_validation_timeout.
+	FirmwareUnresponsiveBMCWait time.Duration
+	BMC                         bmc.Options
 	// BMCNetworks is the BMC address allow-list (empty: any); it applies
 	// process-wide, to enrolment as well as to connections.
 	BMCNetworks []netip.Prefix
@@ -78,6 +83,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.BMCResetTimeout <= 0 {
 		c.BMCResetTimeout = 5 * time.Minute
+	}
+	if c.FirmwareUnresponsiveBMCWait <= 0 {
+		c.FirmwareUnresponsiveBMCWait = 8 * time.Minute
 	}
 	c.Agent = c.Agent.withDefaults()
 	if c.Console.Host == "" {

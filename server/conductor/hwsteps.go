@@ -11,7 +11,6 @@ import (
 	"github.com/anvilproject/anvil/ent"
 	"github.com/anvilproject/anvil/ent/biossetting"
 	"github.com/anvilproject/anvil/server/bmc"
-	"github.com/anvilproject/anvil/server/history"
 	"github.com/anvilproject/anvil/server/store"
 )
 
@@ -51,9 +50,9 @@ func (c *Conductor) execHardwareStep(ctx context.Context, n *ent.Node, cl bmc.Cl
 		if !ok {
 			return "", fmt.Errorf("driver %s cannot update firmware", n.Driver)
 		}
-		err := c.updateFirmware(ctx, n, fw, st)
+		power, err := c.updateFirmware(ctx, n, cl, fw, st)
 		c.noteBMC(ctx, n, err)
-		return "", err
+		return power, err
 	case "raid":
 		power, err := c.execRAID(ctx, n, cl, st)
 		c.noteBMC(ctx, n, err)
@@ -205,85 +204,4 @@ func (c *Conductor) execManagement(ctx context.Context, n *ent.Node, cl bmc.Clie
 		return bm.SetSecureBoot(ctx, on)
 	}
 	return fmt.Errorf("step %s has no implementation", st.Name())
-}
-
-// defaultFirmwareWait bounds one component's update when the step gives
-// no wait: BMCs take minutes to flash a BIOS.
-const defaultFirmwareWait = 30 * time.Minute
-
-// updateFirmware updates each component in turn, following the BMC's
-// task until it ends or its deadline passes, and records the versions
-// before and after in the node's history.
-func (c *Conductor) updateFirmware(ctx context.Context, n *ent.Node, fw bmc.Firmware, st Step) error {
-	list, _ := st.Args["settings"].([]any)
-	before, ids, err := readFirmware(ctx, fw)
-	if err != nil {
-		return err
-	}
-	// A node never inspected gets its components, with their initial
-	// versions, before anything is flashed.
-	if err := c.cacheFirmware(ctx, n.ID, before, ids, nil); err != nil {
-		return err
-	}
-	poll := c.cfg.BMC.PowerPoll
-	if poll <= 0 {
-		poll = time.Second
-	}
-	for _, x := range list {
-		m, _ := x.(map[string]any)
-		component, _ := m["component"].(string)
-		url, _ := m["url"].(string)
-		wait := defaultFirmwareWait
-		if w, ok := m["wait"].(float64); ok {
-			wait = time.Duration(w) * time.Second
-		}
-		task, err := fw.StartFirmwareUpdate(ctx, component, url)
-		if err != nil {
-			return err
-		}
-		deadline := time.Now().Add(wait)
-		for {
-			t, err := fw.FirmwareTask(ctx, task)
-			if err != nil {
-				return err
-			}
-			if t.Failed() {
-				// The task's message is the BMC's own text: operators'.
-				return &bmc.Error{Op: "updating " + component + " firmware", Kind: bmc.ErrBMC,
-					Message: "the firmware update ended in " + t.State, Said: t.Message}
-			}
-			if t.Done() {
-				break
-			}
-			if time.Now().After(deadline) {
-				return &bmc.Error{Op: "updating " + component + " firmware", Kind: bmc.ErrBMC,
-					Message: fmt.Sprintf("the firmware update was not done (%d%%) after %s", t.Percent, wait), Said: "task state " + t.State}
-			}
-			select {
-			case <-c.ctx.Done():
-				return errShutdown
-			case <-time.After(poll):
-			}
-		}
-	}
-	after, err := fw.FirmwareVersions(ctx)
-	if err != nil {
-		return err
-	}
-	flashed := map[string]bool{}
-	for _, x := range list {
-		m, _ := x.(map[string]any)
-		if component, ok := m["component"].(string); ok {
-			flashed[component] = true
-		}
-	}
-	if err := c.cacheFirmware(ctx, n.ID, after, ids, flashed); err != nil {
-		return err
-	}
-	var changes []string
-	for _, k := range slices.Sorted(maps.Keys(after)) {
-		changes = append(changes, fmt.Sprintf("%s %s -> %s", k, before[k], after[k]))
-	}
-	return history.Record(ctx, c.db.Client, history.Event{NodeID: n.ID, Type: "firmware", Conductor: c.cfg.Name,
-		Message: "Firmware versions: " + strings.Join(changes, ", ")})
 }
