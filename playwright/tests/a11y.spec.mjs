@@ -1,5 +1,6 @@
 import { test, expect } from '@playwright/test';
 import { accessible, shot, signIn } from './helpers.mjs';
+import path from 'node:path';
 
 test('every main page passes axe in both colour schemes, at 1440 px and at 390 px, and the suite records screenshots', async ({ page }, testInfo) => {
   // Twelve pages four times with axe: well over the default 30 s on 2 busy cores.
