@@ -6,22 +6,23 @@ const chromiumArgs = ['--no-sandbox', '--disable-gpu', '--disable-background-net
   '--disable-component-update', '--disable-sync', '--no-first-run'];
 
 // The ports of this run's servers, free when the run starts, so two
-// copies of the suite (two worktrees, two CI jobs) do not collide. The
-// config is loaded again in each worker, which inherits the environment:
-// the ports are chosen once, by the first load. Node's listen is
-// asynchronous and the config is not, hence the child process. The
-// ports are released before the servers bind them; the kernel hands out
-// ephemeral ports in turn, so another process taking one in between is
-// unlikely.
-if (!process.env.ANVIL_E2E_PORT) {
+// copies of the suite (two worktrees, two CI jobs) do not collide; one
+// set in the environment is kept. The config is loaded again in each
+// worker, which inherits the environment: the ports are chosen once, by
+// the first load. Node's listen is asynchronous and the config is not,
+// hence the child process. The ports are released before the servers
+// bind them; the kernel hands out ephemeral ports in turn, so another
+// process taking one in between is unlikely.
+const portVars = ['ANVIL_E2E_PORT', 'ANVIL_E2E_FLEET_PORT', 'ANVIL_E2E_SIM_PORT', 'ANVIL_E2E_OP_PORT'];
+if (portVars.some((v) => !process.env[v])) {
   const script = `const net = require('net');
     const ls = [0, 1, 2, 3].map(() => net.createServer());
     Promise.all(ls.map((l) => new Promise((ok) => l.listen(0, '127.0.0.1', ok)))).then(() => {
       console.log(ls.map((l) => l.address().port).join(' '));
       ls.forEach((l) => l.close());
     });`;
-  const [anvil, fleet, sim, op] = execFileSync(process.execPath, ['-e', script], { encoding: 'utf8' }).trim().split(' ');
-  Object.assign(process.env, { ANVIL_E2E_PORT: anvil, ANVIL_E2E_FLEET_PORT: fleet, ANVIL_E2E_SIM_PORT: sim, ANVIL_E2E_OP_PORT: op });
+  const free = execFileSync(process.execPath, ['-e', script], { encoding: 'utf8' }).trim().split(' ');
+  portVars.forEach((v, i) => { process.env[v] ||= free[i]; });
 }
 const { ANVIL_E2E_PORT: anvil, ANVIL_E2E_FLEET_PORT: fleet, ANVIL_E2E_SIM_PORT: sim, ANVIL_E2E_OP_PORT: op } = process.env;
 
