@@ -19,6 +19,7 @@ import (
 	"github.com/anvilproject/anvil/ent/apitoken"
 	"github.com/anvilproject/anvil/ent/auditevent"
 	"github.com/anvilproject/anvil/ent/biossetting"
+	"github.com/anvilproject/anvil/ent/bulkrun"
 	"github.com/anvilproject/anvil/ent/chassis"
 	"github.com/anvilproject/anvil/ent/conductor"
 	"github.com/anvilproject/anvil/ent/deploytemplate"
@@ -57,6 +58,8 @@ type Client struct {
 	AuditEvent *AuditEventClient
 	// BiosSetting is the client for interacting with the BiosSetting builders.
 	BiosSetting *BiosSettingClient
+	// BulkRun is the client for interacting with the BulkRun builders.
+	BulkRun *BulkRunClient
 	// Chassis is the client for interacting with the Chassis builders.
 	Chassis *ChassisClient
 	// Conductor is the client for interacting with the Conductor builders.
@@ -114,6 +117,7 @@ func (c *Client) init() {
 	c.Allocation = NewAllocationClient(c.config)
 	c.AuditEvent = NewAuditEventClient(c.config)
 	c.BiosSetting = NewBiosSettingClient(c.config)
+	c.BulkRun = NewBulkRunClient(c.config)
 	c.Chassis = NewChassisClient(c.config)
 	c.Conductor = NewConductorClient(c.config)
 	c.DeployTemplate = NewDeployTemplateClient(c.config)
@@ -231,6 +235,7 @@ func (c *Client) Tx(ctx context.Context) (*Tx, error) {
 		Allocation:         NewAllocationClient(cfg),
 		AuditEvent:         NewAuditEventClient(cfg),
 		BiosSetting:        NewBiosSettingClient(cfg),
+		BulkRun:            NewBulkRunClient(cfg),
 		Chassis:            NewChassisClient(cfg),
 		Conductor:          NewConductorClient(cfg),
 		DeployTemplate:     NewDeployTemplateClient(cfg),
@@ -275,6 +280,7 @@ func (c *Client) BeginTx(ctx context.Context, opts *sql.TxOptions) (*Tx, error) 
 		Allocation:         NewAllocationClient(cfg),
 		AuditEvent:         NewAuditEventClient(cfg),
 		BiosSetting:        NewBiosSettingClient(cfg),
+		BulkRun:            NewBulkRunClient(cfg),
 		Chassis:            NewChassisClient(cfg),
 		Conductor:          NewConductorClient(cfg),
 		DeployTemplate:     NewDeployTemplateClient(cfg),
@@ -325,11 +331,11 @@ func (c *Client) Close() error {
 // In order to add hooks to a specific client, call: `client.Node.Use(...)`.
 func (c *Client) Use(hooks ...Hook) {
 	for _, n := range []interface{ Use(...Hook) }{
-		c.APIToken, c.Allocation, c.AuditEvent, c.BiosSetting, c.Chassis, c.Conductor,
-		c.DeployTemplate, c.DeployTemplateStep, c.FirmwareComponent, c.InspectionRule,
-		c.Node, c.NodeEvent, c.NodeInventory, c.PolicyOverride, c.Port,
-		c.PortalSession, c.Portgroup, c.RoleAssignment, c.Runbook, c.RunbookStep,
-		c.Setting, c.Trait, c.User, c.VolumeConnector, c.VolumeTarget,
+		c.APIToken, c.Allocation, c.AuditEvent, c.BiosSetting, c.BulkRun, c.Chassis,
+		c.Conductor, c.DeployTemplate, c.DeployTemplateStep, c.FirmwareComponent,
+		c.InspectionRule, c.Node, c.NodeEvent, c.NodeInventory, c.PolicyOverride,
+		c.Port, c.PortalSession, c.Portgroup, c.RoleAssignment, c.Runbook,
+		c.RunbookStep, c.Setting, c.Trait, c.User, c.VolumeConnector, c.VolumeTarget,
 	} {
 		n.Use(hooks...)
 	}
@@ -339,11 +345,11 @@ func (c *Client) Use(hooks ...Hook) {
 // In order to add interceptors to a specific client, call: `client.Node.Intercept(...)`.
 func (c *Client) Intercept(interceptors ...Interceptor) {
 	for _, n := range []interface{ Intercept(...Interceptor) }{
-		c.APIToken, c.Allocation, c.AuditEvent, c.BiosSetting, c.Chassis, c.Conductor,
-		c.DeployTemplate, c.DeployTemplateStep, c.FirmwareComponent, c.InspectionRule,
-		c.Node, c.NodeEvent, c.NodeInventory, c.PolicyOverride, c.Port,
-		c.PortalSession, c.Portgroup, c.RoleAssignment, c.Runbook, c.RunbookStep,
-		c.Setting, c.Trait, c.User, c.VolumeConnector, c.VolumeTarget,
+		c.APIToken, c.Allocation, c.AuditEvent, c.BiosSetting, c.BulkRun, c.Chassis,
+		c.Conductor, c.DeployTemplate, c.DeployTemplateStep, c.FirmwareComponent,
+		c.InspectionRule, c.Node, c.NodeEvent, c.NodeInventory, c.PolicyOverride,
+		c.Port, c.PortalSession, c.Portgroup, c.RoleAssignment, c.Runbook,
+		c.RunbookStep, c.Setting, c.Trait, c.User, c.VolumeConnector, c.VolumeTarget,
 	} {
 		n.Intercept(interceptors...)
 	}
@@ -360,6 +366,8 @@ func (c *Client) Mutate(ctx context.Context, m Mutation) (Value, error) {
 		return c.AuditEvent.mutate(ctx, m)
 	case *BiosSettingMutation:
 		return c.BiosSetting.mutate(ctx, m)
+	case *BulkRunMutation:
+		return c.BulkRun.mutate(ctx, m)
 	case *ChassisMutation:
 		return c.Chassis.mutate(ctx, m)
 	case *ConductorMutation:
@@ -984,6 +992,139 @@ func (c *BiosSettingClient) mutate(ctx context.Context, m *BiosSettingMutation) 
 		return (&BiosSettingDelete{config: c.config, hooks: c.Hooks(), mutation: m}).Exec(ctx)
 	default:
 		return nil, fmt.Errorf("ent: unknown BiosSetting mutation op: %q", m.Op())
+	}
+}
+
+// BulkRunClient is a client for the BulkRun schema.
+type BulkRunClient struct {
+	config
+}
+
+// NewBulkRunClient returns a client for the BulkRun from the given config.
+func NewBulkRunClient(c config) *BulkRunClient {
+	return &BulkRunClient{config: c}
+}
+
+// Use adds a list of mutation hooks to the hooks stack.
+// A call to `Use(f, g, h)` equals to `bulkrun.Hooks(f(g(h())))`.
+func (c *BulkRunClient) Use(hooks ...Hook) {
+	c.hooks.BulkRun = append(c.hooks.BulkRun, hooks...)
+}
+
+// Intercept adds a list of query interceptors to the interceptors stack.
+// A call to `Intercept(f, g, h)` equals to `bulkrun.Intercept(f(g(h())))`.
+func (c *BulkRunClient) Intercept(interceptors ...Interceptor) {
+	c.inters.BulkRun = append(c.inters.BulkRun, interceptors...)
+}
+
+// Create returns a builder for creating a BulkRun entity.
+func (c *BulkRunClient) Create() *BulkRunCreate {
+	mutation := newBulkRunMutation(c.config, OpCreate)
+	return &BulkRunCreate{config: c.config, hooks: c.Hooks(), mutation: mutation}
+}
+
+// CreateBulk returns a builder for creating a bulk of BulkRun entities.
+func (c *BulkRunClient) CreateBulk(builders ...*BulkRunCreate) *BulkRunCreateBulk {
+	return &BulkRunCreateBulk{config: c.config, builders: builders}
+}
+
+// MapCreateBulk creates a bulk creation builder from the given slice. For each item in the slice, the function creates
+// a builder and applies setFunc on it.
+func (c *BulkRunClient) MapCreateBulk(slice any, setFunc func(*BulkRunCreate, int)) *BulkRunCreateBulk {
+	rv := reflect.ValueOf(slice)
+	if rv.Kind() != reflect.Slice {
+		return &BulkRunCreateBulk{err: fmt.Errorf("calling to BulkRunClient.MapCreateBulk with wrong type %T, need slice", slice)}
+	}
+	builders := make([]*BulkRunCreate, rv.Len())
+	for i := 0; i < rv.Len(); i++ {
+		builders[i] = c.Create()
+		setFunc(builders[i], i)
+	}
+	return &BulkRunCreateBulk{config: c.config, builders: builders}
+}
+
+// Update returns an update builder for BulkRun.
+func (c *BulkRunClient) Update() *BulkRunUpdate {
+	mutation := newBulkRunMutation(c.config, OpUpdate)
+	return &BulkRunUpdate{config: c.config, hooks: c.Hooks(), mutation: mutation}
+}
+
+// UpdateOne returns an update builder for the given entity.
+func (c *BulkRunClient) UpdateOne(_m *BulkRun) *BulkRunUpdateOne {
+	mutation := newBulkRunMutation(c.config, OpUpdateOne, withBulkRun(_m))
+	return &BulkRunUpdateOne{config: c.config, hooks: c.Hooks(), mutation: mutation}
+}
+
+// UpdateOneID returns an update builder for the given id.
+func (c *BulkRunClient) UpdateOneID(id int) *BulkRunUpdateOne {
+	mutation := newBulkRunMutation(c.config, OpUpdateOne, withBulkRunID(id))
+	return &BulkRunUpdateOne{config: c.config, hooks: c.Hooks(), mutation: mutation}
+}
+
+// Delete returns a delete builder for BulkRun.
+func (c *BulkRunClient) Delete() *BulkRunDelete {
+	mutation := newBulkRunMutation(c.config, OpDelete)
+	return &BulkRunDelete{config: c.config, hooks: c.Hooks(), mutation: mutation}
+}
+
+// DeleteOne returns a builder for deleting the given entity.
+func (c *BulkRunClient) DeleteOne(_m *BulkRun) *BulkRunDeleteOne {
+	return c.DeleteOneID(_m.ID)
+}
+
+// DeleteOneID returns a builder for deleting the given entity by its id.
+func (c *BulkRunClient) DeleteOneID(id int) *BulkRunDeleteOne {
+	builder := c.Delete().Where(bulkrun.ID(id))
+	builder.mutation.id = &id
+	builder.mutation.op = OpDeleteOne
+	return &BulkRunDeleteOne{builder}
+}
+
+// Query returns a query builder for BulkRun.
+func (c *BulkRunClient) Query() *BulkRunQuery {
+	return &BulkRunQuery{
+		config: c.config,
+		ctx:    &QueryContext{Type: TypeBulkRun},
+		inters: c.Interceptors(),
+	}
+}
+
+// Get returns a BulkRun entity by its id.
+func (c *BulkRunClient) Get(ctx context.Context, id int) (*BulkRun, error) {
+	return c.Query().Where(bulkrun.ID(id)).Only(ctx)
+}
+
+// GetX is like Get, but panics if an error occurs.
+func (c *BulkRunClient) GetX(ctx context.Context, id int) *BulkRun {
+	obj, err := c.Get(ctx, id)
+	if err != nil {
+		panic(err)
+	}
+	return obj
+}
+
+// Hooks returns the client hooks.
+func (c *BulkRunClient) Hooks() []Hook {
+	return c.hooks.BulkRun
+}
+
+// Interceptors returns the client interceptors.
+func (c *BulkRunClient) Interceptors() []Interceptor {
+	return c.inters.BulkRun
+}
+
+func (c *BulkRunClient) mutate(ctx context.Context, m *BulkRunMutation) (Value, error) {
+	switch m.Op() {
+	case OpCreate:
+		return (&BulkRunCreate{config: c.config, hooks: c.Hooks(), mutation: m}).Save(ctx)
+	case OpUpdate:
+		return (&BulkRunUpdate{config: c.config, hooks: c.Hooks(), mutation: m}).Save(ctx)
+	case OpUpdateOne:
+		return (&BulkRunUpdateOne{config: c.config, hooks: c.Hooks(), mutation: m}).Save(ctx)
+	case OpDelete, OpDeleteOne:
+		return (&BulkRunDelete{config: c.config, hooks: c.Hooks(), mutation: m}).Exec(ctx)
+	default:
+		return nil, fmt.Errorf("ent: unknown BulkRun mutation op: %q", m.Op())
 	}
 }
 
@@ -4199,14 +4340,14 @@ func (c *VolumeTargetClient) mutate(ctx context.Context, m *VolumeTargetMutation
 // hooks and interceptors per client, for fast access.
 type (
 	hooks struct {
-		APIToken, Allocation, AuditEvent, BiosSetting, Chassis, Conductor,
+		APIToken, Allocation, AuditEvent, BiosSetting, BulkRun, Chassis, Conductor,
 		DeployTemplate, DeployTemplateStep, FirmwareComponent, InspectionRule, Node,
 		NodeEvent, NodeInventory, PolicyOverride, Port, PortalSession, Portgroup,
 		RoleAssignment, Runbook, RunbookStep, Setting, Trait, User, VolumeConnector,
 		VolumeTarget []ent.Hook
 	}
 	inters struct {
-		APIToken, Allocation, AuditEvent, BiosSetting, Chassis, Conductor,
+		APIToken, Allocation, AuditEvent, BiosSetting, BulkRun, Chassis, Conductor,
 		DeployTemplate, DeployTemplateStep, FirmwareComponent, InspectionRule, Node,
 		NodeEvent, NodeInventory, PolicyOverride, Port, PortalSession, Portgroup,
 		RoleAssignment, Runbook, RunbookStep, Setting, Trait, User, VolumeConnector,

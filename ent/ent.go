@@ -16,6 +16,7 @@ import (
 	"github.com/anvilproject/anvil/ent/apitoken"
 	"github.com/anvilproject/anvil/ent/auditevent"
 	"github.com/anvilproject/anvil/ent/biossetting"
+	"github.com/anvilproject/anvil/ent/bulkrun"
 	"github.com/anvilproject/anvil/ent/chassis"
 	"github.com/anvilproject/anvil/ent/conductor"
 	"github.com/anvilproject/anvil/ent/deploytemplate"
@@ -101,6 +102,7 @@ func checkColumn(t, c string) error {
 			allocation.Table:         allocation.ValidColumn,
 			auditevent.Table:         auditevent.ValidColumn,
 			biossetting.Table:        biossetting.ValidColumn,
+			bulkrun.Table:            bulkrun.ValidColumn,
 			chassis.Table:            chassis.ValidColumn,
 			conductor.Table:          conductor.ValidColumn,
 			deploytemplate.Table:     deploytemplate.ValidColumn,

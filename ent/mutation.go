@@ -15,6 +15,7 @@ import (
 	"github.com/anvilproject/anvil/ent/apitoken"
 	"github.com/anvilproject/anvil/ent/auditevent"
 	"github.com/anvilproject/anvil/ent/biossetting"
+	"github.com/anvilproject/anvil/ent/bulkrun"
 	"github.com/anvilproject/anvil/ent/chassis"
 	"github.com/anvilproject/anvil/ent/conductor"
 	"github.com/anvilproject/anvil/ent/deploytemplate"
@@ -52,6 +53,7 @@ const (
 	TypeAllocation         = "Allocation"
 	TypeAuditEvent         = "AuditEvent"
 	TypeBiosSetting        = "BiosSetting"
+	TypeBulkRun            = "BulkRun"
 	TypeChassis            = "Chassis"
 	TypeConductor          = "Conductor"
 	TypeDeployTemplate     = "DeployTemplate"
@@ -4247,6 +4249,602 @@ func (m *BiosSettingMutation) ResetEdge(name string) error {
 		return nil
 	}
 	return fmt.Errorf("unknown BiosSetting edge %s", name)
+}
+
+// BulkRunMutation represents an operation that mutates the BulkRun nodes in the graph.
+type BulkRunMutation struct {
+	config
+	op            Op
+	typ           string
+	id            *int
+	token         *string
+	principal     *string
+	what          *string
+	results       *map[string][2]string
+	created_at    *time.Time
+	expires_at    *time.Time
+	clearedFields map[string]struct{}
+	done          bool
+	oldValue      func(context.Context) (*BulkRun, error)
+	predicates    []predicate.BulkRun
+}
+
+var _ ent.Mutation = (*BulkRunMutation)(nil)
+
+// bulkrunOption allows management of the mutation configuration using functional options.
+type bulkrunOption func(*BulkRunMutation)
+
+// newBulkRunMutation creates new mutation for the BulkRun entity.
+func newBulkRunMutation(c config, op Op, opts ...bulkrunOption) *BulkRunMutation {
+	m := &BulkRunMutation{
+		config:        c,
+		op:            op,
+		typ:           TypeBulkRun,
+		clearedFields: make(map[string]struct{}),
+	}
+	for _, opt := range opts {
+		opt(m)
+	}
+	return m
+}
+
+// withBulkRunID sets the ID field of the mutation.
+func withBulkRunID(id int) bulkrunOption {
+	return func(m *BulkRunMutation) {
+		var (
+			err   error
+			once  sync.Once
+			value *BulkRun
+		)
+		m.oldValue = func(ctx context.Context) (*BulkRun, error) {
+			once.Do(func() {
+				if m.done {
+					err = errors.New("querying old values post mutation is not allowed")
+				} else {
+					value, err = m.Client().BulkRun.Get(ctx, id)
+				}
+			})
+			return value, err
+		}
+		m.id = &id
+	}
+}
+
+// withBulkRun sets the old BulkRun of the mutation.
+func withBulkRun(node *BulkRun) bulkrunOption {
+	return func(m *BulkRunMutation) {
+		m.oldValue = func(context.Context) (*BulkRun, error) {
+			return node, nil
+		}
+		m.id = &node.ID
+	}
+}
+
+// Client returns a new `ent.Client` from the mutation. If the mutation was
+// executed in a transaction (ent.Tx), a transactional client is returned.
+func (m BulkRunMutation) Client() *Client {
+	client := &Client{config: m.config}
+	client.init()
+	return client
+}
+
+// Tx returns an `ent.Tx` for mutations that were executed in transactions;
+// it returns an error otherwise.
+func (m BulkRunMutation) Tx() (*Tx, error) {
+	if _, ok := m.driver.(*txDriver); !ok {
+		return nil, errors.New("ent: mutation is not running in a transaction")
+	}
+	tx := &Tx{config: m.config}
+	tx.init()
+	return tx, nil
+}
+
+// ID returns the ID value in the mutation. Note that the ID is only available
+// if it was provided to the builder or after it was returned from the database.
+func (m *BulkRunMutation) ID() (id int, exists bool) {
+	if m.id == nil {
+		return
+	}
+	return *m.id, true
+}
+
+// IDs queries the database and returns the entity ids that match the mutation's predicate.
+// That means, if the mutation is applied within a transaction with an isolation level such
+// as sql.LevelSerializable, the returned ids match the ids of the rows that will be updated
+// or updated by the mutation.
+func (m *BulkRunMutation) IDs(ctx context.Context) ([]int, error) {
+	switch {
+	case m.op.Is(OpUpdateOne | OpDeleteOne):
+		id, exists := m.ID()
+		if exists {
+			return []int{id}, nil
+		}
+		fallthrough
+	case m.op.Is(OpUpdate | OpDelete):
+		return m.Client().BulkRun.Query().Where(m.predicates...).IDs(ctx)
+	default:
+		return nil, fmt.Errorf("IDs is not allowed on %s operations", m.op)
+	}
+}
+
+// SetToken sets the "token" field.
+func (m *BulkRunMutation) SetToken(s string) {
+	m.token = &s
+}
+
+// Token returns the value of the "token" field in the mutation.
+func (m *BulkRunMutation) Token() (r string, exists bool) {
+	v := m.token
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldToken returns the old "token" field's value of the BulkRun entity.
+// If the BulkRun object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *BulkRunMutation) OldToken(ctx context.Context) (v string, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldToken is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldToken requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldToken: %w", err)
+	}
+	return oldValue.Token, nil
+}
+
+// ResetToken resets all changes to the "token" field.
+func (m *BulkRunMutation) ResetToken() {
+	m.token = nil
+}
+
+// SetPrincipal sets the "principal" field.
+func (m *BulkRunMutation) SetPrincipal(s string) {
+	m.principal = &s
+}
+
+// Principal returns the value of the "principal" field in the mutation.
+func (m *BulkRunMutation) Principal() (r string, exists bool) {
+	v := m.principal
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldPrincipal returns the old "principal" field's value of the BulkRun entity.
+// If the BulkRun object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *BulkRunMutation) OldPrincipal(ctx context.Context) (v string, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldPrincipal is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldPrincipal requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldPrincipal: %w", err)
+	}
+	return oldValue.Principal, nil
+}
+
+// ResetPrincipal resets all changes to the "principal" field.
+func (m *BulkRunMutation) ResetPrincipal() {
+	m.principal = nil
+}
+
+// SetWhat sets the "what" field.
+func (m *BulkRunMutation) SetWhat(s string) {
+	m.what = &s
+}
+
+// What returns the value of the "what" field in the mutation.
+func (m *BulkRunMutation) What() (r string, exists bool) {
+	v := m.what
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldWhat returns the old "what" field's value of the BulkRun entity.
+// If the BulkRun object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *BulkRunMutation) OldWhat(ctx context.Context) (v string, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldWhat is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldWhat requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldWhat: %w", err)
+	}
+	return oldValue.What, nil
+}
+
+// ResetWhat resets all changes to the "what" field.
+func (m *BulkRunMutation) ResetWhat() {
+	m.what = nil
+}
+
+// SetResults sets the "results" field.
+func (m *BulkRunMutation) SetResults(value map[string][2]string) {
+	m.results = &value
+}
+
+// Results returns the value of the "results" field in the mutation.
+func (m *BulkRunMutation) Results() (r map[string][2]string, exists bool) {
+	v := m.results
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldResults returns the old "results" field's value of the BulkRun entity.
+// If the BulkRun object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *BulkRunMutation) OldResults(ctx context.Context) (v map[string][2]string, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldResults is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldResults requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldResults: %w", err)
+	}
+	return oldValue.Results, nil
+}
+
+// ResetResults resets all changes to the "results" field.
+func (m *BulkRunMutation) ResetResults() {
+	m.results = nil
+}
+
+// SetCreatedAt sets the "created_at" field.
+func (m *BulkRunMutation) SetCreatedAt(t time.Time) {
+	m.created_at = &t
+}
+
+// CreatedAt returns the value of the "created_at" field in the mutation.
+func (m *BulkRunMutation) CreatedAt() (r time.Time, exists bool) {
+	v := m.created_at
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldCreatedAt returns the old "created_at" field's value of the BulkRun entity.
+// If the BulkRun object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *BulkRunMutation) OldCreatedAt(ctx context.Context) (v time.Time, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldCreatedAt is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldCreatedAt requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldCreatedAt: %w", err)
+	}
+	return oldValue.CreatedAt, nil
+}
+
+// ResetCreatedAt resets all changes to the "created_at" field.
+func (m *BulkRunMutation) ResetCreatedAt() {
+	m.created_at = nil
+}
+
+// SetExpiresAt sets the "expires_at" field.
+func (m *BulkRunMutation) SetExpiresAt(t time.Time) {
+	m.expires_at = &t
+}
+
+// ExpiresAt returns the value of the "expires_at" field in the mutation.
+func (m *BulkRunMutation) ExpiresAt() (r time.Time, exists bool) {
+	v := m.expires_at
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldExpiresAt returns the old "expires_at" field's value of the BulkRun entity.
+// If the BulkRun object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *BulkRunMutation) OldExpiresAt(ctx context.Context) (v time.Time, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldExpiresAt is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldExpiresAt requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldExpiresAt: %w", err)
+	}
+	return oldValue.ExpiresAt, nil
+}
+
+// ResetExpiresAt resets all changes to the "expires_at" field.
+func (m *BulkRunMutation) ResetExpiresAt() {
+	m.expires_at = nil
+}
+
+// Where appends a list predicates to the BulkRunMutation builder.
+func (m *BulkRunMutation) Where(ps ...predicate.BulkRun) {
+	m.predicates = append(m.predicates, ps...)
+}
+
+// WhereP appends storage-level predicates to the BulkRunMutation builder. Using this method,
+// users can use type-assertion to append predicates that do not depend on any generated package.
+func (m *BulkRunMutation) WhereP(ps ...func(*sql.Selector)) {
+	p := make([]predicate.BulkRun, len(ps))
+	for i := range ps {
+		p[i] = ps[i]
+	}
+	m.Where(p...)
+}
+
+// Op returns the operation name.
+func (m *BulkRunMutation) Op() Op {
+	return m.op
+}
+
+// SetOp allows setting the mutation operation.
+func (m *BulkRunMutation) SetOp(op Op) {
+	m.op = op
+}
+
+// Type returns the node type of this mutation (BulkRun).
+func (m *BulkRunMutation) Type() string {
+	return m.typ
+}
+
+// Fields returns all fields that were changed during this mutation. Note that in
+// order to get all numeric fields that were incremented/decremented, call
+// AddedFields().
+func (m *BulkRunMutation) Fields() []string {
+	fields := make([]string, 0, 6)
+	if m.token != nil {
+		fields = append(fields, bulkrun.FieldToken)
+	}
+	if m.principal != nil {
+		fields = append(fields, bulkrun.FieldPrincipal)
+	}
+	if m.what != nil {
+		fields = append(fields, bulkrun.FieldWhat)
+	}
+	if m.results != nil {
+		fields = append(fields, bulkrun.FieldResults)
+	}
+	if m.created_at != nil {
+		fields = append(fields, bulkrun.FieldCreatedAt)
+	}
+	if m.expires_at != nil {
+		fields = append(fields, bulkrun.FieldExpiresAt)
+	}
+	return fields
+}
+
+// Field returns the value of a field with the given name. The second boolean
+// return value indicates that this field was not set, or was not defined in the
+// schema.
+func (m *BulkRunMutation) Field(name string) (ent.Value, bool) {
+	switch name {
+	case bulkrun.FieldToken:
+		return m.Token()
+	case bulkrun.FieldPrincipal:
+		return m.Principal()
+	case bulkrun.FieldWhat:
+		return m.What()
+	case bulkrun.FieldResults:
+		return m.Results()
+	case bulkrun.FieldCreatedAt:
+		return m.CreatedAt()
+	case bulkrun.FieldExpiresAt:
+		return m.ExpiresAt()
+	}
+	return nil, false
+}
+
+// OldField returns the old value of the field from the database. An error is
+// returned if the mutation operation is not UpdateOne, or the query to the
+// database failed.
+func (m *BulkRunMutation) OldField(ctx context.Context, name string) (ent.Value, error) {
+	switch name {
+	case bulkrun.FieldToken:
+		return m.OldToken(ctx)
+	case bulkrun.FieldPrincipal:
+		return m.OldPrincipal(ctx)
+	case bulkrun.FieldWhat:
+		return m.OldWhat(ctx)
+	case bulkrun.FieldResults:
+		return m.OldResults(ctx)
+	case bulkrun.FieldCreatedAt:
+		return m.OldCreatedAt(ctx)
+	case bulkrun.FieldExpiresAt:
+		return m.OldExpiresAt(ctx)
+	}
+	return nil, fmt.Errorf("unknown BulkRun field %s", name)
+}
+
+// SetField sets the value of a field with the given name. It returns an error if
+// the field is not defined in the schema, or if the type mismatched the field
+// type.
+func (m *BulkRunMutation) SetField(name string, value ent.Value) error {
+	switch name {
+	case bulkrun.FieldToken:
+		v, ok := value.(string)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetToken(v)
+		return nil
+	case bulkrun.FieldPrincipal:
+		v, ok := value.(string)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetPrincipal(v)
+		return nil
+	case bulkrun.FieldWhat:
+		v, ok := value.(string)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetWhat(v)
+		return nil
+	case bulkrun.FieldResults:
+		v, ok := value.(map[string][2]string)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetResults(v)
+		return nil
+	case bulkrun.FieldCreatedAt:
+		v, ok := value.(time.Time)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetCreatedAt(v)
+		return nil
+	case bulkrun.FieldExpiresAt:
+		v, ok := value.(time.Time)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetExpiresAt(v)
+		return nil
+	}
+	return fmt.Errorf("unknown BulkRun field %s", name)
+}
+
+// AddedFields returns all numeric fields that were incremented/decremented during
+// this mutation.
+func (m *BulkRunMutation) AddedFields() []string {
+	return nil
+}
+
+// AddedField returns the numeric value that was incremented/decremented on a field
+// with the given name. The second boolean return value indicates that this field
+// was not set, or was not defined in the schema.
+func (m *BulkRunMutation) AddedField(name string) (ent.Value, bool) {
+	return nil, false
+}
+
+// AddField adds the value to the field with the given name. It returns an error if
+// the field is not defined in the schema, or if the type mismatched the field
+// type.
+func (m *BulkRunMutation) AddField(name string, value ent.Value) error {
+	switch name {
+	}
+	return fmt.Errorf("unknown BulkRun numeric field %s", name)
+}
+
+// ClearedFields returns all nullable fields that were cleared during this
+// mutation.
+func (m *BulkRunMutation) ClearedFields() []string {
+	return nil
+}
+
+// FieldCleared returns a boolean indicating if a field with the given name was
+// cleared in this mutation.
+func (m *BulkRunMutation) FieldCleared(name string) bool {
+	_, ok := m.clearedFields[name]
+	return ok
+}
+
+// ClearField clears the value of the field with the given name. It returns an
+// error if the field is not defined in the schema.
+func (m *BulkRunMutation) ClearField(name string) error {
+	return fmt.Errorf("unknown BulkRun nullable field %s", name)
+}
+
+// ResetField resets all changes in the mutation for the field with the given name.
+// It returns an error if the field is not defined in the schema.
+func (m *BulkRunMutation) ResetField(name string) error {
+	switch name {
+	case bulkrun.FieldToken:
+		m.ResetToken()
+		return nil
+	case bulkrun.FieldPrincipal:
+		m.ResetPrincipal()
+		return nil
+	case bulkrun.FieldWhat:
+		m.ResetWhat()
+		return nil
+	case bulkrun.FieldResults:
+		m.ResetResults()
+		return nil
+	case bulkrun.FieldCreatedAt:
+		m.ResetCreatedAt()
+		return nil
+	case bulkrun.FieldExpiresAt:
+		m.ResetExpiresAt()
+		return nil
+	}
+	return fmt.Errorf("unknown BulkRun field %s", name)
+}
+
+// AddedEdges returns all edge names that were set/added in this mutation.
+func (m *BulkRunMutation) AddedEdges() []string {
+	edges := make([]string, 0, 0)
+	return edges
+}
+
+// AddedIDs returns all IDs (to other nodes) that were added for the given edge
+// name in this mutation.
+func (m *BulkRunMutation) AddedIDs(name string) []ent.Value {
+	return nil
+}
+
+// RemovedEdges returns all edge names that were removed in this mutation.
+func (m *BulkRunMutation) RemovedEdges() []string {
+	edges := make([]string, 0, 0)
+	return edges
+}
+
+// RemovedIDs returns all IDs (to other nodes) that were removed for the edge with
+// the given name in this mutation.
+func (m *BulkRunMutation) RemovedIDs(name string) []ent.Value {
+	return nil
+}
+
+// ClearedEdges returns all edge names that were cleared in this mutation.
+func (m *BulkRunMutation) ClearedEdges() []string {
+	edges := make([]string, 0, 0)
+	return edges
+}
+
+// EdgeCleared returns a boolean which indicates if the edge with the given name
+// was cleared in this mutation.
+func (m *BulkRunMutation) EdgeCleared(name string) bool {
+	return false
+}
+
+// ClearEdge clears the value of the edge with the given name. It returns an error
+// if that edge is not defined in the schema.
+func (m *BulkRunMutation) ClearEdge(name string) error {
+	return fmt.Errorf("unknown BulkRun unique edge %s", name)
+}
+
+// ResetEdge resets all changes to the edge with the given name in this mutation.
+// It returns an error if the edge is not defined in the schema.
+func (m *BulkRunMutation) ResetEdge(name string) error {
+	return fmt.Errorf("unknown BulkRun edge %s", name)
 }
 
 // ChassisMutation represents an operation that mutates the Chassis nodes in the graph.

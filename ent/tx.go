@@ -22,6 +22,8 @@ type Tx struct {
 	AuditEvent *AuditEventClient
 	// BiosSetting is the client for interacting with the BiosSetting builders.
 	BiosSetting *BiosSettingClient
+	// BulkRun is the client for interacting with the BulkRun builders.
+	BulkRun *BulkRunClient
 	// Chassis is the client for interacting with the Chassis builders.
 	Chassis *ChassisClient
 	// Conductor is the client for interacting with the Conductor builders.
@@ -199,6 +201,7 @@ func (tx *Tx) init() {
 	tx.Allocation = NewAllocationClient(tx.config)
 	tx.AuditEvent = NewAuditEventClient(tx.config)
 	tx.BiosSetting = NewBiosSettingClient(tx.config)
+	tx.BulkRun = NewBulkRunClient(tx.config)
 	tx.Chassis = NewChassisClient(tx.config)
 	tx.Conductor = NewConductorClient(tx.config)
 	tx.DeployTemplate = NewDeployTemplateClient(tx.config)

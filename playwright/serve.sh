@@ -2,11 +2,15 @@
 # Starts a throwaway Anvil for the journeys: a fresh SQLite file, demo
 # nodes, the accounts the tests sign in as, a loopback OpenID provider
 # (internal/testop) for the SSO journey and a Redfish simulator for the
-# hardware journey. ANVIL_PORT and ANVIL_DEMO start another instance
-# beside it (the 500-node journey), without SSO or the simulator.
+# hardware journey. ANVIL_PORT is Anvil's port; ANVIL_SIM_PORT and
+# ANVIL_OP_PORT, the simulator's and the provider's, start them (without
+# them the instance has neither: the 500-node journey's); ANVIL_DEMO is
+# the number of demo nodes. playwright.config.mjs chooses free ports.
 set -eu
 port=${ANVIL_PORT:-18085}
 demo=${ANVIL_DEMO:-40}
+sim_port=${ANVIL_SIM_PORT:-}
+op_port=${ANVIL_OP_PORT:-}
 cd "$(dirname "$0")/.."
 dir=$(mktemp -d)
 go build -o "$dir/anvil" .
@@ -30,21 +34,21 @@ setsid sh -c 'while kill -0 "$1" 2>/dev/null; do sleep 1; done; [ -d "$3/bmc" ] 
   >/dev/null 2>&1 </dev/null &
 
 sso=""
-if [ "$port" = 18085 ]; then
+if [ -n "$sim_port" ] && [ -n "$op_port" ]; then
   # A Redfish BMC (redfish-sim, as the Go tests run it) whose BIOS really
   # takes staged settings at reset, for the hardware journey, which enrols
-  # a node on it. Port 7740 is below the Go tests' 7750-7799.
-  SIM_POWER_DELAY='0.2 0.5' "$sim" start "$dir/bmc" 7740 >/dev/null
-  "$dir/testop" -listen 127.0.0.1:18090 -redirect http://127.0.0.1:18085/auth/oidc/callback \
+  # a node on it.
+  SIM_POWER_DELAY='0.2 0.5' "$sim" start "$dir/bmc" "$sim_port" >/dev/null
+  "$dir/testop" -listen "127.0.0.1:$op_port" -redirect "http://127.0.0.1:$port/auth/oidc/callback" \
     -groups anvil:project:tenant-blue:member &
   op=$!
   trap 'kill $op 2>/dev/null' EXIT INT TERM
   for _ in $(seq 1 50); do
-    curl -sf http://127.0.0.1:18090/.well-known/openid-configuration >/dev/null && break
+    curl -sf "http://127.0.0.1:$op_port/.well-known/openid-configuration" >/dev/null && break
     sleep 0.1
   done
-  sso="--oidc-issuer http://127.0.0.1:18090 --oidc-client-id anvil --oidc-client-secret anvil-secret
-    --oidc-redirect-url http://127.0.0.1:18085/auth/oidc/callback"
+  sso="--oidc-issuer http://127.0.0.1:$op_port --oidc-client-id anvil --oidc-client-secret anvil-secret
+    --oidc-redirect-url http://127.0.0.1:$port/auth/oidc/callback"
 fi
 
 # $sso is split into its flags on purpose.

@@ -304,11 +304,11 @@ func TestExpiredSessionPostsSignIn(t *testing.T) {
 		if st != 401 || h.Get("HX-Redirect") != expired(nodePage) {
 			t.Errorf("%s: htmx power: %d HX-Redirect %q", how, st, h.Get("HX-Redirect"))
 		}
-		// The bulk results' poll; its page is the answer to a form, so the
-		// way back leads to the list.
-		st, _, h = old.do("POST", "/nodes/bulk/progress", url.Values{"node": {node}, "result": {"ok|Started"}}, "HX-Request", "true", "X-CSRF-Token", csrf,
-			"HX-Current-URL", srv.URL+"/nodes/bulk/run")
-		if st != 401 || h.Get("HX-Redirect") != expired("/nodes/bulk/run") {
+		// The bulk results' poll: the way back leads to the results, which
+		// have their own address.
+		results := "/nodes/bulk/results/AAAAAAAAAAAAAAAAAAAAAA"
+		st, _, h = old.do("GET", results+"/progress", nil, "HX-Request", "true", "X-CSRF-Token", csrf, "HX-Current-URL", srv.URL+results)
+		if st != 401 || h.Get("HX-Redirect") != expired(results) {
 			t.Errorf("%s: bulk poll: %d HX-Redirect %q", how, st, h.Get("HX-Redirect"))
 		}
 		// A plain form: back to the page it was posted from when that is

@@ -54,6 +54,8 @@ func (p *Portal) detail(c *fiber.Ctx) (views.NodeDetail, error) {
 		}
 	}
 	if d.Busy {
+		// A power action sets updated_at when it begins; a provision
+		// state change sets provision_updated_at.
 		since := v.UpdatedAt
 		if d.TargetPowerState == "" && v.ProvisionUpdatedAt != nil {
 			since = v.ProvisionUpdatedAt

@@ -1,13 +1,18 @@
 package web
 
 import (
+	"crypto/rand"
+	"encoding/base64"
 	"fmt"
 	"net/url"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/gofiber/fiber/v2"
 
+	"github.com/anvilproject/anvil/ent"
+	"github.com/anvilproject/anvil/ent/bulkrun"
 	"github.com/anvilproject/anvil/server/conductor"
 	"github.com/anvilproject/anvil/server/errs"
 	"github.com/anvilproject/anvil/server/nodes"
@@ -20,6 +25,10 @@ import (
 const bulkMax = nodes.MaxLimit
 
 var bulkActions = []string{"runbook", "power", "maintenance"}
+
+// started is the result of an action the conductor goes on with after
+// the request; the results page settles it once the node is done.
+const started = "Started"
 
 // bulkArgs are a bulk action and its arguments as the forms post them.
 type bulkArgs struct {
@@ -226,8 +235,8 @@ func (p *Portal) bulkPage(c *fiber.Ctx) error {
 }
 
 // bulkAgain answers a GET of a bulk page, which exists only as the
-// answer to its form; signing in again after a session ended mid-run
-// returns there. The list shows the nodes' state now.
+// answer to its form; signing in again after a session ended while it
+// was shown returns there. The list shows the nodes' state now.
 func (p *Portal) bulkAgain(c *fiber.Ctx) error { return c.Redirect("/nodes", fiber.StatusSeeOther) }
 
 // bulkRun takes the action on each eligible node through the service the
@@ -262,7 +271,7 @@ func (p *Portal) bulkRun(c *fiber.Ctx) error {
 			continue
 		}
 		var err error
-		done := "Started"
+		done := started
 		switch a.action {
 		case "power":
 			err = p.Ops.SetPower(ctx, v.UUID, a.power)
@@ -286,40 +295,72 @@ func (p *Portal) bulkRun(c *fiber.Ctx) error {
 			results[v.UUID] = [2]string{"bad", "Refused: " + err.Error()}
 		}
 	}
-	rows, err := p.progress(c, results)
+	// The results are kept under a random name and shown at their own
+	// address: a reload or another tab shows them again, and a reload
+	// does not post the action twice.
+	raw := make([]byte, 16)
+	_, _ = rand.Read(raw)
+	token := base64.RawURLEncoding.EncodeToString(raw)
+	now := time.Now()
+	// Runs kept past their time are dropped here rather than by a
+	// sweeper, as sessions are.
+	if _, err := p.DB.BulkRun.Delete().Where(bulkrun.ExpiresAtLT(now)).Exec(ctx); err != nil {
+		return err
+	}
+	if err := p.DB.BulkRun.Create().SetToken(token).SetPrincipal(sessionOf(c).Principal()).SetWhat(b.What).
+		SetResults(results).SetCreatedAt(now).SetExpiresAt(now.Add(AbsoluteTimeout)).Exec(ctx); err != nil {
+		return err
+	}
+	return c.Redirect("/nodes/bulk/results/"+token, fiber.StatusSeeOther)
+}
+
+// bulkRunOf reads the viewer's own bulk run named in the address; another
+// principal's is not found, as one that never existed or expired.
+func (p *Portal) bulkRunOf(c *fiber.Ctx) (*ent.BulkRun, error) {
+	r, err := p.DB.BulkRun.Query().Where(bulkrun.Token(c.Params("token")), bulkrun.Principal(sessionOf(c).Principal()),
+		bulkrun.ExpiresAtGT(time.Now())).Only(c.UserContext())
+	if ent.IsNotFound(err) {
+		return nil, errs.NotFound("These bulk results are not on record: they expired, or belong to someone else.")
+	}
+	return r, err
+}
+
+// bulkResults shows a bulk run's results page.
+func (p *Portal) bulkResults(c *fiber.Ctx) error {
+	r, err := p.bulkRunOf(c)
+	if err != nil {
+		return p.fail(c, err)
+	}
+	pg, err := p.page(c, r.What)
 	if err != nil {
 		return err
 	}
-	pg.Title = b.What
-	return render(c, 200, views.BulkResults(pg, fmt.Sprintf("%s: %d nodes", b.What, len(rows)), rows))
+	rows, err := p.progress(c, r)
+	if err != nil {
+		return err
+	}
+	return render(c, 200, views.BulkResults(pg, r.Token, fmt.Sprintf("%s: %d nodes", r.What, len(rows)), rows))
 }
 
-// bulkProgress re-reads the nodes of a bulk run for its results table,
-// keeping each one's result as posted back by the table itself.
+// bulkProgress is the results table again, for its own refresh.
 func (p *Portal) bulkProgress(c *fiber.Ctx) error {
-	ids := c.Request().PostArgs().PeekMulti("node")
-	res := c.Request().PostArgs().PeekMulti("result")
-	if len(ids) != len(res) || len(ids) > bulkMax {
-		return c.Status(400).SendString("node and result come in pairs, at most " + fmt.Sprint(bulkMax))
+	r, err := p.bulkRunOf(c)
+	if err != nil {
+		return p.fail(c, err)
 	}
-	results := map[string][2]string{}
-	for i, id := range ids {
-		kind, text, _ := strings.Cut(string(res[i]), "|")
-		if !slices.Contains([]string{"ok", "skip", "bad"}, kind) {
-			kind = "bad"
-		}
-		results[strings.ToLower(string(id))] = [2]string{kind, text}
-	}
-	rows, err := p.progress(c, results)
+	rows, err := p.progress(c, r)
 	if err != nil {
 		return err
 	}
-	return render(c, 200, views.BulkProgress(views.Page{CSRF: sessionOf(c).CSRF}, rows))
+	return render(c, 200, views.BulkProgress(r.Token, rows))
 }
 
-// progress reads the current state of the nodes in results, in one query
-// that returns only the nodes the viewer may see.
-func (p *Portal) progress(c *fiber.Ctx, results map[string][2]string) ([]views.BulkResult, error) {
+// progress reads the current state of a run's nodes, in one query that
+// returns only the nodes the viewer may see. A started action whose node
+// is no longer busy gets its outcome: failed with the node's last error,
+// or done; it is stored, so later changes to the node do not rewrite it.
+func (p *Portal) progress(c *fiber.Ctx, run *ent.BulkRun) ([]views.BulkResult, error) {
+	results := run.Results
 	ids := make([]string, 0, len(results))
 	for id := range results {
 		if nodes.IsUUID(id) {
@@ -334,13 +375,33 @@ func (p *Portal) progress(c *fiber.Ctx, results map[string][2]string) ([]views.B
 		return nil, err
 	}
 	rows := make([]views.BulkResult, 0, len(page.Nodes))
+	settled := false
 	for _, v := range page.Nodes {
 		r := views.BulkResult{Node: nodeRow(v), Kind: results[v.UUID][0], Result: results[v.UUID][1]}
 		r.Busy = slices.Contains(busyStates, v.ProvisionState) || v.TargetPowerState != nil
+		if r.Result == started && !r.Busy {
+			r.Kind, r.Result = "ok", "Done"
+			if e := deref(v.LastError); e != "" {
+				r.Kind, r.Result = "bad", "Failed: "+firstLine(e)
+			}
+			results[v.UUID], settled = [2]string{r.Kind, r.Result}, true
+		}
 		r.Step = stepText(v)
 		rows = append(rows, r)
 	}
+	if settled {
+		if err := p.DB.BulkRun.UpdateOne(run).SetResults(results).Exec(c.UserContext()); err != nil {
+			return nil, err
+		}
+	}
 	return rows, nil
+}
+
+// firstLine is the first line of a node's last error; the results table
+// shows the whole text in the node's row.
+func firstLine(s string) string {
+	first, _, _ := strings.Cut(s, "\n")
+	return first
 }
 
 // stepText is a run's progress in words, "Step 2 of 3: deploy.wait", or

@@ -2,13 +2,18 @@ package web_test
 
 import (
 	"context"
+	"net"
 	"net/url"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/anvilproject/anvil/ent/node"
 	"github.com/anvilproject/anvil/ent/nodeevent"
+	"github.com/anvilproject/anvil/server"
+	"github.com/anvilproject/anvil/server/bmc"
+	"github.com/anvilproject/anvil/server/conductor"
 	"github.com/anvilproject/anvil/server/store"
 	"github.com/anvilproject/anvil/server/store/storetest"
 )
@@ -64,25 +69,29 @@ func TestBulkActions(t *testing.T) {
 		}
 
 		// Run: two started, two left alone with their reason, and the
-		// hidden node untouched.
-		st, page, _ = pat.do("POST", "/nodes/bulk/run", sel)
+		// hidden node untouched. The results have their own address.
+		st, _, h := pat.do("POST", "/nodes/bulk/run", sel)
+		results := h.Get("Location")
+		if st != 303 || !strings.HasPrefix(results, "/nodes/bulk/results/") {
+			t.Fatalf("bulk run: %d to %q", st, results)
+		}
+		st, page, _ = pat.do("GET", results, nil)
 		if st != 200 || strings.Count(page, `data-result="ok"`) != 2 || strings.Count(page, `data-result="skip"`) != 2 ||
 			!strings.Contains(page, "Left alone: Runbooks run on manageable or active nodes; this node is enroll.") || strings.Contains(page, "f-01") {
-			t.Fatalf("bulk run: %d\n%s", st, page)
+			t.Fatalf("bulk results: %d\n%s", st, page)
 		}
-		if !strings.Contains(page, `hx-post="/nodes/bulk/progress"`) {
-			t.Errorf("the results do not follow the runs")
+		if !strings.Contains(page, `hx-get="`+results+`/progress"`) || strings.Count(page, ">Started<") != 2 {
+			t.Errorf("the results do not follow the runs:\n%s", page)
 		}
-		// The table follows the runs until both are done.
-		prog := url.Values{"csrf": {pat.csrf}, "node": {ids["f-00"], ids["f-06"], ids["f-01"]}, "result": {"ok|Started", "ok|Started", "ok|Started"}}
+		// The table follows the runs until both are done, and says so.
 		deadline := time.Now().Add(15 * time.Second)
 		for {
-			_, frag, _ := pat.do("POST", "/nodes/bulk/progress", prog, "HX-Request", "true")
+			_, frag, _ := pat.do("GET", results+"/progress", nil, "HX-Request", "true")
 			if strings.Contains(frag, "f-01") || strings.Contains(frag, ids["f-01"]) {
 				t.Fatalf("progress shows a hidden node:\n%s", frag)
 			}
-			if strings.Count(frag, "○</span> manageable") == 2 && !strings.Contains(frag, "hx-trigger") {
-				if strings.Count(frag, ">Started<") != 2 {
+			if !strings.Contains(frag, "hx-trigger") {
+				if strings.Count(frag, `data-testid="bulk-result">Done<`) != 2 || strings.Count(frag, "○</span> manageable") != 3 || strings.Count(frag, `data-result="skip"`) != 2 {
 					t.Errorf("results lost on the way:\n%s", frag)
 				}
 				break
@@ -91,6 +100,14 @@ func TestBulkActions(t *testing.T) {
 				t.Fatalf("runs never finished:\n%s", frag)
 			}
 			time.Sleep(200 * time.Millisecond)
+		}
+		// A reload shows them again; someone else cannot see them.
+		if st, page, _ := pat.do("GET", results, nil); st != 200 || strings.Count(page, `data-testid="bulk-result">Done<`) != 2 ||
+			!strings.Contains(page, "Left alone: Runbooks run on manageable or active nodes; this node is enroll.") {
+			t.Errorf("reloaded results: %d\n%s", st, page)
+		}
+		if st, page, _ := signInAs(t, srv, "gil").do("GET", results, nil); st != 404 || strings.Contains(page, "f-00") {
+			t.Errorf("another user's view of the results: %d", st)
 		}
 		for _, n := range []string{"f-00", "f-06"} {
 			done, err := srv.DB.NodeEvent.Query().Where(nodeevent.HasNodeWith(node.UUID(ids[n])), nodeevent.User("pat"),
@@ -112,7 +129,8 @@ func TestBulkActions(t *testing.T) {
 			t.Errorf("all matching owner=red: %d", st)
 		}
 		// A forged run with only another project's node does nothing.
-		st, page, _ = pat.do("POST", "/nodes/bulk/run", url.Values{"csrf": {pat.csrf}, "action": {"power"}, "power": {"power off"}, "node": {ids["f-01"], ids["f-03"]}})
+		_, _, h = pat.do("POST", "/nodes/bulk/run", url.Values{"csrf": {pat.csrf}, "action": {"power"}, "power": {"power off"}, "node": {ids["f-01"], ids["f-03"]}})
+		st, page, _ = pat.do("GET", h.Get("Location"), nil)
 		if st != 200 || strings.Contains(page, "data-result") || strings.Contains(page, "f-01") {
 			t.Errorf("forged run on hidden nodes: %d\n%s", st, page)
 		}
@@ -137,7 +155,8 @@ func TestBulkActions(t *testing.T) {
 		if !strings.Contains(page, "2 of 3 selected nodes are eligible") || !strings.Contains(page, "The node is already in maintenance. <small>(f-07)</small>") {
 			t.Errorf("root maintenance preview:\n%s", page)
 		}
-		_, page, _ = root.do("POST", "/nodes/bulk/run", m)
+		_, _, h = root.do("POST", "/nodes/bulk/run", m)
+		_, page, _ = root.do("GET", h.Get("Location"), nil)
 		if strings.Count(page, `data-result="ok"`) != 2 {
 			t.Errorf("root maintenance run:\n%s", page)
 		}
@@ -157,6 +176,62 @@ func TestBulkActions(t *testing.T) {
 		many["node"][0] = "10000000-0000-4000-8000-000000000000"
 		if st, _, _ := root.do("POST", "/nodes/bulk", many); st != 200 {
 			t.Errorf("1001 copies of two ids (deduplicated): %d", st)
+		}
+	})
+}
+
+// TestBulkResultsSayWhatHappened: a power action the BMC fails is shown
+// as failed with the reason once the node is done, not as started, next
+// to one that succeeded; the outcome is kept, so a reload still shows it.
+func TestBulkResultsSayWhatHappened(t *testing.T) {
+	storetest.Each(t, func(t *testing.T, setting string, _ *store.DB) {
+		// A BMC address nothing listens on: the power action fails.
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		dead := l.Addr().String()
+		l.Close()
+		srv, api, ids := fleetWith(t, server.Options{Database: setting, Conductor: conductor.Config{BMC: bmc.Options{Timeout: time.Second, Retries: 1}}})
+		r := api.Do(t, "POST", "/v1/nodes", map[string]any{"name": "dead", "driver": "redfish", "owner": "blue",
+			"driver_info": map[string]any{"redfish_address": "http://" + dead, "redfish_system_id": "/redfish/v1/Systems/1",
+				"redfish_username": "u", "redfish_password": "p"}})
+		if r.Status != 201 {
+			t.Fatalf("enrol: %d %s", r.Status, r.Body)
+		}
+		deadID := r.JSON(t)["uuid"].(string)
+		pat := signInAs(t, srv, "pat")
+		st, _, h := pat.do("POST", "/nodes/bulk/run", url.Values{"csrf": {pat.csrf}, "action": {"power"}, "power": {"power on"}, "node": {deadID, ids["f-00"]}})
+		results := h.Get("Location")
+		if st != 303 || results == "" {
+			t.Fatalf("bulk run: %d", st)
+		}
+		failed := regexp.MustCompile(`<tr data-node="` + deadID + `" data-result="bad">.*?data-testid="bulk-result">Failed: Power on failed: [^<]+<`)
+		done := regexp.MustCompile(`<tr data-node="` + ids["f-00"] + `" data-result="ok">.*?data-testid="bulk-result">Done<`)
+		var page string
+		for deadline := time.Now().Add(15 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+			_, page, _ = pat.do("GET", results, nil)
+			if !strings.Contains(page, "hx-trigger") {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("the power actions never finished:\n%s", page)
+			}
+		}
+		if !failed.MatchString(page) || !done.MatchString(page) || strings.Contains(page, "Started") {
+			t.Errorf("outcomes once done:\n%s", page)
+		}
+		// The node's record agrees: its last error says the power on failed.
+		n, err := srv.DB.Node.Query().Where(node.UUID(deadID)).Only(context.Background())
+		if err != nil || n.LastError == nil || !strings.HasPrefix(*n.LastError, "Power on failed") {
+			t.Fatalf("the dead node: %v %v", n, err)
+		}
+		// The outcome is kept: clearing the error does not turn it into Done.
+		if err := srv.DB.Node.Update().Where(node.UUID(deadID)).ClearLastError().Exec(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		if _, page, _ := pat.do("GET", results, nil); !failed.MatchString(page) {
+			t.Errorf("reloaded results lost the failure:\n%s", page)
 		}
 	})
 }

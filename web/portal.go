@@ -25,6 +25,7 @@ import (
 	"github.com/anvilproject/anvil/server/identity"
 	"github.com/anvilproject/anvil/server/nodes"
 	"github.com/anvilproject/anvil/server/runbooks"
+	"github.com/anvilproject/anvil/server/store"
 	"github.com/anvilproject/anvil/static"
 	"github.com/anvilproject/anvil/views"
 )
@@ -45,6 +46,8 @@ type SSO interface {
 
 // Portal serves the browser pages.
 type Portal struct {
+	// DB keeps bulk runs' results (ent.BulkRun).
+	DB    *store.DB
 	IDs   *identity.Service
 	Nodes *nodes.Service
 	Ops   *conductor.Ops
@@ -89,7 +92,8 @@ func (p *Portal) Register(app *fiber.App) {
 	app.Get("/nodes", s, p.signedIn, p.home)
 	app.Post("/nodes/bulk", s, p.signedIn, p.bulkPage)
 	app.Post("/nodes/bulk/run", s, p.signedIn, p.bulkRun)
-	app.Post("/nodes/bulk/progress", s, p.signedIn, p.bulkProgress)
+	app.Get("/nodes/bulk/results/:token", s, p.signedIn, p.bulkResults)
+	app.Get("/nodes/bulk/results/:token/progress", s, p.signedIn, p.bulkProgress)
 	app.Get("/nodes/bulk/:step?", p.bulkAgain)
 	app.Get("/nodes/:id", s, p.signedIn, p.nodePage)
 	app.Get("/nodes/:id/status", s, p.signedIn, p.nodeStatus)

@@ -57,6 +57,18 @@ func (f BiosSettingFunc) Mutate(ctx context.Context, m ent.Mutation) (ent.Value,
 	return nil, fmt.Errorf("unexpected mutation type %T. expect *ent.BiosSettingMutation", m)
 }
 
+// The BulkRunFunc type is an adapter to allow the use of ordinary
+// function as BulkRun mutator.
+type BulkRunFunc func(context.Context, *ent.BulkRunMutation) (ent.Value, error)
+
+// Mutate calls f(ctx, m).
+func (f BulkRunFunc) Mutate(ctx context.Context, m ent.Mutation) (ent.Value, error) {
+	if mv, ok := m.(*ent.BulkRunMutation); ok {
+		return f(ctx, mv)
+	}
+	return nil, fmt.Errorf("unexpected mutation type %T. expect *ent.BulkRunMutation", m)
+}
+
 // The ChassisFunc type is an adapter to allow the use of ordinary
 // function as Chassis mutator.
 type ChassisFunc func(context.Context, *ent.ChassisMutation) (ent.Value, error)

@@ -147,6 +147,29 @@ var (
 			},
 		},
 	}
+	// BulkRunsColumns holds the columns for the "bulk_runs" table.
+	BulkRunsColumns = []*schema.Column{
+		{Name: "id", Type: field.TypeInt, Increment: true},
+		{Name: "token", Type: field.TypeString, Unique: true},
+		{Name: "principal", Type: field.TypeString},
+		{Name: "what", Type: field.TypeString},
+		{Name: "results", Type: field.TypeJSON},
+		{Name: "created_at", Type: field.TypeTime},
+		{Name: "expires_at", Type: field.TypeTime},
+	}
+	// BulkRunsTable holds the schema information for the "bulk_runs" table.
+	BulkRunsTable = &schema.Table{
+		Name:       "bulk_runs",
+		Columns:    BulkRunsColumns,
+		PrimaryKey: []*schema.Column{BulkRunsColumns[0]},
+		Indexes: []*schema.Index{
+			{
+				Name:    "bulkrun_expires_at",
+				Unique:  false,
+				Columns: []*schema.Column{BulkRunsColumns[6]},
+			},
+		},
+	}
 	// ChassisColumns holds the columns for the "chassis" table.
 	ChassisColumns = []*schema.Column{
 		{Name: "id", Type: field.TypeInt, Increment: true},
@@ -867,6 +890,7 @@ var (
 		AllocationsTable,
 		AuditEventsTable,
 		BiosSettingsTable,
+		BulkRunsTable,
 		ChassisTable,
 		ConductorsTable,
 		DeployTemplatesTable,

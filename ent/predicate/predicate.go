@@ -18,6 +18,9 @@ type AuditEvent func(*sql.Selector)
 // BiosSetting is the predicate function for biossetting builders.
 type BiosSetting func(*sql.Selector)
 
+// BulkRun is the predicate function for bulkrun builders.
+type BulkRun func(*sql.Selector)
+
 // Chassis is the predicate function for chassis builders.
 type Chassis func(*sql.Selector)
 

@@ -1,14 +1,10 @@
 import { test, expect } from '@playwright/test';
-import { accessible, signIn } from './helpers.mjs';
-import fs from 'node:fs';
+import { accessible, shot, signIn } from './helpers.mjs';
 import path from 'node:path';
 
-const shots = path.join(import.meta.dirname, '..', '..', 'docs', 'screenshots');
-
-test('every main page passes axe in both colour schemes, at 1440 px and at 390 px, and the suite records screenshots', async ({ page }) => {
+test('every main page passes axe in both colour schemes, at 1440 px and at 390 px, and the suite records screenshots', async ({ page }, testInfo) => {
   // Twelve pages four times with axe: well over the default 30 s on 2 busy cores.
   test.setTimeout(480_000);
-  fs.mkdirSync(shots, { recursive: true });
   for (const [scheme, width] of [['light', 1440], ['light', 390], ['dark', 1440], ['dark', 390]]) {
     await page.emulateMedia({ colorScheme: scheme });
     await page.setViewportSize({ width, height: 900 });
@@ -36,7 +32,7 @@ test('every main page passes axe in both colour schemes, at 1440 px and at 390 p
         expect(overflow, `${name} overflows at ${width}px, ${scheme}`).toBeLessThanOrEqual(0);
       }
       if (width === 1440 && scheme === 'light') {
-        await page.screenshot({ path: path.join(shots, `${name}.png`), fullPage: false });
+        await shot(page, testInfo, name, { fullPage: false });
       }
     }
     await page.getByRole('button', { name: 'Sign out' }).click();
@@ -46,7 +42,7 @@ test('every main page passes axe in both colour schemes, at 1440 px and at 390 p
 // The self-service and policy pages in the dark scheme too, at both
 // widths: a tenant with an allocation, and a policy preview with its Apply
 // form (previewed, not applied: the policy journey counts revisions).
-test('allocation and policy pages pass axe in both schemes and fit 390 px', async ({ page }) => {
+test('allocation and policy pages pass axe in both schemes and fit 390 px', async ({ page }, testInfo) => {
   test.setTimeout(180_000);
   await signIn(page, 'tina', 'tenant-password-1');
   await page.goto('/allocations/new');
@@ -69,7 +65,7 @@ test('allocation and policy pages pass axe in both schemes and fit 390 px', asyn
   await walk('request-node', '/allocations/new');
   await walk('allocations', '/allocations');
   await page.setViewportSize({ width: 1440, height: 900 });
-  await page.screenshot({ path: path.join(shots, 'allocations-dark.png') });
+  await shot(page, testInfo, 'allocations-dark');
   page.once('dialog', (d) => d.accept());
   await page.emulateMedia({ colorScheme: 'light' });
   await page.getByRole('button', { name: `Release ${node}` }).click();

@@ -1,8 +1,5 @@
 import { test, expect } from '@playwright/test';
-import { accessible, signIn } from './helpers.mjs';
-import path from 'node:path';
-
-const shots = path.join(import.meta.dirname, '..', '..', 'docs', 'screenshots');
+import { accessible, shot, signIn } from './helpers.mjs';
 
 // The demo fleet (serve.sh): 40 nodes, owners hw-east/hw-west/hw-lab in
 // turn, every eighth node from the fifth available, the rest manageable.
@@ -54,7 +51,7 @@ test('an operator filters, sorts and pages the node list, and the URL keeps it a
   await expect(page).toHaveURL(/q=demo-0001/);
 });
 
-test('a tenant runs a runbook on every node it leases; the ineligible ones are explained first', async ({ page }) => {
+test('a tenant runs a runbook on every node it leases; the ineligible ones are explained first', async ({ page }, testInfo) => {
   test.setTimeout(60_000);
   await signIn(page, 'tina', 'tenant-password-1');
   const total = await page.locator('table.nodes tbody tr').count();
@@ -67,7 +64,7 @@ test('a tenant runs a runbook on every node it leases; the ineligible ones are e
   await expect(page.getByTestId('bulk-eligible')).toContainText(`of ${total} selected nodes are eligible`);
   await expect(page.getByTestId('bulk-reasons')).toContainText('Runbooks run on manageable or active nodes; this node is available.');
   await accessible(page, 'bulk eligibility');
-  await page.screenshot({ path: path.join(shots, 'bulk-eligibility.png') });
+  await shot(page, testInfo, 'bulk-eligibility');
   const eligible = Number((await page.getByTestId('bulk-eligible').textContent()).split(' ')[0]);
   expect(eligible).toBeGreaterThan(0);
   expect(eligible).toBeLessThan(total);
@@ -77,19 +74,28 @@ test('a tenant runs a runbook on every node it leases; the ineligible ones are e
   page.once('dialog', (d) => { asked = d.message(); d.accept(); });
   await page.getByTestId('bulk-run').click();
   expect(asked).toContain(`Run CUSTOM_FIRMWARE_UPDATE on ${eligible} nodes: demo-`);
+  // The results have their own address.
+  await expect(page).toHaveURL(/\/nodes\/bulk\/results\/[\w-]+$/);
   await expect(page.locator('tr[data-result="ok"]')).toHaveCount(eligible);
   await expect(page.locator('tr[data-result="skip"]')).toHaveCount(total - eligible);
   // One table follows every run to its end.
   await expect(page.locator('tr[data-result="ok"]').first()).toContainText(/clean wait|cleaning|manageable/);
-  await page.screenshot({ path: path.join(shots, 'bulk-progress.png') });
+  await shot(page, testInfo, 'bulk-progress');
   await accessible(page, 'bulk results');
   await expect(page.locator('#bulk-progress[hx-trigger]')).toHaveCount(0, { timeout: 30_000 });
   for (const row of await page.locator('tr[data-result="ok"]').all()) {
     await expect(row.getByTestId('state-badge')).toContainText('manageable');
+    await expect(row.getByTestId('bulk-result')).toHaveText('Done');
   }
+  // A reload shows the same outcomes, and runs nothing again.
+  await page.reload();
+  await expect(page.locator('tr[data-result="ok"]')).toHaveCount(eligible);
+  await expect(page.locator('tr[data-result="skip"]')).toHaveCount(total - eligible);
+  await expect(page.getByTestId('bulk-result').filter({ hasText: 'Done' })).toHaveCount(eligible);
+  await expect(page.locator('#bulk-progress[hx-trigger]')).toHaveCount(0);
 });
 
-test('the node list fits 390 px as cards, and reads in the dark scheme', async ({ page }) => {
+test('the node list fits 390 px as cards, and reads in the dark scheme', async ({ page }, testInfo) => {
   test.setTimeout(90_000);
   await signIn(page, 'olga', 'operator-password-1');
   await page.setViewportSize({ width: 390, height: 844 });
@@ -101,7 +107,7 @@ test('the node list fits 390 px as cards, and reads in the dark scheme', async (
   await page.goto('/nodes');
   const bg = await page.evaluate(() => getComputedStyle(document.body).backgroundColor);
   expect(bg).toBe('rgb(13, 17, 23)');
-  await page.screenshot({ path: path.join(shots, 'nodes-dark.png') });
+  await shot(page, testInfo, 'nodes-dark');
   await accessible(page, 'nodes, dark');
   await page.goto('/nodes?failed=1&state=manageable&sort=owner&dir=desc');
   await accessible(page, 'filtered nodes, dark');

@@ -1,10 +1,10 @@
 import { test, expect } from '@playwright/test';
-import { signIn } from './helpers.mjs';
+import { ports, signIn } from './helpers.mjs';
 
 // The second instance (playwright.config.mjs): 500 demo nodes. Node i
 // (from 0, named demo-%05d of i+1) is owned by hw-east when i % 3 is 0
 // (167 nodes) and available when i % 8 is 4; both: i % 24 is 12 (21 nodes).
-test.use({ baseURL: 'http://127.0.0.1:18086' });
+test.use({ baseURL: `http://127.0.0.1:${ports.fleet}` });
 
 test('an operator filters, sorts and pages a 500-node list', async ({ page }) => {
   test.setTimeout(90_000);

@@ -1,9 +1,9 @@
 import { test, expect } from '@playwright/test';
-import { accessible, operatorAPI, signIn } from './helpers.mjs';
+import { accessible, operatorAPI, ports, signIn } from './helpers.mjs';
 
-// The redfish-sim serve.sh starts on 7740: system 1 is the node's BMC.
+// The redfish-sim serve.sh starts: system 1 is the node's BMC.
 const bmc = {
-  redfish_address: 'https://127.0.0.1:7740', redfish_system_id: '/redfish/v1/Systems/1',
+  redfish_address: `https://127.0.0.1:${ports.sim}`, redfish_system_id: '/redfish/v1/Systems/1',
   redfish_username: 'admin', redfish_password: 'password', redfish_verify_ca: false,
 };
 

@@ -1,6 +1,7 @@
 import { expect } from '@playwright/test';
 import { createRequire } from 'node:module';
 import fs from 'node:fs';
+import path from 'node:path';
 
 const require = createRequire(import.meta.url);
 // Evaluated through the DevTools protocol rather than added as a script
@@ -43,4 +44,21 @@ export async function operatorAPI(browser, request, purpose) {
     expect(res.status(), `${method} ${url}: ${await res.text()}`).toBeLessThan(300);
     return (res.headers()['content-type'] || '').includes('json') ? res.json() : null;
   };
+}
+
+// ports are this run's servers' ports, which playwright.config.mjs chose.
+export const ports = {
+  anvil: Number(process.env.ANVIL_E2E_PORT),
+  fleet: Number(process.env.ANVIL_E2E_FLEET_PORT),
+  sim: Number(process.env.ANVIL_E2E_SIM_PORT),
+  op: Number(process.env.ANVIL_E2E_OP_PORT),
+};
+
+// shot saves a screenshot as name.png: in $ANVIL_SHOTS_DIR when set (the
+// screenshots task sets docs/screenshots), else among the test's own
+// output, so an ordinary run leaves the source tree alone.
+export async function shot(page, testInfo, name, options = {}) {
+  const dir = process.env.ANVIL_SHOTS_DIR || testInfo.outputPath();
+  fs.mkdirSync(dir, { recursive: true });
+  await page.screenshot({ ...options, path: path.join(dir, `${name}.png`) });
 }

@@ -1,9 +1,8 @@
 import { test, expect } from '@playwright/test';
-import { signIn } from './helpers.mjs';
-import path from 'node:path';
+import { shot, signIn } from './helpers.mjs';
 
 
-test('an operator cleans a node with explicit steps and watches them run', async ({ page }) => {
+test('an operator cleans a node with explicit steps and watches them run', async ({ page }, testInfo) => {
   await signIn(page, 'olga', 'operator-password-1');
   await page.locator('table.nodes tbody tr a').first().click();
   await expect(page.getByTestId('provision-state')).toHaveText('manageable');
@@ -14,7 +13,7 @@ test('an operator cleans a node with explicit steps and watches them run', async
   await expect(page.getByTestId('provision-state')).toContainText('clean wait');
   await expect(page.getByTestId('current-step')).toHaveText('deploy.wait');
   await expect(page.getByTestId('step-counter')).toHaveText('Step 2 of 3');
-  await page.screenshot({ path: path.join(import.meta.dirname, '..', '..', 'docs', 'screenshots', 'node-running.png') });
+  await shot(page, testInfo, 'node-running');
   await expect(page.getByTestId('provision-state')).toHaveText('manageable', { timeout: 15_000 });
   await expect(page.locator('table.history tbody tr').first()).toContainText('All 3 clean steps done; node is manageable');
   await expect(page.getByTestId('power-state')).toHaveText('power off');

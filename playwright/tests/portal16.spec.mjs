@@ -1,5 +1,5 @@
 import { test, expect } from '@playwright/test';
-import { operatorAPI, signIn } from './helpers.mjs';
+import { operatorAPI, ports, signIn } from './helpers.mjs';
 
 test('disabled actions say why: an available node\'s runbooks, a reader\'s power buttons', async ({ page }) => {
   await signIn(page, 'olga', 'operator-password-1');
@@ -126,7 +126,7 @@ test('a run on a dead BMC fails with a plain summary; abort, return to manageabl
   // answer. Redfish rather than ipmi: manage checks the BMC first, and
   // serve.sh starts no IPMI simulator.
   const good = {
-    redfish_address: 'https://127.0.0.1:7740', redfish_system_id: '/redfish/v1/Systems/1',
+    redfish_address: `https://127.0.0.1:${ports.sim}`, redfish_system_id: '/redfish/v1/Systems/1',
     redfish_username: 'admin', redfish_password: 'password', redfish_verify_ca: false,
   };
   const node = await api('POST', '/v1/nodes', { name: 'dead-bmc-1', driver: 'redfish', driver_info: good });

@@ -161,7 +161,9 @@ func (o *Ops) SetPowerWithin(ctx context.Context, ident, target string, timeout 
 	if err := c.lock(ctx, n.ID); err != nil {
 		return err
 	}
-	if err := c.db.Node.UpdateOneID(n.ID).SetTargetPowerState(target).Exec(ctx); err != nil {
+	// updated_at marks when the action began, as Ironic's save does: the
+	// portal counts the node's busy time from it.
+	if err := c.db.Node.UpdateOneID(n.ID).SetTargetPowerState(target).SetUpdatedAt(time.Now()).Exec(ctx); err != nil {
 		c.unlock(n.ID)
 		return err
 	}
@@ -174,7 +176,7 @@ func (o *Ops) SetPowerWithin(ctx context.Context, ident, target string, timeout 
 		// half-done power action is worse than a late one.
 		bctx := context.WithoutCancel(c.ctx)
 		final, err := c.power(bctx, n, target, timeout)
-		upd := c.db.Node.UpdateOneID(n.ID).ClearTargetPowerState()
+		upd := c.db.Node.UpdateOneID(n.ID).ClearTargetPowerState().SetUpdatedAt(time.Now())
 		ev := history.Event{NodeID: n.ID, Type: "power", User: who, Conductor: c.cfg.Name}
 		if err != nil {
 			upd.SetLastError(powerFailed(target, bmc.Summary(err)))
