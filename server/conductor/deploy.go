@@ -248,6 +248,9 @@ func (c *Conductor) tearDown(n *ent.Node, who string) {
 			delete(info, k)
 		}
 	}
+	// The automated cleaning that follows is no tenant's run: a failure
+	// of it must not be recovered as the last runbook someone ran.
+	delete(info, InternalLastRun)
 	ev.Message = "Instance torn down; the BMC reports " + final + "; cleaning"
 	if n.ConsoleEnabled {
 		// Ironic stops the console here and starts it again at the next

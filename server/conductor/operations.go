@@ -584,6 +584,10 @@ func (o *Ops) provision(ctx context.Context, n *ent.Node, r ProvisionRequest, re
 	if (r.Target == "clean" || r.Target == "service") && len(steps) > 0 {
 		// What ran, so that after a failure it can be run again as it was.
 		info[InternalLastRun] = map[string]any{"target": r.Target, "runbook": runbook, "steps": stepsToAny(steps)}
+	} else {
+		// Any other run (provide's automated cleaning above all) is not
+		// the last one run: its failure must not be recovered as that.
+		delete(info, InternalLastRun)
 	}
 	info, setFirst, firstEvents, started := c.firstStep(n, run, steps, who, info)
 	w.events = append(w.events, firstEvents...)
