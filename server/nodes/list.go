@@ -75,6 +75,9 @@ type ListOptions struct {
 	// database puts NULLs, which keyset paging (Marker) could not allow.
 	Numbered bool
 	Offset   int
+	// GroupBy, a sort key, orders a numbered page by that column first,
+	// so the portal's groups are contiguous runs of rows.
+	GroupBy string
 }
 
 // RingFilter picks the nodes the hash ring maps to one conductor. The
@@ -149,7 +152,14 @@ func (s *Service) List(ctx context.Context, o ListOptions) (*Page, error) {
 		}
 		q = q.Where(after(sk.col, sk.nullable, o.SortDir, m))
 	}
+	gk, grouped := sortKeys[o.GroupBy]
+	if grouped && !o.Numbered {
+		return nil, errs.BadRequest("group_by", "group_by pages by number only")
+	}
 	q = q.Order(func(sel *entsql.Selector) {
+		if grouped {
+			sel.OrderExpr(entsql.Expr(sel.C(gk.col)))
+		}
 		expr := sortExpr(sel, sk.col, sk.nullable && !o.Numbered)
 		if o.SortDir == "desc" {
 			sel.OrderExpr(entsql.Expr(expr+" DESC"), entsql.Expr(sel.C(node.FieldID)+" DESC"))
