@@ -55,7 +55,7 @@ func (s *Service) Facets(ctx context.Context, o ListOptions) (map[string][]Facet
 	} {
 		fo := o
 		f.clear(&fo)
-		q, err := s.scoped(ctx, fo)
+		ps, err := s.scope(ctx, fo)
 		if err != nil {
 			return nil, err
 		}
@@ -63,18 +63,20 @@ func (s *Service) Facets(ctx context.Context, o ListOptions) (map[string][]Facet
 			Value sql.NullString `json:"value"`
 			N     int            `json:"n"`
 		}
-		// The value and its count, under names the rows scan by; traits
-		// are joined to the filtered nodes, whose predicates stay on the
-		// node table.
-		err = q.Modify(func(sel *entsql.Selector) {
-			col := sel.C(f.col)
-			if f.name == FacetTrait {
-				t := entsql.Table(trait.Table)
-				sel.Join(t).On(sel.C(node.FieldID), t.C(trait.NodeColumn))
-				col = t.C(trait.FieldTrait)
+		// The value and its count, under names the rows scan by.
+		count := func(col string) func(*entsql.Selector) {
+			return func(sel *entsql.Selector) {
+				sel.Select(entsql.As(sel.C(col), "value"), entsql.As("COUNT(*)", "n")).GroupBy(sel.C(col))
 			}
-			sel.Select(entsql.As(col, "value"), entsql.As("COUNT(*)", "n")).GroupBy(col)
-		}).Scan(s.planned(ctx, fo), &rows)
+		}
+		if f.name == FacetTrait {
+			// Traits of the matching nodes, as node_id IN (those nodes):
+			// SQLite reads the set from an index, where a join looked up
+			// each trait's node row (20 ms against 6 at 10,000 nodes).
+			err = s.db.Trait.Query().Where(trait.HasNodeWith(ps...)).Modify(count(trait.FieldTrait)).Scan(s.planned(ctx, fo), &rows)
+		} else {
+			err = s.db.Node.Query().Where(ps...).Modify(count(f.col)).Scan(s.planned(ctx, fo), &rows)
+		}
 		if err != nil {
 			return nil, err
 		}

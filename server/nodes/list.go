@@ -268,7 +268,17 @@ func (s *Service) ringPage(ctx context.Context, q *ent.NodeQuery, sk sortKey, o 
 
 // scoped builds the filtered query, deciding list_all versus list once.
 func (s *Service) scoped(ctx context.Context, o ListOptions) (*ent.NodeQuery, error) {
-	q := s.db.Node.Query()
+	ps, err := s.scope(ctx, o)
+	if err != nil {
+		return nil, err
+	}
+	return s.db.Node.Query().Where(ps...), nil
+}
+
+// scope is scoped's predicates, for a query of another table to filter
+// its nodes by.
+func (s *Service) scope(ctx context.Context, o ListOptions) ([]predicate.Node, error) {
+	var ps []predicate.Node
 	none := policies.Target{}
 	if !s.guard.Allowed(ctx, RuleListAll, none) {
 		p := policies.PrincipalFrom(ctx)
@@ -287,9 +297,8 @@ func (s *Service) scoped(ctx context.Context, o ListOptions) (*ent.NodeQuery, er
 		if o.Lessee != nil && *o.Lessee != p.Project {
 			return nil, errs.Forbidden("a project-scoped caller may only filter by its own project as lessee")
 		}
-		q = q.Where(ownedOrLeased(p.Project))
+		ps = append(ps, ownedOrLeased(p.Project))
 	}
-	var ps []predicate.Node
 	if o.Owner != nil {
 		ps = append(ps, node.Owner(*o.Owner))
 	}
@@ -381,7 +390,7 @@ func (s *Service) scoped(ctx context.Context, o ListOptions) (*ent.NodeQuery, er
 	if o.UUIDs != nil {
 		ps = append(ps, node.UUIDIn(o.UUIDs...))
 	}
-	return q.Where(ps...), nil
+	return ps, nil
 }
 
 // Count is how many nodes the filters match for the caller.
