@@ -164,7 +164,7 @@ func (s *Service) groupingSets(ctx context.Context, o ListOptions, cols []string
 			exprs = append(exprs, fmt.Sprintf("%s AS v%d, GROUPING(%s) AS g%d", sel.C(c), i, sel.C(c), i))
 			sets = append(sets, "("+sel.C(c)+")")
 		}
-		sel.Select(strings.Join(exprs, ", ")+", COUNT(*) AS n").GroupBy("GROUPING SETS (" + strings.Join(sets, ", ") + ")")
+		sel.Select(strings.Join(exprs, ", ") + ", COUNT(*) AS n").GroupBy("GROUPING SETS (" + strings.Join(sets, ", ") + ")")
 	}).Scan(s.planned(ctx, o), &rows)
 	if err != nil {
 		return nil, err
