@@ -220,3 +220,12 @@ document.addEventListener("DOMContentLoaded", () => {
     line.value = "";
   });
 });
+
+// On a phone the node list's filters start folded away, so the list comes
+// first; the details element stays open without this script.
+{
+	const box = document.getElementById("filterbox");
+	if (box && window.matchMedia("(max-width: 640px)").matches) {
+		box.open = false;
+	}
+}

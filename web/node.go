@@ -201,27 +201,7 @@ const historyPageSize = 25
 // hardware fills the facts the node's properties record (as Ironic's
 // inspection writes them) and its allocation and instance.
 func hardware(d *views.NodeDetail, v *nodes.View) {
-	num := func(k string) (float64, bool) {
-		switch x := v.Properties[k].(type) {
-		case float64:
-			return x, true
-		case int:
-			return float64(x), true
-		case string:
-			f, err := strconv.ParseFloat(x, 64)
-			return f, err == nil
-		}
-		return 0, false
-	}
-	if n, ok := num("cpus"); ok {
-		d.CPUs = strconv.FormatFloat(n, 'f', -1, 64)
-	}
-	if n, ok := num("memory_mb"); ok {
-		d.Memory = strconv.FormatFloat(n/1024, 'f', -1, 64) + " GiB"
-	}
-	if n, ok := num("local_gb"); ok {
-		d.Disk = strconv.FormatFloat(n, 'f', -1, 64) + " GB"
-	}
+	d.CPUs, d.Memory, d.Disk = sizes(v.Properties)
 	d.Arch, _ = v.Properties["cpu_arch"].(string)
 	d.ResourceClass = deref(v.ResourceClass)
 	d.InstanceUUID = deref(v.InstanceUUID)

@@ -83,7 +83,7 @@ func signInAs(t *testing.T, srv *servertest.Server, user string) *browser {
 	return b
 }
 
-var rowName = regexp.MustCompile(`<tr data-node="[^"]+"[^>]*>\s*<td><input[^>]*></td>\s*<td data-label="Name"><a href="[^"]+">([^<]+)</a>`)
+var rowName = regexp.MustCompile(`<tr data-node="[^"]+"[^>]*>\s*<td><input[^>]*></td>\s*<td data-label="Name"[^>]*><a href="[^"]+"[^>]*>\s*([^<]+)</a>`)
 
 // names are the node names a list page shows, in order.
 func names(page string) []string {

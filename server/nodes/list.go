@@ -75,6 +75,9 @@ type ListOptions struct {
 	// database puts NULLs, which keyset paging (Marker) could not allow.
 	Numbered bool
 	Offset   int
+	// GroupBy, a sort key, orders a numbered page by that column first,
+	// so the portal's groups are contiguous runs of rows.
+	GroupBy string
 }
 
 // RingFilter picks the nodes the hash ring maps to one conductor. The
@@ -149,7 +152,14 @@ func (s *Service) List(ctx context.Context, o ListOptions) (*Page, error) {
 		}
 		q = q.Where(after(sk.col, sk.nullable, o.SortDir, m))
 	}
+	gk, grouped := sortKeys[o.GroupBy]
+	if grouped && !o.Numbered {
+		return nil, errs.BadRequest("group_by", "group_by pages by number only")
+	}
 	q = q.Order(func(sel *entsql.Selector) {
+		if grouped {
+			sel.OrderExpr(entsql.Expr(sel.C(gk.col)))
+		}
 		expr := sortExpr(sel, sk.col, sk.nullable && !o.Numbered)
 		if o.SortDir == "desc" {
 			sel.OrderExpr(entsql.Expr(expr+" DESC"), entsql.Expr(sel.C(node.FieldID)+" DESC"))
@@ -258,7 +268,17 @@ func (s *Service) ringPage(ctx context.Context, q *ent.NodeQuery, sk sortKey, o 
 
 // scoped builds the filtered query, deciding list_all versus list once.
 func (s *Service) scoped(ctx context.Context, o ListOptions) (*ent.NodeQuery, error) {
-	q := s.db.Node.Query()
+	ps, err := s.scope(ctx, o)
+	if err != nil {
+		return nil, err
+	}
+	return s.db.Node.Query().Where(ps...), nil
+}
+
+// scope is scoped's predicates, for a query of another table to filter
+// its nodes by.
+func (s *Service) scope(ctx context.Context, o ListOptions) ([]predicate.Node, error) {
+	var ps []predicate.Node
 	none := policies.Target{}
 	if !s.guard.Allowed(ctx, RuleListAll, none) {
 		p := policies.PrincipalFrom(ctx)
@@ -277,9 +297,8 @@ func (s *Service) scoped(ctx context.Context, o ListOptions) (*ent.NodeQuery, er
 		if o.Lessee != nil && *o.Lessee != p.Project {
 			return nil, errs.Forbidden("a project-scoped caller may only filter by its own project as lessee")
 		}
-		q = q.Where(ownedOrLeased(p.Project))
+		ps = append(ps, ownedOrLeased(p.Project))
 	}
-	var ps []predicate.Node
 	if o.Owner != nil {
 		ps = append(ps, node.Owner(*o.Owner))
 	}
@@ -371,7 +390,7 @@ func (s *Service) scoped(ctx context.Context, o ListOptions) (*ent.NodeQuery, er
 	if o.UUIDs != nil {
 		ps = append(ps, node.UUIDIn(o.UUIDs...))
 	}
-	return q.Where(ps...), nil
+	return ps, nil
 }
 
 // Count is how many nodes the filters match for the caller.
