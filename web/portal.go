@@ -67,6 +67,8 @@ type Portal struct {
 	RolesMaxAge time.Duration
 	Log         *slog.Logger
 	refreshing  singleflight.Group
+	// facets shares the node list's pick-list counts for a few seconds.
+	facets facetCache
 }
 
 const sessionLocal = "anvil.session"
@@ -76,6 +78,15 @@ func (p *Portal) Register(app *fiber.App) {
 	// Ahead of every route registered after it: the portal's, and the
 	// API's, which lose nothing by them.
 	app.Use(securityHeaders)
+	// A change through this replica (portal or API) drops the shared
+	// pick-list counts, so whoever made it sees it counted at once.
+	app.Use(func(c *fiber.Ctx) error {
+		err := c.Next()
+		if c.Method() != fiber.MethodGet && c.Method() != fiber.MethodHead {
+			p.facets.forget()
+		}
+		return err
+	})
 	app.Get("/static/:hash/:name", serveStatic)
 	// The session (and its CSRF check) wraps portal routes only: the JSON
 	// API authenticates with tokens and has no cookies to forge.
