@@ -334,7 +334,7 @@ func (p *Portal) statusWith(c *fiber.Ctx, problem, note string) error {
 	if err != nil {
 		return p.fail(c, err)
 	}
-	pg := views.Page{CSRF: sessionOf(c).CSRF, Error: problem, Flash: note}
+	pg := views.Page{CSRF: sessionOf(c).CSRF, Error: problem, Note: note}
 	if c.Get("HX-Request") != "true" {
 		// Without JavaScript the form posted a whole page; go back to it,
 		// carrying the refusal's reason (or the note) there.

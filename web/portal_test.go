@@ -539,7 +539,7 @@ func TestPortalPolish(t *testing.T) {
 		t.Errorf("the new token has no copy text:\n%s", page)
 	}
 	_, page, _ = b.do("GET", "/nodes", nil)
-	if !strings.Contains(page, `<code data-copy="`+uuids[0]+`" data-copy-what="UUID of blue-1">`+uuids[0]+`</code>`) {
+	if !strings.Contains(page, `<span class="row-copy" data-copy="`+uuids[0]+`" data-copy-what="UUID of blue-1"></span>`) {
 		t.Errorf("the list's UUID has no copy text")
 	}
 
