@@ -90,6 +90,7 @@ func (p *Portal) detail(c *fiber.Ctx) (views.NodeDetail, error) {
 		d.StepsWhy = "Explicit steps run on manageable nodes; this node is " + v.ProvisionState + "."
 	}
 	p.tenancy(ctx, &d, v)
+	p.operator(ctx, &d, v)
 	p.runnable(c, &d, v)
 	if d.ErrorSummary != "" {
 		d.ErrorAdvice += recoveryAdvice(&d, v.ProvisionState)
