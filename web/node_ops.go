@@ -131,6 +131,12 @@ func formHas(key string) bool {
 	return false
 }
 
+// opDone shows the node page with the operator section open, saying
+// what was done.
+func (p *Portal) opDone(c *fiber.Ctx, uuid, msg string) error {
+	return p.flashTo(c, "/nodes/"+uuid+"?ops=1", msg)
+}
+
 // opNode finds the node an operator form is about (404 when the viewer
 // may not see it); the service checks the action's own rule.
 func (p *Portal) opNode(c *fiber.Ctx) (*nodes.View, string, error) {
@@ -152,9 +158,9 @@ func (p *Portal) nodeMaintenance(c *fiber.Ctx) error {
 		return p.opRefused(c, err, "reason")
 	}
 	if on {
-		return p.flashTo(c, "/nodes/"+v.UUID, label+" is in maintenance; Anvil leaves it alone until maintenance ends.")
+		return p.opDone(c, v.UUID, label+" is in maintenance; Anvil leaves it alone until maintenance ends.")
 	}
-	return p.flashTo(c, "/nodes/"+v.UUID, "Maintenance of "+label+" ended.")
+	return p.opDone(c, v.UUID, "Maintenance of "+label+" ended.")
 }
 
 func (p *Portal) nodeLifecycle(c *fiber.Ctx) error {
@@ -173,7 +179,7 @@ func (p *Portal) nodeLifecycle(c *fiber.Ctx) error {
 	if err := p.Ops.Provision(c.UserContext(), v.UUID, conductor.ProvisionRequest{Target: target}); err != nil {
 		return p.opRefused(c, err, "")
 	}
-	return p.flashTo(c, "/nodes/"+v.UUID, strings.ToUpper(target[:1])+target[1:]+" started on "+label+"; the status below follows it.")
+	return p.opDone(c, v.UUID, strings.ToUpper(target[:1])+target[1:]+" started on "+label+"; the status below follows it.")
 }
 
 func (p *Portal) nodeTraits(c *fiber.Ctx) error {
@@ -196,9 +202,9 @@ func (p *Portal) nodeTraits(c *fiber.Ctx) error {
 		return p.opRefused(c, err, "trait")
 	}
 	if add != "" {
-		return p.flashTo(c, "/nodes/"+v.UUID, "Trait "+add+" added to "+label+".")
+		return p.opDone(c, v.UUID, "Trait "+add+" added to "+label+".")
 	}
-	return p.flashTo(c, "/nodes/"+v.UUID, "Trait "+remove+" removed from "+label+".")
+	return p.opDone(c, v.UUID, "Trait "+remove+" removed from "+label+".")
 }
 
 func (p *Portal) nodeRetire(c *fiber.Ctx) error {
@@ -216,9 +222,9 @@ func (p *Portal) nodeRetire(c *fiber.Ctx) error {
 		return p.opRefused(c, err, "retired_reason")
 	}
 	if retire {
-		return p.flashTo(c, "/nodes/"+v.UUID, label+" is retired: it will not be provided again.")
+		return p.opDone(c, v.UUID, label+" is retired: it will not be provided again.")
 	}
-	return p.flashTo(c, "/nodes/"+v.UUID, label+" is no longer retired.")
+	return p.opDone(c, v.UUID, label+" is no longer retired.")
 }
 
 // nodeDelete asks first, then deletes through the service, which decides
@@ -284,13 +290,13 @@ func (p *Portal) nodeBMC(c *fiber.Ctx) error {
 		}
 	}
 	if len(ops) == 0 {
-		return p.flashTo(c, "/nodes/"+v.UUID, "Nothing changed in the BMC settings of "+label+".")
+		return p.opDone(c, v.UUID, "Nothing changed in the BMC settings of "+label+".")
 	}
 	raw, _ := json.Marshal(ops)
 	if _, err := p.Nodes.Patch(c.UserContext(), v.UUID, raw, nil); err != nil {
 		return p.opRefused(c, err, "driver_info")
 	}
-	return p.flashTo(c, "/nodes/"+v.UUID, "BMC settings of "+label+" saved. Use “Test connection” to check them.")
+	return p.opDone(c, v.UUID, "BMC settings of "+label+" saved. Use “Test connection” to check them.")
 }
 
 // nodeTestBMC asks the node's BMC for its power state through the
@@ -420,5 +426,5 @@ func (p *Portal) enrol(c *fiber.Ctx) error {
 			said += " Port " + mac + " was not created: " + err.Error()
 		}
 	}
-	return p.flashTo(c, "/nodes/"+v.UUID, said)
+	return p.opDone(c, v.UUID, said)
 }

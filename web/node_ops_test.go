@@ -204,7 +204,7 @@ func TestOperatorEnrolAndBMC(t *testing.T) {
 		}
 		n := api.Do(t, "GET", "/v1/nodes/rf-new", nil).JSON(t)
 		id := n["uuid"].(string)
-		if h.Get("Location") != "/nodes/"+id {
+		if h.Get("Location") != "/nodes/"+id+"?ops=1" {
 			t.Errorf("enrol redirects to %s, not the node", h.Get("Location"))
 		}
 		di := n["driver_info"].(map[string]any)
