@@ -3,6 +3,7 @@ package web_test
 import (
 	"net/url"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -274,11 +275,20 @@ func TestOperatorEnrolAndBMC(t *testing.T) {
 		if a := api.Do(t, "GET", "/v1/nodes/"+id, nil).JSON(t)["driver_info"].(map[string]any)["redfish_address"]; a != sim.URL {
 			t.Fatalf("a refused change stored address %v", a)
 		}
+		_, page, _ = gil.do("GET", "/nodes/"+id, nil)
+		if !strings.Contains(page, `disabled aria-describedby="bmc-why">Save BMC settings</button>`) || !strings.Contains(page, "by rule baremetal:node:update:driver_info") ||
+			!strings.Contains(page, `disabled aria-describedby="test-why">Test connection</button>`) {
+			t.Errorf("lessee member: the BMC controls are not disabled with their rules")
+		}
 		if st, _ = bmcForm(gil, map[string]string{"redfish_username": "gil", "redfish_password": "x"}); st != 403 {
 			t.Errorf("lessee member edits the BMC: %d", st)
 		}
-		if st, page = test(gil); st != 403 {
-			t.Errorf("lessee member tests the BMC: %d", st)
+		if u := api.Do(t, "GET", "/v1/nodes/"+id, nil).JSON(t)["driver_info"].(map[string]any)["redfish_username"]; u != bmctest.RedfishUser {
+			t.Fatalf("a refused edit stored user name %v", u)
+		}
+		before = asked()
+		if st, page = test(gil); st != 403 || strings.Contains(page, "The BMC answered") || asked() != before {
+			t.Errorf("lessee member tests the BMC: %d; the BMC must not be asked", st)
 		}
 
 		// Wrong credentials: saved, and the test says so.
@@ -296,6 +306,35 @@ func TestOperatorEnrolAndBMC(t *testing.T) {
 		}
 		if st, page = test(root); st != 200 || !strings.Contains(page, "The BMC answered") {
 			t.Fatalf("test after restoring: %d", st)
+		}
+	})
+}
+
+// TestOperatorEnrolIPMI: the enrol form's IPMI fields (the port as typed)
+// make a node whose BMC, ipmi_sim, answers "Test connection".
+func TestOperatorEnrolIPMI(t *testing.T) {
+	storetest.Each(t, func(t *testing.T, setting string, _ *store.DB) {
+		sim := bmctest.Start(t)
+		srv, api, _ := fleet(t, setting)
+		root := signInAs(t, srv, "root")
+		root.do("GET", "/nodes/new", nil)
+		info := sim.DriverInfo(bmctest.Password)
+		st, _, h := root.do("POST", "/nodes/new", url.Values{"csrf": {root.csrf}, "name": {"ipmi-new"}, "driver": {"ipmi"},
+			"ipmi_address": {info["ipmi_address"].(string)}, "ipmi_port": {strconv.Itoa(int(info["ipmi_port"].(float64)))},
+			"ipmi_username": {info["ipmi_username"].(string)}, "ipmi_password": {bmctest.Password}})
+		if st != 303 {
+			t.Fatalf("enrol: %d", st)
+		}
+		di := api.Do(t, "GET", "/v1/nodes/ipmi-new", nil).JSON(t)["driver_info"].(map[string]any)
+		if di["ipmi_address"] != "127.0.0.1" || di["ipmi_password"] != "******" {
+			t.Fatalf("driver_info: %v", di)
+		}
+		loc := strings.TrimSuffix(h.Get("Location"), "?ops=1")
+		root.do("GET", loc, nil)
+		st, page, _ := root.do("POST", loc+"/test-bmc", url.Values{"csrf": {root.csrf}})
+		want := map[string]string{"0": "powered off", "1": "powered on"}[sim.Power()]
+		if st != 200 || !strings.Contains(page, "The BMC answered: the node is "+want+".") {
+			t.Fatalf("test connection (sim power %s): %d\n%s", sim.Power(), st, page)
 		}
 	})
 }
