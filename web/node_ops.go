@@ -88,6 +88,10 @@ func (p *Portal) operator(ctx context.Context, d *views.NodeDetail, v *nodes.Vie
 	// Stored values are shown only to those who may read driver_info;
 	// the view has them redacted otherwise, and secrets always masked.
 	readable := p.Guard.Allowed(ctx, nodes.RuleGetDriverInfo, t)
+	if !readable && o.BMCWhy == "" {
+		// Nobody edits settings they cannot see.
+		o.BMCWhy = p.denied(ctx, "may not read the BMC settings", nodes.RuleGetDriverInfo)
+	}
 	for _, f := range bmcFields[bmc.Canonical(v.Driver)] {
 		switch {
 		case f.Secret:
