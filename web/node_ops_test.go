@@ -1,6 +1,7 @@
 package web_test
 
 import (
+	"context"
 	"net/url"
 	"slices"
 	"strconv"
@@ -8,7 +9,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/anvilproject/anvil/ent/node"
+	"github.com/anvilproject/anvil/server"
+	"github.com/anvilproject/anvil/server/bmc"
 	"github.com/anvilproject/anvil/server/bmc/bmctest"
+	"github.com/anvilproject/anvil/server/conductor"
 	"github.com/anvilproject/anvil/server/servertest"
 	"github.com/anvilproject/anvil/server/store"
 	"github.com/anvilproject/anvil/server/store/storetest"
@@ -335,6 +340,41 @@ func TestOperatorEnrolIPMI(t *testing.T) {
 		want := map[string]string{"0": "powered off", "1": "powered on"}[sim.Power()]
 		if st != 200 || !strings.Contains(page, "The BMC answered: the node is "+want+".") {
 			t.Fatalf("test connection (sim power %s): %d\n%s", sim.Power(), st, page)
+		}
+	})
+}
+
+// TestOperatorBMCNetworks: with --bmc-networks, the enrol form refuses a
+// BMC outside them next to the address, and "Test connection" on a node
+// stored with such an address (before the networks were narrowed) says so
+// instead of reaching out.
+func TestOperatorBMCNetworks(t *testing.T) {
+	storetest.Each(t, func(t *testing.T, setting string, db *store.DB) {
+		nets, err := bmc.ParseNetworks([]string{"127.0.0.0/8"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		srv, api, ids := fleetWith(t, server.Options{Database: setting, Conductor: conductor.Config{BMCNetworks: nets}})
+		defer bmc.SetNetworks(nil)
+		root := signInAs(t, srv, "root")
+		root.do("GET", "/nodes/new", nil)
+		st, page, _ := root.do("POST", "/nodes/new", url.Values{"csrf": {root.csrf}, "name": {"far"}, "driver": {"redfish"},
+			"redfish_address": {"https://192.0.2.1"}, "redfish_username": {"admin"}, "redfish_password": {"pw"}})
+		if st != 400 || !strings.Contains(page, `data-testid="problem-redfish_address"`) || !strings.Contains(page, "BMC networks") {
+			t.Fatalf("enrol outside the BMC networks: %d\n%s", st, page)
+		}
+		if r := api.Do(t, "GET", "/v1/nodes/far", nil); r.Status != 404 {
+			t.Fatalf("a refused enrolment created a node: %d", r.Status)
+		}
+		id := ids["f-01"]
+		if err := db.Node.Update().Where(node.UUID(id)).SetDriver("redfish").
+			SetDriverInfo(map[string]any{"redfish_address": "https://192.0.2.1", "redfish_username": "admin", "redfish_password": "pw"}).Exec(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		root.do("GET", "/nodes/"+id, nil)
+		st, page, _ = root.do("POST", "/nodes/"+id+"/test-bmc", url.Values{"csrf": {root.csrf}})
+		if st != 200 || !strings.Contains(page, `data-testid="bmc-test">The BMC settings are incomplete or wrong: driver_info/redfish_address &#34;192.0.2.1&#34; is outside the BMC networks`) {
+			t.Fatalf("test connection outside the networks: %d\n%s", st, page)
 		}
 	})
 }
