@@ -14,6 +14,7 @@ import (
 	"github.com/anvilproject/anvil/server/bmc"
 	"github.com/anvilproject/anvil/server/bmc/bmctest"
 	"github.com/anvilproject/anvil/server/conductor"
+	"github.com/anvilproject/anvil/server/identity"
 	"github.com/anvilproject/anvil/server/servertest"
 	"github.com/anvilproject/anvil/server/store"
 	"github.com/anvilproject/anvil/server/store/storetest"
@@ -375,6 +376,41 @@ func TestOperatorBMCNetworks(t *testing.T) {
 		st, page, _ = root.do("POST", "/nodes/"+id+"/test-bmc", url.Values{"csrf": {root.csrf}})
 		if st != 200 || !strings.Contains(page, `data-testid="bmc-test">The BMC settings are incomplete or wrong: driver_info/redfish_address &#34;192.0.2.1&#34; is outside the BMC networks`) {
 			t.Fatalf("test connection outside the networks: %d\n%s", st, page)
+		}
+	})
+}
+
+// TestOperatorEnrolSelfOwned: a project admin enrols a node its project
+// owns (Ironic's create:self_owned_node); the form shows the owner fixed,
+// and another owner typed in anyway is refused by the service.
+func TestOperatorEnrolSelfOwned(t *testing.T) {
+	storetest.Each(t, func(t *testing.T, setting string, _ *store.DB) {
+		srv, api, _ := fleet(t, setting)
+		ctx := context.Background()
+		if err := srv.IDs.CreateUser(ctx, "ada", "ada-password-1"); err != nil {
+			t.Fatal(err)
+		}
+		if err := srv.IDs.Grant(ctx, "ada", identity.Assignment{Scope: identity.Scope{Project: "blue"}, Role: "admin"}); err != nil {
+			t.Fatal(err)
+		}
+		ada := signInAs(t, srv, "ada")
+		_, page, _ := ada.do("GET", "/nodes/new", nil)
+		if !strings.Contains(page, `<input id="owner" name="owner" value="blue" readonly`) {
+			t.Fatalf("project admin: owner not fixed to its project\n%s", page)
+		}
+		form := url.Values{"csrf": {ada.csrf}, "name": {"ada-1"}, "driver": {"fake-hardware"}, "owner": {"red"}}
+		if st, _, _ := ada.do("POST", "/nodes/new", form); st != 403 {
+			t.Errorf("project admin enrols for another project: %d", st)
+		}
+		if r := api.Do(t, "GET", "/v1/nodes/ada-1", nil); r.Status != 404 {
+			t.Fatalf("a refused enrolment created a node: %d", r.Status)
+		}
+		form.Set("owner", "blue")
+		if st, _, _ := ada.do("POST", "/nodes/new", form); st != 303 {
+			t.Fatalf("project admin enrols for its project: %d", st)
+		}
+		if n := api.Do(t, "GET", "/v1/nodes/ada-1", nil).JSON(t); n["owner"] != "blue" || n["driver"] != "fake-hardware" {
+			t.Fatalf("enrolled: %v %v", n["owner"], n["driver"])
 		}
 	})
 }
