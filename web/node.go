@@ -90,6 +90,8 @@ func (p *Portal) detail(c *fiber.Ctx) (views.NodeDetail, error) {
 		d.StepsWhy = "Explicit steps run on manageable nodes; this node is " + v.ProvisionState + "."
 	}
 	p.tenancy(ctx, &d, v)
+	p.operator(ctx, &d, v)
+	d.Ops.Open = c.Query("ops") == "1"
 	p.runnable(c, &d, v)
 	if d.ErrorSummary != "" {
 		d.ErrorAdvice += recoveryAdvice(&d, v.ProvisionState)

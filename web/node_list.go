@@ -161,6 +161,7 @@ func (p *Portal) home(c *fiber.Ctx) error {
 		// the reason, and the list without rows.
 		pg.Error = err.Error()
 	}
+	l.CanEnrol = p.canEnrol(c.UserContext())
 	return render(c, 200, views.Home(pg, l))
 }
 

@@ -24,6 +24,7 @@ import (
 	"github.com/anvilproject/anvil/server/guard"
 	"github.com/anvilproject/anvil/server/identity"
 	"github.com/anvilproject/anvil/server/nodes"
+	"github.com/anvilproject/anvil/server/ports"
 	"github.com/anvilproject/anvil/server/runbooks"
 	"github.com/anvilproject/anvil/server/store"
 	"github.com/anvilproject/anvil/static"
@@ -54,6 +55,8 @@ type Portal struct {
 	// Runbooks and Allocations back the self-service pages.
 	Runbooks    *runbooks.Service
 	Allocations *allocations.Service
+	// Ports creates the ports the enrol form lists.
+	Ports *ports.Service
 	// PolicyStatus is the override status system users see in the header.
 	PolicyStatus func() string
 	// Admin backs the admin console.
@@ -106,6 +109,9 @@ func (p *Portal) Register(app *fiber.App) {
 	app.Get("/nodes/bulk/results/:token", s, p.signedIn, p.bulkResults)
 	app.Get("/nodes/bulk/results/:token/progress", s, p.signedIn, p.bulkProgress)
 	app.Get("/nodes/bulk/:step?", p.bulkAgain)
+	// Before /nodes/:id, which would take "new" for a node's name.
+	app.Get("/nodes/new", s, p.signedIn, p.newNodePage)
+	app.Post("/nodes/new", s, p.signedIn, p.enrol)
 	app.Get("/nodes/:id", s, p.signedIn, p.nodePage)
 	app.Get("/nodes/:id/status", s, p.signedIn, p.nodeStatus)
 	app.Post("/nodes/:id/power", s, p.signedIn, p.nodePower)
@@ -116,6 +122,13 @@ func (p *Portal) Register(app *fiber.App) {
 	app.Get("/nodes/:id/tenancy/check", s, p.signedIn, p.nodeTenancyCheck)
 	app.Post("/nodes/:id/retry", s, p.signedIn, p.nodeRetry)
 	app.Post("/nodes/:id/notify", s, p.signedIn, p.nodeNotify)
+	app.Post("/nodes/:id/maintenance", s, p.signedIn, p.nodeMaintenance)
+	app.Post("/nodes/:id/lifecycle", s, p.signedIn, p.nodeLifecycle)
+	app.Post("/nodes/:id/traits", s, p.signedIn, p.nodeTraits)
+	app.Post("/nodes/:id/retire", s, p.signedIn, p.nodeRetire)
+	app.Post("/nodes/:id/delete", s, p.signedIn, p.nodeDelete)
+	app.Post("/nodes/:id/bmc", s, p.signedIn, p.nodeBMC)
+	app.Post("/nodes/:id/test-bmc", s, p.signedIn, p.nodeTestBMC)
 	app.Get("/nodes/:id/console", s, p.signedIn, p.consolePage)
 	app.Get("/nodes/:id/console/ws", s, p.signedIn, p.consoleSocket)
 	app.Get("/runbooks", s, p.signedIn, p.runbooksPage)

@@ -1,0 +1,108 @@
+import { test, expect } from '@playwright/test';
+import { accessible, operatorAPI, ports, shot, signIn } from './helpers.mjs';
+
+// The redfish-sim serve.sh starts: system 1 becomes the enrolled node's BMC.
+const sim = `https://127.0.0.1:${ports.sim}`;
+
+// simPower reads the system's power state from the simulator itself, not
+// through Anvil.
+async function simPower(request) {
+  const res = await request.get(`${sim}/redfish/v1/Systems/1`, {
+    ignoreHTTPSErrors: true, headers: { Authorization: `Basic ${Buffer.from('admin:password').toString('base64')}` },
+  });
+  expect(res.status()).toBe(200);
+  return (await res.json()).PowerState;
+}
+
+// checked runs axe on the page at both widths in both schemes.
+async function checked(page, name) {
+  for (const [scheme, width] of [['light', 1440], ['light', 390], ['dark', 1440], ['dark', 390]]) {
+    await page.emulateMedia({ colorScheme: scheme });
+    await page.setViewportSize({ width, height: 900 });
+    await accessible(page, `${name}@${width}, ${scheme}`);
+    const over = await page.evaluate(() => Math.max(0, ...[...document.querySelectorAll('main > :not(table):not(.scroll):not(section), header')]
+      .map((e) => e.getBoundingClientRect().right)) - window.innerWidth);
+    expect(over, `${name}: something overflows at ${width}px, ${scheme}`).toBeLessThanOrEqual(1);
+  }
+  await page.emulateMedia({ colorScheme: 'light' });
+  await page.setViewportSize({ width: 1440, height: 900 });
+}
+
+test('an operator enrols a Redfish node, tests its BMC, manages it, toggles maintenance, adds a trait and deletes it, all in the portal', async ({ page, browser, request }, testInfo) => {
+  test.setTimeout(180_000);
+  const api = await operatorAPI(browser, request, 'operator journey');
+  await signIn(page, 'olga', 'operator-password-1');
+
+  // Enrol from the node list.
+  await page.getByTestId('enrol-link').click();
+  await expect(page).toHaveURL(/\/nodes\/new$/);
+  await checked(page, 'enrol form');
+  await page.getByLabel('Name', { exact: true }).fill('ops-rf-1');
+  await page.getByRole('radio', { name: 'redfish' }).check();
+  await page.locator('#redfish_address').fill(sim);
+  await page.locator('#redfish_system_id').fill('/redfish/v1/Systems/1');
+  await page.locator('#redfish_username').fill('admin');
+  await page.locator('#redfish_password').fill('password');
+  await page.locator('#redfish_verify_ca').fill('false');
+  await page.getByLabel('Resource class').fill('baremetal-ops');
+  await page.getByLabel('Owner project').fill('hw-east');
+  await page.getByLabel('Port MAC addresses, one per line').fill('52:54:00:0a:00:01\n52:54:00:0a:00:02');
+  await shot(page, testInfo, 'enrol-form');
+  await page.getByRole('button', { name: 'Enrol' }).click();
+  await expect(page).toHaveURL(/\/nodes\/[0-9a-f-]{36}\?ops=1$/);
+  await expect(page.getByRole('status').first()).toContainText('Node ops-rf-1 enrolled.');
+  const node = await api('GET', '/v1/nodes/ops-rf-1');
+  expect(node.driver).toBe('redfish');
+  expect(node.resource_class).toBe('baremetal-ops');
+  expect(node.owner).toBe('hw-east');
+  expect(node.driver_info.redfish_address).toBe(sim);
+  expect(node.driver_info.redfish_password).toBe('******');
+  expect(node.driver_info.redfish_verify_ca).toBe(false);
+  const portList = await api('GET', `/v1/ports?node=${node.uuid}`);
+  expect(portList.ports.map((p) => p.address).sort()).toEqual(['52:54:00:0a:00:01', '52:54:00:0a:00:02']);
+  // The password is never put back into the page.
+  await expect(page.locator('#redfish_password')).toHaveValue('');
+  await expect(page.locator('#redfish_password-help')).toHaveText('A password is stored; it is never shown. Leave empty to keep it.');
+
+  // Test connection: the page says what the BMC answered, which is what
+  // the simulator holds.
+  await page.getByRole('button', { name: 'Test connection' }).click();
+  const power = await simPower(request);
+  await expect(page.getByTestId('bmc-test')).toHaveText(`The BMC answered: the node is powered ${power.toLowerCase()}. Anvil can reach it and log in.`);
+  await checked(page, 'node with operator actions');
+  await shot(page, testInfo, 'operator-actions', { fullPage: true });
+
+  // Manage: the BMC is checked and the node becomes manageable.
+  await page.getByRole('button', { name: 'Manage (check the BMC)' }).click();
+  await expect(page.getByRole('status').first()).toContainText('Manage started on ops-rf-1');
+  await expect.poll(async () => (await api('GET', `/v1/nodes/${node.uuid}`)).provision_state, { timeout: 30_000 }).toBe('manageable');
+
+  // Maintenance on, with a reason, then off.
+  await page.getByLabel('Reason (shown to everyone who sees the node)').fill('replacing a DIMM');
+  await page.getByRole('button', { name: 'Put in maintenance' }).click();
+  await expect(page.getByRole('status').first()).toContainText('ops-rf-1 is in maintenance');
+  let n = await api('GET', `/v1/nodes/${node.uuid}`);
+  expect(n.maintenance).toBe(true);
+  expect(n.maintenance_reason).toBe('replacing a DIMM');
+  await page.getByRole('button', { name: 'End maintenance' }).click();
+  await expect(page.getByRole('status').first()).toContainText('Maintenance of ops-rf-1 ended.');
+  n = await api('GET', `/v1/nodes/${node.uuid}`);
+  expect(n.maintenance).toBe(false);
+  expect(n.maintenance_reason).toBeNull();
+
+  // A trait.
+  await page.getByLabel('Add a trait (for example CUSTOM_GPU)').fill('CUSTOM_OPS_JOURNEY');
+  await page.getByRole('button', { name: 'Add trait' }).click();
+  await expect(page.getByTestId('operator-traits')).toContainText('CUSTOM_OPS_JOURNEY');
+  expect((await api('GET', `/v1/nodes/${node.uuid}/traits`)).traits).toEqual(['CUSTOM_OPS_JOURNEY']);
+
+  // Delete, asked first.
+  await page.getByRole('button', { name: 'Delete this node…' }).click();
+  await expect(page.getByTestId('confirm-delete')).toContainText('Delete ops-rf-1?');
+  expect((await api('GET', `/v1/nodes/${node.uuid}`)).uuid).toBe(node.uuid);
+  await page.getByRole('button', { name: 'Delete the node' }).click();
+  await expect(page).toHaveURL(/\/nodes$/);
+  await expect(page.getByRole('status').first()).toContainText('Node ops-rf-1 deleted.');
+  const all = await api('GET', '/v1/nodes?limit=1000');
+  expect(all.nodes.map((x) => x.uuid)).not.toContain(node.uuid);
+});
