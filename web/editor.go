@@ -58,6 +58,7 @@ func (p *Portal) forbidden(ctx context.Context, err error, what, rule string) er
 
 func (p *Portal) editorPage(c *fiber.Ctx, e views.Editor, status int) error {
 	e.Catalogue = catalogueNames()
+	e.Preview = preview(e)
 	if c.Get("HX-Request") == "true" {
 		return render(c, status, views.EditorSteps(e))
 	}
@@ -96,9 +97,12 @@ func (p *Portal) editRunbook(c *fiber.Ctx) error {
 	if err != nil {
 		return p.fail(c, err)
 	}
-	e := p.editorOf(c, r)
+	e, err := p.editorOf(c, r)
+	if err != nil {
+		return p.fail(c, err)
+	}
 	e.Name, e.Public, e.Owner = r.Name, r.Public, deref(r.Owner)
-	e.Description = deref(r.Description)
+	e.Description, e.Retryable = deref(r.Description), runbooks.Retryable(r.Runbook)
 	for _, s := range r.Steps {
 		e.Steps = append(e.Steps, storedRow(s))
 	}
@@ -106,13 +110,32 @@ func (p *Portal) editRunbook(c *fiber.Ctx) error {
 }
 
 // editorOf is the editor for runbook r (nil: a new one) before the form
-// is read.
-func (p *Portal) editorOf(c *fiber.Ctx, r *runbooks.Runbook) views.Editor {
+// is read, with how many nodes it reaches.
+func (p *Portal) editorOf(c *fiber.Ctx, r *runbooks.Runbook) (views.Editor, error) {
 	if r == nil {
-		return views.Editor{}
+		return views.Editor{}, nil
 	}
-	return views.Editor{Existing: r.Name, UUID: r.UUID,
-		CanDelete: p.Guard.Allowed(c.UserContext(), runbooks.RuleDelete, runbooks.Target(r.Runbook))}
+	n, err := p.carriers(c.UserContext(), r)
+	return views.Editor{Existing: r.Name, UUID: r.UUID, Carriers: n, Traits: runbookTraits(r),
+		CanDelete: p.Guard.Allowed(c.UserContext(), runbooks.RuleDelete, runbooks.Target(r.Runbook))}, err
+}
+
+// preview is what the rows would save, shown as the runbook list shows
+// it; rows that cannot be read yet are left out (their errors show when
+// saving). It reads copies, so no error lands on the form.
+func preview(e views.Editor) []views.StepText {
+	tmp := e
+	tmp.Steps = slices.Clone(e.Steps)
+	for i := range tmp.Steps {
+		tmp.Steps[i].Args = slices.Clone(tmp.Steps[i].Args)
+	}
+	var out []views.StepText
+	for i := range tmp.Steps {
+		if st, ok := stepOf(&tmp, i); ok {
+			out = append(out, stepView(st.Interface, st.Step, st.Args))
+		}
+	}
+	return out
 }
 
 // storedRow shows a stored step: fields for a catalogued one, its
@@ -354,12 +377,16 @@ func (p *Portal) saveRunbook(c *fiber.Ctx) error {
 			return p.fail(c, err)
 		}
 	}
-	e := p.editorOf(c, r)
+	e, err := p.editorOf(c, r)
+	if err != nil {
+		return p.fail(c, err)
+	}
 	// Only the system chooses publishing and owners; the form offers them
 	// to system users, and the service refuses them from anyone else.
 	e.System = pr != nil && pr.System
 	e.Name, e.Description = strings.TrimSpace(c.FormValue("name")), strings.TrimSpace(c.FormValue("description"))
 	e.Public, e.Owner = c.FormValue("public") == "true", strings.TrimSpace(c.FormValue("owner"))
+	e.Retryable = c.FormValue("retryable") == "true"
 	e.Steps = readRows(c)
 	op := c.FormValue("op")
 	if op != "" && op != "save" && op != opSaveAnyway {
@@ -378,6 +405,9 @@ func (p *Portal) saveRunbook(c *fiber.Ctx) error {
 		}
 	}
 	in := runbooks.Input{Name: e.Name, Steps: list}
+	if e.Retryable {
+		in.Extra = map[string]any{runbooks.RetryableKey: true}
+	}
 	if e.Description != "" {
 		in.Description = &e.Description
 	}
@@ -412,10 +442,7 @@ func (p *Portal) saveRunbook(c *fiber.Ctx) error {
 		return p.editorPage(c, e, 400)
 	}
 
-	var (
-		err   error
-		saved *runbooks.Runbook
-	)
+	var saved *runbooks.Runbook
 	if r == nil {
 		saved, err = p.Runbooks.Create(ctx, in)
 	} else {
@@ -446,9 +473,21 @@ const opSaveAnyway = "save-anyway"
 
 // editPatch is the JSON patch that makes runbook r what the form says.
 // An empty description is null, as the API shows a runbook without one.
+// Retryable touches only its key of extra, which keeps what API clients
+// put there.
 func editPatch(r *runbooks.Runbook, in runbooks.Input, system bool) []byte {
 	ops := []map[string]any{{"op": "replace", "path": "/name", "value": in.Name}, {"op": "replace", "path": "/steps", "value": in.Steps},
 		{"op": "add", "path": "/description", "value": in.Description}}
+	retryPath := "/extra/" + runbooks.RetryableKey
+	_, had := r.Extra[runbooks.RetryableKey]
+	switch {
+	case in.Extra[runbooks.RetryableKey] == true && r.Extra == nil:
+		ops = append(ops, map[string]any{"op": "add", "path": "/extra", "value": in.Extra})
+	case in.Extra[runbooks.RetryableKey] == true:
+		ops = append(ops, map[string]any{"op": "add", "path": retryPath, "value": true})
+	case had:
+		ops = append(ops, map[string]any{"op": "remove", "path": retryPath})
+	}
 	if system {
 		var owner any
 		if in.Owner != nil {

@@ -113,6 +113,8 @@ func (p *Portal) Register(app *fiber.App) {
 	app.Get("/runbooks/:name/edit", s, p.signedIn, p.editRunbook)
 	app.Post("/runbooks/:name/edit", s, p.signedIn, p.saveRunbook)
 	app.Post("/runbooks/:name/delete", s, p.signedIn, p.deleteRunbook)
+	app.Get("/runbooks/:name/nodes", s, p.signedIn, p.runbookNodes)
+	app.Post("/runbooks/:name/nodes", s, p.signedIn, p.addRunbookTrait)
 	app.Get("/allocations", s, p.signedIn, p.allocationsPage)
 	app.Get("/allocations/new", s, p.signedIn, p.requestNodePage)
 	app.Post("/allocations", s, p.signedIn, p.requestNode)

@@ -1,0 +1,175 @@
+package web_test
+
+import (
+	"context"
+	"net/url"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/anvilproject/anvil/ent/auditevent"
+	"github.com/anvilproject/anvil/server/identity"
+	"github.com/anvilproject/anvil/server/store"
+	"github.com/anvilproject/anvil/server/store/storetest"
+)
+
+// nodes creates nodes through the API as a system admin, by name.
+func (env *editorEnv) nodes(specs ...map[string]any) map[string]string {
+	ctx := context.Background()
+	env.srv.IDs.CreateUser(ctx, "root", "root-password-1")
+	env.srv.IDs.Grant(ctx, "root", identity.Assignment{Scope: identity.Scope{System: true}, Role: "admin"})
+	tok, _, err := env.srv.IDs.CreateToken(ctx, identity.TokenRequest{User: "root", Scope: identity.Scope{System: true}, Roles: []string{"admin"}})
+	if err != nil {
+		env.t.Fatal(err)
+	}
+	admin := env.srv.Client()
+	admin.Header.Set("X-Auth-Token", tok)
+	ids := map[string]string{}
+	for _, n := range specs {
+		n["driver"] = "fake"
+		r := admin.Do(env.t, "POST", "/v1/nodes", n)
+		if r.Status != 201 {
+			env.t.Fatalf("create %v: %d %s", n["name"], r.Status, r.Body)
+		}
+		ids[n["name"].(string)] = r.JSON(env.t)["uuid"].(string)
+	}
+	return ids
+}
+
+func (env *editorEnv) traits(id string) []string {
+	r := env.api.Do(env.t, "GET", "/v1/nodes/"+id+"/traits", nil)
+	var out []string
+	for _, t := range r.JSON(env.t)["traits"].([]any) {
+		out = append(out, t.(string))
+	}
+	return out
+}
+
+// A runbook's list row and editor count the nodes the viewer may see
+// that carry its trait; a project manager adds the trait to the nodes
+// their project owns through the node trait rule, each node's outcome
+// shown, a node they only lease or cannot see refused, and each change
+// audited; a member sees the count and may add to none.
+func TestRunbookNodesCountAndAddTrait(t *testing.T) {
+	storetest.Each(t, func(t *testing.T, setting string, _ *store.DB) {
+		env := newEditorEnvOn(t, setting)
+		ids := env.nodes(
+			map[string]any{"name": "blue-1", "owner": "blue", "resource_class": "small"},
+			map[string]any{"name": "blue-2", "owner": "blue", "resource_class": "small"},
+			map[string]any{"name": "blue-3", "owner": "blue", "resource_class": "gpu"},
+			map[string]any{"name": "red-1", "owner": "red", "lessee": "blue", "resource_class": "small"},
+			map[string]any{"name": "green-1", "owner": "green", "resource_class": "small"},
+		)
+		if r := env.api.Do(t, "PUT", "/v1/nodes/"+ids["green-1"]+"/traits/CUSTOM_BLUE_FW", nil); r.Status != 204 {
+			t.Fatalf("trait on green-1: %d", r.Status)
+		}
+		mia := env.signIn("mia")
+		mia.do("GET", "/runbooks/new", nil)
+		if st, _, _ := mia.do("POST", "/runbooks/new", rows(url.Values{"csrf": {mia.csrf}, "name": {"CUSTOM_BLUE_FW"}}, []string{"power.power_on"})); st != 303 {
+			t.Fatalf("save: %d", st)
+		}
+		// green-1 carries the trait, but blue cannot see it.
+		_, page, _ := mia.do("GET", "/runbooks", nil)
+		if !strings.Contains(page, "No node you can see carries trait CUSTOM_BLUE_FW") {
+			t.Errorf("the list does not say no node of blue's carries the trait:\n%s", between(page, "<tbody>", "</tbody>"))
+		}
+		sam := env.signIn("sam")
+		if _, page, _ := sam.do("GET", "/runbooks", nil); !strings.Contains(page, "1 node carries trait CUSTOM_BLUE_FW") {
+			t.Errorf("the system does not count green-1")
+		}
+
+		// The picker: blue's small nodes; the leased red-1 is shown but
+		// disabled with the rule that refuses it.
+		st, page, _ := mia.do("GET", "/runbooks/CUSTOM_BLUE_FW/nodes?class=small", nil)
+		if st != 200 {
+			t.Fatalf("picker: %d", st)
+		}
+		for _, name := range []string{"blue-1", "blue-2", "red-1"} {
+			if !strings.Contains(page, `data-node="`+name+`"`) {
+				t.Errorf("the picker lacks %s", name)
+			}
+		}
+		if strings.Contains(page, `data-node="blue-3"`) || strings.Contains(page, `data-node="green-1"`) {
+			t.Error("the class filter or visibility is not applied")
+		}
+		red := between(page, `data-node="red-1"`, "</tr>")
+		if !strings.Contains(red, "disabled") || !strings.Contains(red, "baremetal:node:traits:set") {
+			t.Errorf("red-1 is not disabled with its reason:\n%s", red)
+		}
+		if blue := between(page, `data-node="blue-1"`, "</tr>"); strings.Contains(blue, "disabled") {
+			t.Errorf("blue-1 is disabled for blue's manager:\n%s", blue)
+		}
+
+		// Add to blue-1, blue-2, and (a forged form) red-1 and green-1.
+		form := url.Values{"csrf": {mia.csrf}, "trait": {"CUSTOM_BLUE_FW"}, "node": {ids["blue-1"], ids["blue-2"], ids["red-1"], ids["green-1"]}}
+		st, page, _ = mia.do("POST", "/runbooks/CUSTOM_BLUE_FW/nodes", form)
+		if st != 200 {
+			t.Fatalf("add: %d", st)
+		}
+		outcomes := between(page, `data-testid="outcomes"`, "</section>")
+		for _, want := range []string{
+			"<strong>blue-1</strong>: added CUSTOM_BLUE_FW.",
+			"<strong>blue-2</strong>: added CUSTOM_BLUE_FW.",
+			"<strong>red-1</strong>: refused: ",
+			"<strong>" + ids["green-1"] + "</strong>: refused: ",
+		} {
+			if !strings.Contains(outcomes, want) {
+				t.Errorf("outcomes lack %q:\n%s", want, outcomes)
+			}
+		}
+		if !strings.Contains(between(outcomes, `data-node="red-1"`, "</li>"), "baremetal:node:traits:set") {
+			t.Errorf("red-1's refusal does not name the rule:\n%s", outcomes)
+		}
+		if !strings.Contains(page, "2 nodes carry trait CUSTOM_BLUE_FW") {
+			t.Error("the page does not count the two nodes after adding")
+		}
+		for name, want := range map[string]bool{"blue-1": true, "blue-2": true, "blue-3": false, "red-1": false} {
+			if got := slices.Contains(env.traits(ids[name]), "CUSTOM_BLUE_FW"); got != want {
+				t.Errorf("%s carries the trait: %v, want %v", name, got, want)
+			}
+		}
+		ctx := context.Background()
+		for _, name := range []string{"blue-1", "blue-2"} {
+			n := env.srv.DB.AuditEvent.Query().Where(auditevent.Rule("baremetal:node:traits:set"), auditevent.TargetID(ids[name]), auditevent.User("mia")).CountX(ctx)
+			if n != 1 {
+				t.Errorf("%s: %d audit records of mia's trait change, want 1", name, n)
+			}
+		}
+		// Again: already there, said so.
+		st, page, _ = mia.do("POST", "/runbooks/CUSTOM_BLUE_FW/nodes", url.Values{"csrf": {mia.csrf}, "trait": {"CUSTOM_BLUE_FW"}, "node": {ids["blue-1"]}})
+		if st != 200 || !strings.Contains(page, "<strong>blue-1</strong>: already carried CUSTOM_BLUE_FW.") {
+			t.Errorf("adding again: %d", st)
+		}
+
+		// The member counts the nodes it may see (not green-1), and may
+		// add to none: the form is refused per node by the service.
+		mo := env.signIn("mo")
+		if _, page, _ := mo.do("GET", "/runbooks", nil); !strings.Contains(page, "2 nodes carry trait CUSTOM_BLUE_FW") {
+			t.Error("the member's count is not 2")
+		}
+		if _, page, _ := sam.do("GET", "/runbooks", nil); !strings.Contains(page, "3 nodes carry trait CUSTOM_BLUE_FW") {
+			t.Error("the system's count is not 3")
+		}
+		_, page, _ = mo.do("GET", "/runbooks/CUSTOM_BLUE_FW/nodes", nil)
+		if b := between(page, `data-node="blue-3"`, "</tr>"); !strings.Contains(b, "disabled") || !strings.Contains(b, "your role (member of blue)") {
+			t.Errorf("blue-3 is not disabled for the member, with why:\n%s", b)
+		}
+		_, page, _ = mo.do("POST", "/runbooks/CUSTOM_BLUE_FW/nodes", url.Values{"csrf": {mo.csrf}, "trait": {"CUSTOM_BLUE_FW"}, "node": {ids["blue-3"]}})
+		if !strings.Contains(between(page, `data-node="blue-3"`, "</li>"), "refused: ") || slices.Contains(env.traits(ids["blue-3"]), "CUSTOM_BLUE_FW") {
+			t.Error("the member added the trait to blue-3")
+		}
+
+		// Bad input: a trait that is not the runbook's, or no node.
+		st, page, _ = mia.do("POST", "/runbooks/CUSTOM_BLUE_FW/nodes", url.Values{"csrf": {mia.csrf}, "trait": {"CUSTOM_OTHER"}, "node": {ids["blue-3"]}})
+		if st != 400 || !strings.Contains(page, "trait: choose one of runbook CUSTOM_BLUE_FW") || slices.Contains(env.traits(ids["blue-3"]), "CUSTOM_OTHER") {
+			t.Errorf("another trait: %d", st)
+		}
+		if st, page, _ := mia.do("POST", "/runbooks/CUSTOM_BLUE_FW/nodes", url.Values{"csrf": {mia.csrf}, "trait": {"CUSTOM_BLUE_FW"}}); st != 400 || !strings.Contains(page, "node: choose at least one node") {
+			t.Errorf("no node: %d", st)
+		}
+		// Another project's manager cannot see blue's runbook.
+		if st, _, _ := env.signIn("gina").do("GET", "/runbooks/CUSTOM_BLUE_FW/nodes", nil); st != 404 {
+			t.Errorf("gina opened blue's runbook's nodes: %d", st)
+		}
+	})
+}
