@@ -173,3 +173,90 @@ func TestRunbookNodesCountAndAddTrait(t *testing.T) {
 		}
 	})
 }
+
+// Step arguments read as words everywhere a runbook's steps are shown
+// (the list, a node's runbooks, the editor's preview): a list one item a
+// line, an object as "key: value" pairs, deeper things as indented JSON;
+// never Go's map[...] rendering.
+func TestRunbookArgsReadable(t *testing.T) {
+	env := newEditorEnv(t)
+	ids := env.nodes(map[string]any{"name": "n-1", "owner": "blue"})
+	env.api.Do(t, "PUT", "/v1/nodes/"+ids["n-1"]+"/traits/CUSTOM_ARGS", nil)
+	r := env.api.Do(t, "POST", "/v1/runbooks", map[string]any{"name": "CUSTOM_ARGS", "steps": []map[string]any{
+		{"interface": "bios", "step": "apply_configuration", "order": 1, "args": map[string]any{"settings": []map[string]any{{"name": "SysProfile", "value": "PerfOptimized"}, {"name": "ProcTurboMode", "value": "Enabled"}}}},
+		{"interface": "firmware", "step": "update", "order": 2, "args": map[string]any{"settings": []map[string]any{{"component": "bios", "url": "http://fw.example/bios-1.1.bin"}}}},
+		{"interface": "deploy", "step": "wait", "order": 3, "args": map[string]any{"seconds": 3}},
+		{"interface": "deploy", "step": "custom_layout", "order": 4, "args": map[string]any{"layout": map[string]any{"disks": []any{map[string]any{"size_gb": 10}}}}},
+	}})
+	if r.Status != 201 {
+		t.Fatalf("create: %d %s", r.Status, r.Body)
+	}
+	want := []string{
+		`<li data-arg="settings">settings: <ul><li>name: SysProfile, value: PerfOptimized</li><li>name: ProcTurboMode, value: Enabled</li></ul></li>`,
+		`<li>component: bios, url: http://fw.example/bios-1.1.bin</li>`,
+		`<li data-arg="seconds">seconds: 3</li>`,
+		"layout: <pre>{\n  &#34;disks&#34;: [\n    {\n      &#34;size_gb&#34;: 10\n    }\n  ]\n}</pre>",
+	}
+	sam := env.signIn("sam")
+	_, list, _ := sam.do("GET", "/runbooks", nil)
+	_, node, _ := sam.do("GET", "/nodes/"+ids["n-1"], nil)
+	_, editor, _ := sam.do("GET", "/runbooks/CUSTOM_ARGS/edit", nil)
+	for where, page := range map[string]string{
+		"runbook list": between(list, `data-runbook="CUSTOM_ARGS"`, "</tr>"),
+		"node page":    between(node, `<details class="runbook" data-runbook="CUSTOM_ARGS">`, "</details>"),
+		"preview":      between(editor, `data-testid="preview"`, "</fieldset>"),
+	} {
+		for _, w := range want {
+			if !strings.Contains(page, w) {
+				t.Errorf("%s lacks %q:\n%s", where, w, page)
+			}
+		}
+		if strings.Contains(page, "map[") {
+			t.Errorf("%s shows a Go map", where)
+		}
+	}
+}
+
+// The editor's Retryable checkbox sets and clears extra anvil_retryable,
+// leaving the rest of extra as API clients put it.
+func TestRunbookEditorRetryable(t *testing.T) {
+	env := newEditorEnv(t)
+	mia := env.signIn("mia")
+	mia.do("GET", "/runbooks/new", nil)
+	form := func(retry bool) url.Values {
+		f := rows(url.Values{"csrf": {mia.csrf}, "name": {"CUSTOM_RETRY"}}, []string{"power.power_on"})
+		if retry {
+			f.Set("retryable", "true")
+		}
+		return f
+	}
+	if st, _, _ := mia.do("POST", "/runbooks/new", form(true)); st != 303 {
+		t.Fatalf("create: %d", st)
+	}
+	_, rb := env.runbook("CUSTOM_RETRY")
+	id := rb["uuid"].(string)
+	if extra, _ := rb["extra"].(map[string]any); extra["anvil_retryable"] != true {
+		t.Fatalf("created retryable: extra %v", rb["extra"])
+	}
+	if r := env.api.Do(t, "PATCH", "/v1/runbooks/"+id, []map[string]any{{"op": "add", "path": "/extra/team", "value": "storage"}}); r.Status != 200 {
+		t.Fatalf("patch extra: %d %s", r.Status, r.Body)
+	}
+	checkbox := `name="retryable" value="true"`
+	if _, page, _ := mia.do("GET", "/runbooks/CUSTOM_RETRY/edit", nil); !strings.Contains(page, checkbox+" checked") {
+		t.Error("the editor does not show the runbook retryable")
+	}
+	for _, retry := range []bool{false, true} {
+		if st, _, _ := mia.do("POST", "/runbooks/"+id+"/edit", form(retry)); st != 303 {
+			t.Fatalf("save retryable=%v: %d", retry, st)
+		}
+		_, rb = env.runbook(id)
+		extra, _ := rb["extra"].(map[string]any)
+		if _, set := extra["anvil_retryable"]; set != retry || (retry && extra["anvil_retryable"] != true) || extra["team"] != "storage" {
+			t.Errorf("saved retryable=%v: extra %v", retry, extra)
+		}
+		_, page, _ := mia.do("GET", "/runbooks/CUSTOM_RETRY/edit", nil)
+		if strings.Contains(page, checkbox+" checked") != retry {
+			t.Errorf("saved retryable=%v: the checkbox does not follow", retry)
+		}
+	}
+}
