@@ -41,7 +41,8 @@ test('a project manager writes a runbook in the step editor; an operator publish
   await expect(page.getByRole('status')).toContainText('Saved CUSTOM_BLUE_FW: private to project tenant-blue');
   const row = page.locator('tr[data-runbook="CUSTOM_BLUE_FW"]');
   await expect(row).toContainText('project tenant-blue');
-  await expect(row.locator('li')).toHaveText(['management.set_boot_device (device=pxe, persistent=false)', 'power.power_off', 'power.power_on']);
+  await expect(row.locator('ol.steps > li > code')).toHaveText(['management.set_boot_device', 'power.power_off', 'power.power_on']);
+  await expect(row.locator('li[data-arg]')).toHaveText(['device: pxe', 'persistent: false']);
   await page.goto('/runbooks/CUSTOM_BLUE_FW/edit');
   await expect(page.getByLabel('Description')).toHaveValue('Boot from the network, then power-cycle.');
   await page.getByRole('button', { name: 'Sign out' }).click();
