@@ -59,6 +59,9 @@ func (p *Portal) forbidden(ctx context.Context, err error, what, rule string) er
 func (p *Portal) editorPage(c *fiber.Ctx, e views.Editor, status int) error {
 	e.Catalogue = catalogueNames()
 	e.Preview = preview(e)
+	if err := p.fillBuilders(c.UserContext(), &e); err != nil {
+		return err
+	}
 	if c.Get("HX-Request") == "true" {
 		return render(c, status, views.EditorSteps(e))
 	}
@@ -155,6 +158,9 @@ func storedRow(s runbooks.Step) views.EditorStep {
 		return row
 	}
 	row := views.EditorStep{Step: name, Hint: info.Description}
+	if kind := builderKind(name); kind != "" {
+		row.Builder = &views.ArgBuilder{Kind: kind}
+	}
 	for _, a := range info.Args {
 		f := argField(a)
 		if v, set := s.Args[a.Name]; set {
@@ -164,7 +170,8 @@ func storedRow(s runbooks.Step) views.EditorStep {
 			case bool, float64:
 				f.Value = fmt.Sprint(v)
 			default:
-				raw, _ := json.Marshal(v)
+				// Indented, so a list of settings reads one entry a line.
+				raw, _ := json.MarshalIndent(v, "", "  ")
 				f.Value = string(raw)
 			}
 		}
@@ -194,6 +201,9 @@ func readRows(c *fiber.Ctx) []views.EditorStep {
 				arg.Value = f("a." + a.Name)
 				row.Args = append(row.Args, arg)
 			}
+			if kind := builderKind(row.Step); kind != "" {
+				row.Builder = readBuilder(kind, f)
+			}
 		case row.Step == views.OtherStep:
 			row.Custom, row.JSON = f("custom"), f("json")
 		case row.Step != "":
@@ -205,7 +215,8 @@ func readRows(c *fiber.Ctx) []views.EditorStep {
 	return out
 }
 
-// rowOp applies a row button (add, remove:i, up:i, down:i); "refresh"
+// rowOp applies a row button (add, remove:i, up:i, down:i, append:i to
+// add a settings builder's entry); "refresh"
 // changes nothing, as reading the rows already gave each chosen step its
 // fields.
 func rowOp(e *views.Editor, op string) {
@@ -223,6 +234,8 @@ func rowOp(e *views.Editor, op string) {
 		e.Steps[i-1], e.Steps[i] = e.Steps[i], e.Steps[i-1]
 	case verb == "down" && valid && i < len(e.Steps)-1:
 		e.Steps[i], e.Steps[i+1] = e.Steps[i+1], e.Steps[i]
+	case verb == "append" && valid:
+		appendSetting(e, i)
 	}
 }
 

@@ -21,6 +21,7 @@ import (
 	"github.com/anvilproject/anvil/server/clientip"
 	"github.com/anvilproject/anvil/server/conductor"
 	"github.com/anvilproject/anvil/server/errs"
+	"github.com/anvilproject/anvil/server/fwimages"
 	"github.com/anvilproject/anvil/server/guard"
 	"github.com/anvilproject/anvil/server/identity"
 	"github.com/anvilproject/anvil/server/nodes"
@@ -54,6 +55,8 @@ type Portal struct {
 	// Runbooks and Allocations back the self-service pages.
 	Runbooks    *runbooks.Service
 	Allocations *allocations.Service
+	// Firmware offers uploaded images to the runbook editor.
+	Firmware *fwimages.Store
 	// PolicyStatus is the override status system users see in the header.
 	PolicyStatus func() string
 	// Admin backs the admin console.

@@ -2,12 +2,14 @@ package web_test
 
 import (
 	"context"
+	"fmt"
 	"net/url"
 	"slices"
 	"strings"
 	"testing"
 
 	"github.com/anvilproject/anvil/ent/auditevent"
+	"github.com/anvilproject/anvil/ent/node"
 	"github.com/anvilproject/anvil/server/identity"
 	"github.com/anvilproject/anvil/server/store"
 	"github.com/anvilproject/anvil/server/store/storetest"
@@ -258,5 +260,89 @@ func TestRunbookEditorRetryable(t *testing.T) {
 		if strings.Contains(page, checkbox+" checked") != retry {
 			t.Errorf("saved retryable=%v: the checkbox does not follow", retry)
 		}
+	}
+}
+
+// The settings builders: bios.apply_configuration picks a setting from a
+// reference node's cached BIOS settings (a node the viewer cannot see
+// says so) and adds it to the JSON list, which stays what is saved;
+// firmware.update adds a component with an uploaded image for those who
+// may list images, and tells others to give a URL.
+func TestRunbookEditorSettingsBuilders(t *testing.T) {
+	env := newEditorEnv(t)
+	ids := env.nodes(map[string]any{"name": "ref-1", "owner": "blue"}, map[string]any{"name": "green-1", "owner": "green"})
+	ctx := context.Background()
+	n := env.srv.DB.Node.Query().Where(node.UUID(ids["ref-1"])).OnlyX(ctx)
+	env.srv.DB.BiosSetting.Create().SetNodeID(n.ID).SetName("ProcTurboMode").SetValue("Disabled").ExecX(ctx)
+	env.srv.DB.BiosSetting.Create().SetNodeID(n.ID).SetName("SysProfile").SetValue("Balanced").ExecX(ctx)
+	img, err := env.srv.Firmware.Put("bios-2.0.bin", strings.NewReader("image bytes"))
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	mia := env.signIn("mia")
+	mia.do("GET", "/runbooks/new", nil)
+	form := func(b *browser, op string, step []string, builder ...string) url.Values {
+		f := rows(url.Values{"csrf": {b.csrf}, "name": {"CUSTOM_BUILT"}, "op": {op}}, step)
+		for _, kv := range builder {
+			k, v, _ := strings.Cut(kv, "=")
+			f.Set("s0.b."+k, v)
+		}
+		return f
+	}
+	bios := []string{"bios.apply_configuration", `settings=[{"name": "SysProfile", "value": "Balanced"}]`}
+	_, frag, _ := mia.do("POST", "/runbooks/new", form(mia, "refresh", bios, "ref=ref-1"), "HX-Request", "true")
+	if !strings.Contains(frag, `<option value="ProcTurboMode">ProcTurboMode (now Disabled)</option>`) {
+		t.Errorf("the reference node's settings are not offered:\n%s", between(frag, `data-testid="builder-0"`, "</fieldset>"))
+	}
+	_, frag, _ = mia.do("POST", "/runbooks/new", form(mia, "append:0", bios, "ref=ref-1", "name=ProcTurboMode", "value=Enabled"), "HX-Request", "true")
+	want := "[\n  {\n    &#34;name&#34;: &#34;SysProfile&#34;,\n    &#34;value&#34;: &#34;Balanced&#34;\n  },\n  {\n    &#34;name&#34;: &#34;ProcTurboMode&#34;,\n    &#34;value&#34;: &#34;Enabled&#34;\n  }\n]</textarea>"
+	if !strings.Contains(frag, want) || !strings.Contains(frag, "Added ProcTurboMode = Enabled to settings below") {
+		t.Errorf("the setting is not added to the list:\n%s", between(frag, `data-row="0"`, "</tr>"))
+	}
+	// Added again with another value: replaced, not listed twice.
+	again := []string{"bios.apply_configuration", `settings=[{"name": "ProcTurboMode", "value": "Enabled"}]`}
+	_, frag, _ = mia.do("POST", "/runbooks/new", form(mia, "append:0", again, "name=ProcTurboMode", "value=Disabled"), "HX-Request", "true")
+	if strings.Count(frag, "&#34;ProcTurboMode&#34;") != 1 || !strings.Contains(frag, "&#34;value&#34;: &#34;Disabled&#34;") {
+		t.Errorf("the setting is not replaced:\n%s", between(frag, `data-row="0"`, "</tr>"))
+	}
+	_, frag, _ = mia.do("POST", "/runbooks/new", form(mia, "refresh", bios, "ref="+ids["green-1"]), "HX-Request", "true")
+	if !strings.Contains(frag, "Reference node: Node "+ids["green-1"]+" could not be found") {
+		t.Errorf("another project's node as reference:\n%s", between(frag, `data-testid="builder-0"`, "</fieldset>"))
+	}
+	_, frag, _ = mia.do("POST", "/runbooks/new", form(mia, "append:0", bios), "HX-Request", "true")
+	if !strings.Contains(frag, "Setting: choose or type a setting&#39;s name.") {
+		t.Error("adding no setting is not refused")
+	}
+
+	// Firmware: the project manager may not list images; the system may.
+	fw := []string{"firmware.update"}
+	_, frag, _ = mia.do("POST", "/runbooks/new", form(mia, "refresh", fw), "HX-Request", "true")
+	if !strings.Contains(frag, "anvil:firmware_image:list") || strings.Contains(frag, "bios-2.0.bin") {
+		t.Errorf("the project manager is offered images, or not told why not:\n%s", between(frag, `data-testid="builder-0"`, "</fieldset>"))
+	}
+	sam := env.signIn("sam")
+	sam.do("GET", "/runbooks/new", nil)
+	_, frag, _ = sam.do("POST", "/runbooks/new", form(sam, "refresh", fw), "HX-Request", "true")
+	if !strings.Contains(frag, `<option value="`+img.URL+`">bios-2.0.bin</option>`) {
+		t.Errorf("the system manager is not offered the image:\n%s", between(frag, `data-testid="builder-0"`, "</fieldset>"))
+	}
+	_, frag, _ = sam.do("POST", "/runbooks/new", form(sam, "append:0", fw, "component=nic:", "nic=NIC.Slot.1", "image="+img.URL, "wait=30"), "HX-Request", "true")
+	if !strings.Contains(frag, "&#34;component&#34;: &#34;nic:NIC.Slot.1&#34;,\n    &#34;url&#34;: &#34;"+img.URL+"&#34;,\n    &#34;wait&#34;: 30") {
+		t.Errorf("the component is not added:\n%s", between(frag, `data-row="0"`, "</tr>"))
+	}
+	_, frag, _ = sam.do("POST", "/runbooks/new", form(sam, "append:0", fw, "component=bmc"), "HX-Request", "true")
+	if !strings.Contains(frag, "Image: choose an uploaded image or give an http:// or https:// URL.") {
+		t.Error("a component without an image is not refused")
+	}
+	// What the builder wrote is what is saved.
+	built := []string{"firmware.update", `settings=[{"component": "bios", "url": "` + img.URL + `"}]`}
+	if st, _, _ := sam.do("POST", "/runbooks/new", form(sam, "save", built)); st != 303 {
+		t.Fatalf("save: %d", st)
+	}
+	_, rb := env.runbook("CUSTOM_BUILT")
+	steps, _ := rb["steps"].([]any)
+	if len(steps) != 1 || fmt.Sprint(steps[0].(map[string]any)["args"]) != fmt.Sprint(map[string]any{"settings": []any{map[string]any{"component": "bios", "url": img.URL}}}) {
+		t.Errorf("saved steps: %v", rb["steps"])
 	}
 }
