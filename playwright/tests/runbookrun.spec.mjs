@@ -17,6 +17,26 @@ test('an owner manager publishes a runbook, adds its trait to two nodes, and a m
   await page.getByLabel('seconds of step 1').fill('1');
   await page.getByRole('button', { name: 'Add step' }).click();
   await page.getByLabel('Step 2', { exact: true }).selectOption('power.power_on');
+  // A firmware.update row builds its settings list one component at a
+  // time; a project manager, who may not list uploaded images, gives a URL.
+  await page.getByRole('button', { name: 'Add step' }).click();
+  await page.getByLabel('Step 3', { exact: true }).selectOption('firmware.update');
+  await expect(page.getByTestId('builder-2')).toContainText('anvil:firmware_image:list');
+  await page.getByLabel('Component').selectOption('bmc');
+  await page.getByLabel('Image URL the BMC can reach').fill('https://fw.example/bmc-2.bin');
+  await page.getByRole('button', { name: /Add to settings\s+of step 3/ }).click();
+  await expect(page.getByLabel('settings of step 3 (required)')).toHaveValue(JSON.stringify([{ component: 'bmc', url: 'https://fw.example/bmc-2.bin' }], null, 2));
+  await expect(page.getByTestId('preview').locator('li[data-arg="settings"] li')).toHaveText(['component: bmc, url: https://fw.example/bmc-2.bin']);
+  for (const [width, scheme] of [[1440, 'light'], [390, 'dark']]) {
+    await page.setViewportSize({ width, height: 900 });
+    await page.emulateMedia({ colorScheme: scheme });
+    await accessible(page, `editor with a settings builder ${width} ${scheme}`);
+    await shot(page, testInfo, `editor-builder-${width}-${scheme}`, { fullPage: true });
+  }
+  await page.setViewportSize({ width: 1440, height: 900 });
+  await page.emulateMedia({ colorScheme: 'light' });
+  await page.getByRole('button', { name: /Remove\s+step 3/ }).click();
+  await expect(page.getByLabel('Step 3', { exact: true })).toHaveCount(0);
   // The preview reads the arguments as the list will.
   await expect(page.getByTestId('preview').locator('li[data-arg="seconds"]')).toHaveText('seconds: 1');
   await page.getByLabel('Retryable').check();
