@@ -74,7 +74,8 @@ test('a project manager deletes a runbook after confirming', async ({ page }) =>
   await page.getByLabel('Step 1', { exact: true }).selectOption('deploy.wait');
   await page.getByLabel('seconds of step 1').fill('5');
   await page.getByRole('button', { name: 'Save runbook' }).click();
-  await expect(page.locator('tr[data-runbook="CUSTOM_SHORT_LIVED"] li')).toHaveText(['deploy.wait (seconds=5)']);
+  await expect(page.locator('tr[data-runbook="CUSTOM_SHORT_LIVED"] ol.steps > li > code')).toHaveText(['deploy.wait']);
+  await expect(page.locator('tr[data-runbook="CUSTOM_SHORT_LIVED"] li[data-arg]')).toHaveText(['seconds: 5']);
   await page.goto('/runbooks/CUSTOM_SHORT_LIVED/edit');
   // Dismissed: nothing happens.
   let asked = '';

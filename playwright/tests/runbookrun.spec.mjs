@@ -49,7 +49,7 @@ test('an owner manager publishes a runbook, adds its trait to two nodes, and a m
   expect(rb.owner).toBe('hw-east');
 
   // The runbook's nodes: filter, pick two, add.
-  await row.getByTestId('carriers').click();
+  await row.getByRole('link', { name: /Choose where it runs/ }).click();
   await expect(page.getByRole('heading', { level: 1 })).toHaveText(`Nodes for runbook ${name}`);
   await page.getByLabel('Name contains').fill('demo-0000');
   await page.getByRole('button', { name: 'Filter' }).click();
