@@ -25,6 +25,12 @@ echo 'manager-password-1' | $a user create mark --password-stdin --database "$db
 $a user grant mark --project tenant-blue --role manager --database "$db"
 echo 'operator-password-1' | $a user create olga --password-stdin --database "$db"
 $a user grant olga --system --role admin --database "$db"
+# An owner project's manager and member (demo nodes hw-east owns), for
+# the journey that publishes a runbook and adds its trait to nodes.
+echo 'owner-password-1' | $a user create owen --password-stdin --database "$db"
+$a user grant owen --project hw-east --role manager --database "$db"
+echo 'member-password-1' | $a user create mel --password-stdin --database "$db"
+$a user grant mel --project hw-east --role member --database "$db"
 
 # Playwright ends this script with SIGKILL, so no trap would run: a
 # detached watchdog removes the scratch directory (and stops the

@@ -225,7 +225,7 @@ func New(ctx context.Context, o Options) (*App, error) {
 		return nil, fmt.Errorf("session keys: %w", err)
 	}
 	a.Portal = &web.Portal{DB: db, IDs: a.IDs, Nodes: a.Nodes, Guard: a.Guard, Sessions: web.NewSessions(hash, block), Log: o.Log,
-		Runbooks: a.Runbooks, Allocations: a.Allocations, Ports: a.Ports, PolicyStatus: a.Overrides.Status,
+		Runbooks: a.Runbooks, Allocations: a.Allocations, Ports: a.Ports, Firmware: a.Firmware, PolicyStatus: a.Overrides.Status,
 		Admin: &web.Admin{DB: db, Audit: a.Audit, Enforcer: enf, Overrides: a.Overrides, Key: web.FormKey(hash)},
 		Ops:   &conductor.Ops{C: a.Cond, Nodes: a.Nodes, Guard: a.Guard, Runbooks: a.Runbooks}}
 	if o.OIDC != nil {

@@ -22,6 +22,18 @@ document.addEventListener("change", (e) => {
 	}
 });
 
+// A button marked data-count-label says how many nodes its form has
+// checked ("Add CUSTOM_X to 2 nodes"); without JavaScript it keeps its
+// own words.
+document.addEventListener("change", (e) => {
+	const form = e.target instanceof HTMLInputElement ? e.target.form : null;
+	const button = form ? form.querySelector("button[data-count-label]") : null;
+	if (button) {
+		const n = form.querySelectorAll('input[type=checkbox][name="node"]:checked:not(:disabled)').length;
+		button.textContent = button.getAttribute("data-count-label").replace("%d", String(n)).replace(" 1 nodes", " 1 node");
+	}
+});
+
 // A form marked data-confirm asks before it is sent (a bulk run names the
 // nodes it will act on).
 document.addEventListener("submit", (e) => {

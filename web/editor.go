@@ -58,6 +58,10 @@ func (p *Portal) forbidden(ctx context.Context, err error, what, rule string) er
 
 func (p *Portal) editorPage(c *fiber.Ctx, e views.Editor, status int) error {
 	e.Catalogue = catalogueNames()
+	e.Preview = preview(e)
+	if err := p.fillBuilders(c.UserContext(), &e); err != nil {
+		return err
+	}
 	if c.Get("HX-Request") == "true" {
 		return render(c, status, views.EditorSteps(e))
 	}
@@ -96,9 +100,12 @@ func (p *Portal) editRunbook(c *fiber.Ctx) error {
 	if err != nil {
 		return p.fail(c, err)
 	}
-	e := p.editorOf(c, r)
+	e, err := p.editorOf(c, r)
+	if err != nil {
+		return p.fail(c, err)
+	}
 	e.Name, e.Public, e.Owner = r.Name, r.Public, deref(r.Owner)
-	e.Description = deref(r.Description)
+	e.Description, e.Retryable = deref(r.Description), runbooks.Retryable(r.Runbook)
 	for _, s := range r.Steps {
 		e.Steps = append(e.Steps, storedRow(s))
 	}
@@ -106,13 +113,32 @@ func (p *Portal) editRunbook(c *fiber.Ctx) error {
 }
 
 // editorOf is the editor for runbook r (nil: a new one) before the form
-// is read.
-func (p *Portal) editorOf(c *fiber.Ctx, r *runbooks.Runbook) views.Editor {
+// is read, with how many nodes it reaches.
+func (p *Portal) editorOf(c *fiber.Ctx, r *runbooks.Runbook) (views.Editor, error) {
 	if r == nil {
-		return views.Editor{}
+		return views.Editor{}, nil
 	}
-	return views.Editor{Existing: r.Name, UUID: r.UUID,
-		CanDelete: p.Guard.Allowed(c.UserContext(), runbooks.RuleDelete, runbooks.Target(r.Runbook))}
+	n, err := p.carriers(c.UserContext(), r)
+	return views.Editor{Existing: r.Name, UUID: r.UUID, Carriers: n, Traits: runbookTraits(r),
+		CanDelete: p.Guard.Allowed(c.UserContext(), runbooks.RuleDelete, runbooks.Target(r.Runbook))}, err
+}
+
+// preview is what the rows would save, shown as the runbook list shows
+// it; rows that cannot be read yet are left out (their errors show when
+// saving). It reads copies, so no error lands on the form.
+func preview(e views.Editor) []views.StepText {
+	tmp := e
+	tmp.Steps = slices.Clone(e.Steps)
+	for i := range tmp.Steps {
+		tmp.Steps[i].Args = slices.Clone(tmp.Steps[i].Args)
+	}
+	var out []views.StepText
+	for i := range tmp.Steps {
+		if st, ok := stepOf(&tmp, i); ok {
+			out = append(out, stepView(st.Interface, st.Step, st.Args))
+		}
+	}
+	return out
 }
 
 // storedRow shows a stored step: fields for a catalogued one, its
@@ -132,6 +158,9 @@ func storedRow(s runbooks.Step) views.EditorStep {
 		return row
 	}
 	row := views.EditorStep{Step: name, Hint: info.Description}
+	if kind := builderKind(name); kind != "" {
+		row.Builder = &views.ArgBuilder{Kind: kind}
+	}
 	for _, a := range info.Args {
 		f := argField(a)
 		if v, set := s.Args[a.Name]; set {
@@ -141,7 +170,8 @@ func storedRow(s runbooks.Step) views.EditorStep {
 			case bool, float64:
 				f.Value = fmt.Sprint(v)
 			default:
-				raw, _ := json.Marshal(v)
+				// Indented, so a list of settings reads one entry a line.
+				raw, _ := json.MarshalIndent(v, "", "  ")
 				f.Value = string(raw)
 			}
 		}
@@ -171,6 +201,9 @@ func readRows(c *fiber.Ctx) []views.EditorStep {
 				arg.Value = f("a." + a.Name)
 				row.Args = append(row.Args, arg)
 			}
+			if kind := builderKind(row.Step); kind != "" {
+				row.Builder = readBuilder(kind, f)
+			}
 		case row.Step == views.OtherStep:
 			row.Custom, row.JSON = f("custom"), f("json")
 		case row.Step != "":
@@ -182,7 +215,8 @@ func readRows(c *fiber.Ctx) []views.EditorStep {
 	return out
 }
 
-// rowOp applies a row button (add, remove:i, up:i, down:i); "refresh"
+// rowOp applies a row button (add, remove:i, up:i, down:i, append:i to
+// add a settings builder's entry); "refresh"
 // changes nothing, as reading the rows already gave each chosen step its
 // fields.
 func rowOp(e *views.Editor, op string) {
@@ -200,6 +234,8 @@ func rowOp(e *views.Editor, op string) {
 		e.Steps[i-1], e.Steps[i] = e.Steps[i], e.Steps[i-1]
 	case verb == "down" && valid && i < len(e.Steps)-1:
 		e.Steps[i], e.Steps[i+1] = e.Steps[i+1], e.Steps[i]
+	case verb == "append" && valid:
+		appendSetting(e, i)
 	}
 }
 
@@ -354,12 +390,16 @@ func (p *Portal) saveRunbook(c *fiber.Ctx) error {
 			return p.fail(c, err)
 		}
 	}
-	e := p.editorOf(c, r)
+	e, err := p.editorOf(c, r)
+	if err != nil {
+		return p.fail(c, err)
+	}
 	// Only the system chooses publishing and owners; the form offers them
 	// to system users, and the service refuses them from anyone else.
 	e.System = pr != nil && pr.System
 	e.Name, e.Description = strings.TrimSpace(c.FormValue("name")), strings.TrimSpace(c.FormValue("description"))
 	e.Public, e.Owner = c.FormValue("public") == "true", strings.TrimSpace(c.FormValue("owner"))
+	e.Retryable = c.FormValue("retryable") == "true"
 	e.Steps = readRows(c)
 	op := c.FormValue("op")
 	if op != "" && op != "save" && op != opSaveAnyway {
@@ -378,6 +418,9 @@ func (p *Portal) saveRunbook(c *fiber.Ctx) error {
 		}
 	}
 	in := runbooks.Input{Name: e.Name, Steps: list}
+	if e.Retryable {
+		in.Extra = map[string]any{runbooks.RetryableKey: true}
+	}
 	if e.Description != "" {
 		in.Description = &e.Description
 	}
@@ -412,10 +455,7 @@ func (p *Portal) saveRunbook(c *fiber.Ctx) error {
 		return p.editorPage(c, e, 400)
 	}
 
-	var (
-		err   error
-		saved *runbooks.Runbook
-	)
+	var saved *runbooks.Runbook
 	if r == nil {
 		saved, err = p.Runbooks.Create(ctx, in)
 	} else {
@@ -446,9 +486,21 @@ const opSaveAnyway = "save-anyway"
 
 // editPatch is the JSON patch that makes runbook r what the form says.
 // An empty description is null, as the API shows a runbook without one.
+// Retryable touches only its key of extra, which keeps what API clients
+// put there.
 func editPatch(r *runbooks.Runbook, in runbooks.Input, system bool) []byte {
 	ops := []map[string]any{{"op": "replace", "path": "/name", "value": in.Name}, {"op": "replace", "path": "/steps", "value": in.Steps},
 		{"op": "add", "path": "/description", "value": in.Description}}
+	retryPath := "/extra/" + runbooks.RetryableKey
+	_, had := r.Extra[runbooks.RetryableKey]
+	switch {
+	case in.Extra[runbooks.RetryableKey] == true && r.Extra == nil:
+		ops = append(ops, map[string]any{"op": "add", "path": "/extra", "value": in.Extra})
+	case in.Extra[runbooks.RetryableKey] == true:
+		ops = append(ops, map[string]any{"op": "add", "path": retryPath, "value": true})
+	case had:
+		ops = append(ops, map[string]any{"op": "remove", "path": retryPath})
+	}
 	if system {
 		var owner any
 		if in.Owner != nil {

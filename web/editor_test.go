@@ -25,7 +25,12 @@ type editorEnv struct {
 }
 
 func newEditorEnv(t *testing.T) *editorEnv {
-	srv := servertest.Start(t, server.Options{Database: storetest.Setting(t, "sqlite")})
+	return newEditorEnvOn(t, storetest.Setting(t, "sqlite"))
+}
+
+// newEditorEnvOn is newEditorEnv on the database setting names.
+func newEditorEnvOn(t *testing.T, setting string) *editorEnv {
+	srv := servertest.Start(t, server.Options{Database: setting})
 	ctx := context.Background()
 	for _, u := range []struct {
 		name  string

@@ -21,6 +21,7 @@ import (
 	"github.com/anvilproject/anvil/server/clientip"
 	"github.com/anvilproject/anvil/server/conductor"
 	"github.com/anvilproject/anvil/server/errs"
+	"github.com/anvilproject/anvil/server/fwimages"
 	"github.com/anvilproject/anvil/server/guard"
 	"github.com/anvilproject/anvil/server/identity"
 	"github.com/anvilproject/anvil/server/nodes"
@@ -57,6 +58,8 @@ type Portal struct {
 	Allocations *allocations.Service
 	// Ports creates the ports the enrol form lists.
 	Ports *ports.Service
+	// Firmware offers uploaded images to the runbook editor.
+	Firmware *fwimages.Store
 	// PolicyStatus is the override status system users see in the header.
 	PolicyStatus func() string
 	// Admin backs the admin console.
@@ -137,6 +140,8 @@ func (p *Portal) Register(app *fiber.App) {
 	app.Get("/runbooks/:name/edit", s, p.signedIn, p.editRunbook)
 	app.Post("/runbooks/:name/edit", s, p.signedIn, p.saveRunbook)
 	app.Post("/runbooks/:name/delete", s, p.signedIn, p.deleteRunbook)
+	app.Get("/runbooks/:name/nodes", s, p.signedIn, p.runbookNodes)
+	app.Post("/runbooks/:name/nodes", s, p.signedIn, p.addRunbookTrait)
 	app.Get("/allocations", s, p.signedIn, p.allocationsPage)
 	app.Get("/allocations/new", s, p.signedIn, p.requestNodePage)
 	app.Post("/allocations", s, p.signedIn, p.requestNode)

@@ -3,7 +3,6 @@ package web
 import (
 	"context"
 	"fmt"
-	"slices"
 	"strings"
 
 	"github.com/gofiber/fiber/v2"
@@ -22,22 +21,8 @@ func runbookRow(r *runbooks.Runbook) views.RunbookRow {
 	if r.Owner != nil {
 		row.Owner = *r.Owner
 	}
-	for _, s := range r.Steps {
-		row.Steps = append(row.Steps, s.Interface+"."+s.Step+argsText(s.Args))
-	}
+	row.Steps, row.Traits = runbookSteps(r.Steps), runbookTraits(r)
 	return row
-}
-
-func argsText(args map[string]any) string {
-	if len(args) == 0 {
-		return ""
-	}
-	var parts []string
-	for k, v := range args {
-		parts = append(parts, fmt.Sprintf("%s=%v", k, v))
-	}
-	slices.Sort(parts)
-	return " (" + strings.Join(parts, ", ") + ")"
 }
 
 func (p *Portal) runbooksPage(c *fiber.Ctx) error {
@@ -54,6 +39,9 @@ func (p *Portal) runbooksPage(c *fiber.Ctx) error {
 	for i, r := range rs {
 		rows[i] = runbookRow(r)
 		rows[i].Editable = p.Guard.Allowed(ctx, runbooks.RuleUpdate, runbooks.Target(r.Runbook))
+		if rows[i].Carriers, err = p.carriers(ctx, r); err != nil {
+			return p.fail(c, err)
+		}
 	}
 	canCreate := p.Guard.Allowed(ctx, runbooks.RuleCreate, createTarget(policies.PrincipalFrom(ctx)))
 	if id := c.Query("saved"); id != "" {

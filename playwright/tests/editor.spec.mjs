@@ -41,7 +41,8 @@ test('a project manager writes a runbook in the step editor; an operator publish
   await expect(page.getByRole('status')).toContainText('Saved CUSTOM_BLUE_FW: private to project tenant-blue');
   const row = page.locator('tr[data-runbook="CUSTOM_BLUE_FW"]');
   await expect(row).toContainText('project tenant-blue');
-  await expect(row.locator('li')).toHaveText(['management.set_boot_device (device=pxe, persistent=false)', 'power.power_off', 'power.power_on']);
+  await expect(row.locator('ol.steps > li > code')).toHaveText(['management.set_boot_device', 'power.power_off', 'power.power_on']);
+  await expect(row.locator('li[data-arg]')).toHaveText(['device: pxe', 'persistent: false']);
   await page.goto('/runbooks/CUSTOM_BLUE_FW/edit');
   await expect(page.getByLabel('Description')).toHaveValue('Boot from the network, then power-cycle.');
   await page.getByRole('button', { name: 'Sign out' }).click();
@@ -73,7 +74,8 @@ test('a project manager deletes a runbook after confirming', async ({ page }) =>
   await page.getByLabel('Step 1', { exact: true }).selectOption('deploy.wait');
   await page.getByLabel('seconds of step 1').fill('5');
   await page.getByRole('button', { name: 'Save runbook' }).click();
-  await expect(page.locator('tr[data-runbook="CUSTOM_SHORT_LIVED"] li')).toHaveText(['deploy.wait (seconds=5)']);
+  await expect(page.locator('tr[data-runbook="CUSTOM_SHORT_LIVED"] ol.steps > li > code')).toHaveText(['deploy.wait']);
+  await expect(page.locator('tr[data-runbook="CUSTOM_SHORT_LIVED"] li[data-arg]')).toHaveText(['seconds: 5']);
   await page.goto('/runbooks/CUSTOM_SHORT_LIVED/edit');
   // Dismissed: nothing happens.
   let asked = '';

@@ -47,7 +47,8 @@ test('a tenant runs a BIOS runbook on a leased Redfish node and sees the new set
 
   // Run the runbook and watch it to the end, without reloading.
   await page.locator('summary', { hasText: 'CUSTOM_BIOS_PERF' }).click();
-  await expect(page.locator('details[open] ol li')).toHaveText(['bios.apply_configuration (settings=[map[name:SysProfile value:PerfOptimized] map[name:ProcTurboMode value:Enabled] map[name:ProcCStates value:Disabled]])']);
+  await expect(page.locator('details[open] ol.steps > li > code')).toHaveText(['bios.apply_configuration']);
+  await expect(page.locator('details[open] li[data-arg="settings"] li')).toHaveText(['name: SysProfile, value: PerfOptimized', 'name: ProcTurboMode, value: Enabled', 'name: ProcCStates, value: Disabled']);
   page.once('dialog', (d) => d.accept());
   await page.getByRole('button', { name: 'Run CUSTOM_BIOS_PERF (clean)' }).click();
   await expect(page.getByTestId('provision-state')).toContainText('clean');

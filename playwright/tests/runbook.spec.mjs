@@ -22,7 +22,9 @@ test('a tenant runs the public firmware runbook on a leased node and sees it com
   }
   expect(found).toBe(true);
   await page.locator('summary', { hasText: 'CUSTOM_FIRMWARE_UPDATE' }).click();
-  await expect(page.locator('details[open] ol li')).toHaveText([`firmware.update (settings=[map[component:bios url:http://127.0.0.1:${ports.anvil}/firmware/8601a73eea75330719f9ec3eb4384e6307bea3da8d099bdc0074f27da07adafa/demo-bios-1.1.0.bin]])`, 'deploy.wait (seconds=3)', 'power.reboot']);
+  await expect(page.locator('details[open] ol.steps > li > code')).toHaveText(['firmware.update', 'deploy.wait', 'power.reboot']);
+  await expect(page.locator('details[open] li[data-arg="settings"] li')).toHaveText([`component: bios, url: http://127.0.0.1:${ports.anvil}/firmware/8601a73eea75330719f9ec3eb4384e6307bea3da8d099bdc0074f27da07adafa/demo-bios-1.1.0.bin`]);
+  await expect(page.locator('details[open] li[data-arg="seconds"]')).toHaveText('seconds: 3');
   // Run asks first; cancelling starts nothing.
   let asked = '';
   page.once('dialog', async (d) => { asked = d.message(); await d.dismiss(); });

@@ -67,8 +67,11 @@ type ListOptions struct {
 	// last error; UUIDs, only those nodes (a bulk selection: the ones the
 	// caller may not list simply do not come back).
 	Search, PowerState, Trait *string
-	Failed                    bool
-	UUIDs                     []string
+	// AnyTrait matches nodes carrying any of these traits: the nodes a
+	// runbook with several traits reaches.
+	AnyTrait []string
+	Failed   bool
+	UUIDs    []string
 	// Numbered is the portal's paging: Offset skips rows, and they sort by
 	// the bare column, so an index walk finds a page of 10,000 nodes
 	// without sorting them all. Unnamed nodes then sort where each
@@ -383,6 +386,9 @@ func (s *Service) scope(ctx context.Context, o ListOptions) ([]predicate.Node, e
 	}
 	if o.Trait != nil {
 		ps = append(ps, node.HasTraitsWith(trait.Trait(*o.Trait)))
+	}
+	if o.AnyTrait != nil {
+		ps = append(ps, node.HasTraitsWith(trait.TraitIn(o.AnyTrait...)))
 	}
 	if o.Failed {
 		ps = append(ps, node.Or(node.ProvisionStateIn(FailedStates...), node.FaultNotNil(), node.LastErrorNotNil()))

@@ -1,0 +1,131 @@
+package web
+
+import (
+	"context"
+	"slices"
+	"strings"
+
+	"github.com/gofiber/fiber/v2"
+
+	"github.com/anvilproject/anvil/server/errs"
+	"github.com/anvilproject/anvil/server/nodes"
+	"github.com/anvilproject/anvil/server/runbooks"
+	"github.com/anvilproject/anvil/views"
+)
+
+// pickerLimit is how many nodes the trait picker shows; a fleet larger
+// than that is narrowed by the filter.
+const pickerLimit = 200
+
+// runbookTraits are the traits that let a node run r: its traits, or its
+// name when it lists none (runbooks.MatchesTraits).
+func runbookTraits(r *runbooks.Runbook) []string {
+	if len(r.Traits) > 0 {
+		return r.Traits
+	}
+	return []string{r.Name}
+}
+
+// carriers counts the nodes the viewer may see that carry one of r's
+// traits: the nodes it could run on.
+func (p *Portal) carriers(ctx context.Context, r *runbooks.Runbook) (int, error) {
+	return p.Nodes.Count(ctx, nodes.ListOptions{AnyTrait: runbookTraits(r), IncludeChildren: true})
+}
+
+// runbookNodes shows how many nodes carry a runbook's trait and a picker
+// of the viewer's nodes to add it to.
+func (p *Portal) runbookNodes(c *fiber.Ctx) error {
+	r, err := p.Runbooks.Get(c.UserContext(), c.Params("name"))
+	if err != nil {
+		return p.fail(c, err)
+	}
+	v := views.RunbookNodes{Q: strings.TrimSpace(c.Query("q")), Class: strings.TrimSpace(c.Query("class"))}
+	return p.runbookNodesPage(c, r, v, 200)
+}
+
+func (p *Portal) runbookNodesPage(c *fiber.Ctx, r *runbooks.Runbook, v views.RunbookNodes, status int) error {
+	ctx := c.UserContext()
+	v.Name, v.Traits = r.Name, runbookTraits(r)
+	if v.Trait == "" {
+		v.Trait = v.Traits[0]
+	}
+	var err error
+	if v.Carriers, err = p.carriers(ctx, r); err != nil {
+		return p.fail(c, err)
+	}
+	o := nodes.ListOptions{WithTraits: true, IncludeChildren: true, Numbered: true, SortKey: "name", SortDir: "asc", Limit: pickerLimit}
+	if v.Q != "" {
+		o.Search = &v.Q
+	}
+	if v.Class != "" {
+		o.ResourceClass = &v.Class
+	}
+	page, err := p.Nodes.List(ctx, o)
+	if err != nil {
+		return p.fail(c, err)
+	}
+	v.More = page.More
+	for _, n := range page.Nodes {
+		row := views.TraitNode{UUID: n.UUID, Name: label(n), Class: deref(n.ResourceClass), Owner: n.Owner, Has: slices.Contains(n.Traits, v.Trait)}
+		if !p.Guard.Allowed(ctx, nodes.RuleTraitsSet, nodes.Target(n.Node)) {
+			row.Why = p.denied(ctx, "may not add traits to this node", nodes.RuleTraitsSet)
+		}
+		v.Nodes = append(v.Nodes, row)
+	}
+	pg, err := p.page(c, "Nodes for runbook "+r.Name)
+	if err != nil {
+		return err
+	}
+	return render(c, status, views.RunbookNodesPage(pg, v))
+}
+
+// addRunbookTrait adds the runbook's trait to each chosen node through
+// the nodes service, which checks baremetal:node:traits:set on each and
+// audits each change, as PUT /v1/nodes/{node}/traits/{trait} does; every
+// node's outcome is shown, refusals with their reason.
+func (p *Portal) addRunbookTrait(c *fiber.Ctx) error {
+	ctx := c.UserContext()
+	r, err := p.Runbooks.Get(ctx, c.Params("name"))
+	if err != nil {
+		return p.fail(c, err)
+	}
+	v := views.RunbookNodes{Q: strings.TrimSpace(c.FormValue("q")), Class: strings.TrimSpace(c.FormValue("class")), Trait: c.FormValue("trait")}
+	var ids []string
+	for _, id := range c.Request().PostArgs().PeekMulti("node") {
+		ids = append(ids, string(id))
+	}
+	switch {
+	case !slices.Contains(runbookTraits(r), v.Trait):
+		v.Trait, v.TraitError = "", "trait: choose one of runbook "+r.Name+"'s traits ("+strings.Join(runbookTraits(r), ", ")+")."
+	case len(ids) == 0:
+		v.NodeError = "node: choose at least one node."
+	}
+	if v.TraitError != "" || v.NodeError != "" {
+		return p.runbookNodesPage(c, r, v, 400)
+	}
+	for _, id := range ids {
+		out := views.TraitOutcome{Node: id, Label: id}
+		n, err := p.Nodes.Get(ctx, id)
+		if err == nil {
+			out.Label = label(n)
+			had := slices.Contains(n.Traits, v.Trait)
+			err = p.Nodes.AddTrait(ctx, n.UUID, v.Trait)
+			switch {
+			case err == nil && had:
+				out.OK, out.Result = true, "already carried "+v.Trait+"."
+			case err == nil:
+				out.OK, out.Result = true, "added "+v.Trait+"."
+			case errs.Status(err) == 403:
+				err = errs.Forbidden("%s", p.denied(ctx, "may not add traits to this node", nodes.RuleTraitsSet))
+			}
+		}
+		if err != nil {
+			if errs.Status(err) >= 500 {
+				return err
+			}
+			out.Result = "refused: " + err.Error()
+		}
+		v.Outcomes = append(v.Outcomes, out)
+	}
+	return p.runbookNodesPage(c, r, v, 200)
+}
