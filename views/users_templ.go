@@ -127,7 +127,7 @@ func UsersPage(p Page, users []UserRow, canManage bool, confirm GrantConfirm) te
 					return templ_7745c5c3_Err
 				}
 			}
-			templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 7, " <p>Local accounts and the roles they hold. Users who sign in with SSO take their roles from the identity provider and are not listed.</p><p><a href=\"/admin/tokens\">API tokens of every user</a></p>")
+			templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 7, " <p>Local accounts and the roles they hold. Users who sign in with SSO take their roles from the identity provider and are not listed.</p><p><a href=\"/admin/tokens\">API tokens of every user</a> · <a href=\"/admin/sessions\">Active sessions</a></p>")
 			if templ_7745c5c3_Err != nil {
 				return templ_7745c5c3_Err
 			}
