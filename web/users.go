@@ -47,14 +47,27 @@ func (p *Portal) renderUsers(c *fiber.Ctx, pg views.Page, status int, confirm vi
 	if err != nil {
 		return err
 	}
-	rows := make([]views.UserRow, len(us))
-	for i, u := range us {
-		rows[i] = views.UserRow{Name: u.Name, LastLogin: u.LastLogin}
+	// The search matches a name, or a role as the page writes it
+	// ("admin", "member on project blue"), ignoring case.
+	q := strings.TrimSpace(c.Query("q"))
+	rows := []views.UserRow{}
+	for _, u := range us {
+		row := views.UserRow{Name: u.Name, LastLogin: u.LastLogin}
+		hit := q == "" || containsFold(u.Name, q)
 		for _, a := range u.Roles {
-			rows[i].Roles = append(rows[i].Roles, views.RoleRow{Scope: a.Scope.String(), Role: a.Role, Value: scopeValue(a.Scope) + "|" + a.Role})
+			r := views.RoleRow{Scope: a.Scope.String(), Role: a.Role, Value: scopeValue(a.Scope) + "|" + a.Role}
+			row.Roles = append(row.Roles, r)
+			hit = hit || containsFold(r.Role+" on "+r.Scope, q)
+		}
+		if hit {
+			rows = append(rows, row)
 		}
 	}
-	return render(c, status, views.UsersPage(pg, rows, p.Guard.Allowed(ctx, ruleUserManage, policies.Target{}), confirm))
+	return render(c, status, views.UsersPage(pg, views.UserList{Rows: rows, Query: q, Total: len(us)}, p.Guard.Allowed(ctx, ruleUserManage, policies.Target{}), confirm))
+}
+
+func containsFold(s, sub string) bool {
+	return strings.Contains(strings.ToLower(s), strings.ToLower(sub))
 }
 
 // userChange runs one change to a local account after the manage rule; a

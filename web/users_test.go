@@ -4,6 +4,7 @@ import (
 	"context"
 	"html"
 	"net/url"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -293,6 +294,41 @@ func TestLastAdminPortal(t *testing.T) {
 		}
 		if st, _, _ := root.do("POST", "/admin/users/root/revoke", form("assignment", "system|admin")); st != 303 || holds("root", "admin") {
 			t.Errorf("an admin steps down while another stays: %d", st)
+		}
+	})
+}
+
+// TestUsersSearch: the users page's search, kept in the URL, narrows the
+// list on the server by name or by role as the page writes it, and a
+// row's forms sit behind its Manage.
+func TestUsersSearch(t *testing.T) {
+	storetest.Each(t, func(t *testing.T, setting string, _ *store.DB) {
+		srv, _, _ := fleet(t, setting)
+		readerAndProjectAdmin(t, srv)
+		root := signInAs(t, srv, "root")
+		for q, want := range map[string][]string{
+			"pa":                {"pam", "pat"},
+			"member on project": {"gil", "pat"},
+			"ADMIN ON PROJECT":  {"pam"},
+			"reader":            {"rhea"},
+			"nobody":            nil,
+		} {
+			st, page, _ := root.do("GET", "/admin/users?"+url.Values{"q": {q}}.Encode(), nil)
+			var got []string
+			for _, u := range []string{"root", "pat", "gil", "rhea", "pam"} {
+				if strings.Contains(page, `<tr data-user="`+u+`">`) {
+					got = append(got, u)
+				}
+			}
+			slices.Sort(got)
+			if st != 200 || !slices.Equal(got, want) || !strings.Contains(page, `value="`+html.EscapeString(q)+`"`) {
+				t.Errorf("q=%q: %d %v, want %v", q, st, got, want)
+			}
+		}
+		_, page, _ := root.do("GET", "/admin/users?q=pat", nil)
+		if !strings.Contains(page, `<details class="manage"><summary>Manage <span class="sr-only">pat</span></summary>`) ||
+			!strings.Contains(page, `action="/admin/users/pat/grant"`) || !strings.Contains(page, "1 of ") {
+			t.Errorf("pat's row:\n%s", page)
 		}
 	})
 }
