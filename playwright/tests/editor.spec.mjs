@@ -57,8 +57,6 @@ test('a project manager writes a runbook in the step editor; an operator publish
   await page.locator('table.nodes tbody tr a').last().click();
   await page.getByLabel('Lessee project (empty: not leased)').fill('tenant-gold');
   await page.getByRole('button', { name: 'Save owner and lessee' }).click();
-  // Nothing uses tenant-gold yet: it is saved once confirmed as new.
-  await page.getByRole('button', { name: 'Yes, use new project tenant-gold' }).click();
   await expect(page.locator('dl.facts').first()).toContainText('tenant-gold');
 
   await page.getByRole('link', { name: 'API tokens' }).click();
