@@ -50,9 +50,9 @@ func (s *Service) Projects(ctx context.Context, limit int) ([]string, error) {
 // ProjectKnown says whether the caller knows of any node or user in
 // project: a name it knows nothing of is most likely misspelt. A caller
 // knows its own project, the projects owning or leasing nodes it may list
-// and, on the system scope, those holding roles or owning runbooks; the same bounds as the
-// suggestions, so the answer tells a tenant nothing of projects it could
-// not already see.
+// and, on the system scope, those holding roles or owning runbooks; the
+// same bounds as the suggestions, so the answer tells a tenant nothing of
+// projects it could not already see.
 func (s *Service) ProjectKnown(ctx context.Context, project string) (bool, error) {
 	p := policies.PrincipalFrom(ctx)
 	if p != nil && p.Project == project {
