@@ -1,5 +1,6 @@
 import { test, expect } from '@playwright/test';
 import fs from 'node:fs';
+import path from 'node:path';
 import { accessible, operatorAPI, signIn, shot } from './helpers.mjs';
 
 // A CSV line's cells; the export quotes only cells that need it, and the
@@ -90,4 +91,33 @@ test('a security admin filters the audit log, exports it as CSV matching GET /v1
   await tctx.close();
   const ended = (await api('GET', '/v1/events?rule=anvil:user:manage&target_id=tina&user=olga')).events;
   expect(ended[0].detail).toEqual({ action: 'end-session', session: Number(ref) });
+});
+
+test('a policy preview flags a change that widens access across projects, and the matrix filters by rule name', async ({ page }, testInfo) => {
+  test.setTimeout(90_000);
+  await signIn(page, 'olga', 'operator-password-1');
+  await page.goto('/admin/policy');
+  await page.getByLabel('Rule name contains').fill('node:update');
+  await page.getByRole('button', { name: 'Filter rules' }).click();
+  await expect(page).toHaveURL(/rules=node%3Aupdate/);
+  const rules = await page.locator('table.matrix tbody tr').evaluateAll((rs) => rs.map((r) => r.dataset.rule));
+  expect(rules.length).toBeGreaterThan(0);
+  for (const r of rules) expect(r).toContain('node:update');
+  for (const [width, scheme] of [[1440, 'light'], [390, 'light'], [1440, 'dark'], [390, 'dark']]) {
+    await page.setViewportSize({ width, height: 900 });
+    await page.emulateMedia({ colorScheme: scheme });
+    await page.goto('/admin/policy');
+    await page.getByLabel('Zip of YAML files (folders are flattened; other files are ignored)')
+      .setInputFiles(path.join(import.meta.dirname, '..', 'fixtures', 'cross-project-policy.zip'));
+    await page.getByRole('button', { name: 'Preview' }).click();
+    await expect(page.getByTestId('preview-cross-project')).toContainText('1 change(s) widen access across projects');
+    const line = page.locator('li[data-cross-project]');
+    await expect(line).toHaveCount(1);
+    await expect(line).toContainText('baremetal:node:update:owner: (default: "rule:system_member") -> "rule:system_member or rule:owner_member"');
+    await expect(line).toContainText('widens access across projects');
+    await accessible(page, `policy preview ${width} ${scheme}`);
+    const overflow = await page.evaluate(() => document.documentElement.scrollWidth - window.innerWidth);
+    expect(overflow, `policy preview at ${width} px`).toBeLessThanOrEqual(0);
+    await shot(page, testInfo, `policy-cross-project-${width}-${scheme}`);
+  }
 });
