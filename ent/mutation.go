@@ -18206,6 +18206,8 @@ type PortalSessionMutation struct {
 	sso_roles       *[]string
 	appendsso_roles []string
 	roles_at        *time.Time
+	client_addr     *string
+	seen_at         *time.Time
 	clearedFields   map[string]struct{}
 	done            bool
 	oldValue        func(context.Context) (*PortalSession, error)
@@ -18666,6 +18668,104 @@ func (m *PortalSessionMutation) ResetRolesAt() {
 	delete(m.clearedFields, portalsession.FieldRolesAt)
 }
 
+// SetClientAddr sets the "client_addr" field.
+func (m *PortalSessionMutation) SetClientAddr(s string) {
+	m.client_addr = &s
+}
+
+// ClientAddr returns the value of the "client_addr" field in the mutation.
+func (m *PortalSessionMutation) ClientAddr() (r string, exists bool) {
+	v := m.client_addr
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldClientAddr returns the old "client_addr" field's value of the PortalSession entity.
+// If the PortalSession object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *PortalSessionMutation) OldClientAddr(ctx context.Context) (v string, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldClientAddr is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldClientAddr requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldClientAddr: %w", err)
+	}
+	return oldValue.ClientAddr, nil
+}
+
+// ClearClientAddr clears the value of the "client_addr" field.
+func (m *PortalSessionMutation) ClearClientAddr() {
+	m.client_addr = nil
+	m.clearedFields[portalsession.FieldClientAddr] = struct{}{}
+}
+
+// ClientAddrCleared returns if the "client_addr" field was cleared in this mutation.
+func (m *PortalSessionMutation) ClientAddrCleared() bool {
+	_, ok := m.clearedFields[portalsession.FieldClientAddr]
+	return ok
+}
+
+// ResetClientAddr resets all changes to the "client_addr" field.
+func (m *PortalSessionMutation) ResetClientAddr() {
+	m.client_addr = nil
+	delete(m.clearedFields, portalsession.FieldClientAddr)
+}
+
+// SetSeenAt sets the "seen_at" field.
+func (m *PortalSessionMutation) SetSeenAt(t time.Time) {
+	m.seen_at = &t
+}
+
+// SeenAt returns the value of the "seen_at" field in the mutation.
+func (m *PortalSessionMutation) SeenAt() (r time.Time, exists bool) {
+	v := m.seen_at
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldSeenAt returns the old "seen_at" field's value of the PortalSession entity.
+// If the PortalSession object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *PortalSessionMutation) OldSeenAt(ctx context.Context) (v time.Time, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldSeenAt is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldSeenAt requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldSeenAt: %w", err)
+	}
+	return oldValue.SeenAt, nil
+}
+
+// ClearSeenAt clears the value of the "seen_at" field.
+func (m *PortalSessionMutation) ClearSeenAt() {
+	m.seen_at = nil
+	m.clearedFields[portalsession.FieldSeenAt] = struct{}{}
+}
+
+// SeenAtCleared returns if the "seen_at" field was cleared in this mutation.
+func (m *PortalSessionMutation) SeenAtCleared() bool {
+	_, ok := m.clearedFields[portalsession.FieldSeenAt]
+	return ok
+}
+
+// ResetSeenAt resets all changes to the "seen_at" field.
+func (m *PortalSessionMutation) ResetSeenAt() {
+	m.seen_at = nil
+	delete(m.clearedFields, portalsession.FieldSeenAt)
+}
+
 // Where appends a list predicates to the PortalSessionMutation builder.
 func (m *PortalSessionMutation) Where(ps ...predicate.PortalSession) {
 	m.predicates = append(m.predicates, ps...)
@@ -18700,7 +18800,7 @@ func (m *PortalSessionMutation) Type() string {
 // order to get all numeric fields that were incremented/decremented, call
 // AddedFields().
 func (m *PortalSessionMutation) Fields() []string {
-	fields := make([]string, 0, 8)
+	fields := make([]string, 0, 10)
 	if m.id_hash != nil {
 		fields = append(fields, portalsession.FieldIDHash)
 	}
@@ -18724,6 +18824,12 @@ func (m *PortalSessionMutation) Fields() []string {
 	}
 	if m.roles_at != nil {
 		fields = append(fields, portalsession.FieldRolesAt)
+	}
+	if m.client_addr != nil {
+		fields = append(fields, portalsession.FieldClientAddr)
+	}
+	if m.seen_at != nil {
+		fields = append(fields, portalsession.FieldSeenAt)
 	}
 	return fields
 }
@@ -18749,6 +18855,10 @@ func (m *PortalSessionMutation) Field(name string) (ent.Value, bool) {
 		return m.SSORoles()
 	case portalsession.FieldRolesAt:
 		return m.RolesAt()
+	case portalsession.FieldClientAddr:
+		return m.ClientAddr()
+	case portalsession.FieldSeenAt:
+		return m.SeenAt()
 	}
 	return nil, false
 }
@@ -18774,6 +18884,10 @@ func (m *PortalSessionMutation) OldField(ctx context.Context, name string) (ent.
 		return m.OldSSORoles(ctx)
 	case portalsession.FieldRolesAt:
 		return m.OldRolesAt(ctx)
+	case portalsession.FieldClientAddr:
+		return m.OldClientAddr(ctx)
+	case portalsession.FieldSeenAt:
+		return m.OldSeenAt(ctx)
 	}
 	return nil, fmt.Errorf("unknown PortalSession field %s", name)
 }
@@ -18839,6 +18953,20 @@ func (m *PortalSessionMutation) SetField(name string, value ent.Value) error {
 		}
 		m.SetRolesAt(v)
 		return nil
+	case portalsession.FieldClientAddr:
+		v, ok := value.(string)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetClientAddr(v)
+		return nil
+	case portalsession.FieldSeenAt:
+		v, ok := value.(time.Time)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetSeenAt(v)
+		return nil
 	}
 	return fmt.Errorf("unknown PortalSession field %s", name)
 }
@@ -18881,6 +19009,12 @@ func (m *PortalSessionMutation) ClearedFields() []string {
 	if m.FieldCleared(portalsession.FieldRolesAt) {
 		fields = append(fields, portalsession.FieldRolesAt)
 	}
+	if m.FieldCleared(portalsession.FieldClientAddr) {
+		fields = append(fields, portalsession.FieldClientAddr)
+	}
+	if m.FieldCleared(portalsession.FieldSeenAt) {
+		fields = append(fields, portalsession.FieldSeenAt)
+	}
 	return fields
 }
 
@@ -18906,6 +19040,12 @@ func (m *PortalSessionMutation) ClearField(name string) error {
 		return nil
 	case portalsession.FieldRolesAt:
 		m.ClearRolesAt()
+		return nil
+	case portalsession.FieldClientAddr:
+		m.ClearClientAddr()
+		return nil
+	case portalsession.FieldSeenAt:
+		m.ClearSeenAt()
 		return nil
 	}
 	return fmt.Errorf("unknown PortalSession nullable field %s", name)
@@ -18938,6 +19078,12 @@ func (m *PortalSessionMutation) ResetField(name string) error {
 		return nil
 	case portalsession.FieldRolesAt:
 		m.ResetRolesAt()
+		return nil
+	case portalsession.FieldClientAddr:
+		m.ResetClientAddr()
+		return nil
+	case portalsession.FieldSeenAt:
+		m.ResetSeenAt()
 		return nil
 	}
 	return fmt.Errorf("unknown PortalSession field %s", name)

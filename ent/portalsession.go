@@ -33,7 +33,11 @@ type PortalSession struct {
 	// SSORoles holds the value of the "sso_roles" field.
 	SSORoles []string `json:"sso_roles,omitempty"`
 	// RolesAt holds the value of the "roles_at" field.
-	RolesAt      time.Time `json:"roles_at,omitempty"`
+	RolesAt time.Time `json:"roles_at,omitempty"`
+	// ClientAddr holds the value of the "client_addr" field.
+	ClientAddr string `json:"client_addr,omitempty"`
+	// SeenAt holds the value of the "seen_at" field.
+	SeenAt       time.Time `json:"seen_at,omitempty"`
 	selectValues sql.SelectValues
 }
 
@@ -46,9 +50,9 @@ func (*PortalSession) scanValues(columns []string) ([]any, error) {
 			values[i] = new([]byte)
 		case portalsession.FieldID:
 			values[i] = new(sql.NullInt64)
-		case portalsession.FieldIDHash, portalsession.FieldPrincipal, portalsession.FieldSSOSid, portalsession.FieldRefreshToken:
+		case portalsession.FieldIDHash, portalsession.FieldPrincipal, portalsession.FieldSSOSid, portalsession.FieldRefreshToken, portalsession.FieldClientAddr:
 			values[i] = new(sql.NullString)
-		case portalsession.FieldCreatedAt, portalsession.FieldExpiresAt, portalsession.FieldRolesAt:
+		case portalsession.FieldCreatedAt, portalsession.FieldExpiresAt, portalsession.FieldRolesAt, portalsession.FieldSeenAt:
 			values[i] = new(sql.NullTime)
 		default:
 			values[i] = new(sql.UnknownType)
@@ -121,6 +125,18 @@ func (_m *PortalSession) assignValues(columns []string, values []any) error {
 			} else if value.Valid {
 				_m.RolesAt = value.Time
 			}
+		case portalsession.FieldClientAddr:
+			if value, ok := values[i].(*sql.NullString); !ok {
+				return fmt.Errorf("unexpected type %T for field client_addr", values[i])
+			} else if value.Valid {
+				_m.ClientAddr = value.String
+			}
+		case portalsession.FieldSeenAt:
+			if value, ok := values[i].(*sql.NullTime); !ok {
+				return fmt.Errorf("unexpected type %T for field seen_at", values[i])
+			} else if value.Valid {
+				_m.SeenAt = value.Time
+			}
 		default:
 			_m.selectValues.Set(columns[i], values[i])
 		}
@@ -178,6 +194,12 @@ func (_m *PortalSession) String() string {
 	builder.WriteString(", ")
 	builder.WriteString("roles_at=")
 	builder.WriteString(_m.RolesAt.Format(time.ANSIC))
+	builder.WriteString(", ")
+	builder.WriteString("client_addr=")
+	builder.WriteString(_m.ClientAddr)
+	builder.WriteString(", ")
+	builder.WriteString("seen_at=")
+	builder.WriteString(_m.SeenAt.Format(time.ANSIC))
 	builder.WriteByte(')')
 	return builder.String()
 }

@@ -94,6 +94,34 @@ func (_c *PortalSessionCreate) SetNillableRolesAt(v *time.Time) *PortalSessionCr
 	return _c
 }
 
+// SetClientAddr sets the "client_addr" field.
+func (_c *PortalSessionCreate) SetClientAddr(v string) *PortalSessionCreate {
+	_c.mutation.SetClientAddr(v)
+	return _c
+}
+
+// SetNillableClientAddr sets the "client_addr" field if the given value is not nil.
+func (_c *PortalSessionCreate) SetNillableClientAddr(v *string) *PortalSessionCreate {
+	if v != nil {
+		_c.SetClientAddr(*v)
+	}
+	return _c
+}
+
+// SetSeenAt sets the "seen_at" field.
+func (_c *PortalSessionCreate) SetSeenAt(v time.Time) *PortalSessionCreate {
+	_c.mutation.SetSeenAt(v)
+	return _c
+}
+
+// SetNillableSeenAt sets the "seen_at" field if the given value is not nil.
+func (_c *PortalSessionCreate) SetNillableSeenAt(v *time.Time) *PortalSessionCreate {
+	if v != nil {
+		_c.SetSeenAt(*v)
+	}
+	return _c
+}
+
 // Mutation returns the PortalSessionMutation object of the builder.
 func (_c *PortalSessionCreate) Mutation() *PortalSessionMutation {
 	return _c.mutation
@@ -198,6 +226,14 @@ func (_c *PortalSessionCreate) createSpec() (*PortalSession, *sqlgraph.CreateSpe
 	if value, ok := _c.mutation.RolesAt(); ok {
 		_spec.SetField(portalsession.FieldRolesAt, field.TypeTime, value)
 		_node.RolesAt = value
+	}
+	if value, ok := _c.mutation.ClientAddr(); ok {
+		_spec.SetField(portalsession.FieldClientAddr, field.TypeString, value)
+		_node.ClientAddr = value
+	}
+	if value, ok := _c.mutation.SeenAt(); ok {
+		_spec.SetField(portalsession.FieldSeenAt, field.TypeTime, value)
+		_node.SeenAt = value
 	}
 	return _node, _spec
 }
@@ -320,6 +356,42 @@ func (u *PortalSessionUpsert) UpdateRolesAt() *PortalSessionUpsert {
 // ClearRolesAt clears the value of the "roles_at" field.
 func (u *PortalSessionUpsert) ClearRolesAt() *PortalSessionUpsert {
 	u.SetNull(portalsession.FieldRolesAt)
+	return u
+}
+
+// SetClientAddr sets the "client_addr" field.
+func (u *PortalSessionUpsert) SetClientAddr(v string) *PortalSessionUpsert {
+	u.Set(portalsession.FieldClientAddr, v)
+	return u
+}
+
+// UpdateClientAddr sets the "client_addr" field to the value that was provided on create.
+func (u *PortalSessionUpsert) UpdateClientAddr() *PortalSessionUpsert {
+	u.SetExcluded(portalsession.FieldClientAddr)
+	return u
+}
+
+// ClearClientAddr clears the value of the "client_addr" field.
+func (u *PortalSessionUpsert) ClearClientAddr() *PortalSessionUpsert {
+	u.SetNull(portalsession.FieldClientAddr)
+	return u
+}
+
+// SetSeenAt sets the "seen_at" field.
+func (u *PortalSessionUpsert) SetSeenAt(v time.Time) *PortalSessionUpsert {
+	u.Set(portalsession.FieldSeenAt, v)
+	return u
+}
+
+// UpdateSeenAt sets the "seen_at" field to the value that was provided on create.
+func (u *PortalSessionUpsert) UpdateSeenAt() *PortalSessionUpsert {
+	u.SetExcluded(portalsession.FieldSeenAt)
+	return u
+}
+
+// ClearSeenAt clears the value of the "seen_at" field.
+func (u *PortalSessionUpsert) ClearSeenAt() *PortalSessionUpsert {
+	u.SetNull(portalsession.FieldSeenAt)
 	return u
 }
 
@@ -458,6 +530,48 @@ func (u *PortalSessionUpsertOne) UpdateRolesAt() *PortalSessionUpsertOne {
 func (u *PortalSessionUpsertOne) ClearRolesAt() *PortalSessionUpsertOne {
 	return u.Update(func(s *PortalSessionUpsert) {
 		s.ClearRolesAt()
+	})
+}
+
+// SetClientAddr sets the "client_addr" field.
+func (u *PortalSessionUpsertOne) SetClientAddr(v string) *PortalSessionUpsertOne {
+	return u.Update(func(s *PortalSessionUpsert) {
+		s.SetClientAddr(v)
+	})
+}
+
+// UpdateClientAddr sets the "client_addr" field to the value that was provided on create.
+func (u *PortalSessionUpsertOne) UpdateClientAddr() *PortalSessionUpsertOne {
+	return u.Update(func(s *PortalSessionUpsert) {
+		s.UpdateClientAddr()
+	})
+}
+
+// ClearClientAddr clears the value of the "client_addr" field.
+func (u *PortalSessionUpsertOne) ClearClientAddr() *PortalSessionUpsertOne {
+	return u.Update(func(s *PortalSessionUpsert) {
+		s.ClearClientAddr()
+	})
+}
+
+// SetSeenAt sets the "seen_at" field.
+func (u *PortalSessionUpsertOne) SetSeenAt(v time.Time) *PortalSessionUpsertOne {
+	return u.Update(func(s *PortalSessionUpsert) {
+		s.SetSeenAt(v)
+	})
+}
+
+// UpdateSeenAt sets the "seen_at" field to the value that was provided on create.
+func (u *PortalSessionUpsertOne) UpdateSeenAt() *PortalSessionUpsertOne {
+	return u.Update(func(s *PortalSessionUpsert) {
+		s.UpdateSeenAt()
+	})
+}
+
+// ClearSeenAt clears the value of the "seen_at" field.
+func (u *PortalSessionUpsertOne) ClearSeenAt() *PortalSessionUpsertOne {
+	return u.Update(func(s *PortalSessionUpsert) {
+		s.ClearSeenAt()
 	})
 }
 
@@ -761,6 +875,48 @@ func (u *PortalSessionUpsertBulk) UpdateRolesAt() *PortalSessionUpsertBulk {
 func (u *PortalSessionUpsertBulk) ClearRolesAt() *PortalSessionUpsertBulk {
 	return u.Update(func(s *PortalSessionUpsert) {
 		s.ClearRolesAt()
+	})
+}
+
+// SetClientAddr sets the "client_addr" field.
+func (u *PortalSessionUpsertBulk) SetClientAddr(v string) *PortalSessionUpsertBulk {
+	return u.Update(func(s *PortalSessionUpsert) {
+		s.SetClientAddr(v)
+	})
+}
+
+// UpdateClientAddr sets the "client_addr" field to the value that was provided on create.
+func (u *PortalSessionUpsertBulk) UpdateClientAddr() *PortalSessionUpsertBulk {
+	return u.Update(func(s *PortalSessionUpsert) {
+		s.UpdateClientAddr()
+	})
+}
+
+// ClearClientAddr clears the value of the "client_addr" field.
+func (u *PortalSessionUpsertBulk) ClearClientAddr() *PortalSessionUpsertBulk {
+	return u.Update(func(s *PortalSessionUpsert) {
+		s.ClearClientAddr()
+	})
+}
+
+// SetSeenAt sets the "seen_at" field.
+func (u *PortalSessionUpsertBulk) SetSeenAt(v time.Time) *PortalSessionUpsertBulk {
+	return u.Update(func(s *PortalSessionUpsert) {
+		s.SetSeenAt(v)
+	})
+}
+
+// UpdateSeenAt sets the "seen_at" field to the value that was provided on create.
+func (u *PortalSessionUpsertBulk) UpdateSeenAt() *PortalSessionUpsertBulk {
+	return u.Update(func(s *PortalSessionUpsert) {
+		s.UpdateSeenAt()
+	})
+}
+
+// ClearSeenAt clears the value of the "seen_at" field.
+func (u *PortalSessionUpsertBulk) ClearSeenAt() *PortalSessionUpsertBulk {
+	return u.Update(func(s *PortalSessionUpsert) {
+		s.ClearSeenAt()
 	})
 }
 

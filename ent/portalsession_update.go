@@ -108,6 +108,46 @@ func (_u *PortalSessionUpdate) ClearRolesAt() *PortalSessionUpdate {
 	return _u
 }
 
+// SetClientAddr sets the "client_addr" field.
+func (_u *PortalSessionUpdate) SetClientAddr(v string) *PortalSessionUpdate {
+	_u.mutation.SetClientAddr(v)
+	return _u
+}
+
+// SetNillableClientAddr sets the "client_addr" field if the given value is not nil.
+func (_u *PortalSessionUpdate) SetNillableClientAddr(v *string) *PortalSessionUpdate {
+	if v != nil {
+		_u.SetClientAddr(*v)
+	}
+	return _u
+}
+
+// ClearClientAddr clears the value of the "client_addr" field.
+func (_u *PortalSessionUpdate) ClearClientAddr() *PortalSessionUpdate {
+	_u.mutation.ClearClientAddr()
+	return _u
+}
+
+// SetSeenAt sets the "seen_at" field.
+func (_u *PortalSessionUpdate) SetSeenAt(v time.Time) *PortalSessionUpdate {
+	_u.mutation.SetSeenAt(v)
+	return _u
+}
+
+// SetNillableSeenAt sets the "seen_at" field if the given value is not nil.
+func (_u *PortalSessionUpdate) SetNillableSeenAt(v *time.Time) *PortalSessionUpdate {
+	if v != nil {
+		_u.SetSeenAt(*v)
+	}
+	return _u
+}
+
+// ClearSeenAt clears the value of the "seen_at" field.
+func (_u *PortalSessionUpdate) ClearSeenAt() *PortalSessionUpdate {
+	_u.mutation.ClearSeenAt()
+	return _u
+}
+
 // Mutation returns the PortalSessionMutation object of the builder.
 func (_u *PortalSessionUpdate) Mutation() *PortalSessionMutation {
 	return _u.mutation
@@ -183,6 +223,18 @@ func (_u *PortalSessionUpdate) sqlSave(ctx context.Context) (_node int, err erro
 	}
 	if _u.mutation.RolesAtCleared() {
 		_spec.ClearField(portalsession.FieldRolesAt, field.TypeTime)
+	}
+	if value, ok := _u.mutation.ClientAddr(); ok {
+		_spec.SetField(portalsession.FieldClientAddr, field.TypeString, value)
+	}
+	if _u.mutation.ClientAddrCleared() {
+		_spec.ClearField(portalsession.FieldClientAddr, field.TypeString)
+	}
+	if value, ok := _u.mutation.SeenAt(); ok {
+		_spec.SetField(portalsession.FieldSeenAt, field.TypeTime, value)
+	}
+	if _u.mutation.SeenAtCleared() {
+		_spec.ClearField(portalsession.FieldSeenAt, field.TypeTime)
 	}
 	_spec.AddModifiers(_u.modifiers...)
 	if _node, err = sqlgraph.UpdateNodes(ctx, _u.driver, _spec); err != nil {
@@ -281,6 +333,46 @@ func (_u *PortalSessionUpdateOne) SetNillableRolesAt(v *time.Time) *PortalSessio
 // ClearRolesAt clears the value of the "roles_at" field.
 func (_u *PortalSessionUpdateOne) ClearRolesAt() *PortalSessionUpdateOne {
 	_u.mutation.ClearRolesAt()
+	return _u
+}
+
+// SetClientAddr sets the "client_addr" field.
+func (_u *PortalSessionUpdateOne) SetClientAddr(v string) *PortalSessionUpdateOne {
+	_u.mutation.SetClientAddr(v)
+	return _u
+}
+
+// SetNillableClientAddr sets the "client_addr" field if the given value is not nil.
+func (_u *PortalSessionUpdateOne) SetNillableClientAddr(v *string) *PortalSessionUpdateOne {
+	if v != nil {
+		_u.SetClientAddr(*v)
+	}
+	return _u
+}
+
+// ClearClientAddr clears the value of the "client_addr" field.
+func (_u *PortalSessionUpdateOne) ClearClientAddr() *PortalSessionUpdateOne {
+	_u.mutation.ClearClientAddr()
+	return _u
+}
+
+// SetSeenAt sets the "seen_at" field.
+func (_u *PortalSessionUpdateOne) SetSeenAt(v time.Time) *PortalSessionUpdateOne {
+	_u.mutation.SetSeenAt(v)
+	return _u
+}
+
+// SetNillableSeenAt sets the "seen_at" field if the given value is not nil.
+func (_u *PortalSessionUpdateOne) SetNillableSeenAt(v *time.Time) *PortalSessionUpdateOne {
+	if v != nil {
+		_u.SetSeenAt(*v)
+	}
+	return _u
+}
+
+// ClearSeenAt clears the value of the "seen_at" field.
+func (_u *PortalSessionUpdateOne) ClearSeenAt() *PortalSessionUpdateOne {
+	_u.mutation.ClearSeenAt()
 	return _u
 }
 
@@ -389,6 +481,18 @@ func (_u *PortalSessionUpdateOne) sqlSave(ctx context.Context) (_node *PortalSes
 	}
 	if _u.mutation.RolesAtCleared() {
 		_spec.ClearField(portalsession.FieldRolesAt, field.TypeTime)
+	}
+	if value, ok := _u.mutation.ClientAddr(); ok {
+		_spec.SetField(portalsession.FieldClientAddr, field.TypeString, value)
+	}
+	if _u.mutation.ClientAddrCleared() {
+		_spec.ClearField(portalsession.FieldClientAddr, field.TypeString)
+	}
+	if value, ok := _u.mutation.SeenAt(); ok {
+		_spec.SetField(portalsession.FieldSeenAt, field.TypeTime, value)
+	}
+	if _u.mutation.SeenAtCleared() {
+		_spec.ClearField(portalsession.FieldSeenAt, field.TypeTime)
 	}
 	_spec.AddModifiers(_u.modifiers...)
 	_node = &PortalSession{config: _u.config}

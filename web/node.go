@@ -475,11 +475,25 @@ func (p *Portal) nodeTenancy(c *fiber.Ctx) error {
 		}
 		return p.fullNodePage(c, 200, "", func(d *views.NodeDetail) { d.ConfirmClear, d.ConfirmLessee = q, lessee })
 	}
-	// Names the caller knows nothing of are warned of, not refused; asked before the
-	// patch, since afterwards this node uses them.
+	// A project nothing uses yet is most likely a slip of the keyboard:
+	// it is saved only once the caller says it is a new project. Checked
+	// and asked only of a caller who may make the change, so neither
+	// stands in for the refusal the patch gives anyone else.
 	unknown, err := p.unknownProjects(ctx, set["owner"], set["lessee"])
 	if err != nil {
 		return err
+	}
+	if p.mayChangeTenancy(ctx, v, set) {
+		for f, val := range set {
+			if err := nodes.ValidateProject(f, val); err != nil {
+				return p.fullNodePage(c, errs.Status(err), err.Error(), nil)
+			}
+		}
+		if len(unknown) > 0 && !newProjectsConfirmed(c, unknown) {
+			return p.fullNodePage(c, 200, "", func(d *views.NodeDetail) {
+				d.ConfirmProjects, d.ConfirmSet, d.ConfirmCleared = unknown, set, c.FormValue("confirmed") == "yes"
+			})
+		}
 	}
 	raw, _ := json.Marshal(ops)
 	if _, err := p.Nodes.Patch(ctx, v.UUID, raw, nil); err != nil {
@@ -500,9 +514,36 @@ func (p *Portal) nodeTenancy(c *fiber.Ctx) error {
 		}
 	}
 	for _, u := range unknown {
-		said = append(said, views.UnknownProject(u))
+		said = append(said, "Project "+u+" is new.")
 	}
 	return p.flashTo(c, "/nodes/"+v.UUID, strings.Join(said, " "))
+}
+
+// newProjectsConfirmed reports whether the form says yes to every one of
+// the new projects (a new_project field naming each).
+func newProjectsConfirmed(c *fiber.Ctx, projects []string) bool {
+	said := map[string]bool{}
+	for _, v := range c.Request().PostArgs().PeekMulti("new_project") {
+		said[string(v)] = true
+	}
+	for _, p := range projects {
+		if !said[p] {
+			return false
+		}
+	}
+	return true
+}
+
+// mayChangeTenancy reports whether the caller may change every field of
+// set on node v.
+func (p *Portal) mayChangeTenancy(ctx context.Context, v *nodes.View, set map[string]string) bool {
+	t := nodes.Target(v.Node)
+	for f := range set {
+		if !p.Guard.Allowed(ctx, "baremetal:node:update:"+f, t) {
+			return false
+		}
+	}
+	return true
 }
 
 // fullNodePage renders the whole node page, with a refusal (problem) or

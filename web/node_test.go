@@ -132,7 +132,7 @@ func TestNodePage(t *testing.T) {
 		!strings.Contains(body, "your role (member of les) may not change the lessee, by rule baremetal:node:update:lessee") {
 		t.Error("the lessee member is not shown the owner and lessee form disabled with the rule")
 	}
-	if st, _, _ := root.do("POST", "/nodes/"+id+"/tenancy", url.Values{"csrf": {root.csrf}, "owner": {"own"}, "lessee": {"new-tenant"}}); st != 303 {
+	if st, _, _ := root.do("POST", "/nodes/"+id+"/tenancy", url.Values{"csrf": {root.csrf}, "owner": {"own"}, "lessee": {"new-tenant"}, "new_project": {"new-tenant"}}); st != 303 {
 		t.Fatalf("set lessee: %d", st)
 	}
 	if st, _ := page(lena); st != 404 {
@@ -208,8 +208,22 @@ func TestTenancyForm(t *testing.T) {
 			t.Fatalf("a refused form wrote: owner %q lessee %q", o, l)
 		}
 
-		// The owner's member sets the lessee: only that field is patched.
-		if st, _, h := pat.do("POST", "/nodes/"+id+"/tenancy", url.Values{"csrf": {pat.csrf}, "owner": {"blue"}, "lessee": {"tenant-blue"}}); st != 303 ||
+		// The owner's member sets the lessee: only that field is patched,
+		// and only once a project nothing uses yet is confirmed as new.
+		st, body, _ := pat.do("POST", "/nodes/"+id+"/tenancy", url.Values{"csrf": {pat.csrf}, "owner": {"blue"}, "lessee": {"tenant-blue"}})
+		if st != 200 || !strings.Contains(body, `data-testid="confirm-new-project"`) || !strings.Contains(body, "No node, role or runbook uses project tenant-blue yet.") ||
+			!strings.Contains(body, `<input type="hidden" name="new_project" value="tenant-blue">`) || !strings.Contains(body, `<input type="hidden" name="lessee" value="tenant-blue">`) ||
+			strings.Contains(body, `<input type="hidden" name="owner"`) || !strings.Contains(body, "Yes, use new project tenant-blue") {
+			t.Fatalf("a new lessee project unconfirmed: %d\n%s", st, body)
+		}
+		if _, l := tenancy(); l != "green" {
+			t.Fatal("a new project was saved before it was confirmed")
+		}
+		if st, body, _ := pat.do("POST", "/nodes/"+id+"/tenancy", url.Values{"csrf": {pat.csrf}, "lessee": {"tenant-blue"}, "new_project": {"tenant-bleu"}}); st != 200 ||
+			!strings.Contains(body, "confirm-new-project") {
+			t.Errorf("confirming another name than the one typed saves it: %d", st)
+		}
+		if st, _, h := pat.do("POST", "/nodes/"+id+"/tenancy", url.Values{"csrf": {pat.csrf}, "lessee": {"tenant-blue"}, "new_project": {"tenant-blue"}}); st != 303 ||
 			h.Get("Location") != "/nodes/"+id {
 			t.Fatalf("owner member sets the lessee: %d", st)
 		}
@@ -218,7 +232,7 @@ func TestTenancyForm(t *testing.T) {
 		}
 		_, page, _ = pat.do("GET", "/nodes/"+id, nil)
 		for _, want := range []string{
-			`<p class="flash" role="status">Lessee of f-00 set to tenant-blue. No node or user you can see is in project tenant-blue yet — check the spelling.</p>`,
+			`<p class="flash" role="status">Lessee of f-00 set to tenant-blue. Project tenant-blue is new.</p>`,
 			"<td>Lessee changed: green → tenant-blue</td><td>pat</td>",
 		} {
 			if !strings.Contains(page, want) {
@@ -232,7 +246,7 @@ func TestTenancyForm(t *testing.T) {
 		}
 
 		// Clearing the owner is asked about, naming the lessee that stays.
-		st, body, _ := root.do("POST", "/nodes/"+id+"/tenancy", url.Values{"csrf": {root.csrf}, "owner": {""}, "lessee": {"green"}})
+		st, body, _ = root.do("POST", "/nodes/"+id+"/tenancy", url.Values{"csrf": {root.csrf}, "owner": {""}, "lessee": {"green"}})
 		if st != 200 || !strings.Contains(body, "Clear the owner of f-00? Its lessee green keeps its lease.") {
 			t.Fatalf("clearing the owner without confirming: %d", st)
 		}

@@ -93,7 +93,17 @@ func (p *Portal) policyData(c *fiber.Ctx) (views.PolicyPage, error) {
 	if err != nil {
 		return pp, err
 	}
-	pp.MatrixRules, pp.Matrix = rules, allowed
+	// The matrix's and the rules table's filter: rule names holding the
+	// text, ignoring case.
+	pp.RuleFilter = strings.TrimSpace(c.Query("rules"))
+	for i, r := range rules {
+		if pp.RuleFilter == "" || containsFold(r, pp.RuleFilter) {
+			pp.MatrixRules, pp.Matrix = append(pp.MatrixRules, r), append(pp.Matrix, allowed[i])
+		}
+	}
+	if pp.RuleFilter != "" {
+		pp.Rules = slices.DeleteFunc(pp.Rules, func(r views.PolicyRule) bool { return !containsFold(r.Name, pp.RuleFilter) })
+	}
 	pp.Roles = policies.KnownRoles()
 	pp.CanUpdate = p.Guard.Allowed(c.UserContext(), rulePolicyUpdate, policies.Target{})
 	pp.Enabled, pp.Status = p.Admin.Overrides.Enabled, p.Admin.Overrides.Status()
@@ -232,12 +242,12 @@ func (p *Portal) preview(c *fiber.Ctx, pp *views.PolicyPage, data []byte) {
 		pp.PreviewErr = err.Error()
 		return
 	}
-	pp.Preview = override.Diff(currentOverrides(p.Admin.Enforcer), rules)
-	if pp.Preview == nil {
-		pp.Preview = []string{}
-	}
+	pp.Preview = previewLines(currentOverrides(p.Admin.Enforcer), rules)
 	for _, d := range pp.Preview {
-		if strings.Contains(d, override.WideningMark) {
+		if d.CrossProject {
+			pp.CrossProject++
+		}
+		if strings.Contains(d.Text, override.WideningMark) {
 			pp.Widening++
 		}
 	}
@@ -246,6 +256,96 @@ func (p *Portal) preview(c *fiber.Ctx, pp *views.PolicyPage, data []byte) {
 }
 
 const purposeApply = "policy-apply"
+
+// previewLines are override.Diff's lines, saying what a rule not
+// overridden falls back to (its default, or anyone when that is empty)
+// instead of "", each marked when it widens access across projects.
+func previewLines(before, after map[string]string) []views.PreviewLine {
+	defaults := map[string]string{}
+	for _, r := range policies.Defaults() {
+		defaults[r.Name] = r.Check
+	}
+	side := func(set map[string]string, k string) string {
+		if v, ok := set[k]; ok {
+			if v == "" {
+				return `"" (empty: anyone)`
+			}
+			return strconv.Quote(v)
+		}
+		d, ok := defaults[k]
+		switch {
+		case !ok:
+			return "(absent: anyone)"
+		case d == "":
+			return "(default, empty: anyone)"
+		}
+		return "(default: " + strconv.Quote(d) + ")"
+	}
+	cross := crossProject(before, after)
+	out := []views.PreviewLine{}
+	for _, line := range override.Diff(before, after) {
+		k, rest, _ := strings.Cut(line, ": ")
+		if strings.HasPrefix(rest, `"`) {
+			// Rewrite "old" -> "new", keeping Diff's WIDENS note.
+			_, note, _ := strings.Cut(rest, "  "+override.WideningMark)
+			rest = side(before, k) + " -> " + side(after, k)
+			if note != "" {
+				rest += "  " + override.WideningMark + note
+			}
+		}
+		out = append(out, views.PreviewLine{Text: k + ": " + rest, CrossProject: cross[k]})
+	}
+	return out
+}
+
+// crossProject names the rules after lets a tenant use across projects
+// where before did not: a persona of a project neither owning nor
+// leasing the matrix's node newly allowed, or any tenant persona newly
+// allowed a rule before allowed to system callers (and the service
+// project) only. Either
+// hands one tenant's nodes to another, the widening that matters most.
+func crossProject(before, after map[string]string) map[string]bool {
+	out := map[string]bool{}
+	wider, err := policies.Widening(before, after)
+	if err != nil {
+		return out
+	}
+	eb, err := policies.New(policies.Defaults(), before)
+	if err != nil {
+		return out
+	}
+	personas := map[string]*policies.Principal{}
+	for _, ps := range policies.Personas() {
+		personas[ps.Name] = ps.Principal
+	}
+	// The service project's service user acts for the deployment, as
+	// system users do: it is no tenant.
+	tenant := func(pr *policies.Principal) bool {
+		return pr != nil && !pr.System && pr.Project != policies.DefaultServiceProject
+	}
+	for rule, names := range wider {
+		projectBefore := false
+		for _, ps := range policies.Personas() {
+			if !tenant(ps.Principal) {
+				continue
+			}
+			if ok, err := eb.Decide(ps.Principal, rule, policies.MatrixTarget); !eb.Has(rule) || err == nil && ok {
+				projectBefore = true
+				break
+			}
+		}
+		for _, n := range names {
+			pr := personas[n]
+			if !tenant(pr) {
+				continue
+			}
+			if pr.Project != policies.MatrixOwner && pr.Project != policies.MatrixLessee || !projectBefore {
+				out[rule] = true
+			}
+		}
+	}
+	return out
+}
 
 func zipSum(data []byte) string {
 	h := sha256.Sum256(data)
@@ -272,6 +372,12 @@ func (p *Portal) renderPolicy(c *fiber.Ctx, pp views.PolicyPage) error {
 func (p *Portal) policyApply(c *fiber.Ctx) error {
 	if err := p.Guard.Authorize(c.UserContext(), rulePolicyUpdate, "policy", "", policies.Target{}); err != nil {
 		return p.fail(c, err)
+	}
+	// A revision stored here would not apply, yet would the moment
+	// overrides were enabled, unreviewed by then: the page offers no
+	// Apply, and this refuses one.
+	if !p.Admin.Overrides.Enabled {
+		return p.policyRefused(c, errs.Conflict("overrides are disabled on this server, so nothing is applied; start anvil serve with --policy-override-enabled to apply one"))
 	}
 	data, err := base64.StdEncoding.DecodeString(c.FormValue("zip"))
 	if err != nil || !p.signed(c, c.FormValue("token"), purposeApply, zipSum(data), c.FormValue("base")) {

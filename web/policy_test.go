@@ -15,6 +15,7 @@ import (
 	"net/url"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -327,8 +328,9 @@ func TestPolicyRevisions(t *testing.T) {
 }
 
 // TestPolicyOverridesDisabled: with overrides off (the default), the page
-// says so instead of a blank status, and Apply says the revision is stored
-// but not applied, rather than that every replica applies it.
+// says so instead of a blank status, and a preview offers no Apply, saying
+// why; an Apply posted anyway is refused and stores nothing, since it
+// would take effect unreviewed the moment overrides were enabled.
 func TestPolicyOverridesDisabled(t *testing.T) {
 	srv := servertest.Start(t, server.Options{Database: storetest.Setting(t, "sqlite")})
 	ctx := context.Background()
@@ -342,11 +344,80 @@ func TestPolicyOverridesDisabled(t *testing.T) {
 		t.Errorf("policy page status with overrides disabled:\n%s", page)
 	}
 	_, page = root.upload("preview", zipOf(t, map[string]string{"p.yaml": `"baremetal:node:set_power_state": "rule:system_member"`}))
-	if !strings.Contains(page, "as revision 1, but not applied: overrides are disabled on this server.") {
-		t.Error("the Apply confirmation promises the upload applies")
+	if !strings.Contains(page, `data-testid="preview"`) || strings.Contains(page, `action="/admin/policy/apply"`) || !strings.Contains(page, "Apply is not offered: overrides are disabled") {
+		t.Errorf("a preview with overrides disabled offers Apply:\n%s", page)
 	}
-	st, page := root.applyPreviewed(page)
-	if st != 200 || !strings.Contains(page, "Stored as revision 1, but not applied: overrides are disabled on this server") || strings.Contains(page, "within 2 seconds") {
+	st, page, _ := root.do("POST", "/admin/policy/apply", url.Values{"csrf": {root.csrf}, "zip": {""}, "base": {"0"}, "token": {"x"}})
+	if n, _ := srv.DB.PolicyOverride.Query().Count(ctx); st != 409 || !strings.Contains(page, "overrides are disabled on this server") || n != 0 {
 		t.Errorf("apply with overrides disabled: %d\n%s", st, page)
+	}
+}
+
+// TestPolicyPreviewAcrossProjects: a preview says what a rule not
+// overridden falls back to instead of "", and marks in a warning style
+// the changes that widen access across projects (another project's
+// persona newly allowed, or project callers newly allowed a system-only
+// rule), but not a widening within the node's own projects nor a
+// narrowing; the matrix and rules table filter by rule name.
+func TestPolicyPreviewAcrossProjects(t *testing.T) {
+	srv := servertest.Start(t, server.Options{Database: storetest.Setting(t, "sqlite"), PolicyOverrideEnabled: true, PolicyDir: filepath.Join(t.TempDir(), "policy.d")})
+	ctx := context.Background()
+	srv.IDs.CreateUser(ctx, "root", "root-password-1")
+	srv.IDs.Grant(ctx, "root", identity.Assignment{Scope: identity.Scope{System: true}, Role: "admin"})
+	root := newBrowser(t, srv.URL)
+	root.do("GET", "/login", nil)
+	root.do("POST", "/login", url.Values{"csrf": {root.csrf}, "username": {"root"}, "password": {"root-password-1"}})
+	root.do("GET", "/admin/policy", nil)
+	crossLine := regexp.MustCompile(`<li class="warn" data-cross-project><code>([^<]*)</code>`)
+	crossed := func(page string) []string {
+		var out []string
+		for _, m := range crossLine.FindAllStringSubmatch(page, -1) {
+			k, _, _ := strings.Cut(html.UnescapeString(m[1]), ": ")
+			out = append(out, k)
+		}
+		return out
+	}
+	st, page := root.upload("preview", zipOf(t, map[string]string{"p.yaml": `"baremetal:node:set_power_state": "rule:system_or_owner_or_lessee_member or rule:owner_reader"
+"baremetal:node:update:owner": "rule:system_member or rule:owner_member"
+"baremetal:driver:ipa_lookup": "rule:system_admin"
+`}))
+	if st != 200 || !strings.Contains(page, `data-testid="preview"`) {
+		t.Fatalf("preview: %d\n%s", st, page)
+	}
+	text := html.UnescapeString(page)
+	for _, want := range []string{
+		`baremetal:driver:ipa_lookup: (default, empty: anyone) -> "rule:system_admin"`,
+		`baremetal:node:update:owner: (default: "rule:system_member") -> "rule:system_member or rule:owner_member"  WIDENS access for owner-admin`,
+		`baremetal:node:set_power_state: (default: "rule:system_or_owner_or_lessee_member") -> "rule:system_or_owner_or_lessee_member or rule:owner_reader"  WIDENS access for owner-reader`,
+		"1 change(s) widen access across projects",
+	} {
+		if !strings.Contains(text, want) {
+			t.Errorf("the preview lacks %s", want)
+		}
+	}
+	if got := crossed(page); !slices.Equal(got, []string{"baremetal:node:update:owner"}) {
+		t.Errorf("marked across projects: %v, want only the owner rule", got)
+	}
+	_, page = root.upload("preview", zipOf(t, map[string]string{"p.yaml": `"baremetal:node:set_power_state": "role:member"`}))
+	if got := crossed(page); !slices.Equal(got, []string{"baremetal:node:set_power_state"}) || !strings.Contains(page, "WIDENS access for other-") {
+		t.Errorf("another project's members allowed: marked %v\n%s", got, page)
+	}
+	_, page = root.upload("preview", zipOf(t, map[string]string{"p.yaml": `"baremetal:node:set_power_state": "rule:system_member"`}))
+	if strings.Contains(page, "data-cross-project") || strings.Contains(page, "preview-cross-project") {
+		t.Errorf("a narrowing is marked across projects")
+	}
+
+	_, page, _ = root.do("GET", "/admin/policy?rules=POWER_STATE", nil)
+	rows := regexp.MustCompile(`<tr data-rule="([^"]+)">`).FindAllStringSubmatch(page, -1)
+	if len(rows) == 0 || !strings.Contains(page, `value="POWER_STATE"`) {
+		t.Fatalf("filtered matrix: %d rows", len(rows))
+	}
+	for _, r := range rows {
+		if !strings.Contains(r[1], "power_state") {
+			t.Errorf("the filter keeps %s", r[1])
+		}
+	}
+	if strings.Contains(page, "<code>baremetal:node:create</code>") {
+		t.Error("the rules table is not filtered")
 	}
 }

@@ -160,6 +160,10 @@ func (p *Portal) Register(app *fiber.App) {
 	app.Post("/admin/users/:name/password", s, p.signedIn, p.resetPassword)
 	app.Post("/admin/users/:name/delete", s, p.signedIn, p.deleteUser)
 	app.Get("/admin/tokens", s, p.signedIn, p.tokensPage)
+	app.Get("/admin/sessions", s, p.signedIn, p.sessionsPage)
+	app.Post("/admin/sessions/:ref/revoke", s, p.signedIn, p.revokeSession)
+	app.Get("/audit", s, p.signedIn, p.auditPage)
+	app.Get("/audit/export.csv", s, p.signedIn, p.auditExport)
 	app.Post("/admin/tokens/:id/revoke", s, p.signedIn, p.revokeAnyToken)
 	app.Post("/scope", s, p.signedIn, p.switchScope)
 	app.Get("/account", s, p.signedIn, p.account)
@@ -239,6 +243,9 @@ func (p *Portal) session(c *fiber.Ctx) error {
 	if now := time.Now(); now.Sub(time.Unix(sess.Seen, 0)) > time.Minute {
 		sess.Seen = now.Unix()
 		if err := p.Sessions.Save(c, sess); err != nil {
+			return err
+		}
+		if err := p.IDs.SessionSeen(c.UserContext(), sess.ID); err != nil {
 			return err
 		}
 	}
@@ -485,7 +492,7 @@ func (p *Portal) login(c *fiber.Ctx) error {
 // startSession records a new sign-in on the server and hands the browser
 // its cookie.
 func (p *Portal) startSession(c *fiber.Ctx, s *Session) error {
-	id, err := p.IDs.StartSession(c.UserContext(), s.Principal(), AbsoluteTimeout, s.sso)
+	id, err := p.IDs.StartSession(c.UserContext(), s.Principal(), clientip.Of(c), AbsoluteTimeout, s.sso)
 	if err != nil {
 		return err
 	}

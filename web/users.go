@@ -47,14 +47,27 @@ func (p *Portal) renderUsers(c *fiber.Ctx, pg views.Page, status int, confirm vi
 	if err != nil {
 		return err
 	}
-	rows := make([]views.UserRow, len(us))
-	for i, u := range us {
-		rows[i] = views.UserRow{Name: u.Name, LastLogin: u.LastLogin}
+	// The search matches a name, or a role as the page writes it
+	// ("admin", "member on project blue"), ignoring case.
+	q := strings.TrimSpace(c.Query("q"))
+	rows := []views.UserRow{}
+	for _, u := range us {
+		row := views.UserRow{Name: u.Name, LastLogin: u.LastLogin}
+		hit := q == "" || containsFold(u.Name, q)
 		for _, a := range u.Roles {
-			rows[i].Roles = append(rows[i].Roles, views.RoleRow{Scope: a.Scope.String(), Role: a.Role, Value: scopeValue(a.Scope) + "|" + a.Role})
+			r := views.RoleRow{Scope: a.Scope.String(), Role: a.Role, Value: scopeValue(a.Scope) + "|" + a.Role}
+			row.Roles = append(row.Roles, r)
+			hit = hit || containsFold(r.Role+" on "+r.Scope, q)
+		}
+		if hit {
+			rows = append(rows, row)
 		}
 	}
-	return render(c, status, views.UsersPage(pg, rows, p.Guard.Allowed(ctx, ruleUserManage, policies.Target{}), confirm))
+	return render(c, status, views.UsersPage(pg, views.UserList{Rows: rows, Query: q, Total: len(us)}, p.Guard.Allowed(ctx, ruleUserManage, policies.Target{}), confirm))
+}
+
+func containsFold(s, sub string) bool {
+	return strings.Contains(strings.ToLower(s), strings.ToLower(sub))
 }
 
 // userChange runs one change to a local account after the manage rule; a
@@ -109,6 +122,9 @@ func (p *Portal) grantRole(c *fiber.Ctx) error {
 	if a, err := assignmentOf(c); err == nil && a.System && a.Role == "admin" && c.FormValue("confirmed") != "yes" {
 		return p.askGrant(c)
 	}
+	if a, err := assignmentOf(c); err == nil && !a.System && c.FormValue("new_project") != a.Project {
+		return p.askNewProject(c, a)
+	}
 	return p.userChange(c, "granted", func() error {
 		a, err := assignmentOf(c)
 		if err != nil {
@@ -129,8 +145,36 @@ func (p *Portal) askGrant(c *fiber.Ctx) error {
 	if err != nil {
 		return err
 	}
-	return p.renderUsers(c, pg, 200, views.GrantConfirm{User: name, Question: "Make " + name + " a system admin? An admin on the system may do " +
-		"everything in Anvil: change and delete every project's nodes, manage every user and role (making more admins too) and the policy."})
+	return p.renderUsers(c, pg, 200, views.GrantConfirm{User: name, Scope: "system", Role: "admin", Button: "Make " + name + " a system admin",
+		Question: "Make " + name + " a system admin? An admin on the system may do " +
+			"everything in Anvil: change and delete every project's nodes, manage every user and role (making more admins too) and the policy."})
+}
+
+// askNewProject grants a role on a project no node, role or runbook uses
+// yet only once confirmed, for a misspelt project would hand the user
+// nothing they should have; a known project is granted at once. Asked
+// after the grant's own rule and checks, so the question stands in for
+// neither a refusal nor a bad field.
+func (p *Portal) askNewProject(c *fiber.Ctx, a identity.Assignment) error {
+	ctx := c.UserContext()
+	name := c.Params("name")
+	if err := p.Guard.Authorize(ctx, ruleUserManage, "user", name, policies.Target{}); err != nil {
+		return p.fail(c, err)
+	}
+	unknown, err := p.unknownProjects(ctx, a.Project)
+	if err != nil {
+		return err
+	}
+	if len(unknown) == 0 || identity.ValidateAssignment(a) != nil {
+		return p.userChange(c, "granted", func() error { return p.IDs.Grant(ctx, name, a) })
+	}
+	pg, err := p.page(c, "Users")
+	if err != nil {
+		return err
+	}
+	return p.renderUsers(c, pg, 200, views.GrantConfirm{User: name, Scope: a.Project, Role: a.Role, NewProject: a.Project,
+		Button:   "Yes, create new project " + a.Project + " and grant " + a.Role,
+		Question: "No node, role or runbook uses project " + a.Project + " yet. Check the spelling: grant " + name + " " + a.Role + " on a new project " + a.Project + "?"})
 }
 
 func (p *Portal) revokeRole(c *fiber.Ctx) error {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"html"
 	"net/url"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -293,6 +294,107 @@ func TestLastAdminPortal(t *testing.T) {
 		}
 		if st, _, _ := root.do("POST", "/admin/users/root/revoke", form("assignment", "system|admin")); st != 303 || holds("root", "admin") {
 			t.Errorf("an admin steps down while another stays: %d", st)
+		}
+	})
+}
+
+// TestUsersSearch: the users page's search, kept in the URL, narrows the
+// list on the server by name or by role as the page writes it, and a
+// row's forms sit behind its Manage.
+func TestUsersSearch(t *testing.T) {
+	storetest.Each(t, func(t *testing.T, setting string, _ *store.DB) {
+		srv, _, _ := fleet(t, setting)
+		readerAndProjectAdmin(t, srv)
+		root := signInAs(t, srv, "root")
+		for q, want := range map[string][]string{
+			"pa":                {"pam", "pat"},
+			"member on project": {"gil", "pat"},
+			"ADMIN ON PROJECT":  {"pam"},
+			"reader":            {"rhea"},
+			"nobody":            nil,
+		} {
+			st, page, _ := root.do("GET", "/admin/users?"+url.Values{"q": {q}}.Encode(), nil)
+			var got []string
+			for _, u := range []string{"root", "pat", "gil", "rhea", "pam"} {
+				if strings.Contains(page, `<tr data-user="`+u+`">`) {
+					got = append(got, u)
+				}
+			}
+			slices.Sort(got)
+			if st != 200 || !slices.Equal(got, want) || !strings.Contains(page, `value="`+html.EscapeString(q)+`"`) {
+				t.Errorf("q=%q: %d %v, want %v", q, st, got, want)
+			}
+		}
+		_, page, _ := root.do("GET", "/admin/users?q=pat", nil)
+		if !strings.Contains(page, `<details class="manage"><summary>Manage <span class="sr-only">pat</span></summary>`) ||
+			!strings.Contains(page, `action="/admin/users/pat/grant"`) || !strings.Contains(page, "1 of ") {
+			t.Errorf("pat's row:\n%s", page)
+		}
+	})
+}
+
+// TestUnknownProjectGrant: granting a role on a project no node, role or
+// runbook uses is asked first, naming it, and done only once confirmed
+// for that very project; a known project is granted at once, a bad role
+// is refused rather than asked about, and a system reader gets 403, not
+// the question.
+func TestUnknownProjectGrant(t *testing.T) {
+	storetest.Each(t, func(t *testing.T, setting string, _ *store.DB) {
+		srv, _, _ := fleet(t, setting)
+		ctx := context.Background()
+		readerAndProjectAdmin(t, srv)
+		root := signInAs(t, srv, "root")
+		root.do("GET", "/admin/users", nil)
+		holds := func(project string) bool {
+			us, err := srv.IDs.ListUsers(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, u := range us {
+				for _, a := range u.Roles {
+					if u.Name == "gil" && a.Project == project {
+						return true
+					}
+				}
+			}
+			return false
+		}
+		grant := func(b *browser, kv ...string) (int, string) {
+			v := url.Values{"csrf": {b.csrf}, "role": {"member"}}
+			for i := 0; i+1 < len(kv); i += 2 {
+				v.Set(kv[i], kv[i+1])
+			}
+			st, page, _ := b.do("POST", "/admin/users/gil/grant", v)
+			return st, page
+		}
+		st, page := grant(root, "scope", "purpel")
+		if st != 200 || !strings.Contains(page, "No node, role or runbook uses project purpel yet.") ||
+			!strings.Contains(page, `<input type="hidden" name="new_project" value="purpel">`) || !strings.Contains(page, "Yes, create new project purpel and grant member") || holds("purpel") {
+			t.Fatalf("unconfirmed grant on a new project: %d, granted %v\n%s", st, holds("purpel"), page)
+		}
+		if st, _ := grant(root, "scope", "purpel", "new_project", "purple"); st != 200 || holds("purpel") {
+			t.Errorf("confirming another project grants this one: %d", st)
+		}
+		if st, page := grant(root, "scope", "purpel", "role", "overlord"); st != 400 || !strings.Contains(page, "role") {
+			t.Errorf("a bad role on a new project: %d", st)
+		}
+		if st, _ := grant(root, "scope", "purpel", "new_project", "purpel"); st != 303 || !holds("purpel") {
+			t.Errorf("confirmed grant on a new project: %d, granted %v", st, holds("purpel"))
+		}
+		if st, _ := grant(root, "scope", "red"); st != 303 || !holds("red") {
+			t.Errorf("a known project (it owns nodes) is asked about: %d", st)
+		}
+		// A runbook's owner is known though no node or role names it.
+		if err := srv.DB.Runbook.Create().SetUUID("11111111-2222-3333-4444-555555555555").SetName("CUSTOM_TEAL").SetOwner("teal").Exec(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if st, _ := grant(root, "scope", "teal"); st != 303 || !holds("teal") {
+			t.Errorf("a project owning a runbook is asked about: %d", st)
+		}
+		rhea := signInAs(t, srv, "rhea")
+		rhea.do("GET", "/admin/users", nil)
+		if st, page := grant(rhea, "scope", "orange"); st != 403 || strings.Contains(page, "new project") {
+			t.Errorf("a system reader's grant on a new project: %d", st)
 		}
 	})
 }

@@ -581,6 +581,8 @@ var (
 		{Name: "refresh_token", Type: field.TypeString, Nullable: true},
 		{Name: "sso_roles", Type: field.TypeJSON, Nullable: true},
 		{Name: "roles_at", Type: field.TypeTime, Nullable: true},
+		{Name: "client_addr", Type: field.TypeString, Nullable: true},
+		{Name: "seen_at", Type: field.TypeTime, Nullable: true},
 	}
 	// PortalSessionsTable holds the schema information for the "portal_sessions" table.
 	PortalSessionsTable = &schema.Table{

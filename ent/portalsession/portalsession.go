@@ -27,6 +27,10 @@ const (
 	FieldSSORoles = "sso_roles"
 	// FieldRolesAt holds the string denoting the roles_at field in the database.
 	FieldRolesAt = "roles_at"
+	// FieldClientAddr holds the string denoting the client_addr field in the database.
+	FieldClientAddr = "client_addr"
+	// FieldSeenAt holds the string denoting the seen_at field in the database.
+	FieldSeenAt = "seen_at"
 	// Table holds the table name of the portalsession in the database.
 	Table = "portal_sessions"
 )
@@ -42,6 +46,8 @@ var Columns = []string{
 	FieldRefreshToken,
 	FieldSSORoles,
 	FieldRolesAt,
+	FieldClientAddr,
+	FieldSeenAt,
 }
 
 // ValidColumn reports if the column name is valid (part of the table columns).
@@ -95,4 +101,14 @@ func ByRefreshToken(opts ...sql.OrderTermOption) OrderOption {
 // ByRolesAt orders the results by the roles_at field.
 func ByRolesAt(opts ...sql.OrderTermOption) OrderOption {
 	return sql.OrderByField(FieldRolesAt, opts...).ToFunc()
+}
+
+// ByClientAddr orders the results by the client_addr field.
+func ByClientAddr(opts ...sql.OrderTermOption) OrderOption {
+	return sql.OrderByField(FieldClientAddr, opts...).ToFunc()
+}
+
+// BySeenAt orders the results by the seen_at field.
+func BySeenAt(opts ...sql.OrderTermOption) OrderOption {
+	return sql.OrderByField(FieldSeenAt, opts...).ToFunc()
 }

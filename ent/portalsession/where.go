@@ -89,6 +89,16 @@ func RolesAt(v time.Time) predicate.PortalSession {
 	return predicate.PortalSession(sql.FieldEQ(FieldRolesAt, v))
 }
 
+// ClientAddr applies equality check predicate on the "client_addr" field. It's identical to ClientAddrEQ.
+func ClientAddr(v string) predicate.PortalSession {
+	return predicate.PortalSession(sql.FieldEQ(FieldClientAddr, v))
+}
+
+// SeenAt applies equality check predicate on the "seen_at" field. It's identical to SeenAtEQ.
+func SeenAt(v time.Time) predicate.PortalSession {
+	return predicate.PortalSession(sql.FieldEQ(FieldSeenAt, v))
+}
+
 // IDHashEQ applies the EQ predicate on the "id_hash" field.
 func IDHashEQ(v string) predicate.PortalSession {
 	return predicate.PortalSession(sql.FieldEQ(FieldIDHash, v))
@@ -507,6 +517,131 @@ func RolesAtIsNil() predicate.PortalSession {
 // RolesAtNotNil applies the NotNil predicate on the "roles_at" field.
 func RolesAtNotNil() predicate.PortalSession {
 	return predicate.PortalSession(sql.FieldNotNull(FieldRolesAt))
+}
+
+// ClientAddrEQ applies the EQ predicate on the "client_addr" field.
+func ClientAddrEQ(v string) predicate.PortalSession {
+	return predicate.PortalSession(sql.FieldEQ(FieldClientAddr, v))
+}
+
+// ClientAddrNEQ applies the NEQ predicate on the "client_addr" field.
+func ClientAddrNEQ(v string) predicate.PortalSession {
+	return predicate.PortalSession(sql.FieldNEQ(FieldClientAddr, v))
+}
+
+// ClientAddrIn applies the In predicate on the "client_addr" field.
+func ClientAddrIn(vs ...string) predicate.PortalSession {
+	return predicate.PortalSession(sql.FieldIn(FieldClientAddr, vs...))
+}
+
+// ClientAddrNotIn applies the NotIn predicate on the "client_addr" field.
+func ClientAddrNotIn(vs ...string) predicate.PortalSession {
+	return predicate.PortalSession(sql.FieldNotIn(FieldClientAddr, vs...))
+}
+
+// ClientAddrGT applies the GT predicate on the "client_addr" field.
+func ClientAddrGT(v string) predicate.PortalSession {
+	return predicate.PortalSession(sql.FieldGT(FieldClientAddr, v))
+}
+
+// ClientAddrGTE applies the GTE predicate on the "client_addr" field.
+func ClientAddrGTE(v string) predicate.PortalSession {
+	return predicate.PortalSession(sql.FieldGTE(FieldClientAddr, v))
+}
+
+// ClientAddrLT applies the LT predicate on the "client_addr" field.
+func ClientAddrLT(v string) predicate.PortalSession {
+	return predicate.PortalSession(sql.FieldLT(FieldClientAddr, v))
+}
+
+// ClientAddrLTE applies the LTE predicate on the "client_addr" field.
+func ClientAddrLTE(v string) predicate.PortalSession {
+	return predicate.PortalSession(sql.FieldLTE(FieldClientAddr, v))
+}
+
+// ClientAddrContains applies the Contains predicate on the "client_addr" field.
+func ClientAddrContains(v string) predicate.PortalSession {
+	return predicate.PortalSession(sql.FieldContains(FieldClientAddr, v))
+}
+
+// ClientAddrHasPrefix applies the HasPrefix predicate on the "client_addr" field.
+func ClientAddrHasPrefix(v string) predicate.PortalSession {
+	return predicate.PortalSession(sql.FieldHasPrefix(FieldClientAddr, v))
+}
+
+// ClientAddrHasSuffix applies the HasSuffix predicate on the "client_addr" field.
+func ClientAddrHasSuffix(v string) predicate.PortalSession {
+	return predicate.PortalSession(sql.FieldHasSuffix(FieldClientAddr, v))
+}
+
+// ClientAddrIsNil applies the IsNil predicate on the "client_addr" field.
+func ClientAddrIsNil() predicate.PortalSession {
+	return predicate.PortalSession(sql.FieldIsNull(FieldClientAddr))
+}
+
+// ClientAddrNotNil applies the NotNil predicate on the "client_addr" field.
+func ClientAddrNotNil() predicate.PortalSession {
+	return predicate.PortalSession(sql.FieldNotNull(FieldClientAddr))
+}
+
+// ClientAddrEqualFold applies the EqualFold predicate on the "client_addr" field.
+func ClientAddrEqualFold(v string) predicate.PortalSession {
+	return predicate.PortalSession(sql.FieldEqualFold(FieldClientAddr, v))
+}
+
+// ClientAddrContainsFold applies the ContainsFold predicate on the "client_addr" field.
+func ClientAddrContainsFold(v string) predicate.PortalSession {
+	return predicate.PortalSession(sql.FieldContainsFold(FieldClientAddr, v))
+}
+
+// SeenAtEQ applies the EQ predicate on the "seen_at" field.
+func SeenAtEQ(v time.Time) predicate.PortalSession {
+	return predicate.PortalSession(sql.FieldEQ(FieldSeenAt, v))
+}
+
+// SeenAtNEQ applies the NEQ predicate on the "seen_at" field.
+func SeenAtNEQ(v time.Time) predicate.PortalSession {
+	return predicate.PortalSession(sql.FieldNEQ(FieldSeenAt, v))
+}
+
+// SeenAtIn applies the In predicate on the "seen_at" field.
+func SeenAtIn(vs ...time.Time) predicate.PortalSession {
+	return predicate.PortalSession(sql.FieldIn(FieldSeenAt, vs...))
+}
+
+// SeenAtNotIn applies the NotIn predicate on the "seen_at" field.
+func SeenAtNotIn(vs ...time.Time) predicate.PortalSession {
+	return predicate.PortalSession(sql.FieldNotIn(FieldSeenAt, vs...))
+}
+
+// SeenAtGT applies the GT predicate on the "seen_at" field.
+func SeenAtGT(v time.Time) predicate.PortalSession {
+	return predicate.PortalSession(sql.FieldGT(FieldSeenAt, v))
+}
+
+// SeenAtGTE applies the GTE predicate on the "seen_at" field.
+func SeenAtGTE(v time.Time) predicate.PortalSession {
+	return predicate.PortalSession(sql.FieldGTE(FieldSeenAt, v))
+}
+
+// SeenAtLT applies the LT predicate on the "seen_at" field.
+func SeenAtLT(v time.Time) predicate.PortalSession {
+	return predicate.PortalSession(sql.FieldLT(FieldSeenAt, v))
+}
+
+// SeenAtLTE applies the LTE predicate on the "seen_at" field.
+func SeenAtLTE(v time.Time) predicate.PortalSession {
+	return predicate.PortalSession(sql.FieldLTE(FieldSeenAt, v))
+}
+
+// SeenAtIsNil applies the IsNil predicate on the "seen_at" field.
+func SeenAtIsNil() predicate.PortalSession {
+	return predicate.PortalSession(sql.FieldIsNull(FieldSeenAt))
+}
+
+// SeenAtNotNil applies the NotNil predicate on the "seen_at" field.
+func SeenAtNotNil() predicate.PortalSession {
+	return predicate.PortalSession(sql.FieldNotNull(FieldSeenAt))
 }
 
 // And groups predicates with the AND operator between them.

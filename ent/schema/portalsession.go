@@ -29,6 +29,11 @@ func (PortalSession) Fields() []ent.Field {
 		field.String("refresh_token").Optional().Sensitive(),
 		field.Strings("sso_roles").Optional(),
 		field.Time("roles_at").Optional(),
+		// What the sessions page shows an administrator deciding whether
+		// a session is theirs to end: the address it signed in from and
+		// when it was last used (kept to the minute, as the cookie is).
+		field.String("client_addr").Optional(),
+		field.Time("seen_at").Optional(),
 	}
 }
 

@@ -15,6 +15,7 @@ test('an owner member leases a node out with suggestions and a warning; clearing
   await page.getByLabel('Password (at least 12 characters)').fill('owen-password-1');
   await page.getByRole('button', { name: 'Create user' }).click();
   await expect(page.getByRole('status')).toContainText('User created.');
+  await page.locator('tr[data-user="owen"] summary').click();
   await page.getByLabel('Scope for owen').fill('hw-east');
   await page.getByLabel('Role for owen').selectOption('member');
   await page.locator('tr[data-user="owen"]').getByRole('button', { name: 'Grant' }).click();

@@ -77,12 +77,15 @@ test('an operator creates a user, grants, resets the password, revokes and delet
   await expect(page.getByRole('status')).toContainText('User created.');
   const row = page.locator('tr[data-user="newbie"]');
   await expect(row).toContainText('no roles');
+  // Each row's forms are behind its Manage.
+  await row.locator('summary').click();
   await page.getByLabel('Scope for newbie').fill('tenant-blue');
   await page.getByLabel('Role for newbie').selectOption('member');
   await row.getByRole('button', { name: 'Grant' }).click();
   await expect(page.getByRole('status')).toContainText('Role granted.');
   await expect(row).toContainText('member on project tenant-blue');
 
+  await row.locator('summary').click();
   await page.getByLabel('New password for newbie').fill('newbie-password-2');
   page.once('dialog', (d) => d.accept());
   await row.getByRole('button', { name: 'Reset password' }).click();
@@ -98,6 +101,7 @@ test('an operator creates a user, grants, resets the password, revokes and delet
   await page.getByRole('button', { name: 'Revoke member on project tenant-blue from newbie' }).click();
   await expect(page.getByRole('status')).toContainText('Role revoked');
   await expect(row).toContainText('no roles');
+  await row.locator('summary').click();
   page.once('dialog', (d) => d.accept());
   await page.getByRole('button', { name: 'Delete user newbie' }).click();
   await expect(page.getByRole('status')).toContainText('User deleted.');

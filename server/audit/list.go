@@ -2,6 +2,7 @@ package audit
 
 import (
 	"context"
+	"time"
 
 	"github.com/anvilproject/anvil/ent"
 	"github.com/anvilproject/anvil/ent/auditevent"
@@ -13,6 +14,9 @@ import (
 type Query struct {
 	User, Project, Result, Rule, TargetID string
 	Limit, Marker                         int
+	// Since and Until, when set, keep events at or after Since and before
+	// Until.
+	Since, Until time.Time
 }
 
 // List returns events matching q, newest first, and whether more follow.
@@ -32,6 +36,12 @@ func (l *Log) List(ctx context.Context, q Query) ([]*ent.AuditEvent, bool, error
 		if f.v != "" {
 			ps = append(ps, f.p(f.v))
 		}
+	}
+	if !q.Since.IsZero() {
+		ps = append(ps, auditevent.CreatedAtGTE(q.Since))
+	}
+	if !q.Until.IsZero() {
+		ps = append(ps, auditevent.CreatedAtLT(q.Until))
 	}
 	if q.Marker > 0 {
 		ps = append(ps, auditevent.IDLT(q.Marker))

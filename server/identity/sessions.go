@@ -9,6 +9,7 @@ import (
 
 	"github.com/anvilproject/anvil/ent"
 	"github.com/anvilproject/anvil/ent/portalsession"
+	"github.com/anvilproject/anvil/server/errs"
 )
 
 // SSOKey is the identity of an OpenID Connect user: the issuer and the
@@ -20,7 +21,8 @@ func SSOKey(issuer, subject string) string { return "sso|" + issuer + "|" + subj
 // name or an SSOKey) and returns the secret id its cookie carries. An
 // OpenID sign-in passes what its provider said (sso), kept on the server
 // so the roles can be read again and a back-channel logout can find it.
-func (s *Service) StartSession(ctx context.Context, principal string, lifetime time.Duration, sso *SSOUser) (string, error) {
+// addr is the client's address, shown to administrators listing sessions.
+func (s *Service) StartSession(ctx context.Context, principal, addr string, lifetime time.Duration, sso *SSOUser) (string, error) {
 	raw := make([]byte, 32)
 	_, _ = rand.Read(raw)
 	id := base64.RawURLEncoding.EncodeToString(raw)
@@ -31,7 +33,7 @@ func (s *Service) StartSession(ctx context.Context, principal string, lifetime t
 		return "", err
 	}
 	c := s.db.PortalSession.Create().SetIDHash(digest(id)).SetPrincipal(principal).
-		SetCreatedAt(now).SetExpiresAt(now.Add(lifetime))
+		SetCreatedAt(now).SetExpiresAt(now.Add(lifetime)).SetSeenAt(now).SetClientAddr(addr)
 	if sso != nil {
 		c.SetSSOSid(sso.SID).SetRefreshToken(sso.RefreshToken).SetSSORoles(encodeRoles(sso.Assignments)).SetRolesAt(now)
 	}
@@ -126,6 +128,66 @@ func decodeRoles(rs []string) []Assignment {
 func (s *Service) EndSession(ctx context.Context, id string) error {
 	_, err := s.db.PortalSession.Delete().Where(portalsession.IDHash(digest(id))).Exec(ctx)
 	return err
+}
+
+// SessionSeen notes that session id was used now, for the sessions list.
+func (s *Service) SessionSeen(ctx context.Context, id string) error {
+	return s.db.PortalSession.Update().Where(portalsession.IDHash(digest(id))).SetSeenAt(time.Now()).Exec(ctx)
+}
+
+// SessionInfo is a signed-in browser as administrators see it: never its
+// secret, only Ref, the record's number, which names it to RevokeSession.
+type SessionInfo struct {
+	Ref int
+	// Principal is the account name, or SSOKey's "sso|issuer|subject".
+	Principal  string
+	SSO        bool
+	ClientAddr string
+	Created    time.Time
+	Seen       *time.Time
+	// Current marks the session of the id ListSessions was given: the
+	// viewer's own.
+	Current bool
+}
+
+// ListSessions returns the sessions that have not expired, most recently
+// used first; current (the caller's own session id, or "") is marked.
+func (s *Service) ListSessions(ctx context.Context, current string) ([]SessionInfo, error) {
+	rs, err := s.db.PortalSession.Query().Where(portalsession.ExpiresAtGT(time.Now())).
+		Order(ent.Desc(portalsession.FieldSeenAt), ent.Desc(portalsession.FieldID)).All(ctx)
+	if err != nil {
+		return nil, err
+	}
+	mine := ""
+	if current != "" {
+		mine = digest(current)
+	}
+	out := make([]SessionInfo, len(rs))
+	for i, r := range rs {
+		out[i] = SessionInfo{Ref: r.ID, Principal: r.Principal, SSO: strings.HasPrefix(r.Principal, "sso|"), ClientAddr: r.ClientAddr,
+			Created: r.CreatedAt, Current: mine != "" && r.IDHash == mine}
+		if !r.SeenAt.IsZero() {
+			out[i].Seen = &r.SeenAt
+		}
+	}
+	return out, nil
+}
+
+// RevokeSession ends the session numbered ref (SessionInfo.Ref) at once,
+// on every replica, and audits it against the session's principal. A
+// session already gone is a 404.
+func (s *Service) RevokeSession(ctx context.Context, ref int) (err error) {
+	r, err := s.db.PortalSession.Get(ctx, ref)
+	if ent.IsNotFound(err) {
+		return errs.NotFound("session %d is not on record: it ended or expired", ref)
+	}
+	if err != nil {
+		return err
+	}
+	defer func() {
+		s.record(ctx, "anvil:user:manage", r.Principal, err, map[string]any{"action": "end-session", "session": ref})
+	}()
+	return s.db.PortalSession.DeleteOneID(ref).Exec(ctx)
 }
 
 // endSessions ends every session of a local account; a password change,

@@ -193,7 +193,9 @@ func (s *Service) DeleteUser(ctx context.Context, name string) (err error) {
 	})
 }
 
-func validateAssignment(a Assignment) error {
+// ValidateAssignment checks a role assignment before it is granted or
+// revoked; the portal also checks one before asking about it.
+func ValidateAssignment(a Assignment) error {
 	if !policies.KnownRole(a.Role) {
 		return errs.BadRequest("role", "role %q is not one of admin, manager, member, reader, service", a.Role)
 	}
@@ -212,7 +214,7 @@ func (s *Service) Grant(ctx context.Context, name string, a Assignment) (err err
 	defer func() {
 		s.record(ctx, "anvil:user:manage", name, err, map[string]any{"action": "grant", "scope": a.Scope.String(), "role": a.Role})
 	}()
-	if err := validateAssignment(a); err != nil {
+	if err := ValidateAssignment(a); err != nil {
 		return err
 	}
 	u, err := s.user(ctx, name)
@@ -230,7 +232,7 @@ func (s *Service) Revoke(ctx context.Context, name string, a Assignment) (err er
 	defer func() {
 		s.record(ctx, "anvil:user:manage", name, err, map[string]any{"action": "revoke", "scope": a.Scope.String(), "role": a.Role})
 	}()
-	if err := validateAssignment(a); err != nil {
+	if err := ValidateAssignment(a); err != nil {
 		return err
 	}
 	u, err := s.user(ctx, name)

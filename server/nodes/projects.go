@@ -6,6 +6,7 @@ import (
 
 	"github.com/anvilproject/anvil/ent/node"
 	"github.com/anvilproject/anvil/ent/roleassignment"
+	"github.com/anvilproject/anvil/ent/runbook"
 	"github.com/anvilproject/anvil/policies"
 )
 
@@ -49,9 +50,9 @@ func (s *Service) Projects(ctx context.Context, limit int) ([]string, error) {
 // ProjectKnown says whether the caller knows of any node or user in
 // project: a name it knows nothing of is most likely misspelt. A caller
 // knows its own project, the projects owning or leasing nodes it may list
-// and, on the system scope, those holding roles; the same bounds as the
-// suggestions, so the answer tells a tenant nothing of projects it could
-// not already see.
+// and, on the system scope, those holding roles or owning runbooks; the
+// same bounds as the suggestions, so the answer tells a tenant nothing of
+// projects it could not already see.
 func (s *Service) ProjectKnown(ctx context.Context, project string) (bool, error) {
 	p := policies.PrincipalFrom(ctx)
 	if p != nil && p.Project == project {
@@ -65,5 +66,8 @@ func (s *Service) ProjectKnown(ctx context.Context, project string) (bool, error
 	if err != nil || used || p == nil || !p.System {
 		return used, err
 	}
-	return s.db.RoleAssignment.Query().Where(roleassignment.Project(project)).Exist(ctx)
+	if used, err = s.db.RoleAssignment.Query().Where(roleassignment.Project(project)).Exist(ctx); err != nil || used {
+		return used, err
+	}
+	return s.db.Runbook.Query().Where(runbook.Owner(project)).Exist(ctx)
 }

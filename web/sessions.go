@@ -1,0 +1,61 @@
+package web
+
+import (
+	"strconv"
+	"strings"
+
+	"github.com/gofiber/fiber/v2"
+
+	"github.com/anvilproject/anvil/policies"
+	"github.com/anvilproject/anvil/server/errs"
+	"github.com/anvilproject/anvil/views"
+)
+
+// sessionsPage lists every signed-in browser for whoever may list users;
+// whoever may manage them also gets Revoke. A session is named by its
+// record's number, never by its cookie's secret.
+func (p *Portal) sessionsPage(c *fiber.Ctx) error {
+	ctx := c.UserContext()
+	if err := p.Guard.Authorize(ctx, ruleUserList, "session", "", policies.Target{}); err != nil {
+		return p.fail(c, err)
+	}
+	pg, err := p.page(c, "Active sessions")
+	if err != nil {
+		return err
+	}
+	ss, err := p.IDs.ListSessions(ctx, sessionOf(c).ID)
+	if err != nil {
+		return err
+	}
+	rows := make([]views.SessionRow, len(ss))
+	for i, s := range ss {
+		rows[i] = views.SessionRow{Ref: strconv.Itoa(s.Ref), User: s.Principal, Kind: "local", ClientAddr: s.ClientAddr,
+			Created: s.Created, Seen: s.Seen, Current: s.Current}
+		if s.SSO {
+			// "sso|issuer|subject": the subject at its provider.
+			parts := strings.SplitN(s.Principal, "|", 3)
+			rows[i].Kind = "SSO"
+			if len(parts) == 3 {
+				rows[i].User = parts[2] + " at " + parts[1]
+			}
+		}
+	}
+	return render(c, 200, views.SessionsPage(pg, rows, p.Guard.Allowed(ctx, ruleUserManage, policies.Target{})))
+}
+
+// revokeSession ends one session at once; the identity service audits it
+// against the session's user.
+func (p *Portal) revokeSession(c *fiber.Ctx) error {
+	ctx := c.UserContext()
+	ref, err := strconv.Atoi(c.Params("ref"))
+	if err != nil || ref <= 0 {
+		return p.fail(c, errs.NotFound("no session %q", c.Params("ref")))
+	}
+	if err := p.Guard.Authorize(ctx, ruleUserManage, "session", c.Params("ref"), policies.Target{}); err != nil {
+		return p.fail(c, err)
+	}
+	if err := p.IDs.RevokeSession(ctx, ref); err != nil {
+		return p.fail(c, err)
+	}
+	return p.flashTo(c, "/admin/sessions", "Session ended; that browser must sign in again.")
+}
