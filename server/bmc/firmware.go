@@ -21,33 +21,6 @@ var FirmwareComponents = []string{"bios", "bmc"}
 // NICPrefix starts a network adapter's component name.
 const NICPrefix = "nic:"
 
-// Task is a BMC task's progress.
-type Task struct {
-	State   string // Redfish TaskState: Running, Completed, Exception, …
-	Status  string // Redfish TaskStatus: OK, Warning, Critical
-	Percent int
-	Message string // the BMC's messages, joined
-	// Gone: the BMC no longer has the task (404). Ironic takes that as a
-	// task that ended well, since BMCs purge finished tasks.
-	Gone bool
-}
-
-// Done reports whether the task ended: every state but those Ironic
-// keeps polling (New, Starting, Running, Pending) is an end.
-func (t Task) Done() bool {
-	switch t.State {
-	case "New", "Starting", "Running", "Pending":
-		return false
-	}
-	return true
-}
-
-// Failed reports whether the task ended other than Completed with an OK
-// or Warning status, Ironic's test of success.
-func (t Task) Failed() bool {
-	return t.Done() && (t.State != "Completed" || (t.Status != "" && t.Status != "OK" && t.Status != "Warning"))
-}
-
 // Firmware is a BMC that updates firmware from an image URL and reports
 // versions.
 type Firmware interface {
@@ -256,53 +229,9 @@ func (c *redfishClient) StartFirmwareUpdate(ctx context.Context, component, url 
 	return task, err
 }
 
-// FirmwareTask reads a Task or a TaskMonitor. A monitor answers 202
-// while the task runs and may carry no Task; without one, 202 is
-// Running and any other success Completed. A task the BMC no longer has
-// is Gone.
+// FirmwareTask reads the update's Task or TaskMonitor (readTask).
 func (c *redfishClient) FirmwareTask(ctx context.Context, path string) (Task, error) {
-	var t Task
-	err := c.do(ctx, "following the firmware update", func() error {
-		resp, err := c.api.Get(path)
-		var rf *common.Error
-		if errors.As(err, &rf) && rf.HTTPReturnedStatusCode == 404 {
-			t = Task{State: "Completed", Gone: true}
-			return nil
-		}
-		if err != nil {
-			return err
-		}
-		defer resp.Body.Close()
-		var raw struct {
-			TaskState, TaskStatus string
-			PercentComplete       int
-			Messages              []struct {
-				Message   string
-				MessageID string `json:"MessageId"`
-			}
-		}
-		_ = json.NewDecoder(io.LimitReader(resp.Body, 1<<20)).Decode(&raw)
-		t = Task{State: raw.TaskState, Status: raw.TaskStatus, Percent: raw.PercentComplete}
-		if t.State == "" {
-			t.State = "Completed"
-			if resp.StatusCode == 202 {
-				t.State = "Running"
-			}
-		}
-		var msgs []string
-		for _, m := range raw.Messages {
-			// A bare "Unknown" says nothing: the id does (as Ironic).
-			if m.Message == "" || strings.EqualFold(m.Message, "unknown") || strings.EqualFold(m.Message, "unknown error") {
-				m.Message = m.MessageID
-			}
-			if m.Message != "" {
-				msgs = append(msgs, m.Message)
-			}
-		}
-		t.Message = strings.Join(msgs, "; ")
-		return nil
-	})
-	return t, err
+	return c.readTask(ctx, "following the firmware update", path)
 }
 
 func (c *redfishClient) FirmwareVersions(ctx context.Context) (map[string]string, error) {

@@ -4,16 +4,12 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"net/url"
 	"path"
 	"slices"
 	"strings"
-
-	"github.com/stmcginnis/gofish/common"
 )
 
 // RAIDLevels maps the RAID levels a Redfish BMC builds, in Ironic's
@@ -384,77 +380,12 @@ func (c *redfishClient) DeleteVolume(ctx context.Context, v Volume) (Pending, er
 	return p, err
 }
 
-// dellJobStates maps a Dell Job's JobState (iDRAC answers RAID requests
-// with /Managers/iDRAC.Embedded.1/Jobs/JID_…) to the Redfish TaskState
-// Task speaks; the states not listed are still under way.
-var dellJobStates = map[string]string{
-	"Completed": "Completed", "Failed": "Exception", "CompletedWithErrors": "Exception",
-	"RebootFailed": "Exception",
-}
-
-// RAIDTask reads what task says: a task monitor answers 202 while the
-// work runs; a Task has TaskState and TaskStatus; a Dell Job has
-// JobState. A monitor that answers with anything else has finished.
-// A task the BMC no longer has (404, 410) is taken as done, as Ironic's
-// _raid_config_in_progress assumes when it cannot read one: BMCs drop
-// task monitors once the work ends, and the volumes read afterwards
-// say what happened.
+// RAIDTask reads a RAID request's task monitor, Task or Dell Job
+// (readTask). A task the BMC no longer has is taken as done, as Ironic's
+// _raid_config_in_progress assumes when it cannot read one: the volumes
+// read afterwards say what happened.
 func (c *redfishClient) RAIDTask(ctx context.Context, task string) (Task, error) {
-	var t Task
-	err := c.do(ctx, "following RAID task "+task, func() error {
-		resp, err := c.api.Get(task)
-		var rf *common.Error
-		if errors.As(err, &rf) && (rf.HTTPReturnedStatusCode == http.StatusNotFound || rf.HTTPReturnedStatusCode == http.StatusGone) {
-			t = Task{State: "Completed"}
-			return nil
-		}
-		if err != nil {
-			return err
-		}
-		defer resp.Body.Close()
-		var raw struct {
-			TaskState, TaskStatus string
-			PercentComplete       int
-			Messages              []struct{ Message, MessageId string }
-			JobState, Message     string
-		}
-		// A monitor may answer with no body, or one that is not JSON.
-		_ = json.NewDecoder(io.LimitReader(resp.Body, 1<<20)).Decode(&raw)
-		switch {
-		case raw.TaskState != "":
-			t = Task{State: raw.TaskState, Status: raw.TaskStatus, Percent: raw.PercentComplete}
-			var msgs []string
-			for _, m := range raw.Messages {
-				// sushy fills an empty Message from its registry; the
-				// MessageId still names it.
-				if m.Message == "" {
-					m.Message = m.MessageId
-				}
-				if m.Message != "" {
-					msgs = append(msgs, m.Message)
-				}
-			}
-			t.Message = strings.Join(msgs, "; ")
-		case raw.JobState != "":
-			t = Task{State: "Running", Percent: raw.PercentComplete, Message: raw.Message}
-			if s, ok := dellJobStates[raw.JobState]; ok {
-				t.State = s
-			}
-			if t.Failed() {
-				t.Message = "job " + raw.JobState + ": " + raw.Message
-			}
-		case resp.StatusCode == http.StatusAccepted:
-			t = Task{State: "Running"}
-		default:
-			t = Task{State: "Completed"}
-		}
-		// A monitor's 202 means running whatever its body holds.
-		if resp.StatusCode == http.StatusAccepted && t.Done() {
-			t.State = "Running"
-		}
-		return nil
-	})
-	return t, err
+	return c.readTask(ctx, "following RAID task "+task, task)
 }
 
 // The fake machine's one controller: four 480 GB SSDs.
