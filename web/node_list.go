@@ -224,7 +224,7 @@ func (p *Portal) nodeList(c *fiber.Ctx, q listQuery) (views.NodeList, error) {
 	if q.State != "" {
 		l.Total = shown(q.State)
 	}
-	facets, err := p.facets.get(ctx, o, func() (map[string][]nodes.FacetCount, error) { return p.Nodes.Facets(ctx, o) })
+	facets, err := p.facets.get(ctx, q.filterValues().Encode(), func() (map[string][]nodes.FacetCount, error) { return p.Nodes.Facets(ctx, o) })
 	if err != nil {
 		return l, err
 	}
