@@ -40,6 +40,7 @@ func (p *Portal) detail(c *fiber.Ctx) (views.NodeDetail, error) {
 	if v.Maintenance {
 		d.Maintenance = "yes: " + deref(v.MaintenanceReason)
 	}
+	d.Fault = deref(v.Fault)
 	for _, m := range []map[string]any{v.CleanStep, v.ServiceStep} {
 		if s, _ := m["step"].(string); s != "" {
 			i, _ := m["interface"].(string)
@@ -106,10 +107,11 @@ func (p *Portal) detail(c *fiber.Ctx) (views.NodeDetail, error) {
 	}
 	evs, total, err := p.Nodes.HistoryPage(ctx, v.UUID, (d.HistoryPage-1)*historyPageSize, historyPageSize)
 	if err == nil {
-		for _, e := range evs {
-			d.History = append(d.History, views.EventRow{At: e.CreatedAt, Severity: e.Severity, Event: e.Event, User: e.User})
-		}
+		d.History = groupHistory(evs, d.Busy)
 		d.HistoryTotal, d.HistoryPages = total, max(1, (total+historyPageSize-1)/historyPageSize)
+	}
+	if d.HistoryPage == 1 {
+		d.LastRun = runFeedback(&d, v)
 	}
 	return d, nil
 }

@@ -1,0 +1,125 @@
+package web
+
+import (
+	"regexp"
+	"strings"
+
+	"github.com/anvilproject/anvil/ent"
+	"github.com/anvilproject/anvil/server/history"
+	"github.com/anvilproject/anvil/server/nodes"
+	"github.com/anvilproject/anvil/views"
+)
+
+// The conductor's words for a run's start and end (operations.go and
+// runner.go): a runbook's header, the first step, and all steps done.
+var (
+	runbookHeader = regexp.MustCompile(`^Runbook (.+), run by (.+): (clean|service) with \d+ step\(s\)$`)
+	firstStep     = regexp.MustCompile(`^Step \S+ started \(1 of \d+\)$`)
+	allDone       = regexp.MustCompile(`^All \d+ (clean|service) steps done`)
+)
+
+// groupHistory gathers a page of events (newest first) into runs: from a
+// runbook's header or a run's first step to the event that ended it (all
+// steps done, or an error), every event between belonging to the run.
+// Other events stay as they were, in the same order.
+func groupHistory(evs []*ent.NodeEvent, busy bool) []views.HistoryItem {
+	var items []views.HistoryItem // oldest first while building
+	var cur *views.RunGroup
+	row := func(e *ent.NodeEvent) views.EventRow {
+		return views.EventRow{At: e.CreatedAt, Severity: e.Severity, Event: e.Event, User: e.User}
+	}
+	end := func(outcome string) {
+		cur.Outcome = outcome
+		last := cur.Events[len(cur.Events)-1].At
+		cur.Duration = elapsed(last.Sub(cur.Start))
+		cur = nil
+	}
+	for i := len(evs) - 1; i >= 0; i-- {
+		e := evs[i]
+		header := runbookHeader.FindStringSubmatch(e.Event)
+		// A runbook's first step follows its header: the same run.
+		joins := cur != nil && len(cur.Events) == 1 && strings.HasPrefix(cur.Title, "Runbook ")
+		if header != nil || (firstStep.MatchString(e.Event) && !joins) {
+			if cur != nil {
+				end("no end recorded")
+			}
+			cur = &views.RunGroup{ID: e.ID, User: e.User, Start: e.CreatedAt}
+			if header != nil {
+				cur.Title = "Runbook " + header[1]
+			} else {
+				cur.Title = strings.ToUpper(e.EventType[:1]) + e.EventType[1:] + " steps"
+			}
+			items = append(items, views.HistoryItem{Run: cur})
+		}
+		if cur == nil {
+			if n := len(items); n > 0 && items[n-1].Run == nil {
+				items[n-1].Events = append(items[n-1].Events, row(e))
+			} else {
+				items = append(items, views.HistoryItem{Events: []views.EventRow{row(e)}})
+			}
+			continue
+		}
+		cur.Events = append(cur.Events, row(e))
+		switch {
+		case allDone.MatchString(e.Event):
+			end("succeeded")
+		case e.Severity == history.Error:
+			cur.Error = e.Event
+			end("failed")
+		}
+	}
+	if cur != nil {
+		if busy {
+			end("in progress")
+		} else {
+			end("no end recorded")
+		}
+	}
+	for _, it := range items {
+		// Newest first, as the rest of the history reads.
+		for i, j := 0, len(it.Events)-1; i < j; i, j = i+1, j-1 {
+			it.Events[i], it.Events[j] = it.Events[j], it.Events[i]
+		}
+		if it.Run != nil {
+			r := it.Run.Events
+			for i, j := 0, len(r)-1; i < j; i, j = i+1, j-1 {
+				r[i], r[j] = r[j], r[i]
+			}
+		}
+	}
+	for i, j := 0, len(items)-1; i < j; i, j = i+1, j-1 {
+		items[i], items[j] = items[j], items[i]
+	}
+	return items
+}
+
+// runFeedback is what became of the node's last clean or service run,
+// for the runbook section to say where the Run button was: running while
+// the node is busy with it, else the outcome of the newest run in the
+// history (last_run outlives a failed run's recovery, so it cannot say).
+func runFeedback(d *views.NodeDetail, v *nodes.View) *views.RunFeedback {
+	if r, ok := lastRun(v); ok && d.Busy {
+		what := "the steps"
+		if r.runbook != "" {
+			what = "runbook " + r.runbook
+		}
+		return &views.RunFeedback{What: what, Running: true}
+	}
+	for _, it := range d.History {
+		if it.Run == nil {
+			continue
+		}
+		switch it.Run.Outcome {
+		case "succeeded":
+			return &views.RunFeedback{What: it.Run.Title, Succeeded: true}
+		case "failed":
+			sum := d.ErrorSummary
+			if sum == "" || v.ProvisionState != nodes.StateCleanFailed && v.ProvisionState != nodes.StateServiceFailed {
+				sum = it.Run.Error
+			}
+			return &views.RunFeedback{What: it.Run.Title, Summary: sum}
+		}
+		return nil
+	}
+	return nil
+}
