@@ -109,15 +109,16 @@ func TestRunbooksAndRetry(t *testing.T) {
 	}
 	pat, gil, root := signInAs(t, srv, "pat"), signInAs(t, srv, "gil"), signInAs(t, srv, "root")
 	runbookRow := func(page, name string) string {
-		i := strings.Index(page, `<details class="runbook" data-runbook="`+name+`"`)
+		i := strings.Index(page, `<div class="runbook" data-runbook="`+name+`"`)
 		if i < 0 {
 			return ""
 		}
-		return page[i : i+strings.Index(page[i:], "</details>")]
+		return page[i : i+strings.Index(page[i:], "</div>")]
 	}
 
 	_, page, _ := pat.do("GET", "/nodes/"+id, nil)
-	if row := runbookRow(page, "CUSTOM_X"); !strings.Contains(row, `disabled aria-describedby="run-why-0">Run CUSTOM_X</button>`) ||
+	if row := runbookRow(page, "CUSTOM_X"); !strings.Contains(page, `<details class="cannot" data-testid="runbooks-cannot"><summary>1 runbook you cannot run here now: Runbooks run on manageable or active nodes; this node is enroll.</summary>`) ||
+		strings.Contains(row, "<button") ||
 		!strings.Contains(row, "Runbooks run on manageable or active nodes; this node is enroll.") ||
 		!strings.Contains(row, `<p data-testid="runbook-description">Powers the node on.</p>`) {
 		t.Errorf("enrolled node: CUSTOM_X not shown disabled with the state\n%s", row)
@@ -128,7 +129,7 @@ func TestRunbooksAndRetry(t *testing.T) {
 	api.Do(t, "PUT", "/v1/nodes/"+id+"/states/provision", map[string]any{"target": "manage"})
 	waitManageable(t, api, id)
 	_, page, _ = root.do("GET", "/nodes/"+id, nil)
-	if row := runbookRow(page, "CUSTOM_X_RED"); !strings.Contains(row, "disabled") || !strings.Contains(row, "belongs to project red, which does not own node") {
+	if row := runbookRow(page, "CUSTOM_X_RED"); !strings.Contains(page, "1 more runbook you cannot run here: open for each one&#39;s reason") || strings.Contains(row, "<button") || !strings.Contains(row, "belongs to project red, which does not own node") {
 		t.Errorf("red's runbook on blue's node: not disabled with the reason\n%s", row)
 	}
 	_, page, _ = pat.do("GET", "/nodes/"+id, nil)
