@@ -1,0 +1,50 @@
+package web
+
+import (
+	"testing"
+	"time"
+
+	"github.com/anvilproject/anvil/ent"
+	"github.com/anvilproject/anvil/server/history"
+	"github.com/anvilproject/anvil/server/nodes"
+	"github.com/anvilproject/anvil/views"
+)
+
+// TestGroupHistoryFailedRun: a run of explicit steps that failed, between
+// other events, is one group with its error and outcome; the runbook
+// section then says it failed with the error's summary, and not that a
+// later return to manageable made it succeed.
+func TestGroupHistoryFailedRun(t *testing.T) {
+	t0 := time.Date(2026, 1, 1, 10, 0, 0, 0, time.UTC)
+	ev := func(id, sec int, typ, sev, msg string) *ent.NodeEvent {
+		return &ent.NodeEvent{ID: id, CreatedAt: t0.Add(time.Duration(sec) * time.Second), EventType: typ, Severity: sev, Event: msg, User: "ann"}
+	}
+	// Newest first, as HistoryPage gives them.
+	evs := []*ent.NodeEvent{
+		ev(6, 40, "provision", history.Info, "manage: clean failed -> manageable"),
+		ev(5, 30, "clean", history.Error, "Step power.power_off failed: the BMC did not answer"),
+		ev(4, 20, "power", history.Info, "Power on done"),
+		ev(3, 12, "clean", history.Info, "Step power.power_on done"),
+		ev(2, 10, "clean", history.Info, "Step power.power_on started (1 of 2)"),
+		ev(1, 0, "provision", history.Info, "manage: enroll -> manageable"),
+	}
+	items := groupHistory(evs, false)
+	if len(items) != 3 || items[0].Run != nil || items[2].Run != nil || items[1].Run == nil {
+		t.Fatalf("want event, run, event: %+v", items)
+	}
+	r := items[1].Run
+	if r.ID != 2 || r.Title != "Clean steps" || r.Outcome != "failed" || r.Duration != "20 s" || len(r.Events) != 4 ||
+		r.Error != "Step power.power_off failed: the BMC did not answer" || r.Events[0].Event != r.Error {
+		t.Errorf("run group: %+v", r)
+	}
+	d := &views.NodeDetail{History: items}
+	v := &nodes.View{}
+	v.Node = &ent.Node{ProvisionState: nodes.StateManageable}
+	if f := runFeedback(d, v); f == nil || f.Succeeded || f.Running || f.What != "Clean steps" || f.Summary != r.Error {
+		t.Errorf("feedback after recovering a failed run: %+v", f)
+	}
+	// While busy, an open run is in progress.
+	if items := groupHistory(evs[3:], true); items[0].Run == nil || items[0].Run.Outcome != "in progress" {
+		t.Errorf("an open run while busy: %+v", items[0])
+	}
+}
