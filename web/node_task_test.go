@@ -95,7 +95,8 @@ func TestNodePageTaskFirst(t *testing.T) {
 		_, page, _ = gil.do("GET", "/nodes/"+id, nil)
 		m := regexp.MustCompile(`(?s)<details class="run" id="run-(\d+)" data-outcome="succeeded"><summary>.*?</time> Runbook CUSTOM_X, run by gil: succeeded in \d+ s</summary>(.*?)</details>`).FindStringSubmatch(page)
 		if m == nil {
-			i := strings.Index(page, `id="history"`); t.Fatalf("no grouped run in the history:\n%s", page[i:i+3000])
+			i := strings.Index(page, `id="history"`)
+			t.Fatalf("no grouped run in the history:\n%s", page[i:i+3000])
 		}
 		steps := regexp.MustCompile(`<td>(All 2 clean steps done[^<]*|Step deploy\.wait done|Step power\.power_on started \(1 of 2\)|Runbook CUSTOM_X, run by gil: clean with 2 step\(s\))</td>`).FindAllStringSubmatch(m[2], -1)
 		if len(steps) != 4 || !strings.HasPrefix(steps[0][1], "All 2") || !strings.HasPrefix(steps[3][1], "Runbook CUSTOM_X") {
