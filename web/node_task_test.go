@@ -58,7 +58,7 @@ func TestNodePageTaskFirst(t *testing.T) {
 			last = i
 		}
 		for _, d := range []string{"more-history", "more-hardware", "more-tenancy", "more-steps"} {
-			if !regexp.MustCompile(`<details class="more" id="` + d + `">`).MatchString(page) {
+			if !regexp.MustCompile(`<details class="fold" id="` + d + `">`).MatchString(page) {
 				t.Errorf("%s is not collapsed", d)
 			}
 		}

@@ -24,6 +24,9 @@ test('an owner member leases a node out with suggestions and a warning; clearing
 
   await signIn(page, 'owen', 'owen-password-1');
   await page.goto(`/nodes/${node.uuid}`);
+  // The owner and lessee form is folded below the node's main tasks.
+  const openTenancy = () => page.locator('#more-tenancy > summary').click();
+  await openTenancy();
   await expect(page.locator('[data-copy]')).toHaveAttribute('data-copy', node.uuid);
   const owner = page.getByLabel('Owner project');
   const lessee = page.getByLabel('Lessee project (empty: not leased)');
@@ -52,11 +55,13 @@ test('an owner member leases a node out with suggestions and a warning; clearing
   // lessee that keeps its lease; cancelling changes nothing.
   await signIn(page, 'olga', 'operator-password-1');
   await page.goto(`/nodes/${node.uuid}`);
+  await openTenancy();
   await page.getByLabel('Owner project').fill('');
   await page.getByRole('button', { name: 'Save owner and lessee' }).click();
   await expect(page.getByTestId('confirm-clear')).toContainText('Clear the owner of np-tenancy-1? Its lessee tenant-blue keeps its lease.');
   await page.getByTestId('confirm-clear').getByRole('link', { name: 'Cancel' }).click();
   await expect(page.getByLabel('Owner project')).toHaveValue('hw-east');
+  await openTenancy();
   await page.getByLabel('Owner project').fill('');
   await page.getByRole('button', { name: 'Save owner and lessee' }).click();
   await page.getByRole('button', { name: 'Clear the owner' }).click();
