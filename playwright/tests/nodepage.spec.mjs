@@ -8,21 +8,21 @@ test('an owner member leases a node out with suggestions and a warning; clearing
   const api = await operatorAPI(browser, request, 'tenancy journey');
   const node = await api('POST', '/v1/nodes', { name: 'np-tenancy-1', driver: 'fake', owner: 'hw-east', lessee: 'tenant-green' });
 
-  // olga makes owen a member of hw-east.
+  // olga makes nell a member of hw-east.
   await signIn(page, 'olga', 'operator-password-1');
   await page.getByRole('link', { name: 'Users' }).click();
-  await page.getByLabel('User name').fill('owen');
-  await page.getByLabel('Password (at least 12 characters)').fill('owen-password-1');
+  await page.getByLabel('User name').fill('nell');
+  await page.getByLabel('Password (at least 12 characters)').fill('nell-password-1');
   await page.getByRole('button', { name: 'Create user' }).click();
   await expect(page.getByRole('status')).toContainText('User created.');
-  await page.locator('tr[data-user="owen"] summary').click();
-  await page.getByLabel('Scope for owen').fill('hw-east');
-  await page.getByLabel('Role for owen').selectOption('member');
-  await page.locator('tr[data-user="owen"]').getByRole('button', { name: 'Grant' }).click();
+  await page.locator('tr[data-user="nell"] summary').click();
+  await page.getByLabel('Scope for nell').fill('hw-east');
+  await page.getByLabel('Role for nell').selectOption('member');
+  await page.locator('tr[data-user="nell"]').getByRole('button', { name: 'Grant' }).click();
   await expect(page.getByRole('status')).toContainText('Role granted.');
   await page.getByRole('button', { name: 'Sign out' }).click();
 
-  await signIn(page, 'owen', 'owen-password-1');
+  await signIn(page, 'nell', 'nell-password-1');
   await page.goto(`/nodes/${node.uuid}`);
   // The owner and lessee form is folded below the node's main tasks.
   const openTenancy = () => page.locator('#more-tenancy > summary').click();
@@ -48,7 +48,7 @@ test('an owner member leases a node out with suggestions and a warning; clearing
   await expect(page.locator('dl.facts').first()).toContainText('tenant-blue');
   const latest = page.locator('table.history tbody tr').first();
   await expect(latest).toContainText('Lessee changed: tenant-green → tenant-blue');
-  await expect(latest).toContainText('owen');
+  await expect(latest).toContainText('nell');
   await page.getByRole('button', { name: 'Sign out' }).click();
 
   // The operator clears the owner: the page asks, naming the node and the
