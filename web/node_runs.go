@@ -1,8 +1,13 @@
 package web
 
 import (
+	"fmt"
 	"regexp"
+	"slices"
+	"strconv"
 	"strings"
+
+	"github.com/gofiber/fiber/v2"
 
 	"github.com/anvilproject/anvil/ent"
 	"github.com/anvilproject/anvil/server/history"
@@ -111,15 +116,83 @@ func runFeedback(d *views.NodeDetail, v *nodes.View) *views.RunFeedback {
 		}
 		switch it.Run.Outcome {
 		case "succeeded":
-			return &views.RunFeedback{What: it.Run.Title, Succeeded: true}
+			return &views.RunFeedback{What: it.Run.Title, Succeeded: true, RunID: it.Run.ID}
 		case "failed":
 			sum := d.ErrorSummary
 			if sum == "" || v.ProvisionState != nodes.StateCleanFailed && v.ProvisionState != nodes.StateServiceFailed {
 				sum = it.Run.Error
 			}
-			return &views.RunFeedback{What: it.Run.Title, Summary: sum}
+			return &views.RunFeedback{What: it.Run.Title, Summary: sum, RunID: it.Run.ID}
 		}
 		return nil
 	}
 	return nil
+}
+
+// runScanPage is how many events the run page reads at a time, newest
+// first, looking for the run's first event.
+const runScanPage = 200
+
+// stepEvent reads a step's start, end or failure from its event.
+var stepEvent = regexp.MustCompile(`^Step (\S+) (started|done|failed)`)
+
+// nodeRunPage shows one run of the node's history: its steps with their
+// start and how long each took, who ran it, how it ended and its error.
+// The run is named by its first event's id, as the history anchors it.
+func (p *Portal) nodeRunPage(c *fiber.Ctx) error {
+	ctx := c.UserContext()
+	v, err := p.Nodes.Get(ctx, c.Params("id"))
+	if err != nil {
+		return p.fail(c, err)
+	}
+	id, err := strconv.Atoi(c.Params("run"))
+	if err != nil || id < 1 {
+		return p.ErrorPage(c, 400, "run: not a run number from this node's history")
+	}
+	var evs []*ent.NodeEvent
+	for off := 0; ; off += runScanPage {
+		page, _, err := p.Nodes.HistoryPage(ctx, v.UUID, off, runScanPage)
+		if err != nil {
+			return p.fail(c, err)
+		}
+		evs = append(evs, page...)
+		if len(page) < runScanPage || slices.ContainsFunc(page, func(e *ent.NodeEvent) bool { return e.ID == id }) {
+			break
+		}
+	}
+	busy := slices.Contains(busyStates, v.ProvisionState)
+	for _, it := range groupHistory(evs, busy) {
+		if it.Run != nil && it.Run.ID == id {
+			pg, err := p.page(c, it.Run.Title)
+			if err != nil {
+				return err
+			}
+			return render(c, 200, views.RunPage(pg, v.UUID, nameOr(deref(v.Name), v.UUID), *it.Run, runSteps(it.Run.Events)))
+		}
+	}
+	return p.ErrorPage(c, 404, fmt.Sprintf("No run %d in the history of this node.", id))
+}
+
+// runSteps reads a run's steps from its events (newest first): when each
+// started, how long it took and how it ended.
+func runSteps(evs []views.EventRow) []views.StepTiming {
+	var steps []views.StepTiming
+	for i := len(evs) - 1; i >= 0; i-- {
+		m := stepEvent.FindStringSubmatch(evs[i].Event)
+		if m == nil {
+			continue
+		}
+		if m[2] == "started" {
+			steps = append(steps, views.StepTiming{Name: m[1], Started: evs[i].At, Outcome: "running"})
+			continue
+		}
+		for j := len(steps) - 1; j >= 0; j-- {
+			if steps[j].Name == m[1] && steps[j].Outcome == "running" {
+				steps[j].Took = elapsed(evs[i].At.Sub(steps[j].Started))
+				steps[j].Outcome = m[2]
+				break
+			}
+		}
+	}
+	return steps
 }

@@ -23,6 +23,7 @@ func TestGroupHistoryFailedRun(t *testing.T) {
 	evs := []*ent.NodeEvent{
 		ev(6, 40, "provision", history.Info, "manage: clean failed -> manageable"),
 		ev(5, 30, "clean", history.Error, "Step power.power_off failed: the BMC did not answer"),
+		ev(7, 25, "clean", history.Info, "Step power.power_off started (2 of 2)"),
 		ev(4, 20, "power", history.Info, "Power on done"),
 		ev(3, 12, "clean", history.Info, "Step power.power_on done"),
 		ev(2, 10, "clean", history.Info, "Step power.power_on started (1 of 2)"),
@@ -33,7 +34,7 @@ func TestGroupHistoryFailedRun(t *testing.T) {
 		t.Fatalf("want event, run, event: %+v", items)
 	}
 	r := items[1].Run
-	if r.ID != 2 || r.Title != "Clean steps" || r.Outcome != "failed" || r.Duration != "20 s" || len(r.Events) != 4 ||
+	if r.ID != 2 || r.Title != "Clean steps" || r.Outcome != "failed" || r.Duration != "20 s" || len(r.Events) != 5 ||
 		r.Error != "Step power.power_off failed: the BMC did not answer" || r.Events[0].Event != r.Error {
 		t.Errorf("run group: %+v", r)
 	}
@@ -43,8 +44,13 @@ func TestGroupHistoryFailedRun(t *testing.T) {
 	if f := runFeedback(d, v); f == nil || f.Succeeded || f.Running || f.What != "Clean steps" || f.Summary != r.Error {
 		t.Errorf("feedback after recovering a failed run: %+v", f)
 	}
+	// The run's page: each step with how long it took and how it ended.
+	if s := runSteps(r.Events); len(s) != 2 || s[0].Name != "power.power_on" || s[0].Took != "2 s" || s[0].Outcome != "done" ||
+		s[1].Name != "power.power_off" || s[1].Took != "5 s" || s[1].Outcome != "failed" {
+		t.Errorf("steps: %+v", s)
+	}
 	// While busy, an open run is in progress.
-	if items := groupHistory(evs[3:], true); items[0].Run == nil || items[0].Run.Outcome != "in progress" {
+	if items := groupHistory(evs[4:], true); items[0].Run == nil || items[0].Run.Outcome != "in progress" {
 		t.Errorf("an open run while busy: %+v", items[0])
 	}
 }

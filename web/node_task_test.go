@@ -105,6 +105,22 @@ func TestNodePageTaskFirst(t *testing.T) {
 		if strings.Count(page, `<details class="run"`) != 1 {
 			t.Errorf("want one run in the history")
 		}
+		// The run's own page: who ran it, how it ended, each step.
+		st, run, _ := gil.do("GET", "/nodes/"+id+"/runs/"+m[1], nil)
+		if st != 200 || !strings.Contains(run, "<h1>Runbook CUSTOM_X on f-00</h1>") || !strings.Contains(run, "<dt>Run by</dt><dd>gil</dd>") ||
+			!strings.Contains(run, `<dd data-testid="run-outcome">succeeded</dd>`) ||
+			!regexp.MustCompile(`<tr data-step="power.power_on">.*?<td>\d+ s</td><td>done</td></tr><tr data-step="deploy.wait">.*?<td>\d+ s</td><td>done</td></tr></tbody>`).MatchString(run) {
+			t.Errorf("the run's page: %d\n%s", st, run)
+		}
+		if !strings.Contains(page, `href="/nodes/`+id+`/runs/`+m[1]+`"`) {
+			t.Errorf("the runbook section does not lead to the run's page")
+		}
+		if st, _, _ := gil.do("GET", "/nodes/"+id+"/runs/999999", nil); st != 404 {
+			t.Errorf("a run not in the history: %d", st)
+		}
+		if st, _, _ := gil.do("GET", "/nodes/"+id+"/runs/x", nil); st != 400 {
+			t.Errorf("a run that is not a number: %d", st)
+		}
 
 	})
 }

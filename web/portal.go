@@ -117,6 +117,7 @@ func (p *Portal) Register(app *fiber.App) {
 	app.Post("/nodes/new", s, p.signedIn, p.enrol)
 	app.Get("/nodes/:id", s, p.signedIn, p.nodePage)
 	app.Get("/nodes/:id/status", s, p.signedIn, p.nodeStatus)
+	app.Get("/nodes/:id/runs/:run", s, p.signedIn, p.nodeRunPage)
 	app.Post("/nodes/:id/power", s, p.signedIn, p.nodePower)
 	app.Post("/nodes/:id/clean", s, p.signedIn, p.nodeClean)
 	app.Post("/nodes/:id/runbook", s, p.signedIn, p.nodeRunbook)
