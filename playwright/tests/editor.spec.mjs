@@ -56,6 +56,7 @@ test('a project manager writes a runbook in the step editor; an operator publish
 
   await page.getByRole('link', { name: 'Nodes' }).click();
   await page.locator('table.nodes tbody tr a').last().click();
+  await page.locator('#more-tenancy > summary').click();
   await page.getByLabel('Lessee project (empty: not leased)').fill('tenant-gold');
   await page.getByRole('button', { name: 'Save owner and lessee' }).click();
   await expect(page.locator('dl.facts').first()).toContainText('tenant-gold');

@@ -29,6 +29,8 @@ test('a tenant runs a BIOS runbook on a leased Redfish node and sees the new set
   await signIn(page, 'tina', 'tenant-password-1');
   await page.getByRole('link', { name: 'sim-bios-1' }).click();
   const hw = page.locator('section#hardware');
+  // The Hardware section is folded below the node's main tasks.
+  await page.locator('#more-hardware > summary').click();
   await expect(hw.getByRole('heading', { name: 'Hardware', exact: true })).toBeVisible();
   const bios = (name) => hw.locator(`tr[data-setting="${name}"]`);
   await expect(bios('SysProfile').getByTestId('bios-current')).toHaveText('PerfPerWattOptimizedDapc');
@@ -46,14 +48,14 @@ test('a tenant runs a BIOS runbook on a leased Redfish node and sees the new set
   await page.emulateMedia({ colorScheme: 'light' });
 
   // Run the runbook and watch it to the end, without reloading.
-  await page.locator('summary', { hasText: 'CUSTOM_BIOS_PERF' }).click();
+  await page.locator('div.runbook[data-runbook="CUSTOM_BIOS_PERF"] summary').click();
   await expect(page.locator('details[open] ol.steps > li > code')).toHaveText(['bios.apply_configuration']);
   await expect(page.locator('details[open] li[data-arg="settings"] li')).toHaveText(['name: SysProfile, value: PerfOptimized', 'name: ProcTurboMode, value: Enabled', 'name: ProcCStates, value: Disabled']);
   page.once('dialog', (d) => d.accept());
   await page.getByRole('button', { name: 'Run CUSTOM_BIOS_PERF (clean)' }).click();
   await expect(page.getByTestId('provision-state')).toContainText('clean');
   await expect(page.getByTestId('provision-state')).toHaveText('manageable', { timeout: 60_000 });
-  await expect(page.getByRole('cell', { name: 'All 1 clean steps done; node is manageable' }).first()).toBeVisible();
+  await expect(page.getByTestId('run-result')).toHaveText('Runbook CUSTOM_BIOS_PERF succeeded.');
 
   // The BMC took the settings at the reboot; the section shows them
   // current, nothing left pending.

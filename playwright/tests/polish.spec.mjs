@@ -43,6 +43,8 @@ test('a failed htmx request says so: the server\'s message, the status, a dead c
 test('a poll that keeps failing shows one alert, and stays dismissed', async ({ page }) => {
   await signIn(page, 'olga', 'operator-password-1');
   await page.locator('table.nodes tbody tr a').nth(1).click();
+  // Explicit steps are folded below the node's main tasks.
+  await page.locator('#more-steps > summary').click();
   await page.getByLabel('Steps (JSON list, run in order)').fill('[{"interface":"deploy","step":"wait","args":{"seconds":6}}]');
   await page.getByRole('button', { name: 'Start cleaning' }).click();
   await expect(page.getByTestId('current-step')).toHaveText('deploy.wait');

@@ -7,19 +7,18 @@ test('disabled actions say why: an available node\'s runbooks, a reader\'s power
   await page.getByRole('link', { name: 'demo-00005', exact: true }).click();
   await expect(page.getByTestId('provision-state')).toHaveText('available');
   await expect(page.getByRole('heading', { name: 'Runbooks for this node' })).toBeVisible();
-  await expect(page.getByTestId('runbooks-why')).toHaveText('Runbooks run on manageable or active nodes; this node is available.');
-  // The runbooks matching its traits stay listed, each Run disabled with the reason.
-  const runs = page.locator('details.runbook button');
-  expect(await runs.count()).toBeGreaterThan(0);
-  for (const b of await runs.all()) {
-    await expect(b).toBeDisabled();
-  }
+  // The runbooks matching its traits fold into one line with the reason,
+  // each listed inside with it, none with a Run button.
+  await expect(page.getByTestId('runbooks-cannot').locator('summary')).toHaveText(
+    /^\d+ runbooks? you cannot run here now: Runbooks run on manageable or active nodes; this node is available\.$/);
+  await expect(page.locator('div.runbook button')).toHaveCount(0);
   await expect(page.getByTestId('run-why').first()).toContainText('this node is available');
-  await expect(page.getByRole('button', { name: 'Start cleaning' })).toBeDisabled();
+  await expect(page.getByRole('button', { name: 'Start cleaning' })).toHaveCount(0);
   await expect(page.getByTestId('steps-why')).toHaveText('Explicit steps run on manageable nodes; this node is available.');
   await page.getByRole('button', { name: 'Sign out' }).click();
 
-  // tina only reads tenant-green: the power buttons stay, disabled, naming the rule.
+  // tina only reads tenant-green: one line says she cannot change the
+  // power, and opens to name the rule.
   await signIn(page, 'tina', 'tenant-password-1');
   await page.getByLabel('Acting on').selectOption('project:tenant-green');
   // The switch reloads the list; a click before that lands on a tenant-blue node.
@@ -27,8 +26,9 @@ test('disabled actions say why: an available node\'s runbooks, a reader\'s power
   await page.locator('table.nodes tbody tr a').first().click();
   await expect(page.getByTestId('power-why')).toContainText('tenant-green');
   await expect(page.getByTestId('power-why')).toContainText('by rule baremetal:node:set_power_state');
+  await expect(page.getByTestId('power-why').locator('summary')).toHaveText('You cannot change this node\'s power.');
   for (const name of ['Power on', 'Power off', 'Reboot']) {
-    await expect(page.getByRole('button', { name })).toBeDisabled();
+    await expect(page.getByRole('button', { name })).toHaveCount(0);
   }
 });
 
@@ -46,6 +46,8 @@ test('a session that ends mid-poll sends the page to sign-in, and back after it'
   await signIn(page, 'olga', 'operator-password-1');
   await page.locator('table.nodes tbody tr a').nth(1).click();
   const nodeURL = new URL(page.url()).pathname;
+  // Explicit steps are folded below the node's main tasks.
+  await page.locator('#more-steps > summary').click();
   await page.getByLabel('Steps (JSON list, run in order)').fill('[{"interface":"deploy","step":"wait","args":{"seconds":20}}]');
   await page.getByRole('button', { name: 'Start cleaning' }).click();
   await expect(page.getByTestId('current-step')).toHaveText('deploy.wait');
@@ -140,6 +142,8 @@ test('a run on a dead BMC fails with a plain summary; abort, return to manageabl
   await signIn(page, 'olga', 'operator-password-1');
   await page.goto(`/nodes/${node.uuid}`);
   // Abort while in progress: a long wait, aborted from the Recovery section.
+  // Explicit steps are folded below the node's main tasks.
+  await page.locator('#more-steps > summary').click();
   await page.getByLabel('Steps (JSON list, run in order)').fill('[{"interface":"deploy","step":"wait","args":{"seconds":60}}]');
   await page.getByRole('button', { name: 'Start cleaning' }).click();
   await expect(page.getByTestId('current-step')).toHaveText('deploy.wait');
@@ -156,6 +160,8 @@ test('a run on a dead BMC fails with a plain summary; abort, return to manageabl
   await api('PATCH', `/v1/nodes/${node.uuid}`, [{ op: 'replace', path: '/driver_info/redfish_address', value: 'https://127.0.0.1:1' },
     { op: 'replace', path: '/driver_info/redfish_password', value: good.redfish_password }]);
   await page.reload();
+  // Explicit steps are folded below the node's main tasks.
+  await page.locator('#more-steps > summary').click();
   await page.getByLabel('Steps (JSON list, run in order)').fill('[{"interface":"power","step":"power_on"}]');
   await page.getByRole('button', { name: 'Start cleaning' }).click();
   await expect(page.getByTestId('provision-state')).toHaveText('clean failed', { timeout: 90_000 });

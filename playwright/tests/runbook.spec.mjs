@@ -21,7 +21,7 @@ test('a tenant runs the public firmware runbook on a leased node and sees it com
     await page.goBack();
   }
   expect(found).toBe(true);
-  await page.locator('summary', { hasText: 'CUSTOM_FIRMWARE_UPDATE' }).click();
+  await page.locator('div.runbook[data-runbook="CUSTOM_FIRMWARE_UPDATE"] summary').click();
   await expect(page.locator('details[open] ol.steps > li > code')).toHaveText(['firmware.update', 'deploy.wait', 'power.reboot']);
   await expect(page.locator('details[open] li[data-arg="settings"] li')).toHaveText([`component: bios, url: http://127.0.0.1:${ports.anvil}/firmware/8601a73eea75330719f9ec3eb4384e6307bea3da8d099bdc0074f27da07adafa/demo-bios-1.1.0.bin`]);
   await expect(page.locator('details[open] li[data-arg="seconds"]')).toHaveText('seconds: 3');
@@ -37,7 +37,7 @@ test('a tenant runs the public firmware runbook on a leased node and sees it com
   // The lessee sees progress too, though not driver_internal_info itself.
   await expect(page.getByTestId('step-counter')).toHaveText('Step 2 of 3');
   await expect(page.getByTestId('provision-state')).toHaveText('manageable', { timeout: 20_000 });
-  await expect(page.getByRole('cell', { name: 'All 3 clean steps done; node is manageable' }).first()).toBeVisible();
+  await expect(page.getByTestId('run-result')).toHaveText('Runbook CUSTOM_FIRMWARE_UPDATE succeeded.');
   await expect(page.locator('table.history tbody tr').first()).toContainText('All 3 clean steps done');
 });
 
@@ -56,7 +56,7 @@ test('the run-a-runbook flow works from the keyboard alone', async ({ page }) =>
     await page.keyboard.press('Enter');
     await page.waitForURL(/\/nodes\/[0-9a-f-]{36}$/);
     await expect(page.getByTestId('provision-state')).toBeVisible();
-    const summary = page.locator('summary', { hasText: 'CUSTOM_FIRMWARE_UPDATE' });
+    const summary = page.locator('div.runbook[data-runbook="CUSTOM_FIRMWARE_UPDATE"] summary');
     if (await summary.count() > 0) {
       await summary.focus();
       await page.keyboard.press('Enter');

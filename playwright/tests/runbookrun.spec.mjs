@@ -94,7 +94,7 @@ test('an owner manager publishes a runbook, adds its trait to two nodes, and a m
   await expect(row.getByTestId('carriers')).toHaveText(`2 nodes carry trait ${name}`);
   const node = await api('GET', '/v1/nodes/demo-00001');
   await page.goto(`/nodes/${node.uuid}`);
-  await page.locator('summary', { hasText: name }).click();
+  await page.locator(`div.runbook[data-runbook="${name}"] summary`).click();
   await expect(page.locator('details[open] ol.steps > li > code')).toHaveText(['deploy.wait', 'power.power_on']);
   page.once('dialog', (d) => d.accept());
   await page.getByRole('button', { name: `Run ${name} (clean)` }).click();
@@ -104,7 +104,7 @@ test('an owner manager publishes a runbook, adds its trait to two nodes, and a m
     return `${n.provision_state}, ${n.driver_internal_info.last_run ? 'ran' : 'not run'}`;
   }, { timeout: 60_000 }).toBe('manageable, ran');
   await expect(page.getByTestId('provision-state')).toHaveText('manageable');
-  await expect(page.getByRole('cell', { name: 'All 2 clean steps done; node is manageable' }).first()).toBeVisible();
+  await expect(page.getByTestId('run-result')).toHaveText(`Runbook ${name} succeeded.`);
   const after = await api('GET', `/v1/nodes/${node.uuid}`);
   expect(after.driver_internal_info.last_run.steps.map((s) => `${s.interface}.${s.step}`)).toEqual(['deploy.wait', 'power.power_on']);
   const history = JSON.stringify(await api('GET', `/v1/nodes/${node.uuid}/history`));
