@@ -40,8 +40,8 @@ type RunGroup struct {
 	// Title names the run ("Runbook CUSTOM_X" or "Clean steps") and User
 	// who ran it.
 	Title, User string
-	// Outcome is "succeeded", "failed", "in progress" or "no end on this
-	// page"; Error is the failing event's text.
+	// Outcome is "succeeded", "failed", "in progress", "on hold" or "no
+	// end recorded"; Error is the failing event's text.
 	Outcome, Error string
 	Start          time.Time
 	Duration       string

@@ -74,9 +74,12 @@ func groupHistory(evs []*ent.NodeEvent, busy bool) []views.HistoryItem {
 		}
 	}
 	if cur != nil {
-		if busy {
+		switch {
+		case busy:
 			end("in progress")
-		} else {
+		case strings.HasPrefix(cur.Events[len(cur.Events)-1].Event, "On hold after step"):
+			end("on hold")
+		default:
 			end("no end recorded")
 		}
 	}
@@ -100,10 +103,12 @@ func groupHistory(evs []*ent.NodeEvent, busy bool) []views.HistoryItem {
 
 // runFeedback is what became of the node's last clean or service run,
 // for the runbook section to say where the Run button was: running while
-// the node is busy with it, else the outcome of the newest run in the
+// the node cleans or services (not while a power action is under way),
+// else the outcome of the newest run in the
 // history (last_run outlives a failed run's recovery, so it cannot say).
 func runFeedback(d *views.NodeDetail, v *nodes.View) *views.RunFeedback {
-	if r, ok := lastRun(v); ok && d.Busy {
+	running := slices.Contains([]string{nodes.StateCleaning, nodes.StateCleanWait, nodes.StateServicing, nodes.StateServiceWait}, v.ProvisionState)
+	if r, ok := lastRun(v); ok && running {
 		what := "the steps"
 		if r.runbook != "" {
 			what = "runbook " + r.runbook

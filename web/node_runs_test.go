@@ -44,10 +44,25 @@ func TestGroupHistoryFailedRun(t *testing.T) {
 	if f := runFeedback(d, v); f == nil || f.Succeeded || f.Running || f.What != "Clean steps" || f.Summary != r.Error {
 		t.Errorf("feedback after recovering a failed run: %+v", f)
 	}
+	// A power action after the run makes the node busy, not the run.
+	v.Node.DriverInternalInfo = map[string]any{"last_run": map[string]any{"target": "clean", "runbook": "CUSTOM_X",
+		"steps": []any{map[string]any{"interface": "power", "step": "power_on"}}}}
+	if f := runFeedback(&views.NodeDetail{Busy: true, History: items}, v); f == nil || f.Running {
+		t.Errorf("a power action after the run shows it running: %+v", f)
+	}
+	v.Node.ProvisionState = nodes.StateCleanWait
+	if f := runFeedback(&views.NodeDetail{Busy: true, History: items}, v); f == nil || !f.Running || f.What != "runbook CUSTOM_X" {
+		t.Errorf("a run in clean wait: %+v", f)
+	}
 	// The run's page: each step with how long it took and how it ended.
 	if s := runSteps(r.Events); len(s) != 2 || s[0].Name != "power.power_on" || s[0].Took != "2 s" || s[0].Outcome != "done" ||
 		s[1].Name != "power.power_off" || s[1].Took != "5 s" || s[1].Outcome != "failed" {
 		t.Errorf("steps: %+v", s)
+	}
+	// Held after a step, the run says so.
+	held := append([]*ent.NodeEvent{ev(8, 15, "clean", history.Info, "On hold after step power.power_on; unhold to run the 1 remaining steps, or abort")}, evs[3:]...)
+	if items := groupHistory(held, false); items[0].Run == nil || items[0].Run.Outcome != "on hold" {
+		t.Errorf("a held run: %+v", items[0])
 	}
 	// While busy, an open run is in progress.
 	if items := groupHistory(evs[4:], true); items[0].Run == nil || items[0].Run.Outcome != "in progress" {
