@@ -108,10 +108,23 @@ func groupHistory(evs []*ent.NodeEvent, busy bool) []views.HistoryItem {
 // history (last_run outlives a failed run's recovery, so it cannot say).
 func runFeedback(d *views.NodeDetail, v *nodes.View) *views.RunFeedback {
 	running := slices.Contains([]string{nodes.StateCleaning, nodes.StateCleanWait, nodes.StateServicing, nodes.StateServiceWait}, v.ProvisionState)
-	if r, ok := lastRun(v); ok && running {
-		what := "the steps"
-		if r.runbook != "" {
-			what = "runbook " + r.runbook
+	if running {
+		// A viewer who may not read driver_internal_info (a lessee) has
+		// no last_run: the newest run in the history names it, and
+		// never an earlier run's outcome while this one works.
+		what := "the run"
+		if r, ok := lastRun(v); ok {
+			what = "the steps"
+			if r.runbook != "" {
+				what = "runbook " + r.runbook
+			}
+		} else {
+			for _, it := range d.History {
+				if it.Run != nil {
+					what = it.Run.Title
+					break
+				}
+			}
 		}
 		return &views.RunFeedback{What: what, Running: true}
 	}
