@@ -77,7 +77,9 @@ test('a tenant gets the not-found page for another project\'s node, by direct UR
   await expect(rows.first()).toBeVisible();
   let foreign = null;
   for (let i = 0; i < await rows.count() && !foreign; i++) {
-    const lessee = (await rows.nth(i).locator('td[data-label="Lessee"]').textContent()).trim();
+    // The Lease cell reads "owner → lessee"; a node leased to nobody has no lessee part.
+    const cell = rows.nth(i).locator('td[data-label="Lease"] .lessee');
+    const lessee = (await cell.count()) ? (await cell.textContent()).trim() : '';
     if (lessee !== 'tenant-blue' && lessee !== 'tenant-green') {
       foreign = await rows.nth(i).locator('a').getAttribute('href');
     }
