@@ -205,7 +205,7 @@ func TestRunbookArgsReadable(t *testing.T) {
 	_, editor, _ := sam.do("GET", "/runbooks/CUSTOM_ARGS/edit", nil)
 	for where, page := range map[string]string{
 		"runbook list": between(list, `data-runbook="CUSTOM_ARGS"`, "</tr>"),
-		"node page":    between(node, `<details class="runbook" data-runbook="CUSTOM_ARGS">`, "</details>"),
+		"node page":    between(node, `<div class="runbook" data-runbook="CUSTOM_ARGS">`, "</details>"),
 		"preview":      between(editor, `data-testid="preview"`, "</fieldset>"),
 	} {
 		for _, w := range want {
