@@ -134,7 +134,7 @@ func (r run) what() string {
 // anvil:node:recover only for a runbook marked retryable.
 func (p *Portal) recoverWhy(ctx context.Context, v *nodes.View, r run) string {
 	t := nodes.Target(v.Node)
-	if v.Maintenance && (v.Fault == nil || (*v.Fault != conductor.FaultClean && *v.Fault != conductor.FaultService)) {
+	if v.Maintenance && !conductor.StepFault(v.Node) {
 		return "The node is in maintenance for a reason other than its failed run; project " + orSystem(v.Owner) + " or an operator clears it first."
 	}
 	if p.Guard.Allowed(ctx, conductor.RuleProvision, t) && p.Guard.Allowed(ctx, nodes.RuleClearMaintenance, t) {

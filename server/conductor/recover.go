@@ -58,7 +58,7 @@ func (o *Ops) Recover(ctx context.Context, ident, action string) (err error) {
 			User: actor(ctx), Conductor: o.C.cfg.Name,
 			Message: fmt.Sprintf("%s asks the owner to look at the failed %s (%s).", actor(ctx), what, n.ProvisionState)})
 	}
-	if n.Maintenance && !ownFault(n) {
+	if n.Maintenance && !StepFault(n) {
 		return errs.Conflict("Node %s is in maintenance for a reason other than its failed run; the owner or an operator clears it.", n.UUID)
 	}
 	t := nodes.Target(n)
@@ -101,8 +101,8 @@ func (o *Ops) Recover(ctx context.Context, ident, action string) (err error) {
 	return o.provision(ctx, n, req, true)
 }
 
-// ownFault says whether the node's maintenance is the one a failed clean
+// StepFault says whether the node's maintenance is the one a failed clean
 // or service step set (Ironic's fault), which a recovery may clear.
-func ownFault(n *ent.Node) bool {
+func StepFault(n *ent.Node) bool {
 	return n.Fault != nil && (*n.Fault == FaultClean || *n.Fault == FaultService)
 }
