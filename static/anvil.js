@@ -189,7 +189,10 @@ function showTimes(root) {
 			rel.className = "reltime";
 			el.after(rel);
 		}
-		rel.textContent = ` (${relative(at - now)})`;
+		// A lease's end (data-ends) says "ends in 3 h" or "ended 5 min ago".
+		const ends = el.hasAttribute("data-ends");
+		const said = relative(at - now);
+		rel.textContent = ` (${ends ? (at < now ? `ended ${said}` : `ends ${said}`) : said})`;
 	}
 }
 

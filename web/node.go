@@ -22,7 +22,7 @@ import (
 
 // busyStates are those in which the conductor is working on a node.
 var busyStates = []string{nodes.StateCleaning, nodes.StateCleanWait, nodes.StateServicing, nodes.StateServiceWait,
-	nodes.StateVerifying, conductor.StateAdopting}
+	nodes.StateVerifying, conductor.StateAdopting, conductor.StateDeploying, conductor.StateDeployWait, conductor.StateDeleting}
 
 // detail loads what the node page shows, deciding the buttons by policy.
 func (p *Portal) detail(c *fiber.Ctx) (views.NodeDetail, error) {
@@ -91,6 +91,7 @@ func (p *Portal) detail(c *fiber.Ctx) (views.NodeDetail, error) {
 		d.StepsWhy = "Explicit steps run on manageable nodes; this node is " + v.ProvisionState + "."
 	}
 	p.tenancy(ctx, &d, v)
+	p.deployPanel(ctx, &d, v)
 	p.operator(ctx, &d, v)
 	d.Ops.Open = c.Query("ops") == "1"
 	p.runnable(c, &d, v)

@@ -20,6 +20,7 @@ import (
 	"github.com/anvilproject/anvil/server/allocations"
 	"github.com/anvilproject/anvil/server/clientip"
 	"github.com/anvilproject/anvil/server/conductor"
+	"github.com/anvilproject/anvil/server/deployimages"
 	"github.com/anvilproject/anvil/server/errs"
 	"github.com/anvilproject/anvil/server/fwimages"
 	"github.com/anvilproject/anvil/server/guard"
@@ -60,6 +61,9 @@ type Portal struct {
 	Ports *ports.Service
 	// Firmware offers uploaded images to the runbook editor.
 	Firmware *fwimages.Store
+	// DeployImages are the images the Deploy panel offers (serve
+	// --deploy-images).
+	DeployImages []deployimages.Image
 	// PolicyStatus is the override status system users see in the header.
 	PolicyStatus func() string
 	// Admin backs the admin console.
@@ -122,6 +126,8 @@ func (p *Portal) Register(app *fiber.App) {
 	app.Post("/nodes/:id/clean", s, p.signedIn, p.nodeClean)
 	app.Post("/nodes/:id/runbook", s, p.signedIn, p.nodeRunbook)
 	app.Post("/nodes/:id/provision", s, p.signedIn, p.nodeProvision)
+	app.Post("/nodes/:id/deploy", s, p.signedIn, p.nodeDeploy)
+	app.Post("/nodes/:id/undeploy", s, p.signedIn, p.nodeUndeploy)
 	app.Post("/nodes/:id/tenancy", s, p.signedIn, p.nodeTenancy)
 	app.Get("/nodes/:id/tenancy/check", s, p.signedIn, p.nodeTenancyCheck)
 	app.Post("/nodes/:id/retry", s, p.signedIn, p.nodeRetry)

@@ -19,6 +19,7 @@ import (
 	"github.com/anvilproject/anvil/server/conductor"
 	"github.com/anvilproject/anvil/server/config"
 	"github.com/anvilproject/anvil/server/demo"
+	"github.com/anvilproject/anvil/server/deployimages"
 	"github.com/anvilproject/anvil/server/imagecache"
 	"github.com/anvilproject/anvil/server/nodes"
 	"github.com/anvilproject/anvil/server/oidclogin"
@@ -49,6 +50,7 @@ func serveCmd() *cobra.Command {
 		isoDir   string
 		mtok     string
 		rolAge   time.Duration
+		imgFile  string
 	)
 	cmd := &cobra.Command{
 		Use:   "serve",
@@ -120,6 +122,12 @@ func serveCmd() *cobra.Command {
 				}
 				log.Info("OpenID Connect sign-in enabled", "issuer", oc.Issuer)
 			}
+			var images []deployimages.Image
+			if imgFile != "" {
+				if images, err = deployimages.Load(imgFile); err != nil {
+					return fmt.Errorf("--deploy-images: %w", err)
+				}
+			}
 			// Listening first gives the firmware images' URL the real
 			// address (the demo's runbook names one) before the app starts.
 			ln, err := net.Listen("tcp", listen)
@@ -154,7 +162,14 @@ func serveCmd() *cobra.Command {
 					return fmt.Errorf("--demo: %w", err)
 				}
 				log.Info("demo nodes enrolled", "created", n)
+				if imgFile == "" {
+					// Something for the Deploy panel to offer.
+					if images, err = demo.DeployImages(app.Firmware); err != nil {
+						return fmt.Errorf("--demo: %w", err)
+					}
+				}
 			}
+			app.Portal.DeployImages = images
 			log.Info("anvil serving", "listen", "http://"+ln.Addr().String(), "database", store.Redacted(g.database))
 			return app.Serve(ctx, ln)
 		},
@@ -212,6 +227,7 @@ func serveCmd() *cobra.Command {
 	// gained nothing more for another 35 MB.
 	f.IntVar(&gcPct, "gc-percent", 400, "Go garbage collector target (GOGC): heap growth over the live heap before a collection; more trades memory for CPU (GOGC in the environment wins unless this is given)")
 	fw.add(f)
+	f.StringVar(&imgFile, "deploy-images", "", `JSON file of the images the portal's Deploy panel offers, a list of {"name", "url", "checksum"} (checksum "sha256:<hex>", or another of md5, sha1, sha384, sha512; or a bare hex digest); read at start (empty: tenants give an image's URL themselves; with --demo, a demo image)`)
 	f.IPNetSliceVar(&proxy, "trusted-proxies", nil, "reverse proxies (CIDRs, comma-separated) whose X-Forwarded-For names the client's address; default none: the peer is the client")
 	f.StringVar(&mtok, "metrics-token", "", "bearer token /metrics requires (Authorization: Bearer <token>); default none: /metrics answers loopback scrapers only")
 	return cmd

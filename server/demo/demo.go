@@ -13,6 +13,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/anvilproject/anvil/ent"
+	"github.com/anvilproject/anvil/server/deployimages"
 	"github.com/anvilproject/anvil/server/fwimages"
 	"github.com/anvilproject/anvil/server/nodes"
 	"github.com/anvilproject/anvil/server/store"
@@ -155,4 +156,27 @@ func runbooks(ctx context.Context, db *store.DB, imageURL string) error {
 		}
 		return nil
 	})
+}
+
+// DiskImageName is the demo's whole-disk image, which the Deploy panel
+// offers when the operator publishes none (serve --demo without
+// --deploy-images).
+const DiskImageName = "demo-disk-1.0.raw"
+
+// DeployImages stores the demo disk image and returns it as the one
+// published image. Demo nodes are fake-hardware, which deploys without
+// downloading it; the bytes are there for a real node an operator adds.
+func DeployImages(images *fwimages.Store) ([]deployimages.Image, error) {
+	img, err := images.Put(DiskImageName, bytes.NewReader(diskImage()))
+	if err != nil {
+		return nil, fmt.Errorf("demo disk image: %w", err)
+	}
+	return []deployimages.Image{{Name: "Demo disk 1.0", URL: img.URL, Checksum: "sha256:" + img.SHA256}}, nil
+}
+
+// diskImage is 1 MiB: a marker, then zeros, the same bytes every time.
+func diskImage() []byte {
+	out := make([]byte, 1<<20)
+	copy(out[4096:], "ANVIL DEMO DISK 1.0\n")
+	return out
 }
