@@ -44,10 +44,10 @@ func TestFailuresSayWhatToDo(t *testing.T) {
 				t.Errorf("busy node page lacks %s", want)
 			}
 		}
-		// Each status update carries the action sections too, and the
+		// Each status update carries the action sections (deploy among them), and the
 		// Hardware section a run may change.
 		_, frag, _ := pat.do("GET", "/nodes/"+id+"/status", nil, "HX-Request", "true")
-		if strings.Count(frag, `hx-swap-oob="true"`) != 5 || !strings.Contains(frag, `disabled aria-describedby="power-why">Reboot</button>`) {
+		if strings.Count(frag, `hx-swap-oob="true"`) != 6 || !strings.Contains(frag, `disabled aria-describedby="power-why">Reboot</button>`) {
 			t.Errorf("status update without the action sections:\n%s", frag)
 		}
 
