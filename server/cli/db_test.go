@@ -269,7 +269,7 @@ func TestDBOnPostgres(t *testing.T) {
 	}
 }
 
-// TestServeSettingsRefused: bad pool, access-log, service-project and conductor-group settings stop serve
+// TestServeSettingsRefused: bad pool, access-log, service-project, conductor-group and deploy-images settings stop serve
 // before it listens, naming the setting, from flags, the environment or
 // the config file alike.
 func TestServeSettingsRefused(t *testing.T) {
@@ -277,6 +277,13 @@ func TestServeSettingsRefused(t *testing.T) {
 	db := filepath.Join(dir, "anvil.db")
 	cfg := filepath.Join(dir, "anvil.yaml")
 	if err := os.WriteFile(cfg, []byte("db_max_open: 4\ndb_max_idle: 9\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	images, list := filepath.Join(dir, "images.json"), filepath.Join(dir, "list.json")
+	if err := os.WriteFile(images, []byte(`[{"name": "Debian 13", "url": "https://images.example/debian.raw", "checksum": "sha256:zz"}]`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(list, []byte(`{"name": "Debian 13"}`), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	for _, tc := range []struct {
@@ -292,6 +299,9 @@ func TestServeSettingsRefused(t *testing.T) {
 		{args: []string{"--service-project", ""}, want: `--service-project ""`},
 		{args: []string{"--conductor-group", "rack 1"}, want: `--conductor-group: Invalid conductor group "rack 1"`},
 		{args: []string{"--gc-percent", "0"}, want: "--gc-percent 0: must be more than 0"},
+		{args: []string{"--deploy-images", filepath.Join(dir, "none.json")}, want: "--deploy-images: open " + filepath.Join(dir, "none.json")},
+		{args: []string{"--deploy-images", images}, want: "--deploy-images: " + images + `: image "Debian 13": checksum must be`},
+		{args: []string{"--deploy-images", list}, want: "--deploy-images: " + list + ": not a JSON list"},
 	} {
 		t.Run(tc.want, func(t *testing.T) {
 			if tc.env[0] != "" {
