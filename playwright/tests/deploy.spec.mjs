@@ -62,6 +62,11 @@ test('a tenant requests two nodes with a lease, deploys one, releases and wipes 
   const panel = page.getByTestId('deploy');
   await expect(panel.getByTestId('deploy-fake')).toContainText('without writing an image or wiping a disk');
   await axeBoth(page, 'deploy-form', nodeURL);
+  await page.goto(`${nodeURL}#deploy`);
+  await shot(page, testInfo, 'deploy-form', { fullPage: false });
+  await page.setViewportSize({ width: 390, height: 900 });
+  await shot(page, testInfo, 'deploy-form-390', { fullPage: false });
+  await page.setViewportSize({ width: 1440, height: 900 });
   await expect(panel.getByRole('radio', { name: 'Demo disk 1.0' })).toBeChecked();
   await panel.getByLabel('SSH public key').fill('ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIFt0NnEOzBOFg2cNheviUlch8JWeciMlJ5z25bsJ+fDJ mark@laptop');
   await panel.getByLabel('Host name').fill('not a host');
