@@ -89,6 +89,8 @@ func (s *Service) checkLease(ctx context.Context, extra, before map[string]any, 
 
 // LeaseEnder is what the conductor lends the lease pass.
 type LeaseEnder struct {
+	// Name is the conductor's, as the node's history records it.
+	Name string
 	// Mine says whether this conductor acts on the node (its hash
 	// ring), so replicas split the nodes between them.
 	Mine func(n *ent.Node) bool
@@ -184,7 +186,7 @@ func (s *Service) endLease(ctx context.Context, a *ent.Allocation, end time.Time
 		if err != nil || noted {
 			return false, err
 		}
-		if err := s.notify(ctx, n.ID, msg); err != nil {
+		if err := s.notify(ctx, e.Name, n.ID, msg); err != nil {
 			return false, err
 		}
 		audit(leaseAwait, nil)
@@ -202,7 +204,7 @@ func (s *Service) endLease(ctx context.Context, a *ent.Allocation, end time.Time
 		if err != nil || !released {
 			return false, err
 		}
-		if err := s.notify(ctx, n.ID, prefix+"released the node"); err != nil {
+		if err := s.notify(ctx, e.Name, n.ID, prefix+"released the node"); err != nil {
 			return false, err
 		}
 		audit(leaseRelease, nil)
@@ -218,7 +220,7 @@ func (s *Service) endLease(ctx context.Context, a *ent.Allocation, end time.Time
 		audit(leaseUndeploy, err)
 		return false, err
 	}
-	if err := s.notify(ctx, n.ID, prefix+"undeploying; automated cleaning wipes it"); err != nil {
+	if err := s.notify(ctx, e.Name, n.ID, prefix+"undeploying; automated cleaning wipes it"); err != nil {
 		return false, err
 	}
 	audit(leaseUndeploy, nil)
@@ -231,12 +233,8 @@ const leaseEvent = "notify"
 
 // notify records msg in the node's history, where its owner and lessee
 // read it, attributed to the conductor.
-func (s *Service) notify(ctx context.Context, nodeID int, msg string) error {
-	ev := history.Event{NodeID: nodeID, Severity: history.Warning, Type: leaseEvent, Message: msg}
-	if p := policies.PrincipalFrom(ctx); p != nil {
-		ev.Conductor = p.User
-	}
-	return history.Record(ctx, s.db.Client, ev)
+func (s *Service) notify(ctx context.Context, conductor string, nodeID int, msg string) error {
+	return history.Record(ctx, s.db.Client, history.Event{NodeID: nodeID, Severity: history.Warning, Type: leaseEvent, Message: msg, Conductor: conductor})
 }
 
 // release deletes a's row and frees node n, in one transaction that

@@ -63,6 +63,7 @@ func (c *Conductor) EndLeases(ctx context.Context) error {
 	}
 	ctx = policies.WithPrincipal(ctx, &policies.Principal{User: "conductor " + c.cfg.Name, System: true, Method: "conductor"})
 	_, err = c.alloc.EndLeases(ctx, time.Now(), allocations.LeaseEnder{
+		Name: c.cfg.Name,
 		Mine: func(n *ent.Node) bool { return rings.Owner(n.UUID, n.ConductorGroup) == c.cfg.Name },
 		// The path of PUT provision deleted once it is accepted: the
 		// claim, tear-down and automated cleaning.
