@@ -905,7 +905,14 @@ func (s *Service) Delete(ctx context.Context, ident string) (err error) {
 	defer func() { s.guard.Done(ctx, RuleDelete, "allocation", a.UUID, err, nil) }()
 	return store.WithTx(ctx, s.db, func(tx *ent.Client) error {
 		if a.NodeID != nil {
-			if err := tx.Node.Update().Where(node.ID(*a.NodeID), node.InstanceUUID(a.UUID)).ClearInstanceUUID().Exec(ctx); err != nil {
+			n, err := nodes.LockRow(ctx, tx, &ent.Node{ID: *a.NodeID})
+			if err != nil {
+				return err
+			}
+			if err := deallocatable(n, a); err != nil {
+				return err
+			}
+			if err := tx.Node.Update().Where(node.ID(n.ID), node.InstanceUUID(a.UUID)).ClearInstanceUUID().Exec(ctx); err != nil {
 				return err
 			}
 		}
@@ -916,4 +923,30 @@ func (s *Service) Delete(ctx context.Context, ident string) (err error) {
 		}
 		return err
 	})
+}
+
+// busyUpdatable are the transitional states in which a node's allocation
+// may still go (Ironic's UPDATE_ALLOWED_STATES).
+var busyUpdatable = map[string]bool{
+	"deploy failed": true, "inspecting": true, "inspect failed": true, "inspect wait": true,
+	nodes.StateCleanFailed: true, nodes.StateError: true, nodes.StateVerifying: true, "adopt failed": true,
+	"rescue failed": true, "unrescue failed": true, "service": true, "service hold": true, nodes.StateServiceFailed: true,
+}
+
+// deallocatable is Ironic's verify_node_for_deallocation: a node in
+// maintenance always lets its allocation go; otherwise not while it is
+// deployed (undeploying it releases the allocation) or in the middle of
+// an operation.
+func deallocatable(n *ent.Node, a *ent.Allocation) error {
+	if n.Maintenance {
+		return nil
+	}
+	if n.TargetProvisionState != nil && *n.TargetProvisionState != "" && !busyUpdatable[n.ProvisionState] {
+		return errs.Conflict("Cannot remove allocation %s for node %s, because the node is in state %s where updates are not allowed (and maintenance mode is off)",
+			a.UUID, n.UUID, n.ProvisionState)
+	}
+	if n.ProvisionState == nodes.StateActive {
+		return errs.Conflict("Cannot remove allocation %s for node %s, because the node is active (and maintenance mode is off)", a.UUID, n.UUID)
+	}
+	return nil
 }

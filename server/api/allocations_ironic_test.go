@@ -220,3 +220,58 @@ func TestAllocationListFilters(t *testing.T) {
 		}
 	})
 }
+
+// TestDeployedAllocationLifecycle: as Ironic, a deployed node keeps its
+// allocation until it is undeployed (DELETE and removing instance_uuid
+// are 409 outside maintenance), the tear-down releases it, and an
+// instance is never overwritten by another.
+func TestDeployedAllocationLifecycle(t *testing.T) {
+	storetest.Each(t, func(t *testing.T, setting string, _ *store.DB) {
+		_, clients := startLocal(t, setting)
+		admin := clients["system-admin"]
+		id := availableNode(t, admin, map[string]any{"name": "dal", "owner": "own"})
+		a := allocate(t, clients["owner-member"], map[string]any{"resource_class": "baremetal", "name": "dal-lease"})
+		if a["node_uuid"] != id {
+			t.Fatalf("allocation landed on %v, want %s", a["node_uuid"], id)
+		}
+		uuid := a["uuid"].(string)
+		provision(t, admin, id, map[string]any{"target": "active"}, 202)
+		waitState(t, admin, id, "active")
+
+		for _, path := range []string{"/v1/allocations/" + uuid, "/v1/nodes/" + id + "/allocation"} {
+			r := clients["owner-member"].Do(t, "DELETE", path, nil)
+			if r.Status != 409 || !strings.Contains(r.Fault(t), "because the node is active") {
+				t.Errorf("DELETE %s of a deployed node's allocation: %d %q, want 409", path, r.Status, r.Fault(t))
+			}
+		}
+		r := admin.Do(t, "PATCH", "/v1/nodes/"+id, []map[string]any{{"op": "remove", "path": "/instance_uuid"}})
+		if r.Status != 409 || !strings.Contains(r.Fault(t), "can not have instance_uuid removed") {
+			t.Errorf("removing a deployed node's instance_uuid: %d %q, want 409", r.Status, r.Fault(t))
+		}
+		r = admin.Do(t, "PATCH", "/v1/nodes/"+id, []map[string]any{{"op": "replace", "path": "/instance_uuid", "value": "6b0b8a3e-8d3c-4b53-9c0e-6c1d7b1e2f3a"}})
+		if r.Status != 409 || !strings.Contains(r.Fault(t), "is associated with instance "+uuid) {
+			t.Errorf("overwriting the instance: %d %q, want 409", r.Status, r.Fault(t))
+		}
+		mustStatus(t, admin.Do(t, "GET", "/v1/allocations/"+uuid, nil), 200)
+
+		provision(t, admin, id, map[string]any{"target": "deleted"}, 202)
+		n := waitState(t, admin, id, "available")
+		if n["allocation_uuid"] != nil || n["instance_uuid"] != nil {
+			t.Errorf("undeployed node still allocated: %v %v", n["allocation_uuid"], n["instance_uuid"])
+		}
+		mustStatus(t, admin.Do(t, "GET", "/v1/allocations/"+uuid, nil), 404)
+		h := admin.Do(t, "GET", "/v1/nodes/"+id+"/history", nil)
+		if !strings.Contains(string(h.Body), "allocation dal-lease released") {
+			t.Errorf("the tear-down's history does not say the allocation went: %s", h.Body)
+		}
+
+		// In maintenance an allocation always goes, as in Ironic; idle,
+		// removing instance_uuid releases it.
+		a = allocate(t, clients["owner-member"], map[string]any{"resource_class": "baremetal"})
+		provision(t, admin, id, map[string]any{"target": "active"}, 202)
+		waitState(t, admin, id, "active")
+		mustStatus(t, admin.Do(t, "PATCH", "/v1/nodes/"+id, []map[string]any{{"op": "replace", "path": "/maintenance", "value": true}}), 200)
+		mustStatus(t, admin.Do(t, "PATCH", "/v1/nodes/"+id, []map[string]any{{"op": "remove", "path": "/instance_uuid"}}), 200)
+		mustStatus(t, admin.Do(t, "GET", "/v1/allocations/"+a["uuid"].(string), nil), 404)
+	})
+}

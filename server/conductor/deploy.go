@@ -9,10 +9,12 @@ import (
 	"time"
 
 	"github.com/anvilproject/anvil/ent"
+	"github.com/anvilproject/anvil/ent/allocation"
 	"github.com/anvilproject/anvil/server/bmc"
 	"github.com/anvilproject/anvil/server/errs"
 	"github.com/anvilproject/anvil/server/history"
 	"github.com/anvilproject/anvil/server/nodes"
+	"github.com/anvilproject/anvil/server/store"
 )
 
 // Deployment states, spelled as Ironic spells them (ironic/common/states.py).
@@ -262,13 +264,36 @@ func (c *Conductor) tearDown(n *ent.Node, who string) {
 		}
 		ev.Message += "; console disabled"
 	}
-	upd := c.db.Node.UpdateOneID(n.ID).SetProvisionState(nodes.StateCleaning).SetTargetProvisionState(nodes.StateAvailable).
-		SetProvisionUpdatedAt(time.Now()).SetPowerState(final).SetInstanceInfo(map[string]any{}).ClearInstanceUUID().SetDriverInternalInfo(info).
-		SetConsoleEnabled(false)
-	if err := upd.Exec(ctx); err != nil {
+	// The instance is gone, and with it the node's allocation, as
+	// Ironic's do_node_tear_down destroys it: the cleaned node is free
+	// for the next request.
+	released := ""
+	err = store.WithTx(ctx, c.db, func(tx *ent.Client) error {
+		if err := tx.Node.UpdateOneID(n.ID).SetProvisionState(nodes.StateCleaning).SetTargetProvisionState(nodes.StateAvailable).
+			SetProvisionUpdatedAt(time.Now()).SetPowerState(final).SetInstanceInfo(map[string]any{}).ClearInstanceUUID().
+			SetDriverInternalInfo(info).SetConsoleEnabled(false).Exec(ctx); err != nil {
+			return err
+		}
+		a, err := tx.Allocation.Query().Where(allocation.NodeID(n.ID)).Only(ctx)
+		if ent.IsNotFound(err) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		released = a.UUID
+		if a.Name != nil {
+			released = *a.Name
+		}
+		return tx.Allocation.DeleteOne(a).Exec(ctx)
+	})
+	if err != nil {
 		c.log.Error("recording tear down", "node", n.UUID, "err", err)
 		c.unlock(n.ID)
 		return
+	}
+	if released != "" {
+		ev.Message += "; allocation " + released + " released"
 	}
 	_ = history.Record(ctx, c.db.Client, ev)
 	// The cleaning run's last write releases the node.

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/anvilproject/anvil/ent"
+	"github.com/anvilproject/anvil/ent/allocation"
 	"github.com/anvilproject/anvil/ent/node"
 	"github.com/anvilproject/anvil/policies"
 	"github.com/anvilproject/anvil/server/bmc"
@@ -437,6 +438,11 @@ func (s *Service) PatchWith(ctx context.Context, ident string, raw []byte, allow
 		if len(changed) == 0 {
 			return nil
 		}
+		if contains(changed, "instance_uuid") {
+			if err := checkInstanceUUID(ctx, tx, cur, after); err != nil {
+				return err
+			}
+		}
 		if cur.ConsoleEnabled && contains(changed, "driver") {
 			// Ironic's words: the new driver could not stop the console
 			// the old one started.
@@ -489,6 +495,38 @@ func (s *Service) PatchWith(ctx context.Context, ident string, raw []byte, allow
 		return nil, err
 	}
 	return s.Get(ctx, n.UUID)
+}
+
+// idleStates are where a node with an allocation may lose its
+// instance_uuid outside maintenance: nothing is deployed or running on it
+// (Ironic's update_node, allowed_update_states).
+var idleStates = map[string]bool{StateEnroll: true, "inspecting": true, "inspect wait": true, StateManageable: true, StateAvailable: true}
+
+// checkInstanceUUID does what Ironic's update_node does with a changed
+// instance_uuid: a node's instance is never overwritten by another
+// (remove it first), and removing it releases the node's allocation,
+// only while the node is idle or in maintenance, so no deployed
+// machine is handed to the next allocation.
+func checkInstanceUUID(ctx context.Context, tx *ent.Client, cur *ent.Node, after map[string]any) error {
+	next, _ := after["instance_uuid"].(string)
+	if next != "" {
+		if cur.InstanceUUID != nil {
+			return errs.Conflict("Node %s is associated with instance %s.", cur.UUID, *cur.InstanceUUID)
+		}
+		return nil
+	}
+	a, err := tx.Allocation.Query().Where(allocation.NodeID(cur.ID)).Only(ctx)
+	if ent.IsNotFound(err) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if !cur.Maintenance && !idleStates[cur.ProvisionState] {
+		return errs.Conflict("Node %s with an allocation can not have instance_uuid removed unless it is in one of allowed (%s) states or in maintenance mode. Current state is '%s'.",
+			cur.UUID, strings.Join(slices.Sorted(maps.Keys(idleStates)), ", "), cur.ProvisionState)
+	}
+	return tx.Allocation.DeleteOne(a).Exec(ctx)
 }
 
 // endConsole disables the console of a node whose owner or lessee
