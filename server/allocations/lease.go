@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	entsql "entgo.io/ent/dialect/sql"
@@ -100,6 +101,13 @@ type LeaseEnder struct {
 	Undeploy func(ctx context.Context, n *ent.Node) error
 }
 
+// releasable are the settled states of a node that holds no instance:
+// a lease ending there only releases the allocation. A failed clean,
+// inspection or adoption stays for the owner or an operator to look at,
+// but the tenant's hold on the node ends.
+var releasable = []string{nodes.StateAvailable, nodes.StateManageable, nodes.StateEnroll,
+	nodes.StateCleanFailed, "inspect failed", "adopt failed"}
+
 // leaseBatch bounds one pass: leases beyond it end at the next pass.
 const leaseBatch = 100
 
@@ -114,9 +122,10 @@ const (
 // returns how many it acted on. ctx carries the conductor's principal,
 // which the audit rows name. A deployed node is undeployed, a held node
 // that is not deployed is released, an allocation without a node is
-// deleted; a node in maintenance or protected, or in a failed state, is
-// left to its owner or an operator with one note in its history; a busy
-// node is tried again at the next pass. Every action is a conditional
+// deleted; a node in maintenance or protected, or in a state it cannot
+// be undeployed from (service failed), is left to its owner or an
+// operator with one note in its history; a busy node is tried again at
+// the next pass. Every action is a conditional
 // write, so of two conductors (or a conductor and the tenant releasing
 // at the same moment) exactly one acts and the other finds nothing to do.
 func (s *Service) EndLeases(ctx context.Context, now time.Time, e LeaseEnder) (int, error) {
@@ -199,7 +208,7 @@ func (s *Service) endLease(ctx context.Context, a *ent.Allocation, end time.Time
 		return await("the node is protected")
 	case n.Reservation != nil || n.TargetProvisionState != nil:
 		return false, nil // busy: the next pass
-	case n.ProvisionState == nodes.StateAvailable || n.ProvisionState == nodes.StateManageable || n.ProvisionState == nodes.StateEnroll:
+	case slices.Contains(releasable, n.ProvisionState):
 		released, err := s.release(ctx, a, n)
 		if err != nil || !released {
 			return false, err
@@ -244,7 +253,7 @@ func (s *Service) release(ctx context.Context, a *ent.Allocation, n *ent.Node) (
 	done := false
 	err := store.WithTx(ctx, s.db, func(tx *ent.Client) error {
 		held, err := tx.Node.Update().Where(node.ID(n.ID), node.ReservationIsNil(), node.TargetProvisionStateIsNil(),
-			node.ProvisionStateIn(nodes.StateAvailable, nodes.StateManageable, nodes.StateEnroll), node.Maintenance(false)).
+			node.ProvisionStateIn(releasable...), node.Maintenance(false)).
 			SetUpdatedAt(time.Now()).Save(ctx)
 		if err != nil || held == 0 {
 			return err

@@ -243,7 +243,7 @@ func TestLeaseEndReleasesHeldNode(t *testing.T) {
 
 // TestLeaseEndUndeploys: a lease ends on a deployed fake-hardware node:
 // the conductor undeploys it (tear-down, automated cleaning, available),
-// its open console closes, and the allocation is gone.
+// its open console closes, and the tear-down takes the allocation.
 func TestLeaseEndUndeploys(t *testing.T) {
 	storetest.Each(t, func(t *testing.T, setting string, db *store.DB) {
 		srv, clients := leaseServer(t, setting)
@@ -271,20 +271,19 @@ func TestLeaseEndUndeploys(t *testing.T) {
 		h := eventsOf(t, owner, node)
 		for _, want := range []string{
 			"notify: Lease of allocation " + id + " ended at " + end + ": undeploying; automated cleaning wipes it",
-			"deploy: Instance torn down", "console disabled", "clean: All 0 clean steps done; node is available",
+			"deploy: Instance torn down", "console disabled; allocation " + id + " released", "clean: All 0 clean steps done; node is available",
 		} {
 			if !strings.Contains(h, want) {
 				t.Errorf("history lacks %q:\n%s", want, h)
 			}
 		}
-		var undeploys int
-		for _, e := range leaseAudits(t, db.Client, id) {
-			if e.Detail["action"] == "undeploy" && e.User == "conductor "+srv.Cond.Name() && e.Result == "allowed" {
-				undeploys++
-			}
+		// One lease end, the undeploy: the tear-down took the allocation.
+		audits := leaseAudits(t, db.Client, id)
+		if len(audits) != 1 {
+			t.Fatalf("%d lease-end audit rows, want 1", len(audits))
 		}
-		if undeploys != 1 {
-			t.Errorf("%d undeploy audit rows, want 1", undeploys)
+		if e := audits[0]; e.Detail["action"] != "undeploy" || e.User != "conductor "+srv.Cond.Name() || e.Result != "allowed" || e.Detail["node"] != node {
+			t.Errorf("audit row: user %q result %q detail %v", e.User, e.Result, e.Detail)
 		}
 	})
 }
