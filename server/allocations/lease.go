@@ -108,14 +108,13 @@ type LeaseEnder struct {
 var releasable = []string{nodes.StateAvailable, nodes.StateManageable, nodes.StateEnroll,
 	nodes.StateCleanFailed, "inspect failed", "adopt failed"}
 
-// leaseBatch bounds one pass: leases beyond it end at the next pass.
+// leaseBatch is how many expired allocations one query of a pass reads.
 const leaseBatch = 100
 
 // Lease-end outcomes, as the audit detail names them.
 const (
 	leaseUndeploy = "undeploy"
 	leaseRelease  = "release"
-	leaseAwait    = "await"
 )
 
 // EndLeases ends the leases past their end at now, the oldest first, and
@@ -125,36 +124,45 @@ const (
 // deleted; a node in maintenance or protected, or in a state it cannot
 // be undeployed from (service failed), is left to its owner or an
 // operator with one note in its history; a busy node is tried again at
-// the next pass. Every action is a conditional
-// write, so of two conductors (or a conductor and the tenant releasing
-// at the same moment) exactly one acts and the other finds nothing to do.
+// the next pass. Every action is a conditional write, so of two
+// conductors (or a conductor and the tenant releasing at the same
+// moment) exactly one acts and the other finds nothing to do.
+//
+// The query reads leaseBatch rows at a time, keyed on id, to the end:
+// leases that stay past their end (another replica's nodes, nodes in
+// maintenance) must not crowd out those behind them.
 func (s *Service) EndLeases(ctx context.Context, now time.Time, e LeaseEnder) (int, error) {
-	as, err := s.db.Allocation.Query().
-		Where(predicate.Allocation(func(sel *entsql.Selector) {
-			sel.Where(sqljson.ValueLTE(sel.C(allocation.FieldExtra), now.UTC().Format(leaseLayout), sqljson.Path(LeaseKey)))
-		})).
-		Order(ent.Asc(allocation.FieldID)).Limit(leaseBatch).All(ctx)
-	if err != nil {
-		return 0, err
-	}
-	acted := 0
+	acted, last := 0, 0
 	var failed []error
-	for _, a := range as {
-		end, err := parseLease(a.Extra[LeaseKey])
-		if err != nil || end.After(now) {
-			// Written before leases were validated: not a lease.
-			continue
-		}
-		// One lease that cannot end now does not hold up the others.
-		did, err := s.endLease(ctx, a, end, e)
+	for {
+		as, err := s.db.Allocation.Query().
+			Where(allocation.IDGT(last), predicate.Allocation(func(sel *entsql.Selector) {
+				sel.Where(sqljson.ValueLTE(sel.C(allocation.FieldExtra), now.UTC().Format(leaseLayout), sqljson.Path(LeaseKey)))
+			})).
+			Order(ent.Asc(allocation.FieldID)).Limit(leaseBatch).All(ctx)
 		if err != nil {
-			failed = append(failed, fmt.Errorf("ending the lease of allocation %s: %w", a.UUID, err))
+			return acted, errors.Join(append(failed, err)...)
 		}
-		if did {
-			acted++
+		for _, a := range as {
+			last = a.ID
+			end, err := parseLease(a.Extra[LeaseKey])
+			if err != nil || end.After(now) {
+				// Written before leases were validated: not a lease.
+				continue
+			}
+			// One lease that cannot end now does not hold up the others.
+			did, err := s.endLease(ctx, a, end, e)
+			if err != nil {
+				failed = append(failed, fmt.Errorf("ending the lease of allocation %s: %w", a.UUID, err))
+			}
+			if did {
+				acted++
+			}
+		}
+		if len(as) < leaseBatch || ctx.Err() != nil {
+			return acted, errors.Join(failed...)
 		}
 	}
-	return acted, errors.Join(failed...)
 }
 
 func (s *Service) endLease(ctx context.Context, a *ent.Allocation, end time.Time, e LeaseEnder) (bool, error) {
@@ -195,11 +203,9 @@ func (s *Service) endLease(ctx context.Context, a *ent.Allocation, end time.Time
 		if err != nil || noted {
 			return false, err
 		}
-		if err := s.notify(ctx, e.Name, n.ID, msg); err != nil {
-			return false, err
-		}
-		audit(leaseAwait, nil)
-		return true, nil
+		// Nothing changed, so there is nothing to audit: the note is the
+		// record.
+		return true, s.notify(ctx, e.Name, n.ID, msg)
 	}
 	switch {
 	case n.Maintenance:

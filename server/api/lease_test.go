@@ -242,8 +242,9 @@ func TestLeaseEndReleasesHeldNode(t *testing.T) {
 }
 
 // TestLeaseEndUndeploys: a lease ends on a deployed fake-hardware node:
-// the conductor undeploys it (tear-down, automated cleaning, available),
-// its open console closes, and the tear-down takes the allocation.
+// protected, it waits with a note; unprotected, the conductor undeploys
+// it (tear-down, automated cleaning, available), its open console
+// closes, and the tear-down takes the allocation.
 func TestLeaseEndUndeploys(t *testing.T) {
 	storetest.Each(t, func(t *testing.T, setting string, db *store.DB) {
 		srv, clients := leaseServer(t, setting)
@@ -262,7 +263,18 @@ func TestLeaseEndUndeploys(t *testing.T) {
 		mustStatus(t, owner.Do(t, "PUT", "/v1/nodes/"+node+"/states/console", map[string]any{"enabled": true}), 202)
 		leaseWait(t, "console enabled", func() bool { on, _ := consoleState(t, owner, node); return on })
 
+		// Protected, the node waits for whoever protected it.
+		protect := func(on bool) {
+			mustStatus(t, admin.Do(t, "PATCH", "/v1/nodes/"+node, []map[string]any{{"op": "replace", "path": "/protected", "value": on}}), 200)
+		}
+		protect(true)
 		end := endLeaseNow(t, db.Client, id)
+		note := "Lease of allocation " + id + " ended at " + end + ": the node is protected; it awaits its owner or an operator"
+		leaseWait(t, "protected note", func() bool { return strings.Contains(eventsOf(t, owner, node), note) })
+		if n := admin.Do(t, "GET", "/v1/nodes/"+node, nil).JSON(t); n["provision_state"] != "active" || allocationRow(t, db.Client, id) == nil {
+			t.Fatalf("a protected node's lease ended: %v", n["provision_state"])
+		}
+		protect(false)
 		leaseWait(t, "allocation gone", func() bool { return allocationRow(t, db.Client, id) == nil })
 		n := waitState(t, admin, node, "available")
 		if n["instance_uuid"] != nil || n["console_enabled"] != false || n["power_state"] != "power off" {
@@ -313,11 +325,14 @@ func TestLeaseEndInMaintenance(t *testing.T) {
 		if n := admin.Do(t, "GET", "/v1/nodes/"+node, nil).JSON(t); n["instance_uuid"] != id {
 			t.Errorf("node instance_uuid %v", n["instance_uuid"])
 		}
-		if got := leaseAudits(t, db.Client, id); len(got) != 1 || got[0].Detail["action"] != "await" {
-			t.Errorf("audit rows %d, want one await", len(got))
+		if got := leaseAudits(t, db.Client, id); len(got) != 0 {
+			t.Errorf("%d lease-end audit rows while nothing changed", len(got))
 		}
 		mustStatus(t, admin.Do(t, "DELETE", "/v1/nodes/"+node+"/maintenance", nil), 202)
 		leaseWait(t, "allocation released", func() bool { return allocationRow(t, db.Client, id) == nil })
+		if got := leaseAudits(t, db.Client, id); len(got) != 1 || got[0].Detail["action"] != "release" {
+			t.Errorf("%d lease-end audit rows after maintenance, want one release", len(got))
+		}
 	})
 }
 
