@@ -52,6 +52,7 @@ export const ports = {
   fleet: Number(process.env.ANVIL_E2E_FLEET_PORT),
   sim: Number(process.env.ANVIL_E2E_SIM_PORT),
   op: Number(process.env.ANVIL_E2E_OP_PORT),
+  ipmi: Number(process.env.ANVIL_E2E_IPMI_PORT),
 };
 
 // shot saves a screenshot as name.png: in $ANVIL_SHOTS_DIR when set (the
