@@ -204,12 +204,12 @@ document.addEventListener("htmx:load", (e) => enhance(e.target.parentElement || 
 setInterval(() => showTimes(document), 60_000);
 
 // xterm.js writes its theme and cell sizes into <style> elements it
-// creates, which the policy (style-src 'self', no nonce) refuses. On a
-// page with a console, a <style> made by script keeps its rules in a
-// constructed stylesheet the document adopts instead: CSSOM, which the
-// policy leaves to the scripts it already allows; the element itself
-// stays empty. (Its coloured text, set as style attributes, only for
-// 24-bit colours, stays refused.)
+// creates, which the policy (style-src 'self', no nonce) refuses, even
+// empty. On a page with a console, a script asking for a <style> gets an
+// inert <template> instead, whose text becomes a constructed stylesheet
+// the document adopts: CSSOM, which the policy leaves to the scripts it
+// already allows. (xterm's 24-bit colours, set as style attributes, stay
+// refused; serial consoles rarely send them.)
 let scriptStylesAdopted = false;
 function adoptScriptStyles() {
 	if (scriptStylesAdopted) {
@@ -218,10 +218,10 @@ function adoptScriptStyles() {
 	scriptStylesAdopted = true;
 	const create = document.createElement;
 	document.createElement = function (tag, options) {
-		const el = create.call(this, tag, options);
 		if (String(tag).toLowerCase() !== "style") {
-			return el;
+			return create.call(this, tag, options);
 		}
+		const el = create.call(this, "template");
 		const sheet = new CSSStyleSheet();
 		let text = "";
 		document.adoptedStyleSheets = [...document.adoptedStyleSheets, sheet];
@@ -266,6 +266,9 @@ function startConsole(box) {
 		byUser = false;
 		term = new Terminal({
 			cursorBlink: true,
+			// ipmitool writes its own notices with bare line feeds, which
+			// a terminal would otherwise leave mid-line.
+			convertEol: true,
 			fontFamily: 'ui-monospace, "DejaVu Sans Mono", Menlo, monospace',
 			fontSize: 14,
 			scrollback: 5000,
