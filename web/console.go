@@ -61,6 +61,8 @@ func (p *Portal) consoleView(ctx context.Context, v *nodes.View) *views.ConsoleV
 		cv.ViewWhy = p.denied(ctx, "may not open the console", conductor.RuleGetConsole)
 	} else if v.ConsoleEnabled && v.ConsoleInterface == conductor.ConsoleSocat {
 		cv.Stream = true
+	} else if v.ConsoleEnabled {
+		cv.Why = "This node's console interface (" + v.ConsoleInterface + ") has no stream the portal can show."
 	}
 	if !p.Guard.Allowed(ctx, conductor.RuleSetConsole, t) {
 		cv.SetWhy = p.denied(ctx, "may not turn the console on or off", conductor.RuleSetConsole)
@@ -152,7 +154,7 @@ func (p *Portal) consoleSocket(c *fiber.Ctx) error {
 		// fasthttp, once this handler returns).
 		go func() {
 			defer func() {
-				_ = ws.WriteControl(websocket.CloseMessage, websocket.FormatCloseMessage(websocket.CloseNormalClosure, "console closed"), time.Now().Add(time.Second))
+				_ = ws.WriteControl(websocket.CloseMessage, websocket.FormatCloseMessage(websocket.CloseNormalClosure, consoleEnded), time.Now().Add(time.Second))
 				_ = ws.SetReadDeadline(time.Now())
 			}()
 			buf := make([]byte, 4096)
@@ -177,6 +179,11 @@ func (p *Portal) consoleSocket(c *fiber.Ctx) error {
 		}
 	})(c)
 }
+
+// consoleEnded is the close frame's reason when the conductor's end
+// closes, which the terminal shows: the conductor knows why, the
+// listener's connection does not say.
+const consoleEnded = "the console was turned off, the node torn down, or your access to it ended"
 
 // sameOrigin reports whether the request's Origin is this portal's own
 // scheme-less host; a missing Origin is refused too, browsers always

@@ -289,5 +289,22 @@ func TestPortalConsoleSwitch(t *testing.T) {
 		if u := audited("allowed"); len(u) != 2 || u[0] != "pat" || u[1] != "pat" {
 			t.Errorf("audited switches by %v, want pat's two (on, off)", u)
 		}
+
+		// Ironic's fake console turns on too, with nothing to watch.
+		r = api.Do(t, "POST", "/v1/nodes", map[string]any{"name": "fake-console", "driver": "fake-hardware", "console_interface": "fake", "owner": "own"})
+		if r.Status != 201 {
+			t.Fatalf("create: %d %s", r.Status, r.Body)
+		}
+		fake := r.JSON(t)["uuid"].(string)
+		pat.do("GET", "/nodes/"+fake, nil)
+		if st, _, _ := pat.do("POST", "/nodes/"+fake+"/console/state", form(pat, "yes", "")); st != 303 {
+			t.Fatalf("turning the fake console on: %d", st)
+		}
+		if api.Do(t, "GET", "/v1/nodes/"+fake, nil).JSON(t)["console_enabled"] != true {
+			t.Error("the fake console is not on")
+		}
+		if _, body, _ := pat.do("GET", "/nodes/"+fake, nil); !strings.Contains(body, "console interface (fake) has no stream") || strings.Contains(body, "data-console=") {
+			t.Error("the node page offers a terminal for the fake console, or does not say why not")
+		}
 	})
 }
