@@ -5,8 +5,8 @@ import { accessible, ipmiConsoleNode, operatorAPI, shot, signIn, watchCSP } from
 // serial-over-LAN, serve.sh's ANVIL_IPMI_PORT) whose machine echoes what
 // it is sent: the operator turns the console on from the node page, types
 // in the terminal and sees the machine's echo, on the node page and on
-// the console's own page; the lease's end closes the terminal; the console
-// page turns it off. Axe and the Content-Security-Policy hold throughout.
+// the console's own page; the lease's end closes the terminal (and turns
+// the console off); the console page turns it on and off again. Axe and the Content-Security-Policy hold throughout.
 test('the serial console: on, typed, echoed, closed by the lease, off', async ({ page, browser, request }, testInfo) => {
   test.setTimeout(240_000);
   const api = await operatorAPI(browser, request, 'console journey');
@@ -75,16 +75,25 @@ test('the serial console: on, typed, echoed, closed by the lease, off', async ({
     await shot(page, testInfo, 'console-page');
 
     // The lease ends: the conductor closes the console, the terminal
-    // says so and takes no more keys.
+    // says so and why, and offers to open it again.
     await api('PATCH', `/v1/nodes/${id}`, [{ op: 'remove', path: '/lessee' }]);
     await expect(status).toHaveText(/^Closed: /, { timeout: 15_000 });
     await expect(rows).toContainText('console closed');
-    await page.locator('.console-screen .xterm').click();
-    await page.keyboard.type('after-close');
-    await expect(rows).not.toContainText('after-close');
+    await expect(status).toContainText('your access to it ended');
+    await expect(page.getByRole('button', { name: 'Open again' })).toBeVisible();
+    await expect(page.getByRole('button', { name: 'Close' })).toBeHidden();
     await noViolations();
 
-    // Turned off from the console page, after a confirmation.
+    // A change of lease also turns the console off (as the API's docs
+    // say); the console page turns it on again, connects, and turns it
+    // off after a confirmation.
+    await expect.poll(async () => (await node()).console_enabled).toBe(false);
+    await page.reload();
+    await expect(page.getByTestId('console-why')).toHaveText('The console is off.');
+    await page.getByRole('button', { name: 'Turn the console on' }).click();
+    await expect(page.locator('main .flash')).toHaveText('The console of console-ipmi is on.');
+    expect((await node()).console_enabled).toBe(true);
+    await expect(status).toHaveText(/^Connected/, { timeout: 15_000 });
     page.once('dialog', (d) => d.accept());
     await page.getByRole('button', { name: 'Turn the console off' }).click();
     await expect(page.locator('main .flash')).toContainText('The console of console-ipmi is off');
