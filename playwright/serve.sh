@@ -5,12 +5,18 @@
 # hardware journey. ANVIL_PORT is Anvil's port; ANVIL_SIM_PORT and
 # ANVIL_OP_PORT, the simulator's and the provider's, start them (without
 # them the instance has neither: the 500-node journey's); ANVIL_DEMO is
-# the number of demo nodes. playwright.config.mjs chooses free ports.
+# the number of demo nodes. ANVIL_IPMI_PORT starts an IPMI BMC with
+# serial-over-LAN (ipmi_sim on that UDP port) whose machine echoes what it
+# is sent (socat and cat on that TCP port), and ANVIL_CONSOLE_PORT is the
+# port Anvil's console listener takes, for the console journey.
+# playwright.config.mjs chooses free ports.
 set -eu
 port=${ANVIL_PORT:-18085}
 demo=${ANVIL_DEMO:-40}
 sim_port=${ANVIL_SIM_PORT:-}
 op_port=${ANVIL_OP_PORT:-}
+ipmi_port=${ANVIL_IPMI_PORT:-}
+console_port=${ANVIL_CONSOLE_PORT:-}
 cd "$(dirname "$0")/.."
 dir=$(mktemp -d)
 go build -o "$dir/anvil" .
@@ -34,9 +40,10 @@ $a user grant mel --project hw-east --role member --database "$db"
 
 # Playwright ends this script with SIGKILL, so no trap would run: a
 # detached watchdog removes the scratch directory (and stops the
-# simulator, if this instance started one) once this script is gone.
+# simulators, if this instance started them) once this script is gone.
 sim=$(pwd)/../shared/reference/redfish-sim/start.sh
-setsid sh -c 'while kill -0 "$1" 2>/dev/null; do sleep 1; done; [ -d "$3/bmc" ] && "$2" stop "$3/bmc"; rm -rf "$3"' watchdog $$ "$sim" "$dir" \
+setsid sh -c 'while kill -0 "$1" 2>/dev/null; do sleep 1; done; [ -d "$3/bmc" ] && "$2" stop "$3/bmc"
+  [ -f "$3/pids" ] && kill $(cat "$3/pids"); rm -rf "$3"' watchdog $$ "$sim" "$dir" \
   >/dev/null 2>&1 </dev/null &
 
 sso=""
@@ -57,8 +64,26 @@ if [ -n "$sim_port" ] && [ -n "$op_port" ]; then
     --oidc-redirect-url http://127.0.0.1:$port/auth/oidc/callback"
 fi
 
-# $sso is split into its flags on purpose.
+console=""
+if [ -n "$ipmi_port" ] && [ -n "$console_port" ]; then
+  # The machine: its serial port echoes every byte, as a shell at a
+  # prompt would. ipmi_sim's SOL connects to it.
+  setsid socat "TCP-LISTEN:$ipmi_port,bind=127.0.0.1,reuseaddr,fork" EXEC:cat >/dev/null 2>&1 </dev/null &
+  echo $! >>"$dir/pids"
+  ref=$(pwd)/../shared/reference/ipmi-sim
+  mkdir -p "$dir/ipmi/state" "$dir/ipmi/persist"
+  echo 0 >"$dir/ipmi/state/power"
+  sed -e "s#^\( *addr 127.0.0.1\) 9001#\1 $ipmi_port#" -e "s#CHASSIS_CONTROL#$ref/chassis-control.sh#" \
+    "$ref/lan.conf" >"$dir/ipmi/lan.conf"
+  echo "  sol \"tcp:127.0.0.1:$ipmi_port\" 115200" >>"$dir/ipmi/lan.conf"
+  IPMI_SIM_STATE="$dir/ipmi/state" setsid ipmi_sim -n -c "$dir/ipmi/lan.conf" -f "$ref/sim.emu" -s "$dir/ipmi/persist" \
+    >"$dir/ipmi/log" 2>&1 </dev/null &
+  echo $! >>"$dir/pids"
+  console="--console-port-range $console_port:$console_port"
+fi
+
+# $sso and $console are split into their flags on purpose.
 # shellcheck disable=SC2086
 $a serve --database "$db" --listen "127.0.0.1:$port" --demo "$demo" \
-  --policy-override-enabled --policy-dir "$dir/policy.d" $sso \
+  --policy-override-enabled --policy-dir "$dir/policy.d" $sso $console \
   --session-secret playwright-only-secret --log-level warn

@@ -86,6 +86,10 @@ type Options struct {
 	// Conductor configures this process's conductor; its Name defaults
 	// to the host name.
 	Conductor conductor.Config
+	// AllocationMaxLease, when above zero, is the longest lease a
+	// project-scoped caller may give an allocation (its
+	// extra.anvil_expires_at); zero leaves leases uncapped and optional.
+	AllocationMaxLease time.Duration
 	// TrustedProxies are the networks whose X-Forwarded-For is believed
 	// for the client's address (throttling, logs); none by default.
 	TrustedProxies []net.IPNet
@@ -183,6 +187,7 @@ func New(ctx context.Context, o Options) (*App, error) {
 	a.IDs = identity.New(db, a.Audit)
 	a.Runbooks = runbooks.New(db, a.Guard)
 	a.Allocations = allocations.New(db, a.Guard)
+	a.Allocations.MaxLease = o.AllocationMaxLease
 	a.Ports = ports.New(db, a.Guard, a.Nodes)
 	// VIFs follow the node's network interface: noop records nothing.
 	a.Ports.NetworkInterface = func(n *ent.Node) string {

@@ -206,34 +206,151 @@ document.addEventListener("DOMContentLoaded", () => enhance(document));
 document.addEventListener("htmx:load", (e) => enhance(e.target.parentElement || e.target));
 setInterval(() => showTimes(document), 60_000);
 
-// The node console page: the machine's serial output arrives over a
-// WebSocket; a line typed in the box goes back with a carriage return,
-// as a terminal's Enter sends.
+// xterm.js writes its theme and cell sizes into <style> elements it
+// creates, which the policy (style-src 'self', no nonce) refuses, even
+// empty. On a page with a console, a script asking for a <style> gets an
+// inert <template> instead, whose text becomes a constructed stylesheet
+// the document adopts: CSSOM, which the policy leaves to the scripts it
+// already allows. (xterm's 24-bit colours, set as style attributes, stay
+// refused; serial consoles rarely send them.)
+let scriptStylesAdopted = false;
+function adoptScriptStyles() {
+	if (scriptStylesAdopted) {
+		return;
+	}
+	scriptStylesAdopted = true;
+	const create = document.createElement;
+	document.createElement = function (tag, options) {
+		if (String(tag).toLowerCase() !== "style") {
+			return create.call(this, tag, options);
+		}
+		const el = create.call(this, "template");
+		const sheet = new CSSStyleSheet();
+		let text = "";
+		document.adoptedStyleSheets = [...document.adoptedStyleSheets, sheet];
+		Object.defineProperty(el, "textContent", {
+			get: () => text,
+			set: (t) => {
+				text = String(t ?? "");
+				sheet.replaceSync(text);
+			},
+		});
+		el.remove = () => {
+			document.adoptedStyleSheets = document.adoptedStyleSheets.filter((s) => s !== sheet);
+			Element.prototype.remove.call(el);
+		};
+		return el;
+	};
+}
+
+// A node's serial console ([data-console], the WebSocket's path): a
+// terminal whose keystrokes go to the machine as typed and which shows
+// what the machine sends. It opens at once on the console page
+// (data-console-auto) and from its Open button on the node page. When the
+// socket closes (Close, the console turned off, the lease ended) the
+// terminal keeps what it showed, says why it closed and takes no more
+// input.
+function startConsole(box) {
+	const status = box.querySelector("[data-console-status]");
+	const screen = box.querySelector("[data-console-screen]");
+	const open = box.querySelector("[data-console-open]");
+	const close = box.querySelector("[data-console-close]");
+	let term = null;
+	let ws = null;
+	let byUser = false;
+	function connect() {
+		adoptScriptStyles();
+		if (term) {
+			term.dispose();
+		}
+		screen.hidden = false;
+		open.hidden = true;
+		close.hidden = false;
+		byUser = false;
+		term = new Terminal({
+			cursorBlink: true,
+			// ipmitool writes its own notices with bare line feeds, which
+			// a terminal would otherwise leave mid-line.
+			convertEol: true,
+			fontFamily: 'ui-monospace, "DejaVu Sans Mono", Menlo, monospace',
+			fontSize: 14,
+			scrollback: 5000,
+			// Dark in both colour schemes, as terminals are; the contrast
+			// holds either way.
+			theme: { background: "#101317", foreground: "#e8e8e8", cursor: "#e8e8e8", cursorAccent: "#101317" },
+		});
+		const fit = new FitAddon.FitAddon();
+		term.loadAddon(fit);
+		term.open(screen);
+		fit.fit();
+		const resized = new ResizeObserver(() => fit.fit());
+		resized.observe(screen);
+		const url = new URL(box.dataset.console, location.href);
+		url.protocol = location.protocol === "https:" ? "wss:" : "ws:";
+		ws = new WebSocket(url);
+		ws.binaryType = "arraybuffer";
+		status.textContent = "Connecting…";
+		const socket = ws;
+		socket.onopen = () => {
+			status.textContent = "Connected: what you type in the terminal goes to the machine.";
+			term.focus();
+		};
+		socket.onmessage = (e) => term.write(typeof e.data === "string" ? e.data : new Uint8Array(e.data));
+		const typed = term.onData((d) => {
+			if (socket.readyState === WebSocket.OPEN) {
+				socket.send(d);
+			}
+		});
+		const typedBinary = term.onBinary((d) => {
+			if (socket.readyState === WebSocket.OPEN) {
+				socket.send(Uint8Array.from(d, (ch) => ch.charCodeAt(0)));
+			}
+		});
+		socket.onclose = (e) => {
+			typed.dispose();
+			typedBinary.dispose();
+			resized.disconnect();
+			term.options.disableStdin = true;
+			term.options.cursorBlink = false;
+			let why = e.reason;
+			if (byUser) {
+				why = "you closed it";
+			} else if (!why) {
+				why = "the console is off, busy, or no longer yours to open";
+			}
+			status.textContent = `Closed: ${why}.`;
+			term.write(`\r\n\x1b[7m[ console closed: ${why} ]\x1b[0m\r\n`);
+			const hadFocus = box.contains(document.activeElement);
+			open.textContent = "Open again";
+			open.hidden = false;
+			close.hidden = true;
+			if (hadFocus) {
+				open.focus();
+			}
+		};
+	}
+	open.addEventListener("click", connect);
+	close.addEventListener("click", () => {
+		if (ws && ws.readyState <= WebSocket.OPEN) {
+			byUser = true;
+			ws.close(1000);
+		}
+	});
+	if (typeof Terminal !== "function") {
+		status.textContent = "The terminal did not load; reload the page.";
+		return;
+	}
+	if (box.hasAttribute("data-console-auto")) {
+		connect();
+	} else {
+		open.hidden = false;
+	}
+}
+
 document.addEventListener("DOMContentLoaded", () => {
-  const box = document.querySelector("[data-console]");
-  if (!box) return;
-  const out = box.querySelector("[data-console-output]");
-  const status = box.querySelector("[data-console-status]");
-  const form = box.querySelector("[data-console-input]");
-  const url = new URL(box.dataset.console, location.href);
-  url.protocol = location.protocol === "https:" ? "wss:" : "ws:";
-  const ws = new WebSocket(url);
-  ws.binaryType = "arraybuffer";
-  const text = new TextDecoder();
-  ws.onopen = () => { status.textContent = "Connected"; };
-  ws.onmessage = (e) => {
-    out.textContent += typeof e.data === "string" ? e.data : text.decode(e.data, { stream: true });
-    // Keep the last 200 kB, as a terminal keeps its scrollback.
-    if (out.textContent.length > 200000) out.textContent = out.textContent.slice(-150000);
-    out.scrollTop = out.scrollHeight;
-  };
-  ws.onclose = () => { status.textContent = "Disconnected: the console was closed, or is in use by someone else. Reload to try again."; };
-  form.addEventListener("submit", (e) => {
-    e.preventDefault();
-    const line = form.elements.line;
-    if (ws.readyState === WebSocket.OPEN) ws.send(line.value + "\r");
-    line.value = "";
-  });
+	for (const box of document.querySelectorAll("[data-console]")) {
+		startConsole(box);
+	}
 });
 
 // On a phone the node list's filters start folded away, so the list comes

@@ -1,6 +1,8 @@
-// Package static embeds the portal's CSS and htmx (2.0.11, 0BSD, from the
-// htmx.org npm package; see htmx.LICENSE) so the binary serves them with no
-// network and no CDN. Each file is served under a path carrying a hash of
+// Package static embeds the portal's CSS, htmx (2.0.11, 0BSD, from the
+// htmx.org npm package; see htmx.LICENSE) and xterm.js for the serial
+// console (@xterm/xterm 6.0.0 and @xterm/addon-fit 0.11.0, MIT, from npm,
+// their lib/*.js without the source map line; see xterm*.LICENSE) so the
+// binary serves them with no network and no CDN. Each file is served under a path carrying a hash of
 // its content, so browsers may cache it for a year and still never see a
 // stale copy after an upgrade.
 package static
@@ -13,7 +15,7 @@ import (
 	"path"
 )
 
-//go:embed anvil.css anvil.js htmx.min.js
+//go:embed anvil.css anvil.js htmx.min.js xterm.css xterm.min.js xterm-addon-fit.min.js
 var files embed.FS
 
 // Asset is one embedded file.
@@ -26,7 +28,7 @@ type Asset struct {
 var assets = map[string]Asset{}
 
 func init() {
-	for _, name := range []string{"anvil.css", "anvil.js", "htmx.min.js"} {
+	for _, name := range []string{"anvil.css", "anvil.js", "htmx.min.js", "xterm.css", "xterm.min.js", "xterm-addon-fit.min.js"} {
 		b, err := files.ReadFile(name)
 		if err != nil {
 			panic(err) // the embed directive guarantees the file

@@ -1,6 +1,7 @@
 package web
 
 import (
+	"context"
 	"net"
 	"net/url"
 	"strings"
@@ -9,12 +10,14 @@ import (
 	"github.com/gofiber/contrib/websocket"
 	"github.com/gofiber/fiber/v2"
 
+	"github.com/anvilproject/anvil/server/conductor"
 	"github.com/anvilproject/anvil/server/errs"
+	"github.com/anvilproject/anvil/server/nodes"
 	"github.com/anvilproject/anvil/views"
 )
 
 // consolePage shows a node's serial console to whoever passes
-// baremetal:node:get_console.
+// baremetal:node:get_console, with the switch that turns it on or off.
 func (p *Portal) consolePage(c *fiber.Ctx) error {
 	ctx := c.UserContext()
 	on, info, err := p.Ops.ConsoleState(ctx, c.Params("id"))
@@ -25,13 +28,14 @@ func (p *Portal) consolePage(c *fiber.Ctx) error {
 	if err != nil {
 		return p.fail(c, err)
 	}
-	cv := views.ConsoleView{UUID: v.UUID, Name: v.UUID, Enabled: on}
-	if v.Name != nil {
-		cv.Name = *v.Name
+	cv := p.consoleView(ctx, v)
+	if cv == nil {
+		cv = &views.ConsoleView{UUID: v.UUID, Name: nameOr(deref(v.Name), v.UUID)}
 	}
+	cv.Enabled, cv.Stream = on, false
 	switch {
 	case !on:
-		cv.Why = "The console is off. Enable it with PUT /v1/nodes/{node}/states/console or baremetal node console enable."
+		cv.Why = "The console is off."
 	case info["type"] != "socat":
 		cv.Why = "This node's console interface (" + v.ConsoleInterface + ") has no stream the portal can show."
 	default:
@@ -41,7 +45,85 @@ func (p *Portal) consolePage(c *fiber.Ctx) error {
 	if err != nil {
 		return err
 	}
-	return render(c, 200, views.ConsolePage(pg, cv))
+	pg.Terminal = cv.Stream
+	return render(c, 200, views.ConsolePage(pg, *cv))
+}
+
+// consoleView is what the node page and the console page say about the
+// node's console; nil when its console interface has none.
+func (p *Portal) consoleView(ctx context.Context, v *nodes.View) *views.ConsoleView {
+	if v.ConsoleInterface != conductor.ConsoleFake && v.ConsoleInterface != conductor.ConsoleSocat {
+		return nil
+	}
+	t := nodes.Target(v.Node)
+	cv := &views.ConsoleView{UUID: v.UUID, Name: nameOr(deref(v.Name), v.UUID), Enabled: v.ConsoleEnabled}
+	if !p.Guard.Allowed(ctx, conductor.RuleGetConsole, t) {
+		cv.ViewWhy = p.denied(ctx, "may not open the console", conductor.RuleGetConsole)
+	} else if v.ConsoleEnabled && v.ConsoleInterface == conductor.ConsoleSocat {
+		cv.Stream = true
+	} else if v.ConsoleEnabled {
+		cv.Why = "This node's console interface (" + v.ConsoleInterface + ") has no stream the portal can show."
+	}
+	if !p.Guard.Allowed(ctx, conductor.RuleSetConsole, t) {
+		cv.SetWhy = p.denied(ctx, "may not turn the console on or off", conductor.RuleSetConsole)
+	}
+	return cv
+}
+
+// consoleSettle is how long turning the console on or off may take
+// before the answer says it is still under way: the conductor does it in
+// the background, opening a listener, which is quick.
+const consoleSettle = 5 * time.Second
+
+// nodeConsoleState turns the console on or off (PUT states/console's
+// Ops.SetConsole, which checks baremetal:node:set_console_state and
+// audits), then shows the page the form was on once the conductor has
+// done it.
+func (p *Portal) nodeConsoleState(c *fiber.Ctx) error {
+	v, label, err := p.opNode(c)
+	if err != nil {
+		return p.fail(c, err)
+	}
+	var on bool
+	switch c.FormValue("enabled") {
+	case "yes":
+		on = true
+	case "no":
+	default:
+		return p.fail(c, errs.BadRequest("enabled", "enabled: choose yes or no"))
+	}
+	back := "/nodes/" + v.UUID
+	if c.FormValue("back") == "console" {
+		back += "/console"
+	}
+	ctx := c.UserContext()
+	if err := p.Ops.SetConsole(ctx, v.UUID, on); err != nil {
+		if st := errs.Status(err); st == 403 || st == 404 || st >= 500 {
+			return p.fail(c, err)
+		}
+		return p.flashTo(c, back, "Not done: "+err.Error())
+	}
+	msg := "The console of " + label + " is on."
+	if !on {
+		msg = "The console of " + label + " is off; anyone watching it was disconnected."
+	}
+	for deadline := time.Now().Add(consoleSettle); ; time.Sleep(100 * time.Millisecond) {
+		n, err := p.Nodes.Get(ctx, v.UUID)
+		if err != nil {
+			return p.fail(c, err)
+		}
+		if n.ConsoleEnabled == on {
+			break
+		}
+		if le := deref(n.LastError); le != "" && le != deref(v.LastError) {
+			return p.flashTo(c, back, "Not done: "+le)
+		}
+		if time.Now().After(deadline) {
+			msg = "The conductor is still turning the console of " + label + " " + map[bool]string{true: "on", false: "off"}[on] + "; reload in a moment."
+			break
+		}
+	}
+	return p.flashTo(c, back, msg)
 }
 
 // consoleSocket carries the console between the browser and the
@@ -72,7 +154,7 @@ func (p *Portal) consoleSocket(c *fiber.Ctx) error {
 		// fasthttp, once this handler returns).
 		go func() {
 			defer func() {
-				_ = ws.WriteControl(websocket.CloseMessage, websocket.FormatCloseMessage(websocket.CloseNormalClosure, "console closed"), time.Now().Add(time.Second))
+				_ = ws.WriteControl(websocket.CloseMessage, websocket.FormatCloseMessage(websocket.CloseNormalClosure, consoleEnded), time.Now().Add(time.Second))
 				_ = ws.SetReadDeadline(time.Now())
 			}()
 			buf := make([]byte, 4096)
@@ -97,6 +179,11 @@ func (p *Portal) consoleSocket(c *fiber.Ctx) error {
 		}
 	})(c)
 }
+
+// consoleEnded is the close frame's reason when the conductor's end
+// closes, which the terminal shows: the conductor knows why, the
+// listener's connection does not say.
+const consoleEnded = "the console was turned off, the node torn down, or your access to it ended"
 
 // sameOrigin reports whether the request's Origin is this portal's own
 // scheme-less host; a missing Origin is refused too, browsers always

@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"net/url"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -182,6 +184,127 @@ func TestPortalConsole(t *testing.T) {
 				}
 				break
 			}
+		}
+	})
+}
+
+// TestPortalConsoleSwitch turns an ipmitool-socat console (ipmi_sim with
+// SOL) on and off from the portal's form: the owner's member may (the
+// API then shows the console on, then off, and each change is audited);
+// the lessee's member, who does not pass set_console_state by default,
+// is told who may, refused with 403 and changes nothing; a project that
+// cannot see the node gets 404; a bad value is a 400 naming the field.
+func TestPortalConsoleSwitch(t *testing.T) {
+	storetest.Each(t, func(t *testing.T, setting string, _ *store.DB) {
+		sim := bmctest.StartSOL(t)
+		opts := server.Options{Database: setting, Conductor: conductor.Config{BMC: bmc.Options{Timeout: 5 * time.Second, Retries: -1}}}
+		opts.Conductor.Console.PortMin = 20000 + int(time.Now().UnixNano()%10000)
+		opts.Conductor.Console.PortMax = opts.Conductor.Console.PortMin + 50
+		srv := servertest.Start(t, opts)
+		ctx := context.Background()
+		for user, a := range map[string]identity.Assignment{
+			"root": {Scope: identity.Scope{System: true}, Role: "admin"},
+			"pat":  {Scope: identity.Scope{Project: "own"}, Role: "member"},
+			"gil":  {Scope: identity.Scope{Project: "les"}, Role: "member"},
+			"oz":   {Scope: identity.Scope{Project: "other"}, Role: "member"},
+		} {
+			if err := srv.IDs.CreateUser(ctx, user, user+"-password-1"); err != nil {
+				t.Fatal(err)
+			}
+			if err := srv.IDs.Grant(ctx, user, a); err != nil {
+				t.Fatal(err)
+			}
+		}
+		tok, _, err := srv.IDs.CreateToken(ctx, identity.TokenRequest{User: "root", Scope: identity.Scope{System: true}, Roles: []string{"admin"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		api := srv.Client()
+		api.Header.Set("X-Auth-Token", tok)
+		r := api.Do(t, "POST", "/v1/nodes", map[string]any{"name": "sol-switch", "driver": "ipmi", "driver_info": sim.DriverInfo(bmctest.Password),
+			"console_interface": "ipmitool-socat", "owner": "own", "lessee": "les"})
+		if r.Status != 201 {
+			t.Fatalf("create: %d %s", r.Status, r.Body)
+		}
+		id := r.JSON(t)["uuid"].(string)
+		enabled := func() any { return api.Do(t, "GET", "/v1/nodes/"+id, nil).JSON(t)["console_enabled"] }
+		// The users of the switch's audit events with this result.
+		audited := func(result string) []any {
+			evs := api.Do(t, "GET", "/v1/events?rule=baremetal:node:set_console_state&target_id="+id+"&result="+result, nil).JSON(t)["events"].([]any)
+			var users []any
+			for _, e := range evs {
+				users = append(users, e.(map[string]any)["user"])
+			}
+			return users
+		}
+		form := func(b *browser, on, back string) url.Values {
+			return url.Values{"csrf": {b.csrf}, "enabled": {on}, "back": {back}}
+		}
+
+		gil := signInAs(t, srv, "gil")
+		if st, body, _ := gil.do("GET", "/nodes/"+id, nil); st != 200 || strings.Contains(body, `action="/nodes/`+id+`/console/state"`) ||
+			!strings.Contains(body, "by rule baremetal:node:set_console_state") {
+			t.Errorf("the lessee's node page offers the switch or does not say who may: %d", st)
+		}
+		if st, _, _ := gil.do("POST", "/nodes/"+id+"/console/state", form(gil, "yes", "")); st != 403 {
+			t.Errorf("the lessee turned the console on: %d, want 403", st)
+		}
+		oz := signInAs(t, srv, "oz")
+		if st, _, _ := oz.do("POST", "/nodes/"+id+"/console/state", form(oz, "yes", "")); st != 404 {
+			t.Errorf("another project's member: %d, want 404", st)
+		}
+		if enabled() != false || len(audited("allowed")) != 0 {
+			t.Fatalf("a refused switch changed the console (%v) or was audited as done", enabled())
+		}
+		if u := audited("denied"); !slices.Contains(u, any("gil")) {
+			t.Errorf("the lessee's refusal was not audited: %v", u)
+		}
+
+		pat := signInAs(t, srv, "pat")
+		if st, body, _ := pat.do("GET", "/nodes/"+id, nil); st != 200 || !strings.Contains(body, `action="/nodes/`+id+`/console/state"`) ||
+			!strings.Contains(body, "Turn the console on") {
+			t.Fatalf("the owner's node page lacks the switch: %d", st)
+		}
+		if st, body, _ := pat.do("POST", "/nodes/"+id+"/console/state", form(pat, "maybe", "")); st != 400 || !strings.Contains(body, "enabled") {
+			t.Errorf("a bad value: %d, want 400 naming enabled", st)
+		}
+		st, _, h := pat.do("POST", "/nodes/"+id+"/console/state", form(pat, "yes", ""))
+		if st != 303 || h.Get("Location") != "/nodes/"+id {
+			t.Fatalf("turning on: %d to %q", st, h.Get("Location"))
+		}
+		if enabled() != true {
+			t.Fatal("the console is not on after the form said so")
+		}
+		if _, body, _ := pat.do("GET", "/nodes/"+id, nil); !strings.Contains(body, "The console of sol-switch is on.") ||
+			!strings.Contains(body, `data-console="/nodes/`+id+`/console/ws"`) || !strings.Contains(body, "xterm.min.js") {
+			t.Errorf("the node page does not offer the terminal once the console is on")
+		}
+		st, _, h = pat.do("POST", "/nodes/"+id+"/console/state", form(pat, "no", "console"))
+		if st != 303 || h.Get("Location") != "/nodes/"+id+"/console" {
+			t.Fatalf("turning off: %d to %q", st, h.Get("Location"))
+		}
+		if enabled() != false {
+			t.Fatal("the console is still on")
+		}
+		if u := audited("allowed"); len(u) != 2 || u[0] != "pat" || u[1] != "pat" {
+			t.Errorf("audited switches by %v, want pat's two (on, off)", u)
+		}
+
+		// Ironic's fake console turns on too, with nothing to watch.
+		r = api.Do(t, "POST", "/v1/nodes", map[string]any{"name": "fake-console", "driver": "fake-hardware", "console_interface": "fake", "owner": "own"})
+		if r.Status != 201 {
+			t.Fatalf("create: %d %s", r.Status, r.Body)
+		}
+		fake := r.JSON(t)["uuid"].(string)
+		pat.do("GET", "/nodes/"+fake, nil)
+		if st, _, _ := pat.do("POST", "/nodes/"+fake+"/console/state", form(pat, "yes", "")); st != 303 {
+			t.Fatalf("turning the fake console on: %d", st)
+		}
+		if api.Do(t, "GET", "/v1/nodes/"+fake, nil).JSON(t)["console_enabled"] != true {
+			t.Error("the fake console is not on")
+		}
+		if _, body, _ := pat.do("GET", "/nodes/"+fake, nil); !strings.Contains(body, "console interface (fake) has no stream") || strings.Contains(body, "data-console=") {
+			t.Error("the node page offers a terminal for the fake console, or does not say why not")
 		}
 	})
 }

@@ -72,7 +72,7 @@ func (p *Portal) detail(c *fiber.Ctx) (views.NodeDetail, error) {
 	d.ErrorSummary, d.ErrorAdvice = plainError(d.LastError)
 	t := nodes.Target(v.Node)
 	d.CanPower = p.Guard.Allowed(ctx, conductor.RuleSetPower, t)
-	d.Console = v.ConsoleEnabled && p.Guard.Allowed(ctx, conductor.RuleGetConsole, t)
+	d.Console = p.consoleView(ctx, v)
 	switch {
 	case !d.CanPower:
 		d.PowerWhy = p.denied(ctx, "may not change power", conductor.RuleSetPower)
@@ -569,6 +569,7 @@ func (p *Portal) fullNodePage(c *fiber.Ctx, status int, problem string, edit fun
 		return err
 	}
 	pg.Error = problem
+	pg.Terminal = d.Console != nil && d.Console.Stream
 	return render(c, status, views.Node(pg, d))
 }
 

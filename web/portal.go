@@ -141,6 +141,7 @@ func (p *Portal) Register(app *fiber.App) {
 	app.Post("/nodes/:id/test-bmc", s, p.signedIn, p.nodeTestBMC)
 	app.Get("/nodes/:id/console", s, p.signedIn, p.consolePage)
 	app.Get("/nodes/:id/console/ws", s, p.signedIn, p.consoleSocket)
+	app.Post("/nodes/:id/console/state", s, p.signedIn, p.nodeConsoleState)
 	app.Get("/runbooks", s, p.signedIn, p.runbooksPage)
 	app.Get("/runbooks/new", s, p.signedIn, p.newRunbook)
 	app.Post("/runbooks/new", s, p.signedIn, p.saveRunbook)

@@ -1,20 +1,5 @@
 import { test, expect } from '@playwright/test';
-import { signIn } from './helpers.mjs';
-
-// Every Content-Security-Policy violation a page reports, collected by a
-// listener the policy cannot block (Playwright injects it).
-async function watchCSP(page) {
-  await page.addInitScript(() => {
-    window.__csp = [];
-    document.addEventListener('securitypolicyviolation', (e) => window.__csp.push(`${e.violatedDirective} ${e.blockedURI} ${e.sourceFile}:${e.lineNumber}`));
-  });
-  const console = [];
-  page.on('console', (m) => { if (/Content.Security.Policy/i.test(m.text())) console.push(m.text()); });
-  return async () => {
-    const seen = await page.evaluate(() => window.__csp);
-    expect([...seen, ...console]).toEqual([]);
-  };
-}
+import { ipmiConsoleNode, operatorAPI, signIn, watchCSP } from './helpers.mjs';
 
 test('the portal works under its Content-Security-Policy without a violation', async ({ page }) => {
   const noViolations = await watchCSP(page);
@@ -59,4 +44,32 @@ test('the admin console works under the Content-Security-Policy', async ({ page 
   await page.getByRole('link', { name: 'Runbooks' }).click();
   await page.goto('/runbooks/new');
   await noViolations();
+});
+
+// xterm.js would inject <style> elements; anvil.js gives their rules to an
+// adopted stylesheet instead, so the console page keeps the policy.
+test('the serial console page works under the Content-Security-Policy', async ({ page, browser, request }) => {
+  test.setTimeout(90_000);
+  const api = await operatorAPI(browser, request, 'csp console');
+  const id = await ipmiConsoleNode(api, 'csp-console');
+  try {
+    await api('PUT', `/v1/nodes/${id}/states/console`, { enabled: true });
+    await expect.poll(async () => (await api('GET', `/v1/nodes/${id}`)).console_enabled).toBe(true);
+    const noViolations = await watchCSP(page);
+    await signIn(page, 'olga', 'operator-password-1');
+    await page.goto(`/nodes/${id}/console`);
+    await expect(page.getByTestId('console-status')).toHaveText(/^Connected/, { timeout: 15_000 });
+    await expect(page.locator('.console-screen .xterm-rows')).toBeVisible();
+    // The adopted rules are in force: xterm's rows are laid out in cells.
+    expect(await page.evaluate(() => document.adoptedStyleSheets.length)).toBeGreaterThan(0);
+    await noViolations();
+    await page.goto(`/nodes/${id}`);
+    await page.getByRole('button', { name: 'Open console' }).click();
+    await expect(page.getByTestId('console-status')).toHaveText(/^Connected/, { timeout: 15_000 });
+    await noViolations();
+  } finally {
+    await api('PUT', `/v1/nodes/${id}/states/console`, { enabled: false });
+    await expect.poll(async () => (await api('GET', `/v1/nodes/${id}`)).console_enabled).toBe(false);
+    await api('DELETE', `/v1/nodes/${id}`);
+  }
 });

@@ -52,6 +52,7 @@ export const ports = {
   fleet: Number(process.env.ANVIL_E2E_FLEET_PORT),
   sim: Number(process.env.ANVIL_E2E_SIM_PORT),
   op: Number(process.env.ANVIL_E2E_OP_PORT),
+  ipmi: Number(process.env.ANVIL_E2E_IPMI_PORT),
 };
 
 // shot saves a screenshot as name.png: in $ANVIL_SHOTS_DIR when set (the
@@ -61,4 +62,33 @@ export async function shot(page, testInfo, name, options = {}) {
   const dir = process.env.ANVIL_SHOTS_DIR || testInfo.outputPath();
   fs.mkdirSync(dir, { recursive: true });
   await page.screenshot({ ...options, path: path.join(dir, `${name}.png`) });
+}
+
+// ipmiConsoleNode enrols a node on this run's IPMI simulator (serve.sh's
+// ANVIL_IPMI_PORT) with an ipmitool-socat console, owned and leased by
+// projects no other journey uses, and returns its UUID. Only one such
+// node may have its console on at a time: serve.sh gives the console
+// listener one port.
+export async function ipmiConsoleNode(api, name) {
+  const node = await api('POST', '/v1/nodes', {
+    name, driver: 'ipmi', console_interface: 'ipmitool-socat', owner: 'console-lab', lessee: 'console-lease',
+    driver_info: { ipmi_address: '127.0.0.1', ipmi_port: ports.ipmi, ipmi_username: 'admin', ipmi_password: 'password', ipmi_cipher_suite: 3 },
+  });
+  return node.uuid;
+}
+
+// watchCSP collects every Content-Security-Policy violation a page
+// reports, through a listener the policy cannot block (Playwright injects
+// it); the function it returns asserts there was none.
+export async function watchCSP(page) {
+  await page.addInitScript(() => {
+    window.__csp = [];
+    document.addEventListener('securitypolicyviolation', (e) => window.__csp.push(`${e.violatedDirective} ${e.blockedURI} ${e.sourceFile}:${e.lineNumber}`));
+  });
+  const console = [];
+  page.on('console', (m) => { if (/Content.Security.Policy/i.test(m.text())) console.push(m.text()); });
+  return async () => {
+    const seen = await page.evaluate(() => window.__csp);
+    expect([...seen, ...console]).toEqual([]);
+  };
 }

@@ -56,6 +56,10 @@ type Service struct {
 	// wake tells the conductor a new allocation waits; one pending
 	// signal is enough, since a run takes every waiting allocation.
 	wake chan struct{}
+	// MaxLease, when above zero, bounds the lease (extra.anvil_expires_at)
+	// a project-scoped caller gives or changes: it must end within
+	// MaxLease of now, and may not be removed (see checkLease).
+	MaxLease time.Duration
 }
 
 // New returns the allocation service.
@@ -150,6 +154,9 @@ func (s *Service) Create(ctx context.Context, in Input) (out *Allocation, err er
 		if err := s.guard.Authorize(ctx, RuleCreateRestricted, "allocation", in.UUID, policies.Target{AllocationOwner: p.Project}); err != nil {
 			return nil, err
 		}
+	}
+	if err := s.checkLease(ctx, in.Extra, nil, true, time.Now()); err != nil {
+		return nil, err
 	}
 	var target *ent.Node
 	if in.Node != nil {
@@ -835,6 +842,9 @@ func (s *Service) Update(ctx context.Context, ident string, raw []byte) (out *Al
 		if len(extra) > 100 {
 			return errs.BadRequest("extra", "extra has more than 100 keys")
 		}
+		if err := s.checkLease(ctx, extra, cur.Extra, false, time.Now()); err != nil {
+			return err
+		}
 		if !reflect.DeepEqual(normal(extra), normal(cur.Extra)) {
 			changed = append(changed, "extra")
 		}
@@ -906,7 +916,12 @@ func (s *Service) Delete(ctx context.Context, ident string) (err error) {
 				return err
 			}
 		}
-		return tx.Allocation.DeleteOneID(a.ID).Exec(ctx)
+		err := tx.Allocation.DeleteOneID(a.ID).Exec(ctx)
+		if ent.IsNotFound(err) {
+			// Released meanwhile (its lease ended, say): as if it never was.
+			return notFound(ident)
+		}
+		return err
 	})
 }
 

@@ -51,6 +51,7 @@ func serveCmd() *cobra.Command {
 		mtok     string
 		rolAge   time.Duration
 		imgFile  string
+		maxLease time.Duration
 	)
 	cmd := &cobra.Command{
 		Use:   "serve",
@@ -78,6 +79,9 @@ func serveCmd() *cobra.Command {
 				if pu, err := url.Parse(u); err != nil || (pu.Scheme != "http" && pu.Scheme != "https") || pu.Host == "" || pu.RawQuery != "" || pu.Fragment != "" {
 					return fmt.Errorf("--agent-image-url %q: give an http:// or https:// base URL such as https://anvil.example.com/images", u)
 				}
+			}
+			if maxLease < 0 || cc.LeaseCheck <= 0 {
+				return fmt.Errorf("--allocation-max-lease %s, --lease-check-interval %s: give 0 or more, and more than 0", maxLease, cc.LeaseCheck)
 			}
 			if cc.Agent.ImageCacheMaxBytes <= 0 || cc.Agent.ImageDownloadTimeout <= 0 {
 				return fmt.Errorf("--image-cache-max-bytes and --image-download-timeout must be more than 0")
@@ -145,7 +149,7 @@ func serveCmd() *cobra.Command {
 			app, err := server.New(ctx, server.Options{
 				Database: g.database, Pool: pool, AccessLog: access, AuthNone: auth == "none", Log: log, SessionSecret: secret, OIDC: provider, Conductor: cc, PolicyDir: pdir, PolicyOverrideEnabled: penab, ServiceProject: svcp,
 				TrustedProxies: proxy, FirmwareDir: fwo.dir, FirmwareURL: fwo.url, FirmwareMaxBytes: fwo.max,
-				BootISODir:   isoDir,
+				BootISODir: isoDir, AllocationMaxLease: maxLease,
 				MetricsToken: mtok, OIDCRolesMaxAge: rolAge,
 				Bootstrap: func(user, pw string) {
 					// Printed once, on stderr with the log, never stored in clear.
@@ -190,6 +194,8 @@ func serveCmd() *cobra.Command {
 	f.StringVar(&cc.Group, "conductor-group", "", "the conductor_group whose nodes this conductor serves (Ironic's; the default \"\" serves nodes without a group)")
 	f.DurationVar(&cc.Heartbeat, "heartbeat", 5*time.Second, "how often the conductor reports it is alive")
 	f.DurationVar(&cc.HeartbeatTimeout, "heartbeat-timeout", 30*time.Second, "silence after which another conductor takes a conductor's nodes over")
+	f.DurationVar(&maxLease, "allocation-max-lease", 0, "longest lease a project-scoped caller may give an allocation: it must set extra.anvil_expires_at within this of now, and may not remove it (0: no cap; system-scoped callers are never capped)")
+	f.DurationVar(&cc.LeaseCheck, "lease-check-interval", 30*time.Second, "how often the conductor ends the allocation leases past their extra.anvil_expires_at")
 	f.DurationVar(&cc.PowerSync, "power-sync", time.Minute, "period of the power-state sync over every node (0 turns it off)")
 	f.IntVar(&cc.PowerSyncWorkers, "power-sync-workers", 16, "concurrent BMC calls during power sync")
 	f.DurationVar(&cc.BMC.Timeout, "bmc-timeout", 20*time.Second, "timeout of each BMC call")

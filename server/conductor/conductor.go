@@ -66,6 +66,9 @@ type Config struct {
 	Agent AgentConfig
 	// Console places the ipmitool-socat listeners (console.go).
 	Console ConsoleConfig
+	// LeaseCheck is how often the allocation loop ends the leases past
+	// their end (allocations.go); default 30 seconds.
+	LeaseCheck time.Duration
 }
 
 func (c Config) withDefaults() Config {
@@ -86,6 +89,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.FirmwareUnresponsiveBMCWait <= 0 {
 		c.FirmwareUnresponsiveBMCWait = 8 * time.Minute
+	}
+	if c.LeaseCheck <= 0 {
+		c.LeaseCheck = 30 * time.Second
 	}
 	c.Agent = c.Agent.withDefaults()
 	if c.Console.Host == "" {
