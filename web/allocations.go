@@ -237,13 +237,10 @@ func readRequest(c *fiber.Ctx) (request, error) {
 		}
 		// The allocation records when its lease ends; the conductor
 		// gives the node back then.
-		r.in.Extra = map[string]any{leaseKey: time.Now().UTC().Add(time.Duration(h) * time.Hour).Format(time.RFC3339)}
+		r.in.Extra = map[string]any{allocations.LeaseKey: time.Now().UTC().Add(time.Duration(h) * time.Hour).Format(time.RFC3339)}
 	}
 	return r, nil
 }
-
-// leaseKey is the allocation's extra field holding its lease's end.
-const leaseKey = "anvil_expires_at"
 
 // nameOf is the i-th (1-based) allocation's name: the name asked for,
 // numbered when the request is for several nodes.
@@ -432,7 +429,7 @@ func (p *Portal) allocationsPage(c *fiber.Ctx) error {
 	for i, a := range as {
 		rows[i] = views.AllocationRow{UUID: a.UUID, Name: deref(a.Name), State: a.State, Owner: deref(a.Owner), NodeUUID: a.NodeUUID,
 			NodeName: a.NodeName, Created: a.CreatedAt, LastError: deref(a.LastError), NodeState: states[a.NodeUUID]}
-		if end, err := time.Parse(time.RFC3339, str(a.Extra[leaseKey])); err == nil {
+		if end, err := time.Parse(time.RFC3339, str(a.Extra[allocations.LeaseKey])); err == nil {
 			rows[i].Ends = &end
 		}
 	}
