@@ -43,7 +43,7 @@ type DeployPanel struct {
 }
 
 // DeployImage is one image of the pick-list.
-type DeployImage struct{ Name, URL string }
+type DeployImage struct{ Name string }
 
 // OtherImage is the pick-list's value for an image given by URL.
 const OtherImage = "other"

@@ -40,7 +40,7 @@ func (p *Portal) deployPanel(ctx context.Context, d *views.NodeDetail, v *nodes.
 			}
 		}
 		for _, im := range p.DeployImages {
-			dp.Images = append(dp.Images, views.DeployImage{Name: im.Name, URL: im.URL})
+			dp.Images = append(dp.Images, views.DeployImage{Name: im.Name})
 		}
 		return
 	case conductor.StateDeploying, conductor.StateDeployWait, conductor.StateDeployHold:
