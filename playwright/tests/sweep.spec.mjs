@@ -65,10 +65,11 @@ test('every page type fits 390 px and 1440 px in both schemes and passes axe', a
       const over = await page.evaluate(() => {
         const s = document.scrollingElement;
         if (s.scrollWidth <= window.innerWidth) return [];
-        // Name what sticks out, for the fix.
-        return [...document.querySelectorAll('body *')]
-          .filter((e) => e.getBoundingClientRect().right > window.innerWidth + 0.5 && !e.closest('.scroll'))
-          .slice(0, 5).map((e) => `${e.tagName.toLowerCase()}${e.id ? '#' + e.id : ''}${e.className ? '.' + String(e.className).split(' ').join('.') : ''}`)
+        // Name the innermost visible elements that stick out, for the fix.
+        const out = [...document.querySelectorAll('body *')].filter((e) => !e.closest('.scroll, .sr-only, table.cards thead')
+          && e.getBoundingClientRect().right > window.innerWidth + 0.5);
+        return out.filter((e) => !out.some((o) => o !== e && e.contains(o))).slice(0, 5)
+          .map((e) => `${e.tagName.toLowerCase()}${e.id ? '#' + e.id : ''}${e.className ? '.' + String(e.className).split(' ').join('.') : ''}: ${(e.textContent || '').trim().slice(0, 60)}`)
           .concat([`scrollWidth ${s.scrollWidth} > ${window.innerWidth}`]);
       });
       expect.soft(over, `${label} overflows sideways`).toEqual([]);
