@@ -40,6 +40,9 @@ const stop = () => {
   fs.rmSync(dir, { recursive: true, force: true });
 };
 const guard = setTimeout(() => { console.error('bench-browser: 20-minute guard reached, stopping'); stop(); process.exit(1); }, 20 * 60_000);
+// However this process ends (a closed stdout ends it with EPIPE), Anvil
+// ends with it.
+process.on('exit', stop);
 process.on('SIGINT', () => { stop(); process.exit(130); });
 process.on('SIGTERM', () => { stop(); process.exit(143); });
 
@@ -97,6 +100,10 @@ async function main() {
     await page.getByLabel('Password').fill('bench-password-1');
     await page.getByRole('button', { name: 'Sign in' }).click();
     await page.waitForURL(/\/nodes$/);
+    // The list's own count, so the figures are over the fleet asked for.
+    const listed = Number((await page.locator('label', { has: page.getByTestId('select-all-matching') }).textContent()).match(/(\d+)/)[1]);
+    if (listed !== NODES) throw new Error(`the node list counts ${listed} nodes, not ${NODES}`);
+    console.log(`the node list counts ${listed} nodes`);
     const first = await page.locator('table.nodes tbody tr a').first().getAttribute('href');
     const pages = [
       ['node list, first page', '/nodes'],
