@@ -218,7 +218,7 @@ func TestRunbooksAndRetry(t *testing.T) {
 		t.Fatalf("retry: %s", frag)
 	}
 	waitManageable(t, api, id)
-	if _, page, _ = pat.do("GET", "/nodes/"+id+"?history=1", nil); strings.Count(page, "<td>Runbook CUSTOM_X, run by pat: clean with 1 step(s)</td>") != 2 ||
+	if _, page, _ = pat.do("GET", "/nodes/"+id+"?history=1", nil); strings.Count(page, `<td data-label="Event">Runbook CUSTOM_X, run by pat: clean with 1 step(s)</td>`) != 2 ||
 		strings.Count(page, `<details class="run"`) != 2 {
 		t.Errorf("the retry did not run CUSTOM_X again\n%s", section(t, page, "status"))
 	}

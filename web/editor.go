@@ -216,7 +216,8 @@ func readRows(c *fiber.Ctx) []views.EditorStep {
 }
 
 // rowOp applies a row button (add, remove:i, up:i, down:i, append:i to
-// add a settings builder's entry); "refresh"
+// add a settings builder's entry, rmdisk:i:k to remove the RAID
+// builder's logical disk k); "refresh"
 // changes nothing, as reading the rows already gave each chosen step its
 // fields.
 func rowOp(e *views.Editor, op string) {
@@ -236,6 +237,8 @@ func rowOp(e *views.Editor, op string) {
 		e.Steps[i], e.Steps[i+1] = e.Steps[i+1], e.Steps[i]
 	case verb == "append" && valid:
 		appendSetting(e, i)
+	case verb == "rmdisk":
+		removeDisk(e, arg)
 	}
 }
 
@@ -319,6 +322,13 @@ func typed(a views.EditorArg) (any, error) {
 		return float64(n), nil // as JSON decodes numbers, which the checks expect
 	case a.Type == "string":
 		return v, nil
+	}
+	if strings.HasPrefix(a.Type, "object") {
+		var obj map[string]any
+		if err := json.Unmarshal([]byte(v), &obj); err != nil || obj == nil {
+			return nil, fmt.Errorf("must be a JSON object (%s)", a.Type)
+		}
+		return obj, nil
 	}
 	var out []any
 	if err := json.Unmarshal([]byte(v), &out); err != nil {

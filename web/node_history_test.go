@@ -35,7 +35,7 @@ func TestRunbookRunInHistory(t *testing.T) {
 		for {
 			_, page, _ := pat.do("GET", "/nodes/"+ids["f-00"], nil)
 			if strings.Contains(page, "All 1 clean steps done") {
-				if !strings.Contains(page, "<td>Runbook CUSTOM_X, run by pat: clean with 1 step(s)</td><td>pat</td>") {
+				if !strings.Contains(page, `<td data-label="Event">Runbook CUSTOM_X, run by pat: clean with 1 step(s)</td><td data-label="By">pat</td>`) {
 					t.Fatalf("history lacks the runbook and who ran it:\n%s", section(t, page, "status"))
 				}
 				break

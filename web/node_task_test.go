@@ -98,7 +98,7 @@ func TestNodePageTaskFirst(t *testing.T) {
 			i := strings.Index(page, `id="history"`)
 			t.Fatalf("no grouped run in the history:\n%s", page[i:i+3000])
 		}
-		steps := regexp.MustCompile(`<td>(All 2 clean steps done[^<]*|Step deploy\.wait done|Step power\.power_on started \(1 of 2\)|Runbook CUSTOM_X, run by gil: clean with 2 step\(s\))</td>`).FindAllStringSubmatch(m[2], -1)
+		steps := regexp.MustCompile(`<td data-label="Event">(All 2 clean steps done[^<]*|Step deploy\.wait done|Step power\.power_on started \(1 of 2\)|Runbook CUSTOM_X, run by gil: clean with 2 step\(s\))</td>`).FindAllStringSubmatch(m[2], -1)
 		if len(steps) != 4 || !strings.HasPrefix(steps[0][1], "All 2") || !strings.HasPrefix(steps[3][1], "Runbook CUSTOM_X") {
 			t.Errorf("the run's group lacks its events, newest first: %v", steps)
 		}

@@ -235,7 +235,7 @@ func TestTenancyForm(t *testing.T) {
 		_, page, _ = pat.do("GET", "/nodes/"+id, nil)
 		for _, want := range []string{
 			`<p class="flash" role="status">Lessee of f-00 set to tenant-blue. Project tenant-blue is new.</p>`,
-			"<td>Lessee changed: green → tenant-blue</td><td>pat</td>",
+			`<td data-label="Event">Lessee changed: green → tenant-blue</td><td data-label="By">pat</td>`,
 		} {
 			if !strings.Contains(page, want) {
 				t.Errorf("after saving, the page lacks %s", want)
@@ -243,7 +243,7 @@ func TestTenancyForm(t *testing.T) {
 		}
 		// The API's PATCH writes the same history.
 		api.Do(t, "PATCH", "/v1/nodes/"+id, []map[string]any{{"op": "replace", "path": "/lessee", "value": "green"}})
-		if _, page, _ = pat.do("GET", "/nodes/"+id, nil); !strings.Contains(page, "<td>Lessee changed: tenant-blue → green</td><td>root</td>") {
+		if _, page, _ = pat.do("GET", "/nodes/"+id, nil); !strings.Contains(page, `<td data-label="Event">Lessee changed: tenant-blue → green</td><td data-label="By">root</td>`) {
 			t.Error("an API lessee change is not in the node's history")
 		}
 

@@ -1,5 +1,5 @@
 import { test, expect } from '@playwright/test';
-import { signIn } from './helpers.mjs';
+import { accessible, operatorAPI, signIn } from './helpers.mjs';
 
 
 test('a project manager writes a runbook in the step editor; an operator publishes it and re-leases a node', async ({ page }) => {
@@ -89,4 +89,73 @@ test('a project manager deletes a runbook after confirming', async ({ page }) =>
   await expect(page).toHaveURL(/\/runbooks$/);
   await expect(page.getByRole('status')).toContainText('Deleted runbook CUSTOM_SHORT_LIVED.');
   await expect(page.locator('tr[data-runbook="CUSTOM_SHORT_LIVED"]')).toHaveCount(0);
+});
+
+// The RAID builder of raid.apply_configuration: two logical disks built
+// field by field (htmx swaps the rows), one refused by name, then saved;
+// the API shows exactly the configuration built. The runbook is deleted
+// again, so no other journey sees it.
+test('a project manager builds a two-disk RAID configuration in the runbook editor', async ({ page, browser, request }) => {
+  test.setTimeout(90_000);
+  await signIn(page, 'mark', 'manager-password-1');
+  await page.goto('/runbooks/new');
+  await page.getByLabel('Name (a trait: nodes need it to run this runbook)').fill('CUSTOM_RAID_TWO');
+  await page.getByLabel('Step 1', { exact: true }).selectOption('raid.apply_configuration');
+  const builder = page.getByTestId('builder-0');
+  await expect(builder).toContainText('raid_config has no logical disk yet');
+  const add = page.getByRole('button', { name: 'Add logical disk to raid_config of step 1' });
+
+  await builder.getByLabel('size_gb (GiB, or MAX)').fill('100');
+  await builder.getByLabel('raid_level').selectOption('1');
+  await builder.getByLabel('volume_name (optional)').fill('os');
+  await builder.getByLabel('is_root_volume').check();
+  await add.click();
+  await expect(page.getByTestId('disks-0').locator('li')).toHaveCount(1);
+
+  await builder.getByLabel('size_gb (GiB, or MAX)').fill('MAX');
+  await builder.getByLabel('raid_level').selectOption('5');
+  await builder.getByLabel('controller (optional; needed with physical_disks)').fill('RAID.Integrated.1-1');
+  await builder.getByLabel('physical_disks (optional, comma-separated drive names)').fill('Disk.0, Disk.1, Disk.2');
+  await builder.getByLabel('number_of_physical_disks (optional)').fill('3');
+  await builder.getByLabel('disk_type').selectOption('ssd');
+  await builder.getByLabel('interface_type').selectOption('sas');
+  await builder.getByLabel('share_physical_disks').check();
+  await add.click();
+  await expect(page.getByTestId('disks-0').locator('li')).toHaveCount(2);
+  await expect(page.getByTestId('disks-0').locator('li').nth(1)).toContainText('RAID 5, MAX');
+
+  // A third disk without a RAID level: refused by its place, nothing added.
+  await builder.getByLabel('size_gb (GiB, or MAX)').fill('10');
+  await add.click();
+  await expect(page.getByTestId('builder-error-0')).toContainText('logical_disks[2].raid_level must be one of JBOD');
+  await expect(builder.getByLabel('raid_level')).toHaveAttribute('aria-invalid', 'true');
+  await expect(builder.getByLabel('size_gb (GiB, or MAX)')).toHaveValue('10');
+  await expect(page.getByTestId('disks-0').locator('li')).toHaveCount(2);
+  await accessible(page, 'RAID builder');
+  // Added, then removed again.
+  await builder.getByLabel('raid_level').selectOption('JBOD');
+  await add.click();
+  await expect(page.getByTestId('disks-0').locator('li')).toHaveCount(3);
+  await page.getByRole('button', { name: 'Remove logical disk 3 of step 1' }).click();
+  await expect(page.getByTestId('disks-0').locator('li')).toHaveCount(2);
+
+  await page.getByLabel('delete_existing of step 1').selectOption('false');
+  await page.getByRole('button', { name: 'Save runbook' }).click();
+  await expect(page).toHaveURL(/\/runbooks\?saved=/);
+
+  const api = await operatorAPI(browser, request, 'raid builder journey');
+  const rb = await api('GET', '/v1/runbooks/CUSTOM_RAID_TWO');
+  expect(rb.steps).toHaveLength(1);
+  expect(rb.steps[0].interface + '.' + rb.steps[0].step).toBe('raid.apply_configuration');
+  expect(rb.steps[0].args).toEqual({
+    delete_existing: false,
+    raid_config: {
+      logical_disks: [
+        { size_gb: 100, raid_level: '1', volume_name: 'os', is_root_volume: true },
+        { size_gb: 'MAX', raid_level: '5', controller: 'RAID.Integrated.1-1', physical_disks: ['Disk.0', 'Disk.1', 'Disk.2'],
+          number_of_physical_disks: 3, disk_type: 'ssd', interface_type: 'sas', share_physical_disks: true },
+      ],
+    },
+  });
+  await api('DELETE', '/v1/runbooks/CUSTOM_RAID_TWO');
 });

@@ -8,6 +8,7 @@ import (
 
 	"github.com/anvilproject/anvil/ent"
 	"github.com/anvilproject/anvil/server/bmc"
+	"github.com/anvilproject/anvil/server/nodes"
 )
 
 // Arg describes one step argument for the catalogue's readers (the
@@ -101,6 +102,15 @@ var catalogue = []StepInfo{
 		{"create_nonroot_volumes", "boolean", false, "build the other volumes; default true", nil, isBool},
 		{"delete_existing", "boolean", false, "delete every existing volume first; default false", nil, isBool},
 	}, outOfBand, false},
+	// Ironic's RAIDInterface.apply_configuration: the configuration
+	// travels with the step, so a runbook carries the logical disks it
+	// builds rather than depending on what the node's target says.
+	{"raid", "apply_configuration", "Make raid_config the node's target_raid_config, then build it as create_configuration does (delete_existing defaults to true here, as in Ironic).", []Arg{
+		{"raid_config", "object {logical_disks}", true, "the target RAID configuration (Ironic's RAID schema): logical_disks, each with raid_level and size_gb (GiB or MAX) and optionally is_root_volume, volume_name, controller, physical_disks, disk_type, interface_type, number_of_physical_disks, share_physical_disks", nil, isRAIDConfig},
+		{"create_root_volume", "boolean", false, "build the root volume (is_root_volume); default true", nil, isBool},
+		{"create_nonroot_volumes", "boolean", false, "build the other volumes; default true", nil, isBool},
+		{"delete_existing", "boolean", false, "delete every existing volume first; default true", nil, isBool},
+	}, outOfBand, false},
 	{"raid", "delete_configuration", "Delete every volume of the system's Redfish Storage controllers (DELETE on each, with the apply time Ironic picks; tasks followed, the node rebooted for those waiting for a reset, one per controller per reboot) and record the empty configuration in raid_config.", nil, outOfBand, false},
 	// The conductor's side of an agent deploy (direct, custom-agent),
 	// planned around the request's steps at Ironic's priorities.
@@ -129,7 +139,8 @@ func StepsFor(n *ent.Node) []StepInfo {
 	var out []StepInfo
 	for _, s := range catalogue {
 		if s.Interface == "raid" && agentRAID(n) {
-			if slices.Contains(withAgent, d) {
+			// The agent's apply_configuration is a deploy step only.
+			if slices.Contains(withAgent, d) && s.Step != "apply_configuration" {
 				out = append(out, agentRAIDStep(s))
 			}
 			continue
@@ -319,6 +330,19 @@ func isSettings(v any) error {
 		default:
 			return fmt.Errorf("[%d].value must be a string, number or boolean", i)
 		}
+	}
+	return nil
+}
+
+// isRAIDConfig checks a step's raid_config against Ironic's RAID schema,
+// naming the field it refuses (logical_disks[1].raid_level).
+func isRAIDConfig(v any) error {
+	cfg, ok := v.(map[string]any)
+	if !ok {
+		return fmt.Errorf("must be an object with logical_disks")
+	}
+	if field, why := nodes.RAIDConfigProblem(cfg); field != "" {
+		return fmt.Errorf("%s %s", field, why)
 	}
 	return nil
 }

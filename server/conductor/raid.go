@@ -34,7 +34,20 @@ func (c *Conductor) execRAID(ctx context.Context, n *ent.Node, cl bmc.Client, st
 	rr := raidRun{c: c, cl: cl, r: r}
 	var created map[string]map[string]any
 	switch st.Step {
-	case "create_configuration":
+	case "create_configuration", "apply_configuration":
+		apply := st.Step == "apply_configuration"
+		if apply {
+			// As Ironic's apply_configuration: the step's configuration
+			// becomes the node's target before it is built.
+			cfg, _ := st.Args["raid_config"].(map[string]any)
+			k, err := c.db.Node.Update().Where(node.ID(n.ID), node.Reservation(c.cfg.Name)).SetTargetRaidConfig(cfg).Save(ctx)
+			if err != nil {
+				return "", err
+			}
+			if k == 0 {
+				return "", fmt.Errorf("node %s is no longer reserved by conductor %s", n.UUID, c.cfg.Name)
+			}
+		}
 		// The target may have changed since the run was requested.
 		cur, err := c.db.Node.Get(ctx, n.ID)
 		if err != nil {
@@ -44,7 +57,7 @@ func (c *Conductor) execRAID(ctx context.Context, n *ent.Node, cl bmc.Client, st
 		if err != nil {
 			return "", err
 		}
-		if boolArg(st, "delete_existing", false) {
+		if boolArg(st, "delete_existing", apply) {
 			if err := rr.deleteAll(ctx); err != nil {
 				return rr.power, err
 			}

@@ -2,7 +2,9 @@ package conductor
 
 import (
 	"context"
+	"encoding/json"
 	"log/slog"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -220,5 +222,90 @@ func TestMatchNewVolumes(t *testing.T) {
 	want := []match{{"C", 2}, {"B", 0}, {"A", 1}}
 	if !slices.Equal(got, want) {
 		t.Errorf("matchNew %v, want %v", got, want)
+	}
+}
+
+// TestRAIDApplyConfiguration: raid.apply_configuration makes its
+// raid_config the node's target and builds it, deleting the volumes
+// already there unless told not to (Ironic's default for the step), so
+// a second apply leaves only its own volumes.
+func TestRAIDApplyConfiguration(t *testing.T) {
+	storetest.Each(t, func(t *testing.T, _ string, db *store.DB) {
+		ctx := context.Background()
+		c := New(db, slog.New(slog.DiscardHandler), Config{Name: "test"})
+		n := raidNode(t, db, "fake-hardware", map[string]any{"logical_disks": []any{
+			map[string]any{"raid_level": "0", "size_gb": float64(10), "volume_name": "old"},
+		}})
+		apply := func(cfg map[string]any, args map[string]any) *ent.Node {
+			t.Helper()
+			if err := db.Node.UpdateOneID(n.ID).SetProvisionState(nodes.StateCleaning).SetReservation("test").Exec(ctx); err != nil {
+				t.Fatal(err)
+			}
+			a := map[string]any{"raid_config": cfg}
+			for k, v := range args {
+				a[k] = v
+			}
+			st := []Step{{Interface: "raid", Step: "apply_configuration", Args: a}}
+			if p := ArgProblems(st); len(p) > 0 {
+				t.Fatalf("arguments refused: %v", p)
+			}
+			c.runSteps(n, "clean", st, "tester", false)
+			got, err := db.Node.Get(ctx, n.ID)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got.ProvisionState != nodes.StateManageable || got.LastError != nil {
+				t.Fatalf("apply: state %s, last_error %v", got.ProvisionState, lastErr(got))
+			}
+			if !reflect.DeepEqual(got.TargetRaidConfig, cfg) {
+				t.Errorf("target_raid_config %v, want the step's %v", got.TargetRaidConfig, cfg)
+			}
+			return got
+		}
+		names := func(n *ent.Node) []string {
+			var out []string
+			for _, d := range logicalDisks(t, n) {
+				out = append(out, d["name"].(string))
+			}
+			slices.Sort(out)
+			return out
+		}
+		two := map[string]any{"logical_disks": []any{
+			map[string]any{"raid_level": "1", "size_gb": float64(100), "is_root_volume": true, "volume_name": "root"},
+			map[string]any{"raid_level": "5", "size_gb": "MAX", "volume_name": "data"},
+		}}
+		if got := names(apply(two, nil)); !slices.Equal(got, []string{"data", "root"}) {
+			t.Errorf("first apply built %v", got)
+		}
+		one := map[string]any{"logical_disks": []any{map[string]any{"raid_level": "1", "size_gb": float64(50), "volume_name": "solo"}}}
+		if got := names(apply(one, nil)); !slices.Equal(got, []string{"solo"}) {
+			t.Errorf("second apply (deleting the others by default) left %v", got)
+		}
+		extra := map[string]any{"logical_disks": []any{map[string]any{"raid_level": "0", "size_gb": float64(20), "volume_name": "extra"}}}
+		if got := names(apply(extra, map[string]any{"delete_existing": false})); !slices.Equal(got, []string{"extra", "solo"}) {
+			t.Errorf("apply keeping the others left %v", got)
+		}
+	})
+}
+
+// A step's raid_config is checked as Ironic's RAID schema, naming the
+// field it refuses by its place.
+func TestRAIDApplyConfigurationArgs(t *testing.T) {
+	for cfg, want := range map[string]string{
+		`{"logical_disks": [{"raid_level": "1", "size_gb": 10}, {"raid_level": "7", "size_gb": 10}]}`: "argument raid_config logical_disks[1].raid_level must be one of JBOD",
+		`{"logical_disks": [{"raid_level": "1"}]}`:                                                    "argument raid_config logical_disks[0].size_gb is required",
+		`{"logical_disks": []}`: "argument raid_config logical_disks must be a non-empty list",
+		`{"logical_disks": [{"raid_level": "1", "size_gb": 10, "physical_disks": ["a"]}]}`: "argument raid_config logical_disks[0].controller is required when physical_disks is given",
+		`{"logical_disks": [{"raid_level": "1", "size_gb": 10, "colour": "red"}]}`:         "argument raid_config logical_disks[0].colour is not a logical disk key",
+		`[]`: "argument raid_config must be an object with logical_disks",
+	} {
+		var v any
+		if err := json.Unmarshal([]byte(cfg), &v); err != nil {
+			t.Fatal(err)
+		}
+		p := ArgProblems([]Step{{Interface: "raid", Step: "apply_configuration", Args: map[string]any{"raid_config": v}}})
+		if len(p) != 1 || p[0].Part != "args.raid_config" || !strings.HasPrefix(p[0].Msg, want) {
+			t.Errorf("%s: problems %v, want %q", cfg, p, want)
+		}
 	}
 }

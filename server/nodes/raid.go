@@ -3,6 +3,7 @@ package nodes
 import (
 	"context"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"time"
@@ -12,13 +13,18 @@ import (
 	"github.com/anvilproject/anvil/server/store"
 )
 
-// raidLevels are the RAID levels of Ironic's RAID schema.
-var raidLevels = []string{"JBOD", "0", "1", "2", "5", "6", "1+0", "5+0", "6+0"}
+// The choices of Ironic's RAID schema: RAID levels, disk types and
+// interface types of a logical disk.
+var (
+	RAIDLevels     = []string{"JBOD", "0", "1", "2", "5", "6", "1+0", "5+0", "6+0"}
+	DiskTypes      = []string{"hdd", "ssd"}
+	InterfaceTypes = []string{"sata", "scsi", "sas"}
+)
 
 // logicalDiskKeys are the keys a logical disk may hold, with a check for
 // each value (ironic/drivers/raid_config_schema.json).
 var logicalDiskKeys = map[string]func(v any) bool{
-	"raid_level": func(v any) bool { s, ok := v.(string); return ok && slices.Contains(raidLevels, s) },
+	"raid_level": func(v any) bool { s, ok := v.(string); return ok && slices.Contains(RAIDLevels, s) },
 	"size_gb": func(v any) bool {
 		if s, ok := v.(string); ok {
 			return s == "MAX"
@@ -29,8 +35,8 @@ var logicalDiskKeys = map[string]func(v any) bool{
 	"volume_name":          func(v any) bool { _, ok := v.(string); return ok },
 	"is_root_volume":       func(v any) bool { _, ok := v.(bool); return ok },
 	"share_physical_disks": func(v any) bool { _, ok := v.(bool); return ok },
-	"disk_type":            func(v any) bool { s, ok := v.(string); return ok && (s == "hdd" || s == "ssd") },
-	"interface_type":       func(v any) bool { s, ok := v.(string); return ok && (s == "sata" || s == "scsi" || s == "sas") },
+	"disk_type":            func(v any) bool { s, ok := v.(string); return ok && slices.Contains(DiskTypes, s) },
+	"interface_type":       func(v any) bool { s, ok := v.(string); return ok && slices.Contains(InterfaceTypes, s) },
 	"number_of_physical_disks": func(v any) bool {
 		f, ok := v.(float64)
 		return ok && f >= 1 && f == float64(int64(f))
@@ -122,4 +128,64 @@ func raidKeys() string {
 	}
 	slices.Sort(keys)
 	return strings.Join(keys, ", ")
+}
+
+// RAIDConfigProblem is the first place in cfg that Ironic's RAID schema
+// refuses, as a path a form can point at (logical_disks[1].raid_level),
+// and why; "" when cfg is a valid, non-empty configuration. A step that
+// carries a configuration (raid.apply_configuration) names the field
+// this way; ValidateRAIDConfig keeps the API's Ironic messages.
+func RAIDConfigProblem(cfg map[string]any) (field, why string) {
+	for k := range cfg {
+		if k != "logical_disks" {
+			return k, "is not a RAID configuration key; it holds only logical_disks"
+		}
+	}
+	disks, ok := cfg["logical_disks"].([]any)
+	if !ok || len(disks) == 0 {
+		return "logical_disks", "must be a non-empty list of logical disks"
+	}
+	for i, d := range disks {
+		at := fmt.Sprintf("logical_disks[%d]", i)
+		disk, ok := d.(map[string]any)
+		if !ok {
+			return at, "must be an object"
+		}
+		for _, req := range []string{"raid_level", "size_gb"} {
+			if _, ok := disk[req]; !ok {
+				return at + "." + req, "is required"
+			}
+		}
+		for _, k := range slices.Sorted(maps.Keys(disk)) {
+			check, known := logicalDiskKeys[k]
+			switch {
+			case !known:
+				return at + "." + k, "is not a logical disk key; a logical disk may hold " + raidKeys()
+			case !check(disk[k]):
+				return at + "." + k, logicalDiskWants[k]
+			}
+		}
+		// The schema's dependency: physical disks are a controller's.
+		if _, ok := disk["physical_disks"]; ok {
+			if _, ok := disk["controller"]; !ok {
+				return at + ".controller", "is required when physical_disks is given"
+			}
+		}
+	}
+	return "", ""
+}
+
+// logicalDiskWants says what each logical disk key takes, for
+// RAIDConfigProblem's messages.
+var logicalDiskWants = map[string]string{
+	"raid_level":               "must be one of " + strings.Join(RAIDLevels, ", "),
+	"size_gb":                  "must be a whole number of GiB (0 or more) or MAX",
+	"volume_name":              "must be a string",
+	"is_root_volume":           "must be true or false",
+	"share_physical_disks":     "must be true or false",
+	"disk_type":                "must be hdd or ssd",
+	"interface_type":           "must be sata, scsi or sas",
+	"number_of_physical_disks": "must be a whole number, at least 1",
+	"controller":               "must be a string",
+	"physical_disks":           "must be a list of drive names",
 }

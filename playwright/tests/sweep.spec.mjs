@@ -1,0 +1,85 @@
+import { test, expect } from '@playwright/test';
+import { accessible, signIn } from './helpers.mjs';
+
+// The phone layout sweep (issue #28): every kind of portal page at 390×844
+// and 1440×900, light and dark: the page itself never scrolls sideways
+// (wide tables scroll in their own box) and axe finds nothing serious.
+// a11y.spec.mjs walks the main pages with screenshots; this adds the rest
+// (a node's run, console and bulk results, sessions, audit, a runbook's
+// nodes, the RAID builder…). Its own state: one runbook run on
+// demo-00033, which no other journey uses.
+test('every page type fits 390 px and 1440 px in both schemes and passes axe', async ({ page }) => {
+  test.setTimeout(600_000);
+  await signIn(page, 'olga', 'operator-password-1');
+
+  // A bulk run of the demo firmware runbook on demo-00033 gives a bulk
+  // results page, and the node a run page.
+  await page.goto('/nodes?q=demo-00033');
+  await page.getByRole('checkbox', { name: 'Select demo-00033' }).check();
+  await page.getByRole('button', { name: 'Run runbook…' }).click();
+  await page.getByLabel('Runbook').selectOption('CUSTOM_FIRMWARE_UPDATE');
+  page.once('dialog', (d) => d.accept());
+  await page.getByTestId('bulk-run').click();
+  await expect(page).toHaveURL(/\/nodes\/bulk\/results\/[\w-]+$/);
+  const bulk = new URL(page.url()).pathname;
+  await expect(page.locator('#bulk-progress[hx-trigger]')).toHaveCount(0, { timeout: 60_000 });
+  await page.goto('/nodes?q=demo-00033');
+  const nodeURL = await page.getByRole('link', { name: 'demo-00033', exact: true }).getAttribute('href');
+  await page.goto(nodeURL);
+  const runURL = await page.locator(`a[href^="${nodeURL}/runs/"]`).first().getAttribute('href');
+  await page.goto('/runbooks');
+  const editURL = await page.locator('tr[data-runbook="CUSTOM_FIRMWARE_UPDATE"] a[href$="/edit"]').first().getAttribute('href');
+
+  const pages = [
+    ['node list', '/nodes'],
+    ['node list grouped', '/nodes?group=owner'],
+    ['enrol node', '/nodes/new'],
+    ['node page', nodeURL],
+    ['run page', runURL],
+    ['console', `${nodeURL}/console`],
+    ['bulk results', bulk],
+    ['runbooks', '/runbooks'],
+    ['runbook editor', editURL],
+    ['runbook nodes', '/runbooks/CUSTOM_FIRMWARE_UPDATE/nodes'],
+    ['RAID builder', '/runbooks/new', async () => {
+      await page.getByLabel('Step 1', { exact: true }).selectOption('raid.apply_configuration');
+      await expect(page.getByTestId('builder-0')).toBeVisible();
+    }],
+    ['allocations', '/allocations'],
+    ['request form', '/allocations/new'],
+    ['audit', '/audit'],
+    ['sessions', '/admin/sessions'],
+    ['users', '/admin/users'],
+    ['tokens', '/admin/tokens'],
+    ['policy console', '/admin/policy'],
+    ['account', '/account'],
+  ];
+  for (const [scheme, width, height] of [['light', 390, 844], ['dark', 390, 844], ['light', 1440, 900], ['dark', 1440, 900]]) {
+    await page.emulateMedia({ colorScheme: scheme });
+    await page.setViewportSize({ width, height });
+    for (const [name, url, prepare] of pages) {
+      const label = `${name} (${url}) at ${width}px, ${scheme}`;
+      const resp = await page.goto(url);
+      expect.soft(resp.status(), label).toBe(200);
+      if (prepare) await prepare();
+      const over = await page.evaluate(() => {
+        const s = document.scrollingElement;
+        if (s.scrollWidth <= window.innerWidth) return [];
+        // Name the innermost visible elements that stick out, for the fix.
+        const out = [...document.querySelectorAll('body *')].filter((e) => !e.closest('.scroll, .sr-only, table.cards thead')
+          && e.getBoundingClientRect().right > window.innerWidth + 0.5);
+        return out.filter((e) => !out.some((o) => o !== e && e.contains(o))).slice(0, 5)
+          .map((e) => `${e.tagName.toLowerCase()}${e.id ? '#' + e.id : ''}${e.className ? '.' + String(e.className).split(' ').join('.') : ''}: ${(e.textContent || '').trim().slice(0, 60)}`)
+          .concat([`scrollWidth ${s.scrollWidth} > ${window.innerWidth}`]);
+      });
+      expect.soft(over, `${label} overflows sideways`).toEqual([]);
+      await test.step(`axe: ${label}`, async () => {
+        try {
+          await accessible(page, label);
+        } catch (e) {
+          expect.soft(e.message, label).toBe('');
+        }
+      });
+    }
+  }
+});
