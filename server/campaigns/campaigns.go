@@ -343,7 +343,7 @@ func validate(in *Input) (startAfter *time.Time, err error) {
 			return nil, errs.BadRequest("nodes", "nodes holds an empty name")
 		}
 		if seen[strings.ToLower(n)] {
-			return nil, errs.BadRequest("nodes", "node %s is given twice", n)
+			return nil, errs.BadRequest("nodes", "nodes names %s twice", n)
 		}
 		seen[strings.ToLower(n)] = true
 	}
@@ -388,7 +388,7 @@ func (s *Service) resolve(ctx context.Context, in *Input) ([]candidate, error) {
 				return nil, err
 			}
 			if seen[n.ID] {
-				return nil, errs.BadRequest("nodes", "node %s is given twice (by name and UUID)", ident)
+				return nil, errs.BadRequest("nodes", "nodes names %s twice (by name and UUID)", ident)
 			}
 			seen[n.ID] = true
 			out = append(out, candidate{node: n, ident: ident})
