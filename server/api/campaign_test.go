@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/anvilproject/anvil/ent/auditevent"
 	"github.com/anvilproject/anvil/ent/node"
 	"github.com/anvilproject/anvil/server/servertest"
 	"github.com/anvilproject/anvil/server/store"
@@ -326,6 +327,46 @@ func TestCampaignBadRequests(t *testing.T) {
 		mustStatus(t, r, 201)
 		if m := r.JSON(t); count(m, "pending") != 2 || m["state"] != "pending_approval" {
 			t.Errorf("node_query: %s", r.Body)
+		}
+	})
+}
+
+// Each node is authorized again, as the campaign's creator, when its turn
+// comes: a node put into maintenance since is skipped with that reason,
+// one the creator can no longer see is skipped as not found, and the
+// rest run. Creation and approval are audited.
+func TestCampaignRecheckAtTurn(t *testing.T) {
+	storetest.Each(t, func(t *testing.T, setting string, db *store.DB) {
+		_, clients := startLocal(t, setting)
+		admin, lesMember, lesManager := clients["system-admin"], clients["lessee-member"], clients["lessee-manager"]
+		mustStatus(t, admin.Do(t, "POST", "/v1/runbooks", map[string]any{"name": "CUSTOM_CAMP_TURN", "public": true,
+			"steps": []any{map[string]any{"interface": "deploy", "step": "wait", "order": 1, "args": map[string]any{"seconds": 0}}}}), 201)
+		names := campaignNodes(t, admin, "turn", "CUSTOM_CAMP_TURN", 3)
+		r := lesMember.Do(t, "POST", "/v1/campaigns", map[string]any{"name": "turn", "runbook": "CUSTOM_CAMP_TURN", "nodes": names,
+			"requires_approval": true, "max_concurrency": 3})
+		mustStatus(t, r, 201)
+		id := r.JSON(t)["uuid"].(string)
+		mustStatus(t, admin.Do(t, "PUT", "/v1/nodes/"+names[0]+"/maintenance", map[string]any{"reason": "fan swap"}), 202)
+		mustStatus(t, admin.Do(t, "PATCH", "/v1/nodes/"+names[1], `[{"op":"replace","path":"/lessee","value":"oth"}]`), 200)
+		mustStatus(t, lesManager.Do(t, "POST", "/v1/campaigns/"+id+"/approve", nil), 202)
+		m := waitCampaign(t, lesMember, id, stateIs("completed"))
+		if count(m, "skipped") != 2 || count(m, "succeeded") != 1 {
+			t.Fatalf("counts: %v", m["counts"])
+		}
+		ns := lesMember.Do(t, "GET", "/v1/campaigns/"+id+"/nodes", nil).JSON(t)["nodes"].([]any)
+		for i, want := range []string{"fan swap", "could not be found"} {
+			if row := ns[i].(map[string]any); row["status"] != "skipped" || !strings.Contains(fmt.Sprint(row["reason"]), want) {
+				t.Errorf("node %d: %v, want skipped for %q", i, row, want)
+			}
+		}
+		if strings.Contains(eventsOf(t, admin, names[1]), "CUSTOM_CAMP_TURN") {
+			t.Error("the node the creator lost ran the runbook")
+		}
+		ctx := context.Background()
+		for _, rule := range []string{"baremetal:campaign:create", "baremetal:campaign:approve"} {
+			if n, err := db.AuditEvent.Query().Where(auditevent.Rule(rule), auditevent.TargetID(id)).Count(ctx); err != nil || n != 1 {
+				t.Errorf("%d audit rows for %s (%v)", n, rule, err)
+			}
 		}
 	})
 }
