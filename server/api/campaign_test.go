@@ -8,8 +8,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/anvilproject/anvil/ent"
 	"github.com/anvilproject/anvil/ent/auditevent"
 	"github.com/anvilproject/anvil/ent/node"
+	"github.com/anvilproject/anvil/ent/nodeevent"
+	"github.com/anvilproject/anvil/server"
+	cond "github.com/anvilproject/anvil/server/conductor"
 	"github.com/anvilproject/anvil/server/servertest"
 	"github.com/anvilproject/anvil/server/store"
 	"github.com/anvilproject/anvil/server/store/storetest"
@@ -53,6 +57,35 @@ func waitCampaign(t *testing.T, c *servertest.Client, id string, done func(m map
 
 func count(m map[string]any, status string) int {
 	return int(m["counts"].(map[string]any)[status].(float64))
+}
+
+// maxOverlap is the most campaign node rows whose [started, finished]
+// intervals overlap: how many nodes ran at once.
+func maxOverlap(t *testing.T, rows []*ent.CampaignNode) int {
+	t.Helper()
+	type edge struct {
+		at    time.Time
+		delta int
+	}
+	var edges []edge
+	for _, x := range rows {
+		if x.StartedAt == nil || x.FinishedAt == nil || x.Status != "succeeded" {
+			t.Fatalf("row %+v", x)
+		}
+		edges = append(edges, edge{*x.StartedAt, 1}, edge{*x.FinishedAt, -1})
+	}
+	sort.Slice(edges, func(i, j int) bool {
+		if edges[i].at.Equal(edges[j].at) {
+			return edges[i].delta < edges[j].delta
+		}
+		return edges[i].at.Before(edges[j].at)
+	})
+	cur, most := 0, 0
+	for _, e := range edges {
+		cur += e.delta
+		most = max(most, cur)
+	}
+	return most
 }
 
 func stateIs(want string) func(m map[string]any) bool {
@@ -102,29 +135,7 @@ func TestCampaignConcurrencyCap(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		// The most rows whose [started, finished] intervals overlap.
-		type edge struct {
-			at    time.Time
-			delta int
-		}
-		var edges []edge
-		for _, x := range rows {
-			if x.StartedAt == nil || x.FinishedAt == nil || x.Status != "succeeded" {
-				t.Fatalf("row %+v", x)
-			}
-			edges = append(edges, edge{*x.StartedAt, 1}, edge{*x.FinishedAt, -1})
-		}
-		sort.Slice(edges, func(i, j int) bool {
-			if edges[i].at.Equal(edges[j].at) {
-				return edges[i].delta < edges[j].delta
-			}
-			return edges[i].at.Before(edges[j].at)
-		})
-		cur, most := 0, 0
-		for _, e := range edges {
-			cur += e.delta
-			most = max(most, cur)
-		}
+		most := maxOverlap(t, rows)
 		if most > 3 {
 			t.Errorf("%d nodes ran at once, cap 3", most)
 		}
@@ -369,4 +380,61 @@ func TestCampaignRecheckAtTurn(t *testing.T) {
 			}
 		}
 	})
+}
+
+// Three replicas on one PostgreSQL database share a campaign: each starts
+// only the nodes its hash ring gives it, yet the cap holds across them,
+// sampled while it runs and from the rows' times, and every node runs
+// exactly once.
+func TestCampaignCapAcrossReplicas(t *testing.T) {
+	setting := storetest.Setting(t, "postgres")
+	opts := func(name string) server.Options {
+		return server.Options{Database: setting, Conductor: cond.Config{Name: name, Heartbeat: 200 * time.Millisecond, HeartbeatTimeout: 3 * time.Second}}
+	}
+	srvA, clients := startLocal(t, setting, opts("camp-a"))
+	servertest.Start(t, opts("camp-b"))
+	servertest.Start(t, opts("camp-c"))
+	waitRegistered(t, srvA, "camp-a", "camp-b", "camp-c")
+	admin := clients["system-admin"]
+	mustStatus(t, admin.Do(t, "POST", "/v1/runbooks", map[string]any{"name": "CUSTOM_CAMP_RING", "public": true,
+		"steps": []any{map[string]any{"interface": "deploy", "step": "wait", "order": 1, "args": map[string]any{"seconds": 1}}}}), 201)
+	names := campaignNodes(t, admin, "ring", "CUSTOM_CAMP_RING", 12)
+	r := admin.Do(t, "POST", "/v1/campaigns", map[string]any{"name": "ring", "runbook": "CUSTOM_CAMP_RING", "nodes": names, "max_concurrency": 4})
+	mustStatus(t, r, 201)
+	id := r.JSON(t)["uuid"].(string)
+	ctx := context.Background()
+	waitCampaign(t, admin, id, func(m map[string]any) bool {
+		busy, err := srvA.DB.Node.Query().Where(node.NameHasPrefix("ring-"), node.ProvisionStateIn("cleaning", "clean wait")).Count(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if busy > 4 || count(m, "running") > 4 {
+			t.Fatalf("%d nodes cleaning, %d running, cap 4", busy, count(m, "running"))
+		}
+		return m["state"] == "completed"
+	})
+	rows, err := srvA.DB.CampaignNode.Query().All(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if most := maxOverlap(t, rows); most > 4 || len(rows) != 12 {
+		t.Errorf("%d rows, %d ran at once, cap 4", len(rows), most)
+	}
+	for _, name := range names {
+		if n := strings.Count(eventsOf(t, admin, name), "Runbook CUSTOM_CAMP_RING, run by system-admin"); n != 1 {
+			t.Errorf("%s ran the runbook %d times", name, n)
+		}
+	}
+	// The ring spread the starts: more than one replica started nodes.
+	evs, err := srvA.DB.NodeEvent.Query().Where(nodeevent.EventHasPrefix("Runbook CUSTOM_CAMP_RING")).All(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	by := map[string]int{}
+	for _, e := range evs {
+		by[e.Conductor]++
+	}
+	if len(evs) != 12 || len(by) < 2 {
+		t.Errorf("%d runbook starts by conductor: %v", len(evs), by)
+	}
 }
