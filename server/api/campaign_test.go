@@ -438,3 +438,37 @@ func TestCampaignCapAcrossReplicas(t *testing.T) {
 		t.Errorf("%d runbook starts by conductor: %v", len(evs), by)
 	}
 }
+
+// A campaign with start_after waits, scheduled, until then; started_at is
+// never before it.
+func TestCampaignStartAfter(t *testing.T) {
+	storetest.Each(t, func(t *testing.T, setting string, db *store.DB) {
+		_, clients := startLocal(t, setting)
+		admin := clients["system-admin"]
+		mustStatus(t, admin.Do(t, "POST", "/v1/runbooks", map[string]any{"name": "CUSTOM_CAMP_LATER", "public": true,
+			"steps": []any{map[string]any{"interface": "deploy", "step": "wait", "order": 1, "args": map[string]any{"seconds": 0}}}}), 201)
+		names := campaignNodes(t, admin, "later", "CUSTOM_CAMP_LATER", 2)
+		at := time.Now().Add(3 * time.Second).UTC().Truncate(time.Second)
+		r := admin.Do(t, "POST", "/v1/campaigns", map[string]any{"name": "later", "runbook": "CUSTOM_CAMP_LATER", "nodes": names,
+			"start_after": at.Format(time.RFC3339), "max_concurrency": 2})
+		mustStatus(t, r, 201)
+		m := r.JSON(t)
+		if m["state"] != "scheduled" || m["started_at"] != nil {
+			t.Fatalf("created: %s", r.Body)
+		}
+		m = waitCampaign(t, admin, m["uuid"].(string), stateIs("completed"))
+		started, err := time.Parse("2006-01-02T15:04:05.000000+00:00", m["started_at"].(string))
+		if err != nil || started.Before(at) || count(m, "succeeded") != 2 {
+			t.Errorf("started at %v (%v), start_after %v; counts %v", started, err, at, m["counts"])
+		}
+		rows, err := db.CampaignNode.Query().All(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, x := range rows {
+			if x.StartedAt == nil || x.StartedAt.Before(at) {
+				t.Errorf("node %s started at %v, before %v", x.NodeUUID, x.StartedAt, at)
+			}
+		}
+	})
+}
