@@ -167,6 +167,9 @@ func TestCampaignFailureBudget(t *testing.T) {
 		if count(m, "failed") != 2 || count(m, "skipped") != 3 || count(m, "running") != 0 {
 			t.Fatalf("after the budget: %v", m["counts"])
 		}
+		if n, err := db.AuditEvent.Query().Where(auditevent.Rule("anvil:campaign:failure_budget"), auditevent.TargetID(id)).Count(context.Background()); err != nil || n != 1 {
+			t.Errorf("%d audit rows for the spent budget (%v)", n, err)
+		}
 		ns := admin.Do(t, "GET", "/v1/campaigns/"+id+"/nodes", nil).JSON(t)["nodes"].([]any)
 		for i, x := range ns {
 			row := x.(map[string]any)

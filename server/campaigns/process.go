@@ -169,15 +169,18 @@ func (s *Service) settle(ctx context.Context, id int) error {
 	k := counts[id]
 	now := time.Now()
 	if k.Failed > c.MaxFailures && !slices.Contains(finished, c.State) {
+		changed := false
 		err := store.WithTx(ctx, s.db, func(tx *ent.Client) error {
 			n, err := tx.Campaign.Update().Where(campaign.ID(id), campaign.StateNotIn(finished...)).
 				SetState(StateFailed).SetUpdatedAt(now).Save(ctx)
 			if err != nil || n == 0 {
 				return err
 			}
+			changed = true
 			return skipPending(ctx, tx, id, fmt.Sprintf("the failure budget (%d) was exceeded", c.MaxFailures))
 		})
-		if err != nil {
+		if err != nil || !changed {
+			// Another replica failed it first, and audited it.
 			return err
 		}
 		s.guard.Done(s.conductorCtx(ctx), "anvil:campaign:failure_budget", "campaign", c.UUID, nil,
