@@ -9,6 +9,7 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -342,10 +343,10 @@ func validate(in *Input) (startAfter *time.Time, err error) {
 		if n == "" {
 			return nil, errs.BadRequest("nodes", "nodes holds an empty name")
 		}
-		if seen[strings.ToLower(n)] {
+		if seen[n] {
 			return nil, errs.BadRequest("nodes", "nodes names %s twice", n)
 		}
-		seen[strings.ToLower(n)] = true
+		seen[n] = true
 	}
 	if in.NodeQuery != nil {
 		if err := nodes.ValidateTraits(in.NodeQuery.Traits); err != nil {
@@ -427,11 +428,7 @@ func (s *Service) resolve(ctx context.Context, in *Input) ([]candidate, error) {
 
 func hasAll(have, want []string) bool {
 	for _, w := range want {
-		found := false
-		for _, h := range have {
-			found = found || h == w
-		}
-		if !found {
+		if !slices.Contains(have, w) {
 			return false
 		}
 	}
