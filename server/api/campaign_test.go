@@ -10,6 +10,8 @@ import (
 
 	"github.com/anvilproject/anvil/ent"
 	"github.com/anvilproject/anvil/ent/auditevent"
+	"github.com/anvilproject/anvil/ent/campaign"
+	"github.com/anvilproject/anvil/ent/campaignnode"
 	"github.com/anvilproject/anvil/ent/node"
 	"github.com/anvilproject/anvil/ent/nodeevent"
 	"github.com/anvilproject/anvil/server"
@@ -472,6 +474,59 @@ func TestCampaignStartAfter(t *testing.T) {
 			if x.StartedAt == nil || x.StartedAt.Before(at) {
 				t.Errorf("node %s started at %v, before %v", x.NodeUUID, x.StartedAt, at)
 			}
+		}
+	})
+}
+
+// A conductor that stopped between taking a node's place and starting its
+// run leaves a running row whose run never began: after a minute the row
+// goes back to pending and its place is freed, and the node then runs,
+// once.
+func TestCampaignLostStart(t *testing.T) {
+	storetest.Each(t, func(t *testing.T, setting string, db *store.DB) {
+		_, clients := startLocal(t, setting)
+		admin := clients["system-admin"]
+		mustStatus(t, admin.Do(t, "POST", "/v1/runbooks", map[string]any{"name": "CUSTOM_CAMP_LOST", "public": true,
+			"steps": []any{map[string]any{"interface": "deploy", "step": "wait", "order": 1, "args": map[string]any{"seconds": 0}}}}), 201)
+		names := campaignNodes(t, admin, "lost", "CUSTOM_CAMP_LOST", 2)
+		r := admin.Do(t, "POST", "/v1/campaigns", map[string]any{"name": "lost", "runbook": "CUSTOM_CAMP_LOST", "nodes": names,
+			"requires_approval": true})
+		mustStatus(t, r, 201)
+		id := r.JSON(t)["uuid"].(string)
+		// What the stopped conductor left: the first node's row running
+		// since two minutes, the campaign's one place taken, the node
+		// untouched since before then.
+		ctx := context.Background()
+		long := time.Now().Add(-2 * time.Minute)
+		c, err := db.Campaign.Query().Where(campaign.UUID(id)).Only(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		n0, err := db.Node.Query().Where(node.Name(names[0])).Only(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := db.Node.UpdateOne(n0).SetProvisionUpdatedAt(long.Add(-time.Minute)).Exec(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if err := db.CampaignNode.Update().Where(campaignnode.CampaignID(c.ID), campaignnode.NodeUUID(n0.UUID)).
+			SetStatus("running").SetStartedAt(long).SetRun("clean").Exec(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if err := db.Campaign.UpdateOne(c).SetRunning(1).SetState("running").SetStartedAt(long).Exec(ctx); err != nil {
+			t.Fatal(err)
+		}
+		m := waitCampaign(t, admin, id, stateIs("completed"))
+		if count(m, "succeeded") != 2 {
+			t.Fatalf("counts: %v", m["counts"])
+		}
+		for _, name := range names {
+			if n := strings.Count(eventsOf(t, admin, name), "Runbook CUSTOM_CAMP_LOST, run by system-admin"); n != 1 {
+				t.Errorf("%s ran the runbook %d times", name, n)
+			}
+		}
+		if c, err = db.Campaign.Get(ctx, c.ID); err != nil || c.Running != 0 {
+			t.Errorf("running count %d after the end (%v)", c.Running, err)
 		}
 	})
 }
