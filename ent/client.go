@@ -20,6 +20,8 @@ import (
 	"github.com/anvilproject/anvil/ent/auditevent"
 	"github.com/anvilproject/anvil/ent/biossetting"
 	"github.com/anvilproject/anvil/ent/bulkrun"
+	"github.com/anvilproject/anvil/ent/campaign"
+	"github.com/anvilproject/anvil/ent/campaignnode"
 	"github.com/anvilproject/anvil/ent/chassis"
 	"github.com/anvilproject/anvil/ent/conductor"
 	"github.com/anvilproject/anvil/ent/deploytemplate"
@@ -60,6 +62,10 @@ type Client struct {
 	BiosSetting *BiosSettingClient
 	// BulkRun is the client for interacting with the BulkRun builders.
 	BulkRun *BulkRunClient
+	// Campaign is the client for interacting with the Campaign builders.
+	Campaign *CampaignClient
+	// CampaignNode is the client for interacting with the CampaignNode builders.
+	CampaignNode *CampaignNodeClient
 	// Chassis is the client for interacting with the Chassis builders.
 	Chassis *ChassisClient
 	// Conductor is the client for interacting with the Conductor builders.
@@ -118,6 +124,8 @@ func (c *Client) init() {
 	c.AuditEvent = NewAuditEventClient(c.config)
 	c.BiosSetting = NewBiosSettingClient(c.config)
 	c.BulkRun = NewBulkRunClient(c.config)
+	c.Campaign = NewCampaignClient(c.config)
+	c.CampaignNode = NewCampaignNodeClient(c.config)
 	c.Chassis = NewChassisClient(c.config)
 	c.Conductor = NewConductorClient(c.config)
 	c.DeployTemplate = NewDeployTemplateClient(c.config)
@@ -236,6 +244,8 @@ func (c *Client) Tx(ctx context.Context) (*Tx, error) {
 		AuditEvent:         NewAuditEventClient(cfg),
 		BiosSetting:        NewBiosSettingClient(cfg),
 		BulkRun:            NewBulkRunClient(cfg),
+		Campaign:           NewCampaignClient(cfg),
+		CampaignNode:       NewCampaignNodeClient(cfg),
 		Chassis:            NewChassisClient(cfg),
 		Conductor:          NewConductorClient(cfg),
 		DeployTemplate:     NewDeployTemplateClient(cfg),
@@ -281,6 +291,8 @@ func (c *Client) BeginTx(ctx context.Context, opts *sql.TxOptions) (*Tx, error) 
 		AuditEvent:         NewAuditEventClient(cfg),
 		BiosSetting:        NewBiosSettingClient(cfg),
 		BulkRun:            NewBulkRunClient(cfg),
+		Campaign:           NewCampaignClient(cfg),
+		CampaignNode:       NewCampaignNodeClient(cfg),
 		Chassis:            NewChassisClient(cfg),
 		Conductor:          NewConductorClient(cfg),
 		DeployTemplate:     NewDeployTemplateClient(cfg),
@@ -331,11 +343,12 @@ func (c *Client) Close() error {
 // In order to add hooks to a specific client, call: `client.Node.Use(...)`.
 func (c *Client) Use(hooks ...Hook) {
 	for _, n := range []interface{ Use(...Hook) }{
-		c.APIToken, c.Allocation, c.AuditEvent, c.BiosSetting, c.BulkRun, c.Chassis,
-		c.Conductor, c.DeployTemplate, c.DeployTemplateStep, c.FirmwareComponent,
-		c.InspectionRule, c.Node, c.NodeEvent, c.NodeInventory, c.PolicyOverride,
-		c.Port, c.PortalSession, c.Portgroup, c.RoleAssignment, c.Runbook,
-		c.RunbookStep, c.Setting, c.Trait, c.User, c.VolumeConnector, c.VolumeTarget,
+		c.APIToken, c.Allocation, c.AuditEvent, c.BiosSetting, c.BulkRun, c.Campaign,
+		c.CampaignNode, c.Chassis, c.Conductor, c.DeployTemplate, c.DeployTemplateStep,
+		c.FirmwareComponent, c.InspectionRule, c.Node, c.NodeEvent, c.NodeInventory,
+		c.PolicyOverride, c.Port, c.PortalSession, c.Portgroup, c.RoleAssignment,
+		c.Runbook, c.RunbookStep, c.Setting, c.Trait, c.User, c.VolumeConnector,
+		c.VolumeTarget,
 	} {
 		n.Use(hooks...)
 	}
@@ -345,11 +358,12 @@ func (c *Client) Use(hooks ...Hook) {
 // In order to add interceptors to a specific client, call: `client.Node.Intercept(...)`.
 func (c *Client) Intercept(interceptors ...Interceptor) {
 	for _, n := range []interface{ Intercept(...Interceptor) }{
-		c.APIToken, c.Allocation, c.AuditEvent, c.BiosSetting, c.BulkRun, c.Chassis,
-		c.Conductor, c.DeployTemplate, c.DeployTemplateStep, c.FirmwareComponent,
-		c.InspectionRule, c.Node, c.NodeEvent, c.NodeInventory, c.PolicyOverride,
-		c.Port, c.PortalSession, c.Portgroup, c.RoleAssignment, c.Runbook,
-		c.RunbookStep, c.Setting, c.Trait, c.User, c.VolumeConnector, c.VolumeTarget,
+		c.APIToken, c.Allocation, c.AuditEvent, c.BiosSetting, c.BulkRun, c.Campaign,
+		c.CampaignNode, c.Chassis, c.Conductor, c.DeployTemplate, c.DeployTemplateStep,
+		c.FirmwareComponent, c.InspectionRule, c.Node, c.NodeEvent, c.NodeInventory,
+		c.PolicyOverride, c.Port, c.PortalSession, c.Portgroup, c.RoleAssignment,
+		c.Runbook, c.RunbookStep, c.Setting, c.Trait, c.User, c.VolumeConnector,
+		c.VolumeTarget,
 	} {
 		n.Intercept(interceptors...)
 	}
@@ -368,6 +382,10 @@ func (c *Client) Mutate(ctx context.Context, m Mutation) (Value, error) {
 		return c.BiosSetting.mutate(ctx, m)
 	case *BulkRunMutation:
 		return c.BulkRun.mutate(ctx, m)
+	case *CampaignMutation:
+		return c.Campaign.mutate(ctx, m)
+	case *CampaignNodeMutation:
+		return c.CampaignNode.mutate(ctx, m)
 	case *ChassisMutation:
 		return c.Chassis.mutate(ctx, m)
 	case *ConductorMutation:
@@ -1125,6 +1143,304 @@ func (c *BulkRunClient) mutate(ctx context.Context, m *BulkRunMutation) (Value, 
 		return (&BulkRunDelete{config: c.config, hooks: c.Hooks(), mutation: m}).Exec(ctx)
 	default:
 		return nil, fmt.Errorf("ent: unknown BulkRun mutation op: %q", m.Op())
+	}
+}
+
+// CampaignClient is a client for the Campaign schema.
+type CampaignClient struct {
+	config
+}
+
+// NewCampaignClient returns a client for the Campaign from the given config.
+func NewCampaignClient(c config) *CampaignClient {
+	return &CampaignClient{config: c}
+}
+
+// Use adds a list of mutation hooks to the hooks stack.
+// A call to `Use(f, g, h)` equals to `campaign.Hooks(f(g(h())))`.
+func (c *CampaignClient) Use(hooks ...Hook) {
+	c.hooks.Campaign = append(c.hooks.Campaign, hooks...)
+}
+
+// Intercept adds a list of query interceptors to the interceptors stack.
+// A call to `Intercept(f, g, h)` equals to `campaign.Intercept(f(g(h())))`.
+func (c *CampaignClient) Intercept(interceptors ...Interceptor) {
+	c.inters.Campaign = append(c.inters.Campaign, interceptors...)
+}
+
+// Create returns a builder for creating a Campaign entity.
+func (c *CampaignClient) Create() *CampaignCreate {
+	mutation := newCampaignMutation(c.config, OpCreate)
+	return &CampaignCreate{config: c.config, hooks: c.Hooks(), mutation: mutation}
+}
+
+// CreateBulk returns a builder for creating a bulk of Campaign entities.
+func (c *CampaignClient) CreateBulk(builders ...*CampaignCreate) *CampaignCreateBulk {
+	return &CampaignCreateBulk{config: c.config, builders: builders}
+}
+
+// MapCreateBulk creates a bulk creation builder from the given slice. For each item in the slice, the function creates
+// a builder and applies setFunc on it.
+func (c *CampaignClient) MapCreateBulk(slice any, setFunc func(*CampaignCreate, int)) *CampaignCreateBulk {
+	rv := reflect.ValueOf(slice)
+	if rv.Kind() != reflect.Slice {
+		return &CampaignCreateBulk{err: fmt.Errorf("calling to CampaignClient.MapCreateBulk with wrong type %T, need slice", slice)}
+	}
+	builders := make([]*CampaignCreate, rv.Len())
+	for i := 0; i < rv.Len(); i++ {
+		builders[i] = c.Create()
+		setFunc(builders[i], i)
+	}
+	return &CampaignCreateBulk{config: c.config, builders: builders}
+}
+
+// Update returns an update builder for Campaign.
+func (c *CampaignClient) Update() *CampaignUpdate {
+	mutation := newCampaignMutation(c.config, OpUpdate)
+	return &CampaignUpdate{config: c.config, hooks: c.Hooks(), mutation: mutation}
+}
+
+// UpdateOne returns an update builder for the given entity.
+func (c *CampaignClient) UpdateOne(_m *Campaign) *CampaignUpdateOne {
+	mutation := newCampaignMutation(c.config, OpUpdateOne, withCampaign(_m))
+	return &CampaignUpdateOne{config: c.config, hooks: c.Hooks(), mutation: mutation}
+}
+
+// UpdateOneID returns an update builder for the given id.
+func (c *CampaignClient) UpdateOneID(id int) *CampaignUpdateOne {
+	mutation := newCampaignMutation(c.config, OpUpdateOne, withCampaignID(id))
+	return &CampaignUpdateOne{config: c.config, hooks: c.Hooks(), mutation: mutation}
+}
+
+// Delete returns a delete builder for Campaign.
+func (c *CampaignClient) Delete() *CampaignDelete {
+	mutation := newCampaignMutation(c.config, OpDelete)
+	return &CampaignDelete{config: c.config, hooks: c.Hooks(), mutation: mutation}
+}
+
+// DeleteOne returns a builder for deleting the given entity.
+func (c *CampaignClient) DeleteOne(_m *Campaign) *CampaignDeleteOne {
+	return c.DeleteOneID(_m.ID)
+}
+
+// DeleteOneID returns a builder for deleting the given entity by its id.
+func (c *CampaignClient) DeleteOneID(id int) *CampaignDeleteOne {
+	builder := c.Delete().Where(campaign.ID(id))
+	builder.mutation.id = &id
+	builder.mutation.op = OpDeleteOne
+	return &CampaignDeleteOne{builder}
+}
+
+// Query returns a query builder for Campaign.
+func (c *CampaignClient) Query() *CampaignQuery {
+	return &CampaignQuery{
+		config: c.config,
+		ctx:    &QueryContext{Type: TypeCampaign},
+		inters: c.Interceptors(),
+	}
+}
+
+// Get returns a Campaign entity by its id.
+func (c *CampaignClient) Get(ctx context.Context, id int) (*Campaign, error) {
+	return c.Query().Where(campaign.ID(id)).Only(ctx)
+}
+
+// GetX is like Get, but panics if an error occurs.
+func (c *CampaignClient) GetX(ctx context.Context, id int) *Campaign {
+	obj, err := c.Get(ctx, id)
+	if err != nil {
+		panic(err)
+	}
+	return obj
+}
+
+// QueryNodes queries the nodes edge of a Campaign.
+func (c *CampaignClient) QueryNodes(_m *Campaign) *CampaignNodeQuery {
+	query := (&CampaignNodeClient{config: c.config}).Query()
+	query.path = func(context.Context) (fromV *sql.Selector, _ error) {
+		id := _m.ID
+		step := sqlgraph.NewStep(
+			sqlgraph.From(campaign.Table, campaign.FieldID, id),
+			sqlgraph.To(campaignnode.Table, campaignnode.FieldID),
+			sqlgraph.Edge(sqlgraph.O2M, false, campaign.NodesTable, campaign.NodesColumn),
+		)
+		fromV = sqlgraph.Neighbors(_m.driver.Dialect(), step)
+		return fromV, nil
+	}
+	return query
+}
+
+// Hooks returns the client hooks.
+func (c *CampaignClient) Hooks() []Hook {
+	return c.hooks.Campaign
+}
+
+// Interceptors returns the client interceptors.
+func (c *CampaignClient) Interceptors() []Interceptor {
+	return c.inters.Campaign
+}
+
+func (c *CampaignClient) mutate(ctx context.Context, m *CampaignMutation) (Value, error) {
+	switch m.Op() {
+	case OpCreate:
+		return (&CampaignCreate{config: c.config, hooks: c.Hooks(), mutation: m}).Save(ctx)
+	case OpUpdate:
+		return (&CampaignUpdate{config: c.config, hooks: c.Hooks(), mutation: m}).Save(ctx)
+	case OpUpdateOne:
+		return (&CampaignUpdateOne{config: c.config, hooks: c.Hooks(), mutation: m}).Save(ctx)
+	case OpDelete, OpDeleteOne:
+		return (&CampaignDelete{config: c.config, hooks: c.Hooks(), mutation: m}).Exec(ctx)
+	default:
+		return nil, fmt.Errorf("ent: unknown Campaign mutation op: %q", m.Op())
+	}
+}
+
+// CampaignNodeClient is a client for the CampaignNode schema.
+type CampaignNodeClient struct {
+	config
+}
+
+// NewCampaignNodeClient returns a client for the CampaignNode from the given config.
+func NewCampaignNodeClient(c config) *CampaignNodeClient {
+	return &CampaignNodeClient{config: c}
+}
+
+// Use adds a list of mutation hooks to the hooks stack.
+// A call to `Use(f, g, h)` equals to `campaignnode.Hooks(f(g(h())))`.
+func (c *CampaignNodeClient) Use(hooks ...Hook) {
+	c.hooks.CampaignNode = append(c.hooks.CampaignNode, hooks...)
+}
+
+// Intercept adds a list of query interceptors to the interceptors stack.
+// A call to `Intercept(f, g, h)` equals to `campaignnode.Intercept(f(g(h())))`.
+func (c *CampaignNodeClient) Intercept(interceptors ...Interceptor) {
+	c.inters.CampaignNode = append(c.inters.CampaignNode, interceptors...)
+}
+
+// Create returns a builder for creating a CampaignNode entity.
+func (c *CampaignNodeClient) Create() *CampaignNodeCreate {
+	mutation := newCampaignNodeMutation(c.config, OpCreate)
+	return &CampaignNodeCreate{config: c.config, hooks: c.Hooks(), mutation: mutation}
+}
+
+// CreateBulk returns a builder for creating a bulk of CampaignNode entities.
+func (c *CampaignNodeClient) CreateBulk(builders ...*CampaignNodeCreate) *CampaignNodeCreateBulk {
+	return &CampaignNodeCreateBulk{config: c.config, builders: builders}
+}
+
+// MapCreateBulk creates a bulk creation builder from the given slice. For each item in the slice, the function creates
+// a builder and applies setFunc on it.
+func (c *CampaignNodeClient) MapCreateBulk(slice any, setFunc func(*CampaignNodeCreate, int)) *CampaignNodeCreateBulk {
+	rv := reflect.ValueOf(slice)
+	if rv.Kind() != reflect.Slice {
+		return &CampaignNodeCreateBulk{err: fmt.Errorf("calling to CampaignNodeClient.MapCreateBulk with wrong type %T, need slice", slice)}
+	}
+	builders := make([]*CampaignNodeCreate, rv.Len())
+	for i := 0; i < rv.Len(); i++ {
+		builders[i] = c.Create()
+		setFunc(builders[i], i)
+	}
+	return &CampaignNodeCreateBulk{config: c.config, builders: builders}
+}
+
+// Update returns an update builder for CampaignNode.
+func (c *CampaignNodeClient) Update() *CampaignNodeUpdate {
+	mutation := newCampaignNodeMutation(c.config, OpUpdate)
+	return &CampaignNodeUpdate{config: c.config, hooks: c.Hooks(), mutation: mutation}
+}
+
+// UpdateOne returns an update builder for the given entity.
+func (c *CampaignNodeClient) UpdateOne(_m *CampaignNode) *CampaignNodeUpdateOne {
+	mutation := newCampaignNodeMutation(c.config, OpUpdateOne, withCampaignNode(_m))
+	return &CampaignNodeUpdateOne{config: c.config, hooks: c.Hooks(), mutation: mutation}
+}
+
+// UpdateOneID returns an update builder for the given id.
+func (c *CampaignNodeClient) UpdateOneID(id int) *CampaignNodeUpdateOne {
+	mutation := newCampaignNodeMutation(c.config, OpUpdateOne, withCampaignNodeID(id))
+	return &CampaignNodeUpdateOne{config: c.config, hooks: c.Hooks(), mutation: mutation}
+}
+
+// Delete returns a delete builder for CampaignNode.
+func (c *CampaignNodeClient) Delete() *CampaignNodeDelete {
+	mutation := newCampaignNodeMutation(c.config, OpDelete)
+	return &CampaignNodeDelete{config: c.config, hooks: c.Hooks(), mutation: mutation}
+}
+
+// DeleteOne returns a builder for deleting the given entity.
+func (c *CampaignNodeClient) DeleteOne(_m *CampaignNode) *CampaignNodeDeleteOne {
+	return c.DeleteOneID(_m.ID)
+}
+
+// DeleteOneID returns a builder for deleting the given entity by its id.
+func (c *CampaignNodeClient) DeleteOneID(id int) *CampaignNodeDeleteOne {
+	builder := c.Delete().Where(campaignnode.ID(id))
+	builder.mutation.id = &id
+	builder.mutation.op = OpDeleteOne
+	return &CampaignNodeDeleteOne{builder}
+}
+
+// Query returns a query builder for CampaignNode.
+func (c *CampaignNodeClient) Query() *CampaignNodeQuery {
+	return &CampaignNodeQuery{
+		config: c.config,
+		ctx:    &QueryContext{Type: TypeCampaignNode},
+		inters: c.Interceptors(),
+	}
+}
+
+// Get returns a CampaignNode entity by its id.
+func (c *CampaignNodeClient) Get(ctx context.Context, id int) (*CampaignNode, error) {
+	return c.Query().Where(campaignnode.ID(id)).Only(ctx)
+}
+
+// GetX is like Get, but panics if an error occurs.
+func (c *CampaignNodeClient) GetX(ctx context.Context, id int) *CampaignNode {
+	obj, err := c.Get(ctx, id)
+	if err != nil {
+		panic(err)
+	}
+	return obj
+}
+
+// QueryCampaign queries the campaign edge of a CampaignNode.
+func (c *CampaignNodeClient) QueryCampaign(_m *CampaignNode) *CampaignQuery {
+	query := (&CampaignClient{config: c.config}).Query()
+	query.path = func(context.Context) (fromV *sql.Selector, _ error) {
+		id := _m.ID
+		step := sqlgraph.NewStep(
+			sqlgraph.From(campaignnode.Table, campaignnode.FieldID, id),
+			sqlgraph.To(campaign.Table, campaign.FieldID),
+			sqlgraph.Edge(sqlgraph.M2O, true, campaignnode.CampaignTable, campaignnode.CampaignColumn),
+		)
+		fromV = sqlgraph.Neighbors(_m.driver.Dialect(), step)
+		return fromV, nil
+	}
+	return query
+}
+
+// Hooks returns the client hooks.
+func (c *CampaignNodeClient) Hooks() []Hook {
+	return c.hooks.CampaignNode
+}
+
+// Interceptors returns the client interceptors.
+func (c *CampaignNodeClient) Interceptors() []Interceptor {
+	return c.inters.CampaignNode
+}
+
+func (c *CampaignNodeClient) mutate(ctx context.Context, m *CampaignNodeMutation) (Value, error) {
+	switch m.Op() {
+	case OpCreate:
+		return (&CampaignNodeCreate{config: c.config, hooks: c.Hooks(), mutation: m}).Save(ctx)
+	case OpUpdate:
+		return (&CampaignNodeUpdate{config: c.config, hooks: c.Hooks(), mutation: m}).Save(ctx)
+	case OpUpdateOne:
+		return (&CampaignNodeUpdateOne{config: c.config, hooks: c.Hooks(), mutation: m}).Save(ctx)
+	case OpDelete, OpDeleteOne:
+		return (&CampaignNodeDelete{config: c.config, hooks: c.Hooks(), mutation: m}).Exec(ctx)
+	default:
+		return nil, fmt.Errorf("ent: unknown CampaignNode mutation op: %q", m.Op())
 	}
 }
 
@@ -4340,18 +4656,18 @@ func (c *VolumeTargetClient) mutate(ctx context.Context, m *VolumeTargetMutation
 // hooks and interceptors per client, for fast access.
 type (
 	hooks struct {
-		APIToken, Allocation, AuditEvent, BiosSetting, BulkRun, Chassis, Conductor,
-		DeployTemplate, DeployTemplateStep, FirmwareComponent, InspectionRule, Node,
-		NodeEvent, NodeInventory, PolicyOverride, Port, PortalSession, Portgroup,
-		RoleAssignment, Runbook, RunbookStep, Setting, Trait, User, VolumeConnector,
-		VolumeTarget []ent.Hook
+		APIToken, Allocation, AuditEvent, BiosSetting, BulkRun, Campaign, CampaignNode,
+		Chassis, Conductor, DeployTemplate, DeployTemplateStep, FirmwareComponent,
+		InspectionRule, Node, NodeEvent, NodeInventory, PolicyOverride, Port,
+		PortalSession, Portgroup, RoleAssignment, Runbook, RunbookStep, Setting, Trait,
+		User, VolumeConnector, VolumeTarget []ent.Hook
 	}
 	inters struct {
-		APIToken, Allocation, AuditEvent, BiosSetting, BulkRun, Chassis, Conductor,
-		DeployTemplate, DeployTemplateStep, FirmwareComponent, InspectionRule, Node,
-		NodeEvent, NodeInventory, PolicyOverride, Port, PortalSession, Portgroup,
-		RoleAssignment, Runbook, RunbookStep, Setting, Trait, User, VolumeConnector,
-		VolumeTarget []ent.Interceptor
+		APIToken, Allocation, AuditEvent, BiosSetting, BulkRun, Campaign, CampaignNode,
+		Chassis, Conductor, DeployTemplate, DeployTemplateStep, FirmwareComponent,
+		InspectionRule, Node, NodeEvent, NodeInventory, PolicyOverride, Port,
+		PortalSession, Portgroup, RoleAssignment, Runbook, RunbookStep, Setting, Trait,
+		User, VolumeConnector, VolumeTarget []ent.Interceptor
 	}
 )
 

@@ -17,6 +17,8 @@ import (
 	"github.com/anvilproject/anvil/ent/auditevent"
 	"github.com/anvilproject/anvil/ent/biossetting"
 	"github.com/anvilproject/anvil/ent/bulkrun"
+	"github.com/anvilproject/anvil/ent/campaign"
+	"github.com/anvilproject/anvil/ent/campaignnode"
 	"github.com/anvilproject/anvil/ent/chassis"
 	"github.com/anvilproject/anvil/ent/conductor"
 	"github.com/anvilproject/anvil/ent/deploytemplate"
@@ -103,6 +105,8 @@ func checkColumn(t, c string) error {
 			auditevent.Table:         auditevent.ValidColumn,
 			biossetting.Table:        biossetting.ValidColumn,
 			bulkrun.Table:            bulkrun.ValidColumn,
+			campaign.Table:           campaign.ValidColumn,
+			campaignnode.Table:       campaignnode.ValidColumn,
 			chassis.Table:            chassis.ValidColumn,
 			conductor.Table:          conductor.ValidColumn,
 			deploytemplate.Table:     deploytemplate.ValidColumn,

@@ -16,6 +16,8 @@ import (
 	"github.com/anvilproject/anvil/ent/auditevent"
 	"github.com/anvilproject/anvil/ent/biossetting"
 	"github.com/anvilproject/anvil/ent/bulkrun"
+	"github.com/anvilproject/anvil/ent/campaign"
+	"github.com/anvilproject/anvil/ent/campaignnode"
 	"github.com/anvilproject/anvil/ent/chassis"
 	"github.com/anvilproject/anvil/ent/conductor"
 	"github.com/anvilproject/anvil/ent/deploytemplate"
@@ -54,6 +56,8 @@ const (
 	TypeAuditEvent         = "AuditEvent"
 	TypeBiosSetting        = "BiosSetting"
 	TypeBulkRun            = "BulkRun"
+	TypeCampaign           = "Campaign"
+	TypeCampaignNode       = "CampaignNode"
 	TypeChassis            = "Chassis"
 	TypeConductor          = "Conductor"
 	TypeDeployTemplate     = "DeployTemplate"
@@ -4845,6 +4849,2615 @@ func (m *BulkRunMutation) ClearEdge(name string) error {
 // It returns an error if the edge is not defined in the schema.
 func (m *BulkRunMutation) ResetEdge(name string) error {
 	return fmt.Errorf("unknown BulkRun edge %s", name)
+}
+
+// CampaignMutation represents an operation that mutates the Campaign nodes in the graph.
+type CampaignMutation struct {
+	config
+	op                      Op
+	typ                     string
+	id                      *int
+	created_at              *time.Time
+	updated_at              *time.Time
+	uuid                    *string
+	name                    *string
+	runbook                 *string
+	runbook_name            *string
+	owner                   *string
+	created_by              *string
+	principal               *map[string]interface{}
+	state                   *string
+	max_concurrency         *int
+	addmax_concurrency      *int
+	max_failures            *int
+	addmax_failures         *int
+	max_failures_percent    *int
+	addmax_failures_percent *int
+	running                 *int
+	addrunning              *int
+	start_after             *time.Time
+	requires_approval       *bool
+	approved_by             *string
+	approved_at             *time.Time
+	started_at              *time.Time
+	finished_at             *time.Time
+	clearedFields           map[string]struct{}
+	nodes                   map[int]struct{}
+	removednodes            map[int]struct{}
+	clearednodes            bool
+	done                    bool
+	oldValue                func(context.Context) (*Campaign, error)
+	predicates              []predicate.Campaign
+}
+
+var _ ent.Mutation = (*CampaignMutation)(nil)
+
+// campaignOption allows management of the mutation configuration using functional options.
+type campaignOption func(*CampaignMutation)
+
+// newCampaignMutation creates new mutation for the Campaign entity.
+func newCampaignMutation(c config, op Op, opts ...campaignOption) *CampaignMutation {
+	m := &CampaignMutation{
+		config:        c,
+		op:            op,
+		typ:           TypeCampaign,
+		clearedFields: make(map[string]struct{}),
+	}
+	for _, opt := range opts {
+		opt(m)
+	}
+	return m
+}
+
+// withCampaignID sets the ID field of the mutation.
+func withCampaignID(id int) campaignOption {
+	return func(m *CampaignMutation) {
+		var (
+			err   error
+			once  sync.Once
+			value *Campaign
+		)
+		m.oldValue = func(ctx context.Context) (*Campaign, error) {
+			once.Do(func() {
+				if m.done {
+					err = errors.New("querying old values post mutation is not allowed")
+				} else {
+					value, err = m.Client().Campaign.Get(ctx, id)
+				}
+			})
+			return value, err
+		}
+		m.id = &id
+	}
+}
+
+// withCampaign sets the old Campaign of the mutation.
+func withCampaign(node *Campaign) campaignOption {
+	return func(m *CampaignMutation) {
+		m.oldValue = func(context.Context) (*Campaign, error) {
+			return node, nil
+		}
+		m.id = &node.ID
+	}
+}
+
+// Client returns a new `ent.Client` from the mutation. If the mutation was
+// executed in a transaction (ent.Tx), a transactional client is returned.
+func (m CampaignMutation) Client() *Client {
+	client := &Client{config: m.config}
+	client.init()
+	return client
+}
+
+// Tx returns an `ent.Tx` for mutations that were executed in transactions;
+// it returns an error otherwise.
+func (m CampaignMutation) Tx() (*Tx, error) {
+	if _, ok := m.driver.(*txDriver); !ok {
+		return nil, errors.New("ent: mutation is not running in a transaction")
+	}
+	tx := &Tx{config: m.config}
+	tx.init()
+	return tx, nil
+}
+
+// ID returns the ID value in the mutation. Note that the ID is only available
+// if it was provided to the builder or after it was returned from the database.
+func (m *CampaignMutation) ID() (id int, exists bool) {
+	if m.id == nil {
+		return
+	}
+	return *m.id, true
+}
+
+// IDs queries the database and returns the entity ids that match the mutation's predicate.
+// That means, if the mutation is applied within a transaction with an isolation level such
+// as sql.LevelSerializable, the returned ids match the ids of the rows that will be updated
+// or updated by the mutation.
+func (m *CampaignMutation) IDs(ctx context.Context) ([]int, error) {
+	switch {
+	case m.op.Is(OpUpdateOne | OpDeleteOne):
+		id, exists := m.ID()
+		if exists {
+			return []int{id}, nil
+		}
+		fallthrough
+	case m.op.Is(OpUpdate | OpDelete):
+		return m.Client().Campaign.Query().Where(m.predicates...).IDs(ctx)
+	default:
+		return nil, fmt.Errorf("IDs is not allowed on %s operations", m.op)
+	}
+}
+
+// SetCreatedAt sets the "created_at" field.
+func (m *CampaignMutation) SetCreatedAt(t time.Time) {
+	m.created_at = &t
+}
+
+// CreatedAt returns the value of the "created_at" field in the mutation.
+func (m *CampaignMutation) CreatedAt() (r time.Time, exists bool) {
+	v := m.created_at
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldCreatedAt returns the old "created_at" field's value of the Campaign entity.
+// If the Campaign object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *CampaignMutation) OldCreatedAt(ctx context.Context) (v time.Time, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldCreatedAt is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldCreatedAt requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldCreatedAt: %w", err)
+	}
+	return oldValue.CreatedAt, nil
+}
+
+// ResetCreatedAt resets all changes to the "created_at" field.
+func (m *CampaignMutation) ResetCreatedAt() {
+	m.created_at = nil
+}
+
+// SetUpdatedAt sets the "updated_at" field.
+func (m *CampaignMutation) SetUpdatedAt(t time.Time) {
+	m.updated_at = &t
+}
+
+// UpdatedAt returns the value of the "updated_at" field in the mutation.
+func (m *CampaignMutation) UpdatedAt() (r time.Time, exists bool) {
+	v := m.updated_at
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldUpdatedAt returns the old "updated_at" field's value of the Campaign entity.
+// If the Campaign object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *CampaignMutation) OldUpdatedAt(ctx context.Context) (v *time.Time, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldUpdatedAt is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldUpdatedAt requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldUpdatedAt: %w", err)
+	}
+	return oldValue.UpdatedAt, nil
+}
+
+// ClearUpdatedAt clears the value of the "updated_at" field.
+func (m *CampaignMutation) ClearUpdatedAt() {
+	m.updated_at = nil
+	m.clearedFields[campaign.FieldUpdatedAt] = struct{}{}
+}
+
+// UpdatedAtCleared returns if the "updated_at" field was cleared in this mutation.
+func (m *CampaignMutation) UpdatedAtCleared() bool {
+	_, ok := m.clearedFields[campaign.FieldUpdatedAt]
+	return ok
+}
+
+// ResetUpdatedAt resets all changes to the "updated_at" field.
+func (m *CampaignMutation) ResetUpdatedAt() {
+	m.updated_at = nil
+	delete(m.clearedFields, campaign.FieldUpdatedAt)
+}
+
+// SetUUID sets the "uuid" field.
+func (m *CampaignMutation) SetUUID(s string) {
+	m.uuid = &s
+}
+
+// UUID returns the value of the "uuid" field in the mutation.
+func (m *CampaignMutation) UUID() (r string, exists bool) {
+	v := m.uuid
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldUUID returns the old "uuid" field's value of the Campaign entity.
+// If the Campaign object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *CampaignMutation) OldUUID(ctx context.Context) (v string, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldUUID is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldUUID requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldUUID: %w", err)
+	}
+	return oldValue.UUID, nil
+}
+
+// ResetUUID resets all changes to the "uuid" field.
+func (m *CampaignMutation) ResetUUID() {
+	m.uuid = nil
+}
+
+// SetName sets the "name" field.
+func (m *CampaignMutation) SetName(s string) {
+	m.name = &s
+}
+
+// Name returns the value of the "name" field in the mutation.
+func (m *CampaignMutation) Name() (r string, exists bool) {
+	v := m.name
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldName returns the old "name" field's value of the Campaign entity.
+// If the Campaign object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *CampaignMutation) OldName(ctx context.Context) (v string, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldName is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldName requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldName: %w", err)
+	}
+	return oldValue.Name, nil
+}
+
+// ResetName resets all changes to the "name" field.
+func (m *CampaignMutation) ResetName() {
+	m.name = nil
+}
+
+// SetRunbook sets the "runbook" field.
+func (m *CampaignMutation) SetRunbook(s string) {
+	m.runbook = &s
+}
+
+// Runbook returns the value of the "runbook" field in the mutation.
+func (m *CampaignMutation) Runbook() (r string, exists bool) {
+	v := m.runbook
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldRunbook returns the old "runbook" field's value of the Campaign entity.
+// If the Campaign object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *CampaignMutation) OldRunbook(ctx context.Context) (v string, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldRunbook is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldRunbook requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldRunbook: %w", err)
+	}
+	return oldValue.Runbook, nil
+}
+
+// ResetRunbook resets all changes to the "runbook" field.
+func (m *CampaignMutation) ResetRunbook() {
+	m.runbook = nil
+}
+
+// SetRunbookName sets the "runbook_name" field.
+func (m *CampaignMutation) SetRunbookName(s string) {
+	m.runbook_name = &s
+}
+
+// RunbookName returns the value of the "runbook_name" field in the mutation.
+func (m *CampaignMutation) RunbookName() (r string, exists bool) {
+	v := m.runbook_name
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldRunbookName returns the old "runbook_name" field's value of the Campaign entity.
+// If the Campaign object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *CampaignMutation) OldRunbookName(ctx context.Context) (v string, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldRunbookName is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldRunbookName requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldRunbookName: %w", err)
+	}
+	return oldValue.RunbookName, nil
+}
+
+// ResetRunbookName resets all changes to the "runbook_name" field.
+func (m *CampaignMutation) ResetRunbookName() {
+	m.runbook_name = nil
+}
+
+// SetOwner sets the "owner" field.
+func (m *CampaignMutation) SetOwner(s string) {
+	m.owner = &s
+}
+
+// Owner returns the value of the "owner" field in the mutation.
+func (m *CampaignMutation) Owner() (r string, exists bool) {
+	v := m.owner
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldOwner returns the old "owner" field's value of the Campaign entity.
+// If the Campaign object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *CampaignMutation) OldOwner(ctx context.Context) (v *string, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldOwner is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldOwner requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldOwner: %w", err)
+	}
+	return oldValue.Owner, nil
+}
+
+// ClearOwner clears the value of the "owner" field.
+func (m *CampaignMutation) ClearOwner() {
+	m.owner = nil
+	m.clearedFields[campaign.FieldOwner] = struct{}{}
+}
+
+// OwnerCleared returns if the "owner" field was cleared in this mutation.
+func (m *CampaignMutation) OwnerCleared() bool {
+	_, ok := m.clearedFields[campaign.FieldOwner]
+	return ok
+}
+
+// ResetOwner resets all changes to the "owner" field.
+func (m *CampaignMutation) ResetOwner() {
+	m.owner = nil
+	delete(m.clearedFields, campaign.FieldOwner)
+}
+
+// SetCreatedBy sets the "created_by" field.
+func (m *CampaignMutation) SetCreatedBy(s string) {
+	m.created_by = &s
+}
+
+// CreatedBy returns the value of the "created_by" field in the mutation.
+func (m *CampaignMutation) CreatedBy() (r string, exists bool) {
+	v := m.created_by
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldCreatedBy returns the old "created_by" field's value of the Campaign entity.
+// If the Campaign object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *CampaignMutation) OldCreatedBy(ctx context.Context) (v string, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldCreatedBy is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldCreatedBy requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldCreatedBy: %w", err)
+	}
+	return oldValue.CreatedBy, nil
+}
+
+// ResetCreatedBy resets all changes to the "created_by" field.
+func (m *CampaignMutation) ResetCreatedBy() {
+	m.created_by = nil
+}
+
+// SetPrincipal sets the "principal" field.
+func (m *CampaignMutation) SetPrincipal(value map[string]interface{}) {
+	m.principal = &value
+}
+
+// Principal returns the value of the "principal" field in the mutation.
+func (m *CampaignMutation) Principal() (r map[string]interface{}, exists bool) {
+	v := m.principal
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldPrincipal returns the old "principal" field's value of the Campaign entity.
+// If the Campaign object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *CampaignMutation) OldPrincipal(ctx context.Context) (v map[string]interface{}, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldPrincipal is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldPrincipal requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldPrincipal: %w", err)
+	}
+	return oldValue.Principal, nil
+}
+
+// ResetPrincipal resets all changes to the "principal" field.
+func (m *CampaignMutation) ResetPrincipal() {
+	m.principal = nil
+}
+
+// SetState sets the "state" field.
+func (m *CampaignMutation) SetState(s string) {
+	m.state = &s
+}
+
+// State returns the value of the "state" field in the mutation.
+func (m *CampaignMutation) State() (r string, exists bool) {
+	v := m.state
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldState returns the old "state" field's value of the Campaign entity.
+// If the Campaign object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *CampaignMutation) OldState(ctx context.Context) (v string, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldState is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldState requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldState: %w", err)
+	}
+	return oldValue.State, nil
+}
+
+// ResetState resets all changes to the "state" field.
+func (m *CampaignMutation) ResetState() {
+	m.state = nil
+}
+
+// SetMaxConcurrency sets the "max_concurrency" field.
+func (m *CampaignMutation) SetMaxConcurrency(i int) {
+	m.max_concurrency = &i
+	m.addmax_concurrency = nil
+}
+
+// MaxConcurrency returns the value of the "max_concurrency" field in the mutation.
+func (m *CampaignMutation) MaxConcurrency() (r int, exists bool) {
+	v := m.max_concurrency
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldMaxConcurrency returns the old "max_concurrency" field's value of the Campaign entity.
+// If the Campaign object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *CampaignMutation) OldMaxConcurrency(ctx context.Context) (v int, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldMaxConcurrency is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldMaxConcurrency requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldMaxConcurrency: %w", err)
+	}
+	return oldValue.MaxConcurrency, nil
+}
+
+// AddMaxConcurrency adds i to the "max_concurrency" field.
+func (m *CampaignMutation) AddMaxConcurrency(i int) {
+	if m.addmax_concurrency != nil {
+		*m.addmax_concurrency += i
+	} else {
+		m.addmax_concurrency = &i
+	}
+}
+
+// AddedMaxConcurrency returns the value that was added to the "max_concurrency" field in this mutation.
+func (m *CampaignMutation) AddedMaxConcurrency() (r int, exists bool) {
+	v := m.addmax_concurrency
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// ResetMaxConcurrency resets all changes to the "max_concurrency" field.
+func (m *CampaignMutation) ResetMaxConcurrency() {
+	m.max_concurrency = nil
+	m.addmax_concurrency = nil
+}
+
+// SetMaxFailures sets the "max_failures" field.
+func (m *CampaignMutation) SetMaxFailures(i int) {
+	m.max_failures = &i
+	m.addmax_failures = nil
+}
+
+// MaxFailures returns the value of the "max_failures" field in the mutation.
+func (m *CampaignMutation) MaxFailures() (r int, exists bool) {
+	v := m.max_failures
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldMaxFailures returns the old "max_failures" field's value of the Campaign entity.
+// If the Campaign object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *CampaignMutation) OldMaxFailures(ctx context.Context) (v int, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldMaxFailures is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldMaxFailures requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldMaxFailures: %w", err)
+	}
+	return oldValue.MaxFailures, nil
+}
+
+// AddMaxFailures adds i to the "max_failures" field.
+func (m *CampaignMutation) AddMaxFailures(i int) {
+	if m.addmax_failures != nil {
+		*m.addmax_failures += i
+	} else {
+		m.addmax_failures = &i
+	}
+}
+
+// AddedMaxFailures returns the value that was added to the "max_failures" field in this mutation.
+func (m *CampaignMutation) AddedMaxFailures() (r int, exists bool) {
+	v := m.addmax_failures
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// ResetMaxFailures resets all changes to the "max_failures" field.
+func (m *CampaignMutation) ResetMaxFailures() {
+	m.max_failures = nil
+	m.addmax_failures = nil
+}
+
+// SetMaxFailuresPercent sets the "max_failures_percent" field.
+func (m *CampaignMutation) SetMaxFailuresPercent(i int) {
+	m.max_failures_percent = &i
+	m.addmax_failures_percent = nil
+}
+
+// MaxFailuresPercent returns the value of the "max_failures_percent" field in the mutation.
+func (m *CampaignMutation) MaxFailuresPercent() (r int, exists bool) {
+	v := m.max_failures_percent
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldMaxFailuresPercent returns the old "max_failures_percent" field's value of the Campaign entity.
+// If the Campaign object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *CampaignMutation) OldMaxFailuresPercent(ctx context.Context) (v *int, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldMaxFailuresPercent is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldMaxFailuresPercent requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldMaxFailuresPercent: %w", err)
+	}
+	return oldValue.MaxFailuresPercent, nil
+}
+
+// AddMaxFailuresPercent adds i to the "max_failures_percent" field.
+func (m *CampaignMutation) AddMaxFailuresPercent(i int) {
+	if m.addmax_failures_percent != nil {
+		*m.addmax_failures_percent += i
+	} else {
+		m.addmax_failures_percent = &i
+	}
+}
+
+// AddedMaxFailuresPercent returns the value that was added to the "max_failures_percent" field in this mutation.
+func (m *CampaignMutation) AddedMaxFailuresPercent() (r int, exists bool) {
+	v := m.addmax_failures_percent
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// ClearMaxFailuresPercent clears the value of the "max_failures_percent" field.
+func (m *CampaignMutation) ClearMaxFailuresPercent() {
+	m.max_failures_percent = nil
+	m.addmax_failures_percent = nil
+	m.clearedFields[campaign.FieldMaxFailuresPercent] = struct{}{}
+}
+
+// MaxFailuresPercentCleared returns if the "max_failures_percent" field was cleared in this mutation.
+func (m *CampaignMutation) MaxFailuresPercentCleared() bool {
+	_, ok := m.clearedFields[campaign.FieldMaxFailuresPercent]
+	return ok
+}
+
+// ResetMaxFailuresPercent resets all changes to the "max_failures_percent" field.
+func (m *CampaignMutation) ResetMaxFailuresPercent() {
+	m.max_failures_percent = nil
+	m.addmax_failures_percent = nil
+	delete(m.clearedFields, campaign.FieldMaxFailuresPercent)
+}
+
+// SetRunning sets the "running" field.
+func (m *CampaignMutation) SetRunning(i int) {
+	m.running = &i
+	m.addrunning = nil
+}
+
+// Running returns the value of the "running" field in the mutation.
+func (m *CampaignMutation) Running() (r int, exists bool) {
+	v := m.running
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldRunning returns the old "running" field's value of the Campaign entity.
+// If the Campaign object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *CampaignMutation) OldRunning(ctx context.Context) (v int, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldRunning is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldRunning requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldRunning: %w", err)
+	}
+	return oldValue.Running, nil
+}
+
+// AddRunning adds i to the "running" field.
+func (m *CampaignMutation) AddRunning(i int) {
+	if m.addrunning != nil {
+		*m.addrunning += i
+	} else {
+		m.addrunning = &i
+	}
+}
+
+// AddedRunning returns the value that was added to the "running" field in this mutation.
+func (m *CampaignMutation) AddedRunning() (r int, exists bool) {
+	v := m.addrunning
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// ResetRunning resets all changes to the "running" field.
+func (m *CampaignMutation) ResetRunning() {
+	m.running = nil
+	m.addrunning = nil
+}
+
+// SetStartAfter sets the "start_after" field.
+func (m *CampaignMutation) SetStartAfter(t time.Time) {
+	m.start_after = &t
+}
+
+// StartAfter returns the value of the "start_after" field in the mutation.
+func (m *CampaignMutation) StartAfter() (r time.Time, exists bool) {
+	v := m.start_after
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldStartAfter returns the old "start_after" field's value of the Campaign entity.
+// If the Campaign object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *CampaignMutation) OldStartAfter(ctx context.Context) (v *time.Time, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldStartAfter is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldStartAfter requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldStartAfter: %w", err)
+	}
+	return oldValue.StartAfter, nil
+}
+
+// ClearStartAfter clears the value of the "start_after" field.
+func (m *CampaignMutation) ClearStartAfter() {
+	m.start_after = nil
+	m.clearedFields[campaign.FieldStartAfter] = struct{}{}
+}
+
+// StartAfterCleared returns if the "start_after" field was cleared in this mutation.
+func (m *CampaignMutation) StartAfterCleared() bool {
+	_, ok := m.clearedFields[campaign.FieldStartAfter]
+	return ok
+}
+
+// ResetStartAfter resets all changes to the "start_after" field.
+func (m *CampaignMutation) ResetStartAfter() {
+	m.start_after = nil
+	delete(m.clearedFields, campaign.FieldStartAfter)
+}
+
+// SetRequiresApproval sets the "requires_approval" field.
+func (m *CampaignMutation) SetRequiresApproval(b bool) {
+	m.requires_approval = &b
+}
+
+// RequiresApproval returns the value of the "requires_approval" field in the mutation.
+func (m *CampaignMutation) RequiresApproval() (r bool, exists bool) {
+	v := m.requires_approval
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldRequiresApproval returns the old "requires_approval" field's value of the Campaign entity.
+// If the Campaign object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *CampaignMutation) OldRequiresApproval(ctx context.Context) (v bool, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldRequiresApproval is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldRequiresApproval requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldRequiresApproval: %w", err)
+	}
+	return oldValue.RequiresApproval, nil
+}
+
+// ResetRequiresApproval resets all changes to the "requires_approval" field.
+func (m *CampaignMutation) ResetRequiresApproval() {
+	m.requires_approval = nil
+}
+
+// SetApprovedBy sets the "approved_by" field.
+func (m *CampaignMutation) SetApprovedBy(s string) {
+	m.approved_by = &s
+}
+
+// ApprovedBy returns the value of the "approved_by" field in the mutation.
+func (m *CampaignMutation) ApprovedBy() (r string, exists bool) {
+	v := m.approved_by
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldApprovedBy returns the old "approved_by" field's value of the Campaign entity.
+// If the Campaign object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *CampaignMutation) OldApprovedBy(ctx context.Context) (v *string, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldApprovedBy is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldApprovedBy requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldApprovedBy: %w", err)
+	}
+	return oldValue.ApprovedBy, nil
+}
+
+// ClearApprovedBy clears the value of the "approved_by" field.
+func (m *CampaignMutation) ClearApprovedBy() {
+	m.approved_by = nil
+	m.clearedFields[campaign.FieldApprovedBy] = struct{}{}
+}
+
+// ApprovedByCleared returns if the "approved_by" field was cleared in this mutation.
+func (m *CampaignMutation) ApprovedByCleared() bool {
+	_, ok := m.clearedFields[campaign.FieldApprovedBy]
+	return ok
+}
+
+// ResetApprovedBy resets all changes to the "approved_by" field.
+func (m *CampaignMutation) ResetApprovedBy() {
+	m.approved_by = nil
+	delete(m.clearedFields, campaign.FieldApprovedBy)
+}
+
+// SetApprovedAt sets the "approved_at" field.
+func (m *CampaignMutation) SetApprovedAt(t time.Time) {
+	m.approved_at = &t
+}
+
+// ApprovedAt returns the value of the "approved_at" field in the mutation.
+func (m *CampaignMutation) ApprovedAt() (r time.Time, exists bool) {
+	v := m.approved_at
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldApprovedAt returns the old "approved_at" field's value of the Campaign entity.
+// If the Campaign object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *CampaignMutation) OldApprovedAt(ctx context.Context) (v *time.Time, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldApprovedAt is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldApprovedAt requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldApprovedAt: %w", err)
+	}
+	return oldValue.ApprovedAt, nil
+}
+
+// ClearApprovedAt clears the value of the "approved_at" field.
+func (m *CampaignMutation) ClearApprovedAt() {
+	m.approved_at = nil
+	m.clearedFields[campaign.FieldApprovedAt] = struct{}{}
+}
+
+// ApprovedAtCleared returns if the "approved_at" field was cleared in this mutation.
+func (m *CampaignMutation) ApprovedAtCleared() bool {
+	_, ok := m.clearedFields[campaign.FieldApprovedAt]
+	return ok
+}
+
+// ResetApprovedAt resets all changes to the "approved_at" field.
+func (m *CampaignMutation) ResetApprovedAt() {
+	m.approved_at = nil
+	delete(m.clearedFields, campaign.FieldApprovedAt)
+}
+
+// SetStartedAt sets the "started_at" field.
+func (m *CampaignMutation) SetStartedAt(t time.Time) {
+	m.started_at = &t
+}
+
+// StartedAt returns the value of the "started_at" field in the mutation.
+func (m *CampaignMutation) StartedAt() (r time.Time, exists bool) {
+	v := m.started_at
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldStartedAt returns the old "started_at" field's value of the Campaign entity.
+// If the Campaign object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *CampaignMutation) OldStartedAt(ctx context.Context) (v *time.Time, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldStartedAt is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldStartedAt requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldStartedAt: %w", err)
+	}
+	return oldValue.StartedAt, nil
+}
+
+// ClearStartedAt clears the value of the "started_at" field.
+func (m *CampaignMutation) ClearStartedAt() {
+	m.started_at = nil
+	m.clearedFields[campaign.FieldStartedAt] = struct{}{}
+}
+
+// StartedAtCleared returns if the "started_at" field was cleared in this mutation.
+func (m *CampaignMutation) StartedAtCleared() bool {
+	_, ok := m.clearedFields[campaign.FieldStartedAt]
+	return ok
+}
+
+// ResetStartedAt resets all changes to the "started_at" field.
+func (m *CampaignMutation) ResetStartedAt() {
+	m.started_at = nil
+	delete(m.clearedFields, campaign.FieldStartedAt)
+}
+
+// SetFinishedAt sets the "finished_at" field.
+func (m *CampaignMutation) SetFinishedAt(t time.Time) {
+	m.finished_at = &t
+}
+
+// FinishedAt returns the value of the "finished_at" field in the mutation.
+func (m *CampaignMutation) FinishedAt() (r time.Time, exists bool) {
+	v := m.finished_at
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldFinishedAt returns the old "finished_at" field's value of the Campaign entity.
+// If the Campaign object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *CampaignMutation) OldFinishedAt(ctx context.Context) (v *time.Time, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldFinishedAt is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldFinishedAt requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldFinishedAt: %w", err)
+	}
+	return oldValue.FinishedAt, nil
+}
+
+// ClearFinishedAt clears the value of the "finished_at" field.
+func (m *CampaignMutation) ClearFinishedAt() {
+	m.finished_at = nil
+	m.clearedFields[campaign.FieldFinishedAt] = struct{}{}
+}
+
+// FinishedAtCleared returns if the "finished_at" field was cleared in this mutation.
+func (m *CampaignMutation) FinishedAtCleared() bool {
+	_, ok := m.clearedFields[campaign.FieldFinishedAt]
+	return ok
+}
+
+// ResetFinishedAt resets all changes to the "finished_at" field.
+func (m *CampaignMutation) ResetFinishedAt() {
+	m.finished_at = nil
+	delete(m.clearedFields, campaign.FieldFinishedAt)
+}
+
+// AddNodeIDs adds the "nodes" edge to the CampaignNode entity by ids.
+func (m *CampaignMutation) AddNodeIDs(ids ...int) {
+	if m.nodes == nil {
+		m.nodes = make(map[int]struct{})
+	}
+	for i := range ids {
+		m.nodes[ids[i]] = struct{}{}
+	}
+}
+
+// ClearNodes clears the "nodes" edge to the CampaignNode entity.
+func (m *CampaignMutation) ClearNodes() {
+	m.clearednodes = true
+}
+
+// NodesCleared reports if the "nodes" edge to the CampaignNode entity was cleared.
+func (m *CampaignMutation) NodesCleared() bool {
+	return m.clearednodes
+}
+
+// RemoveNodeIDs removes the "nodes" edge to the CampaignNode entity by IDs.
+func (m *CampaignMutation) RemoveNodeIDs(ids ...int) {
+	if m.removednodes == nil {
+		m.removednodes = make(map[int]struct{})
+	}
+	for i := range ids {
+		delete(m.nodes, ids[i])
+		m.removednodes[ids[i]] = struct{}{}
+	}
+}
+
+// RemovedNodes returns the removed IDs of the "nodes" edge to the CampaignNode entity.
+func (m *CampaignMutation) RemovedNodesIDs() (ids []int) {
+	for id := range m.removednodes {
+		ids = append(ids, id)
+	}
+	return
+}
+
+// NodesIDs returns the "nodes" edge IDs in the mutation.
+func (m *CampaignMutation) NodesIDs() (ids []int) {
+	for id := range m.nodes {
+		ids = append(ids, id)
+	}
+	return
+}
+
+// ResetNodes resets all changes to the "nodes" edge.
+func (m *CampaignMutation) ResetNodes() {
+	m.nodes = nil
+	m.clearednodes = false
+	m.removednodes = nil
+}
+
+// Where appends a list predicates to the CampaignMutation builder.
+func (m *CampaignMutation) Where(ps ...predicate.Campaign) {
+	m.predicates = append(m.predicates, ps...)
+}
+
+// WhereP appends storage-level predicates to the CampaignMutation builder. Using this method,
+// users can use type-assertion to append predicates that do not depend on any generated package.
+func (m *CampaignMutation) WhereP(ps ...func(*sql.Selector)) {
+	p := make([]predicate.Campaign, len(ps))
+	for i := range ps {
+		p[i] = ps[i]
+	}
+	m.Where(p...)
+}
+
+// Op returns the operation name.
+func (m *CampaignMutation) Op() Op {
+	return m.op
+}
+
+// SetOp allows setting the mutation operation.
+func (m *CampaignMutation) SetOp(op Op) {
+	m.op = op
+}
+
+// Type returns the node type of this mutation (Campaign).
+func (m *CampaignMutation) Type() string {
+	return m.typ
+}
+
+// Fields returns all fields that were changed during this mutation. Note that in
+// order to get all numeric fields that were incremented/decremented, call
+// AddedFields().
+func (m *CampaignMutation) Fields() []string {
+	fields := make([]string, 0, 20)
+	if m.created_at != nil {
+		fields = append(fields, campaign.FieldCreatedAt)
+	}
+	if m.updated_at != nil {
+		fields = append(fields, campaign.FieldUpdatedAt)
+	}
+	if m.uuid != nil {
+		fields = append(fields, campaign.FieldUUID)
+	}
+	if m.name != nil {
+		fields = append(fields, campaign.FieldName)
+	}
+	if m.runbook != nil {
+		fields = append(fields, campaign.FieldRunbook)
+	}
+	if m.runbook_name != nil {
+		fields = append(fields, campaign.FieldRunbookName)
+	}
+	if m.owner != nil {
+		fields = append(fields, campaign.FieldOwner)
+	}
+	if m.created_by != nil {
+		fields = append(fields, campaign.FieldCreatedBy)
+	}
+	if m.principal != nil {
+		fields = append(fields, campaign.FieldPrincipal)
+	}
+	if m.state != nil {
+		fields = append(fields, campaign.FieldState)
+	}
+	if m.max_concurrency != nil {
+		fields = append(fields, campaign.FieldMaxConcurrency)
+	}
+	if m.max_failures != nil {
+		fields = append(fields, campaign.FieldMaxFailures)
+	}
+	if m.max_failures_percent != nil {
+		fields = append(fields, campaign.FieldMaxFailuresPercent)
+	}
+	if m.running != nil {
+		fields = append(fields, campaign.FieldRunning)
+	}
+	if m.start_after != nil {
+		fields = append(fields, campaign.FieldStartAfter)
+	}
+	if m.requires_approval != nil {
+		fields = append(fields, campaign.FieldRequiresApproval)
+	}
+	if m.approved_by != nil {
+		fields = append(fields, campaign.FieldApprovedBy)
+	}
+	if m.approved_at != nil {
+		fields = append(fields, campaign.FieldApprovedAt)
+	}
+	if m.started_at != nil {
+		fields = append(fields, campaign.FieldStartedAt)
+	}
+	if m.finished_at != nil {
+		fields = append(fields, campaign.FieldFinishedAt)
+	}
+	return fields
+}
+
+// Field returns the value of a field with the given name. The second boolean
+// return value indicates that this field was not set, or was not defined in the
+// schema.
+func (m *CampaignMutation) Field(name string) (ent.Value, bool) {
+	switch name {
+	case campaign.FieldCreatedAt:
+		return m.CreatedAt()
+	case campaign.FieldUpdatedAt:
+		return m.UpdatedAt()
+	case campaign.FieldUUID:
+		return m.UUID()
+	case campaign.FieldName:
+		return m.Name()
+	case campaign.FieldRunbook:
+		return m.Runbook()
+	case campaign.FieldRunbookName:
+		return m.RunbookName()
+	case campaign.FieldOwner:
+		return m.Owner()
+	case campaign.FieldCreatedBy:
+		return m.CreatedBy()
+	case campaign.FieldPrincipal:
+		return m.Principal()
+	case campaign.FieldState:
+		return m.State()
+	case campaign.FieldMaxConcurrency:
+		return m.MaxConcurrency()
+	case campaign.FieldMaxFailures:
+		return m.MaxFailures()
+	case campaign.FieldMaxFailuresPercent:
+		return m.MaxFailuresPercent()
+	case campaign.FieldRunning:
+		return m.Running()
+	case campaign.FieldStartAfter:
+		return m.StartAfter()
+	case campaign.FieldRequiresApproval:
+		return m.RequiresApproval()
+	case campaign.FieldApprovedBy:
+		return m.ApprovedBy()
+	case campaign.FieldApprovedAt:
+		return m.ApprovedAt()
+	case campaign.FieldStartedAt:
+		return m.StartedAt()
+	case campaign.FieldFinishedAt:
+		return m.FinishedAt()
+	}
+	return nil, false
+}
+
+// OldField returns the old value of the field from the database. An error is
+// returned if the mutation operation is not UpdateOne, or the query to the
+// database failed.
+func (m *CampaignMutation) OldField(ctx context.Context, name string) (ent.Value, error) {
+	switch name {
+	case campaign.FieldCreatedAt:
+		return m.OldCreatedAt(ctx)
+	case campaign.FieldUpdatedAt:
+		return m.OldUpdatedAt(ctx)
+	case campaign.FieldUUID:
+		return m.OldUUID(ctx)
+	case campaign.FieldName:
+		return m.OldName(ctx)
+	case campaign.FieldRunbook:
+		return m.OldRunbook(ctx)
+	case campaign.FieldRunbookName:
+		return m.OldRunbookName(ctx)
+	case campaign.FieldOwner:
+		return m.OldOwner(ctx)
+	case campaign.FieldCreatedBy:
+		return m.OldCreatedBy(ctx)
+	case campaign.FieldPrincipal:
+		return m.OldPrincipal(ctx)
+	case campaign.FieldState:
+		return m.OldState(ctx)
+	case campaign.FieldMaxConcurrency:
+		return m.OldMaxConcurrency(ctx)
+	case campaign.FieldMaxFailures:
+		return m.OldMaxFailures(ctx)
+	case campaign.FieldMaxFailuresPercent:
+		return m.OldMaxFailuresPercent(ctx)
+	case campaign.FieldRunning:
+		return m.OldRunning(ctx)
+	case campaign.FieldStartAfter:
+		return m.OldStartAfter(ctx)
+	case campaign.FieldRequiresApproval:
+		return m.OldRequiresApproval(ctx)
+	case campaign.FieldApprovedBy:
+		return m.OldApprovedBy(ctx)
+	case campaign.FieldApprovedAt:
+		return m.OldApprovedAt(ctx)
+	case campaign.FieldStartedAt:
+		return m.OldStartedAt(ctx)
+	case campaign.FieldFinishedAt:
+		return m.OldFinishedAt(ctx)
+	}
+	return nil, fmt.Errorf("unknown Campaign field %s", name)
+}
+
+// SetField sets the value of a field with the given name. It returns an error if
+// the field is not defined in the schema, or if the type mismatched the field
+// type.
+func (m *CampaignMutation) SetField(name string, value ent.Value) error {
+	switch name {
+	case campaign.FieldCreatedAt:
+		v, ok := value.(time.Time)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetCreatedAt(v)
+		return nil
+	case campaign.FieldUpdatedAt:
+		v, ok := value.(time.Time)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetUpdatedAt(v)
+		return nil
+	case campaign.FieldUUID:
+		v, ok := value.(string)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetUUID(v)
+		return nil
+	case campaign.FieldName:
+		v, ok := value.(string)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetName(v)
+		return nil
+	case campaign.FieldRunbook:
+		v, ok := value.(string)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetRunbook(v)
+		return nil
+	case campaign.FieldRunbookName:
+		v, ok := value.(string)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetRunbookName(v)
+		return nil
+	case campaign.FieldOwner:
+		v, ok := value.(string)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetOwner(v)
+		return nil
+	case campaign.FieldCreatedBy:
+		v, ok := value.(string)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetCreatedBy(v)
+		return nil
+	case campaign.FieldPrincipal:
+		v, ok := value.(map[string]interface{})
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetPrincipal(v)
+		return nil
+	case campaign.FieldState:
+		v, ok := value.(string)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetState(v)
+		return nil
+	case campaign.FieldMaxConcurrency:
+		v, ok := value.(int)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetMaxConcurrency(v)
+		return nil
+	case campaign.FieldMaxFailures:
+		v, ok := value.(int)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetMaxFailures(v)
+		return nil
+	case campaign.FieldMaxFailuresPercent:
+		v, ok := value.(int)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetMaxFailuresPercent(v)
+		return nil
+	case campaign.FieldRunning:
+		v, ok := value.(int)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetRunning(v)
+		return nil
+	case campaign.FieldStartAfter:
+		v, ok := value.(time.Time)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetStartAfter(v)
+		return nil
+	case campaign.FieldRequiresApproval:
+		v, ok := value.(bool)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetRequiresApproval(v)
+		return nil
+	case campaign.FieldApprovedBy:
+		v, ok := value.(string)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetApprovedBy(v)
+		return nil
+	case campaign.FieldApprovedAt:
+		v, ok := value.(time.Time)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetApprovedAt(v)
+		return nil
+	case campaign.FieldStartedAt:
+		v, ok := value.(time.Time)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetStartedAt(v)
+		return nil
+	case campaign.FieldFinishedAt:
+		v, ok := value.(time.Time)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetFinishedAt(v)
+		return nil
+	}
+	return fmt.Errorf("unknown Campaign field %s", name)
+}
+
+// AddedFields returns all numeric fields that were incremented/decremented during
+// this mutation.
+func (m *CampaignMutation) AddedFields() []string {
+	var fields []string
+	if m.addmax_concurrency != nil {
+		fields = append(fields, campaign.FieldMaxConcurrency)
+	}
+	if m.addmax_failures != nil {
+		fields = append(fields, campaign.FieldMaxFailures)
+	}
+	if m.addmax_failures_percent != nil {
+		fields = append(fields, campaign.FieldMaxFailuresPercent)
+	}
+	if m.addrunning != nil {
+		fields = append(fields, campaign.FieldRunning)
+	}
+	return fields
+}
+
+// AddedField returns the numeric value that was incremented/decremented on a field
+// with the given name. The second boolean return value indicates that this field
+// was not set, or was not defined in the schema.
+func (m *CampaignMutation) AddedField(name string) (ent.Value, bool) {
+	switch name {
+	case campaign.FieldMaxConcurrency:
+		return m.AddedMaxConcurrency()
+	case campaign.FieldMaxFailures:
+		return m.AddedMaxFailures()
+	case campaign.FieldMaxFailuresPercent:
+		return m.AddedMaxFailuresPercent()
+	case campaign.FieldRunning:
+		return m.AddedRunning()
+	}
+	return nil, false
+}
+
+// AddField adds the value to the field with the given name. It returns an error if
+// the field is not defined in the schema, or if the type mismatched the field
+// type.
+func (m *CampaignMutation) AddField(name string, value ent.Value) error {
+	switch name {
+	case campaign.FieldMaxConcurrency:
+		v, ok := value.(int)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.AddMaxConcurrency(v)
+		return nil
+	case campaign.FieldMaxFailures:
+		v, ok := value.(int)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.AddMaxFailures(v)
+		return nil
+	case campaign.FieldMaxFailuresPercent:
+		v, ok := value.(int)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.AddMaxFailuresPercent(v)
+		return nil
+	case campaign.FieldRunning:
+		v, ok := value.(int)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.AddRunning(v)
+		return nil
+	}
+	return fmt.Errorf("unknown Campaign numeric field %s", name)
+}
+
+// ClearedFields returns all nullable fields that were cleared during this
+// mutation.
+func (m *CampaignMutation) ClearedFields() []string {
+	var fields []string
+	if m.FieldCleared(campaign.FieldUpdatedAt) {
+		fields = append(fields, campaign.FieldUpdatedAt)
+	}
+	if m.FieldCleared(campaign.FieldOwner) {
+		fields = append(fields, campaign.FieldOwner)
+	}
+	if m.FieldCleared(campaign.FieldMaxFailuresPercent) {
+		fields = append(fields, campaign.FieldMaxFailuresPercent)
+	}
+	if m.FieldCleared(campaign.FieldStartAfter) {
+		fields = append(fields, campaign.FieldStartAfter)
+	}
+	if m.FieldCleared(campaign.FieldApprovedBy) {
+		fields = append(fields, campaign.FieldApprovedBy)
+	}
+	if m.FieldCleared(campaign.FieldApprovedAt) {
+		fields = append(fields, campaign.FieldApprovedAt)
+	}
+	if m.FieldCleared(campaign.FieldStartedAt) {
+		fields = append(fields, campaign.FieldStartedAt)
+	}
+	if m.FieldCleared(campaign.FieldFinishedAt) {
+		fields = append(fields, campaign.FieldFinishedAt)
+	}
+	return fields
+}
+
+// FieldCleared returns a boolean indicating if a field with the given name was
+// cleared in this mutation.
+func (m *CampaignMutation) FieldCleared(name string) bool {
+	_, ok := m.clearedFields[name]
+	return ok
+}
+
+// ClearField clears the value of the field with the given name. It returns an
+// error if the field is not defined in the schema.
+func (m *CampaignMutation) ClearField(name string) error {
+	switch name {
+	case campaign.FieldUpdatedAt:
+		m.ClearUpdatedAt()
+		return nil
+	case campaign.FieldOwner:
+		m.ClearOwner()
+		return nil
+	case campaign.FieldMaxFailuresPercent:
+		m.ClearMaxFailuresPercent()
+		return nil
+	case campaign.FieldStartAfter:
+		m.ClearStartAfter()
+		return nil
+	case campaign.FieldApprovedBy:
+		m.ClearApprovedBy()
+		return nil
+	case campaign.FieldApprovedAt:
+		m.ClearApprovedAt()
+		return nil
+	case campaign.FieldStartedAt:
+		m.ClearStartedAt()
+		return nil
+	case campaign.FieldFinishedAt:
+		m.ClearFinishedAt()
+		return nil
+	}
+	return fmt.Errorf("unknown Campaign nullable field %s", name)
+}
+
+// ResetField resets all changes in the mutation for the field with the given name.
+// It returns an error if the field is not defined in the schema.
+func (m *CampaignMutation) ResetField(name string) error {
+	switch name {
+	case campaign.FieldCreatedAt:
+		m.ResetCreatedAt()
+		return nil
+	case campaign.FieldUpdatedAt:
+		m.ResetUpdatedAt()
+		return nil
+	case campaign.FieldUUID:
+		m.ResetUUID()
+		return nil
+	case campaign.FieldName:
+		m.ResetName()
+		return nil
+	case campaign.FieldRunbook:
+		m.ResetRunbook()
+		return nil
+	case campaign.FieldRunbookName:
+		m.ResetRunbookName()
+		return nil
+	case campaign.FieldOwner:
+		m.ResetOwner()
+		return nil
+	case campaign.FieldCreatedBy:
+		m.ResetCreatedBy()
+		return nil
+	case campaign.FieldPrincipal:
+		m.ResetPrincipal()
+		return nil
+	case campaign.FieldState:
+		m.ResetState()
+		return nil
+	case campaign.FieldMaxConcurrency:
+		m.ResetMaxConcurrency()
+		return nil
+	case campaign.FieldMaxFailures:
+		m.ResetMaxFailures()
+		return nil
+	case campaign.FieldMaxFailuresPercent:
+		m.ResetMaxFailuresPercent()
+		return nil
+	case campaign.FieldRunning:
+		m.ResetRunning()
+		return nil
+	case campaign.FieldStartAfter:
+		m.ResetStartAfter()
+		return nil
+	case campaign.FieldRequiresApproval:
+		m.ResetRequiresApproval()
+		return nil
+	case campaign.FieldApprovedBy:
+		m.ResetApprovedBy()
+		return nil
+	case campaign.FieldApprovedAt:
+		m.ResetApprovedAt()
+		return nil
+	case campaign.FieldStartedAt:
+		m.ResetStartedAt()
+		return nil
+	case campaign.FieldFinishedAt:
+		m.ResetFinishedAt()
+		return nil
+	}
+	return fmt.Errorf("unknown Campaign field %s", name)
+}
+
+// AddedEdges returns all edge names that were set/added in this mutation.
+func (m *CampaignMutation) AddedEdges() []string {
+	edges := make([]string, 0, 1)
+	if m.nodes != nil {
+		edges = append(edges, campaign.EdgeNodes)
+	}
+	return edges
+}
+
+// AddedIDs returns all IDs (to other nodes) that were added for the given edge
+// name in this mutation.
+func (m *CampaignMutation) AddedIDs(name string) []ent.Value {
+	switch name {
+	case campaign.EdgeNodes:
+		ids := make([]ent.Value, 0, len(m.nodes))
+		for id := range m.nodes {
+			ids = append(ids, id)
+		}
+		return ids
+	}
+	return nil
+}
+
+// RemovedEdges returns all edge names that were removed in this mutation.
+func (m *CampaignMutation) RemovedEdges() []string {
+	edges := make([]string, 0, 1)
+	if m.removednodes != nil {
+		edges = append(edges, campaign.EdgeNodes)
+	}
+	return edges
+}
+
+// RemovedIDs returns all IDs (to other nodes) that were removed for the edge with
+// the given name in this mutation.
+func (m *CampaignMutation) RemovedIDs(name string) []ent.Value {
+	switch name {
+	case campaign.EdgeNodes:
+		ids := make([]ent.Value, 0, len(m.removednodes))
+		for id := range m.removednodes {
+			ids = append(ids, id)
+		}
+		return ids
+	}
+	return nil
+}
+
+// ClearedEdges returns all edge names that were cleared in this mutation.
+func (m *CampaignMutation) ClearedEdges() []string {
+	edges := make([]string, 0, 1)
+	if m.clearednodes {
+		edges = append(edges, campaign.EdgeNodes)
+	}
+	return edges
+}
+
+// EdgeCleared returns a boolean which indicates if the edge with the given name
+// was cleared in this mutation.
+func (m *CampaignMutation) EdgeCleared(name string) bool {
+	switch name {
+	case campaign.EdgeNodes:
+		return m.clearednodes
+	}
+	return false
+}
+
+// ClearEdge clears the value of the edge with the given name. It returns an error
+// if that edge is not defined in the schema.
+func (m *CampaignMutation) ClearEdge(name string) error {
+	switch name {
+	}
+	return fmt.Errorf("unknown Campaign unique edge %s", name)
+}
+
+// ResetEdge resets all changes to the edge with the given name in this mutation.
+// It returns an error if the edge is not defined in the schema.
+func (m *CampaignMutation) ResetEdge(name string) error {
+	switch name {
+	case campaign.EdgeNodes:
+		m.ResetNodes()
+		return nil
+	}
+	return fmt.Errorf("unknown Campaign edge %s", name)
+}
+
+// CampaignNodeMutation represents an operation that mutates the CampaignNode nodes in the graph.
+type CampaignNodeMutation struct {
+	config
+	op              Op
+	typ             string
+	id              *int
+	node_uuid       *string
+	status          *string
+	reason          *string
+	run             *string
+	position        *int
+	addposition     *int
+	started_at      *time.Time
+	finished_at     *time.Time
+	clearedFields   map[string]struct{}
+	campaign        *int
+	clearedcampaign bool
+	done            bool
+	oldValue        func(context.Context) (*CampaignNode, error)
+	predicates      []predicate.CampaignNode
+}
+
+var _ ent.Mutation = (*CampaignNodeMutation)(nil)
+
+// campaignnodeOption allows management of the mutation configuration using functional options.
+type campaignnodeOption func(*CampaignNodeMutation)
+
+// newCampaignNodeMutation creates new mutation for the CampaignNode entity.
+func newCampaignNodeMutation(c config, op Op, opts ...campaignnodeOption) *CampaignNodeMutation {
+	m := &CampaignNodeMutation{
+		config:        c,
+		op:            op,
+		typ:           TypeCampaignNode,
+		clearedFields: make(map[string]struct{}),
+	}
+	for _, opt := range opts {
+		opt(m)
+	}
+	return m
+}
+
+// withCampaignNodeID sets the ID field of the mutation.
+func withCampaignNodeID(id int) campaignnodeOption {
+	return func(m *CampaignNodeMutation) {
+		var (
+			err   error
+			once  sync.Once
+			value *CampaignNode
+		)
+		m.oldValue = func(ctx context.Context) (*CampaignNode, error) {
+			once.Do(func() {
+				if m.done {
+					err = errors.New("querying old values post mutation is not allowed")
+				} else {
+					value, err = m.Client().CampaignNode.Get(ctx, id)
+				}
+			})
+			return value, err
+		}
+		m.id = &id
+	}
+}
+
+// withCampaignNode sets the old CampaignNode of the mutation.
+func withCampaignNode(node *CampaignNode) campaignnodeOption {
+	return func(m *CampaignNodeMutation) {
+		m.oldValue = func(context.Context) (*CampaignNode, error) {
+			return node, nil
+		}
+		m.id = &node.ID
+	}
+}
+
+// Client returns a new `ent.Client` from the mutation. If the mutation was
+// executed in a transaction (ent.Tx), a transactional client is returned.
+func (m CampaignNodeMutation) Client() *Client {
+	client := &Client{config: m.config}
+	client.init()
+	return client
+}
+
+// Tx returns an `ent.Tx` for mutations that were executed in transactions;
+// it returns an error otherwise.
+func (m CampaignNodeMutation) Tx() (*Tx, error) {
+	if _, ok := m.driver.(*txDriver); !ok {
+		return nil, errors.New("ent: mutation is not running in a transaction")
+	}
+	tx := &Tx{config: m.config}
+	tx.init()
+	return tx, nil
+}
+
+// ID returns the ID value in the mutation. Note that the ID is only available
+// if it was provided to the builder or after it was returned from the database.
+func (m *CampaignNodeMutation) ID() (id int, exists bool) {
+	if m.id == nil {
+		return
+	}
+	return *m.id, true
+}
+
+// IDs queries the database and returns the entity ids that match the mutation's predicate.
+// That means, if the mutation is applied within a transaction with an isolation level such
+// as sql.LevelSerializable, the returned ids match the ids of the rows that will be updated
+// or updated by the mutation.
+func (m *CampaignNodeMutation) IDs(ctx context.Context) ([]int, error) {
+	switch {
+	case m.op.Is(OpUpdateOne | OpDeleteOne):
+		id, exists := m.ID()
+		if exists {
+			return []int{id}, nil
+		}
+		fallthrough
+	case m.op.Is(OpUpdate | OpDelete):
+		return m.Client().CampaignNode.Query().Where(m.predicates...).IDs(ctx)
+	default:
+		return nil, fmt.Errorf("IDs is not allowed on %s operations", m.op)
+	}
+}
+
+// SetCampaignID sets the "campaign_id" field.
+func (m *CampaignNodeMutation) SetCampaignID(i int) {
+	m.campaign = &i
+}
+
+// CampaignID returns the value of the "campaign_id" field in the mutation.
+func (m *CampaignNodeMutation) CampaignID() (r int, exists bool) {
+	v := m.campaign
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldCampaignID returns the old "campaign_id" field's value of the CampaignNode entity.
+// If the CampaignNode object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *CampaignNodeMutation) OldCampaignID(ctx context.Context) (v int, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldCampaignID is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldCampaignID requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldCampaignID: %w", err)
+	}
+	return oldValue.CampaignID, nil
+}
+
+// ResetCampaignID resets all changes to the "campaign_id" field.
+func (m *CampaignNodeMutation) ResetCampaignID() {
+	m.campaign = nil
+}
+
+// SetNodeUUID sets the "node_uuid" field.
+func (m *CampaignNodeMutation) SetNodeUUID(s string) {
+	m.node_uuid = &s
+}
+
+// NodeUUID returns the value of the "node_uuid" field in the mutation.
+func (m *CampaignNodeMutation) NodeUUID() (r string, exists bool) {
+	v := m.node_uuid
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldNodeUUID returns the old "node_uuid" field's value of the CampaignNode entity.
+// If the CampaignNode object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *CampaignNodeMutation) OldNodeUUID(ctx context.Context) (v string, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldNodeUUID is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldNodeUUID requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldNodeUUID: %w", err)
+	}
+	return oldValue.NodeUUID, nil
+}
+
+// ResetNodeUUID resets all changes to the "node_uuid" field.
+func (m *CampaignNodeMutation) ResetNodeUUID() {
+	m.node_uuid = nil
+}
+
+// SetStatus sets the "status" field.
+func (m *CampaignNodeMutation) SetStatus(s string) {
+	m.status = &s
+}
+
+// Status returns the value of the "status" field in the mutation.
+func (m *CampaignNodeMutation) Status() (r string, exists bool) {
+	v := m.status
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldStatus returns the old "status" field's value of the CampaignNode entity.
+// If the CampaignNode object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *CampaignNodeMutation) OldStatus(ctx context.Context) (v string, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldStatus is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldStatus requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldStatus: %w", err)
+	}
+	return oldValue.Status, nil
+}
+
+// ResetStatus resets all changes to the "status" field.
+func (m *CampaignNodeMutation) ResetStatus() {
+	m.status = nil
+}
+
+// SetReason sets the "reason" field.
+func (m *CampaignNodeMutation) SetReason(s string) {
+	m.reason = &s
+}
+
+// Reason returns the value of the "reason" field in the mutation.
+func (m *CampaignNodeMutation) Reason() (r string, exists bool) {
+	v := m.reason
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldReason returns the old "reason" field's value of the CampaignNode entity.
+// If the CampaignNode object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *CampaignNodeMutation) OldReason(ctx context.Context) (v *string, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldReason is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldReason requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldReason: %w", err)
+	}
+	return oldValue.Reason, nil
+}
+
+// ClearReason clears the value of the "reason" field.
+func (m *CampaignNodeMutation) ClearReason() {
+	m.reason = nil
+	m.clearedFields[campaignnode.FieldReason] = struct{}{}
+}
+
+// ReasonCleared returns if the "reason" field was cleared in this mutation.
+func (m *CampaignNodeMutation) ReasonCleared() bool {
+	_, ok := m.clearedFields[campaignnode.FieldReason]
+	return ok
+}
+
+// ResetReason resets all changes to the "reason" field.
+func (m *CampaignNodeMutation) ResetReason() {
+	m.reason = nil
+	delete(m.clearedFields, campaignnode.FieldReason)
+}
+
+// SetRun sets the "run" field.
+func (m *CampaignNodeMutation) SetRun(s string) {
+	m.run = &s
+}
+
+// Run returns the value of the "run" field in the mutation.
+func (m *CampaignNodeMutation) Run() (r string, exists bool) {
+	v := m.run
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldRun returns the old "run" field's value of the CampaignNode entity.
+// If the CampaignNode object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *CampaignNodeMutation) OldRun(ctx context.Context) (v *string, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldRun is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldRun requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldRun: %w", err)
+	}
+	return oldValue.Run, nil
+}
+
+// ClearRun clears the value of the "run" field.
+func (m *CampaignNodeMutation) ClearRun() {
+	m.run = nil
+	m.clearedFields[campaignnode.FieldRun] = struct{}{}
+}
+
+// RunCleared returns if the "run" field was cleared in this mutation.
+func (m *CampaignNodeMutation) RunCleared() bool {
+	_, ok := m.clearedFields[campaignnode.FieldRun]
+	return ok
+}
+
+// ResetRun resets all changes to the "run" field.
+func (m *CampaignNodeMutation) ResetRun() {
+	m.run = nil
+	delete(m.clearedFields, campaignnode.FieldRun)
+}
+
+// SetPosition sets the "position" field.
+func (m *CampaignNodeMutation) SetPosition(i int) {
+	m.position = &i
+	m.addposition = nil
+}
+
+// Position returns the value of the "position" field in the mutation.
+func (m *CampaignNodeMutation) Position() (r int, exists bool) {
+	v := m.position
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldPosition returns the old "position" field's value of the CampaignNode entity.
+// If the CampaignNode object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *CampaignNodeMutation) OldPosition(ctx context.Context) (v int, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldPosition is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldPosition requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldPosition: %w", err)
+	}
+	return oldValue.Position, nil
+}
+
+// AddPosition adds i to the "position" field.
+func (m *CampaignNodeMutation) AddPosition(i int) {
+	if m.addposition != nil {
+		*m.addposition += i
+	} else {
+		m.addposition = &i
+	}
+}
+
+// AddedPosition returns the value that was added to the "position" field in this mutation.
+func (m *CampaignNodeMutation) AddedPosition() (r int, exists bool) {
+	v := m.addposition
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// ResetPosition resets all changes to the "position" field.
+func (m *CampaignNodeMutation) ResetPosition() {
+	m.position = nil
+	m.addposition = nil
+}
+
+// SetStartedAt sets the "started_at" field.
+func (m *CampaignNodeMutation) SetStartedAt(t time.Time) {
+	m.started_at = &t
+}
+
+// StartedAt returns the value of the "started_at" field in the mutation.
+func (m *CampaignNodeMutation) StartedAt() (r time.Time, exists bool) {
+	v := m.started_at
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldStartedAt returns the old "started_at" field's value of the CampaignNode entity.
+// If the CampaignNode object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *CampaignNodeMutation) OldStartedAt(ctx context.Context) (v *time.Time, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldStartedAt is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldStartedAt requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldStartedAt: %w", err)
+	}
+	return oldValue.StartedAt, nil
+}
+
+// ClearStartedAt clears the value of the "started_at" field.
+func (m *CampaignNodeMutation) ClearStartedAt() {
+	m.started_at = nil
+	m.clearedFields[campaignnode.FieldStartedAt] = struct{}{}
+}
+
+// StartedAtCleared returns if the "started_at" field was cleared in this mutation.
+func (m *CampaignNodeMutation) StartedAtCleared() bool {
+	_, ok := m.clearedFields[campaignnode.FieldStartedAt]
+	return ok
+}
+
+// ResetStartedAt resets all changes to the "started_at" field.
+func (m *CampaignNodeMutation) ResetStartedAt() {
+	m.started_at = nil
+	delete(m.clearedFields, campaignnode.FieldStartedAt)
+}
+
+// SetFinishedAt sets the "finished_at" field.
+func (m *CampaignNodeMutation) SetFinishedAt(t time.Time) {
+	m.finished_at = &t
+}
+
+// FinishedAt returns the value of the "finished_at" field in the mutation.
+func (m *CampaignNodeMutation) FinishedAt() (r time.Time, exists bool) {
+	v := m.finished_at
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldFinishedAt returns the old "finished_at" field's value of the CampaignNode entity.
+// If the CampaignNode object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *CampaignNodeMutation) OldFinishedAt(ctx context.Context) (v *time.Time, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldFinishedAt is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldFinishedAt requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldFinishedAt: %w", err)
+	}
+	return oldValue.FinishedAt, nil
+}
+
+// ClearFinishedAt clears the value of the "finished_at" field.
+func (m *CampaignNodeMutation) ClearFinishedAt() {
+	m.finished_at = nil
+	m.clearedFields[campaignnode.FieldFinishedAt] = struct{}{}
+}
+
+// FinishedAtCleared returns if the "finished_at" field was cleared in this mutation.
+func (m *CampaignNodeMutation) FinishedAtCleared() bool {
+	_, ok := m.clearedFields[campaignnode.FieldFinishedAt]
+	return ok
+}
+
+// ResetFinishedAt resets all changes to the "finished_at" field.
+func (m *CampaignNodeMutation) ResetFinishedAt() {
+	m.finished_at = nil
+	delete(m.clearedFields, campaignnode.FieldFinishedAt)
+}
+
+// ClearCampaign clears the "campaign" edge to the Campaign entity.
+func (m *CampaignNodeMutation) ClearCampaign() {
+	m.clearedcampaign = true
+	m.clearedFields[campaignnode.FieldCampaignID] = struct{}{}
+}
+
+// CampaignCleared reports if the "campaign" edge to the Campaign entity was cleared.
+func (m *CampaignNodeMutation) CampaignCleared() bool {
+	return m.clearedcampaign
+}
+
+// CampaignIDs returns the "campaign" edge IDs in the mutation.
+// Note that IDs always returns len(IDs) <= 1 for unique edges, and you should use
+// CampaignID instead. It exists only for internal usage by the builders.
+func (m *CampaignNodeMutation) CampaignIDs() (ids []int) {
+	if id := m.campaign; id != nil {
+		ids = append(ids, *id)
+	}
+	return
+}
+
+// ResetCampaign resets all changes to the "campaign" edge.
+func (m *CampaignNodeMutation) ResetCampaign() {
+	m.campaign = nil
+	m.clearedcampaign = false
+}
+
+// Where appends a list predicates to the CampaignNodeMutation builder.
+func (m *CampaignNodeMutation) Where(ps ...predicate.CampaignNode) {
+	m.predicates = append(m.predicates, ps...)
+}
+
+// WhereP appends storage-level predicates to the CampaignNodeMutation builder. Using this method,
+// users can use type-assertion to append predicates that do not depend on any generated package.
+func (m *CampaignNodeMutation) WhereP(ps ...func(*sql.Selector)) {
+	p := make([]predicate.CampaignNode, len(ps))
+	for i := range ps {
+		p[i] = ps[i]
+	}
+	m.Where(p...)
+}
+
+// Op returns the operation name.
+func (m *CampaignNodeMutation) Op() Op {
+	return m.op
+}
+
+// SetOp allows setting the mutation operation.
+func (m *CampaignNodeMutation) SetOp(op Op) {
+	m.op = op
+}
+
+// Type returns the node type of this mutation (CampaignNode).
+func (m *CampaignNodeMutation) Type() string {
+	return m.typ
+}
+
+// Fields returns all fields that were changed during this mutation. Note that in
+// order to get all numeric fields that were incremented/decremented, call
+// AddedFields().
+func (m *CampaignNodeMutation) Fields() []string {
+	fields := make([]string, 0, 8)
+	if m.campaign != nil {
+		fields = append(fields, campaignnode.FieldCampaignID)
+	}
+	if m.node_uuid != nil {
+		fields = append(fields, campaignnode.FieldNodeUUID)
+	}
+	if m.status != nil {
+		fields = append(fields, campaignnode.FieldStatus)
+	}
+	if m.reason != nil {
+		fields = append(fields, campaignnode.FieldReason)
+	}
+	if m.run != nil {
+		fields = append(fields, campaignnode.FieldRun)
+	}
+	if m.position != nil {
+		fields = append(fields, campaignnode.FieldPosition)
+	}
+	if m.started_at != nil {
+		fields = append(fields, campaignnode.FieldStartedAt)
+	}
+	if m.finished_at != nil {
+		fields = append(fields, campaignnode.FieldFinishedAt)
+	}
+	return fields
+}
+
+// Field returns the value of a field with the given name. The second boolean
+// return value indicates that this field was not set, or was not defined in the
+// schema.
+func (m *CampaignNodeMutation) Field(name string) (ent.Value, bool) {
+	switch name {
+	case campaignnode.FieldCampaignID:
+		return m.CampaignID()
+	case campaignnode.FieldNodeUUID:
+		return m.NodeUUID()
+	case campaignnode.FieldStatus:
+		return m.Status()
+	case campaignnode.FieldReason:
+		return m.Reason()
+	case campaignnode.FieldRun:
+		return m.Run()
+	case campaignnode.FieldPosition:
+		return m.Position()
+	case campaignnode.FieldStartedAt:
+		return m.StartedAt()
+	case campaignnode.FieldFinishedAt:
+		return m.FinishedAt()
+	}
+	return nil, false
+}
+
+// OldField returns the old value of the field from the database. An error is
+// returned if the mutation operation is not UpdateOne, or the query to the
+// database failed.
+func (m *CampaignNodeMutation) OldField(ctx context.Context, name string) (ent.Value, error) {
+	switch name {
+	case campaignnode.FieldCampaignID:
+		return m.OldCampaignID(ctx)
+	case campaignnode.FieldNodeUUID:
+		return m.OldNodeUUID(ctx)
+	case campaignnode.FieldStatus:
+		return m.OldStatus(ctx)
+	case campaignnode.FieldReason:
+		return m.OldReason(ctx)
+	case campaignnode.FieldRun:
+		return m.OldRun(ctx)
+	case campaignnode.FieldPosition:
+		return m.OldPosition(ctx)
+	case campaignnode.FieldStartedAt:
+		return m.OldStartedAt(ctx)
+	case campaignnode.FieldFinishedAt:
+		return m.OldFinishedAt(ctx)
+	}
+	return nil, fmt.Errorf("unknown CampaignNode field %s", name)
+}
+
+// SetField sets the value of a field with the given name. It returns an error if
+// the field is not defined in the schema, or if the type mismatched the field
+// type.
+func (m *CampaignNodeMutation) SetField(name string, value ent.Value) error {
+	switch name {
+	case campaignnode.FieldCampaignID:
+		v, ok := value.(int)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetCampaignID(v)
+		return nil
+	case campaignnode.FieldNodeUUID:
+		v, ok := value.(string)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetNodeUUID(v)
+		return nil
+	case campaignnode.FieldStatus:
+		v, ok := value.(string)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetStatus(v)
+		return nil
+	case campaignnode.FieldReason:
+		v, ok := value.(string)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetReason(v)
+		return nil
+	case campaignnode.FieldRun:
+		v, ok := value.(string)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetRun(v)
+		return nil
+	case campaignnode.FieldPosition:
+		v, ok := value.(int)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetPosition(v)
+		return nil
+	case campaignnode.FieldStartedAt:
+		v, ok := value.(time.Time)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetStartedAt(v)
+		return nil
+	case campaignnode.FieldFinishedAt:
+		v, ok := value.(time.Time)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetFinishedAt(v)
+		return nil
+	}
+	return fmt.Errorf("unknown CampaignNode field %s", name)
+}
+
+// AddedFields returns all numeric fields that were incremented/decremented during
+// this mutation.
+func (m *CampaignNodeMutation) AddedFields() []string {
+	var fields []string
+	if m.addposition != nil {
+		fields = append(fields, campaignnode.FieldPosition)
+	}
+	return fields
+}
+
+// AddedField returns the numeric value that was incremented/decremented on a field
+// with the given name. The second boolean return value indicates that this field
+// was not set, or was not defined in the schema.
+func (m *CampaignNodeMutation) AddedField(name string) (ent.Value, bool) {
+	switch name {
+	case campaignnode.FieldPosition:
+		return m.AddedPosition()
+	}
+	return nil, false
+}
+
+// AddField adds the value to the field with the given name. It returns an error if
+// the field is not defined in the schema, or if the type mismatched the field
+// type.
+func (m *CampaignNodeMutation) AddField(name string, value ent.Value) error {
+	switch name {
+	case campaignnode.FieldPosition:
+		v, ok := value.(int)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.AddPosition(v)
+		return nil
+	}
+	return fmt.Errorf("unknown CampaignNode numeric field %s", name)
+}
+
+// ClearedFields returns all nullable fields that were cleared during this
+// mutation.
+func (m *CampaignNodeMutation) ClearedFields() []string {
+	var fields []string
+	if m.FieldCleared(campaignnode.FieldReason) {
+		fields = append(fields, campaignnode.FieldReason)
+	}
+	if m.FieldCleared(campaignnode.FieldRun) {
+		fields = append(fields, campaignnode.FieldRun)
+	}
+	if m.FieldCleared(campaignnode.FieldStartedAt) {
+		fields = append(fields, campaignnode.FieldStartedAt)
+	}
+	if m.FieldCleared(campaignnode.FieldFinishedAt) {
+		fields = append(fields, campaignnode.FieldFinishedAt)
+	}
+	return fields
+}
+
+// FieldCleared returns a boolean indicating if a field with the given name was
+// cleared in this mutation.
+func (m *CampaignNodeMutation) FieldCleared(name string) bool {
+	_, ok := m.clearedFields[name]
+	return ok
+}
+
+// ClearField clears the value of the field with the given name. It returns an
+// error if the field is not defined in the schema.
+func (m *CampaignNodeMutation) ClearField(name string) error {
+	switch name {
+	case campaignnode.FieldReason:
+		m.ClearReason()
+		return nil
+	case campaignnode.FieldRun:
+		m.ClearRun()
+		return nil
+	case campaignnode.FieldStartedAt:
+		m.ClearStartedAt()
+		return nil
+	case campaignnode.FieldFinishedAt:
+		m.ClearFinishedAt()
+		return nil
+	}
+	return fmt.Errorf("unknown CampaignNode nullable field %s", name)
+}
+
+// ResetField resets all changes in the mutation for the field with the given name.
+// It returns an error if the field is not defined in the schema.
+func (m *CampaignNodeMutation) ResetField(name string) error {
+	switch name {
+	case campaignnode.FieldCampaignID:
+		m.ResetCampaignID()
+		return nil
+	case campaignnode.FieldNodeUUID:
+		m.ResetNodeUUID()
+		return nil
+	case campaignnode.FieldStatus:
+		m.ResetStatus()
+		return nil
+	case campaignnode.FieldReason:
+		m.ResetReason()
+		return nil
+	case campaignnode.FieldRun:
+		m.ResetRun()
+		return nil
+	case campaignnode.FieldPosition:
+		m.ResetPosition()
+		return nil
+	case campaignnode.FieldStartedAt:
+		m.ResetStartedAt()
+		return nil
+	case campaignnode.FieldFinishedAt:
+		m.ResetFinishedAt()
+		return nil
+	}
+	return fmt.Errorf("unknown CampaignNode field %s", name)
+}
+
+// AddedEdges returns all edge names that were set/added in this mutation.
+func (m *CampaignNodeMutation) AddedEdges() []string {
+	edges := make([]string, 0, 1)
+	if m.campaign != nil {
+		edges = append(edges, campaignnode.EdgeCampaign)
+	}
+	return edges
+}
+
+// AddedIDs returns all IDs (to other nodes) that were added for the given edge
+// name in this mutation.
+func (m *CampaignNodeMutation) AddedIDs(name string) []ent.Value {
+	switch name {
+	case campaignnode.EdgeCampaign:
+		if id := m.campaign; id != nil {
+			return []ent.Value{*id}
+		}
+	}
+	return nil
+}
+
+// RemovedEdges returns all edge names that were removed in this mutation.
+func (m *CampaignNodeMutation) RemovedEdges() []string {
+	edges := make([]string, 0, 1)
+	return edges
+}
+
+// RemovedIDs returns all IDs (to other nodes) that were removed for the edge with
+// the given name in this mutation.
+func (m *CampaignNodeMutation) RemovedIDs(name string) []ent.Value {
+	return nil
+}
+
+// ClearedEdges returns all edge names that were cleared in this mutation.
+func (m *CampaignNodeMutation) ClearedEdges() []string {
+	edges := make([]string, 0, 1)
+	if m.clearedcampaign {
+		edges = append(edges, campaignnode.EdgeCampaign)
+	}
+	return edges
+}
+
+// EdgeCleared returns a boolean which indicates if the edge with the given name
+// was cleared in this mutation.
+func (m *CampaignNodeMutation) EdgeCleared(name string) bool {
+	switch name {
+	case campaignnode.EdgeCampaign:
+		return m.clearedcampaign
+	}
+	return false
+}
+
+// ClearEdge clears the value of the edge with the given name. It returns an error
+// if that edge is not defined in the schema.
+func (m *CampaignNodeMutation) ClearEdge(name string) error {
+	switch name {
+	case campaignnode.EdgeCampaign:
+		m.ClearCampaign()
+		return nil
+	}
+	return fmt.Errorf("unknown CampaignNode unique edge %s", name)
+}
+
+// ResetEdge resets all changes to the edge with the given name in this mutation.
+// It returns an error if the edge is not defined in the schema.
+func (m *CampaignNodeMutation) ResetEdge(name string) error {
+	switch name {
+	case campaignnode.EdgeCampaign:
+		m.ResetCampaign()
+		return nil
+	}
+	return fmt.Errorf("unknown CampaignNode edge %s", name)
 }
 
 // ChassisMutation represents an operation that mutates the Chassis nodes in the graph.

@@ -9,6 +9,8 @@ import (
 	"github.com/anvilproject/anvil/ent/apitoken"
 	"github.com/anvilproject/anvil/ent/auditevent"
 	"github.com/anvilproject/anvil/ent/biossetting"
+	"github.com/anvilproject/anvil/ent/campaign"
+	"github.com/anvilproject/anvil/ent/campaignnode"
 	"github.com/anvilproject/anvil/ent/chassis"
 	"github.com/anvilproject/anvil/ent/conductor"
 	"github.com/anvilproject/anvil/ent/deploytemplate"
@@ -111,6 +113,69 @@ func init() {
 	biossettingDescName := biossettingFields[1].Descriptor()
 	// biossetting.NameValidator is a validator for the "name" field. It is called by the builders before save.
 	biossetting.NameValidator = biossettingDescName.Validators[0].(func(string) error)
+	campaignMixin := schema.Campaign{}.Mixin()
+	campaignMixinFields0 := campaignMixin[0].Fields()
+	_ = campaignMixinFields0
+	campaignFields := schema.Campaign{}.Fields()
+	_ = campaignFields
+	// campaignDescCreatedAt is the schema descriptor for created_at field.
+	campaignDescCreatedAt := campaignMixinFields0[0].Descriptor()
+	// campaign.DefaultCreatedAt holds the default value on creation for the created_at field.
+	campaign.DefaultCreatedAt = campaignDescCreatedAt.Default.(func() time.Time)
+	// campaignDescUUID is the schema descriptor for uuid field.
+	campaignDescUUID := campaignFields[0].Descriptor()
+	// campaign.UUIDValidator is a validator for the "uuid" field. It is called by the builders before save.
+	campaign.UUIDValidator = campaignDescUUID.Validators[0].(func(string) error)
+	// campaignDescName is the schema descriptor for name field.
+	campaignDescName := campaignFields[1].Descriptor()
+	// campaign.NameValidator is a validator for the "name" field. It is called by the builders before save.
+	campaign.NameValidator = campaignDescName.Validators[0].(func(string) error)
+	// campaignDescRunbook is the schema descriptor for runbook field.
+	campaignDescRunbook := campaignFields[2].Descriptor()
+	// campaign.RunbookValidator is a validator for the "runbook" field. It is called by the builders before save.
+	campaign.RunbookValidator = campaignDescRunbook.Validators[0].(func(string) error)
+	// campaignDescRunbookName is the schema descriptor for runbook_name field.
+	campaignDescRunbookName := campaignFields[3].Descriptor()
+	// campaign.RunbookNameValidator is a validator for the "runbook_name" field. It is called by the builders before save.
+	campaign.RunbookNameValidator = campaignDescRunbookName.Validators[0].(func(string) error)
+	// campaignDescOwner is the schema descriptor for owner field.
+	campaignDescOwner := campaignFields[4].Descriptor()
+	// campaign.OwnerValidator is a validator for the "owner" field. It is called by the builders before save.
+	campaign.OwnerValidator = campaignDescOwner.Validators[0].(func(string) error)
+	// campaignDescCreatedBy is the schema descriptor for created_by field.
+	campaignDescCreatedBy := campaignFields[5].Descriptor()
+	// campaign.CreatedByValidator is a validator for the "created_by" field. It is called by the builders before save.
+	campaign.CreatedByValidator = campaignDescCreatedBy.Validators[0].(func(string) error)
+	// campaignDescState is the schema descriptor for state field.
+	campaignDescState := campaignFields[7].Descriptor()
+	// campaign.StateValidator is a validator for the "state" field. It is called by the builders before save.
+	campaign.StateValidator = campaignDescState.Validators[0].(func(string) error)
+	// campaignDescRunning is the schema descriptor for running field.
+	campaignDescRunning := campaignFields[11].Descriptor()
+	// campaign.DefaultRunning holds the default value on creation for the running field.
+	campaign.DefaultRunning = campaignDescRunning.Default.(int)
+	// campaignDescRequiresApproval is the schema descriptor for requires_approval field.
+	campaignDescRequiresApproval := campaignFields[13].Descriptor()
+	// campaign.DefaultRequiresApproval holds the default value on creation for the requires_approval field.
+	campaign.DefaultRequiresApproval = campaignDescRequiresApproval.Default.(bool)
+	// campaignDescApprovedBy is the schema descriptor for approved_by field.
+	campaignDescApprovedBy := campaignFields[14].Descriptor()
+	// campaign.ApprovedByValidator is a validator for the "approved_by" field. It is called by the builders before save.
+	campaign.ApprovedByValidator = campaignDescApprovedBy.Validators[0].(func(string) error)
+	campaignnodeFields := schema.CampaignNode{}.Fields()
+	_ = campaignnodeFields
+	// campaignnodeDescNodeUUID is the schema descriptor for node_uuid field.
+	campaignnodeDescNodeUUID := campaignnodeFields[1].Descriptor()
+	// campaignnode.NodeUUIDValidator is a validator for the "node_uuid" field. It is called by the builders before save.
+	campaignnode.NodeUUIDValidator = campaignnodeDescNodeUUID.Validators[0].(func(string) error)
+	// campaignnodeDescStatus is the schema descriptor for status field.
+	campaignnodeDescStatus := campaignnodeFields[2].Descriptor()
+	// campaignnode.StatusValidator is a validator for the "status" field. It is called by the builders before save.
+	campaignnode.StatusValidator = campaignnodeDescStatus.Validators[0].(func(string) error)
+	// campaignnodeDescRun is the schema descriptor for run field.
+	campaignnodeDescRun := campaignnodeFields[4].Descriptor()
+	// campaignnode.RunValidator is a validator for the "run" field. It is called by the builders before save.
+	campaignnode.RunValidator = campaignnodeDescRun.Validators[0].(func(string) error)
 	chassisMixin := schema.Chassis{}.Mixin()
 	chassisMixinFields0 := chassisMixin[0].Fields()
 	_ = chassisMixinFields0

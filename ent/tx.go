@@ -24,6 +24,10 @@ type Tx struct {
 	BiosSetting *BiosSettingClient
 	// BulkRun is the client for interacting with the BulkRun builders.
 	BulkRun *BulkRunClient
+	// Campaign is the client for interacting with the Campaign builders.
+	Campaign *CampaignClient
+	// CampaignNode is the client for interacting with the CampaignNode builders.
+	CampaignNode *CampaignNodeClient
 	// Chassis is the client for interacting with the Chassis builders.
 	Chassis *ChassisClient
 	// Conductor is the client for interacting with the Conductor builders.
@@ -202,6 +206,8 @@ func (tx *Tx) init() {
 	tx.AuditEvent = NewAuditEventClient(tx.config)
 	tx.BiosSetting = NewBiosSettingClient(tx.config)
 	tx.BulkRun = NewBulkRunClient(tx.config)
+	tx.Campaign = NewCampaignClient(tx.config)
+	tx.CampaignNode = NewCampaignNodeClient(tx.config)
 	tx.Chassis = NewChassisClient(tx.config)
 	tx.Conductor = NewConductorClient(tx.config)
 	tx.DeployTemplate = NewDeployTemplateClient(tx.config)

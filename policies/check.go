@@ -14,6 +14,7 @@ type Target struct {
 	RunbookOwner    string
 	RunbookPublic   bool
 	AllocationOwner string
+	CampaignOwner   string
 	// serviceProject is the elevated service project, filled in by the
 	// enforcer from its setting, never by callers.
 	serviceProject string
@@ -28,6 +29,7 @@ var targetKeys = map[string]func(Target) string{
 	"runbook.owner":    func(t Target) string { return t.RunbookOwner },
 	"runbook.public":   func(t Target) string { return boolString(t.RunbookPublic) },
 	"allocation.owner": func(t Target) string { return t.AllocationOwner },
+	"campaign.owner":   func(t Target) string { return t.CampaignOwner },
 	// Ironic loads its service_project_name setting into the target as
 	// config.service_project_name; rule:service_role compares it.
 	"config.service_project_name": func(t Target) string { return t.serviceProject },
@@ -41,7 +43,7 @@ func boolString(b bool) string {
 }
 
 func (t Target) key() string {
-	return t.NodeOwner + "\x00" + t.NodeLessee + "\x00" + t.RunbookOwner + "\x00" + boolString(t.RunbookPublic) + "\x00" + t.AllocationOwner
+	return t.NodeOwner + "\x00" + t.NodeLessee + "\x00" + t.RunbookOwner + "\x00" + boolString(t.RunbookPublic) + "\x00" + t.AllocationOwner + "\x00" + t.CampaignOwner
 }
 
 // credentials are the caller attributes the left side of a generic check

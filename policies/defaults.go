@@ -141,6 +141,16 @@ func Defaults() []Rule {
 		{"baremetal:runbook:use", "rule:system_member or (role:member and (rule:is_runbook_owner or rule:is_runbook_public)) or role:service", sysProj, "Run a runbook. Ironic asks for a manager of the owner project; the runbook spec lets members run public and own-project runbooks.", []string{"PUT /v1/nodes/{node}/states/provision"}},
 
 		// Allocations.
+		// Campaigns (an Anvil extension, issue #29): a runbook rolled over
+		// many nodes. The rules mirror runbooks': creating and steering one
+		// is running the runbook (runbook:use's members), deleting and
+		// approving are a manager's, as runbook:update and delete are.
+		{"is_campaign_owner", "project_id:%(campaign.owner)s", baseRule, "The caller's project created the campaign.", nil},
+		{"baremetal:campaign:get", "rule:system_reader or (role:reader and rule:is_campaign_owner) or (role:service and rule:is_campaign_owner)", sysProj, "Show and list campaigns: system readers all, project readers their project's. Anvil's own; Ironic has no campaigns.", []string{"GET /v1/campaigns", "GET /v1/campaigns/{campaign}", "GET /v1/campaigns/{campaign}/nodes"}},
+		{"baremetal:campaign:create", "rule:system_member or (role:member and rule:is_campaign_owner) or (role:service and rule:is_campaign_owner)", sysProj, "Roll a runbook over many nodes: those who may run runbooks (each node is checked against the node and runbook rules too).", []string{"POST /v1/campaigns"}},
+		{"baremetal:campaign:update", "rule:system_member or (role:member and rule:is_campaign_owner) or (role:service and rule:is_campaign_owner)", sysProj, "Pause, resume or cancel a campaign.", []string{"PUT /v1/campaigns/{campaign}/state"}},
+		{"baremetal:campaign:approve", "rule:system_member or (role:manager and rule:is_campaign_owner)", sysProj, "Approve a campaign that requires approval: system members, and the creating project's managers.", []string{"POST /v1/campaigns/{campaign}/approve"}},
+		{"baremetal:campaign:delete", "rule:system_member or (role:manager and rule:is_campaign_owner) or (role:service and rule:is_campaign_owner)", sysProj, "Delete a finished campaign's record.", []string{"DELETE /v1/campaigns/{campaign}"}},
 		{"is_allocation_owner", "project_id:%(allocation.owner)s", baseRule, "The caller's project owns the allocation.", nil},
 		{"baremetal:allocation:get", "rule:system_reader or (role:reader and rule:is_allocation_owner)", sysProj, "Show an allocation.", []string{"GET /v1/allocations/{allocation}", "GET /v1/nodes/{node}/allocation"}},
 		{"baremetal:allocation:list", "role:reader or role:service", sysProj, "List allocations (a project sees its own).", []string{"GET /v1/allocations"}},

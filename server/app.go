@@ -28,6 +28,7 @@ import (
 	"github.com/anvilproject/anvil/server/bmc"
 	"github.com/anvilproject/anvil/server/bodylimit"
 	"github.com/anvilproject/anvil/server/bootiso"
+	"github.com/anvilproject/anvil/server/campaigns"
 	"github.com/anvilproject/anvil/server/chassis"
 	"github.com/anvilproject/anvil/server/clientip"
 	"github.com/anvilproject/anvil/server/conductor"
@@ -122,6 +123,8 @@ type App struct {
 	Runbooks *runbooks.Service
 	// Allocations is the allocation service.
 	Allocations *allocations.Service
+	// Campaigns rolls runbooks over many nodes.
+	Campaigns *campaigns.Service
 	// Ports is the port, portgroup and VIF service.
 	Ports  *ports.Service
 	Portal *web.Portal
@@ -213,6 +216,9 @@ func New(ctx context.Context, o Options) (*App, error) {
 		a.Firmware.MaxBytes = fwimages.DefaultMaxBytes
 	}
 	a.Cond.Allocate(a.Allocations)
+	ops := &conductor.Ops{C: a.Cond, Nodes: a.Nodes, Guard: a.Guard, Runbooks: a.Runbooks}
+	a.Campaigns = campaigns.New(db, a.Guard, a.Nodes, a.Runbooks, ops)
+	a.Cond.Campaign(a.Campaigns)
 	a.Cond.MakePorts(a.Ports)
 	if !o.AuthNone {
 		pw, err := a.IDs.Bootstrap(ctx)
@@ -232,7 +238,7 @@ func New(ctx context.Context, o Options) (*App, error) {
 	a.Portal = &web.Portal{DB: db, IDs: a.IDs, Nodes: a.Nodes, Guard: a.Guard, Sessions: web.NewSessions(hash, block), Log: o.Log,
 		Runbooks: a.Runbooks, Allocations: a.Allocations, Ports: a.Ports, Firmware: a.Firmware, PolicyStatus: a.Overrides.Status,
 		Admin: &web.Admin{DB: db, Audit: a.Audit, Enforcer: enf, Overrides: a.Overrides, Key: web.FormKey(hash)},
-		Ops:   &conductor.Ops{C: a.Cond, Nodes: a.Nodes, Guard: a.Guard, Runbooks: a.Runbooks}}
+		Ops:   ops}
 	if o.OIDC != nil {
 		a.Portal.SSO, a.Portal.RolesMaxAge = o.OIDC, o.OIDCRolesMaxAge
 	}
@@ -306,7 +312,7 @@ func (a *App) routes() *fiber.App {
 		// every other client on to version discovery.
 		a.Portal.Register(app)
 	}
-	(&api.API{Nodes: a.Nodes, Ops: a.Portal.Ops, Runbooks: a.Runbooks, Allocations: a.Allocations, Ports: a.Ports, Guard: a.Guard, Audit: a.Audit, Log: a.opts.Log,
+	(&api.API{Nodes: a.Nodes, Ops: a.Portal.Ops, Runbooks: a.Runbooks, Allocations: a.Allocations, Campaigns: a.Campaigns, Ports: a.Ports, Guard: a.Guard, Audit: a.Audit, Log: a.opts.Log,
 		Chassis: chassis.New(a.DB, a.Guard), Volume: volume.New(a.DB, a.Guard, a.Nodes),
 		DeployTemplates: deploytemplates.New(a.DB, a.Guard),
 		InspectionRules: inspectionrules.New(a.DB, a.Guard), FirmwareImages: a.Firmware, BootISOs: a.BootISOs,

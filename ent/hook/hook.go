@@ -69,6 +69,30 @@ func (f BulkRunFunc) Mutate(ctx context.Context, m ent.Mutation) (ent.Value, err
 	return nil, fmt.Errorf("unexpected mutation type %T. expect *ent.BulkRunMutation", m)
 }
 
+// The CampaignFunc type is an adapter to allow the use of ordinary
+// function as Campaign mutator.
+type CampaignFunc func(context.Context, *ent.CampaignMutation) (ent.Value, error)
+
+// Mutate calls f(ctx, m).
+func (f CampaignFunc) Mutate(ctx context.Context, m ent.Mutation) (ent.Value, error) {
+	if mv, ok := m.(*ent.CampaignMutation); ok {
+		return f(ctx, mv)
+	}
+	return nil, fmt.Errorf("unexpected mutation type %T. expect *ent.CampaignMutation", m)
+}
+
+// The CampaignNodeFunc type is an adapter to allow the use of ordinary
+// function as CampaignNode mutator.
+type CampaignNodeFunc func(context.Context, *ent.CampaignNodeMutation) (ent.Value, error)
+
+// Mutate calls f(ctx, m).
+func (f CampaignNodeFunc) Mutate(ctx context.Context, m ent.Mutation) (ent.Value, error) {
+	if mv, ok := m.(*ent.CampaignNodeMutation); ok {
+		return f(ctx, mv)
+	}
+	return nil, fmt.Errorf("unexpected mutation type %T. expect *ent.CampaignNodeMutation", m)
+}
+
 // The ChassisFunc type is an adapter to allow the use of ordinary
 // function as Chassis mutator.
 type ChassisFunc func(context.Context, *ent.ChassisMutation) (ent.Value, error)

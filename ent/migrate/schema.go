@@ -170,6 +170,91 @@ var (
 			},
 		},
 	}
+	// CampaignsColumns holds the columns for the "campaigns" table.
+	CampaignsColumns = []*schema.Column{
+		{Name: "id", Type: field.TypeInt, Increment: true},
+		{Name: "created_at", Type: field.TypeTime},
+		{Name: "updated_at", Type: field.TypeTime, Nullable: true},
+		{Name: "uuid", Type: field.TypeString, Unique: true, Size: 36},
+		{Name: "name", Type: field.TypeString, Size: 255},
+		{Name: "runbook", Type: field.TypeString, Size: 36},
+		{Name: "runbook_name", Type: field.TypeString, Size: 255},
+		{Name: "owner", Type: field.TypeString, Nullable: true, Size: 255},
+		{Name: "created_by", Type: field.TypeString, Size: 255},
+		{Name: "principal", Type: field.TypeJSON},
+		{Name: "state", Type: field.TypeString, Size: 32},
+		{Name: "max_concurrency", Type: field.TypeInt},
+		{Name: "max_failures", Type: field.TypeInt},
+		{Name: "max_failures_percent", Type: field.TypeInt, Nullable: true},
+		{Name: "running", Type: field.TypeInt, Default: 0},
+		{Name: "start_after", Type: field.TypeTime, Nullable: true},
+		{Name: "requires_approval", Type: field.TypeBool, Default: false},
+		{Name: "approved_by", Type: field.TypeString, Nullable: true, Size: 255},
+		{Name: "approved_at", Type: field.TypeTime, Nullable: true},
+		{Name: "started_at", Type: field.TypeTime, Nullable: true},
+		{Name: "finished_at", Type: field.TypeTime, Nullable: true},
+	}
+	// CampaignsTable holds the schema information for the "campaigns" table.
+	CampaignsTable = &schema.Table{
+		Name:       "campaigns",
+		Columns:    CampaignsColumns,
+		PrimaryKey: []*schema.Column{CampaignsColumns[0]},
+		Indexes: []*schema.Index{
+			{
+				Name:    "campaign_owner",
+				Unique:  false,
+				Columns: []*schema.Column{CampaignsColumns[7]},
+			},
+			{
+				Name:    "campaign_state",
+				Unique:  false,
+				Columns: []*schema.Column{CampaignsColumns[10]},
+			},
+		},
+	}
+	// CampaignNodesColumns holds the columns for the "campaign_nodes" table.
+	CampaignNodesColumns = []*schema.Column{
+		{Name: "id", Type: field.TypeInt, Increment: true},
+		{Name: "node_uuid", Type: field.TypeString, Size: 36},
+		{Name: "status", Type: field.TypeString, Size: 16},
+		{Name: "reason", Type: field.TypeString, Nullable: true, Size: 2147483647},
+		{Name: "run", Type: field.TypeString, Nullable: true, Size: 16},
+		{Name: "position", Type: field.TypeInt},
+		{Name: "started_at", Type: field.TypeTime, Nullable: true},
+		{Name: "finished_at", Type: field.TypeTime, Nullable: true},
+		{Name: "campaign_id", Type: field.TypeInt},
+	}
+	// CampaignNodesTable holds the schema information for the "campaign_nodes" table.
+	CampaignNodesTable = &schema.Table{
+		Name:       "campaign_nodes",
+		Columns:    CampaignNodesColumns,
+		PrimaryKey: []*schema.Column{CampaignNodesColumns[0]},
+		ForeignKeys: []*schema.ForeignKey{
+			{
+				Symbol:     "campaign_nodes_campaigns_nodes",
+				Columns:    []*schema.Column{CampaignNodesColumns[8]},
+				RefColumns: []*schema.Column{CampaignsColumns[0]},
+				OnDelete:   schema.Cascade,
+			},
+		},
+		Indexes: []*schema.Index{
+			{
+				Name:    "campaignnode_campaign_id_node_uuid",
+				Unique:  true,
+				Columns: []*schema.Column{CampaignNodesColumns[8], CampaignNodesColumns[1]},
+			},
+			{
+				Name:    "campaignnode_campaign_id_status",
+				Unique:  false,
+				Columns: []*schema.Column{CampaignNodesColumns[8], CampaignNodesColumns[2]},
+			},
+			{
+				Name:    "campaignnode_node_uuid",
+				Unique:  false,
+				Columns: []*schema.Column{CampaignNodesColumns[1]},
+			},
+		},
+	}
 	// ChassisColumns holds the columns for the "chassis" table.
 	ChassisColumns = []*schema.Column{
 		{Name: "id", Type: field.TypeInt, Increment: true},
@@ -893,6 +978,8 @@ var (
 		AuditEventsTable,
 		BiosSettingsTable,
 		BulkRunsTable,
+		CampaignsTable,
+		CampaignNodesTable,
 		ChassisTable,
 		ConductorsTable,
 		DeployTemplatesTable,
@@ -921,6 +1008,7 @@ func init() {
 	APITokensTable.ForeignKeys[0].RefTable = UsersTable
 	AllocationsTable.ForeignKeys[0].RefTable = NodesTable
 	BiosSettingsTable.ForeignKeys[0].RefTable = NodesTable
+	CampaignNodesTable.ForeignKeys[0].RefTable = CampaignsTable
 	ChassisTable.Annotation = &entsql.Annotation{
 		Table: "chassis",
 	}

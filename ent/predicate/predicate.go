@@ -21,6 +21,12 @@ type BiosSetting func(*sql.Selector)
 // BulkRun is the predicate function for bulkrun builders.
 type BulkRun func(*sql.Selector)
 
+// Campaign is the predicate function for campaign builders.
+type Campaign func(*sql.Selector)
+
+// CampaignNode is the predicate function for campaignnode builders.
+type CampaignNode func(*sql.Selector)
+
 // Chassis is the predicate function for chassis builders.
 type Chassis func(*sql.Selector)
 

@@ -14,6 +14,7 @@ import (
 	"github.com/anvilproject/anvil/server/allocations"
 	"github.com/anvilproject/anvil/server/audit"
 	"github.com/anvilproject/anvil/server/bootiso"
+	"github.com/anvilproject/anvil/server/campaigns"
 	"github.com/anvilproject/anvil/server/chassis"
 	"github.com/anvilproject/anvil/server/conductor"
 	"github.com/anvilproject/anvil/server/deploytemplates"
@@ -43,6 +44,8 @@ type API struct {
 	Runbooks *runbooks.Service
 	// Allocations serves /v1/allocations.
 	Allocations *allocations.Service
+	// Campaigns serves /v1/campaigns, an Anvil extension.
+	Campaigns *campaigns.Service
 	// Ports serves ports, portgroups and VIFs.
 	Ports *ports.Service
 	// Chassis serves /v1/chassis.
@@ -147,6 +150,7 @@ func (a *API) Register(root fiber.Router, v1 fiber.Router) {
 	a.registerManagement(v1)
 	a.registerRunbooks(v1)
 	a.registerAllocations(v1)
+	a.registerCampaigns(v1)
 	a.registerDrivers(v1)
 	a.registerPorts(v1)
 	a.registerChassis(v1)

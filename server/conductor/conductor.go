@@ -69,6 +69,10 @@ type Config struct {
 	// LeaseCheck is how often the allocation loop ends the leases past
 	// their end (allocations.go); default 30 seconds.
 	LeaseCheck time.Duration
+	// CampaignCheck is how often the campaign loop looks for nodes whose
+	// run ended and room to start more (campaigns.go); default 1 second,
+	// since a node's turn waits for it.
+	CampaignCheck time.Duration
 }
 
 func (c Config) withDefaults() Config {
@@ -92,6 +96,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.LeaseCheck <= 0 {
 		c.LeaseCheck = 30 * time.Second
+	}
+	if c.CampaignCheck <= 0 {
+		c.CampaignCheck = time.Second
 	}
 	c.Agent = c.Agent.withDefaults()
 	if c.Console.Host == "" {
@@ -130,6 +137,8 @@ type Conductor struct {
 	ringsAt time.Time
 	// alloc settles allocations when set (allocations.go).
 	alloc Allocator
+	// camp rolls runbooks over nodes (campaigns.go); nil runs none.
+	camp Campaigner
 	// ports creates the ports inspection finds when set (inspect.go).
 	ports PortMaker
 	// images caches images for image_download_source=local
@@ -220,6 +229,9 @@ func (c *Conductor) Start(ctx context.Context, listen string) error {
 	})
 	if c.alloc != nil {
 		c.allocationLoop()
+	}
+	if c.camp != nil {
+		c.campaignLoop()
 	}
 	if c.cfg.PowerSync > 0 {
 		c.loop(c.cfg.PowerSync, func(ctx context.Context) error { _, err := c.SyncPower(ctx); return err })

@@ -1,0 +1,696 @@
+// Package campaigns rolls one runbook over many nodes (issue #29): at most
+// max_concurrency of them at once across every conductor, stopping new
+// starts once the failure budget is spent, each node authorized as its
+// creator both when the campaign is created and when the node's turn
+// comes. It is an Anvil extension of the API; Ironic has no campaigns.
+package campaigns
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/google/uuid"
+
+	"github.com/anvilproject/anvil/ent"
+	"github.com/anvilproject/anvil/ent/campaign"
+	"github.com/anvilproject/anvil/ent/campaignnode"
+	"github.com/anvilproject/anvil/policies"
+	"github.com/anvilproject/anvil/server/conductor"
+	"github.com/anvilproject/anvil/server/errs"
+	"github.com/anvilproject/anvil/server/guard"
+	"github.com/anvilproject/anvil/server/nodes"
+	"github.com/anvilproject/anvil/server/runbooks"
+	"github.com/anvilproject/anvil/server/store"
+)
+
+// Rules, in Ironic's naming though Ironic has no campaigns.
+const (
+	RuleGet     = "baremetal:campaign:get"
+	RuleCreate  = "baremetal:campaign:create"
+	RuleUpdate  = "baremetal:campaign:update"
+	RuleApprove = "baremetal:campaign:approve"
+	RuleDelete  = "baremetal:campaign:delete"
+)
+
+// Campaign states.
+const (
+	StatePendingApproval = "pending_approval"
+	StateScheduled       = "scheduled"
+	StateRunning         = "running"
+	StatePaused          = "paused"
+	StateCompleted       = "completed"
+	StateFailed          = "failed"
+	StateCancelled       = "cancelled"
+)
+
+// Node statuses.
+const (
+	NodePending   = "pending"
+	NodeRunning   = "running"
+	NodeSucceeded = "succeeded"
+	NodeFailed    = "failed"
+	NodeSkipped   = "skipped"
+)
+
+// Limits on a request.
+const (
+	MaxConcurrency = 1000
+	// MaxNodes bounds one request's node list and query result, so a
+	// campaign is created in one transaction of bounded size.
+	MaxNodes = 10000
+)
+
+// finished are the states a campaign never leaves.
+var finished = []string{StateCompleted, StateFailed, StateCancelled}
+
+// Service serves campaign operations for the principal in the context;
+// Process is the conductors' side.
+type Service struct {
+	db       *store.DB
+	guard    *guard.Guard
+	nodes    *nodes.Service
+	runbooks *runbooks.Service
+	ops      *conductor.Ops
+	wake     chan struct{}
+}
+
+// New returns the campaign service. ops starts each node's run, as the
+// API's provision with a runbook does.
+func New(db *store.DB, g *guard.Guard, ns *nodes.Service, rs *runbooks.Service, ops *conductor.Ops) *Service {
+	return &Service{db: db, guard: g, nodes: ns, runbooks: rs, ops: ops, wake: make(chan struct{}, 1)}
+}
+
+// Wake is signalled when a campaign of this process may start nodes now
+// (created, approved, resumed), so the conductor does not wait for its
+// next pass.
+func (s *Service) Wake() <-chan struct{} { return s.wake }
+
+func (s *Service) poke() {
+	select {
+	case s.wake <- struct{}{}:
+	default:
+	}
+}
+
+// Target is the policy target for a campaign.
+func Target(c *ent.Campaign) policies.Target {
+	t := policies.Target{}
+	if c.Owner != nil {
+		t.CampaignOwner = *c.Owner
+	}
+	return t
+}
+
+func notFound(ident string) error { return errs.NotFound("Campaign %s could not be found.", ident) }
+
+// find returns the campaign (by UUID) the caller may see, else a 404: a
+// hidden campaign and a missing one look the same.
+func (s *Service) find(ctx context.Context, ident string) (*ent.Campaign, error) {
+	if !nodes.IsUUID(ident) {
+		return nil, notFound(ident)
+	}
+	c, err := s.db.Campaign.Query().Where(campaign.UUID(strings.ToLower(ident))).Only(ctx)
+	if ent.IsNotFound(err) {
+		return nil, notFound(ident)
+	}
+	if err != nil {
+		return nil, err
+	}
+	if !s.guard.Allowed(ctx, RuleGet, Target(c)) {
+		return nil, notFound(ident)
+	}
+	return c, nil
+}
+
+// authorized finds a campaign the caller may see (404) and checks rule
+// on it (403).
+func (s *Service) authorized(ctx context.Context, ident, rule string) (*ent.Campaign, error) {
+	c, err := s.find(ctx, ident)
+	if err != nil {
+		return nil, err
+	}
+	if err := s.guard.Authorize(ctx, rule, "campaign", c.UUID, Target(c)); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// Authorize finds a campaign (404) and checks rule on it (403), so a
+// handler can refuse a caller before it reads the body.
+func (s *Service) Authorize(ctx context.Context, ident, rule string) error {
+	_, err := s.authorized(ctx, ident, rule)
+	return err
+}
+
+// callerTarget is the target of a campaign the caller would own.
+func callerTarget(ctx context.Context) policies.Target {
+	if p := policies.PrincipalFrom(ctx); p != nil && !p.System {
+		return policies.Target{CampaignOwner: p.Project}
+	}
+	return policies.Target{}
+}
+
+// AuthorizeCreate checks the caller may create a campaign of its own
+// (its project's, or the system's) before the body is read.
+func (s *Service) AuthorizeCreate(ctx context.Context) error {
+	return s.guard.Authorize(ctx, RuleCreate, "campaign", "", callerTarget(ctx))
+}
+
+// Counts are a campaign's nodes by status.
+type Counts struct {
+	Pending   int `json:"pending"`
+	Running   int `json:"running"`
+	Succeeded int `json:"succeeded"`
+	Failed    int `json:"failed"`
+	Skipped   int `json:"skipped"`
+}
+
+// View is a campaign as the API shows it.
+type View struct {
+	*ent.Campaign
+	Counts Counts
+}
+
+func (s *Service) counts(ctx context.Context, ids []int) (map[int]*Counts, error) {
+	var rows []struct {
+		CampaignID int    `json:"campaign_id"`
+		Status     string `json:"status"`
+		Count      int    `json:"count"`
+	}
+	err := s.db.CampaignNode.Query().Where(campaignnode.CampaignIDIn(ids...)).
+		GroupBy(campaignnode.FieldCampaignID, campaignnode.FieldStatus).Aggregate(ent.Count()).Scan(ctx, &rows)
+	if err != nil {
+		return nil, err
+	}
+	out := map[int]*Counts{}
+	for _, id := range ids {
+		out[id] = &Counts{}
+	}
+	for _, r := range rows {
+		c := out[r.CampaignID]
+		switch r.Status {
+		case NodePending:
+			c.Pending = r.Count
+		case NodeRunning:
+			c.Running = r.Count
+		case NodeSucceeded:
+			c.Succeeded = r.Count
+		case NodeFailed:
+			c.Failed = r.Count
+		case NodeSkipped:
+			c.Skipped = r.Count
+		}
+	}
+	return out, nil
+}
+
+func (s *Service) views(ctx context.Context, cs []*ent.Campaign) ([]*View, error) {
+	ids := make([]int, len(cs))
+	for i, c := range cs {
+		ids[i] = c.ID
+	}
+	counts, err := s.counts(ctx, ids)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]*View, len(cs))
+	for i, c := range cs {
+		out[i] = &View{Campaign: c, Counts: *counts[c.ID]}
+	}
+	return out, nil
+}
+
+// Get returns one campaign with its counts.
+func (s *Service) Get(ctx context.Context, ident string) (*View, error) {
+	c, err := s.find(ctx, ident)
+	if err != nil {
+		return nil, err
+	}
+	vs, err := s.views(ctx, []*ent.Campaign{c})
+	if err != nil {
+		return nil, err
+	}
+	return vs[0], nil
+}
+
+// List returns the campaigns the caller may see, newest first: every
+// campaign for a system reader, a project's own otherwise, as runbooks
+// are scoped.
+func (s *Service) List(ctx context.Context) ([]*View, error) {
+	t := callerTarget(ctx)
+	if err := s.guard.Authorize(ctx, RuleGet, "campaign", "", t); err != nil {
+		return nil, err
+	}
+	q := s.db.Campaign.Query().Order(ent.Desc(campaign.FieldID))
+	if p := policies.PrincipalFrom(ctx); p == nil || !p.System {
+		q = q.Where(campaign.Owner(t.CampaignOwner))
+	}
+	cs, err := q.All(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return s.views(ctx, cs)
+}
+
+// Nodes returns a campaign's nodes in the order they were given.
+func (s *Service) Nodes(ctx context.Context, ident string) ([]*ent.CampaignNode, error) {
+	c, err := s.find(ctx, ident)
+	if err != nil {
+		return nil, err
+	}
+	return c.QueryNodes().Order(ent.Asc(campaignnode.FieldPosition)).All(ctx)
+}
+
+// NodeQuery picks a campaign's nodes by the node list's filters; the
+// caller's visibility applies as it does to the list.
+type NodeQuery struct {
+	Owner          *string  `json:"owner"`
+	Lessee         *string  `json:"lessee"`
+	ResourceClass  *string  `json:"resource_class"`
+	ConductorGroup *string  `json:"conductor_group"`
+	ProvisionState *string  `json:"provision_state"`
+	Traits         []string `json:"traits"` // every one of them
+}
+
+// Input is a campaign creation request.
+type Input struct {
+	Name           string     `json:"name"`
+	Runbook        string     `json:"runbook"`
+	Nodes          []string   `json:"nodes"`
+	NodeQuery      *NodeQuery `json:"node_query"`
+	MaxConcurrency *int       `json:"max_concurrency"`
+	// MaxFailures is a count ("3" or 3) or a share of the nodes ("10%").
+	MaxFailures      any     `json:"max_failures"`
+	StartAfter       *string `json:"start_after"`
+	RequiresApproval bool    `json:"requires_approval"`
+	// SkipIneligible records ineligible nodes as skipped, with their
+	// reason, instead of refusing the request.
+	SkipIneligible bool `json:"skip_ineligible"`
+}
+
+// budget reads max_failures: a count, or a percentage of the nodes.
+func budget(v any) (count int, percent *int, err error) {
+	bad := errs.BadRequest("max_failures", "max_failures must be a count (\"3\") or a percentage of the nodes (\"10%%\"), not %v", v)
+	var raw string
+	switch x := v.(type) {
+	case nil:
+		return 0, nil, nil
+	case float64:
+		if x != math.Trunc(x) {
+			return 0, nil, bad
+		}
+		raw = strconv.FormatFloat(x, 'f', 0, 64)
+	case string:
+		raw = strings.TrimSpace(x)
+	default:
+		return 0, nil, bad
+	}
+	num, pct := strings.CutSuffix(raw, "%")
+	n, err := strconv.Atoi(num)
+	if err != nil || n < 0 || (pct && n > 100) || n > MaxNodes {
+		return 0, nil, bad
+	}
+	if pct {
+		return 0, &n, nil
+	}
+	return n, nil, nil
+}
+
+// validate checks everything about a request that needs no lookup.
+func validate(in *Input) (startAfter *time.Time, err error) {
+	if in.Name == "" || utf8.RuneCountInString(in.Name) > 255 {
+		return nil, errs.BadRequest("name", "name is required, at most 255 characters")
+	}
+	if in.Runbook == "" {
+		return nil, errs.BadRequest("runbook", "runbook (a runbook's name or UUID) is required")
+	}
+	switch {
+	case len(in.Nodes) > 0 && in.NodeQuery != nil:
+		return nil, errs.BadRequest("nodes", "give nodes or node_query, not both")
+	case len(in.Nodes) == 0 && in.NodeQuery == nil:
+		return nil, errs.BadRequest("nodes", "nodes (UUIDs or names) or node_query is required")
+	case len(in.Nodes) > MaxNodes:
+		return nil, errs.BadRequest("nodes", "a campaign takes at most %d nodes", MaxNodes)
+	}
+	seen := map[string]bool{}
+	for _, n := range in.Nodes {
+		if n == "" {
+			return nil, errs.BadRequest("nodes", "nodes holds an empty name")
+		}
+		if seen[n] {
+			return nil, errs.BadRequest("nodes", "nodes names %s twice", n)
+		}
+		seen[n] = true
+	}
+	if in.NodeQuery != nil {
+		if err := nodes.ValidateTraits(in.NodeQuery.Traits); err != nil {
+			return nil, errs.BadRequest("node_query", "node_query.traits: %v", err)
+		}
+	}
+	if in.MaxConcurrency != nil && (*in.MaxConcurrency < 1 || *in.MaxConcurrency > MaxConcurrency) {
+		return nil, errs.BadRequest("max_concurrency", "max_concurrency must be from 1 to %d", MaxConcurrency)
+	}
+	if _, _, err := budget(in.MaxFailures); err != nil {
+		return nil, err
+	}
+	if in.StartAfter != nil {
+		t, err := time.Parse(time.RFC3339, *in.StartAfter)
+		if err != nil {
+			return nil, errs.BadRequest("start_after", "start_after must be an RFC 3339 time (2026-01-02T15:04:05Z), not %q", *in.StartAfter)
+		}
+		startAfter = &t
+	}
+	return startAfter, nil
+}
+
+// candidate is a node a request names, with why it cannot take part ("" if
+// it can).
+type candidate struct {
+	node   *ent.Node
+	ident  string
+	reason string
+}
+
+// resolve turns the request's nodes into candidates: a node the caller
+// cannot see is a 404 naming it, as the node API answers.
+func (s *Service) resolve(ctx context.Context, in *Input) ([]candidate, error) {
+	var out []candidate
+	if in.NodeQuery == nil {
+		seen := map[int]bool{}
+		for _, ident := range in.Nodes {
+			n, err := s.nodes.Authorized(ctx, ident, nodes.RuleGet)
+			if err != nil {
+				return nil, err
+			}
+			if seen[n.ID] {
+				return nil, errs.BadRequest("nodes", "nodes names %s twice (by name and UUID)", ident)
+			}
+			seen[n.ID] = true
+			out = append(out, candidate{node: n, ident: ident})
+		}
+		return out, nil
+	}
+	q := in.NodeQuery
+	o := nodes.ListOptions{Owner: q.Owner, Lessee: q.Lessee, ResourceClass: q.ResourceClass, ConductorGroup: q.ConductorGroup,
+		ProvisionState: q.ProvisionState, WithTraits: true, Limit: nodes.MaxLimit}
+	if len(q.Traits) > 0 {
+		o.Trait = &q.Traits[0]
+	}
+	for {
+		page, err := s.nodes.List(ctx, o)
+		if err != nil {
+			return nil, err
+		}
+		for _, v := range page.Nodes {
+			if hasAll(v.Traits, q.Traits) {
+				out = append(out, candidate{node: v.Node, ident: v.UUID})
+			}
+		}
+		if len(out) > MaxNodes {
+			return nil, errs.BadRequest("node_query", "node_query matches more than %d nodes", MaxNodes)
+		}
+		if !page.More || len(page.Nodes) == 0 {
+			break
+		}
+		o.Marker = page.Nodes[len(page.Nodes)-1].UUID
+	}
+	if len(out) == 0 {
+		return nil, errs.BadRequest("node_query", "node_query matches no node you may see")
+	}
+	return out, nil
+}
+
+func hasAll(have, want []string) bool {
+	for _, w := range want {
+		if !slices.Contains(have, w) {
+			return false
+		}
+	}
+	return true
+}
+
+// ineligible says why the caller may not run runbook rb on n now, or "".
+// The runbook service's Resolve is the check the run itself makes (use
+// rule, the node's owner taking the runbook, the trait gate, step rules).
+func (s *Service) ineligible(ctx context.Context, rb string, n *ent.Node) string {
+	switch {
+	case n.Maintenance:
+		return "the node is in maintenance"
+	case n.ProvisionState != nodes.StateManageable && n.ProvisionState != nodes.StateActive:
+		return fmt.Sprintf("runbooks run on manageable or active nodes; this node is %s", n.ProvisionState)
+	case !s.guard.Allowed(ctx, conductor.RuleProvisionRunbook, nodes.Target(n)):
+		return "you may not run runbooks on this node (policy " + conductor.RuleProvisionRunbook + ")"
+	}
+	traits, err := s.nodes.Traits(ctx, n.UUID)
+	if err == nil {
+		_, err = s.runbooks.Resolve(ctx, rb, n, traits)
+	}
+	if err != nil {
+		return err.Error()
+	}
+	return ""
+}
+
+// Create checks the caller's right to run the runbook on every node and
+// records the campaign with one row per node.
+func (s *Service) Create(ctx context.Context, in *Input) (v *View, err error) {
+	t := callerTarget(ctx)
+	if err := s.guard.Authorize(ctx, RuleCreate, "campaign", "", t); err != nil {
+		return nil, err
+	}
+	startAfter, err := validate(in)
+	if err != nil {
+		return nil, err
+	}
+	rb, err := s.runbooks.Get(ctx, in.Runbook)
+	if err != nil {
+		return nil, err
+	}
+	if err := s.runbooks.Authorize(ctx, rb.UUID, runbooks.RuleUse); err != nil {
+		return nil, err
+	}
+	cands, err := s.resolve(ctx, in)
+	if err != nil {
+		return nil, err
+	}
+	var bad []string
+	eligible := 0
+	for i := range cands {
+		cands[i].reason = s.ineligible(ctx, rb.UUID, cands[i].node)
+		if cands[i].reason != "" {
+			bad = append(bad, cands[i].ident+": "+cands[i].reason)
+		} else {
+			eligible++
+		}
+	}
+	if len(bad) > 0 && !in.SkipIneligible {
+		return nil, errs.BadRequest("nodes", "%d node(s) may not take runbook %s (or set skip_ineligible): %s", len(bad), rb.Name, strings.Join(bad, "; "))
+	}
+	if eligible == 0 {
+		return nil, errs.BadRequest("nodes", "no node may take runbook %s: %s", rb.Name, strings.Join(bad, "; "))
+	}
+	maxFail, pct, _ := budget(in.MaxFailures)
+	if pct != nil {
+		maxFail = eligible * *pct / 100
+	}
+	conc := 1
+	if in.MaxConcurrency != nil {
+		conc = *in.MaxConcurrency
+	}
+	p := policies.PrincipalFrom(ctx)
+	now := time.Now()
+	state := StateRunning
+	switch {
+	case in.RequiresApproval:
+		state = StatePendingApproval
+	case startAfter != nil && startAfter.After(now):
+		state = StateScheduled
+	}
+	id := uuid.NewString()
+	defer func() {
+		s.guard.Done(ctx, RuleCreate, "campaign", id, err, map[string]any{"name": in.Name, "runbook": rb.UUID,
+			"nodes": len(cands), "skipped": len(bad), "max_concurrency": conc, "max_failures": maxFail, "state": state})
+	}()
+	var c *ent.Campaign
+	err = store.WithTx(ctx, s.db, func(tx *ent.Client) error {
+		cr := tx.Campaign.Create().SetUUID(id).SetName(in.Name).SetRunbook(rb.UUID).SetRunbookName(rb.Name).
+			SetCreatedBy(actor(p)).SetPrincipal(principalMap(p)).SetState(state).SetMaxConcurrency(conc).
+			SetMaxFailures(maxFail).SetNillableMaxFailuresPercent(pct).SetNillableStartAfter(startAfter).
+			SetRequiresApproval(in.RequiresApproval)
+		if t.CampaignOwner != "" {
+			cr.SetOwner(t.CampaignOwner)
+		}
+		if state == StateRunning {
+			cr.SetStartedAt(now)
+		}
+		var err error
+		if c, err = cr.Save(ctx); err != nil {
+			return err
+		}
+		rows := make([]*ent.CampaignNodeCreate, len(cands))
+		for i, cd := range cands {
+			r := tx.CampaignNode.Create().SetCampaignID(c.ID).SetNodeUUID(cd.node.UUID).SetPosition(i).SetStatus(NodePending)
+			if cd.reason != "" {
+				r.SetStatus(NodeSkipped).SetReason(cd.reason).SetFinishedAt(now)
+			}
+			rows[i] = r
+		}
+		// Batches keep each INSERT under the databases' bound-parameter limits.
+		for i := 0; i < len(rows); i += 500 {
+			if err := tx.CampaignNode.CreateBulk(rows[i:min(i+500, len(rows))]...).Exec(ctx); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	s.poke()
+	vs, err := s.views(ctx, []*ent.Campaign{c})
+	if err != nil {
+		return nil, err
+	}
+	return vs[0], nil
+}
+
+// actor names a principal in created_by and approved_by.
+func actor(p *policies.Principal) string {
+	if p == nil {
+		return ""
+	}
+	return p.User
+}
+
+// principalMap and principalOf store the creator as the policy saw them,
+// so each node's turn is decided for that caller with those roles.
+func principalMap(p *policies.Principal) map[string]any {
+	if p == nil {
+		return map[string]any{}
+	}
+	return map[string]any{"user": p.User, "issuer": p.Issuer, "subject": p.Subject, "project": p.Project,
+		"system": p.System, "roles": p.Roles, "method": p.Method}
+}
+
+func principalOf(m map[string]any) *policies.Principal {
+	str := func(k string) string { s, _ := m[k].(string); return s }
+	p := &policies.Principal{User: str("user"), Issuer: str("issuer"), Subject: str("subject"), Project: str("project"),
+		Method: "campaign"}
+	p.System, _ = m["system"].(bool)
+	if rs, ok := m["roles"].([]any); ok {
+		for _, r := range rs {
+			if s, ok := r.(string); ok {
+				p.Roles = append(p.Roles, s)
+			}
+		}
+	}
+	return p
+}
+
+// SetState pauses, resumes or cancels a campaign. Cancelling skips the
+// nodes not yet started and lets the running ones finish.
+func (s *Service) SetState(ctx context.Context, ident, target string) (err error) {
+	c, err := s.authorized(ctx, ident, RuleUpdate)
+	if err != nil {
+		return err
+	}
+	var from []string
+	to := target
+	switch target {
+	case StatePaused:
+		from = []string{StateRunning, StateScheduled}
+	case StateRunning:
+		from = []string{StatePaused}
+		if c.StartAfter != nil && c.StartAfter.After(time.Now()) {
+			to = StateScheduled
+		}
+	case StateCancelled:
+		from = []string{StatePendingApproval, StateScheduled, StateRunning, StatePaused}
+	default:
+		return errs.BadRequest("target", "target must be paused, running or cancelled, not %q", target)
+	}
+	defer func() {
+		s.guard.Done(ctx, RuleUpdate, "campaign", c.UUID, err, map[string]any{"target": target, "from": c.State})
+	}()
+	err = store.WithTx(ctx, s.db, func(tx *ent.Client) error {
+		u := tx.Campaign.Update().Where(campaign.ID(c.ID), campaign.StateIn(from...)).SetState(to).SetUpdatedAt(time.Now())
+		if to == StateRunning && c.StartedAt == nil {
+			u.SetStartedAt(time.Now())
+		}
+		n, err := u.Save(ctx)
+		if err != nil {
+			return err
+		}
+		if n == 0 {
+			cur, err := tx.Campaign.Get(ctx, c.ID)
+			if err != nil {
+				return err
+			}
+			return errs.Conflict("Campaign %s is %s; it cannot become %s.", c.UUID, cur.State, target)
+		}
+		if target == StateCancelled {
+			return skipPending(ctx, tx, c.ID, "the campaign was cancelled")
+		}
+		return nil
+	})
+	if err == nil {
+		s.poke()
+	}
+	return err
+}
+
+func skipPending(ctx context.Context, tx *ent.Client, id int, why string) error {
+	return tx.CampaignNode.Update().Where(campaignnode.CampaignID(id), campaignnode.Status(NodePending)).
+		SetStatus(NodeSkipped).SetReason(why).SetFinishedAt(time.Now()).Exec(ctx)
+}
+
+// Approve lets a campaign that requires approval start (or wait for its
+// start_after).
+func (s *Service) Approve(ctx context.Context, ident string) (err error) {
+	c, err := s.authorized(ctx, ident, RuleApprove)
+	if err != nil {
+		return err
+	}
+	defer func() { s.guard.Done(ctx, RuleApprove, "campaign", c.UUID, err, nil) }()
+	now := time.Now()
+	u := s.db.Campaign.Update().Where(campaign.ID(c.ID), campaign.State(StatePendingApproval)).
+		SetApprovedBy(actor(policies.PrincipalFrom(ctx))).SetApprovedAt(now).SetUpdatedAt(now)
+	if c.StartAfter != nil && c.StartAfter.After(now) {
+		u.SetState(StateScheduled)
+	} else {
+		u.SetState(StateRunning).SetStartedAt(now)
+	}
+	n, err := u.Save(ctx)
+	if err != nil {
+		return err
+	}
+	if n == 0 {
+		return errs.Conflict("Campaign %s is %s, not awaiting approval.", c.UUID, c.State)
+	}
+	s.poke()
+	return nil
+}
+
+// Delete removes a finished campaign's record; one still running (or
+// with nodes still running) is a 409.
+func (s *Service) Delete(ctx context.Context, ident string) (err error) {
+	c, err := s.authorized(ctx, ident, RuleDelete)
+	if err != nil {
+		return err
+	}
+	defer func() { s.guard.Done(ctx, RuleDelete, "campaign", c.UUID, err, nil) }()
+	n, err := s.db.Campaign.Delete().Where(campaign.ID(c.ID), campaign.StateIn(finished...), campaign.Running(0)).Exec(ctx)
+	if err != nil {
+		return err
+	}
+	if n == 0 {
+		return errs.Conflict("Campaign %s is %s or has nodes running; cancel it and let them finish first.", c.UUID, c.State)
+	}
+	return nil
+}

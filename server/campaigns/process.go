@@ -1,0 +1,336 @@
+package campaigns
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strings"
+	"time"
+
+	entsql "entgo.io/ent/dialect/sql"
+
+	"github.com/anvilproject/anvil/ent"
+	"github.com/anvilproject/anvil/ent/campaign"
+	"github.com/anvilproject/anvil/ent/campaignnode"
+	"github.com/anvilproject/anvil/ent/node"
+	"github.com/anvilproject/anvil/ent/predicate"
+	"github.com/anvilproject/anvil/policies"
+	"github.com/anvilproject/anvil/server/conductor"
+	"github.com/anvilproject/anvil/server/errs"
+	"github.com/anvilproject/anvil/server/nodes"
+	"github.com/anvilproject/anvil/server/store"
+)
+
+// lostStart is how long a node may be marked running without its run
+// having started before the mark is undone: the claim and the provision
+// request follow each other at once, so only a conductor that stopped in
+// between leaves one that old.
+const lostStart = time.Minute
+
+// Process is one conductor's pass over the campaigns: scheduled ones
+// whose time came start, running nodes whose run ended get their result,
+// and running campaigns start nodes while they have room. mine says
+// whether this conductor's hash ring gives it a node; the room is counted
+// in the database, so the cap holds across replicas.
+func (s *Service) Process(ctx context.Context, mine func(n *ent.Node) bool, log *slog.Logger) error {
+	now := time.Now()
+	if err := s.db.Campaign.Update().Where(campaign.State(StateScheduled),
+		campaign.Or(campaign.StartAfterIsNil(), campaign.StartAfterLTE(now))).
+		SetState(StateRunning).SetStartedAt(now).SetUpdatedAt(now).Exec(ctx); err != nil {
+		return err
+	}
+	cs, err := s.db.Campaign.Query().Where(campaign.Or(campaign.StateIn(StateRunning, StatePaused), campaign.RunningGT(0),
+		campaign.And(campaign.StateIn(finished...), campaign.FinishedAtIsNil()))).All(ctx)
+	if err != nil {
+		return err
+	}
+	for _, c := range cs {
+		if err := s.follow(ctx, c, mine, log); err != nil {
+			return err
+		}
+		if err := s.settle(ctx, c.ID); err != nil {
+			return err
+		}
+		if err := s.start(ctx, c.ID, mine, log); err != nil {
+			return err
+		}
+		if err := s.settle(ctx, c.ID); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// runStates are the states of a node's clean or service run in progress.
+var runStates = []string{nodes.StateCleaning, nodes.StateCleanWait, conductor.StateCleanHold,
+	nodes.StateServicing, nodes.StateServiceWait, conductor.StateServiceHold}
+
+// follow records the result of each running node of c (this conductor's)
+// whose run ended: succeeded when the node is back in its stable state
+// without a fault, failed with its last error otherwise.
+func (s *Service) follow(ctx context.Context, c *ent.Campaign, mine func(n *ent.Node) bool, log *slog.Logger) error {
+	rows, err := c.QueryNodes().Where(campaignnode.Status(NodeRunning)).All(ctx)
+	if err != nil {
+		return err
+	}
+	for _, r := range rows {
+		n, err := s.db.Node.Query().Where(node.UUID(r.NodeUUID)).Only(ctx)
+		if ent.IsNotFound(err) {
+			if err := s.release(ctx, c.ID, r.ID, NodeFailed, "the node was deleted during its run"); err != nil {
+				return err
+			}
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		if !mine(n) {
+			continue
+		}
+		started := n.ProvisionUpdatedAt != nil && r.StartedAt != nil && !n.ProvisionUpdatedAt.Before(*r.StartedAt)
+		switch {
+		case slices.Contains(runStates, n.ProvisionState) || n.TargetProvisionState != nil:
+			continue
+		case !started:
+			// Marked running but its run never began: the conductor
+			// stopped between the two. Back to pending, once the start
+			// would surely have happened.
+			if r.StartedAt != nil && time.Since(*r.StartedAt) > lostStart {
+				if err := s.release(ctx, c.ID, r.ID, NodePending, ""); err != nil {
+					return err
+				}
+			}
+			continue
+		}
+		status, why := NodeSucceeded, ""
+		switch {
+		case n.ProvisionState == nodes.StateCleanFailed || n.ProvisionState == nodes.StateServiceFailed:
+			status, why = NodeFailed, deref(n.LastError)
+			if why == "" {
+				why = "the run ended in " + n.ProvisionState
+			}
+		case n.Fault != nil && *n.Fault != "":
+			status, why = NodeFailed, "the node has fault "+*n.Fault
+		case n.ProvisionState != nodes.StateManageable && n.ProvisionState != nodes.StateActive:
+			status, why = NodeFailed, "the node left the run for "+n.ProvisionState
+		}
+		if err := s.release(ctx, c.ID, r.ID, status, why); err != nil {
+			return err
+		}
+		log.Info("campaign node finished", "campaign", c.UUID, "node", r.NodeUUID, "status", status)
+	}
+	return nil
+}
+
+func deref(p *string) string {
+	if p == nil {
+		return ""
+	}
+	return *p
+}
+
+// release moves a running row to status and gives its place back, in one
+// transaction so the campaign's running count never drifts from its rows;
+// a row another conductor already moved is left alone.
+func (s *Service) release(ctx context.Context, campaignID, rowID int, status, why string) error {
+	return store.WithTx(ctx, s.db, func(tx *ent.Client) error {
+		u := tx.CampaignNode.Update().Where(campaignnode.ID(rowID), campaignnode.Status(NodeRunning)).SetStatus(status)
+		if status == NodePending {
+			u.ClearStartedAt().ClearRun()
+		} else {
+			u.SetFinishedAt(time.Now())
+		}
+		if why != "" {
+			u.SetReason(why)
+		}
+		n, err := u.Save(ctx)
+		if err != nil || n == 0 {
+			return err
+		}
+		return tx.Campaign.Update().Where(campaign.ID(campaignID)).AddRunning(-1).SetUpdatedAt(time.Now()).Exec(ctx)
+	})
+}
+
+// settle ends a campaign whose failure budget is spent (failed: no new
+// starts, the pending nodes skipped, the running ones finish) and one
+// with nothing left to run (completed, or the finish time of a failed or
+// cancelled one).
+func (s *Service) settle(ctx context.Context, id int) error {
+	c, err := s.db.Campaign.Get(ctx, id)
+	if err != nil {
+		return err
+	}
+	counts, err := s.counts(ctx, []int{id})
+	if err != nil {
+		return err
+	}
+	k := counts[id]
+	now := time.Now()
+	if k.Failed > c.MaxFailures && !slices.Contains(finished, c.State) {
+		changed := false
+		err := store.WithTx(ctx, s.db, func(tx *ent.Client) error {
+			n, err := tx.Campaign.Update().Where(campaign.ID(id), campaign.StateNotIn(finished...)).
+				SetState(StateFailed).SetUpdatedAt(now).Save(ctx)
+			if err != nil || n == 0 {
+				return err
+			}
+			changed = true
+			return skipPending(ctx, tx, id, fmt.Sprintf("the failure budget (%d) was exceeded", c.MaxFailures))
+		})
+		if err != nil || !changed {
+			// Another replica failed it first, and audited it.
+			return err
+		}
+		s.guard.Done(s.conductorCtx(ctx), "anvil:campaign:failure_budget", "campaign", c.UUID, nil,
+			map[string]any{"failed": k.Failed, "max_failures": c.MaxFailures})
+		return nil
+	}
+	if k.Pending > 0 || k.Running > 0 || c.Running > 0 {
+		return nil
+	}
+	switch {
+	case c.State == StateRunning:
+		return s.db.Campaign.Update().Where(campaign.ID(id), campaign.State(StateRunning)).
+			SetState(StateCompleted).SetFinishedAt(now).SetUpdatedAt(now).Exec(ctx)
+	case slices.Contains(finished, c.State) && c.FinishedAt == nil:
+		return s.db.Campaign.Update().Where(campaign.ID(id), campaign.FinishedAtIsNil()).SetFinishedAt(now).Exec(ctx)
+	}
+	return nil
+}
+
+// conductorCtx acts as the conductor itself, for what no request asked.
+func (s *Service) conductorCtx(ctx context.Context) context.Context {
+	return policies.WithPrincipal(ctx, &policies.Principal{User: "conductor", System: true, Method: "conductor"})
+}
+
+// errFull ends a claim when the campaign has no room or stopped running.
+var errFull = errors.New("campaign full")
+
+// claim takes one place in the campaign (a conditional UPDATE on its
+// running count, below max_concurrency, while it runs) and the node's row
+// (pending to running) together, so the cap holds across replicas and no
+// node is started twice.
+func (s *Service) claim(ctx context.Context, c *ent.Campaign, r *ent.CampaignNode, run string, at time.Time) (bool, error) {
+	err := store.WithTx(ctx, s.db, func(tx *ent.Client) error {
+		n, err := tx.Campaign.Update().Where(campaign.ID(c.ID), campaign.State(StateRunning),
+			predicate.Campaign(entsql.FieldsLT(campaign.FieldRunning, campaign.FieldMaxConcurrency))).
+			AddRunning(1).Save(ctx)
+		if err != nil {
+			return err
+		}
+		if n == 0 {
+			return errFull
+		}
+		n, err = tx.CampaignNode.Update().Where(campaignnode.ID(r.ID), campaignnode.Status(NodePending)).
+			SetStatus(NodeRunning).SetStartedAt(at).SetRun(run).ClearReason().Save(ctx)
+		if err != nil {
+			return err
+		}
+		if n == 0 {
+			return errClaimLost
+		}
+		return nil
+	})
+	switch {
+	case errors.Is(err, errFull):
+		return false, errFull
+	case errors.Is(err, errClaimLost):
+		return false, nil
+	}
+	return err == nil, err
+}
+
+var errClaimLost = errors.New("claim lost")
+
+// start starts this conductor's pending nodes of a running campaign, in
+// their order, while it has room. Each is authorized as the campaign's
+// creator now, through the same provision request the API serves: a node
+// that is busy or locked waits for a later pass; one in maintenance, or
+// that the creator may no longer run the runbook on, is skipped with the
+// reason.
+func (s *Service) start(ctx context.Context, id int, mine func(n *ent.Node) bool, log *slog.Logger) error {
+	c, err := s.db.Campaign.Get(ctx, id)
+	if err != nil || c.State != StateRunning || c.Running >= c.MaxConcurrency {
+		return err
+	}
+	as := policies.WithPrincipal(ctx, principalOf(c.Principal))
+	last := -1
+	for {
+		rows, err := c.QueryNodes().Where(campaignnode.Status(NodePending), campaignnode.PositionGT(last)).
+			Order(ent.Asc(campaignnode.FieldPosition)).Limit(200).All(ctx)
+		if err != nil || len(rows) == 0 {
+			return err
+		}
+		for _, r := range rows {
+			last = r.Position
+			n, err := s.db.Node.Query().Where(node.UUID(r.NodeUUID)).Only(ctx)
+			if ent.IsNotFound(err) {
+				if err := s.skip(ctx, r.ID, "the node was deleted"); err != nil {
+					return err
+				}
+				continue
+			}
+			if err != nil {
+				return err
+			}
+			if !mine(n) {
+				continue
+			}
+			switch {
+			case n.Maintenance:
+				if err := s.skip(ctx, r.ID, "the node is in maintenance: "+deref(n.MaintenanceReason)); err != nil {
+					return err
+				}
+				continue
+			case n.Reservation != nil || n.TargetProvisionState != nil:
+				continue // busy or locked: a later pass
+			case n.ProvisionState != nodes.StateManageable && n.ProvisionState != nodes.StateActive:
+				if strings.HasSuffix(n.ProvisionState, "ing") || strings.Contains(n.ProvisionState, "wait") {
+					continue
+				}
+				if err := s.skip(ctx, r.ID, "runbooks run on manageable or active nodes; this node is "+n.ProvisionState); err != nil {
+					return err
+				}
+				continue
+			}
+			run := "clean"
+			if n.ProvisionState == nodes.StateActive {
+				run = "service"
+			}
+			at := time.Now().Truncate(time.Millisecond)
+			ok, err := s.claim(ctx, c, r, run, at)
+			if errors.Is(err, errFull) {
+				return nil
+			}
+			if err != nil || !ok {
+				return err
+			}
+			err = s.ops.Provision(as, n.UUID, conductor.ProvisionRequest{Target: run, Runbook: c.Runbook})
+			switch {
+			case err == nil:
+				log.Info("campaign node started", "campaign", c.UUID, "node", n.UUID, "run", run)
+			case errs.IsLocked(err) || errs.Status(err) == 409 || errs.Status(err) >= 500:
+				// Taken by something else first, or a fault of ours:
+				// the node waits for a later pass.
+				if errs.Status(err) >= 500 {
+					log.Error("campaign node start", "campaign", c.UUID, "node", n.UUID, "err", err)
+				}
+				if err := s.release(ctx, c.ID, r.ID, NodePending, ""); err != nil {
+					return err
+				}
+			default:
+				// The creator may no longer run it here (404, 403, 400).
+				if err := s.release(ctx, c.ID, r.ID, NodeSkipped, err.Error()); err != nil {
+					return err
+				}
+			}
+		}
+	}
+}
+
+func (s *Service) skip(ctx context.Context, rowID int, why string) error {
+	return s.db.CampaignNode.Update().Where(campaignnode.ID(rowID), campaignnode.Status(NodePending)).
+		SetStatus(NodeSkipped).SetReason(why).SetFinishedAt(time.Now()).Exec(ctx)
+}
