@@ -68,7 +68,7 @@ func TestStepsAsIronic(t *testing.T) {
 			step map[string]any
 			want string
 		}{
-			{step("raid", "apply_configuration", nil), "Step raid.apply_configuration is not supported by driver fake-hardware."},
+			{step("management", "clear_job_queue", nil), "Step management.clear_job_queue is not supported by driver fake-hardware."},
 			{step("deploy", "erase_devices_metadata", nil), "Step deploy.erase_devices_metadata runs in the ramdisk agent, and driver fake-hardware has no machine to boot one on."},
 		} {
 			provision(t, admin, id, map[string]any{"target": "clean", "clean_steps": steps(step("power", "power_on", nil), c.step)}, 202)
@@ -109,6 +109,7 @@ func TestStepsAsIronic(t *testing.T) {
 			"management.attach_virtual_media": {"image_url": "http://example.com/boot.iso"},
 			"management.set_boot_mode":        {"mode": "uefi"},
 			"management.set_secure_boot":      {"enabled": true},
+			"raid.apply_configuration":        {"raid_config": map[string]any{"logical_disks": []any{map[string]any{"raid_level": "1", "size_gb": 100}}}},
 		}
 		mustStatus(t, admin.Do(t, "PUT", "/v1/nodes/"+id+"/states/raid", map[string]any{"logical_disks": []any{map[string]any{"raid_level": "1", "size_gb": 100}}}), 204)
 		var all []map[string]any
@@ -138,7 +139,7 @@ func TestStepsAsIronic(t *testing.T) {
 		for _, s := range cat["steps"].([]any) {
 			m := s.(map[string]any)
 			names = append(names, fmt.Sprint(m["interface"], ".", m["step"]))
-			if m["step"] == "apply_configuration" {
+			if m["interface"] == "bios" && m["step"] == "apply_configuration" {
 				a := m["args"].([]any)[0].(map[string]any)
 				if a["name"] != "settings" || a["required"] != true || a["type"] != "list of {name, value}" {
 					t.Errorf("apply_configuration's argument: %v", a)
