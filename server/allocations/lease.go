@@ -165,12 +165,16 @@ func (s *Service) EndLeases(ctx context.Context, now time.Time, e LeaseEnder) (i
 	}
 }
 
-func (s *Service) endLease(ctx context.Context, a *ent.Allocation, end time.Time, e LeaseEnder) (bool, error) {
-	who := a.UUID
+// Label names an allocation in a node's history: its name, else its UUID.
+func Label(a *ent.Allocation) string {
 	if a.Name != nil {
-		who = *a.Name
+		return *a.Name
 	}
-	prefix := fmt.Sprintf("Lease of allocation %s ended at %s: ", who, end.Format(leaseLayout))
+	return a.UUID
+}
+
+func (s *Service) endLease(ctx context.Context, a *ent.Allocation, end time.Time, e LeaseEnder) (bool, error) {
+	prefix := fmt.Sprintf("Lease of allocation %s ended at %s: ", Label(a), end.Format(leaseLayout))
 	detail := map[string]any{"reason": "lease ended", "expires_at": end.Format(leaseLayout)}
 	audit := func(action string, err error) {
 		detail["action"] = action

@@ -10,6 +10,7 @@ import (
 
 	"github.com/anvilproject/anvil/ent"
 	"github.com/anvilproject/anvil/ent/allocation"
+	"github.com/anvilproject/anvil/server/allocations"
 	"github.com/anvilproject/anvil/server/bmc"
 	"github.com/anvilproject/anvil/server/errs"
 	"github.com/anvilproject/anvil/server/history"
@@ -281,10 +282,7 @@ func (c *Conductor) tearDown(n *ent.Node, who string) {
 		if err != nil {
 			return err
 		}
-		released = a.UUID
-		if a.Name != nil {
-			released = *a.Name
-		}
+		released = allocations.Label(a)
 		return tx.Allocation.DeleteOne(a).Exec(ctx)
 	})
 	if err != nil {
