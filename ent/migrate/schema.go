@@ -473,19 +473,19 @@ var (
 		},
 		Indexes: []*schema.Index{
 			{
-				Name:    "node_owner",
+				Name:    "node_owner_name_id",
 				Unique:  false,
-				Columns: []*schema.Column{NodesColumns[7]},
+				Columns: []*schema.Column{NodesColumns[7], NodesColumns[4], NodesColumns[0]},
 			},
 			{
-				Name:    "node_lessee",
+				Name:    "node_lessee_name_id",
 				Unique:  false,
-				Columns: []*schema.Column{NodesColumns[8]},
+				Columns: []*schema.Column{NodesColumns[8], NodesColumns[4], NodesColumns[0]},
 			},
 			{
-				Name:    "node_provision_state",
+				Name:    "node_provision_state_name_id",
 				Unique:  false,
-				Columns: []*schema.Column{NodesColumns[11]},
+				Columns: []*schema.Column{NodesColumns[11], NodesColumns[4], NodesColumns[0]},
 			},
 			{
 				Name:    "node_reservation",
@@ -493,9 +493,9 @@ var (
 				Columns: []*schema.Column{NodesColumns[17]},
 			},
 			{
-				Name:    "node_resource_class",
+				Name:    "node_resource_class_name_id",
 				Unique:  false,
-				Columns: []*schema.Column{NodesColumns[21]},
+				Columns: []*schema.Column{NodesColumns[21], NodesColumns[4], NodesColumns[0]},
 			},
 			{
 				Name:    "node_conductor_group",

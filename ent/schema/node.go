@@ -121,11 +121,17 @@ func (Node) Edges() []ent.Edge {
 
 func (Node) Indexes() []ent.Index {
 	return []ent.Index{
-		index.Fields("owner"),
-		index.Fields("lessee"),
-		index.Fields("provision_state"),
+		// The portal groups its list by owner, lessee, state or class and
+		// sorts each group by name: with the name (and id, the tie-break)
+		// after the group's column, a later page walks the index instead
+		// of sorting every node (40 pages into 10,000 nodes grouped by
+		// class took PostgreSQL 35 ms to sort). Each still serves lookups
+		// on its first column alone.
+		index.Fields("owner", "name", "id"),
+		index.Fields("lessee", "name", "id"),
+		index.Fields("provision_state", "name", "id"),
 		index.Fields("reservation"),
-		index.Fields("resource_class"),
+		index.Fields("resource_class", "name", "id"),
 		index.Fields("conductor_group"),
 		index.Fields("chassis_id"),
 		index.Fields("shard"),
