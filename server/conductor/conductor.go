@@ -222,11 +222,7 @@ func (c *Conductor) Start(ctx context.Context, listen string) error {
 	if err != nil {
 		return err
 	}
-	c.loop(reanalyzeEvery, func(ctx context.Context) error {
-		n, err := c.db.Reanalyze(ctx, analyzed)
-		analyzed = n
-		return err
-	})
+	c.reanalyzeLoop(analyzed)
 	if c.alloc != nil {
 		c.allocationLoop()
 	}
@@ -243,6 +239,9 @@ func (c *Conductor) Start(ctx context.Context, listen string) error {
 // the planner's statistics were taken at.
 const reanalyzeEvery = 10 * time.Minute
 
+// reanalyzeGap spaces the passes enrolment prompts.
+const reanalyzeGap = time.Second
+
 func (c *Conductor) loop(every time.Duration, fn func(context.Context) error) {
 	c.work.Add(1)
 	go func() {
@@ -257,6 +256,40 @@ func (c *Conductor) loop(every time.Duration, fn func(context.Context) error) {
 				if err := fn(c.ctx); err != nil && c.ctx.Err() == nil {
 					c.log.Error("conductor loop", "err", err)
 				}
+			}
+		}
+	}()
+}
+
+// reanalyzeLoop keeps the planner's statistics near the fleet's size:
+// every reanalyzeEvery for changes made anywhere, and at most
+// reanalyzeGap after this process enrols nodes (store.Grew), so a fleet
+// enrolled here is planned as what it is by the time it is listed.
+func (c *Conductor) reanalyzeLoop(analyzed int) {
+	c.work.Add(1)
+	go func() {
+		defer c.work.Done()
+		t := time.NewTicker(reanalyzeEvery)
+		defer t.Stop()
+		for {
+			select {
+			case <-c.ctx.Done():
+				return
+			case <-t.C:
+			case <-c.db.Growth():
+			}
+			n, err := c.db.Reanalyze(c.ctx, analyzed)
+			if err != nil && c.ctx.Err() == nil {
+				c.log.Error("conductor loop", "err", err)
+			}
+			analyzed = n
+			// Signals that came during the pass are taken after the gap,
+			// so a burst of enrolments costs a count every reanalyzeGap,
+			// the last one after the burst.
+			select {
+			case <-c.ctx.Done():
+				return
+			case <-time.After(reanalyzeGap):
 			}
 		}
 	}()

@@ -261,7 +261,7 @@ func Import(ctx context.Context, db *store.DB, recs []ImportRecord) error {
 	if bad := clashes(ctx, db, recs); len(bad) > 0 {
 		return bad
 	}
-	return store.WithTx(ctx, db, func(tx *ent.Client) error {
+	err := store.WithTx(ctx, db, func(tx *ent.Client) error {
 		for start := 0; start < len(recs); start += importBatch {
 			part := recs[start:min(start+importBatch, len(recs))]
 			bulk := make([]*ent.NodeCreate, len(part))
@@ -291,6 +291,12 @@ func Import(ctx context.Context, db *store.DB, recs []ImportRecord) error {
 		}
 		return nil
 	})
+	if err != nil {
+		return err
+	}
+	// The nodes are listed next, by servers whose statistics may still
+	// describe the fleet before the import.
+	return db.Analyze(ctx)
 }
 
 func clashes(ctx context.Context, db *store.DB, recs []ImportRecord) ImportErrors {

@@ -245,6 +245,7 @@ func (s *Service) Create(ctx context.Context, in CreateInput) (*View, error) {
 		return nil, err
 	}
 	s.guard.Done(ctx, RuleCreate, "node", n.UUID, nil, map[string]any{"name": in.Name, "driver": in.Driver, "owner": in.Owner, "lessee": in.Lessee})
+	s.db.Grew()
 	v := newRedactor(s.guard).view(ctx, n, nil)
 	if chassisID != nil {
 		v.ChassisUUID = new(strings.ToLower(*in.ChassisUUID))

@@ -34,6 +34,8 @@ type DB struct {
 	// Unindexed, after Migrate on PostgreSQL, says why the node search has
 	// no trigram index (and so reads every node); nil when it has one.
 	Unindexed error
+	// grew carries Grew's signal to the conductor's statistics loop.
+	grew chan struct{}
 }
 
 // Pool sizes the connection pool. Zero values take the backend's
@@ -108,7 +110,7 @@ func OpenPool(ctx context.Context, setting string, p Pool) (*DB, error) {
 		return nil, fmt.Errorf("connect to database: %w", err)
 	}
 	client := ent.NewClient(ent.Driver(entsql.OpenDB(dia, db)))
-	return &DB{Client: client, SQL: db, Dialect: dia}, nil
+	return &DB{Client: client, SQL: db, Dialect: dia, grew: make(chan struct{}, 1)}, nil
 }
 
 // Migrate creates missing tables, columns and indexes. Columns and indexes
@@ -276,6 +278,21 @@ func (d *DB) Reanalyze(ctx context.Context, analyzed int) (int, error) {
 	}
 	return analyzed, nil
 }
+
+// Grew says rows were just added to the tables lists read, so the
+// statistics may be out of date now rather than in ten minutes: a fleet
+// enrolled through the API one node at a time is listed at once, and
+// PostgreSQL, believing the table empty, then sorts all of it for every
+// page (9 times slower at 10,000 nodes). It never blocks.
+func (d *DB) Grew() {
+	select {
+	case d.grew <- struct{}{}:
+	default:
+	}
+}
+
+// Growth delivers Grew's signals, coalesced.
+func (d *DB) Growth() <-chan struct{} { return d.grew }
 
 // Close closes the client and the pool.
 func (d *DB) Close() error { return d.Client.Close() }
