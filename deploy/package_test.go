@@ -14,13 +14,17 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"io"
+	"io/fs"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -296,6 +300,8 @@ type ociImage struct {
 	}
 	files map[string]*tar.Header
 	bin   []byte
+	// rootfs is the layers unpacked in order, as a runtime would.
+	rootfs string
 }
 
 func readImage(t *testing.T, archive string) ociImage {
@@ -348,6 +354,7 @@ func readImage(t *testing.T, archive string) ociImage {
 		t.Fatal(err)
 	}
 	img.files = map[string]*tar.Header{}
+	img.rootfs = t.TempDir()
 	for _, l := range manifest.Layers {
 		zr, err := gzip.NewReader(bytes.NewReader(blob(l.Digest)))
 		if err != nil {
@@ -363,12 +370,44 @@ func readImage(t *testing.T, archive string) ociImage {
 				t.Fatal(err)
 			}
 			img.files[h.Name] = h
+			body, _ := io.ReadAll(lr)
 			if h.Name == "usr/bin/anvil" {
-				img.bin, _ = io.ReadAll(lr)
+				img.bin = body
 			}
+			unpack(t, img.rootfs, h, body)
 		}
 	}
 	return img
+}
+
+func unpack(t *testing.T, root string, h *tar.Header, body []byte) {
+	t.Helper()
+	p := filepath.Join(root, h.Name)
+	var err error
+	switch h.Typeflag {
+	case tar.TypeDir:
+		err = os.MkdirAll(p, 0o755)
+	case tar.TypeReg:
+		err = os.WriteFile(p, body, 0o600)
+	default:
+		t.Fatalf("layer entry %s of type %c", h.Name, h.Typeflag)
+	}
+	if err == nil {
+		err = os.Chmod(p, fs.FileMode(h.Mode&0o777)|modeBits(h.Mode))
+	}
+	if err == nil && os.Geteuid() == 0 {
+		err = os.Lchown(p, h.Uid, h.Gid)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+func modeBits(m int64) fs.FileMode {
+	if m&0o1000 != 0 {
+		return fs.ModeSticky
+	}
+	return 0
 }
 
 func TestImage(t *testing.T) {
@@ -401,6 +440,8 @@ func TestImage(t *testing.T) {
 		t.Errorf("state dir owned by %d, not the image user", h.Uid)
 	}
 
+	t.Run("runs", func(t *testing.T) { runImage(t, img) })
+
 	// The archive as a container tool reads it.
 	need(t, "skopeo", "skopeo")
 	out, err := exec.Command("skopeo", "inspect", "--config", "oci-archive:"+archive).Output()
@@ -410,5 +451,67 @@ func TestImage(t *testing.T) {
 	var sk struct{ Config struct{ User string } }
 	if err := json.Unmarshal(out, &sk); err != nil || sk.Config.User != c.User {
 		t.Errorf("skopeo inspect --config: %s (%v)", out, err)
+	}
+}
+
+// runImage runs the image as a container runtime would, without one:
+// chrooted into its unpacked layers, as its user, with its environment,
+// working directory and entrypoint. Only the listen address differs, so
+// the test can find the port.
+func runImage(t *testing.T, img ociImage) {
+	if os.Geteuid() != 0 {
+		if os.Getenv("CI") != "" {
+			t.Fatal("running the image needs root (chroot)")
+		}
+		t.Skip("running the image needs root (chroot)")
+	}
+	c := img.config.Config
+	uidS, gidS, _ := strings.Cut(c.User, ":")
+	uid, err1 := strconv.Atoi(uidS)
+	gid, err2 := strconv.Atoi(gidS)
+	if err1 != nil || err2 != nil {
+		t.Fatalf("image user %q: want numeric uid:gid", c.User)
+	}
+	cmd := exec.Command(c.Entrypoint[0], c.Entrypoint[1:]...)
+	cmd.Dir = c.WorkingDir
+	cmd.Env = append(slices.Clone(c.Env), "ANVIL_LISTEN=127.0.0.1:0")
+	cmd.SysProcAttr = &syscall.SysProcAttr{Chroot: img.rootfs, Credential: &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}}
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	listen := regexp.MustCompile(`msg="anvil serving" listen=(http://\S+)`)
+	var url string
+	var lines []string
+	sc := bufio.NewScanner(stderr)
+	for url == "" && sc.Scan() {
+		lines = append(lines, sc.Text())
+		if m := listen.FindStringSubmatch(sc.Text()); m != nil {
+			url = m[1]
+		}
+	}
+	if url == "" {
+		t.Fatalf("the image's anvil serve ended without serving:\n%s", strings.Join(lines, "\n"))
+	}
+	go func() { _, _ = io.Copy(io.Discard, stderr) }()
+	resp, err := http.Get(url + "/readyz")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 200 {
+		t.Errorf("GET /readyz: %d", resp.StatusCode)
+	}
+	// The database went to the volume, written as the image's user.
+	st, err := os.Stat(filepath.Join(img.rootfs, "var/lib/anvil/anvil.db"))
+	if err != nil {
+		t.Fatalf("no database in the volume: %v", err)
+	}
+	if owner := st.Sys().(*syscall.Stat_t).Uid; owner != uint32(uid) {
+		t.Errorf("database owned by %d, not the image user %d", owner, uid)
 	}
 }
