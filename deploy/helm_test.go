@@ -1,0 +1,234 @@
+package deploy_test
+
+import (
+	"bytes"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	"sigs.k8s.io/yaml"
+)
+
+const chart = "helm/anvil"
+
+// helm runs go.mod's helm with the values as a file.
+func helm(t *testing.T, values string, args ...string) (string, error) {
+	t.Helper()
+	// Not under t.TempDir: helm splits -f at commas, which subtest
+	// names put in that path.
+	tmp, err := os.CreateTemp("", "anvil-values-*.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := tmp.Name()
+	t.Cleanup(func() { os.Remove(f) })
+	if _, err := tmp.WriteString(values); err != nil {
+		t.Fatal(err)
+	}
+	if err := tmp.Close(); err != nil {
+		t.Fatal(err)
+	}
+	var out, errOut bytes.Buffer
+	cmd := exec.Command("go", append(append([]string{"tool", "helm"}, args...), chart, "-f", f)...)
+	cmd.Stdout, cmd.Stderr = &out, &errOut
+	if err := cmd.Run(); err != nil {
+		return out.String() + errOut.String(), err
+	}
+	return out.String(), nil
+}
+
+// manifests is one rendering decoded into the Kubernetes API's own types,
+// refusing any field those types do not have.
+type manifests struct {
+	deployments []appsv1.Deployment
+	pdbs        []policyv1.PodDisruptionBudget
+	policies    []networkingv1.NetworkPolicy
+	services    []corev1.Service
+	configMaps  []corev1.ConfigMap
+	secrets     []corev1.Secret
+}
+
+func strict(t *testing.T, doc []byte, into any) {
+	t.Helper()
+	j, err := yaml.YAMLToJSON(doc)
+	if err != nil {
+		t.Fatalf("%v\n%s", err, doc)
+	}
+	dec := json.NewDecoder(bytes.NewReader(j))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(into); err != nil {
+		t.Fatalf("%T: %v\n%s", into, err, doc)
+	}
+}
+
+func decodeAll(t *testing.T, rendered string) manifests {
+	t.Helper()
+	var m manifests
+	for _, doc := range regexp.MustCompile(`(?m)^---\s*$`).Split(rendered, -1) {
+		var head struct{ Kind, APIVersion string }
+		if err := yaml.Unmarshal([]byte(doc), &head); err != nil {
+			t.Fatalf("%v\n%s", err, doc)
+		}
+		switch head.APIVersion + " " + head.Kind {
+		case " ":
+			continue // only comments
+		case "apps/v1 Deployment":
+			m.deployments = append(m.deployments, appsv1.Deployment{})
+			strict(t, []byte(doc), &m.deployments[len(m.deployments)-1])
+		case "policy/v1 PodDisruptionBudget":
+			m.pdbs = append(m.pdbs, policyv1.PodDisruptionBudget{})
+			strict(t, []byte(doc), &m.pdbs[len(m.pdbs)-1])
+		case "networking.k8s.io/v1 NetworkPolicy":
+			m.policies = append(m.policies, networkingv1.NetworkPolicy{})
+			strict(t, []byte(doc), &m.policies[len(m.policies)-1])
+		case "v1 Service":
+			m.services = append(m.services, corev1.Service{})
+			strict(t, []byte(doc), &m.services[len(m.services)-1])
+		case "v1 ConfigMap":
+			m.configMaps = append(m.configMaps, corev1.ConfigMap{})
+			strict(t, []byte(doc), &m.configMaps[len(m.configMaps)-1])
+		case "v1 Secret":
+			m.secrets = append(m.secrets, corev1.Secret{})
+			strict(t, []byte(doc), &m.secrets[len(m.secrets)-1])
+		default:
+			t.Fatalf("unexpected manifest %s %s", head.APIVersion, head.Kind)
+		}
+	}
+	return m
+}
+
+const secrets = `
+secret:
+  databaseDSN: postgres://anvil:pw@db.example:5432/anvil
+  sessionSecret: s3cret
+`
+
+func TestHelmChart(t *testing.T) {
+	for _, c := range []struct {
+		name   string
+		values string
+		check  func(t *testing.T, m manifests)
+	}{
+		{"defaults", secrets, func(t *testing.T, m manifests) {
+			if len(m.deployments) != 1 || *m.deployments[0].Spec.Replicas != 2 || len(m.pdbs) != 1 || len(m.secrets) != 1 || len(m.services) != 1 {
+				t.Fatalf("rendered %d deployments, %d PDBs, %d secrets", len(m.deployments), len(m.pdbs), len(m.secrets))
+			}
+			pod := m.deployments[0].Spec.Template.Spec
+			ctr := pod.Containers[0]
+			if ctr.ReadinessProbe == nil || ctr.ReadinessProbe.HTTPGet.Path != "/readyz" || ctr.LivenessProbe == nil || ctr.LivenessProbe.HTTPGet.Path != "/healthz" {
+				t.Errorf("probes: readiness %+v, liveness %+v", ctr.ReadinessProbe, ctr.LivenessProbe)
+			}
+			if ctr.Resources.Requests.Cpu().IsZero() || ctr.Resources.Requests.Memory().IsZero() {
+				t.Errorf("no resource requests: %+v", ctr.Resources)
+			}
+			if pod.SecurityContext.RunAsNonRoot == nil || !*pod.SecurityContext.RunAsNonRoot {
+				t.Error("pods may run as root")
+			}
+			env := map[string]corev1.EnvVar{}
+			for _, e := range ctr.Env {
+				env[e.Name] = e
+			}
+			for _, k := range []string{"ANVIL_DATABASE", "ANVIL_SESSION_SECRET"} {
+				if env[k].ValueFrom == nil || env[k].ValueFrom.SecretKeyRef == nil || env[k].ValueFrom.SecretKeyRef.Name != m.secrets[0].Name {
+					t.Errorf("%s does not come from the chart's Secret: %+v", k, env[k])
+				}
+			}
+			if env["ANVIL_CONFIG"].Value != "/etc/anvil/anvil.yaml" || m.secrets[0].StringData["database-dsn"] == "" {
+				t.Errorf("config %+v, secret %v", env["ANVIL_CONFIG"], m.secrets[0].StringData)
+			}
+			if m.pdbs[0].Spec.MaxUnavailable.IntValue() != 1 {
+				t.Errorf("PDB %+v", m.pdbs[0].Spec)
+			}
+		}},
+		{"conductor groups, BMC networks, existing secret", `
+secret: {existingSecret: anvil-prod}
+conductorGroups:
+  - {name: "", replicas: 2}
+  - {name: rack-a, replicas: 3}
+  - {name: Rack_B.2, replicas: 1}
+bmcNetworks: [10.20.0.0/16, 10.30.1.0/24]
+agentNetworks: [10.40.0.0/16]
+networkPolicy:
+  databaseCIDRs: [10.0.5.10/32]
+  ingressFrom:
+    - namespaceSelector: {matchLabels: {kubernetes.io/metadata.name: ingress}}
+config:
+  agent_api_url: https://anvil.example.com
+  allocation_max_lease: 72h
+`, func(t *testing.T, m manifests) {
+			if len(m.secrets) != 0 {
+				t.Error("rendered a Secret beside existingSecret")
+			}
+			groups := map[string]int32{}
+			for _, d := range m.deployments {
+				for _, e := range d.Spec.Template.Spec.Containers[0].Env {
+					if e.Name == "ANVIL_CONDUCTOR_GROUP" {
+						groups[e.Value] = *d.Spec.Replicas
+					}
+					if e.ValueFrom != nil && e.ValueFrom.SecretKeyRef.Name != "anvil-prod" {
+						t.Errorf("%s reads secret %s", e.Name, e.ValueFrom.SecretKeyRef.Name)
+					}
+				}
+			}
+			if len(groups) != 3 || groups[""] != 2 || groups["rack-a"] != 3 || groups["Rack_B.2"] != 1 || len(m.pdbs) != 3 {
+				t.Errorf("conductor groups %v, %d PDBs", groups, len(m.pdbs))
+			}
+			var cidrs []string
+			for _, r := range m.policies[0].Spec.Egress {
+				for _, p := range r.To {
+					if p.IPBlock != nil {
+						cidrs = append(cidrs, p.IPBlock.CIDR)
+					}
+				}
+			}
+			if !slices.Equal(cidrs, []string{"10.0.5.10/32", "10.20.0.0/16", "10.30.1.0/24", "10.40.0.0/16"}) {
+				t.Errorf("egress CIDRs %v", cidrs)
+			}
+			// Anvil itself enforces the BMC networks the policy opens.
+			var cfg map[string]any
+			if err := yaml.Unmarshal([]byte(m.configMaps[0].Data["anvil.yaml"]), &cfg); err != nil {
+				t.Fatal(err)
+			}
+			if nets, _ := cfg["bmc_networks"].([]any); len(nets) != 2 || cfg["allocation_max_lease"] != "72h" {
+				t.Errorf("anvil.yaml %v", cfg)
+			}
+		}},
+		{"no network policy or PDB", secrets + `
+networkPolicy: {enabled: false}
+podDisruptionBudget: {enabled: false}
+conductorGroups: [{name: "", replicas: 1}]
+`, func(t *testing.T, m manifests) {
+			if len(m.policies) != 0 || len(m.pdbs) != 0 || len(m.deployments) != 1 {
+				t.Errorf("%d policies, %d PDBs, %d deployments", len(m.policies), len(m.pdbs), len(m.deployments))
+			}
+		}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			if out, err := helm(t, c.values, "lint", "--strict"); err != nil {
+				t.Fatalf("helm lint: %v\n%s", err, out)
+			}
+			out, err := helm(t, c.values, "template", "anvil")
+			if err != nil {
+				t.Fatalf("helm template: %v\n%s", err, out)
+			}
+			c.check(t, decodeAll(t, out))
+		})
+	}
+	// Values the chart refuses, naming what is wrong.
+	for values, want := range map[string]string{
+		"secret: {sessionSecret: x}":      "secret.databaseDSN",
+		secrets + "config: {database: x}": "config.database is set by the chart",
+	} {
+		if out, err := helm(t, values, "template", "anvil"); err == nil || !strings.Contains(out, want) {
+			t.Errorf("values %q: %v, output lacks %q:\n%s", values, err, want, out)
+		}
+	}
+}
