@@ -95,8 +95,8 @@ func (t txDriver) Query(ctx context.Context, query string, args, v any) error {
 }
 
 func (t txDriver) Tx(context.Context) (dialect.Tx, error) { return dialect.NopTx(t), nil }
-func (t txDriver) Dialect() string                         { return t.dialect }
-func (t txDriver) Close() error                            { return nil }
+func (t txDriver) Dialect() string                        { return t.dialect }
+func (t txDriver) Close() error                           { return nil }
 
 // NewerError is the refusal of a database that a newer Anvil upgraded:
 // this binary does not know what its later steps changed.
