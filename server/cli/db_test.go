@@ -254,7 +254,7 @@ func TestDBCheckFindsCorruption(t *testing.T) {
 func TestDBOnPostgres(t *testing.T) {
 	setting := storetest.PostgresSchema(t)
 	_, err := run(t, "", "db", "check", "--database", setting)
-	if err == nil || !strings.Contains(err.Error(), "table nodes is missing; run anvil migrate") {
+	if err == nil || !strings.Contains(err.Error(), "table nodes is missing; run anvil db upgrade") {
 		t.Errorf("db check of an empty schema: %v, want the missing tables named", err)
 	}
 	if _, err := run(t, "", "migrate", "--database", setting); err != nil {
