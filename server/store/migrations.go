@@ -27,6 +27,11 @@ import (
 // database at the version before it.
 const versionTable = "schema_migrations"
 
+// pgLock makes PostgreSQL transactions that change the schema take turns:
+// keyed by schema, so replicas of one database wait for each other and
+// databases in other schemas do not.
+const pgLock = "SELECT pg_advisory_xact_lock(hashtext(current_schema() || '." + versionTable + "'))"
+
 // Step is one migration. Steps are never edited or reordered once
 // released: databases out there have applied them. Changing the ent
 // schema takes a new step that brings a database from the previous
@@ -232,9 +237,7 @@ func (d *DB) applyNext(ctx context.Context, steps []Step) (int, bool, error) {
 	tx := etx.(*entsql.Tx)
 	defer tx.Rollback()
 	if d.Dialect == dialect.Postgres {
-		// Keyed by schema, so replicas of one database wait for each
-		// other and databases in other schemas do not.
-		if _, err := tx.ExecContext(ctx, "SELECT pg_advisory_xact_lock(hashtext(current_schema() || '."+versionTable+"'))"); err != nil {
+		if _, err := tx.ExecContext(ctx, pgLock); err != nil {
 			return 0, false, fmt.Errorf("migrate database: lock: %w", err)
 		}
 	}

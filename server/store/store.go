@@ -130,31 +130,52 @@ func OpenPool(ctx context.Context, setting string, p Pool) (*DB, error) {
 // on this connection's search_path. fastupdate is off: its pending list,
 // which batches index inserts until a VACUUM, is read by every search and
 // costed so by the planner, which then read every node instead.
+//
+// It runs after every upgrade, in a transaction under the upgrade's lock,
+// so replicas starting together do not race on the same index name.
 func (d *DB) searchIndex(ctx context.Context) error {
-	if _, err := d.SQL.ExecContext(ctx, "CREATE INDEX IF NOT EXISTS node_uuid_prefix ON nodes (uuid varchar_pattern_ops)"); err != nil {
+	tx, err := d.SQL.BeginTx(ctx, nil)
+	if err != nil {
+		return fmt.Errorf("migrate database: %w", err)
+	}
+	defer tx.Rollback()
+	if _, err := tx.ExecContext(ctx, pgLock); err != nil {
+		return fmt.Errorf("migrate database: lock: %w", err)
+	}
+	if _, err := tx.ExecContext(ctx, "CREATE INDEX IF NOT EXISTS node_uuid_prefix ON nodes (uuid varchar_pattern_ops)"); err != nil {
 		return fmt.Errorf("migrate database: create the node UUID prefix index: %w", err)
 	}
 	const where = "SELECT extnamespace::regnamespace::text FROM pg_extension WHERE extname = 'pg_trgm'"
 	var schema string
-	err := d.SQL.QueryRowContext(ctx, where).Scan(&schema)
+	err = tx.QueryRowContext(ctx, where).Scan(&schema)
 	if errors.Is(err, sql.ErrNoRows) {
-		// A replica starting beside this one may install it first, and
-		// then this CREATE fails on the catalogue's unique name; the
-		// second look finds it either way.
-		_, create := d.SQL.ExecContext(ctx, "CREATE EXTENSION IF NOT EXISTS pg_trgm")
-		if err = d.SQL.QueryRowContext(ctx, where).Scan(&schema); errors.Is(err, sql.ErrNoRows) {
+		// The extension is the database's, not the schema's: anvil in
+		// another schema may install it first, and then this CREATE
+		// fails on the catalogue's unique name; the second look finds it
+		// either way. The savepoint keeps the transaction usable after a
+		// refusal.
+		if _, err := tx.ExecContext(ctx, "SAVEPOINT pg_trgm"); err != nil {
+			return fmt.Errorf("migrate database: %w", err)
+		}
+		_, create := tx.ExecContext(ctx, "CREATE EXTENSION IF NOT EXISTS pg_trgm")
+		if create != nil {
+			if _, err := tx.ExecContext(ctx, "ROLLBACK TO SAVEPOINT pg_trgm"); err != nil {
+				return fmt.Errorf("migrate database: %w", err)
+			}
+		}
+		if err = tx.QueryRowContext(ctx, where).Scan(&schema); errors.Is(err, sql.ErrNoRows) {
 			d.Unindexed = fmt.Errorf("install the pg_trgm extension: %w", create)
-			return nil
+			return tx.Commit()
 		}
 	}
 	if err != nil {
 		return fmt.Errorf("migrate database: look up pg_trgm: %w", err)
 	}
 	d.Unindexed = nil
-	if _, err := d.SQL.ExecContext(ctx, "CREATE INDEX IF NOT EXISTS node_search ON nodes USING gin (name COLLATE \"C\" "+schema+".gin_trgm_ops) WITH (fastupdate = off)"); err != nil {
+	if _, err := tx.ExecContext(ctx, "CREATE INDEX IF NOT EXISTS node_search ON nodes USING gin (name COLLATE \"C\" "+schema+".gin_trgm_ops) WITH (fastupdate = off)"); err != nil {
 		return fmt.Errorf("migrate database: create the node name search index: %w", err)
 	}
-	return nil
+	return tx.Commit()
 }
 
 // Analyze refreshes the planner's statistics. Without them both

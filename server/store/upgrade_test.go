@@ -6,6 +6,7 @@ import (
 	"maps"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/google/uuid"
@@ -186,4 +187,42 @@ func counts(t *testing.T, db *store.DB) map[string]int {
 		out[tb.Name] = n
 	}
 	return out
+}
+
+// TestConcurrentUpgrade: replicas starting together on an empty database
+// take turns: one applies each step, the others find it applied, and
+// none fails.
+func TestConcurrentUpgrade(t *testing.T) {
+	for _, backend := range storetest.Backends {
+		t.Run(backend, func(t *testing.T) {
+			ctx := context.Background()
+			setting := storetest.Setting(t, backend)
+			const replicas = 4
+			applied := make(chan []int, replicas)
+			var wg sync.WaitGroup
+			for range replicas {
+				db, err := store.Open(ctx, setting)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer db.Close()
+				wg.Go(func() {
+					a, err := db.Upgrade(ctx)
+					if err != nil {
+						t.Errorf("upgrade: %v", err)
+					}
+					applied <- a
+				})
+			}
+			wg.Wait()
+			close(applied)
+			var all []int
+			for a := range applied {
+				all = append(all, a...)
+			}
+			if want := []int{1}; !slices.Equal(all, want) {
+				t.Errorf("the replicas applied %v together, want %v", all, want)
+			}
+		})
+	}
 }
