@@ -2,15 +2,16 @@ package store
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"entgo.io/ent/dialect"
 	entsql "entgo.io/ent/dialect/sql"
 	"entgo.io/ent/dialect/sql/schema"
 
-	"github.com/anvilproject/anvil/ent"
 	"github.com/anvilproject/anvil/server/store/baseline"
 )
 
@@ -52,15 +53,32 @@ var Migrations = []Step{
 }
 
 // Migration is what a step runs on: one transaction, committed with the
-// record of the step.
+// record of the step. Steps speak SQL, not ent's generated code: that
+// code follows the newest schema, and would name columns a later step
+// adds when an old database takes this step.
 type Migration struct {
 	// SQL runs statements in the transaction.
 	SQL     entsql.ExecQuerier
 	Dialect string
-	// Client is ent on the same transaction, for steps that move data
-	// with the generated code of the schema as it is now.
-	Client *ent.Client
-	drv    dialect.Driver
+	drv     dialect.Driver
+}
+
+// Bind writes a query's ? placeholders as PostgreSQL's $1, $2, … there.
+func (m *Migration) Bind(q string) string {
+	if m.Dialect != dialect.Postgres {
+		return q
+	}
+	var b strings.Builder
+	n := 0
+	for _, r := range q {
+		if r == '?' {
+			n++
+			fmt.Fprintf(&b, "$%d", n)
+			continue
+		}
+		b.WriteRune(r)
+	}
+	return b.String()
 }
 
 // CreateTables adds the tables, columns and indexes of a frozen schema
@@ -256,7 +274,7 @@ func (d *DB) applyNext(ctx context.Context, steps []Step) (int, bool, error) {
 	}
 	step := steps[v]
 	drv := txDriver{tx: tx, dialect: d.Dialect}
-	m := &Migration{SQL: tx, Dialect: d.Dialect, Client: ent.NewClient(ent.Driver(drv)), drv: drv}
+	m := &Migration{SQL: tx, Dialect: d.Dialect, drv: drv}
 	if err := step.Up(ctx, m); err != nil {
 		return 0, false, fmt.Errorf("migrate database: step %d (%s): %w", v+1, step.Name, err)
 	}
@@ -287,7 +305,7 @@ func baselineStep(ctx context.Context, m *Migration) error {
 	if err := m.Exec(ctx, "DROP INDEX IF EXISTS runbooks_name_key", "DROP INDEX IF EXISTS node_parent_node"); err != nil {
 		return err
 	}
-	if err := moveRunbookDescriptions(ctx, m.Client); err != nil {
+	if err := moveRunbookDescriptions(ctx, m); err != nil {
 		return fmt.Errorf("move runbook descriptions out of extra: %w", err)
 	}
 	if m.Dialect == dialect.Postgres {
@@ -330,4 +348,65 @@ func baselineStep(ctx context.Context, m *Migration) error {
 		return fmt.Errorf("rewrite times stored by an earlier release: %w", err)
 	}
 	return nil
+}
+
+// movedDescriptions marks, in settings, that moveRunbookDescriptions ran.
+// The mark predates versioned migrations: a database that ran the move
+// then keeps the extra.description its callers wrote since.
+const movedDescriptions = "migrated:runbook_description"
+
+// moveRunbookDescriptions moves what the portal's editor kept in a
+// runbook's extra["description"], before runbooks had Ironic's 1.112
+// description field, into that field, once: afterwards extra.description
+// is an API caller's own data and stays where it was put.
+func moveRunbookDescriptions(ctx context.Context, m *Migration) error {
+	done, err := scanInt(ctx, m.SQL, `SELECT count(*) FROM settings WHERE "key" = '`+movedDescriptions+`'`)
+	if err != nil || done > 0 {
+		return err
+	}
+	rows, err := m.SQL.QueryContext(ctx, "SELECT id, extra FROM runbooks WHERE description IS NULL AND extra IS NOT NULL")
+	if err != nil {
+		return err
+	}
+	type move struct {
+		id    int
+		desc  string
+		extra string
+	}
+	var moves []move
+	for rows.Next() {
+		var id int
+		var raw []byte
+		if err := rows.Scan(&id, &raw); err != nil {
+			rows.Close()
+			return err
+		}
+		var extra map[string]any
+		if err := json.Unmarshal(raw, &extra); err != nil {
+			rows.Close()
+			return fmt.Errorf("runbook %d: extra: %w", id, err)
+		}
+		desc, ok := extra["description"].(string)
+		if !ok || desc == "" || utf8.RuneCountInString(desc) > 255 {
+			continue
+		}
+		delete(extra, "description")
+		b, err := json.Marshal(extra)
+		if err != nil {
+			rows.Close()
+			return err
+		}
+		moves = append(moves, move{id, desc, string(b)})
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return err
+	}
+	for _, mv := range moves {
+		if _, err := m.SQL.ExecContext(ctx, m.Bind("UPDATE runbooks SET description = ?, extra = ? WHERE id = ?"), mv.desc, mv.extra, mv.id); err != nil {
+			return err
+		}
+	}
+	_, err = m.SQL.ExecContext(ctx, m.Bind(`INSERT INTO settings ("key", value) VALUES (?, ?)`), movedDescriptions, []byte("1"))
+	return err
 }

@@ -7,11 +7,9 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"maps"
 	"net/url"
 	"strings"
 	"time"
-	"unicode/utf8"
 
 	"entgo.io/ent/dialect"
 	entsql "entgo.io/ent/dialect/sql"
@@ -20,8 +18,6 @@ import (
 
 	"github.com/anvilproject/anvil/ent"
 	"github.com/anvilproject/anvil/ent/migrate"
-	"github.com/anvilproject/anvil/ent/runbook"
-	"github.com/anvilproject/anvil/ent/setting"
 	"github.com/anvilproject/anvil/server/errs"
 )
 
@@ -343,36 +339,4 @@ func withTx(ctx context.Context, db *DB, fn func(tx *ent.Client) error) error {
 		return err
 	}
 	return tx.Commit()
-}
-
-// movedDescriptions marks, in settings, that moveRunbookDescriptions ran.
-const movedDescriptions = "migrated:runbook_description"
-
-// moveRunbookDescriptions moves what the portal's editor kept in a
-// runbook's extra["description"], before runbooks had Ironic's 1.112
-// description field, into that field, once: afterwards extra.description
-// is an API caller's own data and stays where it was put. The mark in
-// settings predates versioned migrations: a database that ran the move
-// before them keeps its later extra.description as they are.
-func moveRunbookDescriptions(ctx context.Context, tx *ent.Client) error {
-	done, err := tx.Setting.Query().Where(setting.Key(movedDescriptions)).Exist(ctx)
-	if err != nil || done {
-		return err
-	}
-	rs, err := tx.Runbook.Query().Where(runbook.DescriptionIsNil()).All(ctx)
-	if err != nil {
-		return err
-	}
-	for _, r := range rs {
-		desc, ok := r.Extra["description"].(string)
-		if !ok || desc == "" || utf8.RuneCountInString(desc) > 255 {
-			continue
-		}
-		extra := maps.Clone(r.Extra)
-		delete(extra, "description")
-		if err := tx.Runbook.UpdateOneID(r.ID).SetDescription(desc).SetExtra(extra).Exec(ctx); err != nil {
-			return err
-		}
-	}
-	return tx.Setting.Create().SetKey(movedDescriptions).SetValue([]byte("1")).Exec(ctx)
 }
