@@ -21,8 +21,9 @@ import (
 // every start, and which an old replica still runs) leaves it alone.
 //
 // Steps are ordered Go functions rather than SQL files per dialect: the
-// schema holds objects only one dialect has (SQLite's expression indexes,
-// PostgreSQL's pattern-operator index) and data moves that need Go, and
+// schema holds objects only one dialect has (SQLite's expression indexes)
+// and data moves that need Go, ent's own diff writes each dialect's DDL
+// for a frozen snapshot of its tables (Migration.CreateTables), and
 // every step runs in one transaction with the row that records it, which
 // both SQLite and PostgreSQL allow for DDL. A step that fails leaves the
 // database at the version before it.
@@ -177,8 +178,9 @@ func scanInt(ctx context.Context, q entsql.ExecQuerier, query string) (int, erro
 	return n, rows.Err()
 }
 
-// Pending returns the steps of steps the database has yet to apply, or
-// a NewerError when it has applied more than steps holds.
+// Pending returns the database's version and the steps of steps it has
+// yet to apply, or a NewerError when it has applied more than steps
+// holds.
 func (d *DB) Pending(ctx context.Context, steps []Step) (int, []Step, error) {
 	v, err := d.Version(ctx)
 	if err != nil {
