@@ -58,6 +58,11 @@ type Options struct {
 	Database string
 	// Pool sizes the database connection pool; zero values are defaults.
 	Pool store.Pool
+	// ManualMigrate refuses a database with pending migrations instead of
+	// applying them (serve --auto-migrate=false), for operators who
+	// upgrade with anvil db upgrade, e.g. as a deploy step whose
+	// database role alone may change the schema.
+	ManualMigrate bool
 	// AccessLog is "on" (also when empty), "off" or a sample rate such as
 	// "0.1"; server errors are logged whatever it says.
 	AccessLog string
@@ -141,7 +146,8 @@ type App struct {
 	accessLog float64
 }
 
-// New opens the database, migrates it and builds the app.
+// New opens the database, migrates it (or, with ManualMigrate, checks
+// it needs no migration) and builds the app.
 func New(ctx context.Context, o Options) (*App, error) {
 	if o.Log == nil {
 		o.Log = slog.Default()
@@ -154,7 +160,12 @@ func New(ctx context.Context, o Options) (*App, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := db.Migrate(ctx); err != nil {
+	// A database a newer anvil upgraded is refused either way.
+	migrate := db.Migrate
+	if o.ManualMigrate {
+		migrate = db.RequireCurrent
+	}
+	if err := migrate(ctx); err != nil {
 		db.Close()
 		return nil, err
 	}

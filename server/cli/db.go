@@ -11,8 +11,8 @@ import (
 )
 
 func dbCmd() *cobra.Command {
-	cmd := &cobra.Command{Use: "db", Short: "Back up and check the database"}
-	cmd.AddCommand(dbBackupCmd(), dbCheckCmd())
+	cmd := &cobra.Command{Use: "db", Short: "Back up, check and upgrade the database"}
+	cmd.AddCommand(dbBackupCmd(), dbCheckCmd(), dbUpgradeCmd())
 	return cmd
 }
 
@@ -44,7 +44,7 @@ func dbCheckCmd() *cobra.Command {
 	var g globals
 	cmd := &cobra.Command{
 		Use:   "check",
-		Short: "Check the database answers, is intact (SQLite integrity_check) and has every table and column; exits 1 if not",
+		Short: "Check the database answers, is intact (SQLite integrity_check), is at this anvil's schema version and has every table and column; exits 1 if not",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			db, err := store.OpenExisting(cmd.Context(), g.database)
@@ -59,7 +59,46 @@ func dbCheckCmd() *cobra.Command {
 			if len(problems) > 0 {
 				return errors.New("database " + store.Redacted(g.database) + " has problems:\n  " + strings.Join(problems, "\n  "))
 			}
-			fmt.Fprintf(cmd.OutOrStdout(), "database %s: ok (%s, intact, schema current)\n", store.Redacted(g.database), db.Dialect)
+			fmt.Fprintf(cmd.OutOrStdout(), "database %s: ok (%s, intact, schema version %d, current)\n", store.Redacted(g.database), db.Dialect, len(store.Migrations))
+			return nil
+		},
+	}
+	addGlobals(cmd, &g)
+	return cmd
+}
+
+func dbUpgradeCmd() *cobra.Command {
+	var g globals
+	cmd := &cobra.Command{
+		Use:   "upgrade",
+		Short: "Apply the schema migrations the database lacks (serve does too, unless --auto-migrate=false); never drops data, refuses a database a newer anvil upgraded",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			// Open, not OpenExisting: upgrading a new SQLite path
+			// creates the database, as serve does.
+			db, err := store.Open(cmd.Context(), g.database)
+			if err != nil {
+				return err
+			}
+			defer db.Close()
+			from, err := db.Version(cmd.Context())
+			if err != nil {
+				return err
+			}
+			applied, err := db.Upgrade(cmd.Context())
+			out := cmd.OutOrStdout()
+			for _, v := range applied {
+				fmt.Fprintf(out, "applied migration %d: %s\n", v, store.Migrations[v-1].Name)
+			}
+			if err != nil {
+				return err
+			}
+			name := store.Redacted(g.database)
+			if len(applied) == 0 {
+				fmt.Fprintf(out, "database %s is at schema version %d: up to date, nothing to do\n", name, from)
+				return nil
+			}
+			fmt.Fprintf(out, "database %s upgraded from schema version %d to %d\n", name, from, applied[len(applied)-1])
 			return nil
 		},
 	}

@@ -37,9 +37,10 @@ func (l *lockedBuffer) String() string {
 	return l.b.String()
 }
 
-// serveInProcess runs `anvil serve` on db until the returned stop is
-// called, as an operator would run it, and returns its URL.
-func serveInProcess(t *testing.T, db string) (url string, stop func()) {
+// serveInProcess runs `anvil serve` on db, with any further flags, until
+// the returned stop is called, as an operator would run it, and returns
+// its URL.
+func serveInProcess(t *testing.T, db string, flags ...string) (url string, stop func()) {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -49,7 +50,7 @@ func serveInProcess(t *testing.T, db string) (url string, stop func()) {
 	ln.Close()
 	var logs lockedBuffer
 	root := cli.NewRoot(&logs, &logs)
-	root.SetArgs([]string{"serve", "--listen", addr, "--database", db, "--log-level", "warn"})
+	root.SetArgs(append([]string{"serve", "--listen", addr, "--database", db, "--log-level", "warn"}, flags...))
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- root.ExecuteContext(ctx) }()
@@ -254,7 +255,7 @@ func TestDBCheckFindsCorruption(t *testing.T) {
 func TestDBOnPostgres(t *testing.T) {
 	setting := storetest.PostgresSchema(t)
 	_, err := run(t, "", "db", "check", "--database", setting)
-	if err == nil || !strings.Contains(err.Error(), "table nodes is missing; run anvil migrate") {
+	if err == nil || !strings.Contains(err.Error(), "table nodes is missing; run anvil db upgrade") {
 		t.Errorf("db check of an empty schema: %v, want the missing tables named", err)
 	}
 	if _, err := run(t, "", "migrate", "--database", setting); err != nil {

@@ -83,7 +83,7 @@ func (g *globals) logger(w io.Writer) (*slog.Logger, error) {
 	return nil, fmt.Errorf("--log-format %q: use text or json", g.logFormat)
 }
 
-// open opens and migrates the database for an operator subcommand.
+// open opens and upgrades the database for an operator subcommand.
 func (g *globals) open(ctx context.Context) (*store.DB, error) {
 	db, err := store.Open(ctx, g.database)
 	if err != nil {
@@ -96,21 +96,11 @@ func (g *globals) open(ctx context.Context) (*store.DB, error) {
 	return db, nil
 }
 
+// migrateCmd is db upgrade under the name the README and scripts
+// used before versioned migrations.
 func migrateCmd() *cobra.Command {
-	var g globals
-	cmd := &cobra.Command{
-		Use:   "migrate",
-		Short: "Create or update the database schema (serve also does this at start); never drops data",
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			db, err := g.open(cmd.Context())
-			if err != nil {
-				return err
-			}
-			defer db.Close()
-			fmt.Fprintf(cmd.OutOrStdout(), "database %s is up to date\n", store.Redacted(g.database))
-			return nil
-		},
-	}
-	addGlobals(cmd, &g)
+	cmd := dbUpgradeCmd()
+	cmd.Use = "migrate"
+	cmd.Short = "The same as anvil db upgrade"
 	return cmd
 }

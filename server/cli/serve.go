@@ -52,6 +52,7 @@ func serveCmd() *cobra.Command {
 		rolAge   time.Duration
 		imgFile  string
 		maxLease time.Duration
+		autoMig  bool
 	)
 	cmd := &cobra.Command{
 		Use:   "serve",
@@ -147,7 +148,7 @@ func serveCmd() *cobra.Command {
 				return err
 			}
 			app, err := server.New(ctx, server.Options{
-				Database: g.database, Pool: pool, AccessLog: access, AuthNone: auth == "none", Log: log, SessionSecret: secret, OIDC: provider, Conductor: cc, PolicyDir: pdir, PolicyOverrideEnabled: penab, ServiceProject: svcp,
+				Database: g.database, Pool: pool, ManualMigrate: !autoMig, AccessLog: access, AuthNone: auth == "none", Log: log, SessionSecret: secret, OIDC: provider, Conductor: cc, PolicyDir: pdir, PolicyOverrideEnabled: penab, ServiceProject: svcp,
 				TrustedProxies: proxy, FirmwareDir: fwo.dir, FirmwareURL: fwo.url, FirmwareMaxBytes: fwo.max,
 				BootISODir: isoDir, AllocationMaxLease: maxLease,
 				MetricsToken: mtok, OIDCRolesMaxAge: rolAge,
@@ -180,6 +181,7 @@ func serveCmd() *cobra.Command {
 	}
 	addGlobals(cmd, &g)
 	f := cmd.Flags()
+	f.BoolVar(&autoMig, "auto-migrate", true, "apply pending schema migrations at start; false refuses to start until anvil db upgrade has run (a database a newer anvil upgraded is refused either way)")
 	f.StringVar(&listen, "listen", "127.0.0.1:6385", "address to listen on")
 	f.StringVar(&auth, "auth", "local", "authentication: local (accounts and tokens; OIDC when configured) or none (loopback-only development mode)")
 	f.IntVar(&demoN, "demo", 0, "enrol this many fake-driver demo nodes over a handful of owner and lessee projects (skipped if nodes exist)")

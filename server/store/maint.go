@@ -42,9 +42,10 @@ func (d *DB) Backup(ctx context.Context, path string) error {
 }
 
 // Check reports what is wrong with the database, without changing it:
-// on SQLite, what PRAGMA integrity_check finds; on both, every table and
-// column the schema expects that the database lacks (anvil migrate adds
-// them). No problems means the database is fit to serve.
+// on SQLite, what PRAGMA integrity_check finds; on both, migrations it
+// lacks or a schema version newer than this binary's, and every table
+// and column the schema expects that the database lacks (anvil db
+// upgrade adds them). No problems means the database is fit to serve.
 func (d *DB) Check(ctx context.Context) ([]string, error) {
 	var problems []string
 	if d.Dialect == dialect.SQLite {
@@ -67,13 +68,23 @@ func (d *DB) Check(ctx context.Context) ([]string, error) {
 			return nil, fmt.Errorf("integrity check: %w", err)
 		}
 	}
+	v, pending, err := d.Pending(ctx, Migrations)
+	var newer *NewerError
+	switch {
+	case errors.As(err, &newer):
+		problems = append(problems, "schema: "+newer.Error())
+	case err != nil:
+		return nil, err
+	case len(pending) > 0:
+		problems = append(problems, "schema: "+(&PendingError{Database: v, Pending: pending}).Error())
+	}
 	for _, t := range migrate.Tables {
 		have, err := d.columns(ctx, t.Name)
 		if err != nil {
 			return nil, err
 		}
 		if len(have) == 0 {
-			problems = append(problems, fmt.Sprintf("schema: table %s is missing; run anvil migrate", t.Name))
+			problems = append(problems, fmt.Sprintf("schema: table %s is missing; run anvil db upgrade", t.Name))
 			continue
 		}
 		var missing []string
@@ -83,7 +94,7 @@ func (d *DB) Check(ctx context.Context) ([]string, error) {
 			}
 		}
 		if len(missing) > 0 {
-			problems = append(problems, fmt.Sprintf("schema: table %s lacks column(s) %s; run anvil migrate", t.Name, strings.Join(missing, ", ")))
+			problems = append(problems, fmt.Sprintf("schema: table %s lacks column(s) %s; run anvil db upgrade", t.Name, strings.Join(missing, ", ")))
 		}
 	}
 	return problems, nil

@@ -39,6 +39,7 @@ func TestMigrateRunbookNamesPerOwner(t *testing.T) {
 			t.Fatalf("the old index should refuse a second CUSTOM_A: %v", err)
 		}
 
+		unversion(t, db)
 		if err := db.Migrate(ctx); err != nil {
 			t.Fatal(err)
 		}
@@ -68,7 +69,8 @@ func TestMigrateRunbookNamesPerOwner(t *testing.T) {
 func TestMigrateRunbookDescriptions(t *testing.T) {
 	storetest.Each(t, func(t *testing.T, setting string, db *store.DB) {
 		ctx := context.Background()
-		// An old database: no mark yet, the editor's description in extra.
+		// An old database: unversioned, no mark yet, the editor's
+		// description in extra.
 		if _, err := db.SQL.ExecContext(ctx, "DELETE FROM settings WHERE key = 'migrated:runbook_description'"); err != nil {
 			t.Fatal(err)
 		}
@@ -79,6 +81,7 @@ func TestMigrateRunbookDescriptions(t *testing.T) {
 			}
 			return r
 		}
+		unversion(t, db)
 		old := mk("CUSTOM_OLD", map[string]any{"description": "Reboots.", "team": "ops"})
 		if err := db.Migrate(ctx); err != nil {
 			t.Fatal(err)
@@ -88,6 +91,8 @@ func TestMigrateRunbookDescriptions(t *testing.T) {
 			t.Errorf("after the migration: description %v, extra %v", got.Description, got.Extra)
 		}
 		later := mk("CUSTOM_LATER", map[string]any{"description": "mine"})
+		// A release before versioning moved them at every start.
+		unversion(t, db)
 		if err := db.Migrate(ctx); err != nil {
 			t.Fatal(err)
 		}
@@ -95,4 +100,13 @@ func TestMigrateRunbookDescriptions(t *testing.T) {
 			t.Errorf("a second start moved a caller's extra: description %v, extra %v", got.Description, got.Extra)
 		}
 	})
+}
+
+// unversion makes db look like a database of a release before versioned
+// migrations, which the baseline step brings up to date.
+func unversion(t *testing.T, db *store.DB) {
+	t.Helper()
+	if _, err := db.SQL.ExecContext(context.Background(), "DROP TABLE schema_migrations"); err != nil {
+		t.Fatal(err)
+	}
 }

@@ -24,6 +24,7 @@ func TestNodeListIndexesAndStatistics(t *testing.T) {
 		if _, err := db.SQL.ExecContext(ctx, "CREATE INDEX node_parent_node ON nodes (parent_node)"); err != nil {
 			t.Fatal(err)
 		}
+		unversion(t, db)
 		if err := db.Migrate(ctx); err != nil {
 			t.Fatal(err)
 		}

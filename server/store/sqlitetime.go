@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"strings"
 	"time"
+
+	entsql "entgo.io/ent/dialect/sql"
 )
 
 // sqliteTimeFormat is how times are written to SQLite (the driver's
@@ -21,8 +23,8 @@ const goTimeString = "2006-01-02 15:04:05.999999999 -0700 MST"
 // stored in time.String's form into sqliteTimeFormat, so old and new rows
 // compare and sort as times. Rows already rewritten are not matched, so
 // it costs one scan per datetime column at start.
-func (d *DB) rewriteSQLiteTimes(ctx context.Context) error {
-	rows, err := d.SQL.QueryContext(ctx, `SELECT m.name, p.name FROM sqlite_master m JOIN pragma_table_info(m.name) p
+func rewriteSQLiteTimes(ctx context.Context, db entsql.ExecQuerier) error {
+	rows, err := db.QueryContext(ctx, `SELECT m.name, p.name FROM sqlite_master m JOIN pragma_table_info(m.name) p
 		WHERE m.type = 'table' AND lower(p.type) = 'datetime'`)
 	if err != nil {
 		return err
@@ -42,20 +44,20 @@ func (d *DB) rewriteSQLiteTimes(ctx context.Context) error {
 		return err
 	}
 	for _, c := range cols {
-		if err := d.rewriteColumn(ctx, c.table, c.name); err != nil {
+		if err := rewriteColumn(ctx, db, c.table, c.name); err != nil {
 			return fmt.Errorf("%s.%s: %w", c.table, c.name, err)
 		}
 	}
 	return nil
 }
 
-func (d *DB) rewriteColumn(ctx context.Context, table, column string) error {
+func rewriteColumn(ctx context.Context, db entsql.ExecQuerier, table, column string) error {
 	// time.String writes the zone's name after its offset, which the
 	// stored form has not: " +0000 UTC".
 	// "|| ''" reads the text as stored: the driver would parse a
 	// datetime column and database/sql reformat it.
 	q := fmt.Sprintf(`SELECT rowid, %q || '' FROM %q WHERE typeof(%q) = 'text' AND %q GLOB '* [+-][0-9][0-9][0-9][0-9] *'`, column, table, column, column)
-	rows, err := d.SQL.QueryContext(ctx, q)
+	rows, err := db.QueryContext(ctx, q)
 	if err != nil {
 		return err
 	}
@@ -80,7 +82,7 @@ func (d *DB) rewriteColumn(ctx context.Context, table, column string) error {
 		return err
 	}
 	for id, v := range fixed {
-		if _, err := d.SQL.ExecContext(ctx, fmt.Sprintf(`UPDATE %q SET %q = ? WHERE rowid = ?`, table, column), v, id); err != nil {
+		if _, err := db.ExecContext(ctx, fmt.Sprintf(`UPDATE %q SET %q = ? WHERE rowid = ?`, table, column), v, id); err != nil {
 			return err
 		}
 	}

@@ -51,6 +51,7 @@ func TestSQLiteTimesSortAsTimes(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	unversion(t, db)
 	if err := db.Migrate(ctx); err != nil {
 		t.Fatal(err)
 	}

@@ -7,11 +7,9 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"maps"
 	"net/url"
 	"strings"
 	"time"
-	"unicode/utf8"
 
 	"entgo.io/ent/dialect"
 	entsql "entgo.io/ent/dialect/sql"
@@ -20,8 +18,6 @@ import (
 
 	"github.com/anvilproject/anvil/ent"
 	"github.com/anvilproject/anvil/ent/migrate"
-	"github.com/anvilproject/anvil/ent/runbook"
-	"github.com/anvilproject/anvil/ent/setting"
 	"github.com/anvilproject/anvil/server/errs"
 )
 
@@ -113,77 +109,6 @@ func OpenPool(ctx context.Context, setting string, p Pool) (*DB, error) {
 	return &DB{Client: client, SQL: db, Dialect: dia, grew: make(chan struct{}, 1)}, nil
 }
 
-// Migrate creates missing tables, columns and indexes. Columns and indexes
-// that the schema no longer names are left in place: data is never dropped.
-// The one exception is a superseded constraint that would still refuse
-// rows the schema now allows, dropped by name once the index replacing it
-// exists.
-func (d *DB) Migrate(ctx context.Context) error {
-	if err := d.Schema.Create(ctx, migrate.WithDropColumn(false), migrate.WithDropIndex(false)); err != nil {
-		return fmt.Errorf("migrate database: %w", err)
-	}
-	// Runbook names were once unique across owners, which let a project
-	// squat a name the system wanted; (owner, name) is unique now.
-	if _, err := d.SQL.ExecContext(ctx, "DROP INDEX IF EXISTS runbooks_name_key"); err != nil {
-		return fmt.Errorf("migrate database: drop the global unique index on runbook names: %w", err)
-	}
-	if err := d.moveRunbookDescriptions(ctx); err != nil {
-		return fmt.Errorf("migrate database: move runbook descriptions out of extra: %w", err)
-	}
-	// node_parent_node_set, which holds child nodes only, replaces the
-	// index of every node's parent_node (see the Node schema).
-	if _, err := d.SQL.ExecContext(ctx, "DROP INDEX IF EXISTS node_parent_node"); err != nil {
-		return fmt.Errorf("migrate database: drop the index of every node's parent: %w", err)
-	}
-	if d.Dialect == dialect.SQLite {
-		// The node list counts every matching node by provision state
-		// and failure; SQLite would read each whole row (JSON and all)
-		// for that, 10,000 of them on a large fleet, where this index
-		// holds all the count and the portal's filters read. It uses an
-		// expression (so ent's schema cannot declare it) and the count
-		// spells "last_error IS NOT NULL" the same way. PostgreSQL's
-		// sequential scan is cheap enough, and power_state in an index
-		// would cost its power-sync updates their HOT path (so neither
-		// index below is PostgreSQL's).
-		//
-		// The second holds the same led by resource class: SQLite
-		// prefers any index that a "resource_class = ?" can search, so
-		// without it a class filter read each node's row through
-		// node_resource_class, even one class of all 10,000.
-		for _, idx := range []string{
-			"node_list_counts ON nodes (provision_state, parent_node, fault, (last_error IS NOT NULL), power_state, maintenance, resource_class, name, uuid)",
-			"node_list_class ON nodes (resource_class, provision_state, parent_node, fault, (last_error IS NOT NULL), power_state, maintenance, name, uuid)",
-		} {
-			if _, err := d.SQL.ExecContext(ctx, "CREATE INDEX IF NOT EXISTS "+idx); err != nil {
-				return fmt.Errorf("migrate database: create the node list's count index: %w", err)
-			}
-		}
-		// The list's owner, lessee and power pick-lists count nodes by
-		// each under parent_node IS NULL; with parent_node beside it an
-		// index answers the count alone (0.8 ms) where the bare column's
-		// index read each of 10,000 rows for its parent (5 ms).
-		for _, idx := range []string{
-			"node_owner_parent ON nodes (owner, parent_node)",
-			"node_lessee_parent ON nodes (lessee, parent_node)",
-			"node_power_parent ON nodes (power_state, parent_node)",
-		} {
-			if _, err := d.SQL.ExecContext(ctx, "CREATE INDEX IF NOT EXISTS "+idx); err != nil {
-				return fmt.Errorf("migrate database: create the node list's pick-list index: %w", err)
-			}
-		}
-		// The list sorts by power state; SQLite would otherwise sort
-		// every node's row for one page.
-		if _, err := d.SQL.ExecContext(ctx, "CREATE INDEX IF NOT EXISTS node_power_state ON nodes (power_state)"); err != nil {
-			return fmt.Errorf("migrate database: create the power state index: %w", err)
-		}
-		if err := d.rewriteSQLiteTimes(ctx); err != nil {
-			return fmt.Errorf("migrate database: rewrite times stored by an earlier release: %w", err)
-		}
-		return nil
-	}
-	return d.searchIndex(ctx)
-}
-
 // searchIndex gives PostgreSQL indexes for the portal's search, which
 // matches any part of a name (ILIKE '%q%') or the start of a UUID (LIKE
 // 'q%'): neither is served by a default B-tree (LIKE's prefix needs the
@@ -203,31 +128,52 @@ func (d *DB) Migrate(ctx context.Context) error {
 // on this connection's search_path. fastupdate is off: its pending list,
 // which batches index inserts until a VACUUM, is read by every search and
 // costed so by the planner, which then read every node instead.
+//
+// It runs after every upgrade, in a transaction under the upgrade's lock,
+// so replicas starting together do not race on the same index name.
 func (d *DB) searchIndex(ctx context.Context) error {
-	if _, err := d.SQL.ExecContext(ctx, "CREATE INDEX IF NOT EXISTS node_uuid_prefix ON nodes (uuid varchar_pattern_ops)"); err != nil {
+	tx, err := d.SQL.BeginTx(ctx, nil)
+	if err != nil {
+		return fmt.Errorf("migrate database: %w", err)
+	}
+	defer tx.Rollback()
+	if _, err := tx.ExecContext(ctx, pgLock); err != nil {
+		return fmt.Errorf("migrate database: lock: %w", err)
+	}
+	if _, err := tx.ExecContext(ctx, "CREATE INDEX IF NOT EXISTS node_uuid_prefix ON nodes (uuid varchar_pattern_ops)"); err != nil {
 		return fmt.Errorf("migrate database: create the node UUID prefix index: %w", err)
 	}
 	const where = "SELECT extnamespace::regnamespace::text FROM pg_extension WHERE extname = 'pg_trgm'"
 	var schema string
-	err := d.SQL.QueryRowContext(ctx, where).Scan(&schema)
+	err = tx.QueryRowContext(ctx, where).Scan(&schema)
 	if errors.Is(err, sql.ErrNoRows) {
-		// A replica starting beside this one may install it first, and
-		// then this CREATE fails on the catalogue's unique name; the
-		// second look finds it either way.
-		_, create := d.SQL.ExecContext(ctx, "CREATE EXTENSION IF NOT EXISTS pg_trgm")
-		if err = d.SQL.QueryRowContext(ctx, where).Scan(&schema); errors.Is(err, sql.ErrNoRows) {
+		// The extension is the database's, not the schema's: anvil in
+		// another schema may install it first, and then this CREATE
+		// fails on the catalogue's unique name; the second look finds it
+		// either way. The savepoint keeps the transaction usable after a
+		// refusal.
+		if _, err := tx.ExecContext(ctx, "SAVEPOINT pg_trgm"); err != nil {
+			return fmt.Errorf("migrate database: %w", err)
+		}
+		_, create := tx.ExecContext(ctx, "CREATE EXTENSION IF NOT EXISTS pg_trgm")
+		if create != nil {
+			if _, err := tx.ExecContext(ctx, "ROLLBACK TO SAVEPOINT pg_trgm"); err != nil {
+				return fmt.Errorf("migrate database: %w", err)
+			}
+		}
+		if err = tx.QueryRowContext(ctx, where).Scan(&schema); errors.Is(err, sql.ErrNoRows) {
 			d.Unindexed = fmt.Errorf("install the pg_trgm extension: %w", create)
-			return nil
+			return tx.Commit()
 		}
 	}
 	if err != nil {
 		return fmt.Errorf("migrate database: look up pg_trgm: %w", err)
 	}
 	d.Unindexed = nil
-	if _, err := d.SQL.ExecContext(ctx, "CREATE INDEX IF NOT EXISTS node_search ON nodes USING gin (name COLLATE \"C\" "+schema+".gin_trgm_ops) WITH (fastupdate = off)"); err != nil {
+	if _, err := tx.ExecContext(ctx, "CREATE INDEX IF NOT EXISTS node_search ON nodes USING gin (name COLLATE \"C\" "+schema+".gin_trgm_ops) WITH (fastupdate = off)"); err != nil {
 		return fmt.Errorf("migrate database: create the node name search index: %w", err)
 	}
-	return nil
+	return tx.Commit()
 }
 
 // Analyze refreshes the planner's statistics. Without them both
@@ -410,39 +356,4 @@ func withTx(ctx context.Context, db *DB, fn func(tx *ent.Client) error) error {
 		return err
 	}
 	return tx.Commit()
-}
-
-// movedDescriptions marks, in settings, that moveRunbookDescriptions ran.
-const movedDescriptions = "migrated:runbook_description"
-
-// moveRunbookDescriptions moves what the portal's editor kept in a
-// runbook's extra["description"], before runbooks had Ironic's 1.112
-// description field, into that field, once: afterwards extra.description
-// is an API caller's own data and stays where it was put.
-func (d *DB) moveRunbookDescriptions(ctx context.Context) error {
-	return WithTx(ctx, d, func(tx *ent.Client) error {
-		done, err := tx.Setting.Query().Where(setting.Key(movedDescriptions)).Exist(ctx)
-		if err != nil || done {
-			return err
-		}
-		rs, err := tx.Runbook.Query().Where(runbook.DescriptionIsNil()).All(ctx)
-		if err != nil {
-			return err
-		}
-		for _, r := range rs {
-			desc, ok := r.Extra["description"].(string)
-			if !ok || desc == "" || utf8.RuneCountInString(desc) > 255 {
-				continue
-			}
-			extra := maps.Clone(r.Extra)
-			delete(extra, "description")
-			if err := tx.Runbook.UpdateOneID(r.ID).SetDescription(desc).SetExtra(extra).Exec(ctx); err != nil {
-				return err
-			}
-		}
-		// Another process starting on the same database may have done
-		// the same moves and set the mark first.
-		return tx.Setting.Create().SetKey(movedDescriptions).SetValue([]byte("1")).
-			OnConflictColumns(setting.FieldKey).DoNothing().Exec(ctx)
-	})
 }

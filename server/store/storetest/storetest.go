@@ -15,6 +15,8 @@ import (
 	"testing"
 	"time"
 
+	"entgo.io/ent/dialect"
+
 	"github.com/anvilproject/anvil/server/store"
 )
 
@@ -113,4 +115,43 @@ func PostgresSchema(t testing.TB) string {
 	q.Set("search_path", schema)
 	u.RawQuery = q.Encode()
 	return u.String()
+}
+
+// LoadRelease loads an upgrade fixture (a directory such as
+// server/store/testdata/release-5b855fe) into the empty database behind
+// setting as that release left it: the release's own schema for the
+// backend, then its rows. Nothing is migrated.
+func LoadRelease(t testing.TB, setting, dir string) {
+	t.Helper()
+	ctx := context.Background()
+	db, err := store.Open(ctx, setting)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	backend := "sqlite"
+	if db.Dialect == dialect.Postgres {
+		backend = "postgres"
+	}
+	for _, f := range []string{"schema." + backend + ".sql", "data.sql"} {
+		raw, err := os.ReadFile(filepath.Join(dir, f))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := db.SQL.ExecContext(ctx, string(raw)); err != nil {
+			t.Fatalf("load %s: %v", f, err)
+		}
+	}
+	if backend == "postgres" {
+		// pg_dump would restore the identity sequences; the rows came
+		// with their ids, so the sequences start after them.
+		_, err := db.SQL.ExecContext(ctx, `DO $$ DECLARE t text; BEGIN
+			FOR t IN SELECT table_name FROM information_schema.columns
+				WHERE table_schema = current_schema() AND column_name = 'id' AND is_identity = 'YES' LOOP
+				EXECUTE format('SELECT setval(pg_get_serial_sequence(%L, ''id''), (SELECT COALESCE(MAX(id), 0) + 1 FROM %I), false)', t, t);
+			END LOOP; END $$`)
+		if err != nil {
+			t.Fatalf("advance the identity sequences: %v", err)
+		}
+	}
 }
