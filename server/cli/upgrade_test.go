@@ -3,6 +3,7 @@ package cli_test
 import (
 	"context"
 	"encoding/base64"
+	"fmt"
 	"net/http"
 	"path/filepath"
 	"strings"
@@ -31,8 +32,9 @@ func TestUpgradeFromRelease(t *testing.T) {
 			setting := storetest.Setting(t, backend)
 			storetest.LoadRelease(t, setting, fixtureDir)
 
+			latest := len(store.Migrations)
 			_, err := run(t, "", "db", "check", "--database", setting)
-			if err == nil || !strings.Contains(err.Error(), "database schema version 0 needs 1 migration(s) (1 baseline") {
+			if err == nil || !strings.Contains(err.Error(), fmt.Sprintf("database schema version 0 needs %d migration(s) (1 baseline", latest)) {
 				t.Errorf("db check before the upgrade: %v, want the pending migration named", err)
 			}
 			_, err = run(t, "", "serve", "--auto-migrate=false", "--listen", "127.0.0.1:0", "--database", setting)
@@ -40,14 +42,14 @@ func TestUpgradeFromRelease(t *testing.T) {
 				t.Errorf("serve --auto-migrate=false before the upgrade: %v, want a refusal pointing at db upgrade", err)
 			}
 			out, err := run(t, "", "db", "upgrade", "--database", setting)
-			if err != nil || !strings.Contains(out, "applied migration 1: baseline") || !strings.Contains(out, "upgraded from schema version 0 to 1") {
+			if err != nil || !strings.Contains(out, "applied migration 1: baseline") || !strings.Contains(out, fmt.Sprintf("upgraded from schema version 0 to %d", latest)) {
 				t.Fatalf("db upgrade: %q %v", out, err)
 			}
 			out, err = run(t, "", "migrate", "--database", setting)
-			if err != nil || !strings.Contains(out, "at schema version 1: up to date, nothing to do") {
+			if err != nil || !strings.Contains(out, fmt.Sprintf("at schema version %d: up to date, nothing to do", latest)) {
 				t.Errorf("migrate after the upgrade: %q %v", out, err)
 			}
-			if out, err := run(t, "", "db", "check", "--database", setting); err != nil || !strings.Contains(out, "schema version 1, current") {
+			if out, err := run(t, "", "db", "check", "--database", setting); err != nil || !strings.Contains(out, fmt.Sprintf("schema version %d, current", latest)) {
 				t.Errorf("db check after the upgrade: %q %v", out, err)
 			}
 
@@ -92,7 +94,7 @@ func TestNewerDatabaseRefused(t *testing.T) {
 		t.Fatal(err)
 	}
 	markNewer(t, db)
-	const want = "database schema version 2 is newer than this anvil's 1"
+	want := newerMessage()
 	for _, args := range [][]string{
 		{"serve", "--listen", "127.0.0.1:0"},
 		{"serve", "--listen", "127.0.0.1:0", "--auto-migrate=false"},
@@ -163,7 +165,14 @@ func TestRollingUpgradeOnPostgres(t *testing.T) {
 		t.Errorf("the running old replica listing nodes after the upgrade: %d %s", r.Status, r.Body)
 	}
 	_, err := run(t, "", "serve", "--listen", "127.0.0.1:0", "--database", setting)
-	if err == nil || !strings.Contains(err.Error(), "database schema version 2 is newer than this anvil's 1") {
+	if err == nil || !strings.Contains(err.Error(), newerMessage()) {
 		t.Errorf("an old replica restarting after the upgrade: %v, want a refusal naming the versions", err)
 	}
+}
+
+// newerMessage is the refusal of a database markNewer marked, one step
+// ahead of this anvil.
+func newerMessage() string {
+	n := len(store.Migrations)
+	return fmt.Sprintf("database schema version %d is newer than this anvil's %d", n+1, n)
 }

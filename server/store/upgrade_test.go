@@ -3,6 +3,7 @@ package store_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"maps"
 	"slices"
 	"strings"
@@ -76,11 +77,11 @@ func TestUpgradeVersions(t *testing.T) {
 		}
 
 		// A step this binary does not know.
-		if _, err := db.SQL.ExecContext(ctx, "INSERT INTO schema_migrations (version, name, applied_at) VALUES (2, 'from the future', '2030-01-01T00:00:00Z')"); err != nil {
+		if _, err := db.SQL.ExecContext(ctx, fmt.Sprintf("INSERT INTO schema_migrations (version, name, applied_at) VALUES (%d, 'from the future', '2030-01-01T00:00:00Z')", latest+1)); err != nil {
 			t.Fatal(err)
 		}
 		var newer *store.NewerError
-		want := "database schema version 2 is newer than this anvil's 1"
+		want := fmt.Sprintf("database schema version %d is newer than this anvil's %d", latest+1, latest)
 		if _, err := db.Upgrade(ctx); !errors.As(err, &newer) || !strings.Contains(err.Error(), want) {
 			t.Errorf("upgrade of a newer database: %v, want %q", err, want)
 		}
@@ -100,8 +101,8 @@ func TestUpgradeVersions(t *testing.T) {
 			t.Errorf("start-up check of a database with steps to take: %v", err)
 		}
 		applied, err := db.Upgrade(ctx)
-		if err != nil || !slices.Equal(applied, []int{latest}) {
-			t.Fatalf("upgrade applied %v %v, want [%d]", applied, err, latest)
+		if err != nil || !slices.Equal(applied, allSteps()) {
+			t.Fatalf("upgrade applied %v %v, want %v", applied, err, allSteps())
 		}
 		if d := drift(t, db); d != "" {
 			t.Errorf("drift after applying the baseline to a current database:\n%s", d)
@@ -220,9 +221,19 @@ func TestConcurrentUpgrade(t *testing.T) {
 			for a := range applied {
 				all = append(all, a...)
 			}
-			if want := []int{1}; !slices.Equal(all, want) {
+			slices.Sort(all)
+			if want := allSteps(); !slices.Equal(all, want) {
 				t.Errorf("the replicas applied %v together, want %v", all, want)
 			}
 		})
 	}
+}
+
+// allSteps are the versions of every step this anvil knows, in order.
+func allSteps() []int {
+	v := make([]int, len(store.Migrations))
+	for i := range v {
+		v[i] = i + 1
+	}
+	return v
 }
