@@ -64,7 +64,7 @@ func (c Campaign) ownerText() string {
 
 // CampaignNode is a node's row on its campaign's page.
 type CampaignNode struct {
-	UUID, Label, Status, Reason, Run string
+	UUID, Label, Status, Reason string
 	// State is the node's provision state now, "" if the viewer may no
 	// longer see the node.
 	State                 string

@@ -103,7 +103,7 @@ func (p *Portal) campaignDetail(c *fiber.Ctx) (views.CampaignDetail, error) {
 		}
 	}
 	for _, r := range rows {
-		n := views.CampaignNode{UUID: r.NodeUUID, Label: r.NodeUUID, Status: r.Status, Reason: deref(r.Reason), Run: deref(r.Run),
+		n := views.CampaignNode{UUID: r.NodeUUID, Label: r.NodeUUID, Status: r.Status, Reason: deref(r.Reason),
 			StartedAt: r.StartedAt, FinishedAt: r.FinishedAt}
 		if v, ok := seen[r.NodeUUID]; ok {
 			n.Label, n.State = label(v), v.ProvisionState
@@ -169,8 +169,8 @@ func (p *Portal) campaignDelete(c *fiber.Ctx) error {
 		"The campaign's record was deleted.", "/campaigns")
 }
 
-// rollout reads a runbook action's campaign settings, with defaults for a
-// first showing: a name saying what runs where, and up to 20 nodes at once.
+// rolloutOf reads a runbook action's campaign settings, with defaults for
+// a first showing: a name saying what runs where, up to 20 nodes at once.
 func rolloutOf(c *fiber.Ctx, rb string, eligible int) views.Rollout {
 	r := views.Rollout{Name: strings.TrimSpace(c.FormValue("name")), MaxConcurrency: strings.TrimSpace(c.FormValue("max_concurrency")),
 		MaxFailures: strings.TrimSpace(c.FormValue("max_failures")), StartAfter: c.FormValue("start_after"),
@@ -180,6 +180,10 @@ func rolloutOf(c *fiber.Ctx, rb string, eligible int) views.Rollout {
 	}
 	if r.MaxConcurrency == "" {
 		r.MaxConcurrency = strconv.Itoa(max(1, min(eligible, 20)))
+	}
+	// The service's default, shown: the first failure stops new starts.
+	if r.MaxFailures == "" {
+		r.MaxFailures = "0"
 	}
 	return r
 }
