@@ -176,14 +176,17 @@ func (p *Portal) ineligible(c *fiber.Ctx, a bulkArgs, rb *runbooks.Runbook, v *n
 			return "Power actions wait while the node is " + v.ProvisionState + "."
 		}
 	case "runbook":
+		// The campaign the action creates skips these nodes, as the
+		// campaign service does; a busy or locked node is not one of
+		// them: it waits for its turn.
+		if v.Maintenance {
+			return "The node is in maintenance."
+		}
 		if v.ProvisionState != nodes.StateManageable && v.ProvisionState != nodes.StateActive {
 			return "Runbooks run on manageable or active nodes; this node is " + v.ProvisionState + "."
 		}
 		if !p.Guard.Allowed(ctx, conductor.RuleProvisionRunbook, t) {
 			return p.denied(ctx, "may not run runbooks on this node", conductor.RuleProvisionRunbook)
-		}
-		if v.Reservation != nil && *v.Reservation != "" && *v.Reservation != nodes.RedactedReservation {
-			return "The node is locked by another operation."
 		}
 		if err := runbooks.Accepts(rb.Runbook, v.Node, v.Traits); err != nil {
 			if errs.Status(err) == 403 {
