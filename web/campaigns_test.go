@@ -77,7 +77,7 @@ func TestCampaignPortalApproval(t *testing.T) {
 		}
 		_, page, _ = pat.do("GET", camp, nil)
 		for _, want := range []string{"<h1>firmware wave 1</h1>", `data-testid="awaiting-approval"`, ">Cancel</button>",
-			"1 nodes at once; stops after more than 50% (1) failures", `hx-trigger="every 2s"`} {
+			"1 at a time; stops starting nodes after more than 50% (1) failures", `hx-trigger="every 2s"`} {
 			if !strings.Contains(page, want) {
 				t.Errorf("member's page lacks %s", want)
 			}
