@@ -1161,7 +1161,7 @@ func NodeListRegion(p Page, l NodeList) templ.Component {
 			if templ_7745c5c3_Err != nil {
 				return templ_7745c5c3_Err
 			}
-			templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 88, " matching</label> <span class=\"bulk-actions\"><button type=\"submit\" name=\"action\" value=\"runbook\">Run runbook…</button> <button type=\"submit\" name=\"action\" value=\"power\">Power…</button> <button type=\"submit\" name=\"action\" value=\"maintenance\">Maintenance…</button></span></div><table class=\"nodes\"><caption class=\"sr-only\">Nodes visible to ")
+			templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 88, " matching</label> <span class=\"bulk-actions\"><button type=\"submit\" name=\"action\" value=\"runbook\">Roll out runbook…</button> <button type=\"submit\" name=\"action\" value=\"power\">Power…</button> <button type=\"submit\" name=\"action\" value=\"maintenance\">Maintenance…</button></span></div><table class=\"nodes\"><caption class=\"sr-only\">Nodes visible to ")
 			if templ_7745c5c3_Err != nil {
 				return templ_7745c5c3_Err
 			}

@@ -391,7 +391,7 @@ func Layout(p Page) templ.Component {
 var navLinks = []struct {
 	href, label string
 	admin       bool
-}{{"/nodes", "Nodes", false}, {"/runbooks", "Runbooks", false}, {"/allocations/new", "Request a node", false},
+}{{"/nodes", "Nodes", false}, {"/runbooks", "Runbooks", false}, {"/campaigns", "Campaigns", false}, {"/allocations/new", "Request a node", false},
 	{"/allocations", "My allocations", false}, {"/account", "API tokens", false}, {"/admin/policy", "Policy", true}, {"/admin/users", "Users", true},
 	{"/audit", "Audit", true}}
 

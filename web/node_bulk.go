@@ -13,6 +13,7 @@ import (
 
 	"github.com/anvilproject/anvil/ent"
 	"github.com/anvilproject/anvil/ent/bulkrun"
+	"github.com/anvilproject/anvil/server/campaigns"
 	"github.com/anvilproject/anvil/server/conductor"
 	"github.com/anvilproject/anvil/server/errs"
 	"github.com/anvilproject/anvil/server/nodes"
@@ -145,6 +146,9 @@ func (p *Portal) plan(c *fiber.Ctx, a bulkArgs, sel []*nodes.View) (views.Bulk, 
 		}
 		b.Ineligible[i].Nodes = append(b.Ineligible[i].Nodes, label(v))
 	}
+	if rb != nil {
+		b.Rollout = rolloutOf(c, rb.Name, len(b.Eligible))
+	}
 	return b, rb, nil
 }
 
@@ -172,14 +176,17 @@ func (p *Portal) ineligible(c *fiber.Ctx, a bulkArgs, rb *runbooks.Runbook, v *n
 			return "Power actions wait while the node is " + v.ProvisionState + "."
 		}
 	case "runbook":
+		// The campaign the action creates skips these nodes, as the
+		// campaign service does; a busy or locked node is not one of
+		// them: it waits for its turn.
+		if v.Maintenance {
+			return "The node is in maintenance."
+		}
 		if v.ProvisionState != nodes.StateManageable && v.ProvisionState != nodes.StateActive {
 			return "Runbooks run on manageable or active nodes; this node is " + v.ProvisionState + "."
 		}
 		if !p.Guard.Allowed(ctx, conductor.RuleProvisionRunbook, t) {
 			return p.denied(ctx, "may not run runbooks on this node", conductor.RuleProvisionRunbook)
-		}
-		if v.Reservation != nil && *v.Reservation != "" && *v.Reservation != nodes.RedactedReservation {
-			return "The node is locked by another operation."
 		}
 		if err := runbooks.Accepts(rb.Runbook, v.Node, v.Traits); err != nil {
 			if errs.Status(err) == 403 {
@@ -263,6 +270,9 @@ func (p *Portal) bulkRun(c *fiber.Ctx) error {
 		pg.Error = "Choose what to do first."
 		return render(c, 400, views.BulkPage(pg, b))
 	}
+	if a.action == "runbook" {
+		return p.rollOut(c, pg, b, rb, sel)
+	}
 	ctx := c.UserContext()
 	results := map[string][2]string{}
 	for _, v := range sel {
@@ -312,6 +322,25 @@ func (p *Portal) bulkRun(c *fiber.Ctx) error {
 		return err
 	}
 	return c.Redirect("/nodes/bulk/results/"+token, fiber.StatusSeeOther)
+}
+
+// rollOut rolls a runbook over the selection as a campaign, which keeps
+// each node's result, and shows its page; a setting the service refuses
+// shows the form again, saying why.
+func (p *Portal) rollOut(c *fiber.Ctx, pg views.Page, b views.Bulk, rb *runbooks.Runbook, sel []*nodes.View) error {
+	in, err := rolloutInput(b.Rollout, rb, sel)
+	if err == nil {
+		var v *campaigns.View
+		if v, err = p.Campaigns.Create(c.UserContext(), in); err == nil {
+			return c.Redirect("/campaigns/"+v.UUID, fiber.StatusSeeOther)
+		}
+	}
+	st := errs.Status(err)
+	if st >= 500 {
+		return err
+	}
+	pg.Error = err.Error()
+	return render(c, st, views.BulkPage(pg, b))
 }
 
 // bulkRunOf reads the viewer's own bulk run named in the address; another

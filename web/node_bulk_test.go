@@ -68,30 +68,31 @@ func TestBulkActions(t *testing.T) {
 			t.Errorf("the preview names a node the member may not see")
 		}
 
-		// Run: two started, two left alone with their reason, and the
-		// hidden node untouched. The results have their own address.
+		// Run: the runbook is rolled out as a campaign, which keeps every
+		// selected node's outcome: two run, two are skipped with their
+		// reason, and the hidden node is not part of it.
+		sel.Set("max_concurrency", "2")
 		st, _, h := pat.do("POST", "/nodes/bulk/run", sel)
-		results := h.Get("Location")
-		if st != 303 || !strings.HasPrefix(results, "/nodes/bulk/results/") {
-			t.Fatalf("bulk run: %d to %q", st, results)
+		camp := h.Get("Location")
+		if st != 303 || !strings.HasPrefix(camp, "/campaigns/") {
+			t.Fatalf("bulk run: %d to %q", st, camp)
 		}
-		st, page, _ = pat.do("GET", results, nil)
-		if st != 200 || strings.Count(page, `data-result="ok"`) != 2 || strings.Count(page, `data-result="skip"`) != 2 ||
-			!strings.Contains(page, "Left alone: Runbooks run on manageable or active nodes; this node is enroll.") || strings.Contains(page, "f-01") {
-			t.Fatalf("bulk results: %d\n%s", st, page)
+		st, page, _ = pat.do("GET", camp, nil)
+		if st != 200 || strings.Count(page, `data-status="skipped"`) != 2 ||
+			!strings.Contains(page, "runbooks run on manageable or active nodes; this node is enroll") || strings.Contains(page, "f-01") ||
+			!strings.Contains(page, `hx-get="`+camp+`/live?status="`) {
+			t.Fatalf("campaign page: %d\n%s", st, page)
 		}
-		if !strings.Contains(page, `hx-get="`+results+`/progress"`) || strings.Count(page, ">Started<") != 2 {
-			t.Errorf("the results do not follow the runs:\n%s", page)
-		}
-		// The table follows the runs until both are done, and says so.
-		deadline := time.Now().Add(15 * time.Second)
+		// The page follows the runs until both are done, and says so.
+		deadline := time.Now().Add(30 * time.Second)
 		for {
-			_, frag, _ := pat.do("GET", results+"/progress", nil, "HX-Request", "true")
+			_, frag, _ := pat.do("GET", camp+"/live", nil, "HX-Request", "true")
 			if strings.Contains(frag, "f-01") || strings.Contains(frag, ids["f-01"]) {
 				t.Fatalf("progress shows a hidden node:\n%s", frag)
 			}
 			if !strings.Contains(frag, "hx-trigger") {
-				if strings.Count(frag, `data-testid="bulk-result">Done<`) != 2 || strings.Count(frag, "○</span> manageable") != 3 || strings.Count(frag, `data-result="skip"`) != 2 {
+				if strings.Count(frag, `data-status="succeeded"`) != 2 || strings.Count(frag, `data-status="skipped"`) != 2 ||
+					!strings.Contains(frag, "completed</span>") {
 					t.Errorf("results lost on the way:\n%s", frag)
 				}
 				break
@@ -101,13 +102,9 @@ func TestBulkActions(t *testing.T) {
 			}
 			time.Sleep(200 * time.Millisecond)
 		}
-		// A reload shows them again; someone else cannot see them.
-		if st, page, _ := pat.do("GET", results, nil); st != 200 || strings.Count(page, `data-testid="bulk-result">Done<`) != 2 ||
-			!strings.Contains(page, "Left alone: Runbooks run on manageable or active nodes; this node is enroll.") {
-			t.Errorf("reloaded results: %d\n%s", st, page)
-		}
-		if st, page, _ := signInAs(t, srv, "gil").do("GET", results, nil); st != 404 || strings.Contains(page, "f-00") {
-			t.Errorf("another user's view of the results: %d", st)
+		// Someone else cannot see the campaign.
+		if st, page, _ := signInAs(t, srv, "gil").do("GET", camp, nil); st != 404 || strings.Contains(page, "f-00") {
+			t.Errorf("another project's view of the campaign: %d", st)
 		}
 		for _, n := range []string{"f-00", "f-06"} {
 			done, err := srv.DB.NodeEvent.Query().Where(nodeevent.HasNodeWith(node.UUID(ids[n])), nodeevent.User("pat"),

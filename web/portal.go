@@ -18,6 +18,7 @@ import (
 
 	"github.com/anvilproject/anvil/policies"
 	"github.com/anvilproject/anvil/server/allocations"
+	"github.com/anvilproject/anvil/server/campaigns"
 	"github.com/anvilproject/anvil/server/clientip"
 	"github.com/anvilproject/anvil/server/conductor"
 	"github.com/anvilproject/anvil/server/deployimages"
@@ -57,6 +58,9 @@ type Portal struct {
 	// Runbooks and Allocations back the self-service pages.
 	Runbooks    *runbooks.Service
 	Allocations *allocations.Service
+	// Campaigns roll a runbook over nodes: the node list's runbook action
+	// and the campaign pages.
+	Campaigns *campaigns.Service
 	// Ports creates the ports the enrol form lists.
 	Ports *ports.Service
 	// Firmware offers uploaded images to the runbook editor.
@@ -150,6 +154,12 @@ func (p *Portal) Register(app *fiber.App) {
 	app.Post("/runbooks/:name/delete", s, p.signedIn, p.deleteRunbook)
 	app.Get("/runbooks/:name/nodes", s, p.signedIn, p.runbookNodes)
 	app.Post("/runbooks/:name/nodes", s, p.signedIn, p.addRunbookTrait)
+	app.Get("/campaigns", s, p.signedIn, p.campaignsPage)
+	app.Get("/campaigns/:id", s, p.signedIn, p.campaignPage)
+	app.Get("/campaigns/:id/live", s, p.signedIn, p.campaignLive)
+	app.Post("/campaigns/:id/state", s, p.signedIn, p.campaignState)
+	app.Post("/campaigns/:id/approve", s, p.signedIn, p.campaignApprove)
+	app.Post("/campaigns/:id/delete", s, p.signedIn, p.campaignDelete)
 	app.Get("/allocations", s, p.signedIn, p.allocationsPage)
 	app.Get("/allocations/new", s, p.signedIn, p.requestNodePage)
 	app.Post("/allocations", s, p.signedIn, p.requestNode)

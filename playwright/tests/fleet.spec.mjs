@@ -50,12 +50,12 @@ test('an operator filters, sorts and pages the node list, and the URL keeps it a
   await expect(page).toHaveURL(/q=demo-0001/);
 });
 
-test('a tenant runs a runbook on every node it leases; the ineligible ones are explained first', async ({ page }, testInfo) => {
-  test.setTimeout(60_000);
+test('a tenant rolls a runbook out on every node it leases; the ineligible ones are explained first', async ({ page }, testInfo) => {
+  test.setTimeout(90_000);
   await signIn(page, 'tina', 'tenant-password-1');
   const total = await page.locator('table.nodes tbody tr').count();
   await page.getByTestId('select-all-matching').check();
-  await page.getByRole('button', { name: 'Run runbook…' }).click();
+  await page.getByRole('button', { name: 'Roll out runbook…' }).click();
   await expect(page.getByRole('heading', { level: 1 })).toHaveText('Run a runbook on the selected nodes');
   await expect(page.getByTestId('bulk-selected')).toHaveText(`${total} nodes selected.`);
   // Choosing the runbook shows who is eligible and why the others are not.
@@ -73,25 +73,23 @@ test('a tenant runs a runbook on every node it leases; the ineligible ones are e
   page.once('dialog', (d) => { asked = d.message(); d.accept(); });
   await page.getByTestId('bulk-run').click();
   expect(asked).toContain(`Run CUSTOM_FIRMWARE_UPDATE on ${eligible} nodes: demo-`);
-  // The results have their own address.
-  await expect(page).toHaveURL(/\/nodes\/bulk\/results\/[\w-]+$/);
-  await expect(page.locator('tr[data-result="ok"]')).toHaveCount(eligible);
-  await expect(page.locator('tr[data-result="skip"]')).toHaveCount(total - eligible);
-  // One table follows every run to its end.
-  await expect(page.locator('tr[data-result="ok"]').first()).toContainText(/clean wait|cleaning|manageable/);
+  // It is a campaign, with its own page that keeps every node's outcome.
+  await expect(page).toHaveURL(/\/campaigns\/[0-9a-f-]{36}$/);
+  await expect(page.locator('tr[data-status="skipped"]')).toHaveCount(total - eligible);
   await shot(page, testInfo, 'bulk-progress');
-  await accessible(page, 'bulk results');
-  await expect(page.locator('#bulk-progress[hx-trigger]')).toHaveCount(0, { timeout: 30_000 });
-  for (const row of await page.locator('tr[data-result="ok"]').all()) {
+  await accessible(page, 'campaign from the bulk action');
+  // The page follows every run to its end.
+  await expect(page.locator('#campaign-live[hx-trigger]')).toHaveCount(0, { timeout: 60_000 });
+  await expect(page.getByTestId('campaign-state')).toContainText('completed');
+  await expect(page.locator('tr[data-status="succeeded"]')).toHaveCount(eligible);
+  for (const row of await page.locator('tr[data-status="succeeded"]').all()) {
     await expect(row.getByTestId('state-badge')).toContainText('manageable');
-    await expect(row.getByTestId('bulk-result')).toHaveText('Done');
   }
   // A reload shows the same outcomes, and runs nothing again.
   await page.reload();
-  await expect(page.locator('tr[data-result="ok"]')).toHaveCount(eligible);
-  await expect(page.locator('tr[data-result="skip"]')).toHaveCount(total - eligible);
-  await expect(page.getByTestId('bulk-result').filter({ hasText: 'Done' })).toHaveCount(eligible);
-  await expect(page.locator('#bulk-progress[hx-trigger]')).toHaveCount(0);
+  await expect(page.locator('tr[data-status="succeeded"]')).toHaveCount(eligible);
+  await expect(page.locator('tr[data-status="skipped"]')).toHaveCount(total - eligible);
+  await expect(page.locator('#campaign-live[hx-trigger]')).toHaveCount(0);
 });
 
 test('the node list fits 390 px as cards, and reads in the dark scheme', async ({ page }, testInfo) => {

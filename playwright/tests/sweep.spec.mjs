@@ -12,12 +12,21 @@ test('every page type fits 390 px and 1440 px in both schemes and passes axe', a
   test.setTimeout(600_000);
   await signIn(page, 'olga', 'operator-password-1');
 
-  // A bulk run of the demo firmware runbook on demo-00033 gives a bulk
-  // results page, and the node a run page.
+  // The demo firmware runbook rolled out on demo-00033 gives a campaign
+  // page, and the node a run page; a bulk power on gives a bulk results page.
   await page.goto('/nodes?q=demo-00033');
   await page.getByRole('checkbox', { name: 'Select demo-00033' }).check();
-  await page.getByRole('button', { name: 'Run runbook…' }).click();
+  await page.getByRole('button', { name: 'Roll out runbook…' }).click();
   await page.getByLabel('Runbook').selectOption('CUSTOM_FIRMWARE_UPDATE');
+  page.once('dialog', (d) => d.accept());
+  await page.getByTestId('bulk-run').click();
+  await expect(page).toHaveURL(/\/campaigns\/[0-9a-f-]{36}$/);
+  const campaign = new URL(page.url()).pathname;
+  await expect(page.locator('#campaign-live[hx-trigger]')).toHaveCount(0, { timeout: 60_000 });
+  await page.goto('/nodes?q=demo-00033');
+  await page.getByRole('checkbox', { name: 'Select demo-00033' }).check();
+  await page.getByRole('button', { name: 'Power…' }).click();
+  await page.getByLabel('Power on').check();
   page.once('dialog', (d) => d.accept());
   await page.getByTestId('bulk-run').click();
   await expect(page).toHaveURL(/\/nodes\/bulk\/results\/[\w-]+$/);
@@ -38,6 +47,8 @@ test('every page type fits 390 px and 1440 px in both schemes and passes axe', a
     ['run page', runURL],
     ['console', `${nodeURL}/console`],
     ['bulk results', bulk],
+    ['campaign', campaign],
+    ['campaigns', '/campaigns'],
     ['runbooks', '/runbooks'],
     ['runbook editor', editURL],
     ['runbook nodes', '/runbooks/CUSTOM_FIRMWARE_UPDATE/nodes'],
