@@ -252,6 +252,11 @@ func TestOperatorEnrolAndBMC(t *testing.T) {
 		if asked() <= before {
 			t.Errorf("test connection did not ask the simulator")
 		}
+		// What the BMC said is the node's power state from now on, not at
+		// the next power sync.
+		if ps := api.Do(t, "GET", "/v1/nodes/"+id, nil).JSON(t)["power_state"]; ps != "power off" {
+			t.Errorf("after the connection test the node's power state is %v, want power off", ps)
+		}
 		// The simulator's password is the word "password": look for it as
 		// a value.
 		if strings.Contains(page, `value="`+bmctest.RedfishPassword+`"`) || !strings.Contains(page, "A password is stored; it is never shown.") {

@@ -13,7 +13,9 @@ import (
 // Anvil can reach and log in to it. It opens the BMC as every power
 // action does (the same timeouts, --bmc-networks and CA rules) and is
 // guarded by Ironic's validate rule, the check of a node's driver
-// settings. It changes nothing, so it needs no lock and records no event.
+// settings. It takes no lock: like power sync, it records the state it
+// read only on a node no action holds (notePower), so a node enrolled a
+// moment ago shows its power state at once rather than at the next sync.
 func (o *Ops) CheckBMC(ctx context.Context, ident string) (string, error) {
 	n, err := o.Nodes.Authorized(ctx, ident, RuleValidate)
 	if err != nil {
@@ -33,5 +35,6 @@ func (o *Ops) CheckBMC(ctx context.Context, ident string) (string, error) {
 	if err != nil {
 		return "", bmcError(ctx, err)
 	}
+	o.C.notePower(ctx, n, state, "a connection test")
 	return state, nil
 }

@@ -529,27 +529,35 @@ func (c *Conductor) SyncPower(ctx context.Context) (int, error) {
 				}
 				return
 			}
-			if n.PowerState != nil && *n.PowerState == st {
-				return
-			}
-			same := node.PowerStateIsNil()
-			prev := "unknown"
-			if n.PowerState != nil {
-				same, prev = node.PowerState(*n.PowerState), *n.PowerState
-			}
-			cnt, err := c.db.Node.Update().Where(node.ID(n.ID), node.ReservationIsNil(), node.TargetPowerStateIsNil(), same).SetPowerState(st).Save(ctx)
-			if err != nil || cnt != 1 {
-				return
-			}
-			msg := fmt.Sprintf("Power state changed from %s to %s outside Anvil (power sync)", prev, st)
-			if n.PowerState == nil {
-				msg = "Power state is " + st + " (first read by power sync)"
-			}
-			_ = history.Record(ctx, c.db.Client, history.Event{NodeID: n.ID, Type: "power", Message: msg, Conductor: c.cfg.Name})
+			c.notePower(ctx, n, st, "power sync")
 		}(n)
 	}
 	wg.Wait()
 	return len(ns), nil
+}
+
+// notePower records a power state read from n's BMC outside any action
+// (by who: power sync, or an operator's "Test connection"): only if it
+// differs from the stored one and no action holds or is changing the
+// node, so a read never overwrites what an action is doing.
+func (c *Conductor) notePower(ctx context.Context, n *ent.Node, st, who string) {
+	if n.PowerState != nil && *n.PowerState == st {
+		return
+	}
+	same := node.PowerStateIsNil()
+	prev := "unknown"
+	if n.PowerState != nil {
+		same, prev = node.PowerState(*n.PowerState), *n.PowerState
+	}
+	cnt, err := c.db.Node.Update().Where(node.ID(n.ID), node.ReservationIsNil(), node.TargetPowerStateIsNil(), same).SetPowerState(st).Save(ctx)
+	if err != nil || cnt != 1 {
+		return
+	}
+	msg := fmt.Sprintf("Power state changed from %s to %s outside Anvil (%s)", prev, st, who)
+	if n.PowerState == nil {
+		msg = "Power state is " + st + " (first read by " + who + ")"
+	}
+	_ = history.Record(ctx, c.db.Client, history.Event{NodeID: n.ID, Type: "power", Message: msg, Conductor: c.cfg.Name})
 }
 
 func (c *Conductor) readPower(ctx context.Context, n *ent.Node) (string, error) {
