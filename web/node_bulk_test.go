@@ -218,6 +218,10 @@ func TestBulkResultsSayWhatHappened(t *testing.T) {
 		if !failed.MatchString(page) || !done.MatchString(page) || strings.Contains(page, "Started") {
 			t.Errorf("outcomes once done:\n%s", page)
 		}
+		// The failed row says its error once, in its result.
+		if row := regexp.MustCompile(`(?s)<tr data-node="` + deadID + `".*?</tr>`).FindString(page); strings.Count(row, "Power on failed") != 1 {
+			t.Errorf("the failed row says its error %d times:\n%s", strings.Count(row, "Power on failed"), row)
+		}
 		// The node's record agrees: its last error says the power on failed.
 		n, err := srv.DB.Node.Query().Where(node.UUID(deadID)).Only(context.Background())
 		if err != nil || n.LastError == nil || !strings.HasPrefix(*n.LastError, "Power on failed") {
