@@ -8,6 +8,7 @@ import (
 
 	"github.com/anvilproject/anvil/policies"
 	"github.com/anvilproject/anvil/server/errs"
+	"github.com/anvilproject/anvil/server/identity"
 	"github.com/anvilproject/anvil/views"
 )
 
@@ -23,10 +24,13 @@ func (p *Portal) sessionsPage(c *fiber.Ctx) error {
 	if err != nil {
 		return err
 	}
-	ss, err := p.IDs.ListSessions(ctx, sessionOf(c).ID)
+	list := views.SessionList{User: strings.TrimSpace(c.Query("user")), Page: max(c.QueryInt("page", 1), 1)}
+	ss, total, err := p.IDs.ListSessions(ctx, identity.SessionQuery{Current: sessionOf(c).ID, User: list.User,
+		Offset: (list.Page - 1) * sessionsShown, Limit: sessionsShown})
 	if err != nil {
 		return err
 	}
+	list.Total, list.Pages = total, max((total+sessionsShown-1)/sessionsShown, 1)
 	rows := make([]views.SessionRow, len(ss))
 	for i, s := range ss {
 		rows[i] = views.SessionRow{Ref: strconv.Itoa(s.Ref), User: s.Principal, Kind: "local", ClientAddr: s.ClientAddr,
@@ -40,8 +44,13 @@ func (p *Portal) sessionsPage(c *fiber.Ctx) error {
 			}
 		}
 	}
-	return render(c, 200, views.SessionsPage(pg, rows, p.Guard.Allowed(ctx, ruleUserManage, policies.Target{})))
+	list.Rows = rows
+	return render(c, 200, views.SessionsPage(pg, list, p.Guard.Allowed(ctx, ruleUserManage, policies.Target{})))
 }
+
+// sessionsShown is a page of the sessions list: a fleet's operators and
+// tenants may hold thousands of sessions at once.
+const sessionsShown = 50
 
 // revokeSession ends one session at once; the identity service audits it
 // against the session's user.

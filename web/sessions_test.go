@@ -2,10 +2,12 @@ package web_test
 
 import (
 	"context"
+	"fmt"
 	"net/url"
 	"regexp"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/anvilproject/anvil/ent/auditevent"
 	"github.com/anvilproject/anvil/ent/portalsession"
@@ -84,6 +86,55 @@ func TestSessionsPage(t *testing.T) {
 		if n, _ := srv.DB.AuditEvent.Query().Where(auditevent.Rule("anvil:user:manage"), auditevent.TargetID("pat"), auditevent.User("root"),
 			auditevent.Result("allowed")).Count(ctx); n != 1 {
 			t.Errorf("audit rows of the revocation by root: %d", n)
+		}
+	})
+}
+
+// TestSessionsPagesAndFilter: with more sessions than a page holds, the
+// list says how many there are, pages through them with Previous/Next
+// (every session on exactly one page), and filters by user in any case.
+func TestSessionsPagesAndFilter(t *testing.T) {
+	storetest.Each(t, func(t *testing.T, setting string, _ *store.DB) {
+		srv, _, _ := fleet(t, setting)
+		ctx := context.Background()
+		root := signInAs(t, srv, "root")
+		for i := 0; i < 60; i++ {
+			if _, err := srv.IDs.StartSession(ctx, fmt.Sprintf("user-%02d", i), "10.0.0.9", time.Hour, nil); err != nil {
+				t.Fatal(err)
+			}
+		}
+		row := regexp.MustCompile(`<tr data-session="(\d+)"`)
+		seen := map[string]int{}
+		_, page, _ := root.do("GET", "/admin/sessions", nil)
+		if !strings.Contains(page, "61 active sessions") || !strings.Contains(page, "page 1 of 2") || strings.Contains(page, `rel="prev"`) {
+			t.Fatalf("first page:\n%s", page)
+		}
+		for _, m := range row.FindAllStringSubmatch(page, -1) {
+			seen[m[1]]++
+		}
+		next := regexp.MustCompile(`href="([^"]+)" rel="next"`).FindStringSubmatch(page)
+		if next == nil {
+			t.Fatalf("no Next link on the first page")
+		}
+		_, page, _ = root.do("GET", strings.ReplaceAll(next[1], "&amp;", "&"), nil)
+		if !strings.Contains(page, "page 2 of 2") || strings.Contains(page, `rel="next"`) || !strings.Contains(page, `rel="prev"`) {
+			t.Fatalf("second page:\n%s", page)
+		}
+		for _, m := range row.FindAllStringSubmatch(page, -1) {
+			seen[m[1]]++
+		}
+		n, err := srv.DB.PortalSession.Query().Count(ctx)
+		if err != nil || len(seen) != n {
+			t.Errorf("the pages list %d sessions, the database holds %d (%v)", len(seen), n, err)
+		}
+		for ref, times := range seen {
+			if times != 1 {
+				t.Errorf("session %s listed %d times", ref, times)
+			}
+		}
+		_, page, _ = root.do("GET", "/admin/sessions?user=USER-0", nil)
+		if got := len(row.FindAllString(page, -1)); got != 10 || !strings.Contains(page, "10 active sessions") || strings.Contains(page, `data-user="root"`) {
+			t.Errorf("filtered by USER-0: %d rows\n%s", got, page)
 		}
 	})
 }

@@ -150,14 +150,37 @@ type SessionInfo struct {
 	Current bool
 }
 
-// ListSessions returns the sessions that have not expired, most recently
-// used first; current (the caller's own session id, or "") is marked.
-func (s *Service) ListSessions(ctx context.Context, current string) ([]SessionInfo, error) {
-	rs, err := s.db.PortalSession.Query().Where(portalsession.ExpiresAtGT(time.Now())).
-		Order(ent.Desc(portalsession.FieldSeenAt), ent.Desc(portalsession.FieldID)).All(ctx)
-	if err != nil {
-		return nil, err
+// SessionQuery picks a page of ListSessions.
+type SessionQuery struct {
+	// Current is the caller's own session id (or ""), to be marked.
+	Current string
+	// User keeps the sessions whose account name (or SSO issuer and
+	// subject) contains it, in any case.
+	User string
+	// Offset and Limit page the list; Limit 0 is every session.
+	Offset, Limit int
+}
+
+// ListSessions returns a page of the sessions that have not expired, most
+// recently used first, and how many match in all.
+func (s *Service) ListSessions(ctx context.Context, q SessionQuery) ([]SessionInfo, int, error) {
+	sq := s.db.PortalSession.Query().Where(portalsession.ExpiresAtGT(time.Now()))
+	if q.User != "" {
+		sq = sq.Where(portalsession.PrincipalContainsFold(q.User))
 	}
+	total, err := sq.Clone().Count(ctx)
+	if err != nil {
+		return nil, 0, err
+	}
+	sq = sq.Order(ent.Desc(portalsession.FieldSeenAt), ent.Desc(portalsession.FieldID)).Offset(q.Offset)
+	if q.Limit > 0 {
+		sq = sq.Limit(q.Limit)
+	}
+	rs, err := sq.All(ctx)
+	if err != nil {
+		return nil, 0, err
+	}
+	current := q.Current
 	mine := ""
 	if current != "" {
 		mine = digest(current)
@@ -170,7 +193,7 @@ func (s *Service) ListSessions(ctx context.Context, current string) ([]SessionIn
 			out[i].Seen = &r.SeenAt
 		}
 	}
-	return out, nil
+	return out, total, nil
 }
 
 // RevokeSession ends the session numbered ref (SessionInfo.Ref) at once,

@@ -40,9 +40,9 @@ func TestListAndRevokeSessions(t *testing.T) {
 		if err := s.SessionSeen(ctx, other); err != nil {
 			t.Fatal(err)
 		}
-		ss, err := s.ListSessions(ctx, mine)
-		if err != nil {
-			t.Fatal(err)
+		ss, total, err := s.ListSessions(ctx, SessionQuery{Current: mine})
+		if err != nil || total != 3 {
+			t.Fatalf("list: %d sessions in all, %v", total, err)
 		}
 		by := map[string]SessionInfo{}
 		for _, x := range ss {
@@ -59,6 +59,13 @@ func TestListAndRevokeSessions(t *testing.T) {
 		}
 		if ss[0].Principal != "pat" {
 			t.Errorf("the session seen last comes first: %+v", ss)
+		}
+		// A page, and a filter by user in any case.
+		if page, total, err := s.ListSessions(ctx, SessionQuery{Offset: 1, Limit: 1}); err != nil || total != 3 || len(page) != 1 || page[0].Ref != ss[1].Ref {
+			t.Errorf("second page of one: %+v of %d, %v; want %+v", page, total, err, ss[1])
+		}
+		if page, total, err := s.ListSessions(ctx, SessionQuery{User: "PA"}); err != nil || total != 1 || len(page) != 1 || page[0].Principal != "pat" {
+			t.Errorf("sessions of users containing PA: %+v of %d, %v", page, total, err)
 		}
 		if err := s.RevokeSession(ctx, by["pat"].Ref); err != nil {
 			t.Fatal(err)
