@@ -332,8 +332,6 @@ func (c *bmclibClient) explain(err error) error {
 		return err
 	case errors.Is(err, bmclibErrs.ErrLoginFailed), errors.Is(err, bmclibErrs.ErrNotAuthenticated):
 		return &Error{Where: c.where, Kind: ErrAuth, Said: said}
-	case errors.Is(err, bmclibErrs.ErrNotImplemented), strings.Contains(text, "implementations found"):
-		return &Error{Where: c.where, Kind: ErrUnsupported, Reason: "the " + c.provider + " provider has no such operation"}
 	}
 	var opErr *net.OpError
 	if errors.As(err, &opErr) {
@@ -349,6 +347,12 @@ func (c *bmclibClient) explain(err error) error {
 			out.Kind = ErrUnsupported
 		}
 		return out
+	}
+	// bmclib says "no Opener implementations found" after any failed
+	// connection, so only another interface's absence means the
+	// provider lacks the operation.
+	if errors.Is(err, bmclibErrs.ErrNotImplemented) || strings.Contains(text, "implementations found") && !strings.Contains(text, "no Opener") {
+		return &Error{Where: c.where, Kind: ErrUnsupported, Reason: "the " + c.provider + " provider has no such operation"}
 	}
 	if c.ipmi != nil {
 		return c.ipmi.explain(text, nil)
