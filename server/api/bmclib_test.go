@@ -211,10 +211,13 @@ func TestBmclibIPMItool(t *testing.T) {
 			t.Fatalf("power off: node %v (last_error %v), simulator %s", n["power_state"], n["last_error"], sim.Power())
 		}
 
-		// One SEL entry to read: a platform event, as a sensor would log.
-		if out, err := exec.Command("ipmitool", "-I", "lanplus", "-H", "127.0.0.1", "-p", fmt.Sprint(sim.Port), "-U", bmctest.User,
-			"-P", bmctest.Password, "-C", "3", "event", "1").CombinedOutput(); err != nil {
-			t.Fatalf("ipmitool event: %v: %s", err, out)
+		// One SEL entry to read, added raw (Add SEL Entry; ipmi_sim has
+		// no Platform Event Message): temperature sensor 0x30, upper
+		// critical going high, as a sensor would log it.
+		add := strings.Fields("raw 0x0a 0x44 0x00 0x00 0x02 0x00 0x00 0x00 0x00 0x20 0x00 0x04 0x01 0x30 0x01 0x09 0xff 0xff")
+		if out, err := exec.Command("ipmitool", append([]string{"-I", "lanplus", "-H", "127.0.0.1", "-p", fmt.Sprint(sim.Port), "-U", bmctest.User,
+			"-P", bmctest.Password, "-C", "3"}, add...)...).CombinedOutput(); err != nil {
+			t.Fatalf("ipmitool sel add: %v: %s", err, out)
 		}
 		provision(t, admin, id, map[string]any{"target": "clean", "clean_steps": steps(step("management", "get_sel", nil), step("management", "clear_sel", nil))}, 202)
 		if n := waitState(t, admin, id, "manageable"); n["last_error"] != nil {

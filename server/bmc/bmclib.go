@@ -456,7 +456,7 @@ func (c *bmclibClient) ClearEventLog(ctx context.Context) error {
 	if !BmclibOffers(c.provider, "management.clear_sel") {
 		return errUnsupported("clearing the event log", c.where)
 	}
-	return c.do(ctx, "clearing the event log", c.cl.ClearSystemEventLog)
+	return c.do(ctx, "clearing the event log", func(ctx context.Context) error { return c.cl.ClearSystemEventLog(ctx) })
 }
 
 // SELReader is a BMC whose system event log can be read.
