@@ -7,10 +7,10 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"net/url"
 	"regexp"
 	"slices"
 	"strconv"
-	"net/url"
 	"strings"
 
 	bmclib "github.com/bmc-toolbox/bmclib/v2"
