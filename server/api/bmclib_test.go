@@ -248,8 +248,8 @@ func TestBmclibIPMItool(t *testing.T) {
 	})
 }
 
-// TestBmclibRedfish powers a redfish-sim machine on and off through
-// bmclib's redfish (gofish) provider, the system picked by Name (the
+// TestBmclibRedfish sets the boot device of a redfish-sim machine and
+// powers it on and off through bmclib's redfish (gofish) provider, the system picked by Name (the
 // only way bmclib picks one) and the certificate verified against the
 // simulator's CA.
 func TestBmclibRedfish(t *testing.T) {
@@ -264,6 +264,21 @@ func TestBmclibRedfish(t *testing.T) {
 		r := admin.Do(t, "POST", "/v1/nodes", map[string]any{"name": "bl-rf", "driver": "bmclib", "driver_info": info})
 		mustStatus(t, r, 201)
 		id := r.JSON(t)["uuid"].(string)
+		// bmclib writes the boot mode with every boot device; the
+		// machine's (UEFI) is kept.
+		mustStatus(t, admin.Do(t, "PUT", "/v1/nodes/"+id+"/management/boot_device", map[string]any{"boot_device": "pxe"}), 204)
+		if target, mode, _ := sim.Boot(t, sys.ID); target != "Pxe" || mode != "UEFI" {
+			t.Errorf("boot device at the simulator: %s %s", target, mode)
+		}
+		// The simulator reports every override as Continuous, so the
+		// one-time request is read from what bmclib sent.
+		once := false
+		for _, b := range sim.Bodies(t) {
+			once = once || strings.Contains(b, `"BootSourceOverrideTarget":"Pxe"`) && strings.Contains(b, `"Once"`)
+		}
+		if !once {
+			t.Error("no one-time boot from Pxe was sent")
+		}
 		for _, tc := range []struct{ target, sim string }{{bmc.PowerOn, "On"}, {bmc.PowerOff, "Off"}, {bmc.PowerOn, "On"}} {
 			mustStatus(t, admin.Do(t, "PUT", "/v1/nodes/"+id+"/states/power", map[string]any{"target": tc.target}), 202)
 			if n := waitPower(t, admin, id); n["power_state"] != tc.target || sim.Power(t, sys.ID) != tc.sim {

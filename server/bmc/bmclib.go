@@ -430,7 +430,17 @@ func (c *bmclibClient) SetBootDevice(ctx context.Context, device string, persist
 		return errUnsupported(op, c.where)
 	}
 	return c.do(ctx, op, func(ctx context.Context) error {
-		ok, err := c.cl.SetBootDevice(ctx, device, persistent, mode == "uefi")
+		efi := mode == "uefi"
+		if mode == "" && c.provider == "redfish" {
+			// bmclib's redfish provider writes BootSourceOverrideMode on
+			// every call, Legacy unless told UEFI: keep the machine's.
+			o, err := c.cl.GetBootDeviceOverride(ctx)
+			if err != nil {
+				return err
+			}
+			efi = o.IsEFIBoot
+		}
+		ok, err := c.cl.SetBootDevice(ctx, device, persistent, efi)
 		if err == nil && !ok {
 			return &Error{Where: c.where, Kind: ErrBMC, Reason: "the provider did not take the command"}
 		}
