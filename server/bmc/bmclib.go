@@ -3,6 +3,7 @@ package bmc
 import (
 	"context"
 	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"net"
@@ -272,32 +273,38 @@ func parseWebhook(s string) (*url.URL, error) {
 // ipmi driver gives ipmitool, so a DNS answer cannot change in between.
 func (c *bmclibClient) do(ctx context.Context, op string, fn func(ctx context.Context) error) error {
 	return c.call(ctx, op, func(ctx context.Context) error {
-		if c.cl == nil {
-			host := c.host
-			if bmclibProviders[c.provider].dialsItself && restricted() {
-				addrs, err := checkHost(ctx, host)
-				if err != nil {
-					return err
-				}
-				host = addrs[0].String()
-			}
-			c.cl = c.build(host)
-		}
-		if !c.opened {
-			if err := c.cl.Open(ctx); err != nil {
-				return c.explain(err)
-			}
-			c.opened = true
-		}
-		if err := fn(ctx); err != nil {
-			// A session the BMC ended is opened again next time, and a
-			// self-dialling provider's address checked again.
-			c.closeProvider()
-			c.cl = nil
-			return c.explain(err)
-		}
-		return nil
+		return c.explain(op, c.try(ctx, fn))
 	})
+}
+
+// try builds and connects the client when needed, then runs fn.
+func (c *bmclibClient) try(ctx context.Context, fn func(ctx context.Context) error) error {
+	if c.cl == nil {
+		host := c.host
+		if bmclibProviders[c.provider].dialsItself && restricted() {
+			addrs, err := checkHost(ctx, host)
+			if err != nil {
+				return err
+			}
+			host = addrs[0].String()
+		}
+		c.cl = c.build(host)
+	}
+	if !c.opened {
+		if err := c.cl.Open(ctx); err != nil {
+			c.cl = nil
+			return err
+		}
+		c.opened = true
+	}
+	if err := fn(ctx); err != nil {
+		// A session the BMC ended is opened again next time, and a
+		// self-dialling provider's address checked again.
+		c.closeProvider()
+		c.cl = nil
+		return err
+	}
+	return nil
 }
 
 func (c *bmclibClient) closeProvider() {
@@ -317,13 +324,29 @@ var statusCode = regexp.MustCompile(`status code:? (\d{3})`)
 // explain classifies a bmclib failure. bmclib joins every provider's
 // error into one text (typed errors survive only where the provider
 // wrapped them), so the text decides what types cannot.
-func (c *bmclibClient) explain(err error) error {
+func (c *bmclibClient) explain(op string, err error) error {
+	err = c.kind(err)
+	var e *Error
+	if errors.As(err, &e) && e.Op == "" {
+		e.Op = op
+	}
+	return err
+}
+
+// kind classifies err as an *Error where bmclib's words say more than
+// classify can read from types; anything else classify decides.
+func (c *bmclibClient) kind(err error) error {
 	if err == nil {
 		return nil
 	}
 	var e *Error
 	if errors.As(err, &e) {
 		return e
+	}
+	var unknown x509.UnknownAuthorityError
+	if errors.As(err, &unknown) {
+		return &Error{Where: c.where, Kind: ErrTLS, Reason: "signed by an unknown authority; set driver_info/bmclib_verify_ca to its CA bundle, or false",
+			Detail: truncate(mask(err.Error(), c.secrets), 300)}
 	}
 	text := strings.Join(strings.Fields(err.Error()), " ")
 	said := truncate(mask(text, c.secrets), 300)
