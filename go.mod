@@ -30,8 +30,10 @@ require (
 	github.com/diskfs/go-diskfs v1.9.4
 	github.com/fasthttp/websocket v1.5.8
 	github.com/gofiber/contrib/websocket v1.3.4
+	github.com/hashicorp/go-multierror v1.1.1
 	github.com/jacobweinstock/registrar v0.4.7
 	github.com/kdomanski/iso9660 v0.4.0
+	github.com/pkg/errors v0.9.1
 )
 
 require github.com/djherbis/times v1.6.0 // indirect
@@ -44,9 +46,7 @@ require (
 	github.com/bmc-toolbox/common v0.0.0-20250112191656-b6de52e8303d // indirect
 	github.com/ghodss/yaml v1.0.0 // indirect
 	github.com/hashicorp/errwrap v1.1.0 // indirect
-	github.com/hashicorp/go-multierror v1.1.1 // indirect
 	github.com/jacobweinstock/iamt v0.0.0-20230502042727-d7cdbe67d9ef // indirect
-	github.com/pkg/errors v0.9.1 // indirect
 	github.com/satori/go.uuid v1.2.0 // indirect
 	github.com/savsgio/gotils v0.0.0-20240303185622-093b76447511 // indirect
 	gopkg.in/yaml.v2 v2.4.0 // indirect
