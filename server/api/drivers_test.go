@@ -52,11 +52,11 @@ func TestDrivers(t *testing.T) {
 				t.Errorf("list without detail shows interfaces: %v", d)
 			}
 		}
-		if strings.Join(got, ",") != "fake-hardware,ipmi,redfish" {
+		if strings.Join(got, ",") != "bmclib,fake-hardware,ipmi,redfish" {
 			t.Errorf("drivers %v", got)
 		}
 
-		d := reader.Do(t, "GET", "/v1/drivers?detail=true", nil).JSON(t)["drivers"].([]any)[1].(map[string]any)
+		d := reader.Do(t, "GET", "/v1/drivers?detail=true", nil).JSON(t)["drivers"].([]any)[2].(map[string]any)
 		if d["name"] != "ipmi" || d["default_power_interface"] != "ipmitool" || d["default_raid_interface"] != "no-raid" ||
 			d["default_deploy_interface"] != "direct" || fmt.Sprint(d["enabled_management_interfaces"]) != "[ipmitool]" ||
 			fmt.Sprint(d["enabled_boot_interfaces"]) != "[ipxe pxe]" || fmt.Sprint(d["enabled_raid_interfaces"]) != "[no-raid agent]" {
@@ -72,7 +72,7 @@ func TestDrivers(t *testing.T) {
 		if _, ok := d["default_firmware_interface"]; !ok {
 			t.Errorf("firmware interface not shown at latest: %v", d)
 		}
-		if d85 := at(reader, "1.85").Do(t, "GET", "/v1/drivers?detail=true", nil).JSON(t)["drivers"].([]any)[1].(map[string]any); d85["default_firmware_interface"] != nil {
+		if d85 := at(reader, "1.85").Do(t, "GET", "/v1/drivers?detail=true", nil).JSON(t)["drivers"].([]any)[2].(map[string]any); d85["default_firmware_interface"] != nil {
 			t.Errorf("firmware interface shown before 1.86: %v", d85)
 		}
 		old := at(reader, "1.35").Do(t, "GET", "/v1/drivers?detail=true", nil).JSON(t)["drivers"].([]any)[0].(map[string]any)
@@ -86,8 +86,8 @@ func TestDrivers(t *testing.T) {
 		if n := len(reader.Do(t, "GET", "/v1/drivers?type=classic", nil).JSON(t)["drivers"].([]any)); n != 0 {
 			t.Errorf("%d classic drivers, want none", n)
 		}
-		if n := len(reader.Do(t, "GET", "/v1/drivers?type=dynamic", nil).JSON(t)["drivers"].([]any)); n != 3 {
-			t.Errorf("%d dynamic drivers, want 3", n)
+		if n := len(reader.Do(t, "GET", "/v1/drivers?type=dynamic", nil).JSON(t)["drivers"].([]any)); n != 4 {
+			t.Errorf("%d dynamic drivers, want 4", n)
 		}
 		f := reader.Do(t, "GET", "/v1/drivers?fields=name", nil).JSON(t)["drivers"].([]any)[0].(map[string]any)
 		if strings.Join(keysOf(f), ",") != "links,name" {
@@ -207,7 +207,7 @@ func TestConductorShow(t *testing.T) {
 		mustStatus(t, r, 200)
 		c := r.JSON(t)
 		if strings.Join(keysOf(c), ",") != "alive,conductor_group,created_at,drivers,hostname,links,updated_at" ||
-			c["alive"] != true || fmt.Sprint(c["drivers"]) != "[fake-hardware ipmi redfish]" {
+			c["alive"] != true || fmt.Sprint(c["drivers"]) != "[bmclib fake-hardware ipmi redfish]" {
 			t.Errorf("conductor %v", c)
 		}
 		if f := reader.Do(t, "GET", "/v1/conductors/"+host+"?fields=hostname,alive", nil).JSON(t); strings.Join(keysOf(f), ",") != "alive,hostname,links" {

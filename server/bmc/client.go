@@ -81,6 +81,8 @@ func Open(driver, nodeUUID string, info map[string]any, o Options) (Client, erro
 		return openIPMI(info, o), nil
 	case "redfish":
 		return openRedfish(info, o)
+	case "bmclib":
+		return openBmclib(info, o)
 	}
 	return nil, fmt.Errorf("driver %s: %w", driver, ErrUnsupported)
 }

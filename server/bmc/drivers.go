@@ -38,6 +38,7 @@ const (
 	kURL
 	kBoolOrPath
 	kEnum
+	kWebhook
 )
 
 type key struct {
@@ -74,6 +75,20 @@ var drivers = map[string][]key{
 		{name: "redfish_verify_ca", kind: kBoolOrPath, desc: "Either a Boolean value, a PEM CA bundle, or a path to a CA_BUNDLE file. If set to True the driver will verify the host certificates; if False the driver will ignore verifying the SSL certificate. If it's a PEM bundle or a path the driver will use the specified certificate bundle; a path is accepted from system-scope callers only, under the operator's --bmc-ca-dir. Defaults to True. Optional"},
 		{name: "redfish_auth_type", kind: kEnum, values: []string{"auto", "session", "basic"}, desc: `Redfish HTTP client authentication method. Can be "basic", "session" or "auto". Optional`},
 	},
+	// bmclib: Anvil's keys (Ironic has no such hardware type); which
+	// provider needs which is validateBmclib's.
+	"bmclib": {
+		{name: "bmclib_provider", kind: kEnum, required: true, values: BmclibProviders(), desc: bmclibProviderDesc()},
+		{name: "bmclib_address", kind: kHost, desc: "IP address or host name of the BMC (for rpc, the machine's name the webhook is told; optional there). Required for every provider but rpc."},
+		{name: "bmclib_port", kind: kPort, desc: "The BMC's port; default 623 for ipmitool, 16992 for intelamt, 8123 for homeassistant, 443 otherwise (dell, supermicro and openbmc only connect to 443). Optional."},
+		{name: "bmclib_username", kind: kString, desc: "BMC user name. Optional."},
+		{name: "bmclib_password", kind: kString, desc: "BMC password (for homeassistant, its long-lived access token). Optional."},
+		{name: "bmclib_verify_ca", kind: kBoolOrPath, desc: "Either a Boolean value, a PEM CA bundle, or a path to a CA_BUNDLE file under the operator's --bmc-ca-dir (system-scope callers only). True, the default, verifies against the system's CAs. Optional."},
+		{name: "bmclib_rpc_url", kind: kWebhook, desc: "rpc: the http(s) URL of the webhook every request is POSTed to, signed with HMAC-SHA256 (X-BMCLIB-Signature-256). Required for rpc."},
+		{name: "bmclib_rpc_secret", kind: kString, desc: "rpc: the HMAC-SHA256 secret the requests are signed with. Required for rpc."},
+		{name: "bmclib_system_name", kind: kString, desc: "redfish: the Name of the ComputerSystem to drive, needed when the BMC has more than one (bmclib matches by Name only). Optional."},
+		{name: "bmclib_homeassistant_switch", kind: kString, desc: "homeassistant: the entity ID of the switch that powers the machine (switch.rack1_node7), reached over https at bmclib_address. Required for homeassistant."},
+	},
 }
 
 // A binding is a group of driver_info keys that together say where, and
@@ -88,12 +103,13 @@ type Binding struct {
 // bindings lists, per driver, the keys that bind its secrets; an address
 // counts as its whole value, scheme, port and path included. bmclib's
 // keys are listed before Anvil reads them so its driver lands with them
-// already bound.
+// already bound; its provider binds too, since it decides the protocol
+// the password is sent in.
 var bindings = map[string][]Binding{
 	"redfish": {{Keys: []string{"redfish_address", "redfish_system_id", "redfish_username"}, Secrets: []string{"redfish_password"}}},
 	"ipmi":    {{Keys: []string{"ipmi_address", "ipmi_port", "ipmi_username"}, Secrets: []string{"ipmi_password"}}},
 	"bmclib": {
-		{Keys: []string{"bmclib_address", "bmclib_port", "bmclib_username"}, Secrets: []string{"bmclib_password"}},
+		{Keys: []string{"bmclib_provider", "bmclib_address", "bmclib_port", "bmclib_username"}, Secrets: []string{"bmclib_password"}},
 		{Keys: []string{"bmclib_rpc_url"}, Secrets: []string{"bmclib_rpc_secret"}},
 	},
 }
@@ -159,6 +175,7 @@ var bootDevices = map[string][]string{
 	"fake-hardware": {"pxe", "disk", "cdrom", "bios", "safe"},
 	"ipmi":          {"pxe", "disk", "cdrom", "bios", "safe"},
 	"redfish":       {"pxe", "disk", "cdrom", "bios", "uefihttp"},
+	"bmclib":        bmclibBootDevices,
 }
 
 // BootDevices lists the boot devices driver can set.
@@ -203,6 +220,11 @@ func Validate(driver string, info map[string]any) error {
 			continue
 		}
 		if err := check(k, v); err != nil {
+			return err
+		}
+	}
+	if Canonical(driver) == "bmclib" {
+		if err := validateBmclib(info); err != nil {
 			return err
 		}
 	}
@@ -261,6 +283,8 @@ func check(k key, v any) error {
 			return fieldErr(k.name, "driver_info/%s %q is not a host name or IP address", k.name, s)
 		}
 		return checkEnrolHost(k.name, s)
+	case kWebhook:
+		return checkWebhook(k, s)
 	case kURL:
 		u, err := ParseRedfishAddress(s)
 		if err != nil {
@@ -384,6 +408,15 @@ var interfaces = map[string]map[string][]string{
 		"management": {"redfish"}, "network": {"noop", "flat"}, "power": {"redfish"},
 		"raid": {"redfish", "no-raid", "agent"}, "rescue": {"no-rescue", "agent"}, "storage": {"noop"},
 		"vendor": {"redfish", "no-vendor"},
+	},
+	// bmclib: power and management through the provider; everything
+	// else is Anvil's own or absent (no agent deploys yet: see README).
+	"bmclib": {
+		"bios": {"no-bios"}, "boot": {"pxe", "ipxe"}, "console": {"no-console"},
+		"deploy": {"fake"}, "firmware": {"no-firmware"}, "inspect": {"no-inspect"},
+		"management": {"bmclib"}, "network": {"noop"}, "power": {"bmclib"},
+		"raid": {"no-raid"}, "rescue": {"no-rescue"}, "storage": {"noop"},
+		"vendor": {"no-vendor"},
 	},
 }
 

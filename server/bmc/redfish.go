@@ -48,7 +48,7 @@ func openRedfish(info map[string]any, o Options) (*redfishClient, error) {
 	if err != nil {
 		return nil, fieldErr("redfish_address", "driver_info/redfish_address: %v", err)
 	}
-	tc, err := tlsConfig(info["redfish_verify_ca"])
+	tc, err := tlsConfig("redfish_verify_ca", info["redfish_verify_ca"])
 	if err != nil {
 		return nil, err
 	}
@@ -73,13 +73,14 @@ func openRedfish(info map[string]any, o Options) (*redfishClient, error) {
 	return c, nil
 }
 
-// tlsConfig reads redfish_verify_ca as Ironic does: true (the default)
+// tlsConfig reads a verify_ca key (redfish_verify_ca, bmclib_verify_ca)
+// as Ironic reads redfish_verify_ca: true (the default)
 // verifies against the system's CAs, false verifies nothing; a PEM
 // bundle, inline or in a file under the operator's CA directory, is
 // what to verify against. The file is checked again here, not only when
 // it was written: it may predate the rules, or the directory may have
 // changed since; whatever is wrong, the answer says nothing about it.
-func tlsConfig(v any) (*tls.Config, error) {
+func tlsConfig(key string, v any) (*tls.Config, error) {
 	switch x := v.(type) {
 	case nil:
 		return &tls.Config{}, nil
@@ -93,21 +94,21 @@ func tlsConfig(v any) (*tls.Config, error) {
 			return &tls.Config{InsecureSkipVerify: true}, nil //nolint:gosec // the operator asked for it
 		case isInlinePEM(x):
 			if len(x) > MaxInlineCABytes {
-				return nil, fieldErr("redfish_verify_ca", "driver_info/redfish_verify_ca is a PEM bundle larger than %d bytes", MaxInlineCABytes)
+				return nil, fieldErr(key, "driver_info/%s is a PEM bundle larger than %d bytes", key, MaxInlineCABytes)
 			}
 			pool, err := parseCAs([]byte(x))
 			if err != nil {
-				return nil, fieldErr("redfish_verify_ca", "driver_info/redfish_verify_ca: the PEM bundle %v", err)
+				return nil, fieldErr(key, "driver_info/%s: the PEM bundle %v", key, err)
 			}
 			return &tls.Config{RootCAs: pool}, nil
 		}
 		pool, err := loadCAFile(x)
 		if err != nil {
-			return nil, caPathRefused("redfish_verify_ca")
+			return nil, caPathRefused(key)
 		}
 		return &tls.Config{RootCAs: pool}, nil
 	}
-	return nil, fieldErr("redfish_verify_ca", "driver_info/redfish_verify_ca must be true, false or a PEM CA bundle")
+	return nil, fieldErr(key, "driver_info/%s must be true, false or a PEM CA bundle", key)
 }
 
 // do runs fn connected; a session that expired (a BMC reset ends them)

@@ -40,7 +40,9 @@ type StepInfo struct {
 func (s StepInfo) Name() string { return s.Interface + "." + s.Step }
 
 var (
-	allDrivers = []string{"fake-hardware", "ipmi", "redfish"}
+	// allDrivers are every driver; a bmclib node runs of them only what
+	// its provider offers (offers).
+	allDrivers = []string{"fake-hardware", "ipmi", "redfish", "bmclib"}
 	// outOfBand are the drivers whose BMC speaks Redfish's resources;
 	// the fake driver mimics them in memory so demos and benchmarks run
 	// every step.
@@ -94,6 +96,8 @@ var catalogue = []StepInfo{
 	}, outOfBand, false},
 	{"bios", "cache_bios_settings", "Read the current BIOS settings from the BMC into Anvil's cache (GET /v1/nodes/{node}/bios).", nil, outOfBand, false},
 	{"management", "clear_event_log", "Clear the BMC's event log: IPMI's SEL (sel clear), Redfish's LogService.ClearLog on every log service of the system and its manager; a BMC with no log service fails the step saying so. An Anvil step (Ironic has none).", nil, allDrivers, false},
+	{"management", "clear_sel", "Clear the BMC's system event log through the node's bmclib provider (bmclib ClearSystemEventLog). An Anvil step.", nil, []string{"bmclib"}, false},
+	{"management", "get_sel", "Read the BMC's system event log through the node's bmclib provider (bmclib GetSystemEventLog) into the node's history: the entry count for every reader, the entries for system-scope readers only, as other BMC output. An Anvil step.", nil, []string{"bmclib"}, false},
 	{"firmware", "update", "Update firmware components from image URLs through the BMC's UpdateService.SimpleUpdate, one after another, as Ironic's redfish firmware interface: the BMC's task is followed (Location, the Task the answer is, or its TaskMonitor); a BIOS update reboots the machine once its task starts (BMCs apply BIOS images at the next POST), a NIC update after its task; a BMC update waits for the BMC to report a new version; a BMC that stops answering meanwhile is waited out (--firmware-unresponsive-bmc-wait). A task that ends in an exception fails the step with the BMC's message.", []Arg{
 		{"settings", "list of {component, url, wait}", true, "component bios, bmc or nic:<adapter serial number or id>; url http(s) the BMC can reach; wait seconds: for bmc how long to wait for its new version (default 300), otherwise a pause after the update", nil, isFirmwareSettings},
 	}, outOfBand, false},
@@ -145,11 +149,25 @@ func StepsFor(n *ent.Node) []StepInfo {
 			}
 			continue
 		}
-		if slices.Contains(s.Drivers, d) {
+		if offers(n, s) {
 			out = append(out, s)
 		}
 	}
 	return out
+}
+
+// offers reports whether node n's driver runs catalogue step s; a
+// bmclib node, whether its provider does.
+func offers(n *ent.Node, s StepInfo) bool {
+	d := bmc.Canonical(n.Driver)
+	if !slices.Contains(s.Drivers, d) {
+		return false
+	}
+	if d == "bmclib" {
+		p, _ := n.DriverInfo["bmclib_provider"].(string)
+		return bmc.BmclibOffers(p, s.Name())
+	}
+	return true
 }
 
 // agentRAIDStep is a RAID step as the agent runs it: software RAID
@@ -198,8 +216,11 @@ func unsupported(n *ent.Node, steps []Step) string {
 	for _, s := range steps {
 		info := lookupStep(s.Interface, s.Step)
 		switch {
-		case info != nil && slices.Contains(info.Drivers, d):
+		case info != nil && offers(n, *info):
 			continue
+		case info != nil && d == "bmclib":
+			p, _ := n.DriverInfo["bmclib_provider"].(string)
+			return fmt.Sprintf("Step %s is not supported by driver %s with bmclib provider %s.", s.Name(), driver, p)
 		case s.Interface == "raid" && agentRAID(n) && slices.Contains(withAgent, d):
 			// The agent's software RAID; the agent says whether it has
 			// the step (apply_configuration is a deploy step only).

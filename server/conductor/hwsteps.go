@@ -11,6 +11,7 @@ import (
 	"github.com/anvilproject/anvil/ent"
 	"github.com/anvilproject/anvil/ent/biossetting"
 	"github.com/anvilproject/anvil/server/bmc"
+	"github.com/anvilproject/anvil/server/history"
 	"github.com/anvilproject/anvil/server/store"
 )
 
@@ -175,7 +176,9 @@ func (c *Conductor) execManagement(ctx context.Context, n *ent.Node, cl bmc.Clie
 		return fmt.Errorf("driver %s cannot set the boot mode", n.Driver)
 	}
 	switch st.Step {
-	case "clear_event_log":
+	case "get_sel":
+		return c.readSEL(ctx, n, cl)
+	case "clear_event_log", "clear_sel":
 		l, ok := cl.(bmc.EventLog)
 		if !ok {
 			return fmt.Errorf("driver %s has no event log", n.Driver)
@@ -204,4 +207,21 @@ func (c *Conductor) execManagement(ctx context.Context, n *ent.Node, cl bmc.Clie
 		return bm.SetSecureBoot(ctx, on)
 	}
 	return fmt.Errorf("step %s has no implementation", st.Name())
+}
+
+// readSEL records the BMC's event log in the node's history: how many
+// entries for every reader of the node, the entries themselves as the
+// event's detail, which only system-scope readers see, as with any other
+// text a BMC sends.
+func (c *Conductor) readSEL(ctx context.Context, n *ent.Node, cl bmc.Client) error {
+	r, ok := cl.(bmc.SELReader)
+	if !ok {
+		return fmt.Errorf("driver %s cannot read the event log", n.Driver)
+	}
+	entries, err := r.ReadEventLog(ctx)
+	if err != nil {
+		return err
+	}
+	return history.Record(ctx, c.db.Client, history.Event{NodeID: n.ID, Severity: history.Info, Type: "sel",
+		Message: fmt.Sprintf("System event log read: %d entries.", len(entries)), Detail: strings.Join(entries, "\n"), Conductor: c.cfg.Name})
 }

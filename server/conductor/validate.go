@@ -50,6 +50,16 @@ func validateNode(n *ent.Node) map[string]Validation {
 	for _, iface := range Interfaces {
 		impl := view.Interface(iface)
 		switch {
+		case iface == "management" && *bmcCheck.Result && bmc.Canonical(n.Driver) == "bmclib":
+			// Which steps the provider offers; the others are refused
+			// before a run starts.
+			p, _ := n.DriverInfo["bmclib_provider"].(string)
+			steps := bmc.BmclibSteps(p)
+			if len(steps) == 0 {
+				steps = []string{"none"}
+			}
+			reason := fmt.Sprintf("bmclib provider %s; steps beyond power: %s", p, strings.Join(steps, ", "))
+			out[iface] = Validation{Result: &yes, Reason: &reason}
 		case iface == "power" || iface == "management":
 			out[iface] = bmcCheck
 		case iface == "deploy":
