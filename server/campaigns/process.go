@@ -35,7 +35,7 @@ const lostStart = time.Minute
 // whether this conductor's hash ring gives it a node; the room is counted
 // in the database, so the cap holds across replicas.
 func (s *Service) Process(ctx context.Context, mine func(n *ent.Node) bool, log *slog.Logger) error {
-	now := time.Now()
+	now := s.now()
 	if err := s.db.Campaign.Update().Where(campaign.State(StateScheduled),
 		campaign.Or(campaign.StartAfterIsNil(), campaign.StartAfterLTE(now))).
 		SetState(StateRunning).SetStartedAt(now).SetUpdatedAt(now).Exec(ctx); err != nil {
@@ -145,11 +145,26 @@ func (s *Service) release(ctx context.Context, campaignID, rowID int, status, wh
 		if why != "" {
 			u.SetReason(why)
 		}
+		if status == NodePending {
+			u.SetBatch(0)
+		}
 		n, err := u.Save(ctx)
 		if err != nil || n == 0 {
 			return err
 		}
-		return tx.Campaign.Update().Where(campaign.ID(campaignID)).AddRunning(-1).SetUpdatedAt(time.Now()).Exec(ctx)
+		cu := tx.Campaign.Update().Where(campaign.ID(campaignID)).AddRunning(-1).SetUpdatedAt(time.Now())
+		if status == NodePending {
+			// The node never ran: its place in the batch is free again.
+			cu.AddBatchStarted(-1)
+		}
+		if err := cu.Exec(ctx); err != nil {
+			return err
+		}
+		// The last node of a full batch finished: the batch pause
+		// counts from now.
+		return tx.Campaign.Update().Where(campaign.ID(campaignID), campaign.Running(0), campaign.BatchDoneAtIsNil(),
+			predicate.Campaign(entsql.FieldsGTE(campaign.FieldBatchStarted, campaign.FieldMaxConcurrency))).
+			SetBatchDoneAt(s.now()).Exec(ctx)
 	})
 }
 
@@ -183,20 +198,28 @@ func (s *Service) settle(ctx context.Context, id int) error {
 			// Another replica failed it first, and audited it.
 			return err
 		}
-		s.guard.Done(s.conductorCtx(ctx), "anvil:campaign:failure_budget", "campaign", c.UUID, nil,
+		s.guard.Done(s.conductorCtx(ctx), EventFailureBudget, "campaign", c.UUID, nil,
 			map[string]any{"failed": k.Failed, "max_failures": c.MaxFailures})
 		return nil
 	}
 	if k.Pending > 0 || k.Running > 0 || c.Running > 0 {
 		return nil
 	}
+	var n int
 	switch {
 	case c.State == StateRunning:
-		return s.db.Campaign.Update().Where(campaign.ID(id), campaign.State(StateRunning)).
-			SetState(StateCompleted).SetFinishedAt(now).SetUpdatedAt(now).Exec(ctx)
+		c.State = StateCompleted
+		n, err = s.db.Campaign.Update().Where(campaign.ID(id), campaign.State(StateRunning)).
+			SetState(StateCompleted).SetFinishedAt(now).SetUpdatedAt(now).Save(ctx)
 	case slices.Contains(finished, c.State) && c.FinishedAt == nil:
-		return s.db.Campaign.Update().Where(campaign.ID(id), campaign.FinishedAtIsNil()).SetFinishedAt(now).Exec(ctx)
+		n, err = s.db.Campaign.Update().Where(campaign.ID(id), campaign.FinishedAtIsNil()).SetFinishedAt(now).Save(ctx)
 	}
+	if err != nil || n == 0 {
+		// Nothing ended here, or another replica ended it and audited it.
+		return err
+	}
+	s.guard.Done(s.conductorCtx(ctx), EventFinish, "campaign", c.UUID, nil, map[string]any{"state": c.State,
+		"succeeded": k.Succeeded, "failed": k.Failed, "skipped": k.Skipped})
 	return nil
 }
 
@@ -208,23 +231,47 @@ func (s *Service) conductorCtx(ctx context.Context) context.Context {
 // errFull ends a claim when the campaign has no room or stopped running.
 var errFull = errors.New("campaign full")
 
-// claim takes one place in the campaign (a conditional UPDATE on its
-// running count, below max_concurrency, while it runs) and the node's row
-// (pending to running) together, so the cap holds across replicas and no
-// node is started twice.
-func (s *Service) claim(ctx context.Context, c *ent.Campaign, r *ent.CampaignNode, run string, at time.Time) (bool, error) {
-	err := store.WithTx(ctx, s.db, func(tx *ent.Client) error {
-		n, err := tx.Campaign.Update().Where(campaign.ID(c.ID), campaign.State(StateRunning),
-			predicate.Campaign(entsql.FieldsLT(campaign.FieldRunning, campaign.FieldMaxConcurrency))).
-			AddRunning(1).Save(ctx)
+// claim takes one place in the campaign and the node's row (pending to
+// running) together, so the cap holds across replicas and no node is
+// started twice. The place is taken with a conditional UPDATE on the
+// campaign's counts while it runs: in the current batch while it has
+// fewer than max_concurrency nodes, else as the first of the next batch
+// once that is due (at once when the campaign rolls on without a
+// batch_pause; with one, when the last batch's nodes all finished and the
+// pause since passed). It returns the batch the node starts in, and
+// whether it opened that batch.
+func (s *Service) claim(ctx context.Context, c *ent.Campaign, r *ent.CampaignNode, run string, at time.Time) (batch int, opened bool, err error) {
+	err = store.WithTx(ctx, s.db, func(tx *ent.Client) error {
+		room := predicate.Campaign(entsql.FieldsLT(campaign.FieldRunning, campaign.FieldMaxConcurrency))
+		n, err := tx.Campaign.Update().Where(campaign.ID(c.ID), campaign.State(StateRunning), room, campaign.BatchGT(0),
+			predicate.Campaign(entsql.FieldsLT(campaign.FieldBatchStarted, campaign.FieldMaxConcurrency))).
+			AddRunning(1).AddBatchStarted(1).Save(ctx)
 		if err != nil {
 			return err
 		}
-		if n == 0 {
-			return errFull
+		opened = n == 0
+		if opened {
+			due := campaign.Or(campaign.Batch(0), campaign.BatchPause(0))
+			if c.BatchPause > 0 {
+				due = campaign.Or(campaign.Batch(0), campaign.And(campaign.Running(0),
+					campaign.BatchDoneAtLTE(s.now().Add(-time.Duration(c.BatchPause)*time.Second))))
+			}
+			n, err = tx.Campaign.Update().Where(campaign.ID(c.ID), campaign.State(StateRunning), room, due).
+				AddRunning(1).AddBatch(1).SetBatchStarted(1).ClearBatchDoneAt().Save(ctx)
+			if err != nil {
+				return err
+			}
+			if n == 0 {
+				return errFull
+			}
 		}
+		cur, err := tx.Campaign.Get(ctx, c.ID)
+		if err != nil {
+			return err
+		}
+		batch = cur.Batch
 		n, err = tx.CampaignNode.Update().Where(campaignnode.ID(r.ID), campaignnode.Status(NodePending)).
-			SetStatus(NodeRunning).SetStartedAt(at).SetRun(run).ClearReason().Save(ctx)
+			SetStatus(NodeRunning).SetStartedAt(at).SetRun(run).SetBatch(batch).ClearReason().Save(ctx)
 		if err != nil {
 			return err
 		}
@@ -235,11 +282,13 @@ func (s *Service) claim(ctx context.Context, c *ent.Campaign, r *ent.CampaignNod
 	})
 	switch {
 	case errors.Is(err, errFull):
-		return false, errFull
+		return 0, false, errFull
 	case errors.Is(err, errClaimLost):
-		return false, nil
+		return 0, false, nil
+	case err != nil:
+		return 0, false, err
 	}
-	return err == nil, err
+	return batch, opened, nil
 }
 
 var errClaimLost = errors.New("claim lost")
@@ -254,6 +303,10 @@ func (s *Service) start(ctx context.Context, id int, mine func(n *ent.Node) bool
 	c, err := s.db.Campaign.Get(ctx, id)
 	if err != nil || c.State != StateRunning || c.Running >= c.MaxConcurrency {
 		return err
+	}
+	if w := WindowOf(c); w != nil && !w.Open(s.now()) {
+		// Outside its window the campaign stays running and starts nothing.
+		return nil
 	}
 	as := policies.WithPrincipal(ctx, principalOf(c.Principal))
 	last := -1
@@ -300,12 +353,15 @@ func (s *Service) start(ctx context.Context, id int, mine func(n *ent.Node) bool
 				run = "service"
 			}
 			at := time.Now().Truncate(time.Millisecond)
-			ok, err := s.claim(ctx, c, r, run, at)
+			batch, opened, err := s.claim(ctx, c, r, run, at)
 			if errors.Is(err, errFull) {
 				return nil
 			}
-			if err != nil || !ok {
+			if err != nil || batch == 0 {
 				return err
+			}
+			if opened {
+				s.batchEvents(ctx, c, batch)
 			}
 			err = s.ops.Provision(as, n.UUID, conductor.ProvisionRequest{Target: run, Runbook: c.Runbook})
 			switch {
@@ -328,6 +384,15 @@ func (s *Service) start(ctx context.Context, id int, mine func(n *ent.Node) bool
 			}
 		}
 	}
+}
+
+// batchEvents audits a batch's start, and the campaign's with its first.
+func (s *Service) batchEvents(ctx context.Context, c *ent.Campaign, batch int) {
+	as := s.conductorCtx(ctx)
+	if batch == 1 {
+		s.guard.Done(as, EventStart, "campaign", c.UUID, nil, map[string]any{"name": c.Name, "runbook": c.RunbookName})
+	}
+	s.guard.Done(as, EventBatch, "campaign", c.UUID, nil, map[string]any{"batch": batch, "max_concurrency": c.MaxConcurrency})
 }
 
 func (s *Service) skip(ctx context.Context, rowID int, why string) error {
