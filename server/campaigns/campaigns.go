@@ -345,13 +345,13 @@ type Input struct {
 	NodeQuery      *NodeQuery `json:"node_query"`
 	MaxConcurrency *int       `json:"max_concurrency"`
 	// MaxFailures is a count ("3" or 3) or a share of the nodes ("10%").
-	MaxFailures      any     `json:"max_failures"`
-	StartAfter       *string `json:"start_after"`
-	Window           *Window `json:"window"`
+	MaxFailures any     `json:"max_failures"`
+	StartAfter  *string `json:"start_after"`
+	Window      *Window `json:"window"`
 	// BatchPause (seconds) runs the campaign in batches of
 	// max_concurrency nodes with this pause between them.
-	BatchPause       *int    `json:"batch_pause"`
-	RequiresApproval bool    `json:"requires_approval"`
+	BatchPause       *int `json:"batch_pause"`
+	RequiresApproval bool `json:"requires_approval"`
 	// SkipIneligible records ineligible nodes as skipped, with their
 	// reason, instead of refusing the request.
 	SkipIneligible bool `json:"skip_ineligible"`
