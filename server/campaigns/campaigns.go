@@ -715,11 +715,13 @@ func (s *Service) create(ctx context.Context, in *Input, retryOf string) (v *Vie
 	if err != nil {
 		return nil, err
 	}
-	s.poke()
+	// The answer shows the campaign as created, before this replica's
+	// conductor is woken to start its nodes.
 	vs, err := s.views(ctx, []*ent.Campaign{c})
 	if err != nil {
 		return nil, err
 	}
+	s.poke()
 	return vs[0], nil
 }
 

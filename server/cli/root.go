@@ -38,7 +38,7 @@ func NewRoot(out, errOut io.Writer) *cobra.Command {
 	}
 	root.SetOut(out)
 	root.SetErr(errOut)
-	root.AddCommand(serveCmd(), migrateCmd(), nodeCmd(), userCmd(), tokenCmd(), policyCmd(), dbCmd(), firmwareCmd())
+	root.AddCommand(serveCmd(), migrateCmd(), nodeCmd(), userCmd(), tokenCmd(), policyCmd(), dbCmd(), firmwareCmd(), campaignCmd())
 	return root
 }
 
