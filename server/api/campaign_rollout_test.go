@@ -150,8 +150,8 @@ func TestCampaignBatchPause(t *testing.T) {
 }
 
 // Retry makes a new campaign, as the caller, over a campaign's failed
-// nodes with its runbook and settings; a node still in clean failed is
-// refused until it is recovered; a campaign without failures is a 409.
+// nodes with its runbook and settings; a node its failure left in
+// maintenance is refused until it is recovered; a campaign without failures is a 409.
 func TestCampaignRetryFailed(t *testing.T) {
 	storetest.Each(t, func(t *testing.T, setting string, db *store.DB) {
 		_, clients := startLocal(t, setting)
@@ -172,13 +172,15 @@ func TestCampaignRetryFailed(t *testing.T) {
 		}
 		mustStatus(t, clients["other-admin"].Do(t, "POST", "/v1/campaigns/"+id+"/retry", nil), 404)
 		mustStatus(t, clients["system-reader"].Do(t, "POST", "/v1/campaigns/"+id+"/retry", nil), 403)
-		// Still in clean failed: refused, naming the nodes.
-		if f := admin.Do(t, "POST", "/v1/campaigns/"+id+"/retry", nil); f.Status != 400 || !strings.Contains(f.Fault(t), "clean failed") {
+		// The failed runs left the nodes in maintenance: refused, naming
+		// them, until they are recovered.
+		if f := admin.Do(t, "POST", "/v1/campaigns/"+id+"/retry", nil); f.Status != 400 || !strings.Contains(f.Fault(t), "maintenance") {
 			t.Fatalf("unrecovered: %d %s", f.Status, f.Body)
 		}
 		for _, n := range names[:2] {
 			provision(t, admin, n, map[string]any{"target": "manage"}, 202)
 			waitState(t, admin, n, "manageable")
+			mustStatus(t, admin.Do(t, "DELETE", "/v1/nodes/"+n+"/maintenance", nil), 202)
 		}
 		r = admin.Do(t, "POST", "/v1/campaigns/"+id+"/retry", nil)
 		mustStatus(t, r, 201)

@@ -734,8 +734,9 @@ type RetryInput struct {
 
 // Retry creates, as the caller, a new campaign over ident's failed nodes
 // with its runbook and settings (not its start_after, which has passed).
-// Each node is checked again as for any campaign: one still in clean
-// failed must be recovered first, or skipped with skip_ineligible.
+// Each node is checked again as for any campaign: one its failure left
+// in maintenance (or clean failed) must be recovered first, or skipped
+// with skip_ineligible.
 func (s *Service) Retry(ctx context.Context, ident string, in *RetryInput) (*View, error) {
 	c, err := s.find(ctx, ident)
 	if err != nil {
