@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
+
 	"github.com/anvilproject/anvil/ent"
 	"github.com/anvilproject/anvil/ent/campaignnode"
 	"github.com/anvilproject/anvil/ent/node"
@@ -41,7 +43,7 @@ func BenchmarkCampaign(b *testing.B) {
 			}
 			recs := make([]nodes.ImportRecord, count)
 			for i := range recs {
-				recs[i] = nodes.ImportRecord{Line: i + 1, Node: nodes.CreateInput{Name: ptr(fmt.Sprintf("roll-%05d", i)), Driver: "fake",
+				recs[i] = nodes.ImportRecord{Line: i + 1, Node: nodes.CreateInput{UUID: uuid.NewString(), Name: ptr(fmt.Sprintf("roll-%05d", i)), Driver: "fake",
 					ProvisionState: nodes.StateManageable}, Traits: []string{"CUSTOM_BASE", "CUSTOM_ROLL"}}
 			}
 			if err := nodes.Import(ctx, srv.DB, recs); err != nil {

@@ -75,16 +75,17 @@ func (s *Service) follow(ctx context.Context, c *ent.Campaign, mine func(n *ent.
 	if err != nil {
 		return err
 	}
+	ns, err := s.nodesOf(ctx, rows)
+	if err != nil {
+		return err
+	}
 	for _, r := range rows {
-		n, err := s.db.Node.Query().Where(node.UUID(r.NodeUUID)).Only(ctx)
-		if ent.IsNotFound(err) {
+		n := ns[r.NodeUUID]
+		if n == nil {
 			if err := s.release(ctx, c.ID, r.ID, NodeFailed, "the node was deleted during its run"); err != nil {
 				return err
 			}
 			continue
-		}
-		if err != nil {
-			return err
 		}
 		if !mine(n) {
 			continue
@@ -122,6 +123,24 @@ func (s *Service) follow(ctx context.Context, c *ent.Campaign, mine func(n *ent.
 		log.Info("campaign node finished", "campaign", c.UUID, "node", r.NodeUUID, "status", status)
 	}
 	return nil
+}
+
+// nodesOf loads the nodes of rows in one query, by UUID; a deleted node
+// is absent from the map.
+func (s *Service) nodesOf(ctx context.Context, rows []*ent.CampaignNode) (map[string]*ent.Node, error) {
+	ids := make([]string, len(rows))
+	for i, r := range rows {
+		ids[i] = r.NodeUUID
+	}
+	ns, err := s.db.Node.Query().Where(node.UUIDIn(ids...)).All(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[string]*ent.Node, len(ns))
+	for _, n := range ns {
+		out[n.UUID] = n
+	}
+	return out, nil
 }
 
 func deref(p *string) string {
@@ -316,17 +335,21 @@ func (s *Service) start(ctx context.Context, id int, mine func(n *ent.Node) bool
 		if err != nil || len(rows) == 0 {
 			return err
 		}
+		// One query for the page's nodes: what is read here only
+		// decides whether to try; the provision request decides again
+		// under the node's lock.
+		ns, err := s.nodesOf(ctx, rows)
+		if err != nil {
+			return err
+		}
 		for _, r := range rows {
 			last = r.Position
-			n, err := s.db.Node.Query().Where(node.UUID(r.NodeUUID)).Only(ctx)
-			if ent.IsNotFound(err) {
+			n := ns[r.NodeUUID]
+			if n == nil {
 				if err := s.skip(ctx, r.ID, "the node was deleted"); err != nil {
 					return err
 				}
 				continue
-			}
-			if err != nil {
-				return err
 			}
 			if !mine(n) {
 				continue
