@@ -119,9 +119,9 @@ func TestCampaignBatchPause(t *testing.T) {
 		mustStatus(t, r, 201)
 		id := r.JSON(t)["uuid"].(string)
 		for batch, done := range []int{2, 4} {
-			m := waitCampaign(t, admin, id, func(m map[string]any) bool { return count(m, "succeeded") == done })
+			waitCampaign(t, admin, id, func(m map[string]any) bool { return count(m, "succeeded") == done })
 			time.Sleep(1500 * time.Millisecond) // more than a campaign pass: the pause holds
-			if m = admin.Do(t, "GET", "/v1/campaigns/"+id, nil).JSON(t); count(m, "succeeded") != done || count(m, "running") != 0 ||
+			if m := admin.Do(t, "GET", "/v1/campaigns/"+id, nil).JSON(t); count(m, "succeeded") != done || count(m, "running") != 0 ||
 				m["batch"] != float64(batch+1) {
 				t.Fatalf("after batch %d: batch %v, %v", batch+1, m["batch"], m["counts"])
 			}
