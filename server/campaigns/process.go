@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	entsql "entgo.io/ent/dialect/sql"
@@ -318,7 +319,20 @@ var errClaimLost = errors.New("claim lost")
 // that is busy or locked waits for a later pass; one in maintenance, or
 // that the creator may no longer run the runbook on, is skipped with the
 // reason.
-func (s *Service) start(ctx context.Context, id int, mine func(n *ent.Node) bool, log *slog.Logger) error {
+func (s *Service) start(ctx context.Context, id int, mine func(n *ent.Node) bool, log *slog.Logger) (err error) {
+	// Places are claimed one after the other, in the nodes' order; the
+	// provision requests, which take the time, go out startWorkers at a
+	// time, and the pass returns once they all answered.
+	var (
+		wg     sync.WaitGroup
+		mu     sync.Mutex
+		runErr error
+	)
+	sem := make(chan struct{}, startWorkers)
+	defer func() {
+		wg.Wait()
+		err = errors.Join(err, runErr)
+	}()
 	c, err := s.db.Campaign.Get(ctx, id)
 	if err != nil || c.State != StateRunning || c.Running >= c.MaxConcurrency {
 		return err
@@ -386,27 +400,40 @@ func (s *Service) start(ctx context.Context, id int, mine func(n *ent.Node) bool
 			if opened {
 				s.batchEvents(ctx, c, batch)
 			}
-			err = s.ops.Provision(as, n.UUID, conductor.ProvisionRequest{Target: run, Runbook: c.Runbook})
-			switch {
-			case err == nil:
-				log.Info("campaign node started", "campaign", c.UUID, "node", n.UUID, "run", run)
-			case errs.IsLocked(err) || errs.Status(err) == 409 || errs.Status(err) >= 500:
-				// Taken by something else first, or a fault of ours:
-				// the node waits for a later pass.
-				if errs.Status(err) >= 500 {
-					log.Error("campaign node start", "campaign", c.UUID, "node", n.UUID, "err", err)
+			wg.Add(1)
+			sem <- struct{}{}
+			go func() {
+				defer func() { <-sem; wg.Done() }()
+				if err := s.launch(as, c, r, n.UUID, run, log); err != nil {
+					mu.Lock()
+					runErr = errors.Join(runErr, err)
+					mu.Unlock()
 				}
-				if err := s.release(ctx, c.ID, r.ID, NodePending, ""); err != nil {
-					return err
-				}
-			default:
-				// The creator may no longer run it here (404, 403, 400).
-				if err := s.release(ctx, c.ID, r.ID, NodeSkipped, err.Error()); err != nil {
-					return err
-				}
-			}
+			}()
 		}
 	}
+}
+
+// startWorkers bounds one pass's provision requests in flight.
+const startWorkers = 16
+
+// launch starts a claimed node's run as the campaign's creator (as). A
+// node taken by something else first, or a fault of ours, goes back to
+// pending for a later pass; one the creator may no longer run it on
+// (404, 403, 400) is skipped with the reason.
+func (s *Service) launch(as context.Context, c *ent.Campaign, r *ent.CampaignNode, node, run string, log *slog.Logger) error {
+	err := s.ops.Provision(as, node, conductor.ProvisionRequest{Target: run, Runbook: c.Runbook})
+	switch {
+	case err == nil:
+		log.Info("campaign node started", "campaign", c.UUID, "node", node, "run", run)
+		return nil
+	case errs.IsLocked(err) || errs.Status(err) == 409 || errs.Status(err) >= 500:
+		if errs.Status(err) >= 500 {
+			log.Error("campaign node start", "campaign", c.UUID, "node", node, "err", err)
+		}
+		return s.release(as, c.ID, r.ID, NodePending, "")
+	}
+	return s.release(as, c.ID, r.ID, NodeSkipped, err.Error())
 }
 
 // batchEvents audits a batch's start, and the campaign's with its first.
