@@ -160,7 +160,10 @@ func (s *Service) release(ctx context.Context, campaignID, rowID int, status, wh
 		if status == NodePending {
 			u.ClearStartedAt().ClearRun()
 		} else {
-			u.SetFinishedAt(time.Now())
+			// At the millisecond, as started_at is: a node claimed
+			// right after this release never seems to start before it
+			// finished.
+			u.SetFinishedAt(time.Now().Truncate(time.Millisecond))
 		}
 		if why != "" {
 			u.SetReason(why)
