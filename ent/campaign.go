@@ -48,6 +48,24 @@ type Campaign struct {
 	Running int `json:"running,omitempty"`
 	// StartAfter holds the value of the "start_after" field.
 	StartAfter *time.Time `json:"start_after,omitempty"`
+	// WindowDays holds the value of the "window_days" field.
+	WindowDays []string `json:"window_days,omitempty"`
+	// WindowFrom holds the value of the "window_from" field.
+	WindowFrom *string `json:"window_from,omitempty"`
+	// WindowTo holds the value of the "window_to" field.
+	WindowTo *string `json:"window_to,omitempty"`
+	// WindowTimezone holds the value of the "window_timezone" field.
+	WindowTimezone *string `json:"window_timezone,omitempty"`
+	// BatchPause holds the value of the "batch_pause" field.
+	BatchPause int `json:"batch_pause,omitempty"`
+	// Batch holds the value of the "batch" field.
+	Batch int `json:"batch,omitempty"`
+	// BatchStarted holds the value of the "batch_started" field.
+	BatchStarted int `json:"batch_started,omitempty"`
+	// BatchDoneAt holds the value of the "batch_done_at" field.
+	BatchDoneAt *time.Time `json:"batch_done_at,omitempty"`
+	// RetryOf holds the value of the "retry_of" field.
+	RetryOf *string `json:"retry_of,omitempty"`
 	// RequiresApproval holds the value of the "requires_approval" field.
 	RequiresApproval bool `json:"requires_approval,omitempty"`
 	// ApprovedBy holds the value of the "approved_by" field.
@@ -68,9 +86,11 @@ type Campaign struct {
 type CampaignEdges struct {
 	// Nodes holds the value of the nodes edge.
 	Nodes []*CampaignNode `json:"nodes,omitempty"`
+	// Approvals holds the value of the approvals edge.
+	Approvals []*CampaignApproval `json:"approvals,omitempty"`
 	// loadedTypes holds the information for reporting if a
 	// type was loaded (or requested) in eager-loading or not.
-	loadedTypes [1]bool
+	loadedTypes [2]bool
 }
 
 // NodesOrErr returns the Nodes value or an error if the edge
@@ -82,20 +102,29 @@ func (e CampaignEdges) NodesOrErr() ([]*CampaignNode, error) {
 	return nil, &NotLoadedError{edge: "nodes"}
 }
 
+// ApprovalsOrErr returns the Approvals value or an error if the edge
+// was not loaded in eager-loading.
+func (e CampaignEdges) ApprovalsOrErr() ([]*CampaignApproval, error) {
+	if e.loadedTypes[1] {
+		return e.Approvals, nil
+	}
+	return nil, &NotLoadedError{edge: "approvals"}
+}
+
 // scanValues returns the types for scanning values from sql.Rows.
 func (*Campaign) scanValues(columns []string) ([]any, error) {
 	values := make([]any, len(columns))
 	for i := range columns {
 		switch columns[i] {
-		case campaign.FieldPrincipal:
+		case campaign.FieldPrincipal, campaign.FieldWindowDays:
 			values[i] = new([]byte)
 		case campaign.FieldRequiresApproval:
 			values[i] = new(sql.NullBool)
-		case campaign.FieldID, campaign.FieldMaxConcurrency, campaign.FieldMaxFailures, campaign.FieldMaxFailuresPercent, campaign.FieldRunning:
+		case campaign.FieldID, campaign.FieldMaxConcurrency, campaign.FieldMaxFailures, campaign.FieldMaxFailuresPercent, campaign.FieldRunning, campaign.FieldBatchPause, campaign.FieldBatch, campaign.FieldBatchStarted:
 			values[i] = new(sql.NullInt64)
-		case campaign.FieldUUID, campaign.FieldName, campaign.FieldRunbook, campaign.FieldRunbookName, campaign.FieldOwner, campaign.FieldCreatedBy, campaign.FieldState, campaign.FieldApprovedBy:
+		case campaign.FieldUUID, campaign.FieldName, campaign.FieldRunbook, campaign.FieldRunbookName, campaign.FieldOwner, campaign.FieldCreatedBy, campaign.FieldState, campaign.FieldWindowFrom, campaign.FieldWindowTo, campaign.FieldWindowTimezone, campaign.FieldRetryOf, campaign.FieldApprovedBy:
 			values[i] = new(sql.NullString)
-		case campaign.FieldCreatedAt, campaign.FieldUpdatedAt, campaign.FieldStartAfter, campaign.FieldApprovedAt, campaign.FieldStartedAt, campaign.FieldFinishedAt:
+		case campaign.FieldCreatedAt, campaign.FieldUpdatedAt, campaign.FieldStartAfter, campaign.FieldBatchDoneAt, campaign.FieldApprovedAt, campaign.FieldStartedAt, campaign.FieldFinishedAt:
 			values[i] = new(sql.NullTime)
 		default:
 			values[i] = new(sql.UnknownType)
@@ -214,6 +243,67 @@ func (_m *Campaign) assignValues(columns []string, values []any) error {
 				_m.StartAfter = new(time.Time)
 				*_m.StartAfter = value.Time
 			}
+		case campaign.FieldWindowDays:
+			if value, ok := values[i].(*[]byte); !ok {
+				return fmt.Errorf("unexpected type %T for field window_days", values[i])
+			} else if value != nil && len(*value) > 0 {
+				if err := json.Unmarshal(*value, &_m.WindowDays); err != nil {
+					return fmt.Errorf("unmarshal field window_days: %w", err)
+				}
+			}
+		case campaign.FieldWindowFrom:
+			if value, ok := values[i].(*sql.NullString); !ok {
+				return fmt.Errorf("unexpected type %T for field window_from", values[i])
+			} else if value.Valid {
+				_m.WindowFrom = new(string)
+				*_m.WindowFrom = value.String
+			}
+		case campaign.FieldWindowTo:
+			if value, ok := values[i].(*sql.NullString); !ok {
+				return fmt.Errorf("unexpected type %T for field window_to", values[i])
+			} else if value.Valid {
+				_m.WindowTo = new(string)
+				*_m.WindowTo = value.String
+			}
+		case campaign.FieldWindowTimezone:
+			if value, ok := values[i].(*sql.NullString); !ok {
+				return fmt.Errorf("unexpected type %T for field window_timezone", values[i])
+			} else if value.Valid {
+				_m.WindowTimezone = new(string)
+				*_m.WindowTimezone = value.String
+			}
+		case campaign.FieldBatchPause:
+			if value, ok := values[i].(*sql.NullInt64); !ok {
+				return fmt.Errorf("unexpected type %T for field batch_pause", values[i])
+			} else if value.Valid {
+				_m.BatchPause = int(value.Int64)
+			}
+		case campaign.FieldBatch:
+			if value, ok := values[i].(*sql.NullInt64); !ok {
+				return fmt.Errorf("unexpected type %T for field batch", values[i])
+			} else if value.Valid {
+				_m.Batch = int(value.Int64)
+			}
+		case campaign.FieldBatchStarted:
+			if value, ok := values[i].(*sql.NullInt64); !ok {
+				return fmt.Errorf("unexpected type %T for field batch_started", values[i])
+			} else if value.Valid {
+				_m.BatchStarted = int(value.Int64)
+			}
+		case campaign.FieldBatchDoneAt:
+			if value, ok := values[i].(*sql.NullTime); !ok {
+				return fmt.Errorf("unexpected type %T for field batch_done_at", values[i])
+			} else if value.Valid {
+				_m.BatchDoneAt = new(time.Time)
+				*_m.BatchDoneAt = value.Time
+			}
+		case campaign.FieldRetryOf:
+			if value, ok := values[i].(*sql.NullString); !ok {
+				return fmt.Errorf("unexpected type %T for field retry_of", values[i])
+			} else if value.Valid {
+				_m.RetryOf = new(string)
+				*_m.RetryOf = value.String
+			}
 		case campaign.FieldRequiresApproval:
 			if value, ok := values[i].(*sql.NullBool); !ok {
 				return fmt.Errorf("unexpected type %T for field requires_approval", values[i])
@@ -264,6 +354,11 @@ func (_m *Campaign) Value(name string) (ent.Value, error) {
 // QueryNodes queries the "nodes" edge of the Campaign entity.
 func (_m *Campaign) QueryNodes() *CampaignNodeQuery {
 	return NewCampaignClient(_m.config).QueryNodes(_m)
+}
+
+// QueryApprovals queries the "approvals" edge of the Campaign entity.
+func (_m *Campaign) QueryApprovals() *CampaignApprovalQuery {
+	return NewCampaignClient(_m.config).QueryApprovals(_m)
 }
 
 // Update returns a builder for updating this Campaign.
@@ -340,6 +435,43 @@ func (_m *Campaign) String() string {
 	if v := _m.StartAfter; v != nil {
 		builder.WriteString("start_after=")
 		builder.WriteString(v.Format(time.ANSIC))
+	}
+	builder.WriteString(", ")
+	builder.WriteString("window_days=")
+	builder.WriteString(fmt.Sprintf("%v", _m.WindowDays))
+	builder.WriteString(", ")
+	if v := _m.WindowFrom; v != nil {
+		builder.WriteString("window_from=")
+		builder.WriteString(*v)
+	}
+	builder.WriteString(", ")
+	if v := _m.WindowTo; v != nil {
+		builder.WriteString("window_to=")
+		builder.WriteString(*v)
+	}
+	builder.WriteString(", ")
+	if v := _m.WindowTimezone; v != nil {
+		builder.WriteString("window_timezone=")
+		builder.WriteString(*v)
+	}
+	builder.WriteString(", ")
+	builder.WriteString("batch_pause=")
+	builder.WriteString(fmt.Sprintf("%v", _m.BatchPause))
+	builder.WriteString(", ")
+	builder.WriteString("batch=")
+	builder.WriteString(fmt.Sprintf("%v", _m.Batch))
+	builder.WriteString(", ")
+	builder.WriteString("batch_started=")
+	builder.WriteString(fmt.Sprintf("%v", _m.BatchStarted))
+	builder.WriteString(", ")
+	if v := _m.BatchDoneAt; v != nil {
+		builder.WriteString("batch_done_at=")
+		builder.WriteString(v.Format(time.ANSIC))
+	}
+	builder.WriteString(", ")
+	if v := _m.RetryOf; v != nil {
+		builder.WriteString("retry_of=")
+		builder.WriteString(*v)
 	}
 	builder.WriteString(", ")
 	builder.WriteString("requires_approval=")

@@ -12,6 +12,7 @@ import (
 	"entgo.io/ent/dialect/sql/sqlgraph"
 	"entgo.io/ent/schema/field"
 	"github.com/anvilproject/anvil/ent/campaign"
+	"github.com/anvilproject/anvil/ent/campaignapproval"
 	"github.com/anvilproject/anvil/ent/campaignnode"
 )
 
@@ -161,6 +162,124 @@ func (_c *CampaignCreate) SetNillableStartAfter(v *time.Time) *CampaignCreate {
 	return _c
 }
 
+// SetWindowDays sets the "window_days" field.
+func (_c *CampaignCreate) SetWindowDays(v []string) *CampaignCreate {
+	_c.mutation.SetWindowDays(v)
+	return _c
+}
+
+// SetWindowFrom sets the "window_from" field.
+func (_c *CampaignCreate) SetWindowFrom(v string) *CampaignCreate {
+	_c.mutation.SetWindowFrom(v)
+	return _c
+}
+
+// SetNillableWindowFrom sets the "window_from" field if the given value is not nil.
+func (_c *CampaignCreate) SetNillableWindowFrom(v *string) *CampaignCreate {
+	if v != nil {
+		_c.SetWindowFrom(*v)
+	}
+	return _c
+}
+
+// SetWindowTo sets the "window_to" field.
+func (_c *CampaignCreate) SetWindowTo(v string) *CampaignCreate {
+	_c.mutation.SetWindowTo(v)
+	return _c
+}
+
+// SetNillableWindowTo sets the "window_to" field if the given value is not nil.
+func (_c *CampaignCreate) SetNillableWindowTo(v *string) *CampaignCreate {
+	if v != nil {
+		_c.SetWindowTo(*v)
+	}
+	return _c
+}
+
+// SetWindowTimezone sets the "window_timezone" field.
+func (_c *CampaignCreate) SetWindowTimezone(v string) *CampaignCreate {
+	_c.mutation.SetWindowTimezone(v)
+	return _c
+}
+
+// SetNillableWindowTimezone sets the "window_timezone" field if the given value is not nil.
+func (_c *CampaignCreate) SetNillableWindowTimezone(v *string) *CampaignCreate {
+	if v != nil {
+		_c.SetWindowTimezone(*v)
+	}
+	return _c
+}
+
+// SetBatchPause sets the "batch_pause" field.
+func (_c *CampaignCreate) SetBatchPause(v int) *CampaignCreate {
+	_c.mutation.SetBatchPause(v)
+	return _c
+}
+
+// SetNillableBatchPause sets the "batch_pause" field if the given value is not nil.
+func (_c *CampaignCreate) SetNillableBatchPause(v *int) *CampaignCreate {
+	if v != nil {
+		_c.SetBatchPause(*v)
+	}
+	return _c
+}
+
+// SetBatch sets the "batch" field.
+func (_c *CampaignCreate) SetBatch(v int) *CampaignCreate {
+	_c.mutation.SetBatch(v)
+	return _c
+}
+
+// SetNillableBatch sets the "batch" field if the given value is not nil.
+func (_c *CampaignCreate) SetNillableBatch(v *int) *CampaignCreate {
+	if v != nil {
+		_c.SetBatch(*v)
+	}
+	return _c
+}
+
+// SetBatchStarted sets the "batch_started" field.
+func (_c *CampaignCreate) SetBatchStarted(v int) *CampaignCreate {
+	_c.mutation.SetBatchStarted(v)
+	return _c
+}
+
+// SetNillableBatchStarted sets the "batch_started" field if the given value is not nil.
+func (_c *CampaignCreate) SetNillableBatchStarted(v *int) *CampaignCreate {
+	if v != nil {
+		_c.SetBatchStarted(*v)
+	}
+	return _c
+}
+
+// SetBatchDoneAt sets the "batch_done_at" field.
+func (_c *CampaignCreate) SetBatchDoneAt(v time.Time) *CampaignCreate {
+	_c.mutation.SetBatchDoneAt(v)
+	return _c
+}
+
+// SetNillableBatchDoneAt sets the "batch_done_at" field if the given value is not nil.
+func (_c *CampaignCreate) SetNillableBatchDoneAt(v *time.Time) *CampaignCreate {
+	if v != nil {
+		_c.SetBatchDoneAt(*v)
+	}
+	return _c
+}
+
+// SetRetryOf sets the "retry_of" field.
+func (_c *CampaignCreate) SetRetryOf(v string) *CampaignCreate {
+	_c.mutation.SetRetryOf(v)
+	return _c
+}
+
+// SetNillableRetryOf sets the "retry_of" field if the given value is not nil.
+func (_c *CampaignCreate) SetNillableRetryOf(v *string) *CampaignCreate {
+	if v != nil {
+		_c.SetRetryOf(*v)
+	}
+	return _c
+}
+
 // SetRequiresApproval sets the "requires_approval" field.
 func (_c *CampaignCreate) SetRequiresApproval(v bool) *CampaignCreate {
 	_c.mutation.SetRequiresApproval(v)
@@ -246,6 +365,21 @@ func (_c *CampaignCreate) AddNodes(v ...*CampaignNode) *CampaignCreate {
 	return _c.AddNodeIDs(ids...)
 }
 
+// AddApprovalIDs adds the "approvals" edge to the CampaignApproval entity by IDs.
+func (_c *CampaignCreate) AddApprovalIDs(ids ...int) *CampaignCreate {
+	_c.mutation.AddApprovalIDs(ids...)
+	return _c
+}
+
+// AddApprovals adds the "approvals" edges to the CampaignApproval entity.
+func (_c *CampaignCreate) AddApprovals(v ...*CampaignApproval) *CampaignCreate {
+	ids := make([]int, len(v))
+	for i := range v {
+		ids[i] = v[i].ID
+	}
+	return _c.AddApprovalIDs(ids...)
+}
+
 // Mutation returns the CampaignMutation object of the builder.
 func (_c *CampaignCreate) Mutation() *CampaignMutation {
 	return _c.mutation
@@ -288,6 +422,18 @@ func (_c *CampaignCreate) defaults() {
 	if _, ok := _c.mutation.Running(); !ok {
 		v := campaign.DefaultRunning
 		_c.mutation.SetRunning(v)
+	}
+	if _, ok := _c.mutation.BatchPause(); !ok {
+		v := campaign.DefaultBatchPause
+		_c.mutation.SetBatchPause(v)
+	}
+	if _, ok := _c.mutation.Batch(); !ok {
+		v := campaign.DefaultBatch
+		_c.mutation.SetBatch(v)
+	}
+	if _, ok := _c.mutation.BatchStarted(); !ok {
+		v := campaign.DefaultBatchStarted
+		_c.mutation.SetBatchStarted(v)
 	}
 	if _, ok := _c.mutation.RequiresApproval(); !ok {
 		v := campaign.DefaultRequiresApproval
@@ -364,6 +510,35 @@ func (_c *CampaignCreate) check() error {
 	}
 	if _, ok := _c.mutation.Running(); !ok {
 		return &ValidationError{Name: "running", err: errors.New(`ent: missing required field "Campaign.running"`)}
+	}
+	if v, ok := _c.mutation.WindowFrom(); ok {
+		if err := campaign.WindowFromValidator(v); err != nil {
+			return &ValidationError{Name: "window_from", err: fmt.Errorf(`ent: validator failed for field "Campaign.window_from": %w`, err)}
+		}
+	}
+	if v, ok := _c.mutation.WindowTo(); ok {
+		if err := campaign.WindowToValidator(v); err != nil {
+			return &ValidationError{Name: "window_to", err: fmt.Errorf(`ent: validator failed for field "Campaign.window_to": %w`, err)}
+		}
+	}
+	if v, ok := _c.mutation.WindowTimezone(); ok {
+		if err := campaign.WindowTimezoneValidator(v); err != nil {
+			return &ValidationError{Name: "window_timezone", err: fmt.Errorf(`ent: validator failed for field "Campaign.window_timezone": %w`, err)}
+		}
+	}
+	if _, ok := _c.mutation.BatchPause(); !ok {
+		return &ValidationError{Name: "batch_pause", err: errors.New(`ent: missing required field "Campaign.batch_pause"`)}
+	}
+	if _, ok := _c.mutation.Batch(); !ok {
+		return &ValidationError{Name: "batch", err: errors.New(`ent: missing required field "Campaign.batch"`)}
+	}
+	if _, ok := _c.mutation.BatchStarted(); !ok {
+		return &ValidationError{Name: "batch_started", err: errors.New(`ent: missing required field "Campaign.batch_started"`)}
+	}
+	if v, ok := _c.mutation.RetryOf(); ok {
+		if err := campaign.RetryOfValidator(v); err != nil {
+			return &ValidationError{Name: "retry_of", err: fmt.Errorf(`ent: validator failed for field "Campaign.retry_of": %w`, err)}
+		}
 	}
 	if _, ok := _c.mutation.RequiresApproval(); !ok {
 		return &ValidationError{Name: "requires_approval", err: errors.New(`ent: missing required field "Campaign.requires_approval"`)}
@@ -460,6 +635,42 @@ func (_c *CampaignCreate) createSpec() (*Campaign, *sqlgraph.CreateSpec) {
 		_spec.SetField(campaign.FieldStartAfter, field.TypeTime, value)
 		_node.StartAfter = &value
 	}
+	if value, ok := _c.mutation.WindowDays(); ok {
+		_spec.SetField(campaign.FieldWindowDays, field.TypeJSON, value)
+		_node.WindowDays = value
+	}
+	if value, ok := _c.mutation.WindowFrom(); ok {
+		_spec.SetField(campaign.FieldWindowFrom, field.TypeString, value)
+		_node.WindowFrom = &value
+	}
+	if value, ok := _c.mutation.WindowTo(); ok {
+		_spec.SetField(campaign.FieldWindowTo, field.TypeString, value)
+		_node.WindowTo = &value
+	}
+	if value, ok := _c.mutation.WindowTimezone(); ok {
+		_spec.SetField(campaign.FieldWindowTimezone, field.TypeString, value)
+		_node.WindowTimezone = &value
+	}
+	if value, ok := _c.mutation.BatchPause(); ok {
+		_spec.SetField(campaign.FieldBatchPause, field.TypeInt, value)
+		_node.BatchPause = value
+	}
+	if value, ok := _c.mutation.Batch(); ok {
+		_spec.SetField(campaign.FieldBatch, field.TypeInt, value)
+		_node.Batch = value
+	}
+	if value, ok := _c.mutation.BatchStarted(); ok {
+		_spec.SetField(campaign.FieldBatchStarted, field.TypeInt, value)
+		_node.BatchStarted = value
+	}
+	if value, ok := _c.mutation.BatchDoneAt(); ok {
+		_spec.SetField(campaign.FieldBatchDoneAt, field.TypeTime, value)
+		_node.BatchDoneAt = &value
+	}
+	if value, ok := _c.mutation.RetryOf(); ok {
+		_spec.SetField(campaign.FieldRetryOf, field.TypeString, value)
+		_node.RetryOf = &value
+	}
 	if value, ok := _c.mutation.RequiresApproval(); ok {
 		_spec.SetField(campaign.FieldRequiresApproval, field.TypeBool, value)
 		_node.RequiresApproval = value
@@ -489,6 +700,22 @@ func (_c *CampaignCreate) createSpec() (*Campaign, *sqlgraph.CreateSpec) {
 			Bidi:    false,
 			Target: &sqlgraph.EdgeTarget{
 				IDSpec: sqlgraph.NewFieldSpec(campaignnode.FieldID, field.TypeInt),
+			},
+		}
+		for _, k := range nodes {
+			edge.Target.Nodes = append(edge.Target.Nodes, k)
+		}
+		_spec.Edges = append(_spec.Edges, edge)
+	}
+	if nodes := _c.mutation.ApprovalsIDs(); len(nodes) > 0 {
+		edge := &sqlgraph.EdgeSpec{
+			Rel:     sqlgraph.O2M,
+			Inverse: false,
+			Table:   campaign.ApprovalsTable,
+			Columns: []string{campaign.ApprovalsColumn},
+			Bidi:    false,
+			Target: &sqlgraph.EdgeTarget{
+				IDSpec: sqlgraph.NewFieldSpec(campaignapproval.FieldID, field.TypeInt),
 			},
 		}
 		for _, k := range nodes {
@@ -686,6 +913,78 @@ func (u *CampaignUpsert) ClearStartAfter() *CampaignUpsert {
 	return u
 }
 
+// SetWindowDays sets the "window_days" field.
+func (u *CampaignUpsert) SetWindowDays(v []string) *CampaignUpsert {
+	u.Set(campaign.FieldWindowDays, v)
+	return u
+}
+
+// UpdateWindowDays sets the "window_days" field to the value that was provided on create.
+func (u *CampaignUpsert) UpdateWindowDays() *CampaignUpsert {
+	u.SetExcluded(campaign.FieldWindowDays)
+	return u
+}
+
+// ClearWindowDays clears the value of the "window_days" field.
+func (u *CampaignUpsert) ClearWindowDays() *CampaignUpsert {
+	u.SetNull(campaign.FieldWindowDays)
+	return u
+}
+
+// SetBatch sets the "batch" field.
+func (u *CampaignUpsert) SetBatch(v int) *CampaignUpsert {
+	u.Set(campaign.FieldBatch, v)
+	return u
+}
+
+// UpdateBatch sets the "batch" field to the value that was provided on create.
+func (u *CampaignUpsert) UpdateBatch() *CampaignUpsert {
+	u.SetExcluded(campaign.FieldBatch)
+	return u
+}
+
+// AddBatch adds v to the "batch" field.
+func (u *CampaignUpsert) AddBatch(v int) *CampaignUpsert {
+	u.Add(campaign.FieldBatch, v)
+	return u
+}
+
+// SetBatchStarted sets the "batch_started" field.
+func (u *CampaignUpsert) SetBatchStarted(v int) *CampaignUpsert {
+	u.Set(campaign.FieldBatchStarted, v)
+	return u
+}
+
+// UpdateBatchStarted sets the "batch_started" field to the value that was provided on create.
+func (u *CampaignUpsert) UpdateBatchStarted() *CampaignUpsert {
+	u.SetExcluded(campaign.FieldBatchStarted)
+	return u
+}
+
+// AddBatchStarted adds v to the "batch_started" field.
+func (u *CampaignUpsert) AddBatchStarted(v int) *CampaignUpsert {
+	u.Add(campaign.FieldBatchStarted, v)
+	return u
+}
+
+// SetBatchDoneAt sets the "batch_done_at" field.
+func (u *CampaignUpsert) SetBatchDoneAt(v time.Time) *CampaignUpsert {
+	u.Set(campaign.FieldBatchDoneAt, v)
+	return u
+}
+
+// UpdateBatchDoneAt sets the "batch_done_at" field to the value that was provided on create.
+func (u *CampaignUpsert) UpdateBatchDoneAt() *CampaignUpsert {
+	u.SetExcluded(campaign.FieldBatchDoneAt)
+	return u
+}
+
+// ClearBatchDoneAt clears the value of the "batch_done_at" field.
+func (u *CampaignUpsert) ClearBatchDoneAt() *CampaignUpsert {
+	u.SetNull(campaign.FieldBatchDoneAt)
+	return u
+}
+
 // SetRequiresApproval sets the "requires_approval" field.
 func (u *CampaignUpsert) SetRequiresApproval(v bool) *CampaignUpsert {
 	u.Set(campaign.FieldRequiresApproval, v)
@@ -801,6 +1100,21 @@ func (u *CampaignUpsertOne) UpdateNewValues() *CampaignUpsertOne {
 		}
 		if _, exists := u.create.mutation.Principal(); exists {
 			s.SetIgnore(campaign.FieldPrincipal)
+		}
+		if _, exists := u.create.mutation.WindowFrom(); exists {
+			s.SetIgnore(campaign.FieldWindowFrom)
+		}
+		if _, exists := u.create.mutation.WindowTo(); exists {
+			s.SetIgnore(campaign.FieldWindowTo)
+		}
+		if _, exists := u.create.mutation.WindowTimezone(); exists {
+			s.SetIgnore(campaign.FieldWindowTimezone)
+		}
+		if _, exists := u.create.mutation.BatchPause(); exists {
+			s.SetIgnore(campaign.FieldBatchPause)
+		}
+		if _, exists := u.create.mutation.RetryOf(); exists {
+			s.SetIgnore(campaign.FieldRetryOf)
 		}
 	}))
 	return u
@@ -991,6 +1305,90 @@ func (u *CampaignUpsertOne) UpdateStartAfter() *CampaignUpsertOne {
 func (u *CampaignUpsertOne) ClearStartAfter() *CampaignUpsertOne {
 	return u.Update(func(s *CampaignUpsert) {
 		s.ClearStartAfter()
+	})
+}
+
+// SetWindowDays sets the "window_days" field.
+func (u *CampaignUpsertOne) SetWindowDays(v []string) *CampaignUpsertOne {
+	return u.Update(func(s *CampaignUpsert) {
+		s.SetWindowDays(v)
+	})
+}
+
+// UpdateWindowDays sets the "window_days" field to the value that was provided on create.
+func (u *CampaignUpsertOne) UpdateWindowDays() *CampaignUpsertOne {
+	return u.Update(func(s *CampaignUpsert) {
+		s.UpdateWindowDays()
+	})
+}
+
+// ClearWindowDays clears the value of the "window_days" field.
+func (u *CampaignUpsertOne) ClearWindowDays() *CampaignUpsertOne {
+	return u.Update(func(s *CampaignUpsert) {
+		s.ClearWindowDays()
+	})
+}
+
+// SetBatch sets the "batch" field.
+func (u *CampaignUpsertOne) SetBatch(v int) *CampaignUpsertOne {
+	return u.Update(func(s *CampaignUpsert) {
+		s.SetBatch(v)
+	})
+}
+
+// AddBatch adds v to the "batch" field.
+func (u *CampaignUpsertOne) AddBatch(v int) *CampaignUpsertOne {
+	return u.Update(func(s *CampaignUpsert) {
+		s.AddBatch(v)
+	})
+}
+
+// UpdateBatch sets the "batch" field to the value that was provided on create.
+func (u *CampaignUpsertOne) UpdateBatch() *CampaignUpsertOne {
+	return u.Update(func(s *CampaignUpsert) {
+		s.UpdateBatch()
+	})
+}
+
+// SetBatchStarted sets the "batch_started" field.
+func (u *CampaignUpsertOne) SetBatchStarted(v int) *CampaignUpsertOne {
+	return u.Update(func(s *CampaignUpsert) {
+		s.SetBatchStarted(v)
+	})
+}
+
+// AddBatchStarted adds v to the "batch_started" field.
+func (u *CampaignUpsertOne) AddBatchStarted(v int) *CampaignUpsertOne {
+	return u.Update(func(s *CampaignUpsert) {
+		s.AddBatchStarted(v)
+	})
+}
+
+// UpdateBatchStarted sets the "batch_started" field to the value that was provided on create.
+func (u *CampaignUpsertOne) UpdateBatchStarted() *CampaignUpsertOne {
+	return u.Update(func(s *CampaignUpsert) {
+		s.UpdateBatchStarted()
+	})
+}
+
+// SetBatchDoneAt sets the "batch_done_at" field.
+func (u *CampaignUpsertOne) SetBatchDoneAt(v time.Time) *CampaignUpsertOne {
+	return u.Update(func(s *CampaignUpsert) {
+		s.SetBatchDoneAt(v)
+	})
+}
+
+// UpdateBatchDoneAt sets the "batch_done_at" field to the value that was provided on create.
+func (u *CampaignUpsertOne) UpdateBatchDoneAt() *CampaignUpsertOne {
+	return u.Update(func(s *CampaignUpsert) {
+		s.UpdateBatchDoneAt()
+	})
+}
+
+// ClearBatchDoneAt clears the value of the "batch_done_at" field.
+func (u *CampaignUpsertOne) ClearBatchDoneAt() *CampaignUpsertOne {
+	return u.Update(func(s *CampaignUpsert) {
+		s.ClearBatchDoneAt()
 	})
 }
 
@@ -1289,6 +1687,21 @@ func (u *CampaignUpsertBulk) UpdateNewValues() *CampaignUpsertBulk {
 			if _, exists := b.mutation.Principal(); exists {
 				s.SetIgnore(campaign.FieldPrincipal)
 			}
+			if _, exists := b.mutation.WindowFrom(); exists {
+				s.SetIgnore(campaign.FieldWindowFrom)
+			}
+			if _, exists := b.mutation.WindowTo(); exists {
+				s.SetIgnore(campaign.FieldWindowTo)
+			}
+			if _, exists := b.mutation.WindowTimezone(); exists {
+				s.SetIgnore(campaign.FieldWindowTimezone)
+			}
+			if _, exists := b.mutation.BatchPause(); exists {
+				s.SetIgnore(campaign.FieldBatchPause)
+			}
+			if _, exists := b.mutation.RetryOf(); exists {
+				s.SetIgnore(campaign.FieldRetryOf)
+			}
 		}
 	}))
 	return u
@@ -1479,6 +1892,90 @@ func (u *CampaignUpsertBulk) UpdateStartAfter() *CampaignUpsertBulk {
 func (u *CampaignUpsertBulk) ClearStartAfter() *CampaignUpsertBulk {
 	return u.Update(func(s *CampaignUpsert) {
 		s.ClearStartAfter()
+	})
+}
+
+// SetWindowDays sets the "window_days" field.
+func (u *CampaignUpsertBulk) SetWindowDays(v []string) *CampaignUpsertBulk {
+	return u.Update(func(s *CampaignUpsert) {
+		s.SetWindowDays(v)
+	})
+}
+
+// UpdateWindowDays sets the "window_days" field to the value that was provided on create.
+func (u *CampaignUpsertBulk) UpdateWindowDays() *CampaignUpsertBulk {
+	return u.Update(func(s *CampaignUpsert) {
+		s.UpdateWindowDays()
+	})
+}
+
+// ClearWindowDays clears the value of the "window_days" field.
+func (u *CampaignUpsertBulk) ClearWindowDays() *CampaignUpsertBulk {
+	return u.Update(func(s *CampaignUpsert) {
+		s.ClearWindowDays()
+	})
+}
+
+// SetBatch sets the "batch" field.
+func (u *CampaignUpsertBulk) SetBatch(v int) *CampaignUpsertBulk {
+	return u.Update(func(s *CampaignUpsert) {
+		s.SetBatch(v)
+	})
+}
+
+// AddBatch adds v to the "batch" field.
+func (u *CampaignUpsertBulk) AddBatch(v int) *CampaignUpsertBulk {
+	return u.Update(func(s *CampaignUpsert) {
+		s.AddBatch(v)
+	})
+}
+
+// UpdateBatch sets the "batch" field to the value that was provided on create.
+func (u *CampaignUpsertBulk) UpdateBatch() *CampaignUpsertBulk {
+	return u.Update(func(s *CampaignUpsert) {
+		s.UpdateBatch()
+	})
+}
+
+// SetBatchStarted sets the "batch_started" field.
+func (u *CampaignUpsertBulk) SetBatchStarted(v int) *CampaignUpsertBulk {
+	return u.Update(func(s *CampaignUpsert) {
+		s.SetBatchStarted(v)
+	})
+}
+
+// AddBatchStarted adds v to the "batch_started" field.
+func (u *CampaignUpsertBulk) AddBatchStarted(v int) *CampaignUpsertBulk {
+	return u.Update(func(s *CampaignUpsert) {
+		s.AddBatchStarted(v)
+	})
+}
+
+// UpdateBatchStarted sets the "batch_started" field to the value that was provided on create.
+func (u *CampaignUpsertBulk) UpdateBatchStarted() *CampaignUpsertBulk {
+	return u.Update(func(s *CampaignUpsert) {
+		s.UpdateBatchStarted()
+	})
+}
+
+// SetBatchDoneAt sets the "batch_done_at" field.
+func (u *CampaignUpsertBulk) SetBatchDoneAt(v time.Time) *CampaignUpsertBulk {
+	return u.Update(func(s *CampaignUpsert) {
+		s.SetBatchDoneAt(v)
+	})
+}
+
+// UpdateBatchDoneAt sets the "batch_done_at" field to the value that was provided on create.
+func (u *CampaignUpsertBulk) UpdateBatchDoneAt() *CampaignUpsertBulk {
+	return u.Update(func(s *CampaignUpsert) {
+		s.UpdateBatchDoneAt()
+	})
+}
+
+// ClearBatchDoneAt clears the value of the "batch_done_at" field.
+func (u *CampaignUpsertBulk) ClearBatchDoneAt() *CampaignUpsertBulk {
+	return u.Update(func(s *CampaignUpsert) {
+		s.ClearBatchDoneAt()
 	})
 }
 

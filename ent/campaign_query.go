@@ -14,6 +14,7 @@ import (
 	"entgo.io/ent/dialect/sql/sqlgraph"
 	"entgo.io/ent/schema/field"
 	"github.com/anvilproject/anvil/ent/campaign"
+	"github.com/anvilproject/anvil/ent/campaignapproval"
 	"github.com/anvilproject/anvil/ent/campaignnode"
 	"github.com/anvilproject/anvil/ent/predicate"
 )
@@ -21,12 +22,13 @@ import (
 // CampaignQuery is the builder for querying Campaign entities.
 type CampaignQuery struct {
 	config
-	ctx        *QueryContext
-	order      []campaign.OrderOption
-	inters     []Interceptor
-	predicates []predicate.Campaign
-	withNodes  *CampaignNodeQuery
-	modifiers  []func(*sql.Selector)
+	ctx           *QueryContext
+	order         []campaign.OrderOption
+	inters        []Interceptor
+	predicates    []predicate.Campaign
+	withNodes     *CampaignNodeQuery
+	withApprovals *CampaignApprovalQuery
+	modifiers     []func(*sql.Selector)
 	// intermediate query (i.e. traversal path).
 	sql  *sql.Selector
 	path func(context.Context) (*sql.Selector, error)
@@ -78,6 +80,28 @@ func (_q *CampaignQuery) QueryNodes() *CampaignNodeQuery {
 			sqlgraph.From(campaign.Table, campaign.FieldID, selector),
 			sqlgraph.To(campaignnode.Table, campaignnode.FieldID),
 			sqlgraph.Edge(sqlgraph.O2M, false, campaign.NodesTable, campaign.NodesColumn),
+		)
+		fromU = sqlgraph.SetNeighbors(_q.driver.Dialect(), step)
+		return fromU, nil
+	}
+	return query
+}
+
+// QueryApprovals chains the current query on the "approvals" edge.
+func (_q *CampaignQuery) QueryApprovals() *CampaignApprovalQuery {
+	query := (&CampaignApprovalClient{config: _q.config}).Query()
+	query.path = func(ctx context.Context) (fromU *sql.Selector, err error) {
+		if err := _q.prepareQuery(ctx); err != nil {
+			return nil, err
+		}
+		selector := _q.sqlQuery(ctx)
+		if err := selector.Err(); err != nil {
+			return nil, err
+		}
+		step := sqlgraph.NewStep(
+			sqlgraph.From(campaign.Table, campaign.FieldID, selector),
+			sqlgraph.To(campaignapproval.Table, campaignapproval.FieldID),
+			sqlgraph.Edge(sqlgraph.O2M, false, campaign.ApprovalsTable, campaign.ApprovalsColumn),
 		)
 		fromU = sqlgraph.SetNeighbors(_q.driver.Dialect(), step)
 		return fromU, nil
@@ -272,12 +296,13 @@ func (_q *CampaignQuery) Clone() *CampaignQuery {
 		return nil
 	}
 	return &CampaignQuery{
-		config:     _q.config,
-		ctx:        _q.ctx.Clone(),
-		order:      append([]campaign.OrderOption{}, _q.order...),
-		inters:     append([]Interceptor{}, _q.inters...),
-		predicates: append([]predicate.Campaign{}, _q.predicates...),
-		withNodes:  _q.withNodes.Clone(),
+		config:        _q.config,
+		ctx:           _q.ctx.Clone(),
+		order:         append([]campaign.OrderOption{}, _q.order...),
+		inters:        append([]Interceptor{}, _q.inters...),
+		predicates:    append([]predicate.Campaign{}, _q.predicates...),
+		withNodes:     _q.withNodes.Clone(),
+		withApprovals: _q.withApprovals.Clone(),
 		// clone intermediate query.
 		sql:       _q.sql.Clone(),
 		path:      _q.path,
@@ -293,6 +318,17 @@ func (_q *CampaignQuery) WithNodes(opts ...func(*CampaignNodeQuery)) *CampaignQu
 		opt(query)
 	}
 	_q.withNodes = query
+	return _q
+}
+
+// WithApprovals tells the query-builder to eager-load the nodes that are connected to
+// the "approvals" edge. The optional arguments are used to configure the query builder of the edge.
+func (_q *CampaignQuery) WithApprovals(opts ...func(*CampaignApprovalQuery)) *CampaignQuery {
+	query := (&CampaignApprovalClient{config: _q.config}).Query()
+	for _, opt := range opts {
+		opt(query)
+	}
+	_q.withApprovals = query
 	return _q
 }
 
@@ -374,8 +410,9 @@ func (_q *CampaignQuery) sqlAll(ctx context.Context, hooks ...queryHook) ([]*Cam
 	var (
 		nodes       = []*Campaign{}
 		_spec       = _q.querySpec()
-		loadedTypes = [1]bool{
+		loadedTypes = [2]bool{
 			_q.withNodes != nil,
+			_q.withApprovals != nil,
 		}
 	)
 	_spec.ScanValues = func(columns []string) ([]any, error) {
@@ -406,6 +443,13 @@ func (_q *CampaignQuery) sqlAll(ctx context.Context, hooks ...queryHook) ([]*Cam
 			return nil, err
 		}
 	}
+	if query := _q.withApprovals; query != nil {
+		if err := _q.loadApprovals(ctx, query, nodes,
+			func(n *Campaign) { n.Edges.Approvals = []*CampaignApproval{} },
+			func(n *Campaign, e *CampaignApproval) { n.Edges.Approvals = append(n.Edges.Approvals, e) }); err != nil {
+			return nil, err
+		}
+	}
 	return nodes, nil
 }
 
@@ -424,6 +468,36 @@ func (_q *CampaignQuery) loadNodes(ctx context.Context, query *CampaignNodeQuery
 	}
 	query.Where(predicate.CampaignNode(func(s *sql.Selector) {
 		s.Where(sql.InValues(s.C(campaign.NodesColumn), fks...))
+	}))
+	neighbors, err := query.All(ctx)
+	if err != nil {
+		return err
+	}
+	for _, n := range neighbors {
+		fk := n.CampaignID
+		node, ok := nodeids[fk]
+		if !ok {
+			return fmt.Errorf(`unexpected referenced foreign-key "campaign_id" returned %v for node %v`, fk, n.ID)
+		}
+		assign(node, n)
+	}
+	return nil
+}
+func (_q *CampaignQuery) loadApprovals(ctx context.Context, query *CampaignApprovalQuery, nodes []*Campaign, init func(*Campaign), assign func(*Campaign, *CampaignApproval)) error {
+	fks := make([]driver.Value, 0, len(nodes))
+	nodeids := make(map[int]*Campaign)
+	for i := range nodes {
+		fks = append(fks, nodes[i].ID)
+		nodeids[nodes[i].ID] = nodes[i]
+		if init != nil {
+			init(nodes[i])
+		}
+	}
+	if len(query.ctx.Fields) > 0 {
+		query.ctx.AppendFieldOnce(campaignapproval.FieldCampaignID)
+	}
+	query.Where(predicate.CampaignApproval(func(s *sql.Selector) {
+		s.Where(sql.InValues(s.C(campaign.ApprovalsColumn), fks...))
 	}))
 	neighbors, err := query.All(ctx)
 	if err != nil {

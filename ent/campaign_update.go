@@ -10,8 +10,10 @@ import (
 
 	"entgo.io/ent/dialect/sql"
 	"entgo.io/ent/dialect/sql/sqlgraph"
+	"entgo.io/ent/dialect/sql/sqljson"
 	"entgo.io/ent/schema/field"
 	"github.com/anvilproject/anvil/ent/campaign"
+	"github.com/anvilproject/anvil/ent/campaignapproval"
 	"github.com/anvilproject/anvil/ent/campaignnode"
 	"github.com/anvilproject/anvil/ent/predicate"
 )
@@ -188,6 +190,86 @@ func (_u *CampaignUpdate) ClearStartAfter() *CampaignUpdate {
 	return _u
 }
 
+// SetWindowDays sets the "window_days" field.
+func (_u *CampaignUpdate) SetWindowDays(v []string) *CampaignUpdate {
+	_u.mutation.SetWindowDays(v)
+	return _u
+}
+
+// AppendWindowDays appends value to the "window_days" field.
+func (_u *CampaignUpdate) AppendWindowDays(v []string) *CampaignUpdate {
+	_u.mutation.AppendWindowDays(v)
+	return _u
+}
+
+// ClearWindowDays clears the value of the "window_days" field.
+func (_u *CampaignUpdate) ClearWindowDays() *CampaignUpdate {
+	_u.mutation.ClearWindowDays()
+	return _u
+}
+
+// SetBatch sets the "batch" field.
+func (_u *CampaignUpdate) SetBatch(v int) *CampaignUpdate {
+	_u.mutation.ResetBatch()
+	_u.mutation.SetBatch(v)
+	return _u
+}
+
+// SetNillableBatch sets the "batch" field if the given value is not nil.
+func (_u *CampaignUpdate) SetNillableBatch(v *int) *CampaignUpdate {
+	if v != nil {
+		_u.SetBatch(*v)
+	}
+	return _u
+}
+
+// AddBatch adds value to the "batch" field.
+func (_u *CampaignUpdate) AddBatch(v int) *CampaignUpdate {
+	_u.mutation.AddBatch(v)
+	return _u
+}
+
+// SetBatchStarted sets the "batch_started" field.
+func (_u *CampaignUpdate) SetBatchStarted(v int) *CampaignUpdate {
+	_u.mutation.ResetBatchStarted()
+	_u.mutation.SetBatchStarted(v)
+	return _u
+}
+
+// SetNillableBatchStarted sets the "batch_started" field if the given value is not nil.
+func (_u *CampaignUpdate) SetNillableBatchStarted(v *int) *CampaignUpdate {
+	if v != nil {
+		_u.SetBatchStarted(*v)
+	}
+	return _u
+}
+
+// AddBatchStarted adds value to the "batch_started" field.
+func (_u *CampaignUpdate) AddBatchStarted(v int) *CampaignUpdate {
+	_u.mutation.AddBatchStarted(v)
+	return _u
+}
+
+// SetBatchDoneAt sets the "batch_done_at" field.
+func (_u *CampaignUpdate) SetBatchDoneAt(v time.Time) *CampaignUpdate {
+	_u.mutation.SetBatchDoneAt(v)
+	return _u
+}
+
+// SetNillableBatchDoneAt sets the "batch_done_at" field if the given value is not nil.
+func (_u *CampaignUpdate) SetNillableBatchDoneAt(v *time.Time) *CampaignUpdate {
+	if v != nil {
+		_u.SetBatchDoneAt(*v)
+	}
+	return _u
+}
+
+// ClearBatchDoneAt clears the value of the "batch_done_at" field.
+func (_u *CampaignUpdate) ClearBatchDoneAt() *CampaignUpdate {
+	_u.mutation.ClearBatchDoneAt()
+	return _u
+}
+
 // SetRequiresApproval sets the "requires_approval" field.
 func (_u *CampaignUpdate) SetRequiresApproval(v bool) *CampaignUpdate {
 	_u.mutation.SetRequiresApproval(v)
@@ -297,6 +379,21 @@ func (_u *CampaignUpdate) AddNodes(v ...*CampaignNode) *CampaignUpdate {
 	return _u.AddNodeIDs(ids...)
 }
 
+// AddApprovalIDs adds the "approvals" edge to the CampaignApproval entity by IDs.
+func (_u *CampaignUpdate) AddApprovalIDs(ids ...int) *CampaignUpdate {
+	_u.mutation.AddApprovalIDs(ids...)
+	return _u
+}
+
+// AddApprovals adds the "approvals" edges to the CampaignApproval entity.
+func (_u *CampaignUpdate) AddApprovals(v ...*CampaignApproval) *CampaignUpdate {
+	ids := make([]int, len(v))
+	for i := range v {
+		ids[i] = v[i].ID
+	}
+	return _u.AddApprovalIDs(ids...)
+}
+
 // Mutation returns the CampaignMutation object of the builder.
 func (_u *CampaignUpdate) Mutation() *CampaignMutation {
 	return _u.mutation
@@ -321,6 +418,27 @@ func (_u *CampaignUpdate) RemoveNodes(v ...*CampaignNode) *CampaignUpdate {
 		ids[i] = v[i].ID
 	}
 	return _u.RemoveNodeIDs(ids...)
+}
+
+// ClearApprovals clears all "approvals" edges to the CampaignApproval entity.
+func (_u *CampaignUpdate) ClearApprovals() *CampaignUpdate {
+	_u.mutation.ClearApprovals()
+	return _u
+}
+
+// RemoveApprovalIDs removes the "approvals" edge to CampaignApproval entities by IDs.
+func (_u *CampaignUpdate) RemoveApprovalIDs(ids ...int) *CampaignUpdate {
+	_u.mutation.RemoveApprovalIDs(ids...)
+	return _u
+}
+
+// RemoveApprovals removes "approvals" edges to CampaignApproval entities.
+func (_u *CampaignUpdate) RemoveApprovals(v ...*CampaignApproval) *CampaignUpdate {
+	ids := make([]int, len(v))
+	for i := range v {
+		ids[i] = v[i].ID
+	}
+	return _u.RemoveApprovalIDs(ids...)
 }
 
 // Save executes the query and returns the number of nodes affected by the update operation.
@@ -436,6 +554,47 @@ func (_u *CampaignUpdate) sqlSave(ctx context.Context) (_node int, err error) {
 	if _u.mutation.StartAfterCleared() {
 		_spec.ClearField(campaign.FieldStartAfter, field.TypeTime)
 	}
+	if value, ok := _u.mutation.WindowDays(); ok {
+		_spec.SetField(campaign.FieldWindowDays, field.TypeJSON, value)
+	}
+	if value, ok := _u.mutation.AppendedWindowDays(); ok {
+		_spec.AddModifier(func(u *sql.UpdateBuilder) {
+			sqljson.Append(u, campaign.FieldWindowDays, value)
+		})
+	}
+	if _u.mutation.WindowDaysCleared() {
+		_spec.ClearField(campaign.FieldWindowDays, field.TypeJSON)
+	}
+	if _u.mutation.WindowFromCleared() {
+		_spec.ClearField(campaign.FieldWindowFrom, field.TypeString)
+	}
+	if _u.mutation.WindowToCleared() {
+		_spec.ClearField(campaign.FieldWindowTo, field.TypeString)
+	}
+	if _u.mutation.WindowTimezoneCleared() {
+		_spec.ClearField(campaign.FieldWindowTimezone, field.TypeString)
+	}
+	if value, ok := _u.mutation.Batch(); ok {
+		_spec.SetField(campaign.FieldBatch, field.TypeInt, value)
+	}
+	if value, ok := _u.mutation.AddedBatch(); ok {
+		_spec.AddField(campaign.FieldBatch, field.TypeInt, value)
+	}
+	if value, ok := _u.mutation.BatchStarted(); ok {
+		_spec.SetField(campaign.FieldBatchStarted, field.TypeInt, value)
+	}
+	if value, ok := _u.mutation.AddedBatchStarted(); ok {
+		_spec.AddField(campaign.FieldBatchStarted, field.TypeInt, value)
+	}
+	if value, ok := _u.mutation.BatchDoneAt(); ok {
+		_spec.SetField(campaign.FieldBatchDoneAt, field.TypeTime, value)
+	}
+	if _u.mutation.BatchDoneAtCleared() {
+		_spec.ClearField(campaign.FieldBatchDoneAt, field.TypeTime)
+	}
+	if _u.mutation.RetryOfCleared() {
+		_spec.ClearField(campaign.FieldRetryOf, field.TypeString)
+	}
 	if value, ok := _u.mutation.RequiresApproval(); ok {
 		_spec.SetField(campaign.FieldRequiresApproval, field.TypeBool, value)
 	}
@@ -501,6 +660,51 @@ func (_u *CampaignUpdate) sqlSave(ctx context.Context) (_node int, err error) {
 			Bidi:    false,
 			Target: &sqlgraph.EdgeTarget{
 				IDSpec: sqlgraph.NewFieldSpec(campaignnode.FieldID, field.TypeInt),
+			},
+		}
+		for _, k := range nodes {
+			edge.Target.Nodes = append(edge.Target.Nodes, k)
+		}
+		_spec.Edges.Add = append(_spec.Edges.Add, edge)
+	}
+	if _u.mutation.ApprovalsCleared() {
+		edge := &sqlgraph.EdgeSpec{
+			Rel:     sqlgraph.O2M,
+			Inverse: false,
+			Table:   campaign.ApprovalsTable,
+			Columns: []string{campaign.ApprovalsColumn},
+			Bidi:    false,
+			Target: &sqlgraph.EdgeTarget{
+				IDSpec: sqlgraph.NewFieldSpec(campaignapproval.FieldID, field.TypeInt),
+			},
+		}
+		_spec.Edges.Clear = append(_spec.Edges.Clear, edge)
+	}
+	if nodes := _u.mutation.RemovedApprovalsIDs(); len(nodes) > 0 && !_u.mutation.ApprovalsCleared() {
+		edge := &sqlgraph.EdgeSpec{
+			Rel:     sqlgraph.O2M,
+			Inverse: false,
+			Table:   campaign.ApprovalsTable,
+			Columns: []string{campaign.ApprovalsColumn},
+			Bidi:    false,
+			Target: &sqlgraph.EdgeTarget{
+				IDSpec: sqlgraph.NewFieldSpec(campaignapproval.FieldID, field.TypeInt),
+			},
+		}
+		for _, k := range nodes {
+			edge.Target.Nodes = append(edge.Target.Nodes, k)
+		}
+		_spec.Edges.Clear = append(_spec.Edges.Clear, edge)
+	}
+	if nodes := _u.mutation.ApprovalsIDs(); len(nodes) > 0 {
+		edge := &sqlgraph.EdgeSpec{
+			Rel:     sqlgraph.O2M,
+			Inverse: false,
+			Table:   campaign.ApprovalsTable,
+			Columns: []string{campaign.ApprovalsColumn},
+			Bidi:    false,
+			Target: &sqlgraph.EdgeTarget{
+				IDSpec: sqlgraph.NewFieldSpec(campaignapproval.FieldID, field.TypeInt),
 			},
 		}
 		for _, k := range nodes {
@@ -688,6 +892,86 @@ func (_u *CampaignUpdateOne) ClearStartAfter() *CampaignUpdateOne {
 	return _u
 }
 
+// SetWindowDays sets the "window_days" field.
+func (_u *CampaignUpdateOne) SetWindowDays(v []string) *CampaignUpdateOne {
+	_u.mutation.SetWindowDays(v)
+	return _u
+}
+
+// AppendWindowDays appends value to the "window_days" field.
+func (_u *CampaignUpdateOne) AppendWindowDays(v []string) *CampaignUpdateOne {
+	_u.mutation.AppendWindowDays(v)
+	return _u
+}
+
+// ClearWindowDays clears the value of the "window_days" field.
+func (_u *CampaignUpdateOne) ClearWindowDays() *CampaignUpdateOne {
+	_u.mutation.ClearWindowDays()
+	return _u
+}
+
+// SetBatch sets the "batch" field.
+func (_u *CampaignUpdateOne) SetBatch(v int) *CampaignUpdateOne {
+	_u.mutation.ResetBatch()
+	_u.mutation.SetBatch(v)
+	return _u
+}
+
+// SetNillableBatch sets the "batch" field if the given value is not nil.
+func (_u *CampaignUpdateOne) SetNillableBatch(v *int) *CampaignUpdateOne {
+	if v != nil {
+		_u.SetBatch(*v)
+	}
+	return _u
+}
+
+// AddBatch adds value to the "batch" field.
+func (_u *CampaignUpdateOne) AddBatch(v int) *CampaignUpdateOne {
+	_u.mutation.AddBatch(v)
+	return _u
+}
+
+// SetBatchStarted sets the "batch_started" field.
+func (_u *CampaignUpdateOne) SetBatchStarted(v int) *CampaignUpdateOne {
+	_u.mutation.ResetBatchStarted()
+	_u.mutation.SetBatchStarted(v)
+	return _u
+}
+
+// SetNillableBatchStarted sets the "batch_started" field if the given value is not nil.
+func (_u *CampaignUpdateOne) SetNillableBatchStarted(v *int) *CampaignUpdateOne {
+	if v != nil {
+		_u.SetBatchStarted(*v)
+	}
+	return _u
+}
+
+// AddBatchStarted adds value to the "batch_started" field.
+func (_u *CampaignUpdateOne) AddBatchStarted(v int) *CampaignUpdateOne {
+	_u.mutation.AddBatchStarted(v)
+	return _u
+}
+
+// SetBatchDoneAt sets the "batch_done_at" field.
+func (_u *CampaignUpdateOne) SetBatchDoneAt(v time.Time) *CampaignUpdateOne {
+	_u.mutation.SetBatchDoneAt(v)
+	return _u
+}
+
+// SetNillableBatchDoneAt sets the "batch_done_at" field if the given value is not nil.
+func (_u *CampaignUpdateOne) SetNillableBatchDoneAt(v *time.Time) *CampaignUpdateOne {
+	if v != nil {
+		_u.SetBatchDoneAt(*v)
+	}
+	return _u
+}
+
+// ClearBatchDoneAt clears the value of the "batch_done_at" field.
+func (_u *CampaignUpdateOne) ClearBatchDoneAt() *CampaignUpdateOne {
+	_u.mutation.ClearBatchDoneAt()
+	return _u
+}
+
 // SetRequiresApproval sets the "requires_approval" field.
 func (_u *CampaignUpdateOne) SetRequiresApproval(v bool) *CampaignUpdateOne {
 	_u.mutation.SetRequiresApproval(v)
@@ -797,6 +1081,21 @@ func (_u *CampaignUpdateOne) AddNodes(v ...*CampaignNode) *CampaignUpdateOne {
 	return _u.AddNodeIDs(ids...)
 }
 
+// AddApprovalIDs adds the "approvals" edge to the CampaignApproval entity by IDs.
+func (_u *CampaignUpdateOne) AddApprovalIDs(ids ...int) *CampaignUpdateOne {
+	_u.mutation.AddApprovalIDs(ids...)
+	return _u
+}
+
+// AddApprovals adds the "approvals" edges to the CampaignApproval entity.
+func (_u *CampaignUpdateOne) AddApprovals(v ...*CampaignApproval) *CampaignUpdateOne {
+	ids := make([]int, len(v))
+	for i := range v {
+		ids[i] = v[i].ID
+	}
+	return _u.AddApprovalIDs(ids...)
+}
+
 // Mutation returns the CampaignMutation object of the builder.
 func (_u *CampaignUpdateOne) Mutation() *CampaignMutation {
 	return _u.mutation
@@ -821,6 +1120,27 @@ func (_u *CampaignUpdateOne) RemoveNodes(v ...*CampaignNode) *CampaignUpdateOne 
 		ids[i] = v[i].ID
 	}
 	return _u.RemoveNodeIDs(ids...)
+}
+
+// ClearApprovals clears all "approvals" edges to the CampaignApproval entity.
+func (_u *CampaignUpdateOne) ClearApprovals() *CampaignUpdateOne {
+	_u.mutation.ClearApprovals()
+	return _u
+}
+
+// RemoveApprovalIDs removes the "approvals" edge to CampaignApproval entities by IDs.
+func (_u *CampaignUpdateOne) RemoveApprovalIDs(ids ...int) *CampaignUpdateOne {
+	_u.mutation.RemoveApprovalIDs(ids...)
+	return _u
+}
+
+// RemoveApprovals removes "approvals" edges to CampaignApproval entities.
+func (_u *CampaignUpdateOne) RemoveApprovals(v ...*CampaignApproval) *CampaignUpdateOne {
+	ids := make([]int, len(v))
+	for i := range v {
+		ids[i] = v[i].ID
+	}
+	return _u.RemoveApprovalIDs(ids...)
 }
 
 // Where appends a list predicates to the CampaignUpdate builder.
@@ -966,6 +1286,47 @@ func (_u *CampaignUpdateOne) sqlSave(ctx context.Context) (_node *Campaign, err 
 	if _u.mutation.StartAfterCleared() {
 		_spec.ClearField(campaign.FieldStartAfter, field.TypeTime)
 	}
+	if value, ok := _u.mutation.WindowDays(); ok {
+		_spec.SetField(campaign.FieldWindowDays, field.TypeJSON, value)
+	}
+	if value, ok := _u.mutation.AppendedWindowDays(); ok {
+		_spec.AddModifier(func(u *sql.UpdateBuilder) {
+			sqljson.Append(u, campaign.FieldWindowDays, value)
+		})
+	}
+	if _u.mutation.WindowDaysCleared() {
+		_spec.ClearField(campaign.FieldWindowDays, field.TypeJSON)
+	}
+	if _u.mutation.WindowFromCleared() {
+		_spec.ClearField(campaign.FieldWindowFrom, field.TypeString)
+	}
+	if _u.mutation.WindowToCleared() {
+		_spec.ClearField(campaign.FieldWindowTo, field.TypeString)
+	}
+	if _u.mutation.WindowTimezoneCleared() {
+		_spec.ClearField(campaign.FieldWindowTimezone, field.TypeString)
+	}
+	if value, ok := _u.mutation.Batch(); ok {
+		_spec.SetField(campaign.FieldBatch, field.TypeInt, value)
+	}
+	if value, ok := _u.mutation.AddedBatch(); ok {
+		_spec.AddField(campaign.FieldBatch, field.TypeInt, value)
+	}
+	if value, ok := _u.mutation.BatchStarted(); ok {
+		_spec.SetField(campaign.FieldBatchStarted, field.TypeInt, value)
+	}
+	if value, ok := _u.mutation.AddedBatchStarted(); ok {
+		_spec.AddField(campaign.FieldBatchStarted, field.TypeInt, value)
+	}
+	if value, ok := _u.mutation.BatchDoneAt(); ok {
+		_spec.SetField(campaign.FieldBatchDoneAt, field.TypeTime, value)
+	}
+	if _u.mutation.BatchDoneAtCleared() {
+		_spec.ClearField(campaign.FieldBatchDoneAt, field.TypeTime)
+	}
+	if _u.mutation.RetryOfCleared() {
+		_spec.ClearField(campaign.FieldRetryOf, field.TypeString)
+	}
 	if value, ok := _u.mutation.RequiresApproval(); ok {
 		_spec.SetField(campaign.FieldRequiresApproval, field.TypeBool, value)
 	}
@@ -1031,6 +1392,51 @@ func (_u *CampaignUpdateOne) sqlSave(ctx context.Context) (_node *Campaign, err 
 			Bidi:    false,
 			Target: &sqlgraph.EdgeTarget{
 				IDSpec: sqlgraph.NewFieldSpec(campaignnode.FieldID, field.TypeInt),
+			},
+		}
+		for _, k := range nodes {
+			edge.Target.Nodes = append(edge.Target.Nodes, k)
+		}
+		_spec.Edges.Add = append(_spec.Edges.Add, edge)
+	}
+	if _u.mutation.ApprovalsCleared() {
+		edge := &sqlgraph.EdgeSpec{
+			Rel:     sqlgraph.O2M,
+			Inverse: false,
+			Table:   campaign.ApprovalsTable,
+			Columns: []string{campaign.ApprovalsColumn},
+			Bidi:    false,
+			Target: &sqlgraph.EdgeTarget{
+				IDSpec: sqlgraph.NewFieldSpec(campaignapproval.FieldID, field.TypeInt),
+			},
+		}
+		_spec.Edges.Clear = append(_spec.Edges.Clear, edge)
+	}
+	if nodes := _u.mutation.RemovedApprovalsIDs(); len(nodes) > 0 && !_u.mutation.ApprovalsCleared() {
+		edge := &sqlgraph.EdgeSpec{
+			Rel:     sqlgraph.O2M,
+			Inverse: false,
+			Table:   campaign.ApprovalsTable,
+			Columns: []string{campaign.ApprovalsColumn},
+			Bidi:    false,
+			Target: &sqlgraph.EdgeTarget{
+				IDSpec: sqlgraph.NewFieldSpec(campaignapproval.FieldID, field.TypeInt),
+			},
+		}
+		for _, k := range nodes {
+			edge.Target.Nodes = append(edge.Target.Nodes, k)
+		}
+		_spec.Edges.Clear = append(_spec.Edges.Clear, edge)
+	}
+	if nodes := _u.mutation.ApprovalsIDs(); len(nodes) > 0 {
+		edge := &sqlgraph.EdgeSpec{
+			Rel:     sqlgraph.O2M,
+			Inverse: false,
+			Table:   campaign.ApprovalsTable,
+			Columns: []string{campaign.ApprovalsColumn},
+			Bidi:    false,
+			Target: &sqlgraph.EdgeTarget{
+				IDSpec: sqlgraph.NewFieldSpec(campaignapproval.FieldID, field.TypeInt),
 			},
 		}
 		for _, k := range nodes {

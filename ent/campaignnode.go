@@ -30,6 +30,8 @@ type CampaignNode struct {
 	Run *string `json:"run,omitempty"`
 	// Position holds the value of the "position" field.
 	Position int `json:"position,omitempty"`
+	// Batch holds the value of the "batch" field.
+	Batch int `json:"batch,omitempty"`
 	// StartedAt holds the value of the "started_at" field.
 	StartedAt *time.Time `json:"started_at,omitempty"`
 	// FinishedAt holds the value of the "finished_at" field.
@@ -65,7 +67,7 @@ func (*CampaignNode) scanValues(columns []string) ([]any, error) {
 	values := make([]any, len(columns))
 	for i := range columns {
 		switch columns[i] {
-		case campaignnode.FieldID, campaignnode.FieldCampaignID, campaignnode.FieldPosition:
+		case campaignnode.FieldID, campaignnode.FieldCampaignID, campaignnode.FieldPosition, campaignnode.FieldBatch:
 			values[i] = new(sql.NullInt64)
 		case campaignnode.FieldNodeUUID, campaignnode.FieldStatus, campaignnode.FieldReason, campaignnode.FieldRun:
 			values[i] = new(sql.NullString)
@@ -129,6 +131,12 @@ func (_m *CampaignNode) assignValues(columns []string, values []any) error {
 				return fmt.Errorf("unexpected type %T for field position", values[i])
 			} else if value.Valid {
 				_m.Position = int(value.Int64)
+			}
+		case campaignnode.FieldBatch:
+			if value, ok := values[i].(*sql.NullInt64); !ok {
+				return fmt.Errorf("unexpected type %T for field batch", values[i])
+			} else if value.Valid {
+				_m.Batch = int(value.Int64)
 			}
 		case campaignnode.FieldStartedAt:
 			if value, ok := values[i].(*sql.NullTime); !ok {
@@ -206,6 +214,9 @@ func (_m *CampaignNode) String() string {
 	builder.WriteString(", ")
 	builder.WriteString("position=")
 	builder.WriteString(fmt.Sprintf("%v", _m.Position))
+	builder.WriteString(", ")
+	builder.WriteString("batch=")
+	builder.WriteString(fmt.Sprintf("%v", _m.Batch))
 	builder.WriteString(", ")
 	if v := _m.StartedAt; v != nil {
 		builder.WriteString("started_at=")

@@ -75,6 +75,20 @@ func (_c *CampaignNodeCreate) SetPosition(v int) *CampaignNodeCreate {
 	return _c
 }
 
+// SetBatch sets the "batch" field.
+func (_c *CampaignNodeCreate) SetBatch(v int) *CampaignNodeCreate {
+	_c.mutation.SetBatch(v)
+	return _c
+}
+
+// SetNillableBatch sets the "batch" field if the given value is not nil.
+func (_c *CampaignNodeCreate) SetNillableBatch(v *int) *CampaignNodeCreate {
+	if v != nil {
+		_c.SetBatch(*v)
+	}
+	return _c
+}
+
 // SetStartedAt sets the "started_at" field.
 func (_c *CampaignNodeCreate) SetStartedAt(v time.Time) *CampaignNodeCreate {
 	_c.mutation.SetStartedAt(v)
@@ -115,6 +129,7 @@ func (_c *CampaignNodeCreate) Mutation() *CampaignNodeMutation {
 
 // Save creates the CampaignNode in the database.
 func (_c *CampaignNodeCreate) Save(ctx context.Context) (*CampaignNode, error) {
+	_c.defaults()
 	return withHooks(ctx, _c.sqlSave, _c.mutation, _c.hooks)
 }
 
@@ -137,6 +152,14 @@ func (_c *CampaignNodeCreate) Exec(ctx context.Context) error {
 func (_c *CampaignNodeCreate) ExecX(ctx context.Context) {
 	if err := _c.Exec(ctx); err != nil {
 		panic(err)
+	}
+}
+
+// defaults sets the default values of the builder before save.
+func (_c *CampaignNodeCreate) defaults() {
+	if _, ok := _c.mutation.Batch(); !ok {
+		v := campaignnode.DefaultBatch
+		_c.mutation.SetBatch(v)
 	}
 }
 
@@ -168,6 +191,9 @@ func (_c *CampaignNodeCreate) check() error {
 	}
 	if _, ok := _c.mutation.Position(); !ok {
 		return &ValidationError{Name: "position", err: errors.New(`ent: missing required field "CampaignNode.position"`)}
+	}
+	if _, ok := _c.mutation.Batch(); !ok {
+		return &ValidationError{Name: "batch", err: errors.New(`ent: missing required field "CampaignNode.batch"`)}
 	}
 	if len(_c.mutation.CampaignIDs()) == 0 {
 		return &ValidationError{Name: "campaign", err: errors.New(`ent: missing required edge "CampaignNode.campaign"`)}
@@ -218,6 +244,10 @@ func (_c *CampaignNodeCreate) createSpec() (*CampaignNode, *sqlgraph.CreateSpec)
 	if value, ok := _c.mutation.Position(); ok {
 		_spec.SetField(campaignnode.FieldPosition, field.TypeInt, value)
 		_node.Position = value
+	}
+	if value, ok := _c.mutation.Batch(); ok {
+		_spec.SetField(campaignnode.FieldBatch, field.TypeInt, value)
+		_node.Batch = value
 	}
 	if value, ok := _c.mutation.StartedAt(); ok {
 		_spec.SetField(campaignnode.FieldStartedAt, field.TypeTime, value)
@@ -359,6 +389,24 @@ func (u *CampaignNodeUpsert) UpdatePosition() *CampaignNodeUpsert {
 // AddPosition adds v to the "position" field.
 func (u *CampaignNodeUpsert) AddPosition(v int) *CampaignNodeUpsert {
 	u.Add(campaignnode.FieldPosition, v)
+	return u
+}
+
+// SetBatch sets the "batch" field.
+func (u *CampaignNodeUpsert) SetBatch(v int) *CampaignNodeUpsert {
+	u.Set(campaignnode.FieldBatch, v)
+	return u
+}
+
+// UpdateBatch sets the "batch" field to the value that was provided on create.
+func (u *CampaignNodeUpsert) UpdateBatch() *CampaignNodeUpsert {
+	u.SetExcluded(campaignnode.FieldBatch)
+	return u
+}
+
+// AddBatch adds v to the "batch" field.
+func (u *CampaignNodeUpsert) AddBatch(v int) *CampaignNodeUpsert {
+	u.Add(campaignnode.FieldBatch, v)
 	return u
 }
 
@@ -523,6 +571,27 @@ func (u *CampaignNodeUpsertOne) UpdatePosition() *CampaignNodeUpsertOne {
 	})
 }
 
+// SetBatch sets the "batch" field.
+func (u *CampaignNodeUpsertOne) SetBatch(v int) *CampaignNodeUpsertOne {
+	return u.Update(func(s *CampaignNodeUpsert) {
+		s.SetBatch(v)
+	})
+}
+
+// AddBatch adds v to the "batch" field.
+func (u *CampaignNodeUpsertOne) AddBatch(v int) *CampaignNodeUpsertOne {
+	return u.Update(func(s *CampaignNodeUpsert) {
+		s.AddBatch(v)
+	})
+}
+
+// UpdateBatch sets the "batch" field to the value that was provided on create.
+func (u *CampaignNodeUpsertOne) UpdateBatch() *CampaignNodeUpsertOne {
+	return u.Update(func(s *CampaignNodeUpsert) {
+		s.UpdateBatch()
+	})
+}
+
 // SetStartedAt sets the "started_at" field.
 func (u *CampaignNodeUpsertOne) SetStartedAt(v time.Time) *CampaignNodeUpsertOne {
 	return u.Update(func(s *CampaignNodeUpsert) {
@@ -617,6 +686,7 @@ func (_c *CampaignNodeCreateBulk) Save(ctx context.Context) ([]*CampaignNode, er
 	for i := range _c.builders {
 		func(i int, root context.Context) {
 			builder := _c.builders[i]
+			builder.defaults()
 			var mut Mutator = MutateFunc(func(ctx context.Context, m Mutation) (Value, error) {
 				mutation, ok := m.(*CampaignNodeMutation)
 				if !ok {
@@ -852,6 +922,27 @@ func (u *CampaignNodeUpsertBulk) AddPosition(v int) *CampaignNodeUpsertBulk {
 func (u *CampaignNodeUpsertBulk) UpdatePosition() *CampaignNodeUpsertBulk {
 	return u.Update(func(s *CampaignNodeUpsert) {
 		s.UpdatePosition()
+	})
+}
+
+// SetBatch sets the "batch" field.
+func (u *CampaignNodeUpsertBulk) SetBatch(v int) *CampaignNodeUpsertBulk {
+	return u.Update(func(s *CampaignNodeUpsert) {
+		s.SetBatch(v)
+	})
+}
+
+// AddBatch adds v to the "batch" field.
+func (u *CampaignNodeUpsertBulk) AddBatch(v int) *CampaignNodeUpsertBulk {
+	return u.Update(func(s *CampaignNodeUpsert) {
+		s.AddBatch(v)
+	})
+}
+
+// UpdateBatch sets the "batch" field to the value that was provided on create.
+func (u *CampaignNodeUpsertBulk) UpdateBatch() *CampaignNodeUpsertBulk {
+	return u.Update(func(s *CampaignNodeUpsert) {
+		s.UpdateBatch()
 	})
 }
 

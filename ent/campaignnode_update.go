@@ -104,6 +104,27 @@ func (_u *CampaignNodeUpdate) AddPosition(v int) *CampaignNodeUpdate {
 	return _u
 }
 
+// SetBatch sets the "batch" field.
+func (_u *CampaignNodeUpdate) SetBatch(v int) *CampaignNodeUpdate {
+	_u.mutation.ResetBatch()
+	_u.mutation.SetBatch(v)
+	return _u
+}
+
+// SetNillableBatch sets the "batch" field if the given value is not nil.
+func (_u *CampaignNodeUpdate) SetNillableBatch(v *int) *CampaignNodeUpdate {
+	if v != nil {
+		_u.SetBatch(*v)
+	}
+	return _u
+}
+
+// AddBatch adds value to the "batch" field.
+func (_u *CampaignNodeUpdate) AddBatch(v int) *CampaignNodeUpdate {
+	_u.mutation.AddBatch(v)
+	return _u
+}
+
 // SetStartedAt sets the "started_at" field.
 func (_u *CampaignNodeUpdate) SetStartedAt(v time.Time) *CampaignNodeUpdate {
 	_u.mutation.SetStartedAt(v)
@@ -233,6 +254,12 @@ func (_u *CampaignNodeUpdate) sqlSave(ctx context.Context) (_node int, err error
 	if value, ok := _u.mutation.AddedPosition(); ok {
 		_spec.AddField(campaignnode.FieldPosition, field.TypeInt, value)
 	}
+	if value, ok := _u.mutation.Batch(); ok {
+		_spec.SetField(campaignnode.FieldBatch, field.TypeInt, value)
+	}
+	if value, ok := _u.mutation.AddedBatch(); ok {
+		_spec.AddField(campaignnode.FieldBatch, field.TypeInt, value)
+	}
 	if value, ok := _u.mutation.StartedAt(); ok {
 		_spec.SetField(campaignnode.FieldStartedAt, field.TypeTime, value)
 	}
@@ -339,6 +366,27 @@ func (_u *CampaignNodeUpdateOne) SetNillablePosition(v *int) *CampaignNodeUpdate
 // AddPosition adds value to the "position" field.
 func (_u *CampaignNodeUpdateOne) AddPosition(v int) *CampaignNodeUpdateOne {
 	_u.mutation.AddPosition(v)
+	return _u
+}
+
+// SetBatch sets the "batch" field.
+func (_u *CampaignNodeUpdateOne) SetBatch(v int) *CampaignNodeUpdateOne {
+	_u.mutation.ResetBatch()
+	_u.mutation.SetBatch(v)
+	return _u
+}
+
+// SetNillableBatch sets the "batch" field if the given value is not nil.
+func (_u *CampaignNodeUpdateOne) SetNillableBatch(v *int) *CampaignNodeUpdateOne {
+	if v != nil {
+		_u.SetBatch(*v)
+	}
+	return _u
+}
+
+// AddBatch adds value to the "batch" field.
+func (_u *CampaignNodeUpdateOne) AddBatch(v int) *CampaignNodeUpdateOne {
+	_u.mutation.AddBatch(v)
 	return _u
 }
 
@@ -500,6 +548,12 @@ func (_u *CampaignNodeUpdateOne) sqlSave(ctx context.Context) (_node *CampaignNo
 	}
 	if value, ok := _u.mutation.AddedPosition(); ok {
 		_spec.AddField(campaignnode.FieldPosition, field.TypeInt, value)
+	}
+	if value, ok := _u.mutation.Batch(); ok {
+		_spec.SetField(campaignnode.FieldBatch, field.TypeInt, value)
+	}
+	if value, ok := _u.mutation.AddedBatch(); ok {
+		_spec.AddField(campaignnode.FieldBatch, field.TypeInt, value)
 	}
 	if value, ok := _u.mutation.StartedAt(); ok {
 		_spec.SetField(campaignnode.FieldStartedAt, field.TypeTime, value)

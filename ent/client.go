@@ -21,6 +21,7 @@ import (
 	"github.com/anvilproject/anvil/ent/biossetting"
 	"github.com/anvilproject/anvil/ent/bulkrun"
 	"github.com/anvilproject/anvil/ent/campaign"
+	"github.com/anvilproject/anvil/ent/campaignapproval"
 	"github.com/anvilproject/anvil/ent/campaignnode"
 	"github.com/anvilproject/anvil/ent/chassis"
 	"github.com/anvilproject/anvil/ent/conductor"
@@ -64,6 +65,8 @@ type Client struct {
 	BulkRun *BulkRunClient
 	// Campaign is the client for interacting with the Campaign builders.
 	Campaign *CampaignClient
+	// CampaignApproval is the client for interacting with the CampaignApproval builders.
+	CampaignApproval *CampaignApprovalClient
 	// CampaignNode is the client for interacting with the CampaignNode builders.
 	CampaignNode *CampaignNodeClient
 	// Chassis is the client for interacting with the Chassis builders.
@@ -125,6 +128,7 @@ func (c *Client) init() {
 	c.BiosSetting = NewBiosSettingClient(c.config)
 	c.BulkRun = NewBulkRunClient(c.config)
 	c.Campaign = NewCampaignClient(c.config)
+	c.CampaignApproval = NewCampaignApprovalClient(c.config)
 	c.CampaignNode = NewCampaignNodeClient(c.config)
 	c.Chassis = NewChassisClient(c.config)
 	c.Conductor = NewConductorClient(c.config)
@@ -245,6 +249,7 @@ func (c *Client) Tx(ctx context.Context) (*Tx, error) {
 		BiosSetting:        NewBiosSettingClient(cfg),
 		BulkRun:            NewBulkRunClient(cfg),
 		Campaign:           NewCampaignClient(cfg),
+		CampaignApproval:   NewCampaignApprovalClient(cfg),
 		CampaignNode:       NewCampaignNodeClient(cfg),
 		Chassis:            NewChassisClient(cfg),
 		Conductor:          NewConductorClient(cfg),
@@ -292,6 +297,7 @@ func (c *Client) BeginTx(ctx context.Context, opts *sql.TxOptions) (*Tx, error) 
 		BiosSetting:        NewBiosSettingClient(cfg),
 		BulkRun:            NewBulkRunClient(cfg),
 		Campaign:           NewCampaignClient(cfg),
+		CampaignApproval:   NewCampaignApprovalClient(cfg),
 		CampaignNode:       NewCampaignNodeClient(cfg),
 		Chassis:            NewChassisClient(cfg),
 		Conductor:          NewConductorClient(cfg),
@@ -344,11 +350,11 @@ func (c *Client) Close() error {
 func (c *Client) Use(hooks ...Hook) {
 	for _, n := range []interface{ Use(...Hook) }{
 		c.APIToken, c.Allocation, c.AuditEvent, c.BiosSetting, c.BulkRun, c.Campaign,
-		c.CampaignNode, c.Chassis, c.Conductor, c.DeployTemplate, c.DeployTemplateStep,
-		c.FirmwareComponent, c.InspectionRule, c.Node, c.NodeEvent, c.NodeInventory,
-		c.PolicyOverride, c.Port, c.PortalSession, c.Portgroup, c.RoleAssignment,
-		c.Runbook, c.RunbookStep, c.Setting, c.Trait, c.User, c.VolumeConnector,
-		c.VolumeTarget,
+		c.CampaignApproval, c.CampaignNode, c.Chassis, c.Conductor, c.DeployTemplate,
+		c.DeployTemplateStep, c.FirmwareComponent, c.InspectionRule, c.Node,
+		c.NodeEvent, c.NodeInventory, c.PolicyOverride, c.Port, c.PortalSession,
+		c.Portgroup, c.RoleAssignment, c.Runbook, c.RunbookStep, c.Setting, c.Trait,
+		c.User, c.VolumeConnector, c.VolumeTarget,
 	} {
 		n.Use(hooks...)
 	}
@@ -359,11 +365,11 @@ func (c *Client) Use(hooks ...Hook) {
 func (c *Client) Intercept(interceptors ...Interceptor) {
 	for _, n := range []interface{ Intercept(...Interceptor) }{
 		c.APIToken, c.Allocation, c.AuditEvent, c.BiosSetting, c.BulkRun, c.Campaign,
-		c.CampaignNode, c.Chassis, c.Conductor, c.DeployTemplate, c.DeployTemplateStep,
-		c.FirmwareComponent, c.InspectionRule, c.Node, c.NodeEvent, c.NodeInventory,
-		c.PolicyOverride, c.Port, c.PortalSession, c.Portgroup, c.RoleAssignment,
-		c.Runbook, c.RunbookStep, c.Setting, c.Trait, c.User, c.VolumeConnector,
-		c.VolumeTarget,
+		c.CampaignApproval, c.CampaignNode, c.Chassis, c.Conductor, c.DeployTemplate,
+		c.DeployTemplateStep, c.FirmwareComponent, c.InspectionRule, c.Node,
+		c.NodeEvent, c.NodeInventory, c.PolicyOverride, c.Port, c.PortalSession,
+		c.Portgroup, c.RoleAssignment, c.Runbook, c.RunbookStep, c.Setting, c.Trait,
+		c.User, c.VolumeConnector, c.VolumeTarget,
 	} {
 		n.Intercept(interceptors...)
 	}
@@ -384,6 +390,8 @@ func (c *Client) Mutate(ctx context.Context, m Mutation) (Value, error) {
 		return c.BulkRun.mutate(ctx, m)
 	case *CampaignMutation:
 		return c.Campaign.mutate(ctx, m)
+	case *CampaignApprovalMutation:
+		return c.CampaignApproval.mutate(ctx, m)
 	case *CampaignNodeMutation:
 		return c.CampaignNode.mutate(ctx, m)
 	case *ChassisMutation:
@@ -1270,6 +1278,22 @@ func (c *CampaignClient) QueryNodes(_m *Campaign) *CampaignNodeQuery {
 	return query
 }
 
+// QueryApprovals queries the approvals edge of a Campaign.
+func (c *CampaignClient) QueryApprovals(_m *Campaign) *CampaignApprovalQuery {
+	query := (&CampaignApprovalClient{config: c.config}).Query()
+	query.path = func(context.Context) (fromV *sql.Selector, _ error) {
+		id := _m.ID
+		step := sqlgraph.NewStep(
+			sqlgraph.From(campaign.Table, campaign.FieldID, id),
+			sqlgraph.To(campaignapproval.Table, campaignapproval.FieldID),
+			sqlgraph.Edge(sqlgraph.O2M, false, campaign.ApprovalsTable, campaign.ApprovalsColumn),
+		)
+		fromV = sqlgraph.Neighbors(_m.driver.Dialect(), step)
+		return fromV, nil
+	}
+	return query
+}
+
 // Hooks returns the client hooks.
 func (c *CampaignClient) Hooks() []Hook {
 	return c.hooks.Campaign
@@ -1292,6 +1316,155 @@ func (c *CampaignClient) mutate(ctx context.Context, m *CampaignMutation) (Value
 		return (&CampaignDelete{config: c.config, hooks: c.Hooks(), mutation: m}).Exec(ctx)
 	default:
 		return nil, fmt.Errorf("ent: unknown Campaign mutation op: %q", m.Op())
+	}
+}
+
+// CampaignApprovalClient is a client for the CampaignApproval schema.
+type CampaignApprovalClient struct {
+	config
+}
+
+// NewCampaignApprovalClient returns a client for the CampaignApproval from the given config.
+func NewCampaignApprovalClient(c config) *CampaignApprovalClient {
+	return &CampaignApprovalClient{config: c}
+}
+
+// Use adds a list of mutation hooks to the hooks stack.
+// A call to `Use(f, g, h)` equals to `campaignapproval.Hooks(f(g(h())))`.
+func (c *CampaignApprovalClient) Use(hooks ...Hook) {
+	c.hooks.CampaignApproval = append(c.hooks.CampaignApproval, hooks...)
+}
+
+// Intercept adds a list of query interceptors to the interceptors stack.
+// A call to `Intercept(f, g, h)` equals to `campaignapproval.Intercept(f(g(h())))`.
+func (c *CampaignApprovalClient) Intercept(interceptors ...Interceptor) {
+	c.inters.CampaignApproval = append(c.inters.CampaignApproval, interceptors...)
+}
+
+// Create returns a builder for creating a CampaignApproval entity.
+func (c *CampaignApprovalClient) Create() *CampaignApprovalCreate {
+	mutation := newCampaignApprovalMutation(c.config, OpCreate)
+	return &CampaignApprovalCreate{config: c.config, hooks: c.Hooks(), mutation: mutation}
+}
+
+// CreateBulk returns a builder for creating a bulk of CampaignApproval entities.
+func (c *CampaignApprovalClient) CreateBulk(builders ...*CampaignApprovalCreate) *CampaignApprovalCreateBulk {
+	return &CampaignApprovalCreateBulk{config: c.config, builders: builders}
+}
+
+// MapCreateBulk creates a bulk creation builder from the given slice. For each item in the slice, the function creates
+// a builder and applies setFunc on it.
+func (c *CampaignApprovalClient) MapCreateBulk(slice any, setFunc func(*CampaignApprovalCreate, int)) *CampaignApprovalCreateBulk {
+	rv := reflect.ValueOf(slice)
+	if rv.Kind() != reflect.Slice {
+		return &CampaignApprovalCreateBulk{err: fmt.Errorf("calling to CampaignApprovalClient.MapCreateBulk with wrong type %T, need slice", slice)}
+	}
+	builders := make([]*CampaignApprovalCreate, rv.Len())
+	for i := 0; i < rv.Len(); i++ {
+		builders[i] = c.Create()
+		setFunc(builders[i], i)
+	}
+	return &CampaignApprovalCreateBulk{config: c.config, builders: builders}
+}
+
+// Update returns an update builder for CampaignApproval.
+func (c *CampaignApprovalClient) Update() *CampaignApprovalUpdate {
+	mutation := newCampaignApprovalMutation(c.config, OpUpdate)
+	return &CampaignApprovalUpdate{config: c.config, hooks: c.Hooks(), mutation: mutation}
+}
+
+// UpdateOne returns an update builder for the given entity.
+func (c *CampaignApprovalClient) UpdateOne(_m *CampaignApproval) *CampaignApprovalUpdateOne {
+	mutation := newCampaignApprovalMutation(c.config, OpUpdateOne, withCampaignApproval(_m))
+	return &CampaignApprovalUpdateOne{config: c.config, hooks: c.Hooks(), mutation: mutation}
+}
+
+// UpdateOneID returns an update builder for the given id.
+func (c *CampaignApprovalClient) UpdateOneID(id int) *CampaignApprovalUpdateOne {
+	mutation := newCampaignApprovalMutation(c.config, OpUpdateOne, withCampaignApprovalID(id))
+	return &CampaignApprovalUpdateOne{config: c.config, hooks: c.Hooks(), mutation: mutation}
+}
+
+// Delete returns a delete builder for CampaignApproval.
+func (c *CampaignApprovalClient) Delete() *CampaignApprovalDelete {
+	mutation := newCampaignApprovalMutation(c.config, OpDelete)
+	return &CampaignApprovalDelete{config: c.config, hooks: c.Hooks(), mutation: mutation}
+}
+
+// DeleteOne returns a builder for deleting the given entity.
+func (c *CampaignApprovalClient) DeleteOne(_m *CampaignApproval) *CampaignApprovalDeleteOne {
+	return c.DeleteOneID(_m.ID)
+}
+
+// DeleteOneID returns a builder for deleting the given entity by its id.
+func (c *CampaignApprovalClient) DeleteOneID(id int) *CampaignApprovalDeleteOne {
+	builder := c.Delete().Where(campaignapproval.ID(id))
+	builder.mutation.id = &id
+	builder.mutation.op = OpDeleteOne
+	return &CampaignApprovalDeleteOne{builder}
+}
+
+// Query returns a query builder for CampaignApproval.
+func (c *CampaignApprovalClient) Query() *CampaignApprovalQuery {
+	return &CampaignApprovalQuery{
+		config: c.config,
+		ctx:    &QueryContext{Type: TypeCampaignApproval},
+		inters: c.Interceptors(),
+	}
+}
+
+// Get returns a CampaignApproval entity by its id.
+func (c *CampaignApprovalClient) Get(ctx context.Context, id int) (*CampaignApproval, error) {
+	return c.Query().Where(campaignapproval.ID(id)).Only(ctx)
+}
+
+// GetX is like Get, but panics if an error occurs.
+func (c *CampaignApprovalClient) GetX(ctx context.Context, id int) *CampaignApproval {
+	obj, err := c.Get(ctx, id)
+	if err != nil {
+		panic(err)
+	}
+	return obj
+}
+
+// QueryCampaign queries the campaign edge of a CampaignApproval.
+func (c *CampaignApprovalClient) QueryCampaign(_m *CampaignApproval) *CampaignQuery {
+	query := (&CampaignClient{config: c.config}).Query()
+	query.path = func(context.Context) (fromV *sql.Selector, _ error) {
+		id := _m.ID
+		step := sqlgraph.NewStep(
+			sqlgraph.From(campaignapproval.Table, campaignapproval.FieldID, id),
+			sqlgraph.To(campaign.Table, campaign.FieldID),
+			sqlgraph.Edge(sqlgraph.M2O, true, campaignapproval.CampaignTable, campaignapproval.CampaignColumn),
+		)
+		fromV = sqlgraph.Neighbors(_m.driver.Dialect(), step)
+		return fromV, nil
+	}
+	return query
+}
+
+// Hooks returns the client hooks.
+func (c *CampaignApprovalClient) Hooks() []Hook {
+	return c.hooks.CampaignApproval
+}
+
+// Interceptors returns the client interceptors.
+func (c *CampaignApprovalClient) Interceptors() []Interceptor {
+	return c.inters.CampaignApproval
+}
+
+func (c *CampaignApprovalClient) mutate(ctx context.Context, m *CampaignApprovalMutation) (Value, error) {
+	switch m.Op() {
+	case OpCreate:
+		return (&CampaignApprovalCreate{config: c.config, hooks: c.Hooks(), mutation: m}).Save(ctx)
+	case OpUpdate:
+		return (&CampaignApprovalUpdate{config: c.config, hooks: c.Hooks(), mutation: m}).Save(ctx)
+	case OpUpdateOne:
+		return (&CampaignApprovalUpdateOne{config: c.config, hooks: c.Hooks(), mutation: m}).Save(ctx)
+	case OpDelete, OpDeleteOne:
+		return (&CampaignApprovalDelete{config: c.config, hooks: c.Hooks(), mutation: m}).Exec(ctx)
+	default:
+		return nil, fmt.Errorf("ent: unknown CampaignApproval mutation op: %q", m.Op())
 	}
 }
 
@@ -4656,18 +4829,20 @@ func (c *VolumeTargetClient) mutate(ctx context.Context, m *VolumeTargetMutation
 // hooks and interceptors per client, for fast access.
 type (
 	hooks struct {
-		APIToken, Allocation, AuditEvent, BiosSetting, BulkRun, Campaign, CampaignNode,
-		Chassis, Conductor, DeployTemplate, DeployTemplateStep, FirmwareComponent,
-		InspectionRule, Node, NodeEvent, NodeInventory, PolicyOverride, Port,
-		PortalSession, Portgroup, RoleAssignment, Runbook, RunbookStep, Setting, Trait,
-		User, VolumeConnector, VolumeTarget []ent.Hook
+		APIToken, Allocation, AuditEvent, BiosSetting, BulkRun, Campaign,
+		CampaignApproval, CampaignNode, Chassis, Conductor, DeployTemplate,
+		DeployTemplateStep, FirmwareComponent, InspectionRule, Node, NodeEvent,
+		NodeInventory, PolicyOverride, Port, PortalSession, Portgroup, RoleAssignment,
+		Runbook, RunbookStep, Setting, Trait, User, VolumeConnector,
+		VolumeTarget []ent.Hook
 	}
 	inters struct {
-		APIToken, Allocation, AuditEvent, BiosSetting, BulkRun, Campaign, CampaignNode,
-		Chassis, Conductor, DeployTemplate, DeployTemplateStep, FirmwareComponent,
-		InspectionRule, Node, NodeEvent, NodeInventory, PolicyOverride, Port,
-		PortalSession, Portgroup, RoleAssignment, Runbook, RunbookStep, Setting, Trait,
-		User, VolumeConnector, VolumeTarget []ent.Interceptor
+		APIToken, Allocation, AuditEvent, BiosSetting, BulkRun, Campaign,
+		CampaignApproval, CampaignNode, Chassis, Conductor, DeployTemplate,
+		DeployTemplateStep, FirmwareComponent, InspectionRule, Node, NodeEvent,
+		NodeInventory, PolicyOverride, Port, PortalSession, Portgroup, RoleAssignment,
+		Runbook, RunbookStep, Setting, Trait, User, VolumeConnector,
+		VolumeTarget []ent.Interceptor
 	}
 )
 

@@ -18,6 +18,7 @@ import (
 	"github.com/anvilproject/anvil/ent/biossetting"
 	"github.com/anvilproject/anvil/ent/bulkrun"
 	"github.com/anvilproject/anvil/ent/campaign"
+	"github.com/anvilproject/anvil/ent/campaignapproval"
 	"github.com/anvilproject/anvil/ent/campaignnode"
 	"github.com/anvilproject/anvil/ent/chassis"
 	"github.com/anvilproject/anvil/ent/conductor"
@@ -106,6 +107,7 @@ func checkColumn(t, c string) error {
 			biossetting.Table:        biossetting.ValidColumn,
 			bulkrun.Table:            bulkrun.ValidColumn,
 			campaign.Table:           campaign.ValidColumn,
+			campaignapproval.Table:   campaignapproval.ValidColumn,
 			campaignnode.Table:       campaignnode.ValidColumn,
 			chassis.Table:            chassis.ValidColumn,
 			conductor.Table:          conductor.ValidColumn,

@@ -17,6 +17,7 @@ import (
 	"github.com/anvilproject/anvil/ent/biossetting"
 	"github.com/anvilproject/anvil/ent/bulkrun"
 	"github.com/anvilproject/anvil/ent/campaign"
+	"github.com/anvilproject/anvil/ent/campaignapproval"
 	"github.com/anvilproject/anvil/ent/campaignnode"
 	"github.com/anvilproject/anvil/ent/chassis"
 	"github.com/anvilproject/anvil/ent/conductor"
@@ -57,6 +58,7 @@ const (
 	TypeBiosSetting        = "BiosSetting"
 	TypeBulkRun            = "BulkRun"
 	TypeCampaign           = "Campaign"
+	TypeCampaignApproval   = "CampaignApproval"
 	TypeCampaignNode       = "CampaignNode"
 	TypeChassis            = "Chassis"
 	TypeConductor          = "Conductor"
@@ -4876,6 +4878,19 @@ type CampaignMutation struct {
 	running                 *int
 	addrunning              *int
 	start_after             *time.Time
+	window_days             *[]string
+	appendwindow_days       []string
+	window_from             *string
+	window_to               *string
+	window_timezone         *string
+	batch_pause             *int
+	addbatch_pause          *int
+	batch                   *int
+	addbatch                *int
+	batch_started           *int
+	addbatch_started        *int
+	batch_done_at           *time.Time
+	retry_of                *string
 	requires_approval       *bool
 	approved_by             *string
 	approved_at             *time.Time
@@ -4885,6 +4900,9 @@ type CampaignMutation struct {
 	nodes                   map[int]struct{}
 	removednodes            map[int]struct{}
 	clearednodes            bool
+	approvals               map[int]struct{}
+	removedapprovals        map[int]struct{}
+	clearedapprovals        bool
 	done                    bool
 	oldValue                func(context.Context) (*Campaign, error)
 	predicates              []predicate.Campaign
@@ -5661,6 +5679,484 @@ func (m *CampaignMutation) ResetStartAfter() {
 	delete(m.clearedFields, campaign.FieldStartAfter)
 }
 
+// SetWindowDays sets the "window_days" field.
+func (m *CampaignMutation) SetWindowDays(s []string) {
+	m.window_days = &s
+	m.appendwindow_days = nil
+}
+
+// WindowDays returns the value of the "window_days" field in the mutation.
+func (m *CampaignMutation) WindowDays() (r []string, exists bool) {
+	v := m.window_days
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldWindowDays returns the old "window_days" field's value of the Campaign entity.
+// If the Campaign object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *CampaignMutation) OldWindowDays(ctx context.Context) (v []string, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldWindowDays is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldWindowDays requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldWindowDays: %w", err)
+	}
+	return oldValue.WindowDays, nil
+}
+
+// AppendWindowDays adds s to the "window_days" field.
+func (m *CampaignMutation) AppendWindowDays(s []string) {
+	m.appendwindow_days = append(m.appendwindow_days, s...)
+}
+
+// AppendedWindowDays returns the list of values that were appended to the "window_days" field in this mutation.
+func (m *CampaignMutation) AppendedWindowDays() ([]string, bool) {
+	if len(m.appendwindow_days) == 0 {
+		return nil, false
+	}
+	return m.appendwindow_days, true
+}
+
+// ClearWindowDays clears the value of the "window_days" field.
+func (m *CampaignMutation) ClearWindowDays() {
+	m.window_days = nil
+	m.appendwindow_days = nil
+	m.clearedFields[campaign.FieldWindowDays] = struct{}{}
+}
+
+// WindowDaysCleared returns if the "window_days" field was cleared in this mutation.
+func (m *CampaignMutation) WindowDaysCleared() bool {
+	_, ok := m.clearedFields[campaign.FieldWindowDays]
+	return ok
+}
+
+// ResetWindowDays resets all changes to the "window_days" field.
+func (m *CampaignMutation) ResetWindowDays() {
+	m.window_days = nil
+	m.appendwindow_days = nil
+	delete(m.clearedFields, campaign.FieldWindowDays)
+}
+
+// SetWindowFrom sets the "window_from" field.
+func (m *CampaignMutation) SetWindowFrom(s string) {
+	m.window_from = &s
+}
+
+// WindowFrom returns the value of the "window_from" field in the mutation.
+func (m *CampaignMutation) WindowFrom() (r string, exists bool) {
+	v := m.window_from
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldWindowFrom returns the old "window_from" field's value of the Campaign entity.
+// If the Campaign object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *CampaignMutation) OldWindowFrom(ctx context.Context) (v *string, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldWindowFrom is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldWindowFrom requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldWindowFrom: %w", err)
+	}
+	return oldValue.WindowFrom, nil
+}
+
+// ClearWindowFrom clears the value of the "window_from" field.
+func (m *CampaignMutation) ClearWindowFrom() {
+	m.window_from = nil
+	m.clearedFields[campaign.FieldWindowFrom] = struct{}{}
+}
+
+// WindowFromCleared returns if the "window_from" field was cleared in this mutation.
+func (m *CampaignMutation) WindowFromCleared() bool {
+	_, ok := m.clearedFields[campaign.FieldWindowFrom]
+	return ok
+}
+
+// ResetWindowFrom resets all changes to the "window_from" field.
+func (m *CampaignMutation) ResetWindowFrom() {
+	m.window_from = nil
+	delete(m.clearedFields, campaign.FieldWindowFrom)
+}
+
+// SetWindowTo sets the "window_to" field.
+func (m *CampaignMutation) SetWindowTo(s string) {
+	m.window_to = &s
+}
+
+// WindowTo returns the value of the "window_to" field in the mutation.
+func (m *CampaignMutation) WindowTo() (r string, exists bool) {
+	v := m.window_to
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldWindowTo returns the old "window_to" field's value of the Campaign entity.
+// If the Campaign object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *CampaignMutation) OldWindowTo(ctx context.Context) (v *string, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldWindowTo is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldWindowTo requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldWindowTo: %w", err)
+	}
+	return oldValue.WindowTo, nil
+}
+
+// ClearWindowTo clears the value of the "window_to" field.
+func (m *CampaignMutation) ClearWindowTo() {
+	m.window_to = nil
+	m.clearedFields[campaign.FieldWindowTo] = struct{}{}
+}
+
+// WindowToCleared returns if the "window_to" field was cleared in this mutation.
+func (m *CampaignMutation) WindowToCleared() bool {
+	_, ok := m.clearedFields[campaign.FieldWindowTo]
+	return ok
+}
+
+// ResetWindowTo resets all changes to the "window_to" field.
+func (m *CampaignMutation) ResetWindowTo() {
+	m.window_to = nil
+	delete(m.clearedFields, campaign.FieldWindowTo)
+}
+
+// SetWindowTimezone sets the "window_timezone" field.
+func (m *CampaignMutation) SetWindowTimezone(s string) {
+	m.window_timezone = &s
+}
+
+// WindowTimezone returns the value of the "window_timezone" field in the mutation.
+func (m *CampaignMutation) WindowTimezone() (r string, exists bool) {
+	v := m.window_timezone
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldWindowTimezone returns the old "window_timezone" field's value of the Campaign entity.
+// If the Campaign object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *CampaignMutation) OldWindowTimezone(ctx context.Context) (v *string, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldWindowTimezone is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldWindowTimezone requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldWindowTimezone: %w", err)
+	}
+	return oldValue.WindowTimezone, nil
+}
+
+// ClearWindowTimezone clears the value of the "window_timezone" field.
+func (m *CampaignMutation) ClearWindowTimezone() {
+	m.window_timezone = nil
+	m.clearedFields[campaign.FieldWindowTimezone] = struct{}{}
+}
+
+// WindowTimezoneCleared returns if the "window_timezone" field was cleared in this mutation.
+func (m *CampaignMutation) WindowTimezoneCleared() bool {
+	_, ok := m.clearedFields[campaign.FieldWindowTimezone]
+	return ok
+}
+
+// ResetWindowTimezone resets all changes to the "window_timezone" field.
+func (m *CampaignMutation) ResetWindowTimezone() {
+	m.window_timezone = nil
+	delete(m.clearedFields, campaign.FieldWindowTimezone)
+}
+
+// SetBatchPause sets the "batch_pause" field.
+func (m *CampaignMutation) SetBatchPause(i int) {
+	m.batch_pause = &i
+	m.addbatch_pause = nil
+}
+
+// BatchPause returns the value of the "batch_pause" field in the mutation.
+func (m *CampaignMutation) BatchPause() (r int, exists bool) {
+	v := m.batch_pause
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldBatchPause returns the old "batch_pause" field's value of the Campaign entity.
+// If the Campaign object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *CampaignMutation) OldBatchPause(ctx context.Context) (v int, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldBatchPause is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldBatchPause requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldBatchPause: %w", err)
+	}
+	return oldValue.BatchPause, nil
+}
+
+// AddBatchPause adds i to the "batch_pause" field.
+func (m *CampaignMutation) AddBatchPause(i int) {
+	if m.addbatch_pause != nil {
+		*m.addbatch_pause += i
+	} else {
+		m.addbatch_pause = &i
+	}
+}
+
+// AddedBatchPause returns the value that was added to the "batch_pause" field in this mutation.
+func (m *CampaignMutation) AddedBatchPause() (r int, exists bool) {
+	v := m.addbatch_pause
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// ResetBatchPause resets all changes to the "batch_pause" field.
+func (m *CampaignMutation) ResetBatchPause() {
+	m.batch_pause = nil
+	m.addbatch_pause = nil
+}
+
+// SetBatch sets the "batch" field.
+func (m *CampaignMutation) SetBatch(i int) {
+	m.batch = &i
+	m.addbatch = nil
+}
+
+// Batch returns the value of the "batch" field in the mutation.
+func (m *CampaignMutation) Batch() (r int, exists bool) {
+	v := m.batch
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldBatch returns the old "batch" field's value of the Campaign entity.
+// If the Campaign object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *CampaignMutation) OldBatch(ctx context.Context) (v int, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldBatch is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldBatch requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldBatch: %w", err)
+	}
+	return oldValue.Batch, nil
+}
+
+// AddBatch adds i to the "batch" field.
+func (m *CampaignMutation) AddBatch(i int) {
+	if m.addbatch != nil {
+		*m.addbatch += i
+	} else {
+		m.addbatch = &i
+	}
+}
+
+// AddedBatch returns the value that was added to the "batch" field in this mutation.
+func (m *CampaignMutation) AddedBatch() (r int, exists bool) {
+	v := m.addbatch
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// ResetBatch resets all changes to the "batch" field.
+func (m *CampaignMutation) ResetBatch() {
+	m.batch = nil
+	m.addbatch = nil
+}
+
+// SetBatchStarted sets the "batch_started" field.
+func (m *CampaignMutation) SetBatchStarted(i int) {
+	m.batch_started = &i
+	m.addbatch_started = nil
+}
+
+// BatchStarted returns the value of the "batch_started" field in the mutation.
+func (m *CampaignMutation) BatchStarted() (r int, exists bool) {
+	v := m.batch_started
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldBatchStarted returns the old "batch_started" field's value of the Campaign entity.
+// If the Campaign object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *CampaignMutation) OldBatchStarted(ctx context.Context) (v int, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldBatchStarted is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldBatchStarted requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldBatchStarted: %w", err)
+	}
+	return oldValue.BatchStarted, nil
+}
+
+// AddBatchStarted adds i to the "batch_started" field.
+func (m *CampaignMutation) AddBatchStarted(i int) {
+	if m.addbatch_started != nil {
+		*m.addbatch_started += i
+	} else {
+		m.addbatch_started = &i
+	}
+}
+
+// AddedBatchStarted returns the value that was added to the "batch_started" field in this mutation.
+func (m *CampaignMutation) AddedBatchStarted() (r int, exists bool) {
+	v := m.addbatch_started
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// ResetBatchStarted resets all changes to the "batch_started" field.
+func (m *CampaignMutation) ResetBatchStarted() {
+	m.batch_started = nil
+	m.addbatch_started = nil
+}
+
+// SetBatchDoneAt sets the "batch_done_at" field.
+func (m *CampaignMutation) SetBatchDoneAt(t time.Time) {
+	m.batch_done_at = &t
+}
+
+// BatchDoneAt returns the value of the "batch_done_at" field in the mutation.
+func (m *CampaignMutation) BatchDoneAt() (r time.Time, exists bool) {
+	v := m.batch_done_at
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldBatchDoneAt returns the old "batch_done_at" field's value of the Campaign entity.
+// If the Campaign object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *CampaignMutation) OldBatchDoneAt(ctx context.Context) (v *time.Time, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldBatchDoneAt is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldBatchDoneAt requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldBatchDoneAt: %w", err)
+	}
+	return oldValue.BatchDoneAt, nil
+}
+
+// ClearBatchDoneAt clears the value of the "batch_done_at" field.
+func (m *CampaignMutation) ClearBatchDoneAt() {
+	m.batch_done_at = nil
+	m.clearedFields[campaign.FieldBatchDoneAt] = struct{}{}
+}
+
+// BatchDoneAtCleared returns if the "batch_done_at" field was cleared in this mutation.
+func (m *CampaignMutation) BatchDoneAtCleared() bool {
+	_, ok := m.clearedFields[campaign.FieldBatchDoneAt]
+	return ok
+}
+
+// ResetBatchDoneAt resets all changes to the "batch_done_at" field.
+func (m *CampaignMutation) ResetBatchDoneAt() {
+	m.batch_done_at = nil
+	delete(m.clearedFields, campaign.FieldBatchDoneAt)
+}
+
+// SetRetryOf sets the "retry_of" field.
+func (m *CampaignMutation) SetRetryOf(s string) {
+	m.retry_of = &s
+}
+
+// RetryOf returns the value of the "retry_of" field in the mutation.
+func (m *CampaignMutation) RetryOf() (r string, exists bool) {
+	v := m.retry_of
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldRetryOf returns the old "retry_of" field's value of the Campaign entity.
+// If the Campaign object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *CampaignMutation) OldRetryOf(ctx context.Context) (v *string, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldRetryOf is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldRetryOf requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldRetryOf: %w", err)
+	}
+	return oldValue.RetryOf, nil
+}
+
+// ClearRetryOf clears the value of the "retry_of" field.
+func (m *CampaignMutation) ClearRetryOf() {
+	m.retry_of = nil
+	m.clearedFields[campaign.FieldRetryOf] = struct{}{}
+}
+
+// RetryOfCleared returns if the "retry_of" field was cleared in this mutation.
+func (m *CampaignMutation) RetryOfCleared() bool {
+	_, ok := m.clearedFields[campaign.FieldRetryOf]
+	return ok
+}
+
+// ResetRetryOf resets all changes to the "retry_of" field.
+func (m *CampaignMutation) ResetRetryOf() {
+	m.retry_of = nil
+	delete(m.clearedFields, campaign.FieldRetryOf)
+}
+
 // SetRequiresApproval sets the "requires_approval" field.
 func (m *CampaignMutation) SetRequiresApproval(b bool) {
 	m.requires_approval = &b
@@ -5947,6 +6443,60 @@ func (m *CampaignMutation) ResetNodes() {
 	m.removednodes = nil
 }
 
+// AddApprovalIDs adds the "approvals" edge to the CampaignApproval entity by ids.
+func (m *CampaignMutation) AddApprovalIDs(ids ...int) {
+	if m.approvals == nil {
+		m.approvals = make(map[int]struct{})
+	}
+	for i := range ids {
+		m.approvals[ids[i]] = struct{}{}
+	}
+}
+
+// ClearApprovals clears the "approvals" edge to the CampaignApproval entity.
+func (m *CampaignMutation) ClearApprovals() {
+	m.clearedapprovals = true
+}
+
+// ApprovalsCleared reports if the "approvals" edge to the CampaignApproval entity was cleared.
+func (m *CampaignMutation) ApprovalsCleared() bool {
+	return m.clearedapprovals
+}
+
+// RemoveApprovalIDs removes the "approvals" edge to the CampaignApproval entity by IDs.
+func (m *CampaignMutation) RemoveApprovalIDs(ids ...int) {
+	if m.removedapprovals == nil {
+		m.removedapprovals = make(map[int]struct{})
+	}
+	for i := range ids {
+		delete(m.approvals, ids[i])
+		m.removedapprovals[ids[i]] = struct{}{}
+	}
+}
+
+// RemovedApprovals returns the removed IDs of the "approvals" edge to the CampaignApproval entity.
+func (m *CampaignMutation) RemovedApprovalsIDs() (ids []int) {
+	for id := range m.removedapprovals {
+		ids = append(ids, id)
+	}
+	return
+}
+
+// ApprovalsIDs returns the "approvals" edge IDs in the mutation.
+func (m *CampaignMutation) ApprovalsIDs() (ids []int) {
+	for id := range m.approvals {
+		ids = append(ids, id)
+	}
+	return
+}
+
+// ResetApprovals resets all changes to the "approvals" edge.
+func (m *CampaignMutation) ResetApprovals() {
+	m.approvals = nil
+	m.clearedapprovals = false
+	m.removedapprovals = nil
+}
+
 // Where appends a list predicates to the CampaignMutation builder.
 func (m *CampaignMutation) Where(ps ...predicate.Campaign) {
 	m.predicates = append(m.predicates, ps...)
@@ -5981,7 +6531,7 @@ func (m *CampaignMutation) Type() string {
 // order to get all numeric fields that were incremented/decremented, call
 // AddedFields().
 func (m *CampaignMutation) Fields() []string {
-	fields := make([]string, 0, 20)
+	fields := make([]string, 0, 29)
 	if m.created_at != nil {
 		fields = append(fields, campaign.FieldCreatedAt)
 	}
@@ -6026,6 +6576,33 @@ func (m *CampaignMutation) Fields() []string {
 	}
 	if m.start_after != nil {
 		fields = append(fields, campaign.FieldStartAfter)
+	}
+	if m.window_days != nil {
+		fields = append(fields, campaign.FieldWindowDays)
+	}
+	if m.window_from != nil {
+		fields = append(fields, campaign.FieldWindowFrom)
+	}
+	if m.window_to != nil {
+		fields = append(fields, campaign.FieldWindowTo)
+	}
+	if m.window_timezone != nil {
+		fields = append(fields, campaign.FieldWindowTimezone)
+	}
+	if m.batch_pause != nil {
+		fields = append(fields, campaign.FieldBatchPause)
+	}
+	if m.batch != nil {
+		fields = append(fields, campaign.FieldBatch)
+	}
+	if m.batch_started != nil {
+		fields = append(fields, campaign.FieldBatchStarted)
+	}
+	if m.batch_done_at != nil {
+		fields = append(fields, campaign.FieldBatchDoneAt)
+	}
+	if m.retry_of != nil {
+		fields = append(fields, campaign.FieldRetryOf)
 	}
 	if m.requires_approval != nil {
 		fields = append(fields, campaign.FieldRequiresApproval)
@@ -6080,6 +6657,24 @@ func (m *CampaignMutation) Field(name string) (ent.Value, bool) {
 		return m.Running()
 	case campaign.FieldStartAfter:
 		return m.StartAfter()
+	case campaign.FieldWindowDays:
+		return m.WindowDays()
+	case campaign.FieldWindowFrom:
+		return m.WindowFrom()
+	case campaign.FieldWindowTo:
+		return m.WindowTo()
+	case campaign.FieldWindowTimezone:
+		return m.WindowTimezone()
+	case campaign.FieldBatchPause:
+		return m.BatchPause()
+	case campaign.FieldBatch:
+		return m.Batch()
+	case campaign.FieldBatchStarted:
+		return m.BatchStarted()
+	case campaign.FieldBatchDoneAt:
+		return m.BatchDoneAt()
+	case campaign.FieldRetryOf:
+		return m.RetryOf()
 	case campaign.FieldRequiresApproval:
 		return m.RequiresApproval()
 	case campaign.FieldApprovedBy:
@@ -6129,6 +6724,24 @@ func (m *CampaignMutation) OldField(ctx context.Context, name string) (ent.Value
 		return m.OldRunning(ctx)
 	case campaign.FieldStartAfter:
 		return m.OldStartAfter(ctx)
+	case campaign.FieldWindowDays:
+		return m.OldWindowDays(ctx)
+	case campaign.FieldWindowFrom:
+		return m.OldWindowFrom(ctx)
+	case campaign.FieldWindowTo:
+		return m.OldWindowTo(ctx)
+	case campaign.FieldWindowTimezone:
+		return m.OldWindowTimezone(ctx)
+	case campaign.FieldBatchPause:
+		return m.OldBatchPause(ctx)
+	case campaign.FieldBatch:
+		return m.OldBatch(ctx)
+	case campaign.FieldBatchStarted:
+		return m.OldBatchStarted(ctx)
+	case campaign.FieldBatchDoneAt:
+		return m.OldBatchDoneAt(ctx)
+	case campaign.FieldRetryOf:
+		return m.OldRetryOf(ctx)
 	case campaign.FieldRequiresApproval:
 		return m.OldRequiresApproval(ctx)
 	case campaign.FieldApprovedBy:
@@ -6253,6 +6866,69 @@ func (m *CampaignMutation) SetField(name string, value ent.Value) error {
 		}
 		m.SetStartAfter(v)
 		return nil
+	case campaign.FieldWindowDays:
+		v, ok := value.([]string)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetWindowDays(v)
+		return nil
+	case campaign.FieldWindowFrom:
+		v, ok := value.(string)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetWindowFrom(v)
+		return nil
+	case campaign.FieldWindowTo:
+		v, ok := value.(string)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetWindowTo(v)
+		return nil
+	case campaign.FieldWindowTimezone:
+		v, ok := value.(string)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetWindowTimezone(v)
+		return nil
+	case campaign.FieldBatchPause:
+		v, ok := value.(int)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetBatchPause(v)
+		return nil
+	case campaign.FieldBatch:
+		v, ok := value.(int)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetBatch(v)
+		return nil
+	case campaign.FieldBatchStarted:
+		v, ok := value.(int)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetBatchStarted(v)
+		return nil
+	case campaign.FieldBatchDoneAt:
+		v, ok := value.(time.Time)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetBatchDoneAt(v)
+		return nil
+	case campaign.FieldRetryOf:
+		v, ok := value.(string)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetRetryOf(v)
+		return nil
 	case campaign.FieldRequiresApproval:
 		v, ok := value.(bool)
 		if !ok {
@@ -6308,6 +6984,15 @@ func (m *CampaignMutation) AddedFields() []string {
 	if m.addrunning != nil {
 		fields = append(fields, campaign.FieldRunning)
 	}
+	if m.addbatch_pause != nil {
+		fields = append(fields, campaign.FieldBatchPause)
+	}
+	if m.addbatch != nil {
+		fields = append(fields, campaign.FieldBatch)
+	}
+	if m.addbatch_started != nil {
+		fields = append(fields, campaign.FieldBatchStarted)
+	}
 	return fields
 }
 
@@ -6324,6 +7009,12 @@ func (m *CampaignMutation) AddedField(name string) (ent.Value, bool) {
 		return m.AddedMaxFailuresPercent()
 	case campaign.FieldRunning:
 		return m.AddedRunning()
+	case campaign.FieldBatchPause:
+		return m.AddedBatchPause()
+	case campaign.FieldBatch:
+		return m.AddedBatch()
+	case campaign.FieldBatchStarted:
+		return m.AddedBatchStarted()
 	}
 	return nil, false
 }
@@ -6361,6 +7052,27 @@ func (m *CampaignMutation) AddField(name string, value ent.Value) error {
 		}
 		m.AddRunning(v)
 		return nil
+	case campaign.FieldBatchPause:
+		v, ok := value.(int)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.AddBatchPause(v)
+		return nil
+	case campaign.FieldBatch:
+		v, ok := value.(int)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.AddBatch(v)
+		return nil
+	case campaign.FieldBatchStarted:
+		v, ok := value.(int)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.AddBatchStarted(v)
+		return nil
 	}
 	return fmt.Errorf("unknown Campaign numeric field %s", name)
 }
@@ -6380,6 +7092,24 @@ func (m *CampaignMutation) ClearedFields() []string {
 	}
 	if m.FieldCleared(campaign.FieldStartAfter) {
 		fields = append(fields, campaign.FieldStartAfter)
+	}
+	if m.FieldCleared(campaign.FieldWindowDays) {
+		fields = append(fields, campaign.FieldWindowDays)
+	}
+	if m.FieldCleared(campaign.FieldWindowFrom) {
+		fields = append(fields, campaign.FieldWindowFrom)
+	}
+	if m.FieldCleared(campaign.FieldWindowTo) {
+		fields = append(fields, campaign.FieldWindowTo)
+	}
+	if m.FieldCleared(campaign.FieldWindowTimezone) {
+		fields = append(fields, campaign.FieldWindowTimezone)
+	}
+	if m.FieldCleared(campaign.FieldBatchDoneAt) {
+		fields = append(fields, campaign.FieldBatchDoneAt)
+	}
+	if m.FieldCleared(campaign.FieldRetryOf) {
+		fields = append(fields, campaign.FieldRetryOf)
 	}
 	if m.FieldCleared(campaign.FieldApprovedBy) {
 		fields = append(fields, campaign.FieldApprovedBy)
@@ -6418,6 +7148,24 @@ func (m *CampaignMutation) ClearField(name string) error {
 		return nil
 	case campaign.FieldStartAfter:
 		m.ClearStartAfter()
+		return nil
+	case campaign.FieldWindowDays:
+		m.ClearWindowDays()
+		return nil
+	case campaign.FieldWindowFrom:
+		m.ClearWindowFrom()
+		return nil
+	case campaign.FieldWindowTo:
+		m.ClearWindowTo()
+		return nil
+	case campaign.FieldWindowTimezone:
+		m.ClearWindowTimezone()
+		return nil
+	case campaign.FieldBatchDoneAt:
+		m.ClearBatchDoneAt()
+		return nil
+	case campaign.FieldRetryOf:
+		m.ClearRetryOf()
 		return nil
 	case campaign.FieldApprovedBy:
 		m.ClearApprovedBy()
@@ -6484,6 +7232,33 @@ func (m *CampaignMutation) ResetField(name string) error {
 	case campaign.FieldStartAfter:
 		m.ResetStartAfter()
 		return nil
+	case campaign.FieldWindowDays:
+		m.ResetWindowDays()
+		return nil
+	case campaign.FieldWindowFrom:
+		m.ResetWindowFrom()
+		return nil
+	case campaign.FieldWindowTo:
+		m.ResetWindowTo()
+		return nil
+	case campaign.FieldWindowTimezone:
+		m.ResetWindowTimezone()
+		return nil
+	case campaign.FieldBatchPause:
+		m.ResetBatchPause()
+		return nil
+	case campaign.FieldBatch:
+		m.ResetBatch()
+		return nil
+	case campaign.FieldBatchStarted:
+		m.ResetBatchStarted()
+		return nil
+	case campaign.FieldBatchDoneAt:
+		m.ResetBatchDoneAt()
+		return nil
+	case campaign.FieldRetryOf:
+		m.ResetRetryOf()
+		return nil
 	case campaign.FieldRequiresApproval:
 		m.ResetRequiresApproval()
 		return nil
@@ -6505,9 +7280,12 @@ func (m *CampaignMutation) ResetField(name string) error {
 
 // AddedEdges returns all edge names that were set/added in this mutation.
 func (m *CampaignMutation) AddedEdges() []string {
-	edges := make([]string, 0, 1)
+	edges := make([]string, 0, 2)
 	if m.nodes != nil {
 		edges = append(edges, campaign.EdgeNodes)
+	}
+	if m.approvals != nil {
+		edges = append(edges, campaign.EdgeApprovals)
 	}
 	return edges
 }
@@ -6522,15 +7300,24 @@ func (m *CampaignMutation) AddedIDs(name string) []ent.Value {
 			ids = append(ids, id)
 		}
 		return ids
+	case campaign.EdgeApprovals:
+		ids := make([]ent.Value, 0, len(m.approvals))
+		for id := range m.approvals {
+			ids = append(ids, id)
+		}
+		return ids
 	}
 	return nil
 }
 
 // RemovedEdges returns all edge names that were removed in this mutation.
 func (m *CampaignMutation) RemovedEdges() []string {
-	edges := make([]string, 0, 1)
+	edges := make([]string, 0, 2)
 	if m.removednodes != nil {
 		edges = append(edges, campaign.EdgeNodes)
+	}
+	if m.removedapprovals != nil {
+		edges = append(edges, campaign.EdgeApprovals)
 	}
 	return edges
 }
@@ -6545,15 +7332,24 @@ func (m *CampaignMutation) RemovedIDs(name string) []ent.Value {
 			ids = append(ids, id)
 		}
 		return ids
+	case campaign.EdgeApprovals:
+		ids := make([]ent.Value, 0, len(m.removedapprovals))
+		for id := range m.removedapprovals {
+			ids = append(ids, id)
+		}
+		return ids
 	}
 	return nil
 }
 
 // ClearedEdges returns all edge names that were cleared in this mutation.
 func (m *CampaignMutation) ClearedEdges() []string {
-	edges := make([]string, 0, 1)
+	edges := make([]string, 0, 2)
 	if m.clearednodes {
 		edges = append(edges, campaign.EdgeNodes)
+	}
+	if m.clearedapprovals {
+		edges = append(edges, campaign.EdgeApprovals)
 	}
 	return edges
 }
@@ -6564,6 +7360,8 @@ func (m *CampaignMutation) EdgeCleared(name string) bool {
 	switch name {
 	case campaign.EdgeNodes:
 		return m.clearednodes
+	case campaign.EdgeApprovals:
+		return m.clearedapprovals
 	}
 	return false
 }
@@ -6583,8 +7381,597 @@ func (m *CampaignMutation) ResetEdge(name string) error {
 	case campaign.EdgeNodes:
 		m.ResetNodes()
 		return nil
+	case campaign.EdgeApprovals:
+		m.ResetApprovals()
+		return nil
 	}
 	return fmt.Errorf("unknown Campaign edge %s", name)
+}
+
+// CampaignApprovalMutation represents an operation that mutates the CampaignApproval nodes in the graph.
+type CampaignApprovalMutation struct {
+	config
+	op              Op
+	typ             string
+	id              *int
+	project         *string
+	approved_by     *string
+	approved_at     *time.Time
+	clearedFields   map[string]struct{}
+	campaign        *int
+	clearedcampaign bool
+	done            bool
+	oldValue        func(context.Context) (*CampaignApproval, error)
+	predicates      []predicate.CampaignApproval
+}
+
+var _ ent.Mutation = (*CampaignApprovalMutation)(nil)
+
+// campaignapprovalOption allows management of the mutation configuration using functional options.
+type campaignapprovalOption func(*CampaignApprovalMutation)
+
+// newCampaignApprovalMutation creates new mutation for the CampaignApproval entity.
+func newCampaignApprovalMutation(c config, op Op, opts ...campaignapprovalOption) *CampaignApprovalMutation {
+	m := &CampaignApprovalMutation{
+		config:        c,
+		op:            op,
+		typ:           TypeCampaignApproval,
+		clearedFields: make(map[string]struct{}),
+	}
+	for _, opt := range opts {
+		opt(m)
+	}
+	return m
+}
+
+// withCampaignApprovalID sets the ID field of the mutation.
+func withCampaignApprovalID(id int) campaignapprovalOption {
+	return func(m *CampaignApprovalMutation) {
+		var (
+			err   error
+			once  sync.Once
+			value *CampaignApproval
+		)
+		m.oldValue = func(ctx context.Context) (*CampaignApproval, error) {
+			once.Do(func() {
+				if m.done {
+					err = errors.New("querying old values post mutation is not allowed")
+				} else {
+					value, err = m.Client().CampaignApproval.Get(ctx, id)
+				}
+			})
+			return value, err
+		}
+		m.id = &id
+	}
+}
+
+// withCampaignApproval sets the old CampaignApproval of the mutation.
+func withCampaignApproval(node *CampaignApproval) campaignapprovalOption {
+	return func(m *CampaignApprovalMutation) {
+		m.oldValue = func(context.Context) (*CampaignApproval, error) {
+			return node, nil
+		}
+		m.id = &node.ID
+	}
+}
+
+// Client returns a new `ent.Client` from the mutation. If the mutation was
+// executed in a transaction (ent.Tx), a transactional client is returned.
+func (m CampaignApprovalMutation) Client() *Client {
+	client := &Client{config: m.config}
+	client.init()
+	return client
+}
+
+// Tx returns an `ent.Tx` for mutations that were executed in transactions;
+// it returns an error otherwise.
+func (m CampaignApprovalMutation) Tx() (*Tx, error) {
+	if _, ok := m.driver.(*txDriver); !ok {
+		return nil, errors.New("ent: mutation is not running in a transaction")
+	}
+	tx := &Tx{config: m.config}
+	tx.init()
+	return tx, nil
+}
+
+// ID returns the ID value in the mutation. Note that the ID is only available
+// if it was provided to the builder or after it was returned from the database.
+func (m *CampaignApprovalMutation) ID() (id int, exists bool) {
+	if m.id == nil {
+		return
+	}
+	return *m.id, true
+}
+
+// IDs queries the database and returns the entity ids that match the mutation's predicate.
+// That means, if the mutation is applied within a transaction with an isolation level such
+// as sql.LevelSerializable, the returned ids match the ids of the rows that will be updated
+// or updated by the mutation.
+func (m *CampaignApprovalMutation) IDs(ctx context.Context) ([]int, error) {
+	switch {
+	case m.op.Is(OpUpdateOne | OpDeleteOne):
+		id, exists := m.ID()
+		if exists {
+			return []int{id}, nil
+		}
+		fallthrough
+	case m.op.Is(OpUpdate | OpDelete):
+		return m.Client().CampaignApproval.Query().Where(m.predicates...).IDs(ctx)
+	default:
+		return nil, fmt.Errorf("IDs is not allowed on %s operations", m.op)
+	}
+}
+
+// SetCampaignID sets the "campaign_id" field.
+func (m *CampaignApprovalMutation) SetCampaignID(i int) {
+	m.campaign = &i
+}
+
+// CampaignID returns the value of the "campaign_id" field in the mutation.
+func (m *CampaignApprovalMutation) CampaignID() (r int, exists bool) {
+	v := m.campaign
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldCampaignID returns the old "campaign_id" field's value of the CampaignApproval entity.
+// If the CampaignApproval object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *CampaignApprovalMutation) OldCampaignID(ctx context.Context) (v int, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldCampaignID is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldCampaignID requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldCampaignID: %w", err)
+	}
+	return oldValue.CampaignID, nil
+}
+
+// ResetCampaignID resets all changes to the "campaign_id" field.
+func (m *CampaignApprovalMutation) ResetCampaignID() {
+	m.campaign = nil
+}
+
+// SetProject sets the "project" field.
+func (m *CampaignApprovalMutation) SetProject(s string) {
+	m.project = &s
+}
+
+// Project returns the value of the "project" field in the mutation.
+func (m *CampaignApprovalMutation) Project() (r string, exists bool) {
+	v := m.project
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldProject returns the old "project" field's value of the CampaignApproval entity.
+// If the CampaignApproval object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *CampaignApprovalMutation) OldProject(ctx context.Context) (v string, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldProject is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldProject requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldProject: %w", err)
+	}
+	return oldValue.Project, nil
+}
+
+// ResetProject resets all changes to the "project" field.
+func (m *CampaignApprovalMutation) ResetProject() {
+	m.project = nil
+}
+
+// SetApprovedBy sets the "approved_by" field.
+func (m *CampaignApprovalMutation) SetApprovedBy(s string) {
+	m.approved_by = &s
+}
+
+// ApprovedBy returns the value of the "approved_by" field in the mutation.
+func (m *CampaignApprovalMutation) ApprovedBy() (r string, exists bool) {
+	v := m.approved_by
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldApprovedBy returns the old "approved_by" field's value of the CampaignApproval entity.
+// If the CampaignApproval object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *CampaignApprovalMutation) OldApprovedBy(ctx context.Context) (v *string, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldApprovedBy is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldApprovedBy requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldApprovedBy: %w", err)
+	}
+	return oldValue.ApprovedBy, nil
+}
+
+// ClearApprovedBy clears the value of the "approved_by" field.
+func (m *CampaignApprovalMutation) ClearApprovedBy() {
+	m.approved_by = nil
+	m.clearedFields[campaignapproval.FieldApprovedBy] = struct{}{}
+}
+
+// ApprovedByCleared returns if the "approved_by" field was cleared in this mutation.
+func (m *CampaignApprovalMutation) ApprovedByCleared() bool {
+	_, ok := m.clearedFields[campaignapproval.FieldApprovedBy]
+	return ok
+}
+
+// ResetApprovedBy resets all changes to the "approved_by" field.
+func (m *CampaignApprovalMutation) ResetApprovedBy() {
+	m.approved_by = nil
+	delete(m.clearedFields, campaignapproval.FieldApprovedBy)
+}
+
+// SetApprovedAt sets the "approved_at" field.
+func (m *CampaignApprovalMutation) SetApprovedAt(t time.Time) {
+	m.approved_at = &t
+}
+
+// ApprovedAt returns the value of the "approved_at" field in the mutation.
+func (m *CampaignApprovalMutation) ApprovedAt() (r time.Time, exists bool) {
+	v := m.approved_at
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldApprovedAt returns the old "approved_at" field's value of the CampaignApproval entity.
+// If the CampaignApproval object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *CampaignApprovalMutation) OldApprovedAt(ctx context.Context) (v *time.Time, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldApprovedAt is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldApprovedAt requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldApprovedAt: %w", err)
+	}
+	return oldValue.ApprovedAt, nil
+}
+
+// ClearApprovedAt clears the value of the "approved_at" field.
+func (m *CampaignApprovalMutation) ClearApprovedAt() {
+	m.approved_at = nil
+	m.clearedFields[campaignapproval.FieldApprovedAt] = struct{}{}
+}
+
+// ApprovedAtCleared returns if the "approved_at" field was cleared in this mutation.
+func (m *CampaignApprovalMutation) ApprovedAtCleared() bool {
+	_, ok := m.clearedFields[campaignapproval.FieldApprovedAt]
+	return ok
+}
+
+// ResetApprovedAt resets all changes to the "approved_at" field.
+func (m *CampaignApprovalMutation) ResetApprovedAt() {
+	m.approved_at = nil
+	delete(m.clearedFields, campaignapproval.FieldApprovedAt)
+}
+
+// ClearCampaign clears the "campaign" edge to the Campaign entity.
+func (m *CampaignApprovalMutation) ClearCampaign() {
+	m.clearedcampaign = true
+	m.clearedFields[campaignapproval.FieldCampaignID] = struct{}{}
+}
+
+// CampaignCleared reports if the "campaign" edge to the Campaign entity was cleared.
+func (m *CampaignApprovalMutation) CampaignCleared() bool {
+	return m.clearedcampaign
+}
+
+// CampaignIDs returns the "campaign" edge IDs in the mutation.
+// Note that IDs always returns len(IDs) <= 1 for unique edges, and you should use
+// CampaignID instead. It exists only for internal usage by the builders.
+func (m *CampaignApprovalMutation) CampaignIDs() (ids []int) {
+	if id := m.campaign; id != nil {
+		ids = append(ids, *id)
+	}
+	return
+}
+
+// ResetCampaign resets all changes to the "campaign" edge.
+func (m *CampaignApprovalMutation) ResetCampaign() {
+	m.campaign = nil
+	m.clearedcampaign = false
+}
+
+// Where appends a list predicates to the CampaignApprovalMutation builder.
+func (m *CampaignApprovalMutation) Where(ps ...predicate.CampaignApproval) {
+	m.predicates = append(m.predicates, ps...)
+}
+
+// WhereP appends storage-level predicates to the CampaignApprovalMutation builder. Using this method,
+// users can use type-assertion to append predicates that do not depend on any generated package.
+func (m *CampaignApprovalMutation) WhereP(ps ...func(*sql.Selector)) {
+	p := make([]predicate.CampaignApproval, len(ps))
+	for i := range ps {
+		p[i] = ps[i]
+	}
+	m.Where(p...)
+}
+
+// Op returns the operation name.
+func (m *CampaignApprovalMutation) Op() Op {
+	return m.op
+}
+
+// SetOp allows setting the mutation operation.
+func (m *CampaignApprovalMutation) SetOp(op Op) {
+	m.op = op
+}
+
+// Type returns the node type of this mutation (CampaignApproval).
+func (m *CampaignApprovalMutation) Type() string {
+	return m.typ
+}
+
+// Fields returns all fields that were changed during this mutation. Note that in
+// order to get all numeric fields that were incremented/decremented, call
+// AddedFields().
+func (m *CampaignApprovalMutation) Fields() []string {
+	fields := make([]string, 0, 4)
+	if m.campaign != nil {
+		fields = append(fields, campaignapproval.FieldCampaignID)
+	}
+	if m.project != nil {
+		fields = append(fields, campaignapproval.FieldProject)
+	}
+	if m.approved_by != nil {
+		fields = append(fields, campaignapproval.FieldApprovedBy)
+	}
+	if m.approved_at != nil {
+		fields = append(fields, campaignapproval.FieldApprovedAt)
+	}
+	return fields
+}
+
+// Field returns the value of a field with the given name. The second boolean
+// return value indicates that this field was not set, or was not defined in the
+// schema.
+func (m *CampaignApprovalMutation) Field(name string) (ent.Value, bool) {
+	switch name {
+	case campaignapproval.FieldCampaignID:
+		return m.CampaignID()
+	case campaignapproval.FieldProject:
+		return m.Project()
+	case campaignapproval.FieldApprovedBy:
+		return m.ApprovedBy()
+	case campaignapproval.FieldApprovedAt:
+		return m.ApprovedAt()
+	}
+	return nil, false
+}
+
+// OldField returns the old value of the field from the database. An error is
+// returned if the mutation operation is not UpdateOne, or the query to the
+// database failed.
+func (m *CampaignApprovalMutation) OldField(ctx context.Context, name string) (ent.Value, error) {
+	switch name {
+	case campaignapproval.FieldCampaignID:
+		return m.OldCampaignID(ctx)
+	case campaignapproval.FieldProject:
+		return m.OldProject(ctx)
+	case campaignapproval.FieldApprovedBy:
+		return m.OldApprovedBy(ctx)
+	case campaignapproval.FieldApprovedAt:
+		return m.OldApprovedAt(ctx)
+	}
+	return nil, fmt.Errorf("unknown CampaignApproval field %s", name)
+}
+
+// SetField sets the value of a field with the given name. It returns an error if
+// the field is not defined in the schema, or if the type mismatched the field
+// type.
+func (m *CampaignApprovalMutation) SetField(name string, value ent.Value) error {
+	switch name {
+	case campaignapproval.FieldCampaignID:
+		v, ok := value.(int)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetCampaignID(v)
+		return nil
+	case campaignapproval.FieldProject:
+		v, ok := value.(string)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetProject(v)
+		return nil
+	case campaignapproval.FieldApprovedBy:
+		v, ok := value.(string)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetApprovedBy(v)
+		return nil
+	case campaignapproval.FieldApprovedAt:
+		v, ok := value.(time.Time)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetApprovedAt(v)
+		return nil
+	}
+	return fmt.Errorf("unknown CampaignApproval field %s", name)
+}
+
+// AddedFields returns all numeric fields that were incremented/decremented during
+// this mutation.
+func (m *CampaignApprovalMutation) AddedFields() []string {
+	var fields []string
+	return fields
+}
+
+// AddedField returns the numeric value that was incremented/decremented on a field
+// with the given name. The second boolean return value indicates that this field
+// was not set, or was not defined in the schema.
+func (m *CampaignApprovalMutation) AddedField(name string) (ent.Value, bool) {
+	switch name {
+	}
+	return nil, false
+}
+
+// AddField adds the value to the field with the given name. It returns an error if
+// the field is not defined in the schema, or if the type mismatched the field
+// type.
+func (m *CampaignApprovalMutation) AddField(name string, value ent.Value) error {
+	switch name {
+	}
+	return fmt.Errorf("unknown CampaignApproval numeric field %s", name)
+}
+
+// ClearedFields returns all nullable fields that were cleared during this
+// mutation.
+func (m *CampaignApprovalMutation) ClearedFields() []string {
+	var fields []string
+	if m.FieldCleared(campaignapproval.FieldApprovedBy) {
+		fields = append(fields, campaignapproval.FieldApprovedBy)
+	}
+	if m.FieldCleared(campaignapproval.FieldApprovedAt) {
+		fields = append(fields, campaignapproval.FieldApprovedAt)
+	}
+	return fields
+}
+
+// FieldCleared returns a boolean indicating if a field with the given name was
+// cleared in this mutation.
+func (m *CampaignApprovalMutation) FieldCleared(name string) bool {
+	_, ok := m.clearedFields[name]
+	return ok
+}
+
+// ClearField clears the value of the field with the given name. It returns an
+// error if the field is not defined in the schema.
+func (m *CampaignApprovalMutation) ClearField(name string) error {
+	switch name {
+	case campaignapproval.FieldApprovedBy:
+		m.ClearApprovedBy()
+		return nil
+	case campaignapproval.FieldApprovedAt:
+		m.ClearApprovedAt()
+		return nil
+	}
+	return fmt.Errorf("unknown CampaignApproval nullable field %s", name)
+}
+
+// ResetField resets all changes in the mutation for the field with the given name.
+// It returns an error if the field is not defined in the schema.
+func (m *CampaignApprovalMutation) ResetField(name string) error {
+	switch name {
+	case campaignapproval.FieldCampaignID:
+		m.ResetCampaignID()
+		return nil
+	case campaignapproval.FieldProject:
+		m.ResetProject()
+		return nil
+	case campaignapproval.FieldApprovedBy:
+		m.ResetApprovedBy()
+		return nil
+	case campaignapproval.FieldApprovedAt:
+		m.ResetApprovedAt()
+		return nil
+	}
+	return fmt.Errorf("unknown CampaignApproval field %s", name)
+}
+
+// AddedEdges returns all edge names that were set/added in this mutation.
+func (m *CampaignApprovalMutation) AddedEdges() []string {
+	edges := make([]string, 0, 1)
+	if m.campaign != nil {
+		edges = append(edges, campaignapproval.EdgeCampaign)
+	}
+	return edges
+}
+
+// AddedIDs returns all IDs (to other nodes) that were added for the given edge
+// name in this mutation.
+func (m *CampaignApprovalMutation) AddedIDs(name string) []ent.Value {
+	switch name {
+	case campaignapproval.EdgeCampaign:
+		if id := m.campaign; id != nil {
+			return []ent.Value{*id}
+		}
+	}
+	return nil
+}
+
+// RemovedEdges returns all edge names that were removed in this mutation.
+func (m *CampaignApprovalMutation) RemovedEdges() []string {
+	edges := make([]string, 0, 1)
+	return edges
+}
+
+// RemovedIDs returns all IDs (to other nodes) that were removed for the edge with
+// the given name in this mutation.
+func (m *CampaignApprovalMutation) RemovedIDs(name string) []ent.Value {
+	return nil
+}
+
+// ClearedEdges returns all edge names that were cleared in this mutation.
+func (m *CampaignApprovalMutation) ClearedEdges() []string {
+	edges := make([]string, 0, 1)
+	if m.clearedcampaign {
+		edges = append(edges, campaignapproval.EdgeCampaign)
+	}
+	return edges
+}
+
+// EdgeCleared returns a boolean which indicates if the edge with the given name
+// was cleared in this mutation.
+func (m *CampaignApprovalMutation) EdgeCleared(name string) bool {
+	switch name {
+	case campaignapproval.EdgeCampaign:
+		return m.clearedcampaign
+	}
+	return false
+}
+
+// ClearEdge clears the value of the edge with the given name. It returns an error
+// if that edge is not defined in the schema.
+func (m *CampaignApprovalMutation) ClearEdge(name string) error {
+	switch name {
+	case campaignapproval.EdgeCampaign:
+		m.ClearCampaign()
+		return nil
+	}
+	return fmt.Errorf("unknown CampaignApproval unique edge %s", name)
+}
+
+// ResetEdge resets all changes to the edge with the given name in this mutation.
+// It returns an error if the edge is not defined in the schema.
+func (m *CampaignApprovalMutation) ResetEdge(name string) error {
+	switch name {
+	case campaignapproval.EdgeCampaign:
+		m.ResetCampaign()
+		return nil
+	}
+	return fmt.Errorf("unknown CampaignApproval edge %s", name)
 }
 
 // CampaignNodeMutation represents an operation that mutates the CampaignNode nodes in the graph.
@@ -6599,6 +7986,8 @@ type CampaignNodeMutation struct {
 	run             *string
 	position        *int
 	addposition     *int
+	batch           *int
+	addbatch        *int
 	started_at      *time.Time
 	finished_at     *time.Time
 	clearedFields   map[string]struct{}
@@ -6969,6 +8358,62 @@ func (m *CampaignNodeMutation) ResetPosition() {
 	m.addposition = nil
 }
 
+// SetBatch sets the "batch" field.
+func (m *CampaignNodeMutation) SetBatch(i int) {
+	m.batch = &i
+	m.addbatch = nil
+}
+
+// Batch returns the value of the "batch" field in the mutation.
+func (m *CampaignNodeMutation) Batch() (r int, exists bool) {
+	v := m.batch
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldBatch returns the old "batch" field's value of the CampaignNode entity.
+// If the CampaignNode object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *CampaignNodeMutation) OldBatch(ctx context.Context) (v int, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldBatch is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldBatch requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldBatch: %w", err)
+	}
+	return oldValue.Batch, nil
+}
+
+// AddBatch adds i to the "batch" field.
+func (m *CampaignNodeMutation) AddBatch(i int) {
+	if m.addbatch != nil {
+		*m.addbatch += i
+	} else {
+		m.addbatch = &i
+	}
+}
+
+// AddedBatch returns the value that was added to the "batch" field in this mutation.
+func (m *CampaignNodeMutation) AddedBatch() (r int, exists bool) {
+	v := m.addbatch
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// ResetBatch resets all changes to the "batch" field.
+func (m *CampaignNodeMutation) ResetBatch() {
+	m.batch = nil
+	m.addbatch = nil
+}
+
 // SetStartedAt sets the "started_at" field.
 func (m *CampaignNodeMutation) SetStartedAt(t time.Time) {
 	m.started_at = &t
@@ -7128,7 +8573,7 @@ func (m *CampaignNodeMutation) Type() string {
 // order to get all numeric fields that were incremented/decremented, call
 // AddedFields().
 func (m *CampaignNodeMutation) Fields() []string {
-	fields := make([]string, 0, 8)
+	fields := make([]string, 0, 9)
 	if m.campaign != nil {
 		fields = append(fields, campaignnode.FieldCampaignID)
 	}
@@ -7146,6 +8591,9 @@ func (m *CampaignNodeMutation) Fields() []string {
 	}
 	if m.position != nil {
 		fields = append(fields, campaignnode.FieldPosition)
+	}
+	if m.batch != nil {
+		fields = append(fields, campaignnode.FieldBatch)
 	}
 	if m.started_at != nil {
 		fields = append(fields, campaignnode.FieldStartedAt)
@@ -7173,6 +8621,8 @@ func (m *CampaignNodeMutation) Field(name string) (ent.Value, bool) {
 		return m.Run()
 	case campaignnode.FieldPosition:
 		return m.Position()
+	case campaignnode.FieldBatch:
+		return m.Batch()
 	case campaignnode.FieldStartedAt:
 		return m.StartedAt()
 	case campaignnode.FieldFinishedAt:
@@ -7198,6 +8648,8 @@ func (m *CampaignNodeMutation) OldField(ctx context.Context, name string) (ent.V
 		return m.OldRun(ctx)
 	case campaignnode.FieldPosition:
 		return m.OldPosition(ctx)
+	case campaignnode.FieldBatch:
+		return m.OldBatch(ctx)
 	case campaignnode.FieldStartedAt:
 		return m.OldStartedAt(ctx)
 	case campaignnode.FieldFinishedAt:
@@ -7253,6 +8705,13 @@ func (m *CampaignNodeMutation) SetField(name string, value ent.Value) error {
 		}
 		m.SetPosition(v)
 		return nil
+	case campaignnode.FieldBatch:
+		v, ok := value.(int)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetBatch(v)
+		return nil
 	case campaignnode.FieldStartedAt:
 		v, ok := value.(time.Time)
 		if !ok {
@@ -7278,6 +8737,9 @@ func (m *CampaignNodeMutation) AddedFields() []string {
 	if m.addposition != nil {
 		fields = append(fields, campaignnode.FieldPosition)
 	}
+	if m.addbatch != nil {
+		fields = append(fields, campaignnode.FieldBatch)
+	}
 	return fields
 }
 
@@ -7288,6 +8750,8 @@ func (m *CampaignNodeMutation) AddedField(name string) (ent.Value, bool) {
 	switch name {
 	case campaignnode.FieldPosition:
 		return m.AddedPosition()
+	case campaignnode.FieldBatch:
+		return m.AddedBatch()
 	}
 	return nil, false
 }
@@ -7303,6 +8767,13 @@ func (m *CampaignNodeMutation) AddField(name string, value ent.Value) error {
 			return fmt.Errorf("unexpected type %T for field %s", value, name)
 		}
 		m.AddPosition(v)
+		return nil
+	case campaignnode.FieldBatch:
+		v, ok := value.(int)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.AddBatch(v)
 		return nil
 	}
 	return fmt.Errorf("unknown CampaignNode numeric field %s", name)
@@ -7375,6 +8846,9 @@ func (m *CampaignNodeMutation) ResetField(name string) error {
 		return nil
 	case campaignnode.FieldPosition:
 		m.ResetPosition()
+		return nil
+	case campaignnode.FieldBatch:
+		m.ResetBatch()
 		return nil
 	case campaignnode.FieldStartedAt:
 		m.ResetStartedAt()

@@ -10,6 +10,7 @@ import (
 	"github.com/anvilproject/anvil/ent/auditevent"
 	"github.com/anvilproject/anvil/ent/biossetting"
 	"github.com/anvilproject/anvil/ent/campaign"
+	"github.com/anvilproject/anvil/ent/campaignapproval"
 	"github.com/anvilproject/anvil/ent/campaignnode"
 	"github.com/anvilproject/anvil/ent/chassis"
 	"github.com/anvilproject/anvil/ent/conductor"
@@ -154,14 +155,52 @@ func init() {
 	campaignDescRunning := campaignFields[11].Descriptor()
 	// campaign.DefaultRunning holds the default value on creation for the running field.
 	campaign.DefaultRunning = campaignDescRunning.Default.(int)
+	// campaignDescWindowFrom is the schema descriptor for window_from field.
+	campaignDescWindowFrom := campaignFields[14].Descriptor()
+	// campaign.WindowFromValidator is a validator for the "window_from" field. It is called by the builders before save.
+	campaign.WindowFromValidator = campaignDescWindowFrom.Validators[0].(func(string) error)
+	// campaignDescWindowTo is the schema descriptor for window_to field.
+	campaignDescWindowTo := campaignFields[15].Descriptor()
+	// campaign.WindowToValidator is a validator for the "window_to" field. It is called by the builders before save.
+	campaign.WindowToValidator = campaignDescWindowTo.Validators[0].(func(string) error)
+	// campaignDescWindowTimezone is the schema descriptor for window_timezone field.
+	campaignDescWindowTimezone := campaignFields[16].Descriptor()
+	// campaign.WindowTimezoneValidator is a validator for the "window_timezone" field. It is called by the builders before save.
+	campaign.WindowTimezoneValidator = campaignDescWindowTimezone.Validators[0].(func(string) error)
+	// campaignDescBatchPause is the schema descriptor for batch_pause field.
+	campaignDescBatchPause := campaignFields[17].Descriptor()
+	// campaign.DefaultBatchPause holds the default value on creation for the batch_pause field.
+	campaign.DefaultBatchPause = campaignDescBatchPause.Default.(int)
+	// campaignDescBatch is the schema descriptor for batch field.
+	campaignDescBatch := campaignFields[18].Descriptor()
+	// campaign.DefaultBatch holds the default value on creation for the batch field.
+	campaign.DefaultBatch = campaignDescBatch.Default.(int)
+	// campaignDescBatchStarted is the schema descriptor for batch_started field.
+	campaignDescBatchStarted := campaignFields[19].Descriptor()
+	// campaign.DefaultBatchStarted holds the default value on creation for the batch_started field.
+	campaign.DefaultBatchStarted = campaignDescBatchStarted.Default.(int)
+	// campaignDescRetryOf is the schema descriptor for retry_of field.
+	campaignDescRetryOf := campaignFields[21].Descriptor()
+	// campaign.RetryOfValidator is a validator for the "retry_of" field. It is called by the builders before save.
+	campaign.RetryOfValidator = campaignDescRetryOf.Validators[0].(func(string) error)
 	// campaignDescRequiresApproval is the schema descriptor for requires_approval field.
-	campaignDescRequiresApproval := campaignFields[13].Descriptor()
+	campaignDescRequiresApproval := campaignFields[22].Descriptor()
 	// campaign.DefaultRequiresApproval holds the default value on creation for the requires_approval field.
 	campaign.DefaultRequiresApproval = campaignDescRequiresApproval.Default.(bool)
 	// campaignDescApprovedBy is the schema descriptor for approved_by field.
-	campaignDescApprovedBy := campaignFields[14].Descriptor()
+	campaignDescApprovedBy := campaignFields[23].Descriptor()
 	// campaign.ApprovedByValidator is a validator for the "approved_by" field. It is called by the builders before save.
 	campaign.ApprovedByValidator = campaignDescApprovedBy.Validators[0].(func(string) error)
+	campaignapprovalFields := schema.CampaignApproval{}.Fields()
+	_ = campaignapprovalFields
+	// campaignapprovalDescProject is the schema descriptor for project field.
+	campaignapprovalDescProject := campaignapprovalFields[1].Descriptor()
+	// campaignapproval.ProjectValidator is a validator for the "project" field. It is called by the builders before save.
+	campaignapproval.ProjectValidator = campaignapprovalDescProject.Validators[0].(func(string) error)
+	// campaignapprovalDescApprovedBy is the schema descriptor for approved_by field.
+	campaignapprovalDescApprovedBy := campaignapprovalFields[2].Descriptor()
+	// campaignapproval.ApprovedByValidator is a validator for the "approved_by" field. It is called by the builders before save.
+	campaignapproval.ApprovedByValidator = campaignapprovalDescApprovedBy.Validators[0].(func(string) error)
 	campaignnodeFields := schema.CampaignNode{}.Fields()
 	_ = campaignnodeFields
 	// campaignnodeDescNodeUUID is the schema descriptor for node_uuid field.
@@ -176,6 +215,10 @@ func init() {
 	campaignnodeDescRun := campaignnodeFields[4].Descriptor()
 	// campaignnode.RunValidator is a validator for the "run" field. It is called by the builders before save.
 	campaignnode.RunValidator = campaignnodeDescRun.Validators[0].(func(string) error)
+	// campaignnodeDescBatch is the schema descriptor for batch field.
+	campaignnodeDescBatch := campaignnodeFields[6].Descriptor()
+	// campaignnode.DefaultBatch holds the default value on creation for the batch field.
+	campaignnode.DefaultBatch = campaignnodeDescBatch.Default.(int)
 	chassisMixin := schema.Chassis{}.Mixin()
 	chassisMixinFields0 := chassisMixin[0].Fields()
 	_ = chassisMixinFields0

@@ -26,6 +26,8 @@ type Tx struct {
 	BulkRun *BulkRunClient
 	// Campaign is the client for interacting with the Campaign builders.
 	Campaign *CampaignClient
+	// CampaignApproval is the client for interacting with the CampaignApproval builders.
+	CampaignApproval *CampaignApprovalClient
 	// CampaignNode is the client for interacting with the CampaignNode builders.
 	CampaignNode *CampaignNodeClient
 	// Chassis is the client for interacting with the Chassis builders.
@@ -207,6 +209,7 @@ func (tx *Tx) init() {
 	tx.BiosSetting = NewBiosSettingClient(tx.config)
 	tx.BulkRun = NewBulkRunClient(tx.config)
 	tx.Campaign = NewCampaignClient(tx.config)
+	tx.CampaignApproval = NewCampaignApprovalClient(tx.config)
 	tx.CampaignNode = NewCampaignNodeClient(tx.config)
 	tx.Chassis = NewChassisClient(tx.config)
 	tx.Conductor = NewConductorClient(tx.config)

@@ -44,6 +44,24 @@ const (
 	FieldRunning = "running"
 	// FieldStartAfter holds the string denoting the start_after field in the database.
 	FieldStartAfter = "start_after"
+	// FieldWindowDays holds the string denoting the window_days field in the database.
+	FieldWindowDays = "window_days"
+	// FieldWindowFrom holds the string denoting the window_from field in the database.
+	FieldWindowFrom = "window_from"
+	// FieldWindowTo holds the string denoting the window_to field in the database.
+	FieldWindowTo = "window_to"
+	// FieldWindowTimezone holds the string denoting the window_timezone field in the database.
+	FieldWindowTimezone = "window_timezone"
+	// FieldBatchPause holds the string denoting the batch_pause field in the database.
+	FieldBatchPause = "batch_pause"
+	// FieldBatch holds the string denoting the batch field in the database.
+	FieldBatch = "batch"
+	// FieldBatchStarted holds the string denoting the batch_started field in the database.
+	FieldBatchStarted = "batch_started"
+	// FieldBatchDoneAt holds the string denoting the batch_done_at field in the database.
+	FieldBatchDoneAt = "batch_done_at"
+	// FieldRetryOf holds the string denoting the retry_of field in the database.
+	FieldRetryOf = "retry_of"
 	// FieldRequiresApproval holds the string denoting the requires_approval field in the database.
 	FieldRequiresApproval = "requires_approval"
 	// FieldApprovedBy holds the string denoting the approved_by field in the database.
@@ -56,6 +74,8 @@ const (
 	FieldFinishedAt = "finished_at"
 	// EdgeNodes holds the string denoting the nodes edge name in mutations.
 	EdgeNodes = "nodes"
+	// EdgeApprovals holds the string denoting the approvals edge name in mutations.
+	EdgeApprovals = "approvals"
 	// Table holds the table name of the campaign in the database.
 	Table = "campaigns"
 	// NodesTable is the table that holds the nodes relation/edge.
@@ -65,6 +85,13 @@ const (
 	NodesInverseTable = "campaign_nodes"
 	// NodesColumn is the table column denoting the nodes relation/edge.
 	NodesColumn = "campaign_id"
+	// ApprovalsTable is the table that holds the approvals relation/edge.
+	ApprovalsTable = "campaign_approvals"
+	// ApprovalsInverseTable is the table name for the CampaignApproval entity.
+	// It exists in this package in order to avoid circular dependency with the "campaignapproval" package.
+	ApprovalsInverseTable = "campaign_approvals"
+	// ApprovalsColumn is the table column denoting the approvals relation/edge.
+	ApprovalsColumn = "campaign_id"
 )
 
 // Columns holds all SQL columns for campaign fields.
@@ -85,6 +112,15 @@ var Columns = []string{
 	FieldMaxFailuresPercent,
 	FieldRunning,
 	FieldStartAfter,
+	FieldWindowDays,
+	FieldWindowFrom,
+	FieldWindowTo,
+	FieldWindowTimezone,
+	FieldBatchPause,
+	FieldBatch,
+	FieldBatchStarted,
+	FieldBatchDoneAt,
+	FieldRetryOf,
 	FieldRequiresApproval,
 	FieldApprovedBy,
 	FieldApprovedAt,
@@ -121,6 +157,20 @@ var (
 	StateValidator func(string) error
 	// DefaultRunning holds the default value on creation for the "running" field.
 	DefaultRunning int
+	// WindowFromValidator is a validator for the "window_from" field. It is called by the builders before save.
+	WindowFromValidator func(string) error
+	// WindowToValidator is a validator for the "window_to" field. It is called by the builders before save.
+	WindowToValidator func(string) error
+	// WindowTimezoneValidator is a validator for the "window_timezone" field. It is called by the builders before save.
+	WindowTimezoneValidator func(string) error
+	// DefaultBatchPause holds the default value on creation for the "batch_pause" field.
+	DefaultBatchPause int
+	// DefaultBatch holds the default value on creation for the "batch" field.
+	DefaultBatch int
+	// DefaultBatchStarted holds the default value on creation for the "batch_started" field.
+	DefaultBatchStarted int
+	// RetryOfValidator is a validator for the "retry_of" field. It is called by the builders before save.
+	RetryOfValidator func(string) error
 	// DefaultRequiresApproval holds the default value on creation for the "requires_approval" field.
 	DefaultRequiresApproval bool
 	// ApprovedByValidator is a validator for the "approved_by" field. It is called by the builders before save.
@@ -205,6 +255,46 @@ func ByStartAfter(opts ...sql.OrderTermOption) OrderOption {
 	return sql.OrderByField(FieldStartAfter, opts...).ToFunc()
 }
 
+// ByWindowFrom orders the results by the window_from field.
+func ByWindowFrom(opts ...sql.OrderTermOption) OrderOption {
+	return sql.OrderByField(FieldWindowFrom, opts...).ToFunc()
+}
+
+// ByWindowTo orders the results by the window_to field.
+func ByWindowTo(opts ...sql.OrderTermOption) OrderOption {
+	return sql.OrderByField(FieldWindowTo, opts...).ToFunc()
+}
+
+// ByWindowTimezone orders the results by the window_timezone field.
+func ByWindowTimezone(opts ...sql.OrderTermOption) OrderOption {
+	return sql.OrderByField(FieldWindowTimezone, opts...).ToFunc()
+}
+
+// ByBatchPause orders the results by the batch_pause field.
+func ByBatchPause(opts ...sql.OrderTermOption) OrderOption {
+	return sql.OrderByField(FieldBatchPause, opts...).ToFunc()
+}
+
+// ByBatch orders the results by the batch field.
+func ByBatch(opts ...sql.OrderTermOption) OrderOption {
+	return sql.OrderByField(FieldBatch, opts...).ToFunc()
+}
+
+// ByBatchStarted orders the results by the batch_started field.
+func ByBatchStarted(opts ...sql.OrderTermOption) OrderOption {
+	return sql.OrderByField(FieldBatchStarted, opts...).ToFunc()
+}
+
+// ByBatchDoneAt orders the results by the batch_done_at field.
+func ByBatchDoneAt(opts ...sql.OrderTermOption) OrderOption {
+	return sql.OrderByField(FieldBatchDoneAt, opts...).ToFunc()
+}
+
+// ByRetryOf orders the results by the retry_of field.
+func ByRetryOf(opts ...sql.OrderTermOption) OrderOption {
+	return sql.OrderByField(FieldRetryOf, opts...).ToFunc()
+}
+
 // ByRequiresApproval orders the results by the requires_approval field.
 func ByRequiresApproval(opts ...sql.OrderTermOption) OrderOption {
 	return sql.OrderByField(FieldRequiresApproval, opts...).ToFunc()
@@ -243,10 +333,31 @@ func ByNodes(term sql.OrderTerm, terms ...sql.OrderTerm) OrderOption {
 		sqlgraph.OrderByNeighborTerms(s, newNodesStep(), append([]sql.OrderTerm{term}, terms...)...)
 	}
 }
+
+// ByApprovalsCount orders the results by approvals count.
+func ByApprovalsCount(opts ...sql.OrderTermOption) OrderOption {
+	return func(s *sql.Selector) {
+		sqlgraph.OrderByNeighborsCount(s, newApprovalsStep(), opts...)
+	}
+}
+
+// ByApprovals orders the results by approvals terms.
+func ByApprovals(term sql.OrderTerm, terms ...sql.OrderTerm) OrderOption {
+	return func(s *sql.Selector) {
+		sqlgraph.OrderByNeighborTerms(s, newApprovalsStep(), append([]sql.OrderTerm{term}, terms...)...)
+	}
+}
 func newNodesStep() *sqlgraph.Step {
 	return sqlgraph.NewStep(
 		sqlgraph.From(Table, FieldID),
 		sqlgraph.To(NodesInverseTable, FieldID),
 		sqlgraph.Edge(sqlgraph.O2M, false, NodesTable, NodesColumn),
+	)
+}
+func newApprovalsStep() *sqlgraph.Step {
+	return sqlgraph.NewStep(
+		sqlgraph.From(Table, FieldID),
+		sqlgraph.To(ApprovalsInverseTable, FieldID),
+		sqlgraph.Edge(sqlgraph.O2M, false, ApprovalsTable, ApprovalsColumn),
 	)
 }

@@ -125,6 +125,46 @@ func StartAfter(v time.Time) predicate.Campaign {
 	return predicate.Campaign(sql.FieldEQ(FieldStartAfter, v))
 }
 
+// WindowFrom applies equality check predicate on the "window_from" field. It's identical to WindowFromEQ.
+func WindowFrom(v string) predicate.Campaign {
+	return predicate.Campaign(sql.FieldEQ(FieldWindowFrom, v))
+}
+
+// WindowTo applies equality check predicate on the "window_to" field. It's identical to WindowToEQ.
+func WindowTo(v string) predicate.Campaign {
+	return predicate.Campaign(sql.FieldEQ(FieldWindowTo, v))
+}
+
+// WindowTimezone applies equality check predicate on the "window_timezone" field. It's identical to WindowTimezoneEQ.
+func WindowTimezone(v string) predicate.Campaign {
+	return predicate.Campaign(sql.FieldEQ(FieldWindowTimezone, v))
+}
+
+// BatchPause applies equality check predicate on the "batch_pause" field. It's identical to BatchPauseEQ.
+func BatchPause(v int) predicate.Campaign {
+	return predicate.Campaign(sql.FieldEQ(FieldBatchPause, v))
+}
+
+// Batch applies equality check predicate on the "batch" field. It's identical to BatchEQ.
+func Batch(v int) predicate.Campaign {
+	return predicate.Campaign(sql.FieldEQ(FieldBatch, v))
+}
+
+// BatchStarted applies equality check predicate on the "batch_started" field. It's identical to BatchStartedEQ.
+func BatchStarted(v int) predicate.Campaign {
+	return predicate.Campaign(sql.FieldEQ(FieldBatchStarted, v))
+}
+
+// BatchDoneAt applies equality check predicate on the "batch_done_at" field. It's identical to BatchDoneAtEQ.
+func BatchDoneAt(v time.Time) predicate.Campaign {
+	return predicate.Campaign(sql.FieldEQ(FieldBatchDoneAt, v))
+}
+
+// RetryOf applies equality check predicate on the "retry_of" field. It's identical to RetryOfEQ.
+func RetryOf(v string) predicate.Campaign {
+	return predicate.Campaign(sql.FieldEQ(FieldRetryOf, v))
+}
+
 // RequiresApproval applies equality check predicate on the "requires_approval" field. It's identical to RequiresApprovalEQ.
 func RequiresApproval(v bool) predicate.Campaign {
 	return predicate.Campaign(sql.FieldEQ(FieldRequiresApproval, v))
@@ -925,6 +965,486 @@ func StartAfterNotNil() predicate.Campaign {
 	return predicate.Campaign(sql.FieldNotNull(FieldStartAfter))
 }
 
+// WindowDaysIsNil applies the IsNil predicate on the "window_days" field.
+func WindowDaysIsNil() predicate.Campaign {
+	return predicate.Campaign(sql.FieldIsNull(FieldWindowDays))
+}
+
+// WindowDaysNotNil applies the NotNil predicate on the "window_days" field.
+func WindowDaysNotNil() predicate.Campaign {
+	return predicate.Campaign(sql.FieldNotNull(FieldWindowDays))
+}
+
+// WindowFromEQ applies the EQ predicate on the "window_from" field.
+func WindowFromEQ(v string) predicate.Campaign {
+	return predicate.Campaign(sql.FieldEQ(FieldWindowFrom, v))
+}
+
+// WindowFromNEQ applies the NEQ predicate on the "window_from" field.
+func WindowFromNEQ(v string) predicate.Campaign {
+	return predicate.Campaign(sql.FieldNEQ(FieldWindowFrom, v))
+}
+
+// WindowFromIn applies the In predicate on the "window_from" field.
+func WindowFromIn(vs ...string) predicate.Campaign {
+	return predicate.Campaign(sql.FieldIn(FieldWindowFrom, vs...))
+}
+
+// WindowFromNotIn applies the NotIn predicate on the "window_from" field.
+func WindowFromNotIn(vs ...string) predicate.Campaign {
+	return predicate.Campaign(sql.FieldNotIn(FieldWindowFrom, vs...))
+}
+
+// WindowFromGT applies the GT predicate on the "window_from" field.
+func WindowFromGT(v string) predicate.Campaign {
+	return predicate.Campaign(sql.FieldGT(FieldWindowFrom, v))
+}
+
+// WindowFromGTE applies the GTE predicate on the "window_from" field.
+func WindowFromGTE(v string) predicate.Campaign {
+	return predicate.Campaign(sql.FieldGTE(FieldWindowFrom, v))
+}
+
+// WindowFromLT applies the LT predicate on the "window_from" field.
+func WindowFromLT(v string) predicate.Campaign {
+	return predicate.Campaign(sql.FieldLT(FieldWindowFrom, v))
+}
+
+// WindowFromLTE applies the LTE predicate on the "window_from" field.
+func WindowFromLTE(v string) predicate.Campaign {
+	return predicate.Campaign(sql.FieldLTE(FieldWindowFrom, v))
+}
+
+// WindowFromContains applies the Contains predicate on the "window_from" field.
+func WindowFromContains(v string) predicate.Campaign {
+	return predicate.Campaign(sql.FieldContains(FieldWindowFrom, v))
+}
+
+// WindowFromHasPrefix applies the HasPrefix predicate on the "window_from" field.
+func WindowFromHasPrefix(v string) predicate.Campaign {
+	return predicate.Campaign(sql.FieldHasPrefix(FieldWindowFrom, v))
+}
+
+// WindowFromHasSuffix applies the HasSuffix predicate on the "window_from" field.
+func WindowFromHasSuffix(v string) predicate.Campaign {
+	return predicate.Campaign(sql.FieldHasSuffix(FieldWindowFrom, v))
+}
+
+// WindowFromIsNil applies the IsNil predicate on the "window_from" field.
+func WindowFromIsNil() predicate.Campaign {
+	return predicate.Campaign(sql.FieldIsNull(FieldWindowFrom))
+}
+
+// WindowFromNotNil applies the NotNil predicate on the "window_from" field.
+func WindowFromNotNil() predicate.Campaign {
+	return predicate.Campaign(sql.FieldNotNull(FieldWindowFrom))
+}
+
+// WindowFromEqualFold applies the EqualFold predicate on the "window_from" field.
+func WindowFromEqualFold(v string) predicate.Campaign {
+	return predicate.Campaign(sql.FieldEqualFold(FieldWindowFrom, v))
+}
+
+// WindowFromContainsFold applies the ContainsFold predicate on the "window_from" field.
+func WindowFromContainsFold(v string) predicate.Campaign {
+	return predicate.Campaign(sql.FieldContainsFold(FieldWindowFrom, v))
+}
+
+// WindowToEQ applies the EQ predicate on the "window_to" field.
+func WindowToEQ(v string) predicate.Campaign {
+	return predicate.Campaign(sql.FieldEQ(FieldWindowTo, v))
+}
+
+// WindowToNEQ applies the NEQ predicate on the "window_to" field.
+func WindowToNEQ(v string) predicate.Campaign {
+	return predicate.Campaign(sql.FieldNEQ(FieldWindowTo, v))
+}
+
+// WindowToIn applies the In predicate on the "window_to" field.
+func WindowToIn(vs ...string) predicate.Campaign {
+	return predicate.Campaign(sql.FieldIn(FieldWindowTo, vs...))
+}
+
+// WindowToNotIn applies the NotIn predicate on the "window_to" field.
+func WindowToNotIn(vs ...string) predicate.Campaign {
+	return predicate.Campaign(sql.FieldNotIn(FieldWindowTo, vs...))
+}
+
+// WindowToGT applies the GT predicate on the "window_to" field.
+func WindowToGT(v string) predicate.Campaign {
+	return predicate.Campaign(sql.FieldGT(FieldWindowTo, v))
+}
+
+// WindowToGTE applies the GTE predicate on the "window_to" field.
+func WindowToGTE(v string) predicate.Campaign {
+	return predicate.Campaign(sql.FieldGTE(FieldWindowTo, v))
+}
+
+// WindowToLT applies the LT predicate on the "window_to" field.
+func WindowToLT(v string) predicate.Campaign {
+	return predicate.Campaign(sql.FieldLT(FieldWindowTo, v))
+}
+
+// WindowToLTE applies the LTE predicate on the "window_to" field.
+func WindowToLTE(v string) predicate.Campaign {
+	return predicate.Campaign(sql.FieldLTE(FieldWindowTo, v))
+}
+
+// WindowToContains applies the Contains predicate on the "window_to" field.
+func WindowToContains(v string) predicate.Campaign {
+	return predicate.Campaign(sql.FieldContains(FieldWindowTo, v))
+}
+
+// WindowToHasPrefix applies the HasPrefix predicate on the "window_to" field.
+func WindowToHasPrefix(v string) predicate.Campaign {
+	return predicate.Campaign(sql.FieldHasPrefix(FieldWindowTo, v))
+}
+
+// WindowToHasSuffix applies the HasSuffix predicate on the "window_to" field.
+func WindowToHasSuffix(v string) predicate.Campaign {
+	return predicate.Campaign(sql.FieldHasSuffix(FieldWindowTo, v))
+}
+
+// WindowToIsNil applies the IsNil predicate on the "window_to" field.
+func WindowToIsNil() predicate.Campaign {
+	return predicate.Campaign(sql.FieldIsNull(FieldWindowTo))
+}
+
+// WindowToNotNil applies the NotNil predicate on the "window_to" field.
+func WindowToNotNil() predicate.Campaign {
+	return predicate.Campaign(sql.FieldNotNull(FieldWindowTo))
+}
+
+// WindowToEqualFold applies the EqualFold predicate on the "window_to" field.
+func WindowToEqualFold(v string) predicate.Campaign {
+	return predicate.Campaign(sql.FieldEqualFold(FieldWindowTo, v))
+}
+
+// WindowToContainsFold applies the ContainsFold predicate on the "window_to" field.
+func WindowToContainsFold(v string) predicate.Campaign {
+	return predicate.Campaign(sql.FieldContainsFold(FieldWindowTo, v))
+}
+
+// WindowTimezoneEQ applies the EQ predicate on the "window_timezone" field.
+func WindowTimezoneEQ(v string) predicate.Campaign {
+	return predicate.Campaign(sql.FieldEQ(FieldWindowTimezone, v))
+}
+
+// WindowTimezoneNEQ applies the NEQ predicate on the "window_timezone" field.
+func WindowTimezoneNEQ(v string) predicate.Campaign {
+	return predicate.Campaign(sql.FieldNEQ(FieldWindowTimezone, v))
+}
+
+// WindowTimezoneIn applies the In predicate on the "window_timezone" field.
+func WindowTimezoneIn(vs ...string) predicate.Campaign {
+	return predicate.Campaign(sql.FieldIn(FieldWindowTimezone, vs...))
+}
+
+// WindowTimezoneNotIn applies the NotIn predicate on the "window_timezone" field.
+func WindowTimezoneNotIn(vs ...string) predicate.Campaign {
+	return predicate.Campaign(sql.FieldNotIn(FieldWindowTimezone, vs...))
+}
+
+// WindowTimezoneGT applies the GT predicate on the "window_timezone" field.
+func WindowTimezoneGT(v string) predicate.Campaign {
+	return predicate.Campaign(sql.FieldGT(FieldWindowTimezone, v))
+}
+
+// WindowTimezoneGTE applies the GTE predicate on the "window_timezone" field.
+func WindowTimezoneGTE(v string) predicate.Campaign {
+	return predicate.Campaign(sql.FieldGTE(FieldWindowTimezone, v))
+}
+
+// WindowTimezoneLT applies the LT predicate on the "window_timezone" field.
+func WindowTimezoneLT(v string) predicate.Campaign {
+	return predicate.Campaign(sql.FieldLT(FieldWindowTimezone, v))
+}
+
+// WindowTimezoneLTE applies the LTE predicate on the "window_timezone" field.
+func WindowTimezoneLTE(v string) predicate.Campaign {
+	return predicate.Campaign(sql.FieldLTE(FieldWindowTimezone, v))
+}
+
+// WindowTimezoneContains applies the Contains predicate on the "window_timezone" field.
+func WindowTimezoneContains(v string) predicate.Campaign {
+	return predicate.Campaign(sql.FieldContains(FieldWindowTimezone, v))
+}
+
+// WindowTimezoneHasPrefix applies the HasPrefix predicate on the "window_timezone" field.
+func WindowTimezoneHasPrefix(v string) predicate.Campaign {
+	return predicate.Campaign(sql.FieldHasPrefix(FieldWindowTimezone, v))
+}
+
+// WindowTimezoneHasSuffix applies the HasSuffix predicate on the "window_timezone" field.
+func WindowTimezoneHasSuffix(v string) predicate.Campaign {
+	return predicate.Campaign(sql.FieldHasSuffix(FieldWindowTimezone, v))
+}
+
+// WindowTimezoneIsNil applies the IsNil predicate on the "window_timezone" field.
+func WindowTimezoneIsNil() predicate.Campaign {
+	return predicate.Campaign(sql.FieldIsNull(FieldWindowTimezone))
+}
+
+// WindowTimezoneNotNil applies the NotNil predicate on the "window_timezone" field.
+func WindowTimezoneNotNil() predicate.Campaign {
+	return predicate.Campaign(sql.FieldNotNull(FieldWindowTimezone))
+}
+
+// WindowTimezoneEqualFold applies the EqualFold predicate on the "window_timezone" field.
+func WindowTimezoneEqualFold(v string) predicate.Campaign {
+	return predicate.Campaign(sql.FieldEqualFold(FieldWindowTimezone, v))
+}
+
+// WindowTimezoneContainsFold applies the ContainsFold predicate on the "window_timezone" field.
+func WindowTimezoneContainsFold(v string) predicate.Campaign {
+	return predicate.Campaign(sql.FieldContainsFold(FieldWindowTimezone, v))
+}
+
+// BatchPauseEQ applies the EQ predicate on the "batch_pause" field.
+func BatchPauseEQ(v int) predicate.Campaign {
+	return predicate.Campaign(sql.FieldEQ(FieldBatchPause, v))
+}
+
+// BatchPauseNEQ applies the NEQ predicate on the "batch_pause" field.
+func BatchPauseNEQ(v int) predicate.Campaign {
+	return predicate.Campaign(sql.FieldNEQ(FieldBatchPause, v))
+}
+
+// BatchPauseIn applies the In predicate on the "batch_pause" field.
+func BatchPauseIn(vs ...int) predicate.Campaign {
+	return predicate.Campaign(sql.FieldIn(FieldBatchPause, vs...))
+}
+
+// BatchPauseNotIn applies the NotIn predicate on the "batch_pause" field.
+func BatchPauseNotIn(vs ...int) predicate.Campaign {
+	return predicate.Campaign(sql.FieldNotIn(FieldBatchPause, vs...))
+}
+
+// BatchPauseGT applies the GT predicate on the "batch_pause" field.
+func BatchPauseGT(v int) predicate.Campaign {
+	return predicate.Campaign(sql.FieldGT(FieldBatchPause, v))
+}
+
+// BatchPauseGTE applies the GTE predicate on the "batch_pause" field.
+func BatchPauseGTE(v int) predicate.Campaign {
+	return predicate.Campaign(sql.FieldGTE(FieldBatchPause, v))
+}
+
+// BatchPauseLT applies the LT predicate on the "batch_pause" field.
+func BatchPauseLT(v int) predicate.Campaign {
+	return predicate.Campaign(sql.FieldLT(FieldBatchPause, v))
+}
+
+// BatchPauseLTE applies the LTE predicate on the "batch_pause" field.
+func BatchPauseLTE(v int) predicate.Campaign {
+	return predicate.Campaign(sql.FieldLTE(FieldBatchPause, v))
+}
+
+// BatchEQ applies the EQ predicate on the "batch" field.
+func BatchEQ(v int) predicate.Campaign {
+	return predicate.Campaign(sql.FieldEQ(FieldBatch, v))
+}
+
+// BatchNEQ applies the NEQ predicate on the "batch" field.
+func BatchNEQ(v int) predicate.Campaign {
+	return predicate.Campaign(sql.FieldNEQ(FieldBatch, v))
+}
+
+// BatchIn applies the In predicate on the "batch" field.
+func BatchIn(vs ...int) predicate.Campaign {
+	return predicate.Campaign(sql.FieldIn(FieldBatch, vs...))
+}
+
+// BatchNotIn applies the NotIn predicate on the "batch" field.
+func BatchNotIn(vs ...int) predicate.Campaign {
+	return predicate.Campaign(sql.FieldNotIn(FieldBatch, vs...))
+}
+
+// BatchGT applies the GT predicate on the "batch" field.
+func BatchGT(v int) predicate.Campaign {
+	return predicate.Campaign(sql.FieldGT(FieldBatch, v))
+}
+
+// BatchGTE applies the GTE predicate on the "batch" field.
+func BatchGTE(v int) predicate.Campaign {
+	return predicate.Campaign(sql.FieldGTE(FieldBatch, v))
+}
+
+// BatchLT applies the LT predicate on the "batch" field.
+func BatchLT(v int) predicate.Campaign {
+	return predicate.Campaign(sql.FieldLT(FieldBatch, v))
+}
+
+// BatchLTE applies the LTE predicate on the "batch" field.
+func BatchLTE(v int) predicate.Campaign {
+	return predicate.Campaign(sql.FieldLTE(FieldBatch, v))
+}
+
+// BatchStartedEQ applies the EQ predicate on the "batch_started" field.
+func BatchStartedEQ(v int) predicate.Campaign {
+	return predicate.Campaign(sql.FieldEQ(FieldBatchStarted, v))
+}
+
+// BatchStartedNEQ applies the NEQ predicate on the "batch_started" field.
+func BatchStartedNEQ(v int) predicate.Campaign {
+	return predicate.Campaign(sql.FieldNEQ(FieldBatchStarted, v))
+}
+
+// BatchStartedIn applies the In predicate on the "batch_started" field.
+func BatchStartedIn(vs ...int) predicate.Campaign {
+	return predicate.Campaign(sql.FieldIn(FieldBatchStarted, vs...))
+}
+
+// BatchStartedNotIn applies the NotIn predicate on the "batch_started" field.
+func BatchStartedNotIn(vs ...int) predicate.Campaign {
+	return predicate.Campaign(sql.FieldNotIn(FieldBatchStarted, vs...))
+}
+
+// BatchStartedGT applies the GT predicate on the "batch_started" field.
+func BatchStartedGT(v int) predicate.Campaign {
+	return predicate.Campaign(sql.FieldGT(FieldBatchStarted, v))
+}
+
+// BatchStartedGTE applies the GTE predicate on the "batch_started" field.
+func BatchStartedGTE(v int) predicate.Campaign {
+	return predicate.Campaign(sql.FieldGTE(FieldBatchStarted, v))
+}
+
+// BatchStartedLT applies the LT predicate on the "batch_started" field.
+func BatchStartedLT(v int) predicate.Campaign {
+	return predicate.Campaign(sql.FieldLT(FieldBatchStarted, v))
+}
+
+// BatchStartedLTE applies the LTE predicate on the "batch_started" field.
+func BatchStartedLTE(v int) predicate.Campaign {
+	return predicate.Campaign(sql.FieldLTE(FieldBatchStarted, v))
+}
+
+// BatchDoneAtEQ applies the EQ predicate on the "batch_done_at" field.
+func BatchDoneAtEQ(v time.Time) predicate.Campaign {
+	return predicate.Campaign(sql.FieldEQ(FieldBatchDoneAt, v))
+}
+
+// BatchDoneAtNEQ applies the NEQ predicate on the "batch_done_at" field.
+func BatchDoneAtNEQ(v time.Time) predicate.Campaign {
+	return predicate.Campaign(sql.FieldNEQ(FieldBatchDoneAt, v))
+}
+
+// BatchDoneAtIn applies the In predicate on the "batch_done_at" field.
+func BatchDoneAtIn(vs ...time.Time) predicate.Campaign {
+	return predicate.Campaign(sql.FieldIn(FieldBatchDoneAt, vs...))
+}
+
+// BatchDoneAtNotIn applies the NotIn predicate on the "batch_done_at" field.
+func BatchDoneAtNotIn(vs ...time.Time) predicate.Campaign {
+	return predicate.Campaign(sql.FieldNotIn(FieldBatchDoneAt, vs...))
+}
+
+// BatchDoneAtGT applies the GT predicate on the "batch_done_at" field.
+func BatchDoneAtGT(v time.Time) predicate.Campaign {
+	return predicate.Campaign(sql.FieldGT(FieldBatchDoneAt, v))
+}
+
+// BatchDoneAtGTE applies the GTE predicate on the "batch_done_at" field.
+func BatchDoneAtGTE(v time.Time) predicate.Campaign {
+	return predicate.Campaign(sql.FieldGTE(FieldBatchDoneAt, v))
+}
+
+// BatchDoneAtLT applies the LT predicate on the "batch_done_at" field.
+func BatchDoneAtLT(v time.Time) predicate.Campaign {
+	return predicate.Campaign(sql.FieldLT(FieldBatchDoneAt, v))
+}
+
+// BatchDoneAtLTE applies the LTE predicate on the "batch_done_at" field.
+func BatchDoneAtLTE(v time.Time) predicate.Campaign {
+	return predicate.Campaign(sql.FieldLTE(FieldBatchDoneAt, v))
+}
+
+// BatchDoneAtIsNil applies the IsNil predicate on the "batch_done_at" field.
+func BatchDoneAtIsNil() predicate.Campaign {
+	return predicate.Campaign(sql.FieldIsNull(FieldBatchDoneAt))
+}
+
+// BatchDoneAtNotNil applies the NotNil predicate on the "batch_done_at" field.
+func BatchDoneAtNotNil() predicate.Campaign {
+	return predicate.Campaign(sql.FieldNotNull(FieldBatchDoneAt))
+}
+
+// RetryOfEQ applies the EQ predicate on the "retry_of" field.
+func RetryOfEQ(v string) predicate.Campaign {
+	return predicate.Campaign(sql.FieldEQ(FieldRetryOf, v))
+}
+
+// RetryOfNEQ applies the NEQ predicate on the "retry_of" field.
+func RetryOfNEQ(v string) predicate.Campaign {
+	return predicate.Campaign(sql.FieldNEQ(FieldRetryOf, v))
+}
+
+// RetryOfIn applies the In predicate on the "retry_of" field.
+func RetryOfIn(vs ...string) predicate.Campaign {
+	return predicate.Campaign(sql.FieldIn(FieldRetryOf, vs...))
+}
+
+// RetryOfNotIn applies the NotIn predicate on the "retry_of" field.
+func RetryOfNotIn(vs ...string) predicate.Campaign {
+	return predicate.Campaign(sql.FieldNotIn(FieldRetryOf, vs...))
+}
+
+// RetryOfGT applies the GT predicate on the "retry_of" field.
+func RetryOfGT(v string) predicate.Campaign {
+	return predicate.Campaign(sql.FieldGT(FieldRetryOf, v))
+}
+
+// RetryOfGTE applies the GTE predicate on the "retry_of" field.
+func RetryOfGTE(v string) predicate.Campaign {
+	return predicate.Campaign(sql.FieldGTE(FieldRetryOf, v))
+}
+
+// RetryOfLT applies the LT predicate on the "retry_of" field.
+func RetryOfLT(v string) predicate.Campaign {
+	return predicate.Campaign(sql.FieldLT(FieldRetryOf, v))
+}
+
+// RetryOfLTE applies the LTE predicate on the "retry_of" field.
+func RetryOfLTE(v string) predicate.Campaign {
+	return predicate.Campaign(sql.FieldLTE(FieldRetryOf, v))
+}
+
+// RetryOfContains applies the Contains predicate on the "retry_of" field.
+func RetryOfContains(v string) predicate.Campaign {
+	return predicate.Campaign(sql.FieldContains(FieldRetryOf, v))
+}
+
+// RetryOfHasPrefix applies the HasPrefix predicate on the "retry_of" field.
+func RetryOfHasPrefix(v string) predicate.Campaign {
+	return predicate.Campaign(sql.FieldHasPrefix(FieldRetryOf, v))
+}
+
+// RetryOfHasSuffix applies the HasSuffix predicate on the "retry_of" field.
+func RetryOfHasSuffix(v string) predicate.Campaign {
+	return predicate.Campaign(sql.FieldHasSuffix(FieldRetryOf, v))
+}
+
+// RetryOfIsNil applies the IsNil predicate on the "retry_of" field.
+func RetryOfIsNil() predicate.Campaign {
+	return predicate.Campaign(sql.FieldIsNull(FieldRetryOf))
+}
+
+// RetryOfNotNil applies the NotNil predicate on the "retry_of" field.
+func RetryOfNotNil() predicate.Campaign {
+	return predicate.Campaign(sql.FieldNotNull(FieldRetryOf))
+}
+
+// RetryOfEqualFold applies the EqualFold predicate on the "retry_of" field.
+func RetryOfEqualFold(v string) predicate.Campaign {
+	return predicate.Campaign(sql.FieldEqualFold(FieldRetryOf, v))
+}
+
+// RetryOfContainsFold applies the ContainsFold predicate on the "retry_of" field.
+func RetryOfContainsFold(v string) predicate.Campaign {
+	return predicate.Campaign(sql.FieldContainsFold(FieldRetryOf, v))
+}
+
 // RequiresApprovalEQ applies the EQ predicate on the "requires_approval" field.
 func RequiresApprovalEQ(v bool) predicate.Campaign {
 	return predicate.Campaign(sql.FieldEQ(FieldRequiresApproval, v))
@@ -1175,6 +1695,29 @@ func HasNodes() predicate.Campaign {
 func HasNodesWith(preds ...predicate.CampaignNode) predicate.Campaign {
 	return predicate.Campaign(func(s *sql.Selector) {
 		step := newNodesStep()
+		sqlgraph.HasNeighborsWith(s, step, func(s *sql.Selector) {
+			for _, p := range preds {
+				p(s)
+			}
+		})
+	})
+}
+
+// HasApprovals applies the HasEdge predicate on the "approvals" edge.
+func HasApprovals() predicate.Campaign {
+	return predicate.Campaign(func(s *sql.Selector) {
+		step := sqlgraph.NewStep(
+			sqlgraph.From(Table, FieldID),
+			sqlgraph.Edge(sqlgraph.O2M, false, ApprovalsTable, ApprovalsColumn),
+		)
+		sqlgraph.HasNeighbors(s, step)
+	})
+}
+
+// HasApprovalsWith applies the HasEdge predicate on the "approvals" edge with a given conditions (other predicates).
+func HasApprovalsWith(preds ...predicate.CampaignApproval) predicate.Campaign {
+	return predicate.Campaign(func(s *sql.Selector) {
+		step := newApprovalsStep()
 		sqlgraph.HasNeighborsWith(s, step, func(s *sql.Selector) {
 			for _, p := range preds {
 				p(s)

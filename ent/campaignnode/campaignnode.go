@@ -24,6 +24,8 @@ const (
 	FieldRun = "run"
 	// FieldPosition holds the string denoting the position field in the database.
 	FieldPosition = "position"
+	// FieldBatch holds the string denoting the batch field in the database.
+	FieldBatch = "batch"
 	// FieldStartedAt holds the string denoting the started_at field in the database.
 	FieldStartedAt = "started_at"
 	// FieldFinishedAt holds the string denoting the finished_at field in the database.
@@ -50,6 +52,7 @@ var Columns = []string{
 	FieldReason,
 	FieldRun,
 	FieldPosition,
+	FieldBatch,
 	FieldStartedAt,
 	FieldFinishedAt,
 }
@@ -71,6 +74,8 @@ var (
 	StatusValidator func(string) error
 	// RunValidator is a validator for the "run" field. It is called by the builders before save.
 	RunValidator func(string) error
+	// DefaultBatch holds the default value on creation for the "batch" field.
+	DefaultBatch int
 )
 
 // OrderOption defines the ordering options for the CampaignNode queries.
@@ -109,6 +114,11 @@ func ByRun(opts ...sql.OrderTermOption) OrderOption {
 // ByPosition orders the results by the position field.
 func ByPosition(opts ...sql.OrderTermOption) OrderOption {
 	return sql.OrderByField(FieldPosition, opts...).ToFunc()
+}
+
+// ByBatch orders the results by the batch field.
+func ByBatch(opts ...sql.OrderTermOption) OrderOption {
+	return sql.OrderByField(FieldBatch, opts...).ToFunc()
 }
 
 // ByStartedAt orders the results by the started_at field.

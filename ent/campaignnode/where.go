@@ -85,6 +85,11 @@ func Position(v int) predicate.CampaignNode {
 	return predicate.CampaignNode(sql.FieldEQ(FieldPosition, v))
 }
 
+// Batch applies equality check predicate on the "batch" field. It's identical to BatchEQ.
+func Batch(v int) predicate.CampaignNode {
+	return predicate.CampaignNode(sql.FieldEQ(FieldBatch, v))
+}
+
 // StartedAt applies equality check predicate on the "started_at" field. It's identical to StartedAtEQ.
 func StartedAt(v time.Time) predicate.CampaignNode {
 	return predicate.CampaignNode(sql.FieldEQ(FieldStartedAt, v))
@@ -433,6 +438,46 @@ func PositionLT(v int) predicate.CampaignNode {
 // PositionLTE applies the LTE predicate on the "position" field.
 func PositionLTE(v int) predicate.CampaignNode {
 	return predicate.CampaignNode(sql.FieldLTE(FieldPosition, v))
+}
+
+// BatchEQ applies the EQ predicate on the "batch" field.
+func BatchEQ(v int) predicate.CampaignNode {
+	return predicate.CampaignNode(sql.FieldEQ(FieldBatch, v))
+}
+
+// BatchNEQ applies the NEQ predicate on the "batch" field.
+func BatchNEQ(v int) predicate.CampaignNode {
+	return predicate.CampaignNode(sql.FieldNEQ(FieldBatch, v))
+}
+
+// BatchIn applies the In predicate on the "batch" field.
+func BatchIn(vs ...int) predicate.CampaignNode {
+	return predicate.CampaignNode(sql.FieldIn(FieldBatch, vs...))
+}
+
+// BatchNotIn applies the NotIn predicate on the "batch" field.
+func BatchNotIn(vs ...int) predicate.CampaignNode {
+	return predicate.CampaignNode(sql.FieldNotIn(FieldBatch, vs...))
+}
+
+// BatchGT applies the GT predicate on the "batch" field.
+func BatchGT(v int) predicate.CampaignNode {
+	return predicate.CampaignNode(sql.FieldGT(FieldBatch, v))
+}
+
+// BatchGTE applies the GTE predicate on the "batch" field.
+func BatchGTE(v int) predicate.CampaignNode {
+	return predicate.CampaignNode(sql.FieldGTE(FieldBatch, v))
+}
+
+// BatchLT applies the LT predicate on the "batch" field.
+func BatchLT(v int) predicate.CampaignNode {
+	return predicate.CampaignNode(sql.FieldLT(FieldBatch, v))
+}
+
+// BatchLTE applies the LTE predicate on the "batch" field.
+func BatchLTE(v int) predicate.CampaignNode {
+	return predicate.CampaignNode(sql.FieldLTE(FieldBatch, v))
 }
 
 // StartedAtEQ applies the EQ predicate on the "started_at" field.

@@ -81,6 +81,18 @@ func (f CampaignFunc) Mutate(ctx context.Context, m ent.Mutation) (ent.Value, er
 	return nil, fmt.Errorf("unexpected mutation type %T. expect *ent.CampaignMutation", m)
 }
 
+// The CampaignApprovalFunc type is an adapter to allow the use of ordinary
+// function as CampaignApproval mutator.
+type CampaignApprovalFunc func(context.Context, *ent.CampaignApprovalMutation) (ent.Value, error)
+
+// Mutate calls f(ctx, m).
+func (f CampaignApprovalFunc) Mutate(ctx context.Context, m ent.Mutation) (ent.Value, error) {
+	if mv, ok := m.(*ent.CampaignApprovalMutation); ok {
+		return f(ctx, mv)
+	}
+	return nil, fmt.Errorf("unexpected mutation type %T. expect *ent.CampaignApprovalMutation", m)
+}
+
 // The CampaignNodeFunc type is an adapter to allow the use of ordinary
 // function as CampaignNode mutator.
 type CampaignNodeFunc func(context.Context, *ent.CampaignNodeMutation) (ent.Value, error)

@@ -188,6 +188,15 @@ var (
 		{Name: "max_failures_percent", Type: field.TypeInt, Nullable: true},
 		{Name: "running", Type: field.TypeInt, Default: 0},
 		{Name: "start_after", Type: field.TypeTime, Nullable: true},
+		{Name: "window_days", Type: field.TypeJSON, Nullable: true},
+		{Name: "window_from", Type: field.TypeString, Nullable: true, Size: 5},
+		{Name: "window_to", Type: field.TypeString, Nullable: true, Size: 5},
+		{Name: "window_timezone", Type: field.TypeString, Nullable: true, Size: 64},
+		{Name: "batch_pause", Type: field.TypeInt, Default: 0},
+		{Name: "batch", Type: field.TypeInt, Default: 0},
+		{Name: "batch_started", Type: field.TypeInt, Default: 0},
+		{Name: "batch_done_at", Type: field.TypeTime, Nullable: true},
+		{Name: "retry_of", Type: field.TypeString, Nullable: true, Size: 36},
 		{Name: "requires_approval", Type: field.TypeBool, Default: false},
 		{Name: "approved_by", Type: field.TypeString, Nullable: true, Size: 255},
 		{Name: "approved_at", Type: field.TypeTime, Nullable: true},
@@ -212,6 +221,40 @@ var (
 			},
 		},
 	}
+	// CampaignApprovalsColumns holds the columns for the "campaign_approvals" table.
+	CampaignApprovalsColumns = []*schema.Column{
+		{Name: "id", Type: field.TypeInt, Increment: true},
+		{Name: "project", Type: field.TypeString, Size: 255},
+		{Name: "approved_by", Type: field.TypeString, Nullable: true, Size: 255},
+		{Name: "approved_at", Type: field.TypeTime, Nullable: true},
+		{Name: "campaign_id", Type: field.TypeInt},
+	}
+	// CampaignApprovalsTable holds the schema information for the "campaign_approvals" table.
+	CampaignApprovalsTable = &schema.Table{
+		Name:       "campaign_approvals",
+		Columns:    CampaignApprovalsColumns,
+		PrimaryKey: []*schema.Column{CampaignApprovalsColumns[0]},
+		ForeignKeys: []*schema.ForeignKey{
+			{
+				Symbol:     "campaign_approvals_campaigns_approvals",
+				Columns:    []*schema.Column{CampaignApprovalsColumns[4]},
+				RefColumns: []*schema.Column{CampaignsColumns[0]},
+				OnDelete:   schema.Cascade,
+			},
+		},
+		Indexes: []*schema.Index{
+			{
+				Name:    "campaignapproval_campaign_id_project",
+				Unique:  true,
+				Columns: []*schema.Column{CampaignApprovalsColumns[4], CampaignApprovalsColumns[1]},
+			},
+			{
+				Name:    "campaignapproval_project",
+				Unique:  false,
+				Columns: []*schema.Column{CampaignApprovalsColumns[1]},
+			},
+		},
+	}
 	// CampaignNodesColumns holds the columns for the "campaign_nodes" table.
 	CampaignNodesColumns = []*schema.Column{
 		{Name: "id", Type: field.TypeInt, Increment: true},
@@ -220,6 +263,7 @@ var (
 		{Name: "reason", Type: field.TypeString, Nullable: true, Size: 2147483647},
 		{Name: "run", Type: field.TypeString, Nullable: true, Size: 16},
 		{Name: "position", Type: field.TypeInt},
+		{Name: "batch", Type: field.TypeInt, Default: 0},
 		{Name: "started_at", Type: field.TypeTime, Nullable: true},
 		{Name: "finished_at", Type: field.TypeTime, Nullable: true},
 		{Name: "campaign_id", Type: field.TypeInt},
@@ -232,7 +276,7 @@ var (
 		ForeignKeys: []*schema.ForeignKey{
 			{
 				Symbol:     "campaign_nodes_campaigns_nodes",
-				Columns:    []*schema.Column{CampaignNodesColumns[8]},
+				Columns:    []*schema.Column{CampaignNodesColumns[9]},
 				RefColumns: []*schema.Column{CampaignsColumns[0]},
 				OnDelete:   schema.Cascade,
 			},
@@ -241,12 +285,12 @@ var (
 			{
 				Name:    "campaignnode_campaign_id_node_uuid",
 				Unique:  true,
-				Columns: []*schema.Column{CampaignNodesColumns[8], CampaignNodesColumns[1]},
+				Columns: []*schema.Column{CampaignNodesColumns[9], CampaignNodesColumns[1]},
 			},
 			{
 				Name:    "campaignnode_campaign_id_status",
 				Unique:  false,
-				Columns: []*schema.Column{CampaignNodesColumns[8], CampaignNodesColumns[2]},
+				Columns: []*schema.Column{CampaignNodesColumns[9], CampaignNodesColumns[2]},
 			},
 			{
 				Name:    "campaignnode_node_uuid",
@@ -979,6 +1023,7 @@ var (
 		BiosSettingsTable,
 		BulkRunsTable,
 		CampaignsTable,
+		CampaignApprovalsTable,
 		CampaignNodesTable,
 		ChassisTable,
 		ConductorsTable,
@@ -1008,6 +1053,7 @@ func init() {
 	APITokensTable.ForeignKeys[0].RefTable = UsersTable
 	AllocationsTable.ForeignKeys[0].RefTable = NodesTable
 	BiosSettingsTable.ForeignKeys[0].RefTable = NodesTable
+	CampaignApprovalsTable.ForeignKeys[0].RefTable = CampaignsTable
 	CampaignNodesTable.ForeignKeys[0].RefTable = CampaignsTable
 	ChassisTable.Annotation = &entsql.Annotation{
 		Table: "chassis",

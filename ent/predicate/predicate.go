@@ -24,6 +24,9 @@ type BulkRun func(*sql.Selector)
 // Campaign is the predicate function for campaign builders.
 type Campaign func(*sql.Selector)
 
+// CampaignApproval is the predicate function for campaignapproval builders.
+type CampaignApproval func(*sql.Selector)
+
 // CampaignNode is the predicate function for campaignnode builders.
 type CampaignNode func(*sql.Selector)
 

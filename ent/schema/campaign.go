@@ -47,6 +47,27 @@ func (Campaign) Fields() []ent.Field {
 		// the cap holds across replicas.
 		field.Int("running").Default(0),
 		field.Time("start_after").Optional().Nillable(),
+		// window_* bound when nodes may start: on window_days (mon…sun,
+		// empty for every day) from window_from to window_to ("HH:MM",
+		// wrapping past midnight when to is earlier) in window_timezone.
+		// Outside it the campaign stays running but starts nothing.
+		field.Strings("window_days").Optional(),
+		field.String("window_from").Optional().Nillable().Immutable().MaxLen(5),
+		field.String("window_to").Optional().Nillable().Immutable().MaxLen(5),
+		field.String("window_timezone").Optional().Nillable().Immutable().MaxLen(64),
+		// batch_pause (seconds) makes the campaign run in batches of
+		// max_concurrency nodes, the next starting that long after the
+		// last of the previous one finished; 0 rolls on as places free.
+		field.Int("batch_pause").Default(0).Immutable(),
+		// batch is the number of the batch now starting (0 before any),
+		// batch_started how many of its nodes were claimed, and
+		// batch_done_at when its last node finished. A claim moves them
+		// with the running count in one conditional UPDATE.
+		field.Int("batch").Default(0),
+		field.Int("batch_started").Default(0),
+		field.Time("batch_done_at").Optional().Nillable(),
+		// retry_of is the campaign whose failed nodes this one retries.
+		field.String("retry_of").Optional().Nillable().Immutable().MaxLen(36),
 		field.Bool("requires_approval").Default(false),
 		field.String("approved_by").Optional().Nillable().MaxLen(255),
 		field.Time("approved_at").Optional().Nillable(),
@@ -58,6 +79,7 @@ func (Campaign) Fields() []ent.Field {
 func (Campaign) Edges() []ent.Edge {
 	return []ent.Edge{
 		edge.To("nodes", CampaignNode.Type).Annotations(entsql.OnDelete(entsql.Cascade)),
+		edge.To("approvals", CampaignApproval.Type).Annotations(entsql.OnDelete(entsql.Cascade)),
 	}
 }
 
@@ -83,6 +105,8 @@ func (CampaignNode) Fields() []ent.Field {
 		field.String("run").Optional().Nillable().MaxLen(16),
 		// position keeps the order the nodes were given in.
 		field.Int("position"),
+		// batch is the batch the node started in (0 until it starts).
+		field.Int("batch").Default(0),
 		field.Time("started_at").Optional().Nillable(),
 		field.Time("finished_at").Optional().Nillable(),
 	}
@@ -100,4 +124,30 @@ func (CampaignNode) Indexes() []ent.Index {
 		index.Fields("campaign_id", "status"),
 		index.Fields("node_uuid"),
 	}
+}
+
+// CampaignApproval is one node owner's approval a lessee's campaign waits
+// for: the owner's policy (baremetal:campaign:owner_approval) asked for it
+// when the campaign named nodes that project owns and the creator only
+// leases. The owner's managers see the campaign and approve their row.
+type CampaignApproval struct{ ent.Schema }
+
+func (CampaignApproval) Fields() []ent.Field {
+	return []ent.Field{
+		field.Int("campaign_id").Immutable(),
+		// project is the owner whose approval is needed.
+		field.String("project").Immutable().MaxLen(255),
+		field.String("approved_by").Optional().Nillable().MaxLen(255),
+		field.Time("approved_at").Optional().Nillable(),
+	}
+}
+
+func (CampaignApproval) Edges() []ent.Edge {
+	return []ent.Edge{
+		edge.From("campaign", Campaign.Type).Ref("approvals").Field("campaign_id").Unique().Required().Immutable(),
+	}
+}
+
+func (CampaignApproval) Indexes() []ent.Index {
+	return []ent.Index{index.Fields("campaign_id", "project").Unique(), index.Fields("project")}
 }

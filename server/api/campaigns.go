@@ -16,6 +16,7 @@ func (a *API) registerCampaigns(v1 fiber.Router) {
 	v1.Get("/campaigns/:campaign/nodes", query(), a.campaignNodes)
 	v1.Put("/campaigns/:campaign/state", query(), a.setCampaignState)
 	v1.Post("/campaigns/:campaign/approve", query(), a.approveCampaign)
+	v1.Post("/campaigns/:campaign/retry", query(), a.retryCampaign)
 	v1.Delete("/campaigns/:campaign", query(), a.deleteCampaign)
 }
 
@@ -32,7 +33,12 @@ var campaignFields = recTable[*campaigns.View]{
 	{"max_failures", VerMin, func(x *campaigns.View) any { return x.MaxFailures }},
 	{"max_failures_percent", VerMin, func(x *campaigns.View) any { return x.MaxFailuresPercent }},
 	{"start_after", VerMin, func(x *campaigns.View) any { return stampp(x.StartAfter) }},
+	{"window", VerMin, func(x *campaigns.View) any { return campaigns.WindowOf(x.Campaign) }},
+	{"batch_pause", VerMin, func(x *campaigns.View) any { return x.BatchPause }},
+	{"batch", VerMin, func(x *campaigns.View) any { return x.Batch }},
+	{"retry_of", VerMin, func(x *campaigns.View) any { return strOrNil(x.RetryOf) }},
 	{"requires_approval", VerMin, func(x *campaigns.View) any { return x.RequiresApproval }},
+	{"owner_approvals", VerMin, func(x *campaigns.View) any { return approvalsJSON(x.Approvals) }},
 	{"approved_by", VerMin, func(x *campaigns.View) any { return strOrNil(x.ApprovedBy) }},
 	{"approved_at", VerMin, func(x *campaigns.View) any { return stampp(x.ApprovedAt) }},
 	{"counts", VerMin, func(x *campaigns.View) any { return x.Counts }},
@@ -40,6 +46,15 @@ var campaignFields = recTable[*campaigns.View]{
 	{"finished_at", VerMin, func(x *campaigns.View) any { return stampp(x.FinishedAt) }},
 	{"created_at", VerMin, func(x *campaigns.View) any { return stamp(x.CreatedAt) }},
 	{"updated_at", VerMin, func(x *campaigns.View) any { return stampp(x.UpdatedAt) }},
+}
+
+// approvalsJSON lists the node owners' approvals a campaign asked for.
+func approvalsJSON(as []*ent.CampaignApproval) []fiber.Map {
+	out := make([]fiber.Map, len(as))
+	for i, a := range as {
+		out[i] = fiber.Map{"project": a.Project, "approved_by": strOrNil(a.ApprovedBy), "approved_at": stampp(a.ApprovedAt)}
+	}
+	return out
 }
 
 func campaignJSON(c *fiber.Ctx, x *campaigns.View) fiber.Map {
@@ -100,7 +115,7 @@ func (a *API) campaignNodes(c *fiber.Ctx) error {
 
 func campaignNodeJSON(r *ent.CampaignNode) fiber.Map {
 	return fiber.Map{"node_uuid": r.NodeUUID, "status": r.Status, "reason": strOrNil(r.Reason), "run": strOrNil(r.Run),
-		"started_at": stampp(r.StartedAt), "finished_at": stampp(r.FinishedAt)}
+		"batch": r.Batch, "started_at": stampp(r.StartedAt), "finished_at": stampp(r.FinishedAt)}
 }
 
 func (a *API) setCampaignState(c *fiber.Ctx) error {
@@ -131,4 +146,28 @@ func (a *API) deleteCampaign(c *fiber.Ctx) error {
 		return err
 	}
 	return c.SendStatus(204)
+}
+
+// retryCampaign creates a campaign over another's failed nodes; the body
+// (name, skip_ineligible) is optional.
+func (a *API) retryCampaign(c *fiber.Ctx) error {
+	ctx := c.UserContext()
+	if err := a.Campaigns.Authorize(ctx, c.Params("campaign"), campaigns.RuleGet); err != nil {
+		return err
+	}
+	if err := a.Campaigns.AuthorizeCreate(ctx); err != nil {
+		return err
+	}
+	var in campaigns.RetryInput
+	if len(c.Body()) > 0 {
+		if err := bind(c, &in); err != nil {
+			return err
+		}
+	}
+	v, err := a.Campaigns.Retry(ctx, c.Params("campaign"), &in)
+	if err != nil {
+		return err
+	}
+	c.Set("Location", baseURL(c)+"/v1/campaigns/"+v.UUID)
+	return c.Status(201).JSON(campaignJSON(c, v))
 }

@@ -12,6 +12,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 	"unicode/utf8"
 
@@ -19,7 +20,9 @@ import (
 
 	"github.com/anvilproject/anvil/ent"
 	"github.com/anvilproject/anvil/ent/campaign"
+	"github.com/anvilproject/anvil/ent/campaignapproval"
 	"github.com/anvilproject/anvil/ent/campaignnode"
+	"github.com/anvilproject/anvil/ent/trait"
 	"github.com/anvilproject/anvil/policies"
 	"github.com/anvilproject/anvil/server/conductor"
 	"github.com/anvilproject/anvil/server/errs"
@@ -36,6 +39,18 @@ const (
 	RuleUpdate  = "baremetal:campaign:update"
 	RuleApprove = "baremetal:campaign:approve"
 	RuleDelete  = "baremetal:campaign:delete"
+	// RuleOwnerApproval, checked with a node's owner as the target, says
+	// whether that owner wants to approve campaigns its lessees roll over
+	// its nodes.
+	RuleOwnerApproval = "baremetal:campaign:owner_approval"
+)
+
+// Events the conductors record in the audit log, under these rules.
+const (
+	EventStart         = "anvil:campaign:start"
+	EventBatch         = "anvil:campaign:batch"
+	EventFailureBudget = "anvil:campaign:failure_budget"
+	EventFinish        = "anvil:campaign:finish"
 )
 
 // Campaign states.
@@ -64,6 +79,8 @@ const (
 	// MaxNodes bounds one request's node list and query result, so a
 	// campaign is created in one transaction of bounded size.
 	MaxNodes = 10000
+	// MaxBatchPause bounds batch_pause (seconds): a day.
+	MaxBatchPause = 86400
 )
 
 // finished are the states a campaign never leaves.
@@ -78,12 +95,25 @@ type Service struct {
 	runbooks *runbooks.Service
 	ops      *conductor.Ops
 	wake     chan struct{}
+	clock    atomic.Pointer[func() time.Time]
 }
 
 // New returns the campaign service. ops starts each node's run, as the
 // API's provision with a runbook does.
 func New(db *store.DB, g *guard.Guard, ns *nodes.Service, rs *runbooks.Service, ops *conductor.Ops) *Service {
 	return &Service{db: db, guard: g, nodes: ns, runbooks: rs, ops: ops, wake: make(chan struct{}, 1)}
+}
+
+// SetClock makes the service read the time from now instead of the
+// wall clock for what the campaign's settings decide (start_after, the
+// window, batch pauses), so tests can move time without waiting for it.
+func (s *Service) SetClock(now func() time.Time) { s.clock.Store(&now) }
+
+func (s *Service) now() time.Time {
+	if f := s.clock.Load(); f != nil {
+		return (*f)()
+	}
+	return time.Now()
 }
 
 // Wake is signalled when a campaign of this process may start nodes now
@@ -122,10 +152,22 @@ func (s *Service) find(ctx context.Context, ident string) (*ent.Campaign, error)
 	if err != nil {
 		return nil, err
 	}
-	if !s.guard.Allowed(ctx, RuleGet, Target(c)) {
+	if !s.guard.Allowed(ctx, RuleGet, Target(c)) && !s.approverSees(ctx, c) {
 		return nil, notFound(ident)
 	}
 	return c, nil
+}
+
+// approverSees says whether the caller reads for a node owner whose
+// approval the campaign asked for: they see it, to decide and to follow
+// what runs on their nodes.
+func (s *Service) approverSees(ctx context.Context, c *ent.Campaign) bool {
+	p := policies.PrincipalFrom(ctx)
+	if p == nil || p.Project == "" {
+		return false
+	}
+	ok, err := c.QueryApprovals().Where(campaignapproval.Project(p.Project)).Exist(ctx)
+	return err == nil && ok && s.guard.Allowed(ctx, RuleGet, policies.Target{NodeOwner: p.Project})
 }
 
 // authorized finds a campaign the caller may see (404) and checks rule
@@ -175,6 +217,8 @@ type Counts struct {
 type View struct {
 	*ent.Campaign
 	Counts Counts
+	// Approvals are the node owners' approvals the campaign asked for.
+	Approvals []*ent.CampaignApproval
 }
 
 func (s *Service) counts(ctx context.Context, ids []int) (map[int]*Counts, error) {
@@ -219,9 +263,18 @@ func (s *Service) views(ctx context.Context, cs []*ent.Campaign) ([]*View, error
 	if err != nil {
 		return nil, err
 	}
+	approvals, err := s.db.CampaignApproval.Query().Where(campaignapproval.CampaignIDIn(ids...)).
+		Order(ent.Asc(campaignapproval.FieldProject)).All(ctx)
+	if err != nil {
+		return nil, err
+	}
+	by := map[int][]*ent.CampaignApproval{}
+	for _, a := range approvals {
+		by[a.CampaignID] = append(by[a.CampaignID], a)
+	}
 	out := make([]*View, len(cs))
 	for i, c := range cs {
-		out[i] = &View{Campaign: c, Counts: *counts[c.ID]}
+		out[i] = &View{Campaign: c, Counts: *counts[c.ID], Approvals: by[c.ID]}
 	}
 	return out, nil
 }
@@ -249,7 +302,13 @@ func (s *Service) List(ctx context.Context) ([]*View, error) {
 	}
 	q := s.db.Campaign.Query().Order(ent.Desc(campaign.FieldID))
 	if p := policies.PrincipalFrom(ctx); p == nil || !p.System {
-		q = q.Where(campaign.Owner(t.CampaignOwner))
+		own := campaign.Owner(t.CampaignOwner)
+		if p != nil && p.Project != "" && s.guard.Allowed(ctx, RuleGet, policies.Target{NodeOwner: p.Project}) {
+			// A node owner also lists the campaigns that asked for its
+			// approval.
+			own = campaign.Or(own, campaign.HasApprovalsWith(campaignapproval.Project(p.Project)))
+		}
+		q = q.Where(own)
 	}
 	cs, err := q.All(ctx)
 	if err != nil {
@@ -286,9 +345,13 @@ type Input struct {
 	NodeQuery      *NodeQuery `json:"node_query"`
 	MaxConcurrency *int       `json:"max_concurrency"`
 	// MaxFailures is a count ("3" or 3) or a share of the nodes ("10%").
-	MaxFailures      any     `json:"max_failures"`
-	StartAfter       *string `json:"start_after"`
-	RequiresApproval bool    `json:"requires_approval"`
+	MaxFailures any     `json:"max_failures"`
+	StartAfter  *string `json:"start_after"`
+	Window      *Window `json:"window"`
+	// BatchPause (seconds) runs the campaign in batches of
+	// max_concurrency nodes with this pause between them.
+	BatchPause       *int `json:"batch_pause"`
+	RequiresApproval bool `json:"requires_approval"`
 	// SkipIneligible records ineligible nodes as skipped, with their
 	// reason, instead of refusing the request.
 	SkipIneligible bool `json:"skip_ineligible"`
@@ -366,6 +429,14 @@ func validate(in *Input) (startAfter *time.Time, err error) {
 		}
 		startAfter = &t
 	}
+	if in.Window != nil {
+		if err := in.Window.validate(); err != nil {
+			return nil, err
+		}
+	}
+	if in.BatchPause != nil && (*in.BatchPause < 0 || *in.BatchPause > MaxBatchPause) {
+		return nil, errs.BadRequest("batch_pause", "batch_pause must be from 0 to %d seconds", MaxBatchPause)
+	}
 	return startAfter, nil
 }
 
@@ -435,31 +506,98 @@ func hasAll(have, want []string) bool {
 	return true
 }
 
-// ineligible says why the caller may not run runbook rb on n now, or "".
-// The runbook service's Resolve is the check the run itself makes (use
-// rule, the node's owner taking the runbook, the trait gate, step rules).
-func (s *Service) ineligible(ctx context.Context, rb string, n *ent.Node) string {
-	switch {
-	case n.Maintenance:
-		return "the node is in maintenance"
-	case n.ProvisionState != nodes.StateManageable && n.ProvisionState != nodes.StateActive:
-		return fmt.Sprintf("runbooks run on manageable or active nodes; this node is %s", n.ProvisionState)
-	case !s.guard.Allowed(ctx, conductor.RuleProvisionRunbook, nodes.Target(n)):
-		return "you may not run runbooks on this node (policy " + conductor.RuleProvisionRunbook + ")"
+// traitsOf reads the traits of every candidate in one query per
+// thousand nodes, rather than one per node.
+func (s *Service) traitsOf(ctx context.Context, cands []candidate) (map[int][]string, error) {
+	out := map[int][]string{}
+	for i := 0; i < len(cands); i += 1000 {
+		ids := make([]int, 0, 1000)
+		for _, cd := range cands[i:min(i+1000, len(cands))] {
+			ids = append(ids, cd.node.ID)
+		}
+		var rows []struct {
+			NodeID int    `json:"node_id"`
+			Trait  string `json:"trait"`
+		}
+		if err := s.db.Trait.Query().Where(trait.NodeIDIn(ids...)).Select(trait.FieldNodeID, trait.FieldTrait).Scan(ctx, &rows); err != nil {
+			return nil, err
+		}
+		for _, r := range rows {
+			out[r.NodeID] = append(out[r.NodeID], r.Trait)
+		}
 	}
-	traits, err := s.nodes.Traits(ctx, n.UUID)
-	if err == nil {
-		_, err = s.runbooks.Resolve(ctx, rb, n, traits)
-	}
+	return out, nil
+}
+
+// eligibility records in each candidate why the caller may not run rb on
+// it now ("" if it may). The runbook is resolved once per campaign, on
+// the first node that accepts it: its visibility, use rule, steps and
+// step rules are the runbook's and the caller's, not the node's. Per node
+// only the node's own checks run (maintenance, state, the provision rule,
+// whether it takes the runbook and the trait gate), with the traits of
+// all of them read together. A refusal of the runbook itself refuses
+// the request.
+func (s *Service) eligibility(ctx context.Context, rb *ent.Runbook, cands []candidate) error {
+	traits, err := s.traitsOf(ctx, cands)
 	if err != nil {
-		return err.Error()
+		return err
 	}
-	return ""
+	resolved := false
+	for i := range cands {
+		n := cands[i].node
+		switch {
+		case n.Maintenance:
+			cands[i].reason = "the node is in maintenance"
+		case n.ProvisionState != nodes.StateManageable && n.ProvisionState != nodes.StateActive:
+			cands[i].reason = fmt.Sprintf("runbooks run on manageable or active nodes; this node is %s", n.ProvisionState)
+		case !s.guard.Allowed(ctx, conductor.RuleProvisionRunbook, nodes.Target(n)):
+			cands[i].reason = "you may not run runbooks on this node (policy " + conductor.RuleProvisionRunbook + ")"
+		default:
+			if err := runbooks.Accepts(rb, n, traits[n.ID]); err != nil {
+				cands[i].reason = err.Error()
+				continue
+			}
+			if !resolved {
+				if _, err := s.runbooks.Resolve(ctx, rb.UUID, n, traits[n.ID]); err != nil {
+					return err
+				}
+				resolved = true
+			}
+		}
+	}
+	return nil
+}
+
+// ownerApprovals names the owners of the eligible nodes whose approval a
+// project's campaign needs: those it does not own, where the owner's
+// policy (baremetal:campaign:owner_approval, with the node as target)
+// asks for it. A system campaign needs none.
+func (s *Service) ownerApprovals(ctx context.Context, cands []candidate) []string {
+	p := policies.PrincipalFrom(ctx)
+	if p == nil || p.System || p.Project == "" {
+		return nil
+	}
+	var out []string
+	for _, cd := range cands {
+		n := cd.node
+		if cd.reason != "" || n.Owner == "" || n.Owner == p.Project || slices.Contains(out, n.Owner) {
+			continue
+		}
+		if s.guard.Allowed(ctx, RuleOwnerApproval, nodes.Target(n)) {
+			out = append(out, n.Owner)
+		}
+	}
+	slices.Sort(out)
+	return out
 }
 
 // Create checks the caller's right to run the runbook on every node and
 // records the campaign with one row per node.
-func (s *Service) Create(ctx context.Context, in *Input) (v *View, err error) {
+func (s *Service) Create(ctx context.Context, in *Input) (*View, error) {
+	return s.create(ctx, in, "")
+}
+
+func (s *Service) create(ctx context.Context, in *Input, retryOf string) (v *View, err error) {
 	t := callerTarget(ctx)
 	if err := s.guard.Authorize(ctx, RuleCreate, "campaign", "", t); err != nil {
 		return nil, err
@@ -479,12 +617,14 @@ func (s *Service) Create(ctx context.Context, in *Input) (v *View, err error) {
 	if err != nil {
 		return nil, err
 	}
+	if err := s.eligibility(ctx, rb.Runbook, cands); err != nil {
+		return nil, err
+	}
 	var bad []string
 	eligible := 0
-	for i := range cands {
-		cands[i].reason = s.ineligible(ctx, rb.UUID, cands[i].node)
-		if cands[i].reason != "" {
-			bad = append(bad, cands[i].ident+": "+cands[i].reason)
+	for _, cd := range cands {
+		if cd.reason != "" {
+			bad = append(bad, cd.ident+": "+cd.reason)
 		} else {
 			eligible++
 		}
@@ -495,6 +635,7 @@ func (s *Service) Create(ctx context.Context, in *Input) (v *View, err error) {
 	if eligible == 0 {
 		return nil, errs.BadRequest("nodes", "no node may take runbook %s: %s", rb.Name, strings.Join(bad, "; "))
 	}
+	owners := s.ownerApprovals(ctx, cands)
 	maxFail, pct, _ := budget(in.MaxFailures)
 	if pct != nil {
 		maxFail = eligible * *pct / 100
@@ -503,28 +644,45 @@ func (s *Service) Create(ctx context.Context, in *Input) (v *View, err error) {
 	if in.MaxConcurrency != nil {
 		conc = *in.MaxConcurrency
 	}
+	pause := 0
+	if in.BatchPause != nil {
+		pause = *in.BatchPause
+	}
 	p := policies.PrincipalFrom(ctx)
-	now := time.Now()
+	now := s.now()
 	state := StateRunning
 	switch {
-	case in.RequiresApproval:
+	case in.RequiresApproval || len(owners) > 0:
 		state = StatePendingApproval
 	case startAfter != nil && startAfter.After(now):
 		state = StateScheduled
 	}
 	id := uuid.NewString()
 	defer func() {
-		s.guard.Done(ctx, RuleCreate, "campaign", id, err, map[string]any{"name": in.Name, "runbook": rb.UUID,
-			"nodes": len(cands), "skipped": len(bad), "max_concurrency": conc, "max_failures": maxFail, "state": state})
+		detail := map[string]any{"name": in.Name, "runbook": rb.UUID, "nodes": len(cands), "skipped": len(bad),
+			"max_concurrency": conc, "max_failures": maxFail, "state": state}
+		if len(owners) > 0 {
+			detail["owner_approval"] = owners
+		}
+		if retryOf != "" {
+			detail["retry_of"] = retryOf
+		}
+		s.guard.Done(ctx, RuleCreate, "campaign", id, err, detail)
 	}()
 	var c *ent.Campaign
 	err = store.WithTx(ctx, s.db, func(tx *ent.Client) error {
 		cr := tx.Campaign.Create().SetUUID(id).SetName(in.Name).SetRunbook(rb.UUID).SetRunbookName(rb.Name).
 			SetCreatedBy(actor(p)).SetPrincipal(principalMap(p)).SetState(state).SetMaxConcurrency(conc).
 			SetMaxFailures(maxFail).SetNillableMaxFailuresPercent(pct).SetNillableStartAfter(startAfter).
-			SetRequiresApproval(in.RequiresApproval)
+			SetRequiresApproval(in.RequiresApproval).SetBatchPause(pause)
 		if t.CampaignOwner != "" {
 			cr.SetOwner(t.CampaignOwner)
+		}
+		if w := in.Window; w != nil {
+			cr.SetWindowDays(w.Days).SetWindowFrom(w.From).SetWindowTo(w.To).SetWindowTimezone(w.Timezone)
+		}
+		if retryOf != "" {
+			cr.SetRetryOf(retryOf)
 		}
 		if state == StateRunning {
 			cr.SetStartedAt(now)
@@ -532,6 +690,11 @@ func (s *Service) Create(ctx context.Context, in *Input) (v *View, err error) {
 		var err error
 		if c, err = cr.Save(ctx); err != nil {
 			return err
+		}
+		for _, o := range owners {
+			if err := tx.CampaignApproval.Create().SetCampaignID(c.ID).SetProject(o).Exec(ctx); err != nil {
+				return err
+			}
 		}
 		rows := make([]*ent.CampaignNodeCreate, len(cands))
 		for i, cd := range cands {
@@ -552,12 +715,60 @@ func (s *Service) Create(ctx context.Context, in *Input) (v *View, err error) {
 	if err != nil {
 		return nil, err
 	}
-	s.poke()
+	// The answer shows the campaign as created, before this replica's
+	// conductor is woken to start its nodes.
 	vs, err := s.views(ctx, []*ent.Campaign{c})
 	if err != nil {
 		return nil, err
 	}
+	s.poke()
 	return vs[0], nil
+}
+
+// RetryInput names the campaign a retry creates; by default the old
+// one's name with "(retry)".
+type RetryInput struct {
+	Name           string `json:"name"`
+	SkipIneligible bool   `json:"skip_ineligible"`
+}
+
+// Retry creates, as the caller, a new campaign over ident's failed nodes
+// with its runbook and settings (not its start_after, which has passed).
+// Each node is checked again as for any campaign: one its failure left
+// in maintenance (or clean failed) must be recovered first, or skipped
+// with skip_ineligible.
+func (s *Service) Retry(ctx context.Context, ident string, in *RetryInput) (*View, error) {
+	c, err := s.find(ctx, ident)
+	if err != nil {
+		return nil, err
+	}
+	if err := s.AuthorizeCreate(ctx); err != nil {
+		return nil, err
+	}
+	failed, err := c.QueryNodes().Where(campaignnode.Status(NodeFailed)).Order(ent.Asc(campaignnode.FieldPosition)).
+		Select(campaignnode.FieldNodeUUID).Strings(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if len(failed) == 0 {
+		return nil, errs.Conflict("Campaign %s has no failed node to retry.", c.UUID)
+	}
+	name := in.Name
+	if name == "" {
+		name = c.Name
+		if r := []rune(name); len(r) > 247 {
+			name = string(r[:247])
+		}
+		name += " (retry)"
+	}
+	conc := c.MaxConcurrency
+	var maxFail any = float64(c.MaxFailures)
+	if c.MaxFailuresPercent != nil {
+		maxFail = strconv.Itoa(*c.MaxFailuresPercent) + "%"
+	}
+	retry := &Input{Name: name, Runbook: c.Runbook, Nodes: failed, MaxConcurrency: &conc, MaxFailures: maxFail,
+		Window: WindowOf(c), BatchPause: &c.BatchPause, RequiresApproval: c.RequiresApproval, SkipIneligible: in.SkipIneligible}
+	return s.create(ctx, retry, c.UUID)
 }
 
 // actor names a principal in created_by and approved_by.
@@ -607,7 +818,7 @@ func (s *Service) SetState(ctx context.Context, ident, target string) (err error
 		from = []string{StateRunning, StateScheduled}
 	case StateRunning:
 		from = []string{StatePaused}
-		if c.StartAfter != nil && c.StartAfter.After(time.Now()) {
+		if c.StartAfter != nil && c.StartAfter.After(s.now()) {
 			to = StateScheduled
 		}
 	case StateCancelled:
@@ -650,31 +861,89 @@ func skipPending(ctx context.Context, tx *ent.Client, id int, why string) error 
 		SetStatus(NodeSkipped).SetReason(why).SetFinishedAt(time.Now()).Exec(ctx)
 }
 
-// Approve lets a campaign that requires approval start (or wait for its
-// start_after).
+// Approve gives the approvals the caller may give a campaign awaiting
+// them: the creating side's (requires_approval; baremetal:campaign:approve
+// on the campaign) and each node owner's the owner's policy asked for (the
+// same rule with that owner as node.owner). Once none is left the
+// campaign starts, or waits for its start_after.
 func (s *Service) Approve(ctx context.Context, ident string) (err error) {
-	c, err := s.authorized(ctx, ident, RuleApprove)
+	c, err := s.find(ctx, ident)
 	if err != nil {
 		return err
 	}
-	defer func() { s.guard.Done(ctx, RuleApprove, "campaign", c.UUID, err, nil) }()
-	now := time.Now()
-	u := s.db.Campaign.Update().Where(campaign.ID(c.ID), campaign.State(StatePendingApproval)).
-		SetApprovedBy(actor(policies.PrincipalFrom(ctx))).SetApprovedAt(now).SetUpdatedAt(now)
-	if c.StartAfter != nil && c.StartAfter.After(now) {
-		u.SetState(StateScheduled)
-	} else {
-		u.SetState(StateRunning).SetStartedAt(now)
-	}
-	n, err := u.Save(ctx)
+	rows, err := c.QueryApprovals().All(ctx)
 	if err != nil {
 		return err
 	}
-	if n == 0 {
+	creator := s.guard.Allowed(ctx, RuleApprove, Target(c))
+	var mine, waiting []string
+	for _, a := range rows {
+		if a.ApprovedBy != nil {
+			continue
+		}
+		if s.guard.Allowed(ctx, RuleApprove, policies.Target{NodeOwner: a.Project}) {
+			mine = append(mine, a.Project)
+		} else {
+			waiting = append(waiting, a.Project)
+		}
+	}
+	ownerOf := slices.ContainsFunc(rows, func(a *ent.CampaignApproval) bool {
+		return s.guard.Allowed(ctx, RuleApprove, policies.Target{NodeOwner: a.Project})
+	})
+	if !creator && !ownerOf {
+		return s.guard.Authorize(ctx, RuleApprove, "campaign", c.UUID, Target(c))
+	}
+	creatorSide := creator && c.RequiresApproval && c.ApprovedBy == nil
+	if c.State != StatePendingApproval || (!creatorSide && len(mine) == 0) {
+		if c.State == StatePendingApproval {
+			return errs.Conflict("Campaign %s awaits the approval of %s, not yours.", c.UUID, strings.Join(waiting, ", "))
+		}
 		return errs.Conflict("Campaign %s is %s, not awaiting approval.", c.UUID, c.State)
 	}
-	s.poke()
-	return nil
+	now := s.now()
+	state := StatePendingApproval
+	defer func() {
+		s.guard.Done(ctx, RuleApprove, "campaign", c.UUID, err, map[string]any{"owners": mine, "creator": creatorSide, "state": state})
+	}()
+	who := actor(policies.PrincipalFrom(ctx))
+	err = store.WithTx(ctx, s.db, func(tx *ent.Client) error {
+		if len(mine) > 0 {
+			if err := tx.CampaignApproval.Update().Where(campaignapproval.CampaignID(c.ID), campaignapproval.ProjectIn(mine...),
+				campaignapproval.ApprovedByIsNil()).SetApprovedBy(who).SetApprovedAt(now).Exec(ctx); err != nil {
+				return err
+			}
+		}
+		u := tx.Campaign.Update().Where(campaign.ID(c.ID), campaign.State(StatePendingApproval)).SetUpdatedAt(now)
+		if creatorSide {
+			u.SetApprovedBy(who).SetApprovedAt(now)
+		}
+		if n, err := u.Save(ctx); err != nil || n == 0 {
+			if err == nil {
+				err = errs.Conflict("Campaign %s is no longer awaiting approval.", c.UUID)
+			}
+			return err
+		}
+		left, err := tx.CampaignApproval.Query().Where(campaignapproval.CampaignID(c.ID), campaignapproval.ApprovedByIsNil()).Exist(ctx)
+		if err != nil {
+			return err
+		}
+		cur, err := tx.Campaign.Get(ctx, c.ID)
+		if err != nil || left || (cur.RequiresApproval && cur.ApprovedBy == nil) {
+			return err
+		}
+		start := tx.Campaign.UpdateOneID(c.ID)
+		if c.StartAfter != nil && c.StartAfter.After(now) {
+			state = StateScheduled
+		} else {
+			state = StateRunning
+			start.SetStartedAt(now)
+		}
+		return start.SetState(state).Exec(ctx)
+	})
+	if err == nil && state != StatePendingApproval {
+		s.poke()
+	}
+	return err
 }
 
 // Delete removes a finished campaign's record; one still running (or

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	entsql "entgo.io/ent/dialect/sql"
@@ -35,7 +36,7 @@ const lostStart = time.Minute
 // whether this conductor's hash ring gives it a node; the room is counted
 // in the database, so the cap holds across replicas.
 func (s *Service) Process(ctx context.Context, mine func(n *ent.Node) bool, log *slog.Logger) error {
-	now := time.Now()
+	now := s.now()
 	if err := s.db.Campaign.Update().Where(campaign.State(StateScheduled),
 		campaign.Or(campaign.StartAfterIsNil(), campaign.StartAfterLTE(now))).
 		SetState(StateRunning).SetStartedAt(now).SetUpdatedAt(now).Exec(ctx); err != nil {
@@ -75,16 +76,17 @@ func (s *Service) follow(ctx context.Context, c *ent.Campaign, mine func(n *ent.
 	if err != nil {
 		return err
 	}
+	ns, err := s.nodesOf(ctx, rows)
+	if err != nil {
+		return err
+	}
 	for _, r := range rows {
-		n, err := s.db.Node.Query().Where(node.UUID(r.NodeUUID)).Only(ctx)
-		if ent.IsNotFound(err) {
+		n := ns[r.NodeUUID]
+		if n == nil {
 			if err := s.release(ctx, c.ID, r.ID, NodeFailed, "the node was deleted during its run"); err != nil {
 				return err
 			}
 			continue
-		}
-		if err != nil {
-			return err
 		}
 		if !mine(n) {
 			continue
@@ -124,6 +126,24 @@ func (s *Service) follow(ctx context.Context, c *ent.Campaign, mine func(n *ent.
 	return nil
 }
 
+// nodesOf loads the nodes of rows in one query, by UUID; a deleted node
+// is absent from the map.
+func (s *Service) nodesOf(ctx context.Context, rows []*ent.CampaignNode) (map[string]*ent.Node, error) {
+	ids := make([]string, len(rows))
+	for i, r := range rows {
+		ids[i] = r.NodeUUID
+	}
+	ns, err := s.db.Node.Query().Where(node.UUIDIn(ids...)).All(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[string]*ent.Node, len(ns))
+	for _, n := range ns {
+		out[n.UUID] = n
+	}
+	return out, nil
+}
+
 func deref(p *string) string {
 	if p == nil {
 		return ""
@@ -140,16 +160,34 @@ func (s *Service) release(ctx context.Context, campaignID, rowID int, status, wh
 		if status == NodePending {
 			u.ClearStartedAt().ClearRun()
 		} else {
-			u.SetFinishedAt(time.Now())
+			// At the millisecond, as started_at is: a node claimed
+			// right after this release never seems to start before it
+			// finished.
+			u.SetFinishedAt(time.Now().Truncate(time.Millisecond))
 		}
 		if why != "" {
 			u.SetReason(why)
+		}
+		if status == NodePending {
+			u.SetBatch(0)
 		}
 		n, err := u.Save(ctx)
 		if err != nil || n == 0 {
 			return err
 		}
-		return tx.Campaign.Update().Where(campaign.ID(campaignID)).AddRunning(-1).SetUpdatedAt(time.Now()).Exec(ctx)
+		cu := tx.Campaign.Update().Where(campaign.ID(campaignID)).AddRunning(-1).SetUpdatedAt(time.Now())
+		if status == NodePending {
+			// The node never ran: its place in the batch is free again.
+			cu.AddBatchStarted(-1)
+		}
+		if err := cu.Exec(ctx); err != nil {
+			return err
+		}
+		// The last node of a full batch finished: the batch pause
+		// counts from now.
+		return tx.Campaign.Update().Where(campaign.ID(campaignID), campaign.Running(0), campaign.BatchDoneAtIsNil(),
+			predicate.Campaign(entsql.FieldsGTE(campaign.FieldBatchStarted, campaign.FieldMaxConcurrency))).
+			SetBatchDoneAt(s.now()).Exec(ctx)
 	})
 }
 
@@ -183,20 +221,28 @@ func (s *Service) settle(ctx context.Context, id int) error {
 			// Another replica failed it first, and audited it.
 			return err
 		}
-		s.guard.Done(s.conductorCtx(ctx), "anvil:campaign:failure_budget", "campaign", c.UUID, nil,
+		s.guard.Done(s.conductorCtx(ctx), EventFailureBudget, "campaign", c.UUID, nil,
 			map[string]any{"failed": k.Failed, "max_failures": c.MaxFailures})
 		return nil
 	}
 	if k.Pending > 0 || k.Running > 0 || c.Running > 0 {
 		return nil
 	}
+	var n int
 	switch {
 	case c.State == StateRunning:
-		return s.db.Campaign.Update().Where(campaign.ID(id), campaign.State(StateRunning)).
-			SetState(StateCompleted).SetFinishedAt(now).SetUpdatedAt(now).Exec(ctx)
+		c.State = StateCompleted
+		n, err = s.db.Campaign.Update().Where(campaign.ID(id), campaign.State(StateRunning)).
+			SetState(StateCompleted).SetFinishedAt(now).SetUpdatedAt(now).Save(ctx)
 	case slices.Contains(finished, c.State) && c.FinishedAt == nil:
-		return s.db.Campaign.Update().Where(campaign.ID(id), campaign.FinishedAtIsNil()).SetFinishedAt(now).Exec(ctx)
+		n, err = s.db.Campaign.Update().Where(campaign.ID(id), campaign.FinishedAtIsNil()).SetFinishedAt(now).Save(ctx)
 	}
+	if err != nil || n == 0 {
+		// Nothing ended here, or another replica ended it and audited it.
+		return err
+	}
+	s.guard.Done(s.conductorCtx(ctx), EventFinish, "campaign", c.UUID, nil, map[string]any{"state": c.State,
+		"succeeded": k.Succeeded, "failed": k.Failed, "skipped": k.Skipped})
 	return nil
 }
 
@@ -208,23 +254,47 @@ func (s *Service) conductorCtx(ctx context.Context) context.Context {
 // errFull ends a claim when the campaign has no room or stopped running.
 var errFull = errors.New("campaign full")
 
-// claim takes one place in the campaign (a conditional UPDATE on its
-// running count, below max_concurrency, while it runs) and the node's row
-// (pending to running) together, so the cap holds across replicas and no
-// node is started twice.
-func (s *Service) claim(ctx context.Context, c *ent.Campaign, r *ent.CampaignNode, run string, at time.Time) (bool, error) {
-	err := store.WithTx(ctx, s.db, func(tx *ent.Client) error {
-		n, err := tx.Campaign.Update().Where(campaign.ID(c.ID), campaign.State(StateRunning),
-			predicate.Campaign(entsql.FieldsLT(campaign.FieldRunning, campaign.FieldMaxConcurrency))).
-			AddRunning(1).Save(ctx)
+// claim takes one place in the campaign and the node's row (pending to
+// running) together, so the cap holds across replicas and no node is
+// started twice. The place is taken with a conditional UPDATE on the
+// campaign's counts while it runs: in the current batch while it has
+// fewer than max_concurrency nodes, else as the first of the next batch
+// once that is due (at once when the campaign rolls on without a
+// batch_pause; with one, when the last batch's nodes all finished and the
+// pause since passed). It returns the batch the node starts in, and
+// whether it opened that batch.
+func (s *Service) claim(ctx context.Context, c *ent.Campaign, r *ent.CampaignNode, run string, at time.Time) (batch int, opened bool, err error) {
+	err = store.WithTx(ctx, s.db, func(tx *ent.Client) error {
+		room := predicate.Campaign(entsql.FieldsLT(campaign.FieldRunning, campaign.FieldMaxConcurrency))
+		n, err := tx.Campaign.Update().Where(campaign.ID(c.ID), campaign.State(StateRunning), room, campaign.BatchGT(0),
+			predicate.Campaign(entsql.FieldsLT(campaign.FieldBatchStarted, campaign.FieldMaxConcurrency))).
+			AddRunning(1).AddBatchStarted(1).Save(ctx)
 		if err != nil {
 			return err
 		}
-		if n == 0 {
-			return errFull
+		opened = n == 0
+		if opened {
+			due := campaign.Or(campaign.Batch(0), campaign.BatchPause(0))
+			if c.BatchPause > 0 {
+				due = campaign.Or(campaign.Batch(0), campaign.And(campaign.Running(0),
+					campaign.BatchDoneAtLTE(s.now().Add(-time.Duration(c.BatchPause)*time.Second))))
+			}
+			n, err = tx.Campaign.Update().Where(campaign.ID(c.ID), campaign.State(StateRunning), room, due).
+				AddRunning(1).AddBatch(1).SetBatchStarted(1).ClearBatchDoneAt().Save(ctx)
+			if err != nil {
+				return err
+			}
+			if n == 0 {
+				return errFull
+			}
 		}
+		cur, err := tx.Campaign.Get(ctx, c.ID)
+		if err != nil {
+			return err
+		}
+		batch = cur.Batch
 		n, err = tx.CampaignNode.Update().Where(campaignnode.ID(r.ID), campaignnode.Status(NodePending)).
-			SetStatus(NodeRunning).SetStartedAt(at).SetRun(run).ClearReason().Save(ctx)
+			SetStatus(NodeRunning).SetStartedAt(at).SetRun(run).SetBatch(batch).ClearReason().Save(ctx)
 		if err != nil {
 			return err
 		}
@@ -235,11 +305,13 @@ func (s *Service) claim(ctx context.Context, c *ent.Campaign, r *ent.CampaignNod
 	})
 	switch {
 	case errors.Is(err, errFull):
-		return false, errFull
+		return 0, false, errFull
 	case errors.Is(err, errClaimLost):
-		return false, nil
+		return 0, false, nil
+	case err != nil:
+		return 0, false, err
 	}
-	return err == nil, err
+	return batch, opened, nil
 }
 
 var errClaimLost = errors.New("claim lost")
@@ -250,10 +322,27 @@ var errClaimLost = errors.New("claim lost")
 // that is busy or locked waits for a later pass; one in maintenance, or
 // that the creator may no longer run the runbook on, is skipped with the
 // reason.
-func (s *Service) start(ctx context.Context, id int, mine func(n *ent.Node) bool, log *slog.Logger) error {
+func (s *Service) start(ctx context.Context, id int, mine func(n *ent.Node) bool, log *slog.Logger) (err error) {
+	// Places are claimed one after the other, in the nodes' order; the
+	// provision requests, which take the time, go out startWorkers at a
+	// time, and the pass returns once they all answered.
+	var (
+		wg     sync.WaitGroup
+		mu     sync.Mutex
+		runErr error
+	)
+	sem := make(chan struct{}, startWorkers)
+	defer func() {
+		wg.Wait()
+		err = errors.Join(err, runErr)
+	}()
 	c, err := s.db.Campaign.Get(ctx, id)
 	if err != nil || c.State != StateRunning || c.Running >= c.MaxConcurrency {
 		return err
+	}
+	if w := WindowOf(c); w != nil && !w.Open(s.now()) {
+		// Outside its window the campaign stays running and starts nothing.
+		return nil
 	}
 	as := policies.WithPrincipal(ctx, principalOf(c.Principal))
 	last := -1
@@ -263,17 +352,21 @@ func (s *Service) start(ctx context.Context, id int, mine func(n *ent.Node) bool
 		if err != nil || len(rows) == 0 {
 			return err
 		}
+		// One query for the page's nodes: what is read here only
+		// decides whether to try; the provision request decides again
+		// under the node's lock.
+		ns, err := s.nodesOf(ctx, rows)
+		if err != nil {
+			return err
+		}
 		for _, r := range rows {
 			last = r.Position
-			n, err := s.db.Node.Query().Where(node.UUID(r.NodeUUID)).Only(ctx)
-			if ent.IsNotFound(err) {
+			n := ns[r.NodeUUID]
+			if n == nil {
 				if err := s.skip(ctx, r.ID, "the node was deleted"); err != nil {
 					return err
 				}
 				continue
-			}
-			if err != nil {
-				return err
 			}
 			if !mine(n) {
 				continue
@@ -300,34 +393,59 @@ func (s *Service) start(ctx context.Context, id int, mine func(n *ent.Node) bool
 				run = "service"
 			}
 			at := time.Now().Truncate(time.Millisecond)
-			ok, err := s.claim(ctx, c, r, run, at)
+			batch, opened, err := s.claim(ctx, c, r, run, at)
 			if errors.Is(err, errFull) {
 				return nil
 			}
-			if err != nil || !ok {
+			if err != nil || batch == 0 {
 				return err
 			}
-			err = s.ops.Provision(as, n.UUID, conductor.ProvisionRequest{Target: run, Runbook: c.Runbook})
-			switch {
-			case err == nil:
-				log.Info("campaign node started", "campaign", c.UUID, "node", n.UUID, "run", run)
-			case errs.IsLocked(err) || errs.Status(err) == 409 || errs.Status(err) >= 500:
-				// Taken by something else first, or a fault of ours:
-				// the node waits for a later pass.
-				if errs.Status(err) >= 500 {
-					log.Error("campaign node start", "campaign", c.UUID, "node", n.UUID, "err", err)
-				}
-				if err := s.release(ctx, c.ID, r.ID, NodePending, ""); err != nil {
-					return err
-				}
-			default:
-				// The creator may no longer run it here (404, 403, 400).
-				if err := s.release(ctx, c.ID, r.ID, NodeSkipped, err.Error()); err != nil {
-					return err
-				}
+			if opened {
+				s.batchEvents(ctx, c, batch)
 			}
+			wg.Add(1)
+			sem <- struct{}{}
+			go func() {
+				defer func() { <-sem; wg.Done() }()
+				if err := s.launch(as, c, r, n.UUID, run, log); err != nil {
+					mu.Lock()
+					runErr = errors.Join(runErr, err)
+					mu.Unlock()
+				}
+			}()
 		}
 	}
+}
+
+// startWorkers bounds one pass's provision requests in flight.
+const startWorkers = 16
+
+// launch starts a claimed node's run as the campaign's creator (as). A
+// node taken by something else first, or a fault of ours, goes back to
+// pending for a later pass; one the creator may no longer run it on
+// (404, 403, 400) is skipped with the reason.
+func (s *Service) launch(as context.Context, c *ent.Campaign, r *ent.CampaignNode, node, run string, log *slog.Logger) error {
+	err := s.ops.Provision(as, node, conductor.ProvisionRequest{Target: run, Runbook: c.Runbook})
+	switch {
+	case err == nil:
+		log.Info("campaign node started", "campaign", c.UUID, "node", node, "run", run)
+		return nil
+	case errs.IsLocked(err) || errs.Status(err) == 409 || errs.Status(err) >= 500:
+		if errs.Status(err) >= 500 {
+			log.Error("campaign node start", "campaign", c.UUID, "node", node, "err", err)
+		}
+		return s.release(as, c.ID, r.ID, NodePending, "")
+	}
+	return s.release(as, c.ID, r.ID, NodeSkipped, err.Error())
+}
+
+// batchEvents audits a batch's start, and the campaign's with its first.
+func (s *Service) batchEvents(ctx context.Context, c *ent.Campaign, batch int) {
+	as := s.conductorCtx(ctx)
+	if batch == 1 {
+		s.guard.Done(as, EventStart, "campaign", c.UUID, nil, map[string]any{"name": c.Name, "runbook": c.RunbookName})
+	}
+	s.guard.Done(as, EventBatch, "campaign", c.UUID, nil, map[string]any{"batch": batch, "max_concurrency": c.MaxConcurrency})
 }
 
 func (s *Service) skip(ctx context.Context, rowID int, why string) error {

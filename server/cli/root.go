@@ -38,7 +38,7 @@ func NewRoot(out, errOut io.Writer) *cobra.Command {
 	}
 	root.SetOut(out)
 	root.SetErr(errOut)
-	root.AddCommand(serveCmd(), migrateCmd(), nodeCmd(), userCmd(), tokenCmd(), policyCmd(), dbCmd(), firmwareCmd(), versionCmd())
+	root.AddCommand(serveCmd(), migrateCmd(), nodeCmd(), userCmd(), tokenCmd(), policyCmd(), dbCmd(), firmwareCmd(), versionCmd(), campaignCmd())
 	return root
 }
 
