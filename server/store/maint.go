@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"entgo.io/ent/dialect"
+	entsql "entgo.io/ent/dialect/sql"
 
 	"github.com/anvilproject/anvil/ent/migrate"
 )
@@ -102,11 +103,16 @@ func (d *DB) Check(ctx context.Context) ([]string, error) {
 
 // columns lists the columns a table has (none when it does not exist).
 func (d *DB) columns(ctx context.Context, table string) ([]string, error) {
+	return tableColumns(ctx, d.SQL, d.Dialect, table)
+}
+
+// tableColumns is columns on a connection or in a transaction.
+func tableColumns(ctx context.Context, db entsql.ExecQuerier, dia, table string) ([]string, error) {
 	q := "SELECT name FROM pragma_table_info(?)"
-	if d.Dialect == dialect.Postgres {
+	if dia == dialect.Postgres {
 		q = "SELECT column_name FROM information_schema.columns WHERE table_schema = current_schema() AND table_name = $1"
 	}
-	rows, err := d.SQL.QueryContext(ctx, q, table)
+	rows, err := db.QueryContext(ctx, q, table)
 	if err != nil {
 		return nil, fmt.Errorf("columns of %s: %w", table, err)
 	}
