@@ -3,7 +3,6 @@ package conductor
 import (
 	"context"
 	"log/slog"
-	"time"
 
 	"github.com/anvilproject/anvil/ent"
 )
@@ -23,23 +22,7 @@ type Campaigner interface {
 func (c *Conductor) Campaign(x Campaigner) { c.camp = x }
 
 func (c *Conductor) campaignLoop() {
-	c.work.Add(1)
-	go func() {
-		defer c.work.Done()
-		t := time.NewTicker(c.cfg.CampaignCheck)
-		defer t.Stop()
-		for {
-			select {
-			case <-c.ctx.Done():
-				return
-			case <-c.camp.Wake():
-			case <-t.C:
-			}
-			if err := c.processCampaigns(c.ctx); err != nil && c.ctx.Err() == nil {
-				c.log.Error("campaigns", "err", err)
-			}
-		}
-	}()
+	c.wakeLoop(c.cfg.CampaignCheck, c.camp.Wake(), c.processCampaigns)
 }
 
 // processCampaigns runs one pass of the campaign loop over the nodes this

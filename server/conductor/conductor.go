@@ -243,6 +243,12 @@ const reanalyzeEvery = 10 * time.Minute
 const reanalyzeGap = time.Second
 
 func (c *Conductor) loop(every time.Duration, fn func(context.Context) error) {
+	c.wakeLoop(every, nil, fn)
+}
+
+// wakeLoop runs fn every `every`, and at once when wake signals (a nil
+// wake never does).
+func (c *Conductor) wakeLoop(every time.Duration, wake <-chan struct{}, fn func(context.Context) error) {
 	c.work.Add(1)
 	go func() {
 		defer c.work.Done()
@@ -252,10 +258,11 @@ func (c *Conductor) loop(every time.Duration, fn func(context.Context) error) {
 			select {
 			case <-c.ctx.Done():
 				return
+			case <-wake:
 			case <-t.C:
-				if err := fn(c.ctx); err != nil && c.ctx.Err() == nil {
-					c.log.Error("conductor loop", "err", err)
-				}
+			}
+			if err := fn(c.ctx); err != nil && c.ctx.Err() == nil {
+				c.log.Error("conductor loop", "err", err)
 			}
 		}
 	}()
@@ -266,33 +273,18 @@ func (c *Conductor) loop(every time.Duration, fn func(context.Context) error) {
 // reanalyzeGap after this process enrols nodes (store.Grew), so a fleet
 // enrolled here is planned as what it is by the time it is listed.
 func (c *Conductor) reanalyzeLoop(analyzed int) {
-	c.work.Add(1)
-	go func() {
-		defer c.work.Done()
-		t := time.NewTicker(reanalyzeEvery)
-		defer t.Stop()
-		for {
-			select {
-			case <-c.ctx.Done():
-				return
-			case <-t.C:
-			case <-c.db.Growth():
-			}
-			n, err := c.db.Reanalyze(c.ctx, analyzed)
-			if err != nil && c.ctx.Err() == nil {
-				c.log.Error("conductor loop", "err", err)
-			}
-			analyzed = n
-			// Signals that came during the pass are taken after the gap,
-			// so a burst of enrolments costs a count every reanalyzeGap,
-			// the last one after the burst.
-			select {
-			case <-c.ctx.Done():
-				return
-			case <-time.After(reanalyzeGap):
-			}
+	c.wakeLoop(reanalyzeEvery, c.db.Growth(), func(ctx context.Context) error {
+		n, err := c.db.Reanalyze(ctx, analyzed)
+		analyzed = n
+		// Signals that come during the pass and the gap are taken after
+		// it, so a burst of enrolments costs a count every reanalyzeGap,
+		// the last one after the burst.
+		select {
+		case <-ctx.Done():
+		case <-time.After(reanalyzeGap):
 		}
-	}()
+		return err
+	})
 }
 
 // Stop ends the loops, lets each running step finish, fails the nodes
