@@ -50,6 +50,7 @@ import (
 	"github.com/anvilproject/anvil/server/runbooks"
 	"github.com/anvilproject/anvil/server/store"
 	"github.com/anvilproject/anvil/server/volume"
+	"github.com/anvilproject/anvil/server/webhook"
 	"github.com/anvilproject/anvil/web"
 )
 
@@ -113,6 +114,9 @@ type Options struct {
 	// MetricsToken, when set, is the bearer token /metrics requires;
 	// empty means /metrics answers loopback scrapers only.
 	MetricsToken string
+	// Webhook receives the audit events its rules choose; a zero URL
+	// sends none.
+	Webhook webhook.Config
 }
 
 // App is a running Anvil: everything one process serves.
@@ -140,6 +144,8 @@ type App struct {
 	// Overrides keeps the enforcer in step with policy.d and the stored
 	// override.
 	Overrides *override.Manager
+	// Webhook delivers audit events; nil when none is configured.
+	Webhook   *webhook.Dispatcher
 	Fiber     *fiber.App
 	Metrics   *obs.Metrics
 	opts      Options
@@ -154,6 +160,11 @@ func New(ctx context.Context, o Options) (*App, error) {
 	}
 	access, err := obs.ParseAccessLog(o.AccessLog)
 	if err != nil {
+		return nil, err
+	}
+	// Before the database: a webhook that could not be sent to, or would
+	// send unsigned events, stops the start.
+	if err := o.Webhook.Validate(); err != nil {
 		return nil, err
 	}
 	db, err := store.OpenPool(ctx, o.Database, o.Pool)
@@ -231,6 +242,10 @@ func New(ctx context.Context, o Options) (*App, error) {
 	a.Campaigns = campaigns.New(db, a.Guard, a.Nodes, a.Runbooks, ops)
 	a.Cond.Campaign(a.Campaigns)
 	a.Cond.MakePorts(a.Ports)
+	if a.Webhook, err = webhook.New(db, o.Webhook, o.Log); err != nil {
+		db.Close()
+		return nil, err
+	}
 	if !o.AuthNone {
 		pw, err := a.IDs.Bootstrap(ctx)
 		if err != nil {
@@ -449,6 +464,11 @@ func (a *App) Serve(ctx context.Context, ln net.Listener) error {
 	auditDone := make(chan struct{})
 	go func() { a.Audit.Run(actx); close(auditDone) }()
 	defer func() { stopAudit(); <-auditDone }()
+	if a.Webhook != nil {
+		hookDone := make(chan struct{})
+		go func() { a.Webhook.Run(actx); close(hookDone) }()
+		defer func() { stopAudit(); <-hookDone }()
+	}
 	if a.Firmware.BaseURL == "" {
 		u, err := config.PublicURL(ln.Addr().String())
 		if err != nil {

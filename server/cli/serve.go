@@ -24,6 +24,7 @@ import (
 	"github.com/anvilproject/anvil/server/nodes"
 	"github.com/anvilproject/anvil/server/oidclogin"
 	"github.com/anvilproject/anvil/server/store"
+	"github.com/anvilproject/anvil/server/webhook"
 	"github.com/anvilproject/anvil/web"
 )
 
@@ -53,6 +54,7 @@ func serveCmd() *cobra.Command {
 		imgFile  string
 		maxLease time.Duration
 		autoMig  bool
+		hook     webhook.Config
 	)
 	cmd := &cobra.Command{
 		Use:   "serve",
@@ -112,6 +114,9 @@ func serveCmd() *cobra.Command {
 			if cc.Group, err = nodes.ValidateConductorGroup("conductor-group", cc.Group); err != nil {
 				return fmt.Errorf("--conductor-group: %w", err)
 			}
+			if err := hook.Validate(); err != nil {
+				return err
+			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGINT, syscall.SIGTERM)
 			defer stop()
 			if rolAge <= 0 || rolAge > web.DefaultRolesMaxAge {
@@ -151,7 +156,7 @@ func serveCmd() *cobra.Command {
 				Database: g.database, Pool: pool, ManualMigrate: !autoMig, AccessLog: access, AuthNone: auth == "none", Log: log, SessionSecret: secret, OIDC: provider, Conductor: cc, PolicyDir: pdir, PolicyOverrideEnabled: penab, ServiceProject: svcp,
 				TrustedProxies: proxy, FirmwareDir: fwo.dir, FirmwareURL: fwo.url, FirmwareMaxBytes: fwo.max,
 				BootISODir: isoDir, AllocationMaxLease: maxLease,
-				MetricsToken: mtok, OIDCRolesMaxAge: rolAge,
+				MetricsToken: mtok, OIDCRolesMaxAge: rolAge, Webhook: hook,
 				Bootstrap: func(user, pw string) {
 					// Printed once, on stderr with the log, never stored in clear.
 					fmt.Fprintf(cmd.ErrOrStderr(), "\n  First start: created system admin %q with one-time password:\n\n      %s\n\n  Change it with: anvil user set-password %s --password-stdin\n\n", user, pw, user)
@@ -238,6 +243,9 @@ func serveCmd() *cobra.Command {
 	f.StringVar(&imgFile, "deploy-images", "", `JSON file of the images the portal's Deploy panel offers, a list of {"name", "url", "checksum"} (checksum "sha256:<hex>", or another of md5, sha1, sha384, sha512; or a bare hex digest); read at start (empty: tenants give an image's URL themselves; with --demo, a demo image)`)
 	f.IPNetSliceVar(&proxy, "trusted-proxies", nil, "reverse proxies (CIDRs, comma-separated) whose X-Forwarded-For names the client's address; default none: the peer is the client")
 	f.StringVar(&mtok, "metrics-token", "", "bearer token /metrics requires (Authorization: Bearer <token>); default none: /metrics answers loopback scrapers only")
+	f.StringVar(&hook.URL, "webhook-url", "", "http:// or https:// URL that receives the audit events --webhook-rules choose, as signed JSON POSTs (empty: none sent)")
+	f.StringVar(&hook.Secret, "webhook-secret", "", "secret keying each delivery's X-Anvil-Signature (HMAC-SHA256 of the body); required with --webhook-url")
+	f.StringSliceVar(&hook.Rules, "webhook-rules", webhook.DefaultRules, "audit rules sent to --webhook-url: names, or prefixes ending in * (of "+conductor.RuleRecover+" only the owner notifications are sent)")
 	return cmd
 }
 
