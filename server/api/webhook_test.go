@@ -5,6 +5,7 @@ import (
 	"crypto/hmac"
 	"encoding/json"
 	"io"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
@@ -221,7 +222,11 @@ func TestWebhookNoRedirect(t *testing.T) {
 		elsewhere := newHookReceiver(t, nil)
 		h := newHookReceiver(t, nil)
 		h.redirect = elsewhere.URL
-		srv, _ := startLocal(t, setting, hookOptions(h.URL))
+		// Credentials in the URL are the operator's to give, not the log's.
+		o := hookOptions(strings.Replace(h.URL, "://", "://anvil:pw-in-url@", 1))
+		var logs lockedBuffer
+		o.Log = slog.New(slog.NewTextHandler(&logs, nil))
+		srv, _ := startLocal(t, setting, o)
 		ctx := context.Background()
 		srv.Audit.Done(ctx, campaigns.EventStart, "campaign", "first", nil, nil)
 		srv.Audit.Done(ctx, campaigns.EventStart, "campaign", "second", nil, nil)
@@ -236,6 +241,10 @@ func TestWebhookNoRedirect(t *testing.T) {
 		}
 		if n := h.tried("first"); n != 1 || len(elsewhere.events()) != 0 {
 			t.Errorf("first attempted %d times; the redirect's target got %+v", n, elsewhere.events())
+		}
+		l := logs.String()
+		if !strings.Contains(l, "webhook: event not delivered") || strings.Contains(l, hookSecret) || strings.Contains(l, "pw-in-url") {
+			t.Errorf("log of the failed deliveries, without the secret or the URL's password:\n%s", l)
 		}
 	})
 }
@@ -310,4 +319,42 @@ func TestWebhookConfigRefused(t *testing.T) {
 			t.Errorf("%+v: %v, want %q", c.cfg, err, c.want)
 		}
 	}
+}
+
+// A lessee asking the owner to look at a failed run (#28) reaches the
+// webhook as the recover rule's notify row; a refused request does not.
+func TestWebhookOwnerNotify(t *testing.T) {
+	storetest.Each(t, func(t *testing.T, setting string, _ *store.DB) {
+		h := newHookReceiver(t, nil)
+		srv, clients := startLocal(t, setting, hookOptions(h.URL))
+		admin, lessee := clients["system-admin"], clients["lessee-member"]
+		mustStatus(t, admin.Do(t, "POST", "/v1/runbooks", map[string]any{"name": "CUSTOM_FW_HOOK", "public": true,
+			"steps": []any{map[string]any{"interface": "firmware", "step": "update", "order": 1,
+				"args": map[string]any{"settings": []any{map[string]any{"component": "bios", "url": "https://images.example/fail-bios.bin"}}}}}}), 201)
+		r := admin.Do(t, "POST", "/v1/nodes", map[string]any{"name": "hook-notify", "driver": "fake-hardware", "owner": "own", "lessee": "les"})
+		mustStatus(t, r, 201)
+		id := r.JSON(t)["uuid"].(string)
+		mustStatus(t, admin.Do(t, "PUT", "/v1/nodes/"+id+"/traits/CUSTOM_FW_HOOK", nil), 204)
+		provision(t, admin, id, map[string]any{"target": "manage"}, 202)
+		waitState(t, admin, id, "manageable")
+		provision(t, lessee, id, map[string]any{"target": "clean", "runbook": "CUSTOM_FW_HOOK"}, 202)
+		waitState(t, admin, id, "clean failed")
+		mustStatus(t, lessee.Do(t, "POST", "/v1/nodes/"+id+"/recover", map[string]any{"action": "notify"}), 204)
+		mustStatus(t, admin.Do(t, "POST", "/v1/nodes/"+id+"/recover", map[string]any{"action": "return"}), 202)
+		waitState(t, admin, id, "manageable")
+		// Nothing failed now: refused, audited as failed, not sent.
+		mustStatus(t, lessee.Do(t, "POST", "/v1/nodes/"+id+"/recover", map[string]any{"action": "notify"}), 409)
+		srv.Audit.Done(context.Background(), campaigns.EventFinish, "campaign", "marker", nil, nil)
+		h.waitFor(t, "the marker", ruleIs(campaigns.EventFinish, "marker"))
+		var sent []webhook.Event
+		for _, e := range h.events() {
+			if e.Rule == cond.RuleRecover {
+				sent = append(sent, e)
+			}
+		}
+		if len(sent) != 1 || sent[0].TargetID != id || sent[0].User != "lessee-member" || sent[0].TargetType != "node" ||
+			sent[0].Detail["action"] != "notify" || sent[0].Detail["runbook"] != "CUSTOM_FW_HOOK" {
+			t.Errorf("recover events sent: %+v", sent)
+		}
+	})
 }
