@@ -270,7 +270,7 @@ func TestDBOnPostgres(t *testing.T) {
 	}
 }
 
-// TestServeSettingsRefused: bad pool, access-log, service-project, conductor-group and deploy-images settings stop serve
+// TestServeSettingsRefused: bad pool, access-log, service-project, conductor-group, deploy-images and webhook settings stop serve
 // before it listens, naming the setting, from flags, the environment or
 // the config file alike.
 func TestServeSettingsRefused(t *testing.T) {
@@ -303,6 +303,9 @@ func TestServeSettingsRefused(t *testing.T) {
 		{args: []string{"--deploy-images", filepath.Join(dir, "none.json")}, want: "--deploy-images: open " + filepath.Join(dir, "none.json")},
 		{args: []string{"--deploy-images", images}, want: "--deploy-images: " + images + `: image "Debian 13": checksum must be`},
 		{args: []string{"--deploy-images", list}, want: "--deploy-images: " + list + ": not a JSON list"},
+		{args: []string{"--webhook-url", "https://hooks.example.com/anvil"}, want: "--webhook-secret is required with --webhook-url"},
+		{env: [2]string{"ANVIL_WEBHOOK_SECRET", "s3cret"}, want: "--webhook-secret is set but --webhook-url is not"},
+		{args: []string{"--webhook-url", "hooks.example.com", "--webhook-secret", "s3cret"}, want: "--webhook-url: give an http:// or https:// URL"},
 	} {
 		t.Run(tc.want, func(t *testing.T) {
 			if tc.env[0] != "" {

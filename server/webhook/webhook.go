@@ -60,9 +60,9 @@ type Config struct {
 	Rules []string
 	// Poll is how often the audit log is read (default 1 s); Backoff the
 	// first pause between attempts, doubling (default 1 s); Settle how old
-	// a row must be before it is claimed (default 2 s), so that a row
-	// whose transaction took a lower id but committed after a higher one
-	// is not skipped by the cursor.
+	// a row must be before the cursor passes it (default 2 s), so that a
+	// row whose transaction took a lower id but committed after a higher
+	// one is not skipped.
 	Poll, Backoff, Settle time.Duration
 }
 
@@ -190,11 +190,22 @@ func (d *Dispatcher) step(ctx context.Context) (int, error) {
 	if err != nil {
 		return 0, fmt.Errorf("setting %s: %q is not an id", CursorKey, cur.Value)
 	}
-	rows, err := d.db.AuditEvent.Query().
-		Where(auditevent.IDGT(after), auditevent.CreatedAtLT(time.Now().Add(-d.cfg.Settle))).
+	rows, err := d.db.AuditEvent.Query().Where(auditevent.IDGT(after)).
 		Order(ent.Asc(auditevent.FieldID)).Limit(batchMax).All(ctx)
-	if err != nil || len(rows) == 0 {
+	if err != nil {
 		return 0, err
+	}
+	// The cursor stops before the first row younger than Settle: a
+	// transaction that took a lower id may not have committed yet.
+	settled := time.Now().Add(-d.cfg.Settle)
+	for i, e := range rows {
+		if e.CreatedAt.After(settled) {
+			rows = rows[:i]
+			break
+		}
+	}
+	if len(rows) == 0 {
+		return 0, nil
 	}
 	// The compare-and-set: only the replica that moves the cursor from
 	// the value it read sends these rows.
@@ -203,10 +214,12 @@ func (d *Dispatcher) step(ctx context.Context) (int, error) {
 	if err != nil || n == 0 {
 		return 0, err
 	}
-	for _, e := range rows {
+	for i, e := range rows {
 		if ctx.Err() != nil {
-			// Shutting down: these rows are claimed and will not be sent.
-			d.log.Warn("webhook: events not sent at shutdown", "from_id", e.ID, "to_id", rows[len(rows)-1].ID)
+			// Shutting down: the rest are claimed and will not be sent.
+			if lost := d.matching(rows[i:]); lost > 0 {
+				d.log.Warn("webhook: events not sent at shutdown", "count", lost, "from_id", e.ID)
+			}
 			break
 		}
 		if d.Match(e) {
@@ -214,6 +227,16 @@ func (d *Dispatcher) step(ctx context.Context) (int, error) {
 		}
 	}
 	return len(rows), nil
+}
+
+func (d *Dispatcher) matching(rows []*ent.AuditEvent) int {
+	n := 0
+	for _, e := range rows {
+		if d.Match(e) {
+			n++
+		}
+	}
+	return n
 }
 
 // Match tells whether e is an event the webhook receives.
