@@ -43,6 +43,7 @@ func (p *Portal) campaignView(c *fiber.Ctx, v *campaigns.View) views.Campaign {
 	}
 	out.CanApprove = v.State == campaigns.StatePendingApproval && may(campaigns.RuleApprove)
 	out.CanDelete = finished && v.Counts.Running == 0 && may(campaigns.RuleDelete)
+	out.CanRetry = finished && v.Counts.Failed > 0 && p.Campaigns.MayCreate(ctx)
 	return out
 }
 
@@ -135,12 +136,14 @@ func (p *Portal) campaignLive(c *fiber.Ctx) error {
 	return render(c, 200, views.CampaignLive(d))
 }
 
-// campaignAct answers a campaign's button: back to its page (the list
-// after a delete), saying what happened or why it was refused. A hidden
-// or missing campaign is the error page, as the API's 404.
-func (p *Portal) campaignAct(c *fiber.Ctx, act func(id string) error, done, to string) error {
+// campaignAct answers a campaign's button: to the page act names (the
+// campaign's, the list after a delete, the new campaign after a retry),
+// saying what happened, or back to the campaign saying why it was
+// refused. A hidden or missing campaign is the error page, as the API's
+// 404.
+func (p *Portal) campaignAct(c *fiber.Ctx, act func(id string) (to string, err error), done string) error {
 	id := c.Params("id")
-	err := act(id)
+	to, err := act(id)
 	switch st := errs.Status(err); {
 	case err == nil:
 		return p.flashTo(c, to, done)
@@ -155,18 +158,35 @@ func (p *Portal) campaignState(c *fiber.Ctx) error {
 	target := c.FormValue("target")
 	said := map[string]string{campaigns.StatePaused: "Paused: running nodes finish, no more start.",
 		campaigns.StateRunning: "Resumed.", campaigns.StateCancelled: "Cancelled: nodes not yet started are skipped; running ones finish."}[target]
-	return p.campaignAct(c, func(id string) error { return p.Campaigns.SetState(c.UserContext(), id, target) }, said,
-		"/campaigns/"+c.Params("id"))
+	return p.campaignAct(c, func(id string) (string, error) {
+		return "/campaigns/" + id, p.Campaigns.SetState(c.UserContext(), id, target)
+	}, said)
 }
 
 func (p *Portal) campaignApprove(c *fiber.Ctx) error {
-	return p.campaignAct(c, func(id string) error { return p.Campaigns.Approve(c.UserContext(), id) }, "Approved.",
-		"/campaigns/"+c.Params("id"))
+	return p.campaignAct(c, func(id string) (string, error) {
+		return "/campaigns/" + id, p.Campaigns.Approve(c.UserContext(), id)
+	}, "Approved.")
 }
 
 func (p *Portal) campaignDelete(c *fiber.Ctx) error {
-	return p.campaignAct(c, func(id string) error { return p.Campaigns.Delete(c.UserContext(), id) },
-		"The campaign's record was deleted.", "/campaigns")
+	return p.campaignAct(c, func(id string) (string, error) {
+		return "/campaigns", p.Campaigns.Delete(c.UserContext(), id)
+	}, "The campaign's record was deleted.")
+}
+
+// campaignRetry rolls the runbook again over a campaign's failed nodes,
+// as a new campaign with the same settings, and opens it. A node its
+// failure left in maintenance must be recovered first: the refusal names
+// each one.
+func (p *Portal) campaignRetry(c *fiber.Ctx) error {
+	return p.campaignAct(c, func(id string) (string, error) {
+		v, err := p.Campaigns.Retry(c.UserContext(), id, &campaigns.RetryInput{})
+		if err != nil {
+			return "", err
+		}
+		return "/campaigns/" + v.UUID, nil
+	}, "A new campaign retries the failed nodes.")
 }
 
 // rolloutOf reads a runbook action's campaign settings, with defaults for

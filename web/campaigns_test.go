@@ -248,3 +248,75 @@ func TestCampaignPortalSteering(t *testing.T) {
 		}
 	})
 }
+
+// TestCampaignPortalRetry: once a campaign has finished with failures,
+// whoever may create campaigns gets "Retry failed nodes" (a system reader
+// does not); pressed while the failures still hold the nodes in
+// maintenance it is refused on the campaign's page, naming them; once
+// they are recovered it creates a new campaign over exactly the failed
+// nodes and opens it.
+func TestCampaignPortalRetry(t *testing.T) {
+	storetest.Each(t, func(t *testing.T, setting string, _ *store.DB) {
+		srv, api, ids := fleet(t, setting)
+		readerAndProjectAdmin(t, srv)
+		campaignRunbook(t, srv, api, ids, "f-00", "f-06")
+		if r := api.Do(t, "POST", "/v1/runbooks", map[string]any{"name": "CUSTOM_FAILS", "public": true,
+			"steps": []map[string]any{{"interface": "firmware", "step": "update", "order": 1,
+				"args": map[string]any{"settings": []any{map[string]any{"component": "bios", "url": "https://images.example/fail-bios.bin"}}}}}}); r.Status != 201 {
+			t.Fatalf("runbook: %d %s", r.Status, r.Body)
+		}
+		for _, n := range []string{"f-00", "f-06"} {
+			if r := api.Do(t, "PUT", "/v1/nodes/"+ids[n]+"/traits/CUSTOM_FAILS", nil); r.Status != 204 {
+				t.Fatalf("trait: %d %s", r.Status, r.Body)
+			}
+		}
+		root, rhea := signInAs(t, srv, "root"), signInAs(t, srv, "rhea")
+		camp, st, page := rollOut(t, root, url.Values{"runbook": {"CUSTOM_FAILS"}, "node": {ids["f-00"], ids["f-06"]}, "name": {"bios wave"},
+			"max_concurrency": {"2"}, "max_failures": {"5"}})
+		if camp == "" {
+			t.Fatalf("roll out: %d\n%s", st, page)
+		}
+		for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+			if s, counts := campaignState(t, api, camp); s == "completed" && counts["failed"] == float64(2) {
+				break
+			} else if time.Now().After(deadline) {
+				t.Fatalf("the campaign never finished with two failures: %s %v", s, counts)
+			}
+		}
+		retry := `action="` + camp + `/retry"`
+		if _, page, _ := rhea.do("GET", camp, nil); strings.Contains(page, retry) {
+			t.Errorf("a system reader is offered Retry")
+		}
+		_, page, _ = root.do("GET", camp, nil)
+		if !strings.Contains(page, retry) || !strings.Contains(page, ">Retry failed nodes</button>") {
+			t.Fatalf("no Retry for the admin:\n%s", page)
+		}
+		st, _, h := root.do("POST", camp+"/retry", url.Values{"csrf": {root.csrf}})
+		if st != 303 || h.Get("Location") != camp {
+			t.Fatalf("retry of nodes still in maintenance: %d %s", st, h.Get("Location"))
+		}
+		if _, page, _ = root.do("GET", camp, nil); !strings.Contains(page, "maintenance") {
+			t.Errorf("the refusal does not say the nodes are in maintenance:\n%s", page)
+		}
+		for _, n := range []string{"f-00", "f-06"} {
+			if err := srv.DB.Node.Update().Where(node.UUID(ids[n])).SetProvisionState("manageable").SetMaintenance(false).
+				ClearMaintenanceReason().ClearFault().ClearLastError().Exec(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+		}
+		st, _, h = root.do("POST", camp+"/retry", url.Values{"csrf": {root.csrf}})
+		again := h.Get("Location")
+		if st != 303 || !strings.HasPrefix(again, "/campaigns/") || again == camp {
+			t.Fatalf("retry: %d %s", st, again)
+		}
+		m := api.Do(t, "GET", "/v1"+again, nil).JSON(t)
+		counts, _ := m["counts"].(map[string]any)
+		total := 0.0
+		for _, n := range counts {
+			total += n.(float64)
+		}
+		if m["retry_of"] != strings.TrimPrefix(camp, "/campaigns/") || m["name"] != "bios wave (retry)" || total != 2 {
+			t.Errorf("the new campaign: %v", m)
+		}
+	})
+}

@@ -160,6 +160,7 @@ func (p *Portal) Register(app *fiber.App) {
 	app.Post("/campaigns/:id/state", s, p.signedIn, p.campaignState)
 	app.Post("/campaigns/:id/approve", s, p.signedIn, p.campaignApprove)
 	app.Post("/campaigns/:id/delete", s, p.signedIn, p.campaignDelete)
+	app.Post("/campaigns/:id/retry", s, p.signedIn, p.campaignRetry)
 	app.Get("/allocations", s, p.signedIn, p.allocationsPage)
 	app.Get("/allocations/new", s, p.signedIn, p.requestNodePage)
 	app.Post("/allocations", s, p.signedIn, p.requestNode)

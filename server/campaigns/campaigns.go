@@ -198,6 +198,12 @@ func callerTarget(ctx context.Context) policies.Target {
 	return policies.Target{}
 }
 
+// MayCreate says whether the caller may create a campaign of its own,
+// for showing the buttons that would; it records nothing.
+func (s *Service) MayCreate(ctx context.Context) bool {
+	return s.guard.Allowed(ctx, RuleCreate, callerTarget(ctx))
+}
+
 // AuthorizeCreate checks the caller may create a campaign of its own
 // (its project's, or the system's) before the body is read.
 func (s *Service) AuthorizeCreate(ctx context.Context) error {
