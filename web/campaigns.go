@@ -30,6 +30,10 @@ func (p *Portal) campaignView(c *fiber.Ctx, v *campaigns.View) views.Campaign {
 		MaxFailures: strconv.Itoa(v.MaxFailures), StartAfter: v.StartAfter, StartedAt: v.StartedAt, FinishedAt: v.FinishedAt,
 		CreatedAt: v.CreatedAt, Pending: v.Counts.Pending, Running: v.Counts.Running, Succeeded: v.Counts.Succeeded,
 		Failed: v.Counts.Failed, Skipped: v.Counts.Skipped}
+	if w := campaigns.WindowOf(v.Campaign); w != nil {
+		out.Window = w.String()
+	}
+	out.BatchPause = v.BatchPause
 	if v.MaxFailuresPercent != nil {
 		out.MaxFailures = fmt.Sprintf("%d%% (%d)", *v.MaxFailuresPercent, v.MaxFailures)
 	}
@@ -194,7 +198,12 @@ func (p *Portal) campaignRetry(c *fiber.Ctx) error {
 func rolloutOf(c *fiber.Ctx, rb string, eligible int) views.Rollout {
 	r := views.Rollout{Name: strings.TrimSpace(c.FormValue("name")), MaxConcurrency: strings.TrimSpace(c.FormValue("max_concurrency")),
 		MaxFailures: strings.TrimSpace(c.FormValue("max_failures")), StartAfter: c.FormValue("start_after"),
-		RequiresApproval: c.FormValue("requires_approval") == "1"}
+		RequiresApproval: c.FormValue("requires_approval") == "1", WindowFrom: strings.TrimSpace(c.FormValue("window_from")),
+		WindowTo: strings.TrimSpace(c.FormValue("window_to")), WindowTimezone: strings.TrimSpace(c.FormValue("window_timezone")),
+		BatchPause: strings.TrimSpace(c.FormValue("batch_pause"))}
+	for _, d := range c.Request().PostArgs().PeekMulti("window_days") {
+		r.WindowDays = append(r.WindowDays, string(d))
+	}
 	if r.Name == "" {
 		r.Name = fmt.Sprintf("%s on %d nodes", rb, eligible)
 	}
@@ -223,6 +232,18 @@ func rolloutInput(r views.Rollout, rb *runbooks.Runbook, sel []*nodes.View) (*ca
 	in.MaxConcurrency = &n
 	if r.MaxFailures != "" {
 		in.MaxFailures = r.MaxFailures
+	}
+	if r.BatchPause != "" {
+		p, err := strconv.Atoi(r.BatchPause)
+		if err != nil {
+			return nil, errs.BadRequest("batch_pause", "batch_pause must be a whole number of seconds from 0 to %d", campaigns.MaxBatchPause)
+		}
+		in.BatchPause = &p
+	}
+	// Any part of a window asks for one: the service says what is
+	// missing (days without hours) or wrong.
+	if len(r.WindowDays) > 0 || r.WindowFrom != "" || r.WindowTo != "" || r.WindowTimezone != "" {
+		in.Window = &campaigns.Window{Days: r.WindowDays, From: r.WindowFrom, To: r.WindowTo, Timezone: r.WindowTimezone}
 	}
 	if r.StartAfter != "" {
 		// A datetime-local field: minutes, or seconds when the browser

@@ -168,17 +168,20 @@ func TestCampaignPortalSteering(t *testing.T) {
 		}
 		root := signInAs(t, srv, "root")
 		later := time.Now().UTC().Add(time.Hour).Format("2006-01-02T15:04")
-		all := url.Values{"runbook": {"CUSTOM_X"}, "all": {"1"}, "filter": {""}, "max_concurrency": {"2"}, "start_after": {later}}
+		all := url.Values{"runbook": {"CUSTOM_X"}, "all": {"1"}, "filter": {""}, "max_concurrency": {"2"}, "start_after": {later},
+			"batch_pause": {"30"}, "window_days": {"mon", "fri"}, "window_from": {"22:00"}, "window_to": {"06:00"}, "window_timezone": {"Europe/Berlin"}}
 
 		// Bad settings: the form again, naming the field; nothing created.
-		for field, v := range map[string]string{"max_concurrency": "many", "start_after": "tomorrow", "max_failures": "lots"} {
+		for _, c := range []struct{ field, v, named string }{{"max_concurrency", "many", "max_concurrency"}, {"start_after", "tomorrow", "start_after"},
+			{"max_failures", "lots", "max_failures"}, {"batch_pause", "soon", "batch_pause"}, {"window_from", "25:00", "window.from"},
+			{"window_timezone", "Mars/Olympus", "window.timezone"}, {"window_days", "someday", "window.days"}} {
 			bad := url.Values{}
 			for k, vs := range all {
 				bad[k] = vs
 			}
-			bad.Set(field, v)
-			if camp, st, page := rollOut(t, root, bad); camp != "" || st != 400 || !strings.Contains(page, field) || !strings.Contains(page, `data-testid="bulk-run"`) {
-				t.Errorf("%s=%s: %d %q", field, v, st, camp)
+			bad.Set(c.field, c.v)
+			if camp, st, page := rollOut(t, root, bad); camp != "" || st != 400 || !strings.Contains(page, c.named) || !strings.Contains(page, `data-testid="bulk-run"`) {
+				t.Errorf("%s=%s: %d %q", c.field, c.v, st, camp)
 			}
 		}
 		if r := api.Do(t, "GET", "/v1/campaigns", nil); len(r.JSON(t)["campaigns"].([]any)) != 0 {
@@ -196,6 +199,14 @@ func TestCampaignPortalSteering(t *testing.T) {
 		camp, st, page := rollOut(t, root, all)
 		if camp == "" {
 			t.Fatalf("roll out: %d\n%s", st, page)
+		}
+		if m := api.Do(t, "GET", "/v1"+camp, nil).JSON(t); m["batch_pause"] != 30.0 ||
+			fmt.Sprint(m["window"]) != "map[days:[mon fri] from:22:00 timezone:Europe/Berlin to:06:00]" {
+			t.Errorf("the campaign's batch pause and window: %v %v", m["batch_pause"], m["window"])
+		}
+		if _, page, _ := root.do("GET", camp, nil); !strings.Contains(page, "starts nodes only mon,fri 22:00–06:00 Europe/Berlin") ||
+			!strings.Contains(page, "2 nodes each, 30 s apart") {
+			t.Errorf("the campaign page does not show its window and batches:\n%s", page)
 		}
 		if s, counts := campaignState(t, api, camp); s != "scheduled" || counts["pending"] != float64(3) || counts["skipped"] != float64(59) {
 			t.Fatalf("scheduled campaign: %s %v", s, counts)
