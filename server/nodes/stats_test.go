@@ -5,8 +5,6 @@ import (
 	"fmt"
 	"testing"
 
-	"entgo.io/ent/dialect"
-
 	"github.com/anvilproject/anvil/server/store"
 	"github.com/anvilproject/anvil/server/store/storetest"
 )
@@ -29,23 +27,8 @@ func TestImportLeavesStatistics(t *testing.T) {
 		if err := Import(ctx, db, recs); err != nil {
 			t.Fatal(err)
 		}
-		if got := plannerRows(t, db); got != 300 {
-			t.Errorf("after importing 300 nodes the planner believes nodes holds %d rows", got)
+		if got, err := storetest.PlannerRows(db); err != nil || got != 300 {
+			t.Errorf("after importing 300 nodes the planner believes nodes holds %d rows (%v)", got, err)
 		}
 	})
-}
-
-// plannerRows is how many rows the planner's statistics say nodes holds.
-func plannerRows(t *testing.T, db *store.DB) int {
-	t.Helper()
-	// SQLite's first figure for an index is the table's row count.
-	q := "SELECT CAST(stat AS INTEGER) FROM sqlite_stat1 WHERE tbl = 'nodes' AND idx = 'nodes_uuid_key'"
-	if db.Dialect == dialect.Postgres {
-		q = "SELECT reltuples::bigint FROM pg_class WHERE oid = 'nodes'::regclass"
-	}
-	var n int
-	if err := db.SQL.QueryRowContext(context.Background(), q).Scan(&n); err != nil {
-		t.Fatal(err)
-	}
-	return n
 }

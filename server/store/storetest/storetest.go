@@ -155,3 +155,16 @@ func LoadRelease(t testing.TB, setting, dir string) {
 		}
 	}
 }
+
+// PlannerRows is how many rows the planner's statistics say nodes holds
+// (SQLite's first figure for an index is its table's row count), or an
+// error when there are none yet.
+func PlannerRows(db *store.DB) (int, error) {
+	q := "SELECT CAST(stat AS INTEGER) FROM sqlite_stat1 WHERE tbl = 'nodes' AND idx = 'nodes_uuid_key'"
+	if db.Dialect == dialect.Postgres {
+		q = "SELECT reltuples::bigint FROM pg_class WHERE oid = 'nodes'::regclass"
+	}
+	var n int
+	err := db.SQL.QueryRowContext(context.Background(), q).Scan(&n)
+	return n, err
+}
