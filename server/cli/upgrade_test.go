@@ -29,7 +29,7 @@ const (
 func TestUpgradeFromRelease(t *testing.T) {
 	for _, backend := range storetest.Backends {
 		t.Run(backend, func(t *testing.T) {
-			setting := storetest.Setting(t, backend)
+			setting := storetest.EmptySetting(t, backend)
 			storetest.LoadRelease(t, setting, fixtureDir)
 
 			latest := len(store.Migrations)

@@ -118,7 +118,7 @@ func TestUpgradeFromRelease5b855fe(t *testing.T) {
 	for _, backend := range storetest.Backends {
 		t.Run(backend, func(t *testing.T) {
 			ctx := context.Background()
-			setting := storetest.Setting(t, backend)
+			setting := storetest.EmptySetting(t, backend)
 			storetest.LoadRelease(t, setting, "testdata/release-5b855fe")
 			db, err := store.Open(ctx, setting)
 			if err != nil {
@@ -214,7 +214,7 @@ func TestConcurrentUpgrade(t *testing.T) {
 	for _, backend := range storetest.Backends {
 		t.Run(backend, func(t *testing.T) {
 			ctx := context.Background()
-			setting := storetest.Setting(t, backend)
+			setting := storetest.EmptySetting(t, backend)
 			const replicas = 4
 			applied := make(chan []int, replicas)
 			var wg sync.WaitGroup
