@@ -13,12 +13,13 @@ import (
 	"github.com/anvilproject/anvil/server/agent/agenttest"
 	"github.com/anvilproject/anvil/server/api"
 	"github.com/anvilproject/anvil/server/bmc"
+	"github.com/anvilproject/anvil/server/bmc/bmctest"
 	"github.com/anvilproject/anvil/server/conductor"
 	"github.com/anvilproject/anvil/server/store"
 	"github.com/anvilproject/anvil/server/store/storetest"
 )
 
-// rpcMachine is a machine whose power and boot device an rpcWebhook
+// rpcMachine is a machine whose power and boot device a bmctest.RPCWebhook
 // keeps: system id of rack. When the webhook turns it on with boot
 // device pxe, it does what the machine's iPXE firmware would after DHCP:
 // it asks Anvil for its MAC's script (GET /ipxe/<mac>) and boots the real
@@ -27,7 +28,7 @@ import (
 // power change at a time, in order, away from the webhook's answer, as
 // redfish-sim runs its power hook.
 type rpcMachine struct {
-	hook         *rpcWebhook
+	hook         *bmctest.RPCWebhook
 	rack         *agenttest.Rack
 	id, mac, api string
 	changes      chan [2]string
@@ -37,7 +38,7 @@ type rpcMachine struct {
 	failed       []string // what the machine could not do
 }
 
-func newRPCMachine(t *testing.T, hook *rpcWebhook, rack *agenttest.Rack, id, mac, apiURL string) *rpcMachine {
+func newRPCMachine(t *testing.T, hook *bmctest.RPCWebhook, rack *agenttest.Rack, id, mac, apiURL string) *rpcMachine {
 	m := &rpcMachine{hook: hook, rack: rack, id: id, mac: mac, api: apiURL, changes: make(chan [2]string, 64), done: make(chan struct{})}
 	go m.run()
 	// Registered after the rack's machine, so it runs before the agent
@@ -56,9 +57,9 @@ func newRPCMachine(t *testing.T, hook *rpcWebhook, rack *agenttest.Rack, id, mac
 
 // ServeHTTP is the webhook, with the machine following its power.
 func (m *rpcMachine) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	before, _, _, _ := m.hook.state()
+	before, _, _, _ := m.hook.State()
 	m.hook.ServeHTTP(w, r)
-	if after, boot, _, _ := m.hook.state(); after != before {
+	if after, boot, _, _ := m.hook.State(); after != before {
 		m.changes <- [2]string{after, boot}
 	}
 }
@@ -139,12 +140,12 @@ func TestBmclibAgentDeploy(t *testing.T) {
 		rack := agenttest.NewRack(t, srv.URL)
 		disk := rack.Machine(t, "1")
 		const mac = "52:54:00:b1:00:01"
-		hook := &rpcWebhook{secret: "rpc-agent-s3cret", power: "off"}
+		hook := bmctest.NewRPCWebhook("rpc-agent-s3cret", "off")
 		m := newRPCMachine(t, hook, rack, "1", mac, srv.URL)
 		ts := httptest.NewServer(m)
 		t.Cleanup(ts.Close)
 
-		info := map[string]any{"bmclib_provider": "rpc", "bmclib_address": "rack1-node1", "bmclib_rpc_url": ts.URL + "/bmc", "bmclib_rpc_secret": hook.secret,
+		info := map[string]any{"bmclib_provider": "rpc", "bmclib_address": "rack1-node1", "bmclib_rpc_url": ts.URL + "/bmc", "bmclib_rpc_secret": hook.Secret,
 			// What the machine's iPXE script boots; the simulated
 			// machine starts the agent itself rather than download them.
 			"deploy_kernel": im.URL + "ipa.kernel", "deploy_ramdisk": im.URL + "ipa.initramfs"}
@@ -201,7 +202,7 @@ func TestBmclibAgentDeploy(t *testing.T) {
 		if !hasConfigDrive(t, disk) {
 			t.Errorf("no config-2 partition on the disk: %v", partitions(t, disk))
 		}
-		power, boot, bad, _ := hook.state()
+		power, boot, bad, _ := hook.State()
 		if n["power_state"] != bmc.PowerOn || power != "on" || boot != "disk" {
 			t.Errorf("deployed: node power %v, webhook power %s boot %s", n["power_state"], power, boot)
 		}
@@ -224,7 +225,7 @@ func TestBmclibAgentDeploy(t *testing.T) {
 		if !rack.Stopped("1", 20*time.Second) {
 			t.Error("the agent still runs after undeploy's cleaning")
 		}
-		if _, _, bad, _ = hook.state(); bad != 0 {
+		if _, _, bad, _ = hook.State(); bad != 0 {
 			t.Errorf("the webhook refused %d signatures", bad)
 		}
 	})
