@@ -2,6 +2,7 @@ package api_test
 
 import (
 	"bytes"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -202,7 +203,7 @@ func TestBmclibAgentDeploy(t *testing.T) {
 		if !hasConfigDrive(t, disk) {
 			t.Errorf("no config-2 partition on the disk: %v", partitions(t, disk))
 		}
-		power, boot, bad, _ := hook.State()
+		power, boot, _, _ := hook.State()
 		if n["power_state"] != bmc.PowerOn || power != "on" || boot != "disk" {
 			t.Errorf("deployed: node power %v, webhook power %s boot %s", n["power_state"], power, boot)
 		}
@@ -225,8 +226,60 @@ func TestBmclibAgentDeploy(t *testing.T) {
 		if !rack.Stopped("1", 20*time.Second) {
 			t.Error("the agent still runs after undeploy's cleaning")
 		}
-		if _, _, bad, _ = hook.State(); bad != 0 {
+		if _, _, bad, _ := hook.State(); bad != 0 {
 			t.Errorf("the webhook refused %d signatures", bad)
+		}
+	})
+}
+
+// TestBmclibAgentBootRefused: a bmclib provider that cannot set the boot
+// device (homeassistant) cannot network-boot the agent, so validate's
+// boot verdict says so, its step list has no agent step, and a deploy is
+// refused naming driver_info/bmclib_provider before anything is done; an
+// rpc node with the same deploy settings validates and lists the agent's
+// steps.
+func TestBmclibAgentBootRefused(t *testing.T) {
+	storetest.Each(t, func(t *testing.T, setting string, _ *store.DB) {
+		_, clients := startLocal(t, setting, bmcOpts)
+		admin := atVer(clients["system-admin"], api.VerMax)
+		deploy := map[string]any{"deploy_kernel": "http://192.0.2.1/ipa.kernel", "deploy_ramdisk": "http://192.0.2.1/ipa.initramfs"}
+		node := func(name string, info map[string]any) string {
+			t.Helper()
+			for k, v := range deploy {
+				info[k] = v
+			}
+			r := admin.Do(t, "POST", "/v1/nodes", map[string]any{"name": name, "driver": "bmclib", "driver_info": info,
+				"instance_info": map[string]any{"image_source": "http://192.0.2.1/img.raw", "image_os_hash_algo": "sha256", "image_os_hash_value": strings.Repeat("ab", 32)}})
+			mustStatus(t, r, 201)
+			return r.JSON(t)["uuid"].(string)
+		}
+		ha := node("bl-ha", map[string]any{"bmclib_provider": "homeassistant", "bmclib_address": "127.0.0.1", "bmclib_homeassistant_switch": "switch.node1", "bmclib_password": "token"})
+		rpc := node("bl-rpc", map[string]any{"bmclib_provider": "rpc", "bmclib_rpc_url": "http://127.0.0.1:9/bmc", "bmclib_rpc_secret": "s"})
+
+		boot := func(id string) map[string]any {
+			return admin.Do(t, "GET", "/v1/nodes/"+id+"/validate", nil).JSON(t)["boot"].(map[string]any)
+		}
+		if b := boot(ha); b["result"] != false || !strings.Contains(fmt.Sprint(b["reason"]), "bmclib provider homeassistant cannot set the boot device") {
+			t.Errorf("homeassistant validate boot: %v", b)
+		}
+		if b := boot(rpc); b["result"] != true {
+			t.Errorf("rpc validate boot: %v", b)
+		}
+		steps := func(id string) string {
+			r := admin.Do(t, "GET", "/v1/nodes/"+id+"/steps", nil)
+			mustStatus(t, r, 200)
+			return string(r.Body)
+		}
+		if s := steps(ha); strings.Contains(s, `"erase_devices_metadata"`) || strings.Contains(s, `"write_image"`) {
+			t.Errorf("homeassistant step list offers the agent's steps: %s", s)
+		}
+		if s := steps(rpc); !strings.Contains(s, `"erase_devices_metadata"`) || !strings.Contains(s, `"write_image"`) {
+			t.Errorf("rpc step list lacks the agent's steps: %s", s)
+		}
+		r := provision(t, admin, ha, map[string]any{"target": "active"}, 400)
+		mustFaultNaming(t, "deploy homeassistant", r, "bmclib provider homeassistant cannot set the boot device")
+		if n := admin.Do(t, "GET", "/v1/nodes/"+ha, nil).JSON(t); n["provision_state"] != "enroll" || n["last_error"] != nil {
+			t.Errorf("a refused deploy changed the node: %v %v", n["provision_state"], n["last_error"])
 		}
 	})
 }
