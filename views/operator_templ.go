@@ -1412,7 +1412,7 @@ func bmcFields(fs []BMCField, disabled bool, o NodeOps) templ.Component {
 
 // bmcChoice is a field chosen from a list (the bmclib provider), the
 // stored or typed value selected; a value not in the list is offered as
-// it is, so the page never shows another than the node has.
+// it is, so the page shows what the node has rather than a neighbour.
 func bmcChoice(f BMCField, disabled bool) templ.Component {
 	return templruntime.GeneratedTemplate(func(templ_7745c5c3_Input templruntime.GeneratedComponentInput) (templ_7745c5c3_Err error) {
 		templ_7745c5c3_W, ctx := templ_7745c5c3_Input.Writer, templ_7745c5c3_Input.Context

@@ -63,15 +63,15 @@ func bmclibFields() []views.BMCField {
 		{Name: "bmclib_port", Label: "Port (every provider but rpc)", Help: "Empty for the provider's own: 623 ipmitool, 16992 intelamt, 8123 homeassistant, 443 otherwise.", Providers: bmcs},
 		{Name: "bmclib_username", Label: "User name (every provider but rpc)", Providers: bmcs},
 		{Name: "bmclib_password", Label: "Password (every provider but rpc; homeassistant: its access token)", Secret: true, Providers: bmcs},
-		{Name: "bmclib_verify_ca", Label: "Verify the certificate (every provider but rpc)", Help: "true (the default when empty), false, or a PEM CA bundle.", Multiline: true, Providers: bmcs},
+		// rpc's https webhook is verified with it too.
+		{Name: "bmclib_verify_ca", Label: "Verify the certificate", Help: "true (the default when empty), false, or a PEM CA bundle; for rpc, the https webhook's.", Multiline: true},
 		{Name: "bmclib_system_name", Label: "System name (redfish)", Help: "The Name of the system to drive; needed only when the BMC has more than one.", Providers: []string{"redfish"}},
 		{Name: "bmclib_homeassistant_switch", Label: "Switch entity (homeassistant)", Help: "The switch that powers the machine, such as switch.rack1_node7.", Providers: []string{"homeassistant"}},
 	}
 }
 
-// usedBy says whether field f applies to the driver settings in form:
-// a bmclib field only for the providers that use it, so what was typed
-// for another provider is never saved.
+// usedBy says whether field f is one provider uses: a bmclib field only
+// for the providers marked, so what was typed for another is never saved.
 func usedBy(f views.BMCField, provider string) bool {
 	return f.Providers == nil || slices.Contains(f.Providers, provider)
 }
