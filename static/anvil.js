@@ -361,3 +361,26 @@ document.addEventListener("DOMContentLoaded", () => {
 		box.open = false;
 	}
 }
+
+// A BMC form's provider select shows only the fields that provider uses
+// (data-providers); without JavaScript every field shows, its label
+// naming the providers it is for, and the server keeps only those.
+function showProviderFields(select) {
+	const form = select.form;
+	if (!form) {
+		return;
+	}
+	for (const el of form.querySelectorAll("[data-providers]")) {
+		el.hidden = select.value !== "" && !el.getAttribute("data-providers").split(" ").includes(select.value);
+	}
+}
+document.addEventListener("change", (e) => {
+	if (e.target instanceof HTMLSelectElement && e.target.hasAttribute("data-provider-choice")) {
+		showProviderFields(e.target);
+	}
+});
+document.addEventListener("DOMContentLoaded", () => {
+	for (const select of document.querySelectorAll("select[data-provider-choice]")) {
+		showProviderFields(select);
+	}
+});

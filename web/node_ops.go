@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -39,6 +40,40 @@ var bmcFields = map[string][]views.BMCField{
 		{Name: "ipmi_username", Label: "User name"},
 		{Name: "ipmi_password", Label: "Password", Secret: true},
 	},
+	"bmclib": bmclibFields(),
+}
+
+// bmclibFields are the bmclib driver's fields: the provider, then what
+// each provider needs (rpc a webhook and its secret; the others a BMC to
+// log in to), each marked with the providers that use it.
+func bmclibFields() []views.BMCField {
+	var bmcs []string
+	for _, p := range bmc.BmclibProviders() {
+		if p != "rpc" {
+			bmcs = append(bmcs, p)
+		}
+	}
+	rpc := []string{"rpc"}
+	return []views.BMCField{
+		{Name: "bmclib_provider", Label: "Provider", Choices: bmc.BmclibProviders(),
+			Help: "The one bmclib provider that drives the machine (bmclib never tries another): rpc for a signed webhook (PDUs, lab power controllers), intelamt for Intel AMT, ipmitool or redfish for those BMCs, dell, supermicro, asrockrack or openbmc for those vendors' BMCs, homeassistant for a Home Assistant switch. Only the fields it uses are saved."},
+		{Name: "bmclib_rpc_url", Label: "Webhook URL (rpc)", Help: "The http(s) URL every request is POSTed to, signed with HMAC-SHA256.", Providers: rpc},
+		{Name: "bmclib_rpc_secret", Label: "Webhook secret (rpc)", Secret: true, Providers: rpc},
+		{Name: "bmclib_address", Label: "BMC address (every provider but rpc)", Help: "The BMC's host name or IP address.", Providers: bmcs},
+		{Name: "bmclib_port", Label: "Port (every provider but rpc)", Help: "Empty for the provider's own: 623 ipmitool, 16992 intelamt, 8123 homeassistant, 443 otherwise.", Providers: bmcs},
+		{Name: "bmclib_username", Label: "User name (every provider but rpc)", Providers: bmcs},
+		{Name: "bmclib_password", Label: "Password (every provider but rpc; homeassistant: its access token)", Secret: true, Providers: bmcs},
+		// rpc's https webhook is verified with it too.
+		{Name: "bmclib_verify_ca", Label: "Verify the certificate", Help: "true (the default when empty), false, or a PEM CA bundle; for rpc, the https webhook's.", Multiline: true},
+		{Name: "bmclib_system_name", Label: "System name (redfish)", Help: "The Name of the system to drive; needed only when the BMC has more than one.", Providers: []string{"redfish"}},
+		{Name: "bmclib_homeassistant_switch", Label: "Switch entity (homeassistant)", Help: "The switch that powers the machine, such as switch.rack1_node7.", Providers: []string{"homeassistant"}},
+	}
+}
+
+// usedBy says whether field f is one provider uses: a bmclib field only
+// for the providers marked, so what was typed for another is never saved.
+func usedBy(f views.BMCField, provider string) bool {
+	return f.Providers == nil || slices.Contains(f.Providers, provider)
 }
 
 // lifecycle are the provision verbs the operator section offers, by the
@@ -249,10 +284,15 @@ func (p *Portal) nodeDelete(c *fiber.Ctx) error {
 }
 
 // driverInfoForm reads a driver's BMC fields from a form: an empty field
-// is not given, and true or false in redfish_verify_ca is the Boolean.
+// is not given, a bmclib field the chosen provider does not use is not
+// either, and true or false in a verify_ca field is the Boolean.
 func driverInfoForm(c *fiber.Ctx, driver string) map[string]any {
 	info := map[string]any{}
+	provider := strings.TrimSpace(c.FormValue("bmclib_provider"))
 	for _, f := range bmcFields[bmc.Canonical(driver)] {
+		if !usedBy(f, provider) {
+			continue
+		}
 		val := c.FormValue(f.Name)
 		if !f.Secret {
 			// A browser sends a text area's lines ended by CRLF.
@@ -261,7 +301,7 @@ func driverInfoForm(c *fiber.Ctx, driver string) map[string]any {
 		if val == "" {
 			continue
 		}
-		if b, err := strconv.ParseBool(val); err == nil && f.Name == "redfish_verify_ca" {
+		if b, err := strconv.ParseBool(val); err == nil && strings.HasSuffix(f.Name, "_verify_ca") {
 			info[f.Name] = b
 			continue
 		}
@@ -272,14 +312,16 @@ func driverInfoForm(c *fiber.Ctx, driver string) map[string]any {
 
 // nodeBMC changes a node's BMC settings through the same driver_info
 // patch the API applies: a field emptied is removed, a password left
-// empty is kept, and the service refuses an address change without the
-// password (a 400 shown next to the field).
+// empty is kept (unless the bmclib provider chosen does not use it), and
+// the service refuses an address change without the password (a 400
+// shown next to the field).
 func (p *Portal) nodeBMC(c *fiber.Ctx) error {
 	v, label, err := p.opNode(c)
 	if err != nil {
 		return p.fail(c, err)
 	}
 	info := driverInfoForm(c, v.Driver)
+	provider := strings.TrimSpace(c.FormValue("bmclib_provider"))
 	var ops []map[string]any
 	for _, f := range bmcFields[bmc.Canonical(v.Driver)] {
 		val, given := info[f.Name]
@@ -289,7 +331,8 @@ func (p *Portal) nodeBMC(c *fiber.Ctx) error {
 			// Unchanged: patching it anyway could ask for the password.
 		case given:
 			ops = append(ops, map[string]any{"op": "add", "path": "/driver_info/" + f.Name, "value": val})
-		case stored && !f.Secret:
+		case stored && (!f.Secret || !usedBy(f, provider)):
+			// A secret no longer used is not kept where nobody sees it.
 			ops = append(ops, map[string]any{"op": "remove", "path": "/driver_info/" + f.Name})
 		}
 	}
@@ -357,7 +400,7 @@ func (p *Portal) enrolForm(c *fiber.Ctx, status int, n views.NewNode) error {
 	if err != nil {
 		return err
 	}
-	n.Drivers = []string{"fake-hardware", "ipmi", "redfish"}
+	n.Drivers = []string{"fake-hardware", "ipmi", "redfish", "bmclib"}
 	if n.Driver == "" {
 		n.Driver = "redfish"
 	}

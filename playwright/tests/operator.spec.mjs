@@ -106,3 +106,39 @@ test('an operator enrols a Redfish node, tests its BMC, manages it, toggles main
   const all = await api('GET', '/v1/nodes?limit=1000');
   expect(all.nodes.map((x) => x.uuid)).not.toContain(node.uuid);
 });
+
+test('an operator enrols a bmclib rpc node: the provider shows only its own fields, and only those are saved', async ({ page, browser, request }) => {
+  const api = await operatorAPI(browser, request, 'bmclib enrol journey');
+  await signIn(page, 'olga', 'operator-password-1');
+  await page.goto('/nodes/new');
+  await page.getByLabel('Name', { exact: true }).fill('ops-bl-1');
+  await page.getByRole('radio', { name: 'bmclib' }).check();
+  // Before a provider is chosen every field shows; rpc hides the BMC's,
+  // ipmitool the webhook's.
+  await expect(page.locator('#bmclib_address')).toBeVisible();
+  await page.locator('#bmclib_provider').selectOption('ipmitool');
+  await expect(page.locator('#bmclib_rpc_url')).toBeHidden();
+  await expect(page.locator('#bmclib_address')).toBeVisible();
+  await page.locator('#bmclib_address').fill('127.0.0.9');
+  await page.locator('#bmclib_provider').selectOption('rpc');
+  await expect(page.locator('#bmclib_address')).toBeHidden();
+  await expect(page.locator('#bmclib_homeassistant_switch')).toBeHidden();
+  await page.locator('#bmclib_rpc_url').fill('http://127.0.0.1:9/bmc');
+  await page.locator('#bmclib_rpc_secret').fill('journey-rpc-secret');
+  await checked(page, 'enrol form, bmclib rpc');
+  await page.getByRole('button', { name: 'Enrol' }).click();
+  await expect(page).toHaveURL(/\/nodes\/[0-9a-f-]{36}\?ops=1$/);
+  const node = await api('GET', '/v1/nodes/ops-bl-1');
+  expect(node.driver).toBe('bmclib');
+  expect(node.driver_info.bmclib_provider).toBe('rpc');
+  expect(node.driver_info.bmclib_rpc_url).toBe('http://127.0.0.1:9/bmc');
+  expect(node.driver_info.bmclib_rpc_secret).toBe('******');
+  // Typed for ipmitool, hidden for rpc: not saved.
+  expect(node.driver_info.bmclib_address).toBeUndefined();
+  // The node page: rpc chosen, its fields shown, the secret never.
+  await expect(page.locator('#bmclib_provider')).toHaveValue('rpc');
+  await expect(page.locator('#bmclib_rpc_url')).toHaveValue('http://127.0.0.1:9/bmc');
+  await expect(page.locator('#bmclib_rpc_secret')).toHaveValue('');
+  await expect(page.locator('#bmclib_address')).toBeHidden();
+  await api('DELETE', `/v1/nodes/${node.uuid}`);
+});

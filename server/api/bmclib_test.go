@@ -1,18 +1,11 @@
 package api_test
 
 import (
-	"crypto/hmac"
-	"crypto/sha256"
-	"encoding/hex"
-	"encoding/json"
 	"fmt"
-	"io"
-	"net/http"
 	"net/http/httptest"
 	"net/netip"
 	"os/exec"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/anvilproject/anvil/server/api"
@@ -23,72 +16,6 @@ import (
 	"github.com/anvilproject/anvil/server/store/storetest"
 )
 
-// rpcWebhook is a loopback consumer of bmclib's rpc provider: it checks
-// every request's HMAC-SHA256 signature (X-BMCLIB-Signature-256:
-// sha256=<hex of HMAC(secret, body)>) as a real consumer must, refuses a
-// wrong one with 401, and otherwise keeps a machine's power and boot
-// device.
-type rpcWebhook struct {
-	secret string
-	mu     sync.Mutex
-	power  string
-	boot   string
-	calls  []string // methods accepted, in order
-	bad    int      // requests refused for their signature
-}
-
-func (h *rpcWebhook) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	body, _ := io.ReadAll(r.Body)
-	mac := hmac.New(sha256.New, []byte(h.secret))
-	mac.Write(body)
-	want := "sha256=" + hex.EncodeToString(mac.Sum(nil))
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	w.Header().Set("Content-Type", "application/json")
-	if got := r.Header.Get("X-BMCLIB-Signature-256"); !hmac.Equal([]byte(got), []byte(want)) || r.Header.Get("X-BMCLIB-Timestamp") == "" {
-		h.bad++
-		w.WriteHeader(http.StatusUnauthorized)
-		_, _ = w.Write([]byte(`{"error":{"code":401,"message":"signature refused"}}`))
-		return
-	}
-	var req struct {
-		ID     int64  `json:"id"`
-		Host   string `json:"host"`
-		Method string `json:"method"`
-		Params struct {
-			State  string `json:"state"`
-			Device string `json:"device"`
-		} `json:"params"`
-	}
-	if err := json.Unmarshal(body, &req); err != nil {
-		w.WriteHeader(http.StatusBadRequest)
-		_, _ = w.Write([]byte(`{"error":{"code":400,"message":"not json"}}`))
-		return
-	}
-	h.calls = append(h.calls, req.Method)
-	resp := map[string]any{"id": req.ID, "host": req.Host}
-	switch req.Method {
-	case "getPowerState":
-		resp["result"] = h.power
-	case "setPowerState":
-		switch req.Params.State {
-		case "on":
-			h.power = "on"
-		case "off", "soft":
-			h.power = "off"
-		}
-	case "setBootDevice":
-		h.boot = req.Params.Device
-	}
-	_ = json.NewEncoder(w).Encode(resp)
-}
-
-func (h *rpcWebhook) state() (power, boot string, bad int, calls []string) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	return h.power, h.boot, h.bad, append([]string(nil), h.calls...)
-}
-
 // TestBmclibRPC drives a node through bmclib's rpc provider against a
 // webhook that verifies bmclib's signatures: power on and off, the boot
 // device, power-state reads; the step list offers only what rpc can do
@@ -97,16 +24,16 @@ func (h *rpcWebhook) state() (power, boot string, bad int, calls []string) {
 // maintenance as any BMC's would.
 func TestBmclibRPC(t *testing.T) {
 	storetest.Each(t, func(t *testing.T, setting string, _ *store.DB) {
-		hook := &rpcWebhook{secret: "rpc-s3cret-value", power: "off"}
+		hook := bmctest.NewRPCWebhook("rpc-s3cret-value", "off")
 		ts := httptest.NewServer(hook)
 		defer ts.Close()
 		_, clients := startLocal(t, setting, bmcOpts)
 		admin := atVer(clients["system-admin"], api.VerMax)
-		info := map[string]any{"bmclib_provider": "rpc", "bmclib_address": "rack1-node7", "bmclib_rpc_url": ts.URL + "/bmc", "bmclib_rpc_secret": hook.secret}
+		info := map[string]any{"bmclib_provider": "rpc", "bmclib_address": "rack1-node7", "bmclib_rpc_url": ts.URL + "/bmc", "bmclib_rpc_secret": hook.Secret}
 		r := admin.Do(t, "POST", "/v1/nodes", map[string]any{"name": "rpc-1", "driver": "bmclib", "driver_info": info})
 		mustStatus(t, r, 201)
 		id := r.JSON(t)["uuid"].(string)
-		if strings.Contains(string(r.Body), hook.secret) {
+		if strings.Contains(string(r.Body), hook.Secret) {
 			t.Fatalf("the enrolment answer shows the rpc secret: %s", r.Body)
 		}
 		provision(t, admin, id, map[string]any{"target": "manage"}, 202)
@@ -121,7 +48,7 @@ func TestBmclibRPC(t *testing.T) {
 		if n := waitPower(t, admin, id); n["power_state"] != bmc.PowerOff {
 			t.Fatalf("power off: %v, last_error %v", n["power_state"], n["last_error"])
 		}
-		power, boot, bad, calls := hook.state()
+		power, boot, bad, calls := hook.State()
 		if power != "off" || boot != "pxe" || bad != 0 || !strings.Contains(strings.Join(calls, ","), "getPowerState") {
 			t.Fatalf("webhook: power %s boot %s, %d refused signatures, calls %v", power, boot, bad, calls)
 		}
@@ -137,7 +64,7 @@ func TestBmclibRPC(t *testing.T) {
 		if n := waitState(t, admin, id, "clean failed"); n["last_error"] != "Step management.get_sel is not supported by driver bmclib with bmclib provider rpc." {
 			t.Errorf("get_sel on rpc: %v", n["last_error"])
 		}
-		if _, _, _, calls := hook.state(); len(calls) != before {
+		if _, _, _, calls := hook.State(); len(calls) != before {
 			t.Errorf("a refused run reached the webhook: %v", calls[before:])
 		}
 		provision(t, admin, id, map[string]any{"target": "manage"}, 202)
@@ -170,7 +97,7 @@ func TestBmclibRPC(t *testing.T) {
 		if n["maintenance"] != true || n["fault"] != "power failure" {
 			t.Errorf("after three refused signatures: maintenance %v fault %v", n["maintenance"], n["fault"])
 		}
-		if power, _, bad, _ := hook.state(); power != "off" || bad < 3 {
+		if power, _, bad, _ := hook.State(); power != "off" || bad < 3 {
 			t.Errorf("webhook after the wrong secret: power %s, %d refused", power, bad)
 		}
 	})

@@ -409,11 +409,12 @@ var interfaces = map[string]map[string][]string{
 		"raid": {"redfish", "no-raid", "agent"}, "rescue": {"no-rescue", "agent"}, "storage": {"noop"},
 		"vendor": {"redfish", "no-vendor"},
 	},
-	// bmclib: power and management through the provider; everything
-	// else is Anvil's own or absent (no agent deploys yet: see README).
+	// bmclib: power and management through the provider; a provider
+	// that sets the boot device network-boots the ramdisk agent for
+	// cleaning and deploys (pxe, ipxe); everything else is absent.
 	"bmclib": {
 		"bios": {"no-bios"}, "boot": {"pxe", "ipxe"}, "console": {"no-console"},
-		"deploy": {"fake"}, "firmware": {"no-firmware"}, "inspect": {"no-inspect"},
+		"deploy": {"direct", "custom-agent"}, "firmware": {"no-firmware"}, "inspect": {"no-inspect"},
 		"management": {"bmclib"}, "network": {"noop"}, "power": {"bmclib"},
 		"raid": {"no-raid"}, "rescue": {"no-rescue"}, "storage": {"noop"},
 		"vendor": {"no-vendor"},

@@ -47,8 +47,9 @@ var (
 	// the fake driver mimics them in memory so demos and benchmarks run
 	// every step.
 	outOfBand = []string{"fake-hardware", "redfish"}
-	// withAgent are the drivers whose machines boot the ramdisk agent.
-	withAgent = []string{"ipmi", "redfish"}
+	// withAgent are the drivers whose machines boot the ramdisk agent;
+	// a bmclib node's when its provider sets the boot device (offers).
+	withAgent = []string{"ipmi", "redfish", "bmclib"}
 )
 
 // agentStep is a step the ramdisk agent runs.
@@ -74,9 +75,10 @@ var catalogue = []StepInfo{
 		{"seconds", "integer", false, "0 to 86400; 0 when left out", nil, isSeconds},
 	}, allDrivers, false},
 	{"deploy", "hold", "Stop in the hold state until an operator or tenant sends unhold.", nil, allDrivers, false},
-	// ipmi has no way to write an image without a ramdisk agent; a deploy
-	// request for it is refused before this step is planned (deploy.go).
-	{"deploy", "deploy", "Put the instance in place and power the node on: redfish inserts instance_info.boot_iso as a virtual CD and boots it once; fake-hardware only powers on. Runs in every deployment, at priority 100.", nil, outOfBand, false},
+	// Every driver's deployments run it; what each can deploy (ipmi and
+	// bmclib only through the ramdisk agent) is checked before it is
+	// planned (deployFits).
+	{"deploy", "deploy", "Put the instance in place and power the node on: the direct and custom-agent deploys boot the machine into the ramdisk agent; redfish's ramdisk deploy inserts instance_info.boot_iso as a virtual CD and boots it once; fake-hardware only powers on. Runs in every deployment, at priority 100.", nil, allDrivers, false},
 	{"bios", "apply_configuration", "Apply BIOS settings: stage them at the BMC, reboot the node so they take effect (only when one differs from the current value), check each became current, and refresh the cached settings.", []Arg{
 		{"settings", "list of {name, value}", true, "BIOS attributes to set, by the BMC's attribute names", nil, isSettings},
 	}, outOfBand, false},
@@ -165,6 +167,11 @@ func offers(n *ent.Node, s StepInfo) bool {
 	}
 	if d == "bmclib" {
 		p, _ := n.DriverInfo["bmclib_provider"].(string)
+		if s.InBand || agentDeploySteps[s.Name()] != nil || s.Name() == "deploy.deploy" {
+			// The agent's steps and the conductor's around them need a
+			// network boot, which needs the boot device set.
+			return bmc.BmclibOffers(p, "management.set_boot_device")
+		}
 		return bmc.BmclibOffers(p, s.Name())
 	}
 	return true

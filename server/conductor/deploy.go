@@ -3,6 +3,7 @@ package conductor
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -126,6 +127,11 @@ func deployFits(n *ent.Node) error {
 			field := "instance_info.image_source"
 			if mode == modeCustomAgent {
 				field = "deploy_interface"
+			}
+			if be, ok := errors.AsType[*bootSetupError](err); ok {
+				// What the node lacks to boot the agent, such as a
+				// bmclib provider that cannot set the boot device.
+				field = be.field
 			}
 			return errs.BadRequest(field, "Cannot deploy node %s: the %s deploy boots the ramdisk agent, and %v", n.UUID, mode, err)
 		}

@@ -98,12 +98,17 @@ const (
 // Anvil builds for each boot from deploy_kernel, deploy_ramdisk and
 // bootloader (bootISOSetup); a pxe or ipxe node needs deploy_kernel and
 // deploy_ramdisk, which the operator's DHCP/TFTP serves (Anvil runs no
-// DHCP). fake-hardware has no machine. A refusal is a *bootSetupError
-// naming the field to set.
+// DHCP); a bmclib node boots from the network too, so its provider must
+// set the boot device. fake-hardware has no machine. A refusal is a
+// *bootSetupError naming the field to set.
 func agentBoot(n *ent.Node) (string, error) {
 	d := bmc.Canonical(n.Driver)
-	if d != "redfish" && d != "ipmi" {
+	if d != "redfish" && d != "ipmi" && d != "bmclib" {
 		return "", &bootSetupError{"driver", fmt.Sprintf("driver %s has no machine to boot a ramdisk agent on", n.Driver)}
+	}
+	if p, _ := n.DriverInfo["bmclib_provider"].(string); d == "bmclib" && !bmc.BmclibOffers(p, "management.set_boot_device") {
+		// Powering on without pxe set would boot whatever the disk holds.
+		return "", &bootSetupError{"driver_info/bmclib_provider", fmt.Sprintf("bmclib provider %s cannot set the boot device, so it cannot boot the machine into a ramdisk agent from the network", p)}
 	}
 	view := &nodes.View{Node: n}
 	switch iface := view.Interface("boot"); iface {

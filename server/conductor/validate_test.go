@@ -1,6 +1,7 @@
 package conductor
 
 import (
+	"errors"
 	"strings"
 	"testing"
 
@@ -97,5 +98,45 @@ func TestAgentBootErrorField(t *testing.T) {
 		if err == nil || errs.FieldOf(err) != want {
 			t.Errorf("%v: error %v field %q, want %q", info, err, errs.FieldOf(err), want)
 		}
+	}
+}
+
+// TestDirectDeployPlanRuns: a direct deploy's plan, once accepted, is one
+// the runner starts, on every driver that boots the agent: deploy.deploy
+// boots it (the runner refused that step on ipmi and bmclib nodes, so
+// their deploys failed before the agent booted). A bmclib provider that
+// cannot set the boot device has its deploy refused instead, naming it.
+func TestDirectDeployPlanRuns(t *testing.T) {
+	image := map[string]any{"image_source": "http://192.0.2.1/i.raw", "image_os_hash_algo": "sha256", "image_os_hash_value": strings.Repeat("ab", 32)}
+	kernel := map[string]any{"deploy_kernel": "http://192.0.2.1/k", "deploy_ramdisk": "http://192.0.2.1/r"}
+	info := func(kv ...any) map[string]any {
+		out := map[string]any{}
+		for k, v := range kernel {
+			out[k] = v
+		}
+		for i := 0; i+1 < len(kv); i += 2 {
+			out[kv[i].(string)] = kv[i+1]
+		}
+		return out
+	}
+	for _, n := range []ent.Node{
+		{Driver: "ipmi", UUID: "ipmi", DriverInfo: info("ipmi_address", "192.0.2.2"), InstanceInfo: image},
+		{Driver: "bmclib", UUID: "bmclib-rpc", DriverInfo: info("bmclib_provider", "rpc", "bmclib_rpc_url", "http://192.0.2.3/hook", "bmclib_rpc_secret", "s"), InstanceInfo: image},
+		{Driver: "bmclib", UUID: "bmclib-ipmitool", DriverInfo: info("bmclib_provider", "ipmitool", "bmclib_address", "192.0.2.4"), InstanceInfo: image},
+	} {
+		steps, err := deployPlan(&n, ProvisionRequest{Target: "active"})
+		if err != nil {
+			t.Errorf("%s: deploy refused: %v", n.UUID, err)
+			continue
+		}
+		if why := cannotRun(&n, "deploy", steps); why != "" {
+			t.Errorf("%s: the runner refuses the plan: %s", n.UUID, why)
+		}
+	}
+	ha := ent.Node{Driver: "bmclib", UUID: "ha", InstanceInfo: image,
+		DriverInfo: info("bmclib_provider", "homeassistant", "bmclib_address", "192.0.2.5", "bmclib_homeassistant_switch", "switch.n1")}
+	_, err := deployPlan(&ha, ProvisionRequest{Target: "active"})
+	if e, ok := errors.AsType[*errs.Error](err); !ok || e.Field != "driver_info/bmclib_provider" {
+		t.Errorf("homeassistant deploy: %v, want a 400 naming driver_info/bmclib_provider", err)
 	}
 }

@@ -1,6 +1,7 @@
 package agenttest
 
 import (
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -110,4 +111,18 @@ func (r *Rack) Stopped(id string, within time.Duration) bool {
 		}
 	}
 	return true
+}
+
+// Power runs the rack's hook for system id as redfish-sim does when the
+// system's power changes, for tests whose BMC is another simulator:
+// power On or Off, boot the device it comes up from (Pxe boots the
+// agent, Hdd the disk), macs its NICs (comma-separated). The agent
+// starts before Power returns.
+func (r *Rack) Power(id, power, boot, macs string) error {
+	cmd := exec.Command(filepath.Join(filepath.Dir(script()), "machine-hook.sh"))
+	cmd.Env = append(append(os.Environ(), r.Env()...), "SIM_SYSTEM_ID="+id, "SIM_POWER="+power, "SIM_BOOT_DEVICE="+boot, "SIM_MACS="+macs)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("machine-hook.sh %s %s: %v: %s", id, power, err, out)
+	}
+	return nil
 }
