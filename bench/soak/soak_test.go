@@ -38,6 +38,7 @@ import (
 
 	"github.com/anvilproject/anvil/ent"
 	"github.com/anvilproject/anvil/ent/node"
+	"github.com/anvilproject/anvil/internal/testport"
 	"github.com/anvilproject/anvil/server/bmc/bmctest"
 	"github.com/anvilproject/anvil/server/store"
 	"github.com/anvilproject/anvil/server/store/storetest"
@@ -212,7 +213,7 @@ func (s *soak) setUp(t *testing.T) {
 		s.tokens[p.name] = s.anvil(t, "", "token", "create", "--user", p.name, p.scope, "--roles", p.role)
 	}
 	for i := range replicas {
-		s.procs[i] = &replica{name: fmt.Sprintf("soak-%c", 'a'+i), addr: freeTCP(t)}
+		s.procs[i] = &replica{name: fmt.Sprintf("soak-%c", 'a'+i), addr: fmt.Sprintf("127.0.0.1:%d", testport.TCP(t))}
 		s.startReplica(t, i)
 	}
 	t.Cleanup(func() {
@@ -266,15 +267,6 @@ func (s *soak) openDB(t *testing.T) {
 	}
 	t.Cleanup(func() { db.Close() })
 	s.db = db
-}
-
-func freeTCP(t *testing.T) string {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
 }
 
 func (s *soak) startReplica(t *testing.T, i int) {

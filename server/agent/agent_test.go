@@ -12,7 +12,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -22,17 +21,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/anvilproject/anvil/internal/testport"
 	"github.com/anvilproject/anvil/server/agent/agenttest"
 )
-
-func freePort(t *testing.T) int {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
-}
 
 func randomHex(n int) string {
 	b := make([]byte, n)
@@ -304,7 +295,7 @@ func TestAgentClient(t *testing.T) {
 	})
 
 	t.Run("UnreachableErrorHasNoToken", func(t *testing.T) {
-		w, err := New(c.Node(), fmt.Sprintf("http://127.0.0.1:%d", freePort(t)), c.token, nil, Options{Timeout: 5 * time.Second})
+		w, err := New(c.Node(), fmt.Sprintf("http://127.0.0.1:%d", testport.TCP(t)), c.token, nil, Options{Timeout: 5 * time.Second})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -1,7 +1,7 @@
 package api_test
 
 import (
-	"net"
+	"fmt"
 	"net/http"
 	"os"
 	"os/exec"
@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/anvilproject/anvil/internal/testport"
 	"github.com/anvilproject/anvil/server/servertest"
 	"github.com/anvilproject/anvil/server/store/storetest"
 )
@@ -25,15 +26,6 @@ func anvilBinary(t *testing.T) string {
 	return bin
 }
 
-func freeTCP(t *testing.T) string {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
-}
-
 // process is an anvil serve subprocess.
 type process struct {
 	cmd *exec.Cmd
@@ -42,7 +34,7 @@ type process struct {
 
 func serveProcess(t *testing.T, bin, setting, name string) *process {
 	t.Helper()
-	addr := freeTCP(t)
+	addr := fmt.Sprintf("127.0.0.1:%d", testport.TCP(t))
 	cmd := exec.Command(bin, "serve", "--database", setting, "--listen", addr, "--conductor-name", name,
 		"--heartbeat", "200ms", "--heartbeat-timeout", "1s", "--power-sync", "0", "--log-level", "warn")
 	cmd.Stderr = os.Stderr

@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/base64"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -14,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/anvilproject/anvil/internal/testport"
 	"github.com/anvilproject/anvil/server/cli"
 	"github.com/anvilproject/anvil/server/servertest"
 	"github.com/anvilproject/anvil/server/store/storetest"
@@ -42,12 +42,7 @@ func (l *lockedBuffer) String() string {
 // its URL.
 func serveInProcess(t *testing.T, db string, flags ...string) (url string, stop func()) {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
+	addr := fmt.Sprintf("127.0.0.1:%d", testport.TCP(t))
 	var logs lockedBuffer
 	root := cli.NewRoot(&logs, &logs)
 	root.SetArgs(append([]string{"serve", "--listen", addr, "--database", db, "--log-level", "warn"}, flags...))

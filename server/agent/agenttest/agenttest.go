@@ -6,7 +6,7 @@ package agenttest
 
 import (
 	"bytes"
-	"net"
+	"github.com/anvilproject/anvil/internal/testport"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -108,7 +108,7 @@ type Machine struct {
 // failed test logs the end of ipa.log.
 func Start(t testing.TB, disk, macs, apiURL string, env ...string) *Machine {
 	t.Helper()
-	m := &Machine{Dir: t.TempDir(), Port: freePort(t)}
+	m := &Machine{Dir: t.TempDir(), Port: testport.TCP(t)}
 	cmd := exec.Command(script(), "start", m.Dir, strconv.Itoa(m.Port), apiURL)
 	cmd.Env = append(append(os.Environ(), "SIMHW_DISK="+disk, "SIMHW_MACS="+macs,
 		"NO_PROXY=127.0.0.1,localhost", "no_proxy=127.0.0.1,localhost"), env...)
@@ -142,15 +142,6 @@ func Start(t testing.TB, disk, macs, apiURL string, env ...string) *Machine {
 func (m *Machine) LogTail(n int) string {
 	log, _ := os.ReadFile(filepath.Join(m.Dir, "ipa.log"))
 	return string(log[max(0, len(log)-n):])
-}
-
-func freePort(t testing.TB) int {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
 }
 
 // groupAlive tells whether any live (non-zombie) process is left in the

@@ -2,6 +2,7 @@ package agenttest
 
 import (
 	"fmt"
+	"github.com/anvilproject/anvil/internal/testport"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -55,7 +56,7 @@ func (r *Rack) Machine(t testing.TB, id string) string {
 	if err := os.MkdirAll(m, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	for name, v := range map[string]string{"disk": disk, "port": strconv.Itoa(freePort(t))} {
+	for name, v := range map[string]string{"disk": disk, "port": strconv.Itoa(testport.TCP(t))} {
 		if err := os.WriteFile(filepath.Join(m, name), []byte(v+"\n"), 0o644); err != nil {
 			t.Fatal(err)
 		}

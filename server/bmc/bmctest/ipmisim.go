@@ -5,6 +5,7 @@ package bmctest
 
 import (
 	"fmt"
+	"github.com/anvilproject/anvil/internal/testport"
 	"net"
 	"os"
 	"os/exec"
@@ -140,7 +141,7 @@ func start(t testing.TB, sol bool) *Sim {
 	if err := os.WriteFile(script, []byte(chassis), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	port := freeUDPPort(t)
+	port := testport.UDP(t)
 	conf := fmt.Sprintf(lanConf, port, script, User, Password)
 	var serial chan net.Conn
 	if sol {
@@ -229,15 +230,6 @@ func (s *Sim) Restart() error {
 		return err
 	}
 	return s.waitAnswer()
-}
-
-func freeUDPPort(t testing.TB) int {
-	c, err := net.ListenPacket("udp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	return c.LocalAddr().(*net.UDPAddr).Port
 }
 
 // answers sends an RMCP presence ping.
