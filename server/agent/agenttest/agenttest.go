@@ -93,6 +93,19 @@ func LoopDisk(t testing.TB) string {
 	return dev
 }
 
+// privateRunScript runs "$0" "$@" with /run/ironic-python-agent a
+// private tmpfs (in a mount namespace of its own, which the agent that
+// start.sh starts inherits). The agent writes its TLS certificate and key
+// to that fixed directory: agents of tests running at once (server/api's
+// shards) overwrote each other's files, and one then loaded a key that
+// did not match its certificate and died.
+const privateRunScript = `mkdir -p /run/ironic-python-agent && mount -t tmpfs -o size=1m,mode=0700 anvil-ipa /run/ironic-python-agent && exec "$0" "$@"`
+
+// privateRun is the command that runs path with args that way.
+func privateRun(path string, args ...string) *exec.Cmd {
+	return exec.Command("unshare", append([]string{"--mount", "--propagation", "private", "sh", "-c", privateRunScript, path}, args...)...)
+}
+
 // Machine is one running agent.
 type Machine struct {
 	// Dir holds the agent's copy, configuration and ipa.log.
@@ -109,7 +122,7 @@ type Machine struct {
 func Start(t testing.TB, disk, macs, apiURL string, env ...string) *Machine {
 	t.Helper()
 	m := &Machine{Dir: t.TempDir(), Port: testport.TCP(t)}
-	cmd := exec.Command(script(), "start", m.Dir, strconv.Itoa(m.Port), apiURL)
+	cmd := privateRun(script(), "start", m.Dir, strconv.Itoa(m.Port), apiURL)
 	cmd.Env = append(append(os.Environ(), "SIMHW_DISK="+disk, "SIMHW_MACS="+macs,
 		"NO_PROXY=127.0.0.1,localhost", "no_proxy=127.0.0.1,localhost"), env...)
 	if out, err := cmd.CombinedOutput(); err != nil {

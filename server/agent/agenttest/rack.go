@@ -28,14 +28,24 @@ func NewRack(t testing.TB, apiURL string) *Rack {
 	if err := os.WriteFile(filepath.Join(r.Dir, "api_url"), []byte(apiURL+"\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
+	// The simulator runs a hook path with no arguments: this one runs
+	// the reference's hook as privateRun does.
+	hook := "#!/bin/sh\nexec unshare --mount --propagation private sh -c '" + privateRunScript + "' " +
+		filepath.Join(filepath.Dir(script()), "machine-hook.sh") + "\n"
+	if err := os.WriteFile(r.hook(), []byte(hook), 0o755); err != nil {
+		t.Fatal(err)
+	}
 	return r
 }
 
 // Env is what the simulator needs to run the rack's hook.
 func (r *Rack) Env() []string {
-	return []string{"SIM_POWER_HOOK=" + filepath.Join(filepath.Dir(script()), "machine-hook.sh"), "MACHINES_DIR=" + r.Dir,
+	return []string{"SIM_POWER_HOOK=" + r.hook(), "MACHINES_DIR=" + r.Dir,
 		"NO_PROXY=127.0.0.1,localhost", "no_proxy=127.0.0.1,localhost"}
 }
+
+// hook is the rack's power hook.
+func (r *Rack) hook() string { return filepath.Join(r.Dir, "power-hook.sh") }
 
 // InspectionURL makes agents post their inventory to url when they boot.
 func (r *Rack) InspectionURL(t testing.TB, url string) {
@@ -120,7 +130,7 @@ func (r *Rack) Stopped(id string, within time.Duration) bool {
 // agent, Hdd the disk), macs its NICs (comma-separated). The agent
 // starts before Power returns.
 func (r *Rack) Power(id, power, boot, macs string) error {
-	cmd := exec.Command(filepath.Join(filepath.Dir(script()), "machine-hook.sh"))
+	cmd := exec.Command(r.hook())
 	cmd.Env = append(append(os.Environ(), r.Env()...), "SIM_SYSTEM_ID="+id, "SIM_POWER="+power, "SIM_BOOT_DEVICE="+boot, "SIM_MACS="+macs)
 	if out, err := cmd.CombinedOutput(); err != nil {
 		return fmt.Errorf("machine-hook.sh %s %s: %v: %s", id, power, err, out)
