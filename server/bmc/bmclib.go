@@ -6,6 +6,7 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"maps"
 	"net"
 	"net/http"
 	"net/url"
@@ -15,6 +16,7 @@ import (
 	"strings"
 
 	bmclib "github.com/bmc-toolbox/bmclib/v2"
+	"github.com/bmc-toolbox/bmclib/v2/constants"
 	bmclibErrs "github.com/bmc-toolbox/bmclib/v2/errors"
 	"github.com/bmc-toolbox/bmclib/v2/providers"
 	"github.com/bmc-toolbox/bmclib/v2/providers/asrockrack"
@@ -95,6 +97,8 @@ func BmclibOffers(provider, step string) bool {
 		if provider == "homeassistant" {
 			return false
 		}
+	case "firmware.update":
+		return bmclibPushes(provider)
 	}
 	f, ok := bmclibStepFeatures[step]
 	return ok && slices.Contains(p.features, f)
@@ -103,7 +107,7 @@ func BmclibOffers(provider, step string) bool {
 // BmclibSteps lists the steps beyond power provider runs, sorted.
 func BmclibSteps(provider string) []string {
 	var out []string
-	for s := range bmclibStepFeatures {
+	for _, s := range append(slices.Collect(maps.Keys(bmclibStepFeatures)), "firmware.update") {
 		if BmclibOffers(provider, s) {
 			out = append(out, s)
 		}
@@ -124,6 +128,12 @@ func bmclibProviderDesc() string {
 		steps := BmclibSteps(p)
 		if len(steps) == 0 {
 			steps = []string{"nothing"}
+		}
+		for i, s := range steps {
+			if s == "firmware.update" {
+				// The image is pushed from Anvil's store: name what it takes.
+				steps[i] = fmt.Sprintf("firmware.update (%s, pushed from Anvil's firmware image store)", strings.Join(BmclibFirmwareComponents(p), ", "))
+			}
 		}
 		fmt.Fprintf(&b, "%s: %s", p, strings.Join(steps, ", "))
 	}
@@ -185,6 +195,11 @@ type bmclibClient struct {
 	// ipmi classifies ipmitool's words for the ipmitool provider, as the
 	// ipmi driver does its own; nil for other providers.
 	ipmi *ipmiClient
+	// fwSteps are the firmware install steps the provider named, by
+	// component; fwTasks the updates in progress, by the handle
+	// PushFirmware returned.
+	fwSteps map[string][]constants.FirmwareInstallStep
+	fwTasks map[string]*bmclibFwTask
 }
 
 func openBmclib(info map[string]any, o Options) (*bmclibClient, error) {
