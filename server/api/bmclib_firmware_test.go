@@ -1,0 +1,216 @@
+package api_test
+
+import (
+	"bytes"
+	"net/netip"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/anvilproject/anvil/server"
+	"github.com/anvilproject/anvil/server/api"
+	"github.com/anvilproject/anvil/server/bmc/bmctest"
+	"github.com/anvilproject/anvil/server/servertest"
+	"github.com/anvilproject/anvil/server/store"
+	"github.com/anvilproject/anvil/server/store/storetest"
+)
+
+// anvilURL is the base URL the tests' firmware image store gives.
+const anvilURL = "http://anvil.test:6385"
+
+// bmclibFwOpts: BMC addresses only on loopback, the image store at
+// anvilURL, a BMC away mid-flash waited out for 20 s.
+func bmclibFwOpts() server.Options {
+	o := fwOpts(20 * time.Second)
+	o.FirmwareURL = anvilURL
+	o.Conductor.BMCNetworks = []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}
+	return o
+}
+
+// storeImage uploads image to Anvil's firmware image store and returns
+// the URL the store gives for it.
+func storeImage(t *testing.T, admin *servertest.Client, name string, image []byte) string {
+	t.Helper()
+	r := upload(t, admin, "?name="+name, bytes.NewReader(image), "")
+	mustStatus(t, r, 201)
+	return r.JSON(t)["url"].(string)
+}
+
+// enrolVendor enrols a bmclib node for the fake and makes it manageable.
+func enrolVendor(t *testing.T, admin *servertest.Client, f *bmctest.VendorBMC) string {
+	t.Helper()
+	r := admin.Do(t, "POST", "/v1/nodes", map[string]any{"driver": "bmclib", "driver_info": f.DriverInfo()})
+	mustStatus(t, r, 201)
+	id := r.JSON(t)["uuid"].(string)
+	provision(t, admin, id, map[string]any{"target": "manage"}, 202)
+	if n := waitState(t, admin, id, "manageable"); n["last_error"] != nil {
+		t.Fatalf("manage: %v", n["last_error"])
+	}
+	return id
+}
+
+func fwStep(settings ...map[string]any) map[string]any {
+	list := make([]any, len(settings))
+	for i, s := range settings {
+		list[i] = s
+	}
+	return step("firmware", "update", map[string]any{"settings": list})
+}
+
+// TestBmclibFirmwareVendors pushes an image from Anvil's store through
+// each vendor provider's flow against its recorded-exchange fake: the
+// fake receives exactly the stored bytes for the component and the
+// install call bmclib's provider makes, the versions before and after go
+// to the node's firmware and history. Dell's BIOS job waits Scheduled
+// until the host is power cycled, which the step does; OpenBMC's BMC
+// stops answering for a few polls mid-flash, which the step rides out;
+// ASRockRack's BMC is reset after its install, as bmclib's steps say.
+func TestBmclibFirmwareVendors(t *testing.T) {
+	for _, tc := range []struct {
+		vendor, component string
+		set               func(*bmctest.VendorBMC)
+		calls             string
+	}{
+		{"dell", "bios", func(f *bmctest.VendorBMC) { f.PowerCycle = true }, "upload BIOS,install BIOS,power-cycle"},
+		{"supermicro", "bmc", nil, "upload BMC,install BMC"},
+		{"openbmc", "bmc", func(f *bmctest.VendorBMC) { f.AwayPolls = 3 }, "upload BMC,install BMC,dropped,dropped,dropped"},
+		{"asrockrack", "bmc", nil, "flash-mode,upload BMC,install BMC,reset-bmc"},
+	} {
+		t.Run(tc.vendor, func(t *testing.T) {
+			storetest.Each(t, func(t *testing.T, setting string, _ *store.DB) {
+				fake := bmctest.StartVendorBMC(t, tc.vendor)
+				if tc.set != nil {
+					tc.set(fake)
+				}
+				_, clients := startLocal(t, setting, bmclibFwOpts())
+				admin := atVer(clients["system-admin"], api.VerFirmwareIface)
+				image := []byte(strings.ToUpper(tc.component) + " image for " + tc.vendor + "\x00\x01\x02 binary tail")
+				url := storeImage(t, admin, tc.component+"-"+tc.vendor+".bin", image)
+				id := enrolVendor(t, admin, fake)
+				t.Cleanup(func() {
+					if t.Failed() {
+						t.Logf("requests: %v\ncalls: %v\n%s", fake.Requests(), fake.Calls(), eventsOf(t, admin, id))
+					}
+				})
+
+				r := admin.Do(t, "GET", "/v1/nodes/"+id+"/steps", nil)
+				mustStatus(t, r, 200)
+				if !strings.Contains(string(r.Body), `"update"`) {
+					t.Fatalf("%s step list lacks firmware.update: %s", tc.vendor, r.Body)
+				}
+				provision(t, admin, id, map[string]any{"target": "clean", "clean_steps": steps(fwStep(map[string]any{"component": tc.component, "url": url}))}, 202)
+				n := waitState(t, admin, id, "manageable")
+				if n["last_error"] != nil {
+					t.Fatalf("firmware.update: %v\nrequests: %v", n["last_error"], fake.Requests())
+				}
+				ups := fake.Uploads()
+				if len(ups) != 1 || !bytes.Equal(ups[0].Bytes, image) || ups[0].Component != strings.ToUpper(tc.component) {
+					t.Fatalf("the fake received %d uploads %+v, want the stored image once for %s", len(ups), ups, tc.component)
+				}
+				var calls []string
+				for _, c := range fake.Calls() {
+					if !slices.Contains([]string{"power-cycle", "reset-bmc", "dropped"}, c) || strings.Contains(tc.calls, c) {
+						calls = append(calls, c)
+					}
+				}
+				if got := strings.Join(calls, ","); !sameMultiset(got, tc.calls) {
+					t.Errorf("%s calls %s, want %s", tc.vendor, got, tc.calls)
+				}
+				bios, bmcv := fake.Versions()
+				now, old := bmcv, "1.00"
+				if tc.component == "bios" {
+					now, old = bios, "1.0.0"
+				}
+				if now == old {
+					t.Fatalf("the fake's %s still runs %s", tc.component, now)
+				}
+				if fw := firmwareBy(t, admin, id)[tc.component]; fw["current_version"] != now || fw["last_version_flashed"] != now || fw["initial_version"] != old {
+					t.Errorf("%s firmware: %v, want %s flashed over %s", tc.component, fw, now, old)
+				}
+				if ev := eventsOf(t, admin, id); !strings.Contains(ev, tc.component+" "+old+" -> "+now) {
+					t.Errorf("history lacks the %s versions %s -> %s:\n%s", tc.component, old, now, ev)
+				}
+			})
+		})
+	}
+}
+
+// sameMultiset compares two comma lists ignoring order where the fake's
+// record interleaves (a dropped connection and the calls around it).
+func sameMultiset(a, b string) bool {
+	x, y := strings.Split(a, ","), strings.Split(b, ",")
+	slices.Sort(x)
+	slices.Sort(y)
+	return slices.Equal(x, y)
+}
+
+// TestBmclibFirmwareFailure: a BMC whose install task fails fails the
+// clean with the BMC's own words, and neither the BMC password nor
+// anything else secret shows in the error or the history.
+func TestBmclibFirmwareFailure(t *testing.T) {
+	storetest.Each(t, func(t *testing.T, setting string, _ *store.DB) {
+		fake := bmctest.StartVendorBMC(t, "dell")
+		fake.Fail = true
+		fake.FailMessage = "Unable to verify the update package signature (user root, password " + bmctest.VendorPassword + ")."
+		_, clients := startLocal(t, setting, bmclibFwOpts())
+		admin := atVer(clients["system-admin"], api.VerFirmwareIface)
+		url := storeImage(t, admin, "bmc-bad.bin", []byte("BMC image that fails"))
+		id := enrolVendor(t, admin, fake)
+		provision(t, admin, id, map[string]any{"target": "clean", "clean_steps": steps(fwStep(map[string]any{"component": "bmc", "url": url}))}, 202)
+		n := waitState(t, admin, id, "clean failed")
+		// The summary names the failure; the step's history detail, for
+		// operators, carries the BMC's words, the password masked.
+		e, _ := n["last_error"].(string)
+		if !strings.Contains(e, "bmc firmware update ended in Exception") {
+			t.Errorf("last_error %q, want the failed bmc update", e)
+		}
+		ev := eventsOf(t, admin, id)
+		if !strings.Contains(ev, "Unable to verify the update package signature (user ******, password ******)") {
+			t.Errorf("history lacks the BMC's words, masked:\n%s", ev)
+		}
+		if strings.Contains(e, bmctest.VendorPassword) || strings.Contains(ev, bmctest.VendorPassword) {
+			t.Errorf("the BMC password shows: %q\n%s", e, ev)
+		}
+		if _, bmcv := fake.Versions(); bmcv != "1.00" {
+			t.Errorf("the failed update changed the bmc to %s", bmcv)
+		}
+	})
+}
+
+// TestBmclibFirmwareRefusesForeignImages: an image URL not of this
+// Anvil's store (another host, a path beside the store, an image never
+// uploaded) or a component the provider does not update is refused with
+// a 400 naming the field before the run starts, and the BMC never
+// receives anything.
+func TestBmclibFirmwareRefusesForeignImages(t *testing.T) {
+	storetest.Each(t, func(t *testing.T, setting string, _ *store.DB) {
+		fake := bmctest.StartVendorBMC(t, "asrockrack")
+		_, clients := startLocal(t, setting, bmclibFwOpts())
+		admin := atVer(clients["system-admin"], api.VerFirmwareIface)
+		good := storeImage(t, admin, "bmc.bin", []byte("BMC image"))
+		id := enrolVendor(t, admin, fake)
+		sum := strings.Split(strings.TrimPrefix(good, anvilURL+"/firmware/"), "/")[0]
+		for _, tc := range []struct {
+			setting     map[string]any
+			field, says string
+		}{
+			{map[string]any{"component": "bmc", "url": "http://evil.example/firmware/" + sum + "/bmc.bin"}, "clean_steps[0].args.settings[0].url", "not a firmware image of this Anvil"},
+			{map[string]any{"component": "bmc", "url": anvilURL + "/firmware/../../etc/passwd"}, "clean_steps[0].args.settings[0].url", "it must be " + anvilURL + "/firmware/"},
+			{map[string]any{"component": "bmc", "url": anvilURL + "/firmware/" + strings.Repeat("0", 64) + "/bmc.bin"}, "clean_steps[0].args.settings[0].url", "does not have"},
+			{map[string]any{"component": "bios", "url": good}, "clean_steps[0].args.settings[0].component", "updates only bmc"},
+		} {
+			r := admin.Do(t, "PUT", "/v1/nodes/"+id+"/states/provision", map[string]any{"target": "clean", "clean_steps": steps(fwStep(tc.setting))})
+			mustStatus(t, r, 400)
+			if b := string(r.Body); !strings.Contains(b, tc.field) || !strings.Contains(b, tc.says) {
+				t.Errorf("%v: %s, want %s: %s", tc.setting, b, tc.field, tc.says)
+			}
+		}
+		if ups := fake.Uploads(); len(ups) != 0 {
+			t.Errorf("the BMC received %d uploads", len(ups))
+		}
+		if n := admin.Do(t, "GET", "/v1/nodes/"+id, nil).JSON(t); n["provision_state"] != "manageable" {
+			t.Errorf("node in %v after refused cleans", n["provision_state"])
+		}
+	})
+}
