@@ -214,3 +214,33 @@ func TestBmclibFirmwareRefusesForeignImages(t *testing.T) {
 		}
 	})
 }
+
+// TestBmclibPostCode reads the POST code of an ASRockRack BMC's host
+// (its recorded-exchange fake) into the node's history as a diagnostics
+// event, and the step is offered only where bmclib's provider reads
+// POST codes.
+func TestBmclibPostCode(t *testing.T) {
+	storetest.Each(t, func(t *testing.T, setting string, _ *store.DB) {
+		fake := bmctest.StartVendorBMC(t, "asrockrack")
+		_, clients := startLocal(t, setting, bmclibFwOpts())
+		admin := atVer(clients["system-admin"], api.VerMax)
+		id := enrolVendor(t, admin, fake)
+		provision(t, admin, id, map[string]any{"target": "clean", "clean_steps": steps(step("management", "get_post_code", nil))}, 202)
+		if n := waitState(t, admin, id, "manageable"); n["last_error"] != nil {
+			t.Fatalf("get_post_code: %v", n["last_error"])
+		}
+		if ev := eventsOf(t, admin, id); !strings.Contains(ev, "diagnostics: POST code 160 (0xA0): grub/os.") {
+			t.Errorf("history lacks the POST code:\n%s", ev)
+		}
+		if !slices.Contains(fake.Requests(), "GET /api/asrr/getbioscode") {
+			t.Errorf("the BMC was not asked for its POST code: %v", fake.Requests())
+		}
+
+		dell := bmctest.StartVendorBMC(t, "dell")
+		other := enrolVendor(t, admin, dell)
+		provision(t, admin, other, map[string]any{"target": "clean", "clean_steps": steps(step("management", "get_post_code", nil))}, 202)
+		if n := waitState(t, admin, other, "clean failed"); n["last_error"] != "Step management.get_post_code is not supported by driver bmclib with bmclib provider dell." {
+			t.Errorf("get_post_code on dell: %v", n["last_error"])
+		}
+	})
+}

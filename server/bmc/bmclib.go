@@ -79,6 +79,7 @@ var bmclibStepFeatures = map[string]registrar.Feature{
 	"management.clear_sel":       providers.FeatureClearSystemEventLog,
 	"management.clear_event_log": providers.FeatureClearSystemEventLog,
 	"management.get_sel":         providers.FeatureGetSystemEventLog,
+	"management.get_post_code":   providers.FeaturePostCodeRead,
 }
 
 // BmclibOffers reports whether provider runs step (interface.step), by
@@ -537,6 +538,27 @@ func (c *bmclibClient) ReadEventLog(ctx context.Context) ([]string, error) {
 		return nil
 	})
 	return out, err
+}
+
+// PostCodeReader is a BMC that reports the BIOS/UEFI POST code the host
+// last showed.
+type PostCodeReader interface {
+	// PostCode returns bmclib's name for the boot stage the code means
+	// (unknown where it has none) and the code.
+	PostCode(ctx context.Context) (stage string, code int, err error)
+}
+
+func (c *bmclibClient) PostCode(ctx context.Context) (string, int, error) {
+	if !BmclibOffers(c.provider, "management.get_post_code") {
+		return "", 0, errUnsupported("reading the POST code", c.where)
+	}
+	var stage string
+	var code int
+	err := c.do(ctx, "reading the POST code", func(ctx context.Context) (err error) {
+		stage, code, err = c.cl.PostCode(ctx)
+		return err
+	})
+	return truncate(mask(stage, c.secrets), 80), code, err
 }
 
 func (c *bmclibClient) Close() { c.closeProvider() }

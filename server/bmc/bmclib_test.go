@@ -64,7 +64,7 @@ func TestBmclibOffersWhatTheProviderHas(t *testing.T) {
 		"dell":          "firmware.update,management.reset_bmc",
 		"supermicro":    "firmware.update,management.reset_bmc",
 		"openbmc":       "firmware.update,management.reset_bmc",
-		"asrockrack":    "firmware.update,management.reset_bmc",
+		"asrockrack":    "firmware.update,management.get_post_code,management.reset_bmc",
 		"ipmitool":      "management.clear_event_log,management.clear_sel,management.get_sel,management.reset_bmc,management.set_boot_device",
 		"redfish":       "management.clear_event_log,management.clear_sel,management.reset_bmc,management.set_boot_device",
 		"nonesuch":      "",

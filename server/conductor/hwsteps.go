@@ -178,6 +178,17 @@ func (c *Conductor) execManagement(ctx context.Context, n *ent.Node, cl bmc.Clie
 	switch st.Step {
 	case "get_sel":
 		return c.readSEL(ctx, n, cl)
+	case "get_post_code":
+		r, ok := cl.(bmc.PostCodeReader)
+		if !ok {
+			return fmt.Errorf("driver %s cannot read the POST code", n.Driver)
+		}
+		stage, code, err := r.PostCode(ctx)
+		if err != nil {
+			return err
+		}
+		return history.Record(ctx, c.db.Client, history.Event{NodeID: n.ID, Severity: history.Info, Type: "diagnostics",
+			Message: fmt.Sprintf("POST code %d (0x%02X): %s.", code, code, stage), Conductor: c.cfg.Name})
 	case "clear_event_log", "clear_sel":
 		l, ok := cl.(bmc.EventLog)
 		if !ok {

@@ -549,6 +549,9 @@ func (f *VendorBMC) serveASRockRack(w http.ResponseWriter, r *http.Request, path
 			"chassis": map[string]any{"type": "Main Server Chassis", "serial_number": "FAKECH01"}}})
 	case path == "/api/asrr/fw-info":
 		vjson(w, 200, map[string]any{"BMC_fw_version": f.bmc, "BIOS_fw_version": f.bios, "ME_fw_version": "5.1", "CPLD_version": "N/A", "Node_id": "0"})
+	case path == "/api/asrr/getbioscode":
+		// 0xA0: the host handed over to its boot loader.
+		vjson(w, 200, map[string]any{"poststatus": 1, "postdata": 160})
 	case path == "/api/sensors":
 		vjson(w, 200, []any{})
 	case path == "/api/chassis-status":
