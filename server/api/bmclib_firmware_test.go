@@ -2,6 +2,7 @@ package api_test
 
 import (
 	"bytes"
+	"fmt"
 	"net/netip"
 	"slices"
 	"strings"
@@ -241,6 +242,54 @@ func TestBmclibPostCode(t *testing.T) {
 		provision(t, admin, other, map[string]any{"target": "clean", "clean_steps": steps(step("management", "get_post_code", nil))}, 202)
 		if n := waitState(t, admin, other, "clean failed"); n["last_error"] != "Step management.get_post_code is not supported by driver bmclib with bmclib provider dell." {
 			t.Errorf("get_post_code on dell: %v", n["last_error"])
+		}
+	})
+}
+
+// TestBmclibScreenshot takes the console screenshot of a Dell (PNG,
+// base64 in iDRAC's JSON) and a Supermicro (JPEG preview over its web
+// API) through their recorded-exchange fakes, keeps it as the node's,
+// and serves it byte for byte as the image it is to whoever may see the
+// node's console, and to nobody else; a BMC whose "screenshot" is not
+// the image it claims fails the step and keeps nothing.
+func TestBmclibScreenshot(t *testing.T) {
+	storetest.Each(t, func(t *testing.T, setting string, _ *store.DB) {
+		_, clients := startLocal(t, setting, bmclibFwOpts())
+		admin := atVer(clients["system-admin"], api.VerMax)
+		for _, tc := range []struct {
+			vendor, ctype string
+			image         []byte
+		}{{"dell", "image/png", bmctest.ScreenPNG}, {"supermicro", "image/jpeg", bmctest.ScreenJPEG}} {
+			fake := bmctest.StartVendorBMC(t, tc.vendor)
+			id := enrolVendor(t, admin, fake)
+			mustStatus(t, admin.Do(t, "PATCH", "/v1/nodes/"+id, []map[string]any{{"op": "add", "path": "/owner", "value": "own"}}), 200)
+			mustStatus(t, admin.Do(t, "GET", "/v1/nodes/"+id+"/screenshot", nil), 404)
+			provision(t, admin, id, map[string]any{"target": "clean", "clean_steps": steps(step("management", "screenshot", nil))}, 202)
+			if n := waitState(t, admin, id, "manageable"); n["last_error"] != nil {
+				t.Fatalf("%s screenshot: %v", tc.vendor, n["last_error"])
+			}
+			for who, want := range map[string]int{"system-admin": 200, "owner-member": 200, "owner-reader": 403, "system-reader": 403, "anonymous": 401, "other-admin": 404} {
+				r := clients[who].Do(t, "GET", "/v1/nodes/"+id+"/screenshot", nil)
+				if r.Status != want {
+					t.Errorf("%s: %s reads the screenshot with %d, want %d", tc.vendor, who, r.Status, want)
+					continue
+				}
+				if want == 200 && (!bytes.Equal(r.Body, tc.image) || r.Header.Get("Content-Type") != tc.ctype || r.Header.Get("X-Content-Type-Options") != "nosniff") {
+					t.Errorf("%s: %s got %d bytes as %s (%s), want the BMC's %d as %s", tc.vendor, who, len(r.Body), r.Header.Get("Content-Type"), r.Header.Get("X-Content-Type-Options"), len(tc.image), tc.ctype)
+				}
+			}
+			if !slices.Contains(fake.Calls(), "screenshot") {
+				t.Errorf("%s: the BMC took no screenshot: %v", tc.vendor, fake.Calls())
+			}
+
+			fake.Screen = []byte("<html><script>alert(1)</script></html>")
+			provision(t, admin, id, map[string]any{"target": "clean", "clean_steps": steps(step("management", "screenshot", nil))}, 202)
+			if n := waitState(t, admin, id, "clean failed"); !strings.Contains(fmt.Sprint(n["last_error"]), "not the") {
+				t.Errorf("%s: a non-image screenshot: %v", tc.vendor, n["last_error"])
+			}
+			if r := admin.Do(t, "GET", "/v1/nodes/"+id+"/screenshot", nil); !bytes.Equal(r.Body, tc.image) {
+				t.Errorf("%s: the refused capture replaced the screenshot: %q", tc.vendor, r.Body)
+			}
 		}
 	})
 }

@@ -80,6 +80,7 @@ var bmclibStepFeatures = map[string]registrar.Feature{
 	"management.clear_event_log": providers.FeatureClearSystemEventLog,
 	"management.get_sel":         providers.FeatureGetSystemEventLog,
 	"management.get_post_code":   providers.FeaturePostCodeRead,
+	"management.screenshot":      providers.FeatureScreenshot,
 }
 
 // BmclibOffers reports whether provider runs step (interface.step), by
@@ -559,6 +560,31 @@ func (c *bmclibClient) PostCode(ctx context.Context) (string, int, error) {
 		return err
 	})
 	return truncate(mask(stage, c.secrets), 80), code, err
+}
+
+// Screenshotter is a BMC that captures its video console.
+type Screenshotter interface {
+	// Screenshot returns the image and its type, png or jpg.
+	Screenshot(ctx context.Context) (image []byte, fileType string, err error)
+}
+
+func (c *bmclibClient) Screenshot(ctx context.Context) ([]byte, string, error) {
+	op := "taking a console screenshot"
+	if !BmclibOffers(c.provider, "management.screenshot") {
+		return nil, "", errUnsupported(op, c.where)
+	}
+	var img []byte
+	var kind string
+	err := c.do(ctx, op, func(ctx context.Context) (err error) {
+		img, kind, err = c.cl.Screenshot(ctx)
+		return err
+	})
+	if err == nil && len(img) == 0 {
+		// bmclib's Supermicro provider drops its fetch's error and
+		// returns no image.
+		err = &Error{Op: op, Where: c.where, Kind: ErrBMC, Reason: "the BMC gave no image"}
+	}
+	return img, kind, err
 }
 
 func (c *bmclibClient) Close() { c.closeProvider() }

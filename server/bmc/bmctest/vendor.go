@@ -53,6 +53,10 @@ type VendorBMC struct {
 	// AwayPolls: once the install runs, the BMC drops this many
 	// connections unanswered, as a BMC restarting mid-flash.
 	AwayPolls int
+	// Screen is what a console screenshot returns: Dell's PNG (base64 in
+	// JSON), Supermicro's JPEG preview. It starts as ScreenPNG or
+	// ScreenJPEG.
+	Screen []byte
 
 	mu        sync.Mutex
 	bios, bmc string
@@ -83,6 +87,13 @@ type vendorTask struct {
 	image               []byte
 }
 
+// The console images the fakes start with: the formats' signatures and
+// a few bytes, as a BMC's capture starts.
+var (
+	ScreenPNG  = append([]byte("\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR"), []byte("fake console")...)
+	ScreenJPEG = append([]byte{0xff, 0xd8, 0xff, 0xe0}, []byte("JFIF fake console")...)
+)
+
 // Fake credentials.
 const (
 	VendorUser     = "root"
@@ -95,7 +106,10 @@ const (
 // test is skipped, except in CI.
 func StartVendorBMC(t testing.TB, vendor string) *VendorBMC {
 	t.Helper()
-	f := &VendorBMC{Vendor: vendor, bios: "1.0.0", bmc: "1.00", power: "Off", sessions: map[string]bool{}, FailMessage: "Unable to verify the update package signature."}
+	f := &VendorBMC{Vendor: vendor, bios: "1.0.0", bmc: "1.00", power: "Off", sessions: map[string]bool{}, FailMessage: "Unable to verify the update package signature.", Screen: ScreenPNG}
+	if vendor == "supermicro" {
+		f.Screen = ScreenJPEG
+	}
 	var ln net.Listener
 	for i := 0; ln == nil; i++ {
 		b := make([]byte, 3)
@@ -287,6 +301,15 @@ func (f *VendorBMC) serveRedfish(w http.ResponseWriter, r *http.Request, path st
 		_ = json.NewDecoder(r.Body).Decode(&body)
 		f.setPower(body.ResetType)
 		w.WriteHeader(204)
+	case path == "/redfish/v1/Dell/Managers/iDRAC.Embedded.1/DellLCService/Actions/DellLCService.ExportServerScreenShot" && f.Vendor == "dell" && r.Method == http.MethodPost:
+		var body struct{ FileType string }
+		_ = json.NewDecoder(r.Body).Decode(&body)
+		if body.FileType != "ServerScreenShot" {
+			vjson(w, 400, map[string]any{"error": map[string]any{"message": "FileType " + body.FileType}})
+			return
+		}
+		f.calls = append(f.calls, "screenshot")
+		vjson(w, 200, map[string]any{"ServerScreenshotFile": base64.StdEncoding.EncodeToString(f.Screen)})
 	case path == "/redfish/v1/Managers":
 		vjson(w, 200, map[string]any{"Members": []any{link(mgr)}, "Members@odata.count": 1})
 	case path == mgr:
@@ -511,6 +534,17 @@ func (f *VendorBMC) serveSupermicroWeb(w http.ResponseWriter, r *http.Request, p
 		f.csrf = "smc-csrf-token-1"
 		http.SetCookie(w, &http.Cookie{Name: "SID", Value: "smc-session"})
 		_, _ = io.WriteString(w, `<html><script>self.location="../cgi/url_redirect.cgi?url_name=topmenu";</script></html>`)
+	case path == "/cgi/op.cgi" && r.Method == http.MethodPost && f.csrf != "":
+		_ = r.ParseForm()
+		if r.PostForm.Get("op") != "sys_preview" {
+			http.NotFound(w, r)
+			return
+		}
+		f.calls = append(f.calls, "screenshot")
+		_, _ = io.WriteString(w, `<?xml version="1.0"?><IPMI><SYS_PREVIEW RES="1"/></IPMI>`)
+	case path == "/cgi/url_redirect.cgi" && r.URL.Query().Get("url_name") == "Snapshot" && f.csrf != "":
+		w.Header().Set("Content-Type", "image/jpeg")
+		_, _ = w.Write(f.Screen)
 	case path == "/cgi/url_redirect.cgi" && f.csrf != "":
 		_, _ = fmt.Fprintf(w, `<html><script>SmcCsrfInsert ("CSRF_TOKEN", "%s");</script></html>`, f.csrf)
 	case path == "/cgi/logout.cgi":
