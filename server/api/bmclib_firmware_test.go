@@ -182,7 +182,8 @@ func TestBmclibFirmwareFailure(t *testing.T) {
 // TestBmclibFirmwareRefusesForeignImages: an image URL not of this
 // Anvil's store (another host, a path beside the store, an image never
 // uploaded) or a component the provider does not update is refused with
-// a 400 naming the field before the run starts, and the BMC never
+// a 400 naming the field before the run starts; an image deleted after
+// the run was accepted fails the step when it comes; and the BMC never
 // receives anything.
 func TestBmclibFirmwareRefusesForeignImages(t *testing.T) {
 	storetest.Each(t, func(t *testing.T, setting string, _ *store.DB) {
@@ -207,11 +208,23 @@ func TestBmclibFirmwareRefusesForeignImages(t *testing.T) {
 				t.Errorf("%v: %s, want %s: %s", tc.setting, b, tc.field, tc.says)
 			}
 		}
-		if ups := fake.Uploads(); len(ups) != 0 {
-			t.Errorf("the BMC received %d uploads", len(ups))
-		}
 		if n := admin.Do(t, "GET", "/v1/nodes/"+id, nil).JSON(t); n["provision_state"] != "manageable" {
 			t.Errorf("node in %v after refused cleans", n["provision_state"])
+		}
+
+		// An image deleted after the run was accepted fails the step when
+		// it comes to it, naming the image, and nothing is pushed.
+		provision(t, admin, id, map[string]any{"target": "clean", "clean_steps": steps(step("deploy", "hold", nil),
+			fwStep(map[string]any{"component": "bmc", "url": good}))}, 202)
+		waitState(t, admin, id, "clean hold")
+		mustStatus(t, admin.Do(t, "DELETE", "/v1/anvil/firmware-images/"+sum, nil), 204)
+		provision(t, admin, id, map[string]any{"target": "unhold"}, 202)
+		n := waitState(t, admin, id, "clean failed")
+		if e, _ := n["last_error"].(string); !strings.Contains(e, "which this Anvil does not have") || !strings.Contains(e, sum) {
+			t.Errorf("deleted image: last_error %q", e)
+		}
+		if ups := fake.Uploads(); len(ups) != 0 {
+			t.Errorf("the BMC received %d uploads", len(ups))
 		}
 	})
 }
