@@ -216,7 +216,9 @@ func (r *fwRun) versions(component string) (map[string]string, error) {
 // report its new version, and rides out the BMC going away meanwhile.
 // The versions before and after go to the node's history; one unchanged
 // after its update is noted there, not failed, as Ironic takes it for
-// an update that had nothing to do.
+// an update that had nothing to do. A BMC that cannot pull (bmclib's
+// vendor providers) is pushed the image from Anvil's store instead, and
+// only the vendor's own steps power off, power cycle or reset around it.
 func (c *Conductor) updateFirmware(ctx context.Context, n *ent.Node, cl bmc.Client, fw bmc.Firmware, st Step) (string, error) {
 	list, _ := st.Args["settings"].([]any)
 	before, ids, err := readFirmware(ctx, fw)
