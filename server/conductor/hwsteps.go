@@ -272,6 +272,24 @@ func (o *Ops) Screenshot(ctx context.Context, ident string) (*ent.NodeScreenshot
 	return s, err
 }
 
+// ScreenshotTaken is when node ident's console screenshot was taken, zero
+// when it has none, for a caller who may see its console; the image
+// itself is not read.
+func (o *Ops) ScreenshotTaken(ctx context.Context, ident string) (time.Time, error) {
+	n, err := o.Nodes.Authorized(ctx, ident, RuleGetConsole)
+	if err != nil {
+		return time.Time{}, err
+	}
+	s, err := o.C.db.NodeScreenshot.Query().Where(nodescreenshot.NodeID(n.ID)).Select(nodescreenshot.FieldID, nodescreenshot.FieldCreatedAt).Only(ctx)
+	if ent.IsNotFound(err) {
+		return time.Time{}, nil
+	}
+	if err != nil {
+		return time.Time{}, err
+	}
+	return s.CreatedAt, nil
+}
+
 // readSEL records the BMC's event log in the node's history: how many
 // entries for every reader of the node, the entries themselves as the
 // event's detail, which only system-scope readers see, as with any other
