@@ -175,8 +175,9 @@ func (f *VendorBMC) Uploads() []Upload {
 }
 
 // Calls are the firmware calls the fake took, oldest first: "upload
-// BIOS", "install BIOS", "power-cycle", "reset-bmc", "dropped" (a
-// connection dropped while away).
+// BIOS", "install BIOS", "power-off" (of a host that was on),
+// "power-cycle", "reset-bmc", "dropped" (a connection dropped while
+// away), "screenshot".
 func (f *VendorBMC) Calls() []string {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -188,6 +189,13 @@ func (f *VendorBMC) Requests() []string {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return append([]string(nil), f.requests...)
+}
+
+// PowerOn turns the host on, as if someone had.
+func (f *VendorBMC) PowerOn() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.power = "On"
 }
 
 // Power is the host's power, On or Off.
@@ -361,6 +369,9 @@ func (f *VendorBMC) setPower(kind string) {
 		boots = f.power == "Off"
 		f.power = "On"
 	case "ForceOff", "GracefulShutdown":
+		if f.power == "On" {
+			f.calls = append(f.calls, "power-off")
+		}
 		f.power = "Off"
 	case "ForceRestart", "GracefulRestart", "PowerCycle":
 		boots, f.power = true, "On"
