@@ -32,6 +32,7 @@ import (
 	"github.com/anvilproject/anvil/ent/node"
 	"github.com/anvilproject/anvil/ent/nodeevent"
 	"github.com/anvilproject/anvil/ent/nodeinventory"
+	"github.com/anvilproject/anvil/ent/nodescreenshot"
 	"github.com/anvilproject/anvil/ent/policyoverride"
 	"github.com/anvilproject/anvil/ent/port"
 	"github.com/anvilproject/anvil/ent/portalsession"
@@ -87,6 +88,8 @@ type Client struct {
 	NodeEvent *NodeEventClient
 	// NodeInventory is the client for interacting with the NodeInventory builders.
 	NodeInventory *NodeInventoryClient
+	// NodeScreenshot is the client for interacting with the NodeScreenshot builders.
+	NodeScreenshot *NodeScreenshotClient
 	// PolicyOverride is the client for interacting with the PolicyOverride builders.
 	PolicyOverride *PolicyOverrideClient
 	// Port is the client for interacting with the Port builders.
@@ -139,6 +142,7 @@ func (c *Client) init() {
 	c.Node = NewNodeClient(c.config)
 	c.NodeEvent = NewNodeEventClient(c.config)
 	c.NodeInventory = NewNodeInventoryClient(c.config)
+	c.NodeScreenshot = NewNodeScreenshotClient(c.config)
 	c.PolicyOverride = NewPolicyOverrideClient(c.config)
 	c.Port = NewPortClient(c.config)
 	c.PortalSession = NewPortalSessionClient(c.config)
@@ -260,6 +264,7 @@ func (c *Client) Tx(ctx context.Context) (*Tx, error) {
 		Node:               NewNodeClient(cfg),
 		NodeEvent:          NewNodeEventClient(cfg),
 		NodeInventory:      NewNodeInventoryClient(cfg),
+		NodeScreenshot:     NewNodeScreenshotClient(cfg),
 		PolicyOverride:     NewPolicyOverrideClient(cfg),
 		Port:               NewPortClient(cfg),
 		PortalSession:      NewPortalSessionClient(cfg),
@@ -308,6 +313,7 @@ func (c *Client) BeginTx(ctx context.Context, opts *sql.TxOptions) (*Tx, error) 
 		Node:               NewNodeClient(cfg),
 		NodeEvent:          NewNodeEventClient(cfg),
 		NodeInventory:      NewNodeInventoryClient(cfg),
+		NodeScreenshot:     NewNodeScreenshotClient(cfg),
 		PolicyOverride:     NewPolicyOverrideClient(cfg),
 		Port:               NewPortClient(cfg),
 		PortalSession:      NewPortalSessionClient(cfg),
@@ -352,9 +358,9 @@ func (c *Client) Use(hooks ...Hook) {
 		c.APIToken, c.Allocation, c.AuditEvent, c.BiosSetting, c.BulkRun, c.Campaign,
 		c.CampaignApproval, c.CampaignNode, c.Chassis, c.Conductor, c.DeployTemplate,
 		c.DeployTemplateStep, c.FirmwareComponent, c.InspectionRule, c.Node,
-		c.NodeEvent, c.NodeInventory, c.PolicyOverride, c.Port, c.PortalSession,
-		c.Portgroup, c.RoleAssignment, c.Runbook, c.RunbookStep, c.Setting, c.Trait,
-		c.User, c.VolumeConnector, c.VolumeTarget,
+		c.NodeEvent, c.NodeInventory, c.NodeScreenshot, c.PolicyOverride, c.Port,
+		c.PortalSession, c.Portgroup, c.RoleAssignment, c.Runbook, c.RunbookStep,
+		c.Setting, c.Trait, c.User, c.VolumeConnector, c.VolumeTarget,
 	} {
 		n.Use(hooks...)
 	}
@@ -367,9 +373,9 @@ func (c *Client) Intercept(interceptors ...Interceptor) {
 		c.APIToken, c.Allocation, c.AuditEvent, c.BiosSetting, c.BulkRun, c.Campaign,
 		c.CampaignApproval, c.CampaignNode, c.Chassis, c.Conductor, c.DeployTemplate,
 		c.DeployTemplateStep, c.FirmwareComponent, c.InspectionRule, c.Node,
-		c.NodeEvent, c.NodeInventory, c.PolicyOverride, c.Port, c.PortalSession,
-		c.Portgroup, c.RoleAssignment, c.Runbook, c.RunbookStep, c.Setting, c.Trait,
-		c.User, c.VolumeConnector, c.VolumeTarget,
+		c.NodeEvent, c.NodeInventory, c.NodeScreenshot, c.PolicyOverride, c.Port,
+		c.PortalSession, c.Portgroup, c.RoleAssignment, c.Runbook, c.RunbookStep,
+		c.Setting, c.Trait, c.User, c.VolumeConnector, c.VolumeTarget,
 	} {
 		n.Intercept(interceptors...)
 	}
@@ -412,6 +418,8 @@ func (c *Client) Mutate(ctx context.Context, m Mutation) (Value, error) {
 		return c.NodeEvent.mutate(ctx, m)
 	case *NodeInventoryMutation:
 		return c.NodeInventory.mutate(ctx, m)
+	case *NodeScreenshotMutation:
+		return c.NodeScreenshot.mutate(ctx, m)
 	case *PolicyOverrideMutation:
 		return c.PolicyOverride.mutate(ctx, m)
 	case *PortMutation:
@@ -2715,6 +2723,22 @@ func (c *NodeClient) QueryFirmwareComponents(_m *Node) *FirmwareComponentQuery {
 	return query
 }
 
+// QueryScreenshot queries the screenshot edge of a Node.
+func (c *NodeClient) QueryScreenshot(_m *Node) *NodeScreenshotQuery {
+	query := (&NodeScreenshotClient{config: c.config}).Query()
+	query.path = func(context.Context) (fromV *sql.Selector, _ error) {
+		id := _m.ID
+		step := sqlgraph.NewStep(
+			sqlgraph.From(node.Table, node.FieldID, id),
+			sqlgraph.To(nodescreenshot.Table, nodescreenshot.FieldID),
+			sqlgraph.Edge(sqlgraph.O2O, false, node.ScreenshotTable, node.ScreenshotColumn),
+		)
+		fromV = sqlgraph.Neighbors(_m.driver.Dialect(), step)
+		return fromV, nil
+	}
+	return query
+}
+
 // Hooks returns the client hooks.
 func (c *NodeClient) Hooks() []Hook {
 	return c.hooks.Node
@@ -3035,6 +3059,155 @@ func (c *NodeInventoryClient) mutate(ctx context.Context, m *NodeInventoryMutati
 		return (&NodeInventoryDelete{config: c.config, hooks: c.Hooks(), mutation: m}).Exec(ctx)
 	default:
 		return nil, fmt.Errorf("ent: unknown NodeInventory mutation op: %q", m.Op())
+	}
+}
+
+// NodeScreenshotClient is a client for the NodeScreenshot schema.
+type NodeScreenshotClient struct {
+	config
+}
+
+// NewNodeScreenshotClient returns a client for the NodeScreenshot from the given config.
+func NewNodeScreenshotClient(c config) *NodeScreenshotClient {
+	return &NodeScreenshotClient{config: c}
+}
+
+// Use adds a list of mutation hooks to the hooks stack.
+// A call to `Use(f, g, h)` equals to `nodescreenshot.Hooks(f(g(h())))`.
+func (c *NodeScreenshotClient) Use(hooks ...Hook) {
+	c.hooks.NodeScreenshot = append(c.hooks.NodeScreenshot, hooks...)
+}
+
+// Intercept adds a list of query interceptors to the interceptors stack.
+// A call to `Intercept(f, g, h)` equals to `nodescreenshot.Intercept(f(g(h())))`.
+func (c *NodeScreenshotClient) Intercept(interceptors ...Interceptor) {
+	c.inters.NodeScreenshot = append(c.inters.NodeScreenshot, interceptors...)
+}
+
+// Create returns a builder for creating a NodeScreenshot entity.
+func (c *NodeScreenshotClient) Create() *NodeScreenshotCreate {
+	mutation := newNodeScreenshotMutation(c.config, OpCreate)
+	return &NodeScreenshotCreate{config: c.config, hooks: c.Hooks(), mutation: mutation}
+}
+
+// CreateBulk returns a builder for creating a bulk of NodeScreenshot entities.
+func (c *NodeScreenshotClient) CreateBulk(builders ...*NodeScreenshotCreate) *NodeScreenshotCreateBulk {
+	return &NodeScreenshotCreateBulk{config: c.config, builders: builders}
+}
+
+// MapCreateBulk creates a bulk creation builder from the given slice. For each item in the slice, the function creates
+// a builder and applies setFunc on it.
+func (c *NodeScreenshotClient) MapCreateBulk(slice any, setFunc func(*NodeScreenshotCreate, int)) *NodeScreenshotCreateBulk {
+	rv := reflect.ValueOf(slice)
+	if rv.Kind() != reflect.Slice {
+		return &NodeScreenshotCreateBulk{err: fmt.Errorf("calling to NodeScreenshotClient.MapCreateBulk with wrong type %T, need slice", slice)}
+	}
+	builders := make([]*NodeScreenshotCreate, rv.Len())
+	for i := 0; i < rv.Len(); i++ {
+		builders[i] = c.Create()
+		setFunc(builders[i], i)
+	}
+	return &NodeScreenshotCreateBulk{config: c.config, builders: builders}
+}
+
+// Update returns an update builder for NodeScreenshot.
+func (c *NodeScreenshotClient) Update() *NodeScreenshotUpdate {
+	mutation := newNodeScreenshotMutation(c.config, OpUpdate)
+	return &NodeScreenshotUpdate{config: c.config, hooks: c.Hooks(), mutation: mutation}
+}
+
+// UpdateOne returns an update builder for the given entity.
+func (c *NodeScreenshotClient) UpdateOne(_m *NodeScreenshot) *NodeScreenshotUpdateOne {
+	mutation := newNodeScreenshotMutation(c.config, OpUpdateOne, withNodeScreenshot(_m))
+	return &NodeScreenshotUpdateOne{config: c.config, hooks: c.Hooks(), mutation: mutation}
+}
+
+// UpdateOneID returns an update builder for the given id.
+func (c *NodeScreenshotClient) UpdateOneID(id int) *NodeScreenshotUpdateOne {
+	mutation := newNodeScreenshotMutation(c.config, OpUpdateOne, withNodeScreenshotID(id))
+	return &NodeScreenshotUpdateOne{config: c.config, hooks: c.Hooks(), mutation: mutation}
+}
+
+// Delete returns a delete builder for NodeScreenshot.
+func (c *NodeScreenshotClient) Delete() *NodeScreenshotDelete {
+	mutation := newNodeScreenshotMutation(c.config, OpDelete)
+	return &NodeScreenshotDelete{config: c.config, hooks: c.Hooks(), mutation: mutation}
+}
+
+// DeleteOne returns a builder for deleting the given entity.
+func (c *NodeScreenshotClient) DeleteOne(_m *NodeScreenshot) *NodeScreenshotDeleteOne {
+	return c.DeleteOneID(_m.ID)
+}
+
+// DeleteOneID returns a builder for deleting the given entity by its id.
+func (c *NodeScreenshotClient) DeleteOneID(id int) *NodeScreenshotDeleteOne {
+	builder := c.Delete().Where(nodescreenshot.ID(id))
+	builder.mutation.id = &id
+	builder.mutation.op = OpDeleteOne
+	return &NodeScreenshotDeleteOne{builder}
+}
+
+// Query returns a query builder for NodeScreenshot.
+func (c *NodeScreenshotClient) Query() *NodeScreenshotQuery {
+	return &NodeScreenshotQuery{
+		config: c.config,
+		ctx:    &QueryContext{Type: TypeNodeScreenshot},
+		inters: c.Interceptors(),
+	}
+}
+
+// Get returns a NodeScreenshot entity by its id.
+func (c *NodeScreenshotClient) Get(ctx context.Context, id int) (*NodeScreenshot, error) {
+	return c.Query().Where(nodescreenshot.ID(id)).Only(ctx)
+}
+
+// GetX is like Get, but panics if an error occurs.
+func (c *NodeScreenshotClient) GetX(ctx context.Context, id int) *NodeScreenshot {
+	obj, err := c.Get(ctx, id)
+	if err != nil {
+		panic(err)
+	}
+	return obj
+}
+
+// QueryNode queries the node edge of a NodeScreenshot.
+func (c *NodeScreenshotClient) QueryNode(_m *NodeScreenshot) *NodeQuery {
+	query := (&NodeClient{config: c.config}).Query()
+	query.path = func(context.Context) (fromV *sql.Selector, _ error) {
+		id := _m.ID
+		step := sqlgraph.NewStep(
+			sqlgraph.From(nodescreenshot.Table, nodescreenshot.FieldID, id),
+			sqlgraph.To(node.Table, node.FieldID),
+			sqlgraph.Edge(sqlgraph.O2O, true, nodescreenshot.NodeTable, nodescreenshot.NodeColumn),
+		)
+		fromV = sqlgraph.Neighbors(_m.driver.Dialect(), step)
+		return fromV, nil
+	}
+	return query
+}
+
+// Hooks returns the client hooks.
+func (c *NodeScreenshotClient) Hooks() []Hook {
+	return c.hooks.NodeScreenshot
+}
+
+// Interceptors returns the client interceptors.
+func (c *NodeScreenshotClient) Interceptors() []Interceptor {
+	return c.inters.NodeScreenshot
+}
+
+func (c *NodeScreenshotClient) mutate(ctx context.Context, m *NodeScreenshotMutation) (Value, error) {
+	switch m.Op() {
+	case OpCreate:
+		return (&NodeScreenshotCreate{config: c.config, hooks: c.Hooks(), mutation: m}).Save(ctx)
+	case OpUpdate:
+		return (&NodeScreenshotUpdate{config: c.config, hooks: c.Hooks(), mutation: m}).Save(ctx)
+	case OpUpdateOne:
+		return (&NodeScreenshotUpdateOne{config: c.config, hooks: c.Hooks(), mutation: m}).Save(ctx)
+	case OpDelete, OpDeleteOne:
+		return (&NodeScreenshotDelete{config: c.config, hooks: c.Hooks(), mutation: m}).Exec(ctx)
+	default:
+		return nil, fmt.Errorf("ent: unknown NodeScreenshot mutation op: %q", m.Op())
 	}
 }
 
@@ -4832,16 +5005,16 @@ type (
 		APIToken, Allocation, AuditEvent, BiosSetting, BulkRun, Campaign,
 		CampaignApproval, CampaignNode, Chassis, Conductor, DeployTemplate,
 		DeployTemplateStep, FirmwareComponent, InspectionRule, Node, NodeEvent,
-		NodeInventory, PolicyOverride, Port, PortalSession, Portgroup, RoleAssignment,
-		Runbook, RunbookStep, Setting, Trait, User, VolumeConnector,
+		NodeInventory, NodeScreenshot, PolicyOverride, Port, PortalSession, Portgroup,
+		RoleAssignment, Runbook, RunbookStep, Setting, Trait, User, VolumeConnector,
 		VolumeTarget []ent.Hook
 	}
 	inters struct {
 		APIToken, Allocation, AuditEvent, BiosSetting, BulkRun, Campaign,
 		CampaignApproval, CampaignNode, Chassis, Conductor, DeployTemplate,
 		DeployTemplateStep, FirmwareComponent, InspectionRule, Node, NodeEvent,
-		NodeInventory, PolicyOverride, Port, PortalSession, Portgroup, RoleAssignment,
-		Runbook, RunbookStep, Setting, Trait, User, VolumeConnector,
+		NodeInventory, NodeScreenshot, PolicyOverride, Port, PortalSession, Portgroup,
+		RoleAssignment, Runbook, RunbookStep, Setting, Trait, User, VolumeConnector,
 		VolumeTarget []ent.Interceptor
 	}
 )

@@ -29,6 +29,7 @@ import (
 	"github.com/anvilproject/anvil/ent/node"
 	"github.com/anvilproject/anvil/ent/nodeevent"
 	"github.com/anvilproject/anvil/ent/nodeinventory"
+	"github.com/anvilproject/anvil/ent/nodescreenshot"
 	"github.com/anvilproject/anvil/ent/policyoverride"
 	"github.com/anvilproject/anvil/ent/port"
 	"github.com/anvilproject/anvil/ent/portalsession"
@@ -118,6 +119,7 @@ func checkColumn(t, c string) error {
 			node.Table:               node.ValidColumn,
 			nodeevent.Table:          nodeevent.ValidColumn,
 			nodeinventory.Table:      nodeinventory.ValidColumn,
+			nodescreenshot.Table:     nodescreenshot.ValidColumn,
 			policyoverride.Table:     policyoverride.ValidColumn,
 			port.Table:               port.ValidColumn,
 			portalsession.Table:      portalsession.ValidColumn,

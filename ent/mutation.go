@@ -28,6 +28,7 @@ import (
 	"github.com/anvilproject/anvil/ent/node"
 	"github.com/anvilproject/anvil/ent/nodeevent"
 	"github.com/anvilproject/anvil/ent/nodeinventory"
+	"github.com/anvilproject/anvil/ent/nodescreenshot"
 	"github.com/anvilproject/anvil/ent/policyoverride"
 	"github.com/anvilproject/anvil/ent/port"
 	"github.com/anvilproject/anvil/ent/portalsession"
@@ -69,6 +70,7 @@ const (
 	TypeNode               = "Node"
 	TypeNodeEvent          = "NodeEvent"
 	TypeNodeInventory      = "NodeInventory"
+	TypeNodeScreenshot     = "NodeScreenshot"
 	TypePolicyOverride     = "PolicyOverride"
 	TypePort               = "Port"
 	TypePortalSession      = "PortalSession"
@@ -13552,6 +13554,8 @@ type NodeMutation struct {
 	firmware_components        map[int]struct{}
 	removedfirmware_components map[int]struct{}
 	clearedfirmware_components bool
+	screenshot                 *int
+	clearedscreenshot          bool
 	done                       bool
 	oldValue                   func(context.Context) (*Node, error)
 	predicates                 []predicate.Node
@@ -16774,6 +16778,45 @@ func (m *NodeMutation) ResetFirmwareComponents() {
 	m.removedfirmware_components = nil
 }
 
+// SetScreenshotID sets the "screenshot" edge to the NodeScreenshot entity by id.
+func (m *NodeMutation) SetScreenshotID(id int) {
+	m.screenshot = &id
+}
+
+// ClearScreenshot clears the "screenshot" edge to the NodeScreenshot entity.
+func (m *NodeMutation) ClearScreenshot() {
+	m.clearedscreenshot = true
+}
+
+// ScreenshotCleared reports if the "screenshot" edge to the NodeScreenshot entity was cleared.
+func (m *NodeMutation) ScreenshotCleared() bool {
+	return m.clearedscreenshot
+}
+
+// ScreenshotID returns the "screenshot" edge ID in the mutation.
+func (m *NodeMutation) ScreenshotID() (id int, exists bool) {
+	if m.screenshot != nil {
+		return *m.screenshot, true
+	}
+	return
+}
+
+// ScreenshotIDs returns the "screenshot" edge IDs in the mutation.
+// Note that IDs always returns len(IDs) <= 1 for unique edges, and you should use
+// ScreenshotID instead. It exists only for internal usage by the builders.
+func (m *NodeMutation) ScreenshotIDs() (ids []int) {
+	if id := m.screenshot; id != nil {
+		ids = append(ids, *id)
+	}
+	return
+}
+
+// ResetScreenshot resets all changes to the "screenshot" edge.
+func (m *NodeMutation) ResetScreenshot() {
+	m.screenshot = nil
+	m.clearedscreenshot = false
+}
+
 // Where appends a list predicates to the NodeMutation builder.
 func (m *NodeMutation) Where(ps ...predicate.Node) {
 	m.predicates = append(m.predicates, ps...)
@@ -18161,7 +18204,7 @@ func (m *NodeMutation) ResetField(name string) error {
 
 // AddedEdges returns all edge names that were set/added in this mutation.
 func (m *NodeMutation) AddedEdges() []string {
-	edges := make([]string, 0, 9)
+	edges := make([]string, 0, 10)
 	if m.traits != nil {
 		edges = append(edges, node.EdgeTraits)
 	}
@@ -18188,6 +18231,9 @@ func (m *NodeMutation) AddedEdges() []string {
 	}
 	if m.firmware_components != nil {
 		edges = append(edges, node.EdgeFirmwareComponents)
+	}
+	if m.screenshot != nil {
+		edges = append(edges, node.EdgeScreenshot)
 	}
 	return edges
 }
@@ -18244,13 +18290,17 @@ func (m *NodeMutation) AddedIDs(name string) []ent.Value {
 			ids = append(ids, id)
 		}
 		return ids
+	case node.EdgeScreenshot:
+		if id := m.screenshot; id != nil {
+			return []ent.Value{*id}
+		}
 	}
 	return nil
 }
 
 // RemovedEdges returns all edge names that were removed in this mutation.
 func (m *NodeMutation) RemovedEdges() []string {
-	edges := make([]string, 0, 9)
+	edges := make([]string, 0, 10)
 	if m.removedtraits != nil {
 		edges = append(edges, node.EdgeTraits)
 	}
@@ -18318,7 +18368,7 @@ func (m *NodeMutation) RemovedIDs(name string) []ent.Value {
 
 // ClearedEdges returns all edge names that were cleared in this mutation.
 func (m *NodeMutation) ClearedEdges() []string {
-	edges := make([]string, 0, 9)
+	edges := make([]string, 0, 10)
 	if m.clearedtraits {
 		edges = append(edges, node.EdgeTraits)
 	}
@@ -18346,6 +18396,9 @@ func (m *NodeMutation) ClearedEdges() []string {
 	if m.clearedfirmware_components {
 		edges = append(edges, node.EdgeFirmwareComponents)
 	}
+	if m.clearedscreenshot {
+		edges = append(edges, node.EdgeScreenshot)
+	}
 	return edges
 }
 
@@ -18371,6 +18424,8 @@ func (m *NodeMutation) EdgeCleared(name string) bool {
 		return m.clearedinventory
 	case node.EdgeFirmwareComponents:
 		return m.clearedfirmware_components
+	case node.EdgeScreenshot:
+		return m.clearedscreenshot
 	}
 	return false
 }
@@ -18387,6 +18442,9 @@ func (m *NodeMutation) ClearEdge(name string) error {
 		return nil
 	case node.EdgeInventory:
 		m.ClearInventory()
+		return nil
+	case node.EdgeScreenshot:
+		m.ClearScreenshot()
 		return nil
 	}
 	return fmt.Errorf("unknown Node unique edge %s", name)
@@ -18422,6 +18480,9 @@ func (m *NodeMutation) ResetEdge(name string) error {
 		return nil
 	case node.EdgeFirmwareComponents:
 		m.ResetFirmwareComponents()
+		return nil
+	case node.EdgeScreenshot:
+		m.ResetScreenshot()
 		return nil
 	}
 	return fmt.Errorf("unknown Node edge %s", name)
@@ -20244,6 +20305,551 @@ func (m *NodeInventoryMutation) ResetEdge(name string) error {
 		return nil
 	}
 	return fmt.Errorf("unknown NodeInventory edge %s", name)
+}
+
+// NodeScreenshotMutation represents an operation that mutates the NodeScreenshot nodes in the graph.
+type NodeScreenshotMutation struct {
+	config
+	op            Op
+	typ           string
+	id            *int
+	image         *[]byte
+	file_type     *string
+	created_at    *time.Time
+	clearedFields map[string]struct{}
+	node          *int
+	clearednode   bool
+	done          bool
+	oldValue      func(context.Context) (*NodeScreenshot, error)
+	predicates    []predicate.NodeScreenshot
+}
+
+var _ ent.Mutation = (*NodeScreenshotMutation)(nil)
+
+// nodescreenshotOption allows management of the mutation configuration using functional options.
+type nodescreenshotOption func(*NodeScreenshotMutation)
+
+// newNodeScreenshotMutation creates new mutation for the NodeScreenshot entity.
+func newNodeScreenshotMutation(c config, op Op, opts ...nodescreenshotOption) *NodeScreenshotMutation {
+	m := &NodeScreenshotMutation{
+		config:        c,
+		op:            op,
+		typ:           TypeNodeScreenshot,
+		clearedFields: make(map[string]struct{}),
+	}
+	for _, opt := range opts {
+		opt(m)
+	}
+	return m
+}
+
+// withNodeScreenshotID sets the ID field of the mutation.
+func withNodeScreenshotID(id int) nodescreenshotOption {
+	return func(m *NodeScreenshotMutation) {
+		var (
+			err   error
+			once  sync.Once
+			value *NodeScreenshot
+		)
+		m.oldValue = func(ctx context.Context) (*NodeScreenshot, error) {
+			once.Do(func() {
+				if m.done {
+					err = errors.New("querying old values post mutation is not allowed")
+				} else {
+					value, err = m.Client().NodeScreenshot.Get(ctx, id)
+				}
+			})
+			return value, err
+		}
+		m.id = &id
+	}
+}
+
+// withNodeScreenshot sets the old NodeScreenshot of the mutation.
+func withNodeScreenshot(node *NodeScreenshot) nodescreenshotOption {
+	return func(m *NodeScreenshotMutation) {
+		m.oldValue = func(context.Context) (*NodeScreenshot, error) {
+			return node, nil
+		}
+		m.id = &node.ID
+	}
+}
+
+// Client returns a new `ent.Client` from the mutation. If the mutation was
+// executed in a transaction (ent.Tx), a transactional client is returned.
+func (m NodeScreenshotMutation) Client() *Client {
+	client := &Client{config: m.config}
+	client.init()
+	return client
+}
+
+// Tx returns an `ent.Tx` for mutations that were executed in transactions;
+// it returns an error otherwise.
+func (m NodeScreenshotMutation) Tx() (*Tx, error) {
+	if _, ok := m.driver.(*txDriver); !ok {
+		return nil, errors.New("ent: mutation is not running in a transaction")
+	}
+	tx := &Tx{config: m.config}
+	tx.init()
+	return tx, nil
+}
+
+// ID returns the ID value in the mutation. Note that the ID is only available
+// if it was provided to the builder or after it was returned from the database.
+func (m *NodeScreenshotMutation) ID() (id int, exists bool) {
+	if m.id == nil {
+		return
+	}
+	return *m.id, true
+}
+
+// IDs queries the database and returns the entity ids that match the mutation's predicate.
+// That means, if the mutation is applied within a transaction with an isolation level such
+// as sql.LevelSerializable, the returned ids match the ids of the rows that will be updated
+// or updated by the mutation.
+func (m *NodeScreenshotMutation) IDs(ctx context.Context) ([]int, error) {
+	switch {
+	case m.op.Is(OpUpdateOne | OpDeleteOne):
+		id, exists := m.ID()
+		if exists {
+			return []int{id}, nil
+		}
+		fallthrough
+	case m.op.Is(OpUpdate | OpDelete):
+		return m.Client().NodeScreenshot.Query().Where(m.predicates...).IDs(ctx)
+	default:
+		return nil, fmt.Errorf("IDs is not allowed on %s operations", m.op)
+	}
+}
+
+// SetNodeID sets the "node_id" field.
+func (m *NodeScreenshotMutation) SetNodeID(i int) {
+	m.node = &i
+}
+
+// NodeID returns the value of the "node_id" field in the mutation.
+func (m *NodeScreenshotMutation) NodeID() (r int, exists bool) {
+	v := m.node
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldNodeID returns the old "node_id" field's value of the NodeScreenshot entity.
+// If the NodeScreenshot object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *NodeScreenshotMutation) OldNodeID(ctx context.Context) (v int, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldNodeID is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldNodeID requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldNodeID: %w", err)
+	}
+	return oldValue.NodeID, nil
+}
+
+// ResetNodeID resets all changes to the "node_id" field.
+func (m *NodeScreenshotMutation) ResetNodeID() {
+	m.node = nil
+}
+
+// SetImage sets the "image" field.
+func (m *NodeScreenshotMutation) SetImage(b []byte) {
+	m.image = &b
+}
+
+// Image returns the value of the "image" field in the mutation.
+func (m *NodeScreenshotMutation) Image() (r []byte, exists bool) {
+	v := m.image
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldImage returns the old "image" field's value of the NodeScreenshot entity.
+// If the NodeScreenshot object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *NodeScreenshotMutation) OldImage(ctx context.Context) (v []byte, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldImage is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldImage requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldImage: %w", err)
+	}
+	return oldValue.Image, nil
+}
+
+// ResetImage resets all changes to the "image" field.
+func (m *NodeScreenshotMutation) ResetImage() {
+	m.image = nil
+}
+
+// SetFileType sets the "file_type" field.
+func (m *NodeScreenshotMutation) SetFileType(s string) {
+	m.file_type = &s
+}
+
+// FileType returns the value of the "file_type" field in the mutation.
+func (m *NodeScreenshotMutation) FileType() (r string, exists bool) {
+	v := m.file_type
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldFileType returns the old "file_type" field's value of the NodeScreenshot entity.
+// If the NodeScreenshot object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *NodeScreenshotMutation) OldFileType(ctx context.Context) (v string, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldFileType is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldFileType requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldFileType: %w", err)
+	}
+	return oldValue.FileType, nil
+}
+
+// ResetFileType resets all changes to the "file_type" field.
+func (m *NodeScreenshotMutation) ResetFileType() {
+	m.file_type = nil
+}
+
+// SetCreatedAt sets the "created_at" field.
+func (m *NodeScreenshotMutation) SetCreatedAt(t time.Time) {
+	m.created_at = &t
+}
+
+// CreatedAt returns the value of the "created_at" field in the mutation.
+func (m *NodeScreenshotMutation) CreatedAt() (r time.Time, exists bool) {
+	v := m.created_at
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldCreatedAt returns the old "created_at" field's value of the NodeScreenshot entity.
+// If the NodeScreenshot object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *NodeScreenshotMutation) OldCreatedAt(ctx context.Context) (v time.Time, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldCreatedAt is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldCreatedAt requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldCreatedAt: %w", err)
+	}
+	return oldValue.CreatedAt, nil
+}
+
+// ResetCreatedAt resets all changes to the "created_at" field.
+func (m *NodeScreenshotMutation) ResetCreatedAt() {
+	m.created_at = nil
+}
+
+// ClearNode clears the "node" edge to the Node entity.
+func (m *NodeScreenshotMutation) ClearNode() {
+	m.clearednode = true
+	m.clearedFields[nodescreenshot.FieldNodeID] = struct{}{}
+}
+
+// NodeCleared reports if the "node" edge to the Node entity was cleared.
+func (m *NodeScreenshotMutation) NodeCleared() bool {
+	return m.clearednode
+}
+
+// NodeIDs returns the "node" edge IDs in the mutation.
+// Note that IDs always returns len(IDs) <= 1 for unique edges, and you should use
+// NodeID instead. It exists only for internal usage by the builders.
+func (m *NodeScreenshotMutation) NodeIDs() (ids []int) {
+	if id := m.node; id != nil {
+		ids = append(ids, *id)
+	}
+	return
+}
+
+// ResetNode resets all changes to the "node" edge.
+func (m *NodeScreenshotMutation) ResetNode() {
+	m.node = nil
+	m.clearednode = false
+}
+
+// Where appends a list predicates to the NodeScreenshotMutation builder.
+func (m *NodeScreenshotMutation) Where(ps ...predicate.NodeScreenshot) {
+	m.predicates = append(m.predicates, ps...)
+}
+
+// WhereP appends storage-level predicates to the NodeScreenshotMutation builder. Using this method,
+// users can use type-assertion to append predicates that do not depend on any generated package.
+func (m *NodeScreenshotMutation) WhereP(ps ...func(*sql.Selector)) {
+	p := make([]predicate.NodeScreenshot, len(ps))
+	for i := range ps {
+		p[i] = ps[i]
+	}
+	m.Where(p...)
+}
+
+// Op returns the operation name.
+func (m *NodeScreenshotMutation) Op() Op {
+	return m.op
+}
+
+// SetOp allows setting the mutation operation.
+func (m *NodeScreenshotMutation) SetOp(op Op) {
+	m.op = op
+}
+
+// Type returns the node type of this mutation (NodeScreenshot).
+func (m *NodeScreenshotMutation) Type() string {
+	return m.typ
+}
+
+// Fields returns all fields that were changed during this mutation. Note that in
+// order to get all numeric fields that were incremented/decremented, call
+// AddedFields().
+func (m *NodeScreenshotMutation) Fields() []string {
+	fields := make([]string, 0, 4)
+	if m.node != nil {
+		fields = append(fields, nodescreenshot.FieldNodeID)
+	}
+	if m.image != nil {
+		fields = append(fields, nodescreenshot.FieldImage)
+	}
+	if m.file_type != nil {
+		fields = append(fields, nodescreenshot.FieldFileType)
+	}
+	if m.created_at != nil {
+		fields = append(fields, nodescreenshot.FieldCreatedAt)
+	}
+	return fields
+}
+
+// Field returns the value of a field with the given name. The second boolean
+// return value indicates that this field was not set, or was not defined in the
+// schema.
+func (m *NodeScreenshotMutation) Field(name string) (ent.Value, bool) {
+	switch name {
+	case nodescreenshot.FieldNodeID:
+		return m.NodeID()
+	case nodescreenshot.FieldImage:
+		return m.Image()
+	case nodescreenshot.FieldFileType:
+		return m.FileType()
+	case nodescreenshot.FieldCreatedAt:
+		return m.CreatedAt()
+	}
+	return nil, false
+}
+
+// OldField returns the old value of the field from the database. An error is
+// returned if the mutation operation is not UpdateOne, or the query to the
+// database failed.
+func (m *NodeScreenshotMutation) OldField(ctx context.Context, name string) (ent.Value, error) {
+	switch name {
+	case nodescreenshot.FieldNodeID:
+		return m.OldNodeID(ctx)
+	case nodescreenshot.FieldImage:
+		return m.OldImage(ctx)
+	case nodescreenshot.FieldFileType:
+		return m.OldFileType(ctx)
+	case nodescreenshot.FieldCreatedAt:
+		return m.OldCreatedAt(ctx)
+	}
+	return nil, fmt.Errorf("unknown NodeScreenshot field %s", name)
+}
+
+// SetField sets the value of a field with the given name. It returns an error if
+// the field is not defined in the schema, or if the type mismatched the field
+// type.
+func (m *NodeScreenshotMutation) SetField(name string, value ent.Value) error {
+	switch name {
+	case nodescreenshot.FieldNodeID:
+		v, ok := value.(int)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetNodeID(v)
+		return nil
+	case nodescreenshot.FieldImage:
+		v, ok := value.([]byte)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetImage(v)
+		return nil
+	case nodescreenshot.FieldFileType:
+		v, ok := value.(string)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetFileType(v)
+		return nil
+	case nodescreenshot.FieldCreatedAt:
+		v, ok := value.(time.Time)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetCreatedAt(v)
+		return nil
+	}
+	return fmt.Errorf("unknown NodeScreenshot field %s", name)
+}
+
+// AddedFields returns all numeric fields that were incremented/decremented during
+// this mutation.
+func (m *NodeScreenshotMutation) AddedFields() []string {
+	var fields []string
+	return fields
+}
+
+// AddedField returns the numeric value that was incremented/decremented on a field
+// with the given name. The second boolean return value indicates that this field
+// was not set, or was not defined in the schema.
+func (m *NodeScreenshotMutation) AddedField(name string) (ent.Value, bool) {
+	switch name {
+	}
+	return nil, false
+}
+
+// AddField adds the value to the field with the given name. It returns an error if
+// the field is not defined in the schema, or if the type mismatched the field
+// type.
+func (m *NodeScreenshotMutation) AddField(name string, value ent.Value) error {
+	switch name {
+	}
+	return fmt.Errorf("unknown NodeScreenshot numeric field %s", name)
+}
+
+// ClearedFields returns all nullable fields that were cleared during this
+// mutation.
+func (m *NodeScreenshotMutation) ClearedFields() []string {
+	return nil
+}
+
+// FieldCleared returns a boolean indicating if a field with the given name was
+// cleared in this mutation.
+func (m *NodeScreenshotMutation) FieldCleared(name string) bool {
+	_, ok := m.clearedFields[name]
+	return ok
+}
+
+// ClearField clears the value of the field with the given name. It returns an
+// error if the field is not defined in the schema.
+func (m *NodeScreenshotMutation) ClearField(name string) error {
+	return fmt.Errorf("unknown NodeScreenshot nullable field %s", name)
+}
+
+// ResetField resets all changes in the mutation for the field with the given name.
+// It returns an error if the field is not defined in the schema.
+func (m *NodeScreenshotMutation) ResetField(name string) error {
+	switch name {
+	case nodescreenshot.FieldNodeID:
+		m.ResetNodeID()
+		return nil
+	case nodescreenshot.FieldImage:
+		m.ResetImage()
+		return nil
+	case nodescreenshot.FieldFileType:
+		m.ResetFileType()
+		return nil
+	case nodescreenshot.FieldCreatedAt:
+		m.ResetCreatedAt()
+		return nil
+	}
+	return fmt.Errorf("unknown NodeScreenshot field %s", name)
+}
+
+// AddedEdges returns all edge names that were set/added in this mutation.
+func (m *NodeScreenshotMutation) AddedEdges() []string {
+	edges := make([]string, 0, 1)
+	if m.node != nil {
+		edges = append(edges, nodescreenshot.EdgeNode)
+	}
+	return edges
+}
+
+// AddedIDs returns all IDs (to other nodes) that were added for the given edge
+// name in this mutation.
+func (m *NodeScreenshotMutation) AddedIDs(name string) []ent.Value {
+	switch name {
+	case nodescreenshot.EdgeNode:
+		if id := m.node; id != nil {
+			return []ent.Value{*id}
+		}
+	}
+	return nil
+}
+
+// RemovedEdges returns all edge names that were removed in this mutation.
+func (m *NodeScreenshotMutation) RemovedEdges() []string {
+	edges := make([]string, 0, 1)
+	return edges
+}
+
+// RemovedIDs returns all IDs (to other nodes) that were removed for the edge with
+// the given name in this mutation.
+func (m *NodeScreenshotMutation) RemovedIDs(name string) []ent.Value {
+	return nil
+}
+
+// ClearedEdges returns all edge names that were cleared in this mutation.
+func (m *NodeScreenshotMutation) ClearedEdges() []string {
+	edges := make([]string, 0, 1)
+	if m.clearednode {
+		edges = append(edges, nodescreenshot.EdgeNode)
+	}
+	return edges
+}
+
+// EdgeCleared returns a boolean which indicates if the edge with the given name
+// was cleared in this mutation.
+func (m *NodeScreenshotMutation) EdgeCleared(name string) bool {
+	switch name {
+	case nodescreenshot.EdgeNode:
+		return m.clearednode
+	}
+	return false
+}
+
+// ClearEdge clears the value of the edge with the given name. It returns an error
+// if that edge is not defined in the schema.
+func (m *NodeScreenshotMutation) ClearEdge(name string) error {
+	switch name {
+	case nodescreenshot.EdgeNode:
+		m.ClearNode()
+		return nil
+	}
+	return fmt.Errorf("unknown NodeScreenshot unique edge %s", name)
+}
+
+// ResetEdge resets all changes to the edge with the given name in this mutation.
+// It returns an error if the edge is not defined in the schema.
+func (m *NodeScreenshotMutation) ResetEdge(name string) error {
+	switch name {
+	case nodescreenshot.EdgeNode:
+		m.ResetNode()
+		return nil
+	}
+	return fmt.Errorf("unknown NodeScreenshot edge %s", name)
 }
 
 // PolicyOverrideMutation represents an operation that mutates the PolicyOverride nodes in the graph.

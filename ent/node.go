@@ -14,6 +14,7 @@ import (
 	"github.com/anvilproject/anvil/ent/chassis"
 	"github.com/anvilproject/anvil/ent/node"
 	"github.com/anvilproject/anvil/ent/nodeinventory"
+	"github.com/anvilproject/anvil/ent/nodescreenshot"
 )
 
 // Node is the model entity for the Node schema.
@@ -169,9 +170,11 @@ type NodeEdges struct {
 	Inventory *NodeInventory `json:"inventory,omitempty"`
 	// FirmwareComponents holds the value of the firmware_components edge.
 	FirmwareComponents []*FirmwareComponent `json:"firmware_components,omitempty"`
+	// Screenshot holds the value of the screenshot edge.
+	Screenshot *NodeScreenshot `json:"screenshot,omitempty"`
 	// loadedTypes holds the information for reporting if a
 	// type was loaded (or requested) in eager-loading or not.
-	loadedTypes [9]bool
+	loadedTypes [10]bool
 }
 
 // TraitsOrErr returns the Traits value or an error if the edge
@@ -259,6 +262,17 @@ func (e NodeEdges) FirmwareComponentsOrErr() ([]*FirmwareComponent, error) {
 		return e.FirmwareComponents, nil
 	}
 	return nil, &NotLoadedError{edge: "firmware_components"}
+}
+
+// ScreenshotOrErr returns the Screenshot value or an error if the edge
+// was not loaded in eager-loading, or loaded but was not found.
+func (e NodeEdges) ScreenshotOrErr() (*NodeScreenshot, error) {
+	if e.Screenshot != nil {
+		return e.Screenshot, nil
+	} else if e.loadedTypes[9] {
+		return nil, &NotFoundError{label: nodescreenshot.Label}
+	}
+	return nil, &NotLoadedError{edge: "screenshot"}
 }
 
 // scanValues returns the types for scanning values from sql.Rows.
@@ -766,6 +780,11 @@ func (_m *Node) QueryInventory() *NodeInventoryQuery {
 // QueryFirmwareComponents queries the "firmware_components" edge of the Node entity.
 func (_m *Node) QueryFirmwareComponents() *FirmwareComponentQuery {
 	return NewNodeClient(_m.config).QueryFirmwareComponents(_m)
+}
+
+// QueryScreenshot queries the "screenshot" edge of the Node entity.
+func (_m *Node) QueryScreenshot() *NodeScreenshotQuery {
+	return NewNodeClient(_m.config).QueryScreenshot(_m)
 }
 
 // Update returns a builder for updating this Node.

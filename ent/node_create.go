@@ -18,6 +18,7 @@ import (
 	"github.com/anvilproject/anvil/ent/node"
 	"github.com/anvilproject/anvil/ent/nodeevent"
 	"github.com/anvilproject/anvil/ent/nodeinventory"
+	"github.com/anvilproject/anvil/ent/nodescreenshot"
 	"github.com/anvilproject/anvil/ent/port"
 	"github.com/anvilproject/anvil/ent/portgroup"
 	"github.com/anvilproject/anvil/ent/trait"
@@ -914,6 +915,25 @@ func (_c *NodeCreate) AddFirmwareComponents(v ...*FirmwareComponent) *NodeCreate
 	return _c.AddFirmwareComponentIDs(ids...)
 }
 
+// SetScreenshotID sets the "screenshot" edge to the NodeScreenshot entity by ID.
+func (_c *NodeCreate) SetScreenshotID(id int) *NodeCreate {
+	_c.mutation.SetScreenshotID(id)
+	return _c
+}
+
+// SetNillableScreenshotID sets the "screenshot" edge to the NodeScreenshot entity by ID if the given value is not nil.
+func (_c *NodeCreate) SetNillableScreenshotID(id *int) *NodeCreate {
+	if id != nil {
+		_c = _c.SetScreenshotID(*id)
+	}
+	return _c
+}
+
+// SetScreenshot sets the "screenshot" edge to the NodeScreenshot entity.
+func (_c *NodeCreate) SetScreenshot(v *NodeScreenshot) *NodeCreate {
+	return _c.SetScreenshotID(v.ID)
+}
+
 // Mutation returns the NodeMutation object of the builder.
 func (_c *NodeCreate) Mutation() *NodeMutation {
 	return _c.mutation
@@ -1646,6 +1666,22 @@ func (_c *NodeCreate) createSpec() (*Node, *sqlgraph.CreateSpec) {
 			Bidi:    false,
 			Target: &sqlgraph.EdgeTarget{
 				IDSpec: sqlgraph.NewFieldSpec(firmwarecomponent.FieldID, field.TypeInt),
+			},
+		}
+		for _, k := range nodes {
+			edge.Target.Nodes = append(edge.Target.Nodes, k)
+		}
+		_spec.Edges = append(_spec.Edges, edge)
+	}
+	if nodes := _c.mutation.ScreenshotIDs(); len(nodes) > 0 {
+		edge := &sqlgraph.EdgeSpec{
+			Rel:     sqlgraph.O2O,
+			Inverse: false,
+			Table:   node.ScreenshotTable,
+			Columns: []string{node.ScreenshotColumn},
+			Bidi:    false,
+			Target: &sqlgraph.EdgeTarget{
+				IDSpec: sqlgraph.NewFieldSpec(nodescreenshot.FieldID, field.TypeInt),
 			},
 		}
 		for _, k := range nodes {

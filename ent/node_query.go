@@ -20,6 +20,7 @@ import (
 	"github.com/anvilproject/anvil/ent/node"
 	"github.com/anvilproject/anvil/ent/nodeevent"
 	"github.com/anvilproject/anvil/ent/nodeinventory"
+	"github.com/anvilproject/anvil/ent/nodescreenshot"
 	"github.com/anvilproject/anvil/ent/port"
 	"github.com/anvilproject/anvil/ent/portgroup"
 	"github.com/anvilproject/anvil/ent/predicate"
@@ -42,6 +43,7 @@ type NodeQuery struct {
 	withBiosSettings       *BiosSettingQuery
 	withInventory          *NodeInventoryQuery
 	withFirmwareComponents *FirmwareComponentQuery
+	withScreenshot         *NodeScreenshotQuery
 	modifiers              []func(*sql.Selector)
 	// intermediate query (i.e. traversal path).
 	sql  *sql.Selector
@@ -277,6 +279,28 @@ func (_q *NodeQuery) QueryFirmwareComponents() *FirmwareComponentQuery {
 	return query
 }
 
+// QueryScreenshot chains the current query on the "screenshot" edge.
+func (_q *NodeQuery) QueryScreenshot() *NodeScreenshotQuery {
+	query := (&NodeScreenshotClient{config: _q.config}).Query()
+	query.path = func(ctx context.Context) (fromU *sql.Selector, err error) {
+		if err := _q.prepareQuery(ctx); err != nil {
+			return nil, err
+		}
+		selector := _q.sqlQuery(ctx)
+		if err := selector.Err(); err != nil {
+			return nil, err
+		}
+		step := sqlgraph.NewStep(
+			sqlgraph.From(node.Table, node.FieldID, selector),
+			sqlgraph.To(nodescreenshot.Table, nodescreenshot.FieldID),
+			sqlgraph.Edge(sqlgraph.O2O, false, node.ScreenshotTable, node.ScreenshotColumn),
+		)
+		fromU = sqlgraph.SetNeighbors(_q.driver.Dialect(), step)
+		return fromU, nil
+	}
+	return query
+}
+
 // First returns the first Node entity from the query.
 // Returns a *NotFoundError when no Node was found.
 func (_q *NodeQuery) First(ctx context.Context) (*Node, error) {
@@ -478,6 +502,7 @@ func (_q *NodeQuery) Clone() *NodeQuery {
 		withBiosSettings:       _q.withBiosSettings.Clone(),
 		withInventory:          _q.withInventory.Clone(),
 		withFirmwareComponents: _q.withFirmwareComponents.Clone(),
+		withScreenshot:         _q.withScreenshot.Clone(),
 		// clone intermediate query.
 		sql:       _q.sql.Clone(),
 		path:      _q.path,
@@ -584,6 +609,17 @@ func (_q *NodeQuery) WithFirmwareComponents(opts ...func(*FirmwareComponentQuery
 	return _q
 }
 
+// WithScreenshot tells the query-builder to eager-load the nodes that are connected to
+// the "screenshot" edge. The optional arguments are used to configure the query builder of the edge.
+func (_q *NodeQuery) WithScreenshot(opts ...func(*NodeScreenshotQuery)) *NodeQuery {
+	query := (&NodeScreenshotClient{config: _q.config}).Query()
+	for _, opt := range opts {
+		opt(query)
+	}
+	_q.withScreenshot = query
+	return _q
+}
+
 // GroupBy is used to group vertices by one or more fields/columns.
 // It is often used with aggregate functions, like: count, max, mean, min, sum.
 //
@@ -662,7 +698,7 @@ func (_q *NodeQuery) sqlAll(ctx context.Context, hooks ...queryHook) ([]*Node, e
 	var (
 		nodes       = []*Node{}
 		_spec       = _q.querySpec()
-		loadedTypes = [9]bool{
+		loadedTypes = [10]bool{
 			_q.withTraits != nil,
 			_q.withEvents != nil,
 			_q.withAllocation != nil,
@@ -672,6 +708,7 @@ func (_q *NodeQuery) sqlAll(ctx context.Context, hooks ...queryHook) ([]*Node, e
 			_q.withBiosSettings != nil,
 			_q.withInventory != nil,
 			_q.withFirmwareComponents != nil,
+			_q.withScreenshot != nil,
 		}
 	)
 	_spec.ScanValues = func(columns []string) ([]any, error) {
@@ -754,6 +791,12 @@ func (_q *NodeQuery) sqlAll(ctx context.Context, hooks ...queryHook) ([]*Node, e
 			func(n *Node, e *FirmwareComponent) {
 				n.Edges.FirmwareComponents = append(n.Edges.FirmwareComponents, e)
 			}); err != nil {
+			return nil, err
+		}
+	}
+	if query := _q.withScreenshot; query != nil {
+		if err := _q.loadScreenshot(ctx, query, nodes, nil,
+			func(n *Node, e *NodeScreenshot) { n.Edges.Screenshot = e }); err != nil {
 			return nil, err
 		}
 	}
@@ -1014,6 +1057,33 @@ func (_q *NodeQuery) loadFirmwareComponents(ctx context.Context, query *Firmware
 	}
 	query.Where(predicate.FirmwareComponent(func(s *sql.Selector) {
 		s.Where(sql.InValues(s.C(node.FirmwareComponentsColumn), fks...))
+	}))
+	neighbors, err := query.All(ctx)
+	if err != nil {
+		return err
+	}
+	for _, n := range neighbors {
+		fk := n.NodeID
+		node, ok := nodeids[fk]
+		if !ok {
+			return fmt.Errorf(`unexpected referenced foreign-key "node_id" returned %v for node %v`, fk, n.ID)
+		}
+		assign(node, n)
+	}
+	return nil
+}
+func (_q *NodeQuery) loadScreenshot(ctx context.Context, query *NodeScreenshotQuery, nodes []*Node, init func(*Node), assign func(*Node, *NodeScreenshot)) error {
+	fks := make([]driver.Value, 0, len(nodes))
+	nodeids := make(map[int]*Node)
+	for i := range nodes {
+		fks = append(fks, nodes[i].ID)
+		nodeids[nodes[i].ID] = nodes[i]
+	}
+	if len(query.ctx.Fields) > 0 {
+		query.ctx.AppendFieldOnce(nodescreenshot.FieldNodeID)
+	}
+	query.Where(predicate.NodeScreenshot(func(s *sql.Selector) {
+		s.Where(sql.InValues(s.C(node.ScreenshotColumn), fks...))
 	}))
 	neighbors, err := query.All(ctx)
 	if err != nil {

@@ -18,6 +18,7 @@ import (
 	"github.com/anvilproject/anvil/ent/node"
 	"github.com/anvilproject/anvil/ent/nodeevent"
 	"github.com/anvilproject/anvil/ent/nodeinventory"
+	"github.com/anvilproject/anvil/ent/nodescreenshot"
 	"github.com/anvilproject/anvil/ent/port"
 	"github.com/anvilproject/anvil/ent/portgroup"
 	"github.com/anvilproject/anvil/ent/predicate"
@@ -1137,6 +1138,25 @@ func (_u *NodeUpdate) AddFirmwareComponents(v ...*FirmwareComponent) *NodeUpdate
 	return _u.AddFirmwareComponentIDs(ids...)
 }
 
+// SetScreenshotID sets the "screenshot" edge to the NodeScreenshot entity by ID.
+func (_u *NodeUpdate) SetScreenshotID(id int) *NodeUpdate {
+	_u.mutation.SetScreenshotID(id)
+	return _u
+}
+
+// SetNillableScreenshotID sets the "screenshot" edge to the NodeScreenshot entity by ID if the given value is not nil.
+func (_u *NodeUpdate) SetNillableScreenshotID(id *int) *NodeUpdate {
+	if id != nil {
+		_u = _u.SetScreenshotID(*id)
+	}
+	return _u
+}
+
+// SetScreenshot sets the "screenshot" edge to the NodeScreenshot entity.
+func (_u *NodeUpdate) SetScreenshot(v *NodeScreenshot) *NodeUpdate {
+	return _u.SetScreenshotID(v.ID)
+}
+
 // Mutation returns the NodeMutation object of the builder.
 func (_u *NodeUpdate) Mutation() *NodeMutation {
 	return _u.mutation
@@ -1284,6 +1304,12 @@ func (_u *NodeUpdate) RemoveFirmwareComponents(v ...*FirmwareComponent) *NodeUpd
 		ids[i] = v[i].ID
 	}
 	return _u.RemoveFirmwareComponentIDs(ids...)
+}
+
+// ClearScreenshot clears the "screenshot" edge to the NodeScreenshot entity.
+func (_u *NodeUpdate) ClearScreenshot() *NodeUpdate {
+	_u.mutation.ClearScreenshot()
+	return _u
 }
 
 // Save executes the query and returns the number of nodes affected by the update operation.
@@ -2101,6 +2127,35 @@ func (_u *NodeUpdate) sqlSave(ctx context.Context) (_node int, err error) {
 			Bidi:    false,
 			Target: &sqlgraph.EdgeTarget{
 				IDSpec: sqlgraph.NewFieldSpec(firmwarecomponent.FieldID, field.TypeInt),
+			},
+		}
+		for _, k := range nodes {
+			edge.Target.Nodes = append(edge.Target.Nodes, k)
+		}
+		_spec.Edges.Add = append(_spec.Edges.Add, edge)
+	}
+	if _u.mutation.ScreenshotCleared() {
+		edge := &sqlgraph.EdgeSpec{
+			Rel:     sqlgraph.O2O,
+			Inverse: false,
+			Table:   node.ScreenshotTable,
+			Columns: []string{node.ScreenshotColumn},
+			Bidi:    false,
+			Target: &sqlgraph.EdgeTarget{
+				IDSpec: sqlgraph.NewFieldSpec(nodescreenshot.FieldID, field.TypeInt),
+			},
+		}
+		_spec.Edges.Clear = append(_spec.Edges.Clear, edge)
+	}
+	if nodes := _u.mutation.ScreenshotIDs(); len(nodes) > 0 {
+		edge := &sqlgraph.EdgeSpec{
+			Rel:     sqlgraph.O2O,
+			Inverse: false,
+			Table:   node.ScreenshotTable,
+			Columns: []string{node.ScreenshotColumn},
+			Bidi:    false,
+			Target: &sqlgraph.EdgeTarget{
+				IDSpec: sqlgraph.NewFieldSpec(nodescreenshot.FieldID, field.TypeInt),
 			},
 		}
 		for _, k := range nodes {
@@ -3229,6 +3284,25 @@ func (_u *NodeUpdateOne) AddFirmwareComponents(v ...*FirmwareComponent) *NodeUpd
 	return _u.AddFirmwareComponentIDs(ids...)
 }
 
+// SetScreenshotID sets the "screenshot" edge to the NodeScreenshot entity by ID.
+func (_u *NodeUpdateOne) SetScreenshotID(id int) *NodeUpdateOne {
+	_u.mutation.SetScreenshotID(id)
+	return _u
+}
+
+// SetNillableScreenshotID sets the "screenshot" edge to the NodeScreenshot entity by ID if the given value is not nil.
+func (_u *NodeUpdateOne) SetNillableScreenshotID(id *int) *NodeUpdateOne {
+	if id != nil {
+		_u = _u.SetScreenshotID(*id)
+	}
+	return _u
+}
+
+// SetScreenshot sets the "screenshot" edge to the NodeScreenshot entity.
+func (_u *NodeUpdateOne) SetScreenshot(v *NodeScreenshot) *NodeUpdateOne {
+	return _u.SetScreenshotID(v.ID)
+}
+
 // Mutation returns the NodeMutation object of the builder.
 func (_u *NodeUpdateOne) Mutation() *NodeMutation {
 	return _u.mutation
@@ -3376,6 +3450,12 @@ func (_u *NodeUpdateOne) RemoveFirmwareComponents(v ...*FirmwareComponent) *Node
 		ids[i] = v[i].ID
 	}
 	return _u.RemoveFirmwareComponentIDs(ids...)
+}
+
+// ClearScreenshot clears the "screenshot" edge to the NodeScreenshot entity.
+func (_u *NodeUpdateOne) ClearScreenshot() *NodeUpdateOne {
+	_u.mutation.ClearScreenshot()
+	return _u
 }
 
 // Where appends a list predicates to the NodeUpdate builder.
@@ -4223,6 +4303,35 @@ func (_u *NodeUpdateOne) sqlSave(ctx context.Context) (_node *Node, err error) {
 			Bidi:    false,
 			Target: &sqlgraph.EdgeTarget{
 				IDSpec: sqlgraph.NewFieldSpec(firmwarecomponent.FieldID, field.TypeInt),
+			},
+		}
+		for _, k := range nodes {
+			edge.Target.Nodes = append(edge.Target.Nodes, k)
+		}
+		_spec.Edges.Add = append(_spec.Edges.Add, edge)
+	}
+	if _u.mutation.ScreenshotCleared() {
+		edge := &sqlgraph.EdgeSpec{
+			Rel:     sqlgraph.O2O,
+			Inverse: false,
+			Table:   node.ScreenshotTable,
+			Columns: []string{node.ScreenshotColumn},
+			Bidi:    false,
+			Target: &sqlgraph.EdgeTarget{
+				IDSpec: sqlgraph.NewFieldSpec(nodescreenshot.FieldID, field.TypeInt),
+			},
+		}
+		_spec.Edges.Clear = append(_spec.Edges.Clear, edge)
+	}
+	if nodes := _u.mutation.ScreenshotIDs(); len(nodes) > 0 {
+		edge := &sqlgraph.EdgeSpec{
+			Rel:     sqlgraph.O2O,
+			Inverse: false,
+			Table:   node.ScreenshotTable,
+			Columns: []string{node.ScreenshotColumn},
+			Bidi:    false,
+			Target: &sqlgraph.EdgeTarget{
+				IDSpec: sqlgraph.NewFieldSpec(nodescreenshot.FieldID, field.TypeInt),
 			},
 		}
 		for _, k := range nodes {

@@ -21,6 +21,7 @@ import (
 	"github.com/anvilproject/anvil/ent/node"
 	"github.com/anvilproject/anvil/ent/nodeevent"
 	"github.com/anvilproject/anvil/ent/nodeinventory"
+	"github.com/anvilproject/anvil/ent/nodescreenshot"
 	"github.com/anvilproject/anvil/ent/policyoverride"
 	"github.com/anvilproject/anvil/ent/port"
 	"github.com/anvilproject/anvil/ent/portgroup"
@@ -548,6 +549,20 @@ func init() {
 	nodeinventoryDescCreatedAt := nodeinventoryFields[3].Descriptor()
 	// nodeinventory.DefaultCreatedAt holds the default value on creation for the created_at field.
 	nodeinventory.DefaultCreatedAt = nodeinventoryDescCreatedAt.Default.(func() time.Time)
+	nodescreenshotFields := schema.NodeScreenshot{}.Fields()
+	_ = nodescreenshotFields
+	// nodescreenshotDescImage is the schema descriptor for image field.
+	nodescreenshotDescImage := nodescreenshotFields[1].Descriptor()
+	// nodescreenshot.ImageValidator is a validator for the "image" field. It is called by the builders before save.
+	nodescreenshot.ImageValidator = nodescreenshotDescImage.Validators[0].(func([]byte) error)
+	// nodescreenshotDescFileType is the schema descriptor for file_type field.
+	nodescreenshotDescFileType := nodescreenshotFields[2].Descriptor()
+	// nodescreenshot.FileTypeValidator is a validator for the "file_type" field. It is called by the builders before save.
+	nodescreenshot.FileTypeValidator = nodescreenshotDescFileType.Validators[0].(func(string) error)
+	// nodescreenshotDescCreatedAt is the schema descriptor for created_at field.
+	nodescreenshotDescCreatedAt := nodescreenshotFields[3].Descriptor()
+	// nodescreenshot.DefaultCreatedAt holds the default value on creation for the created_at field.
+	nodescreenshot.DefaultCreatedAt = nodescreenshotDescCreatedAt.Default.(func() time.Time)
 	policyoverrideFields := schema.PolicyOverride{}.Fields()
 	_ = policyoverrideFields
 	// policyoverrideDescUploadedAt is the schema descriptor for uploaded_at field.

@@ -48,6 +48,8 @@ type Tx struct {
 	NodeEvent *NodeEventClient
 	// NodeInventory is the client for interacting with the NodeInventory builders.
 	NodeInventory *NodeInventoryClient
+	// NodeScreenshot is the client for interacting with the NodeScreenshot builders.
+	NodeScreenshot *NodeScreenshotClient
 	// PolicyOverride is the client for interacting with the PolicyOverride builders.
 	PolicyOverride *PolicyOverrideClient
 	// Port is the client for interacting with the Port builders.
@@ -220,6 +222,7 @@ func (tx *Tx) init() {
 	tx.Node = NewNodeClient(tx.config)
 	tx.NodeEvent = NewNodeEventClient(tx.config)
 	tx.NodeInventory = NewNodeInventoryClient(tx.config)
+	tx.NodeScreenshot = NewNodeScreenshotClient(tx.config)
 	tx.PolicyOverride = NewPolicyOverrideClient(tx.config)
 	tx.Port = NewPortClient(tx.config)
 	tx.PortalSession = NewPortalSessionClient(tx.config)

@@ -105,7 +105,7 @@ func Defaults() []Rule {
 		{"baremetal:node:get_indicator_state", "rule:system_or_project_reader", sysProj, "Read a node's indicators and their states.", []string{"GET /v1/nodes/{node}/management/indicators", "GET /v1/nodes/{node}/management/indicators/{indicator}"}},
 		{"baremetal:node:set_indicator_state", "rule:system_member_or_owner_member", sysProj, "Change a node's indicator state.", []string{"PUT /v1/nodes/{node}/management/indicators/{indicator}"}},
 		// Console (API 1.1), as Ironic.
-		{"baremetal:node:get_console", "rule:system_member_or_owner_member", sysProj, "Get Node console connection information, and open the portal's console.", []string{"GET /v1/nodes/{node}/states/console"}},
+		{"baremetal:node:get_console", "rule:system_member_or_owner_member", sysProj, "Get Node console connection information, open the portal's console, and see the console screenshot management.screenshot took.", []string{"GET /v1/nodes/{node}/states/console", "GET /v1/nodes/{node}/screenshot"}},
 		{"baremetal:node:set_console_state", "rule:system_member_or_owner_member", sysProj, "Change Node console status.", []string{"PUT /v1/nodes/{node}/states/console"}},
 		{"baremetal:node:inject_nmi", "rule:system_member_or_owner_admin", sysProj, "Inject an NMI into a node.", []string{"PUT /v1/nodes/{node}/management/inject_nmi"}},
 		{"baremetal:node:inventory:get", "rule:system_or_owner_reader", sysProj, "Read the hardware inventory the last inspection found.", []string{"GET /v1/nodes/{node}/inventory"}},

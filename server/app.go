@@ -229,7 +229,6 @@ func New(ctx context.Context, o Options) (*App, error) {
 	if o.Conductor.Agent.ImageCacheDir == "" {
 		o.Conductor.Agent.ImageCacheDir = config.ImageCacheDir(o.Database)
 	}
-	a.Cond = conductor.New(db, o.Log, o.Conductor)
 	a.Firmware = &fwimages.Store{Dir: o.FirmwareDir, BaseURL: o.FirmwareURL, MaxBytes: o.FirmwareMaxBytes, Guard: a.Guard}
 	if a.Firmware.Dir == "" {
 		a.Firmware.Dir = config.FirmwareDir(o.Database)
@@ -237,6 +236,8 @@ func New(ctx context.Context, o Options) (*App, error) {
 	if a.Firmware.MaxBytes <= 0 {
 		a.Firmware.MaxBytes = fwimages.DefaultMaxBytes
 	}
+	o.Conductor.FirmwareImages = a.Firmware
+	a.Cond = conductor.New(db, o.Log, o.Conductor)
 	a.Cond.Allocate(a.Allocations)
 	ops := &conductor.Ops{C: a.Cond, Nodes: a.Nodes, Guard: a.Guard, Runbooks: a.Runbooks}
 	a.Campaigns = campaigns.New(db, a.Guard, a.Nodes, a.Runbooks, ops)

@@ -49,6 +49,19 @@ func (p *Portal) consolePage(c *fiber.Ctx) error {
 	return render(c, 200, views.ConsolePage(pg, *cv))
 }
 
+// nodeScreenshot serves the node's console screenshot to whoever may see
+// its console (Ops.Screenshot), as the image it is.
+func (p *Portal) nodeScreenshot(c *fiber.Ctx) error {
+	s, err := p.Ops.Screenshot(c.UserContext(), c.Params("id"))
+	if err != nil {
+		return p.fail(c, err)
+	}
+	c.Set("Content-Type", map[string]string{"png": "image/png", "jpg": "image/jpeg"}[s.FileType])
+	c.Set("X-Content-Type-Options", "nosniff")
+	c.Set("Cache-Control", "private, no-cache")
+	return c.Send(s.Image)
+}
+
 // consoleView is what the node page and the console page say about the
 // node's console; nil when its console interface has none.
 func (p *Portal) consoleView(ctx context.Context, v *nodes.View) *views.ConsoleView {

@@ -73,6 +73,13 @@ func (p *Portal) detail(c *fiber.Ctx) (views.NodeDetail, error) {
 	t := nodes.Target(v.Node)
 	d.CanPower = p.Guard.Allowed(ctx, conductor.RuleSetPower, t)
 	d.Console = p.consoleView(ctx, v)
+	// Asked only of a viewer who may see the console: a refusal would be
+	// audited as an attempt the viewer never made.
+	if p.Guard.Allowed(ctx, conductor.RuleGetConsole, t) {
+		if at, err := p.Ops.ScreenshotTaken(ctx, v.UUID); err == nil && !at.IsZero() {
+			d.Screenshot = at.UTC().Format("2006-01-02 15:04:05 UTC")
+		}
+	}
 	switch {
 	case !d.CanPower:
 		d.PowerWhy = p.denied(ctx, "may not change power", conductor.RuleSetPower)

@@ -144,6 +144,7 @@ func (p *Portal) Register(app *fiber.App) {
 	app.Post("/nodes/:id/bmc", s, p.signedIn, p.nodeBMC)
 	app.Post("/nodes/:id/test-bmc", s, p.signedIn, p.nodeTestBMC)
 	app.Get("/nodes/:id/console", s, p.signedIn, p.consolePage)
+	app.Get("/nodes/:id/screenshot", s, p.signedIn, p.nodeScreenshot)
 	app.Get("/nodes/:id/console/ws", s, p.signedIn, p.consoleSocket)
 	app.Post("/nodes/:id/console/state", s, p.signedIn, p.nodeConsoleState)
 	app.Get("/runbooks", s, p.signedIn, p.runbooksPage)

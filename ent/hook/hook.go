@@ -213,6 +213,18 @@ func (f NodeInventoryFunc) Mutate(ctx context.Context, m ent.Mutation) (ent.Valu
 	return nil, fmt.Errorf("unexpected mutation type %T. expect *ent.NodeInventoryMutation", m)
 }
 
+// The NodeScreenshotFunc type is an adapter to allow the use of ordinary
+// function as NodeScreenshot mutator.
+type NodeScreenshotFunc func(context.Context, *ent.NodeScreenshotMutation) (ent.Value, error)
+
+// Mutate calls f(ctx, m).
+func (f NodeScreenshotFunc) Mutate(ctx context.Context, m ent.Mutation) (ent.Value, error) {
+	if mv, ok := m.(*ent.NodeScreenshotMutation); ok {
+		return f(ctx, mv)
+	}
+	return nil, fmt.Errorf("unexpected mutation type %T. expect *ent.NodeScreenshotMutation", m)
+}
+
 // The PolicyOverrideFunc type is an adapter to allow the use of ordinary
 // function as PolicyOverride mutator.
 type PolicyOverrideFunc func(context.Context, *ent.PolicyOverrideMutation) (ent.Value, error)

@@ -632,6 +632,28 @@ var (
 			},
 		},
 	}
+	// NodeScreenshotsColumns holds the columns for the "node_screenshots" table.
+	NodeScreenshotsColumns = []*schema.Column{
+		{Name: "id", Type: field.TypeInt, Increment: true},
+		{Name: "image", Type: field.TypeBytes, Size: 8388608},
+		{Name: "file_type", Type: field.TypeString, Size: 8},
+		{Name: "created_at", Type: field.TypeTime},
+		{Name: "node_id", Type: field.TypeInt, Unique: true},
+	}
+	// NodeScreenshotsTable holds the schema information for the "node_screenshots" table.
+	NodeScreenshotsTable = &schema.Table{
+		Name:       "node_screenshots",
+		Columns:    NodeScreenshotsColumns,
+		PrimaryKey: []*schema.Column{NodeScreenshotsColumns[0]},
+		ForeignKeys: []*schema.ForeignKey{
+			{
+				Symbol:     "node_screenshots_nodes_screenshot",
+				Columns:    []*schema.Column{NodeScreenshotsColumns[4]},
+				RefColumns: []*schema.Column{NodesColumns[0]},
+				OnDelete:   schema.Cascade,
+			},
+		},
+	}
 	// PolicyOverridesColumns holds the columns for the "policy_overrides" table.
 	PolicyOverridesColumns = []*schema.Column{
 		{Name: "id", Type: field.TypeInt, Increment: true},
@@ -1034,6 +1056,7 @@ var (
 		NodesTable,
 		NodeEventsTable,
 		NodeInventoriesTable,
+		NodeScreenshotsTable,
 		PolicyOverridesTable,
 		PortsTable,
 		PortalSessionsTable,
@@ -1063,6 +1086,7 @@ func init() {
 	NodesTable.ForeignKeys[0].RefTable = ChassisTable
 	NodeEventsTable.ForeignKeys[0].RefTable = NodesTable
 	NodeInventoriesTable.ForeignKeys[0].RefTable = NodesTable
+	NodeScreenshotsTable.ForeignKeys[0].RefTable = NodesTable
 	PortsTable.ForeignKeys[0].RefTable = NodesTable
 	PortsTable.ForeignKeys[1].RefTable = PortgroupsTable
 	PortgroupsTable.ForeignKeys[0].RefTable = NodesTable

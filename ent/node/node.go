@@ -154,6 +154,8 @@ const (
 	EdgeInventory = "inventory"
 	// EdgeFirmwareComponents holds the string denoting the firmware_components edge name in mutations.
 	EdgeFirmwareComponents = "firmware_components"
+	// EdgeScreenshot holds the string denoting the screenshot edge name in mutations.
+	EdgeScreenshot = "screenshot"
 	// Table holds the table name of the node in the database.
 	Table = "nodes"
 	// TraitsTable is the table that holds the traits relation/edge.
@@ -219,6 +221,13 @@ const (
 	FirmwareComponentsInverseTable = "firmware_components"
 	// FirmwareComponentsColumn is the table column denoting the firmware_components relation/edge.
 	FirmwareComponentsColumn = "node_id"
+	// ScreenshotTable is the table that holds the screenshot relation/edge.
+	ScreenshotTable = "node_screenshots"
+	// ScreenshotInverseTable is the table name for the NodeScreenshot entity.
+	// It exists in this package in order to avoid circular dependency with the "nodescreenshot" package.
+	ScreenshotInverseTable = "node_screenshots"
+	// ScreenshotColumn is the table column denoting the screenshot relation/edge.
+	ScreenshotColumn = "node_id"
 )
 
 // Columns holds all SQL columns for node fields.
@@ -758,6 +767,13 @@ func ByFirmwareComponents(term sql.OrderTerm, terms ...sql.OrderTerm) OrderOptio
 		sqlgraph.OrderByNeighborTerms(s, newFirmwareComponentsStep(), append([]sql.OrderTerm{term}, terms...)...)
 	}
 }
+
+// ByScreenshotField orders the results by screenshot field.
+func ByScreenshotField(field string, opts ...sql.OrderTermOption) OrderOption {
+	return func(s *sql.Selector) {
+		sqlgraph.OrderByNeighborTerms(s, newScreenshotStep(), sql.OrderByField(field, opts...))
+	}
+}
 func newTraitsStep() *sqlgraph.Step {
 	return sqlgraph.NewStep(
 		sqlgraph.From(Table, FieldID),
@@ -819,5 +835,12 @@ func newFirmwareComponentsStep() *sqlgraph.Step {
 		sqlgraph.From(Table, FieldID),
 		sqlgraph.To(FirmwareComponentsInverseTable, FieldID),
 		sqlgraph.Edge(sqlgraph.O2M, false, FirmwareComponentsTable, FirmwareComponentsColumn),
+	)
+}
+func newScreenshotStep() *sqlgraph.Step {
+	return sqlgraph.NewStep(
+		sqlgraph.From(Table, FieldID),
+		sqlgraph.To(ScreenshotInverseTable, FieldID),
+		sqlgraph.Edge(sqlgraph.O2O, false, ScreenshotTable, ScreenshotColumn),
 	)
 }

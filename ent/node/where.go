@@ -3587,6 +3587,29 @@ func HasFirmwareComponentsWith(preds ...predicate.FirmwareComponent) predicate.N
 	})
 }
 
+// HasScreenshot applies the HasEdge predicate on the "screenshot" edge.
+func HasScreenshot() predicate.Node {
+	return predicate.Node(func(s *sql.Selector) {
+		step := sqlgraph.NewStep(
+			sqlgraph.From(Table, FieldID),
+			sqlgraph.Edge(sqlgraph.O2O, false, ScreenshotTable, ScreenshotColumn),
+		)
+		sqlgraph.HasNeighbors(s, step)
+	})
+}
+
+// HasScreenshotWith applies the HasEdge predicate on the "screenshot" edge with a given conditions (other predicates).
+func HasScreenshotWith(preds ...predicate.NodeScreenshot) predicate.Node {
+	return predicate.Node(func(s *sql.Selector) {
+		step := newScreenshotStep()
+		sqlgraph.HasNeighborsWith(s, step, func(s *sql.Selector) {
+			for _, p := range preds {
+				p(s)
+			}
+		})
+	})
+}
+
 // And groups predicates with the AND operator between them.
 func And(predicates ...predicate.Node) predicate.Node {
 	return predicate.Node(sql.AndPredicates(predicates...))

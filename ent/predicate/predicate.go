@@ -57,6 +57,9 @@ type NodeEvent func(*sql.Selector)
 // NodeInventory is the predicate function for nodeinventory builders.
 type NodeInventory func(*sql.Selector)
 
+// NodeScreenshot is the predicate function for nodescreenshot builders.
+type NodeScreenshot func(*sql.Selector)
+
 // PolicyOverride is the predicate function for policyoverride builders.
 type PolicyOverride func(*sql.Selector)
 

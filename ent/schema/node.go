@@ -116,6 +116,7 @@ func (Node) Edges() []ent.Edge {
 		edge.To("bios_settings", BiosSetting.Type).Annotations(entsql.OnDelete(entsql.Cascade)),
 		edge.To("inventory", NodeInventory.Type).Unique().Annotations(entsql.OnDelete(entsql.Cascade)),
 		edge.To("firmware_components", FirmwareComponent.Type).Annotations(entsql.OnDelete(entsql.Cascade)),
+		edge.To("screenshot", NodeScreenshot.Type).Unique().Annotations(entsql.OnDelete(entsql.Cascade)),
 	}
 }
 

@@ -1,6 +1,8 @@
 package api
 
 import (
+	"net/http"
+
 	"github.com/gofiber/fiber/v2"
 
 	"github.com/anvilproject/anvil/server/bmc"
@@ -24,6 +26,20 @@ func (a *API) registerManagement(v1 fiber.Router) {
 	v1.Put("/nodes/:node/management/inject_nmi", subSince(VerInjectNMI, "inject_nmi"), a.injectNMI)
 	v1.Get("/nodes/:node/states/console", query(), a.getConsole)
 	v1.Put("/nodes/:node/states/console", a.setConsole)
+	v1.Get("/nodes/:node/screenshot", query(), a.getScreenshot)
+}
+
+// getScreenshot serves the node's last console screenshot as the image
+// it is (checked when it was kept), never sniffed as anything else.
+func (a *API) getScreenshot(c *fiber.Ctx) error {
+	s, err := a.Ops.Screenshot(c.UserContext(), c.Params("node"))
+	if err != nil {
+		return err
+	}
+	c.Set("Content-Type", map[string]string{"png": "image/png", "jpg": "image/jpeg"}[s.FileType])
+	c.Set("X-Content-Type-Options", "nosniff")
+	c.Set("Last-Modified", s.CreatedAt.UTC().Format(http.TimeFormat))
+	return c.Send(s.Image)
 }
 
 // getConsole answers Ironic's {console_enabled, console_info}.

@@ -6,6 +6,7 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"maps"
 	"net"
 	"net/http"
 	"net/url"
@@ -15,6 +16,7 @@ import (
 	"strings"
 
 	bmclib "github.com/bmc-toolbox/bmclib/v2"
+	"github.com/bmc-toolbox/bmclib/v2/constants"
 	bmclibErrs "github.com/bmc-toolbox/bmclib/v2/errors"
 	"github.com/bmc-toolbox/bmclib/v2/providers"
 	"github.com/bmc-toolbox/bmclib/v2/providers/asrockrack"
@@ -77,6 +79,8 @@ var bmclibStepFeatures = map[string]registrar.Feature{
 	"management.clear_sel":       providers.FeatureClearSystemEventLog,
 	"management.clear_event_log": providers.FeatureClearSystemEventLog,
 	"management.get_sel":         providers.FeatureGetSystemEventLog,
+	"management.get_post_code":   providers.FeaturePostCodeRead,
+	"management.screenshot":      providers.FeatureScreenshot,
 }
 
 // BmclibOffers reports whether provider runs step (interface.step), by
@@ -95,6 +99,8 @@ func BmclibOffers(provider, step string) bool {
 		if provider == "homeassistant" {
 			return false
 		}
+	case "firmware.update":
+		return bmclibPushes(provider)
 	}
 	f, ok := bmclibStepFeatures[step]
 	return ok && slices.Contains(p.features, f)
@@ -103,7 +109,7 @@ func BmclibOffers(provider, step string) bool {
 // BmclibSteps lists the steps beyond power provider runs, sorted.
 func BmclibSteps(provider string) []string {
 	var out []string
-	for s := range bmclibStepFeatures {
+	for _, s := range append(slices.Collect(maps.Keys(bmclibStepFeatures)), "firmware.update") {
 		if BmclibOffers(provider, s) {
 			out = append(out, s)
 		}
@@ -124,6 +130,12 @@ func bmclibProviderDesc() string {
 		steps := BmclibSteps(p)
 		if len(steps) == 0 {
 			steps = []string{"nothing"}
+		}
+		for i, s := range steps {
+			if s == "firmware.update" {
+				// The image is pushed from Anvil's store: name what it takes.
+				steps[i] = fmt.Sprintf("firmware.update (%s, pushed from Anvil's firmware image store)", strings.Join(BmclibFirmwareComponents(p), ", "))
+			}
 		}
 		fmt.Fprintf(&b, "%s: %s", p, strings.Join(steps, ", "))
 	}
@@ -185,6 +197,11 @@ type bmclibClient struct {
 	// ipmi classifies ipmitool's words for the ipmitool provider, as the
 	// ipmi driver does its own; nil for other providers.
 	ipmi *ipmiClient
+	// fwSteps are the firmware install steps the provider named, by
+	// component; fwTasks the updates in progress, by the handle
+	// PushFirmware returned.
+	fwSteps map[string][]constants.FirmwareInstallStep
+	fwTasks map[string]*bmclibFwTask
 }
 
 func openBmclib(info map[string]any, o Options) (*bmclibClient, error) {
@@ -522,6 +539,52 @@ func (c *bmclibClient) ReadEventLog(ctx context.Context) ([]string, error) {
 		return nil
 	})
 	return out, err
+}
+
+// PostCodeReader is a BMC that reports the BIOS/UEFI POST code the host
+// last showed.
+type PostCodeReader interface {
+	// PostCode returns bmclib's name for the boot stage the code means
+	// (unknown where it has none) and the code.
+	PostCode(ctx context.Context) (stage string, code int, err error)
+}
+
+func (c *bmclibClient) PostCode(ctx context.Context) (string, int, error) {
+	if !BmclibOffers(c.provider, "management.get_post_code") {
+		return "", 0, errUnsupported("reading the POST code", c.where)
+	}
+	var stage string
+	var code int
+	err := c.do(ctx, "reading the POST code", func(ctx context.Context) (err error) {
+		stage, code, err = c.cl.PostCode(ctx)
+		return err
+	})
+	return truncate(mask(stage, c.secrets), 80), code, err
+}
+
+// Screenshotter is a BMC that captures its video console.
+type Screenshotter interface {
+	// Screenshot returns the image and its type, png or jpg.
+	Screenshot(ctx context.Context) (image []byte, fileType string, err error)
+}
+
+func (c *bmclibClient) Screenshot(ctx context.Context) ([]byte, string, error) {
+	op := "taking a console screenshot"
+	if !BmclibOffers(c.provider, "management.screenshot") {
+		return nil, "", errUnsupported(op, c.where)
+	}
+	var img []byte
+	var kind string
+	err := c.do(ctx, op, func(ctx context.Context) (err error) {
+		img, kind, err = c.cl.Screenshot(ctx)
+		return err
+	})
+	if err == nil && len(img) == 0 {
+		// bmclib's Supermicro provider drops its fetch's error and
+		// returns no image.
+		err = &Error{Op: op, Where: c.where, Kind: ErrBMC, Reason: "the BMC gave no image"}
+	}
+	return img, kind, err
 }
 
 func (c *bmclibClient) Close() { c.closeProvider() }

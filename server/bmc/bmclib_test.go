@@ -54,12 +54,17 @@ func TestBmclibFailuresAreClassified(t *testing.T) {
 }
 
 // TestBmclibOffersWhatTheProviderHas: the steps each provider offers are
-// bmclib's own feature lists, less Home Assistant's no-op boot device.
+// bmclib's own feature lists, less Home Assistant's no-op boot device;
+// firmware.update exactly for the providers with a vendor push flow.
 func TestBmclibOffersWhatTheProviderHas(t *testing.T) {
 	for p, want := range map[string]string{
 		"rpc":           "management.set_boot_device",
 		"homeassistant": "",
-		"dell":          "management.reset_bmc",
+		"intelamt":      "management.set_boot_device",
+		"dell":          "firmware.update,management.reset_bmc,management.screenshot",
+		"supermicro":    "firmware.update,management.reset_bmc,management.screenshot",
+		"openbmc":       "firmware.update,management.reset_bmc",
+		"asrockrack":    "firmware.update,management.get_post_code,management.reset_bmc",
 		"ipmitool":      "management.clear_event_log,management.clear_sel,management.get_sel,management.reset_bmc,management.set_boot_device",
 		"redfish":       "management.clear_event_log,management.clear_sel,management.reset_bmc,management.set_boot_device",
 		"nonesuch":      "",

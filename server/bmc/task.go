@@ -20,6 +20,10 @@ type Task struct {
 	// Gone: the BMC no longer has the task (404). Ironic takes that as a
 	// task that ended well, since BMCs purge finished tasks.
 	Gone bool
+	// PowerCycle: the BMC waits for the host to be power cycled before
+	// it goes on (bmclib's powercycle-host, a Dell job Scheduled for the
+	// next reset).
+	PowerCycle bool
 }
 
 // Done reports whether the task ended: every state but those Ironic

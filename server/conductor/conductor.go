@@ -22,6 +22,7 @@ import (
 	"github.com/anvilproject/anvil/server/bmc"
 	"github.com/anvilproject/anvil/server/config"
 	"github.com/anvilproject/anvil/server/errs"
+	"github.com/anvilproject/anvil/server/fwimages"
 	"github.com/anvilproject/anvil/server/history"
 	"github.com/anvilproject/anvil/server/imagecache"
 	"github.com/anvilproject/anvil/server/listing"
@@ -62,6 +63,9 @@ type Config struct {
 	// BMCCADir is the only directory CA bundle paths in driver_info may
 	// name ("": none); process-wide, as BMCNetworks.
 	BMCCADir string
+	// FirmwareImages is Anvil's firmware image store, from which
+	// firmware.update pushes images to BMCs that cannot pull them.
+	FirmwareImages *fwimages.Store
 	// Agent tunes the in-band work (inband.go).
 	Agent AgentConfig
 	// Console places the ipmitool-socat listeners (console.go).

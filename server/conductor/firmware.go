@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"os"
 	"slices"
 	"strings"
 	"time"
@@ -13,6 +14,7 @@ import (
 	"github.com/anvilproject/anvil/ent"
 	"github.com/anvilproject/anvil/ent/firmwarecomponent"
 	"github.com/anvilproject/anvil/server/bmc"
+	"github.com/anvilproject/anvil/server/errs"
 	"github.com/anvilproject/anvil/server/history"
 	"github.com/anvilproject/anvil/server/store"
 )
@@ -214,7 +216,9 @@ func (r *fwRun) versions(component string) (map[string]string, error) {
 // report its new version, and rides out the BMC going away meanwhile.
 // The versions before and after go to the node's history; one unchanged
 // after its update is noted there, not failed, as Ironic takes it for
-// an update that had nothing to do.
+// an update that had nothing to do. A BMC that cannot pull (bmclib's
+// vendor providers) is pushed the image from Anvil's store instead, and
+// only the vendor's own steps power off, power cycle or reset around it.
 func (c *Conductor) updateFirmware(ctx context.Context, n *ent.Node, cl bmc.Client, fw bmc.Firmware, st Step) (string, error) {
 	list, _ := st.Args["settings"].([]any)
 	before, ids, err := readFirmware(ctx, fw)
@@ -226,6 +230,7 @@ func (c *Conductor) updateFirmware(ctx context.Context, n *ent.Node, cl bmc.Clie
 	if err := c.cacheFirmware(ctx, n.ID, before, ids, nil); err != nil {
 		return "", err
 	}
+	push, _ := fw.(bmc.FirmwarePusher)
 	r := &fwRun{c: c, ctx: ctx, cl: cl, fw: fw, poll: c.cfg.BMC.PowerPoll}
 	if r.poll <= 0 {
 		r.poll = time.Second
@@ -246,7 +251,13 @@ func (c *Conductor) updateFirmware(ctx context.Context, n *ent.Node, cl bmc.Clie
 		if _, ok := before[component]; nic && !ok {
 			return r.power, fmt.Errorf("%s: the BMC reports no network adapter %s", op, strings.TrimPrefix(component, bmc.NICPrefix))
 		}
-		task, err := fw.StartFirmwareUpdate(ctx, component, url)
+		var plan bmc.FirmwarePlan
+		var task string
+		if push != nil {
+			plan, task, err = r.push(push, component, url)
+		} else {
+			task, err = fw.StartFirmwareUpdate(ctx, component, url)
+		}
 		if err != nil {
 			return r.power, err
 		}
@@ -259,6 +270,11 @@ func (c *Conductor) updateFirmware(ctx context.Context, n *ent.Node, cl bmc.Clie
 				return r.power, err
 			}
 			if t.Failed() {
+				if plan.ResetBMCOnFailure {
+					// The vendor's BMC stays in flash mode until reset;
+					// the update's failure is what the step reports.
+					_ = cl.ResetBMC(ctx)
+				}
 				// The task's message is the BMC's own text: operators'.
 				return r.power, &bmc.Error{Op: op, Kind: bmc.ErrBMC,
 					Message: "the " + component + " firmware update ended in " + t.State, Said: t.Message}
@@ -267,6 +283,14 @@ func (c *Conductor) updateFirmware(ctx context.Context, n *ent.Node, cl bmc.Clie
 				break
 			}
 			switch {
+			case push != nil:
+				// A pushed update reboots only when the vendor asks.
+				if t.PowerCycle && !rebooted {
+					if err := r.reboot(); err != nil {
+						return r.power, err
+					}
+					rebooted = true
+				}
 			case component == "bios" && !rebooted:
 				// The BIOS applies at the next POST: a task left alone
 				// stays Pending on iDRAC. Ironic reboots once it starts.
@@ -293,7 +317,21 @@ func (c *Conductor) updateFirmware(ctx context.Context, n *ent.Node, cl bmc.Clie
 				return r.power, err
 			}
 		}
-		if component == "bmc" {
+		if plan.ResetBMCAfter {
+			if _, err := r.call(component, func() error { return cl.ResetBMC(ctx) }); err != nil {
+				return r.power, err
+			}
+		}
+		_, reported := before[component]
+		if push != nil && (component != "bmc" || !reported) {
+			// The vendor's steps are done; its BMC reports the version it
+			// runs, if it reports any, once it answers steadily.
+			if wait > 0 {
+				if err := r.sleep(wait); err != nil {
+					return r.power, err
+				}
+			}
+		} else if component == "bmc" {
 			changed, err := r.awaitBMC(before["bmc"], cmp.Or(wait, bmcVersionWait))
 			if err != nil {
 				return r.power, err
@@ -340,6 +378,12 @@ func (c *Conductor) updateFirmware(ctx context.Context, n *ent.Node, cl bmc.Clie
 		}
 		changes = append(changes, s)
 	}
+	for _, k := range slices.Sorted(maps.Keys(flashed)) {
+		if _, ok := after[k]; !ok {
+			// Said, not guessed: the update ran, its result is unknown.
+			changes = append(changes, fmt.Sprintf("%s updated, but %s", k, unreported(n)))
+		}
+	}
 	return r.power, history.Record(ctx, c.db.Client, history.Event{NodeID: n.ID, Type: "firmware", Conductor: c.cfg.Name,
 		Message: "Firmware versions: " + strings.Join(changes, ", ")})
 }
@@ -364,4 +408,85 @@ func (r *fwRun) awaitBMC(old string, wait time.Duration) (bool, error) {
 			return false, err
 		}
 	}
+}
+
+// unreported says why a node's BMC gave no version for a component.
+func unreported(n *ent.Node) string {
+	if bmc.Canonical(n.Driver) == "bmclib" {
+		p, _ := n.DriverInfo["bmclib_provider"].(string)
+		return "bmclib's " + p + " provider reports no version for it"
+	}
+	return "the BMC reports no version for it"
+}
+
+// push sends the image a firmware.update setting names to a BMC that
+// cannot pull it: only an image of this Anvil's own store, found by its
+// URL (nothing else the URL names is opened or fetched). The host is
+// powered off first where the vendor asks.
+func (r *fwRun) push(p bmc.FirmwarePusher, component, url string) (bmc.FirmwarePlan, string, error) {
+	op := "updating " + component + " firmware"
+	path, err := r.c.firmwareImage(url)
+	if err != nil {
+		return bmc.FirmwarePlan{}, "", fmt.Errorf("%s: url %s", op, err)
+	}
+	plan, err := p.FirmwarePlan(r.ctx, component)
+	if err != nil {
+		return plan, "", err
+	}
+	if plan.PowerOffHost {
+		power, err := bmc.Power(r.ctx, r.cl, bmc.PowerOff, r.c.cfg.PowerTimeout, r.c.cfg.BMC.PowerPoll)
+		if power != "" {
+			r.power = power
+		}
+		if err != nil {
+			return plan, "", err
+		}
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		return plan, "", fmt.Errorf("%s: the firmware image store: %w", op, err)
+	}
+	defer f.Close()
+	task, err := p.PushFirmware(r.ctx, component, f)
+	return plan, task, err
+}
+
+// firmwareImage finds the stored image url names (fwimages.Store.Local).
+func (c *Conductor) firmwareImage(url string) (string, error) {
+	if c.cfg.FirmwareImages == nil {
+		return "", errors.New("cannot be pushed: this Anvil has no firmware image store")
+	}
+	return c.cfg.FirmwareImages.Local(url)
+}
+
+// firmwareFits checks a bmclib node's firmware.update settings before a
+// run starts: each component must be one its provider updates, and each
+// url an image of this Anvil's store, the only images Anvil pushes.
+func (c *Conductor) firmwareFits(field string, steps []Step, n *ent.Node) error {
+	if bmc.Canonical(n.Driver) != "bmclib" {
+		return nil
+	}
+	p, _ := n.DriverInfo["bmclib_provider"].(string)
+	for i, s := range steps {
+		if s.Name() != "firmware.update" || !bmc.BmclibOffers(p, s.Name()) {
+			continue // unsupported and ArgProblems say what is wrong
+		}
+		list, _ := s.Args["settings"].([]any)
+		for j, x := range list {
+			m, _ := x.(map[string]any)
+			f := fmt.Sprintf("%s[%d].args.settings[%d]", field, i, j)
+			comp, _ := m["component"].(string)
+			if valid := bmc.BmclibFirmwareComponents(p); !slices.Contains(valid, comp) {
+				return errs.BadRequest(f+".component", "%s.component %q: bmclib provider %s updates only %s", f, comp, p, strings.Join(valid, ", "))
+			}
+			u, _ := m["url"].(string)
+			if _, err := c.firmwareImage(u); err != nil {
+				if len(u) > 200 {
+					u = u[:200] + "…"
+				}
+				return errs.BadRequest(f+".url", "%s.url %q %v", f, u, err)
+			}
+		}
+	}
+	return nil
 }

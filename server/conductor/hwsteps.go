@@ -1,6 +1,7 @@
 package conductor
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"maps"
@@ -10,7 +11,10 @@ import (
 
 	"github.com/anvilproject/anvil/ent"
 	"github.com/anvilproject/anvil/ent/biossetting"
+	"github.com/anvilproject/anvil/ent/nodescreenshot"
+	"github.com/anvilproject/anvil/ent/schema"
 	"github.com/anvilproject/anvil/server/bmc"
+	"github.com/anvilproject/anvil/server/errs"
 	"github.com/anvilproject/anvil/server/history"
 	"github.com/anvilproject/anvil/server/store"
 )
@@ -178,6 +182,19 @@ func (c *Conductor) execManagement(ctx context.Context, n *ent.Node, cl bmc.Clie
 	switch st.Step {
 	case "get_sel":
 		return c.readSEL(ctx, n, cl)
+	case "screenshot":
+		return c.takeScreenshot(ctx, n, cl)
+	case "get_post_code":
+		r, ok := cl.(bmc.PostCodeReader)
+		if !ok {
+			return fmt.Errorf("driver %s cannot read the POST code", n.Driver)
+		}
+		stage, code, err := r.PostCode(ctx)
+		if err != nil {
+			return err
+		}
+		return history.Record(ctx, c.db.Client, history.Event{NodeID: n.ID, Severity: history.Info, Type: "diagnostics",
+			Message: fmt.Sprintf("POST code %d (0x%02X): %s.", code, code, stage), Conductor: c.cfg.Name})
 	case "clear_event_log", "clear_sel":
 		l, ok := cl.(bmc.EventLog)
 		if !ok {
@@ -207,6 +224,70 @@ func (c *Conductor) execManagement(ctx context.Context, n *ent.Node, cl bmc.Clie
 		return bm.SetSecureBoot(ctx, on)
 	}
 	return fmt.Errorf("step %s has no implementation", st.Name())
+}
+
+// takeScreenshot keeps the console screenshot the BMC gives as the
+// node's, replacing the last. The BMC's bytes are kept only if they are
+// the image they claim, so the API never serves other content as one.
+func (c *Conductor) takeScreenshot(ctx context.Context, n *ent.Node, cl bmc.Client) error {
+	s, ok := cl.(bmc.Screenshotter)
+	if !ok {
+		return fmt.Errorf("driver %s cannot take a console screenshot", n.Driver)
+	}
+	img, kind, err := s.Screenshot(ctx)
+	if err != nil {
+		return err
+	}
+	switch {
+	case len(img) > schema.MaxScreenshotBytes:
+		return fmt.Errorf("the BMC's screenshot is %d bytes, more than the %d kept", len(img), schema.MaxScreenshotBytes)
+	case kind == "png" && bytes.HasPrefix(img, []byte("\x89PNG\r\n\x1a\n")), kind == "jpg" && bytes.HasPrefix(img, []byte{0xff, 0xd8, 0xff}):
+	default:
+		return fmt.Errorf("the BMC's screenshot is not the %s image it claims", kind)
+	}
+	err = store.WithTx(ctx, c.db, func(tx *ent.Client) error {
+		if _, err := tx.NodeScreenshot.Delete().Where(nodescreenshot.NodeID(n.ID)).Exec(ctx); err != nil {
+			return err
+		}
+		return tx.NodeScreenshot.Create().SetNodeID(n.ID).SetImage(img).SetFileType(kind).Exec(ctx)
+	})
+	if err != nil {
+		return err
+	}
+	return history.Record(ctx, c.db.Client, history.Event{NodeID: n.ID, Severity: history.Info, Type: "diagnostics",
+		Message: fmt.Sprintf("Console screenshot taken (%s, %d bytes).", kind, len(img)), Conductor: c.cfg.Name})
+}
+
+// Screenshot is node ident's last console screenshot, for a caller who
+// may see its console.
+func (o *Ops) Screenshot(ctx context.Context, ident string) (*ent.NodeScreenshot, error) {
+	n, err := o.Nodes.Authorized(ctx, ident, RuleGetConsole)
+	if err != nil {
+		return nil, err
+	}
+	s, err := o.C.db.NodeScreenshot.Query().Where(nodescreenshot.NodeID(n.ID)).Only(ctx)
+	if ent.IsNotFound(err) {
+		return nil, errs.NotFound("Node %s has no console screenshot: run the management.screenshot step.", n.UUID)
+	}
+	return s, err
+}
+
+// ScreenshotTaken is when node ident's console screenshot was taken, zero
+// when it has none, for a caller who may see its console; the image
+// itself is not read.
+func (o *Ops) ScreenshotTaken(ctx context.Context, ident string) (time.Time, error) {
+	n, err := o.Nodes.Authorized(ctx, ident, RuleGetConsole)
+	if err != nil {
+		return time.Time{}, err
+	}
+	s, err := o.C.db.NodeScreenshot.Query().Where(nodescreenshot.NodeID(n.ID)).Select(nodescreenshot.FieldID, nodescreenshot.FieldCreatedAt).Only(ctx)
+	if ent.IsNotFound(err) {
+		return time.Time{}, nil
+	}
+	if err != nil {
+		return time.Time{}, err
+	}
+	return s.CreatedAt, nil
 }
 
 // readSEL records the BMC's event log in the node's history: how many

@@ -502,6 +502,9 @@ func (o *Ops) provision(ctx context.Context, n *ent.Node, r ProvisionRequest, re
 	if err := stepsFitDriver(r.Target+"_steps", steps, n.Driver); err != nil {
 		return err
 	}
+	if err := o.C.firmwareFits(r.Target+"_steps", steps, n); err != nil {
+		return err
+	}
 	if err := checkRescue(n, r.Target, r.RescuePassword); err != nil {
 		return err
 	}

@@ -247,3 +247,25 @@ func (s *Store) Open(sum, name string) (*os.File, fs.FileInfo, error) {
 	}
 	return f, fi, nil
 }
+
+// Local finds the stored image a URL of this Anvil names, for BMCs that
+// cannot pull and to which Anvil pushes the image itself. Only this
+// store's own download URL counts: another host, another path, a query
+// or a hash not stored is refused with the reason, and nothing named by
+// the URL is ever opened or fetched except the store's own file.
+func (s *Store) Local(raw string) (string, error) {
+	prefix := strings.TrimRight(s.BaseURL, "/") + RoutePrefix
+	rest, ok := strings.CutPrefix(raw, prefix)
+	if !ok || s.BaseURL == "" {
+		return "", fmt.Errorf("is not a firmware image of this Anvil (%s<sha256>/<name>); upload the image to Anvil's firmware image store and name the URL it gives", prefix)
+	}
+	sum, name, ok := strings.Cut(rest, "/")
+	if !ok || !validHash.MatchString(sum) || ValidateName(name) != nil {
+		return "", fmt.Errorf("is not a firmware image URL of this Anvil: it must be %s<sha256>/<name>", prefix)
+	}
+	path := filepath.Join(s.Dir, sum, name)
+	if fi, err := os.Stat(path); err != nil || !fi.Mode().IsRegular() {
+		return "", fmt.Errorf("names firmware image %s/%s, which this Anvil does not have (deleted, or never uploaded)", sum, name)
+	}
+	return path, nil
+}
