@@ -37,6 +37,7 @@ type rpcMachine struct {
 	mu           sync.Mutex
 	booted       []string // "agent" or "disk" per power on, in order
 	failed       []string // what the machine could not do
+	pending      int      // power changes taken by the webhook, not yet followed
 }
 
 func newRPCMachine(t *testing.T, hook *bmctest.RPCWebhook, rack *agenttest.Rack, id, mac, apiURL string) *rpcMachine {
@@ -61,6 +62,9 @@ func (m *rpcMachine) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	before, _, _, _ := m.hook.State()
 	m.hook.ServeHTTP(w, r)
 	if after, boot, _, _ := m.hook.State(); after != before {
+		m.mu.Lock()
+		m.pending++
+		m.mu.Unlock()
 		m.changes <- [2]string{after, boot}
 	}
 }
@@ -83,6 +87,9 @@ func (m *rpcMachine) run() {
 		if err != nil {
 			m.fail(err.Error())
 		}
+		m.mu.Lock()
+		m.pending--
+		m.mu.Unlock()
 	}
 }
 
@@ -115,11 +122,25 @@ func (m *rpcMachine) fail(what string) {
 	m.failed = append(m.failed, what)
 }
 
-// boots is what the machine booted at each power on so far.
-func (m *rpcMachine) boots() []string {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	return append([]string(nil), m.booted...)
+// boots is what the machine booted at each power on, once it has
+// followed every power change the webhook took: it follows them in its
+// own goroutine, which can lag the conductor (stopping an agent takes
+// seconds), so a node may be active before its machine is on.
+func (m *rpcMachine) boots(t *testing.T) []string {
+	t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for {
+		m.mu.Lock()
+		pending, booted := m.pending, append([]string(nil), m.booted...)
+		m.mu.Unlock()
+		if pending == 0 {
+			return booted
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the machine has not followed %d power changes after a minute", pending)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
 }
 
 // TestBmclibAgentDeploy is a whole agent lifecycle on a bmclib node
@@ -181,7 +202,7 @@ func TestBmclibAgentDeploy(t *testing.T) {
 		if n["power_state"] != bmc.PowerOff || n["maintenance"] != false {
 			t.Errorf("after cleaning: power %v maintenance %v", n["power_state"], n["maintenance"])
 		}
-		if b := m.boots(); len(b) != 1 || b[0] != "agent" {
+		if b := m.boots(t); len(b) != 1 || b[0] != "agent" {
 			t.Fatalf("cleaning: the machine booted %v, want the agent once", b)
 		}
 		if !rack.Stopped("1", 20*time.Second) {
@@ -207,7 +228,7 @@ func TestBmclibAgentDeploy(t *testing.T) {
 		if n["power_state"] != bmc.PowerOn || power != "on" || boot != "disk" {
 			t.Errorf("deployed: node power %v, webhook power %s boot %s", n["power_state"], power, boot)
 		}
-		if b := m.boots(); strings.Join(b, ",") != "agent,agent,disk" {
+		if b := m.boots(t); strings.Join(b, ",") != "agent,agent,disk" {
 			t.Errorf("deploy: the machine booted %v, want the agent then its disk", b)
 		}
 		if !rack.Stopped("1", 20*time.Second) {
