@@ -97,6 +97,10 @@ type Options struct {
 	// project-scoped caller may give an allocation (its
 	// extra.anvil_expires_at); zero leaves leases uncapped and optional.
 	AllocationMaxLease time.Duration
+	// PasswordHashCost is the bcrypt cost of the password hashes local
+	// accounts get (identity.Service.PasswordCost); bcrypt's default
+	// when 0.
+	PasswordHashCost int
 	// TrustedProxies are the networks whose X-Forwarded-For is believed
 	// for the client's address (throttling, logs); none by default.
 	TrustedProxies []net.IPNet
@@ -167,6 +171,11 @@ func New(ctx context.Context, o Options) (*App, error) {
 	if err := o.Webhook.Validate(); err != nil {
 		return nil, err
 	}
+	if o.PasswordHashCost != 0 {
+		if err := identity.ValidPasswordCost(o.PasswordHashCost); err != nil {
+			return nil, fmt.Errorf("password hash cost: %w", err)
+		}
+	}
 	db, err := store.OpenPool(ctx, o.Database, o.Pool)
 	if err != nil {
 		return nil, err
@@ -210,6 +219,7 @@ func New(ctx context.Context, o Options) (*App, error) {
 	a.Guard = &guard.Guard{Enforcer: enf, Audit: a.Audit}
 	a.Nodes = nodes.New(db, a.Guard)
 	a.IDs = identity.New(db, a.Audit)
+	a.IDs.PasswordCost = o.PasswordHashCost
 	a.Runbooks = runbooks.New(db, a.Guard)
 	a.Allocations = allocations.New(db, a.Guard)
 	a.Allocations.MaxLease = o.AllocationMaxLease

@@ -295,6 +295,7 @@ func TestServeSettingsRefused(t *testing.T) {
 		{args: []string{"--service-project", ""}, want: `--service-project ""`},
 		{args: []string{"--conductor-group", "rack 1"}, want: `--conductor-group: Invalid conductor group "rack 1"`},
 		{args: []string{"--gc-percent", "0"}, want: "--gc-percent 0: must be more than 0"},
+		{args: []string{"--password-hash-cost", "3"}, want: "--password-hash-cost: bcrypt cost 3: give 4 to 31"},
 		{args: []string{"--deploy-images", filepath.Join(dir, "none.json")}, want: "--deploy-images: open " + filepath.Join(dir, "none.json")},
 		{args: []string{"--deploy-images", images}, want: "--deploy-images: " + images + `: image "Debian 13": checksum must be`},
 		{args: []string{"--deploy-images", list}, want: "--deploy-images: " + list + ": not a JSON list"},

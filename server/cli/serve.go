@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"golang.org/x/crypto/bcrypt"
 
 	"github.com/anvilproject/anvil/policies"
 	"github.com/anvilproject/anvil/server"
@@ -20,6 +21,7 @@ import (
 	"github.com/anvilproject/anvil/server/config"
 	"github.com/anvilproject/anvil/server/demo"
 	"github.com/anvilproject/anvil/server/deployimages"
+	"github.com/anvilproject/anvil/server/identity"
 	"github.com/anvilproject/anvil/server/imagecache"
 	"github.com/anvilproject/anvil/server/nodes"
 	"github.com/anvilproject/anvil/server/oidclogin"
@@ -53,6 +55,7 @@ func serveCmd() *cobra.Command {
 		rolAge   time.Duration
 		imgFile  string
 		maxLease time.Duration
+		pwCost   int
 		autoMig  bool
 		hook     webhook.Config
 	)
@@ -82,6 +85,9 @@ func serveCmd() *cobra.Command {
 				if pu, err := url.Parse(u); err != nil || (pu.Scheme != "http" && pu.Scheme != "https") || pu.Host == "" || pu.RawQuery != "" || pu.Fragment != "" {
 					return fmt.Errorf("--agent-image-url %q: give an http:// or https:// base URL such as https://anvil.example.com/images", u)
 				}
+			}
+			if err := identity.ValidPasswordCost(pwCost); err != nil {
+				return fmt.Errorf("--password-hash-cost: %w", err)
 			}
 			if maxLease < 0 || cc.LeaseCheck <= 0 {
 				return fmt.Errorf("--allocation-max-lease %s, --lease-check-interval %s: give 0 or more, and more than 0", maxLease, cc.LeaseCheck)
@@ -155,7 +161,7 @@ func serveCmd() *cobra.Command {
 			app, err := server.New(ctx, server.Options{
 				Database: g.database, Pool: pool, ManualMigrate: !autoMig, AccessLog: access, AuthNone: auth == "none", Log: log, SessionSecret: secret, OIDC: provider, Conductor: cc, PolicyDir: pdir, PolicyOverrideEnabled: penab, ServiceProject: svcp,
 				TrustedProxies: proxy, FirmwareDir: fwo.dir, FirmwareURL: fwo.url, FirmwareMaxBytes: fwo.max,
-				BootISODir: isoDir, AllocationMaxLease: maxLease,
+				BootISODir: isoDir, AllocationMaxLease: maxLease, PasswordHashCost: pwCost,
 				MetricsToken: mtok, OIDCRolesMaxAge: rolAge, Webhook: hook,
 				Bootstrap: func(user, pw string) {
 					// Printed once, on stderr with the log, never stored in clear.
@@ -201,6 +207,7 @@ func serveCmd() *cobra.Command {
 	f.StringVar(&cc.Group, "conductor-group", "", "the conductor_group whose nodes this conductor serves (Ironic's; the default \"\" serves nodes without a group)")
 	f.DurationVar(&cc.Heartbeat, "heartbeat", 5*time.Second, "how often the conductor reports it is alive")
 	f.DurationVar(&cc.HeartbeatTimeout, "heartbeat-timeout", 30*time.Second, "silence after which another conductor takes a conductor's nodes over")
+	f.IntVar(&pwCost, "password-hash-cost", bcrypt.DefaultCost, "bcrypt cost of the password hashes local accounts get when created or changed (Keystone's password_hash_rounds; each step doubles a login's CPU); existing hashes keep theirs")
 	f.DurationVar(&maxLease, "allocation-max-lease", 0, "longest lease a project-scoped caller may give an allocation: it must set extra.anvil_expires_at within this of now, and may not remove it (0: no cap; system-scoped callers are never capped)")
 	f.DurationVar(&cc.LeaseCheck, "lease-check-interval", 30*time.Second, "how often the conductor ends the allocation leases past their extra.anvil_expires_at")
 	f.DurationVar(&cc.PowerSync, "power-sync", time.Minute, "period of the power-state sync over every node (0 turns it off)")

@@ -2,8 +2,6 @@ package identity
 
 import (
 	"context"
-	"io"
-	"log/slog"
 	"testing"
 	"time"
 
@@ -22,7 +20,7 @@ import (
 func TestListAndRevokeSessions(t *testing.T) {
 	storetest.Each(t, func(t *testing.T, _ string, db *store.DB) {
 		ctx := context.Background()
-		s := New(db, audit.New(db.Client, slog.New(slog.NewTextHandler(io.Discard, nil))))
+		s := newService(db)
 		mine, err := s.StartSession(ctx, "root", "10.0.0.1", time.Hour, nil)
 		if err != nil {
 			t.Fatal(err)

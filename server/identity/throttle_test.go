@@ -4,14 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
-	"log/slog"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/anvilproject/anvil/server/audit"
 	"github.com/anvilproject/anvil/server/errs"
 	"github.com/anvilproject/anvil/server/store"
 	"github.com/anvilproject/anvil/server/store/storetest"
@@ -23,7 +20,7 @@ import (
 func TestLoginBurstIsThrottled(t *testing.T) {
 	storetest.Each(t, func(t *testing.T, _ string, db *store.DB) {
 		ctx := context.Background()
-		s := New(db, audit.New(db.Client, slog.New(slog.NewTextHandler(io.Discard, nil))))
+		s := newService(db)
 		if err := s.CreateUser(ctx, "pat", "pat-password-1"); err != nil {
 			t.Fatal(err)
 		}
@@ -186,7 +183,7 @@ func TestThrottleEvictionKeepsAttackedAccount(t *testing.T) {
 func TestThrottleSharedAddress(t *testing.T) {
 	storetest.Each(t, func(t *testing.T, _ string, db *store.DB) {
 		ctx := context.Background()
-		s := New(db, audit.New(db.Client, slog.New(slog.NewTextHandler(io.Discard, nil))))
+		s := newService(db)
 		for _, u := range []string{"lee", "sam"} {
 			if err := s.CreateUser(ctx, u, u+"-password-1"); err != nil {
 				t.Fatal(err)

@@ -2,11 +2,8 @@ package identity
 
 import (
 	"context"
-	"io"
-	"log/slog"
 	"testing"
 
-	"github.com/anvilproject/anvil/server/audit"
 	"github.com/anvilproject/anvil/server/errs"
 	"github.com/anvilproject/anvil/server/store"
 	"github.com/anvilproject/anvil/server/store/storetest"
@@ -17,7 +14,7 @@ import (
 func TestTokensPage(t *testing.T) {
 	storetest.Each(t, func(t *testing.T, _ string, db *store.DB) {
 		ctx := context.Background()
-		s := New(db, audit.New(db.Client, slog.New(slog.NewTextHandler(io.Discard, nil))))
+		s := newService(db)
 		var ids []string
 		for _, u := range []string{"ann", "bob"} {
 			if err := s.CreateUser(ctx, u, u+"-password-1"); err != nil {

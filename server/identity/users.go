@@ -5,10 +5,12 @@
 package identity
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/base32"
 	"errors"
+	"fmt"
 	"regexp"
 	"slices"
 	"strings"
@@ -48,15 +50,38 @@ type Service struct {
 	audit    *audit.Log
 	throttle *Throttle
 	cache    sync.Map // credential digest -> cachedPrincipal; see authCache
+	// PasswordCost is the bcrypt cost of the password hashes the
+	// service makes (Keystone's password_hash_rounds); bcrypt's default
+	// when 0. Set it before the service is used. A hash keeps the cost it
+	// was made with, so changing it never locks anyone out.
+	PasswordCost int
 	// dummy is compared against when an account does not exist, so a
-	// failed login costs the same time either way.
-	dummy []byte
+	// failed login costs the same time either way; made at PasswordCost
+	// on first use.
+	dummyOnce sync.Once
+	dummy     []byte
 }
 
 // New returns the identity service.
 func New(db *store.DB, a *audit.Log) *Service {
-	dummy, _ := bcrypt.GenerateFromPassword([]byte("anvil-timing-equalizer"), bcrypt.DefaultCost)
-	return &Service{db: db, audit: a, throttle: NewThrottle(), dummy: dummy}
+	return &Service{db: db, audit: a, throttle: NewThrottle()}
+}
+
+// ValidPasswordCost checks a bcrypt cost given as PasswordCost.
+func ValidPasswordCost(n int) error {
+	if n < bcrypt.MinCost || n > bcrypt.MaxCost {
+		return fmt.Errorf("bcrypt cost %d: give %d to %d (default %d)", n, bcrypt.MinCost, bcrypt.MaxCost, bcrypt.DefaultCost)
+	}
+	return nil
+}
+
+func (s *Service) hash(password string) ([]byte, error) {
+	return bcrypt.GenerateFromPassword([]byte(password), cmp.Or(s.PasswordCost, bcrypt.DefaultCost))
+}
+
+func (s *Service) dummyHash() []byte {
+	s.dummyOnce.Do(func() { s.dummy, _ = s.hash("anvil-timing-equalizer") })
+	return s.dummy
 }
 
 // Scope is what a principal acts on: the system or one project.
@@ -127,7 +152,7 @@ func (s *Service) CreateUser(ctx context.Context, name, password string) (err er
 	if err := validatePassword(password); err != nil {
 		return err
 	}
-	hash, err := bcrypt.GenerateFromPassword([]byte(password), bcrypt.DefaultCost)
+	hash, err := s.hash(password)
 	if err != nil {
 		return err
 	}
@@ -156,7 +181,7 @@ func (s *Service) SetPassword(ctx context.Context, name, password string) (err e
 	if err != nil {
 		return err
 	}
-	hash, err := bcrypt.GenerateFromPassword([]byte(password), bcrypt.DefaultCost)
+	hash, err := s.hash(password)
 	if err != nil {
 		return err
 	}
@@ -419,7 +444,7 @@ func (s *Service) Login(ctx context.Context, name, password, addr string, scope 
 		attempt.Known()
 	}
 	if u == nil || u.Disabled {
-		_ = bcrypt.CompareHashAndPassword(s.dummy, []byte(password))
+		_ = bcrypt.CompareHashAndPassword(s.dummyHash(), []byte(password))
 		return nil, ErrInvalidLogin
 	}
 	if bcrypt.CompareHashAndPassword([]byte(u.PasswordHash), []byte(password)) != nil {

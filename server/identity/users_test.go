@@ -9,6 +9,8 @@ import (
 	"sync"
 	"testing"
 
+	"golang.org/x/crypto/bcrypt"
+
 	"github.com/anvilproject/anvil/ent/user"
 	"github.com/anvilproject/anvil/server/audit"
 	"github.com/anvilproject/anvil/server/errs"
@@ -24,7 +26,7 @@ import (
 func TestLastAdminStays(t *testing.T) {
 	storetest.Each(t, func(t *testing.T, _ string, db *store.DB) {
 		ctx := context.Background()
-		s := New(db, audit.New(db.Client, slog.New(slog.NewTextHandler(io.Discard, nil))))
+		s := newService(db)
 		sysAdmin := Assignment{Scope{System: true}, "admin"}
 		mk := func(name string, as ...Assignment) {
 			t.Helper()
@@ -125,4 +127,67 @@ func admins(us []UserInfo) int {
 		}
 	}
 	return n
+}
+
+// TestPasswordCost: hashes are made at bcrypt's default cost unless the
+// service is given another; a hash keeps its cost, so a password set
+// before a change still logs in after it, and a login to a missing
+// account costs what a real one does (its dummy hash at the same cost).
+func TestPasswordCost(t *testing.T) {
+	storetest.Each(t, func(t *testing.T, _ string, db *store.DB) {
+		ctx := context.Background()
+		s := New(db, audit.New(db.Client, slog.New(slog.NewTextHandler(io.Discard, nil))))
+		cost := func(name string) int {
+			t.Helper()
+			u, err := db.User.Query().Where(user.Name(name)).Only(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			n, err := bcrypt.Cost([]byte(u.PasswordHash))
+			if err != nil {
+				t.Fatal(err)
+			}
+			return n
+		}
+		if err := s.CreateUser(ctx, "dee", "dee-password-1"); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Grant(ctx, "dee", Assignment{Scope{Project: "blue"}, "member"}); err != nil {
+			t.Fatal(err)
+		}
+		if c := cost("dee"); c != bcrypt.DefaultCost {
+			t.Errorf("default hash cost %d, want bcrypt's %d", c, bcrypt.DefaultCost)
+		}
+		s.PasswordCost = 5
+		if err := s.CreateUser(ctx, "fay", "fay-password-1"); err != nil {
+			t.Fatal(err)
+		}
+		if c := cost("fay"); c != 5 {
+			t.Errorf("hash cost %d, want 5", c)
+		}
+		if _, err := s.Login(ctx, "dee", "dee-password-1", "192.0.2.1", nil); err != nil {
+			t.Errorf("a password hashed at cost %d after the cost changed: %v", bcrypt.DefaultCost, err)
+		}
+		if _, err := s.Login(ctx, "nobody", "nobody-password-1", "192.0.2.1", nil); err == nil {
+			t.Error("a missing account logged in")
+		}
+		if c, err := bcrypt.Cost(s.dummyHash()); err != nil || c != 5 {
+			t.Errorf("dummy hash cost %d (%v), want the service's 5", c, err)
+		}
+		for _, bad := range []int{bcrypt.MinCost - 1, bcrypt.MaxCost + 1} {
+			if ValidPasswordCost(bad) == nil {
+				t.Errorf("cost %d accepted", bad)
+			}
+		}
+	})
+}
+
+// newService is the service the tests use, hashing at bcrypt's lowest
+// cost: the account and throttle rules do not depend on the cost, and
+// the throttle tests log in hundreds of times (TestPasswordCost makes
+// its own, at the default).
+func newService(db *store.DB) *Service {
+	s := New(db, audit.New(db.Client, slog.New(slog.NewTextHandler(io.Discard, nil))))
+	s.PasswordCost = bcrypt.MinCost
+	return s
 }

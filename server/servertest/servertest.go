@@ -16,6 +16,8 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/crypto/bcrypt"
+
 	"github.com/anvilproject/anvil/server"
 )
 
@@ -31,6 +33,13 @@ func Start(t testing.TB, o server.Options) *Server {
 	t.Helper()
 	if o.Log == nil {
 		o.Log = slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelWarn}))
+	}
+	if o.PasswordHashCost == 0 {
+		// A test server's accounts hash at bcrypt's lowest cost: tests
+		// create some twenty accounts per server, which at the default
+		// cost took more CPU than anything else in many tests (what
+		// login checks is the same at any cost).
+		o.PasswordHashCost = bcrypt.MinCost
 	}
 	if o.FirmwareDir == "" {
 		// Beside a PostgreSQL database the default is the working
