@@ -29,15 +29,21 @@ func podman(args ...string) *exec.Cmd {
 	return exec.Command("podman", append(base, args...)...)
 }
 
+// ulimits are podman flags that keep the container's open-file and
+// process limits at or below the caller's: podman's defaults are above
+// them here, and the container's init, without CAP_SYS_RESOURCE, may not
+// raise a hard limit.
 func ulimits() []string {
 	var out []string
 	for _, l := range []struct {
 		name string
 		res  int
-	}{{"nofile", unix.RLIMIT_NOFILE}, {"nproc", unix.RLIMIT_NPROC}} {
+		most uint64
+	}{{"nofile", unix.RLIMIT_NOFILE, 1 << 16}, {"nproc", unix.RLIMIT_NPROC, 1 << 12}} {
 		var r unix.Rlimit
 		if err := unix.Getrlimit(l.res, &r); err == nil {
-			out = append(out, "--ulimit", fmt.Sprintf("%s=%d:%d", l.name, min(r.Cur, 1<<16), min(r.Max, 1<<20)))
+			n := min(r.Cur, l.most)
+			out = append(out, "--ulimit", fmt.Sprintf("%s=%d:%d", l.name, n, n))
 		}
 	}
 	return out
