@@ -6,7 +6,6 @@ package agenttest
 
 import (
 	"bytes"
-	"github.com/anvilproject/anvil/internal/testport"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -15,6 +14,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/anvilproject/anvil/internal/testport"
 )
 
 // script is start.sh of the shared reference copy, or of ANVIL_IPA_DIR.

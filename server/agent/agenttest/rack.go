@@ -2,7 +2,6 @@ package agenttest
 
 import (
 	"fmt"
-	"github.com/anvilproject/anvil/internal/testport"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -10,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/anvilproject/anvil/internal/testport"
 )
 
 // Rack is a set of machines a redfish-sim boots: with Env in the

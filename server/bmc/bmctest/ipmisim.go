@@ -5,7 +5,6 @@ package bmctest
 
 import (
 	"fmt"
-	"github.com/anvilproject/anvil/internal/testport"
 	"net"
 	"os"
 	"os/exec"
@@ -14,6 +13,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/anvilproject/anvil/internal/testport"
 )
 
 // User and Password are the simulated BMC's admin account.
