@@ -61,7 +61,9 @@ export const ports = {
 export async function shot(page, testInfo, name, options = {}) {
   const dir = process.env.ANVIL_SHOTS_DIR || testInfo.outputPath();
   fs.mkdirSync(dir, { recursive: true });
-  await page.screenshot({ ...options, path: path.join(dir, `${name}.png`) });
+  // A bound of its own: a screenshot caught by a navigation can hang
+  // until the test's timeout, and the failure should name the shot.
+  await page.screenshot({ timeout: 60_000, ...options, path: path.join(dir, `${name}.png`) });
 }
 
 // ipmiConsoleNode enrols a node on this run's IPMI simulator (serve.sh's
