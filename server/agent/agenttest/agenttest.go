@@ -9,12 +9,12 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/anvilproject/anvil/internal/reference"
 	"github.com/anvilproject/anvil/internal/testport"
 )
 
@@ -23,9 +23,7 @@ func script() string {
 	if d := os.Getenv("ANVIL_IPA_DIR"); d != "" {
 		return filepath.Join(d, "start.sh")
 	}
-	_, file, _, _ := runtime.Caller(0)
-	// server/agent/agenttest -> repository root -> ../shared
-	return filepath.Join(filepath.Dir(file), "..", "..", "..", "..", "shared", "reference", "ipa", "start.sh")
+	return reference.Path("ipa", "start.sh")
 }
 
 // Need skips the test (outside CI) or fails it (in CI) when the real

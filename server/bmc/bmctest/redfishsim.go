@@ -12,13 +12,14 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
-	"runtime"
 	"strconv"
 	"strings"
 	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/anvilproject/anvil/internal/reference"
 )
 
 // Redfish simulator credentials (redfish-sim's defaults).
@@ -47,9 +48,7 @@ type RedfishSystem struct {
 
 // simScript is start.sh of the shared reference copy.
 func simScript() string {
-	_, file, _, _ := runtime.Caller(0)
-	// server/bmc/bmctest -> repository root -> ../shared
-	return filepath.Join(filepath.Dir(file), "..", "..", "..", "..", "shared", "reference", "redfish-sim", "start.sh")
+	return reference.Path("redfish-sim", "start.sh")
 }
 
 // NeedRedfish skips the test when the simulator or its Debian packages are
