@@ -4,9 +4,10 @@ import { accessible, signIn } from './helpers.mjs';
 // The phone layout sweep (issue #28): every kind of portal page at 390×844
 // and 1440×900, light and dark: the page itself never scrolls sideways
 // (wide tables scroll in their own box) and axe finds nothing serious.
-// a11y.spec.mjs walks the main pages with screenshots; this adds the rest
-// (a node's run, console and bulk results, sessions, audit, a runbook's
-// nodes, the RAID builder…). Its own state: one runbook run on
+// The main pages are here as well as the rest (a node's run, console and
+// bulk results, sessions, audit, a runbook's nodes, the RAID builder…);
+// a11y.spec.mjs checks the sign-in page and takes the main pages'
+// screenshots. Its own state: one runbook run on
 // demo-00033, which no other journey uses.
 test('every page type fits 390 px and 1440 px in both schemes and passes axe', async ({ page }) => {
   test.setTimeout(600_000);
