@@ -74,6 +74,18 @@ func need(t *testing.T, cmd, pkg string) {
 	}
 }
 
+// needRoot fails the test in CI, and skips it elsewhere, unless it runs
+// as root; why says what needs root.
+func needRoot(t *testing.T, why string) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		if os.Getenv("CI") != "" {
+			t.Fatal(why + ": the test needs root")
+		}
+		t.Skip(why + ": the test needs root")
+	}
+}
+
 func gitHead(t *testing.T) string {
 	out, err := exec.Command("git", "rev-parse", "HEAD").Output()
 	if err != nil {
@@ -459,12 +471,7 @@ func TestImage(t *testing.T) {
 // working directory and entrypoint. Only the listen address differs, so
 // the test can find the port.
 func runImage(t *testing.T, img ociImage) {
-	if os.Geteuid() != 0 {
-		if os.Getenv("CI") != "" {
-			t.Fatal("running the image needs root (chroot)")
-		}
-		t.Skip("running the image needs root (chroot)")
-	}
+	needRoot(t, "running the image chroots into it")
 	c := img.config.Config
 	uidS, gidS, _ := strings.Cut(c.User, ":")
 	uid, err1 := strconv.Atoi(uidS)

@@ -55,12 +55,7 @@ func ulimits() []string {
 // the test can reach it. It answers /readyz, writes its database into
 // the volume as the image's user, and stops on podman stop.
 func TestImageInPodman(t *testing.T) {
-	if os.Geteuid() != 0 {
-		if os.Getenv("CI") != "" {
-			t.Fatal("podman here runs rootful: the test needs root")
-		}
-		t.Skip("podman here runs rootful: the test needs root")
-	}
+	needRoot(t, "podman here runs rootful")
 	need(t, "podman", "podman")
 	need(t, "runc", "runc")
 	d := mustDist(t)
