@@ -43,12 +43,8 @@ func free(t testing.TB, network string) int {
 	start := lowest + rand.IntN(top-lowest+1)
 	for i := 0; i <= top-lowest; i++ {
 		p := lowest + (start-lowest+i)%(top-lowest+1)
-		lock, ok := reserve(p)
+		lock, ok := Hold(network, p)
 		if !ok {
-			continue
-		}
-		if !bindable(network, p) {
-			lock.Close()
 			continue
 		}
 		t.Cleanup(func() { lock.Close() })
@@ -56,6 +52,22 @@ func free(t testing.TB, network string) int {
 	}
 	t.Fatalf("testport: no free %s port in %d-%d", network, lowest, top)
 	return 0
+}
+
+// Hold reserves a given port across the machine's test processes, for
+// callers that keep ports of their own (the Redfish simulator's fixed
+// range): it takes the port's lock file and checks that nothing listens
+// there. The port is held until the returned file is closed.
+func Hold(network string, port int) (*os.File, bool) {
+	lock, ok := reserve(port)
+	if !ok {
+		return nil, false
+	}
+	if !bindable(network, port) {
+		lock.Close()
+		return nil, false
+	}
+	return lock, true
 }
 
 // reserve takes the port's lock file, exclusively and without waiting;

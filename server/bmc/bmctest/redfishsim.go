@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"hash/fnv"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -15,11 +14,11 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/anvilproject/anvil/internal/reference"
+	"github.com/anvilproject/anvil/internal/testport"
 )
 
 // Redfish simulator credentials (redfish-sim's defaults).
@@ -148,7 +147,7 @@ func startRedfish(dir string, env []string) (*Redfish, error) {
 	var last string
 	for i := range 50 {
 		port := 7750 + (base-7750+i)%50
-		lock, ok := lockPort(port)
+		lock, ok := testport.Hold("tcp", port)
 		if !ok {
 			continue
 		}
@@ -162,26 +161,6 @@ func startRedfish(dir string, env []string) (*Redfish, error) {
 		last = fmt.Sprintf("port %d: %v\n%s", port, err, out)
 	}
 	return nil, fmt.Errorf("redfish-sim: no free port in 7750-7799; last attempt: %s", last)
-}
-
-// lockPort takes an exclusive lock on the port across processes and
-// checks nobody else listens there.
-func lockPort(port int) (*os.File, bool) {
-	f, err := os.OpenFile(filepath.Join(os.TempDir(), fmt.Sprintf("anvil-redfish-sim-%d.lock", port)), os.O_CREATE|os.O_RDWR, 0o644)
-	if err != nil {
-		return nil, false
-	}
-	if syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB) != nil {
-		f.Close()
-		return nil, false
-	}
-	ln, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", port))
-	if err != nil {
-		f.Close()
-		return nil, false
-	}
-	ln.Close()
-	return f, true
 }
 
 var systemLine = regexp.MustCompile(`system id=(\S+) name=(\S+) uuid=(\S+)(?: power=\S+ macs=(\S*))?`)
