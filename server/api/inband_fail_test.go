@@ -63,7 +63,10 @@ func waitAny(t *testing.T, c *servertest.Client, id string, states ...string) ma
 // and maintenance with a fault for cleaning.
 func TestAgentRunsForTenantsAndFailures(t *testing.T) {
 	storetest.Each(t, func(t *testing.T, setting string, _ *store.DB) {
-		rg := newRig(t, setting, conductor.AgentConfig{BootTimeout: 25 * time.Second, HeartbeatTimeout: 10 * time.Second}, 2)
+		// The boot timeout bounds the real agent's start too: 25 s was too
+		// short for it on two cores under the suite's load (a load
+		// average of 10), so the never-booting machine below waits 60 s.
+		rg := newRig(t, setting, conductor.AgentConfig{BootTimeout: 60 * time.Second, HeartbeatTimeout: 10 * time.Second}, 2)
 		admin, lessee := rg.cs["system-admin"], rg.cs["lessee-member"]
 		id, disk := rg.node(t, 0, "m1", true, []string{"CUSTOM_WIPE"})
 		kept := func() int {
