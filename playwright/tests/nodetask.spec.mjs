@@ -6,6 +6,9 @@ import { accessible, operatorAPI, shot, signIn } from './helpers.mjs';
 // Run button was, without scrolling; the run is checked through the API,
 // and the history gathers its events under one header.
 test('a lessee member runs a runbook from the top of the node page and sees it succeed there', async ({ page, browser, request }, testInfo) => {
+  // A bound for a hang, not a speed budget: it takes ~7 s alone and ran
+  // past the default 30 s beside the Go tests at a load average of 13.
+  test.setTimeout(120_000);
   const api = await operatorAPI(browser, request, 'nodetask journey');
   const trait = `CUSTOM_TASK_${Date.now()}`;
   const node = await api('POST', '/v1/nodes', { name: `task-${Date.now()}`, driver: 'fake', owner: 'hw-east', lessee: 'tenant-blue' });
