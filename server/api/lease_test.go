@@ -78,6 +78,16 @@ func leaseAudits(t *testing.T, db *ent.Client, id string) []*ent.AuditEvent {
 	return out
 }
 
+// leaseEndAudits waits for the audit row of the lease end of allocation
+// id, which the conductor writes after the row goes, and returns the
+// rows then: exactly one is right.
+func leaseEndAudits(t *testing.T, db *ent.Client, id string) []*ent.AuditEvent {
+	t.Helper()
+	var got []*ent.AuditEvent
+	leaseWait(t, "lease end of "+id+" audited", func() bool { got = leaseAudits(t, db, id); return len(got) > 0 })
+	return got
+}
+
 // TestLeaseValidation: a lease end must be a timestamp, in the future at
 // create, and with --allocation-max-lease a project's caller must give
 // one within the cap and may neither push it beyond nor remove it, by
@@ -222,7 +232,7 @@ func TestLeaseEndReleasesHeldNode(t *testing.T) {
 				t.Errorf("%s reads a history without %q:\n%s", reader, want, h)
 			}
 		}
-		audits := leaseAudits(t, db.Client, id)
+		audits := leaseEndAudits(t, db.Client, id)
 		if len(audits) != 1 {
 			t.Fatalf("%d lease-end audit rows, want 1", len(audits))
 		}
@@ -231,7 +241,7 @@ func TestLeaseEndReleasesHeldNode(t *testing.T) {
 			t.Errorf("audit row: user %q scope %q result %q detail %v", e.User, e.Scope, e.Result, e.Detail)
 		}
 		leaseWait(t, "nodeless allocation deleted", func() bool { return allocationRow(t, db.Client, failed["uuid"].(string)) == nil })
-		if got := leaseAudits(t, db.Client, failed["uuid"].(string)); len(got) != 1 || got[0].Detail["action"] != "release" {
+		if got := leaseEndAudits(t, db.Client, failed["uuid"].(string)); len(got) != 1 || got[0].Detail["action"] != "release" {
 			t.Errorf("nodeless lease end audited %d times", len(got))
 		}
 		// The node serves the next tenant.
@@ -290,7 +300,7 @@ func TestLeaseEndUndeploys(t *testing.T) {
 			}
 		}
 		// One lease end, the undeploy: the tear-down took the allocation.
-		audits := leaseAudits(t, db.Client, id)
+		audits := leaseEndAudits(t, db.Client, id)
 		if len(audits) != 1 {
 			t.Fatalf("%d lease-end audit rows, want 1", len(audits))
 		}
@@ -330,7 +340,7 @@ func TestLeaseEndInMaintenance(t *testing.T) {
 		}
 		mustStatus(t, admin.Do(t, "DELETE", "/v1/nodes/"+node+"/maintenance", nil), 202)
 		leaseWait(t, "allocation released", func() bool { return allocationRow(t, db.Client, id) == nil })
-		if got := leaseAudits(t, db.Client, id); len(got) != 1 || got[0].Detail["action"] != "release" {
+		if got := leaseEndAudits(t, db.Client, id); len(got) != 1 || got[0].Detail["action"] != "release" {
 			t.Errorf("%d lease-end audit rows after maintenance, want one release", len(got))
 		}
 	})
