@@ -34,16 +34,14 @@ func newCLI(t *testing.T, url string, auth ...string) *cli {
 	return &cli{t: t, base: append([]string{"--os-endpoint", url}, auth...)}
 }
 
-// run executes one command and returns stdout; a failure is fatal unless
+// run executes one command (through the fork server, runBaremetal) and
+// returns stdout; a failure is fatal unless
 // the caller expects it.
 func (c *cli) run(wantErr bool, args ...string) string {
 	c.t.Helper()
-	cmd := exec.Command("baremetal", append(c.base, args...)...)
 	var out, errb bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &errb
-	cmd.Env = append(os.Environ(), "OS_CLOUD=", "PYTHONWARNINGS=ignore")
 	start := time.Now()
-	err := cmd.Run()
+	err := runBaremetal(append(c.base, args...), append(os.Environ(), "OS_CLOUD=", "PYTHONWARNINGS=ignore"), &out, &errb)
 	if (err != nil) != wantErr {
 		c.t.Fatalf("baremetal %s: err=%v (after %s)\nstdout: %s\nstderr: %s", strings.Join(args, " "), err, time.Since(start), out.String(), errb.String())
 	}

@@ -23,6 +23,10 @@ import (
 func TestMain(m *testing.M) {
 	code := m.Run()
 	bmctest.StopShared()
+	if err := stopBaremetalServer(); err != nil {
+		fmt.Fprintln(os.Stderr, "stopping the baremetal fork server:", err)
+		code = 1
+	}
 	os.Exit(code)
 }
 
