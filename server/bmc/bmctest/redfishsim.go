@@ -64,7 +64,7 @@ func NeedRedfish(t testing.TB) {
 	if _, err := os.Stat(simScript()); err != nil {
 		fail("the simulator is not at " + simScript())
 	}
-	if err := exec.Command("/usr/bin/python3", "-c", "import flask, requests, tenacity, bcrypt, webob").Run(); err != nil {
+	if !pythonModules() {
 		fail("python modules missing")
 	}
 	for _, bin := range []string{"openssl", "curl"} {
@@ -73,6 +73,13 @@ func NeedRedfish(t testing.TB) {
 		}
 	}
 }
+
+// pythonModules says whether Debian's python3 has the simulator's
+// modules. It is asked once per test process: importing them costs
+// about 0.4 CPU-seconds, and the suite starts about a hundred simulators.
+var pythonModules = sync.OnceValue(func() bool {
+	return exec.Command("/usr/bin/python3", "-c", "import flask, requests, tenacity, bcrypt, webob").Run() == nil
+})
 
 // portBase spreads test packages over 7750-7799 (blocks of five, chosen
 // by the package directory) so parallel packages rarely probe the same
