@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -49,8 +50,8 @@ func Need(t testing.TB) {
 		}
 	}
 	if why == "" {
-		if out, err := exec.Command("/usr/bin/python3", "-c", "import eventlet, oslo_service, ironic_lib, pyudev, pint, tooz").CombinedOutput(); err != nil {
-			why = "the agent's Debian packages are missing (start.sh installs them: python3-eventlet, python3-oslo.*, python3-ironic-lib, …): " + strings.TrimSpace(string(out))
+		if missing := agentModules(); missing != "" {
+			why = "the agent's Debian packages are missing (start.sh installs them: python3-eventlet, python3-oslo.*, python3-ironic-lib, …): " + missing
 		}
 	}
 	if why != "" {
@@ -60,6 +61,17 @@ func Need(t testing.TB) {
 		t.Skipf("skipping the real ironic-python-agent: %s", why)
 	}
 }
+
+// agentModules is what importing the agent's main modules in Debian's
+// python3 said when it failed, or "". It is asked once per test process:
+// the imports cost about a CPU-second.
+var agentModules = sync.OnceValue(func() string {
+	out, err := exec.Command("/usr/bin/python3", "-c", "import eventlet, oslo_service, ironic_lib, pyudev, pint, tooz").CombinedOutput()
+	if err != nil {
+		return strings.TrimSpace(string(out)) + " (" + err.Error() + ")"
+	}
+	return ""
+})
 
 // LoopDisk makes a sparse 5 GiB file a loop device for the test's life:
 // the agent's only disk, never a device of the host. The agent wants at
@@ -116,38 +128,71 @@ type Machine struct {
 // Start boots the agent on disk (a LoopDisk) with the NICs macs
 // (comma-separated), looking its node up at apiURL; env adds variables
 // (oslo.config reads OS_<group>__<option>). At the test's end the agent
-// is stopped, the test fails if any of its processes remain, and a
-// failed test logs the end of ipa.log.
+// is stopped (even one that never came up), the test fails if any of its
+// processes remain, and a failed test logs the end of ipa.log.
 func Start(t testing.TB, disk, macs, apiURL string, env ...string) *Machine {
 	t.Helper()
 	m := &Machine{Dir: t.TempDir(), Port: testport.TCP(t)}
 	cmd := privateRun(script(), "start", m.Dir, strconv.Itoa(m.Port), apiURL)
 	cmd.Env = append(append(os.Environ(), "SIMHW_DISK="+disk, "SIMHW_MACS="+macs,
 		"NO_PROXY=127.0.0.1,localhost", "no_proxy=127.0.0.1,localhost"), env...)
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("start.sh: %v\n%s", err, out)
-	}
-	pid, err := os.ReadFile(filepath.Join(m.Dir, "pid"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	out, err := cmd.CombinedOutput()
+	pid, pidErr := os.ReadFile(filepath.Join(m.Dir, "pid"))
 	pgid, _ := strconv.Atoi(strings.TrimSpace(string(pid)))
-	t.Cleanup(func() {
-		if out, err := exec.Command(script(), "stop", m.Dir).CombinedOutput(); err != nil {
-			t.Errorf("start.sh stop: %v %s", err, out)
+	if pidErr == nil {
+		// Stopped at the end even if it never came up.
+		t.Cleanup(func() { m.stop(t, pgid) })
+	}
+	if err != nil {
+		began := time.Now()
+		if !bytes.Contains(out, []byte("no lookup seen in 10 s")) || !m.waitLookup(bootWait) {
+			t.Fatalf("start.sh: %v\n%s", err, out)
 		}
-		deadline := time.Now().Add(30 * time.Second)
-		for groupAlive(pgid) && time.Now().Before(deadline) {
-			time.Sleep(200 * time.Millisecond)
-		}
-		if groupAlive(pgid) {
-			t.Errorf("agent processes of group %d remain after stop", pgid)
-		}
-		if t.Failed() {
-			t.Logf("ipa.log (tail):\n%s", m.LogTail(4000))
-		}
-	})
+		t.Logf("the agent reached lookup %s after start.sh's 10 s", time.Since(began).Round(time.Second))
+	}
+	if pidErr != nil {
+		t.Fatal(pidErr)
+	}
 	return m
+}
+
+// bootWait is how long Start waits for an agent that start.sh gave up
+// on: start.sh allows 10 s to import the agent and reach lookup, which
+// took longer on this 2-core machine while the whole suite ran (load
+// average 14).
+const bootWait = 60 * time.Second
+
+// waitLookup waits up to d for what start.sh waits for, the agent alive
+// and looking up its node (or serving its API), and says whether it came.
+func (m *Machine) waitLookup(d time.Duration) bool {
+	for deadline := time.Now().Add(d); time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
+		if exec.Command(script(), "status", m.Dir).Run() != nil {
+			return false // exited: start.sh's output says what it logged
+		}
+		log, _ := os.ReadFile(filepath.Join(m.Dir, "ipa.log"))
+		if bytes.Contains(log, []byte("Looking up node")) || bytes.Contains(log, []byte("Starting the API")) {
+			return true
+		}
+	}
+	return false
+}
+
+// stop stops the agent and fails t if any process of its group remains;
+// a failed test logs the end of ipa.log.
+func (m *Machine) stop(t testing.TB, pgid int) {
+	if out, err := exec.Command(script(), "stop", m.Dir).CombinedOutput(); err != nil {
+		t.Errorf("start.sh stop: %v %s", err, out)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for groupAlive(pgid) && time.Now().Before(deadline) {
+		time.Sleep(200 * time.Millisecond)
+	}
+	if groupAlive(pgid) {
+		t.Errorf("agent processes of group %d remain after stop", pgid)
+	}
+	if t.Failed() {
+		t.Logf("ipa.log (tail):\n%s", m.LogTail(4000))
+	}
 }
 
 // LogTail is the last n bytes of the agent's log.
