@@ -169,12 +169,18 @@ func (m *Machine) waitLookup(d time.Duration) bool {
 		if exec.Command(script(), "status", m.Dir).Run() != nil {
 			return false // exited: start.sh's output says what it logged
 		}
-		log, _ := os.ReadFile(filepath.Join(m.Dir, "ipa.log"))
-		if bytes.Contains(log, []byte("Looking up node")) || bytes.Contains(log, []byte("Starting the API")) {
+		if m.lookingUp() {
 			return true
 		}
 	}
 	return false
+}
+
+// lookingUp says whether the agent's log shows it looking up its node or
+// serving its API: what start.sh waits for.
+func (m *Machine) lookingUp() bool {
+	log, _ := os.ReadFile(filepath.Join(m.Dir, "ipa.log"))
+	return bytes.Contains(log, []byte("Looking up node")) || bytes.Contains(log, []byte("Starting the API"))
 }
 
 // stop stops the agent and fails t if any process of its group remains;
