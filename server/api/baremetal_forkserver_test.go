@@ -174,7 +174,7 @@ var requestID = regexp.MustCompile(`req-[0-9a-f-]{36}`)
 func TestBaremetalForkServerMatchesCLI(t *testing.T) {
 	srv, _ := start(t, storetest.Setting(t, "sqlite"))
 	bm := newCLI(t, srv.URL) // skips, or fails in CI, without the CLI
-	env := append(os.Environ(), "OS_CLOUD=", "PYTHONWARNINGS=ignore")
+	env := cliEnv()
 	base := append([]string{"--os-baremetal-api-version", "1.78"}, bm.base...)
 	type result struct {
 		out, err string

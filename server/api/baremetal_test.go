@@ -34,6 +34,12 @@ func newCLI(t *testing.T, url string, auth ...string) *cli {
 	return &cli{t: t, base: append([]string{"--os-endpoint", url}, auth...)}
 }
 
+// cliEnv is the CLI's environment: this process's, with no clouds.yaml
+// entry chosen and Python's warnings silenced.
+func cliEnv() []string {
+	return append(os.Environ(), "OS_CLOUD=", "PYTHONWARNINGS=ignore")
+}
+
 // run executes one command (through the fork server, runBaremetal) and
 // returns stdout; a failure is fatal unless
 // the caller expects it.
@@ -41,7 +47,7 @@ func (c *cli) run(wantErr bool, args ...string) string {
 	c.t.Helper()
 	var out, errb bytes.Buffer
 	start := time.Now()
-	err := runBaremetal(append(c.base, args...), append(os.Environ(), "OS_CLOUD=", "PYTHONWARNINGS=ignore"), &out, &errb)
+	err := runBaremetal(append(c.base, args...), cliEnv(), &out, &errb)
 	if (err != nil) != wantErr {
 		c.t.Fatalf("baremetal %s: err=%v (after %s)\nstdout: %s\nstderr: %s", strings.Join(args, " "), err, time.Since(start), out.String(), errb.String())
 	}
