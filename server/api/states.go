@@ -368,5 +368,5 @@ func (a *API) supportedBootDevices(c *fiber.Ctx) error {
 	if err != nil {
 		return err
 	}
-	return c.JSON(fiber.Map{"supported_boot_devices": bmc.BootDevices(n.Driver)})
+	return c.JSON(fiber.Map{"supported_boot_devices": bmc.BootDevices(n.Driver, n.DriverInfo)})
 }

@@ -85,8 +85,9 @@ var bmclibStepFeatures = map[string]registrar.Feature{
 
 // BmclibOffers reports whether provider runs step (interface.step), by
 // what bmclib itself says the provider can do. Home Assistant claims a
-// boot device but its implementation does nothing, so it is not offered:
-// a step that succeeds without effect would be a lie in a run's record.
+// boot device but its implementation does nothing, so it is not offered
+// (bmclibBootDevicesOf): a step that succeeds without effect would be a
+// lie in a run's record.
 func BmclibOffers(provider, step string) bool {
 	p, ok := bmclibProviders[provider]
 	if !ok {
@@ -96,9 +97,7 @@ func BmclibOffers(provider, step string) bool {
 	case "power.power_on", "power.power_off", "power.reboot", "deploy.wait", "deploy.hold":
 		return true
 	case "management.set_boot_device":
-		if provider == "homeassistant" {
-			return false
-		}
+		return len(bmclibBootDevicesOf(provider)) > 0
 	case "firmware.update":
 		return bmclibPushes(provider)
 	}
@@ -143,9 +142,20 @@ func bmclibProviderDesc() string {
 	return b.String()
 }
 
-// bmclibBootDevices are the devices the bmclib type sets; a provider
-// refuses what its protocol lacks (Intel AMT sets only pxe).
-var bmclibBootDevices = []string{"pxe", "disk", "cdrom", "bios"}
+// bmclibBootDevicesOf lists the devices provider sets, refused before
+// anything is sent when its protocol lacks them: none where bmclib has
+// no boot device for the provider, or where its call does nothing (Home
+// Assistant); Intel AMT sets only pxe.
+func bmclibBootDevicesOf(provider string) []string {
+	p, ok := bmclibProviders[provider]
+	switch {
+	case !ok || provider == "homeassistant" || !slices.Contains(p.features, providers.FeatureBootDeviceSet):
+		return []string{} // a list, empty: the API answers []
+	case provider == "intelamt":
+		return []string{"pxe"}
+	}
+	return []string{"pxe", "disk", "cdrom", "bios"}
+}
 
 // validateBmclib checks what the key table cannot: the provider, and
 // the keys each provider needs.
@@ -202,6 +212,8 @@ type bmclibClient struct {
 	// PushFirmware returned.
 	fwSteps map[string][]constants.FirmwareInstallStep
 	fwTasks map[string]*bmclibFwTask
+	// haSwitch is the Home Assistant switch entity, to name in errors.
+	haSwitch string
 }
 
 func openBmclib(info map[string]any, o Options) (*bmclibClient, error) {
@@ -245,6 +257,7 @@ func openBmclib(info map[string]any, o Options) (*bmclibClient, error) {
 			Opts: rpc.Opts{HMAC: rpc.HMACOpts{Secrets: rpc.Secrets{rpc.SHA256: {str(info, "bmclib_rpc_secret")}}}}}))
 	case "homeassistant":
 		host = "https://" + where
+		c.haSwitch = str(info, "bmclib_homeassistant_switch")
 		opts = append(opts, bmclib.WithHomeAssistantOpt(homeassistant.Config{SwitchEntityID: str(info, "bmclib_homeassistant_switch")}))
 	case "ipmitool":
 		opts = append(opts, bmclib.WithIpmitoolPort(ps))
@@ -386,6 +399,12 @@ func (c *bmclibClient) kind(err error) error {
 		case 404, 405, 501:
 			out.Kind = ErrUnsupported
 		}
+		if st == 404 && c.provider == "homeassistant" {
+			// Home Assistant's 404 is an entity it does not have (or no
+			// Home Assistant at the address), not a missing operation.
+			out.Kind = ErrBMC
+			out.Message = fmt.Sprintf("Home Assistant has no entity %s; check driver_info/bmclib_homeassistant_switch", c.haSwitch)
+		}
 		return out
 	}
 	// bmclib says "no Opener implementations found" after any failed
@@ -466,7 +485,7 @@ func (c *bmclibClient) BootDevice(ctx context.Context) (Boot, error) {
 
 func (c *bmclibClient) SetBootDevice(ctx context.Context, device string, persistent bool, mode string) error {
 	op := "setting boot device " + device
-	if !BmclibOffers(c.provider, "management.set_boot_device") || !slices.Contains(bmclibBootDevices, device) {
+	if !slices.Contains(bmclibBootDevicesOf(c.provider), device) {
 		return errUnsupported(op, c.where)
 	}
 	return c.do(ctx, op, func(ctx context.Context) error {

@@ -173,7 +173,7 @@ func TestRedfishBootDeviceKeepsTheBootMode(t *testing.T) {
 	if err := c.SetBootDevice(ctx, "safe", false, ""); !errors.Is(err, bmc.ErrUnsupported) {
 		t.Fatalf("safe on redfish: %v", err)
 	}
-	if slices := bmc.BootDevices("redfish"); strings.Contains(strings.Join(slices, ","), "safe") {
+	if slices := bmc.BootDevices("redfish", nil); strings.Contains(strings.Join(slices, ","), "safe") {
 		t.Fatalf("redfish lists safe: %v", slices)
 	}
 }

@@ -175,14 +175,28 @@ var bootDevices = map[string][]string{
 	"fake-hardware": {"pxe", "disk", "cdrom", "bios", "safe"},
 	"ipmi":          {"pxe", "disk", "cdrom", "bios", "safe"},
 	"redfish":       {"pxe", "disk", "cdrom", "bios", "uefihttp"},
-	"bmclib":        bmclibBootDevices,
 }
 
-// BootDevices lists the boot devices driver can set.
-func BootDevices(driver string) []string { return slices.Clone(bootDevices[Canonical(driver)]) }
+// BootDevices lists the boot devices a node of driver with driver_info
+// info can set; for bmclib, its provider's.
+func BootDevices(driver string, info map[string]any) []string {
+	if Canonical(driver) == "bmclib" {
+		return bmclibBootDevicesOf(str(info, "bmclib_provider"))
+	}
+	return slices.Clone(bootDevices[Canonical(driver)])
+}
+
+// DriverName names a node's driver as errors should: with the bmclib
+// provider, which decides what a bmclib node can do.
+func DriverName(driver string, info map[string]any) string {
+	if p := str(info, "bmclib_provider"); Canonical(driver) == "bmclib" && p != "" {
+		return fmt.Sprintf("driver %s with bmclib provider %s", driver, p)
+	}
+	return "driver " + driver
+}
 
 // AllBootDevices lists every boot device some driver can set.
-func AllBootDevices() []string { return append(BootDevices("ipmi"), "uefihttp") }
+func AllBootDevices() []string { return append(BootDevices("ipmi", nil), "uefihttp") }
 
 // Drivers returns the driver names, sorted.
 func Drivers() []string {

@@ -77,7 +77,7 @@ func deployPlan(n *ent.Node, r ProvisionRequest) ([]Step, error) {
 		if err := ValidateSteps("deploy_steps", user); err != nil {
 			return nil, err
 		}
-		if err := stepsFitDriver("deploy_steps", user, n.Driver); err != nil {
+		if err := stepsFitDriver("deploy_steps", user, n); err != nil {
 			return nil, err
 		}
 		// Ironic's conductor checks deploy steps against the driver before

@@ -266,8 +266,8 @@ func (o *Ops) SetBootDevice(ctx context.Context, ident, device string, persisten
 	defer func() {
 		o.Guard.Done(ctx, RuleSetBootDevice, "node", n.UUID, err, map[string]any{"boot_device": device, "persistent": persistent})
 	}()
-	if valid := bmc.BootDevices(n.Driver); !slices.Contains(valid, device) {
-		return errs.BadRequest("boot_device", "boot_device %q is not one of %s (driver %s)", device, strings.Join(valid, ", "), n.Driver)
+	if err := bootDeviceFits("boot_device", device, n); err != nil {
+		return err
 	}
 	if err := o.C.lock(ctx, n.ID); err != nil {
 		return err
@@ -499,7 +499,7 @@ func (o *Ops) provision(ctx context.Context, n *ent.Node, r ProvisionRequest, re
 			return err
 		}
 	}
-	if err := stepsFitDriver(r.Target+"_steps", steps, n.Driver); err != nil {
+	if err := stepsFitDriver(r.Target+"_steps", steps, n); err != nil {
 		return err
 	}
 	if err := o.C.firmwareFits(r.Target+"_steps", steps, n); err != nil {

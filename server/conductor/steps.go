@@ -161,10 +161,10 @@ func cannotRun(n *ent.Node, kind string, steps []Step) string {
 	return ""
 }
 
-// stepsFitDriver checks what depends on the node's driver, once the node
+// stepsFitDriver checks what depends on node n's driver, once the node
 // is known: a boot device the driver cannot set is a 400 before any step
 // runs.
-func stepsFitDriver(field string, steps []Step, driver string) error {
+func stepsFitDriver(field string, steps []Step, n *ent.Node) error {
 	for i, s := range steps {
 		if s.Name() != "management.set_boot_device" {
 			continue
@@ -173,11 +173,24 @@ func stepsFitDriver(field string, steps []Step, driver string) error {
 		if !slices.Contains(bmc.AllBootDevices(), dev) {
 			continue // an argument problem, which the run reports (cannotRun)
 		}
-		if valid := bmc.BootDevices(driver); !slices.Contains(valid, dev) {
-			return errs.BadRequest(fmt.Sprintf("%s[%d].args.device", field, i), "%s[%d]: device %q is not one of %s (driver %s)", field, i, dev, strings.Join(valid, ", "), driver)
+		if err := bootDeviceFits(fmt.Sprintf("%s[%d].args.device", field, i), dev, n); err != nil {
+			return err
 		}
 	}
 	return nil
+}
+
+// bootDeviceFits refuses, naming field, a boot device node n's driver
+// (for bmclib, its provider) cannot set.
+func bootDeviceFits(field, device string, n *ent.Node) error {
+	valid := bmc.BootDevices(n.Driver, n.DriverInfo)
+	switch {
+	case slices.Contains(valid, device):
+		return nil
+	case len(valid) == 0:
+		return errs.BadRequest(field, "%s: %s cannot set a boot device", field, bmc.DriverName(n.Driver, n.DriverInfo))
+	}
+	return errs.BadRequest(field, "%s: boot device %q is not one of %s (%s)", field, device, strings.Join(valid, ", "), bmc.DriverName(n.Driver, n.DriverInfo))
 }
 
 func stepsFromAny(v any) []Step {
