@@ -5,6 +5,7 @@ import (
 	"net/http/httptest"
 	"net/netip"
 	"os/exec"
+	"slices"
 	"strings"
 	"testing"
 
@@ -51,6 +52,18 @@ func TestBmclibRPC(t *testing.T) {
 		power, boot, bad, calls := hook.State()
 		if power != "off" || boot != "pxe" || bad != 0 || !strings.Contains(strings.Join(calls, ","), "getPowerState") {
 			t.Fatalf("webhook: power %s boot %s, %d refused signatures, calls %v", power, boot, bad, calls)
+		}
+		// A soft power off is asked of the webhook as such.
+		mustStatus(t, admin.Do(t, "PUT", "/v1/nodes/"+id+"/states/power", map[string]any{"target": "power on"}), 202)
+		waitPower(t, admin, id)
+		mustStatus(t, admin.Do(t, "PUT", "/v1/nodes/"+id+"/states/power", map[string]any{"target": bmc.SoftPowerOff}), 202)
+		if n := waitPower(t, admin, id); n["power_state"] != bmc.PowerOff || n["last_error"] != nil {
+			t.Fatalf("soft power off: %v, last_error %v", n["power_state"], n["last_error"])
+		}
+		_, _, _, calls = hook.State()
+		sets := slices.DeleteFunc(slices.Clone(calls), func(c string) bool { return !strings.HasPrefix(c, "setPowerState") })
+		if len(sets) == 0 || sets[len(sets)-1] != "setPowerState soft" {
+			t.Errorf("webhook calls after a soft power off: %v", calls)
 		}
 
 		// Steps: power and the boot device, nothing rpc cannot do.

@@ -20,7 +20,7 @@ type RPCWebhook struct {
 	mu     sync.Mutex
 	power  string
 	boot   string
-	calls  []string // methods accepted, in order
+	calls  []string // methods accepted, in order, with the power state asked for: "setPowerState soft"
 	bad    int      // requests refused for their signature
 }
 
@@ -58,7 +58,11 @@ func (h *RPCWebhook) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		_, _ = w.Write([]byte(`{"error":{"code":400,"message":"not json"}}`))
 		return
 	}
-	h.calls = append(h.calls, req.Method)
+	call := req.Method
+	if req.Params.State != "" {
+		call += " " + req.Params.State
+	}
+	h.calls = append(h.calls, call)
 	resp := map[string]any{"id": req.ID, "host": req.Host}
 	switch req.Method {
 	case "getPowerState":
@@ -77,7 +81,8 @@ func (h *RPCWebhook) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 }
 
 // State is the machine's power and boot device, how many requests were
-// refused for their signature, and the methods accepted, in order.
+// refused for their signature, and the methods accepted, in order (a
+// power change with its state: "setPowerState on").
 func (h *RPCWebhook) State() (power, boot string, bad int, calls []string) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
