@@ -293,7 +293,7 @@ func readRequest(env *xnode, path string) (amtRequest, error) {
 	case !strings.HasPrefix(req.messageID, "uuid:"):
 		return req, fmt.Errorf("MessageID %q is not a uuid", req.messageID)
 	case err != nil || to.Path != path:
-		return req, fmt.Errorf("To %q is not this endpoint", h.text(nsAddr, "To"))
+		return req, fmt.Errorf("the To header %q is not this endpoint", h.text(nsAddr, "To"))
 	case h.child(nsAddr, "ReplyTo").text(nsAddr, "Address") != anonymous:
 		return req, fmt.Errorf("ReplyTo is not the anonymous role")
 	case len(b.kids) > 1:
@@ -350,7 +350,12 @@ func (a *AMT) enumerate(req amtRequest, short string) (string, error) {
 	}
 	ctx := "uuid:" + randomHex(16)
 	a.enums[ctx] = amtEnum{resource: req.resource, epr: epr}
-	a.actions = append(a.actions, map[bool]string{true: "EnumerateEPR ", false: "Enumerate "}[epr]+short)
+	if epr {
+		short = "EnumerateEPR " + short
+	} else {
+		short = "Enumerate " + short
+	}
+	a.actions = append(a.actions, short)
 	return fmt.Sprintf(`<e:EnumerateResponse><e:EnumerationContext>%s</e:EnumerationContext></e:EnumerateResponse>`, esc(ctx)), nil
 }
 
@@ -521,7 +526,7 @@ func (a *AMT) changeBootOrder(req amtRequest) (string, error) {
 		}
 	}
 	if id == "" {
-		return "", fmt.Errorf("Source does not refer to a boot source")
+		return "", fmt.Errorf("the Source parameter does not refer to a boot source")
 	}
 	a.source = id
 	a.actions = append(a.actions, "ChangeBootOrder "+id)
