@@ -45,14 +45,21 @@ type bmclibProvider struct {
 	// gives bmclib (ipmitool runs a program, Intel AMT builds its own
 	// client), so it gets the address the allow-list checked.
 	dialsItself bool
+	// noSoftOff: bmclib refuses "soft" for this provider (its power is
+	// on and off only), so soft power off and soft reboot are refused
+	// before the conductor acts, as Ironic refuses a power state its
+	// power interface does not list.
+	noSoftOff bool
+	// bootDevices, when set, are the only devices the provider sets.
+	bootDevices []string
 }
 
 // bmclibProviders are the providers driver_info/bmclib_provider names,
 // keyed by Anvil's (lower-case, protocol-named) spelling.
 var bmclibProviders = map[string]bmclibProvider{
 	"rpc":           {registry: rpc.ProviderName, features: rpc.Features},
-	"intelamt":      {registry: intelamt.ProviderName, features: intelamt.Features, port: 16992, dialsItself: true},
-	"homeassistant": {registry: homeassistant.ProviderName, features: homeassistant.Features, port: 8123},
+	"intelamt":      {registry: intelamt.ProviderName, features: intelamt.Features, port: 16992, dialsItself: true, noSoftOff: true, bootDevices: []string{"pxe"}},
+	"homeassistant": {registry: homeassistant.ProviderName, features: homeassistant.Features, port: 8123, noSoftOff: true},
 	"dell":          {registry: dell.ProviderName, features: dell.Features, port: 443, portFixed: true},
 	"supermicro":    {registry: supermicro.ProviderName, features: supermicro.Features, port: 443, portFixed: true},
 	"asrockrack":    {registry: asrockrack.ProviderName, features: asrockrack.Features, port: 443},
@@ -144,8 +151,14 @@ func bmclibProviderDesc() string {
 }
 
 // bmclibBootDevices are the devices the bmclib type sets; a provider
-// refuses what its protocol lacks (Intel AMT sets only pxe).
+// whose protocol lacks some names its own (Intel AMT sets only pxe).
 var bmclibBootDevices = []string{"pxe", "disk", "cdrom", "bios"}
+
+// BmclibPowers reports whether provider takes power target: soft power
+// off and soft reboot need bmclib's "soft", which not every provider has.
+func BmclibPowers(provider, target string) bool {
+	return !bmclibProviders[provider].noSoftOff || target != SoftPowerOff && target != SoftRebooting
+}
 
 // validateBmclib checks what the key table cannot: the provider, and
 // the keys each provider needs.
@@ -334,9 +347,10 @@ func (c *bmclibClient) closeProvider() {
 }
 
 // statusCode finds the HTTP status in the words bmclib's rpc, Home
-// Assistant and vendor providers give a refused request; they return
+// Assistant and vendor providers give a refused request, and Intel
+// AMT's ("wsman.Client: post received 401 Unauthorized"); they return
 // no typed error to read it from.
-var statusCode = regexp.MustCompile(`status code:? (\d{3})`)
+var statusCode = regexp.MustCompile(`(?:status code:?|post received) (\d{3})`)
 
 // explain classifies a bmclib failure. bmclib joins every provider's
 // error into one text (typed errors survive only where the provider
@@ -468,6 +482,10 @@ func (c *bmclibClient) SetBootDevice(ctx context.Context, device string, persist
 	op := "setting boot device " + device
 	if !BmclibOffers(c.provider, "management.set_boot_device") || !slices.Contains(bmclibBootDevices, device) {
 		return errUnsupported(op, c.where)
+	}
+	if only := bmclibProviders[c.provider].bootDevices; only != nil && !slices.Contains(only, device) {
+		return &Error{Op: op, Where: c.where, Kind: ErrUnsupported,
+			Reason: fmt.Sprintf("bmclib's %s provider sets only %s", c.provider, strings.Join(only, ", "))}
 	}
 	return c.do(ctx, op, func(ctx context.Context) error {
 		efi := mode == "uefi"
