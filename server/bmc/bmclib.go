@@ -45,14 +45,19 @@ type bmclibProvider struct {
 	// gives bmclib (ipmitool runs a program, Intel AMT builds its own
 	// client), so it gets the address the allow-list checked.
 	dialsItself bool
+	// noSoftOff: bmclib refuses "soft" for this provider (its power is
+	// on and off only), so soft power off and soft reboot are refused
+	// before the conductor acts, as Ironic refuses a power state its
+	// power interface does not list.
+	noSoftOff bool
 }
 
 // bmclibProviders are the providers driver_info/bmclib_provider names,
 // keyed by Anvil's (lower-case, protocol-named) spelling.
 var bmclibProviders = map[string]bmclibProvider{
 	"rpc":           {registry: rpc.ProviderName, features: rpc.Features},
-	"intelamt":      {registry: intelamt.ProviderName, features: intelamt.Features, port: 16992, dialsItself: true},
-	"homeassistant": {registry: homeassistant.ProviderName, features: homeassistant.Features, port: 8123},
+	"intelamt":      {registry: intelamt.ProviderName, features: intelamt.Features, port: 16992, dialsItself: true, noSoftOff: true},
+	"homeassistant": {registry: homeassistant.ProviderName, features: homeassistant.Features, port: 8123, noSoftOff: true},
 	"dell":          {registry: dell.ProviderName, features: dell.Features, port: 443, portFixed: true},
 	"supermicro":    {registry: supermicro.ProviderName, features: supermicro.Features, port: 443, portFixed: true},
 	"asrockrack":    {registry: asrockrack.ProviderName, features: asrockrack.Features, port: 443},
@@ -155,6 +160,12 @@ func bmclibBootDevicesOf(provider string) []string {
 		return []string{"pxe"}
 	}
 	return []string{"pxe", "disk", "cdrom", "bios"}
+}
+
+// BmclibPowers reports whether provider takes power target: soft power
+// off and soft reboot need bmclib's "soft", which not every provider has.
+func BmclibPowers(provider, target string) bool {
+	return !bmclibProviders[provider].noSoftOff || target != SoftPowerOff && target != SoftRebooting
 }
 
 // validateBmclib checks what the key table cannot: the provider, and
@@ -347,9 +358,10 @@ func (c *bmclibClient) closeProvider() {
 }
 
 // statusCode finds the HTTP status in the words bmclib's rpc, Home
-// Assistant and vendor providers give a refused request; they return
+// Assistant and vendor providers give a refused request, and Intel
+// AMT's ("wsman.Client: post received 401 Unauthorized"); they return
 // no typed error to read it from.
-var statusCode = regexp.MustCompile(`status code:? (\d{3})`)
+var statusCode = regexp.MustCompile(`(?:status code:?|post received) (\d{3})`)
 
 // explain classifies a bmclib failure. bmclib joins every provider's
 // error into one text (typed errors survive only where the provider
@@ -485,8 +497,25 @@ func (c *bmclibClient) BootDevice(ctx context.Context) (Boot, error) {
 
 func (c *bmclibClient) SetBootDevice(ctx context.Context, device string, persistent bool, mode string) error {
 	op := "setting boot device " + device
-	if !slices.Contains(bmclibBootDevicesOf(c.provider), device) {
-		return errUnsupported(op, c.where)
+	if c.provider == "intelamt" {
+		switch {
+		case device == "disk":
+			// Intel AMT's only override is PXE for the next boot (iamt's
+			// SetBootConfigRole IsNextSingleUse), and the conductor asks
+			// for the disk only after the agent's boot used it: the
+			// machine then boots by its own order, its disk or the
+			// network, where Anvil's iPXE script exits to the disk.
+			return nil
+		case persistent:
+			return &Error{Op: op, Where: c.where, Kind: ErrUnsupported, Reason: "Intel AMT sets the boot device for the next boot only"}
+		}
+	}
+	if only := bmclibBootDevicesOf(c.provider); !slices.Contains(only, device) {
+		if len(only) == 0 {
+			return errUnsupported(op, c.where)
+		}
+		return &Error{Op: op, Where: c.where, Kind: ErrUnsupported,
+			Reason: fmt.Sprintf("bmclib's %s provider sets only %s", c.provider, strings.Join(only, ", "))}
 	}
 	return c.do(ctx, op, func(ctx context.Context) error {
 		efi := mode == "uefi"

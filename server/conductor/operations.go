@@ -151,6 +151,11 @@ func (o *Ops) SetPowerWithin(ctx context.Context, ident, target string, timeout 
 	if !slices.Contains(bmc.PowerTargets, target) {
 		return errs.BadRequest("target", "target %q is not one of %s", target, strings.Join(bmc.PowerTargets, ", "))
 	}
+	// Ironic's conductor refuses a state the power interface does not
+	// list (InvalidParameterValue, a 400 before any action).
+	if p, _ := n.DriverInfo["bmclib_provider"].(string); bmc.Canonical(n.Driver) == "bmclib" && !bmc.BmclibPowers(p, target) {
+		return errs.BadRequest("target", "The driver %s does not support the power state, %s (bmclib provider %s switches power on and off only).", n.Driver, target, p)
+	}
 	if slices.Contains([]string{nodes.StateCleaning, nodes.StateCleanWait, nodes.StateServicing, nodes.StateServiceWait, nodes.StateVerifying, StateAdopting}, n.ProvisionState) {
 		return errs.Conflict("Node %s is %s; power actions wait until it finishes.", n.UUID, n.ProvisionState)
 	}
@@ -281,7 +286,7 @@ func (o *Ops) SetBootDevice(ctx context.Context, ident, device string, persisten
 	err = cl.SetBootDevice(ctx, device, persistent, BootMode(n))
 	o.C.noteBMC(ctx, n, err)
 	if err != nil {
-		return bmcError(ctx, err)
+		return bmcFailure(ctx, n, err)
 	}
 	return history.Record(ctx, o.C.db.Client, history.Event{NodeID: n.ID, Type: "management", User: actor(ctx), Conductor: o.C.cfg.Name,
 		Message: fmt.Sprintf("Boot device set to %s (persistent: %v)", device, persistent)})
