@@ -147,6 +147,10 @@ func bmclibProviderDesc() string {
 // refuses what its protocol lacks (Intel AMT sets only pxe).
 var bmclibBootDevices = []string{"pxe", "disk", "cdrom", "bios"}
 
+// haSwitch is a Home Assistant entity ID of the switch domain, the only
+// one whose turn_on and turn_off bmclib calls.
+var haSwitch = regexp.MustCompile(`^switch\.[a-z0-9_]{1,255}$`)
+
 // validateBmclib checks what the key table cannot: the provider, and
 // the keys each provider needs.
 func validateBmclib(info map[string]any) error {
@@ -161,8 +165,15 @@ func validateBmclib(info map[string]any) error {
 		}
 		return nil
 	case "homeassistant":
-		if str(info, "bmclib_homeassistant_switch") == "" {
+		sw := str(info, "bmclib_homeassistant_switch")
+		if sw == "" {
 			return fieldErr("bmclib_homeassistant_switch", "bmclib provider homeassistant requires driver_info/bmclib_homeassistant_switch")
+		}
+		// bmclib joins the entity into the state URL with url.JoinPath,
+		// which resolves "..", and sends the token along: anything but a
+		// switch's entity ID could walk to another Home Assistant endpoint.
+		if !haSwitch.MatchString(sw) {
+			return fieldErr("bmclib_homeassistant_switch", "driver_info/bmclib_homeassistant_switch %q is not a switch's entity ID: switch. then lower-case letters, digits and underscores", sw)
 		}
 	}
 	if str(info, "bmclib_address") == "" {

@@ -87,7 +87,7 @@ var drivers = map[string][]key{
 		{name: "bmclib_rpc_url", kind: kWebhook, desc: "rpc: the http(s) URL of the webhook every request is POSTed to, signed with HMAC-SHA256 (X-BMCLIB-Signature-256). Required for rpc."},
 		{name: "bmclib_rpc_secret", kind: kString, desc: "rpc: the HMAC-SHA256 secret the requests are signed with. Required for rpc."},
 		{name: "bmclib_system_name", kind: kString, desc: "redfish: the Name of the ComputerSystem to drive, needed when the BMC has more than one (bmclib matches by Name only). Optional."},
-		{name: "bmclib_homeassistant_switch", kind: kString, desc: "homeassistant: the entity ID of the switch that powers the machine (switch.rack1_node7), reached over https at bmclib_address. Required for homeassistant."},
+		{name: "bmclib_homeassistant_switch", kind: kString, desc: "homeassistant: the entity ID of the switch that powers the machine (switch.rack1_node7: switch. then lower-case letters, digits and underscores), reached over https at bmclib_address. Required for homeassistant."},
 	},
 }
 
