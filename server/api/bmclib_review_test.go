@@ -148,3 +148,27 @@ func TestBmclibWrongPassword(t *testing.T) {
 		}
 	})
 }
+
+// TestBmclibScreenshotStaysWithItsProject: the console screenshot is what
+// the machine showed its owner then; once the node goes to another
+// project it is gone, as its console is, rather than shown to the next.
+func TestBmclibScreenshotStaysWithItsProject(t *testing.T) {
+	storetest.Each(t, func(t *testing.T, setting string, _ *store.DB) {
+		_, clients := startLocal(t, setting, bmclibFwOpts())
+		admin := atVer(clients["system-admin"], api.VerMax)
+		fake := bmctest.StartVendorBMC(t, "dell")
+		id := enrolVendor(t, admin, fake)
+		mustStatus(t, admin.Do(t, "PATCH", "/v1/nodes/"+id, []map[string]any{{"op": "add", "path": "/owner", "value": "own"}}), 200)
+		provision(t, admin, id, map[string]any{"target": "clean", "clean_steps": steps(step("management", "screenshot", nil))}, 202)
+		if n := waitState(t, admin, id, "manageable"); n["last_error"] != nil {
+			t.Fatalf("screenshot: %v", n["last_error"])
+		}
+		mustStatus(t, clients["owner-member"].Do(t, "GET", "/v1/nodes/"+id+"/screenshot", nil), 200)
+		mustStatus(t, admin.Do(t, "PATCH", "/v1/nodes/"+id, []map[string]any{{"op": "replace", "path": "/owner", "value": "oth"}}), 200)
+		for _, who := range []string{"other-member", "system-admin"} {
+			if r := clients[who].Do(t, "GET", "/v1/nodes/"+id+"/screenshot", nil); r.Status != 404 {
+				t.Errorf("%s reads the last owner's screenshot: %d (%d bytes)", who, r.Status, len(r.Body))
+			}
+		}
+	})
+}
