@@ -1,6 +1,7 @@
 package api_test
 
 import (
+	"encoding/base64"
 	"fmt"
 	"net"
 	"net/http"
@@ -169,6 +170,29 @@ func TestBmclibScreenshotStaysWithItsProject(t *testing.T) {
 			if r := clients[who].Do(t, "GET", "/v1/nodes/"+id+"/screenshot", nil); r.Status != 404 {
 				t.Errorf("%s reads the last owner's screenshot: %d (%d bytes)", who, r.Status, len(r.Body))
 			}
+		}
+	})
+}
+
+// TestBmclibAnswerBounded: bmclib's vendor providers read whole answers
+// into memory (Dell's screenshot is io.ReadAll of a JSON body), so a
+// hostile or broken BMC could stream gigabytes within the call's time
+// limit; a connection stops reading at bmc.MaxAnswerBytes, and the
+// capture fails without the BMC's answer read to its end.
+func TestBmclibAnswerBounded(t *testing.T) {
+	storetest.Each(t, func(t *testing.T, setting string, _ *store.DB) {
+		_, clients := startLocal(t, setting, bmclibFwOpts())
+		admin := atVer(clients["system-admin"], api.VerMax)
+		fake := bmctest.StartVendorBMC(t, "dell")
+		id := enrolVendor(t, admin, fake)
+		fake.Screen = append(append([]byte(nil), bmctest.ScreenPNG...), make([]byte, 3*bmc.MaxAnswerBytes/2)...)
+		body := base64.StdEncoding.EncodedLen(len(fake.Screen))
+		provision(t, admin, id, map[string]any{"target": "clean", "clean_steps": steps(step("management", "screenshot", nil))}, 202)
+		if n := waitState(t, admin, id, "clean failed"); n["last_error"] == nil {
+			t.Errorf("a %d-byte screenshot answer was taken", body)
+		}
+		if sent := fake.ScreenSent(); sent >= body {
+			t.Errorf("the BMC's %d-byte answer was read to its end (%d bytes)", body, sent)
 		}
 	})
 }

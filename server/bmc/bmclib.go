@@ -240,9 +240,10 @@ func openBmclib(info map[string]any, o Options) (*bmclibClient, error) {
 
 	// A plain *http.Transport: bmclib's providers clone it by type
 	// assertion (a custom RoundTripper panics in its gofish provider).
-	// Every dial passes the BMC network allow-list; no proxy. bmclib's
-	// WithSecureTLS sets the CA pool in the config given here.
-	tr := &http.Transport{DialContext: dialContext, TLSClientConfig: &tls.Config{InsecureSkipVerify: tc.InsecureSkipVerify}, //nolint:gosec // false only when the operator asked for it
+	// Every dial passes the BMC network allow-list and reads a bounded
+	// answer; no proxy. bmclib's WithSecureTLS sets the CA pool in the
+	// config given here.
+	tr := &http.Transport{DialContext: dialBounded, TLSClientConfig: &tls.Config{InsecureSkipVerify: tc.InsecureSkipVerify}, //nolint:gosec // false only when the operator asked for it
 		TLSHandshakeTimeout: o.Timeout, ResponseHeaderTimeout: o.Timeout, DisableKeepAlives: true}
 	opts := []bmclib.Option{bmclib.WithHTTPClient(&http.Client{Transport: tr, Timeout: o.Timeout}),
 		bmclib.WithPerProviderTimeout(o.Timeout)}
