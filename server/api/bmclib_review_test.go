@@ -196,3 +196,19 @@ func TestBmclibAnswerBounded(t *testing.T) {
 		}
 	})
 }
+
+// TestBmclibWebhookPort: a webhook URL's port is 1 to 65535, refused at
+// enrolment naming the field rather than at every call.
+func TestBmclibWebhookPort(t *testing.T) {
+	storetest.Each(t, func(t *testing.T, setting string, _ *store.DB) {
+		_, clients := startLocal(t, setting, bmcOpts)
+		admin := atVer(clients["system-admin"], api.VerMax)
+		for _, u := range []string{"http://127.0.0.1:0/hook", "http://127.0.0.1:99999/hook", "http://[::1]:65536/hook"} {
+			r := admin.Do(t, "POST", "/v1/nodes", map[string]any{"driver": "bmclib", "driver_info": map[string]any{
+				"bmclib_provider": "rpc", "bmclib_rpc_url": u, "bmclib_rpc_secret": "s"}})
+			if r.Status != 400 || !strings.Contains(r.Fault(t), "bmclib_rpc_url") {
+				t.Errorf("webhook %s: %d, want 400 naming bmclib_rpc_url", u, r.Status)
+			}
+		}
+	})
+}

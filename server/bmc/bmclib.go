@@ -294,6 +294,12 @@ func parseWebhook(s string) (*url.URL, error) {
 	case u.User != nil:
 		return nil, errors.New("credentials do not belong in the URL; the secret signs each request")
 	}
+	if p := u.Port(); p != "" {
+		// url.Parse takes any digits as a port.
+		if n, err := strconv.Atoi(p); err != nil || n < 1 || n > 65535 {
+			return nil, fmt.Errorf("port %q is not 1-65535", p)
+		}
+	}
 	return u, nil
 }
 
