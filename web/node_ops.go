@@ -59,7 +59,9 @@ func bmclibFields() []views.BMCField {
 			Help: "The one bmclib provider that drives the machine (bmclib never tries another): rpc for a signed webhook (PDUs, lab power controllers), intelamt for Intel AMT, ipmitool or redfish for those BMCs, dell, supermicro, asrockrack or openbmc for those vendors' BMCs, homeassistant for a Home Assistant switch. Only the fields it uses are saved."},
 		{Name: "bmclib_rpc_url", Label: "Webhook URL (rpc)", Help: "The http(s) URL every request is POSTed to, signed with HMAC-SHA256.", Providers: rpc},
 		{Name: "bmclib_rpc_secret", Label: "Webhook secret (rpc)", Secret: true, Providers: rpc},
-		{Name: "bmclib_address", Label: "BMC address (every provider but rpc)", Help: "The BMC's host name or IP address.", Providers: bmcs},
+		// rpc tells its webhook which machine by it: a form without it
+		// would drop the name from an rpc node at its next save.
+		{Name: "bmclib_address", Label: "BMC address (rpc: the machine's name)", Help: "The BMC's host name or IP address; for rpc, optional, the machine's name the webhook is told."},
 		{Name: "bmclib_port", Label: "Port (every provider but rpc)", Help: "Empty for the provider's own: 623 ipmitool, 16992 intelamt, 8123 homeassistant, 443 otherwise.", Providers: bmcs},
 		{Name: "bmclib_username", Label: "User name (every provider but rpc)", Providers: bmcs},
 		{Name: "bmclib_password", Label: "Password (every provider but rpc; homeassistant: its access token)", Secret: true, Providers: bmcs},

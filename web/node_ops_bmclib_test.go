@@ -85,10 +85,11 @@ func TestOperatorEnrolBmclib(t *testing.T) {
 			t.Fatalf("a refused enrolment created a node: %d", r.Status)
 		}
 
-		// rpc, with a BMC address and user typed too: those are another
-		// provider's, and are not saved.
+		// rpc, with a user and password typed too: those are another
+		// provider's, and are not saved; the address is the machine's
+		// name the webhook is told, and is.
 		st, _, loc := enrol("bl-rpc", map[string]string{"bmclib_provider": "rpc", "bmclib_rpc_url": ts.URL + "/bmc", "bmclib_rpc_secret": secret,
-			"bmclib_address": "127.0.0.9", "bmclib_username": "nobody", "bmclib_password": "typed-for-another"})
+			"bmclib_address": "rack1-node7", "bmclib_username": "nobody", "bmclib_password": "typed-for-another"})
 		if st != 303 {
 			t.Fatalf("enrol rpc: %d", st)
 		}
@@ -96,7 +97,7 @@ func TestOperatorEnrolBmclib(t *testing.T) {
 		id := n["uuid"].(string)
 		di := n["driver_info"].(map[string]any)
 		if n["driver"] != "bmclib" || di["bmclib_provider"] != "rpc" || di["bmclib_rpc_url"] != ts.URL+"/bmc" || di["bmclib_rpc_secret"] != "******" ||
-			di["bmclib_address"] != nil || di["bmclib_username"] != nil || di["bmclib_password"] != nil {
+			di["bmclib_address"] != "rack1-node7" || di["bmclib_username"] != nil || di["bmclib_password"] != nil {
 			t.Fatalf("enrolled: %v %v", n["driver"], di)
 		}
 		if loc != "/nodes/"+id+"?ops=1" {

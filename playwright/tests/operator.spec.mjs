@@ -113,16 +113,19 @@ test('an operator enrols a bmclib rpc node: the provider shows only its own fiel
   await page.goto('/nodes/new');
   await page.getByLabel('Name', { exact: true }).fill('ops-bl-1');
   await page.getByRole('radio', { name: 'bmclib' }).check();
-  // Before a provider is chosen every field shows; rpc hides the BMC's,
-  // ipmitool the webhook's.
-  await expect(page.locator('#bmclib_address')).toBeVisible();
+  // Before a provider is chosen every field shows; rpc hides the BMC's
+  // port and login, ipmitool the webhook's. The address stays for rpc:
+  // it is the machine's name the webhook is told.
+  await expect(page.locator('#bmclib_port')).toBeVisible();
   await page.locator('#bmclib_provider').selectOption('ipmitool');
   await expect(page.locator('#bmclib_rpc_url')).toBeHidden();
-  await expect(page.locator('#bmclib_address')).toBeVisible();
-  await page.locator('#bmclib_address').fill('127.0.0.9');
+  await expect(page.locator('#bmclib_port')).toBeVisible();
+  await page.locator('#bmclib_port').fill('6230');
   await page.locator('#bmclib_provider').selectOption('rpc');
-  await expect(page.locator('#bmclib_address')).toBeHidden();
+  await expect(page.locator('#bmclib_port')).toBeHidden();
   await expect(page.locator('#bmclib_homeassistant_switch')).toBeHidden();
+  await expect(page.locator('#bmclib_address')).toBeVisible();
+  await page.locator('#bmclib_address').fill('rack1-node7');
   await page.locator('#bmclib_rpc_url').fill('http://127.0.0.1:9/bmc');
   await page.locator('#bmclib_rpc_secret').fill('journey-rpc-secret');
   await checked(page, 'enrol form, bmclib rpc');
@@ -134,11 +137,13 @@ test('an operator enrols a bmclib rpc node: the provider shows only its own fiel
   expect(node.driver_info.bmclib_rpc_url).toBe('http://127.0.0.1:9/bmc');
   expect(node.driver_info.bmclib_rpc_secret).toBe('******');
   // Typed for ipmitool, hidden for rpc: not saved.
-  expect(node.driver_info.bmclib_address).toBeUndefined();
+  expect(node.driver_info.bmclib_port).toBeUndefined();
+  expect(node.driver_info.bmclib_address).toBe('rack1-node7');
   // The node page: rpc chosen, its fields shown, the secret never.
   await expect(page.locator('#bmclib_provider')).toHaveValue('rpc');
   await expect(page.locator('#bmclib_rpc_url')).toHaveValue('http://127.0.0.1:9/bmc');
   await expect(page.locator('#bmclib_rpc_secret')).toHaveValue('');
-  await expect(page.locator('#bmclib_address')).toBeHidden();
+  await expect(page.locator('#bmclib_port')).toBeHidden();
+  await expect(page.locator('#bmclib_address')).toHaveValue('rack1-node7');
   await api('DELETE', `/v1/nodes/${node.uuid}`);
 });

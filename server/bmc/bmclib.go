@@ -168,6 +168,10 @@ func BmclibPowers(provider, target string) bool {
 	return !bmclibProviders[provider].noSoftOff || target != SoftPowerOff && target != SoftRebooting
 }
 
+// haSwitch is a Home Assistant entity ID of the switch domain, the only
+// one whose turn_on and turn_off bmclib calls.
+var haSwitch = regexp.MustCompile(`^switch\.[a-z0-9_]{1,255}$`)
+
 // validateBmclib checks what the key table cannot: the provider, and
 // the keys each provider needs.
 func validateBmclib(info map[string]any) error {
@@ -182,8 +186,15 @@ func validateBmclib(info map[string]any) error {
 		}
 		return nil
 	case "homeassistant":
-		if str(info, "bmclib_homeassistant_switch") == "" {
+		sw := str(info, "bmclib_homeassistant_switch")
+		if sw == "" {
 			return fieldErr("bmclib_homeassistant_switch", "bmclib provider homeassistant requires driver_info/bmclib_homeassistant_switch")
+		}
+		// bmclib joins the entity into the state URL with url.JoinPath,
+		// which resolves "..", and sends the token along: anything but a
+		// switch's entity ID could walk to another Home Assistant endpoint.
+		if !haSwitch.MatchString(sw) {
+			return fieldErr("bmclib_homeassistant_switch", "driver_info/bmclib_homeassistant_switch %q is not a switch's entity ID: switch. then lower-case letters, digits and underscores", sw)
 		}
 	}
 	if str(info, "bmclib_address") == "" {
@@ -252,9 +263,10 @@ func openBmclib(info map[string]any, o Options) (*bmclibClient, error) {
 
 	// A plain *http.Transport: bmclib's providers clone it by type
 	// assertion (a custom RoundTripper panics in its gofish provider).
-	// Every dial passes the BMC network allow-list; no proxy. bmclib's
-	// WithSecureTLS sets the CA pool in the config given here.
-	tr := &http.Transport{DialContext: dialContext, TLSClientConfig: &tls.Config{InsecureSkipVerify: tc.InsecureSkipVerify}, //nolint:gosec // false only when the operator asked for it
+	// Every dial passes the BMC network allow-list and reads a bounded
+	// answer; no proxy. bmclib's WithSecureTLS sets the CA pool in the
+	// config given here.
+	tr := &http.Transport{DialContext: dialBounded, TLSClientConfig: &tls.Config{InsecureSkipVerify: tc.InsecureSkipVerify}, //nolint:gosec // false only when the operator asked for it
 		TLSHandshakeTimeout: o.Timeout, ResponseHeaderTimeout: o.Timeout, DisableKeepAlives: true}
 	opts := []bmclib.Option{bmclib.WithHTTPClient(&http.Client{Transport: tr, Timeout: o.Timeout}),
 		bmclib.WithPerProviderTimeout(o.Timeout)}
@@ -305,6 +317,12 @@ func parseWebhook(s string) (*url.URL, error) {
 		return nil, errors.New("no host")
 	case u.User != nil:
 		return nil, errors.New("credentials do not belong in the URL; the secret signs each request")
+	}
+	if p := u.Port(); p != "" {
+		// url.Parse takes any digits as a port.
+		if n, err := strconv.Atoi(p); err != nil || n < 1 || n > 65535 {
+			return nil, fmt.Errorf("port %q is not 1-65535", p)
+		}
 	}
 	return u, nil
 }

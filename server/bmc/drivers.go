@@ -87,7 +87,7 @@ var drivers = map[string][]key{
 		{name: "bmclib_rpc_url", kind: kWebhook, desc: "rpc: the http(s) URL of the webhook every request is POSTed to, signed with HMAC-SHA256 (X-BMCLIB-Signature-256). Required for rpc."},
 		{name: "bmclib_rpc_secret", kind: kString, desc: "rpc: the HMAC-SHA256 secret the requests are signed with. Required for rpc."},
 		{name: "bmclib_system_name", kind: kString, desc: "redfish: the Name of the ComputerSystem to drive, needed when the BMC has more than one (bmclib matches by Name only). Optional."},
-		{name: "bmclib_homeassistant_switch", kind: kString, desc: "homeassistant: the entity ID of the switch that powers the machine (switch.rack1_node7), reached over https at bmclib_address. Required for homeassistant."},
+		{name: "bmclib_homeassistant_switch", kind: kString, desc: "homeassistant: the entity ID of the switch that powers the machine (switch.rack1_node7: switch. then lower-case letters, digits and underscores), reached over https at bmclib_address. Required for homeassistant."},
 	},
 }
 
@@ -101,16 +101,20 @@ type Binding struct {
 }
 
 // bindings lists, per driver, the keys that bind its secrets; an address
-// counts as its whole value, scheme, port and path included. bmclib's
-// keys are listed before Anvil reads them so its driver lands with them
-// already bound; its provider binds too, since it decides the protocol
-// the password is sent in.
+// counts as its whole value, scheme, port and path included, and so does
+// a key that picks which machine behind it the secret acts on (as
+// redfish_system_id does): one BMC, webhook or Home Assistant commonly
+// serves many machines, of several projects. bmclib's keys are listed
+// before Anvil reads them so its driver lands with them already bound;
+// its provider binds too, since it decides the protocol the password is
+// sent in. bmclib_address is the machine an rpc webhook is told to act
+// on, so it binds the rpc secret as well.
 var bindings = map[string][]Binding{
 	"redfish": {{Keys: []string{"redfish_address", "redfish_system_id", "redfish_username"}, Secrets: []string{"redfish_password"}}},
 	"ipmi":    {{Keys: []string{"ipmi_address", "ipmi_port", "ipmi_username"}, Secrets: []string{"ipmi_password"}}},
 	"bmclib": {
-		{Keys: []string{"bmclib_provider", "bmclib_address", "bmclib_port", "bmclib_username"}, Secrets: []string{"bmclib_password"}},
-		{Keys: []string{"bmclib_rpc_url"}, Secrets: []string{"bmclib_rpc_secret"}},
+		{Keys: []string{"bmclib_provider", "bmclib_address", "bmclib_port", "bmclib_username", "bmclib_system_name", "bmclib_homeassistant_switch"}, Secrets: []string{"bmclib_password"}},
+		{Keys: []string{"bmclib_rpc_url", "bmclib_address"}, Secrets: []string{"bmclib_rpc_secret"}},
 	},
 }
 

@@ -130,3 +130,42 @@ func dialContext(ctx context.Context, network, addr string) (net.Conn, error) {
 	}
 	return nil, last
 }
+
+// MaxAnswerBytes bounds what one bmclib connection reads. bmclib's
+// providers read whole answers into memory (Dell's screenshot with
+// io.ReadAll), so a BMC streaming without end would fill the conductor's
+// memory within a call's time limit. A connection carries one request
+// (keep-alives are off), and no answer bmclib reads comes near this: the
+// largest, a screenshot kept up to 8 MiB, is about 11 MiB as base64 JSON.
+const MaxAnswerBytes = 32 << 20
+
+// errAnswerTooLarge ends a connection that read MaxAnswerBytes.
+var errAnswerTooLarge = fmt.Errorf("the BMC's answer is larger than %d bytes", MaxAnswerBytes)
+
+// boundedConn is a connection that reads at most left more bytes.
+type boundedConn struct {
+	net.Conn
+	left int
+}
+
+func (c *boundedConn) Read(p []byte) (int, error) {
+	if c.left <= 0 {
+		return 0, errAnswerTooLarge
+	}
+	if len(p) > c.left {
+		p = p[:c.left]
+	}
+	n, err := c.Conn.Read(p)
+	c.left -= n
+	return n, err
+}
+
+// dialBounded is dialContext for bmclib's HTTP client: each connection
+// reads at most MaxAnswerBytes.
+func dialBounded(ctx context.Context, network, addr string) (net.Conn, error) {
+	c, err := dialContext(ctx, network, addr)
+	if err != nil {
+		return nil, err
+	}
+	return &boundedConn{Conn: c, left: MaxAnswerBytes}, nil
+}

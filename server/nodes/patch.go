@@ -14,6 +14,7 @@ import (
 	"github.com/anvilproject/anvil/ent"
 	"github.com/anvilproject/anvil/ent/allocation"
 	"github.com/anvilproject/anvil/ent/node"
+	"github.com/anvilproject/anvil/ent/nodescreenshot"
 	"github.com/anvilproject/anvil/policies"
 	"github.com/anvilproject/anvil/server/bmc"
 	"github.com/anvilproject/anvil/server/errs"
@@ -482,6 +483,9 @@ func (s *Service) PatchWith(ctx context.Context, ident string, raw []byte, allow
 		if err := endConsole(ctx, tx, cur, changed); err != nil {
 			return err
 		}
+		if err := dropScreenshot(ctx, tx, cur, changed); err != nil {
+			return err
+		}
 		return recordTenancy(ctx, tx, cur, after, changed)
 	})
 	if len(changed) > 0 || err != nil {
@@ -543,6 +547,18 @@ func endConsole(ctx context.Context, tx *ent.Client, cur *ent.Node, changed []st
 	}
 	return history.RecordAll(ctx, tx, []history.Event{{NodeID: cur.ID, Type: "console", User: userOf(ctx),
 		Message: "Console disabled: the node's owner or lessee changed"}})
+}
+
+// dropScreenshot deletes the console screenshot of a node whose owner or
+// lessee changed: it is what the machine showed the project it was
+// taken for, and goes with the console (endConsole) rather than to the
+// next project.
+func dropScreenshot(ctx context.Context, tx *ent.Client, cur *ent.Node, changed []string) error {
+	if !contains(changed, "owner") && !contains(changed, "lessee") {
+		return nil
+	}
+	_, err := tx.NodeScreenshot.Delete().Where(nodescreenshot.NodeID(cur.ID)).Exec(ctx)
+	return err
 }
 
 // recordTenancy writes a history event for each change of owner or lessee,

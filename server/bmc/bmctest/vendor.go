@@ -18,6 +18,7 @@ import (
 	"net/http"
 	"net/netip"
 	"os"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -71,6 +72,9 @@ type VendorBMC struct {
 	resets    int
 	staged    *Upload // asrockrack: the image uploaded, until upgraded
 	csrf      string
+	// screenSent is how many bytes of the last Dell screenshot answer
+	// the client took.
+	screenSent int
 }
 
 // Upload is one image the fake received.
@@ -189,6 +193,14 @@ func (f *VendorBMC) Requests() []string {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return append([]string(nil), f.requests...)
+}
+
+// ScreenSent is how many bytes of its last screenshot answer the Dell
+// fake could write before the client stopped reading.
+func (f *VendorBMC) ScreenSent() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.screenSent
 }
 
 // PowerOn turns the host on, as if someone had.
@@ -317,7 +329,20 @@ func (f *VendorBMC) serveRedfish(w http.ResponseWriter, r *http.Request, path st
 			return
 		}
 		f.calls = append(f.calls, "screenshot")
-		vjson(w, 200, map[string]any{"ServerScreenshotFile": base64.StdEncoding.EncodeToString(f.Screen)})
+		// In 1 MiB writes, counting those the client took, so a test
+		// sees how much of a large answer was read.
+		b, _ := json.Marshal(map[string]any{"ServerScreenshotFile": base64.StdEncoding.EncodeToString(f.Screen)})
+		w.Header().Set("Content-Type", "application/json")
+		w.Header().Set("Content-Length", strconv.Itoa(len(b)))
+		f.screenSent = 0
+		for len(b) > 0 {
+			n := min(len(b), 1<<20)
+			if _, err := w.Write(b[:n]); err != nil {
+				break
+			}
+			f.screenSent += n
+			b = b[n:]
+		}
 	case path == "/redfish/v1/Managers":
 		vjson(w, 200, map[string]any{"Members": []any{link(mgr)}, "Members@odata.count": 1})
 	case path == mgr:
