@@ -89,7 +89,13 @@ func TestBmclibHomeAssistant(t *testing.T) {
 			t.Helper()
 			mustStatus(t, admin.Do(t, "PATCH", "/v1/nodes/"+id, fmt.Sprintf(`[{"op":"replace","path":"/driver_info/%s","value":%q}]`, path, v)), 200)
 		}
-		patch("bmclib_homeassistant_switch", "switch.rack1_node4")
+		// The switch binds the token: it moves only with it.
+		switchTo := func(sw string) {
+			t.Helper()
+			mustStatus(t, admin.Do(t, "PATCH", "/v1/nodes/"+id, fmt.Sprintf(`[{"op":"replace","path":"/driver_info/bmclib_homeassistant_switch","value":%q},
+				{"op":"replace","path":"/driver_info/bmclib_password","value":%q}]`, sw, token)), 200)
+		}
+		switchTo("switch.rack1_node4")
 		mustStatus(t, admin.Do(t, "PUT", "/v1/nodes/"+id+"/states/power", map[string]any{"target": bmc.PowerOn}), 202)
 		if e := fmt.Sprint(waitPower(t, admin, id)["last_error"]); !strings.Contains(e, "no entity switch.rack1_node4") || !strings.Contains(e, "bmclib_homeassistant_switch") {
 			t.Errorf("an unknown switch: last_error %q", e)
@@ -97,7 +103,7 @@ func TestBmclibHomeAssistant(t *testing.T) {
 		if st := ha.State(); st.Power != "off" || slices.Contains(st.Entities, "switch.rack1_node4") {
 			t.Errorf("an unknown switch was switched: power %s, entities %v", st.Power, st.Entities)
 		}
-		patch("bmclib_homeassistant_switch", ha.Switch)
+		switchTo(ha.Switch)
 
 		// A wrong token: refused credentials, never shown, and the third
 		// refusal in a row puts the node into maintenance.
