@@ -16,20 +16,26 @@ import (
 	"github.com/anvilproject/anvil/server/bmc"
 	"github.com/anvilproject/anvil/server/bmc/bmctest"
 	"github.com/anvilproject/anvil/server/conductor"
+	"github.com/anvilproject/anvil/server/servertest"
 	"github.com/anvilproject/anvil/server/store"
 	"github.com/anvilproject/anvil/server/store/storetest"
 )
 
-// rpcMachine is a machine whose power and boot device a bmctest.RPCWebhook
-// keeps: system id of rack. When the webhook turns it on with boot
-// device pxe, it does what the machine's iPXE firmware would after DHCP:
-// it asks Anvil for its MAC's script (GET /ipxe/<mac>) and boots the real
-// agent only when that script boots the deploy kernel, its disk
-// otherwise; when the webhook turns it off, the agent stops. It boots one
-// power change at a time, in order, away from the webhook's answer, as
-// redfish-sim runs its power hook.
-type rpcMachine struct {
-	hook         *bmctest.RPCWebhook
+// followingMachine is a machine whose power and boot device a BMC fake
+// keeps: system id of rack. read says what the fake holds: the power
+// ("on" or "off") and the device the machine comes up from when turned
+// on ("pxe" for the network). When the fake turns it on from pxe, it
+// does what the machine's iPXE firmware would after DHCP: it asks Anvil
+// for its MAC's script (GET /ipxe/<mac>) and boots the real agent only
+// when that script boots the deploy kernel, its disk otherwise; when the
+// fake turns it off, the agent stops. It boots one power change at a
+// time, in order, away from the fake's answer, as redfish-sim runs its
+// power hook. It follows changes of power only: a reset of a running
+// machine is none (Anvil's bmclib reboot is off, then on), and would show
+// as a boot the fake made that the machine did not.
+type followingMachine struct {
+	fake         http.Handler
+	read         func() (power, boot string)
 	rack         *agenttest.Rack
 	id, mac, api string
 	changes      chan [2]string
@@ -37,11 +43,11 @@ type rpcMachine struct {
 	mu           sync.Mutex
 	booted       []string // "agent" or "disk" per power on, in order
 	failed       []string // what the machine could not do
-	pending      int      // power changes taken by the webhook, not yet followed
+	pending      int      // power changes taken by the fake, not yet followed
 }
 
-func newRPCMachine(t *testing.T, hook *bmctest.RPCWebhook, rack *agenttest.Rack, id, mac, apiURL string) *rpcMachine {
-	m := &rpcMachine{hook: hook, rack: rack, id: id, mac: mac, api: apiURL, changes: make(chan [2]string, 64), done: make(chan struct{})}
+func newFollowingMachine(t *testing.T, fake http.Handler, read func() (power, boot string), rack *agenttest.Rack, id, mac, apiURL string) *followingMachine {
+	m := &followingMachine{fake: fake, read: read, rack: rack, id: id, mac: mac, api: apiURL, changes: make(chan [2]string, 64), done: make(chan struct{})}
 	go m.run()
 	// Registered after the rack's machine, so it runs before the agent
 	// and its disk go.
@@ -57,11 +63,11 @@ func newRPCMachine(t *testing.T, hook *bmctest.RPCWebhook, rack *agenttest.Rack,
 	return m
 }
 
-// ServeHTTP is the webhook, with the machine following its power.
-func (m *rpcMachine) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	before, _, _, _ := m.hook.State()
-	m.hook.ServeHTTP(w, r)
-	if after, boot, _, _ := m.hook.State(); after != before {
+// ServeHTTP is the fake, with the machine following its power.
+func (m *followingMachine) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	before, _ := m.read()
+	m.fake.ServeHTTP(w, r)
+	if after, boot := m.read(); after != before {
 		m.mu.Lock()
 		m.pending++
 		m.mu.Unlock()
@@ -69,7 +75,7 @@ func (m *rpcMachine) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-func (m *rpcMachine) run() {
+func (m *followingMachine) run() {
 	defer close(m.done)
 	for c := range m.changes {
 		power, boot := c[0], c[1]
@@ -95,7 +101,7 @@ func (m *rpcMachine) run() {
 
 // netbootsAgent fetches the machine's iPXE script from Anvil and says
 // whether it boots a kernel (the agent) rather than exiting to the disk.
-func (m *rpcMachine) netbootsAgent() bool {
+func (m *followingMachine) netbootsAgent() bool {
 	r, err := http.Get(m.api + "/ipxe/" + strings.ReplaceAll(m.mac, ":", "-"))
 	if err != nil {
 		m.fail("iPXE script: " + err.Error())
@@ -110,23 +116,23 @@ func (m *rpcMachine) netbootsAgent() bool {
 	return bytes.Contains(b, []byte("\nkernel ")) && bytes.Contains(b, []byte("\nboot\n"))
 }
 
-func (m *rpcMachine) note(what string) {
+func (m *followingMachine) note(what string) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.booted = append(m.booted, what)
 }
 
-func (m *rpcMachine) fail(what string) {
+func (m *followingMachine) fail(what string) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.failed = append(m.failed, what)
 }
 
 // boots is what the machine booted at each power on, once it has
-// followed every power change the webhook took: it follows them in its
+// followed every power change the fake took: it follows them in its
 // own goroutine, which can lag the conductor (stopping an agent takes
 // seconds), so a node may be active before its machine is on.
-func (m *rpcMachine) boots(t *testing.T) []string {
+func (m *followingMachine) boots(t *testing.T) []string {
 	t.Helper()
 	deadline := time.Now().Add(time.Minute)
 	for {
@@ -143,6 +149,133 @@ func (m *rpcMachine) boots(t *testing.T) []string {
 	}
 }
 
+// agentMAC is the NIC of a lifecycleNode's machine.
+const agentMAC = "52:54:00:b1:00:01"
+
+// lifecycleNode is a bmclib node whose machine follows its BMC fake into
+// the real agent on a loop disk, taken through the agent lifecycle a
+// step at a time; each step checks what every provider must do, and a
+// test checks its fake between them.
+type lifecycleNode struct {
+	admin    *servertest.Client
+	rack     *agenttest.Rack
+	im       *agenttest.Image
+	m        *followingMachine
+	id, disk string
+}
+
+// newLifecycleNode starts Anvil and a machine that follows fake (read as
+// followingMachine reads it), serves the two as the node's BMC, and
+// enrols, manages and validates a bmclib node name whose driver_info is
+// info(that server).
+func newLifecycleNode(t *testing.T, setting, name string, fake http.Handler, read func() (power, boot string), info func(*httptest.Server) map[string]any) *lifecycleNode {
+	t.Helper()
+	l := &lifecycleNode{im: agenttest.ServeImage(t, "ANVIL-IMAGE-MARKER")}
+	o := bmcOpts
+	o.Conductor.Agent = conductor.AgentConfig{HeartbeatTimeout: 30 * time.Second, LogDir: t.TempDir(), Poll: 500 * time.Millisecond}
+	srv, clients := startLocal(t, setting, o)
+	l.admin = atVer(clients["system-admin"], api.VerMax)
+	l.rack = agenttest.NewRack(t, srv.URL)
+	l.disk = l.rack.Machine(t, "1")
+	l.m = newFollowingMachine(t, fake, read, l.rack, "1", agentMAC, srv.URL)
+	ts := httptest.NewServer(l.m)
+	t.Cleanup(ts.Close)
+
+	di := info(ts)
+	// What the machine's iPXE script boots; the simulated machine starts
+	// the agent itself rather than download them.
+	di["deploy_kernel"], di["deploy_ramdisk"] = l.im.URL+"ipa.kernel", l.im.URL+"ipa.initramfs"
+	r := l.admin.Do(t, "POST", "/v1/nodes", map[string]any{"name": name, "driver": "bmclib", "driver_info": di})
+	mustStatus(t, r, 201)
+	n := r.JSON(t)
+	l.id = n["uuid"].(string)
+	if n["boot_interface"] != "pxe" || n["deploy_interface"] != "direct" {
+		t.Fatalf("bmclib node interfaces: boot %v, deploy %v", n["boot_interface"], n["deploy_interface"])
+	}
+	mustStatus(t, l.admin.Do(t, "POST", "/v1/ports", map[string]any{"node_uuid": l.id, "address": agentMAC}), 201)
+	provision(t, l.admin, l.id, map[string]any{"target": "manage"}, 202)
+	waitState(t, l.admin, l.id, "manageable")
+	v := l.admin.Do(t, "GET", "/v1/nodes/"+l.id+"/validate", nil).JSON(t)
+	for _, iface := range []string{"boot", "power", "management"} {
+		if res, _ := v[iface].(map[string]any); res["result"] != true {
+			t.Errorf("validate %s: %v", iface, res)
+		}
+	}
+	return l
+}
+
+// provide: automated cleaning boots the agent from the network, which
+// wipes the disk's partition table; the machine ends off.
+func (l *lifecycleNode) provide(t *testing.T) {
+	t.Helper()
+	run(t, "sgdisk", "-o", "-n", "1:2048:+16M", l.disk)
+	if len(partitions(t, l.disk)) != 1 {
+		t.Fatal("could not partition the loop disk")
+	}
+	provision(t, l.admin, l.id, map[string]any{"target": "provide"}, 202)
+	n := waitFor(t, l.admin, l.id, "available", l.rack)
+	if p := partitions(t, l.disk); len(p) != 0 {
+		t.Errorf("after automated cleaning the disk still has partitions %v", p)
+	}
+	if n["power_state"] != bmc.PowerOff || n["maintenance"] != false {
+		t.Errorf("after cleaning: power %v maintenance %v", n["power_state"], n["maintenance"])
+	}
+	if b := l.m.boots(t); len(b) != 1 || b[0] != "agent" {
+		t.Fatalf("cleaning: the machine booted %v, want the agent once", b)
+	}
+	if !l.rack.Stopped("1", 20*time.Second) {
+		t.Error("the agent still runs after cleaning")
+	}
+}
+
+// deploy: active, the raw image and a config drive on the disk, the
+// agent booted once more to write them and the machine on from its disk.
+func (l *lifecycleNode) deploy(t *testing.T) {
+	t.Helper()
+	mustStatus(t, l.admin.Do(t, "PATCH", "/v1/nodes/"+l.id, []map[string]any{
+		{"op": "add", "path": "/instance_info", "value": map[string]any{"image_source": l.im.URL + l.im.Raw,
+			"image_os_hash_algo": "sha256", "image_os_hash_value": l.im.RawSum}}}), 200)
+	provision(t, l.admin, l.id, map[string]any{"target": "active",
+		"configdrive": map[string]any{"meta_data": map[string]any{"hostname": "bl-tenant"}}}, 202)
+	n := waitFor(t, l.admin, l.id, "active", l.rack)
+	const part = 2048 * 512
+	if got := readAt(t, l.disk, part, 8<<20); !bytes.Equal(got, l.im.RawData[part:part+8<<20]) {
+		t.Errorf("the disk does not hold the image's bytes")
+	}
+	if !hasConfigDrive(t, l.disk) {
+		t.Errorf("no config-2 partition on the disk: %v", partitions(t, l.disk))
+	}
+	if n["power_state"] != bmc.PowerOn {
+		t.Errorf("deployed: node power %v", n["power_state"])
+	}
+	if b := l.m.boots(t); strings.Join(b, ",") != "agent,agent,disk" {
+		t.Errorf("deploy: the machine booted %v, want the agent then its disk", b)
+	}
+	if !l.rack.Stopped("1", 20*time.Second) {
+		t.Error("the agent still runs on the deployed machine")
+	}
+}
+
+// undeploy: deleted, the tear down's cleaning boots the agent, which
+// wipes the disk again; the machine ends off.
+func (l *lifecycleNode) undeploy(t *testing.T) {
+	t.Helper()
+	provision(t, l.admin, l.id, map[string]any{"target": "deleted"}, 202)
+	n := waitFor(t, l.admin, l.id, "available", l.rack)
+	if p := partitions(t, l.disk); len(p) != 0 {
+		t.Errorf("after deleted the disk still has partitions %v", p)
+	}
+	if n["power_state"] != bmc.PowerOff {
+		t.Errorf("after deleted: power %v", n["power_state"])
+	}
+	if b := l.m.boots(t); strings.Join(b, ",") != "agent,agent,disk,agent" {
+		t.Errorf("undeploy: the machine booted %v, want the agent for its cleaning", b)
+	}
+	if !l.rack.Stopped("1", 20*time.Second) {
+		t.Error("the agent still runs after undeploy's cleaning")
+	}
+}
+
 // TestBmclibAgentDeploy is a whole agent lifecycle on a bmclib node
 // whose power and boot device are an rpc webhook (signatures checked):
 // the conductor sets boot device pxe through bmclib and powers the
@@ -154,99 +287,21 @@ func (m *rpcMachine) boots(t *testing.T) []string {
 func TestBmclibAgentDeploy(t *testing.T) {
 	agenttest.Need(t)
 	storetest.Each(t, func(t *testing.T, setting string, _ *store.DB) {
-		im := agenttest.ServeImage(t, "ANVIL-IMAGE-MARKER")
-		o := bmcOpts
-		o.Conductor.Agent = conductor.AgentConfig{HeartbeatTimeout: 30 * time.Second, LogDir: t.TempDir(), Poll: 500 * time.Millisecond}
-		srv, clients := startLocal(t, setting, o)
-		admin := atVer(clients["system-admin"], api.VerMax)
-		rack := agenttest.NewRack(t, srv.URL)
-		disk := rack.Machine(t, "1")
-		const mac = "52:54:00:b1:00:01"
 		hook := bmctest.NewRPCWebhook("rpc-agent-s3cret", "off")
-		m := newRPCMachine(t, hook, rack, "1", mac, srv.URL)
-		ts := httptest.NewServer(m)
-		t.Cleanup(ts.Close)
-
-		info := map[string]any{"bmclib_provider": "rpc", "bmclib_address": "rack1-node1", "bmclib_rpc_url": ts.URL + "/bmc", "bmclib_rpc_secret": hook.Secret,
-			// What the machine's iPXE script boots; the simulated
-			// machine starts the agent itself rather than download them.
-			"deploy_kernel": im.URL + "ipa.kernel", "deploy_ramdisk": im.URL + "ipa.initramfs"}
-		r := admin.Do(t, "POST", "/v1/nodes", map[string]any{"name": "bl-agent", "driver": "bmclib", "driver_info": info})
-		mustStatus(t, r, 201)
-		n := r.JSON(t)
-		id := n["uuid"].(string)
-		if n["boot_interface"] != "pxe" || n["deploy_interface"] != "direct" {
-			t.Fatalf("bmclib node interfaces: boot %v, deploy %v", n["boot_interface"], n["deploy_interface"])
+		// The webhook keeps the boot device until it is set again.
+		read := func() (string, string) {
+			power, boot, _, _ := hook.State()
+			return power, boot
 		}
-		mustStatus(t, admin.Do(t, "POST", "/v1/ports", map[string]any{"node_uuid": id, "address": mac}), 201)
-		provision(t, admin, id, map[string]any{"target": "manage"}, 202)
-		waitState(t, admin, id, "manageable")
-		v := admin.Do(t, "GET", "/v1/nodes/"+id+"/validate", nil).JSON(t)
-		for _, iface := range []string{"boot", "power", "management"} {
-			if res, _ := v[iface].(map[string]any); res["result"] != true {
-				t.Errorf("validate %s: %v", iface, res)
-			}
+		l := newLifecycleNode(t, setting, "bl-agent", hook, read, func(ts *httptest.Server) map[string]any {
+			return map[string]any{"bmclib_provider": "rpc", "bmclib_address": "rack1-node1", "bmclib_rpc_url": ts.URL + "/bmc", "bmclib_rpc_secret": hook.Secret}
+		})
+		l.provide(t)
+		l.deploy(t)
+		if power, boot, _, _ := hook.State(); power != "on" || boot != "disk" {
+			t.Errorf("deployed: webhook power %s boot %s", power, boot)
 		}
-
-		// provide: automated cleaning boots the agent from the network,
-		// which wipes the disk's partition table; the machine ends off.
-		run(t, "sgdisk", "-o", "-n", "1:2048:+16M", disk)
-		if len(partitions(t, disk)) != 1 {
-			t.Fatal("could not partition the loop disk")
-		}
-		provision(t, admin, id, map[string]any{"target": "provide"}, 202)
-		n = waitFor(t, admin, id, "available", rack)
-		if p := partitions(t, disk); len(p) != 0 {
-			t.Errorf("after automated cleaning the disk still has partitions %v", p)
-		}
-		if n["power_state"] != bmc.PowerOff || n["maintenance"] != false {
-			t.Errorf("after cleaning: power %v maintenance %v", n["power_state"], n["maintenance"])
-		}
-		if b := m.boots(t); len(b) != 1 || b[0] != "agent" {
-			t.Fatalf("cleaning: the machine booted %v, want the agent once", b)
-		}
-		if !rack.Stopped("1", 20*time.Second) {
-			t.Error("the agent still runs after cleaning")
-		}
-
-		// active: the raw image and a config drive on the disk, the disk
-		// the boot device, the machine on from its disk.
-		mustStatus(t, admin.Do(t, "PATCH", "/v1/nodes/"+id, []map[string]any{
-			{"op": "add", "path": "/instance_info", "value": map[string]any{"image_source": im.URL + im.Raw,
-				"image_os_hash_algo": "sha256", "image_os_hash_value": im.RawSum}}}), 200)
-		provision(t, admin, id, map[string]any{"target": "active",
-			"configdrive": map[string]any{"meta_data": map[string]any{"hostname": "bl-tenant"}}}, 202)
-		n = waitFor(t, admin, id, "active", rack)
-		const part = 2048 * 512
-		if got := readAt(t, disk, part, 8<<20); !bytes.Equal(got, im.RawData[part:part+8<<20]) {
-			t.Errorf("the disk does not hold the image's bytes")
-		}
-		if !hasConfigDrive(t, disk) {
-			t.Errorf("no config-2 partition on the disk: %v", partitions(t, disk))
-		}
-		power, boot, _, _ := hook.State()
-		if n["power_state"] != bmc.PowerOn || power != "on" || boot != "disk" {
-			t.Errorf("deployed: node power %v, webhook power %s boot %s", n["power_state"], power, boot)
-		}
-		if b := m.boots(t); strings.Join(b, ",") != "agent,agent,disk" {
-			t.Errorf("deploy: the machine booted %v, want the agent then its disk", b)
-		}
-		if !rack.Stopped("1", 20*time.Second) {
-			t.Error("the agent still runs on the deployed machine")
-		}
-
-		// deleted: the tear down's cleaning wipes the disk again.
-		provision(t, admin, id, map[string]any{"target": "deleted"}, 202)
-		n = waitFor(t, admin, id, "available", rack)
-		if p := partitions(t, disk); len(p) != 0 {
-			t.Errorf("after deleted the disk still has partitions %v", p)
-		}
-		if n["power_state"] != bmc.PowerOff {
-			t.Errorf("after deleted: power %v", n["power_state"])
-		}
-		if !rack.Stopped("1", 20*time.Second) {
-			t.Error("the agent still runs after undeploy's cleaning")
-		}
+		l.undeploy(t)
 		if _, _, bad, _ := hook.State(); bad != 0 {
 			t.Errorf("the webhook refused %d signatures", bad)
 		}
