@@ -4,8 +4,10 @@ import (
 	"bytes"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -304,6 +306,65 @@ func TestBmclibAgentDeploy(t *testing.T) {
 		l.undeploy(t)
 		if _, _, bad, _ := hook.State(); bad != 0 {
 			t.Errorf("the webhook refused %d signatures", bad)
+		}
+	})
+}
+
+// TestBmclibIntelAMTAgentDeploy is TestBmclibAgentDeploy's lifecycle on
+// an intelamt node, its BMC the Intel AMT fake. AMT sets only a one-time
+// PXE boot: each agent boot is the conductor's pxe override used up by
+// the power on after it, and the deployed machine comes up from its disk
+// though nothing is sent for the conductor's boot device disk. The AMT
+// refuses no credentials, faults no request, and is never asked for a
+// boot source but PXE nor for a persistent one.
+func TestBmclibIntelAMTAgentDeploy(t *testing.T) {
+	agenttest.Need(t)
+	storetest.Each(t, func(t *testing.T, setting string, _ *store.DB) {
+		amt := bmctest.NewAMT("admin", "amt-agent-P4ssw0rd", "off")
+		// The device the latest power on booted, as the AMT chose it: its
+		// one-time PXE when set, else "disk", the fake modelling firmware
+		// whose boot order puts the disk first. A machine with the
+		// network first would netboot at every power on, into the agent
+		// only when Anvil's script boots it; checked below for the
+		// deployed node, whose script must exit to the disk.
+		read := func() (string, string) {
+			st := amt.State()
+			boot := ""
+			if len(st.Boots) > 0 {
+				boot = st.Boots[len(st.Boots)-1]
+			}
+			return st.Power, boot
+		}
+		l := newLifecycleNode(t, setting, "amt-agent", amt, read, func(ts *httptest.Server) map[string]any {
+			return map[string]any{"bmclib_provider": "intelamt", "bmclib_address": "127.0.0.1",
+				"bmclib_port": float64(ts.Listener.Addr().(*net.TCPAddr).Port), "bmclib_username": amt.User, "bmclib_password": amt.Password}
+		})
+		l.provide(t)
+		if st := amt.State(); !slices.Equal(st.Boots, []string{"pxe"}) || st.PXENext || st.Power != "off" {
+			t.Errorf("cleaning at the AMT: boots %v, PXE still next %v, power %s", st.Boots, st.PXENext, st.Power)
+		}
+		l.deploy(t)
+		if st := amt.State(); !slices.Equal(st.Boots, []string{"pxe", "pxe", "disk"}) || st.PXENext || st.Power != "on" {
+			t.Errorf("deployed at the AMT: boots %v, PXE still next %v, power %s", st.Boots, st.PXENext, st.Power)
+		}
+		if l.m.netbootsAgent() {
+			t.Error("Anvil's iPXE script for the deployed node boots the agent: a machine with the network first in its boot order would not come up from its disk")
+		}
+		l.undeploy(t)
+		st := amt.State()
+		if !slices.Equal(st.Boots, []string{"pxe", "pxe", "disk", "pxe"}) || st.PXENext || st.Power != "off" {
+			t.Errorf("undeployed at the AMT: boots %v, PXE still next %v, power %s", st.Boots, st.PXENext, st.Power)
+		}
+		if st.Refused != 0 || len(st.Faults) != 0 {
+			t.Errorf("the AMT refused %d requests' credentials and faulted %v", st.Refused, st.Faults)
+		}
+		for _, a := range st.Actions {
+			if src, ok := strings.CutPrefix(a, "ChangeBootOrder "); ok && src != "Intel(r) AMT: Force PXE Boot" {
+				t.Errorf("boot source %q asked of the AMT", src)
+			}
+			if role, ok := strings.CutPrefix(a, "SetBootConfigRole "); ok && role != "1" {
+				t.Errorf("boot configuration role %s (not the next boot only) asked of the AMT", role)
+			}
 		}
 	})
 }
