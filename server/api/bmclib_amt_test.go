@@ -31,14 +31,7 @@ func TestBmclibIntelAMT(t *testing.T) {
 		admin := atVer(clients["system-admin"], api.VerMax)
 		info := map[string]any{"bmclib_provider": "intelamt", "bmclib_address": "127.0.0.1",
 			"bmclib_port": float64(ts.Listener.Addr().(*net.TCPAddr).Port), "bmclib_username": amt.User, "bmclib_password": amt.Password}
-		r := admin.Do(t, "POST", "/v1/nodes", map[string]any{"name": "amt-1", "driver": "bmclib", "driver_info": info})
-		mustStatus(t, r, 201)
-		id := r.JSON(t)["uuid"].(string)
-		if strings.Contains(string(r.Body), amt.Password) {
-			t.Fatalf("the enrolment answer shows the password: %s", r.Body)
-		}
-		provision(t, admin, id, map[string]any{"target": "manage"}, 202)
-		waitState(t, admin, id, "manageable")
+		id := enrolBmclib(t, admin, "amt-1", info, amt.Password)
 
 		power := func(target string) map[string]any {
 			t.Helper()
@@ -80,7 +73,7 @@ func TestBmclibIntelAMT(t *testing.T) {
 
 		// What intelamt cannot do is refused before anything is sent.
 		before = amt.State()
-		r = admin.Do(t, "PUT", "/v1/nodes/"+id+"/management/boot_device", map[string]any{"boot_device": "disk"})
+		r := admin.Do(t, "PUT", "/v1/nodes/"+id+"/management/boot_device", map[string]any{"boot_device": "disk"})
 		if mustFaultNaming(t, "boot device disk", r, "boot_device"); !strings.Contains(r.Fault(t), `boot device "disk" is not one of pxe (driver bmclib with bmclib provider intelamt)`) {
 			t.Errorf("boot device disk: %s", r.Fault(t))
 		}

@@ -29,16 +29,12 @@ func TestBmclibHomeAssistant(t *testing.T) {
 		admin := atVer(clients["system-admin"], api.VerMax)
 		info := map[string]any{"bmclib_provider": "homeassistant", "bmclib_address": "127.0.0.1", "bmclib_port": float64(ha.Port),
 			"bmclib_password": token, "bmclib_homeassistant_switch": ha.Switch, "bmclib_verify_ca": ha.CAPEM}
-		r := admin.Do(t, "POST", "/v1/nodes", map[string]any{"name": "ha-1", "driver": "bmclib", "owner": "own", "driver_info": info})
-		mustStatus(t, r, 201)
-		id := r.JSON(t)["uuid"].(string)
+		id := enrolBmclib(t, admin, "ha-1", info, token)
 		for _, who := range []string{"system-admin", "owner-reader"} {
 			if b := string(atVer(clients[who], api.VerMax).Do(t, "GET", "/v1/nodes/"+id, nil).Body); strings.Contains(b, token) {
 				t.Errorf("%s sees the Home Assistant token: %s", who, b)
 			}
 		}
-		provision(t, admin, id, map[string]any{"target": "manage"}, 202)
-		waitState(t, admin, id, "manageable")
 
 		power := func(target, want string) {
 			t.Helper()
@@ -66,7 +62,7 @@ func TestBmclibHomeAssistant(t *testing.T) {
 
 		// No boot device: refused, and nothing is sent.
 		before = len(ha.State().Calls)
-		r = admin.Do(t, "PUT", "/v1/nodes/"+id+"/management/boot_device", map[string]any{"boot_device": "pxe"})
+		r := admin.Do(t, "PUT", "/v1/nodes/"+id+"/management/boot_device", map[string]any{"boot_device": "pxe"})
 		if mustFaultNaming(t, "boot device on homeassistant", r, "boot_device"); !strings.Contains(r.Fault(t), "driver bmclib with bmclib provider homeassistant cannot set a boot device") {
 			t.Errorf("boot device on homeassistant: %s", r.Fault(t))
 		}

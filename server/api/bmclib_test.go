@@ -31,14 +31,7 @@ func TestBmclibRPC(t *testing.T) {
 		_, clients := startLocal(t, setting, bmcOpts)
 		admin := atVer(clients["system-admin"], api.VerMax)
 		info := map[string]any{"bmclib_provider": "rpc", "bmclib_address": "rack1-node7", "bmclib_rpc_url": ts.URL + "/bmc", "bmclib_rpc_secret": hook.Secret}
-		r := admin.Do(t, "POST", "/v1/nodes", map[string]any{"name": "rpc-1", "driver": "bmclib", "driver_info": info})
-		mustStatus(t, r, 201)
-		id := r.JSON(t)["uuid"].(string)
-		if strings.Contains(string(r.Body), hook.Secret) {
-			t.Fatalf("the enrolment answer shows the rpc secret: %s", r.Body)
-		}
-		provision(t, admin, id, map[string]any{"target": "manage"}, 202)
-		waitState(t, admin, id, "manageable")
+		id := enrolBmclib(t, admin, "rpc-1", info, hook.Secret)
 
 		mustStatus(t, admin.Do(t, "PUT", "/v1/nodes/"+id+"/states/power", map[string]any{"target": "power on"}), 202)
 		if n := waitPower(t, admin, id); n["power_state"] != bmc.PowerOn || n["last_error"] != nil {
@@ -67,7 +60,7 @@ func TestBmclibRPC(t *testing.T) {
 		}
 
 		// Steps: power and the boot device, nothing rpc cannot do.
-		r = admin.Do(t, "GET", "/v1/nodes/"+id+"/steps", nil)
+		r := admin.Do(t, "GET", "/v1/nodes/"+id+"/steps", nil)
 		mustStatus(t, r, 200)
 		if b := string(r.Body); !strings.Contains(b, `"set_boot_device"`) || strings.Contains(b, `"get_sel"`) || strings.Contains(b, `"clear_sel"`) || strings.Contains(b, `"reset_bmc"`) {
 			t.Errorf("rpc step list: %s", b)
@@ -114,6 +107,22 @@ func TestBmclibRPC(t *testing.T) {
 			t.Errorf("webhook after the wrong secret: power %s, %d refused", power, bad)
 		}
 	})
+}
+
+// enrolBmclib enrols a bmclib node of project "own" named name with
+// driver_info info, checks the answer does not show secret, and manages
+// it; it returns the node's UUID.
+func enrolBmclib(t *testing.T, admin *servertest.Client, name string, info map[string]any, secret string) string {
+	t.Helper()
+	r := admin.Do(t, "POST", "/v1/nodes", map[string]any{"name": name, "driver": "bmclib", "owner": "own", "driver_info": info})
+	mustStatus(t, r, 201)
+	if strings.Contains(string(r.Body), secret) {
+		t.Fatalf("the enrolment answer shows the secret: %s", r.Body)
+	}
+	id := r.JSON(t)["uuid"].(string)
+	provision(t, admin, id, map[string]any{"target": "manage"}, 202)
+	waitState(t, admin, id, "manageable")
+	return id
 }
 
 // bmclibIPMIInfo is driver_info for the bmclib type's ipmitool provider
