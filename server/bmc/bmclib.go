@@ -50,14 +50,21 @@ type bmclibProvider struct {
 	// before the conductor acts, as Ironic refuses a power state its
 	// power interface does not list.
 	noSoftOff bool
+	// bootNoop: bmclib claims a boot device for the provider but its
+	// call does nothing (Home Assistant), so none is offered: a step
+	// that succeeds without effect would be a lie in a run's record.
+	bootNoop bool
+	// pxeOnce: the provider's only boot override is pxe for the next
+	// boot (Intel AMT: iamt's SetBootConfigRole IsNextSingleUse).
+	pxeOnce bool
 }
 
 // bmclibProviders are the providers driver_info/bmclib_provider names,
 // keyed by Anvil's (lower-case, protocol-named) spelling.
 var bmclibProviders = map[string]bmclibProvider{
 	"rpc":           {registry: rpc.ProviderName, features: rpc.Features},
-	"intelamt":      {registry: intelamt.ProviderName, features: intelamt.Features, port: 16992, dialsItself: true, noSoftOff: true},
-	"homeassistant": {registry: homeassistant.ProviderName, features: homeassistant.Features, port: 8123, noSoftOff: true},
+	"intelamt":      {registry: intelamt.ProviderName, features: intelamt.Features, port: 16992, dialsItself: true, noSoftOff: true, pxeOnce: true},
+	"homeassistant": {registry: homeassistant.ProviderName, features: homeassistant.Features, port: 8123, noSoftOff: true, bootNoop: true},
 	"dell":          {registry: dell.ProviderName, features: dell.Features, port: 443, portFixed: true},
 	"supermicro":    {registry: supermicro.ProviderName, features: supermicro.Features, port: 443, portFixed: true},
 	"asrockrack":    {registry: asrockrack.ProviderName, features: asrockrack.Features, port: 443},
@@ -89,10 +96,8 @@ var bmclibStepFeatures = map[string]registrar.Feature{
 }
 
 // BmclibOffers reports whether provider runs step (interface.step), by
-// what bmclib itself says the provider can do. Home Assistant claims a
-// boot device but its implementation does nothing, so it is not offered
-// (bmclibBootDevicesOf): a step that succeeds without effect would be a
-// lie in a run's record.
+// what bmclib itself says the provider can do, less what Anvil knows it
+// does not (bmclibBootDevicesOf).
 func BmclibOffers(provider, step string) bool {
 	p, ok := bmclibProviders[provider]
 	if !ok {
@@ -149,28 +154,31 @@ func bmclibProviderDesc() string {
 
 // bmclibBootDevicesOf lists the devices provider sets, refused before
 // anything is sent when its protocol lacks them: none where bmclib has
-// no boot device for the provider, or where its call does nothing (Home
-// Assistant); Intel AMT sets only pxe.
+// no boot device for the provider or its call does nothing, only pxe
+// where that is the one override.
 func bmclibBootDevicesOf(provider string) []string {
 	p, ok := bmclibProviders[provider]
 	switch {
-	case !ok || provider == "homeassistant" || !slices.Contains(p.features, providers.FeatureBootDeviceSet):
+	case !ok || p.bootNoop || !slices.Contains(p.features, providers.FeatureBootDeviceSet):
 		return []string{} // a list, empty: the API answers []
-	case provider == "intelamt":
+	case p.pxeOnce:
 		return []string{"pxe"}
 	}
 	return []string{"pxe", "disk", "cdrom", "bios"}
 }
 
-// BmclibPowers reports whether provider takes power target: soft power
+// bmclibPowerTargets lists the power targets provider takes: soft power
 // off and soft reboot need bmclib's "soft", which not every provider has.
-func BmclibPowers(provider, target string) bool {
-	return !bmclibProviders[provider].noSoftOff || target != SoftPowerOff && target != SoftRebooting
+func bmclibPowerTargets(provider string) []string {
+	if !bmclibProviders[provider].noSoftOff {
+		return slices.Clone(PowerTargets)
+	}
+	return slices.DeleteFunc(slices.Clone(PowerTargets), func(t string) bool { return t == SoftPowerOff || t == SoftRebooting })
 }
 
-// haSwitch is a Home Assistant entity ID of the switch domain, the only
-// one whose turn_on and turn_off bmclib calls.
-var haSwitch = regexp.MustCompile(`^switch\.[a-z0-9_]{1,255}$`)
+// switchEntityID is a Home Assistant entity ID of the switch domain, the
+// only one whose turn_on and turn_off bmclib calls.
+var switchEntityID = regexp.MustCompile(`^switch\.[a-z0-9_]{1,255}$`)
 
 // validateBmclib checks what the key table cannot: the provider, and
 // the keys each provider needs.
@@ -193,7 +201,7 @@ func validateBmclib(info map[string]any) error {
 		// bmclib joins the entity into the state URL with url.JoinPath,
 		// which resolves "..", and sends the token along: anything but a
 		// switch's entity ID could walk to another Home Assistant endpoint.
-		if !haSwitch.MatchString(sw) {
+		if !switchEntityID.MatchString(sw) {
 			return fieldErr("bmclib_homeassistant_switch", "driver_info/bmclib_homeassistant_switch %q is not a switch's entity ID: switch. then lower-case letters, digits and underscores", sw)
 		}
 	}
@@ -515,14 +523,13 @@ func (c *bmclibClient) BootDevice(ctx context.Context) (Boot, error) {
 
 func (c *bmclibClient) SetBootDevice(ctx context.Context, device string, persistent bool, mode string) error {
 	op := "setting boot device " + device
-	if c.provider == "intelamt" {
+	if bmclibProviders[c.provider].pxeOnce {
 		switch {
 		case device == "disk":
-			// Intel AMT's only override is PXE for the next boot (iamt's
-			// SetBootConfigRole IsNextSingleUse), and the conductor asks
-			// for the disk only after the agent's boot used it: the
-			// machine then boots by its own order, its disk or the
-			// network, where Anvil's iPXE script exits to the disk.
+			// The conductor asks for the disk only after the agent's
+			// boot used the one-time pxe: the machine then boots by its
+			// own order, its disk or the network, where Anvil's iPXE
+			// script exits to the disk.
 			return nil
 		case persistent:
 			return &Error{Op: op, Where: c.where, Kind: ErrUnsupported, Reason: "Intel AMT sets the boot device for the next boot only"}

@@ -190,6 +190,15 @@ func BootDevices(driver string, info map[string]any) []string {
 	return slices.Clone(bootDevices[Canonical(driver)])
 }
 
+// PowerTargetsOf lists the power targets a node of driver with
+// driver_info info takes; for bmclib, its provider's.
+func PowerTargetsOf(driver string, info map[string]any) []string {
+	if Canonical(driver) == "bmclib" {
+		return bmclibPowerTargets(str(info, "bmclib_provider"))
+	}
+	return slices.Clone(PowerTargets)
+}
+
 // DriverName names a node's driver as errors should: with the bmclib
 // provider, which decides what a bmclib node can do.
 func DriverName(driver string, info map[string]any) string {

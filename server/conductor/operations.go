@@ -153,8 +153,8 @@ func (o *Ops) SetPowerWithin(ctx context.Context, ident, target string, timeout 
 	}
 	// Ironic's conductor refuses a state the power interface does not
 	// list (InvalidParameterValue, a 400 before any action).
-	if p, _ := n.DriverInfo["bmclib_provider"].(string); bmc.Canonical(n.Driver) == "bmclib" && !bmc.BmclibPowers(p, target) {
-		return errs.BadRequest("target", "The driver %s does not support the power state, %s (bmclib provider %s switches power on and off only).", n.Driver, target, p)
+	if !slices.Contains(bmc.PowerTargetsOf(n.Driver, n.DriverInfo), target) {
+		return errs.BadRequest("target", "The %s does not support the power state, %s.", bmc.DriverName(n.Driver, n.DriverInfo), target)
 	}
 	if slices.Contains([]string{nodes.StateCleaning, nodes.StateCleanWait, nodes.StateServicing, nodes.StateServiceWait, nodes.StateVerifying, StateAdopting}, n.ProvisionState) {
 		return errs.Conflict("Node %s is %s; power actions wait until it finishes.", n.UUID, n.ProvisionState)
