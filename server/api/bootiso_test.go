@@ -160,6 +160,11 @@ func TestAgentBuiltISO(t *testing.T) {
 			if strings.Contains(params, "ipa-agent-token") {
 				t.Errorf("%s: the agent's token is in the kernel parameters", p)
 			}
+			// Cleaning posts no inventory: only an inspection's boot
+			// carries the call-back.
+			if strings.Contains(params, "ipa-inspection-callback-url") {
+				t.Errorf("%s: a cleaning boot's parameters %q name the inspection call-back", p, params)
+			}
 		}
 
 		// After the run: no ISO kept, its URL gone, the CD ejected.
@@ -176,9 +181,17 @@ func TestAgentBuiltISO(t *testing.T) {
 		waitState(t, admin, id, "manageable")
 		mustStatus(t, admin.Do(t, "PATCH", "/v1/nodes/"+id, []map[string]any{
 			{"op": "add", "path": "/inspect_interface", "value": "agent"}}), 200)
-		rg.rack.InspectionURL(t, rg.srv.URL+"/v1/continue_inspection")
+		// The machine finds where to post its inventory on the ISO's
+		// kernel line alone (the hook reads grub.cfg), as a real one does.
 		provision(t, admin, id, map[string]any{"target": "inspect"}, 202)
 		waitFor(t, admin, id, "manageable", rg.rack)
+		booted, err := os.ReadFile(filepath.Join(rg.rack.Dir, sys.ID, "boot-params"))
+		if err != nil || !strings.Contains(string(booted), "ipa-inspection-callback-url="+rg.srv.URL+"/v1/continue_inspection\n") {
+			t.Errorf("the inspection's boot read %q (%v), want the call-back from the ISO", booted, err)
+		}
+		if inv := admin.Do(t, "GET", "/v1/nodes/"+id+"/inventory", nil); inv.Status != 200 {
+			t.Errorf("no inventory after the inspection: %d", inv.Status)
+		}
 		if left, _ := os.ReadDir(isoDir); len(left) != 0 {
 			t.Errorf("ISOs left after inspection: %v", left)
 		}

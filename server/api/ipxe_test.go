@@ -48,6 +48,16 @@ func TestIPXEScripts(t *testing.T) {
 		if strings.Contains(got, "agent_token") || strings.Contains(got, "ipmi_password") {
 			t.Errorf("script carries a secret:\n%s", got)
 		}
+		if strings.Contains(got, "ipa-inspection-callback-url") || !strings.Contains(got, "ipa-global-request-id=req-") {
+			t.Errorf("a cleaning boot's script: want a request id and no inspection call-back:\n%s", got)
+		}
+		// An inspection's boot tells the agent where to post its
+		// inventory, as Ironic's iPXE configuration does.
+		setState(t, srv, id, "inspect wait")
+		if got := script("52-54-00-1c-00-01"); !strings.Contains(got, " ipa-inspection-callback-url="+srv.URL+"/v1/continue_inspection ") {
+			t.Errorf("an inspection's script lacks the call-back:\n%s", got)
+		}
+		setState(t, srv, id, "clean wait")
 		// A URL iPXE would expand settings in is not served.
 		mustStatus(t, admin.Do(t, "PATCH", "/v1/nodes/"+id+"?keep_secrets=true", []map[string]any{
 			{"op": "replace", "path": "/driver_info/deploy_kernel", "value": "http://192.0.2.1/${password}"}}), 200)

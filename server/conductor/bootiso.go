@@ -17,6 +17,7 @@ import (
 	"github.com/anvilproject/anvil/ent/port"
 	"github.com/anvilproject/anvil/server/bootiso"
 	"github.com/anvilproject/anvil/server/history"
+	"github.com/anvilproject/anvil/server/ramdisk"
 )
 
 // Bounds on building an agent ISO: each of the kernel, ramdisk and ESP
@@ -77,12 +78,18 @@ type bootISOs struct {
 }
 
 // agentKernelParams are the agent's kernel parameters in a built ISO:
-// where Anvil's API is, the request id its logs carry, the NIC to boot
-// from (the first PXE-enabled port, as pxelinux writes BOOTIF), then the
-// node's kernel_append_params. The agent's token is not among them: the
+// where Anvil's API is, the request id its logs carry, where to post the
+// inventory when the boot is an inspection (Ironic puts
+// ipa-inspection-callback-url there only then: an agent that has it
+// posts an inventory at every start), the NIC to boot from (the first
+// PXE-enabled port, as pxelinux writes BOOTIF), then the node's
+// kernel_append_params. The agent's token is not among them: the
 // agent's lookup issues it.
 func (c *Conductor) agentKernelParams(ctx context.Context, n *ent.Node) (string, error) {
 	params := []string{"ipa-api-url=" + c.cfg.Agent.APIURL, "ipa-global-request-id=req-" + uuid.NewString()}
+	if n.ProvisionState == StateInspectWait {
+		params = append(params, "ipa-inspection-callback-url="+ramdisk.InspectionCallback(c.cfg.Agent.APIURL))
+	}
 	p, err := c.db.Port.Query().Where(port.NodeID(n.ID), port.PxeEnabled(true)).Order(ent.Asc(port.FieldID)).First(ctx)
 	if err != nil && !ent.IsNotFound(err) {
 		return "", err

@@ -172,7 +172,9 @@ func (c *Conductor) startInspectWait(ctx context.Context, n *ent.Node) error {
 			SetProvisionState(StateInspectWait).SetProvisionUpdatedAt(time.Now()).Exec(ctx)
 	})
 	if err == nil {
-		n.DriverInternalInfo = info
+		// The boot that follows reads the state: an ISO built for an
+		// inspection tells the agent where to post its inventory.
+		n.DriverInternalInfo, n.ProvisionState = info, StateInspectWait
 	}
 	return err
 }

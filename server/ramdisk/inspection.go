@@ -20,6 +20,10 @@ import (
 // (Ironic's "inspect wait").
 const StateInspectWait = "inspect wait"
 
+// InspectionCallback is where an agent booted for inspection posts its
+// inventory (its ipa-inspection-callback-url), on Anvil's API at apiURL.
+func InspectionCallback(apiURL string) string { return apiURL + "/v1/continue_inspection" }
+
 // driver_internal_info keys of in-band inspection.
 const (
 	// KeyLookupBMC holds the node's BMC addresses (the address of its

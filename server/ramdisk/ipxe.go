@@ -7,6 +7,8 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/google/uuid"
+
 	"github.com/anvilproject/anvil/ent/node"
 	"github.com/anvilproject/anvil/ent/port"
 	"github.com/anvilproject/anvil/server/nodes"
@@ -60,7 +62,11 @@ func (s *Service) IPXEScript(ctx context.Context, mac string) (string, error) {
 	if !httpURL(kernel) || !httpURL(ramdisk) {
 		return ipxeLocal, nil
 	}
-	params := []string{"ipa-api-url=" + s.APIURL(), "BOOTIF=01-" + strings.ReplaceAll(mac, ":", "-")}
+	params := []string{"ipa-api-url=" + s.APIURL(), "ipa-global-request-id=req-" + uuid.NewString(),
+		"BOOTIF=01-" + strings.ReplaceAll(mac, ":", "-")}
+	if n.ProvisionState == StateInspectWait {
+		params = append(params, "ipa-inspection-callback-url="+InspectionCallback(s.APIURL()))
+	}
 	if extra, _ := n.DriverInfo["kernel_append_params"].(string); extra != "" {
 		params = append(params, strings.Fields(extra)...)
 	}
