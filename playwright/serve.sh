@@ -41,7 +41,10 @@ $a user grant mel --project hw-east --role member --database "$db"
 # Playwright ends this script with SIGKILL, so no trap would run: a
 # detached watchdog removes the scratch directory (and stops the
 # simulators, if this instance started them) once this script is gone.
-sim=$(pwd)/../shared/reference/redfish-sim/start.sh
+# The reference copies (internal/reference): ANVIL_REFERENCE_DIR, else
+# ../shared/reference beside the checkout.
+ref_dir=${ANVIL_REFERENCE_DIR:-$(pwd)/../shared/reference}
+sim=$ref_dir/redfish-sim/start.sh
 setsid sh -c 'while kill -0 "$1" 2>/dev/null; do sleep 1; done; [ -d "$3/bmc" ] && "$2" stop "$3/bmc"
   [ -f "$3/pids" ] && kill $(cat "$3/pids"); rm -rf "$3"' watchdog $$ "$sim" "$dir" \
   >/dev/null 2>&1 </dev/null &
@@ -70,7 +73,7 @@ if [ -n "$ipmi_port" ] && [ -n "$console_port" ]; then
   # prompt would. ipmi_sim's SOL connects to it.
   setsid socat "TCP-LISTEN:$ipmi_port,bind=127.0.0.1,reuseaddr,fork" EXEC:cat >/dev/null 2>&1 </dev/null &
   echo $! >>"$dir/pids"
-  ref=$(pwd)/../shared/reference/ipmi-sim
+  ref=$ref_dir/ipmi-sim
   mkdir -p "$dir/ipmi/state" "$dir/ipmi/persist"
   echo 0 >"$dir/ipmi/state/power"
   sed -e "s#^\( *addr 127.0.0.1\) 9001#\1 $ipmi_port#" -e "s#CHASSIS_CONTROL#$ref/chassis-control.sh#" \
