@@ -473,7 +473,7 @@ func TestRunnableDocs(t *testing.T) {
 			var script strings.Builder
 			script.WriteString("set -euo pipefail\n")
 			for _, b := range byFile[file] {
-				fmt.Fprintf(&script, "echo '>>> %s:%d' >&2\n%s", b.file, b.line, b.code)
+				fmt.Fprintf(&script, "echo \">>> %s:%d at $(date +%%T)\" >&2\n%s", b.file, b.line, b.code)
 			}
 			sh := exec.Command("bash", "-c", script.String())
 			sh.Dir = dir
