@@ -24,6 +24,7 @@ import (
 	"github.com/anvilproject/anvil/server"
 	"github.com/anvilproject/anvil/server/cli"
 	"github.com/anvilproject/anvil/server/config"
+	"github.com/anvilproject/anvil/server/store"
 )
 
 // refDir is where the generated pages live, relative to the checkout.
@@ -46,6 +47,7 @@ func generate(root string) (map[string][]byte, error) {
 	if pages["microversions.md"], err = microversionPage(filepath.Join(root, "server", "api", "version.go")); err != nil {
 		return nil, err
 	}
+	pages["migrations.md"] = migrationsPage()
 	if pages["metrics.md"], err = metricsPage(); err != nil {
 		return nil, err
 	}
@@ -319,6 +321,22 @@ func microversionPage(file string) ([]byte, error) {
 		fmt.Fprintf(&b, "| 1.%d | `%s` | %s |\n", v.minor, v.name, cell(comment))
 	}
 	return b.Bytes(), nil
+}
+
+// migrationsPage lists the schema's migration steps, so the count and
+// what each does are read from store.Migrations, never copied by hand.
+func migrationsPage() []byte {
+	var b bytes.Buffer
+	b.WriteString(header)
+	b.WriteString("# Schema migration steps\n\n")
+	fmt.Fprintf(&b, "This anvil knows %d migration steps. A database's schema version is the number it has\n"+
+		"taken (one row each in `schema_migrations`); `anvil db check` says which it lacks and\n"+
+		"`anvil db upgrade` applies them ([operators/upgrade.md](../operators/upgrade.md)).\n\n", len(store.Migrations))
+	b.WriteString("| step | what it does |\n|---|---|\n")
+	for i, s := range store.Migrations {
+		fmt.Fprintf(&b, "| %d | %s |\n", i+1, cell(s.Name))
+	}
+	return b.Bytes()
 }
 
 // metricsPage lists the metric families a server registers, read from a

@@ -1,7 +1,7 @@
 // Command docgen writes the reference pages under docs/reference from the
 // code: serve's flags with their environment variables and config keys,
 // the anvil command tree, the policy rules and their defaults, the
-// microversion ladder and the metrics. Run it from the checkout (go run
+// microversion ladder, the schema migration steps and the metrics. Run it from the checkout (go run
 // ./internal/docgen, or go tool task docs) after changing any of them;
 // TestReferenceCurrent fails until the committed pages match.
 package main
