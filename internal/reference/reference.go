@@ -26,11 +26,17 @@ const EnvVar = "ANVIL_REFERENCE_DIR"
 // variable is unset and no go.mod is found above the working directory.
 func Path(elem ...string) string {
 	if dir := os.Getenv(EnvVar); dir != "" {
-		abs, err := filepath.Abs(dir)
-		if err != nil {
-			return ""
+		// A relative setting is the checkout's, as .ci/run and
+		// playwright/serve.sh read it from the checkout's root; go test
+		// runs each package in its own directory.
+		if !filepath.IsAbs(dir) {
+			if root := Root(); root != "" {
+				dir = filepath.Join(root, dir)
+			} else if dir, _ = filepath.Abs(dir); dir == "" {
+				return ""
+			}
 		}
-		return filepath.Join(append([]string{abs}, elem...)...)
+		return filepath.Join(append([]string{dir}, elem...)...)
 	}
 	root := Root()
 	if root == "" {

@@ -12,15 +12,11 @@ func TestPathFromEnvironment(t *testing.T) {
 	if got, want := Path("ipa", "start.sh"), filepath.Join(dir, "ipa", "start.sh"); got != want {
 		t.Errorf("Path with %s=%s: %q, want %q", EnvVar, dir, got, want)
 	}
-	// A relative setting is taken from the working directory, as a shell
-	// user means it, and made absolute: tests hand the path to programs
-	// that run elsewhere.
+	// A relative setting is the checkout's, whatever package directory
+	// the test runs in, and is made absolute: tests hand the path to
+	// programs that run elsewhere.
 	t.Setenv(EnvVar, "rel")
-	wd, err := os.Getwd()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got, want := Path("x"), filepath.Join(wd, "rel", "x"); got != want {
+	if got, want := Path("x"), filepath.Join(Root(), "rel", "x"); got != want || !filepath.IsAbs(got) {
 		t.Errorf("relative setting: %q, want %q", got, want)
 	}
 }
