@@ -404,7 +404,7 @@ func (s *syncBuffer) String() string {
 
 // TestRunnableDocs runs every ```sh runnable block of README.md and docs/
 // against a fresh server started as the README's first command starts it
-// (anvil serve --demo 200, on a new SQLite file), with the environment
+// (anvil serve --demo 200, in-process, on a new SQLite file), with the environment
 // the README tells a reader to set: OS_ENDPOINT, OS_USERNAME and
 // OS_PASSWORD (the one-time password serve prints). A file's blocks run in
 // order in one shell, as a reader types them into one terminal.
@@ -426,8 +426,11 @@ func TestRunnableDocs(t *testing.T) {
 	var errOut syncBuffer
 	ctx, cancel := context.WithCancel(context.Background())
 	cmd := cli.NewRoot(&errOut, &errOut)
+	// The README's command on a scratch database and a free port; the
+	// bootstrap admin's hash at bcrypt's lowest cost, as test servers
+	// have it, since every request of the CLI checks the password again.
 	cmd.SetArgs([]string{"serve", "--demo", "200", "--listen", "127.0.0.1:0", "--database", filepath.Join(dir, "anvil.db"),
-		"--policy-dir", filepath.Join(dir, "policy.d")})
+		"--policy-dir", filepath.Join(dir, "policy.d"), "--password-hash-cost", "4"})
 	done := make(chan error, 1)
 	go func() { done <- cmd.ExecuteContext(ctx) }()
 	t.Cleanup(func() {
