@@ -504,3 +504,15 @@ func TestRunnableDocs(t *testing.T) {
 		})
 	}
 }
+
+// TestReadmeStaysShort keeps the README a newcomer's page: what Anvil is,
+// the two commands, the tour and links; the rest belongs in docs/.
+func TestReadmeStaysShort(t *testing.T) {
+	b, err := os.ReadFile(filepath.Join(checkout(t), "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := strings.Count(string(b), "\n"); n > 150 {
+		t.Errorf("README.md has %d lines; keep it to 150 and move the rest into docs/", n)
+	}
+}
