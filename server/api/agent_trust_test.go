@@ -226,7 +226,7 @@ func TestAgentTrustMedium(t *testing.T) {
 		inv := map[string]any{"inventory": map[string]any{"bmc_address": "127.0.0.1",
 			"interfaces": []any{map[string]any{"mac_address": mac}, map[string]any{"mac_address": "52:54:00:66:66:66"}},
 			"cpu":        map[string]any{"count": 128, "architecture": "x86_64"}, "memory": map[string]any{"physical_mb": 1 << 20},
-			"disks":      []any{map[string]any{"name": "/dev/sda", "size": 1 << 40}}}}
+			"disks": []any{map[string]any{"name": "/dev/sda", "size": 1 << 40}}}}
 		before := admin.Do(t, "GET", "/v1/nodes/"+id, nil).JSON(t)["properties"]
 		for _, q := range []string{"", "?agent_token=" + ramdisk.MaskedToken, "?agent_token=" + tok + "x", "?node_uuid=" + id} {
 			f := at(evil, "1.84").Do(t, "POST", "/v1/continue_inspection"+q, inv)
