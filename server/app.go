@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -549,10 +550,11 @@ func CheckLoopback(addr string) error {
 // accepted from any address (no --agent-networks) and some node could
 // boot one: anyone who can reach the API can then look such a node up,
 // heartbeat for it and post its inspection data. "" when neither holds.
-// Kept for a minute, since /readyz is polled.
+// Kept while the nodes are unchanged (their count and last update),
+// since /readyz is polled.
 type agentNetworksNote struct {
 	mu   sync.Mutex
-	at   time.Time
+	key  string
 	note string
 }
 
@@ -562,9 +564,18 @@ func (a *App) agentNetworksNote(ctx context.Context) string {
 	if len(a.opts.Conductor.Agent.Client.Networks) > 0 {
 		return ""
 	}
+	count, err := a.DB.Node.Query().Count(ctx)
+	if err != nil {
+		return ""
+	}
+	key := strconv.Itoa(count)
+	last, err := a.DB.Node.Query().Where(entnode.UpdatedAtNotNil()).Order(ent.Desc(entnode.FieldUpdatedAt)).Select(entnode.FieldUpdatedAt).First(ctx)
+	if err == nil && last.UpdatedAt != nil {
+		key += " " + last.UpdatedAt.String()
+	}
 	a.agentNote.mu.Lock()
 	defer a.agentNote.mu.Unlock()
-	if !a.agentNote.at.IsZero() && time.Since(a.agentNote.at) < time.Minute {
+	if a.agentNote.key == key {
 		return a.agentNote.note
 	}
 	note := ""
@@ -585,6 +596,6 @@ func (a *App) agentNetworksNote(ctx context.Context) string {
 		}
 		last = page[len(page)-1].ID
 	}
-	a.agentNote.at, a.agentNote.note = time.Now(), note
+	a.agentNote.key, a.agentNote.note = key, note
 	return note
 }

@@ -101,6 +101,13 @@ func TestAgentTrustNetworks(t *testing.T) {
 		if b := string(srv.Client().Do(t, "GET", "/readyz", nil).Body); strings.Contains(b, "agent_networks") {
 			t.Errorf("/readyz with --agent-networks: %s", b)
 		}
+	})
+}
+
+// TestAgentTrustReadyz: a server without --agent-networks says so on
+// /readyz once a node can boot the agent.
+func TestAgentTrustReadyz(t *testing.T) {
+	storetest.Each(t, func(t *testing.T, setting string, _ *store.DB) {
 		open, ocs := startLocal(t, setting)
 		if b := string(open.Client().Do(t, "GET", "/readyz", nil).Body); strings.Contains(b, "agent_networks") {
 			t.Errorf("/readyz with only fake nodes: %s", b)
@@ -220,7 +227,7 @@ func TestAgentTrustMedium(t *testing.T) {
 		mustStatus(t, sr, 200)
 		tok := stored()[ramdisk.KeyToken].(string)
 		if !strings.Contains(string(sr.Body), "ipa-inspection-callback-url="+srv.URL+"/v1/continue_inspection?agent_token="+tok+" ") ||
-			!strings.Contains(string(sr.Body), "ipa-agent-token="+tok+" ") {
+			!strings.Contains(string(sr.Body), "ipa-agent-token="+tok+"\n") {
 			t.Fatalf("inspection's script:\n%s", sr.Body)
 		}
 		inv := map[string]any{"inventory": map[string]any{"bmc_address": "127.0.0.1",

@@ -216,6 +216,9 @@ func (c *Conductor) agentFor(ctx context.Context, n *ent.Node, ph phase) (*agent
 	if err := c.durably(ctx, func() error { return ramdisk.Wipe(ctx, c.db, n) }); err != nil {
 		return nil, err
 	}
+	if err := c.pregenerateToken(ctx, n, how, false); err != nil {
+		return nil, err
+	}
 	if err := c.setRunState(ctx, n, ph.wait); err != nil {
 		return nil, err
 	}
@@ -279,9 +282,6 @@ func (c *Conductor) bootIntoAgent(ctx context.Context, n *ent.Node, how string) 
 		return err
 	}
 	defer cl.Close()
-	if err := c.pregenerateToken(ctx, n, how); err != nil {
-		return err
-	}
 	if how == bootVMedia {
 		iso, _ := n.DriverInfo["deploy_iso"].(string)
 		if iso == "" {
@@ -311,15 +311,15 @@ func (c *Conductor) bootIntoAgent(ctx context.Context, n *ent.Node, how string) 
 }
 
 // pregenerateToken gives a boot from a medium Anvil writes its agent
-// token before the medium is written: the ISO Anvil builds (no
-// deploy_iso) or the iPXE script it serves (a network boot). With
-// TokenOnMedia off, only an inspection's boot gets one, for its
-// callback URL. An operator's deploy_iso gets none: its agent's lookup
-// issues the token.
-func (c *Conductor) pregenerateToken(ctx context.Context, n *ent.Node, how string) error {
+// token before the node enters the state that waits for the agent, and
+// so before the medium is written: the ISO Anvil builds (no deploy_iso)
+// or the iPXE script it serves (a network boot). With TokenOnMedia off,
+// only an inspection's boot gets one, for its callback URL. An
+// operator's deploy_iso gets none: its agent's lookup issues the token.
+func (c *Conductor) pregenerateToken(ctx context.Context, n *ent.Node, how string, inspection bool) error {
 	iso, _ := n.DriverInfo["deploy_iso"].(string)
 	ours := how == bootNetwork || how == bootVMedia && iso == ""
-	if !ours || !c.cfg.Agent.TokenOnMedia && n.ProvisionState != StateInspectWait {
+	if !ours || !c.cfg.Agent.TokenOnMedia && !inspection {
 		return nil
 	}
 	return c.durably(ctx, func() error {

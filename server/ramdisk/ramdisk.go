@@ -193,7 +193,9 @@ func (s *Service) Lookup(ctx context.Context, addresses []string, nodeUUID strin
 	if s.guard.Allowed(ctx, nodes.RuleGetInternal, policies.Target{NodeOwner: n.Owner, NodeLessee: n.Lessee}) {
 		out.DriverInternalInfo = nodes.MaskSecrets(n.DriverInternalInfo)
 		if p := policies.PrincipalFrom(ctx); p == nil || !p.System {
-			delete(out.DriverInternalInfo, KeyURL)
+			for _, k := range nodes.AgentAddressKeys {
+				delete(out.DriverInternalInfo, k)
+			}
 		}
 	} else {
 		out.DriverInternalInfo = map[string]any{"content": nodes.RedactedInternal}

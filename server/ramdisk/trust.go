@@ -14,6 +14,7 @@ import (
 	"github.com/anvilproject/anvil/ent/node"
 	"github.com/anvilproject/anvil/server/errs"
 	"github.com/anvilproject/anvil/server/history"
+	"github.com/anvilproject/anvil/server/nodes"
 	"github.com/anvilproject/anvil/server/store"
 )
 
@@ -21,10 +22,10 @@ import (
 const (
 	// KeyTokenAddress is the address a lookup issued the token to: the
 	// agent's heartbeats must come from it.
-	KeyTokenAddress = "agent_token_address"
+	KeyTokenAddress = nodes.AgentTokenAddressKey
 	// KeyIPXEFetchedBy is the address that first fetched the iPXE script
 	// carrying a pregenerated token: only it gets the token again.
-	KeyIPXEFetchedBy = "agent_ipxe_fetched_by"
+	KeyIPXEFetchedBy = nodes.AgentIPXEFetchedBy
 )
 
 // errSource refuses an agent call from outside the agent networks. It
@@ -91,17 +92,19 @@ func checkTokenAddress(info map[string]any, hb *Heartbeat) error {
 // Pregenerate stores a new agent token for a boot from a medium Anvil
 // writes (an ISO it builds, its iPXE script), marked pregenerated as
 // Ironic's agent_secret_token_pregenerated: the medium carries the token
-// (ipa-agent-token), so no lookup ever issues one for this boot. n's
-// copy takes it, for the medium's kernel parameters.
+// (ipa-agent-token), so no lookup ever issues one for this boot. A token
+// a lookup got meanwhile (the node may already be in a state that takes
+// lookups) is replaced, and the address it was bound to forgotten. n's
+// copy takes the new one, for the medium's kernel parameters.
 func Pregenerate(ctx context.Context, db *store.DB, n *ent.Node) (string, error) {
 	tok, err := NewToken()
 	if err != nil {
 		return "", err
 	}
 	patch, _ := json.Marshal(map[string]any{KeyToken: tok, KeyTokenPregenerated: true})
-	q := `UPDATE nodes SET driver_internal_info = json_patch(` + sqliteObj + `, ?) WHERE id = ?`
+	q := `UPDATE nodes SET driver_internal_info = json_patch(json_remove(` + sqliteObj + `, '$.` + KeyTokenAddress + `', '$.` + KeyIPXEFetchedBy + `'), ?) WHERE id = ?`
 	if db.Dialect == dialect.Postgres {
-		q = `UPDATE nodes SET driver_internal_info = ` + pgObj + ` || ?::jsonb WHERE id = ?`
+		q = `UPDATE nodes SET driver_internal_info = (` + pgObj + ` - '{` + KeyTokenAddress + `,` + KeyIPXEFetchedBy + `}'::text[]) || ?::jsonb WHERE id = ?`
 	}
 	if _, err := exec(ctx, db, q, string(patch), n.ID); err != nil {
 		return "", err
@@ -110,6 +113,8 @@ func Pregenerate(ctx context.Context, db *store.DB, n *ent.Node) (string, error)
 		n.DriverInternalInfo = map[string]any{}
 	}
 	n.DriverInternalInfo[KeyToken], n.DriverInternalInfo[KeyTokenPregenerated] = tok, true
+	delete(n.DriverInternalInfo, KeyTokenAddress)
+	delete(n.DriverInternalInfo, KeyIPXEFetchedBy)
 	return tok, nil
 }
 
