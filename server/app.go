@@ -9,7 +9,9 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/gofiber/fiber/v2"
@@ -20,6 +22,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/anvilproject/anvil/ent"
+	entnode "github.com/anvilproject/anvil/ent/node"
 	"github.com/anvilproject/anvil/policies"
 	"github.com/anvilproject/anvil/server/allocations"
 	"github.com/anvilproject/anvil/server/api"
@@ -154,6 +157,7 @@ type App struct {
 	Metrics   *obs.Metrics
 	opts      Options
 	accessLog float64
+	agentNote agentNetworksNote
 }
 
 // New opens the database, migrates it (or, with ManualMigrate, checks
@@ -403,6 +407,8 @@ func (a *App) ramdisk() *ramdisk.Service {
 	r := ramdisk.New(a.DB, a.Guard)
 	r.FastTrack = a.opts.Conductor.Agent.FastTrack
 	r.APIURL = a.Cond.APIURL
+	r.Networks = a.opts.Conductor.Agent.Client.Networks
+	r.Discovery = a.opts.Conductor.Agent.Discovery
 	if t := a.opts.Conductor.Agent.HeartbeatTimeout; t > 0 {
 		r.HeartbeatTimeout = int(t.Seconds())
 	}
@@ -456,7 +462,11 @@ func (a *App) readyz(c *fiber.Ctx) error {
 	if err := a.DB.Ping(ctx); err != nil {
 		return c.Status(503).JSON(fiber.Map{"ready": false, "database": err.Error(), "policy": a.policyStatus()})
 	}
-	return c.JSON(fiber.Map{"ready": true, "database": "ok", "policy": a.policyStatus()})
+	out := fiber.Map{"ready": true, "database": "ok", "policy": a.policyStatus()}
+	if note := a.agentNetworksNote(ctx); note != "" {
+		out["agent_networks"] = note
+	}
+	return c.JSON(out)
 }
 
 func (a *App) policyStatus() string {
@@ -492,6 +502,9 @@ func (a *App) Serve(ctx context.Context, ln net.Listener) error {
 	}
 	if err := a.Cond.Start(ctx, ln.Addr().String()); err != nil {
 		return err
+	}
+	if note := a.agentNetworksNote(ctx); note != "" {
+		a.opts.Log.Warn(note)
 	}
 	// The conductor stops after the last request: its running steps end
 	// or fail cleanly and no lock is left behind.
@@ -531,4 +544,58 @@ func CheckLoopback(addr string) error {
 		return errors.New("--auth none serves every request as a system admin; it only listens on a loopback address such as 127.0.0.1")
 	}
 	return nil
+}
+
+// agentNetworksNote is the warning a server gives while agents are
+// accepted from any address (no --agent-networks) and some node could
+// boot one: anyone who can reach the API can then look such a node up,
+// heartbeat for it and post its inspection data. "" when neither holds.
+// Kept while the nodes are unchanged (their count and last update),
+// since /readyz is polled.
+type agentNetworksNote struct {
+	mu   sync.Mutex
+	key  string
+	note string
+}
+
+const agentNetworksWarning = "no --agent-networks: lookups, heartbeats and inspection data are accepted from any address while nodes can boot the ramdisk agent; see docs/agent-trust.md"
+
+func (a *App) agentNetworksNote(ctx context.Context) string {
+	if len(a.opts.Conductor.Agent.Client.Networks) > 0 {
+		return ""
+	}
+	count, err := a.DB.Node.Query().Count(ctx)
+	if err != nil {
+		return ""
+	}
+	key := strconv.Itoa(count)
+	last, err := a.DB.Node.Query().Where(entnode.UpdatedAtNotNil()).Order(ent.Desc(entnode.FieldUpdatedAt)).Select(entnode.FieldUpdatedAt).First(ctx)
+	if err == nil && last.UpdatedAt != nil {
+		key += " " + last.UpdatedAt.String()
+	}
+	a.agentNote.mu.Lock()
+	defer a.agentNote.mu.Unlock()
+	if a.agentNote.key == key {
+		return a.agentNote.note
+	}
+	note := ""
+	for last := 0; note == ""; {
+		page, err := a.DB.Node.Query().Where(entnode.IDGT(last)).Order(ent.Asc(entnode.FieldID)).Limit(500).All(ctx)
+		if err != nil {
+			// Unknown: say nothing now, ask again next time.
+			return ""
+		}
+		if len(page) == 0 {
+			break
+		}
+		for _, n := range page {
+			if conductor.HasAgentPath(n) {
+				note = agentNetworksWarning
+				break
+			}
+		}
+		last = page[len(page)-1].ID
+	}
+	a.agentNote.key, a.agentNote.note = key, note
+	return note
 }

@@ -5,6 +5,7 @@ import (
 
 	"github.com/gofiber/fiber/v2"
 
+	"github.com/anvilproject/anvil/server/clientip"
 	"github.com/anvilproject/anvil/server/errs"
 	"github.com/anvilproject/anvil/server/nodes"
 	"github.com/anvilproject/anvil/server/ramdisk"
@@ -34,8 +35,20 @@ func (a *API) registerAgent(v1 fiber.Router) {
 	if a.AgentLimit != nil {
 		limit = a.AgentLimit.Middleware()
 	}
-	v1.Get("/lookup", limit, query("addresses", "node_uuid"), a.lookup)
-	v1.Post("/heartbeat/:node", limit, query(), a.heartbeat)
+	v1.Get("/lookup", limit, a.agentSource(ramdisk.RuleLookup), query("addresses", "node_uuid"), a.lookup)
+	v1.Post("/heartbeat/:node", limit, a.agentSource(ramdisk.RuleHeartbeat), query(), a.heartbeat)
+}
+
+// agentSource refuses agent calls from outside --agent-networks (403)
+// before anything else is read: a caller elsewhere learns nothing of the
+// nodes, and costs no query.
+func (a *API) agentSource(rule string) fiber.Handler {
+	return func(c *fiber.Ctx) error {
+		if err := a.Ramdisk.Admit(c.UserContext(), rule, clientip.Of(c)); err != nil {
+			return err
+		}
+		return c.Next()
+	}
 }
 
 // IPXEPrefix is where iPXE fetches its scripts, without credentials as
@@ -51,8 +64,8 @@ func (a *API) registerIPXE(root fiber.Router) {
 		c.Set(fiber.HeaderContentType, "text/plain")
 		return c.SendString(ramdisk.IPXEBoot)
 	})
-	root.Get(IPXEPrefix+":mac", limit, func(c *fiber.Ctx) error {
-		script, err := a.Ramdisk.IPXEScript(c.UserContext(), c.Params("mac"))
+	root.Get(IPXEPrefix+":mac", limit, a.agentSource(ramdisk.RuleIPXE), func(c *fiber.Ctx) error {
+		script, err := a.Ramdisk.IPXEScript(c.UserContext(), c.Params("mac"), clientip.Of(c))
 		if err != nil {
 			return err
 		}
@@ -77,7 +90,7 @@ func (a *API) lookup(c *fiber.Ctx) error {
 	if s := c.Query("addresses"); s != "" {
 		addrs = strings.Split(s, ",")
 	}
-	l, err := a.Ramdisk.Lookup(c.UserContext(), addrs, uuid, v >= VerAgentToken)
+	l, err := a.Ramdisk.Lookup(c.UserContext(), addrs, uuid, v >= VerAgentToken, clientip.Of(c))
 	if err != nil {
 		return err
 	}
@@ -139,7 +152,8 @@ func (a *API) heartbeat(c *fiber.Ctx) error {
 	}
 	err := a.Ramdisk.Heartbeat(c.UserContext(), c.Params("node"), ramdisk.Heartbeat{
 		CallbackURL: *body.CallbackURL, AgentVersion: body.AgentVersion, AgentToken: body.AgentToken,
-		AgentVerifyCA: body.AgentVerifyCA, AgentStatus: body.AgentStatus, AgentStatusMessage: body.AgentStatusMessage})
+		AgentVerifyCA: body.AgentVerifyCA, AgentStatus: body.AgentStatus, AgentStatusMessage: body.AgentStatusMessage,
+		Source: clientip.Of(c)})
 	if err != nil {
 		return err
 	}

@@ -177,20 +177,29 @@ func TestAgentHeartbeat(t *testing.T) {
 		srv, cs := startAgents(t, setting)
 		admin := cs["system-admin"]
 		ag := agents(srv)
+		// The agent: its heartbeats come from the address it looked up
+		// from, which its callback URL names.
+		me := agentFrom(srv, "10.0.0.2")
 		id := agentNode(t, srv, admin, "hb", "clean wait", "52:54:00:cc:00:01")
 		other := agentNode(t, srv, admin, "hb2", "clean wait", "52:54:00:cc:00:02")
-		tok := lookupToken(t, ag().Do(t, "GET", "/v1/lookup?node_uuid="+id, nil)).(string)
+		tok := lookupToken(t, me.Do(t, "GET", "/v1/lookup?node_uuid="+id, nil)).(string)
 		otherTok := lookupToken(t, ag().Do(t, "GET", "/v1/lookup?node_uuid="+other, nil)).(string)
 		path := "/v1/heartbeat/" + id
 		const cb = "https://10.0.0.2:9999"
 
 		wantFault(t, ag().Do(t, "POST", path, map[string]any{"callback_url": cb, "agent_version": "9.4.1"}), 400, "Agent token is required")
 		for _, bad := range []string{tok + "x", tok[:42], otherTok, ramdisk.MaskedToken} {
-			wantFault(t, ag().Do(t, "POST", path, beat(cb, bad)), 400, "Invalid or missing agent token received.")
+			wantFault(t, me.Do(t, "POST", path, beat(cb, bad)), 400, "Invalid or missing agent token received.")
 		}
 		// An unknown node answers exactly as a wrong token.
-		wantFault(t, ag().Do(t, "POST", "/v1/heartbeat/no-such-node", beat(cb, tok)), 400, "Invalid or missing agent token received.")
-		wantFault(t, ag().Do(t, "POST", "/v1/heartbeat/"+other, beat(cb, tok)), 400, "Invalid or missing agent token received.")
+		wantFault(t, me.Do(t, "POST", "/v1/heartbeat/no-such-node", beat(cb, tok)), 400, "Invalid or missing agent token received.")
+		wantFault(t, me.Do(t, "POST", "/v1/heartbeat/"+other, beat(cb, tok)), 400, "Invalid or missing agent token received.")
+		// The token from another address, naming that address as its
+		// callback: the token is bound to the lookup's address.
+		wantFault(t, agentFrom(srv, "10.0.0.9").Do(t, "POST", path, beat("https://10.0.0.9:9999", tok)), 400, "Invalid or missing agent token received.")
+		// A callback URL that is not the caller: commands would go
+		// elsewhere than the machine that heartbeats.
+		wantFault(t, ag().Do(t, "POST", path, beat(cb, tok)), 400, "callback_url")
 		for _, u := range []string{"", "ftp://10.0.0.2/", "http://", "10.0.0.2:9999", "http://u:p@10.0.0.2/"} {
 			wantFault(t, ag().Do(t, "POST", path, beat(u, tok)), 400, "callback_url")
 		}
@@ -216,7 +225,7 @@ func TestAgentHeartbeat(t *testing.T) {
 			t.Fatalf("a refused heartbeat was recorded")
 		}
 
-		r := at(ag(), api.VerAgentVerifyCA.String()).Do(t, "POST", path, withCA)
+		r := at(me, api.VerAgentVerifyCA.String()).Do(t, "POST", path, withCA)
 		mustStatus(t, r, 202)
 		if len(r.Body) != 0 {
 			t.Errorf("202 with a body: %s", r.Body)
@@ -233,16 +242,16 @@ func TestAgentHeartbeat(t *testing.T) {
 			t.Errorf("owner reader's driver_internal_info: %v", o)
 		}
 		withStatus["agent_status"] = "end"
-		mustStatus(t, ag().Do(t, "POST", path, withStatus), 202)
+		mustStatus(t, me.Do(t, "POST", path, withStatus), 202)
 		if st := internal(t, admin, id)["agent_status"]; st != "end" {
 			t.Errorf("agent_status %v", st)
 		}
 		// Another agent claiming the node with its URL or certificate.
-		wantFault(t, ag().Do(t, "POST", path, beat("https://10.0.0.3:9999", tok)), 400, "callback_url")
+		wantFault(t, me.Do(t, "POST", path, beat("https://10.0.0.2:9998", tok)), 400, "callback_url")
 		withCA["agent_verify_ca"] = selfSigned(t)
-		wantFault(t, ag().Do(t, "POST", path, withCA), 400, "agent_verify_ca")
+		wantFault(t, me.Do(t, "POST", path, withCA), 400, "agent_verify_ca")
 		// By name, as Ironic's node_ident.
-		mustStatus(t, ag().Do(t, "POST", "/v1/heartbeat/hb", beat(cb, tok)), 202)
+		mustStatus(t, me.Do(t, "POST", "/v1/heartbeat/hb", beat(cb, tok)), 202)
 
 		// A node that expects no heartbeat: 202 as Ironic answers, and
 		// nothing recorded.
@@ -251,7 +260,7 @@ func TestAgentHeartbeat(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		mustStatus(t, ag().Do(t, "POST", path, beat(cb, tok)), 202)
+		mustStatus(t, me.Do(t, "POST", path, beat(cb, tok)), 202)
 		after, err := srv.DB.Node.Query().Where(node.UUID(id)).Only(context.Background())
 		if err != nil {
 			t.Fatal(err)
@@ -269,15 +278,17 @@ func TestAgentHeartbeat(t *testing.T) {
 		if err := ramdisk.Wipe(context.Background(), srv.DB, n); err != nil {
 			t.Fatal(err)
 		}
-		wantFault(t, ag().Do(t, "POST", path, beat(cb, tok)), 400, "Invalid or missing agent token received.")
+		wantFault(t, me.Do(t, "POST", path, beat(cb, tok)), 400, "Invalid or missing agent token received.")
 		if _, ok := internal(t, admin, id)["agent_url"]; ok {
 			t.Errorf("agent_url survived the wipe")
 		}
-		fresh, _ := lookupToken(t, ag().Do(t, "GET", "/v1/lookup?node_uuid="+id, nil)).(string)
+		// The next boot's agent may have another address.
+		next := agentFrom(srv, "10.0.0.12")
+		fresh, _ := lookupToken(t, next.Do(t, "GET", "/v1/lookup?node_uuid="+id, nil)).(string)
 		if len(fresh) < 43 || fresh == tok {
 			t.Errorf("lookup after the wipe: token %q", fresh)
 		}
-		mustStatus(t, ag().Do(t, "POST", path, beat("http://10.0.0.2:9999", fresh)), 202)
+		mustStatus(t, next.Do(t, "POST", path, beat("http://10.0.0.12:9999", fresh)), 202)
 	})
 }
 
@@ -295,7 +306,7 @@ func TestAgentTokenNeverShown(t *testing.T) {
 	storetest.Each(t, func(t *testing.T, setting string, _ *store.DB) {
 		srv, cs := startAgents(t, setting)
 		admin := cs["system-admin"]
-		ag := agentFrom(srv, "10.0.0.4")
+		ag := agentFrom(srv, "10.9.8.7")
 		id := agentNode(t, srv, admin, "leak", "clean wait", "52:54:00:dd:00:01")
 		tok := lookupToken(t, ag.Do(t, "GET", "/v1/lookup?addresses=52:54:00:dd:00:01", nil)).(string)
 		const cb = "http://10.9.8.7:9999"
@@ -343,26 +354,30 @@ func TestAgentConcurrentLookup(t *testing.T) {
 		id := agentNode(t, srv, cs["system-admin"], "race", "clean wait", "52:54:00:ee:00:01")
 		const n = 8
 		toks := make([]string, n)
+		from := make([]string, n)
 		var wg sync.WaitGroup
 		for i := range n {
 			wg.Go(func() {
-				r := agentFrom(srv, fmt.Sprint("10.1.0.", i)).Do(t, "GET", "/v1/lookup?addresses=52:54:00:ee:00:01", nil)
+				from[i] = fmt.Sprint("10.1.0.", i)
+				r := agentFrom(srv, from[i]).Do(t, "GET", "/v1/lookup?addresses=52:54:00:ee:00:01", nil)
 				if r.Status == 200 {
 					toks[i], _ = r.JSON(t)["config"].(map[string]any)["agent_token"].(string)
 				}
 			})
 		}
 		wg.Wait()
-		var issued []string
-		for _, tk := range toks {
+		var issued, to []string
+		for i, tk := range toks {
 			if tk != ramdisk.MaskedToken {
-				issued = append(issued, tk)
+				issued, to = append(issued, tk), append(to, from[i])
 			}
 		}
 		if len(issued) != 1 {
 			t.Fatalf("%d tokens issued to %d concurrent lookups: %q", len(issued), n, toks)
 		}
-		mustStatus(t, agentFrom(srv, "10.1.1.1").Do(t, "POST", "/v1/heartbeat/"+id, beat("http://10.1.1.1:9999", issued[0])), 202)
+		// Only from the address it was issued to.
+		wantFault(t, agentFrom(srv, "10.1.1.1").Do(t, "POST", "/v1/heartbeat/"+id, beat("http://10.1.1.1:9999", issued[0])), 400, "Invalid or missing agent token")
+		mustStatus(t, agentFrom(srv, to[0]).Do(t, "POST", "/v1/heartbeat/"+id, beat("http://"+to[0]+":9999", issued[0])), 202)
 	})
 }
 

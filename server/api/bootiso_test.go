@@ -186,7 +186,10 @@ func TestAgentBuiltISO(t *testing.T) {
 		provision(t, admin, id, map[string]any{"target": "inspect"}, 202)
 		waitFor(t, admin, id, "manageable", rg.rack)
 		booted, err := os.ReadFile(filepath.Join(rg.rack.Dir, sys.ID, "boot-params"))
-		if err != nil || !strings.Contains(string(booted), "ipa-inspection-callback-url="+rg.srv.URL+"/v1/continue_inspection\n") {
+		// The call-back carries the inspection's token: without it the
+		// inventory would be refused (docs/agent-trust.md).
+		callback := regexp.MustCompile(`ipa-inspection-callback-url=` + regexp.QuoteMeta(rg.srv.URL+"/v1/continue_inspection?agent_token=") + `[A-Za-z0-9_-]{43}\n`)
+		if err != nil || !callback.Match(booted) {
 			t.Errorf("the inspection's boot read %q (%v), want the call-back from the ISO", booted, err)
 		}
 		if inv := admin.Do(t, "GET", "/v1/nodes/"+id+"/inventory", nil); inv.Status != 200 {

@@ -41,7 +41,9 @@ func agentInspectNode(t *testing.T, admin *servertest.Client, sim *bmctest.Redfi
 func TestAgentInspect(t *testing.T) {
 	agenttest.Need(t)
 	storetest.Each(t, func(t *testing.T, setting string, _ *store.DB) {
-		srv, cs := startLocal(t, setting)
+		// An operator's deploy_iso carries no token for the inventory's
+		// call-back: its inventory is taken only with discovery on.
+		srv, cs := startLocal(t, setting, server.Options{Conductor: conductor.Config{Agent: conductor.AgentConfig{Discovery: true}}})
 		admin := cs["system-admin"]
 		rack := agenttest.NewRack(t, srv.URL)
 		rack.InspectionURL(t, srv.URL+"/v1/continue_inspection")

@@ -21,7 +21,7 @@ const ruleContinueInspection = ramdisk.RuleContinueInspection
 const ContinueInspectionPath = "/v1/continue_inspection"
 
 func (a *API) registerInspection(v1 fiber.Router) {
-	v1.Post("/continue_inspection", query("node_uuid"), a.continueInspection)
+	v1.Post("/continue_inspection", a.agentSource(ruleContinueInspection), query("node_uuid", "agent_token"), a.continueInspection)
 }
 
 // inspectionData is the part of the ramdisk's data Ironic's
@@ -39,10 +39,13 @@ type inspectionData struct {
 // continueInspection is Ironic's ramdisk callback, checked as Ironic
 // checks it: the agent booted by the agent inspect interface posts its
 // inventory here, and the node it finds (which must be in inspect wait)
-// keeps it for the conductor, which finishes the inspection. Anvil
-// enrols no unknown machine: an unknown node, an ambiguous one and a
-// node not awaiting inspection all end in the same generic 404, which
-// tells the caller nothing about which.
+// keeps it for the conductor, which finishes the inspection. Unlike
+// Ironic, the node is the one whose agent token the request carries
+// (agent_token, which the boot medium put in the agent's callback URL);
+// matching by MAC or BMC address without it takes --inspection-discovery.
+// Anvil enrols no unknown machine: an unknown node, an ambiguous one, a
+// wrong or missing token and a node not awaiting inspection all end in
+// the same generic 404, which tells the caller nothing about which.
 func (a *API) continueInspection(c *fiber.Ctx) error {
 	v := ver(c)
 	node := c.Query("node_uuid")
@@ -72,7 +75,7 @@ func (a *API) continueInspection(c *fiber.Ctx) error {
 		return errs.BadRequest("inventory", "inventory.interfaces must list at least one interface")
 	}
 	lookup := node != ""
-	in := ramdisk.Inspection{NodeUUID: node}
+	in := ramdisk.Inspection{NodeUUID: node, Token: c.Query("agent_token")}
 	for i, x := range d.Inventory.Interfaces {
 		if x.MACAddress == nil {
 			return errs.BadRequest("inventory", "inventory.interfaces[%d] needs a mac_address", i)
@@ -100,6 +103,10 @@ func (a *API) continueInspection(c *fiber.Ctx) error {
 		return err
 	}
 	// Ironic answers 202 with the node's UUID, which the agent then
-	// looks its node up by.
+	// looks its node up by; a caller without the token gets none (the
+	// agent then looks up by MAC).
+	if uuid == "" {
+		return c.Status(fiber.StatusAccepted).JSON(fiber.Map{})
+	}
 	return c.Status(fiber.StatusAccepted).JSON(fiber.Map{"uuid": uuid})
 }

@@ -385,8 +385,9 @@ func configDriveHolds(t *testing.T, disk, want string) bool {
 func TestMetal3Provisioning(t *testing.T) {
 	agenttest.Need(t)
 	storetest.Each(t, func(t *testing.T, setting string, _ *store.DB) {
-		rg := newRig(t, setting, conductor.AgentConfig{HeartbeatTimeout: 30 * time.Second}, 1)
-		// metal3's ramdisk always carries the inspection call-back URL.
+		// metal3's ramdisk (here an operator's deploy_iso) always carries
+		// the inspection call-back URL, without a token: discovery on.
+		rg := newRig(t, setting, conductor.AgentConfig{HeartbeatTimeout: 30 * time.Second, Discovery: true}, 1)
 		rg.rack.InspectionURL(t, rg.srv.URL+"/v1/continue_inspection")
 		sys := rg.sim.Systems[0]
 		disk := rg.rack.Machine(t, sys.ID)

@@ -83,12 +83,17 @@ type bootISOs struct {
 // ipa-inspection-callback-url there only then: an agent that has it
 // posts an inventory at every start), the NIC to boot from (the first
 // PXE-enabled port, as pxelinux writes BOOTIF), then the node's
-// kernel_append_params. The agent's token is not among them: the
-// agent's lookup issues it.
+// kernel_append_params; and the agent's token when it was pregenerated
+// for this boot (pregenerateToken), as Ironic's ipa-agent-token, also in
+// the inspection's callback URL. Without one, the agent's lookup issues
+// it.
 func (c *Conductor) agentKernelParams(ctx context.Context, n *ent.Node) (string, error) {
 	params := []string{"ipa-api-url=" + c.cfg.Agent.APIURL, "ipa-global-request-id=req-" + uuid.NewString()}
 	if n.ProvisionState == StateInspectWait {
-		params = append(params, "ipa-inspection-callback-url="+ramdisk.InspectionCallback(c.cfg.Agent.APIURL))
+		params = append(params, "ipa-inspection-callback-url="+ramdisk.InspectionCallbackFor(c.cfg.Agent.APIURL, n))
+	}
+	if tok := ramdisk.MediumToken(n); tok != "" {
+		params = append(params, "ipa-agent-token="+tok)
 	}
 	p, err := c.db.Port.Query().Where(port.NodeID(n.ID), port.PxeEnabled(true)).Order(ent.Asc(port.FieldID)).First(ctx)
 	if err != nil && !ent.IsNotFound(err) {

@@ -67,6 +67,16 @@ type AgentConfig struct {
 	// builds passes them as ipa-api-url; empty means the listener's
 	// (config.PublicURL), set when the conductor starts.
 	APIURL string
+	// TokenOnMedia pregenerates the agent's token for a boot from a
+	// medium Anvil writes (the ISO it builds, its per-MAC iPXE script)
+	// and puts it on the kernel line, as Ironic's redfish virtual media
+	// does: no lookup then issues one (--agent-token-on-media). An
+	// inspection's medium always carries its token, in the inventory's
+	// callback URL, whatever this says.
+	TokenOnMedia bool
+	// Discovery lets inspection data without the node's token find a
+	// node by MAC or BMC address (--inspection-discovery).
+	Discovery bool
 	// ISOs keeps the ISOs Anvil builds for redfish-virtual-media nodes
 	// that give deploy_kernel and deploy_ramdisk instead of deploy_iso,
 	// and serves them to BMCs; nil builds none.
@@ -206,6 +216,9 @@ func (c *Conductor) agentFor(ctx context.Context, n *ent.Node, ph phase) (*agent
 	if err := c.durably(ctx, func() error { return ramdisk.Wipe(ctx, c.db, n) }); err != nil {
 		return nil, err
 	}
+	if err := c.pregenerateToken(ctx, n, how, false); err != nil {
+		return nil, err
+	}
 	if err := c.setRunState(ctx, n, ph.wait); err != nil {
 		return nil, err
 	}
@@ -294,6 +307,24 @@ func (c *Conductor) bootIntoAgent(ctx context.Context, n *ent.Node, how string) 
 	n.PowerState = &final
 	return c.durably(ctx, func() error {
 		return c.db.Node.Update().Where(node.ID(n.ID), node.Reservation(c.cfg.Name)).SetPowerState(final).Exec(ctx)
+	})
+}
+
+// pregenerateToken gives a boot from a medium Anvil writes its agent
+// token before the node enters the state that waits for the agent, and
+// so before the medium is written: the ISO Anvil builds (no deploy_iso)
+// or the iPXE script it serves (a network boot). With TokenOnMedia off,
+// only an inspection's boot gets one, for its callback URL. An
+// operator's deploy_iso gets none: its agent's lookup issues the token.
+func (c *Conductor) pregenerateToken(ctx context.Context, n *ent.Node, how string, inspection bool) error {
+	iso, _ := n.DriverInfo["deploy_iso"].(string)
+	ours := how == bootNetwork || how == bootVMedia && iso == ""
+	if !ours || !c.cfg.Agent.TokenOnMedia && !inspection {
+		return nil
+	}
+	return c.durably(ctx, func() error {
+		_, err := ramdisk.Pregenerate(ctx, c.db, n)
+		return err
 	})
 }
 

@@ -90,7 +90,7 @@ func (c *Conductor) inspectInBand(n *ent.Node, who string) {
 	how, err := agentBoot(n)
 	booted := false
 	if err == nil {
-		err = c.startInspectWait(ctx, n)
+		err = c.startInspectWait(ctx, n, how)
 	}
 	if err == nil {
 		booted = true
@@ -154,11 +154,16 @@ func (c *Conductor) inspectInBand(n *ent.Node, who string) {
 // the BMC's addresses for the inventory's lookup, and moves the node to
 // inspect wait before the machine boots: an agent that posts its
 // inventory at once must find the node waiting.
-func (c *Conductor) startInspectWait(ctx context.Context, n *ent.Node) error {
+func (c *Conductor) startInspectWait(ctx context.Context, n *ent.Node, how string) error {
 	err := c.durably(ctx, func() error {
 		return ramdisk.RemoveKeys(ctx, c.db, n, append([]string{ramdisk.KeyInspectionReceived}, ramdisk.AgentKeys...)...)
 	})
 	if err != nil {
+		return err
+	}
+	// The inventory's callback URL carries the token: it exists before
+	// the node waits.
+	if err := c.pregenerateToken(ctx, n, how, true); err != nil {
 		return err
 	}
 	info := cloneInfo(n.DriverInternalInfo)

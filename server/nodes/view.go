@@ -30,6 +30,17 @@ const (
 // callback URL (package ramdisk writes it).
 const AgentURLKey = "agent_url"
 
+// The driver_internal_info keys of the addresses the agent's token is
+// bound to (package ramdisk writes them; docs/agent-trust.md).
+const (
+	AgentTokenAddressKey = "agent_token_address"
+	AgentIPXEFetchedBy   = "agent_ipxe_fetched_by"
+)
+
+// AgentAddressKeys name the provisioning network's addresses, which
+// only system scope reads.
+var AgentAddressKeys = []string{AgentURLKey, AgentTokenAddressKey, AgentIPXEFetchedBy}
+
 // View is a node as one caller may see it: secrets masked, and fields the
 // caller's policy does not grant redacted.
 type View struct {
@@ -193,7 +204,9 @@ func (r *redactor) view(ctx context.Context, n *ent.Node, traits []string) *View
 		// where Ironic shows it to owner readers too.
 		v.DriverInternalInfo = MaskSecrets(n.DriverInternalInfo)
 		if rel != RelSystem {
-			delete(v.DriverInternalInfo, AgentURLKey)
+			for _, k := range AgentAddressKeys {
+				delete(v.DriverInternalInfo, k)
+			}
 		}
 	} else {
 		v.DriverInternalInfo = map[string]any{"content": RedactedInternal}

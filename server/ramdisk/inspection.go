@@ -2,6 +2,7 @@ package ramdisk
 
 import (
 	"context"
+	"crypto/subtle"
 	"encoding/json"
 	"slices"
 	"strings"
@@ -12,6 +13,7 @@ import (
 	"github.com/anvilproject/anvil/ent/node"
 	"github.com/anvilproject/anvil/ent/nodeinventory"
 	"github.com/anvilproject/anvil/ent/port"
+	"github.com/anvilproject/anvil/server/errs"
 	"github.com/anvilproject/anvil/server/ports"
 	"github.com/anvilproject/anvil/server/store"
 )
@@ -40,21 +42,36 @@ const (
 // Inspection is what an agent posts to /v1/continue_inspection: the
 // inventory, and the rest of its data (Ironic's plugin data).
 type Inspection struct {
-	MACs       []string // the inventory's interfaces' MAC addresses
-	BMC        []string // its bmc_address and bmc_v6address
-	NodeUUID   string   // the request's node_uuid, if any
+	MACs     []string // the inventory's interfaces' MAC addresses
+	BMC      []string // its bmc_address and bmc_v6address
+	NodeUUID string   // the request's node_uuid, if any
+	// Token is the request's agent_token: the node's token, which the
+	// inspection's boot medium put in the agent's callback URL.
+	Token      string
 	Inventory  map[string]any
 	PluginData map[string]any
 }
 
-// ContinueInspection finds the node an inventory is for, as Ironic's
-// lookup_node does (node_uuid, the MACs of its ports, the BMC addresses
-// of nodes waiting for an inventory: all that is given must agree), and
-// stores it for the conductor. Only a node in inspect wait takes one;
-// every other outcome is the same 404, which tells the caller nothing.
-// It returns the node's UUID.
+// ContinueInspection finds the node an inventory is for and stores it
+// for the conductor. The node is the one in inspect wait whose agent
+// token the request carries (node_uuid and the MACs of its ports, when
+// given, must agree); without a token, only with discovery on, the node
+// Ironic's lookup_node finds (node_uuid, the MACs of its ports, the BMC
+// addresses of nodes waiting for an inventory: all that is given must
+// agree). Every other outcome is the same 404, which tells the caller
+// nothing, and changes nothing. It returns the node's UUID to a caller
+// with the token only: to anyone else a UUID is a handle to attack.
 func (s *Service) ContinueInspection(ctx context.Context, in Inspection) (string, error) {
-	n, err := s.findForInspection(ctx, in)
+	var n *ent.Node
+	var err error
+	switch {
+	case in.Token != "":
+		n, err = s.findByToken(ctx, in)
+	case s.Discovery:
+		n, err = s.findForInspection(ctx, in)
+	default:
+		err = errNotFound()
+	}
 	if err != nil {
 		s.failed(ctx, RuleContinueInspection, in.NodeUUID, err)
 		return "", err
@@ -84,7 +101,40 @@ func (s *Service) ContinueInspection(ctx context.Context, in Inspection) (string
 		return "", errNotFound()
 	}
 	s.guard.Done(ctx, RuleContinueInspection, "node", n.UUID, nil, map[string]any{"inventory": "received"})
+	if in.Token == "" {
+		return "", nil
+	}
 	return n.UUID, nil
+}
+
+// findByToken finds the node in inspect wait whose agent token is
+// in.Token; what else the request names must agree with it.
+func (s *Service) findByToken(ctx context.Context, in Inspection) (*ent.Node, error) {
+	waiting, err := s.db.Node.Query().Where(node.ProvisionState(StateInspectWait)).
+		Select(node.FieldID, node.FieldUUID, node.FieldProvisionState, node.FieldDriverInternalInfo).All(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var n *ent.Node
+	for _, w := range waiting {
+		tok, _ := w.DriverInternalInfo[KeyToken].(string)
+		if tok != "" && tok != MaskedToken && subtle.ConstantTimeCompare([]byte(tok), []byte(in.Token)) == 1 {
+			n = w
+		}
+	}
+	if n == nil || in.NodeUUID != "" && !strings.EqualFold(in.NodeUUID, n.UUID) {
+		return nil, errNotFound()
+	}
+	// The inventory's MACs may name no node yet (a first inspection)
+	// but not another one.
+	byMAC, err := s.findForInspection(ctx, Inspection{MACs: in.MACs})
+	switch {
+	case err == nil && byMAC.ID != n.ID:
+		return nil, errNotFound()
+	case err != nil && errs.Status(err) != 404:
+		return nil, err
+	}
+	return n, nil
 }
 
 // RuleContinueInspection governs the inspection callback, as Ironic

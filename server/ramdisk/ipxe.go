@@ -15,6 +15,11 @@ import (
 	"github.com/anvilproject/anvil/server/ports"
 )
 
+// RuleIPXE names the per-MAC iPXE script in the aggregated audit of
+// refused agent calls; no policy rule governs it (iPXE has no
+// credentials, as from Ironic's HTTP server).
+const RuleIPXE = "anvil:ipxe_script"
+
 // IPXEBoot is the script an operator's DHCP server hands iPXE (its
 // filename option, e.g. http://anvil:6385/ipxe/boot.ipxe): it chains to
 // the script of the machine's own MAC, as Ironic's boot.ipxe chains to
@@ -34,8 +39,11 @@ var bootStates = append(slices.Clone(LookupStates), "inspect wait")
 // per-MAC iPXE configuration): for a node of a pxe or ipxe boot interface
 // in a state that boots the agent, its deploy (or, rescuing, rescue)
 // kernel and ramdisk with the agent's parameters; for anything else,
-// boot the local disk. The answer never says whether mac is known.
-func (s *Service) IPXEScript(ctx context.Context, mac string) (string, error) {
+// boot the local disk. The answer never says whether mac is known. A
+// boot whose token was pregenerated puts it on the kernel line
+// (ipa-agent-token) for the first address to fetch the script and, for
+// its retries, that address only (bindIPXE).
+func (s *Service) IPXEScript(ctx context.Context, mac, source string) (string, error) {
 	mac, err := ports.NormalizeMAC("mac", strings.ReplaceAll(mac, "-", ":"))
 	if err != nil {
 		return "", err
@@ -65,7 +73,17 @@ func (s *Service) IPXEScript(ctx context.Context, mac string) (string, error) {
 	params := []string{"ipa-api-url=" + s.APIURL(), "ipa-global-request-id=req-" + uuid.NewString(),
 		"BOOTIF=01-" + strings.ReplaceAll(mac, ":", "-")}
 	if n.ProvisionState == StateInspectWait {
-		params = append(params, "ipa-inspection-callback-url="+InspectionCallback(s.APIURL()))
+		params = append(params, "ipa-inspection-callback-url="+InspectionCallbackFor(s.APIURL(), n))
+	}
+	if tok := MediumToken(n); tok != "" {
+		ok, err := s.bindIPXE(ctx, n, source)
+		if err != nil {
+			return "", err
+		}
+		if !ok {
+			return ipxeLocal, nil
+		}
+		params = append(params, "ipa-agent-token="+tok)
 	}
 	if extra, _ := n.DriverInfo["kernel_append_params"].(string); extra != "" {
 		params = append(params, strings.Fields(extra)...)

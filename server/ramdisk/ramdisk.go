@@ -3,8 +3,10 @@
 // up by MAC address and then heartbeats with its callback URL. Neither
 // call carries credentials, as in Ironic; what protects them is the
 // node's state (only a node that expects an agent answers), the agent
-// token issued once at the first lookup and required on every heartbeat,
-// per-address rate limits (in the API) and bounded auditing.
+// networks callers must be in, the agent token (on the boot medium Anvil
+// wrote, or else issued once at the first lookup and bound to its
+// address) required on every heartbeat, per-address rate limits (in the
+// API) and bounded auditing. docs/agent-trust.md tells the whole model.
 package ramdisk
 
 import (
@@ -16,6 +18,7 @@ import (
 	"encoding/json"
 	"encoding/pem"
 	"fmt"
+	"net/netip"
 	"net/url"
 	"slices"
 	"strconv"
@@ -32,9 +35,11 @@ import (
 	"github.com/anvilproject/anvil/server/bmc"
 	"github.com/anvilproject/anvil/server/errs"
 	"github.com/anvilproject/anvil/server/guard"
+	"github.com/anvilproject/anvil/server/history"
 	"github.com/anvilproject/anvil/server/nodes"
 	"github.com/anvilproject/anvil/server/ports"
 	"github.com/anvilproject/anvil/server/store"
+	"github.com/anvilproject/anvil/server/urlsafe"
 )
 
 // Policy rules, as Ironic names them; their defaults let anyone, since
@@ -99,7 +104,15 @@ type Service struct {
 	// APIURL is Anvil's API as agents reach it, which iPXE scripts pass
 	// them as ipa-api-url (the conductor settles it when it starts).
 	APIURL func() string
-	now    func() time.Time
+	// Networks are where agents call from (--agent-networks): lookups,
+	// heartbeats, inspection data and iPXE scripts from elsewhere are
+	// refused. Empty accepts any address (development).
+	Networks []netip.Prefix
+	// Discovery lets continue_inspection without the node's token match
+	// a node by MAC or BMC address, as Ironic does; off, inspection data
+	// needs the token the inspection's boot medium carries.
+	Discovery bool
+	now       func() time.Time
 }
 
 // New returns the service.
@@ -135,9 +148,11 @@ type Looked struct {
 
 // Lookup finds the node of an agent by its MAC addresses or, when given,
 // by UUID, as Ironic's LookupController does. With issue (API 1.62 and
-// later) the first lookup of a node without a token issues one; the
-// token is stored and answered exactly once.
-func (s *Service) Lookup(ctx context.Context, addresses []string, nodeUUID string, issue bool) (*Looked, error) {
+// later) the first lookup of a node without a token issues one, bound to
+// source (the caller's address); the token is stored and answered
+// exactly once. A node whose boot medium carries its token (Pregenerate)
+// has one already, so its lookups never get it.
+func (s *Service) Lookup(ctx context.Context, addresses []string, nodeUUID string, issue bool, source string) (*Looked, error) {
 	if err := s.guard.Authorize(ctx, RuleLookup, "node", "", policies.Target{}); err != nil {
 		return nil, err
 	}
@@ -156,7 +171,9 @@ func (s *Service) Lookup(ctx context.Context, addresses []string, nodeUUID strin
 		s.failed(ctx, RuleLookup, nodeUUID, err)
 		return nil, err
 	}
-	out := &Looked{UUID: n.UUID, Properties: n.Properties, InstanceInfo: nodes.MaskInstanceInfo(n.InstanceInfo),
+	// instance_info as any reader but a system admin sees it: secrets
+	// masked, credentials and signed queries taken out of its URLs.
+	out := &Looked{UUID: n.UUID, Properties: n.Properties, InstanceInfo: urlsafe.StripMap(nodes.MaskInstanceInfo(n.InstanceInfo)),
 		HeartbeatTimeout: s.HeartbeatTimeout, ManagementInterface: n.ManagementInterface}
 	if out.ManagementInterface == "" {
 		out.ManagementInterface = bmc.DefaultInterface(n.Driver, "management")
@@ -165,7 +182,7 @@ func (s *Service) Lookup(ctx context.Context, addresses []string, nodeUUID strin
 		out.Properties = map[string]any{}
 	}
 	if issue {
-		tok, err := s.issue(ctx, n)
+		tok, err := s.issue(ctx, n, source)
 		if err != nil {
 			return nil, err
 		}
@@ -176,7 +193,9 @@ func (s *Service) Lookup(ctx context.Context, addresses []string, nodeUUID strin
 	if s.guard.Allowed(ctx, nodes.RuleGetInternal, policies.Target{NodeOwner: n.Owner, NodeLessee: n.Lessee}) {
 		out.DriverInternalInfo = nodes.MaskSecrets(n.DriverInternalInfo)
 		if p := policies.PrincipalFrom(ctx); p == nil || !p.System {
-			delete(out.DriverInternalInfo, KeyURL)
+			for _, k := range nodes.AgentAddressKeys {
+				delete(out.DriverInternalInfo, k)
+			}
 		}
 	} else {
 		out.DriverInternalInfo = map[string]any{"content": nodes.RedactedInternal}
@@ -211,12 +230,17 @@ func (s *Service) findForLookup(ctx context.Context, macs []string, nodeUUID str
 
 // issue stores a new token unless the node has one, in one conditional
 // write, so that two agents looking up at once cannot both receive one.
-func (s *Service) issue(ctx context.Context, n *ent.Node) (string, error) {
+// The token is bound to source, and the node's history says to which.
+func (s *Service) issue(ctx context.Context, n *ent.Node, source string) (string, error) {
 	tok, err := NewToken()
 	if err != nil {
 		return "", err
 	}
-	patch, _ := json.Marshal(map[string]string{KeyToken: tok})
+	set := map[string]string{KeyToken: tok}
+	if source != "" {
+		set[KeyTokenAddress] = source
+	}
+	patch, _ := json.Marshal(set)
 	q := `UPDATE nodes SET driver_internal_info = json_patch(` + sqliteObj + `, ?), updated_at = ?
 	WHERE id = ? AND provision_state IN (` + marks(len(LookupStates)) + `)
 	AND json_extract(driver_internal_info, '$.` + KeyToken + `') IS NULL`
@@ -236,6 +260,13 @@ func (s *Service) issue(ctx context.Context, n *ent.Node) (string, error) {
 		return MaskedToken, nil
 	}
 	s.guard.Done(ctx, RuleLookup, "node", n.UUID, nil, map[string]any{"agent_token": "issued"})
+	ev := history.Event{NodeID: n.ID, Type: "agent",
+		Message: "Issued the agent's token to the first lookup: the boot medium did not carry one; heartbeats must come from that lookup's address"}
+	if source != "" {
+		// The provisioning network's address, for system scope only.
+		ev.Detail = "lookup from " + source
+	}
+	_ = history.Record(ctx, s.db.Client, ev)
 	return tok, nil
 }
 
@@ -258,6 +289,9 @@ type Heartbeat struct {
 	AgentVerifyCA      *string
 	AgentStatus        *string
 	AgentStatusMessage *string
+	// Source is the address the heartbeat came from, as the clientip
+	// middleware resolved it; "" skips the address checks.
+	Source string
 }
 
 // Heartbeat records an agent's heartbeat: its callback URL, version,
@@ -280,6 +314,9 @@ func (s *Service) heartbeat(ctx context.Context, ident string, hb Heartbeat) err
 	if err := checkHeartbeat(&hb); err != nil {
 		return err
 	}
+	if err := checkCallbackSource(&hb); err != nil {
+		return err
+	}
 	q := s.db.Node.Query()
 	if nodes.IsUUID(ident) {
 		q = q.Where(node.UUID(strings.ToLower(ident)))
@@ -298,6 +335,9 @@ func (s *Service) heartbeat(ctx context.Context, ident string, hb Heartbeat) err
 	stored, _ := n.DriverInternalInfo[KeyToken].(string)
 	if stored == "" || stored == MaskedToken || subtle.ConstantTimeCompare([]byte(stored), []byte(*hb.AgentToken)) != 1 {
 		return errToken()
+	}
+	if err := checkTokenAddress(n.DriverInternalInfo, &hb); err != nil {
+		return err
 	}
 	states := HeartbeatStates
 	if s.FastTrack {
@@ -416,8 +456,9 @@ func checkPEM(s string) error {
 }
 
 // AgentKeys are the driver_internal_info keys that name a booted agent:
-// its token, callback URL and certificate.
-var AgentKeys = []string{KeyToken, KeyTokenPregenerated, KeyURL, KeyVerifyCA}
+// its token (and the addresses it is bound to), callback URL and
+// certificate.
+var AgentKeys = []string{KeyToken, KeyTokenPregenerated, KeyTokenAddress, KeyIPXEFetchedBy, KeyURL, KeyVerifyCA}
 
 // Wipe forgets the node's agent, as Ironic's wipe_token_and_url: its
 // token, callback URL and certificate. The conductor calls it when it
