@@ -281,11 +281,19 @@ func (s *Service) heartbeat(ctx context.Context, ident string, hb Heartbeat) err
 	if err := checkHeartbeat(&hb); err != nil {
 		return err
 	}
+	patch, _ := json.Marshal(heartbeatPatch{URL: hb.CallbackURL, LastHeartbeat: s.now().UTC().Format("2006-01-02T15:04:05.000000"),
+		Version: hb.AgentVersion, VerifyCA: hb.AgentVerifyCA, Status: hb.AgentStatus, StatusMessage: hb.AgentStatusMessage})
+	if done, err := s.beatAgain(ctx, ident, &hb, patch); done || err != nil {
+		return err
+	}
 	n, err := s.readAgent(ctx, ident)
 	if err != nil {
 		return err
 	}
 	if n == nil || n.token == "" || n.token == MaskedToken || subtle.ConstantTimeCompare([]byte(n.token), []byte(*hb.AgentToken)) != 1 {
+		if n != nil {
+			s.forget(n.uuid)
+		}
 		return errToken()
 	}
 	if !slices.Contains(HeartbeatStates, n.state) && !(s.FastTrack && slices.Contains(FastTrackStates, n.state)) {
@@ -302,8 +310,6 @@ func (s *Service) heartbeat(ctx context.Context, ident string, hb Heartbeat) err
 	if n.verifyCA != "" && hb.AgentVerifyCA != nil && strings.TrimSpace(n.verifyCA) != strings.TrimSpace(*hb.AgentVerifyCA) {
 		return errs.BadRequest("agent_verify_ca", "Detected change in ramdisk provided \"agent_verify_ca\"")
 	}
-	patch, _ := json.Marshal(heartbeatPatch{URL: hb.CallbackURL, LastHeartbeat: s.now().UTC().Format("2006-01-02T15:04:05.000000"),
-		Version: hb.AgentVersion, VerifyCA: hb.AgentVerifyCA, Status: hb.AgentStatus, StatusMessage: hb.AgentStatusMessage})
 	// One conditional write: the state still expects the agent and the
 	// token is still the one checked, whatever happened since the read.
 	cnt, err := s.recordHeartbeat(ctx, n.id, patch, n.token)
@@ -313,6 +319,12 @@ func (s *Service) heartbeat(ctx context.Context, ident string, hb Heartbeat) err
 	if cnt == 0 {
 		return errs.Conflict("Node %s changed while its heartbeat was recorded; retry.", n.uuid)
 	}
+	kept := *n
+	kept.url = hb.CallbackURL
+	if hb.AgentVerifyCA != nil {
+		kept.verifyCA = *hb.AgentVerifyCA
+	}
+	s.remember(kept)
 	// The agent's first heartbeat tells the conductor where to send
 	// commands: audited each time; the routine ones that follow only
 	// move agent_last_heartbeat and are not.
