@@ -14,15 +14,18 @@ import (
 	"github.com/anvilproject/anvil/server/store"
 )
 
-// A heartbeat's store path is two statements, prepared once per pool
-// connection rather than parsed for every heartbeat: parsing them cost
-// SQLite about a fifth of a heartbeat's CPU. The read takes only the
-// agent keys a heartbeat checks, not driver_internal_info whole, which
-// grows with a node's steps and would be decoded each time.
+// A heartbeat's store path is a read and a conditional write, or for an
+// agent already known one write, each a statement prepared once per pool
+// connection rather than parsed for every heartbeat: parsing cost SQLite
+// about a fifth of a heartbeat's CPU. The read takes only the agent keys
+// a heartbeat checks, not driver_internal_info whole, which grows with a
+// node's steps and would be decoded each time.
 type hbStmts struct {
 	mu sync.Mutex
 	// byUUID and byName read a node's agent keys; update[fastTrack]
-	// records a heartbeat (the states it may be recorded in differ).
+	// records a heartbeat after that read and again[fastTrack] without
+	// it (the states a heartbeat may be recorded in differ with fast
+	// track).
 	byUUID, byName *sql.Stmt
 	update, again  [2]*sql.Stmt
 	group          groupCommit
