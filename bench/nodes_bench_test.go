@@ -293,5 +293,8 @@ func TestMain(m *testing.M) {
 			}
 		}
 	}
+	for _, f := range agentFixtures {
+		f.stop()
+	}
 	os.Exit(code)
 }

@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/anvilproject/anvil/ent/auditevent"
 	"github.com/anvilproject/anvil/ent/node"
 	"github.com/anvilproject/anvil/server"
 	"github.com/anvilproject/anvil/server/agent/agenttest"
@@ -378,6 +379,64 @@ func TestAgentConcurrentLookup(t *testing.T) {
 		// Only from the address it was issued to.
 		wantFault(t, agentFrom(srv, "10.1.1.1").Do(t, "POST", "/v1/heartbeat/"+id, beat("http://10.1.1.1:9999", issued[0])), 400, "Invalid or missing agent token")
 		mustStatus(t, agentFrom(srv, to[0]).Do(t, "POST", "/v1/heartbeat/"+id, beat("http://"+to[0]+":9999", issued[0])), 202)
+	})
+}
+
+// TestAgentHeartbeatsTogether: agents heartbeating at once, which the
+// server records together (SQLite commits them in one transaction) and
+// from their second heartbeat in one conditional write: each heartbeat
+// gets its own answer, a wrong token or a changed URL among good ones is
+// refused and changes nothing, each node keeps its own agent's URL, and
+// each agent's first heartbeat is audited once.
+func TestAgentHeartbeatsTogether(t *testing.T) {
+	storetest.Each(t, func(t *testing.T, setting string, _ *store.DB) {
+		srv, cs := startAgents(t, setting)
+		const n = 12
+		ids, toks, urls := make([]string, n), make([]string, n), make([]string, n)
+		for i := range n {
+			ids[i] = agentNode(t, srv, cs["system-admin"], fmt.Sprint("together-", i), "clean wait", fmt.Sprintf("52:54:00:dd:00:%02x", i))
+			toks[i] = lookupToken(t, agentFrom(srv, fmt.Sprint("10.4.0.", i+1)).Do(t, "GET", "/v1/lookup?node_uuid="+ids[i], nil)).(string)
+			urls[i] = fmt.Sprintf("http://10.4.0.%d:9999", i+1)
+		}
+		status := make([][]int, n)
+		var wg sync.WaitGroup
+		for i := range n {
+			status[i] = make([]int, 4)
+			wg.Go(func() {
+				ag := agentFrom(srv, fmt.Sprint("10.4.0.", i+1))
+				for round := range 3 {
+					status[i][round] = ag.Do(t, "POST", "/v1/heartbeat/"+ids[i], beat(urls[i], toks[i])).Status
+				}
+			})
+			wg.Go(func() {
+				// The next node's token, from elsewhere, then the right
+				// token with another URL.
+				ag := agentFrom(srv, fmt.Sprint("10.4.1.", i+1))
+				if st := ag.Do(t, "POST", "/v1/heartbeat/"+ids[i], beat(urls[i], toks[(i+1)%n])).Status; st != 400 {
+					status[i][3] = st
+				}
+			})
+		}
+		wg.Wait()
+		for i := range n {
+			if fmt.Sprint(status[i][:3]) != "[202 202 202]" || status[i][3] != 0 {
+				t.Errorf("node %d: heartbeats answered %v (a wrong token: %d, want 400)", i, status[i][:3], status[i][3])
+			}
+			// With the URL already recorded, another one is refused.
+			wantFault(t, agentFrom(srv, "10.4.2.1").Do(t, "POST", "/v1/heartbeat/"+ids[i], beat("http://10.4.2.1:9999", toks[i])), 400, "callback_url")
+			nd, err := srv.DB.Node.Query().Where(node.UUID(ids[i])).Only(context.Background())
+			if err != nil {
+				t.Fatal(err)
+			}
+			if nd.DriverInternalInfo[ramdisk.KeyURL] != urls[i] || nd.DriverInternalInfo[ramdisk.KeyLastHeartbeat] == nil {
+				t.Errorf("node %d after the heartbeats: %v", i, nd.DriverInternalInfo)
+			}
+			c, err := srv.DB.AuditEvent.Query().Where(auditevent.Rule(ramdisk.RuleHeartbeat), auditevent.TargetID(ids[i]),
+				auditevent.Result("allowed")).Count(context.Background())
+			if err != nil || c != 1 {
+				t.Errorf("node %d: %d heartbeats audited (%v), want its first only", i, c, err)
+			}
+		}
 	})
 }
 

@@ -113,6 +113,7 @@ type Service struct {
 	// needs the token the inspection's boot medium carries.
 	Discovery bool
 	now       func() time.Time
+	hb        hbStmts
 }
 
 // New returns the service.
@@ -314,36 +315,32 @@ func (s *Service) heartbeat(ctx context.Context, ident string, hb Heartbeat) err
 	if err := checkHeartbeat(&hb); err != nil {
 		return err
 	}
+	// Before the one-write path for a known agent: its cached URL was
+	// checked against the source that sent it, so a heartbeat that
+	// passes this and matches the cache comes from the same address
+	// (and so from the address a lookup bound the token to).
 	if err := checkCallbackSource(&hb); err != nil {
 		return err
 	}
-	q := s.db.Node.Query()
-	if nodes.IsUUID(ident) {
-		q = q.Where(node.UUID(strings.ToLower(ident)))
-	} else {
-		q = q.Where(node.Name(ident))
+	patch, _ := json.Marshal(heartbeatPatch{URL: hb.CallbackURL, LastHeartbeat: s.now().UTC().Format("2006-01-02T15:04:05.000000"),
+		Version: hb.AgentVersion, VerifyCA: hb.AgentVerifyCA, Status: hb.AgentStatus, StatusMessage: hb.AgentStatusMessage})
+	if done, err := s.beatAgain(ctx, ident, &hb, patch); done || err != nil {
+		return err
 	}
-	// Only what a heartbeat needs: selecting every column costs SQLite
-	// more to prepare and scan than the update costs to run.
-	n, err := q.Select(node.FieldUUID, node.FieldProvisionState, node.FieldDriverInternalInfo).Only(ctx)
-	if ent.IsNotFound(err) {
-		return errToken()
-	}
+	n, err := s.readAgent(ctx, ident)
 	if err != nil {
 		return err
 	}
-	stored, _ := n.DriverInternalInfo[KeyToken].(string)
-	if stored == "" || stored == MaskedToken || subtle.ConstantTimeCompare([]byte(stored), []byte(*hb.AgentToken)) != 1 {
+	if n == nil || n.token == "" || n.token == MaskedToken || subtle.ConstantTimeCompare([]byte(n.token), []byte(*hb.AgentToken)) != 1 {
+		if n != nil {
+			s.forget(n.uuid)
+		}
 		return errToken()
 	}
-	if err := checkTokenAddress(n.DriverInternalInfo, &hb); err != nil {
+	if err := checkTokenAddress(n.tokenAddr, &hb); err != nil {
 		return err
 	}
-	states := HeartbeatStates
-	if s.FastTrack {
-		states = append(slices.Clone(states), FastTrackStates...)
-	}
-	if !slices.Contains(states, n.ProvisionState) {
+	if !slices.Contains(HeartbeatStates, n.state) && !(s.FastTrack && slices.Contains(FastTrackStates, n.state)) {
 		// As Ironic's heartbeat: accepted and ignored, so an agent that
 		// outlives its step (a node aborted, a state changed under it)
 		// keeps calling harmlessly instead of retrying a conflict.
@@ -351,48 +348,36 @@ func (s *Service) heartbeat(ctx context.Context, ident string, hb Heartbeat) err
 	}
 	// Ironic refuses a callback URL or a certificate that changes while
 	// the agent runs: a different agent would have a different token.
-	if old, ok := n.DriverInternalInfo[KeyURL].(string); ok && old != "" && old != hb.CallbackURL {
+	if n.url != "" && n.url != hb.CallbackURL {
 		return errs.BadRequest("callback_url", "Detected change in ramdisk provided \"callback_url\"")
 	}
-	if old, ok := n.DriverInternalInfo[KeyVerifyCA].(string); ok && old != "" && hb.AgentVerifyCA != nil &&
-		strings.TrimSpace(old) != strings.TrimSpace(*hb.AgentVerifyCA) {
+	if n.verifyCA != "" && hb.AgentVerifyCA != nil && strings.TrimSpace(n.verifyCA) != strings.TrimSpace(*hb.AgentVerifyCA) {
 		return errs.BadRequest("agent_verify_ca", "Detected change in ramdisk provided \"agent_verify_ca\"")
 	}
-	set := map[string]string{KeyURL: hb.CallbackURL, KeyLastHeartbeat: s.now().UTC().Format("2006-01-02T15:04:05.000000")}
-	for k, v := range map[string]*string{KeyVersion: hb.AgentVersion, KeyVerifyCA: hb.AgentVerifyCA,
-		KeyStatus: hb.AgentStatus, KeyStatusMessage: hb.AgentStatusMessage} {
-		if v != nil {
-			set[k] = *v
-		}
-	}
-	patch, _ := json.Marshal(set)
 	// One conditional write: the state still expects the agent and the
 	// token is still the one checked, whatever happened since the read.
-	uq := `UPDATE nodes SET driver_internal_info = json_patch(` + sqliteObj + `, ?), updated_at = ?
-	WHERE id = ? AND provision_state IN (` + marks(len(states)) + `)
-	AND json_extract(driver_internal_info, '$.` + KeyToken + `') = ?`
-	if s.db.Dialect == dialect.Postgres {
-		uq = `UPDATE nodes SET driver_internal_info = ` + pgObj + ` || ?::jsonb, updated_at = ?
-	WHERE id = ? AND provision_state IN (` + marks(len(states)) + `)
-	AND driver_internal_info->>'` + KeyToken + `' = ?`
-	}
-	args := append([]any{string(patch), s.now(), n.ID}, anys(states)...)
-	cnt, err := s.exec(ctx, uq, append(args, stored)...)
+	cnt, err := s.recordHeartbeat(ctx, n.id, patch, n.token)
 	if err != nil {
 		return err
 	}
 	if cnt == 0 {
-		return errs.Conflict("Node %s changed while its heartbeat was recorded; retry.", n.UUID)
+		return errs.Conflict("Node %s changed while its heartbeat was recorded; retry.", n.uuid)
 	}
+	kept := *n
+	kept.url = hb.CallbackURL
+	if hb.AgentVerifyCA != nil {
+		kept.verifyCA = *hb.AgentVerifyCA
+	}
+	s.remember(kept)
 	// The agent's first heartbeat tells the conductor where to send
 	// commands: audited each time; the routine ones that follow only
 	// move agent_last_heartbeat and are not.
-	if _, had := n.DriverInternalInfo[KeyURL]; !had {
+	if !n.hadURL {
 		detail := map[string]any{}
 		if hb.AgentVersion != nil {
 			detail[KeyVersion] = *hb.AgentVersion
 		}
-		s.guard.Done(ctx, RuleHeartbeat, "node", n.UUID, nil, detail)
+		s.guard.Done(ctx, RuleHeartbeat, "node", n.uuid, nil, detail)
 	}
 	return nil
 }

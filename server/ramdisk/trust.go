@@ -76,8 +76,7 @@ func checkCallbackSource(hb *Heartbeat) error {
 // checkTokenAddress refuses, with the answer a wrong token gets, a
 // heartbeat from an address other than the one a lookup issued the
 // token to: a token read off the wire or a log is no use elsewhere.
-func checkTokenAddress(info map[string]any, hb *Heartbeat) error {
-	bound, _ := info[KeyTokenAddress].(string)
+func checkTokenAddress(bound string, hb *Heartbeat) error {
 	if bound == "" || hb.Source == "" {
 		return nil
 	}
