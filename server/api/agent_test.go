@@ -422,8 +422,12 @@ func TestAgentHeartbeatsTogether(t *testing.T) {
 			if fmt.Sprint(status[i][:3]) != "[202 202 202]" || status[i][3] != 0 {
 				t.Errorf("node %d: heartbeats answered %v (a wrong token: %d, want 400)", i, status[i][:3], status[i][3])
 			}
-			// With the URL already recorded, another one is refused.
-			wantFault(t, agentFrom(srv, "10.4.2.1").Do(t, "POST", "/v1/heartbeat/"+ids[i], beat("http://10.4.2.1:9999", toks[i])), 400, "callback_url")
+			// With the URL already recorded, another one is refused, even
+			// from the agent's own address; from another address the
+			// token itself is refused (a lookup bound it to the agent's).
+			src := fmt.Sprint("10.4.0.", i+1)
+			wantFault(t, agentFrom(srv, src).Do(t, "POST", "/v1/heartbeat/"+ids[i], beat("http://"+src+":9998", toks[i])), 400, "callback_url")
+			wantFault(t, agentFrom(srv, "10.4.2.1").Do(t, "POST", "/v1/heartbeat/"+ids[i], beat("http://10.4.2.1:9999", toks[i])), 400, "Invalid or missing agent token")
 			nd, err := srv.DB.Node.Query().Where(node.UUID(ids[i])).Only(context.Background())
 			if err != nil {
 				t.Fatal(err)
