@@ -16,6 +16,7 @@ import (
 
 	"github.com/gofiber/fiber/v2"
 	"github.com/gofiber/fiber/v2/middleware/adaptor"
+	"github.com/gofiber/fiber/v2/middleware/pprof"
 	"github.com/gofiber/fiber/v2/middleware/recover"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -121,6 +122,10 @@ type Options struct {
 	// MetricsToken, when set, is the bearer token /metrics requires;
 	// empty means /metrics answers loopback scrapers only.
 	MetricsToken string
+	// Pprof serves Go's runtime profiles at /debug/pprof/ to whoever may
+	// read /metrics: heap, goroutines and CPU of a running replica, to
+	// find what grows. Off by default.
+	Pprof bool
 	// Webhook receives the audit events its rules choose; a zero URL
 	// sends none.
 	Webhook webhook.Config
@@ -347,6 +352,11 @@ func (a *App) routes() *fiber.App {
 	app.Get("/healthz", func(c *fiber.Ctx) error { return c.SendString("ok") })
 	app.Get("/readyz", a.readyz)
 	app.Get("/metrics", obs.ScrapeAccess(a.opts.MetricsToken), adaptor.HTTPHandler(promhttp.HandlerFor(a.Metrics.Registry, promhttp.HandlerOpts{})))
+	if a.opts.Pprof {
+		// A profile names code paths and holds request data in its
+		// samples: the same guard as /metrics.
+		app.Use("/debug/pprof", obs.ScrapeAccess(a.opts.MetricsToken), pprof.New())
+	}
 	v1 := app.Group("/v1", api.Negotiate, a.authenticate(), api.CheckText)
 	if !a.opts.AuthNone {
 		// Before the API: the portal answers GET / for browsers and passes

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"regexp"
 	"strconv"
 	"time"
 
@@ -46,7 +47,13 @@ func NewMetrics() *Metrics {
 		}, []string{"route", "method"}),
 	}
 	m.Registry.MustRegister(m.requests, m.latency,
-		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+		// Beside the classic memstats: the heap the last collection
+		// found live (go_gc_heap_live_bytes) and the soft memory limit
+		// (go_gc_gomemlimit_bytes). RSS rises and falls with garbage and
+		// the collector's pace; the live heap is what a leak grows.
+		collectors.NewGoCollector(collectors.WithGoCollectorRuntimeMetrics(collectors.GoRuntimeMetricsRule{
+			Matcher: regexp.MustCompile(`^/gc/(heap/live|gomemlimit):bytes$`)})),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
 
