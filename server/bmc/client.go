@@ -174,12 +174,21 @@ type fake struct {
 	uuid        string
 }
 
+// fakes holds one in-memory BMC per fake node this process has touched,
+// a few hundred bytes each: as many as the fleet's fake nodes, less those
+// deleted through this process (ForgetFake).
 var fakes sync.Map // node UUID -> *fake
 
 func fakeFor(uuid string) *fake {
 	v, _ := fakes.LoadOrStore(uuid, &fake{power: PowerOff, boot: "disk", uuid: uuid})
 	return v.(*fake)
 }
+
+// ForgetFake drops a deleted node's fake BMC, so that a fleet enrolled and
+// deleted over and over does not keep every one it ever had, and a node
+// enrolled again under the same UUID starts with a fresh one. Another
+// replica's copy goes when that process restarts.
+func ForgetFake(nodeUUID string) { fakes.Delete(nodeUUID) }
 
 func (f *fake) PowerState(context.Context) (string, error) {
 	f.mu.Lock()

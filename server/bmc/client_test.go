@@ -448,6 +448,12 @@ func TestFakeDriver(t *testing.T) {
 	if st, _ := again.PowerState(ctx); st != bmc.PowerOn {
 		t.Fatalf("fake BMC forgot its power state: %s", st)
 	}
+	// Its node deleted, the BMC goes; the UUID enrolled again starts off.
+	bmc.ForgetFake("f1")
+	fresh, _ := bmc.Open("fake", "f1", nil, bmc.Options{})
+	if st, _ := fresh.PowerState(ctx); st != bmc.PowerOff {
+		t.Fatalf("a forgotten fake BMC kept its power state: %s", st)
+	}
 	if _, err := bmc.Open("ipmi", "x", map[string]any{}, bmc.Options{}); err == nil {
 		t.Fatal("ipmi without an address opened")
 	}

@@ -31,6 +31,14 @@ const authCacheTTL = 10 * time.Second
 // lastUsedEvery limits last_used_at writes to one per token per minute.
 const lastUsedEvery = time.Minute
 
+// maxAuthCached bounds the credential cache. An entry is dropped when
+// its credential is next presented after its TTL, so one never presented
+// again (a CI job's token, a password since changed) would otherwise stay
+// for the process's life: past the bound, expired entries are swept, and
+// if the fresh ones alone fill it, the cache starts over. The count is
+// approximate while requests race; every sweep counts afresh.
+const maxAuthCached = 10_000
+
 type cachedPrincipal struct {
 	p       *policies.Principal
 	expires time.Time
@@ -43,19 +51,48 @@ func (s *Service) cached(key string) *policies.Principal {
 	}
 	c := v.(cachedPrincipal)
 	if time.Now().After(c.expires) {
-		s.cache.Delete(key)
+		if s.cache.CompareAndDelete(key, v) {
+			s.cacheLen.Add(-1)
+		}
 		return nil
 	}
 	return c.p
 }
 
 func (s *Service) remember(key string, p *policies.Principal) {
-	s.cache.Store(key, cachedPrincipal{p: p, expires: time.Now().Add(authCacheTTL)})
+	now := time.Now()
+	if _, loaded := s.cache.Swap(key, cachedPrincipal{p: p, expires: now.Add(authCacheTTL)}); loaded || s.cacheLen.Add(1) <= maxAuthCached {
+		return
+	}
+	s.cacheMu.Lock()
+	defer s.cacheMu.Unlock()
+	if s.cacheLen.Load() <= maxAuthCached {
+		return // another caller swept
+	}
+	n := int64(0)
+	s.cache.Range(func(k, v any) bool {
+		if now.After(v.(cachedPrincipal).expires) {
+			s.cache.CompareAndDelete(k, v)
+		} else {
+			n++
+		}
+		return true
+	})
+	if n > maxAuthCached*9/10 {
+		s.cache.Clear()
+		n = 0
+	}
+	s.cacheLen.Store(n)
 }
 
 // forget drops every cached credential; any change to accounts, roles or
 // tokens calls it.
-func (s *Service) forget() { s.cache.Clear() }
+func (s *Service) forget() {
+	s.cacheMu.Lock()
+	s.cache.Clear()
+	s.cacheLen.Store(0)
+	s.cacheMu.Unlock()
+}
 
 func digest(parts ...string) string {
 	h := sha256.New()

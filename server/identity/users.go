@@ -15,6 +15,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"entgo.io/ent/dialect"
@@ -49,7 +50,9 @@ type Service struct {
 	db       *store.DB
 	audit    *audit.Log
 	throttle *Throttle
-	cache    sync.Map // credential digest -> cachedPrincipal; see authCache
+	cache    sync.Map // credential digest -> cachedPrincipal; see authCacheTTL
+	cacheLen atomic.Int64
+	cacheMu  sync.Mutex // serializes sweeps of cache
 	// PasswordCost is the bcrypt cost of the password hashes the
 	// service makes (Keystone's password_hash_rounds); bcrypt's default
 	// when 0. Set it before the service is used. A hash keeps the cost it

@@ -447,6 +447,7 @@ func (s *Service) delete(ctx context.Context, n *ent.Node) error {
 	if cnt == 0 {
 		return errs.NodeLocked(n.UUID, "another operation")
 	}
+	bmc.ForgetFake(n.UUID)
 	return nil
 }
 
