@@ -122,6 +122,9 @@ type Options struct {
 	// MetricsToken, when set, is the bearer token /metrics requires;
 	// empty means /metrics answers loopback scrapers only.
 	MetricsToken string
+	// IdleRelease is how long without a request before the heap's free
+	// headroom goes back to the operating system (obs.Idle); zero never.
+	IdleRelease time.Duration
 	// Pprof serves Go's runtime profiles at /debug/pprof/ to whoever may
 	// read /metrics: heap, goroutines and CPU of a running replica, to
 	// find what grows. Off by default.
@@ -160,6 +163,7 @@ type App struct {
 	Webhook   *webhook.Dispatcher
 	Fiber     *fiber.App
 	Metrics   *obs.Metrics
+	idle      obs.Idle
 	opts      Options
 	accessLog float64
 	agentNote agentNetworksNote
@@ -357,6 +361,9 @@ func (a *App) routes() *fiber.App {
 		// samples: the same guard as /metrics.
 		app.Use("/debug/pprof", obs.ScrapeAccess(a.opts.MetricsToken), pprof.New())
 	}
+	// After the health checks, scrapes and profiles: those are not load.
+	a.idle.After = a.opts.IdleRelease
+	app.Use(a.idle.Touch)
 	v1 := app.Group("/v1", api.Negotiate, a.authenticate(), api.CheckText)
 	if !a.opts.AuthNone {
 		// Before the API: the portal answers GET / for browsers and passes
@@ -491,6 +498,7 @@ func (a *App) policyStatus() string {
 func (a *App) Serve(ctx context.Context, ln net.Listener) error {
 	// Replicas pick up a new override within the 1 s poll.
 	a.Overrides.Run(ctx, time.Second)
+	go a.idle.Run(ctx)
 	actx, stopAudit := context.WithCancel(ctx)
 	auditDone := make(chan struct{})
 	go func() { a.Audit.Run(actx); close(auditDone) }()

@@ -53,6 +53,7 @@ func serveCmd() *cobra.Command {
 		isoDir   string
 		mtok     string
 		profiles bool
+		idle     time.Duration
 		rolAge   time.Duration
 		imgFile  string
 		maxLease time.Duration
@@ -163,7 +164,7 @@ func serveCmd() *cobra.Command {
 				Database: g.database, Pool: pool, ManualMigrate: !autoMig, AccessLog: access, AuthNone: auth == "none", Log: log, SessionSecret: secret, OIDC: provider, Conductor: cc, PolicyDir: pdir, PolicyOverrideEnabled: penab, ServiceProject: svcp,
 				TrustedProxies: proxy, FirmwareDir: fwo.dir, FirmwareURL: fwo.url, FirmwareMaxBytes: fwo.max,
 				BootISODir: isoDir, AllocationMaxLease: maxLease, PasswordHashCost: pwCost,
-				MetricsToken: mtok, Pprof: profiles, OIDCRolesMaxAge: rolAge, Webhook: hook,
+				MetricsToken: mtok, Pprof: profiles, IdleRelease: idle, OIDCRolesMaxAge: rolAge, Webhook: hook,
 				Bootstrap: func(user, pw string) {
 					// Printed once, on stderr with the log, never stored in clear.
 					fmt.Fprintf(cmd.ErrOrStderr(), "\n  First start: created system admin %q with one-time password:\n\n      %s\n\n  Change it with: anvil user set-password %s --password-stdin\n\n", user, pw, user)
@@ -253,6 +254,7 @@ func serveCmd() *cobra.Command {
 	f.StringVar(&imgFile, "deploy-images", "", `JSON file of the images the portal's Deploy panel offers, a list of {"name", "url", "checksum"} (checksum "sha256:<hex>", or another of md5, sha1, sha384, sha512; or a bare hex digest); read at start (empty: tenants give an image's URL themselves; with --demo, a demo image)`)
 	f.IPNetSliceVar(&proxy, "trusted-proxies", nil, "reverse proxies (CIDRs, comma-separated) whose X-Forwarded-For names the client's address; default none: the peer is the client")
 	f.StringVar(&mtok, "metrics-token", "", "bearer token /metrics requires (Authorization: Bearer <token>); default none: /metrics answers loopback scrapers only")
+	f.DurationVar(&idle, "idle-release", 10*time.Second, "after this long without a request, hand the heap's free headroom back to the operating system (0: leave it to Go's scavenger)")
 	f.BoolVar(&profiles, "pprof", false, "serve Go's runtime profiles (heap, goroutines, CPU) at /debug/pprof/, to the same callers as /metrics")
 	f.StringVar(&hook.URL, "webhook-url", "", "http:// or https:// URL that receives the audit events --webhook-rules choose, as signed JSON POSTs (empty: none sent)")
 	f.StringVar(&hook.Secret, "webhook-secret", "", "secret keying each delivery's X-Anvil-Signature (HMAC-SHA256 of the body); required with --webhook-url")
