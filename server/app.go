@@ -304,6 +304,11 @@ const (
 	policyUploadMax = override.MaxZipBytes + 64<<10
 )
 
+// maxConnections bounds the connections served at once (with their
+// buffers): far above what API clients, portals, BMCs and agents open
+// together, far below fasthttp's default.
+const maxConnections = 4096
+
 // The ramdisk agent's lookups and heartbeats, per client address: an
 // agent heartbeats every 90 to 180 s and retries a lookup with backoff,
 // so a burst of 20 and one a second leave room for a few machines behind
@@ -330,6 +335,10 @@ func (a *App) routes() *fiber.App {
 		ReadTimeout:  60 * time.Second,
 		WriteTimeout: 60 * time.Second,
 		IdleTimeout:  120 * time.Second,
+		// Each open connection holds a 4 KiB read and a 4 KiB write buffer
+		// and a request context; fasthttp's default allows 262,144 at once.
+		// Past this bound a new connection gets a 503.
+		Concurrency: maxConnections,
 	})
 	// First, so that everything after it sees the path it is served as.
 	app.Use(a.unversioned)
