@@ -116,3 +116,38 @@ func scrape(t *testing.T, base, header, value string) (int, string) {
 	b, _ := io.ReadAll(resp.Body)
 	return resp.StatusCode, string(b)
 }
+
+// TestPprofGuarded: --pprof serves the heap profile to whoever may read
+// /metrics (here: the metrics token) and nobody else; without --pprof
+// there are no profiles. The live heap is in /metrics either way.
+func TestPprofGuarded(t *testing.T) {
+	storetest.Each(t, func(t *testing.T, setting string, _ *store.DB) {
+		get := func(base, auth string) (int, string) {
+			req, _ := http.NewRequest("GET", base+"/debug/pprof/heap?debug=1", nil)
+			if auth != "" {
+				req.Header.Set("Authorization", auth)
+			}
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer resp.Body.Close()
+			b, _ := io.ReadAll(resp.Body)
+			return resp.StatusCode, string(b)
+		}
+		on := servertest.Start(t, server.Options{Database: setting, MetricsToken: "scrape-secret", Pprof: true})
+		if st, body := get(on.URL, "Bearer scrape-secret"); st != 200 || !strings.Contains(body, "heap profile") {
+			t.Errorf("heap profile with the metrics token: %d %.80q", st, body)
+		}
+		if st, body := get(on.URL, "Bearer wrong"); st != 401 || strings.Contains(body, "heap profile") {
+			t.Errorf("heap profile with a wrong token: %d %.80q", st, body)
+		}
+		off := servertest.Start(t, server.Options{Database: setting})
+		if st, body := get(off.URL, ""); strings.Contains(body, "heap profile") {
+			t.Errorf("heap profile without --pprof: %d %.80q", st, body)
+		}
+		if st, body := scrape(t, off.URL, "", ""); st != 200 || !strings.Contains(body, "go_gc_heap_live_bytes") {
+			t.Errorf("/metrics without the live heap: %d", st)
+		}
+	})
+}
