@@ -403,6 +403,7 @@ func (a *App) ramdisk() *ramdisk.Service {
 	r := ramdisk.New(a.DB, a.Guard)
 	r.FastTrack = a.opts.Conductor.Agent.FastTrack
 	r.APIURL = a.Cond.APIURL
+	r.Media = a.opts.Conductor.Agent.Media
 	if t := a.opts.Conductor.Agent.HeartbeatTimeout; t > 0 {
 		r.HeartbeatTimeout = int(t.Seconds())
 	}

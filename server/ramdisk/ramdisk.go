@@ -99,7 +99,10 @@ type Service struct {
 	// APIURL is Anvil's API as agents reach it, which iPXE scripts pass
 	// them as ipa-api-url (the conductor settles it when it starts).
 	APIURL func() string
-	now    func() time.Time
+	// Media are the kernel and ramdisk iPXE scripts boot for nodes whose
+	// driver_info names none.
+	Media Media
+	now   func() time.Time
 }
 
 // New returns the service.
