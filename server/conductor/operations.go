@@ -162,6 +162,16 @@ func (o *Ops) SetPowerWithin(ctx context.Context, ident, target string, timeout 
 	if err := powerOffAllowed(n, target); err != nil {
 		return err
 	}
+	// Ironic validates the power interface before it acts: driver_info
+	// stored without what the BMC needs (an ipmi node may be enrolled
+	// without ipmi_address) is a 400 now, not a failed action.
+	if err := bmc.Validate(n.Driver, n.DriverInfo); err != nil {
+		field := "driver_info"
+		if fe, ok := errors.AsType[*bmc.FieldError](err); ok {
+			field = fe.Field
+		}
+		return errs.BadRequest(field, "%s", err.Error())
+	}
 	c := o.C
 	if err := c.lock(ctx, n.ID); err != nil {
 		return err
