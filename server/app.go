@@ -438,7 +438,7 @@ func (a *App) authenticate() fiber.Handler {
 			return c.Next()
 		}
 	}
-	open := []string{"/v1", "/v1/", api.ContinueInspectionPath, api.LookupPath, api.HeartbeatPath}
+	open := []string{"/v1", "/v1/", api.ContinueInspectionPath, api.LookupPath, api.HeartbeatPath, api.HeartbeatBodyPath}
 	api := &authn.API{IDs: a.IDs}
 	if a.opts.OIDC != nil {
 		api.OIDC = a.opts.OIDC
