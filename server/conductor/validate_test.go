@@ -158,3 +158,33 @@ func TestDirectDeployPlanRuns(t *testing.T) {
 		t.Errorf("homeassistant deploy: %v, want a 400 naming driver_info/bmclib_provider", err)
 	}
 }
+
+// A rescue boots the node's rescue kernel and ramdisk, else the server's
+// default rescue pair, else the deploy pair (the node's or the server's).
+func TestRescueMediaDefaults(t *testing.T) {
+	deploy := ramdisk.Media{DeployKernel: "http://x/dk", DeployRamdisk: "http://x/dr"}
+	both := deploy
+	both.RescueKernel, both.RescueRamdisk = "http://x/rk", "http://x/rr"
+	for _, c := range []struct {
+		name           string
+		info           map[string]any
+		media          ramdisk.Media
+		kernel, initrd string
+	}{
+		{"the server's rescue pair", map[string]any{}, both, "http://x/rk", "http://x/rr"},
+		{"the node's rescue pair", map[string]any{"rescue_kernel": "http://n/rk", "rescue_ramdisk": "http://n/rr"}, both, "http://n/rk", "http://n/rr"},
+		{"the server's deploy pair", map[string]any{}, deploy, "http://x/dk", "http://x/dr"},
+		{"the node's deploy pair", map[string]any{"deploy_kernel": "http://n/dk", "deploy_ramdisk": "http://n/dr"}, deploy, "http://n/dk", "http://n/dr"},
+	} {
+		before := len(c.info)
+		rn := rescueMedia(&ent.Node{DriverInfo: c.info}, c.media)
+		k, _ := c.media.Get(rn, "deploy_kernel")
+		r, _ := c.media.Get(rn, "deploy_ramdisk")
+		if k != c.kernel || r != c.initrd {
+			t.Errorf("%s: rescue boots %s and %s, want %s and %s", c.name, k, r, c.kernel, c.initrd)
+		}
+		if len(c.info) != before {
+			t.Errorf("%s: rescueMedia changed the node's driver_info: %v", c.name, c.info)
+		}
+	}
+}
