@@ -435,6 +435,7 @@ func (a *App) ramdisk() *ramdisk.Service {
 	r.APIURL = a.Cond.APIURL
 	r.Networks = a.opts.Conductor.Agent.Client.Networks
 	r.Discovery = a.opts.Conductor.Agent.Discovery
+	r.Media = a.opts.Conductor.Agent.Media
 	if t := a.opts.Conductor.Agent.HeartbeatTimeout; t > 0 {
 		r.HeartbeatTimeout = int(t.Seconds())
 	}
@@ -469,7 +470,7 @@ func (a *App) authenticate() fiber.Handler {
 			return c.Next()
 		}
 	}
-	open := []string{"/v1", "/v1/", api.ContinueInspectionPath, api.LookupPath, api.HeartbeatPath}
+	open := []string{"/v1", "/v1/", api.ContinueInspectionPath, api.LookupPath, api.HeartbeatPath, api.HeartbeatBodyPath}
 	api := &authn.API{IDs: a.IDs}
 	if a.opts.OIDC != nil {
 		api.OIDC = a.opts.OIDC
@@ -616,7 +617,7 @@ func (a *App) agentNetworksNote(ctx context.Context) string {
 			break
 		}
 		for _, n := range page {
-			if conductor.HasAgentPath(n) {
+			if conductor.HasAgentPath(n, a.opts.Conductor.Agent.Media) {
 				note = agentNetworksWarning
 				break
 			}

@@ -11,11 +11,13 @@ import (
 	"github.com/anvilproject/anvil/server/ramdisk"
 )
 
-// LookupPath and HeartbeatPath (any node) are public, as in Ironic's
-// public_api_routes: the ramdisk agent has no credentials.
+// LookupPath and HeartbeatPath (any node, or the node in the body) are
+// public, as in Ironic's public_api_routes: the ramdisk agent has no
+// credentials.
 const (
-	LookupPath    = "/v1/lookup"
-	HeartbeatPath = "/v1/heartbeat/*"
+	LookupPath        = "/v1/lookup"
+	HeartbeatPath     = "/v1/heartbeat/*"
+	HeartbeatBodyPath = "/v1/heartbeat"
 )
 
 // Agent defaults Ironic hands the ramdisk in a lookup's config: its
@@ -37,6 +39,8 @@ func (a *API) registerAgent(v1 fiber.Router) {
 	}
 	v1.Get("/lookup", limit, a.agentSource(ramdisk.RuleLookup), query("addresses", "node_uuid"), a.lookup)
 	v1.Post("/heartbeat/:node", limit, a.agentSource(ramdisk.RuleHeartbeat), query(), a.heartbeat)
+	// Ironic also takes the node in the body (node_ident), as tempest sends it.
+	v1.Post("/heartbeat", limit, a.agentSource(ramdisk.RuleHeartbeat), query(), a.heartbeat)
 }
 
 // agentSource refuses agent calls from outside --agent-networks (403)
@@ -121,6 +125,7 @@ func (a *API) lookup(c *fiber.Ctx) error {
 }
 
 type heartbeatBody struct {
+	NodeIdent          *string `json:"node_ident"`
 	CallbackURL        *string `json:"callback_url"`
 	AgentVersion       *string `json:"agent_version"`
 	AgentToken         *string `json:"agent_token"`
@@ -149,8 +154,14 @@ func (a *API) heartbeat(c *fiber.Ctx) error {
 		return errs.BadRequest("agent_verify_ca", `Field "agent_verify_ca" not recognised in this version`)
 	case body.CallbackURL == nil:
 		return errs.BadRequest("callback_url", "callback_url is a required property")
+	case (c.Params("node") == "") == (body.NodeIdent == nil):
+		return errs.BadRequest("node_ident", "give the node in the path (/v1/heartbeat/{node}) or as node_ident in the body, once")
 	}
-	err := a.Ramdisk.Heartbeat(c.UserContext(), c.Params("node"), ramdisk.Heartbeat{
+	node := c.Params("node")
+	if body.NodeIdent != nil {
+		node = *body.NodeIdent
+	}
+	err := a.Ramdisk.Heartbeat(c.UserContext(), node, ramdisk.Heartbeat{
 		CallbackURL: *body.CallbackURL, AgentVersion: body.AgentVersion, AgentToken: body.AgentToken,
 		AgentVerifyCA: body.AgentVerifyCA, AgentStatus: body.AgentStatus, AgentStatusMessage: body.AgentStatusMessage,
 		Source: clientip.Of(c)})

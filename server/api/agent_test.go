@@ -253,6 +253,19 @@ func TestAgentHeartbeat(t *testing.T) {
 		wantFault(t, me.Do(t, "POST", path, withCA), 400, "agent_verify_ca")
 		// By name, as Ironic's node_ident.
 		mustStatus(t, me.Do(t, "POST", "/v1/heartbeat/hb", beat(cb, tok)), 202)
+		// The node in the body, as tempest's ipa_heartbeat sends it; the
+		// same checks, and the node given once.
+		inBody := func(ident, token string) map[string]any {
+			b := beat(cb, token)
+			b["node_ident"] = ident
+			return b
+		}
+		mustStatus(t, me.Do(t, "POST", "/v1/heartbeat", inBody(id, tok)), 202)
+		mustStatus(t, me.Do(t, "POST", "/v1/heartbeat", inBody("hb", tok)), 202)
+		wantFault(t, me.Do(t, "POST", "/v1/heartbeat", inBody(id, otherTok)), 400, "Invalid or missing agent token received.")
+		wantFault(t, me.Do(t, "POST", "/v1/heartbeat", beat(cb, tok)), 400, "node_ident")
+		wantFault(t, me.Do(t, "POST", path, inBody(id, tok)), 400, "node_ident")
+		mustStatus(t, at(me, below(api.VerRamdisk)).Do(t, "POST", "/v1/heartbeat", inBody(id, tok)), 404)
 
 		// A node that expects no heartbeat: 202 as Ironic answers, and
 		// nothing recorded.

@@ -58,6 +58,14 @@ func TestConsoleFake(t *testing.T) {
 			t.Errorf("Location %q", r.Header.Get("Location"))
 		}
 		eventually(t, "console enabled", func() bool { on, _ := consoleState(t, owner, id); return on })
+		// The path tempest's get_console calls answers the same, with
+		// the same authorization.
+		alias := "/v1/nodes/states/console/" + id
+		if got := owner.Do(t, "GET", alias, nil).JSON(t); got["console_enabled"] != true || got["console_info"] == nil {
+			t.Errorf("GET %s: %v", alias, got)
+		}
+		mustStatus(t, clients["other-member"].Do(t, "GET", alias, nil), 404)
+		mustStatus(t, clients["lessee-member"].Do(t, "GET", alias, nil), 403)
 		if _, info := consoleState(t, owner, id); fmt.Sprint(info) != "map[]" {
 			t.Errorf("fake console_info = %v, want Ironic's {}", info)
 		}

@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"reflect"
 	"strconv"
 	"strings"
 	"sync"
@@ -220,6 +221,48 @@ func TestInspectionRulesAfterInspect(t *testing.T) {
 		}
 		if seen := admin.Do(t, "GET", "/v1/nodes/"+id, nil).JSON(t)["extra"].(map[string]any)["seen"].([]any); len(seen) != 1 {
 			t.Errorf("a failed run extended extra/seen: %v", seen)
+		}
+	})
+}
+
+// TestInspectionRuleListArgs: args given as a list (Ironic's older,
+// still accepted form) are returned as sent, as Ironic returns them, and
+// an inspection runs them by their operator's argument order.
+func TestInspectionRuleListArgs(t *testing.T) {
+	storetest.Each(t, func(t *testing.T, setting string, _ *store.DB) {
+		sim := bmctest.StartRedfish(t)
+		_, clients := startLocal(t, setting, bmcOpts)
+		admin := clients["system-admin"]
+		conds := []any{map[string]any{"op": "eq", "args": []any{[]any{"{inventory[cpu][architecture]}", "x86_64"}}}}
+		acts := []any{map[string]any{"op": "add-trait", "args": []any{"CUSTOM_LISTED"}},
+			map[string]any{"op": "set-attribute", "args": []any{"/extra/listed", "{inventory[cpu][architecture]}"}}}
+		r := admin.Do(t, "POST", "/v1/inspection_rules", map[string]any{"conditions": conds, "actions": acts})
+		mustStatus(t, r, 201)
+		rid := r.JSON(t)["uuid"].(string)
+		for _, got := range []map[string]any{r.JSON(t), admin.Do(t, "GET", "/v1/inspection_rules/"+rid, nil).JSON(t)} {
+			if !reflect.DeepEqual(got["conditions"], conds) || !reflect.DeepEqual(got["actions"], acts) {
+				t.Errorf("rule shown as conditions %v actions %v, want them as sent: %v %v", got["conditions"], got["actions"], conds, acts)
+			}
+		}
+		mustFault(t, admin.Do(t, "POST", "/v1/inspection_rules", map[string]any{"actions": []any{map[string]any{"op": "add-trait", "args": []any{"CUSTOM_A", "x"}}}}),
+			400, "too many arguments")
+
+		r = admin.Do(t, "POST", "/v1/nodes", map[string]any{"name": "listed-1", "driver": "redfish", "driver_info": sim.DriverInfo("1")})
+		mustStatus(t, r, 201)
+		id := r.JSON(t)["uuid"].(string)
+		provision(t, admin, id, map[string]any{"target": "manage"}, 202)
+		waitState(t, admin, id, "manageable")
+		provision(t, admin, id, map[string]any{"target": "inspect"}, 202)
+		n := waitState(t, admin, id, "manageable")
+		if n["last_error"] != nil {
+			t.Fatalf("inspection: %v", n["last_error"])
+		}
+		if extra := n["extra"].(map[string]any); extra["listed"] != "x86_64" {
+			t.Errorf("extra %v: the list-args set-attribute did not run", extra)
+		}
+		traits := admin.Do(t, "GET", "/v1/nodes/"+id+"/traits", nil).JSON(t)["traits"].([]any)
+		if len(traits) != 1 || traits[0] != "CUSTOM_LISTED" {
+			t.Errorf("traits %v: the list-args add-trait did not run", traits)
 		}
 	})
 }

@@ -4,6 +4,9 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/anvilproject/anvil/server"
+	"github.com/anvilproject/anvil/server/conductor"
+	"github.com/anvilproject/anvil/server/ramdisk"
 	"github.com/anvilproject/anvil/server/store"
 	"github.com/anvilproject/anvil/server/store/storetest"
 )
@@ -71,6 +74,50 @@ func TestIPXEScripts(t *testing.T) {
 		mustStatus(t, boot, 200)
 		if !strings.Contains(string(boot.Body), "chain --autofree ${mac:hexhyp}") {
 			t.Errorf("boot.ipxe: %s", boot.Body)
+		}
+	})
+}
+
+// TestIPXEScriptsServerDefaults: a pxe node whose driver_info names no
+// kernel boots the server's default deploy kernel and ramdisk, and its
+// rescue the default rescue pair; a node with its own pair boots that.
+func TestIPXEScriptsServerDefaults(t *testing.T) {
+	storetest.Each(t, func(t *testing.T, setting string, _ *store.DB) {
+		media := ramdisk.Media{DeployKernel: "http://192.0.2.1/default.kernel", DeployRamdisk: "http://192.0.2.1/default.initramfs",
+			RescueKernel: "http://192.0.2.1/rescue.kernel", RescueRamdisk: "http://192.0.2.1/rescue.initramfs"}
+		srv, cs := startLocal(t, setting, server.Options{Conductor: conductor.Config{Agent: conductor.AgentConfig{Media: media}}})
+		admin, anon := cs["system-admin"], cs["anonymous"]
+		mk := func(name, mac string, info map[string]any) string {
+			t.Helper()
+			info["ipmi_address"] = "192.0.2.7"
+			r := admin.Do(t, "POST", "/v1/nodes", map[string]any{"name": name, "driver": "ipmi", "boot_interface": "pxe", "driver_info": info})
+			mustStatus(t, r, 201)
+			id := r.JSON(t)["uuid"].(string)
+			mustStatus(t, admin.Do(t, "POST", "/v1/ports", map[string]any{"node_uuid": id, "address": mac}), 201)
+			return id
+		}
+		bare := mk("px-default", "52:54:00:1d:00:01", map[string]any{})
+		own := mk("px-own", "52:54:00:1d:00:02", map[string]any{"deploy_kernel": "http://192.0.2.9/own.kernel", "deploy_ramdisk": "http://192.0.2.9/own.initramfs"})
+		script := func(mac string) string {
+			t.Helper()
+			r := anon.Do(t, "GET", "/ipxe/"+mac, nil)
+			mustStatus(t, r, 200)
+			return string(r.Body)
+		}
+		for _, c := range []struct{ id, mac, state, kernel, initrd string }{
+			{bare, "52-54-00-1d-00-01", "clean wait", media.DeployKernel, media.DeployRamdisk},
+			{bare, "52-54-00-1d-00-01", "rescue wait", media.RescueKernel, media.RescueRamdisk},
+			{own, "52-54-00-1d-00-02", "clean wait", "http://192.0.2.9/own.kernel", "http://192.0.2.9/own.initramfs"},
+		} {
+			setState(t, srv, c.id, c.state)
+			got := script(c.mac)
+			if !strings.Contains(got, "kernel --name kernel "+c.kernel+" ") || !strings.Contains(got, "initrd --name ramdisk "+c.initrd+"\n") {
+				t.Errorf("%s in %s: want %s and %s:\n%s", c.mac, c.state, c.kernel, c.initrd, got)
+			}
+		}
+		v := admin.Do(t, "GET", "/v1/nodes/"+bare+"/validate", nil).JSON(t)
+		if b := v["boot"].(map[string]any); b["result"] != true {
+			t.Errorf("validate boot of a node on the server's kernel and ramdisk: %v", b)
 		}
 	})
 }

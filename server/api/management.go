@@ -25,6 +25,9 @@ func (a *API) registerManagement(v1 fiber.Router) {
 	v1.Put("/nodes/:node/management/indicators/:indicator", subSince(VerIndicators, "indicators"), a.setIndicator)
 	v1.Put("/nodes/:node/management/inject_nmi", subSince(VerInjectNMI, "inject_nmi"), a.injectNMI)
 	v1.Get("/nodes/:node/states/console", query(), a.getConsole)
+	// The path ironic-tempest-plugin's get_console calls, which Ironic's
+	// object routing also answers.
+	v1.Get("/nodes/states/console/:node", query(), a.getConsole)
 	v1.Put("/nodes/:node/states/console", a.setConsole)
 	v1.Get("/nodes/:node/screenshot", query(), a.getScreenshot)
 }

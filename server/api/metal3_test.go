@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/anvilproject/anvil/server"
 	"github.com/anvilproject/anvil/server/agent/agenttest"
 	"github.com/anvilproject/anvil/server/api"
 	"github.com/anvilproject/anvil/server/conductor"
@@ -219,6 +220,10 @@ func bmoMicroversion(maxMinor int) string {
 type bmo struct {
 	c  *servertest.Client
 	id string
+	// kernel is where BMO's default preprovisioning image is (its
+	// DEPLOY_KERNEL_URL and DEPLOY_RAMDISK_URL: vmlinuz and initrd
+	// there); "" registers an ISO instead.
+	kernel string
 }
 
 func newBMO(t *testing.T, admin *servertest.Client) *bmo {
@@ -305,7 +310,8 @@ func (b *bmo) validate(t *testing.T) {
 // bmc.address redfish-virtualmedia+https://<sim>/redfish/v1/Systems/<id>,
 // disableCertificateVerification, bootMACAddress its first NIC and boot
 // mode UEFI: look-ups by name and MAC, node create, port create, manage,
-// then configureNode's PATCH (deploy_iso, automated_clean).
+// then configureNode's PATCH (deploy_iso, or deploy_kernel and
+// deploy_ramdisk without a bootloader; and automated_clean).
 func (b *bmo) register(t *testing.T, rg *rig, sys int, name, deployIface string, automatedClean bool) {
 	t.Helper()
 	s := rg.sim.Systems[sys]
@@ -340,10 +346,18 @@ func (b *bmo) register(t *testing.T, rg *rig, sys int, name, deployIface string,
 		t.Fatalf("manage: last_error %q", n.LastError)
 	}
 	// configureNode: BMO's preprovisioning image (its deploy ISO, as
-	// the host supports ISO images) and automated cleaning by its mode.
-	n = b.patch(t, add("/driver_info/deploy_iso", servertest.ServeISO(t)), add("/automated_clean", automatedClean))
-	if n.AutomatedClean == nil || *n.AutomatedClean != automatedClean || n.DriverInfo["deploy_iso"] == nil {
+	// the host supports ISO images, or its default kernel and ramdisk)
+	// and automated cleaning by its mode.
+	image := []map[string]any{add("/driver_info/deploy_iso", servertest.ServeISO(t))}
+	if b.kernel != "" {
+		image = []map[string]any{add("/driver_info/deploy_kernel", b.kernel+"vmlinuz"), add("/driver_info/deploy_ramdisk", b.kernel+"initrd")}
+	}
+	n = b.patch(t, append(image, add("/automated_clean", automatedClean))...)
+	if n.AutomatedClean == nil || *n.AutomatedClean != automatedClean || n.DriverInfo["deploy_iso"] == nil && n.DriverInfo["deploy_kernel"] == nil {
 		t.Fatalf("configureNode: automated_clean %v driver_info %v", n.AutomatedClean, n.DriverInfo)
+	}
+	if _, ok := n.DriverInfo["bootloader"]; ok {
+		t.Fatalf("driver_info %v has a bootloader, which BMO never sends", n.DriverInfo)
 	}
 	if n.Properties["capabilities"] != "boot_mode:uefi" || n.Properties["cpu_arch"] != "x86_64" {
 		t.Errorf("properties %v: BMO would rewrite them on every reconcile", n.Properties)
@@ -381,111 +395,156 @@ func configDriveHolds(t *testing.T, disk, want string) bool {
 // TestMetal3Provisioning is a BareMetalHost's life as BMO drives it:
 // register, inspect with the agent, provide (automated cleaning), deploy
 // a whole-disk image with a config drive, deprovision (cleaning again),
-// and delete.
+// and delete; with a preprovisioning ISO.
 func TestMetal3Provisioning(t *testing.T) {
 	agenttest.Need(t)
 	storetest.Each(t, func(t *testing.T, setting string, _ *store.DB) {
-		// metal3's ramdisk (here an operator's deploy_iso) always carries
-		// the inspection call-back URL, without a token: discovery on.
-		rg := newRig(t, setting, conductor.AgentConfig{HeartbeatTimeout: 30 * time.Second, Discovery: true}, 1)
+		rg, b := metal3Rig(t, setting, false)
+		// A stand-in ISO: metal3's ramdisk always carries the inspection
+		// call-back URL, without a token (metal3Rig turns discovery on).
 		rg.rack.InspectionURL(t, rg.srv.URL+"/v1/continue_inspection")
-		sys := rg.sim.Systems[0]
-		disk := rg.rack.Machine(t, sys.ID)
-		b := newBMO(t, rg.cs["system-admin"])
-		if minor, err := strconv.Atoi(strings.TrimPrefix(b.c.Version, "1.")); err != nil || api.Version(minor) < metal3Baseline {
-			t.Fatalf("BMO's version %s", b.c.Version)
-		}
-		b.register(t, rg, 0, "worker-0", "", true)
-
-		// Inspection: no inventory yet (BMO then starts inspection on
-		// the 404), inspect, and the inventory as gophercloud reads it.
-		mustStatus(t, b.c.Do(t, "GET", "/v1/nodes/"+b.id+"/inventory", nil), 404)
-		b.provision(t, map[string]any{"target": "inspect"})
-		n := b.wait(t, "manageable", rg.rack)
-		if n.LastError != "" || n.InspectionFinishedAt == nil {
-			t.Errorf("after inspection: last_error %q finished %v", n.LastError, n.InspectionFinishedAt)
-		}
-		inv := decode[bmoInventory](t, b.c.Do(t, "GET", "/v1/nodes/"+b.id+"/inventory", nil), 200)
-		if inv.Inventory.CPU.Count == 0 || inv.Inventory.Memory.PhysicalMb == 0 || len(inv.Inventory.Interfaces) == 0 {
-			t.Errorf("inventory lacks what BMO's HardwareDetails shows: cpu %+v memory %+v", inv.Inventory.CPU, inv.Inventory.Memory)
-		}
-		found := false
-		for _, d := range inv.Inventory.Disks {
-			found = found || d.Name == disk
-		}
-		if !found {
-			t.Errorf("inventory disks %+v lack %s", inv.Inventory.Disks, disk)
-		}
-		var pd struct {
-			AllInterfaces map[string]struct {
-				PXEEnabled bool `json:"pxe_enabled"`
-			} `json:"all_interfaces"`
-		}
-		if len(inv.PluginData) > 0 && string(inv.PluginData) != "null" {
-			if err := json.Unmarshal(inv.PluginData, &pd); err != nil {
-				t.Errorf("plugin_data is not gophercloud's StandardPluginData: %v", err)
-			}
-		}
-		// The next Register creates ports for the NICs inspection found,
-		// unless a port has the MAC; one on another node is an error.
-		for _, nic := range inv.Inventory.Interfaces {
-			for _, p := range b.ports(t, "address", nic.MACAddress) {
-				if p.NodeUUID != b.id {
-					t.Errorf("port %s of NIC %s belongs to node %s", p.UUID, nic.MACAddress, p.NodeUUID)
-				}
-			}
-		}
-
-		// Provide: automated cleaning in the agent.
-		b.provision(t, map[string]any{"target": "provide"})
-		n = b.wait(t, "available", rg.rack)
-		if n.LastError != "" {
-			t.Errorf("after cleaning: last_error %q", n.LastError)
-		}
-
-		// Provision: instance_uuid, instance_info, then validate, then
-		// active with the config drive.
-		const uid = "6b1c4f6e-3c5c-4a55-9f36-6c1b3d0b7a11"
-		n = b.patch(t, add("/instance_uuid", uid), add("/instance_info/capabilities", map[string]any{}),
-			add("/instance_info/root_device", map[string]any{}), add("/instance_info/image_source", rg.im.URL+rg.im.Raw),
-			add("/instance_info/image_disk_format", "raw"), add("/instance_info/image_os_hash_algo", "sha256"),
-			add("/instance_info/image_os_hash_value", rg.im.RawSum), add("/driver_info/force_persistent_boot_device", "Default"))
-		// ironicHasSameImage compares what Anvil gives back.
-		if n.InstanceInfo["image_source"] != rg.im.URL+rg.im.Raw || n.InstanceInfo["image_os_hash_value"] != rg.im.RawSum ||
-			n.InstanceInfo["image_os_hash_algo"] != "sha256" || n.InstanceInfo["image_checksum"] != nil || n.InstanceUUID != uid {
-			t.Errorf("instance_info as BMO reads it back: %v (instance_uuid %q)", n.InstanceInfo, n.InstanceUUID)
-		}
-		b.validate(t)
-		b.provision(t, map[string]any{"target": "active", "configdrive": bmoConfigDrive("worker-0", uid)})
-		n = b.wait(t, "active", rg.rack)
-		if n.LastError != "" || n.PowerState != "power on" {
-			t.Errorf("active: last_error %q power %s", n.LastError, n.PowerState)
-		}
-		if !hasConfigDrive(t, disk) {
-			t.Errorf("no config-2 partition on the disk: %v", partitions(t, disk))
-		}
-		// The config drive's files hold BMO's network_data and meta_data.
-		for _, want := range []string{`"ipv4_dhcp"`, `"metal3-namespace"`, "hostname: worker-0"} {
-			if !configDriveHolds(t, disk, want) {
-				t.Errorf("the config drive does not hold %s", want)
-			}
-		}
-
-		// Deprovision: automated_clean already matches, so deleted at
-		// once; the tear down forgets the instance.
-		b.provision(t, map[string]any{"target": "deleted"})
-		n = b.wait(t, "available", rg.rack)
-		if n.LastError != "" || n.InstanceUUID != "" || len(n.InstanceInfo) != 0 {
-			t.Errorf("after deprovisioning: last_error %q instance_uuid %q instance_info %v", n.LastError, n.InstanceUUID, n.InstanceInfo)
-		}
-		if p := partitions(t, disk); len(p) != 0 {
-			t.Errorf("cleaning left partitions %v", p)
-		}
-
-		// Delete: an available node without instance_uuid goes at once.
-		mustStatus(t, b.c.Do(t, "DELETE", "/v1/nodes/"+b.id, nil), 204)
-		mustStatus(t, b.c.Do(t, "GET", "/v1/nodes/"+b.id, nil), 404)
+		metal3Provisioning(t, rg, b)
 	})
+}
+
+// TestMetal3ProvisioningKernelRamdisk is TestMetal3Provisioning with
+// BMO's default registration: deploy_kernel and deploy_ramdisk, no
+// bootloader (the server's default gives it), so Anvil builds the
+// agent's ISO for each boot; its grub.cfg carries the inspection
+// call-back only while inspecting.
+func TestMetal3ProvisioningKernelRamdisk(t *testing.T) {
+	agenttest.Need(t)
+	storetest.Each(t, func(t *testing.T, setting string, _ *store.DB) {
+		rg, b := metal3Rig(t, setting, true)
+		metal3Provisioning(t, rg, b)
+	})
+}
+
+// metal3Rig is a rig of one system, and BMO; with kernel, BMO registers
+// its default kernel and ramdisk, and the server has a default
+// bootloader and builds ISOs.
+func metal3Rig(t *testing.T, setting string, kernel bool) (*rig, *bmo) {
+	t.Helper()
+	// An operator's ISO (the stand-in) carries no token for the
+	// inventory's post, so only discovery finds its node; the ISO Anvil
+	// builds of BMO's kernel and ramdisk carries one.
+	ac := conductor.AgentConfig{HeartbeatTimeout: 30 * time.Second, Discovery: !kernel}
+	if !kernel {
+		rg := newRig(t, setting, ac, 1)
+		return rg, newBMO(t, rg.cs["system-admin"])
+	}
+	base, _, _, _ := bootFiles(t)
+	ac.Media.Bootloader = base + "esp.img"
+	rg := newRigWith(t, setting, server.Options{BootISODir: t.TempDir(), Conductor: conductor.Config{Agent: ac}}, 1)
+	b := newBMO(t, rg.cs["system-admin"])
+	b.kernel = base
+	return rg, b
+}
+
+func metal3Provisioning(t *testing.T, rg *rig, b *bmo) {
+	sys := rg.sim.Systems[0]
+	disk := rg.rack.Machine(t, sys.ID)
+	if minor, err := strconv.Atoi(strings.TrimPrefix(b.c.Version, "1.")); err != nil || api.Version(minor) < metal3Baseline {
+		t.Fatalf("BMO's version %s", b.c.Version)
+	}
+	b.register(t, rg, 0, "worker-0", "", true)
+
+	// Inspection: no inventory yet (BMO then starts inspection on
+	// the 404), inspect, and the inventory as gophercloud reads it.
+	mustStatus(t, b.c.Do(t, "GET", "/v1/nodes/"+b.id+"/inventory", nil), 404)
+	b.provision(t, map[string]any{"target": "inspect"})
+	n := b.wait(t, "manageable", rg.rack)
+	if n.LastError != "" || n.InspectionFinishedAt == nil {
+		t.Errorf("after inspection: last_error %q finished %v", n.LastError, n.InspectionFinishedAt)
+	}
+	if b.kernel != "" {
+		// The agent booted an ISO Anvil built of BMO's kernel and
+		// ramdisk and the server's bootloader.
+		want := "Built the ramdisk agent's ISO from driver_info.deploy_kernel, driver_info.deploy_ramdisk and the server's --bootloader"
+		if h := string(b.c.Do(t, "GET", "/v1/nodes/"+b.id+"/history", nil).Body); !strings.Contains(h, want) {
+			t.Errorf("the node's history does not say %q:\n%s", want, h)
+		}
+	}
+	inv := decode[bmoInventory](t, b.c.Do(t, "GET", "/v1/nodes/"+b.id+"/inventory", nil), 200)
+	if inv.Inventory.CPU.Count == 0 || inv.Inventory.Memory.PhysicalMb == 0 || len(inv.Inventory.Interfaces) == 0 {
+		t.Errorf("inventory lacks what BMO's HardwareDetails shows: cpu %+v memory %+v", inv.Inventory.CPU, inv.Inventory.Memory)
+	}
+	found := false
+	for _, d := range inv.Inventory.Disks {
+		found = found || d.Name == disk
+	}
+	if !found {
+		t.Errorf("inventory disks %+v lack %s", inv.Inventory.Disks, disk)
+	}
+	var pd struct {
+		AllInterfaces map[string]struct {
+			PXEEnabled bool `json:"pxe_enabled"`
+		} `json:"all_interfaces"`
+	}
+	if len(inv.PluginData) > 0 && string(inv.PluginData) != "null" {
+		if err := json.Unmarshal(inv.PluginData, &pd); err != nil {
+			t.Errorf("plugin_data is not gophercloud's StandardPluginData: %v", err)
+		}
+	}
+	// The next Register creates ports for the NICs inspection found,
+	// unless a port has the MAC; one on another node is an error.
+	for _, nic := range inv.Inventory.Interfaces {
+		for _, p := range b.ports(t, "address", nic.MACAddress) {
+			if p.NodeUUID != b.id {
+				t.Errorf("port %s of NIC %s belongs to node %s", p.UUID, nic.MACAddress, p.NodeUUID)
+			}
+		}
+	}
+
+	// Provide: automated cleaning in the agent.
+	b.provision(t, map[string]any{"target": "provide"})
+	n = b.wait(t, "available", rg.rack)
+	if n.LastError != "" {
+		t.Errorf("after cleaning: last_error %q", n.LastError)
+	}
+
+	// Provision: instance_uuid, instance_info, then validate, then
+	// active with the config drive.
+	const uid = "6b1c4f6e-3c5c-4a55-9f36-6c1b3d0b7a11"
+	n = b.patch(t, add("/instance_uuid", uid), add("/instance_info/capabilities", map[string]any{}),
+		add("/instance_info/root_device", map[string]any{}), add("/instance_info/image_source", rg.im.URL+rg.im.Raw),
+		add("/instance_info/image_disk_format", "raw"), add("/instance_info/image_os_hash_algo", "sha256"),
+		add("/instance_info/image_os_hash_value", rg.im.RawSum), add("/driver_info/force_persistent_boot_device", "Default"))
+	// ironicHasSameImage compares what Anvil gives back.
+	if n.InstanceInfo["image_source"] != rg.im.URL+rg.im.Raw || n.InstanceInfo["image_os_hash_value"] != rg.im.RawSum ||
+		n.InstanceInfo["image_os_hash_algo"] != "sha256" || n.InstanceInfo["image_checksum"] != nil || n.InstanceUUID != uid {
+		t.Errorf("instance_info as BMO reads it back: %v (instance_uuid %q)", n.InstanceInfo, n.InstanceUUID)
+	}
+	b.validate(t)
+	b.provision(t, map[string]any{"target": "active", "configdrive": bmoConfigDrive("worker-0", uid)})
+	n = b.wait(t, "active", rg.rack)
+	if n.LastError != "" || n.PowerState != "power on" {
+		t.Errorf("active: last_error %q power %s", n.LastError, n.PowerState)
+	}
+	if !hasConfigDrive(t, disk) {
+		t.Errorf("no config-2 partition on the disk: %v", partitions(t, disk))
+	}
+	// The config drive's files hold BMO's network_data and meta_data.
+	for _, want := range []string{`"ipv4_dhcp"`, `"metal3-namespace"`, "hostname: worker-0"} {
+		if !configDriveHolds(t, disk, want) {
+			t.Errorf("the config drive does not hold %s", want)
+		}
+	}
+
+	// Deprovision: automated_clean already matches, so deleted at
+	// once; the tear down forgets the instance.
+	b.provision(t, map[string]any{"target": "deleted"})
+	n = b.wait(t, "available", rg.rack)
+	if n.LastError != "" || n.InstanceUUID != "" || len(n.InstanceInfo) != 0 {
+		t.Errorf("after deprovisioning: last_error %q instance_uuid %q instance_info %v", n.LastError, n.InstanceUUID, n.InstanceInfo)
+	}
+	if p := partitions(t, disk); len(p) != 0 {
+		t.Errorf("cleaning left partitions %v", p)
+	}
+
+	// Delete: an available node without instance_uuid goes at once.
+	mustStatus(t, b.c.Do(t, "DELETE", "/v1/nodes/"+b.id, nil), 204)
+	mustStatus(t, b.c.Do(t, "GET", "/v1/nodes/"+b.id, nil), 404)
 }
 
 // TestMetal3CustomDeploy is a BareMetalHost with spec.customDeploy
@@ -496,34 +555,41 @@ func TestMetal3Provisioning(t *testing.T) {
 // the step; BMO reports that last_error.
 func TestMetal3CustomDeploy(t *testing.T) {
 	agenttest.Need(t)
-	storetest.Each(t, func(t *testing.T, setting string, _ *store.DB) {
-		rg := newRig(t, setting, conductor.AgentConfig{HeartbeatTimeout: 30 * time.Second}, 1)
-		rg.rack.Machine(t, rg.sim.Systems[0].ID)
-		b := newBMO(t, rg.cs["system-admin"])
-		b.register(t, rg, 0, "worker-1", "custom-agent", false)
-		b.provision(t, map[string]any{"target": "provide"})
-		b.wait(t, "available", rg.rack)
+	for _, kernel := range []bool{false, true} {
+		t.Run(map[bool]string{false: "iso", true: "kernel-ramdisk"}[kernel], func(t *testing.T) {
+			storetest.Each(t, func(t *testing.T, setting string, _ *store.DB) {
+				metal3CustomDeploy(t, setting, kernel)
+			})
+		})
+	}
+}
 
-		const uid = "0d3f5a5e-8a8e-4f0e-9d35-4b7f8f6d2c22"
-		n := b.patch(t, add("/instance_uuid", uid), add("/instance_info/capabilities", map[string]any{}),
-			add("/instance_info/root_device", map[string]any{}))
-		if n.DeployInterface != "custom-agent" {
-			t.Fatalf("deploy_interface %q", n.DeployInterface)
-		}
-		b.validate(t)
-		b.provision(t, map[string]any{"target": "active", "configdrive": bmoConfigDrive("worker-1", uid),
-			"deploy_steps": []any{map[string]any{"interface": "deploy", "step": "install_coreos", "args": map[string]any{}, "priority": 80}}})
-		n = b.wait(t, "deploy failed", rg.rack)
-		if !strings.Contains(n.LastError, "deploy.install_coreos") || !strings.Contains(n.LastError, "offers no deploy step") {
-			t.Errorf("last_error %q does not name the step the agent lacks", n.LastError)
-		}
-		t.Logf("custom deploy's last_error: %s", n.LastError)
+func metal3CustomDeploy(t *testing.T, setting string, kernel bool) {
+	rg, b := metal3Rig(t, setting, kernel)
+	rg.rack.Machine(t, rg.sim.Systems[0].ID)
+	b.register(t, rg, 0, "worker-1", "custom-agent", false)
+	b.provision(t, map[string]any{"target": "provide"})
+	b.wait(t, "available", rg.rack)
 
-		// Deprovision from deploy failed, without cleaning.
-		b.provision(t, map[string]any{"target": "deleted"})
-		n = b.wait(t, "available", rg.rack)
-		if n.InstanceUUID != "" {
-			t.Errorf("instance_uuid %q after deprovisioning", n.InstanceUUID)
-		}
-	})
+	const uid = "0d3f5a5e-8a8e-4f0e-9d35-4b7f8f6d2c22"
+	n := b.patch(t, add("/instance_uuid", uid), add("/instance_info/capabilities", map[string]any{}),
+		add("/instance_info/root_device", map[string]any{}))
+	if n.DeployInterface != "custom-agent" {
+		t.Fatalf("deploy_interface %q", n.DeployInterface)
+	}
+	b.validate(t)
+	b.provision(t, map[string]any{"target": "active", "configdrive": bmoConfigDrive("worker-1", uid),
+		"deploy_steps": []any{map[string]any{"interface": "deploy", "step": "install_coreos", "args": map[string]any{}, "priority": 80}}})
+	n = b.wait(t, "deploy failed", rg.rack)
+	if !strings.Contains(n.LastError, "deploy.install_coreos") || !strings.Contains(n.LastError, "offers no deploy step") {
+		t.Errorf("last_error %q does not name the step the agent lacks", n.LastError)
+	}
+	t.Logf("custom deploy's last_error: %s", n.LastError)
+
+	// Deprovision from deploy failed, without cleaning.
+	b.provision(t, map[string]any{"target": "deleted"})
+	n = b.wait(t, "available", rg.rack)
+	if n.InstanceUUID != "" {
+		t.Errorf("instance_uuid %q after deprovisioning", n.InstanceUUID)
+	}
 }

@@ -183,6 +183,16 @@ func TestPortsCRUD(t *testing.T) {
 		if got["address"] != "52:54:00:aa:bb:11" || got["node_uuid"] != n2 || got["physical_network"] != "physnet1" || got["extra"].(map[string]any)["rack"] != "r7" {
 			t.Errorf("patched: %v", got)
 		}
+		// A port is named by UUID or name, as Ironic validates the path:
+		// a MAC address or a malformed id is a 400, not a 404, and a
+		// delete takes a UUID only.
+		for _, bad := range []string{"52:54:00:aa:bb:11", "malformed:uuid"} {
+			mustFault(t, c.Do(t, "GET", "/v1/ports/"+bad, nil), 400, "Expected UUID or name for port_ident: "+bad)
+			mustFault(t, c.Do(t, "PATCH", "/v1/ports/"+bad, []map[string]any{{"op": "add", "path": "/extra/x", "value": "y"}}), 400, "port_ident")
+			mustFault(t, c.Do(t, "DELETE", "/v1/ports/"+bad, nil), 400, "Expected UUID for port_uuid: "+bad)
+		}
+		mustFault(t, c.Do(t, "DELETE", "/v1/ports/no-such-name", nil), 400, "Expected UUID for port_uuid")
+		mustStatus(t, c.Do(t, "GET", "/v1/ports/no-such-name", nil), 404)
 		mustStatus(t, c.Do(t, "DELETE", "/v1/ports/"+id, nil), 204)
 		mustStatus(t, c.Do(t, "GET", "/v1/ports/"+id, nil), 404)
 

@@ -136,6 +136,7 @@ var matrix = []struct {
 	// get_console and set_console_state are SYSTEM_MEMBER_OR_OWNER_MEMBER:
 	// no lessee, as in Ironic.
 	{"GET", "/v1/nodes/{n}/states/console", "", "401 | 200 200 403 200 | 200 200 200 403 200 | 403 403 403 403 404 | 404 404 404 404 | 200"},
+	{"GET", "/v1/nodes/states/console/{n}", "", "401 | 200 200 403 200 | 200 200 200 403 200 | 403 403 403 403 404 | 404 404 404 404 | 200"},
 	// No screenshot was taken: who may see the console is told so (404),
 	// who may see only the node is refused (403).
 	{"GET", "/v1/nodes/{n}/screenshot", "", "401 | 404 404 403 404 | 404 404 404 403 404 | 403 403 403 403 404 | 404 404 404 404 | 404"},

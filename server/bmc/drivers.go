@@ -45,7 +45,13 @@ type key struct {
 	name     string
 	kind     kind
 	required bool
-	values   []string // kEnum
+	// atUse is a required key a node may be stored without, as Ironic
+	// stores an ipmi node without ipmi_address and refuses it only at
+	// validate and when its BMC is used; missing is then Ironic's
+	// message for it.
+	atUse   bool
+	missing string
+	values  []string // kEnum
 	// desc is what GET /v1/drivers/{name}/properties says about the key,
 	// in Ironic's words where Ironic has the key.
 	desc string
@@ -58,7 +64,8 @@ type key struct {
 var drivers = map[string][]key{
 	"fake-hardware": nil,
 	"ipmi": {
-		{name: "ipmi_address", kind: kHost, required: true, desc: "IP address or hostname of the node. Required."},
+		{name: "ipmi_address", kind: kHost, required: true, atUse: true, missing: "Missing the following IPMI credentials in node's driver_info: ['ipmi_address'].",
+			desc: "IP address or hostname of the node. Required."},
 		{name: "ipmi_port", kind: kPort, desc: "remote IPMI RMCP port. Optional."},
 		{name: "ipmi_username", kind: kString, desc: "username; default is NULL user. Optional."},
 		{name: "ipmi_password", kind: kString, desc: "password. Optional."},
@@ -163,12 +170,23 @@ func Known(driver string) bool {
 	return ok
 }
 
+// interfaceProperties are properties a driver's default interfaces
+// report beyond its driver_info keys: Ironic's fake-hardware reports its
+// default vendor interface's (FakeVendorB), which configure nothing, and
+// clients and tempest expect to see them.
+var interfaceProperties = map[string]map[string]string{
+	"fake-hardware": {"B1": "B1 description. Required.", "B2": "B2 description. Required."},
+}
+
 // Properties maps each driver_info key driver reads to its description,
 // as GET /v1/drivers/{name}/properties shows them.
 func Properties(driver string) map[string]string {
 	out := map[string]string{}
 	for _, k := range drivers[Canonical(driver)] {
 		out[k.name] = k.desc
+	}
+	for k, v := range interfaceProperties[Canonical(driver)] {
+		out[k] = v
 	}
 	return out
 }
@@ -228,9 +246,20 @@ func IsSecretKey(k string) bool {
 	return strings.HasSuffix(k, "password") || strings.HasSuffix(k, "_key") || strings.Contains(k, "secret") || strings.HasSuffix(k, "token")
 }
 
-// Validate checks info for driver and returns a *FieldError naming the
-// first problem.
+// Validate checks info for driver, to use it, and returns a *FieldError
+// naming the first problem.
 func Validate(driver string, info map[string]any) error {
+	return validate(driver, info, true)
+}
+
+// ValidateStored is Validate for a node being created or updated: a
+// required key that Ironic checks only at validate and use (atUse) may
+// be absent.
+func ValidateStored(driver string, info map[string]any) error {
+	return validate(driver, info, false)
+}
+
+func validate(driver string, info map[string]any, use bool) error {
 	keys, ok := drivers[Canonical(driver)]
 	if !ok {
 		return &FieldError{Field: "driver", Msg: fmt.Sprintf("unknown driver %q; one of %s", driver, strings.Join(Drivers(), ", "))}
@@ -241,7 +270,11 @@ func Validate(driver string, info map[string]any) error {
 	for _, k := range keys {
 		v, present := info[k.name]
 		if !present || v == nil {
-			if k.required {
+			switch {
+			case k.required && k.atUse && !use:
+			case k.required && k.missing != "":
+				return fieldErr(k.name, "%s", k.missing)
+			case k.required:
 				return fieldErr(k.name, "driver %s requires driver_info/%s", driver, k.name)
 			}
 			continue

@@ -302,6 +302,9 @@ func TestServeSettingsRefused(t *testing.T) {
 		{args: []string{"--webhook-url", "https://hooks.example.com/anvil"}, want: "--webhook-secret is required with --webhook-url"},
 		{env: [2]string{"ANVIL_WEBHOOK_SECRET", "s3cret"}, want: "--webhook-secret is set but --webhook-url is not"},
 		{args: []string{"--webhook-url", "hooks.example.com", "--webhook-secret", "s3cret"}, want: "--webhook-url: give an http:// or https:// URL"},
+		{args: []string{"--bootloader", "/srv/esp.img"}, want: `--bootloader "/srv/esp.img": give an http:// or https:// URL`},
+		{env: [2]string{"ANVIL_DEPLOY_KERNEL", "http://images.example/ipa.kernel"}, want: "--deploy-kernel and --deploy-ramdisk: give both or neither"},
+		{args: []string{"--rescue-ramdisk", "http://images.example/rescue.initramfs"}, want: "--rescue-kernel and --rescue-ramdisk: give both or neither"},
 	} {
 		t.Run(tc.want, func(t *testing.T) {
 			if tc.env[0] != "" {

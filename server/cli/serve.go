@@ -25,6 +25,7 @@ import (
 	"github.com/anvilproject/anvil/server/imagecache"
 	"github.com/anvilproject/anvil/server/nodes"
 	"github.com/anvilproject/anvil/server/oidclogin"
+	"github.com/anvilproject/anvil/server/ramdisk"
 	"github.com/anvilproject/anvil/server/store"
 	"github.com/anvilproject/anvil/server/webhook"
 	"github.com/anvilproject/anvil/web"
@@ -87,6 +88,9 @@ func serveCmd() *cobra.Command {
 				if pu, err := url.Parse(u); err != nil || (pu.Scheme != "http" && pu.Scheme != "https") || pu.Host == "" || pu.RawQuery != "" || pu.Fragment != "" {
 					return fmt.Errorf("--agent-image-url %q: give an http:// or https:// base URL such as https://anvil.example.com/images", u)
 				}
+			}
+			if err := checkMedia(cc.Agent.Media); err != nil {
+				return err
 			}
 			if err := identity.ValidPasswordCost(pwCost); err != nil {
 				return fmt.Errorf("--password-hash-cost: %w", err)
@@ -231,6 +235,18 @@ func serveCmd() *cobra.Command {
 	f.BoolVar(&cc.Agent.FastTrack, "fast-track", false, "leave the ramdisk agent running after cleaning, powered on, so a deploy that follows within the agent heartbeat timeout skips the reboot (Ironic's [deploy]fast_track)")
 	f.StringVar(&cc.Agent.APIURL, "agent-api-url", "", "Anvil's API URL as ramdisk agents reach it, which the ISOs Anvil builds pass them as ipa-api-url, e.g. https://anvil.example.com:6385 (default: http:// and the listen address, the host name for a wildcard address)")
 	f.StringVar(&isoDir, "boot-iso-dir", "", `directory of the agent ISOs Anvil builds for redfish-virtual-media nodes with deploy_kernel and deploy_ramdisk, each served to its BMC at --firmware-url/boot-iso/ for one boot (default: "boot-iso" beside the SQLite database file, or in the working directory with PostgreSQL)`)
+	for _, m := range []struct {
+		v         *string
+		name, use string
+	}{
+		{&cc.Agent.Media.Bootloader, "bootloader", "EFI system partition image (GRUB) of the agent ISOs Anvil builds for UEFI nodes whose driver_info has no bootloader (Ironic's [conductor]bootloader)"},
+		{&cc.Agent.Media.DeployKernel, "deploy-kernel", "agent kernel of nodes whose driver_info gives neither deploy_kernel nor deploy_ramdisk (Ironic's [conductor]deploy_kernel)"},
+		{&cc.Agent.Media.DeployRamdisk, "deploy-ramdisk", "agent ramdisk of nodes whose driver_info gives neither deploy_kernel nor deploy_ramdisk (Ironic's [conductor]deploy_ramdisk)"},
+		{&cc.Agent.Media.RescueKernel, "rescue-kernel", "rescue kernel of nodes whose driver_info gives neither rescue_kernel nor rescue_ramdisk (Ironic's [conductor]rescue_kernel; unset: rescue boots the deploy kernel)"},
+		{&cc.Agent.Media.RescueRamdisk, "rescue-ramdisk", "rescue ramdisk of nodes whose driver_info gives neither rescue_kernel nor rescue_ramdisk (Ironic's [conductor]rescue_ramdisk)"},
+	} {
+		f.StringVar(m.v, m.name, "", "http(s) URL of the "+m.use)
+	}
 	f.StringVar(&cc.Agent.ImageURL, "agent-image-url", "", "base URL ramdisk agents fetch images from for image_download_source=local, each deploy's at <url>/<random token> (default: http:// and the listen address, then /images)")
 	f.StringVar(&cc.Agent.ImageCacheDir, "image-cache-dir", "", `directory of the images Anvil downloads for image_download_source=local, kept under their checksums (default: "image-cache" beside the SQLite database file, or in the working directory with PostgreSQL)`)
 	f.Int64Var(&cc.Agent.ImageCacheMaxBytes, "image-cache-max-bytes", imagecache.DefaultMaxBytes, "most bytes the image cache keeps (and so the largest image); beyond it the least recently used images not being served are removed")
@@ -276,4 +292,26 @@ func agentAPIURL(flag, listen string) (string, error) {
 		return "", fmt.Errorf("--agent-api-url %q: give an http:// or https:// URL such as https://anvil.example.com:6385", flag)
 	}
 	return strings.TrimRight(v, "/"), nil
+}
+
+// checkMedia refuses default boot media that are not http(s) URLs (all
+// Anvil downloads or iPXE fetches), and a kernel without its ramdisk.
+func checkMedia(m ramdisk.Media) error {
+	vals := map[string]string{"bootloader": m.Bootloader, "deploy-kernel": m.DeployKernel, "deploy-ramdisk": m.DeployRamdisk,
+		"rescue-kernel": m.RescueKernel, "rescue-ramdisk": m.RescueRamdisk}
+	for _, name := range []string{"bootloader", "deploy-kernel", "deploy-ramdisk", "rescue-kernel", "rescue-ramdisk"} {
+		v := vals[name]
+		if v == "" {
+			continue
+		}
+		if u, err := url.Parse(v); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || strings.ContainsAny(v, " \t\r\n") {
+			return fmt.Errorf("--%s %q: give an http:// or https:// URL", name, v)
+		}
+	}
+	for _, p := range [][2]string{{"deploy-kernel", "deploy-ramdisk"}, {"rescue-kernel", "rescue-ramdisk"}} {
+		if (vals[p[0]] == "") != (vals[p[1]] == "") {
+			return fmt.Errorf("--%s and --%s: give both or neither", p[0], p[1])
+		}
+	}
+	return nil
 }

@@ -32,26 +32,27 @@ const (
 // can have its ISO built, as Ironic's redfish boot interface builds one:
 // http(s) URLs for deploy_kernel, deploy_ramdisk and, for UEFI (the
 // default boot mode), bootloader, the EFI system partition image whose
-// GRUB boots the kernel. BIOS would need isolinux, which Anvil does not
-// ship, so a node in boot mode bios needs a deploy_iso.
-func bootISOSetup(n *ent.Node, iface string) error {
-	k, _ := n.DriverInfo["deploy_kernel"].(string)
-	r, _ := n.DriverInfo["deploy_ramdisk"].(string)
+// GRUB boots the kernel, each the node's or the server's default (m).
+// BIOS would need isolinux, which Anvil does not ship, so a node in boot
+// mode bios needs a deploy_iso.
+func bootISOSetup(n *ent.Node, iface string, m ramdisk.Media) error {
+	k, _ := m.Get(n, "deploy_kernel")
+	r, _ := m.Get(n, "deploy_ramdisk")
 	if k == "" && r == "" {
-		return &bootSetupError{"driver_info/deploy_iso", fmt.Sprintf("boot interface %s boots the agent from driver_info.deploy_iso, or from an ISO Anvil builds of driver_info.deploy_kernel, deploy_ramdisk and bootloader; none is set", iface)}
+		return &bootSetupError{"driver_info/deploy_iso", fmt.Sprintf("boot interface %s boots the agent from driver_info.deploy_iso, or from an ISO Anvil builds of deploy_kernel, deploy_ramdisk and bootloader, each from driver_info or the server's defaults (anvil serve --deploy-kernel, --deploy-ramdisk, --bootloader); none is set", iface)}
 	}
 	for _, f := range []string{"deploy_kernel", "deploy_ramdisk"} {
-		if err := httpURL(n, f); err != nil {
+		if err := httpURL(n, m, f); err != nil {
 			return err
 		}
 	}
-	if m := BootMode(n); m == "bios" {
+	if BootMode(n) == "bios" {
 		return &bootSetupError{"driver_info/deploy_iso", fmt.Sprintf("boot interface %s in boot mode bios boots the agent from driver_info.deploy_iso only: Anvil builds UEFI-bootable ISOs of deploy_kernel and deploy_ramdisk, and BIOS would need isolinux", iface)}
 	}
-	if v, _ := n.DriverInfo["bootloader"].(string); v == "" {
-		return &bootSetupError{"driver_info/bootloader", fmt.Sprintf("boot interface %s builds the agent's ISO for UEFI from driver_info.deploy_kernel and deploy_ramdisk with driver_info.bootloader, an EFI system partition image, which is not set", iface)}
+	if v, _ := m.Get(n, "bootloader"); v == "" {
+		return &bootSetupError{"driver_info/bootloader", fmt.Sprintf("boot interface %s builds the agent's ISO for UEFI from deploy_kernel and deploy_ramdisk with bootloader, an EFI system partition image, which neither driver_info.bootloader nor %s sets", iface, ramdisk.MediaFlag("bootloader"))}
 	}
-	if err := httpURL(n, "bootloader"); err != nil {
+	if err := httpURL(n, m, "bootloader"); err != nil {
 		return err
 	}
 	if p, _ := n.DriverInfo["kernel_append_params"].(string); strings.ContainsAny(p, "\r\n") {
@@ -60,13 +61,13 @@ func bootISOSetup(n *ent.Node, iface string) error {
 	return nil
 }
 
-// httpURL checks driver_info field holds an http(s) URL, all Anvil
-// downloads.
-func httpURL(n *ent.Node, field string) error {
-	v, _ := n.DriverInfo[field].(string)
+// httpURL checks a boot media field (the node's or the server's default)
+// holds an http(s) URL, all Anvil downloads.
+func httpURL(n *ent.Node, m ramdisk.Media, field string) error {
+	v, from := m.Get(n, field)
 	u, err := url.Parse(v)
 	if v == "" || err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return &bootSetupError{"driver_info/" + field, fmt.Sprintf("driver_info.%s %q must be an http:// or https:// URL for Anvil to build the agent's ISO from", field, v)}
+		return &bootSetupError{"driver_info/" + field, fmt.Sprintf("%s %q must be an http:// or https:// URL for Anvil to build the agent's ISO from", from, v)}
 	}
 	return nil
 }
@@ -111,7 +112,8 @@ func (c *Conductor) agentKernelParams(ctx context.Context, n *ent.Node) (string,
 // buildBootISO builds the node's agent ISO for this boot, keeps it for
 // dropBootISO, and returns the URL its BMC downloads it from.
 func (c *Conductor) buildBootISO(ctx context.Context, n *ent.Node) (string, error) {
-	if err := bootISOSetup(n, "redfish-virtual-media"); err != nil {
+	m := c.cfg.Agent.Media
+	if err := bootISOSetup(n, "redfish-virtual-media", m); err != nil {
 		return "", err
 	}
 	if c.cfg.Agent.ISOs == nil {
@@ -124,16 +126,16 @@ func (c *Conductor) buildBootISO(ctx context.Context, n *ent.Node) (string, erro
 	ctx, cancel := context.WithTimeout(ctx, bootISOTimeout)
 	defer cancel()
 	src := func(field string) *download {
-		u, _ := n.DriverInfo[field].(string)
-		return &download{ctx: ctx, url: u, field: field}
+		u, from := m.Get(n, field)
+		return &download{ctx: ctx, url: u, from: from}
 	}
-	kernel, ramdisk, esp := src("deploy_kernel"), src("deploy_ramdisk"), src("bootloader")
+	kernel, initrd, esp := src("deploy_kernel"), src("deploy_ramdisk"), src("bootloader")
 	defer kernel.Close()
-	defer ramdisk.Close()
+	defer initrd.Close()
 	defer esp.Close()
 	started := time.Now()
 	name, isoURL, err := c.cfg.Agent.ISOs.Create(func(f *os.File) error {
-		return bootiso.Build(f, kernel, ramdisk, esp, params)
+		return bootiso.Build(f, kernel, initrd, esp, params)
 	})
 	if err != nil {
 		return "", fmt.Errorf("building the agent's ISO: %w", err)
@@ -149,7 +151,7 @@ func (c *Conductor) buildBootISO(ctx context.Context, n *ent.Node) (string, erro
 		_ = c.cfg.Agent.ISOs.Remove(old)
 	}
 	_ = history.Record(ctx, c.db.Client, history.Event{NodeID: n.ID, Type: "agent", Conductor: c.cfg.Name,
-		Message: fmt.Sprintf("Built the ramdisk agent's ISO from driver_info.deploy_kernel, deploy_ramdisk and bootloader in %s", time.Since(started).Round(time.Millisecond))})
+		Message: fmt.Sprintf("Built the ramdisk agent's ISO from %s, %s and %s in %s", kernel.from, initrd.from, esp.from, time.Since(started).Round(time.Millisecond))})
 	return isoURL, nil
 }
 
@@ -171,36 +173,36 @@ func (c *Conductor) dropBootISO(n *ent.Node) {
 // download reads a URL's body when first read, so each download starts
 // only when the ISO's build reaches it, and fails past bootISOMaxBytes.
 type download struct {
-	ctx   context.Context
-	url   string
-	field string
-	body  io.ReadCloser
-	n     int64
+	ctx  context.Context
+	url  string
+	from string // where url came from: "driver_info.<field>" or a serve flag
+	body io.ReadCloser
+	n    int64
 }
 
 func (d *download) Read(p []byte) (int, error) {
 	if d.body == nil {
 		req, err := http.NewRequestWithContext(d.ctx, http.MethodGet, d.url, nil)
 		if err != nil {
-			return 0, fmt.Errorf("driver_info.%s: %w", d.field, err)
+			return 0, fmt.Errorf("%s: %w", d.from, err)
 		}
 		resp, err := http.DefaultClient.Do(req)
 		if err != nil {
-			return 0, fmt.Errorf("downloading driver_info.%s: %w", d.field, err)
+			return 0, fmt.Errorf("downloading %s: %w", d.from, err)
 		}
 		if resp.StatusCode != http.StatusOK {
 			resp.Body.Close()
-			return 0, fmt.Errorf("downloading driver_info.%s %s: %s", d.field, d.url, resp.Status)
+			return 0, fmt.Errorf("downloading %s %s: %s", d.from, d.url, resp.Status)
 		}
 		d.body = resp.Body
 	}
 	n, err := d.body.Read(p)
 	d.n += int64(n)
 	if d.n > bootISOMaxBytes {
-		return n, fmt.Errorf("driver_info.%s %s is larger than %d bytes", d.field, d.url, int64(bootISOMaxBytes))
+		return n, fmt.Errorf("%s %s is larger than %d bytes", d.from, d.url, int64(bootISOMaxBytes))
 	}
 	if err != nil && err != io.EOF {
-		err = fmt.Errorf("downloading driver_info.%s: %w", d.field, err)
+		err = fmt.Errorf("downloading %s: %w", d.from, err)
 	}
 	return n, err
 }

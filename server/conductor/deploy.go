@@ -16,6 +16,7 @@ import (
 	"github.com/anvilproject/anvil/server/errs"
 	"github.com/anvilproject/anvil/server/history"
 	"github.com/anvilproject/anvil/server/nodes"
+	"github.com/anvilproject/anvil/server/ramdisk"
 	"github.com/anvilproject/anvil/server/store"
 )
 
@@ -51,8 +52,8 @@ const deployPriority = 100
 // descending priority, priority 0 leaving a step out as Ironic does.
 // Whatever the node's driver cannot do is a 400 here, before anything
 // is changed.
-func deployPlan(n *ent.Node, r ProvisionRequest) ([]Step, error) {
-	if err := deployFits(n); err != nil {
+func deployPlan(n *ent.Node, media ramdisk.Media, r ProvisionRequest) ([]Step, error) {
+	if err := deployFits(n, media); err != nil {
 		return nil, err
 	}
 	type ranked struct {
@@ -112,7 +113,7 @@ func deployPlan(n *ent.Node, r ProvisionRequest) ([]Step, error) {
 // custom-agent deploys boot the ramdisk agent, and direct has it write
 // image_source to disk (checked before the agent, so a node without an
 // image hears about the image first).
-func deployFits(n *ent.Node) error {
+func deployFits(n *ent.Node, m ramdisk.Media) error {
 	mode := deployMode(n)
 	if mode == modeFake {
 		return nil
@@ -123,7 +124,7 @@ func deployFits(n *ent.Node) error {
 		}
 	}
 	if mode == modeDirect || mode == modeCustomAgent {
-		if _, err := agentBoot(n); err != nil {
+		if _, err := agentBoot(n, m); err != nil {
 			field := "instance_info.image_source"
 			if mode == modeCustomAgent {
 				field = "deploy_interface"

@@ -81,6 +81,9 @@ type AgentConfig struct {
 	// that give deploy_kernel and deploy_ramdisk instead of deploy_iso,
 	// and serves them to BMCs; nil builds none.
 	ISOs *bootiso.Store
+	// Media are the agent boot media of nodes whose driver_info names
+	// none (Ironic's [conductor] defaults).
+	Media ramdisk.Media
 }
 
 func (a AgentConfig) withDefaults() AgentConfig {
@@ -109,9 +112,10 @@ const (
 // bootloader (bootISOSetup); a pxe or ipxe node needs deploy_kernel and
 // deploy_ramdisk, which the operator's DHCP/TFTP serves (Anvil runs no
 // DHCP); a bmclib node boots from the network too, so its provider must
-// set the boot device. fake-hardware has no machine. A refusal is a
+// set the boot device. fake-hardware has no machine. Kernel, ramdisk and
+// bootloader are the node's or the server's defaults (m). A refusal is a
 // *bootSetupError naming the field to set.
-func agentBoot(n *ent.Node) (string, error) {
+func agentBoot(n *ent.Node, m ramdisk.Media) (string, error) {
 	d := bmc.Canonical(n.Driver)
 	if d != "redfish" && d != "ipmi" && d != "bmclib" {
 		return "", &bootSetupError{"driver", fmt.Sprintf("driver %s has no machine to boot a ramdisk agent on", n.Driver)}
@@ -126,15 +130,15 @@ func agentBoot(n *ent.Node) (string, error) {
 		if iso, _ := n.DriverInfo["deploy_iso"].(string); iso != "" {
 			return bootVMedia, nil
 		}
-		if err := bootISOSetup(n, iface); err != nil {
+		if err := bootISOSetup(n, iface, m); err != nil {
 			return "", err
 		}
 		return bootVMedia, nil
 	case "pxe", "ipxe":
-		k, _ := n.DriverInfo["deploy_kernel"].(string)
-		r, _ := n.DriverInfo["deploy_ramdisk"].(string)
+		k, _ := m.Get(n, "deploy_kernel")
+		r, _ := m.Get(n, "deploy_ramdisk")
 		if k == "" || r == "" {
-			return "", &bootSetupError{"driver_info/deploy_kernel", fmt.Sprintf("boot interface %s boots the agent from driver_info.deploy_kernel and deploy_ramdisk, which are not both set", iface)}
+			return "", &bootSetupError{"driver_info/deploy_kernel", fmt.Sprintf("boot interface %s boots the agent from deploy_kernel and deploy_ramdisk, which neither driver_info nor the server's defaults (anvil serve --deploy-kernel, --deploy-ramdisk) set both of", iface)}
 		}
 		return bootNetwork, nil
 	default:
@@ -149,9 +153,10 @@ type bootSetupError struct{ field, msg string }
 func (e *bootSetupError) Error() string { return e.msg }
 
 // HasAgentPath tells whether a node is set up to boot the ramdisk agent,
-// and so whether automated cleaning can wipe it.
-func HasAgentPath(n *ent.Node) bool {
-	_, err := agentBoot(n)
+// with the server's default media m, and so whether automated cleaning
+// can wipe it.
+func HasAgentPath(n *ent.Node, m ramdisk.Media) bool {
+	_, err := agentBoot(n, m)
 	return err == nil
 }
 
@@ -202,7 +207,7 @@ func (c *Conductor) agentFor(ctx context.Context, n *ent.Node, ph phase) (*agent
 	if r := c.agents.get(n.ID); r != nil && r.cl != nil {
 		return r, nil
 	}
-	how, err := agentBoot(n)
+	how, err := agentBoot(n, c.cfg.Agent.Media)
 	if err != nil {
 		return nil, err
 	}
@@ -664,7 +669,7 @@ func firstInBand(n *ent.Node, steps []Step) string {
 // configured. A node with automated_clean false, or no way to boot the
 // agent, has none: its cleaning passes straight through.
 func (c *Conductor) automatedCleanSteps(n *ent.Node) []Step {
-	if n.AutomatedClean != nil && !*n.AutomatedClean || !HasAgentPath(n) {
+	if n.AutomatedClean != nil && !*n.AutomatedClean || !HasAgentPath(n, c.cfg.Agent.Media) {
 		return nil
 	}
 	steps := []Step{{Interface: "deploy", Step: "erase_devices_metadata"}}

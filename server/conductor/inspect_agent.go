@@ -34,8 +34,8 @@ func inspectsInBand(n *ent.Node) bool {
 
 // agentBootError is agentBoot's refusal as a 400 naming what is missing,
 // for requests that need the agent.
-func agentBootError(n *ent.Node, what string) error {
-	_, err := agentBoot(n)
+func agentBootError(n *ent.Node, m ramdisk.Media, what string) error {
+	_, err := agentBoot(n, m)
 	if err == nil {
 		return nil
 	}
@@ -87,7 +87,7 @@ func bmcLookupAddresses(ctx context.Context, n *ent.Node) []any {
 func (c *Conductor) inspectInBand(n *ent.Node, who string) {
 	ctx := context.WithoutCancel(c.ctx)
 	ev := history.Event{NodeID: n.ID, Type: "inspect", User: who, Conductor: c.cfg.Name}
-	how, err := agentBoot(n)
+	how, err := agentBoot(n, c.cfg.Agent.Media)
 	booted := false
 	if err == nil {
 		err = c.startInspectWait(ctx, n, how)

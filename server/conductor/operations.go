@@ -162,6 +162,16 @@ func (o *Ops) SetPowerWithin(ctx context.Context, ident, target string, timeout 
 	if err := powerOffAllowed(n, target); err != nil {
 		return err
 	}
+	// Ironic validates the power interface before it acts: driver_info
+	// stored without what the BMC needs (an ipmi node may be enrolled
+	// without ipmi_address) is a 400 now, not a failed action.
+	if err := bmc.Validate(n.Driver, n.DriverInfo); err != nil {
+		field := "driver_info"
+		if fe, ok := errors.AsType[*bmc.FieldError](err); ok {
+			field = fe.Field
+		}
+		return errs.BadRequest(field, "%s", err.Error())
+	}
 	c := o.C
 	if err := c.lock(ctx, n.ID); err != nil {
 		return err
@@ -473,7 +483,7 @@ func (o *Ops) provision(ctx context.Context, n *ent.Node, r ProvisionRequest, re
 		if len(r.CleanSteps) > 0 || len(r.ServiceSteps) > 0 {
 			return errs.BadRequest("clean_steps", "clean_steps and service_steps go only with target clean or service")
 		}
-		if steps, err = deployPlan(n, r); err != nil {
+		if steps, err = deployPlan(n, o.C.cfg.Agent.Media, r); err != nil {
 			return err
 		}
 	default:
@@ -500,7 +510,7 @@ func (o *Ops) provision(ctx context.Context, n *ent.Node, r ProvisionRequest, re
 		return errs.BadRequest("inspect_interface", "Driver %s does not support inspect (disabled or not implemented).", n.Driver)
 	}
 	if r.Target == "inspect" && inspectsInBand(n) {
-		if err := agentBootError(n, "be inspected by the ramdisk agent (inspect_interface agent)"); err != nil {
+		if err := agentBootError(n, o.C.cfg.Agent.Media, "be inspected by the ramdisk agent (inspect_interface agent)"); err != nil {
 			return err
 		}
 	}
@@ -510,7 +520,7 @@ func (o *Ops) provision(ctx context.Context, n *ent.Node, r ProvisionRequest, re
 	if err := o.C.firmwareFits(r.Target+"_steps", steps, n); err != nil {
 		return err
 	}
-	if err := checkRescue(n, r.Target, r.RescuePassword); err != nil {
+	if err := checkRescue(n, o.C.cfg.Agent.Media, r.Target, r.RescuePassword); err != nil {
 		return err
 	}
 	if name := firstInBand(n, steps); name != "" && r.DisableRamdisk {

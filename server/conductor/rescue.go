@@ -42,7 +42,7 @@ var rescuePhase = phase{kind: "rescue", running: StateRescuing, wait: StateRescu
 // rescue needs a password, nothing else takes one, and the node's rescue
 // interface must be able to rescue (fake, or agent with a ramdisk to
 // boot).
-func checkRescue(n *ent.Node, target, password string) error {
+func checkRescue(n *ent.Node, m ramdisk.Media, target, password string) error {
 	if target != "rescue" {
 		if password != "" {
 			return errs.BadRequest("rescue_password", "'rescue_password' is only permitted when setting the node's provision state to rescue.")
@@ -57,7 +57,7 @@ func checkRescue(n *ent.Node, target, password string) error {
 	case "fake":
 		return nil
 	case "agent":
-		if _, err := agentBoot(rescueMedia(n)); err != nil {
+		if _, err := agentBoot(rescueMedia(n, m), m); err != nil {
 			return errs.BadRequest("driver_info", "Cannot rescue node %s: the agent rescue boots the ramdisk, and %v", n.UUID, err)
 		}
 		return nil
@@ -68,15 +68,15 @@ func checkRescue(n *ent.Node, target, password string) error {
 
 // rescueMedia is the node as its rescue boots: the rescue ramdisk where
 // driver_info names one (rescue_iso, or rescue_kernel and
-// rescue_ramdisk), else the deploy ramdisk, since ironic-python-agent
-// serves both.
-func rescueMedia(n *ent.Node) *ent.Node {
+// rescue_ramdisk) or the server has a default rescue kernel and ramdisk
+// (m), else the deploy ramdisk, since ironic-python-agent serves both.
+func rescueMedia(n *ent.Node, m ramdisk.Media) *ent.Node {
 	di := cloneInfo(n.DriverInfo)
 	if iso, _ := di["rescue_iso"].(string); iso != "" {
 		di["deploy_iso"] = iso
 	}
-	k, _ := di["rescue_kernel"].(string)
-	r, _ := di["rescue_ramdisk"].(string)
+	k, _ := m.Get(n, "rescue_kernel")
+	r, _ := m.Get(n, "rescue_ramdisk")
 	if k != "" && r != "" {
 		di["deploy_kernel"], di["deploy_ramdisk"] = k, r
 	}
@@ -125,7 +125,7 @@ func (c *Conductor) rescueMachine(ctx context.Context, n *ent.Node) error {
 		return nil
 	}
 	hash, _ := n.InstanceInfo[hashedRescueKey].(string)
-	rn := rescueMedia(n)
+	rn := rescueMedia(n, c.cfg.Agent.Media)
 	r, err := c.agentFor(ctx, rn, rescuePhase)
 	n.DriverInternalInfo = rn.DriverInternalInfo
 	if err != nil {
@@ -188,7 +188,7 @@ func (c *Conductor) bootInstanceAgain(ctx context.Context, n *ent.Node) (string,
 		c.noteBMC(ctx, n, err)
 		return "", err
 	}
-	if how, _ := agentBoot(rescueMedia(n)); how == bootVMedia {
+	if how, _ := agentBoot(rescueMedia(n, c.cfg.Agent.Media), c.cfg.Agent.Media); how == bootVMedia {
 		if err := bmc.EjectISO(ctx, cl); err != nil {
 			c.noteBMC(ctx, n, err)
 			return "", err

@@ -162,7 +162,7 @@ func (c *Conductor) runSteps(n *ent.Node, run string, steps []Step, who string, 
 	}
 	c.refreshCaches(ctx, n, kind)
 	if name := firstInBand(n, steps); name != "" {
-		if _, err := agentBoot(n); err != nil {
+		if _, err := agentBoot(n, c.cfg.Agent.Media); err != nil {
 			fail(fmt.Sprintf("Step %s runs in the ramdisk agent, which node %s cannot boot: %v.", name, n.UUID, err))
 			return
 		}

@@ -9,6 +9,7 @@ import (
 	"github.com/anvilproject/anvil/ent"
 	"github.com/anvilproject/anvil/server/bmc"
 	"github.com/anvilproject/anvil/server/nodes"
+	"github.com/anvilproject/anvil/server/ramdisk"
 )
 
 // RuleValidate guards GET /v1/nodes/{node}/validate.
@@ -32,10 +33,12 @@ func (o *Ops) Validate(ctx context.Context, ident string) (map[string]Validation
 	if err != nil {
 		return nil, err
 	}
-	return validateNode(n), nil
+	return validateNode(n, o.C.cfg.Agent.Media), nil
 }
 
-func validateNode(n *ent.Node) map[string]Validation {
+// validateNode is Validate's answer for n, the server's default boot
+// media m standing in for what its driver_info lacks.
+func validateNode(n *ent.Node, m ramdisk.Media) map[string]Validation {
 	yes, no := true, false
 	unsupported := "not supported"
 	bmcCheck := Validation{Result: &yes}
@@ -64,7 +67,7 @@ func validateNode(n *ent.Node) map[string]Validation {
 			out[iface] = bmcCheck
 		case iface == "deploy":
 			// What a deploy request would be refused for (deploy.go).
-			if err := deployFits(n); err != nil {
+			if err := deployFits(n, m); err != nil {
 				reason := err.Error()
 				out[iface] = Validation{Result: &no, Reason: &reason}
 			} else {
@@ -79,10 +82,10 @@ func validateNode(n *ent.Node) map[string]Validation {
 			reason := fmt.Sprintf("Driver %s does not support %s (disabled or not implemented).", n.Driver, iface)
 			out[iface] = Validation{Result: &no, Reason: &reason}
 		case iface == "boot" && slices.Contains([]string{"redfish-virtual-media", "pxe", "ipxe"}, impl):
-			out[iface] = validateBoot(n, impl)
+			out[iface] = validateBoot(n, m, impl)
 		case impl == "agent" && (iface == "inspect" || iface == "raid" || iface == "rescue"):
 			// In-band inspection, software RAID and rescue boot the agent.
-			out[iface] = agentVerdict(n)
+			out[iface] = agentVerdict(n, m)
 		case iface == "console" && impl == ConsoleSocat:
 			// The console logs in to the BMC as power does; its port is
 			// checked when it is enabled (console.go).
@@ -104,18 +107,18 @@ func validateNode(n *ent.Node) map[string]Validation {
 // for a node that deploys by booting instance_info.boot_iso, that ISO
 // from virtual media. metal3 refuses a node whose boot verdict is
 // missing, so every boot implementation Anvil drives has one.
-func validateBoot(n *ent.Node, impl string) Validation {
+func validateBoot(n *ent.Node, m ramdisk.Media, impl string) Validation {
 	if iso, _ := n.InstanceInfo["boot_iso"].(string); iso != "" && impl == "redfish-virtual-media" && deployMode(n) == modeISO {
 		yes := true
 		return Validation{Result: &yes}
 	}
-	return agentVerdict(n)
+	return agentVerdict(n, m)
 }
 
 // agentVerdict is agentBoot's: true, or false with its reason.
-func agentVerdict(n *ent.Node) Validation {
+func agentVerdict(n *ent.Node, m ramdisk.Media) Validation {
 	yes, no := true, false
-	if _, err := agentBoot(n); err != nil {
+	if _, err := agentBoot(n, m); err != nil {
 		reason := err.Error()
 		return Validation{Result: &no, Reason: &reason}
 	}

@@ -230,7 +230,7 @@ var formatted = map[string][]string{
 }
 
 func (s *state) args(op map[string]any, name string, item any, looped bool) map[string]any {
-	in, _ := op["args"].(map[string]any)
+	in := namedArgs(name, op["args"])
 	ctx := map[string]any{"node": s.node, "inventory": s.inventory, "plugin_data": s.pluginData}
 	if looped {
 		ctx["item"] = item

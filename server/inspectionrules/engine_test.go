@@ -151,7 +151,8 @@ func TestActions(t *testing.T) {
 // TestValidate: Ironic's validate_rule answers, each naming its field.
 func TestValidate(t *testing.T) {
 	ok := []any{map[string]any{"op": "add-trait", "args": []any{"CUSTOM_X"}}}
-	if p, err := parse(Input{Actions: ok}); err != nil || p.actions[0]["args"].(map[string]any)["name"] != "CUSTOM_X" || p.phase != "main" {
+	// List args are kept as sent, and named by the action's signature.
+	if p, err := parse(Input{Actions: ok}); err != nil || namedArgs("add-trait", p.actions[0]["args"])["name"] != "CUSTOM_X" || p.phase != "main" {
 		t.Errorf("list args: %v %v", p, err)
 	}
 	for _, tc := range []struct {

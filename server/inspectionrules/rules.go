@@ -222,6 +222,11 @@ func ops(field string, v any, known map[string]sig, cond bool) ([]map[string]any
 			return nil, errs.BadRequest(where+".multiple", "%s: multiple must be any, all, first or last", where)
 		}
 		c := map[string]any{"op": op, "args": args}
+		if list, ok := m["args"].([]any); ok {
+			// Kept as sent, as Ironic keeps and returns it; the engine
+			// names the arguments (namedArgs) when it runs the rule.
+			c["args"] = list
+		}
 		for _, k := range []string{"loop", "multiple"} {
 			if v, ok := m[k]; ok {
 				c[k] = v
@@ -241,13 +246,10 @@ func normalArgs(s sig, v any) (map[string]any, error) {
 	case map[string]any:
 		out = a
 	case []any:
-		names := append(slices.Clone(s.req), s.opt...)
-		if len(a) > len(names) {
-			return nil, fmt.Errorf("too many arguments: at most %d", len(names))
+		if len(a) > len(s.req)+len(s.opt) {
+			return nil, fmt.Errorf("too many arguments: at most %d", len(s.req)+len(s.opt))
 		}
-		for i, x := range a {
-			out[names[i]] = x
-		}
+		out = positional(s, a)
 	default:
 		return nil, fmt.Errorf("args must be either a list or dictionary")
 	}
@@ -274,6 +276,34 @@ func normalArgs(s sig, v any) (map[string]any, error) {
 		return nil, fmt.Errorf("%s", strings.Join(msg, "; "))
 	}
 	return out, nil
+}
+
+// positional names a list of arguments in signature order.
+func positional(s sig, a []any) map[string]any {
+	names := append(slices.Clone(s.req), s.opt...)
+	out := make(map[string]any, len(a))
+	for i, x := range a {
+		if i < len(names) {
+			out[names[i]] = x
+		}
+	}
+	return out
+}
+
+// namedArgs are a stored operator's or action's arguments by name: an
+// object as it is, a list (kept as sent) in its signature's order.
+func namedArgs(name string, v any) map[string]any {
+	switch a := v.(type) {
+	case map[string]any:
+		return a
+	case []any:
+		s, ok := operators[name]
+		if !ok {
+			s = actions[name]
+		}
+		return positional(s, a)
+	}
+	return nil
 }
 
 // checkArgs refuses at create what would only fail at the next

@@ -855,7 +855,7 @@ func (s *Service) validatePatched(n *ent.Node, after map[string]any, changed []s
 		if err := keepSecrets("driver_info", n.DriverInfo, info, bmc.IsSecretKey); err != nil {
 			return nil, err
 		}
-		if err := bmc.Validate(drv, info); err != nil {
+		if err := bmc.ValidateStored(drv, info); err != nil {
 			return nil, fieldError(err)
 		}
 		u.fields["driver_info"] = info

@@ -293,7 +293,7 @@ func ValidateCreate(in *CreateInput) error {
 	if in.DriverInfo == nil {
 		in.DriverInfo = map[string]any{}
 	}
-	if err := bmc.Validate(in.Driver, in.DriverInfo); err != nil {
+	if err := bmc.ValidateStored(in.Driver, in.DriverInfo); err != nil {
 		return fieldError(err)
 	}
 	for f, v := range map[string]string{"owner": in.Owner, "lessee": in.Lessee} {

@@ -67,12 +67,21 @@ func (s *Service) traitsOf(ctx context.Context, ns []*ent.Node) (map[int][]strin
 	return out, rows.Err()
 }
 
-// SetTraits replaces all of a node's traits.
+// SetTraits replaces all of a node's traits. A trait given twice is
+// set once, as Ironic sets the list's distinct traits.
 func (s *Service) SetTraits(ctx context.Context, ident string, traits []string) error {
 	n, err := s.Authorized(ctx, ident, RuleTraitsSet)
 	if err != nil {
 		return err
 	}
+	distinct, seen := make([]string, 0, len(traits)), make(map[string]bool, len(traits))
+	for _, t := range traits {
+		if !seen[t] {
+			seen[t] = true
+			distinct = append(distinct, t)
+		}
+	}
+	traits = distinct
 	err = ValidateTraits(traits)
 	if err == nil {
 		err = s.changeTraits(ctx, n, func(tx *ent.Client) error {

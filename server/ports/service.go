@@ -174,8 +174,17 @@ func lookupPortgroup(ctx context.Context, c *ent.Client, ident string) (*ent.Por
 	return pg, err
 }
 
-// authorizedPort finds a port and checks rule against its node.
+// authorizedPort finds a port and checks rule against its node. As
+// Ironic validates the path first, a port is named by its UUID or name
+// (deleted by its UUID only), and anything else, such as a MAC address,
+// is a 400 rather than a 404.
 func (s *Service) authorizedPort(ctx context.Context, ident, rule string) (*ent.Port, *ent.Node, error) {
+	switch {
+	case rule == RuleDelete && !nodes.IsUUID(ident):
+		return nil, nil, errs.BadRequest("port_uuid", "Expected UUID for port_uuid: %s", ident)
+	case !nodes.IsUUID(ident) && nodes.ValidateName("port_ident", ident) != nil:
+		return nil, nil, errs.BadRequest("port_ident", "Expected UUID or name for port_ident: %s", ident)
+	}
 	p, err := lookupPort(ctx, s.db.Client, ident)
 	if err != nil {
 		return nil, nil, err

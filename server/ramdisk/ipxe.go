@@ -38,11 +38,11 @@ var bootStates = append(slices.Clone(LookupStates), "inspect wait")
 // IPXEScript is the script for the machine with NIC mac (Ironic's
 // per-MAC iPXE configuration): for a node of a pxe or ipxe boot interface
 // in a state that boots the agent, its deploy (or, rescuing, rescue)
-// kernel and ramdisk with the agent's parameters; for anything else,
-// boot the local disk. The answer never says whether mac is known. A
-// boot whose token was pregenerated puts it on the kernel line
-// (ipa-agent-token) for the first address to fetch the script and, for
-// its retries, that address only (bindIPXE).
+// kernel and ramdisk (the node's, else the server's defaults) with the
+// agent's parameters; for anything else, boot the local disk. The answer
+// never says whether mac is known. A boot whose token was pregenerated
+// puts it on the kernel line (ipa-agent-token) for the first address to
+// fetch the script and, for its retries, that address only (bindIPXE).
 func (s *Service) IPXEScript(ctx context.Context, mac, source string) (string, error) {
 	mac, err := ports.NormalizeMAC("mac", strings.ReplaceAll(mac, "-", ":"))
 	if err != nil {
@@ -61,12 +61,12 @@ func (s *Service) IPXEScript(ctx context.Context, mac, source string) (string, e
 	}
 	prefix := "deploy"
 	if strings.HasPrefix(n.ProvisionState, "rescu") {
-		if k, _ := n.DriverInfo["rescue_kernel"].(string); k != "" {
+		if k, _ := s.Media.Get(n, "rescue_kernel"); k != "" {
 			prefix = "rescue"
 		}
 	}
-	kernel, _ := n.DriverInfo[prefix+"_kernel"].(string)
-	ramdisk, _ := n.DriverInfo[prefix+"_ramdisk"].(string)
+	kernel, _ := s.Media.Get(n, prefix+"_kernel")
+	ramdisk, _ := s.Media.Get(n, prefix+"_ramdisk")
 	if !httpURL(kernel) || !httpURL(ramdisk) {
 		return ipxeLocal, nil
 	}

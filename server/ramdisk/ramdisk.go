@@ -112,8 +112,11 @@ type Service struct {
 	// a node by MAC or BMC address, as Ironic does; off, inspection data
 	// needs the token the inspection's boot medium carries.
 	Discovery bool
-	now       func() time.Time
-	hb        hbStmts
+	// Media are the kernel and ramdisk iPXE scripts boot for nodes whose
+	// driver_info names none.
+	Media Media
+	now   func() time.Time
+	hb    hbStmts
 }
 
 // New returns the service.
