@@ -221,6 +221,7 @@ func serveCmd() *cobra.Command {
 	f.StringVar(&conPorts, "console-port-range", "", "ports the ipmitool-socat consoles of nodes without driver_info/ipmi_terminal_port take, as <start>:<end> (Ironic's [console]port_range; empty: none)")
 	f.StringVar(&cc.BMCCADir, "bmc-ca-dir", "", "the only directory whose files driver_info/redfish_verify_ca may name, set by system-scope callers only (empty: no path; everyone may give true, false or an inline PEM bundle)")
 	f.DurationVar(&cc.Agent.BootTimeout, "agent-boot-timeout", 30*time.Minute, "how long a machine booted into the ramdisk agent has to call back (Ironic's deploy_callback_timeout)")
+	f.DurationVar(&cc.Agent.InspectWaitTimeout, "inspect-wait-timeout", 30*time.Minute, "how long an in-band inspection waits in inspect wait for the agent's inventory, heartbeats or not, before it ends in inspect failed (Ironic's [conductor]inspect_wait_timeout)")
 	f.DurationVar(&cc.Agent.HeartbeatTimeout, "agent-heartbeat-timeout", 5*time.Minute, "how long a running ramdisk agent may stay silent before its step fails; agents are told to heartbeat well within it (Ironic's ramdisk_heartbeat_timeout)")
 	f.StringVar(&cc.Agent.LogDir, "agent-log-dir", "", "directory that keeps the ramdisk agent's logs of every failed run, one .tar.gz each (empty: none kept)")
 	f.StringSliceVar(&agtNet, "agent-networks", nil, "CIDRs ramdisk agents call back from; the conductor sends commands to no other address (empty: any)")

@@ -29,6 +29,11 @@ type AgentConfig struct {
 	// send its first heartbeat (Ironic's [conductor]
 	// deploy_callback_timeout and clean_callback_timeout, 1800 s).
 	BootTimeout time.Duration
+	// InspectWaitTimeout is how long an in-band inspection may wait in
+	// inspect wait for the agent's inventory, counted from the start of
+	// the inspection, whether or not the agent heartbeats meanwhile
+	// (Ironic's [conductor]inspect_wait_timeout, 1800 s).
+	InspectWaitTimeout time.Duration
 	// HeartbeatTimeout is how long a running agent may go unanswered
 	// before its step fails (Ironic's [api]ramdisk_heartbeat_timeout,
 	// 300 s); lookups tell agents to heartbeat well within it.
@@ -76,6 +81,9 @@ type AgentConfig struct {
 func (a AgentConfig) withDefaults() AgentConfig {
 	if a.BootTimeout <= 0 {
 		a.BootTimeout = 30 * time.Minute
+	}
+	if a.InspectWaitTimeout <= 0 {
+		a.InspectWaitTimeout = 30 * time.Minute
 	}
 	if a.HeartbeatTimeout <= 0 {
 		a.HeartbeatTimeout = ramdisk.DefaultHeartbeatTimeout * time.Second
