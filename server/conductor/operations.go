@@ -568,6 +568,10 @@ func (o *Ops) provision(ctx context.Context, n *ent.Node, r ProvisionRequest, re
 	case r.Target == "unhold":
 		return c.unhold(ctx, n, who)
 	case slices.Contains(deployVerbs, r.Target):
+		// Last of the checks, as the only one that goes over the network.
+		if err := c.checkImageSource(ctx, n); err != nil {
+			return err
+		}
 		return c.deploy(ctx, n, tr, r, steps, who)
 	case slices.Contains(undeployVerbs, r.Target):
 		return c.undeploy(ctx, n, tr, who)
