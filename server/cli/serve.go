@@ -16,6 +16,7 @@ import (
 
 	"github.com/anvilproject/anvil/policies"
 	"github.com/anvilproject/anvil/server"
+	"github.com/anvilproject/anvil/server/agentlogs"
 	"github.com/anvilproject/anvil/server/bmc"
 	"github.com/anvilproject/anvil/server/conductor"
 	"github.com/anvilproject/anvil/server/config"
@@ -223,7 +224,10 @@ func serveCmd() *cobra.Command {
 	f.DurationVar(&cc.Agent.BootTimeout, "agent-boot-timeout", 30*time.Minute, "how long a machine booted into the ramdisk agent has to call back (Ironic's deploy_callback_timeout)")
 	f.DurationVar(&cc.Agent.InspectWaitTimeout, "inspect-wait-timeout", 30*time.Minute, "how long an in-band inspection waits in inspect wait for the agent's inventory, heartbeats or not, before it ends in inspect failed (Ironic's [conductor]inspect_wait_timeout)")
 	f.DurationVar(&cc.Agent.HeartbeatTimeout, "agent-heartbeat-timeout", 5*time.Minute, "how long a running ramdisk agent may stay silent before its step fails; agents are told to heartbeat well within it (Ironic's ramdisk_heartbeat_timeout)")
-	f.StringVar(&cc.Agent.LogDir, "agent-log-dir", "", "directory that keeps the ramdisk agent's logs of every failed run, one .tar.gz each (empty: none kept)")
+	f.StringVar(&cc.Agent.LogDir, "agent-log-dir", "", `directory that keeps the ramdisk agent's logs of every failed run, one .tar.gz each, readable by system readers at /v1/nodes/{node}/agent_logs (default: "agent-logs" beside the SQLite database file, or in the working directory with PostgreSQL)`)
+	f.IntVar(&cc.Agent.LogMaxPerNode, "agent-log-max-per-node", agentlogs.DefaultMaxPerNode, "agent logs kept per node, the newest")
+	f.DurationVar(&cc.Agent.LogMaxAge, "agent-log-max-age", agentlogs.DefaultMaxAge, "agent logs older than this are removed")
+	f.Int64Var(&cc.Agent.LogMaxBytes, "agent-log-max-bytes", agentlogs.DefaultMaxBytes, "most bytes all agent logs together keep; beyond it the oldest are removed")
 	f.StringSliceVar(&agtNet, "agent-networks", nil, "CIDRs ramdisk agents call back from; the conductor sends commands to no other address (empty: any)")
 	f.BoolVar(&cc.Agent.FastTrack, "fast-track", false, "leave the ramdisk agent running after cleaning, powered on, so a deploy that follows within the agent heartbeat timeout skips the reboot (Ironic's [deploy]fast_track)")
 	f.StringVar(&cc.Agent.APIURL, "agent-api-url", "", "Anvil's API URL as ramdisk agents reach it, which the ISOs Anvil builds pass them as ipa-api-url, e.g. https://anvil.example.com:6385 (default: http:// and the listen address, the host name for a wildcard address)")
