@@ -25,6 +25,7 @@ import (
 	"github.com/anvilproject/anvil/ent"
 	entnode "github.com/anvilproject/anvil/ent/node"
 	"github.com/anvilproject/anvil/policies"
+	"github.com/anvilproject/anvil/server/agentlogs"
 	"github.com/anvilproject/anvil/server/allocations"
 	"github.com/anvilproject/anvil/server/api"
 	"github.com/anvilproject/anvil/server/audit"
@@ -252,6 +253,9 @@ func New(ctx context.Context, o Options) (*App, error) {
 	if o.Conductor.Agent.ImageCacheDir == "" {
 		o.Conductor.Agent.ImageCacheDir = config.ImageCacheDir(o.Database)
 	}
+	if o.Conductor.Agent.LogDir == "" {
+		o.Conductor.Agent.LogDir = config.AgentLogDir(o.Database)
+	}
 	a.Firmware = &fwimages.Store{Dir: o.FirmwareDir, BaseURL: o.FirmwareURL, MaxBytes: o.FirmwareMaxBytes, Guard: a.Guard}
 	if a.Firmware.Dir == "" {
 		a.Firmware.Dir = config.FirmwareDir(o.Database)
@@ -294,6 +298,15 @@ func New(ctx context.Context, o Options) (*App, error) {
 	}
 	a.Fiber = a.routes()
 	return a, nil
+}
+
+// agentLogs is the agent logs as callers read them; nil when the
+// conductor keeps none.
+func (a *App) agentLogs() *agentlogs.Service {
+	if a.Cond.AgentLogs() == nil {
+		return nil
+	}
+	return &agentlogs.Service{Store: a.Cond.AgentLogs(), Nodes: a.Nodes}
 }
 
 // Request body limits: a portal form is a few fields (a runbook's steps
@@ -383,7 +396,7 @@ func (a *App) routes() *fiber.App {
 		Chassis: chassis.New(a.DB, a.Guard), Volume: volume.New(a.DB, a.Guard, a.Nodes),
 		DeployTemplates: deploytemplates.New(a.DB, a.Guard),
 		InspectionRules: inspectionrules.New(a.DB, a.Guard), FirmwareImages: a.Firmware, BootISOs: a.BootISOs,
-		Ramdisk: a.ramdisk(), AgentLimit: ratelimit.New(agentRate, agentBurst)}).Register(app, v1)
+		Ramdisk: a.ramdisk(), AgentLimit: ratelimit.New(agentRate, agentBurst), AgentLogs: a.agentLogs()}).Register(app, v1)
 	return app
 }
 

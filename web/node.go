@@ -264,6 +264,13 @@ func (p *Portal) recovery(ctx context.Context, d *views.NodeDetail, v *nodes.Vie
 		}
 		d.Recovery = []views.Action{{Verb: "abort", Label: "Abort the run", Confirm: "Abort the run on " + label + "? The current step finishes; the rest do not run."}}
 		return
+	case conductor.StateInspectWait:
+		if !p.Guard.Allowed(ctx, conductor.RuleProvision, nodes.Target(v.Node)) {
+			d.RecoveryWhy = p.denied(ctx, "may not abort the inspection", conductor.RuleProvision)
+			return
+		}
+		d.Recovery = []views.Action{{Verb: "abort", Label: "Abort the inspection", Confirm: "Abort the inspection of " + label + "? It ends in inspect failed and the machine is powered off."}}
+		return
 	case nodes.StateCleanFailed, nodes.StateServiceFailed:
 	default:
 		return
@@ -310,7 +317,8 @@ func (p *Portal) nodeProvision(c *fiber.Ctx) error {
 	if _, ok := lastRun(v); ok && (v.ProvisionState == nodes.StateCleanFailed || v.ProvisionState == nodes.StateServiceFailed) {
 		err = p.Ops.Recover(ctx, v.UUID, conductor.RecoverReturn)
 	} else {
-		err = p.Ops.Provision(ctx, v.UUID, conductor.ProvisionRequest{Target: target})
+		// The portal speaks the newest API: abort ends an inspect wait.
+		err = p.Ops.Provision(ctx, v.UUID, conductor.ProvisionRequest{Target: target, InspectAbort: true})
 	}
 	if err != nil && errs.Status(err) >= 500 {
 		return err

@@ -11,6 +11,7 @@ import (
 
 	"github.com/gofiber/fiber/v2"
 
+	"github.com/anvilproject/anvil/server/agentlogs"
 	"github.com/anvilproject/anvil/server/allocations"
 	"github.com/anvilproject/anvil/server/audit"
 	"github.com/anvilproject/anvil/server/bootiso"
@@ -61,6 +62,9 @@ type API struct {
 	// BootISOs serves the agent ISOs the conductor builds at /boot-iso/;
 	// nil serves none.
 	BootISOs *bootiso.Store
+	// AgentLogs serves /v1/nodes/{node}/agent_logs, an Anvil
+	// extension; nil serves none.
+	AgentLogs *agentlogs.Service
 	// Ramdisk serves the agent's /v1/lookup and /v1/heartbeat; AgentLimit
 	// bounds them per client address (nil: no limit).
 	Ramdisk    *ramdisk.Service
@@ -163,6 +167,7 @@ func (a *API) Register(root fiber.Router, v1 fiber.Router) {
 	a.registerShards(v1)
 	a.registerInspection(v1)
 	a.registerAgent(v1)
+	a.registerAgentLogs(v1)
 	a.registerFirmwareImages(root, v1)
 	a.registerIPXE(root)
 	if a.BootISOs != nil {

@@ -4,9 +4,12 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -295,5 +298,91 @@ func TestDeployWaitAndHold(t *testing.T) {
 		waitState(t, admin, id, "deploy failed")
 		provision(t, admin, id, map[string]any{"target": "deleted"}, 202)
 		waitState(t, admin, id, "available")
+	})
+}
+
+// TestDeployChecksImageSource: a direct deploy asks the image server for
+// instance_info.image_source with a HEAD before it starts, as Ironic's
+// validate_href does, and refuses with a 400 naming the server's answer
+// (or why there was none) and never the URL's credentials, leaving the
+// node as it was; an image that answers 200, through a redirect too,
+// deploys.
+func TestDeployChecksImageSource(t *testing.T) {
+	var mu sync.Mutex
+	var heads []string
+	images := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		heads = append(heads, r.Method+" "+r.URL.Path)
+		mu.Unlock()
+		switch r.URL.Path {
+		case "/img.raw":
+			w.Header().Set("Content-Length", "1048576")
+			w.WriteHeader(200)
+		case "/moved.raw":
+			http.Redirect(w, r, "/img.raw", http.StatusFound)
+		case "/private.raw":
+			w.WriteHeader(http.StatusForbidden)
+		default:
+			http.NotFound(w, r)
+		}
+	}))
+	defer images.Close()
+	closed := httptest.NewServer(http.NotFoundHandler())
+	closed.Close()
+	storetest.Each(t, func(t *testing.T, setting string, db *store.DB) {
+		srv, clients := startLocal(t, setting, bmcOpts)
+		admin := clients["system-admin"]
+		sim := bmctest.StartRedfish(t)
+		info := sim.DriverInfo("1")
+		info["deploy_iso"] = servertest.ServeISO(t)
+		r := admin.Do(t, "POST", "/v1/nodes", map[string]any{"driver": "redfish", "driver_info": info, "boot_interface": "redfish-virtual-media"})
+		mustStatus(t, r, 201)
+		id := r.JSON(t)["uuid"].(string)
+		setState(t, srv, id, "available")
+		withImage := func(src string) {
+			t.Helper()
+			mustStatus(t, admin.Do(t, "PATCH", "/v1/nodes/"+id, []map[string]any{{"op": "add", "path": "/instance_info",
+				"value": map[string]any{"image_source": src, "image_os_hash_algo": "sha256", "image_os_hash_value": strings.Repeat("ab", 32)}}}), 200)
+		}
+		u, _ := url.Parse(images.URL)
+		for _, c := range []struct{ src, want string }{
+			{images.URL + "/gone.raw", "answered 404 Not Found"},
+			{"http://anvil:s3cret@" + u.Host + "/private.raw", "answered 403 Forbidden"},
+			{closed.URL + "/img.raw", "could not be reached"},
+		} {
+			withImage(c.src)
+			mu.Lock()
+			before := len(heads)
+			mu.Unlock()
+			f := provision(t, admin, id, map[string]any{"target": "active"}, 400).Fault(t)
+			if !strings.Contains(f, c.want) || !strings.Contains(f, "instance_info.image_source") || strings.Contains(f, "s3cret") {
+				t.Errorf("%s: fault %q, want it to name instance_info.image_source and say %q, without the password", c.src, f, c.want)
+			}
+			mu.Lock()
+			asked := heads[before:]
+			mu.Unlock()
+			if c.src != closed.URL+"/img.raw" && (len(asked) != 1 || !strings.HasPrefix(asked[0], "HEAD ")) {
+				t.Errorf("%s: the image server saw %v, want one HEAD", c.src, asked)
+			}
+			if n := admin.Do(t, "GET", "/v1/nodes/"+id, nil).JSON(t); n["provision_state"] != "available" || n["last_error"] != nil {
+				t.Errorf("%s: a refused deploy changed the node: %v, %v", c.src, n["provision_state"], n["last_error"])
+			}
+		}
+		refused := 0
+		for _, e := range admin.Do(t, "GET", "/v1/events?rule=baremetal:node:set_provision_state", nil).JSON(t)["events"].([]any) {
+			if ev := e.(map[string]any); ev["target_id"] == id && ev["status"] == float64(400) {
+				refused++
+			}
+		}
+		if refused != 3 {
+			t.Errorf("%d refused deploys audited, want 3", refused)
+		}
+		withImage(images.URL + "/moved.raw")
+		provision(t, admin, id, map[string]any{"target": "active"}, 202)
+		mu.Lock()
+		defer mu.Unlock()
+		if !slices.Contains(heads, "HEAD /img.raw") {
+			t.Errorf("the redirect was not followed: %v", heads)
+		}
 	})
 }

@@ -120,9 +120,11 @@ func newRig(t *testing.T, setting string, ac conductor.AgentConfig, systems int)
 func newRigWith(t *testing.T, setting string, o server.Options, systems int) *rig {
 	t.Helper()
 	agenttest.Need(t)
-	rg := &rig{logs: t.TempDir(), im: agenttest.ServeImage(t, "ANVIL-IMAGE-MARKER")}
-	o.Conductor.Agent.LogDir, o.Conductor.Agent.Poll = rg.logs, 500*time.Millisecond
+	rg := &rig{im: agenttest.ServeImage(t, "ANVIL-IMAGE-MARKER")}
+	o.Conductor.Agent.Poll = 500 * time.Millisecond
 	rg.srv, rg.cs = startLocal(t, setting, o)
+	// No --agent-log-dir: the logs go where they go by default.
+	rg.logs = rg.srv.Cond.AgentLogs().Dir
 	rg.rack = agenttest.NewRack(t, rg.srv.URL)
 	// The agent retries a failed download 9 times 10 s apart; once
 	// is enough here (oslo.config reads OS_<group>__<option>).

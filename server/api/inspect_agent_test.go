@@ -1,15 +1,19 @@
 package api_test
 
 import (
+	"context"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/anvilproject/anvil/ent/node"
 	"github.com/anvilproject/anvil/server"
 	"github.com/anvilproject/anvil/server/agent/agenttest"
 	"github.com/anvilproject/anvil/server/bmc/bmctest"
 	"github.com/anvilproject/anvil/server/conductor"
+	"github.com/anvilproject/anvil/server/ramdisk"
 	"github.com/anvilproject/anvil/server/servertest"
 	"github.com/anvilproject/anvil/server/store"
 	"github.com/anvilproject/anvil/server/store/storetest"
@@ -134,13 +138,16 @@ func TestAgentInspect(t *testing.T) {
 	})
 }
 
-// TestAgentInspectTimeout: a machine that never boots an agent (the
-// rack has no machine for its system) leaves its node in inspect wait
-// until BootTimeout, which ends it in inspect failed naming the timeout,
-// with the machine off.
+// TestAgentInspectTimeout: a machine whose agent heartbeats but never
+// posts an inventory (a stand-in agent on the API) leaves its node in
+// inspect wait until --inspect-wait-timeout, which ends it in inspect
+// failed naming the timeout, with the machine off and the agent's keys
+// forgotten. The agent boot timeout is far longer: the inspection's own
+// timeout is the one that counts, and heartbeats do not extend it.
 func TestAgentInspectTimeout(t *testing.T) {
 	storetest.Each(t, func(t *testing.T, setting string, _ *store.DB) {
-		srv, cs := startLocal(t, setting, server.Options{Conductor: conductor.Config{Agent: conductor.AgentConfig{BootTimeout: 15 * time.Second}}})
+		srv, cs := startLocal(t, setting, server.Options{Conductor: conductor.Config{Agent: conductor.AgentConfig{
+			BootTimeout: time.Hour, InspectWaitTimeout: 15 * time.Second}}})
 		admin := cs["system-admin"]
 		rack := agenttest.NewRack(t, srv.URL)
 		sim := bmctest.StartRedfish(t, rack.Env()...)
@@ -150,17 +157,19 @@ func TestAgentInspectTimeout(t *testing.T) {
 
 		provision(t, admin, id, map[string]any{"target": "inspect"}, 202)
 		var n map[string]any
-		waited := false
-		for deadline := time.Now().Add(60 * time.Second); time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
+		beats := 0
+		for deadline := time.Now().Add(60 * time.Second); time.Now().Before(deadline); time.Sleep(500 * time.Millisecond) {
 			n = admin.Do(t, "GET", "/v1/nodes/"+id, nil).JSON(t)
 			if n["provision_state"] == "inspect wait" {
-				waited = true
+				if standInHeartbeat(t, srv, id) {
+					beats++
+				}
 			} else if n["provision_state"] != "inspecting" {
 				break
 			}
 		}
-		if !waited {
-			t.Error("the node never waited in inspect wait")
+		if beats < 2 {
+			t.Errorf("the stand-in agent heartbeated %d times in inspect wait, want at least 2", beats)
 		}
 		if n["provision_state"] != "inspect failed" || n["target_provision_state"] != nil {
 			t.Fatalf("node is %v (target %v), want inspect failed", n["provision_state"], n["target_provision_state"])
@@ -171,8 +180,105 @@ func TestAgentInspectTimeout(t *testing.T) {
 		if n["power_state"] != "power off" {
 			t.Errorf("after the timeout power is %v", n["power_state"])
 		}
-		if dii := internal(t, admin, id); dii["lookup_bmc_addresses"] != nil {
-			t.Errorf("driver_internal_info keeps the lookup addresses: %v", dii)
+		dii := internal(t, admin, id)
+		for _, k := range []string{"lookup_bmc_addresses", "agent_secret_token", "agent_url"} {
+			if dii[k] != nil {
+				t.Errorf("driver_internal_info keeps %s after the timeout: %v", k, dii[k])
+			}
 		}
+	})
+}
+
+// standInHeartbeat heartbeats for node id as its agent would, with the
+// token the node holds (from its boot medium) or, when it has none yet,
+// one a lookup issues; it reports whether the heartbeat was accepted.
+func standInHeartbeat(t *testing.T, srv *servertest.Server, id string) bool {
+	t.Helper()
+	cur, err := srv.DB.Node.Query().Where(node.UUID(id)).Only(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ag := srv.Client()
+	tok, _ := cur.DriverInternalInfo[ramdisk.KeyToken].(string)
+	if tok == "" {
+		r := ag.Do(t, "GET", "/v1/lookup?node_uuid="+id, nil)
+		if r.Status != 200 {
+			return false
+		}
+		tok, _ = lookupToken(t, r).(string)
+	}
+	r := ag.Do(t, "POST", "/v1/heartbeat/"+id, beat("http://127.0.0.1:9999", tok))
+	return r.Status == 202
+}
+
+// TestAgentInspectAbort: abort from inspect wait works from 1.41 as in
+// Ironic (406 before): the node ends in inspect failed saying so, the
+// machine off, its virtual CD ejected and the agent's keys forgotten,
+// the abort audited; abort in any other inspection state is a 409.
+func TestAgentInspectAbort(t *testing.T) {
+	storetest.Each(t, func(t *testing.T, setting string, _ *store.DB) {
+		srv, cs := startLocal(t, setting, server.Options{Conductor: conductor.Config{Agent: conductor.AgentConfig{InspectWaitTimeout: time.Hour}}})
+		admin := cs["system-admin"]
+		rack := agenttest.NewRack(t, srv.URL)
+		sim := bmctest.StartRedfish(t, rack.Env()...)
+		id := agentInspectNode(t, admin, sim)
+		mustStatus(t, admin.Do(t, "PATCH", "/v1/nodes/"+id, []map[string]any{
+			{"op": "add", "path": "/driver_info/deploy_iso", "value": servertest.ServeISO(t)}}), 200)
+		abort := map[string]any{"target": "abort"}
+		// Not in an inspection: nothing to abort.
+		wantFault(t, admin.Do(t, "PUT", "/v1/nodes/"+id+"/states/provision", abort), 409, "manageable")
+
+		provision(t, admin, id, map[string]any{"target": "inspect"}, 202)
+		for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+			n := admin.Do(t, "GET", "/v1/nodes/"+id, nil).JSON(t)
+			if n["provision_state"] == "inspect wait" {
+				break
+			}
+			if n["provision_state"] != "inspecting" || time.Now().After(deadline) {
+				t.Fatalf("node is %v, want inspect wait", n["provision_state"])
+			}
+		}
+		// The node waits before the machine boots (an agent may post at
+		// once): the CD goes in a moment later.
+		for deadline := time.Now().Add(30 * time.Second); sim.Resource(t, sim.SystemPath("1")+"/VirtualMedia/Cd")["Inserted"] != true; time.Sleep(100 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatal("the agent's CD is not inserted while the node waits")
+			}
+		}
+		standInHeartbeat(t, srv, id)
+		wantFault(t, at(admin, "1.40").Do(t, "PUT", "/v1/nodes/"+id+"/states/provision", abort), 406, "1.41")
+		if n := admin.Do(t, "GET", "/v1/nodes/"+id, nil).JSON(t); n["provision_state"] != "inspect wait" {
+			t.Fatalf("a refused abort moved the node to %v", n["provision_state"])
+		}
+		mustStatus(t, at(admin, "1.41").Do(t, "PUT", "/v1/nodes/"+id+"/states/provision", abort), 202)
+		n := waitState(t, admin, id, "inspect failed")
+		if e, _ := n["last_error"].(string); !strings.Contains(e, "aborted") {
+			t.Errorf("last_error %q does not say the inspection was aborted", e)
+		}
+		if n["power_state"] != "power off" || sim.Power(t, "1") != "Off" {
+			t.Errorf("after the abort power is %v (BMC %s)", n["power_state"], sim.Power(t, "1"))
+		}
+		if cd := sim.Resource(t, sim.SystemPath("1")+"/VirtualMedia/Cd"); cd["Inserted"] == true {
+			t.Errorf("the agent's CD is still inserted after the abort: %v", cd)
+		}
+		dii := internal(t, admin, id)
+		for _, k := range []string{"agent_secret_token", "agent_url", "lookup_bmc_addresses", "abort_requested"} {
+			if dii[k] != nil {
+				t.Errorf("driver_internal_info keeps %s after the abort: %v", k, dii[k])
+			}
+		}
+		var aborted bool
+		for _, e := range admin.Do(t, "GET", "/v1/nodes/"+id+"/history", nil).JSON(t)["history"].([]any) {
+			ev := e.(map[string]any)
+			if strings.Contains(fmt.Sprint(ev["event"]), "aborted by request") && ev["severity"] == "ERROR" {
+				aborted = true
+			}
+		}
+		if !aborted {
+			t.Error("the node's history does not record the abort")
+		}
+		// From inspect failed there is nothing left to abort; inspect
+		// again works.
+		wantFault(t, admin.Do(t, "PUT", "/v1/nodes/"+id+"/states/provision", abort), 409, "inspect failed")
 	})
 }

@@ -60,6 +60,9 @@ var matrix = []struct {
 	method, path, body string
 	want               string
 }{
+	// anvil:node:agent_logs:get is system readers only (Anvil's): the
+	// node's projects see the node, so 403; others 404.
+	{"GET", "/v1/nodes/{n}/agent_logs", "", "401 | 200 200 200 200 | 403 403 403 403 403 | 403 403 403 403 404 | 404 404 404 404 | 200"},
 	// node:list is API_READER: any reader or service user, filtered.
 	{"GET", "/v1/nodes", "", "401 | 200 200 200 200 | 200 200 200 200 200 | 200 200 200 200 200 | 200 200 200 200 | 200"},
 	{"GET", "/v1/nodes/detail", "", "401 | 200 200 200 200 | 200 200 200 200 200 | 200 200 200 200 200 | 200 200 200 200 | 200"},

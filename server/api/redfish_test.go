@@ -211,39 +211,53 @@ func TestRedfishNodeThroughAPI(t *testing.T) {
 
 // TestCredentialFailuresFaultTheNode: three refusals in a row put the node
 // into maintenance with Ironic's fault; sync then leaves it alone, and
-// clearing maintenance clears the fault.
+// clearing maintenance clears the fault. A node without redfish_system_id
+// (auth "auto", the default) meets the refusal while listing the
+// systems, and must fare the same.
 func TestCredentialFailuresFaultTheNode(t *testing.T) {
 	sim := bmctest.SharedRedfish(t)
 	storetest.Each(t, func(t *testing.T, setting string, db *store.DB) {
 		srv, clients := startLocal(t, setting, bmcOpts)
 		admin := clients["system-admin"]
-		info := sim.DriverInfo("1")
-		info["redfish_password"] = "not-the-password"
-		r := admin.Do(t, "POST", "/v1/nodes", map[string]any{"driver": "redfish", "driver_info": info})
-		mustStatus(t, r, 201)
-		id := r.JSON(t)["uuid"].(string)
+		var ids []string
+		for _, withID := range []bool{true, false} {
+			info := sim.DriverInfo("1")
+			info["redfish_password"] = "not-the-password"
+			if !withID {
+				delete(info, "redfish_system_id")
+			}
+			r := admin.Do(t, "POST", "/v1/nodes", map[string]any{"driver": "redfish", "driver_info": info})
+			mustStatus(t, r, 201)
+			ids = append(ids, r.JSON(t)["uuid"].(string))
+		}
 		ctx := context.Background()
 		for i := 1; i <= 3; i++ {
-			if n := admin.Do(t, "GET", "/v1/nodes/"+id, nil).JSON(t); n["maintenance"] != false {
-				t.Fatalf("in maintenance after %d failures", i-1)
+			for _, id := range ids {
+				if n := admin.Do(t, "GET", "/v1/nodes/"+id, nil).JSON(t); n["maintenance"] != false {
+					t.Fatalf("%s in maintenance after %d failures", id, i-1)
+				}
 			}
 			if _, err := srv.Cond.SyncPower(ctx); err != nil {
 				t.Fatal(err)
 			}
 		}
-		n := admin.Do(t, "GET", "/v1/nodes/"+id, nil).JSON(t)
-		reason, _ := n["maintenance_reason"].(string)
-		if n["maintenance"] != true || n["fault"] != "power failure" || !strings.Contains(reason, "credentials") {
-			t.Fatalf("after 3 refusals: maintenance %v, fault %v, reason %q", n["maintenance"], n["fault"], reason)
+		for i, id := range ids {
+			n := admin.Do(t, "GET", "/v1/nodes/"+id, nil).JSON(t)
+			reason, _ := n["maintenance_reason"].(string)
+			if n["maintenance"] != true || n["fault"] != "power failure" || !strings.Contains(reason, "credentials") {
+				t.Fatalf("node %d (system id given: %v) after 3 refusals: maintenance %v, fault %v, reason %q", i, i == 0, n["maintenance"], n["fault"], reason)
+			}
 		}
 		before := len(sim.Requests(t))
 		_, _ = srv.Cond.SyncPower(ctx)
 		if after := len(sim.Requests(t)); after != before {
 			t.Fatalf("sync asked a faulted node's BMC again (%d requests)", after-before)
 		}
-		mustStatus(t, admin.Do(t, "DELETE", "/v1/nodes/"+id+"/maintenance", nil), 202)
-		if n := admin.Do(t, "GET", "/v1/nodes/"+id, nil).JSON(t); n["maintenance"] != false || n["fault"] != nil {
-			t.Fatalf("after clearing maintenance: %v, fault %v", n["maintenance"], n["fault"])
+		for _, id := range ids {
+			mustStatus(t, admin.Do(t, "DELETE", "/v1/nodes/"+id+"/maintenance", nil), 202)
+			if n := admin.Do(t, "GET", "/v1/nodes/"+id, nil).JSON(t); n["maintenance"] != false || n["fault"] != nil {
+				t.Fatalf("after clearing maintenance: %v, fault %v", n["maintenance"], n["fault"])
+			}
 		}
 	})
 }

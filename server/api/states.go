@@ -182,7 +182,7 @@ func (a *API) setProvision(c *fiber.Ctx) error {
 		return errs.NotAcceptable("runbooks require API version %s or later", VerRunbooks)
 	}
 	r := cond.ProvisionRequest{Target: in.Target, Runbook: in.Runbook, CleanSteps: in.CleanSteps, ServiceSteps: in.ServiceSteps,
-		DeploySteps: in.DeploySteps, ConfigDrive: in.ConfigDrive, DeployAbort: ver(c) >= VerDeployAbort}
+		DeploySteps: in.DeploySteps, ConfigDrive: in.ConfigDrive, DeployAbort: ver(c) >= VerDeployAbort, InspectAbort: ver(c) >= VerInspectAbort}
 	if in.DisableRamdisk != nil {
 		r.DisableRamdisk = *in.DisableRamdisk
 	}

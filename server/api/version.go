@@ -37,6 +37,7 @@ const (
 	VerStorageIface   Version = 33 // storage interface
 	VerRescueIface    Version = 38 // rescue interface
 	VerBIOSIface      Version = 40 // bios interface, /v1/nodes/{node}/bios
+	VerInspectAbort   Version = 41 // abort in inspect wait
 	VerBIOSRegistry   Version = 74 // BIOS attribute registry fields, detail and fields on bios
 	VerDriverFields   Version = 77 // ?fields= on /v1/drivers
 	VerFirmwareIface  Version = 86 // firmware interface

@@ -7,8 +7,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -151,6 +153,13 @@ func classify(op, where string, err error, secrets []string) *Error {
 	if errors.As(err, &e) {
 		return e // already classified: never wrap twice
 	}
+	// gofish gathers a collection's failures into one error that does
+	// not unwrap: without a redfish_system_id the system list is read
+	// this way, and a refused password must still read as a refusal.
+	var coll *common.CollectionError
+	if errors.As(err, &coll) && len(coll.Failures) > 0 {
+		return classify(op, where, firstFailure(coll), secrets)
+	}
 	out := &Error{Op: op, Where: where, Kind: ErrUnreachable, Detail: truncate(mask(err.Error(), secrets), 300)}
 	var (
 		rf       *common.Error
@@ -205,6 +214,20 @@ func classify(op, where string, err error, secrets []string) *Error {
 		out.Kind, out.Reason = ErrBMC, "unexpected answer"
 	}
 	return out
+}
+
+// firstFailure is the collection's failure that says most: an HTTP
+// answer before a transport error, then by link so the choice is the
+// same every time.
+func firstFailure(coll *common.CollectionError) error {
+	links := slices.Sorted(maps.Keys(coll.Failures))
+	for _, l := range links {
+		var rf *common.Error
+		if errors.As(coll.Failures[l], &rf) && rf.HTTPReturnedStatusCode != 0 {
+			return coll.Failures[l]
+		}
+	}
+	return coll.Failures[links[0]]
 }
 
 // plainHTTP is net/http's error for a TLS handshake answered in plain

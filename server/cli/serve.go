@@ -16,6 +16,7 @@ import (
 
 	"github.com/anvilproject/anvil/policies"
 	"github.com/anvilproject/anvil/server"
+	"github.com/anvilproject/anvil/server/agentlogs"
 	"github.com/anvilproject/anvil/server/bmc"
 	"github.com/anvilproject/anvil/server/conductor"
 	"github.com/anvilproject/anvil/server/config"
@@ -227,8 +228,12 @@ func serveCmd() *cobra.Command {
 	f.StringVar(&conPorts, "console-port-range", "", "ports the ipmitool-socat consoles of nodes without driver_info/ipmi_terminal_port take, as <start>:<end> (Ironic's [console]port_range; empty: none)")
 	f.StringVar(&cc.BMCCADir, "bmc-ca-dir", "", "the only directory whose files driver_info/redfish_verify_ca may name, set by system-scope callers only (empty: no path; everyone may give true, false or an inline PEM bundle)")
 	f.DurationVar(&cc.Agent.BootTimeout, "agent-boot-timeout", 30*time.Minute, "how long a machine booted into the ramdisk agent has to call back (Ironic's deploy_callback_timeout)")
+	f.DurationVar(&cc.Agent.InspectWaitTimeout, "inspect-wait-timeout", 30*time.Minute, "how long an in-band inspection waits in inspect wait for the agent's inventory, heartbeats or not, before it ends in inspect failed (Ironic's [conductor]inspect_wait_timeout)")
 	f.DurationVar(&cc.Agent.HeartbeatTimeout, "agent-heartbeat-timeout", 5*time.Minute, "how long a running ramdisk agent may stay silent before its step fails; agents are told to heartbeat well within it (Ironic's ramdisk_heartbeat_timeout)")
-	f.StringVar(&cc.Agent.LogDir, "agent-log-dir", "", "directory that keeps the ramdisk agent's logs of every failed run, one .tar.gz each (empty: none kept)")
+	f.StringVar(&cc.Agent.LogDir, "agent-log-dir", "", `directory that keeps the ramdisk agent's logs of every failed run, one .tar.gz each, readable by system readers at /v1/nodes/{node}/agent_logs (default: "agent-logs" beside the SQLite database file, or in the working directory with PostgreSQL)`)
+	f.IntVar(&cc.Agent.LogMaxPerNode, "agent-log-max-per-node", agentlogs.DefaultMaxPerNode, "agent logs kept per node, the newest")
+	f.DurationVar(&cc.Agent.LogMaxAge, "agent-log-max-age", agentlogs.DefaultMaxAge, "agent logs older than this are removed")
+	f.Int64Var(&cc.Agent.LogMaxBytes, "agent-log-max-bytes", agentlogs.DefaultMaxBytes, "most bytes all agent logs together keep; beyond it the oldest are removed")
 	f.StringSliceVar(&agtNet, "agent-networks", nil, "CIDRs ramdisk agents call from: lookups, heartbeats, inspection data and iPXE scripts from elsewhere are refused, and the conductor sends commands to no other address (empty: any, development only; see docs/agent-trust.md)")
 	f.BoolVar(&cc.Agent.TokenOnMedia, "agent-token-on-media", true, "put each boot's agent token on the kernel line of the media Anvil writes (the ISOs it builds, its iPXE scripts) so that no lookup issues it (Ironic's agent_secret_token_pregenerated); false when the machines' network boot does not use Anvil's iPXE scripts")
 	f.BoolVar(&cc.Agent.Discovery, "inspection-discovery", false, "accept inspection data without the node's agent token, matching the node by MAC or BMC address as Ironic does (for agents booted from an operator's deploy_iso); anyone on the agent networks can then rewrite a waiting node's inventory")

@@ -19,6 +19,7 @@ import (
 	"github.com/anvilproject/anvil/ent"
 	"github.com/anvilproject/anvil/ent/conductor"
 	"github.com/anvilproject/anvil/ent/node"
+	"github.com/anvilproject/anvil/server/agentlogs"
 	"github.com/anvilproject/anvil/server/bmc"
 	"github.com/anvilproject/anvil/server/config"
 	"github.com/anvilproject/anvil/server/errs"
@@ -150,6 +151,8 @@ type Conductor struct {
 	images *imagecache.Cache
 	// cons are the consoles this conductor listens for (console.go).
 	cons consoles
+	// logs keeps the agent logs of failed runs (inband.go).
+	logs *agentlogs.Store
 }
 
 // New returns a conductor; Start registers it and starts its loops.
@@ -159,8 +162,15 @@ func New(db *store.DB, log *slog.Logger, cfg Config) *Conductor {
 	bmc.SetCADir(cfg.BMCCADir)
 	c := &Conductor{cfg: cfg.withDefaults(), db: db, log: log, ctx: ctx, cancel: cancel, authFails: map[int]int{}}
 	c.images = &imagecache.Cache{Dir: c.cfg.Agent.ImageCacheDir, MaxBytes: c.cfg.Agent.ImageCacheMaxBytes, Timeout: c.cfg.Agent.ImageDownloadTimeout}
+	if a := c.cfg.Agent; a.LogDir != "" {
+		c.logs = &agentlogs.Store{Dir: a.LogDir, MaxPerNode: a.LogMaxPerNode, MaxAge: a.LogMaxAge, MaxBytes: a.LogMaxBytes}
+	}
 	return c
 }
+
+// AgentLogs is the store of the agent logs failed runs left; nil when
+// the conductor keeps none.
+func (c *Conductor) AgentLogs() *agentlogs.Store { return c.logs }
 
 // Images is the cache whose images agents fetch at
 // imagecache.RoutePrefix + token.
@@ -209,6 +219,14 @@ func (c *Conductor) Start(ctx context.Context, listen string) error {
 	c.hbMu.Lock()
 	c.hbSince = now
 	c.hbMu.Unlock()
+	if c.logs != nil {
+		// Logs age while no run fails, too.
+		if gone, err := c.logs.Prune(); err != nil {
+			c.log.Warn("pruning the agent logs", "dir", c.logs.Dir, "err", err)
+		} else if len(gone) > 0 {
+			c.log.Info("agent logs past their retention removed", "dir", c.logs.Dir, "removed", len(gone))
+		}
+	}
 	if n, err := c.recover(ctx, c.cfg.Name, "restarted"); err != nil {
 		return err
 	} else if n > 0 {

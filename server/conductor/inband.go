@@ -5,8 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"os"
-	"path/filepath"
 	"slices"
 	"sync"
 	"time"
@@ -15,6 +13,7 @@ import (
 	"github.com/anvilproject/anvil/ent/node"
 	"github.com/anvilproject/anvil/ent/port"
 	"github.com/anvilproject/anvil/server/agent"
+	"github.com/anvilproject/anvil/server/agentlogs"
 	"github.com/anvilproject/anvil/server/bmc"
 	"github.com/anvilproject/anvil/server/bootiso"
 	"github.com/anvilproject/anvil/server/history"
@@ -29,6 +28,11 @@ type AgentConfig struct {
 	// send its first heartbeat (Ironic's [conductor]
 	// deploy_callback_timeout and clean_callback_timeout, 1800 s).
 	BootTimeout time.Duration
+	// InspectWaitTimeout is how long an in-band inspection may wait in
+	// inspect wait for the agent's inventory, counted from the start of
+	// the inspection, whether or not the agent heartbeats meanwhile
+	// (Ironic's [conductor]inspect_wait_timeout, 1800 s).
+	InspectWaitTimeout time.Duration
 	// HeartbeatTimeout is how long a running agent may go unanswered
 	// before its step fails (Ironic's [api]ramdisk_heartbeat_timeout,
 	// 300 s); lookups tell agents to heartbeat well within it.
@@ -37,9 +41,15 @@ type AgentConfig struct {
 	// it at each heartbeat; reading it directly ends a step sooner.
 	Poll time.Duration
 	// LogDir keeps the agent's logs of each failed run, one gzipped
-	// tarball per failure (Ironic's [agent]deploy_logs_local_path); ""
-	// keeps none.
-	LogDir string
+	// tarball per failure (Ironic's [agent]deploy_logs_local_path with
+	// deploy_logs_collect "on_failure"); the app gives it its default
+	// in the state directory. LogMaxPerNode, LogMaxAge and LogMaxBytes
+	// are its retention (agentlogs.Store); zero means the agentlogs
+	// default.
+	LogDir        string
+	LogMaxPerNode int
+	LogMaxAge     time.Duration
+	LogMaxBytes   int64
 	// EraseDevices adds erase_devices (every disk overwritten or
 	// securely erased, hours on big disks) to automated cleaning, after
 	// erase_devices_metadata, which always runs.
@@ -89,6 +99,18 @@ type AgentConfig struct {
 func (a AgentConfig) withDefaults() AgentConfig {
 	if a.BootTimeout <= 0 {
 		a.BootTimeout = 30 * time.Minute
+	}
+	if a.LogMaxPerNode <= 0 {
+		a.LogMaxPerNode = agentlogs.DefaultMaxPerNode
+	}
+	if a.LogMaxAge <= 0 {
+		a.LogMaxAge = agentlogs.DefaultMaxAge
+	}
+	if a.LogMaxBytes <= 0 {
+		a.LogMaxBytes = agentlogs.DefaultMaxBytes
+	}
+	if a.InspectWaitTimeout <= 0 {
+		a.InspectWaitTimeout = 30 * time.Minute
 	}
 	if a.HeartbeatTimeout <= 0 {
 		a.HeartbeatTimeout = ramdisk.DefaultHeartbeatTimeout * time.Second
@@ -610,27 +632,29 @@ func (c *Conductor) endAgent(ctx context.Context, n *ent.Node, ph phase, failure
 	return true
 }
 
-// keepAgentLogs asks the agent for its logs and keeps them in LogDir,
-// named after the node and the time, and says so in the node's history.
-func (c *Conductor) keepAgentLogs(ctx context.Context, n *ent.Node, cl *agent.Client) {
-	if c.cfg.Agent.LogDir == "" {
-		return
+// keepAgentLogs asks the agent for its logs and keeps them in the log
+// store under a name that stays the same while the log is kept, and
+// says so in the node's history; it returns the name ("" when none was
+// kept), by which records of the run refer to the log.
+func (c *Conductor) keepAgentLogs(ctx context.Context, n *ent.Node, cl *agent.Client) string {
+	if c.logs == nil {
+		return ""
 	}
 	lctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
 	ev := history.Event{NodeID: n.ID, Severity: history.Warning, Type: "agent", Conductor: c.cfg.Name}
 	tgz, err := cl.CollectSystemLogs(lctx)
+	var name string
 	if err == nil {
-		name := fmt.Sprintf("%s_%s.tar.gz", n.UUID, time.Now().UTC().Format("2006-01-02-15-04-05"))
-		if err = os.MkdirAll(c.cfg.Agent.LogDir, 0o750); err == nil {
-			err = os.WriteFile(filepath.Join(c.cfg.Agent.LogDir, name), tgz, 0o640)
-		}
-		ev.Message = fmt.Sprintf("Kept the ramdisk agent's logs (%d bytes) as %s", len(tgz), name)
+		name, err = c.logs.Save(n.UUID, tgz)
+		ev.Message = fmt.Sprintf("Kept the ramdisk agent's logs (%d bytes) as agent log %s", len(tgz), name)
 	}
 	if err != nil {
+		c.log.Warn("keeping the ramdisk agent's logs", "node", n.UUID, "err", err)
 		ev.Message = "Could not keep the ramdisk agent's logs: " + err.Error()
 	}
 	_ = history.Record(ctx, c.db.Client, ev)
+	return name
 }
 
 // InBand says whether a step runs in the ramdisk agent on any node: the

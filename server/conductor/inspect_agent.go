@@ -83,9 +83,12 @@ func bmcLookupAddresses(ctx context.Context, n *ent.Node) []any {
 // conductor then fills the properties, creates the ports and runs the
 // inspection rules as the out-of-band inspection does, powers the
 // machine off and ejects the agent's CD. The node ends manageable, or
-// inspect failed when the agent sends nothing within BootTimeout.
+// inspect failed when no inventory comes within InspectWaitTimeout of
+// the start (heartbeats do not extend it, as in Ironic) or an abort
+// ends the wait.
 func (c *Conductor) inspectInBand(n *ent.Node, who string) {
 	ctx := context.WithoutCancel(c.ctx)
+	deadline := time.Now().Add(c.cfg.Agent.InspectWaitTimeout)
 	ev := history.Event{NodeID: n.ID, Type: "inspect", User: who, Conductor: c.cfg.Name}
 	how, err := agentBoot(n, c.cfg.Agent.Media)
 	booted := false
@@ -98,7 +101,7 @@ func (c *Conductor) inspectInBand(n *ent.Node, who string) {
 	}
 	var doc map[string]any
 	if err == nil {
-		doc, err = c.awaitInventory(ctx, n)
+		doc, err = c.awaitInventory(ctx, n, deadline)
 	}
 	var inv *bmc.Inventory
 	var portNote string
@@ -126,6 +129,10 @@ func (c *Conductor) inspectInBand(n *ent.Node, who string) {
 		upd.SetPowerState(*n.PowerState)
 	}
 	switch {
+	case errors.Is(err, errAborted):
+		// Ironic's words for an aborted inspection.
+		upd.SetProvisionState(StateInspectFailed).SetLastError("Inspection was aborted by request.").ClearInspectionStartedAt()
+		ev.Severity, ev.Message = history.Error, "Inspection was aborted by request."
 	case errors.Is(err, errShutdown):
 		upd.SetProvisionState(StateInspectFailed).SetLastError(fmt.Sprintf("Conductor %s shut down during inspection; inspect again.", c.cfg.Name)).ClearInspectionStartedAt()
 		ev.Failed("Inspection failed: ", err)
@@ -141,9 +148,9 @@ func (c *Conductor) inspectInBand(n *ent.Node, who string) {
 		c.log.Error("recording inspection", "node", n.UUID, "err", err)
 	}
 	// Out of inspect wait, no lookup can issue a token any more: what
-	// the agent left is forgotten now.
+	// the agent left is forgotten now, and so is a served abort.
 	if err := c.durably(ctx, func() error {
-		return ramdisk.RemoveKeys(ctx, c.db, n, append([]string{ramdisk.KeyLookupBMC, ramdisk.KeyInspectionReceived}, ramdisk.AgentKeys...)...)
+		return ramdisk.RemoveKeys(ctx, c.db, n, append([]string{ramdisk.KeyLookupBMC, ramdisk.KeyInspectionReceived, abortRequestedField}, ramdisk.AgentKeys...)...)
 	}); err != nil {
 		c.log.Error("forgetting the inspection's agent", "node", n.UUID, "err", err)
 	}
@@ -185,9 +192,10 @@ func (c *Conductor) startInspectWait(ctx context.Context, n *ent.Node, how strin
 }
 
 // awaitInventory waits for continue_inspection to store the agent's
-// inventory, and returns it.
-func (c *Conductor) awaitInventory(ctx context.Context, n *ent.Node) (map[string]any, error) {
-	deadline := time.Now().Add(c.cfg.Agent.BootTimeout)
+// inventory, and returns it; it gives up at deadline or when an abort
+// is asked for. Only the inventory ends the wait early: a heartbeat does
+// not touch what it reads.
+func (c *Conductor) awaitInventory(ctx context.Context, n *ent.Node, deadline time.Time) (map[string]any, error) {
 	t := time.NewTicker(abortPoll * 5)
 	defer t.Stop()
 	for {
@@ -202,9 +210,12 @@ func (c *Conductor) awaitInventory(ctx context.Context, n *ent.Node) (map[string
 			}
 			return inv.Inventory, nil
 		}
+		if cur != nil && cur.DriverInternalInfo[abortRequestedField] == true {
+			return nil, errAborted
+		}
 		if time.Now().After(deadline) {
-			return nil, fmt.Errorf("%w: the ramdisk agent did not post its inventory to /v1/continue_inspection within %s of the boot",
-				errAgentTimeout, c.cfg.Agent.BootTimeout)
+			return nil, fmt.Errorf("%w: the ramdisk agent did not post its inventory to /v1/continue_inspection within %s of the start (--inspect-wait-timeout)",
+				errAgentTimeout, c.cfg.Agent.InspectWaitTimeout)
 		}
 		select {
 		case <-c.ctx.Done():

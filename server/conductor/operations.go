@@ -336,6 +336,7 @@ type ProvisionRequest struct {
 	ConfigDrive    any    // stored in instance_info on deploy and rebuild
 	RescuePassword string // rescue only; stored hashed
 	DeployAbort    bool   // the request's version lets abort end a deploy wait (1.110)
+	InspectAbort   bool   // the request's version lets abort end an inspect wait (1.41)
 }
 
 // transition says which verbs apply in which states and where they lead.
@@ -352,7 +353,7 @@ var transitions = map[string]transition{
 	"adopt":   {[]string{nodes.StateManageable}, StateAdopting, nodes.StateActive},
 	"clean":   {[]string{nodes.StateManageable}, nodes.StateCleaning, nodes.StateManageable},
 	"service": {[]string{nodes.StateActive, nodes.StateServiceFailed}, nodes.StateServicing, nodes.StateActive},
-	"abort":   {[]string{nodes.StateCleaning, nodes.StateCleanWait, StateCleanHold, nodes.StateServicing, nodes.StateServiceWait, StateServiceHold, nodes.StateServiceFailed, StateDeployWait, StateDeployHold}, "", ""},
+	"abort":   {[]string{nodes.StateCleaning, nodes.StateCleanWait, StateCleanHold, nodes.StateServicing, nodes.StateServiceWait, StateServiceHold, nodes.StateServiceFailed, StateDeployWait, StateDeployHold, StateInspectWait}, "", ""},
 	"unhold":  {[]string{StateCleanHold, StateServiceHold, StateDeployHold}, "", ""},
 	// Deployment (deploy.go), as Ironic's state machine allows it.
 	"active":   {[]string{nodes.StateAvailable, StateDeployFailed}, StateDeploying, nodes.StateActive},
@@ -570,11 +571,17 @@ func (o *Ops) provision(ctx context.Context, n *ent.Node, r ProvisionRequest, re
 	switch {
 	case r.Target == "abort" && n.ProvisionState == StateDeployWait && !r.DeployAbort:
 		return errs.NotAcceptable("aborting a deployment in %s requires API version 1.110 or later", StateDeployWait)
+	case r.Target == "abort" && n.ProvisionState == StateInspectWait && !r.InspectAbort:
+		return errs.NotAcceptable("aborting an inspection in %s requires API version 1.41 or later", StateInspectWait)
 	case r.Target == "abort":
 		return c.abort(ctx, n, recovered)
 	case r.Target == "unhold":
 		return c.unhold(ctx, n, who)
 	case slices.Contains(deployVerbs, r.Target):
+		// Last of the checks, as the only one that goes over the network.
+		if err := c.checkImageSource(ctx, n); err != nil {
+			return err
+		}
 		return c.deploy(ctx, n, tr, r, steps, who)
 	case slices.Contains(undeployVerbs, r.Target):
 		return c.undeploy(ctx, n, tr, who)
@@ -707,6 +714,9 @@ func (c *Conductor) verify(n *ent.Node, tr transition, who string) {
 
 // abort asks running steps to stop (they check between steps and while
 // waiting) or, for a node on hold or failed servicing, ends it at once.
+// An inspection in inspect wait is asked the same way: its wait ends,
+// and it tidies up as after a timeout (machine off, CD ejected, the
+// agent's keys forgotten) before it ends in inspect failed.
 func (c *Conductor) abort(ctx context.Context, n *ent.Node, set func(u *ent.NodeUpdate)) error {
 	switch n.ProvisionState {
 	case StateCleanHold, StateServiceHold, StateDeployHold, nodes.StateServiceFailed:
@@ -739,7 +749,7 @@ func (c *Conductor) abort(ctx context.Context, n *ent.Node, set func(u *ent.Node
 	}
 	info := cloneInfo(n.DriverInternalInfo)
 	info[abortRequestedField] = true
-	cnt, err := c.db.Node.Update().Where(node.ID(n.ID), node.ProvisionStateIn(nodes.StateCleaning, nodes.StateCleanWait, nodes.StateServicing, nodes.StateServiceWait, StateDeployWait)).
+	cnt, err := c.db.Node.Update().Where(node.ID(n.ID), node.ProvisionStateIn(nodes.StateCleaning, nodes.StateCleanWait, nodes.StateServicing, nodes.StateServiceWait, StateDeployWait, StateInspectWait)).
 		SetDriverInternalInfo(info).Save(ctx)
 	if err != nil {
 		return err

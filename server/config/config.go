@@ -118,3 +118,13 @@ func ImageCacheDir(database string) string {
 	}
 	return "image-cache"
 }
+
+// AgentLogDir is where the ramdisk agent's logs of failed runs are kept
+// unless configured: beside a SQLite database file, else "agent-logs"
+// in the working directory.
+func AgentLogDir(database string) string {
+	if f, ok := store.SQLiteFile(database); ok {
+		return filepath.Join(filepath.Dir(f), "agent-logs")
+	}
+	return "agent-logs"
+}

@@ -19,6 +19,7 @@ import (
 	"golang.org/x/crypto/bcrypt"
 
 	"github.com/anvilproject/anvil/server"
+	"github.com/anvilproject/anvil/server/store"
 )
 
 // Server is a running app and its base URL.
@@ -51,6 +52,11 @@ func Start(t testing.TB, o server.Options) *Server {
 	}
 	if o.Conductor.Agent.ImageCacheDir == "" {
 		o.Conductor.Agent.ImageCacheDir = t.TempDir()
+	}
+	if _, sqlite := store.SQLiteFile(o.Database); !sqlite && o.Conductor.Agent.LogDir == "" {
+		// Beside a SQLite file (itself in a temporary directory) the
+		// default is left to the app, so tests meet it.
+		o.Conductor.Agent.LogDir = t.TempDir()
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	app, err := server.New(ctx, o)
