@@ -159,7 +159,7 @@ func serveCmd() *cobra.Command {
 				return err
 			}
 			app, err := server.New(ctx, server.Options{
-				Database: g.database, Pool: pool, ManualMigrate: !autoMig, AccessLog: access, AuthNone: auth == "none", Log: log, SessionSecret: secret, OIDC: provider, Conductor: cc, PolicyDir: pdir, PolicyOverrideEnabled: penab, ServiceProject: svcp,
+				Database: g.database, Pool: pool, ManualMigrate: !autoMig, AccessLog: access, AuthNone: auth == "none", ListenName: listenName(listen), Log: log, SessionSecret: secret, OIDC: provider, Conductor: cc, PolicyDir: pdir, PolicyOverrideEnabled: penab, ServiceProject: svcp,
 				TrustedProxies: proxy, FirmwareDir: fwo.dir, FirmwareURL: fwo.url, FirmwareMaxBytes: fwo.max,
 				BootISODir: isoDir, AllocationMaxLease: maxLease, PasswordHashCost: pwCost,
 				MetricsToken: mtok, OIDCRolesMaxAge: rolAge, Webhook: hook,
@@ -270,4 +270,13 @@ func agentAPIURL(flag, listen string) (string, error) {
 		return "", fmt.Errorf("--agent-api-url %q: give an http:// or https:// URL such as https://anvil.example.com:6385", flag)
 	}
 	return strings.TrimRight(v, "/"), nil
+}
+
+// listenName is the host part of a listen address ("" when it has none).
+func listenName(listen string) string {
+	host, _, err := net.SplitHostPort(listen)
+	if err != nil {
+		return ""
+	}
+	return host
 }
