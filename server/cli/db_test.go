@@ -143,6 +143,13 @@ func TestBackupAndRestore(t *testing.T) {
 	if !strings.Contains(out, "backed up") {
 		t.Errorf("db backup printed %q", out)
 	}
+	// It holds BMC passwords and the portal's session keys: the owner's
+	// alone, whatever the umask.
+	if fi, err := os.Stat(backup); err != nil {
+		t.Error(err)
+	} else if fi.Mode().Perm() != 0o600 {
+		t.Errorf("backup file mode %v, want 0600", fi.Mode().Perm())
+	}
 	if _, err := run(t, "", "db", "backup", backup, "--database", db); err == nil || !strings.Contains(err.Error(), "exists") {
 		t.Errorf("a second backup onto the same file: %v, want a refusal naming the existing file", err)
 	}
