@@ -95,6 +95,7 @@ func TestBackupAndRestore(t *testing.T) {
 		return out
 	}
 	const pw = "restore-test-password"
+	must("", "db", "init", "--database", db)
 	must(pw+"\n", "user", "create", "ops", "--password-stdin", "--database", db)
 	must("", "user", "grant", "ops", "--system", "--role", "admin", "--database", db)
 	must("", "user", "create", "carol", "--database", db)
@@ -211,6 +212,9 @@ func TestDBCheckFindsCorruption(t *testing.T) {
 	}
 	file := filepath.Join(dir, "fleet.csv")
 	if err := os.WriteFile(file, []byte(csv.String()), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := run(t, "", "db", "init", "--database", db); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := run(t, "", "node", "import", file, "--database", db); err != nil {
