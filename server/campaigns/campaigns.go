@@ -41,7 +41,7 @@ const (
 	// RuleApproveOwn lets a campaign's creator approve it too (nobody by
 	// default: approval is another person's look).
 	RuleApproveOwn = "baremetal:campaign:approve:own"
-	RuleDelete  = "baremetal:campaign:delete"
+	RuleDelete     = "baremetal:campaign:delete"
 	// RuleOwnerApproval, checked with a node's owner as the target, says
 	// whether that owner wants to approve campaigns its lessees roll over
 	// its nodes.
