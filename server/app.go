@@ -75,7 +75,10 @@ type Options struct {
 	// AuthNone turns authentication off: every request acts as a system
 	// admin. Only for development, and only on loopback.
 	AuthNone bool
-	Log      *slog.Logger
+	// ListenName is the host part of the listen address (serve --listen),
+	// which --auth none answers to besides loopback names.
+	ListenName string
+	Log        *slog.Logger
 	// Bootstrap receives the first admin's one-time password when the
 	// database had no users; nil discards it (tests create their own).
 	Bootstrap func(user, password string)
@@ -353,6 +356,10 @@ func (a *App) routes() *fiber.App {
 		// Past this bound a new connection gets a 503.
 		Concurrency: maxConnections,
 	})
+	if a.opts.AuthNone {
+		// Before anything answers: see loopbackHost.
+		app.Use(a.loopbackHost)
+	}
 	// First, so that everything after it sees the path it is served as.
 	app.Use(a.unversioned)
 	app.Use(recover.New())
@@ -489,6 +496,24 @@ func (a *App) authenticate() fiber.Handler {
 		api.OIDC = a.opts.OIDC
 	}
 	return api.Require(open...)
+}
+
+// loopbackHost refuses, under --auth none, a request whose Host header
+// names anything but a loopback address, localhost or the listen name. A
+// listener on loopback is not enough: a web page the developer visits can
+// point its own name at 127.0.0.1 (DNS rebinding), and the browser then
+// sends that name as the Host of requests that would act as system admin.
+func (a *App) loopbackHost(c *fiber.Ctx) error {
+	host := string(c.Request().Host())
+	if h, _, err := net.SplitHostPort(host); err == nil {
+		host = h
+	}
+	host = strings.TrimSuffix(strings.TrimPrefix(host, "["), "]")
+	ip := net.ParseIP(host)
+	if (ip != nil && ip.IsLoopback()) || strings.EqualFold(host, "localhost") || (a.opts.ListenName != "" && strings.EqualFold(host, a.opts.ListenName)) {
+		return c.Next()
+	}
+	return errs.Forbidden("--auth none answers only requests addressed to a loopback address, localhost or the listen name; Host %q is none of these", host)
 }
 
 // DevPrincipal is who every request is under --auth none.

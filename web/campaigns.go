@@ -2,6 +2,7 @@ package web
 
 import (
 	"fmt"
+	"github.com/anvilproject/anvil/policies"
 	"slices"
 	"strconv"
 	"strings"
@@ -45,7 +46,15 @@ func (p *Portal) campaignView(c *fiber.Ctx, v *campaigns.View) views.Campaign {
 		out.CanResume = v.State == campaigns.StatePaused
 		out.CanCancel = !finished
 	}
-	out.CanApprove = v.State == campaigns.StatePendingApproval && may(campaigns.RuleApprove)
+	own := false
+	if pr := policies.PrincipalFrom(ctx); pr != nil && pr.User == v.CreatedBy && !may(campaigns.RuleApproveOwn) {
+		own = true
+	}
+	out.CanApprove = v.State == campaigns.StatePendingApproval && may(campaigns.RuleApprove) && !own
+	out.Approvers = "Approved by " + campaigns.ApproverText + "."
+	if own {
+		out.Approvers = "You created it, so someone else approves it: " + campaigns.ApproverText + "."
+	}
 	out.CanDelete = finished && v.Counts.Running == 0 && may(campaigns.RuleDelete)
 	out.CanRetry = finished && v.Counts.Failed > 0 && p.Campaigns.MayCreate(ctx)
 	return out

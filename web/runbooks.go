@@ -161,7 +161,7 @@ func (p *Portal) recoverWhy(ctx context.Context, v *nodes.View, r run) string {
 // rules the run needs when asked for alone.
 func (p *Portal) retryWhy(ctx context.Context, v *nodes.View, r run) string {
 	t := nodes.Target(v.Node)
-	for _, rule := range conductor.ProvisionRules(r.target, r.runbook != "", r.runbook == "") {
+	for _, rule := range conductor.ProvisionRules(r.target, r.runbook != "", r.runbook == "", false) {
 		if !p.Guard.Allowed(ctx, rule, t) {
 			return p.denied(ctx, "may not run this again", rule)
 		}

@@ -112,6 +112,9 @@ var matrix = []struct {
 	// Arbitrary steps: the rules pass for system members only (the runbook
 	// spec), and then the enroll state refuses the transition.
 	{"PUT", "/v1/nodes/{n}/states/provision", `{"target":"clean","clean_steps":[{"interface":"power","step":"power_on"}]}`, "401 | 409 409 403 403 | 403 403 403 403 403 | 403 403 403 403 404 | 404 404 404 404 | 409"},
+	// deploy_steps are held to the same rule (Anvil's own), whatever the
+	// target: a rebuild's firmware step is not a tenant's to run.
+	{"PUT", "/v1/nodes/{n}/states/provision", `{"target":"active","deploy_steps":[{"interface":"power","step":"power_on","priority":150}]}`, "401 | 409 409 403 403 | 403 403 403 403 403 | 403 403 403 403 404 | 404 404 404 404 | 409"},
 	// anvil:node:recover is the runbook rule's SYSTEM_OR_PROJECT_MEMBER;
 	// the fresh node has no failed run, so who may gets the 409.
 	{"POST", "/v1/nodes/{n}/recover", `{"action":"notify"}`, "401 | 409 409 403 409 | 409 409 409 403 403 | 409 409 409 403 404 | 404 404 404 404 | 409"},

@@ -145,11 +145,12 @@ func (a *API) setProvision(c *fiber.Ctx) error {
 		Runbook      any             `json:"runbook"`
 		CleanSteps   json.RawMessage `json:"clean_steps"`
 		ServiceSteps json.RawMessage `json:"service_steps"`
+		DeploySteps  json.RawMessage `json:"deploy_steps"`
 	}
 	_ = json.Unmarshal(c.Body(), &shape)
 	target, _ := shape.Target.(string)
 	hasSteps := func(raw json.RawMessage) bool { return len(raw) > 0 && string(raw) != "null" && string(raw) != "[]" }
-	rules := cond.ProvisionRules(target, shape.Runbook != nil && shape.Runbook != "", hasSteps(shape.CleanSteps) || hasSteps(shape.ServiceSteps))
+	rules := cond.ProvisionRules(target, shape.Runbook != nil && shape.Runbook != "", hasSteps(shape.CleanSteps) || hasSteps(shape.ServiceSteps), hasSteps(shape.DeploySteps))
 	if err := a.authorizeFirst(c, rules...); err != nil {
 		return err
 	}

@@ -38,7 +38,10 @@ const (
 	RuleCreate  = "baremetal:campaign:create"
 	RuleUpdate  = "baremetal:campaign:update"
 	RuleApprove = "baremetal:campaign:approve"
-	RuleDelete  = "baremetal:campaign:delete"
+	// RuleApproveOwn lets a campaign's creator approve it too (nobody by
+	// default: approval is another person's look).
+	RuleApproveOwn = "baremetal:campaign:approve:own"
+	RuleDelete     = "baremetal:campaign:delete"
 	// RuleOwnerApproval, checked with a node's owner as the target, says
 	// whether that owner wants to approve campaigns its lessees roll over
 	// its nodes.
@@ -777,6 +780,21 @@ func (s *Service) Retry(ctx context.Context, ident string, in *RetryInput) (*Vie
 	return s.create(ctx, retry, c.UUID)
 }
 
+// ApproveOwn refuses the creator of c its approval unless
+// RuleApproveOwn lets them (audited), saying who approves instead.
+func (s *Service) ApproveOwn(ctx context.Context, c *ent.Campaign) error {
+	if who := actor(policies.PrincipalFrom(ctx)); who == "" || who != c.CreatedBy {
+		return nil
+	}
+	if err := s.guard.Authorize(ctx, RuleApproveOwn, "campaign", c.UUID, Target(c)); err != nil {
+		return errs.Forbidden("You created campaign %s, so someone else approves it: %s (policy %s, which a single-operator site may open).", c.UUID, ApproverText, RuleApproveOwn)
+	}
+	return nil
+}
+
+// ApproverText says who approves a campaign under the default policy.
+const ApproverText = "a system member, a manager of the creating project, or a manager of a node's owner that asked for approval, other than the creator"
+
 // actor names a principal in created_by and approved_by.
 func actor(p *policies.Principal) string {
 	if p == nil {
@@ -898,6 +916,9 @@ func (s *Service) Approve(ctx context.Context, ident string) (err error) {
 	})
 	if !creator && !ownerOf {
 		return s.guard.Authorize(ctx, RuleApprove, "campaign", c.UUID, Target(c))
+	}
+	if err := s.ApproveOwn(ctx, c); err != nil {
+		return err
 	}
 	creatorSide := creator && c.RequiresApproval && c.ApprovedBy == nil
 	if c.State != StatePendingApproval || (!creatorSide && len(mine) == 0) {

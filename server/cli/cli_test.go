@@ -42,6 +42,7 @@ func TestUserAndTokenCommands(t *testing.T) {
 		}
 	}
 
+	must("", "db", "init")
 	pw := strings.TrimSpace(must("", "user", "create", "carol"))
 	if len(pw) != 20 {
 		t.Errorf("generated password %q", pw)
@@ -120,6 +121,9 @@ func TestPolicyCommands(t *testing.T) {
 	good, bad := filepath.Join(dir, "good.zip"), filepath.Join(dir, "bad.zip")
 	writeZip(t, good, map[string]string{"etc/10-a.yaml": `"baremetal:node:set_power_state": "rule:system_member"`, "README.txt": "docs"})
 	writeZip(t, bad, map[string]string{"20-b.yaml": `"anvil:user:manage": "@"`})
+	if _, err := run(t, "", "db", "init", "--database", db); err != nil {
+		t.Fatal(err)
+	}
 
 	if out, err := run(t, "", "policy", "validate", good); err != nil || !strings.Contains(out, "valid: 1 file(s)") || strings.Contains(out, "WIDENS") {
 		t.Errorf("validate good: %q %v", out, err)

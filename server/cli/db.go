@@ -12,7 +12,41 @@ import (
 
 func dbCmd() *cobra.Command {
 	cmd := &cobra.Command{Use: "db", Short: "Back up, check and upgrade the database"}
-	cmd.AddCommand(dbBackupCmd(), dbCheckCmd(), dbUpgradeCmd())
+	cmd.AddCommand(dbInitCmd(), dbBackupCmd(), dbCheckCmd(), dbUpgradeCmd())
+	return cmd
+}
+
+// dbInitCmd creates a database, which the other operator commands
+// refuse to do (serve does it too, on first start).
+func dbInitCmd() *cobra.Command {
+	var g globals
+	cmd := &cobra.Command{
+		Use:   "init",
+		Short: "Create the database (a SQLite file or the tables of an empty PostgreSQL database) at this anvil's schema; the other operator commands never create one",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			db, err := store.Open(cmd.Context(), g.database)
+			if err != nil {
+				return err
+			}
+			defer db.Close()
+			had, err := db.HasSchema(cmd.Context())
+			if err != nil {
+				return err
+			}
+			if err := db.Migrate(cmd.Context()); err != nil {
+				return err
+			}
+			name := store.Redacted(g.database)
+			if had {
+				fmt.Fprintf(cmd.OutOrStdout(), "database %s exists; brought up to date\n", name)
+				return nil
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "created database %s\n", name)
+			return nil
+		},
+	}
+	addGlobals(cmd, &g)
 	return cmd
 }
 

@@ -95,6 +95,7 @@ func TestBackupAndRestore(t *testing.T) {
 		return out
 	}
 	const pw = "restore-test-password"
+	must("", "db", "init", "--database", db)
 	must(pw+"\n", "user", "create", "ops", "--password-stdin", "--database", db)
 	must("", "user", "grant", "ops", "--system", "--role", "admin", "--database", db)
 	must("", "user", "create", "carol", "--database", db)
@@ -142,6 +143,13 @@ func TestBackupAndRestore(t *testing.T) {
 	wg.Wait()
 	if !strings.Contains(out, "backed up") {
 		t.Errorf("db backup printed %q", out)
+	}
+	// It holds BMC passwords and the portal's session keys: the owner's
+	// alone, whatever the umask.
+	if fi, err := os.Stat(backup); err != nil {
+		t.Error(err)
+	} else if fi.Mode().Perm() != 0o600 {
+		t.Errorf("backup file mode %v, want 0600", fi.Mode().Perm())
 	}
 	if _, err := run(t, "", "db", "backup", backup, "--database", db); err == nil || !strings.Contains(err.Error(), "exists") {
 		t.Errorf("a second backup onto the same file: %v, want a refusal naming the existing file", err)
@@ -204,6 +212,9 @@ func TestDBCheckFindsCorruption(t *testing.T) {
 	}
 	file := filepath.Join(dir, "fleet.csv")
 	if err := os.WriteFile(file, []byte(csv.String()), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := run(t, "", "db", "init", "--database", db); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := run(t, "", "node", "import", file, "--database", db); err != nil {

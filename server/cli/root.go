@@ -5,13 +5,16 @@ package cli
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"strings"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/anvilproject/anvil/server/config"
 	"github.com/anvilproject/anvil/server/store"
@@ -53,12 +56,19 @@ type globals struct {
 func addGlobals(cmd *cobra.Command, g *globals) {
 	f := cmd.Flags()
 	f.StringVar(&g.database, "database", "anvil.db", "database: a SQLite file path, sqlite://PATH or postgres://…")
-	f.StringVar(&g.config, "config", os.Getenv("ANVIL_CONFIG"), "YAML config file; keys are flag names with underscores")
+	f.StringVar(&g.config, "config", os.Getenv("ANVIL_CONFIG"), "YAML config file; keys are serve's flag names with underscores (default "+config.DefaultFile+" when it exists)")
 	f.StringVar(&g.logLevel, "log-level", "info", "log level: debug, info, warn or error")
 	f.StringVar(&g.logFormat, "log-format", "text", "log format: text or json")
 	prev := cmd.PreRunE
 	cmd.PreRunE = func(c *cobra.Command, args []string) error {
-		if err := config.Apply(c.Flags(), g.config); err != nil {
+		g.config = config.File(g.config, defaultConfig)
+		// Every command reads serve's file: settings it has no flag for
+		// (listen, BMC timeouts) are serve's, not typos.
+		var shared *pflag.FlagSet
+		if c.Name() != "serve" {
+			shared = serveCmd().Flags()
+		}
+		if err := config.ApplyShared(c.Flags(), g.config, shared); err != nil {
 			return err
 		}
 		if prev != nil {
@@ -83,17 +93,46 @@ func (g *globals) logger(w io.Writer) (*slog.Logger, error) {
 	return nil, fmt.Errorf("--log-format %q: use text or json", g.logFormat)
 }
 
-// open opens and upgrades the database for an operator subcommand.
+// defaultConfig is config.DefaultFile; tests point it elsewhere.
+var defaultConfig = config.DefaultFile
+
+// open opens and upgrades the database for an operator subcommand. It
+// never creates one: an operator command aimed at the wrong place (no
+// --database, the config file not found) would otherwise put its user or
+// token into a new, empty database nobody serves, and say it succeeded.
 func (g *globals) open(ctx context.Context) (*store.DB, error) {
-	db, err := store.Open(ctx, g.database)
+	db, err := store.OpenExisting(ctx, g.database)
 	if err != nil {
-		return nil, err
+		return nil, g.missing(err)
+	}
+	if ok, err := db.HasSchema(ctx); err != nil || !ok {
+		db.Close()
+		if err == nil {
+			err = errors.New("it has no Anvil tables")
+		}
+		return nil, g.missing(err)
 	}
 	if err := db.Migrate(ctx); err != nil {
 		db.Close()
 		return nil, err
 	}
 	return db, nil
+}
+
+// missing says where an operator command looked for its database and how
+// to create one.
+func (g *globals) missing(err error) error {
+	where := store.Redacted(g.database)
+	if f, ok := store.SQLiteFile(g.database); ok {
+		if abs, aerr := filepath.Abs(f); aerr == nil {
+			where = abs
+		}
+	}
+	from := "no config file (" + defaultConfig + " does not exist)"
+	if g.config != "" {
+		from = "config file " + g.config
+	}
+	return fmt.Errorf("no Anvil database at %s (%v); looked there by --database, ANVIL_DATABASE and %s. Point one of them at serve's database, or create a new one with anvil db init", where, err, from)
 }
 
 // migrateCmd is db upgrade under the name the README and scripts

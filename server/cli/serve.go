@@ -6,6 +6,7 @@ import (
 	"net/url"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"runtime/debug"
 	"strings"
 	"syscall"
@@ -166,13 +167,20 @@ func serveCmd() *cobra.Command {
 				return err
 			}
 			app, err := server.New(ctx, server.Options{
-				Database: g.database, Pool: pool, ManualMigrate: !autoMig, AccessLog: access, AuthNone: auth == "none", Log: log, SessionSecret: secret, OIDC: provider, Conductor: cc, PolicyDir: pdir, PolicyOverrideEnabled: penab, ServiceProject: svcp,
+				Database: g.database, Pool: pool, ManualMigrate: !autoMig, AccessLog: access, AuthNone: auth == "none", ListenName: listenName(listen), Log: log, SessionSecret: secret, OIDC: provider, Conductor: cc, PolicyDir: pdir, PolicyOverrideEnabled: penab, ServiceProject: svcp,
 				TrustedProxies: proxy, FirmwareDir: fwo.dir, FirmwareURL: fwo.url, FirmwareMaxBytes: fwo.max,
 				BootISODir: isoDir, AllocationMaxLease: maxLease, PasswordHashCost: pwCost,
 				MetricsToken: mtok, Pprof: profiles, IdleRelease: idle, OIDCRolesMaxAge: rolAge, Webhook: hook,
 				Bootstrap: func(user, pw string) {
-					// Printed once, on stderr with the log, never stored in clear.
-					fmt.Fprintf(cmd.ErrOrStderr(), "\n  First start: created system admin %q with one-time password:\n\n      %s\n\n  Change it with: anvil user set-password %s --password-stdin\n\n", user, pw, user)
+					// Into a file only its owner reads, not the log: a
+					// journal or a pod's log keeps what is printed, and
+					// more people read it than should sign in as admin.
+					f, err := writeBootstrap(g.database, pw)
+					if err != nil {
+						log.Error("could not keep the first admin's password; set one with anvil user set-password", "user", user, "err", err)
+						return
+					}
+					fmt.Fprintf(cmd.ErrOrStderr(), "\n  First start: created system admin %q; its one-time password is in %s (readable by this user only).\n  Change it with: anvil user set-password %s --password-stdin, then delete the file.\n\n", user, f, user)
 				},
 			})
 			if err != nil {
@@ -319,4 +327,40 @@ func checkMedia(m ramdisk.Media) error {
 		}
 	}
 	return nil
+}
+
+// listenName is the host part of a listen address ("" when it has none).
+func listenName(listen string) string {
+	host, _, err := net.SplitHostPort(listen)
+	if err != nil {
+		return ""
+	}
+	return host
+}
+
+// BootstrapFile is the name of the file holding the first admin's
+// generated password, in the state directory: beside a SQLite database,
+// else the working directory.
+const BootstrapFile = "bootstrap-admin-password"
+
+// writeBootstrap writes pw to a new 0600 BootstrapFile and returns its
+// path; an existing file (from an earlier database) is not overwritten.
+func writeBootstrap(database, pw string) (string, error) {
+	dir := "."
+	if f, ok := store.SQLiteFile(database); ok {
+		dir = filepath.Dir(f)
+	}
+	path, err := filepath.Abs(filepath.Join(dir, BootstrapFile))
+	if err != nil {
+		return "", err
+	}
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
+	if err != nil {
+		return "", err
+	}
+	if _, err := f.WriteString(pw + "\n"); err != nil {
+		f.Close()
+		return "", err
+	}
+	return path, f.Close()
 }

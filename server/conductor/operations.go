@@ -35,6 +35,7 @@ const (
 	RuleProvision       = "baremetal:node:set_provision_state"
 	RuleCleanSteps      = "baremetal:node:set_provision_state:clean_steps"
 	RuleServiceSteps    = "baremetal:node:set_provision_state:service_steps"
+	RuleDeploySteps     = "baremetal:node:set_provision_state:deploy_steps"
 	RuleConductorGet    = "baremetal:conductor:get"
 	abortRequestedField = "abort_requested"
 )
@@ -389,29 +390,56 @@ func Verbs() []string {
 // ProvisionRules are the rules a provision request needs, decided from
 // its shape alone so that they are checked before its content: a runbook
 // needs the runbook rule, explicit steps the steps rule besides the
-// provision rule.
-func ProvisionRules(target string, runbook, steps bool) []string {
+// provision rule, and deploy_steps (whatever the target: a request that
+// carries them is refused or runs them) the deploy steps rule.
+func ProvisionRules(target string, runbook, steps, deploySteps bool) []string {
+	var out []string
 	switch {
 	case runbook:
-		return []string{RuleProvisionRunbook}
+		out = []string{RuleProvisionRunbook}
 	case steps && target == "service":
-		return []string{RuleProvision, RuleServiceSteps}
+		out = []string{RuleProvision, RuleServiceSteps}
 	case steps:
-		return []string{RuleProvision, RuleCleanSteps}
+		out = []string{RuleProvision, RuleCleanSteps}
+	default:
+		out = []string{RuleProvision}
 	}
-	return []string{RuleProvision}
+	if deploySteps {
+		out = append(out, RuleDeploySteps)
+	}
+	return out
 }
 
 // Provision checks the caller may see the node (404) and make this kind of
 // request (403), validates the request completely (400), then starts it.
 // An impossible transition is a 409 naming the current state.
 func (o *Ops) Provision(ctx context.Context, ident string, r ProvisionRequest) error {
-	rules := ProvisionRules(r.Target, r.Runbook != "", len(r.CleanSteps) > 0 || len(r.ServiceSteps) > 0)
+	rules := ProvisionRules(r.Target, r.Runbook != "", len(r.CleanSteps) > 0 || len(r.ServiceSteps) > 0, len(r.DeploySteps) > 0)
 	n, err := o.Nodes.Authorized(ctx, ident, rules...)
 	if err != nil {
 		return err
 	}
 	return o.provision(ctx, n, r, false)
+}
+
+// leaseSafe asks LeaseSafe about the steps the caller brought (a
+// deployment's own steps are Anvil's), auditing a refusal.
+func (o *Ops) leaseSafe(ctx context.Context, n *ent.Node, r ProvisionRequest, steps []Step) error {
+	route := StepRoute(r.Target + "_steps")
+	switch {
+	case r.Runbook != "":
+		route = RouteRunbook
+	case slices.Contains(deployVerbs, r.Target):
+		route, steps = RouteDeploySteps, make([]Step, len(r.DeploySteps))
+		for i, d := range r.DeploySteps {
+			steps[i] = d.Step
+		}
+	}
+	err := LeaseSafe(ctx, route, steps)
+	if err != nil {
+		o.Guard.Done(ctx, RuleProvision, "node", n.UUID, err, map[string]any{"target": r.Target, "steps": stepsToAny(steps)})
+	}
+	return err
 }
 
 // inMaintenance names what Ironic refuses on a node in maintenance: manual
@@ -502,6 +530,9 @@ func (o *Ops) provision(ctx context.Context, n *ent.Node, r ProvisionRequest, re
 			return err
 		}
 		steps, r.DisableRamdisk, runbook = rb.Steps, rb.DisableRamdisk, rb.Name
+	}
+	if err := o.leaseSafe(ctx, n, r, steps); err != nil {
+		return err
 	}
 	// In-band inspection boots the agent: a node that cannot is refused
 	// now, not after a boot that cannot happen.

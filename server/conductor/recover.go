@@ -95,7 +95,7 @@ func (o *Ops) Recover(ctx context.Context, ident, action string) (err error) {
 	default:
 		req.ServiceSteps = steps
 	}
-	if _, err := o.Nodes.Authorized(ctx, n.UUID, ProvisionRules(target, runbook != "", runbook == "")...); err != nil {
+	if _, err := o.Nodes.Authorized(ctx, n.UUID, ProvisionRules(target, runbook != "", runbook == "", false)...); err != nil {
 		return err
 	}
 	return o.provision(ctx, n, req, true)

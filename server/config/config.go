@@ -31,6 +31,31 @@ func FileKey(flag string) string { return strings.ReplaceAll(flag, "-", "_") }
 // the file are an error naming them, so a typo does not silently fall back
 // to a default.
 func Apply(fs *pflag.FlagSet, path string) error {
+	return ApplyShared(fs, path, nil)
+}
+
+// DefaultFile is the config file every anvil command reads when neither
+// --config nor ANVIL_CONFIG names one and it exists: the packaged
+// location, so that an operator's `anvil user create` on a packaged host
+// finds the database serve uses.
+const DefaultFile = "/etc/anvil/anvil.yaml"
+
+// File is the config file a command reads: the --config flag or
+// ANVIL_CONFIG if given (""), else def when it exists.
+func File(given, def string) string {
+	if given != "" {
+		return given
+	}
+	if _, err := os.Stat(def); err == nil {
+		return def
+	}
+	return ""
+}
+
+// ApplyShared is Apply for a command that reads a file written for
+// another (serve's settings, read by the operator commands): a key that
+// shared knows and fs does not is skipped rather than refused.
+func ApplyShared(fs *pflag.FlagSet, path string, shared *pflag.FlagSet) error {
 	file := map[string]any{}
 	if path != "" {
 		b, err := os.ReadFile(path)
@@ -41,7 +66,8 @@ func Apply(fs *pflag.FlagSet, path string) error {
 			return fmt.Errorf("config file %s: %w", path, err)
 		}
 		for k := range file {
-			if fs.Lookup(strings.ReplaceAll(k, "_", "-")) == nil {
+			name := strings.ReplaceAll(k, "_", "-")
+			if fs.Lookup(name) == nil && (shared == nil || shared.Lookup(name) == nil) {
 				return fmt.Errorf("config file %s: unknown setting %q", path, k)
 			}
 		}

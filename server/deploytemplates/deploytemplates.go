@@ -124,6 +124,18 @@ func ParseSteps(v any) ([]Step, error) {
 	return out, conductor.ValidateStepShape("steps", cs)
 }
 
+// leaseSafe holds a template's steps to the rule every route to a step
+// obeys (conductor.LeaseSafe): a project scope the policy lets write
+// templates still may not store a step that outlives a lease, since a
+// template's steps run on whichever node asks for its trait.
+func leaseSafe(ctx context.Context, steps []Step) error {
+	cs := make([]conductor.Step, len(steps))
+	for i, st := range steps {
+		cs[i] = conductor.Step{Interface: st.Interface, Step: st.Step, Args: st.Args}
+	}
+	return conductor.LeaseSafe(ctx, conductor.RouteDeployTemplate, cs)
+}
+
 func priority(v any) (int, error) {
 	switch p := v.(type) {
 	case float64:
@@ -181,6 +193,9 @@ func (s *Service) Create(ctx context.Context, in Input) (out *Template, err erro
 	}
 	steps, err := ParseSteps(in.Steps)
 	if err != nil {
+		return nil, err
+	}
+	if err := leaseSafe(ctx, steps); err != nil {
 		return nil, err
 	}
 	if in.Extra == nil {
@@ -387,6 +402,9 @@ func (s *Service) Patch(ctx context.Context, ident string, raw []byte) (out *Tem
 		}
 		steps, err := ParseSteps(after["steps"])
 		if err != nil {
+			return err
+		}
+		if err := leaseSafe(ctx, steps); err != nil {
 			return err
 		}
 		err = tx.DeployTemplate.UpdateOneID(t.ID).SetName(name).SetExtra(extra).Exec(ctx)

@@ -31,6 +31,18 @@ func (d *DB) Backup(ctx context.Context, path string) error {
 	}
 	tmp := path + ".partial"
 	_ = os.Remove(tmp)
+	// A backup holds what the database holds: BMC passwords, the portal's
+	// session keys, token and password hashes. It is created empty, 0600,
+	// before SQLite fills it (VACUUM INTO writes into an empty file and
+	// keeps its mode), so it is never readable by others, not even while
+	// being written.
+	f, err := os.OpenFile(tmp, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
+	if err != nil {
+		return fmt.Errorf("backup %s: %w", path, err)
+	}
+	if err := f.Close(); err != nil {
+		return fmt.Errorf("backup %s: %w", path, err)
+	}
 	if _, err := d.SQL.ExecContext(ctx, "VACUUM INTO ?", tmp); err != nil {
 		_ = os.Remove(tmp)
 		return fmt.Errorf("backup %s: %w", path, err)

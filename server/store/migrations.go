@@ -234,6 +234,19 @@ func (d *DB) Version(ctx context.Context) (int, error) {
 	return version(ctx, d.SQL, d.Dialect)
 }
 
+// HasSchema says whether the database holds Anvil's tables: a schema
+// version, or the nodes table of a database from before versioned
+// migrations. An operator command refuses a database without them
+// rather than create them.
+func (d *DB) HasSchema(ctx context.Context) (bool, error) {
+	q := "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name IN ('" + versionTable + "', 'nodes')"
+	if d.Dialect == dialect.Postgres {
+		q = "SELECT count(*) FROM pg_tables WHERE schemaname = current_schema() AND tablename IN ('" + versionTable + "', 'nodes')"
+	}
+	n, err := scanInt(ctx, d.SQL, q)
+	return n > 0, err
+}
+
 func version(ctx context.Context, q entsql.ExecQuerier, dia string) (int, error) {
 	exists := "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = '" + versionTable + "'"
 	if dia == dialect.Postgres {
