@@ -1,10 +1,18 @@
 package api_test
 
 import (
+	"bytes"
+	"crypto/rand"
+	"io"
+	"os"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/anvilproject/anvil/server"
+	"github.com/anvilproject/anvil/server/agent/agenttest"
 	"github.com/anvilproject/anvil/server/bmc/bmctest"
+	"github.com/anvilproject/anvil/server/conductor"
 	"github.com/anvilproject/anvil/server/servertest"
 	"github.com/anvilproject/anvil/server/store"
 	"github.com/anvilproject/anvil/server/store/storetest"
@@ -113,6 +121,130 @@ func TestWipeFailsClosed(t *testing.T) {
 		recs = wipeRecords(t, lessee, fid)
 		if len(recs) != 1 || recs[0]["result"] != "not wiped" || recs[0]["policy"] != "none" || !strings.Contains(recs[0]["message"].(string), "fake hardware") {
 			t.Errorf("fake node's wipe records: %v", recs)
+		}
+	})
+}
+
+// plantMarker writes marker at each offset of disk.
+func plantMarker(t *testing.T, disk string, marker []byte, offsets []int64) {
+	t.Helper()
+	f, err := os.OpenFile(disk, os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	for _, off := range offsets {
+		if _, err := f.WriteAt(marker, off); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := f.Sync(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// markerPieces counts where any 16-byte piece of marker occurs on the
+// whole of disk, read from its first byte to its last.
+func markerPieces(t *testing.T, disk string, marker []byte) int {
+	t.Helper()
+	f, err := os.Open(disk)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	var pieces [][]byte
+	for i := 0; i+16 <= len(marker); i += 16 {
+		pieces = append(pieces, marker[i:i+16])
+	}
+	const chunk = 8 << 20
+	buf := make([]byte, chunk+len(marker))
+	found, carry := 0, 0
+	for {
+		n, err := io.ReadFull(f, buf[carry:carry+chunk])
+		data := buf[:carry+n]
+		for _, p := range pieces {
+			found += bytes.Count(data, p)
+		}
+		if err == io.EOF || err == io.ErrUnexpectedEOF {
+			return found
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Keep the tail, less one byte, so a piece across two chunks is
+		// seen once.
+		carry = copy(buf, data[len(data)-15:])
+	}
+}
+
+// TestWipePolicies: with the real agent booted only from what Anvil
+// serves (an ISO Anvil builds), a marker planted on the loop disk (random
+// bytes in the partition table's sectors, in data areas and at the end)
+// is gone from the whole device after provide with the express and full
+// policies, and still there after metadata; each provide leaves a wipe
+// record the lessee's reader reads, naming the disk, its method and the
+// result.
+func TestWipePolicies(t *testing.T) {
+	agenttest.Need(t)
+	storetest.Each(t, func(t *testing.T, setting string, _ *store.DB) {
+		// No random passes: the full overwrite is one pass of zeros,
+		// which still leaves no byte of the disk unwritten.
+		rg := newRigWith(t, setting, server.Options{BootISODir: t.TempDir(),
+			Conductor: conductor.Config{Agent: conductor.AgentConfig{HeartbeatTimeout: 30 * time.Second, WipePasses: 0}}}, 1)
+		base, _, _, _ := bootFiles(t)
+		rg.boot = map[string]any{"deploy_kernel": base + "vmlinuz", "deploy_ramdisk": base + "initrd", "bootloader": base + "esp.img"}
+		admin, member, lessee := rg.cs["system-admin"], rg.cs["owner-member"], rg.cs["lessee-reader"]
+		id, disk := rg.node(t, 0, "wipe1", true, nil)
+		size, err := os.OpenFile(disk, os.O_RDONLY, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		end, _ := size.Seek(0, io.SeekEnd)
+		size.Close()
+		offsets := []int64{0, 512 + 100, 1 << 20, 16<<20 + 4096 + 7, 1 << 30, 3<<30 + 12345, end - 1<<20, end - 64}
+		for _, policy := range []string{"express", "full", "metadata"} {
+			marker := make([]byte, 64)
+			_, _ = rand.Read(marker)
+			run(t, "sgdisk", "-o", "-n", "1:2048:+16M", disk)
+			plantMarker(t, disk, marker, offsets)
+			planted := markerPieces(t, disk, marker)
+			if planted < len(offsets)*4 {
+				t.Fatalf("%s: planted marker found %d times", policy, planted)
+			}
+			mustStatus(t, admin.Do(t, "PATCH", "/v1/nodes/"+id, []map[string]any{{"op": "add", "path": "/driver_info/anvil_wipe", "value": policy}}), 200)
+			provision(t, member, id, map[string]any{"target": "provide"}, 202)
+			waitFor(t, admin, id, "available", rg.rack)
+			left := markerPieces(t, disk, marker)
+			switch {
+			case policy == "metadata" && left == 0:
+				t.Errorf("metadata: the marker is gone from the disk; it erases partition tables only")
+			case policy != "metadata" && left != 0:
+				t.Errorf("%s: %d pieces of the marker are still on the disk", policy, left)
+			}
+			recs := wipeRecords(t, lessee, id)
+			if len(recs) == 0 {
+				t.Fatalf("%s: the lessee reads no wipe record", policy)
+			}
+			rec := recs[0]
+			disks, _ := rec["disks"].([]any)
+			if rec["result"] != "wiped" || rec["policy"] != policy || len(disks) != 1 {
+				t.Fatalf("%s: record %v", policy, rec)
+			}
+			d := disks[0].(map[string]any)
+			method, _ := d["method"].(string)
+			want := map[string]string{"express": "else a full overwrite (erase_devices)", "full": "full overwrite: 0 random pass(es), then zeros",
+				"metadata": "metadata: partition tables"}[policy]
+			if d["name"] != disk || d["serial"] == nil || d["size"] == nil || !strings.Contains(method, want) {
+				t.Errorf("%s: record's disk %v, want %s and method %q", policy, d, disk, want)
+			}
+			page := lessee.Do(t, "GET", "/v1/wipe_records/"+rec["uuid"].(string), nil)
+			mustStatus(t, page, 200)
+			if !historyHas(t, lessee, id, "Wipe ("+policy+" policy) wiped") {
+				t.Errorf("%s: no wipe event in the node's history", policy)
+			}
+			t.Logf("%s: marker pieces before %d, after %d; wipe took %v s", policy, planted, left, rec["duration_seconds"])
+			provision(t, admin, id, map[string]any{"target": "manage"}, 202)
+			waitFor(t, admin, id, "manageable", rg.rack)
 		}
 	})
 }

@@ -70,6 +70,22 @@ func (c *Conductor) WipePolicy(n *ent.Node) string {
 	return WipeExpress
 }
 
+// WipePromise says what automated cleaning does to n's disks, as a
+// tenant reads it before releasing the node: it never says wiped for a
+// node that is not.
+func (c *Conductor) WipePromise(n *ent.Node) string {
+	if why := noWipe(n); why != "" {
+		return "Its disks are not wiped: " + strings.TrimSuffix(strings.TrimPrefix(why, "none ("), ")") + "."
+	}
+	switch c.WipePolicy(n) {
+	case WipeMetadata:
+		return "Only its disks' partition tables and signatures are erased (wipe policy metadata): the data on them stays."
+	case WipeFull:
+		return "Every byte of its disks is overwritten (wipe policy full)."
+	}
+	return "Its disks are wiped (wipe policy express: NVMe format or ATA secure erase where the disk has it, else every byte overwritten)."
+}
+
 // wipeSteps are the agent's steps of a policy, in the order they run.
 func wipeSteps(policy string) []Step {
 	switch policy {
