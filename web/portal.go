@@ -19,7 +19,6 @@ import (
 	"github.com/anvilproject/anvil/policies"
 	"github.com/anvilproject/anvil/server/allocations"
 	"github.com/anvilproject/anvil/server/campaigns"
-	"github.com/anvilproject/anvil/server/wipes"
 	"github.com/anvilproject/anvil/server/clientip"
 	"github.com/anvilproject/anvil/server/conductor"
 	"github.com/anvilproject/anvil/server/deployimages"
@@ -31,6 +30,7 @@ import (
 	"github.com/anvilproject/anvil/server/ports"
 	"github.com/anvilproject/anvil/server/runbooks"
 	"github.com/anvilproject/anvil/server/store"
+	"github.com/anvilproject/anvil/server/wipes"
 	"github.com/anvilproject/anvil/static"
 	"github.com/anvilproject/anvil/views"
 )
