@@ -122,6 +122,12 @@ func newRigWith(t *testing.T, setting string, o server.Options, systems int) *ri
 	agenttest.Need(t)
 	rg := &rig{logs: t.TempDir(), im: agenttest.ServeImage(t, "ANVIL-IMAGE-MARKER")}
 	o.Conductor.Agent.LogDir, o.Conductor.Agent.Poll = rg.logs, 500*time.Millisecond
+	if o.Conductor.Agent.Wipe == "" {
+		// Tests not about wipe depth wipe metadata only: the default
+		// express overwrites the whole 5 GiB loop disk, a minute per
+		// cleaning. TestWipePolicies covers every policy.
+		o.Conductor.Agent.Wipe = conductor.WipeMetadata
+	}
 	rg.srv, rg.cs = startLocal(t, setting, o)
 	rg.rack = agenttest.NewRack(t, rg.srv.URL)
 	// The agent retries a failed download 9 times 10 s apart; once
