@@ -45,6 +45,7 @@ import (
 	"github.com/anvilproject/anvil/ent/user"
 	"github.com/anvilproject/anvil/ent/volumeconnector"
 	"github.com/anvilproject/anvil/ent/volumetarget"
+	"github.com/anvilproject/anvil/ent/wiperecord"
 
 	stdsql "database/sql"
 )
@@ -114,6 +115,8 @@ type Client struct {
 	VolumeConnector *VolumeConnectorClient
 	// VolumeTarget is the client for interacting with the VolumeTarget builders.
 	VolumeTarget *VolumeTargetClient
+	// WipeRecord is the client for interacting with the WipeRecord builders.
+	WipeRecord *WipeRecordClient
 }
 
 // NewClient creates a new client configured with the given options.
@@ -155,6 +158,7 @@ func (c *Client) init() {
 	c.User = NewUserClient(c.config)
 	c.VolumeConnector = NewVolumeConnectorClient(c.config)
 	c.VolumeTarget = NewVolumeTargetClient(c.config)
+	c.WipeRecord = NewWipeRecordClient(c.config)
 }
 
 type (
@@ -277,6 +281,7 @@ func (c *Client) Tx(ctx context.Context) (*Tx, error) {
 		User:               NewUserClient(cfg),
 		VolumeConnector:    NewVolumeConnectorClient(cfg),
 		VolumeTarget:       NewVolumeTargetClient(cfg),
+		WipeRecord:         NewWipeRecordClient(cfg),
 	}, nil
 }
 
@@ -326,6 +331,7 @@ func (c *Client) BeginTx(ctx context.Context, opts *sql.TxOptions) (*Tx, error) 
 		User:               NewUserClient(cfg),
 		VolumeConnector:    NewVolumeConnectorClient(cfg),
 		VolumeTarget:       NewVolumeTargetClient(cfg),
+		WipeRecord:         NewWipeRecordClient(cfg),
 	}, nil
 }
 
@@ -360,7 +366,7 @@ func (c *Client) Use(hooks ...Hook) {
 		c.DeployTemplateStep, c.FirmwareComponent, c.InspectionRule, c.Node,
 		c.NodeEvent, c.NodeInventory, c.NodeScreenshot, c.PolicyOverride, c.Port,
 		c.PortalSession, c.Portgroup, c.RoleAssignment, c.Runbook, c.RunbookStep,
-		c.Setting, c.Trait, c.User, c.VolumeConnector, c.VolumeTarget,
+		c.Setting, c.Trait, c.User, c.VolumeConnector, c.VolumeTarget, c.WipeRecord,
 	} {
 		n.Use(hooks...)
 	}
@@ -375,7 +381,7 @@ func (c *Client) Intercept(interceptors ...Interceptor) {
 		c.DeployTemplateStep, c.FirmwareComponent, c.InspectionRule, c.Node,
 		c.NodeEvent, c.NodeInventory, c.NodeScreenshot, c.PolicyOverride, c.Port,
 		c.PortalSession, c.Portgroup, c.RoleAssignment, c.Runbook, c.RunbookStep,
-		c.Setting, c.Trait, c.User, c.VolumeConnector, c.VolumeTarget,
+		c.Setting, c.Trait, c.User, c.VolumeConnector, c.VolumeTarget, c.WipeRecord,
 	} {
 		n.Intercept(interceptors...)
 	}
@@ -444,6 +450,8 @@ func (c *Client) Mutate(ctx context.Context, m Mutation) (Value, error) {
 		return c.VolumeConnector.mutate(ctx, m)
 	case *VolumeTargetMutation:
 		return c.VolumeTarget.mutate(ctx, m)
+	case *WipeRecordMutation:
+		return c.WipeRecord.mutate(ctx, m)
 	default:
 		return nil, fmt.Errorf("ent: unknown mutation type %T", m)
 	}
@@ -4999,6 +5007,139 @@ func (c *VolumeTargetClient) mutate(ctx context.Context, m *VolumeTargetMutation
 	}
 }
 
+// WipeRecordClient is a client for the WipeRecord schema.
+type WipeRecordClient struct {
+	config
+}
+
+// NewWipeRecordClient returns a client for the WipeRecord from the given config.
+func NewWipeRecordClient(c config) *WipeRecordClient {
+	return &WipeRecordClient{config: c}
+}
+
+// Use adds a list of mutation hooks to the hooks stack.
+// A call to `Use(f, g, h)` equals to `wiperecord.Hooks(f(g(h())))`.
+func (c *WipeRecordClient) Use(hooks ...Hook) {
+	c.hooks.WipeRecord = append(c.hooks.WipeRecord, hooks...)
+}
+
+// Intercept adds a list of query interceptors to the interceptors stack.
+// A call to `Intercept(f, g, h)` equals to `wiperecord.Intercept(f(g(h())))`.
+func (c *WipeRecordClient) Intercept(interceptors ...Interceptor) {
+	c.inters.WipeRecord = append(c.inters.WipeRecord, interceptors...)
+}
+
+// Create returns a builder for creating a WipeRecord entity.
+func (c *WipeRecordClient) Create() *WipeRecordCreate {
+	mutation := newWipeRecordMutation(c.config, OpCreate)
+	return &WipeRecordCreate{config: c.config, hooks: c.Hooks(), mutation: mutation}
+}
+
+// CreateBulk returns a builder for creating a bulk of WipeRecord entities.
+func (c *WipeRecordClient) CreateBulk(builders ...*WipeRecordCreate) *WipeRecordCreateBulk {
+	return &WipeRecordCreateBulk{config: c.config, builders: builders}
+}
+
+// MapCreateBulk creates a bulk creation builder from the given slice. For each item in the slice, the function creates
+// a builder and applies setFunc on it.
+func (c *WipeRecordClient) MapCreateBulk(slice any, setFunc func(*WipeRecordCreate, int)) *WipeRecordCreateBulk {
+	rv := reflect.ValueOf(slice)
+	if rv.Kind() != reflect.Slice {
+		return &WipeRecordCreateBulk{err: fmt.Errorf("calling to WipeRecordClient.MapCreateBulk with wrong type %T, need slice", slice)}
+	}
+	builders := make([]*WipeRecordCreate, rv.Len())
+	for i := 0; i < rv.Len(); i++ {
+		builders[i] = c.Create()
+		setFunc(builders[i], i)
+	}
+	return &WipeRecordCreateBulk{config: c.config, builders: builders}
+}
+
+// Update returns an update builder for WipeRecord.
+func (c *WipeRecordClient) Update() *WipeRecordUpdate {
+	mutation := newWipeRecordMutation(c.config, OpUpdate)
+	return &WipeRecordUpdate{config: c.config, hooks: c.Hooks(), mutation: mutation}
+}
+
+// UpdateOne returns an update builder for the given entity.
+func (c *WipeRecordClient) UpdateOne(_m *WipeRecord) *WipeRecordUpdateOne {
+	mutation := newWipeRecordMutation(c.config, OpUpdateOne, withWipeRecord(_m))
+	return &WipeRecordUpdateOne{config: c.config, hooks: c.Hooks(), mutation: mutation}
+}
+
+// UpdateOneID returns an update builder for the given id.
+func (c *WipeRecordClient) UpdateOneID(id int) *WipeRecordUpdateOne {
+	mutation := newWipeRecordMutation(c.config, OpUpdateOne, withWipeRecordID(id))
+	return &WipeRecordUpdateOne{config: c.config, hooks: c.Hooks(), mutation: mutation}
+}
+
+// Delete returns a delete builder for WipeRecord.
+func (c *WipeRecordClient) Delete() *WipeRecordDelete {
+	mutation := newWipeRecordMutation(c.config, OpDelete)
+	return &WipeRecordDelete{config: c.config, hooks: c.Hooks(), mutation: mutation}
+}
+
+// DeleteOne returns a builder for deleting the given entity.
+func (c *WipeRecordClient) DeleteOne(_m *WipeRecord) *WipeRecordDeleteOne {
+	return c.DeleteOneID(_m.ID)
+}
+
+// DeleteOneID returns a builder for deleting the given entity by its id.
+func (c *WipeRecordClient) DeleteOneID(id int) *WipeRecordDeleteOne {
+	builder := c.Delete().Where(wiperecord.ID(id))
+	builder.mutation.id = &id
+	builder.mutation.op = OpDeleteOne
+	return &WipeRecordDeleteOne{builder}
+}
+
+// Query returns a query builder for WipeRecord.
+func (c *WipeRecordClient) Query() *WipeRecordQuery {
+	return &WipeRecordQuery{
+		config: c.config,
+		ctx:    &QueryContext{Type: TypeWipeRecord},
+		inters: c.Interceptors(),
+	}
+}
+
+// Get returns a WipeRecord entity by its id.
+func (c *WipeRecordClient) Get(ctx context.Context, id int) (*WipeRecord, error) {
+	return c.Query().Where(wiperecord.ID(id)).Only(ctx)
+}
+
+// GetX is like Get, but panics if an error occurs.
+func (c *WipeRecordClient) GetX(ctx context.Context, id int) *WipeRecord {
+	obj, err := c.Get(ctx, id)
+	if err != nil {
+		panic(err)
+	}
+	return obj
+}
+
+// Hooks returns the client hooks.
+func (c *WipeRecordClient) Hooks() []Hook {
+	return c.hooks.WipeRecord
+}
+
+// Interceptors returns the client interceptors.
+func (c *WipeRecordClient) Interceptors() []Interceptor {
+	return c.inters.WipeRecord
+}
+
+func (c *WipeRecordClient) mutate(ctx context.Context, m *WipeRecordMutation) (Value, error) {
+	switch m.Op() {
+	case OpCreate:
+		return (&WipeRecordCreate{config: c.config, hooks: c.Hooks(), mutation: m}).Save(ctx)
+	case OpUpdate:
+		return (&WipeRecordUpdate{config: c.config, hooks: c.Hooks(), mutation: m}).Save(ctx)
+	case OpUpdateOne:
+		return (&WipeRecordUpdateOne{config: c.config, hooks: c.Hooks(), mutation: m}).Save(ctx)
+	case OpDelete, OpDeleteOne:
+		return (&WipeRecordDelete{config: c.config, hooks: c.Hooks(), mutation: m}).Exec(ctx)
+	default:
+		return nil, fmt.Errorf("ent: unknown WipeRecord mutation op: %q", m.Op())
+	}
+}
+
 // hooks and interceptors per client, for fast access.
 type (
 	hooks struct {
@@ -5007,7 +5148,7 @@ type (
 		DeployTemplateStep, FirmwareComponent, InspectionRule, Node, NodeEvent,
 		NodeInventory, NodeScreenshot, PolicyOverride, Port, PortalSession, Portgroup,
 		RoleAssignment, Runbook, RunbookStep, Setting, Trait, User, VolumeConnector,
-		VolumeTarget []ent.Hook
+		VolumeTarget, WipeRecord []ent.Hook
 	}
 	inters struct {
 		APIToken, Allocation, AuditEvent, BiosSetting, BulkRun, Campaign,
@@ -5015,7 +5156,7 @@ type (
 		DeployTemplateStep, FirmwareComponent, InspectionRule, Node, NodeEvent,
 		NodeInventory, NodeScreenshot, PolicyOverride, Port, PortalSession, Portgroup,
 		RoleAssignment, Runbook, RunbookStep, Setting, Trait, User, VolumeConnector,
-		VolumeTarget []ent.Interceptor
+		VolumeTarget, WipeRecord []ent.Interceptor
 	}
 )
 

@@ -42,6 +42,7 @@ import (
 	"github.com/anvilproject/anvil/ent/user"
 	"github.com/anvilproject/anvil/ent/volumeconnector"
 	"github.com/anvilproject/anvil/ent/volumetarget"
+	"github.com/anvilproject/anvil/ent/wiperecord"
 )
 
 // ent aliases to avoid import conflicts in user's code.
@@ -132,6 +133,7 @@ func checkColumn(t, c string) error {
 			user.Table:               user.ValidColumn,
 			volumeconnector.Table:    volumeconnector.ValidColumn,
 			volumetarget.Table:       volumetarget.ValidColumn,
+			wiperecord.Table:         wiperecord.ValidColumn,
 		})
 	})
 	return columnCheck(t, c)

@@ -42,6 +42,7 @@ import (
 	"github.com/anvilproject/anvil/ent/user"
 	"github.com/anvilproject/anvil/ent/volumeconnector"
 	"github.com/anvilproject/anvil/ent/volumetarget"
+	"github.com/anvilproject/anvil/ent/wiperecord"
 )
 
 const (
@@ -83,6 +84,7 @@ const (
 	TypeUser               = "User"
 	TypeVolumeConnector    = "VolumeConnector"
 	TypeVolumeTarget       = "VolumeTarget"
+	TypeWipeRecord         = "WipeRecord"
 )
 
 // APITokenMutation represents an operation that mutates the APIToken nodes in the graph.
@@ -30658,4 +30660,1200 @@ func (m *VolumeTargetMutation) ResetEdge(name string) error {
 		return nil
 	}
 	return fmt.Errorf("unknown VolumeTarget edge %s", name)
+}
+
+// WipeRecordMutation represents an operation that mutates the WipeRecord nodes in the graph.
+type WipeRecordMutation struct {
+	config
+	op               Op
+	typ              string
+	id               *int
+	uuid             *string
+	node_uuid        *string
+	node_name        *string
+	owner            *string
+	lessee           *string
+	allocation       *string
+	allocation_owner *string
+	policy           *string
+	result           *string
+	message          *string
+	disks            *[]map[string]interface{}
+	appenddisks      []map[string]interface{}
+	agent_log        *string
+	conductor        *string
+	started_at       *time.Time
+	finished_at      *time.Time
+	clearedFields    map[string]struct{}
+	done             bool
+	oldValue         func(context.Context) (*WipeRecord, error)
+	predicates       []predicate.WipeRecord
+}
+
+var _ ent.Mutation = (*WipeRecordMutation)(nil)
+
+// wiperecordOption allows management of the mutation configuration using functional options.
+type wiperecordOption func(*WipeRecordMutation)
+
+// newWipeRecordMutation creates new mutation for the WipeRecord entity.
+func newWipeRecordMutation(c config, op Op, opts ...wiperecordOption) *WipeRecordMutation {
+	m := &WipeRecordMutation{
+		config:        c,
+		op:            op,
+		typ:           TypeWipeRecord,
+		clearedFields: make(map[string]struct{}),
+	}
+	for _, opt := range opts {
+		opt(m)
+	}
+	return m
+}
+
+// withWipeRecordID sets the ID field of the mutation.
+func withWipeRecordID(id int) wiperecordOption {
+	return func(m *WipeRecordMutation) {
+		var (
+			err   error
+			once  sync.Once
+			value *WipeRecord
+		)
+		m.oldValue = func(ctx context.Context) (*WipeRecord, error) {
+			once.Do(func() {
+				if m.done {
+					err = errors.New("querying old values post mutation is not allowed")
+				} else {
+					value, err = m.Client().WipeRecord.Get(ctx, id)
+				}
+			})
+			return value, err
+		}
+		m.id = &id
+	}
+}
+
+// withWipeRecord sets the old WipeRecord of the mutation.
+func withWipeRecord(node *WipeRecord) wiperecordOption {
+	return func(m *WipeRecordMutation) {
+		m.oldValue = func(context.Context) (*WipeRecord, error) {
+			return node, nil
+		}
+		m.id = &node.ID
+	}
+}
+
+// Client returns a new `ent.Client` from the mutation. If the mutation was
+// executed in a transaction (ent.Tx), a transactional client is returned.
+func (m WipeRecordMutation) Client() *Client {
+	client := &Client{config: m.config}
+	client.init()
+	return client
+}
+
+// Tx returns an `ent.Tx` for mutations that were executed in transactions;
+// it returns an error otherwise.
+func (m WipeRecordMutation) Tx() (*Tx, error) {
+	if _, ok := m.driver.(*txDriver); !ok {
+		return nil, errors.New("ent: mutation is not running in a transaction")
+	}
+	tx := &Tx{config: m.config}
+	tx.init()
+	return tx, nil
+}
+
+// ID returns the ID value in the mutation. Note that the ID is only available
+// if it was provided to the builder or after it was returned from the database.
+func (m *WipeRecordMutation) ID() (id int, exists bool) {
+	if m.id == nil {
+		return
+	}
+	return *m.id, true
+}
+
+// IDs queries the database and returns the entity ids that match the mutation's predicate.
+// That means, if the mutation is applied within a transaction with an isolation level such
+// as sql.LevelSerializable, the returned ids match the ids of the rows that will be updated
+// or updated by the mutation.
+func (m *WipeRecordMutation) IDs(ctx context.Context) ([]int, error) {
+	switch {
+	case m.op.Is(OpUpdateOne | OpDeleteOne):
+		id, exists := m.ID()
+		if exists {
+			return []int{id}, nil
+		}
+		fallthrough
+	case m.op.Is(OpUpdate | OpDelete):
+		return m.Client().WipeRecord.Query().Where(m.predicates...).IDs(ctx)
+	default:
+		return nil, fmt.Errorf("IDs is not allowed on %s operations", m.op)
+	}
+}
+
+// SetUUID sets the "uuid" field.
+func (m *WipeRecordMutation) SetUUID(s string) {
+	m.uuid = &s
+}
+
+// UUID returns the value of the "uuid" field in the mutation.
+func (m *WipeRecordMutation) UUID() (r string, exists bool) {
+	v := m.uuid
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldUUID returns the old "uuid" field's value of the WipeRecord entity.
+// If the WipeRecord object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *WipeRecordMutation) OldUUID(ctx context.Context) (v string, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldUUID is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldUUID requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldUUID: %w", err)
+	}
+	return oldValue.UUID, nil
+}
+
+// ResetUUID resets all changes to the "uuid" field.
+func (m *WipeRecordMutation) ResetUUID() {
+	m.uuid = nil
+}
+
+// SetNodeUUID sets the "node_uuid" field.
+func (m *WipeRecordMutation) SetNodeUUID(s string) {
+	m.node_uuid = &s
+}
+
+// NodeUUID returns the value of the "node_uuid" field in the mutation.
+func (m *WipeRecordMutation) NodeUUID() (r string, exists bool) {
+	v := m.node_uuid
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldNodeUUID returns the old "node_uuid" field's value of the WipeRecord entity.
+// If the WipeRecord object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *WipeRecordMutation) OldNodeUUID(ctx context.Context) (v string, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldNodeUUID is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldNodeUUID requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldNodeUUID: %w", err)
+	}
+	return oldValue.NodeUUID, nil
+}
+
+// ResetNodeUUID resets all changes to the "node_uuid" field.
+func (m *WipeRecordMutation) ResetNodeUUID() {
+	m.node_uuid = nil
+}
+
+// SetNodeName sets the "node_name" field.
+func (m *WipeRecordMutation) SetNodeName(s string) {
+	m.node_name = &s
+}
+
+// NodeName returns the value of the "node_name" field in the mutation.
+func (m *WipeRecordMutation) NodeName() (r string, exists bool) {
+	v := m.node_name
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldNodeName returns the old "node_name" field's value of the WipeRecord entity.
+// If the WipeRecord object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *WipeRecordMutation) OldNodeName(ctx context.Context) (v *string, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldNodeName is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldNodeName requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldNodeName: %w", err)
+	}
+	return oldValue.NodeName, nil
+}
+
+// ClearNodeName clears the value of the "node_name" field.
+func (m *WipeRecordMutation) ClearNodeName() {
+	m.node_name = nil
+	m.clearedFields[wiperecord.FieldNodeName] = struct{}{}
+}
+
+// NodeNameCleared returns if the "node_name" field was cleared in this mutation.
+func (m *WipeRecordMutation) NodeNameCleared() bool {
+	_, ok := m.clearedFields[wiperecord.FieldNodeName]
+	return ok
+}
+
+// ResetNodeName resets all changes to the "node_name" field.
+func (m *WipeRecordMutation) ResetNodeName() {
+	m.node_name = nil
+	delete(m.clearedFields, wiperecord.FieldNodeName)
+}
+
+// SetOwner sets the "owner" field.
+func (m *WipeRecordMutation) SetOwner(s string) {
+	m.owner = &s
+}
+
+// Owner returns the value of the "owner" field in the mutation.
+func (m *WipeRecordMutation) Owner() (r string, exists bool) {
+	v := m.owner
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldOwner returns the old "owner" field's value of the WipeRecord entity.
+// If the WipeRecord object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *WipeRecordMutation) OldOwner(ctx context.Context) (v *string, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldOwner is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldOwner requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldOwner: %w", err)
+	}
+	return oldValue.Owner, nil
+}
+
+// ClearOwner clears the value of the "owner" field.
+func (m *WipeRecordMutation) ClearOwner() {
+	m.owner = nil
+	m.clearedFields[wiperecord.FieldOwner] = struct{}{}
+}
+
+// OwnerCleared returns if the "owner" field was cleared in this mutation.
+func (m *WipeRecordMutation) OwnerCleared() bool {
+	_, ok := m.clearedFields[wiperecord.FieldOwner]
+	return ok
+}
+
+// ResetOwner resets all changes to the "owner" field.
+func (m *WipeRecordMutation) ResetOwner() {
+	m.owner = nil
+	delete(m.clearedFields, wiperecord.FieldOwner)
+}
+
+// SetLessee sets the "lessee" field.
+func (m *WipeRecordMutation) SetLessee(s string) {
+	m.lessee = &s
+}
+
+// Lessee returns the value of the "lessee" field in the mutation.
+func (m *WipeRecordMutation) Lessee() (r string, exists bool) {
+	v := m.lessee
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldLessee returns the old "lessee" field's value of the WipeRecord entity.
+// If the WipeRecord object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *WipeRecordMutation) OldLessee(ctx context.Context) (v *string, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldLessee is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldLessee requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldLessee: %w", err)
+	}
+	return oldValue.Lessee, nil
+}
+
+// ClearLessee clears the value of the "lessee" field.
+func (m *WipeRecordMutation) ClearLessee() {
+	m.lessee = nil
+	m.clearedFields[wiperecord.FieldLessee] = struct{}{}
+}
+
+// LesseeCleared returns if the "lessee" field was cleared in this mutation.
+func (m *WipeRecordMutation) LesseeCleared() bool {
+	_, ok := m.clearedFields[wiperecord.FieldLessee]
+	return ok
+}
+
+// ResetLessee resets all changes to the "lessee" field.
+func (m *WipeRecordMutation) ResetLessee() {
+	m.lessee = nil
+	delete(m.clearedFields, wiperecord.FieldLessee)
+}
+
+// SetAllocation sets the "allocation" field.
+func (m *WipeRecordMutation) SetAllocation(s string) {
+	m.allocation = &s
+}
+
+// Allocation returns the value of the "allocation" field in the mutation.
+func (m *WipeRecordMutation) Allocation() (r string, exists bool) {
+	v := m.allocation
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldAllocation returns the old "allocation" field's value of the WipeRecord entity.
+// If the WipeRecord object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *WipeRecordMutation) OldAllocation(ctx context.Context) (v *string, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldAllocation is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldAllocation requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldAllocation: %w", err)
+	}
+	return oldValue.Allocation, nil
+}
+
+// ClearAllocation clears the value of the "allocation" field.
+func (m *WipeRecordMutation) ClearAllocation() {
+	m.allocation = nil
+	m.clearedFields[wiperecord.FieldAllocation] = struct{}{}
+}
+
+// AllocationCleared returns if the "allocation" field was cleared in this mutation.
+func (m *WipeRecordMutation) AllocationCleared() bool {
+	_, ok := m.clearedFields[wiperecord.FieldAllocation]
+	return ok
+}
+
+// ResetAllocation resets all changes to the "allocation" field.
+func (m *WipeRecordMutation) ResetAllocation() {
+	m.allocation = nil
+	delete(m.clearedFields, wiperecord.FieldAllocation)
+}
+
+// SetAllocationOwner sets the "allocation_owner" field.
+func (m *WipeRecordMutation) SetAllocationOwner(s string) {
+	m.allocation_owner = &s
+}
+
+// AllocationOwner returns the value of the "allocation_owner" field in the mutation.
+func (m *WipeRecordMutation) AllocationOwner() (r string, exists bool) {
+	v := m.allocation_owner
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldAllocationOwner returns the old "allocation_owner" field's value of the WipeRecord entity.
+// If the WipeRecord object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *WipeRecordMutation) OldAllocationOwner(ctx context.Context) (v *string, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldAllocationOwner is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldAllocationOwner requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldAllocationOwner: %w", err)
+	}
+	return oldValue.AllocationOwner, nil
+}
+
+// ClearAllocationOwner clears the value of the "allocation_owner" field.
+func (m *WipeRecordMutation) ClearAllocationOwner() {
+	m.allocation_owner = nil
+	m.clearedFields[wiperecord.FieldAllocationOwner] = struct{}{}
+}
+
+// AllocationOwnerCleared returns if the "allocation_owner" field was cleared in this mutation.
+func (m *WipeRecordMutation) AllocationOwnerCleared() bool {
+	_, ok := m.clearedFields[wiperecord.FieldAllocationOwner]
+	return ok
+}
+
+// ResetAllocationOwner resets all changes to the "allocation_owner" field.
+func (m *WipeRecordMutation) ResetAllocationOwner() {
+	m.allocation_owner = nil
+	delete(m.clearedFields, wiperecord.FieldAllocationOwner)
+}
+
+// SetPolicy sets the "policy" field.
+func (m *WipeRecordMutation) SetPolicy(s string) {
+	m.policy = &s
+}
+
+// Policy returns the value of the "policy" field in the mutation.
+func (m *WipeRecordMutation) Policy() (r string, exists bool) {
+	v := m.policy
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldPolicy returns the old "policy" field's value of the WipeRecord entity.
+// If the WipeRecord object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *WipeRecordMutation) OldPolicy(ctx context.Context) (v string, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldPolicy is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldPolicy requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldPolicy: %w", err)
+	}
+	return oldValue.Policy, nil
+}
+
+// ResetPolicy resets all changes to the "policy" field.
+func (m *WipeRecordMutation) ResetPolicy() {
+	m.policy = nil
+}
+
+// SetResult sets the "result" field.
+func (m *WipeRecordMutation) SetResult(s string) {
+	m.result = &s
+}
+
+// Result returns the value of the "result" field in the mutation.
+func (m *WipeRecordMutation) Result() (r string, exists bool) {
+	v := m.result
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldResult returns the old "result" field's value of the WipeRecord entity.
+// If the WipeRecord object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *WipeRecordMutation) OldResult(ctx context.Context) (v string, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldResult is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldResult requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldResult: %w", err)
+	}
+	return oldValue.Result, nil
+}
+
+// ResetResult resets all changes to the "result" field.
+func (m *WipeRecordMutation) ResetResult() {
+	m.result = nil
+}
+
+// SetMessage sets the "message" field.
+func (m *WipeRecordMutation) SetMessage(s string) {
+	m.message = &s
+}
+
+// Message returns the value of the "message" field in the mutation.
+func (m *WipeRecordMutation) Message() (r string, exists bool) {
+	v := m.message
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldMessage returns the old "message" field's value of the WipeRecord entity.
+// If the WipeRecord object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *WipeRecordMutation) OldMessage(ctx context.Context) (v string, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldMessage is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldMessage requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldMessage: %w", err)
+	}
+	return oldValue.Message, nil
+}
+
+// ResetMessage resets all changes to the "message" field.
+func (m *WipeRecordMutation) ResetMessage() {
+	m.message = nil
+}
+
+// SetDisks sets the "disks" field.
+func (m *WipeRecordMutation) SetDisks(value []map[string]interface{}) {
+	m.disks = &value
+	m.appenddisks = nil
+}
+
+// Disks returns the value of the "disks" field in the mutation.
+func (m *WipeRecordMutation) Disks() (r []map[string]interface{}, exists bool) {
+	v := m.disks
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldDisks returns the old "disks" field's value of the WipeRecord entity.
+// If the WipeRecord object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *WipeRecordMutation) OldDisks(ctx context.Context) (v []map[string]interface{}, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldDisks is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldDisks requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldDisks: %w", err)
+	}
+	return oldValue.Disks, nil
+}
+
+// AppendDisks adds value to the "disks" field.
+func (m *WipeRecordMutation) AppendDisks(value []map[string]interface{}) {
+	m.appenddisks = append(m.appenddisks, value...)
+}
+
+// AppendedDisks returns the list of values that were appended to the "disks" field in this mutation.
+func (m *WipeRecordMutation) AppendedDisks() ([]map[string]interface{}, bool) {
+	if len(m.appenddisks) == 0 {
+		return nil, false
+	}
+	return m.appenddisks, true
+}
+
+// ResetDisks resets all changes to the "disks" field.
+func (m *WipeRecordMutation) ResetDisks() {
+	m.disks = nil
+	m.appenddisks = nil
+}
+
+// SetAgentLog sets the "agent_log" field.
+func (m *WipeRecordMutation) SetAgentLog(s string) {
+	m.agent_log = &s
+}
+
+// AgentLog returns the value of the "agent_log" field in the mutation.
+func (m *WipeRecordMutation) AgentLog() (r string, exists bool) {
+	v := m.agent_log
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldAgentLog returns the old "agent_log" field's value of the WipeRecord entity.
+// If the WipeRecord object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *WipeRecordMutation) OldAgentLog(ctx context.Context) (v string, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldAgentLog is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldAgentLog requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldAgentLog: %w", err)
+	}
+	return oldValue.AgentLog, nil
+}
+
+// ResetAgentLog resets all changes to the "agent_log" field.
+func (m *WipeRecordMutation) ResetAgentLog() {
+	m.agent_log = nil
+}
+
+// SetConductor sets the "conductor" field.
+func (m *WipeRecordMutation) SetConductor(s string) {
+	m.conductor = &s
+}
+
+// Conductor returns the value of the "conductor" field in the mutation.
+func (m *WipeRecordMutation) Conductor() (r string, exists bool) {
+	v := m.conductor
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldConductor returns the old "conductor" field's value of the WipeRecord entity.
+// If the WipeRecord object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *WipeRecordMutation) OldConductor(ctx context.Context) (v string, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldConductor is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldConductor requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldConductor: %w", err)
+	}
+	return oldValue.Conductor, nil
+}
+
+// ResetConductor resets all changes to the "conductor" field.
+func (m *WipeRecordMutation) ResetConductor() {
+	m.conductor = nil
+}
+
+// SetStartedAt sets the "started_at" field.
+func (m *WipeRecordMutation) SetStartedAt(t time.Time) {
+	m.started_at = &t
+}
+
+// StartedAt returns the value of the "started_at" field in the mutation.
+func (m *WipeRecordMutation) StartedAt() (r time.Time, exists bool) {
+	v := m.started_at
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldStartedAt returns the old "started_at" field's value of the WipeRecord entity.
+// If the WipeRecord object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *WipeRecordMutation) OldStartedAt(ctx context.Context) (v time.Time, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldStartedAt is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldStartedAt requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldStartedAt: %w", err)
+	}
+	return oldValue.StartedAt, nil
+}
+
+// ResetStartedAt resets all changes to the "started_at" field.
+func (m *WipeRecordMutation) ResetStartedAt() {
+	m.started_at = nil
+}
+
+// SetFinishedAt sets the "finished_at" field.
+func (m *WipeRecordMutation) SetFinishedAt(t time.Time) {
+	m.finished_at = &t
+}
+
+// FinishedAt returns the value of the "finished_at" field in the mutation.
+func (m *WipeRecordMutation) FinishedAt() (r time.Time, exists bool) {
+	v := m.finished_at
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldFinishedAt returns the old "finished_at" field's value of the WipeRecord entity.
+// If the WipeRecord object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *WipeRecordMutation) OldFinishedAt(ctx context.Context) (v time.Time, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldFinishedAt is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldFinishedAt requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldFinishedAt: %w", err)
+	}
+	return oldValue.FinishedAt, nil
+}
+
+// ResetFinishedAt resets all changes to the "finished_at" field.
+func (m *WipeRecordMutation) ResetFinishedAt() {
+	m.finished_at = nil
+}
+
+// Where appends a list predicates to the WipeRecordMutation builder.
+func (m *WipeRecordMutation) Where(ps ...predicate.WipeRecord) {
+	m.predicates = append(m.predicates, ps...)
+}
+
+// WhereP appends storage-level predicates to the WipeRecordMutation builder. Using this method,
+// users can use type-assertion to append predicates that do not depend on any generated package.
+func (m *WipeRecordMutation) WhereP(ps ...func(*sql.Selector)) {
+	p := make([]predicate.WipeRecord, len(ps))
+	for i := range ps {
+		p[i] = ps[i]
+	}
+	m.Where(p...)
+}
+
+// Op returns the operation name.
+func (m *WipeRecordMutation) Op() Op {
+	return m.op
+}
+
+// SetOp allows setting the mutation operation.
+func (m *WipeRecordMutation) SetOp(op Op) {
+	m.op = op
+}
+
+// Type returns the node type of this mutation (WipeRecord).
+func (m *WipeRecordMutation) Type() string {
+	return m.typ
+}
+
+// Fields returns all fields that were changed during this mutation. Note that in
+// order to get all numeric fields that were incremented/decremented, call
+// AddedFields().
+func (m *WipeRecordMutation) Fields() []string {
+	fields := make([]string, 0, 15)
+	if m.uuid != nil {
+		fields = append(fields, wiperecord.FieldUUID)
+	}
+	if m.node_uuid != nil {
+		fields = append(fields, wiperecord.FieldNodeUUID)
+	}
+	if m.node_name != nil {
+		fields = append(fields, wiperecord.FieldNodeName)
+	}
+	if m.owner != nil {
+		fields = append(fields, wiperecord.FieldOwner)
+	}
+	if m.lessee != nil {
+		fields = append(fields, wiperecord.FieldLessee)
+	}
+	if m.allocation != nil {
+		fields = append(fields, wiperecord.FieldAllocation)
+	}
+	if m.allocation_owner != nil {
+		fields = append(fields, wiperecord.FieldAllocationOwner)
+	}
+	if m.policy != nil {
+		fields = append(fields, wiperecord.FieldPolicy)
+	}
+	if m.result != nil {
+		fields = append(fields, wiperecord.FieldResult)
+	}
+	if m.message != nil {
+		fields = append(fields, wiperecord.FieldMessage)
+	}
+	if m.disks != nil {
+		fields = append(fields, wiperecord.FieldDisks)
+	}
+	if m.agent_log != nil {
+		fields = append(fields, wiperecord.FieldAgentLog)
+	}
+	if m.conductor != nil {
+		fields = append(fields, wiperecord.FieldConductor)
+	}
+	if m.started_at != nil {
+		fields = append(fields, wiperecord.FieldStartedAt)
+	}
+	if m.finished_at != nil {
+		fields = append(fields, wiperecord.FieldFinishedAt)
+	}
+	return fields
+}
+
+// Field returns the value of a field with the given name. The second boolean
+// return value indicates that this field was not set, or was not defined in the
+// schema.
+func (m *WipeRecordMutation) Field(name string) (ent.Value, bool) {
+	switch name {
+	case wiperecord.FieldUUID:
+		return m.UUID()
+	case wiperecord.FieldNodeUUID:
+		return m.NodeUUID()
+	case wiperecord.FieldNodeName:
+		return m.NodeName()
+	case wiperecord.FieldOwner:
+		return m.Owner()
+	case wiperecord.FieldLessee:
+		return m.Lessee()
+	case wiperecord.FieldAllocation:
+		return m.Allocation()
+	case wiperecord.FieldAllocationOwner:
+		return m.AllocationOwner()
+	case wiperecord.FieldPolicy:
+		return m.Policy()
+	case wiperecord.FieldResult:
+		return m.Result()
+	case wiperecord.FieldMessage:
+		return m.Message()
+	case wiperecord.FieldDisks:
+		return m.Disks()
+	case wiperecord.FieldAgentLog:
+		return m.AgentLog()
+	case wiperecord.FieldConductor:
+		return m.Conductor()
+	case wiperecord.FieldStartedAt:
+		return m.StartedAt()
+	case wiperecord.FieldFinishedAt:
+		return m.FinishedAt()
+	}
+	return nil, false
+}
+
+// OldField returns the old value of the field from the database. An error is
+// returned if the mutation operation is not UpdateOne, or the query to the
+// database failed.
+func (m *WipeRecordMutation) OldField(ctx context.Context, name string) (ent.Value, error) {
+	switch name {
+	case wiperecord.FieldUUID:
+		return m.OldUUID(ctx)
+	case wiperecord.FieldNodeUUID:
+		return m.OldNodeUUID(ctx)
+	case wiperecord.FieldNodeName:
+		return m.OldNodeName(ctx)
+	case wiperecord.FieldOwner:
+		return m.OldOwner(ctx)
+	case wiperecord.FieldLessee:
+		return m.OldLessee(ctx)
+	case wiperecord.FieldAllocation:
+		return m.OldAllocation(ctx)
+	case wiperecord.FieldAllocationOwner:
+		return m.OldAllocationOwner(ctx)
+	case wiperecord.FieldPolicy:
+		return m.OldPolicy(ctx)
+	case wiperecord.FieldResult:
+		return m.OldResult(ctx)
+	case wiperecord.FieldMessage:
+		return m.OldMessage(ctx)
+	case wiperecord.FieldDisks:
+		return m.OldDisks(ctx)
+	case wiperecord.FieldAgentLog:
+		return m.OldAgentLog(ctx)
+	case wiperecord.FieldConductor:
+		return m.OldConductor(ctx)
+	case wiperecord.FieldStartedAt:
+		return m.OldStartedAt(ctx)
+	case wiperecord.FieldFinishedAt:
+		return m.OldFinishedAt(ctx)
+	}
+	return nil, fmt.Errorf("unknown WipeRecord field %s", name)
+}
+
+// SetField sets the value of a field with the given name. It returns an error if
+// the field is not defined in the schema, or if the type mismatched the field
+// type.
+func (m *WipeRecordMutation) SetField(name string, value ent.Value) error {
+	switch name {
+	case wiperecord.FieldUUID:
+		v, ok := value.(string)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetUUID(v)
+		return nil
+	case wiperecord.FieldNodeUUID:
+		v, ok := value.(string)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetNodeUUID(v)
+		return nil
+	case wiperecord.FieldNodeName:
+		v, ok := value.(string)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetNodeName(v)
+		return nil
+	case wiperecord.FieldOwner:
+		v, ok := value.(string)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetOwner(v)
+		return nil
+	case wiperecord.FieldLessee:
+		v, ok := value.(string)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetLessee(v)
+		return nil
+	case wiperecord.FieldAllocation:
+		v, ok := value.(string)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetAllocation(v)
+		return nil
+	case wiperecord.FieldAllocationOwner:
+		v, ok := value.(string)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetAllocationOwner(v)
+		return nil
+	case wiperecord.FieldPolicy:
+		v, ok := value.(string)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetPolicy(v)
+		return nil
+	case wiperecord.FieldResult:
+		v, ok := value.(string)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetResult(v)
+		return nil
+	case wiperecord.FieldMessage:
+		v, ok := value.(string)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetMessage(v)
+		return nil
+	case wiperecord.FieldDisks:
+		v, ok := value.([]map[string]interface{})
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetDisks(v)
+		return nil
+	case wiperecord.FieldAgentLog:
+		v, ok := value.(string)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetAgentLog(v)
+		return nil
+	case wiperecord.FieldConductor:
+		v, ok := value.(string)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetConductor(v)
+		return nil
+	case wiperecord.FieldStartedAt:
+		v, ok := value.(time.Time)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetStartedAt(v)
+		return nil
+	case wiperecord.FieldFinishedAt:
+		v, ok := value.(time.Time)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetFinishedAt(v)
+		return nil
+	}
+	return fmt.Errorf("unknown WipeRecord field %s", name)
+}
+
+// AddedFields returns all numeric fields that were incremented/decremented during
+// this mutation.
+func (m *WipeRecordMutation) AddedFields() []string {
+	return nil
+}
+
+// AddedField returns the numeric value that was incremented/decremented on a field
+// with the given name. The second boolean return value indicates that this field
+// was not set, or was not defined in the schema.
+func (m *WipeRecordMutation) AddedField(name string) (ent.Value, bool) {
+	return nil, false
+}
+
+// AddField adds the value to the field with the given name. It returns an error if
+// the field is not defined in the schema, or if the type mismatched the field
+// type.
+func (m *WipeRecordMutation) AddField(name string, value ent.Value) error {
+	switch name {
+	}
+	return fmt.Errorf("unknown WipeRecord numeric field %s", name)
+}
+
+// ClearedFields returns all nullable fields that were cleared during this
+// mutation.
+func (m *WipeRecordMutation) ClearedFields() []string {
+	var fields []string
+	if m.FieldCleared(wiperecord.FieldNodeName) {
+		fields = append(fields, wiperecord.FieldNodeName)
+	}
+	if m.FieldCleared(wiperecord.FieldOwner) {
+		fields = append(fields, wiperecord.FieldOwner)
+	}
+	if m.FieldCleared(wiperecord.FieldLessee) {
+		fields = append(fields, wiperecord.FieldLessee)
+	}
+	if m.FieldCleared(wiperecord.FieldAllocation) {
+		fields = append(fields, wiperecord.FieldAllocation)
+	}
+	if m.FieldCleared(wiperecord.FieldAllocationOwner) {
+		fields = append(fields, wiperecord.FieldAllocationOwner)
+	}
+	return fields
+}
+
+// FieldCleared returns a boolean indicating if a field with the given name was
+// cleared in this mutation.
+func (m *WipeRecordMutation) FieldCleared(name string) bool {
+	_, ok := m.clearedFields[name]
+	return ok
+}
+
+// ClearField clears the value of the field with the given name. It returns an
+// error if the field is not defined in the schema.
+func (m *WipeRecordMutation) ClearField(name string) error {
+	switch name {
+	case wiperecord.FieldNodeName:
+		m.ClearNodeName()
+		return nil
+	case wiperecord.FieldOwner:
+		m.ClearOwner()
+		return nil
+	case wiperecord.FieldLessee:
+		m.ClearLessee()
+		return nil
+	case wiperecord.FieldAllocation:
+		m.ClearAllocation()
+		return nil
+	case wiperecord.FieldAllocationOwner:
+		m.ClearAllocationOwner()
+		return nil
+	}
+	return fmt.Errorf("unknown WipeRecord nullable field %s", name)
+}
+
+// ResetField resets all changes in the mutation for the field with the given name.
+// It returns an error if the field is not defined in the schema.
+func (m *WipeRecordMutation) ResetField(name string) error {
+	switch name {
+	case wiperecord.FieldUUID:
+		m.ResetUUID()
+		return nil
+	case wiperecord.FieldNodeUUID:
+		m.ResetNodeUUID()
+		return nil
+	case wiperecord.FieldNodeName:
+		m.ResetNodeName()
+		return nil
+	case wiperecord.FieldOwner:
+		m.ResetOwner()
+		return nil
+	case wiperecord.FieldLessee:
+		m.ResetLessee()
+		return nil
+	case wiperecord.FieldAllocation:
+		m.ResetAllocation()
+		return nil
+	case wiperecord.FieldAllocationOwner:
+		m.ResetAllocationOwner()
+		return nil
+	case wiperecord.FieldPolicy:
+		m.ResetPolicy()
+		return nil
+	case wiperecord.FieldResult:
+		m.ResetResult()
+		return nil
+	case wiperecord.FieldMessage:
+		m.ResetMessage()
+		return nil
+	case wiperecord.FieldDisks:
+		m.ResetDisks()
+		return nil
+	case wiperecord.FieldAgentLog:
+		m.ResetAgentLog()
+		return nil
+	case wiperecord.FieldConductor:
+		m.ResetConductor()
+		return nil
+	case wiperecord.FieldStartedAt:
+		m.ResetStartedAt()
+		return nil
+	case wiperecord.FieldFinishedAt:
+		m.ResetFinishedAt()
+		return nil
+	}
+	return fmt.Errorf("unknown WipeRecord field %s", name)
+}
+
+// AddedEdges returns all edge names that were set/added in this mutation.
+func (m *WipeRecordMutation) AddedEdges() []string {
+	edges := make([]string, 0, 0)
+	return edges
+}
+
+// AddedIDs returns all IDs (to other nodes) that were added for the given edge
+// name in this mutation.
+func (m *WipeRecordMutation) AddedIDs(name string) []ent.Value {
+	return nil
+}
+
+// RemovedEdges returns all edge names that were removed in this mutation.
+func (m *WipeRecordMutation) RemovedEdges() []string {
+	edges := make([]string, 0, 0)
+	return edges
+}
+
+// RemovedIDs returns all IDs (to other nodes) that were removed for the edge with
+// the given name in this mutation.
+func (m *WipeRecordMutation) RemovedIDs(name string) []ent.Value {
+	return nil
+}
+
+// ClearedEdges returns all edge names that were cleared in this mutation.
+func (m *WipeRecordMutation) ClearedEdges() []string {
+	edges := make([]string, 0, 0)
+	return edges
+}
+
+// EdgeCleared returns a boolean which indicates if the edge with the given name
+// was cleared in this mutation.
+func (m *WipeRecordMutation) EdgeCleared(name string) bool {
+	return false
+}
+
+// ClearEdge clears the value of the edge with the given name. It returns an error
+// if that edge is not defined in the schema.
+func (m *WipeRecordMutation) ClearEdge(name string) error {
+	return fmt.Errorf("unknown WipeRecord unique edge %s", name)
+}
+
+// ResetEdge resets all changes to the edge with the given name in this mutation.
+// It returns an error if the edge is not defined in the schema.
+func (m *WipeRecordMutation) ResetEdge(name string) error {
+	return fmt.Errorf("unknown WipeRecord edge %s", name)
 }

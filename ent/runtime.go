@@ -34,6 +34,7 @@ import (
 	"github.com/anvilproject/anvil/ent/user"
 	"github.com/anvilproject/anvil/ent/volumeconnector"
 	"github.com/anvilproject/anvil/ent/volumetarget"
+	"github.com/anvilproject/anvil/ent/wiperecord"
 )
 
 // The init function reads all schema descriptors with runtime code
@@ -787,4 +788,22 @@ func init() {
 	volumetargetDescVolumeID := volumetargetFields[3].Descriptor()
 	// volumetarget.VolumeIDValidator is a validator for the "volume_id" field. It is called by the builders before save.
 	volumetarget.VolumeIDValidator = volumetargetDescVolumeID.Validators[0].(func(string) error)
+	wiperecordFields := schema.WipeRecord{}.Fields()
+	_ = wiperecordFields
+	// wiperecordDescMessage is the schema descriptor for message field.
+	wiperecordDescMessage := wiperecordFields[9].Descriptor()
+	// wiperecord.DefaultMessage holds the default value on creation for the message field.
+	wiperecord.DefaultMessage = wiperecordDescMessage.Default.(string)
+	// wiperecordDescAgentLog is the schema descriptor for agent_log field.
+	wiperecordDescAgentLog := wiperecordFields[11].Descriptor()
+	// wiperecord.DefaultAgentLog holds the default value on creation for the agent_log field.
+	wiperecord.DefaultAgentLog = wiperecordDescAgentLog.Default.(string)
+	// wiperecordDescConductor is the schema descriptor for conductor field.
+	wiperecordDescConductor := wiperecordFields[12].Descriptor()
+	// wiperecord.DefaultConductor holds the default value on creation for the conductor field.
+	wiperecord.DefaultConductor = wiperecordDescConductor.Default.(string)
+	// wiperecordDescFinishedAt is the schema descriptor for finished_at field.
+	wiperecordDescFinishedAt := wiperecordFields[14].Descriptor()
+	// wiperecord.DefaultFinishedAt holds the default value on creation for the finished_at field.
+	wiperecord.DefaultFinishedAt = wiperecordDescFinishedAt.Default.(func() time.Time)
 }

@@ -74,6 +74,8 @@ type Tx struct {
 	VolumeConnector *VolumeConnectorClient
 	// VolumeTarget is the client for interacting with the VolumeTarget builders.
 	VolumeTarget *VolumeTargetClient
+	// WipeRecord is the client for interacting with the WipeRecord builders.
+	WipeRecord *WipeRecordClient
 
 	// lazily loaded.
 	client     *Client
@@ -235,6 +237,7 @@ func (tx *Tx) init() {
 	tx.User = NewUserClient(tx.config)
 	tx.VolumeConnector = NewVolumeConnectorClient(tx.config)
 	tx.VolumeTarget = NewVolumeTargetClient(tx.config)
+	tx.WipeRecord = NewWipeRecordClient(tx.config)
 }
 
 // txDriver wraps the given dialect.Tx with a nop dialect.Driver implementation.

@@ -142,6 +142,14 @@ func Defaults() []Rule {
 		{"baremetal:runbook:use", "rule:system_member or (role:member and (rule:is_runbook_owner or rule:is_runbook_public)) or role:service", sysProj, "Run a runbook. Ironic asks for a manager of the owner project; the runbook spec lets members run public and own-project runbooks.", []string{"PUT /v1/nodes/{node}/states/provision"}},
 
 		// Allocations.
+		// Wipe records (an Anvil extension, issue #40): what automated
+		// cleaning did to a node's disks between tenants. The record keeps
+		// the node's owner and lessee and the released allocation's owner
+		// as they were at the wipe (checked as node.owner, node.lessee and
+		// allocation.owner), so a lessee reads it after its lease ended and
+		// it no longer sees the node.
+		{"baremetal:wipe_record:get", "rule:system_reader or (role:reader and (rule:is_node_owner or rule:is_node_lessee or project_id:%(allocation.owner)s))", sysProj, "Show and list wipe records: system readers all, readers of the node's owner or lessee at the wipe, and of the project whose allocation the wipe followed. Anvil's own; Ironic keeps no wipe records.", []string{"GET /v1/wipe_records", "GET /v1/wipe_records/{record}"}},
+
 		// Campaigns (an Anvil extension, issue #29): a runbook rolled over
 		// many nodes. The rules mirror runbooks': creating and steering one
 		// is running the runbook (runbook:use's members), deleting and

@@ -56,6 +56,7 @@ import (
 	"github.com/anvilproject/anvil/server/store"
 	"github.com/anvilproject/anvil/server/volume"
 	"github.com/anvilproject/anvil/server/webhook"
+	"github.com/anvilproject/anvil/server/wipes"
 	"github.com/anvilproject/anvil/web"
 )
 
@@ -153,6 +154,8 @@ type App struct {
 	Allocations *allocations.Service
 	// Campaigns rolls runbooks over many nodes.
 	Campaigns *campaigns.Service
+	// Wipes reads the wipe records automated cleaning leaves.
+	Wipes *wipes.Service
 	// Ports is the port, portgroup and VIF service.
 	Ports  *ports.Service
 	Portal *web.Portal
@@ -271,6 +274,7 @@ func New(ctx context.Context, o Options) (*App, error) {
 	a.Cond.Allocate(a.Allocations)
 	ops := &conductor.Ops{C: a.Cond, Nodes: a.Nodes, Guard: a.Guard, Runbooks: a.Runbooks}
 	a.Campaigns = campaigns.New(db, a.Guard, a.Nodes, a.Runbooks, ops)
+	a.Wipes = wipes.New(db, a.Guard)
 	a.Cond.Campaign(a.Campaigns)
 	a.Cond.MakePorts(a.Ports)
 	if a.Webhook, err = webhook.New(db, o.Webhook, o.Log); err != nil {
@@ -295,7 +299,7 @@ func New(ctx context.Context, o Options) (*App, error) {
 	a.Portal = &web.Portal{DB: db, IDs: a.IDs, Nodes: a.Nodes, Guard: a.Guard, Sessions: web.NewSessions(hash, block), Log: o.Log,
 		Runbooks: a.Runbooks, Allocations: a.Allocations, Ports: a.Ports, Firmware: a.Firmware, PolicyStatus: a.Overrides.Status,
 		Admin: &web.Admin{DB: db, Audit: a.Audit, Enforcer: enf, Overrides: a.Overrides, Key: web.FormKey(hash)},
-		Ops:   ops, Campaigns: a.Campaigns}
+		Ops:   ops, Campaigns: a.Campaigns, Wipes: a.Wipes}
 	if o.OIDC != nil {
 		a.Portal.SSO, a.Portal.RolesMaxAge = o.OIDC, o.OIDCRolesMaxAge
 	}
@@ -399,7 +403,7 @@ func (a *App) routes() *fiber.App {
 		// every other client on to version discovery.
 		a.Portal.Register(app)
 	}
-	(&api.API{Nodes: a.Nodes, Ops: a.Portal.Ops, Runbooks: a.Runbooks, Allocations: a.Allocations, Campaigns: a.Campaigns, Ports: a.Ports, Guard: a.Guard, Audit: a.Audit, Log: a.opts.Log,
+	(&api.API{Nodes: a.Nodes, Ops: a.Portal.Ops, Runbooks: a.Runbooks, Allocations: a.Allocations, Campaigns: a.Campaigns, Wipes: a.Wipes, Ports: a.Ports, Guard: a.Guard, Audit: a.Audit, Log: a.opts.Log,
 		Chassis: chassis.New(a.DB, a.Guard), Volume: volume.New(a.DB, a.Guard, a.Nodes),
 		DeployTemplates: deploytemplates.New(a.DB, a.Guard),
 		InspectionRules: inspectionrules.New(a.DB, a.Guard), FirmwareImages: a.Firmware, BootISOs: a.BootISOs,

@@ -412,6 +412,9 @@ func nameOr(name, uuid string) string {
 // listed bounds "My allocations": a project holds a handful.
 const listed = 500
 
+// allocationWipes is how many wipe records "My allocations" lists.
+const allocationWipes = 20
+
 func (p *Portal) allocationsPage(c *fiber.Ctx) error {
 	pg, err := p.page(c, "My allocations")
 	if err != nil {
@@ -433,7 +436,11 @@ func (p *Portal) allocationsPage(c *fiber.Ctx) error {
 			rows[i].Ends = &end
 		}
 	}
-	return render(c, 200, views.Allocations(pg, rows, more))
+	wipes, err := p.wipeRows(c.UserContext(), "", allocationWipes)
+	if err != nil {
+		return err
+	}
+	return render(c, 200, views.Allocations(pg, rows, more, wipes))
 }
 
 // nodeStates reads the provision state of the allocations' nodes that

@@ -61,11 +61,11 @@ func (p *Portal) deployPanel(ctx context.Context, d *views.NodeDetail, v *nodes.
 			dp.Failed = "no reason was recorded"
 		}
 	case conductor.StateDeleting:
-		dp.Stage = "wiping"
+		dp.Stage, dp.Wipe = "wiping", p.Ops.C.WipePromise(v.Node)
 		return
 	case nodes.StateCleaning, nodes.StateCleanWait:
 		if deref(v.TargetProvisionState) == nodes.StateAvailable {
-			dp.Stage = "wiping"
+			dp.Stage, dp.Wipe = "wiping", p.Ops.C.WipePromise(v.Node)
 		}
 		return
 	default:
@@ -83,8 +83,9 @@ func (p *Portal) deployPanel(ctx context.Context, d *views.NodeDetail, v *nodes.
 	if holder == "" {
 		holder = v.Owner
 	}
-	dp.Release = "Release and wipe " + nameOr(deref(v.Name), v.UUID) + "? Its disks are wiped (automated cleaning), and " +
-		views.OwnerText(holder) + " gives it back."
+	// What the release does to the disks, in the words of the node's
+	// wipe policy: never "wiped" for a node that will not be.
+	dp.Release = "Release " + nameOr(deref(v.Name), v.UUID) + " (" + views.OwnerText(holder) + " gives it back)? " + p.Ops.C.WipePromise(v.Node)
 }
 
 func str(v any) string {
@@ -296,5 +297,5 @@ func (p *Portal) nodeUndeploy(c *fiber.Ctx) error {
 		}
 		return p.fullNodePage(c, errs.Status(err), err.Error(), nil)
 	}
-	return p.flashTo(c, "/nodes/"+n.UUID, "Releasing "+nameOr(deref(n.Name), n.UUID)+": its disks are wiped (automated cleaning), then it is available again.")
+	return p.flashTo(c, "/nodes/"+n.UUID, "Releasing "+nameOr(deref(n.Name), n.UUID)+". "+p.Ops.C.WipePromise(n)+" Then it is available again.")
 }

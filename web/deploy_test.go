@@ -208,7 +208,7 @@ func TestDeployFromPortal(t *testing.T) {
 			t.Error("the config drive on the disk lacks the host name or the key")
 		}
 		if _, page, _ := mia.do("GET", "/nodes/"+id, nil); !strings.Contains(page, `data-stage="running"`) || !strings.Contains(page, "Test disk 1") ||
-			!strings.Contains(page, "as web-1") || !strings.Contains(page, "Release and wipe metal-1? Its disks are wiped (automated cleaning), and project blue gives it back.") {
+			!strings.Contains(page, "as web-1") || !strings.Contains(page, "Release metal-1 (project blue gives it back)? Its disks are wiped (wipe policy express: NVMe format or ATA secure erase where the disk has it, else every byte overwritten).") {
 			t.Errorf("the running node's panel:\n%s", page)
 		}
 		for _, rule := range []string{"baremetal:node:update", conductor.RuleProvision} {

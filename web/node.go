@@ -121,6 +121,9 @@ func (p *Portal) detail(c *fiber.Ctx) (views.NodeDetail, error) {
 	if d.HistoryPage == 1 {
 		d.LastRun = runFeedback(&d, v)
 	}
+	if d.Wipes, err = p.wipeRows(ctx, v.UUID, nodeWipes); err != nil {
+		return d, err
+	}
 	return d, nil
 }
 

@@ -30,6 +30,7 @@ import (
 	"github.com/anvilproject/anvil/server/ports"
 	"github.com/anvilproject/anvil/server/runbooks"
 	"github.com/anvilproject/anvil/server/store"
+	"github.com/anvilproject/anvil/server/wipes"
 	"github.com/anvilproject/anvil/static"
 	"github.com/anvilproject/anvil/views"
 )
@@ -61,6 +62,8 @@ type Portal struct {
 	// Campaigns roll a runbook over nodes: the node list's runbook action
 	// and the campaign pages.
 	Campaigns *campaigns.Service
+	// Wipes reads wipe records for the node and wipe record pages.
+	Wipes *wipes.Service
 	// Ports creates the ports the enrol form lists.
 	Ports *ports.Service
 	// Firmware offers uploaded images to the runbook editor.
@@ -157,6 +160,7 @@ func (p *Portal) Register(app *fiber.App) {
 	app.Post("/runbooks/:name/nodes", s, p.signedIn, p.addRunbookTrait)
 	app.Get("/campaigns", s, p.signedIn, p.campaignsPage)
 	app.Get("/campaigns/:id", s, p.signedIn, p.campaignPage)
+	app.Get("/wipes/:id", s, p.signedIn, p.wipePage)
 	app.Get("/campaigns/:id/live", s, p.signedIn, p.campaignLive)
 	app.Post("/campaigns/:id/state", s, p.signedIn, p.campaignState)
 	app.Post("/campaigns/:id/approve", s, p.signedIn, p.campaignApprove)

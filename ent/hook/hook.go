@@ -369,6 +369,18 @@ func (f VolumeTargetFunc) Mutate(ctx context.Context, m ent.Mutation) (ent.Value
 	return nil, fmt.Errorf("unexpected mutation type %T. expect *ent.VolumeTargetMutation", m)
 }
 
+// The WipeRecordFunc type is an adapter to allow the use of ordinary
+// function as WipeRecord mutator.
+type WipeRecordFunc func(context.Context, *ent.WipeRecordMutation) (ent.Value, error)
+
+// Mutate calls f(ctx, m).
+func (f WipeRecordFunc) Mutate(ctx context.Context, m ent.Mutation) (ent.Value, error) {
+	if mv, ok := m.(*ent.WipeRecordMutation); ok {
+		return f(ctx, mv)
+	}
+	return nil, fmt.Errorf("unexpected mutation type %T. expect *ent.WipeRecordMutation", m)
+}
+
 // Condition is a hook condition function.
 type Condition func(context.Context, ent.Mutation) bool
 

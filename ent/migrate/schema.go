@@ -1037,6 +1037,53 @@ var (
 			},
 		},
 	}
+	// WipeRecordsColumns holds the columns for the "wipe_records" table.
+	WipeRecordsColumns = []*schema.Column{
+		{Name: "id", Type: field.TypeInt, Increment: true},
+		{Name: "uuid", Type: field.TypeString, Unique: true},
+		{Name: "node_uuid", Type: field.TypeString},
+		{Name: "node_name", Type: field.TypeString, Nullable: true},
+		{Name: "owner", Type: field.TypeString, Nullable: true},
+		{Name: "lessee", Type: field.TypeString, Nullable: true},
+		{Name: "allocation", Type: field.TypeString, Nullable: true},
+		{Name: "allocation_owner", Type: field.TypeString, Nullable: true},
+		{Name: "policy", Type: field.TypeString},
+		{Name: "result", Type: field.TypeString},
+		{Name: "message", Type: field.TypeString, Default: ""},
+		{Name: "disks", Type: field.TypeJSON},
+		{Name: "agent_log", Type: field.TypeString, Default: ""},
+		{Name: "conductor", Type: field.TypeString, Default: ""},
+		{Name: "started_at", Type: field.TypeTime},
+		{Name: "finished_at", Type: field.TypeTime},
+	}
+	// WipeRecordsTable holds the schema information for the "wipe_records" table.
+	WipeRecordsTable = &schema.Table{
+		Name:       "wipe_records",
+		Columns:    WipeRecordsColumns,
+		PrimaryKey: []*schema.Column{WipeRecordsColumns[0]},
+		Indexes: []*schema.Index{
+			{
+				Name:    "wiperecord_node_uuid_finished_at",
+				Unique:  false,
+				Columns: []*schema.Column{WipeRecordsColumns[2], WipeRecordsColumns[15]},
+			},
+			{
+				Name:    "wiperecord_owner",
+				Unique:  false,
+				Columns: []*schema.Column{WipeRecordsColumns[4]},
+			},
+			{
+				Name:    "wiperecord_lessee",
+				Unique:  false,
+				Columns: []*schema.Column{WipeRecordsColumns[5]},
+			},
+			{
+				Name:    "wiperecord_allocation_owner",
+				Unique:  false,
+				Columns: []*schema.Column{WipeRecordsColumns[7]},
+			},
+		},
+	}
 	// Tables holds all the tables in the schema.
 	Tables = []*schema.Table{
 		APITokensTable,
@@ -1069,6 +1116,7 @@ var (
 		UsersTable,
 		VolumeConnectorsTable,
 		VolumeTargetsTable,
+		WipeRecordsTable,
 	}
 )
 

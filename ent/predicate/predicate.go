@@ -95,3 +95,6 @@ type VolumeConnector func(*sql.Selector)
 
 // VolumeTarget is the predicate function for volumetarget builders.
 type VolumeTarget func(*sql.Selector)
+
+// WipeRecord is the predicate function for wiperecord builders.
+type WipeRecord func(*sql.Selector)

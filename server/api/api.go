@@ -31,6 +31,7 @@ import (
 	"github.com/anvilproject/anvil/server/store"
 	"github.com/anvilproject/anvil/server/validtext"
 	"github.com/anvilproject/anvil/server/volume"
+	"github.com/anvilproject/anvil/server/wipes"
 )
 
 // MaxBody is the largest request body the API accepts; the app enforces it
@@ -47,6 +48,8 @@ type API struct {
 	Allocations *allocations.Service
 	// Campaigns serves /v1/campaigns, an Anvil extension.
 	Campaigns *campaigns.Service
+	// Wipes serves /v1/wipe_records, an Anvil extension.
+	Wipes *wipes.Service
 	// Ports serves ports, portgroups and VIFs.
 	Ports *ports.Service
 	// Chassis serves /v1/chassis.
@@ -155,6 +158,7 @@ func (a *API) Register(root fiber.Router, v1 fiber.Router) {
 	a.registerRunbooks(v1)
 	a.registerAllocations(v1)
 	a.registerCampaigns(v1)
+	a.registerWipes(v1)
 	a.registerDrivers(v1)
 	a.registerPorts(v1)
 	a.registerChassis(v1)

@@ -174,7 +174,8 @@ func newLifecycleNode(t *testing.T, setting, name string, fake http.Handler, rea
 	t.Helper()
 	l := &lifecycleNode{im: agenttest.ServeImage(t, "ANVIL-IMAGE-MARKER")}
 	o := bmcOpts
-	o.Conductor.Agent = conductor.AgentConfig{HeartbeatTimeout: 30 * time.Second, LogDir: t.TempDir(), Poll: 500 * time.Millisecond}
+	// Metadata only, as newRigWith: TestWipePolicies covers the deep wipes.
+	o.Conductor.Agent = conductor.AgentConfig{HeartbeatTimeout: 30 * time.Second, LogDir: t.TempDir(), Poll: 500 * time.Millisecond, Wipe: conductor.WipeMetadata}
 	srv, clients := startLocal(t, setting, o)
 	l.admin = atVer(clients["system-admin"], api.VerMax)
 	l.rack = agenttest.NewRack(t, srv.URL)

@@ -122,6 +122,12 @@ func newRigWith(t *testing.T, setting string, o server.Options, systems int) *ri
 	agenttest.Need(t)
 	rg := &rig{im: agenttest.ServeImage(t, "ANVIL-IMAGE-MARKER")}
 	o.Conductor.Agent.Poll = 500 * time.Millisecond
+	if o.Conductor.Agent.Wipe == "" {
+		// Tests not about wipe depth wipe metadata only: the default
+		// express overwrites the whole 5 GiB loop disk, a minute per
+		// cleaning. TestWipePolicies covers every policy.
+		o.Conductor.Agent.Wipe = conductor.WipeMetadata
+	}
 	rg.srv, rg.cs = startLocal(t, setting, o)
 	// No --agent-log-dir: the logs go where they go by default.
 	rg.logs = rg.srv.Cond.AgentLogs().Dir

@@ -8,6 +8,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"runtime/debug"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -63,6 +64,7 @@ func serveCmd() *cobra.Command {
 		pwCost   int
 		autoMig  bool
 		hook     webhook.Config
+		eraseAll bool
 	)
 	cmd := &cobra.Command{
 		Use:   "serve",
@@ -99,6 +101,21 @@ func serveCmd() *cobra.Command {
 			}
 			if maxLease < 0 || cc.LeaseCheck <= 0 {
 				return fmt.Errorf("--allocation-max-lease %s, --lease-check-interval %s: give 0 or more, and more than 0", maxLease, cc.LeaseCheck)
+			}
+			if eraseAll {
+				// The deprecated --clean-erase-devices asked for every disk
+				// overwritten: the full policy.
+				if cmd.Flags().Changed("wipe") && cc.Agent.Wipe != conductor.WipeFull {
+					return fmt.Errorf("--clean-erase-devices (deprecated) means --wipe full; it contradicts --wipe %s: drop it", cc.Agent.Wipe)
+				}
+				log.Warn("--clean-erase-devices is deprecated: use --wipe full")
+				cc.Agent.Wipe = conductor.WipeFull
+			}
+			if !slices.Contains(conductor.WipePolicies, cc.Agent.Wipe) {
+				return fmt.Errorf("--wipe %q: give one of %s", cc.Agent.Wipe, strings.Join(conductor.WipePolicies, ", "))
+			}
+			if cc.Agent.WipePasses < 0 {
+				return fmt.Errorf("--wipe-passes %d: give 0 or more", cc.Agent.WipePasses)
 			}
 			if cc.Agent.ImageCacheMaxBytes <= 0 || cc.Agent.ImageDownloadTimeout <= 0 {
 				return fmt.Errorf("--image-cache-max-bytes and --image-download-timeout must be more than 0")
@@ -264,7 +281,10 @@ func serveCmd() *cobra.Command {
 	f.StringVar(&cc.Agent.ImageCacheDir, "image-cache-dir", "", `directory of the images Anvil downloads for image_download_source=local, kept under their checksums (default: "image-cache" beside the SQLite database file, or in the working directory with PostgreSQL)`)
 	f.Int64Var(&cc.Agent.ImageCacheMaxBytes, "image-cache-max-bytes", imagecache.DefaultMaxBytes, "most bytes the image cache keeps (and so the largest image); beyond it the least recently used images not being served are removed")
 	f.DurationVar(&cc.Agent.ImageDownloadTimeout, "image-download-timeout", imagecache.DefaultTimeout, "how long one download into the image cache may take")
-	f.BoolVar(&cc.Agent.EraseDevices, "clean-erase-devices", false, "automated cleaning also erases every disk in full (erase_devices, hours on large disks) after wiping their metadata")
+	f.StringVar(&cc.Agent.Wipe, "wipe", conductor.WipeExpress, "how deep automated cleaning wipes the disks between tenants: express (NVMe format, ATA secure erase, else a full overwrite), full (every byte overwritten) or metadata (partition tables only; data stays); a node's driver_info/anvil_wipe, set by system scope, overrides it")
+	f.IntVar(&cc.Agent.WipePasses, "wipe-passes", 1, "passes of random data a full overwrite writes before its pass of zeros (Ironic's [deploy]erase_devices_iterations); 0 writes zeros only")
+	f.BoolVar(&eraseAll, "clean-erase-devices", false, "deprecated: --wipe full")
+	_ = f.MarkDeprecated("clean-erase-devices", "use --wipe full")
 	f.StringVar(&pdir, "policy-dir", "policy.d", "directory of policy override files (Ironic's YAML policy format)")
 	f.BoolVar(&penab, "policy-override-enabled", false, "apply policy overrides from --policy-dir and uploads; off means the defaults, whatever the directory holds")
 	f.StringVar(&svcp, "service-project", policies.DefaultServiceProject, "elevated service project: its service-role users act as system members and readers (Ironic's service_project_name)")

@@ -125,6 +125,8 @@ type Conductor struct {
 	commits committer
 	// agents are the ramdisk agents runs have booted (inband.go).
 	agents agents
+	// wipes follow automated cleanings to their wipe records (wipe.go).
+	wipes wipeRuns
 	// bootISOs are the ISOs built for agent boots, by node id
 	// (bootiso.go).
 	bootISOs bootISOs

@@ -275,7 +275,8 @@ func (c *Conductor) tearDown(n *ent.Node, who string) {
 	// The instance is gone, and with it the node's allocation, as
 	// Ironic's do_node_tear_down destroys it: the cleaned node is free
 	// for the next request.
-	released := ""
+	var released string
+	var allocOwner *string
 	err = store.WithTx(ctx, c.db, func(tx *ent.Client) error {
 		if err := tx.Node.UpdateOneID(n.ID).SetProvisionState(nodes.StateCleaning).SetTargetProvisionState(nodes.StateAvailable).
 			SetProvisionUpdatedAt(time.Now()).SetPowerState(final).SetInstanceInfo(map[string]any{}).ClearInstanceUUID().
@@ -289,7 +290,7 @@ func (c *Conductor) tearDown(n *ent.Node, who string) {
 		if err != nil {
 			return err
 		}
-		released = allocations.Label(a)
+		released, allocOwner = allocations.Label(a), a.Owner
 		return tx.Allocation.DeleteOne(a).Exec(ctx)
 	})
 	if err != nil {
@@ -305,6 +306,13 @@ func (c *Conductor) tearDown(n *ent.Node, who string) {
 	cleaned := *n
 	cleaned.ProvisionState, cleaned.DriverInternalInfo, cleaned.InstanceInfo, cleaned.PowerState, cleaned.Reservation =
 		nodes.StateCleaning, info, map[string]any{}, &final, &c.cfg.Name
+	// The wipe's record names the allocation torn down and its project,
+	// which reads the record after it no longer sees the node.
+	var alloc *string
+	if released != "" {
+		alloc = &released
+	}
+	c.wipes.begin(&cleaned, c.WipePolicy(n), alloc, allocOwner)
 	c.runSteps(&cleaned, "automated clean", c.automatedCleanSteps(n), who, false)
 }
 

@@ -50,10 +50,14 @@ type AgentConfig struct {
 	LogMaxPerNode int
 	LogMaxAge     time.Duration
 	LogMaxBytes   int64
-	// EraseDevices adds erase_devices (every disk overwritten or
-	// securely erased, hours on big disks) to automated cleaning, after
-	// erase_devices_metadata, which always runs.
-	EraseDevices bool
+	// Wipe is how deep automated cleaning erases the disks between
+	// tenants: WipeMetadata, WipeExpress or WipeFull; "" is WipeExpress.
+	// A node's driver_info/anvil_wipe overrides it (wipe.go).
+	Wipe string
+	// WipePasses is how many passes of random data a full overwrite
+	// writes before its pass of zeros (Ironic's [deploy]
+	// erase_devices_iterations; the agent's shred); 0 writes zeros only.
+	WipePasses int
 	// FastTrack leaves the agent running after cleaning succeeds, the
 	// machine on, so a deploy that follows while the agent still
 	// heartbeats skips the reboot (Ironic's [deploy]fast_track).
@@ -469,6 +473,10 @@ func (c *Conductor) inBandStep(ctx context.Context, n *ent.Node, ph phase, st St
 	if !ok {
 		return fmt.Errorf("the ramdisk agent of node %s offers no %s step %s", n.UUID, kind, st.Name())
 	}
+	wipe, skip, err := c.wipeStep(ctx, n, r, st, nm)
+	if err != nil || skip {
+		return err
+	}
 	step := agent.Step{Interface: st.Interface, Step: st.Step, Priority: found.Priority, Args: st.Args}
 	if step.Args == nil {
 		step.Args = map[string]any{}
@@ -492,6 +500,9 @@ func (c *Conductor) inBandStep(ctx context.Context, n *ent.Node, ph phase, st St
 	}
 	if st.Interface == "raid" {
 		return c.afterAgentRAID(ctx, n, kind, st, cmd)
+	}
+	if wipe != nil {
+		wipe.done(st, cmd, c.cfg.Agent.WipePasses)
 	}
 	return nil
 }
@@ -595,7 +606,7 @@ func (c *Conductor) endAgent(ctx context.Context, n *ent.Node, ph phase, failure
 		return true
 	}
 	if failure != "" && r.cl != nil {
-		c.keepAgentLogs(ctx, n, r.cl)
+		c.wipes.setLog(n.ID, c.keepAgentLogs(ctx, n, r.cl))
 	}
 	cl, err := c.client(n)
 	if err == nil {
@@ -651,7 +662,7 @@ func (c *Conductor) keepAgentLogs(ctx context.Context, n *ent.Node, cl *agent.Cl
 	}
 	if err != nil {
 		c.log.Warn("keeping the ramdisk agent's logs", "node", n.UUID, "err", err)
-		ev.Message = "Could not keep the ramdisk agent's logs: " + err.Error()
+		ev.Message, name = "Could not keep the ramdisk agent's logs: "+err.Error(), ""
 	}
 	_ = history.Record(ctx, c.db.Client, ev)
 	return name
@@ -687,18 +698,15 @@ func firstInBand(n *ent.Node, steps []Step) string {
 	return steps[i].Name()
 }
 
-// automatedCleanSteps are what cleaning runs between tenants, as Ironic's
-// automated cleaning does with the agent's default priorities:
-// erase_devices_metadata (99) always, erase_devices (10) when
-// configured. A node with automated_clean false, or no way to boot the
-// agent, has none: its cleaning passes straight through.
+// automatedCleanSteps are what cleaning runs between tenants: the
+// steps of the node's wipe policy (wipe.go). A node with automated_clean
+// false (Ironic's opt-out) or fake hardware (no disks) has none, and its
+// cleaning passes straight through with a record that says it was not
+// wiped. A node that cannot boot the agent still gets the steps: its
+// cleaning then fails closed (runSteps), never passes to available.
 func (c *Conductor) automatedCleanSteps(n *ent.Node) []Step {
-	if n.AutomatedClean != nil && !*n.AutomatedClean || !HasAgentPath(n, c.cfg.Agent.Media) {
+	if noWipe(n) != "" {
 		return nil
 	}
-	steps := []Step{{Interface: "deploy", Step: "erase_devices_metadata"}}
-	if c.cfg.Agent.EraseDevices {
-		steps = append(steps, Step{Interface: "deploy", Step: "erase_devices"})
-	}
-	return steps
+	return wipeSteps(c.WipePolicy(n))
 }

@@ -621,6 +621,14 @@ func (o *Ops) provision(ctx context.Context, n *ent.Node, r ProvisionRequest, re
 	if tr.via == "" {
 		w.events = []history.Event{{NodeID: n.ID, Type: "provision", User: who, Conductor: c.cfg.Name,
 			Message: fmt.Sprintf("%s: %s -> %s", r.Target, n.ProvisionState, tr.to)}}
+		if why := noWipe(n); r.Target == "provide" && why != "" {
+			// Available without a wipe: the record says so, in the
+			// same commit.
+			nw := &wipeRun{started: time.Now(), owner: optional(n.Owner), lessee: optional(n.Lessee), disks: []map[string]any{}}
+			w.updates = append(w.updates, func(tx *ent.Client) error {
+				return c.recordWipe(ctx, tx, n, nw, WipeNone, WipeNotWiped, why)
+			})
+		}
 		err := c.claim(ctx, n, r.Target, tr.from, false, func(u *ent.NodeUpdate) {
 			u.SetProvisionState(tr.to).ClearTargetProvisionState().SetProvisionUpdatedAt(time.Now())
 			recovered(u)

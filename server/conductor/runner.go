@@ -110,6 +110,12 @@ func (c *Conductor) runSteps(n *ent.Node, run string, steps []Step, who string, 
 		return err
 	}
 	event := func(sev, msg string) history.Event { return c.stepEvent(id, kind, who, sev, msg) }
+	// An automated cleaning between tenants is a wipe, which ends with
+	// its record (wipe.go).
+	wipe := run == "automated clean"
+	if wipe {
+		c.wipes.begin(n, c.WipePolicy(n), nil, nil)
+	}
 	// settle answers the run's last write: if it could not release the
 	// lock, the lock is released alone, so it never outlives the run.
 	settle := func(err error) {
@@ -154,15 +160,35 @@ func (c *Conductor) runSteps(n *ent.Node, run string, steps []Step, who string, 
 				u.SetPowerState(*n.PowerState)
 			}
 		}, e)
+		if wipe {
+			c.endWipe(ctx, n, msg)
+		}
 	}
 	fail := func(msg string) { failWith(msg, nil, false) }
+	// An automated cleaning that cannot start is a wipe that cannot
+	// happen: it fails closed, into maintenance with the clean failure
+	// fault like a failed step, so the node goes to no tenant unwiped.
+	// (Ironic fails such a cleaning without maintenance; here the wipe is
+	// the tenant boundary, and maintenance is what keeps it.)
+	failClosed := func(why string) {
+		failWith(fmt.Sprintf("Automated cleaning cannot wipe node %s: %s It stays out of service until its disks can be wiped: fix that, clear maintenance and provide it again (or set automated_clean false to opt out).",
+			n.UUID, why), nil, true)
+	}
 	if why := cannotRun(n, kind, steps); why != "" {
+		if wipe {
+			failClosed(why)
+			return
+		}
 		fail(why)
 		return
 	}
 	c.refreshCaches(ctx, n, kind)
 	if name := firstInBand(n, steps); name != "" {
 		if _, err := agentBoot(n, c.cfg.Agent.Media); err != nil {
+			if wipe {
+				failClosed(fmt.Sprintf("its step %s runs in the ramdisk agent, which it cannot boot: %v.", name, err))
+				return
+			}
 			fail(fmt.Sprintf("Step %s runs in the ramdisk agent, which node %s cannot boot: %v.", name, n.UUID, err))
 			return
 		}
@@ -230,6 +256,9 @@ func (c *Conductor) runSteps(n *ent.Node, run string, steps []Step, who string, 
 	// node done also sees why.
 	carry.events = append(carry.events, event(history.Info, fmt.Sprintf("All %d %s steps done; node is %s", len(steps), kind, ph.done)))
 	settle(record(stepWrite{state: ph.done, info: info, step: map[string]any{}, end: true, at: time.Now()}))
+	if wipe {
+		c.endWipe(ctx, n, "")
+	}
 }
 
 // firstStep prepares a claim that starts a run of steps to record the

@@ -457,6 +457,9 @@ func (s *Service) PatchWith(ctx context.Context, ident string, raw []byte, allow
 			return err
 		}
 		if info, ok := upd.fields["driver_info"].(map[string]any); ok {
+			if err := checkWipe(ctx, cur.DriverInfo, info); err != nil {
+				return err
+			}
 			// A value kept under another driver was never checked as a
 			// path: a new driver's paths all count as given now.
 			drv, _ := after["driver"].(string)

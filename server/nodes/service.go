@@ -203,6 +203,10 @@ func (s *Service) Create(ctx context.Context, in CreateInput) (*View, error) {
 		s.guard.Done(ctx, RuleCreate, "node", in.UUID, err, nil)
 		return nil, err
 	}
+	if err := checkWipe(ctx, nil, in.DriverInfo); err != nil {
+		s.guard.Done(ctx, RuleCreate, "node", in.UUID, err, nil)
+		return nil, err
+	}
 	if err := bmc.CheckPaths(in.Driver, in.DriverInfo, nil, systemScope(ctx)); err != nil {
 		err = fieldError(err)
 		s.guard.Done(ctx, RuleCreate, "node", in.UUID, err, nil)

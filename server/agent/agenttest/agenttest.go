@@ -41,7 +41,9 @@ func Need(t testing.TB) {
 	} else if _, err := os.Stat("/dev/loop-control"); err != nil {
 		why = "no /dev/loop-control"
 	}
-	for _, tool := range []string{"losetup", "sgdisk", "qemu-img", "unshare", "udevadm"} {
+	// hdparm: the agent's erase_devices asks it about each disk (ATA
+	// secure erase) before overwriting it, as every agent ramdisk has it.
+	for _, tool := range []string{"losetup", "sgdisk", "qemu-img", "unshare", "udevadm", "hdparm"} {
 		if why != "" {
 			break
 		}
