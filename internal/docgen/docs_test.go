@@ -444,13 +444,18 @@ func TestRunnableDocs(t *testing.T) {
 			t.Error("serve did not stop")
 		}
 	})
-	password := regexp.MustCompile(`one-time password:\s+(\S+)`)
+	// The password is in the file the start names, as the README says.
+	password := regexp.MustCompile(`one-time password is in (\S+) \(`)
 	listening := regexp.MustCompile(`listen=(http://127\.0\.0\.1:\d+)`)
 	var pw, url string
 	for deadline := time.Now().Add(60 * time.Second); pw == "" || url == ""; time.Sleep(50 * time.Millisecond) {
 		out := errOut.String()
-		if m := password.FindStringSubmatch(out); m != nil {
-			pw = m[1]
+		if m := password.FindStringSubmatch(out); m != nil && pw == "" {
+			b, err := os.ReadFile(m[1])
+			if err != nil {
+				t.Fatalf("the bootstrap password's file: %v", err)
+			}
+			pw = strings.TrimSpace(string(b))
 		}
 		if m := listening.FindStringSubmatch(out); m != nil {
 			url = m[1]
