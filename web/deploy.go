@@ -86,6 +86,10 @@ func (p *Portal) deployPanel(ctx context.Context, d *views.NodeDetail, v *nodes.
 	// What the release does to the disks, in the words of the node's
 	// wipe policy: never "wiped" for a node that will not be.
 	dp.Release = "Release " + nameOr(deref(v.Name), v.UUID) + " (" + views.OwnerText(holder) + " gives it back)? " + p.Ops.C.WipePromise(v.Node)
+	dp.ReleaseLabel = "Release"
+	if conductor.Wipes(v.Node) {
+		dp.ReleaseLabel = "Release and wipe"
+	}
 }
 
 func str(v any) string {

@@ -85,13 +85,15 @@ test('a tenant requests two nodes with a lease, deploys one, releases and wipes 
   await axeBoth(page, 'deploy-running', nodeURL);
   await shot(page, testInfo, 'deploy-running', { fullPage: false });
 
-  // Release and wipe: asked first, then cleaning to available, and the
-  // tear down ends the allocation.
+  // Release (not "and wipe": a fake node has no disks): asked first, then
+  // cleaning to available, and the tear down ends the allocation.
   let asked = '';
   page.once('dialog', (d) => { asked = d.message(); d.accept(); });
-  await panel.getByRole('button', { name: 'Release and wipe' }).click();
-  await expect(page.locator('main .flash').first()).toContainText(`Releasing ${first}: its disks are wiped`);
-  expect(asked).toBe(`Release and wipe ${first}? Its disks are wiped (automated cleaning), and project tenant-blue gives it back.`);
+  await panel.getByRole('button', { name: 'Release', exact: true }).click();
+  // A fake-hardware node has no disks: the page says so rather than
+  // promise a wipe (its record says "not wiped").
+  await expect(page.locator('main .flash').first()).toContainText(`Releasing ${first}. Its disks are not wiped: fake hardware: no machine, no disks.`);
+  expect(asked).toBe(`Release ${first} (project tenant-blue gives it back)? Its disks are not wiped: fake hardware: no machine, no disks.`);
   await expect.poll(async () => (await api('GET', `/v1/nodes/${first}`)).provision_state, { timeout: 60_000 }).toBe('available');
   await expect(page.getByTestId('deploy')).toHaveAttribute('data-stage', 'form', { timeout: 30_000 });
   const names = async () => (await api('GET', '/v1/allocations')).allocations.map((a) => a.name);

@@ -97,6 +97,10 @@ func wipeSteps(policy string) []Step {
 	return []Step{{Interface: "deploy", Step: "erase_devices_express"}, {Interface: "deploy", Step: "erase_devices"}}
 }
 
+// Wipes says whether automated cleaning wipes n's disks at all, for
+// labels that promise it.
+func Wipes(n *ent.Node) bool { return noWipe(n) == "" }
+
 // noWipe says why automated cleaning does not wipe n at all, or "" when
 // it does: automated_clean false is Ironic's opt-out, and a fake-hardware
 // node has no machine and so no disks.
