@@ -39,10 +39,14 @@ func TestAgentDeployLocalImage(t *testing.T) {
 			anvil, others int
 		)
 		origin := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			// Downloads only: the HEAD Anvil sends before a deploy
+			// (checkImageSource) reads no image.
 			mu.Lock()
-			if strings.HasPrefix(r.UserAgent(), "Go-http-client/") {
+			switch {
+			case r.Method == http.MethodHead:
+			case strings.HasPrefix(r.UserAgent(), "Go-http-client/"):
 				anvil++
-			} else {
+			default:
 				others++
 			}
 			mu.Unlock()

@@ -247,11 +247,18 @@ func TestAgentLifecycle(t *testing.T) {
 		deployImage(im.Raw, im.RawSum)
 		deployImage(im.QCOW2, im.QCOW2Sum)
 
-		// A download that fails ends in deploy failed naming the step,
-		// with the agent's logs kept and the machine off.
+		// An image URL that answers 404 is refused before the deploy
+		// starts, naming the answer (Ironic's HEAD).
 		mustStatus(t, member.Do(t, "PATCH", "/v1/nodes/"+id, []map[string]any{
 			{"op": "add", "path": "/instance_info", "value": map[string]any{"image_source": im.URL + "missing.raw",
 				"image_os_hash_algo": "sha256", "image_os_hash_value": im.RawSum}}}), 200)
+		wantFault(t, member.Do(t, "PUT", "/v1/nodes/"+id+"/states/provision", map[string]any{"target": "active"}), 400, "404 Not Found")
+		// An image the agent cannot write (its checksum does not match)
+		// ends in deploy failed naming the step, with the agent's logs
+		// kept and the machine off.
+		mustStatus(t, member.Do(t, "PATCH", "/v1/nodes/"+id, []map[string]any{
+			{"op": "add", "path": "/instance_info", "value": map[string]any{"image_source": im.Raw,
+				"image_os_hash_algo": "sha256", "image_os_hash_value": im.QCOW2Sum}}}), 200)
 		provision(t, member, id, map[string]any{"target": "active"}, 202)
 		n = waitFor(t, admin, id, "deploy failed", rack)
 		if e, _ := n["last_error"].(string); !strings.Contains(e, "deploy.write_image") {

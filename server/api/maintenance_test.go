@@ -8,6 +8,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/anvilproject/anvil/server/bmc/bmctest"
 	"github.com/anvilproject/anvil/server/demo"
@@ -28,7 +29,12 @@ const maintenanceNodes = 10
 func TestMaintenanceRunbooks(t *testing.T) {
 	storetest.Each(t, func(t *testing.T, setting string, _ *store.DB) {
 		sim := bmctest.StartRedfish(t, fmt.Sprintf("SIM_SYSTEMS=%d", maintenanceNodes), "SIM_UPDATE_DELAY=1")
-		srv, clients := startLocal(t, setting, bmcOpts)
+		// Ten machines at once on one simulator process: a busy host
+		// answers slower than bmcOpts' 5 s, so the default 20 s here
+		// (the test is about runbooks, not BMC timeouts).
+		opts := bmcOpts
+		opts.Conductor.BMC.Timeout = 20 * time.Second
+		srv, clients := startLocal(t, setting, opts)
 		admin, member := clients["system-admin"], clients["lessee-member"]
 
 		r := upload(t, admin, "?name="+demo.ImageName, bytes.NewReader(demo.Image()), "")

@@ -27,7 +27,10 @@ func TestDeployStepsFirmwareFlash(t *testing.T) {
 		_, clients := startLocal(t, setting, bmcOpts)
 		admin := clients["system-admin"]
 		r := admin.Do(t, "POST", "/v1/nodes", map[string]any{"name": "flash-1", "driver": "redfish", "driver_info": sim.DriverInfo("1"),
-			"owner": "own", "lessee": "les", "deploy_interface": "ramdisk", "boot_interface": "redfish-virtual-media"})
+			"owner": "own", "lessee": "les", "deploy_interface": "ramdisk", "boot_interface": "redfish-virtual-media",
+			// No agent media: about steps, not wipes, so it opts out of
+			// automated cleaning rather than fail it closed.
+			"automated_clean": false})
 		mustStatus(t, r, 201)
 		id := r.JSON(t)["uuid"].(string)
 		provision(t, admin, id, map[string]any{"target": "manage"}, 202)
