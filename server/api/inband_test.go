@@ -257,7 +257,7 @@ func TestAgentLifecycle(t *testing.T) {
 		// ends in deploy failed naming the step, with the agent's logs
 		// kept and the machine off.
 		mustStatus(t, member.Do(t, "PATCH", "/v1/nodes/"+id, []map[string]any{
-			{"op": "add", "path": "/instance_info", "value": map[string]any{"image_source": im.Raw,
+			{"op": "add", "path": "/instance_info", "value": map[string]any{"image_source": im.URL + im.Raw,
 				"image_os_hash_algo": "sha256", "image_os_hash_value": im.QCOW2Sum}}}), 200)
 		provision(t, member, id, map[string]any{"target": "active"}, 202)
 		n = waitFor(t, admin, id, "deploy failed", rack)
