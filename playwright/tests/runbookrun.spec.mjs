@@ -6,6 +6,9 @@ import { accessible, operatorAPI, shot, signIn } from './helpers.mjs';
 // page; and a member of the project runs it on one. Each outcome is
 // checked through the API as well as on the page.
 test('an owner manager publishes a runbook, adds its trait to two nodes, and a member runs it', async ({ page, browser, request }, testInfo) => {
+  // Two axe walks, four full-page screenshots and a run: more than the
+  // default 30 s on a busy CI machine.
+  test.setTimeout(120_000);
   const api = await operatorAPI(browser, request, 'runbookrun journey');
   const name = 'CUSTOM_EAST_CHECK';
 

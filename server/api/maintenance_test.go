@@ -86,7 +86,8 @@ func TestMaintenanceRunbooks(t *testing.T) {
 				if status[i] != 202 {
 					t.Fatalf("%s on node %d: status %d", runbook, i+1, status[i])
 				}
-				if n := waitState(t, member, id, "manageable"); n["last_error"] != nil {
+				// Ten firmware updates queue on one simulator process.
+				if n := waitStateWithin(t, member, id, "manageable", 5*time.Minute); n["last_error"] != nil {
 					t.Errorf("%s on node %d: %v", runbook, i+1, n["last_error"])
 				}
 			}
