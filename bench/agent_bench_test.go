@@ -152,8 +152,15 @@ func agentServer(b *testing.B, setting string) *server {
 		b.Fatal(err)
 	}
 	cmd := exec.Command(binary(b), "serve", "--listen", "127.0.0.1:"+port, "--database", setting,
-		"--agent-networks", "127.0.0.0/8", "--power-sync", "0")
+		"--agent-networks", "127.0.0.0/8", "--power-sync", "0",
+		// Every fake agent keeps its connection open, as a requests
+		// session does between heartbeats: 10,000 of them are past the
+		// default bound.
+		"--max-connections", fmt.Sprint(2*fleet))
 	cmd.Stderr, cmd.Stdout = logf, logf
+	// On PostgreSQL the first admin's password file goes to the working
+	// directory: the run's own, not the source tree.
+	cmd.Dir = filepath.Dir(logf.Name())
 	if err := cmd.Start(); err != nil {
 		b.Fatal(err)
 	}

@@ -4,6 +4,7 @@ package server
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -130,6 +131,10 @@ type Options struct {
 	// IdleRelease is how long without a request before the heap's free
 	// headroom goes back to the operating system (obs.Idle); zero never.
 	IdleRelease time.Duration
+	// MaxConnections bounds the connections open at once, idle kept-alive
+	// ones included; past it a new connection gets a 503. Zero means
+	// DefaultMaxConnections.
+	MaxConnections int
 	// Pprof serves Go's runtime profiles at /debug/pprof/ to whoever may
 	// read /metrics: heap, goroutines and CPU of a running replica, to
 	// find what grows. Off by default.
@@ -324,10 +329,10 @@ const (
 	policyUploadMax = override.MaxZipBytes + 64<<10
 )
 
-// maxConnections bounds the connections served at once (with their
-// buffers): far above what API clients, portals, BMCs and agents open
-// together, far below fasthttp's default.
-const maxConnections = 4096
+// DefaultMaxConnections bounds the connections served at once (with
+// their buffers): far above what API clients, portals, BMCs and agents
+// open together on most sites, far below fasthttp's default.
+const DefaultMaxConnections = 4096
 
 // The ramdisk agent's lookups and heartbeats, per client address: an
 // agent heartbeats every 90 to 180 s and retries a lookup with backoff,
@@ -358,7 +363,7 @@ func (a *App) routes() *fiber.App {
 		// Each open connection holds a 4 KiB read and a 4 KiB write buffer
 		// and a request context; fasthttp's default allows 262,144 at once.
 		// Past this bound a new connection gets a 503.
-		Concurrency: maxConnections,
+		Concurrency: cmp.Or(a.opts.MaxConnections, DefaultMaxConnections),
 	})
 	if a.opts.AuthNone {
 		// Before anything answers: see loopbackHost.

@@ -58,6 +58,7 @@ func serveCmd() *cobra.Command {
 		mtok     string
 		profiles bool
 		idle     time.Duration
+		maxConns int
 		rolAge   time.Duration
 		imgFile  string
 		maxLease time.Duration
@@ -187,7 +188,7 @@ func serveCmd() *cobra.Command {
 				Database: g.database, Pool: pool, ManualMigrate: !autoMig, AccessLog: access, AuthNone: auth == "none", ListenName: listenName(listen), Log: log, SessionSecret: secret, OIDC: provider, Conductor: cc, PolicyDir: pdir, PolicyOverrideEnabled: penab, ServiceProject: svcp,
 				TrustedProxies: proxy, FirmwareDir: fwo.dir, FirmwareURL: fwo.url, FirmwareMaxBytes: fwo.max,
 				BootISODir: isoDir, AllocationMaxLease: maxLease, PasswordHashCost: pwCost,
-				MetricsToken: mtok, Pprof: profiles, IdleRelease: idle, OIDCRolesMaxAge: rolAge, Webhook: hook,
+				MetricsToken: mtok, Pprof: profiles, IdleRelease: idle, MaxConnections: maxConns, OIDCRolesMaxAge: rolAge, Webhook: hook,
 				Bootstrap: func(user, pw string) {
 					// Into a file only its owner reads, not the log: a
 					// journal or a pod's log keeps what is printed, and
@@ -304,6 +305,7 @@ func serveCmd() *cobra.Command {
 	f.IPNetSliceVar(&proxy, "trusted-proxies", nil, "reverse proxies (CIDRs, comma-separated) whose X-Forwarded-For names the client's address; default none: the peer is the client")
 	f.StringVar(&mtok, "metrics-token", "", "bearer token /metrics requires (Authorization: Bearer <token>); default none: /metrics answers loopback scrapers only")
 	f.DurationVar(&idle, "idle-release", 10*time.Second, "after this long without a request, hand the heap's free headroom back to the operating system (0: leave it to Go's scavenger)")
+	f.IntVar(&maxConns, "max-connections", server.DefaultMaxConnections, "most client connections open at once, idle kept-alive ones included (each holds about 8 KiB of buffers); past it a new connection gets a 503: raise it for more agents or clients that keep their connections open")
 	f.BoolVar(&profiles, "pprof", false, "serve Go's runtime profiles (heap, goroutines, CPU) at /debug/pprof/, to the same callers as /metrics")
 	f.StringVar(&hook.URL, "webhook-url", "", "http:// or https:// URL that receives the audit events --webhook-rules choose, as signed JSON POSTs (empty: none sent)")
 	f.StringVar(&hook.Secret, "webhook-secret", "", "secret keying each delivery's X-Anvil-Signature (HMAC-SHA256 of the body); required with --webhook-url")

@@ -90,6 +90,9 @@ func Start(t testing.TB, o server.Options) *Server {
 	} else {
 		r.Body.Close()
 	}
+	// Its kept-alive connection would count against a test's
+	// MaxConnections.
+	hc.CloseIdleConnections()
 	return &Server{App: app, URL: url}
 }
 
