@@ -131,6 +131,10 @@ type Options struct {
 	// IdleRelease is how long without a request before the heap's free
 	// headroom goes back to the operating system (obs.Idle); zero never.
 	IdleRelease time.Duration
+	// HSTS, when more than zero, is the max-age of the
+	// Strict-Transport-Security header on every answer: set by serve
+	// when it serves TLS itself.
+	HSTS time.Duration
 	// MaxConnections bounds the connections open at once, idle kept-alive
 	// ones included; past it a new connection gets a 503. Zero means
 	// DefaultMaxConnections.
@@ -371,6 +375,15 @@ func (a *App) routes() *fiber.App {
 	}
 	// First, so that everything after it sees the path it is served as.
 	app.Use(a.unversioned)
+	if a.opts.HSTS > 0 {
+		// Only a server that serves TLS itself says so: behind a proxy
+		// the proxy decides.
+		hsts := fmt.Sprintf("max-age=%d", int(a.opts.HSTS.Seconds()))
+		app.Use(func(c *fiber.Ctx) error {
+			c.Set("Strict-Transport-Security", hsts)
+			return c.Next()
+		})
+	}
 	app.Use(recover.New())
 	app.Use(clientip.New(a.opts.TrustedProxies).Middleware())
 	app.Use(obs.Middleware(a.opts.Log, a.Metrics, a.accessLog))
@@ -566,7 +579,7 @@ func (a *App) Serve(ctx context.Context, ln net.Listener) error {
 		defer func() { stopAudit(); <-hookDone }()
 	}
 	if a.Firmware.BaseURL == "" {
-		u, err := config.PublicURL(ln.Addr().String())
+		u, err := config.PublicURL("http", ln.Addr().String())
 		if err != nil {
 			return err
 		}

@@ -38,7 +38,7 @@ type firmwareOptions struct {
 }
 
 // options settles the settings for a server listening on listen.
-func (f *firmwareFlags) options(database, listen string) (firmwareOptions, error) {
+func (f *firmwareFlags) options(database, scheme, listen string) (firmwareOptions, error) {
 	o := firmwareOptions{dir: f.dir, url: f.url, max: f.maxMiB << 20}
 	if f.maxMiB <= 0 || f.maxMiB > 1<<20 {
 		return o, fmt.Errorf("--firmware-max-mib %d: give a size in MiB from 1 to 1048576", f.maxMiB)
@@ -48,7 +48,7 @@ func (f *firmwareFlags) options(database, listen string) (firmwareOptions, error
 	}
 	if o.url == "" {
 		var err error
-		if o.url, err = config.PublicURL(listen); err != nil {
+		if o.url, err = config.PublicURL(scheme, listen); err != nil {
 			return o, fmt.Errorf("--firmware-url: %w", err)
 		}
 	}
@@ -67,7 +67,7 @@ func firmwareCmd() *cobra.Command {
 // withFirmware opens the database (for the audit log) and runs fn with
 // the image store the server with these settings uses.
 func withFirmware(cmd *cobra.Command, g *globals, fw *firmwareFlags, listen string, fn func(ctx context.Context, s *fwimages.Store) error) error {
-	o, err := fw.options(g.database, listen)
+	o, err := fw.options(g.database, "http", listen)
 	if err != nil {
 		return err
 	}

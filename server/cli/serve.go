@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"crypto/tls"
 	"fmt"
 	"net"
 	"net/url"
@@ -30,6 +31,7 @@ import (
 	"github.com/anvilproject/anvil/server/oidclogin"
 	"github.com/anvilproject/anvil/server/ramdisk"
 	"github.com/anvilproject/anvil/server/store"
+	"github.com/anvilproject/anvil/server/tlscert"
 	"github.com/anvilproject/anvil/server/webhook"
 	"github.com/anvilproject/anvil/web"
 )
@@ -59,6 +61,11 @@ func serveCmd() *cobra.Command {
 		profiles bool
 		idle     time.Duration
 		maxConns int
+		tlsCert  string
+		tlsKey   string
+		tlsPoll  time.Duration
+		redirect string
+		hsts     time.Duration
 		rolAge   time.Duration
 		imgFile  string
 		maxLease time.Duration
@@ -149,6 +156,15 @@ func serveCmd() *cobra.Command {
 			if err := hook.Validate(); err != nil {
 				return err
 			}
+			if (tlsCert == "") != (tlsKey == "") {
+				return fmt.Errorf("--tls-cert and --tls-key go together: give both or neither")
+			}
+			if redirect != "" && tlsCert == "" {
+				return fmt.Errorf("--tls-redirect-listen redirects to TLS: give --tls-cert and --tls-key too")
+			}
+			if tlsPoll <= 0 || hsts < 0 {
+				return fmt.Errorf("--tls-reload-interval %s, --hsts-max-age %s: give more than 0, and 0 or more", tlsPoll, hsts)
+			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGINT, syscall.SIGTERM)
 			defer stop()
 			if rolAge <= 0 || rolAge > web.DefaultRolesMaxAge {
@@ -177,18 +193,45 @@ func serveCmd() *cobra.Command {
 				return err
 			}
 			defer ln.Close()
-			fwo, err := fw.options(g.database, ln.Addr().String())
+			addr, scheme := ln.Addr().String(), "http"
+			if tlsCert != "" {
+				pair, err := tlscert.Load(tlsCert, tlsKey, log)
+				if err != nil {
+					return err
+				}
+				hup := make(chan os.Signal, 1)
+				signal.Notify(hup, syscall.SIGHUP)
+				defer signal.Stop(hup)
+				go pair.Watch(ctx, tlsPoll, hup)
+				ln, scheme = tls.NewListener(ln, pair.Config()), "https"
+				if redirect != "" {
+					if err := redirectToTLS(ctx, redirect, addr, log); err != nil {
+						return err
+					}
+				}
+			} else {
+				hsts = 0
+			}
+			fwo, err := fw.options(g.database, scheme, addr)
 			if err != nil {
 				return err
 			}
-			if cc.Agent.APIURL, err = agentAPIURL(cc.Agent.APIURL, ln.Addr().String()); err != nil {
+			if cc.Agent.ImageURL == "" {
+				// The conductor's own default is http://.
+				base, err := config.PublicURL(scheme, addr)
+				if err != nil {
+					return fmt.Errorf("the agents' image URL: %w", err)
+				}
+				cc.Agent.ImageURL = base + strings.TrimSuffix(imagecache.RoutePrefix, "/")
+			}
+			if cc.Agent.APIURL, err = agentAPIURL(cc.Agent.APIURL, scheme, addr); err != nil {
 				return err
 			}
 			app, err := server.New(ctx, server.Options{
 				Database: g.database, Pool: pool, ManualMigrate: !autoMig, AccessLog: access, AuthNone: auth == "none", ListenName: listenName(listen), Log: log, SessionSecret: secret, OIDC: provider, Conductor: cc, PolicyDir: pdir, PolicyOverrideEnabled: penab, ServiceProject: svcp,
 				TrustedProxies: proxy, FirmwareDir: fwo.dir, FirmwareURL: fwo.url, FirmwareMaxBytes: fwo.max,
 				BootISODir: isoDir, AllocationMaxLease: maxLease, PasswordHashCost: pwCost,
-				MetricsToken: mtok, Pprof: profiles, IdleRelease: idle, MaxConnections: maxConns, OIDCRolesMaxAge: rolAge, Webhook: hook,
+				MetricsToken: mtok, Pprof: profiles, IdleRelease: idle, MaxConnections: maxConns, HSTS: hsts, OIDCRolesMaxAge: rolAge, Webhook: hook,
 				Bootstrap: func(user, pw string) {
 					// Into a file only its owner reads, not the log: a
 					// journal or a pod's log keeps what is printed, and
@@ -219,7 +262,7 @@ func serveCmd() *cobra.Command {
 				}
 			}
 			app.Portal.DeployImages = images
-			log.Info("anvil serving", "listen", "http://"+ln.Addr().String(), "database", store.Redacted(g.database))
+			log.Info("anvil serving", "listen", scheme+"://"+addr, "database", store.Redacted(g.database))
 			return app.Serve(ctx, ln)
 		},
 	}
@@ -264,7 +307,7 @@ func serveCmd() *cobra.Command {
 	f.BoolVar(&cc.Agent.TokenOnMedia, "agent-token-on-media", true, "put each boot's agent token on the kernel line of the media Anvil writes (the ISOs it builds, its iPXE scripts) so that no lookup issues it (Ironic's agent_secret_token_pregenerated); false when the machines' network boot does not use Anvil's iPXE scripts")
 	f.BoolVar(&cc.Agent.Discovery, "inspection-discovery", false, "accept inspection data without the node's agent token, matching the node by MAC or BMC address as Ironic does (for agents booted from an operator's deploy_iso); anyone on the agent networks can then rewrite a waiting node's inventory")
 	f.BoolVar(&cc.Agent.FastTrack, "fast-track", false, "leave the ramdisk agent running after cleaning, powered on, so a deploy that follows within the agent heartbeat timeout skips the reboot (Ironic's [deploy]fast_track)")
-	f.StringVar(&cc.Agent.APIURL, "agent-api-url", "", "Anvil's API URL as ramdisk agents reach it, which the ISOs Anvil builds pass them as ipa-api-url, e.g. https://anvil.example.com:6385 (default: http:// and the listen address, the host name for a wildcard address)")
+	f.StringVar(&cc.Agent.APIURL, "agent-api-url", "", "Anvil's API URL as ramdisk agents reach it, which the ISOs Anvil builds pass them as ipa-api-url, e.g. https://anvil.example.com:6385 (default: http:// and the listen address, https:// with --tls-cert, the host name for a wildcard address)")
 	f.StringVar(&isoDir, "boot-iso-dir", "", `directory of the agent ISOs Anvil builds for redfish-virtual-media nodes with deploy_kernel and deploy_ramdisk, each served to its BMC at --firmware-url/boot-iso/ for one boot (default: "boot-iso" beside the SQLite database file, or in the working directory with PostgreSQL)`)
 	for _, m := range []struct {
 		v         *string
@@ -278,7 +321,7 @@ func serveCmd() *cobra.Command {
 	} {
 		f.StringVar(m.v, m.name, "", "http(s) URL of the "+m.use)
 	}
-	f.StringVar(&cc.Agent.ImageURL, "agent-image-url", "", "base URL ramdisk agents fetch images from for image_download_source=local, each deploy's at <url>/<random token> (default: http:// and the listen address, then /images)")
+	f.StringVar(&cc.Agent.ImageURL, "agent-image-url", "", "base URL ramdisk agents fetch images from for image_download_source=local, each deploy's at <url>/<random token> (default: http:// and the listen address, https:// with --tls-cert, then /images)")
 	f.StringVar(&cc.Agent.ImageCacheDir, "image-cache-dir", "", `directory of the images Anvil downloads for image_download_source=local, kept under their checksums (default: "image-cache" beside the SQLite database file, or in the working directory with PostgreSQL)`)
 	f.Int64Var(&cc.Agent.ImageCacheMaxBytes, "image-cache-max-bytes", imagecache.DefaultMaxBytes, "most bytes the image cache keeps (and so the largest image); beyond it the least recently used images not being served are removed")
 	f.DurationVar(&cc.Agent.ImageDownloadTimeout, "image-download-timeout", imagecache.DefaultTimeout, "how long one download into the image cache may take")
@@ -306,6 +349,11 @@ func serveCmd() *cobra.Command {
 	f.StringVar(&mtok, "metrics-token", "", "bearer token /metrics requires (Authorization: Bearer <token>); default none: /metrics answers loopback scrapers only")
 	f.DurationVar(&idle, "idle-release", 10*time.Second, "after this long without a request, hand the heap's free headroom back to the operating system (0: leave it to Go's scavenger)")
 	f.IntVar(&maxConns, "max-connections", server.DefaultMaxConnections, "most client connections open at once, idle kept-alive ones included (each holds about 8 KiB of buffers); past it a new connection gets a 503: raise it for more agents or clients that keep their connections open")
+	f.StringVar(&tlsCert, "tls-cert", "", "PEM certificate (with its chain) to serve HTTPS with, instead of HTTP; reloaded on SIGHUP and when the file changes, without a restart")
+	f.StringVar(&tlsKey, "tls-key", "", "PEM private key of --tls-cert")
+	f.DurationVar(&tlsPoll, "tls-reload-interval", tlscert.DefaultPoll, "how often --tls-cert and --tls-key are read for a renewed pair")
+	f.StringVar(&redirect, "tls-redirect-listen", "", "also listen on this address for plain HTTP and redirect every request to the HTTPS address (e.g. :80); empty: none")
+	f.DurationVar(&hsts, "hsts-max-age", 365*24*time.Hour, "with --tls-cert, the max-age of the Strict-Transport-Security header on every answer (0: no header)")
 	f.BoolVar(&profiles, "pprof", false, "serve Go's runtime profiles (heap, goroutines, CPU) at /debug/pprof/, to the same callers as /metrics")
 	f.StringVar(&hook.URL, "webhook-url", "", "http:// or https:// URL that receives the audit events --webhook-rules choose, as signed JSON POSTs (empty: none sent)")
 	f.StringVar(&hook.Secret, "webhook-secret", "", "secret keying each delivery's X-Anvil-Signature (HMAC-SHA256 of the body); required with --webhook-url")
@@ -314,11 +362,11 @@ func serveCmd() *cobra.Command {
 }
 
 // agentAPIURL settles --agent-api-url for a server listening on listen.
-func agentAPIURL(flag, listen string) (string, error) {
+func agentAPIURL(flag, scheme, listen string) (string, error) {
 	v := flag
 	if v == "" {
 		var err error
-		if v, err = config.PublicURL(listen); err != nil {
+		if v, err = config.PublicURL(scheme, listen); err != nil {
 			return "", fmt.Errorf("--agent-api-url: %w", err)
 		}
 	}

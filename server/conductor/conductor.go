@@ -194,14 +194,14 @@ func (c *Conductor) Start(ctx context.Context, listen string) error {
 		c.cfg.Name = host + "@" + listen
 	}
 	if c.cfg.Agent.APIURL == "" {
-		u, err := config.PublicURL(listen)
+		u, err := config.PublicURL("http", listen)
 		if err != nil {
 			return fmt.Errorf("the agents' API URL: %w", err)
 		}
 		c.cfg.Agent.APIURL = u
 	}
 	if c.cfg.Agent.ImageURL == "" {
-		u, err := config.PublicURL(listen)
+		u, err := config.PublicURL("http", listen)
 		if err != nil {
 			return fmt.Errorf("the agents' image URL: %w", err)
 		}

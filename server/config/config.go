@@ -100,10 +100,10 @@ func ApplyShared(fs *pflag.FlagSet, path string, shared *pflag.FlagSet) error {
 	return err
 }
 
-// PublicURL is the http:// address of a listener as other machines reach
-// it, for URLs Anvil hands to BMCs: a wildcard listen address (":6385",
+// PublicURL is the scheme:// address of a listener as other machines
+// reach it, for URLs Anvil hands to BMCs and agents: a wildcard listen address (":6385",
 // "0.0.0.0:6385") names this host by its host name instead.
-func PublicURL(listen string) (string, error) {
+func PublicURL(scheme, listen string) (string, error) {
 	host, port, err := net.SplitHostPort(listen)
 	if err != nil {
 		return "", fmt.Errorf("listen address %q: %w", listen, err)
@@ -113,7 +113,7 @@ func PublicURL(listen string) (string, error) {
 			return "", fmt.Errorf("host name for the public URL: %w", err)
 		}
 	}
-	return "http://" + net.JoinHostPort(host, port), nil
+	return scheme + "://" + net.JoinHostPort(host, port), nil
 }
 
 // FirmwareDir is where uploaded firmware images live unless configured:

@@ -21,11 +21,15 @@ func TestPublicURL(t *testing.T) {
 		"[::]:6385":      "http://" + host + ":6385",
 		"anvil.lan:6385": "http://anvil.lan:6385",
 	} {
-		if got, err := config.PublicURL(listen); err != nil || got != want {
+		if got, err := config.PublicURL("http", listen); err != nil || got != want {
 			t.Errorf("PublicURL(%q) = %q, %v; want %q", listen, got, err, want)
 		}
 	}
-	if _, err := config.PublicURL("no-port"); err == nil {
+	// A server serving TLS itself hands out https:// URLs.
+	if got, _ := config.PublicURL("https", "anvil.lan:6385"); got != "https://anvil.lan:6385" {
+		t.Errorf("PublicURL(https) = %q", got)
+	}
+	if _, err := config.PublicURL("http", "no-port"); err == nil {
 		t.Error("an address without a port was accepted")
 	}
 }
