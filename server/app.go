@@ -550,6 +550,11 @@ func (a *App) readyz(c *fiber.Ctx) error {
 		return c.Status(503).JSON(fiber.Map{"ready": false, "database": err.Error(), "policy": a.policyStatus()})
 	}
 	out := fiber.Map{"ready": true, "database": "ok", "policy": a.policyStatus()}
+	if a.opts.OIDC != nil {
+		// Degraded SSO leaves the server ready: local accounts and API
+		// tokens still work, and a restart would not bring the provider.
+		out["oidc"] = a.opts.OIDC.Status()
+	}
 	if note := a.agentNetworksNote(ctx); note != "" {
 		out["agent_networks"] = note
 	}

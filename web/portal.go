@@ -37,7 +37,9 @@ import (
 
 // SSO is the OpenID Connect provider the portal signs users in with.
 type SSO interface {
-	AuthCodeURL(state, nonce, verifier string) string
+	// AuthCodeURL is where the browser signs in; an error while the
+	// provider cannot be reached.
+	AuthCodeURL(state, nonce, verifier string) (string, error)
 	// Exchange completes the code flow and returns the identity with the
 	// role assignments its claims carry.
 	Exchange(ctx context.Context, code, verifier, nonce string) (identity.SSOUser, error)

@@ -23,6 +23,7 @@ const (
 	loginErrUnverified = "unverified"
 	loginErrNoRole     = "norole"
 	loginErrExpired    = "expired"
+	loginErrDown       = "unavailable"
 )
 
 var loginErrors = map[string]string{
@@ -31,6 +32,7 @@ var loginErrors = map[string]string{
 	loginErrUnverified: "The identity provider's answer could not be verified; try again.",
 	loginErrNoRole:     "Your account holds no Anvil role; ask an administrator.",
 	loginErrExpired:    "Your session expired; sign in again to go back to the page you were on.",
+	loginErrDown:       "Single sign-on is unavailable: the identity provider cannot be reached. Sign in with a local account, or try again later.",
 }
 
 func (p *Portal) ssoStart(c *fiber.Ctx) error {
@@ -47,7 +49,11 @@ func (p *Portal) ssoStart(c *fiber.Ctx) error {
 	if err := p.Sessions.Save(c, sess); err != nil {
 		return err
 	}
-	return c.Redirect(p.SSO.AuthCodeURL(sess.State, sess.Nonce, sess.Verifier), fiber.StatusSeeOther)
+	to, err := p.SSO.AuthCodeURL(sess.State, sess.Nonce, sess.Verifier)
+	if err != nil {
+		return c.Redirect("/login?error="+loginErrDown, fiber.StatusSeeOther)
+	}
+	return c.Redirect(to, fiber.StatusSeeOther)
 }
 
 func (p *Portal) ssoCallback(c *fiber.Ctx) error {

@@ -175,10 +175,10 @@ func serveCmd() *cobra.Command {
 				if auth == "none" {
 					return fmt.Errorf("--oidc-issuer needs authentication on; drop --auth none")
 				}
-				if provider, err = oidclogin.New(ctx, oc); err != nil {
+				if provider, err = oidclogin.Start(ctx, oc, log); err != nil {
 					return err
 				}
-				log.Info("OpenID Connect sign-in enabled", "issuer", oc.Issuer)
+				log.Info("OpenID Connect sign-in enabled", "issuer", oc.Issuer, "status", provider.Status())
 			}
 			var images []deployimages.Image
 			if imgFile != "" {

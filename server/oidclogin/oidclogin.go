@@ -10,8 +10,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"slices"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/coreos/go-oidc/v3/oidc"
@@ -32,16 +35,82 @@ type Config struct {
 	GroupsClaim string
 }
 
-// Provider is a discovered OpenID provider.
+// Provider is an OpenID provider, discovered or still being retried.
 type Provider struct {
-	cfg      Config
+	cfg  Config
+	disc atomic.Pointer[discovered]
+
+	mu      sync.Mutex
+	lastErr error // the last failed discovery, while none succeeded
+}
+
+// discovered is what discovery learnt: endpoints, keys, scopes.
+type discovered struct {
 	provider *oidc.Provider
 	verifier *oidc.IDTokenVerifier
 	oauth    oauth2.Config
 }
 
-// New discovers the issuer's endpoints and keys.
+// New discovers the issuer's endpoints and keys, or fails.
 func New(ctx context.Context, c Config) (*Provider, error) {
+	p, err := configured(c)
+	if err != nil {
+		return nil, err
+	}
+	if err := p.discover(ctx); err != nil {
+		return nil, err
+	}
+	return p, nil
+}
+
+// Start is New for a server: an issuer it cannot reach now leaves the
+// provider degraded — SSO sign-in and bearer JWTs answer that it is
+// unavailable, local accounts and API tokens work — and discovery is
+// retried in the background until it succeeds or ctx ends. An identity
+// provider's outage must not keep Anvil from starting (a crash loop under
+// systemd or Kubernetes). Only a configuration error is returned.
+func Start(ctx context.Context, c Config, log *slog.Logger) (*Provider, error) {
+	p, err := configured(c)
+	if err != nil {
+		return nil, err
+	}
+	dctx, cancel := context.WithTimeout(ctx, discoveryTimeout)
+	err = p.discover(dctx)
+	cancel()
+	if err != nil {
+		log.Error("OpenID Connect provider unreachable: SSO is unavailable until it answers; local accounts and API tokens work", "issuer", c.Issuer, "err", err)
+		go p.retry(ctx, log)
+	}
+	return p, nil
+}
+
+// discoveryTimeout bounds one discovery; retries wait retryMin, doubling
+// to retryMax.
+const (
+	discoveryTimeout = 10 * time.Second
+	retryMin         = time.Second
+	retryMax         = time.Minute
+)
+
+func (p *Provider) retry(ctx context.Context, log *slog.Logger) {
+	for wait := retryMin; ; wait = min(2*wait, retryMax) {
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(wait):
+		}
+		dctx, cancel := context.WithTimeout(ctx, discoveryTimeout)
+		err := p.discover(dctx)
+		cancel()
+		if err == nil {
+			log.Info("OpenID Connect provider reached: SSO is available", "issuer", p.cfg.Issuer)
+			return
+		}
+		log.Debug("OpenID Connect provider still unreachable", "issuer", p.cfg.Issuer, "err", err)
+	}
+}
+
+func configured(c Config) (*Provider, error) {
 	if c.Issuer == "" || c.ClientID == "" {
 		return nil, errors.New("oidc: issuer and client id are required")
 	}
@@ -51,9 +120,18 @@ func New(ctx context.Context, c Config) (*Provider, error) {
 	if c.GroupsClaim == "" {
 		c.GroupsClaim = "groups"
 	}
-	p, err := oidc.NewProvider(ctx, c.Issuer)
+	return &Provider{cfg: c}, nil
+}
+
+// discover reads the issuer's discovery document and keys.
+func (p *Provider) discover(ctx context.Context) error {
+	op, err := oidc.NewProvider(ctx, p.cfg.Issuer)
 	if err != nil {
-		return nil, fmt.Errorf("oidc discovery at %s: %w", c.Issuer, err)
+		err = fmt.Errorf("oidc discovery at %s: %w", p.cfg.Issuer, err)
+		p.mu.Lock()
+		p.lastErr = err
+		p.mu.Unlock()
+		return err
 	}
 	scopes := []string{oidc.ScopeOpenID, "profile", "email"}
 	// A refresh token is what reads a session's roles again; providers
@@ -61,26 +139,48 @@ func New(ctx context.Context, c Config) (*Provider, error) {
 	var disc struct {
 		Scopes []string `json:"scopes_supported"`
 	}
-	if p.Claims(&disc) == nil && slices.Contains(disc.Scopes, oidc.ScopeOfflineAccess) {
+	if op.Claims(&disc) == nil && slices.Contains(disc.Scopes, oidc.ScopeOfflineAccess) {
 		scopes = append(scopes, oidc.ScopeOfflineAccess)
 	}
-	return &Provider{
-		cfg:      c,
-		provider: p,
+	p.disc.Store(&discovered{
+		provider: op,
 		// Checks signature (against the issuer's published keys), issuer,
 		// audience and expiry.
-		verifier: p.Verifier(&oidc.Config{ClientID: c.ClientID}),
+		verifier: op.Verifier(&oidc.Config{ClientID: p.cfg.ClientID}),
 		oauth: oauth2.Config{
-			ClientID: c.ClientID, ClientSecret: c.ClientSecret, RedirectURL: c.RedirectURL,
-			Endpoint: p.Endpoint(), Scopes: scopes,
+			ClientID: p.cfg.ClientID, ClientSecret: p.cfg.ClientSecret, RedirectURL: p.cfg.RedirectURL,
+			Endpoint: op.Endpoint(), Scopes: scopes,
 		},
-	}, nil
+	})
+	return nil
+}
+
+// ready is what discovery learnt, or a 503 saying SSO is unavailable.
+func (p *Provider) ready() (*discovered, error) {
+	if d := p.disc.Load(); d != nil {
+		return d, nil
+	}
+	return nil, errs.Unavailable("single sign-on is unavailable: the identity provider at %s has not answered yet; sign in with a local account or an API token", p.cfg.Issuer)
+}
+
+// Status is "ok", or why SSO is unavailable, for /readyz.
+func (p *Provider) Status() string {
+	if p.disc.Load() != nil {
+		return "ok"
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return fmt.Sprintf("degraded: %v; retrying", p.lastErr)
 }
 
 // AuthCodeURL is where the browser goes to sign in, carrying state, nonce
 // and the PKCE challenge of verifier.
-func (p *Provider) AuthCodeURL(state, nonce, verifier string) string {
-	return p.oauth.AuthCodeURL(state, oidc.Nonce(nonce), oauth2.S256ChallengeOption(verifier))
+func (p *Provider) AuthCodeURL(state, nonce, verifier string) (string, error) {
+	d, err := p.ready()
+	if err != nil {
+		return "", err
+	}
+	return d.oauth.AuthCodeURL(state, oidc.Nonce(nonce), oauth2.S256ChallengeOption(verifier)), nil
 }
 
 // Exchange completes the code flow: it redeems code with the PKCE
@@ -88,11 +188,15 @@ func (p *Provider) AuthCodeURL(state, nonce, verifier string) string {
 // role assignments from the token, or from the userinfo endpoint for
 // claims the token leaves out.
 func (p *Provider) Exchange(ctx context.Context, code, verifier, nonce string) (identity.SSOUser, error) {
-	tok, err := p.oauth.Exchange(ctx, code, oauth2.VerifierOption(verifier))
+	d, err := p.ready()
+	if err != nil {
+		return identity.SSOUser{}, err
+	}
+	tok, err := d.oauth.Exchange(ctx, code, oauth2.VerifierOption(verifier))
 	if err != nil {
 		return identity.SSOUser{}, errs.Unauthorized("the identity provider refused the code: %v", err)
 	}
-	return p.identify(ctx, tok, func(idt *oidc.IDToken) error { return checkNonce(idt, nonce) })
+	return p.identify(ctx, d, tok, func(idt *oidc.IDToken) error { return checkNonce(idt, nonce) })
 }
 
 // ErrGrantEnded is a refresh the provider refused: the grant was
@@ -110,8 +214,12 @@ func (p *Provider) Refresh(ctx context.Context, u identity.SSOUser) (identity.SS
 	if u.RefreshToken == "" {
 		return identity.SSOUser{}, fmt.Errorf("%w: the provider gave no refresh token", ErrGrantEnded)
 	}
+	d, err := p.ready()
+	if err != nil {
+		return identity.SSOUser{}, err
+	}
 	// An expired token makes the source refresh at once.
-	tok, err := p.oauth.TokenSource(ctx, &oauth2.Token{RefreshToken: u.RefreshToken, Expiry: time.Unix(1, 0)}).Token()
+	tok, err := d.oauth.TokenSource(ctx, &oauth2.Token{RefreshToken: u.RefreshToken, Expiry: time.Unix(1, 0)}).Token()
 	if err != nil {
 		var re *oauth2.RetrieveError
 		if errors.As(err, &re) && re.Response != nil && (re.Response.StatusCode == 400 || re.Response.StatusCode == 401) {
@@ -119,7 +227,7 @@ func (p *Provider) Refresh(ctx context.Context, u identity.SSOUser) (identity.SS
 		}
 		return identity.SSOUser{}, err
 	}
-	fresh, err := p.identify(ctx, tok, func(idt *oidc.IDToken) error {
+	fresh, err := p.identify(ctx, d, tok, func(idt *oidc.IDToken) error {
 		if idt.Issuer != u.Issuer || idt.Subject != u.Subject {
 			return errs.Unauthorized("the refreshed ID token names another identity")
 		}
@@ -141,12 +249,12 @@ func (p *Provider) Refresh(ctx context.Context, u identity.SSOUser) (identity.SS
 // identify verifies the ID token tok carries, runs check on it, and reads
 // the user and role assignments from it, or from the userinfo endpoint
 // for claims the token leaves out.
-func (p *Provider) identify(ctx context.Context, tok *oauth2.Token, check func(*oidc.IDToken) error) (identity.SSOUser, error) {
+func (p *Provider) identify(ctx context.Context, d *discovered, tok *oauth2.Token, check func(*oidc.IDToken) error) (identity.SSOUser, error) {
 	raw, _ := tok.Extra("id_token").(string)
 	if raw == "" {
 		return identity.SSOUser{}, errs.Unauthorized("the identity provider returned no ID token")
 	}
-	idt, err := p.verifier.Verify(ctx, raw)
+	idt, err := d.verifier.Verify(ctx, raw)
 	if err != nil {
 		return identity.SSOUser{}, errs.Unauthorized("the ID token is not valid: %v", err)
 	}
@@ -158,7 +266,7 @@ func (p *Provider) identify(ctx context.Context, tok *oauth2.Token, check func(*
 		return identity.SSOUser{}, errs.Unauthorized("the ID token's claims are unreadable")
 	}
 	if claims[p.cfg.UserClaim] == nil || claims[p.cfg.GroupsClaim] == nil {
-		ui, err := p.provider.UserInfo(ctx, oauth2.StaticTokenSource(tok))
+		ui, err := d.provider.UserInfo(ctx, oauth2.StaticTokenSource(tok))
 		if err != nil {
 			return identity.SSOUser{}, fmt.Errorf("the userinfo endpoint failed: %w", err)
 		}
@@ -191,7 +299,11 @@ const BackchannelLogoutEvent = "http://schemas.openid.net/event/backchannel-logo
 // naming a subject or a session (sid), and without a nonce, which would
 // make it an ID token in disguise. It returns the issuer, subject and sid.
 func (p *Provider) VerifyLogout(ctx context.Context, raw string) (issuer, subject, sid string, err error) {
-	idt, err := p.verifier.Verify(ctx, raw)
+	d, err := p.ready()
+	if err != nil {
+		return "", "", "", err
+	}
+	idt, err := d.verifier.Verify(ctx, raw)
 	if err != nil {
 		return "", "", "", fmt.Errorf("the logout token is not valid: %w", err)
 	}
@@ -271,7 +383,11 @@ func ParseGroups(groups []string) []identity.Assignment {
 // client id) and acts in its default scope: the system when it grants a
 // system role, else its only project.
 func (p *Provider) PrincipalFromJWT(ctx context.Context, raw string) (*policies.Principal, error) {
-	idt, err := p.verifier.Verify(ctx, raw)
+	d, err := p.ready()
+	if err != nil {
+		return nil, err
+	}
+	idt, err := d.verifier.Verify(ctx, raw)
 	if err != nil {
 		return nil, errs.Unauthorized("the bearer token is not valid")
 	}

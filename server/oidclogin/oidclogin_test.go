@@ -50,7 +50,10 @@ func TestCodeFlowAgainstRealProvider(t *testing.T) {
 	}
 	const state, nonce = "state-123", "nonce-456"
 	verifier := oauth2Verifier()
-	start := p.AuthCodeURL(state, nonce, verifier)
+	start, err := p.AuthCodeURL(state, nonce, verifier)
+	if err != nil {
+		t.Fatal(err)
+	}
 	if !strings.Contains(start, "code_challenge_method=S256") || !strings.Contains(start, "nonce="+nonce) {
 		t.Fatalf("authorization URL lacks PKCE or nonce: %s", start)
 	}
@@ -209,7 +212,7 @@ func TestBearerJWTs(t *testing.T) {
 		}
 	}
 
-	idt, err := p.verifier.Verify(ctx, good)
+	idt, err := p.disc.Load().verifier.Verify(ctx, good)
 	if err != nil {
 		t.Fatal(err)
 	}
