@@ -162,7 +162,7 @@ func TestDeb(t *testing.T) {
 			t.Errorf("control fields lack %q:\n%s", want, out)
 		}
 	}
-	for _, f := range []string{"usr/bin/anvil", "lib/systemd/system/anvil.service", "etc/anvil/anvil.yaml", "usr/lib/sysusers.d/anvil.conf", "etc/anvil/policy.d"} {
+	for _, f := range []string{"usr/bin/anvil", "lib/systemd/system/anvil.service", "etc/anvil/anvil.yaml", "usr/lib/sysusers.d/anvil.conf", "etc/anvil/policy.d", "usr/share/doc/anvil/copyright"} {
 		if _, err := os.Stat(filepath.Join(root, f)); err != nil {
 			t.Errorf("the .deb lacks /%s", f)
 		}
@@ -177,6 +177,9 @@ func TestDeb(t *testing.T) {
 	postinst, _ := os.ReadFile(filepath.Join(control, "postinst"))
 	if !strings.Contains(string(postinst), "systemd-sysusers anvil.conf") {
 		t.Errorf("postinst does not create the anvil user:\n%s", postinst)
+	}
+	if lic, _ := os.ReadFile(filepath.Join(root, "usr/share/doc/anvil/copyright")); !bytes.Contains(lic, []byte("Apache License")) {
+		t.Error("/usr/share/doc/anvil/copyright is not the Apache License")
 	}
 	// The package's binary is the release binary.
 	if a, b := sum(t, filepath.Join(root, "usr/bin/anvil")), sum(t, filepath.Join(mustDist(t), "anvil")); a != b {
@@ -305,6 +308,7 @@ type ociImage struct {
 		Config       struct {
 			User       string
 			Entrypoint []string
+			Cmd        []string
 			Env        []string
 			WorkingDir string
 			Volumes    map[string]struct{}
@@ -430,8 +434,8 @@ func TestImage(t *testing.T) {
 	if c.User == "" || strings.HasPrefix(c.User, "0") || c.User == "root" {
 		t.Errorf("image user %q, want non-root", c.User)
 	}
-	if !slices.Equal(c.Entrypoint, []string{"/usr/bin/anvil", "serve"}) {
-		t.Errorf("entrypoint %q", c.Entrypoint)
+	if !slices.Equal(c.Entrypoint, []string{"/usr/bin/anvil"}) || !slices.Equal(c.Cmd, []string{"serve"}) {
+		t.Errorf("entrypoint %q, command %q; want anvil, and serve as the default command", c.Entrypoint, c.Cmd)
 	}
 	if _, ok := c.Volumes["/var/lib/anvil"]; !ok || !slices.Contains(c.Env, "ANVIL_DATABASE=/var/lib/anvil/anvil.db") {
 		t.Errorf("the SQLite database is not in a volume: volumes %v, env %q", c.Volumes, c.Env)
@@ -479,7 +483,8 @@ func runImage(t *testing.T, img ociImage) {
 	if err1 != nil || err2 != nil {
 		t.Fatalf("image user %q: want numeric uid:gid", c.User)
 	}
-	cmd := exec.Command(c.Entrypoint[0], c.Entrypoint[1:]...)
+	argv := append(slices.Clone(c.Entrypoint), c.Cmd...)
+	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Dir = c.WorkingDir
 	cmd.Env = append(slices.Clone(c.Env), "ANVIL_LISTEN=127.0.0.1:0")
 	cmd.SysProcAttr = &syscall.SysProcAttr{Chroot: img.rootfs, Credential: &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}}

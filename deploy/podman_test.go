@@ -129,4 +129,11 @@ func TestImageInPodman(t *testing.T) {
 	if !strings.Contains(out.String(), "anvil serving") {
 		t.Errorf("the container's log lacks anvil's start line:\n%s", out.String())
 	}
+
+	// A command after the image replaces serve: operator commands run
+	// in the image as they do on a host.
+	ver, err := podman(append(append([]string{"run", "--rm", "--network", "none", "--pull", "never"}, ulimits()...), image, "version")...).CombinedOutput()
+	if err != nil || !strings.HasPrefix(string(ver), "anvil ") || strings.Contains(string(ver), "serving") {
+		t.Errorf("podman run IMAGE version: %v\n%s", err, ver)
+	}
 }

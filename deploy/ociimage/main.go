@@ -113,6 +113,7 @@ func build(binary, cas, version, commit, arch string, created time.Time, out str
 	}
 	labels := map[string]string{
 		"org.opencontainers.image.title":    "anvil",
+		"org.opencontainers.image.licenses": "Apache-2.0",
 		"org.opencontainers.image.version":  version,
 		"org.opencontainers.image.revision": commit,
 		"org.opencontainers.image.created":  created.Format(time.RFC3339),
@@ -122,8 +123,11 @@ func build(binary, cas, version, commit, arch string, created time.Time, out str
 		"architecture": arch,
 		"os":           "linux",
 		"config": map[string]any{
-			"User":       strconv.Itoa(uid) + ":" + strconv.Itoa(uid),
-			"Entrypoint": []string{"/usr/bin/anvil", "serve"},
+			"User": strconv.Itoa(uid) + ":" + strconv.Itoa(uid),
+			// serve is the default command, not part of the entrypoint,
+			// so `podman run IMAGE user create …` runs that command.
+			"Entrypoint": []string{"/usr/bin/anvil"},
+			"Cmd":        []string{"serve"},
 			// Every setting is an ANVIL_* variable or a flag after the
 			// entrypoint; these make the defaults fit a container: listen
 			// beyond loopback, keep SQLite and its files in the volume.
