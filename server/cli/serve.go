@@ -17,6 +17,7 @@ import (
 	"github.com/spf13/cobra"
 	"golang.org/x/crypto/bcrypt"
 
+	"github.com/anvilproject/anvil/internal/version"
 	"github.com/anvilproject/anvil/policies"
 	"github.com/anvilproject/anvil/server"
 	"github.com/anvilproject/anvil/server/agentlogs"
@@ -262,7 +263,8 @@ func serveCmd() *cobra.Command {
 				}
 			}
 			app.Portal.DeployImages = images
-			log.Info("anvil serving", "listen", scheme+"://"+addr, "database", store.Redacted(g.database))
+			v := version.Get()
+			log.Info("anvil serving", "listen", scheme+"://"+addr, "database", store.Redacted(g.database), "version", v.Version, "commit", v.Commit)
 			return app.Serve(ctx, ln)
 		},
 	}

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/http"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -132,6 +133,10 @@ func TestServeTLS(t *testing.T) {
 	wg.Wait()
 	if n := failed.Load(); n > 0 {
 		t.Errorf("%d requests failed during the rotation, the first: %v", n, firstErr.Load())
+	}
+	// The start line names the scheme served and the build.
+	if start := regexp.MustCompile(`msg="anvil serving" listen=(\S+) .*version=\S+ commit=\S+`).FindStringSubmatch(logs.String()); start == nil || start[1] != url {
+		t.Errorf("start line %v, want listen=%s with the version and commit:\n%s", start, url, logs.String())
 	}
 	if !strings.Contains(logs.String(), "TLS certificate reloaded") {
 		t.Errorf("no reload logged:\n%s", logs.String())
