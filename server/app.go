@@ -41,6 +41,7 @@ import (
 	"github.com/anvilproject/anvil/server/config"
 	"github.com/anvilproject/anvil/server/deploytemplates"
 	"github.com/anvilproject/anvil/server/errs"
+	"github.com/anvilproject/anvil/server/fleetmetrics"
 	"github.com/anvilproject/anvil/server/fwimages"
 	"github.com/anvilproject/anvil/server/guard"
 	"github.com/anvilproject/anvil/server/identity"
@@ -234,6 +235,7 @@ func New(ctx context.Context, o Options) (*App, error) {
 	// The pool's counters (go_sql_*: open, in use, waits, closed for being
 	// idle) show whether --db-max-open and --db-max-idle fit the load.
 	a.Metrics.Registry.MustRegister(collectors.NewDBStatsCollector(db.SQL, "anvil"))
+	a.Metrics.Registry.MustRegister(fleetmetrics.New(db, o.Log))
 	a.Audit = audit.New(db.Client, o.Log)
 	if o.PolicyDir == "" {
 		o.PolicyDir = "policy.d"

@@ -340,8 +340,9 @@ func migrationsPage() []byte {
 }
 
 // metricsPage lists the metric families a server registers, read from a
-// real server's registry after one request (a family with labels has no
-// series, and so does not show, until something is counted).
+// real server's registry after one request, with one node and one
+// conductor (a family with labels has no series, and so does not show,
+// until something is counted).
 func metricsPage() ([]byte, error) {
 	dir, err := os.MkdirTemp("", "anvil-docgen-")
 	if err != nil {
@@ -361,6 +362,13 @@ func metricsPage() ([]byte, error) {
 		return nil, err
 	}
 	defer app.Close()
+	// A node and a conductor, so the fleet's families have a series.
+	if _, err := app.DB.Node.Create().SetUUID("00000000-0000-4000-8000-000000000000").SetName("docgen").SetDriver("fake-hardware").Save(ctx); err != nil {
+		return nil, err
+	}
+	if _, err := app.DB.Conductor.Create().SetHostname("docgen").Save(ctx); err != nil {
+		return nil, err
+	}
 	resp, err := app.Fiber.Test(httptest.NewRequest("GET", "/healthz", nil), -1)
 	if err != nil {
 		return nil, err

@@ -1,0 +1,114 @@
+// Package fleetmetrics exports the fleet as an operator alerts on it:
+// nodes by provision state, maintenance, fault and conductor group; each
+// conductor's liveness; and the build that answers. They are read from
+// the database at each scrape (two grouped queries, however many nodes),
+// so every replica reports the same fleet: aggregate them with max, not
+// sum.
+package fleetmetrics
+
+import (
+	"context"
+	"log/slog"
+	"strconv"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/anvilproject/anvil/internal/version"
+	"github.com/anvilproject/anvil/server/store"
+)
+
+// scrapeTimeout bounds the queries of one scrape: a scrape that waits on
+// a locked database must not pile up behind Prometheus' retries.
+const scrapeTimeout = 5 * time.Second
+
+var (
+	nodesDesc = prometheus.NewDesc("anvil_nodes", "Nodes by provision state, maintenance, fault (empty: none) and conductor group.",
+		[]string{"provision_state", "maintenance", "fault", "conductor_group"}, nil)
+	conductorUpDesc = prometheus.NewDesc("anvil_conductor_online", "1 for a conductor registered online, 0 for one that stopped or was taken over.",
+		[]string{"conductor", "conductor_group"}, nil)
+	conductorBeatDesc = prometheus.NewDesc("anvil_conductor_heartbeat_timestamp_seconds", "When each conductor last reported itself alive (Unix time); alert on time() minus this past --heartbeat-timeout.",
+		[]string{"conductor", "conductor_group"}, nil)
+	buildDesc = prometheus.NewDesc("anvil_build_info", "1, labelled with the version and commit of the anvil binary answering.",
+		[]string{"version", "commit"}, nil)
+)
+
+// Collector reads the fleet at each scrape.
+type Collector struct {
+	db     *store.DB
+	log    *slog.Logger
+	errors prometheus.Counter
+}
+
+// New is a Collector over db; failed reads are logged and counted in
+// anvil_fleet_metrics_errors_total, and the scrape answers without the
+// fleet's families rather than failing whole.
+func New(db *store.DB, log *slog.Logger) *Collector {
+	return &Collector{db: db, log: log, errors: prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "anvil_fleet_metrics_errors_total", Help: "Scrapes whose fleet metrics could not be read from the database.",
+	})}
+}
+
+// Describe is prometheus.Collector's.
+func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- nodesDesc
+	ch <- conductorUpDesc
+	ch <- conductorBeatDesc
+	ch <- buildDesc
+	c.errors.Describe(ch)
+}
+
+// Collect is prometheus.Collector's.
+func (c *Collector) Collect(ch chan<- prometheus.Metric) {
+	v := version.Get()
+	ch <- prometheus.MustNewConstMetric(buildDesc, prometheus.GaugeValue, 1, v.Version, v.Commit)
+	ctx, cancel := context.WithTimeout(context.Background(), scrapeTimeout)
+	defer cancel()
+	if err := c.nodes(ctx, ch); err != nil {
+		c.failed("nodes", err)
+	}
+	if err := c.conductors(ctx, ch); err != nil {
+		c.failed("conductors", err)
+	}
+	c.errors.Collect(ch)
+}
+
+func (c *Collector) failed(what string, err error) {
+	c.errors.Inc()
+	c.log.Warn("fleet metrics: reading "+what+" failed", "err", err)
+}
+
+func (c *Collector) nodes(ctx context.Context, ch chan<- prometheus.Metric) error {
+	rows, err := c.db.SQL.QueryContext(ctx, `SELECT provision_state, maintenance, COALESCE(fault, ''), conductor_group, COUNT(*)
+		FROM nodes GROUP BY provision_state, maintenance, COALESCE(fault, ''), conductor_group`)
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var state, fault, group string
+		var maint bool
+		var n float64
+		if err := rows.Scan(&state, &maint, &fault, &group, &n); err != nil {
+			return err
+		}
+		ch <- prometheus.MustNewConstMetric(nodesDesc, prometheus.GaugeValue, n, state, strconv.FormatBool(maint), fault, group)
+	}
+	return rows.Err()
+}
+
+func (c *Collector) conductors(ctx context.Context, ch chan<- prometheus.Metric) error {
+	cs, err := c.db.Conductor.Query().All(ctx)
+	if err != nil {
+		return err
+	}
+	for _, k := range cs {
+		up := 0.0
+		if k.Online {
+			up = 1
+		}
+		ch <- prometheus.MustNewConstMetric(conductorUpDesc, prometheus.GaugeValue, up, k.Hostname, k.ConductorGroup)
+		ch <- prometheus.MustNewConstMetric(conductorBeatDesc, prometheus.GaugeValue, float64(k.HeartbeatAt.UnixMilli())/1000, k.Hostname, k.ConductorGroup)
+	}
+	return nil
+}
