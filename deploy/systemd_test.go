@@ -6,6 +6,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"regexp"
 	"strings"
 	"syscall"
 	"testing"
@@ -129,7 +130,14 @@ func TestDebUnderSystemd(t *testing.T) {
 
 	// An upgrade: the package installed again over itself restarts the
 	// running service (postinst's try-restart) and keeps its state.
-	must("dpkg", "-i", "/root/"+filepath.Base(deb))
+	up := must("dpkg", "-i", "/root/"+filepath.Base(deb))
+	// It took a backup first, said where, and kept it the service's own.
+	m := regexp.MustCompile(`backed up the database before the upgrade to (/var/lib/anvil/backups/\S+\.db)`).FindStringSubmatch(up)
+	if m == nil {
+		t.Errorf("the upgrade did not say where it backed the database up:\n%s", up)
+	} else if st := must("stat", "-c", "%U %a %s", m[1]); !strings.HasPrefix(st, "anvil 600 ") || strings.HasSuffix(st, " 0") {
+		t.Errorf("the backup %s is %q, want anvil's, mode 600, not empty", m[1], st)
+	}
 	var pid string
 	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
 		if pid = must("systemctl", "show", "anvil.service", "-p", "MainPID", "--value"); pid != props["MainPID"] && pid != "0" {

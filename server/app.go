@@ -211,11 +211,12 @@ func New(ctx context.Context, o Options) (*App, error) {
 		return nil, err
 	}
 	// A database a newer anvil upgraded is refused either way.
-	migrate := db.Migrate
 	if o.ManualMigrate {
-		migrate = db.RequireCurrent
+		err = db.RequireCurrent(ctx)
+	} else {
+		err = autoMigrate(ctx, db, o.Log)
 	}
-	if err := migrate(ctx); err != nil {
+	if err != nil {
 		db.Close()
 		return nil, err
 	}
@@ -538,6 +539,31 @@ func (a *App) loopbackHost(c *fiber.Ctx) error {
 		return c.Next()
 	}
 	return errs.Forbidden("--auth none answers only requests addressed to a loopback address, localhost or the listen name; Host %q is none of these", host)
+}
+
+// autoMigrate applies the schema migrations the database lacks, saying
+// in the log what it is about to do and each step it applied, so that an
+// upgrade leaves a record of what changed the database and when.
+func autoMigrate(ctx context.Context, db *store.DB, log *slog.Logger) error {
+	from, pending, err := db.Pending(ctx, store.Migrations)
+	if err != nil {
+		return err
+	}
+	if len(pending) > 0 {
+		log.Info("migrating the database schema", "from_version", from, "to_version", from+len(pending), "steps", len(pending))
+	}
+	start := time.Now()
+	applied, err := db.Upgrade(ctx)
+	for _, v := range applied {
+		log.Info("schema migration applied", "version", v, "name", store.Migrations[v-1].Name)
+	}
+	if err != nil {
+		return err
+	}
+	if len(applied) > 0 {
+		log.Info("database schema migrated", "version", applied[len(applied)-1], "duration", time.Since(start).Round(time.Millisecond))
+	}
+	return nil
 }
 
 // DevPrincipal is who every request is under --auth none.

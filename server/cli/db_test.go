@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync"
 	"testing"
@@ -42,10 +43,18 @@ func (l *lockedBuffer) String() string {
 // its URL.
 func serveInProcess(t *testing.T, db string, flags ...string) (url string, stop func()) {
 	t.Helper()
+	url, _, stop = serveLogged(t, db, append([]string{"--log-level", "warn"}, flags...)...)
+	return url, stop
+}
+
+// serveLogged is serveInProcess that also returns what serve logs (at
+// info level unless flags say otherwise).
+func serveLogged(t *testing.T, db string, flags ...string) (url string, logs *lockedBuffer, stop func()) {
+	t.Helper()
 	addr := fmt.Sprintf("127.0.0.1:%d", testport.TCP(t))
-	var logs lockedBuffer
-	root := cli.NewRoot(&logs, &logs)
-	root.SetArgs(append([]string{"serve", "--listen", addr, "--database", db, "--log-level", "warn"}, flags...))
+	logs = &lockedBuffer{}
+	root := cli.NewRoot(logs, logs)
+	root.SetArgs(append([]string{"serve", "--listen", addr, "--database", db, "--log-level", "info"}, flags...))
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- root.ExecuteContext(ctx) }()
@@ -65,14 +74,41 @@ func serveInProcess(t *testing.T, db string, flags ...string) (url string, stop 
 		if r, err := http.Get(url + "/readyz"); err == nil {
 			r.Body.Close()
 			if r.StatusCode == 200 {
-				return url, stop
+				return url, logs, stop
 			}
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
 	stop()
 	t.Fatalf("serve did not become ready:\n%s", logs.String())
-	return "", nil
+	return "", nil, nil
+}
+
+// TestMigrationsLogged: serve on a new database says it migrates, from
+// which version to which, and names every step it applied; on a current
+// database it says nothing of migrations.
+func TestMigrationsLogged(t *testing.T) {
+	db := filepath.Join(t.TempDir(), "anvil.db")
+	_, logs, stop := serveLogged(t, db)
+	stop()
+	out := logs.String()
+	steps := regexp.MustCompile(`msg="schema migration applied" version=(\d+) name=`).FindAllStringSubmatch(out, -1)
+	if len(steps) == 0 || !strings.Contains(out, `msg="migrating the database schema" from_version=0 to_version=`+steps[len(steps)-1][1]) {
+		t.Fatalf("no migration logged on a new database:\n%s", out)
+	}
+	for i, s := range steps {
+		if s[1] != fmt.Sprint(i+1) {
+			t.Fatalf("step %d logged as version %s:\n%s", i+1, s[1], out)
+		}
+	}
+	if !strings.Contains(out, `msg="database schema migrated" version=`+steps[len(steps)-1][1]) {
+		t.Errorf("no summary line:\n%s", out)
+	}
+	_, logs, stop = serveLogged(t, db)
+	stop()
+	if strings.Contains(logs.String(), "migrat") {
+		t.Errorf("a current database logged a migration:\n%s", logs.String())
+	}
 }
 
 // TestBackupAndRestore is the documented procedure end to end: back up a
