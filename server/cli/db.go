@@ -78,7 +78,7 @@ func dbCheckCmd() *cobra.Command {
 	var g globals
 	cmd := &cobra.Command{
 		Use:   "check",
-		Short: "Check the database answers, is intact (SQLite integrity_check), is at this anvil's schema version and has every table and column; exits 1 if not",
+		Short: "Check the database answers, is intact (SQLite integrity_check), is at this anvil's schema version and has every table, column and index its migrations make and no index they do not; exits 1 if not",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			db, err := store.OpenExisting(cmd.Context(), g.database)

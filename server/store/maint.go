@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 
@@ -110,7 +111,95 @@ func (d *DB) Check(ctx context.Context) ([]string, error) {
 			problems = append(problems, fmt.Sprintf("schema: table %s lacks column(s) %s; run anvil db upgrade", t.Name, strings.Join(missing, ", ")))
 		}
 	}
+	if len(pending) == 0 && newer == nil {
+		idx, err := d.checkIndexes(ctx)
+		if err != nil {
+			return nil, err
+		}
+		problems = append(problems, idx...)
+	}
 	return problems, nil
+}
+
+// postgresOnlyIndexes are made on PostgreSQL alone (see searchIndex):
+// allowed there, never required (the trigram index needs an extension
+// that may not be installable). sqliteOnlyIndexes are the node list's
+// that baselineStep makes on SQLite alone. The reference schema is a
+// SQLite one, so these lists say where PostgreSQL's differs; a new
+// dialect-only index that is not added here fails TestCheckIndexes on
+// PostgreSQL.
+var (
+	postgresOnlyIndexes = []string{"node_uuid_prefix", "node_search"}
+	sqliteOnlyIndexes   = []string{"node_list_counts", "node_list_class", "node_owner_parent", "node_lessee_parent", "node_power_parent", "node_power_state"}
+)
+
+// checkIndexes compares the database's indexes, by table and name, with
+// those of a new database this anvil's migrations make (a scratch SQLite
+// file): a missing one slows or, if unique, unguards what relies on it;
+// an unexpected one is what an anvil from before versioned migrations
+// re-creates at start (such as the global unique index on runbook names
+// that per-owner names replaced), and refuses rows it should not.
+func (d *DB) checkIndexes(ctx context.Context) ([]string, error) {
+	dir, err := os.MkdirTemp("", "anvil-check-")
+	if err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(dir)
+	ref, err := Open(ctx, filepath.Join(dir, "reference.db"))
+	if err != nil {
+		return nil, err
+	}
+	defer ref.Close()
+	if err := ref.Migrate(ctx); err != nil {
+		return nil, fmt.Errorf("the reference schema: %w", err)
+	}
+	want, err := ref.indexes(ctx)
+	if err != nil {
+		return nil, err
+	}
+	have, err := d.indexes(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var problems []string
+	for key := range want {
+		table, name, _ := strings.Cut(key, ".")
+		if !have[key] && (d.Dialect == dialect.SQLite || !slices.Contains(sqliteOnlyIndexes, name)) {
+			problems = append(problems, fmt.Sprintf("schema: table %s lacks index %s, which this anvil's migrations create; restore a backup, or recreate it as docs/reference/migrations.md describes", table, name))
+		}
+	}
+	for key := range have {
+		table, name, _ := strings.Cut(key, ".")
+		if want[key] || d.Dialect == dialect.Postgres && slices.Contains(postgresOnlyIndexes, name) {
+			continue
+		}
+		problems = append(problems, fmt.Sprintf("schema: table %s has index %s, which this anvil's schema does not (an anvil from before versioned migrations may have re-created it); drop it: DROP INDEX %s", table, name, name))
+	}
+	slices.Sort(problems)
+	return problems, nil
+}
+
+// indexes is the set of "table.index" the database has, without the ones
+// the database makes for primary keys itself.
+func (d *DB) indexes(ctx context.Context) (map[string]bool, error) {
+	q := "SELECT tbl_name, name FROM sqlite_master WHERE type = 'index' AND name NOT LIKE 'sqlite_autoindex_%'"
+	if d.Dialect == dialect.Postgres {
+		q = "SELECT tablename, indexname FROM pg_indexes WHERE schemaname = current_schema() AND indexname NOT LIKE '%\\_pkey'"
+	}
+	rows, err := d.SQL.QueryContext(ctx, q)
+	if err != nil {
+		return nil, fmt.Errorf("listing indexes: %w", err)
+	}
+	defer rows.Close()
+	out := map[string]bool{}
+	for rows.Next() {
+		var table, name string
+		if err := rows.Scan(&table, &name); err != nil {
+			return nil, fmt.Errorf("listing indexes: %w", err)
+		}
+		out[table+"."+name] = true
+	}
+	return out, rows.Err()
 }
 
 // columns lists the columns a table has (none when it does not exist).

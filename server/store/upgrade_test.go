@@ -254,3 +254,35 @@ func allSteps() []int {
 	}
 	return v
 }
+
+// TestCheckIndexes: db check finds an index the migrations make that is
+// gone, and one they do not make that is there — the global unique index
+// on runbook names that an anvil from before versioned migrations
+// re-creates at start, which refuses two projects' runbooks of one name.
+func TestCheckIndexes(t *testing.T) {
+	storetest.Each(t, func(t *testing.T, setting string, db *store.DB) {
+		ctx := context.Background()
+		if problems, err := db.Check(ctx); err != nil || len(problems) != 0 {
+			t.Fatalf("check of a new database: %v %v", problems, err)
+		}
+		if _, err := db.SQL.ExecContext(ctx, "CREATE UNIQUE INDEX runbooks_name_key ON runbooks (name)"); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := db.SQL.ExecContext(ctx, "DROP INDEX node_created_at"); err != nil {
+			t.Fatal(err)
+		}
+		problems, err := db.Check(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := []string{"table nodes lacks index node_created_at", "table runbooks has index runbooks_name_key"}
+		for _, w := range want {
+			if !slices.ContainsFunc(problems, func(p string) bool { return strings.Contains(p, w) }) {
+				t.Errorf("check: %q, want a problem saying %q", problems, w)
+			}
+		}
+		if len(problems) != len(want) {
+			t.Errorf("check: %d problems, want %d: %q", len(problems), len(want), problems)
+		}
+	})
+}
