@@ -136,10 +136,19 @@ func TestHelmChart(t *testing.T) {
 			for _, e := range ctr.Env {
 				env[e.Name] = e
 			}
-			for _, k := range []string{"ANVIL_DATABASE", "ANVIL_SESSION_SECRET"} {
+			for _, k := range []string{"ANVIL_DATABASE", "ANVIL_SESSION_SECRET", "ANVIL_OIDC_CLIENT_SECRET", "ANVIL_WEBHOOK_SECRET", "ANVIL_METRICS_TOKEN"} {
 				if env[k].ValueFrom == nil || env[k].ValueFrom.SecretKeyRef == nil || env[k].ValueFrom.SecretKeyRef.Name != m.secrets[0].Name {
 					t.Errorf("%s does not come from the chart's Secret: %+v", k, env[k])
 				}
+			}
+			// The optional ones are read only when the Secret holds them.
+			for _, k := range []string{"ANVIL_OIDC_CLIENT_SECRET", "ANVIL_WEBHOOK_SECRET", "ANVIL_METRICS_TOKEN"} {
+				if ref := env[k].ValueFrom.SecretKeyRef; ref.Optional == nil || !*ref.Optional {
+					t.Errorf("%s is required from the Secret: %+v", k, ref)
+				}
+			}
+			if len(m.secrets[0].StringData) != 2 {
+				t.Errorf("the Secret holds %v, want only the DSN and session secret when no optional one is given", m.secrets[0].StringData)
 			}
 			if env["ANVIL_CONFIG"].Value != "/etc/anvil/anvil.yaml" || m.secrets[0].StringData["database-dsn"] == "" {
 				t.Errorf("config %+v, secret %v", env["ANVIL_CONFIG"], m.secrets[0].StringData)
@@ -201,6 +210,26 @@ config:
 				t.Errorf("anvil.yaml %v", cfg)
 			}
 		}},
+		{"optional secrets in the Secret, never the ConfigMap", secrets + `
+  oidcClientSecret: oidc-s3cret
+  webhookSecret: hook-s3cret
+  metricsToken: scrape-t0ken
+config:
+  oidc_issuer: https://sso.example.com
+  webhook_url: https://hooks.example.com/anvil
+`, func(t *testing.T, m manifests) {
+			want := map[string]string{"oidc-client-secret": "oidc-s3cret", "webhook-secret": "hook-s3cret", "metrics-token": "scrape-t0ken"}
+			for k, v := range want {
+				if m.secrets[0].StringData[k] != v {
+					t.Errorf("Secret key %s = %q, want %q", k, m.secrets[0].StringData[k], v)
+				}
+			}
+			for _, v := range want {
+				if strings.Contains(m.configMaps[0].Data["anvil.yaml"], v) {
+					t.Errorf("the ConfigMap holds the secret %q:\n%s", v, m.configMaps[0].Data["anvil.yaml"])
+				}
+			}
+		}},
 		{"no network policy or PDB", secrets + `
 networkPolicy: {enabled: false}
 podDisruptionBudget: {enabled: false}
@@ -224,8 +253,13 @@ conductorGroups: [{name: "", replicas: 1}]
 	}
 	// Values the chart refuses, naming what is wrong.
 	for values, want := range map[string]string{
-		"secret: {sessionSecret: x}":      "secret.databaseDSN",
-		secrets + "config: {database: x}": "config.database is set by the chart",
+		"secret: {sessionSecret: x}":                                         "secret.databaseDSN",
+		secrets + "config: {database: x}":                                    "config.database is set by the chart",
+		"secret: {databaseDSN: /var/lib/anvil/anvil.db, sessionSecret: x}":   "must be a postgres:// DSN",
+		"secret: {databaseDSN: 'sqlite:///data/anvil.db', sessionSecret: x}": "must be a postgres:// DSN",
+		secrets + "config: {oidc_client_secret: x}":                          "config.oidc_client_secret is a secret",
+		secrets + "config: {metrics_token: x}":                               "config.metrics_token is a secret",
+		secrets + "config: {webhook_url: 'https://h.example/a'}":             "config.webhook_url needs secret.webhookSecret",
 	} {
 		if out, err := helm(t, values, "template", "anvil"); err == nil || !strings.Contains(out, want) {
 			t.Errorf("values %q: %v, output lacks %q:\n%s", values, err, want, out)
