@@ -17,6 +17,7 @@ import (
 	"golang.org/x/sync/singleflight"
 
 	"github.com/anvilproject/anvil/policies"
+	"github.com/anvilproject/anvil/server/agentlogs"
 	"github.com/anvilproject/anvil/server/allocations"
 	"github.com/anvilproject/anvil/server/campaigns"
 	"github.com/anvilproject/anvil/server/clientip"
@@ -64,6 +65,9 @@ type Portal struct {
 	Campaigns *campaigns.Service
 	// Wipes reads wipe records for the node and wipe record pages.
 	Wipes *wipes.Service
+	// AgentLogs reads the ramdisk agent's logs of failed runs for the
+	// node page; nil when the server keeps none.
+	AgentLogs *agentlogs.Service
 	// Ports creates the ports the enrol form lists.
 	Ports *ports.Service
 	// Firmware offers uploaded images to the runbook editor.
@@ -148,6 +152,7 @@ func (p *Portal) Register(app *fiber.App) {
 	app.Post("/nodes/:id/test-bmc", s, p.signedIn, p.nodeTestBMC)
 	app.Get("/nodes/:id/console", s, p.signedIn, p.consolePage)
 	app.Get("/nodes/:id/screenshot", s, p.signedIn, p.nodeScreenshot)
+	app.Get("/nodes/:id/agent_logs/:name", s, p.signedIn, p.nodeAgentLog)
 	app.Get("/nodes/:id/console/ws", s, p.signedIn, p.consoleSocket)
 	app.Post("/nodes/:id/console/state", s, p.signedIn, p.nodeConsoleState)
 	app.Get("/runbooks", s, p.signedIn, p.runbooksPage)
