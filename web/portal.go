@@ -182,6 +182,8 @@ func (p *Portal) Register(app *fiber.App) {
 	app.Post("/admin/policy/revisions/:rev/restore", s, p.signedIn, p.policyRestore)
 	app.Get("/admin/policy/sample.yaml", s, p.signedIn, p.policySample)
 	app.Get("/admin/policy/current.zip", s, p.signedIn, p.policyCurrent)
+	app.Get("/admin/policy/presets/:name", s, p.signedIn, p.policyPresetFile)
+	app.Post("/admin/policy/presets/:name/preview", s, p.signedIn, p.policyPresetPreview)
 	app.Get("/admin/users", s, p.signedIn, p.usersPage)
 	app.Post("/admin/users", s, p.signedIn, p.createUser)
 	app.Post("/admin/users/:name/grant", s, p.signedIn, p.grantRole)
