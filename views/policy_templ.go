@@ -1112,7 +1112,7 @@ func policyPresets(p Page, pp PolicyPage) templ.Component {
 			templ_7745c5c3_Var51 = templ.NopComponent
 		}
 		ctx = templ.ClearChildren(ctx)
-		templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 106, "<section aria-labelledby=\"presets-title\" data-testid=\"presets\"><h2 id=\"presets-title\">Presets</h2><p>Override files shipped with Anvil. The default policy stays Ironic's; a preset changes only the rules it lists. Preview one to see its exact diff against the policy in force, then apply it as an upload.</p>")
+		templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 106, "<section aria-labelledby=\"presets-title\" data-testid=\"presets\"><h2 id=\"presets-title\">Presets</h2><p>Override files shipped with Anvil. The default policy stays Ironic's; a preset changes only the rules it lists. Preview one to see its exact diff against the policy in force, then apply it as an upload is applied.</p>")
 		if templ_7745c5c3_Err != nil {
 			return templ_7745c5c3_Err
 		}
@@ -1252,7 +1252,7 @@ func policyPresets(p Page, pp PolicyPage) templ.Component {
 				if templ_7745c5c3_Err != nil {
 					return templ_7745c5c3_Err
 				}
-				templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 118, "\">Preview this preset</button></form>")
+				templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 118, "\">See what this preset changes</button></form>")
 				if templ_7745c5c3_Err != nil {
 					return templ_7745c5c3_Err
 				}
