@@ -15,29 +15,33 @@ import (
 
 // TestNodeAgentLogs: a log kept after a failed deploy, as the conductor
 // keeps it, is listed on the node page of a system admin (when, which
-// run failed, size) and downloads as the very bytes stored; the node's
-// lessee member gets no section, a 403 for the log of the node she
-// sees and a 404 for that of a node she does not.
+// run failed, size), newest first, and downloads as the very bytes
+// stored; a log recorded before events named the run says none; the
+// node's lessee member gets no section, a 403 for the log of the node
+// she sees and a 404 for that of a node she does not.
 func TestNodeAgentLogs(t *testing.T) {
 	storetest.Each(t, func(t *testing.T, setting string, _ *store.DB) {
 		srv, _, ids := fleet(t, setting)
 		ctx := context.Background()
-		keep := func(name string, tgz []byte) string {
+		keep := func(name, kind string, tgz []byte) string {
 			t.Helper()
 			logName, err := srv.Cond.AgentLogs().Save(ids[name], tgz)
 			if err != nil {
 				t.Fatal(err)
 			}
 			nid := srv.DB.Node.Query().Where(node.UUID(ids[name])).OnlyIDX(ctx)
-			if err := history.Record(ctx, srv.DB.Client, history.Event{NodeID: nid, Severity: history.Warning, Type: "deploy",
+			if err := history.Record(ctx, srv.DB.Client, history.Event{NodeID: nid, Severity: history.Warning, Type: kind,
 				Message: agentlogs.KeptMessage(len(tgz), logName)}); err != nil {
 				t.Fatal(err)
 			}
 			return logName
 		}
 		stored := []byte("\x1f\x8b\x08\x00 a gzipped tarball's bytes, passed through untouched")
-		leased := keep("f-00", stored) // green leases f-00
-		other := keep("f-01", []byte("\x1f\x8b red's node"))
+		// A log kept before history events carried the failed run's kind
+		// (type "agent") says no run rather than a wrong one.
+		old := keep("f-00", "agent", []byte("\x1f\x8b an older failure"))
+		leased := keep("f-00", "deploy", stored) // green leases f-00
+		other := keep("f-01", "clean", []byte("\x1f\x8b red's node"))
 		dl := "/nodes/" + ids["f-00"] + "/agent_logs/" + leased
 
 		root := signInAs(t, srv, "root")
@@ -51,6 +55,12 @@ func TestNodeAgentLogs(t *testing.T) {
 			if !strings.Contains(row, want) {
 				t.Errorf("agent log row lacks %q:\n%s", want, row)
 			}
+		}
+		if strings.Index(page, `data-testid="agent-log-`+old+`"`) < strings.Index(page, `data-testid="agent-log-`+leased+`"`) {
+			t.Errorf("the older log is listed before the newer")
+		}
+		if i := strings.Index(page, `data-testid="agent-log-`+old+`"`); i < 0 || !strings.Contains(page[i:i+strings.Index(page[i:], "</tr>")], "<td>not recorded</td>") {
+			t.Errorf("the older log's row does not say its run is not recorded")
 		}
 		st, body, h := root.do("GET", dl, nil)
 		if st != 200 || body != string(stored) || h.Get("Content-Type") != "application/gzip" ||

@@ -259,7 +259,9 @@ func (s *Service) List(ctx context.Context, ident string) ([]Log, error) {
 	}
 	ops := make(map[string]string, len(evs))
 	for _, e := range evs {
-		if i := strings.LastIndex(e.Event, keptSuffix); i >= 0 {
+		// Logs kept before the event carried the run's kind were
+		// recorded as type "agent", which names no run.
+		if i := strings.LastIndex(e.Event, keptSuffix); i >= 0 && e.EventType != "agent" {
 			ops[e.Event[i+len(keptSuffix):]] = e.EventType
 		}
 	}
