@@ -3,6 +3,7 @@ package web
 import (
 	"archive/zip"
 	"bytes"
+	"context"
 	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/base64"
@@ -105,6 +106,9 @@ func (p *Portal) policyData(c *fiber.Ctx) (views.PolicyPage, error) {
 		pp.Rules = slices.DeleteFunc(pp.Rules, func(r views.PolicyRule) bool { return !containsFold(r.Name, pp.RuleFilter) })
 	}
 	pp.Roles = policies.KnownRoles()
+	for _, x := range policies.Presets() {
+		pp.Presets = append(pp.Presets, views.PolicyPreset{Name: x.Name, File: x.File, Title: x.Title, Fits: x.Fits, Text: string(x.Data)})
+	}
 	pp.CanUpdate = p.Guard.Allowed(c.UserContext(), rulePolicyUpdate, policies.Target{})
 	pp.Enabled, pp.Status = p.Admin.Overrides.Enabled, p.Admin.Overrides.Status()
 	switch {
@@ -495,27 +499,94 @@ func (p *Portal) policyCurrent(c *fiber.Ctx) error {
 	if err := p.Guard.Authorize(ctx, rulePolicyGet, "policy", "", policies.Target{}); err != nil {
 		return p.fail(c, err)
 	}
-	latest, err := p.Admin.DB.PolicyOverride.Query().Order(ent.Desc(policyoverride.FieldRevision)).First(ctx)
-	if err != nil && !ent.IsNotFound(err) {
+	files, err := p.storedFiles(ctx)
+	if err != nil {
 		return err
 	}
-	var buf bytes.Buffer
-	w := zip.NewWriter(&buf)
-	if latest != nil {
-		for _, n := range slices.Sorted(maps.Keys(latest.Files)) {
-			f, err := w.Create(n)
-			if err != nil {
-				return err
-			}
-			if _, err := f.Write([]byte(latest.Files[n])); err != nil {
-				return err
-			}
-		}
-	}
-	if err := w.Close(); err != nil {
+	data, err := zipFiles(files)
+	if err != nil {
 		return err
 	}
 	c.Set(fiber.HeaderContentDisposition, `attachment; filename="anvil-policy-override.zip"`)
 	c.Type("zip")
-	return c.Send(buf.Bytes())
+	return c.Send(data)
+}
+
+// storedFiles are the newest stored revision's files (none before the
+// first).
+func (p *Portal) storedFiles(ctx context.Context) (map[string]string, error) {
+	latest, err := p.Admin.DB.PolicyOverride.Query().Order(ent.Desc(policyoverride.FieldRevision)).First(ctx)
+	if ent.IsNotFound(err) {
+		return map[string]string{}, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	return maps.Clone(latest.Files), nil
+}
+
+// zipFiles packs files, by name, as an upload's zip.
+func zipFiles(files map[string]string) ([]byte, error) {
+	var buf bytes.Buffer
+	w := zip.NewWriter(&buf)
+	for _, n := range slices.Sorted(maps.Keys(files)) {
+		f, err := w.Create(n)
+		if err != nil {
+			return nil, err
+		}
+		if _, err := f.Write([]byte(files[n])); err != nil {
+			return nil, err
+		}
+	}
+	if err := w.Close(); err != nil {
+		return nil, err
+	}
+	return buf.Bytes(), nil
+}
+
+// policyPresetFile downloads a shipped preset as the file to drop into
+// policy.d.
+func (p *Portal) policyPresetFile(c *fiber.Ctx) error {
+	x, ok := policies.PresetNamed(c.Params("name"))
+	if !ok {
+		return p.fail(c, errs.NotFound("Policy preset %s could not be found.", c.Params("name")))
+	}
+	if err := p.Guard.Authorize(c.UserContext(), rulePolicyGet, "policy", "", policies.Target{}); err != nil {
+		return p.fail(c, err)
+	}
+	c.Set(fiber.HeaderContentDisposition, `attachment; filename="`+x.File+`"`)
+	c.Type("yaml")
+	return c.Send(x.Data)
+}
+
+// policyPresetPreview previews a shipped preset exactly as an upload is
+// previewed: the stored override's files with the preset's file added
+// (or replacing an earlier copy of it), so applying it keeps every
+// override in force. Its diff, its what-if and the Apply form are the
+// upload's, and Apply stores and audits it as any revision.
+func (p *Portal) policyPresetPreview(c *fiber.Ctx) error {
+	ctx := c.UserContext()
+	x, ok := policies.PresetNamed(c.Params("name"))
+	if !ok {
+		return p.fail(c, errs.NotFound("Policy preset %s could not be found.", c.Params("name")))
+	}
+	if err := p.Guard.Authorize(ctx, rulePolicyUpdate, "policy", "", policies.Target{}); err != nil {
+		return p.fail(c, err)
+	}
+	pp, err := p.policyData(c)
+	if err != nil {
+		return err
+	}
+	files, err := p.storedFiles(ctx)
+	if err != nil {
+		return err
+	}
+	files[x.File] = string(x.Data)
+	data, err := zipFiles(files)
+	if err != nil {
+		return err
+	}
+	p.preview(c, &pp, data)
+	pp.PreviewOf = x.Title + " (" + x.File + ")"
+	return p.renderPolicy(c, pp)
 }

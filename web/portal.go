@@ -17,6 +17,7 @@ import (
 	"golang.org/x/sync/singleflight"
 
 	"github.com/anvilproject/anvil/policies"
+	"github.com/anvilproject/anvil/server/agentlogs"
 	"github.com/anvilproject/anvil/server/allocations"
 	"github.com/anvilproject/anvil/server/campaigns"
 	"github.com/anvilproject/anvil/server/clientip"
@@ -66,6 +67,9 @@ type Portal struct {
 	Campaigns *campaigns.Service
 	// Wipes reads wipe records for the node and wipe record pages.
 	Wipes *wipes.Service
+	// AgentLogs reads the ramdisk agent's logs of failed runs for the
+	// node page; nil when the server keeps none.
+	AgentLogs *agentlogs.Service
 	// Ports creates the ports the enrol form lists.
 	Ports *ports.Service
 	// Firmware offers uploaded images to the runbook editor.
@@ -150,6 +154,7 @@ func (p *Portal) Register(app *fiber.App) {
 	app.Post("/nodes/:id/test-bmc", s, p.signedIn, p.nodeTestBMC)
 	app.Get("/nodes/:id/console", s, p.signedIn, p.consolePage)
 	app.Get("/nodes/:id/screenshot", s, p.signedIn, p.nodeScreenshot)
+	app.Get("/nodes/:id/agent_logs/:name", s, p.signedIn, p.nodeAgentLog)
 	app.Get("/nodes/:id/console/ws", s, p.signedIn, p.consoleSocket)
 	app.Post("/nodes/:id/console/state", s, p.signedIn, p.nodeConsoleState)
 	app.Get("/runbooks", s, p.signedIn, p.runbooksPage)
@@ -179,6 +184,8 @@ func (p *Portal) Register(app *fiber.App) {
 	app.Post("/admin/policy/revisions/:rev/restore", s, p.signedIn, p.policyRestore)
 	app.Get("/admin/policy/sample.yaml", s, p.signedIn, p.policySample)
 	app.Get("/admin/policy/current.zip", s, p.signedIn, p.policyCurrent)
+	app.Get("/admin/policy/presets/:name", s, p.signedIn, p.policyPresetFile)
+	app.Post("/admin/policy/presets/:name/preview", s, p.signedIn, p.policyPresetPreview)
 	app.Get("/admin/users", s, p.signedIn, p.usersPage)
 	app.Post("/admin/users", s, p.signedIn, p.createUser)
 	app.Post("/admin/users/:name/grant", s, p.signedIn, p.grantRole)

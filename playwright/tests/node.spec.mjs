@@ -19,6 +19,10 @@ test('an operator cleans a node with explicit steps and watches them run', async
   await expect(page.getByTestId('provision-state')).toHaveText('manageable', { timeout: 15_000 });
   await expect(page.locator('table.history tbody tr').first()).toContainText('All 3 clean steps done; node is manageable');
   await expect(page.getByTestId('power-state')).toHaveText('power off');
+  // A system admin may read the agent logs failed runs leave: the section
+  // is there, and says none is kept for a node no run failed on.
+  await page.locator('#more-agent-logs > summary').click();
+  await expect(page.getByTestId('agent-logs-none')).toBeVisible();
 });
 
 test('a lessee member powers a leased node on and cannot run arbitrary steps', async ({ page }) => {
@@ -26,6 +30,8 @@ test('a lessee member powers a leased node on and cannot run arbitrary steps', a
   await page.locator('table.nodes tbody tr a').first().click();
   await expect(page.getByRole('button', { name: 'Start cleaning' })).toHaveCount(0);
   await expect(page.getByTestId('steps-why')).toContainText('by rule baremetal:node:set_provision_state');
+  // The agent logs are system readers' only: no section for a tenant.
+  await expect(page.getByTestId('agent-logs-section')).toHaveCount(0);
   await page.getByRole('button', { name: 'Power on' }).click();
   await expect(page.getByTestId('power-state')).toHaveText('power on', { timeout: 10_000 });
 });

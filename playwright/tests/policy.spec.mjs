@@ -87,3 +87,28 @@ test('Apply stores only the upload previewed: a zip swapped into the form after 
   await expect(revisions).toHaveCount(before);
   await expect(page.getByTestId('policy-page-status')).toHaveText(/^PO: /);
 });
+
+test('an admin previews the lessee-operates preset, applies it and reverts to the defaults', async ({ page }) => {
+  test.setTimeout(60_000);
+  await signIn(page, 'olga', 'operator-password-1');
+  await page.goto('/admin/policy');
+  const preset = page.getByTestId('preset-lessee-operates');
+  await expect(preset.getByRole('heading', { name: 'Lessees operate their leased nodes' })).toBeVisible();
+  const row = page.locator('tr[data-rule="baremetal:node:set_provision_state"]');
+  const allowed = await row.locator('td.allow').count();
+
+  await preset.getByRole('button', { name: 'See what this preset changes' }).click();
+  await expect(page.getByTestId('preview-of')).toContainText('lessee-operates.yaml');
+  await expect(page.getByTestId('preview')).toContainText('baremetal:node:set_provision_state: (default: "rule:system_or_owner_member_and_lessee_admin") -> "rule:system_or_owner_member_and_lessee_admin or rule:lessee_member"');
+  await expect(page.getByTestId('preview-cross-project')).toHaveCount(0);
+  page.once('dialog', (d) => d.accept());
+  await page.getByTestId('apply-previewed').click();
+  await expect(page.locator('main .flash')).toContainText(/Stored as revision \d+;/);
+  // One more persona of the matrix may change the provision state: the lessee's member.
+  await expect(row.locator('td.allow')).toHaveCount(allowed + 1);
+
+  page.once('dialog', (d) => d.accept());
+  await page.getByRole('button', { name: 'Revert to defaults' }).click();
+  await expect(page.locator('main .flash')).toContainText('(revert to defaults)');
+  await expect(row.locator('td.allow')).toHaveCount(allowed);
+});

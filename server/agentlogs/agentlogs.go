@@ -19,6 +19,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/anvilproject/anvil/ent/nodeevent"
 	"github.com/anvilproject/anvil/server/errs"
 	"github.com/anvilproject/anvil/server/nodes"
 )
@@ -48,6 +49,21 @@ type Log struct {
 	Node      string    `json:"node_uuid"`
 	Size      int64     `json:"size"`
 	CreatedAt time.Time `json:"created_at"`
+	// Operation is the run whose failure left the log ("deploy",
+	// "clean", …), as the node's history recorded it; "" when the
+	// history no longer says.
+	Operation string `json:"operation,omitempty"`
+}
+
+// keptSuffix ends the history message that records a kept log, followed
+// by the log's name: how the log is found from its record and back.
+const keptSuffix = " as agent log "
+
+// KeptMessage is the node history's message for a log of size bytes
+// kept as name; the event's type is the operation that failed, which
+// List reads back.
+func KeptMessage(size int, name string) string {
+	return fmt.Sprintf("Kept the ramdisk agent's logs (%d bytes)%s%s", size, keptSuffix, name)
 }
 
 // Store is the directory of logs and its retention.
@@ -230,7 +246,29 @@ func (s *Service) List(ctx context.Context, ident string) ([]Log, error) {
 	if err != nil {
 		return nil, err
 	}
-	return s.Store.List(n.UUID)
+	logs, err := s.Store.List(n.UUID)
+	if err != nil || len(logs) == 0 {
+		return logs, err
+	}
+	// The store keeps bytes only; which run failed is in the event that
+	// recorded the log, read in one query for all of them.
+	evs, err := n.QueryEvents().Where(nodeevent.EventContains(keptSuffix)).
+		Select(nodeevent.FieldEventType, nodeevent.FieldEvent).All(ctx)
+	if err != nil {
+		return nil, err
+	}
+	ops := make(map[string]string, len(evs))
+	for _, e := range evs {
+		// Logs kept before the event carried the run's kind were
+		// recorded as type "agent", which names no run.
+		if i := strings.LastIndex(e.Event, keptSuffix); i >= 0 && e.EventType != "agent" {
+			ops[e.Event[i+len(keptSuffix):]] = e.EventType
+		}
+	}
+	for i := range logs {
+		logs[i].Operation = ops[logs[i].Name]
+	}
+	return logs, nil
 }
 
 // Open opens one log of a node for reading; the caller closes it.

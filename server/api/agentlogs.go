@@ -36,6 +36,9 @@ func (a *API) listAgentLogs(c *fiber.Ctx) error {
 	for i, l := range logs {
 		out[i] = fiber.Map{"name": l.Name, "node_uuid": l.Node, "size": l.Size, "created_at": l.CreatedAt,
 			"links": []fiber.Map{{"href": base + l.Name, "rel": "self"}}}
+		if l.Operation != "" {
+			out[i]["operation"] = l.Operation
+		}
 	}
 	return c.JSON(fiber.Map{"agent_logs": out})
 }

@@ -19,7 +19,7 @@ import (
 // TestAgentLogsForSystemReaders: a deploy the real agent fails (an image
 // checksum that does not match) leaves the agent's logs with no flag
 // given, beside the SQLite database by default; the node's history
-// names the log, a system reader lists and reads it (a gzipped tarball
+// names the log, a system reader lists it (as left by a deploy) and reads it (a gzipped tarball
 // of the agent's journal), and the node's own projects get 403, another
 // project 404.
 func TestAgentLogsForSystemReaders(t *testing.T) {
@@ -48,7 +48,7 @@ func TestAgentLogsForSystemReaders(t *testing.T) {
 		}
 		l := logs[0].(map[string]any)
 		name, _ := l["name"].(string)
-		if !strings.HasPrefix(name, id+"_") || !strings.HasSuffix(name, ".tar.gz") || l["size"].(float64) <= 0 {
+		if !strings.HasPrefix(name, id+"_") || !strings.HasSuffix(name, ".tar.gz") || l["size"].(float64) <= 0 || l["operation"] != "deploy" {
 			t.Errorf("agent log entry %v", l)
 		}
 		if events := eventsOf(t, admin, id); !strings.Contains(events, "agent log "+name) {

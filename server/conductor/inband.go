@@ -606,7 +606,7 @@ func (c *Conductor) endAgent(ctx context.Context, n *ent.Node, ph phase, failure
 		return true
 	}
 	if failure != "" && r.cl != nil {
-		c.wipes.setLog(n.ID, c.keepAgentLogs(ctx, n, r.cl))
+		c.wipes.setLog(n.ID, c.keepAgentLogs(ctx, n, ph.kind, r.cl))
 	}
 	cl, err := c.client(n)
 	if err == nil {
@@ -646,19 +646,20 @@ func (c *Conductor) endAgent(ctx context.Context, n *ent.Node, ph phase, failure
 // keepAgentLogs asks the agent for its logs and keeps them in the log
 // store under a name that stays the same while the log is kept, and
 // says so in the node's history; it returns the name ("" when none was
-// kept), by which records of the run refer to the log.
-func (c *Conductor) keepAgentLogs(ctx context.Context, n *ent.Node, cl *agent.Client) string {
+// kept), by which records of the run refer to the log. The event's type
+// is the failed run's kind, which the log's listing shows.
+func (c *Conductor) keepAgentLogs(ctx context.Context, n *ent.Node, kind string, cl *agent.Client) string {
 	if c.logs == nil {
 		return ""
 	}
 	lctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
-	ev := history.Event{NodeID: n.ID, Severity: history.Warning, Type: "agent", Conductor: c.cfg.Name}
+	ev := history.Event{NodeID: n.ID, Severity: history.Warning, Type: kind, Conductor: c.cfg.Name}
 	tgz, err := cl.CollectSystemLogs(lctx)
 	var name string
 	if err == nil {
 		name, err = c.logs.Save(n.UUID, tgz)
-		ev.Message = fmt.Sprintf("Kept the ramdisk agent's logs (%d bytes) as agent log %s", len(tgz), name)
+		ev.Message = agentlogs.KeptMessage(len(tgz), name)
 	}
 	if err != nil {
 		c.log.Warn("keeping the ramdisk agent's logs", "node", n.UUID, "err", err)

@@ -4,8 +4,11 @@ import (
 	"archive/zip"
 	"bytes"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/anvilproject/anvil/policies"
 )
 
 type entry struct {
@@ -135,5 +138,36 @@ func TestDiffMarksWidening(t *testing.T) {
 	}
 	if !strings.Contains(d[0], "baremetal:node:delete") || !strings.Contains(d[0], WideningMark+"owner-admin, lessee-admin, other-admin") {
 		t.Errorf("the widening is not marked with who gains: %s", d[0])
+	}
+}
+
+// TestPresetsPassAsPolicyD: each shipped preset, dropped into a policy.d
+// directory as its own file, is read and accepted whole by the same
+// validation every override meets (no protected or base rule touched),
+// and changes exactly the rules its file lists.
+func TestPresetsPassAsPolicyD(t *testing.T) {
+	for _, p := range policies.Presets() {
+		dir := t.TempDir()
+		if err := os.WriteFile(filepath.Join(dir, p.File), p.Data, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		files, err := ReadDir(dir)
+		if err != nil {
+			t.Fatalf("%s: %v", p.File, err)
+		}
+		rules, err := Rules(files)
+		if err != nil {
+			t.Fatalf("%s refused in policy.d: %v", p.File, err)
+		}
+		// A preset writes one quoted rule per line, under comments.
+		listed := 0
+		for _, line := range strings.Split(string(p.Data), "\n") {
+			if strings.HasPrefix(line, `"`) {
+				listed++
+			}
+		}
+		if len(rules) == 0 || len(rules) != listed {
+			t.Errorf("%s: %d rules accepted, the file lists %d", p.File, len(rules), listed)
+		}
 	}
 }
