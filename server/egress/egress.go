@@ -11,6 +11,7 @@
 package egress
 
 import (
+	"errors"
 	"fmt"
 	"net"
 	"net/http"
@@ -35,17 +36,16 @@ type Network struct {
 // addresses and allows the rest.
 type Policy struct {
 	// Allow, when set, is every network such a URL may lead to: the
-	// operator's image servers. Unset, every address is allowed but
-	// loopback, link-local (169.254.0.0/16, where cloud metadata
-	// services answer, and fe80::/10) and Own.
+	// operator's image servers, named on purpose, so nothing else is
+	// refused but addresses that are never a destination.
 	Allow []netip.Prefix
-	// Deny are refused even inside Allow: the BMC and agent networks,
-	// which no image server shares, and whose answers are the most
-	// valuable to read back.
+	// Without Allow, every address is allowed but loopback, link-local
+	// (169.254.0.0/16, where cloud metadata services answer, and
+	// fe80::/10), Deny (the BMC and agent networks, whose answers are
+	// the most valuable to read back) and Own (services listening on a
+	// wildcard address answer on each of the server's addresses).
 	Deny []Network
-	// Own are the server's own addresses, refused unless Allow names
-	// them: services listening on a wildcard address answer on each.
-	Own []netip.Addr
+	Own  []netip.Addr
 }
 
 // RefusedError is a connection the policy refused before it was made.
@@ -54,7 +54,8 @@ type RefusedError struct {
 	// Why is Anvil's own wording of the address's class ("a loopback
 	// address", "in the BMC networks"), never text from the other end.
 	Why string
-	// Flag is the serve flag that would change the answer.
+	// Flag is the serve flag that would change the answer:
+	// --image-source-networks, which lists where images may come from.
 	Flag string
 }
 
@@ -72,11 +73,6 @@ func (e *RefusedError) Summary() string {
 // Check says why a is refused, or nil.
 func (p *Policy) Check(a netip.Addr) error {
 	a = a.Unmap()
-	for _, n := range p.Deny {
-		if n.Prefix.Contains(a) {
-			return &RefusedError{Addr: a, Why: "in the networks of " + n.Flag, Flag: n.Flag}
-		}
-	}
 	// Never a destination, whatever an allow-list's width takes in.
 	if a.IsUnspecified() || a.IsMulticast() || !a.IsValid() {
 		return &RefusedError{Addr: a, Why: "not a unicast address", Flag: Flag}
@@ -88,6 +84,11 @@ func (p *Policy) Check(a netip.Addr) error {
 			}
 		}
 		return &RefusedError{Addr: a, Why: "outside the networks images may come from", Flag: Flag}
+	}
+	for _, n := range p.Deny {
+		if n.Prefix.Contains(a) {
+			return &RefusedError{Addr: a, Why: "in the networks of " + n.Flag, Flag: Flag}
+		}
 	}
 	switch {
 	case a.IsLoopback():
@@ -149,3 +150,25 @@ func OwnAddrs() []netip.Addr {
 	}
 	return out
 }
+
+// Named is err with what led to a refused address (a field's name)
+// before both its text and the summary a project reads, when err is a
+// refusal; other errors come back unchanged. Callers summarise errors
+// by their innermost Summary, which alone would not say whose URL it
+// was.
+func Named(what string, err error) error {
+	var r *RefusedError
+	if !errors.As(err, &r) {
+		return err
+	}
+	return &named{what: what, r: r}
+}
+
+type named struct {
+	what string
+	r    *RefusedError
+}
+
+func (n *named) Error() string   { return n.what + ": " + n.r.Error() }
+func (n *named) Summary() string { return n.what + ": " + n.r.Summary() }
+func (n *named) Unwrap() error   { return n.r }
