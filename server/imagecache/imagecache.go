@@ -100,6 +100,15 @@ func (e *MismatchError) Error() string {
 	return fmt.Sprintf("image %s does not match %s: its %s is %s, not %s", e.Source, e.Sum.Field, e.Sum.Algo, e.Computed, e.Sum.Value)
 }
 
+// Summary is the mismatch without the digest of what was fetched, for
+// last_error and the history a project reads: whoever names a URL and a
+// wrong checksum would otherwise read back a digest of whatever answers
+// there, and with it deploy that content. Error(), digest included,
+// stays in history's detail for system scope.
+func (e *MismatchError) Summary() string {
+	return fmt.Sprintf("image %s does not match its checksum (%s %s)", e.Source, e.Sum.Field, e.Sum.Value)
+}
+
 // Name is the cache's file for the image at src with checksum sum: the
 // checksum and the source both, as Ironic keys its cache by the image's
 // href. By checksum alone, anyone who learnt another tenant's image

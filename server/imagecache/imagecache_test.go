@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/anvilproject/anvil/server/bmc"
 	"github.com/anvilproject/anvil/server/imagecache"
 )
 
@@ -152,6 +153,11 @@ func TestChecksumMismatchLeavesNothing(t *testing.T) {
 		if !strings.Contains(err.Error(), s) {
 			t.Errorf("%q does not name %s", err, s)
 		}
+	}
+	// What a project reads (bmc.Summary's, through the step's failure)
+	// says which checksum did not match, never the digest of what came.
+	if s := bmc.Summary(err); strings.Contains(s, sha(img).Value) || !strings.Contains(s, "does not match its checksum") || !strings.Contains(s, "instance_info.image_checksum") {
+		t.Errorf("summary %q", s)
 	}
 	if files := cached(t, dir); len(files) != 0 {
 		t.Errorf("a mismatch left %v", files)
