@@ -13,6 +13,7 @@ import (
 	"github.com/anvilproject/anvil/ent"
 	"github.com/anvilproject/anvil/server/agent"
 	"github.com/anvilproject/anvil/server/bmc"
+	"github.com/anvilproject/anvil/server/egress"
 	"github.com/anvilproject/anvil/server/errs"
 	"github.com/anvilproject/anvil/server/imagecache"
 	"github.com/anvilproject/anvil/server/nodes"
@@ -194,14 +195,21 @@ func (c *Conductor) cacheImage(ctx context.Context, n *ent.Node) (link, token st
 // downloadError is a download into the cache that failed. The conductor
 // fetches from its own network, so how the address failed (refused, a
 // status, a timeout) would let whoever sets image_source map that
-// network: last_error and history's message say only that it failed;
-// the detail is history's, for system scope.
+// network: last_error and history's message say only that it failed,
+// or, when --image-source-networks refused the address before any
+// connection, what kind of address it was; the detail is history's, for
+// system scope.
 type downloadError struct{ err error }
 
 func (e *downloadError) Error() string { return e.err.Error() }
 func (e *downloadError) Unwrap() error { return e.err }
 func (e *downloadError) Summary() string {
-	return "Anvil could not download instance_info.image_source into its image cache"
+	const s = "Anvil could not download instance_info.image_source into its image cache"
+	var r *egress.RefusedError
+	if errors.As(e.err, &r) {
+		return s + ": " + r.Summary()
+	}
+	return s
 }
 
 // deployAgent is deploy.deploy of an agent deploy: boot the agent.

@@ -16,6 +16,7 @@ import (
 	"github.com/anvilproject/anvil/ent"
 	"github.com/anvilproject/anvil/ent/port"
 	"github.com/anvilproject/anvil/server/bootiso"
+	"github.com/anvilproject/anvil/server/egress"
 	"github.com/anvilproject/anvil/server/history"
 	"github.com/anvilproject/anvil/server/ramdisk"
 )
@@ -127,7 +128,13 @@ func (c *Conductor) buildBootISO(ctx context.Context, n *ent.Node) (string, erro
 	defer cancel()
 	src := func(field string) *download {
 		u, from := m.Get(n, field)
-		return &download{ctx: ctx, url: u, from: from}
+		// The server's defaults are the operator's own URLs, which may
+		// well be on its own host; driver_info's are a tenant's.
+		cl := http.DefaultClient
+		if strings.HasPrefix(from, "driver_info.") {
+			cl = c.fetch
+		}
+		return &download{ctx: ctx, url: u, from: from, client: cl}
 	}
 	kernel, initrd, esp := src("deploy_kernel"), src("deploy_ramdisk"), src("bootloader")
 	defer kernel.Close()
@@ -176,8 +183,11 @@ type download struct {
 	ctx  context.Context
 	url  string
 	from string // where url came from: "driver_info.<field>" or a serve flag
-	body io.ReadCloser
-	n    int64
+	// client fetches url: for driver_info's, the conductor's client for
+	// tenants' URLs.
+	client *http.Client
+	body   io.ReadCloser
+	n      int64
 }
 
 func (d *download) Read(p []byte) (int, error) {
@@ -186,9 +196,9 @@ func (d *download) Read(p []byte) (int, error) {
 		if err != nil {
 			return 0, fmt.Errorf("%s: %w", d.from, err)
 		}
-		resp, err := http.DefaultClient.Do(req)
+		resp, err := d.client.Do(req)
 		if err != nil {
-			return 0, fmt.Errorf("downloading %s: %w", d.from, err)
+			return 0, egress.Named(d.from, fmt.Errorf("downloading %s: %w", d.from, err))
 		}
 		if resp.StatusCode != http.StatusOK {
 			resp.Body.Close()

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/anvilproject/anvil/ent"
+	"github.com/anvilproject/anvil/server/egress"
 	"github.com/anvilproject/anvil/server/errs"
 	"github.com/anvilproject/anvil/server/urlsafe"
 )
@@ -28,7 +29,7 @@ func (c *Conductor) checkImageSource(ctx context.Context, n *ent.Node) error {
 		return nil
 	}
 	src, _ := n.InstanceInfo["image_source"].(string)
-	if err := headImage(ctx, c.images.Client, src); err != nil {
+	if err := headImage(ctx, c.fetch, src); err != nil {
 		return errs.BadRequest("instance_info.image_source", "Cannot deploy node %s: instance_info.image_source %s %v", n.UUID, urlsafe.Strip(src), err)
 	}
 	return nil
@@ -36,14 +37,12 @@ func (c *Conductor) checkImageSource(ctx context.Context, n *ent.Node) error {
 
 // headImage asks src's server for the image with a HEAD, following
 // redirects as Ironic does, and says what was wrong unless it answered
-// 200; the body is never read. client is the one Anvil downloads images
-// with (nil: Go's default), so whatever guards where the image cache may
-// connect guards this too. The URL's own text never appears in the
-// error, since it may carry credentials.
+// 200; the body is never read. client is the one Anvil fetches for
+// tenants with, so --image-source-networks guards this as it guards the
+// image cache: an address it refuses is never asked, and the error says
+// only which kind of address it was. The URL's own text never appears
+// in the error, since it may carry credentials.
 func headImage(ctx context.Context, client *http.Client, src string) error {
-	if client == nil {
-		client = http.DefaultClient
-	}
 	ctx, cancel := context.WithTimeout(ctx, imageCheckTimeout)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodHead, src, nil)
@@ -55,6 +54,10 @@ func headImage(ctx context.Context, client *http.Client, src string) error {
 		var ue *url.Error
 		if errors.As(err, &ue) {
 			err = ue.Err
+		}
+		var refused *egress.RefusedError
+		if errors.As(err, &refused) {
+			return fmt.Errorf("is not fetched: %s", refused.Summary())
 		}
 		if errors.Is(err, context.DeadlineExceeded) {
 			return fmt.Errorf("did not answer a HEAD request within %s", imageCheckTimeout)
