@@ -16,7 +16,6 @@ import (
 	"github.com/anvilproject/anvil/ent"
 	"github.com/anvilproject/anvil/ent/port"
 	"github.com/anvilproject/anvil/server/bootiso"
-	"github.com/anvilproject/anvil/server/egress"
 	"github.com/anvilproject/anvil/server/history"
 	"github.com/anvilproject/anvil/server/ramdisk"
 )
@@ -198,11 +197,11 @@ func (d *download) Read(p []byte) (int, error) {
 		}
 		resp, err := d.client.Do(req)
 		if err != nil {
-			return 0, egress.Named(d.from, fmt.Errorf("downloading %s: %w", d.from, err))
+			return 0, &mediaError{d.from, fmt.Errorf("downloading %s: %w", d.from, err)}
 		}
 		if resp.StatusCode != http.StatusOK {
 			resp.Body.Close()
-			return 0, fmt.Errorf("downloading %s %s: %s", d.from, d.url, resp.Status)
+			return 0, &mediaError{d.from, fmt.Errorf("downloading %s %s: %s", d.from, d.url, resp.Status)}
 		}
 		d.body = resp.Body
 	}
@@ -212,9 +211,22 @@ func (d *download) Read(p []byte) (int, error) {
 		return n, fmt.Errorf("%s %s is larger than %d bytes", d.from, d.url, int64(bootISOMaxBytes))
 	}
 	if err != nil && err != io.EOF {
-		err = fmt.Errorf("downloading %s: %w", d.from, err)
+		err = &mediaError{d.from, fmt.Errorf("downloading %s: %w", d.from, err)}
 	}
 	return n, err
+}
+
+// mediaError is a download of the agent's media that failed: as for the
+// image cache (fetchSummary), the summary says only that it failed.
+type mediaError struct {
+	from string
+	err  error
+}
+
+func (e *mediaError) Error() string { return e.err.Error() }
+func (e *mediaError) Unwrap() error { return e.err }
+func (e *mediaError) Summary() string {
+	return fetchSummary("Anvil could not download "+e.from+" to build the agent's ISO", e.err)
 }
 
 func (d *download) Close() error {

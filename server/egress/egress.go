@@ -11,7 +11,6 @@
 package egress
 
 import (
-	"errors"
 	"fmt"
 	"net"
 	"net/http"
@@ -150,25 +149,3 @@ func OwnAddrs() []netip.Addr {
 	}
 	return out
 }
-
-// Named is err with what led to a refused address (a field's name)
-// before both its text and the summary a project reads, when err is a
-// refusal; other errors come back unchanged. Callers summarise errors
-// by their innermost Summary, which alone would not say whose URL it
-// was.
-func Named(what string, err error) error {
-	var r *RefusedError
-	if !errors.As(err, &r) {
-		return err
-	}
-	return &named{what: what, r: r}
-}
-
-type named struct {
-	what string
-	r    *RefusedError
-}
-
-func (n *named) Error() string   { return n.what + ": " + n.r.Error() }
-func (n *named) Summary() string { return n.what + ": " + n.r.Summary() }
-func (n *named) Unwrap() error   { return n.r }
