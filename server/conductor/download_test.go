@@ -30,7 +30,7 @@ func TestDownloadFailureHidesTheNetwork(t *testing.T) {
 	}
 	// A refusal by --image-source-networks, decided before connecting,
 	// says the kind of address, not the address.
-	refused := &egress.RefusedError{Addr: netip.MustParseAddr("10.1.2.3"), Why: "in the networks of --bmc-networks", Flag: egress.Flag}
+	refused := &egress.RefusedError{Addr: netip.MustParseAddr("10.1.2.3"), Why: "in the networks of --bmc-networks"}
 	ev.Failed("Step deploy.write_image failed: ", &downloadError{fmt.Errorf("downloading image: %w", refused)})
 	if strings.Contains(ev.Message, "10.1.2.3") || !strings.Contains(ev.Message, "--bmc-networks") || !strings.Contains(ev.Message, egress.Flag) || !strings.Contains(ev.Detail, "10.1.2.3") {
 		t.Errorf("refusal: message %q, detail %q", ev.Message, ev.Detail)

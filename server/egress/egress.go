@@ -20,11 +20,11 @@ import (
 )
 
 // Flag is the serve flag that lists where tenants' URLs may lead;
-// refusals name it, so an operator knows what to change.
+// every refusal names it, so an operator knows what to change.
 const Flag = "--image-source-networks"
 
-// Network is a network refused whatever the allow-list says, with the
-// flag that declares it, for messages.
+// Network is a network the default refuses, with the flag that declares
+// it, for messages.
 type Network struct {
 	Prefix netip.Prefix
 	Flag   string
@@ -51,22 +51,20 @@ type Policy struct {
 type RefusedError struct {
 	Addr netip.Addr
 	// Why is Anvil's own wording of the address's class ("a loopback
-	// address", "in the BMC networks"), never text from the other end.
+	// address", "in the networks of --bmc-networks"), never text from
+	// the other end.
 	Why string
-	// Flag is the serve flag that would change the answer:
-	// --image-source-networks, which lists where images may come from.
-	Flag string
 }
 
 func (e *RefusedError) Error() string {
-	return fmt.Sprintf("%s is %s, where Anvil fetches nothing for a tenant (%s)", e.Addr, e.Why, e.Flag)
+	return fmt.Sprintf("%s is %s, where Anvil fetches nothing for a tenant (%s)", e.Addr, e.Why, Flag)
 }
 
 // Summary is the refusal without the address: a project caller learns
 // the class of what its URL led to, as DNS would tell it, but not the
 // address an internal name has.
 func (e *RefusedError) Summary() string {
-	return fmt.Sprintf("its address is %s, where Anvil fetches nothing for a tenant (%s)", e.Why, e.Flag)
+	return fmt.Sprintf("its address is %s, where Anvil fetches nothing for a tenant (%s)", e.Why, Flag)
 }
 
 // Check says why a is refused, or nil.
@@ -74,7 +72,7 @@ func (p *Policy) Check(a netip.Addr) error {
 	a = a.Unmap()
 	// Never a destination, whatever an allow-list's width takes in.
 	if a.IsUnspecified() || a.IsMulticast() || !a.IsValid() {
-		return &RefusedError{Addr: a, Why: "not a unicast address", Flag: Flag}
+		return &RefusedError{Addr: a, Why: "not a unicast address"}
 	}
 	if len(p.Allow) > 0 {
 		for _, n := range p.Allow {
@@ -82,22 +80,22 @@ func (p *Policy) Check(a netip.Addr) error {
 				return nil
 			}
 		}
-		return &RefusedError{Addr: a, Why: "outside the networks images may come from", Flag: Flag}
+		return &RefusedError{Addr: a, Why: "outside the networks images may come from"}
 	}
 	for _, n := range p.Deny {
 		if n.Prefix.Contains(a) {
-			return &RefusedError{Addr: a, Why: "in the networks of " + n.Flag, Flag: Flag}
+			return &RefusedError{Addr: a, Why: "in the networks of " + n.Flag}
 		}
 	}
 	switch {
 	case a.IsLoopback():
-		return &RefusedError{Addr: a, Why: "a loopback address", Flag: Flag}
+		return &RefusedError{Addr: a, Why: "a loopback address"}
 	case a.IsLinkLocalUnicast():
-		return &RefusedError{Addr: a, Why: "a link-local address", Flag: Flag}
+		return &RefusedError{Addr: a, Why: "a link-local address"}
 	}
 	for _, o := range p.Own {
 		if o.Unmap() == a {
-			return &RefusedError{Addr: a, Why: "one of this server's own addresses", Flag: Flag}
+			return &RefusedError{Addr: a, Why: "one of this server's own addresses"}
 		}
 	}
 	return nil
