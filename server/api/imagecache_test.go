@@ -132,7 +132,7 @@ func TestAgentDeployLocalImage(t *testing.T) {
 		if got := readAt(t, disk, part, 8<<20); !bytes.Equal(got, im.RawData[part:part+8<<20]) || !bytes.Contains(got, []byte("ANVIL-IMAGE-MARKER")) {
 			t.Error("the disk does not hold the image's bytes")
 		}
-		if files := cached(t, cacheDir); len(files) != 1 || files[0] != imagecache.Name(origin.URL+"/disk.raw", imagecache.Checksum{Algo: "sha256", Value: im.RawSum}) {
+		if files := cached(t, cacheDir); len(files) != 1 || files[0] != imagecache.Name("les", origin.URL+"/disk.raw", imagecache.Checksum{Algo: "sha256", Value: im.RawSum}) {
 			t.Errorf("the cache holds %v", files)
 		}
 		// The agent was told a per-deploy URL on Anvil (its log says

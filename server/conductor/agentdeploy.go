@@ -179,7 +179,13 @@ func (c *Conductor) cacheImage(ctx context.Context, n *ent.Node) (link, token st
 	dctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	defer context.AfterFunc(c.ctx, cancel)()
-	if token, err = c.images.Fetch(dctx, src, sum); err != nil {
+	// The cache is shared by project: the lessee's, whose instance
+	// this is, else the owner's.
+	project := n.Owner
+	if n.Lessee != "" {
+		project = n.Lessee
+	}
+	if token, err = c.images.Fetch(dctx, project, src, sum); err != nil {
 		if c.ctx.Err() != nil {
 			return "", "", errShutdown
 		}
