@@ -14,6 +14,7 @@ import (
 	"github.com/anvilproject/anvil/server/agent/agenttest"
 	"github.com/anvilproject/anvil/server/conductor"
 	"github.com/anvilproject/anvil/server/imagecache"
+	"github.com/anvilproject/anvil/server/servertest"
 	"github.com/anvilproject/anvil/server/store"
 	"github.com/anvilproject/anvil/server/store/storetest"
 )
@@ -23,7 +24,8 @@ import (
 // the node's checksum, and the agent writes it from a per-deploy URL on
 // Anvil that is gone after the deploy. The agent never reaches the
 // image's own server. A checksum mismatch fails write_image naming the
-// image and the field, with nothing cached; an unknown value is a 400
+// image and the field, with nothing cached, and the digest of what came
+// only in history's detail for system scope; an unknown value is a 400
 // naming its field.
 func TestAgentDeployLocalImage(t *testing.T) {
 	agenttest.Need(t)
@@ -96,6 +98,24 @@ func TestAgentDeployLocalImage(t *testing.T) {
 		if files := cached(t, cacheDir); len(files) != 0 {
 			t.Errorf("a mismatched image left %v in the cache", files)
 		}
+		// The digest of what was fetched (the image's own sum here) is
+		// for system scope only, in history's detail: a project reads
+		// that the image does not match its checksum, never what the
+		// URL's content hashes to (#41).
+		if le, _ := member.Do(t, "GET", "/v1/nodes/"+id, nil).JSON(t)["last_error"].(string); strings.Contains(le, im.RawSum) || !strings.Contains(le, "does not match its checksum") {
+			t.Errorf("the owner's member reads last_error %q", le)
+		}
+		history := func(c *servertest.Client) string {
+			r := c.Do(t, "GET", "/v1/nodes/"+id+"/history?detail=true", nil)
+			mustStatus(t, r, 200)
+			return string(r.Body)
+		}
+		if h := history(member); strings.Contains(h, im.RawSum) || !strings.Contains(h, "does not match its checksum") {
+			t.Errorf("the owner's member reads the digest or no mismatch in history: %s", h)
+		}
+		if h := history(admin); !strings.Contains(h, im.RawSum) {
+			t.Errorf("a system admin does not read the fetched image's digest in history: %s", h)
+		}
 		if a, o := hits(); a != 1 || o != 0 {
 			t.Errorf("after the mismatch the image server saw %d downloads by Anvil, %d by others; want 1, 0", a, o)
 		}
@@ -112,7 +132,7 @@ func TestAgentDeployLocalImage(t *testing.T) {
 		if got := readAt(t, disk, part, 8<<20); !bytes.Equal(got, im.RawData[part:part+8<<20]) || !bytes.Contains(got, []byte("ANVIL-IMAGE-MARKER")) {
 			t.Error("the disk does not hold the image's bytes")
 		}
-		if files := cached(t, cacheDir); len(files) != 1 || files[0] != imagecache.Name(origin.URL+"/disk.raw", imagecache.Checksum{Algo: "sha256", Value: im.RawSum}) {
+		if files := cached(t, cacheDir); len(files) != 1 || files[0] != imagecache.Name("les", origin.URL+"/disk.raw", imagecache.Checksum{Algo: "sha256", Value: im.RawSum}) {
 			t.Errorf("the cache holds %v", files)
 		}
 		// The agent was told a per-deploy URL on Anvil (its log says

@@ -54,6 +54,7 @@ func serveCmd() *cobra.Command {
 		proxy    []net.IPNet
 		bmcNet   []string
 		agtNet   []string
+		imgNet   []string
 		conPorts string
 		gcPct    int
 		fw       firmwareFlags
@@ -96,6 +97,9 @@ func serveCmd() *cobra.Command {
 			}
 			if cc.Agent.Client.Networks, err = bmc.ParseNetworks(agtNet); err != nil {
 				return fmt.Errorf("--agent-networks: %w", err)
+			}
+			if cc.ImageSourceNetworks, err = bmc.ParseNetworks(imgNet); err != nil {
+				return fmt.Errorf("--image-source-networks: %w", err)
 			}
 			if u := cc.Agent.ImageURL; u != "" {
 				if pu, err := url.Parse(u); err != nil || (pu.Scheme != "http" && pu.Scheme != "https") || pu.Host == "" || pu.RawQuery != "" || pu.Fragment != "" {
@@ -325,7 +329,8 @@ func serveCmd() *cobra.Command {
 	}
 	f.StringVar(&cc.Agent.ImageURL, "agent-image-url", "", "base URL ramdisk agents fetch images from for image_download_source=local, each deploy's at <url>/<random token> (default: http:// and the listen address, https:// with --tls-cert, then /images)")
 	f.StringVar(&cc.Agent.ImageCacheDir, "image-cache-dir", "", `directory of the images Anvil downloads for image_download_source=local, kept under their checksums (default: "image-cache" beside the SQLite database file, or in the working directory with PostgreSQL)`)
-	f.Int64Var(&cc.Agent.ImageCacheMaxBytes, "image-cache-max-bytes", imagecache.DefaultMaxBytes, "most bytes the image cache keeps (and so the largest image); beyond it the least recently used images not being served are removed")
+	f.StringSliceVar(&imgNet, "image-source-networks", nil, "CIDRs of the only networks Anvil fetches from for a tenant: instance_info.image_source (its HEAD check and the image cache) and driver_info's deploy_kernel, deploy_ramdisk and bootloader, each address checked as it connects, redirects included (empty: anywhere but loopback, link-local, the --bmc-networks and --agent-networks and this server's own addresses; see docs/security.md)")
+	f.Int64Var(&cc.Agent.ImageCacheMaxBytes, "image-cache-max-bytes", imagecache.DefaultMaxBytes, "most bytes the image cache keeps (and so the largest image); beyond it images not being served are removed, the least recently used of the project holding the most bytes first, so one project cannot evict another's images by filling the cache")
 	f.DurationVar(&cc.Agent.ImageDownloadTimeout, "image-download-timeout", imagecache.DefaultTimeout, "how long one download into the image cache may take")
 	f.StringVar(&cc.Agent.Wipe, "wipe", conductor.WipeExpress, "how deep automated cleaning wipes the disks between tenants: express (NVMe format, ATA secure erase, else a full overwrite), full (every byte overwritten) or metadata (partition tables only; data stays); a node's driver_info/anvil_wipe, set by system scope, overrides it")
 	f.IntVar(&cc.Agent.WipePasses, "wipe-passes", 1, "passes of random data a full overwrite writes before its pass of zeros (Ironic's [deploy]erase_devices_iterations); 0 writes zeros only")

@@ -13,6 +13,7 @@ import (
 	"github.com/anvilproject/anvil/ent"
 	"github.com/anvilproject/anvil/server/agent"
 	"github.com/anvilproject/anvil/server/bmc"
+	"github.com/anvilproject/anvil/server/egress"
 	"github.com/anvilproject/anvil/server/errs"
 	"github.com/anvilproject/anvil/server/imagecache"
 	"github.com/anvilproject/anvil/server/nodes"
@@ -178,7 +179,13 @@ func (c *Conductor) cacheImage(ctx context.Context, n *ent.Node) (link, token st
 	dctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	defer context.AfterFunc(c.ctx, cancel)()
-	if token, err = c.images.Fetch(dctx, src, sum); err != nil {
+	// The cache is shared by project: the lessee's, whose instance
+	// this is, else the owner's.
+	project := n.Owner
+	if n.Lessee != "" {
+		project = n.Lessee
+	}
+	if token, err = c.images.Fetch(dctx, project, src, sum); err != nil {
 		if c.ctx.Err() != nil {
 			return "", "", errShutdown
 		}
@@ -191,17 +198,27 @@ func (c *Conductor) cacheImage(ctx context.Context, n *ent.Node) (link, token st
 	return strings.TrimRight(c.cfg.Agent.ImageURL, "/") + "/" + token, token, nil
 }
 
-// downloadError is a download into the cache that failed. The conductor
-// fetches from its own network, so how the address failed (refused, a
-// status, a timeout) would let whoever sets image_source map that
-// network: last_error and history's message say only that it failed;
-// the detail is history's, for system scope.
+// downloadError is a download into the cache that failed.
 type downloadError struct{ err error }
 
 func (e *downloadError) Error() string { return e.err.Error() }
 func (e *downloadError) Unwrap() error { return e.err }
 func (e *downloadError) Summary() string {
-	return "Anvil could not download instance_info.image_source into its image cache"
+	return fetchSummary("Anvil could not download instance_info.image_source into its image cache", e.err)
+}
+
+// fetchSummary is what last_error and history's message say of a failed
+// fetch for a tenant: failed, and, when --image-source-networks refused
+// the address before connecting, what kind of address it was. The
+// conductor fetches from its own network, so how an address answered
+// (refused, a status, a timeout) would let whoever named the URL map
+// that network: that is history's detail, for system scope.
+func fetchSummary(failed string, err error) string {
+	var r *egress.RefusedError
+	if errors.As(err, &r) {
+		return failed + ": " + r.Summary()
+	}
+	return failed
 }
 
 // deployAgent is deploy.deploy of an agent deploy: boot the agent.

@@ -127,7 +127,13 @@ func (c *Conductor) buildBootISO(ctx context.Context, n *ent.Node) (string, erro
 	defer cancel()
 	src := func(field string) *download {
 		u, from := m.Get(n, field)
-		return &download{ctx: ctx, url: u, from: from}
+		// The server's defaults are the operator's own URLs, which may
+		// well be on its own host; driver_info's are a tenant's.
+		cl := http.DefaultClient
+		if strings.HasPrefix(from, "driver_info.") {
+			cl = c.fetch
+		}
+		return &download{ctx: ctx, url: u, from: from, client: cl}
 	}
 	kernel, initrd, esp := src("deploy_kernel"), src("deploy_ramdisk"), src("bootloader")
 	defer kernel.Close()
@@ -176,8 +182,11 @@ type download struct {
 	ctx  context.Context
 	url  string
 	from string // where url came from: "driver_info.<field>" or a serve flag
-	body io.ReadCloser
-	n    int64
+	// client fetches url: for driver_info's, the conductor's client for
+	// tenants' URLs.
+	client *http.Client
+	body   io.ReadCloser
+	n      int64
 }
 
 func (d *download) Read(p []byte) (int, error) {
@@ -186,13 +195,13 @@ func (d *download) Read(p []byte) (int, error) {
 		if err != nil {
 			return 0, fmt.Errorf("%s: %w", d.from, err)
 		}
-		resp, err := http.DefaultClient.Do(req)
+		resp, err := d.client.Do(req)
 		if err != nil {
-			return 0, fmt.Errorf("downloading %s: %w", d.from, err)
+			return 0, &mediaError{d.from, fmt.Errorf("downloading %s: %w", d.from, err)}
 		}
 		if resp.StatusCode != http.StatusOK {
 			resp.Body.Close()
-			return 0, fmt.Errorf("downloading %s %s: %s", d.from, d.url, resp.Status)
+			return 0, &mediaError{d.from, fmt.Errorf("downloading %s %s: %s", d.from, d.url, resp.Status)}
 		}
 		d.body = resp.Body
 	}
@@ -202,9 +211,22 @@ func (d *download) Read(p []byte) (int, error) {
 		return n, fmt.Errorf("%s %s is larger than %d bytes", d.from, d.url, int64(bootISOMaxBytes))
 	}
 	if err != nil && err != io.EOF {
-		err = fmt.Errorf("downloading %s: %w", d.from, err)
+		err = &mediaError{d.from, fmt.Errorf("downloading %s: %w", d.from, err)}
 	}
 	return n, err
+}
+
+// mediaError is a download of the agent's media that failed: as for the
+// image cache (fetchSummary), the summary says only that it failed.
+type mediaError struct {
+	from string
+	err  error
+}
+
+func (e *mediaError) Error() string { return e.err.Error() }
+func (e *mediaError) Unwrap() error { return e.err }
+func (e *mediaError) Summary() string {
+	return fetchSummary("Anvil could not download "+e.from+" to build the agent's ISO", e.err)
 }
 
 func (d *download) Close() error {

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
+	"net/http"
 	"net/netip"
 	"os"
 	"slices"
@@ -22,6 +23,7 @@ import (
 	"github.com/anvilproject/anvil/server/agentlogs"
 	"github.com/anvilproject/anvil/server/bmc"
 	"github.com/anvilproject/anvil/server/config"
+	"github.com/anvilproject/anvil/server/egress"
 	"github.com/anvilproject/anvil/server/errs"
 	"github.com/anvilproject/anvil/server/fwimages"
 	"github.com/anvilproject/anvil/server/history"
@@ -64,6 +66,11 @@ type Config struct {
 	// BMCCADir is the only directory CA bundle paths in driver_info may
 	// name ("": none); process-wide, as BMCNetworks.
 	BMCCADir string
+	// ImageSourceNetworks, when set, are the only networks Anvil fetches
+	// from for a tenant (image_source, driver_info's deploy_kernel and
+	// kin); unset, it fetches from anywhere but loopback, link-local, the
+	// BMC and agent networks and its own addresses (egress.Policy).
+	ImageSourceNetworks []netip.Prefix
 	// FirmwareImages is Anvil's firmware image store, from which
 	// firmware.update pushes images to BMCs that cannot pull them.
 	FirmwareImages *fwimages.Store
@@ -112,6 +119,18 @@ func (c Config) withDefaults() Config {
 	return c
 }
 
+// egressPolicy is where fetches for a tenant may go.
+func (c Config) egressPolicy() *egress.Policy {
+	p := &egress.Policy{Allow: c.ImageSourceNetworks, Own: egress.OwnAddrs()}
+	for _, n := range c.BMCNetworks {
+		p.Deny = append(p.Deny, egress.Network{Prefix: n, Flag: "--bmc-networks"})
+	}
+	for _, n := range c.Agent.Client.Networks {
+		p.Deny = append(p.Deny, egress.Network{Prefix: n, Flag: "--agent-networks"})
+	}
+	return p
+}
+
 // Conductor is this process's conductor.
 type Conductor struct {
 	cfg  Config
@@ -151,6 +170,10 @@ type Conductor struct {
 	// images caches images for image_download_source=local
 	// (agentdeploy.go).
 	images *imagecache.Cache
+	// fetch is the client of every fetch for a tenant: the image cache's
+	// downloads, the HEAD before a deploy, the driver_info media of a
+	// built ISO.
+	fetch *http.Client
 	// cons are the consoles this conductor listens for (console.go).
 	cons consoles
 	// logs keeps the agent logs of failed runs (inband.go).
@@ -163,7 +186,8 @@ func New(db *store.DB, log *slog.Logger, cfg Config) *Conductor {
 	bmc.SetNetworks(cfg.BMCNetworks)
 	bmc.SetCADir(cfg.BMCCADir)
 	c := &Conductor{cfg: cfg.withDefaults(), db: db, log: log, ctx: ctx, cancel: cancel, authFails: map[int]int{}}
-	c.images = &imagecache.Cache{Dir: c.cfg.Agent.ImageCacheDir, MaxBytes: c.cfg.Agent.ImageCacheMaxBytes, Timeout: c.cfg.Agent.ImageDownloadTimeout}
+	c.fetch = c.cfg.egressPolicy().Client()
+	c.images = &imagecache.Cache{Dir: c.cfg.Agent.ImageCacheDir, MaxBytes: c.cfg.Agent.ImageCacheMaxBytes, Timeout: c.cfg.Agent.ImageDownloadTimeout, Client: c.fetch}
 	if a := c.cfg.Agent; a.LogDir != "" {
 		c.logs = &agentlogs.Store{Dir: a.LogDir, MaxPerNode: a.LogMaxPerNode, MaxAge: a.LogMaxAge, MaxBytes: a.LogMaxBytes}
 	}

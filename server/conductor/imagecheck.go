@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/anvilproject/anvil/ent"
+	"github.com/anvilproject/anvil/policies"
+	"github.com/anvilproject/anvil/server/egress"
 	"github.com/anvilproject/anvil/server/errs"
 	"github.com/anvilproject/anvil/server/urlsafe"
 )
@@ -17,6 +19,11 @@ import (
 // request waits for it, and an image server that slow would fail the
 // agent's download anyway.
 const imageCheckTimeout = 15 * time.Second
+
+// errRefused is an image_source whose address --image-source-networks
+// refused: no request was sent, so saying so tells nobody how any host
+// answers.
+var errRefused = errors.New("is not fetched")
 
 // checkImageSource refuses a direct deploy whose image_source does not
 // answer 200 to a HEAD, before anything changes (Ironic's
@@ -28,7 +35,17 @@ func (c *Conductor) checkImageSource(ctx context.Context, n *ent.Node) error {
 		return nil
 	}
 	src, _ := n.InstanceInfo["image_source"].(string)
-	if err := headImage(ctx, c.images.Client, src); err != nil {
+	if err := headImage(ctx, c.fetch, src); err != nil {
+		// Without an allow-list an address that was asked may be any
+		// host on the conductor's networks: a project caller is told
+		// the image could not be fetched, not whether or how that host
+		// answered (#41); a system caller and the log get the answer.
+		// With one, every address asked is an image server the operator
+		// named, whose answers anyone may read.
+		if p := policies.PrincipalFrom(ctx); len(c.cfg.ImageSourceNetworks) == 0 && p != nil && !p.System && !errors.Is(err, errRefused) {
+			c.log.Info("the HEAD of a deploy's image_source failed", "node", n.UUID, "err", err)
+			err = errors.New("could not be fetched (without --image-source-networks, only system scope is told how its server answered)")
+		}
 		return errs.BadRequest("instance_info.image_source", "Cannot deploy node %s: instance_info.image_source %s %v", n.UUID, urlsafe.Strip(src), err)
 	}
 	return nil
@@ -36,14 +53,12 @@ func (c *Conductor) checkImageSource(ctx context.Context, n *ent.Node) error {
 
 // headImage asks src's server for the image with a HEAD, following
 // redirects as Ironic does, and says what was wrong unless it answered
-// 200; the body is never read. client is the one Anvil downloads images
-// with (nil: Go's default), so whatever guards where the image cache may
-// connect guards this too. The URL's own text never appears in the
-// error, since it may carry credentials.
+// 200; the body is never read. client is the one Anvil fetches for
+// tenants with, so --image-source-networks guards this as it guards the
+// image cache: an address it refuses is never asked, and the error says
+// only which kind of address it was. The URL's own text never appears
+// in the error, since it may carry credentials.
 func headImage(ctx context.Context, client *http.Client, src string) error {
-	if client == nil {
-		client = http.DefaultClient
-	}
 	ctx, cancel := context.WithTimeout(ctx, imageCheckTimeout)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodHead, src, nil)
@@ -55,6 +70,10 @@ func headImage(ctx context.Context, client *http.Client, src string) error {
 		var ue *url.Error
 		if errors.As(err, &ue) {
 			err = ue.Err
+		}
+		var refused *egress.RefusedError
+		if errors.As(err, &refused) {
+			return fmt.Errorf("%w: %s", errRefused, refused.Summary())
 		}
 		if errors.Is(err, context.DeadlineExceeded) {
 			return fmt.Errorf("did not answer a HEAD request within %s", imageCheckTimeout)

@@ -60,7 +60,9 @@ func AlgoOf(sum string) string { return algoByLength[len(sum)] }
 var (
 	hexRE   = regexp.MustCompile(`^[0-9a-f]+$`)
 	tokenRE = regexp.MustCompile(`^[0-9a-f]{64}$`)
-	keyRE   = regexp.MustCompile(`^(md5|sha1|sha256|sha384|sha512)-[0-9a-f]{32,128}-[0-9a-f]{16}$`)
+	// keyRE's last part is the project's tag (projectTag); files cached
+	// before it existed lack it and share one tag, "".
+	keyRE = regexp.MustCompile(`^(?:md5|sha1|sha256|sha384|sha512)-[0-9a-f]{32,128}-[0-9a-f]{16}(?:-([0-9a-f]{8}))?$`)
 )
 
 // Checksum is what the node says the image's bytes hash to.
@@ -100,21 +102,39 @@ func (e *MismatchError) Error() string {
 	return fmt.Sprintf("image %s does not match %s: its %s is %s, not %s", e.Source, e.Sum.Field, e.Sum.Algo, e.Computed, e.Sum.Value)
 }
 
-// Name is the cache's file for the image at src with checksum sum: the
-// checksum and the source both, as Ironic keys its cache by the image's
-// href. By checksum alone, anyone who learnt another tenant's image
-// checksum could deploy that image from a URL of their own while it is
-// cached.
-func Name(src string, sum Checksum) string {
-	h := sha256.Sum256([]byte(src))
-	return sum.Algo + "-" + strings.ToLower(sum.Value) + "-" + hex.EncodeToString(h[:8])
+// Summary is the mismatch without the digest of what was fetched, for
+// last_error and the history a project reads: whoever names a URL and a
+// wrong checksum would otherwise read back a digest of whatever answers
+// there, and with it deploy that content. Error(), digest included,
+// stays in history's detail for system scope.
+func (e *MismatchError) Summary() string {
+	return fmt.Sprintf("image %s does not match its checksum (%s %s)", e.Source, e.Sum.Field, e.Sum.Value)
 }
 
-// Fetch makes sure the image at src is in the cache, downloading and
-// verifying it unless that source's file with its checksum is there, and
-// returns a new token serving it until Unlink. Concurrent fetches of the
-// same checksum download it once: the others wait and reuse the file.
-func (c *Cache) Fetch(ctx context.Context, src string, sum Checksum) (string, error) {
+// Name is the cache's file for the image at src with checksum sum,
+// fetched for project: the checksum and the source both, as Ironic keys
+// its cache by the image's href (by checksum alone, anyone who learnt
+// another tenant's image checksum could deploy that image from a URL of
+// their own while it is cached), and the project's tag, which eviction
+// shares the cache by.
+func Name(project, src string, sum Checksum) string {
+	h := sha256.Sum256([]byte(src))
+	return sum.Algo + "-" + strings.ToLower(sum.Value) + "-" + hex.EncodeToString(h[:8]) + "-" + projectTag(project)
+}
+
+// projectTag names project in file names: short, and the same for every
+// conductor sharing a cache directory.
+func projectTag(project string) string {
+	h := sha256.Sum256([]byte(project))
+	return hex.EncodeToString(h[:4])
+}
+
+// Fetch makes sure the image at src is in the cache for project (the
+// node's lessee, else its owner), downloading and verifying it unless
+// that source's file with its checksum is there, and returns a new token
+// serving it until Unlink. Concurrent fetches of the same checksum
+// download it once: the others wait and reuse the file.
+func (c *Cache) Fetch(ctx context.Context, project, src string, sum Checksum) (string, error) {
 	newHash := Algos[sum.Algo]
 	sum.Value = strings.ToLower(sum.Value)
 	if newHash == nil || newHash().Size()*2 != len(sum.Value) || !hexRE.MatchString(sum.Value) {
@@ -123,7 +143,8 @@ func (c *Cache) Fetch(ctx context.Context, src string, sum Checksum) (string, er
 	if c.Dir == "" {
 		return "", errors.New("the image cache has no directory (--image-cache-dir)")
 	}
-	file := filepath.Join(c.Dir, Name(src, sum))
+	file := filepath.Join(c.Dir, Name(project, src, sum))
+	tag := projectTag(project)
 	kl := c.keyLock(file)
 	kl.Lock()
 	defer kl.Unlock()
@@ -137,7 +158,7 @@ func (c *Cache) Fetch(ctx context.Context, src string, sum Checksum) (string, er
 		return tok, err
 	}
 	c.mu.Unlock()
-	tmp, err := c.download(ctx, src, sum, newHash())
+	tmp, err := c.download(ctx, tag, src, sum, newHash())
 	if err != nil {
 		return "", err
 	}
@@ -151,7 +172,7 @@ func (c *Cache) Fetch(ctx context.Context, src string, sum Checksum) (string, er
 	if err != nil {
 		return "", err
 	}
-	c.evictLocked(0)
+	c.evictLocked(tag, 0)
 	return tok, nil
 }
 
@@ -179,7 +200,7 @@ func (c *Cache) maxBytes() int64 {
 // download streams src into a temporary file, hashing as it writes, and
 // returns the file once its bytes match sum; on any failure nothing is
 // left behind.
-func (c *Cache) download(ctx context.Context, src string, sum Checksum, h hash.Hash) (string, error) {
+func (c *Cache) download(ctx context.Context, tag, src string, sum Checksum, h hash.Hash) (string, error) {
 	timeout := c.Timeout
 	if timeout <= 0 {
 		timeout = DefaultTimeout
@@ -210,7 +231,7 @@ func (c *Cache) download(ctx context.Context, src string, sum Checksum, h hash.H
 	if resp.ContentLength > 0 {
 		// Room for it first, so the cache stays within its size.
 		c.mu.Lock()
-		c.evictLocked(resp.ContentLength)
+		c.evictLocked(tag, resp.ContentLength)
 		c.mu.Unlock()
 	}
 	tmpDir := filepath.Join(c.Dir, incoming)
@@ -310,11 +331,16 @@ func (c *Cache) Open(token string) (*os.File, fs.FileInfo, error) {
 	return f, fi, nil
 }
 
-// evictLocked removes the least recently used images (by modification
-// time, which a reuse refreshes) until the cached files and room more
-// bytes fit within MaxBytes. Images a live token serves are kept, even
-// if that leaves the cache over its size for a while.
-func (c *Cache) evictLocked(room int64) {
+// evictLocked removes images not being served until the cached files
+// and room more bytes for the project tagged tag fit within MaxBytes.
+// It shares the cache between projects: each removal takes the least
+// recently used image (by modification time, which a reuse refreshes)
+// of the project holding the most bytes, counting room as tag's, and
+// tag's own first when it holds as many as any. So a project filling
+// the cache evicts its own images, and another's only while that one
+// holds more. Images a live token serves are kept, even if that leaves
+// the cache over its size for a while.
+func (c *Cache) evictLocked(tag string, room int64) {
 	entries, err := os.ReadDir(c.Dir)
 	if err != nil {
 		return
@@ -324,10 +350,12 @@ func (c *Cache) evictLocked(room int64) {
 		size int64
 		used time.Time
 	}
-	var files []file
+	held := map[string]int64{tag: room} // bytes by project tag
+	evictable := map[string][]file{}    // unpinned files by tag, oldest first
 	total := room
 	for _, e := range entries {
-		if !e.Type().IsRegular() || !keyRE.MatchString(e.Name()) {
+		m := keyRE.FindStringSubmatch(e.Name())
+		if !e.Type().IsRegular() || m == nil {
 			continue
 		}
 		fi, err := e.Info()
@@ -336,17 +364,30 @@ func (c *Cache) evictLocked(room int64) {
 		}
 		p := filepath.Join(c.Dir, e.Name())
 		total += fi.Size()
+		held[m[1]] += fi.Size()
 		if c.pinned[p] == 0 {
-			files = append(files, file{p, fi.Size(), fi.ModTime()})
+			evictable[m[1]] = append(evictable[m[1]], file{p, fi.Size(), fi.ModTime()})
 		}
 	}
-	slices.SortFunc(files, func(a, b file) int { return a.used.Compare(b.used) })
-	for _, f := range files {
-		if total <= c.maxBytes() {
+	for _, fs := range evictable {
+		slices.SortFunc(fs, func(a, b file) int { return a.used.Compare(b.used) })
+	}
+	for total > c.maxBytes() {
+		// The largest holder with something to evict; tag wins a tie.
+		victim, most := "", int64(-1)
+		for t, fs := range evictable {
+			if len(fs) > 0 && (held[t] > most || held[t] == most && t == tag) {
+				victim, most = t, held[t]
+			}
+		}
+		if most < 0 {
 			return
 		}
+		f := evictable[victim][0]
+		evictable[victim] = evictable[victim][1:]
 		if os.Remove(f.path) == nil {
 			total -= f.size
+			held[victim] -= f.size
 		}
 	}
 }

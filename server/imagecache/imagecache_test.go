@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/anvilproject/anvil/server/bmc"
 	"github.com/anvilproject/anvil/server/imagecache"
 )
 
@@ -89,7 +90,7 @@ func TestFetchServesAndReuses(t *testing.T) {
 	o := newOrigin(t, map[string][]byte{"disk.raw": img})
 	dir := t.TempDir()
 	c := &imagecache.Cache{Dir: dir}
-	tok, err := c.Fetch(context.Background(), o.url+"disk.raw", sha(img))
+	tok, err := c.Fetch(context.Background(), "", o.url+"disk.raw", sha(img))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -100,7 +101,7 @@ func TestFetchServesAndReuses(t *testing.T) {
 		t.Error("the token does not serve the image's bytes")
 	}
 	// A second deploy of the same image: a new token, no download.
-	tok2, err := c.Fetch(context.Background(), o.url+"disk.raw", sha(img))
+	tok2, err := c.Fetch(context.Background(), "", o.url+"disk.raw", sha(img))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -111,12 +112,12 @@ func TestFetchServesAndReuses(t *testing.T) {
 		t.Errorf("the origin served the image %d times, want 1", n)
 	}
 	// The same image from the same source is the same file.
-	if files := cached(t, dir); len(files) != 1 || files[0] != imagecache.Name(o.url+"disk.raw", sha(img)) {
+	if files := cached(t, dir); len(files) != 1 || files[0] != imagecache.Name("", o.url+"disk.raw", sha(img)) {
 		t.Errorf("cache holds %v", files)
 	}
 	// The same checksum from another source is not served from the
 	// cache: whoever names it must be able to download it.
-	if _, err := c.Fetch(context.Background(), o.url+"elsewhere.raw", sha(img)); err == nil {
+	if _, err := c.Fetch(context.Background(), "", o.url+"elsewhere.raw", sha(img)); err == nil {
 		t.Error("a cached image was served for a source that has none")
 	}
 	c.Unlink(tok)
@@ -143,7 +144,7 @@ func TestChecksumMismatchLeavesNothing(t *testing.T) {
 	c := &imagecache.Cache{Dir: dir}
 	want := sha([]byte("another image"))
 	want.Field = "instance_info.image_checksum"
-	_, err := c.Fetch(context.Background(), o.url+"disk.raw", want)
+	_, err := c.Fetch(context.Background(), "", o.url+"disk.raw", want)
 	var mm *imagecache.MismatchError
 	if !errors.As(err, &mm) {
 		t.Fatalf("got %v, want a mismatch", err)
@@ -153,23 +154,28 @@ func TestChecksumMismatchLeavesNothing(t *testing.T) {
 			t.Errorf("%q does not name %s", err, s)
 		}
 	}
+	// What a project reads (bmc.Summary's, through the step's failure)
+	// says which checksum did not match, never the digest of what came.
+	if s := bmc.Summary(err); strings.Contains(s, sha(img).Value) || !strings.Contains(s, "does not match its checksum") || !strings.Contains(s, "instance_info.image_checksum") {
+		t.Errorf("summary %q", s)
+	}
 	if files := cached(t, dir); len(files) != 0 {
 		t.Errorf("a mismatch left %v", files)
 	}
 	// md5 by a bare checksum's length, wrong as well.
 	md := imagecache.Checksum{Field: "instance_info.image_checksum", Algo: imagecache.AlgoOf(strings.Repeat("0", 32)), Value: strings.Repeat("0", 32)}
-	if _, err := c.Fetch(context.Background(), o.url+"disk.raw", md); !errors.As(err, &mm) || mm.Sum.Algo != "md5" {
+	if _, err := c.Fetch(context.Background(), "", o.url+"disk.raw", md); !errors.As(err, &mm) || mm.Sum.Algo != "md5" {
 		t.Errorf("md5: %v", err)
 	}
 	if files := cached(t, dir); len(files) != 0 {
 		t.Errorf("a mismatch left %v", files)
 	}
 	// A missing image names its address and the answer.
-	if _, err := c.Fetch(context.Background(), o.url+"missing.raw", sha(img)); err == nil || !strings.Contains(err.Error(), "404") {
+	if _, err := c.Fetch(context.Background(), "", o.url+"missing.raw", sha(img)); err == nil || !strings.Contains(err.Error(), "404") {
 		t.Errorf("missing image: %v", err)
 	}
 	// A checksum of the wrong length for its algorithm.
-	if _, err := c.Fetch(context.Background(), o.url+"disk.raw", imagecache.Checksum{Field: "f", Algo: "sha256", Value: "abcd"}); err == nil || !strings.Contains(err.Error(), "f ") {
+	if _, err := c.Fetch(context.Background(), "", o.url+"disk.raw", imagecache.Checksum{Field: "f", Algo: "sha256", Value: "abcd"}); err == nil || !strings.Contains(err.Error(), "f ") {
 		t.Errorf("short checksum: %v", err)
 	}
 }
@@ -180,17 +186,17 @@ func TestSizeCapAndEviction(t *testing.T) {
 	dir := t.TempDir()
 	c := &imagecache.Cache{Dir: dir, MaxBytes: 1000}
 	ctx := context.Background()
-	if _, err := c.Fetch(ctx, o.url+"big", sha(big)); err == nil || !strings.Contains(err.Error(), "--image-cache-max-bytes") {
+	if _, err := c.Fetch(ctx, "", o.url+"big", sha(big)); err == nil || !strings.Contains(err.Error(), "--image-cache-max-bytes") {
 		t.Errorf("an image over the cap: %v", err)
 	}
 	if files := cached(t, dir); len(files) != 0 {
 		t.Errorf("an image over the cap left %v", files)
 	}
-	ta, err := c.Fetch(ctx, o.url+"a", sha(a))
+	ta, err := c.Fetch(ctx, "", o.url+"a", sha(a))
 	if err != nil {
 		t.Fatal(err)
 	}
-	tb, err := c.Fetch(ctx, o.url+"b", sha(b))
+	tb, err := c.Fetch(ctx, "", o.url+"b", sha(b))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -198,7 +204,7 @@ func TestSizeCapAndEviction(t *testing.T) {
 	// overflow, and nothing in use is evicted.
 	c2 := bytes.Repeat([]byte("2"), 400)
 	o2 := newOrigin(t, map[string][]byte{"c": c2})
-	tc, err := c.Fetch(ctx, o2.url+"c", sha(c2))
+	tc, err := c.Fetch(ctx, "", o2.url+"c", sha(c2))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -208,21 +214,67 @@ func TestSizeCapAndEviction(t *testing.T) {
 	// b was used last of a and b: once nothing is in use, fetching a
 	// new image evicts a, the least recently used.
 	old := time.Now().Add(-time.Hour)
-	os.Chtimes(filepath.Join(dir, imagecache.Name(o.url+"a", sha(a))), old, old)
+	os.Chtimes(filepath.Join(dir, imagecache.Name("", o.url+"a", sha(a))), old, old)
 	c.Unlink(ta)
 	c.Unlink(tb)
 	c.Unlink(tc)
-	if _, err := c.Fetch(ctx, o.url+"b", sha(b)); err != nil { // reuse: b most recent
+	if _, err := c.Fetch(ctx, "", o.url+"b", sha(b)); err != nil { // reuse: b most recent
 		t.Fatal(err)
 	}
 	d := bytes.Repeat([]byte("d"), 100)
 	o3 := newOrigin(t, map[string][]byte{"d": d})
-	if _, err := c.Fetch(ctx, o3.url+"d", sha(d)); err != nil {
+	if _, err := c.Fetch(ctx, "", o3.url+"d", sha(d)); err != nil {
 		t.Fatal(err)
 	}
 	files := strings.Join(cached(t, dir), " ")
 	if strings.Contains(files, sha(a).Value) || !strings.Contains(files, sha(b).Value) || !strings.Contains(files, sha(d).Value) {
 		t.Errorf("after eviction the cache holds %s", files)
+	}
+}
+
+// TestProjectsShareTheCache (#41): a project that fills the cache
+// evicts its own images, not another project's older one, and a project
+// that needs room takes it from the largest holder. Plain least-recently-
+// used eviction would take the other project's image, the oldest.
+func TestProjectsShareTheCache(t *testing.T) {
+	imgs := map[string][]byte{}
+	for _, n := range []string{"o", "g1", "g2", "g3", "t1"} {
+		imgs[n] = bytes.Repeat([]byte(n), 150) // 150 bytes for "o", 300 for the others
+	}
+	o := newOrigin(t, imgs)
+	dir := t.TempDir()
+	c := &imagecache.Cache{Dir: dir, MaxBytes: 1000}
+	ctx := context.Background()
+	fetch := func(project, name string) {
+		t.Helper()
+		tok, err := c.Fetch(ctx, project, o.url+name, sha(imgs[name]))
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.Unlink(tok)
+	}
+	has := func(project, name string) bool {
+		_, err := os.Stat(filepath.Join(dir, imagecache.Name(project, o.url+name, sha(imgs[name]))))
+		return err == nil
+	}
+	fetch("other", "o")
+	old := time.Now().Add(-time.Hour)
+	os.Chtimes(filepath.Join(dir, imagecache.Name("other", o.url+"o", sha(imgs["o"]))), old, old)
+	fetch("greedy", "g1")
+	fetch("greedy", "g2")
+	fetch("greedy", "g3") // 1,200 bytes: greedy's oldest goes
+	if !has("other", "o") || has("greedy", "g1") || !has("greedy", "g2") || !has("greedy", "g3") {
+		t.Errorf("after greedy's third image the cache holds %v", cached(t, dir))
+	}
+	fetch("third", "t1") // greedy holds the most: its oldest goes
+	if !has("other", "o") || has("greedy", "g2") || !has("greedy", "g3") || !has("third", "t1") {
+		t.Errorf("after a third project's image the cache holds %v", cached(t, dir))
+	}
+	// The same image for two projects is two files: neither's use keeps
+	// or evicts the other's.
+	fetch("third", "o")
+	if !has("other", "o") || !has("third", "o") {
+		t.Errorf("one image for two projects: %v", cached(t, dir))
 	}
 }
 
@@ -238,7 +290,7 @@ func TestConcurrentFetchDownloadsOnce(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			toks[i], errs[i] = c.Fetch(context.Background(), o.url+"disk.raw", sha(img))
+			toks[i], errs[i] = c.Fetch(context.Background(), "", o.url+"disk.raw", sha(img))
 		}()
 	}
 	time.Sleep(200 * time.Millisecond)
@@ -264,7 +316,7 @@ func TestDownloadTimeout(t *testing.T) {
 	defer close(o.hold)
 	dir := t.TempDir()
 	c := &imagecache.Cache{Dir: dir, Timeout: 200 * time.Millisecond}
-	if _, err := c.Fetch(context.Background(), o.url+"disk.raw", sha(img)); err == nil {
+	if _, err := c.Fetch(context.Background(), "", o.url+"disk.raw", sha(img)); err == nil {
 		t.Fatal("a download past the timeout succeeded")
 	}
 	if files := cached(t, dir); len(files) != 0 {

@@ -11,6 +11,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"testing"
@@ -52,6 +53,12 @@ func Start(t testing.TB, o server.Options) *Server {
 	}
 	if o.Conductor.Agent.ImageCacheDir == "" {
 		o.Conductor.Agent.ImageCacheDir = t.TempDir()
+	}
+	if o.Conductor.ImageSourceNetworks == nil {
+		// Tests serve images from httptest servers on loopback, which
+		// the default --image-source-networks refuses; a test of that
+		// default gives an empty, non-nil list.
+		o.Conductor.ImageSourceNetworks = []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8"), netip.MustParsePrefix("::1/128")}
 	}
 	if _, sqlite := store.SQLiteFile(o.Database); !sqlite && o.Conductor.Agent.LogDir == "" {
 		// Beside a SQLite file (itself in a temporary directory) the
