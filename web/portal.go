@@ -191,6 +191,8 @@ func (p *Portal) Register(app *fiber.App) {
 	app.Post("/admin/tokens/:id/revoke", s, p.signedIn, p.revokeAnyToken)
 	app.Post("/scope", s, p.signedIn, p.switchScope)
 	app.Get("/account", s, p.signedIn, p.account)
+	app.Get(passwordPath, s, p.signedIn, p.passwordPage)
+	app.Post(passwordPath, s, p.signedIn, p.changePassword)
 	app.Post("/account/tokens", s, p.signedIn, p.createToken)
 	app.Post("/account/tokens/:id/revoke", s, p.signedIn, p.revokeToken)
 }
@@ -317,11 +319,36 @@ func browsersOnly(c *fiber.Ctx) error {
 	return c.Redirect("/nodes", fiber.StatusSeeOther)
 }
 
+// signedIn lets a signed-in user through, and sends an account that must
+// change its password to the page that changes it, whatever it asked
+// for: nothing else works until it has.
 func (p *Portal) signedIn(c *fiber.Ctx) error {
-	if policies.PrincipalFrom(c.UserContext()) != nil {
-		return c.Next()
+	pr := policies.PrincipalFrom(c.UserContext())
+	switch {
+	case pr == nil:
+		return p.signInAgain(c)
+	case pr.MustChangePassword && c.Path() != passwordPath:
+		return p.changePasswordFirst(c)
 	}
-	return p.signInAgain(c)
+	return c.Next()
+}
+
+// changePasswordFirst sends the browser to the change-password page,
+// with the way back to the page it asked for, as signInAgain does.
+func (p *Portal) changePasswordFirst(c *fiber.Ctx) error {
+	to := passwordPath
+	next := c.OriginalURL()
+	if c.Method() != fiber.MethodGet {
+		next = samePage(c, c.Get(fiber.HeaderReferer))
+	}
+	if safeNext(next) && next != "/" {
+		to += "?" + url.Values{"next": {next}}.Encode()
+	}
+	if c.Get("HX-Request") == "true" {
+		c.Set("HX-Redirect", to)
+		return c.SendStatus(fiber.StatusForbidden)
+	}
+	return c.Redirect(to, fiber.StatusSeeOther)
 }
 
 // signInAgain sends the browser to the sign-in page, saying why when its
