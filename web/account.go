@@ -72,7 +72,7 @@ func (p *Portal) account(c *fiber.Ctx) error {
 	if pr.Method == "oidc" {
 		pg.Flash = "You signed in with SSO: API calls can use your identity provider's token as a Bearer token."
 	}
-	return render(c, 200, views.Account(pg, rows, ladder(pr), ""))
+	return render(c, 200, views.Account(pg, rows, ladder(pr), "", pr.Local()))
 }
 
 // tokens re-renders the token section (htmx) or the whole page.
@@ -98,7 +98,7 @@ func (p *Portal) tokens(c *fiber.Ctx, secret, problem string) error {
 		}
 		return render(c, status, views.Tokens(pg, rows, secret))
 	}
-	return render(c, status, views.Account(pg, rows, ladder(pr), secret))
+	return render(c, status, views.Account(pg, rows, ladder(pr), secret, pr.Local()))
 }
 
 func (p *Portal) createToken(c *fiber.Ctx) error {

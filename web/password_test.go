@@ -98,6 +98,14 @@ func TestBootstrapAdminMustChangePassword(t *testing.T) {
 		if st, page, _ := b.do("GET", "/nodes", nil); st != 200 || !strings.Contains(page, "Your password was changed.") {
 			t.Errorf("the portal after the change: %d", st)
 		}
+		// Afterwards the page is one the account chooses to visit, from
+		// its account page, and says nothing is held back.
+		if st, page, _ := b.do("GET", "/account", nil); st != 200 || !strings.Contains(page, `href="/account/password"`) {
+			t.Errorf("the account page after the change: %d, or no link to change the password", st)
+		}
+		if st, page, _ := b.do("GET", "/account/password", nil); st != 200 || strings.Contains(page, `data-testid="must-change"`) {
+			t.Errorf("the change-password page after the change: %d, or it still says the password must change", st)
+		}
 
 		if r := basic(chosen); r.Status != 200 {
 			t.Errorf("Basic with the new password: %d %s", r.Status, r.Body)
