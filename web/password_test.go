@@ -58,8 +58,9 @@ func TestBootstrapAdminMustChangePassword(t *testing.T) {
 
 		b := newBrowser(t, srv.URL)
 		b.do("GET", "/login", nil)
-		if st, _, h := b.do("POST", "/login", url.Values{"csrf": {b.csrf}, "username": {identity.BootstrapUser}, "password": {generated}}); st != 303 {
-			t.Fatalf("sign-in: %d %s", st, h.Get("Location"))
+		if st, _, h := b.do("POST", "/login", url.Values{"csrf": {b.csrf}, "username": {identity.BootstrapUser}, "password": {generated}}); st != 303 ||
+			h.Get("Location") != "/account/password?next=%2Fnodes" {
+			t.Fatalf("sign-in: %d to %q; want 303 straight to the change-password page", st, h.Get("Location"))
 		}
 		// Every page, and every action, leads to the change-password page.
 		for _, path := range []string{"/nodes", "/admin/users", "/account"} {

@@ -512,7 +512,7 @@ func (p *Portal) login(c *fiber.Ctx) error {
 	name, pw := strings.TrimSpace(c.FormValue("username")), c.FormValue("password")
 	pr, err := p.IDs.Login(c.UserContext(), name, pw, clientip.Of(c), nil)
 	if err == nil {
-		return p.startSession(c, Fresh(pr.User, identity.Scope{System: pr.System, Project: pr.Project}))
+		return p.startSession(c, Fresh(pr.User, identity.Scope{System: pr.System, Project: pr.Project}), pr.MustChangePassword)
 	}
 	msg, status := identity.ErrInvalidLogin.Error(), 401
 	switch {
@@ -525,7 +525,7 @@ func (p *Portal) login(c *fiber.Ctx) error {
 		scopes, serr := p.IDs.Scopes(c.UserContext(), name)
 		if serr == nil && len(scopes) > 0 {
 			if pr, err = p.IDs.Login(c.UserContext(), name, pw, clientip.Of(c), &scopes[0]); err == nil {
-				return p.startSession(c, Fresh(pr.User, scopes[0]))
+				return p.startSession(c, Fresh(pr.User, scopes[0]), pr.MustChangePassword)
 			}
 		}
 		msg, status = "This account holds no role on any project or the system; ask an administrator.", 403
@@ -541,8 +541,9 @@ func (p *Portal) login(c *fiber.Ctx) error {
 }
 
 // startSession records a new sign-in on the server and hands the browser
-// its cookie.
-func (p *Portal) startSession(c *fiber.Ctx, s *Session) error {
+// its cookie; an account that must change its password goes to the page
+// that changes it first, then to where it was going.
+func (p *Portal) startSession(c *fiber.Ctx, s *Session, mustChange bool) error {
 	id, err := p.IDs.StartSession(c.UserContext(), s.Principal(), clientip.Of(c), AbsoluteTimeout, s.sso)
 	if err != nil {
 		return err
@@ -554,6 +555,9 @@ func (p *Portal) startSession(c *fiber.Ctx, s *Session) error {
 	to := "/nodes"
 	if next := c.FormValue("next"); safeNext(next) {
 		to = next
+	}
+	if mustChange {
+		to = passwordPath + "?" + url.Values{"next": {to}}.Encode()
 	}
 	return c.Redirect(to, fiber.StatusSeeOther)
 }
