@@ -171,8 +171,10 @@ func (p *Portal) consoleSocket(c *fiber.Ctx) error {
 		// end closes both ends once, whichever notices first: with a
 		// close frame whose reason the terminal shows (why nil: the
 		// browser left, and is told nothing). The read below is stopped
-		// by its deadline; closing the hijacked fasthttp connection is
-		// left to fasthttp, once this handler returns.
+		// by its deadline, and a write to a browser that stopped reading
+		// by the connection's, so that this handler, which waits for
+		// both, returns; closing the hijacked fasthttp connection is
+		// left to fasthttp then.
 		var once sync.Once
 		end := func(code int, why func() string) {
 			once.Do(func() {
@@ -180,6 +182,7 @@ func (p *Portal) consoleSocket(c *fiber.Ctx) error {
 					_ = ws.WriteControl(websocket.CloseMessage, websocket.FormatCloseMessage(code, why()), time.Now().Add(time.Second))
 				}
 				_ = ws.SetReadDeadline(time.Now())
+				_ = ws.NetConn().SetWriteDeadline(time.Now())
 				tc.Close()
 			})
 		}
