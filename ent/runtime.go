@@ -746,6 +746,10 @@ func init() {
 	userDescDisabled := userFields[2].Descriptor()
 	// user.DefaultDisabled holds the default value on creation for the disabled field.
 	user.DefaultDisabled = userDescDisabled.Default.(bool)
+	// userDescMustChangePassword is the schema descriptor for must_change_password field.
+	userDescMustChangePassword := userFields[4].Descriptor()
+	// user.DefaultMustChangePassword holds the default value on creation for the must_change_password field.
+	user.DefaultMustChangePassword = userDescMustChangePassword.Default.(bool)
 	volumeconnectorMixin := schema.VolumeConnector{}.Mixin()
 	volumeconnectorMixinFields0 := volumeconnectorMixin[0].Fields()
 	_ = volumeconnectorMixinFields0

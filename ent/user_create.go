@@ -92,6 +92,20 @@ func (_c *UserCreate) SetNillableLastLoginAt(v *time.Time) *UserCreate {
 	return _c
 }
 
+// SetMustChangePassword sets the "must_change_password" field.
+func (_c *UserCreate) SetMustChangePassword(v bool) *UserCreate {
+	_c.mutation.SetMustChangePassword(v)
+	return _c
+}
+
+// SetNillableMustChangePassword sets the "must_change_password" field if the given value is not nil.
+func (_c *UserCreate) SetNillableMustChangePassword(v *bool) *UserCreate {
+	if v != nil {
+		_c.SetMustChangePassword(*v)
+	}
+	return _c
+}
+
 // AddRoleIDs adds the "roles" edge to the RoleAssignment entity by IDs.
 func (_c *UserCreate) AddRoleIDs(ids ...int) *UserCreate {
 	_c.mutation.AddRoleIDs(ids...)
@@ -165,6 +179,10 @@ func (_c *UserCreate) defaults() {
 		v := user.DefaultDisabled
 		_c.mutation.SetDisabled(v)
 	}
+	if _, ok := _c.mutation.MustChangePassword(); !ok {
+		v := user.DefaultMustChangePassword
+		_c.mutation.SetMustChangePassword(v)
+	}
 }
 
 // check runs all checks and user-defined validators on the builder.
@@ -185,6 +203,9 @@ func (_c *UserCreate) check() error {
 	}
 	if _, ok := _c.mutation.Disabled(); !ok {
 		return &ValidationError{Name: "disabled", err: errors.New(`ent: missing required field "User.disabled"`)}
+	}
+	if _, ok := _c.mutation.MustChangePassword(); !ok {
+		return &ValidationError{Name: "must_change_password", err: errors.New(`ent: missing required field "User.must_change_password"`)}
 	}
 	return nil
 }
@@ -236,6 +257,10 @@ func (_c *UserCreate) createSpec() (*User, *sqlgraph.CreateSpec) {
 	if value, ok := _c.mutation.LastLoginAt(); ok {
 		_spec.SetField(user.FieldLastLoginAt, field.TypeTime, value)
 		_node.LastLoginAt = &value
+	}
+	if value, ok := _c.mutation.MustChangePassword(); ok {
+		_spec.SetField(user.FieldMustChangePassword, field.TypeBool, value)
+		_node.MustChangePassword = value
 	}
 	if nodes := _c.mutation.RolesIDs(); len(nodes) > 0 {
 		edge := &sqlgraph.EdgeSpec{
@@ -393,6 +418,18 @@ func (u *UserUpsert) ClearLastLoginAt() *UserUpsert {
 	return u
 }
 
+// SetMustChangePassword sets the "must_change_password" field.
+func (u *UserUpsert) SetMustChangePassword(v bool) *UserUpsert {
+	u.Set(user.FieldMustChangePassword, v)
+	return u
+}
+
+// UpdateMustChangePassword sets the "must_change_password" field to the value that was provided on create.
+func (u *UserUpsert) UpdateMustChangePassword() *UserUpsert {
+	u.SetExcluded(user.FieldMustChangePassword)
+	return u
+}
+
 // UpdateNewValues updates the mutable fields using the new values that were set on create.
 // Using this option is equivalent to using:
 //
@@ -519,6 +556,20 @@ func (u *UserUpsertOne) UpdateLastLoginAt() *UserUpsertOne {
 func (u *UserUpsertOne) ClearLastLoginAt() *UserUpsertOne {
 	return u.Update(func(s *UserUpsert) {
 		s.ClearLastLoginAt()
+	})
+}
+
+// SetMustChangePassword sets the "must_change_password" field.
+func (u *UserUpsertOne) SetMustChangePassword(v bool) *UserUpsertOne {
+	return u.Update(func(s *UserUpsert) {
+		s.SetMustChangePassword(v)
+	})
+}
+
+// UpdateMustChangePassword sets the "must_change_password" field to the value that was provided on create.
+func (u *UserUpsertOne) UpdateMustChangePassword() *UserUpsertOne {
+	return u.Update(func(s *UserUpsert) {
+		s.UpdateMustChangePassword()
 	})
 }
 
@@ -814,6 +865,20 @@ func (u *UserUpsertBulk) UpdateLastLoginAt() *UserUpsertBulk {
 func (u *UserUpsertBulk) ClearLastLoginAt() *UserUpsertBulk {
 	return u.Update(func(s *UserUpsert) {
 		s.ClearLastLoginAt()
+	})
+}
+
+// SetMustChangePassword sets the "must_change_password" field.
+func (u *UserUpsertBulk) SetMustChangePassword(v bool) *UserUpsertBulk {
+	return u.Update(func(s *UserUpsert) {
+		s.SetMustChangePassword(v)
+	})
+}
+
+// UpdateMustChangePassword sets the "must_change_password" field to the value that was provided on create.
+func (u *UserUpsertBulk) UpdateMustChangePassword() *UserUpsertBulk {
+	return u.Update(func(s *UserUpsert) {
+		s.UpdateMustChangePassword()
 	})
 }
 

@@ -59,6 +59,10 @@ type Principal struct {
 	Roles           []string // expanded; see ExpandRoles
 	TokenID         string   // the API token used, if any
 	Method          string   // how the caller proved who it is: password, token, oidc, session, none
+	// MustChangePassword says the local account still has a password it
+	// did not choose (identity's bootstrap admin): the portal serves it
+	// only the change-password page until it picks one.
+	MustChangePassword bool
 }
 
 // HasRole reports whether the principal holds role (after expansion).

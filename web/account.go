@@ -7,6 +7,7 @@ import (
 	"github.com/gofiber/fiber/v2"
 
 	"github.com/anvilproject/anvil/policies"
+	"github.com/anvilproject/anvil/server/clientip"
 	"github.com/anvilproject/anvil/server/errs"
 	"github.com/anvilproject/anvil/server/identity"
 	"github.com/anvilproject/anvil/views"
@@ -71,7 +72,7 @@ func (p *Portal) account(c *fiber.Ctx) error {
 	if pr.Method == "oidc" {
 		pg.Flash = "You signed in with SSO: API calls can use your identity provider's token as a Bearer token."
 	}
-	return render(c, 200, views.Account(pg, rows, ladder(pr), ""))
+	return render(c, 200, views.Account(pg, rows, ladder(pr), "", pr.Local()))
 }
 
 // tokens re-renders the token section (htmx) or the whole page.
@@ -97,7 +98,7 @@ func (p *Portal) tokens(c *fiber.Ctx, secret, problem string) error {
 		}
 		return render(c, status, views.Tokens(pg, rows, secret))
 	}
-	return render(c, status, views.Account(pg, rows, ladder(pr), secret))
+	return render(c, status, views.Account(pg, rows, ladder(pr), secret, pr.Local()))
 }
 
 func (p *Portal) createToken(c *fiber.Ctx) error {
@@ -147,4 +148,54 @@ func (p *Portal) revokeToken(c *fiber.Ctx) error {
 		return p.tokens(c, "", err.Error())
 	}
 	return p.tokens(c, "", "")
+}
+
+// passwordPath is the change-password page, the only page an account
+// that must change its password is served (see signedIn).
+const passwordPath = "/account/password"
+
+func (p *Portal) passwordPage(c *fiber.Ctx) error {
+	return p.renderPassword(c, 200, "")
+}
+
+func (p *Portal) renderPassword(c *fiber.Ctx, status int, problem string) error {
+	pr := policies.PrincipalFrom(c.UserContext())
+	if !pr.Local() {
+		return p.fail(c, errs.NotFound("an SSO identity has no Anvil password; change it with your identity provider"))
+	}
+	pg, err := p.page(c, "Change password")
+	if err != nil {
+		return err
+	}
+	pg.Error = problem
+	next := c.FormValue("next") // the query of a GET, the form of a POST
+	if !safeNext(next) {
+		next = ""
+	}
+	return render(c, status, views.ChangePassword(pg, next, identity.MinPasswordLen, pr.MustChangePassword))
+}
+
+// changePassword replaces the signed-in account's own password. The
+// session it was changed in stays; the account's others end.
+func (p *Portal) changePassword(c *fiber.Ctx) error {
+	ctx := c.UserContext()
+	pr := policies.PrincipalFrom(ctx)
+	if !pr.Local() {
+		return p.fail(c, errs.NotFound("an SSO identity has no Anvil password; change it with your identity provider"))
+	}
+	current, next := c.FormValue("current"), c.FormValue("new")
+	if next != c.FormValue("confirm") {
+		return p.renderPassword(c, 400, "The two new passwords differ; type the same one twice.")
+	}
+	if err := p.IDs.ChangePassword(ctx, pr.User, current, next, clientip.Of(c), sessionOf(c).ID); err != nil {
+		if st := errs.Status(err); st >= 500 {
+			return err
+		}
+		return p.renderPassword(c, errs.Status(err), err.Error())
+	}
+	to := "/nodes"
+	if n := c.FormValue("next"); safeNext(n) {
+		to = n
+	}
+	return p.flashTo(c, to, "Your password was changed.")
 }

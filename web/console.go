@@ -2,14 +2,17 @@ package web
 
 import (
 	"context"
+	"errors"
 	"net"
 	"net/url"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/gofiber/contrib/websocket"
 	"github.com/gofiber/fiber/v2"
 
+	"github.com/anvilproject/anvil/policies"
 	"github.com/anvilproject/anvil/server/conductor"
 	"github.com/anvilproject/anvil/server/errs"
 	"github.com/anvilproject/anvil/server/nodes"
@@ -143,6 +146,8 @@ func (p *Portal) nodeConsoleState(c *fiber.Ctx) error {
 // conductor's listener. Every connection is checked as a request is: the
 // session (the route's middleware), the rule (OpenConsole) and, since a
 // browser sends the cookie with a WebSocket any site opens, the Origin.
+// While it is open it is checked again every consoleRecheck
+// (consoleAccess), and closed with the reason when the check fails.
 func (p *Portal) consoleSocket(c *fiber.Ctx) error {
 	if !websocket.IsWebSocketUpgrade(c) {
 		return fiber.ErrUpgradeRequired
@@ -150,26 +155,73 @@ func (p *Portal) consoleSocket(c *fiber.Ctx) error {
 	if !sameOrigin(c) {
 		return errs.Forbidden("the console opens from Anvil's own pages only (Origin %q)", c.Get(fiber.HeaderOrigin))
 	}
-	addr, err := p.Ops.OpenConsole(c.UserContext(), c.Params("id"))
+	op, err := p.Ops.OpenConsole(c.UserContext(), c.Params("id"))
 	if err != nil {
 		return err
 	}
+	// The socket outlives the request whose context and session these
+	// are; both only carry values the checks read.
+	ctx, sess := context.WithoutCancel(c.UserContext()), sessionOf(c)
 	return websocket.New(func(ws *websocket.Conn) {
-		tc, err := net.DialTimeout("tcp", strings.TrimPrefix(addr, "tcp://"), 5*time.Second)
+		tc, err := net.DialTimeout("tcp", strings.TrimPrefix(op.URL, "tcp://"), 5*time.Second)
 		if err != nil {
 			_ = ws.WriteMessage(websocket.TextMessage, []byte("The console is not reachable: "+err.Error()+"\r\n"))
 			return
 		}
-		defer tc.Close()
-		// The conductor's end closing (disabled console, ended lease)
-		// closes the browser's: a close frame, and the read below is
-		// stopped (closing a hijacked fasthttp connection is left to
-		// fasthttp, once this handler returns).
-		go func() {
-			defer func() {
-				_ = ws.WriteControl(websocket.CloseMessage, websocket.FormatCloseMessage(websocket.CloseNormalClosure, consoleEnded), time.Now().Add(time.Second))
+		// end closes both ends once, whichever notices first: with a
+		// close frame whose reason the terminal shows (why nil: the
+		// browser left, and is told nothing). The read below is stopped
+		// by its deadline, and a write to a browser that stopped reading
+		// by the connection's, so that this handler, which waits for
+		// both, returns; closing the hijacked fasthttp connection is
+		// left to fasthttp then.
+		var once sync.Once
+		end := func(code int, why func() string) {
+			once.Do(func() {
+				if why != nil {
+					_ = ws.WriteControl(websocket.CloseMessage, websocket.FormatCloseMessage(code, why()), time.Now().Add(time.Second))
+				}
 				_ = ws.SetReadDeadline(time.Now())
-			}()
+				_ = ws.NetConn().SetWriteDeadline(time.Now())
+				tc.Close()
+			})
+		}
+		var wg sync.WaitGroup
+		stop := make(chan struct{})
+		wg.Add(2)
+		go func() {
+			defer wg.Done()
+			tick := time.NewTicker(consoleRecheck)
+			defer tick.Stop()
+			for {
+				select {
+				case <-stop:
+					return
+				case <-tick.C:
+				}
+				why, err := p.consoleAccess(ctx, sess, op)
+				if err != nil {
+					// The database did not answer: the next tick asks again.
+					p.Log.Warn("console access check failed", "node", op.UUID, "user", sess.User, "err", err)
+					continue
+				}
+				if why != "" {
+					end(websocket.ClosePolicyViolation, func() string { return why })
+					return
+				}
+			}
+		}()
+		go func() {
+			defer wg.Done()
+			// The conductor's end closing (disabled console, ended
+			// lease, deleted node) closes the browser's, saying why when
+			// it is the viewer's access or the lease.
+			defer end(websocket.CloseNormalClosure, func() string {
+				if why, err := p.consoleAccess(ctx, sess, op); err == nil && why != "" {
+					return why
+				}
+				return consoleEnded
+			})
 			buf := make([]byte, 4096)
 			for {
 				n, err := tc.Read(buf)
@@ -184,19 +236,84 @@ func (p *Portal) consoleSocket(c *fiber.Ctx) error {
 		for {
 			_, msg, err := ws.ReadMessage()
 			if err != nil {
-				return
+				break
 			}
 			if _, err := tc.Write(msg); err != nil {
-				return
+				break
 			}
 		}
+		end(0, nil)
+		close(stop)
+		wg.Wait()
 	})(c)
 }
 
-// consoleEnded is the close frame's reason when the conductor's end
-// closes, which the terminal shows: the conductor knows why, the
-// listener's connection does not say.
-const consoleEnded = "the console was turned off, the node torn down, or your access to it ended"
+// consoleRecheck is how often an open console checks that its viewer may
+// still watch it: revoking a role, deleting an account, ending a session
+// or changing the lease closes it within about this long.
+const consoleRecheck = time.Second
+
+// Reasons a console's close frame gives, which the terminal shows after
+// "Closed: ". consoleEnded is for the conductor's end closing for
+// another reason: the conductor knows why, the listener's connection
+// does not say.
+const (
+	consoleEnded        = "the console was turned off, the node torn down, or your access to it ended"
+	consoleRevoked      = "your access to this node's console was revoked"
+	consoleAccountGone  = "your account was deleted"
+	consoleSessionEnded = "your session ended"
+	consoleLeaseChanged = "the node's lease changed"
+)
+
+// consoleAccess checks again what opening the console checked, as the
+// session middleware and OpenConsole do for a request: the account and
+// its roles in the session's scope, the session's record, the node's
+// rule and lease. It answers why the viewer may no longer watch, or ""
+// while it may. The roles come first: revoking one or deleting the
+// account also ends the session, and the viewer should learn the cause.
+// The idle timeout is not checked: typing into the console is use the
+// portal never sees.
+func (p *Portal) consoleAccess(ctx context.Context, sess *Session, op conductor.ConsoleOpening) (string, error) {
+	rec, err := p.IDs.Session(ctx, sess.ID, sess.Principal())
+	if err != nil {
+		return "", err
+	}
+	var pr *policies.Principal
+	if sess.Method == "oidc" {
+		if rec == nil {
+			return consoleSessionEnded, nil
+		}
+		// The roles the session's record holds, which page requests
+		// refresh from the provider.
+		s := *sess
+		s.Assignments = rec.Assignments
+		pr, err = p.principal(ctx, &s)
+	} else {
+		pr, err = p.IDs.PrincipalFor(ctx, sess.User, sess.Scope, "session")
+	}
+	switch st := errs.Status(err); {
+	case err == nil:
+	case st == 404:
+		return consoleAccountGone, nil
+	case st == 403: // no role left in the scope, or the account disabled
+		return consoleRevoked, nil
+	default:
+		return "", err
+	}
+	if rec == nil {
+		return consoleSessionEnded, nil
+	}
+	switch err := p.Ops.RecheckConsole(policies.WithPrincipal(ctx, pr), op); {
+	case err == nil:
+		return "", nil
+	case errors.Is(err, conductor.ErrLeaseChanged):
+		return consoleLeaseChanged, nil
+	case errs.Status(err) == 403 || errs.Status(err) == 404:
+		return consoleRevoked, nil
+	default:
+		return "", err
+	}
+}
 
 // sameOrigin reports whether the request's Origin is this portal's own
 // scheme-less host; a missing Origin is refused too, browsers always

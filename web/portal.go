@@ -200,6 +200,8 @@ func (p *Portal) Register(app *fiber.App) {
 	app.Post("/admin/tokens/:id/revoke", s, p.signedIn, p.revokeAnyToken)
 	app.Post("/scope", s, p.signedIn, p.switchScope)
 	app.Get("/account", s, p.signedIn, p.account)
+	app.Get(passwordPath, s, p.signedIn, p.passwordPage)
+	app.Post(passwordPath, s, p.signedIn, p.changePassword)
 	app.Post("/account/tokens", s, p.signedIn, p.createToken)
 	app.Post("/account/tokens/:id/revoke", s, p.signedIn, p.revokeToken)
 }
@@ -326,11 +328,36 @@ func browsersOnly(c *fiber.Ctx) error {
 	return c.Redirect("/nodes", fiber.StatusSeeOther)
 }
 
+// signedIn lets a signed-in user through, and sends an account that must
+// change its password to the page that changes it, whatever it asked
+// for: nothing else works until it has.
 func (p *Portal) signedIn(c *fiber.Ctx) error {
-	if policies.PrincipalFrom(c.UserContext()) != nil {
-		return c.Next()
+	pr := policies.PrincipalFrom(c.UserContext())
+	switch {
+	case pr == nil:
+		return p.signInAgain(c)
+	case pr.MustChangePassword && c.Path() != passwordPath:
+		return p.changePasswordFirst(c)
 	}
-	return p.signInAgain(c)
+	return c.Next()
+}
+
+// changePasswordFirst sends the browser to the change-password page,
+// with the way back to the page it asked for, as signInAgain does.
+func (p *Portal) changePasswordFirst(c *fiber.Ctx) error {
+	to := passwordPath
+	next := c.OriginalURL()
+	if c.Method() != fiber.MethodGet {
+		next = samePage(c, c.Get(fiber.HeaderReferer))
+	}
+	if safeNext(next) && next != "/" {
+		to += "?" + url.Values{"next": {next}}.Encode()
+	}
+	if c.Get("HX-Request") == "true" {
+		c.Set("HX-Redirect", to)
+		return c.SendStatus(fiber.StatusForbidden)
+	}
+	return c.Redirect(to, fiber.StatusSeeOther)
 }
 
 // signInAgain sends the browser to the sign-in page, saying why when its
@@ -494,7 +521,7 @@ func (p *Portal) login(c *fiber.Ctx) error {
 	name, pw := strings.TrimSpace(c.FormValue("username")), c.FormValue("password")
 	pr, err := p.IDs.Login(c.UserContext(), name, pw, clientip.Of(c), nil)
 	if err == nil {
-		return p.startSession(c, Fresh(pr.User, identity.Scope{System: pr.System, Project: pr.Project}))
+		return p.startSession(c, Fresh(pr.User, identity.Scope{System: pr.System, Project: pr.Project}), pr.MustChangePassword)
 	}
 	msg, status := identity.ErrInvalidLogin.Error(), 401
 	switch {
@@ -507,7 +534,7 @@ func (p *Portal) login(c *fiber.Ctx) error {
 		scopes, serr := p.IDs.Scopes(c.UserContext(), name)
 		if serr == nil && len(scopes) > 0 {
 			if pr, err = p.IDs.Login(c.UserContext(), name, pw, clientip.Of(c), &scopes[0]); err == nil {
-				return p.startSession(c, Fresh(pr.User, scopes[0]))
+				return p.startSession(c, Fresh(pr.User, scopes[0]), pr.MustChangePassword)
 			}
 		}
 		msg, status = "This account holds no role on any project or the system; ask an administrator.", 403
@@ -523,8 +550,9 @@ func (p *Portal) login(c *fiber.Ctx) error {
 }
 
 // startSession records a new sign-in on the server and hands the browser
-// its cookie.
-func (p *Portal) startSession(c *fiber.Ctx, s *Session) error {
+// its cookie; an account that must change its password goes to the page
+// that changes it first, then to where it was going.
+func (p *Portal) startSession(c *fiber.Ctx, s *Session, mustChange bool) error {
 	id, err := p.IDs.StartSession(c.UserContext(), s.Principal(), clientip.Of(c), AbsoluteTimeout, s.sso)
 	if err != nil {
 		return err
@@ -536,6 +564,9 @@ func (p *Portal) startSession(c *fiber.Ctx, s *Session) error {
 	to := "/nodes"
 	if next := c.FormValue("next"); safeNext(next) {
 		to = next
+	}
+	if mustChange {
+		to = passwordPath + "?" + url.Values{"next": {to}}.Encode()
 	}
 	return c.Redirect(to, fiber.StatusSeeOther)
 }

@@ -89,7 +89,7 @@ func (p *Portal) ssoCallback(c *fiber.Ctx) error {
 			first = s
 		}
 	}
-	return p.startSession(c, FreshSSO(u, first))
+	return p.startSession(c, FreshSSO(u, first), false)
 }
 
 // DefaultRolesMaxAge is how long an SSO session acts on the roles its

@@ -959,6 +959,7 @@ var (
 		{Name: "password_hash", Type: field.TypeString},
 		{Name: "disabled", Type: field.TypeBool, Default: false},
 		{Name: "last_login_at", Type: field.TypeTime, Nullable: true},
+		{Name: "must_change_password", Type: field.TypeBool, Default: false},
 	}
 	// UsersTable holds the schema information for the "users" table.
 	UsersTable = &schema.Table{

@@ -19,6 +19,11 @@ func (User) Fields() []ent.Field {
 		field.String("password_hash").Sensitive(),
 		field.Bool("disabled").Default(false),
 		field.Time("last_login_at").Optional().Nillable(),
+		// MustChangePassword marks a password nobody chose for themselves
+		// (the bootstrap admin's, which was written to a file): until the
+		// user replaces it, the API refuses the account and the portal
+		// serves only the change-password page.
+		field.Bool("must_change_password").Default(false),
 	}
 }
 

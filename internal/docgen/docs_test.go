@@ -4,7 +4,11 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"io/fs"
+	"net/http"
+	"net/http/cookiejar"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -406,8 +410,10 @@ func (s *syncBuffer) String() string {
 // against a fresh server started as the README's first command starts it
 // (anvil serve --demo 200, in-process, on a new SQLite file), with the environment
 // the README tells a reader to set: OS_ENDPOINT, OS_USERNAME and
-// OS_PASSWORD (the one-time password serve prints). A file's blocks run in
-// order in one shell, as a reader types them into one terminal.
+// OS_PASSWORD (the password the reader chose when the portal's first
+// sign-in with the generated one asked for a new one, as this test does
+// through the portal's forms). A file's blocks run in order in one shell,
+// as a reader types them into one terminal.
 func TestRunnableDocs(t *testing.T) {
 	root := checkout(t)
 	blocks := runnableBlocks(t, root)
@@ -469,6 +475,9 @@ func TestRunnableDocs(t *testing.T) {
 			t.Fatalf("serve printed no password and address within 60 s:\n%s", out)
 		}
 	}
+	// As the README's first step: sign in with the generated password
+	// and choose a new one, which the API then takes.
+	pw = choosePassword(t, url, "admin", pw, "tour-password-1")
 	byFile := map[string][]runnable{}
 	var files []string
 	for _, b := range blocks {
@@ -520,4 +529,51 @@ func TestReadmeStaysShort(t *testing.T) {
 	if n := strings.Count(string(b), "\n"); n > 150 {
 		t.Errorf("README.md has %d lines; keep it to 150 and move the rest into docs/", n)
 	}
+}
+
+var csrfField = regexp.MustCompile(`name="csrf" value="([^"]+)"`)
+
+// choosePassword signs in to the portal at base as user with password
+// old, which sends it to the change-password page, and changes it there
+// to chosen, which it returns.
+func choosePassword(t *testing.T, base, user, old, chosen string) string {
+	t.Helper()
+	jar, _ := cookiejar.New(nil)
+	c := &http.Client{Jar: jar, Timeout: 30 * time.Second}
+	csrf := ""
+	form := func(method, path string, f url.Values) string {
+		t.Helper()
+		var body io.Reader
+		if f != nil {
+			f.Set("csrf", csrf)
+			body = strings.NewReader(f.Encode())
+		}
+		req, err := http.NewRequest(method, base+path, body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("Accept", "text/html")
+		if f != nil {
+			req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+		}
+		resp, err := c.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		raw, _ := io.ReadAll(resp.Body)
+		if resp.StatusCode != 200 {
+			t.Fatalf("%s %s: %d\n%s", method, path, resp.StatusCode, raw)
+		}
+		if m := csrfField.FindSubmatch(raw); m != nil {
+			csrf = string(m[1])
+		}
+		return resp.Request.URL.Path
+	}
+	form("GET", "/login", nil)
+	if at := form("POST", "/login", url.Values{"username": {user}, "password": {old}}); at != "/account/password" {
+		t.Fatalf("the first sign-in led to %s, not the change-password page", at)
+	}
+	form("POST", "/account/password", url.Values{"current": {old}, "new": {chosen}, "confirm": {chosen}})
+	return chosen
 }

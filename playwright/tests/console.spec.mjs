@@ -79,7 +79,7 @@ test('the serial console: on, typed, echoed, closed by the lease, off', async ({
     await api('PATCH', `/v1/nodes/${id}`, [{ op: 'remove', path: '/lessee' }]);
     await expect(status).toHaveText(/^Closed: /, { timeout: 15_000 });
     await expect(rows).toContainText('console closed');
-    await expect(status).toContainText('your access to it ended');
+    await expect(status).toHaveText("Closed: the node's lease changed.");
     await expect(page.getByRole('button', { name: 'Open again' })).toBeVisible();
     await expect(page.getByRole('button', { name: 'Close' })).toBeHidden();
     await noViolations();

@@ -65,6 +65,7 @@ test('every page type fits 390 px and 1440 px in both schemes and passes axe', a
     ['tokens', '/admin/tokens'],
     ['policy console', '/admin/policy'],
     ['account', '/account'],
+    ['change password', '/account/password'],
   ];
   for (const [scheme, width, height] of [['light', 390, 844], ['dark', 390, 844], ['light', 1440, 900], ['dark', 1440, 900]]) {
     await page.emulateMedia({ colorScheme: scheme });

@@ -3,6 +3,8 @@ package cli_test
 import (
 	"context"
 	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -14,7 +16,10 @@ import (
 )
 
 // TestBootstrapPasswordFile: the first admin's generated password goes to
-// a 0600 file beside the database, and not to the log.
+// a 0600 file beside the database, and not to the log. The API refuses it
+// (403, saying how to change it) until an operator resets it with anvil
+// user set-password, which clears the mark: the API then takes the new
+// password and refuses the generated one.
 func TestBootstrapPasswordFile(t *testing.T) {
 	dir := t.TempDir()
 	db := filepath.Join(dir, "anvil.db")
@@ -56,5 +61,34 @@ func TestBootstrapPasswordFile(t *testing.T) {
 	}
 	if out := logs.String(); strings.Contains(out, secret) || !strings.Contains(out, file) {
 		t.Errorf("the log shows the password or does not name the file:\n%s", out)
+	}
+
+	status := func(pw string) (int, string) {
+		t.Helper()
+		req, err := http.NewRequest("GET", "http://"+addr+"/v1/nodes", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.SetBasicAuth("admin", pw)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(body)
+	}
+	if st, body := status(secret); st != 403 || !strings.Contains(body, "must be changed") || !strings.Contains(body, "anvil user set-password admin") {
+		t.Errorf("the generated password on the API: %d %s; want 403 saying it must be changed and how", st, body)
+	}
+	const chosen = "operator-chose-1"
+	if _, err := run(t, chosen+"\n", "user", "set-password", "admin", "--password-stdin", "--database", db); err != nil {
+		t.Fatalf("anvil user set-password: %v", err)
+	}
+	if st, body := status(chosen); st != 200 {
+		t.Errorf("the operator's password on the API: %d %s", st, body)
+	}
+	if st, _ := status(secret); st != 401 {
+		t.Errorf("the generated password after the reset: %d; want 401", st)
 	}
 }

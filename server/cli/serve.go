@@ -246,7 +246,9 @@ func serveCmd() *cobra.Command {
 						log.Error("could not keep the first admin's password; set one with anvil user set-password", "user", user, "err", err)
 						return
 					}
-					fmt.Fprintf(cmd.ErrOrStderr(), "\n  First start: created system admin %q; its one-time password is in %s (readable by this user only).\n  Change it with: anvil user set-password %s --password-stdin, then delete the file.\n\n", user, f, user)
+					fmt.Fprintf(cmd.ErrOrStderr(), "\n  First start: created system admin %q; its one-time password is in %s (readable by this user only).\n"+
+						"  It only signs in to the portal, which asks for a new one; the API refuses it until then.\n"+
+						"  Or set one with: anvil user set-password %s --password-stdin. Then delete the file.\n\n", user, f, user)
 				},
 			})
 			if err != nil {

@@ -402,22 +402,47 @@ func (c *Conductor) restoreConsoles(ctx context.Context) error {
 // open and reads those nodes only.
 const consoleReconcileEvery = time.Second
 
+// ConsoleOpening is what OpenConsole answers: where the conductor
+// listens, and the node and its lease as they were, which the open
+// console is checked against (RecheckConsole).
+type ConsoleOpening struct {
+	URL, UUID     string
+	Owner, Lessee string
+}
+
 // OpenConsole is a portal client's way into a node's serial console: it
 // checks get_console for the caller, as every connection must, and
 // answers where the conductor listens. Each opening is audited: a
 // console is a way into the machine.
-func (o *Ops) OpenConsole(ctx context.Context, ident string) (url string, err error) {
+func (o *Ops) OpenConsole(ctx context.Context, ident string) (op ConsoleOpening, err error) {
 	n, err := o.Nodes.Authorized(ctx, ident, RuleGetConsole)
 	if err != nil {
-		return "", err
+		return op, err
 	}
 	defer func() { o.Guard.Done(ctx, RuleGetConsole, "node", n.UUID, err, map[string]any{"open": "portal"}) }()
 	if !n.ConsoleEnabled {
-		return "", errs.Conflict("Console access is not enabled on node %s", n.UUID)
+		return op, errs.Conflict("Console access is not enabled on node %s", n.UUID)
 	}
-	url, _ = n.DriverInternalInfo[internalConsoleURL].(string)
+	url, _ := n.DriverInternalInfo[internalConsoleURL].(string)
 	if n.ConsoleInterface != ConsoleSocat || url == "" {
-		return "", errs.Conflict("Node %s's console interface %s has no stream the portal can show", n.UUID, n.ConsoleInterface)
+		return op, errs.Conflict("Node %s's console interface %s has no stream the portal can show", n.UUID, n.ConsoleInterface)
 	}
-	return url, nil
+	return ConsoleOpening{URL: url, UUID: n.UUID, Owner: n.Owner, Lessee: n.Lessee}, nil
+}
+
+// ErrLeaseChanged is RecheckConsole's answer when the node's owner or
+// lessee is no longer what it was when the console opened.
+var ErrLeaseChanged = errors.New("the node's lease changed")
+
+// RecheckConsole asks again, for a console the caller has open, what
+// OpenConsole asked: the caller still passes get_console on the node,
+// and the node is still leased as it was (ErrLeaseChanged). It is
+// asked every second or so while the console is open, so it is one
+// query, and audits only a refusal, as every authorization does.
+func (o *Ops) RecheckConsole(ctx context.Context, op ConsoleOpening) error {
+	n, err := o.Nodes.Authorized(ctx, op.UUID, RuleGetConsole)
+	if n != nil && (n.Owner != op.Owner || n.Lessee != op.Lessee) {
+		return ErrLeaseChanged
+	}
+	return err
 }

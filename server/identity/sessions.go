@@ -220,6 +220,12 @@ func (s *Service) endSessions(ctx context.Context, name string) error {
 	return err
 }
 
+// endOtherSessions ends a user's sessions but session keepID.
+func (s *Service) endOtherSessions(ctx context.Context, name, keepID string) error {
+	_, err := s.db.PortalSession.Delete().Where(portalsession.Principal(name), portalsession.IDHashNEQ(digest(keepID))).Exec(ctx)
+	return err
+}
+
 // SSOUser is who an OpenID provider vouched for: the issuer and subject
 // that identify it, the name it is shown by, and the roles its claims
 // grant.

@@ -232,6 +232,8 @@ func (s *Service) VerifyToken(ctx context.Context, secret string) (*policies.Pri
 		return nil, errs.Unauthorized("the token has expired")
 	case t.Edges.User == nil || t.Edges.User.Disabled:
 		return nil, errs.Unauthorized("the token's user is disabled or gone")
+	case t.Edges.User.MustChangePassword:
+		return nil, errs.Forbidden("%s", PasswordChangeMessage(t.Edges.User.Name))
 	}
 	held, err := s.heldRoles(ctx, t.UserID, Scope{t.System, t.Project})
 	if err != nil {
@@ -269,6 +271,9 @@ func (s *Service) BasicAuth(ctx context.Context, name, password, addr string, sc
 	p, err := s.Login(ctx, name, password, addr, scope)
 	if err != nil {
 		return nil, err
+	}
+	if p.MustChangePassword {
+		return nil, errs.Forbidden("%s", PasswordChangeMessage(name))
 	}
 	s.remember(key, p)
 	return p, nil

@@ -147,7 +147,13 @@ func ValidateUserName(name string) error {
 }
 
 // CreateUser creates a local account.
-func (s *Service) CreateUser(ctx context.Context, name, password string) (err error) {
+func (s *Service) CreateUser(ctx context.Context, name, password string) error {
+	return s.createUser(ctx, name, password, false)
+}
+
+// createUser creates a local account, marked when mustChange as having
+// to replace its password before it may use the API or the portal.
+func (s *Service) createUser(ctx context.Context, name, password string, mustChange bool) (err error) {
 	defer func() { s.record(ctx, "anvil:user:manage", name, err, map[string]any{"action": "create"}) }()
 	if err := ValidateUserName(name); err != nil {
 		return err
@@ -159,7 +165,7 @@ func (s *Service) CreateUser(ctx context.Context, name, password string) (err er
 	if err != nil {
 		return err
 	}
-	err = s.db.User.Create().SetName(name).SetPasswordHash(string(hash)).Exec(ctx)
+	err = s.db.User.Create().SetName(name).SetPasswordHash(string(hash)).SetMustChangePassword(mustChange).Exec(ctx)
 	if ent.IsConstraintError(err) {
 		return errs.Conflict("user %s already exists", name)
 	}
@@ -174,7 +180,16 @@ func (s *Service) user(ctx context.Context, name string) (*ent.User, error) {
 	return u, err
 }
 
-// SetPassword replaces a user's password.
+// PasswordChangeMessage is the API's answer to an account that must
+// change its password first, saying where it can.
+func PasswordChangeMessage(name string) string {
+	return fmt.Sprintf("the password of user %s must be changed before it can be used for the API: sign in to the portal, "+
+		"which asks for a new one, or have an operator run 'anvil user set-password %s'", name, name)
+}
+
+// SetPassword replaces a user's password. Whoever sets it (an operator
+// with the CLI, an admin in the portal) has taken charge of the account,
+// so a mark that it must change its password is cleared.
 func (s *Service) SetPassword(ctx context.Context, name, password string) (err error) {
 	defer func() { s.record(ctx, "anvil:user:manage", name, err, map[string]any{"action": "set-password"}) }()
 	if err := validatePassword(password); err != nil {
@@ -189,11 +204,50 @@ func (s *Service) SetPassword(ctx context.Context, name, password string) (err e
 		return err
 	}
 	s.forget()
-	if err := u.Update().SetPasswordHash(string(hash)).Exec(ctx); err != nil {
+	if err := u.Update().SetPasswordHash(string(hash)).SetMustChangePassword(false).Exec(ctx); err != nil {
 		return err
 	}
 	// Whoever held a session may have known the old password.
 	return s.endSessions(ctx, name)
+}
+
+// ChangePassword is a user replacing its own password, proving the
+// current one (throttled per account and address, as logins are). It
+// clears the mark that the password must be changed, and ends the user's
+// other sessions, which may belong to whoever knew the old password;
+// session keepID, the one the change was made in, stays signed in.
+func (s *Service) ChangePassword(ctx context.Context, name, current, next, addr, keepID string) (err error) {
+	defer func() { s.record(ctx, "anvil:user:change-password", name, err, nil) }()
+	attempt, err := s.throttle.Begin(name, addr)
+	if err != nil {
+		return err
+	}
+	ok := false
+	defer func() { attempt.Done(ok) }()
+	u, err := s.user(ctx, name)
+	if err != nil {
+		return err
+	}
+	attempt.Known()
+	if bcrypt.CompareHashAndPassword([]byte(u.PasswordHash), []byte(current)) != nil {
+		return errs.BadRequest("current", "the current password is not right")
+	}
+	ok = true
+	if err := validatePassword(next); err != nil {
+		return errs.BadRequest("new", "%s", err)
+	}
+	if next == current {
+		return errs.BadRequest("new", "the new password must differ from the current one")
+	}
+	hash, err := s.hash(next)
+	if err != nil {
+		return err
+	}
+	s.forget()
+	if err := u.Update().SetPasswordHash(string(hash)).SetMustChangePassword(false).Exec(ctx); err != nil {
+		return err
+	}
+	return s.endOtherSessions(ctx, name, keepID)
 }
 
 // DeleteUser removes a user with its roles and tokens.
@@ -356,7 +410,9 @@ func (s *Service) Bootstrap(ctx context.Context) (string, error) {
 	}
 	ctx = policies.WithPrincipal(ctx, &policies.Principal{User: "anvil-bootstrap", System: true, Method: "bootstrap"})
 	pw := GeneratePassword()
-	if err := s.CreateUser(ctx, BootstrapUser, pw); err != nil {
+	// The password was written to a file: whoever reads the file next
+	// must replace it before the account does anything else.
+	if err := s.createUser(ctx, BootstrapUser, pw, true); err != nil {
 		if errs.Status(err) == 409 {
 			return "", nil // another replica won the race
 		}
@@ -414,7 +470,8 @@ func principal(u *ent.User, as []*ent.RoleAssignment, sc Scope, method string) (
 	if len(roles) == 0 {
 		return nil, errs.Forbidden("user %s holds no role on %s", u.Name, sc)
 	}
-	return &policies.Principal{User: u.Name, System: sc.System, Project: sc.Project, Roles: policies.ExpandRoles(roles), Method: method}, nil
+	return &policies.Principal{User: u.Name, System: sc.System, Project: sc.Project, Roles: policies.ExpandRoles(roles), Method: method,
+		MustChangePassword: u.MustChangePassword}, nil
 }
 
 // defaultScope picks the scope for a login that named none: the system

@@ -56,6 +56,15 @@ var Migrations = []Step{
 	{Name: "campaigns: windows, batches, retries and owners' approvals", Up: campaignWindowsStep},
 	{Name: "node_screenshots: the last console screenshot of a node, from management.screenshot", Up: nodeScreenshotsStep},
 	{Name: "wipe_records: what each automated cleaning between tenants did to a node's disks", Up: wipeRecordsStep},
+	{Name: "users.must_change_password: the bootstrap admin replaces its generated password before using the API", Up: mustChangePasswordStep},
+}
+
+// mustChangePasswordStep adds the mark on an account whose password it
+// must change. Existing accounts, the bootstrap admin included, get
+// false: their passwords may be in use by scripts, and an upgrade must
+// not lock them out. An old replica never names the column.
+func mustChangePasswordStep(ctx context.Context, m *Migration) error {
+	return m.AddColumns(ctx, "users", "must_change_password boolean NOT NULL DEFAULT false")
 }
 
 // wipeRecordsStep adds the table of wipe records; only an addition,
