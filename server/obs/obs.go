@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"regexp"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/gofiber/fiber/v2"
@@ -32,6 +33,29 @@ type Metrics struct {
 	Registry *prometheus.Registry
 	requests *prometheus.CounterVec
 	latency  *prometheus.HistogramVec
+
+	routesOnce sync.Once
+	routes     map[string][]string // method → its handlers' patterns, in order
+}
+
+// patternOf is the pattern of the first handler route that c's method
+// and path reach, as fiber's router would pick it; the middleware's own
+// path when none does (an unknown path stays unknown). The app's routes
+// are all registered before it serves, so they are read once.
+func (m *Metrics) patternOf(c *fiber.Ctx) string {
+	m.routesOnce.Do(func() {
+		m.routes = map[string][]string{}
+		for _, r := range c.App().GetRoutes(true) {
+			m.routes[r.Method] = append(m.routes[r.Method], r.Path)
+		}
+	})
+	cfg := c.App().Config()
+	for _, p := range m.routes[c.Method()] {
+		if fiber.RoutePatternMatch(c.Path(), p, cfg) {
+			return p
+		}
+	}
+	return c.Route().Path
 }
 
 // NewMetrics creates and registers the HTTP metrics plus Go runtime ones.
@@ -99,6 +123,14 @@ func Middleware(log *slog.Logger, m *Metrics, sample float64) fiber.Handler {
 		}
 		status := c.Response().StatusCode()
 		route := c.Route().Path
+		if status >= 400 && !fiber.RoutePatternMatch(c.Path(), route, c.App().Config()) {
+			// A middleware mounted on a prefix answered (a 401, a 429)
+			// before routing reached the handler: count it under the route
+			// it asked for, not the middleware's mount point, so refusals
+			// show per API. Only refusals are looked at: a request that
+			// succeeds reached its handler.
+			route = m.patternOf(c)
+		}
 		if status == 404 && route == "/" && c.Path() != "/" {
 			route = "unmatched"
 		}
