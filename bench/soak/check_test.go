@@ -201,41 +201,125 @@ func (s *soak) checkErrors(fail func(string, ...any)) {
 	}
 }
 
-// checkFlat compares each replica process's RSS and goroutines over the
-// first window of the load (after 10 s of warm-up) with the last.
+// checkFlat fails a replica whose memory or goroutines keep growing
+// once warm. Each process (a restarted replica's new one too) is judged
+// on its own samples from the end of its warm-up — its first window,
+// plus 10 s — in consecutive thirds of a window: it fails when the means
+// rise from each to the next by more than the noise (steady growth, a
+// leak's signature) and over the run by a margin, or when the last is
+// past 1.5 times the first plus a fixed allowance (a jump). Caches filling and pools growing during the warm-up are
+// what a process does once; a leak keeps doing it.
 func (s *soak) checkFlat(fail func(string, ...any)) {
-	first0, first1 := s.start.Add(10*time.Second), s.start.Add(10*time.Second+s.window)
-	last0 := s.loadEnd.Add(-s.window)
-	type acc struct{ rss, g, n float64 }
-	for i, p := range s.procs {
-		var a, b acc
-		name := p.name
-		for _, m := range s.samples {
-			if m.replica == i && m.pid != p.cmd.Process.Pid {
-				name = p.name + " (since its restart)"
+	type series struct {
+		name    string
+		rss, gs []point
+	}
+	var all []*series
+	byPid := map[int]*series{}
+	for _, m := range s.samples {
+		se := byPid[m.pid]
+		if se == nil {
+			name := s.procs[m.replica].name
+			if m.pid != s.procs[m.replica].cmd.Process.Pid {
+				name += " (before its restart)"
+			} else if s.restarted(m.replica) {
+				name += " (since its restart)"
 			}
-			if m.replica != i || m.pid != p.cmd.Process.Pid {
-				continue
-			}
-			switch {
-			case !m.at.Before(first0) && m.at.Before(first1):
-				a.rss, a.g, a.n = a.rss+m.rss, a.g+m.goroutines, a.n+1
-			case !m.at.Before(last0):
-				b.rss, b.g, b.n = b.rss+m.rss, b.g+m.goroutines, b.n+1
-			}
+			se = &series{name: name}
+			byPid[m.pid] = se
+			all = append(all, se)
 		}
-		if a.n == 0 || b.n == 0 {
-			continue // restarted mid-load: no first window to compare
+		se.rss = append(se.rss, point{m.at, m.rss / (1 << 20)})
+		se.gs = append(se.gs, point{m.at, m.goroutines})
+	}
+	// Thirds of a window: the CI-length run's 50 s after the warm-up
+	// make five, enough to tell a steady rise from noise.
+	third := s.window / 3
+	for _, se := range all {
+		warm := se.rss[0].at.Add(s.window + 10*time.Second)
+		rss := judge(se.rss, warm, third, 1, 8)
+		gs := judge(se.gs, warm, third, 2, 12.5)
+		if len(rss.means) < 2 {
+			continue // too short-lived to judge (stopped for a fault)
 		}
-		rss0, rss1, g0, g1 := a.rss/a.n/(1<<20), b.rss/b.n/(1<<20), a.g/a.n, b.g/b.n
-		s.flat = append(s.flat, fmt.Sprintf("%s: RSS %.0f → %.0f MiB, goroutines %.0f → %.0f", name, rss0, rss1, g0, g1))
-		if rss1 > 1.5*rss0+32 {
-			fail("%s: RSS grew from %.0f MiB to %.0f MiB between the first and last window", p.name, rss0, rss1)
+		s.flat = append(s.flat, fmt.Sprintf("%s: RSS %s MiB, goroutines %s (means of %s windows after a %s warm-up)",
+			se.name, joinMeans(rss.means, "%.0f"), joinMeans(gs.means, "%.0f"), third, warm.Sub(se.rss[0].at).Round(time.Second)))
+		if rss.problem != "" {
+			fail("%s: RSS %s", se.name, rss.problem)
 		}
-		if g1 > 1.5*g0+50 {
-			fail("%s: goroutines grew from %.0f to %.0f between the first and last window", p.name, g0, g1)
+		if gs.problem != "" {
+			fail("%s: goroutines %s", se.name, gs.problem)
 		}
 	}
+}
+
+// restarted says whether replica i ran more than one process.
+func (s *soak) restarted(i int) bool {
+	for _, m := range s.samples {
+		if m.replica == i && m.pid != s.procs[i].cmd.Process.Pid {
+			return true
+		}
+	}
+	return false
+}
+
+type point struct {
+	at time.Time
+	v  float64
+}
+
+type verdict struct {
+	means   []float64
+	problem string // empty: flat
+}
+
+// judge splits the points from warm on into consecutive windows of
+// length w (a last, partial one dropped), and finds a problem when at
+// least three windows' means each rise over the one before by more than
+// step plus 2 % and the last is more than margin plus 5 % above the
+// first; or when the last is past 1.5 times the first plus 4 margins.
+func judge(pts []point, warm time.Time, w time.Duration, step, margin float64) verdict {
+	var v verdict
+	var sum, n float64
+	end := warm.Add(w)
+	for _, p := range pts {
+		if p.at.Before(warm) {
+			continue
+		}
+		for !p.at.Before(end) {
+			if n > 0 {
+				v.means = append(v.means, sum/n)
+			}
+			sum, n, end = 0, 0, end.Add(w)
+		}
+		sum, n = sum+p.v, n+1
+	}
+	m := v.means
+	if len(m) < 2 {
+		return v
+	}
+	first, last := m[0], m[len(m)-1]
+	rising := len(m) >= 3
+	for i := 1; i < len(m); i++ {
+		if m[i] <= m[i-1]*1.02+step {
+			rising = false
+		}
+	}
+	switch {
+	case rising && last > first*1.05+margin:
+		v.problem = fmt.Sprintf("kept growing after the warm-up: %s", joinMeans(m, "%.0f"))
+	case last > 1.5*first+4*margin:
+		v.problem = fmt.Sprintf("grew from %.0f to %.0f after the warm-up", first, last)
+	}
+	return v
+}
+
+func joinMeans(m []float64, format string) string {
+	parts := make([]string, len(m))
+	for i, x := range m {
+		parts[i] = fmt.Sprintf(format, x)
+	}
+	return strings.Join(parts, " → ")
 }
 
 // summary is the table the README shows.
