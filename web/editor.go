@@ -16,6 +16,7 @@ import (
 	"github.com/anvilproject/anvil/policies"
 	"github.com/anvilproject/anvil/server/conductor"
 	"github.com/anvilproject/anvil/server/errs"
+	"github.com/anvilproject/anvil/server/nodes"
 	"github.com/anvilproject/anvil/server/runbooks"
 	"github.com/anvilproject/anvil/views"
 )
@@ -446,6 +447,14 @@ func (p *Portal) saveRunbook(c *fiber.Ctx) error {
 		}
 		place(&e, rows, problem)
 	}
+	// A runbook without a traits list runs on nodes that carry its name
+	// as a trait (the editor writes none), so a name that is no trait
+	// would save a runbook no node can ever run.
+	if e.NameError == "" && (r == nil || len(r.Traits) == 0) {
+		if err := nodes.ValidateTrait(in.Name); err != nil {
+			place(&e, rows, errs.BadRequest("name", "%s", traitNameAdvice(in.Name)))
+		}
+	}
 	// Arguments a step would refuse when a run starts are warnings: the
 	// API stores the runbook with them, as Ironic does (a runbook written
 	// for another release or driver), so the editor shows them next to
@@ -489,6 +498,16 @@ func (p *Portal) saveRunbook(c *fiber.Ctx) error {
 	}
 	return p.editorPage(c, e, errs.Status(err))
 }
+
+// traitNameAdvice says why name cannot gate a runbook, with the custom
+// trait it could be.
+func traitNameAdvice(name string) string {
+	custom := "CUSTOM_" + strings.TrimPrefix(strings.ToUpper(nonTrait.ReplaceAllString(name, "_")), "CUSTOM_")
+	return fmt.Sprintf("%q is not a trait a node can carry, so no node could run this runbook: name it as a custom trait, such as %s (CUSTOM_ and then capitals, digits and _), or as a standard trait", name, custom)
+}
+
+// nonTrait matches what a custom trait may not hold.
+var nonTrait = regexp.MustCompile(`[^A-Za-z0-9_]+`)
 
 // opSaveAnyway is the editor's button that saves a runbook whose steps
 // have argument problems (runbooks.ArgProblems) after it has shown them.

@@ -3,6 +3,7 @@ package web_test
 import (
 	"context"
 	"fmt"
+	"html"
 	"net/url"
 	"regexp"
 	"strings"
@@ -12,6 +13,7 @@ import (
 	"github.com/anvilproject/anvil/server"
 	"github.com/anvilproject/anvil/server/identity"
 	"github.com/anvilproject/anvil/server/servertest"
+	"github.com/anvilproject/anvil/server/store"
 	"github.com/anvilproject/anvil/server/store/storetest"
 )
 
@@ -480,4 +482,31 @@ func TestRunbookEditorWarnsOfArgumentsThenSavesAnyway(t *testing.T) {
 	if st, _ := env.runbook("CUSTOM_NEVER"); st != 404 {
 		t.Error("an untypable value was saved")
 	}
+}
+
+// TestEditorNamesRunbooksAsTraits: the editor gates a runbook by its
+// name, so a name no node can carry as a trait is refused with the
+// custom trait it could be, and nothing is saved; the suggested name
+// saves. On both databases.
+func TestEditorNamesRunbooksAsTraits(t *testing.T) {
+	storetest.Each(t, func(t *testing.T, setting string, _ *store.DB) {
+		env := newEditorEnvOn(t, setting)
+		mia := env.signIn("mia")
+		for name, want := range map[string]string{
+			"BLUE_BURNIN": "such as CUSTOM_BLUE_BURNIN",
+			"blue-burnin": "such as CUSTOM_BLUE_BURNIN",
+		} {
+			st, page, _ := mia.do("POST", "/runbooks/new", rows(url.Values{"csrf": {mia.csrf}, "name": {name}}, []string{"power.power_on"}))
+			if st != 400 || !strings.Contains(html.UnescapeString(page), want) || !strings.Contains(page, "no node could run this runbook") {
+				t.Errorf("saving %q: %d, want 400 saying %q", name, st, want)
+			}
+			if st, _, _ := mia.do("GET", "/runbooks/"+name+"/edit", nil); st != 404 {
+				t.Errorf("runbook %q was saved anyway: %d", name, st)
+			}
+		}
+		st, _, h := mia.do("POST", "/runbooks/new", rows(url.Values{"csrf": {mia.csrf}, "name": {"CUSTOM_BLUE_BURNIN"}}, []string{"power.power_on"}))
+		if st != 303 || !strings.HasPrefix(h.Get("Location"), "/runbooks?saved=") {
+			t.Fatalf("saving the suggested name: %d %s", st, h.Get("Location"))
+		}
+	})
 }
