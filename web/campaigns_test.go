@@ -60,27 +60,34 @@ func campaignState(t *testing.T, api *servertest.Client, camp string) (string, m
 // the node list with the approval box ticked; the campaign waits, the
 // member's page offers no Approve button and a forged approval is
 // refused; a system admin sees it in the list, approves it, and it runs
-// to completion. Only those the delete rule names get the Delete button.
+// to completion. Its state reads in words, and the node it skipped (f-02,
+// not manageable) is counted apart, never as progress. Only those the
+// delete rule names get the Delete button.
 func TestCampaignPortalApproval(t *testing.T) {
 	storetest.Each(t, func(t *testing.T, setting string, _ *store.DB) {
 		srv, api, ids := fleet(t, setting)
 		campaignRunbook(t, srv, api, ids, "f-00", "f-06")
 		pat, root := signInAs(t, srv, "pat"), signInAs(t, srv, "root")
 
-		camp, st, page := rollOut(t, pat, url.Values{"runbook": {"CUSTOM_X"}, "node": {ids["f-00"], ids["f-06"]}, "name": {"firmware wave 1"},
+		camp, st, page := rollOut(t, pat, url.Values{"runbook": {"CUSTOM_X"}, "node": {ids["f-00"], ids["f-02"], ids["f-06"]}, "name": {"firmware wave 1"},
 			"max_concurrency": {"1"}, "max_failures": {"50%"}, "requires_approval": {"1"}})
 		if camp == "" {
 			t.Fatalf("roll out: %d\n%s", st, page)
 		}
-		if s, counts := campaignState(t, api, camp); s != "pending_approval" || counts["pending"] != float64(2) {
+		if s, counts := campaignState(t, api, camp); s != "pending_approval" || counts["pending"] != float64(2) || counts["skipped"] != float64(1) {
 			t.Fatalf("after creation: %s %v", s, counts)
 		}
 		_, page, _ = pat.do("GET", camp, nil)
 		for _, want := range []string{"<h1>firmware wave 1</h1>", `data-testid="awaiting-approval"`, ">Cancel</button>",
-			"1 at a time; stops starting nodes after more than 50% (1) failures", `hx-trigger="every 2s"`} {
+			"1 at a time; stops starting nodes after more than 50% (1) failures", `hx-trigger="every 2s"`,
+			`</span> waiting for approval</span>`, `<span data-testid="campaign-done">0 of 2 finished, 1 skipped</span>`,
+			`<progress max="2" value="0"`, `data-testid="count-skipped"><strong>1</strong> skipped</li>`} {
 			if !strings.Contains(page, want) {
 				t.Errorf("member's page lacks %s", want)
 			}
+		}
+		if strings.Contains(page, "pending_approval") {
+			t.Errorf("member's page names the raw state:\n%s", page)
 		}
 		if strings.Contains(page, ">Approve</button>") || strings.Contains(page, ">Delete record</button>") {
 			t.Errorf("a member is offered approve or delete:\n%s", page)
@@ -127,6 +134,21 @@ func TestCampaignPortalApproval(t *testing.T) {
 		_, page, _ = pat.do("GET", camp, nil)
 		if strings.Contains(page, "hx-trigger") || strings.Contains(page, ">Delete record</button>") || strings.Count(page, `data-status="succeeded"`) != 2 {
 			t.Errorf("member's page once finished:\n%s", page)
+		}
+		for _, want := range []string{`</span> completed</span>`, `<span data-testid="campaign-done">2 of 2 finished, 1 skipped</span>`,
+			`<progress max="2" value="2"`, `data-testid="count-succeeded"><strong>2</strong> succeeded</li>`,
+			`data-testid="count-skipped"><strong>1</strong> skipped</li>`, `data-testid="count-failed"><strong>0</strong> failed</li>`} {
+			if !strings.Contains(page, want) {
+				t.Errorf("member's page once finished lacks %s", want)
+			}
+		}
+		// The list counts them apart too.
+		_, page, _ = pat.do("GET", "/campaigns", nil)
+		for _, want := range []string{`<td data-label="Succeeded" class="num">2</td>`, `<td data-label="Failed" class="num">0</td>`,
+			`<td data-label="Skipped" class="num">1</td>`, "2 of 2 finished, 1 skipped"} {
+			if !strings.Contains(page, want) {
+				t.Errorf("campaign list once finished lacks %s", want)
+			}
 		}
 		if _, page, _ = root.do("GET", camp, nil); !strings.Contains(page, ">Delete record</button>") {
 			t.Errorf("admin is not offered delete")
@@ -220,7 +242,9 @@ func TestCampaignPortalSteering(t *testing.T) {
 			t.Errorf("skipped, second page:\n%s", page)
 		}
 		_, page, _ = root.do("GET", camp+"?status=pending", nil)
-		if strings.Count(page, `data-status="pending"`) != 3 || !strings.Contains(page, ">f-03</a>") || !strings.Contains(page, ">Pause</button>") {
+		// The 59 skipped nodes are no progress: none of the 3 to run has.
+		if strings.Count(page, `data-status="pending"`) != 3 || !strings.Contains(page, ">f-03</a>") || !strings.Contains(page, ">Pause</button>") ||
+			!strings.Contains(page, `<span data-testid="campaign-done">0 of 3 finished, 59 skipped</span>`) {
 			t.Errorf("pending:\n%s", page)
 		}
 
@@ -245,8 +269,8 @@ func TestCampaignPortalSteering(t *testing.T) {
 			if s, _ := campaignState(t, api, camp); s != step.want {
 				t.Errorf("after %s: %s", step.target, s)
 			}
-			if _, page, _ := root.do("GET", camp, nil); !strings.Contains(page, step.button) {
-				t.Errorf("after %s the page lacks %s", step.target, step.button)
+			if _, page, _ := root.do("GET", camp, nil); !strings.Contains(page, step.button) || !strings.Contains(page, "</span> "+step.want+"</span>") {
+				t.Errorf("after %s the page lacks %s or the state %s", step.target, step.button, step.want)
 			}
 		}
 		if _, counts := campaignState(t, api, camp); counts["skipped"] != float64(62) {
@@ -260,7 +284,9 @@ func TestCampaignPortalSteering(t *testing.T) {
 	})
 }
 
-// TestCampaignPortalRetry: once a campaign has finished with failures,
+// TestCampaignPortalRetry: once a campaign has failed (its failure budget
+// of 0 spent, said in words; both nodes started together, so both count
+// as failed and none as skipped),
 // whoever may create campaigns gets "Retry failed nodes" (a system reader
 // does not); pressed while the failures still hold the nodes in
 // maintenance it is refused on the campaign's page, naming them; once
@@ -283,15 +309,15 @@ func TestCampaignPortalRetry(t *testing.T) {
 		}
 		root, rhea := signInAs(t, srv, "root"), signInAs(t, srv, "rhea")
 		camp, st, page := rollOut(t, root, url.Values{"runbook": {"CUSTOM_FAILS"}, "node": {ids["f-00"], ids["f-06"]}, "name": {"bios wave"},
-			"max_concurrency": {"2"}, "max_failures": {"5"}})
+			"max_concurrency": {"2"}, "max_failures": {"0"}})
 		if camp == "" {
 			t.Fatalf("roll out: %d\n%s", st, page)
 		}
 		for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(200 * time.Millisecond) {
-			if s, counts := campaignState(t, api, camp); s == "completed" && counts["failed"] == float64(2) {
+			if s, counts := campaignState(t, api, camp); s == "failed" && counts["failed"] == float64(2) {
 				break
 			} else if time.Now().After(deadline) {
-				t.Fatalf("the campaign never finished with two failures: %s %v", s, counts)
+				t.Fatalf("the campaign never failed with two failures: %s %v", s, counts)
 			}
 		}
 		retry := `action="` + camp + `/retry"`
@@ -301,6 +327,12 @@ func TestCampaignPortalRetry(t *testing.T) {
 		_, page, _ = root.do("GET", camp, nil)
 		if !strings.Contains(page, retry) || !strings.Contains(page, ">Retry failed nodes</button>") {
 			t.Fatalf("no Retry for the admin:\n%s", page)
+		}
+		for _, want := range []string{"</span> failed: failure budget exceeded</span>", `<span data-testid="campaign-done">2 of 2 finished</span>`,
+			`data-testid="count-failed"><strong>2</strong> failed</li>`, `data-testid="count-succeeded"><strong>0</strong> succeeded</li>`} {
+			if !strings.Contains(page, want) {
+				t.Errorf("the failed campaign's page lacks %s", want)
+			}
 		}
 		st, _, h := root.do("POST", camp+"/retry", url.Values{"csrf": {root.csrf}})
 		if st != 303 || h.Get("Location") != camp {

@@ -78,7 +78,7 @@ test.describe('on the 500-node fleet', () => {
     // The page settles on the outcome and stops polling.
     await expect(page.locator('#campaign-live[hx-trigger]')).toHaveCount(0, { timeout: 30_000 });
     await expect(page.getByTestId('campaign-state')).toContainText('completed');
-    await expect(page.getByTestId('campaign-done')).toHaveText('200 of 200 done');
+    await expect(page.getByTestId('campaign-done')).toHaveText('200 of 200 finished');
     await expect(page.getByTestId('count-succeeded')).toHaveText('200 succeeded');
     await expect(page.locator('tr[data-status="succeeded"]')).toHaveCount(50);
     await expect(page.getByTestId('campaign-page')).toHaveText('Page 1 of 4');
@@ -97,7 +97,7 @@ test.describe('on the 500-node fleet', () => {
     await checkLayouts(page, 'campaign page');
 
     await page.getByRole('link', { name: 'Campaigns', exact: true }).click();
-    await expect(page.locator(`tr[data-campaign="${uuid}"]`)).toContainText('200 of 200 done');
+    await expect(page.locator(`tr[data-campaign="${uuid}"]`)).toContainText('200 of 200 finished');
     await checkLayouts(page, 'campaign list');
   });
 });
@@ -124,7 +124,7 @@ test('a lessee manager rolls a runbook over its leased nodes; it waits for appro
   const uuid = new URL(page.url()).pathname.split('/').pop();
 
   // It waits: nothing runs until someone approves.
-  await expect(page.getByTestId('campaign-state')).toContainText('pending_approval');
+  await expect(page.getByTestId('campaign-state')).toContainText('waiting for approval');
   await expect(page.getByTestId('awaiting-approval')).toBeVisible();
   let c = await api('GET', `/v1/campaigns/${uuid}`);
   expect(c.state).toBe('pending_approval');

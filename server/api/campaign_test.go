@@ -265,6 +265,37 @@ func TestCampaignApprovePauseCancel(t *testing.T) {
 	})
 }
 
+// A campaign paused while its last nodes run completes once they finish:
+// nothing is left to resume, so it does not stay "paused". The conductor
+// audits the end, saying it came from paused.
+func TestCampaignPausedSettles(t *testing.T) {
+	storetest.Each(t, func(t *testing.T, setting string, db *store.DB) {
+		_, clients := startLocal(t, setting)
+		admin := clients["system-admin"]
+		mustStatus(t, admin.Do(t, "POST", "/v1/runbooks", map[string]any{"name": "CUSTOM_CAMP_LAST", "public": true,
+			"steps": []any{map[string]any{"interface": "deploy", "step": "wait", "order": 1, "args": map[string]any{"seconds": 3}}}}), 201)
+		names := campaignNodes(t, admin, "last", "CUSTOM_CAMP_LAST", 2)
+		r := admin.Do(t, "POST", "/v1/campaigns", map[string]any{"name": "last", "runbook": "CUSTOM_CAMP_LAST", "nodes": names, "max_concurrency": 2})
+		mustStatus(t, r, 201)
+		id := r.JSON(t)["uuid"].(string)
+		waitCampaign(t, admin, id, func(m map[string]any) bool { return count(m, "running") == 2 })
+		mustStatus(t, admin.Do(t, "PUT", "/v1/campaigns/"+id+"/state", map[string]any{"target": "paused"}), 202)
+		if m := admin.Do(t, "GET", "/v1/campaigns/"+id, nil).JSON(t); m["state"] != "paused" {
+			t.Fatalf("after pause: %v", m)
+		}
+		m := waitCampaign(t, admin, id, stateIs("completed"))
+		if count(m, "succeeded") != 2 || count(m, "pending") != 0 || count(m, "running") != 0 {
+			t.Errorf("completed with %v", m["counts"])
+		}
+		ev, err := db.AuditEvent.Query().Where(auditevent.Rule("anvil:campaign:finish"), auditevent.TargetID(id)).Only(context.Background())
+		if err != nil || ev.Detail["state"] != "completed" || ev.Detail["from"] != "paused" || ev.Detail["succeeded"] != 2.0 || ev.User != "conductor" {
+			t.Errorf("finish event %+v (%v)", ev, err)
+		}
+		// Finished, it may no longer be resumed.
+		mustStatus(t, admin.Do(t, "PUT", "/v1/campaigns/"+id+"/state", map[string]any{"target": "running"}), 409)
+	})
+}
+
 // A node the caller cannot see makes the whole request a 404 naming it;
 // bad fields are 400s naming them; ineligible nodes are a 400 listing
 // them unless skip_ineligible. None of these records anything.

@@ -194,7 +194,9 @@ func (s *Service) release(ctx context.Context, campaignID, rowID int, status, wh
 // settle ends a campaign whose failure budget is spent (failed: no new
 // starts, the pending nodes skipped, the running ones finish) and one
 // with nothing left to run (completed, or the finish time of a failed or
-// cancelled one).
+// cancelled one). A paused campaign whose last nodes finished completes
+// too: resuming it would start nothing, so "paused" would only hide that
+// it is over.
 func (s *Service) settle(ctx context.Context, id int) error {
 	c, err := s.db.Campaign.Get(ctx, id)
 	if err != nil {
@@ -229,10 +231,11 @@ func (s *Service) settle(ctx context.Context, id int) error {
 		return nil
 	}
 	var n int
+	from := c.State
 	switch {
-	case c.State == StateRunning:
+	case c.State == StateRunning || c.State == StatePaused:
 		c.State = StateCompleted
-		n, err = s.db.Campaign.Update().Where(campaign.ID(id), campaign.State(StateRunning)).
+		n, err = s.db.Campaign.Update().Where(campaign.ID(id), campaign.State(from)).
 			SetState(StateCompleted).SetFinishedAt(now).SetUpdatedAt(now).Save(ctx)
 	case slices.Contains(finished, c.State) && c.FinishedAt == nil:
 		n, err = s.db.Campaign.Update().Where(campaign.ID(id), campaign.FinishedAtIsNil()).SetFinishedAt(now).Save(ctx)
@@ -241,8 +244,13 @@ func (s *Service) settle(ctx context.Context, id int) error {
 		// Nothing ended here, or another replica ended it and audited it.
 		return err
 	}
-	s.guard.Done(s.conductorCtx(ctx), EventFinish, "campaign", c.UUID, nil, map[string]any{"state": c.State,
-		"succeeded": k.Succeeded, "failed": k.Failed, "skipped": k.Skipped})
+	detail := map[string]any{"state": c.State, "succeeded": k.Succeeded, "failed": k.Failed, "skipped": k.Skipped}
+	if from != c.State {
+		// It ended here: say from what, so a paused campaign's completion
+		// reads as such in the log.
+		detail["from"] = from
+	}
+	s.guard.Done(s.conductorCtx(ctx), EventFinish, "campaign", c.UUID, nil, detail)
 	return nil
 }
 
