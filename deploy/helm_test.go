@@ -54,6 +54,7 @@ type manifests struct {
 	services    []corev1.Service
 	configMaps  []corev1.ConfigMap
 	secrets     []corev1.Secret
+	ingresses   []networkingv1.Ingress
 }
 
 func strict(t *testing.T, doc []byte, into any) {
@@ -98,6 +99,9 @@ func decodeAll(t *testing.T, rendered string) manifests {
 		case "v1 Secret":
 			m.secrets = append(m.secrets, corev1.Secret{})
 			strict(t, []byte(doc), &m.secrets[len(m.secrets)-1])
+		case "networking.k8s.io/v1 Ingress":
+			m.ingresses = append(m.ingresses, networkingv1.Ingress{})
+			strict(t, []byte(doc), &m.ingresses[len(m.ingresses)-1])
 		default:
 			t.Fatalf("unexpected manifest %s %s", head.APIVersion, head.Kind)
 		}
@@ -155,6 +159,42 @@ func TestHelmChart(t *testing.T) {
 			}
 			if m.pdbs[0].Spec.MaxUnavailable.IntValue() != 1 {
 				t.Errorf("PDB %+v", m.pdbs[0].Spec)
+			}
+			if len(m.ingresses) != 0 {
+				t.Errorf("rendered %d Ingresses by default", len(m.ingresses))
+			}
+		}},
+		{"ingress", secrets + `
+ingress:
+  enabled: true
+  className: nginx
+  hosts: [anvil.example.com, bmc.example.com]
+  tlsSecret: anvil-tls
+  annotations: {nginx.ingress.kubernetes.io/proxy-body-size: 2g}
+`, func(t *testing.T, m manifests) {
+			if len(m.ingresses) != 1 {
+				t.Fatalf("rendered %d Ingresses", len(m.ingresses))
+			}
+			ing := m.ingresses[0]
+			if ing.Spec.IngressClassName == nil || *ing.Spec.IngressClassName != "nginx" || ing.Annotations["nginx.ingress.kubernetes.io/proxy-body-size"] != "2g" {
+				t.Errorf("class %v, annotations %v", ing.Spec.IngressClassName, ing.Annotations)
+			}
+			hosts := []string{"anvil.example.com", "bmc.example.com"}
+			if len(ing.Spec.TLS) != 1 || ing.Spec.TLS[0].SecretName != "anvil-tls" || !slices.Equal(ing.Spec.TLS[0].Hosts, hosts) {
+				t.Errorf("TLS %+v", ing.Spec.TLS)
+			}
+			var ruled []string
+			for _, r := range ing.Spec.Rules {
+				ruled = append(ruled, r.Host)
+				for _, p := range r.HTTP.Paths {
+					b := p.Backend.Service
+					if p.Path != "/" || p.PathType == nil || *p.PathType != networkingv1.PathTypePrefix || b.Name != m.services[0].Name || b.Port.Name != m.services[0].Spec.Ports[0].Name {
+						t.Errorf("%s: path %s to %+v, want / (Prefix) to the Service %s port %s", r.Host, p.Path, b, m.services[0].Name, m.services[0].Spec.Ports[0].Name)
+					}
+				}
+			}
+			if !slices.Equal(ruled, hosts) {
+				t.Errorf("rules for %v, want %v", ruled, hosts)
 			}
 		}},
 		{"conductor groups, BMC networks, existing secret", `
@@ -260,6 +300,7 @@ conductorGroups: [{name: "", replicas: 1}]
 		secrets + "config: {oidc_client_secret: x}":                          "config.oidc_client_secret is a secret",
 		secrets + "config: {metrics_token: x}":                               "config.metrics_token is a secret",
 		secrets + "config: {webhook_url: 'https://h.example/a'}":             "config.webhook_url needs secret.webhookSecret",
+		secrets + "ingress: {enabled: true, className: nginx}":               "ingress.enabled needs ingress.hosts",
 	} {
 		if out, err := helm(t, values, "template", "anvil"); err == nil || !strings.Contains(out, want) {
 			t.Errorf("values %q: %v, output lacks %q:\n%s", values, err, want, out)
