@@ -54,6 +54,32 @@ type manifests struct {
 	services    []corev1.Service
 	configMaps  []corev1.ConfigMap
 	secrets     []corev1.Secret
+	ingresses   []networkingv1.Ingress
+	monitors    []serviceMonitor
+}
+
+// serviceMonitor is prometheus-operator's ServiceMonitor cut to the fields
+// the chart writes: it is a CRD, with no type in k8s.io/api, and strict
+// decoding into this refuses any other field as it does for the API's kinds.
+type serviceMonitor struct {
+	APIVersion string `json:"apiVersion"`
+	Kind       string `json:"kind"`
+	Metadata   struct {
+		Name   string            `json:"name"`
+		Labels map[string]string `json:"labels"`
+	} `json:"metadata"`
+	Spec struct {
+		Selector struct {
+			MatchLabels map[string]string `json:"matchLabels"`
+		} `json:"selector"`
+		Endpoints []struct {
+			Port     string `json:"port"`
+			Path     string `json:"path"`
+			Interval string `json:"interval"`
+			// The operator's own type for it is this one.
+			BearerTokenSecret corev1.SecretKeySelector `json:"bearerTokenSecret"`
+		} `json:"endpoints"`
+	} `json:"spec"`
 }
 
 func strict(t *testing.T, doc []byte, into any) {
@@ -98,6 +124,12 @@ func decodeAll(t *testing.T, rendered string) manifests {
 		case "v1 Secret":
 			m.secrets = append(m.secrets, corev1.Secret{})
 			strict(t, []byte(doc), &m.secrets[len(m.secrets)-1])
+		case "networking.k8s.io/v1 Ingress":
+			m.ingresses = append(m.ingresses, networkingv1.Ingress{})
+			strict(t, []byte(doc), &m.ingresses[len(m.ingresses)-1])
+		case "monitoring.coreos.com/v1 ServiceMonitor":
+			m.monitors = append(m.monitors, serviceMonitor{})
+			strict(t, []byte(doc), &m.monitors[len(m.monitors)-1])
 		default:
 			t.Fatalf("unexpected manifest %s %s", head.APIVersion, head.Kind)
 		}
@@ -155,6 +187,95 @@ func TestHelmChart(t *testing.T) {
 			}
 			if m.pdbs[0].Spec.MaxUnavailable.IntValue() != 1 {
 				t.Errorf("PDB %+v", m.pdbs[0].Spec)
+			}
+			if len(m.ingresses) != 0 || len(m.monitors) != 0 {
+				t.Errorf("rendered %d Ingresses, %d ServiceMonitors by default", len(m.ingresses), len(m.monitors))
+			}
+		}},
+		{"ingress", secrets + `
+ingress:
+  enabled: true
+  className: nginx
+  hosts: [anvil.example.com, bmc.example.com]
+  tlsSecret: anvil-tls
+  annotations: {nginx.ingress.kubernetes.io/proxy-body-size: 2g}
+`, func(t *testing.T, m manifests) {
+			if len(m.ingresses) != 1 {
+				t.Fatalf("rendered %d Ingresses", len(m.ingresses))
+			}
+			ing := m.ingresses[0]
+			if ing.Spec.IngressClassName == nil || *ing.Spec.IngressClassName != "nginx" || ing.Annotations["nginx.ingress.kubernetes.io/proxy-body-size"] != "2g" {
+				t.Errorf("class %v, annotations %v", ing.Spec.IngressClassName, ing.Annotations)
+			}
+			hosts := []string{"anvil.example.com", "bmc.example.com"}
+			if len(ing.Spec.TLS) != 1 || ing.Spec.TLS[0].SecretName != "anvil-tls" || !slices.Equal(ing.Spec.TLS[0].Hosts, hosts) {
+				t.Errorf("TLS %+v", ing.Spec.TLS)
+			}
+			var ruled []string
+			for _, r := range ing.Spec.Rules {
+				ruled = append(ruled, r.Host)
+				for _, p := range r.HTTP.Paths {
+					b := p.Backend.Service
+					if p.Path != "/" || p.PathType == nil || *p.PathType != networkingv1.PathTypePrefix || b.Name != m.services[0].Name || b.Port.Name != m.services[0].Spec.Ports[0].Name {
+						t.Errorf("%s: path %s to %+v, want / (Prefix) to the Service %s port %s", r.Host, p.Path, b, m.services[0].Name, m.services[0].Spec.Ports[0].Name)
+					}
+				}
+			}
+			if !slices.Equal(ruled, hosts) {
+				t.Errorf("rules for %v, want %v", ruled, hosts)
+			}
+		}},
+		{"ServiceMonitor with the chart's Secret", secrets + `
+  metricsToken: scrape-t0ken
+serviceMonitor:
+  enabled: true
+  interval: 15s
+  labels: {release: kube-prometheus-stack}
+`, func(t *testing.T, m manifests) {
+			if len(m.monitors) != 1 || len(m.monitors[0].Spec.Endpoints) != 1 {
+				t.Fatalf("ServiceMonitors %+v", m.monitors)
+			}
+			sm, svc := m.monitors[0], m.services[0]
+			if sm.Metadata.Labels["release"] != "kube-prometheus-stack" {
+				t.Errorf("labels %v", sm.Metadata.Labels)
+			}
+			// It must select the chart's Service and no other.
+			if len(sm.Spec.Selector.MatchLabels) == 0 {
+				t.Error("the ServiceMonitor selects every Service")
+			}
+			for k, v := range sm.Spec.Selector.MatchLabels {
+				if svc.Labels[k] != v {
+					t.Errorf("selector %s=%s, the Service has %v", k, v, svc.Labels)
+				}
+			}
+			ep := sm.Spec.Endpoints[0]
+			if ep.Port != svc.Spec.Ports[0].Name || ep.Path != "/metrics" || ep.Interval != "15s" {
+				t.Errorf("endpoint %+v, want port %s, /metrics, 15s", ep, svc.Spec.Ports[0].Name)
+			}
+			if ep.BearerTokenSecret.Name != m.secrets[0].Name || m.secrets[0].StringData[ep.BearerTokenSecret.Key] != "scrape-t0ken" {
+				t.Errorf("bearer token from %+v; the Secret %s holds %v", ep.BearerTokenSecret, m.secrets[0].Name, m.secrets[0].StringData)
+			}
+		}},
+		{"ServiceMonitor with an existing secret", `
+secret: {existingSecret: anvil-prod, metricsTokenKey: scrape-token}
+serviceMonitor: {enabled: true}
+`, func(t *testing.T, m manifests) {
+			if len(m.monitors) != 1 || len(m.monitors[0].Spec.Endpoints) != 1 {
+				t.Fatalf("ServiceMonitors %+v", m.monitors)
+			}
+			ref := m.monitors[0].Spec.Endpoints[0].BearerTokenSecret
+			if ref.Name != "anvil-prod" || ref.Key != "scrape-token" {
+				t.Errorf("bearer token from %+v, want anvil-prod's scrape-token", ref)
+			}
+			// Prometheus must send the token the pods require.
+			var pods *corev1.SecretKeySelector
+			for _, e := range m.deployments[0].Spec.Template.Spec.Containers[0].Env {
+				if e.Name == "ANVIL_METRICS_TOKEN" && e.ValueFrom != nil {
+					pods = e.ValueFrom.SecretKeyRef
+				}
+			}
+			if pods == nil || pods.Name != ref.Name || pods.Key != ref.Key {
+				t.Errorf("pods read the token from %+v, Prometheus from %+v", pods, ref)
 			}
 		}},
 		{"conductor groups, BMC networks, existing secret", `
@@ -260,6 +381,8 @@ conductorGroups: [{name: "", replicas: 1}]
 		secrets + "config: {oidc_client_secret: x}":                          "config.oidc_client_secret is a secret",
 		secrets + "config: {metrics_token: x}":                               "config.metrics_token is a secret",
 		secrets + "config: {webhook_url: 'https://h.example/a'}":             "config.webhook_url needs secret.webhookSecret",
+		secrets + "serviceMonitor: {enabled: true}":                          "serviceMonitor.enabled needs secret.metricsToken",
+		secrets + "ingress: {enabled: true, className: nginx}":               "ingress.enabled needs ingress.hosts",
 	} {
 		if out, err := helm(t, values, "template", "anvil"); err == nil || !strings.Contains(out, want) {
 			t.Errorf("values %q: %v, output lacks %q:\n%s", values, err, want, out)
