@@ -76,8 +76,11 @@ type serviceMonitor struct {
 			Port     string `json:"port"`
 			Path     string `json:"path"`
 			Interval string `json:"interval"`
-			// The operator's own type for it is this one.
-			BearerTokenSecret corev1.SecretKeySelector `json:"bearerTokenSecret"`
+			// prometheus-operator's SafeAuthorization.
+			Authorization struct {
+				Type        string                   `json:"type"`
+				Credentials corev1.SecretKeySelector `json:"credentials"`
+			} `json:"authorization"`
 		} `json:"endpoints"`
 	} `json:"spec"`
 }
@@ -252,8 +255,8 @@ serviceMonitor:
 			if ep.Port != svc.Spec.Ports[0].Name || ep.Path != "/metrics" || ep.Interval != "15s" {
 				t.Errorf("endpoint %+v, want port %s, /metrics, 15s", ep, svc.Spec.Ports[0].Name)
 			}
-			if ep.BearerTokenSecret.Name != m.secrets[0].Name || m.secrets[0].StringData[ep.BearerTokenSecret.Key] != "scrape-t0ken" {
-				t.Errorf("bearer token from %+v; the Secret %s holds %v", ep.BearerTokenSecret, m.secrets[0].Name, m.secrets[0].StringData)
+			if cr := ep.Authorization.Credentials; ep.Authorization.Type != "Bearer" || cr.Name != m.secrets[0].Name || m.secrets[0].StringData[cr.Key] != "scrape-t0ken" {
+				t.Errorf("authorization %+v; the Secret %s holds %v", ep.Authorization, m.secrets[0].Name, m.secrets[0].StringData)
 			}
 		}},
 		{"ServiceMonitor with an existing secret", `
@@ -263,7 +266,7 @@ serviceMonitor: {enabled: true}
 			if len(m.monitors) != 1 || len(m.monitors[0].Spec.Endpoints) != 1 {
 				t.Fatalf("ServiceMonitors %+v", m.monitors)
 			}
-			ref := m.monitors[0].Spec.Endpoints[0].BearerTokenSecret
+			ref := m.monitors[0].Spec.Endpoints[0].Authorization.Credentials
 			if ref.Name != "anvil-prod" || ref.Key != "scrape-token" {
 				t.Errorf("bearer token from %+v, want anvil-prod's scrape-token", ref)
 			}
