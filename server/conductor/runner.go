@@ -150,6 +150,11 @@ func (c *Conductor) runSteps(n *ent.Node, run string, steps []Step, who string, 
 		// An abort, a conductor shutdown or a run refused before its
 		// first step says nothing about the machine and sets neither.
 		inBand := c.endAgent(ctx, n, ph, msg)
+		if wipe {
+			// Before the final state: whoever sees the cleaning end
+			// finds its wipe record.
+			c.endWipe(ctx, n, msg)
+		}
 		fault := map[string]string{"clean": FaultClean, "service": FaultService}[kind]
 		end(func(u *ent.NodeUpdate) {
 			u.SetProvisionState(ph.failed).ClearTargetProvisionState().SetLastError(msg).SetProvisionUpdatedAt(time.Now())
@@ -160,9 +165,6 @@ func (c *Conductor) runSteps(n *ent.Node, run string, steps []Step, who string, 
 				u.SetPowerState(*n.PowerState)
 			}
 		}, e)
-		if wipe {
-			c.endWipe(ctx, n, msg)
-		}
 	}
 	fail := func(msg string) { failWith(msg, nil, false) }
 	// An automated cleaning that cannot start is a wipe that cannot
@@ -254,11 +256,13 @@ func (c *Conductor) runSteps(n *ent.Node, run string, steps []Step, who string, 
 	delete(info, kind+"_step_total")
 	// The final state and its event land together, so whoever sees the
 	// node done also sees why.
-	carry.events = append(carry.events, event(history.Info, fmt.Sprintf("All %d %s steps done; node is %s", len(steps), kind, ph.done)))
-	settle(record(stepWrite{state: ph.done, info: info, step: map[string]any{}, end: true, at: time.Now()}))
 	if wipe {
+		// Before the node is available: the next tenant's view of it
+		// already has the record of the wipe that made it so.
 		c.endWipe(ctx, n, "")
 	}
+	carry.events = append(carry.events, event(history.Info, fmt.Sprintf("All %d %s steps done; node is %s", len(steps), kind, ph.done)))
+	settle(record(stepWrite{state: ph.done, info: info, step: map[string]any{}, end: true, at: time.Now()}))
 }
 
 // firstStep prepares a claim that starts a run of steps to record the
