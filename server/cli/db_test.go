@@ -52,24 +52,8 @@ func serveInProcess(t *testing.T, db string, flags ...string) (url string, stop 
 func serveLogged(t *testing.T, db string, flags ...string) (url string, logs *lockedBuffer, stop func()) {
 	t.Helper()
 	addr := fmt.Sprintf("127.0.0.1:%d", testport.TCP(t))
-	logs = &lockedBuffer{}
-	root := cli.NewRoot(logs, logs)
-	root.SetArgs(append([]string{"serve", "--listen", addr, "--database", db, "--log-level", "info"}, flags...))
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- root.ExecuteContext(ctx) }()
+	logs, stop = startServe(t, db, append([]string{"--listen", addr}, flags...)...)
 	url = "http://" + addr
-	stop = func() {
-		cancel()
-		select {
-		case err := <-done:
-			if err != nil {
-				t.Errorf("serve: %v\n%s", err, logs.String())
-			}
-		case <-time.After(40 * time.Second):
-			t.Fatal("serve did not stop")
-		}
-	}
 	for range 200 {
 		if r, err := http.Get(url + "/readyz"); err == nil {
 			r.Body.Close()
@@ -82,6 +66,30 @@ func serveLogged(t *testing.T, db string, flags ...string) (url string, logs *lo
 	stop()
 	t.Fatalf("serve did not become ready:\n%s", logs.String())
 	return "", nil, nil
+}
+
+// startServe starts `anvil serve` on db with flags (--listen among
+// them) and info-level logs, without waiting for it to answer; stop
+// ends it and reports how it ended.
+func startServe(t *testing.T, db string, flags ...string) (logs *lockedBuffer, stop func()) {
+	t.Helper()
+	logs = &lockedBuffer{}
+	root := cli.NewRoot(logs, logs)
+	root.SetArgs(append([]string{"serve", "--database", db, "--log-level", "info"}, flags...))
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- root.ExecuteContext(ctx) }()
+	return logs, func() {
+		cancel()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Errorf("serve: %v\n%s", err, logs.String())
+			}
+		case <-time.After(40 * time.Second):
+			t.Fatal("serve did not stop")
+		}
+	}
 }
 
 // TestMigrationsLogged: serve on a new database says it migrates, from

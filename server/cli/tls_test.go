@@ -1,7 +1,6 @@
 package cli_test
 
 import (
-	"context"
 	"crypto/tls"
 	"crypto/x509"
 	"fmt"
@@ -15,7 +14,6 @@ import (
 	"time"
 
 	"github.com/anvilproject/anvil/internal/testport"
-	"github.com/anvilproject/anvil/server/cli"
 	"github.com/anvilproject/anvil/server/tlscert/tlscerttest"
 )
 
@@ -32,24 +30,9 @@ func TestServeTLS(t *testing.T) {
 
 	addr := fmt.Sprintf("127.0.0.1:%d", testport.TCP(t))
 	plain := fmt.Sprintf("127.0.0.1:%d", testport.TCP(t))
-	var logs lockedBuffer
-	root := cli.NewRoot(&logs, &logs)
-	root.SetArgs([]string{"serve", "--listen", addr, "--database", filepath.Join(dir, "anvil.db"), "--log-level", "info",
-		"--tls-cert", cert, "--tls-key", key, "--tls-reload-interval", "100ms", "--tls-redirect-listen", plain})
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- root.ExecuteContext(ctx) }()
-	defer func() {
-		cancel()
-		select {
-		case err := <-done:
-			if err != nil {
-				t.Errorf("serve: %v\n%s", err, logs.String())
-			}
-		case <-time.After(40 * time.Second):
-			t.Fatal("serve did not stop")
-		}
-	}()
+	logs, stopServe := startServe(t, filepath.Join(dir, "anvil.db"), "--listen", addr,
+		"--tls-cert", cert, "--tls-key", key, "--tls-reload-interval", "100ms", "--tls-redirect-listen", plain)
+	defer stopServe()
 
 	// Trusts both CAs, and opens a new connection for every request so
 	// that each one is a handshake with the pair served at that moment.
