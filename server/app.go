@@ -47,6 +47,7 @@ import (
 	"github.com/anvilproject/anvil/server/identity"
 	"github.com/anvilproject/anvil/server/imagecache"
 	"github.com/anvilproject/anvil/server/inspectionrules"
+	"github.com/anvilproject/anvil/server/keystone"
 	"github.com/anvilproject/anvil/server/nodes"
 	"github.com/anvilproject/anvil/server/obs"
 	"github.com/anvilproject/anvil/server/oidclogin"
@@ -423,6 +424,7 @@ func (a *App) routes() *fiber.App {
 		// Before the API: the portal answers GET / for browsers and passes
 		// every other client on to version discovery.
 		a.Portal.Register(app)
+		(&keystone.Handler{IDs: a.IDs, Catalog: []keystone.Endpoint{{Type: "baremetal", Name: "ironic", Path: "/"}}}).Register(app)
 	}
 	(&api.API{Nodes: a.Nodes, Ops: a.Portal.Ops, Runbooks: a.Runbooks, Allocations: a.Allocations, Campaigns: a.Campaigns, Wipes: a.Wipes, Ports: a.Ports, Guard: a.Guard, Audit: a.Audit, Log: a.opts.Log,
 		Chassis: chassis.New(a.DB, a.Guard), Volume: volume.New(a.DB, a.Guard, a.Nodes),

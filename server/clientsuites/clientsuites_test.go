@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
-	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -336,7 +335,7 @@ func TestReleasesFor(t *testing.T) {
 // TestGophercloudAcceptance runs gophercloud's baremetal acceptance suites
 // against Anvil, once per branch (a fresh Anvil each time): noauth/ and
 // httpbasic/ as they are, and v1/, whose client authenticates through
-// Keystone, through keystoneFront below.
+// Keystone: Anvil's own Identity v3 endpoint (server/keystone).
 func TestGophercloudAcceptance(t *testing.T) {
 	goBin, dir := gophercloudDir(t)
 	each := func(t *testing.T, authNone bool, run func(t *testing.T, a *anvil, branch string)) {
@@ -360,63 +359,11 @@ func TestGophercloudAcceptance(t *testing.T) {
 	})
 	t.Run("v1", func(t *testing.T) {
 		each(t, false, func(t *testing.T, a *anvil, b string) {
-			rs := runGophercloud(t, goBin, dir, "v1", "OS_BRANCH="+b, "OS_AUTH_URL="+keystoneFront(t, a), "OS_USERNAME="+identity.BootstrapUser, "OS_PASSWORD="+adminPassword, "OS_DOMAIN_NAME=Default")
+			rs := runGophercloud(t, goBin, dir, "v1", "OS_BRANCH="+b, "OS_AUTH_URL="+a.URL+"/identity/v3/", "OS_USERNAME="+identity.BootstrapUser, "OS_PASSWORD="+adminPassword, "OS_DOMAIN_NAME=Default")
 			report(t, "gophercloud v1 "+b, rs, a)
 			checkGophercloud(t, rs)
 		})
 	})
-}
-
-// keystoneFront answers the one Keystone call gophercloud's v1 suite makes
-// to build its client (v3 password authentication, returning a token and a
-// catalog) over Anvil's own accounts: Anvil's identity service checks the
-// password and mints the token, a real Anvil API token carrying the
-// account's roles, so every baremetal call is authenticated by Anvil itself
-// as any token client's is. It returns the auth URL to give the suite.
-func keystoneFront(t *testing.T, a *anvil) string {
-	t.Helper()
-	mux := http.NewServeMux()
-	mux.HandleFunc("POST /v3/auth/tokens", func(w http.ResponseWriter, r *http.Request) {
-		var req struct {
-			Auth struct {
-				Identity struct {
-					Password struct {
-						User struct{ Name, Password string }
-					}
-				}
-			}
-		}
-		if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
-			http.Error(w, err.Error(), http.StatusBadRequest)
-			return
-		}
-		u := req.Auth.Identity.Password.User
-		p, err := a.IDs.Login(r.Context(), u.Name, u.Password, "127.0.0.1", nil)
-		if err != nil {
-			http.Error(w, err.Error(), http.StatusUnauthorized)
-			return
-		}
-		expires := time.Now().Add(time.Hour).UTC()
-		secret, _, err := a.IDs.CreateToken(r.Context(), identity.TokenRequest{User: p.User, Scope: identity.Scope{System: p.System, Project: p.Project}, Roles: p.Roles, Expires: time.Hour})
-		if err != nil {
-			http.Error(w, err.Error(), http.StatusInternalServerError)
-			return
-		}
-		w.Header().Set("X-Subject-Token", secret)
-		w.Header().Set("Content-Type", "application/json")
-		w.WriteHeader(http.StatusCreated)
-		_ = json.NewEncoder(w).Encode(map[string]any{"token": map[string]any{
-			"methods":    []string{"password"},
-			"expires_at": expires.Format(time.RFC3339),
-			"user":       map[string]any{"id": p.User, "name": p.User, "domain": map[string]any{"id": "default", "name": "Default"}},
-			"catalog": []any{map[string]any{"type": "baremetal", "name": "ironic", "id": "baremetal", "endpoints": []any{
-				map[string]any{"id": "anvil", "interface": "public", "region": "RegionOne", "region_id": "RegionOne", "url": a.URL + "/"},
-			}}},
-		}})
-	})
-	ts := httptest.NewServer(mux)
-	t.Cleanup(ts.Close)
-	return ts.URL + "/v3/"
 }
 
 // sdkClouds is a clouds.yaml; the three cloud names the functional tests

@@ -15,6 +15,7 @@ import (
 	"github.com/anvilproject/anvil/ent"
 	"github.com/anvilproject/anvil/ent/apitoken"
 	"github.com/anvilproject/anvil/ent/roleassignment"
+	"github.com/anvilproject/anvil/ent/user"
 	"github.com/anvilproject/anvil/policies"
 	"github.com/anvilproject/anvil/server/errs"
 )
@@ -357,4 +358,18 @@ func (s *Service) RevokeToken(ctx context.Context, id, owner string) (err error)
 	}
 	s.forget()
 	return nil
+}
+
+// LoginToken mints the token of a password login by an OpenStack client
+// (Keystone's POST /v3/auth/tokens): every role p holds, expiring after
+// lifetime, described as description. Such tokens pile up with every
+// login, so the user's expired ones of the same description go first.
+func (s *Service) LoginToken(ctx context.Context, p *policies.Principal, lifetime time.Duration, description string) (string, TokenInfo, error) {
+	_, err := s.db.APIToken.Delete().Where(apitoken.HasUserWith(user.Name(p.User)), apitoken.Description(description),
+		apitoken.ExpiresAtLT(time.Now())).Exec(ctx)
+	if err != nil {
+		return "", TokenInfo{}, err
+	}
+	return s.CreateToken(policies.WithPrincipal(ctx, p), TokenRequest{User: p.User, Scope: Scope{p.System, p.Project},
+		Roles: p.Roles, Expires: lifetime, Description: description})
 }
