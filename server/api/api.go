@@ -173,6 +173,11 @@ func (a *API) Register(root fiber.Router, v1 fiber.Router) {
 	a.registerAgent(v1)
 	a.registerAgentLogs(v1)
 	a.registerFirmwareImages(root, v1)
+	// After every states/<x> route: Ironic's states controller has no
+	// other PUT, which its router answers 405.
+	v1.Put("/nodes/:node/states/:state", func(c *fiber.Ctx) error {
+		return fiber.NewError(fiber.StatusMethodNotAllowed, "The states that can be set are power, provision, raid, boot_mode, secure_boot and console, not "+c.Params("state"))
+	})
 	a.registerIPXE(root)
 	if a.BootISOs != nil {
 		root.Get(bootiso.RoutePrefix+":name", a.downloadBootISO)

@@ -1,9 +1,11 @@
 package api_test
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 
+	"github.com/anvilproject/anvil/server/api"
 	"github.com/anvilproject/anvil/server/store"
 	"github.com/anvilproject/anvil/server/store/storetest"
 )
@@ -71,6 +73,58 @@ func TestSetTraitsDropsDuplicates(t *testing.T) {
 		mustFault(t, c.Do(t, "PUT", "/v1/nodes/tr/traits", map[string]any{"traits": []string{"CUSTOM_C", "CUSTOM_C", "nope"}}), 400, "nope")
 		if got := c.Do(t, "GET", "/v1/nodes/tr/traits", nil).JSON(t)["traits"].([]any); len(got) != 2 {
 			t.Errorf("a refused PUT changed the traits to %v", got)
+		}
+	})
+}
+
+// TestTempestRBACOrder: the answers ironic-tempest-plugin's RBAC tests
+// expect, in Ironic's order of checks. An empty node patch and a boot
+// mode or secure boot change below 1.76 are authorized before anything
+// else is said (404 to a project that cannot see the node, 403 to a
+// reader that can), a PUT to a node state Ironic has no route for is
+// 405, and the fake machine's LEDs are Ironic's fake's.
+func TestTempestRBACOrder(t *testing.T) {
+	storetest.Each(t, func(t *testing.T, setting string, _ *store.DB) {
+		_, clients := startLocal(t, setting)
+		admin, sysReader, other := clients["system-admin"], clients["system-reader"], clients["other-reader"]
+		r := admin.Do(t, "POST", "/v1/nodes", map[string]any{"driver": "fake-hardware", "owner": "own"})
+		mustStatus(t, r, 201)
+		id := fmt.Sprint(r.JSON(t)["uuid"])
+		node := "/v1/nodes/" + id
+
+		mustStatus(t, other.Do(t, "PATCH", node, `[]`), 404)
+		mustStatus(t, sysReader.Do(t, "PATCH", node, `[]`), 403)
+		mustFault(t, admin.Do(t, "PATCH", node, `[]`), 400, "empty")
+
+		old := api.VerChangeBootMode - 1
+		for _, path := range []string{"/states/boot_mode", "/states/secure_boot"} {
+			body := map[string]any{"target": "uefi"}
+			if path == "/states/secure_boot" {
+				body = map[string]any{"target": true}
+			}
+			mustStatus(t, atVer(other, old).Do(t, "PUT", node+path, body), 404)
+			mustStatus(t, atVer(sysReader, old).Do(t, "PUT", node+path, body), 403)
+			mustFault(t, atVer(admin, old).Do(t, "PUT", node+path, body), 404, api.VerChangeBootMode.String())
+		}
+
+		mustStatus(t, sysReader.Do(t, "PUT", node+"/states/target_raid_config", map[string]any{"raid": "config"}), 405)
+		// The routes that exist still answer for themselves.
+		mustFault(t, admin.Do(t, "PUT", node+"/states/raid", map[string]any{"logical_disks": []any{}}), 400, "logical_disks")
+
+		leds := sysReader.Do(t, "GET", node+"/management/indicators", nil).JSON(t)["indicators"].([]any)
+		var names []string
+		for _, l := range leds {
+			m := l.(map[string]any)
+			names = append(names, fmt.Sprint(m["name"], " readonly=", m["readonly"]))
+		}
+		if strings.Join(names, ", ") != "led@system readonly=false, led-0@chassis readonly=true" {
+			t.Errorf("the fake machine's indicators: %v", names)
+		}
+		mustStatus(t, sysReader.Do(t, "GET", node+"/management/indicators/led@system", nil), 200)
+		mustStatus(t, sysReader.Do(t, "PUT", node+"/management/indicators/led@system", map[string]any{"state": "blinking"}), 403)
+		mustStatus(t, admin.Do(t, "PUT", node+"/management/indicators/led@system", map[string]any{"state": "blinking"}), 204)
+		if s := admin.Do(t, "GET", node+"/management/indicators/led@system", nil).JSON(t)["state"]; s != "blinking" {
+			t.Errorf("led@system after the set: %v", s)
 		}
 	})
 }

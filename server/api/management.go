@@ -18,8 +18,10 @@ const (
 )
 
 func (a *API) registerManagement(v1 fiber.Router) {
-	v1.Put("/nodes/:node/states/boot_mode", subSince(VerChangeBootMode, "boot mode"), a.setBootMode)
-	v1.Put("/nodes/:node/states/secure_boot", subSince(VerChangeBootMode, "secure boot"), a.setSecureBoot)
+	// Their version is checked after authorization, as Ironic does: a
+	// reader of an older version is told 403, not that the route is new.
+	v1.Put("/nodes/:node/states/boot_mode", a.setBootMode)
+	v1.Put("/nodes/:node/states/secure_boot", a.setSecureBoot)
 	v1.Get("/nodes/:node/management/indicators", subSince(VerIndicators, "indicators"), query(), a.listIndicators)
 	v1.Get("/nodes/:node/management/indicators/:indicator", subSince(VerIndicators, "indicators"), query(), a.getIndicator)
 	v1.Put("/nodes/:node/management/indicators/:indicator", subSince(VerIndicators, "indicators"), a.setIndicator)
@@ -83,8 +85,20 @@ func (a *API) statesAccepted(c *fiber.Ctx) error {
 	return c.SendStatus(202)
 }
 
+// bootModeVersion is Ironic's 404 for a boot mode or secure boot change
+// asked below the version that added them.
+func bootModeVersion(c *fiber.Ctx) error {
+	if ver(c) < VerChangeBootMode {
+		return errs.NotFound("This endpoint is supported starting with the API version %s", VerChangeBootMode)
+	}
+	return nil
+}
+
 func (a *API) setBootMode(c *fiber.Ctx) error {
 	if err := a.authorizeFirst(c, cond.RuleSetBootMode); err != nil {
+		return err
+	}
+	if err := bootModeVersion(c); err != nil {
 		return err
 	}
 	var in struct {
@@ -104,6 +118,9 @@ func (a *API) setBootMode(c *fiber.Ctx) error {
 
 func (a *API) setSecureBoot(c *fiber.Ctx) error {
 	if err := a.authorizeFirst(c, cond.RuleSetSecureBoot); err != nil {
+		return err
+	}
+	if err := bootModeVersion(c); err != nil {
 		return err
 	}
 	var in struct {

@@ -132,12 +132,12 @@ var matrix = []struct {
 	// set_boot_mode and set_secure_boot are SYSTEM_OR_PROJECT_MEMBER,
 	// get_indicator_state SYSTEM_OR_PROJECT_READER, set_indicator_state
 	// SYSTEM_MEMBER_OR_OWNER_MEMBER, inject_nmi SYSTEM_MEMBER_OR_OWNER_ADMIN,
-	// as in Ironic. The fake machine's one LED is {n}@system.
+	// as in Ironic. The fake machine's settable LED is led@system, as Ironic's fake names it.
 	{"PUT", "/v1/nodes/{n}/states/boot_mode", `{"target":"bios"}`, "401 | 202 202 403 202 | 202 202 202 403 403 | 202 202 202 403 404 | 404 404 404 404 | 202"},
 	{"PUT", "/v1/nodes/{n}/states/secure_boot", `{"target":true}`, "401 | 202 202 403 202 | 202 202 202 403 403 | 202 202 202 403 404 | 404 404 404 404 | 202"},
 	{"GET", "/v1/nodes/{n}/management/indicators", "", "401 | 200 200 200 200 | 200 200 200 200 200 | 200 200 200 200 404 | 404 404 404 404 | 200"},
-	{"GET", "/v1/nodes/{n}/management/indicators/{n}@system", "", "401 | 200 200 200 200 | 200 200 200 200 200 | 200 200 200 200 404 | 404 404 404 404 | 200"},
-	{"PUT", "/v1/nodes/{n}/management/indicators/{n}@system", `{"state":"blinking"}`, "401 | 204 204 403 204 | 204 204 204 403 204 | 403 403 403 403 404 | 404 404 404 404 | 204"},
+	{"GET", "/v1/nodes/{n}/management/indicators/led@system", "", "401 | 200 200 200 200 | 200 200 200 200 200 | 200 200 200 200 404 | 404 404 404 404 | 200"},
+	{"PUT", "/v1/nodes/{n}/management/indicators/led@system", `{"state":"blinking"}`, "401 | 204 204 403 204 | 204 204 204 403 204 | 403 403 403 403 404 | 404 404 404 404 | 204"},
 	{"PUT", "/v1/nodes/{n}/management/inject_nmi", `{}`, "401 | 204 204 403 204 | 204 204 403 403 204 | 403 403 403 403 404 | 404 404 404 404 | 204"},
 	// get_console and set_console_state are SYSTEM_MEMBER_OR_OWNER_MEMBER:
 	// no lessee, as in Ironic.

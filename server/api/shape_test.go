@@ -73,8 +73,8 @@ var versionedEndpoints = []struct {
 	{"GET", "/v1/nodes/{n}/vmedia", "", api.VerVMediaGet, 404},
 	{"PUT", "/v1/nodes/{n}/management/inject_nmi", "", api.VerInjectNMI, 404},
 	{"GET", "/v1/nodes/{n}/management/indicators", "", api.VerIndicators, 404},
-	{"GET", "/v1/nodes/{n}/management/indicators/{n}@system", "", api.VerIndicators, 404},
-	{"PUT", "/v1/nodes/{n}/management/indicators/{n}@system", `{"state":"on"}`, api.VerIndicators, 404},
+	{"GET", "/v1/nodes/{n}/management/indicators/led@system", "", api.VerIndicators, 404},
+	{"PUT", "/v1/nodes/{n}/management/indicators/led@system", `{"state":"on"}`, api.VerIndicators, 404},
 }
 
 // TestNodeShapePerVersion walks the ladder 1.1..VerMax: at each version a

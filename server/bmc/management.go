@@ -204,7 +204,9 @@ func (c *ipmiClient) ClearEventLog(ctx context.Context) error {
 	return err
 }
 
-// fake LEDs, guarded by the fake's lock.
+// fake LEDs are Ironic's fake management interface's: the system's
+// settable "led" and the chassis' read-only "led-0", which is on. The
+// system LED's state is kept under the fake's lock.
 func (f *fake) Indicators(context.Context) ([]Indicator, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -212,12 +214,16 @@ func (f *fake) Indicators(context.Context) ([]Indicator, error) {
 	if st == "" {
 		st = IndicatorOff
 	}
-	return []Indicator{{Component: "system", ID: f.uuid, States: settable, State: st}}, nil
+	return []Indicator{{Component: "system", ID: fakeLED, States: settable, State: st},
+		{Component: "chassis", ID: "led-0", ReadOnly: true, States: []string{IndicatorOff, IndicatorOn}, State: IndicatorOn}}, nil
 }
 
+// fakeLED is the fake machine's settable LED, as Ironic's fake names it.
+const fakeLED = "led"
+
 func (f *fake) SetIndicator(_ context.Context, component, id, state string) error {
-	if component != "system" || id != f.uuid || !slices.Contains(settable, state) {
-		return &Error{Op: "setting indicator", Kind: ErrUnsupported, Reason: "the fake machine has only its system LED"}
+	if component != "system" || id != fakeLED || !slices.Contains(settable, state) {
+		return &Error{Op: "setting indicator", Kind: ErrUnsupported, Reason: "the fake machine's only settable LED is led@system"}
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()

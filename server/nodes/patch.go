@@ -89,16 +89,32 @@ type PatchOp struct {
 
 // DecodePatch decodes an RFC 6902 document's shape only: a non-empty list
 // of operations. What each operation may touch is decided after the
-// caller is known to see the node and to be allowed to change it.
+// caller is known to see the resource and to be allowed to change it.
 func DecodePatch(raw []byte) ([]PatchOp, error) {
+	ops, err := decodeOps(raw)
+	if err != nil {
+		return nil, err
+	}
+	return ops, nonEmpty(ops)
+}
+
+// decodeOps decodes a patch that may be empty: a node's emptiness is
+// refused only after the caller is known to see the node and to hold the
+// update rule, as Ironic authorizes an empty node patch (so a reader
+// learns nothing from its answer but what a GET tells).
+func decodeOps(raw []byte) ([]PatchOp, error) {
 	var ops []PatchOp
 	if err := json.Unmarshal(raw, &ops); err != nil {
 		return nil, errs.BadRequest("patch", "the body must be a JSON patch: a list of {op, path, value} objects (%v)", err)
 	}
-	if len(ops) == 0 {
-		return nil, errs.BadRequest("patch", "the patch is empty")
-	}
 	return ops, nil
+}
+
+func nonEmpty(ops []PatchOp) error {
+	if len(ops) == 0 {
+		return errs.BadRequest("patch", "the patch is empty")
+	}
+	return nil
 }
 
 // checkOps checks each operation's shape and target field, naming the
@@ -183,8 +199,9 @@ func topField(path string) string {
 
 // patchRules are the rules a patch needs, decided from the paths it names
 // as Ironic decides them: a field with its own rule needs that rule, any
-// other field the generic update rule. A move also changes the field it
-// takes from, so its source counts too; a test names a field it probes.
+// other field (or an empty patch) the generic update rule. A move also
+// changes the field it takes from, so its source counts too; a test names
+// a field it probes.
 func patchRules(ops []PatchOp) []string {
 	seen := map[string]bool{}
 	var rules []string
@@ -209,6 +226,9 @@ func patchRules(ops []PatchOp) []string {
 				rules = append(rules, RuleDisableCleaning)
 			}
 		}
+	}
+	if len(rules) == 0 {
+		rules = append(rules, RuleUpdate)
 	}
 	return rules
 }
@@ -382,7 +402,7 @@ type PatchOptions struct {
 
 // PatchWith is Patch with the PATCH's query parameters.
 func (s *Service) PatchWith(ctx context.Context, ident string, raw []byte, allowed func(field string) error, opts PatchOptions) (*View, error) {
-	ops, err := DecodePatch(raw)
+	ops, err := decodeOps(raw)
 	if err != nil {
 		return nil, err
 	}
@@ -396,6 +416,9 @@ func (s *Service) PatchWith(ctx context.Context, ident string, raw []byte, allow
 	if p := policies.PrincipalFrom(ctx); opts.KeepSecrets && (p == nil || !p.System) {
 		err := errs.Forbidden("keep_secrets=true is for system-scoped callers only: send the BMC password with the change instead")
 		s.guard.Done(ctx, RuleUpdate, "node", n.UUID, err, map[string]any{"keep_secrets": true})
+		return nil, err
+	}
+	if err := nonEmpty(ops); err != nil {
 		return nil, err
 	}
 	if err := checkOps(ops); err != nil {
