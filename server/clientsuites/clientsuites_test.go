@@ -391,33 +391,43 @@ func sdkClouds(authType, url string) string {
 `
 }
 
-// runSDK runs openstacksdk's functional baremetal tests through
-// testdata/sdkrun.py with Debian's interpreter and clouds.yaml.
+// runSDK runs openstacksdk's functional baremetal tests with clouds.yaml.
 func runSDK(t *testing.T, clouds string) []result {
 	t.Helper()
 	dir := t.TempDir()
-	cfg, rows := filepath.Join(dir, "clouds.yaml"), filepath.Join(dir, "results.jsonl")
+	cfg := filepath.Join(dir, "clouds.yaml")
 	if err := os.WriteFile(cfg, []byte(clouds), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	runner, err := filepath.Abs("testdata/sdkrun.py")
-	if err != nil {
 		t.Fatal(err)
 	}
 	// OS_TEST_TIMEOUT is the per-test limit (openstacksdk's base test case
 	// defaults it to 5 s, meant for its unit tests; its tox functional
 	// environment raises it); one minute is ample for fake hardware, and a
-	// test past it fails with fixtures' TimeoutException. The whole run has
-	// a limit too, reported as the test it was in not finishing.
+	// test past it fails with fixtures' TimeoutException.
+	return runUnittest(t, "openstacksdk", sdkSuite, sdkTop, sdkPrefix, dir,
+		"OS_CLIENT_CONFIG_FILE="+cfg, "HOME="+dir, "OS_TEST_TIMEOUT=60", "OPENSTACKSDK_FUNC_TEST_TIMEOUT=60")
+}
+
+// runUnittest runs the unittest suite below suite (packages from top)
+// through testdata/unittestrun.py with Debian's interpreter, in dir with
+// extra environment, and returns each test's result named without
+// prefix. The whole run has a limit, reported as the test it was in not
+// finishing.
+func runUnittest(t *testing.T, what, suite, top, prefix, dir string, extra ...string) []result {
+	t.Helper()
+	rows := filepath.Join(dir, "results.jsonl")
+	runner, err := filepath.Abs("testdata/unittestrun.py")
+	if err != nil {
+		t.Fatal(err)
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, "/usr/bin/python3", runner, rows)
+	cmd := exec.CommandContext(ctx, "/usr/bin/python3", runner, rows, suite, top)
 	cmd.Dir = dir
-	cmd.Env = env("OS_CLIENT_CONFIG_FILE="+cfg, "HOME="+dir, "OS_TEST_TIMEOUT=60", "OPENSTACKSDK_FUNC_TEST_TIMEOUT=60")
+	cmd.Env = env(extra...)
 	out, runErr := cmd.CombinedOutput()
 	data, err := os.ReadFile(rows)
 	if err != nil {
-		t.Fatalf("openstacksdk: no results: %v (%v)\n%s", err, runErr, out)
+		t.Fatalf("%s: no results: %v (%v)\n%s", what, err, runErr, out)
 	}
 	var rs []result
 	running := ""
@@ -426,7 +436,7 @@ func runSDK(t *testing.T, clouds string) []result {
 		if json.Unmarshal(line, &row) != nil {
 			continue
 		}
-		name := strings.TrimPrefix(row.ID, sdkPrefix)
+		name := strings.TrimPrefix(row.ID, prefix)
 		if row.Status == "start" {
 			running = name
 			continue
@@ -438,16 +448,17 @@ func runSDK(t *testing.T, clouds string) []result {
 		rs = append(rs, result{name: running, status: "fail", message: fmt.Sprintf("did not finish: %v", ctx.Err())})
 	}
 	if len(rs) == 0 {
-		t.Fatalf("openstacksdk: no test ran (%v)\n%s", runErr, out)
+		t.Fatalf("%s: no test ran (%v)\n%s", what, runErr, out)
 	}
 	return rs
 }
 
-// allowedFailures reads sdk-allowed-failures.txt: one test a line (its id
-// below openstack.tests.functional.baremetal.), then the reason.
-func allowedFailures(t *testing.T) map[string]string {
+// allowedFailures reads a list of the failures a suite may have
+// (sdk-allowed-failures.txt, tempest-allowed-failures.txt): one test a
+// line (its id below the suite's prefix), then the reason.
+func allowedFailures(t *testing.T, file string) map[string]string {
 	t.Helper()
-	data, err := os.ReadFile("sdk-allowed-failures.txt")
+	data, err := os.ReadFile(file)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -459,7 +470,7 @@ func allowedFailures(t *testing.T) map[string]string {
 		}
 		name, reason, _ := strings.Cut(line, " ")
 		if strings.TrimSpace(reason) == "" {
-			t.Fatalf("sdk-allowed-failures.txt:%d: %s has no reason", i+1, name)
+			t.Fatalf("%s:%d: %s has no reason", file, i+1, name)
 		}
 		allowed[name] = strings.TrimSpace(reason)
 	}
@@ -480,7 +491,7 @@ func TestOpenstackSDKFunctional(t *testing.T) {
 	}
 	_, err := os.Stat(sdkSuite)
 	need(t, "openstacksdk's functional baremetal tests", err)
-	allowed := allowedFailures(t)
+	allowed := allowedFailures(t, "sdk-allowed-failures.txt")
 	failed := map[string]bool{}
 	complete := 0
 	for _, auth := range []string{"none", "http_basic"} {

@@ -1,16 +1,19 @@
-"""Run openstacksdk's functional baremetal tests, unmodified, and write one
-JSON line per test event to the file named by the first argument:
-{"id", "status", "message"}; status is start, pass, fail or skip; message is
-the last line of the error (the exception raised) or the skip reason. The
-tests' own logging and unittest's text output go to stdout and stderr."""
+"""Run a client's own unittest suite, unmodified (openstacksdk's functional
+baremetal tests, ironic-tempest-plugin's API tests):
+
+    unittestrun.py RESULTS SUITE_DIR TOP_DIR
+
+discovers the tests under SUITE_DIR (imported as packages below TOP_DIR)
+and writes one JSON line per test event to RESULTS: {"id", "status",
+"message"}; status is start, pass, fail or skip; message is the last line
+of the error (the exception raised) or the skip reason. A class whose
+setUpClass fails is one failed row named after it, as unittest reports it.
+The tests' own logging and unittest's text output go to stdout and
+stderr."""
 import json
 import sys
 import traceback
 import unittest
-
-SUITE = "/usr/lib/python3/dist-packages/openstack/tests/functional/baremetal"
-TOP = "/usr/lib/python3/dist-packages"
-
 
 def last_line(text):
     lines = [l.strip() for l in text.strip().splitlines() if l.strip()]
@@ -59,7 +62,7 @@ class Result(unittest.TextTestResult):
 
 def main():
     try:
-        suite = unittest.defaultTestLoader.discover(SUITE, top_level_dir=TOP)
+        suite = unittest.defaultTestLoader.discover(sys.argv[2], top_level_dir=sys.argv[3])
     except Exception:
         traceback.print_exc()
         return 2
