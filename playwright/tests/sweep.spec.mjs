@@ -1,5 +1,5 @@
 import { test, expect } from '@playwright/test';
-import { accessible, signIn } from './helpers.mjs';
+import { accessible, operatorAPI, signIn } from './helpers.mjs';
 
 // The phone layout sweep (issue #28): every kind of portal page at 390×844
 // and 1440×900, light and dark: the page itself never scrolls sideways
@@ -8,9 +8,28 @@ import { accessible, signIn } from './helpers.mjs';
 // bulk results, sessions, audit, a runbook's nodes, the RAID builder…);
 // a11y.spec.mjs checks the sign-in page and takes the main pages'
 // screenshots. Its own state: one runbook run on
-// demo-00033, which no other journey uses.
-test('every page type fits 390 px and 1440 px in both schemes and passes axe', async ({ page }) => {
+// demo-00033, which no other journey uses, and three nodes of its own
+// that make lists wide (issue #44): a failed one, one in maintenance with
+// a long reason, and one with a 60-character name. Journeys run one file
+// at a time in name order, so no later journey counts them.
+test('every page type fits 390 px and 1440 px in both schemes and passes axe', async ({ page, browser, request }) => {
   test.setTimeout(600_000);
+  const api = await operatorAPI(browser, request, 'layout sweep');
+  const longName = 'sweep-rack07-chassis3-blade12-a-rather-long-host-name-for-la';
+  expect(longName).toHaveLength(60);
+  const long = await api('POST', '/v1/nodes', { name: longName, driver: 'fake-hardware', owner: 'sweep-lab-with-a-long-project-name', resource_class: 'baremetal-gpu-large-memory' });
+  const maint = await api('POST', '/v1/nodes', { name: 'sweep-maintenance', driver: 'fake-hardware', owner: 'sweep-lab' });
+  await api('PUT', `/v1/nodes/${maint.uuid}/maintenance`, { reason: 'Replacing the second power supply and the fan tray; the vendor ticket is VND-2026-118834, back on Monday' });
+  // A cleaning aborted while it waits ends in clean failed, with the
+  // abort as its last error.
+  const failed = await api('POST', '/v1/nodes', { name: 'sweep-failed', driver: 'fake-hardware', owner: 'sweep-lab' });
+  await api('PUT', `/v1/nodes/${failed.uuid}/states/provision`, { target: 'manage' });
+  await expect.poll(async () => (await api('GET', `/v1/nodes/${failed.uuid}`)).provision_state, { timeout: 30_000 }).toBe('manageable');
+  await api('PUT', `/v1/nodes/${failed.uuid}/states/provision`, { target: 'clean', clean_steps: [{ interface: 'deploy', step: 'wait', args: { seconds: 60 } }] });
+  await expect.poll(async () => (await api('GET', `/v1/nodes/${failed.uuid}`)).provision_state, { timeout: 30_000 }).toBe('clean wait');
+  await api('PUT', `/v1/nodes/${failed.uuid}/states/provision`, { target: 'abort' });
+  await expect.poll(async () => (await api('GET', `/v1/nodes/${failed.uuid}`)).provision_state, { timeout: 30_000 }).toBe('clean failed');
+
   await signIn(page, 'olga', 'operator-password-1');
 
   // The demo firmware runbook rolled out on demo-00033 gives a campaign
@@ -42,7 +61,11 @@ test('every page type fits 390 px and 1440 px in both schemes and passes axe', a
 
   const pages = [
     ['node list', '/nodes'],
+    ['node list of the wide nodes', '/nodes?q=sweep-'],
     ['node list grouped', '/nodes?group=owner'],
+    ['failed node', `/nodes/${failed.uuid}`],
+    ['node in maintenance', `/nodes/${maint.uuid}`],
+    ['long-named node', `/nodes/${long.uuid}`],
     ['enrol node', '/nodes/new'],
     ['node page', nodeURL],
     ['run page', runURL],
