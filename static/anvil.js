@@ -137,6 +137,11 @@ function addCopyButtons(root) {
 		button.className = "copy-button";
 		button.textContent = "Copy";
 		button.setAttribute("aria-label", `Copy ${what}`);
+		if (el.classList.contains("row-copy")) {
+			// A list row costs two Tab stops, its checkbox and its link; the
+			// node's own page has the same Copy button in the Tab order.
+			button.tabIndex = -1;
+		}
 		const said = document.createElement("span");
 		said.className = "copy-said";
 		said.setAttribute("aria-live", "polite");

@@ -85,3 +85,31 @@ for (const scheme of ['light', 'dark']) {
     await shot(page, testInfo, `nodelist-390-filters-${scheme}`, { fullPage: false });
   });
 }
+
+// Issue #44: from the keyboard, "Skip to the results" passes the filters
+// and the column headers, and each row costs two Tab stops, its checkbox
+// and its link (the row's UUID Copy button is left out of the Tab order;
+// the node's page has it).
+test('the keyboard reaches the first row at once and crosses a row in two Tab stops', async ({ page }) => {
+  await signIn(page, 'olga', 'operator-password-1');
+  await page.goto('/nodes');
+  const rows = page.locator('table.nodes tbody tr[data-node]');
+  await expect(rows.nth(1)).toBeVisible();
+  const skip = page.getByRole('link', { name: 'Skip to the results' });
+  await skip.focus();
+  await expect(skip).toBeVisible();
+  await page.keyboard.press('Enter');
+  const focused = () => page.evaluate(() => {
+    const e = document.activeElement;
+    return `${e.tagName.toLowerCase()} ${e.getAttribute('aria-label') || e.textContent.trim()} in ${e.closest('tr')?.getAttribute('data-node') || '-'}`;
+  });
+  const first = await rows.nth(0).getAttribute('data-node');
+  const second = await rows.nth(1).getAttribute('data-node');
+  const firstName = (await rows.nth(0).locator('td.name a').textContent()).trim();
+  await page.keyboard.press('Tab');
+  expect(await focused()).toBe(`input Select ${firstName} in ${first}`);
+  await page.keyboard.press('Tab');
+  expect(await focused()).toBe(`a ${firstName} in ${first}`);
+  await page.keyboard.press('Tab');
+  expect(await focused()).toMatch(new RegExp(`^input Select .* in ${second}$`));
+});
