@@ -232,23 +232,27 @@ func hardware(d *views.NodeDetail, v *nodes.View) {
 // denied explains a policy refusal to the viewer: who they are acting as,
 // what they may not do, and the rule that says so.
 func (p *Portal) denied(ctx context.Context, what, rule string) string {
-	pr := policies.PrincipalFrom(ctx)
 	who := "your role"
-	if pr != nil {
-		role := "no role"
-		for _, r := range []string{"admin", "manager", "member", "reader", "service"} {
-			if slices.Contains(pr.Roles, r) {
-				role = r
-				break
-			}
-		}
-		if pr.System {
-			who = "your role (system " + role + ")"
-		} else {
-			who = "your role (" + role + " of " + pr.Project + ")"
-		}
+	if pr := policies.PrincipalFrom(ctx); pr != nil {
+		who = "your role (" + roleWords(pr) + ")"
 	}
 	return fmt.Sprintf("Not available: %s %s, by rule %s.", who, what, rule)
+}
+
+// roleWords names a principal's highest role and where it holds it:
+// "system admin", "member of blue".
+func roleWords(pr *policies.Principal) string {
+	role := "no role"
+	for _, r := range []string{"admin", "manager", "member", "reader", "service"} {
+		if slices.Contains(pr.Roles, r) {
+			role = r
+			break
+		}
+	}
+	if pr.System {
+		return "system " + role
+	}
+	return role + " of " + pr.Project
 }
 
 // recovery offers the ways out of a run in progress or a failed one, as
@@ -395,15 +399,63 @@ func (p *Portal) ErrorPage(c *fiber.Ctx, status int, detail string) error {
 		title = "Error"
 	}
 	pg := views.Page{Title: title}
+	if _, ok := c.Locals(sessionLocal).(*Session); !ok && c.Method() == fiber.MethodGet {
+		// An address no route serves never ran the session: the page
+		// still carries the signed-in viewer's navigation.
+		p.viewer(c)
+	}
 	if _, ok := c.Locals(sessionLocal).(*Session); ok {
 		var err error
 		if pg, err = p.page(c, title); err != nil {
 			return err
 		}
 	}
-	return render(c, status, views.ErrorPage(pg, status, detail))
+	plain := p.plainDenial(c, status, detail)
+	technical := ""
+	if plain != detail {
+		technical = detail
+	}
+	return render(c, status, views.ErrorPage(pg, status, plain, technical))
 }
 
+// viewer loads the session of a GET that no portal route took and, when
+// it is a live sign-in, its principal: only to show the viewer's
+// navigation on an error page, so nothing is changed or refreshed.
+func (p *Portal) viewer(c *fiber.Ctx) {
+	sess := p.Sessions.Load(c)
+	if sess.User == "" || sess.Expired {
+		return
+	}
+	ctx := c.UserContext()
+	if rec, err := p.IDs.Session(ctx, sess.ID, sess.Principal()); err != nil || rec == nil {
+		return
+	}
+	pr, err := p.principal(ctx, sess)
+	if err != nil {
+		return
+	}
+	c.Locals(sessionLocal, sess)
+	c.SetUserContext(policies.WithPrincipal(ctx, pr))
+}
+
+// policyRefusal matches the API's words for a policy refusal: the
+// guard's ("Access was denied to the following resource: node (policy
+// baremetal:node:get)") and the enforcer's ("policy R does not allow this
+// action").
+var policyRefusal = regexp.MustCompile(`^(Access was denied to the following resource: .+ \(policy [^)]+\)|policy \S+ does not allow this action)$`)
+
+// plainDenial says a policy refusal as a sentence about the viewer's
+// role; ErrorPage keeps the API's words, with the rule, behind Details.
+func (p *Portal) plainDenial(c *fiber.Ctx, status int, detail string) string {
+	if status != 403 || !policyRefusal.MatchString(detail) {
+		return detail
+	}
+	who := "You are"
+	if pr := policies.PrincipalFrom(c.UserContext()); pr != nil {
+		who = "Your role (" + roleWords(pr) + ") is"
+	}
+	return who + " not allowed to open this page. An administrator of your project, or an operator, can grant the access if you need it."
+}
 func (p *Portal) nodePower(c *fiber.Ctx) error {
 	err := p.Ops.SetPower(c.UserContext(), c.Params("id"), c.FormValue("target"))
 	if err != nil && errs.Status(err) >= 500 {
