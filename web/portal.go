@@ -239,6 +239,9 @@ func (p *Portal) session(c *fiber.Ctx) error {
 			return c.Status(403).SendString("The form was stale or forged (CSRF token missing or wrong). Reload the page and try again.")
 		}
 		if sess.Expired {
+			if err := p.keepDropped(c, sess); err != nil {
+				return err
+			}
 			return p.signInAgain(c)
 		}
 	}
@@ -451,8 +454,11 @@ func (p *Portal) page(c *fiber.Ctx, title string) (views.Page, error) {
 		return pg, nil
 	}
 	pg.User, pg.Scope = pr.User, pr.Scope()
-	if sess.Flash != "" {
+	if sess.Flash != "" || sess.Dropped != nil {
 		pg.Flash, sess.Flash = sess.Flash, ""
+		if sess.Dropped != nil && c.Get("HX-Request") != "true" {
+			pg.Dropped, sess.Dropped = droppedView(sess.Dropped), nil
+		}
 		if err := p.Sessions.Save(c, sess); err != nil {
 			return pg, err
 		}
@@ -553,6 +559,15 @@ func (p *Portal) login(c *fiber.Ctx) error {
 // its cookie; an account that must change its password goes to the page
 // that changes it first, then to where it was going.
 func (p *Portal) startSession(c *fiber.Ctx, s *Session, mustChange bool) error {
+	// What a timed-out page of the same person sent is offered again;
+	// nobody else's.
+	d, err := p.Sessions.TakeDropped(c)
+	if err != nil {
+		return err
+	}
+	if d != nil && d.User == s.Principal() {
+		s.Dropped = d
+	}
 	id, err := p.IDs.StartSession(c.UserContext(), s.Principal(), clientip.Of(c), AbsoluteTimeout, s.sso)
 	if err != nil {
 		return err

@@ -66,6 +66,12 @@ type Session struct {
 	// staleCSRF is the timed-out session's token, which the pages it
 	// served still send: a POST carrying it is the user's own, late.
 	staleCSRF string
+	// staleUser is whom the timed-out session signed in (Principal).
+	staleUser string
+	// Dropped is the action a timed-out session's page sent, which was
+	// not done: the same person's next sign-in keeps it until a page has
+	// offered it.
+	Dropped *Dropped `json:"d,omitempty"`
 	// sso is what the provider said at sign-in, for the new session's
 	// server-side record. Never stored in the cookie.
 	sso *identity.SSOUser
@@ -142,7 +148,7 @@ func (s *Sessions) Load(c *fiber.Ctx) *Session {
 					if sess.User == "" || sess.LoggedIn(time.Now()) {
 						return &sess
 					}
-					return &Session{CSRF: randomToken(), Expired: true, staleCSRF: sess.CSRF}
+					return &Session{CSRF: randomToken(), Expired: true, staleCSRF: sess.CSRF, staleUser: sess.Principal()}
 				}
 			}
 		}
@@ -166,23 +172,69 @@ func (s *Sessions) Save(c *fiber.Ctx, sess *Session) error {
 // Clear removes the cookie.
 func (s *Sessions) Clear(c *fiber.Ctx) error { return s.write(c, &Session{}, true) }
 
-func (s *Sessions) write(c *fiber.Ctx, sess *Session, remove bool) error {
-	r, err := adaptor.ConvertRequest(c, false)
+// droppedCookie holds a timed-out session's last action (Dropped) apart
+// from the session's own cookie, which stays as it was: another tab of
+// the same timed-out session must still be told to sign in, not refused
+// as forged. It lasts as long as a sign-in may take.
+const droppedCookie = "anvil_dropped"
+
+const droppedLifetime = time.Hour
+
+// SaveDropped keeps d in its own cookie until the next sign-in.
+func (s *Sessions) SaveDropped(c *fiber.Ctx, d *Dropped) error {
+	raw, err := json.Marshal(d)
 	if err != nil {
 		return err
 	}
-	gs := sessions.NewSession(s.store, cookieName)
-	opts := *s.store.Options
-	opts.Secure = c.Protocol() == "https"
-	if remove {
-		opts.MaxAge = -1
+	return s.writeCookie(c, droppedCookie, string(raw), int(droppedLifetime.Seconds()))
+}
+
+// TakeDropped reads the kept action, if any, and removes its cookie.
+func (s *Sessions) TakeDropped(c *fiber.Ctx) (*Dropped, error) {
+	if c.Cookies(droppedCookie) == "" {
+		return nil, nil
 	}
-	gs.Options = &opts
+	var d *Dropped
+	if r, err := adaptor.ConvertRequest(c, false); err == nil {
+		if gs, err := s.store.Get(r, droppedCookie); err == nil {
+			if raw, ok := gs.Values["s"].(string); ok {
+				d = &Dropped{}
+				if json.Unmarshal([]byte(raw), d) != nil {
+					d = nil
+				}
+			}
+		}
+	}
+	return d, s.writeCookie(c, droppedCookie, "", -1)
+}
+
+func (s *Sessions) write(c *fiber.Ctx, sess *Session, remove bool) error {
 	raw, err := json.Marshal(sess)
 	if err != nil {
 		return err
 	}
-	gs.Values["s"] = string(raw)
+	maxAge := 0
+	if remove {
+		maxAge = -1
+	}
+	return s.writeCookie(c, cookieName, string(raw), maxAge)
+}
+
+// writeCookie sets cookie name to value, encrypted and signed; maxAge 0
+// keeps the store's, -1 removes the cookie.
+func (s *Sessions) writeCookie(c *fiber.Ctx, name, value string, maxAge int) error {
+	r, err := adaptor.ConvertRequest(c, false)
+	if err != nil {
+		return err
+	}
+	gs := sessions.NewSession(s.store, name)
+	opts := *s.store.Options
+	opts.Secure = c.Protocol() == "https"
+	if maxAge != 0 {
+		opts.MaxAge = maxAge
+	}
+	gs.Options = &opts
+	gs.Values["s"] = value
 	h := headerWriter(http.Header{})
 	if err := s.store.Save(r, h, gs); err != nil {
 		return err
