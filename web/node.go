@@ -232,23 +232,27 @@ func hardware(d *views.NodeDetail, v *nodes.View) {
 // denied explains a policy refusal to the viewer: who they are acting as,
 // what they may not do, and the rule that says so.
 func (p *Portal) denied(ctx context.Context, what, rule string) string {
+	return fmt.Sprintf("Not available: your role%s %s, by rule %s.", roleSaid(ctx, " (%s)"), what, rule)
+}
+
+// roleSaid names the viewer's highest role and its scope ("system
+// admin", "member of blue") in format, or "" when nobody is signed in.
+func roleSaid(ctx context.Context, format string) string {
 	pr := policies.PrincipalFrom(ctx)
-	who := "your role"
-	if pr != nil {
-		role := "no role"
-		for _, r := range []string{"admin", "manager", "member", "reader", "service"} {
-			if slices.Contains(pr.Roles, r) {
-				role = r
-				break
-			}
-		}
-		if pr.System {
-			who = "your role (system " + role + ")"
-		} else {
-			who = "your role (" + role + " of " + pr.Project + ")"
+	if pr == nil {
+		return ""
+	}
+	role := "no role"
+	for _, r := range []string{"admin", "manager", "member", "reader", "service"} {
+		if slices.Contains(pr.Roles, r) {
+			role = r
+			break
 		}
 	}
-	return fmt.Sprintf("Not available: %s %s, by rule %s.", who, what, rule)
+	if pr.System {
+		return fmt.Sprintf(format, "system "+role)
+	}
+	return fmt.Sprintf(format, role+" of "+pr.Project)
 }
 
 // recovery offers the ways out of a run in progress or a failed one, as

@@ -98,7 +98,7 @@ func ParseAddress(s string) (*Address, error) {
 	}
 	boot, known := redfishSchemes[base]
 	if !known || (transport != "" && transport != "http" && transport != "https") {
-		return nil, fmt.Errorf("Anvil has no driver for %s://; use one of %s", scheme, strings.Join(AddressSchemes(), "://, ")+"://")
+		return nil, fmt.Errorf("there is no driver for %s:// in Anvil; use one of %s", scheme, strings.Join(AddressSchemes(), "://, ")+"://")
 	}
 	if transport == "" {
 		transport = "https"
