@@ -286,7 +286,7 @@ func (p *Portal) enrolDriver(c *fiber.Ctx) error {
 			n.Console = v.Console
 		}
 	}
-	return render(c, 200, views.EnrolDriver(n))
+	return render(c, 200, views.EnrolDriverFragment(n))
 }
 
 // enrol creates a node through the nodes service and its boot port
