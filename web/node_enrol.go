@@ -295,11 +295,17 @@ func (p *Portal) enrolDriver(c *fiber.Ctx) error {
 // once, at the top; a project nothing uses yet is asked about first.
 func (p *Portal) enrol(c *fiber.Ctx) error {
 	ctx := c.UserContext()
+	if !p.canEnrol(ctx) {
+		return p.fail(c, errs.Forbidden("%s", p.enrolWho(ctx)))
+	}
 	e := readEnrolment(func(k string) string { return c.FormValue(k) })
 	n := e.view(c)
-	if c.FormValue("step") == "fields" {
+	shown := c.FormValue("shown_driver")
+	n.Changed = e.addr != nil && shown != "" && shown != n.DriverSaid && (len(n.Extras) > 0 || len(n.Consoles) > 1)
+	if c.FormValue("step") == "fields" || n.Changed {
 		// Without JavaScript, the address's fields are asked for by
-		// sending the form; nothing is refused or made yet.
+		// sending the form, and shown before enrolling when the address
+		// changed driver since; nothing is refused or made yet.
 		n.Problems = nil
 		return p.enrolForm(c, 200, n)
 	}

@@ -170,6 +170,15 @@ func TestEnrolFormErrors(t *testing.T) {
 		if st != 200 || !strings.Contains(page, `id="bmclib_homeassistant_switch"`) || strings.Contains(page, `id="redfish_verify_ca"`) || strings.Contains(page, "problems to fix") {
 			t.Errorf("the address's fields without JavaScript: %d\n%s", st, page)
 		}
+		// An address changed to another driver after its fields were
+		// shown: the new driver's fields first, nothing made.
+		st, page, _ = enrolForm(root, "/nodes/new", url.Values{"name": {"changed-1"}, "bmc_address": {"redfish://10.0.0.5"}, "shown_driver": {"ipmi"}})
+		if st != 200 || !strings.Contains(page, `data-testid="driver-changed"`) || !strings.Contains(page, `id="redfish_verify_ca"`) {
+			t.Errorf("driver changed: %d\n%s", st, page)
+		}
+		if r := api.Do(t, "GET", "/v1/nodes/changed-1", nil); r.Status != 404 {
+			t.Errorf("enrolled before the new driver's fields were shown")
+		}
 	})
 }
 
