@@ -3,6 +3,7 @@ package web
 import (
 	"context"
 	"errors"
+	"fmt"
 	"maps"
 	"slices"
 	"strconv"
@@ -185,7 +186,7 @@ func (e *enrolment) fieldOf(key string) (field, said string) {
 
 // view is the form as typed, with the address's driver and its fields.
 func (e *enrolment) view(c *fiber.Ctx) views.NewNode {
-	n := views.NewNode{Name: strings.TrimSpace(c.FormValue("name")), Address: strings.TrimSpace(c.FormValue("bmc_address")),
+	n := views.NewNode{Name: strings.TrimSpace(c.FormValue("name")), Address: redacted(c.FormValue("bmc_address")),
 		User: strings.TrimSpace(c.FormValue("bmc_username")), BootMAC: strings.TrimSpace(c.FormValue("boot_mac")),
 		Console: c.FormValue("console_interface"), ResourceClass: strings.TrimSpace(c.FormValue("resource_class")),
 		Owner: strings.TrimSpace(c.FormValue("owner")), Lessee: strings.TrimSpace(c.FormValue("lessee")),
@@ -236,11 +237,13 @@ func (p *Portal) mayEnrolFor(ctx context.Context, owner string) bool {
 // what the viewer is: the reason beside the disabled control.
 func (p *Portal) enrolWho(ctx context.Context) string {
 	var who []string
+	// The least system role that may enrol any node, then the least role
+	// of a project (any: "p") that may enrol a node it owns.
 	for _, s := range []struct{ project, rule, as string }{{"", nodes.RuleCreate, "system %ss"}, {"p", nodes.RuleCreateSelfOwned, "project %ss (nodes their project owns)"}} {
 		for _, role := range []string{"member", "manager", "admin"} {
 			pr := &policies.Principal{User: "someone", Project: s.project, System: s.project == "", Roles: policies.ExpandRoles([]string{role})}
 			if p.Guard.Allowed(policies.WithPrincipal(ctx, pr), s.rule, policies.Target{NodeOwner: s.project}) {
-				who = append(who, strings.Replace(s.as, "%s", role, 1))
+				who = append(who, fmt.Sprintf(s.as, role))
 				break
 			}
 		}

@@ -63,7 +63,7 @@ func TestEnrolAddressMapping(t *testing.T) {
 			{address: "", field: "bmc_address", said: "give the BMC&#39;s address"},
 			{address: "10.0.0.5", field: "bmc_address", said: "start the address with the BMC&#39;s protocol, such as redfish://10.0.0.5"},
 			{address: "ilo5://10.0.0.5", field: "bmc_address", said: "there is no driver for ilo5://"},
-			{address: "redfish://admin:pw@10.0.0.5", field: "bmc_address", said: "go in their own fields"},
+			{address: "redfish://admin:pw-in-url@10.0.0.5", field: "bmc_address", said: "go in their own fields"},
 			{address: "redfish://10.0.0.5/some/path", field: "bmc_address", said: "is not a system&#39;s"},
 			{address: "ipmi://10.0.0.5:99999", field: "bmc_address", said: "port &#34;99999&#34; is not a number from 1 to 65535"},
 			{address: "ipmi://10.0.0.5/x", field: "bmc_address", said: "an IPMI address has no path"},
@@ -85,6 +85,9 @@ func TestEnrolAddressMapping(t *testing.T) {
 				}
 				if r := api.Do(t, "GET", "/v1/nodes/"+name, nil); r.Status != 404 {
 					t.Errorf("%q: a refused enrolment made a node", tc.address)
+				}
+				if strings.Contains(page, "pw-in-url") {
+					t.Errorf("%q: the refused form shows the password typed into the address", tc.address)
 				}
 				continue
 			}
@@ -298,7 +301,8 @@ func uploadCSV(b *browser, action, data string, newProjects ...string) (int, str
 // the file, a duplicate boot MAC), makes nothing, and names new
 // projects; applying creates the rows that pass, each through the nodes
 // service (so audited), and holds back a new project's row until it is
-// confirmed. A file Anvil cannot read is one sentence.
+// confirmed. A project admin's rows for another owner are refused. A
+// file Anvil cannot read is one sentence.
 func TestEnrolCSV(t *testing.T) {
 	storetest.Each(t, func(t *testing.T, setting string, _ *store.DB) {
 		srv, api, _ := fleet(t, setting)
@@ -311,9 +315,10 @@ func TestEnrolCSV(t *testing.T) {
 			"f-00,fake-hardware://,,,,blue,,\n" +
 			"csv-1,fake-hardware://,,,,,,\n" +
 			"csv-6,fake-hardware://,,,52:54:00:0C:00:01,,,\n" +
-			"csv-7,fake-hardware://,,,,bleu,,\n"
+			"csv-7,fake-hardware://,,,,bleu,,\n" +
+			"csv-8,redfish://admin:s3cret-in-url@10.0.1.8,,,,,,\n"
 		st, page := uploadCSV(root, "dry-run", file)
-		if st != 200 || !strings.Contains(page, "Dry run: 3 of 7 rows would be enrolled") {
+		if st != 200 || !strings.Contains(page, "Dry run: 3 of 8 rows would be enrolled") {
 			t.Fatalf("dry run: %d\n%s", st, page)
 		}
 		for _, want := range []string{"Would be created.", "Refused: BMC address: start the address with the BMC&#39;s protocol",
@@ -323,12 +328,15 @@ func TestEnrolCSV(t *testing.T) {
 				t.Errorf("dry run does not say %q", want)
 			}
 		}
+		if strings.Contains(page, "s3cret-in-url") || !strings.Contains(page, "redfish://admin:xxxxx@10.0.1.8") {
+			t.Errorf("the dry run shows a password typed into an address")
+		}
 		if r := api.Do(t, "GET", "/v1/nodes/csv-1", nil); r.Status != 404 {
 			t.Fatalf("the dry run made a node")
 		}
 
 		st, page = uploadCSV(root, "apply", file)
-		if st != 200 || !strings.Contains(page, "2 of 7 rows enrolled") || !strings.Contains(page, "Not enrolled: project bleu is new") {
+		if st != 200 || !strings.Contains(page, "2 of 8 rows enrolled") || !strings.Contains(page, "Not enrolled: project bleu is new") {
 			t.Fatalf("apply: %d\n%s", st, page)
 		}
 		n := api.Do(t, "GET", "/v1/nodes/csv-1", nil).JSON(t)
@@ -356,11 +364,24 @@ func TestEnrolCSV(t *testing.T) {
 
 		// Confirmed: the new project's row is made; the others are now
 		// taken names.
-		if st, page = uploadCSV(root, "apply", file, "bleu"); st != 200 || !strings.Contains(page, "1 of 7 rows enrolled") {
+		if st, page = uploadCSV(root, "apply", file, "bleu"); st != 200 || !strings.Contains(page, "1 of 8 rows enrolled") {
 			t.Fatalf("apply confirmed: %d\n%s", st, page)
 		}
 		if n := api.Do(t, "GET", "/v1/nodes/csv-7", nil).JSON(t); n["owner"] != "bleu" {
 			t.Errorf("csv-7: %v", n)
+		}
+
+		// A project admin enrols only nodes its project owns.
+		if err := srv.IDs.CreateUser(context.Background(), "ada", "ada-password-1"); err != nil {
+			t.Fatal(err)
+		}
+		if err := srv.IDs.Grant(context.Background(), "ada", identity.Assignment{Scope: identity.Scope{Project: "blue"}, Role: "admin"}); err != nil {
+			t.Fatal(err)
+		}
+		ada := signInAs(t, srv, "ada")
+		st, page = uploadCSV(ada, "dry-run", "name,bmc_address,owner\nada-1,fake-hardware://,red\nada-2,fake-hardware://,\n")
+		if st != 200 || !strings.Contains(page, "Refused: Owner project: you may enrol only nodes project blue owns.") || !strings.Contains(page, "1 of 2 rows would be enrolled") {
+			t.Errorf("project admin's dry run: %d\n%s", st, page)
 		}
 
 		for _, bad := range []struct{ file, said string }{

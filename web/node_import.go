@@ -6,11 +6,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/url"
 	"slices"
 	"strings"
 
 	"github.com/gofiber/fiber/v2"
 
+	"github.com/anvilproject/anvil/policies"
 	"github.com/anvilproject/anvil/server/errs"
 	"github.com/anvilproject/anvil/views"
 )
@@ -155,7 +157,7 @@ func (p *Portal) importNodes(c *fiber.Ctx) error {
 	}
 	for _, r := range rows {
 		e := readEnrolment(func(k string) string { return r.values[k] })
-		row := views.ImportRow{Line: r.line, Name: strings.TrimSpace(r.values["name"]), Address: strings.TrimSpace(r.values["bmc_address"])}
+		row := views.ImportRow{Line: r.line, Name: strings.TrimSpace(r.values["name"]), Address: redacted(r.values["bmc_address"])}
 		if e.addr != nil {
 			row.Driver = e.addr.Driver
 		}
@@ -223,8 +225,9 @@ func (p *Portal) importCheck(ctx context.Context, e *enrolment, line int, names,
 		}
 		macs[e.mac] = line
 	}
-	if len(e.problems) == 0 && !p.mayEnrolFor(ctx, e.in.Owner) {
-		why = append(why, p.enrolWho(ctx))
+	if pr := policies.PrincipalFrom(ctx); len(e.problems) == 0 && !p.mayEnrolFor(ctx, e.in.Owner) && pr != nil && !pr.System {
+		// The caller may enrol (the page is theirs), only not for this owner.
+		why = append(why, "Owner project: you may enrol only nodes project "+pr.Project+" owns")
 	}
 	if len(why) > 0 {
 		return strings.Join(why, "; ") + ".", nil, nil
@@ -241,4 +244,14 @@ func allConfirmed(projects []string, confirmed map[string]bool) bool {
 		}
 	}
 	return true
+}
+
+// redacted is a BMC address as a page shows it back: a password typed
+// into it (which ParseAddress refuses) is not.
+func redacted(address string) string {
+	address = strings.TrimSpace(address)
+	if u, err := url.Parse(address); err == nil && u.User != nil {
+		return u.Redacted()
+	}
+	return address
 }
