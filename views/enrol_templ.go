@@ -492,7 +492,7 @@ func EnrolPage(p Page, n NewNode) templ.Component {
 			if templ_7745c5c3_Err != nil {
 				return templ_7745c5c3_Err
 			}
-			templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 40, "<div class=\"actions\"><button type=\"submit\" formaction=\"/nodes/new/test\" hx-post=\"/nodes/new/test\" hx-target=\"#bmc-test\" hx-swap=\"outerHTML\" class=\"secondary\">Test connection</button> <button type=\"submit\">Enrol</button></div>")
+			templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 40, "<div class=\"actions\"><button type=\"submit\" formaction=\"/nodes/new/test\" hx-post=\"/nodes/new/test\" hx-target=\"#bmc-test\" hx-swap=\"outerHTML\">Test connection</button> <button type=\"submit\">Enrol</button></div>")
 			if templ_7745c5c3_Err != nil {
 				return templ_7745c5c3_Err
 			}
@@ -1542,7 +1542,7 @@ func ImportPage(p Page, m NodeImport) templ.Component {
 					return templ_7745c5c3_Err
 				}
 			}
-			templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 132, "<div class=\"actions\"><button type=\"submit\" name=\"action\" value=\"dry-run\" class=\"secondary\">Dry run</button> <button type=\"submit\" name=\"action\" value=\"apply\">Enrol</button></div></form>")
+			templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 132, "<div class=\"actions\"><button type=\"submit\" name=\"action\" value=\"dry-run\">Dry run</button> <button type=\"submit\" name=\"action\" value=\"apply\">Enrol</button></div></form>")
 			if templ_7745c5c3_Err != nil {
 				return templ_7745c5c3_Err
 			}
