@@ -31,6 +31,10 @@ echo 'manager-password-1' | $a user create mark --password-stdin --database "$db
 $a user grant mark --project tenant-blue --role manager --database "$db"
 echo 'operator-password-1' | $a user create olga --password-stdin --database "$db"
 $a user grant olga --system --role admin --database "$db"
+# A system manager, whom Ironic's default policy does not let enrol:
+# the enrol journey shows them why.
+echo 'sysmanager-password-1' | $a user create sam --password-stdin --database "$db"
+$a user grant sam --system --role manager --database "$db"
 # An owner project's manager and member (demo nodes hw-east owns), for
 # the journey that publishes a runbook and adds its trait to nodes.
 echo 'owner-password-1' | $a user create owen --password-stdin --database "$db"

@@ -393,6 +393,7 @@ func (a *App) routes() *fiber.App {
 	app.Use(obs.Middleware(a.opts.Log, a.Metrics, a.accessLog))
 	limits := bodylimit.Limits{Default: portalFormMax, Rules: []bodylimit.Rule{
 		{Path: "/admin/policy", Max: policyUploadMax},
+		{Path: "/nodes/import", Max: web.ImportMax},
 		// A multipart envelope around the image adds a few hundred bytes.
 		{Path: api.FirmwareImagesPath, Max: int(a.Firmware.MaxBytes) + 64<<10, Stream: true},
 		{Prefix: "/v1", Max: api.MaxBody}}}

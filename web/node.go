@@ -232,16 +232,16 @@ func hardware(d *views.NodeDetail, v *nodes.View) {
 // denied explains a policy refusal to the viewer: who they are acting as,
 // what they may not do, and the rule that says so.
 func (p *Portal) denied(ctx context.Context, what, rule string) string {
-	who := "your role"
-	if pr := policies.PrincipalFrom(ctx); pr != nil {
-		who = "your role (" + roleWords(pr) + ")"
-	}
-	return fmt.Sprintf("Not available: %s %s, by rule %s.", who, what, rule)
+	return fmt.Sprintf("Not available: your role%s %s, by rule %s.", roleSaid(ctx, " (%s)"), what, rule)
 }
 
-// roleWords names a principal's highest role and where it holds it:
-// "system admin", "member of blue".
-func roleWords(pr *policies.Principal) string {
+// roleSaid names the viewer's highest role and its scope ("system
+// admin", "member of blue") in format, or "" when nobody is signed in.
+func roleSaid(ctx context.Context, format string) string {
+	pr := policies.PrincipalFrom(ctx)
+	if pr == nil {
+		return ""
+	}
 	role := "no role"
 	for _, r := range []string{"admin", "manager", "member", "reader", "service"} {
 		if slices.Contains(pr.Roles, r) {
@@ -250,9 +250,9 @@ func roleWords(pr *policies.Principal) string {
 		}
 	}
 	if pr.System {
-		return "system " + role
+		return fmt.Sprintf(format, "system "+role)
 	}
-	return role + " of " + pr.Project
+	return fmt.Sprintf(format, role+" of "+pr.Project)
 }
 
 // recovery offers the ways out of a run in progress or a failed one, as
@@ -451,8 +451,8 @@ func (p *Portal) plainDenial(c *fiber.Ctx, status int, detail string) string {
 		return detail
 	}
 	who := "You are"
-	if pr := policies.PrincipalFrom(c.UserContext()); pr != nil {
-		who = "Your role (" + roleWords(pr) + ") is"
+	if said := roleSaid(c.UserContext(), "Your role (%s) is"); said != "" {
+		who = said
 	}
 	return who + " not allowed to open this page. An administrator of your project, or an operator, can grant the access if you need it."
 }

@@ -161,7 +161,9 @@ func (p *Portal) home(c *fiber.Ctx) error {
 		// the reason, and the list without rows.
 		pg.Error = err.Error()
 	}
-	l.CanEnrol = p.canEnrol(c.UserContext())
+	if l.CanEnrol = p.canEnrol(c.UserContext()); !l.CanEnrol {
+		l.EnrolWhy = p.enrolWho(c.UserContext())
+	}
 	return render(c, 200, views.Home(pg, l))
 }
 

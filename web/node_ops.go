@@ -11,12 +11,10 @@ import (
 
 	"github.com/gofiber/fiber/v2"
 
-	"github.com/anvilproject/anvil/policies"
 	"github.com/anvilproject/anvil/server/bmc"
 	"github.com/anvilproject/anvil/server/conductor"
 	"github.com/anvilproject/anvil/server/errs"
 	"github.com/anvilproject/anvil/server/nodes"
-	"github.com/anvilproject/anvil/server/ports"
 	"github.com/anvilproject/anvil/views"
 )
 
@@ -381,99 +379,4 @@ func powerWords(state string) string {
 		return "powered off"
 	}
 	return "in power state " + state
-}
-
-// canEnrol says whether the viewer may enrol nodes: any node, or (in a
-// project) one its project owns.
-func (p *Portal) canEnrol(ctx context.Context) bool {
-	if p.Guard.Allowed(ctx, nodes.RuleCreate, policies.Target{}) {
-		return true
-	}
-	pr := policies.PrincipalFrom(ctx)
-	return pr != nil && !pr.System && p.Guard.Allowed(ctx, nodes.RuleCreateSelfOwned, policies.Target{NodeOwner: pr.Project})
-}
-
-func (p *Portal) enrolForm(c *fiber.Ctx, status int, n views.NewNode) error {
-	ctx := c.UserContext()
-	if !p.canEnrol(ctx) {
-		return p.fail(c, errs.Forbidden("%s", p.denied(ctx, "may not enrol nodes", nodes.RuleCreate)))
-	}
-	pg, err := p.page(c, "Enrol a node")
-	if err != nil {
-		return err
-	}
-	n.Drivers = []string{"fake-hardware", "ipmi", "redfish", "bmclib"}
-	if n.Driver == "" {
-		n.Driver = "redfish"
-	}
-	n.Fields = map[string][]views.BMCField{}
-	for d, fs := range bmcFields {
-		for _, f := range fs {
-			if !f.Secret {
-				f.Value = c.FormValue(f.Name)
-			}
-			n.Fields[d] = append(n.Fields[d], f)
-		}
-	}
-	if pr := policies.PrincipalFrom(ctx); pr != nil && !pr.System && !p.Guard.Allowed(ctx, nodes.RuleCreate, policies.Target{}) {
-		n.OwnerFixed = pr.Project
-	}
-	return render(c, status, views.EnrolPage(pg, n))
-}
-
-func (p *Portal) newNodePage(c *fiber.Ctx) error { return p.enrolForm(c, 200, views.NewNode{}) }
-
-// enrol creates a node through the nodes service and its ports through the
-// ports service, each checking its own rule and auditing, then shows the
-// new node. A port refused after the node exists is said on the node page.
-func (p *Portal) enrol(c *fiber.Ctx) error {
-	ctx := c.UserContext()
-	n := views.NewNode{Name: strings.TrimSpace(c.FormValue("name")), Driver: c.FormValue("driver"),
-		ResourceClass: strings.TrimSpace(c.FormValue("resource_class")), Owner: strings.TrimSpace(c.FormValue("owner")),
-		Lessee: strings.TrimSpace(c.FormValue("lessee")), MACs: c.FormValue("macs")}
-	refuse := func(err error) error {
-		st := errs.Status(err)
-		if st >= 500 {
-			return err
-		}
-		var e *errs.Error
-		if errors.As(err, &e) && st == 400 {
-			n.Field = strings.TrimPrefix(e.Field, "driver_info/")
-		}
-		n.Problem = err.Error()
-		return p.enrolForm(c, st, n)
-	}
-	var macs []string
-	for _, line := range strings.Split(n.MACs, "\n") {
-		line = strings.TrimSpace(line)
-		if line == "" {
-			continue
-		}
-		mac, err := ports.NormalizeMAC("macs", line)
-		if err != nil {
-			return refuse(err)
-		}
-		macs = append(macs, mac)
-	}
-	in := nodes.CreateInput{Driver: n.Driver, DriverInfo: driverInfoForm(c, n.Driver), Owner: n.Owner, Lessee: n.Lessee}
-	if n.Name != "" {
-		in.Name = &n.Name
-	}
-	if n.ResourceClass != "" {
-		in.ResourceClass = &n.ResourceClass
-	}
-	v, err := p.Nodes.Create(ctx, in)
-	if err != nil {
-		return refuse(err)
-	}
-	said := "Node " + nameOr(deref(v.Name), v.UUID) + " enrolled. Test its BMC connection, then manage it."
-	for _, mac := range macs {
-		if _, err := p.Ports.CreatePort(ctx, ports.PortInput{Node: v.UUID, Address: mac}); err != nil {
-			if errs.Status(err) >= 500 {
-				return err
-			}
-			said += " Port " + mac + " was not created: " + err.Error()
-		}
-	}
-	return p.opDone(c, v.UUID, said)
 }

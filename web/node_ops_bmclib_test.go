@@ -14,16 +14,16 @@ import (
 	"github.com/anvilproject/anvil/server/store/storetest"
 )
 
-// TestOperatorEnrolBmclib: the enrol form offers the bmclib driver with
-// a select of bmc.BmclibProviders() and each provider's fields marked
-// for it. A system admin enrols an rpc node whose webhook (loopback,
-// signatures checked) answers "Test connection"; what was typed for
-// other providers is not saved, the secret is never shown again. An
-// unknown provider, a missing secret and a webhook outside
-// --bmc-networks come back as the form with the problem next to its
-// field and no node made; moving the webhook without its secret is
-// refused next to the URL, and switching the node to ipmitool drops the
-// webhook and its secret.
+// TestOperatorEnrolBmclib: the enrol form's address scheme
+// bmclib+PROVIDER picks the bmclib driver and provider and shows that
+// provider's own fields only. A system admin enrols an rpc node
+// (bmclib+rpc+http://webhook) whose webhook (loopback, signatures
+// checked) answers "Test connection"; what was typed for other providers
+// is not saved, the secret is never shown again. An unknown provider, a
+// missing secret and a webhook or BMC outside --bmc-networks come back
+// as the form with the problem next to its field and no node made;
+// moving the webhook without its secret is refused next to the URL, and
+// switching the node to ipmitool drops the webhook and its secret.
 func TestOperatorEnrolBmclib(t *testing.T) {
 	storetest.Each(t, func(t *testing.T, setting string, _ *store.DB) {
 		nets, err := bmc.ParseNetworks([]string{"127.0.0.0/8"})
@@ -38,23 +38,22 @@ func TestOperatorEnrolBmclib(t *testing.T) {
 		defer ts.Close()
 		root := signInAs(t, srv, "root")
 
-		_, page, _ := root.do("GET", "/nodes/new", nil)
-		if !strings.Contains(page, `name="driver" value="bmclib"`) || !strings.Contains(page, `<select id="bmclib_provider" name="bmclib_provider"`) {
-			t.Fatalf("the enrol form has no bmclib driver or provider select\n%s", page)
+		// The address's scheme picks the provider, and the form shows that
+		// provider's own fields only: rpc's machine name, not a port.
+		_, page, _ := root.do("GET", "/nodes/new/driver?bmc_address="+url.QueryEscape("bmclib+rpc+"+ts.URL+"/bmc"), nil)
+		if !strings.Contains(page, "bmclib, provider rpc") || !strings.Contains(page, `id="bmclib_address"`) || strings.Contains(page, `id="bmclib_port"`) ||
+			strings.Contains(page, `id="bmclib_homeassistant_switch"`) {
+			t.Errorf("rpc's fields:\n%s", page)
 		}
-		for _, p := range bmc.BmclibProviders() {
-			if !strings.Contains(page, `<option value="`+p+`">`+p+`</option>`) {
-				t.Errorf("provider %s is not offered", p)
-			}
-		}
-		if !strings.Contains(page, `data-providers="rpc"><label for="bmclib_rpc_url">`) || strings.Contains(page, `data-providers="rpc"><label for="bmclib_address">`) {
-			t.Errorf("the webhook fields are not marked rpc's, or the address is")
+		_, page, _ = root.do("GET", "/nodes/new/driver?bmc_address="+url.QueryEscape("bmclib+homeassistant://ha.lab"), nil)
+		if !strings.Contains(page, `id="bmclib_homeassistant_switch"`) || strings.Contains(page, `id="bmclib_address"`) {
+			t.Errorf("homeassistant's fields:\n%s", page)
 		}
 
 		enrol := func(name string, set map[string]string) (int, string, string) {
 			t.Helper()
 			root.do("GET", "/nodes/new", nil)
-			f := url.Values{"csrf": {root.csrf}, "name": {name}, "driver": {"bmclib"}}
+			f := url.Values{"csrf": {root.csrf}, "name": {name}}
 			for k, v := range set {
 				f.Set(k, v)
 			}
@@ -65,10 +64,10 @@ func TestOperatorEnrolBmclib(t *testing.T) {
 			set         map[string]string
 			field, said string
 		}{
-			{map[string]string{"bmclib_provider": "gofish", "bmclib_address": "127.0.0.1"}, "bmclib_provider", "bmclib_provider"},
-			{map[string]string{"bmclib_provider": "rpc", "bmclib_rpc_url": ts.URL + "/bmc"}, "bmclib_rpc_secret", "requires driver_info/bmclib_rpc_secret"},
-			{map[string]string{"bmclib_provider": "rpc", "bmclib_rpc_url": "http://192.0.2.1/bmc", "bmclib_rpc_secret": secret}, "bmclib_rpc_url", "BMC networks"},
-			{map[string]string{"bmclib_provider": "ipmitool", "bmclib_address": "10.1.2.3"}, "bmclib_address", "BMC networks"},
+			{map[string]string{"bmc_address": "bmclib+gofish://127.0.0.1"}, "bmc_address", "bmclib has no provider"},
+			{map[string]string{"bmc_address": "bmclib+rpc+" + ts.URL + "/bmc"}, "bmc_password", "requires the webhook secret"},
+			{map[string]string{"bmc_address": "bmclib+rpc+http://192.0.2.1/bmc", "bmc_password": secret}, "bmc_address", "BMC networks"},
+			{map[string]string{"bmc_address": "bmclib+ipmitool://10.1.2.3"}, "bmc_address", "BMC networks"},
 		} {
 			st, page, _ := enrol("bl-bad", tc.set)
 			if st != 400 || !strings.Contains(page, `data-testid="problem-`+tc.field+`"`) || !strings.Contains(page, tc.said) || !strings.Contains(page, `value="bl-bad"`) {
@@ -77,19 +76,16 @@ func TestOperatorEnrolBmclib(t *testing.T) {
 			if strings.Contains(page, secret) {
 				t.Errorf("%v: the refused form shows the secret", tc.set)
 			}
-			if tc.set["bmclib_provider"] == "ipmitool" && !strings.Contains(page, `<option value="ipmitool" selected>`) {
-				t.Errorf("the refused form lost the provider chosen")
-			}
 		}
 		if r := api.Do(t, "GET", "/v1/nodes/bl-bad", nil); r.Status != 404 {
 			t.Fatalf("a refused enrolment created a node: %d", r.Status)
 		}
 
-		// rpc, with a user and password typed too: those are another
-		// provider's, and are not saved; the address is the machine's
-		// name the webhook is told, and is.
-		st, _, loc := enrol("bl-rpc", map[string]string{"bmclib_provider": "rpc", "bmclib_rpc_url": ts.URL + "/bmc", "bmclib_rpc_secret": secret,
-			"bmclib_address": "rack1-node7", "bmclib_username": "nobody", "bmclib_password": "typed-for-another"})
+		// rpc, with a user name and a port typed too: those are other
+		// providers', and are not saved; the machine's name the webhook is
+		// told is.
+		st, _, loc := enrol("bl-rpc", map[string]string{"bmc_address": "bmclib+rpc+" + ts.URL + "/bmc", "bmc_password": secret,
+			"bmclib_address": "rack1-node7", "bmc_username": "nobody", "bmclib_port": "623"})
 		if st != 303 {
 			t.Fatalf("enrol rpc: %d", st)
 		}

@@ -132,6 +132,10 @@ func (p *Portal) Register(app *fiber.App) {
 	// Before /nodes/:id, which would take "new" for a node's name.
 	app.Get("/nodes/new", s, p.signedIn, p.newNodePage)
 	app.Post("/nodes/new", s, p.signedIn, p.enrol)
+	app.Get("/nodes/new/driver", s, p.signedIn, p.enrolDriver)
+	app.Post("/nodes/new/test", s, p.signedIn, p.enrolTest)
+	app.Get("/nodes/import", s, p.signedIn, p.importPage)
+	app.Post("/nodes/import", s, p.signedIn, p.importNodes)
 	app.Get("/nodes/:id", s, p.signedIn, p.nodePage)
 	app.Get("/nodes/:id/status", s, p.signedIn, p.nodeStatus)
 	app.Get("/nodes/:id/runs/:run", s, p.signedIn, p.nodeRunPage)

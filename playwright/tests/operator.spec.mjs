@@ -38,17 +38,17 @@ test('an operator enrols a Redfish node, tests its BMC, manages it, toggles main
   await expect(page).toHaveURL(/\/nodes\/new$/);
   await checked(page, 'enrol form');
   await page.getByLabel('Name', { exact: true }).fill('ops-rf-1');
-  await page.getByRole('radio', { name: 'redfish' }).check();
-  await page.locator('#redfish_address').fill(sim);
-  await page.locator('#redfish_system_id').fill('/redfish/v1/Systems/1');
-  await page.locator('#redfish_username').fill('admin');
-  await page.locator('#redfish_password').fill('password');
+  await page.getByLabel('BMC address').fill(`redfish://127.0.0.1:${ports.sim}/redfish/v1/Systems/1`);
+  await page.getByLabel('User name').fill('admin');
+  // The address's scheme brings the redfish driver's own field.
+  await expect(page.getByTestId('driver-said')).toHaveText('Driver: redfish');
   await page.locator('#redfish_verify_ca').fill('false');
+  await page.getByLabel('Password', { exact: true }).fill('password');
   await page.getByLabel('Resource class').fill('baremetal-ops');
   await page.getByLabel('Owner project').fill('hw-east');
-  await page.getByLabel('Port MAC addresses, one per line').fill('52:54:00:0a:00:01\n52:54:00:0a:00:02');
+  await page.getByLabel('Boot MAC address').fill('52:54:00:0a:00:01');
   await shot(page, testInfo, 'enrol-form');
-  await page.getByRole('button', { name: 'Enrol' }).click();
+  await page.getByRole('button', { name: 'Enrol', exact: true }).click();
   await expect(page).toHaveURL(/\/nodes\/[0-9a-f-]{36}\?ops=1$/);
   await expect(page.getByRole('status').first()).toContainText('Node ops-rf-1 enrolled.');
   const node = await api('GET', '/v1/nodes/ops-rf-1');
@@ -59,7 +59,7 @@ test('an operator enrols a Redfish node, tests its BMC, manages it, toggles main
   expect(node.driver_info.redfish_password).toBe('******');
   expect(node.driver_info.redfish_verify_ca).toBe(false);
   const portList = await api('GET', `/v1/ports?node=${node.uuid}`);
-  expect(portList.ports.map((p) => p.address).sort()).toEqual(['52:54:00:0a:00:01', '52:54:00:0a:00:02']);
+  expect(portList.ports.map((p) => p.address)).toEqual(['52:54:00:0a:00:01']);
   // The password is never put back into the page.
   await expect(page.locator('#redfish_password')).toHaveValue('');
   await expect(page.locator('#redfish_password-help')).toHaveText('A password is stored; it is never shown. Leave empty to keep it.');
@@ -107,36 +107,27 @@ test('an operator enrols a Redfish node, tests its BMC, manages it, toggles main
   expect(all.nodes.map((x) => x.uuid)).not.toContain(node.uuid);
 });
 
-test('an operator enrols a bmclib rpc node: the provider shows only its own fields, and only those are saved', async ({ page, browser, request }) => {
+test('an operator enrols a bmclib rpc node from its webhook URL: the form shows only rpc\'s own fields, and only those are saved', async ({ page, browser, request }) => {
   const api = await operatorAPI(browser, request, 'bmclib enrol journey');
   await signIn(page, 'olga', 'operator-password-1');
   await page.goto('/nodes/new');
   await page.getByLabel('Name', { exact: true }).fill('ops-bl-1');
-  await page.getByRole('radio', { name: 'bmclib' }).check();
-  // Before a provider is chosen every field shows; rpc hides the BMC's
-  // port and login, ipmitool the webhook's. The address stays for rpc:
-  // it is the machine's name the webhook is told.
-  await expect(page.locator('#bmclib_port')).toBeVisible();
-  await page.locator('#bmclib_provider').selectOption('ipmitool');
-  await expect(page.locator('#bmclib_rpc_url')).toBeHidden();
-  await expect(page.locator('#bmclib_port')).toBeVisible();
-  await page.locator('#bmclib_port').fill('6230');
-  await page.locator('#bmclib_provider').selectOption('rpc');
-  await expect(page.locator('#bmclib_port')).toBeHidden();
-  await expect(page.locator('#bmclib_homeassistant_switch')).toBeHidden();
-  await expect(page.locator('#bmclib_address')).toBeVisible();
-  await page.locator('#bmclib_address').fill('rack1-node7');
-  await page.locator('#bmclib_rpc_url').fill('http://127.0.0.1:9/bmc');
-  await page.locator('#bmclib_rpc_secret').fill('journey-rpc-secret');
+  // The scheme picks bmclib and its provider; rpc's fields replace the
+  // redfish ones, and no port or BMC login is asked.
+  await page.getByLabel('BMC address').fill('bmclib+rpc+http://127.0.0.1:9/bmc');
+  await page.getByLabel('BMC address').press('Tab');
+  await expect(page.getByTestId('driver-said')).toHaveText('Driver: bmclib, provider rpc');
+  await expect(page.locator('#bmclib_port')).toHaveCount(0);
+  await page.getByLabel('Machine name (told to the webhook)').fill('rack1-node7');
+  await page.getByLabel('Password', { exact: true }).fill('journey-rpc-secret');
   await checked(page, 'enrol form, bmclib rpc');
-  await page.getByRole('button', { name: 'Enrol' }).click();
+  await page.getByRole('button', { name: 'Enrol', exact: true }).click();
   await expect(page).toHaveURL(/\/nodes\/[0-9a-f-]{36}\?ops=1$/);
   const node = await api('GET', '/v1/nodes/ops-bl-1');
   expect(node.driver).toBe('bmclib');
   expect(node.driver_info.bmclib_provider).toBe('rpc');
   expect(node.driver_info.bmclib_rpc_url).toBe('http://127.0.0.1:9/bmc');
   expect(node.driver_info.bmclib_rpc_secret).toBe('******');
-  // Typed for ipmitool, hidden for rpc: not saved.
   expect(node.driver_info.bmclib_port).toBeUndefined();
   expect(node.driver_info.bmclib_address).toBe('rack1-node7');
   // The node page: rpc chosen, its fields shown, the secret never.

@@ -67,6 +67,12 @@ test('every page type fits 390 px and 1440 px in both schemes and passes axe', a
     ['node in maintenance', `/nodes/${maint.uuid}`],
     ['long-named node', `/nodes/${long.uuid}`],
     ['enrol node', '/nodes/new'],
+    ['enrol node, redfish fields', '/nodes/new', async () => {
+      await page.getByLabel('BMC address').fill('redfish-virtualmedia://10.0.0.5/redfish/v1/Systems/1');
+      await page.getByLabel('BMC address').press('Tab');
+      await expect(page.getByTestId('driver-said')).toContainText('redfish');
+    }],
+    ['enrol from CSV', '/nodes/import'],
     ['node page', nodeURL],
     ['run page', runURL],
     ['console', `${nodeURL}/console`],

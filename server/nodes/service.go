@@ -187,18 +187,33 @@ type CreateInput struct {
 	InstanceName    *string
 }
 
+// AuthorizeCreate decides whether the caller may enrol a node owned by
+// owner and leased to lessee, and returns the owner it gets: a
+// project-scoped caller refused baremetal:node:create may still enrol a
+// node its own project owns (create:self_owned_node). Refusals are
+// recorded by the guard. A connection test before enrolling asks it too,
+// so nobody probes BMCs they could not enrol.
+func (s *Service) AuthorizeCreate(ctx context.Context, id, owner, lessee string) (string, error) {
+	t := policies.Target{NodeOwner: owner, NodeLessee: lessee}
+	err := s.guard.Authorize(ctx, RuleCreate, "node", id, t)
+	if err == nil {
+		return owner, nil
+	}
+	p := policies.PrincipalFrom(ctx)
+	if p == nil || p.System || (owner != "" && owner != p.Project) ||
+		s.guard.Authorize(ctx, RuleCreateSelfOwned, "node", id, policies.Target{NodeOwner: p.Project}) != nil {
+		return "", err
+	}
+	return p.Project, nil
+}
+
 // Create enrols a node.
 func (s *Service) Create(ctx context.Context, in CreateInput) (*View, error) {
-	t := policies.Target{NodeOwner: in.Owner, NodeLessee: in.Lessee}
-	if err := s.guard.Authorize(ctx, RuleCreate, "node", in.UUID, t); err != nil {
-		// A project-scoped caller may still enrol a node its project owns.
-		p := policies.PrincipalFrom(ctx)
-		if p == nil || p.System || (in.Owner != "" && in.Owner != p.Project) ||
-			s.guard.Authorize(ctx, RuleCreateSelfOwned, "node", in.UUID, policies.Target{NodeOwner: p.Project}) != nil {
-			return nil, err
-		}
-		in.Owner = p.Project
+	owner, err := s.AuthorizeCreate(ctx, in.UUID, in.Owner, in.Lessee)
+	if err != nil {
+		return nil, err
 	}
+	in.Owner = owner
 	if err := ValidateCreate(&in); err != nil {
 		s.guard.Done(ctx, RuleCreate, "node", in.UUID, err, nil)
 		return nil, err
