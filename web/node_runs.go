@@ -20,7 +20,7 @@ import (
 var (
 	runbookHeader = regexp.MustCompile(`^Runbook (.+), run by (.+): (clean|service) with \d+ step\(s\)$`)
 	firstStep     = regexp.MustCompile(`^Step \S+ started \(1 of \d+\)$`)
-	allDone       = regexp.MustCompile(`^All \d+ (clean|service) steps done`)
+	allDone       = regexp.MustCompile(`^(All \d+|No) (clean|service) steps (done|to run)`)
 )
 
 // groupHistory gathers a page of events (newest first) into runs: from a

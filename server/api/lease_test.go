@@ -293,7 +293,7 @@ func TestLeaseEndUndeploys(t *testing.T) {
 		h := eventsOf(t, owner, node)
 		for _, want := range []string{
 			"notify: Lease of allocation " + id + " ended at " + end + ": undeploying; automated cleaning wipes it",
-			"deploy: Instance torn down", "console disabled; allocation " + id + " released", "clean: All 0 clean steps done; node is available",
+			"deploy: Instance torn down", "console disabled; allocation " + id + " released", "clean: No clean steps to run; node is available",
 		} {
 			if !strings.Contains(h, want) {
 				t.Errorf("history lacks %q:\n%s", want, h)

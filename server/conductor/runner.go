@@ -261,7 +261,13 @@ func (c *Conductor) runSteps(n *ent.Node, run string, steps []Step, who string, 
 		// already has the record of the wipe that made it so.
 		c.endWipe(ctx, n, "")
 	}
-	carry.events = append(carry.events, event(history.Info, fmt.Sprintf("All %d %s steps done; node is %s", len(steps), kind, ph.done)))
+	done := fmt.Sprintf("All %d %s steps done; node is %s", len(steps), kind, ph.done)
+	if len(steps) == 0 {
+		// "All 0 steps done" reads as work that was done; the wipe
+		// record, when there is one, says what happened to the disks.
+		done = fmt.Sprintf("No %s steps to run; node is %s", kind, ph.done)
+	}
+	carry.events = append(carry.events, event(history.Info, done))
 	settle(record(stepWrite{state: ph.done, info: info, step: map[string]any{}, end: true, at: time.Now()}))
 }
 
