@@ -1,7 +1,8 @@
 // Package fleetmetrics exports the fleet as an operator alerts on it:
 // nodes by provision state, maintenance, fault and conductor group; each
-// conductor's liveness; and the build that answers. They are read from
-// the database at each scrape (two grouped queries, however many nodes),
+// conductor's liveness; campaigns by state; and the build that answers.
+// They are read from the database at each scrape (three grouped queries,
+// however many nodes),
 // so every replica reports the same fleet: aggregate them with max, not
 // sum.
 package fleetmetrics
@@ -15,6 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/anvilproject/anvil/internal/version"
+	"github.com/anvilproject/anvil/server/campaigns"
 	"github.com/anvilproject/anvil/server/store"
 )
 
@@ -29,6 +31,8 @@ var (
 		[]string{"conductor", "conductor_group"}, nil)
 	conductorBeatDesc = prometheus.NewDesc("anvil_conductor_heartbeat_timestamp_seconds", "When each conductor last reported itself alive (Unix time); alert on time() minus this past --heartbeat-timeout.",
 		[]string{"conductor", "conductor_group"}, nil)
+	campaignsDesc = prometheus.NewDesc("anvil_campaigns", "Campaigns by state (pending_approval, scheduled, running, paused, completed, failed, cancelled).",
+		[]string{"state"}, nil)
 	buildDesc = prometheus.NewDesc("anvil_build_info", "1, labelled with the version and commit of the anvil binary answering.",
 		[]string{"version", "commit"}, nil)
 )
@@ -54,6 +58,7 @@ func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- nodesDesc
 	ch <- conductorUpDesc
 	ch <- conductorBeatDesc
+	ch <- campaignsDesc
 	ch <- buildDesc
 	c.errors.Describe(ch)
 }
@@ -69,6 +74,9 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	}
 	if err := c.conductors(ctx, ch); err != nil {
 		c.failed("conductors", err)
+	}
+	if err := c.campaigns(ctx, ch); err != nil {
+		c.failed("campaigns", err)
 	}
 	c.errors.Collect(ch)
 }
@@ -109,6 +117,35 @@ func (c *Collector) conductors(ctx context.Context, ch chan<- prometheus.Metric)
 		}
 		ch <- prometheus.MustNewConstMetric(conductorUpDesc, prometheus.GaugeValue, up, k.Hostname, k.ConductorGroup)
 		ch <- prometheus.MustNewConstMetric(conductorBeatDesc, prometheus.GaugeValue, float64(k.HeartbeatAt.UnixMilli())/1000, k.Hostname, k.ConductorGroup)
+	}
+	return nil
+}
+
+// campaigns counts campaigns by state, every state from zero, so that an
+// alert on failed campaigns has a series before the first one fails.
+func (c *Collector) campaigns(ctx context.Context, ch chan<- prometheus.Metric) error {
+	rows, err := c.db.SQL.QueryContext(ctx, `SELECT state, COUNT(*) FROM campaigns GROUP BY state`)
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	counts := make(map[string]float64, len(campaigns.States))
+	for _, s := range campaigns.States {
+		counts[s] = 0
+	}
+	for rows.Next() {
+		var state string
+		var n float64
+		if err := rows.Scan(&state, &n); err != nil {
+			return err
+		}
+		counts[state] = n
+	}
+	if err := rows.Err(); err != nil {
+		return err
+	}
+	for state, n := range counts {
+		ch <- prometheus.MustNewConstMetric(campaignsDesc, prometheus.GaugeValue, n, state)
 	}
 	return nil
 }
