@@ -488,6 +488,7 @@ func (a *App) ramdisk() *ramdisk.Service {
 	r.Networks = a.opts.Conductor.Agent.Client.Networks
 	r.Discovery = a.opts.Conductor.Agent.Discovery
 	r.Media = a.opts.Conductor.Agent.Media
+	r.Metrics = ramdisk.NewMetrics(a.Metrics.Registry)
 	if t := a.opts.Conductor.Agent.HeartbeatTimeout; t > 0 {
 		r.HeartbeatTimeout = int(t.Seconds())
 	}

@@ -198,7 +198,7 @@ func TestDashboardNamesRealMetrics(t *testing.T) {
 	for _, want := range []string{"anvil_http_requests_total", "anvil_http_request_duration_seconds_bucket", "anvil_nodes",
 		"anvil_conductor_online", "anvil_bmc_call_errors_total", "anvil_bmc_call_duration_seconds_bucket", "anvil_steps_total",
 		"anvil_campaigns", "anvil_campaign_nodes_total", "anvil_webhook_deliveries_total", "anvil_webhook_queue_depth",
-		"anvil_image_cache_hits_total", "anvil_image_cache_download_failures_total"} {
+		"anvil_image_cache_hits_total", "anvil_image_cache_download_failures_total", "anvil_agent_heartbeats_total"} {
 		if !named[want] {
 			t.Errorf("no panel shows %s", want)
 		}

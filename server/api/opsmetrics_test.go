@@ -245,3 +245,27 @@ func servedMetrics(text string) map[string]bool {
 	}
 	return served
 }
+
+// TestAgentMetrics: an agent's lookup and heartbeat are counted ok, a
+// lookup no node answers and a heartbeat with a wrong token refused.
+func TestAgentMetrics(t *testing.T) {
+	storetest.Each(t, func(t *testing.T, setting string, _ *store.DB) {
+		srv, cs := startAgents(t, setting)
+		me := agentFrom(srv, "10.0.0.2")
+		id := agentNode(t, srv, cs["system-admin"], "am", "clean wait", "52:54:00:dd:00:01")
+		before := scrape(t, srv.URL)
+		tok := lookupToken(t, me.Do(t, "GET", "/v1/lookup?node_uuid="+id, nil)).(string)
+		wantFault(t, me.Do(t, "GET", "/v1/lookup?addresses=52:54:00:dd:00:99", nil), 404)
+		const cb = "https://10.0.0.2:9999"
+		mustStatus(t, me.Do(t, "POST", "/v1/heartbeat/"+id, beat(cb, tok)), 202)
+		mustStatus(t, me.Do(t, "POST", "/v1/heartbeat/"+id, beat(cb, tok)), 202)
+		wantFault(t, me.Do(t, "POST", "/v1/heartbeat/"+id, beat(cb, tok+"x")), 400)
+		moved(t, before, scrape(t, srv.URL), map[string]float64{
+			`anvil_agent_lookups_total{outcome="ok"}`:         1,
+			`anvil_agent_lookups_total{outcome="refused"}`:    1,
+			`anvil_agent_lookups_total{outcome="failed"}`:     0,
+			`anvil_agent_heartbeats_total{outcome="ok"}`:      2,
+			`anvil_agent_heartbeats_total{outcome="refused"}`: 1,
+		})
+	})
+}
