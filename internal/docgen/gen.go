@@ -365,8 +365,8 @@ func metricsPage() ([]byte, error) {
 		return nil, err
 	}
 	defer app.Close()
-	// A node and a conductor, so the fleet's families have a series.
-	if _, err := app.DB.Node.Create().SetUUID("00000000-0000-4000-8000-000000000000").SetName("docgen").SetDriver("fake-hardware").Save(ctx); err != nil {
+	// A node locked by a conductor, so the fleet's families have a series.
+	if _, err := app.DB.Node.Create().SetUUID("00000000-0000-4000-8000-000000000000").SetName("docgen").SetDriver("fake-hardware").SetReservation("docgen").Save(ctx); err != nil {
 		return nil, err
 	}
 	if _, err := app.DB.Conductor.Create().SetHostname("docgen").Save(ctx); err != nil {

@@ -21,8 +21,9 @@ import (
 
 // TestFleetMetrics scrapes /metrics from a running server whose nodes are
 // in several states: each state, maintenance flag, fault and conductor
-// group is counted as the database holds them, the conductor that serves
-// reports itself online with a heartbeat, and the build is named.
+// group is counted as the database holds them, a lock under its holder,
+// allocations by state, the conductor that serves reports itself online
+// with a heartbeat, and the build is named.
 func TestFleetMetrics(t *testing.T) {
 	storetest.Each(t, func(t *testing.T, setting string, db *store.DB) {
 		srv, clients := startLocal(t, setting)
@@ -45,6 +46,14 @@ func TestFleetMetrics(t *testing.T) {
 		if err := db.Node.Update().Where(node.UUID(failed)).SetProvisionState("clean failed").SetMaintenance(true).SetFault("clean failure").Exec(ctx); err != nil {
 			t.Fatal(err)
 		}
+		// A lock left by a conductor that is not registered, which no
+		// takeover releases, and an allocation that found no node.
+		if err := db.Node.Update().Where(node.UUID(rack)).SetReservation("cond-gone").Exec(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if err := db.Allocation.Create().SetUUID("00000000-0000-4000-8000-0000000000a1").SetResourceClass("gpu").SetState("error").Exec(ctx); err != nil {
+			t.Fatal(err)
+		}
 		resp, err := http.Get(srv.URL + "/metrics")
 		if err != nil {
 			t.Fatal(err)
@@ -56,6 +65,10 @@ func TestFleetMetrics(t *testing.T) {
 			`anvil_nodes{conductor_group="",fault="",maintenance="false",provision_state="enroll"} 2`,
 			`anvil_nodes{conductor_group="rack-7",fault="",maintenance="false",provision_state="active"} 1`,
 			`anvil_nodes{conductor_group="",fault="clean failure",maintenance="true",provision_state="clean failed"} 1`,
+			`anvil_conductor_reserved_nodes{conductor="cond-gone"} 1`,
+			`anvil_allocations{state="error"} 1`,
+			`anvil_allocations{state="allocating"} 0`,
+			`anvil_allocations{state="active"} 0`,
 		} {
 			if !strings.Contains(text, want) {
 				t.Errorf("/metrics lacks %s", want)
@@ -88,8 +101,9 @@ func grepLines(text, prefix string) string {
 }
 
 // liveMetrics are the metric names a running server serves once it has
-// done what each family counts: nodes in several states, a request, a
-// clean run whose steps call a real (loopback) BMC. A labelled family has
+// done what each family counts: nodes in several states, one locked, a
+// request, a clean run whose steps call a real (loopback) BMC, and one
+// whose BMC refuses the credentials. A labelled family has
 // no series, and so no TYPE line, until something is counted.
 func liveMetrics(t *testing.T) map[string]bool {
 	t.Helper()
@@ -98,13 +112,18 @@ func liveMetrics(t *testing.T) map[string]bool {
 	defer ts.Close()
 	srv, clients := startLocal(t, storetest.Setting(t, "sqlite"), rpcOpts)
 	admin := clients["system-admin"]
-	mustStatus(t, admin.Do(t, "POST", "/v1/nodes", map[string]any{"name": "alerts", "driver": "fake-hardware"}), 201)
+	r := admin.Do(t, "POST", "/v1/nodes", map[string]any{"name": "alerts", "driver": "fake-hardware"})
+	mustStatus(t, r, 201)
+	// Locked by a conductor no longer registered, for the locks' family.
+	if err := srv.DB.Node.Update().Where(node.UUID(r.JSON(t)["uuid"].(string))).SetReservation("cond-gone").Exec(context.Background()); err != nil {
+		t.Fatal(err)
+	}
 	id := enrolBmclib(t, admin, "live-rpc", map[string]any{"bmclib_provider": "rpc", "bmclib_address": "rack1-node9",
 		"bmclib_rpc_url": ts.URL + "/bmc", "bmclib_rpc_secret": hook.Secret}, hook.Secret)
 	provision(t, admin, id, map[string]any{"target": "clean", "clean_steps": steps(step("power", "power_on", nil))}, 202)
 	waitState(t, admin, id, "manageable")
 	// And a BMC that refuses the credentials, for the errors' family.
-	r := admin.Do(t, "POST", "/v1/nodes", map[string]any{"name": "live-refused", "driver": "bmclib", "driver_info": map[string]any{
+	r = admin.Do(t, "POST", "/v1/nodes", map[string]any{"name": "live-refused", "driver": "bmclib", "driver_info": map[string]any{
 		"bmclib_provider": "rpc", "bmclib_address": "rack1-node10", "bmclib_rpc_url": ts.URL + "/bmc", "bmclib_rpc_secret": "not-the-secret"}})
 	mustStatus(t, r, 201)
 	refused := r.JSON(t)["uuid"].(string)
