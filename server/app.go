@@ -275,6 +275,12 @@ func New(ctx context.Context, o Options) (*App, error) {
 	if o.Conductor.Agent.LogDir == "" {
 		o.Conductor.Agent.LogDir = config.AgentLogDir(o.Database)
 	}
+	// Each concern's metrics are counted where it happens, into this
+	// app's registry (tests run several apps in one process).
+	reg := a.Metrics.Registry
+	o.Conductor.BMC.Metrics = bmc.NewMetrics(reg)
+	o.Conductor.Metrics = conductor.NewMetrics(reg)
+	o.Conductor.Agent.ImageCacheMetrics = imagecache.NewMetrics(reg, o.Conductor.Agent.ImageCacheDir)
 	a.Firmware = &fwimages.Store{Dir: o.FirmwareDir, BaseURL: o.FirmwareURL, MaxBytes: o.FirmwareMaxBytes, Guard: a.Guard}
 	if a.Firmware.Dir == "" {
 		a.Firmware.Dir = config.FirmwareDir(o.Database)
@@ -287,10 +293,11 @@ func New(ctx context.Context, o Options) (*App, error) {
 	a.Cond.Allocate(a.Allocations)
 	ops := &conductor.Ops{C: a.Cond, Nodes: a.Nodes, Guard: a.Guard, Runbooks: a.Runbooks}
 	a.Campaigns = campaigns.New(db, a.Guard, a.Nodes, a.Runbooks, ops)
+	a.Campaigns.Metrics = campaigns.NewMetrics(reg)
 	a.Wipes = wipes.New(db, a.Guard)
 	a.Cond.Campaign(a.Campaigns)
 	a.Cond.MakePorts(a.Ports)
-	if a.Webhook, err = webhook.New(db, o.Webhook, o.Log); err != nil {
+	if a.Webhook, err = webhook.New(db, o.Webhook, o.Log, webhook.NewMetrics(reg)); err != nil {
 		db.Close()
 		return nil, err
 	}
@@ -484,6 +491,7 @@ func (a *App) ramdisk() *ramdisk.Service {
 	r.Networks = a.opts.Conductor.Agent.Client.Networks
 	r.Discovery = a.opts.Conductor.Agent.Discovery
 	r.Media = a.opts.Conductor.Agent.Media
+	r.Metrics = ramdisk.NewMetrics(a.Metrics.Registry)
 	if t := a.opts.Conductor.Agent.HeartbeatTimeout; t > 0 {
 		r.HeartbeatTimeout = int(t.Seconds())
 	}

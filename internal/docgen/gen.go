@@ -9,14 +9,17 @@ import (
 	"go/token"
 	"io"
 	"log/slog"
+	"maps"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"sort"
 	"strconv"
 	"strings"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
@@ -341,8 +344,8 @@ func migrationsPage() []byte {
 
 // metricsPage lists the metric families a server registers, read from a
 // real server's registry after one request, with one node and one
-// conductor (a family with labels has no series, and so does not show,
-// until something is counted).
+// conductor; a family with labels that nothing counted yet (a BMC call,
+// a step) is read from its description.
 func metricsPage() ([]byte, error) {
 	dir, err := os.MkdirTemp("", "anvil-docgen-")
 	if err != nil {
@@ -362,8 +365,8 @@ func metricsPage() ([]byte, error) {
 		return nil, err
 	}
 	defer app.Close()
-	// A node and a conductor, so the fleet's families have a series.
-	if _, err := app.DB.Node.Create().SetUUID("00000000-0000-4000-8000-000000000000").SetName("docgen").SetDriver("fake-hardware").Save(ctx); err != nil {
+	// A node locked by a conductor, so the fleet's families have a series.
+	if _, err := app.DB.Node.Create().SetUUID("00000000-0000-4000-8000-000000000000").SetName("docgen").SetDriver("fake-hardware").SetReservation("docgen").Save(ctx); err != nil {
 		return nil, err
 	}
 	if _, err := app.DB.Conductor.Create().SetHostname("docgen").Save(ctx); err != nil {
@@ -385,7 +388,7 @@ func metricsPage() ([]byte, error) {
 		"token when one is set (else to loopback peers only). Beside them are the Go runtime's\n" +
 		"(`go_*`) and, on Linux, the process's (`process_*`) standard collectors, which vary with\n" +
 		"the Go release and are not listed.\n\n")
-	b.WriteString("| metric | type | labels | meaning |\n|---|---|---|---|\n")
+	rows := map[string]described{}
 	for _, mf := range families {
 		name := mf.GetName()
 		if !strings.HasPrefix(name, "anvil_") && !strings.HasPrefix(name, "go_sql_") {
@@ -394,11 +397,72 @@ func metricsPage() ([]byte, error) {
 		var labels []string
 		if ms := mf.GetMetric(); len(ms) > 0 {
 			for _, lp := range ms[0].GetLabel() {
-				labels = append(labels, code(lp.GetName()))
+				labels = append(labels, lp.GetName())
 			}
 		}
+		rows[name] = described{name, strings.ToLower(mf.GetType().String()), mf.GetHelp(), labels}
+	}
+	// A labelled family has no series until something is counted (a BMC
+	// call, a step): those come from the registry's descriptions.
+	descs := make(chan *prometheus.Desc)
+	go func() { app.Metrics.Registry.Describe(descs); close(descs) }()
+	var unknown []string
+	for d := range descs {
+		r, ok := parseDesc(d.String())
+		if !ok || rows[r.name].name != "" || !strings.HasPrefix(r.name, "anvil_") {
+			continue
+		}
+		// A description has no type; every such family here is named as
+		// Prometheus names its type, and any other must be seen counted.
+		switch {
+		case strings.HasSuffix(r.name, "_total"):
+			r.typ = "counter"
+		case strings.HasSuffix(r.name, "_duration_seconds"):
+			r.typ = "histogram"
+		default:
+			unknown = append(unknown, r.name)
+		}
+		rows[r.name] = r
+	}
+	if len(unknown) > 0 {
+		return nil, fmt.Errorf("metrics %v have no series and no name that says their type: count something in metricsPage", unknown)
+	}
+	b.WriteString("| metric | type | labels | meaning |\n|---|---|---|---|\n")
+	for _, name := range slices.Sorted(maps.Keys(rows)) {
+		r := rows[name]
+		labels := make([]string, len(r.labels))
+		for i, l := range r.labels {
+			labels[i] = code(l)
+		}
 		slices.Sort(labels)
-		fmt.Fprintf(&b, "| `%s` | %s | %s | %s |\n", name, strings.ToLower(mf.GetType().String()), strings.Join(labels, ", "), cell(mf.GetHelp()))
+		fmt.Fprintf(&b, "| `%s` | %s | %s | %s |\n", name, r.typ, strings.Join(labels, ", "), cell(r.help))
 	}
 	return b.Bytes(), nil
+}
+
+// descRE reads what Desc.String says of a family: its name, help and
+// variable labels.
+var descRE = regexp.MustCompile(`^Desc\{fqName: ("(?:[^"\\]|\\.)*"), help: ("(?:[^"\\]|\\.)*"), .*variableLabels: \{([^}]*)\}\}$`)
+
+// described is a metric family as the reference lists it.
+type described struct {
+	name, typ, help string
+	labels          []string
+}
+
+func parseDesc(s string) (described, bool) {
+	m := descRE.FindStringSubmatch(s)
+	if m == nil {
+		return described{}, false
+	}
+	name, err1 := strconv.Unquote(m[1])
+	help, err2 := strconv.Unquote(m[2])
+	if err1 != nil || err2 != nil {
+		return described{}, false
+	}
+	d := described{name: name, help: help}
+	if m[3] != "" {
+		d.labels = strings.Split(m[3], ",")
+	}
+	return d, true
 }

@@ -57,6 +57,7 @@ func TestAgentDeployLocalImage(t *testing.T) {
 		t.Cleanup(origin.Close)
 		hits := func() (int, int) { mu.Lock(); defer mu.Unlock(); return anvil, others }
 
+		start := scrape(t, rg.srv.URL)
 		id, disk := rg.node(t, 0, "m1", true, nil)
 		mustStatus(t, admin.Do(t, "PATCH", "/v1/nodes/"+id, []map[string]any{{"op": "replace", "path": "/automated_clean", "value": false}}), 200)
 		provision(t, member, id, map[string]any{"target": "provide"}, 202)
@@ -119,6 +120,12 @@ func TestAgentDeployLocalImage(t *testing.T) {
 		if a, o := hits(); a != 1 || o != 0 {
 			t.Errorf("after the mismatch the image server saw %d downloads by Anvil, %d by others; want 1, 0", a, o)
 		}
+		// And /metrics counted it: a miss whose download failed its checksum.
+		mismatched := scrape(t, rg.srv.URL)
+		moved(t, start, mismatched, map[string]float64{
+			"anvil_image_cache_misses_total": 1, "anvil_image_cache_hits_total": 0,
+			`anvil_image_cache_download_failures_total{reason="checksum"}`: 1,
+		})
 
 		// The right checksum: one more download by Anvil, none by the
 		// agent, and the disk holds the image.
@@ -134,6 +141,13 @@ func TestAgentDeployLocalImage(t *testing.T) {
 		}
 		if files := cached(t, cacheDir); len(files) != 1 || files[0] != imagecache.Name("les", origin.URL+"/disk.raw", imagecache.Checksum{Algo: "sha256", Value: im.RawSum}) {
 			t.Errorf("the cache holds %v", files)
+		}
+		deployed := scrape(t, rg.srv.URL)
+		moved(t, mismatched, deployed, map[string]float64{
+			"anvil_image_cache_misses_total": 1, `anvil_image_cache_download_failures_total{reason="checksum"}`: 0,
+		})
+		if b := sample(t, deployed, "anvil_image_cache_bytes"); b != float64(len(im.RawData)) {
+			t.Errorf("anvil_image_cache_bytes %v, want the image's %d", b, len(im.RawData))
 		}
 		// The agent was told a per-deploy URL on Anvil (its log says
 		// where it downloaded from), which answers 404 now.

@@ -264,9 +264,10 @@ func openBmclib(info map[string]any, o Options) (*bmclibClient, error) {
 		u, _ := parseWebhook(str(info, "bmclib_rpc_url"))
 		where = u.Host
 	}
-	c.caller = caller{o: o, where: where, secrets: secretsOf(info)}
+	// The provider is one of bmclibProviders (Validate): a bounded label.
+	c.caller = caller{o: o, where: where, secrets: secretsOf(info), driver: "bmclib:" + name}
 	if name == "ipmitool" {
-		c.ipmi = &ipmiClient{caller: caller{o: o, where: where, secrets: c.secrets}}
+		c.ipmi = &ipmiClient{caller: caller{o: o, where: where, secrets: c.secrets, driver: c.driver}}
 	}
 
 	// A plain *http.Transport: bmclib's providers clone it by type

@@ -51,6 +51,9 @@ type Options struct {
 	Retries int           // extra attempts when the BMC does not answer; default 1, negative for none
 	// PowerPoll is how often Power reads the state while waiting; default 1 s.
 	PowerPoll time.Duration
+	// Metrics counts the calls; nil counts none (a client opened only
+	// to check driver_info calls nothing).
+	Metrics *Metrics
 }
 
 func (o Options) withDefaults() Options {
@@ -126,11 +129,23 @@ type caller struct {
 	o       Options
 	where   string
 	secrets []string
+	// driver labels the call's metrics: ipmi, redfish, bmclib:PROVIDER.
+	driver string
 }
 
 func (c *caller) call(ctx context.Context, op string, fn func(ctx context.Context) error) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	// Timed from the lock: a call queued behind another on the same
+	// client is not the BMC being slow.
+	start := time.Now()
+	err := c.tries(ctx, op, fn)
+	c.o.Metrics.observe(c.driver, op, time.Since(start), err)
+	return err
+}
+
+// tries makes the call's attempts; the caller holds c.mu.
+func (c *caller) tries(ctx context.Context, op string, fn func(ctx context.Context) error) error {
 	var err error
 	for attempt := 0; attempt <= c.o.Retries; attempt++ {
 		if attempt > 0 {

@@ -30,7 +30,7 @@ func openIPMI(info map[string]any, o Options) *ipmiClient {
 	if p := str(info, "ipmi_priv_level"); p != "" {
 		c.priv = p
 	}
-	c.caller = caller{o: o, where: net.JoinHostPort(c.host, c.port), secrets: secretsOf(info)}
+	c.caller = caller{o: o, where: net.JoinHostPort(c.host, c.port), secrets: secretsOf(info), driver: "ipmi"}
 	return c
 }
 

@@ -69,7 +69,7 @@ func openRedfish(info map[string]any, o Options) (*redfishClient, error) {
 		TLSHandshakeTimeout: o.Timeout,
 		IdleConnTimeout:     30 * time.Second,
 	}}}
-	c.caller = caller{o: o, where: u.Host, secrets: secretsOf(info)}
+	c.caller = caller{o: o, where: u.Host, secrets: secretsOf(info), driver: "redfish"}
 	return c, nil
 }
 

@@ -67,6 +67,9 @@ const (
 	StateCancelled       = "cancelled"
 )
 
+// States are every campaign state, for those who count by state.
+var States = []string{StatePendingApproval, StateScheduled, StateRunning, StatePaused, StateCompleted, StateFailed, StateCancelled}
+
 // Node statuses.
 const (
 	NodePending   = "pending"
@@ -99,6 +102,8 @@ type Service struct {
 	ops      *conductor.Ops
 	wake     chan struct{}
 	clock    atomic.Pointer[func() time.Time]
+	// Metrics counts the nodes' outcomes; nil counts none.
+	Metrics *Metrics
 }
 
 // New returns the campaign service. ops starts each node's run, as the
@@ -724,6 +729,7 @@ func (s *Service) create(ctx context.Context, in *Input, retryOf string) (v *Vie
 	if err != nil {
 		return nil, err
 	}
+	s.Metrics.count(NodeSkipped, len(bad))
 	// The answer shows the campaign as created, before this replica's
 	// conductor is woken to start its nodes.
 	vs, err := s.views(ctx, []*ent.Campaign{c})
@@ -853,6 +859,7 @@ func (s *Service) SetState(ctx context.Context, ident, target string) (err error
 	defer func() {
 		s.guard.Done(ctx, RuleUpdate, "campaign", c.UUID, err, map[string]any{"target": target, "from": c.State})
 	}()
+	skipped := 0
 	err = store.WithTx(ctx, s.db, func(tx *ent.Client) error {
 		u := tx.Campaign.Update().Where(campaign.ID(c.ID), campaign.StateIn(from...)).SetState(to).SetUpdatedAt(time.Now())
 		if to == StateRunning && c.StartedAt == nil {
@@ -870,19 +877,21 @@ func (s *Service) SetState(ctx context.Context, ident, target string) (err error
 			return errs.Conflict("Campaign %s is %s; it cannot become %s.", c.UUID, cur.State, target)
 		}
 		if target == StateCancelled {
-			return skipPending(ctx, tx, c.ID, "the campaign was cancelled")
+			skipped, err = skipPending(ctx, tx, c.ID, "the campaign was cancelled")
 		}
-		return nil
+		return err
 	})
 	if err == nil {
+		s.Metrics.count(NodeSkipped, skipped)
 		s.poke()
 	}
 	return err
 }
 
-func skipPending(ctx context.Context, tx *ent.Client, id int, why string) error {
+// skipPending skips a campaign's pending nodes and says how many.
+func skipPending(ctx context.Context, tx *ent.Client, id int, why string) (int, error) {
 	return tx.CampaignNode.Update().Where(campaignnode.CampaignID(id), campaignnode.Status(NodePending)).
-		SetStatus(NodeSkipped).SetReason(why).SetFinishedAt(time.Now()).Exec(ctx)
+		SetStatus(NodeSkipped).SetReason(why).SetFinishedAt(time.Now()).Save(ctx)
 }
 
 // Approve gives the approvals the caller may give a campaign awaiting

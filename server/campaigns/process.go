@@ -155,7 +155,8 @@ func deref(p *string) string {
 // transaction so the campaign's running count never drifts from its rows;
 // a row another conductor already moved is left alone.
 func (s *Service) release(ctx context.Context, campaignID, rowID int, status, why string) error {
-	return store.WithTx(ctx, s.db, func(tx *ent.Client) error {
+	moved := false
+	err := store.WithTx(ctx, s.db, func(tx *ent.Client) error {
 		u := tx.CampaignNode.Update().Where(campaignnode.ID(rowID), campaignnode.Status(NodeRunning)).SetStatus(status)
 		if status == NodePending {
 			u.ClearStartedAt().ClearRun()
@@ -175,6 +176,7 @@ func (s *Service) release(ctx context.Context, campaignID, rowID int, status, wh
 		if err != nil || n == 0 {
 			return err
 		}
+		moved = true
 		cu := tx.Campaign.Update().Where(campaign.ID(campaignID)).AddRunning(-1).SetUpdatedAt(time.Now())
 		if status == NodePending {
 			// The node never ran: its place in the batch is free again.
@@ -189,6 +191,11 @@ func (s *Service) release(ctx context.Context, campaignID, rowID int, status, wh
 			predicate.Campaign(entsql.FieldsGTE(campaign.FieldBatchStarted, campaign.FieldMaxConcurrency))).
 			SetBatchDoneAt(s.now()).Exec(ctx)
 	})
+	if err == nil && moved && status != NodePending {
+		// Back to pending is no outcome: the node runs later.
+		s.Metrics.count(status, 1)
+	}
+	return err
 }
 
 // settle ends a campaign whose failure budget is spent (failed: no new
@@ -209,7 +216,7 @@ func (s *Service) settle(ctx context.Context, id int) error {
 	k := counts[id]
 	now := time.Now()
 	if k.Failed > c.MaxFailures && !slices.Contains(finished, c.State) {
-		changed := false
+		changed, skipped := false, 0
 		err := store.WithTx(ctx, s.db, func(tx *ent.Client) error {
 			n, err := tx.Campaign.Update().Where(campaign.ID(id), campaign.StateNotIn(finished...)).
 				SetState(StateFailed).SetUpdatedAt(now).Save(ctx)
@@ -217,12 +224,14 @@ func (s *Service) settle(ctx context.Context, id int) error {
 				return err
 			}
 			changed = true
-			return skipPending(ctx, tx, id, fmt.Sprintf("the failure budget (%d) was exceeded", c.MaxFailures))
+			skipped, err = skipPending(ctx, tx, id, fmt.Sprintf("the failure budget (%d) was exceeded", c.MaxFailures))
+			return err
 		})
 		if err != nil || !changed {
 			// Another replica failed it first, and audited it.
 			return err
 		}
+		s.Metrics.count(NodeSkipped, skipped)
 		s.guard.Done(s.conductorCtx(ctx), EventFailureBudget, "campaign", c.UUID, nil,
 			map[string]any{"failed": k.Failed, "max_failures": c.MaxFailures})
 		return nil
@@ -437,6 +446,7 @@ func (s *Service) launch(as context.Context, c *ent.Campaign, r *ent.CampaignNod
 	switch {
 	case err == nil:
 		log.Info("campaign node started", "campaign", c.UUID, "node", node, "run", run)
+		s.Metrics.count("started", 1)
 		return nil
 	case errs.IsLocked(err) || errs.Status(err) == 409 || errs.Status(err) >= 500:
 		if errs.Status(err) >= 500 {
@@ -457,6 +467,8 @@ func (s *Service) batchEvents(ctx context.Context, c *ent.Campaign, batch int) {
 }
 
 func (s *Service) skip(ctx context.Context, rowID int, why string) error {
-	return s.db.CampaignNode.Update().Where(campaignnode.ID(rowID), campaignnode.Status(NodePending)).
-		SetStatus(NodeSkipped).SetReason(why).SetFinishedAt(time.Now()).Exec(ctx)
+	n, err := s.db.CampaignNode.Update().Where(campaignnode.ID(rowID), campaignnode.Status(NodePending)).
+		SetStatus(NodeSkipped).SetReason(why).SetFinishedAt(time.Now()).Save(ctx)
+	s.Metrics.count(NodeSkipped, n)
+	return err
 }

@@ -59,7 +59,10 @@ type Config struct {
 	// flashes, before the step fails; default 8 minutes, Ironic's
 	// firmware_update_resource_validation_timeout.
 	FirmwareUnresponsiveBMCWait time.Duration
-	BMC                         bmc.Options
+	// BMC bounds the BMC calls and, through its Metrics, counts them.
+	BMC bmc.Options
+	// Metrics counts the steps run; nil counts none.
+	Metrics *Metrics
 	// BMCNetworks is the BMC address allow-list (empty: any); it applies
 	// process-wide, to enrolment as well as to connections.
 	BMCNetworks []netip.Prefix
@@ -187,7 +190,8 @@ func New(db *store.DB, log *slog.Logger, cfg Config) *Conductor {
 	bmc.SetCADir(cfg.BMCCADir)
 	c := &Conductor{cfg: cfg.withDefaults(), db: db, log: log, ctx: ctx, cancel: cancel, authFails: map[int]int{}}
 	c.fetch = c.cfg.egressPolicy().Client()
-	c.images = &imagecache.Cache{Dir: c.cfg.Agent.ImageCacheDir, MaxBytes: c.cfg.Agent.ImageCacheMaxBytes, Timeout: c.cfg.Agent.ImageDownloadTimeout, Client: c.fetch}
+	c.images = &imagecache.Cache{Dir: c.cfg.Agent.ImageCacheDir, MaxBytes: c.cfg.Agent.ImageCacheMaxBytes, Timeout: c.cfg.Agent.ImageDownloadTimeout, Client: c.fetch,
+		Metrics: c.cfg.Agent.ImageCacheMetrics}
 	if a := c.cfg.Agent; a.LogDir != "" {
 		c.logs = &agentlogs.Store{Dir: a.LogDir, MaxPerNode: a.LogMaxPerNode, MaxAge: a.LogMaxAge, MaxBytes: a.LogMaxBytes}
 	}

@@ -17,6 +17,7 @@ import (
 	"github.com/anvilproject/anvil/server/bmc"
 	"github.com/anvilproject/anvil/server/bootiso"
 	"github.com/anvilproject/anvil/server/history"
+	"github.com/anvilproject/anvil/server/imagecache"
 	"github.com/anvilproject/anvil/server/nodes"
 	"github.com/anvilproject/anvil/server/ramdisk"
 )
@@ -74,6 +75,9 @@ type AgentConfig struct {
 	// imagecache defaults.
 	ImageCacheMaxBytes   int64
 	ImageDownloadTimeout time.Duration
+	// ImageCacheMetrics counts the cache's hits, misses, failures and
+	// evictions; nil counts none.
+	ImageCacheMetrics *imagecache.Metrics
 	// Client holds the agent client's options: the provisioning
 	// networks agents may call back from.
 	Client agent.Options

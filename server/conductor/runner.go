@@ -221,7 +221,9 @@ func (c *Conductor) runSteps(n *ent.Node, run string, steps []Step, who string, 
 				return
 			}
 		}
+		began := time.Now()
 		power, err := c.execStep(ctx, n, ph, st)
+		c.cfg.Metrics.observe(kind, st, time.Since(began), err)
 		switch {
 		case errors.Is(err, errHold):
 			info := cloneInfo(n.DriverInternalInfo)

@@ -83,6 +83,8 @@ type Cache struct {
 	Timeout time.Duration
 	// Client downloads; nil means http.DefaultClient's behaviour.
 	Client *http.Client
+	// Metrics counts hits, misses, failures and evictions; nil none.
+	Metrics *Metrics
 
 	mu     sync.Mutex
 	keys   map[string]*sync.Mutex // one per image being fetched or read
@@ -155,9 +157,11 @@ func (c *Cache) Fetch(ctx context.Context, project, src string, sum Checksum) (s
 		_ = os.Chtimes(file, now, now)
 		tok, err := c.linkLocked(file)
 		c.mu.Unlock()
+		c.Metrics.hit()
 		return tok, err
 	}
 	c.mu.Unlock()
+	c.Metrics.miss()
 	tmp, err := c.download(ctx, tag, src, sum, newHash())
 	if err != nil {
 		return "", err
@@ -166,6 +170,7 @@ func (c *Cache) Fetch(ctx context.Context, project, src string, sum Checksum) (s
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if err := os.Rename(tmp, file); err != nil {
+		c.Metrics.failed(failStore)
 		return "", fmt.Errorf("image cache: %w", err)
 	}
 	tok, err := c.linkLocked(file)
@@ -200,7 +205,14 @@ func (c *Cache) maxBytes() int64 {
 // download streams src into a temporary file, hashing as it writes, and
 // returns the file once its bytes match sum; on any failure nothing is
 // left behind.
-func (c *Cache) download(ctx context.Context, tag, src string, sum Checksum, h hash.Hash) (string, error) {
+func (c *Cache) download(ctx context.Context, tag, src string, sum Checksum, h hash.Hash) (_ string, err error) {
+	// Each failure below sets why it failed before it returns.
+	reason := failFetch
+	defer func() {
+		if err != nil {
+			c.Metrics.failed(reason)
+		}
+	}()
 	timeout := c.Timeout
 	if timeout <= 0 {
 		timeout = DefaultTimeout
@@ -226,6 +238,7 @@ func (c *Cache) download(ctx context.Context, tag, src string, sum Checksum, h h
 	max := c.maxBytes()
 	tooBig := fmt.Errorf("image %s is larger than the image cache's %d bytes (--image-cache-max-bytes)", src, max)
 	if resp.ContentLength > max {
+		reason = failTooLarge
 		return "", tooBig
 	}
 	if resp.ContentLength > 0 {
@@ -234,6 +247,7 @@ func (c *Cache) download(ctx context.Context, tag, src string, sum Checksum, h h
 		c.evictLocked(tag, resp.ContentLength)
 		c.mu.Unlock()
 	}
+	reason = failStore
 	tmpDir := filepath.Join(c.Dir, incoming)
 	if err := os.MkdirAll(tmpDir, 0o750); err != nil {
 		return "", fmt.Errorf("image cache: %w", err)
@@ -246,13 +260,15 @@ func (c *Cache) download(ctx context.Context, tag, src string, sum Checksum, h h
 	n, err := io.Copy(io.MultiWriter(f, h), io.LimitReader(resp.Body, max+1))
 	switch {
 	case err != nil && ctx.Err() == context.DeadlineExceeded:
-		err = fmt.Errorf("downloading image %s: not done within %s", src, timeout)
+		reason, err = failFetch, fmt.Errorf("downloading image %s: not done within %s", src, timeout)
 	case err != nil:
-		err = fmt.Errorf("downloading image %s: %w", src, err)
+		// Reading the source or writing the file: io.Copy does not say
+		// which, and a source that breaks off is the likelier.
+		reason, err = failFetch, fmt.Errorf("downloading image %s: %w", src, err)
 	case n > max:
-		err = tooBig
+		reason, err = failTooLarge, tooBig
 	case hex.EncodeToString(h.Sum(nil)) != sum.Value:
-		err = &MismatchError{Source: src, Sum: sum, Computed: hex.EncodeToString(h.Sum(nil))}
+		reason, err = failChecksum, &MismatchError{Source: src, Sum: sum, Computed: hex.EncodeToString(h.Sum(nil))}
 	default:
 		err = f.Sync()
 	}
@@ -388,6 +404,7 @@ func (c *Cache) evictLocked(tag string, room int64) {
 		if os.Remove(f.path) == nil {
 			total -= f.size
 			held[victim] -= f.size
+			c.Metrics.evicted()
 		}
 	}
 }

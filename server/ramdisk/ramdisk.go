@@ -115,8 +115,10 @@ type Service struct {
 	// Media are the kernel and ramdisk iPXE scripts boot for nodes whose
 	// driver_info names none.
 	Media Media
-	now   func() time.Time
-	hb    hbStmts
+	// Metrics counts lookups and heartbeats; nil counts none.
+	Metrics *Metrics
+	now     func() time.Time
+	hb      hbStmts
 }
 
 // New returns the service.
@@ -156,7 +158,10 @@ type Looked struct {
 // source (the caller's address); the token is stored and answered
 // exactly once. A node whose boot medium carries its token (Pregenerate)
 // has one already, so its lookups never get it.
-func (s *Service) Lookup(ctx context.Context, addresses []string, nodeUUID string, issue bool, source string) (*Looked, error) {
+func (s *Service) Lookup(ctx context.Context, addresses []string, nodeUUID string, issue bool, source string) (_ *Looked, err error) {
+	if s.Metrics != nil {
+		defer func() { s.Metrics.lookups.count(err) }()
+	}
 	if err := s.guard.Authorize(ctx, RuleLookup, "node", "", policies.Target{}); err != nil {
 		return nil, err
 	}
@@ -304,12 +309,14 @@ type Heartbeat struct {
 // a wrong token get the same answer; a node whose state expects no
 // heartbeat is a conflict.
 func (s *Service) Heartbeat(ctx context.Context, ident string, hb Heartbeat) error {
-	if err := s.guard.Authorize(ctx, RuleHeartbeat, "node", ident, policies.Target{}); err != nil {
-		return err
+	err := s.guard.Authorize(ctx, RuleHeartbeat, "node", ident, policies.Target{})
+	if err == nil {
+		if err = s.heartbeat(ctx, ident, hb); err != nil {
+			s.failed(ctx, RuleHeartbeat, ident, err)
+		}
 	}
-	err := s.heartbeat(ctx, ident, hb)
-	if err != nil {
-		s.failed(ctx, RuleHeartbeat, ident, err)
+	if s.Metrics != nil {
+		s.Metrics.heartbeats.count(err)
 	}
 	return err
 }

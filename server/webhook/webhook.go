@@ -97,11 +97,12 @@ type Dispatcher struct {
 	log    *slog.Logger
 	client *http.Client
 	target string // the URL without credentials, for logs
+	m      *Metrics
 }
 
 // New validates cfg and returns its dispatcher, or nil when no URL is
-// configured.
-func New(db *store.DB, cfg Config, log *slog.Logger) (*Dispatcher, error) {
+// configured; m counts its deliveries.
+func New(db *store.DB, cfg Config, log *slog.Logger, m *Metrics) (*Dispatcher, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
@@ -121,7 +122,7 @@ func New(db *store.DB, cfg Config, log *slog.Logger) (*Dispatcher, error) {
 		cfg.Settle = 2 * time.Second
 	}
 	u, _ := url.Parse(cfg.URL)
-	return &Dispatcher{db: db, cfg: cfg, log: log, target: u.Redacted(), client: &http.Client{
+	return &Dispatcher{db: db, cfg: cfg, log: log, m: m, target: u.Redacted(), client: &http.Client{
 		Timeout: Timeout,
 		// A redirect could lead the signed events somewhere the operator
 		// did not name; it counts as a failed delivery instead.
@@ -214,16 +215,24 @@ func (d *Dispatcher) step(ctx context.Context) (int, error) {
 	if err != nil || n == 0 {
 		return 0, err
 	}
+	// The claimed rows to send are the queue until each is delivered or
+	// given up on.
+	queued := d.matching(rows)
+	d.m.queued.Add(float64(queued))
+	defer func() { d.m.queued.Sub(float64(queued)) }()
 	for i, e := range rows {
 		if ctx.Err() != nil {
 			// Shutting down: the rest are claimed and will not be sent.
 			if lost := d.matching(rows[i:]); lost > 0 {
+				d.m.deliveries.WithLabelValues(outcomeLost).Add(float64(lost))
 				d.log.Warn("webhook: events not sent at shutdown", "count", lost, "from_id", e.ID)
 			}
 			break
 		}
 		if d.Match(e) {
 			d.deliver(ctx, e)
+			d.m.queued.Dec()
+			queued--
 		}
 	}
 	return len(rows), nil
@@ -281,17 +290,23 @@ func (d *Dispatcher) deliver(ctx context.Context, e *ent.AuditEvent) {
 	body, err := json.Marshal(Event{ID: e.ID, Time: e.CreatedAt.UTC(), Rule: e.Rule, Result: e.Result, User: e.User,
 		Project: e.Project, TargetType: e.TargetType, TargetID: e.TargetID, Detail: e.Detail})
 	if err != nil {
+		d.m.deliveries.WithLabelValues(outcomeFailed).Inc()
 		d.log.Error("webhook: event not sent", "id", e.ID, "rule", e.Rule, "err", err)
 		return
 	}
 	sig := Sign(d.cfg.Secret, body)
 	pause := d.cfg.Backoff
 	for attempt := 0; ; attempt++ {
+		if attempt > 0 {
+			d.m.retries.Inc()
+		}
 		retry, err := d.post(ctx, e, body, sig)
 		if err == nil {
+			d.m.deliveries.WithLabelValues(outcomeDelivered).Inc()
 			return
 		}
 		if !retry || attempt == Retries || ctx.Err() != nil {
+			d.m.deliveries.WithLabelValues(outcomeFailed).Inc()
 			d.log.Error("webhook: event not delivered", "id", e.ID, "rule", e.Rule, "url", d.target, "attempts", attempt+1, "err", err)
 			return
 		}
