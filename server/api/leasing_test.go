@@ -2,6 +2,7 @@ package api_test
 
 import (
 	"context"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -492,6 +493,73 @@ func TestLeaseMissedWhileDown(t *testing.T) {
 		}
 		if h := eventsOf(t, admin, ended.UUID); strings.Count(h, "lease: Lease "+past.UUID+" of les ended at "+esiTime(now.Add(-time.Hour))+": the node holds no instance; lessee les → (none)") != 1 {
 			t.Errorf("history of the ended lease's node:\n%s", h)
+		}
+	})
+}
+
+// TestLeasingPersonas: who gets what from ESI-Leap's API, as a table of
+// personas and expected statuses ("-" where the request would change
+// what the next rows read): 401 without a token, 404 for an offer
+// addressed to another project or another project's lease, 403 for what
+// the caller sees but may not do.
+func TestLeasingPersonas(t *testing.T) {
+	storetest.Each(t, func(t *testing.T, setting string, db *store.DB) {
+		_, cs, clk := leasingServer(t, setting, server.Options{})
+		admin, owner := cs["system-admin"], cs["owner-member"]
+		base := clk.Now()
+		window := map[string]any{"start_time": esiTime(base.Add(time.Hour)), "end_time": esiTime(base.Add(48 * time.Hour))}
+		fakeNode(t, admin, "persona-a")
+		r := owner.Do(t, "POST", "/leasing/v1/offers", map[string]any{"resource_uuid": "persona-a", "end_time": esiTime(base.Add(24 * time.Hour))})
+		mustStatus(t, r, 201)
+		open := r.JSON(t)["uuid"].(string)
+		r = owner.Do(t, "POST", "/leasing/v1/offers", map[string]any{"resource_uuid": "persona-a", "lessee_id": "les",
+			"start_time": esiTime(base.Add(24 * time.Hour)), "end_time": esiTime(base.Add(72 * time.Hour))})
+		mustStatus(t, r, 201)
+		addressed := r.JSON(t)["uuid"].(string)
+		r = cs["lessee-member"].Do(t, "POST", "/leasing/v1/offers/"+addressed+"/claim", map[string]any{"start_time": esiTime(base.Add(30 * time.Hour)), "end_time": esiTime(base.Add(40 * time.Hour))})
+		mustStatus(t, r, 201)
+		leased := r.JSON(t)["uuid"].(string)
+
+		who := []string{"anonymous", "system-admin", "system-reader", "owner-member", "owner-reader", "lessee-member", "lessee-reader", "other-member", "other-reader"}
+		rows := []struct {
+			method, path string
+			body         any
+			want         string
+		}{
+			{"GET", "/leasing/v1/offers/" + open, nil, "401 200 200 200 200 200 200 200 200"},
+			{"GET", "/leasing/v1/offers/" + addressed, nil, "401 200 200 200 200 200 200 404 404"},
+			{"GET", "/leasing/v1/leases/" + leased, nil, "401 200 200 200 200 200 200 404 404"},
+			{"GET", "/leasing/v1/leases?view=all", nil, "401 200 200 403 403 403 403 403 403"},
+			{"GET", "/leasing/v1/leases?project_id=les", nil, "401 200 200 403 403 200 200 403 403"},
+			{"GET", "/leasing/v1/nodes", nil, "401 200 200 200 200 200 200 200 200"},
+			{"GET", "/leasing/v1/events", nil, "401 200 200 200 200 200 200 200 200"},
+			{"POST", "/leasing/v1/offers", map[string]any{"resource_uuid": "persona-a", "start_time": esiTime(base.Add(100 * time.Hour))}, "401 - 403 - 403 404 404 404 404"},
+			{"DELETE", "/leasing/v1/offers/" + open, nil, "401 - 403 - 403 403 403 403 403"},
+			{"POST", "/leasing/v1/offers/" + addressed + "/claim", window, "401 - 403 - 403 - 403 404 404"},
+			{"PATCH", "/leasing/v1/leases/" + leased, map[string]any{"end_time": esiTime(base.Add(41 * time.Hour))}, "401 - 403 - 403 - 403 404 404"},
+			{"DELETE", "/leasing/v1/leases/" + leased, nil, "401 - 403 - 403 - 403 404 404"},
+		}
+		before, err := db.Lease.Query().Count(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, row := range rows {
+			want := strings.Fields(row.want)
+			for i, p := range who {
+				if want[i] == "-" {
+					continue
+				}
+				r := cs[p].Do(t, row.method, row.path, row.body)
+				if got := r.Status; want[i] != strconv.Itoa(got) {
+					t.Errorf("%s %s as %s: %d, want %s: %s", row.method, row.path, p, got, want[i], r.Body)
+				}
+			}
+		}
+		if after, err := db.Lease.Query().Count(context.Background()); err != nil || after != before {
+			t.Errorf("refused requests changed the leases: %d before, %d after (%v)", before, after, err)
+		}
+		if l := leaseRow(t, db.Client, leased); l.Status != "created" || !l.EndTime.Equal(base.Add(40*time.Hour)) {
+			t.Errorf("refused requests changed the lease: %s until %v", l.Status, l.EndTime)
 		}
 	})
 }

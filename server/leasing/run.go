@@ -285,7 +285,8 @@ func (s *Service) finish(ctx context.Context, l *ent.Lease, n *ent.Node, from, f
 	return done, err
 }
 
-// expireOffer marks an offer past its end expired, once.
+// expireOffer marks an offer past its end expired, once, and says so in
+// its node's history (when the node is still there).
 func (s *Service) expireOffer(ctx context.Context, o *ent.Offer, now time.Time) (bool, error) {
 	done := false
 	err := store.WithTx(ctx, s.db, func(tx *ent.Client) error {
@@ -294,7 +295,20 @@ func (s *Service) expireOffer(ctx context.Context, o *ent.Offer, now time.Time) 
 			return err
 		}
 		done = true
-		return event(ctx, tx, now, "esi_leap.offer.expire.end", "offer", o.UUID, o.ResourceUUID, deref(o.LesseeID), o.ProjectID)
+		if err := event(ctx, tx, now, "esi_leap.offer.expire.end", "offer", o.UUID, o.ResourceUUID, deref(o.LesseeID), o.ProjectID); err != nil {
+			return err
+		}
+		n, err := tx.Node.Query().Where(node.UUID(o.ResourceUUID)).Only(ctx)
+		if ent.IsNotFound(err) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		return note(ctx, tx, n.ID, "", "Offer "+o.UUID+" expired at "+Format(o.EndTime))
 	})
+	if done {
+		s.guard.Done(ctx, RuleOfferDelete, "offer", o.UUID, nil, map[string]any{"action": StatusExpired, "node": o.ResourceUUID})
+	}
 	return done, err
 }
