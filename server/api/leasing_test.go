@@ -2,6 +2,7 @@ package api_test
 
 import (
 	"context"
+	"fmt"
 	"strconv"
 	"strings"
 	"sync"
@@ -562,4 +563,73 @@ func TestLeasingPersonas(t *testing.T) {
 			t.Errorf("refused requests changed the lease: %s until %v", l.Status, l.EndTime)
 		}
 	})
+}
+
+// TestLeasesOnceAcrossConductors: two conductors on one database run
+// their lease passes at the same moment, twice each, over ten leases due
+// to end and ten due to start: every lease ends or starts exactly once
+// (one event, one audit row), and the ring gives each conductor a share.
+func TestLeasesOnceAcrossConductors(t *testing.T) {
+	setting := storetest.Setting(t, "postgres")
+	opts := func(name string) server.Options {
+		return server.Options{Database: setting, Conductor: cond.Config{Name: name, LeaseCheck: time.Hour}}
+	}
+	srvA, _ := startLocal(t, setting, opts("leasing-a"))
+	srvB := servertest.Start(t, opts("leasing-b"))
+	waitRegistered(t, srvA, "leasing-a", "leasing-b")
+	ctx := context.Background()
+	db := srvA.DB.Client
+	now := time.Now().UTC().Truncate(time.Second)
+	var ending, starting []string
+	for i := range 20 {
+		lessee, status, start, end := "les", "active", now.Add(-2*time.Hour), now.Add(-time.Hour)
+		if i%2 == 1 {
+			lessee, status, start, end = "", "created", now.Add(-time.Hour), now.Add(time.Hour)
+		}
+		n := db.Node.Create().SetUUID(uuid.NewString()).SetName(fmt.Sprintf("ring-lease-%02d", i)).SetDriver("fake-hardware").
+			SetProvisionState("available").SetOwner("own").SetLessee(lessee).SaveX(ctx)
+		l := db.Lease.Create().SetUUID(uuid.NewString()).SetProjectID("les").SetOwnerID("own").SetResourceUUID(n.UUID).
+			SetStartTime(start).SetEndTime(end).SetStatus(status).SaveX(ctx)
+		if i%2 == 1 {
+			starting = append(starting, l.UUID)
+		} else {
+			ending = append(ending, l.UUID)
+		}
+	}
+	go1 := make(chan struct{})
+	var wg sync.WaitGroup
+	for _, s := range []*servertest.Server{srvA, srvB, srvA, srvB} {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-go1
+			if err := s.Cond.RunLeases(ctx); err != nil {
+				t.Error(err)
+			}
+		}()
+	}
+	close(go1)
+	wg.Wait()
+	by := map[string]int{}
+	check := func(ids []string, status, event string) {
+		for _, id := range ids {
+			if l := leaseRow(t, db, id); l.Status != status {
+				t.Errorf("lease %s: %s, want %s", id, l.Status, status)
+			}
+			if got := leaseEventsOf(t, db, id); strings.Join(got, ",") != event {
+				t.Errorf("lease %s: events %v, want one %s", id, got, event)
+			}
+			audits, err := db.AuditEvent.Query().Where(auditevent.TargetID(id), auditevent.Rule(leasing.RuleLeaseUpdate)).All(ctx)
+			if err != nil || len(audits) != 1 {
+				t.Errorf("lease %s: %d audit rows (%v), want 1", id, len(audits), err)
+				continue
+			}
+			by[audits[0].User]++
+		}
+	}
+	check(ending, "expired", "esi_leap.lease.delete.end")
+	check(starting, "active", "esi_leap.lease.fulfill.end")
+	if by["conductor leasing-a"] == 0 || by["conductor leasing-b"] == 0 {
+		t.Errorf("lease passes by conductor %v: the ring should give each a share", by)
+	}
 }

@@ -123,7 +123,7 @@ func deref(s *string) string {
 // parentLease is project's active lease of node n covering [start, end),
 // the parent of a sub-lease or sub-lease offer; a 403 when there is none.
 func (s *Service) parentLease(ctx context.Context, tx *ent.Client, n *ent.Node, project string, start, end time.Time) (*ent.Lease, error) {
-	l, err := tx.Lease.Query().Where(lease.ResourceUUID(n.UUID), lease.ProjectID(project), lease.StatusIn(StatusActive, StatusCreated),
+	l, err := tx.Lease.Query().Where(lease.ResourceUUID(n.UUID), lease.ProjectID(project), lease.Status(StatusActive),
 		lease.StartTimeLTE(start), lease.EndTimeGTE(end)).Order(ent.Desc(lease.FieldID)).First(ctx)
 	if ent.IsNotFound(err) {
 		return nil, errs.Forbidden("Access was denied to ironic_node %s: project %s holds no lease of it from %s to %s.", n.UUID, project, Format(start), Format(end))
