@@ -439,7 +439,8 @@ func TestLeasingQuota(t *testing.T) {
 // TestLeaseMissedWhileDown: a lease whose end passed, and one whose start
 // passed, while no conductor ran (rows as a stopped server leaves them)
 // end and start when the server starts, once: passes run after it, four
-// at a time, change nothing more.
+// at a time, change nothing more. The allocation the leaving project held
+// on its idle node is released with the lease.
 func TestLeaseMissedWhileDown(t *testing.T) {
 	storetest.Each(t, func(t *testing.T, setting string, db *store.DB) {
 		ctx := context.Background()
@@ -455,6 +456,11 @@ func TestLeaseMissedWhileDown(t *testing.T) {
 		ended, due := mk("missed-end", "les"), mk("missed-start", "")
 		past := db.Lease.Create().SetUUID(uuid.NewString()).SetProjectID("les").SetOwnerID("own").SetResourceUUID(ended.UUID).
 			SetStartTime(now.Add(-2 * time.Hour)).SetEndTime(now.Add(-time.Hour)).SetStatus("active").SetFulfillTime(now.Add(-2 * time.Hour)).SaveX(ctx)
+		// The lessee holds an allocation on the node that ended: it goes
+		// with the lease.
+		alloc := db.Allocation.Create().SetUUID(uuid.NewString()).SetResourceClass("baremetal").SetOwner("les").SetState("active").
+			SetNodeID(ended.ID).SaveX(ctx)
+		db.Node.UpdateOne(ended).SetInstanceUUID(alloc.UUID).ExecX(ctx)
 		late := db.Lease.Create().SetUUID(uuid.NewString()).SetProjectID("oth").SetOwnerID("own").SetResourceUUID(due.UUID).
 			SetStartTime(now.Add(-time.Hour)).SetEndTime(now.Add(time.Hour)).SaveX(ctx)
 
@@ -477,6 +483,9 @@ func TestLeaseMissedWhileDown(t *testing.T) {
 		if got := nodeLessee(t, admin, ended.UUID); got != "" {
 			t.Errorf("ended lease's node: lessee %v", got)
 		}
+		if n := admin.Do(t, "GET", "/v1/nodes/"+ended.UUID, nil).JSON(t); n["instance_uuid"] != nil || allocationRow(t, db.Client, alloc.UUID) != nil {
+			t.Errorf("the ended lessee's allocation stayed: instance_uuid %v", n["instance_uuid"])
+		}
 		if got := nodeLessee(t, admin, due.UUID); got != "oth" {
 			t.Errorf("started lease's node: lessee %v", got)
 		}
@@ -492,7 +501,7 @@ func TestLeaseMissedWhileDown(t *testing.T) {
 				t.Errorf("lease %s: %d audit rows (%v), want 1", id, audits, err)
 			}
 		}
-		if h := eventsOf(t, admin, ended.UUID); strings.Count(h, "lease: Lease "+past.UUID+" of les ended at "+esiTime(now.Add(-time.Hour))+": the node holds no instance; lessee les → (none)") != 1 {
+		if h := eventsOf(t, admin, ended.UUID); strings.Count(h, "lease: Lease "+past.UUID+" of les ended at "+esiTime(now.Add(-time.Hour))+": the node holds no instance; allocation "+alloc.UUID+" released; lessee les → (none)") != 1 {
 			t.Errorf("history of the ended lease's node:\n%s", h)
 		}
 	})

@@ -8,12 +8,13 @@ import (
 	"time"
 
 	"github.com/anvilproject/anvil/ent"
+	"github.com/anvilproject/anvil/ent/allocation"
 	"github.com/anvilproject/anvil/ent/lease"
 	"github.com/anvilproject/anvil/ent/node"
 	"github.com/anvilproject/anvil/ent/nodeevent"
 	"github.com/anvilproject/anvil/ent/offer"
+	"github.com/anvilproject/anvil/server/allocations"
 	"github.com/anvilproject/anvil/server/errs"
-	"github.com/anvilproject/anvil/server/nodes"
 	"github.com/anvilproject/anvil/server/store"
 )
 
@@ -31,11 +32,6 @@ type Ender struct {
 	// to undeploy; a locked node is busy.
 	Undeploy func(ctx context.Context, n *ent.Node) error
 }
-
-// settled are the states of a node that holds no instance: a lease ending
-// there only gives the lessee back, nothing needs tearing down.
-var settled = []string{nodes.StateAvailable, nodes.StateManageable, nodes.StateEnroll,
-	nodes.StateCleanFailed, "inspect failed", "adopt failed"}
 
 // Run is one conductor pass at now: it ends the leases past their end or
 // cancelled, starts those whose start has come, and expires offers past
@@ -191,7 +187,9 @@ func (s *Service) end(ctx context.Context, l *ent.Lease, now time.Time, e Ender)
 	switch {
 	case n.Reservation != nil || n.TargetProvisionState != nil:
 		return false, nil
-	case slices.Contains(settled, n.ProvisionState):
+	case slices.Contains(allocations.Releasable, n.ProvisionState):
+		// Nothing to tear down; an allocation the project still holds
+		// on the node goes with the lease.
 		return s.finish(ctx, l, n, l.Status, final, now, prefix+"the node holds no instance")
 	case n.Maintenance:
 		return s.await(ctx, n, e.Name, prefix+"the node is in maintenance; it awaits its owner or an operator")
@@ -270,6 +268,15 @@ func (s *Service) finish(ctx context.Context, l *ent.Lease, n *ent.Node, from, f
 				after = parent.ProjectID
 			}
 		}
+		if slices.Contains(allocations.Releasable, n.ProvisionState) {
+			released, err := releaseAllocation(ctx, tx, n, l.ProjectID)
+			if err != nil {
+				return err
+			}
+			if released != "" {
+				msg += "; allocation " + released + " released"
+			}
+		}
 		gave, err := tx.Node.Update().Where(node.ID(n.ID), node.Lessee(l.ProjectID)).SetLessee(after).SetUpdatedAt(time.Now()).Save(ctx)
 		if err != nil {
 			return err
@@ -283,6 +290,24 @@ func (s *Service) finish(ctx context.Context, l *ent.Lease, n *ent.Node, from, f
 		s.guard.Done(ctx, RuleLeaseUpdate, "lease", l.UUID, nil, map[string]any{"action": final, "node": l.ResourceUUID, "lessee": after})
 	}
 	return done, err
+}
+
+// releaseAllocation deletes, in tx, the allocation project holds on node
+// n, which holds no instance, and clears the node's instance_uuid it set:
+// the node must not stay reserved for a project whose lease is over. It
+// returns the allocation's label, "" when there was none.
+func releaseAllocation(ctx context.Context, tx *ent.Client, n *ent.Node, project string) (string, error) {
+	a, err := tx.Allocation.Query().Where(allocation.NodeID(n.ID), allocation.Owner(project)).Only(ctx)
+	if ent.IsNotFound(err) {
+		return "", nil
+	}
+	if err != nil {
+		return "", err
+	}
+	if err := tx.Node.Update().Where(node.ID(n.ID), node.InstanceUUID(a.UUID)).ClearInstanceUUID().Exec(ctx); err != nil {
+		return "", err
+	}
+	return allocations.Label(a), tx.Allocation.DeleteOne(a).Exec(ctx)
 }
 
 // expireOffer marks an offer past its end expired, once, and says so in
