@@ -549,6 +549,22 @@ func TestLeasingPersonas(t *testing.T) {
 			{"PATCH", "/leasing/v1/leases/" + leased, map[string]any{"end_time": esiTime(base.Add(41 * time.Hour))}, "401 - 403 - 403 - 403 404 404"},
 			{"DELETE", "/leasing/v1/leases/" + leased, nil, "401 - 403 - 403 - 403 404 404"},
 		}
+		// ESI-Leap's node list: the current offer, the future ones and the
+		// leases not yet started.
+		ns := owner.Do(t, "GET", "/leasing/v1/nodes", nil).JSON(t)["nodes"].([]any)
+		if len(ns) != 1 {
+			t.Fatalf("owner lists %d leasing nodes, want 1", len(ns))
+		}
+		if n := ns[0].(map[string]any); n["name"] != "persona-a" || n["offer_uuid"] != open || n["maintenance"] != "False" ||
+			fmt.Sprint(n["future_offers"]) != "["+addressed+"]" || fmt.Sprint(n["future_leases"]) != "["+leased+"]" || n["lease_uuid"] != nil {
+			t.Errorf("leasing node %v", n)
+		}
+		if got := cs["system-reader"].Do(t, "GET", "/leasing/v1/leases", nil).JSON(t)["leases"].([]any); len(got) != 1 {
+			t.Errorf("a system reader lists %d leases, want every one (1)", len(got))
+		}
+		if got := cs["other-reader"].Do(t, "GET", "/leasing/v1/leases", nil).JSON(t)["leases"].([]any); len(got) != 0 {
+			t.Errorf("another project lists %d leases, want none", len(got))
+		}
 		before, err := db.Lease.Query().Count(context.Background())
 		if err != nil {
 			t.Fatal(err)

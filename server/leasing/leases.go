@@ -258,14 +258,17 @@ type LeaseFilter struct {
 
 // ListLeases lists leases as ESI-Leap does: by default the caller's
 // project's as lessee or owner; view=all, or another project's by
-// project_id or owner_id, needs lease_admin.
+// project_id or owner_id, needs lease_admin, as does any list by a
+// system-scoped caller.
 func (s *Service) ListLeases(ctx context.Context, f LeaseFilter) ([]*ent.Lease, error) {
 	p := principal(ctx)
 	if err := pair("start_time", f.StartTime, f.EndTime); err != nil {
 		return nil, err
 	}
 	q := s.db.Lease.Query()
-	admin := f.All || (f.OwnerID != "" && f.OwnerID != p.Project) || (f.OwnerID == "" && f.ProjectID != "" && f.ProjectID != p.Project)
+	// A system-scoped caller has no project of its own to list by: its
+	// list is view=all's.
+	admin := f.All || p.Project == "" || (f.OwnerID != "" && f.OwnerID != p.Project) || (f.OwnerID == "" && f.ProjectID != "" && f.ProjectID != p.Project)
 	if admin {
 		if err := s.guard.Authorize(ctx, RuleLeaseAdmin, "lease", "", policies.Target{}); err != nil {
 			return nil, err
