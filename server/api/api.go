@@ -281,7 +281,12 @@ func bind(c *fiber.Ctx, v any) error {
 	if err := dec.Decode(v); err != nil {
 		var ute *json.UnmarshalTypeError
 		if errors.As(err, &ute) {
-			return errs.BadRequest(ute.Field, "%s must be %s, not %s", ute.Field, jsonKind(ute.Type.Kind().String()), ute.Value)
+			field := ute.Field
+			if field == "" {
+				// The body itself is of the wrong kind.
+				field = "body"
+			}
+			return errs.BadRequest(field, "%s must be %s, not %s", field, jsonKind(ute.Type.Kind().String()), ute.Value)
 		}
 		if f, ok := strings.CutPrefix(err.Error(), "json: unknown field "); ok {
 			f = strings.Trim(f, `"`)

@@ -53,7 +53,7 @@ func (a *API) registerLeasing(open, v1 fiber.Router) {
 
 // leasingVersions is ESI-Leap's version document, with its 300 status.
 func (a *API) leasingVersions(c *fiber.Ctx) error {
-	href := c.BaseURL() + LeasingPrefix + "/v1"
+	href := baseURL(c) + LeasingPrefix + "/v1"
 	return c.Status(fiber.StatusMultipleChoices).JSON(fiber.Map{"versions": []fiber.Map{{
 		"id": "v1.0", "status": "CURRENT", "min_version": "1.0", "version": "1.0",
 		"links": []fiber.Map{{"href": href, "rel": "self"}},

@@ -658,3 +658,79 @@ func TestLeasesOnceAcrossConductors(t *testing.T) {
 		t.Errorf("lease passes by conductor %v: the ring should give each a share", by)
 	}
 }
+
+// TestLeasingBadInput: bad input to ESI-Leap's API is a 400 whose
+// message names the field, in wsme's shape, and writes nothing.
+func TestLeasingBadInput(t *testing.T) {
+	storetest.Each(t, func(t *testing.T, setting string, db *store.DB) {
+		_, cs, clk := leasingServer(t, setting, server.Options{})
+		admin, owner, les := cs["system-admin"], cs["owner-member"], cs["lessee-member"]
+		base := clk.Now()
+		fakeNode(t, admin, "bad-a")
+		r := owner.Do(t, "POST", "/leasing/v1/offers", map[string]any{"resource_uuid": "bad-a", "end_time": esiTime(base.Add(48 * time.Hour))})
+		mustStatus(t, r, 201)
+		offer := r.JSON(t)["uuid"].(string)
+		r = les.Do(t, "POST", "/leasing/v1/offers/"+offer+"/claim", map[string]any{"start_time": esiTime(base.Add(time.Hour)), "end_time": esiTime(base.Add(2 * time.Hour))})
+		mustStatus(t, r, 201)
+		lease := r.JSON(t)["uuid"].(string)
+		long := strings.Repeat("n", 36)
+		rows := []struct {
+			c            *servertest.Client
+			method, path string
+			body         any
+			field        string
+		}{
+			{les, "POST", "/leasing/v1/offers/" + offer + "/claim", map[string]any{"start_time": "soon"}, "start_time"},
+			{les, "POST", "/leasing/v1/offers/" + offer + "/claim", map[string]any{"end_time": 5}, "end_time"},
+			{les, "POST", "/leasing/v1/offers/" + offer + "/claim", map[string]any{"start_time": esiTime(base.Add(5 * time.Hour)), "end_time": esiTime(base.Add(4 * time.Hour))}, "end_time"},
+			{les, "POST", "/leasing/v1/offers/" + offer + "/claim", map[string]any{"start_time": esiTime(base.Add(-3 * time.Hour)), "end_time": esiTime(base.Add(-2 * time.Hour))}, "end_time"},
+			{les, "POST", "/leasing/v1/offers/" + offer + "/claim", map[string]any{"name": long}, "name"},
+			{les, "POST", "/leasing/v1/offers/" + offer + "/claim", map[string]any{"properties": "x"}, "properties"},
+			{les, "POST", "/leasing/v1/offers/" + offer + "/claim", map[string]any{"uuid": "x"}, "uuid"},
+			{owner, "POST", "/leasing/v1/leases", map[string]any{"resource_uuid": "bad-a", "start_time": esiTime(base.Add(3 * time.Hour))}, "project_id"},
+			{owner, "POST", "/leasing/v1/leases", map[string]any{"resource_uuid": "bad-a", "project_id": " les"}, "project_id"},
+			{owner, "POST", "/leasing/v1/offers", map[string]any{"resource_uuid": "bad-a", "lessee_id": "a\tb"}, "lessee_id"},
+			{owner, "POST", "/leasing/v1/offers", map[string]any{"resource_uuid": "bad-a", "name": long}, "name"},
+			{les, "PATCH", "/leasing/v1/leases/" + lease, map[string]any{"end_time": "later"}, "end_time"},
+			{les, "PATCH", "/leasing/v1/leases/" + lease, map[string]any{"end_time": esiTime(base)}, "end_time"},
+			{les, "PATCH", "/leasing/v1/leases/" + lease, map[string]any{}, "end_time"},
+			{les, "PATCH", "/leasing/v1/leases/" + lease, "[]", "body"},
+			{les, "GET", "/leasing/v1/leases?view=mine", nil, "view"},
+			{les, "GET", "/leasing/v1/leases?start_time=" + esiTime(base), nil, "start_time"},
+			{les, "GET", "/leasing/v1/leases?resource_type=dummy_node", nil, "resource_type"},
+			{les, "GET", "/leasing/v1/leases?sort=x", nil, "sort"},
+			{les, "GET", "/leasing/v1/offers?available_start_time=" + esiTime(base.Add(time.Hour)) + "&available_end_time=" + esiTime(base), nil, "available_end_time"},
+			{les, "GET", "/leasing/v1/events?last_event_id=x", nil, "last_event_id"},
+			{les, "GET", "/leasing/v1/events?last_event_time=x", nil, "last_event_time"},
+		}
+		count := func() int {
+			n, err := db.Lease.Query().Count(context.Background())
+			if err != nil {
+				t.Fatal(err)
+			}
+			o, err := db.Offer.Query().Count(context.Background())
+			if err != nil {
+				t.Fatal(err)
+			}
+			return n*1000 + o
+		}
+		before := count()
+		for _, row := range rows {
+			r := row.c.Do(t, row.method, row.path, row.body)
+			if r.Status != 400 {
+				t.Errorf("%s %s %v: %d, want 400: %s", row.method, row.path, row.body, r.Status, r.Body)
+				continue
+			}
+			f := r.JSON(t)
+			if f["faultcode"] != "Client" || !strings.Contains(f["faultstring"].(string), row.field) {
+				t.Errorf("%s %s %v: %s does not name %s", row.method, row.path, row.body, r.Body, row.field)
+			}
+		}
+		if after := count(); after != before {
+			t.Errorf("bad input wrote rows: %d before, %d after", before, after)
+		}
+		if l := leaseRow(t, db.Client, lease); !l.EndTime.Equal(base.Add(2 * time.Hour)) {
+			t.Errorf("bad patches moved the lease's end to %v", l.EndTime)
+		}
+	})
+}

@@ -262,7 +262,7 @@ type LeaseFilter struct {
 // system-scoped caller.
 func (s *Service) ListLeases(ctx context.Context, f LeaseFilter) ([]*ent.Lease, error) {
 	p := principal(ctx)
-	if err := pair("start_time", f.StartTime, f.EndTime); err != nil {
+	if err := pair("start_time", "end_time", f.StartTime, f.EndTime); err != nil {
 		return nil, err
 	}
 	q := s.db.Lease.Query()

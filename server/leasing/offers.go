@@ -222,10 +222,10 @@ func (s *Service) ListOffers(ctx context.Context, f OfferFilter) ([]*ent.Offer, 
 	if err := s.guard.Authorize(ctx, RuleOfferGet, "offer", "", offerTarget(&ent.Offer{})); err != nil {
 		return nil, err
 	}
-	if err := pair("start_time", f.StartTime, f.EndTime); err != nil {
+	if err := pair("start_time", "end_time", f.StartTime, f.EndTime); err != nil {
 		return nil, err
 	}
-	if err := pair("available_start_time", f.AvailableStart, f.AvailableEnd); err != nil {
+	if err := pair("available_start_time", "available_end_time", f.AvailableStart, f.AvailableEnd); err != nil {
 		return nil, err
 	}
 	vis, ok := s.visibleOffers(ctx)
@@ -281,13 +281,14 @@ func (s *Service) ListOffers(ctx context.Context, f OfferFilter) ([]*ent.Offer, 
 	return out, nil
 }
 
-// pair refuses one bound of a range without the other, or an empty range.
-func pair(field string, start, end *time.Time) error {
+// pair refuses one bound of a range without the other, or an empty range,
+// naming the query parameters.
+func pair(startField, endField string, start, end *time.Time) error {
 	if (start == nil) != (end == nil) {
-		return errs.BadRequest(field, "give both ends of the time range or neither")
+		return errs.BadRequest(startField, "give both %s and %s, or neither", startField, endField)
 	}
 	if start != nil && !start.Before(*end) {
-		return errs.BadRequest(field, "the time range ends before it starts")
+		return errs.BadRequest(endField, "%s %s is not after %s %s", endField, Format(*end), startField, Format(*start))
 	}
 	return nil
 }
