@@ -734,3 +734,55 @@ func TestLeasingBadInput(t *testing.T) {
 		}
 	})
 }
+
+// TestLeasingWithdraw: an owner withdrawing an offer cancels its leases:
+// one not yet started is deleted at once, an active one waits for the
+// conductor, which gives the node back; an offer whose node was deleted
+// can still be withdrawn.
+func TestLeasingWithdraw(t *testing.T) {
+	storetest.Each(t, func(t *testing.T, setting string, db *store.DB) {
+		srv, cs, clk := leasingServer(t, setting, server.Options{})
+		admin, owner := cs["system-admin"], cs["owner-member"]
+		base := clk.Now()
+		node := fakeNode(t, admin, "withdraw-a")
+		gone := fakeNode(t, admin, "withdraw-b")
+		offer := func(name string) string {
+			r := owner.Do(t, "POST", "/leasing/v1/offers", map[string]any{"resource_uuid": name, "end_time": esiTime(base.Add(48 * time.Hour))})
+			mustStatus(t, r, 201)
+			return r.JSON(t)["uuid"].(string)
+		}
+		o, og := offer("withdraw-a"), offer("withdraw-b")
+		claim := func(c *servertest.Client, from, to time.Duration) string {
+			r := c.Do(t, "POST", "/leasing/v1/offers/"+o+"/claim", map[string]any{"start_time": esiTime(base.Add(from)), "end_time": esiTime(base.Add(to))})
+			mustStatus(t, r, 201)
+			return r.JSON(t)["uuid"].(string)
+		}
+		running, later := claim(cs["lessee-member"], time.Hour, 2*time.Hour), claim(cs["other-member"], 3*time.Hour, 4*time.Hour)
+		clk.Set(base.Add(time.Hour))
+		pass(t, srv)
+		if got := nodeLessee(t, admin, node); got != "les" {
+			t.Fatalf("lessee %q after the start", got)
+		}
+		mustStatus(t, cs["lessee-member"].Do(t, "DELETE", "/leasing/v1/offers/"+o, nil), 403)
+		mustStatus(t, owner.Do(t, "DELETE", "/leasing/v1/offers/"+o, nil), 200)
+		mustStatus(t, owner.Do(t, "DELETE", "/leasing/v1/offers/"+o, nil), 409)
+		if a, b := leaseRow(t, db.Client, running).Status, leaseRow(t, db.Client, later).Status; a != "wait cancel" || b != "deleted" {
+			t.Fatalf("after the withdrawal: running %s, later %s", a, b)
+		}
+		pass(t, srv)
+		if l := leaseRow(t, db.Client, running); l.Status != "deleted" || l.ExpireTime == nil {
+			t.Fatalf("the cancelled lease after a pass: %s", l.Status)
+		}
+		if got := nodeLessee(t, admin, node); got != "" {
+			t.Errorf("lessee %q after the cancel", got)
+		}
+		if got := leaseEventsOf(t, db.Client, running); strings.Join(got, ",") != "esi_leap.lease.create.end,esi_leap.lease.fulfill.end,esi_leap.lease.cancel.end,esi_leap.lease.delete.end" {
+			t.Errorf("events of the cancelled lease: %v", got)
+		}
+		if got := leaseEventsOf(t, db.Client, o); strings.Join(got, ",") != "esi_leap.offer.create.end,esi_leap.offer.delete.end" {
+			t.Errorf("events of the offer: %v", got)
+		}
+		mustStatus(t, admin.Do(t, "DELETE", "/v1/nodes/"+gone, nil), 204)
+		mustStatus(t, owner.Do(t, "DELETE", "/leasing/v1/offers/"+og, nil), 200)
+	})
+}

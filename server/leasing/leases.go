@@ -430,7 +430,7 @@ func (s *Service) CancelLease(ctx context.Context, id string) (err error) {
 	}()
 	now := s.now()
 	return store.WithTx(ctx, s.db, func(tx *ent.Client) error {
-		n, err := s.lockNode(ctx, tx, l.ResourceUUID)
+		n, err := s.lockNodeIfAny(ctx, tx, l.ResourceUUID)
 		if err != nil {
 			return err
 		}
@@ -445,7 +445,8 @@ func (s *Service) CancelLease(ctx context.Context, id string) (err error) {
 	})
 }
 
-// cancel cancels l and, first, its sub-leases and sub-offers, inside tx.
+// cancel cancels l and, first, its sub-leases and sub-offers, inside tx;
+// n is l's node, nil when it was deleted.
 func (s *Service) cancel(ctx context.Context, tx *ent.Client, n *ent.Node, l *ent.Lease, now time.Time) error {
 	subs, err := tx.Lease.Query().Where(lease.ParentLeaseUUID(l.UUID), lease.StatusIn(cancellable...)).All(ctx)
 	if err != nil {
@@ -477,5 +478,5 @@ func (s *Service) cancel(ctx context.Context, tx *ent.Client, n *ent.Node, l *en
 	if err := leaseEvent(ctx, tx, now, out, "cancel"); err != nil {
 		return err
 	}
-	return note(ctx, tx, n.ID, "", fmt.Sprintf(msg, describe(out), out.ProjectID))
+	return noteIf(ctx, tx, n, fmt.Sprintf(msg, describe(out), out.ProjectID))
 }

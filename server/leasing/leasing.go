@@ -156,6 +156,24 @@ func (s *Service) lockNode(ctx context.Context, tx *ent.Client, id string) (*ent
 	return n, err
 }
 
+// lockNodeIfAny is lockNode for withdrawing and cancelling, which must
+// work for a node deleted meanwhile: nil then.
+func (s *Service) lockNodeIfAny(ctx context.Context, tx *ent.Client, id string) (*ent.Node, error) {
+	n, err := s.lockNode(ctx, tx, id)
+	if errs.Status(err) == 404 {
+		return nil, nil
+	}
+	return n, err
+}
+
+// noteIf is note for a node that may be gone (nil): nothing to write then.
+func noteIf(ctx context.Context, tx *ent.Client, n *ent.Node, msg string) error {
+	if n == nil {
+		return nil
+	}
+	return note(ctx, tx, n.ID, "", msg)
+}
+
 // lockProject makes a project's quota checks take turns on PostgreSQL
 // (claims of one project on two nodes lock two different rows); SQLite's
 // one writer already serialises them.

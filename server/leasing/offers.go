@@ -339,7 +339,7 @@ func (s *Service) DeleteOffer(ctx context.Context, id string) (err error) {
 	}()
 	now := s.now()
 	return store.WithTx(ctx, s.db, func(tx *ent.Client) error {
-		n, err := s.lockNode(ctx, tx, o.ResourceUUID)
+		n, err := s.lockNodeIfAny(ctx, tx, o.ResourceUUID)
 		if err != nil {
 			return err
 		}
@@ -363,6 +363,6 @@ func (s *Service) DeleteOffer(ctx context.Context, id string) (err error) {
 		if err := event(ctx, tx, now, "esi_leap.offer.delete.end", "offer", o.UUID, o.ResourceUUID, deref(o.LesseeID), o.ProjectID); err != nil {
 			return err
 		}
-		return note(ctx, tx, n.ID, "", "Offer "+o.UUID+" withdrawn")
+		return noteIf(ctx, tx, n, "Offer "+o.UUID+" withdrawn")
 	})
 }
