@@ -107,11 +107,9 @@ func resourceName(n *ent.Node, id string) any {
 	return *n.Name
 }
 
-func (a *API) offerJSON(ctx context.Context, o *ent.Offer, n *ent.Node) (fiber.Map, error) {
-	av, err := a.Leasing.Availabilities(ctx, o)
-	if err != nil {
-		return nil, err
-	}
+// offerJSON is an offer as ESI-Leap shows it, with its node n (nil when
+// gone) and its free windows av.
+func offerJSON(o *ent.Offer, n *ent.Node, av [][2]time.Time) fiber.Map {
 	windows := make([][]string, len(av))
 	for i, w := range av {
 		windows[i] = []string{leasing.Format(w[0]), leasing.Format(w[1])}
@@ -126,7 +124,7 @@ func (a *API) offerJSON(ctx context.Context, o *ent.Offer, n *ent.Node) (fiber.M
 	if n != nil {
 		m["resource_properties"] = orEmpty(n.Properties)
 	}
-	return m, nil
+	return m
 }
 
 func leaseJSON(l *ent.Lease, n *ent.Node) fiber.Map {
@@ -183,11 +181,11 @@ func (a *API) sendOffer(c *fiber.Ctx, status int, o *ent.Offer) error {
 	if err != nil {
 		return err
 	}
-	m, err := a.offerJSON(c.UserContext(), o, ns[o.ResourceUUID])
+	av, err := a.Leasing.Availabilities(c.UserContext(), []*ent.Offer{o})
 	if err != nil {
 		return err
 	}
-	return c.Status(status).JSON(m)
+	return c.Status(status).JSON(offerJSON(o, ns[o.ResourceUUID], av[o.UUID]))
 }
 
 func (a *API) sendLease(c *fiber.Ctx, status int, l *ent.Lease) error {
@@ -223,11 +221,13 @@ func (a *API) listOffers(c *fiber.Ctx) error {
 	if err != nil {
 		return err
 	}
+	av, err := a.Leasing.Availabilities(c.UserContext(), os)
+	if err != nil {
+		return err
+	}
 	out := make([]fiber.Map, len(os))
 	for i, o := range os {
-		if out[i], err = a.offerJSON(c.UserContext(), o, ns[o.ResourceUUID]); err != nil {
-			return err
-		}
+		out[i] = offerJSON(o, ns[o.ResourceUUID], av[o.UUID])
 	}
 	return c.JSON(fiber.Map{"offers": out})
 }

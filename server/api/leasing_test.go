@@ -252,6 +252,19 @@ func TestLeasingLifecycle(t *testing.T) {
 			t.Errorf("claim beyond the offer: %d %s", r.Status, r.Body)
 		}
 
+		// The claimed window is no longer available in the offer; the
+		// other offers' still is.
+		q := "/leasing/v1/offers?available_start_time=" + esiTime(pstart) + "&available_end_time=" + esiTime(pend)
+		var avail []string
+		for _, o := range owner.Do(t, "GET", q, nil).JSON(t)["offers"].([]any) {
+			avail = append(avail, o.(map[string]any)["uuid"].(string))
+		}
+		if strings.Join(avail, ",") != offers[1]+","+offers[2] && strings.Join(avail, ",") != offers[2]+","+offers[1] {
+			t.Errorf("offers available for the claimed window: %v, want b's and c's", avail)
+		}
+		if o := owner.Do(t, "GET", "/leasing/v1/offers/"+offers[0], nil).JSON(t); len(o["availabilities"].([]any)) != 2 {
+			t.Errorf("availabilities around the claim: %v", o["availabilities"])
+		}
 		// Not yet: the pass leaves the lease alone.
 		pass(t, srv)
 		if l := leaseRow(t, db.Client, parent); l.Status != "created" || nodeLessee(t, admin, nodes[0]) != "" {

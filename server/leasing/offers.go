@@ -265,13 +265,13 @@ func (s *Service) ListOffers(ctx context.Context, f OfferFilter) ([]*ent.Offer, 
 	if err != nil || f.AvailableStart == nil {
 		return os, err
 	}
+	av, err := s.Availabilities(ctx, os)
+	if err != nil {
+		return nil, err
+	}
 	var out []*ent.Offer
 	for _, o := range os {
-		av, err := s.Availabilities(ctx, o)
-		if err != nil {
-			return nil, err
-		}
-		for _, w := range av {
+		for _, w := range av[o.UUID] {
 			if !w[0].After(UTC(*f.AvailableStart)) && !w[1].Before(UTC(*f.AvailableEnd)) {
 				out = append(out, o)
 				break
@@ -293,33 +293,51 @@ func pair(startField, endField string, start, end *time.Time) error {
 	return nil
 }
 
-// Availabilities are the free windows of an offer from now on: its own
-// window less the booked leases claimed from it, ESI-Leap's
-// "availabilities".
-func (s *Service) Availabilities(ctx context.Context, o *ent.Offer) ([][2]time.Time, error) {
-	if o.Status != StatusAvailable {
-		return nil, nil
+// Availabilities are the free windows of each offer from now on, by
+// UUID: its own window less the booked leases claimed from it, ESI-Leap's
+// "availabilities". One query serves a whole list.
+func (s *Service) Availabilities(ctx context.Context, os []*ent.Offer) (map[string][][2]time.Time, error) {
+	now := s.now()
+	var ids []string
+	for _, o := range os {
+		if o.Status == StatusAvailable {
+			ids = append(ids, o.UUID)
+		}
 	}
-	from := o.StartTime
-	if now := s.now(); now.After(from) {
-		from = now
+	out := map[string][][2]time.Time{}
+	if len(ids) == 0 {
+		return out, nil
 	}
-	ls, err := s.db.Lease.Query().Where(lease.OfferUUID(o.UUID), lease.StatusIn(booked...), lease.EndTimeGT(from)).
-		Order(ent.Asc(lease.FieldStartTime)).All(ctx)
+	ls, err := s.db.Lease.Query().Where(lease.OfferUUIDIn(ids...), lease.StatusIn(booked...), lease.EndTimeGT(now)).
+		Order(ent.Asc(lease.FieldStartTime), ent.Asc(lease.FieldID)).All(ctx)
 	if err != nil {
 		return nil, err
 	}
-	var out [][2]time.Time
+	byOffer := map[string][]*ent.Lease{}
 	for _, l := range ls {
-		if l.StartTime.After(from) {
-			out = append(out, [2]time.Time{from, l.StartTime})
-		}
-		if l.EndTime.After(from) {
-			from = l.EndTime
-		}
+		byOffer[*l.OfferUUID] = append(byOffer[*l.OfferUUID], l)
 	}
-	if o.EndTime.After(from) {
-		out = append(out, [2]time.Time{from, o.EndTime})
+	for _, o := range os {
+		if o.Status != StatusAvailable {
+			continue
+		}
+		from := o.StartTime
+		if now.After(from) {
+			from = now
+		}
+		var ws [][2]time.Time
+		for _, l := range byOffer[o.UUID] {
+			if l.StartTime.After(from) {
+				ws = append(ws, [2]time.Time{from, l.StartTime})
+			}
+			if l.EndTime.After(from) {
+				from = l.EndTime
+			}
+		}
+		if o.EndTime.After(from) {
+			ws = append(ws, [2]time.Time{from, o.EndTime})
+		}
+		out[o.UUID] = ws
 	}
 	return out, nil
 }
