@@ -301,6 +301,20 @@ func TestLeasingLifecycle(t *testing.T) {
 			t.Fatalf("sub-lease %v", sub)
 		}
 		subID := sub["uuid"].(string)
+		// The winner offers a later part of its lease too (a sub-offer);
+		// it may not then shorten its lease below either.
+		r = wm.Do(t, "POST", "/leasing/v1/offers", map[string]any{"resource_uuid": nodes[0], "start_time": esiTime(send), "end_time": esiTime(send.Add(time.Hour))})
+		mustStatus(t, r, 201)
+		subOffer := r.JSON(t)
+		if subOffer["parent_lease_uuid"] != parent || subOffer["project_id"] != winner {
+			t.Fatalf("sub-offer %v", subOffer)
+		}
+		for _, to := range []time.Time{sstart.Add(time.Hour), send.Add(30 * time.Minute)} {
+			r = wm.Do(t, "PATCH", "/leasing/v1/leases/"+parent, map[string]any{"end_time": esiTime(to)})
+			if r.Status != 409 || !strings.Contains(string(r.Body), "its sub-") {
+				t.Errorf("shortening the parent to %s: %d %s", esiTime(to), r.Status, r.Body)
+			}
+		}
 		clk.Set(sstart)
 		pass(t, srv)
 		if got := nodeLessee(t, admin, nodes[0]); got != loser {
@@ -334,6 +348,9 @@ func TestLeasingLifecycle(t *testing.T) {
 		}
 		if got := nodeLessee(t, admin, nodes[0]); got != "" {
 			t.Fatalf("after the lease: lessee %v, want none", got)
+		}
+		if o := owner.Do(t, "GET", "/leasing/v1/offers/"+subOffer["uuid"].(string), nil).JSON(t); o["status"] != "expired" {
+			t.Errorf("the sub-offer after its parent ended: %v", o["status"])
 		}
 		recs = leaseWipes(t, admin, nodes[0])
 		if len(recs) != 2 || (recs[0]["lessee"] != winner && recs[1]["lessee"] != winner) {

@@ -351,6 +351,11 @@ func (s *Service) UpdateLease(ctx context.Context, id string, end time.Time) (ou
 			} else if !ent.IsNotFound(err) {
 				return err
 			}
+			if sub, err := tx.Offer.Query().Where(offer.ParentLeaseUUID(cur.UUID), offer.Status(StatusAvailable), offer.EndTimeGT(end)).First(ctx); err == nil {
+				return errs.Conflict("Lease %s cannot end at %s: its sub-offer %s runs until %s.", cur.UUID, Format(end), sub.UUID, Format(sub.EndTime))
+			} else if !ent.IsNotFound(err) {
+				return err
+			}
 		}
 		if out, err = tx.Lease.UpdateOne(cur).SetEndTime(end).SetUpdatedAt(now).Save(ctx); err != nil {
 			return err
