@@ -11,7 +11,7 @@ import (
 
 // Leaser starts and ends leases: the leasing service is one.
 type Leaser interface {
-	Run(ctx context.Context, e leasing.Ender) (int, error)
+	Run(ctx context.Context, e leasing.Ender) error
 }
 
 // Lease makes this conductor start and end leasing's leases on time.
@@ -50,12 +50,11 @@ func (c *Conductor) RunLeases(ctx context.Context) error {
 		return err
 	}
 	ctx = policies.WithPrincipal(ctx, &policies.Principal{User: "conductor " + c.cfg.Name, System: true, Method: "conductor"})
-	_, err = c.leases.Run(ctx, leasing.Ender{
+	return c.leases.Run(ctx, leasing.Ender{
 		Name: c.cfg.Name,
 		Mine: func(n *ent.Node) bool { return rings.Owner(n.UUID, n.ConductorGroup) == c.cfg.Name },
 		Undeploy: func(ctx context.Context, n *ent.Node) error {
 			return c.undeploy(ctx, n, transitions["deleted"], "")
 		},
 	})
-	return err
 }

@@ -63,6 +63,11 @@ func (s *Service) CreateOffer(ctx context.Context, in OfferInput) (out *ent.Offe
 	if in.Name != nil && len(*in.Name) > 35 {
 		return nil, errs.BadRequest("name", "name is longer than 35 characters")
 	}
+	if in.LesseeID != nil && *in.LesseeID == "" {
+		// An empty lessee_id is no lessee: the offer is open to every
+		// project, not addressed to a project named "".
+		in.LesseeID = nil
+	}
 	if in.LesseeID != nil {
 		if err := nodes.ValidateProject("lessee_id", *in.LesseeID); err != nil {
 			return nil, err

@@ -37,57 +37,44 @@ type Ender struct {
 // cancelled, starts those whose start has come, and expires offers past
 // their end. Every step is a conditional write, so of several conductors
 // (or a pass after every replica was down) each lease starts and ends
-// exactly once. ctx carries the conductor's principal. It returns how
-// many leases and offers it changed.
-func (s *Service) Run(ctx context.Context, e Ender) (int, error) {
+// exactly once. ctx carries the conductor's principal. One lease that
+// cannot change now does not hold up the others: their errors are joined.
+func (s *Service) Run(ctx context.Context, e Ender) error {
 	now := s.now()
-	acted := 0
 	var failed []error
 	// Sub-leases end before their parents: they were made later.
 	ending, err := s.db.Lease.Query().Where(lease.Or(
 		lease.And(lease.Status(StatusActive), lease.EndTimeLTE(now)),
 		lease.Status(StatusWaitCancel))).Order(ent.Desc(lease.FieldID)).All(ctx)
 	if err != nil {
-		return 0, err
+		return err
 	}
 	for _, l := range ending {
-		did, err := s.end(ctx, l, now, e)
-		if err != nil {
+		if err := s.end(ctx, l, now, e); err != nil {
 			failed = append(failed, fmt.Errorf("ending lease %s: %w", l.UUID, err))
-		}
-		if did {
-			acted++
 		}
 	}
 	// Parents start before their sub-leases.
 	starting, err := s.db.Lease.Query().Where(lease.StatusIn(StatusCreated, StatusWaitFulfill), lease.StartTimeLTE(now)).
 		Order(ent.Asc(lease.FieldID)).All(ctx)
 	if err != nil {
-		return acted, errors.Join(append(failed, err)...)
+		return errors.Join(append(failed, err)...)
 	}
 	for _, l := range starting {
-		did, err := s.start(ctx, l, now, e)
-		if err != nil {
+		if err := s.start(ctx, l, now, e); err != nil {
 			failed = append(failed, fmt.Errorf("starting lease %s: %w", l.UUID, err))
-		}
-		if did {
-			acted++
 		}
 	}
 	expired, err := s.db.Offer.Query().Where(offer.Status(StatusAvailable), offer.EndTimeLTE(now)).All(ctx)
 	if err != nil {
-		return acted, errors.Join(append(failed, err)...)
+		return errors.Join(append(failed, err)...)
 	}
 	for _, o := range expired {
-		did, err := s.expireOffer(ctx, o, now)
-		if err != nil {
+		if err := s.expireOffer(ctx, o, now); err != nil {
 			failed = append(failed, fmt.Errorf("expiring offer %s: %w", o.UUID, err))
 		}
-		if did {
-			acted++
-		}
 	}
-	return acted, errors.Join(failed...)
+	return errors.Join(failed...)
 }
 
 // start gives the node to l's project, once: the node must be idle (no
@@ -95,13 +82,13 @@ func (s *Service) Run(ctx context.Context, e Ender) (int, error) {
 // level may hold it, and a sub-lease's parent must be active. Otherwise
 // the next pass tries again. A lease whose whole window passed while no
 // conductor ran expires without starting.
-func (s *Service) start(ctx context.Context, l *ent.Lease, now time.Time, e Ender) (bool, error) {
+func (s *Service) start(ctx context.Context, l *ent.Lease, now time.Time, e Ender) error {
 	n, err := s.db.Node.Query().Where(node.UUID(l.ResourceUUID)).Only(ctx)
 	if ent.IsNotFound(err) {
 		return s.finish(ctx, l, nil, l.Status, StatusError, now, "")
 	}
 	if err != nil || !e.Mine(n) {
-		return false, err
+		return err
 	}
 	if !l.EndTime.After(now) {
 		return s.finish(ctx, l, n, l.Status, StatusExpired, now, fmt.Sprintf("Lease %s of %s ended at %s before it could start", describe(l), l.ProjectID, Format(l.EndTime)))
@@ -150,7 +137,7 @@ func (s *Service) start(ctx context.Context, l *ent.Lease, now time.Time, e Ende
 	if done {
 		s.guard.Done(ctx, RuleLeaseUpdate, "lease", l.UUID, nil, map[string]any{"action": "fulfill", "node": l.ResourceUUID, "lessee": l.ProjectID})
 	}
-	return done, err
+	return err
 }
 
 func tenancy(p string) string {
@@ -168,7 +155,7 @@ func tenancy(p string) string {
 // accepted. A node in maintenance or protected waits for its owner or an
 // operator, with one note in its history; a busy node waits for the next
 // pass.
-func (s *Service) end(ctx context.Context, l *ent.Lease, now time.Time, e Ender) (bool, error) {
+func (s *Service) end(ctx context.Context, l *ent.Lease, now time.Time, e Ender) error {
 	final := StatusExpired
 	if l.Status == StatusWaitCancel {
 		final = StatusDeleted
@@ -178,7 +165,7 @@ func (s *Service) end(ctx context.Context, l *ent.Lease, now time.Time, e Ender)
 		return s.finish(ctx, l, nil, l.Status, final, now, "")
 	}
 	if err != nil || !e.Mine(n) {
-		return false, err
+		return err
 	}
 	prefix := fmt.Sprintf("Lease %s of %s ended at %s: ", describe(l), l.ProjectID, Format(l.EndTime))
 	if final == StatusDeleted {
@@ -186,7 +173,7 @@ func (s *Service) end(ctx context.Context, l *ent.Lease, now time.Time, e Ender)
 	}
 	switch {
 	case n.Reservation != nil || n.TargetProvisionState != nil:
-		return false, nil
+		return nil
 	case slices.Contains(allocations.Releasable, n.ProvisionState):
 		// Nothing to tear down; an allocation the project still holds
 		// on the node goes with the lease.
@@ -199,23 +186,23 @@ func (s *Service) end(ctx context.Context, l *ent.Lease, now time.Time, e Ender)
 	err = e.Undeploy(ctx, n)
 	switch {
 	case errs.IsLocked(err):
-		return false, nil
+		return nil
 	case errs.Status(err) == 409:
 		return s.await(ctx, n, e.Name, fmt.Sprintf("%sthe node is %s and cannot be undeployed; it awaits its owner or an operator", prefix, n.ProvisionState))
 	case err != nil:
-		return false, err
+		return err
 	}
 	return s.finish(ctx, l, n, l.Status, final, now, prefix+"undeploying; automated cleaning wipes it")
 }
 
 // await notes msg in n's history once: nothing changed, so nothing is
 // audited.
-func (s *Service) await(ctx context.Context, n *ent.Node, conductor, msg string) (bool, error) {
+func (s *Service) await(ctx context.Context, n *ent.Node, conductor, msg string) error {
 	noted, err := s.db.NodeEvent.Query().Where(nodeevent.NodeID(n.ID), nodeevent.Event(msg)).Exist(ctx)
 	if err != nil || noted {
-		return false, err
+		return err
 	}
-	return true, note(ctx, s.db.Client, n.ID, conductor, msg)
+	return note(ctx, s.db.Client, n.ID, conductor, msg)
 }
 
 // finish moves l from status from to final, once, and gives node n (nil
@@ -223,7 +210,7 @@ func (s *Service) await(ctx context.Context, n *ent.Node, conductor, msg string)
 // when l was a sub-lease of an active lease, else none, if it still is
 // l's project. Sub-leases and sub-offers of l that had not started end
 // with it. msg goes to the node's history.
-func (s *Service) finish(ctx context.Context, l *ent.Lease, n *ent.Node, from, final string, now time.Time, msg string) (bool, error) {
+func (s *Service) finish(ctx context.Context, l *ent.Lease, n *ent.Node, from, final string, now time.Time, msg string) error {
 	done := false
 	after := ""
 	err := store.WithTx(ctx, s.db, func(tx *ent.Client) error {
@@ -289,7 +276,7 @@ func (s *Service) finish(ctx context.Context, l *ent.Lease, n *ent.Node, from, f
 	if done {
 		s.guard.Done(ctx, RuleLeaseUpdate, "lease", l.UUID, nil, map[string]any{"action": final, "node": l.ResourceUUID, "lessee": after})
 	}
-	return done, err
+	return err
 }
 
 // releaseAllocation deletes, in tx, the allocation project holds on node
@@ -312,7 +299,7 @@ func releaseAllocation(ctx context.Context, tx *ent.Client, n *ent.Node, project
 
 // expireOffer marks an offer past its end expired, once, and says so in
 // its node's history (when the node is still there).
-func (s *Service) expireOffer(ctx context.Context, o *ent.Offer, now time.Time) (bool, error) {
+func (s *Service) expireOffer(ctx context.Context, o *ent.Offer, now time.Time) error {
 	done := false
 	err := store.WithTx(ctx, s.db, func(tx *ent.Client) error {
 		won, err := tx.Offer.Update().Where(offer.ID(o.ID), offer.Status(StatusAvailable)).SetStatus(StatusExpired).SetUpdatedAt(now).Save(ctx)
@@ -335,5 +322,5 @@ func (s *Service) expireOffer(ctx context.Context, o *ent.Offer, now time.Time) 
 	if done {
 		s.guard.Done(ctx, RuleOfferDelete, "offer", o.UUID, nil, map[string]any{"action": StatusExpired, "node": o.ResourceUUID})
 	}
-	return done, err
+	return err
 }
