@@ -279,6 +279,10 @@ func TestLeasingLifecycle(t *testing.T) {
 		if got := nodeLessee(t, admin, nodes[0]); got != winner {
 			t.Fatalf("lessee %v, want %s", got, winner)
 		}
+		// The lessee reads the node's history, the lease's start in it.
+		if h := eventsOf(t, wm, nodes[0]); !strings.Contains(h, "lease: Lease "+parent+" started") || !strings.Contains(h, "claimed by "+winner) {
+			t.Errorf("the lessee's history of the node lacks its lease:\n%s", h)
+		}
 		// While the lease runs, only system scope changes the lessee by
 		// hand, and the history says so.
 		patch := []map[string]any{{"op": "replace", "path": "/lessee", "value": "someone"}}
