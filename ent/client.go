@@ -29,10 +29,13 @@ import (
 	"github.com/anvilproject/anvil/ent/deploytemplatestep"
 	"github.com/anvilproject/anvil/ent/firmwarecomponent"
 	"github.com/anvilproject/anvil/ent/inspectionrule"
+	"github.com/anvilproject/anvil/ent/lease"
+	"github.com/anvilproject/anvil/ent/leaseevent"
 	"github.com/anvilproject/anvil/ent/node"
 	"github.com/anvilproject/anvil/ent/nodeevent"
 	"github.com/anvilproject/anvil/ent/nodeinventory"
 	"github.com/anvilproject/anvil/ent/nodescreenshot"
+	"github.com/anvilproject/anvil/ent/offer"
 	"github.com/anvilproject/anvil/ent/policyoverride"
 	"github.com/anvilproject/anvil/ent/port"
 	"github.com/anvilproject/anvil/ent/portalsession"
@@ -83,6 +86,10 @@ type Client struct {
 	FirmwareComponent *FirmwareComponentClient
 	// InspectionRule is the client for interacting with the InspectionRule builders.
 	InspectionRule *InspectionRuleClient
+	// Lease is the client for interacting with the Lease builders.
+	Lease *LeaseClient
+	// LeaseEvent is the client for interacting with the LeaseEvent builders.
+	LeaseEvent *LeaseEventClient
 	// Node is the client for interacting with the Node builders.
 	Node *NodeClient
 	// NodeEvent is the client for interacting with the NodeEvent builders.
@@ -91,6 +98,8 @@ type Client struct {
 	NodeInventory *NodeInventoryClient
 	// NodeScreenshot is the client for interacting with the NodeScreenshot builders.
 	NodeScreenshot *NodeScreenshotClient
+	// Offer is the client for interacting with the Offer builders.
+	Offer *OfferClient
 	// PolicyOverride is the client for interacting with the PolicyOverride builders.
 	PolicyOverride *PolicyOverrideClient
 	// Port is the client for interacting with the Port builders.
@@ -142,10 +151,13 @@ func (c *Client) init() {
 	c.DeployTemplateStep = NewDeployTemplateStepClient(c.config)
 	c.FirmwareComponent = NewFirmwareComponentClient(c.config)
 	c.InspectionRule = NewInspectionRuleClient(c.config)
+	c.Lease = NewLeaseClient(c.config)
+	c.LeaseEvent = NewLeaseEventClient(c.config)
 	c.Node = NewNodeClient(c.config)
 	c.NodeEvent = NewNodeEventClient(c.config)
 	c.NodeInventory = NewNodeInventoryClient(c.config)
 	c.NodeScreenshot = NewNodeScreenshotClient(c.config)
+	c.Offer = NewOfferClient(c.config)
 	c.PolicyOverride = NewPolicyOverrideClient(c.config)
 	c.Port = NewPortClient(c.config)
 	c.PortalSession = NewPortalSessionClient(c.config)
@@ -265,10 +277,13 @@ func (c *Client) Tx(ctx context.Context) (*Tx, error) {
 		DeployTemplateStep: NewDeployTemplateStepClient(cfg),
 		FirmwareComponent:  NewFirmwareComponentClient(cfg),
 		InspectionRule:     NewInspectionRuleClient(cfg),
+		Lease:              NewLeaseClient(cfg),
+		LeaseEvent:         NewLeaseEventClient(cfg),
 		Node:               NewNodeClient(cfg),
 		NodeEvent:          NewNodeEventClient(cfg),
 		NodeInventory:      NewNodeInventoryClient(cfg),
 		NodeScreenshot:     NewNodeScreenshotClient(cfg),
+		Offer:              NewOfferClient(cfg),
 		PolicyOverride:     NewPolicyOverrideClient(cfg),
 		Port:               NewPortClient(cfg),
 		PortalSession:      NewPortalSessionClient(cfg),
@@ -315,10 +330,13 @@ func (c *Client) BeginTx(ctx context.Context, opts *sql.TxOptions) (*Tx, error) 
 		DeployTemplateStep: NewDeployTemplateStepClient(cfg),
 		FirmwareComponent:  NewFirmwareComponentClient(cfg),
 		InspectionRule:     NewInspectionRuleClient(cfg),
+		Lease:              NewLeaseClient(cfg),
+		LeaseEvent:         NewLeaseEventClient(cfg),
 		Node:               NewNodeClient(cfg),
 		NodeEvent:          NewNodeEventClient(cfg),
 		NodeInventory:      NewNodeInventoryClient(cfg),
 		NodeScreenshot:     NewNodeScreenshotClient(cfg),
+		Offer:              NewOfferClient(cfg),
 		PolicyOverride:     NewPolicyOverrideClient(cfg),
 		Port:               NewPortClient(cfg),
 		PortalSession:      NewPortalSessionClient(cfg),
@@ -363,10 +381,11 @@ func (c *Client) Use(hooks ...Hook) {
 	for _, n := range []interface{ Use(...Hook) }{
 		c.APIToken, c.Allocation, c.AuditEvent, c.BiosSetting, c.BulkRun, c.Campaign,
 		c.CampaignApproval, c.CampaignNode, c.Chassis, c.Conductor, c.DeployTemplate,
-		c.DeployTemplateStep, c.FirmwareComponent, c.InspectionRule, c.Node,
-		c.NodeEvent, c.NodeInventory, c.NodeScreenshot, c.PolicyOverride, c.Port,
-		c.PortalSession, c.Portgroup, c.RoleAssignment, c.Runbook, c.RunbookStep,
-		c.Setting, c.Trait, c.User, c.VolumeConnector, c.VolumeTarget, c.WipeRecord,
+		c.DeployTemplateStep, c.FirmwareComponent, c.InspectionRule, c.Lease,
+		c.LeaseEvent, c.Node, c.NodeEvent, c.NodeInventory, c.NodeScreenshot, c.Offer,
+		c.PolicyOverride, c.Port, c.PortalSession, c.Portgroup, c.RoleAssignment,
+		c.Runbook, c.RunbookStep, c.Setting, c.Trait, c.User, c.VolumeConnector,
+		c.VolumeTarget, c.WipeRecord,
 	} {
 		n.Use(hooks...)
 	}
@@ -378,10 +397,11 @@ func (c *Client) Intercept(interceptors ...Interceptor) {
 	for _, n := range []interface{ Intercept(...Interceptor) }{
 		c.APIToken, c.Allocation, c.AuditEvent, c.BiosSetting, c.BulkRun, c.Campaign,
 		c.CampaignApproval, c.CampaignNode, c.Chassis, c.Conductor, c.DeployTemplate,
-		c.DeployTemplateStep, c.FirmwareComponent, c.InspectionRule, c.Node,
-		c.NodeEvent, c.NodeInventory, c.NodeScreenshot, c.PolicyOverride, c.Port,
-		c.PortalSession, c.Portgroup, c.RoleAssignment, c.Runbook, c.RunbookStep,
-		c.Setting, c.Trait, c.User, c.VolumeConnector, c.VolumeTarget, c.WipeRecord,
+		c.DeployTemplateStep, c.FirmwareComponent, c.InspectionRule, c.Lease,
+		c.LeaseEvent, c.Node, c.NodeEvent, c.NodeInventory, c.NodeScreenshot, c.Offer,
+		c.PolicyOverride, c.Port, c.PortalSession, c.Portgroup, c.RoleAssignment,
+		c.Runbook, c.RunbookStep, c.Setting, c.Trait, c.User, c.VolumeConnector,
+		c.VolumeTarget, c.WipeRecord,
 	} {
 		n.Intercept(interceptors...)
 	}
@@ -418,6 +438,10 @@ func (c *Client) Mutate(ctx context.Context, m Mutation) (Value, error) {
 		return c.FirmwareComponent.mutate(ctx, m)
 	case *InspectionRuleMutation:
 		return c.InspectionRule.mutate(ctx, m)
+	case *LeaseMutation:
+		return c.Lease.mutate(ctx, m)
+	case *LeaseEventMutation:
+		return c.LeaseEvent.mutate(ctx, m)
 	case *NodeMutation:
 		return c.Node.mutate(ctx, m)
 	case *NodeEventMutation:
@@ -426,6 +450,8 @@ func (c *Client) Mutate(ctx context.Context, m Mutation) (Value, error) {
 		return c.NodeInventory.mutate(ctx, m)
 	case *NodeScreenshotMutation:
 		return c.NodeScreenshot.mutate(ctx, m)
+	case *OfferMutation:
+		return c.Offer.mutate(ctx, m)
 	case *PolicyOverrideMutation:
 		return c.PolicyOverride.mutate(ctx, m)
 	case *PortMutation:
@@ -2479,6 +2505,272 @@ func (c *InspectionRuleClient) mutate(ctx context.Context, m *InspectionRuleMuta
 	}
 }
 
+// LeaseClient is a client for the Lease schema.
+type LeaseClient struct {
+	config
+}
+
+// NewLeaseClient returns a client for the Lease from the given config.
+func NewLeaseClient(c config) *LeaseClient {
+	return &LeaseClient{config: c}
+}
+
+// Use adds a list of mutation hooks to the hooks stack.
+// A call to `Use(f, g, h)` equals to `lease.Hooks(f(g(h())))`.
+func (c *LeaseClient) Use(hooks ...Hook) {
+	c.hooks.Lease = append(c.hooks.Lease, hooks...)
+}
+
+// Intercept adds a list of query interceptors to the interceptors stack.
+// A call to `Intercept(f, g, h)` equals to `lease.Intercept(f(g(h())))`.
+func (c *LeaseClient) Intercept(interceptors ...Interceptor) {
+	c.inters.Lease = append(c.inters.Lease, interceptors...)
+}
+
+// Create returns a builder for creating a Lease entity.
+func (c *LeaseClient) Create() *LeaseCreate {
+	mutation := newLeaseMutation(c.config, OpCreate)
+	return &LeaseCreate{config: c.config, hooks: c.Hooks(), mutation: mutation}
+}
+
+// CreateBulk returns a builder for creating a bulk of Lease entities.
+func (c *LeaseClient) CreateBulk(builders ...*LeaseCreate) *LeaseCreateBulk {
+	return &LeaseCreateBulk{config: c.config, builders: builders}
+}
+
+// MapCreateBulk creates a bulk creation builder from the given slice. For each item in the slice, the function creates
+// a builder and applies setFunc on it.
+func (c *LeaseClient) MapCreateBulk(slice any, setFunc func(*LeaseCreate, int)) *LeaseCreateBulk {
+	rv := reflect.ValueOf(slice)
+	if rv.Kind() != reflect.Slice {
+		return &LeaseCreateBulk{err: fmt.Errorf("calling to LeaseClient.MapCreateBulk with wrong type %T, need slice", slice)}
+	}
+	builders := make([]*LeaseCreate, rv.Len())
+	for i := 0; i < rv.Len(); i++ {
+		builders[i] = c.Create()
+		setFunc(builders[i], i)
+	}
+	return &LeaseCreateBulk{config: c.config, builders: builders}
+}
+
+// Update returns an update builder for Lease.
+func (c *LeaseClient) Update() *LeaseUpdate {
+	mutation := newLeaseMutation(c.config, OpUpdate)
+	return &LeaseUpdate{config: c.config, hooks: c.Hooks(), mutation: mutation}
+}
+
+// UpdateOne returns an update builder for the given entity.
+func (c *LeaseClient) UpdateOne(_m *Lease) *LeaseUpdateOne {
+	mutation := newLeaseMutation(c.config, OpUpdateOne, withLease(_m))
+	return &LeaseUpdateOne{config: c.config, hooks: c.Hooks(), mutation: mutation}
+}
+
+// UpdateOneID returns an update builder for the given id.
+func (c *LeaseClient) UpdateOneID(id int) *LeaseUpdateOne {
+	mutation := newLeaseMutation(c.config, OpUpdateOne, withLeaseID(id))
+	return &LeaseUpdateOne{config: c.config, hooks: c.Hooks(), mutation: mutation}
+}
+
+// Delete returns a delete builder for Lease.
+func (c *LeaseClient) Delete() *LeaseDelete {
+	mutation := newLeaseMutation(c.config, OpDelete)
+	return &LeaseDelete{config: c.config, hooks: c.Hooks(), mutation: mutation}
+}
+
+// DeleteOne returns a builder for deleting the given entity.
+func (c *LeaseClient) DeleteOne(_m *Lease) *LeaseDeleteOne {
+	return c.DeleteOneID(_m.ID)
+}
+
+// DeleteOneID returns a builder for deleting the given entity by its id.
+func (c *LeaseClient) DeleteOneID(id int) *LeaseDeleteOne {
+	builder := c.Delete().Where(lease.ID(id))
+	builder.mutation.id = &id
+	builder.mutation.op = OpDeleteOne
+	return &LeaseDeleteOne{builder}
+}
+
+// Query returns a query builder for Lease.
+func (c *LeaseClient) Query() *LeaseQuery {
+	return &LeaseQuery{
+		config: c.config,
+		ctx:    &QueryContext{Type: TypeLease},
+		inters: c.Interceptors(),
+	}
+}
+
+// Get returns a Lease entity by its id.
+func (c *LeaseClient) Get(ctx context.Context, id int) (*Lease, error) {
+	return c.Query().Where(lease.ID(id)).Only(ctx)
+}
+
+// GetX is like Get, but panics if an error occurs.
+func (c *LeaseClient) GetX(ctx context.Context, id int) *Lease {
+	obj, err := c.Get(ctx, id)
+	if err != nil {
+		panic(err)
+	}
+	return obj
+}
+
+// Hooks returns the client hooks.
+func (c *LeaseClient) Hooks() []Hook {
+	return c.hooks.Lease
+}
+
+// Interceptors returns the client interceptors.
+func (c *LeaseClient) Interceptors() []Interceptor {
+	return c.inters.Lease
+}
+
+func (c *LeaseClient) mutate(ctx context.Context, m *LeaseMutation) (Value, error) {
+	switch m.Op() {
+	case OpCreate:
+		return (&LeaseCreate{config: c.config, hooks: c.Hooks(), mutation: m}).Save(ctx)
+	case OpUpdate:
+		return (&LeaseUpdate{config: c.config, hooks: c.Hooks(), mutation: m}).Save(ctx)
+	case OpUpdateOne:
+		return (&LeaseUpdateOne{config: c.config, hooks: c.Hooks(), mutation: m}).Save(ctx)
+	case OpDelete, OpDeleteOne:
+		return (&LeaseDelete{config: c.config, hooks: c.Hooks(), mutation: m}).Exec(ctx)
+	default:
+		return nil, fmt.Errorf("ent: unknown Lease mutation op: %q", m.Op())
+	}
+}
+
+// LeaseEventClient is a client for the LeaseEvent schema.
+type LeaseEventClient struct {
+	config
+}
+
+// NewLeaseEventClient returns a client for the LeaseEvent from the given config.
+func NewLeaseEventClient(c config) *LeaseEventClient {
+	return &LeaseEventClient{config: c}
+}
+
+// Use adds a list of mutation hooks to the hooks stack.
+// A call to `Use(f, g, h)` equals to `leaseevent.Hooks(f(g(h())))`.
+func (c *LeaseEventClient) Use(hooks ...Hook) {
+	c.hooks.LeaseEvent = append(c.hooks.LeaseEvent, hooks...)
+}
+
+// Intercept adds a list of query interceptors to the interceptors stack.
+// A call to `Intercept(f, g, h)` equals to `leaseevent.Intercept(f(g(h())))`.
+func (c *LeaseEventClient) Intercept(interceptors ...Interceptor) {
+	c.inters.LeaseEvent = append(c.inters.LeaseEvent, interceptors...)
+}
+
+// Create returns a builder for creating a LeaseEvent entity.
+func (c *LeaseEventClient) Create() *LeaseEventCreate {
+	mutation := newLeaseEventMutation(c.config, OpCreate)
+	return &LeaseEventCreate{config: c.config, hooks: c.Hooks(), mutation: mutation}
+}
+
+// CreateBulk returns a builder for creating a bulk of LeaseEvent entities.
+func (c *LeaseEventClient) CreateBulk(builders ...*LeaseEventCreate) *LeaseEventCreateBulk {
+	return &LeaseEventCreateBulk{config: c.config, builders: builders}
+}
+
+// MapCreateBulk creates a bulk creation builder from the given slice. For each item in the slice, the function creates
+// a builder and applies setFunc on it.
+func (c *LeaseEventClient) MapCreateBulk(slice any, setFunc func(*LeaseEventCreate, int)) *LeaseEventCreateBulk {
+	rv := reflect.ValueOf(slice)
+	if rv.Kind() != reflect.Slice {
+		return &LeaseEventCreateBulk{err: fmt.Errorf("calling to LeaseEventClient.MapCreateBulk with wrong type %T, need slice", slice)}
+	}
+	builders := make([]*LeaseEventCreate, rv.Len())
+	for i := 0; i < rv.Len(); i++ {
+		builders[i] = c.Create()
+		setFunc(builders[i], i)
+	}
+	return &LeaseEventCreateBulk{config: c.config, builders: builders}
+}
+
+// Update returns an update builder for LeaseEvent.
+func (c *LeaseEventClient) Update() *LeaseEventUpdate {
+	mutation := newLeaseEventMutation(c.config, OpUpdate)
+	return &LeaseEventUpdate{config: c.config, hooks: c.Hooks(), mutation: mutation}
+}
+
+// UpdateOne returns an update builder for the given entity.
+func (c *LeaseEventClient) UpdateOne(_m *LeaseEvent) *LeaseEventUpdateOne {
+	mutation := newLeaseEventMutation(c.config, OpUpdateOne, withLeaseEvent(_m))
+	return &LeaseEventUpdateOne{config: c.config, hooks: c.Hooks(), mutation: mutation}
+}
+
+// UpdateOneID returns an update builder for the given id.
+func (c *LeaseEventClient) UpdateOneID(id int) *LeaseEventUpdateOne {
+	mutation := newLeaseEventMutation(c.config, OpUpdateOne, withLeaseEventID(id))
+	return &LeaseEventUpdateOne{config: c.config, hooks: c.Hooks(), mutation: mutation}
+}
+
+// Delete returns a delete builder for LeaseEvent.
+func (c *LeaseEventClient) Delete() *LeaseEventDelete {
+	mutation := newLeaseEventMutation(c.config, OpDelete)
+	return &LeaseEventDelete{config: c.config, hooks: c.Hooks(), mutation: mutation}
+}
+
+// DeleteOne returns a builder for deleting the given entity.
+func (c *LeaseEventClient) DeleteOne(_m *LeaseEvent) *LeaseEventDeleteOne {
+	return c.DeleteOneID(_m.ID)
+}
+
+// DeleteOneID returns a builder for deleting the given entity by its id.
+func (c *LeaseEventClient) DeleteOneID(id int) *LeaseEventDeleteOne {
+	builder := c.Delete().Where(leaseevent.ID(id))
+	builder.mutation.id = &id
+	builder.mutation.op = OpDeleteOne
+	return &LeaseEventDeleteOne{builder}
+}
+
+// Query returns a query builder for LeaseEvent.
+func (c *LeaseEventClient) Query() *LeaseEventQuery {
+	return &LeaseEventQuery{
+		config: c.config,
+		ctx:    &QueryContext{Type: TypeLeaseEvent},
+		inters: c.Interceptors(),
+	}
+}
+
+// Get returns a LeaseEvent entity by its id.
+func (c *LeaseEventClient) Get(ctx context.Context, id int) (*LeaseEvent, error) {
+	return c.Query().Where(leaseevent.ID(id)).Only(ctx)
+}
+
+// GetX is like Get, but panics if an error occurs.
+func (c *LeaseEventClient) GetX(ctx context.Context, id int) *LeaseEvent {
+	obj, err := c.Get(ctx, id)
+	if err != nil {
+		panic(err)
+	}
+	return obj
+}
+
+// Hooks returns the client hooks.
+func (c *LeaseEventClient) Hooks() []Hook {
+	return c.hooks.LeaseEvent
+}
+
+// Interceptors returns the client interceptors.
+func (c *LeaseEventClient) Interceptors() []Interceptor {
+	return c.inters.LeaseEvent
+}
+
+func (c *LeaseEventClient) mutate(ctx context.Context, m *LeaseEventMutation) (Value, error) {
+	switch m.Op() {
+	case OpCreate:
+		return (&LeaseEventCreate{config: c.config, hooks: c.Hooks(), mutation: m}).Save(ctx)
+	case OpUpdate:
+		return (&LeaseEventUpdate{config: c.config, hooks: c.Hooks(), mutation: m}).Save(ctx)
+	case OpUpdateOne:
+		return (&LeaseEventUpdateOne{config: c.config, hooks: c.Hooks(), mutation: m}).Save(ctx)
+	case OpDelete, OpDeleteOne:
+		return (&LeaseEventDelete{config: c.config, hooks: c.Hooks(), mutation: m}).Exec(ctx)
+	default:
+		return nil, fmt.Errorf("ent: unknown LeaseEvent mutation op: %q", m.Op())
+	}
+}
+
 // NodeClient is a client for the Node schema.
 type NodeClient struct {
 	config
@@ -3216,6 +3508,139 @@ func (c *NodeScreenshotClient) mutate(ctx context.Context, m *NodeScreenshotMuta
 		return (&NodeScreenshotDelete{config: c.config, hooks: c.Hooks(), mutation: m}).Exec(ctx)
 	default:
 		return nil, fmt.Errorf("ent: unknown NodeScreenshot mutation op: %q", m.Op())
+	}
+}
+
+// OfferClient is a client for the Offer schema.
+type OfferClient struct {
+	config
+}
+
+// NewOfferClient returns a client for the Offer from the given config.
+func NewOfferClient(c config) *OfferClient {
+	return &OfferClient{config: c}
+}
+
+// Use adds a list of mutation hooks to the hooks stack.
+// A call to `Use(f, g, h)` equals to `offer.Hooks(f(g(h())))`.
+func (c *OfferClient) Use(hooks ...Hook) {
+	c.hooks.Offer = append(c.hooks.Offer, hooks...)
+}
+
+// Intercept adds a list of query interceptors to the interceptors stack.
+// A call to `Intercept(f, g, h)` equals to `offer.Intercept(f(g(h())))`.
+func (c *OfferClient) Intercept(interceptors ...Interceptor) {
+	c.inters.Offer = append(c.inters.Offer, interceptors...)
+}
+
+// Create returns a builder for creating a Offer entity.
+func (c *OfferClient) Create() *OfferCreate {
+	mutation := newOfferMutation(c.config, OpCreate)
+	return &OfferCreate{config: c.config, hooks: c.Hooks(), mutation: mutation}
+}
+
+// CreateBulk returns a builder for creating a bulk of Offer entities.
+func (c *OfferClient) CreateBulk(builders ...*OfferCreate) *OfferCreateBulk {
+	return &OfferCreateBulk{config: c.config, builders: builders}
+}
+
+// MapCreateBulk creates a bulk creation builder from the given slice. For each item in the slice, the function creates
+// a builder and applies setFunc on it.
+func (c *OfferClient) MapCreateBulk(slice any, setFunc func(*OfferCreate, int)) *OfferCreateBulk {
+	rv := reflect.ValueOf(slice)
+	if rv.Kind() != reflect.Slice {
+		return &OfferCreateBulk{err: fmt.Errorf("calling to OfferClient.MapCreateBulk with wrong type %T, need slice", slice)}
+	}
+	builders := make([]*OfferCreate, rv.Len())
+	for i := 0; i < rv.Len(); i++ {
+		builders[i] = c.Create()
+		setFunc(builders[i], i)
+	}
+	return &OfferCreateBulk{config: c.config, builders: builders}
+}
+
+// Update returns an update builder for Offer.
+func (c *OfferClient) Update() *OfferUpdate {
+	mutation := newOfferMutation(c.config, OpUpdate)
+	return &OfferUpdate{config: c.config, hooks: c.Hooks(), mutation: mutation}
+}
+
+// UpdateOne returns an update builder for the given entity.
+func (c *OfferClient) UpdateOne(_m *Offer) *OfferUpdateOne {
+	mutation := newOfferMutation(c.config, OpUpdateOne, withOffer(_m))
+	return &OfferUpdateOne{config: c.config, hooks: c.Hooks(), mutation: mutation}
+}
+
+// UpdateOneID returns an update builder for the given id.
+func (c *OfferClient) UpdateOneID(id int) *OfferUpdateOne {
+	mutation := newOfferMutation(c.config, OpUpdateOne, withOfferID(id))
+	return &OfferUpdateOne{config: c.config, hooks: c.Hooks(), mutation: mutation}
+}
+
+// Delete returns a delete builder for Offer.
+func (c *OfferClient) Delete() *OfferDelete {
+	mutation := newOfferMutation(c.config, OpDelete)
+	return &OfferDelete{config: c.config, hooks: c.Hooks(), mutation: mutation}
+}
+
+// DeleteOne returns a builder for deleting the given entity.
+func (c *OfferClient) DeleteOne(_m *Offer) *OfferDeleteOne {
+	return c.DeleteOneID(_m.ID)
+}
+
+// DeleteOneID returns a builder for deleting the given entity by its id.
+func (c *OfferClient) DeleteOneID(id int) *OfferDeleteOne {
+	builder := c.Delete().Where(offer.ID(id))
+	builder.mutation.id = &id
+	builder.mutation.op = OpDeleteOne
+	return &OfferDeleteOne{builder}
+}
+
+// Query returns a query builder for Offer.
+func (c *OfferClient) Query() *OfferQuery {
+	return &OfferQuery{
+		config: c.config,
+		ctx:    &QueryContext{Type: TypeOffer},
+		inters: c.Interceptors(),
+	}
+}
+
+// Get returns a Offer entity by its id.
+func (c *OfferClient) Get(ctx context.Context, id int) (*Offer, error) {
+	return c.Query().Where(offer.ID(id)).Only(ctx)
+}
+
+// GetX is like Get, but panics if an error occurs.
+func (c *OfferClient) GetX(ctx context.Context, id int) *Offer {
+	obj, err := c.Get(ctx, id)
+	if err != nil {
+		panic(err)
+	}
+	return obj
+}
+
+// Hooks returns the client hooks.
+func (c *OfferClient) Hooks() []Hook {
+	return c.hooks.Offer
+}
+
+// Interceptors returns the client interceptors.
+func (c *OfferClient) Interceptors() []Interceptor {
+	return c.inters.Offer
+}
+
+func (c *OfferClient) mutate(ctx context.Context, m *OfferMutation) (Value, error) {
+	switch m.Op() {
+	case OpCreate:
+		return (&OfferCreate{config: c.config, hooks: c.Hooks(), mutation: m}).Save(ctx)
+	case OpUpdate:
+		return (&OfferUpdate{config: c.config, hooks: c.Hooks(), mutation: m}).Save(ctx)
+	case OpUpdateOne:
+		return (&OfferUpdateOne{config: c.config, hooks: c.Hooks(), mutation: m}).Save(ctx)
+	case OpDelete, OpDeleteOne:
+		return (&OfferDelete{config: c.config, hooks: c.Hooks(), mutation: m}).Exec(ctx)
+	default:
+		return nil, fmt.Errorf("ent: unknown Offer mutation op: %q", m.Op())
 	}
 }
 
@@ -5145,18 +5570,18 @@ type (
 	hooks struct {
 		APIToken, Allocation, AuditEvent, BiosSetting, BulkRun, Campaign,
 		CampaignApproval, CampaignNode, Chassis, Conductor, DeployTemplate,
-		DeployTemplateStep, FirmwareComponent, InspectionRule, Node, NodeEvent,
-		NodeInventory, NodeScreenshot, PolicyOverride, Port, PortalSession, Portgroup,
-		RoleAssignment, Runbook, RunbookStep, Setting, Trait, User, VolumeConnector,
-		VolumeTarget, WipeRecord []ent.Hook
+		DeployTemplateStep, FirmwareComponent, InspectionRule, Lease, LeaseEvent, Node,
+		NodeEvent, NodeInventory, NodeScreenshot, Offer, PolicyOverride, Port,
+		PortalSession, Portgroup, RoleAssignment, Runbook, RunbookStep, Setting, Trait,
+		User, VolumeConnector, VolumeTarget, WipeRecord []ent.Hook
 	}
 	inters struct {
 		APIToken, Allocation, AuditEvent, BiosSetting, BulkRun, Campaign,
 		CampaignApproval, CampaignNode, Chassis, Conductor, DeployTemplate,
-		DeployTemplateStep, FirmwareComponent, InspectionRule, Node, NodeEvent,
-		NodeInventory, NodeScreenshot, PolicyOverride, Port, PortalSession, Portgroup,
-		RoleAssignment, Runbook, RunbookStep, Setting, Trait, User, VolumeConnector,
-		VolumeTarget, WipeRecord []ent.Interceptor
+		DeployTemplateStep, FirmwareComponent, InspectionRule, Lease, LeaseEvent, Node,
+		NodeEvent, NodeInventory, NodeScreenshot, Offer, PolicyOverride, Port,
+		PortalSession, Portgroup, RoleAssignment, Runbook, RunbookStep, Setting, Trait,
+		User, VolumeConnector, VolumeTarget, WipeRecord []ent.Interceptor
 	}
 )
 

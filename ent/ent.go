@@ -26,10 +26,13 @@ import (
 	"github.com/anvilproject/anvil/ent/deploytemplatestep"
 	"github.com/anvilproject/anvil/ent/firmwarecomponent"
 	"github.com/anvilproject/anvil/ent/inspectionrule"
+	"github.com/anvilproject/anvil/ent/lease"
+	"github.com/anvilproject/anvil/ent/leaseevent"
 	"github.com/anvilproject/anvil/ent/node"
 	"github.com/anvilproject/anvil/ent/nodeevent"
 	"github.com/anvilproject/anvil/ent/nodeinventory"
 	"github.com/anvilproject/anvil/ent/nodescreenshot"
+	"github.com/anvilproject/anvil/ent/offer"
 	"github.com/anvilproject/anvil/ent/policyoverride"
 	"github.com/anvilproject/anvil/ent/port"
 	"github.com/anvilproject/anvil/ent/portalsession"
@@ -117,10 +120,13 @@ func checkColumn(t, c string) error {
 			deploytemplatestep.Table: deploytemplatestep.ValidColumn,
 			firmwarecomponent.Table:  firmwarecomponent.ValidColumn,
 			inspectionrule.Table:     inspectionrule.ValidColumn,
+			lease.Table:              lease.ValidColumn,
+			leaseevent.Table:         leaseevent.ValidColumn,
 			node.Table:               node.ValidColumn,
 			nodeevent.Table:          nodeevent.ValidColumn,
 			nodeinventory.Table:      nodeinventory.ValidColumn,
 			nodescreenshot.Table:     nodescreenshot.ValidColumn,
+			offer.Table:              offer.ValidColumn,
 			policyoverride.Table:     policyoverride.ValidColumn,
 			port.Table:               port.ValidColumn,
 			portalsession.Table:      portalsession.ValidColumn,

@@ -25,10 +25,13 @@ import (
 	"github.com/anvilproject/anvil/ent/deploytemplatestep"
 	"github.com/anvilproject/anvil/ent/firmwarecomponent"
 	"github.com/anvilproject/anvil/ent/inspectionrule"
+	"github.com/anvilproject/anvil/ent/lease"
+	"github.com/anvilproject/anvil/ent/leaseevent"
 	"github.com/anvilproject/anvil/ent/node"
 	"github.com/anvilproject/anvil/ent/nodeevent"
 	"github.com/anvilproject/anvil/ent/nodeinventory"
 	"github.com/anvilproject/anvil/ent/nodescreenshot"
+	"github.com/anvilproject/anvil/ent/offer"
 	"github.com/anvilproject/anvil/ent/policyoverride"
 	"github.com/anvilproject/anvil/ent/port"
 	"github.com/anvilproject/anvil/ent/portalsession"
@@ -68,10 +71,13 @@ const (
 	TypeDeployTemplateStep = "DeployTemplateStep"
 	TypeFirmwareComponent  = "FirmwareComponent"
 	TypeInspectionRule     = "InspectionRule"
+	TypeLease              = "Lease"
+	TypeLeaseEvent         = "LeaseEvent"
 	TypeNode               = "Node"
 	TypeNodeEvent          = "NodeEvent"
 	TypeNodeInventory      = "NodeInventory"
 	TypeNodeScreenshot     = "NodeScreenshot"
+	TypeOffer              = "Offer"
 	TypePolicyOverride     = "PolicyOverride"
 	TypePort               = "Port"
 	TypePortalSession      = "PortalSession"
@@ -13465,6 +13471,2172 @@ func (m *InspectionRuleMutation) ResetEdge(name string) error {
 	return fmt.Errorf("unknown InspectionRule edge %s", name)
 }
 
+// LeaseMutation represents an operation that mutates the Lease nodes in the graph.
+type LeaseMutation struct {
+	config
+	op                Op
+	typ               string
+	id                *int
+	created_at        *time.Time
+	updated_at        *time.Time
+	uuid              *string
+	name              *string
+	project_id        *string
+	owner_id          *string
+	purpose           *string
+	resource_type     *string
+	resource_uuid     *string
+	start_time        *time.Time
+	end_time          *time.Time
+	fulfill_time      *time.Time
+	expire_time       *time.Time
+	status            *string
+	properties        *map[string]interface{}
+	offer_uuid        *string
+	parent_lease_uuid *string
+	clearedFields     map[string]struct{}
+	done              bool
+	oldValue          func(context.Context) (*Lease, error)
+	predicates        []predicate.Lease
+}
+
+var _ ent.Mutation = (*LeaseMutation)(nil)
+
+// leaseOption allows management of the mutation configuration using functional options.
+type leaseOption func(*LeaseMutation)
+
+// newLeaseMutation creates new mutation for the Lease entity.
+func newLeaseMutation(c config, op Op, opts ...leaseOption) *LeaseMutation {
+	m := &LeaseMutation{
+		config:        c,
+		op:            op,
+		typ:           TypeLease,
+		clearedFields: make(map[string]struct{}),
+	}
+	for _, opt := range opts {
+		opt(m)
+	}
+	return m
+}
+
+// withLeaseID sets the ID field of the mutation.
+func withLeaseID(id int) leaseOption {
+	return func(m *LeaseMutation) {
+		var (
+			err   error
+			once  sync.Once
+			value *Lease
+		)
+		m.oldValue = func(ctx context.Context) (*Lease, error) {
+			once.Do(func() {
+				if m.done {
+					err = errors.New("querying old values post mutation is not allowed")
+				} else {
+					value, err = m.Client().Lease.Get(ctx, id)
+				}
+			})
+			return value, err
+		}
+		m.id = &id
+	}
+}
+
+// withLease sets the old Lease of the mutation.
+func withLease(node *Lease) leaseOption {
+	return func(m *LeaseMutation) {
+		m.oldValue = func(context.Context) (*Lease, error) {
+			return node, nil
+		}
+		m.id = &node.ID
+	}
+}
+
+// Client returns a new `ent.Client` from the mutation. If the mutation was
+// executed in a transaction (ent.Tx), a transactional client is returned.
+func (m LeaseMutation) Client() *Client {
+	client := &Client{config: m.config}
+	client.init()
+	return client
+}
+
+// Tx returns an `ent.Tx` for mutations that were executed in transactions;
+// it returns an error otherwise.
+func (m LeaseMutation) Tx() (*Tx, error) {
+	if _, ok := m.driver.(*txDriver); !ok {
+		return nil, errors.New("ent: mutation is not running in a transaction")
+	}
+	tx := &Tx{config: m.config}
+	tx.init()
+	return tx, nil
+}
+
+// ID returns the ID value in the mutation. Note that the ID is only available
+// if it was provided to the builder or after it was returned from the database.
+func (m *LeaseMutation) ID() (id int, exists bool) {
+	if m.id == nil {
+		return
+	}
+	return *m.id, true
+}
+
+// IDs queries the database and returns the entity ids that match the mutation's predicate.
+// That means, if the mutation is applied within a transaction with an isolation level such
+// as sql.LevelSerializable, the returned ids match the ids of the rows that will be updated
+// or updated by the mutation.
+func (m *LeaseMutation) IDs(ctx context.Context) ([]int, error) {
+	switch {
+	case m.op.Is(OpUpdateOne | OpDeleteOne):
+		id, exists := m.ID()
+		if exists {
+			return []int{id}, nil
+		}
+		fallthrough
+	case m.op.Is(OpUpdate | OpDelete):
+		return m.Client().Lease.Query().Where(m.predicates...).IDs(ctx)
+	default:
+		return nil, fmt.Errorf("IDs is not allowed on %s operations", m.op)
+	}
+}
+
+// SetCreatedAt sets the "created_at" field.
+func (m *LeaseMutation) SetCreatedAt(t time.Time) {
+	m.created_at = &t
+}
+
+// CreatedAt returns the value of the "created_at" field in the mutation.
+func (m *LeaseMutation) CreatedAt() (r time.Time, exists bool) {
+	v := m.created_at
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldCreatedAt returns the old "created_at" field's value of the Lease entity.
+// If the Lease object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *LeaseMutation) OldCreatedAt(ctx context.Context) (v time.Time, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldCreatedAt is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldCreatedAt requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldCreatedAt: %w", err)
+	}
+	return oldValue.CreatedAt, nil
+}
+
+// ResetCreatedAt resets all changes to the "created_at" field.
+func (m *LeaseMutation) ResetCreatedAt() {
+	m.created_at = nil
+}
+
+// SetUpdatedAt sets the "updated_at" field.
+func (m *LeaseMutation) SetUpdatedAt(t time.Time) {
+	m.updated_at = &t
+}
+
+// UpdatedAt returns the value of the "updated_at" field in the mutation.
+func (m *LeaseMutation) UpdatedAt() (r time.Time, exists bool) {
+	v := m.updated_at
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldUpdatedAt returns the old "updated_at" field's value of the Lease entity.
+// If the Lease object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *LeaseMutation) OldUpdatedAt(ctx context.Context) (v *time.Time, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldUpdatedAt is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldUpdatedAt requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldUpdatedAt: %w", err)
+	}
+	return oldValue.UpdatedAt, nil
+}
+
+// ClearUpdatedAt clears the value of the "updated_at" field.
+func (m *LeaseMutation) ClearUpdatedAt() {
+	m.updated_at = nil
+	m.clearedFields[lease.FieldUpdatedAt] = struct{}{}
+}
+
+// UpdatedAtCleared returns if the "updated_at" field was cleared in this mutation.
+func (m *LeaseMutation) UpdatedAtCleared() bool {
+	_, ok := m.clearedFields[lease.FieldUpdatedAt]
+	return ok
+}
+
+// ResetUpdatedAt resets all changes to the "updated_at" field.
+func (m *LeaseMutation) ResetUpdatedAt() {
+	m.updated_at = nil
+	delete(m.clearedFields, lease.FieldUpdatedAt)
+}
+
+// SetUUID sets the "uuid" field.
+func (m *LeaseMutation) SetUUID(s string) {
+	m.uuid = &s
+}
+
+// UUID returns the value of the "uuid" field in the mutation.
+func (m *LeaseMutation) UUID() (r string, exists bool) {
+	v := m.uuid
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldUUID returns the old "uuid" field's value of the Lease entity.
+// If the Lease object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *LeaseMutation) OldUUID(ctx context.Context) (v string, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldUUID is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldUUID requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldUUID: %w", err)
+	}
+	return oldValue.UUID, nil
+}
+
+// ResetUUID resets all changes to the "uuid" field.
+func (m *LeaseMutation) ResetUUID() {
+	m.uuid = nil
+}
+
+// SetName sets the "name" field.
+func (m *LeaseMutation) SetName(s string) {
+	m.name = &s
+}
+
+// Name returns the value of the "name" field in the mutation.
+func (m *LeaseMutation) Name() (r string, exists bool) {
+	v := m.name
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldName returns the old "name" field's value of the Lease entity.
+// If the Lease object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *LeaseMutation) OldName(ctx context.Context) (v *string, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldName is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldName requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldName: %w", err)
+	}
+	return oldValue.Name, nil
+}
+
+// ClearName clears the value of the "name" field.
+func (m *LeaseMutation) ClearName() {
+	m.name = nil
+	m.clearedFields[lease.FieldName] = struct{}{}
+}
+
+// NameCleared returns if the "name" field was cleared in this mutation.
+func (m *LeaseMutation) NameCleared() bool {
+	_, ok := m.clearedFields[lease.FieldName]
+	return ok
+}
+
+// ResetName resets all changes to the "name" field.
+func (m *LeaseMutation) ResetName() {
+	m.name = nil
+	delete(m.clearedFields, lease.FieldName)
+}
+
+// SetProjectID sets the "project_id" field.
+func (m *LeaseMutation) SetProjectID(s string) {
+	m.project_id = &s
+}
+
+// ProjectID returns the value of the "project_id" field in the mutation.
+func (m *LeaseMutation) ProjectID() (r string, exists bool) {
+	v := m.project_id
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldProjectID returns the old "project_id" field's value of the Lease entity.
+// If the Lease object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *LeaseMutation) OldProjectID(ctx context.Context) (v string, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldProjectID is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldProjectID requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldProjectID: %w", err)
+	}
+	return oldValue.ProjectID, nil
+}
+
+// ResetProjectID resets all changes to the "project_id" field.
+func (m *LeaseMutation) ResetProjectID() {
+	m.project_id = nil
+}
+
+// SetOwnerID sets the "owner_id" field.
+func (m *LeaseMutation) SetOwnerID(s string) {
+	m.owner_id = &s
+}
+
+// OwnerID returns the value of the "owner_id" field in the mutation.
+func (m *LeaseMutation) OwnerID() (r string, exists bool) {
+	v := m.owner_id
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldOwnerID returns the old "owner_id" field's value of the Lease entity.
+// If the Lease object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *LeaseMutation) OldOwnerID(ctx context.Context) (v string, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldOwnerID is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldOwnerID requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldOwnerID: %w", err)
+	}
+	return oldValue.OwnerID, nil
+}
+
+// ResetOwnerID resets all changes to the "owner_id" field.
+func (m *LeaseMutation) ResetOwnerID() {
+	m.owner_id = nil
+}
+
+// SetPurpose sets the "purpose" field.
+func (m *LeaseMutation) SetPurpose(s string) {
+	m.purpose = &s
+}
+
+// Purpose returns the value of the "purpose" field in the mutation.
+func (m *LeaseMutation) Purpose() (r string, exists bool) {
+	v := m.purpose
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldPurpose returns the old "purpose" field's value of the Lease entity.
+// If the Lease object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *LeaseMutation) OldPurpose(ctx context.Context) (v *string, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldPurpose is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldPurpose requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldPurpose: %w", err)
+	}
+	return oldValue.Purpose, nil
+}
+
+// ClearPurpose clears the value of the "purpose" field.
+func (m *LeaseMutation) ClearPurpose() {
+	m.purpose = nil
+	m.clearedFields[lease.FieldPurpose] = struct{}{}
+}
+
+// PurposeCleared returns if the "purpose" field was cleared in this mutation.
+func (m *LeaseMutation) PurposeCleared() bool {
+	_, ok := m.clearedFields[lease.FieldPurpose]
+	return ok
+}
+
+// ResetPurpose resets all changes to the "purpose" field.
+func (m *LeaseMutation) ResetPurpose() {
+	m.purpose = nil
+	delete(m.clearedFields, lease.FieldPurpose)
+}
+
+// SetResourceType sets the "resource_type" field.
+func (m *LeaseMutation) SetResourceType(s string) {
+	m.resource_type = &s
+}
+
+// ResourceType returns the value of the "resource_type" field in the mutation.
+func (m *LeaseMutation) ResourceType() (r string, exists bool) {
+	v := m.resource_type
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldResourceType returns the old "resource_type" field's value of the Lease entity.
+// If the Lease object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *LeaseMutation) OldResourceType(ctx context.Context) (v string, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldResourceType is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldResourceType requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldResourceType: %w", err)
+	}
+	return oldValue.ResourceType, nil
+}
+
+// ResetResourceType resets all changes to the "resource_type" field.
+func (m *LeaseMutation) ResetResourceType() {
+	m.resource_type = nil
+}
+
+// SetResourceUUID sets the "resource_uuid" field.
+func (m *LeaseMutation) SetResourceUUID(s string) {
+	m.resource_uuid = &s
+}
+
+// ResourceUUID returns the value of the "resource_uuid" field in the mutation.
+func (m *LeaseMutation) ResourceUUID() (r string, exists bool) {
+	v := m.resource_uuid
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldResourceUUID returns the old "resource_uuid" field's value of the Lease entity.
+// If the Lease object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *LeaseMutation) OldResourceUUID(ctx context.Context) (v string, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldResourceUUID is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldResourceUUID requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldResourceUUID: %w", err)
+	}
+	return oldValue.ResourceUUID, nil
+}
+
+// ResetResourceUUID resets all changes to the "resource_uuid" field.
+func (m *LeaseMutation) ResetResourceUUID() {
+	m.resource_uuid = nil
+}
+
+// SetStartTime sets the "start_time" field.
+func (m *LeaseMutation) SetStartTime(t time.Time) {
+	m.start_time = &t
+}
+
+// StartTime returns the value of the "start_time" field in the mutation.
+func (m *LeaseMutation) StartTime() (r time.Time, exists bool) {
+	v := m.start_time
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldStartTime returns the old "start_time" field's value of the Lease entity.
+// If the Lease object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *LeaseMutation) OldStartTime(ctx context.Context) (v time.Time, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldStartTime is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldStartTime requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldStartTime: %w", err)
+	}
+	return oldValue.StartTime, nil
+}
+
+// ResetStartTime resets all changes to the "start_time" field.
+func (m *LeaseMutation) ResetStartTime() {
+	m.start_time = nil
+}
+
+// SetEndTime sets the "end_time" field.
+func (m *LeaseMutation) SetEndTime(t time.Time) {
+	m.end_time = &t
+}
+
+// EndTime returns the value of the "end_time" field in the mutation.
+func (m *LeaseMutation) EndTime() (r time.Time, exists bool) {
+	v := m.end_time
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldEndTime returns the old "end_time" field's value of the Lease entity.
+// If the Lease object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *LeaseMutation) OldEndTime(ctx context.Context) (v time.Time, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldEndTime is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldEndTime requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldEndTime: %w", err)
+	}
+	return oldValue.EndTime, nil
+}
+
+// ResetEndTime resets all changes to the "end_time" field.
+func (m *LeaseMutation) ResetEndTime() {
+	m.end_time = nil
+}
+
+// SetFulfillTime sets the "fulfill_time" field.
+func (m *LeaseMutation) SetFulfillTime(t time.Time) {
+	m.fulfill_time = &t
+}
+
+// FulfillTime returns the value of the "fulfill_time" field in the mutation.
+func (m *LeaseMutation) FulfillTime() (r time.Time, exists bool) {
+	v := m.fulfill_time
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldFulfillTime returns the old "fulfill_time" field's value of the Lease entity.
+// If the Lease object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *LeaseMutation) OldFulfillTime(ctx context.Context) (v *time.Time, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldFulfillTime is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldFulfillTime requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldFulfillTime: %w", err)
+	}
+	return oldValue.FulfillTime, nil
+}
+
+// ClearFulfillTime clears the value of the "fulfill_time" field.
+func (m *LeaseMutation) ClearFulfillTime() {
+	m.fulfill_time = nil
+	m.clearedFields[lease.FieldFulfillTime] = struct{}{}
+}
+
+// FulfillTimeCleared returns if the "fulfill_time" field was cleared in this mutation.
+func (m *LeaseMutation) FulfillTimeCleared() bool {
+	_, ok := m.clearedFields[lease.FieldFulfillTime]
+	return ok
+}
+
+// ResetFulfillTime resets all changes to the "fulfill_time" field.
+func (m *LeaseMutation) ResetFulfillTime() {
+	m.fulfill_time = nil
+	delete(m.clearedFields, lease.FieldFulfillTime)
+}
+
+// SetExpireTime sets the "expire_time" field.
+func (m *LeaseMutation) SetExpireTime(t time.Time) {
+	m.expire_time = &t
+}
+
+// ExpireTime returns the value of the "expire_time" field in the mutation.
+func (m *LeaseMutation) ExpireTime() (r time.Time, exists bool) {
+	v := m.expire_time
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldExpireTime returns the old "expire_time" field's value of the Lease entity.
+// If the Lease object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *LeaseMutation) OldExpireTime(ctx context.Context) (v *time.Time, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldExpireTime is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldExpireTime requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldExpireTime: %w", err)
+	}
+	return oldValue.ExpireTime, nil
+}
+
+// ClearExpireTime clears the value of the "expire_time" field.
+func (m *LeaseMutation) ClearExpireTime() {
+	m.expire_time = nil
+	m.clearedFields[lease.FieldExpireTime] = struct{}{}
+}
+
+// ExpireTimeCleared returns if the "expire_time" field was cleared in this mutation.
+func (m *LeaseMutation) ExpireTimeCleared() bool {
+	_, ok := m.clearedFields[lease.FieldExpireTime]
+	return ok
+}
+
+// ResetExpireTime resets all changes to the "expire_time" field.
+func (m *LeaseMutation) ResetExpireTime() {
+	m.expire_time = nil
+	delete(m.clearedFields, lease.FieldExpireTime)
+}
+
+// SetStatus sets the "status" field.
+func (m *LeaseMutation) SetStatus(s string) {
+	m.status = &s
+}
+
+// Status returns the value of the "status" field in the mutation.
+func (m *LeaseMutation) Status() (r string, exists bool) {
+	v := m.status
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldStatus returns the old "status" field's value of the Lease entity.
+// If the Lease object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *LeaseMutation) OldStatus(ctx context.Context) (v string, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldStatus is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldStatus requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldStatus: %w", err)
+	}
+	return oldValue.Status, nil
+}
+
+// ResetStatus resets all changes to the "status" field.
+func (m *LeaseMutation) ResetStatus() {
+	m.status = nil
+}
+
+// SetProperties sets the "properties" field.
+func (m *LeaseMutation) SetProperties(value map[string]interface{}) {
+	m.properties = &value
+}
+
+// Properties returns the value of the "properties" field in the mutation.
+func (m *LeaseMutation) Properties() (r map[string]interface{}, exists bool) {
+	v := m.properties
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldProperties returns the old "properties" field's value of the Lease entity.
+// If the Lease object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *LeaseMutation) OldProperties(ctx context.Context) (v map[string]interface{}, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldProperties is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldProperties requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldProperties: %w", err)
+	}
+	return oldValue.Properties, nil
+}
+
+// ClearProperties clears the value of the "properties" field.
+func (m *LeaseMutation) ClearProperties() {
+	m.properties = nil
+	m.clearedFields[lease.FieldProperties] = struct{}{}
+}
+
+// PropertiesCleared returns if the "properties" field was cleared in this mutation.
+func (m *LeaseMutation) PropertiesCleared() bool {
+	_, ok := m.clearedFields[lease.FieldProperties]
+	return ok
+}
+
+// ResetProperties resets all changes to the "properties" field.
+func (m *LeaseMutation) ResetProperties() {
+	m.properties = nil
+	delete(m.clearedFields, lease.FieldProperties)
+}
+
+// SetOfferUUID sets the "offer_uuid" field.
+func (m *LeaseMutation) SetOfferUUID(s string) {
+	m.offer_uuid = &s
+}
+
+// OfferUUID returns the value of the "offer_uuid" field in the mutation.
+func (m *LeaseMutation) OfferUUID() (r string, exists bool) {
+	v := m.offer_uuid
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldOfferUUID returns the old "offer_uuid" field's value of the Lease entity.
+// If the Lease object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *LeaseMutation) OldOfferUUID(ctx context.Context) (v *string, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldOfferUUID is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldOfferUUID requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldOfferUUID: %w", err)
+	}
+	return oldValue.OfferUUID, nil
+}
+
+// ClearOfferUUID clears the value of the "offer_uuid" field.
+func (m *LeaseMutation) ClearOfferUUID() {
+	m.offer_uuid = nil
+	m.clearedFields[lease.FieldOfferUUID] = struct{}{}
+}
+
+// OfferUUIDCleared returns if the "offer_uuid" field was cleared in this mutation.
+func (m *LeaseMutation) OfferUUIDCleared() bool {
+	_, ok := m.clearedFields[lease.FieldOfferUUID]
+	return ok
+}
+
+// ResetOfferUUID resets all changes to the "offer_uuid" field.
+func (m *LeaseMutation) ResetOfferUUID() {
+	m.offer_uuid = nil
+	delete(m.clearedFields, lease.FieldOfferUUID)
+}
+
+// SetParentLeaseUUID sets the "parent_lease_uuid" field.
+func (m *LeaseMutation) SetParentLeaseUUID(s string) {
+	m.parent_lease_uuid = &s
+}
+
+// ParentLeaseUUID returns the value of the "parent_lease_uuid" field in the mutation.
+func (m *LeaseMutation) ParentLeaseUUID() (r string, exists bool) {
+	v := m.parent_lease_uuid
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldParentLeaseUUID returns the old "parent_lease_uuid" field's value of the Lease entity.
+// If the Lease object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *LeaseMutation) OldParentLeaseUUID(ctx context.Context) (v *string, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldParentLeaseUUID is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldParentLeaseUUID requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldParentLeaseUUID: %w", err)
+	}
+	return oldValue.ParentLeaseUUID, nil
+}
+
+// ClearParentLeaseUUID clears the value of the "parent_lease_uuid" field.
+func (m *LeaseMutation) ClearParentLeaseUUID() {
+	m.parent_lease_uuid = nil
+	m.clearedFields[lease.FieldParentLeaseUUID] = struct{}{}
+}
+
+// ParentLeaseUUIDCleared returns if the "parent_lease_uuid" field was cleared in this mutation.
+func (m *LeaseMutation) ParentLeaseUUIDCleared() bool {
+	_, ok := m.clearedFields[lease.FieldParentLeaseUUID]
+	return ok
+}
+
+// ResetParentLeaseUUID resets all changes to the "parent_lease_uuid" field.
+func (m *LeaseMutation) ResetParentLeaseUUID() {
+	m.parent_lease_uuid = nil
+	delete(m.clearedFields, lease.FieldParentLeaseUUID)
+}
+
+// Where appends a list predicates to the LeaseMutation builder.
+func (m *LeaseMutation) Where(ps ...predicate.Lease) {
+	m.predicates = append(m.predicates, ps...)
+}
+
+// WhereP appends storage-level predicates to the LeaseMutation builder. Using this method,
+// users can use type-assertion to append predicates that do not depend on any generated package.
+func (m *LeaseMutation) WhereP(ps ...func(*sql.Selector)) {
+	p := make([]predicate.Lease, len(ps))
+	for i := range ps {
+		p[i] = ps[i]
+	}
+	m.Where(p...)
+}
+
+// Op returns the operation name.
+func (m *LeaseMutation) Op() Op {
+	return m.op
+}
+
+// SetOp allows setting the mutation operation.
+func (m *LeaseMutation) SetOp(op Op) {
+	m.op = op
+}
+
+// Type returns the node type of this mutation (Lease).
+func (m *LeaseMutation) Type() string {
+	return m.typ
+}
+
+// Fields returns all fields that were changed during this mutation. Note that in
+// order to get all numeric fields that were incremented/decremented, call
+// AddedFields().
+func (m *LeaseMutation) Fields() []string {
+	fields := make([]string, 0, 17)
+	if m.created_at != nil {
+		fields = append(fields, lease.FieldCreatedAt)
+	}
+	if m.updated_at != nil {
+		fields = append(fields, lease.FieldUpdatedAt)
+	}
+	if m.uuid != nil {
+		fields = append(fields, lease.FieldUUID)
+	}
+	if m.name != nil {
+		fields = append(fields, lease.FieldName)
+	}
+	if m.project_id != nil {
+		fields = append(fields, lease.FieldProjectID)
+	}
+	if m.owner_id != nil {
+		fields = append(fields, lease.FieldOwnerID)
+	}
+	if m.purpose != nil {
+		fields = append(fields, lease.FieldPurpose)
+	}
+	if m.resource_type != nil {
+		fields = append(fields, lease.FieldResourceType)
+	}
+	if m.resource_uuid != nil {
+		fields = append(fields, lease.FieldResourceUUID)
+	}
+	if m.start_time != nil {
+		fields = append(fields, lease.FieldStartTime)
+	}
+	if m.end_time != nil {
+		fields = append(fields, lease.FieldEndTime)
+	}
+	if m.fulfill_time != nil {
+		fields = append(fields, lease.FieldFulfillTime)
+	}
+	if m.expire_time != nil {
+		fields = append(fields, lease.FieldExpireTime)
+	}
+	if m.status != nil {
+		fields = append(fields, lease.FieldStatus)
+	}
+	if m.properties != nil {
+		fields = append(fields, lease.FieldProperties)
+	}
+	if m.offer_uuid != nil {
+		fields = append(fields, lease.FieldOfferUUID)
+	}
+	if m.parent_lease_uuid != nil {
+		fields = append(fields, lease.FieldParentLeaseUUID)
+	}
+	return fields
+}
+
+// Field returns the value of a field with the given name. The second boolean
+// return value indicates that this field was not set, or was not defined in the
+// schema.
+func (m *LeaseMutation) Field(name string) (ent.Value, bool) {
+	switch name {
+	case lease.FieldCreatedAt:
+		return m.CreatedAt()
+	case lease.FieldUpdatedAt:
+		return m.UpdatedAt()
+	case lease.FieldUUID:
+		return m.UUID()
+	case lease.FieldName:
+		return m.Name()
+	case lease.FieldProjectID:
+		return m.ProjectID()
+	case lease.FieldOwnerID:
+		return m.OwnerID()
+	case lease.FieldPurpose:
+		return m.Purpose()
+	case lease.FieldResourceType:
+		return m.ResourceType()
+	case lease.FieldResourceUUID:
+		return m.ResourceUUID()
+	case lease.FieldStartTime:
+		return m.StartTime()
+	case lease.FieldEndTime:
+		return m.EndTime()
+	case lease.FieldFulfillTime:
+		return m.FulfillTime()
+	case lease.FieldExpireTime:
+		return m.ExpireTime()
+	case lease.FieldStatus:
+		return m.Status()
+	case lease.FieldProperties:
+		return m.Properties()
+	case lease.FieldOfferUUID:
+		return m.OfferUUID()
+	case lease.FieldParentLeaseUUID:
+		return m.ParentLeaseUUID()
+	}
+	return nil, false
+}
+
+// OldField returns the old value of the field from the database. An error is
+// returned if the mutation operation is not UpdateOne, or the query to the
+// database failed.
+func (m *LeaseMutation) OldField(ctx context.Context, name string) (ent.Value, error) {
+	switch name {
+	case lease.FieldCreatedAt:
+		return m.OldCreatedAt(ctx)
+	case lease.FieldUpdatedAt:
+		return m.OldUpdatedAt(ctx)
+	case lease.FieldUUID:
+		return m.OldUUID(ctx)
+	case lease.FieldName:
+		return m.OldName(ctx)
+	case lease.FieldProjectID:
+		return m.OldProjectID(ctx)
+	case lease.FieldOwnerID:
+		return m.OldOwnerID(ctx)
+	case lease.FieldPurpose:
+		return m.OldPurpose(ctx)
+	case lease.FieldResourceType:
+		return m.OldResourceType(ctx)
+	case lease.FieldResourceUUID:
+		return m.OldResourceUUID(ctx)
+	case lease.FieldStartTime:
+		return m.OldStartTime(ctx)
+	case lease.FieldEndTime:
+		return m.OldEndTime(ctx)
+	case lease.FieldFulfillTime:
+		return m.OldFulfillTime(ctx)
+	case lease.FieldExpireTime:
+		return m.OldExpireTime(ctx)
+	case lease.FieldStatus:
+		return m.OldStatus(ctx)
+	case lease.FieldProperties:
+		return m.OldProperties(ctx)
+	case lease.FieldOfferUUID:
+		return m.OldOfferUUID(ctx)
+	case lease.FieldParentLeaseUUID:
+		return m.OldParentLeaseUUID(ctx)
+	}
+	return nil, fmt.Errorf("unknown Lease field %s", name)
+}
+
+// SetField sets the value of a field with the given name. It returns an error if
+// the field is not defined in the schema, or if the type mismatched the field
+// type.
+func (m *LeaseMutation) SetField(name string, value ent.Value) error {
+	switch name {
+	case lease.FieldCreatedAt:
+		v, ok := value.(time.Time)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetCreatedAt(v)
+		return nil
+	case lease.FieldUpdatedAt:
+		v, ok := value.(time.Time)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetUpdatedAt(v)
+		return nil
+	case lease.FieldUUID:
+		v, ok := value.(string)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetUUID(v)
+		return nil
+	case lease.FieldName:
+		v, ok := value.(string)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetName(v)
+		return nil
+	case lease.FieldProjectID:
+		v, ok := value.(string)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetProjectID(v)
+		return nil
+	case lease.FieldOwnerID:
+		v, ok := value.(string)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetOwnerID(v)
+		return nil
+	case lease.FieldPurpose:
+		v, ok := value.(string)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetPurpose(v)
+		return nil
+	case lease.FieldResourceType:
+		v, ok := value.(string)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetResourceType(v)
+		return nil
+	case lease.FieldResourceUUID:
+		v, ok := value.(string)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetResourceUUID(v)
+		return nil
+	case lease.FieldStartTime:
+		v, ok := value.(time.Time)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetStartTime(v)
+		return nil
+	case lease.FieldEndTime:
+		v, ok := value.(time.Time)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetEndTime(v)
+		return nil
+	case lease.FieldFulfillTime:
+		v, ok := value.(time.Time)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetFulfillTime(v)
+		return nil
+	case lease.FieldExpireTime:
+		v, ok := value.(time.Time)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetExpireTime(v)
+		return nil
+	case lease.FieldStatus:
+		v, ok := value.(string)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetStatus(v)
+		return nil
+	case lease.FieldProperties:
+		v, ok := value.(map[string]interface{})
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetProperties(v)
+		return nil
+	case lease.FieldOfferUUID:
+		v, ok := value.(string)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetOfferUUID(v)
+		return nil
+	case lease.FieldParentLeaseUUID:
+		v, ok := value.(string)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetParentLeaseUUID(v)
+		return nil
+	}
+	return fmt.Errorf("unknown Lease field %s", name)
+}
+
+// AddedFields returns all numeric fields that were incremented/decremented during
+// this mutation.
+func (m *LeaseMutation) AddedFields() []string {
+	return nil
+}
+
+// AddedField returns the numeric value that was incremented/decremented on a field
+// with the given name. The second boolean return value indicates that this field
+// was not set, or was not defined in the schema.
+func (m *LeaseMutation) AddedField(name string) (ent.Value, bool) {
+	return nil, false
+}
+
+// AddField adds the value to the field with the given name. It returns an error if
+// the field is not defined in the schema, or if the type mismatched the field
+// type.
+func (m *LeaseMutation) AddField(name string, value ent.Value) error {
+	switch name {
+	}
+	return fmt.Errorf("unknown Lease numeric field %s", name)
+}
+
+// ClearedFields returns all nullable fields that were cleared during this
+// mutation.
+func (m *LeaseMutation) ClearedFields() []string {
+	var fields []string
+	if m.FieldCleared(lease.FieldUpdatedAt) {
+		fields = append(fields, lease.FieldUpdatedAt)
+	}
+	if m.FieldCleared(lease.FieldName) {
+		fields = append(fields, lease.FieldName)
+	}
+	if m.FieldCleared(lease.FieldPurpose) {
+		fields = append(fields, lease.FieldPurpose)
+	}
+	if m.FieldCleared(lease.FieldFulfillTime) {
+		fields = append(fields, lease.FieldFulfillTime)
+	}
+	if m.FieldCleared(lease.FieldExpireTime) {
+		fields = append(fields, lease.FieldExpireTime)
+	}
+	if m.FieldCleared(lease.FieldProperties) {
+		fields = append(fields, lease.FieldProperties)
+	}
+	if m.FieldCleared(lease.FieldOfferUUID) {
+		fields = append(fields, lease.FieldOfferUUID)
+	}
+	if m.FieldCleared(lease.FieldParentLeaseUUID) {
+		fields = append(fields, lease.FieldParentLeaseUUID)
+	}
+	return fields
+}
+
+// FieldCleared returns a boolean indicating if a field with the given name was
+// cleared in this mutation.
+func (m *LeaseMutation) FieldCleared(name string) bool {
+	_, ok := m.clearedFields[name]
+	return ok
+}
+
+// ClearField clears the value of the field with the given name. It returns an
+// error if the field is not defined in the schema.
+func (m *LeaseMutation) ClearField(name string) error {
+	switch name {
+	case lease.FieldUpdatedAt:
+		m.ClearUpdatedAt()
+		return nil
+	case lease.FieldName:
+		m.ClearName()
+		return nil
+	case lease.FieldPurpose:
+		m.ClearPurpose()
+		return nil
+	case lease.FieldFulfillTime:
+		m.ClearFulfillTime()
+		return nil
+	case lease.FieldExpireTime:
+		m.ClearExpireTime()
+		return nil
+	case lease.FieldProperties:
+		m.ClearProperties()
+		return nil
+	case lease.FieldOfferUUID:
+		m.ClearOfferUUID()
+		return nil
+	case lease.FieldParentLeaseUUID:
+		m.ClearParentLeaseUUID()
+		return nil
+	}
+	return fmt.Errorf("unknown Lease nullable field %s", name)
+}
+
+// ResetField resets all changes in the mutation for the field with the given name.
+// It returns an error if the field is not defined in the schema.
+func (m *LeaseMutation) ResetField(name string) error {
+	switch name {
+	case lease.FieldCreatedAt:
+		m.ResetCreatedAt()
+		return nil
+	case lease.FieldUpdatedAt:
+		m.ResetUpdatedAt()
+		return nil
+	case lease.FieldUUID:
+		m.ResetUUID()
+		return nil
+	case lease.FieldName:
+		m.ResetName()
+		return nil
+	case lease.FieldProjectID:
+		m.ResetProjectID()
+		return nil
+	case lease.FieldOwnerID:
+		m.ResetOwnerID()
+		return nil
+	case lease.FieldPurpose:
+		m.ResetPurpose()
+		return nil
+	case lease.FieldResourceType:
+		m.ResetResourceType()
+		return nil
+	case lease.FieldResourceUUID:
+		m.ResetResourceUUID()
+		return nil
+	case lease.FieldStartTime:
+		m.ResetStartTime()
+		return nil
+	case lease.FieldEndTime:
+		m.ResetEndTime()
+		return nil
+	case lease.FieldFulfillTime:
+		m.ResetFulfillTime()
+		return nil
+	case lease.FieldExpireTime:
+		m.ResetExpireTime()
+		return nil
+	case lease.FieldStatus:
+		m.ResetStatus()
+		return nil
+	case lease.FieldProperties:
+		m.ResetProperties()
+		return nil
+	case lease.FieldOfferUUID:
+		m.ResetOfferUUID()
+		return nil
+	case lease.FieldParentLeaseUUID:
+		m.ResetParentLeaseUUID()
+		return nil
+	}
+	return fmt.Errorf("unknown Lease field %s", name)
+}
+
+// AddedEdges returns all edge names that were set/added in this mutation.
+func (m *LeaseMutation) AddedEdges() []string {
+	edges := make([]string, 0, 0)
+	return edges
+}
+
+// AddedIDs returns all IDs (to other nodes) that were added for the given edge
+// name in this mutation.
+func (m *LeaseMutation) AddedIDs(name string) []ent.Value {
+	return nil
+}
+
+// RemovedEdges returns all edge names that were removed in this mutation.
+func (m *LeaseMutation) RemovedEdges() []string {
+	edges := make([]string, 0, 0)
+	return edges
+}
+
+// RemovedIDs returns all IDs (to other nodes) that were removed for the edge with
+// the given name in this mutation.
+func (m *LeaseMutation) RemovedIDs(name string) []ent.Value {
+	return nil
+}
+
+// ClearedEdges returns all edge names that were cleared in this mutation.
+func (m *LeaseMutation) ClearedEdges() []string {
+	edges := make([]string, 0, 0)
+	return edges
+}
+
+// EdgeCleared returns a boolean which indicates if the edge with the given name
+// was cleared in this mutation.
+func (m *LeaseMutation) EdgeCleared(name string) bool {
+	return false
+}
+
+// ClearEdge clears the value of the edge with the given name. It returns an error
+// if that edge is not defined in the schema.
+func (m *LeaseMutation) ClearEdge(name string) error {
+	return fmt.Errorf("unknown Lease unique edge %s", name)
+}
+
+// ResetEdge resets all changes to the edge with the given name in this mutation.
+// It returns an error if the edge is not defined in the schema.
+func (m *LeaseMutation) ResetEdge(name string) error {
+	return fmt.Errorf("unknown Lease edge %s", name)
+}
+
+// LeaseEventMutation represents an operation that mutates the LeaseEvent nodes in the graph.
+type LeaseEventMutation struct {
+	config
+	op            Op
+	typ           string
+	id            *int
+	event_type    *string
+	event_time    *time.Time
+	object_type   *string
+	object_uuid   *string
+	resource_type *string
+	resource_uuid *string
+	lessee_id     *string
+	owner_id      *string
+	clearedFields map[string]struct{}
+	done          bool
+	oldValue      func(context.Context) (*LeaseEvent, error)
+	predicates    []predicate.LeaseEvent
+}
+
+var _ ent.Mutation = (*LeaseEventMutation)(nil)
+
+// leaseeventOption allows management of the mutation configuration using functional options.
+type leaseeventOption func(*LeaseEventMutation)
+
+// newLeaseEventMutation creates new mutation for the LeaseEvent entity.
+func newLeaseEventMutation(c config, op Op, opts ...leaseeventOption) *LeaseEventMutation {
+	m := &LeaseEventMutation{
+		config:        c,
+		op:            op,
+		typ:           TypeLeaseEvent,
+		clearedFields: make(map[string]struct{}),
+	}
+	for _, opt := range opts {
+		opt(m)
+	}
+	return m
+}
+
+// withLeaseEventID sets the ID field of the mutation.
+func withLeaseEventID(id int) leaseeventOption {
+	return func(m *LeaseEventMutation) {
+		var (
+			err   error
+			once  sync.Once
+			value *LeaseEvent
+		)
+		m.oldValue = func(ctx context.Context) (*LeaseEvent, error) {
+			once.Do(func() {
+				if m.done {
+					err = errors.New("querying old values post mutation is not allowed")
+				} else {
+					value, err = m.Client().LeaseEvent.Get(ctx, id)
+				}
+			})
+			return value, err
+		}
+		m.id = &id
+	}
+}
+
+// withLeaseEvent sets the old LeaseEvent of the mutation.
+func withLeaseEvent(node *LeaseEvent) leaseeventOption {
+	return func(m *LeaseEventMutation) {
+		m.oldValue = func(context.Context) (*LeaseEvent, error) {
+			return node, nil
+		}
+		m.id = &node.ID
+	}
+}
+
+// Client returns a new `ent.Client` from the mutation. If the mutation was
+// executed in a transaction (ent.Tx), a transactional client is returned.
+func (m LeaseEventMutation) Client() *Client {
+	client := &Client{config: m.config}
+	client.init()
+	return client
+}
+
+// Tx returns an `ent.Tx` for mutations that were executed in transactions;
+// it returns an error otherwise.
+func (m LeaseEventMutation) Tx() (*Tx, error) {
+	if _, ok := m.driver.(*txDriver); !ok {
+		return nil, errors.New("ent: mutation is not running in a transaction")
+	}
+	tx := &Tx{config: m.config}
+	tx.init()
+	return tx, nil
+}
+
+// ID returns the ID value in the mutation. Note that the ID is only available
+// if it was provided to the builder or after it was returned from the database.
+func (m *LeaseEventMutation) ID() (id int, exists bool) {
+	if m.id == nil {
+		return
+	}
+	return *m.id, true
+}
+
+// IDs queries the database and returns the entity ids that match the mutation's predicate.
+// That means, if the mutation is applied within a transaction with an isolation level such
+// as sql.LevelSerializable, the returned ids match the ids of the rows that will be updated
+// or updated by the mutation.
+func (m *LeaseEventMutation) IDs(ctx context.Context) ([]int, error) {
+	switch {
+	case m.op.Is(OpUpdateOne | OpDeleteOne):
+		id, exists := m.ID()
+		if exists {
+			return []int{id}, nil
+		}
+		fallthrough
+	case m.op.Is(OpUpdate | OpDelete):
+		return m.Client().LeaseEvent.Query().Where(m.predicates...).IDs(ctx)
+	default:
+		return nil, fmt.Errorf("IDs is not allowed on %s operations", m.op)
+	}
+}
+
+// SetEventType sets the "event_type" field.
+func (m *LeaseEventMutation) SetEventType(s string) {
+	m.event_type = &s
+}
+
+// EventType returns the value of the "event_type" field in the mutation.
+func (m *LeaseEventMutation) EventType() (r string, exists bool) {
+	v := m.event_type
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldEventType returns the old "event_type" field's value of the LeaseEvent entity.
+// If the LeaseEvent object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *LeaseEventMutation) OldEventType(ctx context.Context) (v string, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldEventType is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldEventType requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldEventType: %w", err)
+	}
+	return oldValue.EventType, nil
+}
+
+// ResetEventType resets all changes to the "event_type" field.
+func (m *LeaseEventMutation) ResetEventType() {
+	m.event_type = nil
+}
+
+// SetEventTime sets the "event_time" field.
+func (m *LeaseEventMutation) SetEventTime(t time.Time) {
+	m.event_time = &t
+}
+
+// EventTime returns the value of the "event_time" field in the mutation.
+func (m *LeaseEventMutation) EventTime() (r time.Time, exists bool) {
+	v := m.event_time
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldEventTime returns the old "event_time" field's value of the LeaseEvent entity.
+// If the LeaseEvent object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *LeaseEventMutation) OldEventTime(ctx context.Context) (v time.Time, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldEventTime is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldEventTime requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldEventTime: %w", err)
+	}
+	return oldValue.EventTime, nil
+}
+
+// ResetEventTime resets all changes to the "event_time" field.
+func (m *LeaseEventMutation) ResetEventTime() {
+	m.event_time = nil
+}
+
+// SetObjectType sets the "object_type" field.
+func (m *LeaseEventMutation) SetObjectType(s string) {
+	m.object_type = &s
+}
+
+// ObjectType returns the value of the "object_type" field in the mutation.
+func (m *LeaseEventMutation) ObjectType() (r string, exists bool) {
+	v := m.object_type
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldObjectType returns the old "object_type" field's value of the LeaseEvent entity.
+// If the LeaseEvent object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *LeaseEventMutation) OldObjectType(ctx context.Context) (v *string, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldObjectType is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldObjectType requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldObjectType: %w", err)
+	}
+	return oldValue.ObjectType, nil
+}
+
+// ClearObjectType clears the value of the "object_type" field.
+func (m *LeaseEventMutation) ClearObjectType() {
+	m.object_type = nil
+	m.clearedFields[leaseevent.FieldObjectType] = struct{}{}
+}
+
+// ObjectTypeCleared returns if the "object_type" field was cleared in this mutation.
+func (m *LeaseEventMutation) ObjectTypeCleared() bool {
+	_, ok := m.clearedFields[leaseevent.FieldObjectType]
+	return ok
+}
+
+// ResetObjectType resets all changes to the "object_type" field.
+func (m *LeaseEventMutation) ResetObjectType() {
+	m.object_type = nil
+	delete(m.clearedFields, leaseevent.FieldObjectType)
+}
+
+// SetObjectUUID sets the "object_uuid" field.
+func (m *LeaseEventMutation) SetObjectUUID(s string) {
+	m.object_uuid = &s
+}
+
+// ObjectUUID returns the value of the "object_uuid" field in the mutation.
+func (m *LeaseEventMutation) ObjectUUID() (r string, exists bool) {
+	v := m.object_uuid
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldObjectUUID returns the old "object_uuid" field's value of the LeaseEvent entity.
+// If the LeaseEvent object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *LeaseEventMutation) OldObjectUUID(ctx context.Context) (v *string, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldObjectUUID is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldObjectUUID requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldObjectUUID: %w", err)
+	}
+	return oldValue.ObjectUUID, nil
+}
+
+// ClearObjectUUID clears the value of the "object_uuid" field.
+func (m *LeaseEventMutation) ClearObjectUUID() {
+	m.object_uuid = nil
+	m.clearedFields[leaseevent.FieldObjectUUID] = struct{}{}
+}
+
+// ObjectUUIDCleared returns if the "object_uuid" field was cleared in this mutation.
+func (m *LeaseEventMutation) ObjectUUIDCleared() bool {
+	_, ok := m.clearedFields[leaseevent.FieldObjectUUID]
+	return ok
+}
+
+// ResetObjectUUID resets all changes to the "object_uuid" field.
+func (m *LeaseEventMutation) ResetObjectUUID() {
+	m.object_uuid = nil
+	delete(m.clearedFields, leaseevent.FieldObjectUUID)
+}
+
+// SetResourceType sets the "resource_type" field.
+func (m *LeaseEventMutation) SetResourceType(s string) {
+	m.resource_type = &s
+}
+
+// ResourceType returns the value of the "resource_type" field in the mutation.
+func (m *LeaseEventMutation) ResourceType() (r string, exists bool) {
+	v := m.resource_type
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldResourceType returns the old "resource_type" field's value of the LeaseEvent entity.
+// If the LeaseEvent object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *LeaseEventMutation) OldResourceType(ctx context.Context) (v *string, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldResourceType is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldResourceType requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldResourceType: %w", err)
+	}
+	return oldValue.ResourceType, nil
+}
+
+// ClearResourceType clears the value of the "resource_type" field.
+func (m *LeaseEventMutation) ClearResourceType() {
+	m.resource_type = nil
+	m.clearedFields[leaseevent.FieldResourceType] = struct{}{}
+}
+
+// ResourceTypeCleared returns if the "resource_type" field was cleared in this mutation.
+func (m *LeaseEventMutation) ResourceTypeCleared() bool {
+	_, ok := m.clearedFields[leaseevent.FieldResourceType]
+	return ok
+}
+
+// ResetResourceType resets all changes to the "resource_type" field.
+func (m *LeaseEventMutation) ResetResourceType() {
+	m.resource_type = nil
+	delete(m.clearedFields, leaseevent.FieldResourceType)
+}
+
+// SetResourceUUID sets the "resource_uuid" field.
+func (m *LeaseEventMutation) SetResourceUUID(s string) {
+	m.resource_uuid = &s
+}
+
+// ResourceUUID returns the value of the "resource_uuid" field in the mutation.
+func (m *LeaseEventMutation) ResourceUUID() (r string, exists bool) {
+	v := m.resource_uuid
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldResourceUUID returns the old "resource_uuid" field's value of the LeaseEvent entity.
+// If the LeaseEvent object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *LeaseEventMutation) OldResourceUUID(ctx context.Context) (v *string, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldResourceUUID is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldResourceUUID requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldResourceUUID: %w", err)
+	}
+	return oldValue.ResourceUUID, nil
+}
+
+// ClearResourceUUID clears the value of the "resource_uuid" field.
+func (m *LeaseEventMutation) ClearResourceUUID() {
+	m.resource_uuid = nil
+	m.clearedFields[leaseevent.FieldResourceUUID] = struct{}{}
+}
+
+// ResourceUUIDCleared returns if the "resource_uuid" field was cleared in this mutation.
+func (m *LeaseEventMutation) ResourceUUIDCleared() bool {
+	_, ok := m.clearedFields[leaseevent.FieldResourceUUID]
+	return ok
+}
+
+// ResetResourceUUID resets all changes to the "resource_uuid" field.
+func (m *LeaseEventMutation) ResetResourceUUID() {
+	m.resource_uuid = nil
+	delete(m.clearedFields, leaseevent.FieldResourceUUID)
+}
+
+// SetLesseeID sets the "lessee_id" field.
+func (m *LeaseEventMutation) SetLesseeID(s string) {
+	m.lessee_id = &s
+}
+
+// LesseeID returns the value of the "lessee_id" field in the mutation.
+func (m *LeaseEventMutation) LesseeID() (r string, exists bool) {
+	v := m.lessee_id
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldLesseeID returns the old "lessee_id" field's value of the LeaseEvent entity.
+// If the LeaseEvent object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *LeaseEventMutation) OldLesseeID(ctx context.Context) (v *string, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldLesseeID is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldLesseeID requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldLesseeID: %w", err)
+	}
+	return oldValue.LesseeID, nil
+}
+
+// ClearLesseeID clears the value of the "lessee_id" field.
+func (m *LeaseEventMutation) ClearLesseeID() {
+	m.lessee_id = nil
+	m.clearedFields[leaseevent.FieldLesseeID] = struct{}{}
+}
+
+// LesseeIDCleared returns if the "lessee_id" field was cleared in this mutation.
+func (m *LeaseEventMutation) LesseeIDCleared() bool {
+	_, ok := m.clearedFields[leaseevent.FieldLesseeID]
+	return ok
+}
+
+// ResetLesseeID resets all changes to the "lessee_id" field.
+func (m *LeaseEventMutation) ResetLesseeID() {
+	m.lessee_id = nil
+	delete(m.clearedFields, leaseevent.FieldLesseeID)
+}
+
+// SetOwnerID sets the "owner_id" field.
+func (m *LeaseEventMutation) SetOwnerID(s string) {
+	m.owner_id = &s
+}
+
+// OwnerID returns the value of the "owner_id" field in the mutation.
+func (m *LeaseEventMutation) OwnerID() (r string, exists bool) {
+	v := m.owner_id
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldOwnerID returns the old "owner_id" field's value of the LeaseEvent entity.
+// If the LeaseEvent object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *LeaseEventMutation) OldOwnerID(ctx context.Context) (v *string, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldOwnerID is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldOwnerID requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldOwnerID: %w", err)
+	}
+	return oldValue.OwnerID, nil
+}
+
+// ClearOwnerID clears the value of the "owner_id" field.
+func (m *LeaseEventMutation) ClearOwnerID() {
+	m.owner_id = nil
+	m.clearedFields[leaseevent.FieldOwnerID] = struct{}{}
+}
+
+// OwnerIDCleared returns if the "owner_id" field was cleared in this mutation.
+func (m *LeaseEventMutation) OwnerIDCleared() bool {
+	_, ok := m.clearedFields[leaseevent.FieldOwnerID]
+	return ok
+}
+
+// ResetOwnerID resets all changes to the "owner_id" field.
+func (m *LeaseEventMutation) ResetOwnerID() {
+	m.owner_id = nil
+	delete(m.clearedFields, leaseevent.FieldOwnerID)
+}
+
+// Where appends a list predicates to the LeaseEventMutation builder.
+func (m *LeaseEventMutation) Where(ps ...predicate.LeaseEvent) {
+	m.predicates = append(m.predicates, ps...)
+}
+
+// WhereP appends storage-level predicates to the LeaseEventMutation builder. Using this method,
+// users can use type-assertion to append predicates that do not depend on any generated package.
+func (m *LeaseEventMutation) WhereP(ps ...func(*sql.Selector)) {
+	p := make([]predicate.LeaseEvent, len(ps))
+	for i := range ps {
+		p[i] = ps[i]
+	}
+	m.Where(p...)
+}
+
+// Op returns the operation name.
+func (m *LeaseEventMutation) Op() Op {
+	return m.op
+}
+
+// SetOp allows setting the mutation operation.
+func (m *LeaseEventMutation) SetOp(op Op) {
+	m.op = op
+}
+
+// Type returns the node type of this mutation (LeaseEvent).
+func (m *LeaseEventMutation) Type() string {
+	return m.typ
+}
+
+// Fields returns all fields that were changed during this mutation. Note that in
+// order to get all numeric fields that were incremented/decremented, call
+// AddedFields().
+func (m *LeaseEventMutation) Fields() []string {
+	fields := make([]string, 0, 8)
+	if m.event_type != nil {
+		fields = append(fields, leaseevent.FieldEventType)
+	}
+	if m.event_time != nil {
+		fields = append(fields, leaseevent.FieldEventTime)
+	}
+	if m.object_type != nil {
+		fields = append(fields, leaseevent.FieldObjectType)
+	}
+	if m.object_uuid != nil {
+		fields = append(fields, leaseevent.FieldObjectUUID)
+	}
+	if m.resource_type != nil {
+		fields = append(fields, leaseevent.FieldResourceType)
+	}
+	if m.resource_uuid != nil {
+		fields = append(fields, leaseevent.FieldResourceUUID)
+	}
+	if m.lessee_id != nil {
+		fields = append(fields, leaseevent.FieldLesseeID)
+	}
+	if m.owner_id != nil {
+		fields = append(fields, leaseevent.FieldOwnerID)
+	}
+	return fields
+}
+
+// Field returns the value of a field with the given name. The second boolean
+// return value indicates that this field was not set, or was not defined in the
+// schema.
+func (m *LeaseEventMutation) Field(name string) (ent.Value, bool) {
+	switch name {
+	case leaseevent.FieldEventType:
+		return m.EventType()
+	case leaseevent.FieldEventTime:
+		return m.EventTime()
+	case leaseevent.FieldObjectType:
+		return m.ObjectType()
+	case leaseevent.FieldObjectUUID:
+		return m.ObjectUUID()
+	case leaseevent.FieldResourceType:
+		return m.ResourceType()
+	case leaseevent.FieldResourceUUID:
+		return m.ResourceUUID()
+	case leaseevent.FieldLesseeID:
+		return m.LesseeID()
+	case leaseevent.FieldOwnerID:
+		return m.OwnerID()
+	}
+	return nil, false
+}
+
+// OldField returns the old value of the field from the database. An error is
+// returned if the mutation operation is not UpdateOne, or the query to the
+// database failed.
+func (m *LeaseEventMutation) OldField(ctx context.Context, name string) (ent.Value, error) {
+	switch name {
+	case leaseevent.FieldEventType:
+		return m.OldEventType(ctx)
+	case leaseevent.FieldEventTime:
+		return m.OldEventTime(ctx)
+	case leaseevent.FieldObjectType:
+		return m.OldObjectType(ctx)
+	case leaseevent.FieldObjectUUID:
+		return m.OldObjectUUID(ctx)
+	case leaseevent.FieldResourceType:
+		return m.OldResourceType(ctx)
+	case leaseevent.FieldResourceUUID:
+		return m.OldResourceUUID(ctx)
+	case leaseevent.FieldLesseeID:
+		return m.OldLesseeID(ctx)
+	case leaseevent.FieldOwnerID:
+		return m.OldOwnerID(ctx)
+	}
+	return nil, fmt.Errorf("unknown LeaseEvent field %s", name)
+}
+
+// SetField sets the value of a field with the given name. It returns an error if
+// the field is not defined in the schema, or if the type mismatched the field
+// type.
+func (m *LeaseEventMutation) SetField(name string, value ent.Value) error {
+	switch name {
+	case leaseevent.FieldEventType:
+		v, ok := value.(string)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetEventType(v)
+		return nil
+	case leaseevent.FieldEventTime:
+		v, ok := value.(time.Time)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetEventTime(v)
+		return nil
+	case leaseevent.FieldObjectType:
+		v, ok := value.(string)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetObjectType(v)
+		return nil
+	case leaseevent.FieldObjectUUID:
+		v, ok := value.(string)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetObjectUUID(v)
+		return nil
+	case leaseevent.FieldResourceType:
+		v, ok := value.(string)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetResourceType(v)
+		return nil
+	case leaseevent.FieldResourceUUID:
+		v, ok := value.(string)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetResourceUUID(v)
+		return nil
+	case leaseevent.FieldLesseeID:
+		v, ok := value.(string)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetLesseeID(v)
+		return nil
+	case leaseevent.FieldOwnerID:
+		v, ok := value.(string)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetOwnerID(v)
+		return nil
+	}
+	return fmt.Errorf("unknown LeaseEvent field %s", name)
+}
+
+// AddedFields returns all numeric fields that were incremented/decremented during
+// this mutation.
+func (m *LeaseEventMutation) AddedFields() []string {
+	return nil
+}
+
+// AddedField returns the numeric value that was incremented/decremented on a field
+// with the given name. The second boolean return value indicates that this field
+// was not set, or was not defined in the schema.
+func (m *LeaseEventMutation) AddedField(name string) (ent.Value, bool) {
+	return nil, false
+}
+
+// AddField adds the value to the field with the given name. It returns an error if
+// the field is not defined in the schema, or if the type mismatched the field
+// type.
+func (m *LeaseEventMutation) AddField(name string, value ent.Value) error {
+	switch name {
+	}
+	return fmt.Errorf("unknown LeaseEvent numeric field %s", name)
+}
+
+// ClearedFields returns all nullable fields that were cleared during this
+// mutation.
+func (m *LeaseEventMutation) ClearedFields() []string {
+	var fields []string
+	if m.FieldCleared(leaseevent.FieldObjectType) {
+		fields = append(fields, leaseevent.FieldObjectType)
+	}
+	if m.FieldCleared(leaseevent.FieldObjectUUID) {
+		fields = append(fields, leaseevent.FieldObjectUUID)
+	}
+	if m.FieldCleared(leaseevent.FieldResourceType) {
+		fields = append(fields, leaseevent.FieldResourceType)
+	}
+	if m.FieldCleared(leaseevent.FieldResourceUUID) {
+		fields = append(fields, leaseevent.FieldResourceUUID)
+	}
+	if m.FieldCleared(leaseevent.FieldLesseeID) {
+		fields = append(fields, leaseevent.FieldLesseeID)
+	}
+	if m.FieldCleared(leaseevent.FieldOwnerID) {
+		fields = append(fields, leaseevent.FieldOwnerID)
+	}
+	return fields
+}
+
+// FieldCleared returns a boolean indicating if a field with the given name was
+// cleared in this mutation.
+func (m *LeaseEventMutation) FieldCleared(name string) bool {
+	_, ok := m.clearedFields[name]
+	return ok
+}
+
+// ClearField clears the value of the field with the given name. It returns an
+// error if the field is not defined in the schema.
+func (m *LeaseEventMutation) ClearField(name string) error {
+	switch name {
+	case leaseevent.FieldObjectType:
+		m.ClearObjectType()
+		return nil
+	case leaseevent.FieldObjectUUID:
+		m.ClearObjectUUID()
+		return nil
+	case leaseevent.FieldResourceType:
+		m.ClearResourceType()
+		return nil
+	case leaseevent.FieldResourceUUID:
+		m.ClearResourceUUID()
+		return nil
+	case leaseevent.FieldLesseeID:
+		m.ClearLesseeID()
+		return nil
+	case leaseevent.FieldOwnerID:
+		m.ClearOwnerID()
+		return nil
+	}
+	return fmt.Errorf("unknown LeaseEvent nullable field %s", name)
+}
+
+// ResetField resets all changes in the mutation for the field with the given name.
+// It returns an error if the field is not defined in the schema.
+func (m *LeaseEventMutation) ResetField(name string) error {
+	switch name {
+	case leaseevent.FieldEventType:
+		m.ResetEventType()
+		return nil
+	case leaseevent.FieldEventTime:
+		m.ResetEventTime()
+		return nil
+	case leaseevent.FieldObjectType:
+		m.ResetObjectType()
+		return nil
+	case leaseevent.FieldObjectUUID:
+		m.ResetObjectUUID()
+		return nil
+	case leaseevent.FieldResourceType:
+		m.ResetResourceType()
+		return nil
+	case leaseevent.FieldResourceUUID:
+		m.ResetResourceUUID()
+		return nil
+	case leaseevent.FieldLesseeID:
+		m.ResetLesseeID()
+		return nil
+	case leaseevent.FieldOwnerID:
+		m.ResetOwnerID()
+		return nil
+	}
+	return fmt.Errorf("unknown LeaseEvent field %s", name)
+}
+
+// AddedEdges returns all edge names that were set/added in this mutation.
+func (m *LeaseEventMutation) AddedEdges() []string {
+	edges := make([]string, 0, 0)
+	return edges
+}
+
+// AddedIDs returns all IDs (to other nodes) that were added for the given edge
+// name in this mutation.
+func (m *LeaseEventMutation) AddedIDs(name string) []ent.Value {
+	return nil
+}
+
+// RemovedEdges returns all edge names that were removed in this mutation.
+func (m *LeaseEventMutation) RemovedEdges() []string {
+	edges := make([]string, 0, 0)
+	return edges
+}
+
+// RemovedIDs returns all IDs (to other nodes) that were removed for the edge with
+// the given name in this mutation.
+func (m *LeaseEventMutation) RemovedIDs(name string) []ent.Value {
+	return nil
+}
+
+// ClearedEdges returns all edge names that were cleared in this mutation.
+func (m *LeaseEventMutation) ClearedEdges() []string {
+	edges := make([]string, 0, 0)
+	return edges
+}
+
+// EdgeCleared returns a boolean which indicates if the edge with the given name
+// was cleared in this mutation.
+func (m *LeaseEventMutation) EdgeCleared(name string) bool {
+	return false
+}
+
+// ClearEdge clears the value of the edge with the given name. It returns an error
+// if that edge is not defined in the schema.
+func (m *LeaseEventMutation) ClearEdge(name string) error {
+	return fmt.Errorf("unknown LeaseEvent unique edge %s", name)
+}
+
+// ResetEdge resets all changes to the edge with the given name in this mutation.
+// It returns an error if the edge is not defined in the schema.
+func (m *LeaseEventMutation) ResetEdge(name string) error {
+	return fmt.Errorf("unknown LeaseEvent edge %s", name)
+}
+
 // NodeMutation represents an operation that mutates the Node nodes in the graph.
 type NodeMutation struct {
 	config
@@ -20852,6 +23024,1132 @@ func (m *NodeScreenshotMutation) ResetEdge(name string) error {
 		return nil
 	}
 	return fmt.Errorf("unknown NodeScreenshot edge %s", name)
+}
+
+// OfferMutation represents an operation that mutates the Offer nodes in the graph.
+type OfferMutation struct {
+	config
+	op                Op
+	typ               string
+	id                *int
+	created_at        *time.Time
+	updated_at        *time.Time
+	uuid              *string
+	name              *string
+	project_id        *string
+	lessee_id         *string
+	resource_type     *string
+	resource_uuid     *string
+	resource_class    *string
+	start_time        *time.Time
+	end_time          *time.Time
+	status            *string
+	properties        *map[string]interface{}
+	parent_lease_uuid *string
+	clearedFields     map[string]struct{}
+	done              bool
+	oldValue          func(context.Context) (*Offer, error)
+	predicates        []predicate.Offer
+}
+
+var _ ent.Mutation = (*OfferMutation)(nil)
+
+// offerOption allows management of the mutation configuration using functional options.
+type offerOption func(*OfferMutation)
+
+// newOfferMutation creates new mutation for the Offer entity.
+func newOfferMutation(c config, op Op, opts ...offerOption) *OfferMutation {
+	m := &OfferMutation{
+		config:        c,
+		op:            op,
+		typ:           TypeOffer,
+		clearedFields: make(map[string]struct{}),
+	}
+	for _, opt := range opts {
+		opt(m)
+	}
+	return m
+}
+
+// withOfferID sets the ID field of the mutation.
+func withOfferID(id int) offerOption {
+	return func(m *OfferMutation) {
+		var (
+			err   error
+			once  sync.Once
+			value *Offer
+		)
+		m.oldValue = func(ctx context.Context) (*Offer, error) {
+			once.Do(func() {
+				if m.done {
+					err = errors.New("querying old values post mutation is not allowed")
+				} else {
+					value, err = m.Client().Offer.Get(ctx, id)
+				}
+			})
+			return value, err
+		}
+		m.id = &id
+	}
+}
+
+// withOffer sets the old Offer of the mutation.
+func withOffer(node *Offer) offerOption {
+	return func(m *OfferMutation) {
+		m.oldValue = func(context.Context) (*Offer, error) {
+			return node, nil
+		}
+		m.id = &node.ID
+	}
+}
+
+// Client returns a new `ent.Client` from the mutation. If the mutation was
+// executed in a transaction (ent.Tx), a transactional client is returned.
+func (m OfferMutation) Client() *Client {
+	client := &Client{config: m.config}
+	client.init()
+	return client
+}
+
+// Tx returns an `ent.Tx` for mutations that were executed in transactions;
+// it returns an error otherwise.
+func (m OfferMutation) Tx() (*Tx, error) {
+	if _, ok := m.driver.(*txDriver); !ok {
+		return nil, errors.New("ent: mutation is not running in a transaction")
+	}
+	tx := &Tx{config: m.config}
+	tx.init()
+	return tx, nil
+}
+
+// ID returns the ID value in the mutation. Note that the ID is only available
+// if it was provided to the builder or after it was returned from the database.
+func (m *OfferMutation) ID() (id int, exists bool) {
+	if m.id == nil {
+		return
+	}
+	return *m.id, true
+}
+
+// IDs queries the database and returns the entity ids that match the mutation's predicate.
+// That means, if the mutation is applied within a transaction with an isolation level such
+// as sql.LevelSerializable, the returned ids match the ids of the rows that will be updated
+// or updated by the mutation.
+func (m *OfferMutation) IDs(ctx context.Context) ([]int, error) {
+	switch {
+	case m.op.Is(OpUpdateOne | OpDeleteOne):
+		id, exists := m.ID()
+		if exists {
+			return []int{id}, nil
+		}
+		fallthrough
+	case m.op.Is(OpUpdate | OpDelete):
+		return m.Client().Offer.Query().Where(m.predicates...).IDs(ctx)
+	default:
+		return nil, fmt.Errorf("IDs is not allowed on %s operations", m.op)
+	}
+}
+
+// SetCreatedAt sets the "created_at" field.
+func (m *OfferMutation) SetCreatedAt(t time.Time) {
+	m.created_at = &t
+}
+
+// CreatedAt returns the value of the "created_at" field in the mutation.
+func (m *OfferMutation) CreatedAt() (r time.Time, exists bool) {
+	v := m.created_at
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldCreatedAt returns the old "created_at" field's value of the Offer entity.
+// If the Offer object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *OfferMutation) OldCreatedAt(ctx context.Context) (v time.Time, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldCreatedAt is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldCreatedAt requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldCreatedAt: %w", err)
+	}
+	return oldValue.CreatedAt, nil
+}
+
+// ResetCreatedAt resets all changes to the "created_at" field.
+func (m *OfferMutation) ResetCreatedAt() {
+	m.created_at = nil
+}
+
+// SetUpdatedAt sets the "updated_at" field.
+func (m *OfferMutation) SetUpdatedAt(t time.Time) {
+	m.updated_at = &t
+}
+
+// UpdatedAt returns the value of the "updated_at" field in the mutation.
+func (m *OfferMutation) UpdatedAt() (r time.Time, exists bool) {
+	v := m.updated_at
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldUpdatedAt returns the old "updated_at" field's value of the Offer entity.
+// If the Offer object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *OfferMutation) OldUpdatedAt(ctx context.Context) (v *time.Time, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldUpdatedAt is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldUpdatedAt requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldUpdatedAt: %w", err)
+	}
+	return oldValue.UpdatedAt, nil
+}
+
+// ClearUpdatedAt clears the value of the "updated_at" field.
+func (m *OfferMutation) ClearUpdatedAt() {
+	m.updated_at = nil
+	m.clearedFields[offer.FieldUpdatedAt] = struct{}{}
+}
+
+// UpdatedAtCleared returns if the "updated_at" field was cleared in this mutation.
+func (m *OfferMutation) UpdatedAtCleared() bool {
+	_, ok := m.clearedFields[offer.FieldUpdatedAt]
+	return ok
+}
+
+// ResetUpdatedAt resets all changes to the "updated_at" field.
+func (m *OfferMutation) ResetUpdatedAt() {
+	m.updated_at = nil
+	delete(m.clearedFields, offer.FieldUpdatedAt)
+}
+
+// SetUUID sets the "uuid" field.
+func (m *OfferMutation) SetUUID(s string) {
+	m.uuid = &s
+}
+
+// UUID returns the value of the "uuid" field in the mutation.
+func (m *OfferMutation) UUID() (r string, exists bool) {
+	v := m.uuid
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldUUID returns the old "uuid" field's value of the Offer entity.
+// If the Offer object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *OfferMutation) OldUUID(ctx context.Context) (v string, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldUUID is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldUUID requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldUUID: %w", err)
+	}
+	return oldValue.UUID, nil
+}
+
+// ResetUUID resets all changes to the "uuid" field.
+func (m *OfferMutation) ResetUUID() {
+	m.uuid = nil
+}
+
+// SetName sets the "name" field.
+func (m *OfferMutation) SetName(s string) {
+	m.name = &s
+}
+
+// Name returns the value of the "name" field in the mutation.
+func (m *OfferMutation) Name() (r string, exists bool) {
+	v := m.name
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldName returns the old "name" field's value of the Offer entity.
+// If the Offer object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *OfferMutation) OldName(ctx context.Context) (v *string, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldName is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldName requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldName: %w", err)
+	}
+	return oldValue.Name, nil
+}
+
+// ClearName clears the value of the "name" field.
+func (m *OfferMutation) ClearName() {
+	m.name = nil
+	m.clearedFields[offer.FieldName] = struct{}{}
+}
+
+// NameCleared returns if the "name" field was cleared in this mutation.
+func (m *OfferMutation) NameCleared() bool {
+	_, ok := m.clearedFields[offer.FieldName]
+	return ok
+}
+
+// ResetName resets all changes to the "name" field.
+func (m *OfferMutation) ResetName() {
+	m.name = nil
+	delete(m.clearedFields, offer.FieldName)
+}
+
+// SetProjectID sets the "project_id" field.
+func (m *OfferMutation) SetProjectID(s string) {
+	m.project_id = &s
+}
+
+// ProjectID returns the value of the "project_id" field in the mutation.
+func (m *OfferMutation) ProjectID() (r string, exists bool) {
+	v := m.project_id
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldProjectID returns the old "project_id" field's value of the Offer entity.
+// If the Offer object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *OfferMutation) OldProjectID(ctx context.Context) (v string, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldProjectID is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldProjectID requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldProjectID: %w", err)
+	}
+	return oldValue.ProjectID, nil
+}
+
+// ResetProjectID resets all changes to the "project_id" field.
+func (m *OfferMutation) ResetProjectID() {
+	m.project_id = nil
+}
+
+// SetLesseeID sets the "lessee_id" field.
+func (m *OfferMutation) SetLesseeID(s string) {
+	m.lessee_id = &s
+}
+
+// LesseeID returns the value of the "lessee_id" field in the mutation.
+func (m *OfferMutation) LesseeID() (r string, exists bool) {
+	v := m.lessee_id
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldLesseeID returns the old "lessee_id" field's value of the Offer entity.
+// If the Offer object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *OfferMutation) OldLesseeID(ctx context.Context) (v *string, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldLesseeID is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldLesseeID requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldLesseeID: %w", err)
+	}
+	return oldValue.LesseeID, nil
+}
+
+// ClearLesseeID clears the value of the "lessee_id" field.
+func (m *OfferMutation) ClearLesseeID() {
+	m.lessee_id = nil
+	m.clearedFields[offer.FieldLesseeID] = struct{}{}
+}
+
+// LesseeIDCleared returns if the "lessee_id" field was cleared in this mutation.
+func (m *OfferMutation) LesseeIDCleared() bool {
+	_, ok := m.clearedFields[offer.FieldLesseeID]
+	return ok
+}
+
+// ResetLesseeID resets all changes to the "lessee_id" field.
+func (m *OfferMutation) ResetLesseeID() {
+	m.lessee_id = nil
+	delete(m.clearedFields, offer.FieldLesseeID)
+}
+
+// SetResourceType sets the "resource_type" field.
+func (m *OfferMutation) SetResourceType(s string) {
+	m.resource_type = &s
+}
+
+// ResourceType returns the value of the "resource_type" field in the mutation.
+func (m *OfferMutation) ResourceType() (r string, exists bool) {
+	v := m.resource_type
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldResourceType returns the old "resource_type" field's value of the Offer entity.
+// If the Offer object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *OfferMutation) OldResourceType(ctx context.Context) (v string, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldResourceType is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldResourceType requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldResourceType: %w", err)
+	}
+	return oldValue.ResourceType, nil
+}
+
+// ResetResourceType resets all changes to the "resource_type" field.
+func (m *OfferMutation) ResetResourceType() {
+	m.resource_type = nil
+}
+
+// SetResourceUUID sets the "resource_uuid" field.
+func (m *OfferMutation) SetResourceUUID(s string) {
+	m.resource_uuid = &s
+}
+
+// ResourceUUID returns the value of the "resource_uuid" field in the mutation.
+func (m *OfferMutation) ResourceUUID() (r string, exists bool) {
+	v := m.resource_uuid
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldResourceUUID returns the old "resource_uuid" field's value of the Offer entity.
+// If the Offer object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *OfferMutation) OldResourceUUID(ctx context.Context) (v string, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldResourceUUID is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldResourceUUID requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldResourceUUID: %w", err)
+	}
+	return oldValue.ResourceUUID, nil
+}
+
+// ResetResourceUUID resets all changes to the "resource_uuid" field.
+func (m *OfferMutation) ResetResourceUUID() {
+	m.resource_uuid = nil
+}
+
+// SetResourceClass sets the "resource_class" field.
+func (m *OfferMutation) SetResourceClass(s string) {
+	m.resource_class = &s
+}
+
+// ResourceClass returns the value of the "resource_class" field in the mutation.
+func (m *OfferMutation) ResourceClass() (r string, exists bool) {
+	v := m.resource_class
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldResourceClass returns the old "resource_class" field's value of the Offer entity.
+// If the Offer object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *OfferMutation) OldResourceClass(ctx context.Context) (v string, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldResourceClass is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldResourceClass requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldResourceClass: %w", err)
+	}
+	return oldValue.ResourceClass, nil
+}
+
+// ResetResourceClass resets all changes to the "resource_class" field.
+func (m *OfferMutation) ResetResourceClass() {
+	m.resource_class = nil
+}
+
+// SetStartTime sets the "start_time" field.
+func (m *OfferMutation) SetStartTime(t time.Time) {
+	m.start_time = &t
+}
+
+// StartTime returns the value of the "start_time" field in the mutation.
+func (m *OfferMutation) StartTime() (r time.Time, exists bool) {
+	v := m.start_time
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldStartTime returns the old "start_time" field's value of the Offer entity.
+// If the Offer object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *OfferMutation) OldStartTime(ctx context.Context) (v time.Time, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldStartTime is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldStartTime requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldStartTime: %w", err)
+	}
+	return oldValue.StartTime, nil
+}
+
+// ResetStartTime resets all changes to the "start_time" field.
+func (m *OfferMutation) ResetStartTime() {
+	m.start_time = nil
+}
+
+// SetEndTime sets the "end_time" field.
+func (m *OfferMutation) SetEndTime(t time.Time) {
+	m.end_time = &t
+}
+
+// EndTime returns the value of the "end_time" field in the mutation.
+func (m *OfferMutation) EndTime() (r time.Time, exists bool) {
+	v := m.end_time
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldEndTime returns the old "end_time" field's value of the Offer entity.
+// If the Offer object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *OfferMutation) OldEndTime(ctx context.Context) (v time.Time, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldEndTime is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldEndTime requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldEndTime: %w", err)
+	}
+	return oldValue.EndTime, nil
+}
+
+// ResetEndTime resets all changes to the "end_time" field.
+func (m *OfferMutation) ResetEndTime() {
+	m.end_time = nil
+}
+
+// SetStatus sets the "status" field.
+func (m *OfferMutation) SetStatus(s string) {
+	m.status = &s
+}
+
+// Status returns the value of the "status" field in the mutation.
+func (m *OfferMutation) Status() (r string, exists bool) {
+	v := m.status
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldStatus returns the old "status" field's value of the Offer entity.
+// If the Offer object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *OfferMutation) OldStatus(ctx context.Context) (v string, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldStatus is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldStatus requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldStatus: %w", err)
+	}
+	return oldValue.Status, nil
+}
+
+// ResetStatus resets all changes to the "status" field.
+func (m *OfferMutation) ResetStatus() {
+	m.status = nil
+}
+
+// SetProperties sets the "properties" field.
+func (m *OfferMutation) SetProperties(value map[string]interface{}) {
+	m.properties = &value
+}
+
+// Properties returns the value of the "properties" field in the mutation.
+func (m *OfferMutation) Properties() (r map[string]interface{}, exists bool) {
+	v := m.properties
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldProperties returns the old "properties" field's value of the Offer entity.
+// If the Offer object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *OfferMutation) OldProperties(ctx context.Context) (v map[string]interface{}, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldProperties is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldProperties requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldProperties: %w", err)
+	}
+	return oldValue.Properties, nil
+}
+
+// ClearProperties clears the value of the "properties" field.
+func (m *OfferMutation) ClearProperties() {
+	m.properties = nil
+	m.clearedFields[offer.FieldProperties] = struct{}{}
+}
+
+// PropertiesCleared returns if the "properties" field was cleared in this mutation.
+func (m *OfferMutation) PropertiesCleared() bool {
+	_, ok := m.clearedFields[offer.FieldProperties]
+	return ok
+}
+
+// ResetProperties resets all changes to the "properties" field.
+func (m *OfferMutation) ResetProperties() {
+	m.properties = nil
+	delete(m.clearedFields, offer.FieldProperties)
+}
+
+// SetParentLeaseUUID sets the "parent_lease_uuid" field.
+func (m *OfferMutation) SetParentLeaseUUID(s string) {
+	m.parent_lease_uuid = &s
+}
+
+// ParentLeaseUUID returns the value of the "parent_lease_uuid" field in the mutation.
+func (m *OfferMutation) ParentLeaseUUID() (r string, exists bool) {
+	v := m.parent_lease_uuid
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldParentLeaseUUID returns the old "parent_lease_uuid" field's value of the Offer entity.
+// If the Offer object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *OfferMutation) OldParentLeaseUUID(ctx context.Context) (v *string, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldParentLeaseUUID is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldParentLeaseUUID requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldParentLeaseUUID: %w", err)
+	}
+	return oldValue.ParentLeaseUUID, nil
+}
+
+// ClearParentLeaseUUID clears the value of the "parent_lease_uuid" field.
+func (m *OfferMutation) ClearParentLeaseUUID() {
+	m.parent_lease_uuid = nil
+	m.clearedFields[offer.FieldParentLeaseUUID] = struct{}{}
+}
+
+// ParentLeaseUUIDCleared returns if the "parent_lease_uuid" field was cleared in this mutation.
+func (m *OfferMutation) ParentLeaseUUIDCleared() bool {
+	_, ok := m.clearedFields[offer.FieldParentLeaseUUID]
+	return ok
+}
+
+// ResetParentLeaseUUID resets all changes to the "parent_lease_uuid" field.
+func (m *OfferMutation) ResetParentLeaseUUID() {
+	m.parent_lease_uuid = nil
+	delete(m.clearedFields, offer.FieldParentLeaseUUID)
+}
+
+// Where appends a list predicates to the OfferMutation builder.
+func (m *OfferMutation) Where(ps ...predicate.Offer) {
+	m.predicates = append(m.predicates, ps...)
+}
+
+// WhereP appends storage-level predicates to the OfferMutation builder. Using this method,
+// users can use type-assertion to append predicates that do not depend on any generated package.
+func (m *OfferMutation) WhereP(ps ...func(*sql.Selector)) {
+	p := make([]predicate.Offer, len(ps))
+	for i := range ps {
+		p[i] = ps[i]
+	}
+	m.Where(p...)
+}
+
+// Op returns the operation name.
+func (m *OfferMutation) Op() Op {
+	return m.op
+}
+
+// SetOp allows setting the mutation operation.
+func (m *OfferMutation) SetOp(op Op) {
+	m.op = op
+}
+
+// Type returns the node type of this mutation (Offer).
+func (m *OfferMutation) Type() string {
+	return m.typ
+}
+
+// Fields returns all fields that were changed during this mutation. Note that in
+// order to get all numeric fields that were incremented/decremented, call
+// AddedFields().
+func (m *OfferMutation) Fields() []string {
+	fields := make([]string, 0, 14)
+	if m.created_at != nil {
+		fields = append(fields, offer.FieldCreatedAt)
+	}
+	if m.updated_at != nil {
+		fields = append(fields, offer.FieldUpdatedAt)
+	}
+	if m.uuid != nil {
+		fields = append(fields, offer.FieldUUID)
+	}
+	if m.name != nil {
+		fields = append(fields, offer.FieldName)
+	}
+	if m.project_id != nil {
+		fields = append(fields, offer.FieldProjectID)
+	}
+	if m.lessee_id != nil {
+		fields = append(fields, offer.FieldLesseeID)
+	}
+	if m.resource_type != nil {
+		fields = append(fields, offer.FieldResourceType)
+	}
+	if m.resource_uuid != nil {
+		fields = append(fields, offer.FieldResourceUUID)
+	}
+	if m.resource_class != nil {
+		fields = append(fields, offer.FieldResourceClass)
+	}
+	if m.start_time != nil {
+		fields = append(fields, offer.FieldStartTime)
+	}
+	if m.end_time != nil {
+		fields = append(fields, offer.FieldEndTime)
+	}
+	if m.status != nil {
+		fields = append(fields, offer.FieldStatus)
+	}
+	if m.properties != nil {
+		fields = append(fields, offer.FieldProperties)
+	}
+	if m.parent_lease_uuid != nil {
+		fields = append(fields, offer.FieldParentLeaseUUID)
+	}
+	return fields
+}
+
+// Field returns the value of a field with the given name. The second boolean
+// return value indicates that this field was not set, or was not defined in the
+// schema.
+func (m *OfferMutation) Field(name string) (ent.Value, bool) {
+	switch name {
+	case offer.FieldCreatedAt:
+		return m.CreatedAt()
+	case offer.FieldUpdatedAt:
+		return m.UpdatedAt()
+	case offer.FieldUUID:
+		return m.UUID()
+	case offer.FieldName:
+		return m.Name()
+	case offer.FieldProjectID:
+		return m.ProjectID()
+	case offer.FieldLesseeID:
+		return m.LesseeID()
+	case offer.FieldResourceType:
+		return m.ResourceType()
+	case offer.FieldResourceUUID:
+		return m.ResourceUUID()
+	case offer.FieldResourceClass:
+		return m.ResourceClass()
+	case offer.FieldStartTime:
+		return m.StartTime()
+	case offer.FieldEndTime:
+		return m.EndTime()
+	case offer.FieldStatus:
+		return m.Status()
+	case offer.FieldProperties:
+		return m.Properties()
+	case offer.FieldParentLeaseUUID:
+		return m.ParentLeaseUUID()
+	}
+	return nil, false
+}
+
+// OldField returns the old value of the field from the database. An error is
+// returned if the mutation operation is not UpdateOne, or the query to the
+// database failed.
+func (m *OfferMutation) OldField(ctx context.Context, name string) (ent.Value, error) {
+	switch name {
+	case offer.FieldCreatedAt:
+		return m.OldCreatedAt(ctx)
+	case offer.FieldUpdatedAt:
+		return m.OldUpdatedAt(ctx)
+	case offer.FieldUUID:
+		return m.OldUUID(ctx)
+	case offer.FieldName:
+		return m.OldName(ctx)
+	case offer.FieldProjectID:
+		return m.OldProjectID(ctx)
+	case offer.FieldLesseeID:
+		return m.OldLesseeID(ctx)
+	case offer.FieldResourceType:
+		return m.OldResourceType(ctx)
+	case offer.FieldResourceUUID:
+		return m.OldResourceUUID(ctx)
+	case offer.FieldResourceClass:
+		return m.OldResourceClass(ctx)
+	case offer.FieldStartTime:
+		return m.OldStartTime(ctx)
+	case offer.FieldEndTime:
+		return m.OldEndTime(ctx)
+	case offer.FieldStatus:
+		return m.OldStatus(ctx)
+	case offer.FieldProperties:
+		return m.OldProperties(ctx)
+	case offer.FieldParentLeaseUUID:
+		return m.OldParentLeaseUUID(ctx)
+	}
+	return nil, fmt.Errorf("unknown Offer field %s", name)
+}
+
+// SetField sets the value of a field with the given name. It returns an error if
+// the field is not defined in the schema, or if the type mismatched the field
+// type.
+func (m *OfferMutation) SetField(name string, value ent.Value) error {
+	switch name {
+	case offer.FieldCreatedAt:
+		v, ok := value.(time.Time)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetCreatedAt(v)
+		return nil
+	case offer.FieldUpdatedAt:
+		v, ok := value.(time.Time)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetUpdatedAt(v)
+		return nil
+	case offer.FieldUUID:
+		v, ok := value.(string)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetUUID(v)
+		return nil
+	case offer.FieldName:
+		v, ok := value.(string)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetName(v)
+		return nil
+	case offer.FieldProjectID:
+		v, ok := value.(string)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetProjectID(v)
+		return nil
+	case offer.FieldLesseeID:
+		v, ok := value.(string)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetLesseeID(v)
+		return nil
+	case offer.FieldResourceType:
+		v, ok := value.(string)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetResourceType(v)
+		return nil
+	case offer.FieldResourceUUID:
+		v, ok := value.(string)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetResourceUUID(v)
+		return nil
+	case offer.FieldResourceClass:
+		v, ok := value.(string)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetResourceClass(v)
+		return nil
+	case offer.FieldStartTime:
+		v, ok := value.(time.Time)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetStartTime(v)
+		return nil
+	case offer.FieldEndTime:
+		v, ok := value.(time.Time)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetEndTime(v)
+		return nil
+	case offer.FieldStatus:
+		v, ok := value.(string)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetStatus(v)
+		return nil
+	case offer.FieldProperties:
+		v, ok := value.(map[string]interface{})
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetProperties(v)
+		return nil
+	case offer.FieldParentLeaseUUID:
+		v, ok := value.(string)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetParentLeaseUUID(v)
+		return nil
+	}
+	return fmt.Errorf("unknown Offer field %s", name)
+}
+
+// AddedFields returns all numeric fields that were incremented/decremented during
+// this mutation.
+func (m *OfferMutation) AddedFields() []string {
+	return nil
+}
+
+// AddedField returns the numeric value that was incremented/decremented on a field
+// with the given name. The second boolean return value indicates that this field
+// was not set, or was not defined in the schema.
+func (m *OfferMutation) AddedField(name string) (ent.Value, bool) {
+	return nil, false
+}
+
+// AddField adds the value to the field with the given name. It returns an error if
+// the field is not defined in the schema, or if the type mismatched the field
+// type.
+func (m *OfferMutation) AddField(name string, value ent.Value) error {
+	switch name {
+	}
+	return fmt.Errorf("unknown Offer numeric field %s", name)
+}
+
+// ClearedFields returns all nullable fields that were cleared during this
+// mutation.
+func (m *OfferMutation) ClearedFields() []string {
+	var fields []string
+	if m.FieldCleared(offer.FieldUpdatedAt) {
+		fields = append(fields, offer.FieldUpdatedAt)
+	}
+	if m.FieldCleared(offer.FieldName) {
+		fields = append(fields, offer.FieldName)
+	}
+	if m.FieldCleared(offer.FieldLesseeID) {
+		fields = append(fields, offer.FieldLesseeID)
+	}
+	if m.FieldCleared(offer.FieldProperties) {
+		fields = append(fields, offer.FieldProperties)
+	}
+	if m.FieldCleared(offer.FieldParentLeaseUUID) {
+		fields = append(fields, offer.FieldParentLeaseUUID)
+	}
+	return fields
+}
+
+// FieldCleared returns a boolean indicating if a field with the given name was
+// cleared in this mutation.
+func (m *OfferMutation) FieldCleared(name string) bool {
+	_, ok := m.clearedFields[name]
+	return ok
+}
+
+// ClearField clears the value of the field with the given name. It returns an
+// error if the field is not defined in the schema.
+func (m *OfferMutation) ClearField(name string) error {
+	switch name {
+	case offer.FieldUpdatedAt:
+		m.ClearUpdatedAt()
+		return nil
+	case offer.FieldName:
+		m.ClearName()
+		return nil
+	case offer.FieldLesseeID:
+		m.ClearLesseeID()
+		return nil
+	case offer.FieldProperties:
+		m.ClearProperties()
+		return nil
+	case offer.FieldParentLeaseUUID:
+		m.ClearParentLeaseUUID()
+		return nil
+	}
+	return fmt.Errorf("unknown Offer nullable field %s", name)
+}
+
+// ResetField resets all changes in the mutation for the field with the given name.
+// It returns an error if the field is not defined in the schema.
+func (m *OfferMutation) ResetField(name string) error {
+	switch name {
+	case offer.FieldCreatedAt:
+		m.ResetCreatedAt()
+		return nil
+	case offer.FieldUpdatedAt:
+		m.ResetUpdatedAt()
+		return nil
+	case offer.FieldUUID:
+		m.ResetUUID()
+		return nil
+	case offer.FieldName:
+		m.ResetName()
+		return nil
+	case offer.FieldProjectID:
+		m.ResetProjectID()
+		return nil
+	case offer.FieldLesseeID:
+		m.ResetLesseeID()
+		return nil
+	case offer.FieldResourceType:
+		m.ResetResourceType()
+		return nil
+	case offer.FieldResourceUUID:
+		m.ResetResourceUUID()
+		return nil
+	case offer.FieldResourceClass:
+		m.ResetResourceClass()
+		return nil
+	case offer.FieldStartTime:
+		m.ResetStartTime()
+		return nil
+	case offer.FieldEndTime:
+		m.ResetEndTime()
+		return nil
+	case offer.FieldStatus:
+		m.ResetStatus()
+		return nil
+	case offer.FieldProperties:
+		m.ResetProperties()
+		return nil
+	case offer.FieldParentLeaseUUID:
+		m.ResetParentLeaseUUID()
+		return nil
+	}
+	return fmt.Errorf("unknown Offer field %s", name)
+}
+
+// AddedEdges returns all edge names that were set/added in this mutation.
+func (m *OfferMutation) AddedEdges() []string {
+	edges := make([]string, 0, 0)
+	return edges
+}
+
+// AddedIDs returns all IDs (to other nodes) that were added for the given edge
+// name in this mutation.
+func (m *OfferMutation) AddedIDs(name string) []ent.Value {
+	return nil
+}
+
+// RemovedEdges returns all edge names that were removed in this mutation.
+func (m *OfferMutation) RemovedEdges() []string {
+	edges := make([]string, 0, 0)
+	return edges
+}
+
+// RemovedIDs returns all IDs (to other nodes) that were removed for the edge with
+// the given name in this mutation.
+func (m *OfferMutation) RemovedIDs(name string) []ent.Value {
+	return nil
+}
+
+// ClearedEdges returns all edge names that were cleared in this mutation.
+func (m *OfferMutation) ClearedEdges() []string {
+	edges := make([]string, 0, 0)
+	return edges
+}
+
+// EdgeCleared returns a boolean which indicates if the edge with the given name
+// was cleared in this mutation.
+func (m *OfferMutation) EdgeCleared(name string) bool {
+	return false
+}
+
+// ClearEdge clears the value of the edge with the given name. It returns an error
+// if that edge is not defined in the schema.
+func (m *OfferMutation) ClearEdge(name string) error {
+	return fmt.Errorf("unknown Offer unique edge %s", name)
+}
+
+// ResetEdge resets all changes to the edge with the given name in this mutation.
+// It returns an error if the edge is not defined in the schema.
+func (m *OfferMutation) ResetEdge(name string) error {
+	return fmt.Errorf("unknown Offer edge %s", name)
 }
 
 // PolicyOverrideMutation represents an operation that mutates the PolicyOverride nodes in the graph.

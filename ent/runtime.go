@@ -18,10 +18,12 @@ import (
 	"github.com/anvilproject/anvil/ent/deploytemplatestep"
 	"github.com/anvilproject/anvil/ent/firmwarecomponent"
 	"github.com/anvilproject/anvil/ent/inspectionrule"
+	"github.com/anvilproject/anvil/ent/lease"
 	"github.com/anvilproject/anvil/ent/node"
 	"github.com/anvilproject/anvil/ent/nodeevent"
 	"github.com/anvilproject/anvil/ent/nodeinventory"
 	"github.com/anvilproject/anvil/ent/nodescreenshot"
+	"github.com/anvilproject/anvil/ent/offer"
 	"github.com/anvilproject/anvil/ent/policyoverride"
 	"github.com/anvilproject/anvil/ent/port"
 	"github.com/anvilproject/anvil/ent/portgroup"
@@ -357,6 +359,23 @@ func init() {
 	inspectionrule.DefaultPhase = inspectionruleDescPhase.Default.(string)
 	// inspectionrule.PhaseValidator is a validator for the "phase" field. It is called by the builders before save.
 	inspectionrule.PhaseValidator = inspectionruleDescPhase.Validators[0].(func(string) error)
+	leaseMixin := schema.Lease{}.Mixin()
+	leaseMixinFields0 := leaseMixin[0].Fields()
+	_ = leaseMixinFields0
+	leaseFields := schema.Lease{}.Fields()
+	_ = leaseFields
+	// leaseDescCreatedAt is the schema descriptor for created_at field.
+	leaseDescCreatedAt := leaseMixinFields0[0].Descriptor()
+	// lease.DefaultCreatedAt holds the default value on creation for the created_at field.
+	lease.DefaultCreatedAt = leaseDescCreatedAt.Default.(func() time.Time)
+	// leaseDescResourceType is the schema descriptor for resource_type field.
+	leaseDescResourceType := leaseFields[5].Descriptor()
+	// lease.DefaultResourceType holds the default value on creation for the resource_type field.
+	lease.DefaultResourceType = leaseDescResourceType.Default.(string)
+	// leaseDescStatus is the schema descriptor for status field.
+	leaseDescStatus := leaseFields[11].Descriptor()
+	// lease.DefaultStatus holds the default value on creation for the status field.
+	lease.DefaultStatus = leaseDescStatus.Default.(string)
 	nodeMixin := schema.Node{}.Mixin()
 	nodeMixinFields0 := nodeMixin[0].Fields()
 	_ = nodeMixinFields0
@@ -564,6 +583,27 @@ func init() {
 	nodescreenshotDescCreatedAt := nodescreenshotFields[3].Descriptor()
 	// nodescreenshot.DefaultCreatedAt holds the default value on creation for the created_at field.
 	nodescreenshot.DefaultCreatedAt = nodescreenshotDescCreatedAt.Default.(func() time.Time)
+	offerMixin := schema.Offer{}.Mixin()
+	offerMixinFields0 := offerMixin[0].Fields()
+	_ = offerMixinFields0
+	offerFields := schema.Offer{}.Fields()
+	_ = offerFields
+	// offerDescCreatedAt is the schema descriptor for created_at field.
+	offerDescCreatedAt := offerMixinFields0[0].Descriptor()
+	// offer.DefaultCreatedAt holds the default value on creation for the created_at field.
+	offer.DefaultCreatedAt = offerDescCreatedAt.Default.(func() time.Time)
+	// offerDescResourceType is the schema descriptor for resource_type field.
+	offerDescResourceType := offerFields[4].Descriptor()
+	// offer.DefaultResourceType holds the default value on creation for the resource_type field.
+	offer.DefaultResourceType = offerDescResourceType.Default.(string)
+	// offerDescResourceClass is the schema descriptor for resource_class field.
+	offerDescResourceClass := offerFields[6].Descriptor()
+	// offer.DefaultResourceClass holds the default value on creation for the resource_class field.
+	offer.DefaultResourceClass = offerDescResourceClass.Default.(string)
+	// offerDescStatus is the schema descriptor for status field.
+	offerDescStatus := offerFields[9].Descriptor()
+	// offer.DefaultStatus holds the default value on creation for the status field.
+	offer.DefaultStatus = offerDescStatus.Default.(string)
 	policyoverrideFields := schema.PolicyOverride{}.Fields()
 	_ = policyoverrideFields
 	// policyoverrideDescUploadedAt is the schema descriptor for uploaded_at field.

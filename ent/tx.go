@@ -42,6 +42,10 @@ type Tx struct {
 	FirmwareComponent *FirmwareComponentClient
 	// InspectionRule is the client for interacting with the InspectionRule builders.
 	InspectionRule *InspectionRuleClient
+	// Lease is the client for interacting with the Lease builders.
+	Lease *LeaseClient
+	// LeaseEvent is the client for interacting with the LeaseEvent builders.
+	LeaseEvent *LeaseEventClient
 	// Node is the client for interacting with the Node builders.
 	Node *NodeClient
 	// NodeEvent is the client for interacting with the NodeEvent builders.
@@ -50,6 +54,8 @@ type Tx struct {
 	NodeInventory *NodeInventoryClient
 	// NodeScreenshot is the client for interacting with the NodeScreenshot builders.
 	NodeScreenshot *NodeScreenshotClient
+	// Offer is the client for interacting with the Offer builders.
+	Offer *OfferClient
 	// PolicyOverride is the client for interacting with the PolicyOverride builders.
 	PolicyOverride *PolicyOverrideClient
 	// Port is the client for interacting with the Port builders.
@@ -221,10 +227,13 @@ func (tx *Tx) init() {
 	tx.DeployTemplateStep = NewDeployTemplateStepClient(tx.config)
 	tx.FirmwareComponent = NewFirmwareComponentClient(tx.config)
 	tx.InspectionRule = NewInspectionRuleClient(tx.config)
+	tx.Lease = NewLeaseClient(tx.config)
+	tx.LeaseEvent = NewLeaseEventClient(tx.config)
 	tx.Node = NewNodeClient(tx.config)
 	tx.NodeEvent = NewNodeEventClient(tx.config)
 	tx.NodeInventory = NewNodeInventoryClient(tx.config)
 	tx.NodeScreenshot = NewNodeScreenshotClient(tx.config)
+	tx.Offer = NewOfferClient(tx.config)
 	tx.PolicyOverride = NewPolicyOverrideClient(tx.config)
 	tx.Port = NewPortClient(tx.config)
 	tx.PortalSession = NewPortalSessionClient(tx.config)

@@ -15,6 +15,12 @@ type Target struct {
 	RunbookPublic   bool
 	AllocationOwner string
 	CampaignOwner   string
+	// OfferOwner is the project that made a leasing offer; LeaseOwner and
+	// LeaseLessee are a lease's owner_id and project_id, as ESI-Leap's
+	// rules name them.
+	OfferOwner  string
+	LeaseOwner  string
+	LeaseLessee string
 	// serviceProject is the elevated service project, filled in by the
 	// enforcer from its setting, never by callers.
 	serviceProject string
@@ -30,6 +36,9 @@ var targetKeys = map[string]func(Target) string{
 	"runbook.public":   func(t Target) string { return boolString(t.RunbookPublic) },
 	"allocation.owner": func(t Target) string { return t.AllocationOwner },
 	"campaign.owner":   func(t Target) string { return t.CampaignOwner },
+	"offer.project_id": func(t Target) string { return t.OfferOwner },
+	"lease.owner_id":   func(t Target) string { return t.LeaseOwner },
+	"lease.project_id": func(t Target) string { return t.LeaseLessee },
 	// Ironic loads its service_project_name setting into the target as
 	// config.service_project_name; rule:service_role compares it.
 	"config.service_project_name": func(t Target) string { return t.serviceProject },
@@ -43,7 +52,8 @@ func boolString(b bool) string {
 }
 
 func (t Target) key() string {
-	return t.NodeOwner + "\x00" + t.NodeLessee + "\x00" + t.RunbookOwner + "\x00" + boolString(t.RunbookPublic) + "\x00" + t.AllocationOwner + "\x00" + t.CampaignOwner
+	return t.NodeOwner + "\x00" + t.NodeLessee + "\x00" + t.RunbookOwner + "\x00" + boolString(t.RunbookPublic) + "\x00" + t.AllocationOwner + "\x00" + t.CampaignOwner +
+		"\x00" + t.OfferOwner + "\x00" + t.LeaseOwner + "\x00" + t.LeaseLessee
 }
 
 // credentials are the caller attributes the left side of a generic check

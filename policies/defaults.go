@@ -149,6 +149,26 @@ func Defaults() []Rule {
 		// allocation.owner), so a lessee reads it after its lease ended and
 		// it no longer sees the node.
 		{"baremetal:wipe_record:get", "rule:system_reader or (role:reader and (rule:is_node_owner or rule:is_node_lessee or project_id:%(allocation.owner)s))", sysProj, "Show and list wipe records: system readers all, readers of the node's owner or lessee at the wipe, and of the project whose allocation the wipe followed. Anvil's own; Ironic keeps no wipe records.", []string{"GET /v1/wipe_records", "GET /v1/wipe_records/{record}"}},
+		// Leasing (issue 43): ESI-Leap's rule names, its roles mapped onto
+		// Anvil's personas: system scope is ESI-Leap's admin, a node
+		// owner's members offer and lease it, a lessee's members claim and
+		// sub-lease within their lease, readers read. Which offers, leases
+		// and events a project sees is filtered in SQL besides.
+		{"is_offer_owner", "project_id:%(offer.project_id)s", baseRule, "The caller's project made the offer.", nil},
+		{"is_lease_owner", "project_id:%(lease.owner_id)s", baseRule, "The caller's project let the lease (its owner_id).", nil},
+		{"is_lease_lessee", "project_id:%(lease.project_id)s", baseRule, "The caller's project holds the lease (its project_id).", nil},
+		{"esi_leap:offer:offer_admin", "rule:system_reader", sysProj, "See every offer and event, not only those made, addressed or open to the caller's project.", []string{"GET /leasing/v1/offers", "GET /leasing/v1/events"}},
+		{"esi_leap:offer:create", "rule:system_member or (role:member and rule:is_node_owner) or (role:member and rule:is_node_lessee)", sysProj, "Offer a node: system members any, the owner's members theirs, a lessee's members within their active lease (a sub-lease offer).", []string{"POST /leasing/v1/offers"}},
+		{"esi_leap:offer:get", "rule:system_reader or role:reader", sysProj, "Show and list offers: a project sees those it made, those addressed to it and those open to every project.", []string{"GET /leasing/v1/offers", "GET /leasing/v1/offers/{offer}"}},
+		{"esi_leap:offer:delete", "rule:system_member or (role:member and rule:is_offer_owner)", sysProj, "Withdraw an offer, cancelling its leases.", []string{"DELETE /leasing/v1/offers/{offer}"}},
+		{"esi_leap:offer:claim", "rule:system_member or role:member", sysProj, "Claim an offer the caller's project sees, for part or all of its window.", []string{"POST /leasing/v1/offers/{offer}/claim"}},
+		{"esi_leap:lease:lease_admin", "rule:system_reader", sysProj, "List every lease (view=all) and other projects' leases by project_id or owner_id.", []string{"GET /leasing/v1/leases"}},
+		{"esi_leap:lease:create", "rule:system_member or (role:member and rule:is_node_owner) or (role:member and rule:is_node_lessee)", sysProj, "Lease a node to a project directly, without an offer: the owner's members, or a lessee's members within their active lease (a sub-lease).", []string{"POST /leasing/v1/leases"}},
+		{"esi_leap:lease:get", "rule:system_reader or (role:reader and (rule:is_lease_owner or rule:is_lease_lessee))", sysProj, "Show and list leases: the lessee's and the owner's readers.", []string{"GET /leasing/v1/leases", "GET /leasing/v1/leases/{lease}"}},
+		{"esi_leap:lease:update", "rule:system_member or (role:member and (rule:is_lease_owner or rule:is_lease_lessee))", sysProj, "Move a lease's end (extend within its offer or parent lease, or shorten). ESI-Leap lets only its admin; Anvil lets the lessee extend what the offer allows.", []string{"PATCH /leasing/v1/leases/{lease}"}},
+		{"esi_leap:lease:delete", "rule:system_member or (role:member and (rule:is_lease_owner or rule:is_lease_lessee))", sysProj, "Cancel a lease: the lessee returns the node or the owner takes it back; the node is torn down and wiped.", []string{"DELETE /leasing/v1/leases/{lease}"}},
+		{"esi_leap:node:get_all", "rule:system_reader or role:reader", sysProj, "List nodes with their offers and leases: the nodes the caller's project owns or leases.", []string{"GET /leasing/v1/nodes"}},
+		{"esi_leap:event:get_all", "rule:system_reader or role:reader", sysProj, "List lease and offer events naming the caller's project as lessee or owner.", []string{"GET /leasing/v1/events"}},
 
 		// Campaigns (an Anvil extension, issue #29): a runbook rolled over
 		// many nodes. The rules mirror runbooks': creating and steering one

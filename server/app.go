@@ -48,6 +48,7 @@ import (
 	"github.com/anvilproject/anvil/server/imagecache"
 	"github.com/anvilproject/anvil/server/inspectionrules"
 	"github.com/anvilproject/anvil/server/keystone"
+	"github.com/anvilproject/anvil/server/leasing"
 	"github.com/anvilproject/anvil/server/nodes"
 	"github.com/anvilproject/anvil/server/obs"
 	"github.com/anvilproject/anvil/server/oidclogin"
@@ -109,6 +110,9 @@ type Options struct {
 	// project-scoped caller may give an allocation (its
 	// extra.anvil_expires_at); zero leaves leases uncapped and optional.
 	AllocationMaxLease time.Duration
+	// LeaseQuota bounds each project's leases (serve --lease-max-nodes,
+	// --lease-max-node-hours); zero values leave them unbounded.
+	LeaseQuota leasing.Quota
 	// PasswordHashCost is the bcrypt cost of the password hashes local
 	// accounts get (identity.Service.PasswordCost); bcrypt's default
 	// when 0.
@@ -167,6 +171,8 @@ type App struct {
 	Campaigns *campaigns.Service
 	// Wipes reads the wipe records automated cleaning leaves.
 	Wipes *wipes.Service
+	// Leasing serves offers and leases (ESI-Leap's API at /leasing).
+	Leasing *leasing.Service
 	// Ports is the port, portgroup and VIF service.
 	Ports  *ports.Service
 	Portal *web.Portal
@@ -291,6 +297,9 @@ func New(ctx context.Context, o Options) (*App, error) {
 	o.Conductor.FirmwareImages = a.Firmware
 	a.Cond = conductor.New(db, o.Log, o.Conductor)
 	a.Cond.Allocate(a.Allocations)
+	a.Leasing = leasing.New(db, a.Guard)
+	a.Leasing.Quota = o.LeaseQuota
+	a.Cond.Lease(a.Leasing)
 	ops := &conductor.Ops{C: a.Cond, Nodes: a.Nodes, Guard: a.Guard, Runbooks: a.Runbooks}
 	a.Campaigns = campaigns.New(db, a.Guard, a.Nodes, a.Runbooks, ops)
 	a.Campaigns.Metrics = campaigns.NewMetrics(reg)
@@ -403,7 +412,7 @@ func (a *App) routes() *fiber.App {
 		{Path: "/nodes/import", Max: web.ImportMax},
 		// A multipart envelope around the image adds a few hundred bytes.
 		{Path: api.FirmwareImagesPath, Max: int(a.Firmware.MaxBytes) + 64<<10, Stream: true},
-		{Prefix: "/v1", Max: api.MaxBody}}}
+		{Prefix: "/v1", Max: api.MaxBody}, {Prefix: api.LeasingPrefix, Max: api.MaxBody}}}
 	app.Server().ContinueHandler = limits.Continue
 	// A BMC downloading a built agent ISO (hundreds of MiB) over a slow
 	// management network, or an agent a cached image, needs longer than
@@ -432,13 +441,16 @@ func (a *App) routes() *fiber.App {
 		// Before the API: the portal answers GET / for browsers and passes
 		// every other client on to version discovery.
 		a.Portal.Register(app)
-		(&keystone.Handler{IDs: a.IDs, Catalog: []keystone.Endpoint{{Type: "baremetal", Name: "ironic", Path: "/"}}}).Register(app)
+		// ESI-Leap registers itself as service type lease, name esi-leap.
+		(&keystone.Handler{IDs: a.IDs, Catalog: []keystone.Endpoint{{Type: "baremetal", Name: "ironic", Path: "/"},
+			{Type: "lease", Name: "esi-leap", Path: api.LeasingPrefix}}}).Register(app)
 	}
+	leases := app.Group(api.LeasingPrefix+"/v1", a.authenticate(), api.CheckText)
 	(&api.API{Nodes: a.Nodes, Ops: a.Portal.Ops, Runbooks: a.Runbooks, Allocations: a.Allocations, Campaigns: a.Campaigns, Wipes: a.Wipes, Ports: a.Ports, Guard: a.Guard, Audit: a.Audit, Log: a.opts.Log,
 		Chassis: chassis.New(a.DB, a.Guard), Volume: volume.New(a.DB, a.Guard, a.Nodes),
 		DeployTemplates: deploytemplates.New(a.DB, a.Guard),
 		InspectionRules: inspectionrules.New(a.DB, a.Guard), FirmwareImages: a.Firmware, BootISOs: a.BootISOs,
-		Ramdisk: a.ramdisk(), AgentLimit: ratelimit.New(agentRate, agentBurst), AgentLogs: a.agentLogs()}).Register(app, v1)
+		Ramdisk: a.ramdisk(), AgentLimit: ratelimit.New(agentRate, agentBurst), AgentLogs: a.agentLogs(), Leasing: a.Leasing}).Register(app, v1, leases)
 	return app
 }
 
@@ -526,7 +538,9 @@ func (a *App) authenticate() fiber.Handler {
 			return c.Next()
 		}
 	}
-	open := []string{"/v1", "/v1/", api.ContinueInspectionPath, api.LookupPath, api.HeartbeatPath, api.HeartbeatBodyPath}
+	// The version documents of /v1 and of ESI-Leap's /leasing/v1 are read
+	// before a client has a token (version discovery).
+	open := []string{"/v1", "/v1/", api.LeasingPrefix + "/v1", api.LeasingPrefix + "/v1/", api.ContinueInspectionPath, api.LookupPath, api.HeartbeatPath, api.HeartbeatBodyPath}
 	api := &authn.API{IDs: a.IDs}
 	if a.opts.OIDC != nil {
 		api.OIDC = a.opts.OIDC

@@ -177,6 +177,30 @@ func (f InspectionRuleFunc) Mutate(ctx context.Context, m ent.Mutation) (ent.Val
 	return nil, fmt.Errorf("unexpected mutation type %T. expect *ent.InspectionRuleMutation", m)
 }
 
+// The LeaseFunc type is an adapter to allow the use of ordinary
+// function as Lease mutator.
+type LeaseFunc func(context.Context, *ent.LeaseMutation) (ent.Value, error)
+
+// Mutate calls f(ctx, m).
+func (f LeaseFunc) Mutate(ctx context.Context, m ent.Mutation) (ent.Value, error) {
+	if mv, ok := m.(*ent.LeaseMutation); ok {
+		return f(ctx, mv)
+	}
+	return nil, fmt.Errorf("unexpected mutation type %T. expect *ent.LeaseMutation", m)
+}
+
+// The LeaseEventFunc type is an adapter to allow the use of ordinary
+// function as LeaseEvent mutator.
+type LeaseEventFunc func(context.Context, *ent.LeaseEventMutation) (ent.Value, error)
+
+// Mutate calls f(ctx, m).
+func (f LeaseEventFunc) Mutate(ctx context.Context, m ent.Mutation) (ent.Value, error) {
+	if mv, ok := m.(*ent.LeaseEventMutation); ok {
+		return f(ctx, mv)
+	}
+	return nil, fmt.Errorf("unexpected mutation type %T. expect *ent.LeaseEventMutation", m)
+}
+
 // The NodeFunc type is an adapter to allow the use of ordinary
 // function as Node mutator.
 type NodeFunc func(context.Context, *ent.NodeMutation) (ent.Value, error)
@@ -223,6 +247,18 @@ func (f NodeScreenshotFunc) Mutate(ctx context.Context, m ent.Mutation) (ent.Val
 		return f(ctx, mv)
 	}
 	return nil, fmt.Errorf("unexpected mutation type %T. expect *ent.NodeScreenshotMutation", m)
+}
+
+// The OfferFunc type is an adapter to allow the use of ordinary
+// function as Offer mutator.
+type OfferFunc func(context.Context, *ent.OfferMutation) (ent.Value, error)
+
+// Mutate calls f(ctx, m).
+func (f OfferFunc) Mutate(ctx context.Context, m ent.Mutation) (ent.Value, error) {
+	if mv, ok := m.(*ent.OfferMutation); ok {
+		return f(ctx, mv)
+	}
+	return nil, fmt.Errorf("unexpected mutation type %T. expect *ent.OfferMutation", m)
 }
 
 // The PolicyOverrideFunc type is an adapter to allow the use of ordinary

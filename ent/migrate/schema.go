@@ -437,6 +437,100 @@ var (
 			},
 		},
 	}
+	// LeasesColumns holds the columns for the "leases" table.
+	LeasesColumns = []*schema.Column{
+		{Name: "id", Type: field.TypeInt, Increment: true},
+		{Name: "created_at", Type: field.TypeTime},
+		{Name: "updated_at", Type: field.TypeTime, Nullable: true},
+		{Name: "uuid", Type: field.TypeString, Unique: true},
+		{Name: "name", Type: field.TypeString, Nullable: true},
+		{Name: "project_id", Type: field.TypeString},
+		{Name: "owner_id", Type: field.TypeString},
+		{Name: "purpose", Type: field.TypeString, Nullable: true},
+		{Name: "resource_type", Type: field.TypeString, Default: "ironic_node"},
+		{Name: "resource_uuid", Type: field.TypeString},
+		{Name: "start_time", Type: field.TypeTime},
+		{Name: "end_time", Type: field.TypeTime},
+		{Name: "fulfill_time", Type: field.TypeTime, Nullable: true},
+		{Name: "expire_time", Type: field.TypeTime, Nullable: true},
+		{Name: "status", Type: field.TypeString, Default: "created"},
+		{Name: "properties", Type: field.TypeJSON, Nullable: true},
+		{Name: "offer_uuid", Type: field.TypeString, Nullable: true},
+		{Name: "parent_lease_uuid", Type: field.TypeString, Nullable: true},
+	}
+	// LeasesTable holds the schema information for the "leases" table.
+	LeasesTable = &schema.Table{
+		Name:       "leases",
+		Columns:    LeasesColumns,
+		PrimaryKey: []*schema.Column{LeasesColumns[0]},
+		Indexes: []*schema.Index{
+			{
+				Name:    "lease_resource_uuid_status",
+				Unique:  false,
+				Columns: []*schema.Column{LeasesColumns[9], LeasesColumns[14]},
+			},
+			{
+				Name:    "lease_project_id",
+				Unique:  false,
+				Columns: []*schema.Column{LeasesColumns[5]},
+			},
+			{
+				Name:    "lease_owner_id",
+				Unique:  false,
+				Columns: []*schema.Column{LeasesColumns[6]},
+			},
+			{
+				Name:    "lease_status_start_time",
+				Unique:  false,
+				Columns: []*schema.Column{LeasesColumns[14], LeasesColumns[10]},
+			},
+			{
+				Name:    "lease_status_end_time",
+				Unique:  false,
+				Columns: []*schema.Column{LeasesColumns[14], LeasesColumns[11]},
+			},
+		},
+	}
+	// LeaseEventsColumns holds the columns for the "lease_events" table.
+	LeaseEventsColumns = []*schema.Column{
+		{Name: "id", Type: field.TypeInt, Increment: true},
+		{Name: "event_type", Type: field.TypeString},
+		{Name: "event_time", Type: field.TypeTime},
+		{Name: "object_type", Type: field.TypeString, Nullable: true},
+		{Name: "object_uuid", Type: field.TypeString, Nullable: true},
+		{Name: "resource_type", Type: field.TypeString, Nullable: true},
+		{Name: "resource_uuid", Type: field.TypeString, Nullable: true},
+		{Name: "lessee_id", Type: field.TypeString, Nullable: true},
+		{Name: "owner_id", Type: field.TypeString, Nullable: true},
+	}
+	// LeaseEventsTable holds the schema information for the "lease_events" table.
+	LeaseEventsTable = &schema.Table{
+		Name:       "lease_events",
+		Columns:    LeaseEventsColumns,
+		PrimaryKey: []*schema.Column{LeaseEventsColumns[0]},
+		Indexes: []*schema.Index{
+			{
+				Name:    "leaseevent_event_time",
+				Unique:  false,
+				Columns: []*schema.Column{LeaseEventsColumns[2]},
+			},
+			{
+				Name:    "leaseevent_lessee_id",
+				Unique:  false,
+				Columns: []*schema.Column{LeaseEventsColumns[7]},
+			},
+			{
+				Name:    "leaseevent_owner_id",
+				Unique:  false,
+				Columns: []*schema.Column{LeaseEventsColumns[8]},
+			},
+			{
+				Name:    "leaseevent_resource_uuid",
+				Unique:  false,
+				Columns: []*schema.Column{LeaseEventsColumns[6]},
+			},
+		},
+	}
 	// NodesColumns holds the columns for the "nodes" table.
 	NodesColumns = []*schema.Column{
 		{Name: "id", Type: field.TypeInt, Increment: true},
@@ -651,6 +745,47 @@ var (
 				Columns:    []*schema.Column{NodeScreenshotsColumns[4]},
 				RefColumns: []*schema.Column{NodesColumns[0]},
 				OnDelete:   schema.Cascade,
+			},
+		},
+	}
+	// OffersColumns holds the columns for the "offers" table.
+	OffersColumns = []*schema.Column{
+		{Name: "id", Type: field.TypeInt, Increment: true},
+		{Name: "created_at", Type: field.TypeTime},
+		{Name: "updated_at", Type: field.TypeTime, Nullable: true},
+		{Name: "uuid", Type: field.TypeString, Unique: true},
+		{Name: "name", Type: field.TypeString, Nullable: true},
+		{Name: "project_id", Type: field.TypeString},
+		{Name: "lessee_id", Type: field.TypeString, Nullable: true},
+		{Name: "resource_type", Type: field.TypeString, Default: "ironic_node"},
+		{Name: "resource_uuid", Type: field.TypeString},
+		{Name: "resource_class", Type: field.TypeString, Default: ""},
+		{Name: "start_time", Type: field.TypeTime},
+		{Name: "end_time", Type: field.TypeTime},
+		{Name: "status", Type: field.TypeString, Default: "available"},
+		{Name: "properties", Type: field.TypeJSON, Nullable: true},
+		{Name: "parent_lease_uuid", Type: field.TypeString, Nullable: true},
+	}
+	// OffersTable holds the schema information for the "offers" table.
+	OffersTable = &schema.Table{
+		Name:       "offers",
+		Columns:    OffersColumns,
+		PrimaryKey: []*schema.Column{OffersColumns[0]},
+		Indexes: []*schema.Index{
+			{
+				Name:    "offer_resource_uuid_status",
+				Unique:  false,
+				Columns: []*schema.Column{OffersColumns[8], OffersColumns[12]},
+			},
+			{
+				Name:    "offer_project_id",
+				Unique:  false,
+				Columns: []*schema.Column{OffersColumns[5]},
+			},
+			{
+				Name:    "offer_status_end_time",
+				Unique:  false,
+				Columns: []*schema.Column{OffersColumns[12], OffersColumns[11]},
 			},
 		},
 	}
@@ -1101,10 +1236,13 @@ var (
 		DeployTemplateStepsTable,
 		FirmwareComponentsTable,
 		InspectionRulesTable,
+		LeasesTable,
+		LeaseEventsTable,
 		NodesTable,
 		NodeEventsTable,
 		NodeInventoriesTable,
 		NodeScreenshotsTable,
+		OffersTable,
 		PolicyOverridesTable,
 		PortsTable,
 		PortalSessionsTable,

@@ -48,6 +48,12 @@ type FirmwareComponent func(*sql.Selector)
 // InspectionRule is the predicate function for inspectionrule builders.
 type InspectionRule func(*sql.Selector)
 
+// Lease is the predicate function for lease builders.
+type Lease func(*sql.Selector)
+
+// LeaseEvent is the predicate function for leaseevent builders.
+type LeaseEvent func(*sql.Selector)
+
 // Node is the predicate function for node builders.
 type Node func(*sql.Selector)
 
@@ -59,6 +65,9 @@ type NodeInventory func(*sql.Selector)
 
 // NodeScreenshot is the predicate function for nodescreenshot builders.
 type NodeScreenshot func(*sql.Selector)
+
+// Offer is the predicate function for offer builders.
+type Offer func(*sql.Selector)
 
 // PolicyOverride is the predicate function for policyoverride builders.
 type PolicyOverride func(*sql.Selector)

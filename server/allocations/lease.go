@@ -101,11 +101,12 @@ type LeaseEnder struct {
 	Undeploy func(ctx context.Context, n *ent.Node) error
 }
 
-// releasable are the settled states of a node that holds no instance:
+// Releasable are the settled states of a node that holds no instance:
 // a lease ending there only releases the allocation. A failed clean,
 // inspection or adoption stays for the owner or an operator to look at,
-// but the tenant's hold on the node ends.
-var releasable = []string{nodes.StateAvailable, nodes.StateManageable, nodes.StateEnroll,
+// but the tenant's hold on the node ends. Leasing's lease ends
+// (server/leasing) read the same list.
+var Releasable = []string{nodes.StateAvailable, nodes.StateManageable, nodes.StateEnroll,
 	nodes.StateCleanFailed, "inspect failed", "adopt failed"}
 
 // leaseBatch is how many expired allocations one query of a pass reads.
@@ -218,7 +219,7 @@ func (s *Service) endLease(ctx context.Context, a *ent.Allocation, end time.Time
 		return await("the node is protected")
 	case n.Reservation != nil || n.TargetProvisionState != nil:
 		return false, nil // busy: the next pass
-	case slices.Contains(releasable, n.ProvisionState):
+	case slices.Contains(Releasable, n.ProvisionState):
 		released, err := s.release(ctx, a, n)
 		if err != nil || !released {
 			return false, err
@@ -263,7 +264,7 @@ func (s *Service) release(ctx context.Context, a *ent.Allocation, n *ent.Node) (
 	done := false
 	err := store.WithTx(ctx, s.db, func(tx *ent.Client) error {
 		held, err := tx.Node.Update().Where(node.ID(n.ID), node.ReservationIsNil(), node.TargetProvisionStateIsNil(),
-			node.ProvisionStateIn(releasable...), node.Maintenance(false)).
+			node.ProvisionStateIn(Releasable...), node.Maintenance(false)).
 			SetUpdatedAt(time.Now()).Save(ctx)
 		if err != nil || held == 0 {
 			return err

@@ -23,6 +23,7 @@ import (
 	"github.com/anvilproject/anvil/server/fwimages"
 	"github.com/anvilproject/anvil/server/guard"
 	"github.com/anvilproject/anvil/server/inspectionrules"
+	"github.com/anvilproject/anvil/server/leasing"
 	"github.com/anvilproject/anvil/server/nodes"
 	"github.com/anvilproject/anvil/server/ports"
 	"github.com/anvilproject/anvil/server/ramdisk"
@@ -70,6 +71,8 @@ type API struct {
 	AgentLogs *agentlogs.Service
 	// Ramdisk serves the agent's /v1/lookup and /v1/heartbeat; AgentLimit
 	// bounds them per client address (nil: no limit).
+	// Leasing serves ESI-Leap's API under /leasing (leasing.go).
+	Leasing    *leasing.Service
 	Ramdisk    *ramdisk.Service
 	AgentLimit *ratelimit.Limiter
 	Guard      *guard.Guard
@@ -131,8 +134,9 @@ func stripJSON(c *fiber.Ctx, v Version) error {
 
 // Register mounts the API's routes. Root version discovery lives outside
 // /v1 and needs no authentication, as in Ironic.
-func (a *API) Register(root fiber.Router, v1 fiber.Router) {
+func (a *API) Register(root fiber.Router, v1 fiber.Router, leases fiber.Router) {
 	root.Get("/", a.root)
+	a.registerLeasing(root, leases)
 	v1.Get("/", a.v1)
 	v1.Get("/nodes", query(nodeListQuery...), a.listNodes(false))
 	v1.Get("/nodes/detail", query(nodeListQuery...), a.listNodes(true))
@@ -258,7 +262,12 @@ func ErrorHandler(log *slog.Logger) fiber.ErrorHandler {
 		if status >= 500 {
 			fault = "Server"
 		}
-		inner, _ := json.Marshal(fiber.Map{"faultstring": msg, "faultcode": fault, "debuginfo": nil})
+		body := fiber.Map{"faultstring": msg, "faultcode": fault, "debuginfo": nil}
+		if strings.HasPrefix(c.Path(), LeasingPrefix+"/") {
+			// ESI-Leap answers wsme's fault object itself.
+			return c.Status(status).JSON(body)
+		}
+		inner, _ := json.Marshal(body)
 		if c.Get(hdrIronicMin) == "" && strings.HasPrefix(c.Path(), "/v1") {
 			versionHeaders(c, 0)
 		}
@@ -277,7 +286,12 @@ func bind(c *fiber.Ctx, v any) error {
 	if err := dec.Decode(v); err != nil {
 		var ute *json.UnmarshalTypeError
 		if errors.As(err, &ute) {
-			return errs.BadRequest(ute.Field, "%s must be %s, not %s", ute.Field, jsonKind(ute.Type.Kind().String()), ute.Value)
+			field := ute.Field
+			if field == "" {
+				// The body itself is of the wrong kind.
+				field = "body"
+			}
+			return errs.BadRequest(field, "%s must be %s, not %s", field, jsonKind(ute.Type.Kind().String()), ute.Value)
 		}
 		if f, ok := strings.CutPrefix(err.Error(), "json: unknown field "); ok {
 			f = strings.Trim(f, `"`)

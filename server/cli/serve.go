@@ -28,6 +28,7 @@ import (
 	"github.com/anvilproject/anvil/server/deployimages"
 	"github.com/anvilproject/anvil/server/identity"
 	"github.com/anvilproject/anvil/server/imagecache"
+	"github.com/anvilproject/anvil/server/leasing"
 	"github.com/anvilproject/anvil/server/nodes"
 	"github.com/anvilproject/anvil/server/oidclogin"
 	"github.com/anvilproject/anvil/server/ramdisk"
@@ -71,6 +72,7 @@ func serveCmd() *cobra.Command {
 		rolAge   time.Duration
 		imgFile  string
 		maxLease time.Duration
+		quota    leasing.Quota
 		pwCost   int
 		autoMig  bool
 		hook     webhook.Config
@@ -114,6 +116,9 @@ func serveCmd() *cobra.Command {
 			}
 			if maxLease < 0 || cc.LeaseCheck <= 0 {
 				return fmt.Errorf("--allocation-max-lease %s, --lease-check-interval %s: give 0 or more, and more than 0", maxLease, cc.LeaseCheck)
+			}
+			if quota.MaxNodes < 0 || quota.MaxNodeHours < 0 {
+				return fmt.Errorf("--lease-max-nodes %d, --lease-max-node-hours %d: give 0 (no limit) or more", quota.MaxNodes, quota.MaxNodeHours)
 			}
 			if eraseAll {
 				// The deprecated --clean-erase-devices asked for every disk
@@ -235,7 +240,7 @@ func serveCmd() *cobra.Command {
 			app, err := server.New(ctx, server.Options{
 				Database: g.database, Pool: pool, ManualMigrate: !autoMig, AccessLog: access, AuthNone: auth == "none", ListenName: listenName(listen), Log: log, SessionSecret: secret, OIDC: provider, Conductor: cc, PolicyDir: pdir, PolicyOverrideEnabled: penab, ServiceProject: svcp,
 				TrustedProxies: proxy, FirmwareDir: fwo.dir, FirmwareURL: fwo.url, FirmwareMaxBytes: fwo.max,
-				BootISODir: isoDir, AllocationMaxLease: maxLease, PasswordHashCost: pwCost,
+				BootISODir: isoDir, AllocationMaxLease: maxLease, LeaseQuota: quota, PasswordHashCost: pwCost,
 				MetricsToken: mtok, Pprof: profiles, IdleRelease: idle, MaxConnections: maxConns, HSTS: hsts, OIDCRolesMaxAge: rolAge, Webhook: hook,
 				Bootstrap: func(user, pw string) {
 					// Into a file only its owner reads, not the log: a
@@ -293,7 +298,9 @@ func serveCmd() *cobra.Command {
 	f.DurationVar(&cc.HeartbeatTimeout, "heartbeat-timeout", 30*time.Second, "silence after which another conductor takes a conductor's nodes over")
 	f.IntVar(&pwCost, "password-hash-cost", bcrypt.DefaultCost, "bcrypt cost of the password hashes local accounts get when created or changed (Keystone's password_hash_rounds; each step doubles a login's CPU); existing hashes keep theirs")
 	f.DurationVar(&maxLease, "allocation-max-lease", 0, "longest lease a project-scoped caller may give an allocation: it must set extra.anvil_expires_at within this of now, and may not remove it (0: no cap; system-scoped callers are never capped)")
-	f.DurationVar(&cc.LeaseCheck, "lease-check-interval", 30*time.Second, "how often the conductor ends the allocation leases past their extra.anvil_expires_at")
+	f.DurationVar(&cc.LeaseCheck, "lease-check-interval", 30*time.Second, "how often the conductor ends the allocation leases past their extra.anvil_expires_at, and starts and ends leases (/leasing) whose time came")
+	f.IntVar(&quota.MaxNodes, "lease-max-nodes", 0, "most nodes one project may hold in leases (/leasing) at once; a claim beyond is refused with the numbers (0: no limit)")
+	f.IntVar(&quota.MaxNodeHours, "lease-max-node-hours", 0, "most node-hours one project's leases (/leasing) may cover in a calendar month (UTC); a claim beyond is refused with the numbers (0: no limit)")
 	f.DurationVar(&cc.PowerSync, "power-sync", time.Minute, "period of the power-state sync over every node (0 turns it off)")
 	f.IntVar(&cc.PowerSyncWorkers, "power-sync-workers", 16, "concurrent BMC calls during power sync")
 	f.DurationVar(&cc.BMC.Timeout, "bmc-timeout", 20*time.Second, "timeout of each BMC call")

@@ -82,7 +82,8 @@ type Config struct {
 	// Console places the ipmitool-socat listeners (console.go).
 	Console ConsoleConfig
 	// LeaseCheck is how often the allocation loop ends the leases past
-	// their end (allocations.go); default 30 seconds.
+	// their end (allocations.go), and the leasing loop starts and ends
+	// leases (leasing.go); default 30 seconds.
 	LeaseCheck time.Duration
 	// CampaignCheck is how often the campaign loop looks for nodes whose
 	// run ended and room to start more (campaigns.go); default 1 second,
@@ -170,6 +171,8 @@ type Conductor struct {
 	camp Campaigner
 	// ports creates the ports inspection finds when set (inspect.go).
 	ports PortMaker
+	// leases starts and ends leasing's leases when set (leasing.go).
+	leases Leaser
 	// images caches images for image_download_source=local
 	// (agentdeploy.go).
 	images *imagecache.Cache
@@ -280,6 +283,9 @@ func (c *Conductor) Start(ctx context.Context, listen string) error {
 	}
 	if c.camp != nil {
 		c.campaignLoop()
+	}
+	if c.leases != nil {
+		c.leasingLoop()
 	}
 	if c.cfg.PowerSync > 0 {
 		c.loop(c.cfg.PowerSync, func(ctx context.Context) error { _, err := c.SyncPower(ctx); return err })

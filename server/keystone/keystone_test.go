@@ -108,16 +108,18 @@ func TestIdentityV3Tokens(t *testing.T) {
 		if !tok.Token.System["all"] || tok.Token.Project.ID != "" {
 			t.Errorf("admin's token scope: system %v, project %q", tok.Token.System, tok.Token.Project.ID)
 		}
-		baremetal := ""
+		public := map[string]string{}
 		for _, s := range tok.Token.Catalog {
 			for _, e := range s.Endpoints {
-				if s.Type == "baremetal" && e.Interface == "public" {
-					baremetal = e.URL
+				if e.Interface == "public" {
+					public[s.Type] = e.URL
 				}
 			}
 		}
-		if baremetal != srv.URL+"/" {
-			t.Errorf("catalog's public baremetal endpoint %q, want %q", baremetal, srv.URL+"/")
+		for typ, want := range map[string]string{"baremetal": srv.URL + "/", "lease": srv.URL + "/leasing", "identity": srv.URL + "/identity/v3"} {
+			if public[typ] != want {
+				t.Errorf("catalog's public %s endpoint %q, want %q", typ, public[typ], want)
+			}
 		}
 		if exp, err := time.Parse("2006-01-02T15:04:05.000000Z", tok.Token.ExpiresAt); err != nil || time.Until(exp) > keystone.TokenLifetime || time.Until(exp) < keystone.TokenLifetime-time.Minute {
 			t.Errorf("expires_at %q (%v): want an hour from now", tok.Token.ExpiresAt, err)

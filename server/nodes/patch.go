@@ -13,6 +13,7 @@ import (
 
 	"github.com/anvilproject/anvil/ent"
 	"github.com/anvilproject/anvil/ent/allocation"
+	"github.com/anvilproject/anvil/ent/lease"
 	"github.com/anvilproject/anvil/ent/node"
 	"github.com/anvilproject/anvil/ent/nodescreenshot"
 	"github.com/anvilproject/anvil/policies"
@@ -462,6 +463,11 @@ func (s *Service) PatchWith(ctx context.Context, ident string, raw []byte, allow
 		if len(changed) == 0 {
 			return nil
 		}
+		if contains(changed, "lessee") {
+			if err := leasedLessee(ctx, tx, cur); err != nil {
+				return err
+			}
+		}
 		if contains(changed, "instance_uuid") {
 			if err := checkInstanceUUID(ctx, tx, cur, after); err != nil {
 				return err
@@ -604,6 +610,27 @@ func recordTenancy(ctx context.Context, tx *ent.Client, cur *ent.Node, after map
 			Message: fmt.Sprintf("%s changed: %s → %s", strings.ToUpper(f[:1])+f[1:], tenancyText(old), tenancyText(now))})
 	}
 	return history.RecordAll(ctx, tx, evs)
+}
+
+// leasedLessee refuses a change of the lessee of a node in an active
+// lease (server/leasing) to all but system scope: the lease sets and
+// removes the lessee, and a hand change would hand the machine to another
+// project mid-lease. A system-scoped change goes through, and the node's
+// history says which lease it overrode.
+func leasedLessee(ctx context.Context, tx *ent.Client, cur *ent.Node) error {
+	l, err := tx.Lease.Query().Where(lease.ResourceUUID(cur.UUID), lease.StatusIn("active", "wait cancel")).First(ctx)
+	if ent.IsNotFound(err) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if !systemScope(ctx) {
+		return errs.Conflict("Node %s is in lease %s of project %s until %s: its lessee follows the lease; only system scope changes it by hand.",
+			cur.UUID, l.UUID, l.ProjectID, l.EndTime.UTC().Format(time.RFC3339))
+	}
+	return history.Record(ctx, tx, history.Event{NodeID: cur.ID, Type: "tenancy", User: userOf(ctx), Severity: history.Warning,
+		Message: fmt.Sprintf("Lessee changed by system scope during lease %s of project %s", l.UUID, l.ProjectID)})
 }
 
 func tenancyText(project string) string {
