@@ -84,7 +84,7 @@ func AuditPage(p Page, l AuditList) templ.Component {
 				}()
 			}
 			ctx = templ.InitializeContext(ctx)
-			templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 1, "<h1>Audit</h1><p>Every change made in Anvil and every refusal, newest first; the same log as <code>GET /v1/events</code>.</p><form class=\"filters\" role=\"search\" aria-label=\"Filter events\" method=\"get\" action=\"/audit\"><div class=\"field\"><label for=\"a-user\">User</label> <input id=\"a-user\" name=\"user\" value=\"")
+			templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 1, "<h1>Audit</h1><p>Every change made in Anvil and every refusal, newest first; API clients read the same log as events.</p><form class=\"filters\" role=\"search\" aria-label=\"Filter events\" method=\"get\" action=\"/audit\"><div class=\"field\"><label for=\"a-user\">User</label> <input id=\"a-user\" name=\"user\" value=\"")
 			if templ_7745c5c3_Err != nil {
 				return templ_7745c5c3_Err
 			}

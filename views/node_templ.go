@@ -2837,9 +2837,9 @@ func HardwareSection(n NodeDetail, oob bool) templ.Component {
 			}
 		case !n.Machine.VMediaKnown:
 			var templ_7745c5c3_Var128 string
-			templ_7745c5c3_Var128, templ_7745c5c3_Err = templ.JoinStringErrs("not read yet; attaching media or reading it (GET /v1/nodes/{node}/vmedia) records it here")
+			templ_7745c5c3_Var128, templ_7745c5c3_Err = templ.JoinStringErrs("not read yet; attaching media, or reading them through the API, records them here")
 			if templ_7745c5c3_Err != nil {
-				return templ.Error{Err: templ_7745c5c3_Err, FileName: `views/node.templ`, Line: 755, Col: 99}
+				return templ.Error{Err: templ_7745c5c3_Err, FileName: `views/node.templ`, Line: 755, Col: 91}
 			}
 			_, templ_7745c5c3_Err = templ_7745c5c3_Buffer.WriteString(templ.EscapeString(templ_7745c5c3_Var128))
 			if templ_7745c5c3_Err != nil {

@@ -100,7 +100,7 @@ func RunbookNodesPage(p Page, r RunbookNodes) templ.Component {
 			if templ_7745c5c3_Err != nil {
 				return templ_7745c5c3_Err
 			}
-			templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 3, ".</p><p class=\"why\">A runbook runs only on nodes that carry its trait. Adding it here is the same as <code>PUT /v1/nodes/&lbrace;node&rbrace;/traits/&lbrace;trait&rbrace;</code>: each node is checked against <code>baremetal:node:traits:set</code> (system members and the node owner's managers and admins), and each change is audited.</p>")
+			templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 3, ".</p><p class=\"why\">A runbook runs only on nodes that carry its trait. Adding it here gives the trait to each node you choose where you may change the node's traits (system members, and the managers and admins of the project that owns it); each change is audited.</p>")
 			if templ_7745c5c3_Err != nil {
 				return templ_7745c5c3_Err
 			}

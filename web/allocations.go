@@ -431,7 +431,7 @@ func (p *Portal) allocationsPage(c *fiber.Ctx) error {
 	rows := make([]views.AllocationRow, len(as))
 	for i, a := range as {
 		rows[i] = views.AllocationRow{UUID: a.UUID, Name: deref(a.Name), State: a.State, Owner: deref(a.Owner), NodeUUID: a.NodeUUID,
-			NodeName: a.NodeName, Created: a.CreatedAt, LastError: deref(a.LastError), NodeState: states[a.NodeUUID]}
+			NodeName: a.NodeName, Created: a.CreatedAt, LastError: forViewer(isSystem(c.UserContext()), deref(a.LastError)), NodeState: states[a.NodeUUID]}
 		if end, err := time.Parse(time.RFC3339, str(a.Extra[allocations.LeaseKey])); err == nil {
 			rows[i].Ends = &end
 		}

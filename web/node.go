@@ -38,7 +38,7 @@ func (p *Portal) detail(c *fiber.Ctx) (views.NodeDetail, error) {
 		d.PowerState = "unknown"
 	}
 	if v.Maintenance {
-		d.Maintenance = "yes: " + deref(v.MaintenanceReason)
+		d.Maintenance = "yes: " + forViewer(isSystem(ctx), deref(v.MaintenanceReason))
 	}
 	d.Fault = deref(v.Fault)
 	for _, m := range []map[string]any{v.CleanStep, v.ServiceStep} {
@@ -69,6 +69,8 @@ func (p *Portal) detail(c *fiber.Ctx) (views.NodeDetail, error) {
 				r.Try, r.Of, elapsed(time.Duration(r.Timeout*float64(time.Second))), elapsed(time.Since(r.At)))
 		}
 	}
+	system := isSystem(ctx)
+	d.LastError = forViewer(system, d.LastError)
 	d.ErrorSummary, d.ErrorAdvice = plainError(d.LastError)
 	t := nodes.Target(v.Node)
 	d.CanPower = p.Guard.Allowed(ctx, conductor.RuleSetPower, t)
@@ -115,7 +117,7 @@ func (p *Portal) detail(c *fiber.Ctx) (views.NodeDetail, error) {
 	}
 	evs, total, err := p.Nodes.HistoryPage(ctx, v.UUID, (d.HistoryPage-1)*historyPageSize, historyPageSize)
 	if err == nil {
-		d.History = groupHistory(evs, d.Busy)
+		d.History = groupHistory(evs, d.Busy, system)
 		d.HistoryTotal, d.HistoryPages = total, max(1, (total+historyPageSize-1)/historyPageSize)
 	}
 	if d.HistoryPage == 1 {
@@ -156,6 +158,34 @@ var bmcFailures = []struct{ kind, summary, advice string }{
 	{bmc.ErrBMC.Error(), "The node's BMC answered with an error.", "See the details; try again, or ask an operator."},
 }
 
+// apiHint is the conductor's pointer to the API call that fixes a
+// failure ("(API: PUT /v1/nodes/…/states/raid)"): for operators and
+// scripts, not for a project's people, whose pages never show an API
+// path.
+var apiHint = regexp.MustCompile(`\s*\(API: [^)]*\)`)
+
+// forViewer is a conductor's message as the viewer reads it: without its
+// API pointers unless the viewer acts for the system.
+func forViewer(system bool, msg string) string {
+	if system {
+		return msg
+	}
+	return apiHint.ReplaceAllString(msg, "")
+}
+
+func isSystem(ctx context.Context) bool {
+	pr := policies.PrincipalFrom(ctx)
+	return pr != nil && pr.System
+}
+
+// failedStep reads the runner's words for a failed step ("Step
+// raid.create_configuration failed: <reason>").
+var failedStep = regexp.MustCompile(`^Step (\w+)\.(\w+) failed: (.+)$`)
+
+// interfaceWords names a step's interface as a person does.
+var interfaceWords = map[string]string{"raid": "RAID", "bios": "BIOS", "firmware": "firmware", "management": "management",
+	"power": "power", "deploy": "deploy", "inspect": "inspection", "boot": "boot", "console": "console", "rescue": "rescue"}
+
 // plainError is a one-line summary of last_error and what to do next;
 // the text itself stays available behind a disclosure.
 func plainError(lastError string) (summary, advice string) {
@@ -163,6 +193,19 @@ func plainError(lastError string) (summary, advice string) {
 		return "", ""
 	}
 	summary, advice = "The last operation failed.", "See the details below."
+	if m := failedStep.FindStringSubmatch(lastError); m != nil {
+		// The step's own reason, which the runner already words for
+		// people, led by which step it was.
+		what := interfaceWords[m[1]]
+		if what == "" {
+			what = m[1]
+		}
+		reason := strings.TrimSpace(m[3])
+		if !strings.HasSuffix(reason, ".") {
+			reason += "."
+		}
+		summary, advice = fmt.Sprintf("The step %s.%s (%s) failed: %s", m[1], m[2], what, reason), ""
+	}
 	for _, f := range bmcFailures {
 		if strings.Contains(lastError, f.kind) {
 			summary, advice = f.summary, f.advice

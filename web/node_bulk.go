@@ -135,7 +135,7 @@ func (p *Portal) plan(c *fiber.Ctx, a bulkArgs, sel []*nodes.View) (views.Bulk, 
 		}
 		why := p.ineligible(c, a, rb, v)
 		if why == "" {
-			b.Eligible = append(b.Eligible, nodeRow(v))
+			b.Eligible = append(b.Eligible, nodeRow(v, isSystem(c.UserContext())))
 			continue
 		}
 		i, ok := byWhy[why]
@@ -406,7 +406,7 @@ func (p *Portal) progress(c *fiber.Ctx, run *ent.BulkRun) ([]views.BulkResult, e
 	rows := make([]views.BulkResult, 0, len(page.Nodes))
 	settled := false
 	for _, v := range page.Nodes {
-		r := views.BulkResult{Node: nodeRow(v), Kind: results[v.UUID][0], Result: results[v.UUID][1]}
+		r := views.BulkResult{Node: nodeRow(v, isSystem(c.UserContext())), Kind: results[v.UUID][0], Result: results[v.UUID][1]}
 		r.Busy = slices.Contains(busyStates, v.ProvisionState) || v.TargetPowerState != nil
 		if r.Result == started && !r.Busy {
 			r.Kind, r.Result = "ok", "Done"

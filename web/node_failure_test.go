@@ -147,3 +147,49 @@ func TestBMCRetryShownWhileWaiting(t *testing.T) {
 		}
 	})
 }
+
+// TestStepFailureReadsAsASentence: a step that fails on its own terms (a
+// RAID build with no target configuration) is summarised by which step it
+// was and the step's reason; a project's people read it, on the node
+// page, in the node list and in the run's history, without the API call
+// that fixes it, which the system's operators still see.
+func TestStepFailureReadsAsASentence(t *testing.T) {
+	storetest.Each(t, func(t *testing.T, setting string, _ *store.DB) {
+		srv, api, ids := fleet(t, setting)
+		id := ids["f-00"] // owned by blue
+		if r := api.Do(t, "PATCH", "/v1/nodes/"+id, []map[string]any{{"op": "replace", "path": "/raid_interface", "value": "fake"}}); r.Status != 200 {
+			t.Fatalf("raid interface: %d %s", r.Status, r.Body)
+		}
+		if err := srv.DB.Node.Update().Where(node.UUID(id)).SetProvisionState("manageable").Exec(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		if r := api.Do(t, "PUT", "/v1/nodes/"+id+"/states/provision", map[string]any{"target": "clean",
+			"clean_steps": []map[string]any{{"interface": "raid", "step": "create_configuration"}}}); r.Status != 202 {
+			t.Fatalf("clean: %d %s", r.Status, r.Body)
+		}
+		deadline := time.Now().Add(30 * time.Second)
+		for api.Do(t, "GET", "/v1/nodes/"+id, nil).JSON(t)["provision_state"] != "clean failed" {
+			if time.Now().After(deadline) {
+				t.Fatal("the RAID step never failed")
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+		sentence := "The step raid.create_configuration (RAID) failed: node " + id + " has no target RAID configuration. Its owner or an operator must set one."
+
+		pat := signInAs(t, srv, "pat")
+		for _, path := range []string{"/nodes/" + id, "/nodes?q=f-00"} {
+			_, page, _ := pat.do("GET", path, nil)
+			if strings.Contains(page, "/v1/") {
+				i := strings.Index(page, "/v1/")
+				t.Errorf("%s shows a project member an API path: …%s…", path, page[max(i-200, 0):min(i+100, len(page))])
+			}
+			if path == "/nodes/"+id && !strings.Contains(page, `<strong data-testid="error-summary">`+sentence+`</strong>`) {
+				t.Errorf("the node page does not say %q:\n%s", sentence, page)
+			}
+		}
+		root := signInAs(t, srv, "root")
+		if _, page, _ := root.do("GET", "/nodes/"+id, nil); !strings.Contains(page, "(API: PUT /v1/nodes/"+id+"/states/raid)") {
+			t.Errorf("the system admin's node page lacks the API pointer")
+		}
+	})
+}

@@ -112,7 +112,7 @@ func TestNodeHardwareSection(t *testing.T) {
 			"No BIOS settings cached yet; run bios.cache_bios_settings or inspect the node.",
 			"No firmware versions recorded yet; inspect the node or run firmware.update.",
 			"not recorded; inspect the node or run management.set_boot_mode", "not recorded; run management.set_secure_boot",
-			"not read yet; attaching media or reading it (GET /v1/nodes/{node}/vmedia) records it here",
+			"not read yet; attaching media, or reading them through the API, records them here",
 			"not read yet; reading or setting an indicator (management/indicators) records it here",
 		} {
 			if !strings.Contains(hw, want) {

@@ -254,7 +254,7 @@ func (p *Portal) nodeList(c *fiber.Ctx, q listQuery) (views.NodeList, error) {
 		}
 	}
 	for _, n := range page.Nodes {
-		l.Rows = append(l.Rows, nodeRow(n))
+		l.Rows = append(l.Rows, nodeRow(n, isSystem(ctx)))
 	}
 	l.Groups = groups(q, l.Rows, shown, facets)
 	if len(l.Rows) > 0 {
@@ -273,7 +273,7 @@ func (p *Portal) nodeList(c *fiber.Ctx, q listQuery) (views.NodeList, error) {
 	return l, nil
 }
 
-func nodeRow(v *nodes.View) views.NodeRow {
+func nodeRow(v *nodes.View, system bool) views.NodeRow {
 	rel := "system"
 	switch {
 	case v.Relation == nodes.RelBoth:
@@ -289,7 +289,7 @@ func nodeRow(v *nodes.View) views.NodeRow {
 	if power == "" {
 		power = "unknown" // no BMC has been asked yet
 	}
-	lastErr := deref(v.LastError)
+	lastErr := forViewer(system, deref(v.LastError))
 	if lastErr == nodes.RedactedLastError {
 		lastErr = ""
 	}

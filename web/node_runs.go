@@ -27,11 +27,13 @@ var (
 // runbook's header or a run's first step to the event that ended it (all
 // steps done, or an error), every event between belonging to the run.
 // Other events stay as they were, in the same order.
-func groupHistory(evs []*ent.NodeEvent, busy bool) []views.HistoryItem {
+// system says whether the viewer acts for the system: only then do the
+// events keep the conductor's API pointers (forViewer).
+func groupHistory(evs []*ent.NodeEvent, busy, system bool) []views.HistoryItem {
 	var items []views.HistoryItem // oldest first while building
 	var cur *views.RunGroup
 	row := func(e *ent.NodeEvent) views.EventRow {
-		return views.EventRow{At: e.CreatedAt, Severity: e.Severity, Event: e.Event, User: e.User}
+		return views.EventRow{At: e.CreatedAt, Severity: e.Severity, Event: forViewer(system, e.Event), User: e.User}
 	}
 	end := func(outcome string) {
 		cur.Outcome = outcome
@@ -69,7 +71,7 @@ func groupHistory(evs []*ent.NodeEvent, busy bool) []views.HistoryItem {
 		case allDone.MatchString(e.Event):
 			end("succeeded")
 		case e.Severity == history.Error:
-			cur.Error = e.Event
+			cur.Error = forViewer(system, e.Event)
 			end("failed")
 		}
 	}
@@ -179,7 +181,7 @@ func (p *Portal) nodeRunPage(c *fiber.Ctx) error {
 		}
 	}
 	busy := slices.Contains(busyStates, v.ProvisionState)
-	for _, it := range groupHistory(evs, busy) {
+	for _, it := range groupHistory(evs, busy, isSystem(ctx)) {
 		if it.Run != nil && it.Run.ID == id {
 			pg, err := p.page(c, it.Run.Title)
 			if err != nil {

@@ -29,7 +29,7 @@ func TestGroupHistoryFailedRun(t *testing.T) {
 		ev(2, 10, "clean", history.Info, "Step power.power_on started (1 of 2)"),
 		ev(1, 0, "provision", history.Info, "manage: enroll -> manageable"),
 	}
-	items := groupHistory(evs, false)
+	items := groupHistory(evs, false, true)
 	if len(items) != 3 || items[0].Run != nil || items[2].Run != nil || items[1].Run == nil {
 		t.Fatalf("want event, run, event: %+v", items)
 	}
@@ -61,11 +61,11 @@ func TestGroupHistoryFailedRun(t *testing.T) {
 	}
 	// Held after a step, the run says so.
 	held := append([]*ent.NodeEvent{ev(8, 15, "clean", history.Info, "On hold after step power.power_on; unhold to run the 1 remaining steps, or abort")}, evs[3:]...)
-	if items := groupHistory(held, false); items[0].Run == nil || items[0].Run.Outcome != "on hold" {
+	if items := groupHistory(held, false, true); items[0].Run == nil || items[0].Run.Outcome != "on hold" {
 		t.Errorf("a held run: %+v", items[0])
 	}
 	// While busy, an open run is in progress.
-	if items := groupHistory(evs[4:], true); items[0].Run == nil || items[0].Run.Outcome != "in progress" {
+	if items := groupHistory(evs[4:], true, true); items[0].Run == nil || items[0].Run.Outcome != "in progress" {
 		t.Errorf("an open run while busy: %+v", items[0])
 	}
 }

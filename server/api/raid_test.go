@@ -126,7 +126,7 @@ func TestRAIDOverRedfish(t *testing.T) {
 		waitState(t, admin, id, "manageable")
 		provision(t, admin, id, map[string]any{"target": "clean", "clean_steps": steps(step("raid", "create_configuration", nil))}, 202)
 		n = waitState(t, admin, id, "clean failed")
-		if want := "Step raid.create_configuration failed: node " + id + " has no target RAID configuration; set one with PUT /v1/nodes/" + id + "/states/raid"; n["last_error"] != want {
+		if want := "Step raid.create_configuration failed: node " + id + " has no target RAID configuration. Its owner or an operator must set one (API: PUT /v1/nodes/" + id + "/states/raid)"; n["last_error"] != want {
 			t.Errorf("empty target last_error %q, want %q", n["last_error"], want)
 		}
 		if got := len(volumePosts(t, sim)); got != 1 {

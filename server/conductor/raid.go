@@ -401,7 +401,7 @@ func raidPlan(n *ent.Node, root, nonroot bool) ([]map[string]any, []bmc.VolumeSp
 func filterTarget(n *ent.Node, root, nonroot bool) ([]map[string]any, error) {
 	list, _ := n.TargetRaidConfig["logical_disks"].([]any)
 	if len(list) == 0 {
-		return nil, fmt.Errorf("node %s has no target RAID configuration; set one with PUT /v1/nodes/%s/states/raid", n.UUID, n.UUID)
+		return nil, fmt.Errorf("node %s has no target RAID configuration. Its owner or an operator must set one (API: PUT /v1/nodes/%s/states/raid)", n.UUID, n.UUID)
 	}
 	var disks []map[string]any
 	for _, x := range list {
