@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/anvilproject/anvil/internal/version"
 	"github.com/anvilproject/anvil/server"
 	"github.com/anvilproject/anvil/server/identity"
 	"github.com/anvilproject/anvil/server/servertest"
@@ -60,4 +61,17 @@ func TestErrorPagesNavigateAndSpeakPlainly(t *testing.T) {
 			t.Errorf("unknown address with a forged cookie: %d, navigation %v", st, strings.Contains(page, nav))
 		}
 	})
+}
+
+// TestFooterNamesTheBuild: every page, signed in or not, names the build
+// that served it.
+func TestFooterNamesTheBuild(t *testing.T) {
+	srv := servertest.Start(t, server.Options{Database: storetest.Setting(t, "sqlite")})
+	want := `<footer class="about" data-testid="build">Anvil ` + version.Get().Version + `</footer>`
+	b := newBrowser(t, srv.URL)
+	for _, path := range []string{"/login", "/no/such/page"} {
+		if _, page, _ := b.do("GET", path, nil); !strings.Contains(page, want) {
+			t.Errorf("%s lacks %s", path, want)
+		}
+	}
 }
