@@ -239,19 +239,12 @@ func (s *Service) settle(ctx context.Context, id int) error {
 	if k.Pending > 0 || k.Running > 0 || c.Running > 0 {
 		return nil
 	}
-	var n int
 	from := c.State
 	switch {
 	case c.State == StateRunning || c.State == StatePaused:
 		c.State = StateCompleted
-		n, err = s.db.Campaign.Update().Where(campaign.ID(id), campaign.State(from)).
-			SetState(StateCompleted).SetFinishedAt(now).SetUpdatedAt(now).Save(ctx)
-	case slices.Contains(finished, c.State) && c.FinishedAt == nil:
-		n, err = s.db.Campaign.Update().Where(campaign.ID(id), campaign.FinishedAtIsNil()).SetFinishedAt(now).Save(ctx)
-	}
-	if err != nil || n == 0 {
-		// Nothing ended here, or another replica ended it and audited it.
-		return err
+	case !slices.Contains(finished, c.State) || c.FinishedAt != nil:
+		return nil
 	}
 	detail := map[string]any{"state": c.State, "succeeded": k.Succeeded, "failed": k.Failed, "skipped": k.Skipped}
 	if from != c.State {
@@ -259,8 +252,23 @@ func (s *Service) settle(ctx context.Context, id int) error {
 		// reads as such in the log.
 		detail["from"] = from
 	}
-	s.guard.Done(s.conductorCtx(ctx), EventFinish, "campaign", c.UUID, nil, detail)
-	return nil
+	// The end and its audit row commit together: whoever sees the
+	// campaign finished finds the record of it.
+	return store.WithTx(ctx, s.db, func(tx *ent.Client) error {
+		var n int
+		var err error
+		if from != c.State {
+			n, err = tx.Campaign.Update().Where(campaign.ID(id), campaign.State(from)).
+				SetState(c.State).SetFinishedAt(now).SetUpdatedAt(now).Save(ctx)
+		} else {
+			n, err = tx.Campaign.Update().Where(campaign.ID(id), campaign.FinishedAtIsNil()).SetFinishedAt(now).Save(ctx)
+		}
+		if err != nil || n == 0 {
+			// Nothing ended here, or another replica ended it and audited it.
+			return err
+		}
+		return tx.AuditEvent.CreateBulk(s.guard.Audit.AllowedRow(s.conductorCtx(ctx), EventFinish, "campaign", c.UUID, detail)).Exec(ctx)
+	})
 }
 
 // conductorCtx acts as the conductor itself, for what no request asked.
