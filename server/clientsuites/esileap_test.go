@@ -55,8 +55,8 @@ func esiTrees(t *testing.T) (esisdk, esileapclient, openstacksdk string) {
 		}
 		dirs[env] = dir
 	}
-	if out, err := exec.Command("/usr/bin/python3", "-c", "import keystoneauth1, osc_lib, cliff, openstackclient, oslotest, appdirs, netifaces, tempest").CombinedOutput(); err != nil {
-		need(t, "Debian's python3-openstackclient, python3-oslotest, python3-appdirs, python3-netifaces and python3-tempest", fmt.Errorf("%v: %s", err, out))
+	if out, err := exec.Command("/usr/bin/python3", "-c", "import keystoneauth1, osc_lib, cliff, openstackclient, oslotest, appdirs, netifaces").CombinedOutput(); err != nil {
+		need(t, "Debian's python3-openstackclient, python3-oslotest, python3-appdirs and python3-netifaces", fmt.Errorf("%v: %s", err, out))
 	}
 	return dirs[esisdkEnv], dirs[esileapclientEnv], dirs[openstacksdkEnv]
 }
@@ -214,7 +214,7 @@ func TestESILeapClients(t *testing.T) {
 		cli := &esiCLI{t: t, env: env(pythonPath, "OS_CLIENT_CONFIG_FILE="+cfg, "HOME="+filepath.Dir(cfg))}
 		esiCLIJourney(t, cli, nodes)
 		if t.Failed() {
-			report(t, "python-esileapclient", nil, a)
+			t.Logf("Anvil refused:\n  %s", strings.Join(a.refusals(), "\n  "))
 		}
 	})
 }
@@ -317,9 +317,14 @@ func esiCLIJourney(t *testing.T, cli *esiCLI, nodes []esiNode) {
 			t.Errorf("%s's offer list %v lacks %s", who, ids, offerID)
 		}
 	}
-	// test_policy: a lessee may not offer or lease the owner's node.
-	if out, err := cli.exec("esi-lessee", "offer", "create", nodes[1].uuid); err == nil {
-		t.Errorf("the lessee offered the owner's node: %s", out)
+	// test_policy: a lessee may not offer or lease the owner's node. ESI-Leap
+	// answers 403 naming its rule; to Anvil a node the project neither
+	// owns nor leases is not found, as in its Ironic API (docs/leases.md,
+	// what differs).
+	for _, args := range [][]string{{"offer", "create", nodes[1].uuid}, {"lease", "create", nodes[1].uuid, "esi-lessee"}} {
+		if out, err := cli.exec("esi-lessee", args...); err == nil || !strings.Contains(string(out), "could not be found") {
+			t.Errorf("the lessee's %s of the owner's node: %v\n%s", strings.Join(args[:2], " "), err, out)
+		}
 	}
 	// test_offer_claim_basic: the lessee claims part of the window.
 	lease := cli.obj("esi-lessee", "offer", "claim", offerID,
