@@ -394,9 +394,9 @@ func esiCLIJourney(t *testing.T, cli *esiCLI, nodes []esiNode) {
 	if out, err := cli.exec("esi-owner", "offer", "show", "no-such-offer"); err == nil {
 		t.Errorf("offer show of an unknown offer succeeded: %s", out)
 	}
-	// Events name the nodes leased, for the admin (every event) and the
-	// owner (its own).
-	for _, who := range []string{"esi-admin", "esi-owner"} {
+	// Events name the nodes leased, for the admin (every event), the owner
+	// and the lessee (those naming their project).
+	for _, who := range []string{"esi-admin", "esi-owner", "esi-lessee"} {
 		nodesSeen := column(cli.list(who, "event", "list"), "Resource UUID")
 		if !slices.Contains(nodesSeen, nodes[0].uuid) || !slices.Contains(nodesSeen, nodes[1].uuid) {
 			t.Errorf("%s's event list names %v, not both nodes", who, nodesSeen)
