@@ -48,7 +48,7 @@ func esiTrees(t *testing.T) (esisdk, esileapclient, openstacksdk string) {
 	for env, probe := range map[string]string{esisdkEnv: "esi/lease/v1/_proxy.py", esileapclientEnv: "esileapclient/osc/plugin.py", openstacksdkEnv: "openstack/connection.py"} {
 		dir := os.Getenv(env)
 		if dir == "" {
-			need(t, "the ESI-Leap clients' source trees", fmt.Errorf("%s is not set (.ci/run exports %s, %s and %s from /work/.mirror)", env, esisdkEnv, esileapclientEnv, openstacksdkEnv))
+			need(t, "a source tree of the ESI-Leap clients", fmt.Errorf("%s is not set (.ci/run exports %s, %s and %s from /work/.mirror)", env, esisdkEnv, esileapclientEnv, openstacksdkEnv))
 		}
 		if _, err := os.Stat(filepath.Join(dir, probe)); err != nil {
 			t.Fatalf("%s=%s holds no %s: %v", env, dir, probe, err)
