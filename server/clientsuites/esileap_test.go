@@ -285,8 +285,8 @@ func column(rows []map[string]any, name string) []string {
 // esiCLIJourney is ESI-Leap's functional test_basic and test_policy
 // journey through the CLI: the owner offers its nodes, the lessee claims
 // one, the owner leases the other directly, both read what they hold, the
-// admin sees it all, the lease is extended and deleted, and every step
-// is an event.
+// admin sees it all and cancels the direct lease, the lessee extends and
+// returns the claimed one, and every step is an event.
 func esiCLIJourney(t *testing.T, cli *esiCLI, nodes []esiNode) {
 	const layout = "2006-01-02T15:04:05"
 	start := time.Now().UTC().Add(time.Hour).Truncate(time.Second)
@@ -360,9 +360,22 @@ func esiCLIJourney(t *testing.T, cli *esiCLI, nodes []esiNode) {
 			t.Errorf("%s's lease list %v lacks %s or %s", who, ids, leaseID, directID)
 		}
 	}
-	// Filters: by node, and by status.
+	// The filter by node.
 	if ids := column(cli.list("esi-owner", "lease", "list", "--resource-uuid", nodes[1].uuid), "UUID"); !slices.Equal(ids, []string{directID}) {
 		t.Errorf("lease list --resource-uuid %s = %v, want [%s]", nodes[1].uuid, ids, directID)
+	}
+	// The admin reads any offer and lease, and cancels the direct lease.
+	if got := cli.obj("esi-admin", "offer", "show", offerID)["uuid"]; got != offerID {
+		t.Errorf("the admin's offer show answered uuid %v", got)
+	}
+	if got := cli.obj("esi-admin", "lease", "show", directID); got["project"] != "esi-lessee" || got["owner"] != "esi-owner" || got["status"] != "created" {
+		t.Errorf("the admin's lease show answered %v", got)
+	}
+	if out, err := cli.exec("esi-admin", "lease", "delete", directID); err != nil {
+		t.Errorf("the admin's lease delete: %v\n%s", err, out)
+	}
+	if got := cli.obj("esi-owner", "lease", "show", directID)["status"]; got != "deleted" {
+		t.Errorf("the lease the admin deleted shows status %v, want deleted", got)
 	}
 	// An extension within the offer (esisdk's test_lease_update_valid).
 	newEnd := start.Add(5 * time.Hour).Format(layout)
