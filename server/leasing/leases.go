@@ -443,8 +443,11 @@ func (s *Service) CancelLease(ctx context.Context, id string) (err error) {
 		if err != nil {
 			return err
 		}
+		// ESI-Leap looks the lease up among those it may delete
+		// (LEASE_CAN_DELETE), so a lease already over is not found: the
+		// 404 its clients' delete with ignore_missing passes over.
 		if !slices.Contains(cancellable, cur.Status) {
-			return errs.Conflict("Lease %s is %s and cannot be deleted.", cur.UUID, cur.Status)
+			return LeaseNotFound(id)
 		}
 		return s.cancel(ctx, tx, n, cur, now)
 	})

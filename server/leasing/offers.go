@@ -371,8 +371,12 @@ func (s *Service) DeleteOffer(ctx context.Context, id string) (err error) {
 		if err != nil {
 			return err
 		}
+		// ESI-Leap looks the offer up among those it may delete
+		// (OFFER_CAN_DELETE), so an offer already withdrawn or expired is
+		// not found: the 404 its clients' delete with ignore_missing
+		// passes over.
 		if gone == 0 {
-			return errs.Conflict("Offer %s is not available (status %s) and cannot be deleted.", o.UUID, o.Status)
+			return OfferNotFound(id)
 		}
 		ls, err := tx.Lease.Query().Where(lease.OfferUUID(o.UUID), lease.StatusIn(cancellable...)).All(ctx)
 		if err != nil {
