@@ -55,7 +55,7 @@ func TestLeasePortal(t *testing.T) {
 		}
 		name := *n.Name
 		owen, tina, gary, olga := signInAs(t, srv, "owen"), signInAs(t, srv, "tina"), signInAs(t, srv, "gary"), signInAs(t, srv, "olga")
-		day := time.Now().UTC().Truncate(24 * time.Hour).AddDate(0, 0, 1)
+		day := time.Now().UTC().Truncate(24*time.Hour).AddDate(0, 0, 1)
 		at := func(d time.Time, h int) string { return d.Add(time.Duration(h) * time.Hour).Format("2006-01-02T15:04") }
 
 		// A tenant may not offer the owner's node: it does not see it.
