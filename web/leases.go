@@ -276,7 +276,7 @@ func (p *Portal) returnLease(c *fiber.Ctx) error {
 func (p *Portal) ownerPage(c *fiber.Ctx) error {
 	now := time.Now().UTC()
 	return p.showOwner(c, 200, views.OwnerLeasing{Start: now.Add(time.Hour).Truncate(time.Hour).Format(views.LocalInput),
-		End: now.Add(8 * 24 * time.Hour).Truncate(time.Hour).Format(views.LocalInput)})
+		End: now.Add(8 * 24 * time.Hour).Truncate(time.Hour).Format(views.LocalInput)}, "")
 }
 
 // ownerSelect is the node list's bulk "Offer for lease…": the owner's
@@ -292,19 +292,18 @@ func (p *Portal) ownerSelect(c *fiber.Ctx) error {
 	}
 	now := time.Now().UTC()
 	return p.showOwner(c, 200, views.OwnerLeasing{Nodes: strings.Join(names, " "), Start: now.Add(time.Hour).Truncate(time.Hour).Format(views.LocalInput),
-		End: now.Add(8 * 24 * time.Hour).Truncate(time.Hour).Format(views.LocalInput)})
+		End: now.Add(8 * 24 * time.Hour).Truncate(time.Hour).Format(views.LocalInput)}, "")
 }
 
-func (p *Portal) showOwner(c *fiber.Ctx, status int, o views.OwnerLeasing) error {
+// showOwner renders the owner's page; problem is a refused offer, said
+// above the form, which keeps what was asked.
+func (p *Portal) showOwner(c *fiber.Ctx, status int, o views.OwnerLeasing, problem string) error {
 	ctx := c.UserContext()
 	pg, err := p.page(c, "Offer nodes")
 	if err != nil {
 		return err
 	}
-	if status >= 400 {
-		pg.Error = o.Properties
-		o.Properties = c.FormValue("properties")
-	}
+	pg.Error = problem
 	project := policies.PrincipalFrom(ctx).Project
 	f := leasing.OfferFilter{ProjectID: project}
 	lf := leasing.LeaseFilter{OwnerID: project, Status: "any"}
@@ -330,7 +329,8 @@ func (p *Portal) showOwner(c *fiber.Ctx, status int, o views.OwnerLeasing) error
 }
 
 // utilisation is leased node-hours per project per week (from Monday,
-// UTC), over the weeks the leases span.
+// UTC), over the weeks the leases span from the first one's, at most 12
+// so that the table stays readable.
 func utilisation(ls []*ent.Lease) ([]string, []views.UtilRow) {
 	if len(ls) == 0 {
 		return nil, nil
@@ -393,13 +393,13 @@ func parseProperties(raw string) (map[string]any, error) {
 // a refusal stay offered, and the refusal names the node it stopped at.
 func (p *Portal) offerNodes(c *fiber.Ctx) error {
 	ctx := c.UserContext()
-	o := views.OwnerLeasing{Nodes: c.FormValue("nodes"), Lessee: strings.TrimSpace(c.FormValue("lessee")), Start: c.FormValue("start"), End: c.FormValue("end")}
+	o := views.OwnerLeasing{Nodes: c.FormValue("nodes"), Lessee: strings.TrimSpace(c.FormValue("lessee")), Start: c.FormValue("start"),
+		End: c.FormValue("end"), Properties: c.FormValue("properties")}
 	refuse := func(err error) error {
 		if errs.Status(err) >= 500 {
 			return err
 		}
-		o.Properties = refusal(err)
-		return p.showOwner(c, errs.Status(err), o)
+		return p.showOwner(c, errs.Status(err), o, refusal(err))
 	}
 	idents := strings.FieldsFunc(o.Nodes, func(r rune) bool { return r == ',' || r == ' ' || r == '\n' || r == '\t' })
 	if len(idents) == 0 {
@@ -423,14 +423,21 @@ func (p *Portal) offerNodes(c *fiber.Ctx) error {
 	}
 	for i, id := range idents {
 		if _, err := p.Leasing.CreateOffer(ctx, leasing.OfferInput{ResourceUUID: id, LesseeID: lessee, StartTime: &start, EndTime: &end, Properties: props}); err != nil {
-			if i > 0 {
-				err = fmt.Errorf("%w (offered %s; not %s and after)", err, strings.Join(idents[:i], ", "), id)
-				return refuse(errs.Conflict("%s", err.Error()))
+			if errs.Status(err) >= 500 {
+				return err
 			}
-			return refuse(err)
+			msg := refusal(err)
+			if i > 0 {
+				msg = fmt.Sprintf("Offered %s; stopped at %s: %s", strings.Join(idents[:i], ", "), id, msg)
+			}
+			return p.showOwner(c, errs.Status(err), o, msg)
 		}
 	}
-	return p.flashTo(c, "/leases/owner", fmt.Sprintf("Offered %d %s from %s to %s UTC.", len(idents), map[bool]string{true: "node", false: "nodes"}[len(idents) == 1], views.LocalInputText(start), views.LocalInputText(end)))
+	what := fmt.Sprintf("%d nodes", len(idents))
+	if len(idents) == 1 {
+		what = "1 node"
+	}
+	return p.flashTo(c, "/leases/owner", fmt.Sprintf("Offered %s from %s to %s UTC.", what, views.LocalInputText(start), views.LocalInputText(end)))
 }
 
 // usageLeases are the leases a usage report covers: every lease for

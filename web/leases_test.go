@@ -20,12 +20,13 @@ import (
 
 // TestLeasePortal walks the lease pages over the demo fleet: hw-east's
 // manager offers a node (one tenant-gold holds by hand, which neither
-// tenant below sees) for a week from tomorrow; tenant-blue claims a
-// day of it from the offers page and sees it in My leases, tenant-green's
-// overlapping claim and claims outside the window are refused next to the
-// form, an extension past the offer is refused on the lease's row; the
-// owner sees the claims and the node's calendar; the usage CSV adds up to
-// the leases made, a returned booking counting nothing.
+// tenant below sees) for a week from tomorrow; tenant-blue claims a day
+// of it from the offers page and sees it in My leases; tenant-green's
+// overlapping claim, claims outside the window and a claim over the
+// quota are refused next to the form, an extension past the offer on the
+// lease's row; the owner sees the claims, their weekly use and the
+// node's calendar; the usage CSV adds up to the leases made, a returned
+// booking counting nothing.
 func TestLeasePortal(t *testing.T) {
 	storetest.Each(t, func(t *testing.T, setting string, _ *store.DB) {
 		srv := servertest.Start(t, server.Options{Database: setting})
@@ -111,6 +112,13 @@ func TestLeasePortal(t *testing.T) {
 				t.Errorf("gary claims %s to %s: %d, want %q beside the form", c.from, c.to, st, c.want)
 			}
 		}
+		// A quota refusal says the numbers beside the form. The quota is
+		// set between requests, while no handler reads it.
+		srv.Leasing.Quota.MaxNodeHours = 10
+		if st, page, _ := claim(tina, at(day, 0), at(day, 3)); st != 403 || !strings.Contains(page, "has leases for 8.0 node-hours") || !strings.Contains(page, "its quota is 10 node-hours") {
+			t.Errorf("tina claims 3 more hours over a quota of 10: %d\n%s", st, page)
+		}
+		srv.Leasing.Quota.MaxNodeHours = 0
 		if st, _, _ := claim(gary, at(day, 18), at(day, 22)); st != 303 {
 			t.Fatalf("gary claims after tina: %d", st)
 		}
