@@ -774,7 +774,7 @@ func LeasesPage(p Page, rows []LeaseRow, now time.Time) templ.Component {
 					return templ_7745c5c3_Err
 				}
 			} else {
-				templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 52, "<table class=\"list\" data-testid=\"leases\"><thead><tr><th scope=\"col\">Node</th><th scope=\"col\">Project</th><th scope=\"col\">Status</th><th scope=\"col\">When (UTC)</th><th scope=\"col\">Time left</th><th scope=\"col\">Change</th></tr></thead> <tbody>")
+				templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 52, "<table class=\"list cards\" data-testid=\"leases\"><thead><tr><th scope=\"col\">Node</th><th scope=\"col\">Project</th><th scope=\"col\">Status</th><th scope=\"col\">When (UTC)</th><th scope=\"col\">Time left</th><th scope=\"col\">Change</th></tr></thead> <tbody>")
 				if templ_7745c5c3_Err != nil {
 					return templ_7745c5c3_Err
 				}
@@ -1233,7 +1233,7 @@ func OwnerLeasingPage(p Page, o OwnerLeasing) templ.Component {
 					return templ_7745c5c3_Err
 				}
 			} else {
-				templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 90, "<table class=\"list\" data-testid=\"my-offers\"><thead><tr><th scope=\"col\">Node</th><th scope=\"col\">To</th><th scope=\"col\">Window</th><th scope=\"col\">Free</th></tr></thead> <tbody>")
+				templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 90, "<table class=\"list cards\" data-testid=\"my-offers\"><thead><tr><th scope=\"col\">Node</th><th scope=\"col\">To</th><th scope=\"col\">Window</th><th scope=\"col\">Free</th></tr></thead> <tbody>")
 				if templ_7745c5c3_Err != nil {
 					return templ_7745c5c3_Err
 				}
@@ -1451,7 +1451,7 @@ func leaseTable(rows []LeaseRow, empty string) templ.Component {
 				return templ_7745c5c3_Err
 			}
 		} else {
-			templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 113, "<table class=\"list\" data-testid=\"lease-table\"><thead><tr><th scope=\"col\">Node</th><th scope=\"col\">Project</th><th scope=\"col\">Status</th><th scope=\"col\">When (UTC)</th><th scope=\"col\" class=\"num\">Node-hours</th></tr></thead> <tbody>")
+			templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 113, "<table class=\"list cards\" data-testid=\"lease-table\"><thead><tr><th scope=\"col\">Node</th><th scope=\"col\">Project</th><th scope=\"col\">Status</th><th scope=\"col\">When (UTC)</th><th scope=\"col\" class=\"num\">Node-hours</th></tr></thead> <tbody>")
 			if templ_7745c5c3_Err != nil {
 				return templ_7745c5c3_Err
 			}

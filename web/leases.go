@@ -84,7 +84,7 @@ func (p *Portal) offerRows(ctx context.Context, os []*ent.Offer) ([]views.OfferR
 	project := policies.PrincipalFrom(ctx).Project
 	rows := make([]views.OfferRow, len(os))
 	for i, o := range os {
-		r := views.OfferRow{UUID: o.UUID, Name: deref(o.Name), NodeUUID: o.ResourceUUID, Class: o.ResourceClass, Owner: o.ProjectID,
+		r := views.OfferRow{UUID: o.UUID, NodeUUID: o.ResourceUUID, Class: o.ResourceClass, Owner: o.ProjectID,
 			Lessee: deref(o.LesseeID), Properties: propertiesText(o.Properties), Start: o.StartTime, End: o.EndTime, Free: av[o.UUID],
 			Claimable: project != "" && o.ProjectID != project}
 		if n := ns[o.ResourceUUID]; n != nil {
@@ -200,7 +200,7 @@ func (p *Portal) leaseRows(ctx context.Context, ls []*ent.Lease) ([]views.LeaseR
 	project := policies.PrincipalFrom(ctx).Project
 	rows := make([]views.LeaseRow, len(ls))
 	for i, l := range ls {
-		r := views.LeaseRow{UUID: l.UUID, Name: deref(l.Name), NodeUUID: l.ResourceUUID, Project: l.ProjectID, Owner: l.OwnerID,
+		r := views.LeaseRow{UUID: l.UUID, NodeUUID: l.ResourceUUID, Project: l.ProjectID, Owner: l.OwnerID,
 			Status: l.Status, Start: l.StartTime, End: l.EndTime, NodeHours: leasing.NodeHours(l, l.StartTime, l.EndTime)}
 		if n := ns[l.ResourceUUID]; n != nil {
 			r.NodeName = deref(n.Name)
