@@ -21,9 +21,9 @@ const LocalInput = "2006-01-02T15:04"
 // OfferRow is one offer as the portal lists it, with its free windows
 // and, after a refused claim from it, the refusal and what was asked.
 type OfferRow struct {
-	UUID, Name, NodeUUID, NodeName, Class, Owner, Lessee, Properties string
-	Start, End                                                       time.Time
-	Free                                                             [][2]time.Time
+	UUID, NodeUUID, NodeName, Class, Owner, Lessee, Properties string
+	Start, End                                                 time.Time
+	Free                                                       [][2]time.Time
 	// Claimable offers get a claim form: not the viewer's own offers.
 	Claimable                   bool
 	Error, ClaimStart, ClaimEnd string
@@ -37,8 +37,8 @@ type OffersFilter struct {
 
 // LeaseRow is one lease in the portal's lists.
 type LeaseRow struct {
-	UUID, Name, NodeUUID, NodeName, Project, Owner, Status string
-	Start, End                                             time.Time
+	UUID, NodeUUID, NodeName, Project, Owner, Status string
+	Start, End                                       time.Time
 	// NodeHours counts as the leasing quotas do.
 	NodeHours float64
 	// Mine is a lease the viewer's project holds: it may extend or
