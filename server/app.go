@@ -328,7 +328,7 @@ func New(ctx context.Context, o Options) (*App, error) {
 	a.Portal = &web.Portal{DB: db, IDs: a.IDs, Nodes: a.Nodes, Guard: a.Guard, Sessions: web.NewSessions(hash, block), Log: o.Log,
 		Runbooks: a.Runbooks, Allocations: a.Allocations, Ports: a.Ports, Firmware: a.Firmware, PolicyStatus: a.Overrides.Status,
 		Admin: &web.Admin{DB: db, Audit: a.Audit, Enforcer: enf, Overrides: a.Overrides, Key: web.FormKey(hash)},
-		Ops:   ops, Campaigns: a.Campaigns, Wipes: a.Wipes, AgentLogs: a.agentLogs()}
+		Ops:   ops, Campaigns: a.Campaigns, Wipes: a.Wipes, AgentLogs: a.agentLogs(), Leasing: a.Leasing}
 	if o.OIDC != nil {
 		a.Portal.SSO, a.Portal.RolesMaxAge = o.OIDC, o.OIDCRolesMaxAge
 	}

@@ -428,7 +428,7 @@ var navLinks = []struct {
 	href, label string
 	admin       bool
 }{{"/nodes", "Nodes", false}, {"/runbooks", "Runbooks", false}, {"/campaigns", "Campaigns", false}, {"/allocations/new", "Request a node", false},
-	{"/allocations", "My allocations", false}, {"/account", "API tokens", false}, {"/admin/policy", "Policy", true}, {"/admin/users", "Users", true},
+	{"/allocations", "My allocations", false}, {"/offers", "Offers", false}, {"/leases", "My leases", false}, {"/account", "API tokens", false}, {"/admin/policy", "Policy", true}, {"/admin/users", "Users", true},
 	{"/audit", "Audit", true}}
 
 // sectionOf places pages whose paths fall under no navigation link.

@@ -126,6 +126,9 @@ func (p *Portal) detail(c *fiber.Ctx) (views.NodeDetail, error) {
 	if d.Wipes, err = p.wipeRows(ctx, v.UUID, nodeWipes); err != nil {
 		return d, err
 	}
+	if d.Leases, err = p.nodeLeases(ctx, v.UUID); err != nil {
+		return d, err
+	}
 	if d.AgentLogs, d.ShowAgentLogs, err = p.agentLogRows(ctx, v); err != nil {
 		return d, err
 	}

@@ -27,6 +27,7 @@ import (
 	"github.com/anvilproject/anvil/server/fwimages"
 	"github.com/anvilproject/anvil/server/guard"
 	"github.com/anvilproject/anvil/server/identity"
+	"github.com/anvilproject/anvil/server/leasing"
 	"github.com/anvilproject/anvil/server/nodes"
 	"github.com/anvilproject/anvil/server/ports"
 	"github.com/anvilproject/anvil/server/runbooks"
@@ -77,6 +78,8 @@ type Portal struct {
 	// DeployImages are the images the Deploy panel offers (serve
 	// --deploy-images).
 	DeployImages []deployimages.Image
+	// Leasing backs the offers, leases, owner and usage pages.
+	Leasing *leasing.Service
 	// PolicyStatus is the override status system users see in the header.
 	PolicyStatus func() string
 	// Admin backs the admin console.
@@ -181,6 +184,17 @@ func (p *Portal) Register(app *fiber.App) {
 	app.Get("/allocations/new", s, p.signedIn, p.requestNodePage)
 	app.Post("/allocations", s, p.signedIn, p.requestNode)
 	app.Post("/allocations/:id/release", s, p.signedIn, p.releaseAllocation)
+	app.Get("/offers", s, p.signedIn, p.offersPage)
+	app.Post("/offers/:id/claim", s, p.signedIn, p.claimOffer)
+	app.Get("/leases", s, p.signedIn, p.leasesPage)
+	// Before /leases/:id/…, which would take "owner" and "usage" for ids.
+	app.Get("/leases/owner", s, p.signedIn, p.ownerPage)
+	app.Post("/leases/owner", s, p.signedIn, p.ownerSelect)
+	app.Post("/leases/owner/offer", s, p.signedIn, p.offerNodes)
+	app.Get("/leases/usage", s, p.signedIn, p.usagePage)
+	app.Get("/leases/usage.csv", s, p.signedIn, p.usageCSV)
+	app.Post("/leases/:id/extend", s, p.signedIn, p.extendLease)
+	app.Post("/leases/:id/return", s, p.signedIn, p.returnLease)
 	app.Get("/admin/policy", s, p.signedIn, p.policyPage)
 	app.Post("/admin/policy", s, p.signedIn, p.policyUpload)
 	app.Post("/admin/policy/apply", s, p.signedIn, p.policyApply)

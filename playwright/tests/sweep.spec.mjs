@@ -59,6 +59,17 @@ test('every page type fits 390 px and 1440 px in both schemes and passes axe', a
   await page.goto('/runbooks');
   const editURL = await page.locator('tr[data-runbook="CUSTOM_FIRMWARE_UPDATE"] a[href$="/edit"]').first().getAttribute('href');
 
+  // An offer, so that the lease pages show one: a week from tomorrow.
+  const day = new Date();
+  day.setUTCHours(24, 0, 0, 0);
+  await page.goto('/leases/owner');
+  await page.getByLabel(/^Nodes/).fill('demo-00030');
+  await page.getByLabel('From (UTC)').fill(day.toISOString().slice(0, 16));
+  day.setUTCDate(day.getUTCDate() + 7);
+  await page.getByLabel('To (UTC)').fill(day.toISOString().slice(0, 16));
+  await page.getByRole('button', { name: 'Offer', exact: true }).click();
+  await expect(page.locator('main .flash')).toHaveText(/^Offered 1 node/);
+
   const pages = [
     ['node list', '/nodes'],
     ['node list of the wide nodes', '/nodes?q=sweep-'],
@@ -88,6 +99,10 @@ test('every page type fits 390 px and 1440 px in both schemes and passes axe', a
     }],
     ['allocations', '/allocations'],
     ['request form', '/allocations/new'],
+    ['offers', '/offers'],
+    ['my leases', '/leases'],
+    ['offer nodes', '/leases/owner'],
+    ['usage report', '/leases/usage'],
     ['audit', '/audit'],
     ['sessions', '/admin/sessions'],
     ['users', '/admin/users'],

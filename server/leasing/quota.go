@@ -51,15 +51,7 @@ func (s *Service) checkQuota(ctx context.Context, tx *ent.Client, project, skip 
 			next := m.AddDate(0, 1, 0)
 			used := 0.0
 			for _, l := range ls {
-				last := l.EndTime
-				if l.Status == StatusDeleted && l.ExpireTime != nil && l.ExpireTime.Before(last) {
-					// Cancelled: the hours it ran, none if it never did.
-					last = *l.ExpireTime
-					if l.FulfillTime == nil {
-						continue
-					}
-				}
-				used += hoursWithin(l.StartTime, last, m, next)
+				used += NodeHours(l, m, next)
 			}
 			want := hoursWithin(start, end, m, next)
 			if used+want > float64(s.Quota.MaxNodeHours) {
@@ -69,6 +61,20 @@ func (s *Service) checkQuota(ctx context.Context, tx *ent.Client, project, skip 
 		}
 	}
 	return nil
+}
+
+// NodeHours is how many node-hours of lease l fall in [from, to): its
+// window, or for a cancelled lease the hours it ran, none if it never
+// did. Quotas and the portal's usage report count alike with it.
+func NodeHours(l *ent.Lease, from, to time.Time) float64 {
+	last := l.EndTime
+	if l.Status == StatusDeleted && l.ExpireTime != nil && l.ExpireTime.Before(last) {
+		if l.FulfillTime == nil {
+			return 0
+		}
+		last = *l.ExpireTime
+	}
+	return hoursWithin(l.StartTime, last, from, to)
 }
 
 // hoursWithin is how many hours of [start, end) fall in [from, to).
