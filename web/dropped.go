@@ -39,14 +39,15 @@ var actionWords = map[string]string{
 // keepDropped records what a timed-out page sent (Sessions.SaveDropped),
 // for the same person's next sign-in to offer.
 func (p *Portal) keepDropped(c *fiber.Ctx, sess *Session) error {
-	if sess.staleUser == "" {
+	path := c.Path()
+	// Signing in or out is no action to offer again.
+	if sess.staleUser == "" || path == "/login" || path == "/logout" {
 		return nil
 	}
-	path := c.Path()
 	last := path[strings.LastIndex(path, "/")+1:]
 	what, ok := actionWords[last]
 	if !ok {
-		what = "the form you sent"
+		what = "the action you sent"
 	}
 	d := &Dropped{User: sess.staleUser, Path: path, What: what}
 	size := 0

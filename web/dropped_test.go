@@ -87,7 +87,7 @@ func TestDroppedActionOfferedAfterSignIn(t *testing.T) {
 		signInTo(old, "pat", nodePage)
 		_, page, _ := old.do("GET", nodePage, nil)
 		note := droppedForm.FindString(page)
-		if !strings.Contains(note, "the power action you asked for was not done") || !strings.Contains(note, `action="`+nodePage+`/power"`) ||
+		if !strings.Contains(note, "Your session had ended, so the power action was not done.") || !strings.Contains(note, `action="`+nodePage+`/power"`) ||
 			!strings.Contains(note, `name="target" value="`+target+`"`) || !strings.Contains(note, `name="csrf" value="`+old.csrf+`"`) {
 			t.Fatalf("the node page after signing in again does not offer the power action:\n%s", note)
 		}
