@@ -63,7 +63,7 @@ func (p *Portal) keepDropped(c *fiber.Ctx, sess *Session) error {
 		}
 	})
 	if size > droppedMax || strings.HasPrefix(string(c.Request().Header.ContentType()), fiber.MIMEMultipartForm) {
-		d.Refill, d.Fields = true, nil
+		d.Refill = true
 	}
 	if d.Refill {
 		d.Fields = nil

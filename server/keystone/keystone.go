@@ -62,12 +62,12 @@ type Handler struct {
 }
 
 // Register mounts the routes on app. They carry their own credentials:
-// none of the API's authentication runs before them.
+// none of the API's authentication runs before them. The app's routing
+// is not strict, so each also answers with a trailing slash, as
+// keystoneauth and gophercloud send it.
 func (h *Handler) Register(app fiber.Router) {
 	app.Get(Prefix, h.versions)
-	app.Get(Prefix+"/", h.versions)
 	app.Get(Prefix+"/v3", h.version)
-	app.Get(Prefix+"/v3/", h.version)
 	app.Post(Prefix+"/v3/auth/tokens", h.issue)
 }
 

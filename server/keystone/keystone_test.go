@@ -81,8 +81,13 @@ func TestIdentityV3Tokens(t *testing.T) {
 		if r.Status != http.StatusMultipleChoices || !strings.Contains(string(r.Body), srv.URL+"/identity/v3/") {
 			t.Fatalf("GET /identity: %d %s", r.Status, r.Body)
 		}
-		if r = c.Do(t, "GET", "/identity/v3", nil); r.Status != 200 || !strings.Contains(string(r.Body), `"id":"v3.14"`) {
-			t.Fatalf("GET /identity/v3: %d %s", r.Status, r.Body)
+		for _, path := range []string{"/identity/v3", "/identity/v3/"} {
+			if r = c.Do(t, "GET", path, nil); r.Status != 200 || !strings.Contains(string(r.Body), `"id":"v3.14"`) {
+				t.Fatalf("GET %s: %d %s", path, r.Status, r.Body)
+			}
+		}
+		if r = c.Do(t, "GET", "/identity/", nil); r.Status != http.StatusMultipleChoices {
+			t.Fatalf("GET /identity/: %d %s", r.Status, r.Body)
 		}
 
 		// The system admin, system scope.
