@@ -35,6 +35,7 @@ import (
 	"github.com/anvilproject/anvil/ent/nodeevent"
 	"github.com/anvilproject/anvil/ent/nodeinventory"
 	"github.com/anvilproject/anvil/ent/nodescreenshot"
+	"github.com/anvilproject/anvil/ent/notice"
 	"github.com/anvilproject/anvil/ent/offer"
 	"github.com/anvilproject/anvil/ent/policyoverride"
 	"github.com/anvilproject/anvil/ent/port"
@@ -44,6 +45,8 @@ import (
 	"github.com/anvilproject/anvil/ent/runbook"
 	"github.com/anvilproject/anvil/ent/runbookstep"
 	"github.com/anvilproject/anvil/ent/setting"
+	"github.com/anvilproject/anvil/ent/thread"
+	"github.com/anvilproject/anvil/ent/threadpost"
 	"github.com/anvilproject/anvil/ent/trait"
 	"github.com/anvilproject/anvil/ent/user"
 	"github.com/anvilproject/anvil/ent/volumeconnector"
@@ -98,6 +101,8 @@ type Client struct {
 	NodeInventory *NodeInventoryClient
 	// NodeScreenshot is the client for interacting with the NodeScreenshot builders.
 	NodeScreenshot *NodeScreenshotClient
+	// Notice is the client for interacting with the Notice builders.
+	Notice *NoticeClient
 	// Offer is the client for interacting with the Offer builders.
 	Offer *OfferClient
 	// PolicyOverride is the client for interacting with the PolicyOverride builders.
@@ -116,6 +121,10 @@ type Client struct {
 	RunbookStep *RunbookStepClient
 	// Setting is the client for interacting with the Setting builders.
 	Setting *SettingClient
+	// Thread is the client for interacting with the Thread builders.
+	Thread *ThreadClient
+	// ThreadPost is the client for interacting with the ThreadPost builders.
+	ThreadPost *ThreadPostClient
 	// Trait is the client for interacting with the Trait builders.
 	Trait *TraitClient
 	// User is the client for interacting with the User builders.
@@ -157,6 +166,7 @@ func (c *Client) init() {
 	c.NodeEvent = NewNodeEventClient(c.config)
 	c.NodeInventory = NewNodeInventoryClient(c.config)
 	c.NodeScreenshot = NewNodeScreenshotClient(c.config)
+	c.Notice = NewNoticeClient(c.config)
 	c.Offer = NewOfferClient(c.config)
 	c.PolicyOverride = NewPolicyOverrideClient(c.config)
 	c.Port = NewPortClient(c.config)
@@ -166,6 +176,8 @@ func (c *Client) init() {
 	c.Runbook = NewRunbookClient(c.config)
 	c.RunbookStep = NewRunbookStepClient(c.config)
 	c.Setting = NewSettingClient(c.config)
+	c.Thread = NewThreadClient(c.config)
+	c.ThreadPost = NewThreadPostClient(c.config)
 	c.Trait = NewTraitClient(c.config)
 	c.User = NewUserClient(c.config)
 	c.VolumeConnector = NewVolumeConnectorClient(c.config)
@@ -283,6 +295,7 @@ func (c *Client) Tx(ctx context.Context) (*Tx, error) {
 		NodeEvent:          NewNodeEventClient(cfg),
 		NodeInventory:      NewNodeInventoryClient(cfg),
 		NodeScreenshot:     NewNodeScreenshotClient(cfg),
+		Notice:             NewNoticeClient(cfg),
 		Offer:              NewOfferClient(cfg),
 		PolicyOverride:     NewPolicyOverrideClient(cfg),
 		Port:               NewPortClient(cfg),
@@ -292,6 +305,8 @@ func (c *Client) Tx(ctx context.Context) (*Tx, error) {
 		Runbook:            NewRunbookClient(cfg),
 		RunbookStep:        NewRunbookStepClient(cfg),
 		Setting:            NewSettingClient(cfg),
+		Thread:             NewThreadClient(cfg),
+		ThreadPost:         NewThreadPostClient(cfg),
 		Trait:              NewTraitClient(cfg),
 		User:               NewUserClient(cfg),
 		VolumeConnector:    NewVolumeConnectorClient(cfg),
@@ -336,6 +351,7 @@ func (c *Client) BeginTx(ctx context.Context, opts *sql.TxOptions) (*Tx, error) 
 		NodeEvent:          NewNodeEventClient(cfg),
 		NodeInventory:      NewNodeInventoryClient(cfg),
 		NodeScreenshot:     NewNodeScreenshotClient(cfg),
+		Notice:             NewNoticeClient(cfg),
 		Offer:              NewOfferClient(cfg),
 		PolicyOverride:     NewPolicyOverrideClient(cfg),
 		Port:               NewPortClient(cfg),
@@ -345,6 +361,8 @@ func (c *Client) BeginTx(ctx context.Context, opts *sql.TxOptions) (*Tx, error) 
 		Runbook:            NewRunbookClient(cfg),
 		RunbookStep:        NewRunbookStepClient(cfg),
 		Setting:            NewSettingClient(cfg),
+		Thread:             NewThreadClient(cfg),
+		ThreadPost:         NewThreadPostClient(cfg),
 		Trait:              NewTraitClient(cfg),
 		User:               NewUserClient(cfg),
 		VolumeConnector:    NewVolumeConnectorClient(cfg),
@@ -382,10 +400,10 @@ func (c *Client) Use(hooks ...Hook) {
 		c.APIToken, c.Allocation, c.AuditEvent, c.BiosSetting, c.BulkRun, c.Campaign,
 		c.CampaignApproval, c.CampaignNode, c.Chassis, c.Conductor, c.DeployTemplate,
 		c.DeployTemplateStep, c.FirmwareComponent, c.InspectionRule, c.Lease,
-		c.LeaseEvent, c.Node, c.NodeEvent, c.NodeInventory, c.NodeScreenshot, c.Offer,
-		c.PolicyOverride, c.Port, c.PortalSession, c.Portgroup, c.RoleAssignment,
-		c.Runbook, c.RunbookStep, c.Setting, c.Trait, c.User, c.VolumeConnector,
-		c.VolumeTarget, c.WipeRecord,
+		c.LeaseEvent, c.Node, c.NodeEvent, c.NodeInventory, c.NodeScreenshot, c.Notice,
+		c.Offer, c.PolicyOverride, c.Port, c.PortalSession, c.Portgroup,
+		c.RoleAssignment, c.Runbook, c.RunbookStep, c.Setting, c.Thread, c.ThreadPost,
+		c.Trait, c.User, c.VolumeConnector, c.VolumeTarget, c.WipeRecord,
 	} {
 		n.Use(hooks...)
 	}
@@ -398,10 +416,10 @@ func (c *Client) Intercept(interceptors ...Interceptor) {
 		c.APIToken, c.Allocation, c.AuditEvent, c.BiosSetting, c.BulkRun, c.Campaign,
 		c.CampaignApproval, c.CampaignNode, c.Chassis, c.Conductor, c.DeployTemplate,
 		c.DeployTemplateStep, c.FirmwareComponent, c.InspectionRule, c.Lease,
-		c.LeaseEvent, c.Node, c.NodeEvent, c.NodeInventory, c.NodeScreenshot, c.Offer,
-		c.PolicyOverride, c.Port, c.PortalSession, c.Portgroup, c.RoleAssignment,
-		c.Runbook, c.RunbookStep, c.Setting, c.Trait, c.User, c.VolumeConnector,
-		c.VolumeTarget, c.WipeRecord,
+		c.LeaseEvent, c.Node, c.NodeEvent, c.NodeInventory, c.NodeScreenshot, c.Notice,
+		c.Offer, c.PolicyOverride, c.Port, c.PortalSession, c.Portgroup,
+		c.RoleAssignment, c.Runbook, c.RunbookStep, c.Setting, c.Thread, c.ThreadPost,
+		c.Trait, c.User, c.VolumeConnector, c.VolumeTarget, c.WipeRecord,
 	} {
 		n.Intercept(interceptors...)
 	}
@@ -450,6 +468,8 @@ func (c *Client) Mutate(ctx context.Context, m Mutation) (Value, error) {
 		return c.NodeInventory.mutate(ctx, m)
 	case *NodeScreenshotMutation:
 		return c.NodeScreenshot.mutate(ctx, m)
+	case *NoticeMutation:
+		return c.Notice.mutate(ctx, m)
 	case *OfferMutation:
 		return c.Offer.mutate(ctx, m)
 	case *PolicyOverrideMutation:
@@ -468,6 +488,10 @@ func (c *Client) Mutate(ctx context.Context, m Mutation) (Value, error) {
 		return c.RunbookStep.mutate(ctx, m)
 	case *SettingMutation:
 		return c.Setting.mutate(ctx, m)
+	case *ThreadMutation:
+		return c.Thread.mutate(ctx, m)
+	case *ThreadPostMutation:
+		return c.ThreadPost.mutate(ctx, m)
 	case *TraitMutation:
 		return c.Trait.mutate(ctx, m)
 	case *UserMutation:
@@ -3511,6 +3535,139 @@ func (c *NodeScreenshotClient) mutate(ctx context.Context, m *NodeScreenshotMuta
 	}
 }
 
+// NoticeClient is a client for the Notice schema.
+type NoticeClient struct {
+	config
+}
+
+// NewNoticeClient returns a client for the Notice from the given config.
+func NewNoticeClient(c config) *NoticeClient {
+	return &NoticeClient{config: c}
+}
+
+// Use adds a list of mutation hooks to the hooks stack.
+// A call to `Use(f, g, h)` equals to `notice.Hooks(f(g(h())))`.
+func (c *NoticeClient) Use(hooks ...Hook) {
+	c.hooks.Notice = append(c.hooks.Notice, hooks...)
+}
+
+// Intercept adds a list of query interceptors to the interceptors stack.
+// A call to `Intercept(f, g, h)` equals to `notice.Intercept(f(g(h())))`.
+func (c *NoticeClient) Intercept(interceptors ...Interceptor) {
+	c.inters.Notice = append(c.inters.Notice, interceptors...)
+}
+
+// Create returns a builder for creating a Notice entity.
+func (c *NoticeClient) Create() *NoticeCreate {
+	mutation := newNoticeMutation(c.config, OpCreate)
+	return &NoticeCreate{config: c.config, hooks: c.Hooks(), mutation: mutation}
+}
+
+// CreateBulk returns a builder for creating a bulk of Notice entities.
+func (c *NoticeClient) CreateBulk(builders ...*NoticeCreate) *NoticeCreateBulk {
+	return &NoticeCreateBulk{config: c.config, builders: builders}
+}
+
+// MapCreateBulk creates a bulk creation builder from the given slice. For each item in the slice, the function creates
+// a builder and applies setFunc on it.
+func (c *NoticeClient) MapCreateBulk(slice any, setFunc func(*NoticeCreate, int)) *NoticeCreateBulk {
+	rv := reflect.ValueOf(slice)
+	if rv.Kind() != reflect.Slice {
+		return &NoticeCreateBulk{err: fmt.Errorf("calling to NoticeClient.MapCreateBulk with wrong type %T, need slice", slice)}
+	}
+	builders := make([]*NoticeCreate, rv.Len())
+	for i := 0; i < rv.Len(); i++ {
+		builders[i] = c.Create()
+		setFunc(builders[i], i)
+	}
+	return &NoticeCreateBulk{config: c.config, builders: builders}
+}
+
+// Update returns an update builder for Notice.
+func (c *NoticeClient) Update() *NoticeUpdate {
+	mutation := newNoticeMutation(c.config, OpUpdate)
+	return &NoticeUpdate{config: c.config, hooks: c.Hooks(), mutation: mutation}
+}
+
+// UpdateOne returns an update builder for the given entity.
+func (c *NoticeClient) UpdateOne(_m *Notice) *NoticeUpdateOne {
+	mutation := newNoticeMutation(c.config, OpUpdateOne, withNotice(_m))
+	return &NoticeUpdateOne{config: c.config, hooks: c.Hooks(), mutation: mutation}
+}
+
+// UpdateOneID returns an update builder for the given id.
+func (c *NoticeClient) UpdateOneID(id int) *NoticeUpdateOne {
+	mutation := newNoticeMutation(c.config, OpUpdateOne, withNoticeID(id))
+	return &NoticeUpdateOne{config: c.config, hooks: c.Hooks(), mutation: mutation}
+}
+
+// Delete returns a delete builder for Notice.
+func (c *NoticeClient) Delete() *NoticeDelete {
+	mutation := newNoticeMutation(c.config, OpDelete)
+	return &NoticeDelete{config: c.config, hooks: c.Hooks(), mutation: mutation}
+}
+
+// DeleteOne returns a builder for deleting the given entity.
+func (c *NoticeClient) DeleteOne(_m *Notice) *NoticeDeleteOne {
+	return c.DeleteOneID(_m.ID)
+}
+
+// DeleteOneID returns a builder for deleting the given entity by its id.
+func (c *NoticeClient) DeleteOneID(id int) *NoticeDeleteOne {
+	builder := c.Delete().Where(notice.ID(id))
+	builder.mutation.id = &id
+	builder.mutation.op = OpDeleteOne
+	return &NoticeDeleteOne{builder}
+}
+
+// Query returns a query builder for Notice.
+func (c *NoticeClient) Query() *NoticeQuery {
+	return &NoticeQuery{
+		config: c.config,
+		ctx:    &QueryContext{Type: TypeNotice},
+		inters: c.Interceptors(),
+	}
+}
+
+// Get returns a Notice entity by its id.
+func (c *NoticeClient) Get(ctx context.Context, id int) (*Notice, error) {
+	return c.Query().Where(notice.ID(id)).Only(ctx)
+}
+
+// GetX is like Get, but panics if an error occurs.
+func (c *NoticeClient) GetX(ctx context.Context, id int) *Notice {
+	obj, err := c.Get(ctx, id)
+	if err != nil {
+		panic(err)
+	}
+	return obj
+}
+
+// Hooks returns the client hooks.
+func (c *NoticeClient) Hooks() []Hook {
+	return c.hooks.Notice
+}
+
+// Interceptors returns the client interceptors.
+func (c *NoticeClient) Interceptors() []Interceptor {
+	return c.inters.Notice
+}
+
+func (c *NoticeClient) mutate(ctx context.Context, m *NoticeMutation) (Value, error) {
+	switch m.Op() {
+	case OpCreate:
+		return (&NoticeCreate{config: c.config, hooks: c.Hooks(), mutation: m}).Save(ctx)
+	case OpUpdate:
+		return (&NoticeUpdate{config: c.config, hooks: c.Hooks(), mutation: m}).Save(ctx)
+	case OpUpdateOne:
+		return (&NoticeUpdateOne{config: c.config, hooks: c.Hooks(), mutation: m}).Save(ctx)
+	case OpDelete, OpDeleteOne:
+		return (&NoticeDelete{config: c.config, hooks: c.Hooks(), mutation: m}).Exec(ctx)
+	default:
+		return nil, fmt.Errorf("ent: unknown Notice mutation op: %q", m.Op())
+	}
+}
+
 // OfferClient is a client for the Offer schema.
 type OfferClient struct {
 	config
@@ -4820,6 +4977,272 @@ func (c *SettingClient) mutate(ctx context.Context, m *SettingMutation) (Value, 
 	}
 }
 
+// ThreadClient is a client for the Thread schema.
+type ThreadClient struct {
+	config
+}
+
+// NewThreadClient returns a client for the Thread from the given config.
+func NewThreadClient(c config) *ThreadClient {
+	return &ThreadClient{config: c}
+}
+
+// Use adds a list of mutation hooks to the hooks stack.
+// A call to `Use(f, g, h)` equals to `thread.Hooks(f(g(h())))`.
+func (c *ThreadClient) Use(hooks ...Hook) {
+	c.hooks.Thread = append(c.hooks.Thread, hooks...)
+}
+
+// Intercept adds a list of query interceptors to the interceptors stack.
+// A call to `Intercept(f, g, h)` equals to `thread.Intercept(f(g(h())))`.
+func (c *ThreadClient) Intercept(interceptors ...Interceptor) {
+	c.inters.Thread = append(c.inters.Thread, interceptors...)
+}
+
+// Create returns a builder for creating a Thread entity.
+func (c *ThreadClient) Create() *ThreadCreate {
+	mutation := newThreadMutation(c.config, OpCreate)
+	return &ThreadCreate{config: c.config, hooks: c.Hooks(), mutation: mutation}
+}
+
+// CreateBulk returns a builder for creating a bulk of Thread entities.
+func (c *ThreadClient) CreateBulk(builders ...*ThreadCreate) *ThreadCreateBulk {
+	return &ThreadCreateBulk{config: c.config, builders: builders}
+}
+
+// MapCreateBulk creates a bulk creation builder from the given slice. For each item in the slice, the function creates
+// a builder and applies setFunc on it.
+func (c *ThreadClient) MapCreateBulk(slice any, setFunc func(*ThreadCreate, int)) *ThreadCreateBulk {
+	rv := reflect.ValueOf(slice)
+	if rv.Kind() != reflect.Slice {
+		return &ThreadCreateBulk{err: fmt.Errorf("calling to ThreadClient.MapCreateBulk with wrong type %T, need slice", slice)}
+	}
+	builders := make([]*ThreadCreate, rv.Len())
+	for i := 0; i < rv.Len(); i++ {
+		builders[i] = c.Create()
+		setFunc(builders[i], i)
+	}
+	return &ThreadCreateBulk{config: c.config, builders: builders}
+}
+
+// Update returns an update builder for Thread.
+func (c *ThreadClient) Update() *ThreadUpdate {
+	mutation := newThreadMutation(c.config, OpUpdate)
+	return &ThreadUpdate{config: c.config, hooks: c.Hooks(), mutation: mutation}
+}
+
+// UpdateOne returns an update builder for the given entity.
+func (c *ThreadClient) UpdateOne(_m *Thread) *ThreadUpdateOne {
+	mutation := newThreadMutation(c.config, OpUpdateOne, withThread(_m))
+	return &ThreadUpdateOne{config: c.config, hooks: c.Hooks(), mutation: mutation}
+}
+
+// UpdateOneID returns an update builder for the given id.
+func (c *ThreadClient) UpdateOneID(id int) *ThreadUpdateOne {
+	mutation := newThreadMutation(c.config, OpUpdateOne, withThreadID(id))
+	return &ThreadUpdateOne{config: c.config, hooks: c.Hooks(), mutation: mutation}
+}
+
+// Delete returns a delete builder for Thread.
+func (c *ThreadClient) Delete() *ThreadDelete {
+	mutation := newThreadMutation(c.config, OpDelete)
+	return &ThreadDelete{config: c.config, hooks: c.Hooks(), mutation: mutation}
+}
+
+// DeleteOne returns a builder for deleting the given entity.
+func (c *ThreadClient) DeleteOne(_m *Thread) *ThreadDeleteOne {
+	return c.DeleteOneID(_m.ID)
+}
+
+// DeleteOneID returns a builder for deleting the given entity by its id.
+func (c *ThreadClient) DeleteOneID(id int) *ThreadDeleteOne {
+	builder := c.Delete().Where(thread.ID(id))
+	builder.mutation.id = &id
+	builder.mutation.op = OpDeleteOne
+	return &ThreadDeleteOne{builder}
+}
+
+// Query returns a query builder for Thread.
+func (c *ThreadClient) Query() *ThreadQuery {
+	return &ThreadQuery{
+		config: c.config,
+		ctx:    &QueryContext{Type: TypeThread},
+		inters: c.Interceptors(),
+	}
+}
+
+// Get returns a Thread entity by its id.
+func (c *ThreadClient) Get(ctx context.Context, id int) (*Thread, error) {
+	return c.Query().Where(thread.ID(id)).Only(ctx)
+}
+
+// GetX is like Get, but panics if an error occurs.
+func (c *ThreadClient) GetX(ctx context.Context, id int) *Thread {
+	obj, err := c.Get(ctx, id)
+	if err != nil {
+		panic(err)
+	}
+	return obj
+}
+
+// Hooks returns the client hooks.
+func (c *ThreadClient) Hooks() []Hook {
+	return c.hooks.Thread
+}
+
+// Interceptors returns the client interceptors.
+func (c *ThreadClient) Interceptors() []Interceptor {
+	return c.inters.Thread
+}
+
+func (c *ThreadClient) mutate(ctx context.Context, m *ThreadMutation) (Value, error) {
+	switch m.Op() {
+	case OpCreate:
+		return (&ThreadCreate{config: c.config, hooks: c.Hooks(), mutation: m}).Save(ctx)
+	case OpUpdate:
+		return (&ThreadUpdate{config: c.config, hooks: c.Hooks(), mutation: m}).Save(ctx)
+	case OpUpdateOne:
+		return (&ThreadUpdateOne{config: c.config, hooks: c.Hooks(), mutation: m}).Save(ctx)
+	case OpDelete, OpDeleteOne:
+		return (&ThreadDelete{config: c.config, hooks: c.Hooks(), mutation: m}).Exec(ctx)
+	default:
+		return nil, fmt.Errorf("ent: unknown Thread mutation op: %q", m.Op())
+	}
+}
+
+// ThreadPostClient is a client for the ThreadPost schema.
+type ThreadPostClient struct {
+	config
+}
+
+// NewThreadPostClient returns a client for the ThreadPost from the given config.
+func NewThreadPostClient(c config) *ThreadPostClient {
+	return &ThreadPostClient{config: c}
+}
+
+// Use adds a list of mutation hooks to the hooks stack.
+// A call to `Use(f, g, h)` equals to `threadpost.Hooks(f(g(h())))`.
+func (c *ThreadPostClient) Use(hooks ...Hook) {
+	c.hooks.ThreadPost = append(c.hooks.ThreadPost, hooks...)
+}
+
+// Intercept adds a list of query interceptors to the interceptors stack.
+// A call to `Intercept(f, g, h)` equals to `threadpost.Intercept(f(g(h())))`.
+func (c *ThreadPostClient) Intercept(interceptors ...Interceptor) {
+	c.inters.ThreadPost = append(c.inters.ThreadPost, interceptors...)
+}
+
+// Create returns a builder for creating a ThreadPost entity.
+func (c *ThreadPostClient) Create() *ThreadPostCreate {
+	mutation := newThreadPostMutation(c.config, OpCreate)
+	return &ThreadPostCreate{config: c.config, hooks: c.Hooks(), mutation: mutation}
+}
+
+// CreateBulk returns a builder for creating a bulk of ThreadPost entities.
+func (c *ThreadPostClient) CreateBulk(builders ...*ThreadPostCreate) *ThreadPostCreateBulk {
+	return &ThreadPostCreateBulk{config: c.config, builders: builders}
+}
+
+// MapCreateBulk creates a bulk creation builder from the given slice. For each item in the slice, the function creates
+// a builder and applies setFunc on it.
+func (c *ThreadPostClient) MapCreateBulk(slice any, setFunc func(*ThreadPostCreate, int)) *ThreadPostCreateBulk {
+	rv := reflect.ValueOf(slice)
+	if rv.Kind() != reflect.Slice {
+		return &ThreadPostCreateBulk{err: fmt.Errorf("calling to ThreadPostClient.MapCreateBulk with wrong type %T, need slice", slice)}
+	}
+	builders := make([]*ThreadPostCreate, rv.Len())
+	for i := 0; i < rv.Len(); i++ {
+		builders[i] = c.Create()
+		setFunc(builders[i], i)
+	}
+	return &ThreadPostCreateBulk{config: c.config, builders: builders}
+}
+
+// Update returns an update builder for ThreadPost.
+func (c *ThreadPostClient) Update() *ThreadPostUpdate {
+	mutation := newThreadPostMutation(c.config, OpUpdate)
+	return &ThreadPostUpdate{config: c.config, hooks: c.Hooks(), mutation: mutation}
+}
+
+// UpdateOne returns an update builder for the given entity.
+func (c *ThreadPostClient) UpdateOne(_m *ThreadPost) *ThreadPostUpdateOne {
+	mutation := newThreadPostMutation(c.config, OpUpdateOne, withThreadPost(_m))
+	return &ThreadPostUpdateOne{config: c.config, hooks: c.Hooks(), mutation: mutation}
+}
+
+// UpdateOneID returns an update builder for the given id.
+func (c *ThreadPostClient) UpdateOneID(id int) *ThreadPostUpdateOne {
+	mutation := newThreadPostMutation(c.config, OpUpdateOne, withThreadPostID(id))
+	return &ThreadPostUpdateOne{config: c.config, hooks: c.Hooks(), mutation: mutation}
+}
+
+// Delete returns a delete builder for ThreadPost.
+func (c *ThreadPostClient) Delete() *ThreadPostDelete {
+	mutation := newThreadPostMutation(c.config, OpDelete)
+	return &ThreadPostDelete{config: c.config, hooks: c.Hooks(), mutation: mutation}
+}
+
+// DeleteOne returns a builder for deleting the given entity.
+func (c *ThreadPostClient) DeleteOne(_m *ThreadPost) *ThreadPostDeleteOne {
+	return c.DeleteOneID(_m.ID)
+}
+
+// DeleteOneID returns a builder for deleting the given entity by its id.
+func (c *ThreadPostClient) DeleteOneID(id int) *ThreadPostDeleteOne {
+	builder := c.Delete().Where(threadpost.ID(id))
+	builder.mutation.id = &id
+	builder.mutation.op = OpDeleteOne
+	return &ThreadPostDeleteOne{builder}
+}
+
+// Query returns a query builder for ThreadPost.
+func (c *ThreadPostClient) Query() *ThreadPostQuery {
+	return &ThreadPostQuery{
+		config: c.config,
+		ctx:    &QueryContext{Type: TypeThreadPost},
+		inters: c.Interceptors(),
+	}
+}
+
+// Get returns a ThreadPost entity by its id.
+func (c *ThreadPostClient) Get(ctx context.Context, id int) (*ThreadPost, error) {
+	return c.Query().Where(threadpost.ID(id)).Only(ctx)
+}
+
+// GetX is like Get, but panics if an error occurs.
+func (c *ThreadPostClient) GetX(ctx context.Context, id int) *ThreadPost {
+	obj, err := c.Get(ctx, id)
+	if err != nil {
+		panic(err)
+	}
+	return obj
+}
+
+// Hooks returns the client hooks.
+func (c *ThreadPostClient) Hooks() []Hook {
+	return c.hooks.ThreadPost
+}
+
+// Interceptors returns the client interceptors.
+func (c *ThreadPostClient) Interceptors() []Interceptor {
+	return c.inters.ThreadPost
+}
+
+func (c *ThreadPostClient) mutate(ctx context.Context, m *ThreadPostMutation) (Value, error) {
+	switch m.Op() {
+	case OpCreate:
+		return (&ThreadPostCreate{config: c.config, hooks: c.Hooks(), mutation: m}).Save(ctx)
+	case OpUpdate:
+		return (&ThreadPostUpdate{config: c.config, hooks: c.Hooks(), mutation: m}).Save(ctx)
+	case OpUpdateOne:
+		return (&ThreadPostUpdateOne{config: c.config, hooks: c.Hooks(), mutation: m}).Save(ctx)
+	case OpDelete, OpDeleteOne:
+		return (&ThreadPostDelete{config: c.config, hooks: c.Hooks(), mutation: m}).Exec(ctx)
+	default:
+		return nil, fmt.Errorf("ent: unknown ThreadPost mutation op: %q", m.Op())
+	}
+}
+
 // TraitClient is a client for the Trait schema.
 type TraitClient struct {
 	config
@@ -5571,17 +5994,19 @@ type (
 		APIToken, Allocation, AuditEvent, BiosSetting, BulkRun, Campaign,
 		CampaignApproval, CampaignNode, Chassis, Conductor, DeployTemplate,
 		DeployTemplateStep, FirmwareComponent, InspectionRule, Lease, LeaseEvent, Node,
-		NodeEvent, NodeInventory, NodeScreenshot, Offer, PolicyOverride, Port,
-		PortalSession, Portgroup, RoleAssignment, Runbook, RunbookStep, Setting, Trait,
-		User, VolumeConnector, VolumeTarget, WipeRecord []ent.Hook
+		NodeEvent, NodeInventory, NodeScreenshot, Notice, Offer, PolicyOverride, Port,
+		PortalSession, Portgroup, RoleAssignment, Runbook, RunbookStep, Setting,
+		Thread, ThreadPost, Trait, User, VolumeConnector, VolumeTarget,
+		WipeRecord []ent.Hook
 	}
 	inters struct {
 		APIToken, Allocation, AuditEvent, BiosSetting, BulkRun, Campaign,
 		CampaignApproval, CampaignNode, Chassis, Conductor, DeployTemplate,
 		DeployTemplateStep, FirmwareComponent, InspectionRule, Lease, LeaseEvent, Node,
-		NodeEvent, NodeInventory, NodeScreenshot, Offer, PolicyOverride, Port,
-		PortalSession, Portgroup, RoleAssignment, Runbook, RunbookStep, Setting, Trait,
-		User, VolumeConnector, VolumeTarget, WipeRecord []ent.Interceptor
+		NodeEvent, NodeInventory, NodeScreenshot, Notice, Offer, PolicyOverride, Port,
+		PortalSession, Portgroup, RoleAssignment, Runbook, RunbookStep, Setting,
+		Thread, ThreadPost, Trait, User, VolumeConnector, VolumeTarget,
+		WipeRecord []ent.Interceptor
 	}
 )
 

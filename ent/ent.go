@@ -32,6 +32,7 @@ import (
 	"github.com/anvilproject/anvil/ent/nodeevent"
 	"github.com/anvilproject/anvil/ent/nodeinventory"
 	"github.com/anvilproject/anvil/ent/nodescreenshot"
+	"github.com/anvilproject/anvil/ent/notice"
 	"github.com/anvilproject/anvil/ent/offer"
 	"github.com/anvilproject/anvil/ent/policyoverride"
 	"github.com/anvilproject/anvil/ent/port"
@@ -41,6 +42,8 @@ import (
 	"github.com/anvilproject/anvil/ent/runbook"
 	"github.com/anvilproject/anvil/ent/runbookstep"
 	"github.com/anvilproject/anvil/ent/setting"
+	"github.com/anvilproject/anvil/ent/thread"
+	"github.com/anvilproject/anvil/ent/threadpost"
 	"github.com/anvilproject/anvil/ent/trait"
 	"github.com/anvilproject/anvil/ent/user"
 	"github.com/anvilproject/anvil/ent/volumeconnector"
@@ -126,6 +129,7 @@ func checkColumn(t, c string) error {
 			nodeevent.Table:          nodeevent.ValidColumn,
 			nodeinventory.Table:      nodeinventory.ValidColumn,
 			nodescreenshot.Table:     nodescreenshot.ValidColumn,
+			notice.Table:             notice.ValidColumn,
 			offer.Table:              offer.ValidColumn,
 			policyoverride.Table:     policyoverride.ValidColumn,
 			port.Table:               port.ValidColumn,
@@ -135,6 +139,8 @@ func checkColumn(t, c string) error {
 			runbook.Table:            runbook.ValidColumn,
 			runbookstep.Table:        runbookstep.ValidColumn,
 			setting.Table:            setting.ValidColumn,
+			thread.Table:             thread.ValidColumn,
+			threadpost.Table:         threadpost.ValidColumn,
 			trait.Table:              trait.ValidColumn,
 			user.Table:               user.ValidColumn,
 			volumeconnector.Table:    volumeconnector.ValidColumn,

@@ -31,6 +31,7 @@ import (
 	"github.com/anvilproject/anvil/ent/nodeevent"
 	"github.com/anvilproject/anvil/ent/nodeinventory"
 	"github.com/anvilproject/anvil/ent/nodescreenshot"
+	"github.com/anvilproject/anvil/ent/notice"
 	"github.com/anvilproject/anvil/ent/offer"
 	"github.com/anvilproject/anvil/ent/policyoverride"
 	"github.com/anvilproject/anvil/ent/port"
@@ -41,6 +42,8 @@ import (
 	"github.com/anvilproject/anvil/ent/runbook"
 	"github.com/anvilproject/anvil/ent/runbookstep"
 	"github.com/anvilproject/anvil/ent/setting"
+	"github.com/anvilproject/anvil/ent/thread"
+	"github.com/anvilproject/anvil/ent/threadpost"
 	"github.com/anvilproject/anvil/ent/trait"
 	"github.com/anvilproject/anvil/ent/user"
 	"github.com/anvilproject/anvil/ent/volumeconnector"
@@ -77,6 +80,7 @@ const (
 	TypeNodeEvent          = "NodeEvent"
 	TypeNodeInventory      = "NodeInventory"
 	TypeNodeScreenshot     = "NodeScreenshot"
+	TypeNotice             = "Notice"
 	TypeOffer              = "Offer"
 	TypePolicyOverride     = "PolicyOverride"
 	TypePort               = "Port"
@@ -86,6 +90,8 @@ const (
 	TypeRunbook            = "Runbook"
 	TypeRunbookStep        = "RunbookStep"
 	TypeSetting            = "Setting"
+	TypeThread             = "Thread"
+	TypeThreadPost         = "ThreadPost"
 	TypeTrait              = "Trait"
 	TypeUser               = "User"
 	TypeVolumeConnector    = "VolumeConnector"
@@ -23026,6 +23032,1038 @@ func (m *NodeScreenshotMutation) ResetEdge(name string) error {
 	return fmt.Errorf("unknown NodeScreenshot edge %s", name)
 }
 
+// NoticeMutation represents an operation that mutates the Notice nodes in the graph.
+type NoticeMutation struct {
+	config
+	op            Op
+	typ           string
+	id            *int
+	uuid          *string
+	project       *string
+	kind          *string
+	key           *string
+	subject       *string
+	body          *string
+	node_uuid     *string
+	lease_uuid    *string
+	thread_uuid   *string
+	created_at    *time.Time
+	read_at       *time.Time
+	mail_to       *[]string
+	appendmail_to []string
+	mail          *string
+	clearedFields map[string]struct{}
+	done          bool
+	oldValue      func(context.Context) (*Notice, error)
+	predicates    []predicate.Notice
+}
+
+var _ ent.Mutation = (*NoticeMutation)(nil)
+
+// noticeOption allows management of the mutation configuration using functional options.
+type noticeOption func(*NoticeMutation)
+
+// newNoticeMutation creates new mutation for the Notice entity.
+func newNoticeMutation(c config, op Op, opts ...noticeOption) *NoticeMutation {
+	m := &NoticeMutation{
+		config:        c,
+		op:            op,
+		typ:           TypeNotice,
+		clearedFields: make(map[string]struct{}),
+	}
+	for _, opt := range opts {
+		opt(m)
+	}
+	return m
+}
+
+// withNoticeID sets the ID field of the mutation.
+func withNoticeID(id int) noticeOption {
+	return func(m *NoticeMutation) {
+		var (
+			err   error
+			once  sync.Once
+			value *Notice
+		)
+		m.oldValue = func(ctx context.Context) (*Notice, error) {
+			once.Do(func() {
+				if m.done {
+					err = errors.New("querying old values post mutation is not allowed")
+				} else {
+					value, err = m.Client().Notice.Get(ctx, id)
+				}
+			})
+			return value, err
+		}
+		m.id = &id
+	}
+}
+
+// withNotice sets the old Notice of the mutation.
+func withNotice(node *Notice) noticeOption {
+	return func(m *NoticeMutation) {
+		m.oldValue = func(context.Context) (*Notice, error) {
+			return node, nil
+		}
+		m.id = &node.ID
+	}
+}
+
+// Client returns a new `ent.Client` from the mutation. If the mutation was
+// executed in a transaction (ent.Tx), a transactional client is returned.
+func (m NoticeMutation) Client() *Client {
+	client := &Client{config: m.config}
+	client.init()
+	return client
+}
+
+// Tx returns an `ent.Tx` for mutations that were executed in transactions;
+// it returns an error otherwise.
+func (m NoticeMutation) Tx() (*Tx, error) {
+	if _, ok := m.driver.(*txDriver); !ok {
+		return nil, errors.New("ent: mutation is not running in a transaction")
+	}
+	tx := &Tx{config: m.config}
+	tx.init()
+	return tx, nil
+}
+
+// ID returns the ID value in the mutation. Note that the ID is only available
+// if it was provided to the builder or after it was returned from the database.
+func (m *NoticeMutation) ID() (id int, exists bool) {
+	if m.id == nil {
+		return
+	}
+	return *m.id, true
+}
+
+// IDs queries the database and returns the entity ids that match the mutation's predicate.
+// That means, if the mutation is applied within a transaction with an isolation level such
+// as sql.LevelSerializable, the returned ids match the ids of the rows that will be updated
+// or updated by the mutation.
+func (m *NoticeMutation) IDs(ctx context.Context) ([]int, error) {
+	switch {
+	case m.op.Is(OpUpdateOne | OpDeleteOne):
+		id, exists := m.ID()
+		if exists {
+			return []int{id}, nil
+		}
+		fallthrough
+	case m.op.Is(OpUpdate | OpDelete):
+		return m.Client().Notice.Query().Where(m.predicates...).IDs(ctx)
+	default:
+		return nil, fmt.Errorf("IDs is not allowed on %s operations", m.op)
+	}
+}
+
+// SetUUID sets the "uuid" field.
+func (m *NoticeMutation) SetUUID(s string) {
+	m.uuid = &s
+}
+
+// UUID returns the value of the "uuid" field in the mutation.
+func (m *NoticeMutation) UUID() (r string, exists bool) {
+	v := m.uuid
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldUUID returns the old "uuid" field's value of the Notice entity.
+// If the Notice object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *NoticeMutation) OldUUID(ctx context.Context) (v string, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldUUID is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldUUID requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldUUID: %w", err)
+	}
+	return oldValue.UUID, nil
+}
+
+// ResetUUID resets all changes to the "uuid" field.
+func (m *NoticeMutation) ResetUUID() {
+	m.uuid = nil
+}
+
+// SetProject sets the "project" field.
+func (m *NoticeMutation) SetProject(s string) {
+	m.project = &s
+}
+
+// Project returns the value of the "project" field in the mutation.
+func (m *NoticeMutation) Project() (r string, exists bool) {
+	v := m.project
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldProject returns the old "project" field's value of the Notice entity.
+// If the Notice object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *NoticeMutation) OldProject(ctx context.Context) (v string, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldProject is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldProject requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldProject: %w", err)
+	}
+	return oldValue.Project, nil
+}
+
+// ResetProject resets all changes to the "project" field.
+func (m *NoticeMutation) ResetProject() {
+	m.project = nil
+}
+
+// SetKind sets the "kind" field.
+func (m *NoticeMutation) SetKind(s string) {
+	m.kind = &s
+}
+
+// Kind returns the value of the "kind" field in the mutation.
+func (m *NoticeMutation) Kind() (r string, exists bool) {
+	v := m.kind
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldKind returns the old "kind" field's value of the Notice entity.
+// If the Notice object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *NoticeMutation) OldKind(ctx context.Context) (v string, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldKind is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldKind requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldKind: %w", err)
+	}
+	return oldValue.Kind, nil
+}
+
+// ResetKind resets all changes to the "kind" field.
+func (m *NoticeMutation) ResetKind() {
+	m.kind = nil
+}
+
+// SetKey sets the "key" field.
+func (m *NoticeMutation) SetKey(s string) {
+	m.key = &s
+}
+
+// Key returns the value of the "key" field in the mutation.
+func (m *NoticeMutation) Key() (r string, exists bool) {
+	v := m.key
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldKey returns the old "key" field's value of the Notice entity.
+// If the Notice object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *NoticeMutation) OldKey(ctx context.Context) (v string, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldKey is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldKey requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldKey: %w", err)
+	}
+	return oldValue.Key, nil
+}
+
+// ResetKey resets all changes to the "key" field.
+func (m *NoticeMutation) ResetKey() {
+	m.key = nil
+}
+
+// SetSubject sets the "subject" field.
+func (m *NoticeMutation) SetSubject(s string) {
+	m.subject = &s
+}
+
+// Subject returns the value of the "subject" field in the mutation.
+func (m *NoticeMutation) Subject() (r string, exists bool) {
+	v := m.subject
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldSubject returns the old "subject" field's value of the Notice entity.
+// If the Notice object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *NoticeMutation) OldSubject(ctx context.Context) (v string, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldSubject is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldSubject requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldSubject: %w", err)
+	}
+	return oldValue.Subject, nil
+}
+
+// ResetSubject resets all changes to the "subject" field.
+func (m *NoticeMutation) ResetSubject() {
+	m.subject = nil
+}
+
+// SetBody sets the "body" field.
+func (m *NoticeMutation) SetBody(s string) {
+	m.body = &s
+}
+
+// Body returns the value of the "body" field in the mutation.
+func (m *NoticeMutation) Body() (r string, exists bool) {
+	v := m.body
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldBody returns the old "body" field's value of the Notice entity.
+// If the Notice object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *NoticeMutation) OldBody(ctx context.Context) (v string, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldBody is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldBody requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldBody: %w", err)
+	}
+	return oldValue.Body, nil
+}
+
+// ResetBody resets all changes to the "body" field.
+func (m *NoticeMutation) ResetBody() {
+	m.body = nil
+}
+
+// SetNodeUUID sets the "node_uuid" field.
+func (m *NoticeMutation) SetNodeUUID(s string) {
+	m.node_uuid = &s
+}
+
+// NodeUUID returns the value of the "node_uuid" field in the mutation.
+func (m *NoticeMutation) NodeUUID() (r string, exists bool) {
+	v := m.node_uuid
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldNodeUUID returns the old "node_uuid" field's value of the Notice entity.
+// If the Notice object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *NoticeMutation) OldNodeUUID(ctx context.Context) (v string, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldNodeUUID is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldNodeUUID requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldNodeUUID: %w", err)
+	}
+	return oldValue.NodeUUID, nil
+}
+
+// ResetNodeUUID resets all changes to the "node_uuid" field.
+func (m *NoticeMutation) ResetNodeUUID() {
+	m.node_uuid = nil
+}
+
+// SetLeaseUUID sets the "lease_uuid" field.
+func (m *NoticeMutation) SetLeaseUUID(s string) {
+	m.lease_uuid = &s
+}
+
+// LeaseUUID returns the value of the "lease_uuid" field in the mutation.
+func (m *NoticeMutation) LeaseUUID() (r string, exists bool) {
+	v := m.lease_uuid
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldLeaseUUID returns the old "lease_uuid" field's value of the Notice entity.
+// If the Notice object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *NoticeMutation) OldLeaseUUID(ctx context.Context) (v string, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldLeaseUUID is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldLeaseUUID requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldLeaseUUID: %w", err)
+	}
+	return oldValue.LeaseUUID, nil
+}
+
+// ResetLeaseUUID resets all changes to the "lease_uuid" field.
+func (m *NoticeMutation) ResetLeaseUUID() {
+	m.lease_uuid = nil
+}
+
+// SetThreadUUID sets the "thread_uuid" field.
+func (m *NoticeMutation) SetThreadUUID(s string) {
+	m.thread_uuid = &s
+}
+
+// ThreadUUID returns the value of the "thread_uuid" field in the mutation.
+func (m *NoticeMutation) ThreadUUID() (r string, exists bool) {
+	v := m.thread_uuid
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldThreadUUID returns the old "thread_uuid" field's value of the Notice entity.
+// If the Notice object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *NoticeMutation) OldThreadUUID(ctx context.Context) (v string, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldThreadUUID is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldThreadUUID requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldThreadUUID: %w", err)
+	}
+	return oldValue.ThreadUUID, nil
+}
+
+// ResetThreadUUID resets all changes to the "thread_uuid" field.
+func (m *NoticeMutation) ResetThreadUUID() {
+	m.thread_uuid = nil
+}
+
+// SetCreatedAt sets the "created_at" field.
+func (m *NoticeMutation) SetCreatedAt(t time.Time) {
+	m.created_at = &t
+}
+
+// CreatedAt returns the value of the "created_at" field in the mutation.
+func (m *NoticeMutation) CreatedAt() (r time.Time, exists bool) {
+	v := m.created_at
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldCreatedAt returns the old "created_at" field's value of the Notice entity.
+// If the Notice object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *NoticeMutation) OldCreatedAt(ctx context.Context) (v time.Time, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldCreatedAt is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldCreatedAt requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldCreatedAt: %w", err)
+	}
+	return oldValue.CreatedAt, nil
+}
+
+// ResetCreatedAt resets all changes to the "created_at" field.
+func (m *NoticeMutation) ResetCreatedAt() {
+	m.created_at = nil
+}
+
+// SetReadAt sets the "read_at" field.
+func (m *NoticeMutation) SetReadAt(t time.Time) {
+	m.read_at = &t
+}
+
+// ReadAt returns the value of the "read_at" field in the mutation.
+func (m *NoticeMutation) ReadAt() (r time.Time, exists bool) {
+	v := m.read_at
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldReadAt returns the old "read_at" field's value of the Notice entity.
+// If the Notice object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *NoticeMutation) OldReadAt(ctx context.Context) (v *time.Time, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldReadAt is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldReadAt requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldReadAt: %w", err)
+	}
+	return oldValue.ReadAt, nil
+}
+
+// ClearReadAt clears the value of the "read_at" field.
+func (m *NoticeMutation) ClearReadAt() {
+	m.read_at = nil
+	m.clearedFields[notice.FieldReadAt] = struct{}{}
+}
+
+// ReadAtCleared returns if the "read_at" field was cleared in this mutation.
+func (m *NoticeMutation) ReadAtCleared() bool {
+	_, ok := m.clearedFields[notice.FieldReadAt]
+	return ok
+}
+
+// ResetReadAt resets all changes to the "read_at" field.
+func (m *NoticeMutation) ResetReadAt() {
+	m.read_at = nil
+	delete(m.clearedFields, notice.FieldReadAt)
+}
+
+// SetMailTo sets the "mail_to" field.
+func (m *NoticeMutation) SetMailTo(s []string) {
+	m.mail_to = &s
+	m.appendmail_to = nil
+}
+
+// MailTo returns the value of the "mail_to" field in the mutation.
+func (m *NoticeMutation) MailTo() (r []string, exists bool) {
+	v := m.mail_to
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldMailTo returns the old "mail_to" field's value of the Notice entity.
+// If the Notice object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *NoticeMutation) OldMailTo(ctx context.Context) (v []string, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldMailTo is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldMailTo requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldMailTo: %w", err)
+	}
+	return oldValue.MailTo, nil
+}
+
+// AppendMailTo adds s to the "mail_to" field.
+func (m *NoticeMutation) AppendMailTo(s []string) {
+	m.appendmail_to = append(m.appendmail_to, s...)
+}
+
+// AppendedMailTo returns the list of values that were appended to the "mail_to" field in this mutation.
+func (m *NoticeMutation) AppendedMailTo() ([]string, bool) {
+	if len(m.appendmail_to) == 0 {
+		return nil, false
+	}
+	return m.appendmail_to, true
+}
+
+// ClearMailTo clears the value of the "mail_to" field.
+func (m *NoticeMutation) ClearMailTo() {
+	m.mail_to = nil
+	m.appendmail_to = nil
+	m.clearedFields[notice.FieldMailTo] = struct{}{}
+}
+
+// MailToCleared returns if the "mail_to" field was cleared in this mutation.
+func (m *NoticeMutation) MailToCleared() bool {
+	_, ok := m.clearedFields[notice.FieldMailTo]
+	return ok
+}
+
+// ResetMailTo resets all changes to the "mail_to" field.
+func (m *NoticeMutation) ResetMailTo() {
+	m.mail_to = nil
+	m.appendmail_to = nil
+	delete(m.clearedFields, notice.FieldMailTo)
+}
+
+// SetMail sets the "mail" field.
+func (m *NoticeMutation) SetMail(s string) {
+	m.mail = &s
+}
+
+// Mail returns the value of the "mail" field in the mutation.
+func (m *NoticeMutation) Mail() (r string, exists bool) {
+	v := m.mail
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldMail returns the old "mail" field's value of the Notice entity.
+// If the Notice object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *NoticeMutation) OldMail(ctx context.Context) (v string, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldMail is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldMail requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldMail: %w", err)
+	}
+	return oldValue.Mail, nil
+}
+
+// ResetMail resets all changes to the "mail" field.
+func (m *NoticeMutation) ResetMail() {
+	m.mail = nil
+}
+
+// Where appends a list predicates to the NoticeMutation builder.
+func (m *NoticeMutation) Where(ps ...predicate.Notice) {
+	m.predicates = append(m.predicates, ps...)
+}
+
+// WhereP appends storage-level predicates to the NoticeMutation builder. Using this method,
+// users can use type-assertion to append predicates that do not depend on any generated package.
+func (m *NoticeMutation) WhereP(ps ...func(*sql.Selector)) {
+	p := make([]predicate.Notice, len(ps))
+	for i := range ps {
+		p[i] = ps[i]
+	}
+	m.Where(p...)
+}
+
+// Op returns the operation name.
+func (m *NoticeMutation) Op() Op {
+	return m.op
+}
+
+// SetOp allows setting the mutation operation.
+func (m *NoticeMutation) SetOp(op Op) {
+	m.op = op
+}
+
+// Type returns the node type of this mutation (Notice).
+func (m *NoticeMutation) Type() string {
+	return m.typ
+}
+
+// Fields returns all fields that were changed during this mutation. Note that in
+// order to get all numeric fields that were incremented/decremented, call
+// AddedFields().
+func (m *NoticeMutation) Fields() []string {
+	fields := make([]string, 0, 13)
+	if m.uuid != nil {
+		fields = append(fields, notice.FieldUUID)
+	}
+	if m.project != nil {
+		fields = append(fields, notice.FieldProject)
+	}
+	if m.kind != nil {
+		fields = append(fields, notice.FieldKind)
+	}
+	if m.key != nil {
+		fields = append(fields, notice.FieldKey)
+	}
+	if m.subject != nil {
+		fields = append(fields, notice.FieldSubject)
+	}
+	if m.body != nil {
+		fields = append(fields, notice.FieldBody)
+	}
+	if m.node_uuid != nil {
+		fields = append(fields, notice.FieldNodeUUID)
+	}
+	if m.lease_uuid != nil {
+		fields = append(fields, notice.FieldLeaseUUID)
+	}
+	if m.thread_uuid != nil {
+		fields = append(fields, notice.FieldThreadUUID)
+	}
+	if m.created_at != nil {
+		fields = append(fields, notice.FieldCreatedAt)
+	}
+	if m.read_at != nil {
+		fields = append(fields, notice.FieldReadAt)
+	}
+	if m.mail_to != nil {
+		fields = append(fields, notice.FieldMailTo)
+	}
+	if m.mail != nil {
+		fields = append(fields, notice.FieldMail)
+	}
+	return fields
+}
+
+// Field returns the value of a field with the given name. The second boolean
+// return value indicates that this field was not set, or was not defined in the
+// schema.
+func (m *NoticeMutation) Field(name string) (ent.Value, bool) {
+	switch name {
+	case notice.FieldUUID:
+		return m.UUID()
+	case notice.FieldProject:
+		return m.Project()
+	case notice.FieldKind:
+		return m.Kind()
+	case notice.FieldKey:
+		return m.Key()
+	case notice.FieldSubject:
+		return m.Subject()
+	case notice.FieldBody:
+		return m.Body()
+	case notice.FieldNodeUUID:
+		return m.NodeUUID()
+	case notice.FieldLeaseUUID:
+		return m.LeaseUUID()
+	case notice.FieldThreadUUID:
+		return m.ThreadUUID()
+	case notice.FieldCreatedAt:
+		return m.CreatedAt()
+	case notice.FieldReadAt:
+		return m.ReadAt()
+	case notice.FieldMailTo:
+		return m.MailTo()
+	case notice.FieldMail:
+		return m.Mail()
+	}
+	return nil, false
+}
+
+// OldField returns the old value of the field from the database. An error is
+// returned if the mutation operation is not UpdateOne, or the query to the
+// database failed.
+func (m *NoticeMutation) OldField(ctx context.Context, name string) (ent.Value, error) {
+	switch name {
+	case notice.FieldUUID:
+		return m.OldUUID(ctx)
+	case notice.FieldProject:
+		return m.OldProject(ctx)
+	case notice.FieldKind:
+		return m.OldKind(ctx)
+	case notice.FieldKey:
+		return m.OldKey(ctx)
+	case notice.FieldSubject:
+		return m.OldSubject(ctx)
+	case notice.FieldBody:
+		return m.OldBody(ctx)
+	case notice.FieldNodeUUID:
+		return m.OldNodeUUID(ctx)
+	case notice.FieldLeaseUUID:
+		return m.OldLeaseUUID(ctx)
+	case notice.FieldThreadUUID:
+		return m.OldThreadUUID(ctx)
+	case notice.FieldCreatedAt:
+		return m.OldCreatedAt(ctx)
+	case notice.FieldReadAt:
+		return m.OldReadAt(ctx)
+	case notice.FieldMailTo:
+		return m.OldMailTo(ctx)
+	case notice.FieldMail:
+		return m.OldMail(ctx)
+	}
+	return nil, fmt.Errorf("unknown Notice field %s", name)
+}
+
+// SetField sets the value of a field with the given name. It returns an error if
+// the field is not defined in the schema, or if the type mismatched the field
+// type.
+func (m *NoticeMutation) SetField(name string, value ent.Value) error {
+	switch name {
+	case notice.FieldUUID:
+		v, ok := value.(string)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetUUID(v)
+		return nil
+	case notice.FieldProject:
+		v, ok := value.(string)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetProject(v)
+		return nil
+	case notice.FieldKind:
+		v, ok := value.(string)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetKind(v)
+		return nil
+	case notice.FieldKey:
+		v, ok := value.(string)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetKey(v)
+		return nil
+	case notice.FieldSubject:
+		v, ok := value.(string)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetSubject(v)
+		return nil
+	case notice.FieldBody:
+		v, ok := value.(string)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetBody(v)
+		return nil
+	case notice.FieldNodeUUID:
+		v, ok := value.(string)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetNodeUUID(v)
+		return nil
+	case notice.FieldLeaseUUID:
+		v, ok := value.(string)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetLeaseUUID(v)
+		return nil
+	case notice.FieldThreadUUID:
+		v, ok := value.(string)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetThreadUUID(v)
+		return nil
+	case notice.FieldCreatedAt:
+		v, ok := value.(time.Time)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetCreatedAt(v)
+		return nil
+	case notice.FieldReadAt:
+		v, ok := value.(time.Time)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetReadAt(v)
+		return nil
+	case notice.FieldMailTo:
+		v, ok := value.([]string)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetMailTo(v)
+		return nil
+	case notice.FieldMail:
+		v, ok := value.(string)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetMail(v)
+		return nil
+	}
+	return fmt.Errorf("unknown Notice field %s", name)
+}
+
+// AddedFields returns all numeric fields that were incremented/decremented during
+// this mutation.
+func (m *NoticeMutation) AddedFields() []string {
+	return nil
+}
+
+// AddedField returns the numeric value that was incremented/decremented on a field
+// with the given name. The second boolean return value indicates that this field
+// was not set, or was not defined in the schema.
+func (m *NoticeMutation) AddedField(name string) (ent.Value, bool) {
+	return nil, false
+}
+
+// AddField adds the value to the field with the given name. It returns an error if
+// the field is not defined in the schema, or if the type mismatched the field
+// type.
+func (m *NoticeMutation) AddField(name string, value ent.Value) error {
+	switch name {
+	}
+	return fmt.Errorf("unknown Notice numeric field %s", name)
+}
+
+// ClearedFields returns all nullable fields that were cleared during this
+// mutation.
+func (m *NoticeMutation) ClearedFields() []string {
+	var fields []string
+	if m.FieldCleared(notice.FieldReadAt) {
+		fields = append(fields, notice.FieldReadAt)
+	}
+	if m.FieldCleared(notice.FieldMailTo) {
+		fields = append(fields, notice.FieldMailTo)
+	}
+	return fields
+}
+
+// FieldCleared returns a boolean indicating if a field with the given name was
+// cleared in this mutation.
+func (m *NoticeMutation) FieldCleared(name string) bool {
+	_, ok := m.clearedFields[name]
+	return ok
+}
+
+// ClearField clears the value of the field with the given name. It returns an
+// error if the field is not defined in the schema.
+func (m *NoticeMutation) ClearField(name string) error {
+	switch name {
+	case notice.FieldReadAt:
+		m.ClearReadAt()
+		return nil
+	case notice.FieldMailTo:
+		m.ClearMailTo()
+		return nil
+	}
+	return fmt.Errorf("unknown Notice nullable field %s", name)
+}
+
+// ResetField resets all changes in the mutation for the field with the given name.
+// It returns an error if the field is not defined in the schema.
+func (m *NoticeMutation) ResetField(name string) error {
+	switch name {
+	case notice.FieldUUID:
+		m.ResetUUID()
+		return nil
+	case notice.FieldProject:
+		m.ResetProject()
+		return nil
+	case notice.FieldKind:
+		m.ResetKind()
+		return nil
+	case notice.FieldKey:
+		m.ResetKey()
+		return nil
+	case notice.FieldSubject:
+		m.ResetSubject()
+		return nil
+	case notice.FieldBody:
+		m.ResetBody()
+		return nil
+	case notice.FieldNodeUUID:
+		m.ResetNodeUUID()
+		return nil
+	case notice.FieldLeaseUUID:
+		m.ResetLeaseUUID()
+		return nil
+	case notice.FieldThreadUUID:
+		m.ResetThreadUUID()
+		return nil
+	case notice.FieldCreatedAt:
+		m.ResetCreatedAt()
+		return nil
+	case notice.FieldReadAt:
+		m.ResetReadAt()
+		return nil
+	case notice.FieldMailTo:
+		m.ResetMailTo()
+		return nil
+	case notice.FieldMail:
+		m.ResetMail()
+		return nil
+	}
+	return fmt.Errorf("unknown Notice field %s", name)
+}
+
+// AddedEdges returns all edge names that were set/added in this mutation.
+func (m *NoticeMutation) AddedEdges() []string {
+	edges := make([]string, 0, 0)
+	return edges
+}
+
+// AddedIDs returns all IDs (to other nodes) that were added for the given edge
+// name in this mutation.
+func (m *NoticeMutation) AddedIDs(name string) []ent.Value {
+	return nil
+}
+
+// RemovedEdges returns all edge names that were removed in this mutation.
+func (m *NoticeMutation) RemovedEdges() []string {
+	edges := make([]string, 0, 0)
+	return edges
+}
+
+// RemovedIDs returns all IDs (to other nodes) that were removed for the edge with
+// the given name in this mutation.
+func (m *NoticeMutation) RemovedIDs(name string) []ent.Value {
+	return nil
+}
+
+// ClearedEdges returns all edge names that were cleared in this mutation.
+func (m *NoticeMutation) ClearedEdges() []string {
+	edges := make([]string, 0, 0)
+	return edges
+}
+
+// EdgeCleared returns a boolean which indicates if the edge with the given name
+// was cleared in this mutation.
+func (m *NoticeMutation) EdgeCleared(name string) bool {
+	return false
+}
+
+// ClearEdge clears the value of the edge with the given name. It returns an error
+// if that edge is not defined in the schema.
+func (m *NoticeMutation) ClearEdge(name string) error {
+	return fmt.Errorf("unknown Notice unique edge %s", name)
+}
+
+// ResetEdge resets all changes to the edge with the given name in this mutation.
+// It returns an error if the edge is not defined in the schema.
+func (m *NoticeMutation) ResetEdge(name string) error {
+	return fmt.Errorf("unknown Notice edge %s", name)
+}
+
 // OfferMutation represents an operation that mutates the Offer nodes in the graph.
 type OfferMutation struct {
 	config
@@ -31052,6 +32090,1436 @@ func (m *SettingMutation) ClearEdge(name string) error {
 // It returns an error if the edge is not defined in the schema.
 func (m *SettingMutation) ResetEdge(name string) error {
 	return fmt.Errorf("unknown Setting edge %s", name)
+}
+
+// ThreadMutation represents an operation that mutates the Thread nodes in the graph.
+type ThreadMutation struct {
+	config
+	op            Op
+	typ           string
+	id            *int
+	uuid          *string
+	node_uuid     *string
+	node_name     *string
+	owner         *string
+	asker         *string
+	asked_by      *string
+	failure       *string
+	status        *string
+	closed_by     *string
+	created_at    *time.Time
+	closed_at     *time.Time
+	clearedFields map[string]struct{}
+	done          bool
+	oldValue      func(context.Context) (*Thread, error)
+	predicates    []predicate.Thread
+}
+
+var _ ent.Mutation = (*ThreadMutation)(nil)
+
+// threadOption allows management of the mutation configuration using functional options.
+type threadOption func(*ThreadMutation)
+
+// newThreadMutation creates new mutation for the Thread entity.
+func newThreadMutation(c config, op Op, opts ...threadOption) *ThreadMutation {
+	m := &ThreadMutation{
+		config:        c,
+		op:            op,
+		typ:           TypeThread,
+		clearedFields: make(map[string]struct{}),
+	}
+	for _, opt := range opts {
+		opt(m)
+	}
+	return m
+}
+
+// withThreadID sets the ID field of the mutation.
+func withThreadID(id int) threadOption {
+	return func(m *ThreadMutation) {
+		var (
+			err   error
+			once  sync.Once
+			value *Thread
+		)
+		m.oldValue = func(ctx context.Context) (*Thread, error) {
+			once.Do(func() {
+				if m.done {
+					err = errors.New("querying old values post mutation is not allowed")
+				} else {
+					value, err = m.Client().Thread.Get(ctx, id)
+				}
+			})
+			return value, err
+		}
+		m.id = &id
+	}
+}
+
+// withThread sets the old Thread of the mutation.
+func withThread(node *Thread) threadOption {
+	return func(m *ThreadMutation) {
+		m.oldValue = func(context.Context) (*Thread, error) {
+			return node, nil
+		}
+		m.id = &node.ID
+	}
+}
+
+// Client returns a new `ent.Client` from the mutation. If the mutation was
+// executed in a transaction (ent.Tx), a transactional client is returned.
+func (m ThreadMutation) Client() *Client {
+	client := &Client{config: m.config}
+	client.init()
+	return client
+}
+
+// Tx returns an `ent.Tx` for mutations that were executed in transactions;
+// it returns an error otherwise.
+func (m ThreadMutation) Tx() (*Tx, error) {
+	if _, ok := m.driver.(*txDriver); !ok {
+		return nil, errors.New("ent: mutation is not running in a transaction")
+	}
+	tx := &Tx{config: m.config}
+	tx.init()
+	return tx, nil
+}
+
+// ID returns the ID value in the mutation. Note that the ID is only available
+// if it was provided to the builder or after it was returned from the database.
+func (m *ThreadMutation) ID() (id int, exists bool) {
+	if m.id == nil {
+		return
+	}
+	return *m.id, true
+}
+
+// IDs queries the database and returns the entity ids that match the mutation's predicate.
+// That means, if the mutation is applied within a transaction with an isolation level such
+// as sql.LevelSerializable, the returned ids match the ids of the rows that will be updated
+// or updated by the mutation.
+func (m *ThreadMutation) IDs(ctx context.Context) ([]int, error) {
+	switch {
+	case m.op.Is(OpUpdateOne | OpDeleteOne):
+		id, exists := m.ID()
+		if exists {
+			return []int{id}, nil
+		}
+		fallthrough
+	case m.op.Is(OpUpdate | OpDelete):
+		return m.Client().Thread.Query().Where(m.predicates...).IDs(ctx)
+	default:
+		return nil, fmt.Errorf("IDs is not allowed on %s operations", m.op)
+	}
+}
+
+// SetUUID sets the "uuid" field.
+func (m *ThreadMutation) SetUUID(s string) {
+	m.uuid = &s
+}
+
+// UUID returns the value of the "uuid" field in the mutation.
+func (m *ThreadMutation) UUID() (r string, exists bool) {
+	v := m.uuid
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldUUID returns the old "uuid" field's value of the Thread entity.
+// If the Thread object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *ThreadMutation) OldUUID(ctx context.Context) (v string, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldUUID is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldUUID requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldUUID: %w", err)
+	}
+	return oldValue.UUID, nil
+}
+
+// ResetUUID resets all changes to the "uuid" field.
+func (m *ThreadMutation) ResetUUID() {
+	m.uuid = nil
+}
+
+// SetNodeUUID sets the "node_uuid" field.
+func (m *ThreadMutation) SetNodeUUID(s string) {
+	m.node_uuid = &s
+}
+
+// NodeUUID returns the value of the "node_uuid" field in the mutation.
+func (m *ThreadMutation) NodeUUID() (r string, exists bool) {
+	v := m.node_uuid
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldNodeUUID returns the old "node_uuid" field's value of the Thread entity.
+// If the Thread object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *ThreadMutation) OldNodeUUID(ctx context.Context) (v string, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldNodeUUID is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldNodeUUID requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldNodeUUID: %w", err)
+	}
+	return oldValue.NodeUUID, nil
+}
+
+// ResetNodeUUID resets all changes to the "node_uuid" field.
+func (m *ThreadMutation) ResetNodeUUID() {
+	m.node_uuid = nil
+}
+
+// SetNodeName sets the "node_name" field.
+func (m *ThreadMutation) SetNodeName(s string) {
+	m.node_name = &s
+}
+
+// NodeName returns the value of the "node_name" field in the mutation.
+func (m *ThreadMutation) NodeName() (r string, exists bool) {
+	v := m.node_name
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldNodeName returns the old "node_name" field's value of the Thread entity.
+// If the Thread object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *ThreadMutation) OldNodeName(ctx context.Context) (v string, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldNodeName is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldNodeName requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldNodeName: %w", err)
+	}
+	return oldValue.NodeName, nil
+}
+
+// ResetNodeName resets all changes to the "node_name" field.
+func (m *ThreadMutation) ResetNodeName() {
+	m.node_name = nil
+}
+
+// SetOwner sets the "owner" field.
+func (m *ThreadMutation) SetOwner(s string) {
+	m.owner = &s
+}
+
+// Owner returns the value of the "owner" field in the mutation.
+func (m *ThreadMutation) Owner() (r string, exists bool) {
+	v := m.owner
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldOwner returns the old "owner" field's value of the Thread entity.
+// If the Thread object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *ThreadMutation) OldOwner(ctx context.Context) (v string, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldOwner is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldOwner requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldOwner: %w", err)
+	}
+	return oldValue.Owner, nil
+}
+
+// ResetOwner resets all changes to the "owner" field.
+func (m *ThreadMutation) ResetOwner() {
+	m.owner = nil
+}
+
+// SetAsker sets the "asker" field.
+func (m *ThreadMutation) SetAsker(s string) {
+	m.asker = &s
+}
+
+// Asker returns the value of the "asker" field in the mutation.
+func (m *ThreadMutation) Asker() (r string, exists bool) {
+	v := m.asker
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldAsker returns the old "asker" field's value of the Thread entity.
+// If the Thread object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *ThreadMutation) OldAsker(ctx context.Context) (v string, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldAsker is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldAsker requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldAsker: %w", err)
+	}
+	return oldValue.Asker, nil
+}
+
+// ResetAsker resets all changes to the "asker" field.
+func (m *ThreadMutation) ResetAsker() {
+	m.asker = nil
+}
+
+// SetAskedBy sets the "asked_by" field.
+func (m *ThreadMutation) SetAskedBy(s string) {
+	m.asked_by = &s
+}
+
+// AskedBy returns the value of the "asked_by" field in the mutation.
+func (m *ThreadMutation) AskedBy() (r string, exists bool) {
+	v := m.asked_by
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldAskedBy returns the old "asked_by" field's value of the Thread entity.
+// If the Thread object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *ThreadMutation) OldAskedBy(ctx context.Context) (v string, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldAskedBy is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldAskedBy requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldAskedBy: %w", err)
+	}
+	return oldValue.AskedBy, nil
+}
+
+// ResetAskedBy resets all changes to the "asked_by" field.
+func (m *ThreadMutation) ResetAskedBy() {
+	m.asked_by = nil
+}
+
+// SetFailure sets the "failure" field.
+func (m *ThreadMutation) SetFailure(s string) {
+	m.failure = &s
+}
+
+// Failure returns the value of the "failure" field in the mutation.
+func (m *ThreadMutation) Failure() (r string, exists bool) {
+	v := m.failure
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldFailure returns the old "failure" field's value of the Thread entity.
+// If the Thread object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *ThreadMutation) OldFailure(ctx context.Context) (v string, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldFailure is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldFailure requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldFailure: %w", err)
+	}
+	return oldValue.Failure, nil
+}
+
+// ResetFailure resets all changes to the "failure" field.
+func (m *ThreadMutation) ResetFailure() {
+	m.failure = nil
+}
+
+// SetStatus sets the "status" field.
+func (m *ThreadMutation) SetStatus(s string) {
+	m.status = &s
+}
+
+// Status returns the value of the "status" field in the mutation.
+func (m *ThreadMutation) Status() (r string, exists bool) {
+	v := m.status
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldStatus returns the old "status" field's value of the Thread entity.
+// If the Thread object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *ThreadMutation) OldStatus(ctx context.Context) (v string, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldStatus is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldStatus requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldStatus: %w", err)
+	}
+	return oldValue.Status, nil
+}
+
+// ResetStatus resets all changes to the "status" field.
+func (m *ThreadMutation) ResetStatus() {
+	m.status = nil
+}
+
+// SetClosedBy sets the "closed_by" field.
+func (m *ThreadMutation) SetClosedBy(s string) {
+	m.closed_by = &s
+}
+
+// ClosedBy returns the value of the "closed_by" field in the mutation.
+func (m *ThreadMutation) ClosedBy() (r string, exists bool) {
+	v := m.closed_by
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldClosedBy returns the old "closed_by" field's value of the Thread entity.
+// If the Thread object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *ThreadMutation) OldClosedBy(ctx context.Context) (v string, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldClosedBy is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldClosedBy requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldClosedBy: %w", err)
+	}
+	return oldValue.ClosedBy, nil
+}
+
+// ResetClosedBy resets all changes to the "closed_by" field.
+func (m *ThreadMutation) ResetClosedBy() {
+	m.closed_by = nil
+}
+
+// SetCreatedAt sets the "created_at" field.
+func (m *ThreadMutation) SetCreatedAt(t time.Time) {
+	m.created_at = &t
+}
+
+// CreatedAt returns the value of the "created_at" field in the mutation.
+func (m *ThreadMutation) CreatedAt() (r time.Time, exists bool) {
+	v := m.created_at
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldCreatedAt returns the old "created_at" field's value of the Thread entity.
+// If the Thread object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *ThreadMutation) OldCreatedAt(ctx context.Context) (v time.Time, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldCreatedAt is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldCreatedAt requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldCreatedAt: %w", err)
+	}
+	return oldValue.CreatedAt, nil
+}
+
+// ResetCreatedAt resets all changes to the "created_at" field.
+func (m *ThreadMutation) ResetCreatedAt() {
+	m.created_at = nil
+}
+
+// SetClosedAt sets the "closed_at" field.
+func (m *ThreadMutation) SetClosedAt(t time.Time) {
+	m.closed_at = &t
+}
+
+// ClosedAt returns the value of the "closed_at" field in the mutation.
+func (m *ThreadMutation) ClosedAt() (r time.Time, exists bool) {
+	v := m.closed_at
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldClosedAt returns the old "closed_at" field's value of the Thread entity.
+// If the Thread object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *ThreadMutation) OldClosedAt(ctx context.Context) (v *time.Time, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldClosedAt is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldClosedAt requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldClosedAt: %w", err)
+	}
+	return oldValue.ClosedAt, nil
+}
+
+// ClearClosedAt clears the value of the "closed_at" field.
+func (m *ThreadMutation) ClearClosedAt() {
+	m.closed_at = nil
+	m.clearedFields[thread.FieldClosedAt] = struct{}{}
+}
+
+// ClosedAtCleared returns if the "closed_at" field was cleared in this mutation.
+func (m *ThreadMutation) ClosedAtCleared() bool {
+	_, ok := m.clearedFields[thread.FieldClosedAt]
+	return ok
+}
+
+// ResetClosedAt resets all changes to the "closed_at" field.
+func (m *ThreadMutation) ResetClosedAt() {
+	m.closed_at = nil
+	delete(m.clearedFields, thread.FieldClosedAt)
+}
+
+// Where appends a list predicates to the ThreadMutation builder.
+func (m *ThreadMutation) Where(ps ...predicate.Thread) {
+	m.predicates = append(m.predicates, ps...)
+}
+
+// WhereP appends storage-level predicates to the ThreadMutation builder. Using this method,
+// users can use type-assertion to append predicates that do not depend on any generated package.
+func (m *ThreadMutation) WhereP(ps ...func(*sql.Selector)) {
+	p := make([]predicate.Thread, len(ps))
+	for i := range ps {
+		p[i] = ps[i]
+	}
+	m.Where(p...)
+}
+
+// Op returns the operation name.
+func (m *ThreadMutation) Op() Op {
+	return m.op
+}
+
+// SetOp allows setting the mutation operation.
+func (m *ThreadMutation) SetOp(op Op) {
+	m.op = op
+}
+
+// Type returns the node type of this mutation (Thread).
+func (m *ThreadMutation) Type() string {
+	return m.typ
+}
+
+// Fields returns all fields that were changed during this mutation. Note that in
+// order to get all numeric fields that were incremented/decremented, call
+// AddedFields().
+func (m *ThreadMutation) Fields() []string {
+	fields := make([]string, 0, 11)
+	if m.uuid != nil {
+		fields = append(fields, thread.FieldUUID)
+	}
+	if m.node_uuid != nil {
+		fields = append(fields, thread.FieldNodeUUID)
+	}
+	if m.node_name != nil {
+		fields = append(fields, thread.FieldNodeName)
+	}
+	if m.owner != nil {
+		fields = append(fields, thread.FieldOwner)
+	}
+	if m.asker != nil {
+		fields = append(fields, thread.FieldAsker)
+	}
+	if m.asked_by != nil {
+		fields = append(fields, thread.FieldAskedBy)
+	}
+	if m.failure != nil {
+		fields = append(fields, thread.FieldFailure)
+	}
+	if m.status != nil {
+		fields = append(fields, thread.FieldStatus)
+	}
+	if m.closed_by != nil {
+		fields = append(fields, thread.FieldClosedBy)
+	}
+	if m.created_at != nil {
+		fields = append(fields, thread.FieldCreatedAt)
+	}
+	if m.closed_at != nil {
+		fields = append(fields, thread.FieldClosedAt)
+	}
+	return fields
+}
+
+// Field returns the value of a field with the given name. The second boolean
+// return value indicates that this field was not set, or was not defined in the
+// schema.
+func (m *ThreadMutation) Field(name string) (ent.Value, bool) {
+	switch name {
+	case thread.FieldUUID:
+		return m.UUID()
+	case thread.FieldNodeUUID:
+		return m.NodeUUID()
+	case thread.FieldNodeName:
+		return m.NodeName()
+	case thread.FieldOwner:
+		return m.Owner()
+	case thread.FieldAsker:
+		return m.Asker()
+	case thread.FieldAskedBy:
+		return m.AskedBy()
+	case thread.FieldFailure:
+		return m.Failure()
+	case thread.FieldStatus:
+		return m.Status()
+	case thread.FieldClosedBy:
+		return m.ClosedBy()
+	case thread.FieldCreatedAt:
+		return m.CreatedAt()
+	case thread.FieldClosedAt:
+		return m.ClosedAt()
+	}
+	return nil, false
+}
+
+// OldField returns the old value of the field from the database. An error is
+// returned if the mutation operation is not UpdateOne, or the query to the
+// database failed.
+func (m *ThreadMutation) OldField(ctx context.Context, name string) (ent.Value, error) {
+	switch name {
+	case thread.FieldUUID:
+		return m.OldUUID(ctx)
+	case thread.FieldNodeUUID:
+		return m.OldNodeUUID(ctx)
+	case thread.FieldNodeName:
+		return m.OldNodeName(ctx)
+	case thread.FieldOwner:
+		return m.OldOwner(ctx)
+	case thread.FieldAsker:
+		return m.OldAsker(ctx)
+	case thread.FieldAskedBy:
+		return m.OldAskedBy(ctx)
+	case thread.FieldFailure:
+		return m.OldFailure(ctx)
+	case thread.FieldStatus:
+		return m.OldStatus(ctx)
+	case thread.FieldClosedBy:
+		return m.OldClosedBy(ctx)
+	case thread.FieldCreatedAt:
+		return m.OldCreatedAt(ctx)
+	case thread.FieldClosedAt:
+		return m.OldClosedAt(ctx)
+	}
+	return nil, fmt.Errorf("unknown Thread field %s", name)
+}
+
+// SetField sets the value of a field with the given name. It returns an error if
+// the field is not defined in the schema, or if the type mismatched the field
+// type.
+func (m *ThreadMutation) SetField(name string, value ent.Value) error {
+	switch name {
+	case thread.FieldUUID:
+		v, ok := value.(string)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetUUID(v)
+		return nil
+	case thread.FieldNodeUUID:
+		v, ok := value.(string)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetNodeUUID(v)
+		return nil
+	case thread.FieldNodeName:
+		v, ok := value.(string)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetNodeName(v)
+		return nil
+	case thread.FieldOwner:
+		v, ok := value.(string)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetOwner(v)
+		return nil
+	case thread.FieldAsker:
+		v, ok := value.(string)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetAsker(v)
+		return nil
+	case thread.FieldAskedBy:
+		v, ok := value.(string)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetAskedBy(v)
+		return nil
+	case thread.FieldFailure:
+		v, ok := value.(string)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetFailure(v)
+		return nil
+	case thread.FieldStatus:
+		v, ok := value.(string)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetStatus(v)
+		return nil
+	case thread.FieldClosedBy:
+		v, ok := value.(string)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetClosedBy(v)
+		return nil
+	case thread.FieldCreatedAt:
+		v, ok := value.(time.Time)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetCreatedAt(v)
+		return nil
+	case thread.FieldClosedAt:
+		v, ok := value.(time.Time)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetClosedAt(v)
+		return nil
+	}
+	return fmt.Errorf("unknown Thread field %s", name)
+}
+
+// AddedFields returns all numeric fields that were incremented/decremented during
+// this mutation.
+func (m *ThreadMutation) AddedFields() []string {
+	return nil
+}
+
+// AddedField returns the numeric value that was incremented/decremented on a field
+// with the given name. The second boolean return value indicates that this field
+// was not set, or was not defined in the schema.
+func (m *ThreadMutation) AddedField(name string) (ent.Value, bool) {
+	return nil, false
+}
+
+// AddField adds the value to the field with the given name. It returns an error if
+// the field is not defined in the schema, or if the type mismatched the field
+// type.
+func (m *ThreadMutation) AddField(name string, value ent.Value) error {
+	switch name {
+	}
+	return fmt.Errorf("unknown Thread numeric field %s", name)
+}
+
+// ClearedFields returns all nullable fields that were cleared during this
+// mutation.
+func (m *ThreadMutation) ClearedFields() []string {
+	var fields []string
+	if m.FieldCleared(thread.FieldClosedAt) {
+		fields = append(fields, thread.FieldClosedAt)
+	}
+	return fields
+}
+
+// FieldCleared returns a boolean indicating if a field with the given name was
+// cleared in this mutation.
+func (m *ThreadMutation) FieldCleared(name string) bool {
+	_, ok := m.clearedFields[name]
+	return ok
+}
+
+// ClearField clears the value of the field with the given name. It returns an
+// error if the field is not defined in the schema.
+func (m *ThreadMutation) ClearField(name string) error {
+	switch name {
+	case thread.FieldClosedAt:
+		m.ClearClosedAt()
+		return nil
+	}
+	return fmt.Errorf("unknown Thread nullable field %s", name)
+}
+
+// ResetField resets all changes in the mutation for the field with the given name.
+// It returns an error if the field is not defined in the schema.
+func (m *ThreadMutation) ResetField(name string) error {
+	switch name {
+	case thread.FieldUUID:
+		m.ResetUUID()
+		return nil
+	case thread.FieldNodeUUID:
+		m.ResetNodeUUID()
+		return nil
+	case thread.FieldNodeName:
+		m.ResetNodeName()
+		return nil
+	case thread.FieldOwner:
+		m.ResetOwner()
+		return nil
+	case thread.FieldAsker:
+		m.ResetAsker()
+		return nil
+	case thread.FieldAskedBy:
+		m.ResetAskedBy()
+		return nil
+	case thread.FieldFailure:
+		m.ResetFailure()
+		return nil
+	case thread.FieldStatus:
+		m.ResetStatus()
+		return nil
+	case thread.FieldClosedBy:
+		m.ResetClosedBy()
+		return nil
+	case thread.FieldCreatedAt:
+		m.ResetCreatedAt()
+		return nil
+	case thread.FieldClosedAt:
+		m.ResetClosedAt()
+		return nil
+	}
+	return fmt.Errorf("unknown Thread field %s", name)
+}
+
+// AddedEdges returns all edge names that were set/added in this mutation.
+func (m *ThreadMutation) AddedEdges() []string {
+	edges := make([]string, 0, 0)
+	return edges
+}
+
+// AddedIDs returns all IDs (to other nodes) that were added for the given edge
+// name in this mutation.
+func (m *ThreadMutation) AddedIDs(name string) []ent.Value {
+	return nil
+}
+
+// RemovedEdges returns all edge names that were removed in this mutation.
+func (m *ThreadMutation) RemovedEdges() []string {
+	edges := make([]string, 0, 0)
+	return edges
+}
+
+// RemovedIDs returns all IDs (to other nodes) that were removed for the edge with
+// the given name in this mutation.
+func (m *ThreadMutation) RemovedIDs(name string) []ent.Value {
+	return nil
+}
+
+// ClearedEdges returns all edge names that were cleared in this mutation.
+func (m *ThreadMutation) ClearedEdges() []string {
+	edges := make([]string, 0, 0)
+	return edges
+}
+
+// EdgeCleared returns a boolean which indicates if the edge with the given name
+// was cleared in this mutation.
+func (m *ThreadMutation) EdgeCleared(name string) bool {
+	return false
+}
+
+// ClearEdge clears the value of the edge with the given name. It returns an error
+// if that edge is not defined in the schema.
+func (m *ThreadMutation) ClearEdge(name string) error {
+	return fmt.Errorf("unknown Thread unique edge %s", name)
+}
+
+// ResetEdge resets all changes to the edge with the given name in this mutation.
+// It returns an error if the edge is not defined in the schema.
+func (m *ThreadMutation) ResetEdge(name string) error {
+	return fmt.Errorf("unknown Thread edge %s", name)
+}
+
+// ThreadPostMutation represents an operation that mutates the ThreadPost nodes in the graph.
+type ThreadPostMutation struct {
+	config
+	op            Op
+	typ           string
+	id            *int
+	thread_uuid   *string
+	author        *string
+	project       *string
+	body          *string
+	created_at    *time.Time
+	clearedFields map[string]struct{}
+	done          bool
+	oldValue      func(context.Context) (*ThreadPost, error)
+	predicates    []predicate.ThreadPost
+}
+
+var _ ent.Mutation = (*ThreadPostMutation)(nil)
+
+// threadpostOption allows management of the mutation configuration using functional options.
+type threadpostOption func(*ThreadPostMutation)
+
+// newThreadPostMutation creates new mutation for the ThreadPost entity.
+func newThreadPostMutation(c config, op Op, opts ...threadpostOption) *ThreadPostMutation {
+	m := &ThreadPostMutation{
+		config:        c,
+		op:            op,
+		typ:           TypeThreadPost,
+		clearedFields: make(map[string]struct{}),
+	}
+	for _, opt := range opts {
+		opt(m)
+	}
+	return m
+}
+
+// withThreadPostID sets the ID field of the mutation.
+func withThreadPostID(id int) threadpostOption {
+	return func(m *ThreadPostMutation) {
+		var (
+			err   error
+			once  sync.Once
+			value *ThreadPost
+		)
+		m.oldValue = func(ctx context.Context) (*ThreadPost, error) {
+			once.Do(func() {
+				if m.done {
+					err = errors.New("querying old values post mutation is not allowed")
+				} else {
+					value, err = m.Client().ThreadPost.Get(ctx, id)
+				}
+			})
+			return value, err
+		}
+		m.id = &id
+	}
+}
+
+// withThreadPost sets the old ThreadPost of the mutation.
+func withThreadPost(node *ThreadPost) threadpostOption {
+	return func(m *ThreadPostMutation) {
+		m.oldValue = func(context.Context) (*ThreadPost, error) {
+			return node, nil
+		}
+		m.id = &node.ID
+	}
+}
+
+// Client returns a new `ent.Client` from the mutation. If the mutation was
+// executed in a transaction (ent.Tx), a transactional client is returned.
+func (m ThreadPostMutation) Client() *Client {
+	client := &Client{config: m.config}
+	client.init()
+	return client
+}
+
+// Tx returns an `ent.Tx` for mutations that were executed in transactions;
+// it returns an error otherwise.
+func (m ThreadPostMutation) Tx() (*Tx, error) {
+	if _, ok := m.driver.(*txDriver); !ok {
+		return nil, errors.New("ent: mutation is not running in a transaction")
+	}
+	tx := &Tx{config: m.config}
+	tx.init()
+	return tx, nil
+}
+
+// ID returns the ID value in the mutation. Note that the ID is only available
+// if it was provided to the builder or after it was returned from the database.
+func (m *ThreadPostMutation) ID() (id int, exists bool) {
+	if m.id == nil {
+		return
+	}
+	return *m.id, true
+}
+
+// IDs queries the database and returns the entity ids that match the mutation's predicate.
+// That means, if the mutation is applied within a transaction with an isolation level such
+// as sql.LevelSerializable, the returned ids match the ids of the rows that will be updated
+// or updated by the mutation.
+func (m *ThreadPostMutation) IDs(ctx context.Context) ([]int, error) {
+	switch {
+	case m.op.Is(OpUpdateOne | OpDeleteOne):
+		id, exists := m.ID()
+		if exists {
+			return []int{id}, nil
+		}
+		fallthrough
+	case m.op.Is(OpUpdate | OpDelete):
+		return m.Client().ThreadPost.Query().Where(m.predicates...).IDs(ctx)
+	default:
+		return nil, fmt.Errorf("IDs is not allowed on %s operations", m.op)
+	}
+}
+
+// SetThreadUUID sets the "thread_uuid" field.
+func (m *ThreadPostMutation) SetThreadUUID(s string) {
+	m.thread_uuid = &s
+}
+
+// ThreadUUID returns the value of the "thread_uuid" field in the mutation.
+func (m *ThreadPostMutation) ThreadUUID() (r string, exists bool) {
+	v := m.thread_uuid
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldThreadUUID returns the old "thread_uuid" field's value of the ThreadPost entity.
+// If the ThreadPost object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *ThreadPostMutation) OldThreadUUID(ctx context.Context) (v string, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldThreadUUID is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldThreadUUID requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldThreadUUID: %w", err)
+	}
+	return oldValue.ThreadUUID, nil
+}
+
+// ResetThreadUUID resets all changes to the "thread_uuid" field.
+func (m *ThreadPostMutation) ResetThreadUUID() {
+	m.thread_uuid = nil
+}
+
+// SetAuthor sets the "author" field.
+func (m *ThreadPostMutation) SetAuthor(s string) {
+	m.author = &s
+}
+
+// Author returns the value of the "author" field in the mutation.
+func (m *ThreadPostMutation) Author() (r string, exists bool) {
+	v := m.author
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldAuthor returns the old "author" field's value of the ThreadPost entity.
+// If the ThreadPost object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *ThreadPostMutation) OldAuthor(ctx context.Context) (v string, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldAuthor is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldAuthor requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldAuthor: %w", err)
+	}
+	return oldValue.Author, nil
+}
+
+// ResetAuthor resets all changes to the "author" field.
+func (m *ThreadPostMutation) ResetAuthor() {
+	m.author = nil
+}
+
+// SetProject sets the "project" field.
+func (m *ThreadPostMutation) SetProject(s string) {
+	m.project = &s
+}
+
+// Project returns the value of the "project" field in the mutation.
+func (m *ThreadPostMutation) Project() (r string, exists bool) {
+	v := m.project
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldProject returns the old "project" field's value of the ThreadPost entity.
+// If the ThreadPost object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *ThreadPostMutation) OldProject(ctx context.Context) (v string, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldProject is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldProject requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldProject: %w", err)
+	}
+	return oldValue.Project, nil
+}
+
+// ResetProject resets all changes to the "project" field.
+func (m *ThreadPostMutation) ResetProject() {
+	m.project = nil
+}
+
+// SetBody sets the "body" field.
+func (m *ThreadPostMutation) SetBody(s string) {
+	m.body = &s
+}
+
+// Body returns the value of the "body" field in the mutation.
+func (m *ThreadPostMutation) Body() (r string, exists bool) {
+	v := m.body
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldBody returns the old "body" field's value of the ThreadPost entity.
+// If the ThreadPost object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *ThreadPostMutation) OldBody(ctx context.Context) (v string, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldBody is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldBody requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldBody: %w", err)
+	}
+	return oldValue.Body, nil
+}
+
+// ResetBody resets all changes to the "body" field.
+func (m *ThreadPostMutation) ResetBody() {
+	m.body = nil
+}
+
+// SetCreatedAt sets the "created_at" field.
+func (m *ThreadPostMutation) SetCreatedAt(t time.Time) {
+	m.created_at = &t
+}
+
+// CreatedAt returns the value of the "created_at" field in the mutation.
+func (m *ThreadPostMutation) CreatedAt() (r time.Time, exists bool) {
+	v := m.created_at
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldCreatedAt returns the old "created_at" field's value of the ThreadPost entity.
+// If the ThreadPost object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *ThreadPostMutation) OldCreatedAt(ctx context.Context) (v time.Time, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldCreatedAt is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldCreatedAt requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldCreatedAt: %w", err)
+	}
+	return oldValue.CreatedAt, nil
+}
+
+// ResetCreatedAt resets all changes to the "created_at" field.
+func (m *ThreadPostMutation) ResetCreatedAt() {
+	m.created_at = nil
+}
+
+// Where appends a list predicates to the ThreadPostMutation builder.
+func (m *ThreadPostMutation) Where(ps ...predicate.ThreadPost) {
+	m.predicates = append(m.predicates, ps...)
+}
+
+// WhereP appends storage-level predicates to the ThreadPostMutation builder. Using this method,
+// users can use type-assertion to append predicates that do not depend on any generated package.
+func (m *ThreadPostMutation) WhereP(ps ...func(*sql.Selector)) {
+	p := make([]predicate.ThreadPost, len(ps))
+	for i := range ps {
+		p[i] = ps[i]
+	}
+	m.Where(p...)
+}
+
+// Op returns the operation name.
+func (m *ThreadPostMutation) Op() Op {
+	return m.op
+}
+
+// SetOp allows setting the mutation operation.
+func (m *ThreadPostMutation) SetOp(op Op) {
+	m.op = op
+}
+
+// Type returns the node type of this mutation (ThreadPost).
+func (m *ThreadPostMutation) Type() string {
+	return m.typ
+}
+
+// Fields returns all fields that were changed during this mutation. Note that in
+// order to get all numeric fields that were incremented/decremented, call
+// AddedFields().
+func (m *ThreadPostMutation) Fields() []string {
+	fields := make([]string, 0, 5)
+	if m.thread_uuid != nil {
+		fields = append(fields, threadpost.FieldThreadUUID)
+	}
+	if m.author != nil {
+		fields = append(fields, threadpost.FieldAuthor)
+	}
+	if m.project != nil {
+		fields = append(fields, threadpost.FieldProject)
+	}
+	if m.body != nil {
+		fields = append(fields, threadpost.FieldBody)
+	}
+	if m.created_at != nil {
+		fields = append(fields, threadpost.FieldCreatedAt)
+	}
+	return fields
+}
+
+// Field returns the value of a field with the given name. The second boolean
+// return value indicates that this field was not set, or was not defined in the
+// schema.
+func (m *ThreadPostMutation) Field(name string) (ent.Value, bool) {
+	switch name {
+	case threadpost.FieldThreadUUID:
+		return m.ThreadUUID()
+	case threadpost.FieldAuthor:
+		return m.Author()
+	case threadpost.FieldProject:
+		return m.Project()
+	case threadpost.FieldBody:
+		return m.Body()
+	case threadpost.FieldCreatedAt:
+		return m.CreatedAt()
+	}
+	return nil, false
+}
+
+// OldField returns the old value of the field from the database. An error is
+// returned if the mutation operation is not UpdateOne, or the query to the
+// database failed.
+func (m *ThreadPostMutation) OldField(ctx context.Context, name string) (ent.Value, error) {
+	switch name {
+	case threadpost.FieldThreadUUID:
+		return m.OldThreadUUID(ctx)
+	case threadpost.FieldAuthor:
+		return m.OldAuthor(ctx)
+	case threadpost.FieldProject:
+		return m.OldProject(ctx)
+	case threadpost.FieldBody:
+		return m.OldBody(ctx)
+	case threadpost.FieldCreatedAt:
+		return m.OldCreatedAt(ctx)
+	}
+	return nil, fmt.Errorf("unknown ThreadPost field %s", name)
+}
+
+// SetField sets the value of a field with the given name. It returns an error if
+// the field is not defined in the schema, or if the type mismatched the field
+// type.
+func (m *ThreadPostMutation) SetField(name string, value ent.Value) error {
+	switch name {
+	case threadpost.FieldThreadUUID:
+		v, ok := value.(string)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetThreadUUID(v)
+		return nil
+	case threadpost.FieldAuthor:
+		v, ok := value.(string)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetAuthor(v)
+		return nil
+	case threadpost.FieldProject:
+		v, ok := value.(string)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetProject(v)
+		return nil
+	case threadpost.FieldBody:
+		v, ok := value.(string)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetBody(v)
+		return nil
+	case threadpost.FieldCreatedAt:
+		v, ok := value.(time.Time)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetCreatedAt(v)
+		return nil
+	}
+	return fmt.Errorf("unknown ThreadPost field %s", name)
+}
+
+// AddedFields returns all numeric fields that were incremented/decremented during
+// this mutation.
+func (m *ThreadPostMutation) AddedFields() []string {
+	return nil
+}
+
+// AddedField returns the numeric value that was incremented/decremented on a field
+// with the given name. The second boolean return value indicates that this field
+// was not set, or was not defined in the schema.
+func (m *ThreadPostMutation) AddedField(name string) (ent.Value, bool) {
+	return nil, false
+}
+
+// AddField adds the value to the field with the given name. It returns an error if
+// the field is not defined in the schema, or if the type mismatched the field
+// type.
+func (m *ThreadPostMutation) AddField(name string, value ent.Value) error {
+	switch name {
+	}
+	return fmt.Errorf("unknown ThreadPost numeric field %s", name)
+}
+
+// ClearedFields returns all nullable fields that were cleared during this
+// mutation.
+func (m *ThreadPostMutation) ClearedFields() []string {
+	return nil
+}
+
+// FieldCleared returns a boolean indicating if a field with the given name was
+// cleared in this mutation.
+func (m *ThreadPostMutation) FieldCleared(name string) bool {
+	_, ok := m.clearedFields[name]
+	return ok
+}
+
+// ClearField clears the value of the field with the given name. It returns an
+// error if the field is not defined in the schema.
+func (m *ThreadPostMutation) ClearField(name string) error {
+	return fmt.Errorf("unknown ThreadPost nullable field %s", name)
+}
+
+// ResetField resets all changes in the mutation for the field with the given name.
+// It returns an error if the field is not defined in the schema.
+func (m *ThreadPostMutation) ResetField(name string) error {
+	switch name {
+	case threadpost.FieldThreadUUID:
+		m.ResetThreadUUID()
+		return nil
+	case threadpost.FieldAuthor:
+		m.ResetAuthor()
+		return nil
+	case threadpost.FieldProject:
+		m.ResetProject()
+		return nil
+	case threadpost.FieldBody:
+		m.ResetBody()
+		return nil
+	case threadpost.FieldCreatedAt:
+		m.ResetCreatedAt()
+		return nil
+	}
+	return fmt.Errorf("unknown ThreadPost field %s", name)
+}
+
+// AddedEdges returns all edge names that were set/added in this mutation.
+func (m *ThreadPostMutation) AddedEdges() []string {
+	edges := make([]string, 0, 0)
+	return edges
+}
+
+// AddedIDs returns all IDs (to other nodes) that were added for the given edge
+// name in this mutation.
+func (m *ThreadPostMutation) AddedIDs(name string) []ent.Value {
+	return nil
+}
+
+// RemovedEdges returns all edge names that were removed in this mutation.
+func (m *ThreadPostMutation) RemovedEdges() []string {
+	edges := make([]string, 0, 0)
+	return edges
+}
+
+// RemovedIDs returns all IDs (to other nodes) that were removed for the edge with
+// the given name in this mutation.
+func (m *ThreadPostMutation) RemovedIDs(name string) []ent.Value {
+	return nil
+}
+
+// ClearedEdges returns all edge names that were cleared in this mutation.
+func (m *ThreadPostMutation) ClearedEdges() []string {
+	edges := make([]string, 0, 0)
+	return edges
+}
+
+// EdgeCleared returns a boolean which indicates if the edge with the given name
+// was cleared in this mutation.
+func (m *ThreadPostMutation) EdgeCleared(name string) bool {
+	return false
+}
+
+// ClearEdge clears the value of the edge with the given name. It returns an error
+// if that edge is not defined in the schema.
+func (m *ThreadPostMutation) ClearEdge(name string) error {
+	return fmt.Errorf("unknown ThreadPost unique edge %s", name)
+}
+
+// ResetEdge resets all changes to the edge with the given name in this mutation.
+// It returns an error if the edge is not defined in the schema.
+func (m *ThreadPostMutation) ResetEdge(name string) error {
+	return fmt.Errorf("unknown ThreadPost edge %s", name)
 }
 
 // TraitMutation represents an operation that mutates the Trait nodes in the graph.

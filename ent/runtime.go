@@ -23,6 +23,7 @@ import (
 	"github.com/anvilproject/anvil/ent/nodeevent"
 	"github.com/anvilproject/anvil/ent/nodeinventory"
 	"github.com/anvilproject/anvil/ent/nodescreenshot"
+	"github.com/anvilproject/anvil/ent/notice"
 	"github.com/anvilproject/anvil/ent/offer"
 	"github.com/anvilproject/anvil/ent/policyoverride"
 	"github.com/anvilproject/anvil/ent/port"
@@ -32,6 +33,8 @@ import (
 	"github.com/anvilproject/anvil/ent/runbookstep"
 	"github.com/anvilproject/anvil/ent/schema"
 	"github.com/anvilproject/anvil/ent/setting"
+	"github.com/anvilproject/anvil/ent/thread"
+	"github.com/anvilproject/anvil/ent/threadpost"
 	"github.com/anvilproject/anvil/ent/trait"
 	"github.com/anvilproject/anvil/ent/user"
 	"github.com/anvilproject/anvil/ent/volumeconnector"
@@ -583,6 +586,36 @@ func init() {
 	nodescreenshotDescCreatedAt := nodescreenshotFields[3].Descriptor()
 	// nodescreenshot.DefaultCreatedAt holds the default value on creation for the created_at field.
 	nodescreenshot.DefaultCreatedAt = nodescreenshotDescCreatedAt.Default.(func() time.Time)
+	noticeFields := schema.Notice{}.Fields()
+	_ = noticeFields
+	// noticeDescProject is the schema descriptor for project field.
+	noticeDescProject := noticeFields[1].Descriptor()
+	// notice.DefaultProject holds the default value on creation for the project field.
+	notice.DefaultProject = noticeDescProject.Default.(string)
+	// noticeDescBody is the schema descriptor for body field.
+	noticeDescBody := noticeFields[5].Descriptor()
+	// notice.DefaultBody holds the default value on creation for the body field.
+	notice.DefaultBody = noticeDescBody.Default.(string)
+	// noticeDescNodeUUID is the schema descriptor for node_uuid field.
+	noticeDescNodeUUID := noticeFields[6].Descriptor()
+	// notice.DefaultNodeUUID holds the default value on creation for the node_uuid field.
+	notice.DefaultNodeUUID = noticeDescNodeUUID.Default.(string)
+	// noticeDescLeaseUUID is the schema descriptor for lease_uuid field.
+	noticeDescLeaseUUID := noticeFields[7].Descriptor()
+	// notice.DefaultLeaseUUID holds the default value on creation for the lease_uuid field.
+	notice.DefaultLeaseUUID = noticeDescLeaseUUID.Default.(string)
+	// noticeDescThreadUUID is the schema descriptor for thread_uuid field.
+	noticeDescThreadUUID := noticeFields[8].Descriptor()
+	// notice.DefaultThreadUUID holds the default value on creation for the thread_uuid field.
+	notice.DefaultThreadUUID = noticeDescThreadUUID.Default.(string)
+	// noticeDescCreatedAt is the schema descriptor for created_at field.
+	noticeDescCreatedAt := noticeFields[9].Descriptor()
+	// notice.DefaultCreatedAt holds the default value on creation for the created_at field.
+	notice.DefaultCreatedAt = noticeDescCreatedAt.Default.(func() time.Time)
+	// noticeDescMail is the schema descriptor for mail field.
+	noticeDescMail := noticeFields[12].Descriptor()
+	// notice.DefaultMail holds the default value on creation for the mail field.
+	notice.DefaultMail = noticeDescMail.Default.(string)
 	offerMixin := schema.Offer{}.Mixin()
 	offerMixinFields0 := offerMixin[0].Fields()
 	_ = offerMixinFields0
@@ -763,6 +796,46 @@ func init() {
 	settingDescKey := settingFields[0].Descriptor()
 	// setting.KeyValidator is a validator for the "key" field. It is called by the builders before save.
 	setting.KeyValidator = settingDescKey.Validators[0].(func(string) error)
+	threadFields := schema.Thread{}.Fields()
+	_ = threadFields
+	// threadDescNodeName is the schema descriptor for node_name field.
+	threadDescNodeName := threadFields[2].Descriptor()
+	// thread.DefaultNodeName holds the default value on creation for the node_name field.
+	thread.DefaultNodeName = threadDescNodeName.Default.(string)
+	// threadDescOwner is the schema descriptor for owner field.
+	threadDescOwner := threadFields[3].Descriptor()
+	// thread.DefaultOwner holds the default value on creation for the owner field.
+	thread.DefaultOwner = threadDescOwner.Default.(string)
+	// threadDescAsker is the schema descriptor for asker field.
+	threadDescAsker := threadFields[4].Descriptor()
+	// thread.DefaultAsker holds the default value on creation for the asker field.
+	thread.DefaultAsker = threadDescAsker.Default.(string)
+	// threadDescFailure is the schema descriptor for failure field.
+	threadDescFailure := threadFields[6].Descriptor()
+	// thread.DefaultFailure holds the default value on creation for the failure field.
+	thread.DefaultFailure = threadDescFailure.Default.(string)
+	// threadDescStatus is the schema descriptor for status field.
+	threadDescStatus := threadFields[7].Descriptor()
+	// thread.DefaultStatus holds the default value on creation for the status field.
+	thread.DefaultStatus = threadDescStatus.Default.(string)
+	// threadDescClosedBy is the schema descriptor for closed_by field.
+	threadDescClosedBy := threadFields[8].Descriptor()
+	// thread.DefaultClosedBy holds the default value on creation for the closed_by field.
+	thread.DefaultClosedBy = threadDescClosedBy.Default.(string)
+	// threadDescCreatedAt is the schema descriptor for created_at field.
+	threadDescCreatedAt := threadFields[9].Descriptor()
+	// thread.DefaultCreatedAt holds the default value on creation for the created_at field.
+	thread.DefaultCreatedAt = threadDescCreatedAt.Default.(func() time.Time)
+	threadpostFields := schema.ThreadPost{}.Fields()
+	_ = threadpostFields
+	// threadpostDescProject is the schema descriptor for project field.
+	threadpostDescProject := threadpostFields[2].Descriptor()
+	// threadpost.DefaultProject holds the default value on creation for the project field.
+	threadpost.DefaultProject = threadpostDescProject.Default.(string)
+	// threadpostDescCreatedAt is the schema descriptor for created_at field.
+	threadpostDescCreatedAt := threadpostFields[4].Descriptor()
+	// threadpost.DefaultCreatedAt holds the default value on creation for the created_at field.
+	threadpost.DefaultCreatedAt = threadpostDescCreatedAt.Default.(func() time.Time)
 	traitFields := schema.Trait{}.Fields()
 	_ = traitFields
 	// traitDescTrait is the schema descriptor for trait field.

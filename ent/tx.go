@@ -54,6 +54,8 @@ type Tx struct {
 	NodeInventory *NodeInventoryClient
 	// NodeScreenshot is the client for interacting with the NodeScreenshot builders.
 	NodeScreenshot *NodeScreenshotClient
+	// Notice is the client for interacting with the Notice builders.
+	Notice *NoticeClient
 	// Offer is the client for interacting with the Offer builders.
 	Offer *OfferClient
 	// PolicyOverride is the client for interacting with the PolicyOverride builders.
@@ -72,6 +74,10 @@ type Tx struct {
 	RunbookStep *RunbookStepClient
 	// Setting is the client for interacting with the Setting builders.
 	Setting *SettingClient
+	// Thread is the client for interacting with the Thread builders.
+	Thread *ThreadClient
+	// ThreadPost is the client for interacting with the ThreadPost builders.
+	ThreadPost *ThreadPostClient
 	// Trait is the client for interacting with the Trait builders.
 	Trait *TraitClient
 	// User is the client for interacting with the User builders.
@@ -233,6 +239,7 @@ func (tx *Tx) init() {
 	tx.NodeEvent = NewNodeEventClient(tx.config)
 	tx.NodeInventory = NewNodeInventoryClient(tx.config)
 	tx.NodeScreenshot = NewNodeScreenshotClient(tx.config)
+	tx.Notice = NewNoticeClient(tx.config)
 	tx.Offer = NewOfferClient(tx.config)
 	tx.PolicyOverride = NewPolicyOverrideClient(tx.config)
 	tx.Port = NewPortClient(tx.config)
@@ -242,6 +249,8 @@ func (tx *Tx) init() {
 	tx.Runbook = NewRunbookClient(tx.config)
 	tx.RunbookStep = NewRunbookStepClient(tx.config)
 	tx.Setting = NewSettingClient(tx.config)
+	tx.Thread = NewThreadClient(tx.config)
+	tx.ThreadPost = NewThreadPostClient(tx.config)
 	tx.Trait = NewTraitClient(tx.config)
 	tx.User = NewUserClient(tx.config)
 	tx.VolumeConnector = NewVolumeConnectorClient(tx.config)

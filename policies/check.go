@@ -21,6 +21,10 @@ type Target struct {
 	OfferOwner  string
 	LeaseOwner  string
 	LeaseLessee string
+	// ThreadOwner is the project a tenant asked to look at a node (its
+	// owner; "" for the operators), ThreadAsker the tenant's project.
+	ThreadOwner string
+	ThreadAsker string
 	// serviceProject is the elevated service project, filled in by the
 	// enforcer from its setting, never by callers.
 	serviceProject string
@@ -39,6 +43,8 @@ var targetKeys = map[string]func(Target) string{
 	"offer.project_id": func(t Target) string { return t.OfferOwner },
 	"lease.owner_id":   func(t Target) string { return t.LeaseOwner },
 	"lease.project_id": func(t Target) string { return t.LeaseLessee },
+	"thread.owner":     func(t Target) string { return t.ThreadOwner },
+	"thread.asker":     func(t Target) string { return t.ThreadAsker },
 	// Ironic loads its service_project_name setting into the target as
 	// config.service_project_name; rule:service_role compares it.
 	"config.service_project_name": func(t Target) string { return t.serviceProject },

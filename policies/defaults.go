@@ -170,6 +170,13 @@ func Defaults() []Rule {
 		{"esi_leap:node:get_all", "rule:system_reader or role:reader", sysProj, "List nodes with their offers and leases: the nodes the caller's project owns or leases.", []string{"GET /leasing/v1/nodes"}},
 		{"esi_leap:event:get_all", "rule:system_reader or role:reader", sysProj, "List lease and offer events naming the caller's project as lessee or owner.", []string{"GET /leasing/v1/events"}},
 
+		// The inbox and "Ask the owner" threads (portal only; no API).
+		{"anvil:inbox:get", "rule:system_reader or role:reader", sysProj, "Read the inbox of the caller's scope: its project's notices (leases starting and ending, nodes wiped after their tenant, claims on its offers, requests to look at its nodes), or the operators' for system scope, and mark them read. Anvil's own; e-mail of them goes to the addresses a project manager (or a system admin, for the operators') sets with anvil:inbox:mail.", nil},
+		{"anvil:inbox:mail", "rule:system_admin or role:manager", sysProj, "Set the e-mail addresses the caller's scope's notices are mailed to (through the operator's SMTP relay, when one is configured).", nil},
+		{"anvil:thread:get", "rule:system_reader or (role:reader and (project_id:%(thread.owner)s or project_id:%(thread.asker)s))", sysProj, "Read a request to look at a node: the asking project's and the asked (owner) project's readers, and system readers.", nil},
+		{"anvil:thread:reply", "rule:system_member or (role:member and (project_id:%(thread.owner)s or project_id:%(thread.asker)s))", sysProj, "Answer a request to look at a node: members of the asking and the asked project, and system members.", nil},
+		{"anvil:thread:close", "rule:system_member or (role:member and project_id:%(thread.owner)s)", sysProj, "Close a request to look at a node: the asked (owner) project's members, and system members, as the one who was asked decides when it is handled.", nil},
+
 		// Campaigns (an Anvil extension, issue #29): a runbook rolled over
 		// many nodes. The rules mirror runbooks': creating and steering one
 		// is running the runbook (runbook:use's members), deleting and

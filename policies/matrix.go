@@ -56,7 +56,7 @@ func PersonaNames() []string {
 // MatrixTarget is the resource every rule is checked against: a node,
 // runbook and allocation owned by the owner project and leased to the
 // lessee project.
-var MatrixTarget = Target{NodeOwner: MatrixOwner, NodeLessee: MatrixLessee, RunbookOwner: MatrixOwner, AllocationOwner: MatrixOwner, CampaignOwner: MatrixOwner}
+var MatrixTarget = Target{NodeOwner: MatrixOwner, NodeLessee: MatrixLessee, RunbookOwner: MatrixOwner, AllocationOwner: MatrixOwner, CampaignOwner: MatrixOwner, ThreadOwner: MatrixOwner, ThreadAsker: MatrixLessee}
 
 // Matrix decides every documented rule for every persona given: result
 // [rule][persona] is true when allowed.

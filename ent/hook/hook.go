@@ -249,6 +249,18 @@ func (f NodeScreenshotFunc) Mutate(ctx context.Context, m ent.Mutation) (ent.Val
 	return nil, fmt.Errorf("unexpected mutation type %T. expect *ent.NodeScreenshotMutation", m)
 }
 
+// The NoticeFunc type is an adapter to allow the use of ordinary
+// function as Notice mutator.
+type NoticeFunc func(context.Context, *ent.NoticeMutation) (ent.Value, error)
+
+// Mutate calls f(ctx, m).
+func (f NoticeFunc) Mutate(ctx context.Context, m ent.Mutation) (ent.Value, error) {
+	if mv, ok := m.(*ent.NoticeMutation); ok {
+		return f(ctx, mv)
+	}
+	return nil, fmt.Errorf("unexpected mutation type %T. expect *ent.NoticeMutation", m)
+}
+
 // The OfferFunc type is an adapter to allow the use of ordinary
 // function as Offer mutator.
 type OfferFunc func(context.Context, *ent.OfferMutation) (ent.Value, error)
@@ -355,6 +367,30 @@ func (f SettingFunc) Mutate(ctx context.Context, m ent.Mutation) (ent.Value, err
 		return f(ctx, mv)
 	}
 	return nil, fmt.Errorf("unexpected mutation type %T. expect *ent.SettingMutation", m)
+}
+
+// The ThreadFunc type is an adapter to allow the use of ordinary
+// function as Thread mutator.
+type ThreadFunc func(context.Context, *ent.ThreadMutation) (ent.Value, error)
+
+// Mutate calls f(ctx, m).
+func (f ThreadFunc) Mutate(ctx context.Context, m ent.Mutation) (ent.Value, error) {
+	if mv, ok := m.(*ent.ThreadMutation); ok {
+		return f(ctx, mv)
+	}
+	return nil, fmt.Errorf("unexpected mutation type %T. expect *ent.ThreadMutation", m)
+}
+
+// The ThreadPostFunc type is an adapter to allow the use of ordinary
+// function as ThreadPost mutator.
+type ThreadPostFunc func(context.Context, *ent.ThreadPostMutation) (ent.Value, error)
+
+// Mutate calls f(ctx, m).
+func (f ThreadPostFunc) Mutate(ctx context.Context, m ent.Mutation) (ent.Value, error) {
+	if mv, ok := m.(*ent.ThreadPostMutation); ok {
+		return f(ctx, mv)
+	}
+	return nil, fmt.Errorf("unexpected mutation type %T. expect *ent.ThreadPostMutation", m)
 }
 
 // The TraitFunc type is an adapter to allow the use of ordinary

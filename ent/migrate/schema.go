@@ -748,6 +748,46 @@ var (
 			},
 		},
 	}
+	// NoticesColumns holds the columns for the "notices" table.
+	NoticesColumns = []*schema.Column{
+		{Name: "id", Type: field.TypeInt, Increment: true},
+		{Name: "uuid", Type: field.TypeString, Unique: true},
+		{Name: "project", Type: field.TypeString, Default: ""},
+		{Name: "kind", Type: field.TypeString},
+		{Name: "key", Type: field.TypeString},
+		{Name: "subject", Type: field.TypeString},
+		{Name: "body", Type: field.TypeString, Size: 2147483647, Default: ""},
+		{Name: "node_uuid", Type: field.TypeString, Default: ""},
+		{Name: "lease_uuid", Type: field.TypeString, Default: ""},
+		{Name: "thread_uuid", Type: field.TypeString, Default: ""},
+		{Name: "created_at", Type: field.TypeTime},
+		{Name: "read_at", Type: field.TypeTime, Nullable: true},
+		{Name: "mail_to", Type: field.TypeJSON, Nullable: true},
+		{Name: "mail", Type: field.TypeString, Default: ""},
+	}
+	// NoticesTable holds the schema information for the "notices" table.
+	NoticesTable = &schema.Table{
+		Name:       "notices",
+		Columns:    NoticesColumns,
+		PrimaryKey: []*schema.Column{NoticesColumns[0]},
+		Indexes: []*schema.Index{
+			{
+				Name:    "notice_project_key",
+				Unique:  true,
+				Columns: []*schema.Column{NoticesColumns[2], NoticesColumns[4]},
+			},
+			{
+				Name:    "notice_project_created_at",
+				Unique:  false,
+				Columns: []*schema.Column{NoticesColumns[2], NoticesColumns[10]},
+			},
+			{
+				Name:    "notice_mail",
+				Unique:  false,
+				Columns: []*schema.Column{NoticesColumns[13]},
+			},
+		},
+	}
 	// OffersColumns holds the columns for the "offers" table.
 	OffersColumns = []*schema.Column{
 		{Name: "id", Type: field.TypeInt, Increment: true},
@@ -1053,6 +1093,66 @@ var (
 		Columns:    SettingsColumns,
 		PrimaryKey: []*schema.Column{SettingsColumns[0]},
 	}
+	// ThreadsColumns holds the columns for the "threads" table.
+	ThreadsColumns = []*schema.Column{
+		{Name: "id", Type: field.TypeInt, Increment: true},
+		{Name: "uuid", Type: field.TypeString, Unique: true},
+		{Name: "node_uuid", Type: field.TypeString},
+		{Name: "node_name", Type: field.TypeString, Default: ""},
+		{Name: "owner", Type: field.TypeString, Default: ""},
+		{Name: "asker", Type: field.TypeString, Default: ""},
+		{Name: "asked_by", Type: field.TypeString},
+		{Name: "failure", Type: field.TypeString, Size: 2147483647, Default: ""},
+		{Name: "status", Type: field.TypeString, Default: "open"},
+		{Name: "closed_by", Type: field.TypeString, Default: ""},
+		{Name: "created_at", Type: field.TypeTime},
+		{Name: "closed_at", Type: field.TypeTime, Nullable: true},
+	}
+	// ThreadsTable holds the schema information for the "threads" table.
+	ThreadsTable = &schema.Table{
+		Name:       "threads",
+		Columns:    ThreadsColumns,
+		PrimaryKey: []*schema.Column{ThreadsColumns[0]},
+		Indexes: []*schema.Index{
+			{
+				Name:    "thread_owner_status",
+				Unique:  false,
+				Columns: []*schema.Column{ThreadsColumns[4], ThreadsColumns[8]},
+			},
+			{
+				Name:    "thread_asker_status",
+				Unique:  false,
+				Columns: []*schema.Column{ThreadsColumns[5], ThreadsColumns[8]},
+			},
+			{
+				Name:    "thread_node_uuid",
+				Unique:  false,
+				Columns: []*schema.Column{ThreadsColumns[2]},
+			},
+		},
+	}
+	// ThreadPostsColumns holds the columns for the "thread_posts" table.
+	ThreadPostsColumns = []*schema.Column{
+		{Name: "id", Type: field.TypeInt, Increment: true},
+		{Name: "thread_uuid", Type: field.TypeString},
+		{Name: "author", Type: field.TypeString},
+		{Name: "project", Type: field.TypeString, Default: ""},
+		{Name: "body", Type: field.TypeString, Size: 2147483647},
+		{Name: "created_at", Type: field.TypeTime},
+	}
+	// ThreadPostsTable holds the schema information for the "thread_posts" table.
+	ThreadPostsTable = &schema.Table{
+		Name:       "thread_posts",
+		Columns:    ThreadPostsColumns,
+		PrimaryKey: []*schema.Column{ThreadPostsColumns[0]},
+		Indexes: []*schema.Index{
+			{
+				Name:    "threadpost_thread_uuid_created_at",
+				Unique:  false,
+				Columns: []*schema.Column{ThreadPostsColumns[1], ThreadPostsColumns[5]},
+			},
+		},
+	}
 	// TraitsColumns holds the columns for the "traits" table.
 	TraitsColumns = []*schema.Column{
 		{Name: "id", Type: field.TypeInt, Increment: true},
@@ -1242,6 +1342,7 @@ var (
 		NodeEventsTable,
 		NodeInventoriesTable,
 		NodeScreenshotsTable,
+		NoticesTable,
 		OffersTable,
 		PolicyOverridesTable,
 		PortsTable,
@@ -1251,6 +1352,8 @@ var (
 		RunbooksTable,
 		RunbookStepsTable,
 		SettingsTable,
+		ThreadsTable,
+		ThreadPostsTable,
 		TraitsTable,
 		UsersTable,
 		VolumeConnectorsTable,

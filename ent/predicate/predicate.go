@@ -66,6 +66,9 @@ type NodeInventory func(*sql.Selector)
 // NodeScreenshot is the predicate function for nodescreenshot builders.
 type NodeScreenshot func(*sql.Selector)
 
+// Notice is the predicate function for notice builders.
+type Notice func(*sql.Selector)
+
 // Offer is the predicate function for offer builders.
 type Offer func(*sql.Selector)
 
@@ -92,6 +95,12 @@ type RunbookStep func(*sql.Selector)
 
 // Setting is the predicate function for setting builders.
 type Setting func(*sql.Selector)
+
+// Thread is the predicate function for thread builders.
+type Thread func(*sql.Selector)
+
+// ThreadPost is the predicate function for threadpost builders.
+type ThreadPost func(*sql.Selector)
 
 // Trait is the predicate function for trait builders.
 type Trait func(*sql.Selector)
