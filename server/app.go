@@ -46,6 +46,7 @@ import (
 	"github.com/anvilproject/anvil/server/guard"
 	"github.com/anvilproject/anvil/server/identity"
 	"github.com/anvilproject/anvil/server/imagecache"
+	"github.com/anvilproject/anvil/server/inbox"
 	"github.com/anvilproject/anvil/server/inspectionrules"
 	"github.com/anvilproject/anvil/server/keystone"
 	"github.com/anvilproject/anvil/server/leasing"
@@ -152,6 +153,9 @@ type Options struct {
 	// Webhook receives the audit events its rules choose; a zero URL
 	// sends none.
 	Webhook webhook.Config
+	// Mail is the SMTP relay inbox notices are mailed through; a zero
+	// Addr sends none.
+	Mail inbox.MailConfig
 }
 
 // App is a running Anvil: everything one process serves.
@@ -183,6 +187,10 @@ type App struct {
 	// Overrides keeps the enforcer in step with policy.d and the stored
 	// override.
 	Overrides *override.Manager
+	// Inbox keeps projects' notices and "Ask the owner" threads.
+	Inbox *inbox.Service
+	// Mailer mails notices; nil when no relay is configured.
+	Mailer *inbox.Mailer
 	// Webhook delivers audit events; nil when none is configured.
 	Webhook   *webhook.Dispatcher
 	Fiber     *fiber.App
@@ -300,13 +308,21 @@ func New(ctx context.Context, o Options) (*App, error) {
 	a.Leasing = leasing.New(db, a.Guard)
 	a.Leasing.Quota = o.LeaseQuota
 	a.Cond.Lease(a.Leasing)
-	ops := &conductor.Ops{C: a.Cond, Nodes: a.Nodes, Guard: a.Guard, Runbooks: a.Runbooks}
+	a.Inbox = inbox.New(db, a.Guard)
+	a.Inbox.Mailing = o.Mail.Addr != ""
+	a.Leasing.Inbox = a.Inbox
+	a.Cond.Notify(a.Inbox)
+	ops := &conductor.Ops{C: a.Cond, Nodes: a.Nodes, Guard: a.Guard, Runbooks: a.Runbooks, Inbox: a.Inbox}
 	a.Campaigns = campaigns.New(db, a.Guard, a.Nodes, a.Runbooks, ops)
 	a.Campaigns.Metrics = campaigns.NewMetrics(reg)
 	a.Wipes = wipes.New(db, a.Guard)
 	a.Cond.Campaign(a.Campaigns)
 	a.Cond.MakePorts(a.Ports)
 	if a.Webhook, err = webhook.New(db, o.Webhook, o.Log, webhook.NewMetrics(reg)); err != nil {
+		db.Close()
+		return nil, err
+	}
+	if a.Mailer, err = inbox.NewMailer(db, o.Mail, o.Log); err != nil {
 		db.Close()
 		return nil, err
 	}
@@ -328,7 +344,7 @@ func New(ctx context.Context, o Options) (*App, error) {
 	a.Portal = &web.Portal{DB: db, IDs: a.IDs, Nodes: a.Nodes, Guard: a.Guard, Sessions: web.NewSessions(hash, block), Log: o.Log,
 		Runbooks: a.Runbooks, Allocations: a.Allocations, Ports: a.Ports, Firmware: a.Firmware, PolicyStatus: a.Overrides.Status,
 		Admin: &web.Admin{DB: db, Audit: a.Audit, Enforcer: enf, Overrides: a.Overrides, Key: web.FormKey(hash)},
-		Ops:   ops, Campaigns: a.Campaigns, Wipes: a.Wipes, AgentLogs: a.agentLogs(), Leasing: a.Leasing}
+		Ops:   ops, Campaigns: a.Campaigns, Wipes: a.Wipes, AgentLogs: a.agentLogs(), Leasing: a.Leasing, Inbox: a.Inbox}
 	if o.OIDC != nil {
 		a.Portal.SSO, a.Portal.RolesMaxAge = o.OIDC, o.OIDCRolesMaxAge
 	}
@@ -645,6 +661,12 @@ func (a *App) Serve(ctx context.Context, ln net.Listener) error {
 	}
 	if a.BootISOs.BaseURL == "" {
 		a.BootISOs.BaseURL = a.Firmware.BaseURL
+	}
+	if a.Mailer != nil {
+		a.Mailer.SetPortalURL(a.Firmware.BaseURL)
+		mailDone := make(chan struct{})
+		go func() { a.Mailer.Run(actx); close(mailDone) }()
+		defer func() { stopAudit(); <-mailDone }()
 	}
 	if err := a.Cond.Start(ctx, ln.Addr().String()); err != nil {
 		return err

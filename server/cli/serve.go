@@ -28,6 +28,7 @@ import (
 	"github.com/anvilproject/anvil/server/deployimages"
 	"github.com/anvilproject/anvil/server/identity"
 	"github.com/anvilproject/anvil/server/imagecache"
+	"github.com/anvilproject/anvil/server/inbox"
 	"github.com/anvilproject/anvil/server/leasing"
 	"github.com/anvilproject/anvil/server/nodes"
 	"github.com/anvilproject/anvil/server/oidclogin"
@@ -76,6 +77,7 @@ func serveCmd() *cobra.Command {
 		pwCost   int
 		autoMig  bool
 		hook     webhook.Config
+		smtp     inbox.MailConfig
 		eraseAll bool
 	)
 	cmd := &cobra.Command{
@@ -163,6 +165,9 @@ func serveCmd() *cobra.Command {
 			if cc.Group, err = nodes.ValidateConductorGroup("conductor-group", cc.Group); err != nil {
 				return fmt.Errorf("--conductor-group: %w", err)
 			}
+			if err := smtp.Validate(); err != nil {
+				return err
+			}
 			if err := hook.Validate(); err != nil {
 				return err
 			}
@@ -241,7 +246,7 @@ func serveCmd() *cobra.Command {
 				Database: g.database, Pool: pool, ManualMigrate: !autoMig, AccessLog: access, AuthNone: auth == "none", ListenName: listenName(listen), Log: log, SessionSecret: secret, OIDC: provider, Conductor: cc, PolicyDir: pdir, PolicyOverrideEnabled: penab, ServiceProject: svcp,
 				TrustedProxies: proxy, FirmwareDir: fwo.dir, FirmwareURL: fwo.url, FirmwareMaxBytes: fwo.max,
 				BootISODir: isoDir, AllocationMaxLease: maxLease, LeaseQuota: quota, PasswordHashCost: pwCost,
-				MetricsToken: mtok, Pprof: profiles, IdleRelease: idle, MaxConnections: maxConns, HSTS: hsts, OIDCRolesMaxAge: rolAge, Webhook: hook,
+				MetricsToken: mtok, Pprof: profiles, IdleRelease: idle, MaxConnections: maxConns, HSTS: hsts, OIDCRolesMaxAge: rolAge, Webhook: hook, Mail: smtp,
 				Bootstrap: func(user, pw string) {
 					// Into a file only its owner reads, not the log: a
 					// journal or a pod's log keeps what is printed, and
@@ -374,6 +379,11 @@ func serveCmd() *cobra.Command {
 	f.StringVar(&hook.URL, "webhook-url", "", "http:// or https:// URL that receives the audit events --webhook-rules choose, as signed JSON POSTs (empty: none sent)")
 	f.StringVar(&hook.Secret, "webhook-secret", "", "secret keying each delivery's X-Anvil-Signature (HMAC-SHA256 of the body); required with --webhook-url")
 	f.StringSliceVar(&hook.Rules, "webhook-rules", webhook.DefaultRules, "audit rules sent to --webhook-url: names, or prefixes ending in * (of "+conductor.RuleRecover+" only the owner notifications are sent)")
+	f.StringVar(&smtp.Addr, "smtp-addr", "", "host:port of the SMTP relay that mails inbox notices to the addresses each project sets in the portal (STARTTLS when the relay offers it; empty: no mail)")
+	f.StringVar(&smtp.From, "smtp-from", "", "sender address of inbox mail; required with --smtp-addr")
+	f.StringVar(&smtp.User, "smtp-user", "", "user name for the relay's PLAIN authentication, sent only over TLS or to a relay on this host")
+	f.StringVar(&smtp.Password, "smtp-password", "", "password for --smtp-user (prefer the ANVIL_SMTP_PASSWORD environment variable)")
+	f.StringVar(&smtp.PortalURL, "smtp-portal-url", "", "the portal's address as people reach it, for links in mail (default: the listener's)")
 	return cmd
 }
 

@@ -28,6 +28,7 @@ import (
 	"github.com/anvilproject/anvil/server/fwimages"
 	"github.com/anvilproject/anvil/server/history"
 	"github.com/anvilproject/anvil/server/imagecache"
+	"github.com/anvilproject/anvil/server/inbox"
 	"github.com/anvilproject/anvil/server/listing"
 	"github.com/anvilproject/anvil/server/nodes"
 	"github.com/anvilproject/anvil/server/store"
@@ -173,6 +174,9 @@ type Conductor struct {
 	ports PortMaker
 	// leases starts and ends leasing's leases when set (leasing.go).
 	leases Leaser
+	// inbox, when set, tells a node's tenant and owner of its wipe
+	// (wipe.go).
+	inbox *inbox.Service
 	// images caches images for image_download_source=local
 	// (agentdeploy.go).
 	images *imagecache.Cache

@@ -6,6 +6,7 @@ import (
 
 	"github.com/anvilproject/anvil/ent"
 	"github.com/anvilproject/anvil/policies"
+	"github.com/anvilproject/anvil/server/inbox"
 	"github.com/anvilproject/anvil/server/leasing"
 )
 
@@ -17,6 +18,9 @@ type Leaser interface {
 // Lease makes this conductor start and end leasing's leases on time.
 // Call it before Start.
 func (c *Conductor) Lease(l Leaser) { c.leases = l }
+
+// Notify sets the inbox that hears of wipes between tenants.
+func (c *Conductor) Notify(i *inbox.Service) { c.inbox = i }
 
 // leasingLoop runs a pass at once, so starts and ends missed while every
 // replica was down happen now, then every LeaseCheck.

@@ -15,6 +15,7 @@ import (
 	"github.com/anvilproject/anvil/server/errs"
 	"github.com/anvilproject/anvil/server/guard"
 	"github.com/anvilproject/anvil/server/history"
+	"github.com/anvilproject/anvil/server/inbox"
 	"github.com/anvilproject/anvil/server/nodes"
 	"github.com/anvilproject/anvil/server/store"
 )
@@ -47,6 +48,9 @@ type Ops struct {
 	Nodes    *nodes.Service
 	Guard    *guard.Guard
 	Runbooks Resolver
+	// Inbox, when set, carries a tenant's "Ask the owner to look" to the
+	// owner as a thread (recover.go).
+	Inbox *inbox.Service
 }
 
 // Resolver turns a runbook reference into the runbook the caller may run

@@ -7,6 +7,7 @@ import (
 	"github.com/anvilproject/anvil/ent"
 	"github.com/anvilproject/anvil/server/errs"
 	"github.com/anvilproject/anvil/server/history"
+	"github.com/anvilproject/anvil/server/inbox"
 	"github.com/anvilproject/anvil/server/nodes"
 )
 
@@ -34,6 +35,18 @@ const (
 // may ask the owner to look. Maintenance set for any other reason stays
 // the owner's or an operator's to clear.
 func (o *Ops) Recover(ctx context.Context, ident, action string) (err error) {
+	return o.recover(ctx, ident, action, "", nil)
+}
+
+// AskOwner is Recover's notify with the asker's message: it opens a
+// thread to the node's owner (the operators when it has none) in the
+// inbox, when there is one, and returns its UUID.
+func (o *Ops) AskOwner(ctx context.Context, ident, message string) (thread string, err error) {
+	return thread, o.recover(ctx, ident, RecoverNotify, message, &thread)
+}
+
+// recover is Recover; a notify's thread UUID goes to thread.
+func (o *Ops) recover(ctx context.Context, ident, action, message string, thread *string) (err error) {
 	n, err := o.Nodes.Authorized(ctx, ident, RuleRecover)
 	if err != nil {
 		return err
@@ -50,13 +63,7 @@ func (o *Ops) Recover(ctx context.Context, ident, action string) (err error) {
 	}
 	detail["runbook"] = runbook
 	if action == RecoverNotify {
-		what := "steps"
-		if runbook != "" {
-			what = "runbook " + runbook
-		}
-		return history.Record(ctx, o.C.db.Client, history.Event{NodeID: n.ID, Severity: history.Warning, Type: "notify",
-			User: actor(ctx), Conductor: o.C.cfg.Name,
-			Message: fmt.Sprintf("%s asks the owner to look at the failed %s (%s).", actor(ctx), what, n.ProvisionState)})
+		return o.ask(ctx, n, runbook, message, detail, thread)
 	}
 	if n.Maintenance && !StepFault(n) {
 		return errs.Conflict("Node %s is in maintenance for a reason other than its failed run; the owner or an operator clears it.", n.UUID)
@@ -105,4 +112,32 @@ func (o *Ops) Recover(ctx context.Context, ident, action string) (err error) {
 // or service step set (Ironic's fault), which a recovery may clear.
 func StepFault(n *ent.Node) bool {
 	return n.Fault != nil && (*n.Fault == FaultClean || *n.Fault == FaultService)
+}
+
+// ask records in n's history that the caller asks its owner to look at
+// the failed run of runbook ("" for explicit steps) and, with an inbox,
+// opens the thread that reaches the owner, with the caller's message and
+// the node's last error as it stood.
+func (o *Ops) ask(ctx context.Context, n *ent.Node, runbook, message string, detail map[string]any, thread *string) error {
+	what := "steps"
+	if runbook != "" {
+		what = "runbook " + runbook
+	}
+	if o.Inbox != nil {
+		failure := ""
+		if n.LastError != nil {
+			failure = *n.LastError
+		}
+		t, err := o.Inbox.Ask(ctx, inbox.AskInput{Node: n, Failure: failure, Message: message})
+		if err != nil {
+			return err
+		}
+		detail["thread"] = t.UUID
+		if thread != nil {
+			*thread = t.UUID
+		}
+	}
+	return history.Record(ctx, o.C.db.Client, history.Event{NodeID: n.ID, Severity: history.Warning, Type: "notify",
+		User: actor(ctx), Conductor: o.C.cfg.Name,
+		Message: fmt.Sprintf("%s asks the owner to look at the failed %s (%s).", actor(ctx), what, n.ProvisionState)})
 }

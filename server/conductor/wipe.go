@@ -15,6 +15,7 @@ import (
 	"github.com/anvilproject/anvil/server/agent"
 	"github.com/anvilproject/anvil/server/bmc"
 	"github.com/anvilproject/anvil/server/history"
+	"github.com/anvilproject/anvil/server/inbox"
 	"github.com/anvilproject/anvil/server/nodes"
 )
 
@@ -349,8 +350,41 @@ func (c *Conductor) recordWipe(ctx context.Context, db *ent.Client, n *ent.Node,
 	if result != WipeWiped {
 		sev = history.Warning
 	}
-	return history.Record(ctx, db, history.Event{NodeID: n.ID, Severity: sev, Type: "wipe", Conductor: c.cfg.Name,
-		Message: WipeSummary(policy, result, msg, w.disks, now.Sub(w.started)) + "; record " + id})
+	summary := WipeSummary(policy, result, msg, w.disks, now.Sub(w.started))
+	if err := history.Record(ctx, db, history.Event{NodeID: n.ID, Severity: sev, Type: "wipe", Conductor: c.cfg.Name,
+		Message: summary + "; record " + id}); err != nil {
+		return err
+	}
+	return c.tellWipe(ctx, db, n, w, id, result, summary)
+}
+
+// tellWipe tells the tenant whose data was on n (its lessee, or the
+// project whose allocation held it) and its owner that the wipe between
+// tenants was recorded, and how it went. A node no tenant had is not
+// news.
+func (c *Conductor) tellWipe(ctx context.Context, db *ent.Client, n *ent.Node, w *wipeRun, id, result, summary string) error {
+	tenant := w.lessee
+	if tenant == nil {
+		tenant = w.allocOwner
+	}
+	if c.inbox == nil || tenant == nil || *tenant == "" {
+		return nil
+	}
+	label := n.UUID
+	if n.Name != nil && *n.Name != "" {
+		label = *n.Name
+	}
+	subject := map[string]string{WipeWiped: "Node %s was wiped", WipeFailed: "Node %s's wipe failed", WipeNotWiped: "Node %s was not wiped"}[result]
+	if subject == "" {
+		subject = "Node %s's wipe: " + result
+	}
+	ns := []inbox.Notice{{Project: *tenant, Kind: inbox.NodeWiped, Key: "wiped:" + id, Node: n.UUID,
+		Subject: fmt.Sprintf(subject, label) + " after your use", Body: summary + ". Wipe record " + id + "."}}
+	if w.owner != nil && *w.owner != "" && *w.owner != *tenant {
+		ns = append(ns, inbox.Notice{Project: *w.owner, Kind: inbox.NodeWiped, Key: "wiped:" + id, Node: n.UUID,
+			Subject: fmt.Sprintf(subject, label) + " after project " + *tenant, Body: summary + ". Wipe record " + id + "."})
+	}
+	return c.inbox.Send(ctx, db, ns...)
 }
 
 // WipeSummary is a wipe record in one sentence, as the node's history

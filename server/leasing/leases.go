@@ -122,6 +122,9 @@ func (s *Service) Claim(ctx context.Context, offerID string, in LeaseInput) (out
 		if err := leaseEvent(ctx, tx, now, out, "create"); err != nil {
 			return err
 		}
+		if err := s.tell(ctx, tx, claimedNotice(cur, out, n)); err != nil {
+			return err
+		}
 		return note(ctx, tx, n.ID, "", fmt.Sprintf("Lease %s claimed by %s from offer %s, %s to %s", describe(out), project, cur.UUID, Format(start), Format(end)))
 	})
 	return out, err

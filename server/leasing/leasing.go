@@ -27,6 +27,7 @@ import (
 	"github.com/anvilproject/anvil/server/errs"
 	"github.com/anvilproject/anvil/server/guard"
 	"github.com/anvilproject/anvil/server/history"
+	"github.com/anvilproject/anvil/server/inbox"
 	"github.com/anvilproject/anvil/server/nodes"
 	"github.com/anvilproject/anvil/server/store"
 )
@@ -93,6 +94,9 @@ type Service struct {
 	db    *store.DB
 	guard *guard.Guard
 	Quota Quota
+	// Inbox, when set, tells lessees and owners of leases starting,
+	// ending and claimed (notices.go).
+	Inbox *inbox.Service
 	// clock is time.Now unless a test set its own (SetClock).
 	clock atomic.Pointer[func() time.Time]
 }

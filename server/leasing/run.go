@@ -65,6 +65,9 @@ func (s *Service) Run(ctx context.Context, e Ender) error {
 			failed = append(failed, fmt.Errorf("starting lease %s: %w", l.UUID, err))
 		}
 	}
+	if err := s.warnEnding(ctx, now); err != nil {
+		failed = append(failed, fmt.Errorf("warning of leases ending: %w", err))
+	}
 	expired, err := s.db.Offer.Query().Where(offer.Status(StatusAvailable), offer.EndTimeLTE(now)).All(ctx)
 	if err != nil {
 		return errors.Join(append(failed, err)...)
@@ -85,13 +88,14 @@ func (s *Service) Run(ctx context.Context, e Ender) error {
 func (s *Service) start(ctx context.Context, l *ent.Lease, now time.Time, e Ender) error {
 	n, err := s.db.Node.Query().Where(node.UUID(l.ResourceUUID)).Only(ctx)
 	if ent.IsNotFound(err) {
-		return s.finish(ctx, l, nil, l.Status, StatusError, now, "")
+		return s.finish(ctx, l, nil, l.Status, StatusError, now, "", "")
 	}
 	if err != nil || !e.Mine(n) {
 		return err
 	}
 	if !l.EndTime.After(now) {
-		return s.finish(ctx, l, n, l.Status, StatusExpired, now, fmt.Sprintf("Lease %s of %s ended at %s before it could start", describe(l), l.ProjectID, Format(l.EndTime)))
+		return s.finish(ctx, l, n, l.Status, StatusExpired, now, fmt.Sprintf("Lease %s of %s ended at %s before it could start", describe(l), l.ProjectID, Format(l.EndTime)),
+			"it ended at "+when(l.EndTime)+" before it could start, as no conductor ran while it was due")
 	}
 	done := false
 	err = store.WithTx(ctx, s.db, func(tx *ent.Client) error {
@@ -132,6 +136,9 @@ func (s *Service) start(ctx context.Context, l *ent.Lease, now time.Time, e Ende
 			return err
 		}
 		done = true
+		if err := s.tell(ctx, tx, startedNotices(l, cur)...); err != nil {
+			return err
+		}
 		return note(ctx, tx, cur.ID, e.Name, fmt.Sprintf("Lease %s started: lessee %s → %s until %s", describe(l), tenancy(cur.Lessee), l.ProjectID, Format(l.EndTime)))
 	})
 	if done {
@@ -162,7 +169,7 @@ func (s *Service) end(ctx context.Context, l *ent.Lease, now time.Time, e Ender)
 	}
 	n, err := s.db.Node.Query().Where(node.UUID(l.ResourceUUID)).Only(ctx)
 	if ent.IsNotFound(err) {
-		return s.finish(ctx, l, nil, l.Status, final, now, "")
+		return s.finish(ctx, l, nil, l.Status, final, now, "", "the node is gone")
 	}
 	if err != nil || !e.Mine(n) {
 		return err
@@ -177,7 +184,7 @@ func (s *Service) end(ctx context.Context, l *ent.Lease, now time.Time, e Ender)
 	case slices.Contains(allocations.Releasable, n.ProvisionState):
 		// Nothing to tear down; an allocation the project still holds
 		// on the node goes with the lease.
-		return s.finish(ctx, l, n, l.Status, final, now, prefix+"the node holds no instance")
+		return s.finish(ctx, l, n, l.Status, final, now, prefix+"the node holds no instance", "the node held no instance, so nothing was torn down")
 	case n.Maintenance:
 		return s.await(ctx, n, e.Name, prefix+"the node is in maintenance; it awaits its owner or an operator")
 	case n.Protected:
@@ -192,7 +199,8 @@ func (s *Service) end(ctx context.Context, l *ent.Lease, now time.Time, e Ender)
 	case err != nil:
 		return err
 	}
-	return s.finish(ctx, l, n, l.Status, final, now, prefix+"undeploying; automated cleaning wipes it")
+	return s.finish(ctx, l, n, l.Status, final, now, prefix+"undeploying; automated cleaning wipes it",
+		"its instance is being torn down and automated cleaning wipes its disks; a notice follows when the wipe is recorded")
 }
 
 // await notes msg in n's history once: nothing changed, so nothing is
@@ -209,8 +217,9 @@ func (s *Service) await(ctx context.Context, n *ent.Node, conductor, msg string)
 // when it is gone) back: its lessee becomes the parent lease's project
 // when l was a sub-lease of an active lease, else none, if it still is
 // l's project. Sub-leases and sub-offers of l that had not started end
-// with it. msg goes to the node's history.
-func (s *Service) finish(ctx context.Context, l *ent.Lease, n *ent.Node, from, final string, now time.Time, msg string) error {
+// with it. msg goes to the node's history; what tells the lessee and
+// owner what became of the node.
+func (s *Service) finish(ctx context.Context, l *ent.Lease, n *ent.Node, from, final string, now time.Time, msg, what string) error {
 	done := false
 	after := ""
 	err := store.WithTx(ctx, s.db, func(tx *ent.Client) error {
@@ -242,6 +251,11 @@ func (s *Service) finish(ctx context.Context, l *ent.Lease, n *ent.Node, from, f
 		}
 		if err := leaseEvent(ctx, tx, now, l, action); err != nil {
 			return err
+		}
+		if final != StatusError {
+			if err := s.tell(ctx, tx, endedNotices(l, n, final, what)...); err != nil {
+				return err
+			}
 		}
 		if n == nil {
 			return nil

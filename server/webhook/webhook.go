@@ -1,5 +1,5 @@
-// Package webhook delivers chosen audit events (campaign progress, a
-// request that a node's owner look at it) to one operator-configured
+// Package webhook delivers chosen audit events (campaign progress, inbox
+// notices, a request that a node's owner look at it) to one operator-configured
 // HTTP endpoint, signed with a shared secret.
 //
 // Replicas share one cursor, the id of the last audit row handed out, in
@@ -37,9 +37,11 @@ import (
 // CursorKey is the setting holding the id of the last audit row claimed.
 const CursorKey = "webhook:cursor"
 
-// DefaultRules are the campaign events and the node recovery rule, of
-// which only the owner notifications are sent.
-var DefaultRules = []string{"anvil:campaign:*", conductor.RuleRecover}
+// DefaultRules are the campaign events, the inbox notices (leases
+// starting and ending, wipes, claims, requests to look at a node and
+// their answers) and the node recovery rule, of which only the owner
+// notifications are sent.
+var DefaultRules = []string{"anvil:campaign:*", "anvil:notice:*", conductor.RuleRecover}
 
 // Delivery defaults.
 const (
