@@ -200,7 +200,7 @@ func TestRunbooksAndRetry(t *testing.T) {
 	}
 	// Asking the owner records it in the node's history, where the
 	// owner's member reads it.
-	if _, frag, _ := gil.do("POST", "/nodes/"+id+"/notify", url.Values{"csrf": {gil.csrf}}, "HX-Request", "true"); !strings.Contains(frag, "The owner was asked to look at the failed run.") {
+	if _, frag, _ := gil.do("POST", "/nodes/"+id+"/notify", url.Values{"csrf": {gil.csrf}}, "HX-Request", "true"); !strings.Contains(frag, "The owner was asked to look at the failed run: the request is in their inbox") {
 		t.Errorf("notify: %s", section(t, frag, "status"))
 	}
 	if _, page, _ = pat.do("GET", "/nodes/"+id, nil); !strings.Contains(page, "gil asks the owner to look at the failed runbook CUSTOM_X (clean failed).") {

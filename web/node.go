@@ -382,15 +382,16 @@ func (p *Portal) nodeProvision(c *fiber.Ctx) error {
 	return p.status(c, errText(err))
 }
 
-// nodeNotify asks the node's owner to look at a failed run: an event in
-// the node's history, which the owner's home page lists.
+// nodeNotify asks the node's owner to look at a failed run, with the
+// asker's message: a thread in the owner's inbox and an event in the
+// node's history.
 func (p *Portal) nodeNotify(c *fiber.Ctx) error {
-	err := p.Ops.Recover(c.UserContext(), c.Params("id"), conductor.RecoverNotify)
+	_, err := p.Ops.AskOwner(c.UserContext(), c.Params("id"), c.FormValue("message"))
 	if err != nil && errs.Status(err) >= 500 {
 		return err
 	}
 	if err == nil {
-		return p.statusNote(c, "The owner was asked to look at the failed run.")
+		return p.statusNote(c, "The owner was asked to look at the failed run: the request is in their inbox, and their answer comes to yours.")
 	}
 	return p.status(c, errText(err))
 }

@@ -27,6 +27,7 @@ import (
 	"github.com/anvilproject/anvil/server/fwimages"
 	"github.com/anvilproject/anvil/server/guard"
 	"github.com/anvilproject/anvil/server/identity"
+	"github.com/anvilproject/anvil/server/inbox"
 	"github.com/anvilproject/anvil/server/leasing"
 	"github.com/anvilproject/anvil/server/nodes"
 	"github.com/anvilproject/anvil/server/ports"
@@ -80,6 +81,8 @@ type Portal struct {
 	DeployImages []deployimages.Image
 	// Leasing backs the offers, leases, owner and usage pages.
 	Leasing *leasing.Service
+	// Inbox backs the inbox, its threads and the header's unread count.
+	Inbox *inbox.Service
 	// PolicyStatus is the override status system users see in the header.
 	PolicyStatus func() string
 	// Admin backs the admin console.
@@ -195,6 +198,12 @@ func (p *Portal) Register(app *fiber.App) {
 	app.Get("/leases/usage.csv", s, p.signedIn, p.usageCSV)
 	app.Post("/leases/:id/extend", s, p.signedIn, p.extendLease)
 	app.Post("/leases/:id/return", s, p.signedIn, p.returnLease)
+	app.Get("/inbox", s, p.signedIn, p.inboxPage)
+	app.Post("/inbox/read", s, p.signedIn, p.inboxRead)
+	app.Post("/inbox/mail", s, p.signedIn, p.inboxMail)
+	app.Get("/inbox/threads/:id", s, p.signedIn, p.threadPage)
+	app.Post("/inbox/threads/:id/reply", s, p.signedIn, p.threadReply)
+	app.Post("/inbox/threads/:id/close", s, p.signedIn, p.threadClose)
 	app.Get("/admin/policy", s, p.signedIn, p.policyPage)
 	app.Post("/admin/policy", s, p.signedIn, p.policyUpload)
 	app.Post("/admin/policy/apply", s, p.signedIn, p.policyApply)
@@ -482,6 +491,13 @@ func (p *Portal) page(c *fiber.Ctx, title string) (views.Page, error) {
 		}
 	}
 	pg.System = pr.System
+	if p.Inbox != nil {
+		n, err := p.Inbox.Unread(c.UserContext())
+		if err != nil {
+			return pg, err
+		}
+		pg.Unread = n
+	}
 	if pr.System && p.PolicyStatus != nil {
 		pg.PolicyStatus = p.PolicyStatus()
 	}

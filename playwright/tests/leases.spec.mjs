@@ -46,6 +46,9 @@ test('an owner offers a node, a tenant claims it for tomorrow, and the usage CSV
   const row = page.getByTestId(`lease-${node}`);
   await expect(row.getByTestId('lease-status')).toHaveText('Booked: starts on time');
   await expect(row).toContainText('starts in');
+  // The owner hears of the claim in the inbox.
+  await owner.goto('/inbox');
+  await expect(owner.getByTestId('notice').filter({ hasText: `Project tenant-blue claimed node ${node} from your offer` })).toBeVisible();
 
   // Claiming the same hours again is refused beside the form.
   await page.goto('/offers');
