@@ -26,6 +26,7 @@ test('a tenant asks the owner about a failed run, and the owner answers and clos
 
   const tina = await (await browser.newContext()).newPage();
   const noAPIPaths = async (page) => expect(await page.locator('body').innerText()).not.toContain('/v1/');
+  tina.on('dialog', (d) => d.accept());
   await signIn(tina, 'tina', 'tenant-password-1');
   await tina.goto(`/nodes/${node}`);
   await tina.getByRole('button', { name: `Run ${runbook} (clean)` }).click();
