@@ -41,6 +41,7 @@ import (
 	"github.com/anvilproject/anvil/ent/runbook"
 	"github.com/anvilproject/anvil/ent/runbookstep"
 	"github.com/anvilproject/anvil/ent/setting"
+	"github.com/anvilproject/anvil/ent/sshkey"
 	"github.com/anvilproject/anvil/ent/trait"
 	"github.com/anvilproject/anvil/ent/user"
 	"github.com/anvilproject/anvil/ent/volumeconnector"
@@ -134,6 +135,7 @@ func checkColumn(t, c string) error {
 			roleassignment.Table:     roleassignment.ValidColumn,
 			runbook.Table:            runbook.ValidColumn,
 			runbookstep.Table:        runbookstep.ValidColumn,
+			sshkey.Table:             sshkey.ValidColumn,
 			setting.Table:            setting.ValidColumn,
 			trait.Table:              trait.ValidColumn,
 			user.Table:               user.ValidColumn,

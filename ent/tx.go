@@ -70,6 +70,8 @@ type Tx struct {
 	Runbook *RunbookClient
 	// RunbookStep is the client for interacting with the RunbookStep builders.
 	RunbookStep *RunbookStepClient
+	// SSHKey is the client for interacting with the SSHKey builders.
+	SSHKey *SSHKeyClient
 	// Setting is the client for interacting with the Setting builders.
 	Setting *SettingClient
 	// Trait is the client for interacting with the Trait builders.
@@ -241,6 +243,7 @@ func (tx *Tx) init() {
 	tx.RoleAssignment = NewRoleAssignmentClient(tx.config)
 	tx.Runbook = NewRunbookClient(tx.config)
 	tx.RunbookStep = NewRunbookStepClient(tx.config)
+	tx.SSHKey = NewSSHKeyClient(tx.config)
 	tx.Setting = NewSettingClient(tx.config)
 	tx.Trait = NewTraitClient(tx.config)
 	tx.User = NewUserClient(tx.config)
