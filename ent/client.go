@@ -45,6 +45,7 @@ import (
 	"github.com/anvilproject/anvil/ent/runbook"
 	"github.com/anvilproject/anvil/ent/runbookstep"
 	"github.com/anvilproject/anvil/ent/setting"
+	"github.com/anvilproject/anvil/ent/sshkey"
 	"github.com/anvilproject/anvil/ent/thread"
 	"github.com/anvilproject/anvil/ent/threadpost"
 	"github.com/anvilproject/anvil/ent/trait"
@@ -119,6 +120,8 @@ type Client struct {
 	Runbook *RunbookClient
 	// RunbookStep is the client for interacting with the RunbookStep builders.
 	RunbookStep *RunbookStepClient
+	// SSHKey is the client for interacting with the SSHKey builders.
+	SSHKey *SSHKeyClient
 	// Setting is the client for interacting with the Setting builders.
 	Setting *SettingClient
 	// Thread is the client for interacting with the Thread builders.
@@ -175,6 +178,7 @@ func (c *Client) init() {
 	c.RoleAssignment = NewRoleAssignmentClient(c.config)
 	c.Runbook = NewRunbookClient(c.config)
 	c.RunbookStep = NewRunbookStepClient(c.config)
+	c.SSHKey = NewSSHKeyClient(c.config)
 	c.Setting = NewSettingClient(c.config)
 	c.Thread = NewThreadClient(c.config)
 	c.ThreadPost = NewThreadPostClient(c.config)
@@ -304,6 +308,7 @@ func (c *Client) Tx(ctx context.Context) (*Tx, error) {
 		RoleAssignment:     NewRoleAssignmentClient(cfg),
 		Runbook:            NewRunbookClient(cfg),
 		RunbookStep:        NewRunbookStepClient(cfg),
+		SSHKey:             NewSSHKeyClient(cfg),
 		Setting:            NewSettingClient(cfg),
 		Thread:             NewThreadClient(cfg),
 		ThreadPost:         NewThreadPostClient(cfg),
@@ -360,6 +365,7 @@ func (c *Client) BeginTx(ctx context.Context, opts *sql.TxOptions) (*Tx, error) 
 		RoleAssignment:     NewRoleAssignmentClient(cfg),
 		Runbook:            NewRunbookClient(cfg),
 		RunbookStep:        NewRunbookStepClient(cfg),
+		SSHKey:             NewSSHKeyClient(cfg),
 		Setting:            NewSettingClient(cfg),
 		Thread:             NewThreadClient(cfg),
 		ThreadPost:         NewThreadPostClient(cfg),
@@ -402,8 +408,8 @@ func (c *Client) Use(hooks ...Hook) {
 		c.DeployTemplateStep, c.FirmwareComponent, c.InspectionRule, c.Lease,
 		c.LeaseEvent, c.Node, c.NodeEvent, c.NodeInventory, c.NodeScreenshot, c.Notice,
 		c.Offer, c.PolicyOverride, c.Port, c.PortalSession, c.Portgroup,
-		c.RoleAssignment, c.Runbook, c.RunbookStep, c.Setting, c.Thread, c.ThreadPost,
-		c.Trait, c.User, c.VolumeConnector, c.VolumeTarget, c.WipeRecord,
+		c.RoleAssignment, c.Runbook, c.RunbookStep, c.SSHKey, c.Setting, c.Thread,
+		c.ThreadPost, c.Trait, c.User, c.VolumeConnector, c.VolumeTarget, c.WipeRecord,
 	} {
 		n.Use(hooks...)
 	}
@@ -418,8 +424,8 @@ func (c *Client) Intercept(interceptors ...Interceptor) {
 		c.DeployTemplateStep, c.FirmwareComponent, c.InspectionRule, c.Lease,
 		c.LeaseEvent, c.Node, c.NodeEvent, c.NodeInventory, c.NodeScreenshot, c.Notice,
 		c.Offer, c.PolicyOverride, c.Port, c.PortalSession, c.Portgroup,
-		c.RoleAssignment, c.Runbook, c.RunbookStep, c.Setting, c.Thread, c.ThreadPost,
-		c.Trait, c.User, c.VolumeConnector, c.VolumeTarget, c.WipeRecord,
+		c.RoleAssignment, c.Runbook, c.RunbookStep, c.SSHKey, c.Setting, c.Thread,
+		c.ThreadPost, c.Trait, c.User, c.VolumeConnector, c.VolumeTarget, c.WipeRecord,
 	} {
 		n.Intercept(interceptors...)
 	}
@@ -486,6 +492,8 @@ func (c *Client) Mutate(ctx context.Context, m Mutation) (Value, error) {
 		return c.Runbook.mutate(ctx, m)
 	case *RunbookStepMutation:
 		return c.RunbookStep.mutate(ctx, m)
+	case *SSHKeyMutation:
+		return c.SSHKey.mutate(ctx, m)
 	case *SettingMutation:
 		return c.Setting.mutate(ctx, m)
 	case *ThreadMutation:
@@ -4844,6 +4852,139 @@ func (c *RunbookStepClient) mutate(ctx context.Context, m *RunbookStepMutation) 
 	}
 }
 
+// SSHKeyClient is a client for the SSHKey schema.
+type SSHKeyClient struct {
+	config
+}
+
+// NewSSHKeyClient returns a client for the SSHKey from the given config.
+func NewSSHKeyClient(c config) *SSHKeyClient {
+	return &SSHKeyClient{config: c}
+}
+
+// Use adds a list of mutation hooks to the hooks stack.
+// A call to `Use(f, g, h)` equals to `sshkey.Hooks(f(g(h())))`.
+func (c *SSHKeyClient) Use(hooks ...Hook) {
+	c.hooks.SSHKey = append(c.hooks.SSHKey, hooks...)
+}
+
+// Intercept adds a list of query interceptors to the interceptors stack.
+// A call to `Intercept(f, g, h)` equals to `sshkey.Intercept(f(g(h())))`.
+func (c *SSHKeyClient) Intercept(interceptors ...Interceptor) {
+	c.inters.SSHKey = append(c.inters.SSHKey, interceptors...)
+}
+
+// Create returns a builder for creating a SSHKey entity.
+func (c *SSHKeyClient) Create() *SSHKeyCreate {
+	mutation := newSSHKeyMutation(c.config, OpCreate)
+	return &SSHKeyCreate{config: c.config, hooks: c.Hooks(), mutation: mutation}
+}
+
+// CreateBulk returns a builder for creating a bulk of SSHKey entities.
+func (c *SSHKeyClient) CreateBulk(builders ...*SSHKeyCreate) *SSHKeyCreateBulk {
+	return &SSHKeyCreateBulk{config: c.config, builders: builders}
+}
+
+// MapCreateBulk creates a bulk creation builder from the given slice. For each item in the slice, the function creates
+// a builder and applies setFunc on it.
+func (c *SSHKeyClient) MapCreateBulk(slice any, setFunc func(*SSHKeyCreate, int)) *SSHKeyCreateBulk {
+	rv := reflect.ValueOf(slice)
+	if rv.Kind() != reflect.Slice {
+		return &SSHKeyCreateBulk{err: fmt.Errorf("calling to SSHKeyClient.MapCreateBulk with wrong type %T, need slice", slice)}
+	}
+	builders := make([]*SSHKeyCreate, rv.Len())
+	for i := 0; i < rv.Len(); i++ {
+		builders[i] = c.Create()
+		setFunc(builders[i], i)
+	}
+	return &SSHKeyCreateBulk{config: c.config, builders: builders}
+}
+
+// Update returns an update builder for SSHKey.
+func (c *SSHKeyClient) Update() *SSHKeyUpdate {
+	mutation := newSSHKeyMutation(c.config, OpUpdate)
+	return &SSHKeyUpdate{config: c.config, hooks: c.Hooks(), mutation: mutation}
+}
+
+// UpdateOne returns an update builder for the given entity.
+func (c *SSHKeyClient) UpdateOne(_m *SSHKey) *SSHKeyUpdateOne {
+	mutation := newSSHKeyMutation(c.config, OpUpdateOne, withSSHKey(_m))
+	return &SSHKeyUpdateOne{config: c.config, hooks: c.Hooks(), mutation: mutation}
+}
+
+// UpdateOneID returns an update builder for the given id.
+func (c *SSHKeyClient) UpdateOneID(id int) *SSHKeyUpdateOne {
+	mutation := newSSHKeyMutation(c.config, OpUpdateOne, withSSHKeyID(id))
+	return &SSHKeyUpdateOne{config: c.config, hooks: c.Hooks(), mutation: mutation}
+}
+
+// Delete returns a delete builder for SSHKey.
+func (c *SSHKeyClient) Delete() *SSHKeyDelete {
+	mutation := newSSHKeyMutation(c.config, OpDelete)
+	return &SSHKeyDelete{config: c.config, hooks: c.Hooks(), mutation: mutation}
+}
+
+// DeleteOne returns a builder for deleting the given entity.
+func (c *SSHKeyClient) DeleteOne(_m *SSHKey) *SSHKeyDeleteOne {
+	return c.DeleteOneID(_m.ID)
+}
+
+// DeleteOneID returns a builder for deleting the given entity by its id.
+func (c *SSHKeyClient) DeleteOneID(id int) *SSHKeyDeleteOne {
+	builder := c.Delete().Where(sshkey.ID(id))
+	builder.mutation.id = &id
+	builder.mutation.op = OpDeleteOne
+	return &SSHKeyDeleteOne{builder}
+}
+
+// Query returns a query builder for SSHKey.
+func (c *SSHKeyClient) Query() *SSHKeyQuery {
+	return &SSHKeyQuery{
+		config: c.config,
+		ctx:    &QueryContext{Type: TypeSSHKey},
+		inters: c.Interceptors(),
+	}
+}
+
+// Get returns a SSHKey entity by its id.
+func (c *SSHKeyClient) Get(ctx context.Context, id int) (*SSHKey, error) {
+	return c.Query().Where(sshkey.ID(id)).Only(ctx)
+}
+
+// GetX is like Get, but panics if an error occurs.
+func (c *SSHKeyClient) GetX(ctx context.Context, id int) *SSHKey {
+	obj, err := c.Get(ctx, id)
+	if err != nil {
+		panic(err)
+	}
+	return obj
+}
+
+// Hooks returns the client hooks.
+func (c *SSHKeyClient) Hooks() []Hook {
+	return c.hooks.SSHKey
+}
+
+// Interceptors returns the client interceptors.
+func (c *SSHKeyClient) Interceptors() []Interceptor {
+	return c.inters.SSHKey
+}
+
+func (c *SSHKeyClient) mutate(ctx context.Context, m *SSHKeyMutation) (Value, error) {
+	switch m.Op() {
+	case OpCreate:
+		return (&SSHKeyCreate{config: c.config, hooks: c.Hooks(), mutation: m}).Save(ctx)
+	case OpUpdate:
+		return (&SSHKeyUpdate{config: c.config, hooks: c.Hooks(), mutation: m}).Save(ctx)
+	case OpUpdateOne:
+		return (&SSHKeyUpdateOne{config: c.config, hooks: c.Hooks(), mutation: m}).Save(ctx)
+	case OpDelete, OpDeleteOne:
+		return (&SSHKeyDelete{config: c.config, hooks: c.Hooks(), mutation: m}).Exec(ctx)
+	default:
+		return nil, fmt.Errorf("ent: unknown SSHKey mutation op: %q", m.Op())
+	}
+}
+
 // SettingClient is a client for the Setting schema.
 type SettingClient struct {
 	config
@@ -5995,8 +6136,8 @@ type (
 		CampaignApproval, CampaignNode, Chassis, Conductor, DeployTemplate,
 		DeployTemplateStep, FirmwareComponent, InspectionRule, Lease, LeaseEvent, Node,
 		NodeEvent, NodeInventory, NodeScreenshot, Notice, Offer, PolicyOverride, Port,
-		PortalSession, Portgroup, RoleAssignment, Runbook, RunbookStep, Setting,
-		Thread, ThreadPost, Trait, User, VolumeConnector, VolumeTarget,
+		PortalSession, Portgroup, RoleAssignment, Runbook, RunbookStep, SSHKey,
+		Setting, Thread, ThreadPost, Trait, User, VolumeConnector, VolumeTarget,
 		WipeRecord []ent.Hook
 	}
 	inters struct {
@@ -6004,8 +6145,8 @@ type (
 		CampaignApproval, CampaignNode, Chassis, Conductor, DeployTemplate,
 		DeployTemplateStep, FirmwareComponent, InspectionRule, Lease, LeaseEvent, Node,
 		NodeEvent, NodeInventory, NodeScreenshot, Notice, Offer, PolicyOverride, Port,
-		PortalSession, Portgroup, RoleAssignment, Runbook, RunbookStep, Setting,
-		Thread, ThreadPost, Trait, User, VolumeConnector, VolumeTarget,
+		PortalSession, Portgroup, RoleAssignment, Runbook, RunbookStep, SSHKey,
+		Setting, Thread, ThreadPost, Trait, User, VolumeConnector, VolumeTarget,
 		WipeRecord []ent.Interceptor
 	}
 )

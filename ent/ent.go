@@ -42,6 +42,7 @@ import (
 	"github.com/anvilproject/anvil/ent/runbook"
 	"github.com/anvilproject/anvil/ent/runbookstep"
 	"github.com/anvilproject/anvil/ent/setting"
+	"github.com/anvilproject/anvil/ent/sshkey"
 	"github.com/anvilproject/anvil/ent/thread"
 	"github.com/anvilproject/anvil/ent/threadpost"
 	"github.com/anvilproject/anvil/ent/trait"
@@ -138,6 +139,7 @@ func checkColumn(t, c string) error {
 			roleassignment.Table:     roleassignment.ValidColumn,
 			runbook.Table:            runbook.ValidColumn,
 			runbookstep.Table:        runbookstep.ValidColumn,
+			sshkey.Table:             sshkey.ValidColumn,
 			setting.Table:            setting.ValidColumn,
 			thread.Table:             thread.ValidColumn,
 			threadpost.Table:         threadpost.ValidColumn,

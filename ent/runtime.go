@@ -33,6 +33,7 @@ import (
 	"github.com/anvilproject/anvil/ent/runbookstep"
 	"github.com/anvilproject/anvil/ent/schema"
 	"github.com/anvilproject/anvil/ent/setting"
+	"github.com/anvilproject/anvil/ent/sshkey"
 	"github.com/anvilproject/anvil/ent/thread"
 	"github.com/anvilproject/anvil/ent/threadpost"
 	"github.com/anvilproject/anvil/ent/trait"
@@ -790,6 +791,16 @@ func init() {
 	runbookstepDescStep := runbookstepFields[2].Descriptor()
 	// runbookstep.StepValidator is a validator for the "step" field. It is called by the builders before save.
 	runbookstep.StepValidator = runbookstepDescStep.Validators[0].(func(string) error)
+	sshkeyFields := schema.SSHKey{}.Fields()
+	_ = sshkeyFields
+	// sshkeyDescName is the schema descriptor for name field.
+	sshkeyDescName := sshkeyFields[1].Descriptor()
+	// sshkey.NameValidator is a validator for the "name" field. It is called by the builders before save.
+	sshkey.NameValidator = sshkeyDescName.Validators[0].(func(string) error)
+	// sshkeyDescCreatedAt is the schema descriptor for created_at field.
+	sshkeyDescCreatedAt := sshkeyFields[4].Descriptor()
+	// sshkey.DefaultCreatedAt holds the default value on creation for the created_at field.
+	sshkey.DefaultCreatedAt = sshkeyDescCreatedAt.Default.(func() time.Time)
 	settingFields := schema.Setting{}.Fields()
 	_ = settingFields
 	// settingDescKey is the schema descriptor for key field.

@@ -72,6 +72,8 @@ type Tx struct {
 	Runbook *RunbookClient
 	// RunbookStep is the client for interacting with the RunbookStep builders.
 	RunbookStep *RunbookStepClient
+	// SSHKey is the client for interacting with the SSHKey builders.
+	SSHKey *SSHKeyClient
 	// Setting is the client for interacting with the Setting builders.
 	Setting *SettingClient
 	// Thread is the client for interacting with the Thread builders.
@@ -248,6 +250,7 @@ func (tx *Tx) init() {
 	tx.RoleAssignment = NewRoleAssignmentClient(tx.config)
 	tx.Runbook = NewRunbookClient(tx.config)
 	tx.RunbookStep = NewRunbookStepClient(tx.config)
+	tx.SSHKey = NewSSHKeyClient(tx.config)
 	tx.Setting = NewSettingClient(tx.config)
 	tx.Thread = NewThreadClient(tx.config)
 	tx.ThreadPost = NewThreadPostClient(tx.config)

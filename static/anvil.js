@@ -35,11 +35,20 @@ document.addEventListener("change", (e) => {
 });
 
 // A form marked data-confirm asks before it is sent (a bulk run names the
-// nodes it will act on).
+// nodes it will act on). Once answered yes, its inputs marked
+// data-confirmed take that value: the server asks on a page of its own
+// when a form comes without it (sent by a browser without JavaScript).
 document.addEventListener("submit", (e) => {
 	const msg = e.target instanceof HTMLFormElement ? e.target.getAttribute("data-confirm") : null;
-	if (msg && !window.confirm(msg)) {
+	if (!msg) {
+		return;
+	}
+	if (!window.confirm(msg)) {
 		e.preventDefault();
+		return;
+	}
+	for (const input of e.target.querySelectorAll("input[data-confirmed]")) {
+		input.value = input.getAttribute("data-confirmed");
 	}
 });
 

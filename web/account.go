@@ -69,10 +69,33 @@ func (p *Portal) account(c *fiber.Ctx) error {
 	if err != nil {
 		return err
 	}
-	if pr.Method == "oidc" {
+	if pr.Method == "oidc" && pg.Flash == "" {
 		pg.Flash = "You signed in with SSO: API calls can use your identity provider's token as a Bearer token."
 	}
-	return render(c, 200, views.Account(pg, rows, ladder(pr), "", pr.Local()))
+	keys, err := p.savedKeys(c.UserContext())
+	if err != nil {
+		return err
+	}
+	return render(c, 200, views.Account(pg, rows, ladder(pr), "", pr.Local(), keyRows(keys), views.KeyForm{}))
+}
+
+// renderAccount shows the account page again with the SSH key form as
+// sent and its problems.
+func (p *Portal) renderAccount(c *fiber.Ctx, status int, f views.KeyForm) error {
+	pg, err := p.page(c, "API tokens")
+	if err != nil {
+		return err
+	}
+	pr := policies.PrincipalFrom(c.UserContext())
+	rows, err := p.tokenRows(c, pr)
+	if err != nil {
+		return err
+	}
+	keys, err := p.savedKeys(c.UserContext())
+	if err != nil {
+		return err
+	}
+	return render(c, status, views.Account(pg, rows, ladder(pr), "", pr.Local(), keyRows(keys), f))
 }
 
 // tokens re-renders the token section (htmx) or the whole page.
@@ -98,7 +121,11 @@ func (p *Portal) tokens(c *fiber.Ctx, secret, problem string) error {
 		}
 		return render(c, status, views.Tokens(pg, rows, secret))
 	}
-	return render(c, status, views.Account(pg, rows, ladder(pr), secret, pr.Local()))
+	keys, err := p.savedKeys(c.UserContext())
+	if err != nil {
+		return err
+	}
+	return render(c, status, views.Account(pg, rows, ladder(pr), secret, pr.Local(), keyRows(keys), views.KeyForm{}))
 }
 
 func (p *Portal) createToken(c *fiber.Ctx) error {

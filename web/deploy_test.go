@@ -154,8 +154,9 @@ func TestDeployFromPortal(t *testing.T) {
 			}
 			form.Set(bad.field, bad.value)
 			st, page := deploy(mia, form)
-			if st != 400 || !strings.Contains(page, `data-testid="problem-`+bad.field+`"`) || !strings.Contains(page, bad.field+":") {
-				t.Errorf("%s %q: %d, or the page does not name the field", bad.field, bad.value, st)
+			label := map[string]string{"image": "Image", "ssh_key": "SSH key", "hostname": "Host name"}[bad.field]
+			if st != 400 || !strings.Contains(page, `data-testid="problem-`+bad.field+`"`) || !strings.Contains(page, `href="#`+bad.field+`">`+label+": ") {
+				t.Errorf("%s %q: %d, or the page does not name the field by its label", bad.field, bad.value, st)
 			}
 			unchanged(bad.field)
 		}
@@ -221,10 +222,10 @@ func TestDeployFromPortal(t *testing.T) {
 		if _, page, _ := mel.do("GET", "/nodes/"+id, nil); !strings.Contains(page, "You cannot release this node.") {
 			t.Error("a lessee member is not told it may not release the node")
 		}
-		if st, _, _ := mel.do("POST", "/nodes/"+id+"/undeploy", url.Values{"csrf": {mel.csrf}}); st != 403 {
+		if st, _, _ := mel.do("POST", "/nodes/"+id+"/undeploy", url.Values{"csrf": {mel.csrf}, "confirmed": {"yes"}}); st != 403 {
 			t.Errorf("a lessee member's release: %d", st)
 		}
-		if st, _, h := mia.do("POST", "/nodes/"+id+"/undeploy", url.Values{"csrf": {mia.csrf}}); st != 303 || h.Get("Location") != "/nodes/"+id {
+		if st, _, h := mia.do("POST", "/nodes/"+id+"/undeploy", url.Values{"csrf": {mia.csrf}, "confirmed": {"yes"}}); st != 303 || h.Get("Location") != "/nodes/"+id {
 			t.Fatalf("release: %d %s", st, h.Get("Location"))
 		}
 		n = waitNode(t, admin, id, "available", rack)

@@ -100,7 +100,9 @@ func (p *Portal) detail(c *fiber.Ctx) (views.NodeDetail, error) {
 		d.StepsWhy = "Explicit steps run on manageable nodes; this node is " + v.ProvisionState + "."
 	}
 	p.tenancy(ctx, &d, v)
-	p.deployPanel(ctx, &d, v)
+	if err := p.deployPanel(ctx, &d, v); err != nil {
+		return d, err
+	}
 	p.operator(ctx, &d, v)
 	d.Ops.Open = c.Query("ops") == "1"
 	p.runnable(c, &d, v)

@@ -231,6 +231,8 @@ func (p *Portal) Register(app *fiber.App) {
 	app.Post(passwordPath, s, p.signedIn, p.changePassword)
 	app.Post("/account/tokens", s, p.signedIn, p.createToken)
 	app.Post("/account/tokens/:id/revoke", s, p.signedIn, p.revokeToken)
+	app.Post("/account/keys", s, p.signedIn, p.addSSHKey)
+	app.Post("/account/keys/:id/delete", s, p.signedIn, p.deleteSSHKey)
 }
 
 func serveStatic(c *fiber.Ctx) error {

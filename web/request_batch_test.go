@@ -126,14 +126,14 @@ func TestRequestSeveralNodes(t *testing.T) {
 			t.Errorf("a lessee member is not told who may deploy:\n%s", page)
 		}
 		st, _, h := mark.do("POST", path+"/deploy", url.Values{"csrf": {mark.csrf}, "image": {"Demo disk 1.0"}, "ssh_key": {sshKey(t)}, "hostname": {"web-1"}})
-		if st != 303 || h.Get("Location") != path {
+		if st != 303 || h.Get("Location") != path+"#deploy" {
 			t.Fatalf("deploy: %d %s", st, h.Get("Location"))
 		}
 		waitSettled(t, srv, n.UUID, "active")
 		if _, page, _ := mark.do("GET", path, nil); !strings.Contains(page, `data-stage="running"`) || !strings.Contains(page, "Demo disk 1.0") {
 			t.Errorf("the deployed demo node's panel:\n%s", page)
 		}
-		if st, _, _ := mark.do("POST", path+"/undeploy", url.Values{"csrf": {mark.csrf}}); st != 303 {
+		if st, _, _ := mark.do("POST", path+"/undeploy", url.Values{"csrf": {mark.csrf}, "confirmed": {"yes"}}); st != 303 {
 			t.Fatalf("release: %d", st)
 		}
 		waitSettled(t, srv, n.UUID, "available")

@@ -357,6 +357,18 @@ func (f RunbookStepFunc) Mutate(ctx context.Context, m ent.Mutation) (ent.Value,
 	return nil, fmt.Errorf("unexpected mutation type %T. expect *ent.RunbookStepMutation", m)
 }
 
+// The SSHKeyFunc type is an adapter to allow the use of ordinary
+// function as SSHKey mutator.
+type SSHKeyFunc func(context.Context, *ent.SSHKeyMutation) (ent.Value, error)
+
+// Mutate calls f(ctx, m).
+func (f SSHKeyFunc) Mutate(ctx context.Context, m ent.Mutation) (ent.Value, error) {
+	if mv, ok := m.(*ent.SSHKeyMutation); ok {
+		return f(ctx, mv)
+	}
+	return nil, fmt.Errorf("unexpected mutation type %T. expect *ent.SSHKeyMutation", m)
+}
+
 // The SettingFunc type is an adapter to allow the use of ordinary
 // function as Setting mutator.
 type SettingFunc func(context.Context, *ent.SettingMutation) (ent.Value, error)

@@ -1081,6 +1081,28 @@ var (
 			},
 		},
 	}
+	// SSHKeysColumns holds the columns for the "ssh_keys" table.
+	SSHKeysColumns = []*schema.Column{
+		{Name: "id", Type: field.TypeInt, Increment: true},
+		{Name: "principal", Type: field.TypeString},
+		{Name: "name", Type: field.TypeString, Size: 64},
+		{Name: "public_key", Type: field.TypeString, Size: 2147483647},
+		{Name: "fingerprint", Type: field.TypeString},
+		{Name: "created_at", Type: field.TypeTime},
+	}
+	// SSHKeysTable holds the schema information for the "ssh_keys" table.
+	SSHKeysTable = &schema.Table{
+		Name:       "ssh_keys",
+		Columns:    SSHKeysColumns,
+		PrimaryKey: []*schema.Column{SSHKeysColumns[0]},
+		Indexes: []*schema.Index{
+			{
+				Name:    "sshkey_principal_name",
+				Unique:  true,
+				Columns: []*schema.Column{SSHKeysColumns[1], SSHKeysColumns[2]},
+			},
+		},
+	}
 	// SettingsColumns holds the columns for the "settings" table.
 	SettingsColumns = []*schema.Column{
 		{Name: "id", Type: field.TypeInt, Increment: true},
@@ -1351,6 +1373,7 @@ var (
 		RoleAssignmentsTable,
 		RunbooksTable,
 		RunbookStepsTable,
+		SSHKeysTable,
 		SettingsTable,
 		ThreadsTable,
 		ThreadPostsTable,

@@ -93,6 +93,9 @@ type Runbook func(*sql.Selector)
 // RunbookStep is the predicate function for runbookstep builders.
 type RunbookStep func(*sql.Selector)
 
+// SSHKey is the predicate function for sshkey builders.
+type SSHKey func(*sql.Selector)
+
 // Setting is the predicate function for setting builders.
 type Setting func(*sql.Selector)
 

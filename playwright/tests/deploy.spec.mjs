@@ -1,3 +1,4 @@
+import { createHash } from 'node:crypto';
 import { test, expect } from '@playwright/test';
 import { accessible, operatorAPI, shot, signIn } from './helpers.mjs';
 
@@ -21,15 +22,31 @@ async function axeBoth(page, name, url, prepare) {
   await page.setViewportSize({ width: 1440, height: 900 });
 }
 
+// laptopKey is mark's public key, with its SHA256 fingerprint as
+// ssh-keygen -l prints it.
+const laptopKey = 'ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIFt0NnEOzBOFg2cNheviUlch8JWeciMlJ5z25bsJ+fDJ mark@laptop';
+const laptopFingerprint = 'SHA256:' + createHash('sha256').update(Buffer.from(laptopKey.split(' ')[1], 'base64')).digest('base64').replace(/=+$/, '');
+
 // mark manages tenant-blue, which leases two free baremetal-small demo
 // nodes (serve.sh, 40 nodes). Demo nodes are fake-hardware: a deploy
 // there writes no image and cleaning wipes no disk, as the panel says;
 // the states, the allocation and instance_info are real and read back
 // through the API. Both nodes are released at the end.
-test('a tenant requests two nodes with a lease, deploys one, releases and wipes it, and releases the other', async ({ page, browser, request }, testInfo) => {
+test('a tenant saves an SSH key, requests two nodes with a lease, deploys one with her key, reaches it, releases and wipes it, and releases the other', async ({ page, browser, request }, testInfo) => {
   test.setTimeout(300_000);
   const api = await operatorAPI(browser, request, 'deploy journey');
   await signIn(page, 'mark', 'manager-password-1');
+
+  // Her laptop's key goes into her profile, shown by its fingerprint.
+  await page.goto('/account');
+  const keys = page.locator('#ssh-keys');
+  await keys.getByLabel('Key name').fill('laptop');
+  await keys.getByLabel('Public key').fill(laptopKey);
+  await keys.getByRole('button', { name: 'Save key' }).click();
+  await expect(page).toHaveURL(/\/account#ssh-keys$/);
+  await expect(page.locator('main .flash')).toHaveText('Saved SSH key laptop.');
+  await expect(keys.locator('tr[data-key="laptop"]').getByTestId('fingerprint')).toHaveText(laptopFingerprint);
+  await axeBoth(page, 'account-ssh-keys', '/account');
   await page.goto('/allocations/new');
   await page.getByLabel('Resource class').selectOption('baremetal-small');
   await page.getByLabel('Name (optional)').fill('web');
@@ -68,16 +85,55 @@ test('a tenant requests two nodes with a lease, deploys one, releases and wipes 
   await shot(page, testInfo, 'deploy-form-390', { fullPage: false });
   await page.setViewportSize({ width: 1440, height: 900 });
   await expect(panel.getByRole('radio', { name: 'Demo disk 1.0' })).toBeChecked();
-  await panel.getByLabel('SSH public key').fill('ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIFt0NnEOzBOFg2cNheviUlch8JWeciMlJ5z25bsJ+fDJ mark@laptop');
+  // Her saved key is offered, chosen as her only one.
+  const laptop = panel.getByRole('checkbox', { name: /^laptop / });
+  await expect(laptop).toBeChecked();
+
+  // A form with nothing right: every problem at once, each by its label,
+  // listed at the top with a link to its field, and what she typed kept.
+  await panel.getByRole('radio', { name: 'Another image, by URL' }).check();
+  await laptop.uncheck();
   await panel.getByLabel('Host name').fill('not a host');
   await panel.getByRole('button', { name: 'Deploy' }).click();
-  await expect(panel.getByTestId('problem-hostname')).toContainText('hostname:');
+  const problems = panel.getByTestId('problems');
+  await expect(problems.getByRole('heading')).toHaveText('4 problems to fix');
+  await expect(problems.getByRole('listitem')).toHaveText([
+    /^Image URL: give the http:\/\/ or https:\/\/ address/,
+    /^Checksum: give the image's checksum/,
+    /^SSH key: choose a saved key or paste a public key/,
+    /^Host name: give a host name/,
+  ]);
+  await expect(panel.getByTestId('problem-hostname')).toContainText('give a host name');
+  await expect(panel.getByLabel('Host name')).toHaveValue('not a host');
+  await expect(panel.getByLabel('Host name')).toHaveAttribute('aria-invalid', 'true');
+  await problems.getByRole('link', { name: /^Host name:/ }).click();
+  await expect(page).toHaveURL(/#hostname$/);
   expect((await api('GET', `/v1/nodes/${first}`)).provision_state).toBe('available');
+  await axeBoth(page, 'deploy-problems', nodeURL, async () => {
+    await panel.getByRole('radio', { name: 'Another image, by URL' }).check();
+    await panel.getByRole('checkbox', { name: /^laptop / }).uncheck();
+    await panel.getByRole('button', { name: 'Deploy' }).click();
+    await expect(panel.getByTestId('problems')).toBeVisible();
+  });
+  await shot(page, testInfo, 'deploy-problems', { fullPage: false });
+
+  await page.goto(`${nodeURL}#deploy`);
+  await panel.getByRole('radio', { name: 'Demo disk 1.0' }).check();
+  await expect(laptop).toBeChecked();
   await panel.getByLabel('Host name').fill('web-1');
   await panel.getByRole('button', { name: 'Deploy' }).click();
   await expect(page.locator('main .flash').first()).toHaveText(`Deploying Demo disk 1.0 to ${first} as web-1.`);
   await expect(panel).toHaveAttribute('data-stage', 'running');
   await expect(panel.getByTestId('deploy-running')).toHaveText('Running Demo disk 1.0 as web-1');
+  // Where to reach it: the demo inventory's address (demo-000NN has
+  // 192.0.2.NN) and the command with the image's login.
+  const host = Number(first.slice('demo-'.length));
+  await expect(panel.getByTestId('address').first()).toHaveText(`192.0.2.${host}`);
+  await expect(panel.getByTestId('ssh-hint').first()).toHaveText(`ssh root@192.0.2.${host}`);
+  // The flash said what was under way; once the page is reloaded it is gone.
+  await page.reload();
+  await expect(page.locator('#flash .flash')).toHaveCount(0);
+  await expect(panel.getByText(/^Release .* gives it back\)\?/)).toHaveCount(0);
   const n = await api('GET', `/v1/nodes/${first}`);
   expect(n.provision_state).toBe('active');
   expect(n.instance_info.display_name).toBe('web-1');

@@ -365,7 +365,7 @@ func serveCmd() *cobra.Command {
 	// gained nothing more for another 35 MB.
 	f.IntVar(&gcPct, "gc-percent", 400, "Go garbage collector target (GOGC): heap growth over the live heap before a collection; more trades memory for CPU (GOGC in the environment wins unless this is given)")
 	fw.add(f)
-	f.StringVar(&imgFile, "deploy-images", "", `JSON file of the images the portal's Deploy panel offers, a list of {"name", "url", "checksum"} (checksum "sha256:<hex>", or another of md5, sha1, sha384, sha512; or a bare hex digest); read at start (empty: tenants give an image's URL themselves; with --demo, a demo image)`)
+	f.StringVar(&imgFile, "deploy-images", "", `JSON file of the images the portal's Deploy panel offers, a list of {"name", "url", "checksum", "ssh_user"} (checksum "sha256:<hex>", or another of md5, sha1, sha384, sha512; or a bare hex digest; ssh_user, optional, the login the image gives the deployer's SSH keys, for the SSH command the portal shows); read at start (empty: tenants give an image's URL themselves; with --demo, a demo image)`)
 	f.IPNetSliceVar(&proxy, "trusted-proxies", nil, "reverse proxies (CIDRs, comma-separated) whose X-Forwarded-For names the client's address; default none: the peer is the client")
 	f.StringVar(&mtok, "metrics-token", "", "bearer token /metrics requires (Authorization: Bearer <token>); default none: /metrics answers loopback scrapers only")
 	f.DurationVar(&idle, "idle-release", 10*time.Second, "after this long without a request, hand the heap's free headroom back to the operating system (0: leave it to Go's scavenger)")

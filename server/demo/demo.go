@@ -13,6 +13,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/anvilproject/anvil/ent"
+	"github.com/anvilproject/anvil/ent/node"
 	"github.com/anvilproject/anvil/server/deployimages"
 	"github.com/anvilproject/anvil/server/fwimages"
 	"github.com/anvilproject/anvil/server/nodes"
@@ -72,7 +73,36 @@ func Seed(ctx context.Context, db *store.DB, images *fwimages.Store, n int) (int
 	if err := nodes.Import(ctx, db, recs); err != nil {
 		return 0, err
 	}
+	if err := inventories(ctx, db, recs); err != nil {
+		return 0, err
+	}
 	return n, runbooks(ctx, db, img.URL)
+}
+
+// inventories gives each available demo node the inventory its agent
+// would have reported, with an address from the documentation ranges
+// (RFC 5737, RFC 3849), so a demo deployment shows where to reach it.
+func inventories(ctx context.Context, db *store.DB, recs []nodes.ImportRecord) error {
+	for i, r := range recs {
+		if r.Node.ProvisionState != nodes.StateAvailable {
+			continue
+		}
+		n, err := db.Node.Query().Where(node.Name(*r.Node.Name)).Only(ctx)
+		if err != nil {
+			return err
+		}
+		host := i%250 + 1
+		inv := map[string]any{
+			"cpu":    map[string]any{"count": r.Node.Properties["cpus"], "architecture": "x86_64"},
+			"memory": map[string]any{"physical_mb": r.Node.Properties["memory_mb"]},
+			"interfaces": []any{map[string]any{"name": "eno1", "mac_address": fmt.Sprintf("52:54:00:00:%02x:%02x", i>>8&0xff, i&0xff),
+				"ipv4_address": fmt.Sprintf("192.0.2.%d", host), "ipv6_address": fmt.Sprintf("2001:db8::%x", host)}},
+		}
+		if err := db.NodeInventory.Create().SetNodeID(n.ID).SetInventory(inv).SetPluginData(map[string]any{}).Exec(ctx); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // The demo's runbooks, by name (each also the trait a node needs).
@@ -171,7 +201,7 @@ func DeployImages(images *fwimages.Store) ([]deployimages.Image, error) {
 	if err != nil {
 		return nil, fmt.Errorf("demo disk image: %w", err)
 	}
-	return []deployimages.Image{{Name: "Demo disk 1.0", URL: img.URL, Checksum: "sha256:" + img.SHA256}}, nil
+	return []deployimages.Image{{Name: "Demo disk 1.0", URL: img.URL, Checksum: "sha256:" + img.SHA256, SSHUser: "root"}}, nil
 }
 
 // diskImage is 1 MiB: a marker, then zeros, the same bytes every time.

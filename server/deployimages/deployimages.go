@@ -22,7 +22,14 @@ type Image struct {
 	Name     string `json:"name"`
 	URL      string `json:"url"`
 	Checksum string `json:"checksum"`
+	// SSHUser is the account the image's cloud-init gives the config
+	// drive's keys (debian, ubuntu, cloud-user, root…), for the SSH
+	// command the portal shows; empty when the operator did not say.
+	SSHUser string `json:"ssh_user,omitempty"`
 }
+
+// sshUserRE is a portable login name, as useradd takes it.
+var sshUserRE = regexp.MustCompile(`^[a-z_][a-z0-9_-]{0,31}$`)
 
 // Load reads a JSON list of images; any fault is an error naming the
 // file and the entry, since the server refuses to start with it.
@@ -35,7 +42,7 @@ func Load(path string) ([]Image, error) {
 	dec.DisallowUnknownFields()
 	var out []Image
 	if err := dec.Decode(&out); err != nil {
-		return nil, fmt.Errorf("%s: not a JSON list of {name, url, checksum}: %w", path, err)
+		return nil, fmt.Errorf("%s: not a JSON list of {name, url, checksum, ssh_user}: %w", path, err)
 	}
 	seen := map[string]bool{}
 	for i, im := range out {
@@ -44,6 +51,8 @@ func Load(path string) ([]Image, error) {
 			return nil, fmt.Errorf("%s: image %d: name must be 1 to 100 characters", path, i+1)
 		case seen[im.Name]:
 			return nil, fmt.Errorf("%s: image %d: name %q is listed twice", path, i+1, im.Name)
+		case im.SSHUser != "" && !sshUserRE.MatchString(im.SSHUser):
+			return nil, fmt.Errorf("%s: image %q: ssh_user must be a login name: a lower-case letter or _, then up to 31 of those, digits and -", path, im.Name)
 		}
 		seen[im.Name] = true
 		if err := CheckURL("url", im.URL); err != nil {

@@ -45,9 +45,9 @@ func TestLoad(t *testing.T) {
 		return p
 	}
 	sha := strings.Repeat("1", 64)
-	p := write(`[{"name": "Debian 13", "url": "https://images.example/debian.raw", "checksum": "sha256:` + sha + `"}]`)
+	p := write(`[{"name": "Debian 13", "url": "https://images.example/debian.raw", "checksum": "sha256:` + sha + `", "ssh_user": "debian"}]`)
 	got, err := deployimages.Load(p)
-	if err != nil || len(got) != 1 || got[0].Name != "Debian 13" {
+	if err != nil || len(got) != 1 || got[0].Name != "Debian 13" || got[0].SSHUser != "debian" {
 		t.Fatalf("Load: %v %v", got, err)
 	}
 	for body, want := range map[string]string{
@@ -55,6 +55,7 @@ func TestLoad(t *testing.T) {
 		`[{"name": "a", "url": "http://x/a", "checksum": "sha256:` + sha + `"}, {"name": "a", "url": "http://x/a", "checksum": "` + sha + `"}]`: `image 2: name "a" is listed twice`,
 		`[{"name": "", "url": "http://x/a", "checksum": "` + sha + `"}]`:                                                                        "image 1: name must be",
 		`[{"name": "a", "url": "http://x/a", "sum": "` + sha + `"}]`:                                                                            "not a JSON list",
+		`[{"name": "a", "url": "http://x/a", "checksum": "` + sha + `", "ssh_user": "Root; rm"}]`:                                               `image "a": ssh_user must be a login name`,
 	} {
 		if _, err := deployimages.Load(write(body)); err == nil || !strings.Contains(err.Error(), p+": "+want) {
 			t.Errorf("%s: %v, want %q naming the file", body, err, want)

@@ -25,6 +25,7 @@ import (
 	"github.com/anvilproject/anvil/ent/apitoken"
 	"github.com/anvilproject/anvil/ent/portalsession"
 	"github.com/anvilproject/anvil/ent/roleassignment"
+	"github.com/anvilproject/anvil/ent/sshkey"
 	"github.com/anvilproject/anvil/ent/user"
 	"github.com/anvilproject/anvil/policies"
 	"github.com/anvilproject/anvil/server/audit"
@@ -250,7 +251,8 @@ func (s *Service) ChangePassword(ctx context.Context, name, current, next, addr,
 	return s.endOtherSessions(ctx, name, keepID)
 }
 
-// DeleteUser removes a user with its roles and tokens.
+// DeleteUser removes a user with its roles, tokens, sessions and saved
+// SSH keys.
 func (s *Service) DeleteUser(ctx context.Context, name string) (err error) {
 	defer func() { s.record(ctx, "anvil:user:manage", name, err, map[string]any{"action": "delete"}) }()
 	u, err := s.user(ctx, name)
@@ -269,6 +271,11 @@ func (s *Service) DeleteUser(ctx context.Context, name string) (err error) {
 			return err
 		}
 		if _, err := tx.PortalSession.Delete().Where(portalsession.Principal(name)).Exec(ctx); err != nil {
+			return err
+		}
+		// Saved SSH keys belong to the name: an account made later with
+		// it must not be offered this one's keys for its instances.
+		if _, err := tx.SSHKey.Delete().Where(sshkey.Principal(name)).Exec(ctx); err != nil {
 			return err
 		}
 		return tx.User.DeleteOneID(u.ID).Exec(ctx)

@@ -191,3 +191,25 @@ func newService(db *store.DB) *Service {
 	s.PasswordCost = bcrypt.MinCost
 	return s
 }
+
+// TestDeleteUserForgetsSSHKeys: deleting an account deletes the SSH keys
+// saved under its name (so an account made later with the name is not
+// offered them), and no one else's.
+func TestDeleteUserForgetsSSHKeys(t *testing.T) {
+	storetest.Each(t, func(t *testing.T, _ string, db *store.DB) {
+		ctx := context.Background()
+		s := newService(db)
+		for _, name := range []string{"kim", "lou"} {
+			if err := s.CreateUser(ctx, name, name+"-password-1"); err != nil {
+				t.Fatal(err)
+			}
+			db.SSHKey.Create().SetPrincipal(name).SetName("laptop").SetPublicKey("ssh-ed25519 AAAA " + name).SetFingerprint("SHA256:" + name).ExecX(ctx)
+		}
+		if err := s.DeleteUser(ctx, "kim"); err != nil {
+			t.Fatal(err)
+		}
+		if left := db.SSHKey.Query().AllX(ctx); len(left) != 1 || left[0].Principal != "lou" {
+			t.Errorf("keys left after deleting kim: %v", left)
+		}
+	})
+}
