@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"net/http"
@@ -15,6 +16,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
+
+	"github.com/anvilproject/anvil/ent"
+	"github.com/anvilproject/anvil/ent/notice"
+	"github.com/anvilproject/anvil/server/inbox"
+	"github.com/anvilproject/anvil/server/store"
 	"github.com/anvilproject/anvil/server/store/storetest"
 )
 
@@ -262,6 +269,49 @@ func BenchmarkPortalNodePage(b *testing.B) {
 					measurePage(b, srv, c, srv.url+"/nodes/"+leased.Nodes[0].UUID, -1)
 				})
 			}
+		})
+	}
+}
+
+// BenchmarkPortalInbox: the inbox of a project holding 10,000 notices
+// (2,000 unread), and the node list, whose header counts the unread ones
+// on every page; as a member of that project.
+//
+//	go test -run '^$' -bench PortalInbox -benchtime 200x ./bench/
+func BenchmarkPortalInbox(b *testing.B) {
+	for _, backend := range storetest.Backends {
+		b.Run(backend, func(b *testing.B) {
+			f := setup(b, backend)
+			ctx := context.Background()
+			db, err := store.Open(ctx, f.setting)
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer db.Close()
+			if n, err := db.Notice.Query().Where(notice.Project("big-tenant")).Count(ctx); err != nil {
+				b.Fatal(err)
+			} else if n == 0 {
+				read := time.Now()
+				for batch := 0; batch < 10; batch++ {
+					cs := make([]*ent.NoticeCreate, 1000)
+					for i := range cs {
+						k := batch*1000 + i
+						cs[i] = db.Notice.Create().SetUUID(uuid.NewString()).SetProject("big-tenant").SetKind(inbox.LeaseStarted).
+							SetKey(fmt.Sprintf("bench:%d", k)).SetSubject(fmt.Sprintf("Your lease of node bench-%05d has started", k)).
+							SetBody("Project big-tenant holds the node until next week.")
+						if k%5 != 0 {
+							cs[i].SetReadAt(read)
+						}
+					}
+					if err := db.Notice.CreateBulk(cs...).Exec(ctx); err != nil {
+						b.Fatal(err)
+					}
+				}
+			}
+			srv := portalServer(b, f)
+			c := portalClientAs(b, f, srv, "bench-inbox", "--project", "big-tenant", "--role", "member")
+			b.Run("inbox", func(b *testing.B) { measurePage(b, srv, c, srv.url+"/inbox", -1) })
+			b.Run("nodes", func(b *testing.B) { measurePage(b, srv, c, srv.url+"/nodes", -1) })
 		})
 	}
 }
