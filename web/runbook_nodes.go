@@ -7,6 +7,7 @@ import (
 
 	"github.com/gofiber/fiber/v2"
 
+	"github.com/anvilproject/anvil/server/conductor"
 	"github.com/anvilproject/anvil/server/errs"
 	"github.com/anvilproject/anvil/server/nodes"
 	"github.com/anvilproject/anvil/server/runbooks"
@@ -30,6 +31,56 @@ func runbookTraits(r *runbooks.Runbook) []string {
 // traits: the nodes it could run on.
 func (p *Portal) carriers(ctx context.Context, r *runbooks.Runbook) (int, error) {
 	return p.Nodes.Count(ctx, nodes.ListOptions{AnyTrait: runbookTraits(r), IncludeChildren: true})
+}
+
+// reach is how far a runbook reaches for the viewer: Carriers are the
+// nodes the viewer may see that carry one of its traits, Eligible those
+// of them it may be run on by the viewer (the runbook takes the node and
+// the viewer may run runbooks there).
+type reach struct{ Carriers, Eligible int }
+
+// reaches counts every runbook's reach, by UUID, from one read of the
+// nodes carrying any of their traits: a chooser of runbooks costs the
+// same two queries however many runbooks and nodes it counts. The policy
+// is asked once per owner and lessee pair, which is all it looks at.
+func (p *Portal) reaches(ctx context.Context, rs []*runbooks.Runbook) (map[string]reach, error) {
+	var traits []string
+	for _, r := range rs {
+		for _, t := range runbookTraits(r) {
+			if !slices.Contains(traits, t) {
+				traits = append(traits, t)
+			}
+		}
+	}
+	holders, err := p.Nodes.TraitHolders(ctx, traits)
+	if err != nil {
+		return nil, err
+	}
+	may := map[[2]string]bool{}
+	allowed := func(h nodes.TraitHolder) bool {
+		k := [2]string{h.Node.Owner, h.Node.Lessee}
+		ok, seen := may[k]
+		if !seen {
+			ok = p.Guard.Allowed(ctx, conductor.RuleProvisionRunbook, nodes.Target(h.Node))
+			may[k] = ok
+		}
+		return ok
+	}
+	out := make(map[string]reach, len(rs))
+	for _, r := range rs {
+		var n reach
+		for _, h := range holders {
+			if !runbooks.MatchesTraits(r.Runbook, h.Traits) {
+				continue
+			}
+			n.Carriers++
+			if runbooks.Accepts(r.Runbook, h.Node, h.Traits) == nil && allowed(h) {
+				n.Eligible++
+			}
+		}
+		out[r.UUID] = n
+	}
+	return out, nil
 }
 
 // runbookNodes shows how many nodes carry a runbook's trait and a picker

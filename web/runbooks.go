@@ -3,6 +3,7 @@ package web
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/gofiber/fiber/v2"
@@ -35,13 +36,15 @@ func (p *Portal) runbooksPage(c *fiber.Ctx) error {
 		return p.fail(c, err)
 	}
 	ctx := c.UserContext()
+	reach, err := p.reaches(ctx, rs)
+	if err != nil {
+		return p.fail(c, err)
+	}
 	rows := make([]views.RunbookRow, len(rs))
 	for i, r := range rs {
 		rows[i] = runbookRow(r)
 		rows[i].Editable = p.Guard.Allowed(ctx, runbooks.RuleUpdate, runbooks.Target(r.Runbook))
-		if rows[i].Carriers, err = p.carriers(ctx, r); err != nil {
-			return p.fail(c, err)
-		}
+		rows[i].Carriers, rows[i].Eligible = reach[r.UUID].Carriers, reach[r.UUID].Eligible
 	}
 	canCreate := p.Guard.Allowed(ctx, runbooks.RuleCreate, createTarget(policies.PrincipalFrom(ctx)))
 	if id := c.Query("saved"); id != "" {
@@ -86,11 +89,18 @@ func (p *Portal) runnable(c *fiber.Ctx, d *views.NodeDetail, v *nodes.View) {
 	if err != nil {
 		return
 	}
+	rs = slices.DeleteFunc(rs, func(r *runbooks.Runbook) bool { return !runbooks.MatchesTraits(r.Runbook, v.Traits) })
+	// Counted only while the node is idle: a busy node's page asks for
+	// its status every second, and its runbooks wait anyway.
+	var reach map[string]reach
+	if !d.Busy {
+		reach, _ = p.reaches(ctx, rs)
+	}
 	for _, r := range rs {
-		if !runbooks.MatchesTraits(r.Runbook, v.Traits) {
-			continue
-		}
 		row := runbookRow(r)
+		if n, ok := reach[r.UUID]; ok {
+			row.Eligible, row.Counted = n.Eligible, true
+		}
 		switch {
 		case d.RunWhy != "":
 			row.Why = d.RunWhy
