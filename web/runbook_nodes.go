@@ -2,7 +2,9 @@ package web
 
 import (
 	"context"
+	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/gofiber/fiber/v2"
@@ -116,18 +118,50 @@ func (p *Portal) runbookNodesPage(c *fiber.Ctx, r *runbooks.Runbook, v views.Run
 		return p.fail(c, err)
 	}
 	v.More = page.More
+	// Refusals are the same for every node of one project, so each shows
+	// once with its count and its nodes, not once a row.
+	group := map[[2]any]int{}
 	for _, n := range page.Nodes {
 		row := views.TraitNode{UUID: n.UUID, Name: label(n), Class: deref(n.ResourceClass), Owner: n.Owner, Has: slices.Contains(n.Traits, v.Trait)}
 		if !p.Guard.Allowed(ctx, nodes.RuleTraitsSet, nodes.Target(n.Node)) {
-			row.Why = p.denied(ctx, "may not add traits to this node", nodes.RuleTraitsSet)
+			k := [2]any{row.Has, n.Owner}
+			i, ok := group[k]
+			if !ok {
+				i = len(v.Refusals)
+				group[k] = i
+				v.Refusals = append(v.Refusals, views.Refusal{ID: "tn-why-" + strconv.Itoa(i)})
+			}
+			v.Refusals[i].Nodes = append(v.Refusals[i].Nodes, row.Name)
+			row.WhyID = v.Refusals[i].ID
 		}
 		v.Nodes = append(v.Nodes, row)
+	}
+	for k, i := range group {
+		v.Refusals[i].Why = traitRefusal(ctx, len(v.Refusals[i].Nodes), k[0].(bool), k[1].(string), v.Trait)
 	}
 	pg, err := p.page(c, "Nodes for runbook "+r.Name)
 	if err != nil {
 		return err
 	}
 	return render(c, status, views.RunbookNodesPage(pg, v))
+}
+
+// traitRefusal says why n nodes of project owner cannot be given trait
+// (or already carry it) by the viewer, and whom to ask: those who may
+// change a node's traits by default (baremetal:node:traits:set).
+func traitRefusal(ctx context.Context, n int, has bool, owner, trait string) string {
+	count, verb := strconv.Itoa(n)+" nodes", []string{"carry", "lack"}
+	if n == 1 {
+		count, verb = "1 node", []string{"carries", "lacks"}
+	}
+	if has {
+		return fmt.Sprintf("%s already %s %s, so the runbook can run there; your role%s may not change their traits.", count, verb[0], trait, roleSaid(ctx, " (%s)"))
+	}
+	who := "project " + owner + "'s managers or admins, or an operator,"
+	if owner == "" {
+		who = "an operator"
+	}
+	return fmt.Sprintf("%s %s trait %s, and your role%s may not add it: ask %s to add it.", count, verb[1], trait, roleSaid(ctx, " (%s)"), who)
 }
 
 // addRunbookTrait adds the runbook's trait to each chosen node through
