@@ -1,6 +1,7 @@
 package web
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"slices"
@@ -38,8 +39,15 @@ func (p *Portal) carriers(ctx context.Context, r *runbooks.Runbook) (int, error)
 // reach is how far a runbook reaches for the viewer: Carriers are the
 // nodes the viewer may see that carry one of its traits, Eligible those
 // of them it may be run on by the viewer (the runbook takes the node and
-// the viewer may run runbooks there).
-type reach struct{ Carriers, Eligible int }
+// the viewer may run runbooks there), the first reachNames of them named
+// in Names.
+type reach struct {
+	Carriers, Eligible int
+	Names              []string
+}
+
+// reachNames is how many eligible nodes a saved runbook's message names.
+const reachNames = 5
 
 // reaches counts every runbook's reach, by UUID, from one read of the
 // nodes carrying any of their traits: a chooser of runbooks costs the
@@ -78,6 +86,9 @@ func (p *Portal) reaches(ctx context.Context, rs []*runbooks.Runbook) (map[strin
 			n.Carriers++
 			if runbooks.Accepts(r.Runbook, h.Node, h.Traits) == nil && allowed(h) {
 				n.Eligible++
+				if len(n.Names) < reachNames {
+					n.Names = append(n.Names, cmp.Or(deref(h.Node.Name), h.Node.UUID))
+				}
 			}
 		}
 		out[r.UUID] = n

@@ -367,15 +367,27 @@ func TestRunbookChoosersCountAndCollapse(t *testing.T) {
 		ids := env.nodes(append(specs, map[string]any{"name": "red-1", "owner": "red", "lessee": "blue"})...)
 		mia := env.signIn("mia")
 		mia.do("GET", "/runbooks/new", nil)
-		if st, _, _ := mia.do("POST", "/runbooks/new", rows(url.Values{"csrf": {mia.csrf}, "name": {"CUSTOM_BURNIN"}}, []string{"power.power_on"})); st != 303 {
+		st, _, h := mia.do("POST", "/runbooks/new", rows(url.Values{"csrf": {mia.csrf}, "name": {"CUSTOM_BURNIN"}}, []string{"power.power_on"}))
+		if st != 303 {
 			t.Fatalf("save: %d", st)
+		}
+		saved := h.Get("Location")
+		// Saved: where it runs today (nowhere yet), and how it reaches more.
+		if _, page, _ := mia.do("GET", saved, nil); !strings.Contains(page, "No node of yours can run it yet: it runs on nodes that carry CUSTOM_BURNIN. To run it on more, give them CUSTOM_BURNIN under “Choose where it runs”.") {
+			t.Errorf("the save does not say where the runbook runs:\n%s", between(page, "<main", "</h1>"))
 		}
 		for _, name := range []string{"b-00", "b-01", "b-02", "red-1"} {
 			if r := env.api.Do(t, "PUT", "/v1/nodes/"+ids[name]+"/traits/CUSTOM_BURNIN", nil); r.Status != 204 {
 				t.Fatalf("trait on %s: %d", name, r.Status)
 			}
 		}
-		_, page, _ := mia.do("GET", "/runbooks", nil)
+		_, page, _ := mia.do("GET", saved, nil)
+		if !strings.Contains(page, "It can run today on 3 of your nodes: b-00, b-01, b-02. To run it on more") {
+			t.Errorf("the save does not name where the runbook runs:\n%s", between(page, "<main", "</h1>"))
+		}
+		if _, page, _ := env.signIn("mo").do("GET", saved, nil); !strings.Contains(page, "It can run today on 3 of your nodes: b-00, b-01, b-02. To run it on more, ask project blue&#39;s managers or admins, or an operator, to give them CUSTOM_BURNIN.") {
+			t.Errorf("the member is not told whom to ask:\n%s", between(page, "<main", "</h1>"))
+		}
 		if row := between(page, `data-runbook="CUSTOM_BURNIN"`, "</tr>"); !strings.Contains(row, "4 nodes carry trait CUSTOM_BURNIN") ||
 			!strings.Contains(row, `<span data-testid="eligible">(runs on 3 of your nodes)</span>`) {
 			t.Errorf("the list does not count where the runbook runs:\n%s", row)

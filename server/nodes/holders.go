@@ -9,7 +9,8 @@ import (
 )
 
 // TraitHolder is a node that carries some of the traits asked about:
-// Node has only its id, owner and lessee, which decide who may act on it.
+// Node has only its id, UUID, name, owner and lessee: what names it and
+// decides who may act on it.
 type TraitHolder struct {
 	Node   *ent.Node
 	Traits []string
@@ -28,7 +29,8 @@ func (s *Service) TraitHolders(ctx context.Context, traits []string) ([]TraitHol
 		return nil, err
 	}
 	ns, err := s.db.Node.Query().Where(append(ps, node.HasTraitsWith(trait.TraitIn(traits...)))...).
-		Select(node.FieldID, node.FieldOwner, node.FieldLessee).All(ctx)
+		Order(ent.Asc(node.FieldName), ent.Asc(node.FieldID)).
+		Select(node.FieldID, node.FieldUUID, node.FieldName, node.FieldOwner, node.FieldLessee).All(ctx)
 	if err != nil {
 		return nil, err
 	}
