@@ -33,7 +33,7 @@ var actionWords = map[string]string{
 	"notify": "the message to the owner", "maintenance": "the maintenance change", "lifecycle": "the lifecycle action",
 	"traits": "the trait change", "retire": "the retirement", "delete": "the deletion", "bmc": "the BMC change",
 	"test-bmc": "the BMC connection test", "state": "the campaign change", "approve": "the approval", "run": "the run",
-	"edit": "the runbook change", "new": "the new entry", "nodes": "the change to the runbook's nodes", "apply": "the change",
+	"edit": "the runbook change", "new": "the new entry", "nodes": "the change to the runbook's nodes", "apply": "the change", "cancel": "the cancellation",
 }
 
 // keepDropped records what a timed-out page sent (Sessions.SaveDropped),

@@ -87,6 +87,11 @@ func (p *Portal) detail(c *fiber.Ctx) (views.NodeDetail, error) {
 		d.PowerWhy = p.denied(ctx, "may not change power", conductor.RuleSetPower)
 	case d.TargetPowerState != "":
 		d.PowerWhy = "A power action (to " + d.TargetPowerState + ") is in progress."
+		// The rule that starts a power action stops one (Ops.CancelPower).
+		d.CanCancelPower = true
+		if r, ok := conductor.StoredPowerCancel(v.Node.DriverInternalInfo); ok {
+			d.PowerCancel = "Cancel asked by " + r.By + "; the conductor stops the action at its next look."
+		}
 	case d.Busy:
 		d.PowerWhy = "Power actions wait while the node is " + v.ProvisionState + "."
 	}
@@ -217,6 +222,9 @@ func plainError(lastError string) (summary, advice string) {
 			break
 		}
 	}
+	if m := powerCancelled.FindStringSubmatch(lastError); m != nil {
+		return fmt.Sprintf("%s was cancelled by %s.", m[1], m[2]), "The BMC had not confirmed it, so the power shown is what the BMC last reported; try again once the BMC answers."
+	}
 	if m := unanswered.FindStringSubmatch(lastError); m != nil {
 		// Only a timeout waited the full time; a refused connection
 		// fails at once, and saying "within 20 s" would mislead.
@@ -232,6 +240,9 @@ func plainError(lastError string) (summary, advice string) {
 	}
 	return summary, advice
 }
+
+// powerCancelled reads conductor.PowerCancelled: the action and who.
+var powerCancelled = regexp.MustCompile(`^(.+) cancelled by (.+?); the BMC had not confirmed it`)
 
 // unanswered reads the reason, tries and per-try wait bmc.Error's summary
 // gives a BMC that did not answer ("(timeout) after 2 tries of 20 s each").
@@ -511,6 +522,19 @@ func (p *Portal) nodePower(c *fiber.Ctx) error {
 		return err
 	}
 	return p.status(c, errText(err))
+}
+
+// nodePowerCancel stops the power action under way (Ops.CancelPower
+// finds, authorises, checks there is one, and audits).
+func (p *Portal) nodePowerCancel(c *fiber.Ctx) error {
+	err := p.Ops.CancelPower(c.UserContext(), c.Params("id"))
+	switch {
+	case err != nil && errs.Status(err) >= 500:
+		return err
+	case err != nil:
+		return p.status(c, errText(err))
+	}
+	return p.statusNote(c, "Asked the conductor to cancel the power action; no further try is made.")
 }
 
 func (p *Portal) nodeClean(c *fiber.Ctx) error {

@@ -113,8 +113,12 @@ func (p *Portal) plan(c *fiber.Ctx, a bulkArgs, sel []*nodes.View) (views.Bulk, 
 		if err != nil {
 			return b, nil, err
 		}
+		reach, err := p.reaches(c.UserContext(), rs)
+		if err != nil {
+			return b, nil, err
+		}
 		for _, r := range rs {
-			b.Runbooks = append(b.Runbooks, views.RunbookRow{UUID: r.UUID, Name: r.Name})
+			b.Runbooks = append(b.Runbooks, views.RunbookRow{UUID: r.UUID, Name: r.Name, Eligible: reach[r.UUID].Eligible, Counted: true})
 			if r.Name == a.runbook {
 				rb = r
 			}

@@ -49,7 +49,7 @@ func TestBulkActions(t *testing.T) {
 
 		// The choice first: no verdicts before a runbook is chosen.
 		st, page, _ := pat.do("POST", "/nodes/bulk", sel)
-		if st != 200 || !strings.Contains(page, `<option value="CUSTOM_X">CUSTOM_X</option>`) || strings.Contains(page, "are eligible") ||
+		if st != 200 || !strings.Contains(page, `<option value="CUSTOM_X">CUSTOM_X — runs on 2 of your nodes</option>`) || strings.Contains(page, "are eligible") ||
 			!strings.Contains(page, "3 selected nodes were not found: deleted, or not visible to you.") {
 			t.Fatalf("bulk page: %d\n%s", st, page)
 		}

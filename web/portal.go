@@ -146,6 +146,7 @@ func (p *Portal) Register(app *fiber.App) {
 	app.Get("/nodes/:id/status", s, p.signedIn, p.nodeStatus)
 	app.Get("/nodes/:id/runs/:run", s, p.signedIn, p.nodeRunPage)
 	app.Post("/nodes/:id/power", s, p.signedIn, p.nodePower)
+	app.Post("/nodes/:id/power/cancel", s, p.signedIn, p.nodePowerCancel)
 	app.Post("/nodes/:id/clean", s, p.signedIn, p.nodeClean)
 	app.Post("/nodes/:id/runbook", s, p.signedIn, p.nodeRunbook)
 	app.Post("/nodes/:id/provision", s, p.signedIn, p.nodeProvision)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/url"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -95,8 +96,9 @@ func TestRunbookNodesCountAndAddTrait(t *testing.T) {
 			t.Error("the class filter or visibility is not applied")
 		}
 		red := between(page, `data-node="red-1"`, "</tr>")
-		if !strings.Contains(red, "disabled") || !strings.Contains(red, "baremetal:node:traits:set") {
-			t.Errorf("red-1 is not disabled with its reason:\n%s", red)
+		if !strings.Contains(red, `disabled aria-label="Add to red-1" aria-describedby="tn-why-0"`) ||
+			!strings.Contains(page, `<details class="cannot" id="tn-why-0" data-testid="refusal"><summary>1 node lacks trait CUSTOM_BLUE_FW, and your role (manager of blue) may not add it: ask project red&#39;s managers or admins, or an operator, to add it.</summary>`) {
+			t.Errorf("red-1 is not disabled with its reason:\n%s", page)
 		}
 		if blue := between(page, `data-node="blue-1"`, "</tr>"); strings.Contains(blue, "disabled") {
 			t.Errorf("blue-1 is disabled for blue's manager:\n%s", blue)
@@ -153,8 +155,10 @@ func TestRunbookNodesCountAndAddTrait(t *testing.T) {
 			t.Error("the system's count is not 3")
 		}
 		_, page, _ = mo.do("GET", "/runbooks/CUSTOM_BLUE_FW/nodes", nil)
-		if b := between(page, `data-node="blue-3"`, "</tr>"); !strings.Contains(b, "disabled") || !strings.Contains(b, "your role (member of blue)") {
-			t.Errorf("blue-3 is not disabled for the member, with why:\n%s", b)
+		if b := between(page, `data-node="blue-3"`, "</tr>"); !strings.Contains(b, "disabled") ||
+			!strings.Contains(page, "<summary>1 node lacks trait CUSTOM_BLUE_FW, and your role (member of blue) may not add it: ask project blue&#39;s managers or admins, or an operator, to add it.</summary>") ||
+			!strings.Contains(page, "<summary>2 nodes already carry CUSTOM_BLUE_FW, so the runbook can run there; your role (member of blue) may not change their traits.</summary>") {
+			t.Errorf("blue-3 is not disabled for the member, with why:\n%s", page)
 		}
 		_, page, _ = mo.do("POST", "/runbooks/CUSTOM_BLUE_FW/nodes", url.Values{"csrf": {mo.csrf}, "trait": {"CUSTOM_BLUE_FW"}, "node": {ids["blue-3"]}})
 		if !strings.Contains(between(page, `data-node="blue-3"`, "</li>"), "refused: ") || slices.Contains(env.traits(ids["blue-3"]), "CUSTOM_BLUE_FW") {
@@ -346,3 +350,81 @@ func TestRunbookEditorSettingsBuilders(t *testing.T) {
 		t.Errorf("saved steps: %v", rb["steps"])
 	}
 }
+
+// TestRunbookChoosersCountAndCollapse: every list of runbooks says on how
+// many of the viewer's nodes each can run (carrying its trait, taken by
+// it, and where the viewer may run runbooks: a private runbook of blue's
+// does not run on red's node that blue leases), and "Choose where it
+// runs" says a refusal shared by many nodes once, with its count and the
+// nodes behind a disclosure, instead of once a row.
+func TestRunbookChoosersCountAndCollapse(t *testing.T) {
+	storetest.Each(t, func(t *testing.T, setting string, _ *store.DB) {
+		env := newEditorEnvOn(t, setting)
+		var specs []map[string]any
+		for i := range 12 {
+			specs = append(specs, map[string]any{"name": fmt.Sprintf("b-%02d", i), "owner": "blue"})
+		}
+		ids := env.nodes(append(specs, map[string]any{"name": "red-1", "owner": "red", "lessee": "blue"})...)
+		mia := env.signIn("mia")
+		mia.do("GET", "/runbooks/new", nil)
+		st, _, h := mia.do("POST", "/runbooks/new", rows(url.Values{"csrf": {mia.csrf}, "name": {"CUSTOM_BURNIN"}}, []string{"power.power_on"}))
+		if st != 303 {
+			t.Fatalf("save: %d", st)
+		}
+		saved := h.Get("Location")
+		// Saved: where it runs today (nowhere yet), and how it reaches more.
+		if _, page, _ := mia.do("GET", saved, nil); !strings.Contains(page, "No node of yours can run it yet: it runs on nodes that carry CUSTOM_BURNIN. To run it on more, give them CUSTOM_BURNIN under “Choose where it runs”.") {
+			t.Errorf("the save does not say where the runbook runs:\n%s", between(page, "<main", "</h1>"))
+		}
+		for _, name := range []string{"b-00", "b-01", "b-02", "red-1"} {
+			if r := env.api.Do(t, "PUT", "/v1/nodes/"+ids[name]+"/traits/CUSTOM_BURNIN", nil); r.Status != 204 {
+				t.Fatalf("trait on %s: %d", name, r.Status)
+			}
+		}
+		_, page, _ := mia.do("GET", saved, nil)
+		if !strings.Contains(page, "It can run today on 3 of your nodes: b-00, b-01, b-02. To run it on more") {
+			t.Errorf("the save does not name where the runbook runs:\n%s", between(page, "<main", "</h1>"))
+		}
+		if _, page, _ := env.signIn("mo").do("GET", saved, nil); !strings.Contains(page, "It can run today on 3 of your nodes: b-00, b-01, b-02. To run it on more, ask project blue&#39;s managers or admins, or an operator, to give them CUSTOM_BURNIN.") {
+			t.Errorf("the member is not told whom to ask:\n%s", between(page, "<main", "</h1>"))
+		}
+		if row := between(page, `data-runbook="CUSTOM_BURNIN"`, "</tr>"); !strings.Contains(row, "4 nodes carry trait CUSTOM_BURNIN") ||
+			!strings.Contains(row, `<span data-testid="eligible">(runs on 3 of your nodes)</span>`) {
+			t.Errorf("the list does not count where the runbook runs:\n%s", row)
+		}
+		_, page, _ = mia.do("GET", "/nodes/"+ids["b-00"], nil)
+		if !regexp.MustCompile(`data-testid="runbook-eligible">(CUSTOM_BURNIN |— )runs on 3 of your nodes`).MatchString(page) {
+			t.Errorf("the node's runbooks do not say where they run:\n%s", between(page, `id="runbooks"`, "</section>"))
+		}
+		_, page, _ = mia.do("POST", "/nodes/bulk", url.Values{"csrf": {mia.csrf}, "action": {"runbook"}, "node": {ids["b-00"]}})
+		if !strings.Contains(page, `<option value="CUSTOM_BURNIN">CUSTOM_BURNIN — runs on 3 of your nodes</option>`) {
+			t.Errorf("the rollout's runbook choice does not count:\n%s", between(page, `<select id="bulk-runbook"`, "</select>"))
+		}
+
+		// The member may add the trait to none of them: one line for the
+		// nine blue nodes without it, one for the three with it, one for
+		// red's.
+		mo := env.signIn("mo")
+		_, page, _ = mo.do("GET", "/runbooks/CUSTOM_BURNIN/nodes", nil)
+		if n := strings.Count(page, `data-testid="refusal"`); n != 3 {
+			t.Errorf("%d refusal lines, want 3:\n%s", n, between(page, `data-testid="refusals"`, "</table>"))
+		}
+		lack := "9 nodes lack trait CUSTOM_BURNIN, and your role (member of blue) may not add it: ask project blue&#39;s managers or admins, or an operator, to add it."
+		if strings.Count(page, lack) != 1 || strings.Contains(page, "may not add traits to this node") {
+			t.Errorf("the shared refusal is not said once:\n%s", page)
+		}
+		g := between(page, "<summary>"+lack+"</summary>", "</details>")
+		for i := 3; i < 12; i++ {
+			name := fmt.Sprintf("b-%02d", i)
+			if !strings.Contains(g, "<li>"+name+"</li>") {
+				t.Errorf("the refusal's disclosure lacks %s:\n%s", name, g)
+			}
+			id := describedBy.FindStringSubmatch(between(page, `data-node="`+name+`"`, "</tr>"))
+			if id == nil || !strings.Contains(page, `<details class="cannot" id="`+id[1]+`" data-testid="refusal"><summary>`+lack) {
+				t.Errorf("%s's checkbox is not described by its refusal: %v", name, id)
+			}
+		}
+	})
+}
+
+var describedBy = regexp.MustCompile(`aria-describedby="([^"]+)"`)

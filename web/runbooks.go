@@ -3,6 +3,7 @@ package web
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/gofiber/fiber/v2"
@@ -35,18 +36,20 @@ func (p *Portal) runbooksPage(c *fiber.Ctx) error {
 		return p.fail(c, err)
 	}
 	ctx := c.UserContext()
+	reach, err := p.reaches(ctx, rs)
+	if err != nil {
+		return p.fail(c, err)
+	}
 	rows := make([]views.RunbookRow, len(rs))
 	for i, r := range rs {
 		rows[i] = runbookRow(r)
 		rows[i].Editable = p.Guard.Allowed(ctx, runbooks.RuleUpdate, runbooks.Target(r.Runbook))
-		if rows[i].Carriers, err = p.carriers(ctx, r); err != nil {
-			return p.fail(c, err)
-		}
+		rows[i].Carriers, rows[i].Eligible = reach[r.UUID].Carriers, reach[r.UUID].Eligible
 	}
 	canCreate := p.Guard.Allowed(ctx, runbooks.RuleCreate, createTarget(policies.PrincipalFrom(ctx)))
 	if id := c.Query("saved"); id != "" {
-		if r, err := p.Runbooks.Get(ctx, id); err == nil {
-			pg.Flash = savedMessage(r)
+		if i := slices.IndexFunc(rs, func(r *runbooks.Runbook) bool { return r.UUID == id }); i >= 0 {
+			pg.Flash = savedMessage(rs[i]) + " " + p.whereItRuns(ctx, rs[i], reach[id])
 		}
 	}
 	return render(c, 200, views.Runbooks(pg, rows, canCreate))
@@ -61,6 +64,35 @@ func savedMessage(r *runbooks.Runbook) string {
 		return fmt.Sprintf("Saved %s: private to project %s — it runs on nodes that project owns.", r.Name, *r.Owner)
 	}
 	return fmt.Sprintf("Saved %s: private to the system — only system users may run it.", r.Name)
+}
+
+// whereItRuns tells whoever saved r where it can run today and how it
+// reaches more nodes: by adding its trait under "Choose where it runs"
+// when the viewer may change their project's nodes' traits, else by
+// asking those who may.
+func (p *Portal) whereItRuns(ctx context.Context, r *runbooks.Runbook, n reach) string {
+	traits := strings.Join(runbookTraits(r), " or ")
+	now := fmt.Sprintf("No node of yours can run it yet: it runs on nodes that carry %s.", traits)
+	switch {
+	case n.Eligible > len(n.Names):
+		now = fmt.Sprintf("It can run today on %d of your nodes, among them %s.", n.Eligible, strings.Join(n.Names, ", "))
+	case n.Eligible == 1:
+		now = "It can run today on 1 of your nodes: " + n.Names[0] + "."
+	case n.Eligible > 1:
+		now = fmt.Sprintf("It can run today on %d of your nodes: %s.", n.Eligible, strings.Join(n.Names, ", "))
+	}
+	project := ""
+	if pr := policies.PrincipalFrom(ctx); pr != nil && !pr.System {
+		project = pr.Project
+	}
+	if p.Guard.Allowed(ctx, nodes.RuleTraitsSet, policies.Target{NodeOwner: project}) {
+		return now + " To run it on more, give them " + traits + " under “Choose where it runs”."
+	}
+	who := "an operator"
+	if project != "" {
+		who = "project " + project + "'s managers or admins, or an operator,"
+	}
+	return now + " To run it on more, ask " + who + " to give them " + traits + "."
 }
 
 // runnable fills the runbooks the viewer may see whose trait the node
@@ -86,11 +118,18 @@ func (p *Portal) runnable(c *fiber.Ctx, d *views.NodeDetail, v *nodes.View) {
 	if err != nil {
 		return
 	}
+	rs = slices.DeleteFunc(rs, func(r *runbooks.Runbook) bool { return !runbooks.MatchesTraits(r.Runbook, v.Traits) })
+	// Counted only while the node is idle: a busy node's page asks for
+	// its status every second, and its runbooks wait anyway.
+	var reach map[string]reach
+	if !d.Busy {
+		reach, _ = p.reaches(ctx, rs)
+	}
 	for _, r := range rs {
-		if !runbooks.MatchesTraits(r.Runbook, v.Traits) {
-			continue
-		}
 		row := runbookRow(r)
+		if n, ok := reach[r.UUID]; ok {
+			row.Eligible, row.Counted = n.Eligible, true
+		}
 		switch {
 		case d.RunWhy != "":
 			row.Why = d.RunWhy

@@ -113,3 +113,38 @@ test('an owner manager publishes a runbook, adds its trait to two nodes, and a m
   const history = JSON.stringify(await api('GET', `/v1/nodes/${node.uuid}/history`));
   expect(history).toContain(`Runbook ${name}, run by mel`);
 });
+
+// Issue #44's journey: a project manager saves a runbook, is told on
+// saving where it can run today (a node of the project already carries
+// its trait), and runs it there, where the node page counts it too.
+test('a project manager saves a runbook, is told where it can run, and runs it there', async ({ page, browser, request }) => {
+  test.setTimeout(90_000);
+  const api = await operatorAPI(browser, request, 'runbook told-where journey');
+  const name = 'CUSTOM_EAST_TOLD';
+  const node = await api('GET', '/v1/nodes/demo-00010'); // hw-east's, manageable
+  await api('PUT', `/v1/nodes/${node.uuid}/traits/${name}`);
+
+  await signIn(page, 'owen', 'owner-password-1');
+  await page.getByRole('link', { name: 'Runbooks' }).click();
+  await page.getByRole('link', { name: 'New runbook' }).click();
+  await page.getByLabel('Name (a trait: nodes need it to run this runbook)').fill(name);
+  await page.getByLabel('Step 1', { exact: true }).selectOption('deploy.wait');
+  await page.getByLabel('seconds of step 1').fill('1');
+  await page.getByRole('button', { name: 'Save runbook' }).click();
+  const status = page.getByRole('status');
+  await expect(status).toContainText(`Saved ${name}: private to project hw-east`);
+  await expect(status).toContainText('It can run today on 1 of your nodes: demo-00010.');
+  await expect(status).toContainText(`To run it on more, give them ${name} under “Choose where it runs”.`);
+  await expect(page.locator(`tr[data-runbook="${name}"]`).getByTestId('eligible')).toHaveText('(runs on 1 of your nodes)');
+
+  await page.goto(`/nodes/${node.uuid}`);
+  const block = page.locator(`div.runbook[data-runbook="${name}"]`);
+  await expect(block.getByTestId('runbook-eligible')).toHaveText(`${name} runs on 1 of your nodes.`);
+  page.once('dialog', (d) => d.accept());
+  await block.getByRole('button', { name: `Run ${name} (clean)` }).click();
+  await expect.poll(async () => {
+    const n = await api('GET', `/v1/nodes/${node.uuid}`);
+    return `${n.provision_state}, ${n.driver_internal_info.last_run?.runbook || 'not run'}`;
+  }, { timeout: 60_000 }).toBe(`manageable, ${name}`);
+  await expect(page.getByTestId('run-result')).toHaveText(`Runbook ${name} succeeded.`);
+});

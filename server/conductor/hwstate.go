@@ -98,25 +98,39 @@ func decodeInternal(info map[string]any, key string, out any) bool {
 // lock the node must carry, "" for a node nobody holds: a read outside
 // the lock does not record what a lock holder may be changing.
 func (c *Conductor) setInternal(ctx context.Context, db *ent.Client, id int, holder, key string, value any) error {
+	_, err := c.setInternalIf(ctx, db, id, holder, key, value, "")
+	return err
+}
+
+// setInternalIf is setInternal that also requires cond, a condition on
+// the nodes row written in SQL both dialects read alike, and says how
+// many rows it changed (0: the node was not as required).
+func (c *Conductor) setInternalIf(ctx context.Context, db *ent.Client, id int, holder, key string, value any, cond string) (int64, error) {
 	raw, err := json.Marshal(value)
 	if err != nil {
-		return err
+		return 0, err
 	}
 	var hold any
 	if holder != "" {
 		hold = holder
 	}
+	if cond != "" {
+		cond = " AND " + cond
+	}
 	// Only an object can take a key: a node whose info is NULL or not an
 	// object starts from an empty one.
 	query := `UPDATE nodes SET driver_internal_info = json_set(CASE WHEN json_type(driver_internal_info) = 'object'
-	THEN driver_internal_info ELSE '{}' END, '$.` + key + `', json(?)) WHERE id = ? AND reservation IS ?`
+	THEN driver_internal_info ELSE '{}' END, '$.` + key + `', json(?)) WHERE id = ? AND reservation IS ?` + cond
 	args := []any{string(raw), id, hold}
 	if c.db.Dialect == dialect.Postgres {
 		query = `UPDATE nodes SET driver_internal_info = jsonb_set(CASE WHEN jsonb_typeof(driver_internal_info) = 'object'
-	THEN driver_internal_info ELSE '{}'::jsonb END, '{` + key + `}', $1::jsonb) WHERE id = $2 AND reservation IS NOT DISTINCT FROM $3::text`
+	THEN driver_internal_info ELSE '{}'::jsonb END, '{` + key + `}', $1::jsonb) WHERE id = $2 AND reservation IS NOT DISTINCT FROM $3::text` + cond
 	}
-	_, err = db.ExecContext(ctx, query, args...)
-	return err
+	res, err := db.ExecContext(ctx, query, args...)
+	if err != nil {
+		return 0, err
+	}
+	return res.RowsAffected()
 }
 
 // vmediaChanged records an attach or a detach the BMC accepted, under the

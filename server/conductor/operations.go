@@ -181,9 +181,10 @@ func (o *Ops) SetPowerWithin(ctx context.Context, ident, target string, timeout 
 	if err := c.lock(ctx, n.ID); err != nil {
 		return err
 	}
+	began := time.Now()
 	// updated_at marks when the action began, as Ironic's save does: the
 	// portal counts the node's busy time from it.
-	if err := c.db.Node.UpdateOneID(n.ID).SetTargetPowerState(target).SetUpdatedAt(time.Now()).Exec(ctx); err != nil {
+	if err := c.db.Node.UpdateOneID(n.ID).SetTargetPowerState(target).SetUpdatedAt(began).Exec(ctx); err != nil {
 		c.unlock(n.ID)
 		return err
 	}
@@ -193,24 +194,56 @@ func (o *Ops) SetPowerWithin(ctx context.Context, ident, target string, timeout 
 		defer c.work.Done()
 		defer c.unlock(n.ID)
 		// The action finishes even if the conductor is stopping: a
-		// half-done power action is worse than a late one.
-		bctx := context.WithoutCancel(c.ctx)
-		final, err := c.power(bctx, n, target, timeout)
+		// half-done power action is worse than a late one. Only a cancel
+		// request (CancelPower) cuts it short.
+		bctx, cancel := context.WithCancelCause(context.WithoutCancel(c.ctx))
+		defer cancel(nil)
+		go c.watchPowerCancel(bctx, n.ID, began, cancel)
+		// A BMC that does not answer is tried again; the node's page shows
+		// the try under way from this record, as for a step's BMC call.
+		record := func(r any) {
+			if err := c.setInternal(context.WithoutCancel(bctx), c.db.Client, n.ID, c.cfg.Name, InternalBMCRetry, r); err != nil {
+				c.log.Warn("record a BMC retry", "node", n.UUID, "err", err)
+			}
+		}
+		retried := false
+		final, err := c.power(bmc.OnRetry(bctx, func(try, of int, timeout time.Duration) {
+			retried = true
+			record(BMCRetry{Step: target, Try: try, Of: of, Timeout: timeout.Seconds(), At: time.Now().UTC()})
+		}), n, target, timeout)
+		// The records are written without the cancel, which has happened
+		// by now if it is to.
+		rctx := context.WithoutCancel(bctx)
 		upd := c.db.Node.UpdateOneID(n.ID).ClearTargetPowerState().SetUpdatedAt(time.Now())
 		ev := history.Event{NodeID: n.ID, Type: "power", User: who, Conductor: c.cfg.Name}
-		if err != nil {
+		cancelled, asked := c.powerCancelOf(rctx, n.ID)
+		switch {
+		case errors.Is(context.Cause(bctx), errPowerCancelled):
+			upd.SetLastError(PowerCancelled(target, cancelled.By))
+			ev.Message = PowerCancelled(target, cancelled.By)
+		case err != nil:
 			upd.SetLastError(powerFailed(target, bmc.Summary(err)))
 			ev.Failed(powerFailed(target, ""), err)
-		} else {
+		default:
 			upd.SetPowerState(final).ClearLastError()
 			ev.Message = strings.ToUpper(target[:1]) + target[1:] + " done; the BMC reports " + final
 		}
 		// The result waits out a database restart: target_power_state
 		// left set would keep power sync away from the node for good.
-		if err := c.durably(bctx, func() error { return upd.Exec(bctx) }); err != nil {
+		if err := c.durably(rctx, func() error { return upd.Exec(rctx) }); err != nil {
 			c.log.Error("recording power result", "node", n.UUID, "err", err)
 		}
-		_ = c.durably(bctx, func() error { return history.Record(bctx, c.db.Client, ev) })
+		// Cleared once target_power_state is, so no new request lands
+		// after; a request that came too late to stop the action goes too.
+		if retried {
+			record(nil)
+		}
+		if asked {
+			if err := c.setInternal(rctx, c.db.Client, n.ID, c.cfg.Name, InternalPowerCancel, nil); err != nil {
+				c.log.Warn("clear a power cancel request", "node", n.UUID, "err", err)
+			}
+		}
+		_ = c.durably(rctx, func() error { return history.Record(rctx, c.db.Client, ev) })
 	}()
 	return nil
 }
