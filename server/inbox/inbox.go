@@ -190,7 +190,7 @@ func (s *Service) List(ctx context.Context, o ListOptions) ([]*ent.Notice, error
 	if o.Limit <= 0 || o.Limit > listMax {
 		o.Limit = listMax
 	}
-	return q.Order(ent.Desc(notice.FieldID)).Limit(o.Limit).All(ctx)
+	return q.Order(ent.Desc(notice.FieldCreatedAt), ent.Desc(notice.FieldID)).Limit(o.Limit).All(ctx)
 }
 
 // Unread counts the caller's unread notices; 0 when it may not read its
