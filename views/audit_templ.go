@@ -105,7 +105,7 @@ func AuditPage(p Page, l AuditList) templ.Component {
 				}()
 			}
 			ctx = templ.InitializeContext(ctx)
-			templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 1, "<h1>Audit</h1><p>Every change made in Anvil and every refusal, newest first; API clients read the same log as events.</p><form class=\"filters\" role=\"search\" aria-label=\"Filter events\" method=\"get\" action=\"/audit\"><div class=\"field\"><label for=\"a-user\">User</label> <input id=\"a-user\" name=\"user\" value=\"")
+			templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 1, "<h1>Audit</h1><p>Every change made in Anvil and every refusal, newest first; API clients read the same log as events.</p><form class=\"filters\" role=\"search\" aria-label=\"Filter events\" method=\"get\" action=\"/audit\"><div class=\"field\"><label for=\"a-user\">User (name)</label> <input id=\"a-user\" name=\"user\" value=\"")
 			if templ_7745c5c3_Err != nil {
 				return templ_7745c5c3_Err
 			}
@@ -144,7 +144,7 @@ func AuditPage(p Page, l AuditList) templ.Component {
 			if templ_7745c5c3_Err != nil {
 				return templ_7745c5c3_Err
 			}
-			templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 4, "\" autocomplete=\"off\"></div><div class=\"field wide\"><label for=\"a-rule\">Rule</label> <input id=\"a-rule\" name=\"rule\" value=\"")
+			templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 4, "\" autocomplete=\"off\"></div><div class=\"field wide\"><label for=\"a-rule\">Action (part of a rule's name)</label> <input id=\"a-rule\" name=\"rule\" value=\"")
 			if templ_7745c5c3_Err != nil {
 				return templ_7745c5c3_Err
 			}
@@ -157,7 +157,7 @@ func AuditPage(p Page, l AuditList) templ.Component {
 			if templ_7745c5c3_Err != nil {
 				return templ_7745c5c3_Err
 			}
-			templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 5, "\" placeholder=\"anvil:node:update\" autocomplete=\"off\"></div><div class=\"field\"><label for=\"a-result\">Result</label> <select id=\"a-result\" name=\"result\">")
+			templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 5, "\" placeholder=\"power\" autocomplete=\"off\"></div><div class=\"field\"><label for=\"a-result\">Result</label> <select id=\"a-result\" name=\"result\">")
 			if templ_7745c5c3_Err != nil {
 				return templ_7745c5c3_Err
 			}
@@ -361,7 +361,7 @@ func AuditPage(p Page, l AuditList) templ.Component {
 					if templ_7745c5c3_Err != nil {
 						return templ_7745c5c3_Err
 					}
-					templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 27, "</td><td data-label=\"Details\"><details class=\"detail\"><summary>Details<span class=\"sr-only\">of event ")
+					templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 27, "</td><td><details class=\"detail\"><summary>Details<span class=\"sr-only\">of event ")
 					if templ_7745c5c3_Err != nil {
 						return templ_7745c5c3_Err
 					}
