@@ -35,6 +35,12 @@ $a user grant olga --system --role admin --database "$db"
 # the enrol journey shows them why.
 echo 'sysmanager-password-1' | $a user create sam --password-stdin --database "$db"
 $a user grant sam --system --role manager --database "$db"
+# A system reader, who may read the audit log and change nothing.
+echo 'reader-password-1' | $a user create rita --password-stdin --database "$db"
+$a user grant rita --system --role reader --database "$db"
+# The audit journey dates an event back to last week in this file: the
+# API writes every event at the time it happens.
+echo "$db" >"${TMPDIR:-/tmp}/anvil-e2e-$port.db-path"
 # An owner project's manager and member (demo nodes hw-east owns), for
 # the journey that publishes a runbook and adds its trait to nodes.
 echo 'owner-password-1' | $a user create owen --password-stdin --database "$db"
@@ -50,7 +56,7 @@ $a user grant mel --project hw-east --role member --database "$db"
 ref_dir=${ANVIL_REFERENCE_DIR:-$(pwd)/../shared/reference}
 sim=$ref_dir/redfish-sim/start.sh
 setsid sh -c 'while kill -0 "$1" 2>/dev/null; do sleep 1; done; [ -d "$3/bmc" ] && "$2" stop "$3/bmc"
-  [ -f "$3/pids" ] && kill $(cat "$3/pids"); rm -rf "$3"' watchdog $$ "$sim" "$dir" \
+  [ -f "$3/pids" ] && kill $(cat "$3/pids"); rm -rf "$3" "$4"' watchdog $$ "$sim" "$dir" "${TMPDIR:-/tmp}/anvil-e2e-$port.db-path" \
   >/dev/null 2>&1 </dev/null &
 
 sso=""

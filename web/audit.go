@@ -35,7 +35,10 @@ func (p *Portal) auditFilter(c *fiber.Ctx) (views.AuditFilter, audit.Query, erro
 	f := views.AuditFilter{User: strings.TrimSpace(c.Query("user")), Project: strings.TrimSpace(c.Query("project")),
 		Node: strings.TrimSpace(c.Query("node")), Rule: strings.TrimSpace(c.Query("rule")), Result: c.Query("result"),
 		Since: c.Query("since"), Until: c.Query("until")}
-	q := audit.Query{User: f.User, Project: f.Project, Rule: f.Rule, Result: f.Result}
+	// People know users and actions by name: the user filter takes an
+	// SSO user's display name too, and the rule filter part of a rule's
+	// name ("power").
+	q := audit.Query{Who: f.User, Project: f.Project, Action: f.Rule, Result: f.Result}
 	switch f.Result {
 	case "", audit.Allowed, audit.Denied, audit.Failed:
 	default:
@@ -118,9 +121,8 @@ func (p *Portal) auditPage(c *fiber.Ctx) error {
 	if qs := f.Values().Encode(); qs != "" {
 		l.Export += "?" + qs
 	}
-	for _, e := range evs {
-		l.Rows = append(l.Rows, views.AuditRow{ID: e.ID, At: e.CreatedAt, User: e.User, Project: e.Project, Rule: e.Rule,
-			Method: e.Method, Path: e.Path, Target: e.TargetType + " " + e.TargetID, Result: e.Result, Status: e.Status, Detail: detailText(e)})
+	if l.Rows, err = p.auditRows(ctx, evs); err != nil {
+		return err
 	}
 	if more && len(evs) > 0 {
 		v := f.Values()

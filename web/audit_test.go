@@ -4,9 +4,11 @@ import (
 	"context"
 	"encoding/csv"
 	"fmt"
+	"maps"
 	"net/http"
 	"net/url"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -157,4 +159,138 @@ func TestAuditExport(t *testing.T) {
 			t.Errorf("detail and order: %q, last %q", row[13], recs[1205][10])
 		}
 	})
+}
+
+// auditRowText is each event row's text as a person reads it, tags
+// dropped and spaces collapsed, by event id; outside is the same without
+// what the rows hide behind their Details.
+func auditRowText(page string) (rows map[string]string, outside map[string]string) {
+	rows, outside = map[string]string{}, map[string]string{}
+	tags, space := regexp.MustCompile(`<[^>]+>`), regexp.MustCompile(`\s+`)
+	hidden := regexp.MustCompile(`(?s)<details.*?</details>`)
+	text := func(s string) string {
+		return strings.TrimSpace(space.ReplaceAllString(tags.ReplaceAllString(s, " "), " "))
+	}
+	for _, m := range regexp.MustCompile(`(?s)<tr data-event="(\d+)"[^>]*>(.*?)</details>\s*</td>\s*</tr>`).FindAllStringSubmatch(page, -1) {
+		rows[m[1]] = text(m[2])
+		outside[m[1]] = text(hidden.ReplaceAllString(m[2]+"</details>", ""))
+	}
+	return rows, outside
+}
+
+// TestAuditSentences: each event reads as a sentence naming the user and
+// the node by name (the node's UUID when it has none or is gone, an SSO
+// user by display name), with the result in words and the change as
+// before and after; the rule id, the stored user and the raw JSON are
+// behind Details only; and a reader finds events by a node's name, a
+// user's display name, part of a rule's name and a time range.
+func TestAuditSentences(t *testing.T) {
+	storetest.Each(t, func(t *testing.T, setting string, _ *store.DB) {
+		srv, api, ids := fleet(t, setting)
+		ctx := context.Background()
+		readerAndProjectAdmin(t, srv)
+		if r := api.Do(t, "PATCH", "/v1/nodes/"+ids["f-05"], []map[string]any{{"op": "replace", "path": "/name", "value": "rack1-n07"}}); r.Status != 200 {
+			t.Fatalf("rename: %d %s", r.Status, r.Body)
+		}
+		was := api.Do(t, "GET", "/v1/nodes/"+ids["f-05"], nil).JSON(t)["power_state"]
+		if r := api.Do(t, "PUT", "/v1/nodes/"+ids["f-05"]+"/states/power", map[string]any{"target": "power off"}); r.Status != 202 {
+			t.Fatalf("power off: %d %s", r.Status, r.Body)
+		}
+		// What the API cannot make here: an SSO user's power-on last
+		// week, a denial three times over and a failure, and an event on
+		// a node since deleted.
+		week := time.Now().UTC().Add(-6 * 24 * time.Hour)
+		gone := "00000000-0000-4000-8000-000000000099"
+		for _, e := range []struct {
+			user, rule, target, result string
+			status                     int
+			at                         time.Time
+			detail                     map[string]any
+		}{
+			{"sso:a1b2@https://idp.example (Ada Lovelace)", "baremetal:node:set_power_state", ids["f-02"], "allowed", 200, week,
+				map[string]any{"target": "power on", "was": "power off"}},
+			{"pat", "baremetal:node:delete", "", "denied", 403, time.Now(), map[string]any{"count": 3, "targets": []string{ids["f-03"], gone}}},
+			{"root", "baremetal:node:set_power_state", ids["f-04"], "failed", 409, time.Now(),
+				map[string]any{"target": "rebooting", "was": "power on", "error": "Node f-04 is locked by host c1"}},
+			{"root", "baremetal:node:set_maintenance", gone, "allowed", 200, time.Now(), map[string]any{"maintenance": true, "reason": "fan"}},
+		} {
+			if err := srv.DB.AuditEvent.Create().SetCreatedAt(e.at).SetUser(e.user).SetScope("system").SetRule(e.rule).SetTargetType("node").
+				SetTargetID(e.target).SetResult(e.result).SetStatus(e.status).SetDetail(e.detail).Exec(ctx); err != nil {
+				t.Fatal(err)
+			}
+		}
+		rhea := signInAs(t, srv, "rhea")
+		st, page, _ := rhea.do("GET", "/audit", nil)
+		if st != 200 {
+			t.Fatalf("audit: %d", st)
+		}
+		rows, outside := auditRowText(page)
+		want := []string{
+			"root changed node rack1-n07 Field Before After name f-05 rack1-n07 Allowed",
+			"root powered off node rack1-n07 Field Before After power state " + value(was) + " power off Allowed",
+			"Ada Lovelace powered on node f-02 Field Before After power state power off power on Allowed",
+			"pat was refused permission to delete nodes f-03, " + gone + " (not enrolled now) Denied by policy, 3 times",
+			"root tried to reboot node f-04, which failed asked for: power state = rebooting Failed (409): Node f-04 is locked by host c1",
+			"root put into maintenance node " + gone + " (not enrolled now) asked for: maintenance = true asked for: reason = fan Allowed",
+		}
+		for _, w := range want {
+			found := false
+			for _, r := range outside {
+				found = found || strings.Contains(r, w)
+			}
+			if !found {
+				t.Errorf("no row reads %q; rows:\n%s", w, strings.Join(slices.Collect(maps.Values(outside)), "\n"))
+			}
+		}
+		// The before/after cells are a table's: field, before, after.
+		if !strings.Contains(page, `<tr><th scope="row">name</th><td>f-05</td><td>rack1-n07</td></tr>`) {
+			t.Errorf("no before/after row for the rename")
+		}
+		for id, r := range outside {
+			for _, hidden := range []string{"baremetal:node:", "anvil:", "sso:a1b2", `"target"`, ids["f-05"]} {
+				if strings.Contains(r, hidden) {
+					t.Errorf("event %s shows %q outside its Details: %s", id, hidden, r)
+				}
+			}
+			if !strings.Contains(rows[id], "Details") || !strings.Contains(rows[id], "Rule") {
+				t.Errorf("event %s has no Details: %s", id, rows[id])
+			}
+		}
+		if !strings.Contains(page, `<code data-testid="audit-rule">baremetal:node:set_power_state</code>`) ||
+			!strings.Contains(page, "sso:a1b2@https://idp.example (Ada Lovelace)") {
+			t.Errorf("the rule id or stored user is not in Details")
+		}
+		// A reader's search: the power changes of last week, by the node's
+		// and the user's names.
+		find := func(q url.Values) []string {
+			t.Helper()
+			st, page, _ := rhea.do("GET", "/audit?"+q.Encode(), nil)
+			if st != 200 {
+				t.Fatalf("%v: %d", q, st)
+			}
+			_, outside := auditRowText(page)
+			return slices.Sorted(maps.Values(outside))
+		}
+		lastWeek := url.Values{"rule": {"Power"}, "since": {time.Now().UTC().Add(-8 * 24 * time.Hour).Format("2006-01-02")},
+			"until": {time.Now().UTC().Add(-5 * 24 * time.Hour).Format("2006-01-02")}}
+		if got := find(lastWeek); len(got) != 1 || !strings.HasPrefix(got[0], week.Format("2006-01-02")) || !strings.Contains(got[0], "Ada Lovelace powered on node f-02") {
+			t.Errorf("last week's power changes: %q", got)
+		}
+		if got := find(url.Values{"user": {"Ada Lovelace"}}); len(got) != 1 {
+			t.Errorf("by SSO display name: %q", got)
+		}
+		got := find(url.Values{"node": {"rack1-n07"}, "rule": {"power"}})
+		if len(got) != 1 || !strings.Contains(got[0], "root powered off node rack1-n07") {
+			t.Errorf("by node name and action: %q", got)
+		}
+	})
+}
+
+// value is how the page writes a detail's value, for what the test reads
+// back from the API.
+func value(v any) string {
+	if s, ok := v.(string); ok && s != "" {
+		return s
+	}
+	return "none"
 }

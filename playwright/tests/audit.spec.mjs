@@ -1,7 +1,8 @@
 import { test, expect } from '@playwright/test';
 import fs from 'node:fs';
 import path from 'node:path';
-import { accessible, operatorAPI, signIn, shot } from './helpers.mjs';
+import { execFileSync } from 'node:child_process';
+import { accessible, operatorAPI, ports, signIn, shot } from './helpers.mjs';
 
 // A CSV line's cells; the export quotes only cells that need it, and the
 // ones compared here never do.
@@ -14,15 +15,15 @@ test('a security admin filters the audit log, exports it as CSV matching GET /v1
   await signIn(page, 'olga', 'operator-password-1');
   await page.getByRole('link', { name: 'Audit' }).click();
   await expect(page).toHaveURL(/\/audit$/);
-  await page.getByLabel('User', { exact: true }).fill('olga');
-  await page.getByLabel('Rule', { exact: true }).fill('anvil:token:create');
+  await page.getByLabel('User (name)', { exact: true }).fill('olga');
+  await page.getByLabel("Action (part of a rule's name)", { exact: true }).fill('anvil:token:create');
   await page.getByLabel('Result', { exact: true }).selectOption('allowed');
   await page.getByRole('button', { name: 'Filter' }).click();
   await expect(page).toHaveURL(/user=olga/);
   await expect(page).toHaveURL(/rule=anvil%3Atoken%3Acreate/);
   const rows = page.locator('[data-testid="audit-events"] tbody tr');
   await expect(rows.first()).toBeVisible();
-  for (const rule of await rows.locator('td[data-label="Rule"]').allTextContents()) {
+  for (const rule of await rows.getByTestId('audit-rule').allTextContents()) {
     expect(rule).toBe('anvil:token:create');
   }
   const events = (await api('GET', '/v1/events?user=olga&rule=anvil:token:create&result=allowed')).events;
@@ -121,5 +122,60 @@ test('a policy preview flags a change that widens access across projects, and th
     const overflow = await page.evaluate(() => document.documentElement.scrollWidth - window.innerWidth);
     expect(overflow, `policy preview at ${width} px`).toBeLessThanOrEqual(0);
     await shot(page, testInfo, `policy-cross-project-${width}-${scheme}`);
+  }
+});
+
+// stamp is a time as the journey's SQLite file keeps it (the store's
+// sqliteTimeFormat, in UTC).
+const stamp = (d) => d.toISOString().replace('T', ' ').replace('Z', '+00:00');
+// day is a date as the audit filter's datetime-local fields take it.
+const day = (d) => `${d.toISOString().slice(0, 10)}T00:00`;
+
+test('a system reader finds on /audit who powered a node off last week, by name, in a sentence', async ({ browser, page, request }, testInfo) => {
+  test.setTimeout(90_000);
+  const api = await operatorAPI(browser, request, 'audit-last-week');
+  // olga powers a demo node no other journey uses off through the API; its event is then dated
+  // six days back in the journey's database (serve.sh says where), since
+  // the API writes every event at the time it happens.
+  const node = await api('GET', '/v1/nodes/demo-00027');
+  // On first, so the change reads "power on" to "power off".
+  await api('PUT', `/v1/nodes/${node.uuid}/states/power`, { target: 'power on' });
+  await expect.poll(async () => (await api('GET', `/v1/nodes/${node.uuid}`)).power_state).toBe('power on');
+  await api('PUT', `/v1/nodes/${node.uuid}/states/power`, { target: 'power off' });
+  const [ev] = (await api('GET', `/v1/events?rule=baremetal:node:set_power_state&target_id=${node.uuid}&limit=1`)).events;
+  expect(ev.user).toBe('olga');
+  const now = Date.now();
+  const db = fs.readFileSync(path.join(process.env.TMPDIR || '/tmp', `anvil-e2e-${ports.anvil}.db-path`), 'utf8').trim();
+  execFileSync('sqlite3', ['-cmd', '.timeout 5000', db,
+    `UPDATE audit_events SET created_at = '${stamp(new Date(now - 6 * 86400_000))}' WHERE id = ${Number(ev.id)}`]);
+
+  await signIn(page, 'rita', 'reader-password-1');
+  await page.getByRole('link', { name: 'Audit' }).click();
+  await page.getByLabel("Action (part of a rule's name)", { exact: true }).fill('power');
+  await page.getByLabel('From (UTC)').fill(day(new Date(now - 8 * 86400_000)));
+  await page.getByLabel('Until (UTC)').fill(day(new Date(now - 86400_000)));
+  await page.getByRole('button', { name: 'Filter' }).click();
+  await expect(page).toHaveURL(/rule=power/);
+  const row = page.locator(`[data-testid="audit-events"] tbody tr[data-event="${ev.id}"]`);
+  await expect(row.locator('td[data-label="What happened"]')).toHaveText(`olga powered off node ${node.name}`);
+  await expect(row.locator('td[data-label="Result"]')).toHaveText('Allowed');
+  await expect(row.locator('td[data-label="Change"] table tbody tr th')).toHaveText('power state');
+  await expect(row.locator('td[data-label="Change"] table tbody tr td')).toHaveText(['power on', 'power off']);
+  // The rule id is behind Details until opened.
+  const rule = row.getByTestId('audit-rule');
+  await expect(rule).toBeHidden();
+  expect(await row.innerText()).not.toContain('set_power_state');
+  await row.getByText('Details').click();
+  await expect(rule).toBeVisible();
+  await expect(rule).toHaveText('baremetal:node:set_power_state');
+  for (const [width, scheme] of [[1440, 'light'], [390, 'light'], [390, 'dark']]) {
+    await page.setViewportSize({ width, height: 900 });
+    await page.emulateMedia({ colorScheme: scheme });
+    await page.reload();
+    await row.getByText('Details').click();
+    const overflow = await page.evaluate(() => document.documentElement.scrollWidth - window.innerWidth);
+    expect(overflow, `audit sentences at ${width} px`).toBeLessThanOrEqual(0);
+    await accessible(page, `audit sentences ${width} ${scheme}`);
+    await shot(page, testInfo, `audit-sentences-${width}-${scheme}`);
   }
 });

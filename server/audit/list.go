@@ -17,6 +17,11 @@ type Query struct {
 	// Since and Until, when set, keep events at or after Since and before
 	// Until.
 	Since, Until time.Time
+	// The portal's filters, for people who know names rather than ids:
+	// Who is a local account's name or an SSO user's display name (the
+	// log keeps the latter inside "sso:subject@issuer (name)"); Action is
+	// part of a rule's name, such as "power".
+	Who, Action string
 }
 
 // List returns events matching q, newest first, and whether more follow.
@@ -36,6 +41,13 @@ func (l *Log) List(ctx context.Context, q Query) ([]*ent.AuditEvent, bool, error
 		if f.v != "" {
 			ps = append(ps, f.p(f.v))
 		}
+	}
+	if q.Who != "" {
+		ps = append(ps, auditevent.Or(auditevent.User(q.Who),
+			auditevent.And(auditevent.UserHasPrefix("sso:"), auditevent.UserHasSuffix(" ("+q.Who+")"))))
+	}
+	if q.Action != "" {
+		ps = append(ps, auditevent.RuleContainsFold(q.Action))
 	}
 	if !q.Since.IsZero() {
 		ps = append(ps, auditevent.CreatedAtGTE(q.Since))

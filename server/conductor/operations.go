@@ -152,7 +152,11 @@ func (o *Ops) SetPowerWithin(ctx context.Context, ident, target string, timeout 
 	if err != nil {
 		return err
 	}
-	defer func() { o.Guard.Done(ctx, RuleSetPower, "node", n.UUID, err, map[string]any{"target": target}) }()
+	// "was" is the power state the node had when asked, so the audit log
+	// can show the change as before and after.
+	defer func() {
+		o.Guard.Done(ctx, RuleSetPower, "node", n.UUID, err, map[string]any{"target": target, "was": n.PowerState})
+	}()
 	if !slices.Contains(bmc.PowerTargets, target) {
 		return errs.BadRequest("target", "target %q is not one of %s", target, strings.Join(bmc.PowerTargets, ", "))
 	}

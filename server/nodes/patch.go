@@ -433,6 +433,7 @@ func (s *Service) PatchWith(ctx context.Context, ident string, raw []byte, allow
 		}
 	}
 	var changed []string
+	var was, now map[string]any
 	err = store.WithTx(ctx, s.db, func(tx *ent.Client) error {
 		cur, err := LockRow(ctx, tx, n)
 		if err != nil {
@@ -460,6 +461,7 @@ func (s *Service) PatchWith(ctx context.Context, ident string, raw []byte, allow
 		}
 		restoreStripped(seen, before, after)
 		changed = diff(before, after)
+		was, now = plainChange(before, after, changed)
 		if len(changed) == 0 {
 			return nil
 		}
@@ -522,6 +524,9 @@ func (s *Service) PatchWith(ctx context.Context, ident string, raw []byte, allow
 	})
 	if len(changed) > 0 || err != nil {
 		detail := map[string]any{"changed": changed, "ops": len(ops)}
+		if len(was) > 0 {
+			detail["before"], detail["after"] = was, now
+		}
 		if opts.KeepSecrets {
 			detail["keep_secrets"] = true
 		}
@@ -660,6 +665,32 @@ func LockRow(ctx context.Context, tx *ent.Client, n *ent.Node) (*ent.Node, error
 		return nil, lockedError(cur)
 	}
 	return cur, nil
+}
+
+// plainChange is the before and after of the changed fields whose values
+// are plain (a name, an owner, a flag, a class), for the audit log to show
+// the change. Maps and lists are left out: driver_info and instance_info
+// may hold credentials, and the others are too big to read as a change.
+func plainChange(before, after map[string]any, changed []string) (was, now map[string]any) {
+	for _, f := range changed {
+		b, a := before[f], after[f]
+		if !plain(b) || !plain(a) {
+			continue
+		}
+		if was == nil {
+			was, now = map[string]any{}, map[string]any{}
+		}
+		was[f], now[f] = b, a
+	}
+	return was, now
+}
+
+func plain(v any) bool {
+	switch v.(type) {
+	case nil, string, bool, float64, int, int64:
+		return true
+	}
+	return false
 }
 
 func diff(before, after map[string]any) []string {
