@@ -16,6 +16,7 @@ import (
 	"github.com/anvilproject/anvil/policies"
 	"github.com/anvilproject/anvil/server/audit"
 	"github.com/anvilproject/anvil/server/conductor"
+	"github.com/anvilproject/anvil/server/inbox"
 	"github.com/anvilproject/anvil/server/nodes"
 	"github.com/anvilproject/anvil/views"
 )
@@ -115,6 +116,16 @@ var ruleText = sync.OnceValue(func() map[string]string {
 	m := map[string]string{}
 	for _, r := range policies.Defaults() {
 		m[r.Name] = r.Description
+	}
+	// Inbox notices are audit rows too (the webhook sends them), named
+	// by kind rather than by a policy rule.
+	for kind, text := range map[string]string{
+		inbox.OfferClaimed: "Tell a project of a claim on its offer", inbox.LeaseStarted: "Tell a lease's lessee and owner it started",
+		inbox.LeaseEnding: "Tell a lessee its lease ends within a day", inbox.LeaseEnded: "Tell a lease's lessee and owner it ended",
+		inbox.NodeWiped: "Tell a node's last tenant and owner how it was wiped", inbox.Ask: "Ask a node's owner to look at a failed run",
+		inbox.AskReply: "Tell the other side of a request of an answer", inbox.AskClosed: "Tell the asker its request was closed",
+	} {
+		m[inbox.EventPrefix+kind] = text + " (inbox notice; the webhook and mail carry it too)."
 	}
 	return m
 })
