@@ -40,7 +40,7 @@ func (p *Portal) consolePage(c *fiber.Ctx) error {
 	case !on:
 		cv.Why = "The console is off."
 	case info["type"] != "socat":
-		cv.Why = "This node's console interface (" + v.ConsoleInterface + ") has no stream the portal can show."
+		cv.Why = "This node's console interface (" + v.Interface("console") + ") has no stream the portal can show."
 	default:
 		cv.Stream = true
 	}
@@ -68,17 +68,17 @@ func (p *Portal) nodeScreenshot(c *fiber.Ctx) error {
 // consoleView is what the node page and the console page say about the
 // node's console; nil when its console interface has none.
 func (p *Portal) consoleView(ctx context.Context, v *nodes.View) *views.ConsoleView {
-	if v.ConsoleInterface != conductor.ConsoleFake && v.ConsoleInterface != conductor.ConsoleSocat {
+	if v.Interface("console") != conductor.ConsoleFake && v.Interface("console") != conductor.ConsoleSocat {
 		return nil
 	}
 	t := nodes.Target(v.Node)
 	cv := &views.ConsoleView{UUID: v.UUID, Name: nameOr(deref(v.Name), v.UUID), Enabled: v.ConsoleEnabled}
 	if !p.Guard.Allowed(ctx, conductor.RuleGetConsole, t) {
 		cv.ViewWhy = p.denied(ctx, "may not open the console", conductor.RuleGetConsole)
-	} else if v.ConsoleEnabled && v.ConsoleInterface == conductor.ConsoleSocat {
+	} else if v.ConsoleEnabled && v.Interface("console") == conductor.ConsoleSocat {
 		cv.Stream = true
 	} else if v.ConsoleEnabled {
-		cv.Why = "This node's console interface (" + v.ConsoleInterface + ") has no stream the portal can show."
+		cv.Why = "This node's console interface (" + v.Interface("console") + ") has no stream the portal can show."
 	}
 	if !p.Guard.Allowed(ctx, conductor.RuleSetConsole, t) {
 		cv.SetWhy = p.denied(ctx, "may not turn the console on or off", conductor.RuleSetConsole)

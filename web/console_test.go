@@ -12,10 +12,12 @@ import (
 
 	"github.com/fasthttp/websocket"
 
+	"github.com/anvilproject/anvil/ent/node"
 	"github.com/anvilproject/anvil/server"
 	"github.com/anvilproject/anvil/server/bmc"
 	"github.com/anvilproject/anvil/server/bmc/bmctest"
 	"github.com/anvilproject/anvil/server/conductor"
+	"github.com/anvilproject/anvil/server/demo"
 	"github.com/anvilproject/anvil/server/identity"
 	"github.com/anvilproject/anvil/server/servertest"
 	"github.com/anvilproject/anvil/server/store"
@@ -305,6 +307,49 @@ func TestPortalConsoleSwitch(t *testing.T) {
 		}
 		if _, body, _ := pat.do("GET", "/nodes/"+fake, nil); !strings.Contains(body, "console interface (fake) has no stream") || strings.Contains(body, "data-console=") {
 			t.Error("the node page offers a terminal for the fake console, or does not say why not")
+		}
+	})
+}
+
+// TestPortalConsoleOfImportedNode: a node enrolled without interfaces (the
+// demo fleet, a CSV import) has its driver's default console, which the
+// API reports (fake-hardware's is Ironic's fake console); the portal and
+// the conductor use that console too, rather than none: the owner's
+// member sees the switch on the node page, turns the console on, and the
+// console page says there is no stream to show.
+func TestPortalConsoleOfImportedNode(t *testing.T) {
+	storetest.Each(t, func(t *testing.T, setting string, _ *store.DB) {
+		ctx := context.Background()
+		srv := servertest.Start(t, server.Options{Database: setting})
+		if _, err := demo.Seed(ctx, srv.DB, srv.Firmware, 3); err != nil {
+			t.Fatal(err)
+		}
+		if err := srv.IDs.CreateUser(ctx, "owl", "owl-password-1"); err != nil {
+			t.Fatal(err)
+		}
+		if err := srv.IDs.Grant(ctx, "owl", identity.Assignment{Scope: identity.Scope{Project: "hw-east"}, Role: "member"}); err != nil {
+			t.Fatal(err)
+		}
+		n := srv.DB.Node.Query().Where(node.Name("demo-00001")).OnlyX(ctx)
+		if n.ConsoleInterface != "" {
+			t.Fatalf("the demo node stores console_interface %q; this test wants one enrolled without", n.ConsoleInterface)
+		}
+		owl := signInAs(t, srv, "owl")
+		id := n.UUID
+		if st, body, _ := owl.do("GET", "/nodes/"+id, nil); st != 200 || !strings.Contains(body, `action="/nodes/`+id+`/console/state"`) ||
+			!strings.Contains(body, "Turn the console on") {
+			t.Fatalf("the node page offers no console switch for the fake console: %d", st)
+		}
+		st, _, h := owl.do("POST", "/nodes/"+id+"/console/state", url.Values{"csrf": {owl.csrf}, "enabled": {"yes"}, "back": {"console"}})
+		if st != 303 || h.Get("Location") != "/nodes/"+id+"/console" {
+			t.Fatalf("turning on: %d to %q", st, h.Get("Location"))
+		}
+		if !srv.DB.Node.GetX(ctx, n.ID).ConsoleEnabled {
+			t.Fatal("the console is not on after the form said so")
+		}
+		if st, body, _ := owl.do("GET", "/nodes/"+id+"/console", nil); st != 200 || !strings.Contains(body, "The console of demo-00001 is on.") ||
+			!strings.Contains(body, "This node&#39;s console interface (fake) has no stream the portal can show.") {
+			t.Errorf("the console page once on: %d\n%s", st, body)
 		}
 	})
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/anvilproject/anvil/server/bmc"
 	"github.com/anvilproject/anvil/server/errs"
 	"github.com/anvilproject/anvil/server/history"
+	"github.com/anvilproject/anvil/server/nodes"
 )
 
 // Rules of the console endpoints, named as Ironic names them.
@@ -97,7 +98,7 @@ func (o *Ops) ConsoleState(ctx context.Context, ident string) (bool, map[string]
 	if err := o.C.checkConsole(n); err != nil {
 		return false, nil, err
 	}
-	if n.ConsoleInterface == ConsoleSocat {
+	if consoleInterface(n) == ConsoleSocat {
 		url, _ := n.DriverInternalInfo[internalConsoleURL].(string)
 		return true, map[string]any{"type": "socat", "url": url}, nil
 	}
@@ -135,10 +136,18 @@ func (o *Ops) SetConsole(ctx context.Context, ident string, enabled bool) (err e
 	return nil
 }
 
+// consoleInterface is the node's console implementation as the API shows
+// it: the one it stores, else its driver's default (fake-hardware's is
+// fake), so a node imported without interfaces has the console GET
+// reports rather than none.
+func consoleInterface(n *ent.Node) string {
+	return (&nodes.View{Node: n}).Interface("console")
+}
+
 // checkConsole refuses an interface without a console and a console
 // that cannot be given a port, with Ironic's words (400).
 func (c *Conductor) checkConsole(n *ent.Node) error {
-	switch n.ConsoleInterface {
+	switch consoleInterface(n) {
 	case ConsoleFake:
 		return nil
 	case ConsoleSocat:
@@ -151,7 +160,7 @@ func (c *Conductor) checkConsole(n *ent.Node) error {
 		return nil
 	}
 	// Ironic's UnsupportedDriverExtension, then which field decides.
-	return errs.BadRequest("console_interface", "Driver %s does not support console (disabled or not implemented). console_interface %q has no console.", n.Driver, n.ConsoleInterface)
+	return errs.BadRequest("console_interface", "Driver %s does not support console (disabled or not implemented). console_interface %q has no console.", n.Driver, consoleInterface(n))
 }
 
 // setConsole does the change under the node's lock and records it.
@@ -161,7 +170,7 @@ func (c *Conductor) setConsole(ctx context.Context, n *ent.Node, enabled bool, w
 	var err error
 	if enabled {
 		msg = "Console enabled"
-		if n.ConsoleInterface == ConsoleSocat {
+		if consoleInterface(n) == ConsoleSocat {
 			var s *consoleSession
 			if s, err = c.openConsole(n); err == nil {
 				info[internalConsolePort], info[internalConsoleURL], info[internalConsoleHost] = s.port, s.url, c.cfg.Name
@@ -424,8 +433,8 @@ func (o *Ops) OpenConsole(ctx context.Context, ident string) (op ConsoleOpening,
 		return op, errs.Conflict("Console access is not enabled on node %s", n.UUID)
 	}
 	url, _ := n.DriverInternalInfo[internalConsoleURL].(string)
-	if n.ConsoleInterface != ConsoleSocat || url == "" {
-		return op, errs.Conflict("Node %s's console interface %s has no stream the portal can show", n.UUID, n.ConsoleInterface)
+	if consoleInterface(n) != ConsoleSocat || url == "" {
+		return op, errs.Conflict("Node %s's console interface %s has no stream the portal can show", n.UUID, consoleInterface(n))
 	}
 	return ConsoleOpening{URL: url, UUID: n.UUID, Owner: n.Owner, Lessee: n.Lessee}, nil
 }
