@@ -24,6 +24,26 @@ test('a tenant asks the owner about a failed run, and the owner answers and clos
     await expect.poll(async () => (await api('GET', `/v1/nodes/${node}`)).provision_state, { timeout: 30_000 }).toBe('manageable');
   }
 
+  // Later journeys (the node list's rows on one screen among them) see
+  // the fleet as serve.sh made it: the node goes back to manageable and
+  // the runbook goes, whatever happened.
+  try {
+    await journey(browser, api);
+  } finally {
+    const now = await api('GET', `/v1/nodes/${node}`);
+    if (now.maintenance) {
+      await api('DELETE', `/v1/nodes/${node}/maintenance`);
+    }
+    if (now.provision_state === 'clean failed') {
+      await api('PUT', `/v1/nodes/${node}/states/provision`, { target: 'manage' });
+      await expect.poll(async () => (await api('GET', `/v1/nodes/${node}`)).provision_state, { timeout: 30_000 }).toBe('manageable');
+    }
+    await api('DELETE', `/v1/nodes/${node}/traits/${runbook}`);
+    await api('DELETE', `/v1/runbooks/${runbook}`);
+  }
+});
+
+async function journey(browser, api) {
   const tina = await (await browser.newContext()).newPage();
   const noAPIPaths = async (page) => expect(await page.locator('body').innerText()).not.toContain('/v1/');
   tina.on('dialog', (d) => d.accept());
@@ -68,4 +88,4 @@ test('a tenant asks the owner about a failed run, and the owner answers and clos
   await expect(tina.getByTestId('unread-badge')).toHaveCount(0);
   await noAPIPaths(tina);
   await accessible(tina, 'tenant inbox');
-});
+}
