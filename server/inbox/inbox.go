@@ -14,7 +14,9 @@ package inbox
 
 import (
 	"context"
+	"database/sql"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/mail"
 	"slices"
@@ -157,10 +159,9 @@ func (s *Service) Send(ctx context.Context, tx *ent.Client, ns ...Notice) error 
 	return nil
 }
 
-// isNoRows is ent's answer to an upsert that did nothing on PostgreSQL.
-func isNoRows(err error) bool {
-	return err != nil && strings.Contains(err.Error(), "no rows in result set")
-}
+// isNoRows is the answer to an insert that did nothing on conflict, on
+// PostgreSQL (whose RETURNING returns no row).
+func isNoRows(err error) bool { return errors.Is(err, sql.ErrNoRows) }
 
 // inboxName names an inbox in audit rows and mail: the project, or
 // "operators".
