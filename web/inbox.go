@@ -37,13 +37,6 @@ func (p *Portal) visibleNodes(ctx context.Context, ids []string) (map[string]*en
 	return out, nil
 }
 
-func scopeWords(project string) string {
-	if project == "" {
-		return "the operators"
-	}
-	return "project " + project
-}
-
 func (p *Portal) inboxPage(c *fiber.Ctx) error { return p.showInbox(c, 200, "", "") }
 
 // showInbox renders the inbox; mailErr is a refused change of addresses,
@@ -96,7 +89,7 @@ func (p *Portal) showInbox(c *fiber.Ctx, status int, typed, mailErr string) erro
 	}
 	for _, t := range ts {
 		v.Threads = append(v.Threads, views.ThreadRow{UUID: t.UUID, Node: nameOr(t.NodeName, t.NodeUUID), AskedBy: t.AskedBy,
-			Asker: scopeWords(t.Asker), Owner: scopeWords(t.Owner), Status: t.Status, At: t.CreatedAt})
+			Asker: inbox.ScopeName(t.Asker), Owner: inbox.ScopeName(t.Owner), Status: t.Status, At: t.CreatedAt})
 	}
 	if mailErr != "" {
 		v.Addresses = typed
@@ -152,14 +145,14 @@ func (p *Portal) showThread(c *fiber.Ctx, status int, problem, draft string) err
 	}
 	target := policies.Target{ThreadOwner: t.Owner, ThreadAsker: t.Asker}
 	v := views.ThreadView{UUID: t.UUID, NodeUUID: t.NodeUUID, Node: nameOr(t.NodeName, t.NodeUUID), AskedBy: t.AskedBy,
-		Asker: scopeWords(t.Asker), Owner: scopeWords(t.Owner), At: t.CreatedAt, Open: t.Status == inbox.Open, ClosedBy: t.ClosedBy,
+		Asker: inbox.ScopeName(t.Asker), Owner: inbox.ScopeName(t.Owner), At: t.CreatedAt, Open: t.Status == inbox.Open, ClosedBy: t.ClosedBy,
 		CanReply: p.Guard.Allowed(ctx, inbox.RuleReply, target), CanClose: p.Guard.Allowed(ctx, inbox.RuleClose, target),
 		Error: problem, Draft: draft}
 	if t.ClosedAt != nil {
 		v.ClosedAt = *t.ClosedAt
 	}
 	if !v.CanClose {
-		v.CloseWho = "Members of " + scopeWords(t.Owner) + ", who were asked, and operators close this request when it is handled."
+		v.CloseWho = "Members of " + inbox.ScopeName(t.Owner) + ", who were asked, and operators close this request when it is handled."
 	}
 	if seen, err := p.visibleNodes(ctx, []string{t.NodeUUID}); err != nil {
 		return err
@@ -170,7 +163,7 @@ func (p *Portal) showThread(c *fiber.Ctx, status int, problem, draft string) err
 		v.Failure = strings.TrimSpace(forViewer(isSystem(ctx), summary+" "+advice))
 	}
 	for _, m := range posts {
-		v.Posts = append(v.Posts, views.Post{Author: m.Author, Scope: scopeWords(m.Project), Body: m.Body, At: m.CreatedAt})
+		v.Posts = append(v.Posts, views.Post{Author: m.Author, Scope: inbox.ScopeName(m.Project), Body: m.Body, At: m.CreatedAt})
 	}
 	return render(c, status, views.ThreadPage(pg, v))
 }

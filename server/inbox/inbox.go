@@ -320,7 +320,7 @@ func (s *Service) Ask(ctx context.Context, in AskInput) (*ent.Thread, error) {
 				return err
 			}
 		}
-		body := fmt.Sprintf("%s of %s asks you to look at node %s.", p.User, scopeName(inboxOf(p)), label)
+		body := fmt.Sprintf("%s of %s asks you to look at node %s.", p.User, ScopeName(inboxOf(p)), label)
 		if msg != "" {
 			body += "\n\n“" + msg + "”"
 		}
@@ -354,8 +354,9 @@ func nodeLabel(name *string, id string) string {
 	return id
 }
 
-// scopeName says whose a scope is, for people.
-func scopeName(project string) string {
+// ScopeName says whose an inbox or a thread side is, for people: "project
+// P", or "the operators" for system scope.
+func ScopeName(project string) string {
 	if project == "" {
 		return "the operators"
 	}
@@ -456,7 +457,7 @@ func (s *Service) Reply(ctx context.Context, id, body string) (err error) {
 		label := nodeLabel(&t.NodeName, t.NodeUUID)
 		return s.Send(ctx, tx, Notice{Project: to, Kind: AskReply, Key: fmt.Sprintf("reply:%d", post.ID), Node: t.NodeUUID, Thread: t.UUID,
 			Subject: fmt.Sprintf("%s answered about node %s", p.User, label),
-			Body:    fmt.Sprintf("%s of %s wrote:\n\n“%s”", p.User, scopeName(inboxOf(p)), body)})
+			Body:    fmt.Sprintf("%s of %s wrote:\n\n“%s”", p.User, ScopeName(inboxOf(p)), body)})
 	})
 }
 
@@ -480,7 +481,7 @@ func (s *Service) Close(ctx context.Context, id string) (err error) {
 		label := nodeLabel(&t.NodeName, t.NodeUUID)
 		return s.Send(ctx, tx, Notice{Project: t.Asker, Kind: AskClosed, Key: "closed:" + t.UUID, Node: t.NodeUUID, Thread: t.UUID,
 			Subject: fmt.Sprintf("%s closed your request about node %s", p.User, label),
-			Body:    fmt.Sprintf("%s of %s closed the request about node %s.", p.User, scopeName(inboxOf(p)), label)})
+			Body:    fmt.Sprintf("%s of %s closed the request about node %s.", p.User, ScopeName(inboxOf(p)), label)})
 	})
 }
 
