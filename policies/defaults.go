@@ -268,7 +268,7 @@ func Defaults() []Rule {
 		{"anvil:firmware_image:create", "rule:system_admin", sys, "Upload a firmware image, which BMCs then download without credentials from its URL.", []string{"POST /v1/anvil/firmware-images"}},
 		{"anvil:firmware_image:delete", "rule:system_admin", sys, "Delete an uploaded firmware image.", []string{"DELETE /v1/anvil/firmware-images/{sha256}"}},
 		{"anvil:node:agent_logs:get", "rule:system_reader", sys, "List and read the ramdisk agent's logs that failed runs on the node left (an Anvil extension; Ironic keeps them on the conductor's disk only). System readers only: the agent's journal shows the whole machine, its disks and networks, beyond what the node's projects are shown.", []string{"GET /v1/nodes/{node}/agent_logs", "GET /v1/nodes/{node}/agent_logs/{name}"}},
-		{"anvil:node:recover", "rule:system_or_owner_or_lessee_member", sysProj, "Recover a node from a failed runbook run: retry the runbook or return the node (clean failed to manageable, service failed to active) when its publisher marked it retryable (extra anvil_retryable), or ask the owner to look. Those who may run runbooks on the node may, as the portal spec's failure recovery says; Ironic has no such rule.", []string{"POST /v1/nodes/{node}/recover"}},
+		{"anvil:node:recover", "rule:system_or_owner_or_lessee_member", sysProj, "Recover a node from a failed runbook run: retry the runbook or return the node (clean failed to manageable, service failed to active) when the runbook is retryable (its publisher did not opt out with extra anvil_retryable false), or ask the owner to look. Those who may run runbooks on the node may, as the portal spec's failure recovery says; Ironic has no such rule.", []string{"POST /v1/nodes/{node}/recover"}},
 	}
 }
 

@@ -428,7 +428,7 @@ func RunbookEditor(p Page, e Editor) templ.Component {
 					return templ_7745c5c3_Err
 				}
 			}
-			templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 39, " aria-describedby=\"rb-retryable-hint\"> Retryable</label><p id=\"rb-retryable-hint\" class=\"why\">Lets those who run it retry a failed run or return the node (<code>anvil:node:recover</code>), without waiting for the node's owner. Kept in the runbook's <code>extra</code> as <code>anvil_retryable</code>.</p>")
+			templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 39, " aria-describedby=\"rb-retryable-hint\"> Retryable</label><p id=\"rb-retryable-hint\" class=\"why\">Lets those who run it retry a failed run or return the node (<code>anvil:node:recover</code>), without waiting for the node's owner. On by default; clear it for steps that must not run twice. Cleared, it is kept in the runbook's <code>extra</code> as <code>anvil_retryable: false</code>.</p>")
 			if templ_7745c5c3_Err != nil {
 				return templ_7745c5c3_Err
 			}

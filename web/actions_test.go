@@ -97,7 +97,7 @@ func TestRunbooksAndRetry(t *testing.T) {
 	ctx := context.Background()
 	id := ids["f-00"] // owner blue, lessee green, trait CUSTOM_X
 	var rbID string
-	for _, rb := range []map[string]any{{"name": "CUSTOM_X", "public": true, "description": "Powers the node on."}, {"name": "CUSTOM_X_RED", "owner": "red", "traits": []string{"CUSTOM_X"}}} {
+	for _, rb := range []map[string]any{{"name": "CUSTOM_X", "public": true, "description": "Powers the node on.", "extra": map[string]any{"anvil_retryable": false}}, {"name": "CUSTOM_X_RED", "owner": "red", "traits": []string{"CUSTOM_X"}}} {
 		rb["steps"] = []map[string]any{{"interface": "power", "step": "power_on", "order": 1}}
 		r := api.Do(t, "POST", "/v1/runbooks", rb)
 		if r.Status != 201 {
@@ -173,11 +173,11 @@ func TestRunbooksAndRetry(t *testing.T) {
 			t.Errorf("owner member's failed node lacks %s", want)
 		}
 	}
-	// The lessee member ran a runbook its publisher did not mark
-	// retryable: no Retry, the reason, who can act, and a way to ask.
+	// The lessee member ran a runbook its publisher opted out of
+	// retries: no Retry, the reason, who can act, and a way to ask.
 	_, page, _ = gil.do("GET", "/nodes/"+id, nil)
 	for _, want := range []string{
-		"Runbook CUSTOM_X is not marked retryable by its publisher: project blue or an operator can recover the node; “Ask the owner to look” tells them.",
+		"Runbook CUSTOM_X is not retryable: its publisher opted out; project blue or an operator can recover the node; “Ask the owner to look” tells them.",
 		"Project blue or an operator can recover the node; use “Ask the owner to look” under Recovery to tell them.",
 		`<button type="submit">Ask the owner to look</button>`,
 	} {
@@ -192,7 +192,7 @@ func TestRunbooksAndRetry(t *testing.T) {
 	if st, _, h := gil.do("POST", "/nodes/"+id+"/retry", url.Values{"csrf": {gil.csrf}}); st != 303 || h.Get("Location") != "/nodes/"+id {
 		t.Fatalf("lessee retry: %d", st)
 	}
-	if _, page, _ = gil.do("GET", "/nodes/"+id, nil); !strings.Contains(page, `<p class="flash" role="status">Not done: Runbook CUSTOM_X is not marked retryable by its publisher`) {
+	if _, page, _ = gil.do("GET", "/nodes/"+id, nil); !strings.Contains(page, `<p class="flash" role="status">Not done: Runbook CUSTOM_X is not retryable: its publisher opted out`) {
 		t.Error("the lessee's refused retry lost its reason")
 	}
 	if s := api.Do(t, "GET", "/v1/nodes/"+id, nil).JSON(t)["provision_state"]; s != "clean failed" {
@@ -206,8 +206,8 @@ func TestRunbooksAndRetry(t *testing.T) {
 	if _, page, _ = pat.do("GET", "/nodes/"+id, nil); !strings.Contains(page, "gil asks the owner to look at the failed runbook CUSTOM_X (clean failed).") {
 		t.Error("the owner's member does not see the lessee's request")
 	}
-	// Marked retryable by its publisher, the lessee member may retry.
-	if r := api.Do(t, "PATCH", "/v1/runbooks/"+rbID, `[{"op":"add","path":"/extra/anvil_retryable","value":true}]`); r.Status != 200 {
+	// Once the publisher drops the opt-out, the lessee member may retry.
+	if r := api.Do(t, "PATCH", "/v1/runbooks/"+rbID, `[{"op":"remove","path":"/extra/anvil_retryable"}]`); r.Status != 200 {
 		t.Fatalf("mark retryable: %d %s", r.Status, r.Body)
 	}
 	if _, page, _ = gil.do("GET", "/nodes/"+id, nil); !strings.Contains(page, "<button type=\"submit\">Retry</button>") || !strings.Contains(page, ">Return to manageable</button>") {

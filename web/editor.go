@@ -79,7 +79,7 @@ func (p *Portal) newRunbook(c *fiber.Ctx) error {
 	if !p.Guard.Allowed(ctx, runbooks.RuleCreate, createTarget(policies.PrincipalFrom(ctx))) {
 		return p.fail(c, errs.Forbidden("%s", p.denied(ctx, "may not create runbooks", runbooks.RuleCreate)))
 	}
-	return p.editorPage(c, views.Editor{Steps: []views.EditorStep{{}}}, 200)
+	return p.editorPage(c, views.Editor{Steps: []views.EditorStep{{}}, Retryable: true}, 200)
 }
 
 // editable finds the runbook named in the URL (404 when hidden) and
@@ -429,8 +429,8 @@ func (p *Portal) saveRunbook(c *fiber.Ctx) error {
 		}
 	}
 	in := runbooks.Input{Name: e.Name, Steps: list}
-	if e.Retryable {
-		in.Extra = map[string]any{runbooks.RetryableKey: true}
+	if !e.Retryable {
+		in.Extra = map[string]any{runbooks.RetryableKey: false}
 	}
 	if e.Description != "" {
 		in.Description = &e.Description
@@ -516,17 +516,18 @@ const opSaveAnyway = "save-anyway"
 // editPatch is the JSON patch that makes runbook r what the form says.
 // An empty description is null, as the API shows a runbook without one.
 // Retryable touches only its key of extra, which keeps what API clients
-// put there.
+// put there: unchecked writes the opt-out (false), checked removes it
+// (retryable is the default).
 func editPatch(r *runbooks.Runbook, in runbooks.Input, system bool) []byte {
 	ops := []map[string]any{{"op": "replace", "path": "/name", "value": in.Name}, {"op": "replace", "path": "/steps", "value": in.Steps},
 		{"op": "add", "path": "/description", "value": in.Description}}
 	retryPath := "/extra/" + runbooks.RetryableKey
 	_, had := r.Extra[runbooks.RetryableKey]
 	switch {
-	case in.Extra[runbooks.RetryableKey] == true && r.Extra == nil:
+	case in.Extra[runbooks.RetryableKey] == false && r.Extra == nil:
 		ops = append(ops, map[string]any{"op": "add", "path": "/extra", "value": in.Extra})
-	case in.Extra[runbooks.RetryableKey] == true:
-		ops = append(ops, map[string]any{"op": "add", "path": retryPath, "value": true})
+	case in.Extra[runbooks.RetryableKey] == false:
+		ops = append(ops, map[string]any{"op": "add", "path": retryPath, "value": false})
 	case had:
 		ops = append(ops, map[string]any{"op": "remove", "path": retryPath})
 	}

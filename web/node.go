@@ -318,7 +318,7 @@ func roleSaid(ctx context.Context, format string) string {
 // the provision verbs allow them and where policy lets the viewer. A
 // failed run is recovered through Ops.Recover: by those who may change
 // the provision state and clear maintenance, or by those who may run a
-// runbook its publisher marked retryable; everyone else under
+// runbook its publisher left retryable; everyone else under
 // anvil:node:recover may ask the owner to look.
 func (p *Portal) recovery(ctx context.Context, d *views.NodeDetail, v *nodes.View) {
 	label := d.Name

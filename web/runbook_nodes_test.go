@@ -223,12 +223,17 @@ func TestRunbookArgsReadable(t *testing.T) {
 	}
 }
 
-// The editor's Retryable checkbox sets and clears extra anvil_retryable,
-// leaving the rest of extra as API clients put it.
+// A new runbook is retryable: the editor offers the box ticked and saves
+// no key; clearing it writes the publisher's opt-out (extra
+// anvil_retryable false) and ticking it again removes that, leaving the
+// rest of extra as API clients put it.
 func TestRunbookEditorRetryable(t *testing.T) {
 	env := newEditorEnv(t)
 	mia := env.signIn("mia")
-	mia.do("GET", "/runbooks/new", nil)
+	checkbox := `name="retryable" value="true"`
+	if _, page, _ := mia.do("GET", "/runbooks/new", nil); !strings.Contains(page, checkbox+" checked") {
+		t.Error("a new runbook is not offered retryable")
+	}
 	form := func(retry bool) url.Values {
 		f := rows(url.Values{"csrf": {mia.csrf}, "name": {"CUSTOM_RETRY"}}, []string{"power.power_on"})
 		if retry {
@@ -241,13 +246,12 @@ func TestRunbookEditorRetryable(t *testing.T) {
 	}
 	_, rb := env.runbook("CUSTOM_RETRY")
 	id := rb["uuid"].(string)
-	if extra, _ := rb["extra"].(map[string]any); extra["anvil_retryable"] != true {
-		t.Fatalf("created retryable: extra %v", rb["extra"])
+	if extra, _ := rb["extra"].(map[string]any); extra["anvil_retryable"] != nil {
+		t.Fatalf("created retryable: extra %v (want no opt-out)", rb["extra"])
 	}
 	if r := env.api.Do(t, "PATCH", "/v1/runbooks/"+id, []map[string]any{{"op": "add", "path": "/extra/team", "value": "storage"}}); r.Status != 200 {
 		t.Fatalf("patch extra: %d %s", r.Status, r.Body)
 	}
-	checkbox := `name="retryable" value="true"`
 	if _, page, _ := mia.do("GET", "/runbooks/CUSTOM_RETRY/edit", nil); !strings.Contains(page, checkbox+" checked") {
 		t.Error("the editor does not show the runbook retryable")
 	}
@@ -257,7 +261,8 @@ func TestRunbookEditorRetryable(t *testing.T) {
 		}
 		_, rb = env.runbook(id)
 		extra, _ := rb["extra"].(map[string]any)
-		if _, set := extra["anvil_retryable"]; set != retry || (retry && extra["anvil_retryable"] != true) || extra["team"] != "storage" {
+		v, set := extra["anvil_retryable"]
+		if set == retry || (!retry && v != false) || extra["team"] != "storage" {
 			t.Errorf("saved retryable=%v: extra %v", retry, extra)
 		}
 		_, page, _ := mia.do("GET", "/runbooks/CUSTOM_RETRY/edit", nil)

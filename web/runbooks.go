@@ -170,7 +170,7 @@ func (r run) what() string {
 // recoverWhy is why the viewer may not recover v from its failed run r
 // ("" when they may), as Ops.Recover decides it: those who may change
 // the provision state and clear maintenance may; others under
-// anvil:node:recover only for a runbook marked retryable.
+// anvil:node:recover only for a runbook its publisher left retryable.
 func (p *Portal) recoverWhy(ctx context.Context, v *nodes.View, r run) string {
 	t := nodes.Target(v.Node)
 	if v.Maintenance && !conductor.StepFault(v.Node) {
@@ -191,7 +191,7 @@ func (p *Portal) recoverWhy(ctx context.Context, v *nodes.View, r run) string {
 		return "Runbook " + r.runbook + " is gone or hidden from you: " + who
 	}
 	if !runbooks.Retryable(rb.Runbook) {
-		return "Runbook " + r.runbook + " is not marked retryable by its publisher: " + who
+		return "Runbook " + r.runbook + " is not retryable: its publisher opted out; " + who
 	}
 	return ""
 }

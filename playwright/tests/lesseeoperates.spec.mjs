@@ -55,11 +55,11 @@ test('a lessee member deploys her leased node with her saved key, opens its cons
     await expect(olga.locator('main .flash')).toContainText(/Stored as revision \d+;/);
     applied = true;
 
-    // A runbook the owner's operator publishes, marked retryable: its one
+    // A runbook the owner's operator publishes (retryable, the default): its one
     // step builds the target RAID configuration, which the node does not
     // have yet, so its first run fails as a real one would.
     await api('POST', '/v1/runbooks', {
-      name: runbook, public: true, extra: { anvil_retryable: true },
+      name: runbook, public: true,
       steps: [{ interface: 'raid', step: 'create_configuration', order: 1 }],
     });
     await api('PUT', `/v1/nodes/${node}/traits/${runbook}`);

@@ -42,13 +42,14 @@ test('an owner manager publishes a runbook, adds its trait to two nodes, and a m
   await expect(page.getByLabel('Step 3', { exact: true })).toHaveCount(0);
   // The preview reads the arguments as the list will.
   await expect(page.getByTestId('preview').locator('li[data-arg="seconds"]')).toHaveText('seconds: 1');
-  await page.getByLabel('Retryable').check();
+  // Retryable unless the publisher opts out.
+  await expect(page.getByLabel('Retryable')).toBeChecked();
   await page.getByRole('button', { name: 'Save runbook' }).click();
   await expect(page.getByRole('status')).toContainText(`Saved ${name}: private to project hw-east`);
   const row = page.locator(`tr[data-runbook="${name}"]`);
   await expect(row.getByTestId('carriers')).toHaveText(`No node you can see carries trait ${name}`);
   const rb = await api('GET', `/v1/runbooks/${name}`);
-  expect(rb.extra.anvil_retryable).toBe(true);
+  expect(rb.extra?.anvil_retryable).toBeUndefined();
   expect(rb.owner).toBe('hw-east');
 
   // The runbook's nodes: filter, pick two, add.

@@ -24,10 +24,12 @@ func TestFailedRunMaintenanceAndTenantRecovery(t *testing.T) {
 			return []any{map[string]any{"interface": "firmware", "step": "update", "order": 1,
 				"args": map[string]any{"settings": []any{map[string]any{"component": "bios", "url": url}}}}}
 		}
-		for name, retryable := range map[string]any{"CUSTOM_FW_RETRY": true, "CUSTOM_FW_ONCE": nil} {
+		// Retryable is the default; the publisher of CUSTOM_FW_ONCE opts
+		// out as the CLI would write it (--extra anvil_retryable=false).
+		for name, optOut := range map[string]bool{"CUSTOM_FW_RETRY": false, "CUSTOM_FW_ONCE": true} {
 			body := map[string]any{"name": name, "public": true, "steps": fw("https://images.example/fail-bios.bin")}
-			if retryable != nil {
-				body["extra"] = map[string]any{"anvil_retryable": "true"}
+			if optOut {
+				body["extra"] = map[string]any{"anvil_retryable": "false"}
 			}
 			mustStatus(t, admin.Do(t, "POST", "/v1/runbooks", body), 201)
 		}
@@ -89,14 +91,14 @@ func TestFailedRunMaintenanceAndTenantRecovery(t *testing.T) {
 			t.Errorf("return from an operator's maintenance: %d %s (want 409, reason unsaid)", r.Status, r.Body)
 		}
 
-		// A runbook not marked retryable: the lessee member may only
+		// A runbook its publisher opted out of retries: the lessee member may only
 		// notify; the owner's member, who may provision and clear
 		// maintenance by Ironic's defaults, recovers it.
 		id = mk("rec-2")
 		provision(t, lessee, id, map[string]any{"target": "clean", "runbook": "CUSTOM_FW_ONCE"}, 202)
 		waitState(t, admin, id, "clean failed")
 		for _, action := range []string{"retry", "return"} {
-			if r := lessee.Do(t, "POST", "/v1/nodes/"+id+"/recover", map[string]any{"action": action}); r.Status != 403 || !strings.Contains(r.Fault(t), "not marked retryable") {
+			if r := lessee.Do(t, "POST", "/v1/nodes/"+id+"/recover", map[string]any{"action": action}); r.Status != 403 || !strings.Contains(r.Fault(t), "not retryable: its publisher opted out") {
 				t.Errorf("%s of a runbook not retryable: %d %s", action, r.Status, r.Body)
 			}
 		}

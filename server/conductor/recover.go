@@ -29,9 +29,9 @@ const (
 // fault, and only those who may change its provision state and clear
 // maintenance may then move it: for them Recover is the two at once
 // (return, or retry the same runbook or steps). A runbook whose failure
-// leaves nothing unsafe behind (a setting the BMC was busy for, say) can
-// be marked retryable by its publisher; then whoever may run it retries
-// it or returns the node under RuleRecover alone. Anyone under the rule
+// leaves nothing unsafe behind (a setting the BMC was busy for, say) is
+// retryable unless its publisher opted out; then whoever may run it
+// retries it or returns the node under RuleRecover alone. Anyone under the rule
 // may ask the owner to look. Maintenance set for any other reason stays
 // the owner's or an operator's to clear.
 func (o *Ops) Recover(ctx context.Context, ident, action string) (err error) {
@@ -86,7 +86,7 @@ func (o *Ops) recover(ctx context.Context, ident, action, message string, thread
 			return err
 		}
 		if !rb.Retryable {
-			return errs.Forbidden("Runbook %s is not marked retryable by its publisher: ask the node's owner to look (notify).", runbook)
+			return errs.Forbidden("Runbook %s is not retryable: its publisher opted out; ask the node's owner to look (notify).", runbook)
 		}
 	}
 	if action == RecoverReturn {

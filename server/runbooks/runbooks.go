@@ -716,21 +716,25 @@ func (s *Service) Resolve(ctx context.Context, ident string, n *ent.Node, nodeTr
 }
 
 // RetryableKey is the key in a runbook's extra by which its publisher
-// lets those who may run it retry a failed run or return the node
-// (anvil:node:recover). Ironic's runbook has no such field; in extra,
-// every Ironic client can set it (`baremetal runbook set --extra
-// anvil_retryable=true`), so the CLI's string "true" counts too.
+// opts out of letting those who may run it retry a failed run or return
+// the node (anvil:node:recover). Ironic's runbook has no such field; in
+// extra, every Ironic client can set it (`baremetal runbook set --extra
+// anvil_retryable=false`), so the CLI's string "false" counts too.
 const RetryableKey = "anvil_retryable"
 
-// Retryable says whether r's publisher marked it retryable.
+// Retryable says whether r may be retried by those who run it: yes
+// unless its publisher set anvil_retryable to false. A curated runbook
+// is meant to be run by members without an operator at hand, so a failed
+// run they cannot retry or return would strand the node until its owner
+// looks; a publisher whose steps must not run twice says so.
 func Retryable(r *ent.Runbook) bool {
 	switch v := r.Extra[RetryableKey].(type) {
 	case bool:
 		return v
 	case string:
-		return strings.EqualFold(v, "true")
+		return !strings.EqualFold(v, "false")
 	}
-	return false
+	return true
 }
 
 // Accepts says whether node n, carrying traits, takes runbook r. Only the
