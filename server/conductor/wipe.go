@@ -370,10 +370,7 @@ func (c *Conductor) tellWipe(ctx context.Context, db *ent.Client, n *ent.Node, w
 	if c.inbox == nil || tenant == nil || *tenant == "" {
 		return nil
 	}
-	label := n.UUID
-	if n.Name != nil && *n.Name != "" {
-		label = *n.Name
-	}
+	label := inbox.NodeLabel(n.Name, n.UUID)
 	subject := map[string]string{WipeWiped: "Node %s was wiped", WipeFailed: "Node %s's wipe failed", WipeNotWiped: "Node %s was not wiped"}[result]
 	if subject == "" {
 		subject = "Node %s's wipe: " + result

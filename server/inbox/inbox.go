@@ -306,7 +306,7 @@ func (s *Service) Ask(ctx context.Context, in AskInput) (*ent.Thread, error) {
 	}
 	p := principal(ctx)
 	n := in.Node
-	label := nodeLabel(n.Name, n.UUID)
+	label := NodeLabel(n.Name, n.UUID)
 	var t *ent.Thread
 	err := store.WithTx(ctx, s.db, func(tx *ent.Client) error {
 		var err error
@@ -347,7 +347,9 @@ func deref(s *string) string {
 	return *s
 }
 
-func nodeLabel(name *string, id string) string {
+// NodeLabel names a node for people in notices and threads: its name
+// when it has one, else its UUID.
+func NodeLabel(name *string, id string) string {
 	if name != nil && *name != "" {
 		return *name
 	}
@@ -454,7 +456,7 @@ func (s *Service) Reply(ctx context.Context, id, body string) (err error) {
 		if inboxOf(p) != t.Asker || p.System {
 			to = t.Asker
 		}
-		label := nodeLabel(&t.NodeName, t.NodeUUID)
+		label := NodeLabel(&t.NodeName, t.NodeUUID)
 		return s.Send(ctx, tx, Notice{Project: to, Kind: AskReply, Key: fmt.Sprintf("reply:%d", post.ID), Node: t.NodeUUID, Thread: t.UUID,
 			Subject: fmt.Sprintf("%s answered about node %s", p.User, label),
 			Body:    fmt.Sprintf("%s of %s wrote:\n\n“%s”", p.User, ScopeName(inboxOf(p)), body)})
@@ -478,7 +480,7 @@ func (s *Service) Close(ctx context.Context, id string) (err error) {
 		if won == 0 {
 			return errs.Conflict("This request is already closed.")
 		}
-		label := nodeLabel(&t.NodeName, t.NodeUUID)
+		label := NodeLabel(&t.NodeName, t.NodeUUID)
 		return s.Send(ctx, tx, Notice{Project: t.Asker, Kind: AskClosed, Key: "closed:" + t.UUID, Node: t.NodeUUID, Thread: t.UUID,
 			Subject: fmt.Sprintf("%s closed your request about node %s", p.User, label),
 			Body:    fmt.Sprintf("%s of %s closed the request about node %s.", p.User, ScopeName(inboxOf(p)), label)})

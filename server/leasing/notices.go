@@ -19,12 +19,13 @@ const EndingNotice = 24 * time.Hour
 // when writes a lease time for people.
 func when(t time.Time) string { return t.UTC().Format("2006-01-02 15:04 UTC") }
 
-// nodeLabel names a lease's node in notices: its name when it has one.
+// nodeLabel names a lease's node in notices (inbox.NodeLabel); n is nil
+// when the node is gone.
 func nodeLabel(n *ent.Node, id string) string {
-	if n != nil && n.Name != nil && *n.Name != "" {
-		return *n.Name
+	if n == nil {
+		return id
 	}
-	return id
+	return inbox.NodeLabel(n.Name, id)
 }
 
 // tell sends ns through the inbox in tx, when there is one.
