@@ -63,6 +63,13 @@ func TestDeployPanelKeysAndAddresses(t *testing.T) {
 			!strings.Contains(page, `href="#public_key">Public key: this is not an OpenSSH public key`) || !strings.Contains(page, "ssh-ed25519 nonsense</textarea>") || keys() != 0 {
 			t.Errorf("a bad key: %d, %d stored\n%s", st, keys(), page)
 		}
+		// Each field is described by its own problem, which a screen
+		// reader then reads with the field.
+		for _, want := range []string{`aria-invalid="true" aria-describedby="problem-key_name"`, `aria-describedby="public-key-help problem-public_key"`, `id="problem-key_name"`, `id="problem-public_key"`} {
+			if !strings.Contains(page, want) {
+				t.Errorf("a bad key's form lacks %s", want)
+			}
+		}
 		st, _, h := mia.do("POST", "/account/keys", url.Values{"csrf": {mia.csrf}, "key_name": {"laptop"}, "public_key": {laptop}})
 		if st != 303 || h.Get("Location") != "/account#ssh-keys" || keys() != 1 {
 			t.Fatalf("saving a key: %d %s, %d stored", st, h.Get("Location"), keys())
