@@ -213,6 +213,14 @@ func TestRunbooksAndRetry(t *testing.T) {
 	if _, page, _ = gil.do("GET", "/nodes/"+id, nil); !strings.Contains(page, "<button type=\"submit\">Retry</button>") || !strings.Contains(page, ">Return to manageable</button>") {
 		t.Errorf("a retryable runbook's lessee is not offered Retry and the way back\n%s", section(t, page, "recovery"))
 	}
+	// She may still ask the owner (a failure only the owner can fix does
+	// not go away by retrying); the owner's member has no one to ask.
+	if !strings.Contains(page, `<button type="submit">Ask the owner to look</button>`) {
+		t.Errorf("a retryable runbook's lessee may no longer ask the owner\n%s", section(t, page, "recovery"))
+	}
+	if _, page, _ = pat.do("GET", "/nodes/"+id, nil); strings.Contains(page, "Ask the owner to look</button>") {
+		t.Error("the owner's member is offered to ask the owner")
+	}
 
 	if _, frag, _ := pat.do("POST", "/nodes/"+id+"/retry", url.Values{"csrf": {pat.csrf}}, "HX-Request", "true"); strings.Contains(frag, `class="error"`) {
 		t.Fatalf("retry: %s", frag)

@@ -276,7 +276,7 @@ func TestRunbookEditorTypedArguments(t *testing.T) {
 	env := newEditorEnv(t)
 	mia := env.signIn("mia")
 	mia.do("GET", "/runbooks/new", nil)
-	form := rows(url.Values{"csrf": {mia.csrf}, "name": {"CUSTOM_TYPED"}, "description": {"Reflash and boot from the network."}},
+	form := rows(url.Values{"csrf": {mia.csrf}, "name": {"CUSTOM_TYPED"}, "description": {"Reflash and boot from the network."}, "retryable": {"true"}},
 		[]string{"deploy.wait", "seconds=30"},
 		[]string{"management.set_boot_device", "device=pxe", "persistent=true"},
 		[]string{"management.set_secure_boot"}, // the required checkbox left unticked: false

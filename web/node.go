@@ -368,6 +368,13 @@ func (p *Portal) recovery(ctx context.Context, d *views.NodeDetail, v *nodes.Vie
 	if d.RetryWhy = p.retryWhy(ctx, v, r); d.RetryWhy == "" {
 		d.Retry = true
 	}
+	// A lessee who may retry may still need the owner: a failure only
+	// the owner can fix (a missing RAID configuration, say) does not go
+	// away by running the steps again. Those who may clear maintenance
+	// themselves are the owner's side and have no one to ask.
+	t := nodes.Target(v.Node)
+	d.Notify = p.Guard.Allowed(ctx, conductor.RuleRecover, t) &&
+		!(p.Guard.Allowed(ctx, conductor.RuleProvision, t) && p.Guard.Allowed(ctx, nodes.RuleClearMaintenance, t))
 }
 
 // nodeProvision takes one of the recovery verbs the page offers; the
