@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"encoding/json"
 	"encoding/pem"
 	"fmt"
 	"net"
@@ -20,6 +21,7 @@ import (
 	"github.com/anvilproject/anvil/internal/testport"
 	"github.com/anvilproject/anvil/server"
 	"github.com/anvilproject/anvil/server/identity"
+	"github.com/anvilproject/anvil/server/servertest"
 	"github.com/anvilproject/anvil/server/store/storetest"
 	"github.com/anvilproject/anvil/server/tlscert/tlscerttest"
 )
@@ -186,4 +188,47 @@ func (l *lockedLog) String() string {
 	defer l.mu.Unlock()
 	errs, _ := os.ReadFile(l.errorLog)
 	return l.b.String() + string(errs)
+}
+
+// TestForwardedSchemeFromTrustedProxiesOnly: X-Forwarded-Proto and
+// X-Forwarded-Host change the URLs Anvil hands out and the portal
+// cookie's Secure flag only from a peer in --trusted-proxies; from
+// anyone else the connection's own scheme and Host stand.
+func TestForwardedSchemeFromTrustedProxiesOnly(t *testing.T) {
+	_, lo, _ := net.ParseCIDR("127.0.0.1/32")
+	_, other, _ := net.ParseCIDR("192.0.2.0/24")
+	for _, tc := range []struct {
+		name    string
+		trusted net.IPNet
+		want    string
+	}{{"trusted", *lo, "https://proxy.example.com/v1/"}, {"untrusted", *other, "http://127.0.0.1"}} {
+		t.Run(tc.name, func(t *testing.T) {
+			srv := servertest.Start(t, server.Options{Database: storetest.Setting(t, "sqlite"), TrustedProxies: []net.IPNet{tc.trusted}})
+			req, _ := http.NewRequest("GET", srv.URL+"/v1", nil)
+			req.Header.Set("X-Forwarded-Proto", "https")
+			req.Header.Set("X-Forwarded-Host", "proxy.example.com")
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer resp.Body.Close()
+			var v struct{ Links []struct{ Href string } }
+			if err := json.NewDecoder(resp.Body).Decode(&v); err != nil || len(v.Links) == 0 {
+				t.Fatalf("GET /v1: %v %+v", err, v)
+			}
+			if h := v.Links[0].Href; !strings.HasPrefix(h, tc.want) {
+				t.Errorf("link %q, want it to start %q", h, tc.want)
+			}
+			lreq, _ := http.NewRequest("GET", srv.URL+"/login", nil)
+			lreq.Header.Set("X-Forwarded-Proto", "https")
+			fr, err := http.DefaultClient.Do(lreq)
+			if err != nil {
+				t.Fatal(err)
+			}
+			fr.Body.Close()
+			if secure := strings.Contains(fr.Header.Get("Set-Cookie"), "Secure"); secure != (tc.name == "trusted") {
+				t.Errorf("portal cookie Secure=%v with X-Forwarded-Proto https from a %s peer: %q", secure, tc.name, fr.Header.Get("Set-Cookie"))
+			}
+		})
+	}
 }
