@@ -24,6 +24,15 @@ func TestBehindNginx(t *testing.T) {
 	behindProxy(t, srv, proxytest.Nginx(t, strings.TrimPrefix(srv.URL, "http://")))
 }
 
+// TestBehindCaddy runs the Caddy recipe (deploy/caddy/Caddyfile) in
+// Debian's caddy in front of Anvil with --trusted-proxies naming it, and
+// checks what TestBehindNginx does.
+func TestBehindCaddy(t *testing.T) {
+	proxytest.Need(t, "caddy", "caddy")
+	srv := startBehindProxy(t)
+	behindProxy(t, srv, proxytest.Caddy(t, strings.TrimPrefix(srv.URL, "http://")))
+}
+
 // startBehindProxy serves Anvil trusting 127.0.0.1/32 as its proxy, with
 // a system reader pat besides startLocal's personas.
 func startBehindProxy(t *testing.T) *servertest.Server {
