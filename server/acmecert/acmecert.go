@@ -157,12 +157,21 @@ func New(c Config, log *slog.Logger) (*Manager, error) {
 		}
 		tr.TLSClientConfig = &tls.Config{RootCAs: p, MinVersion: tls.VersionTLS12}
 	}
+	allowed := autocert.HostWhitelist(c.Domains...)
 	m := &autocert.Manager{
-		Prompt:     autocert.AcceptTOS,
-		Cache:      autocert.DirCache(c.CacheDir),
-		HostPolicy: autocert.HostWhitelist(c.Domains...),
-		Email:      c.Email,
-		Client:     &acme.Client{DirectoryURL: c.Directory, HTTPClient: &http.Client{Transport: tr, Timeout: time.Minute}},
+		Prompt: autocert.AcceptTOS,
+		Cache:  autocert.DirCache(c.CacheDir),
+		// autocert asks the policy with an HTTP-01 request's Host as it
+		// came, which names the port when the CA's request did (a
+		// forwarded or test port): the name alone is what was listed.
+		HostPolicy: func(ctx context.Context, host string) error {
+			if h, _, err := net.SplitHostPort(host); err == nil {
+				host = h
+			}
+			return allowed(ctx, strings.ToLower(host))
+		},
+		Email:  c.Email,
+		Client: &acme.Client{DirectoryURL: c.Directory, HTTPClient: &http.Client{Transport: tr, Timeout: time.Minute}},
 	}
 	return &Manager{m: m, cfg: c, log: log}, nil
 }

@@ -38,13 +38,22 @@ const pebble = "github.com/letsencrypt/pebble/v2/cmd/pebble@v2.10.3"
 const acmeName = "anvil.test"
 
 // TestServeACME runs `anvil serve --acme-domain` against a real ACME CA,
-// Pebble, which validates the TLS-ALPN-01 challenge for real on Anvil's
-// listener (PEBBLE_VA_ALWAYS_VALID is not set): Anvil then serves a
-// certificate for the name that Pebble's root verifies, and a restart
-// serves it from the cache without asking Pebble again.
+// Pebble, which validates the challenge for real (PEBBLE_VA_ALWAYS_VALID
+// is not set): TLS-ALPN-01 on Anvil's TLS listener; and, with Pebble
+// told to try TLS-ALPN-01 on a port where nothing listens, HTTP-01 on the
+// --tls-redirect-listen listener, which autocert falls back to. Anvil
+// then serves a certificate for the name that Pebble's root verifies;
+// after a restart, with Pebble stopped, it serves the same one from its
+// cache.
 func TestServeACME(t *testing.T) {
+	bin := buildPebble(t, t.TempDir())
+	t.Run("tls-alpn-01", func(t *testing.T) { serveACME(t, bin, false) })
+	t.Run("http-01", func(t *testing.T) { serveACME(t, bin, true) })
+}
+
+// serveACME is one run of TestServeACME: HTTP-01 only when http01.
+func serveACME(t *testing.T, bin string, http01 bool) {
 	dir := t.TempDir()
-	bin := buildPebble(t, dir)
 
 	// Pebble's own HTTPS, from a throwaway CA that --acme-ca names.
 	ca := tlscerttest.NewCA(t, "pebble listener CA")
@@ -58,6 +67,10 @@ func TestServeACME(t *testing.T) {
 		t.Fatal(err)
 	}
 	anvilPort, plainPort, acmePort, mgmtPort := testport.TCP(t), testport.TCP(t), testport.TCP(t), testport.TCP(t)
+	alpnPort := anvilPort
+	if http01 {
+		alpnPort = testport.TCP(t) // reserved, and nothing listens on it
+	}
 	dns := serveDNS(t)
 
 	conf := map[string]any{"pebble": map[string]any{
@@ -65,7 +78,7 @@ func TestServeACME(t *testing.T) {
 		"managementListenAddress": fmt.Sprintf("127.0.0.1:%d", mgmtPort),
 		"certificate":             pcert, "privateKey": pkey,
 		// Where its validation authority connects to the name's address.
-		"httpPort": plainPort, "tlsPort": anvilPort,
+		"httpPort": plainPort, "tlsPort": alpnPort,
 		"ocspResponderURL": "", "externalAccountBindingRequired": false,
 	}}
 	cb, _ := json.Marshal(conf)
@@ -135,7 +148,16 @@ func TestServeACME(t *testing.T) {
 	if !strings.Contains(out.String(), "set VALID by completed challenge") {
 		t.Errorf("Pebble did not log a validated challenge:\n%s", out.String())
 	}
-	if !strings.Contains(logs.String(), `msg="ACME certificate ready" domain=`+acmeName) {
+	if http01 && !strings.Contains(out.String(), "Attempting to validate w/ HTTP: http://"+acmeName+fmt.Sprintf(":%d/.well-known/acme-challenge/", plainPort)) {
+		t.Errorf("Pebble did not validate HTTP-01 on the redirect listener:\n%s", out.String())
+	}
+	// Logged by serve's own request at start, which may finish just
+	// after the client's handshake that waited on the same order.
+	ready := `msg="ACME certificate ready" domain=` + acmeName
+	for deadline := time.Now().Add(10 * time.Second); !strings.Contains(logs.String(), ready) && time.Now().Before(deadline); {
+		time.Sleep(50 * time.Millisecond)
+	}
+	if !strings.Contains(logs.String(), ready) {
 		t.Errorf("no ready line logged:\n%s", logs.String())
 	}
 	// The plain listener still redirects, to the name.
@@ -151,6 +173,9 @@ func TestServeACME(t *testing.T) {
 		}
 	}
 	stop()
+	if http01 {
+		return
+	}
 
 	// A restart serves the cached certificate: Pebble issues each
 	// certificate with a new serial, so the same one means no new order.
