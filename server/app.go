@@ -119,7 +119,9 @@ type Options struct {
 	// when 0.
 	PasswordHashCost int
 	// TrustedProxies are the networks whose X-Forwarded-For is believed
-	// for the client's address (throttling, logs); none by default.
+	// for the client's address (throttling, logs), and whose
+	// X-Forwarded-Proto and X-Forwarded-Host for the scheme and host of
+	// the URLs Anvil hands out; none by default.
 	TrustedProxies []net.IPNet
 	// FirmwareDir keeps uploaded firmware images; empty means
 	// config.FirmwareDir of the database. FirmwareURL is Anvil's address
@@ -404,6 +406,13 @@ func (a *App) routes() *fiber.App {
 		// and a request context; fasthttp's default allows 262,144 at once.
 		// Past this bound a new connection gets a 503.
 		Concurrency: cmp.Or(a.opts.MaxConnections, DefaultMaxConnections),
+		// The scheme and host in the URLs Anvil hands out (links, next
+		// markers, Location) and the portal cookie's Secure flag come from
+		// X-Forwarded-Proto and X-Forwarded-Host only when the peer is one
+		// of --trusted-proxies, as X-Forwarded-For does (clientip): Fiber
+		// otherwise believes them from anyone.
+		EnableTrustedProxyCheck: true,
+		TrustedProxies:          proxyStrings(a.opts.TrustedProxies),
 	})
 	if a.opts.AuthNone {
 		// Before anything answers: see loopbackHost.
@@ -766,4 +775,13 @@ func (a *App) agentNetworksNote(ctx context.Context) string {
 	}
 	a.agentNote.key, a.agentNote.note = key, note
 	return note
+}
+
+// proxyStrings spells networks as Fiber's TrustedProxies takes them.
+func proxyStrings(nets []net.IPNet) []string {
+	out := make([]string, 0, len(nets))
+	for _, n := range nets {
+		out = append(out, n.String())
+	}
+	return out
 }

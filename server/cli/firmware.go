@@ -28,7 +28,7 @@ type firmwareFlags struct {
 
 func (f *firmwareFlags) add(fs *pflag.FlagSet) {
 	fs.StringVar(&f.dir, "firmware-dir", "", `directory of uploaded firmware images (default: "firmware" beside the SQLite database file, or in the working directory with PostgreSQL)`)
-	fs.StringVar(&f.url, "firmware-url", "", "Anvil's base URL as BMCs reach it, which firmware image URLs start with, e.g. https://anvil.example.com (default: http:// and the listen address, the host name for a wildcard address)")
+	fs.StringVar(&f.url, "firmware-url", "", "Anvil's base URL as BMCs reach it, which firmware image URLs start with, e.g. https://anvil.example.com (default: http:// and the listen address, https:// with --tls-cert, the host name for a wildcard address; with --acme-domain, https:// and its first name)")
 	fs.Int64Var(&f.maxMiB, "firmware-max-mib", fwimages.DefaultMaxBytes>>20, "largest firmware image accepted, in MiB")
 }
 

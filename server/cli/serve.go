@@ -20,6 +20,7 @@ import (
 	"github.com/anvilproject/anvil/internal/version"
 	"github.com/anvilproject/anvil/policies"
 	"github.com/anvilproject/anvil/server"
+	"github.com/anvilproject/anvil/server/acmecert"
 	"github.com/anvilproject/anvil/server/agentlogs"
 	"github.com/anvilproject/anvil/server/bmc"
 	"github.com/anvilproject/anvil/server/conductor"
@@ -79,6 +80,7 @@ func serveCmd() *cobra.Command {
 		hook     webhook.Config
 		smtp     inbox.MailConfig
 		eraseAll bool
+		acmeCfg  acmecert.Config
 	)
 	cmd := &cobra.Command{
 		Use:   "serve",
@@ -174,8 +176,28 @@ func serveCmd() *cobra.Command {
 			if (tlsCert == "") != (tlsKey == "") {
 				return fmt.Errorf("--tls-cert and --tls-key go together: give both or neither")
 			}
-			if redirect != "" && tlsCert == "" {
-				return fmt.Errorf("--tls-redirect-listen redirects to TLS: give --tls-cert and --tls-key too")
+			if acmeCfg.Enabled() {
+				if tlsCert != "" {
+					return fmt.Errorf("--acme-domain and --tls-cert/--tls-key both choose the certificate: give --acme-domain for one from the ACME CA, or --tls-cert and --tls-key for your own files, not both")
+				}
+				if acmeCfg.CacheDir == "" {
+					acmeCfg.CacheDir = acmecert.CacheDir(g.database)
+				}
+				if err := acmeCfg.Validate(); err != nil {
+					return err
+				}
+			} else {
+				// By value, so that the environment and the config file are
+				// held to it too.
+				for name, set := range map[string]bool{"acme-directory": acmeCfg.Directory != acmecert.DefaultDirectory,
+					"acme-email": acmeCfg.Email != "", "acme-cache-dir": acmeCfg.CacheDir != "", "acme-ca": acmeCfg.CAFile != ""} {
+					if set {
+						return fmt.Errorf("--%s configures ACME: give --acme-domain too", name)
+					}
+				}
+			}
+			if redirect != "" && tlsCert == "" && !acmeCfg.Enabled() {
+				return fmt.Errorf("--tls-redirect-listen redirects to TLS: give --tls-cert and --tls-key, or --acme-domain, too")
 			}
 			if tlsPoll <= 0 || hsts < 0 {
 				return fmt.Errorf("--tls-reload-interval %s, --hsts-max-age %s: give more than 0, and 0 or more", tlsPoll, hsts)
@@ -209,6 +231,11 @@ func serveCmd() *cobra.Command {
 			}
 			defer ln.Close()
 			addr, scheme := ln.Addr().String(), "http"
+			// pub is the host and port of the URLs Anvil hands out by
+			// default: the listener's, or with ACME the certificate's
+			// first name, which is what the certificate is valid for.
+			pub := addr
+			var acmeMgr *acmecert.Manager
 			if tlsCert != "" {
 				pair, err := tlscert.Load(tlsCert, tlsKey, log)
 				if err != nil {
@@ -220,26 +247,39 @@ func serveCmd() *cobra.Command {
 				go pair.Watch(ctx, tlsPoll, hup)
 				ln, scheme = tls.NewListener(ln, pair.Config()), "https"
 				if redirect != "" {
-					if err := redirectToTLS(ctx, redirect, addr, log); err != nil {
+					if err := redirectToTLS(ctx, redirect, addr, log, nil); err != nil {
+						return err
+					}
+				}
+			} else if acmeCfg.Enabled() {
+				if acmeMgr, err = acmecert.New(acmeCfg, log); err != nil {
+					return err
+				}
+				ln, scheme = tls.NewListener(ln, acmeMgr.Config()), "https"
+				_, port, _ := net.SplitHostPort(addr)
+				pub = net.JoinHostPort(acmeCfg.Domains[0], port)
+				if redirect != "" {
+					// Also answers the CA's HTTP-01 challenges.
+					if err := redirectToTLS(ctx, redirect, addr, log, acmeMgr.HTTPHandler); err != nil {
 						return err
 					}
 				}
 			} else {
 				hsts = 0
 			}
-			fwo, err := fw.options(g.database, scheme, addr)
+			fwo, err := fw.options(g.database, scheme, pub)
 			if err != nil {
 				return err
 			}
 			if cc.Agent.ImageURL == "" {
 				// The conductor's own default is http://.
-				base, err := config.PublicURL(scheme, addr)
+				base, err := config.PublicURL(scheme, pub)
 				if err != nil {
 					return fmt.Errorf("the agents' image URL: %w", err)
 				}
 				cc.Agent.ImageURL = base + strings.TrimSuffix(imagecache.RoutePrefix, "/")
 			}
-			if cc.Agent.APIURL, err = agentAPIURL(cc.Agent.APIURL, scheme, addr); err != nil {
+			if cc.Agent.APIURL, err = agentAPIURL(cc.Agent.APIURL, scheme, pub); err != nil {
 				return err
 			}
 			app, err := server.New(ctx, server.Options{
@@ -281,6 +321,12 @@ func serveCmd() *cobra.Command {
 			app.Portal.DeployImages = images
 			v := version.Get()
 			log.Info("anvil serving", "listen", scheme+"://"+addr, "database", store.Redacted(g.database), "version", v.Version, "commit", v.Commit)
+			if acmeMgr != nil {
+				// Now that the listener is about to answer the CA's
+				// TLS-ALPN-01 challenge.
+				log.Info("obtaining the TLS certificate by ACME", "domains", strings.Join(acmeCfg.Domains, ","), "directory", acmeCfg.Directory, "cache", acmeCfg.CacheDir)
+				go acmeMgr.Obtain(ctx)
+			}
 			return app.Serve(ctx, ln)
 		},
 	}
@@ -327,7 +373,7 @@ func serveCmd() *cobra.Command {
 	f.BoolVar(&cc.Agent.TokenOnMedia, "agent-token-on-media", true, "put each boot's agent token on the kernel line of the media Anvil writes (the ISOs it builds, its iPXE scripts) so that no lookup issues it (Ironic's agent_secret_token_pregenerated); false when the machines' network boot does not use Anvil's iPXE scripts")
 	f.BoolVar(&cc.Agent.Discovery, "inspection-discovery", false, "accept inspection data without the node's agent token, matching the node by MAC or BMC address as Ironic does (for agents booted from an operator's deploy_iso); anyone on the agent networks can then rewrite a waiting node's inventory")
 	f.BoolVar(&cc.Agent.FastTrack, "fast-track", false, "leave the ramdisk agent running after cleaning, powered on, so a deploy that follows within the agent heartbeat timeout skips the reboot (Ironic's [deploy]fast_track)")
-	f.StringVar(&cc.Agent.APIURL, "agent-api-url", "", "Anvil's API URL as ramdisk agents reach it, which the ISOs Anvil builds pass them as ipa-api-url, e.g. https://anvil.example.com:6385 (default: http:// and the listen address, https:// with --tls-cert, the host name for a wildcard address)")
+	f.StringVar(&cc.Agent.APIURL, "agent-api-url", "", "Anvil's API URL as ramdisk agents reach it, which the ISOs Anvil builds pass them as ipa-api-url, e.g. https://anvil.example.com:6385 (default: http:// and the listen address, https:// with --tls-cert, the host name for a wildcard address; with --acme-domain, https:// and its first name)")
 	f.StringVar(&isoDir, "boot-iso-dir", "", `directory of the agent ISOs Anvil builds for redfish-virtual-media nodes with deploy_kernel and deploy_ramdisk, each served to its BMC at --firmware-url/boot-iso/ for one boot (default: "boot-iso" beside the SQLite database file, or in the working directory with PostgreSQL)`)
 	for _, m := range []struct {
 		v         *string
@@ -341,7 +387,7 @@ func serveCmd() *cobra.Command {
 	} {
 		f.StringVar(m.v, m.name, "", "http(s) URL of the "+m.use)
 	}
-	f.StringVar(&cc.Agent.ImageURL, "agent-image-url", "", "base URL ramdisk agents fetch images from for image_download_source=local, each deploy's at <url>/<random token> (default: http:// and the listen address, https:// with --tls-cert, then /images)")
+	f.StringVar(&cc.Agent.ImageURL, "agent-image-url", "", "base URL ramdisk agents fetch images from for image_download_source=local, each deploy's at <url>/<random token> (default: http:// and the listen address, https:// with --tls-cert, with --acme-domain https:// and its first name, then /images)")
 	f.StringVar(&cc.Agent.ImageCacheDir, "image-cache-dir", "", `directory of the images Anvil downloads for image_download_source=local, kept under their checksums (default: "image-cache" beside the SQLite database file, or in the working directory with PostgreSQL)`)
 	f.StringSliceVar(&imgNet, "image-source-networks", nil, "CIDRs of the only networks Anvil fetches from for a tenant: instance_info.image_source (its HEAD check and the image cache) and driver_info's deploy_kernel, deploy_ramdisk and bootloader, each address checked as it connects, redirects included (empty: anywhere but loopback, link-local, the --bmc-networks and --agent-networks and this server's own addresses; see docs/security.md)")
 	f.Int64Var(&cc.Agent.ImageCacheMaxBytes, "image-cache-max-bytes", imagecache.DefaultMaxBytes, "most bytes the image cache keeps (and so the largest image); beyond it images not being served are removed, the least recently used of the project holding the most bytes first, so one project cannot evict another's images by filling the cache")
@@ -366,7 +412,7 @@ func serveCmd() *cobra.Command {
 	f.IntVar(&gcPct, "gc-percent", 400, "Go garbage collector target (GOGC): heap growth over the live heap before a collection; more trades memory for CPU (GOGC in the environment wins unless this is given)")
 	fw.add(f)
 	f.StringVar(&imgFile, "deploy-images", "", `JSON file of the images the portal's Deploy panel offers, a list of {"name", "url", "checksum", "ssh_user"} (checksum "sha256:<hex>", or another of md5, sha1, sha384, sha512; or a bare hex digest; ssh_user, optional, the login the image gives the deployer's SSH keys, for the SSH command the portal shows); read at start (empty: tenants give an image's URL themselves; with --demo, a demo image)`)
-	f.IPNetSliceVar(&proxy, "trusted-proxies", nil, "reverse proxies (CIDRs, comma-separated) whose X-Forwarded-For names the client's address; default none: the peer is the client")
+	f.IPNetSliceVar(&proxy, "trusted-proxies", nil, "reverse proxies (CIDRs, comma-separated) whose X-Forwarded-For names the client's address, and X-Forwarded-Proto and X-Forwarded-Host the scheme and host of the URLs Anvil hands out (links, next markers, Location, the portal cookie's Secure flag); default none: the peer is the client and the connection says the scheme")
 	f.StringVar(&mtok, "metrics-token", "", "bearer token /metrics requires (Authorization: Bearer <token>); default none: /metrics answers loopback scrapers only")
 	f.DurationVar(&idle, "idle-release", 10*time.Second, "after this long without a request, hand the heap's free headroom back to the operating system (0: leave it to Go's scavenger)")
 	f.IntVar(&maxConns, "max-connections", server.DefaultMaxConnections, "most client connections open at once, idle kept-alive ones included (each holds about 8 KiB of buffers); past it a new connection gets a 503: raise it for more agents or clients that keep their connections open")
@@ -374,7 +420,12 @@ func serveCmd() *cobra.Command {
 	f.StringVar(&tlsKey, "tls-key", "", "PEM private key of --tls-cert")
 	f.DurationVar(&tlsPoll, "tls-reload-interval", tlscert.DefaultPoll, "how often --tls-cert and --tls-key are read for a renewed pair")
 	f.StringVar(&redirect, "tls-redirect-listen", "", "also listen on this address for plain HTTP and redirect every request to the HTTPS address (e.g. :80); empty: none")
-	f.DurationVar(&hsts, "hsts-max-age", 365*24*time.Hour, "with --tls-cert, the max-age of the Strict-Transport-Security header on every answer (0: no header)")
+	f.StringSliceVar(&acmeCfg.Domains, "acme-domain", nil, "DNS names (repeat the flag or separate by commas) to serve HTTPS for with certificates obtained and renewed from an ACME CA (Let's Encrypt by default), validated by TLS-ALPN-01 on --listen (the CA must reach it on port 443) or HTTP-01 on --tls-redirect-listen (port 80); instead of --tls-cert and --tls-key; the first name is the host of the URLs Anvil hands out by default")
+	f.StringVar(&acmeCfg.Directory, "acme-directory", acmecert.DefaultDirectory, "the ACME CA's directory URL, for --acme-domain (e.g. Let's Encrypt's staging directory, or a private CA's)")
+	f.StringVar(&acmeCfg.Email, "acme-email", "", "contact address the ACME account registers, for the CA's expiry and policy notices (empty: none)")
+	f.StringVar(&acmeCfg.CacheDir, "acme-cache-dir", "", `directory keeping the ACME account key and the certificates, so a restart does not ask the CA again; private keys, kept 0700 (default: "acme" beside the SQLite database file, or in the working directory with PostgreSQL)`)
+	f.StringVar(&acmeCfg.CAFile, "acme-ca", "", "PEM bundle of the CAs that sign --acme-directory's own HTTPS certificate, trusted instead of the system's (for a private ACME CA)")
+	f.DurationVar(&hsts, "hsts-max-age", 365*24*time.Hour, "with --tls-cert or --acme-domain, the max-age of the Strict-Transport-Security header on every answer (0: no header)")
 	f.BoolVar(&profiles, "pprof", false, "serve Go's runtime profiles (heap, goroutines, CPU) at /debug/pprof/, to the same callers as /metrics")
 	f.StringVar(&hook.URL, "webhook-url", "", "http:// or https:// URL that receives the audit events --webhook-rules choose, as signed JSON POSTs (empty: none sent)")
 	f.StringVar(&hook.Secret, "webhook-secret", "", "secret keying each delivery's X-Anvil-Signature (HMAC-SHA256 of the body); required with --webhook-url")

@@ -58,7 +58,9 @@ var tempestAccounts = []tempestAccount{
 // accounts (tempest creates no users or projects: Anvil has no Keystone
 // admin API), Ironic's new defaults enforced (so the plugin's client is
 // the system admin's), fake-hardware, and Anvil's microversion range.
-func tempestConfig(t *testing.T, dir, url string) {
+//
+// cacert, when not empty, is the CA bundle that verifies url's certificate.
+func tempestConfig(t *testing.T, dir, url, cacert string) {
 	t.Helper()
 	var accounts strings.Builder
 	for _, a := range tempestAccounts {
@@ -80,7 +82,7 @@ default_credentials_domain_name = Default
 create_isolated_networks = false
 [identity]
 auth_version = v3
-uri_v3 = ` + url + `/identity/v3
+` + tempestCA(cacert) + `uri_v3 = ` + url + `/identity/v3
 region = RegionOne
 admin_role = admin
 [identity-feature-enabled]
@@ -125,9 +127,7 @@ unprovision_timeout = 120
 // be in tempest-allowed-failures.txt with its reason, and an entry whose
 // test passes in every run is stale.
 func TestIronicTempestPlugin(t *testing.T) {
-	if out, err := exec.Command("/usr/bin/python3", "-c", "import tempest, "+tempestPlugin).CombinedOutput(); err != nil {
-		need(t, "Debian's python3-tempest and ironic-tempest-plugin", fmt.Errorf("%v: %s", err, bytes.TrimSpace(out)))
-	}
+	needTempest(t)
 	trees := [][2]string{{"debian", tempestTop}}
 	if dir := os.Getenv(tempestPluginEnv); dir != "" {
 		if _, err := os.Stat(filepath.Join(dir, tempestPlugin, "tests", "api")); err != nil {
@@ -144,38 +144,9 @@ func TestIronicTempestPlugin(t *testing.T) {
 	for _, tree := range trees {
 		t.Run(tree[0], func(t *testing.T) {
 			a := startAnvil(t, false)
-			ctx := context.Background()
-			for _, acc := range tempestAccounts {
-				if err := a.IDs.CreateUser(ctx, acc.user, acc.user+"-password"); err != nil {
-					t.Fatal(err)
-				}
-				if err := a.IDs.Grant(ctx, acc.user, identity.Assignment{Scope: identity.Scope{System: acc.project == "", Project: acc.project}, Role: acc.role}); err != nil {
-					t.Fatal(err)
-				}
-			}
-			dir := t.TempDir()
-			tempestConfig(t, dir, a.URL)
-			rs := runUnittest(t, "ironic-tempest-plugin "+tree[0], filepath.Join(tree[1], tempestPlugin, "tests", "api"), tree[1], tempestPrefix, dir,
-				"TEMPEST_CONFIG_DIR="+dir, "TEMPEST_CONFIG=tempest.conf", "HOME="+dir)
+			rs := runTempest(t, a, a.URL, "", tree[0], tree[1])
 			complete++
-			report(t, "ironic-tempest-plugin "+tree[0], rs, a)
-			var unlisted []string
-			for _, r := range rs {
-				ran[r.name] = true
-				if r.status != "fail" {
-					continue
-				}
-				failed[r.name] = true
-				if _, ok := allowed[r.name]; !ok {
-					unlisted = append(unlisted, r.name)
-				}
-			}
-			if pass, _, _ := tally(rs); pass == 0 {
-				t.Errorf("no test passed")
-			}
-			if len(unlisted) > 0 {
-				t.Errorf("%d failures not in tempest-allowed-failures.txt (reasons above):\n  %s", len(unlisted), strings.Join(unlisted, "\n  "))
-			}
+			checkTempest(t, rs, allowed, failed, ran)
 		})
 	}
 	if complete < len(trees) {
@@ -191,4 +162,68 @@ func TestIronicTempestPlugin(t *testing.T) {
 			t.Errorf("tempest-allowed-failures.txt lists %s, which passes: remove it", name)
 		}
 	}
+}
+
+// needTempest skips or fails (in CI) the test without Debian's tempest
+// and ironic-tempest-plugin.
+func needTempest(t *testing.T) {
+	t.Helper()
+	if out, err := exec.Command("/usr/bin/python3", "-c", "import tempest, "+tempestPlugin).CombinedOutput(); err != nil {
+		need(t, "Debian's python3-tempest and ironic-tempest-plugin", fmt.Errorf("%v: %s", err, bytes.TrimSpace(out)))
+	}
+}
+
+// runTempest gives Anvil a tempest's accounts and runs the plugin's API
+// tests of the tree (name, source directory) against url, Anvil's address
+// or a proxy's (with cacert, its CA bundle), and reports them.
+func runTempest(t *testing.T, a *anvil, url, cacert, name, tree string) []result {
+	t.Helper()
+	ctx := context.Background()
+	for _, acc := range tempestAccounts {
+		if err := a.IDs.CreateUser(ctx, acc.user, acc.user+"-password"); err != nil {
+			t.Fatal(err)
+		}
+		if err := a.IDs.Grant(ctx, acc.user, identity.Assignment{Scope: identity.Scope{System: acc.project == "", Project: acc.project}, Role: acc.role}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	dir := t.TempDir()
+	tempestConfig(t, dir, url, cacert)
+	rs := runUnittest(t, "ironic-tempest-plugin "+name, filepath.Join(tree, tempestPlugin, "tests", "api"), tree, tempestPrefix, dir,
+		"TEMPEST_CONFIG_DIR="+dir, "TEMPEST_CONFIG=tempest.conf", "HOME="+dir)
+	report(t, "ironic-tempest-plugin "+name, rs, a)
+	return rs
+}
+
+// checkTempest holds one run to the bar: some test passes, and every
+// failure is in tempest-allowed-failures.txt (allowed); it records the
+// tests run and failed.
+func checkTempest(t *testing.T, rs []result, allowed map[string]string, failed, ran map[string]bool) {
+	t.Helper()
+	var unlisted []string
+	for _, r := range rs {
+		ran[r.name] = true
+		if r.status != "fail" {
+			continue
+		}
+		failed[r.name] = true
+		if _, ok := allowed[r.name]; !ok {
+			unlisted = append(unlisted, r.name)
+		}
+	}
+	if pass, _, _ := tally(rs); pass == 0 {
+		t.Errorf("no test passed")
+	}
+	if len(unlisted) > 0 {
+		t.Errorf("%d failures not in tempest-allowed-failures.txt (reasons above):\n  %s", len(unlisted), strings.Join(unlisted, "\n  "))
+	}
+}
+
+// tempestCA is tempest.conf's [identity] lines for a CA bundle: tempest's
+// clients, the baremetal one included, verify the certificate with it.
+func tempestCA(cacert string) string {
+	if cacert == "" {
+		return ""
+	}
+	return "ca_certificates_file = " + cacert + "\ndisable_ssl_certificate_validation = false\n"
 }
