@@ -25,7 +25,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
-	"runtime"
 	"slices"
 	"strings"
 )
@@ -110,10 +109,13 @@ func write(w io.Writer, binaries []string) error {
 		files []string
 		kind  string
 	}
-	goroot := runtime.GOROOT()
-	if out, err := exec.Command("go", "env", "GOROOT").Output(); err == nil {
-		goroot = strings.TrimSpace(string(out))
+	// The toolchain that built the binaries (the one go runs) has the
+	// standard library's licence at its root.
+	out, err := exec.Command("go", "env", "GOROOT").Output()
+	if err != nil {
+		return fmt.Errorf("go env GOROOT: %w", err)
 	}
+	goroot := strings.TrimSpace(string(out))
 	entries := []entry{{name: "Go standard library " + goVersion, files: []string{filepath.Join(goroot, "LICENSE")}}}
 	var missing []string
 	for _, m := range mods {
