@@ -87,6 +87,20 @@ func TestReleaseTask(t *testing.T) {
 	refuses("uncommitted CHANGELOG", "uncommitted changes", "VERSION="+version)
 	git("commit", "--quiet", "-am", "CHANGELOG: "+version)
 	head := git("rev-parse", "HEAD")
+	// A folder with another run's files is refused, not emptied.
+	if err := os.MkdirAll(dist, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dist, "old"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	refuses("DIST holds files", "holds files", "VERSION="+version)
+	if _, err := os.Stat(filepath.Join(dist, "old")); err != nil {
+		t.Errorf("the refused release touched DIST: %v", err)
+	}
+	if err := os.Remove(filepath.Join(dist, "old")); err != nil {
+		t.Fatal(err)
+	}
 
 	if out, err := release("VERSION=" + version); err != nil {
 		t.Fatalf("go tool task release VERSION=%s: %v\n%s", version, err, out)
