@@ -26,8 +26,11 @@ SKIP=" debconf debconf-2.0 dpkg init-system-helpers install-info perl-base "
 
 state=${ANVIL_APT_STATE:-${XDG_CACHE_HOME:-$HOME/.cache}/anvil-apt}/$arch
 mkdir -p "$state/lists/partial" "$state/archives/partial" "$dir"
+# apt's own locks are off (they want root); one run at a time per state
+# instead, as several checkouts on one machine may package at once.
+exec 9>"$state/lock"
+flock 9
 : >"$state/status"
-set -- "$@" # the roots
 opts="-q -o Debug::NoLocking=1 -o APT::Sandbox::User=root
  -o Dir::State=$state -o Dir::State::Lists=$state/lists -o Dir::State::status=$state/status
  -o Dir::Cache=$state -o Dir::Cache::archives=$state/archives -o Dir::Cache::pkgcache= -o Dir::Cache::srcpkgcache=
