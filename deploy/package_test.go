@@ -15,6 +15,7 @@ import (
 	"encoding/json"
 	"io"
 	"io/fs"
+	"maps"
 	"net/http"
 	"os"
 	"os/exec"
@@ -29,13 +30,21 @@ import (
 	"time"
 )
 
-// dist runs the package task once for every test in the package.
+// dist runs the package task once for every test in the package, for
+// both architectures a release has: amd64 runs here, arm64 is checked by
+// its files (TestArm64).
+// ANVIL_TEST_DIST names a folder that command already filled instead
+// (when iterating on a test; it is left in place).
 var dist = sync.OnceValues(func() (string, error) {
+	if dir := os.Getenv("ANVIL_TEST_DIST"); dir != "" {
+		return dir, nil
+	}
 	dir, err := os.MkdirTemp("", "anvil-dist-")
 	if err != nil {
 		return "", err
 	}
-	cmd := exec.Command("go", "tool", "task", "package", "DIST="+dir)
+	built = dir
+	cmd := exec.Command("go", "tool", "task", "package", "DIST="+dir, "ARCHES=amd64 arm64")
 	cmd.Dir = ".."
 	out, err := cmd.CombinedOutput()
 	if err != nil {
@@ -56,10 +65,15 @@ func mustDist(t *testing.T) string {
 	return dir
 }
 
+// built is the folder dist made, if a test asked for it: TestMain removes
+// it, and does not build one just to remove it when only tests that need
+// none ran (TestReleaseTask, the Helm tests).
+var built string
+
 func TestMain(m *testing.M) {
 	code := m.Run()
-	if dir, err := dist(); err == nil {
-		os.RemoveAll(dir)
+	if built != "" {
+		os.RemoveAll(built)
 	}
 	os.Exit(code)
 }
@@ -103,22 +117,37 @@ func only(t *testing.T, pattern string) string {
 	return m[0]
 }
 
-func TestBinary(t *testing.T) {
-	d := mustDist(t)
-	bin := filepath.Join(d, "anvil")
-	f, err := elf.Open(bin)
+// binary is the package task's static binary for arch.
+func binary(t *testing.T, arch string) string {
+	t.Helper()
+	return only(t, filepath.Join(mustDist(t), "anvil-*-linux-"+arch))
+}
+
+// checkStatic fails unless path is a static ELF executable for machine.
+func checkStatic(t *testing.T, path string, machine elf.Machine) {
+	t.Helper()
+	f, err := elf.Open(path)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer f.Close()
+	if f.Machine != machine {
+		t.Errorf("%s is for %v, want %v", path, f.Machine, machine)
+	}
 	for _, p := range f.Progs {
 		if p.Type == elf.PT_INTERP {
-			t.Error("anvil has an ELF interpreter: not a static binary")
+			t.Errorf("%s has an ELF interpreter: not a static binary", path)
 		}
 	}
 	if libs, _ := f.ImportedLibraries(); len(libs) > 0 {
-		t.Errorf("anvil links %v", libs)
+		t.Errorf("%s links %v", path, libs)
 	}
+}
+
+func TestBinary(t *testing.T) {
+	d := mustDist(t)
+	bin := binary(t, "amd64")
+	checkStatic(t, bin, elf.EM_X86_64)
 	out, err := exec.Command(bin, "version", "--json").Output()
 	if err != nil {
 		t.Fatal(err)
@@ -134,14 +163,58 @@ func TestBinary(t *testing.T) {
 		t.Errorf("build date %q: %v", v.Date, err)
 	}
 	// The artefacts are named after the same version.
-	only(t, filepath.Join(d, "anvil-"+v.Version+".oci.tar"))
+	for _, name := range []string{"anvil-" + v.Version + "-linux-amd64", "anvil-" + v.Version + "-linux-amd64.oci.tar", "anvil-" + v.Version + "-linux-arm64", "anvil-" + v.Version + "-linux-arm64.oci.tar", "THIRD_PARTY_NOTICES"} {
+		only(t, filepath.Join(d, name))
+	}
+	// dpkg's form of the version: no v, and ~ before a pre-release.
+	only(t, filepath.Join(d, "anvil_"+strings.Replace(strings.TrimPrefix(v.Version, "v"), "-", "~", 1)+"_amd64.deb"))
+	only(t, filepath.Join(d, "anvil_"+strings.Replace(strings.TrimPrefix(v.Version, "v"), "-", "~", 1)+"_arm64.deb"))
+}
+
+// TestNotices: THIRD_PARTY_NOTICES names every module the binary links,
+// as the binary's build information lists them, each with licence text.
+func TestNotices(t *testing.T) {
+	d := mustDist(t)
+	text, err := os.ReadFile(filepath.Join(d, "THIRD_PARTY_NOTICES"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := exec.Command("go", "version", "-m", binary(t, "amd64")).Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, line := range strings.Split(string(out), "\n") {
+		// "dep PATH VERSION SUM", or "dep PATH VERSION" followed by
+		// "=> PATH VERSION SUM" for a replaced module, whose code and so
+		// whose notice is the replacement's.
+		f := strings.Fields(line)
+		if len(f) != 4 || (f[0] != "dep" && f[0] != "=>") {
+			continue
+		}
+		n++
+		if !bytes.Contains(text, []byte("\n"+f[1]+"@"+f[2]+"\nLicence: ")) {
+			t.Errorf("THIRD_PARTY_NOTICES lacks %s@%s", f[1], f[2])
+		}
+	}
+	if n < 20 {
+		t.Errorf("go version -m lists %d modules: %s", n, out)
+	}
+	for _, want := range []string{"Go standard library go1.", "Apache License", "Permission is hereby granted", "Redistribution and use in source and binary forms"} {
+		if !bytes.Contains(text, []byte(want)) {
+			t.Errorf("THIRD_PARTY_NOTICES lacks %q", want)
+		}
+	}
+	if bytes.Contains(text, []byte("Licence: see the text below")) {
+		t.Log("some licences are not recognised by name (their text is there)")
+	}
 }
 
 // extractDeb unpacks the .deb's files and control area.
 func extractDeb(t *testing.T) (deb, root, control string) {
 	t.Helper()
 	need(t, "dpkg-deb", "dpkg")
-	deb = only(t, filepath.Join(mustDist(t), "anvil_*.deb"))
+	deb = only(t, filepath.Join(mustDist(t), "anvil_*_amd64.deb"))
 	root, control = t.TempDir(), t.TempDir()
 	for _, args := range [][]string{{"-x", deb, root}, {"-e", deb, control}} {
 		if out, err := exec.Command("dpkg-deb", args...).CombinedOutput(); err != nil {
@@ -162,7 +235,7 @@ func TestDeb(t *testing.T) {
 			t.Errorf("control fields lack %q:\n%s", want, out)
 		}
 	}
-	for _, f := range []string{"usr/bin/anvil", "lib/systemd/system/anvil.service", "etc/anvil/anvil.yaml", "usr/lib/sysusers.d/anvil.conf", "etc/anvil/policy.d", "usr/share/doc/anvil/copyright"} {
+	for _, f := range []string{"usr/bin/anvil", "lib/systemd/system/anvil.service", "etc/anvil/anvil.yaml", "usr/lib/sysusers.d/anvil.conf", "etc/anvil/policy.d", "usr/share/doc/anvil/copyright", "usr/share/doc/anvil/THIRD_PARTY_NOTICES"} {
 		if _, err := os.Stat(filepath.Join(root, f)); err != nil {
 			t.Errorf("the .deb lacks /%s", f)
 		}
@@ -182,8 +255,23 @@ func TestDeb(t *testing.T) {
 		t.Error("/usr/share/doc/anvil/copyright is not the Apache License")
 	}
 	// The package's binary is the release binary.
-	if a, b := sum(t, filepath.Join(root, "usr/bin/anvil")), sum(t, filepath.Join(mustDist(t), "anvil")); a != b {
-		t.Error("/usr/bin/anvil in the .deb is not dist/anvil")
+	if a, b := sum(t, filepath.Join(root, "usr/bin/anvil")), sum(t, binary(t, "amd64")); a != b {
+		t.Error("/usr/bin/anvil in the .deb is not the amd64 binary")
+	}
+	if a, b := sum(t, filepath.Join(root, "usr/share/doc/anvil/THIRD_PARTY_NOTICES")), sum(t, filepath.Join(mustDist(t), "THIRD_PARTY_NOTICES")); a != b {
+		t.Error("the .deb's THIRD_PARTY_NOTICES is not the release's")
+	}
+	// The arm64 package holds the arm64 binary.
+	arm := only(t, filepath.Join(mustDist(t), "anvil_*_arm64.deb"))
+	if out, err := exec.Command("dpkg-deb", "-f", arm, "Architecture").Output(); err != nil || strings.TrimSpace(string(out)) != "arm64" {
+		t.Errorf("%s: Architecture %q (%v)", arm, out, err)
+	}
+	armRoot := t.TempDir()
+	if out, err := exec.Command("dpkg-deb", "-x", arm, armRoot).CombinedOutput(); err != nil {
+		t.Fatalf("dpkg-deb -x: %v\n%s", err, out)
+	}
+	if a, b := sum(t, filepath.Join(armRoot, "usr/bin/anvil")), sum(t, binary(t, "arm64")); a != b {
+		t.Error("/usr/bin/anvil in the arm64 .deb is not the arm64 binary")
 	}
 }
 
@@ -312,10 +400,15 @@ type ociImage struct {
 			Env        []string
 			WorkingDir string
 			Volumes    map[string]struct{}
+			Labels     map[string]string
 		}
 	}
-	files map[string]*tar.Header
-	bin   []byte
+	// refName is the index's org.opencontainers.image.ref.name for the
+	// manifest, annotations the manifest's own.
+	refName     string
+	annotations map[string]string
+	files       map[string]*tar.Header
+	bin         []byte
 	// rootfs is the layers unpacked in order, as a runtime would.
 	rootfs string
 }
@@ -353,19 +446,23 @@ func readImage(t *testing.T, archive string) ociImage {
 	type desc struct {
 		MediaType, Digest string
 		Size              int
+		Annotations       map[string]string
 	}
 	var index struct{ Manifests []desc }
 	if err := json.Unmarshal(entries["index.json"], &index); err != nil || len(index.Manifests) != 1 {
 		t.Fatalf("index.json %s: %v", entries["index.json"], err)
 	}
 	var manifest struct {
-		Config desc
-		Layers []desc
+		Config      desc
+		Layers      []desc
+		Annotations map[string]string
 	}
 	if err := json.Unmarshal(blob(index.Manifests[0].Digest), &manifest); err != nil {
 		t.Fatal(err)
 	}
 	var img ociImage
+	img.refName = index.Manifests[0].Annotations["org.opencontainers.image.ref.name"]
+	img.annotations = manifest.Annotations
 	if err := json.Unmarshal(blob(manifest.Config.Digest), &img.config); err != nil {
 		t.Fatal(err)
 	}
@@ -405,10 +502,14 @@ func unpack(t *testing.T, root string, h *tar.Header, body []byte) {
 		err = os.MkdirAll(p, 0o755)
 	case tar.TypeReg:
 		err = os.WriteFile(p, body, 0o600)
+	case tar.TypeSymlink:
+		err = os.Symlink(h.Linkname, p)
+	case tar.TypeLink:
+		err = os.Link(filepath.Join(root, h.Linkname), p)
 	default:
 		t.Fatalf("layer entry %s of type %c", h.Name, h.Typeflag)
 	}
-	if err == nil {
+	if err == nil && h.Typeflag != tar.TypeSymlink {
 		err = os.Chmod(p, fs.FileMode(h.Mode&0o777)|modeBits(h.Mode))
 	}
 	if err == nil && os.Geteuid() == 0 {
@@ -428,7 +529,7 @@ func modeBits(m int64) fs.FileMode {
 
 func TestImage(t *testing.T) {
 	d := mustDist(t)
-	archive := only(t, filepath.Join(d, "anvil-*.oci.tar"))
+	archive := only(t, filepath.Join(d, "anvil-*-linux-amd64.oci.tar"))
 	img := readImage(t, archive)
 	c := img.config.Config
 	if c.User == "" || strings.HasPrefix(c.User, "0") || c.User == "root" {
@@ -443,9 +544,28 @@ func TestImage(t *testing.T) {
 	if img.config.OS != "linux" || img.config.Architecture != "amd64" {
 		t.Errorf("platform %s/%s", img.config.OS, img.config.Architecture)
 	}
-	want, _ := os.ReadFile(filepath.Join(d, "anvil"))
+	want, _ := os.ReadFile(binary(t, "amd64"))
 	if !bytes.Equal(img.bin, want) {
-		t.Error("the image's /usr/bin/anvil is not dist/anvil")
+		t.Error("the image's /usr/bin/anvil is not the amd64 binary")
+	}
+	// The image names the binary's version in its labels, its manifest
+	// and the tag podman and skopeo find it by.
+	out, err := exec.Command(binary(t, "amd64"), "version", "--json").Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var v struct{ Version string }
+	_ = json.Unmarshal(out, &v)
+	if l := img.config.Config.Labels["org.opencontainers.image.version"]; l != v.Version || img.refName != v.Version || img.annotations["org.opencontainers.image.version"] != v.Version {
+		t.Errorf("image version: label %q, ref name %q, manifest %q; want %q", l, img.refName, img.annotations["org.opencontainers.image.version"], v.Version)
+	}
+	// ipmitool from Debian's packages, with everything it links, and
+	// each package's copyright; the Go modules' notices beside anvil.
+	checkLinked(t, img.rootfs, elf.EM_X86_64, "x86_64-linux-gnu", "/usr/bin/ipmitool")
+	for _, f := range []string{"usr/share/doc/ipmitool/copyright", "usr/share/doc/libfreeipmi17/copyright", "usr/share/doc/anvil/THIRD_PARTY_NOTICES"} {
+		if img.files[f] == nil {
+			t.Errorf("the image lacks /%s", f)
+		}
 	}
 	for name, wantMode := range map[string]int64{"etc/passwd": 0o644, "etc/ssl/certs/ca-certificates.crt": 0o644, "var/lib/anvil/": 0o700, "tmp/": 0o1777} {
 		if h := img.files[name]; h == nil || h.Mode != wantMode {
@@ -460,7 +580,7 @@ func TestImage(t *testing.T) {
 
 	// The archive as a container tool reads it.
 	need(t, "skopeo", "skopeo")
-	out, err := exec.Command("skopeo", "inspect", "--config", "oci-archive:"+archive).Output()
+	out, err = exec.Command("skopeo", "inspect", "--config", "oci-archive:"+archive).Output()
 	if err != nil {
 		t.Fatalf("skopeo inspect: %v", err)
 	}
@@ -518,6 +638,14 @@ func runImage(t *testing.T, img ociImage) {
 	if resp.StatusCode != 200 {
 		t.Errorf("GET /readyz: %d", resp.StatusCode)
 	}
+	// ipmitool runs in the image, as its user, with the image's libraries
+	// alone (the chroot has nothing else).
+	ipmi := exec.Command("/usr/bin/ipmitool", "-V")
+	ipmi.Env = slices.Clone(c.Env)
+	ipmi.SysProcAttr = &syscall.SysProcAttr{Chroot: img.rootfs, Credential: &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}}
+	if out, err := ipmi.CombinedOutput(); err != nil || !strings.HasPrefix(string(out), "ipmitool version ") {
+		t.Errorf("ipmitool -V in the image: %v\n%s", err, out)
+	}
 	// The database went to the volume, written as the image's user.
 	st, err := os.Stat(filepath.Join(img.rootfs, "var/lib/anvil/anvil.db"))
 	if err != nil {
@@ -526,4 +654,101 @@ func runImage(t *testing.T, img ociImage) {
 	if owner := st.Sys().(*syscall.Stat_t).Uid; owner != uint32(uid) {
 		t.Errorf("database owned by %d, not the image user %d", owner, uid)
 	}
+}
+
+// TestArm64 checks the arm64 image without running it (that would need
+// qemu-user and binfmt): its platform, and that its anvil and ipmitool
+// are aarch64 programs whose libraries are all in the image.
+func TestArm64(t *testing.T) {
+	d := mustDist(t)
+	checkStatic(t, binary(t, "arm64"), elf.EM_AARCH64)
+	img := readImage(t, only(t, filepath.Join(d, "anvil-*-linux-arm64.oci.tar")))
+	if img.config.OS != "linux" || img.config.Architecture != "arm64" {
+		t.Errorf("platform %s/%s, want linux/arm64", img.config.OS, img.config.Architecture)
+	}
+	want, _ := os.ReadFile(binary(t, "arm64"))
+	if !bytes.Equal(img.bin, want) {
+		t.Error("the arm64 image's /usr/bin/anvil is not the arm64 binary")
+	}
+	checkStatic(t, filepath.Join(img.rootfs, "usr/bin/anvil"), elf.EM_AARCH64)
+	checkLinked(t, img.rootfs, elf.EM_AARCH64, "aarch64-linux-gnu", "/usr/bin/ipmitool")
+}
+
+// checkLinked is ldd for a foreign root: each program and, in turn, each
+// library it needs must be an ELF file for machine, with its interpreter
+// and every DT_NEEDED library found in root where the dynamic loader
+// looks without an ld.so.cache (the multiarch directories, then /lib and
+// /usr/lib; Debian's glibc searches them by default).
+func checkLinked(t *testing.T, root string, machine elf.Machine, triplet string, programs ...string) {
+	t.Helper()
+	dirs := []string{"/lib/" + triplet, "/usr/lib/" + triplet, "/lib", "/usr/lib"}
+	seen := map[string]bool{}
+	todo := slices.Clone(programs)
+	for len(todo) > 0 {
+		p := todo[0]
+		todo = todo[1:]
+		if seen[p] {
+			continue
+		}
+		seen[p] = true
+		f, err := elf.Open(resolveIn(t, root, p))
+		if err != nil {
+			t.Errorf("%s in the image: %v", p, err)
+			continue
+		}
+		if f.Machine != machine {
+			t.Errorf("%s in the image is for %v, want %v", p, f.Machine, machine)
+		}
+		for _, prog := range f.Progs {
+			if prog.Type == elf.PT_INTERP {
+				b, _ := io.ReadAll(prog.Open())
+				interp := strings.TrimRight(string(b), "\x00")
+				if _, err := os.Stat(resolveIn(t, root, interp)); err != nil {
+					t.Errorf("%s: its interpreter %s is not in the image", p, interp)
+				}
+			}
+		}
+		libs, err := f.ImportedLibraries()
+		f.Close()
+		if err != nil {
+			t.Errorf("%s: %v", p, err)
+			continue
+		}
+	lib:
+		for _, l := range libs {
+			for _, d := range dirs {
+				if _, err := os.Stat(resolveIn(t, root, d+"/"+l)); err == nil {
+					todo = append(todo, d+"/"+l)
+					continue lib
+				}
+			}
+			t.Errorf("%s needs %s, which is not in the image", p, l)
+		}
+	}
+	if len(seen) < 5 {
+		t.Errorf("only %v: ipmitool links libc, libfreeipmi, libreadline and libcrypto", slices.Sorted(maps.Keys(seen)))
+	}
+}
+
+// resolveIn follows symbolic links in root's last path element as a
+// process chrooted into root would (absolute targets are root's).
+func resolveIn(t *testing.T, root, p string) string {
+	t.Helper()
+	for range 40 {
+		full := filepath.Join(root, p)
+		fi, err := os.Lstat(full)
+		if err != nil || fi.Mode()&fs.ModeSymlink == 0 {
+			return full
+		}
+		target, err := os.Readlink(full)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !filepath.IsAbs(target) {
+			target = filepath.Join(filepath.Dir(p), target)
+		}
+		p = target
+	}
+	t.Fatalf("%s: too many links", p)
+	return ""
 }

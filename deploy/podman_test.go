@@ -53,13 +53,14 @@ func ulimits() []string {
 // would: its entrypoint, as its user, the SQLite state in a volume from
 // the host; only the listen address is given, on the host's network, so
 // the test can reach it. It answers /readyz, writes its database into
-// the volume as the image's user, and stops on podman stop.
+// the volume as the image's user, and stops on podman stop. The image's
+// ipmitool (Debian's, with its libraries) runs in it too.
 func TestImageInPodman(t *testing.T) {
 	needRoot(t, "podman here runs rootful")
 	need(t, "podman", "podman")
 	need(t, "runc", "runc")
 	d := mustDist(t)
-	archive := only(t, filepath.Join(d, "anvil-*.oci.tar"))
+	archive := only(t, filepath.Join(d, "anvil-*-linux-amd64.oci.tar"))
 
 	state := t.TempDir()
 	const uid = 65532 // the image's user (TestImage checks it)
@@ -135,5 +136,11 @@ func TestImageInPodman(t *testing.T) {
 	ver, err := podman(append(append([]string{"run", "--rm", "--network", "none", "--pull", "never"}, ulimits()...), image, "version")...).CombinedOutput()
 	if err != nil || !strings.HasPrefix(string(ver), "anvil ") || strings.Contains(string(ver), "serving") {
 		t.Errorf("podman run IMAGE version: %v\n%s", err, ver)
+	}
+	// The conductor's IPMI driver runs ipmitool from PATH: it is there
+	// and runs, as the image's user.
+	ipmi, err := podman(append(append([]string{"run", "--rm", "--network", "none", "--pull", "never", "--entrypoint", "ipmitool"}, ulimits()...), image, "-V")...).CombinedOutput()
+	if err != nil || !strings.HasPrefix(string(ipmi), "ipmitool version ") {
+		t.Errorf("podman run --entrypoint ipmitool IMAGE -V: %v\n%s", err, ipmi)
 	}
 }

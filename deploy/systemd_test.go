@@ -25,7 +25,7 @@ func TestDebUnderSystemd(t *testing.T) {
 	needRoot(t, "mmdebstrap and systemd-nspawn")
 	need(t, "mmdebstrap", "mmdebstrap")
 	need(t, "systemd-nspawn", "systemd-container")
-	deb := only(t, filepath.Join(mustDist(t), "anvil_*.deb"))
+	deb := only(t, filepath.Join(mustDist(t), "anvil_*_amd64.deb"))
 	root := filepath.Join(t.TempDir(), "root")
 
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)

@@ -11,6 +11,7 @@ import (
 
 	"github.com/gofiber/fiber/v2"
 
+	"github.com/anvilproject/anvil/internal/version"
 	"github.com/anvilproject/anvil/server/agentlogs"
 	"github.com/anvilproject/anvil/server/allocations"
 	"github.com/anvilproject/anvil/server/audit"
@@ -198,8 +199,15 @@ func (a *API) root(c *fiber.Ctx) error {
 		"description":     "Anvil: bare-metal self-service with an Ironic-compatible API.",
 		"default_version": vi,
 		"versions":        []fiber.Map{vi},
+		"anvil_version":   anvilVersion,
 	})
 }
+
+// anvilVersion is the running build's release version, an Anvil key
+// beside Ironic's in the / and /v1 documents (Ironic's clients ignore
+// keys they do not know): a client or an operator's script can tell which
+// release answers, as the start log line and the portal's footer do.
+var anvilVersion = version.Get().Version
 
 // v1Resources are the collections Ironic's /v1 document links, with the
 // version each appears from (its VERSIONED_CONTROLLERS; continue_inspection
@@ -223,8 +231,9 @@ func (a *API) v1(c *fiber.Ctx) error {
 		"id": "v1",
 		"links": []fiber.Map{link(b+"/v1/", "self"),
 			{"href": "https://docs.openstack.org/ironic/latest/contributor/webapi.html", "rel": "describedby", "type": "text/html"}},
-		"media_types": fiber.Map{"base": "application/json", "type": "application/vnd.openstack.ironic.v1+json"},
-		"version":     versionInfo(b),
+		"media_types":   fiber.Map{"base": "application/json", "type": "application/vnd.openstack.ironic.v1+json"},
+		"version":       versionInfo(b),
+		"anvil_version": anvilVersion,
 	}
 	for _, r := range v1Resources {
 		if ver(c) >= r.since {

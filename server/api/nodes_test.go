@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/anvilproject/anvil/ent/node"
+	"github.com/anvilproject/anvil/internal/version"
 	"github.com/anvilproject/anvil/server"
 	"github.com/anvilproject/anvil/server/api"
 	"github.com/anvilproject/anvil/server/servertest"
@@ -45,7 +46,16 @@ func TestVersionDiscovery(t *testing.T) {
 	if r.Header.Get("X-OpenStack-Ironic-API-Maximum-Version") != api.VerMax.String() {
 		t.Fatalf("max header = %q", r.Header.Get("X-OpenStack-Ironic-API-Maximum-Version"))
 	}
-	mustStatus(t, c.Do(t, "GET", "/v1", nil), 200)
+	// Both documents name the release answering, as internal/version
+	// knows it (the binary's -X value, else the VCS stamp's "dev").
+	if got := r.JSON(t)["anvil_version"]; got != version.Get().Version {
+		t.Errorf("/ anvil_version = %v, want %q", got, version.Get().Version)
+	}
+	v1 := c.Do(t, "GET", "/v1", nil)
+	mustStatus(t, v1, 200)
+	if got := v1.JSON(t)["anvil_version"]; got != version.Get().Version {
+		t.Errorf("/v1 anvil_version = %v, want %q", got, version.Get().Version)
+	}
 
 	cases := []struct {
 		version string
