@@ -25,6 +25,7 @@ import (
 	"github.com/fasthttp/websocket"
 
 	"github.com/anvilproject/anvil/internal/testport"
+	"github.com/anvilproject/anvil/server/agent/agenttest"
 	"github.com/anvilproject/anvil/server/bmc/bmctest"
 	"github.com/anvilproject/anvil/server/store/storetest"
 )
@@ -39,9 +40,12 @@ import (
 // and through the balancer (each answer names the replica that served
 // it, so the test knows all three did): an agent ISO built by one
 // replica for a redfish-virtual-media node at the URL its BMC is given,
-// and a firmware image uploaded through another. A console enabled by
-// one replica is reached through the portal's WebSocket of each of the
-// others and of the balancer.
+// and a firmware image uploaded through another. The real agent (where
+// it can run) cleans from an ISO one replica built and the BMC fetched
+// through the balancer, calling back through it, then deploys an image
+// another replica cached, which the balancer has the agent fetch from a
+// third. A console enabled by one replica is reached through the
+// portal's WebSocket of each of the others and of the balancer.
 func TestThreeReplicasBehindHAProxy(t *testing.T) {
 	haproxy := needHAProxy(t)
 	bmctest.Need(t)
@@ -92,7 +96,10 @@ func TestThreeReplicasBehindHAProxy(t *testing.T) {
 		p := testport.TCP(t)
 		startReplica(t, bin, state, name, addrs[name],
 			"--database", setting, "--session-secret", "replicas-share-this-secret",
-			"--firmware-url", "http://"+lb, "--agent-api-url", "http://"+lb,
+			"--firmware-url", "http://"+lb, "--agent-api-url", "http://"+lb, "--agent-image-url", "http://"+lb+"/images",
+			// The reference machine hook gives the agent the ISO's API
+			// URL but not a pregenerated token: its lookup issues one.
+			"--image-source-networks", "127.0.0.0/8", "--wipe", "metadata", "--agent-token-on-media=false",
 			"--deploy-kernel", files.URL+"/vmlinuz", "--deploy-ramdisk", files.URL+"/initrd", "--bootloader", files.URL+"/esp.img",
 			"--console-port-range", fmt.Sprintf("%d:%d", p, p), "--heartbeat", "1s", "--bmc-timeout", "5s",
 			"--log-level", "warn", "--access-log", "off", "--db-max-open", "8")
@@ -181,6 +188,85 @@ func TestThreeReplicasBehindHAProxy(t *testing.T) {
 		api.do(addrs["rep-c"], "PUT", "/v1/nodes/"+id+"/states/provision", map[string]any{"target": "abort"}).want(202)
 		api.wait(addrs["rep-c"], id, func(n map[string]any) bool { return n["provision_state"] == "clean failed" })
 		servedEverywhere(path, 404)
+	})
+
+	t.Run("agent", func(t *testing.T) {
+		agenttest.Need(t)
+		rack := agenttest.NewRack(t, "http://"+lb)
+		// The agent tries a failed download once (oslo.config reads
+		// OS_<group>__<option>): an image token one replica does not
+		// serve fails the deploy rather than being retried elsewhere.
+		sim := bmctest.StartRedfish(t, append(rack.Env(), "OS_DEFAULT__IMAGE_DOWNLOAD_CONNECTION_RETRIES=0",
+			"OS_DEFAULT__IMAGE_DOWNLOAD_CONNECTION_RETRY_INTERVAL=1")...)
+		sys := sim.Systems[0]
+		disk := rack.Machine(t, sys.ID)
+		im := agenttest.ServeImage(t, "ANVIL-REPLICAS-MARKER")
+		origin := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			http.ServeContent(w, r, "disk.raw", time.Time{}, bytes.NewReader(im.RawData))
+		}))
+		t.Cleanup(origin.Close)
+		r := api.do(addrs["rep-a"], "POST", "/v1/nodes", map[string]any{"name": "agent", "driver": "redfish",
+			"boot_interface": "redfish-virtual-media", "driver_info": sim.DriverInfo(sys.ID)})
+		r.want(201)
+		id := r.json()["uuid"].(string)
+		for _, mac := range sys.MACs {
+			api.do(addrs["rep-a"], "POST", "/v1/ports", map[string]any{"node_uuid": id, "address": mac}).want(201)
+		}
+		api.do(addrs["rep-a"], "PUT", "/v1/nodes/"+id+"/states/provision", map[string]any{"target": "manage"}).want(202)
+		api.wait(addrs["rep-a"], id, func(n map[string]any) bool { return n["provision_state"] == "manageable" })
+		settled := func(want string) {
+			t.Helper()
+			var n map[string]any
+			for deadline := time.Now().Add(5 * time.Minute); ; time.Sleep(time.Second) {
+				n = api.do(addrs["rep-a"], "GET", "/v1/nodes/"+id, nil).json()
+				if n["provision_state"] == want && n["target_provision_state"] == nil {
+					return
+				}
+				if st, _ := n["provision_state"].(string); strings.HasSuffix(st, "failed") || time.Now().After(deadline) {
+					t.Fatalf("node %s, want %s: %v\n%s", st, want, n["last_error"], rack.Log(sys.ID, 5000))
+				}
+			}
+		}
+		// provide through rep-b: it builds the ISO, which the BMC (the
+		// rack's hook) downloads through the balancer, and the agent it
+		// boots calls back through the balancer to whichever replica.
+		if out, err := exec.Command("sgdisk", "-o", "-n", "1:2048:+16M", disk).CombinedOutput(); err != nil {
+			t.Fatalf("sgdisk: %v\n%s", err, out)
+		}
+		api.do(addrs["rep-b"], "PUT", "/v1/nodes/"+id+"/states/provision", map[string]any{"target": "provide"}).want(202)
+		settled("available")
+		if out, _ := exec.Command("sgdisk", "-p", disk).CombinedOutput(); regexp.MustCompile(`(?m)^\s+1\s`).Match(out) {
+			t.Errorf("after cleaning the disk still has its partition:\n%s", out)
+		}
+		// Deploy through rep-c with image_download_source=local: rep-c
+		// caches the image and gives the agent a token, and the balancer
+		// sends every /images/ request to rep-a (startHAProxy), so the
+		// image is written only if rep-a serves rep-c's token.
+		api.do(addrs["rep-c"], "PATCH", "/v1/nodes/"+id, []map[string]any{{"op": "add", "path": "/instance_info", "value": map[string]any{
+			"image_source": origin.URL + "/disk.raw", "image_os_hash_algo": "sha256", "image_os_hash_value": im.RawSum, "image_download_source": "local"}}}).want(200)
+		api.do(addrs["rep-c"], "PUT", "/v1/nodes/"+id+"/states/provision", map[string]any{"target": "active"}).want(202)
+		settled("active")
+		f, err := os.Open(disk)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer f.Close()
+		got := make([]byte, 8<<20)
+		if _, err := f.ReadAt(got, 2048*512); err != nil || !bytes.Contains(got, []byte(im.Marker)) {
+			t.Errorf("the disk does not hold the image (%v)", err)
+		}
+		// Who did what: rep-b built the cleaning's ISO and cleaned,
+		// rep-c built the deploy's and deployed.
+		did := map[string]bool{}
+		for _, e := range api.do(addrs["rep-a"], "GET", "/v1/nodes/"+id+"/history?detail=true", nil).json()["history"].([]any) {
+			ev := e.(map[string]any)
+			did[fmt.Sprint(ev["conductor"])+": "+strings.Join(strings.Fields(fmt.Sprint(ev["event"]))[:2], " ")] = true
+		}
+		for _, want := range []string{"rep-b: Built the", "rep-b: All 1", "rep-c: Built the", "rep-c: All 5"} {
+			if !did[want] {
+				t.Errorf("history lacks %q: %v", want, did)
+			}
+		}
 	})
 
 	t.Run("firmware image", func(t *testing.T) {
@@ -291,10 +377,17 @@ defaults
 frontend anvil
     bind %s
     default_backend replicas
+    # Images for agents go to the first replica only: a deploy another
+    # replica runs then has its token served by one that did not give it.
+    use_backend images if { path_beg /images/ }
 backend replicas
     balance roundrobin
     http-response set-header X-Served-By %%s
-%s`, lb, servers.String())
+%s
+backend images
+    http-response set-header X-Served-By %%s
+    server %s %s
+`, lb, servers.String(), names[0], addrs[names[0]])
 	dir := t.TempDir()
 	file := filepath.Join(dir, "haproxy.cfg")
 	if err := os.WriteFile(file, []byte(cfg), 0o600); err != nil {
