@@ -16,6 +16,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -40,7 +41,8 @@ import (
 // and through the balancer (each answer names the replica that served
 // it, so the test knows all three did): an agent ISO built by one
 // replica for a redfish-virtual-media node at the URL its BMC is given,
-// and a firmware image uploaded through another. The real agent (where
+// and a firmware image uploaded through another, which a firmware.update
+// a third runs names to its BMC. The real agent (where
 // it can run) cleans from an ISO one replica built and the BMC fetched
 // through the balancer, calling back through it, then deploys an image
 // another replica cached, which the balancer has the agent fetch from a
@@ -278,6 +280,28 @@ func TestThreeReplicasBehindHAProxy(t *testing.T) {
 		want := "http://" + lb + "/firmware/" + hex.EncodeToString(sum[:]) + "/bios-2.0.bin"
 		if got := r.json()["url"]; got != want {
 			t.Fatalf("upload answered url %v, want %s", got, want)
+		}
+		// A firmware.update that rep-c runs names rep-a's upload to the
+		// BMC, which fetches it through the balancer (below).
+		fake := bmctest.StartFirmwareBMC(t, "location", "pending")
+		r = api.do(addrs["rep-a"], "POST", "/v1/nodes", map[string]any{"name": "fw", "driver": "redfish", "driver_info": fake.DriverInfo()})
+		r.want(201)
+		id := r.json()["uuid"].(string)
+		api.do(addrs["rep-a"], "PUT", "/v1/nodes/"+id+"/states/provision", map[string]any{"target": "manage"}).want(202)
+		api.wait(addrs["rep-a"], id, func(n map[string]any) bool { return n["provision_state"] == "manageable" })
+		api.do(addrs["rep-c"], "PUT", "/v1/nodes/"+id+"/states/provision", map[string]any{"target": "clean", "clean_steps": []any{
+			map[string]any{"interface": "firmware", "step": "update", "args": map[string]any{"settings": []any{
+				map[string]any{"component": "bmc", "url": want, "wait": 1}}}}}}).want(202)
+		api.wait(addrs["rep-a"], id, func(n map[string]any) bool {
+			if n["provision_state"] == "clean failed" {
+				t.Fatalf("firmware.update: %v", n["last_error"])
+			}
+			return n["provision_state"] == "manageable" && n["target_provision_state"] == nil
+		})
+		if !slices.ContainsFunc(fake.Bodies(), func(b string) bool {
+			return strings.Contains(b, "SimpleUpdate") && strings.Contains(b, `"ImageURI":"`+want+`"`)
+		}) {
+			t.Errorf("the BMC was not given %s: %v", want, fake.Bodies())
 		}
 		if !bytes.Equal(servedEverywhere(strings.TrimPrefix(want, "http://"+lb), 200), img) {
 			t.Fatal("the replicas serve other bytes than were uploaded")
