@@ -54,6 +54,7 @@ type manifests struct {
 	services    []corev1.Service
 	configMaps  []corev1.ConfigMap
 	secrets     []corev1.Secret
+	claims      []corev1.PersistentVolumeClaim
 	ingresses   []networkingv1.Ingress
 	monitors    []serviceMonitor
 }
@@ -124,6 +125,9 @@ func decodeAll(t *testing.T, rendered string) manifests {
 		case "v1 ConfigMap":
 			m.configMaps = append(m.configMaps, corev1.ConfigMap{})
 			strict(t, []byte(doc), &m.configMaps[len(m.configMaps)-1])
+		case "v1 PersistentVolumeClaim":
+			m.claims = append(m.claims, corev1.PersistentVolumeClaim{})
+			strict(t, []byte(doc), &m.claims[len(m.claims)-1])
 		case "v1 Secret":
 			m.secrets = append(m.secrets, corev1.Secret{})
 			strict(t, []byte(doc), &m.secrets[len(m.secrets)-1])
@@ -140,7 +144,10 @@ func decodeAll(t *testing.T, rendered string) manifests {
 	return m
 }
 
+// secrets are what the chart needs besides its defaults: the Secret's
+// values, and for the default two replicas a shared volume.
 const secrets = `
+sharedStorage: {existingClaim: anvil-state}
 secret:
   databaseDSN: postgres://anvil:pw@db.example:5432/anvil
   sessionSecret: s3cret
@@ -193,6 +200,102 @@ func TestHelmChart(t *testing.T) {
 			}
 			if len(m.ingresses) != 0 || len(m.monitors) != 0 {
 				t.Errorf("rendered %d Ingresses, %d ServiceMonitors by default", len(m.ingresses), len(m.monitors))
+			}
+			// Two replicas share the operator's claim, and make none.
+			if claim := stateClaim(m.deployments[0]); claim != "anvil-state" || len(m.claims) != 0 {
+				t.Errorf("state volume on claim %q, %d claims rendered; want the existing anvil-state", claim, len(m.claims))
+			}
+			consoleOnPodIP(t, m)
+		}},
+		{"shared storage the chart creates, for every group", `
+secret: {existingSecret: anvil-prod}
+sharedStorage: {create: true, storageClassName: cephfs, size: 20Gi}
+conductorGroups: [{name: "", replicas: 2}, {name: rack-a, replicas: 1}]
+`, func(t *testing.T, m manifests) {
+			if len(m.claims) != 1 {
+				t.Fatalf("rendered %d claims, want 1", len(m.claims))
+			}
+			pvc := m.claims[0]
+			if !slices.Equal(pvc.Spec.AccessModes, []corev1.PersistentVolumeAccessMode{corev1.ReadWriteMany}) || pvc.Spec.StorageClassName == nil || *pvc.Spec.StorageClassName != "cephfs" || pvc.Spec.Resources.Requests.Storage().String() != "20Gi" {
+				t.Errorf("claim %+v, want ReadWriteMany of cephfs, 20Gi", pvc.Spec)
+			}
+			// Every replica of every group mounts that one volume.
+			for _, d := range m.deployments {
+				if claim := stateClaim(d); claim != pvc.Name {
+					t.Errorf("%s's state volume is on claim %q, want %s", d.Name, claim, pvc.Name)
+				}
+			}
+		}},
+		{"one replica keeps its own state", secrets + `
+sharedStorage: {existingClaim: ""}
+conductorGroups: [{name: "", replicas: 1}]
+`, func(t *testing.T, m manifests) {
+			for _, v := range m.deployments[0].Spec.Template.Spec.Volumes {
+				if v.Name == "state" && v.EmptyDir == nil {
+					t.Errorf("one replica's state volume %+v, want an emptyDir", v.VolumeSource)
+				}
+			}
+			if len(m.claims) != 0 {
+				t.Errorf("rendered %d claims for one replica without sharedStorage", len(m.claims))
+			}
+		}},
+		{"consoles between replicas, BMC and agent networks let in", secrets + `
+console: {portRange: "10000:10099"}
+bmcNetworks: [10.20.0.0/16]
+agentNetworks: [10.40.0.0/16, 10.20.0.0/16]
+networkPolicy:
+  ingressFrom:
+    - namespaceSelector: {matchLabels: {kubernetes.io/metadata.name: ingress}}
+`, func(t *testing.T, m manifests) {
+			consoleOnPodIP(t, m)
+			var cfg map[string]any
+			if err := yaml.Unmarshal([]byte(m.configMaps[0].Data["anvil.yaml"]), &cfg); err != nil {
+				t.Fatal(err)
+			}
+			if cfg["console_port_range"] != "10000:10099" {
+				t.Errorf("anvil.yaml %v lacks console_port_range 10000:10099", cfg)
+			}
+			np := m.policies[0].Spec
+			pods := m.deployments[0].Spec.Template.Labels
+			// ours: the peer is the chart's pods (every group's).
+			ours := func(p networkingv1.NetworkPolicyPeer) bool {
+				if p.PodSelector == nil || len(p.PodSelector.MatchLabels) == 0 || p.IPBlock != nil || p.NamespaceSelector != nil {
+					return false
+				}
+				for k, v := range p.PodSelector.MatchLabels {
+					if pods[k] != v || k == "anvil.dev/conductor-group" {
+						return false
+					}
+				}
+				return true
+			}
+			consolePorts := func(ps []networkingv1.NetworkPolicyPort) bool {
+				return len(ps) == 1 && ps[0].Port.IntValue() == 10000 && ps[0].EndPort != nil && *ps[0].EndPort == 10099 && *ps[0].Protocol == corev1.ProtocolTCP
+			}
+			var in6385 []string
+			consoleIn, consoleOut := false, false
+			for _, r := range np.Ingress {
+				if len(r.Ports) == 1 && r.Ports[0].Port.IntValue() == 6385 {
+					for _, p := range r.From {
+						if p.IPBlock != nil {
+							in6385 = append(in6385, p.IPBlock.CIDR)
+						}
+					}
+				}
+				if consolePorts(r.Ports) && len(r.From) == 1 && ours(r.From[0]) {
+					consoleIn = true
+				}
+			}
+			for _, r := range np.Egress {
+				if consolePorts(r.Ports) && len(r.To) == 1 && ours(r.To[0]) {
+					consoleOut = true
+				}
+			}
+			if !slices.Equal(in6385, []string{"10.20.0.0/16", "10.40.0.0/16"}) {
+				t.Errorf("the API lets in %v besides ingressFrom, want the BMC and agent networks", in6385)
+			}
+			if !consoleIn || !consoleOut {
+				t.Errorf("console range between the replicas: ingress %v, egress %v\n%+v", consoleIn, consoleOut, np)
 			}
 		}},
 		{"ingress", secrets + `
@@ -260,6 +363,7 @@ serviceMonitor:
 			}
 		}},
 		{"ServiceMonitor with an existing secret", `
+sharedStorage: {existingClaim: anvil-state}
 secret: {existingSecret: anvil-prod, metricsTokenKey: scrape-token}
 serviceMonitor: {enabled: true}
 `, func(t *testing.T, m manifests) {
@@ -282,6 +386,7 @@ serviceMonitor: {enabled: true}
 			}
 		}},
 		{"conductor groups, BMC networks, existing secret", `
+sharedStorage: {existingClaim: anvil-state}
 secret: {existingSecret: anvil-prod}
 conductorGroups:
   - {name: "", replicas: 2}
@@ -306,7 +411,7 @@ config:
 					if e.Name == "ANVIL_CONDUCTOR_GROUP" {
 						groups[e.Value] = *d.Spec.Replicas
 					}
-					if e.ValueFrom != nil && e.ValueFrom.SecretKeyRef.Name != "anvil-prod" {
+					if e.ValueFrom != nil && e.ValueFrom.SecretKeyRef != nil && e.ValueFrom.SecretKeyRef.Name != "anvil-prod" {
 						t.Errorf("%s reads secret %s", e.Name, e.ValueFrom.SecretKeyRef.Name)
 					}
 				}
@@ -386,9 +491,43 @@ conductorGroups: [{name: "", replicas: 1}]
 		secrets + "config: {webhook_url: 'https://h.example/a'}":             "config.webhook_url needs secret.webhookSecret",
 		secrets + "serviceMonitor: {enabled: true}":                          "serviceMonitor.enabled needs secret.metricsToken",
 		secrets + "ingress: {enabled: true, className: nginx}":               "ingress.enabled needs ingress.hosts",
+		// Replicas serve what another wrote: not from per-pod storage.
+		strings.ReplaceAll(secrets, "anvil-state", `""`):                                                          "2 replicas need sharedStorage",
+		strings.ReplaceAll(secrets, "anvil-state", `""`) + "conductorGroups: [{name: a, replicas: 1}, {name: b}]": "2 replicas need sharedStorage",
+		secrets + "config: {console_host: 127.0.0.1}":                                                             "config.console_host is set by the chart",
+		secrets + "console: {portRange: '10000-10099'}":                                                           "console.portRange",
 	} {
 		if out, err := helm(t, values, "template", "anvil"); err == nil || !strings.Contains(out, want) {
 			t.Errorf("values %q: %v, output lacks %q:\n%s", values, err, want, out)
+		}
+	}
+}
+
+// stateClaim is the claim a Deployment's state volume is on ("" for
+// none).
+func stateClaim(d appsv1.Deployment) string {
+	for _, v := range d.Spec.Template.Spec.Volumes {
+		if v.Name == "state" && v.PersistentVolumeClaim != nil {
+			return v.PersistentVolumeClaim.ClaimName
+		}
+	}
+	return ""
+}
+
+// consoleOnPodIP checks every Deployment's conductor binds its consoles
+// to the pod's IP (which their URLs name), not loopback, so that the
+// portal of any replica reaches them.
+func consoleOnPodIP(t *testing.T, m manifests) {
+	t.Helper()
+	for _, d := range m.deployments {
+		var host *corev1.EnvVar
+		for i, e := range d.Spec.Template.Spec.Containers[0].Env {
+			if e.Name == "ANVIL_CONSOLE_HOST" {
+				host = &d.Spec.Template.Spec.Containers[0].Env[i]
+			}
+		}
+		if host == nil || host.ValueFrom == nil || host.ValueFrom.FieldRef == nil || host.ValueFrom.FieldRef.FieldPath != "status.podIP" {
+			t.Errorf("%s: ANVIL_CONSOLE_HOST %+v, want the downward API's status.podIP", d.Name, host)
 		}
 	}
 }

@@ -359,7 +359,7 @@ func serveCmd() *cobra.Command {
 	f.DurationVar(&cc.BMCResetTimeout, "bmc-reset-timeout", 5*time.Minute, "how long reset_bmc waits for the restarted BMC to answer again before the step fails")
 	f.DurationVar(&cc.FirmwareUnresponsiveBMCWait, "firmware-unresponsive-bmc-wait", 8*time.Minute, "how long firmware.update waits out a BMC that does not answer while and after it flashes before the step fails (Ironic's firmware_update_resource_validation_timeout)")
 	f.StringSliceVar(&bmcNet, "bmc-networks", nil, "CIDRs BMC addresses must fall in, checked at enrolment and at every connection (empty: any address)")
-	f.StringVar(&cc.Console.Host, "console-host", "127.0.0.1", "address the ipmitool-socat consoles listen on and their tcp:// URLs name (Ironic's [console]socat_address)")
+	f.StringVar(&cc.Console.Host, "console-host", "127.0.0.1", "address the ipmitool-socat consoles listen on and their tcp:// URLs name (Ironic's [console]socat_address); with replicas, one the others reach, since the portal of any replica connects there")
 	f.StringVar(&conPorts, "console-port-range", "", "ports the ipmitool-socat consoles of nodes without driver_info/ipmi_terminal_port take, as <start>:<end> (Ironic's [console]port_range; empty: none)")
 	f.StringVar(&cc.BMCCADir, "bmc-ca-dir", "", "the only directory whose files driver_info/redfish_verify_ca may name, set by system-scope callers only (empty: no path; everyone may give true, false or an inline PEM bundle)")
 	f.DurationVar(&cc.Agent.BootTimeout, "agent-boot-timeout", 30*time.Minute, "how long a machine booted into the ramdisk agent has to call back (Ironic's deploy_callback_timeout)")

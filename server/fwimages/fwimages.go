@@ -133,14 +133,23 @@ func (s *Store) Put(name string, r io.Reader) (Image, error) {
 	}
 	sum := hex.EncodeToString(h.Sum(nil))
 	dir := filepath.Join(s.Dir, sum)
-	if err := os.MkdirAll(dir, 0o750); err != nil {
-		return Image{}, err
-	}
 	if err := os.Chmod(tmp, 0o640); err != nil {
 		return Image{}, err
 	}
-	if err := os.Rename(tmp, filepath.Join(dir, name)); err != nil {
-		return Image{}, err
+	// A Delete of the same hash (by another replica sharing the
+	// directory, or another request) may remove the directory between
+	// MkdirAll and Rename: make it again once.
+	for try := 0; ; try++ {
+		if err := os.MkdirAll(dir, 0o750); err != nil {
+			return Image{}, err
+		}
+		err := os.Rename(tmp, filepath.Join(dir, name))
+		if err == nil {
+			break
+		}
+		if try > 0 || !errors.Is(err, fs.ErrNotExist) {
+			return Image{}, err
+		}
 	}
 	return s.image(sum, name)
 }

@@ -4,7 +4,8 @@
 // their checksum, so a second deploy of the same image reuses the file;
 // each deploy gets a random token, the only secret in its URL (the agent
 // has no credentials), which lives only while that deploy writes the
-// image.
+// image. Tokens live in the directory, not in memory, so conductors
+// sharing it (replicas on one ReadWriteMany volume) serve each other's.
 package imagecache
 
 import (
@@ -27,6 +28,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 )
 
@@ -44,6 +46,21 @@ const (
 // incoming holds downloads until verified; inside Dir so the final
 // rename stays on one file system and is atomic.
 const incoming = ".incoming"
+
+// tokens holds one hard link per live token, named after it, to the file
+// it serves. In the directory rather than in a conductor's memory so
+// that every conductor sharing the directory serves every token: an
+// agent's fetch through a load balancer lands on any replica. A link
+// rather than a name so that the bytes stay while the token lives even
+// if another conductor evicts or replaces the file, and so that any
+// conductor sees a file is in use (its link count) and keeps it.
+const tokens = ".tokens"
+
+// staleToken is the age past which a token's link is removed as left
+// behind by a conductor that stopped before its Unlink (killed mid
+// deploy). A deploy's agent downloads its image within hours (the
+// server's write timeout for one is 6 h); a day is well past that.
+const staleToken = 24 * time.Hour
 
 // Algos are the checksum algorithms the cache verifies, as Ironic names
 // them (image_os_hash_algo).
@@ -86,10 +103,8 @@ type Cache struct {
 	// Metrics counts hits, misses, failures and evictions; nil none.
 	Metrics *Metrics
 
-	mu     sync.Mutex
-	keys   map[string]*sync.Mutex // one per image being fetched or read
-	links  map[string]string      // token → file
-	pinned map[string]int         // file → live tokens: never evicted
+	mu   sync.Mutex
+	keys map[string]*sync.Mutex // one per image being fetched or read
 }
 
 // MismatchError is a download whose bytes do not hash to the checksum
@@ -135,7 +150,9 @@ func projectTag(project string) string {
 // node's lessee, else its owner), downloading and verifying it unless
 // that source's file with its checksum is there, and returns a new token
 // serving it until Unlink. Concurrent fetches of the same checksum
-// download it once: the others wait and reuse the file.
+// download it once: the others wait and reuse the file. (Conductors
+// sharing the directory may each download it; the last rename wins, and
+// the bytes are the same.)
 func (c *Cache) Fetch(ctx context.Context, project, src string, sum Checksum) (string, error) {
 	newHash := Algos[sum.Algo]
 	sum.Value = strings.ToLower(sum.Value)
@@ -155,12 +172,17 @@ func (c *Cache) Fetch(ctx context.Context, project, src string, sum Checksum) (s
 		// Reused: now its most recent use, for eviction.
 		now := time.Now()
 		_ = os.Chtimes(file, now, now)
-		tok, err := c.linkLocked(file)
+		tok, err := c.link(file)
 		c.mu.Unlock()
-		c.Metrics.hit()
-		return tok, err
+		// A file another conductor evicted since the Stat is gone:
+		// download it again.
+		if !errors.Is(err, fs.ErrNotExist) {
+			c.Metrics.hit()
+			return tok, err
+		}
+	} else {
+		c.mu.Unlock()
 	}
-	c.mu.Unlock()
 	c.Metrics.miss()
 	tmp, err := c.download(ctx, tag, src, sum, newHash())
 	if err != nil {
@@ -169,13 +191,17 @@ func (c *Cache) Fetch(ctx context.Context, project, src string, sum Checksum) (s
 	defer os.Remove(tmp) // a no-op once renamed
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	// Linked before it is renamed into place, so no other conductor's
+	// eviction can take it in between: it is in use from the start.
+	tok, err := c.link(tmp)
+	if err != nil {
+		c.Metrics.failed(failStore)
+		return "", err
+	}
 	if err := os.Rename(tmp, file); err != nil {
 		c.Metrics.failed(failStore)
+		c.Unlink(tok)
 		return "", fmt.Errorf("image cache: %w", err)
-	}
-	tok, err := c.linkLocked(file)
-	if err != nil {
-		return "", err
 	}
 	c.evictLocked(tag, 0)
 	return tok, nil
@@ -282,42 +308,42 @@ func (c *Cache) download(ctx context.Context, tag, src string, sum Checksum, h h
 	return tmp, nil
 }
 
-// linkLocked gives file a new random token and pins it.
-func (c *Cache) linkLocked(file string) (string, error) {
+// link gives file a new random token: a hard link to it under tokens.
+// A file that is gone is fs.ErrNotExist.
+func (c *Cache) link(file string) (string, error) {
 	b := make([]byte, 32)
 	if _, err := rand.Read(b); err != nil {
 		return "", err
 	}
 	tok := hex.EncodeToString(b)
-	if c.links == nil {
-		c.links, c.pinned = map[string]string{}, map[string]int{}
+	if err := os.MkdirAll(filepath.Join(c.Dir, tokens), 0o750); err != nil {
+		return "", fmt.Errorf("image cache: %w", err)
 	}
-	c.links[tok] = file
-	c.pinned[file]++
+	if err := os.Link(file, filepath.Join(c.Dir, tokens, tok)); err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return "", err
+		}
+		return "", fmt.Errorf("image cache: %w", err)
+	}
 	return tok, nil
 }
 
-// Unlink ends a token: its URL answers 404 from now on, and its file may
-// be evicted once no other token serves it.
+// Unlink ends a token, whichever conductor gave it: its URL answers 404
+// from now on, and its file may be evicted once no other token serves
+// it.
 func (c *Cache) Unlink(token string) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	file, ok := c.links[token]
-	if !ok {
-		return
-	}
-	delete(c.links, token)
-	if c.pinned[file]--; c.pinned[file] <= 0 {
-		delete(c.pinned, file)
+	if tokenRE.MatchString(token) {
+		_ = os.Remove(filepath.Join(c.Dir, tokens, token))
 	}
 }
 
 // Live tells whether token serves an image now.
 func (c *Cache) Live(token string) bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	_, ok := c.links[token]
-	return ok
+	if !tokenRE.MatchString(token) {
+		return false
+	}
+	_, err := os.Lstat(filepath.Join(c.Dir, tokens, token))
+	return err == nil
 }
 
 // ErrNotFound is a token that serves nothing (never did, or no longer).
@@ -329,13 +355,10 @@ func (c *Cache) Open(token string) (*os.File, fs.FileInfo, error) {
 	if !tokenRE.MatchString(token) {
 		return nil, nil, ErrNotFound
 	}
-	c.mu.Lock()
-	file, ok := c.links[token]
-	c.mu.Unlock()
-	if !ok {
+	f, err := os.Open(filepath.Join(c.Dir, tokens, token))
+	if errors.Is(err, fs.ErrNotExist) {
 		return nil, nil, ErrNotFound
 	}
-	f, err := os.Open(file)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -354,9 +377,11 @@ func (c *Cache) Open(token string) (*os.File, fs.FileInfo, error) {
 // of the project holding the most bytes, counting room as tag's, and
 // tag's own first when it holds as many as any. So a project filling
 // the cache evicts its own images, and another's only while that one
-// holds more. Images a live token serves are kept, even if that leaves
-// the cache over its size for a while.
+// holds more. Images a live token serves (any conductor's: the file has
+// more than one link) are kept, even if that leaves the cache over its
+// size for a while. Tokens left behind past staleToken go first.
 func (c *Cache) evictLocked(tag string, room int64) {
+	c.dropStaleTokens()
 	entries, err := os.ReadDir(c.Dir)
 	if err != nil {
 		return
@@ -381,7 +406,7 @@ func (c *Cache) evictLocked(tag string, room int64) {
 		p := filepath.Join(c.Dir, e.Name())
 		total += fi.Size()
 		held[m[1]] += fi.Size()
-		if c.pinned[p] == 0 {
+		if !served(fi) {
 			evictable[m[1]] = append(evictable[m[1]], file{p, fi.Size(), fi.ModTime()})
 		}
 	}
@@ -405,6 +430,30 @@ func (c *Cache) evictLocked(tag string, room int64) {
 			total -= f.size
 			held[victim] -= f.size
 			c.Metrics.evicted()
+		}
+	}
+}
+
+// served tells whether a token's link shares the file's bytes.
+func served(fi fs.FileInfo) bool {
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	return ok && st.Nlink > 1
+}
+
+// dropStaleTokens removes the token links older than staleToken. A
+// link's own age is not kept apart from its file's, but the inode's
+// change time moves with every link made or removed and every reuse, so
+// one older than staleToken means every link to it is older still.
+func (c *Cache) dropStaleTokens() {
+	dir := filepath.Join(c.Dir, tokens)
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return
+	}
+	for _, e := range entries {
+		fi, err := e.Info()
+		if err == nil && time.Since(changed(fi)) > staleToken {
+			_ = os.Remove(filepath.Join(dir, e.Name()))
 		}
 	}
 }

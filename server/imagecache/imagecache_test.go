@@ -72,11 +72,15 @@ func read(t *testing.T, c *imagecache.Cache, tok string) []byte {
 	return b
 }
 
-// cached lists the directory's files, temporary ones included.
+// cached lists the directory's files, temporary ones included; not the
+// tokens' links (.tokens), which are names of those files.
 func cached(t *testing.T, dir string) []string {
 	t.Helper()
 	var out []string
 	filepath.WalkDir(dir, func(p string, d os.DirEntry, err error) error {
+		if err == nil && d.IsDir() && d.Name() == ".tokens" {
+			return filepath.SkipDir
+		}
 		if err == nil && !d.IsDir() {
 			out = append(out, strings.TrimPrefix(p, dir+"/"))
 		}
@@ -321,5 +325,62 @@ func TestDownloadTimeout(t *testing.T) {
 	}
 	if files := cached(t, dir); len(files) != 0 {
 		t.Errorf("a timed-out download left %v", files)
+	}
+}
+
+// TestConductorsShareTheDirectory: two conductors (two Caches, as two
+// replicas' processes would have) on one directory serve each other's
+// tokens, end them, and neither evicts an image the other's token
+// serves; a file replaced under a live token keeps serving its bytes.
+func TestConductorsShareTheDirectory(t *testing.T) {
+	a1, a2, b := bytes.Repeat([]byte("1"), 400), bytes.Repeat([]byte("2"), 400), bytes.Repeat([]byte("b"), 400)
+	o := newOrigin(t, map[string][]byte{"a1": a1, "a2": a2, "b": b})
+	dir := t.TempDir()
+	ca, cb := &imagecache.Cache{Dir: dir, MaxBytes: 1000}, &imagecache.Cache{Dir: dir, MaxBytes: 1000}
+	ctx := context.Background()
+	tok, err := ca.Fetch(ctx, "", o.url+"a1", sha(a1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !cb.Live(tok) || !bytes.Equal(read(t, cb, tok), a1) {
+		t.Fatal("another conductor does not serve the token")
+	}
+	// The other conductor reuses the file rather than downloading.
+	tok2, err := cb.Fetch(ctx, "", o.url+"a1", sha(a1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := o.hits["a1"].Load(); n != 1 {
+		t.Errorf("the origin served a1 %d times, want 1", n)
+	}
+	cb.Unlink(tok2)
+	// a1 is in use through ca's token: cb needs room for 800 more bytes
+	// and may not take it.
+	old := time.Now().Add(-time.Hour)
+	os.Chtimes(filepath.Join(dir, imagecache.Name("", o.url+"a1", sha(a1))), old, old)
+	tb, err := cb.Fetch(ctx, "", o.url+"b", sha(b))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cb.Fetch(ctx, "", o.url+"a2", sha(a2)); err != nil {
+		t.Fatal(err)
+	}
+	if files := strings.Join(cached(t, dir), " "); !strings.Contains(files, sha(a1).Value) {
+		t.Errorf("another conductor evicted an image a token serves: %s", files)
+	}
+	// Even a file removed under the token serves it to the end.
+	os.Remove(filepath.Join(dir, imagecache.Name("", o.url+"a1", sha(a1))))
+	if !bytes.Equal(read(t, cb, tok), a1) {
+		t.Error("the token stopped serving once its file was removed")
+	}
+	cb.Unlink(tok)
+	if ca.Live(tok) {
+		t.Error("a token another conductor ended is still live")
+	}
+	if _, _, err := ca.Open(tok); !errors.Is(err, imagecache.ErrNotFound) {
+		t.Errorf("an ended token opens: %v", err)
+	}
+	if !bytes.Equal(read(t, ca, tb), b) {
+		t.Error("b's token does not serve b on the first conductor")
 	}
 }

@@ -32,3 +32,8 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- printf "%s-conductor" (include "anvil.fullname" $root) -}}
 {{- end -}}
 {{- end -}}
+
+{{/* The shared state volume's claim: the operator's, else the chart's. */}}
+{{- define "anvil.stateClaim" -}}
+{{- .Values.sharedStorage.existingClaim | default (printf "%s-state" (include "anvil.fullname" .)) -}}
+{{- end -}}
