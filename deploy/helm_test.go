@@ -165,6 +165,11 @@ func TestHelmChart(t *testing.T) {
 			}
 			pod := m.deployments[0].Spec.Template.Spec
 			ctr := pod.Containers[0]
+			// The image is a release's: the newest version CHANGELOG.md
+			// has a section for, the tag go tool task release gives it.
+			if want := newestRelease(t); !strings.HasSuffix(ctr.Image, ":"+want) {
+				t.Errorf("image %s, want the newest release's tag %s (Chart.yaml appVersion)", ctr.Image, want)
+			}
 			if ctr.ReadinessProbe == nil || ctr.ReadinessProbe.HTTPGet.Path != "/readyz" || ctr.LivenessProbe == nil || ctr.LivenessProbe.HTTPGet.Path != "/healthz" {
 				t.Errorf("probes: readiness %+v, liveness %+v", ctr.ReadinessProbe, ctr.LivenessProbe)
 			}
@@ -505,6 +510,21 @@ conductorGroups: [{name: "", replicas: 1}]
 
 // stateClaim is the claim a Deployment's state volume is on ("" for
 // none).
+// newestRelease is the version of CHANGELOG.md's first release section
+// (after Unreleased), with its leading v.
+func newestRelease(t *testing.T) string {
+	t.Helper()
+	b, err := os.ReadFile("../CHANGELOG.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile(`(?m)^## \[(\d+\.\d+\.\d+[^\]]*)\]`).FindSubmatch(b)
+	if m == nil {
+		t.Fatal("CHANGELOG.md has no release section")
+	}
+	return "v" + string(m[1])
+}
+
 func stateClaim(d appsv1.Deployment) string {
 	for _, v := range d.Spec.Template.Spec.Volumes {
 		if v.Name == "state" && v.PersistentVolumeClaim != nil {

@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -84,8 +85,18 @@ func TestReleaseTask(t *testing.T) {
 	if err := os.WriteFile(changelog, b, 0o644); err != nil {
 		t.Fatal(err)
 	}
+	refuses("the chart names another release", "appVersion is not", "VERSION="+version)
+	chart := filepath.Join(repo, "deploy/helm/anvil/Chart.yaml")
+	c, err := os.ReadFile(chart)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c = regexp.MustCompile(`(?m)^appVersion: .*$`).ReplaceAll(c, []byte(`appVersion: "`+version+`"`))
+	if err := os.WriteFile(chart, c, 0o644); err != nil {
+		t.Fatal(err)
+	}
 	refuses("uncommitted CHANGELOG", "uncommitted changes", "VERSION="+version)
-	git("commit", "--quiet", "-am", "CHANGELOG: "+version)
+	git("commit", "--quiet", "-am", "CHANGELOG and chart: "+version)
 	head := git("rev-parse", "HEAD")
 	// A folder with another run's files is refused, not emptied.
 	if err := os.MkdirAll(dist, 0o755); err != nil {
