@@ -220,11 +220,9 @@ func (s *Service) endLease(ctx context.Context, a *ent.Allocation, end time.Time
 	case n.Reservation != nil || n.TargetProvisionState != nil:
 		return false, nil // busy: the next pass
 	case slices.Contains(Releasable, n.ProvisionState):
-		released, err := s.release(ctx, a, n)
+		released, err := s.release(ctx, a, n, history.Event{NodeID: n.ID, Severity: history.Warning, Type: leaseEvent,
+			Message: prefix + "released the node", Conductor: e.Name})
 		if err != nil || !released {
-			return false, err
-		}
-		if err := s.notify(ctx, e.Name, n.ID, prefix+"released the node"); err != nil {
 			return false, err
 		}
 		audit(leaseRelease, nil)
@@ -257,10 +255,12 @@ func (s *Service) notify(ctx context.Context, conductor string, nodeID int, msg 
 	return history.Record(ctx, s.db.Client, history.Event{NodeID: nodeID, Severity: history.Warning, Type: leaseEvent, Message: msg, Conductor: conductor})
 }
 
-// release deletes a's row and frees node n, in one transaction that
-// holds the node's row and only while n is still held by a, unlocked and
-// settled: a node that was deployed or locked meanwhile is left (false).
-func (s *Service) release(ctx context.Context, a *ent.Allocation, n *ent.Node) (bool, error) {
+// release deletes a's row, frees node n and records note in its history,
+// in one transaction that holds the node's row and only while n is still
+// held by a, unlocked and settled: a node that was deployed or locked
+// meanwhile is left (false). Its owner and lessee never find the node
+// free without the note saying why.
+func (s *Service) release(ctx context.Context, a *ent.Allocation, n *ent.Node, note history.Event) (bool, error) {
 	done := false
 	err := store.WithTx(ctx, s.db, func(tx *ent.Client) error {
 		held, err := tx.Node.Update().Where(node.ID(n.ID), node.ReservationIsNil(), node.TargetProvisionStateIsNil(),
@@ -281,7 +281,7 @@ func (s *Service) release(ctx context.Context, a *ent.Allocation, n *ent.Node) (
 			return errGone
 		}
 		done = true
-		return nil
+		return history.Record(ctx, tx, note)
 	})
 	if errors.Is(err, errGone) {
 		return false, nil
