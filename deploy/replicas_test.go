@@ -18,13 +18,13 @@ import (
 	"regexp"
 	"slices"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/fasthttp/websocket"
 
+	"github.com/anvilproject/anvil/internal/syncbuf"
 	"github.com/anvilproject/anvil/internal/testport"
 	"github.com/anvilproject/anvil/server/agent/agenttest"
 	"github.com/anvilproject/anvil/server/bmc/bmctest"
@@ -359,7 +359,7 @@ func startReplica(t *testing.T, bin, dir, name, addr string, args ...string) {
 	t.Helper()
 	cmd := exec.Command(bin, append([]string{"serve", "--listen", addr, "--conductor-name", name}, args...)...)
 	cmd.Dir = dir
-	log := &lockedBuffer{}
+	log := &syncbuf.Buffer{}
 	cmd.Stdout, cmd.Stderr = log, log
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -421,7 +421,7 @@ backend images
 		t.Fatalf("haproxy -c: %v\n%s\n%s", err, out, cfg)
 	}
 	cmd := exec.Command(haproxy, "-db", "-f", file)
-	log := &lockedBuffer{}
+	log := &syncbuf.Buffer{}
 	cmd.Stdout, cmd.Stderr = log, log
 	// Its own process group, so that the cleanup ends any worker too.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
@@ -624,22 +624,4 @@ typing:
 	}
 	// Leaving frees the console (one viewer at a time) for the next.
 	_ = ws.WriteControl(websocket.CloseMessage, websocket.FormatCloseMessage(websocket.CloseNormalClosure, ""), time.Now().Add(time.Second))
-}
-
-// lockedBuffer is a process's output, read while it writes.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }

@@ -15,11 +15,11 @@ import (
 	"regexp"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/anvilproject/anvil/internal/reference"
+	"github.com/anvilproject/anvil/internal/syncbuf"
 	"github.com/anvilproject/anvil/server/cli"
 )
 
@@ -387,25 +387,6 @@ func runnableBlocks(t *testing.T, root string) []runnable {
 	return out
 }
 
-// syncBuffer is the server's standard error, written by its goroutines
-// and read by the test.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // TestRunnableDocs runs every ```sh runnable block of README.md and docs/
 // against a fresh server started as the README's first command starts it
 // (anvil serve --demo 200, in-process, on a new SQLite file), with the environment
@@ -429,7 +410,7 @@ func TestRunnableDocs(t *testing.T) {
 		}
 	}
 	dir := t.TempDir()
-	var errOut syncBuffer
+	var errOut syncbuf.Buffer
 	ctx, cancel := context.WithCancel(context.Background())
 	cmd := cli.NewRoot(&errOut, &errOut)
 	// The README's command on a scratch database and a free port; the

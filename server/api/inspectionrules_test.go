@@ -1,17 +1,16 @@
 package api_test
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"log/slog"
 	"reflect"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/anvilproject/anvil/ent/inspectionrule"
+	"github.com/anvilproject/anvil/internal/syncbuf"
 	"github.com/anvilproject/anvil/server/api"
 	"github.com/anvilproject/anvil/server/bmc/bmctest"
 	"github.com/anvilproject/anvil/server/nodes"
@@ -269,24 +268,6 @@ func TestInspectionRuleListArgs(t *testing.T) {
 
 func newUUID(i int) string { return fmt.Sprintf("00000000-0000-4000-8000-%012d", i) }
 
-// lockedBuffer is a log sink the server and the test share.
-type lockedBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
 // TestInspectionRulesCannotReadSecrets: rules a system admin creates
 // through the API, run by a real Redfish inspection, see the BMC password
 // only as its mask: copied into extra, logged, used in a condition or in
@@ -295,7 +276,7 @@ func (b *lockedBuffer) String() string {
 func TestInspectionRulesCannotReadSecrets(t *testing.T) {
 	storetest.Each(t, func(t *testing.T, setting string, db *store.DB) {
 		sim := bmctest.StartRedfish(t)
-		logs := &lockedBuffer{}
+		logs := &syncbuf.Buffer{}
 		o := bmcOpts
 		o.Log = slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 		_, clients := startLocal(t, setting, o)

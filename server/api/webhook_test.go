@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/anvilproject/anvil/internal/syncbuf"
 	"github.com/anvilproject/anvil/server"
 	"github.com/anvilproject/anvil/server/campaigns"
 	cond "github.com/anvilproject/anvil/server/conductor"
@@ -224,7 +225,7 @@ func TestWebhookNoRedirect(t *testing.T) {
 		h.redirect = elsewhere.URL
 		// Credentials in the URL are the operator's to give, not the log's.
 		o := hookOptions(strings.Replace(h.URL, "://", "://anvil:pw-in-url@", 1))
-		var logs lockedBuffer
+		var logs syncbuf.Buffer
 		o.Log = slog.New(slog.NewTextHandler(&logs, nil))
 		srv, _ := startLocal(t, setting, o)
 		ctx := context.Background()

@@ -23,6 +23,7 @@ import (
 
 	"golang.org/x/net/dns/dnsmessage"
 
+	"github.com/anvilproject/anvil/internal/syncbuf"
 	"github.com/anvilproject/anvil/internal/testport"
 	"github.com/anvilproject/anvil/server/tlscert/tlscerttest"
 )
@@ -88,7 +89,7 @@ func serveACME(t *testing.T, bin string, http01 bool) {
 	}
 	cmd := exec.Command(bin, "-config", cfg, "-dnsserver", dns)
 	cmd.Env = append(os.Environ(), "PEBBLE_VA_NOSLEEP=1")
-	out := &lockedBuffer{}
+	out := &syncbuf.Buffer{}
 	cmd.Stdout, cmd.Stderr = out, out
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := cmd.Start(); err != nil {
@@ -121,7 +122,7 @@ func serveACME(t *testing.T, bin string, http01 bool) {
 			return (&net.Dialer{}).DialContext(ctx, network, fmt.Sprintf("127.0.0.1:%d", anvilPort))
 		},
 		TLSClientConfig: &tls.Config{RootCAs: roots}, DisableKeepAlives: true}}
-	served := func(logs *lockedBuffer) *x509.Certificate {
+	served := func(logs *syncbuf.Buffer) *x509.Certificate {
 		t.Helper()
 		var last error
 		for deadline := time.Now().Add(90 * time.Second); time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
@@ -313,7 +314,7 @@ func answerDNS(c net.Conn) error {
 }
 
 // waitOK waits for url to answer 200.
-func waitOK(t *testing.T, c *http.Client, url string, out *lockedBuffer) {
+func waitOK(t *testing.T, c *http.Client, url string, out *syncbuf.Buffer) {
 	t.Helper()
 	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(100 * time.Millisecond) {
 		if r, err := c.Get(url); err == nil {

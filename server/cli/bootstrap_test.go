@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/anvilproject/anvil/internal/syncbuf"
 	"github.com/anvilproject/anvil/internal/testport"
 	"github.com/anvilproject/anvil/server/cli"
 )
@@ -23,7 +24,7 @@ import (
 func TestBootstrapPasswordFile(t *testing.T) {
 	dir := t.TempDir()
 	db := filepath.Join(dir, "anvil.db")
-	var logs lockedBuffer
+	var logs syncbuf.Buffer
 	root := cli.NewRoot(&logs, &logs)
 	addr := fmt.Sprintf("127.0.0.1:%d", testport.TCP(t))
 	root.SetArgs([]string{"serve", "--listen", addr, "--database", db, "--log-level", "info"})

@@ -14,29 +14,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/anvilproject/anvil/internal/syncbuf"
 	"github.com/anvilproject/anvil/internal/testport"
 	"github.com/anvilproject/anvil/server/cli"
 	"github.com/anvilproject/anvil/server/servertest"
 	"github.com/anvilproject/anvil/server/store/storetest"
 )
-
-// lockedBuffer is written by the serving command and read by the test.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
 
 // serveInProcess runs `anvil serve` on db, with any further flags, until
 // the returned stop is called, as an operator would run it, and returns
@@ -49,7 +32,7 @@ func serveInProcess(t *testing.T, db string, flags ...string) (url string, stop 
 
 // serveLogged is serveInProcess that also returns what serve logs (at
 // info level unless flags say otherwise).
-func serveLogged(t *testing.T, db string, flags ...string) (url string, logs *lockedBuffer, stop func()) {
+func serveLogged(t *testing.T, db string, flags ...string) (url string, logs *syncbuf.Buffer, stop func()) {
 	t.Helper()
 	addr := fmt.Sprintf("127.0.0.1:%d", testport.TCP(t))
 	logs, stop = startServe(t, db, append([]string{"--listen", addr}, flags...)...)
@@ -71,9 +54,9 @@ func serveLogged(t *testing.T, db string, flags ...string) (url string, logs *lo
 // startServe starts `anvil serve` on db with flags (--listen among
 // them) and info-level logs, without waiting for it to answer; stop
 // ends it and reports how it ended.
-func startServe(t *testing.T, db string, flags ...string) (logs *lockedBuffer, stop func()) {
+func startServe(t *testing.T, db string, flags ...string) (logs *syncbuf.Buffer, stop func()) {
 	t.Helper()
-	logs = &lockedBuffer{}
+	logs = &syncbuf.Buffer{}
 	root := cli.NewRoot(logs, logs)
 	root.SetArgs(append([]string{"serve", "--database", db, "--log-level", "info"}, flags...))
 	ctx, cancel := context.WithCancel(context.Background())

@@ -15,10 +15,10 @@ import (
 	"regexp"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
+	"github.com/anvilproject/anvil/internal/syncbuf"
 	"github.com/anvilproject/anvil/server"
 	"github.com/anvilproject/anvil/server/identity"
 	"github.com/anvilproject/anvil/server/servertest"
@@ -63,27 +63,9 @@ func env(extra ...string) []string {
 	return append(out, extra...)
 }
 
-// lockedBuffer collects the server's log, written from many goroutines.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
 type anvil struct {
 	*servertest.Server
-	log *lockedBuffer
+	log *syncbuf.Buffer
 }
 
 // startAnvil serves Anvil on a loopback port over a SQLite file, with
@@ -98,7 +80,7 @@ func startAnvil(t *testing.T, authNone bool) *anvil {
 func startAnvilWith(t *testing.T, o server.Options) *anvil {
 	t.Helper()
 	authNone := o.AuthNone
-	buf := &lockedBuffer{}
+	buf := &syncbuf.Buffer{}
 	o.Log = slog.New(slog.NewTextHandler(buf, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	o.Database = storetest.Setting(t, "sqlite")
 	srv := servertest.Start(t, o)
