@@ -60,7 +60,7 @@ func TestMissingActionsSayWhy(t *testing.T) {
 		t.Fatalf("clean failed: no recovery offered\n%s", page)
 	}
 	_, page, _ = signInAs(t, srv, "rita").do("GET", "/nodes/"+id, nil)
-	if strings.Contains(page, ">Return to manageable<") || !strings.Contains(page, "may not recover the node, by rule baremetal:node:set_provision_state") {
+	if strings.Contains(page, ">Return to manageable<") || !strings.Contains(page, refusalHTML("may not recover the node", "baremetal:node:set_provision_state")) {
 		t.Errorf("reader: wants the recovery reason, not the button")
 	}
 	olly.do("GET", "/nodes/"+id, nil)

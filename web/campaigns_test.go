@@ -215,7 +215,7 @@ func TestCampaignPortalSteering(t *testing.T) {
 			preview[k] = vs
 		}
 		if _, page, _ := root.do("POST", "/nodes/bulk", preview); !strings.Contains(page, "3 of 62 selected nodes are eligible") ||
-			!strings.Contains(page, "The node is in maintenance. <small>(f-09)</small>") {
+			!strings.Contains(page, "<span>The node is in maintenance.</span> <small>(f-09)</small>") {
 			t.Errorf("preview:\n%s", page)
 		}
 		camp, st, page := rollOut(t, root, all)

@@ -57,8 +57,8 @@ func TestBulkActions(t *testing.T) {
 		_, page, _ = pat.do("POST", "/nodes/bulk", sel)
 		for _, want := range []string{
 			`data-testid="bulk-eligible">2 of 4 selected nodes are eligible`,
-			"<strong>1:</strong> The node lacks trait CUSTOM_X, which the runbook requires. <small>(f-02)</small>",
-			"<strong>1:</strong> Runbooks run on manageable or active nodes; this node is enroll. <small>(f-04)</small>",
+			"<strong>1:</strong> <span>The node lacks trait CUSTOM_X, which the runbook requires.</span> <small>(f-02)</small>",
+			"<strong>1:</strong> <span>Runbooks run on manageable or active nodes; this node is enroll.</span> <small>(f-04)</small>",
 			// Whoever confirms is told whose machines these are.
 			`data-confirm="Run CUSTOM_X on 2 nodes: f-00, f-06? Leased to green (2)."`,
 			`data-testid="bulk-lessees">Leased to green (2).</p>`,
@@ -144,7 +144,7 @@ func TestBulkActions(t *testing.T) {
 		// already there.
 		gil := signInAs(t, srv, "gil")
 		_, page, _ = gil.do("POST", "/nodes/bulk", url.Values{"csrf": {gil.csrf}, "action": {"maintenance"}, "maintenance": {"on"}, "node": {ids["f-00"]}})
-		if !strings.Contains(page, "0 of 1 selected nodes are eligible") || !strings.Contains(page, "by rule baremetal:node:set_maintenance") {
+		if !strings.Contains(page, "0 of 1 selected nodes are eligible") || !strings.Contains(page, ruleHTML("baremetal:node:set_maintenance")) {
 			t.Errorf("member maintenance:\n%s", page)
 		}
 		if err := srv.DB.Node.Update().Where(node.UUID(ids["f-07"])).SetMaintenance(true).Exec(ctx); err != nil {
@@ -153,7 +153,7 @@ func TestBulkActions(t *testing.T) {
 		root := signInAs(t, srv, "root")
 		m := url.Values{"csrf": {root.csrf}, "action": {"maintenance"}, "maintenance": {"on"}, "reason": {"rack 4 power work"}, "node": {ids["f-05"], ids["f-07"], ids["f-09"]}}
 		_, page, _ = root.do("POST", "/nodes/bulk", m)
-		if !strings.Contains(page, "2 of 3 selected nodes are eligible") || !strings.Contains(page, "The node is already in maintenance. <small>(f-07)</small>") {
+		if !strings.Contains(page, "2 of 3 selected nodes are eligible") || !strings.Contains(page, "<span>The node is already in maintenance.</span> <small>(f-07)</small>") {
 			t.Errorf("root maintenance preview:\n%s", page)
 		}
 		_, _, h = root.do("POST", "/nodes/bulk/run", m)

@@ -93,7 +93,7 @@ func TestNodeHardwareSection(t *testing.T) {
 		gil := signInAs(t, srv, "gil")
 		_, page, _ = gil.do("GET", "/nodes/"+ids["f-00"], nil)
 		hw = section(t, page, "hardware")
-		if !strings.Contains(hw, "may not read the hardware inventory, by rule baremetal:node:inventory:get") || strings.Contains(hw, "Xeon Gold") || strings.Contains(hw, "SN-9") {
+		if !strings.Contains(hw, refusalHTML("may not read the hardware inventory", "baremetal:node:inventory:get")) || strings.Contains(hw, "Xeon Gold") || strings.Contains(hw, "SN-9") {
 			t.Errorf("lessee's inventory part:\n%s", hw)
 		}
 		if !strings.Contains(hw, "<strong>PerfOptimized</strong>") || !strings.Contains(hw, `data-component="bios"`) {
@@ -278,7 +278,7 @@ func TestHardwareVMediaAndIndicators(t *testing.T) {
 			t.Errorf("vmedia after attach: %s", got)
 		}
 		got = part(gil, "vmedia")
-		if !strings.Contains(got, "may not read virtual media, by rule baremetal:node:vmedia:get") || strings.Contains(got, "boot.iso") {
+		if !strings.Contains(got, refusalHTML("may not read virtual media", "baremetal:node:vmedia:get")) || strings.Contains(got, "boot.iso") {
 			t.Errorf("lessee's vmedia part: %s", got)
 		}
 		do("DELETE", "/v1/nodes/"+id+"/vmedia", nil)
@@ -293,7 +293,7 @@ func TestHardwareVMediaAndIndicators(t *testing.T) {
 			t.Errorf("indicators after set: %s", got)
 		}
 		got = part(gil, "indicators")
-		if !strings.Contains(got, "may not read indicator states, by rule baremetal:node:get_indicator_state") || strings.Contains(got, "blinking") {
+		if !strings.Contains(got, refusalHTML("may not read indicator states", "baremetal:node:get_indicator_state")) || strings.Contains(got, "blinking") {
 			t.Errorf("lessee's indicators part: %s", got)
 		}
 	})

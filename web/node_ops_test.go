@@ -284,7 +284,7 @@ func TestOperatorEnrolAndBMC(t *testing.T) {
 			t.Fatalf("a refused change stored address %v", a)
 		}
 		_, page, _ = gil.do("GET", "/nodes/"+id, nil)
-		if !strings.Contains(page, `disabled aria-describedby="bmc-why">Save BMC settings</button>`) || !strings.Contains(page, "by rule baremetal:node:update:driver_info") ||
+		if !strings.Contains(page, `disabled aria-describedby="bmc-why">Save BMC settings</button>`) || !strings.Contains(page, ruleHTML("baremetal:node:update:driver_info")) ||
 			!strings.Contains(page, `disabled aria-describedby="test-why">Test connection</button>`) {
 			t.Errorf("lessee member: the BMC controls are not disabled with their rules")
 		}

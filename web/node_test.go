@@ -86,7 +86,7 @@ func TestNodePage(t *testing.T) {
 	lena := signIn("lena")
 	_, body := page(lena)
 	if !strings.Contains(body, "Power on") || strings.Contains(body, "Start cleaning") ||
-		!strings.Contains(body, "may not start cleaning, by rule baremetal:node:set_provision_state.") {
+		!strings.Contains(body, refusalHTML("may not start cleaning", "baremetal:node:set_provision_state")) {
 		t.Error("lessee member: wants power buttons and the arbitrary-steps form disabled with its rule")
 	}
 	if !strings.Contains(body, "Run CUSTOM_PAGE_PUB (clean)</button>") || strings.Contains(body, "Run CUSTOM_PAGE_LES") ||
@@ -131,7 +131,7 @@ func TestNodePage(t *testing.T) {
 
 	// A system admin re-leases the node from its page; the old lessee loses it.
 	if !strings.Contains(body, `<button type="submit" disabled>Save owner and lessee</button>`) ||
-		!strings.Contains(body, "your role (member of les) may not change the lessee, by rule baremetal:node:update:lessee") {
+		!strings.Contains(body, refusalHTML("your role (member of les) may not change the lessee", "baremetal:node:update:lessee")) {
 		t.Error("the lessee member is not shown the owner and lessee form disabled with the rule")
 	}
 	if st, _, _ := root.do("POST", "/nodes/"+id+"/tenancy", url.Values{"csrf": {root.csrf}, "owner": {"own"}, "lessee": {"new-tenant"}, "new_project": {"new-tenant"}}); st != 303 {
@@ -166,7 +166,7 @@ func TestTenancyForm(t *testing.T) {
 		sec := section(t, page, "tenancy")
 		for _, want := range []string{
 			`<input id="owner" name="owner" value="blue" disabled aria-describedby="owner-why">`,
-			"your role (member of blue) may not change the owner, by rule baremetal:node:update:owner",
+			refusalHTML("your role (member of blue) may not change the owner", "baremetal:node:update:owner"),
 			`<input id="lessee" name="lessee" value="green" list="known-projects"`,
 			`<option value="green"></option>`, `<option value="blue"></option>`,
 			`<button type="submit">Save owner and lessee</button>`,
@@ -266,3 +266,13 @@ func TestTenancyForm(t *testing.T) {
 		}
 	})
 }
+
+// ruleHTML is how a refusal's rule shows: folded behind Details, so a
+// person reads the sentence and whoever needs the rule opens it.
+func ruleHTML(rule string) string {
+	return `<details class="rule"><summary>Rule</summary><code>` + rule + `</code></details>`
+}
+
+// refusalHTML is a refusal as the page renders it: its sentence, ended,
+// then its rule behind Details (ruleHTML).
+func refusalHTML(sentence, rule string) string { return sentence + ". " + ruleHTML(rule) }

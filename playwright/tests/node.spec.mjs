@@ -29,7 +29,8 @@ test('a lessee member powers a leased node on and cannot run arbitrary steps', a
   await signIn(page, 'tina', 'tenant-password-1');
   await page.locator('table.nodes tbody tr a').first().click();
   await expect(page.getByRole('button', { name: 'Start cleaning' })).toHaveCount(0);
-  await expect(page.getByTestId('steps-why')).toContainText('by rule baremetal:node:set_provision_state');
+  await expect(page.getByTestId('steps-why')).toContainText('may not start cleaning.');
+  await expect(page.getByTestId('steps-why').locator('details.rule code')).toHaveText('baremetal:node:set_provision_state');
   // The agent logs are system readers' only: no section for a tenant.
   await expect(page.getByTestId('agent-logs-section')).toHaveCount(0);
   await page.getByRole('button', { name: 'Power on' }).click();
