@@ -110,7 +110,7 @@ test('a lessee member deploys her leased node with her saved key, opens its cons
 
     // She makes the node available (the preset lets her) and deploys it
     // with the published image and her saved key.
-    await tina.locator('#operator summary').click();
+    await tina.locator('#operator > summary').click();
     asked = '';
     await tina.getByRole('button', { name: 'Provide (make available)' }).click();
     await expect.poll(state, { timeout: 60_000 }).toBe('available');
