@@ -111,8 +111,12 @@ func LoopDisk(t testing.TB) string {
 // start.sh starts inherits). The agent writes its TLS certificate and key
 // to that fixed directory: agents of tests running at once (server/api's
 // shards) overwrote each other's files, and one then loaded a key that
-// did not match its certificate and died.
-const privateRunScript = `mkdir -p /run/ironic-python-agent && mount -t tmpfs -o size=1m,mode=0700 anvil-ipa /run/ironic-python-agent && exec "$0" "$@"`
+// did not match its certificate and died. Its temporary directory
+// (TMPDIR, which Python's tempfile follows) is a private tmpfs too: the
+// agent downloads an image it does not stream to <tmp>/<image id>, the
+// URL's file name, and agents of tests at once wrote each other's
+// disk.raw there, so one wrote another test's image to its disk.
+const privateRunScript = `mkdir -p /run/ironic-python-agent /run/anvil-agent-tmp && mount -t tmpfs -o size=1m,mode=0700 anvil-ipa /run/ironic-python-agent && mount -t tmpfs -o size=1g,mode=1777 anvil-ipa-tmp /run/anvil-agent-tmp && export TMPDIR=/run/anvil-agent-tmp && exec "$0" "$@"`
 
 // privateRun is the command that runs path with args that way.
 func privateRun(path string, args ...string) *exec.Cmd {
