@@ -19,14 +19,11 @@ import (
 	"net/mail"
 	"net/url"
 	"os"
-	"path/filepath"
 	"strings"
 	"time"
 
 	"golang.org/x/crypto/acme"
 	"golang.org/x/crypto/acme/autocert"
-
-	"github.com/anvilproject/anvil/server/store"
 )
 
 // DefaultDirectory is Let's Encrypt's production directory.
@@ -51,15 +48,6 @@ type Config struct {
 
 // Enabled reports whether ACME was asked for.
 func (c Config) Enabled() bool { return len(c.Domains) > 0 }
-
-// CacheDir is the cache directory unless configured: beside a SQLite
-// database file, else "acme" in the working directory.
-func CacheDir(database string) string {
-	if f, ok := store.SQLiteFile(database); ok {
-		return filepath.Join(filepath.Dir(f), "acme")
-	}
-	return "acme"
-}
 
 // Validate checks the flags before anything starts, naming the flag at
 // fault.

@@ -181,7 +181,7 @@ func serveCmd() *cobra.Command {
 					return fmt.Errorf("--acme-domain and --tls-cert/--tls-key both choose the certificate: give --acme-domain for one from the ACME CA, or --tls-cert and --tls-key for your own files, not both")
 				}
 				if acmeCfg.CacheDir == "" {
-					acmeCfg.CacheDir = acmecert.CacheDir(g.database)
+					acmeCfg.CacheDir = config.ACMECacheDir(g.database)
 				}
 				if err := acmeCfg.Validate(); err != nil {
 					return err

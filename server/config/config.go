@@ -116,41 +116,31 @@ func PublicURL(scheme, listen string) (string, error) {
 	return scheme + "://" + net.JoinHostPort(host, port), nil
 }
 
-// FirmwareDir is where uploaded firmware images live unless configured:
-// beside a SQLite database file, else "firmware" in the working directory.
-func FirmwareDir(database string) string {
+// BesideDatabase is where a directory of serve's state named name lives
+// unless configured: beside a SQLite database file, else name in the
+// working directory (PostgreSQL has no file to sit beside).
+func BesideDatabase(database, name string) string {
 	if f, ok := store.SQLiteFile(database); ok {
-		return filepath.Join(filepath.Dir(f), "firmware")
+		return filepath.Join(filepath.Dir(f), name)
 	}
-	return "firmware"
+	return name
 }
+
+// FirmwareDir is where uploaded firmware images live unless configured.
+func FirmwareDir(database string) string { return BesideDatabase(database, "firmware") }
 
 // BootISODir is where the agent ISOs the conductor builds live unless
-// configured: beside a SQLite database file, else "boot-iso" in the
-// working directory.
-func BootISODir(database string) string {
-	if f, ok := store.SQLiteFile(database); ok {
-		return filepath.Join(filepath.Dir(f), "boot-iso")
-	}
-	return "boot-iso"
-}
+// configured.
+func BootISODir(database string) string { return BesideDatabase(database, "boot-iso") }
 
 // ImageCacheDir is where images downloaded for image_download_source=local
-// live unless configured: beside a SQLite database file, else
-// "image-cache" in the working directory.
-func ImageCacheDir(database string) string {
-	if f, ok := store.SQLiteFile(database); ok {
-		return filepath.Join(filepath.Dir(f), "image-cache")
-	}
-	return "image-cache"
-}
+// live unless configured.
+func ImageCacheDir(database string) string { return BesideDatabase(database, "image-cache") }
 
 // AgentLogDir is where the ramdisk agent's logs of failed runs are kept
-// unless configured: beside a SQLite database file, else "agent-logs"
-// in the working directory.
-func AgentLogDir(database string) string {
-	if f, ok := store.SQLiteFile(database); ok {
-		return filepath.Join(filepath.Dir(f), "agent-logs")
-	}
-	return "agent-logs"
-}
+// unless configured.
+func AgentLogDir(database string) string { return BesideDatabase(database, "agent-logs") }
+
+// ACMECacheDir keeps the ACME account key and certificates unless
+// configured.
+func ACMECacheDir(database string) string { return BesideDatabase(database, "acme") }
