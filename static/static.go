@@ -9,18 +9,35 @@ package static
 
 import (
 	"crypto/sha256"
-	"embed"
 	"encoding/hex"
 	"mime"
 	"path"
+
+	_ "embed" // the files below
 )
 
-//go:embed anvil.css anvil.js htmx.min.js xterm.css xterm.min.js xterm-addon-fit.min.js
-var files embed.FS
+// The files are strings, not an embed.FS: a string embeds in the binary's
+// read-only data and is served from there, where embed.FS.ReadFile copies
+// each file onto the heap (half a megabyte of it xterm.js) for the life of
+// the process.
+var (
+	//go:embed anvil.css
+	anvilCSS string
+	//go:embed anvil.js
+	anvilJS string
+	//go:embed htmx.min.js
+	htmxJS string
+	//go:embed xterm.css
+	xtermCSS string
+	//go:embed xterm.min.js
+	xtermJS string
+	//go:embed xterm-addon-fit.min.js
+	xtermFitJS string
+)
 
 // Asset is one embedded file.
 type Asset struct {
-	Body        []byte
+	Body        string
 	ContentType string
 	Hash        string
 }
@@ -28,13 +45,12 @@ type Asset struct {
 var assets = map[string]Asset{}
 
 func init() {
-	for _, name := range []string{"anvil.css", "anvil.js", "htmx.min.js", "xterm.css", "xterm.min.js", "xterm-addon-fit.min.js"} {
-		b, err := files.ReadFile(name)
-		if err != nil {
-			panic(err) // the embed directive guarantees the file
-		}
-		sum := sha256.Sum256(b)
-		assets[name] = Asset{Body: b, ContentType: mime.TypeByExtension(path.Ext(name)), Hash: hex.EncodeToString(sum[:])[:12]}
+	for name, body := range map[string]string{
+		"anvil.css": anvilCSS, "anvil.js": anvilJS, "htmx.min.js": htmxJS,
+		"xterm.css": xtermCSS, "xterm.min.js": xtermJS, "xterm-addon-fit.min.js": xtermFitJS,
+	} {
+		sum := sha256.Sum256([]byte(body))
+		assets[name] = Asset{Body: body, ContentType: mime.TypeByExtension(path.Ext(name)), Hash: hex.EncodeToString(sum[:])[:12]}
 	}
 }
 

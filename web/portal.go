@@ -243,7 +243,7 @@ func serveStatic(c *fiber.Ctx) error {
 	}
 	c.Set(fiber.HeaderCacheControl, "public, max-age=31536000, immutable")
 	c.Set(fiber.HeaderContentType, a.ContentType)
-	return c.Send(a.Body)
+	return c.SendString(a.Body)
 }
 
 // session loads the cookie, refuses a state-changing request without the
