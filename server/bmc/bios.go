@@ -134,6 +134,7 @@ func (b *fakeBIOS) reset() {
 }
 
 func (f *fake) BIOSSettings(context.Context) (current, pending map[string]any, err error) {
+	f = f.kept()
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.bios.current == nil {
@@ -143,6 +144,7 @@ func (f *fake) BIOSSettings(context.Context) (current, pending map[string]any, e
 }
 
 func (f *fake) StageBIOS(_ context.Context, attrs map[string]any) error {
+	f = f.kept()
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.bios.pending == nil {
@@ -153,6 +155,7 @@ func (f *fake) StageBIOS(_ context.Context, attrs map[string]any) error {
 }
 
 func (f *fake) ResetBIOS(context.Context) error {
+	f = f.kept()
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.bios.pending = maps.Clone(fakeBIOSDefaults)

@@ -274,6 +274,7 @@ func (f *fake) fw() map[string]string {
 // version's last number; an image URL containing "fail" fails, as on
 // the Redfish simulator.
 func (f *fake) StartFirmwareUpdate(_ context.Context, component, url string) (string, error) {
+	f = f.kept()
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if strings.Contains(url, "fail") {
@@ -296,6 +297,7 @@ func (f *fake) FirmwareTask(_ context.Context, task string) (Task, error) {
 }
 
 func (f *fake) FirmwareVersions(context.Context) (map[string]string, error) {
+	f = f.kept()
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	out := map[string]string{}

@@ -208,6 +208,7 @@ func (c *ipmiClient) ClearEventLog(ctx context.Context) error {
 // settable "led" and the chassis' read-only "led-0", which is on. The
 // system LED's state is kept under the fake's lock.
 func (f *fake) Indicators(context.Context) ([]Indicator, error) {
+	f = f.kept()
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	st := f.led
@@ -225,6 +226,7 @@ func (f *fake) SetIndicator(_ context.Context, component, id, state string) erro
 	if component != "system" || id != fakeLED || !slices.Contains(settable, state) {
 		return &Error{Op: "setting indicator", Kind: ErrUnsupported, Reason: "the fake machine's only settable LED is led@system"}
 	}
+	f = f.kept()
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.led = state

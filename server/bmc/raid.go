@@ -409,6 +409,7 @@ func usable(level string, n int, size int64) int64 {
 }
 
 func (f *fake) Volumes(context.Context) ([]Volume, error) {
+	f = f.kept()
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return slices.Clone(f.raid.volumes), nil
@@ -417,6 +418,7 @@ func (f *fake) Volumes(context.Context) ([]Volume, error) {
 // CreateVolume on the fake builds the volume at once; a size beyond what
 // the drives give fails, as a controller refuses it.
 func (f *fake) CreateVolume(_ context.Context, spec VolumeSpec) (Pending, error) {
+	f = f.kept()
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	op := "creating a RAID " + spec.Level + " volume"
@@ -445,6 +447,7 @@ func (f *fake) CreateVolume(_ context.Context, spec VolumeSpec) (Pending, error)
 }
 
 func (f *fake) DeleteVolume(_ context.Context, v Volume) (Pending, error) {
+	f = f.kept()
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	i := slices.IndexFunc(f.raid.volumes, func(x Volume) bool { return x.ID == v.ID })

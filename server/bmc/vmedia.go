@@ -210,6 +210,7 @@ type fakeMedia struct {
 }
 
 func (f *fake) VirtualMedia(context.Context) ([]VMedia, error) {
+	f = f.kept()
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	var out []VMedia
@@ -221,6 +222,7 @@ func (f *fake) VirtualMedia(context.Context) ([]VMedia, error) {
 }
 
 func (f *fake) InsertMedia(_ context.Context, device, url string) error {
+	f = f.kept()
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.media.images == nil {
@@ -231,6 +233,7 @@ func (f *fake) InsertMedia(_ context.Context, device, url string) error {
 }
 
 func (f *fake) EjectMedia(_ context.Context, device string) error {
+	f = f.kept()
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if device == "" {
@@ -242,6 +245,7 @@ func (f *fake) EjectMedia(_ context.Context, device string) error {
 }
 
 func (f *fake) BootMode(context.Context) (string, *bool, error) {
+	f = f.kept()
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.media.mode == "" {
@@ -252,6 +256,7 @@ func (f *fake) BootMode(context.Context) (string, *bool, error) {
 }
 
 func (f *fake) SetBootMode(_ context.Context, mode string) error {
+	f = f.kept()
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.media.mode = mode
@@ -259,6 +264,7 @@ func (f *fake) SetBootMode(_ context.Context, mode string) error {
 }
 
 func (f *fake) SetSecureBoot(_ context.Context, on bool) error {
+	f = f.kept()
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.media.secure = on
