@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"runtime"
 	"runtime/debug"
 	"slices"
 	"strings"
@@ -97,6 +98,14 @@ func serveCmd() *cobra.Command {
 					return fmt.Errorf("--gc-percent %d: must be more than 0", gcPct)
 				}
 				debug.SetGCPercent(gcPct)
+			}
+			if !profiles {
+				// Go samples allocations for heap profiles whether or not
+				// anyone can read them, into a table of call stacks that
+				// grows with each new one sampled (1.6 MB of it after the
+				// 10,000-node benchmark's lists, docs/memory.md). Only
+				// --pprof serves them.
+				runtime.MemProfileRate = 0
 			}
 			if cc.BMCNetworks, err = bmc.ParseNetworks(bmcNet); err != nil {
 				return fmt.Errorf("--bmc-networks: %w", err)
@@ -409,7 +418,7 @@ func serveCmd() *cobra.Command {
 	// two. Measured on 10,000 nodes: 400 took that page's p50 from 43 to
 	// 30 ms and its CPU from 44 to 32 ms for 15 MB more RSS (85 MB); 800
 	// gained nothing more for another 35 MB.
-	f.IntVar(&gcPct, "gc-percent", 400, "Go garbage collector target (GOGC): heap growth over the live heap before a collection; more trades memory for CPU (GOGC in the environment wins unless this is given)")
+	f.IntVar(&gcPct, "gc-percent", 100, "Go garbage collector target (GOGC): heap growth over the live heap before a collection; more trades memory for CPU (GOGC in the environment wins unless this is given)")
 	fw.add(f)
 	f.StringVar(&imgFile, "deploy-images", "", `JSON file of the images the portal's Deploy panel offers, a list of {"name", "url", "checksum", "ssh_user"} (checksum "sha256:<hex>", or another of md5, sha1, sha384, sha512; or a bare hex digest; ssh_user, optional, the login the image gives the deployer's SSH keys, for the SSH command the portal shows); read at start (empty: tenants give an image's URL themselves; with --demo, a demo image)`)
 	f.IPNetSliceVar(&proxy, "trusted-proxies", nil, "reverse proxies (CIDRs, comma-separated) whose X-Forwarded-For names the client's address, and X-Forwarded-Proto and X-Forwarded-Host the scheme and host of the URLs Anvil hands out (links, next markers, Location, the portal cookie's Secure flag); default none: the peer is the client and the connection says the scheme")
