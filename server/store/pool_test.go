@@ -70,3 +70,33 @@ func TestPoolSettings(t *testing.T) {
 		}
 	}
 }
+
+// TestSQLiteCacheSize: every SQLite connection's page cache is bounded at
+// 1 MiB (PRAGMA cache_size answers in KiB when negative), unless the
+// database setting names its own.
+func TestSQLiteCacheSize(t *testing.T) {
+	ctx := context.Background()
+	for setting, want := range map[string]int{"": -1024, "?_pragma=cache_size(-4096)": -4096} {
+		db, err := store.Open(ctx, "sqlite://"+t.TempDir()+"/cache.db"+setting)
+		if err != nil {
+			t.Fatal(err)
+		}
+		conns := make([]*sql.Conn, 3)
+		for i := range conns {
+			if conns[i], err = db.SQL.Conn(ctx); err != nil {
+				t.Fatal(err)
+			}
+			var got int
+			if err := conns[i].QueryRowContext(ctx, "PRAGMA cache_size").Scan(&got); err != nil {
+				t.Fatal(err)
+			}
+			if got != want {
+				t.Errorf("setting %q: connection %d runs cache_size %d, want %d", setting, i, got, want)
+			}
+		}
+		for _, c := range conns {
+			c.Close()
+		}
+		db.Close()
+	}
+}
