@@ -78,10 +78,18 @@ func TestReleaseTask(t *testing.T) {
 		t.Fatal(err)
 	}
 	section := "## [" + debVersion + "] - 2026-11-29\n\n### Added\n\n- What TestReleaseTask releases.\n  Two lines, to see them kept.\n"
-	b = bytes.Replace(b, []byte("## [Unreleased]\n"), []byte("## [Unreleased]\n\n"+section), 1)
-	if !bytes.Contains(b, []byte(section)) {
+	// The section goes where a release's does: below Unreleased and what
+	// it lists, above the newest release.
+	u := bytes.Index(b, []byte("## [Unreleased]\n"))
+	if u < 0 {
 		t.Fatal("CHANGELOG.md has no '## [Unreleased]' heading to add a section under")
 	}
+	next := bytes.Index(b[u+1:], []byte("\n## ["))
+	if next < 0 {
+		t.Fatal("CHANGELOG.md has no release below Unreleased")
+	}
+	at := u + 1 + next + 1
+	b = append(b[:at:at], append([]byte(section+"\n"), b[at:]...)...)
 	if err := os.WriteFile(changelog, b, 0o644); err != nil {
 		t.Fatal(err)
 	}
