@@ -413,11 +413,10 @@ func serveCmd() *cobra.Command {
 	f.IntVar(&pool.MaxOpen, "db-max-open", 0, "most open database connections (0: 32 on PostgreSQL, 8 on SQLite)")
 	f.IntVar(&pool.MaxIdle, "db-max-idle", 0, "most idle database connections kept for reuse (0: as many as --db-max-open)")
 	f.DurationVar(&pool.MaxLifetime, "db-conn-max-lifetime", 0, "close database connections older than this (0: never), e.g. to follow a failover behind a proxy")
-	// A detailed page of 1,000 nodes allocates about 10 MB against a live
-	// heap of some 20 MB, so Go's default of 100 collects every page or
-	// two. Measured on 10,000 nodes: 400 took that page's p50 from 43 to
-	// 30 ms and its CPU from 44 to 32 ms for 15 MB more RSS (85 MB); 800
-	// gained nothing more for another 35 MB.
+	// Go's own target. 400 was the default while a detailed page of 1,000
+	// nodes allocated 10 MB against a live heap of 5-7 MB; with both
+	// smaller, 400 ran the 10,000-node benchmark's lists no faster side by
+	// side and held 20-28 MiB more (docs/memory.md, issue 47).
 	f.IntVar(&gcPct, "gc-percent", 100, "Go garbage collector target (GOGC): heap growth over the live heap before a collection; more trades memory for CPU (GOGC in the environment wins unless this is given)")
 	fw.add(f)
 	f.StringVar(&imgFile, "deploy-images", "", `JSON file of the images the portal's Deploy panel offers, a list of {"name", "url", "checksum", "ssh_user"} (checksum "sha256:<hex>", or another of md5, sha1, sha384, sha512; or a bare hex digest; ssh_user, optional, the login the image gives the deployer's SSH keys, for the SSH command the portal shows); read at start (empty: tenants give an image's URL themselves; with --demo, a demo image)`)
