@@ -15,8 +15,13 @@ import (
 )
 
 // ruleSep is how the portal's refusals name the rule that refused
-// ("Not available: your role (member of blue) may not …, by rule R.").
+// ("Not available: your role (member of blue) may not …, by rule R."),
+// written by RuleRefusal and read back by refusalParts.
 const ruleSep = ", by rule "
+
+// RuleRefusal writes a refusal as Denied takes it apart: the sentence a
+// person reads, without its full stop, and the rule that refused.
+func RuleRefusal(sentence, rule string) string { return sentence + ruleSep + rule + "." }
 
 // refusalParts splits a refusal into the sentence a person reads and the
 // rule behind it ("" when it names none).
@@ -88,7 +93,7 @@ func errorLine(text string) templ.Component {
 			var templ_7745c5c3_Var2 string
 			templ_7745c5c3_Var2, templ_7745c5c3_Err = templ.JoinStringErrs(text)
 			if templ_7745c5c3_Err != nil {
-				return templ.Error{Err: templ_7745c5c3_Err, FileName: `views/refusal.templ`, Line: 45, Col: 38}
+				return templ.Error{Err: templ_7745c5c3_Err, FileName: `views/refusal.templ`, Line: 50, Col: 38}
 			}
 			_, templ_7745c5c3_Err = templ_7745c5c3_Buffer.WriteString(templ.EscapeString(templ_7745c5c3_Var2))
 			if templ_7745c5c3_Err != nil {

@@ -291,7 +291,7 @@ func hardware(d *views.NodeDetail, v *nodes.View) {
 // denied explains a policy refusal to the viewer: who they are acting as,
 // what they may not do, and the rule that says so.
 func (p *Portal) denied(ctx context.Context, what, rule string) string {
-	return fmt.Sprintf("Not available: your role%s %s, by rule %s.", roleSaid(ctx, " (%s)"), what, rule)
+	return views.RuleRefusal(fmt.Sprintf("Not available: your role%s %s", roleSaid(ctx, " (%s)"), what), rule)
 }
 
 // roleSaid names the viewer's highest role and its scope ("system
