@@ -1,4 +1,4 @@
-import { expect } from '@playwright/test';
+import { expect, test } from '@playwright/test';
 import { createRequire } from 'node:module';
 import fs from 'node:fs';
 import path from 'node:path';
@@ -9,7 +9,13 @@ const require = createRequire(import.meta.url);
 const axeSource = fs.readFileSync(require.resolve('axe-core/axe.min.js'), 'utf8');
 
 // accessible asserts that axe finds no serious or critical violation on the page.
+// Each run brings its own 15 s to the test's timeout: axe takes a second
+// on a long page and many more on a machine busy with the rest of the
+// suite, so a test's budget grows with the pages it checks rather than
+// each test guessing how many it can afford (a four-pass check of the
+// 40-node list ran past the 30 s default in CI).
 export async function accessible(page, name) {
+  test.info().setTimeout(test.info().timeout + 15_000);
   await page.evaluate(`${axeSource}\n;undefined`);
   const result = await page.evaluate(async () => await window.axe.run(document, { resultTypes: ['violations'] }));
   const bad = result.violations.filter((v) => v.impact === 'serious' || v.impact === 'critical');
