@@ -257,3 +257,52 @@ func TestNodePagination(t *testing.T) {
 		}
 	})
 }
+
+// A detailed page larger than one chunk goes out streamed (no
+// Content-Length) and whole: every node once, in the order the short list
+// gives, the JSON intact across chunk boundaries, and the next link after
+// the last node. An error before the first byte is still a status.
+func TestNodeListStreamed(t *testing.T) {
+	storetest.Each(t, func(t *testing.T, setting string, _ *store.DB) {
+		_, c := start(t, setting)
+		for i := 0; i < 40; i++ {
+			n := ipmiNode(fmt.Sprintf("stream-%02d", i))
+			n["extra"] = map[string]any{"note": strings.Repeat("x", 1000)}
+			mustStatus(t, c.Do(t, "POST", "/v1/nodes", n), 201)
+		}
+		short := c.Do(t, "GET", "/v1/nodes?limit=30&sort_key=name", nil)
+		mustStatus(t, short, 200)
+		r := c.Do(t, "GET", "/v1/nodes?detail=true&limit=30&sort_key=name", nil)
+		mustStatus(t, r, 200)
+		if len(r.Body) <= 64<<10 {
+			t.Fatalf("a page of %d bytes does not cross a chunk boundary", len(r.Body))
+		}
+		if cl := r.Header.Get("Content-Length"); cl != "" {
+			t.Errorf("Content-Length %s: the page was built whole, not streamed", cl)
+		}
+		if ct := r.Header.Get("Content-Type"); ct != "application/json" {
+			t.Errorf("Content-Type %q", ct)
+		}
+		uuids := func(m map[string]any) []string {
+			var out []string
+			for _, n := range m["nodes"].([]any) {
+				out = append(out, n.(map[string]any)["uuid"].(string))
+			}
+			return out
+		}
+		m := r.JSON(t)
+		got, want := uuids(m), uuids(short.JSON(t))
+		if !slices.Equal(got, want) || len(got) != 30 {
+			t.Fatalf("detailed page %v, want %v", got, want)
+		}
+		for _, n := range m["nodes"].([]any) {
+			if n.(map[string]any)["extra"].(map[string]any)["note"] != strings.Repeat("x", 1000) {
+				t.Fatalf("node %v: extra damaged", n.(map[string]any)["name"])
+			}
+		}
+		if next, _ := m["next"].(string); !strings.Contains(next, "marker="+got[29]) {
+			t.Errorf("next %q does not start after %s", next, got[29])
+		}
+		mustStatus(t, c.Do(t, "GET", "/v1/nodes?detail=true&marker=nope", nil), 400)
+	})
+}
