@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"time"
 
-	"entgo.io/ent/dialect/sql"
 	"entgo.io/ent/dialect/sql/sqlgraph"
 	"entgo.io/ent/schema/field"
 	"github.com/anvilproject/anvil/ent/bulkrun"
@@ -19,7 +18,6 @@ type BulkRunCreate struct {
 	config
 	mutation *BulkRunMutation
 	hooks    []Hook
-	conflict []sql.ConflictOption
 }
 
 // SetToken sets the "token" field.
@@ -136,7 +134,6 @@ func (_c *BulkRunCreate) createSpec() (*BulkRun, *sqlgraph.CreateSpec) {
 		_node = &BulkRun{config: _c.config}
 		_spec = sqlgraph.NewCreateSpec(bulkrun.Table, sqlgraph.NewFieldSpec(bulkrun.FieldID, field.TypeInt))
 	)
-	_spec.OnConflict = _c.conflict
 	if value, ok := _c.mutation.Token(); ok {
 		_spec.SetField(bulkrun.FieldToken, field.TypeString, value)
 		_node.Token = value
@@ -164,177 +161,11 @@ func (_c *BulkRunCreate) createSpec() (*BulkRun, *sqlgraph.CreateSpec) {
 	return _node, _spec
 }
 
-// OnConflict allows configuring the `ON CONFLICT` / `ON DUPLICATE KEY` clause
-// of the `INSERT` statement. For example:
-//
-//	client.BulkRun.Create().
-//		SetToken(v).
-//		OnConflict(
-//			// Update the row with the new values
-//			// the was proposed for insertion.
-//			sql.ResolveWithNewValues(),
-//		).
-//		// Override some of the fields with custom
-//		// update values.
-//		Update(func(u *ent.BulkRunUpsert) {
-//			SetToken(v+v).
-//		}).
-//		Exec(ctx)
-func (_c *BulkRunCreate) OnConflict(opts ...sql.ConflictOption) *BulkRunUpsertOne {
-	_c.conflict = opts
-	return &BulkRunUpsertOne{
-		create: _c,
-	}
-}
-
-// OnConflictColumns calls `OnConflict` and configures the columns
-// as conflict target. Using this option is equivalent to using:
-//
-//	client.BulkRun.Create().
-//		OnConflict(sql.ConflictColumns(columns...)).
-//		Exec(ctx)
-func (_c *BulkRunCreate) OnConflictColumns(columns ...string) *BulkRunUpsertOne {
-	_c.conflict = append(_c.conflict, sql.ConflictColumns(columns...))
-	return &BulkRunUpsertOne{
-		create: _c,
-	}
-}
-
-type (
-	// BulkRunUpsertOne is the builder for "upsert"-ing
-	//  one BulkRun node.
-	BulkRunUpsertOne struct {
-		create *BulkRunCreate
-	}
-
-	// BulkRunUpsert is the "OnConflict" setter.
-	BulkRunUpsert struct {
-		*sql.UpdateSet
-	}
-)
-
-// SetResults sets the "results" field.
-func (u *BulkRunUpsert) SetResults(v map[string][2]string) *BulkRunUpsert {
-	u.Set(bulkrun.FieldResults, v)
-	return u
-}
-
-// UpdateResults sets the "results" field to the value that was provided on create.
-func (u *BulkRunUpsert) UpdateResults() *BulkRunUpsert {
-	u.SetExcluded(bulkrun.FieldResults)
-	return u
-}
-
-// UpdateNewValues updates the mutable fields using the new values that were set on create.
-// Using this option is equivalent to using:
-//
-//	client.BulkRun.Create().
-//		OnConflict(
-//			sql.ResolveWithNewValues(),
-//		).
-//		Exec(ctx)
-func (u *BulkRunUpsertOne) UpdateNewValues() *BulkRunUpsertOne {
-	u.create.conflict = append(u.create.conflict, sql.ResolveWithNewValues())
-	u.create.conflict = append(u.create.conflict, sql.ResolveWith(func(s *sql.UpdateSet) {
-		if _, exists := u.create.mutation.Token(); exists {
-			s.SetIgnore(bulkrun.FieldToken)
-		}
-		if _, exists := u.create.mutation.Principal(); exists {
-			s.SetIgnore(bulkrun.FieldPrincipal)
-		}
-		if _, exists := u.create.mutation.What(); exists {
-			s.SetIgnore(bulkrun.FieldWhat)
-		}
-		if _, exists := u.create.mutation.CreatedAt(); exists {
-			s.SetIgnore(bulkrun.FieldCreatedAt)
-		}
-		if _, exists := u.create.mutation.ExpiresAt(); exists {
-			s.SetIgnore(bulkrun.FieldExpiresAt)
-		}
-	}))
-	return u
-}
-
-// Ignore sets each column to itself in case of conflict.
-// Using this option is equivalent to using:
-//
-//	client.BulkRun.Create().
-//	    OnConflict(sql.ResolveWithIgnore()).
-//	    Exec(ctx)
-func (u *BulkRunUpsertOne) Ignore() *BulkRunUpsertOne {
-	u.create.conflict = append(u.create.conflict, sql.ResolveWithIgnore())
-	return u
-}
-
-// DoNothing configures the conflict_action to `DO NOTHING`.
-// Supported only by SQLite and PostgreSQL.
-func (u *BulkRunUpsertOne) DoNothing() *BulkRunUpsertOne {
-	u.create.conflict = append(u.create.conflict, sql.DoNothing())
-	return u
-}
-
-// Update allows overriding fields `UPDATE` values. See the BulkRunCreate.OnConflict
-// documentation for more info.
-func (u *BulkRunUpsertOne) Update(set func(*BulkRunUpsert)) *BulkRunUpsertOne {
-	u.create.conflict = append(u.create.conflict, sql.ResolveWith(func(update *sql.UpdateSet) {
-		set(&BulkRunUpsert{UpdateSet: update})
-	}))
-	return u
-}
-
-// SetResults sets the "results" field.
-func (u *BulkRunUpsertOne) SetResults(v map[string][2]string) *BulkRunUpsertOne {
-	return u.Update(func(s *BulkRunUpsert) {
-		s.SetResults(v)
-	})
-}
-
-// UpdateResults sets the "results" field to the value that was provided on create.
-func (u *BulkRunUpsertOne) UpdateResults() *BulkRunUpsertOne {
-	return u.Update(func(s *BulkRunUpsert) {
-		s.UpdateResults()
-	})
-}
-
-// Exec executes the query.
-func (u *BulkRunUpsertOne) Exec(ctx context.Context) error {
-	if len(u.create.conflict) == 0 {
-		return errors.New("ent: missing options for BulkRunCreate.OnConflict")
-	}
-	return u.create.Exec(ctx)
-}
-
-// ExecX is like Exec, but panics if an error occurs.
-func (u *BulkRunUpsertOne) ExecX(ctx context.Context) {
-	if err := u.create.Exec(ctx); err != nil {
-		panic(err)
-	}
-}
-
-// Exec executes the UPSERT query and returns the inserted/updated ID.
-func (u *BulkRunUpsertOne) ID(ctx context.Context) (id int, err error) {
-	node, err := u.create.Save(ctx)
-	if err != nil {
-		return id, err
-	}
-	return node.ID, nil
-}
-
-// IDX is like ID, but panics if an error occurs.
-func (u *BulkRunUpsertOne) IDX(ctx context.Context) int {
-	id, err := u.ID(ctx)
-	if err != nil {
-		panic(err)
-	}
-	return id
-}
-
 // BulkRunCreateBulk is the builder for creating many BulkRun entities in bulk.
 type BulkRunCreateBulk struct {
 	config
 	err      error
 	builders []*BulkRunCreate
-	conflict []sql.ConflictOption
 }
 
 // Save creates the BulkRun entities in the database.
@@ -363,7 +194,6 @@ func (_c *BulkRunCreateBulk) Save(ctx context.Context) ([]*BulkRun, error) {
 					_, err = mutators[i+1].Mutate(root, _c.builders[i+1].mutation)
 				} else {
 					spec := &sqlgraph.BatchCreateSpec{Nodes: specs}
-					spec.OnConflict = _c.conflict
 					// Invoke the actual operation on the latest mutation in the chain.
 					if err = sqlgraph.BatchCreate(ctx, _c.driver, spec); err != nil {
 						if sqlgraph.IsConstraintError(err) {
@@ -414,143 +244,6 @@ func (_c *BulkRunCreateBulk) Exec(ctx context.Context) error {
 // ExecX is like Exec, but panics if an error occurs.
 func (_c *BulkRunCreateBulk) ExecX(ctx context.Context) {
 	if err := _c.Exec(ctx); err != nil {
-		panic(err)
-	}
-}
-
-// OnConflict allows configuring the `ON CONFLICT` / `ON DUPLICATE KEY` clause
-// of the `INSERT` statement. For example:
-//
-//	client.BulkRun.CreateBulk(builders...).
-//		OnConflict(
-//			// Update the row with the new values
-//			// the was proposed for insertion.
-//			sql.ResolveWithNewValues(),
-//		).
-//		// Override some of the fields with custom
-//		// update values.
-//		Update(func(u *ent.BulkRunUpsert) {
-//			SetToken(v+v).
-//		}).
-//		Exec(ctx)
-func (_c *BulkRunCreateBulk) OnConflict(opts ...sql.ConflictOption) *BulkRunUpsertBulk {
-	_c.conflict = opts
-	return &BulkRunUpsertBulk{
-		create: _c,
-	}
-}
-
-// OnConflictColumns calls `OnConflict` and configures the columns
-// as conflict target. Using this option is equivalent to using:
-//
-//	client.BulkRun.Create().
-//		OnConflict(sql.ConflictColumns(columns...)).
-//		Exec(ctx)
-func (_c *BulkRunCreateBulk) OnConflictColumns(columns ...string) *BulkRunUpsertBulk {
-	_c.conflict = append(_c.conflict, sql.ConflictColumns(columns...))
-	return &BulkRunUpsertBulk{
-		create: _c,
-	}
-}
-
-// BulkRunUpsertBulk is the builder for "upsert"-ing
-// a bulk of BulkRun nodes.
-type BulkRunUpsertBulk struct {
-	create *BulkRunCreateBulk
-}
-
-// UpdateNewValues updates the mutable fields using the new values that
-// were set on create. Using this option is equivalent to using:
-//
-//	client.BulkRun.Create().
-//		OnConflict(
-//			sql.ResolveWithNewValues(),
-//		).
-//		Exec(ctx)
-func (u *BulkRunUpsertBulk) UpdateNewValues() *BulkRunUpsertBulk {
-	u.create.conflict = append(u.create.conflict, sql.ResolveWithNewValues())
-	u.create.conflict = append(u.create.conflict, sql.ResolveWith(func(s *sql.UpdateSet) {
-		for _, b := range u.create.builders {
-			if _, exists := b.mutation.Token(); exists {
-				s.SetIgnore(bulkrun.FieldToken)
-			}
-			if _, exists := b.mutation.Principal(); exists {
-				s.SetIgnore(bulkrun.FieldPrincipal)
-			}
-			if _, exists := b.mutation.What(); exists {
-				s.SetIgnore(bulkrun.FieldWhat)
-			}
-			if _, exists := b.mutation.CreatedAt(); exists {
-				s.SetIgnore(bulkrun.FieldCreatedAt)
-			}
-			if _, exists := b.mutation.ExpiresAt(); exists {
-				s.SetIgnore(bulkrun.FieldExpiresAt)
-			}
-		}
-	}))
-	return u
-}
-
-// Ignore sets each column to itself in case of conflict.
-// Using this option is equivalent to using:
-//
-//	client.BulkRun.Create().
-//		OnConflict(sql.ResolveWithIgnore()).
-//		Exec(ctx)
-func (u *BulkRunUpsertBulk) Ignore() *BulkRunUpsertBulk {
-	u.create.conflict = append(u.create.conflict, sql.ResolveWithIgnore())
-	return u
-}
-
-// DoNothing configures the conflict_action to `DO NOTHING`.
-// Supported only by SQLite and PostgreSQL.
-func (u *BulkRunUpsertBulk) DoNothing() *BulkRunUpsertBulk {
-	u.create.conflict = append(u.create.conflict, sql.DoNothing())
-	return u
-}
-
-// Update allows overriding fields `UPDATE` values. See the BulkRunCreateBulk.OnConflict
-// documentation for more info.
-func (u *BulkRunUpsertBulk) Update(set func(*BulkRunUpsert)) *BulkRunUpsertBulk {
-	u.create.conflict = append(u.create.conflict, sql.ResolveWith(func(update *sql.UpdateSet) {
-		set(&BulkRunUpsert{UpdateSet: update})
-	}))
-	return u
-}
-
-// SetResults sets the "results" field.
-func (u *BulkRunUpsertBulk) SetResults(v map[string][2]string) *BulkRunUpsertBulk {
-	return u.Update(func(s *BulkRunUpsert) {
-		s.SetResults(v)
-	})
-}
-
-// UpdateResults sets the "results" field to the value that was provided on create.
-func (u *BulkRunUpsertBulk) UpdateResults() *BulkRunUpsertBulk {
-	return u.Update(func(s *BulkRunUpsert) {
-		s.UpdateResults()
-	})
-}
-
-// Exec executes the query.
-func (u *BulkRunUpsertBulk) Exec(ctx context.Context) error {
-	if u.create.err != nil {
-		return u.create.err
-	}
-	for i, b := range u.create.builders {
-		if len(b.conflict) != 0 {
-			return fmt.Errorf("ent: OnConflict was set for builder %d. Set it on the BulkRunCreateBulk instead", i)
-		}
-	}
-	if len(u.create.conflict) == 0 {
-		return errors.New("ent: missing options for BulkRunCreateBulk.OnConflict")
-	}
-	return u.create.Exec(ctx)
-}
-
-// ExecX is like Exec, but panics if an error occurs.
-func (u *BulkRunUpsertBulk) ExecX(ctx context.Context) {
-	if err := u.create.Exec(ctx); err != nil {
 		panic(err)
 	}
 }

@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"time"
 
-	"entgo.io/ent/dialect/sql"
 	"entgo.io/ent/dialect/sql/sqlgraph"
 	"entgo.io/ent/schema/field"
 	"github.com/anvilproject/anvil/ent/campaign"
@@ -20,7 +19,6 @@ type CampaignApprovalCreate struct {
 	config
 	mutation *CampaignApprovalMutation
 	hooks    []Hook
-	conflict []sql.ConflictOption
 }
 
 // SetCampaignID sets the "campaign_id" field.
@@ -147,7 +145,6 @@ func (_c *CampaignApprovalCreate) createSpec() (*CampaignApproval, *sqlgraph.Cre
 		_node = &CampaignApproval{config: _c.config}
 		_spec = sqlgraph.NewCreateSpec(campaignapproval.Table, sqlgraph.NewFieldSpec(campaignapproval.FieldID, field.TypeInt))
 	)
-	_spec.OnConflict = _c.conflict
 	if value, ok := _c.mutation.Project(); ok {
 		_spec.SetField(campaignapproval.FieldProject, field.TypeString, value)
 		_node.Project = value
@@ -180,220 +177,11 @@ func (_c *CampaignApprovalCreate) createSpec() (*CampaignApproval, *sqlgraph.Cre
 	return _node, _spec
 }
 
-// OnConflict allows configuring the `ON CONFLICT` / `ON DUPLICATE KEY` clause
-// of the `INSERT` statement. For example:
-//
-//	client.CampaignApproval.Create().
-//		SetCampaignID(v).
-//		OnConflict(
-//			// Update the row with the new values
-//			// the was proposed for insertion.
-//			sql.ResolveWithNewValues(),
-//		).
-//		// Override some of the fields with custom
-//		// update values.
-//		Update(func(u *ent.CampaignApprovalUpsert) {
-//			SetCampaignID(v+v).
-//		}).
-//		Exec(ctx)
-func (_c *CampaignApprovalCreate) OnConflict(opts ...sql.ConflictOption) *CampaignApprovalUpsertOne {
-	_c.conflict = opts
-	return &CampaignApprovalUpsertOne{
-		create: _c,
-	}
-}
-
-// OnConflictColumns calls `OnConflict` and configures the columns
-// as conflict target. Using this option is equivalent to using:
-//
-//	client.CampaignApproval.Create().
-//		OnConflict(sql.ConflictColumns(columns...)).
-//		Exec(ctx)
-func (_c *CampaignApprovalCreate) OnConflictColumns(columns ...string) *CampaignApprovalUpsertOne {
-	_c.conflict = append(_c.conflict, sql.ConflictColumns(columns...))
-	return &CampaignApprovalUpsertOne{
-		create: _c,
-	}
-}
-
-type (
-	// CampaignApprovalUpsertOne is the builder for "upsert"-ing
-	//  one CampaignApproval node.
-	CampaignApprovalUpsertOne struct {
-		create *CampaignApprovalCreate
-	}
-
-	// CampaignApprovalUpsert is the "OnConflict" setter.
-	CampaignApprovalUpsert struct {
-		*sql.UpdateSet
-	}
-)
-
-// SetApprovedBy sets the "approved_by" field.
-func (u *CampaignApprovalUpsert) SetApprovedBy(v string) *CampaignApprovalUpsert {
-	u.Set(campaignapproval.FieldApprovedBy, v)
-	return u
-}
-
-// UpdateApprovedBy sets the "approved_by" field to the value that was provided on create.
-func (u *CampaignApprovalUpsert) UpdateApprovedBy() *CampaignApprovalUpsert {
-	u.SetExcluded(campaignapproval.FieldApprovedBy)
-	return u
-}
-
-// ClearApprovedBy clears the value of the "approved_by" field.
-func (u *CampaignApprovalUpsert) ClearApprovedBy() *CampaignApprovalUpsert {
-	u.SetNull(campaignapproval.FieldApprovedBy)
-	return u
-}
-
-// SetApprovedAt sets the "approved_at" field.
-func (u *CampaignApprovalUpsert) SetApprovedAt(v time.Time) *CampaignApprovalUpsert {
-	u.Set(campaignapproval.FieldApprovedAt, v)
-	return u
-}
-
-// UpdateApprovedAt sets the "approved_at" field to the value that was provided on create.
-func (u *CampaignApprovalUpsert) UpdateApprovedAt() *CampaignApprovalUpsert {
-	u.SetExcluded(campaignapproval.FieldApprovedAt)
-	return u
-}
-
-// ClearApprovedAt clears the value of the "approved_at" field.
-func (u *CampaignApprovalUpsert) ClearApprovedAt() *CampaignApprovalUpsert {
-	u.SetNull(campaignapproval.FieldApprovedAt)
-	return u
-}
-
-// UpdateNewValues updates the mutable fields using the new values that were set on create.
-// Using this option is equivalent to using:
-//
-//	client.CampaignApproval.Create().
-//		OnConflict(
-//			sql.ResolveWithNewValues(),
-//		).
-//		Exec(ctx)
-func (u *CampaignApprovalUpsertOne) UpdateNewValues() *CampaignApprovalUpsertOne {
-	u.create.conflict = append(u.create.conflict, sql.ResolveWithNewValues())
-	u.create.conflict = append(u.create.conflict, sql.ResolveWith(func(s *sql.UpdateSet) {
-		if _, exists := u.create.mutation.CampaignID(); exists {
-			s.SetIgnore(campaignapproval.FieldCampaignID)
-		}
-		if _, exists := u.create.mutation.Project(); exists {
-			s.SetIgnore(campaignapproval.FieldProject)
-		}
-	}))
-	return u
-}
-
-// Ignore sets each column to itself in case of conflict.
-// Using this option is equivalent to using:
-//
-//	client.CampaignApproval.Create().
-//	    OnConflict(sql.ResolveWithIgnore()).
-//	    Exec(ctx)
-func (u *CampaignApprovalUpsertOne) Ignore() *CampaignApprovalUpsertOne {
-	u.create.conflict = append(u.create.conflict, sql.ResolveWithIgnore())
-	return u
-}
-
-// DoNothing configures the conflict_action to `DO NOTHING`.
-// Supported only by SQLite and PostgreSQL.
-func (u *CampaignApprovalUpsertOne) DoNothing() *CampaignApprovalUpsertOne {
-	u.create.conflict = append(u.create.conflict, sql.DoNothing())
-	return u
-}
-
-// Update allows overriding fields `UPDATE` values. See the CampaignApprovalCreate.OnConflict
-// documentation for more info.
-func (u *CampaignApprovalUpsertOne) Update(set func(*CampaignApprovalUpsert)) *CampaignApprovalUpsertOne {
-	u.create.conflict = append(u.create.conflict, sql.ResolveWith(func(update *sql.UpdateSet) {
-		set(&CampaignApprovalUpsert{UpdateSet: update})
-	}))
-	return u
-}
-
-// SetApprovedBy sets the "approved_by" field.
-func (u *CampaignApprovalUpsertOne) SetApprovedBy(v string) *CampaignApprovalUpsertOne {
-	return u.Update(func(s *CampaignApprovalUpsert) {
-		s.SetApprovedBy(v)
-	})
-}
-
-// UpdateApprovedBy sets the "approved_by" field to the value that was provided on create.
-func (u *CampaignApprovalUpsertOne) UpdateApprovedBy() *CampaignApprovalUpsertOne {
-	return u.Update(func(s *CampaignApprovalUpsert) {
-		s.UpdateApprovedBy()
-	})
-}
-
-// ClearApprovedBy clears the value of the "approved_by" field.
-func (u *CampaignApprovalUpsertOne) ClearApprovedBy() *CampaignApprovalUpsertOne {
-	return u.Update(func(s *CampaignApprovalUpsert) {
-		s.ClearApprovedBy()
-	})
-}
-
-// SetApprovedAt sets the "approved_at" field.
-func (u *CampaignApprovalUpsertOne) SetApprovedAt(v time.Time) *CampaignApprovalUpsertOne {
-	return u.Update(func(s *CampaignApprovalUpsert) {
-		s.SetApprovedAt(v)
-	})
-}
-
-// UpdateApprovedAt sets the "approved_at" field to the value that was provided on create.
-func (u *CampaignApprovalUpsertOne) UpdateApprovedAt() *CampaignApprovalUpsertOne {
-	return u.Update(func(s *CampaignApprovalUpsert) {
-		s.UpdateApprovedAt()
-	})
-}
-
-// ClearApprovedAt clears the value of the "approved_at" field.
-func (u *CampaignApprovalUpsertOne) ClearApprovedAt() *CampaignApprovalUpsertOne {
-	return u.Update(func(s *CampaignApprovalUpsert) {
-		s.ClearApprovedAt()
-	})
-}
-
-// Exec executes the query.
-func (u *CampaignApprovalUpsertOne) Exec(ctx context.Context) error {
-	if len(u.create.conflict) == 0 {
-		return errors.New("ent: missing options for CampaignApprovalCreate.OnConflict")
-	}
-	return u.create.Exec(ctx)
-}
-
-// ExecX is like Exec, but panics if an error occurs.
-func (u *CampaignApprovalUpsertOne) ExecX(ctx context.Context) {
-	if err := u.create.Exec(ctx); err != nil {
-		panic(err)
-	}
-}
-
-// Exec executes the UPSERT query and returns the inserted/updated ID.
-func (u *CampaignApprovalUpsertOne) ID(ctx context.Context) (id int, err error) {
-	node, err := u.create.Save(ctx)
-	if err != nil {
-		return id, err
-	}
-	return node.ID, nil
-}
-
-// IDX is like ID, but panics if an error occurs.
-func (u *CampaignApprovalUpsertOne) IDX(ctx context.Context) int {
-	id, err := u.ID(ctx)
-	if err != nil {
-		panic(err)
-	}
-	return id
-}
-
 // CampaignApprovalCreateBulk is the builder for creating many CampaignApproval entities in bulk.
 type CampaignApprovalCreateBulk struct {
 	config
 	err      error
 	builders []*CampaignApprovalCreate
-	conflict []sql.ConflictOption
 }
 
 // Save creates the CampaignApproval entities in the database.
@@ -422,7 +210,6 @@ func (_c *CampaignApprovalCreateBulk) Save(ctx context.Context) ([]*CampaignAppr
 					_, err = mutators[i+1].Mutate(root, _c.builders[i+1].mutation)
 				} else {
 					spec := &sqlgraph.BatchCreateSpec{Nodes: specs}
-					spec.OnConflict = _c.conflict
 					// Invoke the actual operation on the latest mutation in the chain.
 					if err = sqlgraph.BatchCreate(ctx, _c.driver, spec); err != nil {
 						if sqlgraph.IsConstraintError(err) {
@@ -473,162 +260,6 @@ func (_c *CampaignApprovalCreateBulk) Exec(ctx context.Context) error {
 // ExecX is like Exec, but panics if an error occurs.
 func (_c *CampaignApprovalCreateBulk) ExecX(ctx context.Context) {
 	if err := _c.Exec(ctx); err != nil {
-		panic(err)
-	}
-}
-
-// OnConflict allows configuring the `ON CONFLICT` / `ON DUPLICATE KEY` clause
-// of the `INSERT` statement. For example:
-//
-//	client.CampaignApproval.CreateBulk(builders...).
-//		OnConflict(
-//			// Update the row with the new values
-//			// the was proposed for insertion.
-//			sql.ResolveWithNewValues(),
-//		).
-//		// Override some of the fields with custom
-//		// update values.
-//		Update(func(u *ent.CampaignApprovalUpsert) {
-//			SetCampaignID(v+v).
-//		}).
-//		Exec(ctx)
-func (_c *CampaignApprovalCreateBulk) OnConflict(opts ...sql.ConflictOption) *CampaignApprovalUpsertBulk {
-	_c.conflict = opts
-	return &CampaignApprovalUpsertBulk{
-		create: _c,
-	}
-}
-
-// OnConflictColumns calls `OnConflict` and configures the columns
-// as conflict target. Using this option is equivalent to using:
-//
-//	client.CampaignApproval.Create().
-//		OnConflict(sql.ConflictColumns(columns...)).
-//		Exec(ctx)
-func (_c *CampaignApprovalCreateBulk) OnConflictColumns(columns ...string) *CampaignApprovalUpsertBulk {
-	_c.conflict = append(_c.conflict, sql.ConflictColumns(columns...))
-	return &CampaignApprovalUpsertBulk{
-		create: _c,
-	}
-}
-
-// CampaignApprovalUpsertBulk is the builder for "upsert"-ing
-// a bulk of CampaignApproval nodes.
-type CampaignApprovalUpsertBulk struct {
-	create *CampaignApprovalCreateBulk
-}
-
-// UpdateNewValues updates the mutable fields using the new values that
-// were set on create. Using this option is equivalent to using:
-//
-//	client.CampaignApproval.Create().
-//		OnConflict(
-//			sql.ResolveWithNewValues(),
-//		).
-//		Exec(ctx)
-func (u *CampaignApprovalUpsertBulk) UpdateNewValues() *CampaignApprovalUpsertBulk {
-	u.create.conflict = append(u.create.conflict, sql.ResolveWithNewValues())
-	u.create.conflict = append(u.create.conflict, sql.ResolveWith(func(s *sql.UpdateSet) {
-		for _, b := range u.create.builders {
-			if _, exists := b.mutation.CampaignID(); exists {
-				s.SetIgnore(campaignapproval.FieldCampaignID)
-			}
-			if _, exists := b.mutation.Project(); exists {
-				s.SetIgnore(campaignapproval.FieldProject)
-			}
-		}
-	}))
-	return u
-}
-
-// Ignore sets each column to itself in case of conflict.
-// Using this option is equivalent to using:
-//
-//	client.CampaignApproval.Create().
-//		OnConflict(sql.ResolveWithIgnore()).
-//		Exec(ctx)
-func (u *CampaignApprovalUpsertBulk) Ignore() *CampaignApprovalUpsertBulk {
-	u.create.conflict = append(u.create.conflict, sql.ResolveWithIgnore())
-	return u
-}
-
-// DoNothing configures the conflict_action to `DO NOTHING`.
-// Supported only by SQLite and PostgreSQL.
-func (u *CampaignApprovalUpsertBulk) DoNothing() *CampaignApprovalUpsertBulk {
-	u.create.conflict = append(u.create.conflict, sql.DoNothing())
-	return u
-}
-
-// Update allows overriding fields `UPDATE` values. See the CampaignApprovalCreateBulk.OnConflict
-// documentation for more info.
-func (u *CampaignApprovalUpsertBulk) Update(set func(*CampaignApprovalUpsert)) *CampaignApprovalUpsertBulk {
-	u.create.conflict = append(u.create.conflict, sql.ResolveWith(func(update *sql.UpdateSet) {
-		set(&CampaignApprovalUpsert{UpdateSet: update})
-	}))
-	return u
-}
-
-// SetApprovedBy sets the "approved_by" field.
-func (u *CampaignApprovalUpsertBulk) SetApprovedBy(v string) *CampaignApprovalUpsertBulk {
-	return u.Update(func(s *CampaignApprovalUpsert) {
-		s.SetApprovedBy(v)
-	})
-}
-
-// UpdateApprovedBy sets the "approved_by" field to the value that was provided on create.
-func (u *CampaignApprovalUpsertBulk) UpdateApprovedBy() *CampaignApprovalUpsertBulk {
-	return u.Update(func(s *CampaignApprovalUpsert) {
-		s.UpdateApprovedBy()
-	})
-}
-
-// ClearApprovedBy clears the value of the "approved_by" field.
-func (u *CampaignApprovalUpsertBulk) ClearApprovedBy() *CampaignApprovalUpsertBulk {
-	return u.Update(func(s *CampaignApprovalUpsert) {
-		s.ClearApprovedBy()
-	})
-}
-
-// SetApprovedAt sets the "approved_at" field.
-func (u *CampaignApprovalUpsertBulk) SetApprovedAt(v time.Time) *CampaignApprovalUpsertBulk {
-	return u.Update(func(s *CampaignApprovalUpsert) {
-		s.SetApprovedAt(v)
-	})
-}
-
-// UpdateApprovedAt sets the "approved_at" field to the value that was provided on create.
-func (u *CampaignApprovalUpsertBulk) UpdateApprovedAt() *CampaignApprovalUpsertBulk {
-	return u.Update(func(s *CampaignApprovalUpsert) {
-		s.UpdateApprovedAt()
-	})
-}
-
-// ClearApprovedAt clears the value of the "approved_at" field.
-func (u *CampaignApprovalUpsertBulk) ClearApprovedAt() *CampaignApprovalUpsertBulk {
-	return u.Update(func(s *CampaignApprovalUpsert) {
-		s.ClearApprovedAt()
-	})
-}
-
-// Exec executes the query.
-func (u *CampaignApprovalUpsertBulk) Exec(ctx context.Context) error {
-	if u.create.err != nil {
-		return u.create.err
-	}
-	for i, b := range u.create.builders {
-		if len(b.conflict) != 0 {
-			return fmt.Errorf("ent: OnConflict was set for builder %d. Set it on the CampaignApprovalCreateBulk instead", i)
-		}
-	}
-	if len(u.create.conflict) == 0 {
-		return errors.New("ent: missing options for CampaignApprovalCreateBulk.OnConflict")
-	}
-	return u.create.Exec(ctx)
-}
-
-// ExecX is like Exec, but panics if an error occurs.
-func (u *CampaignApprovalUpsertBulk) ExecX(ctx context.Context) {
-	if err := u.create.Exec(ctx); err != nil {
 		panic(err)
 	}
 }

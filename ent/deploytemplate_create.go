@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"time"
 
-	"entgo.io/ent/dialect/sql"
 	"entgo.io/ent/dialect/sql/sqlgraph"
 	"entgo.io/ent/schema/field"
 	"github.com/anvilproject/anvil/ent/deploytemplate"
@@ -20,7 +19,6 @@ type DeployTemplateCreate struct {
 	config
 	mutation *DeployTemplateMutation
 	hooks    []Hook
-	conflict []sql.ConflictOption
 }
 
 // SetCreatedAt sets the "created_at" field.
@@ -172,7 +170,6 @@ func (_c *DeployTemplateCreate) createSpec() (*DeployTemplate, *sqlgraph.CreateS
 		_node = &DeployTemplate{config: _c.config}
 		_spec = sqlgraph.NewCreateSpec(deploytemplate.Table, sqlgraph.NewFieldSpec(deploytemplate.FieldID, field.TypeInt))
 	)
-	_spec.OnConflict = _c.conflict
 	if value, ok := _c.mutation.CreatedAt(); ok {
 		_spec.SetField(deploytemplate.FieldCreatedAt, field.TypeTime, value)
 		_node.CreatedAt = value
@@ -212,246 +209,11 @@ func (_c *DeployTemplateCreate) createSpec() (*DeployTemplate, *sqlgraph.CreateS
 	return _node, _spec
 }
 
-// OnConflict allows configuring the `ON CONFLICT` / `ON DUPLICATE KEY` clause
-// of the `INSERT` statement. For example:
-//
-//	client.DeployTemplate.Create().
-//		SetCreatedAt(v).
-//		OnConflict(
-//			// Update the row with the new values
-//			// the was proposed for insertion.
-//			sql.ResolveWithNewValues(),
-//		).
-//		// Override some of the fields with custom
-//		// update values.
-//		Update(func(u *ent.DeployTemplateUpsert) {
-//			SetCreatedAt(v+v).
-//		}).
-//		Exec(ctx)
-func (_c *DeployTemplateCreate) OnConflict(opts ...sql.ConflictOption) *DeployTemplateUpsertOne {
-	_c.conflict = opts
-	return &DeployTemplateUpsertOne{
-		create: _c,
-	}
-}
-
-// OnConflictColumns calls `OnConflict` and configures the columns
-// as conflict target. Using this option is equivalent to using:
-//
-//	client.DeployTemplate.Create().
-//		OnConflict(sql.ConflictColumns(columns...)).
-//		Exec(ctx)
-func (_c *DeployTemplateCreate) OnConflictColumns(columns ...string) *DeployTemplateUpsertOne {
-	_c.conflict = append(_c.conflict, sql.ConflictColumns(columns...))
-	return &DeployTemplateUpsertOne{
-		create: _c,
-	}
-}
-
-type (
-	// DeployTemplateUpsertOne is the builder for "upsert"-ing
-	//  one DeployTemplate node.
-	DeployTemplateUpsertOne struct {
-		create *DeployTemplateCreate
-	}
-
-	// DeployTemplateUpsert is the "OnConflict" setter.
-	DeployTemplateUpsert struct {
-		*sql.UpdateSet
-	}
-)
-
-// SetUpdatedAt sets the "updated_at" field.
-func (u *DeployTemplateUpsert) SetUpdatedAt(v time.Time) *DeployTemplateUpsert {
-	u.Set(deploytemplate.FieldUpdatedAt, v)
-	return u
-}
-
-// UpdateUpdatedAt sets the "updated_at" field to the value that was provided on create.
-func (u *DeployTemplateUpsert) UpdateUpdatedAt() *DeployTemplateUpsert {
-	u.SetExcluded(deploytemplate.FieldUpdatedAt)
-	return u
-}
-
-// ClearUpdatedAt clears the value of the "updated_at" field.
-func (u *DeployTemplateUpsert) ClearUpdatedAt() *DeployTemplateUpsert {
-	u.SetNull(deploytemplate.FieldUpdatedAt)
-	return u
-}
-
-// SetName sets the "name" field.
-func (u *DeployTemplateUpsert) SetName(v string) *DeployTemplateUpsert {
-	u.Set(deploytemplate.FieldName, v)
-	return u
-}
-
-// UpdateName sets the "name" field to the value that was provided on create.
-func (u *DeployTemplateUpsert) UpdateName() *DeployTemplateUpsert {
-	u.SetExcluded(deploytemplate.FieldName)
-	return u
-}
-
-// SetExtra sets the "extra" field.
-func (u *DeployTemplateUpsert) SetExtra(v map[string]interface{}) *DeployTemplateUpsert {
-	u.Set(deploytemplate.FieldExtra, v)
-	return u
-}
-
-// UpdateExtra sets the "extra" field to the value that was provided on create.
-func (u *DeployTemplateUpsert) UpdateExtra() *DeployTemplateUpsert {
-	u.SetExcluded(deploytemplate.FieldExtra)
-	return u
-}
-
-// ClearExtra clears the value of the "extra" field.
-func (u *DeployTemplateUpsert) ClearExtra() *DeployTemplateUpsert {
-	u.SetNull(deploytemplate.FieldExtra)
-	return u
-}
-
-// UpdateNewValues updates the mutable fields using the new values that were set on create.
-// Using this option is equivalent to using:
-//
-//	client.DeployTemplate.Create().
-//		OnConflict(
-//			sql.ResolveWithNewValues(),
-//		).
-//		Exec(ctx)
-func (u *DeployTemplateUpsertOne) UpdateNewValues() *DeployTemplateUpsertOne {
-	u.create.conflict = append(u.create.conflict, sql.ResolveWithNewValues())
-	u.create.conflict = append(u.create.conflict, sql.ResolveWith(func(s *sql.UpdateSet) {
-		if _, exists := u.create.mutation.CreatedAt(); exists {
-			s.SetIgnore(deploytemplate.FieldCreatedAt)
-		}
-		if _, exists := u.create.mutation.UUID(); exists {
-			s.SetIgnore(deploytemplate.FieldUUID)
-		}
-	}))
-	return u
-}
-
-// Ignore sets each column to itself in case of conflict.
-// Using this option is equivalent to using:
-//
-//	client.DeployTemplate.Create().
-//	    OnConflict(sql.ResolveWithIgnore()).
-//	    Exec(ctx)
-func (u *DeployTemplateUpsertOne) Ignore() *DeployTemplateUpsertOne {
-	u.create.conflict = append(u.create.conflict, sql.ResolveWithIgnore())
-	return u
-}
-
-// DoNothing configures the conflict_action to `DO NOTHING`.
-// Supported only by SQLite and PostgreSQL.
-func (u *DeployTemplateUpsertOne) DoNothing() *DeployTemplateUpsertOne {
-	u.create.conflict = append(u.create.conflict, sql.DoNothing())
-	return u
-}
-
-// Update allows overriding fields `UPDATE` values. See the DeployTemplateCreate.OnConflict
-// documentation for more info.
-func (u *DeployTemplateUpsertOne) Update(set func(*DeployTemplateUpsert)) *DeployTemplateUpsertOne {
-	u.create.conflict = append(u.create.conflict, sql.ResolveWith(func(update *sql.UpdateSet) {
-		set(&DeployTemplateUpsert{UpdateSet: update})
-	}))
-	return u
-}
-
-// SetUpdatedAt sets the "updated_at" field.
-func (u *DeployTemplateUpsertOne) SetUpdatedAt(v time.Time) *DeployTemplateUpsertOne {
-	return u.Update(func(s *DeployTemplateUpsert) {
-		s.SetUpdatedAt(v)
-	})
-}
-
-// UpdateUpdatedAt sets the "updated_at" field to the value that was provided on create.
-func (u *DeployTemplateUpsertOne) UpdateUpdatedAt() *DeployTemplateUpsertOne {
-	return u.Update(func(s *DeployTemplateUpsert) {
-		s.UpdateUpdatedAt()
-	})
-}
-
-// ClearUpdatedAt clears the value of the "updated_at" field.
-func (u *DeployTemplateUpsertOne) ClearUpdatedAt() *DeployTemplateUpsertOne {
-	return u.Update(func(s *DeployTemplateUpsert) {
-		s.ClearUpdatedAt()
-	})
-}
-
-// SetName sets the "name" field.
-func (u *DeployTemplateUpsertOne) SetName(v string) *DeployTemplateUpsertOne {
-	return u.Update(func(s *DeployTemplateUpsert) {
-		s.SetName(v)
-	})
-}
-
-// UpdateName sets the "name" field to the value that was provided on create.
-func (u *DeployTemplateUpsertOne) UpdateName() *DeployTemplateUpsertOne {
-	return u.Update(func(s *DeployTemplateUpsert) {
-		s.UpdateName()
-	})
-}
-
-// SetExtra sets the "extra" field.
-func (u *DeployTemplateUpsertOne) SetExtra(v map[string]interface{}) *DeployTemplateUpsertOne {
-	return u.Update(func(s *DeployTemplateUpsert) {
-		s.SetExtra(v)
-	})
-}
-
-// UpdateExtra sets the "extra" field to the value that was provided on create.
-func (u *DeployTemplateUpsertOne) UpdateExtra() *DeployTemplateUpsertOne {
-	return u.Update(func(s *DeployTemplateUpsert) {
-		s.UpdateExtra()
-	})
-}
-
-// ClearExtra clears the value of the "extra" field.
-func (u *DeployTemplateUpsertOne) ClearExtra() *DeployTemplateUpsertOne {
-	return u.Update(func(s *DeployTemplateUpsert) {
-		s.ClearExtra()
-	})
-}
-
-// Exec executes the query.
-func (u *DeployTemplateUpsertOne) Exec(ctx context.Context) error {
-	if len(u.create.conflict) == 0 {
-		return errors.New("ent: missing options for DeployTemplateCreate.OnConflict")
-	}
-	return u.create.Exec(ctx)
-}
-
-// ExecX is like Exec, but panics if an error occurs.
-func (u *DeployTemplateUpsertOne) ExecX(ctx context.Context) {
-	if err := u.create.Exec(ctx); err != nil {
-		panic(err)
-	}
-}
-
-// Exec executes the UPSERT query and returns the inserted/updated ID.
-func (u *DeployTemplateUpsertOne) ID(ctx context.Context) (id int, err error) {
-	node, err := u.create.Save(ctx)
-	if err != nil {
-		return id, err
-	}
-	return node.ID, nil
-}
-
-// IDX is like ID, but panics if an error occurs.
-func (u *DeployTemplateUpsertOne) IDX(ctx context.Context) int {
-	id, err := u.ID(ctx)
-	if err != nil {
-		panic(err)
-	}
-	return id
-}
-
 // DeployTemplateCreateBulk is the builder for creating many DeployTemplate entities in bulk.
 type DeployTemplateCreateBulk struct {
 	config
 	err      error
 	builders []*DeployTemplateCreate
-	conflict []sql.ConflictOption
 }
 
 // Save creates the DeployTemplate entities in the database.
@@ -481,7 +243,6 @@ func (_c *DeployTemplateCreateBulk) Save(ctx context.Context) ([]*DeployTemplate
 					_, err = mutators[i+1].Mutate(root, _c.builders[i+1].mutation)
 				} else {
 					spec := &sqlgraph.BatchCreateSpec{Nodes: specs}
-					spec.OnConflict = _c.conflict
 					// Invoke the actual operation on the latest mutation in the chain.
 					if err = sqlgraph.BatchCreate(ctx, _c.driver, spec); err != nil {
 						if sqlgraph.IsConstraintError(err) {
@@ -532,176 +293,6 @@ func (_c *DeployTemplateCreateBulk) Exec(ctx context.Context) error {
 // ExecX is like Exec, but panics if an error occurs.
 func (_c *DeployTemplateCreateBulk) ExecX(ctx context.Context) {
 	if err := _c.Exec(ctx); err != nil {
-		panic(err)
-	}
-}
-
-// OnConflict allows configuring the `ON CONFLICT` / `ON DUPLICATE KEY` clause
-// of the `INSERT` statement. For example:
-//
-//	client.DeployTemplate.CreateBulk(builders...).
-//		OnConflict(
-//			// Update the row with the new values
-//			// the was proposed for insertion.
-//			sql.ResolveWithNewValues(),
-//		).
-//		// Override some of the fields with custom
-//		// update values.
-//		Update(func(u *ent.DeployTemplateUpsert) {
-//			SetCreatedAt(v+v).
-//		}).
-//		Exec(ctx)
-func (_c *DeployTemplateCreateBulk) OnConflict(opts ...sql.ConflictOption) *DeployTemplateUpsertBulk {
-	_c.conflict = opts
-	return &DeployTemplateUpsertBulk{
-		create: _c,
-	}
-}
-
-// OnConflictColumns calls `OnConflict` and configures the columns
-// as conflict target. Using this option is equivalent to using:
-//
-//	client.DeployTemplate.Create().
-//		OnConflict(sql.ConflictColumns(columns...)).
-//		Exec(ctx)
-func (_c *DeployTemplateCreateBulk) OnConflictColumns(columns ...string) *DeployTemplateUpsertBulk {
-	_c.conflict = append(_c.conflict, sql.ConflictColumns(columns...))
-	return &DeployTemplateUpsertBulk{
-		create: _c,
-	}
-}
-
-// DeployTemplateUpsertBulk is the builder for "upsert"-ing
-// a bulk of DeployTemplate nodes.
-type DeployTemplateUpsertBulk struct {
-	create *DeployTemplateCreateBulk
-}
-
-// UpdateNewValues updates the mutable fields using the new values that
-// were set on create. Using this option is equivalent to using:
-//
-//	client.DeployTemplate.Create().
-//		OnConflict(
-//			sql.ResolveWithNewValues(),
-//		).
-//		Exec(ctx)
-func (u *DeployTemplateUpsertBulk) UpdateNewValues() *DeployTemplateUpsertBulk {
-	u.create.conflict = append(u.create.conflict, sql.ResolveWithNewValues())
-	u.create.conflict = append(u.create.conflict, sql.ResolveWith(func(s *sql.UpdateSet) {
-		for _, b := range u.create.builders {
-			if _, exists := b.mutation.CreatedAt(); exists {
-				s.SetIgnore(deploytemplate.FieldCreatedAt)
-			}
-			if _, exists := b.mutation.UUID(); exists {
-				s.SetIgnore(deploytemplate.FieldUUID)
-			}
-		}
-	}))
-	return u
-}
-
-// Ignore sets each column to itself in case of conflict.
-// Using this option is equivalent to using:
-//
-//	client.DeployTemplate.Create().
-//		OnConflict(sql.ResolveWithIgnore()).
-//		Exec(ctx)
-func (u *DeployTemplateUpsertBulk) Ignore() *DeployTemplateUpsertBulk {
-	u.create.conflict = append(u.create.conflict, sql.ResolveWithIgnore())
-	return u
-}
-
-// DoNothing configures the conflict_action to `DO NOTHING`.
-// Supported only by SQLite and PostgreSQL.
-func (u *DeployTemplateUpsertBulk) DoNothing() *DeployTemplateUpsertBulk {
-	u.create.conflict = append(u.create.conflict, sql.DoNothing())
-	return u
-}
-
-// Update allows overriding fields `UPDATE` values. See the DeployTemplateCreateBulk.OnConflict
-// documentation for more info.
-func (u *DeployTemplateUpsertBulk) Update(set func(*DeployTemplateUpsert)) *DeployTemplateUpsertBulk {
-	u.create.conflict = append(u.create.conflict, sql.ResolveWith(func(update *sql.UpdateSet) {
-		set(&DeployTemplateUpsert{UpdateSet: update})
-	}))
-	return u
-}
-
-// SetUpdatedAt sets the "updated_at" field.
-func (u *DeployTemplateUpsertBulk) SetUpdatedAt(v time.Time) *DeployTemplateUpsertBulk {
-	return u.Update(func(s *DeployTemplateUpsert) {
-		s.SetUpdatedAt(v)
-	})
-}
-
-// UpdateUpdatedAt sets the "updated_at" field to the value that was provided on create.
-func (u *DeployTemplateUpsertBulk) UpdateUpdatedAt() *DeployTemplateUpsertBulk {
-	return u.Update(func(s *DeployTemplateUpsert) {
-		s.UpdateUpdatedAt()
-	})
-}
-
-// ClearUpdatedAt clears the value of the "updated_at" field.
-func (u *DeployTemplateUpsertBulk) ClearUpdatedAt() *DeployTemplateUpsertBulk {
-	return u.Update(func(s *DeployTemplateUpsert) {
-		s.ClearUpdatedAt()
-	})
-}
-
-// SetName sets the "name" field.
-func (u *DeployTemplateUpsertBulk) SetName(v string) *DeployTemplateUpsertBulk {
-	return u.Update(func(s *DeployTemplateUpsert) {
-		s.SetName(v)
-	})
-}
-
-// UpdateName sets the "name" field to the value that was provided on create.
-func (u *DeployTemplateUpsertBulk) UpdateName() *DeployTemplateUpsertBulk {
-	return u.Update(func(s *DeployTemplateUpsert) {
-		s.UpdateName()
-	})
-}
-
-// SetExtra sets the "extra" field.
-func (u *DeployTemplateUpsertBulk) SetExtra(v map[string]interface{}) *DeployTemplateUpsertBulk {
-	return u.Update(func(s *DeployTemplateUpsert) {
-		s.SetExtra(v)
-	})
-}
-
-// UpdateExtra sets the "extra" field to the value that was provided on create.
-func (u *DeployTemplateUpsertBulk) UpdateExtra() *DeployTemplateUpsertBulk {
-	return u.Update(func(s *DeployTemplateUpsert) {
-		s.UpdateExtra()
-	})
-}
-
-// ClearExtra clears the value of the "extra" field.
-func (u *DeployTemplateUpsertBulk) ClearExtra() *DeployTemplateUpsertBulk {
-	return u.Update(func(s *DeployTemplateUpsert) {
-		s.ClearExtra()
-	})
-}
-
-// Exec executes the query.
-func (u *DeployTemplateUpsertBulk) Exec(ctx context.Context) error {
-	if u.create.err != nil {
-		return u.create.err
-	}
-	for i, b := range u.create.builders {
-		if len(b.conflict) != 0 {
-			return fmt.Errorf("ent: OnConflict was set for builder %d. Set it on the DeployTemplateCreateBulk instead", i)
-		}
-	}
-	if len(u.create.conflict) == 0 {
-		return errors.New("ent: missing options for DeployTemplateCreateBulk.OnConflict")
-	}
-	return u.create.Exec(ctx)
-}
-
-// ExecX is like Exec, but panics if an error occurs.
-func (u *DeployTemplateUpsertBulk) ExecX(ctx context.Context) {
-	if err := u.create.Exec(ctx); err != nil {
 		panic(err)
 	}
 }

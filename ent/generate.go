@@ -1,3 +1,3 @@
 package ent
 
-//go:generate go tool ent generate --feature sql/upsert,sql/lock,sql/modifier,sql/execquery ./schema
+//go:generate go tool ent generate --feature sql/lock,sql/modifier,sql/execquery ./schema

@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"time"
 
-	"entgo.io/ent/dialect/sql"
 	"entgo.io/ent/dialect/sql/sqlgraph"
 	"entgo.io/ent/schema/field"
 	"github.com/anvilproject/anvil/ent/leaseevent"
@@ -19,7 +18,6 @@ type LeaseEventCreate struct {
 	config
 	mutation *LeaseEventMutation
 	hooks    []Hook
-	conflict []sql.ConflictOption
 }
 
 // SetEventType sets the "event_type" field.
@@ -184,7 +182,6 @@ func (_c *LeaseEventCreate) createSpec() (*LeaseEvent, *sqlgraph.CreateSpec) {
 		_node = &LeaseEvent{config: _c.config}
 		_spec = sqlgraph.NewCreateSpec(leaseevent.Table, sqlgraph.NewFieldSpec(leaseevent.FieldID, field.TypeInt))
 	)
-	_spec.OnConflict = _c.conflict
 	if value, ok := _c.mutation.EventType(); ok {
 		_spec.SetField(leaseevent.FieldEventType, field.TypeString, value)
 		_node.EventType = value
@@ -220,160 +217,11 @@ func (_c *LeaseEventCreate) createSpec() (*LeaseEvent, *sqlgraph.CreateSpec) {
 	return _node, _spec
 }
 
-// OnConflict allows configuring the `ON CONFLICT` / `ON DUPLICATE KEY` clause
-// of the `INSERT` statement. For example:
-//
-//	client.LeaseEvent.Create().
-//		SetEventType(v).
-//		OnConflict(
-//			// Update the row with the new values
-//			// the was proposed for insertion.
-//			sql.ResolveWithNewValues(),
-//		).
-//		// Override some of the fields with custom
-//		// update values.
-//		Update(func(u *ent.LeaseEventUpsert) {
-//			SetEventType(v+v).
-//		}).
-//		Exec(ctx)
-func (_c *LeaseEventCreate) OnConflict(opts ...sql.ConflictOption) *LeaseEventUpsertOne {
-	_c.conflict = opts
-	return &LeaseEventUpsertOne{
-		create: _c,
-	}
-}
-
-// OnConflictColumns calls `OnConflict` and configures the columns
-// as conflict target. Using this option is equivalent to using:
-//
-//	client.LeaseEvent.Create().
-//		OnConflict(sql.ConflictColumns(columns...)).
-//		Exec(ctx)
-func (_c *LeaseEventCreate) OnConflictColumns(columns ...string) *LeaseEventUpsertOne {
-	_c.conflict = append(_c.conflict, sql.ConflictColumns(columns...))
-	return &LeaseEventUpsertOne{
-		create: _c,
-	}
-}
-
-type (
-	// LeaseEventUpsertOne is the builder for "upsert"-ing
-	//  one LeaseEvent node.
-	LeaseEventUpsertOne struct {
-		create *LeaseEventCreate
-	}
-
-	// LeaseEventUpsert is the "OnConflict" setter.
-	LeaseEventUpsert struct {
-		*sql.UpdateSet
-	}
-)
-
-// UpdateNewValues updates the mutable fields using the new values that were set on create.
-// Using this option is equivalent to using:
-//
-//	client.LeaseEvent.Create().
-//		OnConflict(
-//			sql.ResolveWithNewValues(),
-//		).
-//		Exec(ctx)
-func (u *LeaseEventUpsertOne) UpdateNewValues() *LeaseEventUpsertOne {
-	u.create.conflict = append(u.create.conflict, sql.ResolveWithNewValues())
-	u.create.conflict = append(u.create.conflict, sql.ResolveWith(func(s *sql.UpdateSet) {
-		if _, exists := u.create.mutation.EventType(); exists {
-			s.SetIgnore(leaseevent.FieldEventType)
-		}
-		if _, exists := u.create.mutation.EventTime(); exists {
-			s.SetIgnore(leaseevent.FieldEventTime)
-		}
-		if _, exists := u.create.mutation.ObjectType(); exists {
-			s.SetIgnore(leaseevent.FieldObjectType)
-		}
-		if _, exists := u.create.mutation.ObjectUUID(); exists {
-			s.SetIgnore(leaseevent.FieldObjectUUID)
-		}
-		if _, exists := u.create.mutation.ResourceType(); exists {
-			s.SetIgnore(leaseevent.FieldResourceType)
-		}
-		if _, exists := u.create.mutation.ResourceUUID(); exists {
-			s.SetIgnore(leaseevent.FieldResourceUUID)
-		}
-		if _, exists := u.create.mutation.LesseeID(); exists {
-			s.SetIgnore(leaseevent.FieldLesseeID)
-		}
-		if _, exists := u.create.mutation.OwnerID(); exists {
-			s.SetIgnore(leaseevent.FieldOwnerID)
-		}
-	}))
-	return u
-}
-
-// Ignore sets each column to itself in case of conflict.
-// Using this option is equivalent to using:
-//
-//	client.LeaseEvent.Create().
-//	    OnConflict(sql.ResolveWithIgnore()).
-//	    Exec(ctx)
-func (u *LeaseEventUpsertOne) Ignore() *LeaseEventUpsertOne {
-	u.create.conflict = append(u.create.conflict, sql.ResolveWithIgnore())
-	return u
-}
-
-// DoNothing configures the conflict_action to `DO NOTHING`.
-// Supported only by SQLite and PostgreSQL.
-func (u *LeaseEventUpsertOne) DoNothing() *LeaseEventUpsertOne {
-	u.create.conflict = append(u.create.conflict, sql.DoNothing())
-	return u
-}
-
-// Update allows overriding fields `UPDATE` values. See the LeaseEventCreate.OnConflict
-// documentation for more info.
-func (u *LeaseEventUpsertOne) Update(set func(*LeaseEventUpsert)) *LeaseEventUpsertOne {
-	u.create.conflict = append(u.create.conflict, sql.ResolveWith(func(update *sql.UpdateSet) {
-		set(&LeaseEventUpsert{UpdateSet: update})
-	}))
-	return u
-}
-
-// Exec executes the query.
-func (u *LeaseEventUpsertOne) Exec(ctx context.Context) error {
-	if len(u.create.conflict) == 0 {
-		return errors.New("ent: missing options for LeaseEventCreate.OnConflict")
-	}
-	return u.create.Exec(ctx)
-}
-
-// ExecX is like Exec, but panics if an error occurs.
-func (u *LeaseEventUpsertOne) ExecX(ctx context.Context) {
-	if err := u.create.Exec(ctx); err != nil {
-		panic(err)
-	}
-}
-
-// Exec executes the UPSERT query and returns the inserted/updated ID.
-func (u *LeaseEventUpsertOne) ID(ctx context.Context) (id int, err error) {
-	node, err := u.create.Save(ctx)
-	if err != nil {
-		return id, err
-	}
-	return node.ID, nil
-}
-
-// IDX is like ID, but panics if an error occurs.
-func (u *LeaseEventUpsertOne) IDX(ctx context.Context) int {
-	id, err := u.ID(ctx)
-	if err != nil {
-		panic(err)
-	}
-	return id
-}
-
 // LeaseEventCreateBulk is the builder for creating many LeaseEvent entities in bulk.
 type LeaseEventCreateBulk struct {
 	config
 	err      error
 	builders []*LeaseEventCreate
-	conflict []sql.ConflictOption
 }
 
 // Save creates the LeaseEvent entities in the database.
@@ -402,7 +250,6 @@ func (_c *LeaseEventCreateBulk) Save(ctx context.Context) ([]*LeaseEvent, error)
 					_, err = mutators[i+1].Mutate(root, _c.builders[i+1].mutation)
 				} else {
 					spec := &sqlgraph.BatchCreateSpec{Nodes: specs}
-					spec.OnConflict = _c.conflict
 					// Invoke the actual operation on the latest mutation in the chain.
 					if err = sqlgraph.BatchCreate(ctx, _c.driver, spec); err != nil {
 						if sqlgraph.IsConstraintError(err) {
@@ -453,138 +300,6 @@ func (_c *LeaseEventCreateBulk) Exec(ctx context.Context) error {
 // ExecX is like Exec, but panics if an error occurs.
 func (_c *LeaseEventCreateBulk) ExecX(ctx context.Context) {
 	if err := _c.Exec(ctx); err != nil {
-		panic(err)
-	}
-}
-
-// OnConflict allows configuring the `ON CONFLICT` / `ON DUPLICATE KEY` clause
-// of the `INSERT` statement. For example:
-//
-//	client.LeaseEvent.CreateBulk(builders...).
-//		OnConflict(
-//			// Update the row with the new values
-//			// the was proposed for insertion.
-//			sql.ResolveWithNewValues(),
-//		).
-//		// Override some of the fields with custom
-//		// update values.
-//		Update(func(u *ent.LeaseEventUpsert) {
-//			SetEventType(v+v).
-//		}).
-//		Exec(ctx)
-func (_c *LeaseEventCreateBulk) OnConflict(opts ...sql.ConflictOption) *LeaseEventUpsertBulk {
-	_c.conflict = opts
-	return &LeaseEventUpsertBulk{
-		create: _c,
-	}
-}
-
-// OnConflictColumns calls `OnConflict` and configures the columns
-// as conflict target. Using this option is equivalent to using:
-//
-//	client.LeaseEvent.Create().
-//		OnConflict(sql.ConflictColumns(columns...)).
-//		Exec(ctx)
-func (_c *LeaseEventCreateBulk) OnConflictColumns(columns ...string) *LeaseEventUpsertBulk {
-	_c.conflict = append(_c.conflict, sql.ConflictColumns(columns...))
-	return &LeaseEventUpsertBulk{
-		create: _c,
-	}
-}
-
-// LeaseEventUpsertBulk is the builder for "upsert"-ing
-// a bulk of LeaseEvent nodes.
-type LeaseEventUpsertBulk struct {
-	create *LeaseEventCreateBulk
-}
-
-// UpdateNewValues updates the mutable fields using the new values that
-// were set on create. Using this option is equivalent to using:
-//
-//	client.LeaseEvent.Create().
-//		OnConflict(
-//			sql.ResolveWithNewValues(),
-//		).
-//		Exec(ctx)
-func (u *LeaseEventUpsertBulk) UpdateNewValues() *LeaseEventUpsertBulk {
-	u.create.conflict = append(u.create.conflict, sql.ResolveWithNewValues())
-	u.create.conflict = append(u.create.conflict, sql.ResolveWith(func(s *sql.UpdateSet) {
-		for _, b := range u.create.builders {
-			if _, exists := b.mutation.EventType(); exists {
-				s.SetIgnore(leaseevent.FieldEventType)
-			}
-			if _, exists := b.mutation.EventTime(); exists {
-				s.SetIgnore(leaseevent.FieldEventTime)
-			}
-			if _, exists := b.mutation.ObjectType(); exists {
-				s.SetIgnore(leaseevent.FieldObjectType)
-			}
-			if _, exists := b.mutation.ObjectUUID(); exists {
-				s.SetIgnore(leaseevent.FieldObjectUUID)
-			}
-			if _, exists := b.mutation.ResourceType(); exists {
-				s.SetIgnore(leaseevent.FieldResourceType)
-			}
-			if _, exists := b.mutation.ResourceUUID(); exists {
-				s.SetIgnore(leaseevent.FieldResourceUUID)
-			}
-			if _, exists := b.mutation.LesseeID(); exists {
-				s.SetIgnore(leaseevent.FieldLesseeID)
-			}
-			if _, exists := b.mutation.OwnerID(); exists {
-				s.SetIgnore(leaseevent.FieldOwnerID)
-			}
-		}
-	}))
-	return u
-}
-
-// Ignore sets each column to itself in case of conflict.
-// Using this option is equivalent to using:
-//
-//	client.LeaseEvent.Create().
-//		OnConflict(sql.ResolveWithIgnore()).
-//		Exec(ctx)
-func (u *LeaseEventUpsertBulk) Ignore() *LeaseEventUpsertBulk {
-	u.create.conflict = append(u.create.conflict, sql.ResolveWithIgnore())
-	return u
-}
-
-// DoNothing configures the conflict_action to `DO NOTHING`.
-// Supported only by SQLite and PostgreSQL.
-func (u *LeaseEventUpsertBulk) DoNothing() *LeaseEventUpsertBulk {
-	u.create.conflict = append(u.create.conflict, sql.DoNothing())
-	return u
-}
-
-// Update allows overriding fields `UPDATE` values. See the LeaseEventCreateBulk.OnConflict
-// documentation for more info.
-func (u *LeaseEventUpsertBulk) Update(set func(*LeaseEventUpsert)) *LeaseEventUpsertBulk {
-	u.create.conflict = append(u.create.conflict, sql.ResolveWith(func(update *sql.UpdateSet) {
-		set(&LeaseEventUpsert{UpdateSet: update})
-	}))
-	return u
-}
-
-// Exec executes the query.
-func (u *LeaseEventUpsertBulk) Exec(ctx context.Context) error {
-	if u.create.err != nil {
-		return u.create.err
-	}
-	for i, b := range u.create.builders {
-		if len(b.conflict) != 0 {
-			return fmt.Errorf("ent: OnConflict was set for builder %d. Set it on the LeaseEventCreateBulk instead", i)
-		}
-	}
-	if len(u.create.conflict) == 0 {
-		return errors.New("ent: missing options for LeaseEventCreateBulk.OnConflict")
-	}
-	return u.create.Exec(ctx)
-}
-
-// ExecX is like Exec, but panics if an error occurs.
-func (u *LeaseEventUpsertBulk) ExecX(ctx context.Context) {
-	if err := u.create.Exec(ctx); err != nil {
 		panic(err)
 	}
 }

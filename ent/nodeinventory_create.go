@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"time"
 
-	"entgo.io/ent/dialect/sql"
 	"entgo.io/ent/dialect/sql/sqlgraph"
 	"entgo.io/ent/schema/field"
 	"github.com/anvilproject/anvil/ent/node"
@@ -20,7 +19,6 @@ type NodeInventoryCreate struct {
 	config
 	mutation *NodeInventoryMutation
 	hooks    []Hook
-	conflict []sql.ConflictOption
 }
 
 // SetNodeID sets the "node_id" field.
@@ -144,7 +142,6 @@ func (_c *NodeInventoryCreate) createSpec() (*NodeInventory, *sqlgraph.CreateSpe
 		_node = &NodeInventory{config: _c.config}
 		_spec = sqlgraph.NewCreateSpec(nodeinventory.Table, sqlgraph.NewFieldSpec(nodeinventory.FieldID, field.TypeInt))
 	)
-	_spec.OnConflict = _c.conflict
 	if value, ok := _c.mutation.Inventory(); ok {
 		_spec.SetField(nodeinventory.FieldInventory, field.TypeJSON, value)
 		_node.Inventory = value
@@ -177,238 +174,11 @@ func (_c *NodeInventoryCreate) createSpec() (*NodeInventory, *sqlgraph.CreateSpe
 	return _node, _spec
 }
 
-// OnConflict allows configuring the `ON CONFLICT` / `ON DUPLICATE KEY` clause
-// of the `INSERT` statement. For example:
-//
-//	client.NodeInventory.Create().
-//		SetNodeID(v).
-//		OnConflict(
-//			// Update the row with the new values
-//			// the was proposed for insertion.
-//			sql.ResolveWithNewValues(),
-//		).
-//		// Override some of the fields with custom
-//		// update values.
-//		Update(func(u *ent.NodeInventoryUpsert) {
-//			SetNodeID(v+v).
-//		}).
-//		Exec(ctx)
-func (_c *NodeInventoryCreate) OnConflict(opts ...sql.ConflictOption) *NodeInventoryUpsertOne {
-	_c.conflict = opts
-	return &NodeInventoryUpsertOne{
-		create: _c,
-	}
-}
-
-// OnConflictColumns calls `OnConflict` and configures the columns
-// as conflict target. Using this option is equivalent to using:
-//
-//	client.NodeInventory.Create().
-//		OnConflict(sql.ConflictColumns(columns...)).
-//		Exec(ctx)
-func (_c *NodeInventoryCreate) OnConflictColumns(columns ...string) *NodeInventoryUpsertOne {
-	_c.conflict = append(_c.conflict, sql.ConflictColumns(columns...))
-	return &NodeInventoryUpsertOne{
-		create: _c,
-	}
-}
-
-type (
-	// NodeInventoryUpsertOne is the builder for "upsert"-ing
-	//  one NodeInventory node.
-	NodeInventoryUpsertOne struct {
-		create *NodeInventoryCreate
-	}
-
-	// NodeInventoryUpsert is the "OnConflict" setter.
-	NodeInventoryUpsert struct {
-		*sql.UpdateSet
-	}
-)
-
-// SetNodeID sets the "node_id" field.
-func (u *NodeInventoryUpsert) SetNodeID(v int) *NodeInventoryUpsert {
-	u.Set(nodeinventory.FieldNodeID, v)
-	return u
-}
-
-// UpdateNodeID sets the "node_id" field to the value that was provided on create.
-func (u *NodeInventoryUpsert) UpdateNodeID() *NodeInventoryUpsert {
-	u.SetExcluded(nodeinventory.FieldNodeID)
-	return u
-}
-
-// SetInventory sets the "inventory" field.
-func (u *NodeInventoryUpsert) SetInventory(v map[string]interface{}) *NodeInventoryUpsert {
-	u.Set(nodeinventory.FieldInventory, v)
-	return u
-}
-
-// UpdateInventory sets the "inventory" field to the value that was provided on create.
-func (u *NodeInventoryUpsert) UpdateInventory() *NodeInventoryUpsert {
-	u.SetExcluded(nodeinventory.FieldInventory)
-	return u
-}
-
-// SetPluginData sets the "plugin_data" field.
-func (u *NodeInventoryUpsert) SetPluginData(v map[string]interface{}) *NodeInventoryUpsert {
-	u.Set(nodeinventory.FieldPluginData, v)
-	return u
-}
-
-// UpdatePluginData sets the "plugin_data" field to the value that was provided on create.
-func (u *NodeInventoryUpsert) UpdatePluginData() *NodeInventoryUpsert {
-	u.SetExcluded(nodeinventory.FieldPluginData)
-	return u
-}
-
-// SetCreatedAt sets the "created_at" field.
-func (u *NodeInventoryUpsert) SetCreatedAt(v time.Time) *NodeInventoryUpsert {
-	u.Set(nodeinventory.FieldCreatedAt, v)
-	return u
-}
-
-// UpdateCreatedAt sets the "created_at" field to the value that was provided on create.
-func (u *NodeInventoryUpsert) UpdateCreatedAt() *NodeInventoryUpsert {
-	u.SetExcluded(nodeinventory.FieldCreatedAt)
-	return u
-}
-
-// UpdateNewValues updates the mutable fields using the new values that were set on create.
-// Using this option is equivalent to using:
-//
-//	client.NodeInventory.Create().
-//		OnConflict(
-//			sql.ResolveWithNewValues(),
-//		).
-//		Exec(ctx)
-func (u *NodeInventoryUpsertOne) UpdateNewValues() *NodeInventoryUpsertOne {
-	u.create.conflict = append(u.create.conflict, sql.ResolveWithNewValues())
-	return u
-}
-
-// Ignore sets each column to itself in case of conflict.
-// Using this option is equivalent to using:
-//
-//	client.NodeInventory.Create().
-//	    OnConflict(sql.ResolveWithIgnore()).
-//	    Exec(ctx)
-func (u *NodeInventoryUpsertOne) Ignore() *NodeInventoryUpsertOne {
-	u.create.conflict = append(u.create.conflict, sql.ResolveWithIgnore())
-	return u
-}
-
-// DoNothing configures the conflict_action to `DO NOTHING`.
-// Supported only by SQLite and PostgreSQL.
-func (u *NodeInventoryUpsertOne) DoNothing() *NodeInventoryUpsertOne {
-	u.create.conflict = append(u.create.conflict, sql.DoNothing())
-	return u
-}
-
-// Update allows overriding fields `UPDATE` values. See the NodeInventoryCreate.OnConflict
-// documentation for more info.
-func (u *NodeInventoryUpsertOne) Update(set func(*NodeInventoryUpsert)) *NodeInventoryUpsertOne {
-	u.create.conflict = append(u.create.conflict, sql.ResolveWith(func(update *sql.UpdateSet) {
-		set(&NodeInventoryUpsert{UpdateSet: update})
-	}))
-	return u
-}
-
-// SetNodeID sets the "node_id" field.
-func (u *NodeInventoryUpsertOne) SetNodeID(v int) *NodeInventoryUpsertOne {
-	return u.Update(func(s *NodeInventoryUpsert) {
-		s.SetNodeID(v)
-	})
-}
-
-// UpdateNodeID sets the "node_id" field to the value that was provided on create.
-func (u *NodeInventoryUpsertOne) UpdateNodeID() *NodeInventoryUpsertOne {
-	return u.Update(func(s *NodeInventoryUpsert) {
-		s.UpdateNodeID()
-	})
-}
-
-// SetInventory sets the "inventory" field.
-func (u *NodeInventoryUpsertOne) SetInventory(v map[string]interface{}) *NodeInventoryUpsertOne {
-	return u.Update(func(s *NodeInventoryUpsert) {
-		s.SetInventory(v)
-	})
-}
-
-// UpdateInventory sets the "inventory" field to the value that was provided on create.
-func (u *NodeInventoryUpsertOne) UpdateInventory() *NodeInventoryUpsertOne {
-	return u.Update(func(s *NodeInventoryUpsert) {
-		s.UpdateInventory()
-	})
-}
-
-// SetPluginData sets the "plugin_data" field.
-func (u *NodeInventoryUpsertOne) SetPluginData(v map[string]interface{}) *NodeInventoryUpsertOne {
-	return u.Update(func(s *NodeInventoryUpsert) {
-		s.SetPluginData(v)
-	})
-}
-
-// UpdatePluginData sets the "plugin_data" field to the value that was provided on create.
-func (u *NodeInventoryUpsertOne) UpdatePluginData() *NodeInventoryUpsertOne {
-	return u.Update(func(s *NodeInventoryUpsert) {
-		s.UpdatePluginData()
-	})
-}
-
-// SetCreatedAt sets the "created_at" field.
-func (u *NodeInventoryUpsertOne) SetCreatedAt(v time.Time) *NodeInventoryUpsertOne {
-	return u.Update(func(s *NodeInventoryUpsert) {
-		s.SetCreatedAt(v)
-	})
-}
-
-// UpdateCreatedAt sets the "created_at" field to the value that was provided on create.
-func (u *NodeInventoryUpsertOne) UpdateCreatedAt() *NodeInventoryUpsertOne {
-	return u.Update(func(s *NodeInventoryUpsert) {
-		s.UpdateCreatedAt()
-	})
-}
-
-// Exec executes the query.
-func (u *NodeInventoryUpsertOne) Exec(ctx context.Context) error {
-	if len(u.create.conflict) == 0 {
-		return errors.New("ent: missing options for NodeInventoryCreate.OnConflict")
-	}
-	return u.create.Exec(ctx)
-}
-
-// ExecX is like Exec, but panics if an error occurs.
-func (u *NodeInventoryUpsertOne) ExecX(ctx context.Context) {
-	if err := u.create.Exec(ctx); err != nil {
-		panic(err)
-	}
-}
-
-// Exec executes the UPSERT query and returns the inserted/updated ID.
-func (u *NodeInventoryUpsertOne) ID(ctx context.Context) (id int, err error) {
-	node, err := u.create.Save(ctx)
-	if err != nil {
-		return id, err
-	}
-	return node.ID, nil
-}
-
-// IDX is like ID, but panics if an error occurs.
-func (u *NodeInventoryUpsertOne) IDX(ctx context.Context) int {
-	id, err := u.ID(ctx)
-	if err != nil {
-		panic(err)
-	}
-	return id
-}
-
 // NodeInventoryCreateBulk is the builder for creating many NodeInventory entities in bulk.
 type NodeInventoryCreateBulk struct {
 	config
 	err      error
 	builders []*NodeInventoryCreate
-	conflict []sql.ConflictOption
 }
 
 // Save creates the NodeInventory entities in the database.
@@ -438,7 +208,6 @@ func (_c *NodeInventoryCreateBulk) Save(ctx context.Context) ([]*NodeInventory, 
 					_, err = mutators[i+1].Mutate(root, _c.builders[i+1].mutation)
 				} else {
 					spec := &sqlgraph.BatchCreateSpec{Nodes: specs}
-					spec.OnConflict = _c.conflict
 					// Invoke the actual operation on the latest mutation in the chain.
 					if err = sqlgraph.BatchCreate(ctx, _c.driver, spec); err != nil {
 						if sqlgraph.IsConstraintError(err) {
@@ -489,166 +258,6 @@ func (_c *NodeInventoryCreateBulk) Exec(ctx context.Context) error {
 // ExecX is like Exec, but panics if an error occurs.
 func (_c *NodeInventoryCreateBulk) ExecX(ctx context.Context) {
 	if err := _c.Exec(ctx); err != nil {
-		panic(err)
-	}
-}
-
-// OnConflict allows configuring the `ON CONFLICT` / `ON DUPLICATE KEY` clause
-// of the `INSERT` statement. For example:
-//
-//	client.NodeInventory.CreateBulk(builders...).
-//		OnConflict(
-//			// Update the row with the new values
-//			// the was proposed for insertion.
-//			sql.ResolveWithNewValues(),
-//		).
-//		// Override some of the fields with custom
-//		// update values.
-//		Update(func(u *ent.NodeInventoryUpsert) {
-//			SetNodeID(v+v).
-//		}).
-//		Exec(ctx)
-func (_c *NodeInventoryCreateBulk) OnConflict(opts ...sql.ConflictOption) *NodeInventoryUpsertBulk {
-	_c.conflict = opts
-	return &NodeInventoryUpsertBulk{
-		create: _c,
-	}
-}
-
-// OnConflictColumns calls `OnConflict` and configures the columns
-// as conflict target. Using this option is equivalent to using:
-//
-//	client.NodeInventory.Create().
-//		OnConflict(sql.ConflictColumns(columns...)).
-//		Exec(ctx)
-func (_c *NodeInventoryCreateBulk) OnConflictColumns(columns ...string) *NodeInventoryUpsertBulk {
-	_c.conflict = append(_c.conflict, sql.ConflictColumns(columns...))
-	return &NodeInventoryUpsertBulk{
-		create: _c,
-	}
-}
-
-// NodeInventoryUpsertBulk is the builder for "upsert"-ing
-// a bulk of NodeInventory nodes.
-type NodeInventoryUpsertBulk struct {
-	create *NodeInventoryCreateBulk
-}
-
-// UpdateNewValues updates the mutable fields using the new values that
-// were set on create. Using this option is equivalent to using:
-//
-//	client.NodeInventory.Create().
-//		OnConflict(
-//			sql.ResolveWithNewValues(),
-//		).
-//		Exec(ctx)
-func (u *NodeInventoryUpsertBulk) UpdateNewValues() *NodeInventoryUpsertBulk {
-	u.create.conflict = append(u.create.conflict, sql.ResolveWithNewValues())
-	return u
-}
-
-// Ignore sets each column to itself in case of conflict.
-// Using this option is equivalent to using:
-//
-//	client.NodeInventory.Create().
-//		OnConflict(sql.ResolveWithIgnore()).
-//		Exec(ctx)
-func (u *NodeInventoryUpsertBulk) Ignore() *NodeInventoryUpsertBulk {
-	u.create.conflict = append(u.create.conflict, sql.ResolveWithIgnore())
-	return u
-}
-
-// DoNothing configures the conflict_action to `DO NOTHING`.
-// Supported only by SQLite and PostgreSQL.
-func (u *NodeInventoryUpsertBulk) DoNothing() *NodeInventoryUpsertBulk {
-	u.create.conflict = append(u.create.conflict, sql.DoNothing())
-	return u
-}
-
-// Update allows overriding fields `UPDATE` values. See the NodeInventoryCreateBulk.OnConflict
-// documentation for more info.
-func (u *NodeInventoryUpsertBulk) Update(set func(*NodeInventoryUpsert)) *NodeInventoryUpsertBulk {
-	u.create.conflict = append(u.create.conflict, sql.ResolveWith(func(update *sql.UpdateSet) {
-		set(&NodeInventoryUpsert{UpdateSet: update})
-	}))
-	return u
-}
-
-// SetNodeID sets the "node_id" field.
-func (u *NodeInventoryUpsertBulk) SetNodeID(v int) *NodeInventoryUpsertBulk {
-	return u.Update(func(s *NodeInventoryUpsert) {
-		s.SetNodeID(v)
-	})
-}
-
-// UpdateNodeID sets the "node_id" field to the value that was provided on create.
-func (u *NodeInventoryUpsertBulk) UpdateNodeID() *NodeInventoryUpsertBulk {
-	return u.Update(func(s *NodeInventoryUpsert) {
-		s.UpdateNodeID()
-	})
-}
-
-// SetInventory sets the "inventory" field.
-func (u *NodeInventoryUpsertBulk) SetInventory(v map[string]interface{}) *NodeInventoryUpsertBulk {
-	return u.Update(func(s *NodeInventoryUpsert) {
-		s.SetInventory(v)
-	})
-}
-
-// UpdateInventory sets the "inventory" field to the value that was provided on create.
-func (u *NodeInventoryUpsertBulk) UpdateInventory() *NodeInventoryUpsertBulk {
-	return u.Update(func(s *NodeInventoryUpsert) {
-		s.UpdateInventory()
-	})
-}
-
-// SetPluginData sets the "plugin_data" field.
-func (u *NodeInventoryUpsertBulk) SetPluginData(v map[string]interface{}) *NodeInventoryUpsertBulk {
-	return u.Update(func(s *NodeInventoryUpsert) {
-		s.SetPluginData(v)
-	})
-}
-
-// UpdatePluginData sets the "plugin_data" field to the value that was provided on create.
-func (u *NodeInventoryUpsertBulk) UpdatePluginData() *NodeInventoryUpsertBulk {
-	return u.Update(func(s *NodeInventoryUpsert) {
-		s.UpdatePluginData()
-	})
-}
-
-// SetCreatedAt sets the "created_at" field.
-func (u *NodeInventoryUpsertBulk) SetCreatedAt(v time.Time) *NodeInventoryUpsertBulk {
-	return u.Update(func(s *NodeInventoryUpsert) {
-		s.SetCreatedAt(v)
-	})
-}
-
-// UpdateCreatedAt sets the "created_at" field to the value that was provided on create.
-func (u *NodeInventoryUpsertBulk) UpdateCreatedAt() *NodeInventoryUpsertBulk {
-	return u.Update(func(s *NodeInventoryUpsert) {
-		s.UpdateCreatedAt()
-	})
-}
-
-// Exec executes the query.
-func (u *NodeInventoryUpsertBulk) Exec(ctx context.Context) error {
-	if u.create.err != nil {
-		return u.create.err
-	}
-	for i, b := range u.create.builders {
-		if len(b.conflict) != 0 {
-			return fmt.Errorf("ent: OnConflict was set for builder %d. Set it on the NodeInventoryCreateBulk instead", i)
-		}
-	}
-	if len(u.create.conflict) == 0 {
-		return errors.New("ent: missing options for NodeInventoryCreateBulk.OnConflict")
-	}
-	return u.create.Exec(ctx)
-}
-
-// ExecX is like Exec, but panics if an error occurs.
-func (u *NodeInventoryUpsertBulk) ExecX(ctx context.Context) {
-	if err := u.create.Exec(ctx); err != nil {
 		panic(err)
 	}
 }

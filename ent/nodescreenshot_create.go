@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"time"
 
-	"entgo.io/ent/dialect/sql"
 	"entgo.io/ent/dialect/sql/sqlgraph"
 	"entgo.io/ent/schema/field"
 	"github.com/anvilproject/anvil/ent/node"
@@ -20,7 +19,6 @@ type NodeScreenshotCreate struct {
 	config
 	mutation *NodeScreenshotMutation
 	hooks    []Hook
-	conflict []sql.ConflictOption
 }
 
 // SetNodeID sets the "node_id" field.
@@ -154,7 +152,6 @@ func (_c *NodeScreenshotCreate) createSpec() (*NodeScreenshot, *sqlgraph.CreateS
 		_node = &NodeScreenshot{config: _c.config}
 		_spec = sqlgraph.NewCreateSpec(nodescreenshot.Table, sqlgraph.NewFieldSpec(nodescreenshot.FieldID, field.TypeInt))
 	)
-	_spec.OnConflict = _c.conflict
 	if value, ok := _c.mutation.Image(); ok {
 		_spec.SetField(nodescreenshot.FieldImage, field.TypeBytes, value)
 		_node.Image = value
@@ -187,238 +184,11 @@ func (_c *NodeScreenshotCreate) createSpec() (*NodeScreenshot, *sqlgraph.CreateS
 	return _node, _spec
 }
 
-// OnConflict allows configuring the `ON CONFLICT` / `ON DUPLICATE KEY` clause
-// of the `INSERT` statement. For example:
-//
-//	client.NodeScreenshot.Create().
-//		SetNodeID(v).
-//		OnConflict(
-//			// Update the row with the new values
-//			// the was proposed for insertion.
-//			sql.ResolveWithNewValues(),
-//		).
-//		// Override some of the fields with custom
-//		// update values.
-//		Update(func(u *ent.NodeScreenshotUpsert) {
-//			SetNodeID(v+v).
-//		}).
-//		Exec(ctx)
-func (_c *NodeScreenshotCreate) OnConflict(opts ...sql.ConflictOption) *NodeScreenshotUpsertOne {
-	_c.conflict = opts
-	return &NodeScreenshotUpsertOne{
-		create: _c,
-	}
-}
-
-// OnConflictColumns calls `OnConflict` and configures the columns
-// as conflict target. Using this option is equivalent to using:
-//
-//	client.NodeScreenshot.Create().
-//		OnConflict(sql.ConflictColumns(columns...)).
-//		Exec(ctx)
-func (_c *NodeScreenshotCreate) OnConflictColumns(columns ...string) *NodeScreenshotUpsertOne {
-	_c.conflict = append(_c.conflict, sql.ConflictColumns(columns...))
-	return &NodeScreenshotUpsertOne{
-		create: _c,
-	}
-}
-
-type (
-	// NodeScreenshotUpsertOne is the builder for "upsert"-ing
-	//  one NodeScreenshot node.
-	NodeScreenshotUpsertOne struct {
-		create *NodeScreenshotCreate
-	}
-
-	// NodeScreenshotUpsert is the "OnConflict" setter.
-	NodeScreenshotUpsert struct {
-		*sql.UpdateSet
-	}
-)
-
-// SetNodeID sets the "node_id" field.
-func (u *NodeScreenshotUpsert) SetNodeID(v int) *NodeScreenshotUpsert {
-	u.Set(nodescreenshot.FieldNodeID, v)
-	return u
-}
-
-// UpdateNodeID sets the "node_id" field to the value that was provided on create.
-func (u *NodeScreenshotUpsert) UpdateNodeID() *NodeScreenshotUpsert {
-	u.SetExcluded(nodescreenshot.FieldNodeID)
-	return u
-}
-
-// SetImage sets the "image" field.
-func (u *NodeScreenshotUpsert) SetImage(v []byte) *NodeScreenshotUpsert {
-	u.Set(nodescreenshot.FieldImage, v)
-	return u
-}
-
-// UpdateImage sets the "image" field to the value that was provided on create.
-func (u *NodeScreenshotUpsert) UpdateImage() *NodeScreenshotUpsert {
-	u.SetExcluded(nodescreenshot.FieldImage)
-	return u
-}
-
-// SetFileType sets the "file_type" field.
-func (u *NodeScreenshotUpsert) SetFileType(v string) *NodeScreenshotUpsert {
-	u.Set(nodescreenshot.FieldFileType, v)
-	return u
-}
-
-// UpdateFileType sets the "file_type" field to the value that was provided on create.
-func (u *NodeScreenshotUpsert) UpdateFileType() *NodeScreenshotUpsert {
-	u.SetExcluded(nodescreenshot.FieldFileType)
-	return u
-}
-
-// SetCreatedAt sets the "created_at" field.
-func (u *NodeScreenshotUpsert) SetCreatedAt(v time.Time) *NodeScreenshotUpsert {
-	u.Set(nodescreenshot.FieldCreatedAt, v)
-	return u
-}
-
-// UpdateCreatedAt sets the "created_at" field to the value that was provided on create.
-func (u *NodeScreenshotUpsert) UpdateCreatedAt() *NodeScreenshotUpsert {
-	u.SetExcluded(nodescreenshot.FieldCreatedAt)
-	return u
-}
-
-// UpdateNewValues updates the mutable fields using the new values that were set on create.
-// Using this option is equivalent to using:
-//
-//	client.NodeScreenshot.Create().
-//		OnConflict(
-//			sql.ResolveWithNewValues(),
-//		).
-//		Exec(ctx)
-func (u *NodeScreenshotUpsertOne) UpdateNewValues() *NodeScreenshotUpsertOne {
-	u.create.conflict = append(u.create.conflict, sql.ResolveWithNewValues())
-	return u
-}
-
-// Ignore sets each column to itself in case of conflict.
-// Using this option is equivalent to using:
-//
-//	client.NodeScreenshot.Create().
-//	    OnConflict(sql.ResolveWithIgnore()).
-//	    Exec(ctx)
-func (u *NodeScreenshotUpsertOne) Ignore() *NodeScreenshotUpsertOne {
-	u.create.conflict = append(u.create.conflict, sql.ResolveWithIgnore())
-	return u
-}
-
-// DoNothing configures the conflict_action to `DO NOTHING`.
-// Supported only by SQLite and PostgreSQL.
-func (u *NodeScreenshotUpsertOne) DoNothing() *NodeScreenshotUpsertOne {
-	u.create.conflict = append(u.create.conflict, sql.DoNothing())
-	return u
-}
-
-// Update allows overriding fields `UPDATE` values. See the NodeScreenshotCreate.OnConflict
-// documentation for more info.
-func (u *NodeScreenshotUpsertOne) Update(set func(*NodeScreenshotUpsert)) *NodeScreenshotUpsertOne {
-	u.create.conflict = append(u.create.conflict, sql.ResolveWith(func(update *sql.UpdateSet) {
-		set(&NodeScreenshotUpsert{UpdateSet: update})
-	}))
-	return u
-}
-
-// SetNodeID sets the "node_id" field.
-func (u *NodeScreenshotUpsertOne) SetNodeID(v int) *NodeScreenshotUpsertOne {
-	return u.Update(func(s *NodeScreenshotUpsert) {
-		s.SetNodeID(v)
-	})
-}
-
-// UpdateNodeID sets the "node_id" field to the value that was provided on create.
-func (u *NodeScreenshotUpsertOne) UpdateNodeID() *NodeScreenshotUpsertOne {
-	return u.Update(func(s *NodeScreenshotUpsert) {
-		s.UpdateNodeID()
-	})
-}
-
-// SetImage sets the "image" field.
-func (u *NodeScreenshotUpsertOne) SetImage(v []byte) *NodeScreenshotUpsertOne {
-	return u.Update(func(s *NodeScreenshotUpsert) {
-		s.SetImage(v)
-	})
-}
-
-// UpdateImage sets the "image" field to the value that was provided on create.
-func (u *NodeScreenshotUpsertOne) UpdateImage() *NodeScreenshotUpsertOne {
-	return u.Update(func(s *NodeScreenshotUpsert) {
-		s.UpdateImage()
-	})
-}
-
-// SetFileType sets the "file_type" field.
-func (u *NodeScreenshotUpsertOne) SetFileType(v string) *NodeScreenshotUpsertOne {
-	return u.Update(func(s *NodeScreenshotUpsert) {
-		s.SetFileType(v)
-	})
-}
-
-// UpdateFileType sets the "file_type" field to the value that was provided on create.
-func (u *NodeScreenshotUpsertOne) UpdateFileType() *NodeScreenshotUpsertOne {
-	return u.Update(func(s *NodeScreenshotUpsert) {
-		s.UpdateFileType()
-	})
-}
-
-// SetCreatedAt sets the "created_at" field.
-func (u *NodeScreenshotUpsertOne) SetCreatedAt(v time.Time) *NodeScreenshotUpsertOne {
-	return u.Update(func(s *NodeScreenshotUpsert) {
-		s.SetCreatedAt(v)
-	})
-}
-
-// UpdateCreatedAt sets the "created_at" field to the value that was provided on create.
-func (u *NodeScreenshotUpsertOne) UpdateCreatedAt() *NodeScreenshotUpsertOne {
-	return u.Update(func(s *NodeScreenshotUpsert) {
-		s.UpdateCreatedAt()
-	})
-}
-
-// Exec executes the query.
-func (u *NodeScreenshotUpsertOne) Exec(ctx context.Context) error {
-	if len(u.create.conflict) == 0 {
-		return errors.New("ent: missing options for NodeScreenshotCreate.OnConflict")
-	}
-	return u.create.Exec(ctx)
-}
-
-// ExecX is like Exec, but panics if an error occurs.
-func (u *NodeScreenshotUpsertOne) ExecX(ctx context.Context) {
-	if err := u.create.Exec(ctx); err != nil {
-		panic(err)
-	}
-}
-
-// Exec executes the UPSERT query and returns the inserted/updated ID.
-func (u *NodeScreenshotUpsertOne) ID(ctx context.Context) (id int, err error) {
-	node, err := u.create.Save(ctx)
-	if err != nil {
-		return id, err
-	}
-	return node.ID, nil
-}
-
-// IDX is like ID, but panics if an error occurs.
-func (u *NodeScreenshotUpsertOne) IDX(ctx context.Context) int {
-	id, err := u.ID(ctx)
-	if err != nil {
-		panic(err)
-	}
-	return id
-}
-
 // NodeScreenshotCreateBulk is the builder for creating many NodeScreenshot entities in bulk.
 type NodeScreenshotCreateBulk struct {
 	config
 	err      error
 	builders []*NodeScreenshotCreate
-	conflict []sql.ConflictOption
 }
 
 // Save creates the NodeScreenshot entities in the database.
@@ -448,7 +218,6 @@ func (_c *NodeScreenshotCreateBulk) Save(ctx context.Context) ([]*NodeScreenshot
 					_, err = mutators[i+1].Mutate(root, _c.builders[i+1].mutation)
 				} else {
 					spec := &sqlgraph.BatchCreateSpec{Nodes: specs}
-					spec.OnConflict = _c.conflict
 					// Invoke the actual operation on the latest mutation in the chain.
 					if err = sqlgraph.BatchCreate(ctx, _c.driver, spec); err != nil {
 						if sqlgraph.IsConstraintError(err) {
@@ -499,166 +268,6 @@ func (_c *NodeScreenshotCreateBulk) Exec(ctx context.Context) error {
 // ExecX is like Exec, but panics if an error occurs.
 func (_c *NodeScreenshotCreateBulk) ExecX(ctx context.Context) {
 	if err := _c.Exec(ctx); err != nil {
-		panic(err)
-	}
-}
-
-// OnConflict allows configuring the `ON CONFLICT` / `ON DUPLICATE KEY` clause
-// of the `INSERT` statement. For example:
-//
-//	client.NodeScreenshot.CreateBulk(builders...).
-//		OnConflict(
-//			// Update the row with the new values
-//			// the was proposed for insertion.
-//			sql.ResolveWithNewValues(),
-//		).
-//		// Override some of the fields with custom
-//		// update values.
-//		Update(func(u *ent.NodeScreenshotUpsert) {
-//			SetNodeID(v+v).
-//		}).
-//		Exec(ctx)
-func (_c *NodeScreenshotCreateBulk) OnConflict(opts ...sql.ConflictOption) *NodeScreenshotUpsertBulk {
-	_c.conflict = opts
-	return &NodeScreenshotUpsertBulk{
-		create: _c,
-	}
-}
-
-// OnConflictColumns calls `OnConflict` and configures the columns
-// as conflict target. Using this option is equivalent to using:
-//
-//	client.NodeScreenshot.Create().
-//		OnConflict(sql.ConflictColumns(columns...)).
-//		Exec(ctx)
-func (_c *NodeScreenshotCreateBulk) OnConflictColumns(columns ...string) *NodeScreenshotUpsertBulk {
-	_c.conflict = append(_c.conflict, sql.ConflictColumns(columns...))
-	return &NodeScreenshotUpsertBulk{
-		create: _c,
-	}
-}
-
-// NodeScreenshotUpsertBulk is the builder for "upsert"-ing
-// a bulk of NodeScreenshot nodes.
-type NodeScreenshotUpsertBulk struct {
-	create *NodeScreenshotCreateBulk
-}
-
-// UpdateNewValues updates the mutable fields using the new values that
-// were set on create. Using this option is equivalent to using:
-//
-//	client.NodeScreenshot.Create().
-//		OnConflict(
-//			sql.ResolveWithNewValues(),
-//		).
-//		Exec(ctx)
-func (u *NodeScreenshotUpsertBulk) UpdateNewValues() *NodeScreenshotUpsertBulk {
-	u.create.conflict = append(u.create.conflict, sql.ResolveWithNewValues())
-	return u
-}
-
-// Ignore sets each column to itself in case of conflict.
-// Using this option is equivalent to using:
-//
-//	client.NodeScreenshot.Create().
-//		OnConflict(sql.ResolveWithIgnore()).
-//		Exec(ctx)
-func (u *NodeScreenshotUpsertBulk) Ignore() *NodeScreenshotUpsertBulk {
-	u.create.conflict = append(u.create.conflict, sql.ResolveWithIgnore())
-	return u
-}
-
-// DoNothing configures the conflict_action to `DO NOTHING`.
-// Supported only by SQLite and PostgreSQL.
-func (u *NodeScreenshotUpsertBulk) DoNothing() *NodeScreenshotUpsertBulk {
-	u.create.conflict = append(u.create.conflict, sql.DoNothing())
-	return u
-}
-
-// Update allows overriding fields `UPDATE` values. See the NodeScreenshotCreateBulk.OnConflict
-// documentation for more info.
-func (u *NodeScreenshotUpsertBulk) Update(set func(*NodeScreenshotUpsert)) *NodeScreenshotUpsertBulk {
-	u.create.conflict = append(u.create.conflict, sql.ResolveWith(func(update *sql.UpdateSet) {
-		set(&NodeScreenshotUpsert{UpdateSet: update})
-	}))
-	return u
-}
-
-// SetNodeID sets the "node_id" field.
-func (u *NodeScreenshotUpsertBulk) SetNodeID(v int) *NodeScreenshotUpsertBulk {
-	return u.Update(func(s *NodeScreenshotUpsert) {
-		s.SetNodeID(v)
-	})
-}
-
-// UpdateNodeID sets the "node_id" field to the value that was provided on create.
-func (u *NodeScreenshotUpsertBulk) UpdateNodeID() *NodeScreenshotUpsertBulk {
-	return u.Update(func(s *NodeScreenshotUpsert) {
-		s.UpdateNodeID()
-	})
-}
-
-// SetImage sets the "image" field.
-func (u *NodeScreenshotUpsertBulk) SetImage(v []byte) *NodeScreenshotUpsertBulk {
-	return u.Update(func(s *NodeScreenshotUpsert) {
-		s.SetImage(v)
-	})
-}
-
-// UpdateImage sets the "image" field to the value that was provided on create.
-func (u *NodeScreenshotUpsertBulk) UpdateImage() *NodeScreenshotUpsertBulk {
-	return u.Update(func(s *NodeScreenshotUpsert) {
-		s.UpdateImage()
-	})
-}
-
-// SetFileType sets the "file_type" field.
-func (u *NodeScreenshotUpsertBulk) SetFileType(v string) *NodeScreenshotUpsertBulk {
-	return u.Update(func(s *NodeScreenshotUpsert) {
-		s.SetFileType(v)
-	})
-}
-
-// UpdateFileType sets the "file_type" field to the value that was provided on create.
-func (u *NodeScreenshotUpsertBulk) UpdateFileType() *NodeScreenshotUpsertBulk {
-	return u.Update(func(s *NodeScreenshotUpsert) {
-		s.UpdateFileType()
-	})
-}
-
-// SetCreatedAt sets the "created_at" field.
-func (u *NodeScreenshotUpsertBulk) SetCreatedAt(v time.Time) *NodeScreenshotUpsertBulk {
-	return u.Update(func(s *NodeScreenshotUpsert) {
-		s.SetCreatedAt(v)
-	})
-}
-
-// UpdateCreatedAt sets the "created_at" field to the value that was provided on create.
-func (u *NodeScreenshotUpsertBulk) UpdateCreatedAt() *NodeScreenshotUpsertBulk {
-	return u.Update(func(s *NodeScreenshotUpsert) {
-		s.UpdateCreatedAt()
-	})
-}
-
-// Exec executes the query.
-func (u *NodeScreenshotUpsertBulk) Exec(ctx context.Context) error {
-	if u.create.err != nil {
-		return u.create.err
-	}
-	for i, b := range u.create.builders {
-		if len(b.conflict) != 0 {
-			return fmt.Errorf("ent: OnConflict was set for builder %d. Set it on the NodeScreenshotCreateBulk instead", i)
-		}
-	}
-	if len(u.create.conflict) == 0 {
-		return errors.New("ent: missing options for NodeScreenshotCreateBulk.OnConflict")
-	}
-	return u.create.Exec(ctx)
-}
-
-// ExecX is like Exec, but panics if an error occurs.
-func (u *NodeScreenshotUpsertBulk) ExecX(ctx context.Context) {
-	if err := u.create.Exec(ctx); err != nil {
 		panic(err)
 	}
 }

@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 
-	"entgo.io/ent/dialect/sql"
 	"entgo.io/ent/dialect/sql/sqlgraph"
 	"entgo.io/ent/schema/field"
 	"github.com/anvilproject/anvil/ent/roleassignment"
@@ -19,7 +18,6 @@ type RoleAssignmentCreate struct {
 	config
 	mutation *RoleAssignmentMutation
 	hooks    []Hook
-	conflict []sql.ConflictOption
 }
 
 // SetUserID sets the "user_id" field.
@@ -165,7 +163,6 @@ func (_c *RoleAssignmentCreate) createSpec() (*RoleAssignment, *sqlgraph.CreateS
 		_node = &RoleAssignment{config: _c.config}
 		_spec = sqlgraph.NewCreateSpec(roleassignment.Table, sqlgraph.NewFieldSpec(roleassignment.FieldID, field.TypeInt))
 	)
-	_spec.OnConflict = _c.conflict
 	if value, ok := _c.mutation.System(); ok {
 		_spec.SetField(roleassignment.FieldSystem, field.TypeBool, value)
 		_node.System = value
@@ -198,238 +195,11 @@ func (_c *RoleAssignmentCreate) createSpec() (*RoleAssignment, *sqlgraph.CreateS
 	return _node, _spec
 }
 
-// OnConflict allows configuring the `ON CONFLICT` / `ON DUPLICATE KEY` clause
-// of the `INSERT` statement. For example:
-//
-//	client.RoleAssignment.Create().
-//		SetUserID(v).
-//		OnConflict(
-//			// Update the row with the new values
-//			// the was proposed for insertion.
-//			sql.ResolveWithNewValues(),
-//		).
-//		// Override some of the fields with custom
-//		// update values.
-//		Update(func(u *ent.RoleAssignmentUpsert) {
-//			SetUserID(v+v).
-//		}).
-//		Exec(ctx)
-func (_c *RoleAssignmentCreate) OnConflict(opts ...sql.ConflictOption) *RoleAssignmentUpsertOne {
-	_c.conflict = opts
-	return &RoleAssignmentUpsertOne{
-		create: _c,
-	}
-}
-
-// OnConflictColumns calls `OnConflict` and configures the columns
-// as conflict target. Using this option is equivalent to using:
-//
-//	client.RoleAssignment.Create().
-//		OnConflict(sql.ConflictColumns(columns...)).
-//		Exec(ctx)
-func (_c *RoleAssignmentCreate) OnConflictColumns(columns ...string) *RoleAssignmentUpsertOne {
-	_c.conflict = append(_c.conflict, sql.ConflictColumns(columns...))
-	return &RoleAssignmentUpsertOne{
-		create: _c,
-	}
-}
-
-type (
-	// RoleAssignmentUpsertOne is the builder for "upsert"-ing
-	//  one RoleAssignment node.
-	RoleAssignmentUpsertOne struct {
-		create *RoleAssignmentCreate
-	}
-
-	// RoleAssignmentUpsert is the "OnConflict" setter.
-	RoleAssignmentUpsert struct {
-		*sql.UpdateSet
-	}
-)
-
-// SetUserID sets the "user_id" field.
-func (u *RoleAssignmentUpsert) SetUserID(v int) *RoleAssignmentUpsert {
-	u.Set(roleassignment.FieldUserID, v)
-	return u
-}
-
-// UpdateUserID sets the "user_id" field to the value that was provided on create.
-func (u *RoleAssignmentUpsert) UpdateUserID() *RoleAssignmentUpsert {
-	u.SetExcluded(roleassignment.FieldUserID)
-	return u
-}
-
-// SetSystem sets the "system" field.
-func (u *RoleAssignmentUpsert) SetSystem(v bool) *RoleAssignmentUpsert {
-	u.Set(roleassignment.FieldSystem, v)
-	return u
-}
-
-// UpdateSystem sets the "system" field to the value that was provided on create.
-func (u *RoleAssignmentUpsert) UpdateSystem() *RoleAssignmentUpsert {
-	u.SetExcluded(roleassignment.FieldSystem)
-	return u
-}
-
-// SetProject sets the "project" field.
-func (u *RoleAssignmentUpsert) SetProject(v string) *RoleAssignmentUpsert {
-	u.Set(roleassignment.FieldProject, v)
-	return u
-}
-
-// UpdateProject sets the "project" field to the value that was provided on create.
-func (u *RoleAssignmentUpsert) UpdateProject() *RoleAssignmentUpsert {
-	u.SetExcluded(roleassignment.FieldProject)
-	return u
-}
-
-// SetRole sets the "role" field.
-func (u *RoleAssignmentUpsert) SetRole(v string) *RoleAssignmentUpsert {
-	u.Set(roleassignment.FieldRole, v)
-	return u
-}
-
-// UpdateRole sets the "role" field to the value that was provided on create.
-func (u *RoleAssignmentUpsert) UpdateRole() *RoleAssignmentUpsert {
-	u.SetExcluded(roleassignment.FieldRole)
-	return u
-}
-
-// UpdateNewValues updates the mutable fields using the new values that were set on create.
-// Using this option is equivalent to using:
-//
-//	client.RoleAssignment.Create().
-//		OnConflict(
-//			sql.ResolveWithNewValues(),
-//		).
-//		Exec(ctx)
-func (u *RoleAssignmentUpsertOne) UpdateNewValues() *RoleAssignmentUpsertOne {
-	u.create.conflict = append(u.create.conflict, sql.ResolveWithNewValues())
-	return u
-}
-
-// Ignore sets each column to itself in case of conflict.
-// Using this option is equivalent to using:
-//
-//	client.RoleAssignment.Create().
-//	    OnConflict(sql.ResolveWithIgnore()).
-//	    Exec(ctx)
-func (u *RoleAssignmentUpsertOne) Ignore() *RoleAssignmentUpsertOne {
-	u.create.conflict = append(u.create.conflict, sql.ResolveWithIgnore())
-	return u
-}
-
-// DoNothing configures the conflict_action to `DO NOTHING`.
-// Supported only by SQLite and PostgreSQL.
-func (u *RoleAssignmentUpsertOne) DoNothing() *RoleAssignmentUpsertOne {
-	u.create.conflict = append(u.create.conflict, sql.DoNothing())
-	return u
-}
-
-// Update allows overriding fields `UPDATE` values. See the RoleAssignmentCreate.OnConflict
-// documentation for more info.
-func (u *RoleAssignmentUpsertOne) Update(set func(*RoleAssignmentUpsert)) *RoleAssignmentUpsertOne {
-	u.create.conflict = append(u.create.conflict, sql.ResolveWith(func(update *sql.UpdateSet) {
-		set(&RoleAssignmentUpsert{UpdateSet: update})
-	}))
-	return u
-}
-
-// SetUserID sets the "user_id" field.
-func (u *RoleAssignmentUpsertOne) SetUserID(v int) *RoleAssignmentUpsertOne {
-	return u.Update(func(s *RoleAssignmentUpsert) {
-		s.SetUserID(v)
-	})
-}
-
-// UpdateUserID sets the "user_id" field to the value that was provided on create.
-func (u *RoleAssignmentUpsertOne) UpdateUserID() *RoleAssignmentUpsertOne {
-	return u.Update(func(s *RoleAssignmentUpsert) {
-		s.UpdateUserID()
-	})
-}
-
-// SetSystem sets the "system" field.
-func (u *RoleAssignmentUpsertOne) SetSystem(v bool) *RoleAssignmentUpsertOne {
-	return u.Update(func(s *RoleAssignmentUpsert) {
-		s.SetSystem(v)
-	})
-}
-
-// UpdateSystem sets the "system" field to the value that was provided on create.
-func (u *RoleAssignmentUpsertOne) UpdateSystem() *RoleAssignmentUpsertOne {
-	return u.Update(func(s *RoleAssignmentUpsert) {
-		s.UpdateSystem()
-	})
-}
-
-// SetProject sets the "project" field.
-func (u *RoleAssignmentUpsertOne) SetProject(v string) *RoleAssignmentUpsertOne {
-	return u.Update(func(s *RoleAssignmentUpsert) {
-		s.SetProject(v)
-	})
-}
-
-// UpdateProject sets the "project" field to the value that was provided on create.
-func (u *RoleAssignmentUpsertOne) UpdateProject() *RoleAssignmentUpsertOne {
-	return u.Update(func(s *RoleAssignmentUpsert) {
-		s.UpdateProject()
-	})
-}
-
-// SetRole sets the "role" field.
-func (u *RoleAssignmentUpsertOne) SetRole(v string) *RoleAssignmentUpsertOne {
-	return u.Update(func(s *RoleAssignmentUpsert) {
-		s.SetRole(v)
-	})
-}
-
-// UpdateRole sets the "role" field to the value that was provided on create.
-func (u *RoleAssignmentUpsertOne) UpdateRole() *RoleAssignmentUpsertOne {
-	return u.Update(func(s *RoleAssignmentUpsert) {
-		s.UpdateRole()
-	})
-}
-
-// Exec executes the query.
-func (u *RoleAssignmentUpsertOne) Exec(ctx context.Context) error {
-	if len(u.create.conflict) == 0 {
-		return errors.New("ent: missing options for RoleAssignmentCreate.OnConflict")
-	}
-	return u.create.Exec(ctx)
-}
-
-// ExecX is like Exec, but panics if an error occurs.
-func (u *RoleAssignmentUpsertOne) ExecX(ctx context.Context) {
-	if err := u.create.Exec(ctx); err != nil {
-		panic(err)
-	}
-}
-
-// Exec executes the UPSERT query and returns the inserted/updated ID.
-func (u *RoleAssignmentUpsertOne) ID(ctx context.Context) (id int, err error) {
-	node, err := u.create.Save(ctx)
-	if err != nil {
-		return id, err
-	}
-	return node.ID, nil
-}
-
-// IDX is like ID, but panics if an error occurs.
-func (u *RoleAssignmentUpsertOne) IDX(ctx context.Context) int {
-	id, err := u.ID(ctx)
-	if err != nil {
-		panic(err)
-	}
-	return id
-}
-
 // RoleAssignmentCreateBulk is the builder for creating many RoleAssignment entities in bulk.
 type RoleAssignmentCreateBulk struct {
 	config
 	err      error
 	builders []*RoleAssignmentCreate
-	conflict []sql.ConflictOption
 }
 
 // Save creates the RoleAssignment entities in the database.
@@ -459,7 +229,6 @@ func (_c *RoleAssignmentCreateBulk) Save(ctx context.Context) ([]*RoleAssignment
 					_, err = mutators[i+1].Mutate(root, _c.builders[i+1].mutation)
 				} else {
 					spec := &sqlgraph.BatchCreateSpec{Nodes: specs}
-					spec.OnConflict = _c.conflict
 					// Invoke the actual operation on the latest mutation in the chain.
 					if err = sqlgraph.BatchCreate(ctx, _c.driver, spec); err != nil {
 						if sqlgraph.IsConstraintError(err) {
@@ -510,166 +279,6 @@ func (_c *RoleAssignmentCreateBulk) Exec(ctx context.Context) error {
 // ExecX is like Exec, but panics if an error occurs.
 func (_c *RoleAssignmentCreateBulk) ExecX(ctx context.Context) {
 	if err := _c.Exec(ctx); err != nil {
-		panic(err)
-	}
-}
-
-// OnConflict allows configuring the `ON CONFLICT` / `ON DUPLICATE KEY` clause
-// of the `INSERT` statement. For example:
-//
-//	client.RoleAssignment.CreateBulk(builders...).
-//		OnConflict(
-//			// Update the row with the new values
-//			// the was proposed for insertion.
-//			sql.ResolveWithNewValues(),
-//		).
-//		// Override some of the fields with custom
-//		// update values.
-//		Update(func(u *ent.RoleAssignmentUpsert) {
-//			SetUserID(v+v).
-//		}).
-//		Exec(ctx)
-func (_c *RoleAssignmentCreateBulk) OnConflict(opts ...sql.ConflictOption) *RoleAssignmentUpsertBulk {
-	_c.conflict = opts
-	return &RoleAssignmentUpsertBulk{
-		create: _c,
-	}
-}
-
-// OnConflictColumns calls `OnConflict` and configures the columns
-// as conflict target. Using this option is equivalent to using:
-//
-//	client.RoleAssignment.Create().
-//		OnConflict(sql.ConflictColumns(columns...)).
-//		Exec(ctx)
-func (_c *RoleAssignmentCreateBulk) OnConflictColumns(columns ...string) *RoleAssignmentUpsertBulk {
-	_c.conflict = append(_c.conflict, sql.ConflictColumns(columns...))
-	return &RoleAssignmentUpsertBulk{
-		create: _c,
-	}
-}
-
-// RoleAssignmentUpsertBulk is the builder for "upsert"-ing
-// a bulk of RoleAssignment nodes.
-type RoleAssignmentUpsertBulk struct {
-	create *RoleAssignmentCreateBulk
-}
-
-// UpdateNewValues updates the mutable fields using the new values that
-// were set on create. Using this option is equivalent to using:
-//
-//	client.RoleAssignment.Create().
-//		OnConflict(
-//			sql.ResolveWithNewValues(),
-//		).
-//		Exec(ctx)
-func (u *RoleAssignmentUpsertBulk) UpdateNewValues() *RoleAssignmentUpsertBulk {
-	u.create.conflict = append(u.create.conflict, sql.ResolveWithNewValues())
-	return u
-}
-
-// Ignore sets each column to itself in case of conflict.
-// Using this option is equivalent to using:
-//
-//	client.RoleAssignment.Create().
-//		OnConflict(sql.ResolveWithIgnore()).
-//		Exec(ctx)
-func (u *RoleAssignmentUpsertBulk) Ignore() *RoleAssignmentUpsertBulk {
-	u.create.conflict = append(u.create.conflict, sql.ResolveWithIgnore())
-	return u
-}
-
-// DoNothing configures the conflict_action to `DO NOTHING`.
-// Supported only by SQLite and PostgreSQL.
-func (u *RoleAssignmentUpsertBulk) DoNothing() *RoleAssignmentUpsertBulk {
-	u.create.conflict = append(u.create.conflict, sql.DoNothing())
-	return u
-}
-
-// Update allows overriding fields `UPDATE` values. See the RoleAssignmentCreateBulk.OnConflict
-// documentation for more info.
-func (u *RoleAssignmentUpsertBulk) Update(set func(*RoleAssignmentUpsert)) *RoleAssignmentUpsertBulk {
-	u.create.conflict = append(u.create.conflict, sql.ResolveWith(func(update *sql.UpdateSet) {
-		set(&RoleAssignmentUpsert{UpdateSet: update})
-	}))
-	return u
-}
-
-// SetUserID sets the "user_id" field.
-func (u *RoleAssignmentUpsertBulk) SetUserID(v int) *RoleAssignmentUpsertBulk {
-	return u.Update(func(s *RoleAssignmentUpsert) {
-		s.SetUserID(v)
-	})
-}
-
-// UpdateUserID sets the "user_id" field to the value that was provided on create.
-func (u *RoleAssignmentUpsertBulk) UpdateUserID() *RoleAssignmentUpsertBulk {
-	return u.Update(func(s *RoleAssignmentUpsert) {
-		s.UpdateUserID()
-	})
-}
-
-// SetSystem sets the "system" field.
-func (u *RoleAssignmentUpsertBulk) SetSystem(v bool) *RoleAssignmentUpsertBulk {
-	return u.Update(func(s *RoleAssignmentUpsert) {
-		s.SetSystem(v)
-	})
-}
-
-// UpdateSystem sets the "system" field to the value that was provided on create.
-func (u *RoleAssignmentUpsertBulk) UpdateSystem() *RoleAssignmentUpsertBulk {
-	return u.Update(func(s *RoleAssignmentUpsert) {
-		s.UpdateSystem()
-	})
-}
-
-// SetProject sets the "project" field.
-func (u *RoleAssignmentUpsertBulk) SetProject(v string) *RoleAssignmentUpsertBulk {
-	return u.Update(func(s *RoleAssignmentUpsert) {
-		s.SetProject(v)
-	})
-}
-
-// UpdateProject sets the "project" field to the value that was provided on create.
-func (u *RoleAssignmentUpsertBulk) UpdateProject() *RoleAssignmentUpsertBulk {
-	return u.Update(func(s *RoleAssignmentUpsert) {
-		s.UpdateProject()
-	})
-}
-
-// SetRole sets the "role" field.
-func (u *RoleAssignmentUpsertBulk) SetRole(v string) *RoleAssignmentUpsertBulk {
-	return u.Update(func(s *RoleAssignmentUpsert) {
-		s.SetRole(v)
-	})
-}
-
-// UpdateRole sets the "role" field to the value that was provided on create.
-func (u *RoleAssignmentUpsertBulk) UpdateRole() *RoleAssignmentUpsertBulk {
-	return u.Update(func(s *RoleAssignmentUpsert) {
-		s.UpdateRole()
-	})
-}
-
-// Exec executes the query.
-func (u *RoleAssignmentUpsertBulk) Exec(ctx context.Context) error {
-	if u.create.err != nil {
-		return u.create.err
-	}
-	for i, b := range u.create.builders {
-		if len(b.conflict) != 0 {
-			return fmt.Errorf("ent: OnConflict was set for builder %d. Set it on the RoleAssignmentCreateBulk instead", i)
-		}
-	}
-	if len(u.create.conflict) == 0 {
-		return errors.New("ent: missing options for RoleAssignmentCreateBulk.OnConflict")
-	}
-	return u.create.Exec(ctx)
-}
-
-// ExecX is like Exec, but panics if an error occurs.
-func (u *RoleAssignmentUpsertBulk) ExecX(ctx context.Context) {
-	if err := u.create.Exec(ctx); err != nil {
 		panic(err)
 	}
 }

@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"time"
 
-	"entgo.io/ent/dialect/sql"
 	"entgo.io/ent/dialect/sql/sqlgraph"
 	"entgo.io/ent/schema/field"
 	"github.com/anvilproject/anvil/ent/sshkey"
@@ -19,7 +18,6 @@ type SSHKeyCreate struct {
 	config
 	mutation *SSHKeyMutation
 	hooks    []Hook
-	conflict []sql.ConflictOption
 }
 
 // SetPrincipal sets the "principal" field.
@@ -149,7 +147,6 @@ func (_c *SSHKeyCreate) createSpec() (*SSHKey, *sqlgraph.CreateSpec) {
 		_node = &SSHKey{config: _c.config}
 		_spec = sqlgraph.NewCreateSpec(sshkey.Table, sqlgraph.NewFieldSpec(sshkey.FieldID, field.TypeInt))
 	)
-	_spec.OnConflict = _c.conflict
 	if value, ok := _c.mutation.Principal(); ok {
 		_spec.SetField(sshkey.FieldPrincipal, field.TypeString, value)
 		_node.Principal = value
@@ -173,151 +170,11 @@ func (_c *SSHKeyCreate) createSpec() (*SSHKey, *sqlgraph.CreateSpec) {
 	return _node, _spec
 }
 
-// OnConflict allows configuring the `ON CONFLICT` / `ON DUPLICATE KEY` clause
-// of the `INSERT` statement. For example:
-//
-//	client.SSHKey.Create().
-//		SetPrincipal(v).
-//		OnConflict(
-//			// Update the row with the new values
-//			// the was proposed for insertion.
-//			sql.ResolveWithNewValues(),
-//		).
-//		// Override some of the fields with custom
-//		// update values.
-//		Update(func(u *ent.SSHKeyUpsert) {
-//			SetPrincipal(v+v).
-//		}).
-//		Exec(ctx)
-func (_c *SSHKeyCreate) OnConflict(opts ...sql.ConflictOption) *SSHKeyUpsertOne {
-	_c.conflict = opts
-	return &SSHKeyUpsertOne{
-		create: _c,
-	}
-}
-
-// OnConflictColumns calls `OnConflict` and configures the columns
-// as conflict target. Using this option is equivalent to using:
-//
-//	client.SSHKey.Create().
-//		OnConflict(sql.ConflictColumns(columns...)).
-//		Exec(ctx)
-func (_c *SSHKeyCreate) OnConflictColumns(columns ...string) *SSHKeyUpsertOne {
-	_c.conflict = append(_c.conflict, sql.ConflictColumns(columns...))
-	return &SSHKeyUpsertOne{
-		create: _c,
-	}
-}
-
-type (
-	// SSHKeyUpsertOne is the builder for "upsert"-ing
-	//  one SSHKey node.
-	SSHKeyUpsertOne struct {
-		create *SSHKeyCreate
-	}
-
-	// SSHKeyUpsert is the "OnConflict" setter.
-	SSHKeyUpsert struct {
-		*sql.UpdateSet
-	}
-)
-
-// UpdateNewValues updates the mutable fields using the new values that were set on create.
-// Using this option is equivalent to using:
-//
-//	client.SSHKey.Create().
-//		OnConflict(
-//			sql.ResolveWithNewValues(),
-//		).
-//		Exec(ctx)
-func (u *SSHKeyUpsertOne) UpdateNewValues() *SSHKeyUpsertOne {
-	u.create.conflict = append(u.create.conflict, sql.ResolveWithNewValues())
-	u.create.conflict = append(u.create.conflict, sql.ResolveWith(func(s *sql.UpdateSet) {
-		if _, exists := u.create.mutation.Principal(); exists {
-			s.SetIgnore(sshkey.FieldPrincipal)
-		}
-		if _, exists := u.create.mutation.Name(); exists {
-			s.SetIgnore(sshkey.FieldName)
-		}
-		if _, exists := u.create.mutation.PublicKey(); exists {
-			s.SetIgnore(sshkey.FieldPublicKey)
-		}
-		if _, exists := u.create.mutation.Fingerprint(); exists {
-			s.SetIgnore(sshkey.FieldFingerprint)
-		}
-		if _, exists := u.create.mutation.CreatedAt(); exists {
-			s.SetIgnore(sshkey.FieldCreatedAt)
-		}
-	}))
-	return u
-}
-
-// Ignore sets each column to itself in case of conflict.
-// Using this option is equivalent to using:
-//
-//	client.SSHKey.Create().
-//	    OnConflict(sql.ResolveWithIgnore()).
-//	    Exec(ctx)
-func (u *SSHKeyUpsertOne) Ignore() *SSHKeyUpsertOne {
-	u.create.conflict = append(u.create.conflict, sql.ResolveWithIgnore())
-	return u
-}
-
-// DoNothing configures the conflict_action to `DO NOTHING`.
-// Supported only by SQLite and PostgreSQL.
-func (u *SSHKeyUpsertOne) DoNothing() *SSHKeyUpsertOne {
-	u.create.conflict = append(u.create.conflict, sql.DoNothing())
-	return u
-}
-
-// Update allows overriding fields `UPDATE` values. See the SSHKeyCreate.OnConflict
-// documentation for more info.
-func (u *SSHKeyUpsertOne) Update(set func(*SSHKeyUpsert)) *SSHKeyUpsertOne {
-	u.create.conflict = append(u.create.conflict, sql.ResolveWith(func(update *sql.UpdateSet) {
-		set(&SSHKeyUpsert{UpdateSet: update})
-	}))
-	return u
-}
-
-// Exec executes the query.
-func (u *SSHKeyUpsertOne) Exec(ctx context.Context) error {
-	if len(u.create.conflict) == 0 {
-		return errors.New("ent: missing options for SSHKeyCreate.OnConflict")
-	}
-	return u.create.Exec(ctx)
-}
-
-// ExecX is like Exec, but panics if an error occurs.
-func (u *SSHKeyUpsertOne) ExecX(ctx context.Context) {
-	if err := u.create.Exec(ctx); err != nil {
-		panic(err)
-	}
-}
-
-// Exec executes the UPSERT query and returns the inserted/updated ID.
-func (u *SSHKeyUpsertOne) ID(ctx context.Context) (id int, err error) {
-	node, err := u.create.Save(ctx)
-	if err != nil {
-		return id, err
-	}
-	return node.ID, nil
-}
-
-// IDX is like ID, but panics if an error occurs.
-func (u *SSHKeyUpsertOne) IDX(ctx context.Context) int {
-	id, err := u.ID(ctx)
-	if err != nil {
-		panic(err)
-	}
-	return id
-}
-
 // SSHKeyCreateBulk is the builder for creating many SSHKey entities in bulk.
 type SSHKeyCreateBulk struct {
 	config
 	err      error
 	builders []*SSHKeyCreate
-	conflict []sql.ConflictOption
 }
 
 // Save creates the SSHKey entities in the database.
@@ -347,7 +204,6 @@ func (_c *SSHKeyCreateBulk) Save(ctx context.Context) ([]*SSHKey, error) {
 					_, err = mutators[i+1].Mutate(root, _c.builders[i+1].mutation)
 				} else {
 					spec := &sqlgraph.BatchCreateSpec{Nodes: specs}
-					spec.OnConflict = _c.conflict
 					// Invoke the actual operation on the latest mutation in the chain.
 					if err = sqlgraph.BatchCreate(ctx, _c.driver, spec); err != nil {
 						if sqlgraph.IsConstraintError(err) {
@@ -398,129 +254,6 @@ func (_c *SSHKeyCreateBulk) Exec(ctx context.Context) error {
 // ExecX is like Exec, but panics if an error occurs.
 func (_c *SSHKeyCreateBulk) ExecX(ctx context.Context) {
 	if err := _c.Exec(ctx); err != nil {
-		panic(err)
-	}
-}
-
-// OnConflict allows configuring the `ON CONFLICT` / `ON DUPLICATE KEY` clause
-// of the `INSERT` statement. For example:
-//
-//	client.SSHKey.CreateBulk(builders...).
-//		OnConflict(
-//			// Update the row with the new values
-//			// the was proposed for insertion.
-//			sql.ResolveWithNewValues(),
-//		).
-//		// Override some of the fields with custom
-//		// update values.
-//		Update(func(u *ent.SSHKeyUpsert) {
-//			SetPrincipal(v+v).
-//		}).
-//		Exec(ctx)
-func (_c *SSHKeyCreateBulk) OnConflict(opts ...sql.ConflictOption) *SSHKeyUpsertBulk {
-	_c.conflict = opts
-	return &SSHKeyUpsertBulk{
-		create: _c,
-	}
-}
-
-// OnConflictColumns calls `OnConflict` and configures the columns
-// as conflict target. Using this option is equivalent to using:
-//
-//	client.SSHKey.Create().
-//		OnConflict(sql.ConflictColumns(columns...)).
-//		Exec(ctx)
-func (_c *SSHKeyCreateBulk) OnConflictColumns(columns ...string) *SSHKeyUpsertBulk {
-	_c.conflict = append(_c.conflict, sql.ConflictColumns(columns...))
-	return &SSHKeyUpsertBulk{
-		create: _c,
-	}
-}
-
-// SSHKeyUpsertBulk is the builder for "upsert"-ing
-// a bulk of SSHKey nodes.
-type SSHKeyUpsertBulk struct {
-	create *SSHKeyCreateBulk
-}
-
-// UpdateNewValues updates the mutable fields using the new values that
-// were set on create. Using this option is equivalent to using:
-//
-//	client.SSHKey.Create().
-//		OnConflict(
-//			sql.ResolveWithNewValues(),
-//		).
-//		Exec(ctx)
-func (u *SSHKeyUpsertBulk) UpdateNewValues() *SSHKeyUpsertBulk {
-	u.create.conflict = append(u.create.conflict, sql.ResolveWithNewValues())
-	u.create.conflict = append(u.create.conflict, sql.ResolveWith(func(s *sql.UpdateSet) {
-		for _, b := range u.create.builders {
-			if _, exists := b.mutation.Principal(); exists {
-				s.SetIgnore(sshkey.FieldPrincipal)
-			}
-			if _, exists := b.mutation.Name(); exists {
-				s.SetIgnore(sshkey.FieldName)
-			}
-			if _, exists := b.mutation.PublicKey(); exists {
-				s.SetIgnore(sshkey.FieldPublicKey)
-			}
-			if _, exists := b.mutation.Fingerprint(); exists {
-				s.SetIgnore(sshkey.FieldFingerprint)
-			}
-			if _, exists := b.mutation.CreatedAt(); exists {
-				s.SetIgnore(sshkey.FieldCreatedAt)
-			}
-		}
-	}))
-	return u
-}
-
-// Ignore sets each column to itself in case of conflict.
-// Using this option is equivalent to using:
-//
-//	client.SSHKey.Create().
-//		OnConflict(sql.ResolveWithIgnore()).
-//		Exec(ctx)
-func (u *SSHKeyUpsertBulk) Ignore() *SSHKeyUpsertBulk {
-	u.create.conflict = append(u.create.conflict, sql.ResolveWithIgnore())
-	return u
-}
-
-// DoNothing configures the conflict_action to `DO NOTHING`.
-// Supported only by SQLite and PostgreSQL.
-func (u *SSHKeyUpsertBulk) DoNothing() *SSHKeyUpsertBulk {
-	u.create.conflict = append(u.create.conflict, sql.DoNothing())
-	return u
-}
-
-// Update allows overriding fields `UPDATE` values. See the SSHKeyCreateBulk.OnConflict
-// documentation for more info.
-func (u *SSHKeyUpsertBulk) Update(set func(*SSHKeyUpsert)) *SSHKeyUpsertBulk {
-	u.create.conflict = append(u.create.conflict, sql.ResolveWith(func(update *sql.UpdateSet) {
-		set(&SSHKeyUpsert{UpdateSet: update})
-	}))
-	return u
-}
-
-// Exec executes the query.
-func (u *SSHKeyUpsertBulk) Exec(ctx context.Context) error {
-	if u.create.err != nil {
-		return u.create.err
-	}
-	for i, b := range u.create.builders {
-		if len(b.conflict) != 0 {
-			return fmt.Errorf("ent: OnConflict was set for builder %d. Set it on the SSHKeyCreateBulk instead", i)
-		}
-	}
-	if len(u.create.conflict) == 0 {
-		return errors.New("ent: missing options for SSHKeyCreateBulk.OnConflict")
-	}
-	return u.create.Exec(ctx)
-}
-
-// ExecX is like Exec, but panics if an error occurs.
-func (u *SSHKeyUpsertBulk) ExecX(ctx context.Context) {
-	if err := u.create.Exec(ctx); err != nil {
 		panic(err)
 	}
 }

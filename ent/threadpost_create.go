@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"time"
 
-	"entgo.io/ent/dialect/sql"
 	"entgo.io/ent/dialect/sql/sqlgraph"
 	"entgo.io/ent/schema/field"
 	"github.com/anvilproject/anvil/ent/threadpost"
@@ -19,7 +18,6 @@ type ThreadPostCreate struct {
 	config
 	mutation *ThreadPostMutation
 	hooks    []Hook
-	conflict []sql.ConflictOption
 }
 
 // SetThreadUUID sets the "thread_uuid" field.
@@ -156,7 +154,6 @@ func (_c *ThreadPostCreate) createSpec() (*ThreadPost, *sqlgraph.CreateSpec) {
 		_node = &ThreadPost{config: _c.config}
 		_spec = sqlgraph.NewCreateSpec(threadpost.Table, sqlgraph.NewFieldSpec(threadpost.FieldID, field.TypeInt))
 	)
-	_spec.OnConflict = _c.conflict
 	if value, ok := _c.mutation.ThreadUUID(); ok {
 		_spec.SetField(threadpost.FieldThreadUUID, field.TypeString, value)
 		_node.ThreadUUID = value
@@ -180,151 +177,11 @@ func (_c *ThreadPostCreate) createSpec() (*ThreadPost, *sqlgraph.CreateSpec) {
 	return _node, _spec
 }
 
-// OnConflict allows configuring the `ON CONFLICT` / `ON DUPLICATE KEY` clause
-// of the `INSERT` statement. For example:
-//
-//	client.ThreadPost.Create().
-//		SetThreadUUID(v).
-//		OnConflict(
-//			// Update the row with the new values
-//			// the was proposed for insertion.
-//			sql.ResolveWithNewValues(),
-//		).
-//		// Override some of the fields with custom
-//		// update values.
-//		Update(func(u *ent.ThreadPostUpsert) {
-//			SetThreadUUID(v+v).
-//		}).
-//		Exec(ctx)
-func (_c *ThreadPostCreate) OnConflict(opts ...sql.ConflictOption) *ThreadPostUpsertOne {
-	_c.conflict = opts
-	return &ThreadPostUpsertOne{
-		create: _c,
-	}
-}
-
-// OnConflictColumns calls `OnConflict` and configures the columns
-// as conflict target. Using this option is equivalent to using:
-//
-//	client.ThreadPost.Create().
-//		OnConflict(sql.ConflictColumns(columns...)).
-//		Exec(ctx)
-func (_c *ThreadPostCreate) OnConflictColumns(columns ...string) *ThreadPostUpsertOne {
-	_c.conflict = append(_c.conflict, sql.ConflictColumns(columns...))
-	return &ThreadPostUpsertOne{
-		create: _c,
-	}
-}
-
-type (
-	// ThreadPostUpsertOne is the builder for "upsert"-ing
-	//  one ThreadPost node.
-	ThreadPostUpsertOne struct {
-		create *ThreadPostCreate
-	}
-
-	// ThreadPostUpsert is the "OnConflict" setter.
-	ThreadPostUpsert struct {
-		*sql.UpdateSet
-	}
-)
-
-// UpdateNewValues updates the mutable fields using the new values that were set on create.
-// Using this option is equivalent to using:
-//
-//	client.ThreadPost.Create().
-//		OnConflict(
-//			sql.ResolveWithNewValues(),
-//		).
-//		Exec(ctx)
-func (u *ThreadPostUpsertOne) UpdateNewValues() *ThreadPostUpsertOne {
-	u.create.conflict = append(u.create.conflict, sql.ResolveWithNewValues())
-	u.create.conflict = append(u.create.conflict, sql.ResolveWith(func(s *sql.UpdateSet) {
-		if _, exists := u.create.mutation.ThreadUUID(); exists {
-			s.SetIgnore(threadpost.FieldThreadUUID)
-		}
-		if _, exists := u.create.mutation.Author(); exists {
-			s.SetIgnore(threadpost.FieldAuthor)
-		}
-		if _, exists := u.create.mutation.Project(); exists {
-			s.SetIgnore(threadpost.FieldProject)
-		}
-		if _, exists := u.create.mutation.Body(); exists {
-			s.SetIgnore(threadpost.FieldBody)
-		}
-		if _, exists := u.create.mutation.CreatedAt(); exists {
-			s.SetIgnore(threadpost.FieldCreatedAt)
-		}
-	}))
-	return u
-}
-
-// Ignore sets each column to itself in case of conflict.
-// Using this option is equivalent to using:
-//
-//	client.ThreadPost.Create().
-//	    OnConflict(sql.ResolveWithIgnore()).
-//	    Exec(ctx)
-func (u *ThreadPostUpsertOne) Ignore() *ThreadPostUpsertOne {
-	u.create.conflict = append(u.create.conflict, sql.ResolveWithIgnore())
-	return u
-}
-
-// DoNothing configures the conflict_action to `DO NOTHING`.
-// Supported only by SQLite and PostgreSQL.
-func (u *ThreadPostUpsertOne) DoNothing() *ThreadPostUpsertOne {
-	u.create.conflict = append(u.create.conflict, sql.DoNothing())
-	return u
-}
-
-// Update allows overriding fields `UPDATE` values. See the ThreadPostCreate.OnConflict
-// documentation for more info.
-func (u *ThreadPostUpsertOne) Update(set func(*ThreadPostUpsert)) *ThreadPostUpsertOne {
-	u.create.conflict = append(u.create.conflict, sql.ResolveWith(func(update *sql.UpdateSet) {
-		set(&ThreadPostUpsert{UpdateSet: update})
-	}))
-	return u
-}
-
-// Exec executes the query.
-func (u *ThreadPostUpsertOne) Exec(ctx context.Context) error {
-	if len(u.create.conflict) == 0 {
-		return errors.New("ent: missing options for ThreadPostCreate.OnConflict")
-	}
-	return u.create.Exec(ctx)
-}
-
-// ExecX is like Exec, but panics if an error occurs.
-func (u *ThreadPostUpsertOne) ExecX(ctx context.Context) {
-	if err := u.create.Exec(ctx); err != nil {
-		panic(err)
-	}
-}
-
-// Exec executes the UPSERT query and returns the inserted/updated ID.
-func (u *ThreadPostUpsertOne) ID(ctx context.Context) (id int, err error) {
-	node, err := u.create.Save(ctx)
-	if err != nil {
-		return id, err
-	}
-	return node.ID, nil
-}
-
-// IDX is like ID, but panics if an error occurs.
-func (u *ThreadPostUpsertOne) IDX(ctx context.Context) int {
-	id, err := u.ID(ctx)
-	if err != nil {
-		panic(err)
-	}
-	return id
-}
-
 // ThreadPostCreateBulk is the builder for creating many ThreadPost entities in bulk.
 type ThreadPostCreateBulk struct {
 	config
 	err      error
 	builders []*ThreadPostCreate
-	conflict []sql.ConflictOption
 }
 
 // Save creates the ThreadPost entities in the database.
@@ -354,7 +211,6 @@ func (_c *ThreadPostCreateBulk) Save(ctx context.Context) ([]*ThreadPost, error)
 					_, err = mutators[i+1].Mutate(root, _c.builders[i+1].mutation)
 				} else {
 					spec := &sqlgraph.BatchCreateSpec{Nodes: specs}
-					spec.OnConflict = _c.conflict
 					// Invoke the actual operation on the latest mutation in the chain.
 					if err = sqlgraph.BatchCreate(ctx, _c.driver, spec); err != nil {
 						if sqlgraph.IsConstraintError(err) {
@@ -405,129 +261,6 @@ func (_c *ThreadPostCreateBulk) Exec(ctx context.Context) error {
 // ExecX is like Exec, but panics if an error occurs.
 func (_c *ThreadPostCreateBulk) ExecX(ctx context.Context) {
 	if err := _c.Exec(ctx); err != nil {
-		panic(err)
-	}
-}
-
-// OnConflict allows configuring the `ON CONFLICT` / `ON DUPLICATE KEY` clause
-// of the `INSERT` statement. For example:
-//
-//	client.ThreadPost.CreateBulk(builders...).
-//		OnConflict(
-//			// Update the row with the new values
-//			// the was proposed for insertion.
-//			sql.ResolveWithNewValues(),
-//		).
-//		// Override some of the fields with custom
-//		// update values.
-//		Update(func(u *ent.ThreadPostUpsert) {
-//			SetThreadUUID(v+v).
-//		}).
-//		Exec(ctx)
-func (_c *ThreadPostCreateBulk) OnConflict(opts ...sql.ConflictOption) *ThreadPostUpsertBulk {
-	_c.conflict = opts
-	return &ThreadPostUpsertBulk{
-		create: _c,
-	}
-}
-
-// OnConflictColumns calls `OnConflict` and configures the columns
-// as conflict target. Using this option is equivalent to using:
-//
-//	client.ThreadPost.Create().
-//		OnConflict(sql.ConflictColumns(columns...)).
-//		Exec(ctx)
-func (_c *ThreadPostCreateBulk) OnConflictColumns(columns ...string) *ThreadPostUpsertBulk {
-	_c.conflict = append(_c.conflict, sql.ConflictColumns(columns...))
-	return &ThreadPostUpsertBulk{
-		create: _c,
-	}
-}
-
-// ThreadPostUpsertBulk is the builder for "upsert"-ing
-// a bulk of ThreadPost nodes.
-type ThreadPostUpsertBulk struct {
-	create *ThreadPostCreateBulk
-}
-
-// UpdateNewValues updates the mutable fields using the new values that
-// were set on create. Using this option is equivalent to using:
-//
-//	client.ThreadPost.Create().
-//		OnConflict(
-//			sql.ResolveWithNewValues(),
-//		).
-//		Exec(ctx)
-func (u *ThreadPostUpsertBulk) UpdateNewValues() *ThreadPostUpsertBulk {
-	u.create.conflict = append(u.create.conflict, sql.ResolveWithNewValues())
-	u.create.conflict = append(u.create.conflict, sql.ResolveWith(func(s *sql.UpdateSet) {
-		for _, b := range u.create.builders {
-			if _, exists := b.mutation.ThreadUUID(); exists {
-				s.SetIgnore(threadpost.FieldThreadUUID)
-			}
-			if _, exists := b.mutation.Author(); exists {
-				s.SetIgnore(threadpost.FieldAuthor)
-			}
-			if _, exists := b.mutation.Project(); exists {
-				s.SetIgnore(threadpost.FieldProject)
-			}
-			if _, exists := b.mutation.Body(); exists {
-				s.SetIgnore(threadpost.FieldBody)
-			}
-			if _, exists := b.mutation.CreatedAt(); exists {
-				s.SetIgnore(threadpost.FieldCreatedAt)
-			}
-		}
-	}))
-	return u
-}
-
-// Ignore sets each column to itself in case of conflict.
-// Using this option is equivalent to using:
-//
-//	client.ThreadPost.Create().
-//		OnConflict(sql.ResolveWithIgnore()).
-//		Exec(ctx)
-func (u *ThreadPostUpsertBulk) Ignore() *ThreadPostUpsertBulk {
-	u.create.conflict = append(u.create.conflict, sql.ResolveWithIgnore())
-	return u
-}
-
-// DoNothing configures the conflict_action to `DO NOTHING`.
-// Supported only by SQLite and PostgreSQL.
-func (u *ThreadPostUpsertBulk) DoNothing() *ThreadPostUpsertBulk {
-	u.create.conflict = append(u.create.conflict, sql.DoNothing())
-	return u
-}
-
-// Update allows overriding fields `UPDATE` values. See the ThreadPostCreateBulk.OnConflict
-// documentation for more info.
-func (u *ThreadPostUpsertBulk) Update(set func(*ThreadPostUpsert)) *ThreadPostUpsertBulk {
-	u.create.conflict = append(u.create.conflict, sql.ResolveWith(func(update *sql.UpdateSet) {
-		set(&ThreadPostUpsert{UpdateSet: update})
-	}))
-	return u
-}
-
-// Exec executes the query.
-func (u *ThreadPostUpsertBulk) Exec(ctx context.Context) error {
-	if u.create.err != nil {
-		return u.create.err
-	}
-	for i, b := range u.create.builders {
-		if len(b.conflict) != 0 {
-			return fmt.Errorf("ent: OnConflict was set for builder %d. Set it on the ThreadPostCreateBulk instead", i)
-		}
-	}
-	if len(u.create.conflict) == 0 {
-		return errors.New("ent: missing options for ThreadPostCreateBulk.OnConflict")
-	}
-	return u.create.Exec(ctx)
-}
-
-// ExecX is like Exec, but panics if an error occurs.
-func (u *ThreadPostUpsertBulk) ExecX(ctx context.Context) {
-	if err := u.create.Exec(ctx); err != nil {
 		panic(err)
 	}
 }

@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 
-	"entgo.io/ent/dialect/sql"
 	"entgo.io/ent/dialect/sql/sqlgraph"
 	"entgo.io/ent/schema/field"
 	"github.com/anvilproject/anvil/ent/node"
@@ -19,7 +18,6 @@ type TraitCreate struct {
 	config
 	mutation *TraitMutation
 	hooks    []Hook
-	conflict []sql.ConflictOption
 }
 
 // SetTrait sets the "trait" field.
@@ -113,7 +111,6 @@ func (_c *TraitCreate) createSpec() (*Trait, *sqlgraph.CreateSpec) {
 		_node = &Trait{config: _c.config}
 		_spec = sqlgraph.NewCreateSpec(trait.Table, sqlgraph.NewFieldSpec(trait.FieldID, field.TypeInt))
 	)
-	_spec.OnConflict = _c.conflict
 	if value, ok := _c.mutation.Trait(); ok {
 		_spec.SetField(trait.FieldTrait, field.TypeString, value)
 		_node.Trait = value
@@ -138,186 +135,11 @@ func (_c *TraitCreate) createSpec() (*Trait, *sqlgraph.CreateSpec) {
 	return _node, _spec
 }
 
-// OnConflict allows configuring the `ON CONFLICT` / `ON DUPLICATE KEY` clause
-// of the `INSERT` statement. For example:
-//
-//	client.Trait.Create().
-//		SetTrait(v).
-//		OnConflict(
-//			// Update the row with the new values
-//			// the was proposed for insertion.
-//			sql.ResolveWithNewValues(),
-//		).
-//		// Override some of the fields with custom
-//		// update values.
-//		Update(func(u *ent.TraitUpsert) {
-//			SetTrait(v+v).
-//		}).
-//		Exec(ctx)
-func (_c *TraitCreate) OnConflict(opts ...sql.ConflictOption) *TraitUpsertOne {
-	_c.conflict = opts
-	return &TraitUpsertOne{
-		create: _c,
-	}
-}
-
-// OnConflictColumns calls `OnConflict` and configures the columns
-// as conflict target. Using this option is equivalent to using:
-//
-//	client.Trait.Create().
-//		OnConflict(sql.ConflictColumns(columns...)).
-//		Exec(ctx)
-func (_c *TraitCreate) OnConflictColumns(columns ...string) *TraitUpsertOne {
-	_c.conflict = append(_c.conflict, sql.ConflictColumns(columns...))
-	return &TraitUpsertOne{
-		create: _c,
-	}
-}
-
-type (
-	// TraitUpsertOne is the builder for "upsert"-ing
-	//  one Trait node.
-	TraitUpsertOne struct {
-		create *TraitCreate
-	}
-
-	// TraitUpsert is the "OnConflict" setter.
-	TraitUpsert struct {
-		*sql.UpdateSet
-	}
-)
-
-// SetTrait sets the "trait" field.
-func (u *TraitUpsert) SetTrait(v string) *TraitUpsert {
-	u.Set(trait.FieldTrait, v)
-	return u
-}
-
-// UpdateTrait sets the "trait" field to the value that was provided on create.
-func (u *TraitUpsert) UpdateTrait() *TraitUpsert {
-	u.SetExcluded(trait.FieldTrait)
-	return u
-}
-
-// SetNodeID sets the "node_id" field.
-func (u *TraitUpsert) SetNodeID(v int) *TraitUpsert {
-	u.Set(trait.FieldNodeID, v)
-	return u
-}
-
-// UpdateNodeID sets the "node_id" field to the value that was provided on create.
-func (u *TraitUpsert) UpdateNodeID() *TraitUpsert {
-	u.SetExcluded(trait.FieldNodeID)
-	return u
-}
-
-// UpdateNewValues updates the mutable fields using the new values that were set on create.
-// Using this option is equivalent to using:
-//
-//	client.Trait.Create().
-//		OnConflict(
-//			sql.ResolveWithNewValues(),
-//		).
-//		Exec(ctx)
-func (u *TraitUpsertOne) UpdateNewValues() *TraitUpsertOne {
-	u.create.conflict = append(u.create.conflict, sql.ResolveWithNewValues())
-	return u
-}
-
-// Ignore sets each column to itself in case of conflict.
-// Using this option is equivalent to using:
-//
-//	client.Trait.Create().
-//	    OnConflict(sql.ResolveWithIgnore()).
-//	    Exec(ctx)
-func (u *TraitUpsertOne) Ignore() *TraitUpsertOne {
-	u.create.conflict = append(u.create.conflict, sql.ResolveWithIgnore())
-	return u
-}
-
-// DoNothing configures the conflict_action to `DO NOTHING`.
-// Supported only by SQLite and PostgreSQL.
-func (u *TraitUpsertOne) DoNothing() *TraitUpsertOne {
-	u.create.conflict = append(u.create.conflict, sql.DoNothing())
-	return u
-}
-
-// Update allows overriding fields `UPDATE` values. See the TraitCreate.OnConflict
-// documentation for more info.
-func (u *TraitUpsertOne) Update(set func(*TraitUpsert)) *TraitUpsertOne {
-	u.create.conflict = append(u.create.conflict, sql.ResolveWith(func(update *sql.UpdateSet) {
-		set(&TraitUpsert{UpdateSet: update})
-	}))
-	return u
-}
-
-// SetTrait sets the "trait" field.
-func (u *TraitUpsertOne) SetTrait(v string) *TraitUpsertOne {
-	return u.Update(func(s *TraitUpsert) {
-		s.SetTrait(v)
-	})
-}
-
-// UpdateTrait sets the "trait" field to the value that was provided on create.
-func (u *TraitUpsertOne) UpdateTrait() *TraitUpsertOne {
-	return u.Update(func(s *TraitUpsert) {
-		s.UpdateTrait()
-	})
-}
-
-// SetNodeID sets the "node_id" field.
-func (u *TraitUpsertOne) SetNodeID(v int) *TraitUpsertOne {
-	return u.Update(func(s *TraitUpsert) {
-		s.SetNodeID(v)
-	})
-}
-
-// UpdateNodeID sets the "node_id" field to the value that was provided on create.
-func (u *TraitUpsertOne) UpdateNodeID() *TraitUpsertOne {
-	return u.Update(func(s *TraitUpsert) {
-		s.UpdateNodeID()
-	})
-}
-
-// Exec executes the query.
-func (u *TraitUpsertOne) Exec(ctx context.Context) error {
-	if len(u.create.conflict) == 0 {
-		return errors.New("ent: missing options for TraitCreate.OnConflict")
-	}
-	return u.create.Exec(ctx)
-}
-
-// ExecX is like Exec, but panics if an error occurs.
-func (u *TraitUpsertOne) ExecX(ctx context.Context) {
-	if err := u.create.Exec(ctx); err != nil {
-		panic(err)
-	}
-}
-
-// Exec executes the UPSERT query and returns the inserted/updated ID.
-func (u *TraitUpsertOne) ID(ctx context.Context) (id int, err error) {
-	node, err := u.create.Save(ctx)
-	if err != nil {
-		return id, err
-	}
-	return node.ID, nil
-}
-
-// IDX is like ID, but panics if an error occurs.
-func (u *TraitUpsertOne) IDX(ctx context.Context) int {
-	id, err := u.ID(ctx)
-	if err != nil {
-		panic(err)
-	}
-	return id
-}
-
 // TraitCreateBulk is the builder for creating many Trait entities in bulk.
 type TraitCreateBulk struct {
 	config
 	err      error
 	builders []*TraitCreate
-	conflict []sql.ConflictOption
 }
 
 // Save creates the Trait entities in the database.
@@ -346,7 +168,6 @@ func (_c *TraitCreateBulk) Save(ctx context.Context) ([]*Trait, error) {
 					_, err = mutators[i+1].Mutate(root, _c.builders[i+1].mutation)
 				} else {
 					spec := &sqlgraph.BatchCreateSpec{Nodes: specs}
-					spec.OnConflict = _c.conflict
 					// Invoke the actual operation on the latest mutation in the chain.
 					if err = sqlgraph.BatchCreate(ctx, _c.driver, spec); err != nil {
 						if sqlgraph.IsConstraintError(err) {
@@ -397,138 +218,6 @@ func (_c *TraitCreateBulk) Exec(ctx context.Context) error {
 // ExecX is like Exec, but panics if an error occurs.
 func (_c *TraitCreateBulk) ExecX(ctx context.Context) {
 	if err := _c.Exec(ctx); err != nil {
-		panic(err)
-	}
-}
-
-// OnConflict allows configuring the `ON CONFLICT` / `ON DUPLICATE KEY` clause
-// of the `INSERT` statement. For example:
-//
-//	client.Trait.CreateBulk(builders...).
-//		OnConflict(
-//			// Update the row with the new values
-//			// the was proposed for insertion.
-//			sql.ResolveWithNewValues(),
-//		).
-//		// Override some of the fields with custom
-//		// update values.
-//		Update(func(u *ent.TraitUpsert) {
-//			SetTrait(v+v).
-//		}).
-//		Exec(ctx)
-func (_c *TraitCreateBulk) OnConflict(opts ...sql.ConflictOption) *TraitUpsertBulk {
-	_c.conflict = opts
-	return &TraitUpsertBulk{
-		create: _c,
-	}
-}
-
-// OnConflictColumns calls `OnConflict` and configures the columns
-// as conflict target. Using this option is equivalent to using:
-//
-//	client.Trait.Create().
-//		OnConflict(sql.ConflictColumns(columns...)).
-//		Exec(ctx)
-func (_c *TraitCreateBulk) OnConflictColumns(columns ...string) *TraitUpsertBulk {
-	_c.conflict = append(_c.conflict, sql.ConflictColumns(columns...))
-	return &TraitUpsertBulk{
-		create: _c,
-	}
-}
-
-// TraitUpsertBulk is the builder for "upsert"-ing
-// a bulk of Trait nodes.
-type TraitUpsertBulk struct {
-	create *TraitCreateBulk
-}
-
-// UpdateNewValues updates the mutable fields using the new values that
-// were set on create. Using this option is equivalent to using:
-//
-//	client.Trait.Create().
-//		OnConflict(
-//			sql.ResolveWithNewValues(),
-//		).
-//		Exec(ctx)
-func (u *TraitUpsertBulk) UpdateNewValues() *TraitUpsertBulk {
-	u.create.conflict = append(u.create.conflict, sql.ResolveWithNewValues())
-	return u
-}
-
-// Ignore sets each column to itself in case of conflict.
-// Using this option is equivalent to using:
-//
-//	client.Trait.Create().
-//		OnConflict(sql.ResolveWithIgnore()).
-//		Exec(ctx)
-func (u *TraitUpsertBulk) Ignore() *TraitUpsertBulk {
-	u.create.conflict = append(u.create.conflict, sql.ResolveWithIgnore())
-	return u
-}
-
-// DoNothing configures the conflict_action to `DO NOTHING`.
-// Supported only by SQLite and PostgreSQL.
-func (u *TraitUpsertBulk) DoNothing() *TraitUpsertBulk {
-	u.create.conflict = append(u.create.conflict, sql.DoNothing())
-	return u
-}
-
-// Update allows overriding fields `UPDATE` values. See the TraitCreateBulk.OnConflict
-// documentation for more info.
-func (u *TraitUpsertBulk) Update(set func(*TraitUpsert)) *TraitUpsertBulk {
-	u.create.conflict = append(u.create.conflict, sql.ResolveWith(func(update *sql.UpdateSet) {
-		set(&TraitUpsert{UpdateSet: update})
-	}))
-	return u
-}
-
-// SetTrait sets the "trait" field.
-func (u *TraitUpsertBulk) SetTrait(v string) *TraitUpsertBulk {
-	return u.Update(func(s *TraitUpsert) {
-		s.SetTrait(v)
-	})
-}
-
-// UpdateTrait sets the "trait" field to the value that was provided on create.
-func (u *TraitUpsertBulk) UpdateTrait() *TraitUpsertBulk {
-	return u.Update(func(s *TraitUpsert) {
-		s.UpdateTrait()
-	})
-}
-
-// SetNodeID sets the "node_id" field.
-func (u *TraitUpsertBulk) SetNodeID(v int) *TraitUpsertBulk {
-	return u.Update(func(s *TraitUpsert) {
-		s.SetNodeID(v)
-	})
-}
-
-// UpdateNodeID sets the "node_id" field to the value that was provided on create.
-func (u *TraitUpsertBulk) UpdateNodeID() *TraitUpsertBulk {
-	return u.Update(func(s *TraitUpsert) {
-		s.UpdateNodeID()
-	})
-}
-
-// Exec executes the query.
-func (u *TraitUpsertBulk) Exec(ctx context.Context) error {
-	if u.create.err != nil {
-		return u.create.err
-	}
-	for i, b := range u.create.builders {
-		if len(b.conflict) != 0 {
-			return fmt.Errorf("ent: OnConflict was set for builder %d. Set it on the TraitCreateBulk instead", i)
-		}
-	}
-	if len(u.create.conflict) == 0 {
-		return errors.New("ent: missing options for TraitCreateBulk.OnConflict")
-	}
-	return u.create.Exec(ctx)
-}
-
-// ExecX is like Exec, but panics if an error occurs.
-func (u *TraitUpsertBulk) ExecX(ctx context.Context) {
-	if err := u.create.Exec(ctx); err != nil {
 		panic(err)
 	}
 }

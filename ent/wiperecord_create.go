@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"time"
 
-	"entgo.io/ent/dialect/sql"
 	"entgo.io/ent/dialect/sql/sqlgraph"
 	"entgo.io/ent/schema/field"
 	"github.com/anvilproject/anvil/ent/wiperecord"
@@ -19,7 +18,6 @@ type WipeRecordCreate struct {
 	config
 	mutation *WipeRecordMutation
 	hooks    []Hook
-	conflict []sql.ConflictOption
 }
 
 // SetUUID sets the "uuid" field.
@@ -295,7 +293,6 @@ func (_c *WipeRecordCreate) createSpec() (*WipeRecord, *sqlgraph.CreateSpec) {
 		_node = &WipeRecord{config: _c.config}
 		_spec = sqlgraph.NewCreateSpec(wiperecord.Table, sqlgraph.NewFieldSpec(wiperecord.FieldID, field.TypeInt))
 	)
-	_spec.OnConflict = _c.conflict
 	if value, ok := _c.mutation.UUID(); ok {
 		_spec.SetField(wiperecord.FieldUUID, field.TypeString, value)
 		_node.UUID = value
@@ -359,181 +356,11 @@ func (_c *WipeRecordCreate) createSpec() (*WipeRecord, *sqlgraph.CreateSpec) {
 	return _node, _spec
 }
 
-// OnConflict allows configuring the `ON CONFLICT` / `ON DUPLICATE KEY` clause
-// of the `INSERT` statement. For example:
-//
-//	client.WipeRecord.Create().
-//		SetUUID(v).
-//		OnConflict(
-//			// Update the row with the new values
-//			// the was proposed for insertion.
-//			sql.ResolveWithNewValues(),
-//		).
-//		// Override some of the fields with custom
-//		// update values.
-//		Update(func(u *ent.WipeRecordUpsert) {
-//			SetUUID(v+v).
-//		}).
-//		Exec(ctx)
-func (_c *WipeRecordCreate) OnConflict(opts ...sql.ConflictOption) *WipeRecordUpsertOne {
-	_c.conflict = opts
-	return &WipeRecordUpsertOne{
-		create: _c,
-	}
-}
-
-// OnConflictColumns calls `OnConflict` and configures the columns
-// as conflict target. Using this option is equivalent to using:
-//
-//	client.WipeRecord.Create().
-//		OnConflict(sql.ConflictColumns(columns...)).
-//		Exec(ctx)
-func (_c *WipeRecordCreate) OnConflictColumns(columns ...string) *WipeRecordUpsertOne {
-	_c.conflict = append(_c.conflict, sql.ConflictColumns(columns...))
-	return &WipeRecordUpsertOne{
-		create: _c,
-	}
-}
-
-type (
-	// WipeRecordUpsertOne is the builder for "upsert"-ing
-	//  one WipeRecord node.
-	WipeRecordUpsertOne struct {
-		create *WipeRecordCreate
-	}
-
-	// WipeRecordUpsert is the "OnConflict" setter.
-	WipeRecordUpsert struct {
-		*sql.UpdateSet
-	}
-)
-
-// UpdateNewValues updates the mutable fields using the new values that were set on create.
-// Using this option is equivalent to using:
-//
-//	client.WipeRecord.Create().
-//		OnConflict(
-//			sql.ResolveWithNewValues(),
-//		).
-//		Exec(ctx)
-func (u *WipeRecordUpsertOne) UpdateNewValues() *WipeRecordUpsertOne {
-	u.create.conflict = append(u.create.conflict, sql.ResolveWithNewValues())
-	u.create.conflict = append(u.create.conflict, sql.ResolveWith(func(s *sql.UpdateSet) {
-		if _, exists := u.create.mutation.UUID(); exists {
-			s.SetIgnore(wiperecord.FieldUUID)
-		}
-		if _, exists := u.create.mutation.NodeUUID(); exists {
-			s.SetIgnore(wiperecord.FieldNodeUUID)
-		}
-		if _, exists := u.create.mutation.NodeName(); exists {
-			s.SetIgnore(wiperecord.FieldNodeName)
-		}
-		if _, exists := u.create.mutation.Owner(); exists {
-			s.SetIgnore(wiperecord.FieldOwner)
-		}
-		if _, exists := u.create.mutation.Lessee(); exists {
-			s.SetIgnore(wiperecord.FieldLessee)
-		}
-		if _, exists := u.create.mutation.Allocation(); exists {
-			s.SetIgnore(wiperecord.FieldAllocation)
-		}
-		if _, exists := u.create.mutation.AllocationOwner(); exists {
-			s.SetIgnore(wiperecord.FieldAllocationOwner)
-		}
-		if _, exists := u.create.mutation.Policy(); exists {
-			s.SetIgnore(wiperecord.FieldPolicy)
-		}
-		if _, exists := u.create.mutation.Result(); exists {
-			s.SetIgnore(wiperecord.FieldResult)
-		}
-		if _, exists := u.create.mutation.Message(); exists {
-			s.SetIgnore(wiperecord.FieldMessage)
-		}
-		if _, exists := u.create.mutation.Disks(); exists {
-			s.SetIgnore(wiperecord.FieldDisks)
-		}
-		if _, exists := u.create.mutation.AgentLog(); exists {
-			s.SetIgnore(wiperecord.FieldAgentLog)
-		}
-		if _, exists := u.create.mutation.Conductor(); exists {
-			s.SetIgnore(wiperecord.FieldConductor)
-		}
-		if _, exists := u.create.mutation.StartedAt(); exists {
-			s.SetIgnore(wiperecord.FieldStartedAt)
-		}
-		if _, exists := u.create.mutation.FinishedAt(); exists {
-			s.SetIgnore(wiperecord.FieldFinishedAt)
-		}
-	}))
-	return u
-}
-
-// Ignore sets each column to itself in case of conflict.
-// Using this option is equivalent to using:
-//
-//	client.WipeRecord.Create().
-//	    OnConflict(sql.ResolveWithIgnore()).
-//	    Exec(ctx)
-func (u *WipeRecordUpsertOne) Ignore() *WipeRecordUpsertOne {
-	u.create.conflict = append(u.create.conflict, sql.ResolveWithIgnore())
-	return u
-}
-
-// DoNothing configures the conflict_action to `DO NOTHING`.
-// Supported only by SQLite and PostgreSQL.
-func (u *WipeRecordUpsertOne) DoNothing() *WipeRecordUpsertOne {
-	u.create.conflict = append(u.create.conflict, sql.DoNothing())
-	return u
-}
-
-// Update allows overriding fields `UPDATE` values. See the WipeRecordCreate.OnConflict
-// documentation for more info.
-func (u *WipeRecordUpsertOne) Update(set func(*WipeRecordUpsert)) *WipeRecordUpsertOne {
-	u.create.conflict = append(u.create.conflict, sql.ResolveWith(func(update *sql.UpdateSet) {
-		set(&WipeRecordUpsert{UpdateSet: update})
-	}))
-	return u
-}
-
-// Exec executes the query.
-func (u *WipeRecordUpsertOne) Exec(ctx context.Context) error {
-	if len(u.create.conflict) == 0 {
-		return errors.New("ent: missing options for WipeRecordCreate.OnConflict")
-	}
-	return u.create.Exec(ctx)
-}
-
-// ExecX is like Exec, but panics if an error occurs.
-func (u *WipeRecordUpsertOne) ExecX(ctx context.Context) {
-	if err := u.create.Exec(ctx); err != nil {
-		panic(err)
-	}
-}
-
-// Exec executes the UPSERT query and returns the inserted/updated ID.
-func (u *WipeRecordUpsertOne) ID(ctx context.Context) (id int, err error) {
-	node, err := u.create.Save(ctx)
-	if err != nil {
-		return id, err
-	}
-	return node.ID, nil
-}
-
-// IDX is like ID, but panics if an error occurs.
-func (u *WipeRecordUpsertOne) IDX(ctx context.Context) int {
-	id, err := u.ID(ctx)
-	if err != nil {
-		panic(err)
-	}
-	return id
-}
-
 // WipeRecordCreateBulk is the builder for creating many WipeRecord entities in bulk.
 type WipeRecordCreateBulk struct {
 	config
 	err      error
 	builders []*WipeRecordCreate
-	conflict []sql.ConflictOption
 }
 
 // Save creates the WipeRecord entities in the database.
@@ -563,7 +390,6 @@ func (_c *WipeRecordCreateBulk) Save(ctx context.Context) ([]*WipeRecord, error)
 					_, err = mutators[i+1].Mutate(root, _c.builders[i+1].mutation)
 				} else {
 					spec := &sqlgraph.BatchCreateSpec{Nodes: specs}
-					spec.OnConflict = _c.conflict
 					// Invoke the actual operation on the latest mutation in the chain.
 					if err = sqlgraph.BatchCreate(ctx, _c.driver, spec); err != nil {
 						if sqlgraph.IsConstraintError(err) {
@@ -614,159 +440,6 @@ func (_c *WipeRecordCreateBulk) Exec(ctx context.Context) error {
 // ExecX is like Exec, but panics if an error occurs.
 func (_c *WipeRecordCreateBulk) ExecX(ctx context.Context) {
 	if err := _c.Exec(ctx); err != nil {
-		panic(err)
-	}
-}
-
-// OnConflict allows configuring the `ON CONFLICT` / `ON DUPLICATE KEY` clause
-// of the `INSERT` statement. For example:
-//
-//	client.WipeRecord.CreateBulk(builders...).
-//		OnConflict(
-//			// Update the row with the new values
-//			// the was proposed for insertion.
-//			sql.ResolveWithNewValues(),
-//		).
-//		// Override some of the fields with custom
-//		// update values.
-//		Update(func(u *ent.WipeRecordUpsert) {
-//			SetUUID(v+v).
-//		}).
-//		Exec(ctx)
-func (_c *WipeRecordCreateBulk) OnConflict(opts ...sql.ConflictOption) *WipeRecordUpsertBulk {
-	_c.conflict = opts
-	return &WipeRecordUpsertBulk{
-		create: _c,
-	}
-}
-
-// OnConflictColumns calls `OnConflict` and configures the columns
-// as conflict target. Using this option is equivalent to using:
-//
-//	client.WipeRecord.Create().
-//		OnConflict(sql.ConflictColumns(columns...)).
-//		Exec(ctx)
-func (_c *WipeRecordCreateBulk) OnConflictColumns(columns ...string) *WipeRecordUpsertBulk {
-	_c.conflict = append(_c.conflict, sql.ConflictColumns(columns...))
-	return &WipeRecordUpsertBulk{
-		create: _c,
-	}
-}
-
-// WipeRecordUpsertBulk is the builder for "upsert"-ing
-// a bulk of WipeRecord nodes.
-type WipeRecordUpsertBulk struct {
-	create *WipeRecordCreateBulk
-}
-
-// UpdateNewValues updates the mutable fields using the new values that
-// were set on create. Using this option is equivalent to using:
-//
-//	client.WipeRecord.Create().
-//		OnConflict(
-//			sql.ResolveWithNewValues(),
-//		).
-//		Exec(ctx)
-func (u *WipeRecordUpsertBulk) UpdateNewValues() *WipeRecordUpsertBulk {
-	u.create.conflict = append(u.create.conflict, sql.ResolveWithNewValues())
-	u.create.conflict = append(u.create.conflict, sql.ResolveWith(func(s *sql.UpdateSet) {
-		for _, b := range u.create.builders {
-			if _, exists := b.mutation.UUID(); exists {
-				s.SetIgnore(wiperecord.FieldUUID)
-			}
-			if _, exists := b.mutation.NodeUUID(); exists {
-				s.SetIgnore(wiperecord.FieldNodeUUID)
-			}
-			if _, exists := b.mutation.NodeName(); exists {
-				s.SetIgnore(wiperecord.FieldNodeName)
-			}
-			if _, exists := b.mutation.Owner(); exists {
-				s.SetIgnore(wiperecord.FieldOwner)
-			}
-			if _, exists := b.mutation.Lessee(); exists {
-				s.SetIgnore(wiperecord.FieldLessee)
-			}
-			if _, exists := b.mutation.Allocation(); exists {
-				s.SetIgnore(wiperecord.FieldAllocation)
-			}
-			if _, exists := b.mutation.AllocationOwner(); exists {
-				s.SetIgnore(wiperecord.FieldAllocationOwner)
-			}
-			if _, exists := b.mutation.Policy(); exists {
-				s.SetIgnore(wiperecord.FieldPolicy)
-			}
-			if _, exists := b.mutation.Result(); exists {
-				s.SetIgnore(wiperecord.FieldResult)
-			}
-			if _, exists := b.mutation.Message(); exists {
-				s.SetIgnore(wiperecord.FieldMessage)
-			}
-			if _, exists := b.mutation.Disks(); exists {
-				s.SetIgnore(wiperecord.FieldDisks)
-			}
-			if _, exists := b.mutation.AgentLog(); exists {
-				s.SetIgnore(wiperecord.FieldAgentLog)
-			}
-			if _, exists := b.mutation.Conductor(); exists {
-				s.SetIgnore(wiperecord.FieldConductor)
-			}
-			if _, exists := b.mutation.StartedAt(); exists {
-				s.SetIgnore(wiperecord.FieldStartedAt)
-			}
-			if _, exists := b.mutation.FinishedAt(); exists {
-				s.SetIgnore(wiperecord.FieldFinishedAt)
-			}
-		}
-	}))
-	return u
-}
-
-// Ignore sets each column to itself in case of conflict.
-// Using this option is equivalent to using:
-//
-//	client.WipeRecord.Create().
-//		OnConflict(sql.ResolveWithIgnore()).
-//		Exec(ctx)
-func (u *WipeRecordUpsertBulk) Ignore() *WipeRecordUpsertBulk {
-	u.create.conflict = append(u.create.conflict, sql.ResolveWithIgnore())
-	return u
-}
-
-// DoNothing configures the conflict_action to `DO NOTHING`.
-// Supported only by SQLite and PostgreSQL.
-func (u *WipeRecordUpsertBulk) DoNothing() *WipeRecordUpsertBulk {
-	u.create.conflict = append(u.create.conflict, sql.DoNothing())
-	return u
-}
-
-// Update allows overriding fields `UPDATE` values. See the WipeRecordCreateBulk.OnConflict
-// documentation for more info.
-func (u *WipeRecordUpsertBulk) Update(set func(*WipeRecordUpsert)) *WipeRecordUpsertBulk {
-	u.create.conflict = append(u.create.conflict, sql.ResolveWith(func(update *sql.UpdateSet) {
-		set(&WipeRecordUpsert{UpdateSet: update})
-	}))
-	return u
-}
-
-// Exec executes the query.
-func (u *WipeRecordUpsertBulk) Exec(ctx context.Context) error {
-	if u.create.err != nil {
-		return u.create.err
-	}
-	for i, b := range u.create.builders {
-		if len(b.conflict) != 0 {
-			return fmt.Errorf("ent: OnConflict was set for builder %d. Set it on the WipeRecordCreateBulk instead", i)
-		}
-	}
-	if len(u.create.conflict) == 0 {
-		return errors.New("ent: missing options for WipeRecordCreateBulk.OnConflict")
-	}
-	return u.create.Exec(ctx)
-}
-
-// ExecX is like Exec, but panics if an error occurs.
-func (u *WipeRecordUpsertBulk) ExecX(ctx context.Context) {
-	if err := u.create.Exec(ctx); err != nil {
 		panic(err)
 	}
 }

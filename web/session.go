@@ -8,10 +8,8 @@ import (
 	"crypto/rand"
 	"crypto/sha256"
 	"crypto/subtle"
-	"database/sql"
 	"encoding/base64"
 	"encoding/json"
-	"errors"
 	"net/http"
 	"time"
 
@@ -19,7 +17,6 @@ import (
 	"github.com/gofiber/fiber/v2/middleware/adaptor"
 	"github.com/gorilla/sessions"
 
-	"github.com/anvilproject/anvil/ent"
 	"github.com/anvilproject/anvil/ent/setting"
 	"github.com/anvilproject/anvil/server/identity"
 	"github.com/anvilproject/anvil/server/store"
@@ -110,9 +107,8 @@ func LoadKeys(ctx context.Context, db *store.DB, secret string) (hash, block []b
 	_, _ = rand.Read(fresh)
 	// Insert-if-absent, then read back: concurrent first starts agree on
 	// whichever row won.
-	err = db.Setting.Create().SetKey(sessionKeysSetting).SetValue(fresh).
-		OnConflictColumns(setting.FieldKey).DoNothing().Exec(ctx)
-	if err != nil && !ent.IsConstraintError(err) && !errors.Is(err, sql.ErrNoRows) {
+	ins := db.Insert(setting.Table).Columns(setting.FieldKey, setting.FieldValue).Values(sessionKeysSetting, fresh)
+	if _, err := store.Upsert(ctx, db, ins, false, setting.FieldKey); err != nil {
 		return nil, nil, err
 	}
 	s, err := db.Setting.Query().Where(setting.Key(sessionKeysSetting)).Only(ctx)

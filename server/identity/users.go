@@ -311,9 +311,10 @@ func (s *Service) Grant(ctx context.Context, name string, a Assignment) (err err
 		return err
 	}
 	s.forget()
-	return s.db.RoleAssignment.Create().SetUserID(u.ID).SetSystem(a.System).SetProject(a.Project).SetRole(a.Role).
-		OnConflictColumns(roleassignment.FieldUserID, roleassignment.FieldSystem, roleassignment.FieldProject, roleassignment.FieldRole).
-		DoNothing().Exec(ctx)
+	cols := []string{roleassignment.FieldUserID, roleassignment.FieldSystem, roleassignment.FieldProject, roleassignment.FieldRole}
+	ins := s.db.Insert(roleassignment.Table).Columns(cols...).Values(u.ID, a.System, a.Project, a.Role)
+	_, err = store.Upsert(ctx, s.db, ins, false, cols...)
+	return err
 }
 
 // Revoke takes a role away; revoking a role not held is a 404.

@@ -14,9 +14,7 @@ package inbox
 
 import (
 	"context"
-	"database/sql"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"net/mail"
 	"slices"
@@ -128,21 +126,28 @@ func (s *Service) Send(ctx context.Context, tx *ent.Client, ns ...Notice) error 
 		if key == "" {
 			key = id
 		}
-		c := tx.Notice.Create().SetUUID(id).SetProject(n.Project).SetKind(n.Kind).SetKey(key).
-			SetSubject(n.Subject).SetBody(n.Body).SetNodeUUID(n.Node).SetLeaseUUID(n.Lease).SetThreadUUID(n.Thread)
+		mail, to := "", []string(nil)
 		if s.Mailing {
-			to, err := s.addresses(ctx, tx, n.Project)
-			if err != nil {
+			var err error
+			if to, err = s.addresses(ctx, tx, n.Project); err != nil {
 				return err
 			}
 			if len(to) > 0 {
-				c.SetMailTo(to).SetMail(MailPending)
+				mail = MailPending
 			}
 		}
-		if err := c.OnConflictColumns(notice.FieldProject, notice.FieldKey).DoNothing().Exec(ctx); err != nil && !isNoRows(err) {
-			return err
+		cols := []string{notice.FieldUUID, notice.FieldProject, notice.FieldKind, notice.FieldKey, notice.FieldSubject,
+			notice.FieldBody, notice.FieldNodeUUID, notice.FieldLeaseUUID, notice.FieldThreadUUID, notice.FieldCreatedAt, notice.FieldMail}
+		vals := []any{id, n.Project, n.Kind, key, n.Subject, n.Body, n.Node, n.Lease, n.Thread, time.Now(), mail}
+		if len(to) > 0 {
+			// As ent writes a JSON field.
+			list, err := json.Marshal(to)
+			if err != nil {
+				return err
+			}
+			cols, vals = append(cols, notice.FieldMailTo), append(vals, json.RawMessage(list))
 		}
-		made, err := tx.Notice.Query().Where(notice.UUID(id)).Exist(ctx)
+		made, err := store.Upsert(ctx, tx, s.db.Insert(notice.Table).Columns(cols...).Values(vals...), false, notice.FieldProject, notice.FieldKey)
 		if err != nil || !made {
 			return err
 		}
@@ -158,10 +163,6 @@ func (s *Service) Send(ctx context.Context, tx *ent.Client, ns ...Notice) error 
 	}
 	return nil
 }
-
-// isNoRows is the answer to an insert that did nothing on conflict, on
-// PostgreSQL (whose RETURNING returns no row).
-func isNoRows(err error) bool { return errors.Is(err, sql.ErrNoRows) }
 
 // inboxName names an inbox in audit rows and mail: the project, or
 // "operators".
@@ -281,7 +282,8 @@ func (s *Service) SetMailTo(ctx context.Context, to []string) (err error) {
 		return err
 	}
 	v, _ := json.Marshal(to)
-	return s.db.Setting.Create().SetKey(key).SetValue(v).OnConflictColumns(setting.FieldKey).UpdateValue().Exec(ctx)
+	_, err = store.Upsert(ctx, s.db, s.db.Insert(setting.Table).Columns(setting.FieldKey, setting.FieldValue).Values(key, v), true, setting.FieldKey)
+	return err
 }
 
 func threadTarget(t *ent.Thread) policies.Target {
