@@ -537,10 +537,7 @@ var csrfField = regexp.MustCompile(`name="csrf" value="([^"]+)"`)
 // consoleThrough signs in to the portal at addr and opens the node's
 // console through its WebSocket: what is typed reaches the machine's
 // serial port, and what the machine writes reaches the browser.
-func consoleThrough(t *testing.T, addr, id string, serial interface {
-	io.ReadWriter
-	SetReadDeadline(time.Time) error
-}) {
+func consoleThrough(t *testing.T, addr, id string, serial bmctest.Port) {
 	t.Helper()
 	jar, _ := cookiejar.New(nil)
 	c := &http.Client{Jar: jar, Timeout: 30 * time.Second, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
@@ -577,51 +574,8 @@ func consoleThrough(t *testing.T, addr, id string, serial interface {
 	}
 	defer ws.Close()
 
-	// Typed in the browser, seen on the serial port; ipmitool may still
-	// be opening the session, so type until it arrives.
-	word := fmt.Sprintf("via-%s-%d", addr, time.Now().UnixNano())
-	seen := make(chan string, 1)
-	go func() {
-		_ = serial.SetReadDeadline(time.Now().Add(30 * time.Second))
-		var b strings.Builder
-		buf := make([]byte, 256)
-		for !strings.Contains(b.String(), word) {
-			n, err := serial.Read(buf)
-			if err != nil {
-				break
-			}
-			b.Write(buf[:n])
-		}
-		seen <- b.String()
-	}()
-	var got string
-typing:
-	for {
-		if err := ws.WriteMessage(websocket.TextMessage, []byte(word+"\r")); err != nil {
-			t.Fatalf("typing via %s: %v", addr, err)
-		}
-		select {
-		case got = <-seen:
-			break typing
-		case <-time.After(500 * time.Millisecond):
-		}
-	}
-	if !strings.Contains(got, word) {
-		t.Fatalf("through %s the serial port saw %q", addr, got)
-	}
-	reply := fmt.Sprintf("login-%d:", time.Now().UnixNano())
-	if _, err := serial.Write([]byte(reply + "\r\n")); err != nil {
-		t.Fatal(err)
-	}
-	_ = ws.SetReadDeadline(time.Now().Add(30 * time.Second))
-	var out strings.Builder
-	for !strings.Contains(out.String(), reply) {
-		_, msg, err := ws.ReadMessage()
-		if err != nil {
-			t.Fatalf("through %s the browser did not get the machine's output; got %q: %v", addr, out.String(), err)
-		}
-		out.Write(msg)
-	}
+	// Typed in the browser, seen on the serial port, and back.
+	bmctest.RoundTrip(t, "via "+addr, bmctest.WebSocket(ws), serial, 30*time.Second)
 	// Leaving frees the console (one viewer at a time) for the next.
 	_ = ws.WriteControl(websocket.CloseMessage, websocket.FormatCloseMessage(websocket.CloseNormalClosure, ""), time.Now().Add(time.Second))
 }

@@ -2,7 +2,6 @@ package web_test
 
 import (
 	"context"
-	"fmt"
 	"net/http"
 	"net/url"
 	"slices"
@@ -125,51 +124,8 @@ func TestPortalConsole(t *testing.T) {
 			t.Fatalf("owner's upgrade: %d", st)
 		}
 
-		// Typed in the browser, seen on the serial port; ipmitool may
-		// still be opening the session, so type until it arrives.
-		word := fmt.Sprintf("web-%d", time.Now().UnixNano())
-		seen := make(chan string, 1)
-		go func() {
-			_ = serial.SetReadDeadline(time.Now().Add(15 * time.Second))
-			var b strings.Builder
-			buf := make([]byte, 256)
-			for !strings.Contains(b.String(), word) {
-				n, err := serial.Read(buf)
-				if err != nil {
-					break
-				}
-				b.Write(buf[:n])
-			}
-			seen <- b.String()
-		}()
-		var got string
-	typing:
-		for {
-			if err := ws.WriteMessage(websocket.TextMessage, []byte(word+"\r")); err != nil {
-				t.Fatal(err)
-			}
-			select {
-			case got = <-seen:
-				break typing
-			case <-time.After(500 * time.Millisecond):
-			}
-		}
-		if !strings.Contains(got, word) {
-			t.Fatalf("serial port saw %q", got)
-		}
-		reply := fmt.Sprintf("login-%d:", time.Now().UnixNano())
-		if _, err := serial.Write([]byte(reply + "\r\n")); err != nil {
-			t.Fatal(err)
-		}
-		_ = ws.SetReadDeadline(time.Now().Add(15 * time.Second))
-		var out strings.Builder
-		for !strings.Contains(out.String(), reply) {
-			_, msg, err := ws.ReadMessage()
-			if err != nil {
-				t.Fatalf("the browser did not get the machine's output; got %q: %v", out.String(), err)
-			}
-			out.Write(msg)
-		}
+		// Typed in the browser, seen on the serial port, and back.
+		bmctest.RoundTrip(t, "in the portal", bmctest.WebSocket(ws), serial, 15*time.Second)
 		if r := api.Do(t, "GET", "/v1/events?rule=baremetal:node:get_console", nil); !strings.Contains(string(r.Body), id) {
 			t.Errorf("the console's opening was not audited: %s", r.Body)
 		}

@@ -1,7 +1,6 @@
 package api_test
 
 import (
-	"bufio"
 	"context"
 	"fmt"
 	"io"
@@ -199,60 +198,11 @@ func dialConsole(t *testing.T, url string) net.Conn {
 	return c
 }
 
-// talk checks bytes cross the console both ways: typed at the client to
-// the serial port, and written at the serial port to the client.
+// talk round-trips the socat console at conn to the machine's serial
+// port, and leaves conn without a read deadline.
 func talk(t *testing.T, conn, serial net.Conn) {
 	t.Helper()
-	word := fmt.Sprintf("typed-%d", time.Now().UnixNano())
-	// ipmitool may still be opening the session: type until it arrives.
-	got := make(chan string, 1)
-	go func() {
-		_ = serial.SetReadDeadline(time.Now().Add(15 * time.Second))
-		var seen strings.Builder
-		buf := make([]byte, 256)
-		for !strings.Contains(seen.String(), word) {
-			n, err := serial.Read(buf)
-			if err != nil {
-				break
-			}
-			seen.Write(buf[:n])
-		}
-		got <- seen.String()
-	}()
-	stop := time.After(15 * time.Second)
-	tick := time.NewTicker(500 * time.Millisecond)
-	defer tick.Stop()
-	var seen string
-typing:
-	for {
-		if _, err := conn.Write([]byte(word + "\r")); err != nil {
-			t.Fatal(err)
-		}
-		select {
-		case seen = <-got:
-			break typing
-		case <-tick.C:
-		case <-stop:
-			t.Fatal("typed bytes did not reach the serial port")
-		}
-	}
-	if !strings.Contains(seen, word) {
-		t.Fatalf("serial port saw %q, want %q", seen, word)
-	}
-	reply := fmt.Sprintf("login-%d:", time.Now().UnixNano())
-	if _, err := serial.Write([]byte(reply + "\r\n")); err != nil {
-		t.Fatal(err)
-	}
-	_ = conn.SetReadDeadline(time.Now().Add(15 * time.Second))
-	br := bufio.NewReader(conn)
-	var out strings.Builder
-	for !strings.Contains(out.String(), reply) {
-		b, err := br.ReadByte()
-		if err != nil {
-			t.Fatalf("the console did not carry the machine's output %q; got %q: %v", reply, out.String(), err)
-		}
-		out.WriteByte(b)
-	}
+	bmctest.RoundTrip(t, "at "+conn.RemoteAddr().String(), bmctest.Socket(conn), serial, 15*time.Second)
 	_ = conn.SetReadDeadline(time.Time{})
 }
 
