@@ -21,8 +21,8 @@ import (
 // client as it is written: a detailed page of a thousand nodes is 2.5 MB,
 // and written into the response's body buffer it stayed in fasthttp's
 // pool between requests and raised the heap the collector aims for by as
-// much (the anonymous memory after the 10,000-node benchmark went from
-// 24-29 MiB to 16-20 MiB; docs/memory.md).
+// much (after the benchmark's lists on its 10,000-node database, the
+// anonymous memory went from 24-29 MiB to 16-20 MiB; docs/memory.md).
 const chunk = 32 << 10
 
 func (a *API) listNodes(detail bool) fiber.Handler {

@@ -21,13 +21,14 @@ func (d *DB) Insert(table string) *entsql.InsertBuilder {
 // Upsert runs ins, one row, so that a row already holding its values in
 // the unique columns conflict is kept as it is (replace false) or takes
 // ins's other values (replace true), and reports whether a row was
-// written (inserted, or with replace, updated). It is one statement (ON CONFLICT), so replicas racing on the
-// same key neither fail nor, on PostgreSQL, abort the transaction they
-// are in. It is written here rather than generated: ent's sql/upsert
-// feature made typed upserts for every table, 2 MiB of code that every
-// process mapped (docs/memory.md), for the three tables that use one.
-// Ent's defaults, validators and JSON encoding are not applied: callers
-// pass every column they need, validated.
+// written (inserted, or with replace, updated). It is one statement (ON
+// CONFLICT), so replicas racing on the same key neither fail nor, on
+// PostgreSQL, abort the transaction they are in. It is written here
+// rather than generated: ent's sql/upsert feature made typed upserts for
+// every table, 2 MiB of code that every process mapped (docs/memory.md),
+// for the three tables that use one. Ent's defaults, validators and JSON
+// encoding are not applied: callers pass every column they need,
+// validated.
 func Upsert(ctx context.Context, ex Execer, ins *entsql.InsertBuilder, replace bool, conflict ...string) (bool, error) {
 	action := entsql.DoNothing()
 	if replace {
