@@ -2,23 +2,17 @@ package store
 
 import (
 	"context"
-	stdsql "database/sql"
 
 	entsql "entgo.io/ent/dialect/sql"
 )
-
-// Execer runs a statement: the store, or an ent client, a transaction's
-// too, whose ExecContext goes through its driver.
-type Execer interface {
-	ExecContext(ctx context.Context, query string, args ...any) (stdsql.Result, error)
-}
 
 // Insert starts an INSERT into table in the store's dialect, for Upsert.
 func (d *DB) Insert(table string) *entsql.InsertBuilder {
 	return entsql.Dialect(d.Dialect).Insert(table)
 }
 
-// Upsert runs ins, one row, so that a row already holding its values in
+// Upsert runs ins, one row, through ex (the store, or an ent client, a
+// transaction's too), so that a row already holding its values in
 // the unique columns conflict is kept as it is (replace false) or takes
 // ins's other values (replace true), and reports whether a row was
 // written (inserted, or with replace, updated). It is one statement (ON
@@ -29,7 +23,7 @@ func (d *DB) Insert(table string) *entsql.InsertBuilder {
 // for the three tables that use one. Ent's defaults, validators and JSON
 // encoding are not applied: callers pass every column they need,
 // validated.
-func Upsert(ctx context.Context, ex Execer, ins *entsql.InsertBuilder, replace bool, conflict ...string) (bool, error) {
+func Upsert(ctx context.Context, ex entsql.ExecQuerier, ins *entsql.InsertBuilder, replace bool, conflict ...string) (bool, error) {
 	action := entsql.DoNothing()
 	if replace {
 		action = entsql.ResolveWithNewValues()

@@ -5,6 +5,8 @@ import (
 	"testing"
 	"time"
 
+	entsql "entgo.io/ent/dialect/sql"
+
 	"github.com/anvilproject/anvil/ent/setting"
 	"github.com/anvilproject/anvil/server/store"
 	"github.com/anvilproject/anvil/server/store/storetest"
@@ -19,7 +21,7 @@ import (
 func TestUpsert(t *testing.T) {
 	storetest.Each(t, func(t *testing.T, _ string, db *store.DB) {
 		ctx := context.Background()
-		put := func(ex store.Execer, v string, replace bool) bool {
+		put := func(ex entsql.ExecQuerier, v string, replace bool) bool {
 			t.Helper()
 			ins := db.Insert(setting.Table).Columns(setting.FieldKey, setting.FieldValue).Values("k", []byte(v))
 			wrote, err := store.Upsert(ctx, ex, ins, replace, setting.FieldKey)
@@ -52,7 +54,7 @@ func TestUpsert(t *testing.T) {
 		if db.Dialect != "postgres" {
 			return // SQLite has one writer: transactions do not overlap
 		}
-		race := func(ex store.Execer, v string) (bool, error) {
+		race := func(ex entsql.ExecQuerier, v string) (bool, error) {
 			ins := db.Insert(setting.Table).Columns(setting.FieldKey, setting.FieldValue).Values("race", []byte(v))
 			return store.Upsert(ctx, ex, ins, false, setting.FieldKey)
 		}
