@@ -92,21 +92,23 @@ type server struct {
 	cmd *exec.Cmd
 }
 
-// memMiB reads a size from the process's /proc status, which counts in
-// KiB: VmRSS, or its parts RssAnon (heap, stacks, SQLite's caches) and
-// RssFile (the binary's pages the kernel mapped in, which it may drop).
-func (s *server) memMiB(field string) float64 {
+// memMiB reads sizes from one read of the process's /proc status, which
+// counts in KiB, so that they add up: VmRSS, and its parts RssAnon (heap,
+// stacks, SQLite's caches) and RssFile (the binary's pages the kernel
+// mapped in, which it may drop).
+func (s *server) memMiB() map[string]float64 {
+	m := map[string]float64{}
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", s.cmd.Process.Pid))
 	if err != nil {
-		return 0
+		return m
 	}
 	for _, line := range strings.Split(string(b), "\n") {
-		if f := strings.Fields(line); len(f) >= 2 && f[0] == field+":" {
+		if f := strings.Fields(line); len(f) >= 2 {
 			kb, _ := strconv.ParseFloat(f[1], 64)
-			return kb / 1024
+			m[strings.TrimSuffix(f[0], ":")] = kb / 1024
 		}
 	}
-	return 0
+	return m
 }
 
 type fixture struct {
@@ -291,9 +293,10 @@ func BenchmarkNodes(b *testing.B) {
 				measure(b, f.authSrv.url+"/v1/nodes?detail=true&limit=1000", f.token)
 			})
 			b.Run("rss", func(b *testing.B) {
-				b.ReportMetric(f.srv.memMiB("VmRSS"), "MiB")
-				b.ReportMetric(f.srv.memMiB("RssAnon"), "anon-MiB")
-				b.ReportMetric(f.srv.memMiB("RssFile"), "file-MiB")
+				m := f.srv.memMiB()
+				b.ReportMetric(m["VmRSS"], "MiB")
+				b.ReportMetric(m["RssAnon"], "anon-MiB")
+				b.ReportMetric(m["RssFile"], "file-MiB")
 			})
 		})
 	}

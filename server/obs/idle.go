@@ -14,9 +14,9 @@ import (
 // Under load the collector's target (--gc-percent, Go's 100 by default)
 // lets the heap grow to twice what is live, more at a higher target, which
 // buys speed; after the load, that headroom would stay resident until the
-// runtime's own scavenger slowly returned it. Once no request has come for After and
-// the heap holds more than idleSlack beyond what the last collection
-// found live, Run collects and returns the free memory at once.
+// runtime's own scavenger slowly returned it. Once no request has come
+// for After and the heap holds more than idleSlack beyond what the last
+// collection found live, Run collects and returns the free memory at once.
 type Idle struct {
 	After time.Duration
 	last  atomic.Int64 // unix nanoseconds of the latest request
