@@ -81,7 +81,10 @@ func RoundTrip(t testing.TB, via string, c Console, serial Port, within time.Dur
 typing:
 	for {
 		if err := c.Type([]byte(word + "\r")); err != nil {
-			t.Fatalf("typing at the console %s: %v", via, err)
+			// The far end closed: what it said last (a reason, a close
+			// frame) is the failure's explanation.
+			said, why := c.Read(time.Now().Add(time.Second))
+			t.Fatalf("typing at the console %s: %v; it had said %q (%v)", via, err, said, why)
 		}
 		select {
 		case got = <-seen:
